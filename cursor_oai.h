@@ -1,0 +1,394 @@
+/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.
+ *
+ * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf:
+ * RunSSE + BidiAppend) on one side and the OpenAI /v1/chat/completions shape on
+ * the other. No sockets in here: bytes in, bytes out.
+ *
+ * [MANUAL: written last; see the part sections below for each API's contract.]
+ *
+ * ENABLING THE IMPLEMENTATION
+ *   In exactly one .c file:
+ *       #define CURSOR_OAI_IMPLEMENTATION
+ *       #include "cursor_oai.h"
+ *   Dependencies of the implementation: cJSON (cJSON.h), nanopb (pb.h, pb_encode.h,
+ *   pb_decode.h, compiled with PB_ENABLE_MALLOC and PB_FIELD_32BIT), the generated
+ *   proto/ *.pb.h files (put proto/ on the include path), and BearSSL (bearssl.h, for SHA-256).
+ *
+ * CONVENTIONS
+ *   - coai_result: 0 is success, COAI_MORE (1) means "feed me more", COAI_DONE (2)
+ *     means "finished"; errors are negative. coai_result_str() names each one.
+ *   - Lengths are size_t. Strings are coai_str {ptr,len} views, never NUL-reliant.
+ *   - Output goes into a coai_buf (a growable heap buffer with an optional cap).
+ *   - Every byte from the network is untrusted: it never triggers an assert, an
+ *     over-read, or an unbounded allocation; it yields a negative coai_result.
+ */
+#ifndef CURSOR_OAI_H
+#define CURSOR_OAI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define COAI_VERSION "0.1.0"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ======================================================================== */
+/* Common                                                                   */
+/* ======================================================================== */
+
+typedef enum coai_result {
+    COAI_OK = 0,
+    COAI_MORE = 1,             /* need more input */
+    COAI_DONE = 2,             /* finished; nothing more will come */
+    COAI_ERR_NOMEM = -1,       /* allocation failed or a cap was hit */
+    COAI_ERR_TOO_BIG = -2,     /* a length exceeds its limit */
+    COAI_ERR_FRAME = -3,       /* bad envelope flags or framing */
+    COAI_ERR_COMPRESSED = -4,  /* compressed envelope (flag 0x01): not supported */
+    COAI_ERR_PROTO = -5,       /* malformed protobuf */
+    COAI_ERR_JSON = -6,        /* malformed JSON */
+    COAI_ERR_INVALID = -7,     /* well-formed but invalid input (see coai_error) */
+    COAI_ERR_UTF8 = -8,        /* invalid UTF-8 where it is not allowed */
+    COAI_ERR_HTTP = -9,        /* malformed HTTP */
+    COAI_ERR_TRUNCATED = -10,  /* input ended inside a unit */
+    COAI_ERR_STATE = -11,      /* API used in the wrong state (programmer error) */
+    COAI_ERR_UPSTREAM = -12    /* the upstream reported an error (see coai_status) */
+} coai_result;
+
+const char *coai_result_str(int r);
+
+typedef struct coai_str {
+    const char *ptr;
+    size_t len;
+} coai_str;
+
+#define COAI_STR_LIT(s) { (s), sizeof(s) - 1 }
+coai_str coai_str_c(const char *s);       /* view of a NUL-terminated string (NULL -> empty) */
+int coai_str_eq(coai_str a, const char *lit);
+
+/* Growable byte buffer. Zero-init is an empty buffer; max = 0 means no cap.
+ * On failure the buffer remembers it (err = 1) and later appends are no-ops. */
+typedef struct coai_buf {
+    unsigned char *data;   /* heap, owned; NUL-terminated after every append when cap allows */
+    size_t len;            /* bytes used */
+    size_t cap;            /* bytes allocated */
+    size_t max;            /* 0 = unlimited, else appends that would exceed it fail */
+    int err;               /* sticky: an append failed */
+} coai_buf;
+
+int coai_buf_reserve(coai_buf *b, size_t extra);              /* 0 ok, -1 fail */
+int coai_buf_append(coai_buf *b, const void *p, size_t n);    /* 0 ok, -1 fail */
+int coai_buf_puts(coai_buf *b, const char *s);
+int coai_buf_putc(coai_buf *b, int c);
+int coai_buf_printf(coai_buf *b, const char *fmt, ...);
+void coai_buf_reset(coai_buf *b);                              /* len = 0, err = 0, keep memory */
+void coai_buf_free(coai_buf *b);
+
+/* ======================================================================== */
+/* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
+/* ======================================================================== */
+
+#ifndef COAI_MAX_FRAME
+#define COAI_MAX_FRAME (16u * 1024u * 1024u)   /* largest envelope payload accepted */
+#endif
+
+enum {
+    COAI_FRAME_DATA = 0x00,        /* protobuf message */
+    COAI_FRAME_COMPRESSED = 0x01,  /* flag bit: compressed payload */
+    COAI_FRAME_END_STREAM = 0x02,  /* Connect end-stream: JSON payload */
+    COAI_FRAME_TRAILER = 0x80      /* gRPC-web trailer: header-block text */
+};
+
+/* Outcome of a trailer frame, a Connect end-stream frame or a google.rpc.Status.
+ * Fixed-size fields: no allocation; text longer than a field is cut at a UTF-8
+ * boundary. All text is valid UTF-8 without control characters. */
+typedef struct coai_status {
+    int code;                  /* gRPC status (0 OK, 8 RESOURCE_EXHAUSTED, 16 UNAUTHENTICATED..) */
+    int error;                 /* aiserver.v1.ErrorDetails.Error value, 0 when none */
+    const char *error_name;    /* static name such as "ERROR_OUTDATED_CLIENT", or NULL */
+    int retryable;             /* CustomErrorDetails.is_retryable: -1 unknown, 0, 1 */
+    char message[512];         /* grpc-message, percent-decoded (or Status.message) */
+    char title[256];           /* CustomErrorDetails.title */
+    char detail[1024];         /* CustomErrorDetails.detail (+ "key: value" additional info) */
+} coai_status;
+/* PART:FRAMING api end */
+
+/* ======================================================================== */
+/* PART:CHECKSUM api (x-cursor-checksum, base64, hex, uuid, sha256 helpers) */
+/* ======================================================================== */
+/* PART:CHECKSUM api end */
+
+/* ======================================================================== */
+/* PART:ENCODE api (client messages: run request, BidiAppend, KV, exec)     */
+/* ======================================================================== */
+
+struct cJSON;
+
+/* One OpenAI function tool, as it goes into a McpToolDefinition. */
+typedef struct coai_tool {
+    coai_str name;                      /* function.name (validated by the OPENAI part) */
+    coai_str description;               /* empty = omitted */
+    const struct cJSON *parameters;     /* JSON schema; NULL = {"type":"object","properties":{}} */
+} coai_tool;
+
+/* Everything that varies in a run request. Empty strings get the documented defaults. */
+typedef struct coai_run_params {
+    coai_str prompt;            /* UserMessage.text (flattened conversation) */
+    coai_str model_id;          /* resolved model id -> ModelDetails.model_id */
+    coai_str message_id;        /* UUID string for UserMessage.message_id */
+    coai_str conversation_id;   /* UUID string for AgentRunRequest.conversation_id */
+    coai_str workspace;         /* workspace path (workspace_paths, project_folder, MCP dirs) */
+    coai_str time_zone;         /* IANA zone name, e.g. "UTC" */
+    coai_str os_version;        /* default "darwin 24.0.0" (what the original sends) */
+    coai_str shell;             /* default "/bin/zsh" (what the original sends) */
+    const coai_tool *tools;     /* may be NULL when tool_count == 0 */
+    size_t tool_count;
+} coai_run_params;
+/* PART:ENCODE api end */
+
+/* ======================================================================== */
+/* PART:DECODE api (AgentServerMessage -> plain C events)                   */
+/* ======================================================================== */
+
+/* Which ExecServerMessage args member arrived (values = protobuf field numbers). */
+typedef enum coai_exec_kind {
+    COAI_EXEC_NONE = 0,
+    COAI_EXEC_SHELL = 2,
+    COAI_EXEC_WRITE = 3,
+    COAI_EXEC_DELETE = 4,
+    COAI_EXEC_GREP = 5,
+    COAI_EXEC_READ = 7,
+    COAI_EXEC_LS = 8,
+    COAI_EXEC_DIAGNOSTICS = 9,
+    COAI_EXEC_REQUEST_CONTEXT = 10,
+    COAI_EXEC_MCP = 11,
+    COAI_EXEC_SHELL_STREAM = 14,
+    COAI_EXEC_BACKGROUND_SHELL = 16,
+    COAI_EXEC_LIST_MCP_RESOURCES = 17,
+    COAI_EXEC_READ_MCP_RESOURCE = 18,
+    COAI_EXEC_FETCH = 20,
+    COAI_EXEC_RECORD_SCREEN = 21,
+    COAI_EXEC_COMPUTER_USE = 22
+} coai_exec_kind;
+
+/* An exec request. Views point into storage owned by the coai_msg that holds it. */
+typedef struct coai_exec {
+    coai_exec_kind kind;
+    uint32_t id;                /* echoed in results and stream_close */
+    coai_str exec_id;           /* echoed when non-empty */
+    coai_str command;           /* shell: command */
+    coai_str cwd;               /* shell: working_directory */
+    coai_str path;              /* read/write/ls/delete/grep: path */
+    int has_path;               /* grep path / ls path present */
+    coai_str content;           /* write: file_text */
+    coai_str pattern;           /* grep: pattern */
+    coai_str glob;              /* grep: glob (non-empty -> the "glob" tool) */
+    coai_str url;               /* fetch: url */
+    coai_str mcp_name;          /* mcp: name ("cursor-tools-<tool>") */
+    coai_str tool_name;         /* mcp: tool_name */
+    coai_str provider;          /* mcp: provider_identifier */
+    coai_str tool_call_id;      /* shell/read/write/ls/grep/mcp tool_call_id when sent */
+    coai_str args_json;         /* mcp: args as compact JSON, members in wire order */
+} coai_exec;
+
+typedef enum coai_msg_kind {
+    COAI_MSG_NONE = 0,          /* nothing we act on (unknown or empty message) */
+    COAI_MSG_TEXT,              /* text: assistant text delta */
+    COAI_MSG_THINKING,          /* text: reasoning delta */
+    COAI_MSG_THINKING_DONE,     /* value: thinking_duration_ms */
+    COAI_MSG_TOKENS,            /* value: token_delta count */
+    COAI_MSG_TOOL_STARTED,      /* tool, call_id */
+    COAI_MSG_TOOL_COMPLETED,    /* tool, call_id */
+    COAI_MSG_TOOL_PARTIAL,      /* tool, call_id, text = args_text_delta */
+    COAI_MSG_HEARTBEAT,
+    COAI_MSG_TURN_ENDED,
+    COAI_MSG_STEP,              /* step_started / summaries / other informational updates */
+    COAI_MSG_CHECKPOINT,        /* value = used_tokens, value2 = max_tokens (0 if absent) */
+    COAI_MSG_EXEC,              /* exec */
+    COAI_MSG_EXEC_ABORT,        /* id */
+    COAI_MSG_KV_GET,            /* id, blob_id */
+    COAI_MSG_KV_SET,            /* id, blob_id, blob_data */
+    COAI_MSG_QUERY              /* id, query (InteractionQuery oneof field number) */
+} coai_msg_kind;
+
+/* One decoded AgentServerMessage. Zero-init before first use; views stay valid
+ * until the next coai_msg_decode() on the same object or coai_msg_free(). */
+typedef struct coai_msg {
+    coai_msg_kind kind;
+    coai_str text;              /* TEXT, THINKING, TOOL_PARTIAL */
+    int64_t value;              /* TOKENS, THINKING_DONE, CHECKPOINT used_tokens */
+    int64_t value2;             /* CHECKPOINT max_tokens */
+    int tool;                   /* TOOL_*: ToolCall oneof field number (1 shell, 12 edit, ...) */
+    coai_str call_id;           /* TOOL_* */
+    uint32_t id;                /* KV id, EXEC_ABORT id, QUERY id */
+    int query;                  /* QUERY: 2 web_search, 3 ask_question, 4 switch_mode, ... */
+    coai_str blob_id;           /* KV_GET, KV_SET (raw bytes) */
+    coai_str blob_data;         /* KV_SET (raw bytes) */
+    coai_exec exec;             /* EXEC */
+    void *priv_;                /* private decode storage */
+    coai_buf scratch_;          /* private */
+} coai_msg;
+/* PART:DECODE api end */
+
+/* ======================================================================== */
+/* PART:HTTP api (request parser, chunked decoder, response parser, Host)   */
+/* ======================================================================== */
+/* PART:HTTP api end */
+
+/* ======================================================================== */
+/* PART:OPENAI api (request parse/validate, prompt, tool mapping, SSE)      */
+/* ======================================================================== */
+/* PART:OPENAI api end */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CURSOR_OAI_H */
+
+/* ************************************************************************ */
+/*                              IMPLEMENTATION                              */
+/* ************************************************************************ */
+#if defined(CURSOR_OAI_IMPLEMENTATION) && !defined(COAI_IMPLEMENTATION_DONE)
+#define COAI_IMPLEMENTATION_DONE
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *coai_result_str(int r)
+{
+    switch (r) {
+    case COAI_OK: return "ok";
+    case COAI_MORE: return "more input needed";
+    case COAI_DONE: return "done";
+    case COAI_ERR_NOMEM: return "out of memory or over a size cap";
+    case COAI_ERR_TOO_BIG: return "length over the limit";
+    case COAI_ERR_FRAME: return "bad envelope framing";
+    case COAI_ERR_COMPRESSED: return "compressed envelope not supported";
+    case COAI_ERR_PROTO: return "malformed protobuf";
+    case COAI_ERR_JSON: return "malformed JSON";
+    case COAI_ERR_INVALID: return "invalid input";
+    case COAI_ERR_UTF8: return "invalid UTF-8";
+    case COAI_ERR_HTTP: return "malformed HTTP";
+    case COAI_ERR_TRUNCATED: return "input ended early";
+    case COAI_ERR_STATE: return "API misuse";
+    case COAI_ERR_UPSTREAM: return "upstream error";
+    }
+    return "unknown result";
+}
+
+coai_str coai_str_c(const char *s)
+{
+    coai_str r;
+    r.ptr = s ? s : "";
+    r.len = s ? strlen(s) : 0;
+    return r;
+}
+
+int coai_str_eq(coai_str a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a.len == n && (n == 0 || memcmp(a.ptr, lit, n) == 0);
+}
+
+int coai_buf_reserve(coai_buf *b, size_t extra)
+{
+    size_t need, ncap;
+    unsigned char *p;
+    if (b->err) return -1;
+    if (extra > (size_t)-1 - b->len - 1) { b->err = 1; return -1; }
+    need = b->len + extra + 1;                      /* +1 keeps room for a NUL */
+    if (b->max && need - 1 > b->max) { b->err = 1; return -1; }
+    if (need <= b->cap) return 0;
+    ncap = b->cap ? b->cap : 256;
+    while (ncap < need) ncap = ncap > ((size_t)-1) / 2 ? need : ncap * 2;
+    p = (unsigned char *)realloc(b->data, ncap);
+    if (!p) { b->err = 1; return -1; }
+    b->data = p;
+    b->cap = ncap;
+    return 0;
+}
+
+int coai_buf_append(coai_buf *b, const void *p, size_t n)
+{
+    if (coai_buf_reserve(b, n)) return -1;
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return 0;
+}
+
+int coai_buf_puts(coai_buf *b, const char *s) { return coai_buf_append(b, s, strlen(s)); }
+
+int coai_buf_putc(coai_buf *b, int c)
+{
+    unsigned char ch = (unsigned char)c;
+    return coai_buf_append(b, &ch, 1);
+}
+
+int coai_buf_printf(coai_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    char small[256];
+    va_start(ap, fmt);
+    n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) { b->err = 1; return -1; }
+    if ((size_t)n < sizeof small) return coai_buf_append(b, small, (size_t)n);
+    if (coai_buf_reserve(b, (size_t)n)) return -1;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+void coai_buf_reset(coai_buf *b)
+{
+    b->len = 0;
+    b->err = 0;
+    if (b->data) b->data[0] = 0;
+}
+
+void coai_buf_free(coai_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->err = 0;
+}
+
+/* ======================================================================== */
+/* PART:FRAMING impl                                                        */
+/* ======================================================================== */
+/* PART:FRAMING impl end */
+
+/* ======================================================================== */
+/* PART:CHECKSUM impl                                                       */
+/* ======================================================================== */
+/* PART:CHECKSUM impl end */
+
+/* ======================================================================== */
+/* PART:ENCODE impl                                                         */
+/* ======================================================================== */
+/* PART:ENCODE impl end */
+
+/* ======================================================================== */
+/* PART:DECODE impl                                                         */
+/* ======================================================================== */
+/* PART:DECODE impl end */
+
+/* ======================================================================== */
+/* PART:HTTP impl                                                           */
+/* ======================================================================== */
+/* PART:HTTP impl end */
+
+/* ======================================================================== */
+/* PART:OPENAI impl                                                         */
+/* ======================================================================== */
+/* PART:OPENAI impl end */
+
+#endif /* CURSOR_OAI_IMPLEMENTATION */
