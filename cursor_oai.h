@@ -85,6 +85,15 @@ int coai_buf_printf(coai_buf *b, const char *fmt, ...);
 void coai_buf_reset(coai_buf *b);                              /* len = 0, err = 0, keep memory */
 void coai_buf_free(coai_buf *b);
 
+/* Small encoders shared by every part. Each appends to `out`; 0 ok, -1 fail. */
+int coai_hex_append(coai_buf *out, const void *p, size_t n);          /* lowercase */
+int coai_base64_append(coai_buf *out, const void *p, size_t n, int url); /* url=1: base64url, no '=' */
+/* Decode standard or url-safe base64, padding optional, whitespace rejected.
+ * Returns the decoded length, or -1 on bad input or when out_cap is too small. */
+long coai_base64_decode(const char *in, size_t n, unsigned char *out, size_t out_cap);
+/* Format 16 random bytes as a lowercase RFC 4122 v4 UUID (sets version/variant bits). */
+void coai_uuid_format(char out[37], const unsigned char rnd[16]);
+
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
@@ -359,6 +368,92 @@ void coai_buf_free(coai_buf *b)
     b->data = NULL;
     b->len = b->cap = 0;
     b->err = 0;
+}
+
+int coai_hex_append(coai_buf *out, const void *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *s = (const unsigned char *)p;
+    size_t i;
+    if (n > ((size_t)-1) / 2 - 1 || coai_buf_reserve(out, n * 2)) return -1;
+    for (i = 0; i < n; i++) {
+        out->data[out->len++] = (unsigned char)digits[s[i] >> 4];
+        out->data[out->len++] = (unsigned char)digits[s[i] & 15];
+    }
+    out->data[out->len] = 0;
+    return 0;
+}
+
+int coai_base64_append(coai_buf *out, const void *p, size_t n, int url)
+{
+    const char *al = url ? "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+                         : "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *s = (const unsigned char *)p;
+    size_t i;
+    if (n > ((size_t)-1) / 2 || coai_buf_reserve(out, (n + 2) / 3 * 4)) return -1;
+    for (i = 0; i + 2 < n; i += 3) {
+        unsigned long v = (unsigned long)s[i] << 16 | (unsigned long)s[i + 1] << 8 | s[i + 2];
+        out->data[out->len++] = (unsigned char)al[v >> 18 & 63];
+        out->data[out->len++] = (unsigned char)al[v >> 12 & 63];
+        out->data[out->len++] = (unsigned char)al[v >> 6 & 63];
+        out->data[out->len++] = (unsigned char)al[v & 63];
+    }
+    if (i < n) {
+        unsigned long v = (unsigned long)s[i] << 16 | (i + 1 < n ? (unsigned long)s[i + 1] << 8 : 0);
+        out->data[out->len++] = (unsigned char)al[v >> 18 & 63];
+        out->data[out->len++] = (unsigned char)al[v >> 12 & 63];
+        if (i + 1 < n) out->data[out->len++] = (unsigned char)al[v >> 6 & 63];
+        else if (!url) out->data[out->len++] = '=';
+        if (!url) out->data[out->len++] = '=';
+    }
+    out->data[out->len] = 0;
+    return 0;
+}
+
+static int coai__b64val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+}
+
+long coai_base64_decode(const char *in, size_t n, unsigned char *out, size_t out_cap)
+{
+    unsigned long acc = 0;
+    size_t o = 0, i, bits = 0;
+    while (n > 0 && in[n - 1] == '=') n--;
+    if (n % 4 == 1) return -1;
+    for (i = 0; i < n; i++) {
+        int v = coai__b64val((unsigned char)in[i]);
+        if (v < 0) return -1;
+        acc = (acc << 6 | (unsigned long)v) & 0xffffff;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o >= out_cap) return -1;
+            out[o++] = (unsigned char)(acc >> bits & 0xff);
+        }
+    }
+    return (long)o;
+}
+
+void coai_uuid_format(char out[37], const unsigned char rnd[16])
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char b[16];
+    int i, o = 0;
+    memcpy(b, rnd, 16);
+    b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+    b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+    for (i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) out[o++] = '-';
+        out[o++] = digits[b[i] >> 4];
+        out[o++] = digits[b[i] & 15];
+    }
+    out[o] = 0;
 }
 
 /* ======================================================================== */

@@ -7,6 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#if defined(__GNUC__)
+#define TEST_UNUSED __attribute__((unused))
+#else
+#define TEST_UNUSED
+#endif
+
 static int test_passed_, test_failed_;
 
 #define CHECK(cond) do { \
@@ -29,7 +35,7 @@ static int test_passed_, test_failed_;
     } while (0)
 
 /* Path of a file under the shared vectors (env COAI_VECTORS or ../shared/spec/vectors). */
-static const char *test_vec_path(const char *name)
+TEST_UNUSED static const char *test_vec_path(const char *name)
 {
     static char buf[4096];
     const char *dir = getenv("COAI_VECTORS");
@@ -38,7 +44,7 @@ static const char *test_vec_path(const char *name)
 }
 
 /* Read a whole file into a malloc'd NUL-terminated buffer, or NULL. */
-static char *test_read_file(const char *path, size_t *len)
+TEST_UNUSED static char *test_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
     char *p = NULL;
@@ -54,7 +60,7 @@ static char *test_read_file(const char *path, size_t *len)
 }
 
 /* Decode lowercase/uppercase hex into a malloc'd buffer; returns NULL on bad hex. */
-static unsigned char *test_unhex(const char *hex, size_t *out_len)
+TEST_UNUSED static unsigned char *test_unhex(const char *hex, size_t *out_len)
 {
     size_t n = strlen(hex), i;
     unsigned char *p;
