@@ -94,6 +94,19 @@ long coai_base64_decode(const char *in, size_t n, unsigned char *out, size_t out
 /* Format 16 random bytes as a lowercase RFC 4122 v4 UUID (sets version/variant bits). */
 void coai_uuid_format(char out[37], const unsigned char rnd[16]);
 
+/* JSON writing, byte-compatible with JavaScript's JSON.stringify:
+ * coai_json_str_append writes a quoted string; escapes '"', '\\', \b \f \n \r \t and
+ * other control bytes as \u00xx (lowercase); non-ASCII stays raw UTF-8; '/' is not
+ * escaped. Invalid UTF-8 (bad, overlong, surrogate or truncated sequences) becomes
+ * U+FFFD, so the output is always valid UTF-8 and valid JSON.
+ * coai_json_num_append writes the shortest text that reads back as the same double
+ * (integers without ".0", 1e+21 style exponents as JavaScript does); NaN/Inf -> null. */
+int coai_json_str_append(coai_buf *out, const char *s, size_t n);
+int coai_json_num_append(coai_buf *out, double v);
+/* Length of the longest prefix of s that is valid UTF-8 and does not end inside a
+ * character. Used to hold back a split character until the next fragment. */
+size_t coai_utf8_valid_prefix(const char *s, size_t n);
+
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
@@ -454,6 +467,133 @@ void coai_uuid_format(char out[37], const unsigned char rnd[16])
         out[o++] = digits[b[i] & 15];
     }
     out[o] = 0;
+}
+
+/* Length of the UTF-8 sequence at s (1..4) if valid and complete, 0 if invalid,
+ * -1 if valid so far but cut off by the end of input. */
+static int coai__utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t need, i;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c < 0x80) return 1;
+    if (c < 0xc2) return 0;
+    if (c < 0xe0) need = 1;
+    else if (c < 0xf0) { need = 2; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+    else if (c < 0xf5) { need = 3; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+    else return 0;
+    for (i = 1; i <= need; i++) {
+        if (i >= n) return -1;
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf)) return 0;
+    }
+    return (int)need + 1;
+}
+
+size_t coai_utf8_valid_prefix(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        int k = coai__utf8_seq(p + i, n - i);
+        if (k <= 0) break;
+        i += (size_t)k;
+    }
+    return i;
+}
+
+int coai_json_str_append(coai_buf *out, const char *s, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, run;
+    if (coai_buf_putc(out, '"')) return -1;
+    while (i < n) {
+        unsigned c = p[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            run = i;
+            while (run < n && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' && p[run] != '\\')
+                run++;
+            if (coai_buf_append(out, p + i, run - i)) return -1;
+            i = run;
+        } else if (c < 0x80) {
+            char esc[7] = { '\\', 0, 0, 0, 0, 0, 0 };
+            size_t len = 2;
+            switch (c) {
+            case '"': esc[1] = '"'; break;
+            case '\\': esc[1] = '\\'; break;
+            case '\b': esc[1] = 'b'; break;
+            case '\f': esc[1] = 'f'; break;
+            case '\n': esc[1] = 'n'; break;
+            case '\r': esc[1] = 'r'; break;
+            case '\t': esc[1] = 't'; break;
+            default:
+                esc[1] = 'u'; esc[2] = '0'; esc[3] = '0';
+                esc[4] = digits[c >> 4]; esc[5] = digits[c & 15];
+                len = 6;
+            }
+            if (coai_buf_append(out, esc, len)) return -1;
+            i++;
+        } else {
+            int k = coai__utf8_seq(p + i, n - i);
+            if (k > 0) {
+                if (coai_buf_append(out, p + i, (size_t)k)) return -1;
+                i += (size_t)k;
+            } else {
+                /* One U+FFFD per maximal invalid subpart: skip the lead byte and any
+                 * continuation bytes that cannot start a character. */
+                if (coai_buf_append(out, "\xef\xbf\xbd", 3)) return -1;
+                i++;
+                while (i < n && p[i] >= 0x80 && p[i] < 0xc0 && k == 0) i++;
+                if (k < 0) i = n;
+            }
+        }
+    }
+    return coai_buf_putc(out, '"');
+}
+
+int coai_json_num_append(coai_buf *out, double v)
+{
+    char tmp[40], res[48];
+    int prec, exp10 = 0;
+    char *e, *d;
+    size_t nd = 0, i;
+    char mant[24];
+    int neg;
+    if (v != v || v > 1.7976931348623157e308 || v < -1.7976931348623157e308)
+        return coai_buf_puts(out, "null");
+    if (v == 0) return coai_buf_puts(out, "0");   /* JS prints -0 as 0 too */
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*e", prec - 1, v);
+        if (strtod(tmp, NULL) == v) break;
+    }
+    /* tmp = [-]D[.DDD]e[+-]XX: collect digits and the decimal exponent. */
+    neg = tmp[0] == '-';
+    e = strchr(tmp, 'e');
+    if (!e) return coai_buf_puts(out, "null");
+    exp10 = atoi(e + 1);
+    for (d = tmp + neg; d < e; d++)
+        if (*d >= '0' && *d <= '9' && nd < sizeof mant - 1) mant[nd++] = *d;
+    while (nd > 1 && mant[nd - 1] == '0') nd--;
+    mant[nd] = 0;
+    i = 0;
+    if (neg) res[i++] = '-';
+    if (exp10 >= 21 || exp10 <= -7) {
+        /* d[.ddd]e+X like JavaScript's Number.prototype.toString */
+        res[i++] = mant[0];
+        if (nd > 1) { res[i++] = '.'; memcpy(res + i, mant + 1, nd - 1); i += nd - 1; }
+        i += (size_t)snprintf(res + i, sizeof res - i, "e%c%d", exp10 < 0 ? '-' : '+',
+                              exp10 < 0 ? -exp10 : exp10);
+    } else if (exp10 >= 0) {
+        size_t intd = (size_t)exp10 + 1, k;
+        for (k = 0; k < intd; k++) res[i++] = k < nd ? mant[k] : '0';
+        if (nd > intd) { res[i++] = '.'; memcpy(res + i, mant + intd, nd - intd); i += nd - intd; }
+    } else {
+        int z;
+        res[i++] = '0'; res[i++] = '.';
+        for (z = 0; z < -exp10 - 1; z++) res[i++] = '0';
+        memcpy(res + i, mant, nd); i += nd;
+    }
+    return coai_buf_append(out, res, i);
 }
 
 /* ======================================================================== */
