@@ -108,6 +108,59 @@ int coai_json_num_append(coai_buf *out, double v);
 size_t coai_utf8_valid_prefix(const char *s, size_t n);
 
 /* ======================================================================== */
+/* AUTH: token claims, browser login (PKCE), credential JSON (spec 14)     */
+/* ======================================================================== */
+
+/* Claims read from a JWT access token (payload segment, base64url, lenient).
+ * Nothing is verified: the upstream does that. Used for expiry and display. */
+typedef struct coai_jwt {
+    int64_t exp;                /* "exp", Unix seconds; 0 when absent */
+    char sub[160];              /* "sub", "" when absent (cut to fit) */
+    char email[160];            /* "email", "" when absent (cut to fit) */
+} coai_jwt;
+
+/* 0 when the payload decoded as a JSON object, -1 otherwise (out is zeroed). */
+int coai_jwt_decode(coai_str token, coai_jwt *out);
+/* 1 when the token should be renewed: exp - now_s < margin_s, no numeric exp, or
+ * not a JWT at all. 0 when it stays valid for at least margin_s seconds. */
+int coai_token_expiring(coai_str token, int64_t now_s, int64_t margin_s);
+
+/* Browser login state: verifier = base64url(32 random bytes), challenge =
+ * base64url(SHA-256(verifier)), uuid = v4 from 16 more random bytes. */
+typedef struct coai_pkce {
+    char verifier[44];
+    char challenge[44];
+    char uuid[37];
+} coai_pkce;
+
+#define COAI_LOGIN_MAX_ATTEMPTS 150     /* polls before giving up (about 24 minutes) */
+#define COAI_LOGIN_MAX_ERRORS 3         /* consecutive poll errors before giving up */
+
+void coai_pkce_init(coai_pkce *p, const unsigned char rnd[48]);
+/* https://cursor.com/loginDeepControl?challenge=..&uuid=..&mode=login&redirectTarget=cli */
+int coai_login_url(coai_buf *out, const coai_pkce *p);
+/* "/auth/poll?uuid=..&verifier=.." (path and query only; the caller adds the base URL) */
+int coai_login_poll_target(coai_buf *out, const coai_pkce *p);
+/* Wait before poll number `attempt` (0-based): min(1000 * 1.2^attempt, 10000) ms. */
+unsigned coai_login_poll_delay_ms(unsigned attempt);
+
+/* Credentials: the auth.json file ({"accessToken","refreshToken","apiKey"}) and the
+ * answers of /auth/poll, /auth/refresh and /auth/exchange_user_api_key share this
+ * shape. Strings are malloc'd and NUL-terminated; absent members are NULL. */
+typedef struct coai_creds {
+    char *access_token;
+    char *refresh_token;
+    char *api_key;
+} coai_creds;
+
+/* 0 when the JSON is an object (members may still be absent), -1 otherwise.
+ * Only non-empty string members are taken; c is cleared first. */
+int coai_creds_parse(const char *json, size_t n, coai_creds *c);
+/* Pretty-printed (2-space) JSON of the non-NULL members, ending in a newline. */
+int coai_creds_format(coai_buf *out, const coai_creds *c);
+void coai_creds_free(coai_creds *c);
+
+/* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
 
@@ -278,6 +331,9 @@ typedef struct coai_msg {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <bearssl.h>
+#include <cJSON.h>
 
 const char *coai_result_str(int r)
 {
@@ -594,6 +650,138 @@ int coai_json_num_append(coai_buf *out, double v)
         memcpy(res + i, mant, nd); i += nd;
     }
     return coai_buf_append(out, res, i);
+}
+
+/* ---- AUTH --------------------------------------------------------------- */
+
+static void coai__copy_cut(char *dst, size_t cap, const char *src)
+{
+    size_t n = strlen(src);
+    if (n >= cap) n = coai_utf8_valid_prefix(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+int coai_jwt_decode(coai_str token, coai_jwt *out)
+{
+    const char *dot1, *dot2, *end = token.ptr + token.len;
+    unsigned char *raw;
+    long n;
+    cJSON *root, *it;
+    memset(out, 0, sizeof *out);
+    if (!token.ptr || token.len == 0) return -1;
+    dot1 = (const char *)memchr(token.ptr, '.', token.len);
+    if (!dot1) return -1;
+    dot2 = (const char *)memchr(dot1 + 1, '.', (size_t)(end - dot1 - 1));
+    if (!dot2) dot2 = end;
+    if (dot2 == dot1 + 1 || dot2 - dot1 > 65536) return -1;
+    raw = (unsigned char *)malloc((size_t)(dot2 - dot1));
+    if (!raw) return -1;
+    n = coai_base64_decode(dot1 + 1, (size_t)(dot2 - dot1 - 1), raw, (size_t)(dot2 - dot1));
+    root = n > 0 ? cJSON_ParseWithLength((const char *)raw, (size_t)n) : NULL;
+    free(raw);
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
+    it = cJSON_GetObjectItemCaseSensitive(root, "exp");
+    if (cJSON_IsNumber(it) && it->valuedouble > 0 && it->valuedouble < 9.2e18)
+        out->exp = (int64_t)it->valuedouble;
+    it = cJSON_GetObjectItemCaseSensitive(root, "sub");
+    if (cJSON_IsString(it)) coai__copy_cut(out->sub, sizeof out->sub, it->valuestring);
+    it = cJSON_GetObjectItemCaseSensitive(root, "email");
+    if (cJSON_IsString(it)) coai__copy_cut(out->email, sizeof out->email, it->valuestring);
+    cJSON_Delete(root);
+    return 0;
+}
+
+int coai_token_expiring(coai_str token, int64_t now_s, int64_t margin_s)
+{
+    coai_jwt j;
+    if (coai_jwt_decode(token, &j) != 0 || j.exp == 0) return 1;
+    return j.exp - now_s < margin_s;
+}
+
+void coai_pkce_init(coai_pkce *p, const unsigned char rnd[48])
+{
+    unsigned char digest[32];
+    br_sha256_context h;
+    coai_buf b = { 0 };
+    memset(p, 0, sizeof *p);
+    if (coai_base64_append(&b, rnd, 32, 1) == 0 && b.len == 43) memcpy(p->verifier, b.data, 43);
+    br_sha256_init(&h);
+    br_sha256_update(&h, p->verifier, 43);
+    br_sha256_out(&h, digest);
+    coai_buf_reset(&b);
+    if (coai_base64_append(&b, digest, 32, 1) == 0 && b.len == 43) memcpy(p->challenge, b.data, 43);
+    coai_buf_free(&b);
+    coai_uuid_format(p->uuid, rnd + 32);
+}
+
+int coai_login_url(coai_buf *out, const coai_pkce *p)
+{
+    return coai_buf_printf(out, "https://cursor.com/loginDeepControl?challenge=%s&uuid=%s"
+                           "&mode=login&redirectTarget=cli", p->challenge, p->uuid);
+}
+
+int coai_login_poll_target(coai_buf *out, const coai_pkce *p)
+{
+    return coai_buf_printf(out, "/auth/poll?uuid=%s&verifier=%s", p->uuid, p->verifier);
+}
+
+unsigned coai_login_poll_delay_ms(unsigned attempt)
+{
+    double d = 1000.0;
+    while (attempt-- > 0 && d < 10000.0) d *= 1.2;
+    return d > 10000.0 ? 10000u : (unsigned)d;
+}
+
+static char *coai__json_strdup(const cJSON *obj, const char *key)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    size_t n;
+    char *s;
+    if (!cJSON_IsString(it) || !it->valuestring[0]) return NULL;
+    n = strlen(it->valuestring);
+    s = (char *)malloc(n + 1);
+    if (s) memcpy(s, it->valuestring, n + 1);
+    return s;
+}
+
+int coai_creds_parse(const char *json, size_t n, coai_creds *c)
+{
+    cJSON *root = cJSON_ParseWithLength(json, n);
+    memset(c, 0, sizeof *c);
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
+    c->access_token = coai__json_strdup(root, "accessToken");
+    c->refresh_token = coai__json_strdup(root, "refreshToken");
+    c->api_key = coai__json_strdup(root, "apiKey");
+    cJSON_Delete(root);
+    return 0;
+}
+
+int coai_creds_format(coai_buf *out, const coai_creds *c)
+{
+    const char *keys[3] = { "accessToken", "refreshToken", "apiKey" };
+    const char *vals[3];
+    int i, first = 1;
+    vals[0] = c->access_token; vals[1] = c->refresh_token; vals[2] = c->api_key;
+    coai_buf_puts(out, "{");
+    for (i = 0; i < 3; i++) {
+        if (!vals[i]) continue;
+        coai_buf_puts(out, first ? "\n  \"" : ",\n  \"");
+        coai_buf_puts(out, keys[i]);
+        coai_buf_puts(out, "\": ");
+        coai_json_str_append(out, vals[i], strlen(vals[i]));
+        first = 0;
+    }
+    coai_buf_puts(out, first ? "}\n" : "\n}\n");
+    return out->err ? -1 : 0;
+}
+
+void coai_creds_free(coai_creds *c)
+{
+    free(c->access_token);
+    free(c->refresh_token);
+    free(c->api_key);
+    memset(c, 0, sizeof *c);
 }
 
 /* ======================================================================== */
