@@ -146,7 +146,9 @@ unsigned coai_login_poll_delay_ms(unsigned attempt);
 
 /* Credentials: the auth.json file ({"accessToken","refreshToken","apiKey"}) and the
  * answers of /auth/poll, /auth/refresh and /auth/exchange_user_api_key share this
- * shape. Strings are malloc'd and NUL-terminated; absent members are NULL. */
+ * shape. Strings are malloc'd and NUL-terminated; absent members are NULL. A
+ * member that is not a non-empty string of visible ASCII (0x21-0x7e) counts as
+ * absent: tokens go into HTTP headers, where CR/LF would split a header. */
 typedef struct coai_creds {
     char *access_token;
     char *refresh_token;
@@ -657,7 +659,8 @@ int coai_json_num_append(coai_buf *out, double v)
 static void coai__copy_cut(char *dst, size_t cap, const char *src)
 {
     size_t n = strlen(src);
-    if (n >= cap) n = coai_utf8_valid_prefix(src, cap - 1);
+    /* claims are shown to people: keep only the valid UTF-8 prefix that fits */
+    n = coai_utf8_valid_prefix(src, n < cap ? n : cap - 1);
     memcpy(dst, src, n);
     dst[n] = 0;
 }
@@ -739,7 +742,11 @@ static char *coai__json_strdup(const cJSON *obj, const char *key)
     size_t n;
     char *s;
     if (!cJSON_IsString(it) || !it->valuestring[0]) return NULL;
-    n = strlen(it->valuestring);
+    /* Tokens travel in HTTP headers: only visible ASCII is acceptable. Anything
+     * else (CR, LF, spaces, non-ASCII) could split a header, so it is refused. */
+    for (n = 0; it->valuestring[n]; n++)
+        if ((unsigned char)it->valuestring[n] < 0x21 || (unsigned char)it->valuestring[n] > 0x7e)
+            return NULL;
     s = (char *)malloc(n + 1);
     if (s) memcpy(s, it->valuestring, n + 1);
     return s;
