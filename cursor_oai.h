@@ -163,6 +163,27 @@ int coai_creds_format(coai_buf *out, const coai_creds *c);
 void coai_creds_free(coai_creds *c);
 
 /* ======================================================================== */
+/* QR: a QR code of the login URL, for logging in from a headless server   */
+/* ======================================================================== */
+
+#define COAI_QR_MAX_SIZE 57     /* modules per side at the largest version kept (10) */
+
+/* A QR code (byte mode, error correction level M, versions 1-10: up to 213 bytes).
+ * Module (x, y) is dark when modules[y * size + x] is 1. */
+typedef struct coai_qr {
+    int size;                   /* 21 + 4 * (version - 1) */
+    int version;                /* 1..10 */
+    int mask;                   /* 0..7, chosen by the standard penalty rules */
+    unsigned char modules[COAI_QR_MAX_SIZE * COAI_QR_MAX_SIZE];
+} coai_qr;
+
+/* 0 on success, -1 when the text does not fit in version 10. */
+int coai_qr_encode(coai_qr *qr, const void *text, size_t n);
+/* Terminal rendering with Unicode half blocks, two module rows per line, light
+ * modules drawn as ink (so it scans on dark terminals), a 2-module quiet zone. */
+int coai_qr_render_utf8(const coai_qr *qr, coai_buf *out);
+
+/* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
 
@@ -789,6 +810,286 @@ void coai_creds_free(coai_creds *c)
     free(c->refresh_token);
     free(c->api_key);
     memset(c, 0, sizeof *c);
+}
+
+/* ---- QR ----------------------------------------------------------------- */
+/* Byte mode, level M only: the login URL is ~150 bytes, so versions 1-10 cover
+ * it with room to spare, and one level keeps the tables short. */
+
+static const unsigned char coai__qr_ec_per_block[11] = { 0, 10, 16, 26, 18, 24, 16, 18, 22, 22, 26 };
+static const unsigned char coai__qr_blocks[11] = { 0, 1, 1, 1, 2, 2, 4, 4, 4, 5, 5 };
+static const unsigned char coai__qr_align[11][3] = {
+    { 0 }, { 0 }, { 6, 18 }, { 6, 22 }, { 6, 26 }, { 6, 30 }, { 6, 34 },
+    { 6, 22, 38 }, { 6, 24, 42 }, { 6, 26, 46 }, { 6, 28, 50 }
+};
+
+static int coai__qr_total_codewords(int ver)
+{
+    /* raw data modules of the symbol, in bytes */
+    int size = 21 + 4 * (ver - 1);
+    int bits = size * size - 3 * 64 - 2 * (size - 16) - 31;  /* finders, timing, format */
+    if (ver >= 2) {
+        int na = ver / 7 + 2;
+        bits -= (na * na - 3) * 25 - 10 * (na - 2);         /* alignment patterns */
+    }
+    if (ver >= 7) bits -= 36;                               /* version information */
+    return bits / 8;
+}
+
+static unsigned char coai__gf_mul(unsigned char a, unsigned char b)
+{
+    unsigned r = 0;
+    int i;
+    for (i = 7; i >= 0; i--) {
+        r = (r << 1) ^ ((r >> 7) * 0x11d);
+        r ^= ((b >> i) & 1u) * a;
+    }
+    return (unsigned char)r;
+}
+
+/* Reed-Solomon remainder of data[0..n) for a generator of the given degree. */
+static void coai__qr_rs(const unsigned char *data, int n, int degree, unsigned char *ec)
+{
+    unsigned char gen[32];
+    unsigned char root = 1;
+    int i, j;
+    memset(gen, 0, sizeof gen);
+    gen[degree - 1] = 1;
+    for (i = 0; i < degree; i++) {
+        for (j = 0; j < degree; j++) {
+            gen[j] = coai__gf_mul(gen[j], root);
+            if (j + 1 < degree) gen[j] ^= gen[j + 1];
+        }
+        root = coai__gf_mul(root, 2);
+    }
+    memset(ec, 0, (size_t)degree);
+    for (i = 0; i < n; i++) {
+        unsigned char f = data[i] ^ ec[0];
+        memmove(ec, ec + 1, (size_t)degree - 1);
+        ec[degree - 1] = 0;
+        for (j = 0; j < degree; j++) ec[j] ^= coai__gf_mul(gen[j], f);
+    }
+}
+
+/* fn: 1 = function module (not data), stored in a parallel array */
+static void coai__qr_set(coai_qr *q, unsigned char *fn, int x, int y, int dark)
+{
+    q->modules[y * q->size + x] = (unsigned char)(dark != 0);
+    fn[y * q->size + x] = 1;
+}
+
+static void coai__qr_format(coai_qr *q, unsigned char *fn, int mask)
+{
+    int data = (0 << 3) | mask;           /* level M = 00 */
+    int rem = data, i, bits, sz = q->size;
+    for (i = 0; i < 10; i++) rem = (rem << 1) ^ ((rem >> 9) * 0x537);
+    bits = ((data << 10) | rem) ^ 0x5412;
+    for (i = 0; i <= 5; i++) coai__qr_set(q, fn, 8, i, (bits >> i) & 1);
+    coai__qr_set(q, fn, 8, 7, (bits >> 6) & 1);
+    coai__qr_set(q, fn, 8, 8, (bits >> 7) & 1);
+    coai__qr_set(q, fn, 7, 8, (bits >> 8) & 1);
+    for (i = 9; i < 15; i++) coai__qr_set(q, fn, 14 - i, 8, (bits >> i) & 1);
+    for (i = 0; i < 8; i++) coai__qr_set(q, fn, sz - 1 - i, 8, (bits >> i) & 1);
+    for (i = 8; i < 15; i++) coai__qr_set(q, fn, 8, sz - 15 + i, (bits >> i) & 1);
+    coai__qr_set(q, fn, 8, sz - 8, 1);    /* the dark module */
+}
+
+static void coai__qr_function_patterns(coai_qr *q, unsigned char *fn)
+{
+    int sz = q->size, i, j, dx, dy;
+    const unsigned char *al = coai__qr_align[q->version];
+    int na = q->version == 1 ? 0 : q->version / 7 + 2;
+    for (i = 0; i < sz; i++) {
+        coai__qr_set(q, fn, 6, i, i % 2 == 0);
+        coai__qr_set(q, fn, i, 6, i % 2 == 0);
+    }
+    for (i = 0; i < 3; i++) {
+        int cx = i == 1 ? sz - 4 : 3, cy = i == 2 ? sz - 4 : 3;
+        for (dy = -4; dy <= 4; dy++)
+            for (dx = -4; dx <= 4; dx++) {
+                int d = abs(dx) > abs(dy) ? abs(dx) : abs(dy);
+                int x = cx + dx, y = cy + dy;
+                if (x >= 0 && x < sz && y >= 0 && y < sz) coai__qr_set(q, fn, x, y, d != 2 && d != 4);
+            }
+    }
+    for (i = 0; i < na; i++)
+        for (j = 0; j < na; j++) {
+            if ((i == 0 && j == 0) || (i == 0 && j == na - 1) || (i == na - 1 && j == 0)) continue;
+            for (dy = -2; dy <= 2; dy++)
+                for (dx = -2; dx <= 2; dx++) {
+                    int d = abs(dx) > abs(dy) ? abs(dx) : abs(dy);
+                    coai__qr_set(q, fn, al[i] + dx, al[j] + dy, d != 1);
+                }
+        }
+    coai__qr_format(q, fn, 0);            /* reserve; rewritten with the real mask */
+    if (q->version >= 7) {
+        int rem = q->version, bits;
+        for (i = 0; i < 12; i++) rem = (rem << 1) ^ ((rem >> 11) * 0x1f25);
+        bits = q->version << 12 | rem;
+        for (i = 0; i < 18; i++) {
+            int a = sz - 11 + i % 3, b = i / 3;
+            coai__qr_set(q, fn, a, b, (bits >> i) & 1);
+            coai__qr_set(q, fn, b, a, (bits >> i) & 1);
+        }
+    }
+}
+
+static int coai__qr_mask_bit(int mask, int x, int y)
+{
+    switch (mask) {
+    case 0: return (x + y) % 2 == 0;
+    case 1: return y % 2 == 0;
+    case 2: return x % 3 == 0;
+    case 3: return (x + y) % 3 == 0;
+    case 4: return (x / 3 + y / 2) % 2 == 0;
+    case 5: return x * y % 2 + x * y % 3 == 0;
+    case 6: return (x * y % 2 + x * y % 3) % 2 == 0;
+    default: return ((x + y) % 2 + x * y % 3) % 2 == 0;
+    }
+}
+
+static void coai__qr_apply_mask(coai_qr *q, const unsigned char *fn, int mask)
+{
+    int x, y;
+    for (y = 0; y < q->size; y++)
+        for (x = 0; x < q->size; x++)
+            if (!fn[y * q->size + x] && coai__qr_mask_bit(mask, x, y))
+                q->modules[y * q->size + x] ^= 1;
+}
+
+static long coai__qr_penalty(const coai_qr *q)
+{
+    int sz = q->size, x, y, pass, dark = 0, k;
+    long p = 0;
+    for (pass = 0; pass < 2; pass++)            /* runs of 5+ and finder-like patterns */
+        for (y = 0; y < sz; y++) {
+            int run = 0, prev = -1;
+            unsigned hist = 0;
+            for (x = 0; x < sz; x++) {
+                int m = pass ? q->modules[x * sz + y] : q->modules[y * sz + x];
+                if (m == prev) run++;
+                else { if (run >= 5) p += run - 2; run = 1; prev = m; }
+                hist = (hist << 1 | (unsigned)m) & 0x7ff;
+                if (x >= 10 && (hist == 0x5d0 || hist == 0x05d)) p += 40;
+            }
+            if (run >= 5) p += run - 2;
+        }
+    for (y = 0; y + 1 < sz; y++)                /* 2x2 blocks of one colour */
+        for (x = 0; x + 1 < sz; x++) {
+            int c = q->modules[y * sz + x];
+            if (c == q->modules[y * sz + x + 1] && c == q->modules[(y + 1) * sz + x]
+                && c == q->modules[(y + 1) * sz + x + 1]) p += 3;
+        }
+    for (k = 0; k < sz * sz; k++) dark += q->modules[k];
+    k = abs(dark * 20 - sz * sz * 10);          /* balance of dark and light */
+    p += (long)((k + sz * sz - 1) / (sz * sz) - 1 > 0 ? (k + sz * sz - 1) / (sz * sz) - 1 : 0) * 10;
+    return p;
+}
+
+int coai_qr_encode(coai_qr *q, const void *text, size_t n)
+{
+    unsigned char data[400], all[400], fn[COAI_QR_MAX_SIZE * COAI_QR_MAX_SIZE];
+    unsigned char best[COAI_QR_MAX_SIZE * COAI_QR_MAX_SIZE];
+    int ver, total, ndata = 0, bitlen = 0, cap, i, j, blocks, ec, shortlen, nshort, pos;
+    int mask;
+    long best_pen = -1;
+    const unsigned char *t = (const unsigned char *)text;
+    for (ver = 1; ver <= 10; ver++) {
+        total = coai__qr_total_codewords(ver);
+        cap = (total - coai__qr_ec_per_block[ver] * coai__qr_blocks[ver]) * 8;
+        if (4 + (ver < 10 ? 8 : 16) + 8 * (long)n <= cap) break;
+    }
+    if (ver > 10) return -1;
+    memset(q, 0, sizeof *q);
+    memset(fn, 0, sizeof fn);
+    q->version = ver;
+    q->size = 21 + 4 * (ver - 1);
+    total = coai__qr_total_codewords(ver);
+    blocks = coai__qr_blocks[ver];
+    ec = coai__qr_ec_per_block[ver];
+    ndata = total - ec * blocks;
+    /* bit stream: mode 0100, count, bytes, terminator, pad to a byte, pad bytes */
+    memset(data, 0, sizeof data);
+#define COAI__QR_PUT(v, nb) do { int b_; for (b_ = (nb) - 1; b_ >= 0; b_--, bitlen++) \
+        data[bitlen >> 3] |= (unsigned char)((((unsigned)(v) >> b_) & 1u) << (7 - (bitlen & 7))); } while (0)
+    COAI__QR_PUT(4, 4);
+    COAI__QR_PUT(n, ver < 10 ? 8 : 16);
+    for (i = 0; i < (int)n; i++) COAI__QR_PUT(t[i], 8);
+    for (i = 0; i < 4 && bitlen < ndata * 8; i++) COAI__QR_PUT(0, 1);
+    while (bitlen % 8) COAI__QR_PUT(0, 1);
+#undef COAI__QR_PUT
+    for (i = bitlen / 8, j = 0; i < ndata; i++, j++) data[i] = j % 2 ? 0x11 : 0xec;
+    /* split into blocks, add EC, interleave */
+    nshort = blocks - total % blocks;
+    shortlen = total / blocks;
+    {
+        unsigned char ecs[5][32];
+        int off = 0, b, maxd = shortlen - ec + 1;
+        for (b = 0; b < blocks; b++) {
+            int dl = shortlen - ec + (b >= nshort);
+            coai__qr_rs(data + off, dl, ec, ecs[b]);
+            off += dl;
+        }
+        pos = 0;
+        for (i = 0; i < maxd; i++) {
+            off = 0;
+            for (b = 0; b < blocks; b++) {
+                int dl = shortlen - ec + (b >= nshort);
+                if (i < dl) all[pos++] = data[off + i];
+                off += dl;
+            }
+        }
+        for (i = 0; i < ec; i++)
+            for (b = 0; b < blocks; b++) all[pos++] = ecs[b][i];
+    }
+    coai__qr_function_patterns(q, fn);
+    /* zigzag placement from the bottom-right corner, skipping the timing column */
+    {
+        int bit = 0, right, vert;
+        for (right = q->size - 1; right >= 1; right -= 2) {
+            if (right == 6) right = 5;
+            for (vert = 0; vert < q->size; vert++)
+                for (j = 0; j < 2; j++) {
+                    int x = right - j;
+                    int upward = ((right + 1) & 2) == 0;
+                    int y = upward ? q->size - 1 - vert : vert;
+                    if (!fn[y * q->size + x] && bit < pos * 8) {
+                        q->modules[y * q->size + x] = (all[bit >> 3] >> (7 - (bit & 7))) & 1;
+                        bit++;
+                    }
+                }
+        }
+    }
+    for (mask = 0; mask < 8; mask++) {
+        long pen;
+        coai__qr_apply_mask(q, fn, mask);
+        coai__qr_format(q, fn, mask);
+        pen = coai__qr_penalty(q);
+        if (best_pen < 0 || pen < best_pen) {
+            best_pen = pen;
+            q->mask = mask;
+            memcpy(best, q->modules, sizeof best);
+        }
+        coai__qr_apply_mask(q, fn, mask);       /* XOR again undoes it */
+    }
+    memcpy(q->modules, best, sizeof best);
+    return 0;
+}
+
+int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
+{
+    static const char *cell[4] = { "\xe2\x96\x88", "\xe2\x96\x80", "\xe2\x96\x84", " " };
+    int quiet = 2, x, y, lo = -quiet, hi = q->size + quiet;
+    for (y = lo; y < hi; y += 2) {
+        for (x = lo; x < hi; x++) {
+            int top = x >= 0 && x < q->size && y >= 0 && y < q->size && q->modules[y * q->size + x];
+            int bot = x >= 0 && x < q->size && y + 1 >= 0 && y + 1 < q->size
+                      && q->modules[(y + 1) * q->size + x];
+            coai_buf_puts(out, cell[top * 2 + bot]);
+        }
+        coai_buf_putc(out, '\n');
+    }
+    return out->err ? -1 : 0;
 }
 
 /* ======================================================================== */
