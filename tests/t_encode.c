@@ -515,8 +515,9 @@ static void test_omission_and_defaults(void)
     p.os_version = S("linux 6.1");
     p.shell = S("/bin/sh");
     CHECK(coai_encode_run_request(&b, &p) == COAI_OK);
-    CHECK(b.len > 0 && find_mem(b.data, b.len, "linux 6.1", 9) && find_mem(b.data, b.len, "/bin/sh", 7)
-          && !find_mem(b.data, b.len, "darwin", 6) && !find_mem(b.data, b.len, "zsh", 3));
+    CHECK(b.len > 0 && find_mem(b.data, b.len, "linux 6.1", 9) &&
+          find_mem(b.data, b.len, "/bin/sh", 7) && !find_mem(b.data, b.len, "darwin", 6) &&
+          !find_mem(b.data, b.len, "zsh", 3));
     /* a tool without description/parameters: default schema, "No description" */
     memset(&p, 0, sizeof p);
     memset(&t, 0, sizeof t);
@@ -591,22 +592,18 @@ static void test_bidi_varints(void)
     coai_buf b = { 0 };
     size_t i, sizes[] = { 0, 1, 63, 64, 70000 };
     unsigned char *msg = (unsigned char *)calloc(70000, 1);
-    char hexbuf[64];
-    /* a real message: resume, repeated to reach each size (bytes need not be a
-     * sensible message for the envelope test; re-parse is checked with real ones) */
+    /* append_seqno is the last field: check its varint bytes and decode it back */
     for (i = 0; i < sizeof cases / sizeof *cases; i++) {
         int64_t got = -1;
+        size_t tl = strlen(cases[i].tail) / 2;
         coai_buf_reset(&b);
         CHECK(coai_encode_bidi_append(&b, "\x22\x02\x12\x00", 4, S("r"), cases[i].seq)
               == COAI_OK);
-        coai_hex_append(&b, "", 0);
-        snprintf(hexbuf, sizeof hexbuf, "%s", cases[i].tail);
-        {
-            size_t tl = strlen(cases[i].tail) / 2;
-            CHECK(b.len > tl && same_hex(b.data + b.len - tl, tl, hexbuf, "seqno tail"));
-        }
+        CHECK(b.len > tl && same_hex(b.data + b.len - tl, tl, cases[i].tail, "seqno tail"));
         CHECK(parses_as_bidi_body(b.data, b.len, &got) && got == cases[i].seq);
     }
+    /* message sizes around the varint boundaries of data's length (2n = 0, 2, 126,
+     * 128, 140000); the bytes need not form a message for this framing check */
     CHECK(coai_encode_bidi_append(&b, "x", 1, S("r"), -1) == COAI_ERR_INVALID);
     CHECK(coai_encode_bidi_append(&b, NULL, 1, S("r"), 0) == COAI_ERR_INVALID);
     for (i = 0; msg && i < sizeof sizes / sizeof *sizes; i++) {
@@ -633,7 +630,8 @@ static void test_errors_and_append(void)
     coai_buf b = { 0 };
     coai_run_params p;
     coai_tool t;
-    cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}}}");
+    cJSON *schema = cJSON_Parse("{\"type\":\"object\",\"properties\":"
+                                "{\"a\":{\"type\":\"string\"}}}");
     size_t full, cap;
     memset(&p, 0, sizeof p);
     memset(&t, 0, sizeof t);
