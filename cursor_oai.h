@@ -243,6 +243,96 @@ typedef struct coai_run_params {
     const coai_tool *tools;     /* may be NULL when tool_count == 0 */
     size_t tool_count;
 } coai_run_params;
+
+/* Client -> server messages. Every encoder APPENDS exactly one serialized message
+ * (or one complete HTTP body, for the two *_body / bidi_append functions) to `out`
+ * and returns COAI_OK, or a negative coai_result; on failure `out->len` is restored
+ * to what it was (a failed allocation also leaves out->err set, see coai_buf).
+ * Byte layout follows the original client exactly (spec §6.1, §6.3, §8.4): strings
+ * are omitted when empty, uint32/int32 omitted when 0, nested messages always
+ * written, field order as in the vectors. Text is written as given: callers pass
+ * valid UTF-8 (the OPENAI part validates client input). */
+
+#ifndef COAI_MAX_VALUE_DEPTH
+#define COAI_MAX_VALUE_DEPTH 64   /* deepest JSON array/object nesting coai_encode_value takes */
+#endif
+
+/* AgentClientMessage{run_request} (spec §6.1). Empty os_version/shell become
+ * "darwin 24.0.0" and "/bin/zsh". With tools, each tool goes into both
+ * RequestContext.tools and AgentRunRequest.mcp_tools, plus McpInstructions and
+ * McpFileSystemOptions. p->tools may be NULL only when tool_count is 0.
+ * Errors: COAI_ERR_INVALID (NULL p, NULL tools with a count, bad JSON type in a
+ * schema), COAI_ERR_TOO_BIG (schema deeper than COAI_MAX_VALUE_DEPTH), COAI_ERR_NOMEM. */
+int coai_encode_run_request(coai_buf *out, const coai_run_params *p);
+
+/* google.protobuf.Value of a cJSON tree (spec §6.2), with the original's quirks:
+ * object members in JavaScript order (canonical array-index keys "0".."4294967294"
+ * ascending first, then the others in document order; a duplicated key keeps its
+ * first position and its last value, as JSON.parse does); numbers as doubles; "" and
+ * null give an empty Value; false is written. Arrays/objects nested deeper than
+ * COAI_MAX_VALUE_DEPTH -> COAI_ERR_TOO_BIG; NULL or cJSON_Raw/invalid items ->
+ * COAI_ERR_INVALID. Appends the Value's bytes only (no tag, no length). */
+int coai_encode_value(coai_buf *out, const struct cJSON *json);
+
+/* Complete BidiAppend HTTP body: envelope(0x00, BidiAppendRequest{data = lowercase hex
+ * of msg[0..n), request_id{request_id}, append_seqno}). append_seqno is always written
+ * (also 0); seqno < 0 -> COAI_ERR_INVALID; a payload over 4 GiB -> COAI_ERR_TOO_BIG. */
+int coai_encode_bidi_append(coai_buf *out, const void *msg, size_t n, coai_str request_id,
+                            int64_t seqno);
+
+/* Complete RunSSE HTTP body: envelope(0x00, BidiRequestId{request_id}). */
+int coai_encode_run_body(coai_buf *out, coai_str request_id);
+
+/* KV replies (spec §9): AgentClientMessage{kv_client_message{id, ...}}.
+ * get: found != 0 writes blob_data (even when n == 0); found == 0 leaves it absent. */
+int coai_encode_kv_set_result(coai_buf *out, uint32_t id);
+int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found);
+
+/* ExecClientControlMessage.stream_close{id}: send after every exec result (not after
+ * a throw). */
+int coai_encode_exec_stream_close(coai_buf *out, uint32_t id);
+/* ExecClientControlMessage.throw{id, error}. */
+int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason);
+/* ConversationAction{resume_action{}} = 22 02 12 00. */
+int coai_encode_resume(coai_buf *out);
+
+/* Exec results: AgentClientMessage{exec_client_message{1 id, 15 exec_id (when
+ * non-empty), <result>}}. */
+/* RequestContextResult.success{RequestContext{env}}: env from os_version (default
+ * "darwin 24.0.0"), workspace (workspace_paths and project_folder), shell (default
+ * "/bin/zsh") and time_zone; the other fields of *env are not used. */
+int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_id,
+                                     const coai_run_params *env);
+/* ShellResult: success when exit_code == 0, else failure; signal is never written. */
+int coai_encode_exec_shell_result(coai_buf *out, uint32_t id, coai_str exec_id,
+                                  coai_str command, coai_str cwd, int exit_code,
+                                  coai_str out_text, coai_str err_text, int32_t ms);
+/* McpResult.success{content = [text{text}], is_error (written only when true)}. */
+int coai_encode_exec_mcp_result(coai_buf *out, uint32_t id, coai_str exec_id, coai_str text,
+                                int is_error);
+
+/* Refuse an exec request (the proxy never runs anything locally). Writes, for ex->kind:
+ *   SHELL, SHELL_STREAM  shell_result.failure{command, working_directory, exit_code 1,
+ *                        stderr = reason}
+ *   WRITE                write_result.error{path, error = reason}
+ *   DELETE               delete_result.error{path, error}
+ *   GREP                 grep_result.error{error}
+ *   READ                 read_result.error{path, error}
+ *   LS                   ls_result.error{path, error}
+ *   DIAGNOSTICS          diagnostics_result.error{path, error}
+ *   REQUEST_CONTEXT      request_context_result.error{error}
+ *   MCP                  mcp_result.error{error}
+ *   FETCH                fetch_result.error{url, error}
+ * each with id and exec_id; the caller then sends coai_encode_exec_stream_close().
+ * Every other kind (background shell, MCP resources, screen recording, computer use,
+ * unknown) has no error variant in the schema and gets ExecClientControlMessage.throw
+ * {id, error = reason} (no stream_close after it): coai_exec_reject_is_result(kind)
+ * tells which of the two a kind gets. */
+struct coai_exec;
+int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str reason);
+/* 1 if coai_encode_exec_reject writes a result for this coai_exec_kind (so a
+ * stream_close must follow), 0 if it writes a throw. */
+int coai_exec_reject_is_result(int kind);
 /* PART:ENCODE api end */
 
 /* ======================================================================== */
@@ -1105,6 +1195,627 @@ int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
 /* ======================================================================== */
 /* PART:ENCODE impl                                                         */
 /* ======================================================================== */
+#include "cJSON.h"
+
+/* --- A tiny protobuf writer --------------------------------------------------
+ * Everything is written straight into the caller's coai_buf. A nested message is
+ * opened with its tag and a one-byte length placeholder; closing it fixes the length
+ * and, only when the length needs more than one varint byte, shifts the body right.
+ * Append failures are sticky in the coai_buf (out->err), so the helpers return
+ * nothing and each public encoder checks out->err once at the end. */
+
+static size_t coai__varint_put(unsigned char t[10], uint64_t v)
+{
+    size_t n = 0;
+    do {
+        t[n] = (unsigned char)(v & 0x7f);
+        v >>= 7;
+        if (v) t[n] |= 0x80;
+        n++;
+    } while (v);
+    return n;
+}
+
+static void coai__pb_varint(coai_buf *b, uint64_t v)
+{
+    unsigned char t[10];
+    coai_buf_append(b, t, coai__varint_put(t, v));
+}
+
+static void coai__pb_tag(coai_buf *b, unsigned field, unsigned wire)
+{
+    coai__pb_varint(b, (uint64_t)field << 3 | wire);
+}
+
+/* Length-delimited field, written even when empty. */
+static void coai__pb_bytes(coai_buf *b, unsigned field, const void *p, size_t n)
+{
+    coai__pb_tag(b, field, 2);
+    coai__pb_varint(b, (uint64_t)n);
+    coai_buf_append(b, p, n);
+}
+
+/* The original omits empty strings. */
+static void coai__pb_str(coai_buf *b, unsigned field, coai_str s)
+{
+    if (s.len) coai__pb_bytes(b, field, s.ptr, s.len);
+}
+
+static void coai__pb_lit(coai_buf *b, unsigned field, const char *s)
+{
+    coai__pb_bytes(b, field, s, strlen(s));
+}
+
+static void coai__pb_u32(coai_buf *b, unsigned field, uint32_t v)
+{
+    if (v) { coai__pb_tag(b, field, 0); coai__pb_varint(b, v); }
+}
+
+/* int32 on the wire: negative values are sign-extended to 10 bytes. */
+static void coai__pb_i32(coai_buf *b, unsigned field, int32_t v)
+{
+    if (v) { coai__pb_tag(b, field, 0); coai__pb_varint(b, (uint64_t)(int64_t)v); }
+}
+
+static void coai__pb_bool(coai_buf *b, unsigned field, int v)
+{
+    coai__pb_tag(b, field, 0);
+    coai__pb_varint(b, v ? 1 : 0);
+}
+
+/* Start a nested message; returns the offset of its body. */
+static size_t coai__pb_open(coai_buf *b, unsigned field)
+{
+    coai__pb_tag(b, field, 2);
+    coai_buf_putc(b, 0);
+    return b->len;
+}
+
+static void coai__pb_close(coai_buf *b, size_t body)
+{
+    unsigned char t[10];
+    size_t n, k;
+    if (b->err || body > b->len || body == 0) return;
+    n = b->len - body;
+    k = coai__varint_put(t, (uint64_t)n);
+    if (k > 1) {
+        if (coai_buf_reserve(b, k - 1)) return;
+        memmove(b->data + body + k - 1, b->data + body, n);
+        b->len += k - 1;
+        b->data[b->len] = 0;
+    }
+    memcpy(b->data + body - 1, t, k);
+}
+
+/* Common exit: turn a sticky buffer failure into COAI_ERR_NOMEM and, on any error,
+ * drop the partial message. */
+static int coai__pb_finish(coai_buf *out, size_t start, int r)
+{
+    if (r == COAI_OK && out->err) r = COAI_ERR_NOMEM;
+    if (r != COAI_OK && out->len > start) {
+        out->len = start;
+        if (out->data) out->data[start] = 0;
+    }
+    return r;
+}
+
+/* Connect/gRPC-web envelope header: flags + 32-bit big-endian payload length. */
+static void coai__env_header(unsigned char h[5], unsigned flags, uint32_t len)
+{
+    h[0] = (unsigned char)flags;
+    h[1] = (unsigned char)(len >> 24);
+    h[2] = (unsigned char)(len >> 16);
+    h[3] = (unsigned char)(len >> 8);
+    h[4] = (unsigned char)len;
+}
+
+/* Reserve the 5 header bytes of an envelope at out->len; returns their offset. */
+static size_t coai__env_begin(coai_buf *out)
+{
+    static const unsigned char zero[5] = { 0, 0, 0, 0, 0 };
+    size_t at = out->len;
+    coai_buf_append(out, zero, 5);
+    return at;
+}
+
+static int coai__env_end(coai_buf *out, size_t at)
+{
+    size_t n;
+    if (out->err) return COAI_ERR_NOMEM;
+    n = out->len - at - 5;
+    if (n > 0xffffffffu) return COAI_ERR_TOO_BIG;
+    coai__env_header(out->data + at, 0x00, (uint32_t)n);
+    return COAI_OK;
+}
+
+/* --- google.protobuf.Value ---------------------------------------------------- */
+
+typedef struct coai__member {
+    const cJSON *first;     /* first occurrence of the key: its position and name */
+    const cJSON *last;      /* last occurrence: its value (JSON.parse semantics) */
+    size_t idx;             /* document position of `first` */
+    uint32_t num;           /* numeric value when is_index */
+    int is_index;
+} coai__member;
+
+/* A canonical array index ("0", or no leading zero, at most 4294967294): such keys
+ * come first in a JavaScript object's own-key order. */
+static int coai__key_index(const char *k, uint32_t *num)
+{
+    uint64_t v = 0;
+    size_t i;
+    if (!k || !k[0]) return 0;
+    if (k[0] == '0') { *num = 0; return k[1] == 0; }
+    for (i = 0; k[i]; i++) {
+        if (k[i] < '0' || k[i] > '9' || i >= 10) return 0;
+        v = v * 10 + (uint64_t)(k[i] - '0');
+    }
+    if (v > 4294967294u) return 0;
+    *num = (uint32_t)v;
+    return 1;
+}
+
+static int coai__member_by_key(const void *pa, const void *pb)
+{
+    const coai__member *a = (const coai__member *)pa, *b = (const coai__member *)pb;
+    int c = strcmp(a->first->string ? a->first->string : "",
+                   b->first->string ? b->first->string : "");
+    if (c) return c;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int coai__member_by_js_order(const void *pa, const void *pb)
+{
+    const coai__member *a = (const coai__member *)pa, *b = (const coai__member *)pb;
+    if (a->is_index != b->is_index) return a->is_index ? -1 : 1;
+    if (a->is_index && a->num != b->num) return a->num < b->num ? -1 : 1;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int coai__pb_value(coai_buf *b, const cJSON *j, int depth);
+
+/* Struct fields of object j, in JavaScript key order. */
+static int coai__pb_struct(coai_buf *b, const cJSON *j, int depth)
+{
+    const cJSON *c;
+    coai__member *m;
+    size_t n = 0, i, k, u = 0;
+    int r = COAI_OK;
+    for (c = j->child; c; c = c->next) n++;
+    if (n == 0) return COAI_OK;
+    if (n > ((size_t)-1) / sizeof *m) return COAI_ERR_NOMEM;
+    m = (coai__member *)malloc(n * sizeof *m);
+    if (!m) return COAI_ERR_NOMEM;
+    for (c = j->child, i = 0; c; c = c->next, i++) {
+        m[i].first = m[i].last = c;
+        m[i].idx = i;
+        m[i].num = 0;
+        m[i].is_index = coai__key_index(c->string, &m[i].num);
+    }
+    if (n > 1) {
+        /* Group duplicate keys, keep one entry per key, then order like JS. */
+        qsort(m, n, sizeof *m, coai__member_by_key);
+        for (i = 0; i < n; i = k) {
+            const char *x = m[i].first->string ? m[i].first->string : "";
+            for (k = i + 1; k < n; k++)
+                if (strcmp(x, m[k].first->string ? m[k].first->string : "") != 0) break;
+            m[u] = m[i];
+            m[u].last = m[k - 1].first;
+            u++;
+        }
+        qsort(m, u, sizeof *m, coai__member_by_js_order);
+    } else {
+        u = 1;
+    }
+    for (i = 0; i < u && r == COAI_OK; i++) {
+        size_t e = coai__pb_open(b, 1), v;
+        const char *key = m[i].first->string;
+        if (key && key[0]) coai__pb_bytes(b, 1, key, strlen(key));
+        v = coai__pb_open(b, 2);
+        r = coai__pb_value(b, m[i].last, depth);
+        coai__pb_close(b, v);
+        coai__pb_close(b, e);
+    }
+    free(m);
+    return r;
+}
+
+/* The body of one Value (no tag, no length). depth = containers already entered. */
+static int coai__pb_value(coai_buf *b, const cJSON *j, int depth)
+{
+    const cJSON *c;
+    size_t mark;
+    int r = COAI_OK;
+    if (!j) return COAI_ERR_INVALID;
+    switch (j->type & 0xff) {
+    case cJSON_NULL:
+        return COAI_OK;                          /* the original writes nothing */
+    case cJSON_False:
+    case cJSON_True:
+        coai__pb_bool(b, 4, (j->type & 0xff) == cJSON_True);
+        return COAI_OK;
+    case cJSON_Number: {
+        unsigned char d[8];
+        uint64_t bits;
+        int i;
+        memcpy(&bits, &j->valuedouble, 8);
+        for (i = 0; i < 8; i++) d[i] = (unsigned char)(bits >> (8 * i));
+        coai__pb_tag(b, 2, 1);
+        coai_buf_append(b, d, 8);
+        return COAI_OK;
+    }
+    case cJSON_String:
+        if (j->valuestring && j->valuestring[0])
+            coai__pb_bytes(b, 3, j->valuestring, strlen(j->valuestring));
+        return COAI_OK;                          /* "" -> empty Value */
+    case cJSON_Array:
+        if (depth >= COAI_MAX_VALUE_DEPTH) return COAI_ERR_TOO_BIG;
+        mark = coai__pb_open(b, 6);
+        for (c = j->child; c && r == COAI_OK; c = c->next) {
+            size_t e = coai__pb_open(b, 1);
+            r = coai__pb_value(b, c, depth + 1);
+            coai__pb_close(b, e);
+        }
+        coai__pb_close(b, mark);
+        return r;
+    case cJSON_Object:
+        if (depth >= COAI_MAX_VALUE_DEPTH) return COAI_ERR_TOO_BIG;
+        mark = coai__pb_open(b, 5);
+        r = coai__pb_struct(b, j, depth + 1);
+        coai__pb_close(b, mark);
+        return r;
+    }
+    return COAI_ERR_INVALID;                     /* cJSON_Raw, cJSON_Invalid */
+}
+
+int coai_encode_value(coai_buf *out, const struct cJSON *json)
+{
+    size_t start = out->len;
+    return coai__pb_finish(out, start, coai__pb_value(out, json, 0));
+}
+
+/* --- Run request ---------------------------------------------------------------- */
+
+#define COAI__TOOLS_ID "cursor-tools"
+
+/* RequestContextEnv body. */
+static void coai__pb_env(coai_buf *b, const coai_run_params *p)
+{
+    static const coai_str os = COAI_STR_LIT("darwin 24.0.0"), sh = COAI_STR_LIT("/bin/zsh");
+    coai__pb_str(b, 1, p->os_version.len ? p->os_version : os);
+    coai__pb_str(b, 2, p->workspace);
+    coai__pb_str(b, 3, p->shell.len ? p->shell : sh);
+    coai__pb_str(b, 10, p->time_zone);
+    coai__pb_str(b, 11, p->workspace);
+}
+
+/* McpToolDefinition body: fields 1, 2, 3, 4, 5 in that order (the original's). */
+static int coai__pb_tool(coai_buf *b, const coai_tool *t)
+{
+    static const char prefix[] = COAI__TOOLS_ID "-";
+    size_t v, s, e, x;
+    int r = COAI_OK;
+    coai__pb_tag(b, 1, 2);
+    coai__pb_varint(b, (uint64_t)(sizeof prefix - 1) + t->name.len);
+    coai_buf_append(b, prefix, sizeof prefix - 1);
+    coai_buf_append(b, t->name.ptr, t->name.len);
+    coai__pb_str(b, 2, t->description);
+    v = coai__pb_open(b, 3);
+    if (t->parameters && (t->parameters->type & 0xff) != cJSON_NULL) {
+        r = coai__pb_value(b, t->parameters, 0);
+    } else {
+        /* {"type":"object","properties":{}} */
+        s = coai__pb_open(b, 5);
+        e = coai__pb_open(b, 1);
+        coai__pb_lit(b, 1, "type");
+        x = coai__pb_open(b, 2);
+        coai__pb_lit(b, 3, "object");
+        coai__pb_close(b, x);
+        coai__pb_close(b, e);
+        e = coai__pb_open(b, 1);
+        coai__pb_lit(b, 1, "properties");
+        x = coai__pb_open(b, 2);
+        coai__pb_close(b, coai__pb_open(b, 5));
+        coai__pb_close(b, x);
+        coai__pb_close(b, e);
+        coai__pb_close(b, s);
+    }
+    coai__pb_close(b, v);
+    coai__pb_lit(b, 4, COAI__TOOLS_ID);
+    coai__pb_str(b, 5, t->name);
+    return r;
+}
+
+int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
+{
+    size_t start = out->len, top, act, uma, um, rc, m, i;
+    int r = COAI_OK;
+    if (!p || (p->tool_count && !p->tools)) return COAI_ERR_INVALID;
+    top = coai__pb_open(out, 1);                         /* AgentClientMessage.run_request */
+    coai__pb_close(out, coai__pb_open(out, 1));          /* conversation_state {} (required) */
+    act = coai__pb_open(out, 2);                         /* action */
+    uma = coai__pb_open(out, 1);                         /* user_message_action */
+    um = coai__pb_open(out, 1);                          /* user_message */
+    coai__pb_str(out, 1, p->prompt);
+    coai__pb_str(out, 2, p->message_id);
+    coai__pb_tag(out, 4, 0);
+    coai__pb_varint(out, 1);                             /* mode = AGENT_MODE_AGENT */
+    coai__pb_close(out, um);
+    rc = coai__pb_open(out, 2);                          /* request_context */
+    m = coai__pb_open(out, 4);
+    coai__pb_env(out, p);
+    coai__pb_close(out, m);
+    for (i = 0; i < p->tool_count && r == COAI_OK; i++) {
+        m = coai__pb_open(out, 7);
+        r = coai__pb_tool(out, &p->tools[i]);
+        coai__pb_close(out, m);
+    }
+    if (p->tool_count && r == COAI_OK) {
+        size_t ins;
+        m = coai__pb_open(out, 14);                      /* mcp_instructions */
+        coai__pb_lit(out, 1, COAI__TOOLS_ID);
+        ins = coai__pb_open(out, 2);
+        coai_buf_puts(out, "You have access to the following tools:\n");
+        for (i = 0; i < p->tool_count; i++) {
+            const coai_tool *t = &p->tools[i];
+            if (i) coai_buf_putc(out, '\n');
+            coai_buf_puts(out, "- ");
+            coai_buf_append(out, t->name.ptr, t->name.len);
+            coai_buf_puts(out, ": ");
+            if (t->description.len) coai_buf_append(out, t->description.ptr, t->description.len);
+            else coai_buf_puts(out, "No description");
+        }
+        coai_buf_puts(out, "\n\nUse these tools when appropriate to help the user.");
+        coai__pb_close(out, ins);
+        coai__pb_close(out, m);
+    }
+    coai__pb_close(out, rc);
+    coai__pb_close(out, uma);
+    coai__pb_close(out, act);
+    m = coai__pb_open(out, 3);                           /* model_details */
+    coai__pb_str(out, 1, p->model_id);
+    coai__pb_close(out, m);
+    if (p->tool_count && r == COAI_OK) {
+        size_t list = coai__pb_open(out, 4);             /* mcp_tools */
+        for (i = 0; i < p->tool_count && r == COAI_OK; i++) {
+            m = coai__pb_open(out, 1);
+            r = coai__pb_tool(out, &p->tools[i]);
+            coai__pb_close(out, m);
+        }
+        coai__pb_close(out, list);
+    }
+    coai__pb_str(out, 5, p->conversation_id);
+    if (p->tool_count && r == COAI_OK) {
+        size_t fs = coai__pb_open(out, 6), d;            /* mcp_file_system_options */
+        coai__pb_bool(out, 1, 1);
+        coai__pb_str(out, 2, p->workspace);
+        d = coai__pb_open(out, 3);
+        coai__pb_lit(out, 1, "Cursor Tools");
+        coai__pb_lit(out, 2, COAI__TOOLS_ID);
+        coai__pb_str(out, 3, p->workspace);
+        coai__pb_lit(out, 4, "Use these tools to assist the user with their coding tasks.");
+        coai__pb_close(out, d);
+        coai__pb_close(out, fs);
+    }
+    coai__pb_close(out, top);
+    return coai__pb_finish(out, start, r);
+}
+
+/* --- Bodies: BidiAppend and RunSSE ------------------------------------------------ */
+
+int coai_encode_bidi_append(coai_buf *out, const void *msg, size_t n, coai_str request_id,
+                            int64_t seqno)
+{
+    size_t start = out->len, env, m;
+    if (seqno < 0 || (n && !msg)) return COAI_ERR_INVALID;
+    if (n > 0x7fffffffu) return COAI_ERR_TOO_BIG;      /* hex doubles it: over 4 GiB */
+    env = coai__env_begin(out);
+    if (n) {
+        coai__pb_tag(out, 1, 2);
+        coai__pb_varint(out, (uint64_t)n * 2);
+        coai_hex_append(out, msg, n);
+    }
+    m = coai__pb_open(out, 2);
+    coai__pb_str(out, 1, request_id);
+    coai__pb_close(out, m);
+    coai__pb_tag(out, 3, 0);
+    coai__pb_varint(out, (uint64_t)seqno);               /* always written, also 0 */
+    return coai__pb_finish(out, start, coai__env_end(out, env));
+}
+
+int coai_encode_run_body(coai_buf *out, coai_str request_id)
+{
+    size_t start = out->len, env = coai__env_begin(out);
+    coai__pb_str(out, 1, request_id);
+    return coai__pb_finish(out, start, coai__env_end(out, env));
+}
+
+/* --- KV, control, resume ------------------------------------------------------------ */
+
+int coai_encode_kv_set_result(coai_buf *out, uint32_t id)
+{
+    size_t start = out->len, kv = coai__pb_open(out, 3);
+    coai__pb_u32(out, 1, id);
+    coai__pb_close(out, coai__pb_open(out, 3));          /* set_blob_result {} = success */
+    coai__pb_close(out, kv);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found)
+{
+    size_t start = out->len, kv, res;
+    if (found && n && !data) return COAI_ERR_INVALID;
+    kv = coai__pb_open(out, 3);
+    coai__pb_u32(out, 1, id);
+    res = coai__pb_open(out, 2);
+    if (found) coai__pb_bytes(out, 1, data, n);          /* optional: presence = found */
+    coai__pb_close(out, res);
+    coai__pb_close(out, kv);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_stream_close(coai_buf *out, uint32_t id)
+{
+    size_t start = out->len, ctl = coai__pb_open(out, 5), sc = coai__pb_open(out, 1);
+    coai__pb_u32(out, 1, id);
+    coai__pb_close(out, sc);
+    coai__pb_close(out, ctl);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason)
+{
+    size_t start = out->len, ctl = coai__pb_open(out, 5), th = coai__pb_open(out, 2);
+    coai__pb_u32(out, 1, id);
+    coai__pb_str(out, 2, reason);
+    coai__pb_close(out, th);
+    coai__pb_close(out, ctl);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_resume(coai_buf *out)
+{
+    size_t start = out->len, act = coai__pb_open(out, 4);
+    coai__pb_close(out, coai__pb_open(out, 2));
+    coai__pb_close(out, act);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+/* --- Exec results ------------------------------------------------------------------ */
+
+/* Opens AgentClientMessage.exec_client_message{id, exec_id} and its result field
+ * `result`; *outer receives the outer body offset. Returns the result body offset. */
+static size_t coai__exec_open(coai_buf *b, uint32_t id, coai_str exec_id, unsigned result,
+                              size_t *outer)
+{
+    *outer = coai__pb_open(b, 2);
+    coai__pb_u32(b, 1, id);
+    coai__pb_str(b, 15, exec_id);
+    return coai__pb_open(b, result);
+}
+
+static void coai__exec_close(coai_buf *b, size_t res, size_t outer)
+{
+    coai__pb_close(b, res);
+    coai__pb_close(b, outer);
+}
+
+int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_id,
+                                     const coai_run_params *env)
+{
+    size_t start = out->len, outer, res, ok, rc, e;
+    if (!env) return COAI_ERR_INVALID;
+    res = coai__exec_open(out, id, exec_id, 10, &outer);
+    ok = coai__pb_open(out, 1);                          /* success */
+    rc = coai__pb_open(out, 1);                          /* request_context */
+    e = coai__pb_open(out, 4);                           /* env */
+    coai__pb_env(out, env);
+    coai__pb_close(out, e);
+    coai__pb_close(out, rc);
+    coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+static void coai__pb_shell_body(coai_buf *b, coai_str command, coai_str cwd, int exit_code,
+                                coai_str out_text, coai_str err_text, int32_t ms)
+{
+    coai__pb_str(b, 1, command);
+    coai__pb_str(b, 2, cwd);
+    coai__pb_i32(b, 3, (int32_t)exit_code);
+    coai__pb_str(b, 5, out_text);
+    coai__pb_str(b, 6, err_text);
+    coai__pb_i32(b, 7, ms);
+}
+
+int coai_encode_exec_shell_result(coai_buf *out, uint32_t id, coai_str exec_id,
+                                  coai_str command, coai_str cwd, int exit_code,
+                                  coai_str out_text, coai_str err_text, int32_t ms)
+{
+    size_t start = out->len, outer, res, v;
+    res = coai__exec_open(out, id, exec_id, 2, &outer);
+    v = coai__pb_open(out, exit_code == 0 ? 1 : 2);      /* success : failure */
+    coai__pb_shell_body(out, command, cwd, exit_code, out_text, err_text, ms);
+    coai__pb_close(out, v);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_mcp_result(coai_buf *out, uint32_t id, coai_str exec_id, coai_str text,
+                                int is_error)
+{
+    size_t start = out->len, outer, res, ok, item, tx;
+    res = coai__exec_open(out, id, exec_id, 11, &outer);
+    ok = coai__pb_open(out, 1);                          /* success */
+    item = coai__pb_open(out, 1);                        /* content[0] */
+    tx = coai__pb_open(out, 1);                          /* text */
+    coai__pb_str(out, 1, text);
+    coai__pb_close(out, tx);
+    coai__pb_close(out, item);
+    if (is_error) coai__pb_bool(out, 2, 1);              /* the original writes it only when set */
+    coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+/* Result field number and error-variant field number for each refusable kind;
+ * 0 = none (answered with throw). */
+static unsigned coai__reject_field(int kind, unsigned *variant)
+{
+    switch (kind) {
+    case COAI_EXEC_SHELL: case COAI_EXEC_SHELL_STREAM: *variant = 2; return 2;
+    case COAI_EXEC_WRITE: *variant = 5; return 3;
+    case COAI_EXEC_DELETE: *variant = 7; return 4;
+    case COAI_EXEC_GREP: *variant = 2; return 5;
+    case COAI_EXEC_READ: *variant = 2; return 7;
+    case COAI_EXEC_LS: *variant = 2; return 8;
+    case COAI_EXEC_DIAGNOSTICS: *variant = 2; return 9;
+    case COAI_EXEC_REQUEST_CONTEXT: *variant = 2; return 10;
+    case COAI_EXEC_MCP: *variant = 2; return 11;
+    case COAI_EXEC_FETCH: *variant = 2; return 20;
+    default: *variant = 0; return 0;
+    }
+}
+
+int coai_exec_reject_is_result(int kind)
+{
+    unsigned v;
+    return coai__reject_field(kind, &v) != 0;
+}
+
+int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str reason)
+{
+    size_t start = out->len, outer, res, v;
+    unsigned variant, field;
+    static const coai_str none = { "", 0 };
+    if (!ex) return COAI_ERR_INVALID;
+    field = coai__reject_field((int)ex->kind, &variant);
+    if (!field) return coai_encode_exec_throw(out, ex->id, reason);
+    res = coai__exec_open(out, ex->id, ex->exec_id, field, &outer);
+    v = coai__pb_open(out, variant);
+    switch (ex->kind) {
+    case COAI_EXEC_SHELL:
+    case COAI_EXEC_SHELL_STREAM:
+        coai__pb_shell_body(out, ex->command, ex->cwd, 1, none, reason, 0);
+        break;
+    case COAI_EXEC_GREP:
+    case COAI_EXEC_REQUEST_CONTEXT:
+    case COAI_EXEC_MCP:
+        coai__pb_str(out, 1, reason);                    /* {1 error} */
+        break;
+    case COAI_EXEC_FETCH:
+        coai__pb_str(out, 1, ex->url);
+        coai__pb_str(out, 2, reason);
+        break;
+    default:                                             /* {1 path, 2 error} */
+        coai__pb_str(out, 1, ex->path);
+        coai__pb_str(out, 2, reason);
+        break;
+    }
+    coai__pb_close(out, v);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
 /* PART:ENCODE impl end */
 
 /* ======================================================================== */
