@@ -768,7 +768,8 @@ coai_result coai_frame_feed(coai_frame_decoder *d, const void *p, size_t n, size
     } else {
         size_t take = d->want_ - d->buf_.len;
         if (take > n - off) take = n - off;
-        if (coai_buf_append(&d->buf_, s + off, take)) return coai__frame_fail(d, COAI_ERR_NOMEM);
+        if (take && coai_buf_append(&d->buf_, s + off, take))
+            return coai__frame_fail(d, COAI_ERR_NOMEM);
         off += take;
         if (d->buf_.len < d->want_) { *used = n; return COAI_MORE; }
         out->data = d->buf_.data;
@@ -1075,10 +1076,12 @@ static int coai__connect_code(const char *s)
 coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
 {
     cJSON *root, *err, *code, *msg, *details, *d;
+    const char *end = NULL, *stop = (const char *)p + n;
     coai_result r = COAI_OK;
     coai__status_init(st);
-    root = p ? cJSON_ParseWithLength((const char *)p, n) : NULL;
-    if (!root || !cJSON_IsObject(root)) {
+    root = p ? cJSON_ParseWithLengthOpts((const char *)p, n, &end, 0) : NULL;
+    while (root && end && end < stop && coai__is_space(*end)) end++;
+    if (!root || !cJSON_IsObject(root) || end != stop) {
         cJSON_Delete(root);
         st->code = 2;
         coai__field_cstr(st->message, sizeof st->message, "malformed end-stream message");
