@@ -717,10 +717,10 @@ int coai_frame_header(unsigned char out[5], unsigned flags, size_t len)
 coai_result coai_frame_encode(coai_buf *out, unsigned flags, const void *p, size_t n)
 {
     unsigned char h[5];
-    if (coai_frame_header(h, flags, n)) return COAI_ERR_TOO_BIG;
-    if (coai_buf_reserve(out, 5 + n)) return COAI_ERR_NOMEM;
-    coai_buf_append(out, h, 5);
-    if (n) coai_buf_append(out, p, n);
+    if (coai_frame_header(h, flags, n) || n > (size_t)-1 - 5) return COAI_ERR_TOO_BIG;
+    if (coai_buf_reserve(out, 5 + n) || coai_buf_append(out, h, 5) ||
+        (n && coai_buf_append(out, p, n)))
+        return COAI_ERR_NOMEM;
     return COAI_OK;
 }
 
