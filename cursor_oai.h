@@ -210,11 +210,106 @@ typedef struct coai_status {
     char title[256];           /* CustomErrorDetails.title */
     char detail[1024];         /* CustomErrorDetails.detail (+ "key: value" additional info) */
 } coai_status;
+
+/* ---- Envelopes ----
+ * flags (1 byte) | payload length (u32 big-endian) | payload. */
+
+/* Write the 5-byte envelope header. Returns 0, or -1 when flags > 0xff or len > 0xffffffff. */
+int coai_frame_header(unsigned char out[5], unsigned flags, size_t len);
+/* Append header + payload to `out`. COAI_ERR_TOO_BIG when n does not fit in u32,
+ * COAI_ERR_NOMEM when the buffer fails. */
+coai_result coai_frame_encode(coai_buf *out, unsigned flags, const void *p, size_t n);
+
+/* One decoded envelope. */
+typedef struct coai_frame {
+    unsigned flags;               /* COAI_FRAME_DATA, COAI_FRAME_TRAILER or COAI_FRAME_END_STREAM */
+    const unsigned char *data;    /* payload, never NULL; valid until the next feed/reset/free */
+    size_t len;                   /* payload bytes (0 is a valid, empty message) */
+} coai_frame;
+
+/* Incremental envelope decoder. Zero-init is ready to use; only max_frame is public. */
+typedef struct coai_frame_decoder {
+    size_t max_frame;             /* largest payload accepted; 0 = COAI_MAX_FRAME */
+    unsigned char hdr_[5];        /* private: header bytes gathered so far */
+    unsigned hdr_len_;            /* private: 0..5; 5 = reading the payload */
+    size_t want_;                 /* private: payload length of the current frame */
+    coai_buf buf_;                /* private: payload split across feeds */
+    int ended_;                   /* private: a trailer or end-stream frame was returned */
+    int err_;                     /* private: sticky error */
+} coai_frame_decoder;
+
+/* Consume input up to the end of the next frame. *used (may not be NULL) = bytes consumed.
+ *   COAI_OK    one frame in *out. The view points into `p` when the whole payload was inside
+ *              this input (zero-copy), else into the decoder's buffer, which grows as bytes
+ *              arrive (a header's length is never allocated up front).
+ *   COAI_MORE  all n bytes consumed, no frame completed yet.
+ *   < 0        COAI_ERR_TOO_BIG (length over the cap, seen in the header before any
+ *              allocation), COAI_ERR_COMPRESSED (flag 0x01), COAI_ERR_FRAME (unknown flag bits,
+ *              or any byte after a trailer/end-stream frame, which must be the last one),
+ *              COAI_ERR_NOMEM. Errors are sticky until coai_frame_decoder_reset().
+ * Call again with the rest (p + *used) until COAI_MORE: one input can hold several frames.
+ * Splitting the input differently never changes the frames returned. */
+coai_result coai_frame_feed(coai_frame_decoder *d, const void *p, size_t n, size_t *used,
+                            coai_frame *out);
+/* At end of input: COAI_OK at a frame boundary, COAI_ERR_TRUNCATED inside a frame (header or
+ * payload), or the sticky error. Whether a trailer/end-stream frame came is the caller's check. */
+coai_result coai_frame_finish(coai_frame_decoder *d);
+void coai_frame_decoder_reset(coai_frame_decoder *d);   /* ready again; keeps max_frame */
+void coai_frame_decoder_free(coai_frame_decoder *d);    /* frees the buffer; also resets */
+
+/* ---- Trailers and errors ----
+ * Both parsers fill *st completely in every case (it is reset first: code 0, error 0,
+ * error_name NULL, retryable -1, empty text). A negative result says part of the input was
+ * malformed; *st then still holds the best reading of the rest, and never reads as success
+ * when the input was an error. */
+
+#ifndef COAI_MAX_STATUS_DETAILS
+#define COAI_MAX_STATUS_DETAILS (16u * 1024u)   /* decoded google.rpc.Status bytes accepted */
+#endif
+
+/* gRPC-web trailer block (payload of a 0x80 frame, or HTTP header lines of a trailers-only
+ * response): "key: value" lines split on \n (optional \r), keys case-insensitive, later
+ * duplicates win. grpc-status (decimal; missing = 0, or Status.code from the details;
+ * unparsable = 2 UNKNOWN), grpc-message (percent-decoded; malformed % kept literally),
+ * grpc-status-details-bin (base64 google.rpc.Status; its aiserver.v1.ErrorDetails fill
+ * error/error_name/title/detail/retryable; Status.message is used when grpc-message is absent).
+ * Returns COAI_OK, or COAI_ERR_PROTO / COAI_ERR_TOO_BIG when the details could not be used. */
+coai_result coai_trailer_parse(const void *p, size_t n, coai_status *st);
+
+/* Connect end-stream JSON (payload of a 0x02 frame): {} or {"metadata":{..}} is OK (code 0);
+ * {"error":{"code":"resource_exhausted","message":..,"details":[{"type":..,"value":b64}]}}
+ * maps the Connect code name to the gRPC number and decodes aiserver.v1.ErrorDetails details.
+ * Not JSON -> COAI_ERR_JSON; an "error" that is not an object with a code string (null, {},
+ * unknown code) -> COAI_ERR_INVALID. Both leave st->code = 2 (UNKNOWN). */
+coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st);
+
+/* "OK", "CANCELLED", .. "UNAUTHENTICATED"; "UNRECOGNIZED" outside 0..16. */
+const char *coai_grpc_status_name(int code);
+/* Static "ERROR_OUTDATED_CLIENT"-style name of an aiserver.v1.ErrorDetails.Error, or NULL. */
+const char *coai_error_details_name(int error);
+/* Append one human sentence for logs and clients, e.g.
+ * "Outdated client: Update required: Please update Cursor to continue. (grpc-status 9,
+ * ERROR_OUTDATED_CLIENT)". Parts equal to an earlier part are skipped; with no text at all the
+ * message is "Unknown gRPC error". Contains no control characters. */
+void coai_status_describe(const coai_status *st, coai_buf *out);
 /* PART:FRAMING api end */
 
 /* ======================================================================== */
 /* PART:CHECKSUM api (x-cursor-checksum, base64, hex, uuid, sha256 helpers) */
 /* ======================================================================== */
+/* x-cursor-checksum (cursor-protocol.md section 3): 25 characters + NUL,
+ * "<8 base64url time chars><8 hex of sha256(JWT payload segment)>/<8 hex of sha256(token)>".
+ * The token is a secret: these functions neither keep nor log it. */
+#define COAI_CHECKSUM_SIZE 26
+
+/* Start of now_ms's half hour in the host's LOCAL time zone, in epoch ms: local minutes
+ * floored to 0 or 30, seconds and ms zeroed (differs from UTC bucketing in :15/:45 zones such
+ * as Asia/Kathmandu). Uses localtime_r + mktime, so it follows TZ as of the last tzset(). */
+int64_t coai_checksum_bucket(int64_t now_ms);
+/* Checksum for a given bucket start (exact, no clock): out is NUL-terminated. */
+void coai_checksum_at(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t bucket_ms);
+/* coai_checksum_at(out, token, coai_checksum_bucket(now_ms)). */
+void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms);
 /* PART:CHECKSUM api end */
 
 /* ======================================================================== */
@@ -1185,11 +1280,553 @@ int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
 /* ======================================================================== */
+#include <pb_decode.h>
+#include "cJSON.h"
+#include "google/rpc/status.pb.h"
+#include "aiserver.pb.h"
+
+#ifndef COAI_FRAME_KEEP
+#define COAI_FRAME_KEEP (64u * 1024u)   /* decoder buffer kept between frames; larger is freed */
+#endif
+
+int coai_frame_header(unsigned char out[5], unsigned flags, size_t len)
+{
+    if (flags > 0xffu || (uint64_t)len > 0xffffffffu) return -1;
+    out[0] = (unsigned char)flags;
+    out[1] = (unsigned char)(len >> 24 & 0xff);
+    out[2] = (unsigned char)(len >> 16 & 0xff);
+    out[3] = (unsigned char)(len >> 8 & 0xff);
+    out[4] = (unsigned char)(len & 0xff);
+    return 0;
+}
+
+coai_result coai_frame_encode(coai_buf *out, unsigned flags, const void *p, size_t n)
+{
+    unsigned char h[5];
+    if (coai_frame_header(h, flags, n) || n > (size_t)-1 - 5) return COAI_ERR_TOO_BIG;
+    if (coai_buf_reserve(out, 5 + n) || coai_buf_append(out, h, 5) ||
+        (n && coai_buf_append(out, p, n)))
+        return COAI_ERR_NOMEM;
+    return COAI_OK;
+}
+
+static coai_result coai__frame_fail(coai_frame_decoder *d, coai_result r)
+{
+    d->err_ = (int)r;
+    return r;
+}
+
+coai_result coai_frame_feed(coai_frame_decoder *d, const void *p, size_t n, size_t *used,
+                            coai_frame *out)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    size_t off = 0, max = d->max_frame ? d->max_frame : COAI_MAX_FRAME;
+    *used = 0;
+    if (d->err_) return (coai_result)d->err_;
+    if (n && !s) return COAI_ERR_STATE;
+    if (d->hdr_len_ < 5) {
+        uint32_t len;
+        unsigned flags;
+        if (d->hdr_len_ == 0) {
+            /* At a boundary the previous frame's view is dead: reuse or drop its storage. */
+            if (d->buf_.cap > COAI_FRAME_KEEP) coai_buf_free(&d->buf_);
+            coai_buf_reset(&d->buf_);
+            if (n == 0) return COAI_MORE;
+            if (d->ended_) return coai__frame_fail(d, COAI_ERR_FRAME);
+        }
+        while (d->hdr_len_ < 5 && off < n) d->hdr_[d->hdr_len_++] = s[off++];
+        if (d->hdr_len_ < 5) { *used = n; return COAI_MORE; }
+        flags = d->hdr_[0];
+        /* Casts first: d->hdr_[1] << 24 on a promoted int is undefined once the byte is >= 0x80. */
+        len = (uint32_t)d->hdr_[1] << 24 | (uint32_t)d->hdr_[2] << 16 |
+              (uint32_t)d->hdr_[3] << 8 | (uint32_t)d->hdr_[4];
+        if (flags & COAI_FRAME_COMPRESSED) return coai__frame_fail(d, COAI_ERR_COMPRESSED);
+        if (flags != COAI_FRAME_DATA && flags != COAI_FRAME_TRAILER &&
+            flags != COAI_FRAME_END_STREAM)
+            return coai__frame_fail(d, COAI_ERR_FRAME);
+        if ((uint64_t)len > (uint64_t)max) return coai__frame_fail(d, COAI_ERR_TOO_BIG);
+        d->want_ = len;
+    }
+    if (d->buf_.len == 0 && n - off >= d->want_) {
+        /* Whole payload inside this input: hand out a view of it, no copy. */
+        out->data = d->want_ ? s + off : (const unsigned char *)"";
+        off += d->want_;
+    } else {
+        size_t take = d->want_ - d->buf_.len;
+        if (take > n - off) take = n - off;
+        if (take && coai_buf_append(&d->buf_, s + off, take))
+            return coai__frame_fail(d, COAI_ERR_NOMEM);
+        off += take;
+        if (d->buf_.len < d->want_) { *used = n; return COAI_MORE; }
+        out->data = d->buf_.data;
+    }
+    out->flags = d->hdr_[0];
+    out->len = d->want_;
+    if (out->flags != COAI_FRAME_DATA) d->ended_ = 1;
+    d->hdr_len_ = 0;
+    d->want_ = 0;
+    *used = off;
+    return COAI_OK;
+}
+
+coai_result coai_frame_finish(coai_frame_decoder *d)
+{
+    if (d->err_) return (coai_result)d->err_;
+    return d->hdr_len_ == 0 ? COAI_OK : COAI_ERR_TRUNCATED;
+}
+
+void coai_frame_decoder_reset(coai_frame_decoder *d)
+{
+    coai_buf_reset(&d->buf_);
+    d->hdr_len_ = 0;
+    d->want_ = 0;
+    d->ended_ = 0;
+    d->err_ = 0;
+}
+
+void coai_frame_decoder_free(coai_frame_decoder *d)
+{
+    coai_buf_free(&d->buf_);
+    coai_frame_decoder_reset(d);
+}
+
+/* ---- status text ---- */
+
+static void coai__status_init(coai_status *st)
+{
+    memset(st, 0, sizeof *st);
+    st->retryable = -1;
+}
+
+/* Append untrusted text to a fixed NUL-terminated field: invalid UTF-8 becomes U+FFFD,
+ * C0/C1 control characters and DEL become spaces, and the text stops at the last whole
+ * character that fits. */
+static void coai__field_append(char *dst, size_t cap, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t pos = strlen(dst), i = 0;
+    while (i < n) {
+        int k = coai__utf8_seq(p + i, n - i);
+        const char *emit = (const char *)p + i;
+        size_t elen = (size_t)k, adv = (size_t)k;
+        if (k <= 0) {
+            emit = "\xef\xbf\xbd";
+            elen = 3;
+            adv = 1;
+        } else if ((k == 1 && (p[i] < 0x20 || p[i] == 0x7f)) ||
+                   (k == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            emit = " ";
+            elen = 1;
+        }
+        if (elen >= cap - pos) break;
+        memcpy(dst + pos, emit, elen);
+        pos += elen;
+        i += adv;
+    }
+    dst[pos] = 0;
+}
+
+static void coai__field_set(char *dst, size_t cap, const char *s, size_t n)
+{
+    dst[0] = 0;
+    coai__field_append(dst, cap, s, n);
+}
+
+static void coai__field_cstr(char *dst, size_t cap, const char *s)
+{
+    if (s) coai__field_append(dst, cap, s, strlen(s));
+}
+
+static int coai__hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode at most cap bytes of output; a '%' not followed by two hex digits stays as
+ * it is (gRPC says to keep going rather than fail). Returns the output length. */
+static size_t coai__pct_decode(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t i = 0, o = 0;
+    while (i < n && o < cap) {
+        int hi, lo;
+        if (s[i] == '%' && n - i >= 3 && (hi = coai__hexval((unsigned char)s[i + 1])) >= 0 &&
+            (lo = coai__hexval((unsigned char)s[i + 2])) >= 0) {
+            out[o++] = (char)(hi << 4 | lo);
+            i += 3;
+        } else {
+            out[o++] = s[i++];
+        }
+    }
+    return o;
+}
+
+static int coai__ends_with(const char *s, const char *suffix)
+{
+    size_t n, m = strlen(suffix);
+    if (!s) return 0;
+    n = strlen(s);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+static const char *const coai__error_names[] = {
+    "ERROR_UNSPECIFIED", "ERROR_BAD_API_KEY", "ERROR_NOT_LOGGED_IN", "ERROR_INVALID_AUTH_ID",
+    "ERROR_NOT_HIGH_ENOUGH_PERMISSIONS", "ERROR_BAD_MODEL_NAME", "ERROR_USER_NOT_FOUND",
+    "ERROR_FREE_USER_RATE_LIMIT_EXCEEDED", "ERROR_PRO_USER_RATE_LIMIT_EXCEEDED",
+    "ERROR_FREE_USER_USAGE_LIMIT", "ERROR_PRO_USER_USAGE_LIMIT", "ERROR_AUTH_TOKEN_NOT_FOUND",
+    "ERROR_AUTH_TOKEN_EXPIRED", "ERROR_OPENAI", "ERROR_OPENAI_RATE_LIMIT_EXCEEDED",
+    "ERROR_OPENAI_ACCOUNT_LIMIT_EXCEEDED", "ERROR_TASK_UUID_NOT_FOUND",
+    "ERROR_TASK_NO_PERMISSIONS", "ERROR_AGENT_REQUIRES_LOGIN", "ERROR_AGENT_ENGINE_NOT_FOUND",
+    "ERROR_MAX_TOKENS", "ERROR_USER_ABORTED_REQUEST", "ERROR_GENERIC_RATE_LIMIT_EXCEEDED",
+    "ERROR_PRO_USER_ONLY", "ERROR_API_KEY_NOT_SUPPORTED", "ERROR_TIMEOUT",
+    "ERROR_SLASH_EDIT_FILE_TOO_LONG", "ERROR_FILE_UNSUPPORTED",
+    "ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT", "ERROR_CUSTOM_MESSAGE", "ERROR_OUTDATED_CLIENT",
+    "ERROR_CLAUDE_IMAGE_TOO_LARGE", "ERROR_GITGRAPH_NOT_FOUND", "ERROR_FILE_NOT_FOUND",
+    "ERROR_API_KEY_RATE_LIMIT", "ERROR_DEBOUNCED", "ERROR_BAD_REQUEST",
+    "ERROR_REPOSITORY_SERVICE_REPOSITORY_IS_NOT_INITIALIZED", "ERROR_UNAUTHORIZED",
+    "ERROR_NOT_FOUND", "ERROR_DEPRECATED", "ERROR_RESOURCE_EXHAUSTED", "ERROR_BAD_USER_API_KEY",
+    "ERROR_CONVERSATION_TOO_LONG", "ERROR_USAGE_PRICING_REQUIRED",
+    "ERROR_USAGE_PRICING_REQUIRED_CHANGEABLE", "ERROR_GITHUB_NO_USER_CREDENTIALS",
+    "ERROR_GITHUB_USER_NO_ACCESS", "ERROR_GITHUB_APP_NO_ACCESS", "ERROR_GITHUB_MULTIPLE_OWNERS",
+    "ERROR_RATE_LIMITED", "ERROR_RATE_LIMITED_CHANGEABLE", "ERROR_CUSTOM", "ERROR_HOOKS_BLOCKED",
+};
+
+const char *coai_error_details_name(int error)
+{
+    if (error < 0 || (size_t)error >= sizeof coai__error_names / sizeof coai__error_names[0])
+        return NULL;
+    return coai__error_names[error];
+}
+
+const char *coai_grpc_status_name(int code)
+{
+    static const char *const names[] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED"
+    };
+    if (code < 0 || code > 16) return "UNRECOGNIZED";
+    return names[code];
+}
+
+/* aiserver.v1.ErrorDetails -> st. The first ErrorDetails wins; later ones are ignored. */
+static coai_result coai__error_details_decode(const unsigned char *b, size_t n, coai_status *st)
+{
+    aiserver_v1_ErrorDetails ed = aiserver_v1_ErrorDetails_init_zero;
+    pb_istream_t is = pb_istream_from_buffer(b, n);
+    const aiserver_v1_CustomErrorDetails *c = &ed.details;
+    pb_size_t i;
+    if (!pb_decode(&is, aiserver_v1_ErrorDetails_fields, &ed)) {
+        pb_release(aiserver_v1_ErrorDetails_fields, &ed);
+        return COAI_ERR_PROTO;
+    }
+    if (st->error == 0 && st->title[0] == 0 && st->detail[0] == 0) {
+        st->error = (int)ed.error;
+        st->error_name = st->error ? coai_error_details_name(st->error) : NULL;
+        if (ed.has_details) {
+            coai__field_cstr(st->title, sizeof st->title, c->title);
+            coai__field_cstr(st->detail, sizeof st->detail, c->detail);
+            if (c->has_is_retryable) st->retryable = c->is_retryable ? 1 : 0;
+            for (i = 0; i < c->additional_info_count; i++) {
+                const aiserver_v1_CustomErrorDetails_AdditionalInfoEntry *e =
+                    &c->additional_info[i];
+                size_t len = strlen(st->detail);
+                /* " (k: v; k2: v2)" keeps the detail one line: no control characters allowed. */
+                coai__field_cstr(st->detail, sizeof st->detail,
+                                 i == 0 ? (len ? " (" : "(") : "; ");
+                coai__field_cstr(st->detail, sizeof st->detail, e->key);
+                coai__field_cstr(st->detail, sizeof st->detail, ": ");
+                coai__field_cstr(st->detail, sizeof st->detail, e->value);
+                if (i + 1 == c->additional_info_count)
+                    coai__field_cstr(st->detail, sizeof st->detail, ")");
+            }
+        }
+    }
+    pb_release(aiserver_v1_ErrorDetails_fields, &ed);
+    return COAI_OK;
+}
+
+/* Base64 -> google.rpc.Status -> st. Status.code / Status.message fill only what the text
+ * headers left unset (use_code / use_message). */
+static coai_result coai__status_details(const char *b64, size_t n, coai_status *st,
+                                        int use_code, int use_message)
+{
+    google_rpc_Status s = google_rpc_Status_init_zero;
+    unsigned char *raw;
+    pb_istream_t is;
+    coai_result r = COAI_OK;
+    long len;
+    pb_size_t i;
+    if (n / 4 > COAI_MAX_STATUS_DETAILS / 3 + 1) return COAI_ERR_TOO_BIG;
+    raw = (unsigned char *)malloc(n / 4 * 3 + 3);
+    if (!raw) return COAI_ERR_NOMEM;
+    len = coai_base64_decode(b64, n, raw, n / 4 * 3 + 3);
+    if (len < 0) { free(raw); return COAI_ERR_PROTO; }
+    is = pb_istream_from_buffer(raw, (size_t)len);
+    if (!pb_decode(&is, google_rpc_Status_fields, &s)) {
+        r = COAI_ERR_PROTO;
+    } else {
+        if (use_code) st->code = (int)s.code;
+        if (use_message && s.message)
+            coai__field_set(st->message, sizeof st->message, s.message, strlen(s.message));
+        for (i = 0; i < s.details_count; i++) {
+            const google_protobuf_Any *a = &s.details[i];
+            if (!coai__ends_with(a->type_url, "aiserver.v1.ErrorDetails") || !a->value) continue;
+            if (coai__error_details_decode(a->value->bytes, a->value->size, st) < 0)
+                r = COAI_ERR_PROTO;
+        }
+    }
+    pb_release(google_rpc_Status_fields, &s);
+    free(raw);
+    return r;
+}
+
+static int coai__is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+static int coai__key_is(const char *k, size_t n, const char *lit)
+{
+    size_t i;
+    if (strlen(lit) != n) return 0;
+    for (i = 0; i < n; i++) {
+        char c = k[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != lit[i]) return 0;
+    }
+    return 1;
+}
+
+coai_result coai_trailer_parse(const void *p, size_t n, coai_status *st)
+{
+    const char *s = (const char *)p, *status = NULL, *msg = NULL, *bin = NULL;
+    size_t status_n = 0, msg_n = 0, bin_n = 0, i = 0;
+    coai_result r = COAI_OK;
+    coai__status_init(st);
+    if (!s) n = 0;
+    while (i < n) {
+        const char *nl = (const char *)memchr(s + i, '\n', n - i);
+        size_t a = i, e = nl ? (size_t)(nl - s) : n, c, ka, ke, va;
+        i = nl ? e + 1 : n;
+        while (a < e && coai__is_space(s[a])) a++;
+        while (e > a && coai__is_space(s[e - 1])) e--;
+        for (c = a; c < e && s[c] != ':'; c++) {}
+        if (c == e) continue;
+        ka = a; ke = c;
+        while (ke > ka && coai__is_space(s[ke - 1])) ke--;
+        va = c + 1;
+        while (va < e && coai__is_space(s[va])) va++;
+        if (coai__key_is(s + ka, ke - ka, "grpc-status")) {
+            status = s + va; status_n = e - va;
+        } else if (coai__key_is(s + ka, ke - ka, "grpc-message")) {
+            msg = s + va; msg_n = e - va;
+        } else if (coai__key_is(s + ka, ke - ka, "grpc-status-details-bin")) {
+            bin = s + va; bin_n = e - va;
+        }
+    }
+    if (status) {
+        size_t k;
+        long v = 0;
+        for (k = 0; k < status_n && status[k] >= '0' && status[k] <= '9' && k < 9; k++)
+            v = v * 10 + (status[k] - '0');
+        st->code = k == status_n && k > 0 ? (int)v : 2;   /* garbage: UNKNOWN, never OK */
+    }
+    if (msg) {
+        char tmp[sizeof st->message + 8];   /* margin: a cut character lands past the field */
+        coai__field_set(st->message, sizeof st->message, tmp,
+                        coai__pct_decode(msg, msg_n, tmp, sizeof tmp));
+    }
+    if (bin && bin_n) r = coai__status_details(bin, bin_n, st, !status, !msg);
+    return r;
+}
+
+static int coai__connect_code(const char *s)
+{
+    static const char *const names[] = {
+        "ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+        "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+        "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+        "unauthenticated"
+    };
+    int i;
+    if (strcmp(s, "cancelled") == 0) return 1;
+    for (i = 1; i <= 16; i++)      /* "ok" is no error code in Connect */
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
+{
+    cJSON *root, *err, *code, *msg, *details, *d;
+    const char *end = NULL, *stop = (const char *)p + n;
+    coai_result r = COAI_OK;
+    coai__status_init(st);
+    root = p ? cJSON_ParseWithLengthOpts((const char *)p, n, &end, 0) : NULL;
+    while (root && end && end < stop && coai__is_space(*end)) end++;
+    if (!root || !cJSON_IsObject(root) || end != stop) {
+        cJSON_Delete(root);
+        st->code = 2;
+        coai__field_cstr(st->message, sizeof st->message, "malformed end-stream message");
+        return COAI_ERR_JSON;
+    }
+    err = cJSON_GetObjectItemCaseSensitive(root, "error");
+    if (!err) { cJSON_Delete(root); return COAI_OK; }
+    st->code = 2;
+    if (!cJSON_IsObject(err)) {
+        coai__field_cstr(st->message, sizeof st->message, "malformed end-stream error");
+        cJSON_Delete(root);
+        return COAI_ERR_INVALID;
+    }
+    code = cJSON_GetObjectItemCaseSensitive(err, "code");
+    msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+    if (cJSON_IsString(code) && coai__connect_code(code->valuestring) > 0)
+        st->code = coai__connect_code(code->valuestring);
+    else
+        r = COAI_ERR_INVALID;
+    if (cJSON_IsString(msg)) coai__field_cstr(st->message, sizeof st->message, msg->valuestring);
+    details = cJSON_GetObjectItemCaseSensitive(err, "details");
+    if (!cJSON_IsArray(details)) details = NULL;
+    cJSON_ArrayForEach(d, details) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(d, "type");
+        cJSON *value = cJSON_GetObjectItemCaseSensitive(d, "value");
+        unsigned char *raw;
+        size_t vn;
+        long len;
+        if (!cJSON_IsString(type) || !cJSON_IsString(value)) continue;
+        if (!coai__ends_with(type->valuestring, "aiserver.v1.ErrorDetails")) continue;
+        vn = strlen(value->valuestring);
+        if (vn / 4 > COAI_MAX_STATUS_DETAILS / 3 + 1) { r = COAI_ERR_TOO_BIG; continue; }
+        raw = (unsigned char *)malloc(vn / 4 * 3 + 3);
+        if (!raw) { r = COAI_ERR_NOMEM; continue; }
+        len = coai_base64_decode(value->valuestring, vn, raw, vn / 4 * 3 + 3);
+        if (len < 0 || coai__error_details_decode(raw, (size_t)len, st) < 0) r = COAI_ERR_PROTO;
+        free(raw);
+    }
+    cJSON_Delete(root);
+    return r;
+}
+
+void coai_status_describe(const coai_status *st, coai_buf *out)
+{
+    const char *parts[3];
+    size_t np = 0, i, j;
+    int any = 0;
+    parts[np++] = st->message;
+    parts[np++] = st->title;
+    parts[np++] = st->detail;
+    for (i = 0; i < np; i++) {
+        int dup = parts[i][0] == 0;
+        for (j = 0; j < i && !dup; j++) dup = strcmp(parts[i], parts[j]) == 0;
+        if (dup) continue;
+        if (any) coai_buf_puts(out, ": ");
+        coai_buf_puts(out, parts[i]);
+        any = 1;
+    }
+    if (!any) coai_buf_puts(out, "Unknown gRPC error");
+    coai_buf_printf(out, " (grpc-status %d", st->code);
+    if (st->error_name) coai_buf_printf(out, ", %s", st->error_name);
+    else if (st->error) coai_buf_printf(out, ", error %d", st->error);
+    coai_buf_putc(out, ')');
+}
 /* PART:FRAMING impl end */
 
 /* ======================================================================== */
 /* PART:CHECKSUM impl                                                       */
 /* ======================================================================== */
+#include <time.h>
+#include <bearssl_hash.h>
+
+#ifndef _WIN32
+/* POSIX, but <time.h> hides it under strict -std=c99 unless the includer asked for POSIX.
+ * A compatible redeclaration is harmless when it was declared. */
+struct tm *localtime_r(const time_t *t, struct tm *out);
+#endif
+
+static int64_t coai__floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+int64_t coai_checksum_bucket(int64_t now_ms)
+{
+    /* Fallback (and the answer for every zone with a whole half-hour offset). */
+    int64_t utc = coai__floor_div(now_ms, 1800000) * 1800000;
+    time_t t = (time_t)coai__floor_div(now_ms, 1000), b;
+    struct tm tm;
+    if ((int64_t)t != coai__floor_div(now_ms, 1000) || !localtime_r(&t, &tm)) return utc;
+    /* Same local date and hour, minutes floored to the half hour. tm_isdst stays as
+     * localtime_r set it, so the instant keeps the offset in force at now_ms. */
+    tm.tm_min = tm.tm_min / 30 * 30;
+    tm.tm_sec = 0;
+    b = mktime(&tm);
+    if (b == (time_t)-1) return utc;
+    return (int64_t)b * 1000;
+}
+
+/* First 4 bytes of SHA-256 as 8 lowercase hex characters (no NUL). */
+static void coai__sha256_hex8(char out[8], const void *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    br_sha256_context c;
+    unsigned char h[32];
+    int i;
+    br_sha256_init(&c);
+    br_sha256_update(&c, p, n);
+    br_sha256_out(&c, h);
+    for (i = 0; i < 4; i++) {
+        out[2 * i] = digits[h[i] >> 4];
+        out[2 * i + 1] = digits[h[i] & 15];
+    }
+}
+
+void coai_checksum_at(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t bucket_ms)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint64_t t = (uint64_t)coai__floor_div(bucket_ms, 1000000);
+    unsigned char b[6];
+    unsigned k = 0xa5;
+    const char *tok = token.len ? token.ptr : "";
+    const char *dot1, *dot2, *seg;
+    size_t seg_n;
+    int i;
+    for (i = 0; i < 6; i++) b[i] = (unsigned char)(t >> (8 * (5 - i)) & 0xff);
+    for (i = 0; i < 6; i++) {
+        /* Each byte is XORed with the previous OUTPUT byte, then offset by its index. */
+        b[i] = (unsigned char)(((b[i] ^ k) + (unsigned)i) & 0xff);
+        k = b[i];
+    }
+    for (i = 0; i < 2; i++) {   /* 6 bytes = two 24-bit groups = 8 base64url characters */
+        unsigned long v = (unsigned long)b[3 * i] << 16 | (unsigned long)b[3 * i + 1] << 8 |
+                          b[3 * i + 2];
+        out[4 * i] = al[v >> 18 & 63];
+        out[4 * i + 1] = al[v >> 12 & 63];
+        out[4 * i + 2] = al[v >> 6 & 63];
+        out[4 * i + 3] = al[v & 63];
+    }
+    /* H1 hashes the JWT payload segment as text (between the first and second '.'). */
+    dot1 = token.len ? (const char *)memchr(tok, '.', token.len) : NULL;
+    seg = dot1 ? dot1 + 1 : NULL;
+    seg_n = 0;
+    if (seg) {
+        dot2 = (const char *)memchr(seg, '.', token.len - (size_t)(seg - tok));
+        seg_n = dot2 ? (size_t)(dot2 - seg) : token.len - (size_t)(seg - tok);
+    }
+    if (seg_n) coai__sha256_hex8(out + 8, seg, seg_n);
+    else memcpy(out + 8, "00000000", 8);
+    out[16] = '/';
+    coai__sha256_hex8(out + 17, tok, token.len);
+    out[25] = 0;
+}
+
+void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms)
+{
+    coai_checksum_at(out, token, coai_checksum_bucket(now_ms));
+}
 /* PART:CHECKSUM impl end */
 
 /* ======================================================================== */
