@@ -2768,7 +2768,7 @@ int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str 
 
 /* Copy at most cap-1 bytes of s into dst, dropping control bytes and cutting at a
  * UTF-8 boundary; invalid sequences are dropped too (messages must stay clean). */
-static size_t coai__clean_copy(char *dst, size_t pos, size_t cap, const char *s, size_t n)
+static size_t coai__oa_clean_copy(char *dst, size_t pos, size_t cap, const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
@@ -2789,7 +2789,7 @@ static size_t coai__clean_copy(char *dst, size_t pos, size_t cap, const char *s,
     return pos;
 }
 
-static void coai__error_vset(coai_error *e, int status, const char *type, const char *code,
+static void coai__oa_error_vset(coai_error *e, int status, const char *type, const char *code,
                              const char *param, const char *fmt, va_list ap)
 {
     char tmp[1024];
@@ -2800,11 +2800,11 @@ static void coai__error_vset(coai_error *e, int status, const char *type, const 
     e->no_retry = 0;
     e->retry_after = 0;
     e->param[0] = 0;
-    if (param) coai__clean_copy(e->param, 0, sizeof e->param, param, strlen(param));
+    if (param) coai__oa_clean_copy(e->param, 0, sizeof e->param, param, strlen(param));
     n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof tmp) n = (int)sizeof tmp - 1;
-    coai__clean_copy(e->message, 0, sizeof e->message, tmp, (size_t)n);
+    coai__oa_clean_copy(e->message, 0, sizeof e->message, tmp, (size_t)n);
 }
 
 void coai_error_set(coai_error *e, int status, const char *type, const char *code,
@@ -2812,11 +2812,11 @@ void coai_error_set(coai_error *e, int status, const char *type, const char *cod
 {
     va_list ap;
     va_start(ap, fmt);
-    coai__error_vset(e, status, type, code, param, fmt, ap);
+    coai__oa_error_vset(e, status, type, code, param, fmt, ap);
     va_end(ap);
 }
 
-static int coai__json_cstr(coai_buf *out, const char *s)
+static int coai__oa_json_cstr(coai_buf *out, const char *s)
 {
     if (!s) return coai_buf_puts(out, "null");
     return coai_json_str_append(out, s, strlen(s));
@@ -2825,34 +2825,34 @@ static int coai__json_cstr(coai_buf *out, const char *s)
 int coai_error_write(coai_buf *out, const coai_error *e)
 {
     coai_buf_puts(out, "{\"error\":{\"message\":");
-    coai__json_cstr(out, e->message);
+    coai__oa_json_cstr(out, e->message);
     coai_buf_puts(out, ",\"type\":");
-    coai__json_cstr(out, e->type ? e->type : "server_error");
+    coai__oa_json_cstr(out, e->type ? e->type : "server_error");
     coai_buf_puts(out, ",\"param\":");
-    coai__json_cstr(out, e->param[0] ? e->param : NULL);
+    coai__oa_json_cstr(out, e->param[0] ? e->param : NULL);
     coai_buf_puts(out, ",\"code\":");
-    coai__json_cstr(out, e->code);
+    coai__oa_json_cstr(out, e->code);
     return coai_buf_puts(out, "}}");
 }
 
 /* Append text to e->message (already clean); keeps it bounded. */
-static void coai__error_append(coai_error *e, const char *s, size_t n)
+static void coai__oa_error_append(coai_error *e, const char *s, size_t n)
 {
     size_t pos = strlen(e->message);
-    coai__clean_copy(e->message, pos, sizeof e->message, s, n);
+    coai__oa_clean_copy(e->message, pos, sizeof e->message, s, n);
 }
 
-static int coai__is_usage_error(int err)
+static int coai__oa_is_usage_error(int err)
 {
     return err == 9 || err == 10 || err == 41 || err == 44;
 }
 
-static int coai__is_rate_error(int err)
+static int coai__oa_is_rate_error(int err)
 {
     return err == 7 || err == 8 || err == 22 || err == 50;
 }
 
-static int coai__is_auth_error(int err)
+static int coai__oa_is_auth_error(int err)
 {
     return err == 1 || err == 2 || err == 11 || err == 12 || err == 38;
 }
@@ -2869,15 +2869,15 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
                        "CURSOR_CLIENT_VERSION to the version of a current cursor-agent, "
                        "e.g. cli-2025.11.25-d5b3271", what);
         e->no_retry = 1;
-    } else if (coai__is_usage_error(err) || (code == 8 && !coai__is_rate_error(err))) {
+    } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
         coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
                        "You've hit your Cursor usage limit (%s)", what);
         e->no_retry = 1;
-    } else if (coai__is_rate_error(err)) {
+    } else if (coai__oa_is_rate_error(err)) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
                        "Cursor rate limit: %s", what);
         e->retry_after = 10;
-    } else if (coai__is_auth_error(err) || code == 16) {
+    } else if (coai__oa_is_auth_error(err) || code == 16) {
         coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
                        "Cursor rejected the credentials (%s); log in again", what);
         e->no_retry = 1;
@@ -2906,22 +2906,22 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
                        "Cursor error: %s", what);
     }
     if (st->title[0]) {
-        coai__error_append(e, ": ", 2);
-        coai__error_append(e, st->title, strlen(st->title));
+        coai__oa_error_append(e, ": ", 2);
+        coai__oa_error_append(e, st->title, strlen(st->title));
     }
     if (st->detail[0]) {
-        coai__error_append(e, st->title[0] ? " - " : ": ", st->title[0] ? 3 : 2);
-        coai__error_append(e, st->detail, strlen(st->detail));
+        coai__oa_error_append(e, st->title[0] ? " - " : ": ", st->title[0] ? 3 : 2);
+        coai__oa_error_append(e, st->detail, strlen(st->detail));
     }
     {
         char tail[96];
         int k = snprintf(tail, sizeof tail, " (grpc-status %d%s%s)", code,
                          st->error_name ? ", " : "", st->error_name ? st->error_name : "");
-        if (k > 0) coai__error_append(e, tail, (size_t)k < sizeof tail ? (size_t)k : 0);
+        if (k > 0) coai__oa_error_append(e, tail, (size_t)k < sizeof tail ? (size_t)k : 0);
     }
 }
 
-static int coai__ci_contains(const char *hay, size_t n, const char *needle)
+static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle)
 {
     size_t m = strlen(needle), i, j;
     for (i = 0; m <= n && i + m <= n; i++) {
@@ -2962,8 +2962,8 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
         msg = body ? body : "";
         msg_len = n > 200 ? 200 : n;
     }
-    quota = coai__ci_contains(msg, msg_len, "usage") || coai__ci_contains(msg, msg_len, "quota")
-            || coai__ci_contains(msg, msg_len, "plan");
+    quota = coai__oa_ci_contains(msg, msg_len, "usage") || coai__oa_ci_contains(msg, msg_len, "quota")
+            || coai__oa_ci_contains(msg, msg_len, "plan");
     if (upstream_status == 401 || strcmp(ccode, "unauthenticated") == 0) {
         coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
                        "Cursor rejected the credentials (HTTP %d); log in again: ",
@@ -2993,13 +2993,13 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
         coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
                        "Cursor answered HTTP %d: ", upstream_status);
     }
-    coai__error_append(e, msg, msg_len);
+    coai__oa_error_append(e, msg, msg_len);
     cJSON_Delete(j);
 }
 
 /* ---- request parsing ----------------------------------------------------- */
 
-static size_t coai__utf16_len(const char *s, size_t n)
+static size_t coai__oa_utf16_len(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i, u = 0;
@@ -3010,42 +3010,42 @@ static size_t coai__utf16_len(const char *s, size_t n)
     return u;
 }
 
-static coai_str coai__jstr(const cJSON *j)
+static coai_str coai__oa_jstr(const cJSON *j)
 {
     coai_str s = { "", 0 };
     if (cJSON_IsString(j) && j->valuestring) { s.ptr = j->valuestring; s.len = strlen(s.ptr); }
     return s;
 }
 
-static const cJSON *coai__get(const cJSON *o, const char *k)
+static const cJSON *coai__oa_get(const cJSON *o, const char *k)
 {
     return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
 }
 
-static int coai__put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
+static int coai__oa_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
 /* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n". */
-static void coai__content_text(coai_buf *out, const cJSON *content)
+static void coai__oa_content_text(coai_buf *out, const cJSON *content)
 {
     if (cJSON_IsString(content)) {
-        coai__put_str(out, coai__jstr(content));
+        coai__oa_put_str(out, coai__oa_jstr(content));
     } else if (cJSON_IsArray(content)) {
         const cJSON *part;
         int first = 1;
         cJSON_ArrayForEach(part, content) {
-            const cJSON *t = coai__get(part, "type");
+            const cJSON *t = coai__oa_get(part, "type");
             if (cJSON_IsString(t) && strcmp(t->valuestring, "text") == 0) {
                 if (!first) coai_buf_putc(out, '\n');
-                coai__put_str(out, coai__jstr(coai__get(part, "text")));
+                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, "text")));
                 first = 0;
             }
         }
     }
 }
 
-static int coai__role_is(const cJSON *m, const char *role)
+static int coai__oa_role_is(const cJSON *m, const char *role)
 {
-    const cJSON *r = coai__get(m, "role");
+    const cJSON *r = coai__oa_get(m, "role");
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
@@ -3056,22 +3056,22 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     coai_buf t = { 0 };
     if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
     cJSON_ArrayForEach(m, messages) {
-        if (coai__role_is(m, "system") || coai__role_is(m, "developer")) {
+        if (coai__oa_role_is(m, "system") || coai__oa_role_is(m, "developer")) {
             if (any_system) coai_buf_putc(out, '\n');
-            coai__content_text(out, coai__get(m, "content"));
+            coai__oa_content_text(out, coai__oa_get(m, "content"));
             any_system = 1;
         }
     }
     if (any_system) nparts = 1;
     cJSON_ArrayForEach(m, messages) {
-        const cJSON *calls = coai__get(m, "tool_calls");
+        const cJSON *calls = coai__oa_get(m, "tool_calls");
         coai_buf_reset(&t);
-        coai__content_text(&t, coai__get(m, "content"));
-        if (coai__role_is(m, "user")) {
+        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        if (coai__oa_role_is(m, "user")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
             coai_buf_append(out, t.data, t.len);
-        } else if (coai__role_is(m, "assistant")) {
+        } else if (coai__oa_role_is(m, "assistant")) {
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
                 int first = 1;
@@ -3079,12 +3079,12 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai_buf_puts(out, "Assistant: ");
                 if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
                 cJSON_ArrayForEach(c, calls) {
-                    const cJSON *f = coai__get(c, "function");
+                    const cJSON *f = coai__oa_get(c, "function");
                     if (!first) coai_buf_putc(out, '\n');
                     coai_buf_puts(out, "[Called tool: ");
-                    coai__put_str(out, coai__jstr(coai__get(f, "name")));
+                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "name")));
                     coai_buf_putc(out, '(');
-                    coai__put_str(out, coai__jstr(coai__get(f, "arguments")));
+                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "arguments")));
                     coai_buf_puts(out, ")]");
                     first = 0;
                 }
@@ -3093,10 +3093,10 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (coai__role_is(m, "tool")) {
+        } else if (coai__oa_role_is(m, "tool")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "[Tool result for ");
-            coai__put_str(out, coai__jstr(coai__get(m, "tool_call_id")));
+            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
             coai_buf_puts(out, "]: ");
             coai_buf_append(out, t.data, t.len);
             any_tool = 1;
@@ -3112,7 +3112,7 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     return out->err ? -1 : 0;
 }
 
-static int coai__tool_name_ok(const char *s)
+static int coai__oa_tool_name_ok(const char *s)
 {
     size_t i, n = strlen(s);
     if (n < 1 || n > 64) return 0;
@@ -3126,7 +3126,7 @@ static int coai__tool_name_ok(const char *s)
 }
 
 /* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32), or an empty view. */
-static coai_str coai__session_of(coai_str id)
+static coai_str coai__oa_session_of(coai_str id)
 {
     coai_str s = { "", 0 };
     size_t i = 5;
@@ -3142,75 +3142,75 @@ static coai_str coai__session_of(coai_str id)
     return s;
 }
 
-static int coai__bad(coai_error *err, const char *param, const char *fmt, ...)
+static int coai__oa_bad(coai_error *err, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    coai__error_vset(err, 400, "invalid_request_error", NULL, param, fmt, ap);
+    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, param, fmt, ap);
     va_end(ap);
     err->no_retry = 1;
     return COAI_ERR_INVALID;
 }
 
 /* Validate message i; path buffers sized for "messages[<i>].tool_calls[<j>]...". */
-static int coai__check_message(const cJSON *m, int i, coai_error *err)
+static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
 {
     char p[128];
-    const cJSON *role = coai__get(m, "role"), *content, *calls;
+    const cJSON *role = coai__oa_get(m, "role"), *content, *calls;
     const char *r;
     snprintf(p, sizeof p, "messages[%d]", i);
-    if (!cJSON_IsObject(m)) return coai__bad(err, p, "%s must be an object", p);
+    if (!cJSON_IsObject(m)) return coai__oa_bad(err, p, "%s must be an object", p);
     snprintf(p, sizeof p, "messages[%d].role", i);
-    if (!cJSON_IsString(role)) return coai__bad(err, p, "%s must be a string", p);
+    if (!cJSON_IsString(role)) return coai__oa_bad(err, p, "%s must be a string", p);
     r = role->valuestring;
     if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user")
         && strcmp(r, "assistant") && strcmp(r, "tool"))
-        return coai__bad(err, p, "Invalid value for %s: expected one of 'system', "
+        return coai__oa_bad(err, p, "Invalid value for %s: expected one of 'system', "
                          "'developer', 'user', 'assistant', 'tool'", p);
-    content = coai__get(m, "content");
+    content = coai__oa_get(m, "content");
     snprintf(p, sizeof p, "messages[%d].content", i);
     if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
         const cJSON *part;
         int j = 0;
         if (!cJSON_IsArray(content))
-            return coai__bad(err, p, "%s must be a string, an array of parts or null", p);
+            return coai__oa_bad(err, p, "%s must be a string, an array of parts or null", p);
         cJSON_ArrayForEach(part, content) {
-            const cJSON *t = coai__get(part, "type");
+            const cJSON *t = coai__oa_get(part, "type");
             snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
             if (!cJSON_IsObject(part) || !cJSON_IsString(t))
-                return coai__bad(err, p, "%s must be an object with a string 'type'", p);
+                return coai__oa_bad(err, p, "%s must be an object with a string 'type'", p);
             if (strcmp(t->valuestring, "text") == 0
-                && !cJSON_IsString(coai__get(part, "text"))) {
+                && !cJSON_IsString(coai__oa_get(part, "text"))) {
                 snprintf(p, sizeof p, "messages[%d].content[%d].text", i, j);
-                return coai__bad(err, p, "%s must be a string", p);
+                return coai__oa_bad(err, p, "%s must be a string", p);
             }
             j++;
         }
     }
     if (strcmp(r, "tool") == 0) {
         snprintf(p, sizeof p, "messages[%d].tool_call_id", i);
-        if (!cJSON_IsString(coai__get(m, "tool_call_id")))
-            return coai__bad(err, p, "%s must be a string", p);
+        if (!cJSON_IsString(coai__oa_get(m, "tool_call_id")))
+            return coai__oa_bad(err, p, "%s must be a string", p);
     }
-    calls = coai__get(m, "tool_calls");
+    calls = coai__oa_get(m, "tool_calls");
     if (strcmp(r, "assistant") == 0 && calls && !cJSON_IsNull(calls)) {
         const cJSON *c;
         int j = 0;
         snprintf(p, sizeof p, "messages[%d].tool_calls", i);
-        if (!cJSON_IsArray(calls)) return coai__bad(err, p, "%s must be an array", p);
+        if (!cJSON_IsArray(calls)) return coai__oa_bad(err, p, "%s must be an array", p);
         cJSON_ArrayForEach(c, calls) {
-            const cJSON *f = coai__get(c, "function"), *a = coai__get(f, "arguments");
-            const cJSON *id = coai__get(c, "id");
+            const cJSON *f = coai__oa_get(c, "function"), *a = coai__oa_get(f, "arguments");
+            const cJSON *id = coai__oa_get(c, "id");
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
-            if (!cJSON_IsObject(c)) return coai__bad(err, p, "%s must be an object", p);
+            if (!cJSON_IsObject(c)) return coai__oa_bad(err, p, "%s must be an object", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
-            if (id && !cJSON_IsString(id)) return coai__bad(err, p, "%s must be a string", p);
+            if (id && !cJSON_IsString(id)) return coai__oa_bad(err, p, "%s must be a string", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.name", i, j);
-            if (!cJSON_IsString(coai__get(f, "name")))
-                return coai__bad(err, p, "%s must be a string", p);
+            if (!cJSON_IsString(coai__oa_get(f, "name")))
+                return coai__oa_bad(err, p, "%s must be a string", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.arguments", i, j);
             if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
-                return coai__bad(err, p, "%s must be a string", p);
+                return coai__oa_bad(err, p, "%s must be a string", p);
             j++;
         }
     }
@@ -3219,7 +3219,7 @@ static int coai__check_message(const cJSON *m, int i, coai_error *err)
 
 /* Reject "\u0000" escapes: cJSON would cut the string there. Backslashes only occur
  * inside strings in valid JSON, so a flat scan over escape pairs is exact. */
-static int coai__has_nul_escape(const char *s, size_t n)
+static int coai__oa_has_nul_escape(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -3250,11 +3250,11 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
     memset(err, 0, sizeof *err);
     if (!body) n = 0;
     if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
-        coai__bad(err, NULL, "The request body is not valid UTF-8 text");
+        coai__oa_bad(err, NULL, "The request body is not valid UTF-8 text");
         return COAI_ERR_UTF8;
     }
-    if (coai__has_nul_escape(body, n)) {
-        coai__bad(err, NULL, "Strings must not contain \\u0000");
+    if (coai__oa_has_nul_escape(body, n)) {
+        coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
         return COAI_ERR_INVALID;
     }
     root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
@@ -3264,80 +3264,80 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         if (end != body + n) { cJSON_Delete(root); root = NULL; }
     }
     if (!root) {
-        coai__bad(err, NULL, "We could not parse the JSON body of your request (invalid "
+        coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
                   "JSON, or nested deeper than the limit)");
         return COAI_ERR_JSON;
     }
     req->root_ = root;
     rc = COAI_ERR_INVALID;
     if (!cJSON_IsObject(root)) {
-        coai__bad(err, NULL, "The request body must be a JSON object");
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
         goto fail;
     }
-    v = coai__get(root, "model");
+    v = coai__oa_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
-        coai__bad(err, "model", "model must be a string");
+        coai__oa_bad(err, "model", "model must be a string");
         goto fail;
     }
-    req->model = coai__jstr(v);
+    req->model = coai__oa_jstr(v);
     if (req->model.len == 0) req->model = coai_str_c("auto");
-    v = coai__get(root, "stream");
+    v = coai__oa_get(root, "stream");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
-        coai__bad(err, "stream", "stream must be a boolean");
+        coai__oa_bad(err, "stream", "stream must be a boolean");
         goto fail;
     }
     req->stream = cJSON_IsTrue(v);
-    v = coai__get(root, "stream_options");
+    v = coai__oa_get(root, "stream_options");
     if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
-        coai__bad(err, "stream_options", "stream_options must be an object");
+        coai__oa_bad(err, "stream_options", "stream_options must be an object");
         goto fail;
     }
-    v = coai__get(v, "include_usage");
+    v = coai__oa_get(v, "include_usage");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
-        coai__bad(err, "stream_options.include_usage", "include_usage must be a boolean");
+        coai__oa_bad(err, "stream_options.include_usage", "include_usage must be a boolean");
         goto fail;
     }
     req->include_usage = req->stream && cJSON_IsTrue(v);
-    v = coai__get(root, "n");
+    v = coai__oa_get(root, "n");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) {
-        coai__bad(err, "n", "Only n = 1 is supported");
+        coai__oa_bad(err, "n", "Only n = 1 is supported");
         goto fail;
     }
-    messages = coai__get(root, "messages");
+    messages = coai__oa_get(root, "messages");
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
-        coai__bad(err, "messages", "messages is required and must be a non-empty array");
+        coai__oa_bad(err, "messages", "messages is required and must be a non-empty array");
         goto fail;
     }
     i = 0;
     cJSON_ArrayForEach(m, messages) {
-        if ((rc = coai__check_message(m, i, err)) < 0) goto fail;
-        if (coai__role_is(m, "tool")) req->has_tool_messages = 1;
+        if ((rc = coai__oa_check_message(m, i, err)) < 0) goto fail;
+        if (coai__oa_role_is(m, "tool")) req->has_tool_messages = 1;
         i++;
     }
     /* Newest session id first (spec §8.3). */
     for (m = messages->child ? messages->child->prev : NULL; m && !req->session_id.len;
          m = m == messages->child ? NULL : m->prev) {
-        if (coai__role_is(m, "tool")) {
-            req->session_id = coai__session_of(coai__jstr(coai__get(m, "tool_call_id")));
-        } else if (coai__role_is(m, "assistant")) {
-            const cJSON *c, *calls = coai__get(m, "tool_calls");
+        if (coai__oa_role_is(m, "tool")) {
+            req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+        } else if (coai__oa_role_is(m, "assistant")) {
+            const cJSON *c, *calls = coai__oa_get(m, "tool_calls");
             if (!cJSON_IsArray(calls)) continue;
             cJSON_ArrayForEach(c, calls) {
-                req->session_id = coai__session_of(coai__jstr(coai__get(c, "id")));
+                req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(c, "id")));
                 if (req->session_id.len) break;
             }
         }
     }
     rc = COAI_ERR_INVALID;
-    tools = coai__get(root, "tools");
+    tools = coai__oa_get(root, "tools");
     if (tools && !cJSON_IsNull(tools)) {
         const cJSON *t;
         int count;
         char p[64];
-        if (!cJSON_IsArray(tools)) { coai__bad(err, "tools", "tools must be an array"); goto fail; }
+        if (!cJSON_IsArray(tools)) { coai__oa_bad(err, "tools", "tools must be an array"); goto fail; }
         count = cJSON_GetArraySize(tools);
         if (count > COAI_MAX_TOOLS) {
-            coai__bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+            coai__oa_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
             goto fail;
         }
         if (count > 0) {
@@ -3346,42 +3346,42 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         }
         i = 0;
         cJSON_ArrayForEach(t, tools) {
-            const cJSON *f = coai__get(t, "function"), *ty = coai__get(t, "type");
-            const cJSON *name = coai__get(f, "name"), *d = coai__get(f, "description");
-            const cJSON *params = coai__get(f, "parameters");
+            const cJSON *f = coai__oa_get(t, "function"), *ty = coai__oa_get(t, "type");
+            const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
+            const cJSON *params = coai__oa_get(f, "parameters");
             snprintf(p, sizeof p, "tools[%d]", i);
-            if (!cJSON_IsObject(t)) { coai__bad(err, p, "%s must be an object", p); goto fail; }
+            if (!cJSON_IsObject(t)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].type", i);
             if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
-                coai__bad(err, p, "%s must be 'function'", p);
+                coai__oa_bad(err, p, "%s must be 'function'", p);
                 goto fail;
             }
             snprintf(p, sizeof p, "tools[%d].function", i);
-            if (!cJSON_IsObject(f)) { coai__bad(err, p, "%s must be an object", p); goto fail; }
+            if (!cJSON_IsObject(f)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].function.name", i);
-            if (!cJSON_IsString(name)) { coai__bad(err, p, "%s is required", p); goto fail; }
-            if (!coai__tool_name_ok(name->valuestring)) {
-                coai__bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+            if (!cJSON_IsString(name)) { coai__oa_bad(err, p, "%s is required", p); goto fail; }
+            if (!coai__oa_tool_name_ok(name->valuestring)) {
+                coai__oa_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
                 goto fail;
             }
             snprintf(p, sizeof p, "tools[%d].function.description", i);
             if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
-                coai__bad(err, p, "%s must be a string", p);
+                coai__oa_bad(err, p, "%s must be a string", p);
                 goto fail;
             }
             snprintf(p, sizeof p, "tools[%d].function.parameters", i);
             if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
-                coai__bad(err, p, "%s must be an object", p);
+                coai__oa_bad(err, p, "%s must be an object", p);
                 goto fail;
             }
-            req->tools[i].name = coai__jstr(name);
-            req->tools[i].description = coai__jstr(d);
+            req->tools[i].name = coai__oa_jstr(name);
+            req->tools[i].description = coai__oa_jstr(d);
             req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
             i++;
         }
         req->tool_count = (size_t)count;
     }
-    v = coai__get(root, "tool_choice");
+    v = coai__oa_get(root, "tool_choice");
     if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0) {
         req->tools_disabled = 1;
         free(req->tools);
@@ -3421,7 +3421,7 @@ int coai_models_parse(coai_models *m, const char *json, size_t n)
     memset(m, 0, sizeof *m);
     if (!json || coai_utf8_valid_prefix(json, n) != n) return COAI_ERR_JSON;
     m->root_ = cJSON_ParseWithLength(json, n);
-    list = coai__get(m->root_, "models");
+    list = coai__oa_get(m->root_, "models");
     if (!cJSON_IsArray(list)) { coai_models_free(m); return COAI_ERR_JSON; }
     count = cJSON_GetArraySize(list);
     if (count == 0) return 0;
@@ -3429,10 +3429,10 @@ int coai_models_parse(coai_models *m, const char *json, size_t n)
     if (!m->items) { coai_models_free(m); return COAI_ERR_NOMEM; }
     cJSON_ArrayForEach(e, list) {
         coai_model *it = &m->items[m->count];
-        const cJSON *al = coai__get(e, "aliases");
-        it->id = coai__jstr(coai__get(e, "modelId"));
-        it->display_id = coai__jstr(coai__get(e, "displayModelId"));
-        it->display_name = coai__jstr(coai__get(e, "displayName"));
+        const cJSON *al = coai__oa_get(e, "aliases");
+        it->id = coai__oa_jstr(coai__oa_get(e, "modelId"));
+        it->display_id = coai__oa_jstr(coai__oa_get(e, "displayModelId"));
+        it->display_name = coai__oa_jstr(coai__oa_get(e, "displayName"));
         it->aliases_ = cJSON_IsArray(al) ? al : NULL;
         if (!it->id.len) it->id = it->display_id;
         if (!it->id.len) continue;
@@ -3441,7 +3441,7 @@ int coai_models_parse(coai_models *m, const char *json, size_t n)
     return 0;
 }
 
-static int coai__str_same(coai_str a, coai_str b)
+static int coai__oa_str_same(coai_str a, coai_str b)
 {
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
@@ -3454,11 +3454,11 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested)
     for (i = 0; m && i < m->count; i++) {
         const coai_model *it = &m->items[i];
         const cJSON *a;
-        int match = coai__str_same(it->id, requested)
-                    || (it->display_id.len && coai__str_same(it->display_id, requested));
+        int match = coai__oa_str_same(it->id, requested)
+                    || (it->display_id.len && coai__oa_str_same(it->display_id, requested));
         if (!match && it->aliases_) {
             cJSON_ArrayForEach(a, it->aliases_) {
-                if (cJSON_IsString(a) && coai__str_same(coai__jstr(a), requested)) match = 1;
+                if (cJSON_IsString(a) && coai__oa_str_same(coai__oa_jstr(a), requested)) match = 1;
             }
         }
         if (match) hit = it->id;            /* later entries win, as in the original */
@@ -3466,9 +3466,9 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested)
     return hit;
 }
 
-static int coai__str_has(coai_str s, const char *needle)
+static int coai__oa_str_has(coai_str s, const char *needle)
 {
-    return coai__ci_contains(s.ptr, s.len, needle);
+    return coai__oa_ci_contains(s.ptr, s.len, needle);
 }
 
 void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
@@ -3489,7 +3489,7 @@ void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
     }
     for (i = 0; gpt[i]; i++)
         if (coai_str_eq(id, gpt[i])) { *ctx = 400000; *outp = 128000; return; }
-    if (coai__str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
+    if (coai__oa_str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
 }
 
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
@@ -3502,12 +3502,12 @@ int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
         coai_str who = it->display_name.len ? it->display_name : id;
         const char *owner = "cursor";
         uint32_t ctx, outp;
-        if (coai__str_has(who, "claude") || coai__str_has(who, "opus")
-            || coai__str_has(who, "sonnet"))
+        if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
+            || coai__oa_str_has(who, "sonnet"))
             owner = "anthropic";
-        else if (coai__str_has(who, "gpt")) owner = "openai";
-        else if (coai__str_has(who, "gemini")) owner = "google";
-        else if (coai__str_has(who, "grok")) owner = "xai";
+        else if (coai__oa_str_has(who, "gpt")) owner = "openai";
+        else if (coai__oa_str_has(who, "gemini")) owner = "google";
+        else if (coai__oa_str_has(who, "grok")) owner = "xai";
         coai_model_limits(id, &ctx, &outp);
         if (i) coai_buf_putc(out, ',');
         coai_buf_puts(out, "{\"id\":");
@@ -3522,7 +3522,7 @@ int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
 /* ---- exec -> tool call mapping --------------------------------------------- */
 
 /* Find a client tool by any of the names (in order of preference). */
-static int coai__find_tool(const coai_tool *tools, size_t count, const char *const *names,
+static int coai__oa_find_tool(const coai_tool *tools, size_t count, const char *const *names,
                            size_t *idx)
 {
     size_t i, k;
@@ -3534,25 +3534,25 @@ static int coai__find_tool(const coai_tool *tools, size_t count, const char *con
 
 /* The client's parameter name for a logical argument: the first candidate its schema
  * declares, else the first candidate (the original's name). */
-static const char *coai__param(const coai_tool *t, const char *const *cands)
+static const char *coai__oa_param(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *props = coai__get(t->parameters, "properties");
+    const cJSON *props = coai__oa_get(t->parameters, "properties");
     size_t k;
     for (k = 0; cands[k] && cJSON_IsObject(props); k++)
         if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return cands[k];
     return cands[0];
 }
 
-static int coai__has_param(const coai_tool *t, const char *const *cands)
+static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *props = coai__get(t->parameters, "properties");
+    const cJSON *props = coai__oa_get(t->parameters, "properties");
     size_t k;
     for (k = 0; cands[k] && cJSON_IsObject(props); k++)
         if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return 1;
     return 0;
 }
 
-static void coai__arg(coai_buf *b, const char *key, coai_str val)
+static void coai__oa_arg(coai_buf *b, const char *key, coai_str val)
 {
     if (b->len > 1) coai_buf_putc(b, ',');     /* b holds "{" before the first member */
     coai_json_str_append(b, key, strlen(key));
@@ -3562,7 +3562,7 @@ static void coai__arg(coai_buf *b, const char *key, coai_str val)
 
 /* Bash description: "Execute shell command: " + the first 60 UTF-16 units of the
  * command (+ "..." when longer). A surrogate pair is never split. */
-static void coai__shell_desc(coai_buf *b, coai_str cmd)
+static void coai__oa_shell_desc(coai_buf *b, coai_str cmd)
 {
     const unsigned char *p = (const unsigned char *)cmd.ptr;
     size_t i = 0, units = 0;
@@ -3613,67 +3613,67 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
     case COAI_EXEC_SHELL_STREAM:
-        if (!coai__find_tool(tools, count, n_shell, &idx)) return 0;
+        if (!coai__oa_find_tool(tools, count, n_shell, &idx)) return 0;
         t = &tools[idx];
         coai_buf_putc(b, '{');
-        coai__arg(b, coai__param(t, p_command), ex->command);
-        coai__shell_desc(&d, ex->command);
+        coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
+        coai__oa_shell_desc(&d, ex->command);
         {
             coai_str ds;
             ds.ptr = d.data ? (const char *)d.data : "";
             ds.len = d.len;
-            coai__arg(b, coai__param(t, p_desc), ds);
+            coai__oa_arg(b, coai__oa_param(t, p_desc), ds);
         }
         if (d.err) b->err = 1;
         coai_buf_free(&d);
-        if (ex->cwd.len) coai__arg(b, coai__param(t, p_cwd), ex->cwd);
+        if (ex->cwd.len) coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
         break;
     case COAI_EXEC_READ:
-        if (!coai__find_tool(tools, count, n_read, &idx)) return 0;
+        if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
         coai_buf_putc(b, '{');
-        coai__arg(b, coai__param(&tools[idx], p_file), ex->path);
+        coai__oa_arg(b, coai__oa_param(&tools[idx], p_file), ex->path);
         break;
     case COAI_EXEC_LS:
-        if (!coai__find_tool(tools, count, n_list, &idx)) return 0;
+        if (!coai__oa_find_tool(tools, count, n_list, &idx)) return 0;
         coai_buf_putc(b, '{');
-        if (ex->has_path || ex->path.len) coai__arg(b, coai__param(&tools[idx], p_path), ex->path);
-        else if (workspace.len) coai__arg(b, coai__param(&tools[idx], p_path), workspace);
+        if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), ex->path);
+        else if (workspace.len) coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), workspace);
         break;
     case COAI_EXEC_GREP:
         /* A regex search restricted by a file glob stays a grep when the client's grep
          * takes a file filter (OpenCode: include); a pure glob becomes the glob tool. */
-        if (ex->glob.len && ex->pattern.len && coai__find_tool(tools, count, n_grep, &idx)
-            && coai__has_param(&tools[idx], p_include)) {
+        if (ex->glob.len && ex->pattern.len && coai__oa_find_tool(tools, count, n_grep, &idx)
+            && coai__oa_has_param(&tools[idx], p_include)) {
             t = &tools[idx];
             coai_buf_putc(b, '{');
-            coai__arg(b, coai__param(t, p_pattern), ex->pattern);
-            if (ex->has_path || ex->path.len) coai__arg(b, coai__param(t, p_path), ex->path);
-            coai__arg(b, coai__param(t, p_include), ex->glob);
+            coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
+            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
         } else if (ex->glob.len) {
-            if (!coai__find_tool(tools, count, n_glob, &idx)) return 0;
+            if (!coai__oa_find_tool(tools, count, n_glob, &idx)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
-            coai__arg(b, coai__param(t, p_gpattern), ex->glob);
-            if (ex->has_path || ex->path.len) coai__arg(b, coai__param(t, p_path), ex->path);
+            coai__oa_arg(b, coai__oa_param(t, p_gpattern), ex->glob);
+            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         } else {
-            if (!coai__find_tool(tools, count, n_grep, &idx)) return 0;
+            if (!coai__oa_find_tool(tools, count, n_grep, &idx)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
-            coai__arg(b, coai__param(t, p_pattern), ex->pattern);
-            if (ex->has_path || ex->path.len) coai__arg(b, coai__param(t, p_path), ex->path);
+            coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
+            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         }
         break;
     case COAI_EXEC_WRITE:
-        if (!coai__find_tool(tools, count, n_write, &idx)) return 0;
+        if (!coai__oa_find_tool(tools, count, n_write, &idx)) return 0;
         t = &tools[idx];
         coai_buf_putc(b, '{');
-        coai__arg(b, coai__param(t, p_file), ex->path);
-        coai__arg(b, coai__param(t, p_content), ex->content);
+        coai__oa_arg(b, coai__oa_param(t, p_file), ex->path);
+        coai__oa_arg(b, coai__oa_param(t, p_content), ex->content);
         break;
     case COAI_EXEC_MCP: {
         size_t i;
         for (i = 0; i < count; i++)
-            if (coai__str_same(tools[i].name, ex->tool_name)) break;
+            if (coai__oa_str_same(tools[i].name, ex->tool_name)) break;
         if (i == count || ex->tool_name.len == 0) return 0;
         idx = i;
         if (ex->args_json.len) coai_buf_append(b, ex->args_json.ptr, ex->args_json.len);
@@ -3696,7 +3696,7 @@ struct coai_reply_kv {
     size_t id_len, n;
 };
 
-#define COAI__KV_OVERHEAD 64   /* bytes charged per blob on top of id + data */
+#define COAI__OA_KV_OVERHEAD 64   /* bytes charged per blob on top of id + data */
 
 void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req)
 {
@@ -3709,17 +3709,17 @@ void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *r
     o->prompt.len = req->prompt.len;
 }
 
-static int coai__alnum(char c)
+static int coai__oa_alnum(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
 /* Append the [A-Za-z0-9] characters of s, at most max of them; returns the count. */
-static size_t coai__alnum_append(coai_buf *b, coai_str s, size_t max)
+static size_t coai__oa_alnum_append(coai_buf *b, coai_str s, size_t max)
 {
     size_t i, k = 0;
     for (i = 0; i < s.len && k < max; i++)
-        if (coai__alnum(s.ptr[i])) { coai_buf_putc(b, s.ptr[i]); k++; }
+        if (coai__oa_alnum(s.ptr[i])) { coai_buf_putc(b, s.ptr[i]); k++; }
     return k;
 }
 
@@ -3732,17 +3732,17 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
     if (!r->o_.max_kv_bytes) r->o_.max_kv_bytes = COAI_MAX_KV_BYTES;
     if (!r->o_.tools) r->o_.tool_count = 0;
     for (i = 0; i < o->session_id.len && k < 32; i++)
-        if (coai__alnum(o->session_id.ptr[i])) r->session_[k++] = o->session_id.ptr[i];
+        if (coai__oa_alnum(o->session_id.ptr[i])) r->session_[k++] = o->session_id.ptr[i];
     if (!k) {
         /* No session id given: the completion id's hex is unique per response too. */
         coai_str c = o->completion_id;
         if (c.len > 9 && memcmp(c.ptr, "chatcmpl-", 9) == 0) { c.ptr += 9; c.len -= 9; }
         for (i = 0; i < c.len && k < 12; i++)
-            if (coai__alnum(c.ptr[i])) r->session_[k++] = c.ptr[i];
+            if (coai__oa_alnum(c.ptr[i])) r->session_[k++] = c.ptr[i];
         if (!k) r->session_[k++] = '0';
     }
     r->session_[k] = 0;
-    r->prompt_units_ = coai__utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
+    r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
     coai_buf_puts(&r->prefix_, "{\"id\":");
     coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
     coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
@@ -3789,19 +3789,19 @@ int coai_reply_head(const coai_reply *r, coai_buf *out)
     return out->err ? -1 : 0;
 }
 
-static int coai__out_result(coai_reply *r)
+static int coai__oa_out_result(coai_reply *r)
 {
     return r->out.err ? COAI_ERR_NOMEM : (r->done_ ? COAI_DONE : COAI_OK);
 }
 
-static void coai__chunk_begin(coai_reply *r)
+static void coai__oa_chunk_begin(coai_reply *r)
 {
     coai_buf_puts(&r->out, "data: ");
     coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
     coai_buf_puts(&r->out, ",\"choices\":[{\"index\":0,\"delta\":");
 }
 
-static void coai__chunk_end(coai_reply *r, const char *finish)
+static void coai__oa_chunk_end(coai_reply *r, const char *finish)
 {
     coai_buf_puts(&r->out, ",\"finish_reason\":");
     coai_buf_puts(&r->out, finish ? finish : "null");
@@ -3810,7 +3810,7 @@ static void coai__chunk_end(coai_reply *r, const char *finish)
     coai_buf_puts(&r->out, "}\n\n");
 }
 
-static void coai__usage(const coai_reply *r, coai_buf *b)
+static void coai__oa_usage(const coai_reply *r, coai_buf *b)
 {
     int64_t c, p;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
@@ -3820,19 +3820,19 @@ static void coai__usage(const coai_reply *r, coai_buf *b)
 }
 
 /* The first client byte: from here on errors are in-band. */
-static void coai__commit(coai_reply *r)
+static void coai__oa_commit(coai_reply *r)
 {
     if (r->committed_) return;
     r->committed_ = 1;
     r->status_ = 200;
     if (r->o_.stream) {
-        coai__chunk_begin(r);
+        coai__oa_chunk_begin(r);
         coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
-        coai__chunk_end(r, NULL);
+        coai__oa_chunk_end(r, NULL);
     }
 }
 
-static int coai__fail(coai_reply *r, const coai_error *e)
+static int coai__oa_fail(coai_reply *r, const coai_error *e)
 {
     if (r->done_) return COAI_DONE;
     r->error = *e;
@@ -3845,45 +3845,45 @@ static int coai__fail(coai_reply *r, const coai_error *e)
         coai_error_write(&r->out, &r->error);
     } else if (r->o_.stream) {
         coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
-        coai__json_cstr(&r->out, r->error.message);
+        coai__oa_json_cstr(&r->out, r->error.message);
         coai_buf_puts(&r->out, ",\"type\":");
-        coai__json_cstr(&r->out, r->error.type);
+        coai__oa_json_cstr(&r->out, r->error.type);
         coai_buf_puts(&r->out, ",\"code\":");
-        coai__json_cstr(&r->out, r->error.code);
+        coai__oa_json_cstr(&r->out, r->error.code);
         coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
     }
     r->done_ = 1;
-    return coai__out_result(r);
+    return coai__oa_out_result(r);
 }
 
-static int coai__fail_nomem(coai_reply *r)
+static int coai__oa_fail_nomem(coai_reply *r)
 {
     coai_error e;
     coai_error_set(&e, 500, "server_error", NULL, NULL, "Out of memory in the proxy");
-    coai__fail(r, &e);
+    coai__oa_fail(r, &e);
     return COAI_ERR_NOMEM;
 }
 
 /* Emit text that is already cut at a character boundary (ch 0 content, 1 reasoning). */
-static void coai__emit(coai_reply *r, int ch, const char *s, size_t n)
+static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
 {
     if (!n) return;
-    r->completion_units_ += coai__utf16_len(s, n);
+    r->completion_units_ += coai__oa_utf16_len(s, n);
     if (ch == 0) r->text_streamed_ = 1;
     if (r->o_.stream) {
-        coai__commit(r);
-        coai__chunk_begin(r);
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
         coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
         coai_json_str_append(&r->out, s, n);
         coai_buf_putc(&r->out, '}');
-        coai__chunk_end(r, NULL);
+        coai__oa_chunk_end(r, NULL);
     } else {
         coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
     }
 }
 
 /* Bytes at the end of p[0..n) that start a character the next delta completes. */
-static size_t coai__utf8_tail(const unsigned char *p, size_t n)
+static size_t coai__oa_utf8_tail(const unsigned char *p, size_t n)
 {
     size_t i;
     for (i = n > 3 ? n - 3 : 0; i < n; i++)
@@ -3891,35 +3891,35 @@ static size_t coai__utf8_tail(const unsigned char *p, size_t n)
     return 0;
 }
 
-static int coai__text(coai_reply *r, int ch, coai_str t)
+static int coai__oa_text(coai_reply *r, int ch, coai_str t)
 {
     size_t hold, total;
     if (!t.len) return COAI_OK;
     coai_buf_reset(&r->tmp_);
     coai_buf_append(&r->tmp_, r->carry_[ch], r->carry_len_[ch]);
     coai_buf_append(&r->tmp_, t.ptr, t.len);
-    if (r->tmp_.err) return coai__fail_nomem(r);
+    if (r->tmp_.err) return coai__oa_fail_nomem(r);
     total = r->tmp_.len;
-    hold = coai__utf8_tail(r->tmp_.data, total);
+    hold = coai__oa_utf8_tail(r->tmp_.data, total);
     memcpy(r->carry_[ch], r->tmp_.data + total - hold, hold);
     r->carry_len_[ch] = hold;
-    coai__emit(r, ch, (const char *)r->tmp_.data, total - hold);
-    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__fail_nomem(r);
+    coai__oa_emit(r, ch, (const char *)r->tmp_.data, total - hold);
+    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
     return COAI_OK;
 }
 
 /* A character still cut off when the text ends is emitted as is (U+FFFD). */
-static void coai__flush_carry(coai_reply *r)
+static void coai__oa_flush_carry(coai_reply *r)
 {
     int ch;
     for (ch = 1; ch >= 0; ch--) {
         if (!r->carry_len_[ch]) continue;
-        coai__emit(r, ch, (const char *)r->carry_[ch], r->carry_len_[ch]);
+        coai__oa_emit(r, ch, (const char *)r->carry_[ch], r->carry_len_[ch]);
         r->carry_len_[ch] = 0;
     }
 }
 
-static void coai__completion(coai_reply *r, const char *finish)
+static void coai__oa_completion(coai_reply *r, const char *finish)
 {
     coai_buf *o = &r->out;
     coai_buf_append(o, r->prefix_.data, r->prefix_.len);
@@ -3941,93 +3941,93 @@ static void coai__completion(coai_reply *r, const char *finish)
         coai_buf_puts(o, "}}]");
     }
     coai_buf_printf(o, "},\"finish_reason\":\"%s\"}],\"usage\":", finish);
-    coai__usage(r, o);
+    coai__oa_usage(r, o);
     coai_buf_putc(o, '}');
 }
 
-static void coai__stream_tail(coai_reply *r)
+static void coai__oa_stream_tail(coai_reply *r)
 {
     if (r->o_.include_usage) {
         coai_buf_puts(&r->out, "data: ");
         coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
         coai_buf_puts(&r->out, ",\"choices\":[],\"usage\":");
-        coai__usage(r, &r->out);
+        coai__oa_usage(r, &r->out);
         coai_buf_puts(&r->out, "}\n\n");
     }
     coai_buf_puts(&r->out, "data: [DONE]\n\n");
 }
 
 /* Normal end of the turn. */
-static int coai__finish(coai_reply *r)
+static int coai__oa_finish(coai_reply *r)
 {
     if (r->done_) return COAI_DONE;
-    coai__flush_carry(r);
+    coai__oa_flush_carry(r);
     if (!r->text_streamed_ && r->fallback_.len) {
         size_t i = 0;
         while (i + 4 <= r->fallback_.len) {
             const unsigned char *p = r->fallback_.data + i;
             size_t n = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
             if (n > r->fallback_.len - i - 4) break;
-            coai__emit(r, 0, (const char *)p + 4, n);
+            coai__oa_emit(r, 0, (const char *)p + 4, n);
             i += 4 + n;
         }
     }
     if (r->o_.stream) {
-        coai__commit(r);
-        coai__chunk_begin(r);
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
         coai_buf_puts(&r->out, "{},\"finish_reason\":\"stop\"}]");
         if (r->o_.include_usage) {
             coai_buf_puts(&r->out, ",\"usage\":null");
         } else {
             coai_buf_puts(&r->out, ",\"usage\":");
-            coai__usage(r, &r->out);
+            coai__oa_usage(r, &r->out);
         }
         coai_buf_puts(&r->out, "}\n\n");
-        coai__stream_tail(r);
+        coai__oa_stream_tail(r);
     } else {
-        if (r->content_.err || r->reasoning_.err) return coai__fail_nomem(r);
+        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
         r->committed_ = 1;
         r->status_ = 200;
-        coai__completion(r, "stop");
+        coai__oa_completion(r, "stop");
     }
     r->done_ = 1;
-    return coai__out_result(r);
+    return coai__oa_out_result(r);
 }
 
-static int coai__send(coai_reply *r)
+static int coai__oa_send(coai_reply *r)
 {
     coai_error e;
-    if (r->scratch_.err) return coai__fail_nomem(r);
+    if (r->scratch_.err) return coai__oa_fail_nomem(r);
     if (r->o_.send(r->o_.send_user, r->scratch_.data, r->scratch_.len) == 0) return COAI_OK;
     coai_error_set(&e, 502, "upstream_error", "upstream_error", NULL,
                    "Could not deliver a reply to Cursor (BidiAppend failed)");
-    return coai__fail(r, &e);
+    return coai__oa_fail(r, &e);
 }
 
-static int coai__tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
+static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
 {
     coai_str b;
     coai_buf *id = &r->tc_id_;
     const coai_tool *t = &r->o_.tools[tc->tool];
-    coai__flush_carry(r);
+    coai__oa_flush_carry(r);
     coai_buf_reset(id);
     coai_buf_puts(id, "sess_");
     coai_buf_puts(id, r->session_);
     coai_buf_puts(id, "__call_");
     b = ex->kind == COAI_EXEC_MCP ? ex->tool_call_id : ex->exec_id;
-    if (!coai__alnum_append(id, b, 32) && !coai__alnum_append(id, ex->exec_id, 32))
+    if (!coai__oa_alnum_append(id, b, 32) && !coai__oa_alnum_append(id, ex->exec_id, 32))
         coai_buf_printf(id, "%lu", (unsigned long)ex->id);
     coai_buf_reset(&r->tc_name_);
     coai_buf_append(&r->tc_name_, t->name.ptr, t->name.len);
     coai_buf_reset(&r->tc_args_);
     coai_buf_append(&r->tc_args_, tc->args.data, tc->args.len);
-    if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__fail_nomem(r);
+    if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__oa_fail_nomem(r);
     r->has_tool_call_ = 1;
-    r->completion_units_ += coai__utf16_len(t->name.ptr, t->name.len)
-                            + coai__utf16_len((const char *)tc->args.data, tc->args.len);
+    r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
+                            + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
     if (r->o_.stream) {
-        coai__commit(r);
-        coai__chunk_begin(r);
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
         coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
         coai_json_str_append(&r->out, (const char *)id->data, id->len);
         coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
@@ -4035,21 +4035,21 @@ static int coai__tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_c
         coai_buf_puts(&r->out, ",\"arguments\":");
         coai_json_str_append(&r->out, (const char *)tc->args.data, tc->args.len);
         coai_buf_puts(&r->out, "}}]}");
-        coai__chunk_end(r, NULL);
-        coai__chunk_begin(r);
+        coai__oa_chunk_end(r, NULL);
+        coai__oa_chunk_begin(r);
         coai_buf_puts(&r->out, "{}");
-        coai__chunk_end(r, "\"tool_calls\"");
-        coai__stream_tail(r);
+        coai__oa_chunk_end(r, "\"tool_calls\"");
+        coai__oa_stream_tail(r);
     } else {
         r->committed_ = 1;
         r->status_ = 200;
-        coai__completion(r, "tool_calls");
+        coai__oa_completion(r, "tool_calls");
     }
     r->done_ = 1;
-    return coai__out_result(r);
+    return coai__oa_out_result(r);
 }
 
-static int coai__exec(coai_reply *r, const coai_exec *ex)
+static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
 {
     coai_tool_call tc;
     coai_str ws = r->o_.env ? r->o_.env->workspace : coai_str_c("");
@@ -4060,16 +4060,16 @@ static int coai__exec(coai_reply *r, const coai_exec *ex)
         coai_buf_reset(&r->scratch_);
         coai_encode_exec_request_context(&r->scratch_, ex->id, ex->exec_id,
                                          r->o_.env ? r->o_.env : &dflt);
-        if ((rc = coai__send(r)) != COAI_OK) return rc;
+        if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
         coai_buf_reset(&r->scratch_);
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
-        return coai__send(r);
+        return coai__oa_send(r);
     }
     memset(&tc, 0, sizeof tc);
     m = coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
-    if (m < 0) { coai_buf_free(&tc.args); return coai__fail_nomem(r); }
+    if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
-        rc = coai__tool_call(r, ex, &tc);
+        rc = coai__oa_tool_call(r, ex, &tc);
         coai_buf_free(&tc.args);
         return rc;
     }
@@ -4080,16 +4080,16 @@ static int coai__exec(coai_reply *r, const coai_exec *ex)
     coai_encode_exec_reject(&r->scratch_, ex, coai_str_c(
         "This tool is not available here: the client did not provide a matching tool. "
         "Use one of the provided tools instead."));
-    if ((rc = coai__send(r)) != COAI_OK) return rc;
+    if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
     if (!coai_exec_reject_is_result((int)ex->kind)) return COAI_OK;
     coai_buf_reset(&r->scratch_);
     coai_encode_exec_stream_close(&r->scratch_, ex->id);
-    return coai__send(r);
+    return coai__oa_send(r);
 }
 
 /* ---- KV store and the §9 assistant-text fallback ---- */
 
-static int coai__keep_text(coai_reply *r, const char *s, size_t n)
+static int coai__oa_keep_text(coai_reply *r, const char *s, size_t n)
 {
     unsigned char len[4];
     if (!n || n > 0xffffffffu) return 0;
@@ -4102,7 +4102,7 @@ static int coai__keep_text(coai_reply *r, const char *s, size_t n)
     return r->fallback_.err ? -1 : 0;
 }
 
-static int coai__pb_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
+static int coai__oa_kv_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
 {
     int shift = 0;
     *v = 0;
@@ -4116,23 +4116,23 @@ static int coai__pb_varint(const unsigned char *p, size_t n, size_t *i, uint64_t
 }
 
 /* Walk top-level protobuf fields; keep=0 only validates. Returns the field count or -1. */
-static int coai__pb_scan(coai_reply *r, const unsigned char *p, size_t n, int keep)
+static int coai__oa_kv_pbscan(coai_reply *r, const unsigned char *p, size_t n, int keep)
 {
     size_t i = 0;
     int count = 0;
     while (i < n) {
         uint64_t key, v;
-        if (coai__pb_varint(p, n, &i, &key) || (key >> 3) == 0 || ++count > 99) return -1;
+        if (coai__oa_kv_varint(p, n, &i, &key) || (key >> 3) == 0 || ++count > 99) return -1;
         switch (key & 7) {
-        case 0: if (coai__pb_varint(p, n, &i, &v)) return -1; break;
+        case 0: if (coai__oa_kv_varint(p, n, &i, &v)) return -1; break;
         case 1: if (n - i < 8) return -1; i += 8; break;
         case 5: if (n - i < 4) return -1; i += 4; break;
         case 2:
-            if (coai__pb_varint(p, n, &i, &v) || v > n - i) return -1;
+            if (coai__oa_kv_varint(p, n, &i, &v) || v > n - i) return -1;
             if (keep && v > 0 && coai_utf8_valid_prefix((const char *)p + i, (size_t)v) == v
-                && coai__utf16_len((const char *)p + i, (size_t)v) > 50
+                && coai__oa_utf16_len((const char *)p + i, (size_t)v) > 50
                 && p[i] != '{' && p[i] != '[')
-                if (coai__keep_text(r, (const char *)p + i, (size_t)v)) return -2;
+                if (coai__oa_keep_text(r, (const char *)p + i, (size_t)v)) return -2;
             i += (size_t)v;
             break;
         default: return -1;
@@ -4141,14 +4141,14 @@ static int coai__pb_scan(coai_reply *r, const unsigned char *p, size_t n, int ke
     return count;
 }
 
-static int coai__keep_json(coai_reply *r, const cJSON *s)
+static int coai__oa_keep_json(coai_reply *r, const cJSON *s)
 {
-    coai_str t = coai__jstr(s);
-    return coai__keep_text(r, t.ptr, t.len);
+    coai_str t = coai__oa_jstr(s);
+    return coai__oa_keep_text(r, t.ptr, t.len);
 }
 
 /* Remember assistant text a blob carries (spec §9). -1 = over the store budget. */
-static int coai__kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
+static int coai__oa_kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
 {
     size_t i = 0;
     int rc = 0;
@@ -4159,43 +4159,43 @@ static int coai__kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
         if (i == n || p[i] != '{') return 0;
         j = cJSON_ParseWithLength((const char *)p, n);
         if (!j) return 0;
-        if (coai__role_is(j, "assistant")) {
-            c = coai__get(j, "content");
-            if (cJSON_IsString(c)) rc |= coai__keep_json(r, c);
+        if (coai__oa_role_is(j, "assistant")) {
+            c = coai__oa_get(j, "content");
+            if (cJSON_IsString(c)) rc |= coai__oa_keep_json(r, c);
             else if (cJSON_IsArray(c)) {
                 cJSON_ArrayForEach(e, c) {
-                    const cJSON *ty = coai__get(e, "type");
-                    if (cJSON_IsString(e)) rc |= coai__keep_json(r, e);
+                    const cJSON *ty = coai__oa_get(e, "type");
+                    if (cJSON_IsString(e)) rc |= coai__oa_keep_json(r, e);
                     else if (cJSON_IsString(ty) && strcmp(ty->valuestring, "text") == 0)
-                        rc |= coai__keep_json(r, coai__get(e, "text"));
+                        rc |= coai__oa_keep_json(r, coai__oa_get(e, "text"));
                 }
             }
         }
-        msgs = coai__get(j, "messages");
+        msgs = coai__oa_get(j, "messages");
         if (cJSON_IsArray(msgs)) {
             cJSON_ArrayForEach(e, msgs) {
-                if (coai__role_is(e, "assistant"))
-                    rc |= coai__keep_json(r, coai__get(e, "content"));
+                if (coai__oa_role_is(e, "assistant"))
+                    rc |= coai__oa_keep_json(r, coai__oa_get(e, "content"));
             }
         }
         cJSON_Delete(j);
         return rc ? -1 : 0;
     }
-    rc = coai__pb_scan(r, p, n, 0);
+    rc = coai__oa_kv_pbscan(r, p, n, 0);
     if (rc < 1) return 0;
-    return coai__pb_scan(r, p, n, 1) == -2 ? -1 : 0;
+    return coai__oa_kv_pbscan(r, p, n, 1) == -2 ? -1 : 0;
 }
 
-static int coai__kv_limit(coai_reply *r)
+static int coai__oa_kv_limit(coai_reply *r)
 {
     coai_error e;
     coai_error_set(&e, 502, "upstream_error", "kv_store_limit", NULL,
                    "Cursor stored more than %lu bytes of conversation state in one run "
                    "(the COAI_MAX_KV_BYTES limit)", (unsigned long)r->o_.max_kv_bytes);
-    return coai__fail(r, &e);
+    return coai__oa_fail(r, &e);
 }
 
-static coai_reply_kv *coai__kv_find(coai_reply *r, coai_str id)
+static coai_reply_kv *coai__oa_kv_find(coai_reply *r, coai_str id)
 {
     size_t i;
     for (i = 0; i < r->kv_count_; i++)
@@ -4204,30 +4204,30 @@ static coai_reply_kv *coai__kv_find(coai_reply *r, coai_str id)
     return NULL;
 }
 
-static int coai__kv_set(coai_reply *r, const coai_msg *m)
+static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
 {
-    coai_reply_kv *e = coai__kv_find(r, m->blob_id);
-    size_t need = m->blob_id.len + m->blob_data.len + COAI__KV_OVERHEAD;
-    size_t freed = e ? e->id_len + e->n + COAI__KV_OVERHEAD : 0;
+    coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    size_t need = m->blob_id.len + m->blob_data.len + COAI__OA_KV_OVERHEAD;
+    size_t freed = e ? e->id_len + e->n + COAI__OA_KV_OVERHEAD : 0;
     unsigned char *mem;
     int changed = 1;
     size_t base = r->kv_bytes_ - freed;
     if (need < m->blob_data.len || need > r->o_.max_kv_bytes
         || base > r->o_.max_kv_bytes - need)
-        return coai__kv_limit(r);
+        return coai__oa_kv_limit(r);
     if (e && e->n == m->blob_data.len
         && (e->n == 0 || memcmp(e->mem + e->id_len, m->blob_data.ptr, e->n) == 0)) {
         changed = 0;
     } else {
-        mem = (unsigned char *)malloc(need - COAI__KV_OVERHEAD + 1);
-        if (!mem) return coai__fail_nomem(r);
+        mem = (unsigned char *)malloc(need - COAI__OA_KV_OVERHEAD + 1);
+        if (!mem) return coai__oa_fail_nomem(r);
         if (m->blob_id.len) memcpy(mem, m->blob_id.ptr, m->blob_id.len);
         if (m->blob_data.len) memcpy(mem + m->blob_id.len, m->blob_data.ptr, m->blob_data.len);
         if (!e) {
             if (r->kv_count_ == r->kv_cap_) {
                 size_t nc = r->kv_cap_ ? r->kv_cap_ * 2 : 8;
                 coai_reply_kv *nk = (coai_reply_kv *)realloc(r->kv_, nc * sizeof *nk);
-                if (!nk) { free(mem); return coai__fail_nomem(r); }
+                if (!nk) { free(mem); return coai__oa_fail_nomem(r); }
                 r->kv_ = nk;
                 r->kv_cap_ = nc;
             }
@@ -4240,19 +4240,19 @@ static int coai__kv_set(coai_reply *r, const coai_msg *m)
         e->n = m->blob_data.len;
         r->kv_bytes_ = r->kv_bytes_ - freed + need;
     }
-    if (changed && coai__kv_analyze(r, e->mem + e->id_len, e->n)) return coai__kv_limit(r);
+    if (changed && coai__oa_kv_analyze(r, e->mem + e->id_len, e->n)) return coai__oa_kv_limit(r);
     coai_buf_reset(&r->scratch_);
     coai_encode_kv_set_result(&r->scratch_, m->id);
-    return coai__send(r);
+    return coai__oa_send(r);
 }
 
-static int coai__kv_get(coai_reply *r, const coai_msg *m)
+static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
 {
-    const coai_reply_kv *e = coai__kv_find(r, m->blob_id);
+    const coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
     coai_buf_reset(&r->scratch_);
     coai_encode_kv_get_result(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
                               e ? e->n : 0, e != NULL);
-    return coai__send(r);
+    return coai__oa_send(r);
 }
 
 int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
@@ -4260,8 +4260,8 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
     if (r->done_) return COAI_DONE;
     if (!m) return COAI_OK;
     switch (m->kind) {
-    case COAI_MSG_TEXT: return coai__text(r, 0, m->text);
-    case COAI_MSG_THINKING: return coai__text(r, 1, m->text);
+    case COAI_MSG_TEXT: return coai__oa_text(r, 0, m->text);
+    case COAI_MSG_THINKING: return coai__oa_text(r, 1, m->text);
     case COAI_MSG_TOKENS:
         if (m->value > 0 && m->value < 1000000000) {
             r->token_sum_ += m->value;
@@ -4271,10 +4271,10 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
     case COAI_MSG_CHECKPOINT:
         if (m->value > 0 && m->value < 1000000000000LL) r->used_tokens_ = m->value;
         return COAI_OK;
-    case COAI_MSG_TURN_ENDED: return coai__finish(r);
-    case COAI_MSG_EXEC: return coai__exec(r, &m->exec);
-    case COAI_MSG_KV_SET: return coai__kv_set(r, m);
-    case COAI_MSG_KV_GET: return coai__kv_get(r, m);
+    case COAI_MSG_TURN_ENDED: return coai__oa_finish(r);
+    case COAI_MSG_EXEC: return coai__oa_exec(r, &m->exec);
+    case COAI_MSG_KV_SET: return coai__oa_kv_set(r, m);
+    case COAI_MSG_KV_GET: return coai__oa_kv_get(r, m);
     case COAI_MSG_QUERY: r->queries++; return COAI_OK;
     default: return COAI_OK;   /* heartbeats, announcements, steps, aborts */
     }
@@ -4286,17 +4286,17 @@ int coai_reply_feed_status(coai_reply *r, const coai_status *st)
     if (r->done_) return COAI_DONE;
     coai_error_from_status(st, &e);
     if (!e.status) { r->status_ok_ = 1; return COAI_OK; }
-    return coai__fail(r, &e);
+    return coai__oa_fail(r, &e);
 }
 
 int coai_reply_feed_eof(coai_reply *r)
 {
     coai_error e;
     if (r->done_) return COAI_DONE;
-    if (r->status_ok_) return coai__finish(r);
+    if (r->status_ok_) return coai__oa_finish(r);
     coai_error_set(&e, 502, "upstream_error", "upstream_truncated", NULL,
                    "The Cursor stream ended before the end of the turn");
-    return coai__fail(r, &e);
+    return coai__oa_fail(r, &e);
 }
 
 int coai_reply_feed_error(coai_reply *r, const coai_error *e)
@@ -4307,7 +4307,7 @@ int coai_reply_feed_error(coai_reply *r, const coai_error *e)
                        "Connection to Cursor failed");
         e = &d;
     }
-    return coai__fail(r, e);
+    return coai__oa_fail(r, e);
 }
 
 int coai_reply_fail_timeout(coai_reply *r)
@@ -4315,16 +4315,16 @@ int coai_reply_fail_timeout(coai_reply *r)
     coai_error e;
     coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
                    "Cursor sent nothing for too long (upstream idle timeout)");
-    return coai__fail(r, &e);
+    return coai__oa_fail(r, &e);
 }
 
 int coai_reply_keepalive(coai_reply *r)
 {
     if (r->done_) return COAI_DONE;
     if (!r->o_.stream) return COAI_OK;
-    coai__commit(r);
+    coai__oa_commit(r);
     coai_buf_puts(&r->out, ": keepalive\n\n");
-    return coai__out_result(r);
+    return coai__oa_out_result(r);
 }
 /* PART:OPENAI impl end */
 

@@ -1,70 +1,9 @@
 /* t_openai.c - OPENAI part: request validation, prompt flattening, exec -> tool call
  * mapping, SSE / JSON output of coai_reply, UTF-8 repair, usage, KV store, errors. */
-#include "cursor_oai.h"
-
-#ifndef COAI_MAX_VALUE_DEPTH
-/* Until the ENCODE part is merged: prototypes and stand-ins that write the spec §6.3
- * bytes for the simple messages (so these tests also hold against the real encoders). */
-int coai_encode_kv_set_result(coai_buf *out, uint32_t id);
-int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found);
-int coai_encode_exec_stream_close(coai_buf *out, uint32_t id);
-int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_id,
-                                     const coai_run_params *env);
-struct coai_exec;
-int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str reason);
-int coai_exec_reject_is_result(int kind);
-#define COAI_TEST_STUB_ENCODE 1
-#endif
-
 #define CURSOR_OAI_IMPLEMENTATION
 #include "cursor_oai.h"
 #include "test.h"
 #include <cJSON.h>
-
-#ifdef COAI_TEST_STUB_ENCODE
-/* Small ids/lengths only (single-byte varints), enough for these tests. */
-int coai_encode_kv_set_result(coai_buf *out, uint32_t id)
-{
-    unsigned char b[6] = { 0x1a, 0x04, 0x08, (unsigned char)id, 0x1a, 0x00 };
-    return coai_buf_append(out, b, 6);
-}
-int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found)
-{
-    unsigned char h[7];
-    if (!found) {
-        unsigned char b[6] = { 0x1a, 0x04, 0x08, (unsigned char)id, 0x12, 0x00 };
-        return coai_buf_append(out, b, 6);
-    }
-    h[0] = 0x1a; h[1] = (unsigned char)(n + 6); h[2] = 0x08; h[3] = (unsigned char)id;
-    h[4] = 0x12; h[5] = (unsigned char)(n + 2); h[6] = 0x0a;
-    coai_buf_append(out, h, 7);
-    coai_buf_putc(out, (int)n);
-    return coai_buf_append(out, data, n);
-}
-int coai_encode_exec_stream_close(coai_buf *out, uint32_t id)
-{
-    unsigned char b[6] = { 0x2a, 0x04, 0x0a, 0x02, 0x08, (unsigned char)id };
-    return coai_buf_append(out, b, 6);
-}
-int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_id,
-                                     const coai_run_params *env)
-{
-    (void)exec_id; (void)env;
-    coai_buf_putc(out, 0x12);
-    return coai_buf_putc(out, (int)id);
-}
-int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str reason)
-{
-    (void)reason;
-    coai_buf_putc(out, coai_exec_reject_is_result(ex->kind) ? 0x12 : 0x2a);
-    return coai_buf_putc(out, (int)ex->id);
-}
-int coai_exec_reject_is_result(int kind)
-{
-    return kind == 2 || kind == 14 || kind == 3 || kind == 4 || kind == 5 || kind == 7
-           || kind == 8 || kind == 9 || kind == 10 || kind == 11 || kind == 20;
-}
-#endif
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -923,7 +862,7 @@ static void test_kv(void)
     coai_reply_feed_msg(&r, &m);
     CHECK(s.all.len >= 10 && memcmp(s.all.data + s.all.len - 10,
                                     "\x1a\x08\x08\x05\x12\x04\x0a\x02xy", 10) == 0);
-    CHECK(r.kv_count_ == 1 && r.kv_bytes_ == 4 + 2 + COAI__KV_OVERHEAD);
+    CHECK(r.kv_count_ == 1 && r.kv_bytes_ == 4 + 2 + COAI__OA_KV_OVERHEAD);
     coai_reply_free(&r);
     coai_buf_free(&s.all);
 
