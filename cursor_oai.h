@@ -988,10 +988,14 @@ int coai_http_parse_request(const char *buf, size_t len, coai_http_request *rq, 
     size_t n = len < COAI_HTTP_MAX_HEAD ? len : COAI_HTTP_MAX_HEAD, pos = 0, s, e;
     coai__http_head st;
     int r, code;
-    memset(rq, 0, sizeof *rq);
-    memset(&st, 0, sizeof st);
+    /* Not memset: the header array is large and only [0, header_count) is meaningful. */
+    rq->method = rq->target = rq->path = coai__http_none();
+    rq->minor_version = 0;
+    rq->header_count = 0;
     rq->content_length = -1;
+    rq->chunked = rq->keep_alive = rq->expect_continue = rq->host_count = 0;
     rq->host = rq->origin = rq->content_type = rq->authorization = coai__http_none();
+    memset(&st, 0, sizeof st);
     st.hdr = rq->headers;
     *status = 0;
     for (;;) {
@@ -1058,10 +1062,12 @@ int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs
     coai__http_head st;
     const char *v;
     int r;
-    memset(rs, 0, sizeof *rs);
-    memset(&st, 0, sizeof st);
+    rs->status = rs->minor_version = 0;
+    rs->reason = rs->content_type = coai__http_none();
+    rs->header_count = 0;
     rs->content_length = -1;
-    rs->content_type = coai__http_none();
+    rs->chunked = rs->keep_alive = rs->no_body = 0;
+    memset(&st, 0, sizeof st);
     st.hdr = rs->headers;
     r = coai__http_line(buf, n, &pos, &e, COAI_HTTP_MAX_LINE, 1);
     if (r == 0) goto more;

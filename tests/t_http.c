@@ -50,9 +50,9 @@ static int req_n(const char *s, size_t n, coai_http_request *rq, int *status)
     size_t p, step = n <= 4096 ? 1 : 61;
     for (p = 0; p < n; p += step) {
         int r2 = coai_http_parse_request(place(s, p), p, &tmp, &st2);
-        if (r > 0 && (size_t)r <= p) {
+        if (r > COAI_MORE && (size_t)r <= p) {
             if (r2 != r || tmp.header_count != rq->header_count) bad++;
-        } else if (r > 0) {
+        } else if (r > COAI_MORE) {
             if (r2 != COAI_MORE || st2 != 0) bad++;
         } else if (r2 != COAI_MORE && (r2 != r || st2 != *status)) {
             bad++;
@@ -368,7 +368,7 @@ static void test_pipeline(void)
     n = in.len;
     p = place(in.data, n);
     r = coai_http_parse_request(p, n, &RQ, &st);
-    CHECK(r > 0 && coai_str_eq(RQ.path, "/a") && RQ.content_length == 5);
+    CHECK(r > COAI_MORE && coai_str_eq(RQ.path, "/a") && RQ.content_length == 5);
     off = (size_t)r;
     CHECK(memcmp(p + off, "hello", 5) == 0);
     off += 5;
@@ -380,8 +380,8 @@ static void test_pipeline(void)
         memset(&d, 0, sizeof d);
         r = coai_http_parse_request(p + off, n - off, &RQ, &st);
         snprintf(want, sizeof want, "/c%zu", i);
-        CHECK(r > 0 && coai_str_eq(RQ.path, want) && RQ.chunked);
-        if (r <= 0) break;
+        CHECK(r > COAI_MORE && coai_str_eq(RQ.path, want) && RQ.chunked);
+        if (r <= COAI_MORE) break;
         off += (size_t)r;
         CHECK(coai_chunked_feed(&d, p + off, n - off, &used, &out) == COAI_DONE);
         CHECK(out == sizes[i]);
@@ -577,8 +577,8 @@ static int resp(const char *s)
     int r = coai_http_parse_response(place(s, n), n, &RS), bad = 0;
     for (p = 0; p < n; p++) {
         int r2 = coai_http_parse_response(place(s, p), p, &tmp);
-        if (r > 0 && (size_t)r <= p) { if (r2 != r) bad++; }
-        else if (r > 0) { if (r2 != COAI_MORE) bad++; }
+        if (r > COAI_MORE && (size_t)r <= p) { if (r2 != r) bad++; }
+        else if (r > COAI_MORE) { if (r2 != COAI_MORE) bad++; }
         else if (r2 != COAI_MORE && r2 != r) bad++;
     }
     CHECKF(bad == 0, "%d prefixes disagree for %.40s", bad, s);
@@ -806,7 +806,7 @@ static void test_auth(void)
     REQ_OK("POST / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk-local-0123456789abcdeX"
            "\r\n\r\n");
     CHECK(!coai_http_token_equal(coai_http_bearer(RQ.authorization), S(key)));
-    CHECK(req("POST / HTTP/1.1\r\nHost: localhost\r\n\r\n", &st) > 0);
+    CHECK(req("POST / HTTP/1.1\r\nHost: localhost\r\n\r\n", &st) > COAI_MORE);
     CHECK(!coai_http_token_equal(coai_http_bearer(RQ.authorization), S(key)));
 }
 
