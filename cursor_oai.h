@@ -517,6 +517,161 @@ typedef struct coai_msg {
 /* ======================================================================== */
 /* PART:HTTP api (request parser, chunked decoder, response parser, Host)   */
 /* ======================================================================== */
+/* HTTP/1.1 for server.c: a strict request-head parser, an in-place chunked body
+ * decoder, a bounded response-head parser for the upstream side, and the
+ * security checks done before auth (Host allow-list against DNS rebinding,
+ * Origin, JSON content type, constant-time key compare).
+ *
+ * Head parsers are stateless like picohttpparser: pass the whole data received
+ * so far each time. They return the head length (> COAI_MORE) when the head is
+ * complete, COAI_MORE when more bytes are needed, or a negative coai_result.
+ * Every coai_str they fill points into the caller's buffer and stays valid while
+ * that buffer does. A header that is absent has ptr == NULL; present but empty
+ * has ptr != NULL and len 0.
+ *
+ * Request strictness (each error sets *status to the HTTP status to answer):
+ *   400  bad request-line syntax; NUL/CTL/DEL in method, target, names or values;
+ *        whitespace before a colon; empty name; obs-fold (a line starting with
+ *        SP/HTAB); bare LF or CR without LF anywhere in the head (we do not accept
+ *        bare LF line endings: no real client needs them and accepting them is a
+ *        smuggling lever); no Host on HTTP/1.1; Host, Content-Length,
+ *        Transfer-Encoding, Origin, Content-Type or Authorization sent twice;
+ *        Content-Length not 1*DIGIT or over INT64_MAX ("-1", "1e3", "5, 5");
+ *        Transfer-Encoding with Content-Length, on HTTP/1.0, or empty; a target
+ *        that is not origin-form ("/...") or "*" with OPTIONS (absolute-form too)
+ *   501  Transfer-Encoding other than exactly "chunked" (case-insensitive)
+ *   414  request line over COAI_HTTP_MAX_LINE bytes (without CRLF)
+ *   431  a header line over COAI_HTTP_MAX_LINE, more than COAI_HTTP_MAX_HEADERS
+ *        headers, or a head (with its blank line) over COAI_HTTP_MAX_HEAD
+ *   505  a well-formed version other than HTTP/1.0 or HTTP/1.1
+ * Errors are returned as soon as the bytes that prove them have arrived, so a
+ * prefix of the input gives COAI_MORE or the same error as the whole input.
+ * Empty lines (CRLF) before the request line are skipped (RFC 9112 2.2). */
+
+#ifndef COAI_HTTP_MAX_HEADERS
+#define COAI_HTTP_MAX_HEADERS 100              /* header lines in one head; more -> 431 */
+#endif
+#ifndef COAI_HTTP_MAX_LINE
+#define COAI_HTTP_MAX_LINE (8u * 1024u)        /* request line (-> 414) or a header line (-> 431) */
+#endif
+#ifndef COAI_HTTP_MAX_HEAD
+#define COAI_HTTP_MAX_HEAD (32u * 1024u)       /* head incl. blank line (-> 431); <= INT_MAX */
+#endif
+#ifndef COAI_HTTP_MAX_BODY
+#define COAI_HTTP_MAX_BODY (32u * 1024u * 1024u) /* request body cap server.c enforces (-> 413) */
+#endif
+#ifndef COAI_HTTP_MAX_CHUNK_LINE
+#define COAI_HTTP_MAX_CHUNK_LINE 1024u         /* chunk-size line incl. extensions, without CRLF */
+#endif
+#ifndef COAI_HTTP_CHUNK_OVERHEAD_MIN
+#define COAI_HTTP_CHUNK_OVERHEAD_MIN (100u * 1024u) /* framing bytes before the 80% flood rule */
+#endif
+
+typedef struct coai_http_header {
+    coai_str name;              /* as sent (case kept); a token */
+    coai_str value;             /* leading and trailing SP/HTAB removed */
+} coai_http_header;
+
+typedef struct coai_http_request {
+    coai_str method;            /* token, case-sensitive ("POST") */
+    coai_str target;            /* origin-form "/path?query", or "*" (OPTIONS only) */
+    coai_str path;              /* target up to the first '?' */
+    int minor_version;          /* 0 or 1 */
+    coai_http_header headers[COAI_HTTP_MAX_HEADERS];
+    size_t header_count;
+    int64_t content_length;     /* -1 = no Content-Length */
+    int chunked;                /* Transfer-Encoding: chunked (use coai_chunked_feed) */
+    int keep_alive;             /* 1.1: unless "Connection: close"; 1.0: only with keep-alive */
+    int expect_continue;        /* HTTP/1.1 with "Expect: 100-continue" */
+    coai_str host;              /* Host value (ptr NULL when absent) */
+    int host_count;             /* 0 or 1 after success (two Host lines -> 400) */
+    coai_str origin;            /* Origin value (ptr NULL when absent) */
+    coai_str content_type;      /* Content-Type value (ptr NULL when absent) */
+    coai_str authorization;     /* Authorization value (ptr NULL when absent) */
+} coai_http_request;
+
+/* Parse a request head from buf[0..len) (all bytes received so far). Returns the
+ * head length (> COAI_MORE; the body or the next pipelined request starts there),
+ * COAI_MORE, or COAI_ERR_HTTP / COAI_ERR_TOO_BIG with *status = 400, 414, 431, 501
+ * or 505 (*status = 0 otherwise). The body cap (413) is the caller's to apply. */
+int coai_http_parse_request(const char *buf, size_t len, coai_http_request *rq, int *status);
+
+/* First header named `name` (case-insensitive); {NULL, 0} when there is none. */
+coai_str coai_http_header_get(const coai_http_header *h, size_t n, const char *name);
+
+/* Chunked body decoder. Zero-init; set max_body (0 = unlimited) before the first
+ * feed. Each call decodes buf[0..len) in place: the payload bytes are moved to
+ * buf[0..*out_len). *consumed is len on COAI_MORE; on COAI_DONE (last chunk and
+ * trailers read) it is where the body ended, and buf[*consumed..len) belongs to
+ * the next request. Trailers are checked and dropped. Errors (sticky):
+ * COAI_ERR_HTTP (400) for bad or over-16-digit hex, bare LF, a missing CRLF after
+ * the data, a chunk-size line over COAI_HTTP_MAX_CHUNK_LINE, trailers over
+ * COAI_HTTP_MAX_HEAD, or framing overhead over COAI_HTTP_CHUNK_OVERHEAD_MIN and
+ * above 80% of the bytes (a 1-byte-chunk flood); COAI_ERR_TOO_BIG (413) as soon as
+ * a chunk size takes the declared total over max_body. On an error *consumed and
+ * *out_len say how far decoding got. Splitting the input differently never
+ * changes the result. */
+typedef struct coai_chunked_decoder {
+    size_t max_body;            /* 0 = unlimited; else payload bytes allowed */
+    uint64_t total;             /* payload bytes declared by chunk sizes so far */
+    uint64_t overhead;          /* framing bytes so far (sizes, CRLFs, extensions) */
+    uint64_t remaining;         /* private: data bytes left in this chunk */
+    size_t line_len;            /* private: bytes in the current size or trailer line */
+    size_t trailer_len;         /* private: trailer bytes so far */
+    int state;                  /* private */
+    int digits;                 /* private: hex digits in this size line */
+    int err;                    /* sticky error, 0 when none */
+} coai_chunked_decoder;
+
+coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
+                              size_t *consumed, size_t *out_len);
+
+/* An upstream response head. Lenient where real servers vary (bare LF line
+ * endings, a missing reason phrase, repeated identical Content-Length, control
+ * bytes other than NUL in values) but bounded by the same limits. */
+typedef struct coai_http_response {
+    int status;                 /* 100..599 */
+    int minor_version;          /* 0 or 1 */
+    coai_str reason;            /* reason phrase, may be empty */
+    coai_http_header headers[COAI_HTTP_MAX_HEADERS];
+    size_t header_count;
+    int64_t content_length;     /* -1 = none (or overridden by chunked); 0 when no_body */
+    int chunked;                /* Transfer-Encoding: chunked */
+    int keep_alive;             /* 0 when the connection must close after this response */
+    int no_body;                /* 1xx, 204, 304: no body whatever the headers say */
+    coai_str content_type;      /* Content-Type value (ptr NULL when absent) */
+} coai_http_response;
+
+/* Body framing: no_body (or a HEAD request) -> none; chunked -> coai_chunked_feed;
+ * content_length >= 0 -> that many bytes; else read until close (keep_alive = 0).
+ * Returns the head length (> COAI_MORE), COAI_MORE, COAI_ERR_HTTP (malformed, or a
+ * Transfer-Encoding we cannot decode) or COAI_ERR_TOO_BIG (a limit). A 1xx head is
+ * followed by another head. Chunked with Content-Length: chunked wins, keep_alive 0. */
+int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs);
+
+/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or one of
+ * extra[0..n_extra) (case-insensitive, names without port), followed by nothing
+ * or ":<port>" equal to port (port <= 0: any 1-5 digit port). Rejects an empty
+ * host, ":1234", "localhost.evil.com", "localhost." and "user@localhost". */
+int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port);
+
+/* Origin allow-list: 1 for "http://" or "https://" + a host accepted by
+ * coai_http_host_allowed (same port rule) with no path. "null", empty and
+ * anything else -> 0. An absent Origin header is the caller's to allow. */
+int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra);
+
+/* 1 when a Content-Type is application/json (case-insensitive) with optional
+ * parameters; a charset parameter must be utf-8. */
+int coai_http_is_json(coai_str content_type);
+
+/* Constant-time equality of two secrets: compares SHA-256 digests, so neither the
+ * content nor the length of the expected key leaks through timing. 0 when either
+ * is empty, so an empty configured key never matches. */
+int coai_http_token_equal(coai_str a, coai_str b);
+
+/* The token of "Bearer <token>" (scheme case-insensitive, spaces trimmed);
+ * {NULL, 0} when the scheme is not Bearer or the token is empty. */
+coai_str coai_http_bearer(coai_str authorization);
 /* PART:HTTP api end */
 
 /* ======================================================================== */
@@ -2463,6 +2618,601 @@ int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str 
 /* ======================================================================== */
 /* PART:HTTP impl                                                           */
 /* ======================================================================== */
+#include <bearssl.h>
+
+static int coai__http_tchar(unsigned char c)
+{
+    /* RFC 9110 tchar: ALPHA / DIGIT / "!#$%&'*+-.^_`|~" */
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return 1;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int coai__http_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Case-insensitive equality of a view and a lowercase literal. */
+static int coai__http_ieq(const char *p, size_t n, const char *lit)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!lit[i] || coai__http_lower((unsigned char)p[i]) != (unsigned char)lit[i]) return 0;
+    return lit[n] == 0;
+}
+
+static coai_str coai__http_str(const char *p, size_t n)
+{
+    coai_str s;
+    s.ptr = p;
+    s.len = n;
+    return s;
+}
+
+static coai_str coai__http_trim(coai_str s)
+{
+    while (s.len && (s.ptr[0] == ' ' || s.ptr[0] == '\t')) { s.ptr++; s.len--; }
+    while (s.len && (s.ptr[s.len - 1] == ' ' || s.ptr[s.len - 1] == '\t')) s.len--;
+    return s;
+}
+
+/* One line from buf[*pos..n). 1: content is [*pos, *end), *pos moves past the
+ * terminator; 0: need more bytes; -1: bare LF (unless allowed) or CR without LF;
+ * -2: the content is longer than max. */
+static int coai__http_line(const char *buf, size_t n, size_t *pos, size_t *end, size_t max,
+                           int bare_lf)
+{
+    size_t s = *pos, i;
+    for (i = s; i < n; i++) {
+        if (buf[i] == '\r' || buf[i] == '\n') break;
+        if (i - s >= max) return -2;
+    }
+    if (i == n) return 0;
+    if (buf[i] == '\n') {
+        if (!bare_lf) return -1;
+        *end = i;
+        *pos = i + 1;
+        return 1;
+    }
+    if (i + 1 >= n) return 0;
+    if (buf[i + 1] != '\n') return -1;
+    *end = i;
+    *pos = i + 2;
+    return 1;
+}
+
+/* Split one header line [s, e) into h. strict: CTL/DEL in the value is an error
+ * (else only NUL is). Returns 0 or -1. */
+static int coai__http_field(const char *buf, size_t s, size_t e, int strict, coai_http_header *h)
+{
+    size_t i = s, j;
+    coai_str v;
+    while (i < e && coai__http_tchar((unsigned char)buf[i])) i++;
+    /* Also rejects obs-fold and "name :" (whitespace is not a tchar). */
+    if (i == s || i == e || buf[i] != ':') return -1;
+    v = coai__http_trim(coai__http_str(buf + i + 1, e - i - 1));
+    for (j = 0; j < v.len; j++) {
+        unsigned char c = (unsigned char)v.ptr[j];
+        if (strict ? ((c < 0x20 && c != '\t') || c == 0x7f) : c == 0) return -1;
+    }
+    h->name = coai__http_str(buf + s, i - s);
+    h->value = v;
+    return 0;
+}
+
+/* Content-Length value: 1*DIGIT, or with list_ok a list of identical values
+ * ("5, 5"). Returns the value or -1. */
+static int64_t coai__http_clen(coai_str v, int list_ok)
+{
+    int64_t val = -1, cur;
+    size_t i = 0;
+    for (;;) {
+        size_t start = i;
+        cur = 0;
+        while (i < v.len && v.ptr[i] >= '0' && v.ptr[i] <= '9') {
+            int d = v.ptr[i] - '0';
+            if (cur > (INT64_MAX - d) / 10) return -1;
+            cur = cur * 10 + d;
+            i++;
+        }
+        if (i == start || (val >= 0 && cur != val)) return -1;
+        val = cur;
+        while (i < v.len && (v.ptr[i] == ' ' || v.ptr[i] == '\t')) i++;
+        if (i == v.len) return val;
+        if (!list_ok || v.ptr[i] != ',') return -1;
+        i++;
+        while (i < v.len && (v.ptr[i] == ' ' || v.ptr[i] == '\t')) i++;
+    }
+}
+
+/* Connection header tokens -> bit 1 "close", bit 2 "keep-alive". */
+static int coai__http_conn(coai_str v)
+{
+    int f = 0;
+    size_t i = 0;
+    while (i <= v.len) {
+        size_t s = i;
+        coai_str t;
+        while (i < v.len && v.ptr[i] != ',') i++;
+        t = coai__http_trim(coai__http_str(v.ptr + s, i - s));
+        if (coai__http_ieq(t.ptr, t.len, "close")) f |= 1;
+        else if (coai__http_ieq(t.ptr, t.len, "keep-alive")) f |= 2;
+        i++;
+    }
+    return f;
+}
+
+/* State shared by the two head parsers. */
+typedef struct coai__http_head {
+    coai_http_header *hdr;
+    size_t count;
+    coai_str te, cl, host, origin, ctype, auth;
+    int n_te, n_cl, n_host, n_origin, n_ctype, n_auth, conn, expect;
+} coai__http_head;
+
+static void coai__http_note(coai__http_head *st, const coai_http_header *h)
+{
+    const char *p = h->name.ptr;
+    size_t n = h->name.len;
+    if (coai__http_ieq(p, n, "host")) { st->host = h->value; st->n_host++; }
+    else if (coai__http_ieq(p, n, "content-length")) {
+        /* Identical repeats are folded into a list so one check covers both. */
+        if (st->n_cl++ && (h->value.len != st->cl.len ||
+                           memcmp(h->value.ptr, st->cl.ptr, st->cl.len) != 0))
+            st->cl.len = 0;                 /* different values: make it invalid */
+        else
+            st->cl = h->value;
+    }
+    else if (coai__http_ieq(p, n, "transfer-encoding")) { st->te = h->value; st->n_te++; }
+    else if (coai__http_ieq(p, n, "connection")) st->conn |= coai__http_conn(h->value);
+    else if (coai__http_ieq(p, n, "expect")) {
+        if (coai__http_ieq(h->value.ptr, h->value.len, "100-continue")) st->expect = 1;
+    }
+    else if (coai__http_ieq(p, n, "origin")) { st->origin = h->value; st->n_origin++; }
+    else if (coai__http_ieq(p, n, "content-type")) { st->ctype = h->value; st->n_ctype++; }
+    else if (coai__http_ieq(p, n, "authorization")) { st->auth = h->value; st->n_auth++; }
+}
+
+/* Header lines from *pos to the blank line. 1 done, 0 more, else an HTTP status
+ * (400 syntax, 431 limits). */
+static int coai__http_fields(const char *buf, size_t n, size_t *pos, int strict,
+                             coai__http_head *st)
+{
+    for (;;) {
+        size_t s = *pos, e;
+        int r;
+        if (s < n && buf[s] != '\r' && buf[s] != '\n' && st->count == COAI_HTTP_MAX_HEADERS)
+            return 431;
+        r = coai__http_line(buf, n, pos, &e, COAI_HTTP_MAX_LINE, !strict);
+        if (r == 0) return 0;
+        if (r == -1) return 400;
+        if (r == -2) return 431;
+        if (e == s) return 1;
+        if (coai__http_field(buf, s, e, strict, &st->hdr[st->count])) return 400;
+        coai__http_note(st, &st->hdr[st->count]);
+        st->count++;
+    }
+}
+
+static coai_str coai__http_none(void) { return coai__http_str(NULL, 0); }
+
+/* The request line [s, e): 0 ok or an HTTP status. */
+static int coai__http_reqline(const char *buf, size_t s, size_t e, coai_http_request *rq)
+{
+    size_t i = s, t;
+    const char *v;
+    while (i < e && coai__http_tchar((unsigned char)buf[i])) i++;
+    if (i == s || i == e || buf[i] != ' ') return 400;
+    rq->method = coai__http_str(buf + s, i - s);
+    t = ++i;
+    while (i < e && (unsigned char)buf[i] > 0x20 && (unsigned char)buf[i] < 0x7f) i++;
+    if (i == t || i == e || buf[i] != ' ') return 400;
+    rq->target = coai__http_str(buf + t, i - t);
+    i++;
+    if (e - i != 8) return 400;
+    v = buf + i;
+    if (memcmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' ||
+        v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1')) return 505;
+    rq->minor_version = v[7] - '0';
+    /* Only origin-form, or "*" for OPTIONS: absolute-form would let a request
+     * name another host than the one Host checks. */
+    if (rq->target.ptr[0] == '/') {
+        for (t = 0; t < rq->target.len && rq->target.ptr[t] != '?'; t++) {}
+        rq->path = coai__http_str(rq->target.ptr, t);
+    } else if (rq->target.len == 1 && rq->target.ptr[0] == '*' &&
+               coai_str_eq(rq->method, "OPTIONS")) {
+        rq->path = rq->target;
+    } else {
+        return 400;
+    }
+    return 0;
+}
+
+int coai_http_parse_request(const char *buf, size_t len, coai_http_request *rq, int *status)
+{
+    size_t n = len < COAI_HTTP_MAX_HEAD ? len : COAI_HTTP_MAX_HEAD, pos = 0, s, e;
+    coai__http_head st;
+    int r, code;
+    /* Not memset: the header array is large and only [0, header_count) is meaningful. */
+    rq->method = rq->target = rq->path = coai__http_none();
+    rq->minor_version = 0;
+    rq->header_count = 0;
+    rq->content_length = -1;
+    rq->chunked = rq->keep_alive = rq->expect_continue = rq->host_count = 0;
+    rq->host = rq->origin = rq->content_type = rq->authorization = coai__http_none();
+    memset(&st, 0, sizeof st);
+    st.hdr = rq->headers;
+    *status = 0;
+    for (;;) {
+        s = pos;
+        r = coai__http_line(buf, n, &pos, &e, COAI_HTTP_MAX_LINE, 0);
+        if (r == 0) goto more;
+        if (r == -1) { code = 400; goto fail; }
+        if (r == -2) { code = 414; goto fail; }
+        if (e > s) break;                   /* skip empty lines before the request line */
+    }
+    if ((code = coai__http_reqline(buf, s, e, rq)) != 0) goto fail;
+    r = coai__http_fields(buf, n, &pos, 1, &st);
+    rq->header_count = st.count;
+    if (r == 0) goto more;
+    if (r != 1) { code = r; goto fail; }
+
+    code = 400;
+    if (st.n_host > 1 || st.n_cl > 1 || st.n_te > 1 || st.n_origin > 1 || st.n_ctype > 1 ||
+        st.n_auth > 1)
+        goto fail;
+    if (rq->minor_version == 1 && st.n_host == 0) goto fail;
+    if (st.n_cl && (rq->content_length = coai__http_clen(st.cl, 0)) < 0) goto fail;
+    if (st.n_te) {
+        if (rq->minor_version == 0 || st.te.len == 0) goto fail;
+        if (!coai__http_ieq(st.te.ptr, st.te.len, "chunked")) { code = 501; goto fail; }
+        if (st.n_cl) goto fail;             /* TE + CL: a request smuggling signal */
+        rq->chunked = 1;
+    }
+    if (st.n_host) rq->host = st.host;
+    rq->host_count = st.n_host;
+    if (st.n_origin) rq->origin = st.origin;
+    if (st.n_ctype) rq->content_type = st.ctype;
+    if (st.n_auth) rq->authorization = st.auth;
+    rq->keep_alive = rq->minor_version == 1 ? !(st.conn & 1) : st.conn == 2;
+    rq->expect_continue = rq->minor_version == 1 && st.expect;
+    return (int)pos;
+more:
+    /* The head did not end within the first COAI_HTTP_MAX_HEAD bytes. */
+    if (len >= COAI_HTTP_MAX_HEAD) { code = 431; goto fail; }
+    return COAI_MORE;
+fail:
+    *status = code;
+    return code == 414 || code == 431 ? COAI_ERR_TOO_BIG : COAI_ERR_HTTP;
+}
+
+coai_str coai_http_header_get(const coai_http_header *h, size_t n, const char *name)
+{
+    size_t i, k = strlen(name);
+    for (i = 0; i < n; i++) {
+        size_t j;
+        if (h[i].name.len != k) continue;
+        for (j = 0; j < k; j++)
+            if (coai__http_lower((unsigned char)h[i].name.ptr[j]) !=
+                coai__http_lower((unsigned char)name[j]))
+                break;
+        if (j == k) return h[i].value;
+    }
+    return coai__http_none();
+}
+
+int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs)
+{
+    size_t n = len < COAI_HTTP_MAX_HEAD ? len : COAI_HTTP_MAX_HEAD, pos = 0, s, e, i;
+    coai__http_head st;
+    const char *v;
+    int r;
+    rs->status = rs->minor_version = 0;
+    rs->reason = rs->content_type = coai__http_none();
+    rs->header_count = 0;
+    rs->content_length = -1;
+    rs->chunked = rs->keep_alive = rs->no_body = 0;
+    memset(&st, 0, sizeof st);
+    st.hdr = rs->headers;
+    r = coai__http_line(buf, n, &pos, &e, COAI_HTTP_MAX_LINE, 1);
+    if (r == 0) goto more;
+    if (r == -1) return COAI_ERR_HTTP;
+    if (r == -2) return COAI_ERR_TOO_BIG;
+    /* "HTTP/1.x NNN[ reason]" */
+    v = buf;
+    if (e < 12 || memcmp(v, "HTTP/1.", 7) != 0 || (v[7] != '0' && v[7] != '1') || v[8] != ' ')
+        return COAI_ERR_HTTP;
+    rs->minor_version = v[7] - '0';
+    for (i = 9; i < 12; i++) {
+        if (v[i] < '0' || v[i] > '9') return COAI_ERR_HTTP;
+        rs->status = rs->status * 10 + (v[i] - '0');
+    }
+    if (rs->status < 100 || rs->status > 599) return COAI_ERR_HTTP;
+    s = 12;
+    if (e > 12) {
+        if (v[12] != ' ') return COAI_ERR_HTTP;
+        s = 13;
+    }
+    for (i = s; i < e; i++)
+        if ((unsigned char)v[i] < 0x20 && v[i] != '\t') return COAI_ERR_HTTP;
+    rs->reason = coai__http_str(v + s, e - s);
+    r = coai__http_fields(buf, n, &pos, 0, &st);
+    rs->header_count = st.count;
+    if (r == 0) goto more;
+    if (r == 431) return COAI_ERR_TOO_BIG;
+    if (r != 1) return COAI_ERR_HTTP;
+
+    if (st.n_cl && (rs->content_length = coai__http_clen(st.cl, 1)) < 0) return COAI_ERR_HTTP;
+    rs->keep_alive = rs->minor_version == 1 ? !(st.conn & 1) : st.conn == 2;
+    if (st.n_te) {
+        /* Only plain chunked: any other coding we could not decode anyway. */
+        if (st.n_te > 1 || !coai__http_ieq(st.te.ptr, st.te.len, "chunked"))
+            return COAI_ERR_HTTP;
+        rs->chunked = 1;
+        if (st.n_cl) {                      /* RFC 9112 6.3: chunked wins, then close */
+            rs->content_length = -1;
+            rs->keep_alive = 0;
+        }
+    }
+    rs->no_body = rs->status < 200 || rs->status == 204 || rs->status == 304;
+    if (rs->no_body) {
+        rs->content_length = 0;
+        rs->chunked = 0;
+    } else if (!rs->chunked && rs->content_length < 0) {
+        rs->keep_alive = 0;                 /* body runs until close */
+    }
+    if (st.n_ctype) rs->content_type = st.ctype;
+    return (int)pos;
+more:
+    return len >= COAI_HTTP_MAX_HEAD ? COAI_ERR_TOO_BIG : COAI_MORE;
+}
+
+enum {
+    COAI__CH_SIZE = 0,      /* hex digits of the chunk size */
+    COAI__CH_SIZE_WS,       /* BWS after the digits */
+    COAI__CH_EXT,           /* chunk extensions after ';' */
+    COAI__CH_SIZE_LF,       /* CR seen at the end of the size line */
+    COAI__CH_DATA,
+    COAI__CH_DATA_CR,
+    COAI__CH_DATA_LF,
+    COAI__CH_TRAILER,       /* inside a trailer line (line_len bytes so far) */
+    COAI__CH_TRAILER_LF,
+    COAI__CH_DONE
+};
+
+static int coai__http_hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    c = (unsigned char)coai__http_lower(c);
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* The size line ended: check limits and pick the next state. 0 or an error. */
+static coai_result coai__http_chunk_start(coai_chunked_decoder *d)
+{
+    if (d->overhead >= COAI_HTTP_CHUNK_OVERHEAD_MIN && d->overhead > 4 * d->total)
+        return COAI_ERR_HTTP;               /* over 80% framing: a 1-byte chunk flood */
+    if (d->remaining == 0) {
+        d->state = COAI__CH_TRAILER;
+        d->line_len = 0;
+        return COAI_OK;
+    }
+    if (d->remaining > UINT64_MAX - d->total ||
+        (d->max_body && d->total + d->remaining > (uint64_t)d->max_body))
+        return COAI_ERR_TOO_BIG;
+    d->total += d->remaining;
+    d->state = COAI__CH_DATA;
+    return COAI_OK;
+}
+
+coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
+                              size_t *consumed, size_t *out_len)
+{
+    size_t i = 0, out = 0;
+    coai_result r = COAI_OK;
+    *consumed = 0;
+    *out_len = 0;
+    if (d->err) return (coai_result)d->err;
+    if (d->state == COAI__CH_DONE) return COAI_DONE;
+    while (i < len && r == COAI_OK) {
+        unsigned char c = (unsigned char)buf[i];
+        int h;
+        if (d->state == COAI__CH_DATA) {
+            size_t k = len - i;
+            if ((uint64_t)k > d->remaining) k = (size_t)d->remaining;
+            memmove(buf + out, buf + i, k);
+            out += k;
+            i += k;
+            d->remaining -= k;
+            if (d->remaining == 0) d->state = COAI__CH_DATA_CR;
+            continue;
+        }
+        i++;
+        d->overhead++;
+        switch (d->state) {
+        case COAI__CH_SIZE:
+            h = coai__http_hexval(c);
+            if (h >= 0) {
+                if (d->digits == 16) { r = COAI_ERR_HTTP; break; }
+                d->remaining = d->remaining << 4 | (uint64_t)h;
+                d->digits++;
+                d->line_len++;
+                break;
+            }
+            if (d->digits == 0) { r = COAI_ERR_HTTP; break; }
+            d->state = COAI__CH_SIZE_WS;
+            /* The first byte after the digits is handled like BWS. */
+            /* fall through */
+        case COAI__CH_SIZE_WS:
+        case COAI__CH_EXT:
+            if (c == '\r') { d->state = COAI__CH_SIZE_LF; break; }
+            if (d->line_len++ >= COAI_HTTP_MAX_CHUNK_LINE) { r = COAI_ERR_HTTP; break; }
+            if (d->state == COAI__CH_EXT) {
+                if ((c < 0x20 && c != '\t') || c == 0x7f) r = COAI_ERR_HTTP;
+            } else if (c == ';') {
+                d->state = COAI__CH_EXT;
+            } else if (c != ' ' && c != '\t') {
+                r = COAI_ERR_HTTP;          /* includes bare LF */
+            }
+            break;
+        case COAI__CH_SIZE_LF:
+            if (c != '\n') { r = COAI_ERR_HTTP; break; }
+            d->line_len = 0;
+            d->digits = 0;
+            r = coai__http_chunk_start(d);
+            break;
+        case COAI__CH_DATA_CR:
+            if (c != '\r') r = COAI_ERR_HTTP;   /* runaway chunk: more data than declared */
+            else d->state = COAI__CH_DATA_LF;
+            break;
+        case COAI__CH_DATA_LF:
+            if (c != '\n') { r = COAI_ERR_HTTP; break; }
+            d->state = COAI__CH_SIZE;
+            d->remaining = 0;
+            break;
+        case COAI__CH_TRAILER:
+            if (++d->trailer_len > COAI_HTTP_MAX_HEAD) { r = COAI_ERR_HTTP; break; }
+            if (c == '\r') d->state = COAI__CH_TRAILER_LF;
+            else if ((c < 0x20 && c != '\t') || c == 0x7f) r = COAI_ERR_HTTP;
+            else d->line_len++;
+            break;
+        case COAI__CH_TRAILER_LF:
+            if (++d->trailer_len > COAI_HTTP_MAX_HEAD || c != '\n') { r = COAI_ERR_HTTP; break; }
+            if (d->line_len == 0) { d->state = COAI__CH_DONE; r = COAI_DONE; break; }
+            d->line_len = 0;
+            d->state = COAI__CH_TRAILER;
+            break;
+        default:
+            r = COAI_ERR_STATE;
+        }
+    }
+    *consumed = i;
+    *out_len = out;
+    if (r < 0) {
+        d->err = r;
+        return r;
+    }
+    return r == COAI_DONE ? COAI_DONE : COAI_MORE;
+}
+
+int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port)
+{
+    static const char *const local[] = { "localhost", "127.0.0.1", "[::1]" };
+    size_t name_len, i;
+    if (!host.ptr || host.len == 0) return 0;
+    if (host.ptr[0] == '[') {
+        for (name_len = 1; name_len < host.len && host.ptr[name_len] != ']'; name_len++) {}
+        if (name_len == host.len) return 0;
+        name_len++;
+    } else {
+        for (name_len = 0; name_len < host.len && host.ptr[name_len] != ':'; name_len++) {}
+    }
+    if (name_len == 0) return 0;
+    if (name_len < host.len) {
+        long p = 0;
+        size_t nd = host.len - name_len - 1;
+        if (host.ptr[name_len] != ':' || nd == 0 || nd > 5) return 0;
+        for (i = name_len + 1; i < host.len; i++) {
+            if (host.ptr[i] < '0' || host.ptr[i] > '9') return 0;
+            p = p * 10 + (host.ptr[i] - '0');
+        }
+        if (port > 0 && p != port) return 0;
+    }
+    for (i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (coai__http_ieq(host.ptr, name_len, local[i])) return 1;
+    for (i = 0; i < n_extra; i++) {
+        size_t j;
+        if (!extra[i].ptr || extra[i].len != name_len) continue;
+        for (j = 0; j < name_len; j++)
+            if (coai__http_lower((unsigned char)extra[i].ptr[j]) !=
+                coai__http_lower((unsigned char)host.ptr[j]))
+                break;
+        if (j == name_len) return 1;
+    }
+    return 0;
+}
+
+int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra)
+{
+    size_t k, i;
+    if (!origin.ptr) return 0;
+    if (origin.len > 7 && coai__http_ieq(origin.ptr, 7, "http://")) k = 7;
+    else if (origin.len > 8 && coai__http_ieq(origin.ptr, 8, "https://")) k = 8;
+    else return 0;                          /* includes "null" and "" */
+    for (i = k; i < origin.len; i++)
+        if (origin.ptr[i] == '/' || origin.ptr[i] == '?' || origin.ptr[i] == '#' ||
+            origin.ptr[i] == '@')
+            return 0;
+    return coai_http_host_allowed(coai__http_str(origin.ptr + k, origin.len - k), extra,
+                                  n_extra, port);
+}
+
+int coai_http_is_json(coai_str ct)
+{
+    size_t i;
+    if (!ct.ptr) return 0;
+    ct = coai__http_trim(ct);
+    if (ct.len < 16 || !coai__http_ieq(ct.ptr, 16, "application/json")) return 0;
+    i = 16;
+    for (;;) {
+        size_t ns, ne, vs, ve;
+        while (i < ct.len && (ct.ptr[i] == ' ' || ct.ptr[i] == '\t')) i++;
+        if (i == ct.len) return 1;
+        if (ct.ptr[i] != ';') return 0;
+        i++;
+        while (i < ct.len && (ct.ptr[i] == ' ' || ct.ptr[i] == '\t')) i++;
+        if (i == ct.len) return 1;          /* tolerate a trailing ';' */
+        ns = i;
+        while (i < ct.len && coai__http_tchar((unsigned char)ct.ptr[i])) i++;
+        ne = i;
+        if (ne == ns || i == ct.len || ct.ptr[i] != '=') return 0;
+        vs = ++i;
+        if (i < ct.len && ct.ptr[i] == '"') {
+            vs = ++i;
+            while (i < ct.len && ct.ptr[i] != '"') {
+                if ((unsigned char)ct.ptr[i] < 0x20 && ct.ptr[i] != '\t') return 0;
+                i += ct.ptr[i] == '\\' ? 2 : 1;
+            }
+            if (i >= ct.len) return 0;
+            ve = i++;
+        } else {
+            while (i < ct.len && coai__http_tchar((unsigned char)ct.ptr[i])) i++;
+            ve = i;
+            if (ve == vs) return 0;
+        }
+        if (coai__http_ieq(ct.ptr + ns, ne - ns, "charset") &&
+            !coai__http_ieq(ct.ptr + vs, ve - vs, "utf-8"))
+            return 0;
+    }
+}
+
+int coai_http_token_equal(coai_str a, coai_str b)
+{
+    unsigned char da[32], db[32];
+    unsigned diff = 0;
+    br_sha256_context c;
+    size_t i;
+    if (!a.ptr || !b.ptr || a.len == 0 || b.len == 0) return 0;
+    br_sha256_init(&c);
+    br_sha256_update(&c, a.ptr, a.len);
+    br_sha256_out(&c, da);
+    br_sha256_init(&c);
+    br_sha256_update(&c, b.ptr, b.len);
+    br_sha256_out(&c, db);
+    for (i = 0; i < 32; i++) diff |= (unsigned)(da[i] ^ db[i]);
+    return diff == 0;
+}
+
+coai_str coai_http_bearer(coai_str authorization)
+{
+    coai_str s;
+    if (!authorization.ptr) return coai__http_none();
+    s = coai__http_trim(authorization);
+    if (s.len < 8 || !coai__http_ieq(s.ptr, 6, "bearer") || (s.ptr[6] != ' ' && s.ptr[6] != '\t'))
+        return coai__http_none();
+    s = coai__http_trim(coai__http_str(s.ptr + 7, s.len - 7));
+    return s.len ? s : coai__http_none();
+}
 /* PART:HTTP impl end */
 
 /* ======================================================================== */
