@@ -1074,8 +1074,6 @@ static void coai__dec_release(coai__dec *d)
     d->cb_err = 0;
 }
 
-static coai_str coai__view(const char *s) { return coai_str_c(s); }
-
 static coai_str coai__bytes_view(const pb_bytes_array_t *b)
 {
     coai_str r;
@@ -1117,13 +1115,13 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
     switch (mem.num) {
     case 1:
         if ((res = coai__leaf(d, agent_v1_TextDeltaUpdate_fields, &mem)) != COAI_OK) return res;
-        m->text = coai__view(d->u.text.text);
+        m->text = coai_str_c(d->u.text.text);
         m->kind = COAI_MSG_TEXT;
         break;
     case 4:
         res = coai__leaf(d, agent_v1_ThinkingDeltaUpdate_fields, &mem);
         if (res != COAI_OK) return res;
-        m->text = coai__view(d->u.thinking.text);
+        m->text = coai_str_c(d->u.thinking.text);
         m->kind = COAI_MSG_THINKING;
         break;
     case 5:
@@ -1142,7 +1140,7 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
         d->u.started.tool_call.arg = d;
         res = coai__leaf(d, agent_v1_ToolCallStartedUpdate_fields, &mem);
         if (res != COAI_OK) return res;
-        m->call_id = coai__view(d->u.started.call_id);
+        m->call_id = coai_str_c(d->u.started.call_id);
         m->kind = COAI_MSG_TOOL_STARTED;
         break;
     case 3:
@@ -1150,7 +1148,7 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
         d->u.completed.tool_call.arg = d;
         res = coai__leaf(d, agent_v1_ToolCallCompletedUpdate_fields, &mem);
         if (res != COAI_OK) return res;
-        m->call_id = coai__view(d->u.completed.call_id);
+        m->call_id = coai_str_c(d->u.completed.call_id);
         m->kind = COAI_MSG_TOOL_COMPLETED;
         break;
     case 7:
@@ -1158,8 +1156,8 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
         d->u.partial.tool_call.arg = d;
         res = coai__leaf(d, agent_v1_PartialToolCallUpdate_fields, &mem);
         if (res != COAI_OK) return res;
-        m->call_id = coai__view(d->u.partial.call_id);
-        m->text = coai__view(d->u.partial.args_text_delta);
+        m->call_id = coai_str_c(d->u.partial.call_id);
+        m->text = coai_str_c(d->u.partial.args_text_delta);
         m->kind = COAI_MSG_TOOL_PARTIAL;
         break;
     case 13: m->kind = COAI_MSG_HEARTBEAT; break;
@@ -1218,56 +1216,56 @@ static coai_result coai__exec(coai_msg *m, coai__dec *d, const coai__pbf *top)
     case COAI_EXEC_SHELL:
     case COAI_EXEC_SHELL_STREAM:
         if ((res = coai__leaf(d, agent_v1_ShellArgs_fields, &mem)) != COAI_OK) return res;
-        x->command = coai__view(d->u.shell.command);
-        x->cwd = coai__view(d->u.shell.working_directory);
-        x->tool_call_id = coai__view(d->u.shell.tool_call_id);
+        x->command = coai_str_c(d->u.shell.command);
+        x->cwd = coai_str_c(d->u.shell.working_directory);
+        x->tool_call_id = coai_str_c(d->u.shell.tool_call_id);
         break;
     case COAI_EXEC_WRITE:
         if ((res = coai__leaf(d, agent_v1_WriteArgs_fields, &mem)) != COAI_OK) return res;
-        x->path = coai__view(d->u.write.path);
+        x->path = coai_str_c(d->u.write.path);
         x->has_path = d->u.write.path != NULL;
-        x->content = coai__view(d->u.write.file_text);
-        x->tool_call_id = coai__view(d->u.write.tool_call_id);
+        x->content = coai_str_c(d->u.write.file_text);
+        x->tool_call_id = coai_str_c(d->u.write.tool_call_id);
         break;
     case COAI_EXEC_DELETE:
         if ((res = coai__leaf(d, agent_v1_DeleteArgs_fields, &mem)) != COAI_OK) return res;
-        x->path = coai__view(d->u.del.path);
+        x->path = coai_str_c(d->u.del.path);
         x->has_path = d->u.del.path != NULL;
-        x->tool_call_id = coai__view(d->u.del.tool_call_id);
+        x->tool_call_id = coai_str_c(d->u.del.tool_call_id);
         break;
     case COAI_EXEC_GREP:
         if ((res = coai__leaf(d, agent_v1_GrepArgs_fields, &mem)) != COAI_OK) return res;
-        x->pattern = coai__view(d->u.grep.pattern);
-        x->path = coai__view(d->u.grep.path);
+        x->pattern = coai_str_c(d->u.grep.pattern);
+        x->path = coai_str_c(d->u.grep.path);
         x->has_path = d->u.grep.path != NULL;
-        x->glob = coai__view(d->u.grep.glob);
-        x->tool_call_id = coai__view(d->u.grep.tool_call_id);
+        x->glob = coai_str_c(d->u.grep.glob);
+        x->tool_call_id = coai_str_c(d->u.grep.tool_call_id);
         break;
     case COAI_EXEC_READ:
         if ((res = coai__leaf(d, agent_v1_ReadArgs_fields, &mem)) != COAI_OK) return res;
-        x->path = coai__view(d->u.read.path);
+        x->path = coai_str_c(d->u.read.path);
         x->has_path = d->u.read.path != NULL;
-        x->tool_call_id = coai__view(d->u.read.tool_call_id);
+        x->tool_call_id = coai_str_c(d->u.read.tool_call_id);
         break;
     case COAI_EXEC_LS:
         if ((res = coai__leaf(d, agent_v1_LsArgs_fields, &mem)) != COAI_OK) return res;
-        x->path = coai__view(d->u.ls.path);
+        x->path = coai_str_c(d->u.ls.path);
         x->has_path = d->u.ls.path != NULL;
-        x->tool_call_id = coai__view(d->u.ls.tool_call_id);
+        x->tool_call_id = coai_str_c(d->u.ls.tool_call_id);
         break;
     case COAI_EXEC_FETCH:
         if ((res = coai__leaf(d, agent_v1_FetchArgs_fields, &mem)) != COAI_OK) return res;
-        x->url = coai__view(d->u.fetch.url);
-        x->tool_call_id = coai__view(d->u.fetch.tool_call_id);
+        x->url = coai_str_c(d->u.fetch.url);
+        x->tool_call_id = coai_str_c(d->u.fetch.tool_call_id);
         break;
     case COAI_EXEC_MCP:
         d->u.mcp.args.funcs.decode = coai__args_cb;
         d->u.mcp.args.arg = d;
         if ((res = coai__leaf(d, agent_v1_McpArgs_fields, &mem)) != COAI_OK) return res;
-        x->mcp_name = coai__view(d->u.mcp.name);
-        x->tool_call_id = coai__view(d->u.mcp.tool_call_id);
-        x->provider = coai__view(d->u.mcp.provider_identifier);
-        x->tool_name = coai__view(d->u.mcp.tool_name);
+        x->mcp_name = coai_str_c(d->u.mcp.name);
+        x->tool_call_id = coai_str_c(d->u.mcp.tool_call_id);
+        x->provider = coai_str_c(d->u.mcp.provider_identifier);
+        x->tool_name = coai_str_c(d->u.mcp.tool_name);
         res = coai__json_object(d->args, d->nargs, 1, &m->scratch_);
         if (res != COAI_OK) return res;
         x->args_json.ptr = (const char *)m->scratch_.data;
