@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static volatile unsigned sink;
     coai_msg m = { 0 };
-    unsigned char *copy = (unsigned char *)malloc(size ? size : 1);
+    unsigned char *copy = (unsigned char *)calloc(1, size ? size : 1);
     coai_result r;
     if (!copy) return 0;
     if (size) memcpy(copy, data, size);
