@@ -147,7 +147,8 @@ static void test_validation(void)
         { "{\"messages\":[{\"role\":\"user\"},7]}", COAI_ERR_INVALID, "messages[1]" },
         { "{\"messages\":[{\"content\":\"x\"}]}", COAI_ERR_INVALID, "messages[0].role" },
         { "{\"messages\":[{\"role\":\"wizard\"}]}", COAI_ERR_INVALID, "messages[0].role" },
-        { "{\"messages\":[{\"role\":\"user\"},{\"role\":\"user\"},{\"role\":\"user\",\"content\":5}]}",
+        { "{\"messages\":[{\"role\":\"user\"},{\"role\":\"user\"},{\"role\":\"user\",\"content\""
+            ":5}]}",
           COAI_ERR_INVALID, "messages[2].content" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}",
           COAI_ERR_INVALID, "messages[0].content[0].text" },
@@ -162,7 +163,8 @@ static void test_validation(void)
         { "{\"messages\":[{\"role\":\"user\"}],\"tools\":{}}", COAI_ERR_INVALID, "tools" },
         { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\"}]}",
           COAI_ERR_INVALID, "tools[0].function" },
-        { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\",\"function\":{}}]}",
+        { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"function\",\"function\":{}"
+            "}]}",
           COAI_ERR_INVALID, "tools[0].function.name" },
         { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"function\":{\"name\":\"a\"}},"
           "{\"function\":{\"name\":\"bad name\"}}]}", COAI_ERR_INVALID, "tools[1].function.name" },
@@ -224,7 +226,8 @@ static void test_request_fields(void)
         "\"type\":\"function\",\"function\":{\"name\":\"bash\",\"arguments\":\"{}\"}}]},"
         "{\"role\":\"tool\",\"tool_call_id\":\"call_plain\",\"content\":\"ok\"}],"
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"bash\",\"description\":\"Run\","
-        "\"parameters\":{\"type\":\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\"x-y_1\"}}]}";
+        "\"parameters\":{\"type\":\"object\"}}},{\"type\":\"function\",\"function\":{\"name\":\""
+            "x-y_1\"}}]}";
     coai_chat_request q;
     coai_error e;
     coai_run_params p;
@@ -302,7 +305,8 @@ static void check_map(const coai_exec *ex, const coai_tool *tools, size_t n, int
     CHECKF(rc == want_rc, "line %d: rc %d", line, rc);
     if (rc == 1 && want_rc == 1) {
         CHECKF(coai_str_eq(tools[tc.tool].name, want_name), "line %d", line);
-        CHECKF(tc.args.len == strlen(want_args) && memcmp(tc.args.data, want_args, tc.args.len) == 0,
+        CHECKF(tc.args.len == strlen(want_args)
+               && memcmp(tc.args.data, want_args, tc.args.len) == 0,
                "line %d: got %s", line, tc.args.data);
     }
     coai_buf_free(&tc.args);
@@ -311,7 +315,8 @@ static void check_map(const coai_exec *ex, const coai_tool *tools, size_t n, int
 static void test_exec_map(void)
 {
     /* Tools shaped like the e2e vectors (schema properties matching the original's keys). */
-    cJSON *s_bash = schema("{\"type\":\"object\",\"properties\":{\"command\":{\"type\":\"string\"}}}");
+    cJSON *s_bash = schema("{\"type\":\"object\",\"properties\":{\"command\":{\"type\":\"string"
+        "\"}}}");
     cJSON *s_read = schema("{\"type\":\"object\",\"properties\":{\"filePath\":{}}}");
     /* OpenCode's schemas. */
     cJSON *o_bash = schema("{\"type\":\"object\",\"properties\":{\"command\":{},\"timeout\":{},"
@@ -359,9 +364,11 @@ static void test_exec_map(void)
     /* 61 characters: cut to 60 + "..."; an emoji (2 UTF-16 units) is never split. */
     ex.command = coai_str_c("echo 01234567890123456789012345678901234567890123456789012345");
     check_map(&ex, vec, 3, 1, "bash", "{\"command\":\"echo 0123456789012345678901234567890123456789"
-              "0123456789012345\",\"description\":\"Execute shell command: echo 01234567890123456789"
+              "0123456789012345\",\"description\":\"Execute shell command: echo 0123456789012345"
+                  "6789"
               "01234567890123456789012345678901234...\"}", __LINE__);
-    ex.command = coai_str_c("echo 012345678901234567890123456789012345678901234567890123\xf0\x9f\x8c\x8d");
+    ex.command = coai_str_c("echo 012345678901234567890123456789012345678901234567890123\xf0\x9f"
+        "\x8c\x8d");
     check_map(&ex, vec, 3, 1, "bash", "{\"command\":\"echo 0123456789012345678901234567890123456789"
               "01234567890123\xf0\x9f\x8c\x8d\",\"description\":\"Execute shell command: echo 01234"
               "5678901234567890123456789012345678901234567890123...\"}", __LINE__);
@@ -371,7 +378,8 @@ static void test_exec_map(void)
               "012345678901234\",\"description\":\"Execute shell command: echo 01234567890123456789"
               "01234567890123456789012345678901234\"}", __LINE__);
     ex.command = coai_str_c("printf 'a\"b\\\\c\n'");
-    check_map(&ex, vec, 3, 1, "bash", "{\"command\":\"printf 'a\\\"b\\\\\\\\c\\n'\",\"description\":"
+    check_map(&ex, vec, 3, 1, "bash", "{\"command\":\"printf 'a\\\"b\\\\\\\\c\\n'\",\"descriptio"
+        "n\":"
               "\"Execute shell command: printf 'a\\\"b\\\\\\\\c\\n'\"}", __LINE__);
 
     memset(&ex, 0, sizeof ex);
@@ -397,7 +405,8 @@ static void test_exec_map(void)
     ex.path = coai_str_c("/home/user/project/src");
     ex.has_path = 1;
     ex.glob = coai_str_c("**/*.ts");
-    check_map(&ex, oc, 7, 1, "glob", "{\"pattern\":\"**/*.ts\",\"path\":\"/home/user/project/src\"}",
+    check_map(&ex, oc, 7, 1, "glob", "{\"pattern\":\"**/*.ts\",\"path\":\"/home/user/project/src"
+        "\"}",
               __LINE__);
     ex.pattern = coai_str_c("TODO");
     check_map(&ex, oc, 7, 1, "grep", "{\"pattern\":\"TODO\",\"path\":\"/home/user/project/src\","
@@ -442,8 +451,9 @@ static void test_exec_map(void)
 
 /* ---- reply: SSE shapes ------------------------------------------------- */
 
-#define PFX "data: {\"id\":\"chatcmpl-020202020202402280220202\",\"object\":\"chat.completion.chunk\"," \
-            "\"created\":1768474032,\"model\":\"claude-4.5-sonnet\",\"choices\":[{\"index\":0,\"delta\":"
+#define PFX "data: {\"id\":\"chatcmpl-020202020202402280220202\"," \
+            "\"object\":\"chat.completion.chunk\",\"created\":1768474032," \
+            "\"model\":\"claude-4.5-sonnet\",\"choices\":[{\"index\":0,\"delta\":"
 
 static void test_sse_text(void)
 {
@@ -455,7 +465,8 @@ static void test_sse_text(void)
         PFX "{\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n"
         PFX "{\"reasoning_content\":\"hmm\"},\"finish_reason\":null}]}\n\n"
         PFX "{\"content\":\" w\xc3\xb6rld \xf0\x9f\x8c\x8d!\"},\"finish_reason\":null}]}\n\n"
-        PFX "{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens\":5,"
+        PFX "{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":8,\"completion_tokens"
+            "\":5,"
         "\"total_tokens\":13}}\n\n"
         "data: [DONE]\n\n";
     int done;
@@ -618,7 +629,8 @@ static void test_sse_tool_call(void)
     m.exec.args_json = coai_str_c("{\"location\":\"Tokyo\"}");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
     {
-        const char *w = "{\"id\":\"chatcmpl-020202020202402280220202\",\"object\":\"chat.completion\","
+        const char *w = "{\"id\":\"chatcmpl-020202020202402280220202\",\"object\":\"chat.complet"
+            "ion\","
             "\"created\":1768474032,\"model\":\"claude-4.5-sonnet\",\"choices\":[{\"index\":0,"
             "\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":"
             "\"sess_030303030303__call_toolu01ISSUExyz\",\"type\":\"function\",\"function\":"
@@ -639,7 +651,8 @@ static void test_non_stream(void)
     sink s;
     coai_msg m;
     coai_buf h = { 0 };
-    const char *want = "{\"id\":\"chatcmpl-020202020202402280220202\",\"object\":\"chat.completion\","
+    const char *want = "{\"id\":\"chatcmpl-020202020202402280220202\",\"object\":\"chat.completi"
+        "on\","
         "\"created\":1768474032,\"model\":\"claude-4.5-sonnet\",\"choices\":[{\"index\":0,"
         "\"message\":{\"role\":\"assistant\",\"content\":\"Hello there.\",\"reasoning_content\":"
         "\"Let me think\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":8,"
@@ -813,7 +826,8 @@ static void test_utf8(void)
         CHECK(sse_check(&r.out, &done) > 0 && done);
         sse_collect(&r.out, "content", &got);
         sse_collect(&r.out, "reasoning_content", &gr);
-        CHECK(got.data && strcmp((char *)got.data, "x\xef\xbf\xbdy\xc3\xa9z\xef\xbf\xbd\xef\xbf\xbd")
+        CHECK(got.data && strcmp((char *)got.data, "x\xef\xbf\xbdy\xc3\xa9z\xef\xbf\xbd\xef\xbf"
+            "\xbd")
               == 0);
         CHECK(gr.data && strcmp((char *)gr.data, "t\xe2\x82\xac") == 0);
         coai_buf_free(&got);
@@ -893,7 +907,8 @@ static void test_kv(void)
         m.blob_data.len = 10;
         CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
     }
-    CHECK(coai_reply_status(&r) == 502 && r.error.code && strcmp(r.error.code, "kv_store_limit") == 0);
+    CHECK(coai_reply_status(&r) == 502 && r.error.code && strcmp(r.error.code, "kv_store_limit"
+        "") == 0);
     CHECK(strstr(r.error.message, "1000 bytes") != NULL);
     CHECK(s.count == 2);
     coai_reply_free(&r);
@@ -936,7 +951,8 @@ static void test_kv(void)
         coai_buf got = { 0 };
         sse_collect(&r.out, "content", &got);
         CHECK(got.data && strcmp((char *)got.data, "Answer that was only stored in a blob."
-                                 "Second.ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGH")
+                                 "Second.ABCDEFGHIJKLMNOPQRSTUVWXYZABCDEFGHIJKLMNOPQRSTUVWXYZABC"
+                                     "DEFGH")
               == 0);
         coai_buf_free(&got);
         CHECK(sse_check(&r.out, &done) == 6 && done);
@@ -971,7 +987,8 @@ static void test_error_mapping(void)
         { 8, 22, "ERROR_GENERIC_RATE_LIMIT_EXCEEDED", 429, "requests", "rate_limit_exceeded", 0 },
         { 16, 0, NULL, 401, "authentication_error", "upstream_auth_failed", 1 },
         { 2, 2, "ERROR_NOT_LOGGED_IN", 401, "authentication_error", "upstream_auth_failed", 1 },
-        { 2, 12, "ERROR_AUTH_TOKEN_EXPIRED", 401, "authentication_error", "upstream_auth_failed", 1 },
+        { 2, 12, "ERROR_AUTH_TOKEN_EXPIRED", 401, "authentication_error", "upstream_auth_failed"
+            "", 1 },
         { 7, 38, "ERROR_UNAUTHORIZED", 401, "authentication_error", "upstream_auth_failed", 1 },
         { 3, 1, "ERROR_BAD_API_KEY", 401, "authentication_error", "upstream_auth_failed", 1 },
         { 9, 30, "ERROR_OUTDATED_CLIENT", 502, "upstream_error", "outdated_client", 1 },
@@ -1069,6 +1086,11 @@ static const char *models_json =
     "{\"displayName\":\"skipped\"},"
     "{\"displayModelId\":\"grok-4\",\"displayName\":\"Grok 4\"}]}";
 
+static const char *owner(const cJSON *d, int i)
+{
+    return cJSON_GetObjectItem(cJSON_GetArrayItem(d, i), "owned_by")->valuestring;
+}
+
 static void test_models(void)
 {
     coai_models m;
@@ -1079,7 +1101,8 @@ static void test_models(void)
     CHECK(m.count == 6);
     CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("sonnet-4.5")), "claude-4.5-sonnet"));
     CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("sonnet")), "claude-4.5-sonnet"));
-    CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("claude-4.5-sonnet")), "claude-4.5-sonnet"));
+    CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("claude-4.5-sonnet")), "claude-4.5-sonn"
+        "et"));
     CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("auto")), "default"));
     CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("")), "default"));
     CHECK(coai_str_eq(coai_models_resolve(&m, coai_str_c("my-own")), "my-own"));
@@ -1101,13 +1124,14 @@ static void test_models(void)
     d = cJSON_GetObjectItem(j, "data");
     CHECK(cJSON_GetArraySize(d) == 6);
     CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 0), "id")->valuestring, "auto") == 0);
-    CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 0), "owned_by")->valuestring, "cursor") == 0);
-    CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 1), "owned_by")->valuestring, "anthropic") == 0);
-    CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 3), "owned_by")->valuestring, "openai") == 0);
-    CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 4), "owned_by")->valuestring, "google") == 0);
-    CHECK(strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 5), "owned_by")->valuestring, "xai") == 0);
+    CHECK(strcmp(owner(d, 0), "cursor") == 0);
+    CHECK(strcmp(owner(d, 1), "anthropic") == 0);
+    CHECK(strcmp(owner(d, 3), "openai") == 0);
+    CHECK(strcmp(owner(d, 4), "google") == 0);
+    CHECK(strcmp(owner(d, 5), "xai") == 0);
     CHECK(cJSON_GetObjectItem(cJSON_GetArrayItem(d, 1), "context_length")->valueint == 200000);
-    CHECK(strncmp((const char *)b.data, "{\"object\":\"list\",\"data\":[{\"id\":\"auto\",\"object\":"
+    CHECK(strncmp((const char *)b.data, "{\"object\":\"list\",\"data\":[{\"id\":\"auto\",\"objec"
+        "t\":"
                   "\"model\",\"created\":1768474032,\"owned_by\":\"cursor\",", 92) == 0);
     cJSON_Delete(j);
     coai_buf_free(&b);

@@ -122,7 +122,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 coai_str s;
                 s.ptr = p + 2;
                 s.len = len - 2;
-                m.exec.kind = fz_kinds[(unsigned char)p[0] % (sizeof fz_kinds / sizeof fz_kinds[0])];
+                m.exec.kind = fz_kinds[(unsigned char)p[0]
+                                       % (sizeof fz_kinds / sizeof fz_kinds[0])];
                 m.exec.id = (unsigned char)p[1];
                 m.exec.exec_id = p[1] & 1 ? s : coai_str_c("");
                 m.exec.command = m.exec.path = m.exec.content = m.exec.pattern = s;
