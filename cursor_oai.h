@@ -824,7 +824,7 @@ coai_str coai_http_bearer(coai_str authorization);
  *   ERROR_FREE/PRO_USER_USAGE_LIMIT (9, 10),
  *   ERROR_RESOURCE_EXHAUSTED (41), _USAGE_PRICING_REQUIRED (44),
  *   grpc 8 without a rate-limit detail; HTTP 429 or Connect
- *   resource_exhausted whose message says usage/quota/plan -> 429 insufficient_quota /
+ *   resource_exhausted whose message says usage/quota/billing -> 429 insufficient_quota /
  *                                                              insufficient_quota, no retry
  *   ERROR_*_RATE_LIMIT_EXCEEDED (7, 8, 22), _RATE_LIMITED (50),
  *   other HTTP 429 / resource_exhausted                    -> 429 requests /
@@ -941,7 +941,7 @@ typedef struct coai_tool_call {
 } coai_tool_call;
 
 /* Map an exec to one of the client's tools (spec §8.2 plus schema-driven renaming).
- * Returns 1 and fills tc (tc->args appended to; caller frees) when a tool matches,
+ * Returns 1 and fills tc (tc->args is reset first; the caller frees it) when a tool matches,
  * 0 when none does, -1 on memory failure. workspace is used as "path" for an ls
  * without path (may be empty). */
 int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count,
@@ -4541,8 +4541,9 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
         msg = body ? body : "";
         msg_len = n > 200 ? 200 : n;
     }
-    quota = coai__oa_ci_contains(msg, msg_len, "usage") || coai__oa_ci_contains(msg, msg_len, "quota")
-            || coai__oa_ci_contains(msg, msg_len, "plan");
+    quota = coai__oa_ci_contains(msg, msg_len, "usage")
+            || coai__oa_ci_contains(msg, msg_len, "quota")
+            || coai__oa_ci_contains(msg, msg_len, "billing");
     if (upstream_status == 401 || strcmp(ccode, "unauthenticated") == 0) {
         coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
                        "Cursor rejected the credentials (HTTP %d); log in again: ",
@@ -4913,7 +4914,10 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         const cJSON *t;
         int count;
         char p[64];
-        if (!cJSON_IsArray(tools)) { coai__oa_bad(err, "tools", "tools must be an array"); goto fail; }
+        if (!cJSON_IsArray(tools)) {
+            coai__oa_bad(err, "tools", "tools must be an array");
+            goto fail;
+        }
         count = cJSON_GetArraySize(tools);
         if (count > COAI_MAX_TOOLS) {
             coai__oa_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
@@ -5215,7 +5219,8 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     case COAI_EXEC_LS:
         if (!coai__oa_find_tool(tools, count, n_list, &idx)) return 0;
         coai_buf_putc(b, '{');
-        if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), ex->path);
+        if (ex->has_path || ex->path.len)
+            coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), ex->path);
         else if (workspace.len) coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), workspace);
         break;
     case COAI_EXEC_GREP:
