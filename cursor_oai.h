@@ -1028,13 +1028,21 @@ int coai_reply_head(const coai_reply *r, coai_buf *out);
 #if defined(CURSOR_OAI_IMPLEMENTATION) && !defined(COAI_IMPLEMENTATION_DONE)
 #define COAI_IMPLEMENTATION_DONE
 
+/* Everything the implementation needs, in one place. cJSON, nanopb, the
+ * generated proto headers (proto/ on the include path) and BearSSL. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <bearssl.h>
 #include <cJSON.h>
+#include <pb_decode.h>
+#include <pb_encode.h>
+#include "agent.pb.h"
+#include "aiserver.pb.h"
+#include "google/rpc/status.pb.h"
 
 const char *coai_result_str(int r)
 {
@@ -1773,10 +1781,6 @@ int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
 /* ======================================================================== */
-#include <pb_decode.h>
-#include "cJSON.h"
-#include "google/rpc/status.pb.h"
-#include "aiserver.pb.h"
 
 #ifndef COAI_FRAME_KEEP
 #define COAI_FRAME_KEEP (64u * 1024u)   /* decoder buffer kept between frames; larger is freed */
@@ -2230,8 +2234,6 @@ void coai_status_describe(const coai_status *st, coai_buf *out)
 /* ======================================================================== */
 /* PART:CHECKSUM impl                                                       */
 /* ======================================================================== */
-#include <time.h>
-#include <bearssl_hash.h>
 
 #ifndef _WIN32
 /* POSIX, but <time.h> hides it under strict -std=c99 unless the includer asked for POSIX.
@@ -2325,7 +2327,6 @@ void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms)
 /* ======================================================================== */
 /* PART:ENCODE impl                                                         */
 /* ======================================================================== */
-#include "cJSON.h"
 
 /* --- A tiny protobuf writer --------------------------------------------------
  * Everything is written straight into the caller's coai_buf. A nested message is
@@ -2951,8 +2952,6 @@ int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str 
 /* ======================================================================== */
 /* PART:DECODE impl                                                         */
 /* ======================================================================== */
-#include "pb_decode.h"
-#include "agent.pb.h"
 
 /* One object member of McpArgs.args (or of a nested Struct), as read from the wire. */
 typedef struct coai__ent {
@@ -3741,7 +3740,6 @@ void coai_msg_free(coai_msg *m)
 /* ======================================================================== */
 /* PART:HTTP impl                                                           */
 /* ======================================================================== */
-#include <bearssl.h>
 
 static int coai__http_tchar(unsigned char c)
 {
@@ -4341,7 +4339,6 @@ coai_str coai_http_bearer(coai_str authorization)
 /* ======================================================================== */
 /* PART:OPENAI impl                                                         */
 /* ======================================================================== */
-#include <cJSON.h>
 
 /* ---- errors -------------------------------------------------------------- */
 
