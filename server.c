@@ -105,6 +105,7 @@ static struct server {
     /* runtime */
     int listen_fd;
     volatile sig_atomic_t stop;     /* SIGTERM/SIGINT seen */
+    int64_t stop_at;                /* mono ms when the accept loop saw stop */
     pthread_mutex_t lock;           /* guards everything below */
     pthread_cond_t idle;            /* signalled when conns drops */
     int conns;                      /* client connections being served */
@@ -841,6 +842,32 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
     return c;
 }
 
+/* Close pooled connections idle for longer than UP_POOL_IDLE_MS (all of them when
+ * everything = 1). Called from the accept loop about twice a second. */
+static void pool_prune(int everything)
+{
+    struct upconn *dead = NULL, **pp, *c;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&S.lock);
+    for (pp = &S.pool; *pp;) {
+        c = *pp;
+        if (everything || now - c->idle_since >= UP_POOL_IDLE_MS) {
+            *pp = c->next;
+            S.pool_n--;
+            c->next = dead;
+            dead = c;
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&S.lock);
+    while (dead) {
+        c = dead;
+        dead = c->next;
+        up_free(c);
+    }
+}
+
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
@@ -1434,9 +1461,13 @@ static void conn_serve(struct conn *c)
         int status = 0;
         long hl;
         if (c->in_len == 0) {
-            ssize_t k = fd_read_until(c->fd, c->in, sizeof c->in,
-                                      mono_ms() + (first ? SRV_HEAD_TIMEOUT_MS
-                                                         : SRV_KEEPALIVE_IDLE_MS));
+            int64_t idle_end = mono_ms() + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
+            ssize_t k = -2;
+            /* wait in short slices so that an idle connection notices a shutdown */
+            while (k == -2 && !S.stop && mono_ms() < idle_end) {
+                int64_t slice = mono_ms() + 1000;
+                k = fd_read_until(c->fd, c->in, sizeof c->in, slice < idle_end ? slice : idle_end);
+            }
             if (k <= 0) return;          /* idle timeout or the client left: close quietly */
             c->in_len = (size_t)k;
         }
@@ -1607,61 +1638,53 @@ struct run {
     struct upconn *sse;             /* the RunSSE connection */
     int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
     int64_t last_write;             /* mono ms of the last byte sent to the client */
-    int head_sent;                  /* status line sent */
+    int stream;                     /* the client asked for SSE */
+    int sent_all;                   /* the whole response was written */
     int in_feed;                    /* inside a coai_reply_feed_* call (no keepalive) */
     int cancelled;                  /* the client went away */
+    int stopping;                   /* ended by shutdown */
     coai_error err;                 /* failure of run_start / an append */
     coai_frame_decoder frames;
     coai_msg msg;
     coai_reply reply;
 };
 
-/* Send what the reply produced. Streaming 200: head once, then chunks. Anything else
- * (non-streaming, or an error status) is one Content-Length response once it is done.
- * 0 ok, -1 the client is gone. */
+/* Send what the reply produced. A streaming 200 goes out as it comes (head once, then one
+ * chunk per drain); anything else (non-streaming, or an error status) is one Content-Length
+ * response once the reply is done. 0 ok, -1 the client is gone. */
 static int run_flush(struct run *r)
 {
     struct conn *c = r->c;
     coai_reply *rp = &r->reply;
-    int st;
+    coai_buf h = { 0 };
+    int st, done, rc = 0;
     if (c->dead) return -1;
-    if (!coai_reply_started(rp)) return 0;
+    if (r->sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
-    if (st == 200 && c->streaming) {
-        /* already streaming */
-    } else if (st == 200 && !coai_reply_done(rp)) {
-        coai_buf h = { 0 };
-        int rc;
+    done = coai_reply_done(rp);
+    if (st == 200 && r->stream) {
+        if (!c->streaming) {
+            coai_reply_head(rp, &h);
+            rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
+        }
+        if (rc == 0 && rp->out.len) {
+            rc = stream_write(c, rp->out.data, rp->out.len);
+            coai_buf_reset(&rp->out);
+            r->last_write = mono_ms();
+        }
+        if (rc == 0 && done) {
+            r->sent_all = 1;
+            rc = stream_end(c);
+        }
+    } else if (done) {
         coai_reply_head(rp, &h);
-        rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
-        coai_buf_free(&h);
-        r->head_sent = 1;
-        if (rc < 0) return -1;
-    } else if (!c->streaming) {
-        coai_buf h = { 0 };
-        int rc = 0;
-        if (!coai_reply_done(rp)) return 0;
-        coai_reply_head(rp, &h);
-        if (!h.err)
-            rc = send_response(c, st, NULL, (const char *)h.data, rp->out.data, rp->out.len);
-        coai_buf_free(&h);
+        rc = h.err ? -1 : send_response(c, st, NULL, (const char *)h.data, rp->out.data,
+                                        rp->out.len);
         coai_buf_reset(&rp->out);
-        r->head_sent = 1;
-        r->last_write = mono_ms();
-        return h.err ? -1 : rc;
+        r->sent_all = 1;
     }
-    if (rp->out.len) {
-        if (stream_write(c, rp->out.data, rp->out.len) < 0) return -1;
-        coai_buf_reset(&rp->out);
-        r->last_write = mono_ms();
-    }
-    if (coai_reply_done(rp) && c->streaming && !r->head_sent) return 0;
-    if (coai_reply_done(rp) && c->streaming) {
-        r->head_sent = 0;          /* stream_end only once */
-        c->streaming = 2;
-        return stream_end(c);
-    }
-    return 0;
+    coai_buf_free(&h);
+    return rc;
 }
 
 /* Called about once a second while waiting on the upstream: keepalive comments for a
@@ -1670,6 +1693,20 @@ static int run_tick(void *ctx)
 {
     struct run *r = ctx;
     if (r->c->dead) return -1;
+    if (S.stop && S.stop_at && mono_ms() - S.stop_at > SRV_SHUTDOWN_GRACE_MS - 2000
+        && !r->in_feed && !r->stopping) {
+        /* Shutting down: end the run in-band before the process exits under it. */
+        coai_error e;
+        coai_error_set(&e, 503, "server_error", "server_shutting_down", NULL,
+                       "the proxy is shutting down");
+        e.retry_after = 1;
+        r->stopping = 1;
+        r->in_feed = 1;
+        coai_reply_feed_error(&r->reply, &e);
+        r->in_feed = 0;
+        run_flush(r);
+        return -1;
+    }
     if (r->in_feed || !r->c->streaming || coai_reply_done(&r->reply)) return 0;
     if (mono_ms() - r->last_write < (int64_t)S.keepalive_s * 1000) return 0;
     if (coai_reply_keepalive(&r->reply) < 0) return -1;
@@ -1873,6 +1910,7 @@ static int handle_chat(struct conn *c)
         return -1;
     }
     r->c = c;
+    r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
     if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
@@ -1890,6 +1928,7 @@ static int handle_chat(struct conn *c)
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)req.model.len, req.model.ptr);
     copy_str(c->model, sizeof c->model, model.ptr, model.len);
+    r->stream = req.stream;
     if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
@@ -1943,7 +1982,8 @@ static int handle_chat(struct conn *c)
     if (r->cancelled || c->dead) {
         c->dead = 1;
         if (!c->status) c->status = 499;
-        srv_log(LOG_INFO, "client went away; upstream run %s closed", r->request_id);
+        if (!r->stopping)
+            srv_log(LOG_INFO, "client went away; upstream run %s closed", r->request_id);
     } else if (!coai_reply_done(&r->reply)) {
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
@@ -2043,7 +2083,10 @@ static void serve_loop(void)
         struct conn *c;
         pthread_t t;
         int fd, one = 1, over, reject_ok;
-        if (poll(&pf, 1, 500) <= 0) continue;
+        if (poll(&pf, 1, 500) <= 0) {
+            pool_prune(0);
+            continue;
+        }
         fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
@@ -2097,6 +2140,7 @@ static void serve_drain(void)
     struct timespec until;
     int left;
     close(S.listen_fd);
+    pool_prune(1);
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += SRV_SHUTDOWN_GRACE_MS / 1000;
     pthread_mutex_lock(&S.lock);
@@ -2398,7 +2442,9 @@ static int run_serve(int argc, char **argv)
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
     serve_loop();
-    srv_log(LOG_INFO, "shutting down");
+    S.stop_at = mono_ms();
+    srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
+            SRV_SHUTDOWN_GRACE_MS / 1000);
     serve_drain();
     return 0;
 }
