@@ -146,7 +146,9 @@ unsigned coai_login_poll_delay_ms(unsigned attempt);
 
 /* Credentials: the auth.json file ({"accessToken","refreshToken","apiKey"}) and the
  * answers of /auth/poll, /auth/refresh and /auth/exchange_user_api_key share this
- * shape. Strings are malloc'd and NUL-terminated; absent members are NULL. */
+ * shape. Strings are malloc'd and NUL-terminated; absent members are NULL. A
+ * member that is not a non-empty string of visible ASCII (0x21-0x7e) counts as
+ * absent: tokens go into HTTP headers, where CR/LF would split a header. */
 typedef struct coai_creds {
     char *access_token;
     char *refresh_token;
@@ -159,6 +161,27 @@ int coai_creds_parse(const char *json, size_t n, coai_creds *c);
 /* Pretty-printed (2-space) JSON of the non-NULL members, ending in a newline. */
 int coai_creds_format(coai_buf *out, const coai_creds *c);
 void coai_creds_free(coai_creds *c);
+
+/* ======================================================================== */
+/* QR: a QR code of the login URL, for logging in from a headless server   */
+/* ======================================================================== */
+
+#define COAI_QR_MAX_SIZE 57     /* modules per side at the largest version kept (10) */
+
+/* A QR code (byte mode, error correction level M, versions 1-10: up to 213 bytes).
+ * Module (x, y) is dark when modules[y * size + x] is 1. */
+typedef struct coai_qr {
+    int size;                   /* 21 + 4 * (version - 1) */
+    int version;                /* 1..10 */
+    int mask;                   /* 0..7, chosen by the standard penalty rules */
+    unsigned char modules[COAI_QR_MAX_SIZE * COAI_QR_MAX_SIZE];
+} coai_qr;
+
+/* 0 on success, -1 when the text does not fit in version 10. */
+int coai_qr_encode(coai_qr *qr, const void *text, size_t n);
+/* Terminal rendering with Unicode half blocks, two module rows per line, light
+ * modules drawn as ink (so it scans on dark terminals), a 2-module quiet zone. */
+int coai_qr_render_utf8(const coai_qr *qr, coai_buf *out);
 
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
@@ -187,11 +210,106 @@ typedef struct coai_status {
     char title[256];           /* CustomErrorDetails.title */
     char detail[1024];         /* CustomErrorDetails.detail (+ "key: value" additional info) */
 } coai_status;
+
+/* ---- Envelopes ----
+ * flags (1 byte) | payload length (u32 big-endian) | payload. */
+
+/* Write the 5-byte envelope header. Returns 0, or -1 when flags > 0xff or len > 0xffffffff. */
+int coai_frame_header(unsigned char out[5], unsigned flags, size_t len);
+/* Append header + payload to `out`. COAI_ERR_TOO_BIG when n does not fit in u32,
+ * COAI_ERR_NOMEM when the buffer fails. */
+coai_result coai_frame_encode(coai_buf *out, unsigned flags, const void *p, size_t n);
+
+/* One decoded envelope. */
+typedef struct coai_frame {
+    unsigned flags;               /* COAI_FRAME_DATA, COAI_FRAME_TRAILER or COAI_FRAME_END_STREAM */
+    const unsigned char *data;    /* payload, never NULL; valid until the next feed/reset/free */
+    size_t len;                   /* payload bytes (0 is a valid, empty message) */
+} coai_frame;
+
+/* Incremental envelope decoder. Zero-init is ready to use; only max_frame is public. */
+typedef struct coai_frame_decoder {
+    size_t max_frame;             /* largest payload accepted; 0 = COAI_MAX_FRAME */
+    unsigned char hdr_[5];        /* private: header bytes gathered so far */
+    unsigned hdr_len_;            /* private: 0..5; 5 = reading the payload */
+    size_t want_;                 /* private: payload length of the current frame */
+    coai_buf buf_;                /* private: payload split across feeds */
+    int ended_;                   /* private: a trailer or end-stream frame was returned */
+    int err_;                     /* private: sticky error */
+} coai_frame_decoder;
+
+/* Consume input up to the end of the next frame. *used (may not be NULL) = bytes consumed.
+ *   COAI_OK    one frame in *out. The view points into `p` when the whole payload was inside
+ *              this input (zero-copy), else into the decoder's buffer, which grows as bytes
+ *              arrive (a header's length is never allocated up front).
+ *   COAI_MORE  all n bytes consumed, no frame completed yet.
+ *   < 0        COAI_ERR_TOO_BIG (length over the cap, seen in the header before any
+ *              allocation), COAI_ERR_COMPRESSED (flag 0x01), COAI_ERR_FRAME (unknown flag bits,
+ *              or any byte after a trailer/end-stream frame, which must be the last one),
+ *              COAI_ERR_NOMEM. Errors are sticky until coai_frame_decoder_reset().
+ * Call again with the rest (p + *used) until COAI_MORE: one input can hold several frames.
+ * Splitting the input differently never changes the frames returned. */
+coai_result coai_frame_feed(coai_frame_decoder *d, const void *p, size_t n, size_t *used,
+                            coai_frame *out);
+/* At end of input: COAI_OK at a frame boundary, COAI_ERR_TRUNCATED inside a frame (header or
+ * payload), or the sticky error. Whether a trailer/end-stream frame came is the caller's check. */
+coai_result coai_frame_finish(coai_frame_decoder *d);
+void coai_frame_decoder_reset(coai_frame_decoder *d);   /* ready again; keeps max_frame */
+void coai_frame_decoder_free(coai_frame_decoder *d);    /* frees the buffer; also resets */
+
+/* ---- Trailers and errors ----
+ * Both parsers fill *st completely in every case (it is reset first: code 0, error 0,
+ * error_name NULL, retryable -1, empty text). A negative result says part of the input was
+ * malformed; *st then still holds the best reading of the rest, and never reads as success
+ * when the input was an error. */
+
+#ifndef COAI_MAX_STATUS_DETAILS
+#define COAI_MAX_STATUS_DETAILS (16u * 1024u)   /* decoded google.rpc.Status bytes accepted */
+#endif
+
+/* gRPC-web trailer block (payload of a 0x80 frame, or HTTP header lines of a trailers-only
+ * response): "key: value" lines split on \n (optional \r), keys case-insensitive, later
+ * duplicates win. grpc-status (decimal; missing = 0, or Status.code from the details;
+ * unparsable = 2 UNKNOWN), grpc-message (percent-decoded; malformed % kept literally),
+ * grpc-status-details-bin (base64 google.rpc.Status; its aiserver.v1.ErrorDetails fill
+ * error/error_name/title/detail/retryable; Status.message is used when grpc-message is absent).
+ * Returns COAI_OK, or COAI_ERR_PROTO / COAI_ERR_TOO_BIG when the details could not be used. */
+coai_result coai_trailer_parse(const void *p, size_t n, coai_status *st);
+
+/* Connect end-stream JSON (payload of a 0x02 frame): {} or {"metadata":{..}} is OK (code 0);
+ * {"error":{"code":"resource_exhausted","message":..,"details":[{"type":..,"value":b64}]}}
+ * maps the Connect code name to the gRPC number and decodes aiserver.v1.ErrorDetails details.
+ * Not JSON -> COAI_ERR_JSON; an "error" that is not an object with a code string (null, {},
+ * unknown code) -> COAI_ERR_INVALID. Both leave st->code = 2 (UNKNOWN). */
+coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st);
+
+/* "OK", "CANCELLED", .. "UNAUTHENTICATED"; "UNRECOGNIZED" outside 0..16. */
+const char *coai_grpc_status_name(int code);
+/* Static "ERROR_OUTDATED_CLIENT"-style name of an aiserver.v1.ErrorDetails.Error, or NULL. */
+const char *coai_error_details_name(int error);
+/* Append one human sentence for logs and clients, e.g.
+ * "Outdated client: Update required: Please update Cursor to continue. (grpc-status 9,
+ * ERROR_OUTDATED_CLIENT)". Parts equal to an earlier part are skipped; with no text at all the
+ * message is "Unknown gRPC error". Contains no control characters. */
+void coai_status_describe(const coai_status *st, coai_buf *out);
 /* PART:FRAMING api end */
 
 /* ======================================================================== */
 /* PART:CHECKSUM api (x-cursor-checksum, base64, hex, uuid, sha256 helpers) */
 /* ======================================================================== */
+/* x-cursor-checksum (cursor-protocol.md section 3): 25 characters + NUL,
+ * "<8 base64url time chars><8 hex of sha256(JWT payload segment)>/<8 hex of sha256(token)>".
+ * The token is a secret: these functions neither keep nor log it. */
+#define COAI_CHECKSUM_SIZE 26
+
+/* Start of now_ms's half hour in the host's LOCAL time zone, in epoch ms: local minutes
+ * floored to 0 or 30, seconds and ms zeroed (differs from UTC bucketing in :15/:45 zones such
+ * as Asia/Kathmandu). Uses localtime_r + mktime, so it follows TZ as of the last tzset(). */
+int64_t coai_checksum_bucket(int64_t now_ms);
+/* Checksum for a given bucket start (exact, no clock): out is NUL-terminated. */
+void coai_checksum_at(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t bucket_ms);
+/* coai_checksum_at(out, token, coai_checksum_bucket(now_ms)). */
+void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms);
 /* PART:CHECKSUM api end */
 
 /* ======================================================================== */
@@ -220,6 +338,96 @@ typedef struct coai_run_params {
     const coai_tool *tools;     /* may be NULL when tool_count == 0 */
     size_t tool_count;
 } coai_run_params;
+
+/* Client -> server messages. Every encoder APPENDS exactly one serialized message
+ * (or one complete HTTP body, for the two *_body / bidi_append functions) to `out`
+ * and returns COAI_OK, or a negative coai_result; on failure `out->len` is restored
+ * to what it was (a failed allocation also leaves out->err set, see coai_buf).
+ * Byte layout follows the original client exactly (spec §6.1, §6.3, §8.4): strings
+ * are omitted when empty, uint32/int32 omitted when 0, nested messages always
+ * written, field order as in the vectors. Text is written as given: callers pass
+ * valid UTF-8 (the OPENAI part validates client input). */
+
+#ifndef COAI_MAX_VALUE_DEPTH
+#define COAI_MAX_VALUE_DEPTH 64   /* deepest JSON array/object nesting coai_encode_value takes */
+#endif
+
+/* AgentClientMessage{run_request} (spec §6.1). Empty os_version/shell become
+ * "darwin 24.0.0" and "/bin/zsh". With tools, each tool goes into both
+ * RequestContext.tools and AgentRunRequest.mcp_tools, plus McpInstructions and
+ * McpFileSystemOptions. p->tools may be NULL only when tool_count is 0.
+ * Errors: COAI_ERR_INVALID (NULL p, NULL tools with a count, bad JSON type in a
+ * schema), COAI_ERR_TOO_BIG (schema deeper than COAI_MAX_VALUE_DEPTH), COAI_ERR_NOMEM. */
+int coai_encode_run_request(coai_buf *out, const coai_run_params *p);
+
+/* google.protobuf.Value of a cJSON tree (spec §6.2), with the original's quirks:
+ * object members in JavaScript order (canonical array-index keys "0".."4294967294"
+ * ascending first, then the others in document order; a duplicated key keeps its
+ * first position and its last value, as JSON.parse does); numbers as doubles; "" and
+ * null give an empty Value; false is written. Arrays/objects nested deeper than
+ * COAI_MAX_VALUE_DEPTH -> COAI_ERR_TOO_BIG; NULL or cJSON_Raw/invalid items ->
+ * COAI_ERR_INVALID. Appends the Value's bytes only (no tag, no length). */
+int coai_encode_value(coai_buf *out, const struct cJSON *json);
+
+/* Complete BidiAppend HTTP body: envelope(0x00, BidiAppendRequest{data = lowercase hex
+ * of msg[0..n), request_id{request_id}, append_seqno}). append_seqno is always written
+ * (also 0); seqno < 0 -> COAI_ERR_INVALID; a payload over 4 GiB -> COAI_ERR_TOO_BIG. */
+int coai_encode_bidi_append(coai_buf *out, const void *msg, size_t n, coai_str request_id,
+                            int64_t seqno);
+
+/* Complete RunSSE HTTP body: envelope(0x00, BidiRequestId{request_id}). */
+int coai_encode_run_body(coai_buf *out, coai_str request_id);
+
+/* KV replies (spec §9): AgentClientMessage{kv_client_message{id, ...}}.
+ * get: found != 0 writes blob_data (even when n == 0); found == 0 leaves it absent. */
+int coai_encode_kv_set_result(coai_buf *out, uint32_t id);
+int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found);
+
+/* ExecClientControlMessage.stream_close{id}: send after every exec result (not after
+ * a throw). */
+int coai_encode_exec_stream_close(coai_buf *out, uint32_t id);
+/* ExecClientControlMessage.throw{id, error}. */
+int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason);
+/* ConversationAction{resume_action{}} = 22 02 12 00. */
+int coai_encode_resume(coai_buf *out);
+
+/* Exec results: AgentClientMessage{exec_client_message{1 id, 15 exec_id (when
+ * non-empty), <result>}}. */
+/* RequestContextResult.success{RequestContext{env}}: env from os_version (default
+ * "darwin 24.0.0"), workspace (workspace_paths and project_folder), shell (default
+ * "/bin/zsh") and time_zone; the other fields of *env are not used. */
+int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_id,
+                                     const coai_run_params *env);
+/* ShellResult: success when exit_code == 0, else failure; signal is never written. */
+int coai_encode_exec_shell_result(coai_buf *out, uint32_t id, coai_str exec_id,
+                                  coai_str command, coai_str cwd, int exit_code,
+                                  coai_str out_text, coai_str err_text, int32_t ms);
+/* McpResult.success{content = [text{text}], is_error (written only when true)}. */
+int coai_encode_exec_mcp_result(coai_buf *out, uint32_t id, coai_str exec_id, coai_str text,
+                                int is_error);
+
+/* Refuse an exec request (the proxy never runs anything locally). Writes, for ex->kind:
+ *   SHELL, SHELL_STREAM  shell_result.failure{command, working_directory, exit_code 1,
+ *                        stderr = reason}
+ *   WRITE                write_result.error{path, error = reason}
+ *   DELETE               delete_result.error{path, error}
+ *   GREP                 grep_result.error{error}
+ *   READ                 read_result.error{path, error}
+ *   LS                   ls_result.error{path, error}
+ *   DIAGNOSTICS          diagnostics_result.error{path, error}
+ *   REQUEST_CONTEXT      request_context_result.error{error}
+ *   MCP                  mcp_result.error{error}
+ *   FETCH                fetch_result.error{url, error}
+ * each with id and exec_id; the caller then sends coai_encode_exec_stream_close().
+ * Every other kind (background shell, MCP resources, screen recording, computer use,
+ * unknown) has no error variant in the schema and gets ExecClientControlMessage.throw
+ * {id, error = reason} (no stream_close after it): coai_exec_reject_is_result(kind)
+ * tells which of the two a kind gets. */
+struct coai_exec;
+int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str reason);
+/* 1 if coai_encode_exec_reject writes a result for this coai_exec_kind (so a
+ * stream_close must follow), 0 if it writes a throw. */
+int coai_exec_reject_is_result(int kind);
 /* PART:ENCODE api end */
 
 /* ======================================================================== */
@@ -657,7 +865,8 @@ int coai_json_num_append(coai_buf *out, double v)
 static void coai__copy_cut(char *dst, size_t cap, const char *src)
 {
     size_t n = strlen(src);
-    if (n >= cap) n = coai_utf8_valid_prefix(src, cap - 1);
+    /* claims are shown to people: keep only the valid UTF-8 prefix that fits */
+    n = coai_utf8_valid_prefix(src, n < cap ? n : cap - 1);
     memcpy(dst, src, n);
     dst[n] = 0;
 }
@@ -739,7 +948,11 @@ static char *coai__json_strdup(const cJSON *obj, const char *key)
     size_t n;
     char *s;
     if (!cJSON_IsString(it) || !it->valuestring[0]) return NULL;
-    n = strlen(it->valuestring);
+    /* Tokens travel in HTTP headers: only visible ASCII is acceptable. Anything
+     * else (CR, LF, spaces, non-ASCII) could split a header, so it is refused. */
+    for (n = 0; it->valuestring[n]; n++)
+        if ((unsigned char)it->valuestring[n] < 0x21 || (unsigned char)it->valuestring[n] > 0x7e)
+            return NULL;
     s = (char *)malloc(n + 1);
     if (s) memcpy(s, it->valuestring, n + 1);
     return s;
@@ -784,19 +997,1462 @@ void coai_creds_free(coai_creds *c)
     memset(c, 0, sizeof *c);
 }
 
+/* ---- QR ----------------------------------------------------------------- */
+/* Byte mode, level M only: the login URL is ~150 bytes, so versions 1-10 cover
+ * it with room to spare, and one level keeps the tables short. */
+
+static const unsigned char coai__qr_ec_per_block[11] = { 0, 10, 16, 26, 18, 24, 16, 18, 22, 22, 26 };
+static const unsigned char coai__qr_blocks[11] = { 0, 1, 1, 1, 2, 2, 4, 4, 4, 5, 5 };
+static const unsigned char coai__qr_align[11][3] = {
+    { 0 }, { 0 }, { 6, 18 }, { 6, 22 }, { 6, 26 }, { 6, 30 }, { 6, 34 },
+    { 6, 22, 38 }, { 6, 24, 42 }, { 6, 26, 46 }, { 6, 28, 50 }
+};
+
+static int coai__qr_total_codewords(int ver)
+{
+    /* raw data modules of the symbol, in bytes */
+    int size = 21 + 4 * (ver - 1);
+    int bits = size * size - 3 * 64 - 2 * (size - 16) - 31;  /* finders, timing, format */
+    if (ver >= 2) {
+        int na = ver / 7 + 2;
+        bits -= (na * na - 3) * 25 - 10 * (na - 2);         /* alignment patterns */
+    }
+    if (ver >= 7) bits -= 36;                               /* version information */
+    return bits / 8;
+}
+
+static unsigned char coai__gf_mul(unsigned char a, unsigned char b)
+{
+    unsigned r = 0;
+    int i;
+    for (i = 7; i >= 0; i--) {
+        r = (r << 1) ^ ((r >> 7) * 0x11d);
+        r ^= ((b >> i) & 1u) * a;
+    }
+    return (unsigned char)r;
+}
+
+/* Reed-Solomon remainder of data[0..n) for a generator of the given degree. */
+static void coai__qr_rs(const unsigned char *data, int n, int degree, unsigned char *ec)
+{
+    unsigned char gen[32];
+    unsigned char root = 1;
+    int i, j;
+    memset(gen, 0, sizeof gen);
+    gen[degree - 1] = 1;
+    for (i = 0; i < degree; i++) {
+        for (j = 0; j < degree; j++) {
+            gen[j] = coai__gf_mul(gen[j], root);
+            if (j + 1 < degree) gen[j] ^= gen[j + 1];
+        }
+        root = coai__gf_mul(root, 2);
+    }
+    memset(ec, 0, (size_t)degree);
+    for (i = 0; i < n; i++) {
+        unsigned char f = data[i] ^ ec[0];
+        memmove(ec, ec + 1, (size_t)degree - 1);
+        ec[degree - 1] = 0;
+        for (j = 0; j < degree; j++) ec[j] ^= coai__gf_mul(gen[j], f);
+    }
+}
+
+/* fn: 1 = function module (not data), stored in a parallel array */
+static void coai__qr_set(coai_qr *q, unsigned char *fn, int x, int y, int dark)
+{
+    q->modules[y * q->size + x] = (unsigned char)(dark != 0);
+    fn[y * q->size + x] = 1;
+}
+
+static void coai__qr_format(coai_qr *q, unsigned char *fn, int mask)
+{
+    int data = (0 << 3) | mask;           /* level M = 00 */
+    int rem = data, i, bits, sz = q->size;
+    for (i = 0; i < 10; i++) rem = (rem << 1) ^ ((rem >> 9) * 0x537);
+    bits = ((data << 10) | rem) ^ 0x5412;
+    for (i = 0; i <= 5; i++) coai__qr_set(q, fn, 8, i, (bits >> i) & 1);
+    coai__qr_set(q, fn, 8, 7, (bits >> 6) & 1);
+    coai__qr_set(q, fn, 8, 8, (bits >> 7) & 1);
+    coai__qr_set(q, fn, 7, 8, (bits >> 8) & 1);
+    for (i = 9; i < 15; i++) coai__qr_set(q, fn, 14 - i, 8, (bits >> i) & 1);
+    for (i = 0; i < 8; i++) coai__qr_set(q, fn, sz - 1 - i, 8, (bits >> i) & 1);
+    for (i = 8; i < 15; i++) coai__qr_set(q, fn, 8, sz - 15 + i, (bits >> i) & 1);
+    coai__qr_set(q, fn, 8, sz - 8, 1);    /* the dark module */
+}
+
+static void coai__qr_function_patterns(coai_qr *q, unsigned char *fn)
+{
+    int sz = q->size, i, j, dx, dy;
+    const unsigned char *al = coai__qr_align[q->version];
+    int na = q->version == 1 ? 0 : q->version / 7 + 2;
+    for (i = 0; i < sz; i++) {
+        coai__qr_set(q, fn, 6, i, i % 2 == 0);
+        coai__qr_set(q, fn, i, 6, i % 2 == 0);
+    }
+    for (i = 0; i < 3; i++) {
+        int cx = i == 1 ? sz - 4 : 3, cy = i == 2 ? sz - 4 : 3;
+        for (dy = -4; dy <= 4; dy++)
+            for (dx = -4; dx <= 4; dx++) {
+                int d = abs(dx) > abs(dy) ? abs(dx) : abs(dy);
+                int x = cx + dx, y = cy + dy;
+                if (x >= 0 && x < sz && y >= 0 && y < sz) coai__qr_set(q, fn, x, y, d != 2 && d != 4);
+            }
+    }
+    for (i = 0; i < na; i++)
+        for (j = 0; j < na; j++) {
+            if ((i == 0 && j == 0) || (i == 0 && j == na - 1) || (i == na - 1 && j == 0)) continue;
+            for (dy = -2; dy <= 2; dy++)
+                for (dx = -2; dx <= 2; dx++) {
+                    int d = abs(dx) > abs(dy) ? abs(dx) : abs(dy);
+                    coai__qr_set(q, fn, al[i] + dx, al[j] + dy, d != 1);
+                }
+        }
+    coai__qr_format(q, fn, 0);            /* reserve; rewritten with the real mask */
+    if (q->version >= 7) {
+        int rem = q->version, bits;
+        for (i = 0; i < 12; i++) rem = (rem << 1) ^ ((rem >> 11) * 0x1f25);
+        bits = q->version << 12 | rem;
+        for (i = 0; i < 18; i++) {
+            int a = sz - 11 + i % 3, b = i / 3;
+            coai__qr_set(q, fn, a, b, (bits >> i) & 1);
+            coai__qr_set(q, fn, b, a, (bits >> i) & 1);
+        }
+    }
+}
+
+static int coai__qr_mask_bit(int mask, int x, int y)
+{
+    switch (mask) {
+    case 0: return (x + y) % 2 == 0;
+    case 1: return y % 2 == 0;
+    case 2: return x % 3 == 0;
+    case 3: return (x + y) % 3 == 0;
+    case 4: return (x / 3 + y / 2) % 2 == 0;
+    case 5: return x * y % 2 + x * y % 3 == 0;
+    case 6: return (x * y % 2 + x * y % 3) % 2 == 0;
+    default: return ((x + y) % 2 + x * y % 3) % 2 == 0;
+    }
+}
+
+static void coai__qr_apply_mask(coai_qr *q, const unsigned char *fn, int mask)
+{
+    int x, y;
+    for (y = 0; y < q->size; y++)
+        for (x = 0; x < q->size; x++)
+            if (!fn[y * q->size + x] && coai__qr_mask_bit(mask, x, y))
+                q->modules[y * q->size + x] ^= 1;
+}
+
+static long coai__qr_penalty(const coai_qr *q)
+{
+    int sz = q->size, x, y, pass, dark = 0, k;
+    long p = 0;
+    for (pass = 0; pass < 2; pass++)            /* runs of 5+ and finder-like patterns */
+        for (y = 0; y < sz; y++) {
+            int run = 0, prev = -1;
+            unsigned hist = 0;
+            for (x = 0; x < sz; x++) {
+                int m = pass ? q->modules[x * sz + y] : q->modules[y * sz + x];
+                if (m == prev) run++;
+                else { if (run >= 5) p += run - 2; run = 1; prev = m; }
+                hist = (hist << 1 | (unsigned)m) & 0x7ff;
+                if (x >= 10 && (hist == 0x5d0 || hist == 0x05d)) p += 40;
+            }
+            if (run >= 5) p += run - 2;
+        }
+    for (y = 0; y + 1 < sz; y++)                /* 2x2 blocks of one colour */
+        for (x = 0; x + 1 < sz; x++) {
+            int c = q->modules[y * sz + x];
+            if (c == q->modules[y * sz + x + 1] && c == q->modules[(y + 1) * sz + x]
+                && c == q->modules[(y + 1) * sz + x + 1]) p += 3;
+        }
+    for (k = 0; k < sz * sz; k++) dark += q->modules[k];
+    k = abs(dark * 20 - sz * sz * 10);          /* balance of dark and light */
+    p += (long)((k + sz * sz - 1) / (sz * sz) - 1 > 0 ? (k + sz * sz - 1) / (sz * sz) - 1 : 0) * 10;
+    return p;
+}
+
+int coai_qr_encode(coai_qr *q, const void *text, size_t n)
+{
+    unsigned char data[400], all[400], fn[COAI_QR_MAX_SIZE * COAI_QR_MAX_SIZE];
+    unsigned char best[COAI_QR_MAX_SIZE * COAI_QR_MAX_SIZE];
+    int ver, total, ndata = 0, bitlen = 0, cap, i, j, blocks, ec, shortlen, nshort, pos;
+    int mask;
+    long best_pen = -1;
+    const unsigned char *t = (const unsigned char *)text;
+    for (ver = 1; ver <= 10; ver++) {
+        total = coai__qr_total_codewords(ver);
+        cap = (total - coai__qr_ec_per_block[ver] * coai__qr_blocks[ver]) * 8;
+        if (4 + (ver < 10 ? 8 : 16) + 8 * (long)n <= cap) break;
+    }
+    if (ver > 10) return -1;
+    memset(q, 0, sizeof *q);
+    memset(fn, 0, sizeof fn);
+    q->version = ver;
+    q->size = 21 + 4 * (ver - 1);
+    total = coai__qr_total_codewords(ver);
+    blocks = coai__qr_blocks[ver];
+    ec = coai__qr_ec_per_block[ver];
+    ndata = total - ec * blocks;
+    /* bit stream: mode 0100, count, bytes, terminator, pad to a byte, pad bytes */
+    memset(data, 0, sizeof data);
+#define COAI__QR_PUT(v, nb) do { int b_; for (b_ = (nb) - 1; b_ >= 0; b_--, bitlen++) \
+        data[bitlen >> 3] |= (unsigned char)((((unsigned)(v) >> b_) & 1u) << (7 - (bitlen & 7))); } while (0)
+    COAI__QR_PUT(4, 4);
+    COAI__QR_PUT(n, ver < 10 ? 8 : 16);
+    for (i = 0; i < (int)n; i++) COAI__QR_PUT(t[i], 8);
+    for (i = 0; i < 4 && bitlen < ndata * 8; i++) COAI__QR_PUT(0, 1);
+    while (bitlen % 8) COAI__QR_PUT(0, 1);
+#undef COAI__QR_PUT
+    for (i = bitlen / 8, j = 0; i < ndata; i++, j++) data[i] = j % 2 ? 0x11 : 0xec;
+    /* split into blocks, add EC, interleave */
+    nshort = blocks - total % blocks;
+    shortlen = total / blocks;
+    {
+        unsigned char ecs[5][32];
+        int off = 0, b, maxd = shortlen - ec + 1;
+        for (b = 0; b < blocks; b++) {
+            int dl = shortlen - ec + (b >= nshort);
+            coai__qr_rs(data + off, dl, ec, ecs[b]);
+            off += dl;
+        }
+        pos = 0;
+        for (i = 0; i < maxd; i++) {
+            off = 0;
+            for (b = 0; b < blocks; b++) {
+                int dl = shortlen - ec + (b >= nshort);
+                if (i < dl) all[pos++] = data[off + i];
+                off += dl;
+            }
+        }
+        for (i = 0; i < ec; i++)
+            for (b = 0; b < blocks; b++) all[pos++] = ecs[b][i];
+    }
+    coai__qr_function_patterns(q, fn);
+    /* zigzag placement from the bottom-right corner, skipping the timing column */
+    {
+        int bit = 0, right, vert;
+        for (right = q->size - 1; right >= 1; right -= 2) {
+            if (right == 6) right = 5;
+            for (vert = 0; vert < q->size; vert++)
+                for (j = 0; j < 2; j++) {
+                    int x = right - j;
+                    int upward = ((right + 1) & 2) == 0;
+                    int y = upward ? q->size - 1 - vert : vert;
+                    if (!fn[y * q->size + x] && bit < pos * 8) {
+                        q->modules[y * q->size + x] = (all[bit >> 3] >> (7 - (bit & 7))) & 1;
+                        bit++;
+                    }
+                }
+        }
+    }
+    for (mask = 0; mask < 8; mask++) {
+        long pen;
+        coai__qr_apply_mask(q, fn, mask);
+        coai__qr_format(q, fn, mask);
+        pen = coai__qr_penalty(q);
+        if (best_pen < 0 || pen < best_pen) {
+            best_pen = pen;
+            q->mask = mask;
+            memcpy(best, q->modules, sizeof best);
+        }
+        coai__qr_apply_mask(q, fn, mask);       /* XOR again undoes it */
+    }
+    memcpy(q->modules, best, sizeof best);
+    return 0;
+}
+
+int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
+{
+    static const char *cell[4] = { "\xe2\x96\x88", "\xe2\x96\x80", "\xe2\x96\x84", " " };
+    int quiet = 2, x, y, lo = -quiet, hi = q->size + quiet;
+    for (y = lo; y < hi; y += 2) {
+        for (x = lo; x < hi; x++) {
+            int top = x >= 0 && x < q->size && y >= 0 && y < q->size && q->modules[y * q->size + x];
+            int bot = x >= 0 && x < q->size && y + 1 >= 0 && y + 1 < q->size
+                      && q->modules[(y + 1) * q->size + x];
+            coai_buf_puts(out, cell[top * 2 + bot]);
+        }
+        coai_buf_putc(out, '\n');
+    }
+    return out->err ? -1 : 0;
+}
+
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
 /* ======================================================================== */
+#include <pb_decode.h>
+#include "cJSON.h"
+#include "google/rpc/status.pb.h"
+#include "aiserver.pb.h"
+
+#ifndef COAI_FRAME_KEEP
+#define COAI_FRAME_KEEP (64u * 1024u)   /* decoder buffer kept between frames; larger is freed */
+#endif
+
+int coai_frame_header(unsigned char out[5], unsigned flags, size_t len)
+{
+    if (flags > 0xffu || (uint64_t)len > 0xffffffffu) return -1;
+    out[0] = (unsigned char)flags;
+    out[1] = (unsigned char)(len >> 24 & 0xff);
+    out[2] = (unsigned char)(len >> 16 & 0xff);
+    out[3] = (unsigned char)(len >> 8 & 0xff);
+    out[4] = (unsigned char)(len & 0xff);
+    return 0;
+}
+
+coai_result coai_frame_encode(coai_buf *out, unsigned flags, const void *p, size_t n)
+{
+    unsigned char h[5];
+    if (coai_frame_header(h, flags, n) || n > (size_t)-1 - 5) return COAI_ERR_TOO_BIG;
+    if (coai_buf_reserve(out, 5 + n) || coai_buf_append(out, h, 5) ||
+        (n && coai_buf_append(out, p, n)))
+        return COAI_ERR_NOMEM;
+    return COAI_OK;
+}
+
+static coai_result coai__frame_fail(coai_frame_decoder *d, coai_result r)
+{
+    d->err_ = (int)r;
+    return r;
+}
+
+coai_result coai_frame_feed(coai_frame_decoder *d, const void *p, size_t n, size_t *used,
+                            coai_frame *out)
+{
+    const unsigned char *s = (const unsigned char *)p;
+    size_t off = 0, max = d->max_frame ? d->max_frame : COAI_MAX_FRAME;
+    *used = 0;
+    if (d->err_) return (coai_result)d->err_;
+    if (n && !s) return COAI_ERR_STATE;
+    if (d->hdr_len_ < 5) {
+        uint32_t len;
+        unsigned flags;
+        if (d->hdr_len_ == 0) {
+            /* At a boundary the previous frame's view is dead: reuse or drop its storage. */
+            if (d->buf_.cap > COAI_FRAME_KEEP) coai_buf_free(&d->buf_);
+            coai_buf_reset(&d->buf_);
+            if (n == 0) return COAI_MORE;
+            if (d->ended_) return coai__frame_fail(d, COAI_ERR_FRAME);
+        }
+        while (d->hdr_len_ < 5 && off < n) d->hdr_[d->hdr_len_++] = s[off++];
+        if (d->hdr_len_ < 5) { *used = n; return COAI_MORE; }
+        flags = d->hdr_[0];
+        /* Casts first: d->hdr_[1] << 24 on a promoted int is undefined once the byte is >= 0x80. */
+        len = (uint32_t)d->hdr_[1] << 24 | (uint32_t)d->hdr_[2] << 16 |
+              (uint32_t)d->hdr_[3] << 8 | (uint32_t)d->hdr_[4];
+        if (flags & COAI_FRAME_COMPRESSED) return coai__frame_fail(d, COAI_ERR_COMPRESSED);
+        if (flags != COAI_FRAME_DATA && flags != COAI_FRAME_TRAILER &&
+            flags != COAI_FRAME_END_STREAM)
+            return coai__frame_fail(d, COAI_ERR_FRAME);
+        if ((uint64_t)len > (uint64_t)max) return coai__frame_fail(d, COAI_ERR_TOO_BIG);
+        d->want_ = len;
+    }
+    if (d->buf_.len == 0 && n - off >= d->want_) {
+        /* Whole payload inside this input: hand out a view of it, no copy. */
+        out->data = d->want_ ? s + off : (const unsigned char *)"";
+        off += d->want_;
+    } else {
+        size_t take = d->want_ - d->buf_.len;
+        if (take > n - off) take = n - off;
+        if (take && coai_buf_append(&d->buf_, s + off, take))
+            return coai__frame_fail(d, COAI_ERR_NOMEM);
+        off += take;
+        if (d->buf_.len < d->want_) { *used = n; return COAI_MORE; }
+        out->data = d->buf_.data;
+    }
+    out->flags = d->hdr_[0];
+    out->len = d->want_;
+    if (out->flags != COAI_FRAME_DATA) d->ended_ = 1;
+    d->hdr_len_ = 0;
+    d->want_ = 0;
+    *used = off;
+    return COAI_OK;
+}
+
+coai_result coai_frame_finish(coai_frame_decoder *d)
+{
+    if (d->err_) return (coai_result)d->err_;
+    return d->hdr_len_ == 0 ? COAI_OK : COAI_ERR_TRUNCATED;
+}
+
+void coai_frame_decoder_reset(coai_frame_decoder *d)
+{
+    coai_buf_reset(&d->buf_);
+    d->hdr_len_ = 0;
+    d->want_ = 0;
+    d->ended_ = 0;
+    d->err_ = 0;
+}
+
+void coai_frame_decoder_free(coai_frame_decoder *d)
+{
+    coai_buf_free(&d->buf_);
+    coai_frame_decoder_reset(d);
+}
+
+/* ---- status text ---- */
+
+static void coai__status_init(coai_status *st)
+{
+    memset(st, 0, sizeof *st);
+    st->retryable = -1;
+}
+
+/* Append untrusted text to a fixed NUL-terminated field: invalid UTF-8 becomes U+FFFD,
+ * C0/C1 control characters and DEL become spaces, and the text stops at the last whole
+ * character that fits. */
+static void coai__field_append(char *dst, size_t cap, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t pos = strlen(dst), i = 0;
+    while (i < n) {
+        int k = coai__utf8_seq(p + i, n - i);
+        const char *emit = (const char *)p + i;
+        size_t elen = (size_t)k, adv = (size_t)k;
+        if (k <= 0) {
+            emit = "\xef\xbf\xbd";
+            elen = 3;
+            adv = 1;
+        } else if ((k == 1 && (p[i] < 0x20 || p[i] == 0x7f)) ||
+                   (k == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            emit = " ";
+            elen = 1;
+        }
+        if (elen >= cap - pos) break;
+        memcpy(dst + pos, emit, elen);
+        pos += elen;
+        i += adv;
+    }
+    dst[pos] = 0;
+}
+
+static void coai__field_set(char *dst, size_t cap, const char *s, size_t n)
+{
+    dst[0] = 0;
+    coai__field_append(dst, cap, s, n);
+}
+
+static void coai__field_cstr(char *dst, size_t cap, const char *s)
+{
+    if (s) coai__field_append(dst, cap, s, strlen(s));
+}
+
+static int coai__hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode at most cap bytes of output; a '%' not followed by two hex digits stays as
+ * it is (gRPC says to keep going rather than fail). Returns the output length. */
+static size_t coai__pct_decode(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t i = 0, o = 0;
+    while (i < n && o < cap) {
+        int hi, lo;
+        if (s[i] == '%' && n - i >= 3 && (hi = coai__hexval((unsigned char)s[i + 1])) >= 0 &&
+            (lo = coai__hexval((unsigned char)s[i + 2])) >= 0) {
+            out[o++] = (char)(hi << 4 | lo);
+            i += 3;
+        } else {
+            out[o++] = s[i++];
+        }
+    }
+    return o;
+}
+
+static int coai__ends_with(const char *s, const char *suffix)
+{
+    size_t n, m = strlen(suffix);
+    if (!s) return 0;
+    n = strlen(s);
+    return n >= m && memcmp(s + n - m, suffix, m) == 0;
+}
+
+static const char *const coai__error_names[] = {
+    "ERROR_UNSPECIFIED", "ERROR_BAD_API_KEY", "ERROR_NOT_LOGGED_IN", "ERROR_INVALID_AUTH_ID",
+    "ERROR_NOT_HIGH_ENOUGH_PERMISSIONS", "ERROR_BAD_MODEL_NAME", "ERROR_USER_NOT_FOUND",
+    "ERROR_FREE_USER_RATE_LIMIT_EXCEEDED", "ERROR_PRO_USER_RATE_LIMIT_EXCEEDED",
+    "ERROR_FREE_USER_USAGE_LIMIT", "ERROR_PRO_USER_USAGE_LIMIT", "ERROR_AUTH_TOKEN_NOT_FOUND",
+    "ERROR_AUTH_TOKEN_EXPIRED", "ERROR_OPENAI", "ERROR_OPENAI_RATE_LIMIT_EXCEEDED",
+    "ERROR_OPENAI_ACCOUNT_LIMIT_EXCEEDED", "ERROR_TASK_UUID_NOT_FOUND",
+    "ERROR_TASK_NO_PERMISSIONS", "ERROR_AGENT_REQUIRES_LOGIN", "ERROR_AGENT_ENGINE_NOT_FOUND",
+    "ERROR_MAX_TOKENS", "ERROR_USER_ABORTED_REQUEST", "ERROR_GENERIC_RATE_LIMIT_EXCEEDED",
+    "ERROR_PRO_USER_ONLY", "ERROR_API_KEY_NOT_SUPPORTED", "ERROR_TIMEOUT",
+    "ERROR_SLASH_EDIT_FILE_TOO_LONG", "ERROR_FILE_UNSUPPORTED",
+    "ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT", "ERROR_CUSTOM_MESSAGE", "ERROR_OUTDATED_CLIENT",
+    "ERROR_CLAUDE_IMAGE_TOO_LARGE", "ERROR_GITGRAPH_NOT_FOUND", "ERROR_FILE_NOT_FOUND",
+    "ERROR_API_KEY_RATE_LIMIT", "ERROR_DEBOUNCED", "ERROR_BAD_REQUEST",
+    "ERROR_REPOSITORY_SERVICE_REPOSITORY_IS_NOT_INITIALIZED", "ERROR_UNAUTHORIZED",
+    "ERROR_NOT_FOUND", "ERROR_DEPRECATED", "ERROR_RESOURCE_EXHAUSTED", "ERROR_BAD_USER_API_KEY",
+    "ERROR_CONVERSATION_TOO_LONG", "ERROR_USAGE_PRICING_REQUIRED",
+    "ERROR_USAGE_PRICING_REQUIRED_CHANGEABLE", "ERROR_GITHUB_NO_USER_CREDENTIALS",
+    "ERROR_GITHUB_USER_NO_ACCESS", "ERROR_GITHUB_APP_NO_ACCESS", "ERROR_GITHUB_MULTIPLE_OWNERS",
+    "ERROR_RATE_LIMITED", "ERROR_RATE_LIMITED_CHANGEABLE", "ERROR_CUSTOM", "ERROR_HOOKS_BLOCKED",
+};
+
+const char *coai_error_details_name(int error)
+{
+    if (error < 0 || (size_t)error >= sizeof coai__error_names / sizeof coai__error_names[0])
+        return NULL;
+    return coai__error_names[error];
+}
+
+const char *coai_grpc_status_name(int code)
+{
+    static const char *const names[] = {
+        "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+        "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+        "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+        "UNAUTHENTICATED"
+    };
+    if (code < 0 || code > 16) return "UNRECOGNIZED";
+    return names[code];
+}
+
+/* aiserver.v1.ErrorDetails -> st. The first ErrorDetails wins; later ones are ignored. */
+static coai_result coai__error_details_decode(const unsigned char *b, size_t n, coai_status *st)
+{
+    aiserver_v1_ErrorDetails ed = aiserver_v1_ErrorDetails_init_zero;
+    pb_istream_t is = pb_istream_from_buffer(b, n);
+    const aiserver_v1_CustomErrorDetails *c = &ed.details;
+    pb_size_t i;
+    if (!pb_decode(&is, aiserver_v1_ErrorDetails_fields, &ed)) {
+        pb_release(aiserver_v1_ErrorDetails_fields, &ed);
+        return COAI_ERR_PROTO;
+    }
+    if (st->error == 0 && st->title[0] == 0 && st->detail[0] == 0) {
+        st->error = (int)ed.error;
+        st->error_name = st->error ? coai_error_details_name(st->error) : NULL;
+        if (ed.has_details) {
+            coai__field_cstr(st->title, sizeof st->title, c->title);
+            coai__field_cstr(st->detail, sizeof st->detail, c->detail);
+            if (c->has_is_retryable) st->retryable = c->is_retryable ? 1 : 0;
+            for (i = 0; i < c->additional_info_count; i++) {
+                const aiserver_v1_CustomErrorDetails_AdditionalInfoEntry *e =
+                    &c->additional_info[i];
+                size_t len = strlen(st->detail);
+                /* " (k: v; k2: v2)" keeps the detail one line: no control characters allowed. */
+                coai__field_cstr(st->detail, sizeof st->detail,
+                                 i == 0 ? (len ? " (" : "(") : "; ");
+                coai__field_cstr(st->detail, sizeof st->detail, e->key);
+                coai__field_cstr(st->detail, sizeof st->detail, ": ");
+                coai__field_cstr(st->detail, sizeof st->detail, e->value);
+                if (i + 1 == c->additional_info_count)
+                    coai__field_cstr(st->detail, sizeof st->detail, ")");
+            }
+        }
+    }
+    pb_release(aiserver_v1_ErrorDetails_fields, &ed);
+    return COAI_OK;
+}
+
+/* Base64 -> google.rpc.Status -> st. Status.code / Status.message fill only what the text
+ * headers left unset (use_code / use_message). */
+static coai_result coai__status_details(const char *b64, size_t n, coai_status *st,
+                                        int use_code, int use_message)
+{
+    google_rpc_Status s = google_rpc_Status_init_zero;
+    unsigned char *raw;
+    pb_istream_t is;
+    coai_result r = COAI_OK;
+    long len;
+    pb_size_t i;
+    if (n / 4 > COAI_MAX_STATUS_DETAILS / 3 + 1) return COAI_ERR_TOO_BIG;
+    raw = (unsigned char *)malloc(n / 4 * 3 + 3);
+    if (!raw) return COAI_ERR_NOMEM;
+    len = coai_base64_decode(b64, n, raw, n / 4 * 3 + 3);
+    if (len < 0) { free(raw); return COAI_ERR_PROTO; }
+    is = pb_istream_from_buffer(raw, (size_t)len);
+    if (!pb_decode(&is, google_rpc_Status_fields, &s)) {
+        r = COAI_ERR_PROTO;
+    } else {
+        if (use_code) st->code = (int)s.code;
+        if (use_message && s.message)
+            coai__field_set(st->message, sizeof st->message, s.message, strlen(s.message));
+        for (i = 0; i < s.details_count; i++) {
+            const google_protobuf_Any *a = &s.details[i];
+            if (!coai__ends_with(a->type_url, "aiserver.v1.ErrorDetails") || !a->value) continue;
+            if (coai__error_details_decode(a->value->bytes, a->value->size, st) < 0)
+                r = COAI_ERR_PROTO;
+        }
+    }
+    pb_release(google_rpc_Status_fields, &s);
+    free(raw);
+    return r;
+}
+
+static int coai__is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' || c == '\f';
+}
+
+static int coai__key_is(const char *k, size_t n, const char *lit)
+{
+    size_t i;
+    if (strlen(lit) != n) return 0;
+    for (i = 0; i < n; i++) {
+        char c = k[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != lit[i]) return 0;
+    }
+    return 1;
+}
+
+coai_result coai_trailer_parse(const void *p, size_t n, coai_status *st)
+{
+    const char *s = (const char *)p, *status = NULL, *msg = NULL, *bin = NULL;
+    size_t status_n = 0, msg_n = 0, bin_n = 0, i = 0;
+    coai_result r = COAI_OK;
+    coai__status_init(st);
+    if (!s) n = 0;
+    while (i < n) {
+        const char *nl = (const char *)memchr(s + i, '\n', n - i);
+        size_t a = i, e = nl ? (size_t)(nl - s) : n, c, ka, ke, va;
+        i = nl ? e + 1 : n;
+        while (a < e && coai__is_space(s[a])) a++;
+        while (e > a && coai__is_space(s[e - 1])) e--;
+        for (c = a; c < e && s[c] != ':'; c++) {}
+        if (c == e) continue;
+        ka = a; ke = c;
+        while (ke > ka && coai__is_space(s[ke - 1])) ke--;
+        va = c + 1;
+        while (va < e && coai__is_space(s[va])) va++;
+        if (coai__key_is(s + ka, ke - ka, "grpc-status")) {
+            status = s + va; status_n = e - va;
+        } else if (coai__key_is(s + ka, ke - ka, "grpc-message")) {
+            msg = s + va; msg_n = e - va;
+        } else if (coai__key_is(s + ka, ke - ka, "grpc-status-details-bin")) {
+            bin = s + va; bin_n = e - va;
+        }
+    }
+    if (status) {
+        size_t k;
+        long v = 0;
+        for (k = 0; k < status_n && status[k] >= '0' && status[k] <= '9' && k < 9; k++)
+            v = v * 10 + (status[k] - '0');
+        st->code = k == status_n && k > 0 ? (int)v : 2;   /* garbage: UNKNOWN, never OK */
+    }
+    if (msg) {
+        char tmp[sizeof st->message + 8];   /* margin: a cut character lands past the field */
+        coai__field_set(st->message, sizeof st->message, tmp,
+                        coai__pct_decode(msg, msg_n, tmp, sizeof tmp));
+    }
+    if (bin && bin_n) r = coai__status_details(bin, bin_n, st, !status, !msg);
+    return r;
+}
+
+static int coai__connect_code(const char *s)
+{
+    static const char *const names[] = {
+        "ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded", "not_found",
+        "already_exists", "permission_denied", "resource_exhausted", "failed_precondition",
+        "aborted", "out_of_range", "unimplemented", "internal", "unavailable", "data_loss",
+        "unauthenticated"
+    };
+    int i;
+    if (strcmp(s, "cancelled") == 0) return 1;
+    for (i = 1; i <= 16; i++)      /* "ok" is no error code in Connect */
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
+{
+    cJSON *root, *err, *code, *msg, *details, *d;
+    const char *end = NULL, *stop = (const char *)p + n;
+    coai_result r = COAI_OK;
+    coai__status_init(st);
+    root = p ? cJSON_ParseWithLengthOpts((const char *)p, n, &end, 0) : NULL;
+    while (root && end && end < stop && coai__is_space(*end)) end++;
+    if (!root || !cJSON_IsObject(root) || end != stop) {
+        cJSON_Delete(root);
+        st->code = 2;
+        coai__field_cstr(st->message, sizeof st->message, "malformed end-stream message");
+        return COAI_ERR_JSON;
+    }
+    err = cJSON_GetObjectItemCaseSensitive(root, "error");
+    if (!err) { cJSON_Delete(root); return COAI_OK; }
+    st->code = 2;
+    if (!cJSON_IsObject(err)) {
+        coai__field_cstr(st->message, sizeof st->message, "malformed end-stream error");
+        cJSON_Delete(root);
+        return COAI_ERR_INVALID;
+    }
+    code = cJSON_GetObjectItemCaseSensitive(err, "code");
+    msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+    if (cJSON_IsString(code) && coai__connect_code(code->valuestring) > 0)
+        st->code = coai__connect_code(code->valuestring);
+    else
+        r = COAI_ERR_INVALID;
+    if (cJSON_IsString(msg)) coai__field_cstr(st->message, sizeof st->message, msg->valuestring);
+    details = cJSON_GetObjectItemCaseSensitive(err, "details");
+    if (!cJSON_IsArray(details)) details = NULL;
+    cJSON_ArrayForEach(d, details) {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(d, "type");
+        cJSON *value = cJSON_GetObjectItemCaseSensitive(d, "value");
+        unsigned char *raw;
+        size_t vn;
+        long len;
+        if (!cJSON_IsString(type) || !cJSON_IsString(value)) continue;
+        if (!coai__ends_with(type->valuestring, "aiserver.v1.ErrorDetails")) continue;
+        vn = strlen(value->valuestring);
+        if (vn / 4 > COAI_MAX_STATUS_DETAILS / 3 + 1) { r = COAI_ERR_TOO_BIG; continue; }
+        raw = (unsigned char *)malloc(vn / 4 * 3 + 3);
+        if (!raw) { r = COAI_ERR_NOMEM; continue; }
+        len = coai_base64_decode(value->valuestring, vn, raw, vn / 4 * 3 + 3);
+        if (len < 0 || coai__error_details_decode(raw, (size_t)len, st) < 0) r = COAI_ERR_PROTO;
+        free(raw);
+    }
+    cJSON_Delete(root);
+    return r;
+}
+
+void coai_status_describe(const coai_status *st, coai_buf *out)
+{
+    const char *parts[3];
+    size_t np = 0, i, j;
+    int any = 0;
+    parts[np++] = st->message;
+    parts[np++] = st->title;
+    parts[np++] = st->detail;
+    for (i = 0; i < np; i++) {
+        int dup = parts[i][0] == 0;
+        for (j = 0; j < i && !dup; j++) dup = strcmp(parts[i], parts[j]) == 0;
+        if (dup) continue;
+        if (any) coai_buf_puts(out, ": ");
+        coai_buf_puts(out, parts[i]);
+        any = 1;
+    }
+    if (!any) coai_buf_puts(out, "Unknown gRPC error");
+    coai_buf_printf(out, " (grpc-status %d", st->code);
+    if (st->error_name) coai_buf_printf(out, ", %s", st->error_name);
+    else if (st->error) coai_buf_printf(out, ", error %d", st->error);
+    coai_buf_putc(out, ')');
+}
 /* PART:FRAMING impl end */
 
 /* ======================================================================== */
 /* PART:CHECKSUM impl                                                       */
 /* ======================================================================== */
+#include <time.h>
+#include <bearssl_hash.h>
+
+#ifndef _WIN32
+/* POSIX, but <time.h> hides it under strict -std=c99 unless the includer asked for POSIX.
+ * A compatible redeclaration is harmless when it was declared. */
+struct tm *localtime_r(const time_t *t, struct tm *out);
+#endif
+
+static int64_t coai__floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+int64_t coai_checksum_bucket(int64_t now_ms)
+{
+    /* Fallback (and the answer for every zone with a whole half-hour offset). */
+    int64_t utc = coai__floor_div(now_ms, 1800000) * 1800000;
+    time_t t = (time_t)coai__floor_div(now_ms, 1000), b;
+    struct tm tm;
+    if ((int64_t)t != coai__floor_div(now_ms, 1000) || !localtime_r(&t, &tm)) return utc;
+    /* Same local date and hour, minutes floored to the half hour. tm_isdst stays as
+     * localtime_r set it, so the instant keeps the offset in force at now_ms. */
+    tm.tm_min = tm.tm_min / 30 * 30;
+    tm.tm_sec = 0;
+    b = mktime(&tm);
+    if (b == (time_t)-1) return utc;
+    return (int64_t)b * 1000;
+}
+
+/* First 4 bytes of SHA-256 as 8 lowercase hex characters (no NUL). */
+static void coai__sha256_hex8(char out[8], const void *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    br_sha256_context c;
+    unsigned char h[32];
+    int i;
+    br_sha256_init(&c);
+    br_sha256_update(&c, p, n);
+    br_sha256_out(&c, h);
+    for (i = 0; i < 4; i++) {
+        out[2 * i] = digits[h[i] >> 4];
+        out[2 * i + 1] = digits[h[i] & 15];
+    }
+}
+
+void coai_checksum_at(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t bucket_ms)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    uint64_t t = (uint64_t)coai__floor_div(bucket_ms, 1000000);
+    unsigned char b[6];
+    unsigned k = 0xa5;
+    const char *tok = token.len ? token.ptr : "";
+    const char *dot1, *dot2, *seg;
+    size_t seg_n;
+    int i;
+    for (i = 0; i < 6; i++) b[i] = (unsigned char)(t >> (8 * (5 - i)) & 0xff);
+    for (i = 0; i < 6; i++) {
+        /* Each byte is XORed with the previous OUTPUT byte, then offset by its index. */
+        b[i] = (unsigned char)(((b[i] ^ k) + (unsigned)i) & 0xff);
+        k = b[i];
+    }
+    for (i = 0; i < 2; i++) {   /* 6 bytes = two 24-bit groups = 8 base64url characters */
+        unsigned long v = (unsigned long)b[3 * i] << 16 | (unsigned long)b[3 * i + 1] << 8 |
+                          b[3 * i + 2];
+        out[4 * i] = al[v >> 18 & 63];
+        out[4 * i + 1] = al[v >> 12 & 63];
+        out[4 * i + 2] = al[v >> 6 & 63];
+        out[4 * i + 3] = al[v & 63];
+    }
+    /* H1 hashes the JWT payload segment as text (between the first and second '.'). */
+    dot1 = token.len ? (const char *)memchr(tok, '.', token.len) : NULL;
+    seg = dot1 ? dot1 + 1 : NULL;
+    seg_n = 0;
+    if (seg) {
+        dot2 = (const char *)memchr(seg, '.', token.len - (size_t)(seg - tok));
+        seg_n = dot2 ? (size_t)(dot2 - seg) : token.len - (size_t)(seg - tok);
+    }
+    if (seg_n) coai__sha256_hex8(out + 8, seg, seg_n);
+    else memcpy(out + 8, "00000000", 8);
+    out[16] = '/';
+    coai__sha256_hex8(out + 17, tok, token.len);
+    out[25] = 0;
+}
+
+void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms)
+{
+    coai_checksum_at(out, token, coai_checksum_bucket(now_ms));
+}
 /* PART:CHECKSUM impl end */
 
 /* ======================================================================== */
 /* PART:ENCODE impl                                                         */
 /* ======================================================================== */
+#include "cJSON.h"
+
+/* --- A tiny protobuf writer --------------------------------------------------
+ * Everything is written straight into the caller's coai_buf. A nested message is
+ * opened with its tag and a one-byte length placeholder; closing it fixes the length
+ * and, only when the length needs more than one varint byte, shifts the body right.
+ * Append failures are sticky in the coai_buf (out->err), so the helpers return
+ * nothing and each public encoder checks out->err once at the end. */
+
+static size_t coai__varint_put(unsigned char t[10], uint64_t v)
+{
+    size_t n = 0;
+    do {
+        t[n] = (unsigned char)(v & 0x7f);
+        v >>= 7;
+        if (v) t[n] |= 0x80;
+        n++;
+    } while (v);
+    return n;
+}
+
+static void coai__pb_varint(coai_buf *b, uint64_t v)
+{
+    unsigned char t[10];
+    coai_buf_append(b, t, coai__varint_put(t, v));
+}
+
+static void coai__pb_tag(coai_buf *b, unsigned field, unsigned wire)
+{
+    coai__pb_varint(b, (uint64_t)field << 3 | wire);
+}
+
+/* Length-delimited field, written even when empty. */
+static void coai__pb_bytes(coai_buf *b, unsigned field, const void *p, size_t n)
+{
+    coai__pb_tag(b, field, 2);
+    coai__pb_varint(b, (uint64_t)n);
+    coai_buf_append(b, p, n);
+}
+
+/* The original omits empty strings. */
+static void coai__pb_str(coai_buf *b, unsigned field, coai_str s)
+{
+    if (s.len) coai__pb_bytes(b, field, s.ptr, s.len);
+}
+
+static void coai__pb_lit(coai_buf *b, unsigned field, const char *s)
+{
+    coai__pb_bytes(b, field, s, strlen(s));
+}
+
+static void coai__pb_u32(coai_buf *b, unsigned field, uint32_t v)
+{
+    if (v) { coai__pb_tag(b, field, 0); coai__pb_varint(b, v); }
+}
+
+/* int32 on the wire: negative values are sign-extended to 10 bytes. */
+static void coai__pb_i32(coai_buf *b, unsigned field, int32_t v)
+{
+    if (v) { coai__pb_tag(b, field, 0); coai__pb_varint(b, (uint64_t)(int64_t)v); }
+}
+
+static void coai__pb_bool(coai_buf *b, unsigned field, int v)
+{
+    coai__pb_tag(b, field, 0);
+    coai__pb_varint(b, v ? 1 : 0);
+}
+
+/* Start a nested message; returns the offset of its body. */
+static size_t coai__pb_open(coai_buf *b, unsigned field)
+{
+    coai__pb_tag(b, field, 2);
+    coai_buf_putc(b, 0);
+    return b->len;
+}
+
+static void coai__pb_close(coai_buf *b, size_t body)
+{
+    unsigned char t[10];
+    size_t n, k;
+    if (b->err || body > b->len || body == 0) return;
+    n = b->len - body;
+    k = coai__varint_put(t, (uint64_t)n);
+    if (k > 1) {
+        if (coai_buf_reserve(b, k - 1)) return;
+        memmove(b->data + body + k - 1, b->data + body, n);
+        b->len += k - 1;
+        b->data[b->len] = 0;
+    }
+    memcpy(b->data + body - 1, t, k);
+}
+
+/* Common exit: turn a sticky buffer failure into COAI_ERR_NOMEM and, on any error,
+ * drop the partial message. */
+static int coai__pb_finish(coai_buf *out, size_t start, int r)
+{
+    if (r == COAI_OK && out->err) r = COAI_ERR_NOMEM;
+    if (r != COAI_OK && out->len > start) {
+        out->len = start;
+        if (out->data) out->data[start] = 0;
+    }
+    return r;
+}
+
+/* Connect/gRPC-web envelope header: flags + 32-bit big-endian payload length. */
+static void coai__env_header(unsigned char h[5], unsigned flags, uint32_t len)
+{
+    h[0] = (unsigned char)flags;
+    h[1] = (unsigned char)(len >> 24);
+    h[2] = (unsigned char)(len >> 16);
+    h[3] = (unsigned char)(len >> 8);
+    h[4] = (unsigned char)len;
+}
+
+/* Reserve the 5 header bytes of an envelope at out->len; returns their offset. */
+static size_t coai__env_begin(coai_buf *out)
+{
+    static const unsigned char zero[5] = { 0, 0, 0, 0, 0 };
+    size_t at = out->len;
+    coai_buf_append(out, zero, 5);
+    return at;
+}
+
+static int coai__env_end(coai_buf *out, size_t at)
+{
+    size_t n;
+    if (out->err) return COAI_ERR_NOMEM;
+    n = out->len - at - 5;
+    if (n > 0xffffffffu) return COAI_ERR_TOO_BIG;
+    coai__env_header(out->data + at, 0x00, (uint32_t)n);
+    return COAI_OK;
+}
+
+/* --- google.protobuf.Value ---------------------------------------------------- */
+
+typedef struct coai__member {
+    const cJSON *first;     /* first occurrence of the key: its position and name */
+    const cJSON *last;      /* last occurrence: its value (JSON.parse semantics) */
+    size_t idx;             /* document position of `first` */
+    uint32_t num;           /* numeric value when is_index */
+    int is_index;
+} coai__member;
+
+/* A canonical array index ("0", or no leading zero, at most 4294967294): such keys
+ * come first in a JavaScript object's own-key order. */
+static int coai__key_index(const char *k, uint32_t *num)
+{
+    uint64_t v = 0;
+    size_t i;
+    if (!k || !k[0]) return 0;
+    if (k[0] == '0') { *num = 0; return k[1] == 0; }
+    for (i = 0; k[i]; i++) {
+        if (k[i] < '0' || k[i] > '9' || i >= 10) return 0;
+        v = v * 10 + (uint64_t)(k[i] - '0');
+    }
+    if (v > 4294967294u) return 0;
+    *num = (uint32_t)v;
+    return 1;
+}
+
+static int coai__member_by_key(const void *pa, const void *pb)
+{
+    const coai__member *a = (const coai__member *)pa, *b = (const coai__member *)pb;
+    int c = strcmp(a->first->string ? a->first->string : "",
+                   b->first->string ? b->first->string : "");
+    if (c) return c;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int coai__member_by_js_order(const void *pa, const void *pb)
+{
+    const coai__member *a = (const coai__member *)pa, *b = (const coai__member *)pb;
+    if (a->is_index != b->is_index) return a->is_index ? -1 : 1;
+    if (a->is_index && a->num != b->num) return a->num < b->num ? -1 : 1;
+    return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int coai__pb_value(coai_buf *b, const cJSON *j, int depth);
+
+/* Struct fields of object j, in JavaScript key order. */
+static int coai__pb_struct(coai_buf *b, const cJSON *j, int depth)
+{
+    const cJSON *c;
+    coai__member *m;
+    size_t n = 0, i, k, u = 0;
+    int r = COAI_OK;
+    for (c = j->child; c; c = c->next) n++;
+    if (n == 0) return COAI_OK;
+    if (n > ((size_t)-1) / sizeof *m) return COAI_ERR_NOMEM;
+    m = (coai__member *)malloc(n * sizeof *m);
+    if (!m) return COAI_ERR_NOMEM;
+    for (c = j->child, i = 0; c; c = c->next, i++) {
+        m[i].first = m[i].last = c;
+        m[i].idx = i;
+        m[i].num = 0;
+        m[i].is_index = coai__key_index(c->string, &m[i].num);
+    }
+    if (n > 1) {
+        /* Group duplicate keys, keep one entry per key, then order like JS. */
+        qsort(m, n, sizeof *m, coai__member_by_key);
+        for (i = 0; i < n; i = k) {
+            const char *x = m[i].first->string ? m[i].first->string : "";
+            for (k = i + 1; k < n; k++)
+                if (strcmp(x, m[k].first->string ? m[k].first->string : "") != 0) break;
+            m[u] = m[i];
+            m[u].last = m[k - 1].first;
+            u++;
+        }
+        qsort(m, u, sizeof *m, coai__member_by_js_order);
+    } else {
+        u = 1;
+    }
+    for (i = 0; i < u && r == COAI_OK; i++) {
+        size_t e = coai__pb_open(b, 1), v;
+        const char *key = m[i].first->string;
+        if (key && key[0]) coai__pb_bytes(b, 1, key, strlen(key));
+        v = coai__pb_open(b, 2);
+        r = coai__pb_value(b, m[i].last, depth);
+        coai__pb_close(b, v);
+        coai__pb_close(b, e);
+    }
+    free(m);
+    return r;
+}
+
+/* The body of one Value (no tag, no length). depth = containers already entered. */
+static int coai__pb_value(coai_buf *b, const cJSON *j, int depth)
+{
+    const cJSON *c;
+    size_t mark;
+    int r = COAI_OK;
+    if (!j) return COAI_ERR_INVALID;
+    switch (j->type & 0xff) {
+    case cJSON_NULL:
+        return COAI_OK;                          /* the original writes nothing */
+    case cJSON_False:
+    case cJSON_True:
+        coai__pb_bool(b, 4, (j->type & 0xff) == cJSON_True);
+        return COAI_OK;
+    case cJSON_Number: {
+        unsigned char d[8];
+        uint64_t bits;
+        int i;
+        memcpy(&bits, &j->valuedouble, 8);
+        for (i = 0; i < 8; i++) d[i] = (unsigned char)(bits >> (8 * i));
+        coai__pb_tag(b, 2, 1);
+        coai_buf_append(b, d, 8);
+        return COAI_OK;
+    }
+    case cJSON_String:
+        if (j->valuestring && j->valuestring[0])
+            coai__pb_bytes(b, 3, j->valuestring, strlen(j->valuestring));
+        return COAI_OK;                          /* "" -> empty Value */
+    case cJSON_Array:
+        if (depth >= COAI_MAX_VALUE_DEPTH) return COAI_ERR_TOO_BIG;
+        mark = coai__pb_open(b, 6);
+        for (c = j->child; c && r == COAI_OK; c = c->next) {
+            size_t e = coai__pb_open(b, 1);
+            r = coai__pb_value(b, c, depth + 1);
+            coai__pb_close(b, e);
+        }
+        coai__pb_close(b, mark);
+        return r;
+    case cJSON_Object:
+        if (depth >= COAI_MAX_VALUE_DEPTH) return COAI_ERR_TOO_BIG;
+        mark = coai__pb_open(b, 5);
+        r = coai__pb_struct(b, j, depth + 1);
+        coai__pb_close(b, mark);
+        return r;
+    }
+    return COAI_ERR_INVALID;                     /* cJSON_Raw, cJSON_Invalid */
+}
+
+int coai_encode_value(coai_buf *out, const struct cJSON *json)
+{
+    size_t start = out->len;
+    return coai__pb_finish(out, start, coai__pb_value(out, json, 0));
+}
+
+/* --- Run request ---------------------------------------------------------------- */
+
+#define COAI__TOOLS_ID "cursor-tools"
+
+/* RequestContextEnv body. */
+static void coai__pb_env(coai_buf *b, const coai_run_params *p)
+{
+    static const coai_str os = COAI_STR_LIT("darwin 24.0.0"), sh = COAI_STR_LIT("/bin/zsh");
+    coai__pb_str(b, 1, p->os_version.len ? p->os_version : os);
+    coai__pb_str(b, 2, p->workspace);
+    coai__pb_str(b, 3, p->shell.len ? p->shell : sh);
+    coai__pb_str(b, 10, p->time_zone);
+    coai__pb_str(b, 11, p->workspace);
+}
+
+/* McpToolDefinition body: fields 1, 2, 3, 4, 5 in that order (the original's). */
+static int coai__pb_tool(coai_buf *b, const coai_tool *t)
+{
+    static const char prefix[] = COAI__TOOLS_ID "-";
+    size_t v, s, e, x;
+    int r = COAI_OK;
+    coai__pb_tag(b, 1, 2);
+    coai__pb_varint(b, (uint64_t)(sizeof prefix - 1) + t->name.len);
+    coai_buf_append(b, prefix, sizeof prefix - 1);
+    coai_buf_append(b, t->name.ptr, t->name.len);
+    coai__pb_str(b, 2, t->description);
+    v = coai__pb_open(b, 3);
+    if (t->parameters && (t->parameters->type & 0xff) != cJSON_NULL) {
+        r = coai__pb_value(b, t->parameters, 0);
+    } else {
+        /* {"type":"object","properties":{}} */
+        s = coai__pb_open(b, 5);
+        e = coai__pb_open(b, 1);
+        coai__pb_lit(b, 1, "type");
+        x = coai__pb_open(b, 2);
+        coai__pb_lit(b, 3, "object");
+        coai__pb_close(b, x);
+        coai__pb_close(b, e);
+        e = coai__pb_open(b, 1);
+        coai__pb_lit(b, 1, "properties");
+        x = coai__pb_open(b, 2);
+        coai__pb_close(b, coai__pb_open(b, 5));
+        coai__pb_close(b, x);
+        coai__pb_close(b, e);
+        coai__pb_close(b, s);
+    }
+    coai__pb_close(b, v);
+    coai__pb_lit(b, 4, COAI__TOOLS_ID);
+    coai__pb_str(b, 5, t->name);
+    return r;
+}
+
+int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
+{
+    size_t start = out->len, top, act, uma, um, rc, m, i;
+    int r = COAI_OK;
+    if (!p || (p->tool_count && !p->tools)) return COAI_ERR_INVALID;
+    top = coai__pb_open(out, 1);                         /* AgentClientMessage.run_request */
+    coai__pb_close(out, coai__pb_open(out, 1));          /* conversation_state {} (required) */
+    act = coai__pb_open(out, 2);                         /* action */
+    uma = coai__pb_open(out, 1);                         /* user_message_action */
+    um = coai__pb_open(out, 1);                          /* user_message */
+    coai__pb_str(out, 1, p->prompt);
+    coai__pb_str(out, 2, p->message_id);
+    coai__pb_tag(out, 4, 0);
+    coai__pb_varint(out, 1);                             /* mode = AGENT_MODE_AGENT */
+    coai__pb_close(out, um);
+    rc = coai__pb_open(out, 2);                          /* request_context */
+    m = coai__pb_open(out, 4);
+    coai__pb_env(out, p);
+    coai__pb_close(out, m);
+    for (i = 0; i < p->tool_count && r == COAI_OK; i++) {
+        m = coai__pb_open(out, 7);
+        r = coai__pb_tool(out, &p->tools[i]);
+        coai__pb_close(out, m);
+    }
+    if (p->tool_count && r == COAI_OK) {
+        size_t ins;
+        m = coai__pb_open(out, 14);                      /* mcp_instructions */
+        coai__pb_lit(out, 1, COAI__TOOLS_ID);
+        ins = coai__pb_open(out, 2);
+        coai_buf_puts(out, "You have access to the following tools:\n");
+        for (i = 0; i < p->tool_count; i++) {
+            const coai_tool *t = &p->tools[i];
+            if (i) coai_buf_putc(out, '\n');
+            coai_buf_puts(out, "- ");
+            coai_buf_append(out, t->name.ptr, t->name.len);
+            coai_buf_puts(out, ": ");
+            if (t->description.len) coai_buf_append(out, t->description.ptr, t->description.len);
+            else coai_buf_puts(out, "No description");
+        }
+        coai_buf_puts(out, "\n\nUse these tools when appropriate to help the user.");
+        coai__pb_close(out, ins);
+        coai__pb_close(out, m);
+    }
+    coai__pb_close(out, rc);
+    coai__pb_close(out, uma);
+    coai__pb_close(out, act);
+    m = coai__pb_open(out, 3);                           /* model_details */
+    coai__pb_str(out, 1, p->model_id);
+    coai__pb_close(out, m);
+    if (p->tool_count && r == COAI_OK) {
+        size_t list = coai__pb_open(out, 4);             /* mcp_tools */
+        for (i = 0; i < p->tool_count && r == COAI_OK; i++) {
+            m = coai__pb_open(out, 1);
+            r = coai__pb_tool(out, &p->tools[i]);
+            coai__pb_close(out, m);
+        }
+        coai__pb_close(out, list);
+    }
+    coai__pb_str(out, 5, p->conversation_id);
+    if (p->tool_count && r == COAI_OK) {
+        size_t fs = coai__pb_open(out, 6), d;            /* mcp_file_system_options */
+        coai__pb_bool(out, 1, 1);
+        coai__pb_str(out, 2, p->workspace);
+        d = coai__pb_open(out, 3);
+        coai__pb_lit(out, 1, "Cursor Tools");
+        coai__pb_lit(out, 2, COAI__TOOLS_ID);
+        coai__pb_str(out, 3, p->workspace);
+        coai__pb_lit(out, 4, "Use these tools to assist the user with their coding tasks.");
+        coai__pb_close(out, d);
+        coai__pb_close(out, fs);
+    }
+    coai__pb_close(out, top);
+    return coai__pb_finish(out, start, r);
+}
+
+/* --- Bodies: BidiAppend and RunSSE ------------------------------------------------ */
+
+int coai_encode_bidi_append(coai_buf *out, const void *msg, size_t n, coai_str request_id,
+                            int64_t seqno)
+{
+    size_t start = out->len, env, m;
+    if (seqno < 0 || (n && !msg)) return COAI_ERR_INVALID;
+    if (n > 0x7fffffffu) return COAI_ERR_TOO_BIG;      /* hex doubles it: over 4 GiB */
+    env = coai__env_begin(out);
+    if (n) {
+        coai__pb_tag(out, 1, 2);
+        coai__pb_varint(out, (uint64_t)n * 2);
+        coai_hex_append(out, msg, n);
+    }
+    m = coai__pb_open(out, 2);
+    coai__pb_str(out, 1, request_id);
+    coai__pb_close(out, m);
+    coai__pb_tag(out, 3, 0);
+    coai__pb_varint(out, (uint64_t)seqno);               /* always written, also 0 */
+    return coai__pb_finish(out, start, coai__env_end(out, env));
+}
+
+int coai_encode_run_body(coai_buf *out, coai_str request_id)
+{
+    size_t start = out->len, env = coai__env_begin(out);
+    coai__pb_str(out, 1, request_id);
+    return coai__pb_finish(out, start, coai__env_end(out, env));
+}
+
+/* --- KV, control, resume ------------------------------------------------------------ */
+
+int coai_encode_kv_set_result(coai_buf *out, uint32_t id)
+{
+    size_t start = out->len, kv = coai__pb_open(out, 3);
+    coai__pb_u32(out, 1, id);
+    coai__pb_close(out, coai__pb_open(out, 3));          /* set_blob_result {} = success */
+    coai__pb_close(out, kv);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found)
+{
+    size_t start = out->len, kv, res;
+    if (found && n && !data) return COAI_ERR_INVALID;
+    kv = coai__pb_open(out, 3);
+    coai__pb_u32(out, 1, id);
+    res = coai__pb_open(out, 2);
+    if (found) coai__pb_bytes(out, 1, data, n);          /* optional: presence = found */
+    coai__pb_close(out, res);
+    coai__pb_close(out, kv);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_stream_close(coai_buf *out, uint32_t id)
+{
+    size_t start = out->len, ctl = coai__pb_open(out, 5), sc = coai__pb_open(out, 1);
+    coai__pb_u32(out, 1, id);
+    coai__pb_close(out, sc);
+    coai__pb_close(out, ctl);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason)
+{
+    size_t start = out->len, ctl = coai__pb_open(out, 5), th = coai__pb_open(out, 2);
+    coai__pb_u32(out, 1, id);
+    coai__pb_str(out, 2, reason);
+    coai__pb_close(out, th);
+    coai__pb_close(out, ctl);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_resume(coai_buf *out)
+{
+    size_t start = out->len, act = coai__pb_open(out, 4);
+    coai__pb_close(out, coai__pb_open(out, 2));
+    coai__pb_close(out, act);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+/* --- Exec results ------------------------------------------------------------------ */
+
+/* Opens AgentClientMessage.exec_client_message{id, exec_id} and its result field
+ * `result`; *outer receives the outer body offset. Returns the result body offset. */
+static size_t coai__exec_open(coai_buf *b, uint32_t id, coai_str exec_id, unsigned result,
+                              size_t *outer)
+{
+    *outer = coai__pb_open(b, 2);
+    coai__pb_u32(b, 1, id);
+    coai__pb_str(b, 15, exec_id);
+    return coai__pb_open(b, result);
+}
+
+static void coai__exec_close(coai_buf *b, size_t res, size_t outer)
+{
+    coai__pb_close(b, res);
+    coai__pb_close(b, outer);
+}
+
+int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_id,
+                                     const coai_run_params *env)
+{
+    size_t start = out->len, outer, res, ok, rc, e;
+    if (!env) return COAI_ERR_INVALID;
+    res = coai__exec_open(out, id, exec_id, 10, &outer);
+    ok = coai__pb_open(out, 1);                          /* success */
+    rc = coai__pb_open(out, 1);                          /* request_context */
+    e = coai__pb_open(out, 4);                           /* env */
+    coai__pb_env(out, env);
+    coai__pb_close(out, e);
+    coai__pb_close(out, rc);
+    coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+static void coai__pb_shell_body(coai_buf *b, coai_str command, coai_str cwd, int exit_code,
+                                coai_str out_text, coai_str err_text, int32_t ms)
+{
+    coai__pb_str(b, 1, command);
+    coai__pb_str(b, 2, cwd);
+    coai__pb_i32(b, 3, (int32_t)exit_code);
+    coai__pb_str(b, 5, out_text);
+    coai__pb_str(b, 6, err_text);
+    coai__pb_i32(b, 7, ms);
+}
+
+int coai_encode_exec_shell_result(coai_buf *out, uint32_t id, coai_str exec_id,
+                                  coai_str command, coai_str cwd, int exit_code,
+                                  coai_str out_text, coai_str err_text, int32_t ms)
+{
+    size_t start = out->len, outer, res, v;
+    res = coai__exec_open(out, id, exec_id, 2, &outer);
+    v = coai__pb_open(out, exit_code == 0 ? 1 : 2);      /* success : failure */
+    coai__pb_shell_body(out, command, cwd, exit_code, out_text, err_text, ms);
+    coai__pb_close(out, v);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_mcp_result(coai_buf *out, uint32_t id, coai_str exec_id, coai_str text,
+                                int is_error)
+{
+    size_t start = out->len, outer, res, ok, item, tx;
+    res = coai__exec_open(out, id, exec_id, 11, &outer);
+    ok = coai__pb_open(out, 1);                          /* success */
+    item = coai__pb_open(out, 1);                        /* content[0] */
+    tx = coai__pb_open(out, 1);                          /* text */
+    coai__pb_str(out, 1, text);
+    coai__pb_close(out, tx);
+    coai__pb_close(out, item);
+    if (is_error) coai__pb_bool(out, 2, 1);              /* the original writes it only when set */
+    coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+/* Result field number and error-variant field number for each refusable kind;
+ * 0 = none (answered with throw). */
+static unsigned coai__reject_field(int kind, unsigned *variant)
+{
+    switch (kind) {
+    case COAI_EXEC_SHELL: case COAI_EXEC_SHELL_STREAM: *variant = 2; return 2;
+    case COAI_EXEC_WRITE: *variant = 5; return 3;
+    case COAI_EXEC_DELETE: *variant = 7; return 4;
+    case COAI_EXEC_GREP: *variant = 2; return 5;
+    case COAI_EXEC_READ: *variant = 2; return 7;
+    case COAI_EXEC_LS: *variant = 2; return 8;
+    case COAI_EXEC_DIAGNOSTICS: *variant = 2; return 9;
+    case COAI_EXEC_REQUEST_CONTEXT: *variant = 2; return 10;
+    case COAI_EXEC_MCP: *variant = 2; return 11;
+    case COAI_EXEC_FETCH: *variant = 2; return 20;
+    default: *variant = 0; return 0;
+    }
+}
+
+int coai_exec_reject_is_result(int kind)
+{
+    unsigned v;
+    return coai__reject_field(kind, &v) != 0;
+}
+
+int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str reason)
+{
+    size_t start = out->len, outer, res, v;
+    unsigned variant, field;
+    static const coai_str none = { "", 0 };
+    if (!ex) return COAI_ERR_INVALID;
+    field = coai__reject_field((int)ex->kind, &variant);
+    if (!field) return coai_encode_exec_throw(out, ex->id, reason);
+    res = coai__exec_open(out, ex->id, ex->exec_id, field, &outer);
+    v = coai__pb_open(out, variant);
+    switch (ex->kind) {
+    case COAI_EXEC_SHELL:
+    case COAI_EXEC_SHELL_STREAM:
+        coai__pb_shell_body(out, ex->command, ex->cwd, 1, none, reason, 0);
+        break;
+    case COAI_EXEC_GREP:
+    case COAI_EXEC_REQUEST_CONTEXT:
+    case COAI_EXEC_MCP:
+        coai__pb_str(out, 1, reason);                    /* {1 error} */
+        break;
+    case COAI_EXEC_FETCH:
+        coai__pb_str(out, 1, ex->url);
+        coai__pb_str(out, 2, reason);
+        break;
+    default:                                             /* {1 path, 2 error} */
+        coai__pb_str(out, 1, ex->path);
+        coai__pb_str(out, 2, reason);
+        break;
+    }
+    coai__pb_close(out, v);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
 /* PART:ENCODE impl end */
 
 /* ======================================================================== */

@@ -105,6 +105,13 @@ static void test_creds(void)
     CHECK(coai_creds_parse("{\"accessToken\":\"\",\"apiKey\":5}", 29, &c) == 0);
     CHECK(c.access_token == NULL && c.api_key == NULL);
     coai_creds_free(&c);
+    /* header injection and non-ASCII are refused */
+    {
+        const char *bad = "{\"accessToken\":\"a\\r\\nX: y\",\"refreshToken\":\"r\\u00e9\"}";
+        CHECK(coai_creds_parse(bad, strlen(bad), &c) == 0);
+    }
+    CHECK(c.access_token == NULL && c.refresh_token == NULL);
+    coai_creds_free(&c);
     coai_buf_reset(&b);
     CHECK(coai_creds_format(&b, &c) == 0 && strcmp((char *)b.data, "{}\n") == 0);
     coai_buf_free(&b);

@@ -1,0 +1,42 @@
+# cursor-oai container: a static binary, a CA bundle and a non-root user on scratch.
+#
+#   docker build -t cursor-oai .
+#   docker run -p 127.0.0.1:18741:18741 -e CURSOR_OAI_API_KEY=... -v cursor-oai:/config cursor-oai
+#
+# Where no registry is reachable, build a bookworm base locally and pass it in
+# (tests/docker.sh does exactly this):
+#   debootstrap --variant=minbase bookworm rootfs http://deb.debian.org/debian
+#   tar -C rootfs -c . | docker import - local/bookworm
+#   docker build --build-arg BUILDER_IMAGE=local/bookworm -t cursor-oai .
+
+ARG BUILDER_IMAGE=debian:bookworm
+
+FROM ${BUILDER_IMAGE} AS build
+# build.sh installs its own Debian packages and fetches pinned sources; the CA
+# bundle is needed once to copy it into the final image.
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        ca-certificates && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . /src
+RUN ./build.sh \
+ && mkdir -p /out/etc/ssl/certs /out/config /out/tmp \
+ && cp build/cursor-oai /out/cursor-oai \
+ && cp /etc/ssl/certs/ca-certificates.crt /out/etc/ssl/certs/ca-certificates.crt \
+ && printf 'cursor-oai:x:10001:10001:cursor-oai:/config:/cursor-oai\n' > /out/etc/passwd \
+ && printf 'cursor-oai:x:10001:\n' > /out/etc/group \
+ && chown 10001:10001 /out/config && chmod 0700 /out/config && chmod 1777 /out/tmp
+
+FROM scratch
+COPY --from=build /out/ /
+USER 10001:10001
+# Credentials live in the /config volume (auth.json, mode 0600), or come from
+# CURSOR_ACCESS_TOKEN. Listening on all interfaces requires CURSOR_OAI_API_KEY.
+ENV XDG_CONFIG_HOME=/config \
+    HOME=/config \
+    SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
+    CURSOR_OAI_LISTEN=0.0.0.0:18741
+VOLUME ["/config"]
+WORKDIR /config
+EXPOSE 18741
+ENTRYPOINT ["/cursor-oai"]
+CMD ["serve"]

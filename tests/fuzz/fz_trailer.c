@@ -1,0 +1,70 @@
+/* fz_trailer.c - trailer text, Connect end-stream JSON and google.rpc.Status bytes. The
+ * input is used three ways: as a trailer block, as end-stream JSON, and (base64-wrapped) as
+ * grpc-status-details-bin and as an end-stream ErrorDetails value. Every outcome must leave a
+ * clean coai_status (valid UTF-8, no control characters, NUL-terminated fields). */
+#define CURSOR_OAI_IMPLEMENTATION
+#include "../../cursor_oai.h"
+
+static void fz__field_ok(const char *s, size_t cap)
+{
+    const char *z = (const char *)memchr(s, 0, cap);
+    size_t n, i;
+    if (!z) abort();
+    n = (size_t)(z - s);
+    if (coai_utf8_valid_prefix(s, n) != n) abort();
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) abort();
+        if (c == 0xc2 && (unsigned char)s[i + 1] < 0xa0) abort();
+    }
+}
+
+static void fz__check(const coai_status *st, coai_result r)
+{
+    coai_buf b = { 0 };
+    if (r > 0) abort();
+    fz__field_ok(st->message, sizeof st->message);
+    fz__field_ok(st->title, sizeof st->title);
+    fz__field_ok(st->detail, sizeof st->detail);
+    if (st->retryable < -1 || st->retryable > 1) abort();
+    if (st->error_name && strncmp(st->error_name, "ERROR_", 6) != 0) abort();
+    coai_status_describe(st, &b);
+    if (b.err || !b.data || strlen((const char *)b.data) != b.len) abort();
+    fz__field_ok((const char *)b.data, b.len + 1);
+    coai_buf_free(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    coai_status st;
+    coai_result r;
+    coai_buf t = { 0 };
+    uint8_t *copy = (uint8_t *)malloc(size ? size : 1);   /* exact size for ASan */
+    if (!copy) return 0;
+    if (size) memcpy(copy, data, size);
+
+    r = coai_trailer_parse(copy, size, &st);
+    fz__check(&st, r);
+    r = coai_end_stream_parse(copy, size, &st);
+    fz__check(&st, r);
+
+    coai_buf_puts(&t, "grpc-status: 3\r\ngrpc-status-details-bin: ");
+    coai_base64_append(&t, copy, size, 0);
+    coai_buf_puts(&t, "\r\n");
+    r = coai_trailer_parse(t.data, t.len, &st);
+    fz__check(&st, r);
+    if (st.code != 3) abort();   /* the header wins over Status.code */
+
+    coai_buf_reset(&t);
+    coai_buf_puts(&t, "{\"error\":{\"code\":\"internal\",\"details\":[{\"type\":"
+                      "\"aiserver.v1.ErrorDetails\",\"value\":\"");
+    coai_base64_append(&t, copy, size, 0);
+    coai_buf_puts(&t, "\"}]}}");
+    r = coai_end_stream_parse(t.data, t.len, &st);
+    fz__check(&st, r);
+    if (st.code != 13) abort();
+
+    coai_buf_free(&t);
+    free(copy);
+    return 0;
+}
