@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -52,6 +53,7 @@
 #define SRV_BODY_MAX ((size_t)32 * 1024 * 1024)   /* request body bytes -> 413 */
 #define SRV_HEAD_TIMEOUT_MS 15000                 /* whole request head -> 408 */
 #define SRV_BODY_IDLE_MS 30000                    /* gap between body reads -> 408 */
+#define SRV_BODY_STEP (256 * 1024)                /* body buffer growth per read */
 #define SRV_KEEPALIVE_IDLE_MS 75000               /* idle keep-alive connection */
 #define SRV_SEND_TIMEOUT_MS 60000                 /* no write progress to a client */
 #define SRV_THREAD_STACK (512 * 1024)             /* cJSON recursion needs >= 256 KiB */
@@ -1329,18 +1331,21 @@ static int read_body(struct conn *c, size_t hl)
         }
     } else if (rq->content_length > 0) {
         size_t want = (size_t)rq->content_length, take = have < want ? have : want;
-        if (coai_buf_reserve(&c->body, want)) return 413;
-        coai_buf_append(&c->body, c->in + hl, take);
+        if (coai_buf_append(&c->body, c->in + hl, take)) return 413;
         memmove(c->in, c->in + hl + take, have - take);
         c->in_len = have - take;
         while (c->body.len < want) {
-            ssize_t k = fd_read_until(c->fd, c->body.data + c->body.len, want - c->body.len,
-                                      mono_ms() + SRV_BODY_IDLE_MS);
+            /* grow with the bytes that arrive, not with what the header promised */
+            size_t step = want - c->body.len < SRV_BODY_STEP ? want - c->body.len : SRV_BODY_STEP;
+            ssize_t k;
+            if (coai_buf_reserve(&c->body, step)) return 413;
+            k = fd_read_until(c->fd, c->body.data + c->body.len, step,
+                              mono_ms() + SRV_BODY_IDLE_MS);
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->body.len += (size_t)k;
+            c->body.data[c->body.len] = 0;
         }
-        c->body.data[c->body.len] = 0;
     } else {
         memmove(c->in, c->in + hl, have);
         c->in_len = have;
@@ -2027,6 +2032,22 @@ static void *reject_thread_counted(void *arg)
     return NULL;
 }
 
+static int sockaddr_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        static const unsigned char v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+        if (IN6_IS_ADDR_LOOPBACK(&a->sin6_addr)) return 1;
+        return memcmp(a->sin6_addr.s6_addr, v4mapped, 12) == 0 && a->sin6_addr.s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+/* Bind and listen. 0 ok, -1 runtime failure, -2 refused by configuration. */
 static int listen_open(void)
 {
     struct addrinfo hints, *res = NULL, *ai;
@@ -2064,6 +2085,15 @@ static int listen_open(void)
         && getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
         copy_str(S.listen_port, sizeof S.listen_port, port, strlen(port));
+    /* Anyone who reaches a non-loopback socket spends the user's Cursor account: require
+     * the client key there. */
+    if (!S.api_key && !sockaddr_is_loopback(&ss)) {
+        fprintf(stderr, "cursor-oai: refusing to listen on %s:%s (not a loopback address) "
+                "without CURSOR_OAI_API_KEY; set a client key or listen on 127.0.0.1\n",
+                S.listen_host, S.listen_port);
+        close(fd);
+        return -2;
+    }
     S.listen_fd = fd;
     return 0;
 }
@@ -2431,11 +2461,8 @@ static int run_serve(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     cred_init();
-    if (listen_open() < 0) return 1;
-    if (S.api_key == NULL && strcmp(S.listen_host, "127.0.0.1") != 0
-        && strcmp(S.listen_host, "localhost") != 0 && strcmp(S.listen_host, "::1") != 0)
-        srv_log(LOG_WARN, "listening on a non-loopback address without CURSOR_OAI_API_KEY: "
-                "anyone who can reach it uses your Cursor account");
+    rc = listen_open();
+    if (rc < 0) return rc == -2 ? 2 : 1;
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
             "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
