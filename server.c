@@ -571,7 +571,8 @@ static void tls_err_text(int err, char *out, size_t cap, int *verify)
     static const struct { int code; const char *text; } T[] = {
         { BR_ERR_BAD_PARAM, "BR_ERR_BAD_PARAM (bad parameter)" },
         { BR_ERR_BAD_STATE, "BR_ERR_BAD_STATE (bad engine state)" },
-        { BR_ERR_UNSUPPORTED_VERSION, "BR_ERR_UNSUPPORTED_VERSION (server does not offer TLS 1.2)" },
+        { BR_ERR_UNSUPPORTED_VERSION,
+          "BR_ERR_UNSUPPORTED_VERSION (no TLS 1.2 from the server; is it TLS at all?)" },
         { BR_ERR_BAD_VERSION, "BR_ERR_BAD_VERSION (unexpected TLS version)" },
         { BR_ERR_BAD_LENGTH, "BR_ERR_BAD_LENGTH (bad record length)" },
         { BR_ERR_TOO_LARGE, "BR_ERR_TOO_LARGE (record too large)" },
