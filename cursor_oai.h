@@ -512,11 +512,210 @@ typedef struct coai_msg {
     void *priv_;                /* private decode storage */
     coai_buf scratch_;          /* private */
 } coai_msg;
+#ifndef COAI_MAX_VALUE_DEPTH
+#define COAI_MAX_VALUE_DEPTH 64   /* JSON containers in McpArgs.args, the args object included */
+#endif
+#ifndef COAI_MAX_PB_FIELDS
+#define COAI_MAX_PB_FIELDS 65536  /* fields in one decoded leaf message / members of one object */
+#endif
+
+/* Decode one AgentServerMessage (the payload of a 0x00 data envelope) into *m.
+ * m must be zero-initialised before first use; it can be reused for every frame.
+ * All views in *m point into storage owned by m (never into p) and stay valid until
+ * the next coai_msg_decode() on m or coai_msg_free(m). Empty views are "" (never NULL).
+ * Returns COAI_OK (m->kind says what arrived; COAI_MSG_NONE for an empty payload or
+ * anything we do not act on), COAI_ERR_PROTO for malformed protobuf (never reads
+ * outside [p, p+n)), COAI_ERR_TOO_BIG over COAI_MAX_PB_FIELDS, COAI_ERR_NOMEM.
+ * After an error m->kind is COAI_MSG_NONE.
+ *
+ * Per kind:
+ *   TEXT / THINKING      text (strlen of nanopb's copy: cut at an embedded NUL byte)
+ *   THINKING_DONE        value = thinking_duration_ms
+ *   TOKENS               value = token_delta.tokens
+ *   TOOL_STARTED/_COMPLETED/_PARTIAL  call_id, tool (0 if absent), PARTIAL: text = args_text_delta
+ *   STEP                 value = InteractionUpdate field number: 6 user_message_appended,
+ *                        9 summary, 10 summary_started, 11 summary_completed,
+ *                        12 shell_output_delta, 15 tool_call_delta, 16 step_started
+ *                        (then value2 = step_id). Informational only.
+ *   CHECKPOINT           value = used_tokens, value2 = max_tokens (0 when absent)
+ *   EXEC                 exec.kind/id/exec_id plus the kind's fields (see coai_exec);
+ *                        has_path: grep path / ls path present on the wire (even if "").
+ *                        mcp: args_json = JSON.stringify of the args map as the original
+ *                        builds it (JS object semantics: array-index keys first in numeric
+ *                        order, a repeated key keeps its first place and its last value,
+ *                        "" and "__proto__" keys dropped, empty Value -> member dropped /
+ *                        null in a list, a leading UTF-8 BOM of a string is dropped like
+ *                        TextDecoder does). Kinds without fields (request_context,
+ *                        diagnostics, ...) only set kind/id/exec_id.
+ *   EXEC_ABORT           id
+ *   KV_GET / KV_SET      id, blob_id, KV_SET: blob_data (raw bytes, exact length)
+ *   QUERY                id, query = InteractionQuery oneof field number (0 if none)
+ * When a oneof member is repeated (never seen in practice) the last one wins. String
+ * fields other than exec_id, blob_id, blob_data and args_json come from nanopb's
+ * NUL-terminated copies, so they end at an embedded NUL byte. */
+coai_result coai_msg_decode(coai_msg *m, const void *p, size_t n);
+/* Free everything m owns; m is zero again afterwards (reusable). */
+void coai_msg_free(coai_msg *m);
 /* PART:DECODE api end */
 
 /* ======================================================================== */
 /* PART:HTTP api (request parser, chunked decoder, response parser, Host)   */
 /* ======================================================================== */
+/* HTTP/1.1 for server.c: a strict request-head parser, an in-place chunked body
+ * decoder, a bounded response-head parser for the upstream side, and the
+ * security checks done before auth (Host allow-list against DNS rebinding,
+ * Origin, JSON content type, constant-time key compare).
+ *
+ * Head parsers are stateless like picohttpparser: pass the whole data received
+ * so far each time. They return the head length (> COAI_MORE) when the head is
+ * complete, COAI_MORE when more bytes are needed, or a negative coai_result.
+ * Every coai_str they fill points into the caller's buffer and stays valid while
+ * that buffer does. A header that is absent has ptr == NULL; present but empty
+ * has ptr != NULL and len 0.
+ *
+ * Request strictness (each error sets *status to the HTTP status to answer):
+ *   400  bad request-line syntax; NUL/CTL/DEL in method, target, names or values;
+ *        whitespace before a colon; empty name; obs-fold (a line starting with
+ *        SP/HTAB); bare LF or CR without LF anywhere in the head (we do not accept
+ *        bare LF line endings: no real client needs them and accepting them is a
+ *        smuggling lever); no Host on HTTP/1.1; Host, Content-Length,
+ *        Transfer-Encoding, Origin, Content-Type or Authorization sent twice;
+ *        Content-Length not 1*DIGIT or over INT64_MAX ("-1", "1e3", "5, 5");
+ *        Transfer-Encoding with Content-Length, on HTTP/1.0, or empty; a target
+ *        that is not origin-form ("/...") or "*" with OPTIONS (absolute-form too)
+ *   501  Transfer-Encoding other than exactly "chunked" (case-insensitive)
+ *   414  request line over COAI_HTTP_MAX_LINE bytes (without CRLF)
+ *   431  a header line over COAI_HTTP_MAX_LINE, more than COAI_HTTP_MAX_HEADERS
+ *        headers, or a head (with its blank line) over COAI_HTTP_MAX_HEAD
+ *   505  a well-formed version other than HTTP/1.0 or HTTP/1.1
+ * Errors are returned as soon as the bytes that prove them have arrived, so a
+ * prefix of the input gives COAI_MORE or the same error as the whole input.
+ * Empty lines (CRLF) before the request line are skipped (RFC 9112 2.2). */
+
+#ifndef COAI_HTTP_MAX_HEADERS
+#define COAI_HTTP_MAX_HEADERS 100              /* header lines in one head; more -> 431 */
+#endif
+#ifndef COAI_HTTP_MAX_LINE
+#define COAI_HTTP_MAX_LINE (8u * 1024u)        /* request line (-> 414) or a header line (-> 431) */
+#endif
+#ifndef COAI_HTTP_MAX_HEAD
+#define COAI_HTTP_MAX_HEAD (32u * 1024u)       /* head incl. blank line (-> 431); <= INT_MAX */
+#endif
+#ifndef COAI_HTTP_MAX_BODY
+#define COAI_HTTP_MAX_BODY (32u * 1024u * 1024u) /* request body cap server.c enforces (-> 413) */
+#endif
+#ifndef COAI_HTTP_MAX_CHUNK_LINE
+#define COAI_HTTP_MAX_CHUNK_LINE 1024u         /* chunk-size line incl. extensions, without CRLF */
+#endif
+#ifndef COAI_HTTP_CHUNK_OVERHEAD_MIN
+#define COAI_HTTP_CHUNK_OVERHEAD_MIN (100u * 1024u) /* framing bytes before the 80% flood rule */
+#endif
+
+typedef struct coai_http_header {
+    coai_str name;              /* as sent (case kept); a token */
+    coai_str value;             /* leading and trailing SP/HTAB removed */
+} coai_http_header;
+
+typedef struct coai_http_request {
+    coai_str method;            /* token, case-sensitive ("POST") */
+    coai_str target;            /* origin-form "/path?query", or "*" (OPTIONS only) */
+    coai_str path;              /* target up to the first '?' */
+    int minor_version;          /* 0 or 1 */
+    coai_http_header headers[COAI_HTTP_MAX_HEADERS];
+    size_t header_count;
+    int64_t content_length;     /* -1 = no Content-Length */
+    int chunked;                /* Transfer-Encoding: chunked (use coai_chunked_feed) */
+    int keep_alive;             /* 1.1: unless "Connection: close"; 1.0: only with keep-alive */
+    int expect_continue;        /* HTTP/1.1 with "Expect: 100-continue" */
+    coai_str host;              /* Host value (ptr NULL when absent) */
+    int host_count;             /* 0 or 1 after success (two Host lines -> 400) */
+    coai_str origin;            /* Origin value (ptr NULL when absent) */
+    coai_str content_type;      /* Content-Type value (ptr NULL when absent) */
+    coai_str authorization;     /* Authorization value (ptr NULL when absent) */
+} coai_http_request;
+
+/* Parse a request head from buf[0..len) (all bytes received so far). Returns the
+ * head length (> COAI_MORE; the body or the next pipelined request starts there),
+ * COAI_MORE, or COAI_ERR_HTTP / COAI_ERR_TOO_BIG with *status = 400, 414, 431, 501
+ * or 505 (*status = 0 otherwise). The body cap (413) is the caller's to apply. */
+int coai_http_parse_request(const char *buf, size_t len, coai_http_request *rq, int *status);
+
+/* First header named `name` (case-insensitive); {NULL, 0} when there is none. */
+coai_str coai_http_header_get(const coai_http_header *h, size_t n, const char *name);
+
+/* Chunked body decoder. Zero-init; set max_body (0 = unlimited) before the first
+ * feed. Each call decodes buf[0..len) in place: the payload bytes are moved to
+ * buf[0..*out_len). *consumed is len on COAI_MORE; on COAI_DONE (last chunk and
+ * trailers read) it is where the body ended, and buf[*consumed..len) belongs to
+ * the next request. Trailers are checked and dropped. Errors (sticky):
+ * COAI_ERR_HTTP (400) for bad or over-16-digit hex, bare LF, a missing CRLF after
+ * the data, a chunk-size line over COAI_HTTP_MAX_CHUNK_LINE, trailers over
+ * COAI_HTTP_MAX_HEAD, or framing overhead over COAI_HTTP_CHUNK_OVERHEAD_MIN and
+ * above 80% of the bytes (a 1-byte-chunk flood); COAI_ERR_TOO_BIG (413) as soon as
+ * a chunk size takes the declared total over max_body. On an error *consumed and
+ * *out_len say how far decoding got. Splitting the input differently never
+ * changes the result. */
+typedef struct coai_chunked_decoder {
+    size_t max_body;            /* 0 = unlimited; else payload bytes allowed */
+    uint64_t total;             /* payload bytes declared by chunk sizes so far */
+    uint64_t overhead;          /* framing bytes so far (sizes, CRLFs, extensions) */
+    uint64_t remaining;         /* private: data bytes left in this chunk */
+    size_t line_len;            /* private: bytes in the current size or trailer line */
+    size_t trailer_len;         /* private: trailer bytes so far */
+    int state;                  /* private */
+    int digits;                 /* private: hex digits in this size line */
+    int err;                    /* sticky error, 0 when none */
+} coai_chunked_decoder;
+
+coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
+                              size_t *consumed, size_t *out_len);
+
+/* An upstream response head. Lenient where real servers vary (bare LF line
+ * endings, a missing reason phrase, repeated identical Content-Length, control
+ * bytes other than NUL in values) but bounded by the same limits. */
+typedef struct coai_http_response {
+    int status;                 /* 100..599 */
+    int minor_version;          /* 0 or 1 */
+    coai_str reason;            /* reason phrase, may be empty */
+    coai_http_header headers[COAI_HTTP_MAX_HEADERS];
+    size_t header_count;
+    int64_t content_length;     /* -1 = none (or overridden by chunked); 0 when no_body */
+    int chunked;                /* Transfer-Encoding: chunked */
+    int keep_alive;             /* 0 when the connection must close after this response */
+    int no_body;                /* 1xx, 204, 304: no body whatever the headers say */
+    coai_str content_type;      /* Content-Type value (ptr NULL when absent) */
+} coai_http_response;
+
+/* Body framing: no_body (or a HEAD request) -> none; chunked -> coai_chunked_feed;
+ * content_length >= 0 -> that many bytes; else read until close (keep_alive = 0).
+ * Returns the head length (> COAI_MORE), COAI_MORE, COAI_ERR_HTTP (malformed, or a
+ * Transfer-Encoding we cannot decode) or COAI_ERR_TOO_BIG (a limit). A 1xx head is
+ * followed by another head. Chunked with Content-Length: chunked wins, keep_alive 0. */
+int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs);
+
+/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or one of
+ * extra[0..n_extra) (case-insensitive, names without port), followed by nothing
+ * or ":<port>" equal to port (port <= 0: any 1-5 digit port). Rejects an empty
+ * host, ":1234", "localhost.evil.com", "localhost." and "user@localhost". */
+int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port);
+
+/* Origin allow-list: 1 for "http://" or "https://" + a host accepted by
+ * coai_http_host_allowed (same port rule) with no path. "null", empty and
+ * anything else -> 0. An absent Origin header is the caller's to allow. */
+int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra);
+
+/* 1 when a Content-Type is application/json (case-insensitive) with optional
+ * parameters; a charset parameter must be utf-8. */
+int coai_http_is_json(coai_str content_type);
+
+/* Constant-time equality of two secrets: compares SHA-256 digests, so neither the
+ * content nor the length of the expected key leaks through timing. 0 when either
+ * is empty, so an empty configured key never matches. */
+int coai_http_token_equal(coai_str a, coai_str b);
+
+/* The token of "Bearer <token>" (scheme case-insensitive, spaces trimmed);
+ * {NULL, 0} when the scheme is not Bearer or the token is empty. */
+coai_str coai_http_bearer(coai_str authorization);
 /* PART:HTTP api end */
 
 /* ======================================================================== */
@@ -2458,11 +2657,1391 @@ int coai_encode_exec_reject(coai_buf *out, const struct coai_exec *ex, coai_str 
 /* ======================================================================== */
 /* PART:DECODE impl                                                         */
 /* ======================================================================== */
+#include "pb_decode.h"
+#include "agent.pb.h"
+
+/* One object member of McpArgs.args (or of a nested Struct), as read from the wire. */
+typedef struct coai__ent {
+    const pb_byte_t *key, *val;   /* raw key bytes; Value bytes (val NULL: no value) */
+    size_t klen, vlen;
+    size_t seq;                   /* wire position among the object's entries */
+    size_t first;                 /* after grouping: seq of the key's first occurrence */
+    size_t kofs, kjlen;           /* the key as JSON text in the object's key buffer */
+    uint32_t idx;                 /* JS array index value when is_idx */
+    int is_idx;
+} coai__ent;
+
+/* Private storage behind coai_msg.priv_: the one nanopb leaf struct decoded for the
+ * current message (released on the next decode), plus what the callbacks collect. */
+typedef struct coai__dec {
+    const pb_msgdesc_t *desc;     /* type held in u (for pb_release), NULL if none */
+    union {
+        agent_v1_TextDeltaUpdate text;
+        agent_v1_ThinkingDeltaUpdate thinking;
+        agent_v1_ThinkingCompletedUpdate thinking_done;
+        agent_v1_TokenDeltaUpdate tokens;
+        agent_v1_ToolCallStartedUpdate started;
+        agent_v1_ToolCallCompletedUpdate completed;
+        agent_v1_PartialToolCallUpdate partial;
+        agent_v1_StepStartedUpdate step;
+        agent_v1_ShellArgs shell;
+        agent_v1_WriteArgs write;
+        agent_v1_DeleteArgs del;
+        agent_v1_GrepArgs grep;
+        agent_v1_ReadArgs read;
+        agent_v1_LsArgs ls;
+        agent_v1_McpArgs mcp;
+        agent_v1_FetchArgs fetch;
+        agent_v1_GetBlobArgs get_blob;
+        agent_v1_SetBlobArgs set_blob;
+        agent_v1_ConversationTokenDetails token_details;
+        agent_v1_ExecServerAbort abort;
+    } u;
+    char *exec_id;                /* heap copy of ExecServerMessage.exec_id */
+    size_t exec_id_len;
+    /* Bounds of the leaf being decoded: a callback whose stream does not point inside
+     * them was handed a scalar (wrong wire type) by nanopb. */
+    const pb_byte_t *lo, *hi;
+    int tool;                     /* ToolCall oneof field number seen by the callback */
+    coai__ent *args;              /* McpArgs.args entries in wire order */
+    size_t nargs, cargs;
+    int cb_err;                   /* coai_result from inside a callback */
+} coai__dec;
+
+/* --- a small protobuf field reader on top of nanopb's stream API --- */
+
+typedef struct coai__pbr {
+    pb_istream_t s;
+    const pb_byte_t *end;
+} coai__pbr;
+
+typedef struct coai__pbf {
+    uint32_t num;
+    pb_wire_type_t wt;
+    uint64_t v;                   /* varint value or fixed64/fixed32 bits */
+    const pb_byte_t *p;           /* length-delimited payload */
+    size_t n;
+} coai__pbf;
+
+static void coai__pbr_init(coai__pbr *r, const pb_byte_t *p, size_t n)
+{
+    r->s = pb_istream_from_buffer(p, n);
+    r->end = p + n;
+}
+
+/* 1: a field was read into *f; 0: end of message; -1: malformed (bad tag, field 0,
+ * group or unknown wire type, varint over 10 bytes, length past the end). */
+static int coai__pb_next(coai__pbr *r, coai__pbf *f)
+{
+    uint32_t tag, len;
+    bool eof;
+    if (r->s.bytes_left == 0) return 0;
+    if (!pb_decode_tag(&r->s, &f->wt, &tag, &eof) || tag == 0) return -1;
+    f->num = tag;
+    f->v = 0;
+    f->p = NULL;
+    f->n = 0;
+    switch (f->wt) {
+    case PB_WT_VARINT:
+        return pb_decode_varint(&r->s, &f->v) ? 1 : -1;
+    case PB_WT_64BIT:
+        return pb_decode_fixed64(&r->s, &f->v) ? 1 : -1;
+    case PB_WT_32BIT: {
+        uint32_t x;
+        if (!pb_decode_fixed32(&r->s, &x)) return -1;
+        f->v = x;
+        return 1;
+    }
+    case PB_WT_STRING:
+        if (!pb_decode_varint32(&r->s, &len) || len > r->s.bytes_left) return -1;
+        f->p = r->end - r->s.bytes_left;
+        f->n = len;
+        return pb_read(&r->s, NULL, len) ? 1 : -1;
+    default:
+        return -1;
+    }
+}
+
+/* Validate one message level and bound its field count before nanopb sees it: nanopb
+ * skips over-long varints in unknown fields and grows repeated pointer fields one
+ * element at a time, so unbounded repeats would cost quadratic time and much memory. */
+static coai_result coai__pb_scan(const pb_byte_t *p, size_t n)
+{
+    coai__pbr r;
+    coai__pbf f;
+    size_t count = 0;
+    int k;
+    coai__pbr_init(&r, p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0)
+        if (++count > COAI_MAX_PB_FIELDS) return COAI_ERR_TOO_BIG;
+    return k < 0 ? COAI_ERR_PROTO : COAI_OK;
+}
+
+/* Decode a fixed-shape leaf message with nanopb into d->u (already zeroed). */
+static coai_result coai__leaf(coai__dec *d, const pb_msgdesc_t *desc, const coai__pbf *f)
+{
+    pb_istream_t s;
+    coai_result r = coai__pb_scan(f->p, f->n);
+    if (r) return r;
+    d->desc = desc;
+    d->lo = f->p;
+    d->hi = f->p + f->n;
+    d->cb_err = 0;
+    s = pb_istream_from_buffer(f->p, f->n);
+    if (!pb_decode(&s, desc, &d->u)) return d->cb_err ? (coai_result)d->cb_err : COAI_ERR_PROTO;
+    return COAI_OK;
+}
+
+/* The bytes a callback's stream covers, if they lie inside the leaf (buffer streams
+ * keep their read position in state); NULL when nanopb passed a copied scalar. */
+static const pb_byte_t *coai__cb_bytes(const coai__dec *d, const pb_istream_t *s)
+{
+    uintptr_t at = (uintptr_t)s->state, lo = (uintptr_t)d->lo, hi = (uintptr_t)d->hi;
+    if (at < lo || at > hi || s->bytes_left > hi - at) return NULL;
+    return (const pb_byte_t *)s->state;
+}
+
+/* ToolCall: keep only its oneof field number (the first tag); never decode the
+ * member, whose results can hold trees of any depth. */
+static bool coai__tool_cb(pb_istream_t *s, const pb_field_t *field, void **arg)
+{
+    coai__dec *d = (coai__dec *)*arg;
+    pb_wire_type_t wt;
+    uint32_t tag;
+    bool eof;
+    (void)field;
+    if (coai__cb_bytes(d, s) && s->bytes_left > 0) {
+        if (!pb_decode_tag(s, &wt, &tag, &eof)) return false;
+        d->tool = (int)tag;
+    }
+    return pb_read(s, NULL, s->bytes_left);
+}
+
+/* McpArgs.args entry {1: key, 2: Value}: record the spans; rendered after pb_decode. */
+static bool coai__args_cb(pb_istream_t *s, const pb_field_t *field, void **arg)
+{
+    coai__dec *d = (coai__dec *)*arg;
+    const pb_byte_t *p = coai__cb_bytes(d, s);
+    coai__pbr r;
+    coai__pbf f;
+    coai__ent e;
+    int k;
+    (void)field;
+    if (!p) return pb_read(s, NULL, s->bytes_left);   /* not length-delimited: ignored */
+    memset(&e, 0, sizeof e);
+    coai__pbr_init(&r, p, s->bytes_left);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num == 1 && f.wt == PB_WT_STRING) { e.key = f.p; e.klen = f.n; }
+        if (f.num == 2 && f.wt == PB_WT_STRING) { e.val = f.p; e.vlen = f.n; }
+    }
+    if (k < 0) return false;
+    if (e.klen > 0) {
+        if (d->nargs >= COAI_MAX_PB_FIELDS) { d->cb_err = COAI_ERR_TOO_BIG; return false; }
+        if (d->nargs == d->cargs) {
+            size_t nc = d->cargs ? d->cargs * 2 : 16;
+            coai__ent *na = (coai__ent *)realloc(d->args, nc * sizeof *na);
+            if (!na) { d->cb_err = COAI_ERR_NOMEM; return false; }
+            d->args = na;
+            d->cargs = nc;
+        }
+        e.seq = d->nargs;
+        d->args[d->nargs++] = e;
+    }
+    return pb_read(s, NULL, s->bytes_left);
+}
+
+/* --- google.protobuf.Value -> JSON, as the original's JavaScript decoder does it --- */
+
+static coai_result coai__json_object(coai__ent *e, size_t n, int depth, coai_buf *out);
+
+/* TextDecoder drops one leading byte order mark. */
+static void coai__strip_bom(const pb_byte_t **p, size_t *n)
+{
+    if (*n >= 3 && (*p)[0] == 0xef && (*p)[1] == 0xbb && (*p)[2] == 0xbf) { *p += 3; *n -= 3; }
+}
+
+/* The first recognised member of a Value: 1 varint null, 2 double, 3 string, 4 varint
+ * bool, 5 Struct, 6 ListValue. 1 found, 0 none (undefined), negative coai_result. */
+static int coai__value_pick(const pb_byte_t *p, size_t n, coai__pbf *pick)
+{
+    coai__pbr r;
+    coai__pbf f;
+    int k, found = 0;
+    coai__pbr_init(&r, p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (found) continue;
+        if (((f.num == 1 || f.num == 4) && f.wt == PB_WT_VARINT) ||
+            (f.num == 2 && f.wt == PB_WT_64BIT) ||
+            ((f.num == 3 || f.num == 5 || f.num == 6) && f.wt == PB_WT_STRING)) {
+            *pick = f;
+            found = 1;
+        }
+    }
+    return k < 0 ? COAI_ERR_PROTO : found;
+}
+
+static coai_result coai__json_struct(const pb_byte_t *p, size_t n, int depth, coai_buf *out)
+{
+    coai__pbr r, er;
+    coai__pbf f, ef;
+    coai__ent *e = NULL, *ne;
+    size_t cnt = 0, cap = 0;
+    coai_result res;
+    int k, ek;
+    coai__pbr_init(&r, p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        coai__ent x;
+        if (f.num != 1 || f.wt != PB_WT_STRING) continue;
+        memset(&x, 0, sizeof x);
+        coai__pbr_init(&er, f.p, f.n);
+        while ((ek = coai__pb_next(&er, &ef)) > 0) {
+            if (ef.num == 1 && ef.wt == PB_WT_STRING) { x.key = ef.p; x.klen = ef.n; }
+            if (ef.num == 2 && ef.wt == PB_WT_STRING) { x.val = ef.p; x.vlen = ef.n; }
+        }
+        if (ek < 0) { k = -1; break; }
+        if (x.klen == 0) continue;
+        if (cnt >= COAI_MAX_PB_FIELDS) { free(e); return COAI_ERR_TOO_BIG; }
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 8;
+            ne = (coai__ent *)realloc(e, cap * sizeof *e);
+            if (!ne) { free(e); return COAI_ERR_NOMEM; }
+            e = ne;
+        }
+        x.seq = cnt;
+        e[cnt++] = x;
+    }
+    res = k < 0 ? COAI_ERR_PROTO : coai__json_object(e, cnt, depth, out);
+    free(e);
+    return res;
+}
+
+static coai_result coai__json_value(const coai__pbf *f, int depth, coai_buf *out);
+
+static coai_result coai__json_list(const pb_byte_t *p, size_t n, int depth, coai_buf *out)
+{
+    coai__pbr r;
+    coai__pbf f, pick;
+    int k, got, any = 0;
+    coai_result res;
+    if (coai_buf_putc(out, '[')) return COAI_ERR_NOMEM;
+    coai__pbr_init(&r, p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num != 1 || f.wt != PB_WT_STRING) continue;
+        if (any && coai_buf_putc(out, ',')) return COAI_ERR_NOMEM;
+        any = 1;
+        got = coai__value_pick(f.p, f.n, &pick);
+        if (got < 0) return (coai_result)got;
+        /* JSON.stringify writes an undefined array element as null */
+        if (!got) { if (coai_buf_puts(out, "null")) return COAI_ERR_NOMEM; continue; }
+        if ((res = coai__json_value(&pick, depth, out)) != COAI_OK) return res;
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    return coai_buf_putc(out, ']') ? COAI_ERR_NOMEM : COAI_OK;
+}
+
+/* depth = number of JSON containers already open around this value. */
+static coai_result coai__json_value(const coai__pbf *f, int depth, coai_buf *out)
+{
+    const pb_byte_t *p = f->p;
+    size_t n = f->n;
+    double d;
+    switch (f->num) {
+    case 1: return coai_buf_puts(out, "null") ? COAI_ERR_NOMEM : COAI_OK;
+    case 2:
+        memcpy(&d, &f->v, sizeof d);
+        return coai_json_num_append(out, d) ? COAI_ERR_NOMEM : COAI_OK;
+    case 3:
+        coai__strip_bom(&p, &n);
+        return coai_json_str_append(out, (const char *)p, n) ? COAI_ERR_NOMEM : COAI_OK;
+    case 4: return coai_buf_puts(out, f->v == 1 ? "true" : "false") ? COAI_ERR_NOMEM : COAI_OK;
+    default:
+        if (depth >= COAI_MAX_VALUE_DEPTH) return COAI_ERR_PROTO;
+        return f->num == 5 ? coai__json_struct(p, n, depth + 1, out)
+                           : coai__json_list(p, n, depth + 1, out);
+    }
+}
+
+/* Order of a JS object's keys: array indices ascending, then the other keys by the
+ * position of their first assignment. Sort 1 groups equal keys by wire position. */
+static int coai__ent_cmp_key(const void *a, const void *b)
+{
+    const coai__ent *x = (const coai__ent *)a, *y = (const coai__ent *)b;
+    size_t m;
+    int c;
+    if (x->is_idx != y->is_idx) return x->is_idx ? -1 : 1;
+    if (x->is_idx) {
+        if (x->idx != y->idx) return x->idx < y->idx ? -1 : 1;
+    } else {
+        m = x->kjlen < y->kjlen ? x->kjlen : y->kjlen;
+        c = memcmp(x->key, y->key, m);            /* key points at the JSON text here */
+        if (c) return c;
+        if (x->kjlen != y->kjlen) return x->kjlen < y->kjlen ? -1 : 1;
+    }
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int coai__ent_same_key(const coai__ent *x, const coai__ent *y)
+{
+    return x->kjlen == y->kjlen && memcmp(x->key, y->key, x->kjlen) == 0;
+}
+
+static int coai__ent_cmp_pos(const void *a, const void *b)
+{
+    const coai__ent *x = (const coai__ent *)a, *y = (const coai__ent *)b;
+    if (x->is_idx != y->is_idx) return x->is_idx ? -1 : 1;
+    if (x->is_idx) return x->idx < y->idx ? -1 : x->idx > y->idx;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Write the object whose entries (non-empty raw keys, wire order) are e[0..n). */
+static coai_result coai__json_object(coai__ent *e, size_t n, int depth, coai_buf *out)
+{
+    coai_buf kb = { 0 };
+    coai_result res = COAI_OK;
+    size_t i, j, k;
+    int any = 0;
+    if (depth > COAI_MAX_VALUE_DEPTH) return COAI_ERR_PROTO;
+    /* Keys as JSON text (what the decoded JS string serialises to), so keys that decode
+     * to the same string (e.g. two different invalid sequences -> U+FFFD) are equal. */
+    for (i = 0; i < n; i++) {
+        const pb_byte_t *kp = e[i].key;
+        size_t kn = e[i].klen;
+        coai__strip_bom(&kp, &kn);
+        e[i].kofs = kb.len;
+        if (coai_json_str_append(&kb, (const char *)kp, kn)) { res = COAI_ERR_NOMEM; goto done; }
+        e[i].kjlen = kb.len - e[i].kofs;
+    }
+    for (i = 0, k = 0; i < n; i++) {
+        const char *t = (const char *)kb.data + e[i].kofs + 1;   /* inside the quotes */
+        size_t tl = e[i].kjlen - 2, d;
+        uint64_t v = 0;
+        /* "" (a BOM-only key) is dropped by `if (key)`; "__proto__" sets the prototype
+         * instead of creating a member, so JSON.stringify never shows it. */
+        if (tl == 0 || (tl == 9 && memcmp(t, "__proto__", 9) == 0)) continue;
+        e[i].is_idx = 0;
+        if (tl <= 10 && (tl == 1 || t[0] != '0')) {
+            for (d = 0; d < tl && t[d] >= '0' && t[d] <= '9'; d++)
+                v = v * 10 + (uint64_t)(t[d] - '0');
+            if (d == tl && v <= 4294967294u) { e[i].is_idx = 1; e[i].idx = (uint32_t)v; }
+        }
+        e[i].key = (const pb_byte_t *)kb.data + e[i].kofs;   /* from here: the JSON key */
+        e[k++] = e[i];
+    }
+    n = k;
+    if (n > 1) {
+        qsort(e, n, sizeof *e, coai__ent_cmp_key);
+        /* one entry per key: the last assignment's value at the first one's place */
+        for (i = 0, k = 0; i < n; i = j) {
+            size_t first = e[i].seq;
+            for (j = i + 1; j < n && coai__ent_same_key(&e[i], &e[j]); j++)
+                ;
+            e[j - 1].first = first;
+            e[k++] = e[j - 1];
+        }
+        n = k;
+        qsort(e, n, sizeof *e, coai__ent_cmp_pos);
+    }
+    if (coai_buf_putc(out, '{')) { res = COAI_ERR_NOMEM; goto done; }
+    for (i = 0; i < n; i++) {
+        coai__pbf pick;
+        int got = e[i].val ? coai__value_pick(e[i].val, e[i].vlen, &pick) : 0;
+        if (got < 0) { res = (coai_result)got; goto done; }
+        if (!got) continue;                    /* undefined: JSON.stringify skips it */
+        if ((any && coai_buf_putc(out, ',')) || coai_buf_append(out, e[i].key, e[i].kjlen) ||
+            coai_buf_putc(out, ':')) { res = COAI_ERR_NOMEM; goto done; }
+        any = 1;
+        if ((res = coai__json_value(&pick, depth, out)) != COAI_OK) goto done;
+    }
+    if (coai_buf_putc(out, '}')) res = COAI_ERR_NOMEM;
+done:
+    coai_buf_free(&kb);
+    return res;
+}
+
+/* --- the message walk --- */
+
+static void coai__dec_release(coai__dec *d)
+{
+    if (d->desc) pb_release(d->desc, &d->u);
+    d->desc = NULL;
+    memset(&d->u, 0, sizeof d->u);
+    free(d->exec_id);
+    d->exec_id = NULL;
+    d->exec_id_len = 0;
+    d->nargs = 0;
+    d->tool = 0;
+    d->cb_err = 0;
+}
+
+static coai_str coai__bytes_view(const pb_bytes_array_t *b)
+{
+    coai_str r;
+    r.ptr = b ? (const char *)b->bytes : "";
+    r.len = b ? b->size : 0;
+    return r;
+}
+
+static void coai__msg_clear(coai_msg *m)
+{
+    coai_str e = { "", 0 };
+    void *priv = m->priv_;
+    coai_buf scratch = m->scratch_;
+    memset(m, 0, sizeof *m);
+    m->priv_ = priv;
+    m->scratch_ = scratch;
+    m->text = m->call_id = m->blob_id = m->blob_data = e;
+    m->exec.exec_id = m->exec.command = m->exec.cwd = m->exec.path = e;
+    m->exec.content = m->exec.pattern = m->exec.glob = m->exec.url = e;
+    m->exec.mcp_name = m->exec.tool_name = m->exec.provider = e;
+    m->exec.tool_call_id = m->exec.args_json = e;
+}
+
+static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf *top)
+{
+    coai__pbr r;
+    coai__pbf f, mem = { 0 };
+    int k, have = 0;
+    coai_result res;
+    coai__pbr_init(&r, top->p, top->n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num < 1 || f.num > 16) continue;
+        if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+        mem = f;
+        have = 1;
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    if (!have) return COAI_OK;
+    switch (mem.num) {
+    case 1:
+        if ((res = coai__leaf(d, agent_v1_TextDeltaUpdate_fields, &mem)) != COAI_OK) return res;
+        m->text = coai_str_c(d->u.text.text);
+        m->kind = COAI_MSG_TEXT;
+        break;
+    case 4:
+        res = coai__leaf(d, agent_v1_ThinkingDeltaUpdate_fields, &mem);
+        if (res != COAI_OK) return res;
+        m->text = coai_str_c(d->u.thinking.text);
+        m->kind = COAI_MSG_THINKING;
+        break;
+    case 5:
+        res = coai__leaf(d, agent_v1_ThinkingCompletedUpdate_fields, &mem);
+        if (res != COAI_OK) return res;
+        m->value = d->u.thinking_done.thinking_duration_ms;
+        m->kind = COAI_MSG_THINKING_DONE;
+        break;
+    case 8:
+        if ((res = coai__leaf(d, agent_v1_TokenDeltaUpdate_fields, &mem)) != COAI_OK) return res;
+        m->value = d->u.tokens.tokens;
+        m->kind = COAI_MSG_TOKENS;
+        break;
+    case 2:
+        d->u.started.tool_call.funcs.decode = coai__tool_cb;
+        d->u.started.tool_call.arg = d;
+        res = coai__leaf(d, agent_v1_ToolCallStartedUpdate_fields, &mem);
+        if (res != COAI_OK) return res;
+        m->call_id = coai_str_c(d->u.started.call_id);
+        m->kind = COAI_MSG_TOOL_STARTED;
+        break;
+    case 3:
+        d->u.completed.tool_call.funcs.decode = coai__tool_cb;
+        d->u.completed.tool_call.arg = d;
+        res = coai__leaf(d, agent_v1_ToolCallCompletedUpdate_fields, &mem);
+        if (res != COAI_OK) return res;
+        m->call_id = coai_str_c(d->u.completed.call_id);
+        m->kind = COAI_MSG_TOOL_COMPLETED;
+        break;
+    case 7:
+        d->u.partial.tool_call.funcs.decode = coai__tool_cb;
+        d->u.partial.tool_call.arg = d;
+        res = coai__leaf(d, agent_v1_PartialToolCallUpdate_fields, &mem);
+        if (res != COAI_OK) return res;
+        m->call_id = coai_str_c(d->u.partial.call_id);
+        m->text = coai_str_c(d->u.partial.args_text_delta);
+        m->kind = COAI_MSG_TOOL_PARTIAL;
+        break;
+    case 13: m->kind = COAI_MSG_HEARTBEAT; break;
+    case 14: m->kind = COAI_MSG_TURN_ENDED; break;
+    case 16:
+        if ((res = coai__leaf(d, agent_v1_StepStartedUpdate_fields, &mem)) != COAI_OK) return res;
+        m->value2 = (int64_t)d->u.step.step_id;
+        m->value = 16;
+        m->kind = COAI_MSG_STEP;
+        break;
+    default:                          /* 6, 9, 10, 11, 12, 15: informational */
+        m->value = mem.num;
+        m->kind = COAI_MSG_STEP;
+        break;
+    }
+    m->tool = d->tool;
+    return COAI_OK;
+}
+
+static int coai__exec_member(uint32_t num)
+{
+    switch (num) {
+    case 2: case 3: case 4: case 5: case 7: case 8: case 9: case 10: case 11: case 14:
+    case 16: case 17: case 18: case 20: case 21: case 22:
+        return 1;
+    }
+    return 0;
+}
+
+static coai_result coai__exec(coai_msg *m, coai__dec *d, const coai__pbf *top)
+{
+    coai__pbr r;
+    coai__pbf f, mem = { 0 }, xid = { 0 };
+    coai_exec *x = &m->exec;
+    int k, have = 0, have_xid = 0;
+    coai_result res = COAI_OK;
+    uint32_t id = 0;
+    coai__pbr_init(&r, top->p, top->n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num == 1) {
+            if (f.wt != PB_WT_VARINT) return COAI_ERR_PROTO;
+            id = (uint32_t)f.v;
+        } else if (f.num == 15) {
+            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+            xid = f;
+            have_xid = 1;
+        } else if (coai__exec_member(f.num)) {
+            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+            mem = f;
+            have = 1;
+        }
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    if (!have) return COAI_OK;        /* no exec we know: nothing to act on */
+    switch (mem.num) {
+    case COAI_EXEC_SHELL:
+    case COAI_EXEC_SHELL_STREAM:
+        if ((res = coai__leaf(d, agent_v1_ShellArgs_fields, &mem)) != COAI_OK) return res;
+        x->command = coai_str_c(d->u.shell.command);
+        x->cwd = coai_str_c(d->u.shell.working_directory);
+        x->tool_call_id = coai_str_c(d->u.shell.tool_call_id);
+        break;
+    case COAI_EXEC_WRITE:
+        if ((res = coai__leaf(d, agent_v1_WriteArgs_fields, &mem)) != COAI_OK) return res;
+        x->path = coai_str_c(d->u.write.path);
+        x->has_path = d->u.write.path != NULL;
+        x->content = coai_str_c(d->u.write.file_text);
+        x->tool_call_id = coai_str_c(d->u.write.tool_call_id);
+        break;
+    case COAI_EXEC_DELETE:
+        if ((res = coai__leaf(d, agent_v1_DeleteArgs_fields, &mem)) != COAI_OK) return res;
+        x->path = coai_str_c(d->u.del.path);
+        x->has_path = d->u.del.path != NULL;
+        x->tool_call_id = coai_str_c(d->u.del.tool_call_id);
+        break;
+    case COAI_EXEC_GREP:
+        if ((res = coai__leaf(d, agent_v1_GrepArgs_fields, &mem)) != COAI_OK) return res;
+        x->pattern = coai_str_c(d->u.grep.pattern);
+        x->path = coai_str_c(d->u.grep.path);
+        x->has_path = d->u.grep.path != NULL;
+        x->glob = coai_str_c(d->u.grep.glob);
+        x->tool_call_id = coai_str_c(d->u.grep.tool_call_id);
+        break;
+    case COAI_EXEC_READ:
+        if ((res = coai__leaf(d, agent_v1_ReadArgs_fields, &mem)) != COAI_OK) return res;
+        x->path = coai_str_c(d->u.read.path);
+        x->has_path = d->u.read.path != NULL;
+        x->tool_call_id = coai_str_c(d->u.read.tool_call_id);
+        break;
+    case COAI_EXEC_LS:
+        if ((res = coai__leaf(d, agent_v1_LsArgs_fields, &mem)) != COAI_OK) return res;
+        x->path = coai_str_c(d->u.ls.path);
+        x->has_path = d->u.ls.path != NULL;
+        x->tool_call_id = coai_str_c(d->u.ls.tool_call_id);
+        break;
+    case COAI_EXEC_FETCH:
+        if ((res = coai__leaf(d, agent_v1_FetchArgs_fields, &mem)) != COAI_OK) return res;
+        x->url = coai_str_c(d->u.fetch.url);
+        x->tool_call_id = coai_str_c(d->u.fetch.tool_call_id);
+        break;
+    case COAI_EXEC_MCP:
+        d->u.mcp.args.funcs.decode = coai__args_cb;
+        d->u.mcp.args.arg = d;
+        if ((res = coai__leaf(d, agent_v1_McpArgs_fields, &mem)) != COAI_OK) return res;
+        x->mcp_name = coai_str_c(d->u.mcp.name);
+        x->tool_call_id = coai_str_c(d->u.mcp.tool_call_id);
+        x->provider = coai_str_c(d->u.mcp.provider_identifier);
+        x->tool_name = coai_str_c(d->u.mcp.tool_name);
+        res = coai__json_object(d->args, d->nargs, 1, &m->scratch_);
+        if (res != COAI_OK) return res;
+        x->args_json.ptr = (const char *)m->scratch_.data;
+        x->args_json.len = m->scratch_.len;
+        break;
+    default:                          /* request_context, diagnostics, ...: kind only */
+        break;
+    }
+    if (have_xid && xid.n > 0) {
+        d->exec_id = (char *)malloc(xid.n + 1);
+        if (!d->exec_id) return COAI_ERR_NOMEM;
+        memcpy(d->exec_id, xid.p, xid.n);
+        d->exec_id[xid.n] = 0;
+        d->exec_id_len = xid.n;
+        x->exec_id.ptr = d->exec_id;
+        x->exec_id.len = xid.n;
+    }
+    x->kind = (coai_exec_kind)mem.num;
+    x->id = id;
+    m->kind = COAI_MSG_EXEC;
+    return COAI_OK;
+}
+
+static coai_result coai__kv(coai_msg *m, coai__dec *d, const coai__pbf *top)
+{
+    coai__pbr r;
+    coai__pbf f, mem = { 0 };
+    int k, have = 0;
+    coai_result res;
+    uint32_t id = 0;
+    coai__pbr_init(&r, top->p, top->n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num == 1) {
+            if (f.wt != PB_WT_VARINT) return COAI_ERR_PROTO;
+            id = (uint32_t)f.v;
+        } else if (f.num == 2 || f.num == 3) {
+            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+            mem = f;
+            have = 1;
+        }
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    if (!have) return COAI_OK;
+    if (mem.num == 2) {
+        if ((res = coai__leaf(d, agent_v1_GetBlobArgs_fields, &mem)) != COAI_OK) return res;
+        m->blob_id = coai__bytes_view(d->u.get_blob.blob_id);
+        m->kind = COAI_MSG_KV_GET;
+    } else {
+        if ((res = coai__leaf(d, agent_v1_SetBlobArgs_fields, &mem)) != COAI_OK) return res;
+        m->blob_id = coai__bytes_view(d->u.set_blob.blob_id);
+        m->blob_data = coai__bytes_view(d->u.set_blob.blob_data);
+        m->kind = COAI_MSG_KV_SET;
+    }
+    m->id = id;
+    return COAI_OK;
+}
+
+static coai_result coai__checkpoint(coai_msg *m, coai__dec *d, const coai__pbf *top)
+{
+    coai__pbr r;
+    coai__pbf f;
+    pb_istream_t s;
+    coai_result res;
+    int k;
+    d->desc = agent_v1_ConversationTokenDetails_fields;
+    coai__pbr_init(&r, top->p, top->n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num != 5) continue;     /* the rest is conversation state we do not keep */
+        if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+        if ((res = coai__pb_scan(f.p, f.n)) != COAI_OK) return res;
+        /* a repeated sub-message merges into the previous one */
+        s = pb_istream_from_buffer(f.p, f.n);
+        if (!pb_decode_ex(&s, agent_v1_ConversationTokenDetails_fields, &d->u.token_details,
+                          PB_DECODE_NOINIT))
+            return COAI_ERR_PROTO;
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    m->value = d->u.token_details.used_tokens;
+    m->value2 = d->u.token_details.max_tokens;
+    m->kind = COAI_MSG_CHECKPOINT;
+    return COAI_OK;
+}
+
+static coai_result coai__control(coai_msg *m, coai__dec *d, const coai__pbf *top)
+{
+    coai__pbr r;
+    coai__pbf f, mem = { 0 };
+    int k, have = 0;
+    coai_result res;
+    coai__pbr_init(&r, top->p, top->n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num != 1) continue;
+        if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+        mem = f;
+        have = 1;
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    if (!have) return COAI_OK;
+    if ((res = coai__leaf(d, agent_v1_ExecServerAbort_fields, &mem)) != COAI_OK) return res;
+    m->id = d->u.abort.id;
+    m->kind = COAI_MSG_EXEC_ABORT;
+    return COAI_OK;
+}
+
+static coai_result coai__query(coai_msg *m, const coai__pbf *top)
+{
+    coai__pbr r;
+    coai__pbf f;
+    int k;
+    coai__pbr_init(&r, top->p, top->n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num == 1) {
+            if (f.wt != PB_WT_VARINT) return COAI_ERR_PROTO;
+            m->id = (uint32_t)f.v;
+        } else if (f.num >= 2 && f.num <= 6) {
+            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+            m->query = (int)f.num;
+        }
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    m->kind = COAI_MSG_QUERY;
+    return COAI_OK;
+}
+
+coai_result coai_msg_decode(coai_msg *m, const void *p, size_t n)
+{
+    coai__dec *d = (coai__dec *)m->priv_;
+    coai__pbr r;
+    coai__pbf f, top = { 0 };
+    int k, have = 0;
+    coai_result res = COAI_OK;
+    if (d) coai__dec_release(d);
+    coai_buf_reset(&m->scratch_);
+    coai__msg_clear(m);
+    if (n == 0) return COAI_OK;
+    if (!p) return COAI_ERR_STATE;
+    if (!d) {
+        d = (coai__dec *)calloc(1, sizeof *d);
+        if (!d) return COAI_ERR_NOMEM;
+        m->priv_ = d;
+    }
+    coai__pbr_init(&r, (const pb_byte_t *)p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        if (f.num < 1 || f.num > 7 || f.num == 6) continue;
+        if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+        top = f;
+        have = 1;
+    }
+    if (k < 0) return COAI_ERR_PROTO;
+    if (!have) return COAI_OK;
+    switch (top.num) {
+    case 1: res = coai__interaction(m, d, &top); break;
+    case 2: res = coai__exec(m, d, &top); break;
+    case 3: res = coai__checkpoint(m, d, &top); break;
+    case 4: res = coai__kv(m, d, &top); break;
+    case 5: res = coai__control(m, d, &top); break;
+    default: res = coai__query(m, &top); break;
+    }
+    if (res != COAI_OK) {
+        coai__dec_release(d);
+        coai_buf_reset(&m->scratch_);
+        coai__msg_clear(m);
+    }
+    return res;
+}
+
+void coai_msg_free(coai_msg *m)
+{
+    coai__dec *d = (coai__dec *)m->priv_;
+    if (d) {
+        coai__dec_release(d);
+        free(d->args);
+        free(d);
+    }
+    coai_buf_free(&m->scratch_);
+    memset(m, 0, sizeof *m);
+}
 /* PART:DECODE impl end */
 
 /* ======================================================================== */
 /* PART:HTTP impl                                                           */
 /* ======================================================================== */
+#include <bearssl.h>
+
+static int coai__http_tchar(unsigned char c)
+{
+    /* RFC 9110 tchar: ALPHA / DIGIT / "!#$%&'*+-.^_`|~" */
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return 1;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int coai__http_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+
+/* Case-insensitive equality of a view and a lowercase literal. */
+static int coai__http_ieq(const char *p, size_t n, const char *lit)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!lit[i] || coai__http_lower((unsigned char)p[i]) != (unsigned char)lit[i]) return 0;
+    return lit[n] == 0;
+}
+
+static coai_str coai__http_str(const char *p, size_t n)
+{
+    coai_str s;
+    s.ptr = p;
+    s.len = n;
+    return s;
+}
+
+static coai_str coai__http_trim(coai_str s)
+{
+    while (s.len && (s.ptr[0] == ' ' || s.ptr[0] == '\t')) { s.ptr++; s.len--; }
+    while (s.len && (s.ptr[s.len - 1] == ' ' || s.ptr[s.len - 1] == '\t')) s.len--;
+    return s;
+}
+
+/* One line from buf[*pos..n). 1: content is [*pos, *end), *pos moves past the
+ * terminator; 0: need more bytes; -1: bare LF (unless allowed) or CR without LF;
+ * -2: the content is longer than max. */
+static int coai__http_line(const char *buf, size_t n, size_t *pos, size_t *end, size_t max,
+                           int bare_lf)
+{
+    size_t s = *pos, i;
+    for (i = s; i < n; i++) {
+        if (buf[i] == '\r' || buf[i] == '\n') break;
+        if (i - s >= max) return -2;
+    }
+    if (i == n) return 0;
+    if (buf[i] == '\n') {
+        if (!bare_lf) return -1;
+        *end = i;
+        *pos = i + 1;
+        return 1;
+    }
+    if (i + 1 >= n) return 0;
+    if (buf[i + 1] != '\n') return -1;
+    *end = i;
+    *pos = i + 2;
+    return 1;
+}
+
+/* Split one header line [s, e) into h. strict: CTL/DEL in the value is an error
+ * (else only NUL is). Returns 0 or -1. */
+static int coai__http_field(const char *buf, size_t s, size_t e, int strict, coai_http_header *h)
+{
+    size_t i = s, j;
+    coai_str v;
+    while (i < e && coai__http_tchar((unsigned char)buf[i])) i++;
+    /* Also rejects obs-fold and "name :" (whitespace is not a tchar). */
+    if (i == s || i == e || buf[i] != ':') return -1;
+    v = coai__http_trim(coai__http_str(buf + i + 1, e - i - 1));
+    for (j = 0; j < v.len; j++) {
+        unsigned char c = (unsigned char)v.ptr[j];
+        if (strict ? ((c < 0x20 && c != '\t') || c == 0x7f) : c == 0) return -1;
+    }
+    h->name = coai__http_str(buf + s, i - s);
+    h->value = v;
+    return 0;
+}
+
+/* Content-Length value: 1*DIGIT, or with list_ok a list of identical values
+ * ("5, 5"). Returns the value or -1. */
+static int64_t coai__http_clen(coai_str v, int list_ok)
+{
+    int64_t val = -1, cur;
+    size_t i = 0;
+    for (;;) {
+        size_t start = i;
+        cur = 0;
+        while (i < v.len && v.ptr[i] >= '0' && v.ptr[i] <= '9') {
+            int d = v.ptr[i] - '0';
+            if (cur > (INT64_MAX - d) / 10) return -1;
+            cur = cur * 10 + d;
+            i++;
+        }
+        if (i == start || (val >= 0 && cur != val)) return -1;
+        val = cur;
+        while (i < v.len && (v.ptr[i] == ' ' || v.ptr[i] == '\t')) i++;
+        if (i == v.len) return val;
+        if (!list_ok || v.ptr[i] != ',') return -1;
+        i++;
+        while (i < v.len && (v.ptr[i] == ' ' || v.ptr[i] == '\t')) i++;
+    }
+}
+
+/* Connection header tokens -> bit 1 "close", bit 2 "keep-alive". */
+static int coai__http_conn(coai_str v)
+{
+    int f = 0;
+    size_t i = 0;
+    while (i <= v.len) {
+        size_t s = i;
+        coai_str t;
+        while (i < v.len && v.ptr[i] != ',') i++;
+        t = coai__http_trim(coai__http_str(v.ptr + s, i - s));
+        if (coai__http_ieq(t.ptr, t.len, "close")) f |= 1;
+        else if (coai__http_ieq(t.ptr, t.len, "keep-alive")) f |= 2;
+        i++;
+    }
+    return f;
+}
+
+/* State shared by the two head parsers. */
+typedef struct coai__http_head {
+    coai_http_header *hdr;
+    size_t count;
+    coai_str te, cl, host, origin, ctype, auth;
+    int n_te, n_cl, n_host, n_origin, n_ctype, n_auth, conn, expect;
+} coai__http_head;
+
+static void coai__http_note(coai__http_head *st, const coai_http_header *h)
+{
+    const char *p = h->name.ptr;
+    size_t n = h->name.len;
+    if (coai__http_ieq(p, n, "host")) { st->host = h->value; st->n_host++; }
+    else if (coai__http_ieq(p, n, "content-length")) {
+        /* Identical repeats are folded into a list so one check covers both. */
+        if (st->n_cl++ && (h->value.len != st->cl.len ||
+                           memcmp(h->value.ptr, st->cl.ptr, st->cl.len) != 0))
+            st->cl.len = 0;                 /* different values: make it invalid */
+        else
+            st->cl = h->value;
+    }
+    else if (coai__http_ieq(p, n, "transfer-encoding")) { st->te = h->value; st->n_te++; }
+    else if (coai__http_ieq(p, n, "connection")) st->conn |= coai__http_conn(h->value);
+    else if (coai__http_ieq(p, n, "expect")) {
+        if (coai__http_ieq(h->value.ptr, h->value.len, "100-continue")) st->expect = 1;
+    }
+    else if (coai__http_ieq(p, n, "origin")) { st->origin = h->value; st->n_origin++; }
+    else if (coai__http_ieq(p, n, "content-type")) { st->ctype = h->value; st->n_ctype++; }
+    else if (coai__http_ieq(p, n, "authorization")) { st->auth = h->value; st->n_auth++; }
+}
+
+/* Header lines from *pos to the blank line. 1 done, 0 more, else an HTTP status
+ * (400 syntax, 431 limits). */
+static int coai__http_fields(const char *buf, size_t n, size_t *pos, int strict,
+                             coai__http_head *st)
+{
+    for (;;) {
+        size_t s = *pos, e;
+        int r;
+        if (s < n && buf[s] != '\r' && buf[s] != '\n' && st->count == COAI_HTTP_MAX_HEADERS)
+            return 431;
+        r = coai__http_line(buf, n, pos, &e, COAI_HTTP_MAX_LINE, !strict);
+        if (r == 0) return 0;
+        if (r == -1) return 400;
+        if (r == -2) return 431;
+        if (e == s) return 1;
+        if (coai__http_field(buf, s, e, strict, &st->hdr[st->count])) return 400;
+        coai__http_note(st, &st->hdr[st->count]);
+        st->count++;
+    }
+}
+
+static coai_str coai__http_none(void) { return coai__http_str(NULL, 0); }
+
+/* The request line [s, e): 0 ok or an HTTP status. */
+static int coai__http_reqline(const char *buf, size_t s, size_t e, coai_http_request *rq)
+{
+    size_t i = s, t;
+    const char *v;
+    while (i < e && coai__http_tchar((unsigned char)buf[i])) i++;
+    if (i == s || i == e || buf[i] != ' ') return 400;
+    rq->method = coai__http_str(buf + s, i - s);
+    t = ++i;
+    while (i < e && (unsigned char)buf[i] > 0x20 && (unsigned char)buf[i] < 0x7f) i++;
+    if (i == t || i == e || buf[i] != ' ') return 400;
+    rq->target = coai__http_str(buf + t, i - t);
+    i++;
+    if (e - i != 8) return 400;
+    v = buf + i;
+    if (memcmp(v, "HTTP/", 5) != 0 || v[5] < '0' || v[5] > '9' || v[6] != '.' ||
+        v[7] < '0' || v[7] > '9')
+        return 400;
+    if (v[5] != '1' || (v[7] != '0' && v[7] != '1')) return 505;
+    rq->minor_version = v[7] - '0';
+    /* Only origin-form, or "*" for OPTIONS: absolute-form would let a request
+     * name another host than the one Host checks. */
+    if (rq->target.ptr[0] == '/') {
+        for (t = 0; t < rq->target.len && rq->target.ptr[t] != '?'; t++) {}
+        rq->path = coai__http_str(rq->target.ptr, t);
+    } else if (rq->target.len == 1 && rq->target.ptr[0] == '*' &&
+               coai_str_eq(rq->method, "OPTIONS")) {
+        rq->path = rq->target;
+    } else {
+        return 400;
+    }
+    return 0;
+}
+
+int coai_http_parse_request(const char *buf, size_t len, coai_http_request *rq, int *status)
+{
+    size_t n = len < COAI_HTTP_MAX_HEAD ? len : COAI_HTTP_MAX_HEAD, pos = 0, s, e;
+    coai__http_head st;
+    int r, code;
+    /* Not memset: the header array is large and only [0, header_count) is meaningful. */
+    rq->method = rq->target = rq->path = coai__http_none();
+    rq->minor_version = 0;
+    rq->header_count = 0;
+    rq->content_length = -1;
+    rq->chunked = rq->keep_alive = rq->expect_continue = rq->host_count = 0;
+    rq->host = rq->origin = rq->content_type = rq->authorization = coai__http_none();
+    memset(&st, 0, sizeof st);
+    st.hdr = rq->headers;
+    *status = 0;
+    for (;;) {
+        s = pos;
+        r = coai__http_line(buf, n, &pos, &e, COAI_HTTP_MAX_LINE, 0);
+        if (r == 0) goto more;
+        if (r == -1) { code = 400; goto fail; }
+        if (r == -2) { code = 414; goto fail; }
+        if (e > s) break;                   /* skip empty lines before the request line */
+    }
+    if ((code = coai__http_reqline(buf, s, e, rq)) != 0) goto fail;
+    r = coai__http_fields(buf, n, &pos, 1, &st);
+    rq->header_count = st.count;
+    if (r == 0) goto more;
+    if (r != 1) { code = r; goto fail; }
+
+    code = 400;
+    if (st.n_host > 1 || st.n_cl > 1 || st.n_te > 1 || st.n_origin > 1 || st.n_ctype > 1 ||
+        st.n_auth > 1)
+        goto fail;
+    if (rq->minor_version == 1 && st.n_host == 0) goto fail;
+    if (st.n_cl && (rq->content_length = coai__http_clen(st.cl, 0)) < 0) goto fail;
+    if (st.n_te) {
+        if (rq->minor_version == 0 || st.te.len == 0) goto fail;
+        if (!coai__http_ieq(st.te.ptr, st.te.len, "chunked")) { code = 501; goto fail; }
+        if (st.n_cl) goto fail;             /* TE + CL: a request smuggling signal */
+        rq->chunked = 1;
+    }
+    if (st.n_host) rq->host = st.host;
+    rq->host_count = st.n_host;
+    if (st.n_origin) rq->origin = st.origin;
+    if (st.n_ctype) rq->content_type = st.ctype;
+    if (st.n_auth) rq->authorization = st.auth;
+    rq->keep_alive = rq->minor_version == 1 ? !(st.conn & 1) : st.conn == 2;
+    rq->expect_continue = rq->minor_version == 1 && st.expect;
+    return (int)pos;
+more:
+    /* The head did not end within the first COAI_HTTP_MAX_HEAD bytes. */
+    if (len >= COAI_HTTP_MAX_HEAD) { code = 431; goto fail; }
+    return COAI_MORE;
+fail:
+    *status = code;
+    return code == 414 || code == 431 ? COAI_ERR_TOO_BIG : COAI_ERR_HTTP;
+}
+
+coai_str coai_http_header_get(const coai_http_header *h, size_t n, const char *name)
+{
+    size_t i, k = strlen(name);
+    for (i = 0; i < n; i++) {
+        size_t j;
+        if (h[i].name.len != k) continue;
+        for (j = 0; j < k; j++)
+            if (coai__http_lower((unsigned char)h[i].name.ptr[j]) !=
+                coai__http_lower((unsigned char)name[j]))
+                break;
+        if (j == k) return h[i].value;
+    }
+    return coai__http_none();
+}
+
+int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs)
+{
+    size_t n = len < COAI_HTTP_MAX_HEAD ? len : COAI_HTTP_MAX_HEAD, pos = 0, s, e, i;
+    coai__http_head st;
+    const char *v;
+    int r;
+    rs->status = rs->minor_version = 0;
+    rs->reason = rs->content_type = coai__http_none();
+    rs->header_count = 0;
+    rs->content_length = -1;
+    rs->chunked = rs->keep_alive = rs->no_body = 0;
+    memset(&st, 0, sizeof st);
+    st.hdr = rs->headers;
+    r = coai__http_line(buf, n, &pos, &e, COAI_HTTP_MAX_LINE, 1);
+    if (r == 0) goto more;
+    if (r == -1) return COAI_ERR_HTTP;
+    if (r == -2) return COAI_ERR_TOO_BIG;
+    /* "HTTP/1.x NNN[ reason]" */
+    v = buf;
+    if (e < 12 || memcmp(v, "HTTP/1.", 7) != 0 || (v[7] != '0' && v[7] != '1') || v[8] != ' ')
+        return COAI_ERR_HTTP;
+    rs->minor_version = v[7] - '0';
+    for (i = 9; i < 12; i++) {
+        if (v[i] < '0' || v[i] > '9') return COAI_ERR_HTTP;
+        rs->status = rs->status * 10 + (v[i] - '0');
+    }
+    if (rs->status < 100 || rs->status > 599) return COAI_ERR_HTTP;
+    s = 12;
+    if (e > 12) {
+        if (v[12] != ' ') return COAI_ERR_HTTP;
+        s = 13;
+    }
+    for (i = s; i < e; i++)
+        if ((unsigned char)v[i] < 0x20 && v[i] != '\t') return COAI_ERR_HTTP;
+    rs->reason = coai__http_str(v + s, e - s);
+    r = coai__http_fields(buf, n, &pos, 0, &st);
+    rs->header_count = st.count;
+    if (r == 0) goto more;
+    if (r == 431) return COAI_ERR_TOO_BIG;
+    if (r != 1) return COAI_ERR_HTTP;
+
+    if (st.n_cl && (rs->content_length = coai__http_clen(st.cl, 1)) < 0) return COAI_ERR_HTTP;
+    rs->keep_alive = rs->minor_version == 1 ? !(st.conn & 1) : st.conn == 2;
+    if (st.n_te) {
+        /* Only plain chunked: any other coding we could not decode anyway. */
+        if (st.n_te > 1 || !coai__http_ieq(st.te.ptr, st.te.len, "chunked"))
+            return COAI_ERR_HTTP;
+        rs->chunked = 1;
+        if (st.n_cl) {                      /* RFC 9112 6.3: chunked wins, then close */
+            rs->content_length = -1;
+            rs->keep_alive = 0;
+        }
+    }
+    rs->no_body = rs->status < 200 || rs->status == 204 || rs->status == 304;
+    if (rs->no_body) {
+        rs->content_length = 0;
+        rs->chunked = 0;
+    } else if (!rs->chunked && rs->content_length < 0) {
+        rs->keep_alive = 0;                 /* body runs until close */
+    }
+    if (st.n_ctype) rs->content_type = st.ctype;
+    return (int)pos;
+more:
+    return len >= COAI_HTTP_MAX_HEAD ? COAI_ERR_TOO_BIG : COAI_MORE;
+}
+
+enum {
+    COAI__CH_SIZE = 0,      /* hex digits of the chunk size */
+    COAI__CH_SIZE_WS,       /* BWS after the digits */
+    COAI__CH_EXT,           /* chunk extensions after ';' */
+    COAI__CH_SIZE_LF,       /* CR seen at the end of the size line */
+    COAI__CH_DATA,
+    COAI__CH_DATA_CR,
+    COAI__CH_DATA_LF,
+    COAI__CH_TRAILER,       /* inside a trailer line (line_len bytes so far) */
+    COAI__CH_TRAILER_LF,
+    COAI__CH_DONE
+};
+
+static int coai__http_hexval(unsigned char c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    c = (unsigned char)coai__http_lower(c);
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* The size line ended: check limits and pick the next state. 0 or an error. */
+static coai_result coai__http_chunk_start(coai_chunked_decoder *d)
+{
+    if (d->overhead >= COAI_HTTP_CHUNK_OVERHEAD_MIN && d->overhead > 4 * d->total)
+        return COAI_ERR_HTTP;               /* over 80% framing: a 1-byte chunk flood */
+    if (d->remaining == 0) {
+        d->state = COAI__CH_TRAILER;
+        d->line_len = 0;
+        return COAI_OK;
+    }
+    if (d->remaining > UINT64_MAX - d->total ||
+        (d->max_body && d->total + d->remaining > (uint64_t)d->max_body))
+        return COAI_ERR_TOO_BIG;
+    d->total += d->remaining;
+    d->state = COAI__CH_DATA;
+    return COAI_OK;
+}
+
+coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
+                              size_t *consumed, size_t *out_len)
+{
+    size_t i = 0, out = 0;
+    coai_result r = COAI_OK;
+    *consumed = 0;
+    *out_len = 0;
+    if (d->err) return (coai_result)d->err;
+    if (d->state == COAI__CH_DONE) return COAI_DONE;
+    while (i < len && r == COAI_OK) {
+        unsigned char c = (unsigned char)buf[i];
+        int h;
+        if (d->state == COAI__CH_DATA) {
+            size_t k = len - i;
+            if ((uint64_t)k > d->remaining) k = (size_t)d->remaining;
+            memmove(buf + out, buf + i, k);
+            out += k;
+            i += k;
+            d->remaining -= k;
+            if (d->remaining == 0) d->state = COAI__CH_DATA_CR;
+            continue;
+        }
+        i++;
+        d->overhead++;
+        switch (d->state) {
+        case COAI__CH_SIZE:
+            h = coai__http_hexval(c);
+            if (h >= 0) {
+                if (d->digits == 16) { r = COAI_ERR_HTTP; break; }
+                d->remaining = d->remaining << 4 | (uint64_t)h;
+                d->digits++;
+                d->line_len++;
+                break;
+            }
+            if (d->digits == 0) { r = COAI_ERR_HTTP; break; }
+            d->state = COAI__CH_SIZE_WS;
+            /* The first byte after the digits is handled like BWS. */
+            /* fall through */
+        case COAI__CH_SIZE_WS:
+        case COAI__CH_EXT:
+            if (c == '\r') { d->state = COAI__CH_SIZE_LF; break; }
+            if (d->line_len++ >= COAI_HTTP_MAX_CHUNK_LINE) { r = COAI_ERR_HTTP; break; }
+            if (d->state == COAI__CH_EXT) {
+                if ((c < 0x20 && c != '\t') || c == 0x7f) r = COAI_ERR_HTTP;
+            } else if (c == ';') {
+                d->state = COAI__CH_EXT;
+            } else if (c != ' ' && c != '\t') {
+                r = COAI_ERR_HTTP;          /* includes bare LF */
+            }
+            break;
+        case COAI__CH_SIZE_LF:
+            if (c != '\n') { r = COAI_ERR_HTTP; break; }
+            d->line_len = 0;
+            d->digits = 0;
+            r = coai__http_chunk_start(d);
+            break;
+        case COAI__CH_DATA_CR:
+            if (c != '\r') r = COAI_ERR_HTTP;   /* runaway chunk: more data than declared */
+            else d->state = COAI__CH_DATA_LF;
+            break;
+        case COAI__CH_DATA_LF:
+            if (c != '\n') { r = COAI_ERR_HTTP; break; }
+            d->state = COAI__CH_SIZE;
+            d->remaining = 0;
+            break;
+        case COAI__CH_TRAILER:
+            if (++d->trailer_len > COAI_HTTP_MAX_HEAD) { r = COAI_ERR_HTTP; break; }
+            if (c == '\r') d->state = COAI__CH_TRAILER_LF;
+            else if ((c < 0x20 && c != '\t') || c == 0x7f) r = COAI_ERR_HTTP;
+            else d->line_len++;
+            break;
+        case COAI__CH_TRAILER_LF:
+            if (++d->trailer_len > COAI_HTTP_MAX_HEAD || c != '\n') { r = COAI_ERR_HTTP; break; }
+            if (d->line_len == 0) { d->state = COAI__CH_DONE; r = COAI_DONE; break; }
+            d->line_len = 0;
+            d->state = COAI__CH_TRAILER;
+            break;
+        default:
+            r = COAI_ERR_STATE;
+        }
+    }
+    *consumed = i;
+    *out_len = out;
+    if (r < 0) {
+        d->err = r;
+        return r;
+    }
+    return r == COAI_DONE ? COAI_DONE : COAI_MORE;
+}
+
+int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port)
+{
+    static const char *const local[] = { "localhost", "127.0.0.1", "[::1]" };
+    size_t name_len, i;
+    if (!host.ptr || host.len == 0) return 0;
+    if (host.ptr[0] == '[') {
+        for (name_len = 1; name_len < host.len && host.ptr[name_len] != ']'; name_len++) {}
+        if (name_len == host.len) return 0;
+        name_len++;
+    } else {
+        for (name_len = 0; name_len < host.len && host.ptr[name_len] != ':'; name_len++) {}
+    }
+    if (name_len == 0) return 0;
+    if (name_len < host.len) {
+        long p = 0;
+        size_t nd = host.len - name_len - 1;
+        if (host.ptr[name_len] != ':' || nd == 0 || nd > 5) return 0;
+        for (i = name_len + 1; i < host.len; i++) {
+            if (host.ptr[i] < '0' || host.ptr[i] > '9') return 0;
+            p = p * 10 + (host.ptr[i] - '0');
+        }
+        if (port > 0 && p != port) return 0;
+    }
+    for (i = 0; i < sizeof local / sizeof local[0]; i++)
+        if (coai__http_ieq(host.ptr, name_len, local[i])) return 1;
+    for (i = 0; i < n_extra; i++) {
+        size_t j;
+        if (!extra[i].ptr || extra[i].len != name_len) continue;
+        for (j = 0; j < name_len; j++)
+            if (coai__http_lower((unsigned char)extra[i].ptr[j]) !=
+                coai__http_lower((unsigned char)host.ptr[j]))
+                break;
+        if (j == name_len) return 1;
+    }
+    return 0;
+}
+
+int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra)
+{
+    size_t k, i;
+    if (!origin.ptr) return 0;
+    if (origin.len > 7 && coai__http_ieq(origin.ptr, 7, "http://")) k = 7;
+    else if (origin.len > 8 && coai__http_ieq(origin.ptr, 8, "https://")) k = 8;
+    else return 0;                          /* includes "null" and "" */
+    for (i = k; i < origin.len; i++)
+        if (origin.ptr[i] == '/' || origin.ptr[i] == '?' || origin.ptr[i] == '#' ||
+            origin.ptr[i] == '@')
+            return 0;
+    return coai_http_host_allowed(coai__http_str(origin.ptr + k, origin.len - k), extra,
+                                  n_extra, port);
+}
+
+int coai_http_is_json(coai_str ct)
+{
+    size_t i;
+    if (!ct.ptr) return 0;
+    ct = coai__http_trim(ct);
+    if (ct.len < 16 || !coai__http_ieq(ct.ptr, 16, "application/json")) return 0;
+    i = 16;
+    for (;;) {
+        size_t ns, ne, vs, ve;
+        while (i < ct.len && (ct.ptr[i] == ' ' || ct.ptr[i] == '\t')) i++;
+        if (i == ct.len) return 1;
+        if (ct.ptr[i] != ';') return 0;
+        i++;
+        while (i < ct.len && (ct.ptr[i] == ' ' || ct.ptr[i] == '\t')) i++;
+        if (i == ct.len) return 1;          /* tolerate a trailing ';' */
+        ns = i;
+        while (i < ct.len && coai__http_tchar((unsigned char)ct.ptr[i])) i++;
+        ne = i;
+        if (ne == ns || i == ct.len || ct.ptr[i] != '=') return 0;
+        vs = ++i;
+        if (i < ct.len && ct.ptr[i] == '"') {
+            vs = ++i;
+            while (i < ct.len && ct.ptr[i] != '"') {
+                if ((unsigned char)ct.ptr[i] < 0x20 && ct.ptr[i] != '\t') return 0;
+                i += ct.ptr[i] == '\\' ? 2 : 1;
+            }
+            if (i >= ct.len) return 0;
+            ve = i++;
+        } else {
+            while (i < ct.len && coai__http_tchar((unsigned char)ct.ptr[i])) i++;
+            ve = i;
+            if (ve == vs) return 0;
+        }
+        if (coai__http_ieq(ct.ptr + ns, ne - ns, "charset") &&
+            !coai__http_ieq(ct.ptr + vs, ve - vs, "utf-8"))
+            return 0;
+    }
+}
+
+int coai_http_token_equal(coai_str a, coai_str b)
+{
+    unsigned char da[32], db[32];
+    unsigned diff = 0;
+    br_sha256_context c;
+    size_t i;
+    if (!a.ptr || !b.ptr || a.len == 0 || b.len == 0) return 0;
+    br_sha256_init(&c);
+    br_sha256_update(&c, a.ptr, a.len);
+    br_sha256_out(&c, da);
+    br_sha256_init(&c);
+    br_sha256_update(&c, b.ptr, b.len);
+    br_sha256_out(&c, db);
+    for (i = 0; i < 32; i++) diff |= (unsigned)(da[i] ^ db[i]);
+    return diff == 0;
+}
+
+coai_str coai_http_bearer(coai_str authorization)
+{
+    coai_str s;
+    if (!authorization.ptr) return coai__http_none();
+    s = coai__http_trim(authorization);
+    if (s.len < 8 || !coai__http_ieq(s.ptr, 6, "bearer") || (s.ptr[6] != ' ' && s.ptr[6] != '\t'))
+        return coai__http_none();
+    s = coai__http_trim(coai__http_str(s.ptr + 7, s.len - 7));
+    return s.len ? s : coai__http_none();
+}
 /* PART:HTTP impl end */
 
 /* ======================================================================== */
