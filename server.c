@@ -106,6 +106,7 @@ static struct server {
     size_t tas_n;
     /* runtime */
     int listen_fd;
+    int listen_loopback;            /* bound to a loopback address */
     volatile sig_atomic_t stop;     /* SIGTERM/SIGINT seen */
     int64_t stop_at;                /* mono ms when the accept loop saw stop */
     pthread_mutex_t lock;           /* guards everything below */
@@ -1273,9 +1274,11 @@ static int stream_end(struct conn *c)
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 
+/* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
+ * published port) clients may use another port number, so any port is accepted there. */
 static int listen_port_num(void)
 {
-    return atoi(S.listen_port);
+    return S.listen_loopback ? atoi(S.listen_port) : 0;
 }
 
 /* Names the Host/Origin checks accept besides localhost, 127.0.0.1 and [::1]: --allow-host
@@ -2088,7 +2091,8 @@ static int listen_open(void)
         copy_str(S.listen_port, sizeof S.listen_port, port, strlen(port));
     /* Anyone who reaches a non-loopback socket spends the user's Cursor account: require
      * the client key there. */
-    if (!S.api_key && !sockaddr_is_loopback(&ss)) {
+    S.listen_loopback = sockaddr_is_loopback(&ss);
+    if (!S.api_key && !S.listen_loopback) {
         fprintf(stderr, "cursor-oai: refusing to listen on %s:%s (not a loopback address) "
                 "without CURSOR_OAI_API_KEY; set a client key or listen on 127.0.0.1\n",
                 S.listen_host, S.listen_port);
