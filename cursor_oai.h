@@ -721,6 +721,300 @@ coai_str coai_http_bearer(coai_str authorization);
 /* ======================================================================== */
 /* PART:OPENAI api (request parse/validate, prompt, tool mapping, SSE)      */
 /* ======================================================================== */
+/* The OpenAI side: everything between an HTTP request body and the bytes of the
+ * HTTP response, with no sockets.
+ *
+ * REQUEST
+ *   coai_chat_request_parse() validates a /v1/chat/completions body and keeps the
+ *   parsed cJSON tree; every view in coai_chat_request points into it and lives until
+ *   coai_chat_request_free(). The raw body must be valid UTF-8 with no NUL byte and no
+ *   "\u0000" escape (400 instead of silent truncation); the JSON must be one object
+ *   (nesting limited by CJSON_NESTING_LIMIT). Read: model, messages (roles system,
+ *   developer (= system), user, assistant, tool; content string, null, missing (= ""),
+ *   or an array of parts whose "text" parts are joined with "\n"), assistant
+ *   tool_calls, tool_call_id, tools (function name/description/parameters),
+ *   tool_choice ("none" = the run gets no tools), stream, stream_options.include_usage,
+ *   n (only 1). Every other member is accepted and ignored. A bad request fills
+ *   coai_error with 400 invalid_request_error and a param naming the culprit, e.g.
+ *   "messages[2].content" or "tools[0].function.name" (names: ^[a-zA-Z0-9_-]{1,64}$).
+ *   The prompt is flattened per spec §11.1 (byte-exact with the original, except that
+ *   developer messages count as system). coai_chat_request_params() copies prompt and
+ *   tools into a coai_run_params; the caller fills ids, model, workspace, zone.
+ *
+ * MODELS
+ *   coai_models_parse() reads a GetUsableModels Connect-JSON answer ({"models":[...]});
+ *   coai_models_resolve() maps a requested name to a modelId (exact match on modelId,
+ *   displayModelId or an alias, later entries win; unknown names pass through; empty
+ *   -> "auto", itself resolved); coai_models_write_list() renders GET /v1/models
+ *   (id = displayModelId || modelId, owned_by from the display name, and the
+ *   context_length / max_output_tokens of the spec §13 table).
+ *
+ * RESPONSE: coai_reply
+ *   One coai_reply per chat request. server.c feeds it what the upstream produced and
+ *   sends what it wrote:
+ *
+ *       coai_reply_init(&r, &opts);                 // opts: see coai_reply_opts
+ *       for each upstream event:
+ *           rc = coai_reply_feed_msg(&r, &msg);     // or _feed_status / _feed_eof /
+ *                                                   //    _feed_error / _fail_timeout
+ *           if (coai_reply_started(&r) && !head_sent)
+ *               send "HTTP/1.1 <coai_reply_status(&r)>" + coai_reply_head() lines;
+ *           send r.out.data[0..r.out.len); coai_buf_reset(&r.out);
+ *           if (rc != COAI_OK) break;               // COAI_DONE: response complete,
+ *                                                   // close the upstream run
+ *       every ~15 s without client output: coai_reply_keepalive(&r) and send r.out
+ *
+ *   Replies the upstream must get (KV results, exec rejections, request-context
+ *   results, stream_close) are handed, one serialized AgentClientMessage at a time, to
+ *   opts.send (server.c wraps each in a BidiAppend with the next seqno); a non-zero
+ *   return from send fails the run with a 502.
+ *
+ *   Commit rule: nothing reaches the client until the first visible event (text,
+ *   reasoning, tool call, normal end) or a keepalive. Before that, any error becomes a
+ *   real HTTP status with a JSON error body (coai_reply_started() turns 1 together
+ *   with the final status); after it, errors are in-band:
+ *   data: {"error":{"message","type","code"}} then data: [DONE]. Non-streaming
+ *   requests commit only at the end (keepalive writes nothing for them).
+ *
+ *   Streaming output (spec §12 shapes): a role chunk, one content chunk per text delta
+ *   (never merged), reasoning_content chunks for thinking deltas (never mixed into
+ *   content), at most one tool call (index, id, type, name and the whole arguments in
+ *   its first and only delta) followed by a finish_reason "tool_calls" chunk, or a
+ *   finish_reason "stop" chunk carrying usage; with include_usage every chunk carries
+ *   "usage":null and a final chunk with "choices":[] carries the usage; then
+ *   data: [DONE]. A UTF-8 character split across deltas is reassembled; invalid bytes
+ *   become U+FFFD; every JSON text written is valid UTF-8.
+ *   Non-streaming: one chat.completion with message.content (null when there is only
+ *   a tool call), message.reasoning_content (when any), message.tool_calls, usage.
+ *
+ *   Events: KV set/get are answered from a per-run blob store capped at
+ *   COAI_MAX_KV_BYTES (over the cap the run fails with a clear 502, it is never
+ *   silently truncated). When the turn ends cleanly and no text was streamed, assistant
+ *   text found in stored blobs is emitted as content (spec §9 fallback). Exec requests
+ *   map to the client's tools (coai_exec_map(); spec §8.2 names and argument order,
+ *   adapted to the client's own tool and parameter names when its schema uses others,
+ *   e.g. OpenCode's read{filePath} or grep{pattern,path,include}); the first mapped
+ *   exec becomes the response's tool call and ends the run. An exec no client tool
+ *   matches is refused upstream (exec reject, plus stream_close when the reject is a
+ *   result) and nothing is ever executed locally. request_context execs get a
+ *   request_context result + stream_close. Heartbeats, checkpoints, tool-call
+ *   announcements, step updates and exec aborts never end a turn and write nothing.
+ *   interaction_query messages (web search, ask-question, mode switch ...) get no
+ *   answer: the ENCODE part has no InteractionResponse encoder and the original never
+ *   answers them either; they are counted in coai_reply.queries, and a run that stalls
+ *   on one ends through the caller's idle timeout (coai_reply_fail_timeout).
+ *   A turn ends normally on turn_ended, or at end of body after an OK trailer /
+ *   end-stream; end of body without either is an upstream_truncated error.
+ *
+ *   Tool-call ids: "sess_" + session id + "__call_" + B (spec §8.3): B = McpArgs
+ *   tool_call_id for MCP, else exec_id, else the decimal exec id, reduced to
+ *   [A-Za-z0-9], at most 32 characters. The session id is the one found in the
+ *   request's history (coai_chat_request.session_id) or one the caller makes up (12 hex).
+ *
+ *   Usage: completion_tokens = sum of token_delta when any arrived, else
+ *   ceil(UTF-16 units of the emitted content + reasoning + tool call / 4);
+ *   prompt_tokens = checkpoint used_tokens - completion_tokens when a checkpoint
+ *   reported more than that, else ceil(UTF-16 units of the prompt / 4).
+ *
+ * ERROR MAPPING (coai_error_from_status / coai_error_from_http)
+ *   ERROR_* details (aiserver ErrorDetails) take precedence over the status code.
+ *   "no retry" sets coai_error.no_retry: send "x-should-retry: false".
+ *
+ *   upstream signal                                  -> HTTP type / code
+ *   ERROR_FREE/PRO_USER_USAGE_LIMIT (9, 10),
+ *   ERROR_RESOURCE_EXHAUSTED (41), _USAGE_PRICING_REQUIRED (44),
+ *   grpc 8 without a rate-limit detail; HTTP 429 or Connect
+ *   resource_exhausted whose message says usage/quota/billing -> 429 insufficient_quota /
+ *                                                              insufficient_quota, no retry
+ *   ERROR_*_RATE_LIMIT_EXCEEDED (7, 8, 22), _RATE_LIMITED (50),
+ *   other HTTP 429 / resource_exhausted                    -> 429 requests /
+ *                                                              rate_limit_exceeded, Retry-After 10
+ *   grpc 16, HTTP 401, Connect unauthenticated, ERROR_BAD_API_KEY (1), _NOT_LOGGED_IN (2),
+ *   _AUTH_TOKEN_NOT_FOUND (11), _AUTH_TOKEN_EXPIRED (12), _UNAUTHORIZED (38)
+ *                                                          -> 401 authentication_error /
+ *                                                              upstream_auth_failed, no retry
+ *   grpc 7, HTTP 403, Connect permission_denied            -> 403 permission_error /
+ *                                                              upstream_permission_denied, no retry
+ *   ERROR_OUTDATED_CLIENT (30)                             -> 502 upstream_error / outdated_client,
+ *                                          no retry; the message says to set CURSOR_CLIENT_VERSION
+ *   ERROR_BAD_MODEL_NAME (5), ERROR_DEPRECATED (40), grpc 5, Connect not_found
+ *                                                          -> 404 invalid_request_error /
+ *                                                              model_not_found (param "model")
+ *   ERROR_CONVERSATION_TOO_LONG (43), ERROR_MAX_TOKENS (20)-> 400 invalid_request_error /
+ *                                                              context_length_exceeded
+ *   grpc 4, ERROR_TIMEOUT (25); coai_reply_fail_timeout()  -> 504 server_error / upstream_timeout
+ *   grpc 14, HTTP 503, Connect unavailable                 -> 503 server_error /
+ *                                                              upstream_unavailable, Retry-After 5
+ *   end of body with neither turn end nor trailer          -> 502 upstream_error /
+ *                                                              upstream_truncated
+ *   anything else (other codes, 5xx, HTML pages)           -> 502 upstream_error / upstream_error
+ *   The message carries the upstream's own words (grpc-message, title, detail, the
+ *   Connect message or <= 200 cleaned bytes of a non-JSON body). */
+
+#ifndef COAI_MAX_KV_BYTES
+#define COAI_MAX_KV_BYTES (64u * 1024u * 1024u)   /* per-run KV blob store (ids + data) */
+#endif
+#ifndef COAI_MAX_TOOLS
+#define COAI_MAX_TOOLS 512                        /* tools[] entries accepted per request */
+#endif
+
+/* An OpenAI-shaped error. Zero-init is "no error" (status 0). */
+typedef struct coai_error {
+    int status;                /* HTTP status (400, 401, 404, 429, 502 ...); 0 = no error */
+    const char *type;          /* static, e.g. "invalid_request_error" */
+    const char *code;          /* static or NULL (JSON null) */
+    char param[128];           /* "" = JSON null */
+    char message[512];         /* valid UTF-8, no control characters */
+    int no_retry;              /* 1: send "x-should-retry: false" */
+    int retry_after;           /* seconds for "Retry-After", 0 = none */
+} coai_error;
+
+/* Fill every field (message printf-style; cut at a UTF-8 boundary, control bytes
+ * dropped). param/code may be NULL. */
+void coai_error_set(coai_error *e, int status, const char *type, const char *code,
+                    const char *param, const char *fmt, ...);
+/* Append {"error":{"message":..,"type":..,"param":..,"code":..}}. 0 ok, -1 fail. */
+int coai_error_write(coai_buf *out, const coai_error *e);
+/* Map a non-OK trailer / end-stream / google.rpc.Status (table above). A status with
+ * code 0 and no error detail sets e->status = 0 (not an error). */
+void coai_error_from_status(const coai_status *st, coai_error *e);
+/* Map a non-2xx HTTP answer of RunSSE/BidiAppend; body may be Connect JSON
+ * {"code","message"} or anything else (at most 200 sanitized characters are quoted). */
+void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e);
+
+/* A validated chat request. Zero-init before parse; free with coai_chat_request_free. */
+typedef struct coai_chat_request {
+    coai_str model;            /* as requested; "auto" when missing, null or "" */
+    int stream;                /* stream: true */
+    int include_usage;         /* stream_options.include_usage (only when streaming) */
+    int tools_disabled;        /* tool_choice "none": tools parsed but not used */
+    coai_tool *tools;          /* heap array, views into the tree; NULL when none used */
+    size_t tool_count;         /* 0 when tools_disabled */
+    coai_buf prompt;           /* flattened conversation (spec §11.1), NUL-terminated */
+    coai_str session_id;       /* <S> of the newest "sess_<S>__call_" id in the history */
+    int has_tool_messages;     /* some message has role "tool" */
+    struct cJSON *root_;       /* private: the parsed body, owns all views */
+} coai_chat_request;
+
+/* Parse and validate. 0 on success; on failure a negative coai_result (COAI_ERR_UTF8,
+ * COAI_ERR_JSON, COAI_ERR_INVALID, COAI_ERR_NOMEM) and *err filled (400, or 500 for
+ * memory). The request is left empty on failure (free is still safe). */
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err);
+void coai_chat_request_free(coai_chat_request *req);
+/* Set p->prompt, p->tools and p->tool_count from req (views into req). */
+void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
+/* Flatten an OpenAI messages array (spec §11.1) into out. Values of the wrong type
+ * count as empty text. 0 ok, -1 fail. */
+int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
+
+/* Models from GetUsableModels. Views point into the parsed tree (root_). */
+typedef struct coai_model {
+    coai_str id;               /* modelId (displayModelId when modelId is missing) */
+    coai_str display_id;       /* displayModelId, may be empty */
+    coai_str display_name;     /* displayName, may be empty */
+    const struct cJSON *aliases_; /* private: the aliases array or NULL */
+} coai_model;
+
+typedef struct coai_models {
+    coai_model *items;         /* heap array */
+    size_t count;
+    struct cJSON *root_;       /* private */
+} coai_models;
+
+/* Parse {"models":[...]}; entries with neither modelId nor displayModelId are skipped.
+ * Returns 0, or COAI_ERR_JSON / COAI_ERR_NOMEM (m is then empty, still freeable). */
+int coai_models_parse(coai_models *m, const char *json, size_t n);
+void coai_models_free(coai_models *m);
+/* The modelId for a requested name (views into m, requested, or a static "auto"). */
+coai_str coai_models_resolve(const coai_models *m, coai_str requested);
+/* {"object":"list","data":[{"id","object":"model","created","owned_by",
+ *  "context_length","max_output_tokens"}...]}. 0 ok, -1 fail. */
+int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created);
+/* Context window and output limit of a Cursor model id (spec §13 table). */
+void coai_model_limits(coai_str id, uint32_t *context_tokens, uint32_t *output_tokens);
+
+/* Result of mapping one exec request to a client tool. */
+typedef struct coai_tool_call {
+    size_t tool;               /* index into the client's tools */
+    coai_buf args;             /* arguments JSON text (compact) */
+} coai_tool_call;
+
+/* Map an exec to one of the client's tools (spec §8.2 plus schema-driven renaming).
+ * Returns 1 and fills tc (tc->args is reset first; the caller frees it) when a tool matches,
+ * 0 when none does, -1 on memory failure. workspace is used as "path" for an ls
+ * without path (may be empty). */
+int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count,
+                  coai_str workspace, coai_tool_call *tc);
+
+/* Called with one serialized AgentClientMessage for the upstream; non-zero = failure. */
+typedef int (*coai_upstream_fn)(void *user, const unsigned char *msg, size_t n);
+
+typedef struct coai_reply_opts {
+    int stream;                /* SSE (1) or one chat.completion JSON (0) */
+    int include_usage;         /* stream_options.include_usage */
+    coai_str completion_id;    /* "chatcmpl-<hex>" */
+    int64_t created;           /* unix seconds */
+    coai_str model;            /* resolved model id shown in every chunk */
+    const coai_tool *tools;    /* the client's tools (after tool_choice); may be NULL */
+    size_t tool_count;
+    coai_str session_id;       /* tool-call id session part ([A-Za-z0-9], <= 32) */
+    coai_str prompt;           /* for the usage estimate */
+    const coai_run_params *env; /* answers request_context execs; NULL = defaults */
+    coai_upstream_fn send;     /* required when the upstream can ask for replies */
+    void *send_user;
+    size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
+} coai_reply_opts;
+
+/* Copy stream, include_usage, tools, session_id and prompt from a parsed request. */
+void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req);
+
+typedef struct coai_reply_kv coai_reply_kv;
+
+typedef struct coai_reply {
+    coai_buf out;              /* client body bytes to send; the caller drains it */
+    unsigned queries;          /* interaction_query messages seen (never answered) */
+    unsigned rejected;         /* exec requests refused upstream */
+    coai_error error;          /* the error that ended the run, status 0 if none */
+    /* private */
+    coai_reply_opts o_;
+    int committed_, done_, status_;
+    int text_streamed_;
+    char session_[33];
+    coai_buf prefix_;          /* {"id":..,"object":..,"created":..,"model":.. */
+    coai_buf content_, reasoning_, scratch_, tmp_;
+    coai_buf tc_id_, tc_name_, tc_args_;
+    int has_tool_call_;
+    unsigned char carry_[2][4];
+    size_t carry_len_[2];
+    size_t prompt_units_, completion_units_;
+    int64_t token_sum_, used_tokens_;
+    int have_token_delta_, status_ok_;
+    coai_reply_kv *kv_;
+    size_t kv_count_, kv_cap_, kv_bytes_;
+    coai_buf fallback_;        /* kept assistant texts: [u32 length][bytes]... */
+} coai_reply;
+
+/* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
+int coai_reply_init(coai_reply *r, const coai_reply_opts *o);
+void coai_reply_free(coai_reply *r);
+/* Each returns COAI_OK (go on), COAI_DONE (response complete: send r->out, end the
+ * response, close the upstream) or COAI_ERR_NOMEM (no memory for the output; drop
+ * the connection). After COAI_DONE every call returns COAI_DONE and writes nothing. */
+int coai_reply_feed_msg(coai_reply *r, const coai_msg *m);
+int coai_reply_feed_status(coai_reply *r, const coai_status *st);  /* trailer/end-stream */
+int coai_reply_feed_eof(coai_reply *r);                            /* upstream body ended */
+int coai_reply_feed_error(coai_reply *r, const coai_error *e);     /* transport/HTTP error */
+int coai_reply_fail_timeout(coai_reply *r);                        /* caller's idle timer */
+/* Streaming: commit if needed and write ": keepalive\n\n". Non-streaming: nothing. */
+int coai_reply_keepalive(coai_reply *r);
+int coai_reply_started(const coai_reply *r);  /* 1 once status and headers are final */
+int coai_reply_done(const coai_reply *r);
+int coai_reply_status(const coai_reply *r);   /* HTTP status to send (200 or error) */
+/* Append the response header lines this reply needs ("Content-Type: ..\r\n",
+ * "Cache-Control: no-cache\r\n" for SSE, "x-should-retry: false\r\n",
+ * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
+int coai_reply_head(const coai_reply *r, coai_buf *out);
 /* PART:OPENAI api end */
 
 #ifdef __cplusplus
@@ -4047,6 +4341,1575 @@ coai_str coai_http_bearer(coai_str authorization)
 /* ======================================================================== */
 /* PART:OPENAI impl                                                         */
 /* ======================================================================== */
+#include <cJSON.h>
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Copy at most cap-1 bytes of s into dst, dropping control bytes and cutting at a
+ * UTF-8 boundary; invalid sequences are dropped too (messages must stay clean). */
+static size_t coai__oa_clean_copy(char *dst, size_t pos, size_t cap, const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n && pos + 1 < cap) {
+        int k = coai__utf8_seq(p + i, n - i);
+        if (k <= 0) { i++; continue; }
+        if (k == 1 && (p[i] < 0x20 || p[i] == 0x7f)) {
+            if (pos + 1 < cap && pos > 0 && dst[pos - 1] != ' ') dst[pos++] = ' ';
+            i++;
+            continue;
+        }
+        if (pos + (size_t)k >= cap) break;
+        memcpy(dst + pos, p + i, (size_t)k);
+        pos += (size_t)k;
+        i += (size_t)k;
+    }
+    dst[pos] = 0;
+    return pos;
+}
+
+static void coai__oa_error_vset(coai_error *e, int status, const char *type, const char *code,
+                             const char *param, const char *fmt, va_list ap)
+{
+    char tmp[1024];
+    int n;
+    e->status = status;
+    e->type = type ? type : "server_error";
+    e->code = code;
+    e->no_retry = 0;
+    e->retry_after = 0;
+    e->param[0] = 0;
+    if (param) coai__oa_clean_copy(e->param, 0, sizeof e->param, param, strlen(param));
+    n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    if (n < 0) n = 0;
+    if ((size_t)n >= sizeof tmp) n = (int)sizeof tmp - 1;
+    coai__oa_clean_copy(e->message, 0, sizeof e->message, tmp, (size_t)n);
+}
+
+void coai_error_set(coai_error *e, int status, const char *type, const char *code,
+                    const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    coai__oa_error_vset(e, status, type, code, param, fmt, ap);
+    va_end(ap);
+}
+
+static int coai__oa_json_cstr(coai_buf *out, const char *s)
+{
+    if (!s) return coai_buf_puts(out, "null");
+    return coai_json_str_append(out, s, strlen(s));
+}
+
+int coai_error_write(coai_buf *out, const coai_error *e)
+{
+    coai_buf_puts(out, "{\"error\":{\"message\":");
+    coai__oa_json_cstr(out, e->message);
+    coai_buf_puts(out, ",\"type\":");
+    coai__oa_json_cstr(out, e->type ? e->type : "server_error");
+    coai_buf_puts(out, ",\"param\":");
+    coai__oa_json_cstr(out, e->param[0] ? e->param : NULL);
+    coai_buf_puts(out, ",\"code\":");
+    coai__oa_json_cstr(out, e->code);
+    return coai_buf_puts(out, "}}");
+}
+
+/* Append text to e->message (already clean); keeps it bounded. */
+static void coai__oa_error_append(coai_error *e, const char *s, size_t n)
+{
+    size_t pos = strlen(e->message);
+    coai__oa_clean_copy(e->message, pos, sizeof e->message, s, n);
+}
+
+static int coai__oa_is_usage_error(int err)
+{
+    return err == 9 || err == 10 || err == 41 || err == 44;
+}
+
+static int coai__oa_is_rate_error(int err)
+{
+    return err == 7 || err == 8 || err == 22 || err == 50;
+}
+
+static int coai__oa_is_auth_error(int err)
+{
+    return err == 1 || err == 2 || err == 11 || err == 12 || err == 38;
+}
+
+void coai_error_from_status(const coai_status *st, coai_error *e)
+{
+    int err = st->error, code = st->code;
+    const char *what = st->message[0] ? st->message : "Cursor reported an error";
+    memset(e, 0, sizeof *e);
+    if (code == 0 && err == 0) return;
+    if (err == 30) {
+        coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
+                       "Cursor rejected this client version as outdated (%s). Set "
+                       "CURSOR_CLIENT_VERSION to the version of a current cursor-agent, "
+                       "e.g. cli-2025.11.25-d5b3271", what);
+        e->no_retry = 1;
+    } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
+        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                       "You've hit your Cursor usage limit (%s)", what);
+        e->no_retry = 1;
+    } else if (coai__oa_is_rate_error(err)) {
+        coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
+                       "Cursor rate limit: %s", what);
+        e->retry_after = 10;
+    } else if (coai__oa_is_auth_error(err) || code == 16) {
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "Cursor rejected the credentials (%s); log in again", what);
+        e->no_retry = 1;
+    } else if (err == 5 || err == 40 || code == 5) {
+        coai_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
+                       "The model does not exist or is no longer available on Cursor (%s)",
+                       what);
+        e->no_retry = 1;
+    } else if (err == 43 || err == 20) {
+        coai_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                       "messages", "The conversation is too long for the model (%s)", what);
+        e->no_retry = 1;
+    } else if (code == 7) {
+        coai_error_set(e, 403, "permission_error", "upstream_permission_denied", NULL,
+                       "Cursor denied the request (%s)", what);
+        e->no_retry = 1;
+    } else if (code == 4 || err == 25) {
+        coai_error_set(e, 504, "server_error", "upstream_timeout", NULL,
+                       "Cursor timed out (%s)", what);
+    } else if (code == 14) {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Cursor is unavailable (%s)", what);
+        e->retry_after = 5;
+    } else {
+        coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
+                       "Cursor error: %s", what);
+    }
+    if (st->title[0]) {
+        coai__oa_error_append(e, ": ", 2);
+        coai__oa_error_append(e, st->title, strlen(st->title));
+    }
+    if (st->detail[0]) {
+        coai__oa_error_append(e, st->title[0] ? " - " : ": ", st->title[0] ? 3 : 2);
+        coai__oa_error_append(e, st->detail, strlen(st->detail));
+    }
+    {
+        char tail[96];
+        int k = snprintf(tail, sizeof tail, " (grpc-status %d%s%s)", code,
+                         st->error_name ? ", " : "", st->error_name ? st->error_name : "");
+        if (k > 0) coai__oa_error_append(e, tail, (size_t)k < sizeof tail ? (size_t)k : 0);
+    }
+}
+
+static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle)
+{
+    size_t m = strlen(needle), i, j;
+    for (i = 0; m <= n && i + m <= n; i++) {
+        for (j = 0; j < m; j++) {
+            char a = hay[i + j], b = needle[j];
+            if (a >= 'A' && a <= 'Z') a = (char)(a - 'A' + 'a');
+            if (a != b) break;
+        }
+        if (j == m) return 1;
+    }
+    return 0;
+}
+
+void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e)
+{
+    const char *ccode = "", *msg = NULL;
+    size_t msg_len = 0;
+    cJSON *j = NULL;
+    int quota;
+    memset(e, 0, sizeof *e);
+    if (!body) n = 0;
+    if (n > 0 && n <= 65536 && coai_utf8_valid_prefix(body, n) == n) {
+        j = cJSON_ParseWithLength(body, n);
+        if (j && cJSON_IsObject(j)) {
+            cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "code");
+            cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "message");
+            cJSON *eo = cJSON_GetObjectItemCaseSensitive(j, "error");
+            if (cJSON_IsObject(eo)) {       /* {"error":{"code","message"}} form */
+                c = cJSON_GetObjectItemCaseSensitive(eo, "code");
+                m = cJSON_GetObjectItemCaseSensitive(eo, "message");
+            }
+            if (cJSON_IsString(c)) ccode = c->valuestring;
+            if (cJSON_IsString(m)) { msg = m->valuestring; msg_len = strlen(msg); }
+        }
+    }
+    if (!msg) {
+        /* Not Connect JSON (an HTML page, plain text): quote a short clean excerpt. */
+        msg = body ? body : "";
+        msg_len = n > 200 ? 200 : n;
+    }
+    quota = coai__oa_ci_contains(msg, msg_len, "usage")
+            || coai__oa_ci_contains(msg, msg_len, "quota")
+            || coai__oa_ci_contains(msg, msg_len, "billing");
+    if (upstream_status == 401 || strcmp(ccode, "unauthenticated") == 0) {
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "Cursor rejected the credentials (HTTP %d); log in again: ",
+                       upstream_status);
+        e->no_retry = 1;
+    } else if (upstream_status == 403 || strcmp(ccode, "permission_denied") == 0) {
+        coai_error_set(e, 403, "permission_error", "upstream_permission_denied", NULL,
+                       "Cursor denied the request (HTTP %d): ", upstream_status);
+        e->no_retry = 1;
+    } else if (strcmp(ccode, "not_found") == 0) {
+        coai_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
+                       "The model does not exist or is not available on Cursor: ");
+        e->no_retry = 1;
+    } else if ((upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) && quota) {
+        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                       "You've hit your Cursor usage limit (HTTP %d): ", upstream_status);
+        e->no_retry = 1;
+    } else if (upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) {
+        coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
+                       "Cursor rate limit (HTTP %d): ", upstream_status);
+        e->retry_after = 10;
+    } else if (upstream_status == 503 || strcmp(ccode, "unavailable") == 0) {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Cursor is unavailable (HTTP %d): ", upstream_status);
+        e->retry_after = 5;
+    } else {
+        coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
+                       "Cursor answered HTTP %d: ", upstream_status);
+    }
+    coai__oa_error_append(e, msg, msg_len);
+    cJSON_Delete(j);
+}
+
+/* ---- request parsing ----------------------------------------------------- */
+
+static size_t coai__oa_utf16_len(const char *s, size_t n)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i, u = 0;
+    for (i = 0; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) u++;      /* one unit per lead or ASCII byte */
+        if (p[i] >= 0xf0) u++;               /* astral: a surrogate pair */
+    }
+    return u;
+}
+
+static coai_str coai__oa_jstr(const cJSON *j)
+{
+    coai_str s = { "", 0 };
+    if (cJSON_IsString(j) && j->valuestring) { s.ptr = j->valuestring; s.len = strlen(s.ptr); }
+    return s;
+}
+
+static const cJSON *coai__oa_get(const cJSON *o, const char *k)
+{
+    return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+}
+
+static int coai__oa_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
+
+/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n". */
+static void coai__oa_content_text(coai_buf *out, const cJSON *content)
+{
+    if (cJSON_IsString(content)) {
+        coai__oa_put_str(out, coai__oa_jstr(content));
+    } else if (cJSON_IsArray(content)) {
+        const cJSON *part;
+        int first = 1;
+        cJSON_ArrayForEach(part, content) {
+            const cJSON *t = coai__oa_get(part, "type");
+            if (cJSON_IsString(t) && strcmp(t->valuestring, "text") == 0) {
+                if (!first) coai_buf_putc(out, '\n');
+                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, "text")));
+                first = 0;
+            }
+        }
+    }
+}
+
+static int coai__oa_role_is(const cJSON *m, const char *role)
+{
+    const cJSON *r = coai__oa_get(m, "role");
+    return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
+}
+
+int coai_prompt_build(coai_buf *out, const cJSON *messages)
+{
+    const cJSON *m;
+    int nparts = 0, any_system = 0, any_tool = 0;
+    coai_buf t = { 0 };
+    if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
+    cJSON_ArrayForEach(m, messages) {
+        if (coai__oa_role_is(m, "system") || coai__oa_role_is(m, "developer")) {
+            if (any_system) coai_buf_putc(out, '\n');
+            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            any_system = 1;
+        }
+    }
+    if (any_system) nparts = 1;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *calls = coai__oa_get(m, "tool_calls");
+        coai_buf_reset(&t);
+        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        if (coai__oa_role_is(m, "user")) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "User: ");
+            coai_buf_append(out, t.data, t.len);
+        } else if (coai__oa_role_is(m, "assistant")) {
+            if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+                const cJSON *c;
+                int first = 1;
+                if (nparts++) coai_buf_puts(out, "\n\n");
+                coai_buf_puts(out, "Assistant: ");
+                if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
+                cJSON_ArrayForEach(c, calls) {
+                    const cJSON *f = coai__oa_get(c, "function");
+                    if (!first) coai_buf_putc(out, '\n');
+                    coai_buf_puts(out, "[Called tool: ");
+                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "name")));
+                    coai_buf_putc(out, '(');
+                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "arguments")));
+                    coai_buf_puts(out, ")]");
+                    first = 0;
+                }
+            } else if (t.len) {
+                if (nparts++) coai_buf_puts(out, "\n\n");
+                coai_buf_puts(out, "Assistant: ");
+                coai_buf_append(out, t.data, t.len);
+            }
+        } else if (coai__oa_role_is(m, "tool")) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+            coai_buf_puts(out, "]: ");
+            coai_buf_append(out, t.data, t.len);
+            any_tool = 1;
+        }
+    }
+    if (any_tool) {
+        if (nparts++) coai_buf_puts(out, "\n\n");
+        coai_buf_puts(out, "\nBased on the tool results above, please continue your response:");
+    }
+    if (t.err) out->err = 1;
+    coai_buf_free(&t);
+    if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
+    return out->err ? -1 : 0;
+}
+
+static int coai__oa_tool_name_ok(const char *s)
+{
+    size_t i, n = strlen(s);
+    if (n < 1 || n > 64) return 0;
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32), or an empty view. */
+static coai_str coai__oa_session_of(coai_str id)
+{
+    coai_str s = { "", 0 };
+    size_t i = 5;
+    if (id.len < 5 || memcmp(id.ptr, "sess_", 5) != 0) return s;
+    while (i < id.len) {
+        char c = id.ptr[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) break;
+        i++;
+    }
+    if (i == 5 || i - 5 > 32 || id.len - i < 7 || memcmp(id.ptr + i, "__call_", 7) != 0) return s;
+    s.ptr = id.ptr + 5;
+    s.len = i - 5;
+    return s;
+}
+
+static int coai__oa_bad(coai_error *err, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, param, fmt, ap);
+    va_end(ap);
+    err->no_retry = 1;
+    return COAI_ERR_INVALID;
+}
+
+/* Validate message i; path buffers sized for "messages[<i>].tool_calls[<j>]...". */
+static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
+{
+    char p[128];
+    const cJSON *role = coai__oa_get(m, "role"), *content, *calls;
+    const char *r;
+    snprintf(p, sizeof p, "messages[%d]", i);
+    if (!cJSON_IsObject(m)) return coai__oa_bad(err, p, "%s must be an object", p);
+    snprintf(p, sizeof p, "messages[%d].role", i);
+    if (!cJSON_IsString(role)) return coai__oa_bad(err, p, "%s must be a string", p);
+    r = role->valuestring;
+    if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user")
+        && strcmp(r, "assistant") && strcmp(r, "tool"))
+        return coai__oa_bad(err, p, "Invalid value for %s: expected one of 'system', "
+                         "'developer', 'user', 'assistant', 'tool'", p);
+    content = coai__oa_get(m, "content");
+    snprintf(p, sizeof p, "messages[%d].content", i);
+    if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
+        const cJSON *part;
+        int j = 0;
+        if (!cJSON_IsArray(content))
+            return coai__oa_bad(err, p, "%s must be a string, an array of parts or null", p);
+        cJSON_ArrayForEach(part, content) {
+            const cJSON *t = coai__oa_get(part, "type");
+            snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
+            if (!cJSON_IsObject(part) || !cJSON_IsString(t))
+                return coai__oa_bad(err, p, "%s must be an object with a string 'type'", p);
+            if (strcmp(t->valuestring, "text") == 0
+                && !cJSON_IsString(coai__oa_get(part, "text"))) {
+                snprintf(p, sizeof p, "messages[%d].content[%d].text", i, j);
+                return coai__oa_bad(err, p, "%s must be a string", p);
+            }
+            j++;
+        }
+    }
+    if (strcmp(r, "tool") == 0) {
+        snprintf(p, sizeof p, "messages[%d].tool_call_id", i);
+        if (!cJSON_IsString(coai__oa_get(m, "tool_call_id")))
+            return coai__oa_bad(err, p, "%s must be a string", p);
+    }
+    calls = coai__oa_get(m, "tool_calls");
+    if (strcmp(r, "assistant") == 0 && calls && !cJSON_IsNull(calls)) {
+        const cJSON *c;
+        int j = 0;
+        snprintf(p, sizeof p, "messages[%d].tool_calls", i);
+        if (!cJSON_IsArray(calls)) return coai__oa_bad(err, p, "%s must be an array", p);
+        cJSON_ArrayForEach(c, calls) {
+            const cJSON *f = coai__oa_get(c, "function"), *a = coai__oa_get(f, "arguments");
+            const cJSON *id = coai__oa_get(c, "id");
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
+            if (!cJSON_IsObject(c)) return coai__oa_bad(err, p, "%s must be an object", p);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
+            if (id && !cJSON_IsString(id)) return coai__oa_bad(err, p, "%s must be a string", p);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.name", i, j);
+            if (!cJSON_IsString(coai__oa_get(f, "name")))
+                return coai__oa_bad(err, p, "%s must be a string", p);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.arguments", i, j);
+            if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
+                return coai__oa_bad(err, p, "%s must be a string", p);
+            j++;
+        }
+    }
+    return 0;
+}
+
+/* Reject "\u0000" escapes: cJSON would cut the string there. Backslashes only occur
+ * inside strings in valid JSON, so a flat scan over escape pairs is exact. */
+static int coai__oa_has_nul_escape(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] != '\\') { i++; continue; }
+        if (i + 1 < n && s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+            return 1;
+        i += 2;
+    }
+    return 0;
+}
+
+void coai_chat_request_free(coai_chat_request *req)
+{
+    cJSON_Delete(req->root_);
+    free(req->tools);
+    coai_buf_free(&req->prompt);
+    memset(req, 0, sizeof *req);
+}
+
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err)
+{
+    const char *end = NULL;
+    cJSON *root;
+    const cJSON *messages, *m, *v, *tools;
+    int i, rc;
+    memset(req, 0, sizeof *req);
+    memset(err, 0, sizeof *err);
+    if (!body) n = 0;
+    if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
+        coai__oa_bad(err, NULL, "The request body is not valid UTF-8 text");
+        return COAI_ERR_UTF8;
+    }
+    if (coai__oa_has_nul_escape(body, n)) {
+        coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
+        return COAI_ERR_INVALID;
+    }
+    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
+    if (root && end) {
+        while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+            end++;
+        if (end != body + n) { cJSON_Delete(root); root = NULL; }
+    }
+    if (!root) {
+        coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
+                  "JSON, or nested deeper than the limit)");
+        return COAI_ERR_JSON;
+    }
+    req->root_ = root;
+    rc = COAI_ERR_INVALID;
+    if (!cJSON_IsObject(root)) {
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        goto fail;
+    }
+    v = coai__oa_get(root, "model");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
+        coai__oa_bad(err, "model", "model must be a string");
+        goto fail;
+    }
+    req->model = coai__oa_jstr(v);
+    if (req->model.len == 0) req->model = coai_str_c("auto");
+    v = coai__oa_get(root, "stream");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
+        coai__oa_bad(err, "stream", "stream must be a boolean");
+        goto fail;
+    }
+    req->stream = cJSON_IsTrue(v);
+    v = coai__oa_get(root, "stream_options");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
+        coai__oa_bad(err, "stream_options", "stream_options must be an object");
+        goto fail;
+    }
+    v = coai__oa_get(v, "include_usage");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
+        coai__oa_bad(err, "stream_options.include_usage", "include_usage must be a boolean");
+        goto fail;
+    }
+    req->include_usage = req->stream && cJSON_IsTrue(v);
+    v = coai__oa_get(root, "n");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) {
+        coai__oa_bad(err, "n", "Only n = 1 is supported");
+        goto fail;
+    }
+    messages = coai__oa_get(root, "messages");
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
+        coai__oa_bad(err, "messages", "messages is required and must be a non-empty array");
+        goto fail;
+    }
+    i = 0;
+    cJSON_ArrayForEach(m, messages) {
+        if ((rc = coai__oa_check_message(m, i, err)) < 0) goto fail;
+        if (coai__oa_role_is(m, "tool")) req->has_tool_messages = 1;
+        i++;
+    }
+    /* Newest session id first (spec §8.3). */
+    for (m = messages->child ? messages->child->prev : NULL; m && !req->session_id.len;
+         m = m == messages->child ? NULL : m->prev) {
+        if (coai__oa_role_is(m, "tool")) {
+            req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+        } else if (coai__oa_role_is(m, "assistant")) {
+            const cJSON *c, *calls = coai__oa_get(m, "tool_calls");
+            if (!cJSON_IsArray(calls)) continue;
+            cJSON_ArrayForEach(c, calls) {
+                req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(c, "id")));
+                if (req->session_id.len) break;
+            }
+        }
+    }
+    rc = COAI_ERR_INVALID;
+    tools = coai__oa_get(root, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        const cJSON *t;
+        int count;
+        char p[64];
+        if (!cJSON_IsArray(tools)) {
+            coai__oa_bad(err, "tools", "tools must be an array");
+            goto fail;
+        }
+        count = cJSON_GetArraySize(tools);
+        if (count > COAI_MAX_TOOLS) {
+            coai__oa_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+            goto fail;
+        }
+        if (count > 0) {
+            req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
+            if (!req->tools) { rc = COAI_ERR_NOMEM; goto nomem; }
+        }
+        i = 0;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *f = coai__oa_get(t, "function"), *ty = coai__oa_get(t, "type");
+            const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
+            const cJSON *params = coai__oa_get(f, "parameters");
+            snprintf(p, sizeof p, "tools[%d]", i);
+            if (!cJSON_IsObject(t)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
+            snprintf(p, sizeof p, "tools[%d].type", i);
+            if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
+                coai__oa_bad(err, p, "%s must be 'function'", p);
+                goto fail;
+            }
+            snprintf(p, sizeof p, "tools[%d].function", i);
+            if (!cJSON_IsObject(f)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
+            snprintf(p, sizeof p, "tools[%d].function.name", i);
+            if (!cJSON_IsString(name)) { coai__oa_bad(err, p, "%s is required", p); goto fail; }
+            if (!coai__oa_tool_name_ok(name->valuestring)) {
+                coai__oa_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+                goto fail;
+            }
+            snprintf(p, sizeof p, "tools[%d].function.description", i);
+            if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
+                coai__oa_bad(err, p, "%s must be a string", p);
+                goto fail;
+            }
+            snprintf(p, sizeof p, "tools[%d].function.parameters", i);
+            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
+                coai__oa_bad(err, p, "%s must be an object", p);
+                goto fail;
+            }
+            req->tools[i].name = coai__oa_jstr(name);
+            req->tools[i].description = coai__oa_jstr(d);
+            req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
+            i++;
+        }
+        req->tool_count = (size_t)count;
+    }
+    v = coai__oa_get(root, "tool_choice");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0) {
+        req->tools_disabled = 1;
+        free(req->tools);
+        req->tools = NULL;
+        req->tool_count = 0;
+    }
+    if (coai_prompt_build(&req->prompt, messages)) { rc = COAI_ERR_NOMEM; goto nomem; }
+    return 0;
+nomem:
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_chat_request_free(req);
+    return rc;
+}
+
+void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
+{
+    p->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
+    p->prompt.len = req->prompt.len;
+    p->tools = req->tool_count ? req->tools : NULL;
+    p->tool_count = req->tool_count;
+}
+
+/* ---- models -------------------------------------------------------------- */
+
+void coai_models_free(coai_models *m)
+{
+    cJSON_Delete(m->root_);
+    free(m->items);
+    memset(m, 0, sizeof *m);
+}
+
+int coai_models_parse(coai_models *m, const char *json, size_t n)
+{
+    const cJSON *list, *e;
+    int count;
+    memset(m, 0, sizeof *m);
+    if (!json || coai_utf8_valid_prefix(json, n) != n) return COAI_ERR_JSON;
+    m->root_ = cJSON_ParseWithLength(json, n);
+    list = coai__oa_get(m->root_, "models");
+    if (!cJSON_IsArray(list)) { coai_models_free(m); return COAI_ERR_JSON; }
+    count = cJSON_GetArraySize(list);
+    if (count == 0) return 0;
+    m->items = (coai_model *)calloc((size_t)count, sizeof *m->items);
+    if (!m->items) { coai_models_free(m); return COAI_ERR_NOMEM; }
+    cJSON_ArrayForEach(e, list) {
+        coai_model *it = &m->items[m->count];
+        const cJSON *al = coai__oa_get(e, "aliases");
+        it->id = coai__oa_jstr(coai__oa_get(e, "modelId"));
+        it->display_id = coai__oa_jstr(coai__oa_get(e, "displayModelId"));
+        it->display_name = coai__oa_jstr(coai__oa_get(e, "displayName"));
+        it->aliases_ = cJSON_IsArray(al) ? al : NULL;
+        if (!it->id.len) it->id = it->display_id;
+        if (!it->id.len) continue;
+        m->count++;
+    }
+    return 0;
+}
+
+static int coai__oa_str_same(coai_str a, coai_str b)
+{
+    return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
+}
+
+coai_str coai_models_resolve(const coai_models *m, coai_str requested)
+{
+    coai_str hit = requested;
+    size_t i;
+    if (requested.len == 0) hit = requested = coai_str_c("auto");
+    for (i = 0; m && i < m->count; i++) {
+        const coai_model *it = &m->items[i];
+        const cJSON *a;
+        int match = coai__oa_str_same(it->id, requested)
+                    || (it->display_id.len && coai__oa_str_same(it->display_id, requested));
+        if (!match && it->aliases_) {
+            cJSON_ArrayForEach(a, it->aliases_) {
+                if (cJSON_IsString(a) && coai__oa_str_same(coai__oa_jstr(a), requested)) match = 1;
+            }
+        }
+        if (match) hit = it->id;            /* later entries win, as in the original */
+    }
+    return hit;
+}
+
+static int coai__oa_str_has(coai_str s, const char *needle)
+{
+    return coai__oa_ci_contains(s.ptr, s.len, needle);
+}
+
+void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
+{
+    static const char *const big[] = { "sonnet-4.5", "sonnet-4.5-thinking", "opus-4.5",
+                                       "opus-4.5-thinking", NULL };
+    static const char *const gpt[] = { "gpt-5.2", "gpt-5.2-high", "gpt-5.1", "gpt-5.1-high",
+                                       "gpt-5.1-codex", "gpt-5.1-codex-high",
+                                       "gpt-5.1-codex-max", "gpt-5.1-codex-max-high", NULL };
+    size_t i;
+    *ctx = 128000;
+    *outp = 16384;
+    for (i = 0; big[i]; i++)
+        if (coai_str_eq(id, big[i])) { *ctx = 200000; *outp = 64000; return; }
+    if (coai_str_eq(id, "opus-4.1")) { *ctx = 200000; *outp = 32000; return; }
+    if (coai_str_eq(id, "gemini-3-pro") || coai_str_eq(id, "gemini-3-flash")) {
+        *ctx = 1048576; *outp = 65536; return;
+    }
+    for (i = 0; gpt[i]; i++)
+        if (coai_str_eq(id, gpt[i])) { *ctx = 400000; *outp = 128000; return; }
+    if (coai__oa_str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
+}
+
+int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
+{
+    size_t i;
+    coai_buf_puts(out, "{\"object\":\"list\",\"data\":[");
+    for (i = 0; m && i < m->count; i++) {
+        const coai_model *it = &m->items[i];
+        coai_str id = it->display_id.len ? it->display_id : it->id;
+        coai_str who = it->display_name.len ? it->display_name : id;
+        const char *owner = "cursor";
+        uint32_t ctx, outp;
+        if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
+            || coai__oa_str_has(who, "sonnet"))
+            owner = "anthropic";
+        else if (coai__oa_str_has(who, "gpt")) owner = "openai";
+        else if (coai__oa_str_has(who, "gemini")) owner = "google";
+        else if (coai__oa_str_has(who, "grok")) owner = "xai";
+        coai_model_limits(id, &ctx, &outp);
+        if (i) coai_buf_putc(out, ',');
+        coai_buf_puts(out, "{\"id\":");
+        coai_json_str_append(out, id.ptr, id.len);
+        coai_buf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"%s\","
+                        "\"context_length\":%lu,\"max_output_tokens\":%lu}",
+                        (long long)created, owner, (unsigned long)ctx, (unsigned long)outp);
+    }
+    return coai_buf_puts(out, "]}");
+}
+
+/* ---- exec -> tool call mapping --------------------------------------------- */
+
+/* Find a client tool by any of the names (in order of preference). */
+static int coai__oa_find_tool(const coai_tool *tools, size_t count, const char *const *names,
+                           size_t *idx)
+{
+    size_t i, k;
+    for (k = 0; names[k]; k++)
+        for (i = 0; i < count; i++)
+            if (coai_str_eq(tools[i].name, names[k])) { *idx = i; return 1; }
+    return 0;
+}
+
+/* The client's parameter name for a logical argument: the first candidate its schema
+ * declares, else the first candidate (the original's name). */
+static const char *coai__oa_param(const coai_tool *t, const char *const *cands)
+{
+    const cJSON *props = coai__oa_get(t->parameters, "properties");
+    size_t k;
+    for (k = 0; cands[k] && cJSON_IsObject(props); k++)
+        if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return cands[k];
+    return cands[0];
+}
+
+static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
+{
+    const cJSON *props = coai__oa_get(t->parameters, "properties");
+    size_t k;
+    for (k = 0; cands[k] && cJSON_IsObject(props); k++)
+        if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return 1;
+    return 0;
+}
+
+static void coai__oa_arg(coai_buf *b, const char *key, coai_str val)
+{
+    if (b->len > 1) coai_buf_putc(b, ',');     /* b holds "{" before the first member */
+    coai_json_str_append(b, key, strlen(key));
+    coai_buf_putc(b, ':');
+    coai_json_str_append(b, val.ptr, val.len);
+}
+
+/* Bash description: "Execute shell command: " + the first 60 UTF-16 units of the
+ * command (+ "..." when longer). A surrogate pair is never split. */
+static void coai__oa_shell_desc(coai_buf *b, coai_str cmd)
+{
+    const unsigned char *p = (const unsigned char *)cmd.ptr;
+    size_t i = 0, units = 0;
+    coai_buf_puts(b, "Execute shell command: ");
+    while (i < cmd.len) {
+        int k = coai__utf8_seq(p + i, cmd.len - i);
+        size_t w = k == 4 ? 2 : 1;
+        if (k <= 0) k = 1;
+        if (units + w > 60) break;
+        units += w;
+        i += (size_t)k;
+    }
+    coai_buf_append(b, cmd.ptr, i);
+    if (i < cmd.len) coai_buf_puts(b, "...");
+}
+
+int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                  coai_str workspace, coai_tool_call *tc)
+{
+    static const char *const n_shell[] = { "bash", "shell", "run_shell_command",
+                                           "execute_command", "run_terminal_cmd", "terminal",
+                                           NULL };
+    static const char *const n_read[] = { "read", "read_file", "view", NULL };
+    static const char *const n_list[] = { "list", "ls", "list_dir", "list_directory",
+                                          "list_files", NULL };
+    static const char *const n_grep[] = { "grep", "search", "grep_search", "search_files",
+                                          "ripgrep", NULL };
+    static const char *const n_glob[] = { "glob", "find_files", "file_search", NULL };
+    static const char *const n_write[] = { "write", "write_file", "create_file", NULL };
+    static const char *const p_command[] = { "command", "cmd", NULL };
+    static const char *const p_desc[] = { "description", NULL };
+    static const char *const p_cwd[] = { "cwd", "workdir", "working_directory", "directory",
+                                         NULL };
+    static const char *const p_file[] = { "filePath", "file_path", "path", "filename",
+                                          "file", NULL };
+    static const char *const p_path[] = { "path", "dir", "directory", "dir_path", NULL };
+    static const char *const p_pattern[] = { "pattern", "query", "regex", NULL };
+    static const char *const p_include[] = { "include", "glob", "file_pattern", NULL };
+    static const char *const p_gpattern[] = { "pattern", "glob", NULL };
+    static const char *const p_content[] = { "content", "contents", "text", "file_text",
+                                             NULL };
+    coai_buf *b = &tc->args;
+    const coai_tool *t;
+    size_t idx = 0;
+    coai_buf d = { 0 };
+    if (!tools) count = 0;
+    coai_buf_reset(&tc->args);
+    switch (ex->kind) {
+    case COAI_EXEC_SHELL:
+    case COAI_EXEC_SHELL_STREAM:
+        if (!coai__oa_find_tool(tools, count, n_shell, &idx)) return 0;
+        t = &tools[idx];
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
+        coai__oa_shell_desc(&d, ex->command);
+        {
+            coai_str ds;
+            ds.ptr = d.data ? (const char *)d.data : "";
+            ds.len = d.len;
+            coai__oa_arg(b, coai__oa_param(t, p_desc), ds);
+        }
+        if (d.err) b->err = 1;
+        coai_buf_free(&d);
+        if (ex->cwd.len) coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
+        break;
+    case COAI_EXEC_READ:
+        if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, coai__oa_param(&tools[idx], p_file), ex->path);
+        break;
+    case COAI_EXEC_LS:
+        if (!coai__oa_find_tool(tools, count, n_list, &idx)) return 0;
+        coai_buf_putc(b, '{');
+        if (ex->has_path || ex->path.len)
+            coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), ex->path);
+        else if (workspace.len) coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), workspace);
+        break;
+    case COAI_EXEC_GREP:
+        /* A regex search restricted by a file glob stays a grep when the client's grep
+         * takes a file filter (OpenCode: include); a pure glob becomes the glob tool. */
+        if (ex->glob.len && ex->pattern.len && coai__oa_find_tool(tools, count, n_grep, &idx)
+            && coai__oa_has_param(&tools[idx], p_include)) {
+            t = &tools[idx];
+            coai_buf_putc(b, '{');
+            coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
+            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
+        } else if (ex->glob.len) {
+            if (!coai__oa_find_tool(tools, count, n_glob, &idx)) return 0;
+            t = &tools[idx];
+            coai_buf_putc(b, '{');
+            coai__oa_arg(b, coai__oa_param(t, p_gpattern), ex->glob);
+            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+        } else {
+            if (!coai__oa_find_tool(tools, count, n_grep, &idx)) return 0;
+            t = &tools[idx];
+            coai_buf_putc(b, '{');
+            coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
+            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+        }
+        break;
+    case COAI_EXEC_WRITE:
+        if (!coai__oa_find_tool(tools, count, n_write, &idx)) return 0;
+        t = &tools[idx];
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, coai__oa_param(t, p_file), ex->path);
+        coai__oa_arg(b, coai__oa_param(t, p_content), ex->content);
+        break;
+    case COAI_EXEC_MCP: {
+        size_t i;
+        for (i = 0; i < count; i++)
+            if (coai__oa_str_same(tools[i].name, ex->tool_name)) break;
+        if (i == count || ex->tool_name.len == 0) return 0;
+        idx = i;
+        if (ex->args_json.len) coai_buf_append(b, ex->args_json.ptr, ex->args_json.len);
+        else coai_buf_puts(b, "{}");
+        tc->tool = idx;
+        return b->err ? -1 : 1;
+    }
+    default:
+        return 0;
+    }
+    coai_buf_putc(b, '}');
+    tc->tool = idx;
+    return b->err ? -1 : 1;
+}
+
+/* ---- coai_reply ---------------------------------------------------------- */
+
+struct coai_reply_kv {
+    unsigned char *mem;        /* id bytes followed by data bytes */
+    size_t id_len, n;
+};
+
+#define COAI__OA_KV_OVERHEAD 64   /* bytes charged per blob on top of id + data */
+
+void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req)
+{
+    o->stream = req->stream;
+    o->include_usage = req->include_usage;
+    o->tools = req->tool_count ? req->tools : NULL;
+    o->tool_count = req->tool_count;
+    o->session_id = req->session_id;
+    o->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
+    o->prompt.len = req->prompt.len;
+}
+
+static int coai__oa_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+/* Append the [A-Za-z0-9] characters of s, at most max of them; returns the count. */
+static size_t coai__oa_alnum_append(coai_buf *b, coai_str s, size_t max)
+{
+    size_t i, k = 0;
+    for (i = 0; i < s.len && k < max; i++)
+        if (coai__oa_alnum(s.ptr[i])) { coai_buf_putc(b, s.ptr[i]); k++; }
+    return k;
+}
+
+int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
+{
+    size_t i, k = 0;
+    memset(r, 0, sizeof *r);
+    if (!o || !o->send || !o->completion_id.len || !o->model.len) return COAI_ERR_INVALID;
+    r->o_ = *o;
+    if (!r->o_.max_kv_bytes) r->o_.max_kv_bytes = COAI_MAX_KV_BYTES;
+    if (!r->o_.tools) r->o_.tool_count = 0;
+    for (i = 0; i < o->session_id.len && k < 32; i++)
+        if (coai__oa_alnum(o->session_id.ptr[i])) r->session_[k++] = o->session_id.ptr[i];
+    if (!k) {
+        /* No session id given: the completion id's hex is unique per response too. */
+        coai_str c = o->completion_id;
+        if (c.len > 9 && memcmp(c.ptr, "chatcmpl-", 9) == 0) { c.ptr += 9; c.len -= 9; }
+        for (i = 0; i < c.len && k < 12; i++)
+            if (coai__oa_alnum(c.ptr[i])) r->session_[k++] = c.ptr[i];
+        if (!k) r->session_[k++] = '0';
+    }
+    r->session_[k] = 0;
+    r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+                    o->stream ? "chat.completion.chunk" : "chat.completion",
+                    (long long)o->created);
+    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+    if (r->prefix_.err || coai_buf_reserve(&r->out, 0)) {
+        coai_reply_free(r);
+        return COAI_ERR_NOMEM;
+    }
+    return 0;
+}
+
+void coai_reply_free(coai_reply *r)
+{
+    size_t i;
+    for (i = 0; i < r->kv_count_; i++) free(r->kv_[i].mem);
+    free(r->kv_);
+    coai_buf_free(&r->out);
+    coai_buf_free(&r->prefix_);
+    coai_buf_free(&r->content_);
+    coai_buf_free(&r->reasoning_);
+    coai_buf_free(&r->scratch_);
+    coai_buf_free(&r->tmp_);
+    coai_buf_free(&r->tc_id_);
+    coai_buf_free(&r->tc_name_);
+    coai_buf_free(&r->tc_args_);
+    coai_buf_free(&r->fallback_);
+    memset(r, 0, sizeof *r);
+}
+
+int coai_reply_started(const coai_reply *r) { return r->committed_; }
+int coai_reply_done(const coai_reply *r) { return r->done_; }
+int coai_reply_status(const coai_reply *r) { return r->status_ ? r->status_ : 200; }
+
+int coai_reply_head(const coai_reply *r, coai_buf *out)
+{
+    int sse = r->o_.stream && coai_reply_status(r) == 200;
+    coai_buf_puts(out, sse ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                           : "Content-Type: application/json\r\n");
+    if (r->error.status && r->error.no_retry) coai_buf_puts(out, "x-should-retry: false\r\n");
+    if (r->error.status && r->error.retry_after > 0)
+        coai_buf_printf(out, "Retry-After: %d\r\n", r->error.retry_after);
+    return out->err ? -1 : 0;
+}
+
+static int coai__oa_out_result(coai_reply *r)
+{
+    return r->out.err ? COAI_ERR_NOMEM : (r->done_ ? COAI_DONE : COAI_OK);
+}
+
+static void coai__oa_chunk_begin(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "data: ");
+    coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(&r->out, ",\"choices\":[{\"index\":0,\"delta\":");
+}
+
+static void coai__oa_chunk_end(coai_reply *r, const char *finish)
+{
+    coai_buf_puts(&r->out, ",\"finish_reason\":");
+    coai_buf_puts(&r->out, finish ? finish : "null");
+    coai_buf_puts(&r->out, "}]");
+    if (r->o_.include_usage) coai_buf_puts(&r->out, ",\"usage\":null");
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+static void coai__oa_usage(const coai_reply *r, coai_buf *b)
+{
+    int64_t c, p;
+    c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
+    p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
+    coai_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
+                    "\"total_tokens\":%lld}", (long long)p, (long long)c, (long long)(p + c));
+}
+
+/* The first client byte: from here on errors are in-band. */
+static void coai__oa_commit(coai_reply *r)
+{
+    if (r->committed_) return;
+    r->committed_ = 1;
+    r->status_ = 200;
+    if (r->o_.stream) {
+        coai__oa_chunk_begin(r);
+        coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
+        coai__oa_chunk_end(r, NULL);
+    }
+}
+
+static int coai__oa_fail(coai_reply *r, const coai_error *e)
+{
+    if (r->done_) return COAI_DONE;
+    r->error = *e;
+    if (!r->error.status) r->error.status = 502;
+    if (!r->error.type) r->error.type = "upstream_error";
+    if (!r->committed_) {
+        r->committed_ = 1;
+        r->status_ = r->error.status;
+        coai_buf_reset(&r->out);
+        coai_error_write(&r->out, &r->error);
+    } else if (r->o_.stream) {
+        coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
+        coai__oa_json_cstr(&r->out, r->error.message);
+        coai_buf_puts(&r->out, ",\"type\":");
+        coai__oa_json_cstr(&r->out, r->error.type);
+        coai_buf_puts(&r->out, ",\"code\":");
+        coai__oa_json_cstr(&r->out, r->error.code);
+        coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
+    }
+    r->done_ = 1;
+    return coai__oa_out_result(r);
+}
+
+static int coai__oa_fail_nomem(coai_reply *r)
+{
+    coai_error e;
+    coai_error_set(&e, 500, "server_error", NULL, NULL, "Out of memory in the proxy");
+    coai__oa_fail(r, &e);
+    return COAI_ERR_NOMEM;
+}
+
+/* Emit text that is already cut at a character boundary (ch 0 content, 1 reasoning). */
+static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
+{
+    if (!n) return;
+    r->completion_units_ += coai__oa_utf16_len(s, n);
+    if (ch == 0) r->text_streamed_ = 1;
+    if (r->o_.stream) {
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
+        coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
+        coai_json_str_append(&r->out, s, n);
+        coai_buf_putc(&r->out, '}');
+        coai__oa_chunk_end(r, NULL);
+    } else {
+        coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
+    }
+}
+
+/* Bytes at the end of p[0..n) that start a character the next delta completes. */
+static size_t coai__oa_utf8_tail(const unsigned char *p, size_t n)
+{
+    size_t i;
+    for (i = n > 3 ? n - 3 : 0; i < n; i++)
+        if (p[i] >= 0xc2 && coai__utf8_seq(p + i, n - i) == -1) return n - i;
+    return 0;
+}
+
+static int coai__oa_text(coai_reply *r, int ch, coai_str t)
+{
+    size_t hold, total;
+    if (!t.len) return COAI_OK;
+    coai_buf_reset(&r->tmp_);
+    coai_buf_append(&r->tmp_, r->carry_[ch], r->carry_len_[ch]);
+    coai_buf_append(&r->tmp_, t.ptr, t.len);
+    if (r->tmp_.err) return coai__oa_fail_nomem(r);
+    total = r->tmp_.len;
+    hold = coai__oa_utf8_tail(r->tmp_.data, total);
+    memcpy(r->carry_[ch], r->tmp_.data + total - hold, hold);
+    r->carry_len_[ch] = hold;
+    coai__oa_emit(r, ch, (const char *)r->tmp_.data, total - hold);
+    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+    return COAI_OK;
+}
+
+/* A character still cut off when the text ends is emitted as is (U+FFFD). */
+static void coai__oa_flush_carry(coai_reply *r)
+{
+    int ch;
+    for (ch = 1; ch >= 0; ch--) {
+        if (!r->carry_len_[ch]) continue;
+        coai__oa_emit(r, ch, (const char *)r->carry_[ch], r->carry_len_[ch]);
+        r->carry_len_[ch] = 0;
+    }
+}
+
+static void coai__oa_completion(coai_reply *r, const char *finish)
+{
+    coai_buf *o = &r->out;
+    coai_buf_append(o, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    if (r->has_tool_call_ && !r->content_.len) coai_buf_puts(o, "null");
+    else coai_json_str_append(o, r->content_.data ? (const char *)r->content_.data : "",
+                              r->content_.len);
+    if (r->reasoning_.len) {
+        coai_buf_puts(o, ",\"reasoning_content\":");
+        coai_json_str_append(o, (const char *)r->reasoning_.data, r->reasoning_.len);
+    }
+    if (r->has_tool_call_) {
+        coai_buf_puts(o, ",\"tool_calls\":[{\"id\":");
+        coai_json_str_append(o, (const char *)r->tc_id_.data, r->tc_id_.len);
+        coai_buf_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
+        coai_json_str_append(o, (const char *)r->tc_name_.data, r->tc_name_.len);
+        coai_buf_puts(o, ",\"arguments\":");
+        coai_json_str_append(o, (const char *)r->tc_args_.data, r->tc_args_.len);
+        coai_buf_puts(o, "}}]");
+    }
+    coai_buf_printf(o, "},\"finish_reason\":\"%s\"}],\"usage\":", finish);
+    coai__oa_usage(r, o);
+    coai_buf_putc(o, '}');
+}
+
+static void coai__oa_stream_tail(coai_reply *r)
+{
+    if (r->o_.include_usage) {
+        coai_buf_puts(&r->out, "data: ");
+        coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
+        coai_buf_puts(&r->out, ",\"choices\":[],\"usage\":");
+        coai__oa_usage(r, &r->out);
+        coai_buf_puts(&r->out, "}\n\n");
+    }
+    coai_buf_puts(&r->out, "data: [DONE]\n\n");
+}
+
+/* Normal end of the turn. */
+static int coai__oa_finish(coai_reply *r)
+{
+    if (r->done_) return COAI_DONE;
+    coai__oa_flush_carry(r);
+    if (!r->text_streamed_ && r->fallback_.len) {
+        size_t i = 0;
+        while (i + 4 <= r->fallback_.len) {
+            const unsigned char *p = r->fallback_.data + i;
+            size_t n = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+            if (n > r->fallback_.len - i - 4) break;
+            coai__oa_emit(r, 0, (const char *)p + 4, n);
+            i += 4 + n;
+        }
+    }
+    if (r->o_.stream) {
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
+        coai_buf_puts(&r->out, "{},\"finish_reason\":\"stop\"}]");
+        if (r->o_.include_usage) {
+            coai_buf_puts(&r->out, ",\"usage\":null");
+        } else {
+            coai_buf_puts(&r->out, ",\"usage\":");
+            coai__oa_usage(r, &r->out);
+        }
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__oa_stream_tail(r);
+    } else {
+        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+        r->committed_ = 1;
+        r->status_ = 200;
+        coai__oa_completion(r, "stop");
+    }
+    r->done_ = 1;
+    return coai__oa_out_result(r);
+}
+
+static int coai__oa_send(coai_reply *r)
+{
+    coai_error e;
+    if (r->scratch_.err) return coai__oa_fail_nomem(r);
+    if (r->o_.send(r->o_.send_user, r->scratch_.data, r->scratch_.len) == 0) return COAI_OK;
+    coai_error_set(&e, 502, "upstream_error", "upstream_error", NULL,
+                   "Could not deliver a reply to Cursor (BidiAppend failed)");
+    return coai__oa_fail(r, &e);
+}
+
+static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
+{
+    coai_str b;
+    coai_buf *id = &r->tc_id_;
+    const coai_tool *t = &r->o_.tools[tc->tool];
+    coai__oa_flush_carry(r);
+    coai_buf_reset(id);
+    coai_buf_puts(id, "sess_");
+    coai_buf_puts(id, r->session_);
+    coai_buf_puts(id, "__call_");
+    b = ex->kind == COAI_EXEC_MCP ? ex->tool_call_id : ex->exec_id;
+    if (!coai__oa_alnum_append(id, b, 32) && !coai__oa_alnum_append(id, ex->exec_id, 32))
+        coai_buf_printf(id, "%lu", (unsigned long)ex->id);
+    coai_buf_reset(&r->tc_name_);
+    coai_buf_append(&r->tc_name_, t->name.ptr, t->name.len);
+    coai_buf_reset(&r->tc_args_);
+    coai_buf_append(&r->tc_args_, tc->args.data, tc->args.len);
+    if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__oa_fail_nomem(r);
+    r->has_tool_call_ = 1;
+    r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
+                            + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
+    if (r->o_.stream) {
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
+        coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
+        coai_json_str_append(&r->out, (const char *)id->data, id->len);
+        coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
+        coai_json_str_append(&r->out, t->name.ptr, t->name.len);
+        coai_buf_puts(&r->out, ",\"arguments\":");
+        coai_json_str_append(&r->out, (const char *)tc->args.data, tc->args.len);
+        coai_buf_puts(&r->out, "}}]}");
+        coai__oa_chunk_end(r, NULL);
+        coai__oa_chunk_begin(r);
+        coai_buf_puts(&r->out, "{}");
+        coai__oa_chunk_end(r, "\"tool_calls\"");
+        coai__oa_stream_tail(r);
+    } else {
+        r->committed_ = 1;
+        r->status_ = 200;
+        coai__oa_completion(r, "tool_calls");
+    }
+    r->done_ = 1;
+    return coai__oa_out_result(r);
+}
+
+static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
+{
+    coai_tool_call tc;
+    coai_str ws = r->o_.env ? r->o_.env->workspace : coai_str_c("");
+    int m, rc;
+    if (ex->kind == COAI_EXEC_REQUEST_CONTEXT) {
+        coai_run_params dflt;
+        memset(&dflt, 0, sizeof dflt);
+        coai_buf_reset(&r->scratch_);
+        coai_encode_exec_request_context(&r->scratch_, ex->id, ex->exec_id,
+                                         r->o_.env ? r->o_.env : &dflt);
+        if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+        coai_buf_reset(&r->scratch_);
+        coai_encode_exec_stream_close(&r->scratch_, ex->id);
+        return coai__oa_send(r);
+    }
+    memset(&tc, 0, sizeof tc);
+    m = coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
+    if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
+    if (m > 0) {
+        rc = coai__oa_tool_call(r, ex, &tc);
+        coai_buf_free(&tc.args);
+        return rc;
+    }
+    coai_buf_free(&tc.args);
+    /* Nothing is ever run on the proxy host: refuse, so the model can carry on. */
+    r->rejected++;
+    coai_buf_reset(&r->scratch_);
+    coai_encode_exec_reject(&r->scratch_, ex, coai_str_c(
+        "This tool is not available here: the client did not provide a matching tool. "
+        "Use one of the provided tools instead."));
+    if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+    if (!coai_exec_reject_is_result((int)ex->kind)) return COAI_OK;
+    coai_buf_reset(&r->scratch_);
+    coai_encode_exec_stream_close(&r->scratch_, ex->id);
+    return coai__oa_send(r);
+}
+
+/* ---- KV store and the §9 assistant-text fallback ---- */
+
+static int coai__oa_keep_text(coai_reply *r, const char *s, size_t n)
+{
+    unsigned char len[4];
+    if (!n || n > 0xffffffffu) return 0;
+    if (n + 4 > r->o_.max_kv_bytes - r->kv_bytes_) return -1;
+    len[0] = (unsigned char)(n >> 24); len[1] = (unsigned char)(n >> 16);
+    len[2] = (unsigned char)(n >> 8); len[3] = (unsigned char)n;
+    coai_buf_append(&r->fallback_, len, 4);
+    coai_buf_append(&r->fallback_, s, n);
+    r->kv_bytes_ += n + 4;
+    return r->fallback_.err ? -1 : 0;
+}
+
+static int coai__oa_kv_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
+{
+    int shift = 0;
+    *v = 0;
+    while (*i < n && shift < 64) {
+        unsigned char c = p[(*i)++];
+        *v |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) return 0;
+        shift += 7;
+    }
+    return -1;
+}
+
+/* Walk top-level protobuf fields; keep=0 only validates. Returns the field count or -1. */
+static int coai__oa_kv_pbscan(coai_reply *r, const unsigned char *p, size_t n, int keep)
+{
+    size_t i = 0;
+    int count = 0;
+    while (i < n) {
+        uint64_t key, v;
+        if (coai__oa_kv_varint(p, n, &i, &key) || (key >> 3) == 0 || ++count > 99) return -1;
+        switch (key & 7) {
+        case 0: if (coai__oa_kv_varint(p, n, &i, &v)) return -1; break;
+        case 1: if (n - i < 8) return -1; i += 8; break;
+        case 5: if (n - i < 4) return -1; i += 4; break;
+        case 2:
+            if (coai__oa_kv_varint(p, n, &i, &v) || v > n - i) return -1;
+            if (keep && v > 0 && coai_utf8_valid_prefix((const char *)p + i, (size_t)v) == v
+                && coai__oa_utf16_len((const char *)p + i, (size_t)v) > 50
+                && p[i] != '{' && p[i] != '[')
+                if (coai__oa_keep_text(r, (const char *)p + i, (size_t)v)) return -2;
+            i += (size_t)v;
+            break;
+        default: return -1;
+        }
+    }
+    return count;
+}
+
+static int coai__oa_keep_json(coai_reply *r, const cJSON *s)
+{
+    coai_str t = coai__oa_jstr(s);
+    return coai__oa_keep_text(r, t.ptr, t.len);
+}
+
+/* Remember assistant text a blob carries (spec §9). -1 = over the store budget. */
+static int coai__oa_kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
+{
+    size_t i = 0;
+    int rc = 0;
+    if (coai_utf8_valid_prefix((const char *)p, n) == n) {
+        cJSON *j;
+        const cJSON *c, *e, *msgs;
+        while (i < n && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' || p[i] == '\t')) i++;
+        if (i == n || p[i] != '{') return 0;
+        j = cJSON_ParseWithLength((const char *)p, n);
+        if (!j) return 0;
+        if (coai__oa_role_is(j, "assistant")) {
+            c = coai__oa_get(j, "content");
+            if (cJSON_IsString(c)) rc |= coai__oa_keep_json(r, c);
+            else if (cJSON_IsArray(c)) {
+                cJSON_ArrayForEach(e, c) {
+                    const cJSON *ty = coai__oa_get(e, "type");
+                    if (cJSON_IsString(e)) rc |= coai__oa_keep_json(r, e);
+                    else if (cJSON_IsString(ty) && strcmp(ty->valuestring, "text") == 0)
+                        rc |= coai__oa_keep_json(r, coai__oa_get(e, "text"));
+                }
+            }
+        }
+        msgs = coai__oa_get(j, "messages");
+        if (cJSON_IsArray(msgs)) {
+            cJSON_ArrayForEach(e, msgs) {
+                if (coai__oa_role_is(e, "assistant"))
+                    rc |= coai__oa_keep_json(r, coai__oa_get(e, "content"));
+            }
+        }
+        cJSON_Delete(j);
+        return rc ? -1 : 0;
+    }
+    rc = coai__oa_kv_pbscan(r, p, n, 0);
+    if (rc < 1) return 0;
+    return coai__oa_kv_pbscan(r, p, n, 1) == -2 ? -1 : 0;
+}
+
+static int coai__oa_kv_limit(coai_reply *r)
+{
+    coai_error e;
+    coai_error_set(&e, 502, "upstream_error", "kv_store_limit", NULL,
+                   "Cursor stored more than %lu bytes of conversation state in one run "
+                   "(the COAI_MAX_KV_BYTES limit)", (unsigned long)r->o_.max_kv_bytes);
+    return coai__oa_fail(r, &e);
+}
+
+static coai_reply_kv *coai__oa_kv_find(coai_reply *r, coai_str id)
+{
+    size_t i;
+    for (i = 0; i < r->kv_count_; i++)
+        if (r->kv_[i].id_len == id.len && memcmp(r->kv_[i].mem, id.ptr, id.len) == 0)
+            return &r->kv_[i];
+    return NULL;
+}
+
+static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
+{
+    coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    size_t need = m->blob_id.len + m->blob_data.len + COAI__OA_KV_OVERHEAD;
+    size_t freed = e ? e->id_len + e->n + COAI__OA_KV_OVERHEAD : 0;
+    unsigned char *mem;
+    int changed = 1;
+    size_t base = r->kv_bytes_ - freed;
+    if (need < m->blob_data.len || need > r->o_.max_kv_bytes
+        || base > r->o_.max_kv_bytes - need)
+        return coai__oa_kv_limit(r);
+    if (e && e->n == m->blob_data.len
+        && (e->n == 0 || memcmp(e->mem + e->id_len, m->blob_data.ptr, e->n) == 0)) {
+        changed = 0;
+    } else {
+        mem = (unsigned char *)malloc(need - COAI__OA_KV_OVERHEAD + 1);
+        if (!mem) return coai__oa_fail_nomem(r);
+        if (m->blob_id.len) memcpy(mem, m->blob_id.ptr, m->blob_id.len);
+        if (m->blob_data.len) memcpy(mem + m->blob_id.len, m->blob_data.ptr, m->blob_data.len);
+        if (!e) {
+            if (r->kv_count_ == r->kv_cap_) {
+                size_t nc = r->kv_cap_ ? r->kv_cap_ * 2 : 8;
+                coai_reply_kv *nk = (coai_reply_kv *)realloc(r->kv_, nc * sizeof *nk);
+                if (!nk) { free(mem); return coai__oa_fail_nomem(r); }
+                r->kv_ = nk;
+                r->kv_cap_ = nc;
+            }
+            e = &r->kv_[r->kv_count_++];
+        } else {
+            free(e->mem);
+        }
+        e->mem = mem;
+        e->id_len = m->blob_id.len;
+        e->n = m->blob_data.len;
+        r->kv_bytes_ = r->kv_bytes_ - freed + need;
+    }
+    if (changed && coai__oa_kv_analyze(r, e->mem + e->id_len, e->n)) return coai__oa_kv_limit(r);
+    coai_buf_reset(&r->scratch_);
+    coai_encode_kv_set_result(&r->scratch_, m->id);
+    return coai__oa_send(r);
+}
+
+static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
+{
+    const coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    coai_buf_reset(&r->scratch_);
+    coai_encode_kv_get_result(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
+                              e ? e->n : 0, e != NULL);
+    return coai__oa_send(r);
+}
+
+int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
+{
+    if (r->done_) return COAI_DONE;
+    if (!m) return COAI_OK;
+    switch (m->kind) {
+    case COAI_MSG_TEXT: return coai__oa_text(r, 0, m->text);
+    case COAI_MSG_THINKING: return coai__oa_text(r, 1, m->text);
+    case COAI_MSG_TOKENS:
+        if (m->value > 0 && m->value < 1000000000) {
+            r->token_sum_ += m->value;
+            r->have_token_delta_ = 1;
+        }
+        return COAI_OK;
+    case COAI_MSG_CHECKPOINT:
+        if (m->value > 0 && m->value < 1000000000000LL) r->used_tokens_ = m->value;
+        return COAI_OK;
+    case COAI_MSG_TURN_ENDED: return coai__oa_finish(r);
+    case COAI_MSG_EXEC: return coai__oa_exec(r, &m->exec);
+    case COAI_MSG_KV_SET: return coai__oa_kv_set(r, m);
+    case COAI_MSG_KV_GET: return coai__oa_kv_get(r, m);
+    case COAI_MSG_QUERY: r->queries++; return COAI_OK;
+    default: return COAI_OK;   /* heartbeats, announcements, steps, aborts */
+    }
+}
+
+int coai_reply_feed_status(coai_reply *r, const coai_status *st)
+{
+    coai_error e;
+    if (r->done_) return COAI_DONE;
+    coai_error_from_status(st, &e);
+    if (!e.status) { r->status_ok_ = 1; return COAI_OK; }
+    return coai__oa_fail(r, &e);
+}
+
+int coai_reply_feed_eof(coai_reply *r)
+{
+    coai_error e;
+    if (r->done_) return COAI_DONE;
+    if (r->status_ok_) return coai__oa_finish(r);
+    coai_error_set(&e, 502, "upstream_error", "upstream_truncated", NULL,
+                   "The Cursor stream ended before the end of the turn");
+    return coai__oa_fail(r, &e);
+}
+
+int coai_reply_feed_error(coai_reply *r, const coai_error *e)
+{
+    coai_error d;
+    if (!e) {
+        coai_error_set(&d, 502, "upstream_error", "upstream_error", NULL,
+                       "Connection to Cursor failed");
+        e = &d;
+    }
+    return coai__oa_fail(r, e);
+}
+
+int coai_reply_fail_timeout(coai_reply *r)
+{
+    coai_error e;
+    coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
+                   "Cursor sent nothing for too long (upstream idle timeout)");
+    return coai__oa_fail(r, &e);
+}
+
+int coai_reply_keepalive(coai_reply *r)
+{
+    if (r->done_) return COAI_DONE;
+    if (!r->o_.stream) return COAI_OK;
+    coai__oa_commit(r);
+    coai_buf_puts(&r->out, ": keepalive\n\n");
+    return coai__oa_out_result(r);
+}
 /* PART:OPENAI impl end */
 
 #endif /* CURSOR_OAI_IMPLEMENTATION */
