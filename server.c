@@ -1303,8 +1303,9 @@ static int route_of(coai_str path)
 }
 
 /* Read the request body into c->body. The head is in[0..hl); body bytes already received
- * follow it. On return in[] holds only the bytes after the body (the next request).
- * 0 ok, else the HTTP status to answer (the connection then closes). */
+ * follow it. On return in[] holds only the bytes after the body (the next request), so the
+ * views in c->rq are dead from here on. 0 ok, else the HTTP status to answer (the connection
+ * then closes). */
 static int read_body(struct conn *c, size_t hl)
 {
     coai_http_request *rq = &c->rq;
