@@ -1,0 +1,2501 @@
+/* server.c - cursor-oai: an OpenAI-compatible HTTP/1.1 server that talks to Cursor's Agent
+ * backend over HTTPS (BearSSL).
+ *
+ * This file only moves bytes: client sockets <-> cursor_oai.h <-> TLS sockets. Every parser
+ * (HTTP heads, chunked bodies, envelopes, protobuf, JSON, OpenAI logic) lives in the header,
+ * where it is tested and fuzzed. Threads: one detached thread per client connection; shared
+ * state (connection count, TLS pool, model cache, credentials) sits behind S.lock.
+ */
+#define _GNU_SOURCE
+#define CURSOR_OAI_IMPLEMENTATION
+#include "cursor_oai.h"
+
+#include <bearssl.h>
+#include <cJSON.h>
+#include <pb.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ======================================================================== */
+/* Limits and defaults                                                      */
+/* ======================================================================== */
+
+#define SRV_DEFAULT_LISTEN "127.0.0.1:18741"
+#define SRV_DEFAULT_API_URL "https://api2.cursor.sh"
+#define SRV_DEFAULT_CLIENT_VERSION "cli-2025.11.25-d5b3271"
+#define SRV_DEFAULT_MAX_CONNS 1024
+#define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
+#define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
+
+#define SRV_HEAD_MAX (32 * 1024)                  /* request head bytes -> 431 */
+#define SRV_BODY_MAX ((size_t)32 * 1024 * 1024)   /* request body bytes -> 413 */
+#define SRV_HEAD_TIMEOUT_MS 15000                 /* whole request head -> 408 */
+#define SRV_BODY_IDLE_MS 30000                    /* gap between body reads -> 408 */
+#define SRV_BODY_STEP (256 * 1024)                /* body buffer growth per read */
+#define SRV_KEEPALIVE_IDLE_MS 75000               /* idle keep-alive connection */
+#define SRV_SEND_TIMEOUT_MS 60000                 /* no write progress to a client */
+#define SRV_THREAD_STACK (512 * 1024)             /* cJSON recursion needs >= 256 KiB */
+#define SRV_EMFILE_PAUSE_MS 500                   /* accept() out of descriptors */
+#define SRV_SHUTDOWN_GRACE_MS 10000               /* SIGTERM: wait for in-flight requests */
+#define SRV_MAX_ALLOW 16                          /* --allow-host entries */
+#define SRV_TOKEN_MAX 8192                        /* access token bytes */
+#define SRV_LOG_LINE 2048                         /* one log line */
+
+#define UP_CONNECT_TIMEOUT_MS 10000               /* DNS excluded; TCP connect + TLS handshake */
+#define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
+#define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
+#define UP_RBUF 16384                             /* upstream raw read buffer */
+#define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
+#define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
+#define UP_POOL_MAX 16                            /* idle TLS connections kept */
+#define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
+#define UP_MODELS_TTL_MS 300000                   /* model list cache */
+
+#define CA_BUNDLE_MAX ((size_t)16 * 1024 * 1024)  /* PEM file size */
+
+/* ======================================================================== */
+/* State                                                                    */
+/* ======================================================================== */
+
+enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+struct upconn;
+
+static struct server {
+    /* configuration: written by main() before the first thread starts */
+    char listen_host[256];          /* --listen host part */
+    char listen_port[8];            /* --listen port part */
+    char up_host[256];              /* CURSOR_API_URL host (SNI + name check) */
+    char up_port[8];                /* CURSOR_API_URL port, default 443 */
+    char up_authority[300];         /* Host header value */
+    char up_prefix[256];            /* CURSOR_API_URL path prefix without trailing '/' */
+    const char *client_version;     /* CURSOR_CLIENT_VERSION */
+    const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
+    const char *ca_file;            /* PEM bundle path */
+    char workspace[PATH_MAX];       /* --workspace, default cwd */
+    char timezone[128];             /* IANA zone for x-cursor-timezone */
+    int log_level;                  /* --log-level */
+    const char *allow[SRV_MAX_ALLOW]; /* --allow-host names */
+    size_t allow_n;
+    int max_conns;                  /* --max-conns */
+    int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
+    int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
+    br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
+    size_t tas_n;
+    /* runtime */
+    int listen_fd;
+    int listen_loopback;            /* bound to a loopback address */
+    volatile sig_atomic_t stop;     /* SIGTERM/SIGINT seen */
+    int64_t stop_at;                /* mono ms when the accept loop saw stop */
+    pthread_mutex_t lock;           /* guards everything below */
+    pthread_cond_t idle;            /* signalled when conns drops */
+    int conns;                      /* client connections being served */
+    int rejecting;                  /* 503 answers in flight */
+    struct upconn *pool;            /* idle TLS connections */
+    int pool_n;
+    char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
+    coai_buf models;                /* cached GetUsableModels JSON */
+    int64_t models_at;              /* mono ms of the fetch, 0 = never */
+} S;
+
+/* ======================================================================== */
+/* Time, randomness, small helpers                                          */
+/* ======================================================================== */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int random_fill(void *p, size_t n)
+{
+    unsigned char *b = p;
+    while (n > 0) {
+        ssize_t r = getrandom(b, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) goto fallback;
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+fallback:
+    {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -1;
+        while (n > 0) {
+            ssize_t r = read(fd, b, n);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) { close(fd); return -1; }
+            b += r;
+            n -= (size_t)r;
+        }
+        close(fd);
+    }
+    return 0;
+}
+
+static int uuid_new(char out[37])
+{
+    unsigned char rnd[16];
+    if (random_fill(rnd, sizeof rnd)) return -1;
+    coai_uuid_format(out, rnd);
+    return 0;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (cap == 0) return;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+static const char *status_text(int st)
+{
+    switch (st) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 411: return "Length Required";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 499: return "Client Closed Request";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    }
+    return st < 300 ? "OK" : st < 500 ? "Client Error" : "Server Error";
+}
+
+/* ======================================================================== */
+/* Logging                                                                  */
+/* ======================================================================== */
+
+static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
+
+/* Cut every occurrence of `secret` out of line[0..*n). Callers never pass secrets to the
+ * logger; this is the backstop that keeps one from reaching stderr if a format slips. */
+static void log_redact(char *line, size_t *n, const char *secret)
+{
+    size_t sl = secret ? strlen(secret) : 0, i = 0;
+    static const char mark[] = "[redacted]";
+    if (sl < 8) return;      /* short strings would redact ordinary words */
+    while (i + sl <= *n) {
+        if (memcmp(line + i, secret, sl) == 0) {
+            size_t ml = sizeof mark - 1;
+            memmove(line + i + ml, line + i + sl, *n - i - sl);
+            memcpy(line + i, mark, ml);
+            *n = *n - sl + ml;
+            i += ml;
+        } else {
+            i++;
+        }
+    }
+}
+
+static void srv_log(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void srv_log(int level, const char *fmt, ...)
+{
+    char line[SRV_LOG_LINE + 64];
+    char tok[SRV_TOKEN_MAX];
+    struct tm tm;
+    time_t t;
+    size_t n;
+    int k;
+    va_list ap;
+    if (level > S.log_level) return;
+    t = time(NULL);
+    gmtime_r(&t, &tm);
+    n = strftime(line, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+    k = snprintf(line + n, 16, "%s ", LOG_NAMES[level]);
+    n += k > 0 ? (size_t)k : 0;
+    va_start(ap, fmt);
+    k = vsnprintf(line + n, SRV_LOG_LINE - n, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    n += (size_t)k < SRV_LOG_LINE - n ? (size_t)k : SRV_LOG_LINE - n - 1;
+    pthread_mutex_lock(&S.lock);
+    memcpy(tok, S.token, sizeof tok);
+    pthread_mutex_unlock(&S.lock);
+    log_redact(line, &n, tok);
+    log_redact(line, &n, S.api_key);
+    memset(tok, 0, sizeof tok);
+    line[n++] = '\n';
+    while (write(2, line, n) < 0 && errno == EINTR) {}
+}
+
+/* ======================================================================== */
+/* Credentials                                                              */
+/* ======================================================================== */
+
+/* The one place that knows where the upstream token comes from. Today: CURSOR_ACCESS_TOKEN.
+ * A credentials file (and refresh) plugs in here: load at start-up, refresh under S.lock. */
+static void cred_init(void)
+{
+    const char *t = getenv("CURSOR_ACCESS_TOKEN");
+    if (t && *t) copy_str(S.token, sizeof S.token, t, strlen(t));
+    if (!S.token[0])
+        srv_log(LOG_WARN, "no upstream credentials: set CURSOR_ACCESS_TOKEN; chat requests will "
+                "fail with 401 until then");
+}
+
+/* Copy the current token into out (cap bytes). Returns its length, 0 when there is none. */
+static size_t cred_token(char *out, size_t cap)
+{
+    size_t n;
+    pthread_mutex_lock(&S.lock);
+    n = strlen(S.token);
+    copy_str(out, cap, S.token, n);
+    pthread_mutex_unlock(&S.lock);
+    return n < cap ? n : 0;
+}
+
+/* ======================================================================== */
+/* Trust anchors (PEM bundle -> br_x509_trust_anchor array)                 */
+/* ======================================================================== */
+
+struct ta_build {
+    coai_buf der;           /* current certificate DER */
+    coai_buf dn;            /* current certificate subject DN */
+    int err;
+};
+
+static void ta_der_append(void *ctx, const void *p, size_t n)
+{
+    struct ta_build *b = ctx;
+    if (coai_buf_append(&b->der, p, n)) b->err = 1;
+}
+
+static void ta_dn_append(void *ctx, const void *p, size_t n)
+{
+    struct ta_build *b = ctx;
+    if (coai_buf_append(&b->dn, p, n)) b->err = 1;
+}
+
+static void *memdup(const void *p, size_t n)
+{
+    void *d = malloc(n ? n : 1);
+    if (d && n) memcpy(d, p, n);
+    return d;
+}
+
+/* Decode one DER certificate into a trust anchor. 0 added, 1 skipped, -1 out of memory. */
+static int ta_add(struct ta_build *b, br_x509_trust_anchor **tas, size_t *n, size_t *cap)
+{
+    br_x509_decoder_context dc;
+    const br_x509_pkey *pk;
+    br_x509_trust_anchor ta;
+    memset(&ta, 0, sizeof ta);
+    coai_buf_reset(&b->dn);
+    br_x509_decoder_init(&dc, ta_dn_append, b);
+    br_x509_decoder_push(&dc, b->der.data, b->der.len);
+    pk = br_x509_decoder_get_pkey(&dc);
+    if (!pk || b->err) return b->err ? -1 : 1;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        br_x509_trust_anchor *t = realloc(*tas, nc * sizeof *t);
+        if (!t) return -1;
+        *tas = t;
+        *cap = nc;
+    }
+    ta.dn.data = memdup(b->dn.data, b->dn.len);
+    ta.dn.len = b->dn.len;
+    ta.flags = br_x509_decoder_isCA(&dc) ? BR_X509_TA_CA : 0;
+    ta.pkey.key_type = pk->key_type;
+    if (pk->key_type == BR_KEYTYPE_RSA) {
+        ta.pkey.key.rsa.n = memdup(pk->key.rsa.n, pk->key.rsa.nlen);
+        ta.pkey.key.rsa.nlen = pk->key.rsa.nlen;
+        ta.pkey.key.rsa.e = memdup(pk->key.rsa.e, pk->key.rsa.elen);
+        ta.pkey.key.rsa.elen = pk->key.rsa.elen;
+        if (!ta.pkey.key.rsa.n || !ta.pkey.key.rsa.e) return -1;
+    } else if (pk->key_type == BR_KEYTYPE_EC) {
+        ta.pkey.key.ec.curve = pk->key.ec.curve;
+        ta.pkey.key.ec.q = memdup(pk->key.ec.q, pk->key.ec.qlen);
+        ta.pkey.key.ec.qlen = pk->key.ec.qlen;
+        if (!ta.pkey.key.ec.q) return -1;
+    } else {
+        free(ta.dn.data);
+        return 1;
+    }
+    if (!ta.dn.data) return -1;
+    (*tas)[(*n)++] = ta;
+    return 0;
+}
+
+/* Load every CERTIFICATE of a PEM file. Returns the number of anchors, -1 on failure. */
+static long ta_load(const char *path, br_x509_trust_anchor **out)
+{
+    br_pem_decoder_context pc;
+    struct ta_build b;
+    br_x509_trust_anchor *tas = NULL;
+    size_t n = 0, cap = 0, off = 0, len = 0;
+    unsigned char *file = NULL;
+    int fd = -1, in_cert = 0;
+    struct stat st;
+    memset(&b, 0, sizeof b);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) < 0) goto fail;
+    if (st.st_size <= 0 || (size_t)st.st_size > CA_BUNDLE_MAX) { errno = EFBIG; goto fail; }
+    file = malloc((size_t)st.st_size);
+    if (!file) goto fail;
+    while (len < (size_t)st.st_size) {
+        ssize_t r = read(fd, file + len, (size_t)st.st_size - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    br_pem_decoder_init(&pc);
+    while (off < len) {
+        off += br_pem_decoder_push(&pc, file + off, len - off);
+        switch (br_pem_decoder_event(&pc)) {
+        case BR_PEM_BEGIN_OBJ:
+            in_cert = strcmp(br_pem_decoder_name(&pc), "CERTIFICATE") == 0
+                   || strcmp(br_pem_decoder_name(&pc), "X509 CERTIFICATE") == 0;
+            coai_buf_reset(&b.der);
+            br_pem_decoder_setdest(&pc, in_cert ? ta_der_append : NULL, &b);
+            break;
+        case BR_PEM_END_OBJ:
+            if (in_cert && ta_add(&b, &tas, &n, &cap) < 0) { errno = ENOMEM; goto fail; }
+            in_cert = 0;
+            break;
+        case BR_PEM_ERROR:
+            errno = EINVAL;
+            goto fail;
+        default:
+            break;
+        }
+    }
+    free(file);
+    close(fd);
+    coai_buf_free(&b.der);
+    coai_buf_free(&b.dn);
+    *out = tas;
+    return (long)n;
+fail:
+    /* start-up failure: the process exits, anchors already built are left to it */
+    free(file);
+    if (fd >= 0) close(fd);
+    coai_buf_free(&b.der);
+    coai_buf_free(&b.dn);
+    free(tas);
+    return -1;
+}
+
+static const char *ca_bundle_path(void)
+{
+    static const char *const paths[] = {
+        "/etc/ssl/certs/ca-certificates.crt",
+        "/etc/pki/tls/certs/ca-bundle.crt",
+        "/etc/ssl/cert.pem",
+    };
+    const char *env = getenv("SSL_CERT_FILE");
+    size_t i;
+    if (env && *env) return env;
+    for (i = 0; i < sizeof paths / sizeof paths[0]; i++)
+        if (access(paths[i], R_OK) == 0) return paths[i];
+    return NULL;
+}
+
+/* ======================================================================== */
+/* Client sockets                                                           */
+/* ======================================================================== */
+
+/* Write all of p to a client socket. Gives up after SRV_SEND_TIMEOUT_MS without progress.
+ * 0 ok, -1 the client is gone or stuck. */
+static int fd_write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+        if (w > 0) { b += w; n -= (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pf = { fd, POLLOUT, 0 };
+            int r = poll(&pf, 1, SRV_SEND_TIMEOUT_MS);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0 || (pf.revents & (POLLERR | POLLHUP | POLLNVAL))) return -1;
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* Read what is available from a client socket, waiting at most until deadline (mono ms).
+ * Returns bytes read, 0 on EOF, -1 on error, -2 on timeout. */
+static ssize_t fd_read_until(int fd, void *p, size_t n, int64_t deadline)
+{
+    for (;;) {
+        struct pollfd pf = { fd, POLLIN, 0 };
+        int64_t left = deadline - mono_ms();
+        ssize_t r;
+        int pr;
+        if (left <= 0) return -2;
+        pr = poll(&pf, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (pr < 0 && errno == EINTR) continue;
+        if (pr < 0) return -1;
+        if (pr == 0) return -2;
+        r = recv(fd, p, n, 0);
+        if (r >= 0) return r;
+        if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+        return -1;
+    }
+}
+
+/* ======================================================================== */
+/* Upstream TLS connections (BearSSL over non-blocking sockets)             */
+/* ======================================================================== */
+
+enum { UPX_OK, UPX_CANCELLED, UPX_TIMEOUT, UPX_EOF, UPX_IO };
+enum { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_EOF };
+
+struct upconn {
+    struct upconn *next;            /* pool link */
+    int fd;
+    int reused;                     /* taken from the pool */
+    int64_t idle_since;             /* mono ms when parked in the pool */
+    int client_fd;                  /* watched while waiting: a client disconnect cancels */
+    short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
+    int64_t deadline;               /* mono ms: a wait past this fails with UPX_TIMEOUT */
+    int io_timeout_ms;              /* > 0: each byte received pushes the deadline this far */
+    int why;                        /* UPX_* reason of the last failed I/O */
+    int64_t last_tick;              /* mono ms of the last tick() call */
+    int (*tick)(void *);            /* called about once a second while waiting; -1 cancels */
+    void *tick_ctx;
+    /* the response being read */
+    int status;                     /* HTTP status, 0 before the head */
+    int body_mode;                  /* BODY_* */
+    uint64_t body_left;             /* BODY_LENGTH: bytes still to come */
+    int body_done;                  /* the body was read to its framed end */
+    int got_bytes;                  /* any response byte arrived on this exchange */
+    int must_close;                 /* Connection: close, or a body delimited by EOF */
+    coai_chunked_decoder cd;        /* BODY_CHUNKED state */
+    size_t rlen, roff;              /* raw bytes in rbuf, and how many are consumed */
+    unsigned char rbuf[UP_RBUF];    /* raw response bytes (TLS plaintext) */
+    br_ssl_client_context sc;
+    br_x509_minimal_context xc;
+    br_sslio_context io;
+    unsigned char iobuf[BR_SSL_BUFSIZE_BIDI];
+};
+
+static void up_err(coai_error *e, int status, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Fill an OpenAI error for a transport-level upstream failure. */
+static void up_err(coai_error *e, int status, const char *code, const char *fmt, ...)
+{
+    char msg[sizeof e->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    coai_error_set(e, status, status == 502 ? "upstream_error" : "server_error", code, NULL,
+                   "%s", msg);
+}
+
+static const char *tls_alert_name(int a)
+{
+    switch (a) {
+    case 0: return "close_notify";
+    case 10: return "unexpected_message";
+    case 20: return "bad_record_mac";
+    case 22: return "record_overflow";
+    case 40: return "handshake_failure";
+    case 42: return "bad_certificate";
+    case 43: return "unsupported_certificate";
+    case 44: return "certificate_revoked";
+    case 45: return "certificate_expired";
+    case 46: return "certificate_unknown";
+    case 47: return "illegal_parameter";
+    case 48: return "unknown_ca";
+    case 50: return "decode_error";
+    case 51: return "decrypt_error";
+    case 70: return "protocol_version";
+    case 71: return "insufficient_security";
+    case 80: return "internal_error";
+    case 90: return "user_canceled";
+    case 109: return "missing_extension";
+    case 112: return "unrecognized_name";
+    case 120: return "no_application_protocol";
+    }
+    return "unknown alert";
+}
+
+/* BearSSL error code -> words. *verify is set for certificate verification failures. */
+static void tls_err_text(int err, char *out, size_t cap, int *verify)
+{
+    static const struct { int code; const char *text; } T[] = {
+        { BR_ERR_BAD_PARAM, "BR_ERR_BAD_PARAM (bad parameter)" },
+        { BR_ERR_BAD_STATE, "BR_ERR_BAD_STATE (bad engine state)" },
+        { BR_ERR_UNSUPPORTED_VERSION,
+          "BR_ERR_UNSUPPORTED_VERSION (no TLS 1.2 from the server; is it TLS at all?)" },
+        { BR_ERR_BAD_VERSION, "BR_ERR_BAD_VERSION (unexpected TLS version)" },
+        { BR_ERR_BAD_LENGTH, "BR_ERR_BAD_LENGTH (bad record length)" },
+        { BR_ERR_TOO_LARGE, "BR_ERR_TOO_LARGE (record too large)" },
+        { BR_ERR_BAD_MAC, "BR_ERR_BAD_MAC (record MAC check failed)" },
+        { BR_ERR_NO_RANDOM, "BR_ERR_NO_RANDOM (no entropy source)" },
+        { BR_ERR_UNKNOWN_TYPE, "BR_ERR_UNKNOWN_TYPE (not TLS: plain HTTP on a TLS port?)" },
+        { BR_ERR_UNEXPECTED, "BR_ERR_UNEXPECTED (unexpected handshake message)" },
+        { BR_ERR_BAD_HANDSHAKE, "BR_ERR_BAD_HANDSHAKE (malformed handshake message)" },
+        { BR_ERR_BAD_CIPHER_SUITE, "BR_ERR_BAD_CIPHER_SUITE (no common cipher suite)" },
+        { BR_ERR_BAD_SNI, "BR_ERR_BAD_SNI (bad server name extension)" },
+        { BR_ERR_BAD_SIGNATURE, "BR_ERR_BAD_SIGNATURE (bad handshake signature)" },
+        { BR_ERR_WRONG_KEY_USAGE, "BR_ERR_WRONG_KEY_USAGE (server key usage mismatch)" },
+        { BR_ERR_IO, "BR_ERR_IO (I/O error or connection closed during TLS)" },
+        { BR_ERR_X509_INVALID_VALUE, "BR_ERR_X509_INVALID_VALUE (malformed certificate)" },
+        { BR_ERR_X509_TRUNCATED, "BR_ERR_X509_TRUNCATED (truncated certificate)" },
+        { BR_ERR_X509_EMPTY_CHAIN, "BR_ERR_X509_EMPTY_CHAIN (server sent no certificate)" },
+        { BR_ERR_X509_BAD_SIGNATURE, "BR_ERR_X509_BAD_SIGNATURE (certificate signature invalid)" },
+        { BR_ERR_X509_TIME_UNKNOWN, "BR_ERR_X509_TIME_UNKNOWN (no usable clock)" },
+        { BR_ERR_X509_EXPIRED, "BR_ERR_X509_EXPIRED (certificate expired or not yet valid)" },
+        { BR_ERR_X509_DN_MISMATCH, "BR_ERR_X509_DN_MISMATCH (broken certificate chain)" },
+        { BR_ERR_X509_BAD_SERVER_NAME,
+          "BR_ERR_X509_BAD_SERVER_NAME (certificate does not match the host name)" },
+        { BR_ERR_X509_CRITICAL_EXTENSION,
+          "BR_ERR_X509_CRITICAL_EXTENSION (unsupported critical extension)" },
+        { BR_ERR_X509_NOT_CA, "BR_ERR_X509_NOT_CA (chain certificate is not a CA)" },
+        { BR_ERR_X509_FORBIDDEN_KEY_USAGE, "BR_ERR_X509_FORBIDDEN_KEY_USAGE (key usage)" },
+        { BR_ERR_X509_WEAK_PUBLIC_KEY, "BR_ERR_X509_WEAK_PUBLIC_KEY (key too small)" },
+        { BR_ERR_X509_NOT_TRUSTED, "BR_ERR_X509_NOT_TRUSTED (certificate chain not trusted)" },
+    };
+    size_t i;
+    *verify = err >= BR_ERR_X509_OK && err < BR_ERR_RECV_FATAL_ALERT;
+    for (i = 0; i < sizeof T / sizeof T[0]; i++) {
+        if (T[i].code == err) {
+            snprintf(out, cap, "TLS error %d: %s", err, T[i].text);
+            return;
+        }
+    }
+    if (err >= BR_ERR_SEND_FATAL_ALERT)
+        snprintf(out, cap, "TLS error %d: sent fatal alert %d (%s)", err,
+                 err - BR_ERR_SEND_FATAL_ALERT, tls_alert_name(err - BR_ERR_SEND_FATAL_ALERT));
+    else if (err >= BR_ERR_RECV_FATAL_ALERT)
+        snprintf(out, cap, "TLS error %d: server sent fatal alert %d (%s)%s", err,
+                 err - BR_ERR_RECV_FATAL_ALERT, tls_alert_name(err - BR_ERR_RECV_FATAL_ALERT),
+                 err == BR_ERR_RECV_FATAL_ALERT + 70 ? "; the server may require TLS 1.3" : "");
+    else if (*verify)
+        snprintf(out, cap, "TLS error %d: certificate verification failed", err);
+    else
+        snprintf(out, cap, "TLS error %d", err);
+}
+
+/* 1 when the client connection is gone. Pipelined request bytes are not a disconnect.
+ * A client that half-closes its sending side counts as gone (as nginx does by default). */
+static int client_gone(struct upconn *c, short revents)
+{
+    char b;
+    ssize_t r;
+    if (revents & (POLLERR | POLLHUP | POLLNVAL)) return 1;
+    r = recv(c->client_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return 1;
+    if (r < 0) return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+    c->client_events = 0;
+    return 0;
+}
+
+/* Wait until the upstream socket is ready for `ev`. Also watches the client socket, the
+ * deadline, and calls tick() about once a second. 0 ready, -1 failed (c->why says why). */
+static int up_wait(struct upconn *c, short ev)
+{
+    for (;;) {
+        struct pollfd pf[2];
+        int64_t now = mono_ms(), left = c->deadline - now;
+        int n = 1, r;
+        if (c->tick && now - c->last_tick >= 1000) {
+            c->last_tick = now;
+            if (c->tick(c->tick_ctx) < 0) { c->why = UPX_CANCELLED; return -1; }
+        }
+        if (left <= 0) { c->why = UPX_TIMEOUT; return -1; }
+        pf[0].fd = c->fd;
+        pf[0].events = ev;
+        pf[0].revents = 0;
+        if (c->client_fd >= 0) {
+            pf[1].fd = c->client_fd;
+            pf[1].events = c->client_events;
+            pf[1].revents = 0;
+            n = 2;
+        }
+        r = poll(pf, (nfds_t)n, left > 1000 ? 1000 : (int)left);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { c->why = UPX_IO; return -1; }
+        if (n == 2 && pf[1].revents && client_gone(c, pf[1].revents)) {
+            c->why = UPX_CANCELLED;
+            return -1;
+        }
+        if (pf[0].revents) return 0;
+    }
+}
+
+static int up_low_read(void *ctx, unsigned char *buf, size_t len)
+{
+    struct upconn *c = ctx;
+    for (;;) {
+        ssize_t r = recv(c->fd, buf, len, 0);
+        if (r > 0) {
+            if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+            return (int)r;
+        }
+        if (r == 0) { c->why = UPX_EOF; return -1; }
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) { c->why = UPX_IO; return -1; }
+        if (up_wait(c, POLLIN) < 0) return -1;
+    }
+}
+
+static int up_low_write(void *ctx, const unsigned char *buf, size_t len)
+{
+    struct upconn *c = ctx;
+    for (;;) {
+        ssize_t w = send(c->fd, buf, len, MSG_NOSIGNAL);
+        if (w > 0) return (int)w;
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) { c->why = UPX_IO; return -1; }
+        if (up_wait(c, POLLOUT) < 0) return -1;
+    }
+}
+
+static void up_free(struct upconn *c)
+{
+    if (!c) return;
+    if (c->fd >= 0) close(c->fd);
+    free(c);
+}
+
+/* TCP connect to one address with a deadline. Returns the fd or -1 (errno set). */
+static int tcp_connect(const struct addrinfo *ai, int64_t deadline)
+{
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                    ai->ai_protocol);
+    int one = 1, err = 0;
+    socklen_t el = sizeof err;
+    if (fd < 0) return -1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+        if (errno != EINPROGRESS && errno != EINTR) goto fail;
+        for (;;) {
+            struct pollfd pf = { fd, POLLOUT, 0 };
+            int64_t left = deadline - mono_ms();
+            int r;
+            if (left <= 0) { errno = ETIMEDOUT; goto fail; }
+            r = poll(&pf, 1, (int)left);
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) goto fail;
+            if (r == 0) { errno = ETIMEDOUT; goto fail; }
+            break;
+        }
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0) goto fail;
+        if (err) { errno = err; goto fail; }
+    }
+    return fd;
+fail:
+    err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+}
+
+/* Open a new verified TLS 1.2 connection to the upstream. NULL with *e filled on failure. */
+static struct upconn *up_connect(coai_error *e)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    struct upconn *c = NULL;
+    int64_t deadline;
+    int r, fd = -1, err = 0, verify = 0;
+    char what[256];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    r = getaddrinfo(S.up_host, S.up_port, &hints, &res);
+    if (r != 0) {
+        up_err(e, 502, "upstream_unreachable", "cannot resolve upstream host %s: %s",
+                  S.up_host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+        return NULL;
+    }
+    deadline = mono_ms() + UP_CONNECT_TIMEOUT_MS;
+    for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = tcp_connect(ai, deadline);
+        if (fd < 0) err = errno;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        up_err(e, err == ETIMEDOUT ? 504 : 502,
+                  err == ETIMEDOUT ? "upstream_timeout" : "upstream_unreachable",
+                  "cannot connect to upstream %s:%s: %s", S.up_host, S.up_port, strerror(err));
+        return NULL;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        up_err(e, 500, "server_error", "out of memory");
+        return NULL;
+    }
+    c->fd = fd;
+    c->client_fd = -1;
+    c->deadline = deadline;
+    br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
+    br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
+    br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
+    /* The real host name, always: it is both the SNI and the name the certificate must match
+     * (a NULL here would silently switch off name verification). */
+    if (!br_ssl_client_reset(&c->sc, S.up_host, 0)) goto tls_fail;
+    br_sslio_init(&c->io, &c->sc.eng, up_low_read, c, up_low_write, c);
+    if (br_sslio_flush(&c->io) < 0) goto tls_fail;     /* runs the whole handshake */
+    return c;
+tls_fail:
+    err = br_ssl_engine_last_error(&c->sc.eng);
+    if (c->why == UPX_TIMEOUT) {
+        up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", S.up_host);
+    } else {
+        tls_err_text(err, what, sizeof what, &verify);
+        up_err(e, 502, verify ? "upstream_tls_verification_failed" : "upstream_tls_error",
+                  "TLS handshake with %s failed: %s", S.up_host, what);
+        e->no_retry = verify;
+    }
+    up_free(c);
+    return NULL;
+}
+
+/* A pooled connection is usable only if the server has sent nothing since (no EOF, no
+ * close_notify, no stray bytes). */
+static int up_alive(struct upconn *c)
+{
+    struct pollfd pf = { c->fd, POLLIN, 0 };
+    int r;
+    if (br_ssl_engine_current_state(&c->sc.eng) == BR_SSL_CLOSED) return 0;
+    do r = poll(&pf, 1, 0); while (r < 0 && errno == EINTR);
+    return r == 0;
+}
+
+/* A connection for one request: an idle pooled one, else a new one (fresh = 1 forces new). */
+static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
+{
+    struct upconn *c = NULL;
+    int64_t now = mono_ms();
+    while (!fresh) {
+        pthread_mutex_lock(&S.lock);
+        c = S.pool;
+        if (c) { S.pool = c->next; S.pool_n--; }
+        pthread_mutex_unlock(&S.lock);
+        if (!c) break;
+        if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
+            c->reused = 1;
+            break;
+        }
+        up_free(c);
+        c = NULL;
+    }
+    if (!c) c = up_connect(e);
+    if (!c) return NULL;
+    c->next = NULL;
+    c->client_fd = client_fd;
+    c->client_events = POLLIN;
+    c->tick = NULL;
+    c->tick_ctx = NULL;
+    c->why = UPX_OK;
+    c->status = 0;
+    c->body_mode = BODY_NONE;
+    c->body_done = 0;
+    c->got_bytes = 0;
+    c->must_close = 0;
+    c->rlen = c->roff = 0;
+    return c;
+}
+
+/* Close pooled connections idle for longer than UP_POOL_IDLE_MS (all of them when
+ * everything = 1). Called from the accept loop about twice a second. */
+static void pool_prune(int everything)
+{
+    struct upconn *dead = NULL, **pp, *c;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&S.lock);
+    for (pp = &S.pool; *pp;) {
+        c = *pp;
+        if (everything || now - c->idle_since >= UP_POOL_IDLE_MS) {
+            *pp = c->next;
+            S.pool_n--;
+            c->next = dead;
+            dead = c;
+        } else {
+            pp = &c->next;
+        }
+    }
+    pthread_mutex_unlock(&S.lock);
+    while (dead) {
+        c = dead;
+        dead = c->next;
+        up_free(c);
+    }
+}
+
+/* Done with a connection: park it if its last response was read to the end, else close it. */
+static void up_release(struct upconn *c)
+{
+    if (!c) return;
+    if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
+        && !S.stop) {
+        c->idle_since = mono_ms();
+        c->client_fd = -1;
+        c->tick = NULL;
+        pthread_mutex_lock(&S.lock);
+        if (S.pool_n < UP_POOL_MAX) {
+            c->next = S.pool;
+            S.pool = c;
+            S.pool_n++;
+            c = NULL;
+        }
+        pthread_mutex_unlock(&S.lock);
+    }
+    up_free(c);
+}
+
+/* Describe an I/O failure on c into e. `stage` names what was being done. */
+static void up_io_error(struct upconn *c, coai_error *e, const char *stage)
+{
+    char what[256];
+    int verify = 0, err = br_ssl_engine_last_error(&c->sc.eng);
+    switch (c->why) {
+    case UPX_CANCELLED:
+        up_err(e, 499, "client_closed", "client went away while %s", stage);
+        return;
+    case UPX_TIMEOUT:
+        up_err(e, 504, "upstream_timeout", "upstream timed out while %s", stage);
+        return;
+    case UPX_EOF:
+        up_err(e, 502, "upstream_truncated", "upstream closed the connection while %s",
+                  stage);
+        return;
+    default:
+        break;
+    }
+    if (err != BR_ERR_OK && err != BR_ERR_IO) {
+        tls_err_text(err, what, sizeof what, &verify);
+        up_err(e, 502, "upstream_tls_error", "%s while %s", what, stage);
+    } else {
+        up_err(e, 502, "upstream_unreachable", "upstream I/O error while %s", stage);
+    }
+}
+
+/* Send a request: head (already complete, ending in the blank line) then body. */
+static int up_send(struct upconn *c, const coai_buf *head, const void *body, size_t blen)
+{
+    c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+    c->io_timeout_ms = 0;
+    if (br_sslio_write_all(&c->io, head->data, head->len) < 0) return -1;
+    if (blen && br_sslio_write_all(&c->io, body, blen) < 0) return -1;
+    return br_sslio_flush(&c->io);
+}
+
+/* Read more raw response bytes into rbuf (compacting first). 1 got bytes, 0 EOF, -1 error. */
+static int up_fill(struct upconn *c)
+{
+    int n;
+    if (c->roff > 0) {
+        memmove(c->rbuf, c->rbuf + c->roff, c->rlen - c->roff);
+        c->rlen -= c->roff;
+        c->roff = 0;
+    }
+    if (c->rlen == sizeof c->rbuf) { c->why = UPX_IO; return -1; }
+    n = br_sslio_read(&c->io, c->rbuf + c->rlen, sizeof c->rbuf - c->rlen);
+    if (n < 0) {
+        int err = br_ssl_engine_last_error(&c->sc.eng);
+        /* close_notify (err 0), or a TCP EOF without it: the HTTP framing decides whether
+         * that was a clean end. */
+        if (err == BR_ERR_OK || (err == BR_ERR_IO && c->why == UPX_EOF)) return 0;
+        return -1;
+    }
+    c->rlen += (size_t)n;
+    c->got_bytes = 1;
+    return 1;
+}
+
+/* Read the response head. 0 ok (c->status and the body framing set), -1 with *e filled.
+ * Interim 1xx heads are skipped. */
+static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
+{
+    for (;;) {
+        coai_http_response rs;
+        long hl = c->rlen > c->roff
+                ? coai_http_parse_response((const char *)c->rbuf + c->roff, c->rlen - c->roff, &rs)
+                : COAI_MORE;
+        if (hl == COAI_MORE) {
+            int r;
+            if (c->rlen - c->roff >= UP_HEAD_MAX) {
+                up_err(e, 502, "upstream_protocol_error",
+                          "upstream response head too large while %s", stage);
+                return -1;
+            }
+            r = up_fill(c);
+            if (r == 0) {
+                c->why = UPX_EOF;
+                up_io_error(c, e, stage);
+                return -1;
+            }
+            if (r < 0) { up_io_error(c, e, stage); return -1; }
+            continue;
+        }
+        if (hl <= 0) {
+            up_err(e, 502, "upstream_protocol_error",
+                      "malformed upstream response head while %s", stage);
+            return -1;
+        }
+        c->roff += (size_t)hl;
+        if (rs.status >= 100 && rs.status < 200) continue;
+        c->status = rs.status;
+        c->must_close = !rs.keep_alive;
+        memset(&c->cd, 0, sizeof c->cd);
+        if (rs.status == 204 || rs.status == 304) {
+            c->body_mode = BODY_NONE;
+        } else if (rs.chunked) {
+            c->body_mode = BODY_CHUNKED;
+        } else if (rs.content_length >= 0) {
+            c->body_mode = BODY_LENGTH;
+            c->body_left = (uint64_t)rs.content_length;
+        } else {
+            c->body_mode = BODY_EOF;
+            c->must_close = 1;
+        }
+        c->body_done = c->body_mode == BODY_NONE
+                    || (c->body_mode == BODY_LENGTH && c->body_left == 0);
+        return 0;
+    }
+}
+
+/* Next piece of the response body. Returns its length (> 0) with *p pointing into rbuf
+ * (valid until the next call), 0 at the framed end of the body, -1 on error (c->why, and a
+ * truncated body reads as UPX_EOF). */
+static long up_body(struct upconn *c, const unsigned char **p)
+{
+    for (;;) {
+        size_t avail = c->rlen - c->roff;
+        int r;
+        if (c->body_done) return 0;
+        if (avail > 0) {
+            if (c->body_mode == BODY_LENGTH) {
+                size_t n = avail < c->body_left ? avail : (size_t)c->body_left;
+                *p = c->rbuf + c->roff;
+                c->roff += n;
+                c->body_left -= n;
+                if (c->body_left == 0) c->body_done = 1;
+                return (long)n;
+            }
+            if (c->body_mode == BODY_EOF) {
+                *p = c->rbuf + c->roff;
+                c->roff = c->rlen;
+                return (long)avail;
+            }
+            if (c->body_mode == BODY_CHUNKED) {
+                size_t used = 0, out = 0;
+                unsigned char *base = c->rbuf + c->roff;
+                coai_result cr = coai_chunked_feed(&c->cd, (char *)base, avail, &used, &out);
+                if (cr < 0) { c->why = UPX_IO; return -1; }
+                c->roff += used;
+                if (cr == COAI_DONE) c->body_done = 1;
+                if (out > 0) { *p = base; return (long)out; }
+                if (c->body_done) return 0;
+                if (used > 0) continue;
+            }
+        }
+        r = up_fill(c);
+        if (r < 0) return -1;
+        if (r == 0) {
+            if (c->body_mode == BODY_EOF) { c->body_done = 1; return 0; }
+            c->why = UPX_EOF;      /* the framing promised more: truncated */
+            return -1;
+        }
+    }
+}
+
+/* Read the whole body into out (out->max caps it; the rest is drained and dropped).
+ * 0 ok, -1 I/O error. */
+static int up_body_all(struct upconn *c, coai_buf *out)
+{
+    for (;;) {
+        const unsigned char *p;
+        long n = up_body(c, &p);
+        if (n < 0) return -1;
+        if (n == 0) return 0;
+        if (!out->err && (!out->max || out->len + (size_t)n <= out->max))
+            coai_buf_append(out, p, (size_t)n);
+    }
+}
+
+/* Build a request head. json = 1: GetUsableModels-style Connect unary JSON (spec 2.2),
+ * else the RunSSE/BidiAppend set (spec 2.1). The token goes into `h` and nowhere else. */
+static int up_head(coai_buf *h, const char *path, int json, const char *request_id,
+                   const char *token, size_t token_len, size_t body_len)
+{
+    char cs[COAI_CHECKSUM_SIZE];
+    coai_str tok;
+    tok.ptr = token;
+    tok.len = token_len;
+    coai_checksum(cs, tok, wall_ms());
+    coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
+                    S.up_prefix, path, S.up_authority);
+    coai_buf_append(h, token, token_len);
+    coai_buf_printf(h,
+                    "\r\ncontent-type: %s\r\n"
+                    "user-agent: connect-es/1.4.0\r\n"
+                    "x-cursor-checksum: %s\r\n"
+                    "x-cursor-client-version: %s\r\n"
+                    "x-cursor-client-type: cli\r\n"
+                    "x-cursor-timezone: %s\r\n"
+                    "x-ghost-mode: true\r\n",
+                    json ? "application/json" : "application/grpc-web+proto", cs,
+                    S.client_version, S.timezone);
+    if (json)
+        coai_buf_printf(h, "x-request-id: %s\r\naccept: application/json\r\n"
+                        "connect-protocol-version: 1\r\n", request_id);
+    else
+        coai_buf_printf(h, "x-cursor-streaming: true\r\nx-request-id: %s\r\n", request_id);
+    coai_buf_printf(h, "content-length: %zu\r\n\r\n", body_len);
+    return h->err ? -1 : 0;
+}
+
+/* One unary call: send, read the head and the whole body (capped by body->max). Retries once
+ * on a fresh connection when a pooled one turns out dead before any response byte.
+ * 0 with *status set (any HTTP status), -1 with *e filled. */
+static int up_call(const char *path, int json, const void *req, size_t req_len,
+                   const char *request_id, int client_fd, int (*tick)(void *), void *tick_ctx,
+                   int *status, coai_buf *body, coai_error *e)
+{
+    char token[SRV_TOKEN_MAX];
+    size_t tl = cred_token(token, sizeof token);
+    coai_buf head = { 0 };
+    struct upconn *c = NULL;
+    int attempt, rc = -1;
+    if (up_head(&head, path, json, request_id, token, tl, req_len)) {
+        up_err(e, 500, "server_error", "out of memory");
+        goto done;
+    }
+    for (attempt = 0; attempt < 2; attempt++) {
+        c = up_get(attempt > 0, client_fd, e);
+        if (!c) goto done;
+        c->tick = tick;
+        c->tick_ctx = tick_ctx;
+        if (up_send(c, &head, req, req_len) == 0) {
+            c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+            c->io_timeout_ms = UP_IO_TIMEOUT_MS;
+            if (up_read_head(c, e, path) == 0) break;
+        } else {
+            up_io_error(c, e, "sending a request");
+        }
+        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED)) goto done;
+        srv_log(LOG_DEBUG, "pooled upstream connection was dead; retrying on a new one");
+        up_free(c);
+        c = NULL;
+    }
+    if (!c) goto done;
+    if (up_body_all(c, body) < 0) {
+        up_io_error(c, e, "reading a response body");
+        goto done;
+    }
+    *status = c->status;
+    rc = 0;
+done:
+    if (rc == 0) up_release(c);
+    else up_free(c);
+    memset(token, 0, sizeof token);
+    if (head.data) memset(head.data, 0, head.len);
+    coai_buf_free(&head);
+    return rc;
+}
+
+/* ======================================================================== */
+/* Client connections: responses                                            */
+/* ======================================================================== */
+
+enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH };
+
+struct conn {
+    int fd;
+    int64_t t0;                     /* request start, mono ms */
+    coai_http_request rq;           /* current request head (views into in[]) */
+    char method[16];                /* copies for the access log */
+    char path[128];
+    char model[128];                /* resolved model, for the access log */
+    int status;                     /* status sent */
+    size_t bytes;                   /* body bytes sent */
+    int keep;                       /* keep the connection open after this response */
+    int http10;                     /* HTTP/1.0 client: no chunked encoding */
+    int streaming;                  /* a 200 stream head was sent */
+    int dead;                       /* a write failed: the client is gone */
+    coai_buf body;                  /* request body */
+    size_t in_len;                  /* bytes in in[] */
+    char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
+};
+
+static int conn_write(struct conn *c, const void *p, size_t n)
+{
+    if (c->dead) return -1;
+    if (fd_write_all(c->fd, p, n) < 0) { c->dead = 1; return -1; }
+    return 0;
+}
+
+/* A complete response with a Content-Length body. extra: more header lines, each ending in
+ * CRLF (or NULL). */
+static int send_response(struct conn *c, int status, const char *ctype, const char *extra,
+                         const void *body, size_t n)
+{
+    coai_buf h = { 0 };
+    int r;
+    coai_buf_printf(&h, "HTTP/1.1 %d %s\r\n", status, status_text(status));
+    if (ctype) coai_buf_printf(&h, "Content-Type: %s\r\n", ctype);
+    coai_buf_printf(&h, "Content-Length: %zu\r\n%sConnection: %s\r\n\r\n", n, extra ? extra : "",
+                    c->keep ? "keep-alive" : "close");
+    if (n) coai_buf_append(&h, body, n);
+    r = h.err ? -1 : conn_write(c, h.data, h.len);
+    coai_buf_free(&h);
+    c->status = status;
+    c->bytes += n;
+    return r;
+}
+
+/* An OpenAI error body {"error":{"message","type","param","code"}} with a real status,
+ * its Retry-After / x-should-retry hints, and `extra` header lines (or NULL). */
+static int send_error_ex(struct conn *c, const coai_error *e, const char *extra)
+{
+    coai_buf b = { 0 }, h = { 0 };
+    int r;
+    if (e->status == 499) { c->status = 499; c->dead = 1; return -1; }
+    if (extra) coai_buf_puts(&h, extra);
+    if (e->no_retry) coai_buf_puts(&h, "x-should-retry: false\r\n");
+    if (e->retry_after > 0) coai_buf_printf(&h, "Retry-After: %d\r\n", e->retry_after);
+    coai_error_write(&b, e);
+    r = b.err || h.err ? -1
+      : send_response(c, e->status, "application/json", h.data ? (char *)h.data : NULL,
+                      b.data, b.len);
+    coai_buf_free(&b);
+    coai_buf_free(&h);
+    return r;
+}
+
+static int send_coai_error(struct conn *c, const coai_error *e)
+{
+    if (e->status >= 500) srv_log(LOG_WARN, "%d %s: %s", e->status, e->code ? e->code : "-",
+                                  e->message);
+    return send_error_ex(c, e, NULL);
+}
+
+static int send_error(struct conn *c, int status, const char *type, const char *code,
+                      const char *param, const char *msg, const char *extra)
+{
+    coai_error e;
+    coai_error_set(&e, status, type, code, param, "%s", msg);
+    if (status == 503) e.retry_after = 1;
+    return send_error_ex(c, &e, extra);
+}
+
+/* Start a 200 streaming response. `lines`: header lines from coai_reply_head (content type,
+ * cache control). HTTP/1.0 clients get a close-delimited body instead of chunks. */
+static int stream_begin(struct conn *c, const char *lines)
+{
+    coai_buf h = { 0 };
+    int r;
+    if (c->http10) c->keep = 0;
+    coai_buf_printf(&h, "HTTP/1.1 200 OK\r\n%s%sConnection: %s\r\n\r\n", lines ? lines : "",
+                    c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
+                    c->keep ? "keep-alive" : "close");
+    c->status = 200;
+    c->streaming = 1;
+    r = h.err ? -1 : conn_write(c, h.data, h.len);
+    coai_buf_free(&h);
+    return r;
+}
+
+/* One piece of a stream body (one HTTP chunk). */
+static int stream_write(struct conn *c, const void *p, size_t n)
+{
+    char sz[24];
+    int k;
+    if (n == 0) return 0;
+    c->bytes += n;
+    if (c->http10) return conn_write(c, p, n);
+    k = snprintf(sz, sizeof sz, "%zx\r\n", n);
+    if (conn_write(c, sz, (size_t)k) || conn_write(c, p, n) || conn_write(c, "\r\n", 2))
+        return -1;
+    return 0;
+}
+
+static int stream_end(struct conn *c)
+{
+    if (c->http10) { c->keep = 0; return 0; }
+    return conn_write(c, "0\r\n\r\n", 5);
+}
+
+/* ======================================================================== */
+/* Client connections: requests                                             */
+/* ======================================================================== */
+
+static int handle_models(struct conn *c);
+static int handle_chat(struct conn *c);
+
+/* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
+ * published port) clients may use another port number, so any port is accepted there. */
+static int listen_port_num(void)
+{
+    return S.listen_loopback ? atoi(S.listen_port) : 0;
+}
+
+/* Names the Host/Origin checks accept besides localhost, 127.0.0.1 and [::1]: --allow-host
+ * entries, plus the listen address when it is a specific one. */
+static size_t allowed_names(coai_str *out, size_t cap)
+{
+    size_t n = 0, i;
+    for (i = 0; i < S.allow_n && n < cap; i++) out[n++] = coai_str_c(S.allow[i]);
+    if (n < cap && S.listen_host[0] && strcmp(S.listen_host, "0.0.0.0") != 0
+        && strcmp(S.listen_host, "::") != 0)
+        out[n++] = coai_str_c(S.listen_host);
+    return n;
+}
+
+static int route_of(coai_str path)
+{
+    if (coai_str_eq(path, "/v1/chat/completions") || coai_str_eq(path, "/chat/completions"))
+        return ROUTE_CHAT;
+    if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
+    if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
+    return ROUTE_NONE;
+}
+
+/* Read the request body into c->body. The head is in[0..hl); body bytes already received
+ * follow it. On return in[] holds only the bytes after the body (the next request), so the
+ * views in c->rq are dead from here on. 0 ok, else the HTTP status to answer (the connection
+ * then closes). */
+static int read_body(struct conn *c, size_t hl)
+{
+    coai_http_request *rq = &c->rq;
+    size_t have = c->in_len - hl;
+    coai_buf_reset(&c->body);
+    c->body.max = SRV_BODY_MAX;
+    if (rq->chunked) {
+        coai_chunked_decoder d;
+        memset(&d, 0, sizeof d);
+        d.max_body = SRV_BODY_MAX;
+        memmove(c->in, c->in + hl, have);
+        c->in_len = have;
+        for (;;) {
+            size_t used = 0, out = 0;
+            coai_result r = c->in_len ? coai_chunked_feed(&d, c->in, c->in_len, &used, &out)
+                                      : COAI_MORE;
+            ssize_t k;
+            if (r < 0) return r == COAI_ERR_TOO_BIG ? 413 : 400;
+            if (out && coai_buf_append(&c->body, c->in, out)) return 413;
+            memmove(c->in, c->in + used, c->in_len - used);
+            c->in_len -= used;
+            if (r == COAI_DONE) return 0;
+            k = fd_read_until(c->fd, c->in + c->in_len, sizeof c->in - c->in_len,
+                              mono_ms() + SRV_BODY_IDLE_MS);
+            if (k == -2) return 408;
+            if (k <= 0) { c->dead = 1; return 400; }
+            c->in_len += (size_t)k;
+        }
+    } else if (rq->content_length > 0) {
+        size_t want = (size_t)rq->content_length, take = have < want ? have : want;
+        if (coai_buf_append(&c->body, c->in + hl, take)) return 413;
+        memmove(c->in, c->in + hl + take, have - take);
+        c->in_len = have - take;
+        while (c->body.len < want) {
+            /* grow with the bytes that arrive, not with what the header promised */
+            size_t step = want - c->body.len < SRV_BODY_STEP ? want - c->body.len : SRV_BODY_STEP;
+            ssize_t k;
+            if (coai_buf_reserve(&c->body, step)) return 413;
+            k = fd_read_until(c->fd, c->body.data + c->body.len, step,
+                              mono_ms() + SRV_BODY_IDLE_MS);
+            if (k == -2) return 408;
+            if (k <= 0) { c->dead = 1; return 400; }
+            c->body.len += (size_t)k;
+            c->body.data[c->body.len] = 0;
+        }
+    } else {
+        memmove(c->in, c->in + hl, have);
+        c->in_len = have;
+    }
+    return 0;
+}
+
+static void access_log(struct conn *c)
+{
+    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub", c->method, c->path, c->status,
+            c->model[0] ? c->model : "-", (long long)(mono_ms() - c->t0), c->bytes);
+}
+
+/* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
+static int serve_request(struct conn *c, size_t hl)
+{
+    coai_http_request *rq = &c->rq;
+    coai_str names[SRV_MAX_ALLOW + 1];
+    size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
+    int route, port = listen_port_num(), st, is_post, is_get;
+    copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
+    copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
+    c->model[0] = 0;
+    c->status = 0;
+    c->bytes = 0;
+    c->streaming = 0;
+    c->http10 = rq->minor_version == 0;
+    c->keep = rq->keep_alive && !S.stop;
+    is_post = coai_str_eq(rq->method, "POST");
+    is_get = coai_str_eq(rq->method, "GET");
+    /* Errors before the body is read close the connection: the unread body would otherwise
+     * be taken for the next request. */
+    if (!coai_http_host_allowed(rq->host, names, nn, port)) {
+        c->keep = 0;
+        send_error(c, 403, "invalid_request_error", "forbidden_host", NULL,
+                   "Host header not allowed (use localhost or add --allow-host)", NULL);
+        goto done;
+    }
+    if (rq->origin.ptr && !coai_http_origin_allowed(rq->origin, port, names, nn)) {
+        c->keep = 0;
+        send_error(c, 403, "invalid_request_error", "forbidden_origin", NULL,
+                   "cross-origin requests are not allowed", NULL);
+        goto done;
+    }
+    route = route_of(rq->path);
+    if (route == ROUTE_NONE) {
+        char msg[200];
+        c->keep = 0;
+        snprintf(msg, sizeof msg, "Unknown request URL: %s %s", c->method, c->path);
+        send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
+        goto done;
+    }
+    if ((route == ROUTE_CHAT && !is_post) || (route != ROUTE_CHAT && !is_get)) {
+        char msg[200];
+        c->keep = 0;
+        snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
+        send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
+                   route == ROUTE_CHAT ? "Allow: POST\r\n" : "Allow: GET\r\n");
+        goto done;
+    }
+    if (is_post && !coai_http_is_json(rq->content_type)) {
+        c->keep = 0;
+        send_error(c, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                   "Content-Type must be application/json", NULL);
+        goto done;
+    }
+    if (S.api_key && route != ROUTE_HEALTH
+        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))) {
+        c->keep = 0;
+        send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
+                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                   "WWW-Authenticate: Bearer\r\n");
+        goto done;
+    }
+    if (rq->content_length > (int64_t)SRV_BODY_MAX) {
+        c->keep = 0;
+        send_error(c, 413, "invalid_request_error", "request_too_large", NULL,
+                   "request body too large", NULL);
+        goto done;
+    }
+    if (rq->expect_continue && (rq->chunked || rq->content_length > 0) && c->in_len == hl
+        && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
+        goto done;
+    st = read_body(c, hl);
+    if (st) {
+        c->keep = 0;
+        if (!c->dead)
+            send_error(c, st, "invalid_request_error", NULL, NULL,
+                       st == 408 ? "timed out reading the request body"
+                       : st == 413 ? "request body too large" : "malformed request body", NULL);
+        else
+            c->status = st;
+        goto done;
+    }
+    switch (route) {
+    case ROUTE_HEALTH:
+        send_response(c, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+        break;
+    case ROUTE_MODELS:
+        handle_models(c);
+        break;
+    default:
+        handle_chat(c);
+        break;
+    }
+done:
+    access_log(c);
+    if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
+    return c->keep && !c->dead ? 0 : -1;
+}
+
+/* The connection loop: read a head, serve it, repeat while keep-alive. */
+static void conn_serve(struct conn *c)
+{
+    int first = 1;
+    for (;;) {
+        int64_t head_deadline;
+        int status = 0;
+        long hl;
+        if (c->in_len == 0) {
+            int64_t idle_end = mono_ms() + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
+            ssize_t k = -2;
+            /* wait in short slices so that an idle connection notices a shutdown */
+            while (k == -2 && !S.stop && mono_ms() < idle_end) {
+                int64_t slice = mono_ms() + 1000;
+                k = fd_read_until(c->fd, c->in, sizeof c->in, slice < idle_end ? slice : idle_end);
+            }
+            if (k <= 0) return;          /* idle timeout or the client left: close quietly */
+            c->in_len = (size_t)k;
+        }
+        head_deadline = mono_ms() + SRV_HEAD_TIMEOUT_MS;
+        c->t0 = mono_ms();
+        for (;;) {
+            ssize_t k;
+            hl = coai_http_parse_request(c->in, c->in_len, &c->rq, &status);
+            if (hl != COAI_MORE) break;
+            if (c->in_len == sizeof c->in) { hl = COAI_ERR_TOO_BIG; status = 431; break; }
+            k = fd_read_until(c->fd, c->in + c->in_len, sizeof c->in - c->in_len, head_deadline);
+            if (k == -2) { hl = COAI_ERR_HTTP; status = 408; break; }
+            if (k <= 0) return;
+            c->in_len += (size_t)k;
+        }
+        if (hl < 0) {
+            c->keep = 0;
+            copy_str(c->method, sizeof c->method, "-", 1);
+            copy_str(c->path, sizeof c->path, "-", 1);
+            c->bytes = 0;
+            c->model[0] = 0;
+            send_error(c, status ? status : 400, "invalid_request_error", NULL, NULL,
+                       status == 408 ? "timed out reading the request head"
+                       : status == 431 ? "request head too large" : "malformed request", NULL);
+            access_log(c);
+            return;
+        }
+        if (serve_request(c, (size_t)hl) < 0) return;
+        first = 0;
+    }
+}
+
+static void *conn_thread(void *arg)
+{
+    struct conn *c = arg;
+    conn_serve(c);
+    close(c->fd);
+    coai_buf_free(&c->body);
+    free(c);
+    pthread_mutex_lock(&S.lock);
+    S.conns--;
+    pthread_cond_signal(&S.idle);
+    pthread_mutex_unlock(&S.lock);
+    return NULL;
+}
+
+/* Over --max-conns: answer 503 at once, then a short lingering close so the unread request
+ * does not turn our answer into a reset. */
+static void *reject_thread(void *arg)
+{
+    static const char body[] =
+        "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
+        "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
+    int fd = (int)(intptr_t)arg, n;
+    char head[256], sink[4096];
+    int64_t end;
+    n = snprintf(head, sizeof head,
+                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                 "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                 sizeof body - 1);
+    if (fd_write_all(fd, head, (size_t)n) == 0) fd_write_all(fd, body, sizeof body - 1);
+    shutdown(fd, SHUT_WR);
+    end = mono_ms() + 1000;
+    while (fd_read_until(fd, sink, sizeof sink, end) > 0) {}
+    close(fd);
+    return NULL;
+}
+
+/* ======================================================================== */
+/* Models                                                                   */
+/* ======================================================================== */
+
+#define PATH_MODELS "/aiserver.v1.AiService/GetUsableModels"
+#define PATH_RUNSSE "/agent.v1.AgentService/RunSSE"
+#define PATH_APPEND "/aiserver.v1.BidiService/BidiAppend"
+#define MODELS_FAIL_TTL_MS 30000    /* a failed fetch is retried after this */
+
+/* The GetUsableModels JSON into json: from the cache when it is fresh enough (and !fresh),
+ * else fetched and cached. 0 ok, -1 with *err filled. */
+static int models_get(coai_buf *json, int fresh, int client_fd, coai_error *err)
+{
+    coai_buf body = { 0 };
+    char rid[37];
+    int status = 0, rc = -1;
+    int64_t now = mono_ms();
+    if (!fresh) {
+        pthread_mutex_lock(&S.lock);
+        if (S.models_at && now - S.models_at < (S.models.len ? UP_MODELS_TTL_MS
+                                                              : MODELS_FAIL_TTL_MS)) {
+            coai_buf_append(json, S.models.data, S.models.len);
+            rc = S.models.len ? 0 : -1;
+        }
+        pthread_mutex_unlock(&S.lock);
+        if (rc == 0) return json->err ? -1 : 0;
+        if (S.models_at && now - S.models_at < MODELS_FAIL_TTL_MS && !S.models.len) {
+            coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
+                           "model list unavailable (recent failure)");
+            return -1;
+        }
+    }
+    body.max = UP_MODELS_MAX;
+    if (uuid_new(rid) < 0) {
+        coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
+        goto done;
+    }
+    if (up_call(PATH_MODELS, 1, "{}", 2, rid, client_fd, NULL, NULL, &status, &body, err) < 0)
+        goto done;
+    if (status < 200 || status > 299) {
+        coai_error_from_http(status, (const char *)body.data, body.len, err);
+        goto done;
+    }
+    if (body.err) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "upstream model list too large");
+        goto done;
+    }
+    rc = 0;
+done:
+    pthread_mutex_lock(&S.lock);
+    if (rc == 0 || err->status != 499) {
+        coai_buf_reset(&S.models);
+        if (rc == 0) coai_buf_append(&S.models, body.data, body.len);
+        S.models_at = mono_ms();
+    }
+    pthread_mutex_unlock(&S.lock);
+    if (rc == 0 && coai_buf_append(json, body.data, body.len)) rc = -1;
+    coai_buf_free(&body);
+    return rc;
+}
+
+static int handle_models(struct conn *c)
+{
+    coai_buf json = { 0 }, out = { 0 };
+    coai_models m;
+    coai_error e;
+    memset(&m, 0, sizeof m);
+    memset(&e, 0, sizeof e);
+    if (models_get(&json, 1, c->fd, &e) < 0) {
+        send_coai_error(c, &e);
+        goto done;
+    }
+    if (coai_models_parse(&m, (const char *)json.data, json.len) < 0) {
+        send_error(c, 502, "upstream_error", "upstream_protocol_error", NULL,
+                   "upstream model list is not valid JSON", NULL);
+        goto done;
+    }
+    if (coai_models_write_list(&out, &m, (int64_t)time(NULL)) < 0 || out.err) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        goto done;
+    }
+    send_response(c, 200, "application/json", NULL, out.data, out.len);
+done:
+    coai_models_free(&m);
+    coai_buf_free(&json);
+    coai_buf_free(&out);
+    return 0;
+}
+
+/* ======================================================================== */
+/* Run engine: one OpenAI request = one fresh RunSSE + BidiAppend run        */
+/* ======================================================================== */
+
+struct run {
+    struct conn *c;                 /* the client */
+    char request_id[37];            /* x-request-id and BidiRequestId of the run */
+    int64_t seqno;                  /* next BidiAppend append_seqno */
+    coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
+    struct upconn *sse;             /* the RunSSE connection */
+    int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
+    int64_t last_write;             /* mono ms of the last byte sent to the client */
+    int stream;                     /* the client asked for SSE */
+    int sent_all;                   /* the whole response was written */
+    int in_feed;                    /* inside a coai_reply_feed_* call (no keepalive) */
+    int cancelled;                  /* the client went away */
+    int stopping;                   /* ended by shutdown */
+    coai_error err;                 /* failure of run_start / an append */
+    coai_frame_decoder frames;
+    coai_msg msg;
+    coai_reply reply;
+};
+
+/* Send what the reply produced. A streaming 200 goes out as it comes (head once, then one
+ * chunk per drain); anything else (non-streaming, or an error status) is one Content-Length
+ * response once the reply is done. 0 ok, -1 the client is gone. */
+static int run_flush(struct run *r)
+{
+    struct conn *c = r->c;
+    coai_reply *rp = &r->reply;
+    coai_buf h = { 0 };
+    int st, done, rc = 0;
+    if (c->dead) return -1;
+    if (r->sent_all || !coai_reply_started(rp)) return 0;
+    st = coai_reply_status(rp);
+    done = coai_reply_done(rp);
+    if (st == 200 && r->stream) {
+        if (!c->streaming) {
+            coai_reply_head(rp, &h);
+            rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
+        }
+        if (rc == 0 && rp->out.len) {
+            rc = stream_write(c, rp->out.data, rp->out.len);
+            coai_buf_reset(&rp->out);
+            r->last_write = mono_ms();
+        }
+        if (rc == 0 && done) {
+            r->sent_all = 1;
+            rc = stream_end(c);
+        }
+    } else if (done) {
+        coai_reply_head(rp, &h);
+        rc = h.err ? -1 : send_response(c, st, NULL, (const char *)h.data, rp->out.data,
+                                        rp->out.len);
+        coai_buf_reset(&rp->out);
+        r->sent_all = 1;
+    }
+    coai_buf_free(&h);
+    return rc;
+}
+
+/* Called about once a second while waiting on the upstream: keepalive comments for a
+ * committed stream that has been quiet, and a client check. -1 cancels the wait. */
+static int run_tick(void *ctx)
+{
+    struct run *r = ctx;
+    if (r->c->dead) return -1;
+    if (S.stop && S.stop_at && mono_ms() - S.stop_at > SRV_SHUTDOWN_GRACE_MS - 2000
+        && !r->in_feed && !r->stopping) {
+        /* Shutting down: end the run in-band before the process exits under it. */
+        coai_error e;
+        coai_error_set(&e, 503, "server_error", "server_shutting_down", NULL,
+                       "the proxy is shutting down");
+        e.retry_after = 1;
+        r->stopping = 1;
+        r->in_feed = 1;
+        coai_reply_feed_error(&r->reply, &e);
+        r->in_feed = 0;
+        run_flush(r);
+        return -1;
+    }
+    if (r->in_feed || !r->c->streaming || coai_reply_done(&r->reply)) return 0;
+    if (mono_ms() - r->last_write < (int64_t)S.keepalive_s * 1000) return 0;
+    if (coai_reply_keepalive(&r->reply) < 0) return -1;
+    return run_flush(r);
+}
+
+/* coai_reply's upstream sink: one AgentClientMessage -> one BidiAppend (next seqno),
+ * sent inline before the next frame is read. */
+static int run_send(void *user, const unsigned char *msg, size_t n)
+{
+    struct run *r = user;
+    coai_buf body = { 0 }, resp = { 0 };
+    int status = 0, rc = -1;
+    resp.max = UP_ERR_BODY_MAX;
+    if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
+        || body.err) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
+            (long long)r->seqno, n);
+    r->seqno++;
+    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, r->c->fd, NULL, NULL,
+                &status, &resp, &r->err) < 0) {
+        if (r->err.status == 499) r->cancelled = 1;
+        goto done;
+    }
+    if (status < 200 || status > 299) {
+        coai_error_from_http(status, (const char *)resp.data, resp.len, &r->err);
+        goto done;
+    }
+    rc = 0;
+done:
+    coai_buf_free(&body);
+    coai_buf_free(&resp);
+    return rc;
+}
+
+/* RunSSE request, BidiAppend seqno 0 (awaited), RunSSE response head. 0 ok, 1 retry on a
+ * fresh connection (a pooled one was dead before any byte came back), -1 r->err filled. */
+static int run_start(struct run *r, int fresh)
+{
+    char token[SRV_TOKEN_MAX];
+    size_t tl = cred_token(token, sizeof token);
+    coai_buf head = { 0 }, body = { 0 };
+    int rc = -1;
+    if (tl == 0) {
+        coai_error_set(&r->err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "no Cursor credentials: set CURSOR_ACCESS_TOKEN and restart");
+        r->err.no_retry = 1;
+        goto done;
+    }
+    if (uuid_new(r->request_id) < 0) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
+        goto done;
+    }
+    r->seqno = 0;
+    if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
+        || up_head(&head, PATH_RUNSSE, 0, r->request_id, token, tl, body.len) < 0) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    r->sse = up_get(fresh, r->c->fd, &r->err);
+    if (!r->sse) goto done;
+    srv_log(LOG_DEBUG, "run %s: RunSSE on a %s connection", r->request_id,
+            r->sse->reused ? "pooled" : "new");
+    if (up_send(r->sse, &head, body.data, body.len) < 0) {
+        up_io_error(r->sse, &r->err, "sending RunSSE");
+        goto retry;
+    }
+    if (run_send(r, r->run_msg.data, r->run_msg.len) < 0) goto done;
+    r->sse->tick = run_tick;
+    r->sse->tick_ctx = r;
+    r->sse->io_timeout_ms = 0;
+    r->sse->deadline = mono_ms() + r->idle_ms;
+    if (up_read_head(r->sse, &r->err, "waiting for the RunSSE response") < 0) goto retry;
+    if (r->sse->status < 200 || r->sse->status > 299) {
+        coai_buf eb = { 0 };
+        eb.max = UP_ERR_BODY_MAX;
+        r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
+        r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        up_body_all(r->sse, &eb);
+        coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
+        coai_buf_free(&eb);
+        goto done;
+    }
+    rc = 0;
+    goto done;
+retry:
+    if (r->err.status == 499) r->cancelled = 1;
+    else if (!fresh && r->sse->reused && !r->sse->got_bytes) rc = 1;
+done:
+    if (rc != 0) { up_free(r->sse); r->sse = NULL; }
+    memset(token, 0, sizeof token);
+    if (head.data) memset(head.data, 0, head.len);
+    coai_buf_free(&head);
+    coai_buf_free(&body);
+    return rc;
+}
+
+/* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
+static int run_frame(struct run *r, const coai_frame *f)
+{
+    coai_status st;
+    int rc;
+    if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
+        if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
+        else coai_end_stream_parse(f->data, f->len, &st);
+        srv_log(LOG_DEBUG, "run %s: %s status %d", r->request_id,
+                f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
+        return coai_reply_feed_status(&r->reply, &st);
+    }
+    rc = coai_msg_decode(&r->msg, f->data, f->len);
+    if (rc < 0) {
+        coai_error e;
+        coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "undecodable upstream message (%s)", coai_result_str(rc));
+        return coai_reply_feed_error(&r->reply, &e);
+    }
+    if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE)
+        r->sse->deadline = mono_ms() + r->idle_ms;      /* progress */
+    if (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING)
+        srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
+                r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
+                (int)(r->msg.text.len > 200 ? 200 : r->msg.text.len), r->msg.text.ptr);
+    return coai_reply_feed_msg(&r->reply, &r->msg);
+}
+
+/* Read RunSSE frames until the reply is done, the upstream ends or fails, or the client
+ * leaves. */
+static void run_stream(struct run *r)
+{
+    int rc = COAI_OK;
+    while (rc == COAI_OK) {
+        const unsigned char *p;
+        long n = up_body(r->sse, &p);
+        if (n <= 0) {
+            coai_error e;
+            memset(&e, 0, sizeof e);
+            r->in_feed = 1;
+            if (n == 0) {
+                rc = coai_frame_finish(&r->frames);
+                if (rc < 0)
+                    up_err(&e, 502, "upstream_truncated",
+                           "upstream body ended inside a frame");
+                rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
+                            : coai_reply_feed_eof(&r->reply);
+            } else if (r->sse->why == UPX_CANCELLED) {
+                r->cancelled = 1;
+            } else if (r->sse->why == UPX_TIMEOUT) {
+                rc = coai_reply_fail_timeout(&r->reply);
+            } else {
+                up_io_error(r->sse, &e, "reading the RunSSE stream");
+                rc = coai_reply_feed_error(&r->reply, &e);
+            }
+            r->in_feed = 0;
+            break;
+        }
+        while (n > 0 && rc == COAI_OK) {
+            size_t used = 0;
+            coai_frame f;
+            int fr = coai_frame_feed(&r->frames, p, (size_t)n, &used, &f);
+            p += used;
+            n -= (long)used;
+            if (fr == COAI_MORE) break;
+            r->in_feed = 1;
+            if (fr < 0) {
+                coai_error e;
+                coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
+                               "bad upstream framing: %s", coai_result_str(fr));
+                rc = coai_reply_feed_error(&r->reply, &e);
+            } else {
+                rc = run_frame(r, &f);
+            }
+            r->in_feed = 0;
+            if (r->cancelled || run_flush(r) < 0) { r->cancelled = 1; return; }
+        }
+    }
+    if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+}
+
+static int handle_chat(struct conn *c)
+{
+    struct run *r = calloc(1, sizeof *r);
+    coai_chat_request req;
+    coai_models models;
+    coai_run_params params;
+    coai_reply_opts o;
+    coai_buf mj = { 0 };
+    coai_error e;
+    coai_str model;
+    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
+    int attempt, rc, i, k;
+    memset(&req, 0, sizeof req);
+    memset(&models, 0, sizeof models);
+    memset(&params, 0, sizeof params);
+    memset(&o, 0, sizeof o);
+    memset(&e, 0, sizeof e);
+    if (!r) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        return -1;
+    }
+    r->c = c;
+    r->stream = 0;
+    r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
+    r->last_write = mono_ms();
+    if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
+        send_coai_error(c, &e);
+        goto done;
+    }
+    /* Resolve the model through the (cached) list; any failure passes the name through. */
+    model = req.model;
+    if (models_get(&mj, 0, c->fd, &e) == 0
+        && coai_models_parse(&models, (const char *)mj.data, mj.len) == 0)
+        model = coai_models_resolve(&models, req.model);
+    else if (e.status == 499)
+        goto done;
+    else
+        srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
+                (int)req.model.len, req.model.ptr);
+    copy_str(c->model, sizeof c->model, model.ptr, model.len);
+    r->stream = req.stream;
+    if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
+        send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
+        goto done;
+    }
+    /* chatcmpl-<24 hex> and a 12-hex session id, both from the same fresh UUID */
+    memcpy(completion_id, "chatcmpl-", 9);
+    for (i = 0, k = 9; u[i] && k < 33; i++)
+        if (u[i] != '-') completion_id[k++] = u[i];
+    completion_id[k] = 0;
+    memcpy(session, completion_id + 9 + 12, 12);
+    session[12] = 0;
+    coai_chat_request_params(&req, &params);
+    params.model_id = model;
+    params.message_id = coai_str_c(msg_id);
+    params.conversation_id = coai_str_c(conv_id);
+    params.workspace = coai_str_c(S.workspace);
+    params.time_zone = coai_str_c(S.timezone);
+    if (coai_encode_run_request(&r->run_msg, &params) < 0 || r->run_msg.err) {
+        send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request", NULL);
+        goto done;
+    }
+    srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
+            params.tool_count, params.prompt.len,
+            (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    coai_reply_opts_from_request(&o, &req);
+    o.completion_id = coai_str_c(completion_id);
+    o.created = (int64_t)time(NULL);
+    o.model = model;
+    if (!req.session_id.len) o.session_id = coai_str_c(session);
+    o.env = &params;
+    o.send = run_send;
+    o.send_user = r;
+    if (coai_reply_init(&r->reply, &o) < 0) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        goto done;
+    }
+    rc = run_start(r, 0);
+    for (attempt = 0; rc == 1 && attempt < 1; attempt++) {
+        srv_log(LOG_DEBUG, "pooled connection was dead before RunSSE answered; retrying");
+        memset(&r->err, 0, sizeof r->err);
+        rc = run_start(r, 1);
+    }
+    if (rc == 0) {
+        run_stream(r);
+    } else if (!r->cancelled) {
+        r->in_feed = 1;
+        coai_reply_feed_error(&r->reply, &r->err);
+        r->in_feed = 0;
+        if (run_flush(r) < 0) r->cancelled = 1;
+    }
+    if (r->cancelled || c->dead) {
+        c->dead = 1;
+        if (!c->status) c->status = 499;
+        if (!r->stopping)
+            srv_log(LOG_INFO, "client went away; upstream run %s closed", r->request_id);
+    } else if (!coai_reply_done(&r->reply)) {
+        /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
+        c->keep = 0;
+    }
+    if (r->reply.error.status)
+        srv_log(LOG_WARN, "run %s failed: %d %s: %s", r->request_id, r->reply.error.status,
+                r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
+done:
+    /* A RunSSE connection is reused only when its body was read to the framed end. */
+    if (r->sse) {
+        if (r->cancelled || !r->sse->body_done) up_free(r->sse);
+        else up_release(r->sse);
+    }
+    coai_reply_free(&r->reply);
+    coai_msg_free(&r->msg);
+    coai_frame_decoder_free(&r->frames);
+    coai_buf_free(&r->run_msg);
+    coai_chat_request_free(&req);
+    coai_models_free(&models);
+    coai_buf_free(&mj);
+    free(r);
+    return 0;
+}
+
+/* ======================================================================== */
+/* Listener                                                                 */
+/* ======================================================================== */
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    S.stop = 1;
+}
+
+static void *reject_thread_counted(void *arg)
+{
+    reject_thread(arg);
+    pthread_mutex_lock(&S.lock);
+    S.rejecting--;
+    pthread_mutex_unlock(&S.lock);
+    return NULL;
+}
+
+static int sockaddr_is_loopback(const struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
+        return (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+        static const unsigned char v4mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+        if (IN6_IS_ADDR_LOOPBACK(&a->sin6_addr)) return 1;
+        return memcmp(a->sin6_addr.s6_addr, v4mapped, 12) == 0 && a->sin6_addr.s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+/* Bind and listen. 0 ok, -1 runtime failure, -2 refused by configuration. */
+static int listen_open(void)
+{
+    struct addrinfo hints, *res = NULL, *ai;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = -1, one = 1, r, err = 0;
+    char host[256], port[8];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    r = getaddrinfo(S.listen_host[0] ? S.listen_host : NULL, S.listen_port, &hints, &res);
+    if (r != 0) {
+        fprintf(stderr, "cursor-oai: cannot resolve listen address %s: %s\n", S.listen_host,
+                gai_strerror(r));
+        return -1;
+    }
+    for (ai = res; ai; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) { err = errno; continue; }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 511) == 0) break;
+        err = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", S.listen_host, S.listen_port,
+                strerror(err));
+        return -1;
+    }
+    /* Port 0 picks a free port: record the real one (the Host check compares it). */
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0
+        && getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
+                       NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+        copy_str(S.listen_port, sizeof S.listen_port, port, strlen(port));
+    /* Anyone who reaches a non-loopback socket spends the user's Cursor account: require
+     * the client key there. */
+    S.listen_loopback = sockaddr_is_loopback(&ss);
+    if (!S.api_key && !S.listen_loopback) {
+        fprintf(stderr, "cursor-oai: refusing to listen on %s:%s (not a loopback address) "
+                "without CURSOR_OAI_API_KEY; set a client key or listen on 127.0.0.1\n",
+                S.listen_host, S.listen_port);
+        close(fd);
+        return -2;
+    }
+    S.listen_fd = fd;
+    return 0;
+}
+
+static void serve_loop(void)
+{
+    pthread_attr_t attr, rattr;
+    int64_t last_emfile_log = 0;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, SRV_THREAD_STACK);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_init(&rattr);
+    pthread_attr_setstacksize(&rattr, 64 * 1024);
+    pthread_attr_setdetachstate(&rattr, PTHREAD_CREATE_DETACHED);
+    while (!S.stop) {
+        struct pollfd pf = { S.listen_fd, POLLIN, 0 };
+        struct conn *c;
+        pthread_t t;
+        int fd, one = 1, over, reject_ok;
+        if (poll(&pf, 1, 500) <= 0) {
+            pool_prune(0);
+            continue;
+        }
+        fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* Out of descriptors: pause instead of spinning on a ready listen socket. */
+                if (mono_ms() - last_emfile_log > 10000) {
+                    srv_log(LOG_ERROR, "accept: %s; pausing %d ms", strerror(errno),
+                            SRV_EMFILE_PAUSE_MS);
+                    last_emfile_log = mono_ms();
+                }
+                poll(NULL, 0, SRV_EMFILE_PAUSE_MS);
+            }
+            continue;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        pthread_mutex_lock(&S.lock);
+        over = S.conns >= S.max_conns;
+        reject_ok = S.rejecting < 256;
+        if (!over) S.conns++;
+        else if (reject_ok) S.rejecting++;
+        pthread_mutex_unlock(&S.lock);
+        if (over) {
+            if (!reject_ok || pthread_create(&t, &rattr, reject_thread_counted,
+                                             (void *)(intptr_t)fd) != 0) {
+                close(fd);
+                if (reject_ok) {
+                    pthread_mutex_lock(&S.lock);
+                    S.rejecting--;
+                    pthread_mutex_unlock(&S.lock);
+                }
+            }
+            continue;
+        }
+        c = calloc(1, sizeof *c);
+        if (c) c->fd = fd;
+        if (!c || pthread_create(&t, &attr, conn_thread, c) != 0) {
+            free(c);
+            close(fd);
+            pthread_mutex_lock(&S.lock);
+            S.conns--;
+            pthread_mutex_unlock(&S.lock);
+            srv_log(LOG_ERROR, "cannot start a connection thread");
+        }
+    }
+    pthread_attr_destroy(&attr);
+    pthread_attr_destroy(&rattr);
+}
+
+/* After SIGTERM: stop accepting, give in-flight requests a grace period. */
+static void serve_drain(void)
+{
+    struct timespec until;
+    int left;
+    close(S.listen_fd);
+    pool_prune(1);
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += SRV_SHUTDOWN_GRACE_MS / 1000;
+    pthread_mutex_lock(&S.lock);
+    while (S.conns > 0 && pthread_cond_timedwait(&S.idle, &S.lock, &until) == 0) {}
+    left = S.conns;
+    pthread_mutex_unlock(&S.lock);
+    if (left > 0) srv_log(LOG_WARN, "exiting with %d connection(s) still open", left);
+}
+
+/* ======================================================================== */
+/* Configuration and command line                                           */
+/* ======================================================================== */
+
+static const char USAGE[] =
+    "Usage: cursor-oai serve [options]\n"
+    "       cursor-oai --version | --help\n"
+    "\n"
+    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
+    "served from your own Cursor subscription.\n";
+
+static const char SERVE_HELP[] =
+    "Usage: cursor-oai serve [options]\n"
+    "\n"
+    "Options:\n"
+    "  --listen HOST:PORT   address to serve on (default 127.0.0.1:18741; env CURSOR_OAI_LISTEN;\n"
+    "                       port 0 picks a free port, printed at start-up)\n"
+    "  --workspace DIR      workspace path sent to Cursor (default: current directory)\n"
+    "  --log-level LEVEL    error | warn | info | debug (default info)\n"
+    "  --allow-host NAME    also accept this Host/Origin name (repeatable); localhost,\n"
+    "                       127.0.0.1 and [::1] are always accepted\n"
+    "  --max-conns N        concurrent client connections; 503 beyond (default 1024)\n"
+    "  -h, --help           this help\n"
+    "\n"
+    "Environment:\n"
+    "  CURSOR_ACCESS_TOKEN      Cursor access token used upstream\n"
+    "  CURSOR_API_URL           upstream base URL, https only (default https://api2.cursor.sh)\n"
+    "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default cli-2025.11.25-d5b3271)\n"
+    "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
+    "  CURSOR_OAI_LISTEN        same as --listen\n"
+    "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
+    "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
+    "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
+    "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
+    "\n"
+    "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
+
+static void print_version(void)
+{
+    printf("cursor-oai %s\nBearSSL 0.6\ncJSON %s\n%s\n", COAI_VERSION, cJSON_Version(),
+           NANOPB_VERSION);
+}
+
+/* Split "HOST:PORT", "[V6]:PORT" or ":PORT" into parts. 0 ok, -1 malformed. */
+static int split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap,
+                           const char *defport)
+{
+    const char *colon, *h = s, *he;
+    char *end;
+    long p;
+    if (s[0] == '[') {
+        he = strchr(s, ']');
+        if (!he) return -1;
+        h = s + 1;
+        colon = he[1] == ':' ? he + 1 : NULL;
+        if (he[1] && !colon) return -1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon && strchr(s, ':') != colon) return -1;   /* bare IPv6 needs brackets */
+        he = colon ? colon : s + strlen(s);
+    }
+    if ((size_t)(he - h) >= hcap) return -1;
+    copy_str(host, hcap, h, (size_t)(he - h));
+    if (!colon) {
+        if (!defport) return -1;
+        copy_str(port, pcap, defport, strlen(defport));
+        return 0;
+    }
+    errno = 0;
+    p = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || p < 0 || p > 65535) return -1;
+    snprintf(port, pcap, "%ld", p);
+    return 0;
+}
+
+/* CURSOR_API_URL: https://host[:port][/prefix]. 0 ok, -1 invalid. */
+static int parse_api_url(const char *url)
+{
+    const char *rest, *slash;
+    char hp[300];
+    size_t n;
+    if (strncasecmp(url, "https://", 8) != 0) return -1;
+    rest = url + 8;
+    slash = strchr(rest, '/');
+    n = slash ? (size_t)(slash - rest) : strlen(rest);
+    if (n == 0 || n >= sizeof hp) return -1;
+    copy_str(hp, sizeof hp, rest, n);
+    if (strpbrk(hp, "@?#") || split_host_port(hp, S.up_host, sizeof S.up_host, S.up_port,
+                                               sizeof S.up_port, "443") < 0 || !S.up_host[0]
+        || strcmp(S.up_port, "0") == 0)
+        return -1;
+    copy_str(S.up_authority, sizeof S.up_authority, hp, n);
+    if (slash) {
+        n = strlen(slash);
+        while (n > 0 && slash[n - 1] == '/') n--;
+        if (n >= sizeof S.up_prefix || memchr(slash, '?', n) || memchr(slash, '#', n)) return -1;
+        copy_str(S.up_prefix, sizeof S.up_prefix, slash, n);
+    }
+    return 0;
+}
+
+/* IANA zone name: TZ, else /etc/timezone, else the /etc/localtime link target, else UTC. */
+static void detect_timezone(char *out, size_t cap)
+{
+    const char *tz = getenv("TZ");
+    char buf[PATH_MAX];
+    const char *p;
+    ssize_t n;
+    FILE *f;
+    if (tz && *tz) {
+        if (*tz == ':') tz++;
+        p = strstr(tz, "zoneinfo/");
+        if (p) tz = p + 9;
+        if (*tz && *tz != '/') { copy_str(out, cap, tz, strlen(tz)); return; }
+    }
+    f = fopen("/etc/timezone", "re");
+    if (f) {
+        if (fgets(buf, sizeof buf, f)) {
+            size_t l = strcspn(buf, " \t\r\n");
+            if (l > 0) { copy_str(out, cap, buf, l); fclose(f); return; }
+        }
+        fclose(f);
+    }
+    n = readlink("/etc/localtime", buf, sizeof buf - 1);
+    if (n > 0) {
+        buf[n] = 0;
+        p = strstr(buf, "zoneinfo/");
+        if (p && p[9]) { copy_str(out, cap, p + 9, strlen(p + 9)); return; }
+    }
+    copy_str(out, cap, "UTC", 3);
+}
+
+static int env_seconds(const char *name, int def, int *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n;
+    if (!v || !*v) { *out = def; return 0; }
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || *end || n <= 0 || n > 86400 * 7) {
+        fprintf(stderr, "cursor-oai: %s must be a number of seconds (1..604800)\n", name);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+/* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
+static int parse_serve_args(int argc, char **argv)
+{
+    const char *listen = getenv("CURSOR_OAI_LISTEN");
+    const char *workspace = NULL, *level = "info";
+    int i;
+    S.max_conns = SRV_DEFAULT_MAX_CONNS;
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = NULL, *eq;
+        char name[32];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(SERVE_HELP, stdout);
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0) goto usage;
+        eq = strchr(a, '=');
+        copy_str(name, sizeof name, a, eq ? (size_t)(eq - a) : strlen(a));
+        if (strcmp(name, "--listen") && strcmp(name, "--workspace") && strcmp(name, "--log-level")
+            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns"))
+            goto usage;
+        if (eq) v = eq + 1;
+        else if (i + 1 < argc) v = argv[++i];
+        if (!v) {
+            fprintf(stderr, "cursor-oai: option %s needs a value\n", name);
+            return 2;
+        }
+        if (strcmp(name, "--listen") == 0) {
+            listen = v;
+        } else if (strcmp(name, "--workspace") == 0) {
+            workspace = v;
+        } else if (strcmp(name, "--log-level") == 0) {
+            level = v;
+        } else if (strcmp(name, "--allow-host") == 0) {
+            if (S.allow_n == SRV_MAX_ALLOW || !*v || strlen(v) > 253) {
+                fprintf(stderr, "cursor-oai: --allow-host: at most %d names of <= 253 bytes\n",
+                        SRV_MAX_ALLOW);
+                return 2;
+            }
+            S.allow[S.allow_n++] = v;
+        } else if (strcmp(name, "--max-conns") == 0) {
+            char *end;
+            long n;
+            errno = 0;
+            n = strtol(v, &end, 10);
+            if (errno || *end || n < 1 || n > 1000000) {
+                fprintf(stderr, "cursor-oai: --max-conns must be 1..1000000\n");
+                return 2;
+            }
+            S.max_conns = (int)n;
+        } else {
+            goto usage;
+        }
+    }
+    if (!listen || !*listen) listen = SRV_DEFAULT_LISTEN;
+    if (split_host_port(listen, S.listen_host, sizeof S.listen_host, S.listen_port,
+                        sizeof S.listen_port, NULL) < 0) {
+        fprintf(stderr, "cursor-oai: bad listen address '%s' (want HOST:PORT)\n", listen);
+        return 2;
+    }
+    for (i = 0; i < 4 && strcmp(level, LOG_NAMES[i]) != 0; i++) {}
+    if (i == 4) {
+        fprintf(stderr, "cursor-oai: --log-level must be error, warn, info or debug\n");
+        return 2;
+    }
+    S.log_level = i;
+    if (workspace) {
+        if (!realpath(workspace, S.workspace)) {
+            fprintf(stderr, "cursor-oai: --workspace %s: %s\n", workspace, strerror(errno));
+            return 2;
+        }
+    } else if (!getcwd(S.workspace, sizeof S.workspace)) {
+        copy_str(S.workspace, sizeof S.workspace, "/", 1);
+    }
+    return -1;
+usage:
+    fprintf(stderr, "cursor-oai: unknown argument '%s'\n\n%s", argv[i], SERVE_HELP);
+    return 2;
+}
+
+/* Everything from the environment and the file system. 0 ok, -1 (message printed). */
+static int configure(void)
+{
+    const char *url = getenv("CURSOR_API_URL"), *key = getenv("CURSOR_OAI_API_KEY");
+    const char *cv = getenv("CURSOR_CLIENT_VERSION");
+    long n;
+    struct rlimit rl;
+    if (!url || !*url) url = SRV_DEFAULT_API_URL;
+    if (parse_api_url(url) < 0) {
+        fprintf(stderr, "cursor-oai: CURSOR_API_URL must look like https://host[:port][/path] "
+                "(https only)\n");
+        return -1;
+    }
+    S.client_version = cv && *cv ? cv : SRV_DEFAULT_CLIENT_VERSION;
+    S.api_key = key && *key ? key : NULL;
+    if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
+        || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s))
+        return -1;
+    S.ca_file = ca_bundle_path();
+    if (!S.ca_file) {
+        fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "
+                "(looked for /etc/ssl/certs/ca-certificates.crt, "
+                "/etc/pki/tls/certs/ca-bundle.crt, /etc/ssl/cert.pem)\n");
+        return -1;
+    }
+    n = ta_load(S.ca_file, &S.tas);
+    if (n <= 0) {
+        fprintf(stderr, "cursor-oai: cannot load trust anchors from %s: %s\n", S.ca_file,
+                n == 0 ? "no certificates in the file" : strerror(errno));
+        return -1;
+    }
+    S.tas_n = (size_t)n;
+    detect_timezone(S.timezone, sizeof S.timezone);
+    tzset();
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    return 0;
+}
+
+static int run_serve(int argc, char **argv)
+{
+    struct sigaction sa;
+    int rc = parse_serve_args(argc, argv);
+    if (rc >= 0) return rc;
+    if (configure() < 0) return 1;
+    signal(SIGPIPE, SIG_IGN);
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    cred_init();
+    rc = listen_open();
+    if (rc < 0) return rc == -2 ? 2 : 1;
+    srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
+            "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
+            strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
+            strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
+            S.tas_n, S.ca_file, S.timezone);
+    serve_loop();
+    S.stop_at = mono_ms();
+    srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
+            SRV_SHUTDOWN_GRACE_MS / 1000);
+    serve_drain();
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    pthread_mutex_init(&S.lock, NULL);
+    pthread_cond_init(&S.idle, NULL);
+    S.listen_fd = -1;
+    S.log_level = LOG_INFO;
+    if (argc >= 2 && strcmp(argv[1], "--version") == 0) { print_version(); return 0; }
+    if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        fputs(USAGE, stdout);
+        fputs("\n", stdout);
+        fputs(SERVE_HELP, stdout);
+        return 0;
+    }
+    if (argc >= 2 && strcmp(argv[1], "serve") == 0) return run_serve(argc - 2, argv + 2);
+    fputs(USAGE, stderr);
+    return 2;
+}
