@@ -1,0 +1,502 @@
+#!/bin/sh
+# build.sh - build, test and fuzz cursor-oai. Plain POSIX sh; prints every command it runs.
+#
+#   ./build.sh               release: fully static musl binary build/cursor-oai
+#   ./build.sh test          ASan/UBSan unit tests, fuzz corpus replay, header and release
+#                            checks, e2e scripts
+#   ./build.sh debug         dynamic glibc -g -O0 build (for valgrind): build/cursor-oai-debug
+#   ./build.sh fuzz [SECS]   libFuzzer every tests/fuzz/fz_*.c for SECS seconds each (default 60)
+#   ./build.sh deps          install packages, fetch + verify + unpack deps, build BearSSL
+#   ./build.sh bench [ARGS]  release build, then tests/bench.sh ARGS
+#   ./build.sh clean         remove build/ except the dependency cache build/deps
+#
+# Dependencies come from Debian's source archive, pinned by version and by the sha256 of the
+# upstream tarball, and are cached in build/deps (env COAI_DEPS_DIR: another directory, which
+# this script then owns). Missing Debian packages are installed when running as root.
+# Env: COAI_VECTORS (test vectors, default ../shared/spec/vectors relative to the repo root),
+#      COAI_TEST_TIMEOUT (seconds per test program, default 600).
+set -eu
+
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+BUILD=build
+DEPS=${COAI_DEPS_DIR:-$ROOT/build/deps}
+case $DEPS in /*) ;; *) DEPS=$ROOT/$DEPS ;; esac
+JOBS=$(nproc 2>/dev/null || echo 2)
+export PYTHONDONTWRITEBYTECODE=1 LC_ALL=C
+
+# ---------------------------------------------------------------------------------------------
+# Pins
+
+CJSON_VER=1.7.19
+CJSON_REVS="2"
+CJSON_ORIG=cjson_1.7.19.orig.tar.gz
+CJSON_SHA=7fa616e3046edfa7a28a32d5f9eacfd23f92900fe1f8ccd988c1662f30454562
+NANOPB_VER=0.4.9.1
+NANOPB_REVS="1 2"
+NANOPB_ORIG=nanopb_0.4.9.1.orig.tar.gz
+NANOPB_SHA=4575944a468718ef25f05eb01d994364650b581563089a9841986bb1e460eac3
+BEARSSL_VER=0.6+dfsg.1
+BEARSSL_REVS="3"
+BEARSSL_ORIG=bearssl_0.6+dfsg.1.orig.tar.xz
+BEARSSL_SHA=102a625bd8f6155260867a50c508df8d8c3f796985dd744df1a68e5cd1a79004
+
+PACKAGES="gcc libc6-dev make binutils xz-utils dpkg-dev musl-tools protobuf-compiler python3
+python3-protobuf clang libclang-rt-14-dev openssl file ca-certificates debian-archive-keyring"
+
+SRC_LIST=/etc/apt/sources.list.d/cursor-oai-src.sources
+PY=/usr/bin/python3
+
+CJ=$DEPS/cjson-$CJSON_VER
+NP=$DEPS/nanopb-$NANOPB_VER
+BR=$DEPS/bearssl-$BEARSSL_VER
+BR_MUSL=$DEPS/bearssl-$BEARSSL_VER-musl     # built with musl-gcc, for the static binary
+BR_GCC=$DEPS/bearssl-$BEARSSL_VER-gcc       # built with gcc -g, for debug/test/fuzz builds
+
+DEFS="-DPB_ENABLE_MALLOC -DPB_FIELD_32BIT -DCJSON_NESTING_LIMIT=64"
+PROTOS="agent.proto aiserver.proto google/rpc/status.proto google/protobuf/struct.proto
+google/protobuf/any.proto"
+PB_C="proto/agent.pb.c proto/aiserver.pb.c proto/google/rpc/status.pb.c
+proto/google/protobuf/struct.pb.c proto/google/protobuf/any.pb.c"
+SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+# Print a command (quoted where needed) the way `set -x` would, then run it.
+show() {
+    line=
+    for a in "$@"; do
+        case $a in
+        '' | *[!A-Za-z0-9_./=:,+@%^-]*) a="'$(printf '%s' "$a" | sed "s/'/'\\\\''/g")'" ;;
+        esac
+        line="$line $a"
+    done
+    printf '+%s\n' "$line"
+}
+run() { show "$@"; "$@"; }
+say() { printf '%s\n' "$*"; }
+die() { printf 'build.sh: error: %s\n' "$*" >&2; exit 1; }
+is_root() { [ "$(id -u)" = 0 ]; }
+
+APT_UPDATED=0
+apt_update_once() {
+    [ "$APT_UPDATED" = 1 ] && return 0
+    is_root || die "apt-get update needed but not running as root"
+    # A mirror serving a dated snapshot can have an expired sid/trixie Release file (or the
+    # clock is off). Only then retry without the expiry check: signatures are still verified,
+    # and the source tarballs are pinned by sha256 anyway.
+    if ! run apt-get update; then
+        run apt-get -o Acquire::Check-Valid-Until=false update
+    fi
+    APT_UPDATED=1
+}
+
+ensure_packages() {
+    missing=
+    # shellcheck disable=SC2086
+    show dpkg -s $PACKAGES
+    for p in $PACKAGES; do
+        dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed' || missing="$missing $p"
+    done
+    [ -z "$missing" ] && return 0
+    is_root || die "missing Debian packages:$missing (run as root: apt-get install$missing)"
+    apt_update_once
+    # shellcheck disable=SC2086
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
+}
+
+# deb-src entries in a file of our own (apt-get update when they had to be written).
+ensure_deb_src() {
+    want="Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm trixie sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg"
+    if [ -f "$SRC_LIST" ] && [ "$(cat "$SRC_LIST")" = "$want" ]; then return 0; fi
+    is_root || die "Debian source packages needed: run once as root (writes $SRC_LIST)"
+    printf '+ cat > %s <<EOF\n%s\nEOF\n' "$SRC_LIST" "$want"
+    printf '%s\n' "$want" > "$SRC_LIST"
+    APT_UPDATED=0
+    apt_update_once
+}
+
+sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+
+# fetch_src PKG UPSTREAM_VERSION "REVISIONS" ORIG_FILE SHA256
+# Unpacks into $DEPS/PKG-VERSION (Debian patches applied when the .dsc is available).
+fetch_src() {
+    pkg=$1 ver=$2 revs=$3 orig=$4 sum=$5
+    dir=$DEPS/$pkg-$ver dl=$DEPS/dl
+    if [ -f "$dir/.coai-ok" ] && [ "$(cat "$dir/.coai-ok")" = "$sum" ]; then return 0; fi
+    run mkdir -p "$dl"
+    dsc=
+    for r in $revs; do
+        if [ -f "$dl/${pkg}_$ver-$r.dsc" ] && [ -f "$dl/$orig" ]; then
+            dsc=${pkg}_$ver-$r.dsc
+            break
+        fi
+    done
+    if [ -z "$dsc" ] && ! sha_ok "$dl/$orig" "$sum"; then
+        # Our deb-src entries only when apt does not know the version yet (a machine may
+        # already have equivalent ones; duplicates only make apt warn).
+        show apt-cache showsrc "$pkg"
+        if ! apt-cache showsrc "$pkg" 2>/dev/null | grep -q "^Version: $ver-"; then
+            ensure_deb_src
+            if ! apt-cache showsrc "$pkg" 2>/dev/null | grep -q "^Version: $ver-"; then
+                apt_update_once
+            fi
+        fi
+        for r in $revs; do
+            # The mirror may lack the .dsc/.debian.tar.* of a revision while still serving the
+            # shared orig tarball, so a failed download is not fatal; the sha256 check below is.
+            if (cd "$dl" && run apt-get source --download-only "$pkg=$ver-$r"); then :; else
+                say "note: apt-get source $pkg=$ver-$r did not fully succeed"
+            fi
+            if [ -f "$dl/${pkg}_$ver-$r.dsc" ]; then dsc=${pkg}_$ver-$r.dsc; break; fi
+        done
+    fi
+    [ -f "$dl/$orig" ] || die "could not download $orig"
+    show sha256sum "$dl/$orig"
+    if ! sha_ok "$dl/$orig" "$sum"; then
+        run rm -f "$dl/$orig"
+        die "sha256 mismatch for $orig (expected $sum); file removed"
+    fi
+    run rm -rf "$dir" "$dir.tmp"
+    if [ -n "$dsc" ]; then
+        (cd "$dl" && run dpkg-source --no-copy -x "$dsc" "$dir.tmp")
+    else
+        say "note: no .dsc for $pkg $ver: unpacking the verified upstream tarball" \
+            "without Debian patches"
+        run mkdir -p "$dir.tmp"
+        run tar -xf "$dl/$orig" -C "$dir.tmp" --strip-components=1
+    fi
+    printf '%s\n' "$sum" > "$dir.tmp/.coai-ok"
+    run mv "$dir.tmp" "$dir"
+}
+
+# build_bearssl DEST CC CFLAGS: a private copy of the BearSSL tree, built with `make lib`.
+build_bearssl() {
+    dest=$1 cc=$2 cflags=$3
+    stamp="$BEARSSL_SHA $cc $cflags"
+    if [ -f "$dest/.coai-ok" ] && [ "$(cat "$dest/.coai-ok")" = "$stamp" ] \
+        && [ -f "$dest/build/libbearssl.a" ]; then return 0; fi
+    run rm -rf "$dest"
+    run cp -a "$BR" "$dest"
+    run make -s -C "$dest" -j"$JOBS" CONF=Unix CC="$cc" AR=ar CFLAGS="$cflags" lib
+    printf '%s\n' "$stamp" > "$dest/.coai-ok"
+}
+
+deps() {
+    ensure_packages
+    fetch_src cjson "$CJSON_VER" "$CJSON_REVS" "$CJSON_ORIG" "$CJSON_SHA"
+    fetch_src nanopb "$NANOPB_VER" "$NANOPB_REVS" "$NANOPB_ORIG" "$NANOPB_SHA"
+    fetch_src bearssl "$BEARSSL_VER" "$BEARSSL_REVS" "$BEARSSL_ORIG" "$BEARSSL_SHA"
+}
+
+bearssl_musl() {
+    build_bearssl "$BR_MUSL" musl-gcc "-W -Wall -Os -ffunction-sections -fdata-sections"
+}
+bearssl_gcc() { build_bearssl "$BR_GCC" gcc "-W -Wall -O1 -g -fPIC"; }
+
+INC="-I. -Iproto -I$NP -I$CJ -I$BR/inc"
+LIB_C="$NP/pb_common.c $NP/pb_encode.c $NP/pb_decode.c $CJ/cJSON.c"
+
+# Regenerate proto/*.pb.[ch] into build/gen; returns 1 if the committed copies differ.
+regen_protos() {
+    run rm -rf "$BUILD/gen"
+    run mkdir -p "$BUILD/gen"
+    # shellcheck disable=SC2086
+    if ! run "$PY" "$NP/generator/nanopb_generator.py" -q -I proto -D "$BUILD/gen" $PROTOS; then
+        say "the nanopb generator failed"
+        return 1
+    fi
+    stale=
+    for f in $(cd "$BUILD/gen" && find . -type f -name '*.pb.[ch]' | sort); do
+        cmp -s "$BUILD/gen/$f" "proto/$f" || stale="$stale proto/${f#./}"
+    done
+    for f in $(cd proto && find . -type f -name '*.pb.[ch]' | sort); do
+        [ -f "$BUILD/gen/$f" ] || stale="$stale proto/${f#./}(not generated)"
+    done
+    if [ -n "$stale" ]; then
+        say "generated code is stale:$stale (regenerated copies are in $BUILD/gen)"
+        return 1
+    fi
+    say "generated code: proto/*.pb.[ch] match the regenerated copies"
+}
+
+release() {
+    [ -f server.c ] || die "server.c not found"
+    bearssl_musl
+    run mkdir -p "$BUILD"
+    # shellcheck disable=SC2086
+    run musl-gcc -static -Os -ffunction-sections -fdata-sections -Wl,--gc-sections -s $DEFS \
+        -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" server.c $PB_C $LIB_C "$BR_MUSL/build/libbearssl.a" \
+        -lpthread -o "$BUILD/cursor-oai"
+    run file "$BUILD/cursor-oai"
+    file "$BUILD/cursor-oai" | grep -q 'statically linked' || die "$BUILD/cursor-oai is not static"
+    run ls -l "$BUILD/cursor-oai"
+}
+
+debug() {
+    [ -f server.c ] || die "server.c not found"
+    bearssl_gcc
+    run mkdir -p "$BUILD"
+    # shellcheck disable=SC2086
+    run gcc -g -O0 -Wall -Wextra $DEFS $INC server.c $PB_C $LIB_C "$BR_GCC/build/libbearssl.a" \
+        -lpthread -lm -o "$BUILD/cursor-oai-debug"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Test mode
+
+PASS=0
+FAIL=0
+SUMMARY=
+note() { SUMMARY="$SUMMARY$*
+"; }
+count() {   # count NAME PASSED FAILED [COMMENT]
+    PASS=$((PASS + $2)); FAIL=$((FAIL + $3))
+    note "$(printf '%-34s %5d passed, %d failed%s' "$1" "$2" "$3" "${4:+  ($4)}")"
+}
+isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
+
+# Last line of FILE if it is "RESULT p f"; sets RP/RF.
+result_line() {
+    RP= RF=
+    last=$(tail -n 1 "$1" 2>/dev/null || true)
+    case $last in "RESULT "*) ;; *) return 1 ;; esac
+    # shellcheck disable=SC2086
+    set -- $last
+    [ $# = 3 ] && isnum "$2" && isnum "$3" || return 1
+    RP=$2 RF=$3
+}
+
+show_log() {   # show_log FILE...: the tail of each, indented, for a failing program
+    for lf in "$@"; do
+        [ -s "$lf" ] || continue
+        say "---- $lf (last 40 lines)"
+        tail -n 40 "$lf" | sed 's/^/    /'
+    done
+}
+
+TMO=${COAI_TEST_TIMEOUT:-600}
+
+# run_prog NAME LOGBASE CMD...: run from the repo root, count its RESULT line.
+run_prog() {
+    name=$1 log=$2; shift 2
+    show "$@" ">$log.out" "2>$log.err"
+    rc=0
+    timeout "$TMO" "$@" >"$log.out" 2>"$log.err" </dev/null || rc=$?
+    if result_line "$log.out"; then
+        if [ "$rc" != 0 ] && [ "$RF" = 0 ]; then
+            count "$name" "$RP" 1 "exit status $rc"
+        else
+            count "$name" "$RP" "$RF" "$(grep -h '^skipped:' "$log.out" | head -n 1)"
+        fi
+    else
+        count "$name" 0 1 "no RESULT line, exit status $rc"
+    fi
+    if [ "$rc" != 0 ] || [ "$RF" != 0 ]; then show_log "$log.err" "$log.out"; fi
+}
+
+cc_test() {    # cc_test OUT SRC...: strict C99 + sanitizers, linked with the test libs
+    out=$1; shift
+    # shellcheck disable=SC2086
+    run gcc -std=c99 -g -O1 -Wall -Wextra -Werror $SAN $DEFS $INC "$@" $TLIBS \
+        "$BR_GCC/build/libbearssl.a" -lm -lpthread -o "$out"
+}
+
+test_mode() {
+    T=$BUILD/test
+    run rm -rf "$T"
+    run mkdir -p "$T/lib" "$T/log"
+    export COAI_VECTORS="${COAI_VECTORS:-../shared/spec/vectors}"
+    [ -d "$COAI_VECTORS" ] || say "warning: COAI_VECTORS=$COAI_VECTORS is not a directory"
+    export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:strict_string_checks=1}"
+    export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+
+    # 1. Generated code is current.
+    if regen_protos; then count "proto regeneration" 1 0; else count "proto regeneration" 0 1; fi
+
+    # 2. Dependency + generated objects, ASan/UBSan (third-party code: no -Werror).
+    bearssl_gcc
+    TLIBS=
+    for src in $LIB_C $PB_C; do
+        o=$T/lib/$(basename "$src" .c).o
+        # shellcheck disable=SC2086
+        run gcc -std=c99 -g -O1 $SAN $DEFS $INC -c "$src" -o "$o"
+        TLIBS="$TLIBS $o"
+    done
+
+    # 3. Unit test programs.
+    for src in tests/t_*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        if cc_test "$T/$name" "$src"; then
+            run_prog "$name" "$T/log/$name" "$T/$name"
+        else
+            count "$name" 0 1 "does not compile"
+        fi
+    done
+
+    # 4. Fuzz corpora replayed through each target; each corpus file is one test.
+    for src in tests/fuzz/fz_*.c; do
+        [ -f "$src" ] || continue
+        stem=$(basename "$src" .c)
+        name=${stem#fz_}
+        corpus=tests/fuzz/corpus/$name
+        if ! cc_test "$T/$stem" "$src" tests/fuzz/replay.c; then
+            count "$stem (replay)" 0 1 "does not compile"; continue
+        fi
+        nfiles=$(find "$corpus" -type f 2>/dev/null | wc -l)
+        if [ "$nfiles" = 0 ]; then count "$stem (replay)" 0 1 "no corpus in $corpus"; continue; fi
+        log=$T/log/$stem
+        show "$T/$stem" "$corpus" ">$log.out" "2>$log.err"
+        rc=0
+        timeout "$TMO" "$T/$stem" "$corpus" >"$log.out" 2>"$log.err" </dev/null || rc=$?
+        if [ "$rc" = 0 ] && result_line "$log.out" && [ "$RF" = 0 ] && [ "$RP" = "$nfiles" ]; then
+            count "$stem (replay)" "$RP" 0
+        else
+            # Something failed: replay file by file so each input gets its own verdict.
+            show_log "$log.err"
+            p=0 f=0 bad=
+            for cf in $(find "$corpus" -type f | sort); do
+                show "$T/$stem" "$cf"
+                if timeout "$TMO" "$T/$stem" "$cf" >/dev/null 2>&1 </dev/null; then p=$((p + 1))
+                else f=$((f + 1)); bad="$bad $(basename "$cf")"; fi
+            done
+            count "$stem (replay)" "$p" "$f" "failing:$bad"
+        fi
+    done
+
+    # 5. The header alone, C99 pedantic, with and without the implementation.
+    for cc in gcc clang; do
+        for impl in 0 1; do
+            tu=$T/hdr_${cc}_$impl.c
+            {
+                [ "$impl" = 1 ] && printf '#define CURSOR_OAI_IMPLEMENTATION\n'
+                printf '#include "cursor_oai.h"\n'
+            } >"$tu"
+            what="header alone ($cc, impl=$impl)"
+            # shellcheck disable=SC2086
+            if run "$cc" -std=c99 -Wall -Wextra -pedantic -Werror $DEFS $INC -c "$tu" -o "$tu.o"
+            then count "$what" 1 0; else count "$what" 0 1; fi
+        done
+    done
+
+    # 6. Release binary: builds, is static, answers --version. A child process, so that
+    #    `set -e` stays in force inside it (it is ignored in an `if` condition).
+    if run sh ./build.sh _release; then
+        count "release build" 1 0
+        run_prog "check_static" "$T/log/check_static" sh tests/check_static.sh "$BUILD/cursor-oai"
+    else
+        count "release build" 0 1
+    fi
+
+    # 7. End-to-end scripts against the release binary.
+    export CURSOR_OAI_BIN="$BUILD/cursor-oai"
+    for s in tests/e2e_*.sh tests/*_test.py; do
+        [ -f "$s" ] || continue
+        name=$(basename "$s")
+        if [ ! -x "$s" ]; then say "note: $s is not executable; skipped"; continue; fi
+        run_prog "$name" "$T/log/$name" "./$s"
+    done
+
+    say ""
+    say "==== summary"
+    printf '%s' "$SUMMARY"
+    say "$PASS passed, $FAIL failed"
+    [ "$FAIL" = 0 ]
+}
+
+# ---------------------------------------------------------------------------------------------
+# Fuzz mode
+
+fuzz_mode() {
+    secs=${1:-60}
+    isnum "$secs" || die "fuzz: SECONDS must be a number"
+    F=$BUILD/fuzz
+    run mkdir -p "$F/lib" "$F/bin" "$F/artifacts"
+    bearssl_gcc
+    FLIBS=
+    for src in $LIB_C $PB_C; do
+        o=$F/lib/$(basename "$src" .c).o
+        # shellcheck disable=SC2086
+        run clang -g -O1 -fsanitize=fuzzer-no-link,address,undefined $DEFS $INC -c "$src" -o "$o"
+        FLIBS="$FLIBS $o"
+    done
+    status=0 report=
+    for src in tests/fuzz/fz_*.c; do
+        [ -f "$src" ] || continue
+        stem=$(basename "$src" .c)
+        name=${stem#fz_}
+        # shellcheck disable=SC2086
+        run clang -std=c99 -g -O1 -Wall -Wextra -fsanitize=fuzzer,address,undefined \
+            -fno-sanitize-recover=undefined $DEFS $INC "$src" $FLIBS \
+            "$BR_GCC/build/libbearssl.a" -lm -lpthread -o "$F/bin/$stem"
+        run mkdir -p "$F/$name"
+        if [ -d "tests/fuzz/corpus/$name" ]; then
+            run cp -R "tests/fuzz/corpus/$name/." "$F/$name/"
+        fi
+        dict=
+        [ -f "tests/fuzz/$name.dict" ] && dict=-dict=tests/fuzz/$name.dict
+        log=$F/$stem.log
+        rc=0
+        show "$F/bin/$stem" -max_total_time="$secs" -timeout=20 -print_final_stats=1 \
+            -artifact_prefix="$F/artifacts/$stem-" $dict "$F/$name" "2>$log"
+        # shellcheck disable=SC2086
+        "$F/bin/$stem" -max_total_time="$secs" -timeout=20 -print_final_stats=1 \
+            -artifact_prefix="$F/artifacts/$stem-" $dict "$F/$name" 2>"$log" || rc=$?
+        execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+        eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
+        if [ -z "$eps" ]; then
+            eps=$(sed -n 's/.*exec\/s: \([0-9]*\).*/\1/p' "$log" | tail -n 1)
+        fi
+        cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1)
+        files=$(find "$F/$name" -type f | wc -l)
+        line="$stem: ${execs:-?} execs, ${eps:-?} exec/s, ${cov:-cov: ?}, corpus $files files"
+        if [ "$rc" = 0 ]; then line="$line, ok"; else
+            status=1
+            line="$line, FAILED (exit $rc; log $log; artifacts $F/artifacts/$stem-*)"
+            grep -E '^(==[0-9]+==ERROR|SUMMARY|.*runtime error)' "$log" | head -n 5 \
+                | sed 's/^/    /'
+        fi
+        say "$line"
+        report="$report$line
+"
+    done
+    say ""
+    say "==== fuzz summary (${secs}s per target)"
+    printf '%s' "$report"
+    return "$status"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+mode=${1:-release}
+[ $# -gt 0 ] && shift
+case $mode in
+release) deps; regen_protos || say "warning: committed generated code differs"; release ;;
+_release) release ;;   # internal: used by test mode after deps
+debug) deps; regen_protos || say "warning: committed generated code differs"; debug ;;
+test) deps; test_mode ;;
+fuzz) deps; fuzz_mode "$@" ;;
+deps) deps; bearssl_musl; bearssl_gcc; say "dependencies ready in $DEPS" ;;
+bench)
+    if [ ! -f tests/bench.sh ]; then
+        say "bench: not yet available (tests/bench.sh is missing)"
+        exit 1
+    fi
+    deps; release
+    if [ -x tests/bench.sh ]; then run ./tests/bench.sh "$@"; else run sh tests/bench.sh "$@"; fi
+    ;;
+clean)
+    if [ -d "$BUILD" ]; then
+        run find "$BUILD" -mindepth 1 -maxdepth 1 ! -name deps -exec rm -rf {} +
+    fi
+    say "kept the dependency cache $DEPS (rm -rf it to refetch)"
+    ;;
+-h | --help | help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' ;;
+*) die "unknown mode '$mode' (release, test, debug, fuzz [SECS], deps, bench, clean)" ;;
+esac
