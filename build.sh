@@ -42,7 +42,7 @@ BEARSSL_ORIG=bearssl_0.6+dfsg.1.orig.tar.xz
 BEARSSL_SHA=102a625bd8f6155260867a50c508df8d8c3f796985dd744df1a68e5cd1a79004
 
 PACKAGES="gcc libc6-dev make binutils xz-utils dpkg-dev musl-tools protobuf-compiler python3
-python3-protobuf clang libclang-rt-14-dev openssl file ca-certificates debian-archive-keyring"
+python3-protobuf clang libclang-rt-14-dev openssl file zbar-tools ca-certificates debian-archive-keyring"
 
 SRC_LIST=/etc/apt/sources.list.d/cursor-oai-src.sources
 PY=/usr/bin/python3

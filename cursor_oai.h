@@ -100,7 +100,8 @@ void coai_uuid_format(char out[37], const unsigned char rnd[16]);
  * escaped. Invalid UTF-8 (bad, overlong, surrogate or truncated sequences) becomes
  * U+FFFD, so the output is always valid UTF-8 and valid JSON.
  * coai_json_num_append writes the shortest text that reads back as the same double
- * (integers without ".0", 1e+21 style exponents as JavaScript does); NaN/Inf -> null. */
+ * (integers without ".0", 1e+21 style exponents as JavaScript does); NaN/Inf -> null.
+ * Each maximal invalid UTF-8 subpart becomes one U+FFFD, as Node's TextDecoder does. */
 int coai_json_str_append(coai_buf *out, const char *s, size_t n);
 int coai_json_num_append(coai_buf *out, double v);
 /* Length of the longest prefix of s that is valid UTF-8 and does not end inside a
@@ -1254,6 +1255,22 @@ static int coai__utf8_seq(const unsigned char *s, size_t n)
     return (int)need + 1;
 }
 
+/* Length of the maximal invalid subpart at s (WHATWG/Unicode "substitution of
+ * maximal subparts", as Node's TextDecoder does): the lead byte plus the
+ * continuation bytes that were still acceptable before the sequence broke. */
+static size_t coai__utf8_bad_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xbf;
+    size_t need, i;
+    if (c < 0xc2 || c > 0xf4) return 1;
+    if (c < 0xe0) need = 1;
+    else if (c < 0xf0) { need = 2; if (c == 0xe0) lo = 0xa0; if (c == 0xed) hi = 0x9f; }
+    else { need = 3; if (c == 0xf0) lo = 0x90; if (c == 0xf4) hi = 0x8f; }
+    for (i = 1; i <= need && i < n; i++)
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf)) break;
+    return i;
+}
+
 size_t coai_utf8_valid_prefix(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -1307,9 +1324,7 @@ int coai_json_str_append(coai_buf *out, const char *s, size_t n)
                 /* One U+FFFD per maximal invalid subpart: skip the lead byte and any
                  * continuation bytes that cannot start a character. */
                 if (coai_buf_append(out, "\xef\xbf\xbd", 3)) return -1;
-                i++;
-                while (i < n && p[i] >= 0x80 && p[i] < 0xc0 && k == 0) i++;
-                if (k < 0) i = n;
+                i += coai__utf8_bad_len(p + i, n - i);
             }
         }
     }

@@ -80,6 +80,7 @@ static coai_result dec(coai_msg *m, const void *p, size_t n)
 {
     unsigned char *c = (unsigned char *)malloc(n ? n : 1);
     coai_result r;
+    if (!c) return COAI_ERR_NOMEM;
     if (n) memcpy(c, p, n);
     r = coai_msg_decode(m, c, n);
     /* views must not point into the input: scribble over it before anyone reads them */

@@ -826,9 +826,10 @@ static void test_utf8(void)
         CHECK(sse_check(&r.out, &done) > 0 && done);
         sse_collect(&r.out, "content", &got);
         sse_collect(&r.out, "reasoning_content", &gr);
+        /* ED A0 80 (a surrogate) is three maximal invalid subparts and the cut-off F0 9F one
+         * more, so four U+FFFD, as Node's TextDecoder would produce */
         CHECK(got.data && strcmp((char *)got.data, "x\xef\xbf\xbdy\xc3\xa9z\xef\xbf\xbd\xef\xbf"
-            "\xbd")
-              == 0);
+            "\xbd\xef\xbf\xbd\xef\xbf\xbd") == 0);
         CHECK(gr.data && strcmp((char *)gr.data, "t\xe2\x82\xac") == 0);
         coai_buf_free(&got);
         coai_buf_free(&gr);
