@@ -180,7 +180,9 @@ class Fake:
 def proxy_cmd():
     """build/cursor-oai, or E2E_PROXY_CMD (a JSON argv list, for harness self-validation)."""
     if os.environ.get("E2E_PROXY_CMD"):
-        return json.loads(os.environ["E2E_PROXY_CMD"])
+        # relative paths are relative to the repo root (the proxy runs in a temp cwd)
+        return [os.path.join(ROOT, a) if not os.path.isabs(a) and os.path.exists(
+            os.path.join(ROOT, a)) else a for a in json.loads(os.environ["E2E_PROXY_CMD"])]
     return [os.path.join(ROOT, "build", "cursor-oai")]
 
 

@@ -290,11 +290,12 @@ def t_opencode(proxy, fake, ws, secret, tmp):
                 "XDG_CACHE_HOME": os.path.join(home, ".cache"),
                 "XDG_STATE_HOME": os.path.join(home, ".local", "state"),
                 "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+                "PWD": ws,  # OpenCode takes its project directory from $PWD, not getcwd()
                 "NODE_PATH": os.path.join(NPM, "node_modules")})
     n0 = len(runs_by(fake, "oc"))
     t0 = time.time()
     try:
-        r = subprocess.run([OPENCODE, "run", "-m", "coai/scenario:oc",
+        r = subprocess.run([OPENCODE, "run", "--print-logs", "-m", "coai/scenario:oc",
                             "Read hello.txt and tell me the secret word."], cwd=ws, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=180,
                            stdin=subprocess.DEVNULL)
