@@ -7,6 +7,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -325,6 +326,9 @@ def parse_sse(raw):
     return out
 
 
+CONTENT_RE = re.compile(rb'"content"\s*:\s*"[^"]')
+
+
 def stream_chat(port, body, timeout=30, stop_after_content=False, raw_headers=None):
     """POST a streaming chat with a raw socket; returns (status, headers, body bytes, t_first).
     With stop_after_content the socket is closed as soon as a content chunk arrived."""
@@ -345,7 +349,7 @@ def stream_chat(port, body, timeout=30, stop_after_content=False, raw_headers=No
             if not d:
                 break
             buf += d
-            if stop_after_content and b'"content":"' in buf:
+            if stop_after_content and CONTENT_RE.search(buf):
                 return None, None, buf, None
         head, _, rest = buf.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")

@@ -515,9 +515,10 @@ def main():
         sys.exit("usage: ref_proxy.py serve --listen 127.0.0.1:PORT")
     host, port = sys.argv[3].rsplit(":", 1)
     PORT = int(port)
-    srv = ThreadingHTTPServer((host, PORT), H)
-    srv.daemon_threads = True
-    srv.request_queue_size = 512
+    class Srv(ThreadingHTTPServer):
+        request_queue_size = 1024   # listen() backlog, must be set before the constructor
+        daemon_threads = True
+    srv = Srv((host, PORT), H)
     srv.serve_forever()
 
 
