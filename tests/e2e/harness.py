@@ -246,6 +246,32 @@ class Proxy:
     def fds(self):
         return len(os.listdir("/proc/%d/fd" % self.proc.pid))
 
+    def fd_split(self, upstream_port):
+        """(other fds, sockets connected to upstream_port). Pooled upstream connections
+        are legitimate (up to the pool's cap); every other fd must return to baseline."""
+        remote = {}
+        for name in ("tcp", "tcp6"):
+            try:
+                with open("/proc/%d/net/%s" % (self.proc.pid, name)) as f:
+                    next(f)
+                    for line in f:
+                        cols = line.split()
+                        remote[cols[9]] = int(cols[2].rsplit(":", 1)[1], 16)
+            except OSError:
+                pass
+        other = upstream = 0
+        fd_dir = "/proc/%d/fd" % self.proc.pid
+        for fd in os.listdir(fd_dir):
+            try:
+                link = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:[") and remote.get(link[8:-1]) == upstream_port:
+                upstream += 1
+            else:
+                other += 1
+        return other, upstream
+
     def threads(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
