@@ -139,6 +139,7 @@ static struct server {
     coai_error refresh_err;
     int64_t refresh_block_until;    /* mono ms: no renewal before this after a rejection */
     int persist_failed;             /* the newest tokens live only in memory */
+    int64_t persist_retry_at;       /* mono ms: try saving them again from then on */
     struct file_id ours_id, agent_id; /* the credential files as last loaded or written */
     int64_t cred_checked_at;        /* mono ms of the last look at the files */
     pthread_cond_t cred_cv;         /* signalled when a renewal ends */
@@ -1253,6 +1254,7 @@ static int auth_call(const char *method, const char *target, const char *what,
 #define CRED_STILL_OK_S 10              /* failed early renewal: old token still used if valid */
 #define CRED_REJECT_BACKOFF_MS 30000    /* no renewal this long after one was rejected */
 #define CRED_CHECK_MS 1000              /* look at the files at most this often */
+#define CRED_PERSIST_RETRY_MS 5000      /* a failed save is retried this often (on requests) */
 #define CRED_LOCK_WAIT_MS 15000         /* wait for another process's renewal at most this */
 #define CRED_AUTH_BODY_MAX (64 * 1024)  /* answers of the /auth endpoints */
 
@@ -1727,6 +1729,7 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         cred_set_locked(&nc, CRED_OURS);
         if (saved) S.ours_id = id;
         S.persist_failed = !saved;
+        S.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
         S.refresh_failed = 0;
         S.refresh_block_until = 0;
         S.cred_bad_gen = 0;
@@ -1749,6 +1752,54 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     return rc;
 }
 
+/* Renewed tokens that could not be saved (disk full...) are saved again now and then, so that
+ * the rotated refresh token is not lost with the process. Only while no renewal runs and only
+ * if the tokens are still the newest: an older pair must never overwrite a newer one. */
+static void cred_persist_retry(void)
+{
+    coai_creds c;
+    struct file_id id;
+    char why[PATH_MAX + 160];
+    uint64_t gen;
+    int lk, ok = 0, stale;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_lock(&S.lock);
+    if (!S.persist_failed || S.refreshing || mono_ms() < S.persist_retry_at) {
+        pthread_mutex_unlock(&S.lock);
+        return;
+    }
+    S.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
+    gen = S.cred_gen;
+    c.access_token = strdup(S.token);
+    c.refresh_token = S.refresh[0] ? strdup(S.refresh) : NULL;
+    c.api_key = S.cred_key[0] ? strdup(S.cred_key) : NULL;
+    pthread_mutex_unlock(&S.lock);
+    if (!c.access_token) goto done;
+    lk = cred_lock();
+    pthread_mutex_lock(&S.lock);
+    stale = S.refreshing || S.cred_gen != gen;
+    pthread_mutex_unlock(&S.lock);
+    if (!stale) {
+        ok = cred_write_file(&c, why, sizeof why) == 0;
+        if (ok) file_id_of(S.ours_path, &id);
+    }
+    cred_unlock(lk);
+    if (stale) goto done;
+    pthread_mutex_lock(&S.lock);
+    if (ok && S.cred_gen == gen) {
+        S.persist_failed = 0;
+        S.ours_id = id;
+    }
+    pthread_mutex_unlock(&S.lock);
+    if (ok) srv_log(LOG_INFO, "renewed credentials saved to %s after all", S.ours_path);
+    else srv_log(LOG_WARN, "still %s", why);
+done:
+    if (c.access_token) memset(c.access_token, 0, strlen(c.access_token));
+    if (c.refresh_token) memset(c.refresh_token, 0, strlen(c.refresh_token));
+    if (c.api_key) memset(c.api_key, 0, strlen(c.api_key));
+    coai_creds_free(&c);
+}
+
 /* Before an upstream call: pick up file changes, and renew a token that expires within
  * CRED_MARGIN_S (or that the upstream rejected mid-stream). A failed proactive renewal still
  * lets a token that has not expired yet be used. 0 go ahead (the token may be ""), -1 *e. */
@@ -1760,6 +1811,7 @@ static int cred_ensure(coai_error *e)
     coai_jwt j;
     int64_t now = (int64_t)time(NULL);
     cred_poll_files();
+    cred_persist_retry();
     pthread_mutex_lock(&S.lock);
     renewable = S.cred_src != CRED_ENV && (S.refresh[0] || S.cred_key[0]);
     bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
