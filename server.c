@@ -334,13 +334,26 @@ static size_t cred_token(char *out, size_t cap, uint64_t *gen)
     return n < cap ? n : 0;
 }
 
+/* 1 when there is an access token at all. */
+static int cred_have(void)
+{
+    int r;
+    pthread_mutex_lock(&S.lock);
+    r = S.token[0] != 0;
+    pthread_mutex_unlock(&S.lock);
+    return r;
+}
+
 /* Install credentials (NULL members = none). Caller holds S.lock. */
 static void cred_set_locked(const coai_creds *c, int src)
 {
     const char *at = c && c->access_token ? c->access_token : "";
     const char *rt = c && c->refresh_token ? c->refresh_token : "";
     const char *key = c && c->api_key ? c->api_key : "";
-    if (strcmp(S.token, at) != 0) S.cred_gen++;
+    if (strcmp(S.token, at) != 0) {
+        S.cred_gen++;
+        S.models_fail_at = 0;   /* a model list failure may have been the old token's */
+    }
     copy_str(S.token, sizeof S.token, at, strlen(at));
     copy_str(S.refresh, sizeof S.refresh, rt, strlen(rt));
     copy_str(S.cred_key, sizeof S.cred_key, key, strlen(key));
@@ -2264,6 +2277,13 @@ static int models_fetch(coai_buf *body, coai_error *err)
     int status = 0, attempt;
     uint64_t gen = 0;
     if (cred_ensure(err) < 0) return -1;
+    if (!cred_have()) {
+        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        err->no_retry = 1;
+        return -1;
+    }
     for (attempt = 0; attempt < 2; attempt++) {
         coai_error re;
         int fr;

@@ -895,6 +895,11 @@ def t_pickup_login():
         eq("  ... login while serving: exit 0", rc, 0)
         got = H.wait_for(lambda: srv.chat()[0] == 200, 5, step=0.3)
         check("  ... the running server picks the login up without a restart", got)
+        st, _, _ = srv.chat(model="sonnet-4.5")
+        runs = FAKE.runs()
+        check("  ... and fetches the model list again (the failure without credentials is "
+              "not kept): sonnet-4.5 -> claude-4.5-sonnet", st == 200 and runs
+              and runs[-1]["model_id"] == "claude-4.5-sonnet", [r["model_id"] for r in runs])
         rc, out, err = cli("logout-pickup", ["logout"], env)
         gone = H.wait_for(lambda: srv.chat()[0] == 401, 5, step=0.3)
         check("  ... and a logout too (401 again)", gone)
