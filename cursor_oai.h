@@ -1028,6 +1028,8 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested);
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created);
 /* Context window and output limit of a Cursor model id (spec §13 table). */
 void coai_model_limits(coai_str id, uint32_t *context_tokens, uint32_t *output_tokens);
+/* The i-th string alias of a model (a view into the parsed tree). 0 ok, -1 no such alias. */
+int coai_model_alias(const coai_model *m, size_t i, coai_str *out);
 
 /* Result of mapping one exec request to a client tool. */
 typedef struct coai_tool_call {
@@ -5184,6 +5186,18 @@ void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
     for (i = 0; gpt[i]; i++)
         if (coai_str_eq(id, gpt[i])) { *ctx = 400000; *outp = 128000; return; }
     if (coai__oa_str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
+}
+
+int coai_model_alias(const coai_model *m, size_t i, coai_str *out)
+{
+    const cJSON *a;
+    size_t k = 0;
+    if (!m || !m->aliases_) return -1;
+    cJSON_ArrayForEach(a, m->aliases_) {
+        if (!cJSON_IsString(a)) continue;
+        if (k++ == i) { *out = coai__oa_jstr(a); return 0; }
+    }
+    return -1;
 }
 
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
