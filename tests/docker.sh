@@ -3,8 +3,9 @@
 # against the fake Cursor upstream (tests/fake/). Prints `RESULT <passed> <failed>` last;
 # `skipped: <reason>` + `RESULT 0 0` when Docker is not usable here.
 #   tests/docker.sh
-# Env: COAI_DOCKER_BASE   builder base image (default cursor-oai/bookworm-base:local, made with
-#                         debootstrap + docker import when missing: no registry needed)
+# Env: COAI_DOCKER_BASE   builder base image (default cursor-oai/bookworm-base:local; a missing
+#                         cursor-oai/* image is made with debootstrap + docker import, so no
+#                         registry is needed)
 #      COAI_DOCKER_KEEP=1 keep the built images (a rebuild then reuses the build cache)
 #      COAI_DOCKER_BUILD_TIMEOUT  seconds for `docker build` (default 1800)
 # Everything it starts (containers, volumes, the fake, a dockerd it had to start) is removed
@@ -73,6 +74,7 @@ trap 'echo "interrupted"; exit 130' INT TERM
 command -v docker >/dev/null 2>&1 || skip "docker is not installed (apt-get install docker.io)"
 mkdir -p build
 if ! DT=20 d info >/dev/null 2>&1; then
+    [ -z "${DOCKER_HOST:-}" ] || skip "DOCKER_HOST=$DOCKER_HOST does not answer"
     command -v dockerd >/dev/null 2>&1 \
         || skip "no Docker daemon reachable and dockerd not installed"
     [ "$(id -u)" = 0 ] || skip "no Docker daemon reachable (and not root: cannot start dockerd)"
@@ -95,7 +97,10 @@ echo "docker server $(DT=10 d version -f '{{.Server.Version}}' 2>/dev/null)"
 # 2. The builder base image, without a registry
 
 if ! DT=20 d image inspect "$BASE" >/dev/null 2>&1; then
-    [ "$BASE" = cursor-oai/bookworm-base:local ] || skip "base image $BASE not found"
+    # Only a name of ours is made here; any other base must exist or be pullable.
+    case $BASE in cursor-oai/*) ;; *)
+        DT=600 d pull "$BASE" >/dev/null 2>&1 || skip "base image $BASE not found, no pull" ;;
+    esac
     [ "$(id -u)" = 0 ] || skip "no base image $BASE and not root (debootstrap needs root)"
     if ! command -v debootstrap >/dev/null 2>&1; then
         echo "+ apt-get install debootstrap"
@@ -154,6 +159,7 @@ case $cfg in *'"XDG_CONFIG_HOME=/config"'*'"/config":'*) ok "$what" ;; *) bad "$
 CONTAINERS="$CONTAINERS $TAG-open"
 rc=0
 out=$(DT=60 d run --name "$TAG-open" -e CURSOR_OAI_LISTEN=0.0.0.0:18741 "$IMAGE" 2>&1) || rc=$?
+# shellcheck disable=SC2001
 echo "$out" | sed 's/^/    | /'
 check "refuses 0.0.0.0 without CURSOR_OAI_API_KEY (exit $rc)" test "$rc" -ne 0
 case $out in *CURSOR_OAI_API_KEY*) ok "... and says why" ;; *) bad "... and says why" ;; esac
@@ -281,11 +287,11 @@ check "docker stop: exits on SIGTERM in ${dt} s with status $ec" test "$dt" -lt 
 
 # ---------------------------------------------------------------------------------------------
 # 7. The image as documented: bridge network, 0.0.0.0 inside, port published on the host's
-#    loopback only (no upstream needed for /health and the key check).
+#    loopback only (no upstream needed for /health, the key and the Host checks).
 
 CONTAINERS="$CONTAINERS $TAG-pub"
 if DT=60 d run -d --name "$TAG-pub" -p "127.0.0.1::18741" -e CURSOR_OAI_API_KEY="$KEY" \
-        "$IMAGE" >/dev/null 2>"$WORK/pub.err"; then
+        "$IMAGE" serve --allow-host cursor-oai.test >/dev/null 2>"$WORK/pub.err"; then
     hp=$(DT=10 d port "$TAG-pub" 18741/tcp | sed -n 's/^127\.0\.0\.1:\([0-9]*\)$/\1/p' | head -n 1)
     code=000
     for _ in $(seq 1 50); do
@@ -296,6 +302,13 @@ if DT=60 d run -d --name "$TAG-pub" -p "127.0.0.1::18741" -e CURSOR_OAI_API_KEY=
     check "published port 127.0.0.1:$hp -> 18741: /health 200 (got $code)" test "$code" = 200
     code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hp/v1/models")
     check "published port: /v1/models without the key: 401 (got $code)" test "$code" = 401
+    # Other containers reach it by a name: --allow-host (given after the image name).
+    code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' -H 'Host: cursor-oai.test:18741' \
+        "http://127.0.0.1:$hp/health")
+    check "Host: cursor-oai.test (--allow-host): 200 (got $code)" test "$code" = 200
+    code=$(curl -s -m 10 -o /dev/null -w '%{http_code}' -H 'Host: evil.example:18741' \
+        "http://127.0.0.1:$hp/health")
+    check "Host: evil.example: 403 (got $code)" test "$code" = 403
 else
     cat "$WORK/pub.err"
     bad "container with a published port started"
