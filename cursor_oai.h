@@ -1,26 +1,119 @@
-/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.
+/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.   v0.1.0
  *
  * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf:
- * RunSSE + BidiAppend) on one side and the OpenAI /v1/chat/completions shape on
- * the other. No sockets in here: bytes in, bytes out.
- *
- * [MANUAL: written last; see the part sections below for each API's contract.]
+ * RunSSE + BidiAppend, spec: cursor-protocol.md) on one side and the OpenAI
+ * /v1/chat/completions shape on the other. No sockets in here: bytes in, bytes out.
+ * server.c in the same repository is one program built on it.
  *
  * ENABLING THE IMPLEMENTATION
  *   In exactly one .c file:
  *       #define CURSOR_OAI_IMPLEMENTATION
  *       #include "cursor_oai.h"
- *   Dependencies of the implementation: cJSON (cJSON.h), nanopb (pb.h, pb_encode.h,
- *   pb_decode.h, compiled with PB_ENABLE_MALLOC and PB_FIELD_32BIT), the generated
- *   proto/ *.pb.h files (put proto/ on the include path), and BearSSL (bearssl.h, for SHA-256).
+ *   Everywhere else include it plainly. The API half needs only <stddef.h> and
+ *   <stdint.h>. The implementation needs, on the include path and linked in:
+ *     - cJSON 1.7.19+ (cJSON.c), compiled with -DCJSON_NESTING_LIMIT=64;
+ *     - nanopb 0.4.9.1+ (pb_common.c, pb_encode.c, pb_decode.c) with -DPB_ENABLE_MALLOC
+ *       -DPB_FIELD_32BIT (KV blobs and file contents exceed 64 KiB);
+ *     - the generated proto/ files (agent.pb.c, aiserver.pb.c, google/rpc/status.pb.c,
+ *       google/protobuf/struct.pb.c, google/protobuf/any.pb.c; put proto/ on the path),
+ *       built with the same two -D flags;
+ *     - BearSSL (bearssl.h; only its SHA-256 is used).
+ *   Build line used by the tests:  cc -std=c99 -DPB_ENABLE_MALLOC -DPB_FIELD_32BIT
+ *     -DCJSON_NESTING_LIMIT=64 -Iproto -I<nanopb> -I<cjson> -I<bearssl>/inc ...
+ *
+ * OPTIONS (define before the implementation; defaults shown)
+ *   COAI_MAX_FRAME          16 MiB   largest envelope payload; checked before allocating
+ *   COAI_FRAME_KEEP         64 KiB   frame buffer kept between frames (larger is freed)
+ *   COAI_MAX_STATUS_DETAILS 16 KiB   decoded grpc-status-details-bin accepted
+ *   COAI_MAX_VALUE_DEPTH    64       JSON/Value nesting, both directions
+ *   COAI_MAX_PB_FIELDS      65536    fields in one decoded message
+ *   COAI_MAX_KV_BYTES       64 MiB   per-run KV blob store
+ *   COAI_MAX_TOOLS          512      tools per request
+ *   COAI_HTTP_MAX_HEADERS   100      header lines (-> 431)
+ *   COAI_HTTP_MAX_LINE      8 KiB    request line (-> 414) / header line (-> 431)
+ *   COAI_HTTP_MAX_HEAD      32 KiB   whole request head (-> 431)
+ *   COAI_HTTP_MAX_BODY      32 MiB   request body (-> 413; enforced by the caller)
+ *   Tests rebuild with small values to reach the edges.
+ *
+ * QUICK START 1: an OpenAI request body -> the BidiAppend body that starts a run
+ *       coai_chat_request req; coai_error err; coai_run_params rp;
+ *       coai_buf msg = {0}, body = {0};
+ *       if (coai_chat_request_parse(&req, json, json_len, &err) != 0)
+ *           return reply_json(err.status, &err);           // coai_error_write() it
+ *       coai_chat_request_params(&req, &rp);                // prompt + tools
+ *       rp.model_id = model; rp.message_id = uuid1; rp.conversation_id = uuid2;
+ *       rp.workspace = cwd; rp.time_zone = tz;
+ *       coai_encode_run_request(&msg, &rp);                 // AgentClientMessage
+ *       coai_encode_bidi_append(&body, msg.data, msg.len, request_id, 0);
+ *       // POST body to /aiserver.v1.BidiService/BidiAppend (seqno 0), after starting
+ *       // POST coai_encode_run_body(request_id) to /agent.v1.AgentService/RunSSE.
+ *
+ * QUICK START 2: RunSSE response bytes -> OpenAI SSE
+ *       coai_frame_decoder fd = {0}; coai_frame f; coai_msg m = {0}; coai_status st;
+ *       coai_reply r; coai_reply_opts o = {0};
+ *       coai_reply_opts_from_request(&o, &req);
+ *       o.completion_id = id; o.created = now; o.model = model;
+ *       o.send = send_append; o.send_user = ctx;           // KV/exec replies upstream
+ *       coai_reply_init(&r, &o);
+ *       while (n = read(...)) {                              // any split works
+ *           while (n && coai_frame_feed(&fd, p, n, &used, &f) == COAI_OK) {
+ *               p += used; n -= used;
+ *               if (f.flags == COAI_FRAME_DATA && coai_msg_decode(&m, f.data, f.len) == 0)
+ *                   rc = coai_reply_feed_msg(&r, &m);
+ *               else if (f.flags == COAI_FRAME_TRAILER)
+ *                   coai_trailer_parse(f.data, f.len, &st),
+ *                   rc = coai_reply_feed_status(&r, &st);
+ *               write(client, r.out.data, r.out.len); coai_buf_reset(&r.out);
+ *           }
+ *       }
+ *   (examples/translate.c is a complete, compiled and tested version of 1 and 2.)
+ *
+ * QUICK START 3: the request headers
+ *       char cs[COAI_CHECKSUM_SIZE];
+ *       coai_checksum(cs, token, now_ms);                   // x-cursor-checksum
+ *       coai_http_parse_request(buf, len, &rq, &status);    // strict HTTP/1.1 heads
+ *       coai_http_host_allowed(rq.host, extra, n, port);    // DNS-rebinding guard
  *
  * CONVENTIONS
- *   - coai_result: 0 is success, COAI_MORE (1) means "feed me more", COAI_DONE (2)
- *     means "finished"; errors are negative. coai_result_str() names each one.
- *   - Lengths are size_t. Strings are coai_str {ptr,len} views, never NUL-reliant.
- *   - Output goes into a coai_buf (a growable heap buffer with an optional cap).
- *   - Every byte from the network is untrusted: it never triggers an assert, an
- *     over-read, or an unbounded allocation; it yields a negative coai_result.
+ *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";
+ *     errors are negative; coai_result_str() names each. Functions documented as
+ *     returning int use 0 / -1 unless they say otherwise.
+ *   - Lengths are size_t. Strings are coai_str {ptr,len} views, never NUL-reliant;
+ *     a view's comment says which buffer it points into and how long it lives.
+ *   - Zero-initialised structs are valid empty states (decoders, buffers, options).
+ *   - Public names coai_noun_verb, macros COAI_*, private helpers coai__* (static).
+ *
+ * MEMORY
+ *   Output goes into coai_buf (a growable heap buffer with an optional cap, `max`;
+ *   on failure it remembers the error and ignores later appends). Objects that own
+ *   memory have a _free: coai_buf_free, coai_frame_decoder_free, coai_msg_free,
+ *   coai_chat_request_free, coai_models_free, coai_reply_free, coai_creds_free.
+ *   Decoders never allocate a length read from the wire before checking it.
+ *
+ * ERRORS
+ *   Parsers return a negative coai_result and never assert on input. Stateful
+ *   decoders (coai_frame_decoder, coai_chunked_decoder) keep their first error until
+ *   reset. Upstream failures become coai_status (trailers, end-stream) and then an
+ *   OpenAI-shaped coai_error (see the ERROR MAPPING table in the OPENAI section).
+ *
+ * TRUST MODEL
+ *   Untrusted: every byte from the network, both from clients (HTTP heads, bodies,
+ *   JSON) and from the upstream (frames, protobuf, trailers, JSON). For those we
+ *   promise: no out-of-bounds access, no unbounded allocation (caps above), no
+ *   recursion deeper than COAI_MAX_VALUE_DEPTH (nanopb is never handed a recursive
+ *   type), valid UTF-8 in everything we emit (invalid input bytes become U+FFFD), and
+ *   a result code instead of a crash. Every parser has a libFuzzer target in
+ *   tests/fuzz/. Trusted: the caller's arguments (NULL where not allowed is a bug).
+ *   Nothing in here executes anything: exec requests become tool calls or refusals.
+ *
+ * THREADS
+ *   No global mutable state of ours: separate objects may be used from separate
+ *   threads. Caveats from dependencies: cJSON records its last parse error in a
+ *   global (harmless, never read here); coai_checksum_bucket() follows TZ via
+ *   localtime_r, so change TZ only before starting threads.
+ *
+ * LICENSE AND SOURCES: written for cursor-oai; the protocol facts come from
+ * cursor-protocol.md, whose vectors the tests check byte for byte.
  */
 #ifndef CURSOR_OAI_H
 #define CURSOR_OAI_H
@@ -87,7 +180,8 @@ void coai_buf_free(coai_buf *b);
 
 /* Small encoders shared by every part. Each appends to `out`; 0 ok, -1 fail. */
 int coai_hex_append(coai_buf *out, const void *p, size_t n);          /* lowercase */
-int coai_base64_append(coai_buf *out, const void *p, size_t n, int url); /* url=1: base64url, no '=' */
+/* url = 1: base64url without '=' padding; url = 0: standard base64 with padding */
+int coai_base64_append(coai_buf *out, const void *p, size_t n, int url);
 /* Decode standard or url-safe base64, padding optional, whitespace rejected.
  * Returns the decoded length, or -1 on bad input or when out_cap is too small. */
 long coai_base64_decode(const char *in, size_t n, unsigned char *out, size_t out_cap);
@@ -934,6 +1028,8 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested);
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created);
 /* Context window and output limit of a Cursor model id (spec §13 table). */
 void coai_model_limits(coai_str id, uint32_t *context_tokens, uint32_t *output_tokens);
+/* The i-th string alias of a model (a view into the parsed tree). 0 ok, -1 no such alias. */
+int coai_model_alias(const coai_model *m, size_t i, coai_str *out);
 
 /* Result of mapping one exec request to a client tool. */
 typedef struct coai_tool_call {
@@ -1178,7 +1274,8 @@ int coai_base64_append(coai_buf *out, const void *p, size_t n, int url)
         out->data[out->len++] = (unsigned char)al[v & 63];
     }
     if (i < n) {
-        unsigned long v = (unsigned long)s[i] << 16 | (i + 1 < n ? (unsigned long)s[i + 1] << 8 : 0);
+        unsigned long v = (unsigned long)s[i] << 16;
+        if (i + 1 < n) v |= (unsigned long)s[i + 1] << 8;
         out->data[out->len++] = (unsigned char)al[v >> 18 & 63];
         out->data[out->len++] = (unsigned char)al[v >> 12 & 63];
         if (i + 1 < n) out->data[out->len++] = (unsigned char)al[v >> 6 & 63];
@@ -1517,7 +1614,9 @@ void coai_creds_free(coai_creds *c)
 /* Byte mode, level M only: the login URL is ~150 bytes, so versions 1-10 cover
  * it with room to spare, and one level keeps the tables short. */
 
-static const unsigned char coai__qr_ec_per_block[11] = { 0, 10, 16, 26, 18, 24, 16, 18, 22, 22, 26 };
+static const unsigned char coai__qr_ec_per_block[11] = {
+    0, 10, 16, 26, 18, 24, 16, 18, 22, 22, 26
+};
 static const unsigned char coai__qr_blocks[11] = { 0, 1, 1, 1, 2, 2, 4, 4, 4, 5, 5 };
 static const unsigned char coai__qr_align[11][3] = {
     { 0 }, { 0 }, { 6, 18 }, { 6, 22 }, { 6, 26 }, { 6, 30 }, { 6, 34 },
@@ -1610,7 +1709,8 @@ static void coai__qr_function_patterns(coai_qr *q, unsigned char *fn)
             for (dx = -4; dx <= 4; dx++) {
                 int d = abs(dx) > abs(dy) ? abs(dx) : abs(dy);
                 int x = cx + dx, y = cy + dy;
-                if (x >= 0 && x < sz && y >= 0 && y < sz) coai__qr_set(q, fn, x, y, d != 2 && d != 4);
+                if (x >= 0 && x < sz && y >= 0 && y < sz)
+                    coai__qr_set(q, fn, x, y, d != 2 && d != 4);
             }
     }
     for (i = 0; i < na; i++)
@@ -1712,7 +1812,8 @@ int coai_qr_encode(coai_qr *q, const void *text, size_t n)
     /* bit stream: mode 0100, count, bytes, terminator, pad to a byte, pad bytes */
     memset(data, 0, sizeof data);
 #define COAI__QR_PUT(v, nb) do { int b_; for (b_ = (nb) - 1; b_ >= 0; b_--, bitlen++) \
-        data[bitlen >> 3] |= (unsigned char)((((unsigned)(v) >> b_) & 1u) << (7 - (bitlen & 7))); } while (0)
+        data[bitlen >> 3] |= (unsigned char)((((unsigned)(v) >> b_) & 1u) \
+                                             << (7 - (bitlen & 7))); } while (0)
     COAI__QR_PUT(4, 4);
     COAI__QR_PUT(n, ver < 10 ? 8 : 16);
     for (i = 0; i < (int)n; i++) COAI__QR_PUT(t[i], 8);
@@ -5085,6 +5186,18 @@ void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
     for (i = 0; gpt[i]; i++)
         if (coai_str_eq(id, gpt[i])) { *ctx = 400000; *outp = 128000; return; }
     if (coai__oa_str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
+}
+
+int coai_model_alias(const coai_model *m, size_t i, coai_str *out)
+{
+    const cJSON *a;
+    size_t k = 0;
+    if (!m || !m->aliases_) return -1;
+    cJSON_ArrayForEach(a, m->aliases_) {
+        if (!cJSON_IsString(a)) continue;
+        if (k++ == i) { *out = coai__oa_jstr(a); return 0; }
+    }
+    return -1;
 }
 
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)

@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pwd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -30,11 +31,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +86,15 @@ enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 struct upconn;
 
+/* Identity of a file: a change means someone else wrote it (a login while serving). */
+struct file_id {
+    int exists;
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns;
+};
+
 static struct server {
     /* configuration: written by main() before the first thread starts */
     char listen_host[256];          /* --listen host part */
@@ -116,9 +128,36 @@ static struct server {
     struct upconn *pool;            /* idle TLS connections */
     int pool_n;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
-    coai_buf models;                /* cached GetUsableModels JSON */
-    int64_t models_at;              /* mono ms of the fetch, 0 = never */
+    char refresh[SRV_TOKEN_MAX];    /* refresh token ("" = none) */
+    char cred_key[SRV_TOKEN_MAX];   /* stored Cursor API key: renewal by exchange ("" = none) */
+    int cred_src;                   /* CRED_* where the token came from */
+    uint64_t cred_gen;              /* bumped whenever the access token changes */
+    uint64_t cred_bad_gen;          /* generation the upstream rejected after streaming */
+    int refreshing;                 /* a renewal is in flight (single flight) */
+    uint64_t refresh_seq;           /* renewals finished */
+    int refresh_failed;             /* the last renewal failed: refresh_err says how */
+    coai_error refresh_err;
+    int64_t refresh_block_until;    /* mono ms: no renewal before this after a rejection */
+    int persist_failed;             /* the newest tokens live only in memory */
+    int64_t persist_retry_at;       /* mono ms: try saving them again from then on */
+    struct file_id ours_id, agent_id; /* the credential files as last loaded or written */
+    int64_t cred_checked_at;        /* mono ms of the last look at the files */
+    pthread_cond_t cred_cv;         /* signalled when a renewal ends */
+    coai_buf models;                /* last good GetUsableModels JSON */
+    int64_t models_at;              /* mono ms of the last good fetch, 0 = never */
+    int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
+    coai_error models_err;          /* why it failed */
+    int models_fetching;            /* a fetch is in flight (single flight) */
+    pthread_cond_t models_cv;       /* signalled when a fetch ends */
+    int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    /* credential file paths, set once before any thread starts */
+    char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
+    char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
+    char agent_path[PATH_MAX];      /* cursor-agent's auth.json (read-only) */
+    int cli;                        /* a one-shot command: plain messages, no timestamps */
 } S;
+
+enum { CRED_NONE, CRED_ENV, CRED_OURS, CRED_AGENT };
 
 /* ======================================================================== */
 /* Time, randomness, small helpers                                          */
@@ -241,58 +280,93 @@ static void srv_log(int level, const char *fmt, ...)
 
 static void srv_log(int level, const char *fmt, ...)
 {
+    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
     char line[SRV_LOG_LINE + 64];
-    char tok[SRV_TOKEN_MAX];
     struct tm tm;
     time_t t;
-    size_t n;
+    size_t n = 0;
     int k;
     va_list ap;
     if (level > S.log_level) return;
-    t = time(NULL);
-    gmtime_r(&t, &tm);
-    n = strftime(line, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
-    k = snprintf(line + n, 16, "%s ", LOG_NAMES[level]);
-    n += k > 0 ? (size_t)k : 0;
+    if (S.cli) {
+        k = snprintf(line, 40, "cursor-oai: %s", cli_prefix[level]);
+        n = k > 0 ? (size_t)k : 0;
+    } else {
+        t = time(NULL);
+        gmtime_r(&t, &tm);
+        n = strftime(line, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+        k = snprintf(line + n, 16, "%s ", LOG_NAMES[level]);
+        n += k > 0 ? (size_t)k : 0;
+    }
     va_start(ap, fmt);
     k = vsnprintf(line + n, SRV_LOG_LINE - n, fmt, ap);
     va_end(ap);
     if (k < 0) return;
     n += (size_t)k < SRV_LOG_LINE - n ? (size_t)k : SRV_LOG_LINE - n - 1;
     pthread_mutex_lock(&S.lock);
-    memcpy(tok, S.token, sizeof tok);
+    log_redact(line, &n, S.token);
+    log_redact(line, &n, S.refresh);
+    log_redact(line, &n, S.cred_key);
     pthread_mutex_unlock(&S.lock);
-    log_redact(line, &n, tok);
     log_redact(line, &n, S.api_key);
-    memset(tok, 0, sizeof tok);
     line[n++] = '\n';
     while (write(2, line, n) < 0 && errno == EINTR) {}
 }
 
 /* ======================================================================== */
-/* Credentials                                                              */
+/* Credentials: in-memory state                                             */
 /* ======================================================================== */
 
-/* The one place that knows where the upstream token comes from. Today: CURSOR_ACCESS_TOKEN.
- * A credentials file (and refresh) plugs in here: load at start-up, refresh under S.lock. */
-static void cred_init(void)
-{
-    const char *t = getenv("CURSOR_ACCESS_TOKEN");
-    if (t && *t) copy_str(S.token, sizeof S.token, t, strlen(t));
-    if (!S.token[0])
-        srv_log(LOG_WARN, "no upstream credentials: set CURSOR_ACCESS_TOKEN; chat requests will "
-                "fail with 401 until then");
-}
+/* The token lives in S under S.lock; the files, renewal and reloading come later (they need
+ * the upstream client). Callers never hold S.lock while logging: srv_log takes it. */
 
-/* Copy the current token into out (cap bytes). Returns its length, 0 when there is none. */
-static size_t cred_token(char *out, size_t cap)
+/* Copy the current token into out (cap bytes); *gen (may be NULL) gets its generation, which a
+ * caller hands back to cred_refresh() when the upstream rejects it. Returns its length, 0 when
+ * there is none. */
+static size_t cred_token(char *out, size_t cap, uint64_t *gen)
 {
     size_t n;
     pthread_mutex_lock(&S.lock);
     n = strlen(S.token);
     copy_str(out, cap, S.token, n);
+    if (gen) *gen = S.cred_gen;
     pthread_mutex_unlock(&S.lock);
     return n < cap ? n : 0;
+}
+
+/* 1 when there is an access token at all. */
+static int cred_have(void)
+{
+    int r;
+    pthread_mutex_lock(&S.lock);
+    r = S.token[0] != 0;
+    pthread_mutex_unlock(&S.lock);
+    return r;
+}
+
+/* Install credentials (NULL members = none). Caller holds S.lock. */
+static void cred_set_locked(const coai_creds *c, int src)
+{
+    const char *at = c && c->access_token ? c->access_token : "";
+    const char *rt = c && c->refresh_token ? c->refresh_token : "";
+    const char *key = c && c->api_key ? c->api_key : "";
+    if (strcmp(S.token, at) != 0) {
+        S.cred_gen++;
+        S.models_fail_at = 0;   /* a model list failure may have been the old token's */
+    }
+    copy_str(S.token, sizeof S.token, at, strlen(at));
+    copy_str(S.refresh, sizeof S.refresh, rt, strlen(rt));
+    copy_str(S.cred_key, sizeof S.cred_key, key, strlen(key));
+    S.cred_src = at[0] ? src : CRED_NONE;
+}
+
+/* An upstream call rejected the token after bytes were already streamed (no retry possible
+ * then): the next request renews it first. */
+static void cred_mark_rejected(uint64_t gen)
+{
+    pthread_mutex_lock(&S.lock);
+    if (gen == S.cred_gen) S.cred_bad_gen = gen;
+    pthread_mutex_unlock(&S.lock);
 }
 
 /* ======================================================================== */
@@ -661,7 +735,7 @@ static int up_wait(struct upconn *c, short ev)
             n = 2;
         }
         r = poll(pf, (nfds_t)n, left > 1000 ? 1000 : (int)left);
-        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EINTR) { c->last_tick = 0; continue; }   /* a signal: tick now */
         if (r < 0) { c->why = UPX_IO; return -1; }
         if (n == 2 && pf[1].revents && client_gone(c, pf[1].revents)) {
             c->why = UPX_CANCELLED;
@@ -1096,31 +1170,25 @@ static int up_head(coai_buf *h, const char *path, int json, const char *request_
     return h->err ? -1 : 0;
 }
 
-/* One unary call: send, read the head and the whole body (capped by body->max). Retries once
- * on a fresh connection when a pooled one turns out dead before any response byte.
- * 0 with *status set (any HTTP status), -1 with *e filled. */
-static int up_call(const char *path, int json, const void *req, size_t req_len,
-                   const char *request_id, int client_fd, int (*tick)(void *), void *tick_ctx,
-                   int *status, coai_buf *body, coai_error *e)
+/* One request on a pooled (else new) connection: send head and body, read the response head
+ * and the whole body (capped by body->max). Retries once on a fresh connection when a pooled
+ * one turns out dead before any response byte. `what` names the call in error messages (never
+ * a secret). 0 with *status set (any HTTP status), -1 with *e filled. */
+static int up_exchange(const coai_buf *head, const void *req, size_t req_len, const char *what,
+                       int client_fd, int (*tick)(void *), void *tick_ctx, int *status,
+                       coai_buf *body, coai_error *e)
 {
-    char token[SRV_TOKEN_MAX];
-    size_t tl = cred_token(token, sizeof token);
-    coai_buf head = { 0 };
     struct upconn *c = NULL;
     int attempt, rc = -1;
-    if (up_head(&head, path, json, request_id, token, tl, req_len)) {
-        up_err(e, 500, "server_error", "out of memory");
-        goto done;
-    }
     for (attempt = 0; attempt < 2; attempt++) {
         c = up_get(attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
-        if (up_send(c, &head, req, req_len) == 0) {
+        if (up_send(c, head, req, req_len) == 0) {
             c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
             c->io_timeout_ms = UP_IO_TIMEOUT_MS;
-            if (up_read_head(c, e, path) == 0) break;
+            if (up_read_head(c, e, what) == 0) break;
         } else {
             up_io_error(c, e, "sending a request");
         }
@@ -1139,10 +1207,652 @@ static int up_call(const char *path, int json, const void *req, size_t req_len,
 done:
     if (rc == 0) up_release(c);
     else up_free(c);
+    return rc;
+}
+
+/* One unary call with the current access token (spec 2.1/2.2 headers). *gen (may be NULL)
+ * gets the generation of the token used. 0 with *status set, -1 with *e filled. */
+static int up_call(const char *path, int json, const void *req, size_t req_len,
+                   const char *request_id, int client_fd, uint64_t *gen, int *status,
+                   coai_buf *body, coai_error *e)
+{
+    char token[SRV_TOKEN_MAX];
+    size_t tl = cred_token(token, sizeof token, gen);
+    coai_buf head = { 0 };
+    int rc = -1;
+    if (up_head(&head, path, json, request_id, token, tl, req_len)) {
+        up_err(e, 500, "server_error", "out of memory");
+    } else {
+        rc = up_exchange(&head, req, req_len, path, client_fd, NULL, NULL, status, body, e);
+    }
     memset(token, 0, sizeof token);
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
     return rc;
+}
+
+/* One call to an /auth endpoint (spec 14): GET without a body (poll) or POST "{}" (refresh,
+ * exchange), Content-Type: application/json, the bearer (refresh token or API key) when not
+ * NULL. Never on a client's behalf: no client socket is watched. 0 with *status, -1 *e. */
+static int auth_call(const char *method, const char *target, const char *what,
+                     const char *bearer, int (*tick)(void *), void *tick_ctx, int *status,
+                     coai_buf *body, coai_error *e)
+{
+    coai_buf head = { 0 };
+    int post = strcmp(method, "POST") == 0, rc = -1;
+    coai_buf_printf(&head, "%s %s%s HTTP/1.1\r\nhost: %s\r\n", method, S.up_prefix, target,
+                    S.up_authority);
+    if (bearer) {
+        coai_buf_puts(&head, "authorization: Bearer ");
+        coai_buf_puts(&head, bearer);
+        coai_buf_puts(&head, "\r\n");
+    }
+    coai_buf_printf(&head, "content-type: application/json\r\naccept: application/json\r\n"
+                    "user-agent: connect-es/1.4.0\r\n%s\r\n",
+                    post ? "content-length: 2\r\n" : "");
+    if (head.err) up_err(e, 500, "server_error", "out of memory");
+    else rc = up_exchange(&head, post ? "{}" : NULL, post ? 2 : 0, what, -1, tick, tick_ctx,
+                          status, body, e);
+    if (head.data) memset(head.data, 0, head.len);
+    coai_buf_free(&head);
+    return rc;
+}
+
+/* ======================================================================== */
+/* Credentials: files, reloading, renewal                                   */
+/* ======================================================================== */
+
+#define CRED_FILE_MAX (64 * 1024)       /* auth.json bytes */
+#define CRED_MARGIN_S 300               /* renew when the token expires within this */
+#define CRED_STILL_OK_S 10              /* failed early renewal: old token still used if valid */
+#define CRED_REJECT_BACKOFF_MS 30000    /* no renewal this long after one was rejected */
+#define CRED_CHECK_MS 1000              /* look at the files at most this often */
+#define CRED_PERSIST_RETRY_MS 5000      /* a failed save is retried this often (on requests) */
+#define CRED_LOCK_WAIT_MS 15000         /* wait for another process's renewal at most this */
+#define CRED_AUTH_BODY_MAX (64 * 1024)  /* answers of the /auth endpoints */
+
+enum { RENEW_OK = 0, RENEW_FAILED = -1, RENEW_NONE = -2 };
+
+/* Credential file locations. Ours: $XDG_CONFIG_HOME/cursor-oai/auth.json, else
+ * ~/.config/cursor-oai/auth.json. cursor-agent's (read-only fallback): the same with "cursor". */
+static void cred_paths(void)
+{
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    char base[PATH_MAX];
+    if (xdg && xdg[0] == '/') {
+        snprintf(base, sizeof base, "%s", xdg);
+    } else {
+        if (!home || home[0] != '/') {
+            struct passwd *pw = getpwuid(getuid());
+            home = pw && pw->pw_dir ? pw->pw_dir : "/";
+        }
+        snprintf(base, sizeof base, "%s/.config", strcmp(home, "/") == 0 ? "" : home);
+    }
+    snprintf(S.ours_dir, sizeof S.ours_dir, "%.*s/cursor-oai", PATH_MAX - 32, base);
+    snprintf(S.ours_path, sizeof S.ours_path, "%.*s/auth.json", PATH_MAX - 32, S.ours_dir);
+#ifdef __APPLE__
+    if (!(xdg && xdg[0] == '/') && home) {
+        snprintf(S.agent_path, sizeof S.agent_path, "%.*s/.cursor/auth.json", PATH_MAX - 32,
+                 home);
+        return;
+    }
+#endif
+    snprintf(S.agent_path, sizeof S.agent_path, "%.*s/cursor/auth.json", PATH_MAX - 32, base);
+}
+
+static void file_id_from(const struct stat *st, struct file_id *id)
+{
+    memset(id, 0, sizeof *id);
+    id->exists = 1;
+    id->dev = st->st_dev;
+    id->ino = st->st_ino;
+    id->size = st->st_size;
+    id->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+static void file_id_of(const char *path, struct file_id *id)
+{
+    struct stat st;
+    if (lstat(path, &st) == 0) file_id_from(&st, id);
+    else memset(id, 0, sizeof *id);
+}
+
+static int file_id_same(const struct file_id *a, const struct file_id *b)
+{
+    if (!a->exists || !b->exists) return a->exists == b->exists;
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size
+        && a->mtime_ns == b->mtime_ns;
+}
+
+/* Read a credentials file. 0 ok (c filled, with an access token), 1 missing, -1 unusable
+ * (why says why; never token text). *id gets the identity of what was read (or "missing").
+ * A file others can read, or that belongs to someone else, gets a warning. */
+static int cred_read_file(const char *path, coai_creds *c, struct file_id *id, char *why,
+                          size_t cap)
+{
+    struct stat st;
+    char *buf = NULL;
+    size_t len = 0;
+    int fd, rc = -1;
+    memset(c, 0, sizeof *c);
+    file_id_of(path, id);       /* what cred_poll_files() compares against (lstat) */
+    /* O_NOFOLLOW: a symlink planted in place of the file is not followed */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        snprintf(why, cap, "cannot open %s: %s", path,
+                 errno == ELOOP ? "it is a symbolic link (refused)" : strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(why, cap, "%s is not a regular file", path);
+        goto done;
+    }
+    if (st.st_size > CRED_FILE_MAX) {
+        snprintf(why, cap, "%s is too large to be a credentials file", path);
+        goto done;
+    }
+    if (st.st_mode & 077)
+        srv_log(LOG_WARN, "credentials file %s is readable by others (mode %04o); run "
+                "'chmod 600 %s'", path, (unsigned)(st.st_mode & 07777), path);
+    if (st.st_uid != geteuid())
+        srv_log(LOG_WARN, "credentials file %s belongs to another user (uid %u)", path,
+                (unsigned)st.st_uid);
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) { snprintf(why, cap, "out of memory"); goto done; }
+    while (len < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + len, (size_t)st.st_size - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+    }
+    if (coai_creds_parse(buf, len, c) < 0) {
+        snprintf(why, cap, "%s is not a JSON object", path);
+        goto done;
+    }
+    if (!c->access_token) {
+        snprintf(why, cap, "%s has no usable accessToken", path);
+        goto done;
+    }
+    if (strlen(c->access_token) >= SRV_TOKEN_MAX
+        || (c->refresh_token && strlen(c->refresh_token) >= SRV_TOKEN_MAX)
+        || (c->api_key && strlen(c->api_key) >= SRV_TOKEN_MAX)) {
+        snprintf(why, cap, "%s holds a token longer than %d bytes", path, SRV_TOKEN_MAX - 1);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (rc != 0) coai_creds_free(c);
+    if (buf) { memset(buf, 0, len); free(buf); }
+    close(fd);
+    return rc;
+}
+
+/* mkdir -p with mode 0700 for every directory created. 0 ok, -1 errno set. */
+static int mkdir_private(const char *dir)
+{
+    char p[PATH_MAX];
+    size_t i, n = strlen(dir);
+    if (n == 0 || n >= sizeof p) { errno = ENAMETOOLONG; return -1; }
+    memcpy(p, dir, n + 1);
+    for (i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != 0) continue;
+        p[i] = 0;
+        if (mkdir(p, 0700) < 0 && errno != EEXIST) return -1;
+        p[i] = i < n ? '/' : 0;
+    }
+    return 0;
+}
+
+/* Write our credentials file atomically: a new file in the same directory (O_EXCL, 0600,
+ * never through a symlink), write, fsync, rename over the old one, fsync the directory. On any
+ * failure the temporary file is removed and the old file is left exactly as it was.
+ * 0 ok, -1 with why filled (never token text). */
+static int cred_write_file(const coai_creds *c, char *why, size_t cap)
+{
+    char tmp[PATH_MAX + 32];
+    unsigned char rnd[6];
+    coai_buf b = { 0 };
+    struct stat st;
+    size_t off = 0;
+    int fd = -1, dfd, err = 0;
+    const char *step = "";
+    if (mkdir_private(S.ours_dir) < 0) {
+        snprintf(why, cap, "cannot create %s: %s", S.ours_dir, strerror(errno));
+        return -1;
+    }
+    /* our own directory: keep it private even if something loosened it */
+    if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid())
+        chmod(S.ours_dir, 0700);
+    if (coai_creds_format(&b, c) < 0 || random_fill(rnd, sizeof rnd) < 0) {
+        snprintf(why, cap, "out of memory");
+        coai_buf_free(&b);
+        return -1;
+    }
+    snprintf(tmp, sizeof tmp, "%s/.auth.json.%02x%02x%02x%02x%02x%02x.tmp", S.ours_dir,
+             rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+    step = "create";
+    fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) goto fail_noremove;
+    step = "chmod";
+    if (fchmod(fd, 0600) < 0) goto fail;    /* exactly 0600 whatever the umask */
+    step = "write";
+    while (off < b.len) {
+        ssize_t w = write(fd, b.data + off, b.len - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) { if (w == 0) errno = EIO; goto fail; }
+        off += (size_t)w;
+    }
+    step = "fsync";
+    if (fsync(fd) < 0) goto fail;
+    step = "close";
+    err = close(fd);
+    fd = -1;
+    if (err < 0) goto fail;
+    step = "rename";
+    if (rename(tmp, S.ours_path) < 0) goto fail;
+    /* The rename is done; a failed directory fsync only weakens crash safety. */
+    dfd = open(S.ours_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) < 0)
+        srv_log(LOG_WARN, "fsync of %s failed: %s", S.ours_dir, strerror(errno));
+    if (dfd >= 0) close(dfd);
+    memset(b.data, 0, b.len);
+    coai_buf_free(&b);
+    return 0;
+fail:
+    err = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    errno = err;
+fail_noremove:
+    snprintf(why, cap, "cannot save credentials to %s (%s: %s); the old file was left as it "
+             "was", S.ours_path, step, strerror(errno));
+    if (b.data) memset(b.data, 0, b.len);
+    coai_buf_free(&b);
+    return -1;
+}
+
+/* Load credentials into S: CURSOR_ACCESS_TOKEN, else our file, else cursor-agent's.
+ * Returns the CRED_* source. An unusable file is reported and skipped. */
+static int cred_load(void)
+{
+    const char *env = getenv("CURSOR_ACCESS_TOKEN");
+    coai_creds c;
+    struct file_id ours, agent;
+    char why[PATH_MAX + 128];
+    int r, src = CRED_NONE;
+    memset(&c, 0, sizeof c);
+    memset(&agent, 0, sizeof agent);
+    if (env && *env) {
+        size_t i, n = strlen(env);
+        for (i = 0; i < n && (unsigned char)env[i] > 0x20 && (unsigned char)env[i] < 0x7f; i++) {}
+        if (i < n || n >= SRV_TOKEN_MAX) {
+            srv_log(LOG_ERROR, "CURSOR_ACCESS_TOKEN is not a token (visible ASCII, < %d "
+                    "bytes); ignored", SRV_TOKEN_MAX);
+        } else {
+            c.access_token = (char *)env;
+            pthread_mutex_lock(&S.lock);
+            cred_set_locked(&c, CRED_ENV);
+            pthread_mutex_unlock(&S.lock);
+            return CRED_ENV;
+        }
+        memset(&c, 0, sizeof c);
+    }
+    r = cred_read_file(S.ours_path, &c, &ours, why, sizeof why);
+    if (r < 0) srv_log(LOG_WARN, "%s", why);
+    if (r == 0) {
+        src = CRED_OURS;
+    } else {
+        int keep = r < 0;
+        r = cred_read_file(S.agent_path, &c, &agent, why, sizeof why);
+        if (r < 0) srv_log(LOG_WARN, "%s", why);
+        if (r == 0) src = CRED_AGENT;
+        pthread_mutex_lock(&S.lock);
+        keep = keep && S.cred_src == CRED_OURS;
+        if (keep) {
+            /* our file went bad under us (hand-edited?): keep what we have in memory */
+            S.ours_id = ours;
+            S.agent_id = agent;
+            src = S.cred_src;
+        }
+        pthread_mutex_unlock(&S.lock);
+        if (keep) { coai_creds_free(&c); return src; }
+    }
+    pthread_mutex_lock(&S.lock);
+    S.ours_id = ours;
+    S.agent_id = agent;
+    if (src != CRED_NONE || S.cred_src != CRED_NONE) {
+        cred_set_locked(&c, src);
+        /* new credentials from a file: forget old failures */
+        S.refresh_block_until = 0;
+        S.refresh_failed = 0;
+        S.persist_failed = 0;
+        S.cred_bad_gen = 0;
+    }
+    pthread_mutex_unlock(&S.lock);
+    coai_creds_free(&c);
+    return src;
+}
+
+/* Pick up a login (or logout) done while serving: at most once a second look at the files;
+ * one that changed since we loaded or wrote it is loaded again. */
+static void cred_poll_files(void)
+{
+    struct file_id ours, agent;
+    int64_t now = mono_ms();
+    int changed, src;
+    pthread_mutex_lock(&S.lock);
+    src = S.cred_src;
+    if (src == CRED_ENV || now - S.cred_checked_at < CRED_CHECK_MS) {
+        pthread_mutex_unlock(&S.lock);
+        return;
+    }
+    S.cred_checked_at = now;
+    pthread_mutex_unlock(&S.lock);
+    file_id_of(S.ours_path, &ours);
+    memset(&agent, 0, sizeof agent);
+    if (!ours.exists) file_id_of(S.agent_path, &agent);
+    pthread_mutex_lock(&S.lock);
+    changed = !file_id_same(&ours, &S.ours_id)
+           || (!ours.exists && !file_id_same(&agent, &S.agent_id));
+    pthread_mutex_unlock(&S.lock);
+    if (!changed) return;
+    src = cred_load();
+    srv_log(LOG_INFO, "credentials changed on disk; now using %s",
+            src == CRED_OURS ? S.ours_path : src == CRED_AGENT ? S.agent_path : "nothing");
+}
+
+/* Take the inter-process renewal lock (a lock file next to our credentials file), waiting at
+ * most CRED_LOCK_WAIT_MS. Returns the fd to pass to cred_unlock, or -1 (go on unlocked). */
+static int cred_lock(void)
+{
+    char path[PATH_MAX + 16];
+    int64_t end = mono_ms() + CRED_LOCK_WAIT_MS;
+    int fd;
+    if (mkdir_private(S.ours_dir) < 0) return -1;
+    snprintf(path, sizeof path, "%s/auth.json.lock", S.ours_dir);
+    fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        if ((errno != EWOULDBLOCK && errno != EINTR) || mono_ms() > end) {
+            srv_log(LOG_WARN, "could not lock %s; renewing without it", path);
+            close(fd);
+            return -1;
+        }
+        poll(NULL, 0, 50);
+    }
+    return fd;
+}
+
+static void cred_unlock(int fd)
+{
+    if (fd >= 0) close(fd);     /* closing drops the flock */
+}
+
+/* The 401 a client gets when the login cannot be renewed. */
+static void cred_err_login(coai_error *e, const char *what)
+{
+    coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
+                   "The Cursor login has expired and could not be renewed (%s). Run "
+                   "`cursor-oai login` to log in again.", what);
+    e->no_retry = 1;
+}
+
+/* One renewal call: /auth/exchange_user_api_key when an API key is stored, else /auth/refresh
+ * (spec 14.2, 14.3). RENEW_OK with *out filled, else RENEW_FAILED with *e: a 401 when the
+ * upstream refused (the user must log in again), a retryable 503 when it could not be asked. */
+static int cred_renew_http(const char *refresh, const char *key, coai_creds *out, coai_error *e)
+{
+    const char *target = key[0] ? "/auth/exchange_user_api_key" : "/auth/refresh";
+    coai_buf body = { 0 };
+    coai_error te;
+    char what[96];
+    int status = 0, rc = RENEW_FAILED;
+    memset(out, 0, sizeof *out);
+    memset(&te, 0, sizeof te);
+    body.max = CRED_AUTH_BODY_MAX;
+    if (auth_call("POST", target, target, key[0] ? key : refresh, NULL, NULL, &status, &body,
+                  &te) < 0) {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Could not renew the Cursor login: %s. The current credentials are "
+                       "kept; try again.", te.message);
+        e->retry_after = 5;
+        goto done;
+    }
+    if (status >= 200 && status <= 299 && !body.err
+        && coai_creds_parse((const char *)body.data, body.len, out) == 0
+        && out->access_token && out->refresh_token
+        && strlen(out->access_token) < SRV_TOKEN_MAX
+        && strlen(out->refresh_token) < SRV_TOKEN_MAX) {
+        free(out->api_key);
+        out->api_key = key[0] ? strdup(key) : NULL;
+        if (key[0] && !out->api_key) { coai_creds_free(out); goto nomem; }
+        rc = RENEW_OK;
+        goto done;
+    }
+    coai_creds_free(out);
+    snprintf(what, sizeof what, "%s answered HTTP %d%s", target, status,
+             status >= 200 && status <= 299 ? " without both tokens" : "");
+    if ((status >= 200 && status <= 299) || status == 400 || status == 401 || status == 403) {
+        cred_err_login(e, what);
+    } else {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Could not renew the Cursor login (%s). The current credentials are "
+                       "kept; try again.", what);
+        e->retry_after = 5;
+    }
+    goto done;
+nomem:
+    coai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+done:
+    if (body.data) memset(body.data, 0, body.len);
+    coai_buf_free(&body);
+    return rc;
+}
+
+/* The renewal itself, under the inter-process lock: another process may have renewed while we
+ * waited (its tokens are then in our file and are taken instead of spending the refresh token
+ * a second time); else one HTTP call, and the new tokens are saved. *saved: 1 written (or
+ * taken from the file), 0 the save failed (the tokens then live only in memory). */
+static int cred_renew(const char *old_token, const char *refresh, const char *key,
+                      coai_creds *out, int *saved, struct file_id *id, coai_error *e)
+{
+    coai_creds fc;
+    char why[PATH_MAX + 160];
+    int lk = cred_lock(), rc;
+    *saved = 0;
+    if (cred_read_file(S.ours_path, &fc, id, why, sizeof why) == 0) {
+        if (strcmp(fc.access_token, old_token) != 0
+            && !coai_token_expiring(coai_str_c(fc.access_token), (int64_t)time(NULL),
+                                    CRED_MARGIN_S)) {
+            *out = fc;
+            *saved = 1;
+            cred_unlock(lk);
+            srv_log(LOG_INFO, "credentials were renewed by another process; using those");
+            return RENEW_OK;
+        }
+        coai_creds_free(&fc);
+    }
+    rc = cred_renew_http(refresh, key, out, e);
+    if (rc == RENEW_OK) {
+        if (cred_write_file(out, why, sizeof why) == 0) {
+            *saved = 1;
+            file_id_of(S.ours_path, id);
+        } else {
+            srv_log(LOG_ERROR, "%s. The renewed login is kept in memory only: it is lost when "
+                    "the server stops (then run `cursor-oai login`)", why);
+        }
+    }
+    cred_unlock(lk);
+    return rc;
+}
+
+/* Renew the access token once for everyone (single flight). seen_gen: the generation of the
+ * token the caller found expiring or rejected. A caller whose generation is already old just
+ * takes the new token; callers arriving during a renewal wait for its outcome.
+ * RENEW_OK: use the (new) token. RENEW_FAILED: *e says why (401 log in again / 503 retry).
+ * RENEW_NONE: there is nothing to renew with (no refresh token, no API key). */
+static int cred_refresh(uint64_t seen_gen, coai_error *e)
+{
+    char *old = NULL, *rt = NULL, *key = NULL;
+    coai_creds nc;
+    struct file_id id;
+    int rc, saved = 0;
+    pthread_mutex_lock(&S.lock);
+    if (S.cred_gen != seen_gen) { pthread_mutex_unlock(&S.lock); return RENEW_OK; }
+    if (S.refreshing) {
+        uint64_t seq = S.refresh_seq;
+        while (S.refreshing && S.refresh_seq == seq) pthread_cond_wait(&S.cred_cv, &S.lock);
+        rc = S.cred_gen != seen_gen ? RENEW_OK : RENEW_FAILED;
+        if (rc != RENEW_OK) {
+            if (S.refresh_failed) *e = S.refresh_err;
+            else cred_err_login(e, "the renewal did not produce a new token");
+        }
+        pthread_mutex_unlock(&S.lock);
+        return rc;
+    }
+    if (S.cred_src == CRED_ENV || (!S.refresh[0] && !S.cred_key[0])) {
+        pthread_mutex_unlock(&S.lock);
+        return RENEW_NONE;
+    }
+    if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
+        *e = S.refresh_err;
+        pthread_mutex_unlock(&S.lock);
+        return RENEW_FAILED;
+    }
+    S.refreshing = 1;
+    old = strdup(S.token);
+    rt = strdup(S.refresh);
+    key = strdup(S.cred_key);
+    pthread_mutex_unlock(&S.lock);
+
+    memset(&nc, 0, sizeof nc);
+    memset(&id, 0, sizeof id);
+    if (!old || !rt || !key) {
+        coai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        rc = RENEW_FAILED;
+    } else {
+        srv_log(LOG_INFO, "renewing the Cursor access token (%s)",
+                key[0] ? "API key exchange" : "refresh token");
+        rc = cred_renew(old, rt, key, &nc, &saved, &id, e);
+    }
+
+    pthread_mutex_lock(&S.lock);
+    if (rc == RENEW_OK) {
+        cred_set_locked(&nc, CRED_OURS);
+        if (saved) S.ours_id = id;
+        S.persist_failed = !saved;
+        S.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
+        S.refresh_failed = 0;
+        S.refresh_block_until = 0;
+        S.cred_bad_gen = 0;
+    } else {
+        S.refresh_failed = 1;
+        S.refresh_err = *e;
+        if (e->status == 401) S.refresh_block_until = mono_ms() + CRED_REJECT_BACKOFF_MS;
+    }
+    S.refreshing = 0;
+    S.refresh_seq++;
+    pthread_cond_broadcast(&S.cred_cv);
+    pthread_mutex_unlock(&S.lock);
+    if (rc == RENEW_OK) srv_log(LOG_INFO, "Cursor access token renewed%s",
+                                saved ? "" : " (in memory only)");
+    else srv_log(LOG_WARN, "renewing the Cursor access token failed: %s", e->message);
+    if (old) { memset(old, 0, strlen(old)); free(old); }
+    if (rt) { memset(rt, 0, strlen(rt)); free(rt); }
+    if (key) { memset(key, 0, strlen(key)); free(key); }
+    coai_creds_free(&nc);
+    return rc;
+}
+
+/* Renewed tokens that could not be saved (disk full...) are saved again now and then, so that
+ * the rotated refresh token is not lost with the process. Only while no renewal runs and only
+ * if the tokens are still the newest: an older pair must never overwrite a newer one. */
+static void cred_persist_retry(void)
+{
+    coai_creds c;
+    struct file_id id;
+    char why[PATH_MAX + 160];
+    uint64_t gen;
+    int lk, ok = 0, stale;
+    memset(&c, 0, sizeof c);
+    pthread_mutex_lock(&S.lock);
+    if (!S.persist_failed || S.refreshing || mono_ms() < S.persist_retry_at) {
+        pthread_mutex_unlock(&S.lock);
+        return;
+    }
+    S.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
+    gen = S.cred_gen;
+    c.access_token = strdup(S.token);
+    c.refresh_token = S.refresh[0] ? strdup(S.refresh) : NULL;
+    c.api_key = S.cred_key[0] ? strdup(S.cred_key) : NULL;
+    pthread_mutex_unlock(&S.lock);
+    if (!c.access_token) goto done;
+    lk = cred_lock();
+    pthread_mutex_lock(&S.lock);
+    stale = S.refreshing || S.cred_gen != gen;
+    pthread_mutex_unlock(&S.lock);
+    if (!stale) {
+        ok = cred_write_file(&c, why, sizeof why) == 0;
+        if (ok) file_id_of(S.ours_path, &id);
+    }
+    cred_unlock(lk);
+    if (stale) goto done;
+    pthread_mutex_lock(&S.lock);
+    if (ok && S.cred_gen == gen) {
+        S.persist_failed = 0;
+        S.ours_id = id;
+    }
+    pthread_mutex_unlock(&S.lock);
+    if (ok) srv_log(LOG_INFO, "renewed credentials saved to %s after all", S.ours_path);
+    else srv_log(LOG_WARN, "still %s", why);
+done:
+    if (c.access_token) memset(c.access_token, 0, strlen(c.access_token));
+    if (c.refresh_token) memset(c.refresh_token, 0, strlen(c.refresh_token));
+    if (c.api_key) memset(c.api_key, 0, strlen(c.api_key));
+    coai_creds_free(&c);
+}
+
+/* Before an upstream call: pick up file changes, and renew a token that expires within
+ * CRED_MARGIN_S (or that the upstream rejected mid-stream). A failed proactive renewal still
+ * lets a token that has not expired yet be used. 0 go ahead (the token may be ""), -1 *e. */
+static int cred_ensure(coai_error *e)
+{
+    char tok[SRV_TOKEN_MAX];
+    uint64_t gen;
+    int renewable, bad, expiring, rc;
+    coai_jwt j;
+    int64_t now = (int64_t)time(NULL);
+    cred_poll_files();
+    cred_persist_retry();
+    pthread_mutex_lock(&S.lock);
+    renewable = S.cred_src != CRED_ENV && (S.refresh[0] || S.cred_key[0]);
+    bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
+    pthread_mutex_unlock(&S.lock);
+    if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
+    /* Only a JWT with an exp says when it expires; anything else is renewed on a 401. */
+    expiring = coai_jwt_decode(coai_str_c(tok), &j) == 0 && j.exp != 0
+            && coai_token_expiring(coai_str_c(tok), now, CRED_MARGIN_S);
+    if (!expiring && !bad) { memset(tok, 0, sizeof tok); return 0; }
+    rc = cred_refresh(gen, e);
+    if (rc != RENEW_FAILED || (!bad && j.exp - now >= CRED_STILL_OK_S)) rc = 0;
+    else rc = -1;
+    memset(tok, 0, sizeof tok);
+    return rc;
+}
+
+/* "credentials" member of /health. */
+static const char *cred_health(void)
+{
+    const char *s;
+    pthread_mutex_lock(&S.lock);
+    s = !S.token[0] ? "missing"
+      : S.refresh_failed && S.refresh_err.status == 401 ? "renewal rejected: run cursor-oai login"
+      : S.persist_failed ? "not persisted"
+      : S.refresh_failed ? "renewal failed"
+      : "ok";
+    pthread_mutex_unlock(&S.lock);
+    return s;
 }
 
 /* ======================================================================== */
@@ -1446,9 +2156,13 @@ static int serve_request(struct conn *c, size_t hl)
         goto done;
     }
     switch (route) {
-    case ROUTE_HEALTH:
-        send_response(c, 200, "application/json", NULL, "{\"status\":\"ok\"}", 15);
+    case ROUTE_HEALTH: {
+        char hb[160];
+        int k = snprintf(hb, sizeof hb, "{\"status\":\"ok\",\"credentials\":\"%s\"}",
+                         cred_health());
+        send_response(c, 200, "application/json", NULL, hb, (size_t)k);
         break;
+    }
     case ROUTE_MODELS:
         handle_models(c);
         break;
@@ -1553,58 +2267,109 @@ static void *reject_thread(void *arg)
 #define PATH_MODELS "/aiserver.v1.AiService/GetUsableModels"
 #define PATH_RUNSSE "/agent.v1.AgentService/RunSSE"
 #define PATH_APPEND "/aiserver.v1.BidiService/BidiAppend"
-#define MODELS_FAIL_TTL_MS 30000    /* a failed fetch is retried after this */
+#define MODELS_FAIL_TTL_MS 30000    /* after a failed fetch the upstream is asked again */
 
-/* The GetUsableModels JSON into json: from the cache when it is fresh enough (and !fresh),
- * else fetched and cached. 0 ok, -1 with *err filled. */
-static int models_get(coai_buf *json, int fresh, int client_fd, coai_error *err)
+/* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
+ * 401. 0 with the JSON in body, -1 with *err filled. */
+static int models_fetch(coai_buf *body, coai_error *err)
 {
-    coai_buf body = { 0 };
     char rid[37];
-    int status = 0, rc = -1;
-    int64_t now = mono_ms();
-    if (!fresh) {
-        pthread_mutex_lock(&S.lock);
-        if (S.models_at && now - S.models_at < (S.models.len ? UP_MODELS_TTL_MS
-                                                              : MODELS_FAIL_TTL_MS)) {
-            coai_buf_append(json, S.models.data, S.models.len);
-            rc = S.models.len ? 0 : -1;
+    int status = 0, attempt;
+    uint64_t gen = 0;
+    if (cred_ensure(err) < 0) return -1;
+    if (!cred_have()) {
+        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        err->no_retry = 1;
+        return -1;
+    }
+    for (attempt = 0; attempt < 2; attempt++) {
+        coai_error re;
+        int fr;
+        coai_buf_reset(body);
+        body->max = UP_MODELS_MAX;
+        if (uuid_new(rid) < 0) {
+            coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
+            return -1;
         }
-        pthread_mutex_unlock(&S.lock);
-        if (rc == 0) return json->err ? -1 : 0;
-        if (S.models_at && now - S.models_at < MODELS_FAIL_TTL_MS && !S.models.len) {
-            coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
-                           "model list unavailable (recent failure)");
+        if (up_call(PATH_MODELS, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
+        if (status >= 200 && status <= 299) break;
+        coai_error_from_http(status, (const char *)body->data, body->len, err);
+        if (err->status != 401 || attempt > 0) return -1;
+        memset(&re, 0, sizeof re);
+        fr = cred_refresh(gen, &re);
+        if (fr == RENEW_NONE) return -1;
+        if (fr == RENEW_FAILED) { *err = re; return -1; }
+    }
+    if (body->err) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "upstream model list too large");
+        return -1;
+    }
+    {
+        coai_models m;
+        int pr = coai_models_parse(&m, (const char *)body->data, body->len);
+        coai_models_free(&m);
+        if (pr < 0) {
+            coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                           "the upstream model list is not valid JSON");
             return -1;
         }
     }
-    body.max = UP_MODELS_MAX;
-    if (uuid_new(rid) < 0) {
-        coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
-        goto done;
-    }
-    if (up_call(PATH_MODELS, 1, "{}", 2, rid, client_fd, NULL, NULL, &status, &body, err) < 0)
-        goto done;
-    if (status < 200 || status > 299) {
-        coai_error_from_http(status, (const char *)body.data, body.len, err);
-        goto done;
-    }
-    if (body.err) {
-        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
-                       "upstream model list too large");
-        goto done;
-    }
-    rc = 0;
-done:
+    return 0;
+}
+
+/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL and fetched
+ * by one thread at a time (the others wait for its result). When a fetch fails, the last good
+ * list is served (stale-while-error) and the upstream is asked again after
+ * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err. */
+static int models_get(coai_buf *json, coai_error *err)
+{
+    coai_buf body = { 0 };
+    coai_error fe;
+    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
+    int rc;
     pthread_mutex_lock(&S.lock);
-    if (rc == 0 || err->status != 499) {
+    for (;;) {
+        int64_t now = mono_ms();
+        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
+        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
+        if (!S.models_fetching) break;
+        pthread_cond_wait(&S.models_cv, &S.lock);
+    }
+    S.models_fetching = 1;
+    pthread_mutex_unlock(&S.lock);
+    memset(&fe, 0, sizeof fe);
+    rc = models_fetch(&body, &fe);
+    if (rc < 0 && fe.status >= 500)
+        srv_log(LOG_WARN, "GetUsableModels failed: %s", fe.message);
+    pthread_mutex_lock(&S.lock);
+    if (rc == 0) {
         coai_buf_reset(&S.models);
-        if (rc == 0) coai_buf_append(&S.models, body.data, body.len);
-        S.models_at = mono_ms();
+        coai_buf_append(&S.models, body.data, body.len);
+        S.models_at = S.models.err ? 0 : mono_ms();
+        S.models_fail_at = 0;
+    } else {
+        S.models_fail_at = mono_ms();
+        S.models_err = fe;
+    }
+    S.models_fetching = 0;
+    pthread_cond_broadcast(&S.models_cv);
+    coai_buf_free(&body);
+serve:
+    /* a good list, fresh or stale; else the reason of the last failure */
+    if (S.models_at && S.models.len) {
+        rc = coai_buf_append(json, S.models.data, S.models.len) < 0 ? -1 : 0;
+        if (rc < 0) coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    } else {
+        rc = -1;
+        *err = S.models_err;
+        if (!err->status)
+            coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
+                           "the model list is unavailable");
     }
     pthread_mutex_unlock(&S.lock);
-    if (rc == 0 && coai_buf_append(json, body.data, body.len)) rc = -1;
-    coai_buf_free(&body);
     return rc;
 }
 
@@ -1615,7 +2380,7 @@ static int handle_models(struct conn *c)
     coai_error e;
     memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, 1, c->fd, &e) < 0) {
+    if (models_get(&json, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -1654,6 +2419,8 @@ struct run {
     int cancelled;                  /* the client went away */
     int stopping;                   /* ended by shutdown */
     coai_error err;                 /* failure of run_start / an append */
+    uint64_t auth_gen;              /* generation of the token the run started with */
+    int upstream_401;               /* the upstream rejected the token (HTTP 401) */
     coai_frame_decoder frames;
     coai_msg msg;
     coai_reply reply;
@@ -1730,6 +2497,7 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
     struct run *r = user;
     coai_buf body = { 0 }, resp = { 0 };
     int status = 0, rc = -1;
+    uint64_t gen = 0;
     resp.max = UP_ERR_BODY_MAX;
     if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
         || body.err) {
@@ -1739,13 +2507,18 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, r->c->fd, NULL, NULL,
-                &status, &resp, &r->err) < 0) {
+    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, r->c->fd, &gen, &status,
+                &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
     }
     if (status < 200 || status > 299) {
         coai_error_from_http(status, (const char *)resp.data, resp.len, &r->err);
+        if (r->err.status == 401) {
+            /* seqno 0: handle_chat renews and retries; later: the next request renews */
+            r->upstream_401 = 1;
+            cred_mark_rejected(gen);
+        }
         goto done;
     }
     rc = 0;
@@ -1760,12 +2533,13 @@ done:
 static int run_start(struct run *r, int fresh)
 {
     char token[SRV_TOKEN_MAX];
-    size_t tl = cred_token(token, sizeof token);
+    size_t tl = cred_token(token, sizeof token, &r->auth_gen);
     coai_buf head = { 0 }, body = { 0 };
     int rc = -1;
     if (tl == 0) {
         coai_error_set(&r->err, 401, "authentication_error", "upstream_auth_failed", NULL,
-                       "no Cursor credentials: set CURSOR_ACCESS_TOKEN and restart");
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
         r->err.no_retry = 1;
         goto done;
     }
@@ -1801,6 +2575,7 @@ static int run_start(struct run *r, int fresh)
         up_body_all(r->sse, &eb);
         coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
         coai_buf_free(&eb);
+        if (r->err.status == 401) r->upstream_401 = 1;
         goto done;
     }
     rc = 0;
@@ -1825,6 +2600,7 @@ static int run_frame(struct run *r, const coai_frame *f)
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
+        if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
         srv_log(LOG_DEBUG, "run %s: %s status %d", r->request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
         return coai_reply_feed_status(&r->reply, &st);
@@ -1927,13 +2703,16 @@ static int handle_chat(struct conn *c)
         send_coai_error(c, &e);
         goto done;
     }
+    /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
+    if (cred_ensure(&e) < 0) {
+        send_coai_error(c, &e);
+        goto done;
+    }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
     model = req.model;
-    if (models_get(&mj, 0, c->fd, &e) == 0
+    if (models_get(&mj, &e) == 0
         && coai_models_parse(&models, (const char *)mj.data, mj.len) == 0)
         model = coai_models_resolve(&models, req.model);
-    else if (e.status == 499)
-        goto done;
     else
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)req.model.len, req.model.ptr);
@@ -1975,11 +2754,25 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
-    rc = run_start(r, 0);
-    for (attempt = 0; rc == 1 && attempt < 1; attempt++) {
-        srv_log(LOG_DEBUG, "pooled connection was dead before RunSSE answered; retrying");
+    for (attempt = 0; attempt < 2; attempt++) {
+        coai_error re;
+        int fr;
+        rc = run_start(r, 0);
+        if (rc == 1) {
+            srv_log(LOG_DEBUG, "pooled connection was dead before RunSSE answered; retrying");
+            memset(&r->err, 0, sizeof r->err);
+            rc = run_start(r, 1);
+        }
+        /* A 401 before anything reached the client: renew once (single flight) and run
+         * again with the new token. */
+        if (rc == 0 || r->cancelled || !r->upstream_401 || attempt > 0) break;
+        memset(&re, 0, sizeof re);
+        fr = cred_refresh(r->auth_gen, &re);
+        if (fr == RENEW_NONE) break;
+        if (fr == RENEW_FAILED) { r->err = re; break; }
+        srv_log(LOG_INFO, "upstream rejected the access token; retrying with the renewed one");
         memset(&r->err, 0, sizeof r->err);
-        rc = run_start(r, 1);
+        r->upstream_401 = 0;
     }
     if (rc == 0) {
         run_stream(r);
@@ -2191,8 +2984,12 @@ static void serve_drain(void)
 /* ======================================================================== */
 
 static const char USAGE[] =
-    "Usage: cursor-oai serve [options]\n"
-    "       cursor-oai --version | --help\n"
+    "Usage: cursor-oai serve [options]      run the API server\n"
+    "       cursor-oai login [options]      log in to Cursor (browser, or --api-key)\n"
+    "       cursor-oai logout               remove the saved login\n"
+    "       cursor-oai status               who is logged in, and does Cursor accept it\n"
+    "       cursor-oai models               the models this account can use\n"
+    "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
     "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
     "served from your own Cursor subscription.\n";
@@ -2210,18 +3007,81 @@ static const char SERVE_HELP[] =
     "  --max-conns N        concurrent client connections; 503 beyond (default 1024)\n"
     "  -h, --help           this help\n"
     "\n"
+    "Credentials (first found wins):\n"
+    "  1. CURSOR_ACCESS_TOKEN (used as is, never renewed)\n"
+    "  2. $XDG_CONFIG_HOME/cursor-oai/auth.json (default ~/.config/cursor-oai/auth.json),\n"
+    "     written by 'cursor-oai login'; a login done while serving is picked up within 1 s\n"
+    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only\n"
+    "  A token that expires within 5 minutes, or that Cursor rejects before anything was\n"
+    "  streamed, is renewed once (refresh token, or API key exchange) and the request retried;\n"
+    "  renewed tokens are saved to file 2 (never to cursor-agent's file).\n"
+    "\n"
     "Environment:\n"
-    "  CURSOR_ACCESS_TOKEN      Cursor access token used upstream\n"
+    "  CURSOR_ACCESS_TOKEN      Cursor access token used upstream (overrides the files)\n"
     "  CURSOR_API_URL           upstream base URL, https only (default https://api2.cursor.sh)\n"
     "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default cli-2025.11.25-d5b3271)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
+    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
     "\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
+
+static const char LOGIN_HELP[] =
+    "Usage: cursor-oai login [--no-browser]\n"
+    "       cursor-oai login --api-key KEY | --api-key -\n"
+    "\n"
+    "Browser login: prints a login URL and its QR code (scan it with a phone when this is a\n"
+    "headless server), then waits until the login is completed in a browser (up to about 24\n"
+    "minutes; Ctrl-C cancels and saves nothing). When a display is available (DISPLAY or\n"
+    "WAYLAND_DISPLAY set, or macOS) the URL is also opened with xdg-open (macOS: open); this\n"
+    "is the only program cursor-oai ever starts, and only here.\n"
+    "\n"
+    "API key login: exchanges a Cursor API key for tokens. The key is saved too, so that\n"
+    "tokens can be renewed with it. '--api-key -' reads the key from standard input; the\n"
+    "environment variable CURSOR_API_KEY is used when --api-key is not given. (A key given\n"
+    "on the command line is visible to other local users in the process list.)\n"
+    "\n"
+    "The login is saved to $XDG_CONFIG_HOME/cursor-oai/auth.json (default\n"
+    "~/.config/cursor-oai/auth.json), mode 0600 in a 0700 directory, replaced atomically.\n"
+    "\n"
+    "Options:\n"
+    "  --no-browser   never open a browser, just print the URL and the QR code\n"
+    "  --api-key KEY  log in with a Cursor API key instead of the browser\n"
+    "  -h, --help     this help\n"
+    "\n"
+    "Environment: CURSOR_API_URL, SSL_CERT_FILE, XDG_CONFIG_HOME, HOME, CURSOR_API_KEY;\n"
+    "CURSOR_OAI_LOGIN_DELAY_SCALE (a factor in (0, 1] for the waits between polls; for tests).\n"
+    "\n"
+    "Exit status: 0 logged in, 1 failed, 2 usage error, 130 cancelled (Ctrl-C).\n";
+
+static const char LOGOUT_HELP[] =
+    "Usage: cursor-oai logout\n"
+    "\n"
+    "Removes cursor-oai's saved login ($XDG_CONFIG_HOME/cursor-oai/auth.json). cursor-agent's\n"
+    "own file is never touched; if it exists, cursor-oai goes on using it (log out of\n"
+    "cursor-agent to stop that). Exit status: 0 ok (also when there was nothing to remove),\n"
+    "1 the file could not be removed.\n";
+
+static const char STATUS_HELP[] =
+    "Usage: cursor-oai status\n"
+    "\n"
+    "Shows who is logged in (from the token), when the access token expires, which\n"
+    "credentials are used (CURSOR_ACCESS_TOKEN, cursor-oai's file or cursor-agent's), and\n"
+    "whether Cursor accepts the token (one GetUsableModels call). A token about to expire is\n"
+    "renewed first, as the server would do. Exit status: 0 logged in and accepted, 1 not\n"
+    "logged in, rejected, or the check failed.\n";
+
+static const char MODELS_HELP[] =
+    "Usage: cursor-oai models\n"
+    "\n"
+    "Lists the models of this Cursor account: the id to use in requests (as in GET\n"
+    "/v1/models), the display name, other accepted names (aliases) and the context window.\n"
+    "Exit status: 0 ok, 1 not logged in or the list could not be fetched.\n";
 
 static void print_version(void)
 {
@@ -2419,6 +3279,7 @@ static int configure(void)
     const char *url = getenv("CURSOR_API_URL"), *key = getenv("CURSOR_OAI_API_KEY");
     const char *cv = getenv("CURSOR_CLIENT_VERSION");
     long n;
+    int ttl;
     struct rlimit rl;
     if (!url || !*url) url = SRV_DEFAULT_API_URL;
     if (parse_api_url(url) < 0) {
@@ -2429,8 +3290,10 @@ static int configure(void)
     S.client_version = cv && *cv ? cv : SRV_DEFAULT_CLIENT_VERSION;
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
-        || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s))
+        || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
+        || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl))
         return -1;
+    S.models_ttl_ms = (int64_t)ttl * 1000;
     S.ca_file = ca_bundle_path();
     if (!S.ca_file) {
         fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "
@@ -2466,7 +3329,22 @@ static int run_serve(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    cred_init();
+    cred_paths();
+    switch (cred_load()) {
+    case CRED_ENV:
+        srv_log(LOG_INFO, "credentials: CURSOR_ACCESS_TOKEN (not renewed)");
+        break;
+    case CRED_OURS:
+        srv_log(LOG_INFO, "credentials: %s", S.ours_path);
+        break;
+    case CRED_AGENT:
+        srv_log(LOG_INFO, "credentials: %s (cursor-agent's, read only)", S.agent_path);
+        break;
+    default:
+        srv_log(LOG_WARN, "no upstream credentials: run `cursor-oai login` (or set "
+                "CURSOR_ACCESS_TOKEN); chat requests fail with 401 until then");
+        break;
+    }
     rc = listen_open();
     if (rc < 0) return rc == -2 ? 2 : 1;
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
@@ -2482,12 +3360,560 @@ static int run_serve(int argc, char **argv)
     return 0;
 }
 
+/* ======================================================================== */
+/* Commands: login, logout, status, models                                  */
+/* ======================================================================== */
+
+#ifdef __APPLE__
+#define BROWSER_PROG "open"
+#else
+#define BROWSER_PROG "xdg-open"
+#endif
+
+/* "3 days", "1 hour", "45 seconds" (rounded down) */
+static void human_span(char *out, size_t cap, int64_t s)
+{
+    const char *unit = "second";
+    int64_t n = s;
+    if (s >= 86400) { n = s / 86400; unit = "day"; }
+    else if (s >= 3600) { n = s / 3600; unit = "hour"; }
+    else if (s >= 60) { n = s / 60; unit = "minute"; }
+    snprintf(out, cap, "%lld %s%s", (long long)n, unit, n == 1 ? "" : "s");
+}
+
+/* "expires in 3 days (2025-12-01 10:00 UTC)" / "expired 2 hours ago (...)" */
+static void describe_expiry(char *out, size_t cap, const char *token)
+{
+    coai_jwt j;
+    char span[64], when[64];
+    int64_t now = (int64_t)time(NULL);
+    time_t t;
+    struct tm tm;
+    if (coai_jwt_decode(coai_str_c(token), &j) != 0 || j.exp == 0) {
+        snprintf(out, cap, "no expiry time in the token");
+        return;
+    }
+    t = (time_t)j.exp;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+    human_span(span, sizeof span, j.exp >= now ? j.exp - now : now - j.exp);
+    if (j.exp >= now) snprintf(out, cap, "expires in %s (%s)", span, when);
+    else snprintf(out, cap, "expired %s ago (%s)", span, when);
+}
+
+/* "user@example.com (auth0|123)", or whichever of the two the token has. */
+static void describe_identity(char *out, size_t cap, const char *token)
+{
+    coai_jwt j;
+    if (coai_jwt_decode(coai_str_c(token), &j) != 0 || (!j.email[0] && !j.sub[0]))
+        snprintf(out, cap, "an unknown user (the token names nobody)");
+    else if (j.email[0] && j.sub[0])
+        snprintf(out, cap, "%s (%s)", j.email, j.sub);
+    else
+        snprintf(out, cap, "%s", j.email[0] ? j.email : j.sub);
+}
+
+/* Common set-up of the one-shot commands. need_upstream: CURSOR_API_URL and the CA bundle. */
+static int cli_setup(int need_upstream)
+{
+    S.cli = 1;
+    S.log_level = LOG_WARN;
+    cred_paths();
+    signal(SIGPIPE, SIG_IGN);
+    if (need_upstream && configure() < 0) return -1;
+    return 0;
+}
+
+/* Visible ASCII, non-empty, bounded: the only strings that may go into a header. */
+static int token_text_ok(const char *s)
+{
+    size_t i, n = strlen(s);
+    if (n == 0 || n >= SRV_TOKEN_MAX) return 0;
+    for (i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e) return 0;
+    return 1;
+}
+
+/* Save a fresh login and say so. Exit status. */
+static int login_save(const coai_creds *c)
+{
+    char why[PATH_MAX + 160], who[400], exp[160];
+    const char *env = getenv("CURSOR_ACCESS_TOKEN");
+    if (cred_write_file(c, why, sizeof why) < 0) {
+        fprintf(stderr, "cursor-oai: %s\n", why);
+        return 1;
+    }
+    describe_identity(who, sizeof who, c->access_token);
+    describe_expiry(exp, sizeof exp, c->access_token);
+    printf("Logged in as %s.\nSaved to %s (mode 0600).\nAccess token %s; it is renewed "
+           "automatically with the %s.\n", who, S.ours_path, exp,
+           c->api_key ? "API key" : "refresh token");
+    printf("A running 'cursor-oai serve' picks this login up within a second.\n");
+    if (env && *env)
+        printf("Note: CURSOR_ACCESS_TOKEN is set in this environment; it takes precedence "
+               "over the saved login.\n");
+    return 0;
+}
+
+/* login --api-key: POST /auth/exchange_user_api_key (spec 14.2); the key is stored with the
+ * tokens so that they can be renewed the same way. */
+static int login_api_key(const char *key)
+{
+    coai_buf body = { 0 };
+    coai_creds c;
+    coai_error e;
+    int status = 0, rc = 1;
+    memset(&c, 0, sizeof c);
+    memset(&e, 0, sizeof e);
+    if (!token_text_ok(key)) {
+        fprintf(stderr, "cursor-oai: the API key must be visible ASCII without spaces "
+                "(1..%d bytes)\n", SRV_TOKEN_MAX - 1);
+        return 2;
+    }
+    body.max = CRED_AUTH_BODY_MAX;
+    if (auth_call("POST", "/auth/exchange_user_api_key", "exchanging the API key", key, NULL,
+                  NULL, &status, &body, &e) < 0) {
+        fprintf(stderr, "cursor-oai: cannot reach Cursor: %s\n", e.message);
+        goto done;
+    }
+    if (status >= 200 && status <= 299 && !body.err
+        && coai_creds_parse((const char *)body.data, body.len, &c) == 0
+        && c.access_token && c.refresh_token && strlen(c.access_token) < SRV_TOKEN_MAX
+        && strlen(c.refresh_token) < SRV_TOKEN_MAX) {
+        free(c.api_key);
+        c.api_key = strdup(key);
+        if (!c.api_key) { fprintf(stderr, "cursor-oai: out of memory\n"); goto done; }
+        rc = login_save(&c);
+    } else if (status == 401 || status == 403) {
+        fprintf(stderr, "cursor-oai: Cursor rejected the API key (HTTP %d); nothing was "
+                "saved\n", status);
+    } else {
+        fprintf(stderr, "cursor-oai: unexpected answer to the API key exchange (HTTP %d%s); "
+                "nothing was saved\n", status, status >= 200 && status <= 299
+                ? ", without both tokens" : "");
+    }
+done:
+    if (body.data) memset(body.data, 0, body.len);
+    coai_buf_free(&body);
+    coai_creds_free(&c);
+    return rc;
+}
+
+struct login_progress {
+    int64_t t0;                     /* mono ms when polling started */
+    int tty;                        /* stderr is a terminal: one live line */
+    int shown;                      /* the live line is on screen */
+    int64_t last_line;              /* elapsed s of the last plain line, -1 none yet */
+};
+
+static void login_progress_show(struct login_progress *p, int at_poll)
+{
+    long long el = (long long)((mono_ms() - p->t0) / 1000);
+    if (p->tty) {
+        fprintf(stderr, "\rWaiting for the login in the browser... %llds (Ctrl-C cancels) ", el);
+        p->shown = 1;
+    } else if (at_poll && (p->last_line < 0 || el - p->last_line >= 10)) {
+        fprintf(stderr, "waiting for the login in the browser (%llds elapsed)\n", el);
+        p->last_line = el;
+    }
+    fflush(stderr);
+}
+
+static void login_progress_end(struct login_progress *p)
+{
+    if (p->shown) fputc('\n', stderr);
+    p->shown = 0;
+}
+
+static int login_tick(void *ctx)
+{
+    if (S.stop) return -1;
+    login_progress_show(ctx, 0);
+    return 0;
+}
+
+/* Sleep ms, updating the live line; -1 when Ctrl-C came. */
+static int login_sleep(unsigned ms, struct login_progress *p)
+{
+    int64_t end = mono_ms() + ms, last = 0;
+    while (!S.stop) {
+        int64_t now = mono_ms(), left = end - now;
+        if (left <= 0) return 0;
+        if (now - last >= 1000) { login_progress_show(p, 0); last = now; }
+        poll(NULL, 0, left > 250 ? 250 : (int)left);   /* a signal cuts it short */
+    }
+    return -1;
+}
+
+/* Open the login URL in the user's browser: fork + exec of xdg-open (macOS: open) with the URL
+ * as its only argument, never through a shell. The one program cursor-oai ever starts, and
+ * only on an explicit `login` with a display. Returns the child's pid, 0 when not opened. */
+static pid_t open_browser(const char *url)
+{
+    pid_t pid;
+#ifndef __APPLE__
+    const char *d = getenv("DISPLAY"), *w = getenv("WAYLAND_DISPLAY");
+    if (!(d && *d) && !(w && *w)) return 0;
+#endif
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_RDWR);
+        if (fd >= 0) {
+            dup2(fd, 0);
+            dup2(fd, 1);
+            dup2(fd, 2);
+            if (fd > 2) close(fd);
+        }
+        setsid();               /* our Ctrl-C is not the browser's */
+        execlp(BROWSER_PROG, BROWSER_PROG, url, (char *)NULL);
+        _exit(127);
+    }
+    return pid > 0 ? pid : 0;
+}
+
+static void browser_reap(pid_t *pid, int wait_too)
+{
+    int st;
+    if (*pid <= 0 || waitpid(*pid, &st, wait_too ? 0 : WNOHANG) != *pid) return;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fprintf(stderr, "cursor-oai: could not open a browser (%s failed); open the URL "
+                "yourself\n", BROWSER_PROG);
+    *pid = 0;
+}
+
+/* The browser login of spec 14.1: PKCE, print URL + QR, poll /auth/poll with backoff. */
+static int login_browser(int no_browser)
+{
+    const char *sc = getenv("CURSOR_OAI_LOGIN_DELAY_SCALE");
+    unsigned char rnd[48];
+    coai_pkce pk;
+    coai_buf url = { 0 }, target = { 0 }, qr_txt = { 0 }, body = { 0 };
+    coai_qr qr;
+    coai_creds c;
+    struct login_progress pr;
+    struct sigaction sa;
+    double scale = 1.0;
+    unsigned attempt;
+    int errors = 0, rc = 1, got = 0;
+    pid_t bpid = 0;
+    memset(&c, 0, sizeof c);
+    if (sc && *sc) {
+        char *end;
+        scale = strtod(sc, &end);
+        if (*end || !(scale > 0.0 && scale <= 1.0)) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_LOGIN_DELAY_SCALE must be a number in "
+                    "(0, 1]\n");
+            return 2;
+        }
+    }
+    /* Ctrl-C: stop polling, save nothing (no SA_RESTART: waits return early) */
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (random_fill(rnd, sizeof rnd) < 0) {
+        fprintf(stderr, "cursor-oai: no randomness available\n");
+        return 1;
+    }
+    coai_pkce_init(&pk, rnd);
+    memset(rnd, 0, sizeof rnd);
+    if (coai_login_url(&url, &pk) < 0 || coai_login_poll_target(&target, &pk) < 0) {
+        fprintf(stderr, "cursor-oai: out of memory\n");
+        goto done;
+    }
+    printf("To log in to Cursor, open this URL in a browser:\n\n  %s\n\n", (char *)url.data);
+    if (coai_qr_encode(&qr, url.data, url.len) == 0 && coai_qr_render_utf8(&qr, &qr_txt) == 0)
+        printf("or scan this QR code with a phone:\n\n%s\n", (char *)qr_txt.data);
+    if (!no_browser) {
+        bpid = open_browser((const char *)url.data);
+        if (bpid) printf("Opening the URL with %s.\n", BROWSER_PROG);
+    }
+    fflush(stdout);
+    pr.t0 = mono_ms();
+    pr.tty = isatty(2);
+    pr.shown = 0;
+    pr.last_line = -1;
+    body.max = CRED_AUTH_BODY_MAX;
+    for (attempt = 0; attempt < COAI_LOGIN_MAX_ATTEMPTS && !S.stop; attempt++) {
+        coai_error e;
+        int status = 0, r;
+        memset(&e, 0, sizeof e);
+        coai_buf_reset(&body);
+        login_progress_show(&pr, 1);
+        r = auth_call("GET", (const char *)target.data, "polling /auth/poll", NULL, login_tick,
+                      &pr, &status, &body, &e);
+        if (S.stop) break;
+        if (r == 0 && status == 404) {
+            errors = 0;             /* pending: the user has not finished yet */
+        } else if (r == 0 && status >= 200 && status <= 299 && !body.err
+                   && coai_creds_parse((const char *)body.data, body.len, &c) == 0
+                   && c.access_token && c.refresh_token
+                   && strlen(c.access_token) < SRV_TOKEN_MAX
+                   && strlen(c.refresh_token) < SRV_TOKEN_MAX) {
+            got = 1;
+            break;
+        } else {
+            coai_creds_free(&c);
+            errors++;
+            login_progress_end(&pr);
+            if (r < 0)
+                fprintf(stderr, "cursor-oai: login poll failed: %s (%d of %d)\n", e.message,
+                        errors, COAI_LOGIN_MAX_ERRORS);
+            else
+                fprintf(stderr, "cursor-oai: login poll failed: HTTP %d%s (%d of %d)\n", status,
+                        status >= 200 && status <= 299 ? " without both tokens" : "", errors,
+                        COAI_LOGIN_MAX_ERRORS);
+            if (errors >= COAI_LOGIN_MAX_ERRORS) break;
+        }
+        browser_reap(&bpid, 0);
+        if (login_sleep((unsigned)(coai_login_poll_delay_ms(attempt) * scale), &pr) < 0) break;
+    }
+    login_progress_end(&pr);
+    if (S.stop) {
+        fprintf(stderr, "cursor-oai: login cancelled; nothing was saved\n");
+        rc = 130;
+    } else if (got) {
+        rc = login_save(&c);
+    } else if (errors >= COAI_LOGIN_MAX_ERRORS) {
+        fprintf(stderr, "cursor-oai: giving up after %d failed polls in a row; nothing was "
+                "saved\n", errors);
+    } else {
+        fprintf(stderr, "cursor-oai: the login was not completed in time; run "
+                "'cursor-oai login' again\n");
+    }
+done:
+    browser_reap(&bpid, 0);
+    if (target.data) memset(target.data, 0, target.len);     /* holds the verifier */
+    if (body.data) memset(body.data, 0, body.len);
+    coai_buf_free(&url);
+    coai_buf_free(&target);
+    coai_buf_free(&qr_txt);
+    coai_buf_free(&body);
+    coai_creds_free(&c);
+    memset(&pk, 0, sizeof pk);
+    return rc;
+}
+
+static int run_login(int argc, char **argv)
+{
+    const char *key = NULL;
+    char line[SRV_TOKEN_MAX + 2];
+    int i, no_browser = 0, rc;
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(LOGIN_HELP, stdout);
+            return 0;
+        } else if (strcmp(a, "--no-browser") == 0) {
+            no_browser = 1;
+        } else if (strncmp(a, "--api-key=", 10) == 0) {
+            key = a + 10;
+        } else if (strcmp(a, "--api-key") == 0 && i + 1 < argc) {
+            key = argv[++i];
+        } else {
+            fprintf(stderr, "cursor-oai: login: unknown or incomplete argument '%s'\n\n%s", a,
+                    LOGIN_HELP);
+            return 2;
+        }
+    }
+    if (!key) {
+        const char *env = getenv("CURSOR_API_KEY");
+        if (env && *env) key = env;
+    }
+    if (cli_setup(1) < 0) return 1;
+    if (!key) return login_browser(no_browser);
+    if (strcmp(key, "-") == 0) {
+        size_t n;
+        if (!fgets(line, sizeof line, stdin)) {
+            fprintf(stderr, "cursor-oai: no API key on standard input\n");
+            return 2;
+        }
+        n = strcspn(line, "\r\n");
+        line[n] = 0;
+        key = line;
+    }
+    rc = login_api_key(key);
+    memset(line, 0, sizeof line);
+    return rc;
+}
+
+static int run_logout(int argc, char **argv)
+{
+    struct stat st;
+    const char *env = getenv("CURSOR_ACCESS_TOKEN");
+    int rc = 0;
+    if (argc > 0) {
+        int help = strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0;
+        fputs(LOGOUT_HELP, help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    cli_setup(0);
+    if (unlink(S.ours_path) == 0) {
+        printf("Removed %s.\n", S.ours_path);
+    } else if (errno == ENOENT) {
+        printf("No cursor-oai login to remove (%s does not exist).\n", S.ours_path);
+    } else {
+        fprintf(stderr, "cursor-oai: cannot remove %s: %s\n", S.ours_path, strerror(errno));
+        rc = 1;
+    }
+    if (stat(S.agent_path, &st) == 0)
+        printf("cursor-agent's own login (%s) was left alone; cursor-oai uses it while it "
+               "exists (log out of cursor-agent to end that).\n", S.agent_path);
+    if (env && *env)
+        printf("CURSOR_ACCESS_TOKEN is still set in this environment and is used when set.\n");
+    return rc;
+}
+
+/* The upstream check shared by status and models: one GetUsableModels call. */
+static int cli_models(coai_buf *json, coai_error *e)
+{
+    memset(e, 0, sizeof *e);
+    json->max = UP_MODELS_MAX;
+    return models_fetch(json, e);
+}
+
+static int run_status(int argc, char **argv)
+{
+    char tok[SRV_TOKEN_MAX], buf[400];
+    coai_buf json = { 0 };
+    coai_models m;
+    coai_error e;
+    uint64_t gen0, gen1;
+    int src, rc = 1;
+    if (argc > 0) {
+        int help = strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0;
+        fputs(STATUS_HELP, help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    if (cli_setup(1) < 0) return 1;
+    src = cred_load();
+    if (src == CRED_NONE) {
+        printf("Not logged in: CURSOR_ACCESS_TOKEN is not set and neither %s nor %s holds a "
+               "login.\nRun 'cursor-oai login'.\n", S.ours_path, S.agent_path);
+        return 1;
+    }
+    cred_token(tok, sizeof tok, &gen0);
+    describe_identity(buf, sizeof buf, tok);
+    printf("Logged in as %s\n", buf);
+    printf("Credentials: %s\n", src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
+           : src == CRED_OURS ? S.ours_path : S.agent_path);
+    if (src == CRED_AGENT) printf("             (cursor-agent's file, read only)\n");
+    describe_expiry(buf, sizeof buf, tok);
+    printf("Access token: %s\n", buf);
+    pthread_mutex_lock(&S.lock);
+    printf("Renewal: %s\n", src == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN is used as is)"
+           : S.cred_key[0] ? "by API key exchange (key stored)"
+           : S.refresh[0] ? "by refresh token" : "none (log in again when it expires)");
+    pthread_mutex_unlock(&S.lock);
+    fflush(stdout);
+    memset(&m, 0, sizeof m);
+    if (cli_models(&json, &e) == 0) {
+        cred_token(tok, sizeof tok, &gen1);
+        if (gen1 != gen0) {
+            describe_expiry(buf, sizeof buf, tok);
+            printf("Access token renewed: the new one %s%s\n", buf,
+                   S.persist_failed ? " (NOT saved; see the error above)" : "");
+        }
+        coai_models_parse(&m, (const char *)json.data, json.len);
+        printf("Upstream: https://%s%s accepts the token (%zu models)\n", S.up_authority,
+               S.up_prefix, m.count);
+        rc = 0;
+    } else if (e.status == 401 || e.status == 403) {
+        printf("Upstream: https://%s%s rejected the credentials: %s\nRun 'cursor-oai login'.\n",
+               S.up_authority, S.up_prefix, e.message);
+    } else {
+        printf("Upstream: could not check with https://%s%s: %s\n", S.up_authority, S.up_prefix,
+               e.message);
+    }
+    memset(tok, 0, sizeof tok);
+    coai_models_free(&m);
+    coai_buf_free(&json);
+    return rc;
+}
+
+static int run_models(int argc, char **argv)
+{
+    coai_buf json = { 0 }, *cells = NULL;
+    coai_models m;
+    coai_error e;
+    size_t i, k, w[3] = { 2, 4, 7 };    /* "ID", "NAME", "ALIASES" */
+    int rc = 1;
+    if (argc > 0) {
+        int help = strcmp(argv[0], "-h") == 0 || strcmp(argv[0], "--help") == 0;
+        fputs(MODELS_HELP, help ? stdout : stderr);
+        return help ? 0 : 2;
+    }
+    if (cli_setup(1) < 0) return 1;
+    memset(&m, 0, sizeof m);
+    if (cred_load() == CRED_NONE) {
+        fprintf(stderr, "cursor-oai: not logged in; run 'cursor-oai login'\n");
+        return 1;
+    }
+    if (cli_models(&json, &e) < 0) {
+        fprintf(stderr, "cursor-oai: cannot list the models: %s\n", e.message);
+        goto done;
+    }
+    if (coai_models_parse(&m, (const char *)json.data, json.len) < 0) {
+        fprintf(stderr, "cursor-oai: the model list is not valid JSON\n");
+        goto done;
+    }
+    cells = calloc(m.count * 3 + 1, sizeof *cells);
+    if (!cells) { fprintf(stderr, "cursor-oai: out of memory\n"); goto done; }
+    for (i = 0; i < m.count; i++) {
+        const coai_model *it = &m.items[i];
+        coai_str id = it->display_id.len ? it->display_id : it->id, a;
+        coai_buf *c = &cells[i * 3];
+        coai_buf_append(&c[0], id.ptr, id.len);
+        coai_buf_append(&c[1], it->display_name.ptr, it->display_name.len);
+        /* every other name a request may use for this model */
+        if (!coai_str_eq(it->id, "") && (it->id.len != id.len
+                                         || memcmp(it->id.ptr, id.ptr, id.len) != 0))
+            coai_buf_append(&c[2], it->id.ptr, it->id.len);
+        for (k = 0; coai_model_alias(it, k, &a) == 0; k++) {
+            if (a.len == id.len && memcmp(a.ptr, id.ptr, id.len) == 0) continue;
+            if (a.len == it->id.len && memcmp(a.ptr, it->id.ptr, a.len) == 0) continue;
+            if (c[2].len) coai_buf_puts(&c[2], ", ");
+            coai_buf_append(&c[2], a.ptr, a.len);
+        }
+        if (!c[1].len) coai_buf_puts(&c[1], "-");
+        if (!c[2].len) coai_buf_puts(&c[2], "-");
+        for (k = 0; k < 3; k++) {
+            if (c[k].err) { fprintf(stderr, "cursor-oai: out of memory\n"); goto done; }
+            if (c[k].len > w[k]) w[k] = c[k].len < 60 ? c[k].len : 60;
+        }
+    }
+    printf("%-*s  %-*s  %-*s  %s\n", (int)w[0], "ID", (int)w[1], "NAME", (int)w[2], "ALIASES",
+           "CONTEXT");
+    for (i = 0; i < m.count; i++) {
+        const coai_model *it = &m.items[i];
+        uint32_t ctx, outp;
+        coai_model_limits(it->display_id.len ? it->display_id : it->id, &ctx, &outp);
+        printf("%-*s  %-*s  %-*s  %lu\n", (int)w[0], (char *)cells[i * 3].data, (int)w[1],
+               (char *)cells[i * 3 + 1].data, (int)w[2], (char *)cells[i * 3 + 2].data,
+               (unsigned long)ctx);
+    }
+    rc = 0;
+done:
+    for (i = 0; cells && i < m.count * 3; i++) coai_buf_free(&cells[i]);
+    free(cells);
+    coai_models_free(&m);
+    coai_buf_free(&json);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.idle, NULL);
+    pthread_cond_init(&S.cred_cv, NULL);
+    pthread_cond_init(&S.models_cv, NULL);
     S.listen_fd = -1;
     S.log_level = LOG_INFO;
+    S.cred_gen = 1;
+    S.models_ttl_ms = UP_MODELS_TTL_MS;
     if (argc >= 2 && strcmp(argv[1], "--version") == 0) { print_version(); return 0; }
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(USAGE, stdout);
@@ -2496,6 +3922,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return run_serve(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "login") == 0) return run_login(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "logout") == 0) return run_logout(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;
 }

@@ -25,7 +25,8 @@ if [ "$(cat "$NPM_DIR/.stamp" 2>/dev/null)" != "$stamp" ] || \
     mkdir -p "$NPM_DIR"
     cp tests/e2e/package.json tests/e2e/package-lock.json "$NPM_DIR/"
     echo "installing npm clients into $NPM_DIR ..."
-    if ! (cd "$NPM_DIR" && timeout 900 npm install --no-audit --no-fund --no-save >npm-install.log 2>&1); then
+    if ! (cd "$NPM_DIR" &&
+          timeout 900 npm install --no-audit --no-fund --no-save >npm-install.log 2>&1); then
         tail -20 "$NPM_DIR/npm-install.log"
         echo "npm install failed"
         echo "RESULT 0 1"

@@ -7,6 +7,7 @@ import atexit
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -245,6 +246,32 @@ class Proxy:
     def fds(self):
         return len(os.listdir("/proc/%d/fd" % self.proc.pid))
 
+    def fd_split(self, upstream_port):
+        """(other fds, sockets connected to upstream_port). Pooled upstream connections
+        are legitimate (up to the pool's cap); every other fd must return to baseline."""
+        remote = {}
+        for name in ("tcp", "tcp6"):
+            try:
+                with open("/proc/%d/net/%s" % (self.proc.pid, name)) as f:
+                    next(f)
+                    for line in f:
+                        cols = line.split()
+                        remote[cols[9]] = int(cols[2].rsplit(":", 1)[1], 16)
+            except OSError:
+                pass
+        other = upstream = 0
+        fd_dir = "/proc/%d/fd" % self.proc.pid
+        for fd in os.listdir(fd_dir):
+            try:
+                link = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:[") and remote.get(link[8:-1]) == upstream_port:
+                upstream += 1
+            else:
+                other += 1
+        return other, upstream
+
     def threads(self):
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
@@ -325,6 +352,9 @@ def parse_sse(raw):
     return out
 
 
+CONTENT_RE = re.compile(rb'"content"\s*:\s*"[^"]')
+
+
 def stream_chat(port, body, timeout=30, stop_after_content=False, raw_headers=None):
     """POST a streaming chat with a raw socket; returns (status, headers, body bytes, t_first).
     With stop_after_content the socket is closed as soon as a content chunk arrived."""
@@ -345,7 +375,7 @@ def stream_chat(port, body, timeout=30, stop_after_content=False, raw_headers=No
             if not d:
                 break
             buf += d
-            if stop_after_content and b'"content":"' in buf:
+            if stop_after_content and CONTENT_RE.search(buf):
                 return None, None, buf, None
         head, _, rest = buf.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")

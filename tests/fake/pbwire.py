@@ -9,7 +9,7 @@ Three layers:
     fields in field-number order, default scalars omitted, as protobuf-es writes them), envelopes,
     gRPC-web trailers and Connect end-stream frames;
   * decoders that turn client bodies (BidiRequestId, BidiAppendRequest, AgentClientMessage) into
-    plain dicts for recording and validation, plus the x-cursor-checksum computation (spec section 3).
+    plain dicts for recording and validation, plus the x-cursor-checksum computation (spec 3).
 """
 
 import base64

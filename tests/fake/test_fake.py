@@ -592,7 +592,8 @@ def server_tests(fake):
 
     # -- faults
     r = cl.run("scenario:usage_limit")
-    eq("usage limit trailer", (r.get("trailer", {}).get("grpc-status"), r.get("trailer", {}).get("grpc-message")),
+    tr = r.get("trailer", {})
+    eq("usage limit trailer", (tr.get("grpc-status"), tr.get("grpc-message")),
        ("8", "You%27ve%20hit%20your%20usage%20limit"))
     det = base64.b64decode(r["trailer"]["grpc-status-details-bin"])
     sf = pb.parse(det)
