@@ -12,10 +12,10 @@
 ARG BUILDER_IMAGE=debian:bookworm
 
 FROM ${BUILDER_IMAGE} AS build
-# build.sh installs its own Debian packages and fetches pinned sources; the CA
-# bundle is needed once to copy it into the final image.
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates && rm -rf /var/lib/apt/lists/*
+# Lets tests/docker.sh remove exactly its own leftover builder-stage images.
+LABEL org.cursor-oai.stage=build
+# build.sh (run as root) installs the Debian packages it needs, ca-certificates among them,
+# and fetches the pinned dependency sources from Debian's archive.
 WORKDIR /src
 COPY . /src
 RUN ./build.sh \

@@ -394,6 +394,13 @@ test_mode() {
         count "release build" 0 1
     fi
 
+    # 6b. The vendoring example: examples/translate.c built from copied files only, as
+    #     examples/README.md says, and run on its recorded sample (one test).
+    if [ -f examples/check.sh ]; then
+        run_prog "examples/translate.c" "$T/log/examples" env CFLAGS="$SAN" sh examples/check.sh \
+            "$T/examples" "$NP" "$CJ" "$BR_GCC" "$BR_GCC/build/libbearssl.a"
+    fi
+
     # 7. End-to-end scripts against the release binary.
     export CURSOR_OAI_BIN="$BUILD/cursor-oai"
     for s in tests/e2e_*.sh tests/*_test.py; do
