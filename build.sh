@@ -41,8 +41,11 @@ BEARSSL_REVS="3"
 BEARSSL_ORIG=bearssl_0.6+dfsg.1.orig.tar.xz
 BEARSSL_SHA=102a625bd8f6155260867a50c508df8d8c3f796985dd744df1a68e5cd1a79004
 
-PACKAGES="gcc libc6-dev make binutils xz-utils dpkg-dev musl-tools protobuf-compiler python3
-python3-protobuf clang libclang-rt-14-dev openssl file zbar-tools ca-certificates debian-archive-keyring"
+# What a release or debug build needs; test, fuzz and bench add the second list.
+PACKAGES_BUILD="gcc libc6-dev make binutils xz-utils dpkg-dev musl-tools protobuf-compiler python3
+python3-protobuf file ca-certificates debian-archive-keyring"
+PACKAGES_TEST="clang libclang-rt-14-dev openssl zbar-tools"
+PACKAGES="$PACKAGES_BUILD $PACKAGES_TEST"
 
 SRC_LIST=/etc/apt/sources.list.d/cursor-oai-src.sources
 PY=/usr/bin/python3
@@ -403,7 +406,9 @@ test_mode() {
 
     # 7. End-to-end scripts against the release binary.
     export CURSOR_OAI_BIN="$BUILD/cursor-oai"
-    for s in tests/e2e_*.sh tests/*_test.py; do
+    # tests/docker.sh builds and runs the image; it prints "skipped: <reason>" when no
+    # docker daemon can be used (it starts dockerd itself when installed and root).
+    for s in tests/e2e_*.sh tests/*_test.py tests/docker.sh; do
         [ -f "$s" ] || continue
         name=$(basename "$s")
         # Run through the interpreter: a lost executable bit must never skip a suite.
@@ -487,9 +492,11 @@ fuzz_mode() {
 mode=${1:-release}
 [ $# -gt 0 ] && shift
 case $mode in
-release) deps; regen_protos || say "warning: committed generated code differs"; release ;;
+release) PACKAGES=$PACKAGES_BUILD; deps
+    regen_protos || say "warning: committed generated code differs"; release ;;
 _release) release ;;   # internal: used by test mode after deps
-debug) deps; regen_protos || say "warning: committed generated code differs"; debug ;;
+debug) PACKAGES=$PACKAGES_BUILD; deps
+    regen_protos || say "warning: committed generated code differs"; debug ;;
 test) deps; test_mode ;;
 fuzz) deps; fuzz_mode "$@" ;;
 deps) deps; bearssl_musl; bearssl_gcc; say "dependencies ready in $DEPS" ;;

@@ -109,8 +109,9 @@ static struct server {
     char workspace[PATH_MAX];       /* --workspace, default cwd */
     char timezone[128];             /* IANA zone for x-cursor-timezone */
     int log_level;                  /* --log-level */
-    const char *allow[SRV_MAX_ALLOW]; /* --allow-host names */
+    char allow[SRV_MAX_ALLOW][254]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS names */
     size_t allow_n;
+    int allow_unauth;               /* --allow-unauthenticated: no key off loopback */
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
@@ -2867,7 +2868,7 @@ static int listen_open(void)
         fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
         if (fd < 0) { err = errno; continue; }
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 511) == 0) break;
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0) break;
         err = errno;
         close(fd);
         fd = -1;
@@ -2886,13 +2887,23 @@ static int listen_open(void)
     /* Anyone who reaches a non-loopback socket spends the user's Cursor account: require
      * the client key there. */
     S.listen_loopback = sockaddr_is_loopback(&ss);
-    if (!S.api_key && !S.listen_loopback) {
+    if (!S.api_key && !S.listen_loopback && !S.allow_unauth) {
         fprintf(stderr, "cursor-oai: refusing to listen on %s:%s (not a loopback address) "
-                "without CURSOR_OAI_API_KEY; set a client key or listen on 127.0.0.1\n",
-                S.listen_host, S.listen_port);
+                "without CURSOR_OAI_API_KEY; set a client key, listen on 127.0.0.1, or pass "
+                "--allow-unauthenticated\n", S.listen_host, S.listen_port);
         close(fd);
         return -2;
     }
+    /* listen() only now: a refused configuration never accepts a connection. */
+    if (listen(fd, 511) != 0) {
+        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", S.listen_host, S.listen_port,
+                strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S.api_key && !S.listen_loopback)
+        srv_log(LOG_WARN, "listening on %s:%s without a client key: anyone who can reach this "
+             "port uses your Cursor account", S.listen_host, S.listen_port);
     S.listen_fd = fd;
     return 0;
 }
@@ -3005,6 +3016,9 @@ static const char SERVE_HELP[] =
     "  --allow-host NAME    also accept this Host/Origin name (repeatable); localhost,\n"
     "                       127.0.0.1 and [::1] are always accepted\n"
     "  --max-conns N        concurrent client connections; 503 beyond (default 1024)\n"
+    "  --allow-unauthenticated\n"
+    "                       allow a non-loopback --listen without CURSOR_OAI_API_KEY (anyone\n"
+    "                       who reaches the port then uses your Cursor account)\n"
     "  -h, --help           this help\n"
     "\n"
     "Credentials (first found wins):\n"
@@ -3022,6 +3036,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default cli-2025.11.25-d5b3271)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
+    "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
@@ -3195,6 +3210,46 @@ static int env_seconds(const char *name, int def, int *out)
 }
 
 /* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
+/* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
+ * brackets), no port, no path, no userinfo, no blanks; compared case-insensitively. */
+static int allow_host_add(const char *name, size_t n, const char *src)
+{
+    size_t i;
+    int bad = n == 0 || n > 253 || S.allow_n == SRV_MAX_ALLOW;
+    for (i = 0; i < n && !bad; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c <= ' ' || c >= 0x7f || c == '/' || c == '@' || c == '?' || c == '#'
+            || (c == ':' && name[0] != '['))
+            bad = 1;
+    }
+    if (!bad && name[0] == '[' && name[n - 1] != ']') bad = 1;
+    if (bad) {
+        fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
+                "bytes, without port, path or blanks)\n", src, (int)(n > 253 ? 253 : n), name,
+                SRV_MAX_ALLOW);
+        return -1;
+    }
+    memcpy(S.allow[S.allow_n], name, n);
+    S.allow[S.allow_n][n] = 0;
+    S.allow_n++;
+    return 0;
+}
+
+/* CURSOR_OAI_ALLOW_HOSTS=name1,name2: the same as repeating --allow-host. */
+static int allow_hosts_env(const char *v)
+{
+    while (v && *v) {
+        const char *end = strchr(v, ','), *a = v, *b;
+        if (!end) end = v + strlen(v);
+        b = end;
+        while (a < b && (*a == ' ' || *a == '\t')) a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+        if (b > a && allow_host_add(a, (size_t)(b - a), "CURSOR_OAI_ALLOW_HOSTS") != 0) return -1;
+        v = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static int parse_serve_args(int argc, char **argv)
 {
     const char *listen = getenv("CURSOR_OAI_LISTEN");
@@ -3209,6 +3264,10 @@ static int parse_serve_args(int argc, char **argv)
             return 0;
         }
         if (strncmp(a, "--", 2) != 0) goto usage;
+        if (strcmp(a, "--allow-unauthenticated") == 0) {   /* the one option without a value */
+            S.allow_unauth = 1;
+            continue;
+        }
         eq = strchr(a, '=');
         copy_str(name, sizeof name, a, eq ? (size_t)(eq - a) : strlen(a));
         if (strcmp(name, "--listen") && strcmp(name, "--workspace") && strcmp(name, "--log-level")
@@ -3227,12 +3286,7 @@ static int parse_serve_args(int argc, char **argv)
         } else if (strcmp(name, "--log-level") == 0) {
             level = v;
         } else if (strcmp(name, "--allow-host") == 0) {
-            if (S.allow_n == SRV_MAX_ALLOW || !*v || strlen(v) > 253) {
-                fprintf(stderr, "cursor-oai: --allow-host: at most %d names of <= 253 bytes\n",
-                        SRV_MAX_ALLOW);
-                return 2;
-            }
-            S.allow[S.allow_n++] = v;
+            if (allow_host_add(v, strlen(v), "--allow-host") != 0) return 2;
         } else if (strcmp(name, "--max-conns") == 0) {
             char *end;
             long n;
@@ -3247,6 +3301,7 @@ static int parse_serve_args(int argc, char **argv)
             goto usage;
         }
     }
+    if (allow_hosts_env(getenv("CURSOR_OAI_ALLOW_HOSTS")) != 0) return 2;
     if (!listen || !*listen) listen = SRV_DEFAULT_LISTEN;
     if (split_host_port(listen, S.listen_host, sizeof S.listen_host, S.listen_port,
                         sizeof S.listen_port, NULL) < 0) {

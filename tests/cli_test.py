@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""cli_test.py - the command-line contract of build/cursor-oai: exit codes, --help/--version,
+the non-loopback guard (--allow-unauthenticated), CURSOR_OAI_ALLOW_HOSTS, and that the README's
+configuration table and `serve --help` name the same flags and variables.
+
+No upstream is needed: /health passes through the same Host/Origin guard as every route.
+Run from the repo root; env CURSOR_OAI_BIN (default build/cursor-oai). Prints RESULT p f."""
+import http.client
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+BIN = os.environ.get("CURSOR_OAI_BIN", "build/cursor-oai")
+PASSED = FAILED = 0
+PROCS = []
+
+
+def check(name, ok, detail=""):
+    global PASSED, FAILED
+    if ok:
+        PASSED += 1
+        print("ok   " + name)
+    else:
+        FAILED += 1
+        print("FAIL %s %s" % (name, detail))
+
+
+def env(**kw):
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("CURSOR_", "OPENAI_")) and k != "SSL_CERT_FILE"}
+    e.update({"CURSOR_ACCESS_TOKEN": "x.eyJleHAiOjQxMDI0NDQ4MDB9.y",
+              "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+              "HOME": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent"})
+    e.update(kw)
+    return e
+
+
+def run(args, timeout=10, **kw):
+    p = subprocess.run([BIN] + args, env=env(**kw), capture_output=True, text=True,
+                       timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(args, **kw):
+    p = subprocess.Popen([BIN] + args, env=env(**kw), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    PROCS.append(p)
+    return p
+
+
+def wait_health(port, headers=None, deadline=10.0):
+    end = time.time() + deadline
+    while time.time() < end:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            c.request("GET", "/health", headers=headers or {})
+            r = c.getresponse()
+            r.read()
+            c.close()
+            return r.status
+        except OSError:
+            time.sleep(0.05)
+    return None
+
+
+def get_status(port, headers):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    c.request("GET", "/health", headers=headers)
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
+
+
+def stop(p):
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.stdout.read() if p.stdout else ""
+
+
+def t_basics():
+    rc, out, _ = run(["--version"])
+    check("--version exits 0", rc == 0, rc)
+    check("--version names the dependencies",
+          all(w in out for w in ("cursor-oai", "BearSSL", "cJSON", "nanopb")), out)
+    rc, out, _ = run(["--help"])
+    check("--help exits 0 and lists every command",
+          rc == 0 and all(c in out for c in ("serve", "login", "logout", "status", "models")), out)
+    for cmd in ("serve", "login", "logout", "status", "models"):
+        rc, out, _ = run([cmd, "--help"])
+        check("%s --help exits 0 with a usage line" % cmd, rc == 0 and "Usage:" in out, rc)
+    for args, why in ((["frobnicate"], "unknown command"), (["serve", "--bogus"], "unknown option"),
+                      (["serve", "--listen"], "missing value"),
+                      (["serve", "--max-conns", "0"], "bad number"),
+                      (["serve", "--log-level", "loud"], "bad level"),
+                      (["serve", "--allow-unauthenticated=1"], "flag given a value")):
+        rc, _, err = run(args)
+        check("usage error (%s) exits 2 with a message" % why, rc == 2 and err.strip(), (rc, err))
+    rc, _, err = run(["serve", "--listen", "127.0.0.1:0"], SSL_CERT_FILE="/nonexistent.pem")
+    check("unreadable SSL_CERT_FILE: exit 1 naming the file", rc == 1 and "nonexistent" in err,
+          (rc, err))
+
+
+def t_non_loopback():
+    # Binding 0.0.0.0 in a test: only 127.0.0.1 is ever connected to.
+    rc, out, err = run(["serve", "--listen", "0.0.0.0:0"])
+    check("0.0.0.0 without a client key is refused (exit 2)", rc == 2, rc)
+    check("the refusal names CURSOR_OAI_API_KEY and --allow-unauthenticated",
+          "CURSOR_OAI_API_KEY" in err and "--allow-unauthenticated" in err, err)
+    check("a refused configuration never says it is listening", "listening on" not in out + err)
+    port = free_port()
+    p = start(["serve", "--listen", "0.0.0.0:%d" % port, "--allow-unauthenticated"])
+    check("--allow-unauthenticated starts off loopback", wait_health(port) == 200)
+    log = stop(p)
+    check("... and warns that anyone reaching the port uses the account",
+          "without a client key" in log, log[-300:])
+    port = free_port()
+    p = start(["serve", "--listen", "0.0.0.0:%d" % port], CURSOR_OAI_API_KEY="k-123456")
+    check("0.0.0.0 with a client key starts", wait_health(port) == 200)
+    log = stop(p)
+    check("... without the warning", "without a client key" not in log, log[-300:])
+
+
+def t_allow_hosts():
+    port = free_port()
+    p = start(["serve", "--listen", "127.0.0.1:%d" % port, "--allow-host", "flag.example"],
+              CURSOR_OAI_ALLOW_HOSTS=" cursor-oai.test, ,Proxy.Internal")
+    check("server with CURSOR_OAI_ALLOW_HOSTS starts", wait_health(port) == 200)
+    for host, want in (("cursor-oai.test:%d" % port, 200), ("PROXY.internal:%d" % port, 200),
+                       ("flag.example:%d" % port, 200), ("localhost:%d" % port, 200),
+                       ("evil.example:%d" % port, 403), ("proxy.internal:1", 403),
+                       ("cursor-oai.test.evil.com:%d" % port, 403)):
+        got = get_status(port, {"Host": host})
+        check("Host %s -> %d" % (host, want), got == want, got)
+    for origin, want in (("http://proxy.internal:%d" % port, 200),
+                         ("http://evil.example:%d" % port, 403), ("null", 403)):
+        got = get_status(port, {"Origin": origin})
+        check("Origin %s -> %d" % (origin, want), got == want, got)
+    stop(p)
+    for bad in ("a/b", "x.example:80", "u@h.example", "two words",
+                ",".join("h%d.example" % i for i in range(17))):
+        rc, _, err = run(["serve", "--listen", "127.0.0.1:0"], CURSOR_OAI_ALLOW_HOSTS=bad)
+        check("CURSOR_OAI_ALLOW_HOSTS=%r is a usage error" % bad[:30],
+              rc == 2 and "CURSOR_OAI_ALLOW_HOSTS" in err, (rc, err))
+
+
+def t_readme_matches_help():
+    """Every flag and variable of the README's configuration table is in `serve --help`,
+    and every option `serve --help` lists is in the README."""
+    with open("README.md", encoding="utf-8") as f:
+        readme = f.read()
+    m = re.search(r"## Configuration\n(.*?)\n## ", readme, re.S)
+    check("README has a configuration section", m is not None)
+    if not m:
+        return
+    table = m.group(1)
+    names = set(re.findall(r"`(--[a-z-]+)", table)) | set(re.findall(r"`([A-Z][A-Z0-9_]+)`", table))
+    _, helptext, _ = run(["serve", "--help"])
+    missing = sorted(n for n in names if n not in helptext)
+    check("README configuration names all appear in serve --help", not missing, missing)
+    opts = set(re.findall(r"^\s+(--[a-z-]+)", helptext, re.M))
+    undocumented = sorted(o for o in opts if o not in table and o != "--help")
+    check("serve --help options all appear in the README table", not undocumented, undocumented)
+
+
+def main():
+    if not os.path.exists(BIN):
+        print("skipped: %s not built" % BIN)
+        print("RESULT 0 0")
+        return 0
+    try:
+        t_basics()
+        t_non_loopback()
+        t_allow_hosts()
+        t_readme_matches_help()
+    finally:
+        for p in PROCS:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+    print("RESULT %d %d" % (PASSED, FAILED))
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
