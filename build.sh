@@ -414,7 +414,8 @@ test_mode() {
         # Run through the interpreter: a lost executable bit must never skip a suite.
         case "$s" in
         *.py) run_prog "$name" "$T/log/$name" "$PY" "$s" ;;
-        *) run_prog "$name" "$T/log/$name" sh "$s" ;;
+        *) if head -n 1 "$s" | grep -q bash; then run_prog "$name" "$T/log/$name" bash "$s"
+           else run_prog "$name" "$T/log/$name" sh "$s"; fi ;;
         esac
     done
 
