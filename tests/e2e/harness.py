@@ -1,0 +1,378 @@
+"""Process and protocol helpers for the end-to-end suite (stdlib only).
+
+Everything started here is registered in PROCS and killed by cleanup() (atexit + SIGTERM/SIGINT),
+and every wait is bounded."""
+
+import atexit
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "fake"))
+import certs  # noqa: E402
+import pbwire as pb  # noqa: E402
+
+PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+CLIENT_VERSION = "cli-2025.11.25-d5b3271"
+PROCS = []
+
+
+def cleanup():
+    for p in reversed(PROCS):
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except OSError:
+                pass
+    end = time.time() + 3
+    for p in PROCS:
+        try:
+            p.wait(max(0.1, end - time.time()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
+    del PROCS[:]
+
+
+atexit.register(cleanup)
+
+
+def _sig(signum, frame):
+    cleanup()
+    sys.exit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _sig)
+signal.signal(signal.SIGINT, _sig)
+
+
+def spawn(args, log_path, env=None, cwd=None):
+    """Start a process in its own process group (so the whole group can be killed)."""
+    log = open(log_path, "wb")
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                         start_new_session=True)
+    p.log_path = log_path
+    log.close()
+    PROCS.append(p)
+    pf = os.environ.get("E2E_PIDFILE")
+    if pf:  # lets tests/e2e_run.sh kill exactly what we started, even if we get SIGKILLed
+        with open(pf, "a") as f:
+            f.write("%d\n" % p.pid)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.wait()
+    if p in PROCS:
+        PROCS.remove(p)
+
+
+def tail(path, n=3000):
+    try:
+        with open(path, "rb") as f:
+            d = f.read()
+        return d[-n:].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_for(f, timeout, step=0.05):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            v = f()
+            if v:
+                return v
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+        time.sleep(step)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# the fake upstream
+
+class Fake:
+    def __init__(self, tmp, scenarios=None, token=None, config=None):
+        self.dir = tmp
+        cdir = os.path.join(tmp, "certs")
+        if not os.path.exists(os.path.join(cdir, "server.pem")):
+            certs.make_certs(cdir)
+        ready = os.path.join(tmp, "fake-ready.json")
+        if os.path.exists(ready):
+            os.unlink(ready)
+        args = [PY, os.path.join(ROOT, "tests", "fake", "fake_cursor.py"), "--cert-dir", cdir,
+                "--ready-file", ready]
+        if scenarios:
+            sp = os.path.join(tmp, "scenarios.json")
+            with open(sp, "w") as f:
+                json.dump(scenarios, f)
+            args += ["--scenarios", sp]
+        if token:
+            args += ["--token", token]
+        if config:
+            args += ["--config", json.dumps(config)]
+        self.proc = spawn(args, os.path.join(tmp, "fake.log"))
+        if not wait_for(lambda: os.path.exists(ready) or self.proc.poll() is not None, 60):
+            raise RuntimeError("fake did not start:\n" + tail(self.proc.log_path))
+        if self.proc.poll() is not None:
+            raise RuntimeError("fake exited:\n" + tail(self.proc.log_path))
+        with open(ready) as f:
+            self.info = json.load(f)
+        self.port = self.info["port"]
+        self.ca = self.info["ca"]
+
+    def url(self, which="port"):
+        return "https://localhost:%d" % self.info[which]
+
+    def ctl(self, path, body=None):
+        url = "http://127.0.0.1:%d%s" % (self.info["control_port"], path)
+        data = json.dumps(body).encode() if body is not None else None
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=15) as r:
+            return json.loads(r.read())
+
+    def state(self):
+        return self.ctl("/state")
+
+    def runs(self):
+        return self.ctl("/runs")
+
+    def stop(self):
+        try:
+            self.ctl("/shutdown", {})
+            self.proc.wait(5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        stop(self.proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# the proxy under test
+
+def proxy_cmd():
+    """build/cursor-oai, or E2E_PROXY_CMD (a JSON argv list, for harness self-validation)."""
+    if os.environ.get("E2E_PROXY_CMD"):
+        # relative paths are relative to the repo root (the proxy runs in a temp cwd)
+        return [os.path.join(ROOT, a) if not os.path.isabs(a) and os.path.exists(
+            os.path.join(ROOT, a)) else a for a in json.loads(os.environ["E2E_PROXY_CMD"])]
+    return [os.path.join(ROOT, "build", "cursor-oai")]
+
+
+class Proxy:
+    def __init__(self, tmp, name, api_url, ca, token, extra_env=None):
+        self.port = free_port()
+        self.home = os.path.join(tmp, "home-" + name)
+        self.cwd = os.path.join(tmp, "cwd-" + name)
+        os.makedirs(self.home, exist_ok=True)
+        os.makedirs(self.cwd, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+        env.update({
+            "HOME": self.home, "XDG_CONFIG_HOME": os.path.join(self.home, ".config"),
+            "CURSOR_API_URL": api_url, "SSL_CERT_FILE": ca, "CURSOR_ACCESS_TOKEN": token,
+            "CURSOR_CLIENT_VERSION": CLIENT_VERSION,
+            "CURSOR_OAI_IDLE_TIMEOUT": "2", "CURSOR_OAI_KEEPALIVE": "1",
+        })
+        env.update(extra_env or {})
+        self.env = env
+        self.token = token
+        args = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port]
+        self.proc = spawn(args, os.path.join(tmp, "proxy-%s.log" % name), env=env, cwd=self.cwd)
+        ok = wait_for(lambda: self.proc.poll() is not None or self.get("/health")[0] == 200, 15)
+        if not ok or self.proc.poll() is not None:
+            raise RuntimeError("proxy %s did not become healthy:\n%s"
+                               % (name, tail(self.proc.log_path)))
+        self.base = "http://127.0.0.1:%d" % self.port
+
+    def conn(self, timeout=30):
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def get(self, path, headers=None):
+        c = self.conn(5)
+        try:
+            c.request("GET", path, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read(), dict((k.lower(), v) for k, v in r.getheaders())
+        finally:
+            c.close()
+
+    def request(self, method, path, body=None, headers=None, timeout=30):
+        c = self.conn(timeout)
+        try:
+            h = {"Content-Type": "application/json"}
+            h.update(headers or {})
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body)
+            c.request(method, path, body=body, headers=h)
+            r = c.getresponse()
+            return r.status, r.read(), dict((k.lower(), v) for k, v in r.getheaders())
+        finally:
+            c.close()
+
+    def chat(self, model, content="hi", stream=False, timeout=30, **extra):
+        body = {"model": model, "messages": [{"role": "user", "content": content}],
+                "stream": stream}
+        body.update(extra)
+        return self.request("POST", "/v1/chat/completions", body, timeout=timeout)
+
+    def fds(self):
+        return len(os.listdir("/proc/%d/fd" % self.proc.pid))
+
+    def threads(self):
+        with open("/proc/%d/status" % self.proc.pid) as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+        return -1
+
+    def stop(self):
+        stop(self.proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# SSE
+
+def parse_sse(raw):
+    """bytes -> {"events": [data strings], "comments": n, "chunks": [json], "done": bool,
+    "errors": [error objects], "bad": [problems], "content", "reasoning", "tool_calls",
+    "finish": [finish_reason values]}"""
+    out = {"events": [], "comments": 0, "chunks": [], "done": False, "errors": [], "bad": [],
+           "content": "", "reasoning": "", "tool_calls": [], "finish": [], "usage": None}
+    try:
+        txt = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        out["bad"].append("invalid UTF-8: %s" % e)
+        txt = raw.decode("utf-8", "replace")
+    for block in txt.replace("\r\n", "\n").split("\n\n"):
+        if not block.strip():
+            continue
+        datas = []
+        for line in block.split("\n"):
+            if line.startswith(":"):
+                out["comments"] += 1
+            elif line.startswith("data:"):
+                datas.append(line[5:].lstrip(" "))
+            elif line:
+                out["bad"].append("unexpected line %r" % line[:80])
+        if not datas:
+            continue
+        if len(datas) > 1:
+            out["bad"].append("multi-line data event")
+        d = "\n".join(datas)
+        out["events"].append(d)
+        if out["done"]:
+            out["bad"].append("event after [DONE]: %r" % d[:80])
+        if d == "[DONE]":
+            out["done"] = True
+            continue
+        try:
+            j = json.loads(d)
+        except ValueError:
+            out["bad"].append("non-JSON data %r" % d[:80])
+            continue
+        if "error" in j:
+            out["errors"].append(j["error"])
+            continue
+        out["chunks"].append(j)
+        if j.get("usage"):
+            out["usage"] = j["usage"]
+        for ch in j.get("choices", []):
+            dl = ch.get("delta", {})
+            if dl.get("content"):
+                out["content"] += dl["content"]
+            if dl.get("reasoning_content"):
+                out["reasoning"] += dl["reasoning_content"]
+            for tc in dl.get("tool_calls") or []:
+                i = tc.get("index", 0)
+                while len(out["tool_calls"]) <= i:
+                    out["tool_calls"].append({"id": "", "name": "", "arguments": ""})
+                t = out["tool_calls"][i]
+                t["id"] += tc.get("id") or ""
+                fn = tc.get("function") or {}
+                t["name"] += fn.get("name") or ""
+                t["arguments"] += fn.get("arguments") or ""
+            if ch.get("finish_reason"):
+                out["finish"].append(ch["finish_reason"])
+    if out["events"] and out["events"][-1] != "[DONE]":
+        out["bad"].append("last event is not [DONE]")
+    return out
+
+
+def stream_chat(port, body, timeout=30, stop_after_content=False, raw_headers=None):
+    """POST a streaming chat with a raw socket; returns (status, headers, body bytes, t_first).
+    With stop_after_content the socket is closed as soon as a content chunk arrived."""
+    b = json.dumps(body).encode()
+    h = ["POST /v1/chat/completions HTTP/1.1", "Host: 127.0.0.1:%d" % port,
+         "Content-Type: application/json", "Content-Length: %d" % len(b), "Connection: close"]
+    h += raw_headers or []
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(("\r\n".join(h) + "\r\n\r\n").encode() + b)
+        buf = b""
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            buf += d
+            if stop_after_content and b'"content":"' in buf:
+                return None, None, buf, None
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1]) if lines and len(lines[0].split()) > 1 else 0
+        hdrs = {}
+        for l in lines[1:]:
+            if ":" in l:
+                k, v = l.split(":", 1)
+                hdrs[k.strip().lower()] = v.strip()
+        if hdrs.get("transfer-encoding", "").lower() == "chunked":
+            rest = dechunk(rest)
+        return status, hdrs, rest, None
+    finally:
+        s.close()
+
+
+def dechunk(b):
+    out = b""
+    while True:
+        line, sep, b = b.partition(b"\r\n")
+        if not sep:
+            return out
+        try:
+            n = int(line.split(b";")[0], 16)
+        except ValueError:
+            return out
+        if n == 0:
+            return out
+        out += b[:n]
+        b = b[n + 2:]

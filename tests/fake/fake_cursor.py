@@ -1,0 +1,1447 @@
+#!/usr/bin/python3
+"""Fake Cursor upstream (spec Appendix A) for end-to-end tests. Python 3 standard library only.
+
+Serves over real TLS on 127.0.0.1 (TLS 1.2 allowed, for BearSSL clients):
+  POST /agent.v1.AgentService/RunSSE            gRPC-web framed, chunked streaming response
+  POST /aiserver.v1.BidiService/BidiAppend      gRPC-web unary
+  POST /aiserver.v1.AiService/GetUsableModels   Connect unary JSON
+  GET  /auth/poll, POST /auth/refresh, POST /auth/exchange_user_api_key
+and validates requests the way the real server would (auth, content type, checksum, the headers of
+spec 2.1, request ids, append_seqno order, run request shape). Every request is recorded.
+
+Behaviour per run comes from a scenario (a dict of steps, see SCENARIOS and run_steps()), chosen by
+the run request's model id "scenario:<name>" (or "scenario:long:<N>"), else by a queue / default
+set through the control API.
+
+Control API: plain HTTP on 127.0.0.1:<control port> (JSON):
+  GET  /state            counters, validation errors, active streams
+  GET  /requests?since=N recorded requests (seq >= N)
+  GET  /runs             per-run summaries (appends, scenario, how the stream ended)
+  POST /reset            clear records, counters, errors and runs
+  POST /scenario         {"name": n, "scenario": {...}} register a scenario
+  POST /next_scenario    {"name": n} queue a scenario for the next run that does not pick one
+  POST /config           merge into the config (see DEFAULT_CONFIG)
+  POST /shutdown
+
+Usage: fake_cursor.py --cert-dir DIR [--ready-file F] [--scenarios JSON] [--token T ...]
+       fake_cursor.py --selftest   (runs tests/fake/test_fake.py)
+"""
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import re
+import secrets
+import select
+import socket
+import ssl
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pbwire as pb  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VECTORS = os.environ.get("COAI_VECTORS", os.path.join(HERE, "..", "..", "..", "shared", "spec",
+                                                     "vectors"))
+if not os.path.isdir(VECTORS):
+    VECTORS = "/work/shared/spec/vectors"
+
+PATH_RUNSSE = "/agent.v1.AgentService/RunSSE"
+PATH_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+PATH_MODELS = "/aiserver.v1.AiService/GetUsableModels"
+CT_GRPCWEB = "application/grpc-web+proto"
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+HEX_RE = re.compile(r"^(?:[0-9a-f]{2})*$")
+
+DEFAULT_CONFIG = {
+    "accept_any_jwt": True,        # any JWT with a future exp is a valid access token
+    "require_checksum": True,
+    "client_version": None,        # exact x-cursor-client-version required when set
+    "append_wait_s": 15.0,         # RunSSE waits this long for the seqno-0 append
+    "kv_wait_s": 5.0,              # set_blob/get_blob answer deadline
+    "stall_max_s": 600.0,          # "stall" op gives up after this
+    "keepalive_idle_s": 120.0,     # idle keep-alive connection timeout
+    "poll_pending": 2,             # /auth/poll answers 404 this many times per uuid
+    "refresh_status": None,        # e.g. 401 to make /auth/refresh fail
+    "refresh_delay_s": 0.0,
+    "access_ttl_s": 3600,          # exp of issued access tokens
+    "rotate_refresh": True,        # a used refresh token becomes invalid
+    "api_keys": None,              # list of accepted API keys (None: any "key_*" string)
+    "models_status": None,         # HTTP status to fail GetUsableModels with
+    "list_scenarios": True,        # add "scenario:<name>" entries to the model list
+    "default_scenario": "default",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios
+
+def _blob(text):
+    return {"op": "kv_set_blob", "data": {"id": "1", "role": "user", "content": [
+        {"type": "text", "text": text}]}}
+
+
+SCENARIOS = {
+    # plain answer; also the fallback for models that do not name a scenario
+    "default": {"steps": [
+        _blob("state"), {"op": "text", "text": "Hello"}, {"op": "heartbeat"},
+        {"op": "text", "text": " from fake Cursor."}, {"op": "token_delta", "tokens": 5},
+        {"op": "checkpoint", "used_tokens": 1234, "max_tokens": 200000}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]},
+    "text_basic": {"steps": [
+        _blob("state"), {"op": "text", "text": "Hello"}, {"op": "heartbeat"},
+        {"op": "text", "text": ", world"}, {"op": "token_delta", "tokens": 3},
+        {"op": "text", "text": "! w\u00f6rld \U0001f30d"},
+        {"op": "checkpoint", "used_tokens": 1234, "max_tokens": 200000}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]},
+    # unique answer per prompt, for concurrency tests
+    "echo": {"steps": [{"op": "echo", "pieces": 4}, {"op": "turn_ended"},
+                       {"op": "trailer", "status": 0}]},
+    "thinking": {"steps": [
+        _blob("state"), {"op": "thinking", "text": "Let me think"}, {"op": "heartbeat"},
+        {"op": "thinking", "text": " about it."}, {"op": "thinking_completed", "ms": 120},
+        {"op": "text", "text": "The answer is 42."}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]},
+    "split_bytes": {"steps": [
+        {"op": "text", "text": "split \U0001f30d across", "split": 1},
+        {"op": "batch", "steps": [{"op": "text", "text": " many"}, {"op": "heartbeat"},
+                                  {"op": "text", "text": " frames"}]},
+        {"op": "raw", "hex": "0000000000"},  # zero-length data frame: valid, empty
+        {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "kv_get": {"steps": [
+        {"op": "kv_set_blob", "id": 1, "data": "blob-one"},
+        {"op": "kv_get_blob", "id": 2, "data_of": "blob-one", "expect": "blob-one"},
+        {"op": "kv_get_blob", "id": 3, "blob_id_hex": "11" * 32, "expect": None},
+        {"op": "text", "text": "kv ok"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "kv_fallback": {"steps": [
+        {"op": "kv_set_blob", "id": 1, "data": {"id": "1", "role": "assistant", "content": [
+            {"type": "text", "text": "Stored answer from a blob."}]}},
+        {"op": "heartbeat"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "tool_read": {"when": [{"prompt_contains": "[Tool result for", "steps": [
+        {"op": "text", "text": "The file says: done."}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]}], "steps": [
+        _blob("state"), {"op": "text", "text": "Reading the file."},
+        {"op": "tool_call", "tool": "read", "call_id": "call-read-1",
+         "args": {"path": "/tmp/fake-workspace/hello.txt"}},
+        {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001",
+         "path": "/tmp/fake-workspace/hello.txt", "wait_reply": 2.0},
+        {"op": "stall", "max_s": 30}]},
+    "tool_shell": {"steps": [
+        {"op": "exec", "kind": "shell_stream", "id": 1, "exec_id": "exec-7f3a-0001",
+         "command": "ls -la", "cwd": "/tmp", "timeout": 30000, "wait_reply": 2.0},
+        {"op": "stall", "max_s": 30}]},
+    "tool_mcp": {"steps": [
+        {"op": "exec", "kind": "mcp", "id": 2, "exec_id": "exec-0002", "tool_name": "get_weather",
+         "args": {"location": "Tokyo", "days": 3}, "tool_call_id": "toolu_01ABC",
+         "wait_reply": 2.0},
+        {"op": "stall", "max_s": 30}]},
+    "tool_grep": {"steps": [
+        {"op": "exec", "kind": "grep", "id": 3, "exec_id": "exec-0003", "pattern": "TODO",
+         "path": "/tmp", "wait_reply": 2.0}, {"op": "stall", "max_s": 30}]},
+    "tool_glob": {"steps": [
+        {"op": "exec", "kind": "grep", "id": 3, "exec_id": "exec-0003", "pattern": "",
+         "glob": "*.c", "path": "/tmp", "wait_reply": 2.0}, {"op": "stall", "max_s": 30}]},
+    "tool_ls": {"steps": [
+        {"op": "exec", "kind": "ls", "id": 4, "exec_id": "exec-0004", "path": "/tmp",
+         "wait_reply": 2.0}, {"op": "stall", "max_s": 30}]},
+    "tool_write": {"steps": [
+        {"op": "exec", "kind": "write", "id": 5, "exec_id": "exec-0005",
+         "path": "/tmp/fake-out.txt", "file_text": "hi\n", "wait_reply": 2.0},
+        {"op": "stall", "max_s": 30}]},
+    "request_context": {"steps": [
+        {"op": "exec", "kind": "request_context", "id": 6, "exec_id": "exec-0006",
+         "wait_reply": 1.0},
+        {"op": "text", "text": "after request context"}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]},
+    # faults
+    "usage_limit": {"steps": [{"op": "trailer", "status": 8,
+                               "message": "You've hit your usage limit",
+                               "details": {"error": 10, "title": "Usage limit",
+                                           "detail": "You've hit your usage limit"}}]},
+    "usage_limit_after_text": {"steps": [
+        {"op": "text", "text": "partial"},
+        {"op": "trailer", "status": 8, "message": "You've hit your usage limit"}]},
+    "outdated_client": {"steps": [{"op": "trailer", "status": 9, "message": "Outdated client",
+                                   "details": {"error": 30, "title": "Update required",
+                                               "detail": "Please update Cursor to continue.",
+                                               "is_expected": True}}]},
+    "end_stream_error": {"steps": [{"op": "text", "text": "partial"},
+                                   {"op": "end_stream", "json": {"error": {
+                                       "code": "internal", "message": "boom"}}}]},
+    "end_stream_ok": {"steps": [{"op": "text", "text": "ok"}, {"op": "end_stream", "json": {}}]},
+    "runsse_401": {"runsse_status": {"status": 401, "code": "unauthenticated",
+                                     "message": "Not logged in"}},
+    "runsse_500": {"runsse_status": {"status": 500, "code": "internal",
+                                     "message": "internal error"}},
+    "append_401": {"append_status": {"status": 401, "code": "unauthenticated",
+                                     "message": "Not logged in", "seqno": 0}},
+    "append_500": {"append_status": {"status": 500, "code": "internal",
+                                     "message": "internal error", "seqno": 0}},
+    "append_401_kv": {"append_status": {"status": 401, "code": "unauthenticated",
+                                        "message": "expired", "seqno": 1},
+                      "steps": [{"op": "text", "text": "before kv"},
+                                {"op": "kv_set_blob", "id": 1, "data": "x"},
+                                {"op": "text", "text": "after kv"}, {"op": "turn_ended"},
+                                {"op": "trailer", "status": 0}]},
+    "cut_frame": {"steps": [{"op": "text", "text": "partial answer"},
+                            {"op": "cut", "text": "this frame is cut in the middle"},
+                            {"op": "close"}]},
+    "cut_frame_clean_eof": {"steps": [{"op": "text", "text": "partial answer"},
+                                      {"op": "cut", "text": "this frame is cut"},
+                                      {"op": "end"}]},
+    "eof_no_trailer": {"steps": [{"op": "text", "text": "partial answer"}, {"op": "end"}]},
+    "close_mid": {"steps": [{"op": "text", "text": "partial answer"}, {"op": "close"}]},
+    "huge_len": {"steps": [{"op": "text", "text": "partial"},
+                           {"op": "raw", "hex": "00ffffffff0a0a0a0a0a"}, {"op": "stall",
+                                                                         "max_s": 30}]},
+    "huge_len_first": {"steps": [{"op": "raw", "hex": "00ffffffff0a0a0a0a0a"},
+                                 {"op": "stall", "max_s": 30}]},
+    "compressed_flag": {"steps": [{"op": "raw_frame", "flags": 1, "payload_hex": "0a020a00"},
+                                  {"op": "stall", "max_s": 30}]},
+    "stall": {"steps": [{"op": "text", "text": "partial answer"}, {"op": "stall"}]},
+    "stall_first": {"steps": [{"op": "stall"}]},
+    "stall_headers": {"headers_stall": True},
+    "heartbeats_only": {"steps": [{"op": "repeat", "n": 100000, "interval": 0.2,
+                                   "steps": [{"op": "heartbeat"}]}]},
+    "slow": {"steps": [{"op": "repeat", "n": 600, "interval": 0.05,
+                        "steps": [{"op": "text", "text": "tick "}]},
+                       {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "grpc_status_16": {"steps": [{"op": "trailer", "status": 16, "message": "Unauthenticated"}]},
+}
+
+
+def long_scenario(n, text="lorem ipsum "):
+    return {"steps": [{"op": "long", "n": n, "text": text}, {"op": "turn_ended"},
+                      {"op": "trailer", "status": 0}]}
+
+
+# ---------------------------------------------------------------------------------------------
+# model list (vectors/e2e/scenario_models.json + the README's modelId/displayModelId pairs)
+
+BASE_MODELS = [
+    {"modelId": "default", "displayModelId": "auto", "displayName": "Auto",
+     "displayNameShort": "Auto", "aliases": [], "thinkingDetails": None, "maxMode": False},
+    {"modelId": "claude-4.5-sonnet", "displayModelId": "sonnet-4.5",
+     "displayName": "Claude 4.5 Sonnet", "displayNameShort": "Sonnet 4.5",
+     "aliases": ["claude-4.5-sonnet"], "maxMode": False},
+    {"modelId": "claude-4.5-sonnet-thinking", "displayModelId": "sonnet-4.5-thinking",
+     "displayName": "Claude 4.5 Sonnet (thinking)", "displayNameShort": "Sonnet 4.5 Thinking",
+     "aliases": [], "thinkingDetails": {}, "maxMode": False},
+    {"modelId": "gpt-5.1-codex", "displayModelId": "gpt-5.1-codex", "displayName": "GPT-5.1 Codex",
+     "displayNameShort": "GPT-5.1 Codex", "aliases": [], "maxMode": False},
+    {"modelId": "gemini-3-pro", "displayModelId": "gemini-3-pro", "displayName": "Gemini 3 Pro",
+     "displayNameShort": "Gemini 3 Pro", "aliases": [], "maxMode": False},
+]
+for _m in BASE_MODELS:
+    if _m.get("thinkingDetails", 0) is None:
+        del _m["thinkingDetails"]
+
+
+def load_vector_model_ids():
+    """The /v1/models ids the original produced from this list, in order (for cross-checks)."""
+    with open(os.path.join(VECTORS, "e2e", "scenario_models.json")) as f:
+        d = json.load(f)
+    body = json.loads(d["openai_response"]["body"])
+    return [(m["id"], m["owned_by"]) for m in body["data"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# shared state
+
+class Run:
+    def __init__(self, rid):
+        self.rid = rid
+        self.cond = threading.Condition()
+        self.appends = []          # decoded appends in arrival order
+        self.next_seqno = 0
+        self.run_request = None    # summary of the seqno-0 message
+        self.append_error = None   # (status, code, message) if an append was rejected
+        self.scenario_name = None
+        self.scenario = None
+        self.runsse_count = 0
+        self.created = time.time()
+        self.stream = {}           # how the RunSSE stream went
+        self.exec_replies = {}
+        self.kv_replies = {}
+
+    def summary(self):
+        return {"request_id": self.rid, "scenario": self.scenario_name,
+                "model_id": (self.run_request or {}).get("model_id"),
+                "appends": [{k: v for k, v in a.items() if k != "message_hex"}
+                            for a in self.appends],
+                "append_error": self.append_error, "runsse_count": self.runsse_count,
+                "stream": dict(self.stream),
+                "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
+                "kv_replies": {str(k): v for k, v in self.kv_replies.items()}}
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.config = dict(DEFAULT_CONFIG)
+        self.scenarios = json.loads(json.dumps(SCENARIOS))
+        self.next_scenarios = []
+        self.valid_tokens = set()
+        self.refresh_tokens = set()
+        self.poll_counts = {}
+        self.stop = threading.Event()
+        self.reset()
+
+    def reset(self):
+        with self.lock:
+            self.counters = {}
+            self.requests = []
+            self.errors = []
+            self.runs = {}
+            self.active_streams = 0
+            self.max_active_streams = 0
+            self.open_connections = 0
+            self.seq = 0
+
+    def count(self, name, n=1):
+        with self.lock:
+            self.counters[name] = self.counters.get(name, 0) + n
+
+    def error(self, msg, **kw):
+        """A validation error: something the real server would reject or a protocol rule the
+        client broke. Tests assert this list stays empty."""
+        e = {"t": time.time(), "error": msg}
+        e.update(kw)
+        with self.lock:
+            self.errors.append(e)
+        sys.stderr.write("fake_cursor: VALIDATION %s %s\n" % (msg, kw if kw else ""))
+
+    def record(self, rec):
+        with self.lock:
+            rec["seq"] = self.seq
+            self.seq += 1
+            self.requests.append(rec)
+
+    def run(self, rid):
+        with self.lock:
+            r = self.runs.get(rid)
+            if r is None:
+                r = self.runs[rid] = Run(rid)
+            return r
+
+    def stream_delta(self, d):
+        with self.lock:
+            self.active_streams += d
+            self.max_active_streams = max(self.max_active_streams, self.active_streams)
+
+    def snapshot(self):
+        with self.lock:
+            return {"counters": dict(self.counters), "errors": list(self.errors),
+                    "n_requests": len(self.requests), "active_streams": self.active_streams,
+                    "max_active_streams": self.max_active_streams,
+                    "open_connections": self.open_connections, "n_runs": len(self.runs)}
+
+
+S = State()
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP/1.1 over one (TLS) connection
+
+class PeerClosed(Exception):
+    pass
+
+
+class Conn:
+    MAX_HEAD = 64 * 1024
+    MAX_BODY = 64 * 1024 * 1024
+
+    def __init__(self, sock, cid, listener):
+        self.sock = sock
+        self.cid = cid
+        self.listener = listener
+        self.rbuf = b""
+        self.wlock = threading.Lock()
+        self.closed = False
+
+    def _recv(self, timeout):
+        self.sock.settimeout(timeout)
+        try:
+            d = self.sock.recv(65536)
+        except (ssl.SSLError, OSError) as e:
+            if isinstance(e, socket.timeout):
+                raise
+            raise PeerClosed(str(e))
+        if not d:
+            raise PeerClosed("eof")
+        self.rbuf += d
+
+    def read_request(self):
+        """-> dict or None on a clean close between requests."""
+        idle = S.config["keepalive_idle_s"]
+        while b"\r\n\r\n" not in self.rbuf:
+            if len(self.rbuf) > self.MAX_HEAD:
+                raise ValueError("request head too large")
+            try:
+                self._recv(idle if not self.rbuf else 30)
+            except PeerClosed:
+                if self.rbuf:
+                    S.error("connection closed in the middle of a request head", conn=self.cid)
+                return None
+            except socket.timeout:
+                return None
+        head, self.rbuf = self.rbuf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise ValueError("bad request line %r" % lines[0])
+        method, target, version = parts
+        headers, order = {}, []
+        for l in lines[1:]:
+            if ":" not in l or l[:1] in (" ", "\t"):
+                raise ValueError("bad header line %r" % l)
+            k, v = l.split(":", 1)
+            k = k.strip().lower()
+            v = v.strip()
+            order.append(k)
+            headers[k] = headers[k] + ", " + v if k in headers else v
+        body = b""
+        te = headers.get("transfer-encoding", "").lower()
+        if te:
+            if te != "chunked" or "content-length" in headers:
+                raise ValueError("unsupported transfer-encoding %r" % te)
+            body = self._read_chunked()
+        elif "content-length" in headers:
+            cl = headers["content-length"]
+            if not cl.isdigit() or int(cl) > self.MAX_BODY:
+                raise ValueError("bad content-length %r" % cl)
+            body = self._read_exact(int(cl))
+        u = urllib.parse.urlsplit(target)
+        return {"method": method, "target": target, "path": u.path, "query": u.query,
+                "version": version, "headers": headers, "header_order": order, "body": body}
+
+    def _read_exact(self, n):
+        while len(self.rbuf) < n:
+            self._recv(30)
+        d, self.rbuf = self.rbuf[:n], self.rbuf[n:]
+        return d
+
+    def _read_line(self):
+        while b"\r\n" not in self.rbuf:
+            if len(self.rbuf) > 4096:
+                raise ValueError("chunk header too long")
+            self._recv(30)
+        l, self.rbuf = self.rbuf.split(b"\r\n", 1)
+        return l
+
+    def _read_chunked(self):
+        out = b""
+        while True:
+            size = int(self._read_line().split(b";")[0].strip(), 16)
+            if size == 0:
+                while self._read_line():
+                    pass
+                return out
+            out += self._read_exact(size)
+            if self._read_exact(2) != b"\r\n":
+                raise ValueError("bad chunk terminator")
+            if len(out) > self.MAX_BODY:
+                raise ValueError("chunked body too large")
+
+    def send(self, data):
+        with self.wlock:
+            try:
+                self.sock.settimeout(30)
+                self.sock.sendall(data)
+            except (ssl.SSLError, OSError) as e:
+                self.closed = True
+                raise PeerClosed(str(e))
+
+    def respond(self, status, body=b"", ctype="application/json", extra=None, close=False):
+        if isinstance(body, str):
+            body = body.encode()
+        h = ["HTTP/1.1 %d %s" % (status, REASONS.get(status, "Status")),
+             "Content-Type: " + ctype, "Content-Length: %d" % len(body)]
+        for k, v in (extra or {}).items():
+            h.append("%s: %s" % (k, v))
+        if close:
+            h.append("Connection: close")
+        self.send(("\r\n".join(h) + "\r\n\r\n").encode() + body)
+
+    def start_chunked(self, status=200, ctype=CT_GRPCWEB):
+        self.send(("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   % (status, REASONS.get(status, "Status"), ctype)).encode())
+
+    def chunk(self, data):
+        if data:
+            self.send(b"%x\r\n" % len(data) + data + b"\r\n")
+
+    def end_chunked(self):
+        self.send(b"0\r\n\r\n")
+
+    def peer_closed(self):
+        """Non-destructive check whether the client closed (or reset) the connection."""
+        if self.closed:
+            return True
+        try:
+            r, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        if not r:
+            return False
+        try:
+            self.sock.settimeout(0.0)
+            d = self.sock.recv(4096)
+        except ssl.SSLWantReadError:
+            return False
+        except (ssl.SSLError, OSError):
+            self.closed = True
+            return True
+        finally:
+            try:
+                self.sock.settimeout(30)
+            except OSError:
+                pass
+        if not d:
+            self.closed = True
+            return True
+        self.rbuf += d
+        S.error("client sent data while a response was streaming", conn=self.cid)
+        return False
+
+    def wait(self, seconds, cond=None, pred=None):
+        """Sleep up to `seconds`, waking early when the peer closes or pred() is true.
+        Returns 'closed', 'pred' or 'timeout'."""
+        end = time.time() + seconds
+        while True:
+            if pred is not None:
+                if cond is not None:
+                    with cond:
+                        ok = pred()
+                else:
+                    ok = pred()
+                if ok:
+                    return "pred"
+            if self.peer_closed():
+                return "closed"
+            left = end - time.time()
+            if left <= 0 or S.stop.is_set():
+                return "timeout"
+            if cond is not None:
+                with cond:
+                    cond.wait(min(0.05, left))
+            else:
+                time.sleep(min(0.05, left))
+
+    def abort(self, close_notify=False):
+        self.closed = True
+        try:
+            if close_notify and isinstance(self.sock, ssl.SSLSocket):
+                self.sock.settimeout(2)
+                self.sock = self.sock.unwrap()
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except (ssl.SSLError, OSError):
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
+           403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
+           415: "Unsupported Media Type", 429: "Too Many Requests", 500: "Internal Server Error",
+           502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"}
+
+
+def connect_error(conn, status, code, message, close=False):
+    conn.respond(status, json.dumps({"code": code, "message": message}), close=close)
+    return status
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+
+def token_ok(tok):
+    if not tok:
+        return False, "missing token"
+    if tok in S.valid_tokens:
+        p = pb.jwt_payload(tok)
+        if p and isinstance(p.get("exp"), (int, float)) and p["exp"] <= time.time():
+            return False, "token expired"
+        return True, ""
+    if S.config["accept_any_jwt"]:
+        p = pb.jwt_payload(tok)
+        if not p:
+            return False, "token is not a JWT"
+        if not isinstance(p.get("exp"), (int, float)):
+            return False, "token has no exp"
+        if p["exp"] <= time.time():
+            return False, "token expired"
+        return True, ""
+    return False, "unknown token"
+
+
+def bearer(req):
+    a = req["headers"].get("authorization")
+    if a is None:
+        return None, "missing authorization header"
+    if not a.startswith("Bearer ") or not a[7:].strip():
+        return None, "authorization is not 'Bearer <token>'"
+    return a[7:], ""
+
+
+def check_common(conn, req, rec, agent):
+    """auth -> content type -> checksum -> required headers. Returns an HTTP status if the
+    request was rejected (response already sent), else None."""
+    h = req["headers"]
+    tok, why = bearer(req)
+    if tok is None:
+        S.error("rejected: " + why, path=req["path"])
+        return connect_error(conn, 401, "unauthenticated", why)
+    ok, why = token_ok(tok)
+    if not ok:
+        S.error("rejected: " + why, path=req["path"])
+        return connect_error(conn, 401, "unauthenticated", why)
+    want = CT_GRPCWEB if agent else "application/json"
+    ct = h.get("content-type", "")
+    if ct.split(";")[0].strip().lower() != want:
+        S.error("rejected: content-type %r (want %s)" % (ct, want), path=req["path"])
+        return connect_error(conn, 415, "unknown", "unsupported content-type %r" % ct)
+    if S.config["require_checksum"]:
+        cs = h.get("x-cursor-checksum")
+        acc = pb.checksum_accepted(tok)
+        if cs not in acc:
+            S.error("rejected: x-cursor-checksum %r not in %s" % (cs, sorted(acc)),
+                    path=req["path"])
+            return connect_error(conn, 400, "invalid_argument", "invalid checksum")
+    missing = []
+    cv = h.get("x-cursor-client-version", "")
+    if not cv or (S.config["client_version"] and cv != S.config["client_version"]):
+        missing.append("x-cursor-client-version=%r" % cv)
+    if h.get("x-cursor-client-type") != "cli":
+        missing.append("x-cursor-client-type=%r" % h.get("x-cursor-client-type"))
+    if h.get("x-ghost-mode") not in ("true", "false"):
+        missing.append("x-ghost-mode=%r" % h.get("x-ghost-mode"))
+    if agent and h.get("x-cursor-streaming") != "true":
+        missing.append("x-cursor-streaming=%r" % h.get("x-cursor-streaming"))
+    rid = h.get("x-request-id", "")
+    if not UUID_RE.match(rid):
+        missing.append("x-request-id=%r (want a lowercase UUID v4)" % rid)
+    if "host" not in h:
+        missing.append("host")
+    if missing:
+        S.error("rejected: bad headers: " + ", ".join(missing), path=req["path"])
+        return connect_error(conn, 400, "invalid_argument", "bad headers: " + ", ".join(missing))
+    rec["token_sha"] = hashlib.sha256(tok.encode()).hexdigest()[:8]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# endpoints
+
+def h_append(conn, req, rec):
+    st = check_common(conn, req, rec, True)
+    if st:
+        return st
+    try:
+        payload = pb.unenvelope(req["body"])
+        ap = pb.dec_bidi_append(payload)
+    except pb.PBError as e:
+        S.error("BidiAppend body: %s" % e)
+        return connect_error(conn, 400, "invalid_argument", "bad body: %s" % e)
+    rec["decoded"] = dict(ap, data_hex=None, data_hex_len=len(ap["data_hex"] or ""))
+    rid = ap["request_id"]
+    if rid != req["headers"].get("x-request-id"):
+        S.error("BidiAppendRequest.request_id %r != x-request-id %r"
+                % (rid, req["headers"].get("x-request-id")))
+        return connect_error(conn, 400, "invalid_argument", "request id mismatch")
+    if ap["append_seqno"] is None:
+        S.error("BidiAppendRequest without append_seqno (must be written even when 0)")
+        return connect_error(conn, 400, "invalid_argument", "missing append_seqno")
+    data = ap["data_hex"]
+    if data is None or not data or not HEX_RE.match(data):
+        S.error("BidiAppendRequest.data is not lowercase hex", sample=(data or "")[:40])
+        return connect_error(conn, 400, "invalid_argument", "data is not lowercase hex")
+    try:
+        msg = pb.dec_client_message(bytes.fromhex(data))
+    except (pb.PBError, ValueError) as e:
+        S.error("AgentClientMessage does not parse: %s" % e)
+        return connect_error(conn, 400, "invalid_argument", "bad AgentClientMessage: %s" % e)
+    rec["decoded"]["message"] = msg
+    run = S.run(rid)
+    seq = ap["append_seqno"]
+    with run.cond:
+        if seq != run.next_seqno:
+            S.error("append_seqno %d out of order (expected %d)" % (seq, run.next_seqno),
+                    request_id=rid)
+            return connect_error(conn, 400, "invalid_argument", "append_seqno out of order")
+        if seq == 0:
+            bad = []
+            if msg.get("type") != "run_request":
+                bad.append("seqno 0 is %s, not run_request" % msg.get("type"))
+            else:
+                if not msg["has_conversation_state"]:
+                    bad.append("run_request without conversation_state (field 1)")
+                if not msg["has_request_context"]:
+                    bad.append("user_message_action without request_context")
+                if not msg["model_id"]:
+                    bad.append("run_request without model_details.model_id")
+            if bad:
+                for b in bad:
+                    S.error(b, request_id=rid)
+                return connect_error(conn, 400, "invalid_argument", "; ".join(bad))
+            run.run_request = msg
+            pick_scenario(run)
+        elif msg.get("type") == "run_request":
+            S.error("run_request at append_seqno %d" % seq, request_id=rid)
+        run.next_seqno = seq + 1
+        entry = {"seqno": seq, "t": time.time(), "message": msg, "message_hex": data}
+        fail = (run.scenario or {}).get("append_status")
+        if fail and int(fail.get("seqno", 0)) == seq:
+            entry["rejected_with"] = fail["status"]
+            run.append_error = (fail["status"], fail.get("code", "internal"),
+                                fail.get("message", ""))
+        run.appends.append(entry)
+        run.cond.notify_all()
+    if fail and int(fail.get("seqno", 0)) == seq:
+        return connect_error(conn, fail["status"], fail.get("code", "internal"),
+                             fail.get("message", ""))
+    conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
+    return 200
+
+
+def pick_scenario(run):
+    model = run.run_request.get("model_id") or ""
+    name = None
+    if model.startswith("scenario:"):
+        name = model[len("scenario:"):]
+    else:
+        with S.lock:
+            if S.next_scenarios:
+                name = S.next_scenarios.pop(0)
+        if name is None:
+            name = S.config["default_scenario"]
+    run.scenario_name = name
+    if name.startswith("long:") and name[5:].isdigit():
+        run.scenario = long_scenario(int(name[5:]))
+    elif name in S.scenarios:
+        run.scenario = S.scenarios[name]
+    else:
+        S.error("unknown scenario %r" % name, request_id=run.rid)
+        run.scenario = {"steps": [{"op": "trailer", "status": 5,
+                                   "message": "unknown scenario " + name}]}
+
+
+def h_runsse(conn, req, rec):
+    st = check_common(conn, req, rec, True)
+    if st:
+        return st
+    try:
+        rid = pb.dec_bidi_request_id(pb.unenvelope(req["body"]))
+    except pb.PBError as e:
+        S.error("RunSSE body: %s" % e)
+        return connect_error(conn, 400, "invalid_argument", "bad body: %s" % e)
+    rec["decoded"] = {"request_id": rid}
+    if rid != req["headers"].get("x-request-id"):
+        S.error("BidiRequestId %r != x-request-id %r" % (rid, req["headers"].get("x-request-id")))
+        return connect_error(conn, 400, "invalid_argument", "request id mismatch")
+    run = S.run(rid)
+    with run.cond:
+        run.runsse_count += 1
+        if run.runsse_count > 1:
+            S.error("second RunSSE for request id %s" % rid)
+            return connect_error(conn, 409, "already_exists", "duplicate request id")
+    # Appendix A.1: nothing is sent before the seqno-0 append arrived.
+    r = conn.wait(S.config["append_wait_s"], run.cond, lambda: run.next_seqno > 0 or
+                  run.append_error is not None)
+    if r == "closed":
+        run.stream["ended"] = "client_closed_before_append"
+        S.count("runsse_closed_before_append")
+        return 0
+    if r == "timeout":
+        S.error("no append_seqno 0 within %.1fs for %s" % (S.config["append_wait_s"], rid))
+        return connect_error(conn, 400, "invalid_argument", "no run request arrived")
+    if run.append_error is not None:
+        status, code, msg = run.append_error
+        return connect_error(conn, status, code, msg)
+    sc = run.scenario or {}
+    rec["scenario"] = run.scenario_name
+    if sc.get("headers_stall"):
+        run.stream["ended"] = "headers_stall"
+        r = conn.wait(float(sc.get("max_s", S.config["stall_max_s"])))
+        run.stream["stall_result"] = r
+        if r == "closed":
+            S.count("disconnects")
+            S.count("disconnects_mid_stream")
+        conn.abort()
+        return 0
+    fail = sc.get("runsse_status")
+    if fail:
+        return connect_error(conn, fail["status"], fail.get("code", "internal"),
+                             fail.get("message", ""))
+    steps = select_steps(sc, run.run_request)
+    S.count("streams_started")
+    S.stream_delta(1)
+    ctx = StreamCtx(conn, run)
+    try:
+        conn.start_chunked(200)
+        run.stream["ended"] = "running"
+        run_steps(ctx, steps)
+        if not ctx.finished:
+            conn.end_chunked()
+            ctx.finished = True
+        run.stream["ended"] = "completed"
+        S.count("streams_completed")
+    except PeerClosed as e:
+        run.stream["ended"] = "client_closed"
+        run.stream["closed_at_step"] = ctx.step
+        run.stream["close_reason"] = str(e)
+        S.count("disconnects")
+        if not ctx.turn_ended:
+            S.count("disconnects_mid_stream")
+        conn.abort()
+    finally:
+        S.stream_delta(-1)
+        run.stream["frames_sent"] = ctx.frames
+        run.stream["bytes_sent"] = ctx.bytes
+        run.stream["turn_ended_sent"] = ctx.turn_ended
+    return 200
+
+
+def select_steps(sc, rr):
+    prompt = (rr or {}).get("prompt") or ""
+    has_tools = bool((rr or {}).get("tools") or (rr or {}).get("mcp_tools"))
+    for w in sc.get("when", []):
+        if "prompt_contains" in w and w["prompt_contains"] not in prompt:
+            continue
+        if "has_tools" in w and bool(w["has_tools"]) != has_tools:
+            continue
+        return w.get("steps", [])
+    return sc.get("steps", SCENARIOS["default"]["steps"])
+
+
+class StreamCtx:
+    def __init__(self, conn, run):
+        self.conn = conn
+        self.run = run
+        self.step = 0
+        self.frames = 0
+        self.bytes = 0
+        self.turn_ended = False
+        self.finished = False
+        self.append_cursor = len(run.appends)
+
+
+def _send(ctx, data, split=0):
+    if split:
+        for i in range(0, len(data), split):
+            ctx.conn.chunk(data[i:i + split])
+    else:
+        ctx.conn.chunk(data)
+    ctx.bytes += len(data)
+
+
+def build_frame(st, run):
+    """One step -> frame bytes (or None if the op is not a plain frame)."""
+    op = st["op"]
+    if op == "text":
+        return pb.envelope(pb.m_text(st["text"]))
+    if op == "thinking":
+        return pb.envelope(pb.m_thinking(st["text"]))
+    if op == "thinking_completed":
+        return pb.envelope(pb.m_thinking_completed(int(st.get("ms", 0))))
+    if op == "token_delta":
+        return pb.envelope(pb.m_token_delta(int(st.get("tokens", 1))))
+    if op == "heartbeat":
+        return pb.envelope(pb.m_heartbeat())
+    if op == "turn_ended":
+        return pb.envelope(pb.m_turn_ended())
+    if op == "step_started":
+        return pb.envelope(pb.m_step_started(int(st.get("id", 1))))
+    if op == "checkpoint":
+        return pb.envelope(pb.m_checkpoint(
+            [x.encode() if isinstance(x, str) else bytes(x)
+             for x in st.get("root_prompt_messages_json", ['{"role":"system"}'])],
+            st.get("used_tokens"), st.get("max_tokens"),
+            st.get("pending_tool_calls", ())))
+    if op in ("tool_call", "tool_call_completed"):
+        return pb.envelope(pb.m_tool_call("started", st.get("call_id", "call-1"), st["tool"],
+                                          exec_args(dict(st.get("args", {}),
+                                                         kind=tool_kind(st["tool"]))),
+                                          st.get("model_call_id", ""),
+                                          completed=(op == "tool_call_completed")))
+    if op == "partial_tool_call":
+        return pb.envelope(pb.m_partial_tool_call(st.get("call_id", "call-1"), st["delta"]))
+    if op == "exec_abort":
+        return pb.envelope(pb.m_exec_abort(int(st.get("id", 1))))
+    if op == "interaction_query":
+        return pb.envelope(pb.m_interaction_query(int(st.get("id", 1)),
+                                                  st.get("kind", "web_search")))
+    if op == "trailer":
+        d = st.get("details")
+        det = None
+        if isinstance(d, dict):
+            det = pb.rpc_status(int(st.get("status", 0)), st.get("message", ""), [(
+                pb.ERROR_DETAILS_TYPE, pb.error_details(
+                    int(d.get("error", 0)), d.get("title", ""), d.get("detail", ""),
+                    d.get("is_retryable"), d.get("is_expected"), d.get("additional_info")))])
+        elif isinstance(d, str):
+            det = d
+        return pb.trailer(int(st.get("status", 0)), st.get("message"), det, st.get("extra"))
+    if op == "end_stream":
+        return pb.end_stream(st.get("json"))
+    if op == "raw":
+        return bytes.fromhex(st["hex"])
+    if op == "raw_frame":
+        payload = bytes.fromhex(st.get("payload_hex", ""))
+        ln = st.get("length", len(payload))
+        return bytes([st.get("flags", 0)]) + int(ln).to_bytes(4, "big") + payload
+    return None
+
+
+def tool_kind(tool):
+    return {"shell": "shell", "read": "read", "ls": "ls", "grep": "grep", "glob": "grep",
+            "mcp": "mcp", "edit": "write", "delete": "read"}.get(tool, "read")
+
+
+def exec_args(st):
+    k = st["kind"]
+    if k in ("shell", "shell_stream"):
+        return pb.a_shell(st.get("command", ""), st.get("cwd", ""), int(st.get("timeout", 0)),
+                          st.get("tool_call_id", ""))
+    if k == "read":
+        return pb.a_read(st.get("path", ""), st.get("tool_call_id", ""))
+    if k == "ls":
+        return pb.a_ls(st.get("path", ""), st.get("ignore", ()), st.get("tool_call_id", ""))
+    if k == "grep":
+        return pb.a_grep(st.get("pattern", ""), st.get("path"), st.get("glob"),
+                         st.get("output_mode"), st.get("tool_call_id", ""))
+    if k == "write":
+        return pb.a_write(st.get("path", ""), st.get("file_text", ""), st.get("tool_call_id", ""),
+                          bool(st.get("return_content", False)))
+    if k == "mcp":
+        return pb.a_mcp(st["tool_name"], st.get("args", {}), st.get("tool_call_id", ""),
+                        st.get("provider_identifier", "cursor-tools"))
+    if k == "request_context":
+        return pb.a_request_context(st.get("notes_session_id"), st.get("workspace_id"))
+    if k in pb.EXEC_FIELD or isinstance(k, int):
+        return bytes.fromhex(st.get("args_hex", ""))
+    raise ValueError("unknown exec kind %r" % k)
+
+
+def new_appends(ctx):
+    a = ctx.run.appends[ctx.append_cursor:]
+    return a
+
+
+def wait_append(ctx, pred, timeout):
+    """Wait until an append after the cursor satisfies pred; returns it or None."""
+    found = []
+
+    def check():
+        for a in ctx.run.appends[ctx.append_cursor:]:
+            if pred(a["message"]):
+                found.append(a)
+                return True
+        return False
+    r = ctx.conn.wait(timeout, ctx.run.cond, check)
+    if r == "closed":
+        raise PeerClosed("closed while waiting for an append")
+    return found[0] if found else None
+
+
+def run_steps(ctx, steps):
+    for st in steps:
+        if ctx.finished:
+            return
+        run_step(ctx, st)
+        ctx.step += 1
+
+
+def run_step(ctx, st):
+    op = st["op"]
+    conn, run = ctx.conn, ctx.run
+    fr = build_frame(st, run)
+    if fr is not None:
+        _send(ctx, fr, int(st.get("split", 0)))
+        ctx.frames += 1
+        if op == "turn_ended":
+            ctx.turn_ended = True
+        return
+    if op == "batch":
+        data = b"".join(build_frame(s, run) for s in st["steps"])
+        _send(ctx, data, int(st.get("split", 0)))
+        ctx.frames += len(st["steps"])
+        return
+    if op == "echo":
+        prompt = (run.run_request or {}).get("prompt") or ""
+        i = prompt.rfind("User: ")
+        msg = "ECHO:" + (prompt[i + 6:] if i >= 0 else prompt)
+        n = max(1, int(st.get("pieces", 1)))
+        size = max(1, -(-len(msg) // n))
+        for j in range(0, len(msg), size):
+            _send(ctx, pb.envelope(pb.m_text(msg[j:j + size])))
+            ctx.frames += 1
+        return
+    if op == "long":
+        n, t, batch = int(st["n"]), st.get("text", "x"), int(st.get("batch", 64))
+        one = pb.envelope(pb.m_text(t))
+        full, rest = divmod(n, batch)
+        blk = one * batch
+        for _ in range(full):
+            _send(ctx, blk)
+        if rest:
+            _send(ctx, one * rest)
+        ctx.frames += n
+        return
+    if op == "cut":
+        fr = pb.envelope(pb.m_text(st.get("text", "cut")))
+        keep = int(st.get("keep", len(fr) // 2))
+        _send(ctx, fr[:keep])
+        return
+    if op in ("kv_set_blob", "kv_get_blob"):
+        kv_id = int(st.get("id", 1))
+        if op == "kv_set_blob":
+            data = st.get("data", "")
+            data = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+            data = data.encode()
+            bid = bytes.fromhex(st["blob_id_hex"]) if "blob_id_hex" in st else \
+                hashlib.sha256(data).digest()
+            fr = pb.envelope(pb.m_kv_set_blob(kv_id, bid, data))
+            kind = "set_blob_result"
+        else:
+            if "data_of" in st:
+                bid = hashlib.sha256(st["data_of"].encode()).digest()
+            else:
+                bid = bytes.fromhex(st.get("blob_id_hex", "00" * 32))
+            fr = pb.envelope(pb.m_kv_get_blob(kv_id, bid))
+            kind = "get_blob_result"
+        ctx.append_cursor = len(run.appends)
+        _send(ctx, fr)
+        ctx.frames += 1
+        if not st.get("wait", True):
+            return
+        a = wait_append(ctx, lambda m: m.get("type") == "kv_result" and m.get("id") == kv_id,
+                        float(st.get("timeout", S.config["kv_wait_s"])))
+        if a is None:
+            S.error("no %s for kv id %d" % (kind, kv_id), request_id=run.rid)
+            return
+        m = a["message"]
+        run.kv_replies[kv_id] = m
+        if m.get("kind") != kind:
+            S.error("kv id %d answered with %s, expected %s" % (kv_id, m.get("kind"), kind),
+                    request_id=run.rid)
+        elif kind == "set_blob_result" and m.get("error"):
+            S.error("set_blob_result carries an error: %s" % m["error"], request_id=run.rid)
+        elif kind == "get_blob_result" and "expect" in st:
+            exp = st["expect"]
+            got = m.get("blob_data_hex")
+            exp_hex = exp.encode().hex() if exp is not None else None
+            if got != exp_hex:
+                S.error("get_blob_result for kv id %d: got %r expected %r"
+                        % (kv_id, got, exp_hex), request_id=run.rid)
+        return
+    if op == "exec":
+        eid = int(st.get("id", 1))
+        fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", "")))
+        ctx.append_cursor = len(run.appends)
+        _send(ctx, fr, int(st.get("split", 0)))
+        ctx.frames += 1
+        wr = st.get("wait_reply")
+        if not wr:
+            return
+        replies = []
+        run.exec_replies[eid] = replies
+
+        def done(m):
+            if m.get("type") in ("exec_result", "exec_control") and m.get("id") == eid:
+                if m not in replies:
+                    replies.append(m)
+                return m.get("type") == "exec_control"
+            return False
+        wait_append(ctx, done, float(wr))
+        return
+    if op == "sleep":
+        if ctx.conn.wait(float(st.get("s", 0.1))) == "closed":
+            raise PeerClosed("closed during sleep")
+        return
+    if op == "stall":
+        r = ctx.conn.wait(float(st.get("max_s", S.config["stall_max_s"])))
+        run.stream["stall_result"] = r
+        if r == "closed":
+            raise PeerClosed("closed during stall")
+        return
+    if op == "wait_append":
+        wait_append(ctx, lambda m: True, float(st.get("timeout", 5)))
+        return
+    if op == "repeat":
+        for _ in range(int(st["n"])):
+            run_steps(ctx, st["steps"])
+            if st.get("interval"):
+                if ctx.conn.wait(float(st["interval"])) == "closed":
+                    raise PeerClosed("closed during repeat")
+        return
+    if op == "close":
+        ctx.finished = True
+        run.stream["script_closed"] = True
+        conn.abort(close_notify=bool(st.get("tls_close_notify")))
+        return
+    if op == "end":
+        conn.end_chunked()
+        ctx.finished = True
+        return
+    raise ValueError("unknown op %r" % op)
+
+
+def h_models(conn, req, rec):
+    st = check_common(conn, req, rec, False)
+    if st:
+        return st
+    try:
+        body = json.loads(req["body"] or b"null")
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        S.error("GetUsableModels body is not a JSON object: %s" % e)
+        return connect_error(conn, 400, "invalid_argument", "bad JSON body")
+    S.count("models_calls")
+    if S.config["models_status"]:
+        return connect_error(conn, int(S.config["models_status"]), "internal", "models failed")
+    models = json.loads(json.dumps(BASE_MODELS))
+    if S.config["list_scenarios"]:
+        for name in sorted(S.scenarios):
+            models.append({"modelId": "scenario:" + name, "displayModelId": "scenario:" + name,
+                           "displayName": "Scenario " + name, "aliases": []})
+    conn.respond(200, json.dumps({"models": models}))
+    return 200
+
+
+def issue_tokens():
+    now = int(time.time())
+    at = pb.make_jwt({"sub": "auth0|fake_" + secrets.token_hex(4), "time": str(now),
+                      "exp": now + int(S.config["access_ttl_s"]), "type": "session",
+                      "iss": "https://authentication.cursor.sh"})
+    rt = "rt_" + secrets.token_hex(16)
+    with S.lock:
+        S.valid_tokens.add(at)
+        S.refresh_tokens.add(rt)
+    return {"accessToken": at, "refreshToken": rt}
+
+
+def h_poll(conn, req, rec):
+    q = urllib.parse.parse_qs(req["query"])
+    uuid = (q.get("uuid") or [""])[0]
+    verifier = (q.get("verifier") or [""])[0]
+    S.count("poll_calls")
+    if not UUID_RE.match(uuid) or not re.match(r"^[A-Za-z0-9_-]{43}$", verifier):
+        S.error("auth/poll with bad uuid/verifier", uuid=uuid, verifier_len=len(verifier))
+        return connect_error(conn, 400, "invalid_argument", "bad uuid or verifier")
+    with S.lock:
+        n = S.poll_counts.get(uuid, 0)
+        S.poll_counts[uuid] = n + 1
+    if n < int(S.config["poll_pending"]):
+        return connect_error(conn, 404, "not_found", "pending")
+    conn.respond(200, json.dumps(issue_tokens()))
+    return 200
+
+
+def _auth_post(conn, req, what):
+    ct = req["headers"].get("content-type", "")
+    if ct.split(";")[0].strip().lower() != "application/json":
+        S.error("%s: content-type %r" % (what, ct))
+        return None, connect_error(conn, 415, "unknown", "unsupported content-type")
+    tok, why = bearer(req)
+    if tok is None:
+        S.error("%s: %s" % (what, why))
+        return None, connect_error(conn, 401, "unauthenticated", why)
+    return tok, None
+
+
+def h_refresh(conn, req, rec):
+    S.count("refresh_calls")
+    tok, st = _auth_post(conn, req, "auth/refresh")
+    if st:
+        return st
+    if S.config["refresh_delay_s"]:
+        time.sleep(float(S.config["refresh_delay_s"]))
+    if S.config["refresh_status"]:
+        return connect_error(conn, int(S.config["refresh_status"]), "unauthenticated",
+                             "refresh failed")
+    with S.lock:
+        ok = tok in S.refresh_tokens
+        if ok and S.config["rotate_refresh"]:
+            S.refresh_tokens.discard(tok)
+    if not ok:
+        return connect_error(conn, 401, "unauthenticated", "invalid refresh token")
+    conn.respond(200, json.dumps(issue_tokens()))
+    return 200
+
+
+def h_exchange(conn, req, rec):
+    S.count("exchange_calls")
+    tok, st = _auth_post(conn, req, "auth/exchange_user_api_key")
+    if st:
+        return st
+    keys = S.config["api_keys"]
+    if (keys is not None and tok not in keys) or (keys is None and not tok.startswith("key_")):
+        return connect_error(conn, 401, "unauthenticated", "invalid api key")
+    conn.respond(200, json.dumps(issue_tokens()))
+    return 200
+
+
+ROUTES = {
+    PATH_RUNSSE: ("POST", h_runsse),
+    PATH_APPEND: ("POST", h_append),
+    PATH_MODELS: ("POST", h_models),
+    "/auth/poll": ("GET", h_poll),
+    "/auth/refresh": ("POST", h_refresh),
+    "/auth/exchange_user_api_key": ("POST", h_exchange),
+}
+
+
+def handle_conn(raw, addr, listener, ctx):
+    S.count("connections_accepted")
+    S.count("connections_accepted_" + listener)
+    with S.lock:
+        S.open_connections += 1
+        cid = S.counters["connections_accepted"]
+    raw.settimeout(10)
+    try:
+        try:
+            sock = ctx.wrap_socket(raw, server_side=True)
+        except (ssl.SSLError, OSError) as e:
+            S.count("tls_handshake_failures")
+            S.count("tls_handshake_failures_" + listener)
+            with S.lock:
+                S.counters.setdefault("tls_failure_reasons", [])
+                S.counters["tls_failure_reasons"] = (S.counters["tls_failure_reasons"]
+                                                     + [str(e)[:200]])[-20:]
+            try:
+                raw.close()
+            except OSError:
+                pass
+            return
+        S.count("tls_handshakes")
+        S.count("tls_handshakes_" + listener)
+        S.count("tls_version_" + str(sock.version()))
+        conn = Conn(sock, cid, listener)
+        while not S.stop.is_set():
+            try:
+                req = conn.read_request()
+            except (ValueError, PeerClosed) as e:
+                if not isinstance(e, PeerClosed):
+                    S.error("malformed HTTP request: %s" % e, conn=cid)
+                    try:
+                        conn.respond(400, json.dumps({"code": "invalid_argument",
+                                                      "message": str(e)}), close=True)
+                    except PeerClosed:
+                        pass
+                break
+            if req is None:
+                break
+            rec = {"t": time.time(), "conn": cid, "listener": listener,
+                   "method": req["method"], "path": req["path"], "query": req["query"],
+                   "headers": req["headers"], "header_order": req["header_order"],
+                   "body_len": len(req["body"]),
+                   "body_hex": req["body"].hex() if len(req["body"]) <= 65536 else None}
+            S.count("requests")
+            S.count("requests " + req["path"])
+            route = ROUTES.get(req["path"])
+            status = None
+            try:
+                if route is None:
+                    status = connect_error(conn, 404, "unimplemented", "no such path")
+                elif route[0] != req["method"]:
+                    status = connect_error(conn, 405, "unimplemented", "method not allowed")
+                else:
+                    status = route[1](conn, req, rec)
+            except PeerClosed:
+                status = 0
+            except Exception as e:  # a bug in the fake: record loudly, keep serving
+                traceback.print_exc()
+                S.error("fake internal error: %r" % e, path=req["path"])
+                status = 500
+                try:
+                    connect_error(conn, 500, "internal", "fake bug", close=True)
+                except PeerClosed:
+                    pass
+            rec["status"] = status
+            S.record(rec)
+            if conn.closed or req["headers"].get("connection", "").lower() == "close" \
+                    or req["version"] == "HTTP/1.0":
+                break
+        conn.abort()
+    finally:
+        with S.lock:
+            S.open_connections -= 1
+        S.count("connections_closed")
+
+
+def make_ctx(cert, key):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    return ctx
+
+
+def serve_tls(name, ctx, port=0):
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", port))
+    ls.listen(1024)
+
+    def loop():
+        while not S.stop.is_set():
+            try:
+                c, a = ls.accept()
+            except OSError:
+                if S.stop.is_set():
+                    return
+                time.sleep(0.05)
+                continue
+            threading.Thread(target=handle_conn, args=(c, a, name, ctx), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    return ls, ls.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# control API
+
+class Ctl(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def _json(self, obj, status=200):
+        b = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b)))
+        self.end_headers()
+        self.wfile.write(b)
+
+    def _body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return json.loads(self.rfile.read(n) or b"{}")
+
+    def do_GET(self):
+        u = urllib.parse.urlsplit(self.path)
+        q = urllib.parse.parse_qs(u.query)
+        if u.path == "/state":
+            return self._json(S.snapshot())
+        if u.path == "/requests":
+            since = int((q.get("since") or ["0"])[0])
+            with S.lock:
+                reqs = [r for r in S.requests if r["seq"] >= since]
+            return self._json(reqs)
+        if u.path == "/runs":
+            with S.lock:
+                runs = list(S.runs.values())
+            return self._json([r.summary() for r in runs])
+        if u.path == "/config":
+            return self._json({"config": S.config, "scenarios": sorted(S.scenarios)})
+        self._json({"error": "not found"}, 404)
+
+    def do_POST(self):
+        try:
+            body = self._body()
+        except ValueError:
+            return self._json({"error": "bad json"}, 400)
+        if self.path == "/reset":
+            S.reset()
+            return self._json({"ok": True})
+        if self.path == "/scenario":
+            S.scenarios[body["name"]] = body["scenario"]
+            return self._json({"ok": True})
+        if self.path == "/next_scenario":
+            with S.lock:
+                S.next_scenarios.append(body["name"])
+            return self._json({"ok": True})
+        if self.path == "/config":
+            unknown = [k for k in body if k not in DEFAULT_CONFIG and k not in (
+                "valid_tokens", "refresh_tokens")]
+            if unknown:
+                return self._json({"error": "unknown config keys %s" % unknown}, 400)
+            for k, v in body.items():
+                if k == "valid_tokens":
+                    S.valid_tokens = set(v)
+                elif k == "refresh_tokens":
+                    S.refresh_tokens = set(v)
+                else:
+                    S.config[k] = v
+            return self._json({"ok": True})
+        if self.path == "/shutdown":
+            self._json({"ok": True})
+            S.stop.set()
+            return
+        self._json({"error": "not found"}, 404)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cert-dir", help="directory made by certs.py (created when missing)")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--control-port", type=int, default=0)
+    ap.add_argument("--ready-file")
+    ap.add_argument("--scenarios", help="JSON file {name: scenario} to add")
+    ap.add_argument("--token", action="append", default=[], help="valid access token")
+    ap.add_argument("--refresh-token", action="append", default=[])
+    ap.add_argument("--config", help="JSON object merged into the config")
+    ap.add_argument("--selftest", action="store_true")
+    a = ap.parse_args(argv)
+    if a.selftest:
+        import subprocess
+        return subprocess.call([sys.executable, os.path.join(HERE, "test_fake.py")])
+    if not a.cert_dir:
+        ap.error("--cert-dir is required")
+    import certs
+    cp = certs.paths(a.cert_dir)
+    if not os.path.exists(cp["server_cert"]):
+        cp = certs.make_certs(a.cert_dir)
+    # The fake's model table must be the one of the vector file (same ids, same order).
+    vec = [i for i, _ in load_vector_model_ids()]
+    mine = [m["displayModelId"] for m in BASE_MODELS]
+    if vec != mine:
+        sys.stderr.write("fake_cursor: model table %s differs from vector %s\n" % (mine, vec))
+        return 2
+    if a.scenarios:
+        with open(a.scenarios) as f:
+            S.scenarios.update(json.load(f))
+    if a.config:
+        S.config.update(json.loads(a.config))
+    S.valid_tokens.update(a.token)
+    S.refresh_tokens.update(a.refresh_token)
+    listeners = {}
+    _, listeners["port"] = serve_tls("main", make_ctx(cp["server_cert"], cp["server_key"]),
+                                     a.port)
+    _, listeners["wrong_host_port"] = serve_tls(
+        "wronghost", make_ctx(cp["wronghost_cert"], cp["wronghost_key"]))
+    _, listeners["wrong_ca_port"] = serve_tls(
+        "wrongca", make_ctx(cp["wrongca_cert"], cp["wrongca_key"]))
+    ctl = ThreadingHTTPServer(("127.0.0.1", a.control_port), Ctl)
+    ctl.daemon_threads = True
+    threading.Thread(target=ctl.serve_forever, daemon=True).start()
+    info = dict(listeners, control_port=ctl.server_address[1], pid=os.getpid(), ca=cp["ca"],
+                wrong_ca=cp["wrong_ca"], cert_dir=a.cert_dir)
+    line = json.dumps(info)
+    if a.ready_file:
+        tmp = a.ready_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(line)
+        os.rename(tmp, a.ready_file)
+    print(line, flush=True)
+    try:
+        while not S.stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    ctl.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

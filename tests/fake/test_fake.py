@@ -1,0 +1,809 @@
+#!/usr/bin/python3
+"""Self-test of the fake Cursor upstream: the codec against the spec's golden vectors, then the
+running server (real TLS, max TLS 1.2 like BearSSL) driven by a tiny http.client client that plays
+the proxy's part. Prints RESULT <passed> <failed>."""
+
+import base64
+import http.client
+import json
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import pbwire as pb  # noqa: E402
+from fake_cursor import VECTORS  # noqa: E402
+
+PASS = FAIL = 0
+
+
+def check(name, cond, detail=""):
+    global PASS, FAIL
+    if cond:
+        PASS += 1
+    else:
+        FAIL += 1
+        print("FAIL %s %s" % (name, detail), flush=True)
+    return cond
+
+
+def eq(name, got, exp):
+    return check(name, got == exp, "\n   got: %r\n  want: %r" % (got, exp))
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. codec vs vectors
+
+def test_vectors():
+    with open(os.path.join(VECTORS, "server_frames.json")) as f:
+        frames = {x["name"]: x for x in json.load(f)["frames"]}
+    kv = frames["kv_set_blob"]["agent_server_message"]["kvServerMessage"]["setBlobArgs"]
+    det = pb.rpc_status(9, "Outdated client", [(pb.ERROR_DETAILS_TYPE, pb.error_details(
+        30, "Update required", "Please update Cursor to continue.", is_expected=True))])
+    built = {
+        "text_delta": pb.envelope(pb.m_text("Hello")),
+        "text_delta_utf8": pb.envelope(pb.m_text("w\u00f6rld \U0001f30d\n")),
+        "heartbeat": pb.envelope(pb.m_heartbeat()),
+        "turn_ended": pb.envelope(pb.m_turn_ended()),
+        "token_delta": pb.envelope(pb.m_token_delta(17)),
+        "thinking_delta": pb.envelope(pb.m_thinking("Let me think.")),
+        "checkpoint": pb.envelope(pb.m_checkpoint([b'{"role":"system"}'], 1234, 200000)),
+        "kv_set_blob": pb.envelope(pb.m_kv_set_blob(1, base64.b64decode(kv["blobId"]),
+                                                    base64.b64decode(kv["blobData"]))),
+        "kv_get_blob_unknown": pb.envelope(pb.m_kv_get_blob(2, b"\x11" * 32)),
+        "exec_shell_stream": pb.envelope(pb.m_exec(1, "shell_stream", pb.a_shell(
+            "ls -la", "/home/user/project", 30000), "exec-0001")),
+        "exec_mcp": pb.envelope(pb.m_exec(2, "mcp", pb.a_mcp(
+            "get_weather", {"location": "Tokyo", "days": 3}, "toolu_01ABC"), "exec-0002")),
+        "exec_read": pb.envelope(pb.m_exec(3, "read", pb.a_read(
+            "/home/user/project/README.md"), "exec-0003")),
+        "tool_call_started_shell": pb.envelope(pb.m_tool_call(
+            "started", "call-1", "shell", pb.a_shell("ls -la"), "toolu_01ABC")),
+        "trailer_ok": pb.trailer(0),
+        "trailer_usage_limit": pb.trailer(8, "You've hit your usage limit"),
+        "trailer_error_details": pb.trailer(9, "Outdated client", det),
+    }
+    for name, fr in frames.items():
+        if check("vector frame %s is built" % name, name in built):
+            eq("vector frame " + name, built[name].hex(), fr["frame_hex"])
+    # the e2e transcripts' frames too, where our builders cover them
+    e2e_dir = os.path.join(VECTORS, "e2e")
+    n = 0
+    for fn in sorted(os.listdir(e2e_dir)):
+        with open(os.path.join(e2e_dir, fn)) as f:
+            d = json.load(f)
+        for fr in d.get("server_frames_sent_in_order", []):
+            m = fr.get("agent_server_message")
+            if m is None:
+                continue
+            b = from_json(m)
+            if b is not None:
+                n += 1
+                eq("%s frame %s" % (fn, fr.get("name")), pb.envelope(b).hex(), fr["frame_hex"])
+    check("e2e frames covered", n >= 20, "only %d" % n)
+    # checksum
+    with open(os.path.join(VECTORS, "checksum.json")) as f:
+        cvs = json.load(f)["vectors"]
+    old = os.environ.get("TZ")
+    for v in cvs:
+        os.environ["TZ"] = v["process_tz"]
+        time.tzset()
+        eq("checksum bucket " + v["id"], pb.checksum_bucket_ms(v["now_epoch_ms"] / 1000),
+           v["intermediate"]["bucket_start_epoch_ms"])
+        eq("checksum " + v["id"], pb.checksum(v["token"], v["now_epoch_ms"] / 1000),
+           v["expected_checksum"])
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+    # client messages decode
+    with open(os.path.join(VECTORS, "client_messages.json")) as f:
+        cms = {v["id"]: v for v in json.load(f)["vectors"]}
+    d = pb.dec_client_message(bytes.fromhex(cms["kv-set-result"]["hex"]))
+    eq("decode kv-set-result", (d["type"], d["kind"], d["id"], d["error"]),
+       ("kv_result", "set_blob_result", 1, None))
+    d = pb.dec_client_message(bytes.fromhex(cms["kv-get-result-found"]["hex"]))
+    eq("decode kv-get found", (d["kind"], d["id"], d["blob_data_hex"]),
+       ("get_blob_result", 2, "616263"))
+    d = pb.dec_client_message(bytes.fromhex(cms["kv-get-result-missing"]["hex"]))
+    eq("decode kv-get missing", (d["kind"], d["id"], d["blob_data_hex"]),
+       ("get_blob_result", 3, None))
+    d = pb.dec_client_message(bytes.fromhex(cms["exec-stream-close"]["hex"]))
+    eq("decode stream_close", (d["type"], d["kind"], d["id"]), ("exec_control", "stream_close", 2))
+    d = pb.dec_client_message(bytes.fromhex(cms["exec-shell-success"]["hex"]))
+    eq("decode shell result", (d["type"], d["result"], d["variant"]),
+       ("exec_result", "shell_result", "success"))
+    d = pb.dec_client_message(bytes.fromhex(cms["exec-mcp-success"]["hex"]))
+    eq("decode mcp result", (d["result"], d["variant"]), ("mcp_result", "success"))
+    d = pb.dec_client_message(bytes.fromhex(cms["resume-action"]["hex"]))
+    eq("decode resume", (d["type"], d["kind"]), ("action", "resume"))
+    for vid in ("bidi-append-seq0", "bidi-append-seq1"):
+        v = cms[vid]
+        ap = pb.dec_bidi_append(bytes.fromhex(v["hex"]))
+        eq("decode " + vid, (ap["append_seqno"], ap["request_id"], ap["data_hex"]),
+           (int(v["decoded"].get("appendSeqno", 0)), v["decoded"]["requestId"]["requestId"],
+            v["decoded"]["data"]))
+    v = cms["bidi-request-id-envelope"]
+    eq("decode BidiRequestId envelope", len(pb.dec_bidi_request_id(pb.unenvelope(
+        bytes.fromhex(v["hex"])))), 36)
+    eq("empty envelope", pb.envelope(b"").hex(), cms["empty-envelope"]["hex"])
+    for vid in ("value-schema", "value-empty-string", "value-null"):
+        v = cms[vid]
+        got = pb.value_to_json(bytes.fromhex(v["hex"]))
+        exp = normalise_value(v["input_json"])
+        eq("decode " + vid, got, exp)
+    # the run request vector
+    with open(os.path.join(VECTORS, "run_request.json")) as f:
+        rr = json.load(f)["vectors"][0]
+    hexkey = [k for k in rr if k.endswith("hex") and isinstance(rr[k], str)][0]
+    d = pb.dec_client_message(bytes.fromhex(rr[hexkey]))
+    js = json.dumps(rr)
+    check("run request decodes", d["type"] == "run_request" and d["has_conversation_state"]
+          and d["has_request_context"] and d["model_id"] in js and d["prompt"]
+          and d["prompt"][:20] in js, str(d)[:300])
+    eq("run request tools == mcp_tools", [t["tool_name"] for t in d["tools"]],
+       [t["tool_name"] for t in d["mcp_tools"]])
+    check("run request has one tool with a schema", len(d["tools"]) == 1
+          and isinstance(d["tools"][0]["input_schema"], dict), str(d["tools"])[:300])
+    # strict reader
+    for bad, why in (("0a05616263", "length past end"), ("08", "truncated varint"),
+                     ("08ffffffffffffffffffff01", "11-byte varint"), ("0b", "group"),
+                     ("00", "field 0")):
+        try:
+            pb.parse(bytes.fromhex(bad))
+            check("strict reader rejects " + why, False)
+        except pb.PBError:
+            check("strict reader rejects " + why, True)
+    for body, why in (("0000000005616263", "short envelope"), ("0100000000", "flags 1"),
+                      ("000000", "3 bytes")):
+        try:
+            pb.unenvelope(bytes.fromhex(body))
+            check("unenvelope rejects " + why, False)
+        except pb.PBError:
+            check("unenvelope rejects " + why, True)
+    # round trips
+    for obj in ({"a": [1, 2.5, "x", None, True, False, {"b": {}}]}, [], "s", 3):
+        eq("value round trip %r" % (obj,), pb.value_to_json(pb.enc_value(obj)), obj)
+    for n in (0, 1, 127, 128, 300, 2 ** 32, 2 ** 63, 2 ** 64 - 1):
+        eq("varint %d" % n, pb.dec_varint(pb.enc_varint(n), 0), (n, len(pb.enc_varint(n))))
+
+
+def normalise_value(j):
+    """The original writes "" and null as EMPTY Values (members disappear); mirror that."""
+    if isinstance(j, dict):
+        return {k: normalise_value(v) for k, v in j.items() if v is not None and v != ""}
+    if isinstance(j, list):
+        return [None if (x is None or x == "") else normalise_value(x) for x in j]
+    if j == "":
+        return None
+    return j
+
+
+def from_json(m):
+    """proto3-JSON AgentServerMessage (as in the vectors) -> bytes via our builders."""
+    if "interactionUpdate" in m:
+        iu = m["interactionUpdate"]
+        if "textDelta" in iu:
+            return pb.m_text(iu["textDelta"].get("text", ""))
+        if "heartbeat" in iu:
+            return pb.m_heartbeat()
+        if "turnEnded" in iu:
+            return pb.m_turn_ended()
+        if "tokenDelta" in iu:
+            return pb.m_token_delta(iu["tokenDelta"].get("tokens", 0))
+        if "thinkingDelta" in iu:
+            return pb.m_thinking(iu["thinkingDelta"].get("text", ""))
+        for key, comp in (("toolCallStarted", False), ("toolCallCompleted", True)):
+            if key in iu:
+                t = iu[key]
+                (tool, body), = t["toolCall"].items()
+                kind = {"shellToolCall": ("shell", "shell"), "readToolCall": ("read", "read"),
+                        "lsToolCall": ("ls", "ls"), "grepToolCall": ("grep", "grep"),
+                        "globToolCall": ("glob", None), "mcpToolCall": ("mcp", None),
+                        "editToolCall": ("edit", None)}.get(tool)
+                if kind is None or kind[1] is None or set(body) - {"args"}:
+                    return None
+                return pb.m_tool_call("s", t.get("callId", ""), kind[0], args_from_json(
+                    kind[1], body.get("args", {})), t.get("modelCallId", ""), completed=comp)
+        return None
+    if "conversationCheckpointUpdate" in m:
+        c = m["conversationCheckpointUpdate"]
+        if set(c) - {"rootPromptMessagesJson", "tokenDetails"}:
+            return None
+        td = c.get("tokenDetails")
+        return pb.m_checkpoint([base64.b64decode(x) for x in c.get("rootPromptMessagesJson", [])],
+                               td.get("usedTokens") if td else None,
+                               td.get("maxTokens") if td else None)
+    if "kvServerMessage" in m:
+        k = m["kvServerMessage"]
+        if "setBlobArgs" in k:
+            a = k["setBlobArgs"]
+            return pb.m_kv_set_blob(k.get("id", 0), base64.b64decode(a.get("blobId", "")),
+                                    base64.b64decode(a.get("blobData", "")))
+        if "getBlobArgs" in k:
+            return pb.m_kv_get_blob(k.get("id", 0), base64.b64decode(
+                k["getBlobArgs"].get("blobId", "")))
+    if "execServerMessage" in m:
+        e = dict(m["execServerMessage"])
+        eid = e.pop("id", 0)
+        exid = e.pop("execId", "")
+        (key, args), = e.items()
+        kind = {"shellArgs": "shell", "shellStreamArgs": "shell_stream", "readArgs": "read",
+                "lsArgs": "ls", "grepArgs": "grep", "writeArgs": "write", "mcpArgs": "mcp",
+                "requestContextArgs": "request_context"}.get(key)
+        if kind is None:
+            return None
+        b = args_from_json(kind, args)
+        return None if b is None else pb.m_exec(eid, kind, b, exid)
+    return None
+
+
+def args_from_json(kind, a):
+    if kind in ("shell", "shell_stream"):
+        if set(a) - {"command", "workingDirectory", "timeout", "toolCallId"}:
+            return None
+        return pb.a_shell(a.get("command", ""), a.get("workingDirectory", ""),
+                          a.get("timeout", 0), a.get("toolCallId", ""))
+    if kind == "read":
+        return pb.a_read(a.get("path", ""), a.get("toolCallId", ""))
+    if kind == "ls":
+        return pb.a_ls(a.get("path", ""), a.get("ignore", []), a.get("toolCallId", ""))
+    if kind == "grep":
+        return pb.a_grep(a.get("pattern", ""), a.get("path"), a.get("glob"),
+                         a.get("outputMode"), a.get("toolCallId", ""))
+    if kind == "write":
+        return pb.a_write(a.get("path", ""), a.get("fileText", ""), a.get("toolCallId", ""),
+                          a.get("returnFileContentAfterWrite", False))
+    if kind == "mcp":
+        return pb.a_mcp(a.get("toolName", ""), a.get("args", {}), a.get("toolCallId", ""),
+                        a.get("providerIdentifier", ""), a.get("name", ""))
+    if kind == "request_context":
+        return pb.a_request_context(a.get("notesSessionId"), a.get("workspaceId"))
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. the running server
+
+class Fake:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        ready = os.path.join(tmp, "ready.json")
+        self.log = open(os.path.join(tmp, "fake.log"), "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "fake_cursor.py"), "--cert-dir",
+             os.path.join(tmp, "certs"), "--ready-file", ready,
+             "--config", json.dumps({"append_wait_s": 3.0, "kv_wait_s": 3.0})],
+            stdout=subprocess.DEVNULL, stderr=self.log)
+        end = time.time() + 60
+        while not os.path.exists(ready):
+            if time.time() > end or self.proc.poll() is not None:
+                raise RuntimeError("fake did not start")
+            time.sleep(0.05)
+        with open(ready) as f:
+            self.info = json.load(f)
+        self.port = self.info["port"]
+
+    def ctl(self, path, body=None):
+        url = "http://127.0.0.1:%d%s" % (self.info["control_port"], path)
+        data = json.dumps(body).encode() if body is not None else None
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        try:
+            self.ctl("/shutdown", {})
+        except OSError:
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def ctx_for(ca):
+    c = ssl.create_default_context(cafile=ca)
+    c.maximum_version = ssl.TLSVersion.TLSv1_2   # what BearSSL speaks
+    return c
+
+
+class Client:
+    """Plays the proxy: RunSSE + BidiAppend with the headers of spec 2.1."""
+
+    def __init__(self, fake, token):
+        self.fake = fake
+        self.token = token
+        self.ctx = ctx_for(fake.info["ca"])
+        self.append_conn = self.conn()
+
+    def conn(self, port=None):
+        return http.client.HTTPSConnection("localhost", port or self.fake.port, context=self.ctx,
+                                           timeout=20)
+
+    def headers(self, rid, ctype="application/grpc-web+proto", **over):
+        h = {"authorization": "Bearer " + self.token, "content-type": ctype,
+             "user-agent": "connect-es/1.4.0", "x-cursor-checksum": pb.checksum(self.token),
+             "x-cursor-client-version": "cli-2025.11.25-d5b3271", "x-cursor-client-type": "cli",
+             "x-cursor-timezone": "UTC", "x-ghost-mode": "true", "x-cursor-streaming": "true",
+             "x-request-id": rid}
+        for k, v in over.items():
+            k = k.replace("_", "-")
+            if v is None:
+                h.pop(k, None)
+            else:
+                h[k] = v
+        return h
+
+    def append(self, rid, msg, seqno, hdr=None, raw=None):
+        body = raw if raw is not None else pb.envelope(pb.c_bidi_append(msg, rid, seqno))
+        self.append_conn.request("POST", "/aiserver.v1.BidiService/BidiAppend", body=body,
+                                 headers=hdr or self.headers(rid))
+        r = self.append_conn.getresponse()
+        return r.status, r.read()
+
+    def run(self, model, prompt="User: hi", tools=(), on_frame=None, delay_append=0.0,
+            exec_reply=None):
+        """Full run. Returns dict(status, frames=[(flags, payload)], text, events, error)."""
+        rid = str(uuid.uuid4())
+        c = self.conn()
+        c.request("POST", "/agent.v1.AgentService/RunSSE",
+                  body=pb.envelope(pb.c_bidi_request_id(rid)), headers=self.headers(rid))
+        if delay_append:
+            time.sleep(delay_append)
+        t_append = time.time()
+        st, _ = self.append(rid, pb.c_run_request(prompt, model, tools=tools), 0)
+        out = {"rid": rid, "append_status": st, "frames": [], "text": "", "thinking": "",
+               "events": [], "t_append": t_append, "error": None, "seq": 1}
+        r = c.getresponse()
+        out["status"] = r.status
+        out["t_headers"] = time.time()
+        if r.status != 200:
+            out["body"] = r.read()
+            c.close()
+            return out
+        fr = pb.FrameReader()
+        blobs = {}
+        try:
+            while True:
+                d = r.read1(65536)
+                if not d:
+                    break
+                for flags, payload in fr.feed(d):
+                    out["frames"].append((flags, payload))
+                    self._on(out, rid, flags, payload, blobs, exec_reply)
+                    if on_frame and on_frame(out, c) == "stop":
+                        c.close()
+                        return out
+        except (http.client.IncompleteRead, OSError, ssl.SSLError) as e:
+            out["error"] = repr(e)
+        out["leftover"] = fr.buf
+        c.close()
+        return out
+
+    def _on(self, out, rid, flags, payload, blobs, exec_reply):
+        if flags & 0x80:
+            out["trailer"] = pb.parse_trailer(payload)
+            out["events"].append("trailer")
+            return
+        if flags & 0x02:
+            out["end_stream"] = json.loads(payload)
+            out["events"].append("end_stream")
+            return
+        fl = pb.parse(payload)
+        for fn, wt, v in fl:
+            if fn == 1:
+                (k, _, body), = pb.parse(v)
+                if k == 1:
+                    out["text"] += pb.text(pb.last(pb.parse(body), 1, 2, b""))
+                    out["events"].append("text")
+                elif k == 4:
+                    out["thinking"] += pb.text(pb.last(pb.parse(body), 1, 2, b""))
+                    out["events"].append("thinking")
+                else:
+                    out["events"].append({13: "heartbeat", 14: "turn_ended", 8: "token_delta",
+                                          5: "thinking_completed", 2: "tool_call_started"}
+                                         .get(k, "iu%d" % k))
+            elif fn == 4:
+                kv = pb.parse(v)
+                kid = pb.last(kv, 1, 0, 0)
+                sb = pb.last(kv, 3, 2)
+                gb = pb.last(kv, 2, 2)
+                if sb is not None:
+                    a = pb.parse(sb)
+                    blobs[pb.last(a, 1, 2, b"")] = pb.last(a, 2, 2, b"")
+                    reply = pb.c_kv_set_result(kid)
+                    out["events"].append("kv_set")
+                else:
+                    bid = pb.last(pb.parse(gb), 1, 2, b"")
+                    reply = pb.c_kv_get_result(kid, blobs.get(bid))
+                    out["events"].append("kv_get")
+                st, _ = self.append(rid, reply, out["seq"])
+                out["seq"] += 1
+                out.setdefault("kv_reply_status", []).append(st)
+            elif fn == 2:
+                ex = pb.parse(v)
+                out["events"].append("exec")
+                out["exec"] = {"id": pb.last(ex, 1, 0, 0), "exec_id": pb.text(pb.last(
+                    ex, 15, 2, b"")), "kinds": [f for f, w, _ in ex if f not in (1, 15)]}
+                if exec_reply:
+                    for m in exec_reply(out["exec"]):
+                        st, _ = self.append(rid, m, out["seq"])
+                        out["seq"] += 1
+            elif fn == 3:
+                out["events"].append("checkpoint")
+            else:
+                out["events"].append("asm%d" % fn)
+
+
+def raw_post(fake, path, body, headers, port=None):
+    c = http.client.HTTPSConnection("localhost", port or fake.port,
+                                    context=ctx_for(fake.info["ca"]), timeout=10)
+    c.request("POST", path, body=body, headers=headers)
+    r = c.getresponse()
+    b = r.read()
+    c.close()
+    return r.status, b
+
+
+def errors_since(fake, n0):
+    return fake.ctl("/state")["errors"][n0:]
+
+
+def test_server(tmp):
+    fake = Fake(tmp)
+    try:
+        server_tests(fake)
+    finally:
+        fake.stop()
+
+
+def server_tests(fake):
+    now = int(time.time())
+    tok = pb.make_jwt({"sub": "t", "exp": now + 3600})
+    cl = Client(fake, tok)
+    st = fake.ctl("/state")
+    eq("fresh fake has no validation errors", st["errors"], [])
+
+    # -- text scenario, TLS 1.2, KV answer, frames
+    r = cl.run("scenario:text_basic")
+    eq("text_basic status", r["status"], 200)
+    eq("text_basic text", r["text"], "Hello, world! w\u00f6rld \U0001f30d")
+    eq("text_basic events", r["events"], ["kv_set", "text", "heartbeat", "text", "token_delta",
+                                          "text", "checkpoint", "turn_ended", "trailer"])
+    eq("text_basic trailer", r.get("trailer"), {"grpc-status": "0"})
+    eq("text_basic kv reply accepted", r.get("kv_reply_status"), [200])
+    eq("text_basic clean end", (r["error"], r["leftover"]), (None, b""))
+    st = fake.ctl("/state")
+    eq("no validation errors after a correct run", st["errors"], [])
+    check("TLS 1.2 negotiated", st["counters"].get("tls_version_TLSv1.2", 0) >= 1, str(st))
+    runs = {x["request_id"]: x for x in fake.ctl("/runs")}
+    run = runs[r["rid"]]
+    eq("run recorded appends", [(a["seqno"], a["message"]["type"]) for a in run["appends"]],
+       [(0, "run_request"), (1, "kv_result")])
+    eq("run recorded kv reply", run["kv_replies"]["1"]["kind"], "set_blob_result")
+    eq("run scenario", run["scenario"], "text_basic")
+
+    # -- RunSSE sends nothing before the seqno-0 append
+    r = cl.run("scenario:text_basic", delay_append=0.6)
+    check("RunSSE headers only after the seqno-0 append", r["t_headers"] >= r["t_append"],
+          "%f < %f" % (r["t_headers"], r["t_append"]))
+    eq("delayed append run works", r["text"], "Hello, world! w\u00f6rld \U0001f30d")
+
+    # -- keep-alive: the append connection carried several requests
+    reqs = fake.ctl("/requests")
+    conns = {q["conn"] for q in reqs if q["path"].endswith("BidiAppend")}
+    eq("appends reused one keep-alive connection", len(conns), 1)
+    rec = [q for q in reqs if q["path"].endswith("RunSSE")][0]
+    eq("recorded RunSSE headers", rec["headers"]["x-cursor-client-type"], "cli")
+    eq("recorded RunSSE request id", rec["decoded"]["request_id"], rec["headers"]["x-request-id"])
+
+    # -- thinking, split bytes, kv get, echo, long
+    r = cl.run("scenario:thinking")
+    eq("thinking text", (r["thinking"], r["text"]), ("Let me think about it.",
+                                                      "The answer is 42."))
+    r = cl.run("scenario:split_bytes")
+    eq("split frames reassemble", r["text"], "split \U0001f30d across many frames")
+    r = cl.run("scenario:kv_get")
+    eq("kv_get text", r["text"], "kv ok")
+    n0 = len(fake.ctl("/state")["errors"])
+    eq("kv_get: client answers checked", errors_since(fake, n0), [])
+    r = cl.run("scenario:long:1000")
+    eq("long:1000 frames", r["events"].count("text"), 1000)
+    eq("long:1000 text", r["text"], "lorem ipsum " * 1000)
+    r = cl.run("scenario:end_stream_error")
+    eq("end-stream JSON frame", r.get("end_stream"), {"error": {"code": "internal",
+                                                               "message": "boom"}})
+
+    # -- concurrency: 20 echo runs at once, each gets its own answer
+    res = {}
+
+    def one(i):
+        c2 = Client(fake, tok)
+        res[i] = c2.run("scenario:echo", prompt="User: question number %d" % i)["text"]
+    ths = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    [t.start() for t in ths]
+    [t.join(30) for t in ths]
+    eq("20 concurrent echo runs", [res.get(i) for i in range(20)],
+       ["ECHO:question number %d" % i for i in range(20)])
+    st = fake.ctl("/state")
+    check("max_active_streams counted", st["max_active_streams"] >= 2, str(st))
+
+    # -- control API: queued scenario for a normal model, registered scenario
+    fake.ctl("/next_scenario", {"name": "echo"})
+    r = cl.run("claude-4.5-sonnet", prompt="User: via queue")
+    eq("queued scenario", r["text"], "ECHO:via queue")
+    r = cl.run("claude-4.5-sonnet")
+    eq("default scenario", r["text"], "Hello from fake Cursor.")
+    fake.ctl("/scenario", {"name": "mine", "scenario": {"steps": [
+        {"op": "text", "text": "custom"}, {"op": "turn_ended"}]}})
+    r = cl.run("scenario:mine")
+    eq("registered scenario", (r["text"], r["events"]), ("custom", ["text", "turn_ended"]))
+    fake.ctl("/scenario", {"name": "branch", "scenario": {
+        "when": [{"prompt_contains": "[Tool result for", "steps": [{"op": "text", "text": "B"}]},
+                 {"has_tools": True, "steps": [{"op": "text", "text": "T"}]}],
+        "steps": [{"op": "text", "text": "A"}]}})
+    eq("branch default", cl.run("scenario:branch")["text"], "A")
+    eq("branch tools", cl.run("scenario:branch", tools=["read"])["text"], "T")
+    eq("branch tool result", cl.run("scenario:branch",
+                                    prompt="[Tool result for x]: y")["text"], "B")
+
+    # -- exec with the client's reply recorded
+    def reply(ex):
+        return [pb.c_read_result(ex["id"], ex["exec_id"], "/tmp/fake-workspace/hello.txt",
+                                 "hello\n"), pb.c_stream_close(ex["id"])]
+    fake.ctl("/scenario", {"name": "read_then_text", "scenario": {"steps": [
+        {"op": "exec", "kind": "read", "id": 7, "exec_id": "exec-7", "path": "/x",
+         "wait_reply": 3.0}, {"op": "text", "text": "done"}, {"op": "turn_ended"}]}})
+    r = cl.run("scenario:read_then_text", exec_reply=reply)
+    eq("exec frame", r.get("exec"), {"id": 7, "exec_id": "exec-7", "kinds": [7]})
+    eq("text after exec reply", r["text"], "done")
+    run = {x["request_id"]: x for x in fake.ctl("/runs")}[r["rid"]]
+    got = [(m["type"], m.get("result") or m.get("kind"), m.get("variant"))
+           for m in run["exec_replies"].get("7", [])]
+    eq("exec replies recorded", got, [("exec_result", "read_result", "success"),
+                                      ("exec_control", "stream_close", None)])
+
+    # -- tool scenario: client hangs up after the exec (what the proxy does) -> disconnect seen
+    st0 = fake.ctl("/state")["counters"]
+    r = cl.run("scenario:tool_shell", on_frame=lambda o, c: "stop" if "exec" in o else None)
+    eq("tool_shell exec", r.get("exec"), {"id": 1, "exec_id": "exec-7f3a-0001", "kinds": [14]})
+    ok = wait_until(lambda: fake.ctl("/state")["counters"].get("disconnects_mid_stream", 0)
+                    > st0.get("disconnects_mid_stream", 0), 5)
+    check("fake sees the client hang up mid-stream", ok)
+    ok = wait_until(lambda: fake.ctl("/state")["active_streams"] == 0, 5)
+    check("active streams back to 0", ok)
+
+    # -- stall + hang up
+    r = cl.run("scenario:stall", on_frame=lambda o, c: "stop" if o["text"] else None)
+    ok = wait_until(lambda: any(x["stream"].get("stall_result") == "closed"
+                                for x in fake.ctl("/runs") if x["request_id"] == r["rid"]), 5)
+    check("stall ends when the client hangs up", ok)
+
+    # -- faults
+    r = cl.run("scenario:usage_limit")
+    eq("usage limit trailer", (r.get("trailer", {}).get("grpc-status"), r.get("trailer", {}).get("grpc-message")),
+       ("8", "You%27ve%20hit%20your%20usage%20limit"))
+    det = base64.b64decode(r["trailer"]["grpc-status-details-bin"])
+    sf = pb.parse(det)
+    anyv = pb.parse(pb.last(sf, 3, 2))
+    eq("usage limit details type", pb.text(pb.last(anyv, 1, 2)), pb.ERROR_DETAILS_TYPE)
+    eq("usage limit details error", pb.last(pb.parse(pb.last(anyv, 2, 2)), 1, 0), 10)
+    for sc, status, code in (("runsse_401", 401, "unauthenticated"),
+                             ("runsse_500", 500, "internal")):
+        r = cl.run("scenario:" + sc)
+        eq(sc + " status", (r["append_status"], r["status"]), (200, status))
+        eq(sc + " body", json.loads(r["body"])["code"], code)
+    for sc, status in (("append_401", 401), ("append_500", 500)):
+        r = cl.run("scenario:" + sc)
+        eq(sc + " status", (r["append_status"], r["status"]), (status, status))
+    r = cl.run("scenario:append_401_kv")
+    eq("append 401 on the kv reply", (r.get("kv_reply_status"), r["text"][:9]),
+       ([401], "before kv"))
+    r = cl.run("scenario:cut_frame")
+    check("cut frame: body ends badly", r["error"] is not None or r["leftover"] != b"",
+          str(r)[:300])
+    check("cut frame: leftover partial frame", len(r["leftover"]) > 0, str(r["leftover"]))
+    r = cl.run("scenario:cut_frame_clean_eof")
+    eq("cut frame clean EOF: no transport error", r["error"], None)
+    check("cut frame clean EOF: leftover", 0 < len(r["leftover"]) < 40, repr(r["leftover"]))
+    r = cl.run("scenario:close_mid")
+    check("close mid-stream: incomplete body", r["error"] is not None, str(r)[:200])
+    # the 4 GiB frame never completes; look at the raw bytes instead
+    c = cl.conn()
+    rid = str(uuid.uuid4())
+    c.request("POST", "/agent.v1.AgentService/RunSSE", body=pb.envelope(
+        pb.c_bidi_request_id(rid)), headers=cl.headers(rid))
+    cl.append(rid, pb.c_run_request("User: x", "scenario:huge_len_first"), 0)
+    resp = c.getresponse()
+    eq("huge length frame bytes", resp.read1(10)[:5].hex(), "00ffffffff")
+    c.close()
+
+    # -- GetUsableModels
+    rid = str(uuid.uuid4())
+    h = cl.headers(rid, ctype="application/json", x_cursor_streaming=None)
+    h.update({"accept": "application/json", "connect-protocol-version": "1"})
+    s, b = raw_post(fake, "/aiserver.v1.AiService/GetUsableModels", b"{}", h)
+    eq("models status", s, 200)
+    from fake_cursor import load_vector_model_ids
+    ms = json.loads(b)["models"]
+    eq("models match the vector", [m["displayModelId"] for m in ms][:5],
+       [i for i, _ in load_vector_model_ids()])
+    check("scenario models listed", "scenario:tool_read" in [m["modelId"] for m in ms])
+    n0 = len(fake.ctl("/state")["errors"])
+    s, b = raw_post(fake, "/aiserver.v1.AiService/GetUsableModels", b"{}",
+                    dict(h, **{"content-type": "application/grpc-web+proto"}))
+    eq("models wrong content type", s, 415)
+
+    # -- validation: each must be rejected AND recorded
+    n0 = len(fake.ctl("/state")["errors"])
+    rid = str(uuid.uuid4())
+    body = pb.envelope(pb.c_bidi_append(pb.c_run_request("User: x", "m"), rid, 0))
+    path = "/aiserver.v1.BidiService/BidiAppend"
+    expired = pb.make_jwt({"sub": "t", "exp": now - 10})
+    cases = [
+        ("no authorization", cl.headers(rid, authorization=None), body, 401),
+        ("not bearer", cl.headers(rid, authorization="Basic abc"), body, 401),
+        ("expired token", dict(cl.headers(rid), authorization="Bearer " + expired,
+                               **{"x-cursor-checksum": pb.checksum(expired)}), body, 401),
+        ("non-JWT token", dict(cl.headers(rid), authorization="Bearer abc",
+                               **{"x-cursor-checksum": pb.checksum("abc")}), body, 401),
+        ("wrong content type", cl.headers(rid, content_type="application/proto"), body, 415),
+        ("connect+proto", cl.headers(rid, content_type="application/connect+proto"), body, 415),
+        ("bad checksum", cl.headers(rid, x_cursor_checksum="paaotU1Zdbb62c77/494d097f"), body,
+         400),
+        ("old checksum", cl.headers(rid, x_cursor_checksum=pb.checksum(tok, time.time() - 3700)),
+         body, 400),
+        ("no checksum", cl.headers(rid, x_cursor_checksum=None), body, 400),
+        ("no client version", cl.headers(rid, x_cursor_client_version=None), body, 400),
+        ("client type", cl.headers(rid, x_cursor_client_type="ide"), body, 400),
+        ("no ghost mode", cl.headers(rid, x_ghost_mode=None), body, 400),
+        ("no streaming header", cl.headers(rid, x_cursor_streaming=None), body, 400),
+        ("upper-case request id", cl.headers(rid.upper()), body, 400),
+        ("request id mismatch", cl.headers(str(uuid.uuid4())), body, 400),
+        ("upper-case hex", cl.headers(rid), pb.envelope(pb.c_bidi_append(
+            pb.c_run_request("User: x", "m"), rid, 0, hex_upper=True)), 400),
+        ("unparseable message", cl.headers(rid), pb.envelope(
+            pb.o_str(1, "0a05") + pb.f_bytes(2, pb.o_str(1, rid)) + pb.f_varint(3, 0)), 400),
+        ("seqno omitted", cl.headers(rid), pb.envelope(
+            pb.o_str(1, pb.c_run_request("User: x", "m").hex())
+            + pb.f_bytes(2, pb.o_str(1, rid))), 400),
+        ("envelope length lie", cl.headers(rid), body[:4] + bytes([body[4] + 1]) + body[5:],
+         400),
+        ("seqno 0 without conversation_state", cl.headers(rid), pb.envelope(pb.c_bidi_append(
+            pb.c_run_request("User: x", "m", with_state=False), rid, 0)), 400),
+        ("seqno 0 without request_context", cl.headers(rid), pb.envelope(pb.c_bidi_append(
+            pb.c_run_request("User: x", "m", with_context=False), rid, 0)), 400),
+        ("seqno 0 not a run request", cl.headers(rid), pb.envelope(pb.c_bidi_append(
+            pb.c_kv_set_result(1), rid, 0)), 400),
+        ("seqno starts at 1", cl.headers(rid), pb.envelope(pb.c_bidi_append(
+            pb.c_kv_set_result(1), rid, 1)), 400),
+    ]
+    for name, hdr, b, want in cases:
+        s, rb = raw_post(fake, path, b, hdr)
+        eq("reject %s" % name, s, want)
+        if want == 401:
+            eq("reject %s body" % name, json.loads(rb).get("code"), "unauthenticated")
+    errs = errors_since(fake, n0)
+    eq("every rejection recorded as a validation error", len(errs), len(cases))
+    # the same request id still works afterwards with a correct append
+    s, _ = raw_post(fake, path, body, cl.headers(rid))
+    eq("correct append after rejections", s, 200)
+    s, _ = raw_post(fake, path, body, cl.headers(rid))
+    eq("repeated seqno 0 rejected", s, 400)
+    # RunSSE for a run whose append never comes
+    n0 = len(fake.ctl("/state")["errors"])
+    rid2 = str(uuid.uuid4())
+    t0 = time.time()
+    s, _ = raw_post(fake, "/agent.v1.AgentService/RunSSE",
+                    pb.envelope(pb.c_bidi_request_id(rid2)), cl.headers(rid2))
+    check("RunSSE without append gives up after append_wait_s", s == 400 and
+          2.5 < time.time() - t0 < 10, "status %d after %.1fs" % (s, time.time() - t0))
+    eq("missing append recorded", len(errors_since(fake, n0)), 1)
+    s, _ = raw_post(fake, "/agent.v1.AgentService/RunSSE",
+                    pb.envelope(pb.c_bidi_request_id(rid2)), cl.headers(rid2))
+    eq("second RunSSE for one request id", s, 409)
+
+    # -- auth endpoints
+    fake.ctl("/config", {"poll_pending": 2})
+    u = str(uuid.uuid4())
+    ver = base64.urlsafe_b64encode(os.urandom(32)).decode().rstrip("=")
+    sts = []
+    for _ in range(3):
+        c = cl.conn()
+        c.request("GET", "/auth/poll?uuid=%s&verifier=%s" % (u, ver),
+                  headers={"content-type": "application/json"})
+        rr = c.getresponse()
+        sts.append((rr.status, rr.read()))
+        c.close()
+    eq("poll: 404, 404, 200", [x[0] for x in sts], [404, 404, 200])
+    toks = json.loads(sts[2][1])
+    check("poll tokens", set(toks) == {"accessToken", "refreshToken"}, str(toks))
+    jh = {"content-type": "application/json", "authorization": "Bearer " + toks["refreshToken"]}
+    c0 = fake.ctl("/state")["counters"].get("refresh_calls", 0)
+    s, b = raw_post(fake, "/auth/refresh", b"{}", jh)
+    eq("refresh ok", s, 200)
+    s2, _ = raw_post(fake, "/auth/refresh", b"{}", jh)
+    eq("rotated refresh token rejected", s2, 401)
+    eq("refresh calls counted", fake.ctl("/state")["counters"]["refresh_calls"] - c0, 2)
+    new = json.loads(b)
+    fake.ctl("/config", {"accept_any_jwt": False})
+    cl2 = Client(fake, new["accessToken"])
+    eq("refreshed access token works", cl2.run("scenario:mine")["text"], "custom")
+    cl3 = Client(fake, tok)
+    r = cl3.run("scenario:mine")
+    eq("unknown token rejected when accept_any_jwt is off", r["append_status"], 401)
+    fake.ctl("/config", {"accept_any_jwt": True})
+    s, b = raw_post(fake, "/auth/exchange_user_api_key", b"{}",
+                    {"content-type": "application/json", "authorization": "Bearer key_abc"})
+    eq("exchange ok", (s, sorted(json.loads(b))), (200, ["accessToken", "refreshToken"]))
+    s, b = raw_post(fake, "/auth/exchange_user_api_key", b"{}",
+                    {"content-type": "application/json", "authorization": "Bearer nope"})
+    eq("exchange bad key", s, 401)
+    s, _ = raw_post(fake, "/nope", b"{}", {})
+    eq("unknown path", s, 404)
+
+    # -- wrong certificates
+    for port, name in ((fake.info["wrong_host_port"], "wrong host"),
+                       (fake.info["wrong_ca_port"], "wrong CA")):
+        try:
+            c = http.client.HTTPSConnection("localhost", port, context=ctx_for(fake.info["ca"]),
+                                            timeout=5)
+            c.request("GET", "/auth/poll")
+            c.getresponse()
+            check("%s rejected by a verifying client" % name, False)
+        except ssl.SSLCertVerificationError as e:
+            check("%s rejected by a verifying client" % name, True, str(e))
+    good = ctx_for(fake.info["wrong_ca"])
+    good.check_hostname = True
+    c = http.client.HTTPSConnection("localhost", fake.info["wrong_ca_port"], context=good,
+                                    timeout=5)
+    c.request("GET", "/nope")
+    eq("wrong-CA listener works with its own CA", c.getresponse().status, 404)
+    st = fake.ctl("/state")["counters"]
+    check("handshake failures counted", st.get("tls_handshake_failures", 0) >= 2, str(st))
+
+    # -- reset
+    fake.ctl("/reset", {})
+    st = fake.ctl("/state")
+    eq("reset clears", (st["errors"], st["n_requests"]), ([], 0))
+
+
+def wait_until(f, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        if f():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def main():
+    test_vectors()
+    with tempfile.TemporaryDirectory(prefix="fake-cursor-test-") as tmp:
+        try:
+            test_server(tmp)
+        except Exception:
+            import traceback
+            traceback.print_exc()
+            check("server tests ran to the end", False)
+            try:
+                print(open(os.path.join(tmp, "fake.log")).read()[-3000:])
+            except OSError:
+                pass
+    print("RESULT %d %d" % (PASS, FAIL))
+    return 1 if FAIL else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
