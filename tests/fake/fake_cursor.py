@@ -1230,6 +1230,12 @@ def handle_conn(raw, addr, listener, ctx):
         cid = S.counters["connections_accepted"]
     raw.settimeout(10)
     try:
+        # as real servers do: without it a kept-alive stream's first small write waits for the
+        # client's delayed ACK (Nagle), up to 40 ms
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        pass
+    try:
         try:
             sock = ctx.wrap_socket(raw, server_side=True)
         except (ssl.SSLError, OSError) as e:
