@@ -6,6 +6,7 @@
 # Env: COAI_BENCH_PROXY  binary to measure (default build/cursor-oai)
 #      COAI_DEPS_DIR     dependency cache (default build/deps), as for build.sh
 set -eu
+export PYTHONDONTWRITEBYTECODE=1
 cd "$(dirname "$0")/.."
 DEPS=${COAI_DEPS_DIR:-build/deps}
 pick() { for d in "$@"; do [ -d "$d" ] && { printf '%s\n' "$d"; return 0; }; done; return 1; }
