@@ -506,7 +506,10 @@ bench)
         say "bench: not yet available (tests/bench.sh is missing)"
         exit 1
     fi
-    deps; release
+    deps; release; bearssl_gcc
+    # the load generator links the glibc BearSSL build and the same nanopb/cJSON sources
+    export COAI_BENCH_NP="$NP" COAI_BENCH_CJ="$CJ" COAI_BENCH_BR="$BR"
+    export COAI_BENCH_BRLIB="$BR_GCC/build/libbearssl.a"
     if [ -x tests/bench.sh ]; then run ./tests/bench.sh "$@"; else run sh tests/bench.sh "$@"; fi
     ;;
 clean)

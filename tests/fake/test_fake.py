@@ -521,6 +521,17 @@ def server_tests(fake):
     r = cl.run("scenario:long:1000")
     eq("long:1000 frames", r["events"].count("text"), 1000)
     eq("long:1000 text", r["text"], "lorem ipsum " * 1000)
+    fake.ctl("/scenario", {"name": "stamped", "scenario": {"steps": [
+        {"op": "long", "n": 10, "batch": 3, "stamp": True, "interval": 0.01, "text": "x"},
+        {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}})
+    t0 = time.monotonic_ns()
+    r = cl.run("scenario:stamped")
+    t1 = time.monotonic_ns()
+    stamps = [int(p[2:]) for p in r["text"].split(";x")[:-1]]
+    eq("stamped: 10 frames", (r["events"].count("text"), len(stamps)), (10, 10))
+    eq("stamped: monotonic times within the run, batches of 3 paced apart",
+       (all(t0 <= s <= t1 for s in stamps), len(set(stamps)), stamps[3] - stamps[0] >= 10 ** 7),
+       (True, 4, True))
     r = cl.run("scenario:end_stream_error")
     eq("end-stream JSON frame", r.get("end_stream"), {"error": {"code": "internal",
                                                                "message": "boom"}})

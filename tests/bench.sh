@@ -1,0 +1,27 @@
+#!/bin/sh
+# tests/bench.sh - performance bench of cursor-oai against the fake upstream, loopback only.
+# Normally run as `./build.sh bench [ARGS]` (release build first). Builds the load generator
+# (tests/bench/loadgen.c, gcc -O2, glibc) into build/bench/ and runs tests/bench/bench.py,
+# which prints a table and writes bench/results.json. ARGS go to bench.py (--help).
+# Env: COAI_BENCH_PROXY  binary to measure (default build/cursor-oai)
+#      COAI_DEPS_DIR     dependency cache (default build/deps), as for build.sh
+set -eu
+export PYTHONDONTWRITEBYTECODE=1
+cd "$(dirname "$0")/.."
+DEPS=${COAI_DEPS_DIR:-build/deps}
+pick() { for d in "$@"; do [ -d "$d" ] && { printf '%s\n' "$d"; return 0; }; done; return 1; }
+need() { echo "bench.sh: no $1 in $DEPS (run ./build.sh bench)" >&2; exit 1; }
+NP=${COAI_BENCH_NP:-$(pick "$DEPS"/nanopb-[0-9]*)} || need nanopb
+CJ=${COAI_BENCH_CJ:-$(pick "$DEPS"/cjson-[0-9]*)} || need cJSON
+BR=${COAI_BENCH_BR:-$(pick "$DEPS"/bearssl-[0-9]*[0-9])} || need BearSSL
+BRLIB=${COAI_BENCH_BRLIB:-$DEPS/$(basename "$BR")-gcc/build/libbearssl.a}
+[ -f "$BRLIB" ] || { echo "bench.sh: $BRLIB missing (./build.sh bench builds it)" >&2; exit 1; }
+mkdir -p build/bench
+set -x
+gcc -std=c99 -O2 -Wall -Wextra -DPB_ENABLE_MALLOC -DPB_FIELD_32BIT -DCJSON_NESTING_LIMIT=64 \
+    -I. -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" tests/bench/loadgen.c \
+    proto/agent.pb.c proto/aiserver.pb.c proto/google/rpc/status.pb.c \
+    proto/google/protobuf/struct.pb.c proto/google/protobuf/any.pb.c \
+    "$NP/pb_common.c" "$NP/pb_encode.c" "$NP/pb_decode.c" "$CJ/cJSON.c" "$BRLIB" \
+    -lpthread -lm -o build/bench/loadgen
+exec /usr/bin/python3 tests/bench/bench.py --loadgen build/bench/loadgen "$@"
