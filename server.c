@@ -145,6 +145,7 @@ static struct server {
     int64_t cred_checked_at;        /* mono ms of the last look at the files */
     pthread_cond_t cred_cv;         /* signalled when a renewal ends */
     coai_buf models;                /* last good GetUsableModels JSON */
+    coai_models models_parsed;      /* the same, parsed once (read under S.lock) */
     int64_t models_at;              /* mono ms of the last good fetch, 0 = never */
     int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
     coai_error models_err;          /* why it failed */
@@ -1876,6 +1877,7 @@ struct conn {
     int streaming;                  /* a 200 stream head was sent */
     int dead;                       /* a write failed: the client is gone */
     coai_buf body;                  /* request body */
+    coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
 };
@@ -1967,9 +1969,13 @@ static int stream_write(struct conn *c, const void *p, size_t n)
     c->bytes += n;
     if (c->http10) return conn_write(c, p, n);
     k = snprintf(sz, sizeof sz, "%zx\r\n", n);
-    if (conn_write(c, sz, (size_t)k) || conn_write(c, p, n) || conn_write(c, "\r\n", 2))
-        return -1;
-    return 0;
+    /* One send() per chunk: with TCP_NODELAY, three writes would be three segments. */
+    coai_buf_reset(&c->wbuf);
+    coai_buf_append(&c->wbuf, sz, (size_t)k);
+    coai_buf_append(&c->wbuf, p, n);
+    coai_buf_append(&c->wbuf, "\r\n", 2);
+    if (c->wbuf.err) { c->dead = 1; return -1; }
+    return conn_write(c, c->wbuf.data, c->wbuf.len);
 }
 
 static int stream_end(struct conn *c)
@@ -2231,6 +2237,7 @@ static void *conn_thread(void *arg)
     conn_serve(c);
     close(c->fd);
     coai_buf_free(&c->body);
+    coai_buf_free(&c->wbuf);
     free(c);
     pthread_mutex_lock(&S.lock);
     S.conns--;
@@ -2325,7 +2332,8 @@ static int models_fetch(coai_buf *body, coai_error *err)
  * by one thread at a time (the others wait for its result). When a fetch fails, the last good
  * list is served (stale-while-error) and the upstream is asked again after
  * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err. */
-static int models_get(coai_buf *json, coai_error *err)
+static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
+                      size_t cap)
 {
     coai_buf body = { 0 };
     coai_error fe;
@@ -2350,6 +2358,11 @@ static int models_get(coai_buf *json, coai_error *err)
         coai_buf_reset(&S.models);
         coai_buf_append(&S.models, body.data, body.len);
         S.models_at = S.models.err ? 0 : mono_ms();
+        /* parsed here once, not on every chat request (models_fetch validated it) */
+        coai_models_free(&S.models_parsed);
+        if (S.models_at
+            && coai_models_parse(&S.models_parsed, (const char *)S.models.data, S.models.len) < 0)
+            S.models_at = 0;
         S.models_fail_at = 0;
     } else {
         S.models_fail_at = mono_ms();
@@ -2361,8 +2374,15 @@ static int models_get(coai_buf *json, coai_error *err)
 serve:
     /* a good list, fresh or stale; else the reason of the last failure */
     if (S.models_at && S.models.len) {
-        rc = coai_buf_append(json, S.models.data, S.models.len) < 0 ? -1 : 0;
-        if (rc < 0) coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        rc = 0;
+        if (json && coai_buf_append(json, S.models.data, S.models.len) < 0) {
+            rc = -1;
+            coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        }
+        if (resolved) {
+            coai_str m = coai_models_resolve(&S.models_parsed, want);
+            copy_str(resolved, cap, m.ptr, m.len);
+        }
     } else {
         rc = -1;
         *err = S.models_err;
@@ -2381,7 +2401,7 @@ static int handle_models(struct conn *c)
     coai_error e;
     memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e) < 0) {
+    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -2417,6 +2437,7 @@ struct run {
     int stream;                     /* the client asked for SSE */
     int sent_all;                   /* the whole response was written */
     int in_feed;                    /* inside a coai_reply_feed_* call (no keepalive) */
+    int final_frame;                /* a trailer or end-stream frame arrived */
     int cancelled;                  /* the client went away */
     int stopping;                   /* ended by shutdown */
     coai_error err;                 /* failure of run_start / an append */
@@ -2599,6 +2620,7 @@ static int run_frame(struct run *r, const coai_frame *f)
     coai_status st;
     int rc;
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
+        r->final_frame = 1;
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
         if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
@@ -2669,8 +2691,11 @@ static void run_stream(struct run *r)
                 rc = run_frame(r, &f);
             }
             r->in_feed = 0;
-            if (r->cancelled || run_flush(r) < 0) { r->cancelled = 1; return; }
+            if (r->cancelled) return;
         }
+        /* What this read decoded leaves now, in one write: every delta is still its own
+         * SSE event, and nothing waits for more upstream input. */
+        if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
 }
@@ -2679,16 +2704,13 @@ static int handle_chat(struct conn *c)
 {
     struct run *r = calloc(1, sizeof *r);
     coai_chat_request req;
-    coai_models models;
     coai_run_params params;
     coai_reply_opts o;
-    coai_buf mj = { 0 };
     coai_error e;
     coai_str model;
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
     int attempt, rc, i, k;
     memset(&req, 0, sizeof req);
-    memset(&models, 0, sizeof models);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
     memset(&e, 0, sizeof e);
@@ -2710,14 +2732,12 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    model = req.model;
-    if (models_get(&mj, &e) == 0
-        && coai_models_parse(&models, (const char *)mj.data, mj.len) == 0)
-        model = coai_models_resolve(&models, req.model);
-    else
+    if (models_get(NULL, &e, req.model, c->model, sizeof c->model) < 0) {
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)req.model.len, req.model.ptr);
-    copy_str(c->model, sizeof c->model, model.ptr, model.len);
+        copy_str(c->model, sizeof c->model, req.model.ptr, req.model.len);
+    }
+    model = coai_str_c(c->model);
     r->stream = req.stream;
     if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
@@ -2796,6 +2816,16 @@ static int handle_chat(struct conn *c)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s", r->request_id, r->reply.error.status,
                 r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
 done:
+    /* After a final frame only the chunked terminator is left: read it (briefly) so the
+     * RunSSE connection can go back to the pool. Not after a tool call: that upstream run
+     * is still open, waiting for a result it will never get, and is simply closed. */
+    if (r->sse && !r->cancelled && !r->sse->body_done && r->final_frame) {
+        const unsigned char *p;
+        r->sse->tick = NULL;
+        r->sse->io_timeout_ms = 0;
+        r->sse->deadline = mono_ms() + 1000;
+        while (up_body(r->sse, &p) > 0) {}
+    }
     /* A RunSSE connection is reused only when its body was read to the framed end. */
     if (r->sse) {
         if (r->cancelled || !r->sse->body_done) up_free(r->sse);
@@ -2806,8 +2836,6 @@ done:
     coai_frame_decoder_free(&r->frames);
     coai_buf_free(&r->run_msg);
     coai_chat_request_free(&req);
-    coai_models_free(&models);
-    coai_buf_free(&mj);
     free(r);
     return 0;
 }
