@@ -1107,6 +1107,9 @@ int coai_reply_fail_timeout(coai_reply *r);                        /* caller's i
 int coai_reply_keepalive(coai_reply *r);
 int coai_reply_started(const coai_reply *r);  /* 1 once status and headers are final */
 int coai_reply_done(const coai_reply *r);
+/* 1 when the response ended with a tool call: the upstream run is then still waiting
+ * for a result it will not get, so close it rather than read it to its end. */
+int coai_reply_tool_called(const coai_reply *r);
 int coai_reply_status(const coai_reply *r);   /* HTTP status to send (200 or error) */
 /* Append the response header lines this reply needs ("Content-Type: ..\r\n",
  * "Cache-Control: no-cache\r\n" for SSE, "x-should-retry: false\r\n",
@@ -5485,6 +5488,7 @@ void coai_reply_free(coai_reply *r)
 
 int coai_reply_started(const coai_reply *r) { return r->committed_; }
 int coai_reply_done(const coai_reply *r) { return r->done_; }
+int coai_reply_tool_called(const coai_reply *r) { return r->done_ && r->has_tool_call_; }
 int coai_reply_status(const coai_reply *r) { return r->status_ ? r->status_ : 200; }
 
 int coai_reply_head(const coai_reply *r, coai_buf *out)

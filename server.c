@@ -73,6 +73,7 @@
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 16                            /* idle TLS connections kept */
+#define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
 #define UP_MODELS_TTL_MS 300000                   /* model list cache */
 
@@ -2437,7 +2438,6 @@ struct run {
     int stream;                     /* the client asked for SSE */
     int sent_all;                   /* the whole response was written */
     int in_feed;                    /* inside a coai_reply_feed_* call (no keepalive) */
-    int final_frame;                /* a trailer or end-stream frame arrived */
     int cancelled;                  /* the client went away */
     int stopping;                   /* ended by shutdown */
     coai_error err;                 /* failure of run_start / an append */
@@ -2620,7 +2620,6 @@ static int run_frame(struct run *r, const coai_frame *f)
     coai_status st;
     int rc;
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
-        r->final_frame = 1;
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
         if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
@@ -2816,14 +2815,16 @@ static int handle_chat(struct conn *c)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s", r->request_id, r->reply.error.status,
                 r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
 done:
-    /* After a final frame only the chunked terminator is left: read it (briefly) so the
-     * RunSSE connection can go back to the pool. Not after a tool call: that upstream run
-     * is still open, waiting for a result it will never get, and is simply closed. */
-    if (r->sse && !r->cancelled && !r->sse->body_done && r->final_frame) {
+    /* After a normal end only the trailer and the chunked terminator are left: read them
+     * (for at most RUNSSE_DRAIN_MS, so a slow upstream never delays this client's next
+     * request) and the RunSSE connection can go back to the pool. Not after a tool call:
+     * that upstream run is still open, waiting for a result it will never get. */
+    if (r->sse && !r->cancelled && !r->sse->body_done && coai_reply_done(&r->reply)
+        && !r->reply.error.status && !coai_reply_tool_called(&r->reply)) {
         const unsigned char *p;
         r->sse->tick = NULL;
         r->sse->io_timeout_ms = 0;
-        r->sse->deadline = mono_ms() + 1000;
+        r->sse->deadline = mono_ms() + RUNSSE_DRAIN_MS;
         while (up_body(r->sse, &p) > 0) {}
     }
     /* A RunSSE connection is reused only when its body was read to the framed end. */

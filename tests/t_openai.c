@@ -497,6 +497,7 @@ static void test_sse_text(void)
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
     CHECK_MEM(r.out.data, r.out.len, want, strlen(want));
     CHECK(sse_check(&r.out, &done) == 6 && done);
+    CHECK(coai_reply_tool_called(&r) == 0);               /* a normal end: drain upstream */
     CHECK(s.count == 1);                                  /* the set_blob answer */
     CHECK_MEM(s.all.data, s.all.len, "\x06\x1a\x04\x08\x01\x1a\x00", 7);
     /* after done: nothing more */
@@ -612,6 +613,7 @@ static void test_sse_tool_call(void)
     m.exec.tool_call_id = coai_str_c("toolu_01SHELL");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
     CHECK(s.count == 5);                        /* the mapped exec is not answered */
+    CHECK(coai_reply_tool_called(&r) == 1);     /* the upstream run is left waiting */
     CHECK_MEM(r.out.data, r.out.len, want, strlen(want));
     CHECK(sse_check(&r.out, &done) == 5 && done);
     coai_reply_free(&r);
