@@ -188,7 +188,7 @@ def proxy_cmd():
 
 
 class Proxy:
-    def __init__(self, tmp, name, api_url, ca, token, extra_env=None):
+    def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None):
         self.port = free_port()
         self.home = os.path.join(tmp, "home-" + name)
         self.cwd = os.path.join(tmp, "cwd-" + name)
@@ -204,7 +204,7 @@ class Proxy:
         env.update(extra_env or {})
         self.env = env
         self.token = token
-        args = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port]
+        args = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port] + list(args or [])
         self.proc = spawn(args, os.path.join(tmp, "proxy-%s.log" % name), env=env, cwd=self.cwd)
         ok = wait_for(lambda: self.proc.poll() is not None or self.get("/health")[0] == 200, 15)
         if not ok or self.proc.poll() is not None:
@@ -272,12 +272,19 @@ class Proxy:
                 other += 1
         return other, upstream
 
-    def threads(self):
+    def status_field(self, name):
+        """An integer field of /proc/<pid>/status (Threads, VmRSS and VmHWM in KiB), or -1."""
         with open("/proc/%d/status" % self.proc.pid) as f:
             for line in f:
-                if line.startswith("Threads:"):
+                if line.startswith(name + ":"):
                     return int(line.split()[1])
         return -1
+
+    def threads(self):
+        return self.status_field("Threads")
+
+    def rss_kib(self):
+        return self.status_field("VmRSS")
 
     def stop(self):
         stop(self.proc)

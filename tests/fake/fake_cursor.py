@@ -23,6 +23,10 @@ Control API: plain HTTP on 127.0.0.1:<control port> (JSON):
   POST /config           merge into the config (see DEFAULT_CONFIG)
   POST /shutdown
 
+Fault listeners (plain TCP, no TLS; ports in the ready file): rst_handshake_port reads the
+ClientHello and answers with a TCP RST; silent_port accepts and never sends a byte (it holds
+the connection until the peer gives up, at most silent_max_s).
+
 Usage: fake_cursor.py --cert-dir DIR [--ready-file F] [--scenarios JSON] [--token T ...]
        fake_cursor.py --selftest   (runs tests/fake/test_fake.py)
 """
@@ -37,6 +41,7 @@ import secrets
 import select
 import socket
 import ssl
+import struct
 import sys
 import threading
 import time
@@ -77,6 +82,7 @@ DEFAULT_CONFIG = {
     "models_status": None,         # HTTP status to fail GetUsableModels with
     "list_scenarios": True,        # add "scenario:<name>" entries to the model list
     "default_scenario": "default",
+    "silent_max_s": 120.0,         # silent_port gives up on a connection after this
 }
 
 
@@ -214,6 +220,25 @@ SCENARIOS = {
                         "steps": [{"op": "text", "text": "tick "}]},
                        {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     "grpc_status_16": {"steps": [{"op": "trailer", "status": 16, "message": "Unauthenticated"}]},
+    # transport and framing faults (tests/faults_test.py)
+    "rst_mid": {"steps": [{"op": "text", "text": "partial answer"}, {"op": "sleep", "s": 0.1},
+                          {"op": "close", "rst": True}]},
+    "html_502": {"runsse_response": {
+        "status": 502, "content_type": "text/html",
+        "body": "<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n"
+                "<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>cloudflare</center>"
+                "\r\n</body>\r\n</html>\r\n" + "<!-- padding -->\r\n" * 40}},
+    "unknown_flag": {"steps": [{"op": "raw_frame", "flags": 4, "payload_hex": "0a070a0568656c6c6f"},
+                               {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "data_after_trailer": {"steps": [{"op": "text", "text": "ok"}, {"op": "trailer", "status": 0},
+                                     {"op": "text", "text": "late"}, {"op": "end"}]},
+    "emoji_split_frames": {"steps": [{"op": "text", "text_hex": "61f09f"},
+                                     {"op": "text", "text_hex": "8c8d62"}, {"op": "turn_ended"},
+                                     {"op": "trailer", "status": 0}]},
+    "end_stream_quota_first": {"steps": [{"op": "end_stream", "json": {"error": {
+        "code": "resource_exhausted", "message": "You've hit your usage limit"}}}]},
+    "frame_over_cap": {"steps": [{"op": "raw_frame", "flags": 0, "pad": 16 * 1024 * 1024 + 1},
+                                 {"op": "stall", "max_s": 30}]},
 }
 
 
@@ -538,8 +563,11 @@ class Conn:
             else:
                 time.sleep(min(0.05, left))
 
-    def abort(self, close_notify=False):
+    def abort(self, close_notify=False, rst=False):
         self.closed = True
+        if rst:
+            rst_close(self.sock)
+            return
         try:
             if close_notify and isinstance(self.sock, ssl.SSLSocket):
                 self.sock.settimeout(2)
@@ -551,6 +579,19 @@ class Conn:
             self.sock.close()
         except OSError:
             pass
+
+
+def rst_close(sock):
+    """Close with SO_LINGER 0: the peer gets a TCP RST instead of a FIN (a crashed server,
+    a middlebox killing the connection)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 REASONS = {200: "OK", 204: "No Content", 400: "Bad Request", 401: "Unauthorized",
@@ -781,6 +822,11 @@ def h_runsse(conn, req, rec):
             S.count("disconnects_mid_stream")
         conn.abort()
         return 0
+    raw = sc.get("runsse_response")
+    if raw:   # any status / content type / body, e.g. a proxy's or CDN's HTML error page
+        conn.respond(int(raw["status"]), raw.get("body", ""),
+                     ctype=raw.get("content_type", "text/html"), close=bool(raw.get("close")))
+        return int(raw["status"])
     fail = sc.get("runsse_status")
     if fail:
         return connect_error(conn, fail["status"], fail.get("code", "internal"),
@@ -851,7 +897,9 @@ def build_frame(st, run):
     """One step -> frame bytes (or None if the op is not a plain frame)."""
     op = st["op"]
     if op == "text":
-        return pb.envelope(pb.m_text(st["text"]))
+        # text_hex: raw bytes (e.g. half of a UTF-8 character); repeat: one big delta
+        t = bytes.fromhex(st["text_hex"]) if "text_hex" in st else st["text"]
+        return pb.envelope(pb.m_text(t * int(st.get("repeat", 1))))
     if op == "thinking":
         return pb.envelope(pb.m_thinking(st["text"]))
     if op == "thinking_completed":
@@ -899,7 +947,8 @@ def build_frame(st, run):
     if op == "raw":
         return bytes.fromhex(st["hex"])
     if op == "raw_frame":
-        payload = bytes.fromhex(st.get("payload_hex", ""))
+        # pad: that many zero bytes after payload_hex (an oversized frame sent in full)
+        payload = bytes.fromhex(st.get("payload_hex", "")) + bytes(int(st.get("pad", 0)))
         ln = st.get("length", len(payload))
         return bytes([st.get("flags", 0)]) + int(ln).to_bytes(4, "big") + payload
     return None
@@ -1107,7 +1156,9 @@ def run_step(ctx, st):
     if op == "close":
         ctx.finished = True
         run.stream["script_closed"] = True
-        conn.abort(close_notify=bool(st.get("tls_close_notify")))
+        conn.abort(close_notify=bool(st.get("tls_close_notify")), rst=bool(st.get("rst")))
+        if st.get("rst"):
+            S.count("rst_sent")
         return
     if op == "end":
         conn.end_chunked()
@@ -1333,6 +1384,68 @@ def serve_tls(name, ctx, port=0):
     return ls, ls.getsockname()[1]
 
 
+def h_rst_handshake(c):
+    """Read the ClientHello, then reset the connection in the middle of the handshake."""
+    c.settimeout(10)
+    try:
+        S.count("rst_handshake_hello_bytes", len(c.recv(4096)))
+    except OSError:
+        pass
+    rst_close(c)
+    S.count("rst_handshake_resets")
+
+
+def h_silent(c):
+    """Accept TCP and never answer (a TLS server that hangs): hold until the peer leaves."""
+    t0 = time.time()
+    end = t0 + float(S.config["silent_max_s"])
+    got = 0
+    how = "timeout"
+    c.settimeout(0.2)
+    while time.time() < end and not S.stop.is_set():
+        try:
+            d = c.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            how = "reset"
+            break
+        if not d:
+            how = "closed"
+            break
+        got += len(d)
+    try:
+        c.close()
+    except OSError:
+        pass
+    with S.lock:
+        S.counters["silent_done"] = S.counters.get("silent_done", 0) + 1
+        S.counters.setdefault("silent_held", [])
+        S.counters["silent_held"] = (S.counters["silent_held"] + [
+            {"held_s": round(time.time() - t0, 2), "bytes_in": got, "end": how}])[-50:]
+
+
+def serve_raw(name, handler):
+    ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(256)
+
+    def loop():
+        while not S.stop.is_set():
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                if S.stop.is_set():
+                    return
+                time.sleep(0.05)
+                continue
+            S.count("connections_accepted_" + name)
+            threading.Thread(target=handler, args=(c,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    return ls, ls.getsockname()[1]
+
+
 # ---------------------------------------------------------------------------------------------
 # control API
 
@@ -1448,6 +1561,8 @@ def main(argv=None):
         "wronghost", make_ctx(cp["wronghost_cert"], cp["wronghost_key"]))
     _, listeners["wrong_ca_port"] = serve_tls(
         "wrongca", make_ctx(cp["wrongca_cert"], cp["wrongca_key"]))
+    _, listeners["rst_handshake_port"] = serve_raw("rst_handshake", h_rst_handshake)
+    _, listeners["silent_port"] = serve_raw("silent", h_silent)
     ctl = ThreadingHTTPServer(("127.0.0.1", a.control_port), Ctl)
     ctl.daemon_threads = True
     threading.Thread(target=ctl.serve_forever, daemon=True).start()

@@ -4,9 +4,11 @@ running server (real TLS, max TLS 1.2 like BearSSL) driven by a tiny http.client
 the proxy's part. Prints RESULT <passed> <failed>."""
 
 import base64
+import errno
 import http.client
 import json
 import os
+import select
 import socket
 import ssl
 import subprocess
@@ -538,10 +540,14 @@ def server_tests(fake):
 
     # -- concurrency: 20 echo runs at once, each gets its own answer
     res = {}
+    # echo plus a short hold, so that the streams overlap however the threads are scheduled
+    fake.ctl("/scenario", {"name": "echo_hold", "scenario": {"steps": [
+        {"op": "echo", "pieces": 4}, {"op": "sleep", "s": 0.3}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]}})
 
     def one(i):
         c2 = Client(fake, tok)
-        res[i] = c2.run("scenario:echo", prompt="User: question number %d" % i)["text"]
+        res[i] = c2.run("scenario:echo_hold", prompt="User: question number %d" % i)["text"]
     ths = [threading.Thread(target=one, args=(i,)) for i in range(20)]
     [t.start() for t in ths]
     [t.join(30) for t in ths]
@@ -640,6 +646,9 @@ def server_tests(fake):
     resp = c.getresponse()
     eq("huge length frame bytes", resp.read1(10)[:5].hex(), "00ffffffff")
     c.close()
+
+    # -- transport/framing fault scenarios and listeners (tests/faults_test.py uses them)
+    fault_tests(fake, cl)
 
     # -- GetUsableModels
     rid = str(uuid.uuid4())
@@ -789,6 +798,106 @@ def server_tests(fake):
     fake.ctl("/reset", {})
     st = fake.ctl("/state")
     eq("reset clears", (st["errors"], st["n_requests"]), ([], 0))
+
+
+def raw_frames(cl, model, stop_after=None):
+    """RunSSE for `model`, read the body without interpreting it.
+    -> (status, [(flags, payload)], leftover bytes, transport error or None)"""
+    c = cl.conn()
+    rid = str(uuid.uuid4())
+    c.request("POST", "/agent.v1.AgentService/RunSSE", body=pb.envelope(
+        pb.c_bidi_request_id(rid)), headers=cl.headers(rid))
+    cl.append(rid, pb.c_run_request("User: x", model), 0)
+    r = c.getresponse()
+    fr, frames, err = pb.FrameReader(), [], None
+    try:
+        while True:
+            d = r.read1(65536)
+            if not d:
+                break
+            frames += fr.feed(d)
+            if stop_after and len(frames) >= stop_after:
+                break
+    except (http.client.IncompleteRead, OSError, ssl.SSLError) as e:
+        err = e
+    c.close()
+    return r.status, frames, fr.buf, err
+
+
+def fault_tests(fake, cl):
+    # RST mid-stream. Python's TLS layer reports a reset as a plain EOF, so read the plaintext
+    # through TLS and then watch the raw descriptor for ECONNRESET.
+    rid = str(uuid.uuid4())
+    body = pb.envelope(pb.c_bidi_request_id(rid))
+    h = dict(cl.headers(rid), host="localhost", **{"content-length": str(len(body))})
+    s = cl.ctx.wrap_socket(socket.create_connection(("127.0.0.1", fake.port), timeout=10),
+                           server_hostname="localhost")
+    s.sendall(("POST /agent.v1.AgentService/RunSSE HTTP/1.1\r\n" + "".join(
+        "%s: %s\r\n" % kv for kv in h.items()) + "\r\n").encode() + body)
+    cl.append(rid, pb.c_run_request("User: x", "scenario:rst_mid"), 0)
+    got, how = b"", None
+    while b"partial answer" not in got:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    end = time.time() + 5
+    try:
+        while time.time() < end:
+            if select.select([s.fileno()], [], [], 0.2)[0] and not os.read(s.fileno(), 65536):
+                how = "eof"
+                break
+    except OSError as e:
+        how = e.errno
+    s.close()
+    check("rst_mid: text before the reset", b"partial answer" in got, got[-80:])
+    eq("rst_mid: the connection ends with a TCP RST", how, errno.ECONNRESET)
+    r = cl.run("scenario:html_502")
+    eq("html_502 status", r["status"], 502)
+    check("html_502 body is HTML", r["body"].startswith(b"<html>") and len(r["body"]) > 400,
+          r["body"][:80])
+    st, frames, left, err = raw_frames(cl, "scenario:unknown_flag")
+    eq("unknown flag frame sent as is", frames[0], (4, bytes.fromhex("0a070a0568656c6c6f")))
+    eq("unknown flag: rest of the stream", [f for f, _ in frames[1:]], [0, 0x80])
+    st, frames, left, err = raw_frames(cl, "scenario:data_after_trailer")
+    eq("data after trailer: frame order", [f for f, _ in frames], [0, 0x80, 0])
+    eq("data after trailer: clean end", (left, err), (b"", None))
+    st, frames, left, err = raw_frames(cl, "scenario:emoji_split_frames")
+    eq("emoji split across two text deltas", [p for f, p in frames[:2]],
+       [pb.m_text(b"a\xf0\x9f"), pb.m_text(b"\x8c\x8db")])
+    st, frames, left, err = raw_frames(cl, "scenario:end_stream_quota_first")
+    eq("end-stream error first", [(f, json.loads(p)["error"]["code"]) for f, p in frames],
+       [(2, "resource_exhausted")])
+    st, frames, left, err = raw_frames(cl, "scenario:frame_over_cap", stop_after=1)
+    eq("over-cap frame sent in full", [(f, len(p), p.count(0)) for f, p in frames],
+       [(0, 16 * 1024 * 1024 + 1, 16 * 1024 * 1024 + 1)])
+    fake.ctl("/scenario", {"name": "big", "scenario": {"steps": [
+        {"op": "text", "text": "ab", "repeat": 3}, {"op": "turn_ended"}]}})
+    eq("text repeat", cl.run("scenario:big")["text"], "ababab")
+    # RST during the TLS handshake
+    n0 = fake.ctl("/state")["counters"].get("rst_handshake_resets", 0)
+    try:
+        c = http.client.HTTPSConnection("localhost", fake.info["rst_handshake_port"],
+                                        context=ctx_for(fake.info["ca"]), timeout=5)
+        c.request("GET", "/")
+        check("rst_handshake listener fails the handshake", False)
+    except (ConnectionResetError, ssl.SSLError) as e:
+        check("rst_handshake listener fails the handshake", True, repr(e))
+    check("rst_handshake counted", wait_until(lambda: fake.ctl("/state")["counters"].get(
+        "rst_handshake_resets", 0) > n0, 5))
+    # silent listener: accepts, never answers, notices when the peer leaves
+    s = socket.create_connection(("127.0.0.1", fake.info["silent_port"]), timeout=5)
+    s.sendall(b"\x16\x03\x01hello")
+    s.settimeout(0.5)
+    try:
+        got = s.recv(10)
+    except socket.timeout:
+        got = None
+    eq("silent listener sends nothing", got, None)
+    s.close()
+    check("silent listener saw the peer leave", wait_until(lambda: [
+        h for h in fake.ctl("/state")["counters"].get("silent_held", [])
+        if h["end"] == "closed" and h["bytes_in"] == 8], 5))
 
 
 def wait_until(f, timeout):
