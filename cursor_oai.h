@@ -4630,8 +4630,34 @@ static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle)
     return 0;
 }
 
+/* The text of an HTML page: tags and comments dropped, white space collapsed, at most
+ * cap - 1 bytes (the caller cuts at a UTF-8 boundary). Returns the length. */
+static size_t coai__oa_strip_markup(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t i, o = 0;
+    int tag = 0, sp = 1;
+    for (i = 0; i < n && o + 1 < cap; i++) {
+        char ch = s[i];
+        if (ch == '<') { tag = 1; continue; }
+        if (tag) {
+            if (ch == '>') tag = 0;
+            if (ch == '>' && !sp) { out[o++] = ' '; sp = 1; }
+            continue;
+        }
+        if (ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n') {
+            if (!sp) { out[o++] = ' '; sp = 1; }
+            continue;
+        }
+        out[o++] = ch;
+        sp = 0;
+    }
+    while (o && out[o - 1] == ' ') o--;
+    return o;
+}
+
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e)
 {
+    char text[201];
     const char *ccode = "", *msg = NULL;
     size_t msg_len = 0;
     cJSON *j = NULL;
@@ -4653,9 +4679,19 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
         }
     }
     if (!msg) {
-        /* Not Connect JSON (an HTML page, plain text): quote a short clean excerpt. */
-        msg = body ? body : "";
-        msg_len = n > 200 ? 200 : n;
+        /* Not Connect JSON. An HTML page (a proxy's or CDN's error page) is reduced to its
+         * text; anything else is quoted as a short clean excerpt. */
+        size_t k = 0;
+        while (k < n && (body[k] == ' ' || body[k] == '\t' || body[k] == '\r'
+                         || body[k] == '\n'))
+            k++;
+        if (k < n && body[k] == '<') {
+            msg_len = coai__oa_strip_markup(body + k, n - k, text, sizeof text);
+            msg = text;
+        } else {
+            msg = body ? body : "";
+            msg_len = n > 200 ? 200 : n;
+        }
     }
     quota = coai__oa_ci_contains(msg, msg_len, "usage")
             || coai__oa_ci_contains(msg, msg_len, "quota")

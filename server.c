@@ -2334,7 +2334,7 @@ static int models_fetch(coai_buf *body, coai_error *err)
  * list is served (stale-while-error) and the upstream is asked again after
  * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err. */
 static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
-                      size_t cap)
+                      size_t cap, int *fetched)
 {
     coai_buf body = { 0 };
     coai_error fe;
@@ -2350,6 +2350,7 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
     }
     S.models_fetching = 1;
     pthread_mutex_unlock(&S.lock);
+    if (fetched) *fetched = 1;          /* this call asked the upstream itself, just now */
     memset(&fe, 0, sizeof fe);
     rc = models_fetch(&body, &fe);
     if (rc < 0 && fe.status >= 500)
@@ -2402,7 +2403,7 @@ static int handle_models(struct conn *c)
     coai_error e;
     memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0) < 0) {
+    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -2708,7 +2709,7 @@ static int handle_chat(struct conn *c)
     coai_error e;
     coai_str model;
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
-    int attempt, rc, i, k;
+    int attempt, rc, i, k, fetched = 0;
     memset(&req, 0, sizeof req);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
@@ -2731,7 +2732,18 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(NULL, &e, req.model, c->model, sizeof c->model) < 0) {
+    if (models_get(NULL, &e, req.model, c->model, sizeof c->model, &fetched) < 0) {
+        if (e.status == 499) goto done;                 /* the client left meanwhile */
+        int unreachable = e.status == 504
+                          || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
+                                         || strncmp(e.code, "upstream_tls", 12) == 0));
+        if (fetched && unreachable) {
+            /* This request's own fetch just found the upstream unreachable (connect, TLS or
+             * timeout): the run would fail the same way after another connect timeout. A
+             * remembered failure is not reused here: the upstream may be back. */
+            send_coai_error(c, &e);
+            goto done;
+        }
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)req.model.len, req.model.ptr);
         copy_str(c->model, sizeof c->model, req.model.ptr, req.model.len);

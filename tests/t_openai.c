@@ -1064,6 +1064,14 @@ static void test_error_mapping(void)
         }
         coai_error_from_http(500, "<html>\x01\xff oops</html>", 21, &e);
         CHECK(strchr(e.message, 1) == NULL && strstr(e.message, "oops") != NULL);
+        {   /* a CDN error page: its text, not its markup (reliability #27) */
+            const char *page = "\n <html>\n<head><title>502 Bad Gateway</title></head>\n"
+                               "<body><!-- x --><center><h1>502   Bad Gateway</h1></center>"
+                               "</body></html>\n";
+            coai_error_from_http(502, page, strlen(page), &e);
+            CHECKF(e.status == 502 && strstr(e.message, "502 Bad Gateway 502 Bad Gateway")
+                   && !strchr(e.message, '<') && !strchr(e.message, '>'), "%s", e.message);
+        }
         {
             char big[1000];
             memset(big, 'x', sizeof big);
