@@ -485,6 +485,13 @@ int coai_encode_exec_stream_close(coai_buf *out, uint32_t id);
 int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason);
 /* ConversationAction{resume_action{}} = 22 02 12 00. */
 int coai_encode_resume(coai_buf *out);
+/* Answer to an InteractionQuery (web search, ask-question, mode switch, Exa search or
+ * fetch): AgentClientMessage{6: InteractionResponse{1 id, <query>: {}}} with the result
+ * member matching the query's oneof field (2..6). The schema in the spec declares those
+ * result messages empty, so this answer approves nothing and carries no data: it only
+ * keeps the turn from waiting on a question no OpenAI client can see. Unknown query
+ * kinds give COAI_ERR_INVALID. */
+int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query);
 
 /* Exec results: AgentClientMessage{exec_client_message{1 id, 15 exec_id (when
  * non-empty), <result>}}. */
@@ -894,10 +901,11 @@ coai_str coai_http_bearer(coai_str authorization);
  *   result) and nothing is ever executed locally. request_context execs get a
  *   request_context result + stream_close. Heartbeats, checkpoints, tool-call
  *   announcements, step updates and exec aborts never end a turn and write nothing.
- *   interaction_query messages (web search, ask-question, mode switch ...) get no
- *   answer: the ENCODE part has no InteractionResponse encoder and the original never
- *   answers them either; they are counted in coai_reply.queries, and a run that stalls
- *   on one ends through the caller's idle timeout (coai_reply_fail_timeout).
+ *   interaction_query messages (web search, ask-question, mode switch ...) are
+ *   answered at once with an empty InteractionResponse of the matching kind
+ *   (coai_encode_interaction_response; the original never answered, and a turn could
+ *   wait on them); they are counted in coai_reply.queries. Should the upstream still
+ *   stall, the caller's idle timeout ends the run (coai_reply_fail_timeout).
  *   A turn ends normally on turn_ended, or at end of body after an OK trailer /
  *   end-stream; end of body without either is an upstream_truncated error.
  *
@@ -2920,6 +2928,17 @@ int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason)
     coai__pb_str(out, 2, reason);
     coai__pb_close(out, th);
     coai__pb_close(out, ctl);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query)
+{
+    size_t start = out->len, resp;
+    if (query < 2 || query > 6) return COAI_ERR_INVALID;
+    resp = coai__pb_open(out, 6);
+    coai__pb_u32(out, 1, id);
+    coai__pb_close(out, coai__pb_open(out, (unsigned)query));
+    coai__pb_close(out, resp);
     return coai__pb_finish(out, start, COAI_OK);
 }
 
@@ -6024,7 +6043,14 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
     case COAI_MSG_EXEC: return coai__oa_exec(r, &m->exec);
     case COAI_MSG_KV_SET: return coai__oa_kv_set(r, m);
     case COAI_MSG_KV_GET: return coai__oa_kv_get(r, m);
-    case COAI_MSG_QUERY: r->queries++; return COAI_OK;
+    case COAI_MSG_QUERY:
+        /* Nobody on the OpenAI side can answer these: reply with an empty response of
+         * the matching kind so the turn goes on (see coai_encode_interaction_response). */
+        r->queries++;
+        coai_buf_reset(&r->scratch_);
+        if (coai_encode_interaction_response(&r->scratch_, m->id, m->query) != COAI_OK)
+            return COAI_OK;         /* a kind we do not know: nothing we could say */
+        return coai__oa_send(r);
     default: return COAI_OK;   /* heartbeats, announcements, steps, aborts */
     }
 }

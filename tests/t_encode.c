@@ -835,6 +835,30 @@ static void test_reject(void)
     coai_buf_free(&b);
 }
 
+/* InteractionResponse answers: {6: {1: id, <query>: {}}}, hand-computed bytes. */
+static void test_interaction_response(void)
+{
+    coai_buf b = { 0 };
+    int q;
+    for (q = 2; q <= 6; q++) {
+        unsigned char want[6] = { 0x32, 0x04, 0x08, 0x05, 0, 0x00 };
+        want[4] = (unsigned char)(q << 3 | 2);
+        coai_buf_reset(&b);
+        CHECKF(coai_encode_interaction_response(&b, 5, q) == COAI_OK, "query %d", q);
+        CHECK_MEM(b.data, b.len, want, sizeof want);
+    }
+    coai_buf_reset(&b);
+    CHECK(coai_encode_interaction_response(&b, 0, 2) == COAI_OK);   /* id 0 is omitted */
+    CHECK_MEM(b.data, b.len, "\x32\x02\x12\x00", 4);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_interaction_response(&b, 300, 4) == COAI_OK);   /* 2-byte varint id */
+    CHECK_MEM(b.data, b.len, "\x32\x05\x08\xac\x02\x22\x00", 7);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_interaction_response(&b, 1, 1) == COAI_ERR_INVALID && b.len == 0);
+    CHECK(coai_encode_interaction_response(&b, 1, 7) == COAI_ERR_INVALID && b.len == 0);
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
     test_client_messages();
@@ -845,5 +869,6 @@ int main(void)
     test_bidi_varints();
     test_errors_and_append();
     test_reject();
+    test_interaction_response();
     TEST_END();
 }

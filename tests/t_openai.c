@@ -603,7 +603,13 @@ static void test_sse_tool_call(void)
     CHECK(s.count == 5 && r.rejected == 2);
     m = msg_kind(COAI_MSG_QUERY);
     m.query = 3;
+    m.id = 7;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 1);
+    /* answered with an empty ask-question response: {6: {1: 7, 3: {}}}, no client output */
+    CHECK(s.count == 6);
+    CHECK(s.all.len >= 6 && memcmp(s.all.data + s.all.len - 6, "\x32\x04\x08\x07\x1a\x00", 6) == 0);
+    m.query = 9;                                /* a kind the schema does not have */
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 6);
     m = msg_kind(COAI_MSG_EXEC);
     m.exec.kind = COAI_EXEC_SHELL_STREAM;
     m.exec.id = 1;
@@ -612,7 +618,7 @@ static void test_sse_tool_call(void)
     m.exec.cwd = coai_str_c("/home/user/project");
     m.exec.tool_call_id = coai_str_c("toolu_01SHELL");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
-    CHECK(s.count == 5);                        /* the mapped exec is not answered */
+    CHECK(s.count == 6);                        /* the mapped exec is not answered */
     CHECK(coai_reply_tool_called(&r) == 1);     /* the upstream run is left waiting */
     CHECK_MEM(r.out.data, r.out.len, want, strlen(want));
     CHECK(sse_check(&r.out, &done) == 5 && done);

@@ -212,6 +212,16 @@ def t_curl(proxy, fake):
        [(a["message"]["type"], a["message"].get("kind")) for a in run["appends"]],
        [("run_request", None), ("kv_result", "set_blob_result")])
 
+    # An interaction query (here: ask-question) is answered at once, so the turn goes on.
+    c0 = fake.state()["counters"].get("interaction_responses", 0)
+    t0 = time.time()
+    st, hd, b, s = sse(proxy, "scenario:interaction_query")
+    eq("turn after an interaction query: 200 with the text", (st, s["content"]),
+       (200, "after the question"))
+    eq("interaction query answered with a response of its kind",
+       fake.state()["counters"].get("interaction_responses", 0) - c0, 1)
+    check("interaction query did not stall the turn", time.time() - t0 < 1.5, time.time() - t0)
+
     n_req = fake.state()["n_requests"]
     cases = [
         ("bad JSON -> 400", ["-X", "POST", base + "/v1/chat/completions", "-H",

@@ -161,6 +161,10 @@ SCENARIOS = {
         {"op": "exec", "kind": "write", "id": 5, "exec_id": "exec-0005",
          "path": "/tmp/fake-out.txt", "file_text": "hi\n", "wait_reply": 2.0},
         {"op": "stall", "max_s": 30}]},
+    "interaction_query": {"steps": [
+        {"op": "interaction_query", "id": 7, "kind": "ask_question", "wait_reply": 2.0},
+        {"op": "text", "text": "after the question"}, {"op": "turn_ended"},
+        {"op": "trailer", "status": 0}]},
     "request_context": {"steps": [
         {"op": "exec", "kind": "request_context", "id": 6, "exec_id": "exec-0006",
          "wait_reply": 1.0},
@@ -928,7 +932,7 @@ def build_frame(st, run):
         return pb.envelope(pb.m_partial_tool_call(st.get("call_id", "call-1"), st["delta"]))
     if op == "exec_abort":
         return pb.envelope(pb.m_exec_abort(int(st.get("id", 1))))
-    if op == "interaction_query":
+    if op == "interaction_query" and not st.get("wait_reply"):   # else run_step waits
         return pb.envelope(pb.m_interaction_query(int(st.get("id", 1)),
                                                   st.get("kind", "web_search")))
     if op == "trailer":
@@ -1132,6 +1136,23 @@ def run_step(ctx, st):
                 return m.get("type") == "exec_control"
             return False
         wait_append(ctx, done, float(wr))
+        return
+    if op == "interaction_query" and st.get("wait_reply"):
+        # Cursor's own CLI answers every query; check the proxy answers it with a
+        # response of the same kind (an empty one is all the spec's schema allows).
+        qid, kind = int(st.get("id", 1)), st.get("kind", "web_search")
+        ctx.append_cursor = len(run.appends)
+        _send(ctx, pb.envelope(pb.m_interaction_query(qid, kind)))
+        ctx.frames += 1
+        a = wait_append(ctx, lambda m: m.get("type") == "interaction_response"
+                        and m.get("id") == qid, float(st["wait_reply"]))
+        if a is None:
+            S.error("no interaction_response for query id %d" % qid, request_id=run.rid)
+        elif a["message"].get("kind") != kind:
+            S.error("interaction_response for query id %d has kind %r, expected %r"
+                    % (qid, a["message"].get("kind"), kind), request_id=run.rid)
+        else:
+            S.count("interaction_responses")
         return
     if op == "sleep":
         if ctx.conn.wait(float(st.get("s", 0.1))) == "closed":

@@ -667,7 +667,9 @@ def dec_client_message(msg):
             r = {"type": "exec_control", "kind": None}
     else:
         b = parse(body)
-        r = {"type": "interaction_response", "id": last(b, 1, WT_VARINT, 0)}
+        kinds = [k for k, f in INTERACTION_QUERY_FIELD.items() if last(b, f, WT_LEN) is not None]
+        r = {"type": "interaction_response", "id": last(b, 1, WT_VARINT, 0),
+             "kind": kinds[0] if len(kinds) == 1 else None}
     r.update(extra)
     return r
 
