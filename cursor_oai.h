@@ -3820,6 +3820,34 @@ static coai_result coai__query(coai_msg *m, const coai__pbf *top)
     return COAI_OK;
 }
 
+/* The common case, a bare text or thinking delta ({1: {1|4: {1: text}}}, one field at
+ * each level), decoded without nanopb or malloc: a stream is mostly these. Any other
+ * shape returns 0 and takes the general path, which gives the same result for this one.
+ * Like the general path (nanopb strings), the text ends at an embedded NUL. */
+static int coai__fast_delta(coai_msg *m, const pb_byte_t *p, size_t n)
+{
+    coai__pbr r;
+    coai__pbf f, g;
+    int level, which = 0;
+    const pb_byte_t *nul;
+    for (level = 0; level < 3; level++) {
+        coai__pbr_init(&r, p, n);
+        if (coai__pb_next(&r, &f) <= 0 || f.wt != PB_WT_STRING) return 0;
+        if (f.num != 1 && !(level == 1 && f.num == 4)) return 0;
+        if (coai__pb_next(&r, &g) != 0) return 0;       /* a second field, or bad bytes */
+        if (level == 1) which = (int)f.num;
+        p = f.p;
+        n = f.n;
+    }
+    nul = n ? (const pb_byte_t *)memchr(p, 0, n) : NULL;
+    if (nul) n = (size_t)(nul - p);
+    if (coai_buf_append(&m->scratch_, p, n)) return 0;
+    m->text.ptr = (const char *)m->scratch_.data;
+    m->text.len = n;
+    m->kind = which == 1 ? COAI_MSG_TEXT : COAI_MSG_THINKING;
+    return 1;
+}
+
 coai_result coai_msg_decode(coai_msg *m, const void *p, size_t n)
 {
     coai__dec *d = (coai__dec *)m->priv_;
@@ -3832,6 +3860,7 @@ coai_result coai_msg_decode(coai_msg *m, const void *p, size_t n)
     coai__msg_clear(m);
     if (n == 0) return COAI_OK;
     if (!p) return COAI_ERR_STATE;
+    if (coai__fast_delta(m, (const pb_byte_t *)p, n)) return COAI_OK;
     if (!d) {
         d = (coai__dec *)calloc(1, sizeof *d);
         if (!d) return COAI_ERR_NOMEM;
