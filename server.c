@@ -2824,7 +2824,8 @@ static int handle_chat(struct conn *c)
         c->keep = 0;
     }
     if (r->reply.error.status)
-        srv_log(LOG_WARN, "run %s failed: %d %s: %s", r->request_id, r->reply.error.status,
+        srv_log(LOG_WARN, "run %s failed: %d %s: %s",
+                r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
                 r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
 done:
     /* After a normal end only the trailer and the chunked terminator are left: read them
