@@ -279,6 +279,39 @@ int coai_qr_encode(coai_qr *qr, const void *text, size_t n);
 int coai_qr_render_utf8(const coai_qr *qr, coai_buf *out);
 
 /* ======================================================================== */
+/* CONFIG: checks for values that come from flags, env and files           */
+/* ======================================================================== */
+/* Every one of these values ends up in a socket address or an HTTP header, so each is
+ * checked here (tested and fuzzed) rather than trusted: a CR or LF in TZ or in
+ * CURSOR_CLIENT_VERSION would otherwise split an upstream header. */
+
+/* "host:port", "[v6]:port", or "host" / "[v6]" when defport is given. Copies the host
+ * (brackets removed) and the port (decimal, 0..65535) as NUL-terminated strings.
+ * 0 ok, -1 malformed or too long. A bare IPv6 address without brackets is refused. */
+int coai_hostport_split(coai_str s, char *host, size_t hcap, char *port, size_t pcap,
+                        const char *defport);
+
+/* https://host[:port][/prefix] (scheme case-insensitive; no userinfo, query or
+ * fragment; trailing slashes of the prefix dropped; port 1..65535, default 443). */
+typedef struct coai_url {
+    char host[256];             /* for DNS, SNI and certificate name checks */
+    char port[8];
+    char authority[300];        /* the Host header value, as written in the URL */
+    char prefix[256];           /* path prefix without trailing '/', "" for none */
+} coai_url;
+int coai_url_parse_https(coai_str url, coai_url *u);   /* 0 ok, -1 invalid */
+
+/* 1 when v can be an HTTP header value as is: 1..1024 bytes of visible ASCII and
+ * inner spaces (no CTL, no DEL, no non-ASCII, no leading or trailing blank). */
+int coai_header_value_ok(coai_str v);
+/* 1 for an IANA time-zone name: 1..128 bytes of [A-Za-z0-9/_+-], not starting with '/'
+ * and without "..". */
+int coai_tz_name_ok(coai_str v);
+/* 1 for a name --allow-host accepts: 1..253 bytes of visible ASCII without '/', '@',
+ * '?', '#', or ':' (an IPv6 literal must be bracketed: "[::1]"). */
+int coai_host_name_ok(coai_str v);
+
+/* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
 
@@ -1903,6 +1936,136 @@ int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
         coai_buf_putc(out, '\n');
     }
     return out->err ? -1 : 0;
+}
+
+/* ---- CONFIG ------------------------------------------------------------- */
+
+static void coai__cfg_copy(char *dst, size_t cap, const char *p, size_t n)
+{
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, p, n);
+    dst[n] = 0;
+}
+
+int coai_hostport_split(coai_str s, char *host, size_t hcap, char *port, size_t pcap,
+                        const char *defport)
+{
+    const char *p = s.ptr, *end = s.ptr + s.len, *h = p, *he, *colon = NULL, *q;
+    unsigned long v = 0;
+    if (!p || s.len == 0 || hcap == 0 || pcap < 6 || memchr(p, 0, s.len)) return -1;
+    if (p[0] == '[') {
+        he = (const char *)memchr(p, ']', s.len);
+        if (!he) return -1;
+        h = p + 1;
+        if (he + 1 < end) {
+            if (he[1] != ':') return -1;
+            colon = he + 1;
+        }
+        for (q = h; q < he; q++)
+            if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f') || (*q >= 'A' && *q <= 'F')
+                  || *q == ':' || *q == '.'))
+                return -1;
+    } else {
+        for (q = p; q < end; q++)
+            if (*q == ':') {
+                if (colon) return -1;                 /* bare IPv6 needs brackets */
+                colon = q;
+            }
+        he = colon ? colon : end;
+        for (q = h; q < he; q++)
+            if ((unsigned char)*q <= ' ' || (unsigned char)*q >= 0x7f || *q == '/' || *q == '@')
+                return -1;
+    }
+    if ((size_t)(he - h) >= hcap) return -1;
+    if (!colon) {
+        if (!defport || strlen(defport) >= pcap) return -1;
+        coai__cfg_copy(host, hcap, h, (size_t)(he - h));
+        coai__cfg_copy(port, pcap, defport, strlen(defport));
+        return 0;
+    }
+    if (colon + 1 == end || end - colon - 1 > 5) return -1;
+    for (q = colon + 1; q < end; q++) {
+        if (*q < '0' || *q > '9') return -1;
+        v = v * 10 + (unsigned long)(*q - '0');
+    }
+    if (v > 65535) return -1;
+    coai__cfg_copy(host, hcap, h, (size_t)(he - h));
+    snprintf(port, pcap, "%lu", v);
+    return 0;
+}
+
+int coai_url_parse_https(coai_str url, coai_url *u)
+{
+    const char *p = url.ptr, *end, *rest, *slash;
+    size_t n;
+    coai_str hp;
+    memset(u, 0, sizeof *u);
+    if (!p || url.len < 9 || memchr(p, 0, url.len)) return -1;
+    end = p + url.len;
+    for (n = 0; n < 8; n++) {                    /* "https://", scheme case-insensitive */
+        char want = "https://"[n], c = p[n];
+        if ((want >= 'a' && want <= 'z' ? (char)(c | 0x20) : c) != want) return -1;
+    }
+    rest = p + 8;
+    slash = (const char *)memchr(rest, '/', (size_t)(end - rest));
+    n = slash ? (size_t)(slash - rest) : (size_t)(end - rest);
+    if (n == 0 || n >= sizeof u->authority) return -1;
+    hp.ptr = rest;
+    hp.len = n;
+    if (memchr(rest, '?', n) || memchr(rest, '#', n) || memchr(rest, '@', n)) return -1;
+    if (coai_hostport_split(hp, u->host, sizeof u->host, u->port, sizeof u->port, "443") < 0
+        || !u->host[0] || strcmp(u->port, "0") == 0)
+        return -1;
+    coai__cfg_copy(u->authority, sizeof u->authority, rest, n);
+    if (slash) {
+        const char *q;
+        n = (size_t)(end - slash);
+        while (n > 0 && slash[n - 1] == '/') n--;
+        if (n >= sizeof u->prefix) return -1;
+        for (q = slash; q < slash + n; q++)
+            if ((unsigned char)*q <= ' ' || (unsigned char)*q >= 0x7f || *q == '?' || *q == '#')
+                return -1;
+        coai__cfg_copy(u->prefix, sizeof u->prefix, slash, n);
+    }
+    return 0;
+}
+
+int coai_header_value_ok(coai_str v)
+{
+    size_t i;
+    if (!v.ptr || v.len == 0 || v.len > 1024) return 0;
+    if (v.ptr[0] == ' ' || v.ptr[v.len - 1] == ' ') return 0;
+    for (i = 0; i < v.len; i++)
+        if ((unsigned char)v.ptr[i] < 0x20 || (unsigned char)v.ptr[i] > 0x7e) return 0;
+    return 1;
+}
+
+int coai_tz_name_ok(coai_str v)
+{
+    size_t i;
+    if (!v.ptr || v.len == 0 || v.len > 128 || v.ptr[0] == '/') return 0;
+    for (i = 0; i < v.len; i++) {
+        char c = v.ptr[i];
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')
+              || c == '/' || c == '_' || c == '+' || c == '-' || c == '.'))
+            return 0;
+        if (c == '.' && i + 1 < v.len && v.ptr[i + 1] == '.') return 0;
+    }
+    return 1;
+}
+
+int coai_host_name_ok(coai_str v)
+{
+    size_t i;
+    if (!v.ptr || v.len == 0 || v.len > 253) return 0;
+    if (v.ptr[0] == '[' && v.ptr[v.len - 1] != ']') return 0;
+    for (i = 0; i < v.len; i++) {
+        unsigned char c = (unsigned char)v.ptr[i];
+        if (c <= ' ' || c >= 0x7f || c == '/' || c == '@' || c == '?' || c == '#'
+            || (c == ':' && v.ptr[0] != '['))
+            return 0;
+    }
+    return 1;
 }
 
 /* ======================================================================== */

@@ -3147,60 +3147,15 @@ static void print_version(void)
 }
 
 /* Split "HOST:PORT", "[V6]:PORT" or ":PORT" into parts. 0 ok, -1 malformed. */
-static int split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap,
-                           const char *defport)
-{
-    const char *colon, *h = s, *he;
-    char *end;
-    long p;
-    if (s[0] == '[') {
-        he = strchr(s, ']');
-        if (!he) return -1;
-        h = s + 1;
-        colon = he[1] == ':' ? he + 1 : NULL;
-        if (he[1] && !colon) return -1;
-    } else {
-        colon = strrchr(s, ':');
-        if (colon && strchr(s, ':') != colon) return -1;   /* bare IPv6 needs brackets */
-        he = colon ? colon : s + strlen(s);
-    }
-    if ((size_t)(he - h) >= hcap) return -1;
-    copy_str(host, hcap, h, (size_t)(he - h));
-    if (!colon) {
-        if (!defport) return -1;
-        copy_str(port, pcap, defport, strlen(defport));
-        return 0;
-    }
-    errno = 0;
-    p = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || p < 0 || p > 65535) return -1;
-    snprintf(port, pcap, "%ld", p);
-    return 0;
-}
-
-/* CURSOR_API_URL: https://host[:port][/prefix]. 0 ok, -1 invalid. */
+/* CURSOR_API_URL: https://host[:port][/prefix] (checked by coai_url_parse_https). */
 static int parse_api_url(const char *url)
 {
-    const char *rest, *slash;
-    char hp[300];
-    size_t n;
-    if (strncasecmp(url, "https://", 8) != 0) return -1;
-    rest = url + 8;
-    slash = strchr(rest, '/');
-    n = slash ? (size_t)(slash - rest) : strlen(rest);
-    if (n == 0 || n >= sizeof hp) return -1;
-    copy_str(hp, sizeof hp, rest, n);
-    if (strpbrk(hp, "@?#") || split_host_port(hp, S.up_host, sizeof S.up_host, S.up_port,
-                                               sizeof S.up_port, "443") < 0 || !S.up_host[0]
-        || strcmp(S.up_port, "0") == 0)
-        return -1;
-    copy_str(S.up_authority, sizeof S.up_authority, hp, n);
-    if (slash) {
-        n = strlen(slash);
-        while (n > 0 && slash[n - 1] == '/') n--;
-        if (n >= sizeof S.up_prefix || memchr(slash, '?', n) || memchr(slash, '#', n)) return -1;
-        copy_str(S.up_prefix, sizeof S.up_prefix, slash, n);
-    }
+    coai_url u;
+    if (coai_url_parse_https(coai_str_c(url), &u) < 0) return -1;
+    copy_str(S.up_host, sizeof S.up_host, u.host, strlen(u.host));
+    copy_str(S.up_port, sizeof S.up_port, u.port, strlen(u.port));
+    copy_str(S.up_authority, sizeof S.up_authority, u.authority, strlen(u.authority));
+    copy_str(S.up_prefix, sizeof S.up_prefix, u.prefix, strlen(u.prefix));
     return 0;
 }
 
@@ -3212,17 +3167,22 @@ static void detect_timezone(char *out, size_t cap)
     const char *p;
     ssize_t n;
     FILE *f;
+    /* Every candidate goes into the x-cursor-timezone header: only a well-formed zone
+     * name is taken (coai_tz_name_ok), anything else falls through to the next source. */
     if (tz && *tz) {
         if (*tz == ':') tz++;
         p = strstr(tz, "zoneinfo/");
         if (p) tz = p + 9;
-        if (*tz && *tz != '/') { copy_str(out, cap, tz, strlen(tz)); return; }
+        if (coai_tz_name_ok(coai_str_c(tz))) { copy_str(out, cap, tz, strlen(tz)); return; }
+        fprintf(stderr, "cursor-oai: warning: TZ is not a time-zone name; ignored\n");
     }
     f = fopen("/etc/timezone", "re");
     if (f) {
         if (fgets(buf, sizeof buf, f)) {
-            size_t l = strcspn(buf, " \t\r\n");
-            if (l > 0) { copy_str(out, cap, buf, l); fclose(f); return; }
+            coai_str z;
+            z.ptr = buf;
+            z.len = strcspn(buf, " \t\r\n");
+            if (coai_tz_name_ok(z)) { copy_str(out, cap, buf, z.len); fclose(f); return; }
         }
         fclose(f);
     }
@@ -3230,7 +3190,10 @@ static void detect_timezone(char *out, size_t cap)
     if (n > 0) {
         buf[n] = 0;
         p = strstr(buf, "zoneinfo/");
-        if (p && p[9]) { copy_str(out, cap, p + 9, strlen(p + 9)); return; }
+        if (p && coai_tz_name_ok(coai_str_c(p + 9))) {
+            copy_str(out, cap, p + 9, strlen(p + 9));
+            return;
+        }
     }
     copy_str(out, cap, "UTC", 3);
 }
@@ -3256,16 +3219,10 @@ static int env_seconds(const char *name, int def, int *out)
  * brackets), no port, no path, no userinfo, no blanks; compared case-insensitively. */
 static int allow_host_add(const char *name, size_t n, const char *src)
 {
-    size_t i;
-    int bad = n == 0 || n > 253 || S.allow_n == SRV_MAX_ALLOW;
-    for (i = 0; i < n && !bad; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (c <= ' ' || c >= 0x7f || c == '/' || c == '@' || c == '?' || c == '#'
-            || (c == ':' && name[0] != '['))
-            bad = 1;
-    }
-    if (!bad && name[0] == '[' && name[n - 1] != ']') bad = 1;
-    if (bad) {
+    coai_str v;
+    v.ptr = name;
+    v.len = n;
+    if (S.allow_n == SRV_MAX_ALLOW || !coai_host_name_ok(v)) {
         fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
                 "bytes, without port, path or blanks)\n", src, (int)(n > 253 ? 253 : n), name,
                 SRV_MAX_ALLOW);
@@ -3345,8 +3302,8 @@ static int parse_serve_args(int argc, char **argv)
     }
     if (allow_hosts_env(getenv("CURSOR_OAI_ALLOW_HOSTS")) != 0) return 2;
     if (!listen || !*listen) listen = SRV_DEFAULT_LISTEN;
-    if (split_host_port(listen, S.listen_host, sizeof S.listen_host, S.listen_port,
-                        sizeof S.listen_port, NULL) < 0) {
+    if (coai_hostport_split(coai_str_c(listen), S.listen_host, sizeof S.listen_host,
+                            S.listen_port, sizeof S.listen_port, NULL) < 0) {
         fprintf(stderr, "cursor-oai: bad listen address '%s' (want HOST:PORT)\n", listen);
         return 2;
     }
@@ -3385,6 +3342,11 @@ static int configure(void)
         return -1;
     }
     S.client_version = cv && *cv ? cv : SRV_DEFAULT_CLIENT_VERSION;
+    if (!coai_header_value_ok(coai_str_c(S.client_version))) {
+        fprintf(stderr, "cursor-oai: CURSOR_CLIENT_VERSION must be printable ASCII (e.g. "
+                "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
+        return -1;
+    }
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)

@@ -39,8 +39,13 @@ def env(**kw):
 
 
 def run(args, timeout=10, **kw):
-    p = subprocess.run([BIN] + args, env=env(**kw), capture_output=True, text=True,
-                       timeout=timeout)
+    """(exit status, stdout, stderr); a command still running after timeout seconds is
+    killed and reported as status None (every caller expects it to exit by itself)."""
+    try:
+        p = subprocess.run([BIN] + args, env=env(**kw), capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        return None, e.stdout or "", "still running after %d s" % timeout
     return p.returncode, p.stdout, p.stderr
 
 
@@ -112,6 +117,21 @@ def t_basics():
                       (["serve", "--allow-unauthenticated=1"], "flag given a value")):
         rc, _, err = run(args)
         check("usage error (%s) exits 2 with a message" % why, rc == 2 and err.strip(), (rc, err))
+    # Values that end up in upstream headers or addresses are checked, never passed on.
+    rc, _, err = run(["serve", "--listen", "127.0.0.1:0"],
+                     CURSOR_CLIENT_VERSION="cli-1\r\nX-Injected: 1")
+    check("CURSOR_CLIENT_VERSION with CR/LF: exit 1 naming it",
+          rc == 1 and "CURSOR_CLIENT_VERSION" in err, (rc, err))
+    for url in ("http://api2.cursor.sh", "https://u@host", "https://host/a b", "https://host:0"):
+        rc, _, err = run(["serve", "--listen", "127.0.0.1:0"], CURSOR_API_URL=url)
+        check("CURSOR_API_URL=%r: exit 1 naming it" % url, rc == 1 and "CURSOR_API_URL" in err,
+              (rc, err))
+    port = free_port()
+    p = start(["serve", "--listen", "127.0.0.1:%d" % port], TZ="UTC\r\nX-Injected: 1")
+    check("server with a malformed TZ starts", wait_health(port) == 200)
+    log = stop(p)
+    check("a malformed TZ is ignored with a warning, never sent on",
+          "TZ is not a time-zone name" in log and "X-Injected" not in log, log[-400:])
     rc, _, err = run(["serve", "--listen", "127.0.0.1:0"], SSL_CERT_FILE="/nonexistent.pem")
     check("unreadable SSL_CERT_FILE: exit 1 naming the file", rc == 1 and "nonexistent" in err,
           (rc, err))
