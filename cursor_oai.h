@@ -4766,14 +4766,19 @@ static int coai__oa_is_auth_error(int err)
 void coai_error_from_status(const coai_status *st, coai_error *e)
 {
     int err = st->error, code = st->code;
-    const char *what = st->message[0] ? st->message : "Cursor reported an error";
+    coai_buf desc = { 0 };
+    const char *what;
     memset(e, 0, sizeof *e);
     if (code == 0 && err == 0) return;
+    /* One description of the status (message, title, detail without repeats, then
+     * "(grpc-status N, ERROR_NAME)"), the same text the logs get. */
+    coai_status_describe(st, &desc);
+    what = desc.err || !desc.data ? "Cursor reported an error" : (const char *)desc.data;
     if (err == 30) {
         coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
-                       "Cursor rejected this client version as outdated (%s). Set "
+                       "Cursor rejected this client version as outdated: set "
                        "CURSOR_CLIENT_VERSION to the version of a current cursor-agent, "
-                       "e.g. cli-2025.11.25-d5b3271", what);
+                       "e.g. cli-2025.11.25-d5b3271. Cursor said: %s", what);
         e->no_retry = 1;
     } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
         coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
@@ -4811,20 +4816,7 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
         coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
                        "Cursor error: %s", what);
     }
-    if (st->title[0]) {
-        coai__oa_error_append(e, ": ", 2);
-        coai__oa_error_append(e, st->title, strlen(st->title));
-    }
-    if (st->detail[0]) {
-        coai__oa_error_append(e, st->title[0] ? " - " : ": ", st->title[0] ? 3 : 2);
-        coai__oa_error_append(e, st->detail, strlen(st->detail));
-    }
-    {
-        char tail[96];
-        int k = snprintf(tail, sizeof tail, " (grpc-status %d%s%s)", code,
-                         st->error_name ? ", " : "", st->error_name ? st->error_name : "");
-        if (k > 0) coai__oa_error_append(e, tail, (size_t)k < sizeof tail ? (size_t)k : 0);
-    }
+    coai_buf_free(&desc);
 }
 
 static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle)

@@ -1036,6 +1036,20 @@ static void test_error_mapping(void)
     st.error = 30;
     coai_error_from_status(&st, &e);
     CHECK(strstr(e.message, "CURSOR_CLIENT_VERSION") != NULL);
+    /* a long upstream detail never pushes the hint out of the 512-byte message */
+    memset(st.detail, 'd', sizeof st.detail - 1);
+    st.detail[sizeof st.detail - 1] = 0;
+    coai_error_from_status(&st, &e);
+    CHECK(strstr(e.message, "CURSOR_CLIENT_VERSION") != NULL && strlen(e.message) < 512);
+    /* the same text as coai_status_describe: a title equal to the message appears once */
+    memset(&st, 0, sizeof st);
+    st.code = 13;
+    strcpy(st.message, "Boom happened");
+    strcpy(st.title, "Boom happened");
+    strcpy(st.detail, "try later");
+    coai_error_from_status(&st, &e);
+    CHECKF(strcmp(e.message, "Cursor error: Boom happened: try later (grpc-status 13)") == 0,
+           "%s", e.message);
     memset(&st, 0, sizeof st);
     coai_error_from_status(&st, &e);
     CHECK(e.status == 0);
