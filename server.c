@@ -2339,6 +2339,7 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
     coai_buf body = { 0 };
     coai_error fe;
     int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
+    int64_t t0 = mono_ms();             /* a failure after this is news to this call */
     int rc;
     pthread_mutex_lock(&S.lock);
     for (;;) {
@@ -2350,7 +2351,7 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
     }
     S.models_fetching = 1;
     pthread_mutex_unlock(&S.lock);
-    if (fetched) *fetched = 1;          /* this call asked the upstream itself, just now */
+
     memset(&fe, 0, sizeof fe);
     rc = models_fetch(&body, &fe);
     if (rc < 0 && fe.status >= 500)
@@ -2387,6 +2388,8 @@ serve:
         }
     } else {
         rc = -1;
+        /* fresh: this call's own fetch, or one it waited for, failed just now */
+        if (fetched) *fetched = S.models_fail_at >= t0;
         *err = S.models_err;
         if (!err->status)
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,

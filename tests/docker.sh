@@ -59,7 +59,7 @@ cleanup() {
         kill -KILL -- "-$FAKE_PID" 2>/dev/null
     fi
     if [ -n "$DOCKERD_PID" ]; then
-        echo "stopping the dockerd this test started (pid $DOCKERD_PID)"
+        echo "stopping the dockerd this test started (pid $DOCKERD_PID)" >&2
         kill -TERM "$DOCKERD_PID" 2>/dev/null
         for _ in $(seq 1 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
         kill -KILL "$DOCKERD_PID" 2>/dev/null
