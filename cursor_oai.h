@@ -465,6 +465,13 @@ typedef struct coai_run_params {
     coai_str shell;             /* default "/bin/zsh" (what the original sends) */
     const coai_tool *tools;     /* may be NULL when tool_count == 0 */
     size_t tool_count;
+    /* Checkpoint resume (all empty for a fresh conversation, the byte layout of the
+     * vectors): conversation_state = Cursor's own ConversationStateStructure bytes
+     * (an empty view still writes the required empty field); pre_fetched_blobs
+     * (field 17) = the KV blobs stored for it, blob_ids[i] -> blob_values[i]. */
+    coai_str conversation_state;
+    const coai_str *blob_ids, *blob_values;
+    size_t blob_count;
 } coai_run_params;
 
 /* Client -> server messages. Every encoder APPENDS exactly one serialized message
@@ -518,6 +525,46 @@ int coai_encode_exec_stream_close(coai_buf *out, uint32_t id);
 int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason);
 /* ConversationAction{resume_action{}} = 22 02 12 00. */
 int coai_encode_resume(coai_buf *out);
+/* AgentClientMessage.client_heartbeat{} = 3a 00: sent every 5 s while a run is open
+ * (the 2026 CLI does; notes §1). */
+int coai_encode_client_heartbeat(coai_buf *out);
+/* ExecClientControlMessage.heartbeat{id}: every 3 s for each exec whose result the
+ * client is still producing. */
+int coai_encode_exec_heartbeat(coai_buf *out, uint32_t id);
+/* The KV replies above plus KvClientMessage.metadata (field 4) = the KvServerMessage's
+ * opaque field 4 echoed byte for byte when has_meta (coai_msg.raw / has_raw). */
+int coai_encode_kv_set_result_meta(coai_buf *out, uint32_t id, coai_str meta, int has_meta);
+int coai_encode_kv_get_result_meta(coai_buf *out, uint32_t id, const void *data, size_t n,
+                                   int found, coai_str meta, int has_meta);
+
+/* What an exec result needs from its request; views the caller keeps alive. */
+typedef struct coai_exec_ref {
+    int kind;                   /* coai_exec_kind */
+    uint32_t id;
+    coai_str exec_id, command, cwd, path;
+} coai_exec_ref;
+/* The CLI's answer to an exec the client ran as a tool, one AgentClientMessage per
+ * step (0, 1, 2 ...): appends step `step` and returns COAI_OK, or COAI_DONE (nothing
+ * appended) after the last one. `text` is the client's tool output; is_error marks a
+ * failed tool; ms goes into local_execution_time_ms (field 39 and the shell exit).
+ * Sequences (each frame with id and exec_id; notes §1, "what the CLI sends"):
+ *   SHELL_STREAM  shell_stream{start{}}, shell_stream{stdout{text}} (stderr when
+ *                 is_error), shell_stream{exit{code 0|1, cwd, local_execution_time_ms}},
+ *                 stream_close
+ *   SHELL         shell_result{success|failure{command, cwd, exit 0|1, stdout|stderr}},
+ *                 stream_close
+ *   READ          read_result{success{path, content, total_lines, file_size} | error},
+ *                 stream_close
+ *   WRITE         write_result{success{path, lines_created, file_size} | error}, close
+ *   LS            ls_result{success{directory_tree_root{abs_path, one child file per
+ *                 non-empty output line, num_files}} | error}, stream_close
+ *   GREP          grep_result{success{pattern "", path, "files_with_matches",
+ *                 workspace_results{path: files{lines}}} | error}, stream_close
+ *   MCP and any other kind
+ *                 mcp_result{success{content[text{text}], is_error}}, stream_close
+ * A kind with no result a tool could give (request_context) -> COAI_ERR_INVALID. */
+int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text,
+                            int is_error, uint32_t ms, unsigned step);
 /* Answer to an InteractionQuery (web search, ask-question, mode switch, Exa search or
  * fetch): AgentClientMessage{6: InteractionResponse{1 id, <query>: {}}} with the result
  * member matching the query's oneof field (2..6). The schema in the spec declares those
@@ -587,7 +634,8 @@ typedef enum coai_exec_kind {
     COAI_EXEC_READ_MCP_RESOURCE = 18,
     COAI_EXEC_FETCH = 20,
     COAI_EXEC_RECORD_SCREEN = 21,
-    COAI_EXEC_COMPUTER_USE = 22
+    COAI_EXEC_COMPUTER_USE = 22,
+    COAI_EXEC_MCP_STATE = 36    /* mcp_state_exec_args: never mapped, answered with a throw */
 } coai_exec_kind;
 
 /* An exec request. Views point into storage owned by the coai_msg that holds it. */
@@ -644,6 +692,9 @@ typedef struct coai_msg {
     coai_str blob_id;           /* KV_GET, KV_SET (raw bytes) */
     coai_str blob_data;         /* KV_SET (raw bytes) */
     coai_exec exec;             /* EXEC */
+    coai_str raw;               /* CHECKPOINT: the ConversationStateStructure bytes;
+                                 * KV_GET/KV_SET: KvServerMessage.metadata (field 4) */
+    int has_raw;                /* KV: metadata was present (even empty) */
     void *priv_;                /* private decode storage */
     coai_buf scratch_;          /* private */
 } coai_msg;
@@ -683,7 +734,10 @@ typedef struct coai_msg {
  *                        TextDecoder does). Kinds without fields (request_context,
  *                        diagnostics, ...) only set kind/id/exec_id.
  *   EXEC_ABORT           id
- *   KV_GET / KV_SET      id, blob_id, KV_SET: blob_data (raw bytes, exact length)
+ *   KV_GET / KV_SET      id, blob_id, KV_SET: blob_data (raw bytes, exact length);
+ *                        raw/has_raw = the opaque metadata (field 4) to echo back
+ *   CHECKPOINT (also)    raw = the whole ConversationStateStructure, for a later
+ *                        AgentRunRequest.conversation_state (checkpoint resume)
  *   QUERY                id, query = InteractionQuery oneof field number (0 if none)
  * When a oneof member is repeated (never seen in practice) the last one wins. String
  * fields other than exec_id, blob_id, blob_data and args_json come from nanopb's
@@ -1102,12 +1156,25 @@ typedef struct coai_reply_opts {
     coai_upstream_fn send;     /* required when the upstream can ask for replies */
     void *send_user;
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
+    int batch_tools;           /* 1: a mapped exec does not end the response at once: more
+                                * execs are collected (parallel tool_calls) until the
+                                * caller's quiet window ends with coai_reply_end_tools() */
 } coai_reply_opts;
 
 /* Copy stream, include_usage, tools, session_id and prompt from a parsed request. */
 void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req);
 
 typedef struct coai_reply_kv coai_reply_kv;
+
+/* One tool call this response handed to the client: what its result must be sent
+ * upstream as (coai_encode_exec_answer) and the id the client will answer with.
+ * Views point into mem_ and live until coai_reply_continue() or coai_reply_free(). */
+typedef struct coai_reply_call {
+    coai_exec_ref ref;
+    coai_str call_id;          /* the OpenAI tool_call id */
+    coai_str tool;             /* the client's tool name */
+    char *mem_;
+} coai_reply_call;
 
 typedef struct coai_reply {
     coai_buf out;              /* client body bytes to send; the caller drains it */
@@ -1121,8 +1188,7 @@ typedef struct coai_reply {
     char session_[33];
     coai_buf prefix_;          /* {"id":..,"object":..,"created":..,"model":.. */
     coai_buf content_, reasoning_, scratch_, tmp_;
-    coai_buf tc_id_, tc_name_, tc_args_;
-    int has_tool_call_;
+    coai_buf tc_id_;           /* tool-call id being built */
     unsigned char carry_[2][4];
     size_t carry_len_[2];
     size_t prompt_units_, completion_units_;
@@ -1131,6 +1197,12 @@ typedef struct coai_reply {
     coai_reply_kv *kv_;
     size_t kv_count_, kv_cap_, kv_bytes_;
     coai_buf fallback_;        /* kept assistant texts: [u32 length][bytes]... */
+    coai_buf tcs_;             /* tool call objects, comma-separated (non-streaming) */
+    coai_reply_call *calls_;
+    size_t ncalls_;
+    int tools_open_;           /* batch_tools: calls collected, finish not yet written */
+    coai_buf checkpoint_;      /* latest conversation_checkpoint_update bytes */
+    int have_checkpoint_;
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1152,6 +1224,25 @@ int coai_reply_done(const coai_reply *r);
  * for a result it will not get, so close it rather than read it to its end. */
 int coai_reply_tool_called(const coai_reply *r);
 int coai_reply_status(const coai_reply *r);   /* HTTP status to send (200 or error) */
+/* batch_tools: number of tool calls collected and not yet ended (0 = none pending). */
+size_t coai_reply_tools_pending(const coai_reply *r);
+/* batch_tools: the quiet window is over: write the finish ("tool_calls"). Returns as
+ * coai_reply_feed_msg (COAI_DONE when it ended the response). */
+int coai_reply_end_tools(coai_reply *r);
+/* The tool calls of the response (also after it ended); *calls may be NULL. */
+size_t coai_reply_calls(const coai_reply *r, const coai_reply_call **calls);
+/* The latest checkpoint bytes seen on this run (empty view when none). */
+coai_str coai_reply_checkpoint(const coai_reply *r);
+/* A held run between two HTTP requests: answer what needs an answer and writes nothing
+ * for the client (KV, interaction queries, request_context, execs no tool matches,
+ * checkpoints, token counts, heartbeats and announcements): returns 1. Returns 0 for a
+ * message the client must see (text, thinking, a mapped exec, turn end): the caller
+ * keeps it for the next response. -1 when a reply could not be delivered upstream. */
+int coai_reply_answer(coai_reply *r, const coai_msg *m);
+/* Continue the same upstream run in a new response (the follow-up request of a held
+ * run): output state, usage and tool calls start over with the new options, the KV
+ * store, checkpoint and tool-call id session are kept. 0 ok, COAI_ERR_NOMEM. */
+int coai_reply_continue(coai_reply *r, const coai_reply_opts *o);
 /* Append the response header lines this reply needs ("Content-Type: ..\r\n",
  * "Cache-Control: no-cache\r\n" for SSE, "x-should-retry: false\r\n",
  * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
@@ -2953,7 +3044,8 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
     int r = COAI_OK;
     if (!p || (p->tool_count && !p->tools)) return COAI_ERR_INVALID;
     top = coai__pb_open(out, 1);                         /* AgentClientMessage.run_request */
-    coai__pb_close(out, coai__pb_open(out, 1));          /* conversation_state {} (required) */
+    /* conversation_state: required, {} for a new conversation, else Cursor's checkpoint */
+    coai__pb_bytes(out, 1, p->conversation_state.ptr, p->conversation_state.len);
     act = coai__pb_open(out, 2);                         /* action */
     uma = coai__pb_open(out, 1);                         /* user_message_action */
     um = coai__pb_open(out, 1);                          /* user_message */
@@ -3018,6 +3110,12 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
         coai__pb_close(out, d);
         coai__pb_close(out, fs);
     }
+    for (i = 0; i < p->blob_count && r == COAI_OK; i++) {
+        m = coai__pb_open(out, 17);                      /* pre_fetched_blobs */
+        coai__pb_bytes(out, 1, p->blob_ids[i].ptr, p->blob_ids[i].len);
+        coai__pb_bytes(out, 2, p->blob_values[i].ptr, p->blob_values[i].len);
+        coai__pb_close(out, m);
+    }
     coai__pb_close(out, top);
     return coai__pb_finish(out, start, r);
 }
@@ -3053,16 +3151,23 @@ int coai_encode_run_body(coai_buf *out, coai_str request_id)
 
 /* --- KV, control, resume ------------------------------------------------------------ */
 
-int coai_encode_kv_set_result(coai_buf *out, uint32_t id)
+int coai_encode_kv_set_result_meta(coai_buf *out, uint32_t id, coai_str meta, int has_meta)
 {
     size_t start = out->len, kv = coai__pb_open(out, 3);
     coai__pb_u32(out, 1, id);
     coai__pb_close(out, coai__pb_open(out, 3));          /* set_blob_result {} = success */
+    if (has_meta) coai__pb_bytes(out, 4, meta.ptr, meta.len);
     coai__pb_close(out, kv);
     return coai__pb_finish(out, start, COAI_OK);
 }
 
-int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found)
+int coai_encode_kv_set_result(coai_buf *out, uint32_t id)
+{
+    return coai_encode_kv_set_result_meta(out, id, coai_str_c(""), 0);
+}
+
+int coai_encode_kv_get_result_meta(coai_buf *out, uint32_t id, const void *data, size_t n,
+                                   int found, coai_str meta, int has_meta)
 {
     size_t start = out->len, kv, res;
     if (found && n && !data) return COAI_ERR_INVALID;
@@ -3071,8 +3176,14 @@ int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size
     res = coai__pb_open(out, 2);
     if (found) coai__pb_bytes(out, 1, data, n);          /* optional: presence = found */
     coai__pb_close(out, res);
+    if (has_meta) coai__pb_bytes(out, 4, meta.ptr, meta.len);
     coai__pb_close(out, kv);
     return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found)
+{
+    return coai_encode_kv_get_result_meta(out, id, data, n, found, coai_str_c(""), 0);
 }
 
 int coai_encode_exec_stream_close(coai_buf *out, uint32_t id)
@@ -3110,6 +3221,22 @@ int coai_encode_resume(coai_buf *out)
     size_t start = out->len, act = coai__pb_open(out, 4);
     coai__pb_close(out, coai__pb_open(out, 2));
     coai__pb_close(out, act);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_client_heartbeat(coai_buf *out)
+{
+    size_t start = out->len;
+    coai__pb_close(out, coai__pb_open(out, 7));
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_heartbeat(coai_buf *out, uint32_t id)
+{
+    size_t start = out->len, ctl = coai__pb_open(out, 5), hb = coai__pb_open(out, 3);
+    coai__pb_u32(out, 1, id);
+    coai__pb_close(out, hb);
+    coai__pb_close(out, ctl);
     return coai__pb_finish(out, start, COAI_OK);
 }
 
@@ -3187,6 +3314,166 @@ int coai_encode_exec_mcp_result(coai_buf *out, uint32_t id, coai_str exec_id, co
     if (is_error) coai__pb_bool(out, 2, 1);              /* the original writes it only when set */
     coai__pb_close(out, ok);
     coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+/* Lines of t that are not blank (a trailing line without newline counts). */
+static size_t coai__lines(coai_str t, int nonblank_only)
+{
+    size_t i, n = 0, len = 0;
+    for (i = 0; i < t.len; i++) {
+        if (t.ptr[i] == '\n') { if (len || !nonblank_only) n++; len = 0; }
+        else if (t.ptr[i] != '\r' && t.ptr[i] != ' ' && t.ptr[i] != '\t') len++;
+        else if (!nonblank_only) len++;
+    }
+    return n + (len ? 1 : 0);
+}
+
+/* Each non-blank line of t as a string field `field` (trimmed of \r and spaces). */
+static void coai__pb_lines(coai_buf *b, unsigned field, coai_str t, int as_file)
+{
+    size_t i = 0;
+    while (i < t.len) {
+        size_t e = i, s, z;
+        while (e < t.len && t.ptr[e] != '\n') e++;
+        s = i; z = e;
+        while (s < z && (t.ptr[s] == ' ' || t.ptr[s] == '\t' || t.ptr[s] == '\r')) s++;
+        while (z > s && (t.ptr[z - 1] == ' ' || t.ptr[z - 1] == '\t' || t.ptr[z - 1] == '\r'))
+            z--;
+        if (z > s) {
+            if (as_file) {
+                size_t f = coai__pb_open(b, field);
+                coai__pb_bytes(b, 1, t.ptr + s, z - s);
+                coai__pb_close(b, f);
+            } else {
+                coai__pb_bytes(b, field, t.ptr + s, z - s);
+            }
+        }
+        i = e + 1;
+    }
+}
+
+int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text,
+                            int is_error, uint32_t ms, unsigned step)
+{
+    size_t start = out->len, outer, res, v, w;
+    unsigned last;
+    int kind;
+    if (!x) return COAI_ERR_INVALID;
+    kind = x->kind;
+    if (kind == COAI_EXEC_REQUEST_CONTEXT) return COAI_ERR_INVALID;
+    last = kind == COAI_EXEC_SHELL_STREAM ? 3 : 1;
+    if (step > last) return COAI_DONE;
+    if (step == last) return coai_encode_exec_stream_close(out, x->id);
+    outer = coai__pb_open(out, 2);                       /* exec_client_message */
+    coai__pb_u32(out, 1, x->id);
+    coai__pb_str(out, 15, x->exec_id);
+    switch (kind) {
+    case COAI_EXEC_SHELL_STREAM:
+        res = coai__pb_open(out, 14);                    /* shell_stream */
+        if (step == 0) {
+            coai__pb_close(out, coai__pb_open(out, 4));  /* start{} */
+        } else if (step == 1) {
+            v = coai__pb_open(out, is_error ? 2 : 1);    /* stderr / stdout */
+            coai__pb_str(out, 1, text);
+            coai__pb_close(out, v);
+        } else {
+            v = coai__pb_open(out, 3);                   /* exit */
+            coai__pb_u32(out, 1, is_error ? 1 : 0);
+            coai__pb_str(out, 2, x->cwd);
+            coai__pb_u32(out, 6, ms);                    /* aborted = false: omitted */
+            coai__pb_close(out, v);
+        }
+        coai__pb_close(out, res);
+        break;
+    case COAI_EXEC_SHELL:
+        res = coai__pb_open(out, 2);
+        v = coai__pb_open(out, is_error ? 2 : 1);
+        coai__pb_shell_body(out, x->command, x->cwd, is_error ? 1 : 0,
+                            is_error ? coai_str_c("") : text, is_error ? text : coai_str_c(""),
+                            (int32_t)(ms > 0x7fffffffu ? 0x7fffffffu : ms));
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    case COAI_EXEC_READ:
+        res = coai__pb_open(out, 7);
+        v = coai__pb_open(out, is_error ? 2 : 1);
+        coai__pb_str(out, 1, x->path);
+        if (is_error) {
+            coai__pb_str(out, 2, text);
+        } else {
+            coai__pb_str(out, 2, text);
+            coai__pb_i32(out, 3, (int32_t)coai__lines(text, 0));
+            if (text.len) { coai__pb_tag(out, 4, 0); coai__pb_varint(out, text.len); }
+        }
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    case COAI_EXEC_WRITE:
+        res = coai__pb_open(out, 3);
+        v = coai__pb_open(out, is_error ? 5 : 1);
+        coai__pb_str(out, 1, x->path);
+        if (is_error) coai__pb_str(out, 2, text);
+        else coai__pb_i32(out, 2, (int32_t)coai__lines(text, 0));
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    case COAI_EXEC_LS:
+        res = coai__pb_open(out, 8);
+        v = coai__pb_open(out, is_error ? 2 : 1);
+        if (is_error) {
+            coai__pb_str(out, 1, x->path);
+            coai__pb_str(out, 2, text);
+        } else {
+            w = coai__pb_open(out, 1);                   /* directory_tree_root */
+            coai__pb_str(out, 1, x->path);
+            coai__pb_lines(out, 3, text, 1);             /* children_files[{name}] */
+            coai__pb_bool(out, 4, 1);                    /* children_were_processed */
+            coai__pb_i32(out, 6, (int32_t)coai__lines(text, 1));
+            coai__pb_close(out, w);
+        }
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    case COAI_EXEC_GREP:
+        res = coai__pb_open(out, 5);
+        v = coai__pb_open(out, is_error ? 2 : 1);
+        if (is_error) {
+            coai__pb_str(out, 1, text);
+        } else {
+            size_t e, u, f;
+            coai__pb_str(out, 2, x->path);
+            coai__pb_lit(out, 3, "files_with_matches");
+            e = coai__pb_open(out, 4);                   /* workspace_results entry */
+            coai__pb_bytes(out, 1, x->path.ptr, x->path.len);
+            u = coai__pb_open(out, 2);                   /* GrepUnionResult */
+            f = coai__pb_open(out, 2);                   /* files */
+            coai__pb_lines(out, 1, text, 0);
+            coai__pb_i32(out, 2, (int32_t)coai__lines(text, 1));
+            coai__pb_close(out, f);
+            coai__pb_close(out, u);
+            coai__pb_close(out, e);
+        }
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    default: {                                           /* MCP and the rest */
+        size_t item, tx;
+        res = coai__pb_open(out, 11);
+        v = coai__pb_open(out, 1);
+        item = coai__pb_open(out, 1);
+        tx = coai__pb_open(out, 1);
+        coai__pb_str(out, 1, text);
+        coai__pb_close(out, tx);
+        coai__pb_close(out, item);
+        if (is_error) coai__pb_bool(out, 2, 1);
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    }
+    }
+    coai__pb_u32(out, 39, ms);                           /* local_execution_time_ms */
+    coai__pb_close(out, outer);
     return coai__pb_finish(out, start, COAI_OK);
 }
 
@@ -3293,6 +3580,7 @@ typedef struct coai__dec {
     } u;
     char *exec_id;                /* heap copy of ExecServerMessage.exec_id */
     size_t exec_id_len;
+    unsigned char *raw;           /* heap copy behind coai_msg.raw */
     /* Bounds of the leaf being decoded: a callback whose stream does not point inside
      * them was handed a scalar (wrong wire type) by nanopb. */
     const pb_byte_t *lo, *hi;
@@ -3662,6 +3950,8 @@ static void coai__dec_release(coai__dec *d)
     free(d->exec_id);
     d->exec_id = NULL;
     d->exec_id_len = 0;
+    free(d->raw);
+    d->raw = NULL;
     d->nargs = 0;
     d->tool = 0;
     d->cb_err = 0;
@@ -3683,7 +3973,7 @@ static void coai__msg_clear(coai_msg *m)
     memset(m, 0, sizeof *m);
     m->priv_ = priv;
     m->scratch_ = scratch;
-    m->text = m->call_id = m->blob_id = m->blob_data = e;
+    m->text = m->call_id = m->blob_id = m->blob_data = m->raw = e;
     m->exec.exec_id = m->exec.command = m->exec.cwd = m->exec.path = e;
     m->exec.content = m->exec.pattern = m->exec.glob = m->exec.url = e;
     m->exec.mcp_name = m->exec.tool_name = m->exec.provider = e;
@@ -3774,7 +4064,7 @@ static int coai__exec_member(uint32_t num)
 {
     switch (num) {
     case 2: case 3: case 4: case 5: case 7: case 8: case 9: case 10: case 11: case 14:
-    case 16: case 17: case 18: case 20: case 21: case 22:
+    case 16: case 17: case 18: case 20: case 21: case 22: case 36:
         return 1;
     }
     return 0;
@@ -3882,10 +4172,21 @@ static coai_result coai__exec(coai_msg *m, coai__dec *d, const coai__pbf *top)
     return COAI_OK;
 }
 
+/* Keep a copy of p[0..n) as m->raw (it must outlive the frame buffer). */
+static coai_result coai__raw_copy(coai_msg *m, coai__dec *d, const pb_byte_t *p, size_t n)
+{
+    d->raw = (unsigned char *)malloc(n ? n : 1);
+    if (!d->raw) return COAI_ERR_NOMEM;
+    if (n) memcpy(d->raw, p, n);
+    m->raw.ptr = (const char *)d->raw;
+    m->raw.len = n;
+    return COAI_OK;
+}
+
 static coai_result coai__kv(coai_msg *m, coai__dec *d, const coai__pbf *top)
 {
     coai__pbr r;
-    coai__pbf f, mem = { 0 };
+    coai__pbf f, mem = { 0 }, meta = { 0 };
     int k, have = 0;
     coai_result res;
     uint32_t id = 0;
@@ -3898,10 +4199,15 @@ static coai_result coai__kv(coai_msg *m, coai__dec *d, const coai__pbf *top)
             if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
             mem = f;
             have = 1;
+        } else if (f.num == 4) {
+            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+            meta = f;
+            m->has_raw = 1;
         }
     }
     if (k < 0) return COAI_ERR_PROTO;
     if (!have) return COAI_OK;
+    if (m->has_raw && (res = coai__raw_copy(m, d, meta.p, meta.n)) != COAI_OK) return res;
     if (mem.num == 2) {
         if ((res = coai__leaf(d, agent_v1_GetBlobArgs_fields, &mem)) != COAI_OK) return res;
         m->blob_id = coai__bytes_view(d->u.get_blob.blob_id);
@@ -3936,6 +4242,7 @@ static coai_result coai__checkpoint(coai_msg *m, coai__dec *d, const coai__pbf *
             return COAI_ERR_PROTO;
     }
     if (k < 0) return COAI_ERR_PROTO;
+    if ((res = coai__raw_copy(m, d, top->p, top->n)) != COAI_OK) return res;
     m->value = d->u.token_details.used_tokens;
     m->value2 = d->u.token_details.max_tokens;
     m->kind = COAI_MSG_CHECKPOINT;
@@ -5674,6 +5981,21 @@ static size_t coai__oa_alnum_append(coai_buf *b, coai_str s, size_t max)
     return k;
 }
 
+/* The chunk/completion prefix and the prompt estimate for the current options. */
+static int coai__oa_prefix(coai_reply *r)
+{
+    const coai_reply_opts *o = &r->o_;
+    r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
+    coai_buf_reset(&r->prefix_);
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+                    o->stream ? "chat.completion.chunk" : "chat.completion",
+                    (long long)o->created);
+    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+    return r->prefix_.err || coai_buf_reserve(&r->out, 0) ? -1 : 0;
+}
+
 int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
 {
     size_t i, k = 0;
@@ -5693,18 +6015,42 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
         if (!k) r->session_[k++] = '0';
     }
     r->session_[k] = 0;
-    r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
-    coai_buf_puts(&r->prefix_, "{\"id\":");
-    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
-    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-                    o->stream ? "chat.completion.chunk" : "chat.completion",
-                    (long long)o->created);
-    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
-    if (r->prefix_.err || coai_buf_reserve(&r->out, 0)) {
+    if (coai__oa_prefix(r) < 0) {
         coai_reply_free(r);
         return COAI_ERR_NOMEM;
     }
     return 0;
+}
+
+static void coai__oa_calls_clear(coai_reply *r)
+{
+    size_t i;
+    for (i = 0; i < r->ncalls_; i++) free(r->calls_[i].mem_);
+    free(r->calls_);
+    r->calls_ = NULL;
+    r->ncalls_ = 0;
+}
+
+int coai_reply_continue(coai_reply *r, const coai_reply_opts *o)
+{
+    if (!o || !o->send || !o->completion_id.len || !o->model.len) return COAI_ERR_INVALID;
+    coai__oa_calls_clear(r);
+    coai_buf_free(&r->out);
+    coai_buf_reset(&r->content_);
+    coai_buf_reset(&r->reasoning_);
+    coai_buf_reset(&r->tcs_);
+    coai_buf_reset(&r->fallback_);
+    r->o_ = *o;
+    if (!r->o_.max_kv_bytes) r->o_.max_kv_bytes = COAI_MAX_KV_BYTES;
+    if (!r->o_.tools) r->o_.tool_count = 0;
+    r->committed_ = r->done_ = r->status_ = r->text_streamed_ = r->tools_open_ = 0;
+    r->carry_len_[0] = r->carry_len_[1] = 0;
+    r->completion_units_ = 0;
+    r->token_sum_ = 0;
+    r->have_token_delta_ = r->status_ok_ = 0;
+    r->queries = r->rejected = 0;
+    memset(&r->error, 0, sizeof r->error);
+    return coai__oa_prefix(r) < 0 ? COAI_ERR_NOMEM : 0;
 }
 
 void coai_reply_free(coai_reply *r)
@@ -5719,15 +6065,33 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->scratch_);
     coai_buf_free(&r->tmp_);
     coai_buf_free(&r->tc_id_);
-    coai_buf_free(&r->tc_name_);
-    coai_buf_free(&r->tc_args_);
     coai_buf_free(&r->fallback_);
+    coai_buf_free(&r->tcs_);
+    coai_buf_free(&r->checkpoint_);
+    coai__oa_calls_clear(r);
     memset(r, 0, sizeof *r);
 }
 
 int coai_reply_started(const coai_reply *r) { return r->committed_; }
 int coai_reply_done(const coai_reply *r) { return r->done_; }
-int coai_reply_tool_called(const coai_reply *r) { return r->done_ && r->has_tool_call_; }
+int coai_reply_tool_called(const coai_reply *r) { return r->done_ && r->ncalls_ > 0; }
+size_t coai_reply_tools_pending(const coai_reply *r) { return r->tools_open_ ? r->ncalls_ : 0; }
+
+size_t coai_reply_calls(const coai_reply *r, const coai_reply_call **calls)
+{
+    if (calls) *calls = r->calls_;
+    return r->ncalls_;
+}
+
+coai_str coai_reply_checkpoint(const coai_reply *r)
+{
+    coai_str s = { "", 0 };
+    if (r->have_checkpoint_) {
+        s.ptr = r->checkpoint_.data ? (const char *)r->checkpoint_.data : "";
+        s.len = r->checkpoint_.len;
+    }
+    return s;
+}
 int coai_reply_status(const coai_reply *r) { return r->status_ ? r->status_ : 200; }
 
 int coai_reply_head(const coai_reply *r, coai_buf *out)
@@ -5876,21 +6240,17 @@ static void coai__oa_completion(coai_reply *r, const char *finish)
     coai_buf *o = &r->out;
     coai_buf_append(o, r->prefix_.data, r->prefix_.len);
     coai_buf_puts(o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-    if (r->has_tool_call_ && !r->content_.len) coai_buf_puts(o, "null");
+    if (r->ncalls_ && !r->content_.len) coai_buf_puts(o, "null");
     else coai_json_str_append(o, r->content_.data ? (const char *)r->content_.data : "",
                               r->content_.len);
     if (r->reasoning_.len) {
         coai_buf_puts(o, ",\"reasoning_content\":");
         coai_json_str_append(o, (const char *)r->reasoning_.data, r->reasoning_.len);
     }
-    if (r->has_tool_call_) {
-        coai_buf_puts(o, ",\"tool_calls\":[{\"id\":");
-        coai_json_str_append(o, (const char *)r->tc_id_.data, r->tc_id_.len);
-        coai_buf_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
-        coai_json_str_append(o, (const char *)r->tc_name_.data, r->tc_name_.len);
-        coai_buf_puts(o, ",\"arguments\":");
-        coai_json_str_append(o, (const char *)r->tc_args_.data, r->tc_args_.len);
-        coai_buf_puts(o, "}}]");
+    if (r->ncalls_) {
+        coai_buf_puts(o, ",\"tool_calls\":[");
+        coai_buf_append(o, r->tcs_.data, r->tcs_.len);
+        coai_buf_putc(o, ']');
     }
     coai_buf_printf(o, "},\"finish_reason\":\"%s\"}],\"usage\":", finish);
     coai__oa_usage(r, o);
@@ -5956,38 +6316,41 @@ static int coai__oa_send(coai_reply *r)
     return coai__oa_fail(r, &e);
 }
 
-static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
+/* Remember a tool call: its id, tool and what its result must be sent upstream as. */
+static int coai__oa_call_add(coai_reply *r, const coai_exec *ex, coai_str id, coai_str tool)
 {
-    coai_str b;
-    coai_buf *id = &r->tc_id_;
-    const coai_tool *t = &r->o_.tools[tc->tool];
-    coai__oa_flush_carry(r);
-    coai_buf_reset(id);
-    coai_buf_puts(id, "sess_");
-    coai_buf_puts(id, r->session_);
-    coai_buf_puts(id, "__call_");
-    b = ex->kind == COAI_EXEC_MCP ? ex->tool_call_id : ex->exec_id;
-    if (!coai__oa_alnum_append(id, b, 32) && !coai__oa_alnum_append(id, ex->exec_id, 32))
-        coai_buf_printf(id, "%lu", (unsigned long)ex->id);
-    coai_buf_reset(&r->tc_name_);
-    coai_buf_append(&r->tc_name_, t->name.ptr, t->name.len);
-    coai_buf_reset(&r->tc_args_);
-    coai_buf_append(&r->tc_args_, tc->args.data, tc->args.len);
-    if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__oa_fail_nomem(r);
-    r->has_tool_call_ = 1;
-    r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
-                            + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
+    coai_reply_call *nc, *c;
+    const coai_str parts[6] = { ex->exec_id, ex->command, ex->cwd, ex->path, id, tool };
+    coai_str *dst[6];
+    size_t i, total = 0, at = 0;
+    nc = (coai_reply_call *)realloc(r->calls_, (r->ncalls_ + 1) * sizeof *nc);
+    if (!nc) return -1;
+    r->calls_ = nc;
+    c = &nc[r->ncalls_];
+    memset(c, 0, sizeof *c);
+    for (i = 0; i < 6; i++) total += parts[i].len + 1;
+    c->mem_ = (char *)malloc(total);
+    if (!c->mem_) return -1;
+    dst[0] = &c->ref.exec_id; dst[1] = &c->ref.command; dst[2] = &c->ref.cwd;
+    dst[3] = &c->ref.path; dst[4] = &c->call_id; dst[5] = &c->tool;
+    for (i = 0; i < 6; i++) {
+        if (parts[i].len) memcpy(c->mem_ + at, parts[i].ptr, parts[i].len);
+        c->mem_[at + parts[i].len] = 0;
+        dst[i]->ptr = c->mem_ + at;
+        dst[i]->len = parts[i].len;
+        at += parts[i].len + 1;
+    }
+    c->ref.kind = (int)ex->kind;
+    c->ref.id = ex->id;
+    r->ncalls_++;
+    return 0;
+}
+
+/* Write the finish of a response that ends with tool calls. */
+static int coai__oa_tools_finish(coai_reply *r)
+{
+    r->tools_open_ = 0;
     if (r->o_.stream) {
-        coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
-        coai_json_str_append(&r->out, (const char *)id->data, id->len);
-        coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
-        coai_json_str_append(&r->out, t->name.ptr, t->name.len);
-        coai_buf_puts(&r->out, ",\"arguments\":");
-        coai_json_str_append(&r->out, (const char *)tc->args.data, tc->args.len);
-        coai_buf_puts(&r->out, "}}]}");
-        coai__oa_chunk_end(r, NULL);
         coai__oa_chunk_begin(r);
         coai_buf_puts(&r->out, "{}");
         coai__oa_chunk_end(r, "\"tool_calls\"");
@@ -5999,6 +6362,77 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
     }
     r->done_ = 1;
     return coai__oa_out_result(r);
+}
+
+int coai_reply_end_tools(coai_reply *r)
+{
+    if (r->done_) return COAI_DONE;
+    if (!r->tools_open_) return COAI_OK;
+    return coai__oa_tools_finish(r);
+}
+
+static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
+{
+    coai_str b, idv;
+    coai_buf *id = &r->tc_id_;
+    const coai_tool *t = &r->o_.tools[tc->tool];
+    size_t index = r->ncalls_;
+    coai__oa_flush_carry(r);
+    coai_buf_reset(id);
+    coai_buf_puts(id, "sess_");
+    coai_buf_puts(id, r->session_);
+    coai_buf_puts(id, "__call_");
+    b = ex->kind == COAI_EXEC_MCP ? ex->tool_call_id : ex->exec_id;
+    if (!coai__oa_alnum_append(id, b, 32) && !coai__oa_alnum_append(id, ex->exec_id, 32))
+        coai_buf_printf(id, "%lu", (unsigned long)ex->id);
+    if (id->err) return coai__oa_fail_nomem(r);
+    idv.ptr = (const char *)id->data;
+    idv.len = id->len;
+    if (coai__oa_call_add(r, ex, idv, t->name) < 0) return coai__oa_fail_nomem(r);
+    r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
+                            + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
+    if (r->o_.stream) {
+        coai__oa_commit(r);
+        coai__oa_chunk_begin(r);
+        coai_buf_printf(&r->out, "{\"tool_calls\":[{\"index\":%lu,\"id\":", (unsigned long)index);
+        coai_json_str_append(&r->out, idv.ptr, idv.len);
+        coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
+        coai_json_str_append(&r->out, t->name.ptr, t->name.len);
+        coai_buf_puts(&r->out, ",\"arguments\":");
+        coai_json_str_append(&r->out, (const char *)tc->args.data, tc->args.len);
+        coai_buf_puts(&r->out, "}}]}");
+        coai__oa_chunk_end(r, NULL);
+    } else {
+        if (index) coai_buf_putc(&r->tcs_, ',');
+        coai_buf_puts(&r->tcs_, "{\"id\":");
+        coai_json_str_append(&r->tcs_, idv.ptr, idv.len);
+        coai_buf_puts(&r->tcs_, ",\"type\":\"function\",\"function\":{\"name\":");
+        coai_json_str_append(&r->tcs_, t->name.ptr, t->name.len);
+        coai_buf_puts(&r->tcs_, ",\"arguments\":");
+        coai_json_str_append(&r->tcs_, (const char *)tc->args.data, tc->args.len);
+        coai_buf_puts(&r->tcs_, "}}");
+        if (r->tcs_.err) return coai__oa_fail_nomem(r);
+    }
+    r->tools_open_ = 1;
+    if (r->o_.batch_tools) return coai__oa_out_result(r);
+    return coai__oa_tools_finish(r);
+}
+
+/* Nothing is ever run on the proxy host: an exec no client tool matches gets what the
+ * CLI sends for an exec it cannot run, throw{id, error} then stream_close{id} (notes
+ * §1: YYE, PIC, senpi); the model reads the error and carries on. */
+static int coai__oa_throw(coai_reply *r, const coai_exec *ex)
+{
+    int rc;
+    r->rejected++;
+    coai_buf_reset(&r->scratch_);
+    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(
+        "This tool is not available here: the client did not provide a matching tool. "
+        "Use one of the provided tools instead."));
+    if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+    coai_buf_reset(&r->scratch_);
+    coai_encode_exec_stream_close(&r->scratch_, ex->id);
+    return coai__oa_send(r);
 }
 
 static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
@@ -6026,17 +6460,7 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         return rc;
     }
     coai_buf_free(&tc.args);
-    /* Nothing is ever run on the proxy host: refuse, so the model can carry on. */
-    r->rejected++;
-    coai_buf_reset(&r->scratch_);
-    coai_encode_exec_reject(&r->scratch_, ex, coai_str_c(
-        "This tool is not available here: the client did not provide a matching tool. "
-        "Use one of the provided tools instead."));
-    if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
-    if (!coai_exec_reject_is_result((int)ex->kind)) return COAI_OK;
-    coai_buf_reset(&r->scratch_);
-    coai_encode_exec_stream_close(&r->scratch_, ex->id);
-    return coai__oa_send(r);
+    return coai__oa_throw(r, ex);
 }
 
 /* ---- KV store and the §9 assistant-text fallback ---- */
@@ -6194,7 +6618,7 @@ static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
     }
     if (changed && coai__oa_kv_analyze(r, e->mem + e->id_len, e->n)) return coai__oa_kv_limit(r);
     coai_buf_reset(&r->scratch_);
-    coai_encode_kv_set_result(&r->scratch_, m->id);
+    coai_encode_kv_set_result_meta(&r->scratch_, m->id, m->raw, m->has_raw);
     return coai__oa_send(r);
 }
 
@@ -6202,15 +6626,61 @@ static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
 {
     const coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
     coai_buf_reset(&r->scratch_);
-    coai_encode_kv_get_result(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
-                              e ? e->n : 0, e != NULL);
+    coai_encode_kv_get_result_meta(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
+                                   e ? e->n : 0, e != NULL, m->raw, m->has_raw);
     return coai__oa_send(r);
+}
+
+/* Keep the latest checkpoint (conversation memory) and its token count (usage). */
+static int coai__oa_checkpoint(coai_reply *r, const coai_msg *m)
+{
+    if (m->value > 0 && m->value < 1000000000000LL) r->used_tokens_ = m->value;
+    coai_buf_reset(&r->checkpoint_);
+    coai_buf_append(&r->checkpoint_, m->raw.ptr, m->raw.len);
+    r->have_checkpoint_ = !r->checkpoint_.err;
+    return COAI_OK;
+}
+
+int coai_reply_answer(coai_reply *r, const coai_msg *m)
+{
+    int saved_done = r->done_, rc = COAI_OK;
+    coai_tool_call tc;
+    if (!m) return 1;
+    switch (m->kind) {
+    case COAI_MSG_TEXT: case COAI_MSG_THINKING: case COAI_MSG_TURN_ENDED:
+        return 0;
+    case COAI_MSG_EXEC:
+        if (m->exec.kind != COAI_EXEC_REQUEST_CONTEXT) {
+            int mapped;
+            memset(&tc, 0, sizeof tc);
+            mapped = coai_exec_map(&m->exec, r->o_.tools, r->o_.tool_count,
+                                   r->o_.env ? r->o_.env->workspace : coai_str_c(""), &tc);
+            coai_buf_free(&tc.args);
+            if (mapped != 0) return 0;           /* a tool call (or no memory): next response */
+        }
+        break;
+    case COAI_MSG_CHECKPOINT: coai__oa_checkpoint(r, m); return 1;
+    case COAI_MSG_TOKENS: case COAI_MSG_KV_SET: case COAI_MSG_KV_GET: case COAI_MSG_QUERY:
+        break;
+    default:
+        return 1;
+    }
+    /* Answer with the response machinery, whatever state the response is in. */
+    r->done_ = 0;
+    memset(&r->error, 0, sizeof r->error);
+    rc = coai_reply_feed_msg(r, m);
+    if (rc != COAI_OK || r->error.status) rc = -1;
+    r->done_ = saved_done;
+    return rc < 0 ? -1 : 1;
 }
 
 int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
 {
     if (r->done_) return COAI_DONE;
     if (!m) return COAI_OK;
+    if (r->tools_open_ && (m->kind == COAI_MSG_TEXT || m->kind == COAI_MSG_THINKING
+                           || m->kind == COAI_MSG_TURN_ENDED))
+        return coai__oa_tools_finish(r);         /* not consumed: see batch_tools */
     switch (m->kind) {
     case COAI_MSG_TEXT: return coai__oa_text(r, 0, m->text);
     case COAI_MSG_THINKING: return coai__oa_text(r, 1, m->text);
@@ -6220,9 +6690,7 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
             r->have_token_delta_ = 1;
         }
         return COAI_OK;
-    case COAI_MSG_CHECKPOINT:
-        if (m->value > 0 && m->value < 1000000000000LL) r->used_tokens_ = m->value;
-        return COAI_OK;
+    case COAI_MSG_CHECKPOINT: return coai__oa_checkpoint(r, m);
     case COAI_MSG_TURN_ENDED: return coai__oa_finish(r);
     case COAI_MSG_EXEC: return coai__oa_exec(r, &m->exec);
     case COAI_MSG_KV_SET: return coai__oa_kv_set(r, m);

@@ -12,10 +12,22 @@ PB_BIND(agent_v1_BidiRequestId, agent_v1_BidiRequestId, AUTO)
 PB_BIND(agent_v1_AgentClientMessage, agent_v1_AgentClientMessage, 2)
 
 
+PB_BIND(agent_v1_ClientHeartbeat, agent_v1_ClientHeartbeat, AUTO)
+
+
 PB_BIND(agent_v1_AgentServerMessage, agent_v1_AgentServerMessage, AUTO)
 
 
 PB_BIND(agent_v1_AgentRunRequest, agent_v1_AgentRunRequest, 2)
+
+
+PB_BIND(agent_v1_PreFetchedBlob, agent_v1_PreFetchedBlob, AUTO)
+
+
+PB_BIND(agent_v1_RequestedModel, agent_v1_RequestedModel, AUTO)
+
+
+PB_BIND(agent_v1_RequestedModelParameter, agent_v1_RequestedModelParameter, AUTO)
 
 
 PB_BIND(agent_v1_ConversationStateStructure, agent_v1_ConversationStateStructure, AUTO)
@@ -178,6 +190,9 @@ PB_BIND(agent_v1_ExecClientMessage, agent_v1_ExecClientMessage, 2)
 
 
 PB_BIND(agent_v1_ExecClientControlMessage, agent_v1_ExecClientControlMessage, AUTO)
+
+
+PB_BIND(agent_v1_ExecClientHeartbeat, agent_v1_ExecClientHeartbeat, AUTO)
 
 
 PB_BIND(agent_v1_ExecClientStreamClose, agent_v1_ExecClientStreamClose, AUTO)
@@ -520,6 +535,9 @@ PB_BIND(agent_v1_BedrockCredentials, agent_v1_BedrockCredentials, AUTO)
 
 
 PB_BIND(agent_v1_ComputerUseArgs, agent_v1_ComputerUseArgs, AUTO)
+
+
+PB_BIND(agent_v1_McpStateExecArgs, agent_v1_McpStateExecArgs, AUTO)
 
 
 PB_BIND(agent_v1_ComputerUseResult, agent_v1_ComputerUseResult, AUTO)

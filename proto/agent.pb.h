@@ -28,6 +28,29 @@ typedef struct _agent_v1_BidiRequestId {
     char *request_id;
 } agent_v1_BidiRequestId;
 
+/* Empty: "still here". Sent as its own BidiAppend, like every client message. */
+typedef struct _agent_v1_ClientHeartbeat {
+    char dummy_field;
+} agent_v1_ClientHeartbeat;
+
+/* One KV blob handed to the server up front (YYE: {bytes id = 1, bytes value = 2}). */
+typedef struct _agent_v1_PreFetchedBlob {
+    pb_bytes_array_t *id;
+    pb_bytes_array_t *value;
+} agent_v1_PreFetchedBlob;
+
+typedef struct _agent_v1_RequestedModel {
+    char *model_id;
+    bool max_mode;
+    pb_size_t parameters_count;
+    struct _agent_v1_RequestedModelParameter *parameters;
+} agent_v1_RequestedModel;
+
+typedef struct _agent_v1_RequestedModelParameter {
+    char *id;
+    char *value;
+} agent_v1_RequestedModelParameter;
+
 typedef struct _agent_v1_ConversationStateStructure_FileStatesEntry {
     char *key;
     pb_bytes_array_t *value;
@@ -205,20 +228,27 @@ typedef struct _agent_v1_ApplyAgentDiffArgs {
     char *agent_id;
 } agent_v1_ApplyAgentDiffArgs;
 
+typedef struct _agent_v1_ExecClientHeartbeat {
+    uint32_t id; /* W: = ExecServerMessage.id */
+} agent_v1_ExecClientHeartbeat;
+
 typedef struct _agent_v1_ExecClientStreamClose {
     uint32_t id; /* W: = ExecServerMessage.id */
 } agent_v1_ExecClientStreamClose;
 
 typedef struct _agent_v1_ExecClientThrow {
-    uint32_t id;
-    char *error;
+    uint32_t id; /* W */
+    char *error; /* W */
+    char *stack_trace; /* decl */
+    char *error_code; /* decl */
 } agent_v1_ExecClientThrow;
 
 typedef struct _agent_v1_ExecClientControlMessage {
     pb_size_t which_message;
     union {
         agent_v1_ExecClientStreamClose stream_close; /* W: after every result */
-        agent_v1_ExecClientThrow throw; /* decl */
+        agent_v1_ExecClientThrow throw; /* W: every exec we do not turn into a tool call (then stream_close) */
+        agent_v1_ExecClientHeartbeat heartbeat; /* W: every 3 s per exec whose result is pending */
     } message;
 } agent_v1_ExecClientControlMessage;
 
@@ -311,10 +341,12 @@ typedef struct _agent_v1_ShellFailure {
 } agent_v1_ShellFailure;
 
 typedef struct _agent_v1_ShellStreamExit {
-    uint32_t code;
-    char *cwd;
+    uint32_t code; /* W */
+    char *cwd; /* W */
     bool has_output_location;
     agent_v1_OutputLocation output_location;
+    bool aborted; /* W (false: omitted) */
+    uint32_t local_execution_time_ms; /* W */
 } agent_v1_ShellStreamExit;
 
 typedef struct _agent_v1_WriteArgs {
@@ -755,6 +787,7 @@ typedef struct _agent_v1_KvServerMessage {
         agent_v1_GetBlobArgs get_blob_args; /* R */
         agent_v1_SetBlobArgs set_blob_args; /* R */
     } message;
+    pb_bytes_array_t *metadata; /* R: opaque request metadata (OMR), echoed in KvClientMessage.metadata */
 } agent_v1_KvServerMessage;
 
 typedef struct _agent_v1_Error {
@@ -773,6 +806,7 @@ typedef struct _agent_v1_KvClientMessage {
         agent_v1_GetBlobResult get_blob_result; /* W */
         agent_v1_SetBlobResult set_blob_result; /* W (always empty = success) */
     } message;
+    pb_bytes_array_t *metadata; /* W: KvServerMessage.metadata, byte for byte, when it came */
 } agent_v1_KvClientMessage;
 
 typedef struct _agent_v1_GetUsableModelsRequest {
@@ -873,6 +907,10 @@ typedef struct _agent_v1_GetDefaultModelForCliResponse {
 typedef struct _agent_v1_ComputerUseArgs {
     char dummy_field;
 } agent_v1_ComputerUseArgs;
+
+typedef struct _agent_v1_McpStateExecArgs {
+    char dummy_field;
+} agent_v1_McpStateExecArgs;
 
 typedef struct _agent_v1_ComputerUseResult {
     char dummy_field;
@@ -1206,6 +1244,7 @@ typedef struct _agent_v1_ExecServerMessage {
         agent_v1_FetchArgs fetch_args; /* decl: ignored */
         agent_v1_RecordScreenArgs record_screen_args; /* decl: ignored */
         agent_v1_ComputerUseArgs computer_use_args; /* decl: ignored */
+        agent_v1_McpStateExecArgs mcp_state_exec_args; /* R: answered with throw + stream_close (OMR: heartbeats only until answered) */
     } message;
     char *exec_id; /* R: echoed in ExecClientMessage.exec_id when non-empty */
     bool has_span_context;
@@ -1296,6 +1335,7 @@ typedef struct _agent_v1_ExecClientMessage {
         agent_v1_ComputerUseResult computer_use_result;
     } message;
     char *exec_id; /* W (only if the server sent one) */
+    uint32_t local_execution_time_ms; /* W: on every exec result (the CLI writes it; 0 is omitted) */
 } agent_v1_ExecClientMessage;
 
 typedef struct _agent_v1_StartPlanAction {
@@ -1334,6 +1374,16 @@ typedef struct _agent_v1_AgentRunRequest {
     agent_v1_McpFileSystemOptions mcp_file_system_options; /* W: only when OpenAI tools present */
     bool has_skill_options;
     agent_v1_SkillOptions skill_options; /* decl */
+    char *custom_system_prompt; /* decl (2026 peers: YYE) */
+    bool has_requested_model;
+    agent_v1_RequestedModel requested_model; /* decl (2026 peers) */
+    bool has_exclude_workspace_context;
+    bool exclude_workspace_context; /* decl (2026 peers) */
+    pb_size_t pre_fetched_blobs_count;
+    struct _agent_v1_PreFetchedBlob *pre_fetched_blobs; /* W: stored KV blobs on a checkpoint resume */
+    bool has_client_supports_inline_images;
+    bool client_supports_inline_images; /* decl (tag unverified; not sent) */
+    char *run_id; /* decl (OAK) */
 } agent_v1_AgentRunRequest;
 
 typedef struct _agent_v1_SwitchModeArgs {
@@ -1463,7 +1513,8 @@ typedef struct _agent_v1_AgentClientMessage {
         agent_v1_KvClientMessage kv_client_message; /* W: answers to get_blob/set_blob */
         agent_v1_ConversationAction conversation_action; /* W: only resume_action (edit-flow internal read, session path) */
         agent_v1_ExecClientControlMessage exec_client_control_message; /* W: stream_close after every exec result */
-        agent_v1_InteractionResponse interaction_response; /* decl: never sent by the original */
+        agent_v1_InteractionResponse interaction_response; /* W: empty answer of the matching kind */
+        agent_v1_ClientHeartbeat client_heartbeat; /* W: every 5 s while a run is open (2026 CLI; notes §1) */
     } message;
 } agent_v1_AgentClientMessage;
 
@@ -1512,6 +1563,10 @@ extern "C" {
 #define _agent_v1_AgentMode_MIN agent_v1_AgentMode_AGENT_MODE_UNSPECIFIED
 #define _agent_v1_AgentMode_MAX agent_v1_AgentMode_AGENT_MODE_TRIAGE
 #define _agent_v1_AgentMode_ARRAYSIZE ((agent_v1_AgentMode)(agent_v1_AgentMode_AGENT_MODE_TRIAGE+1))
+
+
+
+
 
 
 
@@ -1737,11 +1792,17 @@ extern "C" {
 
 
 
+
+
 /* Initializer values for message structs */
 #define agent_v1_BidiRequestId_init_default      {NULL}
 #define agent_v1_AgentClientMessage_init_default {0, {agent_v1_AgentRunRequest_init_default}}
+#define agent_v1_ClientHeartbeat_init_default    {0}
 #define agent_v1_AgentServerMessage_init_default {0, {agent_v1_InteractionUpdate_init_default}}
-#define agent_v1_AgentRunRequest_init_default    {false, agent_v1_ConversationStateStructure_init_default, false, agent_v1_ConversationAction_init_default, false, agent_v1_ModelDetails_init_default, false, agent_v1_McpTools_init_default, NULL, false, agent_v1_McpFileSystemOptions_init_default, false, agent_v1_SkillOptions_init_default}
+#define agent_v1_AgentRunRequest_init_default    {false, agent_v1_ConversationStateStructure_init_default, false, agent_v1_ConversationAction_init_default, false, agent_v1_ModelDetails_init_default, false, agent_v1_McpTools_init_default, NULL, false, agent_v1_McpFileSystemOptions_init_default, false, agent_v1_SkillOptions_init_default, NULL, false, agent_v1_RequestedModel_init_default, false, 0, 0, NULL, false, 0, NULL}
+#define agent_v1_PreFetchedBlob_init_default     {NULL, NULL}
+#define agent_v1_RequestedModel_init_default     {NULL, 0, 0, NULL}
+#define agent_v1_RequestedModelParameter_init_default {NULL, NULL}
 #define agent_v1_ConversationStateStructure_init_default {0, NULL, 0, NULL, 0, NULL, 0, NULL, false, agent_v1_ConversationTokenDetails_init_default, NULL, NULL, 0, NULL, 0, NULL, false, _agent_v1_AgentMode_MIN, NULL, 0, NULL}
 #define agent_v1_ConversationStateStructure_FileStatesEntry_init_default {NULL, NULL}
 #define agent_v1_ConversationTokenDetails_init_default {0, 0}
@@ -1794,10 +1855,11 @@ extern "C" {
 #define agent_v1_InteractionQuery_init_default   {0, 0, {agent_v1_WebSearchRequestQuery_init_default}}
 #define agent_v1_InteractionResponse_init_default {0, 0, {agent_v1_WebSearchRequestResponse_init_default}}
 #define agent_v1_ExecServerMessage_init_default  {0, 0, {agent_v1_ShellArgs_init_default}, NULL, false, agent_v1_SpanContext_init_default}
-#define agent_v1_ExecClientMessage_init_default  {0, 0, {agent_v1_ShellResult_init_default}, NULL}
+#define agent_v1_ExecClientMessage_init_default  {0, 0, {agent_v1_ShellResult_init_default}, NULL, 0}
 #define agent_v1_ExecClientControlMessage_init_default {0, {agent_v1_ExecClientStreamClose_init_default}}
+#define agent_v1_ExecClientHeartbeat_init_default {0}
 #define agent_v1_ExecClientStreamClose_init_default {0}
-#define agent_v1_ExecClientThrow_init_default    {0, NULL}
+#define agent_v1_ExecClientThrow_init_default    {0, NULL, NULL, NULL}
 #define agent_v1_ExecServerControlMessage_init_default {0, {agent_v1_ExecServerAbort_init_default}}
 #define agent_v1_ExecServerAbort_init_default    {0}
 #define agent_v1_SpanContext_init_default        {NULL, NULL, false, 0, NULL}
@@ -1812,7 +1874,7 @@ extern "C" {
 #define agent_v1_ShellStream_init_default        {0, {agent_v1_ShellStreamStdout_init_default}}
 #define agent_v1_ShellStreamStdout_init_default  {NULL}
 #define agent_v1_ShellStreamStderr_init_default  {NULL}
-#define agent_v1_ShellStreamExit_init_default    {0, NULL, false, agent_v1_OutputLocation_init_default}
+#define agent_v1_ShellStreamExit_init_default    {0, NULL, false, agent_v1_OutputLocation_init_default, 0, 0}
 #define agent_v1_ShellStreamStart_init_default   {false, agent_v1_SandboxPolicy_init_default}
 #define agent_v1_OutputLocation_init_default     {NULL, 0, 0}
 #define agent_v1_WriteArgs_init_default          {NULL, NULL, NULL, 0, NULL}
@@ -1887,8 +1949,8 @@ extern "C" {
 #define agent_v1_FetchResult_init_default        {0, {agent_v1_FetchSuccess_init_default}}
 #define agent_v1_FetchSuccess_init_default       {NULL, NULL, 0, NULL}
 #define agent_v1_FetchError_init_default         {NULL, NULL}
-#define agent_v1_KvServerMessage_init_default    {0, 0, {agent_v1_GetBlobArgs_init_default}}
-#define agent_v1_KvClientMessage_init_default    {0, 0, {agent_v1_GetBlobResult_init_default}}
+#define agent_v1_KvServerMessage_init_default    {0, 0, {agent_v1_GetBlobArgs_init_default}, NULL}
+#define agent_v1_KvClientMessage_init_default    {0, 0, {agent_v1_GetBlobResult_init_default}, NULL}
 #define agent_v1_GetBlobArgs_init_default        {NULL}
 #define agent_v1_GetBlobResult_init_default      {NULL}
 #define agent_v1_SetBlobArgs_init_default        {NULL, NULL}
@@ -1910,6 +1972,7 @@ extern "C" {
 #define agent_v1_BackgroundShellSpawnResult_init_default {0}
 #define agent_v1_BedrockCredentials_init_default {0}
 #define agent_v1_ComputerUseArgs_init_default    {0}
+#define agent_v1_McpStateExecArgs_init_default   {0}
 #define agent_v1_ComputerUseResult_init_default  {0}
 #define agent_v1_ComputerUseToolCall_init_default {0}
 #define agent_v1_CreatePlanToolCall_init_default {0}
@@ -1961,8 +2024,12 @@ extern "C" {
 #define agent_v1_WebSearchToolCall_init_default  {0}
 #define agent_v1_BidiRequestId_init_zero         {NULL}
 #define agent_v1_AgentClientMessage_init_zero    {0, {agent_v1_AgentRunRequest_init_zero}}
+#define agent_v1_ClientHeartbeat_init_zero       {0}
 #define agent_v1_AgentServerMessage_init_zero    {0, {agent_v1_InteractionUpdate_init_zero}}
-#define agent_v1_AgentRunRequest_init_zero       {false, agent_v1_ConversationStateStructure_init_zero, false, agent_v1_ConversationAction_init_zero, false, agent_v1_ModelDetails_init_zero, false, agent_v1_McpTools_init_zero, NULL, false, agent_v1_McpFileSystemOptions_init_zero, false, agent_v1_SkillOptions_init_zero}
+#define agent_v1_AgentRunRequest_init_zero       {false, agent_v1_ConversationStateStructure_init_zero, false, agent_v1_ConversationAction_init_zero, false, agent_v1_ModelDetails_init_zero, false, agent_v1_McpTools_init_zero, NULL, false, agent_v1_McpFileSystemOptions_init_zero, false, agent_v1_SkillOptions_init_zero, NULL, false, agent_v1_RequestedModel_init_zero, false, 0, 0, NULL, false, 0, NULL}
+#define agent_v1_PreFetchedBlob_init_zero        {NULL, NULL}
+#define agent_v1_RequestedModel_init_zero        {NULL, 0, 0, NULL}
+#define agent_v1_RequestedModelParameter_init_zero {NULL, NULL}
 #define agent_v1_ConversationStateStructure_init_zero {0, NULL, 0, NULL, 0, NULL, 0, NULL, false, agent_v1_ConversationTokenDetails_init_zero, NULL, NULL, 0, NULL, 0, NULL, false, _agent_v1_AgentMode_MIN, NULL, 0, NULL}
 #define agent_v1_ConversationStateStructure_FileStatesEntry_init_zero {NULL, NULL}
 #define agent_v1_ConversationTokenDetails_init_zero {0, 0}
@@ -2015,10 +2082,11 @@ extern "C" {
 #define agent_v1_InteractionQuery_init_zero      {0, 0, {agent_v1_WebSearchRequestQuery_init_zero}}
 #define agent_v1_InteractionResponse_init_zero   {0, 0, {agent_v1_WebSearchRequestResponse_init_zero}}
 #define agent_v1_ExecServerMessage_init_zero     {0, 0, {agent_v1_ShellArgs_init_zero}, NULL, false, agent_v1_SpanContext_init_zero}
-#define agent_v1_ExecClientMessage_init_zero     {0, 0, {agent_v1_ShellResult_init_zero}, NULL}
+#define agent_v1_ExecClientMessage_init_zero     {0, 0, {agent_v1_ShellResult_init_zero}, NULL, 0}
 #define agent_v1_ExecClientControlMessage_init_zero {0, {agent_v1_ExecClientStreamClose_init_zero}}
+#define agent_v1_ExecClientHeartbeat_init_zero   {0}
 #define agent_v1_ExecClientStreamClose_init_zero {0}
-#define agent_v1_ExecClientThrow_init_zero       {0, NULL}
+#define agent_v1_ExecClientThrow_init_zero       {0, NULL, NULL, NULL}
 #define agent_v1_ExecServerControlMessage_init_zero {0, {agent_v1_ExecServerAbort_init_zero}}
 #define agent_v1_ExecServerAbort_init_zero       {0}
 #define agent_v1_SpanContext_init_zero           {NULL, NULL, false, 0, NULL}
@@ -2033,7 +2101,7 @@ extern "C" {
 #define agent_v1_ShellStream_init_zero           {0, {agent_v1_ShellStreamStdout_init_zero}}
 #define agent_v1_ShellStreamStdout_init_zero     {NULL}
 #define agent_v1_ShellStreamStderr_init_zero     {NULL}
-#define agent_v1_ShellStreamExit_init_zero       {0, NULL, false, agent_v1_OutputLocation_init_zero}
+#define agent_v1_ShellStreamExit_init_zero       {0, NULL, false, agent_v1_OutputLocation_init_zero, 0, 0}
 #define agent_v1_ShellStreamStart_init_zero      {false, agent_v1_SandboxPolicy_init_zero}
 #define agent_v1_OutputLocation_init_zero        {NULL, 0, 0}
 #define agent_v1_WriteArgs_init_zero             {NULL, NULL, NULL, 0, NULL}
@@ -2108,8 +2176,8 @@ extern "C" {
 #define agent_v1_FetchResult_init_zero           {0, {agent_v1_FetchSuccess_init_zero}}
 #define agent_v1_FetchSuccess_init_zero          {NULL, NULL, 0, NULL}
 #define agent_v1_FetchError_init_zero            {NULL, NULL}
-#define agent_v1_KvServerMessage_init_zero       {0, 0, {agent_v1_GetBlobArgs_init_zero}}
-#define agent_v1_KvClientMessage_init_zero       {0, 0, {agent_v1_GetBlobResult_init_zero}}
+#define agent_v1_KvServerMessage_init_zero       {0, 0, {agent_v1_GetBlobArgs_init_zero}, NULL}
+#define agent_v1_KvClientMessage_init_zero       {0, 0, {agent_v1_GetBlobResult_init_zero}, NULL}
 #define agent_v1_GetBlobArgs_init_zero           {NULL}
 #define agent_v1_GetBlobResult_init_zero         {NULL}
 #define agent_v1_SetBlobArgs_init_zero           {NULL, NULL}
@@ -2131,6 +2199,7 @@ extern "C" {
 #define agent_v1_BackgroundShellSpawnResult_init_zero {0}
 #define agent_v1_BedrockCredentials_init_zero    {0}
 #define agent_v1_ComputerUseArgs_init_zero       {0}
+#define agent_v1_McpStateExecArgs_init_zero      {0}
 #define agent_v1_ComputerUseResult_init_zero     {0}
 #define agent_v1_ComputerUseToolCall_init_zero   {0}
 #define agent_v1_CreatePlanToolCall_init_zero    {0}
@@ -2183,6 +2252,13 @@ extern "C" {
 
 /* Field tags (for use in manual encoding/decoding) */
 #define agent_v1_BidiRequestId_request_id_tag    1
+#define agent_v1_PreFetchedBlob_id_tag           1
+#define agent_v1_PreFetchedBlob_value_tag        2
+#define agent_v1_RequestedModel_model_id_tag     1
+#define agent_v1_RequestedModel_max_mode_tag     2
+#define agent_v1_RequestedModel_parameters_tag   3
+#define agent_v1_RequestedModelParameter_id_tag  1
+#define agent_v1_RequestedModelParameter_value_tag 2
 #define agent_v1_ConversationStateStructure_FileStatesEntry_key_tag 1
 #define agent_v1_ConversationStateStructure_FileStatesEntry_value_tag 2
 #define agent_v1_ConversationTokenDetails_used_tokens_tag 1
@@ -2249,11 +2325,15 @@ extern "C" {
 #define agent_v1_GlobToolArgs_target_directory_tag 1
 #define agent_v1_GlobToolArgs_glob_pattern_tag   2
 #define agent_v1_ApplyAgentDiffArgs_agent_id_tag 1
+#define agent_v1_ExecClientHeartbeat_id_tag      1
 #define agent_v1_ExecClientStreamClose_id_tag    1
 #define agent_v1_ExecClientThrow_id_tag          1
 #define agent_v1_ExecClientThrow_error_tag       2
+#define agent_v1_ExecClientThrow_stack_trace_tag 3
+#define agent_v1_ExecClientThrow_error_code_tag  4
 #define agent_v1_ExecClientControlMessage_stream_close_tag 1
 #define agent_v1_ExecClientControlMessage_throw_tag 2
+#define agent_v1_ExecClientControlMessage_heartbeat_tag 3
 #define agent_v1_ExecServerAbort_id_tag          1
 #define agent_v1_ExecServerControlMessage_abort_tag 1
 #define agent_v1_SpanContext_trace_id_tag        1
@@ -2301,6 +2381,8 @@ extern "C" {
 #define agent_v1_ShellStreamExit_code_tag        1
 #define agent_v1_ShellStreamExit_cwd_tag         2
 #define agent_v1_ShellStreamExit_output_location_tag 3
+#define agent_v1_ShellStreamExit_aborted_tag     4
+#define agent_v1_ShellStreamExit_local_execution_time_ms_tag 6
 #define agent_v1_WriteArgs_path_tag              1
 #define agent_v1_WriteArgs_file_text_tag         2
 #define agent_v1_WriteArgs_tool_call_id_tag      3
@@ -2479,11 +2561,13 @@ extern "C" {
 #define agent_v1_KvServerMessage_id_tag          1
 #define agent_v1_KvServerMessage_get_blob_args_tag 2
 #define agent_v1_KvServerMessage_set_blob_args_tag 3
+#define agent_v1_KvServerMessage_metadata_tag    4
 #define agent_v1_Error_message_tag               1
 #define agent_v1_SetBlobResult_error_tag         1
 #define agent_v1_KvClientMessage_id_tag          1
 #define agent_v1_KvClientMessage_get_blob_result_tag 2
 #define agent_v1_KvClientMessage_set_blob_result_tag 3
+#define agent_v1_KvClientMessage_metadata_tag    4
 #define agent_v1_GetUsableModelsRequest_custom_model_ids_tag 1
 #define agent_v1_GetUsableModelsResponse_models_tag 1
 #define agent_v1_NameAgentRequest_user_message_tag 1
@@ -2596,6 +2680,7 @@ extern "C" {
 #define agent_v1_ExecServerMessage_fetch_args_tag 20
 #define agent_v1_ExecServerMessage_record_screen_args_tag 21
 #define agent_v1_ExecServerMessage_computer_use_args_tag 22
+#define agent_v1_ExecServerMessage_mcp_state_exec_args_tag 36
 #define agent_v1_ExecServerMessage_exec_id_tag   15
 #define agent_v1_ExecServerMessage_span_context_tag 19
 #define agent_v1_RequestContext_rules_tag        2
@@ -2639,6 +2724,7 @@ extern "C" {
 #define agent_v1_ExecClientMessage_record_screen_result_tag 21
 #define agent_v1_ExecClientMessage_computer_use_result_tag 22
 #define agent_v1_ExecClientMessage_exec_id_tag   15
+#define agent_v1_ExecClientMessage_local_execution_time_ms_tag 39
 #define agent_v1_ConversationAction_user_message_action_tag 1
 #define agent_v1_ConversationAction_resume_action_tag 2
 #define agent_v1_ConversationAction_cancel_action_tag 3
@@ -2654,6 +2740,12 @@ extern "C" {
 #define agent_v1_AgentRunRequest_conversation_id_tag 5
 #define agent_v1_AgentRunRequest_mcp_file_system_options_tag 6
 #define agent_v1_AgentRunRequest_skill_options_tag 7
+#define agent_v1_AgentRunRequest_custom_system_prompt_tag 8
+#define agent_v1_AgentRunRequest_requested_model_tag 9
+#define agent_v1_AgentRunRequest_exclude_workspace_context_tag 12
+#define agent_v1_AgentRunRequest_pre_fetched_blobs_tag 17
+#define agent_v1_AgentRunRequest_client_supports_inline_images_tag 19
+#define agent_v1_AgentRunRequest_run_id_tag      25
 #define agent_v1_SwitchModeRequestQuery_args_tag 1
 #define agent_v1_LsDirectoryTreeNode_File_name_tag 1
 #define agent_v1_LsDirectoryTreeNode_File_terminal_metadata_tag 2
@@ -2701,6 +2793,7 @@ extern "C" {
 #define agent_v1_AgentClientMessage_conversation_action_tag 4
 #define agent_v1_AgentClientMessage_exec_client_control_message_tag 5
 #define agent_v1_AgentClientMessage_interaction_response_tag 6
+#define agent_v1_AgentClientMessage_client_heartbeat_tag 7
 #define agent_v1_ToolCall_shell_tool_call_tag    1
 #define agent_v1_ToolCall_delete_tool_call_tag   3
 #define agent_v1_ToolCall_glob_tool_call_tag     4
@@ -2740,7 +2833,8 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,exec_client_message,message.exec_cli
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,kv_client_message,message.kv_client_message),   3) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,conversation_action,message.conversation_action),   4) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,exec_client_control_message,message.exec_client_control_message),   5) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_response,message.interaction_response),   6)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_response,message.interaction_response),   6) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,client_heartbeat,message.client_heartbeat),   7)
 #define agent_v1_AgentClientMessage_CALLBACK NULL
 #define agent_v1_AgentClientMessage_DEFAULT NULL
 #define agent_v1_AgentClientMessage_message_run_request_MSGTYPE agent_v1_AgentRunRequest
@@ -2749,6 +2843,12 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_response,message.interac
 #define agent_v1_AgentClientMessage_message_conversation_action_MSGTYPE agent_v1_ConversationAction
 #define agent_v1_AgentClientMessage_message_exec_client_control_message_MSGTYPE agent_v1_ExecClientControlMessage
 #define agent_v1_AgentClientMessage_message_interaction_response_MSGTYPE agent_v1_InteractionResponse
+#define agent_v1_AgentClientMessage_message_client_heartbeat_MSGTYPE agent_v1_ClientHeartbeat
+
+#define agent_v1_ClientHeartbeat_FIELDLIST(X, a) \
+
+#define agent_v1_ClientHeartbeat_CALLBACK NULL
+#define agent_v1_ClientHeartbeat_DEFAULT NULL
 
 #define agent_v1_AgentServerMessage_FIELDLIST(X, a) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_update,message.interaction_update),   1) \
@@ -2773,7 +2873,13 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  model_details,     3) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  mcp_tools,         4) \
 X(a, POINTER,  OPTIONAL, STRING,   conversation_id,   5) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  mcp_file_system_options,   6) \
-X(a, STATIC,   OPTIONAL, MESSAGE,  skill_options,     7)
+X(a, STATIC,   OPTIONAL, MESSAGE,  skill_options,     7) \
+X(a, POINTER,  OPTIONAL, STRING,   custom_system_prompt,   8) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  requested_model,   9) \
+X(a, STATIC,   OPTIONAL, BOOL,     exclude_workspace_context,  12) \
+X(a, POINTER,  REPEATED, MESSAGE,  pre_fetched_blobs,  17) \
+X(a, STATIC,   OPTIONAL, BOOL,     client_supports_inline_images,  19) \
+X(a, POINTER,  OPTIONAL, STRING,   run_id,           25)
 #define agent_v1_AgentRunRequest_CALLBACK NULL
 #define agent_v1_AgentRunRequest_DEFAULT NULL
 #define agent_v1_AgentRunRequest_conversation_state_MSGTYPE agent_v1_ConversationStateStructure
@@ -2782,6 +2888,28 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  skill_options,     7)
 #define agent_v1_AgentRunRequest_mcp_tools_MSGTYPE agent_v1_McpTools
 #define agent_v1_AgentRunRequest_mcp_file_system_options_MSGTYPE agent_v1_McpFileSystemOptions
 #define agent_v1_AgentRunRequest_skill_options_MSGTYPE agent_v1_SkillOptions
+#define agent_v1_AgentRunRequest_requested_model_MSGTYPE agent_v1_RequestedModel
+#define agent_v1_AgentRunRequest_pre_fetched_blobs_MSGTYPE agent_v1_PreFetchedBlob
+
+#define agent_v1_PreFetchedBlob_FIELDLIST(X, a) \
+X(a, POINTER,  SINGULAR, BYTES,    id,                1) \
+X(a, POINTER,  SINGULAR, BYTES,    value,             2)
+#define agent_v1_PreFetchedBlob_CALLBACK NULL
+#define agent_v1_PreFetchedBlob_DEFAULT NULL
+
+#define agent_v1_RequestedModel_FIELDLIST(X, a) \
+X(a, POINTER,  SINGULAR, STRING,   model_id,          1) \
+X(a, STATIC,   SINGULAR, BOOL,     max_mode,          2) \
+X(a, POINTER,  REPEATED, MESSAGE,  parameters,        3)
+#define agent_v1_RequestedModel_CALLBACK NULL
+#define agent_v1_RequestedModel_DEFAULT NULL
+#define agent_v1_RequestedModel_parameters_MSGTYPE agent_v1_RequestedModelParameter
+
+#define agent_v1_RequestedModelParameter_FIELDLIST(X, a) \
+X(a, POINTER,  SINGULAR, STRING,   id,                1) \
+X(a, POINTER,  SINGULAR, STRING,   value,             2)
+#define agent_v1_RequestedModelParameter_CALLBACK NULL
+#define agent_v1_RequestedModelParameter_DEFAULT NULL
 
 #define agent_v1_ConversationStateStructure_FIELDLIST(X, a) \
 X(a, POINTER,  REPEATED, BYTES,    root_prompt_messages_json,   1) \
@@ -3312,7 +3440,8 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,read_mcp_resource_exec_args,message.
 X(a, STATIC,   OPTIONAL, MESSAGE,  span_context,     19) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,fetch_args,message.fetch_args),  20) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,record_screen_args,message.record_screen_args),  21) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_args,message.computer_use_args),  22)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_args,message.computer_use_args),  22) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,mcp_state_exec_args,message.mcp_state_exec_args),  36)
 #define agent_v1_ExecServerMessage_CALLBACK NULL
 #define agent_v1_ExecServerMessage_DEFAULT NULL
 #define agent_v1_ExecServerMessage_message_shell_args_MSGTYPE agent_v1_ShellArgs
@@ -3332,6 +3461,7 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_args,message.computer_u
 #define agent_v1_ExecServerMessage_message_fetch_args_MSGTYPE agent_v1_FetchArgs
 #define agent_v1_ExecServerMessage_message_record_screen_args_MSGTYPE agent_v1_RecordScreenArgs
 #define agent_v1_ExecServerMessage_message_computer_use_args_MSGTYPE agent_v1_ComputerUseArgs
+#define agent_v1_ExecServerMessage_message_mcp_state_exec_args_MSGTYPE agent_v1_McpStateExecArgs
 
 #define agent_v1_ExecClientMessage_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1) \
@@ -3351,7 +3481,8 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,list_mcp_resources_exec_result,messa
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,read_mcp_resource_exec_result,message.read_mcp_resource_exec_result),  18) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,fetch_result,message.fetch_result),  20) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,record_screen_result,message.record_screen_result),  21) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_result,message.computer_use_result),  22)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_result,message.computer_use_result),  22) \
+X(a, STATIC,   SINGULAR, UINT32,   local_execution_time_ms,  39)
 #define agent_v1_ExecClientMessage_CALLBACK NULL
 #define agent_v1_ExecClientMessage_DEFAULT NULL
 #define agent_v1_ExecClientMessage_message_shell_result_MSGTYPE agent_v1_ShellResult
@@ -3373,11 +3504,18 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_result,message.computer
 
 #define agent_v1_ExecClientControlMessage_FIELDLIST(X, a) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,stream_close,message.stream_close),   1) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,throw,message.throw),   2)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,throw,message.throw),   2) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,heartbeat,message.heartbeat),   3)
 #define agent_v1_ExecClientControlMessage_CALLBACK NULL
 #define agent_v1_ExecClientControlMessage_DEFAULT NULL
 #define agent_v1_ExecClientControlMessage_message_stream_close_MSGTYPE agent_v1_ExecClientStreamClose
 #define agent_v1_ExecClientControlMessage_message_throw_MSGTYPE agent_v1_ExecClientThrow
+#define agent_v1_ExecClientControlMessage_message_heartbeat_MSGTYPE agent_v1_ExecClientHeartbeat
+
+#define agent_v1_ExecClientHeartbeat_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, UINT32,   id,                1)
+#define agent_v1_ExecClientHeartbeat_CALLBACK NULL
+#define agent_v1_ExecClientHeartbeat_DEFAULT NULL
 
 #define agent_v1_ExecClientStreamClose_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1)
@@ -3386,7 +3524,9 @@ X(a, STATIC,   SINGULAR, UINT32,   id,                1)
 
 #define agent_v1_ExecClientThrow_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1) \
-X(a, POINTER,  SINGULAR, STRING,   error,             2)
+X(a, POINTER,  SINGULAR, STRING,   error,             2) \
+X(a, POINTER,  OPTIONAL, STRING,   stack_trace,       3) \
+X(a, POINTER,  OPTIONAL, STRING,   error_code,        4)
 #define agent_v1_ExecClientThrow_CALLBACK NULL
 #define agent_v1_ExecClientThrow_DEFAULT NULL
 
@@ -3535,7 +3675,9 @@ X(a, POINTER,  SINGULAR, STRING,   data,              1)
 #define agent_v1_ShellStreamExit_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   code,              1) \
 X(a, POINTER,  SINGULAR, STRING,   cwd,               2) \
-X(a, STATIC,   OPTIONAL, MESSAGE,  output_location,   3)
+X(a, STATIC,   OPTIONAL, MESSAGE,  output_location,   3) \
+X(a, STATIC,   SINGULAR, BOOL,     aborted,           4) \
+X(a, STATIC,   SINGULAR, UINT32,   local_execution_time_ms,   6)
 #define agent_v1_ShellStreamExit_CALLBACK NULL
 #define agent_v1_ShellStreamExit_DEFAULT NULL
 #define agent_v1_ShellStreamExit_output_location_MSGTYPE agent_v1_OutputLocation
@@ -4109,7 +4251,8 @@ X(a, POINTER,  SINGULAR, STRING,   error,             2)
 #define agent_v1_KvServerMessage_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,get_blob_args,message.get_blob_args),   2) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,set_blob_args,message.set_blob_args),   3)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,set_blob_args,message.set_blob_args),   3) \
+X(a, POINTER,  OPTIONAL, BYTES,    metadata,          4)
 #define agent_v1_KvServerMessage_CALLBACK NULL
 #define agent_v1_KvServerMessage_DEFAULT NULL
 #define agent_v1_KvServerMessage_message_get_blob_args_MSGTYPE agent_v1_GetBlobArgs
@@ -4118,7 +4261,8 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,set_blob_args,message.set_blob_args)
 #define agent_v1_KvClientMessage_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,get_blob_result,message.get_blob_result),   2) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,set_blob_result,message.set_blob_result),   3)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,set_blob_result,message.set_blob_result),   3) \
+X(a, POINTER,  OPTIONAL, BYTES,    metadata,          4)
 #define agent_v1_KvClientMessage_CALLBACK NULL
 #define agent_v1_KvClientMessage_DEFAULT NULL
 #define agent_v1_KvClientMessage_message_get_blob_result_MSGTYPE agent_v1_GetBlobResult
@@ -4232,6 +4376,11 @@ X(a, POINTER,  SINGULAR, STRING,   name,              1)
 
 #define agent_v1_ComputerUseArgs_CALLBACK NULL
 #define agent_v1_ComputerUseArgs_DEFAULT NULL
+
+#define agent_v1_McpStateExecArgs_FIELDLIST(X, a) \
+
+#define agent_v1_McpStateExecArgs_CALLBACK NULL
+#define agent_v1_McpStateExecArgs_DEFAULT NULL
 
 #define agent_v1_ComputerUseResult_FIELDLIST(X, a) \
 
@@ -4480,8 +4629,12 @@ X(a, POINTER,  SINGULAR, STRING,   name,              1)
 
 extern const pb_msgdesc_t agent_v1_BidiRequestId_msg;
 extern const pb_msgdesc_t agent_v1_AgentClientMessage_msg;
+extern const pb_msgdesc_t agent_v1_ClientHeartbeat_msg;
 extern const pb_msgdesc_t agent_v1_AgentServerMessage_msg;
 extern const pb_msgdesc_t agent_v1_AgentRunRequest_msg;
+extern const pb_msgdesc_t agent_v1_PreFetchedBlob_msg;
+extern const pb_msgdesc_t agent_v1_RequestedModel_msg;
+extern const pb_msgdesc_t agent_v1_RequestedModelParameter_msg;
 extern const pb_msgdesc_t agent_v1_ConversationStateStructure_msg;
 extern const pb_msgdesc_t agent_v1_ConversationStateStructure_FileStatesEntry_msg;
 extern const pb_msgdesc_t agent_v1_ConversationTokenDetails_msg;
@@ -4536,6 +4689,7 @@ extern const pb_msgdesc_t agent_v1_InteractionResponse_msg;
 extern const pb_msgdesc_t agent_v1_ExecServerMessage_msg;
 extern const pb_msgdesc_t agent_v1_ExecClientMessage_msg;
 extern const pb_msgdesc_t agent_v1_ExecClientControlMessage_msg;
+extern const pb_msgdesc_t agent_v1_ExecClientHeartbeat_msg;
 extern const pb_msgdesc_t agent_v1_ExecClientStreamClose_msg;
 extern const pb_msgdesc_t agent_v1_ExecClientThrow_msg;
 extern const pb_msgdesc_t agent_v1_ExecServerControlMessage_msg;
@@ -4650,6 +4804,7 @@ extern const pb_msgdesc_t agent_v1_AzureCredentials_msg;
 extern const pb_msgdesc_t agent_v1_BackgroundShellSpawnResult_msg;
 extern const pb_msgdesc_t agent_v1_BedrockCredentials_msg;
 extern const pb_msgdesc_t agent_v1_ComputerUseArgs_msg;
+extern const pb_msgdesc_t agent_v1_McpStateExecArgs_msg;
 extern const pb_msgdesc_t agent_v1_ComputerUseResult_msg;
 extern const pb_msgdesc_t agent_v1_ComputerUseToolCall_msg;
 extern const pb_msgdesc_t agent_v1_CreatePlanToolCall_msg;
@@ -4703,8 +4858,12 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 /* Defines for backwards compatibility with code written before nanopb-0.4.0 */
 #define agent_v1_BidiRequestId_fields &agent_v1_BidiRequestId_msg
 #define agent_v1_AgentClientMessage_fields &agent_v1_AgentClientMessage_msg
+#define agent_v1_ClientHeartbeat_fields &agent_v1_ClientHeartbeat_msg
 #define agent_v1_AgentServerMessage_fields &agent_v1_AgentServerMessage_msg
 #define agent_v1_AgentRunRequest_fields &agent_v1_AgentRunRequest_msg
+#define agent_v1_PreFetchedBlob_fields &agent_v1_PreFetchedBlob_msg
+#define agent_v1_RequestedModel_fields &agent_v1_RequestedModel_msg
+#define agent_v1_RequestedModelParameter_fields &agent_v1_RequestedModelParameter_msg
 #define agent_v1_ConversationStateStructure_fields &agent_v1_ConversationStateStructure_msg
 #define agent_v1_ConversationStateStructure_FileStatesEntry_fields &agent_v1_ConversationStateStructure_FileStatesEntry_msg
 #define agent_v1_ConversationTokenDetails_fields &agent_v1_ConversationTokenDetails_msg
@@ -4759,6 +4918,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ExecServerMessage_fields &agent_v1_ExecServerMessage_msg
 #define agent_v1_ExecClientMessage_fields &agent_v1_ExecClientMessage_msg
 #define agent_v1_ExecClientControlMessage_fields &agent_v1_ExecClientControlMessage_msg
+#define agent_v1_ExecClientHeartbeat_fields &agent_v1_ExecClientHeartbeat_msg
 #define agent_v1_ExecClientStreamClose_fields &agent_v1_ExecClientStreamClose_msg
 #define agent_v1_ExecClientThrow_fields &agent_v1_ExecClientThrow_msg
 #define agent_v1_ExecServerControlMessage_fields &agent_v1_ExecServerControlMessage_msg
@@ -4873,6 +5033,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_BackgroundShellSpawnResult_fields &agent_v1_BackgroundShellSpawnResult_msg
 #define agent_v1_BedrockCredentials_fields &agent_v1_BedrockCredentials_msg
 #define agent_v1_ComputerUseArgs_fields &agent_v1_ComputerUseArgs_msg
+#define agent_v1_McpStateExecArgs_fields &agent_v1_McpStateExecArgs_msg
 #define agent_v1_ComputerUseResult_fields &agent_v1_ComputerUseResult_msg
 #define agent_v1_ComputerUseToolCall_fields &agent_v1_ComputerUseToolCall_msg
 #define agent_v1_CreatePlanToolCall_fields &agent_v1_CreatePlanToolCall_msg
@@ -4928,6 +5089,9 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 /* agent_v1_AgentClientMessage_size depends on runtime parameters */
 /* agent_v1_AgentServerMessage_size depends on runtime parameters */
 /* agent_v1_AgentRunRequest_size depends on runtime parameters */
+/* agent_v1_PreFetchedBlob_size depends on runtime parameters */
+/* agent_v1_RequestedModel_size depends on runtime parameters */
+/* agent_v1_RequestedModelParameter_size depends on runtime parameters */
 /* agent_v1_ConversationStateStructure_size depends on runtime parameters */
 /* agent_v1_ConversationStateStructure_FileStatesEntry_size depends on runtime parameters */
 /* agent_v1_ConversationAction_size depends on runtime parameters */
@@ -5079,6 +5243,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_BackgroundShellSpawnResult_size 0
 #define agent_v1_BedrockCredentials_size         0
 #define agent_v1_CancelAction_size               0
+#define agent_v1_ClientHeartbeat_size            0
 #define agent_v1_ComputerUseArgs_size            0
 #define agent_v1_ComputerUseResult_size          0
 #define agent_v1_ComputerUseToolCall_size        0
@@ -5094,6 +5259,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ExaSearchRequestQuery_size      0
 #define agent_v1_ExaSearchRequestResponse_size   0
 #define agent_v1_ExaSearchToolCall_size          0
+#define agent_v1_ExecClientHeartbeat_size        6
 #define agent_v1_ExecClientStreamClose_size      6
 #define agent_v1_ExecServerAbort_size            6
 #define agent_v1_ExecServerControlMessage_size   8
@@ -5109,6 +5275,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_InteractionResponse_size        8
 #define agent_v1_ListMcpResourcesExecResult_size 0
 #define agent_v1_ListMcpResourcesToolCall_size   0
+#define agent_v1_McpStateExecArgs_size           0
 #define agent_v1_ReadLintsToolCall_size          0
 #define agent_v1_ReadMcpResourceExecResult_size  0
 #define agent_v1_ReadMcpResourceToolCall_size    0

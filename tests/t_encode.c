@@ -859,6 +859,82 @@ static void test_interaction_response(void)
     coai_buf_free(&b);
 }
 
+/* Issue 10 items 4-5: heartbeats, KV metadata echo, the CLI's typed exec answers. */
+static void test_parity_messages(void)
+{
+    coai_buf b = { 0 };
+    coai_exec_ref x;
+    unsigned step;
+    int rc;
+    CHECK(coai_encode_client_heartbeat(&b) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "3a00", "client_heartbeat"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_heartbeat(&b, 3) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "2a041a020803", "exec heartbeat"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_kv_set_result_meta(&b, 2, coai_str_c("\x0a\x01z"), 1) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "1a090802" "1a00" "22030a017a", "kv set + metadata"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_kv_get_result_meta(&b, 2, "ab", 2, 1, coai_str_c(""), 1) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "1a0a0802" "12040a026162" "2200", "kv get + empty metadata"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_kv_get_result_meta(&b, 2, NULL, 0, 0, coai_str_c("x"), 0) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "1a0408021200", "kv get, no metadata = old bytes"));
+    /* shell_stream: start, stdout, exit{code, cwd, ms}, stream_close; id + exec_id + 39 */
+    memset(&x, 0, sizeof x);
+    x.kind = COAI_EXEC_SHELL_STREAM;
+    x.id = 1;
+    x.exec_id = coai_str_c("e1");
+    x.cwd = coai_str_c("/w");
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("hi"), 0, 7, 0) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "120d" "0801" "7a02" "6531" "72022200" "b80207", "start"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("hi"), 0, 7, 1) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "1211" "0801" "7a02" "6531" "7206" "0a04" "0a026869" "b80207",
+                   "stdout"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("hi"), 1, 7, 1) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "1211" "0801" "7a02" "6531" "7206" "1204" "0a026869" "b80207",
+                   "stderr when the tool failed"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("hi"), 0, 7, 2) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "1213" "0801" "7a02" "6531" "7208" "1a06" "12022f77" "3007"
+                   "b80207", "exit"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("hi"), 0, 7, 3) == COAI_OK);
+    CHECK(same_hex(b.data, b.len, "2a040a020801", "stream_close"));
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("hi"), 0, 7, 4) == COAI_DONE && !b.len);
+    /* every other kind: one typed result, then stream_close */
+    {
+        static const int kinds[] = { COAI_EXEC_SHELL, COAI_EXEC_READ, COAI_EXEC_WRITE,
+                                     COAI_EXEC_LS, COAI_EXEC_GREP, COAI_EXEC_MCP };
+        size_t i;
+        for (i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+            x.kind = kinds[i];
+            x.path = coai_str_c("/w/f");
+            for (step = 0; step < 5; step++) {
+                coai_buf_reset(&b);
+                rc = coai_encode_exec_answer(&b, &x, coai_str_c("a\nb\n"), 0, 0, step);
+                if (rc == COAI_DONE) break;
+                CHECKF(rc == COAI_OK && b.len > 2, "kind %d step %u", kinds[i], step);
+                if (step == 0) {
+                    /* 12 <len> 08 01 7a 02 'e' '1' <result field kinds[i]> */
+                    CHECKF(b.data[0] == 0x12 && b.data[8] == (unsigned char)(kinds[i] << 3 | 2),
+                           "kind %d result field", kinds[i]);
+                    CHECKF(parses_as_acm(b.data, b.len), "kind %d parses", kinds[i]);
+                }
+            }
+            CHECKF(step == 2, "kind %d: result + stream_close", kinds[i]);
+        }
+        x.kind = COAI_EXEC_REQUEST_CONTEXT;
+        coai_buf_reset(&b);
+        CHECK(coai_encode_exec_answer(&b, &x, coai_str_c("x"), 0, 0, 0) == COAI_ERR_INVALID);
+    }
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
     test_client_messages();
@@ -870,5 +946,6 @@ int main(void)
     test_errors_and_append();
     test_reject();
     test_interaction_response();
+    test_parity_messages();
     TEST_END();
 }

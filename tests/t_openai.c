@@ -581,7 +581,8 @@ static void test_sse_tool_call(void)
     m = msg_kind(COAI_MSG_TOOL_STARTED);
     m.tool = 1;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    /* An exec no tool matches is refused upstream: reject + stream_close. */
+    /* An exec no tool matches gets what the CLI sends for an exec it cannot run:
+     * throw{id, error} then stream_close{id} (issue 10 item 5). */
     m = msg_kind(COAI_MSG_EXEC);
     m.exec.kind = COAI_EXEC_LS;
     m.exec.id = 3;
@@ -589,27 +590,35 @@ static void test_sse_tool_call(void)
     m.exec.has_path = 1;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
     CHECK(s.count == 2 && r.rejected == 1);
-    CHECK(s.all.len >= 9 && s.all.data[1] == 0x12);                 /* exec_client_message */
+    /* [len] 2a <n> 12 <n> 08 03 12 <reason...>: exec_client_control{throw{1: 3, 2: ..}} */
+    CHECK(s.all.len >= 9 && s.all.data[1] == 0x2a && s.all.data[3] == 0x12);
+    CHECK(s.all.data[5] == 0x08 && s.all.data[6] == 3 && s.all.data[7] == 0x12);
     CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x03", 7) == 0);
-    /* A kind without a result variant gets a throw, no stream_close. */
+    /* Any other kind (here computer use, and mcp_state_exec_args) gets the same pair. */
     m.exec.kind = COAI_EXEC_COMPUTER_USE;
     m.exec.id = 4;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    CHECK(s.count == 3 && r.rejected == 2);
+    CHECK(s.count == 4 && r.rejected == 2);
+    CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x04", 7) == 0);
+    m.exec.kind = COAI_EXEC_MCP_STATE;
+    m.exec.id = 8;
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+    CHECK(s.count == 6 && r.rejected == 3);
+    CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x08", 7) == 0);
     /* request_context: result + stream_close, no output. */
     m.exec.kind = COAI_EXEC_REQUEST_CONTEXT;
     m.exec.id = 5;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    CHECK(s.count == 5 && r.rejected == 2);
+    CHECK(s.count == 8 && r.rejected == 3);
     m = msg_kind(COAI_MSG_QUERY);
     m.query = 3;
     m.id = 7;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 1);
     /* answered with an empty ask-question response: {6: {1: 7, 3: {}}}, no client output */
-    CHECK(s.count == 6);
+    CHECK(s.count == 9);
     CHECK(s.all.len >= 6 && memcmp(s.all.data + s.all.len - 6, "\x32\x04\x08\x07\x1a\x00", 6) == 0);
     m.query = 9;                                /* a kind the schema does not have */
-    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 6);
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 9);
     m = msg_kind(COAI_MSG_EXEC);
     m.exec.kind = COAI_EXEC_SHELL_STREAM;
     m.exec.id = 1;
@@ -618,7 +627,7 @@ static void test_sse_tool_call(void)
     m.exec.cwd = coai_str_c("/home/user/project");
     m.exec.tool_call_id = coai_str_c("toolu_01SHELL");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
-    CHECK(s.count == 6);                        /* the mapped exec is not answered */
+    CHECK(s.count == 9);                        /* the mapped exec is not answered */
     CHECK(coai_reply_tool_called(&r) == 1);     /* the upstream run is left waiting */
     CHECK_MEM(r.out.data, r.out.len, want, strlen(want));
     CHECK(sse_check(&r.out, &done) == 5 && done);

@@ -469,11 +469,12 @@ static void replay(const char *name, const coai_models *models_all)
         CHECK(hex_eq(&x.up.msg[1], "2a040a020801"));
     } else if (strcmp(name, "unprovided_tool_ls") == 0) {
         /* DIFF: the original ran `ls` on its own host and sent the listing; we never execute
-         * anything: ls_result.error (exec id 3, exec_id echoed) + the same stream_close. */
+         * anything and answer as the 2026 CLI does for an exec it cannot run:
+         * throw{3, error} + the same stream_close. */
         CHECK(their_reply(root, 0, &hex) && their_reply(root, 1, &hex));
         CHECK(x.up.n == 2);
-        CHECK(x.up.msg[0].len > 2 && x.up.msg[0].data[0] == 0x12);
-        CHECK(contains(&x.up.msg[0], "exec-ls-0003"));
+        CHECK(x.up.msg[0].len > 6 && x.up.msg[0].data[0] == 0x2a && x.up.msg[0].data[2] == 0x12);
+        CHECK(contains(&x.up.msg[0], "not available"));
         CHECK(hex_eq(&x.up.msg[1], hex));
     } else {
         /* Same replies as the original, byte for byte (KV answers). */
