@@ -1094,6 +1094,13 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
 void coai_chat_request_free(coai_chat_request *req);
 /* Set p->prompt, p->tools and p->tool_count from req (views into req). */
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
+/* The tool_call_id of each trailing role "tool" message (those after the last message
+ * of any other role), in order, at most cap of them; views into the request. Returns the
+ * count (0: the request does not end with tool results). */
+size_t coai_chat_trailing_tool_ids(const coai_chat_request *req, coai_str *ids, size_t cap);
+/* Append the text of the newest role "tool" message answering call_id (content as the
+ * prompt flattens it) to out. 0 found, -1 none. */
+int coai_chat_tool_result(const coai_chat_request *req, coai_str call_id, coai_buf *out);
 /* Flatten an OpenAI messages array (spec §11.1) into out. Values of the wrong type
  * count as empty text. 0 ok, -1 fail. */
 int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
@@ -5640,6 +5647,40 @@ nomem:
 fail:
     coai_chat_request_free(req);
     return rc;
+}
+
+static const cJSON *coai__oa_messages(const coai_chat_request *req)
+{
+    const cJSON *m = req->root_ ? coai__oa_get(req->root_, "messages") : NULL;
+    return cJSON_IsArray(m) ? m : NULL;
+}
+
+size_t coai_chat_trailing_tool_ids(const coai_chat_request *req, coai_str *ids, size_t cap)
+{
+    const cJSON *msgs = coai__oa_messages(req), *m, *first = NULL;
+    size_t n = 0;
+    if (!msgs) return 0;
+    for (m = msgs->child; m; m = m->next)
+        if (!coai__oa_role_is(m, "tool")) first = m;
+    for (m = first ? first->next : msgs->child; m && n < cap; m = m->next)
+        ids[n++] = coai__oa_jstr(coai__oa_get(m, "tool_call_id"));
+    return n;
+}
+
+int coai_chat_tool_result(const coai_chat_request *req, coai_str call_id, coai_buf *out)
+{
+    const cJSON *msgs = coai__oa_messages(req), *m, *hit = NULL;
+    if (!msgs) return -1;
+    for (m = msgs->child; m; m = m->next) {
+        coai_str id;
+        if (!coai__oa_role_is(m, "tool")) continue;
+        id = coai__oa_jstr(coai__oa_get(m, "tool_call_id"));
+        if (id.len == call_id.len && (!id.len || memcmp(id.ptr, call_id.ptr, id.len) == 0))
+            hit = m;
+    }
+    if (!hit) return -1;
+    coai__oa_content_text(out, coai__oa_get(hit, "content"));
+    return out->err ? -1 : 0;
 }
 
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)

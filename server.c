@@ -2432,9 +2432,9 @@ done:
 /* ======================================================================== */
 
 struct run {
-    struct conn *c;                 /* the client */
+    struct conn *c;                 /* the client (NULL while the run is held) */
     char request_id[37];            /* x-request-id and BidiRequestId of the run */
-    int64_t seqno;                  /* next BidiAppend append_seqno */
+    int64_t seqno;                  /* next BidiAppend append_seqno (under send_mu) */
     coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
     struct upconn *sse;             /* the RunSSE connection */
     int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
@@ -2450,7 +2450,64 @@ struct run {
     coai_frame_decoder frames;
     coai_msg msg;
     coai_reply reply;
+    /* what the reply's views point into: owned by the run, since a held run outlives the
+     * request that started it (replaced by each follow-up request) */
+    coai_chat_request req;
+    coai_run_params params;
+    char model[128];
+    char session[33];               /* tool-call id session part = the run handle */
+    /* appends: one at a time, so seqnos go 0, 1, 2 ... whoever sends (reader, heartbeats) */
+    pthread_mutex_t send_mu;
+    int mu_init;
+    /* heartbeats (issue 10 item 4): their own thread, never waited on by the reader */
+    pthread_mutex_t hb_mu;
+    pthread_cond_t hb_cv;
+    pthread_t hb_thread;
+    int hb_started, hb_stop;
+    int64_t hb_last, hb_exec_last;  /* mono ms of the last client / exec heartbeat */
+    uint32_t hb_ids[64];            /* execs whose results the client is producing */
+    size_t hb_n;
+    unsigned hb_sent, hb_exec_sent, hb_failed;
+    /* holding (issue 11) */
+    int64_t tools_at;               /* mono ms the tool calls went to the client */
+    int64_t held_at;                /* mono ms the run was parked */
+    int64_t hollow_until;           /* follow-up: no visible progress by then -> fall back */
+    int hollow_hit;
+    int held_dead;                  /* the held run cannot continue: held_why says why */
+    char held_why[160];
+    coai_buf leftover;              /* body bytes read past the end of the response */
+    coai_buf backlog;               /* frames (flags byte + u32 length + payload) kept for
+                                     * the next response while held */
+    int wake[2];                    /* the holder polls wake[0]; a byte = stop holding */
+    pthread_t holder;
+    int holder_started, in_table, release_req;
+    struct run *h_next;
 };
+
+/* Held runs (issue 11): the table of parked runs, the switches and the circuit breaker. */
+static struct held_state {
+    int on;                         /* CURSOR_OAI_CONTINUATION (default on) */
+    int ttl_s;                      /* CURSOR_OAI_HELD_RUN_TTL */
+    int hollow_s;                   /* CURSOR_OAI_HOLLOW_TIMEOUT */
+    int max;                        /* CURSOR_OAI_HELD_RUNS_MAX */
+    int window_ms;                  /* CURSOR_OAI_TOOL_WINDOW_MS: parallel exec quiet window */
+    pthread_mutex_t lock;
+    struct run *list;               /* parked runs, newest first */
+    int n;
+    int hollow_streak;              /* hollow continuations in a row */
+    int64_t breaker_until;          /* mono ms: no holding before this */
+    /* counters (TODO(ops): export on /metrics when its registry is on main) */
+    unsigned long held, continued, fallback_gone, fallback_hollow, fallback_mismatch,
+        expired, evicted, runs_started;
+    unsigned long long prompt_bytes;
+} H = { .on = 1, .ttl_s = 1800, .hollow_s = 90, .max = 64, .window_ms = 40,
+        .lock = PTHREAD_MUTEX_INITIALIZER };
+
+#define HB_CLIENT_MS 5000           /* client_heartbeat period (first one 5 s after start) */
+#define HB_EXEC_MS 3000             /* exec heartbeat period per pending exec */
+#define HELD_BACKLOG_MAX (4u * 1024 * 1024)
+#define HELD_BREAKER_STREAK 3       /* hollow continuations in a row that open the breaker */
+#define HELD_BREAKER_MS (10 * 60 * 1000)
 
 /* Send what the reply produced. A streaming 200 goes out as it comes (head once, then one
  * chunk per drain); anything else (non-streaming, or an error status) is one Content-Length
@@ -2461,6 +2518,7 @@ static int run_flush(struct run *r)
     coai_reply *rp = &r->reply;
     coai_buf h = { 0 };
     int st, done, rc = 0;
+    if (!c) return 0;
     if (c->dead) return -1;
     if (r->sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
@@ -2510,37 +2568,47 @@ static int run_tick(void *ctx)
         run_flush(r);
         return -1;
     }
+    if (r->hollow_until) {
+        /* A continued run that has shown nothing yet: the client sees nothing either (no
+         * keepalive commits it), so a hollow run can still fall back to a fresh one. */
+        if (mono_ms() < r->hollow_until) return 0;
+        r->hollow_hit = 1;
+        return -1;
+    }
     if (r->in_feed || !r->c->streaming || coai_reply_done(&r->reply)) return 0;
     if (mono_ms() - r->last_write < (int64_t)S.keepalive_s * 1000) return 0;
     if (coai_reply_keepalive(&r->reply) < 0) return -1;
     return run_flush(r);
 }
 
-/* coai_reply's upstream sink: one AgentClientMessage -> one BidiAppend (next seqno),
- * sent inline before the next frame is read. */
-static int run_send(void *user, const unsigned char *msg, size_t n)
+/* One AgentClientMessage -> one BidiAppend with the next seqno. Every message the proxy
+ * sends upstream goes through here (reader replies, tool results, heartbeats): appends are
+ * serialised by send_mu, so seqnos stay 0, 1, 2 ... without gaps whatever the mix.
+ * client_fd (or -1) is watched for a disconnect; failures go to *err. */
+static int run_append(struct run *r, const unsigned char *msg, size_t n, int client_fd,
+                      coai_error *err, int *cancelled)
 {
-    struct run *r = user;
     coai_buf body = { 0 }, resp = { 0 };
     int status = 0, rc = -1;
     uint64_t gen = 0;
     resp.max = UP_ERR_BODY_MAX;
+    if (r->mu_init) pthread_mutex_lock(&r->send_mu);
     if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
         || body.err) {
-        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, r->c->fd, &gen, &status,
-                &resp, &r->err) < 0) {
-        if (r->err.status == 499) r->cancelled = 1;
+    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, client_fd, &gen, &status,
+                &resp, err) < 0) {
+        if (err->status == 499 && cancelled) *cancelled = 1;
         goto done;
     }
     if (status < 200 || status > 299) {
-        coai_error_from_http(status, (const char *)resp.data, resp.len, &r->err);
-        if (r->err.status == 401) {
+        coai_error_from_http(status, (const char *)resp.data, resp.len, err);
+        if (err->status == 401) {
             /* seqno 0: handle_chat renews and retries; later: the next request renews */
             r->upstream_401 = 1;
             cred_mark_rejected(gen);
@@ -2549,9 +2617,160 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
     }
     rc = 0;
 done:
+    if (r->mu_init) pthread_mutex_unlock(&r->send_mu);
     coai_buf_free(&body);
     coai_buf_free(&resp);
     return rc;
+}
+
+/* coai_reply's upstream sink (the reader's replies), sent inline before the next frame is
+ * read. */
+static int run_send(void *user, const unsigned char *msg, size_t n)
+{
+    struct run *r = user;
+    return run_append(r, msg, n, r->c ? r->c->fd : -1, &r->err, &r->cancelled);
+}
+
+/* ---- heartbeats ---- */
+
+static void *run_hb_thread(void *arg)
+{
+    struct run *r = arg;
+    pthread_mutex_lock(&r->hb_mu);
+    while (!r->hb_stop) {
+        int64_t now = mono_ms(), next = r->hb_last + HB_CLIENT_MS;
+        struct timespec ts;
+        if (r->hb_n && r->hb_exec_last + HB_EXEC_MS < next) next = r->hb_exec_last + HB_EXEC_MS;
+        if (now >= next) {
+            int client = now >= r->hb_last + HB_CLIENT_MS;
+            uint32_t ids[64];
+            size_t i, n = 0;
+            if (r->hb_n && now >= r->hb_exec_last + HB_EXEC_MS) {
+                n = r->hb_n;
+                memcpy(ids, r->hb_ids, n * sizeof ids[0]);
+                r->hb_exec_last = now;
+            }
+            if (client) r->hb_last = now;
+            pthread_mutex_unlock(&r->hb_mu);
+            if (client) {
+                coai_buf m = { 0 };
+                coai_error e;
+                memset(&e, 0, sizeof e);
+                if (coai_encode_client_heartbeat(&m) != COAI_OK
+                    || run_append(r, m.data, m.len, -1, &e, NULL) < 0) {
+                    r->hb_failed++;
+                    srv_log(LOG_DEBUG, "run %s: heartbeat failed: %s", r->request_id, e.message);
+                } else {
+                    r->hb_sent++;
+                }
+                coai_buf_free(&m);
+            }
+            for (i = 0; i < n; i++) {
+                coai_buf m = { 0 };
+                coai_error e;
+                memset(&e, 0, sizeof e);
+                if (coai_encode_exec_heartbeat(&m, ids[i]) != COAI_OK
+                    || run_append(r, m.data, m.len, -1, &e, NULL) < 0)
+                    r->hb_failed++;
+                else
+                    r->hb_exec_sent++;
+                coai_buf_free(&m);
+            }
+            pthread_mutex_lock(&r->hb_mu);
+            continue;
+        }
+        clock_gettime(CLOCK_REALTIME, &ts);
+        {
+            int64_t wait = next - now, ns = (int64_t)ts.tv_nsec + (wait % 1000) * 1000000;
+            ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+        }
+        pthread_cond_timedwait(&r->hb_cv, &r->hb_mu, &ts);
+    }
+    pthread_mutex_unlock(&r->hb_mu);
+    return NULL;
+}
+
+/* Start heartbeats once the run is open (the first one HB_CLIENT_MS later). */
+static void run_hb_start(struct run *r)
+{
+    pthread_attr_t at;
+    if (r->hb_started) return;
+    r->hb_last = r->hb_exec_last = mono_ms();
+    r->hb_stop = 0;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    if (pthread_create(&r->hb_thread, &at, run_hb_thread, r) == 0) r->hb_started = 1;
+    else srv_log(LOG_WARN, "run %s: no heartbeat thread: %s", r->request_id, strerror(errno));
+    pthread_attr_destroy(&at);
+}
+
+static void run_hb_stop(struct run *r)
+{
+    if (!r->hb_started) return;
+    pthread_mutex_lock(&r->hb_mu);
+    r->hb_stop = 1;
+    pthread_cond_signal(&r->hb_cv);
+    pthread_mutex_unlock(&r->hb_mu);
+    pthread_join(r->hb_thread, NULL);
+    r->hb_started = 0;
+}
+
+/* Exec heartbeats for the tool calls the client now runs (n = 0: none pending). */
+static void run_hb_execs(struct run *r, const coai_reply_call *calls, size_t n)
+{
+    size_t i;
+    if (!r->mu_init) return;
+    pthread_mutex_lock(&r->hb_mu);
+    r->hb_n = 0;
+    for (i = 0; i < n && r->hb_n < sizeof r->hb_ids / sizeof r->hb_ids[0]; i++)
+        r->hb_ids[r->hb_n++] = calls[i].ref.id;
+    r->hb_exec_last = mono_ms();
+    pthread_cond_signal(&r->hb_cv);
+    pthread_mutex_unlock(&r->hb_mu);
+}
+
+static struct run *run_new(void)
+{
+    struct run *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->wake[0] = r->wake[1] = -1;
+    if (pthread_mutex_init(&r->send_mu, NULL) == 0) {
+        if (pthread_mutex_init(&r->hb_mu, NULL) == 0) {
+            if (pthread_cond_init(&r->hb_cv, NULL) == 0) {
+                r->mu_init = 1;
+                return r;
+            }
+            pthread_mutex_destroy(&r->hb_mu);
+        }
+        pthread_mutex_destroy(&r->send_mu);
+    }
+    free(r);
+    return NULL;
+}
+
+/* Close the upstream run (if any) and free everything. */
+static void run_free(struct run *r)
+{
+    if (!r) return;
+    run_hb_stop(r);
+    if (r->sse) up_free(r->sse);
+    r->sse = NULL;
+    coai_reply_free(&r->reply);
+    coai_msg_free(&r->msg);
+    coai_frame_decoder_free(&r->frames);
+    coai_buf_free(&r->run_msg);
+    coai_buf_free(&r->leftover);
+    coai_buf_free(&r->backlog);
+    coai_chat_request_free(&r->req);
+    if (r->wake[0] >= 0) close(r->wake[0]);
+    if (r->wake[1] >= 0) close(r->wake[1]);
+    if (r->mu_init) {
+        pthread_cond_destroy(&r->hb_cv);
+        pthread_mutex_destroy(&r->hb_mu);
+        pthread_mutex_destroy(&r->send_mu);
+    }
+    free(r);
 }
 
 /* RunSSE request, BidiAppend seqno 0 (awaited), RunSSE response head. 0 ok, 1 retry on a
@@ -2618,17 +2837,36 @@ done:
     return rc;
 }
 
+/* Keep a frame for the next response of a held run: flags, u32 length, payload. */
+static int run_backlog_add(struct run *r, const coai_frame *f)
+{
+    unsigned char h[5];
+    if (r->backlog.len + f->len + 5 > HELD_BACKLOG_MAX) return -1;
+    h[0] = (unsigned char)f->flags;
+    h[1] = (unsigned char)(f->len >> 24); h[2] = (unsigned char)(f->len >> 16);
+    h[3] = (unsigned char)(f->len >> 8); h[4] = (unsigned char)f->len;
+    coai_buf_append(&r->backlog, h, 5);
+    coai_buf_append(&r->backlog, f->data, f->len);
+    return r->backlog.err ? -1 : 0;
+}
+
 /* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
 static int run_frame(struct run *r, const coai_frame *f)
 {
     coai_status st;
     int rc;
+    size_t pending;
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
         if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
         srv_log(LOG_DEBUG, "run %s: %s status %d", r->request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
+        if (coai_reply_tools_pending(&r->reply)) {
+            /* The run ended right after asking for tools: answer the client with the tool
+             * calls; the run cannot be held (run_stream sees the end). */
+            return coai_reply_end_tools(&r->reply);
+        }
         return coai_reply_feed_status(&r->reply, &st);
     }
     rc = coai_msg_decode(&r->msg, f->data, f->len);
@@ -2644,22 +2882,72 @@ static int run_frame(struct run *r, const coai_frame *f)
         srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
                 r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
                 (int)(r->msg.text.len > 200 ? 200 : r->msg.text.len), r->msg.text.ptr);
-    return coai_reply_feed_msg(&r->reply, &r->msg);
+    pending = coai_reply_tools_pending(&r->reply);
+    rc = coai_reply_feed_msg(&r->reply, &r->msg);
+    if (pending && rc == COAI_DONE
+        && (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING
+            || r->msg.kind == COAI_MSG_TURN_ENDED)) {
+        /* It ended the tool batch without being consumed: it belongs to the next response
+         * of the held run. */
+        if (run_backlog_add(r, f) < 0) r->held_dead = 1;
+    }
+    if (r->hollow_until && (coai_reply_started(&r->reply) || coai_reply_tools_pending(&r->reply)
+                            || coai_reply_done(&r->reply)))
+        r->hollow_until = 0;                    /* visible progress: not hollow */
+    return rc;
+}
+
+/* 1 when the next up_body() has body bytes without waiting: decoded bytes already
+ * buffered (chunk framing alone does not count: a copy of the decoder looks), TLS
+ * application data inside the engine, or the socket becomes readable within ms. */
+static int up_readable(struct upconn *c, int ms)
+{
+    struct pollfd pf;
+    int r;
+    size_t avail = c->rlen - c->roff;
+    if (c->body_done) return 1;
+    if (avail > 0) {
+        if (c->body_mode != BODY_CHUNKED) return 1;
+        {
+            unsigned char tmp[UP_RBUF];
+            coai_chunked_decoder cd = c->cd;
+            size_t used = 0, out = 0;
+            coai_result cr;
+            memcpy(tmp, c->rbuf + c->roff, avail);
+            cr = coai_chunked_feed(&cd, (char *)tmp, avail, &used, &out);
+            if (cr < 0 || cr == COAI_DONE || out > 0) return 1;
+        }
+    }
+    if (br_ssl_engine_current_state(&c->sc.eng) & BR_SSL_RECVAPP) return 1;
+    pf.fd = c->fd;
+    pf.events = POLLIN;
+    pf.revents = 0;
+    do r = poll(&pf, 1, ms); while (r < 0 && errno == EINTR);
+    return r > 0;
 }
 
 /* Read RunSSE frames until the reply is done, the upstream ends or fails, or the client
- * leaves. */
+ * leaves. Tool calls (batch_tools) are collected until H.window_ms pass without another
+ * frame. Bytes read past the end of a tool-call response are kept in r->leftover. */
 static void run_stream(struct run *r)
 {
     int rc = COAI_OK;
     while (rc == COAI_OK) {
         const unsigned char *p;
-        long n = up_body(r->sse, &p);
+        long n;
+        if (coai_reply_tools_pending(&r->reply) && !up_readable(r->sse, H.window_ms)) {
+            rc = coai_reply_end_tools(&r->reply);       /* the quiet window is over */
+            break;
+        }
+        n = up_body(r->sse, &p);
         if (n <= 0) {
             coai_error e;
             memset(&e, 0, sizeof e);
             r->in_feed = 1;
-            if (n == 0) {
+            if (coai_reply_tools_pending(&r->reply)) {
+                rc = coai_reply_end_tools(&r->reply);   /* the run is over: no holding */
+                r->held_dead = 1;
+            } else if (n == 0) {
                 rc = coai_frame_finish(&r->frames);
                 if (rc < 0)
                     up_err(&e, 502, "upstream_truncated",
@@ -2667,7 +2955,7 @@ static void run_stream(struct run *r)
                 rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
                             : coai_reply_feed_eof(&r->reply);
             } else if (r->sse->why == UPX_CANCELLED) {
-                r->cancelled = 1;
+                if (!r->hollow_hit) r->cancelled = 1;
             } else if (r->sse->why == UPX_TIMEOUT) {
                 rc = coai_reply_fail_timeout(&r->reply);
             } else {
@@ -2696,6 +2984,10 @@ static void run_stream(struct run *r)
             r->in_feed = 0;
             if (r->cancelled) return;
         }
+        if (n > 0 && coai_reply_tool_called(&r->reply)) {
+            coai_buf_reset(&r->leftover);
+            coai_buf_append(&r->leftover, p, (size_t)n);   /* for the holder */
+        }
         /* What this read decoded leaves now, in one write: every delta is still its own
          * SSE event, and nothing waits for more upstream input. */
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
@@ -2703,18 +2995,459 @@ static void run_stream(struct run *r)
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
 }
 
+/* ======================================================================== */
+/* Held runs (issue 11): one upstream run for a whole tool loop              */
+/* ======================================================================== */
+/* A response that ends with tool calls parks its run here instead of closing it: a holder
+ * thread keeps reading it (answering KV, queries, request_context and execs no tool
+ * matches; anything the client must see waits in the backlog), the heartbeat thread keeps
+ * it alive, and the follow-up request whose trailing tool messages answer exactly its
+ * pending tool calls takes it over, sends the results as the CLI does and streams what
+ * the run says next. Anything that goes wrong falls back to a fresh run. */
+
+/* A frame while held: answered, kept for later, or the end of holding (-1, held_why). */
+static int held_frame(struct run *r, const coai_frame *f)
+{
+    int a;
+    if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
+        snprintf(r->held_why, sizeof r->held_why, "Cursor ended the run while it was held");
+        return -1;
+    }
+    if (coai_msg_decode(&r->msg, f->data, f->len) < 0) {
+        snprintf(r->held_why, sizeof r->held_why, "undecodable message while held");
+        return -1;
+    }
+    a = coai_reply_answer(&r->reply, &r->msg);
+    if (a < 0) {
+        snprintf(r->held_why, sizeof r->held_why, "a reply could not be delivered while held");
+        return -1;
+    }
+    if (a == 0 && run_backlog_add(r, f) < 0) {
+        snprintf(r->held_why, sizeof r->held_why, "too much output while held");
+        return -1;
+    }
+    return 0;
+}
+
+static int held_bytes(struct run *r, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        size_t used = 0;
+        coai_frame f;
+        int fr = coai_frame_feed(&r->frames, p, n, &used, &f);
+        p += used;
+        n -= used;
+        if (fr == COAI_MORE) break;
+        if (fr < 0) {
+            snprintf(r->held_why, sizeof r->held_why, "bad framing while held");
+            return -1;
+        }
+        if (held_frame(r, &f) < 0) return -1;
+    }
+    return 0;
+}
+
+static void held_unlink_locked(struct run *r)
+{
+    struct run **pp;
+    for (pp = &H.list; *pp; pp = &(*pp)->h_next)
+        if (*pp == r) { *pp = r->h_next; H.n--; break; }
+    r->in_table = 0;
+    r->h_next = NULL;
+}
+
+static void *held_thread(void *arg)
+{
+    struct run *r = arg;
+    int64_t ttl_end = r->held_at + (int64_t)H.ttl_s * 1000;
+    char why[160] = "";
+    if (r->leftover.len && held_bytes(r, r->leftover.data, r->leftover.len) < 0) goto dead;
+    coai_buf_free(&r->leftover);
+    for (;;) {
+        struct pollfd pf[2];
+        int64_t now = mono_ms();
+        int pr, stop;
+        pthread_mutex_lock(&H.lock);
+        stop = r->release_req;
+        pthread_mutex_unlock(&H.lock);
+        if (stop) break;
+        if (now >= ttl_end) {
+            snprintf(why, sizeof why, "no follow-up within CURSOR_OAI_HELD_RUN_TTL (%d s)",
+                     H.ttl_s);
+            goto dead;
+        }
+        if (r->hb_failed > 2) {
+            snprintf(why, sizeof why, "heartbeats to Cursor fail");
+            goto dead;
+        }
+        if (!up_readable(r->sse, 0)) {
+            pf[0].fd = r->sse->fd; pf[0].events = POLLIN; pf[0].revents = 0;
+            pf[1].fd = r->wake[0]; pf[1].events = POLLIN; pf[1].revents = 0;
+            pr = poll(pf, 2, (int)(ttl_end - now > 1000 ? 1000 : ttl_end - now));
+            if (pr < 0 && errno != EINTR) { snprintf(why, sizeof why, "poll failed"); goto dead; }
+            if (pr <= 0 || (pf[1].revents && !pf[0].revents)) continue;
+        }
+        {
+            const unsigned char *p;
+            long n;
+            r->sse->deadline = ttl_end + 1000;
+            r->sse->io_timeout_ms = 0;
+            n = up_body(r->sse, &p);
+            if (n <= 0) {
+                snprintf(why, sizeof why, "Cursor closed the held run (%s)",
+                         n == 0 ? "end of body" : "connection lost");
+                goto dead;
+            }
+            if (held_bytes(r, p, (size_t)n) < 0) goto dead;
+        }
+    }
+    goto out;
+dead:
+    r->held_dead = 1;
+    if (why[0]) snprintf(r->held_why, sizeof r->held_why, "%s", why);
+out:
+    pthread_mutex_lock(&H.lock);
+    if (r->in_table) {
+        /* Nobody claimed it: it leaves the table and ends here. */
+        held_unlink_locked(r);
+        pthread_mutex_unlock(&H.lock);
+        if (r->release_req) {
+            srv_log(LOG_INFO, "held run %s released (more than %d held runs)", r->request_id,
+                    H.max);
+        } else {
+            srv_log(LOG_INFO, "held run %s released: %s", r->request_id, r->held_why);
+            if (strstr(r->held_why, "HELD_RUN_TTL")) {
+                pthread_mutex_lock(&H.lock);
+                H.expired++;
+                pthread_mutex_unlock(&H.lock);
+            }
+        }
+        pthread_detach(pthread_self());
+        run_free(r);
+        return NULL;
+    }
+    pthread_mutex_unlock(&H.lock);
+    return NULL;           /* claimed: the claimer joins this thread and owns the run */
+}
+
+/* Park a run that ended its response with tool calls. 0 parked (the table owns r now),
+ * -1 not parked (the caller closes it). */
+static int held_park(struct run *r)
+{
+    pthread_attr_t at;
+    const coai_reply_call *calls;
+    size_t n = coai_reply_calls(&r->reply, &calls);
+    struct run *evict = NULL, *x;
+    if (!n || !r->sse || r->held_dead) return -1;
+    if (pipe(r->wake) < 0) { r->wake[0] = r->wake[1] = -1; return -1; }
+    fcntl(r->wake[0], F_SETFL, O_NONBLOCK);
+    fcntl(r->wake[1], F_SETFL, O_NONBLOCK);
+    r->c = NULL;
+    r->sse->client_fd = -1;
+    r->sse->tick = NULL;
+    r->sse->tick_ctx = NULL;
+    r->held_at = mono_ms();
+    run_hb_execs(r, calls, n);
+    pthread_mutex_lock(&H.lock);
+    r->in_table = 1;
+    r->h_next = H.list;
+    H.list = r;
+    H.n++;
+    H.held++;
+    if (H.n > H.max) {
+        for (x = H.list; x; x = x->h_next)
+            if (!x->release_req) evict = x;          /* the oldest not yet asked */
+        if (evict && evict != r) {
+            evict->release_req = 1;
+            H.evicted++;
+            if (write(evict->wake[1], "x", 1) < 0) {}
+        }
+    }
+    pthread_mutex_unlock(&H.lock);
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, SRV_THREAD_STACK);
+    if (pthread_create(&r->holder, &at, held_thread, r) != 0) {
+        pthread_mutex_lock(&H.lock);
+        held_unlink_locked(r);
+        H.held--;
+        pthread_mutex_unlock(&H.lock);
+        pthread_attr_destroy(&at);
+        return -1;
+    }
+    pthread_attr_destroy(&at);
+    r->holder_started = 1;
+    srv_log(LOG_INFO, "run %s held for %zu tool call%s (handle %s)", r->request_id, n,
+            n == 1 ? "" : "s", r->session);
+    return 0;
+}
+
+/* The held run whose pending tool calls the request's trailing tool messages answer
+ * exactly. Taken out of the table and stopped; NULL with *why filled when there is none. */
+static struct run *held_claim(const coai_chat_request *req, const char *model, char *why,
+                              size_t wcap)
+{
+    coai_str ids[64];
+    size_t n = coai_chat_trailing_tool_ids(req, ids, 64), i, j;
+    struct run *r;
+    const coai_reply_call *calls;
+    why[0] = 0;
+    if (!n) return NULL;
+    pthread_mutex_lock(&H.lock);
+    for (r = H.list; r; r = r->h_next)
+        if (!r->release_req && req->session_id.len == strlen(r->session)
+            && memcmp(req->session_id.ptr, r->session, req->session_id.len) == 0)
+            break;
+    if (!r) {
+        pthread_mutex_unlock(&H.lock);
+        snprintf(why, wcap, "no held run for these tool results on this instance");
+        return NULL;
+    }
+    if (coai_reply_calls(&r->reply, &calls) != n) {
+        pthread_mutex_unlock(&H.lock);
+        snprintf(why, wcap, "the tool results do not answer every pending tool call");
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        for (j = 0; j < n; j++)
+            if (ids[j].len == calls[i].call_id.len
+                && memcmp(ids[j].ptr, calls[i].call_id.ptr, ids[j].len) == 0)
+                break;
+        if (j == n) {
+            pthread_mutex_unlock(&H.lock);
+            snprintf(why, wcap, "the tool results do not answer the pending tool calls");
+            return NULL;
+        }
+    }
+    if (strcmp(model, r->model) != 0) {
+        pthread_mutex_unlock(&H.lock);
+        snprintf(why, wcap, "another model (%.60s, the held run has %.60s)", model, r->model);
+        return NULL;
+    }
+    held_unlink_locked(r);
+    r->release_req = 1;                     /* the holder stops; not in the table: claimed */
+    pthread_mutex_unlock(&H.lock);
+    if (write(r->wake[1], "x", 1) < 0) {}
+    pthread_join(r->holder, NULL);
+    r->holder_started = 0;
+    if (r->held_dead) {
+        snprintf(why, wcap, "%s", r->held_why[0] ? r->held_why : "the held run ended");
+        run_free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void held_breaker(int hollow)
+{
+    pthread_mutex_lock(&H.lock);
+    if (!hollow) {
+        H.hollow_streak = 0;
+    } else if (++H.hollow_streak >= HELD_BREAKER_STREAK) {
+        H.breaker_until = mono_ms() + HELD_BREAKER_MS;
+        H.hollow_streak = 0;
+        srv_log(LOG_WARN, "%d hollow continuations in a row: runs are not held for the next "
+                "%d minutes (one fresh run per request, as with CURSOR_OAI_CONTINUATION=off)",
+                HELD_BREAKER_STREAK, HELD_BREAKER_MS / 60000);
+    }
+    pthread_mutex_unlock(&H.lock);
+}
+
+static int held_enabled(void)
+{
+    int on;
+    pthread_mutex_lock(&H.lock);
+    on = H.on && mono_ms() >= H.breaker_until;
+    pthread_mutex_unlock(&H.lock);
+    return on;
+}
+
+/* Reply options for the current request of r. */
+static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *completion_id)
+{
+    memset(o, 0, sizeof *o);
+    coai_reply_opts_from_request(o, &r->req);
+    o->completion_id = coai_str_c(completion_id);
+    o->created = (int64_t)time(NULL);
+    o->model = coai_str_c(r->model);
+    o->session_id = coai_str_c(r->session);
+    o->env = &r->params;
+    o->send = run_send;
+    o->send_user = r;
+    o->batch_tools = H.on;
+}
+
+/* The end of a response: hold the run (it asked for tools), or drain and close it. */
+static void run_finish(struct run *r)
+{
+    struct conn *c = r->c;
+    if (r->cancelled || c->dead) {
+        c->dead = 1;
+        if (!c->status) c->status = 499;
+        if (!r->stopping)
+            srv_log(LOG_INFO, "client went away; upstream run %s closed", r->request_id);
+    } else if (!coai_reply_done(&r->reply)) {
+        /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
+        c->keep = 0;
+    }
+    if (r->reply.error.status)
+        srv_log(LOG_WARN, "run %s failed: %d %s: %s",
+                r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
+                r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
+    if (r->sse && !r->cancelled && !c->dead && coai_reply_tool_called(&r->reply)
+        && !r->reply.error.status && held_enabled()) {
+        r->tools_at = mono_ms();
+        if (held_park(r) == 0) return;
+        srv_log(LOG_INFO, "run %s not held: %s", r->request_id,
+                r->held_dead ? "Cursor ended it with the tool calls" : "cannot park it");
+    }
+    /* After a normal end only the trailer and the chunked terminator are left: read them
+     * (for at most RUNSSE_DRAIN_MS, so a slow upstream never delays this client's next
+     * request) and the RunSSE connection can go back to the pool. Not after a tool call:
+     * that upstream run is still open, waiting for a result it will never get. */
+    run_hb_stop(r);
+    if (r->sse && !r->cancelled && !r->sse->body_done && coai_reply_done(&r->reply)
+        && !r->reply.error.status && !coai_reply_tool_called(&r->reply)) {
+        const unsigned char *p;
+        r->sse->tick = NULL;
+        r->sse->io_timeout_ms = 0;
+        r->sse->deadline = mono_ms() + RUNSSE_DRAIN_MS;
+        while (up_body(r->sse, &p) > 0) {}
+    }
+    /* A RunSSE connection is reused only when its body was read to the framed end. */
+    if (r->sse) {
+        if (r->cancelled || !r->sse->body_done) up_free(r->sse);
+        else up_release(r->sse);
+        r->sse = NULL;
+    }
+    run_free(r);
+}
+
+/* The tool output the request carries for a call id, into out (is_error: never set by
+ * OpenAI chat; kept for the dialects that have it). */
+static int held_results(struct run *r, char *why, size_t wcap)
+{
+    const coai_reply_call *calls;
+    size_t n = coai_reply_calls(&r->reply, &calls), i;
+    uint32_t ms = (uint32_t)(mono_ms() - r->tools_at);
+    coai_buf text = { 0 }, m = { 0 };
+    int rc = 0;
+    for (i = 0; i < n && rc == 0; i++) {
+        unsigned step;
+        coai_buf_reset(&text);
+        if (coai_chat_tool_result(&r->req, calls[i].call_id, &text) < 0) {
+            snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
+                     calls[i].call_id.ptr);
+            rc = -1;
+            break;
+        }
+        for (step = 0; rc == 0; step++) {
+            coai_str t;
+            int er;
+            t.ptr = text.data ? (const char *)text.data : "";
+            t.len = text.len;
+            coai_buf_reset(&m);
+            er = coai_encode_exec_answer(&m, &calls[i].ref, t, 0, ms, step);
+            if (er == COAI_DONE) break;
+            if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
+            else if (run_send(r, m.data, m.len) < 0) {
+                snprintf(why, wcap, "sending a tool result failed: %.120s", r->err.message);
+                rc = -1;
+            }
+        }
+    }
+    coai_buf_free(&text);
+    coai_buf_free(&m);
+    return rc;
+}
+
+/* Serve the request on the held run r. 0 served (r is parked again or closed), 1 fall back
+ * to a fresh run (nothing reached the client; r is closed). */
+static int held_continue(struct conn *c, struct run *r, const char *completion_id)
+{
+    coai_reply_opts o;
+    char why[200] = "";
+    size_t i, ncalls;
+    run_reply_opts(r, &o, completion_id);
+    r->c = c;
+    r->stream = r->req.stream;
+    r->sent_all = 0;
+    r->cancelled = 0;
+    r->hollow_hit = 0;
+    r->last_write = mono_ms();
+    memset(&r->err, 0, sizeof r->err);
+    r->sse->client_fd = c->fd;
+    r->sse->client_events = POLLIN;
+    r->sse->tick = run_tick;
+    r->sse->tick_ctx = r;
+    r->sse->io_timeout_ms = 0;
+    r->sse->deadline = mono_ms() + r->idle_ms;
+    ncalls = coai_reply_calls(&r->reply, NULL);
+    if (held_results(r, why, sizeof why) == 0 && coai_reply_continue(&r->reply, &o) < 0)
+        snprintf(why, sizeof why, "out of memory");
+    if (why[0]) {
+        srv_log(LOG_INFO, "held run %s: %s; falling back to a fresh run", r->request_id, why);
+        pthread_mutex_lock(&H.lock);
+        H.fallback_gone++;
+        pthread_mutex_unlock(&H.lock);
+        run_free(r);
+        return 1;
+    }
+    run_hb_execs(r, NULL, 0);
+    r->hollow_until = mono_ms() + (int64_t)H.hollow_s * 1000;
+    /* the idle timer must not end a hollow run before the hollow check can fall back */
+    if (r->sse->deadline < r->hollow_until + 2000) r->sse->deadline = r->hollow_until + 2000;
+    srv_log(LOG_INFO, "run %s continued with %zu tool result%s after %lld ms", r->request_id,
+            ncalls, ncalls == 1 ? "" : "s", (long long)(mono_ms() - r->tools_at));
+    /* What arrived while the run was held comes first. */
+    {
+        coai_buf bl = r->backlog;
+        int rc = COAI_OK;
+        memset(&r->backlog, 0, sizeof r->backlog);
+        for (i = 0; i + 5 <= bl.len && rc == COAI_OK;) {
+            coai_frame f;
+            size_t n = (size_t)bl.data[i + 1] << 24 | (size_t)bl.data[i + 2] << 16
+                       | (size_t)bl.data[i + 3] << 8 | bl.data[i + 4];
+            memset(&f, 0, sizeof f);
+            f.flags = bl.data[i];
+            f.data = bl.data + i + 5;
+            f.len = n;
+            r->in_feed = 1;
+            rc = run_frame(r, &f);
+            r->in_feed = 0;
+            i += 5 + n;
+        }
+        coai_buf_free(&bl);
+        if (run_flush(r) < 0) r->cancelled = 1;
+        if (rc == COAI_OK && !r->cancelled) run_stream(r);
+    }
+    if (r->hollow_hit && !coai_reply_started(&r->reply)) {
+        srv_log(LOG_INFO, "held run %s showed no progress within CURSOR_OAI_HOLLOW_TIMEOUT "
+                "(%d s) after the tool results; falling back to a fresh run", r->request_id,
+                H.hollow_s);
+        pthread_mutex_lock(&H.lock);
+        H.fallback_hollow++;
+        pthread_mutex_unlock(&H.lock);
+        held_breaker(1);
+        run_free(r);
+        return 1;
+    }
+    r->hollow_until = 0;
+    held_breaker(0);
+    pthread_mutex_lock(&H.lock);
+    H.continued++;
+    pthread_mutex_unlock(&H.lock);
+    run_finish(r);
+    return 0;
+}
+
 static int handle_chat(struct conn *c)
 {
-    struct run *r = calloc(1, sizeof *r);
-    coai_chat_request req;
-    coai_run_params params;
+    struct run *r = run_new();
     coai_reply_opts o;
     coai_error e;
     coai_str model;
-    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
+    char completion_id[40], msg_id[37], conv_id[37], u[37];
     int attempt, rc, i, k, fetched = 0;
-    memset(&req, 0, sizeof req);
-    memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
     memset(&e, 0, sizeof e);
     if (!r) {
@@ -2725,7 +3458,7 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
+    if (coai_chat_request_parse(&r->req, (const char *)c->body.data, c->body.len, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -2735,7 +3468,7 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(NULL, &e, req.model, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(NULL, &e, r->req.model, c->model, sizeof c->model, &fetched) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -2748,11 +3481,12 @@ static int handle_chat(struct conn *c)
             goto done;
         }
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
-                (int)req.model.len, req.model.ptr);
-        copy_str(c->model, sizeof c->model, req.model.ptr, req.model.len);
+                (int)r->req.model.len, r->req.model.ptr);
+        copy_str(c->model, sizeof c->model, r->req.model.ptr, r->req.model.len);
     }
-    model = coai_str_c(c->model);
-    r->stream = req.stream;
+    copy_str(r->model, sizeof r->model, c->model, strlen(c->model));
+    model = coai_str_c(r->model);
+    r->stream = r->req.stream;
     if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
@@ -2762,29 +3496,58 @@ static int handle_chat(struct conn *c)
     for (i = 0, k = 9; u[i] && k < 33; i++)
         if (u[i] != '-') completion_id[k++] = u[i];
     completion_id[k] = 0;
-    memcpy(session, completion_id + 9 + 12, 12);
-    session[12] = 0;
-    coai_chat_request_params(&req, &params);
-    params.model_id = model;
-    params.message_id = coai_str_c(msg_id);
-    params.conversation_id = coai_str_c(conv_id);
-    params.workspace = coai_str_c(S.workspace);
-    params.time_zone = coai_str_c(S.timezone);
-    if (coai_encode_run_request(&r->run_msg, &params) < 0 || r->run_msg.err) {
+    /* Tool results for a run this instance holds: continue that run (issue 11). */
+    if (H.on && r->req.has_tool_messages) {
+        char why[200];
+        struct run *h = held_claim(&r->req, r->model, why, sizeof why);
+        if (h) {
+            coai_chat_request_free(&h->req);
+            h->req = r->req;                    /* the follow-up's request moves over */
+            memset(&r->req, 0, sizeof r->req);
+            h->params.tools = h->req.tools;     /* the client's tools as sent this time */
+            h->params.tool_count = h->req.tool_count;
+            if (held_continue(c, h, completion_id) == 0) goto done;
+            /* fallen back: held_continue freed h, and with it the request; parse again */
+            if (coai_chat_request_parse(&r->req, (const char *)c->body.data, c->body.len,
+                                        &e) < 0) {
+                send_coai_error(c, &e);
+                goto done;
+            }
+        } else if (why[0] && r->req.session_id.len) {
+            pthread_mutex_lock(&H.lock);
+            H.fallback_mismatch++;
+            pthread_mutex_unlock(&H.lock);
+            srv_log(LOG_INFO, "tool results: %s; replaying the conversation in a fresh run",
+                    why);
+        }
+    }
+    /* A fresh run. With continuation the tool-call ids carry a new handle for the run (the
+     * 12 hex digits after the completion id's first 12); without it the session id of the
+     * history is kept, as before. */
+    if (H.on || !r->req.session_id.len)
+        memcpy(r->session, completion_id + 9 + 12, 12), r->session[12] = 0;
+    else
+        copy_str(r->session, sizeof r->session, r->req.session_id.ptr, r->req.session_id.len);
+    coai_chat_request_params(&r->req, &r->params);
+    r->params.model_id = model;
+    r->params.message_id = coai_str_c(msg_id);
+    r->params.conversation_id = coai_str_c(conv_id);
+    r->params.workspace = coai_str_c(S.workspace);
+    r->params.time_zone = coai_str_c(S.timezone);
+    if (coai_encode_run_request(&r->run_msg, &r->params) < 0 || r->run_msg.err) {
         send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request", NULL);
         goto done;
     }
+    /* the message ids are stack strings: nothing reads them after the run request */
+    r->params.message_id = r->params.conversation_id = coai_str_c("");
     srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-            params.tool_count, params.prompt.len,
-            (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
-    coai_reply_opts_from_request(&o, &req);
-    o.completion_id = coai_str_c(completion_id);
-    o.created = (int64_t)time(NULL);
-    o.model = model;
-    if (!req.session_id.len) o.session_id = coai_str_c(session);
-    o.env = &params;
-    o.send = run_send;
-    o.send_user = r;
+            r->params.tool_count, r->params.prompt.len,
+            (int)(r->params.prompt.len > 500 ? 500 : r->params.prompt.len), r->params.prompt.ptr);
+    pthread_mutex_lock(&H.lock);
+    H.runs_started++;
+    H.prompt_bytes += r->params.prompt.len;
+    pthread_mutex_unlock(&H.lock);
+    run_reply_opts(r, &o, completion_id);
     if (coai_reply_init(&r->reply, &o) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
@@ -2810,6 +3573,7 @@ static int handle_chat(struct conn *c)
         r->upstream_401 = 0;
     }
     if (rc == 0) {
+        run_hb_start(r);
         run_stream(r);
     } else if (!r->cancelled) {
         r->in_feed = 1;
@@ -2817,43 +3581,10 @@ static int handle_chat(struct conn *c)
         r->in_feed = 0;
         if (run_flush(r) < 0) r->cancelled = 1;
     }
-    if (r->cancelled || c->dead) {
-        c->dead = 1;
-        if (!c->status) c->status = 499;
-        if (!r->stopping)
-            srv_log(LOG_INFO, "client went away; upstream run %s closed", r->request_id);
-    } else if (!coai_reply_done(&r->reply)) {
-        /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
-        c->keep = 0;
-    }
-    if (r->reply.error.status)
-        srv_log(LOG_WARN, "run %s failed: %d %s: %s",
-                r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
-                r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
+    run_finish(r);
+    return 0;
 done:
-    /* After a normal end only the trailer and the chunked terminator are left: read them
-     * (for at most RUNSSE_DRAIN_MS, so a slow upstream never delays this client's next
-     * request) and the RunSSE connection can go back to the pool. Not after a tool call:
-     * that upstream run is still open, waiting for a result it will never get. */
-    if (r->sse && !r->cancelled && !r->sse->body_done && coai_reply_done(&r->reply)
-        && !r->reply.error.status && !coai_reply_tool_called(&r->reply)) {
-        const unsigned char *p;
-        r->sse->tick = NULL;
-        r->sse->io_timeout_ms = 0;
-        r->sse->deadline = mono_ms() + RUNSSE_DRAIN_MS;
-        while (up_body(r->sse, &p) > 0) {}
-    }
-    /* A RunSSE connection is reused only when its body was read to the framed end. */
-    if (r->sse) {
-        if (r->cancelled || !r->sse->body_done) up_free(r->sse);
-        else up_release(r->sse);
-    }
-    coai_reply_free(&r->reply);
-    coai_msg_free(&r->msg);
-    coai_frame_decoder_free(&r->frames);
-    coai_buf_free(&r->run_msg);
-    coai_chat_request_free(&req);
-    free(r);
+    run_free(r);
     return 0;
 }
 
@@ -3331,6 +4062,29 @@ usage:
 }
 
 /* Everything from the environment and the file system. 0 ok, -1 (message printed). */
+/* The held-run switches (issue 11). */
+static int held_configure(void)
+{
+    const char *v = getenv("CURSOR_OAI_CONTINUATION");
+    int cap = 0, win = 0;
+    if (v && *v) {
+        if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false")) H.on = 0;
+        else if (!strcmp(v, "on") || !strcmp(v, "1") || !strcmp(v, "true")) H.on = 1;
+        else {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_CONTINUATION must be on or off\n");
+            return -1;
+        }
+    }
+    if (env_seconds("CURSOR_OAI_HELD_RUN_TTL", 1800, &H.ttl_s)
+        || env_seconds("CURSOR_OAI_HOLLOW_TIMEOUT", 90, &H.hollow_s)
+        || env_seconds("CURSOR_OAI_HELD_RUNS_MAX", 64, &cap)
+        || env_seconds("CURSOR_OAI_TOOL_WINDOW_MS", 40, &win))
+        return -1;
+    H.max = cap;
+    H.window_ms = win;
+    return 0;
+}
+
 static int configure(void)
 {
     const char *url = getenv("CURSOR_API_URL"), *key = getenv("CURSOR_OAI_API_KEY");
@@ -3356,6 +4110,7 @@ static int configure(void)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl))
         return -1;
     S.models_ttl_ms = (int64_t)ttl * 1000;
+    if (held_configure() < 0) return -1;
     S.ca_file = ca_bundle_path();
     if (!S.ca_file) {
         fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "

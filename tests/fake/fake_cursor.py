@@ -298,6 +298,7 @@ class Run:
         self.created = time.time()
         self.stream = {}           # how the RunSSE stream went
         self.exec_replies = {}
+        self.exec_results = {}     # held execs: {"ok", "why", "text", "frames"} per exec id
         self.kv_replies = {}
 
     def summary(self):
@@ -308,6 +309,7 @@ class Run:
                 "append_error": self.append_error, "runsse_count": self.runsse_count,
                 "stream": dict(self.stream),
                 "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
+                "exec_results": dict(self.exec_results),
                 "kv_replies": {str(k): v for k, v in self.kv_replies.items()}}
 
 
@@ -886,6 +888,7 @@ class StreamCtx:
         self.turn_ended = False
         self.finished = False
         self.append_cursor = len(run.appends)
+        self.pending = []          # execs held for the client (op "exec" with "hold")
 
 
 def _send(ctx, data, split=0):
@@ -1009,6 +1012,145 @@ def wait_append(ctx, pred, timeout):
     return found[0] if found else None
 
 
+def stall(ctx, why, max_s=None):
+    """What the live server does when the exec/stream protocol is not satisfied (notes §4):
+    heartbeats only, never another word, until the client gives up."""
+    run = ctx.run
+    run.stream["stalled"] = why
+    S.count("stalls")
+    sys.stderr.write("fake_cursor: run %s stalls: %s\n" % (run.rid, why))
+    end = time.time() + float(max_s or S.config["stall_max_s"])
+    while time.time() < end:
+        _send(ctx, pb.envelope(pb.m_heartbeat()))
+        if ctx.conn.wait(1.0) == "closed":
+            raise PeerClosed("closed during a stall (%s)" % why)
+    ctx.finished = True
+    ctx.conn.abort()
+
+
+# result type the CLI sends for each exec kind (then stream_close)
+CLI_RESULT = {"shell": "shell_result", "read": "read_result", "write": "write_result",
+              "ls": "ls_result", "grep": "grep_result", "mcp": "mcp_result",
+              "delete": "delete_result", "fetch": "fetch_result"}
+
+
+def check_exec_answer(p, msgs):
+    """The CLI's answer to one exec (notes §1): '' when right, else what is wrong."""
+    kind, eid, xid = p["kind"], p["id"], p["exec_id"]
+    if not msgs or msgs[-1].get("type") != "exec_control" or msgs[-1].get("kind") != "stream_close":
+        return "no stream_close after the result"
+    body = msgs[:-1]
+    for m in body:
+        if m.get("type") != "exec_result":
+            return "%s before stream_close" % m.get("type")
+        if m.get("exec_id") != xid:
+            return "exec_id %r on a result frame (want %r)" % (m.get("exec_id"), xid)
+    if kind == "shell_stream":
+        seq = [(m.get("result"), m.get("variant")) for m in body]
+        if not seq or seq[0] != ("shell_stream", "start"):
+            return "shell_stream answer does not begin with start: %r" % (seq,)
+        if seq[-1] != ("shell_stream", "exit"):
+            return "shell_stream answer does not end with exit: %r" % (seq,)
+        mid = seq[1:-1]
+        if any(x not in (("shell_stream", "stdout"), ("shell_stream", "stderr")) for x in mid):
+            return "unexpected frames inside a shell stream: %r" % (seq,)
+        return ""
+    want = CLI_RESULT.get(kind)
+    if len(body) != 1:
+        return "%d result frames (want one %s)" % (len(body), want)
+    if body[0].get("result") != want:
+        return "mis-typed result %r for a %s exec (want %s)" % (body[0].get("result"), kind,
+                                                                 want)
+    return ""
+
+
+def result_text(msgs):
+    out = []
+    for m in msgs:
+        if m.get("type") == "exec_result" and m.get("variant") in ("stdout", "stderr", "success",
+                                                                    "error", "failure"):
+            out.extend(m.get("strings") or [])
+    return "\n".join(x for x in out if x)
+
+
+def await_results(ctx, max_s, hb_s):
+    """Wait (server heartbeats every hb_s) for the answers to every held exec, in exec order.
+    Anything the CLI would not send -> the turn stalls, as the live server's does."""
+    run = ctx.run
+    pend = list(ctx.pending)
+    ctx.pending = []
+    end = time.time() + max_s
+    run.stream["held"] = run.stream.get("held", 0) + 1
+    S.count("held_waits")
+    def all_closed():
+        closed = set()
+        for p in pend:
+            for a in run.appends[p["cursor"]:]:
+                m = a["message"]
+                if m.get("type") == "exec_control" and m.get("kind") == "stream_close" \
+                        and m.get("id") == p["id"]:
+                    closed.add(p["id"])
+        return all(p["id"] in closed for p in pend)
+    while True:
+        w = ctx.conn.wait(hb_s, run.cond, all_closed)
+        if w == "pred":
+            break
+        if w == "closed":
+            raise PeerClosed("closed while waiting for tool results")
+        if time.time() > end:
+            return stall(ctx, "results for %s never completed" % [p["id"] for p in pend])
+        _send(ctx, pb.envelope(pb.m_heartbeat()))
+    # every exec got its stream_close: check each answer and their order
+    order = []
+    with run.cond:
+        start = min(p["cursor"] for p in pend)
+        msgs = [a["message"] for a in run.appends[start:]]
+    ids = {p["id"] for p in pend}
+    for m in msgs:
+        if m.get("type") in ("exec_result", "exec_control") and m.get("kind") != "heartbeat" \
+                and m.get("id") in ids:
+            if not order or order[-1] != m.get("id"):
+                order.append(m.get("id"))
+    if order != [p["id"] for p in pend]:
+        return stall(ctx, "results not in exec order: %r" % order)
+    for p in pend:
+        mine = [m for m in msgs if m.get("type") in ("exec_result", "exec_control")
+                and m.get("kind") != "heartbeat" and m.get("id") == p["id"]]
+        why = check_exec_answer(p, mine)
+        run.exec_results[str(p["id"])] = {"ok": not why, "why": why, "text": result_text(mine),
+                                          "frames": [(m.get("result") or m.get("kind"),
+                                                      m.get("variant")) for m in mine],
+                                          "local_execution_time_ms": [
+                                              m.get("local_execution_time_ms") for m in mine
+                                              if m.get("type") == "exec_result"]}
+        if why:
+            return stall(ctx, "exec %d: %s" % (p["id"], why))
+    if any(m.get("type") == "action" and m.get("kind") == "resume" for m in msgs):
+        return stall(ctx, "ResumeAction on a held run")
+    S.count("held_results_ok")
+
+
+def exec_expect_throw(ctx, eid, wait_s):
+    """An exec the client cannot run: the CLI sends throw{id} then stream_close{id}; the
+    live server waits (heartbeats only) for anything else (notes §1, §4)."""
+    run = ctx.run
+    got = []
+
+    def done(m):
+        if m.get("type") in ("exec_result", "exec_control") and m.get("id") == eid:
+            if m not in got:
+                got.append(m)
+            return m.get("type") == "exec_control" and m.get("kind") == "stream_close"
+        return False
+    wait_append(ctx, done, wait_s)
+    run.exec_replies[eid] = got
+    kinds = [(m.get("type"), m.get("kind")) for m in got]
+    if kinds != [("exec_control", "throw"), ("exec_control", "stream_close")]:
+        stall(ctx, "exec %d answered with %r, not throw + stream_close" % (eid, kinds))
+    else:
+        S.count("exec_throws_ok")
+
+
 def run_steps(ctx, steps):
     for st in steps:
         if ctx.finished:
@@ -1083,14 +1225,16 @@ def run_step(ctx, st):
             data = data.encode()
             bid = bytes.fromhex(st["blob_id_hex"]) if "blob_id_hex" in st else \
                 hashlib.sha256(data).digest()
-            fr = pb.envelope(pb.m_kv_set_blob(kv_id, bid, data))
+            meta = bytes.fromhex(st["metadata_hex"]) if "metadata_hex" in st else None
+            fr = pb.envelope(pb.m_kv_set_blob(kv_id, bid, data, meta))
             kind = "set_blob_result"
         else:
             if "data_of" in st:
                 bid = hashlib.sha256(st["data_of"].encode()).digest()
             else:
                 bid = bytes.fromhex(st.get("blob_id_hex", "00" * 32))
-            fr = pb.envelope(pb.m_kv_get_blob(kv_id, bid))
+            meta = bytes.fromhex(st["metadata_hex"]) if "metadata_hex" in st else None
+            fr = pb.envelope(pb.m_kv_get_blob(kv_id, bid, meta))
             kind = "get_blob_result"
         ctx.append_cursor = len(run.appends)
         _send(ctx, fr)
@@ -1104,6 +1248,10 @@ def run_step(ctx, st):
             return
         m = a["message"]
         run.kv_replies[kv_id] = m
+        if "metadata_hex" in st and m.get("metadata_hex") != st["metadata_hex"]:
+            # OMR echoes KvServerMessage field 4; a client that drops it is not the CLI
+            S.error("kv id %d: metadata %r not echoed (got %r)"
+                    % (kv_id, st["metadata_hex"], m.get("metadata_hex")), request_id=run.rid)
         if m.get("kind") != kind:
             S.error("kv id %d answered with %s, expected %s" % (kv_id, m.get("kind"), kind),
                     request_id=run.rid)
@@ -1121,8 +1269,15 @@ def run_step(ctx, st):
         eid = int(st.get("id", 1))
         fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", "")))
         ctx.append_cursor = len(run.appends)
+        if st.get("hold"):
+            # the client runs this one as a tool: "await_results" waits for its answer
+            ctx.pending.append({"id": eid, "kind": st["kind"], "exec_id": st.get("exec_id", ""),
+                                "cursor": len(run.appends)})
         _send(ctx, fr, int(st.get("split", 0)))
         ctx.frames += 1
+        if st.get("expect") == "throw":
+            exec_expect_throw(ctx, eid, float(st.get("wait_reply", 5)))
+            return
         wr = st.get("wait_reply")
         if not wr:
             return
@@ -1153,6 +1308,27 @@ def run_step(ctx, st):
                     % (qid, a["message"].get("kind"), kind), request_id=run.rid)
         else:
             S.count("interaction_responses")
+        return
+    if op == "await_results":
+        await_results(ctx, float(st.get("max_s", 120)), float(st.get("heartbeat_s", 1.0)))
+        return
+    if op == "text_from_result":
+        res = run.exec_results.get(str(int(st.get("id", 1))), {})
+        _send(ctx, pb.envelope(pb.m_text(st.get("prefix", "") + res.get("text", ""))))
+        ctx.frames += 1
+        return
+    if op == "require_heartbeat":
+        # The 2026 CLI sends client_heartbeat every 5 s; a run nobody heartbeats is dropped
+        # (here: stalls on server heartbeats only).
+        end = time.time() + float(st.get("within_s", 7))
+        while time.time() < end:
+            if any(a["message"].get("type") == "client_heartbeat" for a in run.appends):
+                S.count("client_heartbeats_seen")
+                return
+            _send(ctx, pb.envelope(pb.m_heartbeat()))
+            if ctx.conn.wait(0.5) == "closed":
+                raise PeerClosed("closed while waiting for a client heartbeat")
+        stall(ctx, "no client_heartbeat within %.0fs" % float(st.get("within_s", 7)))
         return
     if op == "sleep":
         if ctx.conn.wait(float(st.get("s", 0.1))) == "closed":

@@ -383,17 +383,20 @@ def m_checkpoint(root_prompt_messages_json=(), used_tokens=None, max_tokens=None
     return f_bytes(3, body)
 
 
-def m_kv_set_blob(kv_id, blob_id, data):
-    return f_bytes(4, o_varint(1, kv_id) + f_bytes(3, o_str(1, blob_id) + o_str(2, data)))
+def m_kv_set_blob(kv_id, blob_id, data, metadata=None):
+    meta = f_bytes(4, metadata) if metadata is not None else b""
+    return f_bytes(4, o_varint(1, kv_id) + f_bytes(3, o_str(1, blob_id) + o_str(2, data)) + meta)
 
 
-def m_kv_get_blob(kv_id, blob_id):
-    return f_bytes(4, o_varint(1, kv_id) + f_bytes(2, o_str(1, blob_id)))
+def m_kv_get_blob(kv_id, blob_id, metadata=None):
+    meta = f_bytes(4, metadata) if metadata is not None else b""
+    return f_bytes(4, o_varint(1, kv_id) + f_bytes(2, o_str(1, blob_id)) + meta)
 
 
 EXEC_FIELD = {"shell": 2, "write": 3, "delete": 4, "grep": 5, "read": 7, "ls": 8,
               "diagnostics": 9, "request_context": 10, "mcp": 11, "shell_stream": 14,
-              "background_shell_spawn": 16, "fetch": 20}
+              "background_shell_spawn": 16, "fetch": 20, "computer_use": 22,
+              "mcp_state": 36}
 
 
 def a_shell(command, working_directory="", timeout=0, tool_call_id=""):
@@ -605,7 +608,7 @@ def _tool_defs(buf_list):
 def dec_client_message(msg):
     """AgentClientMessage -> summary dict with a 'type' key. Raises PBError on malformed bytes."""
     fl = parse(msg)
-    members = [(fn, v) for fn, wt, v in fl if wt == WT_LEN and fn in (1, 2, 3, 4, 5, 6)]
+    members = [(fn, v) for fn, wt, v in fl if wt == WT_LEN and fn in (1, 2, 3, 4, 5, 6, 7)]
     if not members:
         return {"type": "empty" if not fl else "unknown", "fields": [f for f, _, _ in fl]}
     fn, body = members[-1]
@@ -618,7 +621,8 @@ def dec_client_message(msg):
     elif fn == 2:
         b = parse(body)
         r = {"type": "exec_result", "id": last(b, 1, WT_VARINT, 0),
-             "exec_id": text(last(b, 15, WT_LEN, b""))}
+             "exec_id": text(last(b, 15, WT_LEN, b"")),
+             "local_execution_time_ms": last(b, 39, WT_VARINT)}
         res = [(f, v) for f, w, v in b if w == WT_LEN and f in EXEC_RESULT_NAMES]
         if res:
             f, v = res[-1]
@@ -629,6 +633,12 @@ def dec_client_message(msg):
             if var:
                 r["variant"] = RESULT_VARIANTS.get(name, {}).get(var[-1][0], str(var[-1][0]))
                 r["strings"] = _strings(var[-1][1])
+                if name == "shell_stream" and r["variant"] == "exit":
+                    ef = parse(var[-1][1])
+                    r["exit"] = {"code": last(ef, 1, WT_VARINT, 0),
+                                 "cwd": text(last(ef, 2, WT_LEN, b"")),
+                                 "aborted": last(ef, 4, WT_VARINT, 0),
+                                 "local_execution_time_ms": last(ef, 6, WT_VARINT)}
         else:
             r["result"] = None
     elif fn == 3:
@@ -636,6 +646,8 @@ def dec_client_message(msg):
         r = {"type": "kv_result", "id": last(b, 1, WT_VARINT, 0)}
         sr = last(b, 3, WT_LEN)
         gr = last(b, 2, WT_LEN)
+        md = last(b, 4, WT_LEN)
+        r["metadata_hex"] = md.hex() if md is not None else None
         if sr is not None:
             e = last(parse(sr), 1, WT_LEN)
             r["kind"] = "set_blob_result"
@@ -663,8 +675,13 @@ def dec_client_message(msg):
             tf = parse(th)
             r = {"type": "exec_control", "kind": "throw", "id": last(tf, 1, WT_VARINT, 0),
                  "error": text(last(tf, 2, WT_LEN, b""))}
+        elif last(b, 3, WT_LEN) is not None:
+            r = {"type": "exec_control", "kind": "heartbeat",
+                 "id": last(parse(last(b, 3, WT_LEN)), 1, WT_VARINT, 0)}
         else:
             r = {"type": "exec_control", "kind": None}
+    elif fn == 7:
+        r = {"type": "client_heartbeat"}
     else:
         b = parse(body)
         kinds = [k for k, f in INTERACTION_QUERY_FIELD.items() if last(b, f, WT_LEN) is not None]
