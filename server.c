@@ -3187,7 +3187,7 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
                               size_t wcap)
 {
     coai_str ids[64];
-    size_t n = coai_chat_trailing_tool_ids(req, ids, 64), i, j;
+    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j;
     struct run *r;
     const coai_reply_call *calls;
     why[0] = 0;
@@ -3330,11 +3330,11 @@ static int held_results(struct run *r, char *why, size_t wcap)
     size_t n = coai_reply_calls(&r->reply, &calls), i;
     uint32_t ms = (uint32_t)(mono_ms() - r->tools_at);
     coai_buf text = { 0 }, m = { 0 };
-    int rc = 0;
+    int rc = 0, is_error = 0;
     for (i = 0; i < n && rc == 0; i++) {
         unsigned step;
         coai_buf_reset(&text);
-        if (coai_chat_tool_result(&r->req, calls[i].call_id, &text) < 0) {
+        if (coai_request_tool_result(&r->req, calls[i].call_id, &text, &is_error) < 0) {
             snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
                      calls[i].call_id.ptr);
             rc = -1;
@@ -3346,7 +3346,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
             t.ptr = text.data ? (const char *)text.data : "";
             t.len = text.len;
             coai_buf_reset(&m);
-            er = coai_encode_exec_answer(&m, &calls[i].ref, t, 0, ms, step);
+            er = coai_encode_exec_answer(&m, &calls[i].ref, t, is_error, ms, step);
             if (er == COAI_DONE) break;
             if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
             else if (run_send(r, m.data, m.len) < 0) {
