@@ -2876,8 +2876,11 @@ static int run_frame(struct run *r, const coai_frame *f)
                        "undecodable upstream message (%s)", coai_result_str(rc));
         return coai_reply_feed_error(&r->reply, &e);
     }
-    if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE)
+    if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE) {
         r->sse->deadline = mono_ms() + r->idle_ms;      /* progress */
+        if (r->hollow_until && r->sse->deadline < r->hollow_until + 2000)
+            r->sse->deadline = r->hollow_until + 2000;  /* the hollow check comes first */
+    }
     if (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING)
         srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
                 r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
@@ -3139,9 +3142,16 @@ static int held_park(struct run *r)
     size_t n = coai_reply_calls(&r->reply, &calls);
     struct run *evict = NULL, *x;
     if (!n || !r->sse || r->held_dead) return -1;
-    if (pipe(r->wake) < 0) { r->wake[0] = r->wake[1] = -1; return -1; }
-    fcntl(r->wake[0], F_SETFL, O_NONBLOCK);
-    fcntl(r->wake[1], F_SETFL, O_NONBLOCK);
+    if (r->wake[0] < 0) {
+        if (pipe(r->wake) < 0) { r->wake[0] = r->wake[1] = -1; return -1; }
+        fcntl(r->wake[0], F_SETFL, O_NONBLOCK);
+        fcntl(r->wake[1], F_SETFL, O_NONBLOCK);
+    } else {
+        char junk[16];
+        while (read(r->wake[0], junk, sizeof junk) > 0) {}   /* a claim's wake-up byte */
+    }
+    r->release_req = 0;
+    r->held_why[0] = 0;
     r->c = NULL;
     r->sse->client_fd = -1;
     r->sse->tick = NULL;

@@ -1271,8 +1271,10 @@ def run_step(ctx, st):
         ctx.append_cursor = len(run.appends)
         if st.get("hold"):
             # the client runs this one as a tool: "await_results" waits for its answer
-            ctx.pending.append({"id": eid, "kind": st["kind"], "exec_id": st.get("exec_id", ""),
-                                "cursor": len(run.appends)})
+            # expect_kind: the server wants another result type than the exec's (a test of
+            # what happens when the answer is mis-typed: the turn stalls)
+            ctx.pending.append({"id": eid, "kind": st.get("expect_kind", st["kind"]),
+                                "exec_id": st.get("exec_id", ""), "cursor": len(run.appends)})
         _send(ctx, fr, int(st.get("split", 0)))
         ctx.frames += 1
         if st.get("expect") == "throw":
