@@ -5266,6 +5266,7 @@ void coai_request_free(coai_request *req)
 
 void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
 
+
 static void coai__conv_text(coai_buf *out, const coai_message *m)
 {
     size_t i;
@@ -5516,14 +5517,14 @@ static int coai__oa_has_nul_escape(const char *s, size_t n)
     return 0;
 }
 
-int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
-                            coai_error *err)
+/* The checks every dialect's body gets: valid UTF-8 without NUL bytes or "\u0000"
+ * escapes, one JSON object and nothing after it. 0 and *root (the caller deletes it), or
+ * a negative coai_result with err filled (400). */
+static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error *err)
 {
     const char *end = NULL;
-    cJSON *root;
-    const cJSON *messages, *m, *v, *tools;
-    int i, rc;
-    memset(req, 0, sizeof *req);
+    cJSON *j;
+    *root = NULL;
     memset(err, 0, sizeof *err);
     if (!body) n = 0;
     if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
@@ -5534,23 +5535,36 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
         return COAI_ERR_INVALID;
     }
-    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
-    if (root && end) {
+    j = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
+    if (j && end) {
         while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
             end++;
-        if (end != body + n) { cJSON_Delete(root); root = NULL; }
+        if (end != body + n) { cJSON_Delete(j); j = NULL; }
     }
-    if (!root) {
+    if (!j) {
         coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
                   "JSON, or nested deeper than the limit)");
         return COAI_ERR_JSON;
     }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        return COAI_ERR_INVALID;
+    }
+    *root = j;
+    return 0;
+}
+
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err)
+{
+    cJSON *root;
+    const cJSON *messages, *m, *v, *tools;
+    int i, rc;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
     req->root_ = root;
     rc = COAI_ERR_INVALID;
-    if (!cJSON_IsObject(root)) {
-        coai__oa_bad(err, NULL, "The request body must be a JSON object");
-        goto fail;
-    }
     v = coai__oa_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
         coai__oa_bad(err, "model", "model must be a string");
