@@ -1862,7 +1862,7 @@ static const char *cred_health(void)
 /* Client connections: responses                                            */
 /* ======================================================================== */
 
-enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH };
+enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS };
 
 struct conn {
     int fd;
@@ -1877,6 +1877,8 @@ struct conn {
     int http10;                     /* HTTP/1.0 client: no chunked encoding */
     int streaming;                  /* a 200 stream head was sent */
     int dead;                       /* a write failed: the client is gone */
+    coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
+    char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t in_len;                  /* bytes in in[] */
@@ -1919,10 +1921,10 @@ static int send_error_ex(struct conn *c, const coai_error *e, const char *extra)
     if (extra) coai_buf_puts(&h, extra);
     if (e->no_retry) coai_buf_puts(&h, "x-should-retry: false\r\n");
     if (e->retry_after > 0) coai_buf_printf(&h, "Retry-After: %d\r\n", e->retry_after);
-    coai_error_write(&b, e);
+    coai_error_write_as(&b, e, c->dialect);
     r = b.err || h.err ? -1
-      : send_response(c, e->status, "application/json", h.data ? (char *)h.data : NULL,
-                      b.data, b.len);
+      : send_response(c, coai_error_status_as(e, c->dialect), "application/json",
+                      h.data ? (char *)h.data : NULL, b.data, b.len);
     coai_buf_free(&b);
     coai_buf_free(&h);
     return r;
@@ -1991,6 +1993,7 @@ static int stream_end(struct conn *c)
 
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
+static int handle_count_tokens(struct conn *c);
 
 /* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
  * published port) clients may use another port number, so any port is accepted there. */
@@ -2011,12 +2014,19 @@ static size_t allowed_names(coai_str *out, size_t cap)
     return n;
 }
 
+static int route_is_post(int route)
+{
+    return route == ROUTE_CHAT || route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS;
+}
+
 static int route_of(coai_str path)
 {
     if (coai_str_eq(path, "/v1/chat/completions") || coai_str_eq(path, "/chat/completions"))
         return ROUTE_CHAT;
     if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
+    if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
+    if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
     return ROUTE_NONE;
 }
 
@@ -2097,8 +2107,19 @@ static int serve_request(struct conn *c, size_t hl)
     c->streaming = 0;
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !S.stop;
+    route = route_of(rq->path);
+    /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
+     * errors in Anthropic's shape. */
+    c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
+                 || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
+                 ? COAI_DIALECT_ANTHROPIC : COAI_DIALECT_OPENAI_CHAT;
     is_post = coai_str_eq(rq->method, "POST");
     is_get = coai_str_eq(rq->method, "GET");
+    {   /* copied now: the head's views die when the body is read */
+        coai_str k = coai_http_header_get(rq->headers, rq->header_count,
+                                          "x-claude-code-session-id");
+        copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
+    }
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
     if (!coai_http_host_allowed(rq->host, names, nn, port)) {
@@ -2113,7 +2134,6 @@ static int serve_request(struct conn *c, size_t hl)
                    "cross-origin requests are not allowed", NULL);
         goto done;
     }
-    route = route_of(rq->path);
     if (route == ROUTE_NONE) {
         char msg[200];
         c->keep = 0;
@@ -2121,12 +2141,12 @@ static int serve_request(struct conn *c, size_t hl)
         send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
         goto done;
     }
-    if ((route == ROUTE_CHAT && !is_post) || (route != ROUTE_CHAT && !is_get)) {
+    if ((route_is_post(route) && !is_post) || (!route_is_post(route) && !is_get)) {
         char msg[200];
         c->keep = 0;
         snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
         send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
-                   route == ROUTE_CHAT ? "Allow: POST\r\n" : "Allow: GET\r\n");
+                   route_is_post(route) ? "Allow: POST\r\n" : "Allow: GET\r\n");
         goto done;
     }
     if (is_post && !coai_http_is_json(rq->content_type)) {
@@ -2136,10 +2156,14 @@ static int serve_request(struct conn *c, size_t hl)
         goto done;
     }
     if (S.api_key && route != ROUTE_HEALTH
-        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))) {
+        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))
+        /* Anthropic clients (Claude Code) send the key as x-api-key */
+        && !coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
+                                                       "x-api-key"), coai_str_c(S.api_key))) {
         c->keep = 0;
         send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
-                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or "
+                   "'x-api-key: <key>'.",
                    "WWW-Authenticate: Bearer\r\n");
         goto done;
     }
@@ -2173,6 +2197,9 @@ static int serve_request(struct conn *c, size_t hl)
     }
     case ROUTE_MODELS:
         handle_models(c);
+        break;
+    case ROUTE_COUNT_TOKENS:
+        handle_count_tokens(c);
         break;
     default:
         handle_chat(c);
@@ -2415,7 +2442,9 @@ static int handle_models(struct conn *c)
                    "upstream model list is not valid JSON", NULL);
         goto done;
     }
-    if (coai_models_write_list(&out, &m, (int64_t)time(NULL)) < 0 || out.err) {
+    if ((c->dialect == COAI_DIALECT_ANTHROPIC
+         ? coai_models_write_anthropic(&out, &m, (int64_t)time(NULL))
+         : coai_models_write_list(&out, &m, (int64_t)time(NULL))) < 0 || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
@@ -2703,6 +2732,78 @@ static void run_stream(struct run *r)
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
 }
 
+/* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
+ * word (opus, sonnet, haiku: every Claude name of that family) -> the model to use. Exact
+ * entries win over family ones. 1 and out filled when an entry applies. */
+static int model_map(coai_str want, char *out, size_t cap)
+{
+    const char *env = getenv("CURSOR_OAI_MODEL_MAP");
+    int pass;
+    if (!env || !*env) return 0;
+    for (pass = 0; pass < 2; pass++) {
+        const char *p = env;
+        while (*p) {
+            const char *e = strchr(p, ','), *eq;
+            size_t n = e ? (size_t)(e - p) : strlen(p), kl;
+            eq = memchr(p, '=', n);
+            if (eq) {
+                kl = (size_t)(eq - p);
+                if (pass == 0 ? kl == want.len && strncasecmp(p, want.ptr, kl) == 0
+                    : (kl == 4 && strncasecmp(p, "opus", 4) == 0)
+                      || (kl == 6 && strncasecmp(p, "sonnet", 6) == 0)
+                      || (kl == 5 && strncasecmp(p, "haiku", 5) == 0)) {
+                    int fam_hit = pass == 0;
+                    size_t j;
+                    for (j = 0; !fam_hit && j + kl <= want.len; j++)
+                        fam_hit = strncasecmp(want.ptr + j, p, kl) == 0;
+                    if (fam_hit && (pass == 0 || (want.len > 6
+                                                  && strncasecmp(want.ptr, "claude", 6) == 0))) {
+                        copy_str(out, cap, eq + 1, n - kl - 1);
+                        return out[0] != 0;
+                    }
+                }
+            }
+            p += n;
+            if (*p == ',') p++;
+        }
+    }
+    return 0;
+}
+
+/* After models_get resolved `want` into c->model: when that is not one of the account's
+ * models, map a Claude name by family and version; anything else is a not_found_error
+ * that lists the models there are. 0 ok, -1 the error was sent. */
+static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int thinking)
+{
+    coai_models m;
+    coai_str hit;
+    size_t i;
+    int found = 0;
+    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return 0;
+    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
+    if (!found && coai_models_resolve_claude(&m, want, thinking, &hit)) {
+        copy_str(c->model, sizeof c->model, hit.ptr, hit.len);
+        found = 1;
+    }
+    if (!found) {
+        coai_buf b = { 0 };
+        coai_error e;
+        for (i = 0; i < m.count; i++) {
+            coai_str id = m.items[i].display_id.len ? m.items[i].display_id : m.items[i].id;
+            if (i) coai_buf_puts(&b, ", ");
+            coai_buf_append(&b, id.ptr, id.len);
+        }
+        coai_error_set(&e, 404, "not_found_error", "model_not_found", "model",
+                       "model: '%.*s' is not a model of this Cursor account (set "
+                       "CURSOR_OAI_MODEL_MAP to map it). Available: %s", (int)want.len,
+                       want.ptr, b.data ? (const char *)b.data : "(none)");
+        coai_buf_free(&b);
+        send_coai_error(c, &e);
+    }
+    coai_models_free(&m);
+    return found ? 0 : -1;
+}
+
 static int handle_chat(struct conn *c)
 {
     struct run *r = calloc(1, sizeof *r);
@@ -2710,9 +2811,10 @@ static int handle_chat(struct conn *c)
     coai_run_params params;
     coai_reply_opts o;
     coai_error e;
-    coai_str model;
-    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
-    int attempt, rc, i, k, fetched = 0;
+    coai_str model, want;
+    coai_buf mjson = { 0 };
+    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
+    int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     memset(&req, 0, sizeof req);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
@@ -2725,17 +2827,20 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
+    if (coai_request_parse(&req, c->dialect, (const char *)c->body.data, c->body.len, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
+    req.conversation_key = coai_str_c(c->convkey);
+    want = req.model;
+    if (anth && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(NULL, &e, req.model, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -2748,8 +2853,10 @@ static int handle_chat(struct conn *c)
             goto done;
         }
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
-                (int)req.model.len, req.model.ptr);
-        copy_str(c->model, sizeof c->model, req.model.ptr, req.model.len);
+                (int)want.len, want.ptr);
+        copy_str(c->model, sizeof c->model, want.ptr, want.len);
+    } else if (anth && claude_model(c, &mjson, want, req.thinking == 1) < 0) {
+        goto done;                                      /* not_found_error sent */
     }
     model = coai_str_c(c->model);
     r->stream = req.stream;
@@ -2757,13 +2864,18 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
     }
-    /* chatcmpl-<24 hex> and a 12-hex session id, both from the same fresh UUID */
-    memcpy(completion_id, "chatcmpl-", 9);
-    for (i = 0, k = 9; u[i] && k < 33; i++)
-        if (u[i] != '-') completion_id[k++] = u[i];
-    completion_id[k] = 0;
-    memcpy(session, completion_id + 9 + 12, 12);
-    session[12] = 0;
+    /* chatcmpl-<24 hex> (Anthropic: msg_<24 hex>) and a 12-hex session id, both from the
+     * same fresh UUID */
+    {
+        const char *pre = anth ? "msg_" : "chatcmpl-";
+        size_t pl = strlen(pre);
+        memcpy(completion_id, pre, pl);
+        for (i = 0, k = (int)pl; u[i] && k < (int)pl + 24; i++)
+            if (u[i] != '-') completion_id[k++] = u[i];
+        completion_id[k] = 0;
+        memcpy(session, completion_id + pl + 12, 12);
+        session[12] = 0;
+    }
     coai_chat_request_params(&req, &params);
     params.model_id = model;
     params.message_id = coai_str_c(msg_id);
@@ -2780,7 +2892,7 @@ static int handle_chat(struct conn *c)
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
-    o.model = model;
+    o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
     o.env = &params;
     o.send = run_send;
@@ -2853,8 +2965,24 @@ done:
     coai_frame_decoder_free(&r->frames);
     coai_buf_free(&r->run_msg);
     coai_chat_request_free(&req);
+    coai_buf_free(&mjson);
     free(r);
     return 0;
+}
+
+/* POST /v1/messages/count_tokens: the input estimate a reply would report. */
+static int handle_count_tokens(struct conn *c)
+{
+    coai_request req;
+    coai_error e;
+    char out[64];
+    int n;
+    if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0)
+        return send_coai_error(c, &e);
+    n = snprintf(out, sizeof out, "{\"input_tokens\":%lld}",
+                 (long long)coai_request_input_tokens(&req));
+    coai_request_free(&req);
+    return send_response(c, 200, "application/json", NULL, out, (size_t)n);
 }
 
 /* ======================================================================== */
