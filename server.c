@@ -70,6 +70,7 @@
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
 #define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
 #define UP_RBUF 16384                             /* upstream raw read buffer */
+#define UP_RA (16384 + 325 + 4096)                /* TLS bytes read ahead: > one whole record */
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 16                            /* idle TLS connections kept */
@@ -594,6 +595,11 @@ struct upconn {
     coai_chunked_decoder cd;        /* BODY_CHUNKED state */
     size_t rlen, roff;              /* raw bytes in rbuf, and how many are consumed */
     unsigned char rbuf[UP_RBUF];    /* raw response bytes (TLS plaintext) */
+    /* Read-ahead under the TLS engine: BearSSL asks for a record's 5-byte header, then its
+     * body; both (and any records behind them) come from one recv() into ra. */
+    size_t ra_len, ra_off;          /* TLS bytes in ra, and how many the engine has taken */
+    int ra_more;                    /* the last recv() filled ra: read again before polling */
+    unsigned char ra[UP_RA];
     br_ssl_client_context sc;
     br_x509_minimal_context xc;
     br_sslio_context io;
@@ -748,20 +754,47 @@ static int up_wait(struct upconn *c, short ev)
     }
 }
 
+/* BearSSL's read callback, served from the read-ahead buffer. When it is empty: wait for
+ * the socket first, then read once (a read that would only fail with EAGAIN is a wasted
+ * system call per wake-up), unless the previous read filled the buffer. */
 static int up_low_read(void *ctx, unsigned char *buf, size_t len)
 {
     struct upconn *c = ctx;
-    for (;;) {
-        ssize_t r = recv(c->fd, buf, len, 0);
-        if (r > 0) {
-            if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
-            return (int)r;
+    size_t n;
+    if (c->ra_off == c->ra_len) {
+        c->ra_off = c->ra_len = 0;
+        for (;;) {
+            ssize_t r;
+            if (!c->ra_more && up_wait(c, POLLIN) < 0) return -1;
+            r = recv(c->fd, c->ra, sizeof c->ra, 0);
+            if (r > 0) {
+                c->ra_len = (size_t)r;
+                c->ra_more = (size_t)r == sizeof c->ra;
+                if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+                break;
+            }
+            c->ra_more = 0;
+            if (r == 0) { c->why = UPX_EOF; return -1; }
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+            c->why = UPX_IO;
+            return -1;
         }
-        if (r == 0) { c->why = UPX_EOF; return -1; }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) { c->why = UPX_IO; return -1; }
-        if (up_wait(c, POLLIN) < 0) return -1;
     }
+    n = c->ra_len - c->ra_off;
+    if (n > len) n = len;
+    memcpy(buf, c->ra + c->ra_off, n);
+    c->ra_off += n;
+    return (int)n;
+}
+
+/* 1 when the next read of c's plaintext needs no system call: the engine holds decrypted
+ * data, or a whole TLS record is already in the read-ahead buffer. */
+static int up_buffered(struct upconn *c)
+{
+    const unsigned char *h = c->ra + c->ra_off;
+    size_t n = c->ra_len - c->ra_off;
+    if (br_ssl_engine_current_state(&c->sc.eng) & BR_SSL_RECVAPP) return 1;
+    return n >= 5 && n - 5 >= ((size_t)h[3] << 8 | h[4]);
 }
 
 static int up_low_write(void *ctx, const unsigned char *buf, size_t len)
@@ -954,7 +987,7 @@ static void up_release(struct upconn *c)
 {
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
-        && !S.stop) {
+        && c->ra_len == c->ra_off && !S.stop) {
         c->idle_since = mono_ms();
         c->client_fd = -1;
         c->tick = NULL;
@@ -2696,8 +2729,10 @@ static void run_stream(struct run *r)
             r->in_feed = 0;
             if (r->cancelled) return;
         }
-        /* What this read decoded leaves now, in one write: every delta is still its own
-         * SSE event, and nothing waits for more upstream input. */
+        /* What has arrived leaves now, in one write: every delta is still its own SSE
+         * event, and nothing waits for upstream input that is not already here (records
+         * already read ahead are decoded first, then written together). */
+        if (up_buffered(r->sse)) continue;
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;

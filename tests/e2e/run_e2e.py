@@ -90,6 +90,12 @@ def suite_scenarios(ws):
             {"has_tools": False, "steps": [{"op": "text", "text": "E2E title"},
                                            {"op": "turn_ended"}]}],
             "steps": tool_steps},
+        # many TLS records arriving together (TCP_CORK), some frames split over several
+        # records: the proxy's read-ahead must keep the framing and every delta's own event
+        "burst": {"steps": [{"op": "burst", "n": 300, "text": "b"},
+                            {"op": "burst", "n": 40, "text": "s", "split": 3},
+                            {"op": "text", "text": "end"}, {"op": "turn_ended"},
+                            {"op": "trailer", "status": 0}]},
         "usage_limit_sdk": {"steps": [{"op": "trailer", "status": 8,
                                        "message": "You've hit your usage limit"}]},
     }
@@ -368,6 +374,24 @@ def t_faults(proxy, fake):
     n = 2000
     st, hd, b, s = sse(proxy, "scenario:long:%d" % n, timeout=60)
     eq("long answer (%d deltas) arrives complete" % n, s["content"], "lorem ipsum " * n)
+    want = ["b%d;" % i for i in range(300)] + ["s%d;" % i for i in range(40)] + ["end"]
+    for i in range(2):
+        st, hd, b, s = sse(proxy, "scenario:burst", timeout=60)
+        got = [c["choices"][0]["delta"].get("content") for c in s["chunks"]
+               if c.get("choices") and c["choices"][0]["delta"].get("content")]
+        eq("records read ahead together: every delta, in order, its own event (%d)" % i, got,
+           want)
+        check("records read ahead together: clean end (%d)" % i, s["done"] and not s["errors"]
+              and "stop" in s["finish"], s)
+    # an upstream that closes every RunSSE connection after its run (Connection: close)
+    fake.ctl("/config", {"runsse_close": True})
+    try:
+        for i in range(3):
+            st, hd, b, s = sse(proxy, "scenario:text_basic")
+            check("RunSSE with Connection: close, request %d: complete" % i,
+                  st == 200 and s["done"] and not s["errors"] and "stop" in s["finish"], s)
+    finally:
+        fake.ctl("/config", {"runsse_close": False})
 
 
 def t_tls(tmp, fake, token):
