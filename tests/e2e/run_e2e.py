@@ -383,13 +383,28 @@ def t_faults(proxy, fake):
            want)
         check("records read ahead together: clean end (%d)" % i, s["done"] and not s["errors"]
               and "stop" in s["finish"], s)
-    # an upstream that closes every RunSSE connection after its run (Connection: close)
+    # an upstream that closes every RunSSE connection after its run (Connection: close):
+    # each run uses up a connection; the proxy opens a spare one in the background, so the
+    # next RunSSE goes out on a connection that was ready before the request came, and its
+    # handshakes resume the TLS session instead of a full key exchange
     fake.ctl("/config", {"runsse_close": True})
     try:
-        for i in range(3):
+        c0 = fake.state()["counters"]
+        n_req = len(fake.ctl("/requests"))
+        for i in range(6):
+            time.sleep(0.3)
             st, hd, b, s = sse(proxy, "scenario:text_basic")
             check("RunSSE with Connection: close, request %d: complete" % i,
                   st == 200 and s["done"] and not s["errors"] and "stop" in s["finish"], s)
+        c1 = fake.state()["counters"]
+        ages = [round(r.get("conn_age_s", 0), 3) for r in fake.ctl("/requests")[n_req:]
+                if r["path"].endswith("/RunSSE")]
+        check("Connection: close upstream: every RunSSE on a connection opened before the "
+              "request (spare connection)", len(ages) == 6 and min(ages) >= 0.2, ages)
+        hs = c1.get("tls_handshakes_main", 0) - c0.get("tls_handshakes_main", 0)
+        rs = c1.get("tls_resumed_main", 0) - c0.get("tls_resumed_main", 0)
+        check("Connection: close upstream: new connections resume the TLS session",
+              hs >= 3 and rs >= hs - 1, (hs, rs))
     finally:
         fake.ctl("/config", {"runsse_close": False})
 

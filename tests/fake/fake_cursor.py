@@ -395,6 +395,7 @@ class Conn:
         self.rbuf = b""
         self.wlock = threading.Lock()
         self.closed = False
+        self.close_notify = False   # end the connection with a TLS close_notify
 
     def _recv(self, timeout):
         self.sock.settimeout(timeout)
@@ -860,7 +861,11 @@ def h_runsse(conn, req, rec):
             conn.end_chunked()
             ctx.finished = True
         if close:
-            conn.closed = True      # handle_conn ends the connection after this request
+            # handle_conn ends the connection after this request, with a close_notify as a
+            # server that answered "Connection: close" does (an unclean close would also
+            # make OpenSSL drop the TLS session from its cache)
+            conn.closed = True
+            conn.close_notify = True
         run.stream["ended"] = "completed"
         S.count("streams_completed")
     except PeerClosed as e:
@@ -1358,6 +1363,9 @@ def handle_conn(raw, addr, listener, ctx):
             return
         S.count("tls_handshakes")
         S.count("tls_handshakes_" + listener)
+        if sock.session_reused:
+            S.count("tls_resumed_" + listener)
+        t_accept = time.time()
         S.count("tls_version_" + str(sock.version()))
         conn = Conn(sock, cid, listener)
         while not S.stop.is_set():
@@ -1375,6 +1383,7 @@ def handle_conn(raw, addr, listener, ctx):
             if req is None:
                 break
             rec = {"t": time.time(), "conn": cid, "listener": listener,
+                   "conn_age_s": time.time() - t_accept,
                    "method": req["method"], "path": req["path"], "query": req["query"],
                    "headers": req["headers"], "header_order": req["header_order"],
                    "body_len": len(req["body"]),
@@ -1405,7 +1414,7 @@ def handle_conn(raw, addr, listener, ctx):
             if conn.closed or req["headers"].get("connection", "").lower() == "close" \
                     or req["version"] == "HTTP/1.0":
                 break
-        conn.abort()
+        conn.abort(close_notify=conn.close_notify)
     finally:
         with S.lock:
             S.open_connections -= 1
