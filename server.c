@@ -1094,9 +1094,9 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
         up_free(c);
         c = NULL;
     }
-    spare_kick();
     if (!c) c = up_connect(e);
     if (!c) return NULL;
+    spare_kick();                   /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
