@@ -1,10 +1,15 @@
 #!/usr/bin/python3
 """Performance bench of cursor-oai (run by tests/bench.sh, i.e. ./build.sh bench).
 
-Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy, then drives both
-with build/bench/loadgen: every latency figure is measured through the proxy AND straight
-against the fake (the floor: what the proxy itself does upstream) in the same run. Prints a
-table and writes bench/results.json. Loopback only; bounded in time (about 1-2 minutes).
+Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy (and with
+--compare a second proxy binary, measured in the same run), then drives them with
+build/bench/loadgen. The default shapes are realistic: one text delta per gRPC-web frame per
+HTTP chunk per TLS record per write, unpaced and paced; 64 deltas per write only as a secondary
+line. Each figure is measured with the fake keeping RunSSE connections alive ("keep") and
+closing each after its run ("close", the fake's runsse_close). Every latency is also measured
+straight against the fake (the floor, "direct") in the same run. System calls per delta come
+from strace -c -f attached to the proxy for one extra answer. Prints a table and writes
+bench/results.json. Loopback only; bounded in time (2-4 minutes; --hold-big adds one more).
 """
 
 import argparse

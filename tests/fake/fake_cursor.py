@@ -569,12 +569,13 @@ class Conn:
                     cond.wait(min(0.05, left))
             elif left > 0.05:
                 # a long quiet wait (a held stream): sleep in poll() until the peer closes or
-                # sends, instead of waking every 50 ms (1,000 held streams would keep a core
-                # busy and starve new TLS handshakes)
+                # sends, instead of waking every 50 ms (1,000 held streams waking 20 times a
+                # second keep the interpreter busy and starve new TLS handshakes past the
+                # proxy's 10 s connect deadline)
                 try:
                     pl = select.poll()
                     pl.register(self.sock, select.POLLIN)
-                    pl.poll(min(1.0, left) * 1000)
+                    pl.poll(min(30.0, left) * 1000)
                 except (OSError, ValueError):
                     time.sleep(0.05)
             else:
