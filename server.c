@@ -70,9 +70,12 @@
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
 #define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
 #define UP_RBUF 16384                             /* upstream raw read buffer */
+#define UP_RA (16384 + 325 + 4096)                /* TLS bytes read ahead: > one whole record */
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
-#define UP_POOL_MAX 16                            /* idle TLS connections kept */
+#define UP_POOL_MAX 128                           /* idle TLS connections kept */
+#define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
 #define UP_MODELS_TTL_MS 300000                   /* model list cache */
@@ -594,6 +597,11 @@ struct upconn {
     coai_chunked_decoder cd;        /* BODY_CHUNKED state */
     size_t rlen, roff;              /* raw bytes in rbuf, and how many are consumed */
     unsigned char rbuf[UP_RBUF];    /* raw response bytes (TLS plaintext) */
+    /* Read-ahead under the TLS engine: BearSSL asks for a record's 5-byte header, then its
+     * body; both (and any records behind them) come from one recv() into ra. */
+    size_t ra_len, ra_off;          /* TLS bytes in ra, and how many the engine has taken */
+    int ra_more;                    /* the last recv() filled ra: read again before polling */
+    unsigned char ra[UP_RA];
     br_ssl_client_context sc;
     br_x509_minimal_context xc;
     br_sslio_context io;
@@ -748,20 +756,47 @@ static int up_wait(struct upconn *c, short ev)
     }
 }
 
+/* BearSSL's read callback, served from the read-ahead buffer. When it is empty: wait for
+ * the socket first, then read once (a read that would only fail with EAGAIN is a wasted
+ * system call per wake-up), unless the previous read filled the buffer. */
 static int up_low_read(void *ctx, unsigned char *buf, size_t len)
 {
     struct upconn *c = ctx;
-    for (;;) {
-        ssize_t r = recv(c->fd, buf, len, 0);
-        if (r > 0) {
-            if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
-            return (int)r;
+    size_t n;
+    if (c->ra_off == c->ra_len) {
+        c->ra_off = c->ra_len = 0;
+        for (;;) {
+            ssize_t r;
+            if (!c->ra_more && up_wait(c, POLLIN) < 0) return -1;
+            r = recv(c->fd, c->ra, sizeof c->ra, 0);
+            if (r > 0) {
+                c->ra_len = (size_t)r;
+                c->ra_more = (size_t)r == sizeof c->ra;
+                if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+                break;
+            }
+            c->ra_more = 0;
+            if (r == 0) { c->why = UPX_EOF; return -1; }
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+            c->why = UPX_IO;
+            return -1;
         }
-        if (r == 0) { c->why = UPX_EOF; return -1; }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) { c->why = UPX_IO; return -1; }
-        if (up_wait(c, POLLIN) < 0) return -1;
     }
+    n = c->ra_len - c->ra_off;
+    if (n > len) n = len;
+    memcpy(buf, c->ra + c->ra_off, n);
+    c->ra_off += n;
+    return (int)n;
+}
+
+/* 1 when the next read of c's plaintext needs no system call: the engine holds decrypted
+ * data, or a whole TLS record is already in the read-ahead buffer. */
+static int up_buffered(struct upconn *c)
+{
+    const unsigned char *h = c->ra + c->ra_off;
+    size_t n = c->ra_len - c->ra_off;
+    if (br_ssl_engine_current_state(&c->sc.eng) & BR_SSL_RECVAPP) return 1;
+    return n >= 5 && n - 5 >= ((size_t)h[3] << 8 | h[4]);
 }
 
 static int up_low_write(void *ctx, const unsigned char *buf, size_t len)
@@ -776,9 +811,20 @@ static int up_low_write(void *ctx, const unsigned char *buf, size_t len)
     }
 }
 
+/* Close a connection. A healthy one first says so with a TLS close_notify, sent without
+ * waiting (one non-blocking send): servers keep the TLS session of a cleanly closed
+ * connection resumable (OpenSSL drops it after an unclean end). */
 static void up_free(struct upconn *c)
 {
     if (!c) return;
+    if (c->fd >= 0 && c->why == UPX_OK && br_ssl_engine_last_error(&c->sc.eng) == BR_ERR_OK
+        && br_ssl_engine_current_state(&c->sc.eng) != BR_SSL_CLOSED) {
+        unsigned char *b;
+        size_t n;
+        br_ssl_engine_close(&c->sc.eng);
+        b = br_ssl_engine_sendrec_buf(&c->sc.eng, &n);
+        if (b && n > 0) (void)!send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (c->fd >= 0) close(c->fd);
     free(c);
 }
@@ -816,14 +862,72 @@ fail:
     return -1;
 }
 
+/* TLS session resumption and spare connections. A session is saved after each full
+ * handshake, per host:port (the name the certificate was verified for), and offered on the
+ * next connection to the same place: the server may then skip the key exchange and the
+ * certificate (BearSSL falls back to a full, verified handshake when it does not). */
+static struct {
+    pthread_mutex_t lock;
+    struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
+    int sess_next;                  /* round-robin slot for a new key */
+    int spare_busy;                 /* a background connect is under way */
+    uint64_t handshakes, resumed;   /* counters (debug log) */
+    int spares;                     /* spare connections wanted (serve mode only) */
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void up_sess_key(char *out, size_t cap)
+{
+    snprintf(out, cap, "%s:%s", S.up_host, S.up_port);
+}
+
+/* Copy the saved session for this host into *sp. 1 found, 0 none. */
+static int up_sess_get(br_ssl_session_parameters *sp)
+{
+    char key[300];
+    int i, found = 0;
+    up_sess_key(key, sizeof key);
+    pthread_mutex_lock(&UPX.lock);
+    for (i = 0; i < UP_SESS_MAX && !found; i++) {
+        if (UPX.sess[i].sp.session_id_len && !strcmp(UPX.sess[i].key, key)) {
+            *sp = UPX.sess[i].sp;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&UPX.lock);
+    return found;
+}
+
+/* Save (sp != NULL) or forget (sp == NULL) this host's session. */
+static void up_sess_put(const br_ssl_session_parameters *sp)
+{
+    char key[300];
+    int i, slot = -1;
+    up_sess_key(key, sizeof key);
+    pthread_mutex_lock(&UPX.lock);
+    for (i = 0; i < UP_SESS_MAX && slot < 0; i++)
+        if (!strcmp(UPX.sess[i].key, key)) slot = i;
+    if (slot < 0 && sp) {
+        slot = UPX.sess_next;
+        UPX.sess_next = (UPX.sess_next + 1) % UP_SESS_MAX;
+    }
+    if (slot >= 0) {
+        copy_str(UPX.sess[slot].key, sizeof UPX.sess[slot].key, key, strlen(key));
+        if (sp) UPX.sess[slot].sp = *sp;
+        else memset(&UPX.sess[slot].sp, 0, sizeof UPX.sess[slot].sp);
+    }
+    pthread_mutex_unlock(&UPX.lock);
+}
+
 /* Open a new verified TLS 1.2 connection to the upstream. NULL with *e filled on failure. */
 static struct upconn *up_connect(coai_error *e)
 {
     struct addrinfo hints, *res = NULL, *ai;
     struct upconn *c = NULL;
+    br_ssl_session_parameters sp;
     int64_t deadline;
-    int r, fd = -1, err = 0, verify = 0;
+    int r, fd = -1, err = 0, verify = 0, resume = 0;
     char what[256];
+    memset(&sp, 0, sizeof sp);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -857,13 +961,33 @@ static struct upconn *up_connect(coai_error *e)
     br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
     br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
     br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
+    resume = up_sess_get(&sp);
+    if (resume) br_ssl_engine_set_session_parameters(&c->sc.eng, &sp);
     /* The real host name, always: it is both the SNI and the name the certificate must match
      * (a NULL here would silently switch off name verification). */
-    if (!br_ssl_client_reset(&c->sc, S.up_host, 0)) goto tls_fail;
+    if (!br_ssl_client_reset(&c->sc, S.up_host, resume)) goto tls_fail;
     br_sslio_init(&c->io, &c->sc.eng, up_low_read, c, up_low_write, c);
     if (br_sslio_flush(&c->io) < 0) goto tls_fail;     /* runs the whole handshake */
+    {
+        br_ssl_session_parameters now;
+        int same;
+        br_ssl_engine_get_session_parameters(&c->sc.eng, &now);
+        same = resume && now.session_id_len == sp.session_id_len
+            && memcmp(now.session_id, sp.session_id, sp.session_id_len) == 0;
+        if (!same) up_sess_put(now.session_id_len ? &now : NULL);
+        pthread_mutex_lock(&UPX.lock);
+        UPX.handshakes++;
+        UPX.resumed += same;
+        pthread_mutex_unlock(&UPX.lock);
+        memset(&now, 0, sizeof now);
+        srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", S.up_host,
+                same ? "session resumed" : "full");
+    }
+    memset(&sp, 0, sizeof sp);
     return c;
 tls_fail:
+    memset(&sp, 0, sizeof sp);
+    if (resume) up_sess_put(NULL);      /* the next attempt starts from a full handshake */
     err = br_ssl_engine_last_error(&c->sc.eng);
     if (c->why == UPX_TIMEOUT) {
         up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", S.up_host);
@@ -888,6 +1012,70 @@ static int up_alive(struct upconn *c)
     return r == 0;
 }
 
+/* Park an idle connection in the pool (or close it when the pool is full). */
+static void pool_park(struct upconn *c)
+{
+    c->idle_since = mono_ms();
+    c->client_fd = -1;
+    c->tick = NULL;
+    pthread_mutex_lock(&S.lock);
+    if (S.pool_n < UP_POOL_MAX && !S.stop) {
+        c->next = S.pool;
+        S.pool = c;
+        S.pool_n++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&S.lock);
+    up_free(c);
+}
+
+static void *spare_thread(void *arg)
+{
+    coai_error e;
+    struct upconn *c;
+    (void)arg;
+    memset(&e, 0, sizeof e);
+    c = up_connect(&e);
+    if (c) {
+        c->body_done = 1;
+        pool_park(c);
+    } else {
+        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+    }
+    pthread_mutex_lock(&UPX.lock);
+    UPX.spare_busy = 0;
+    pthread_mutex_unlock(&UPX.lock);
+    return NULL;
+}
+
+/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
+ * more in the background (one at a time), so that the next run does not wait for a
+ * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
+static void spare_kick(void)
+{
+    pthread_attr_t a;
+    pthread_t t;
+    int go;
+    pthread_mutex_lock(&S.lock);
+    go = S.pool_n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    pthread_mutex_unlock(&S.lock);
+    if (!go) return;
+    pthread_mutex_lock(&UPX.lock);
+    go = !UPX.spare_busy;
+    UPX.spare_busy = 1;
+    pthread_mutex_unlock(&UPX.lock);
+    if (!go) return;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, spare_thread, NULL) != 0) {
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_busy = 0;
+        pthread_mutex_unlock(&UPX.lock);
+    }
+    pthread_attr_destroy(&a);
+}
+
 /* A connection for one request: an idle pooled one, else a new one (fresh = 1 forces new). */
 static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
 {
@@ -908,6 +1096,7 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
     }
     if (!c) c = up_connect(e);
     if (!c) return NULL;
+    spare_kick();                   /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -954,18 +1143,9 @@ static void up_release(struct upconn *c)
 {
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
-        && !S.stop) {
-        c->idle_since = mono_ms();
-        c->client_fd = -1;
-        c->tick = NULL;
-        pthread_mutex_lock(&S.lock);
-        if (S.pool_n < UP_POOL_MAX) {
-            c->next = S.pool;
-            S.pool = c;
-            S.pool_n++;
-            c = NULL;
-        }
-        pthread_mutex_unlock(&S.lock);
+        && c->ra_len == c->ra_off && !S.stop) {
+        pool_park(c);
+        return;
     }
     up_free(c);
 }
@@ -2725,8 +2905,10 @@ static void run_stream(struct run *r)
             r->in_feed = 0;
             if (r->cancelled) return;
         }
-        /* What this read decoded leaves now, in one write: every delta is still its own
-         * SSE event, and nothing waits for more upstream input. */
+        /* What has arrived leaves now, in one write: every delta is still its own SSE
+         * event, and nothing waits for upstream input that is not already here (records
+         * already read ahead are decoded first, then written together). */
+        if (up_buffered(r->sse)) continue;
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
@@ -3542,6 +3724,7 @@ static int run_serve(int argc, char **argv)
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
+    UPX.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
     S.stop_at = mono_ms();
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
