@@ -1065,6 +1065,9 @@ coai_str coai_http_bearer(coai_str authorization);
  *   The message carries the upstream's own words (grpc-message, title, detail, the
  *   Connect message or <= 200 cleaned bytes of a non-JSON body). */
 
+#ifndef COAI_MAX_KEEP_TEXT
+#define COAI_MAX_KEEP_TEXT (4u * 1024u * 1024u)   /* reply text kept for coai_reply_text */
+#endif
 #ifndef COAI_MAX_KV_BYTES
 #define COAI_MAX_KV_BYTES (64u * 1024u * 1024u)   /* per-run KV blob store (ids + data) */
 #endif
@@ -1206,6 +1209,15 @@ size_t coai_request_trailing_tool_ids(const coai_request *req, coai_str *ids, si
  * "\n") to out; *is_error (may be NULL) = the client marked it failed. 0 found, -1 none. */
 int coai_request_tool_result(const coai_request *req, coai_str call_id, coai_buf *out,
                              int *is_error);
+/* Conversation memory (checkpoint resume): a digest chain over the conversation.
+ * out[i] = SHA-256(out[i-1] || canonical(msgs[i])), out[-1] = 32 zero bytes, so out[i]
+ * names the history msgs[0..i] exactly. canonical() covers the role, text and image
+ * parts, tool calls (id, name, arguments), tool_call_id and is_error; thinking parts
+ * are left out (clients differ in echoing them). 0 ok, -1 no memory. */
+int coai_conversation_digests(const coai_message *msgs, size_t n, unsigned char (*out)[32]);
+/* One step of the chain: next = SHA-256(prev || canonical(m)). */
+void coai_conversation_digest_next(const unsigned char prev[32], const coai_message *m,
+                                   unsigned char next[32]);
 /* Flatten a neutral conversation (spec §11.1) into out: system texts first (joined by
  * "\n"), then "User: ", "Assistant: " (with "[Called tool: name(args)]" lines) and
  * "[Tool result for id]: " turns separated by a blank line, and the continuation line
@@ -1360,6 +1372,9 @@ typedef struct coai_reply {
     int tools_open_;           /* batch_tools: calls collected, finish not yet written */
     coai_buf checkpoint_;      /* latest conversation_checkpoint_update bytes */
     int have_checkpoint_;
+    coai_buf said_;            /* content text given to the client (conversation memory) */
+    int said_cut_;
+    unsigned kv_misses_;
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1394,6 +1409,17 @@ int coai_reply_end_tools(coai_reply *r);
 size_t coai_reply_calls(const coai_reply *r, const coai_reply_call **calls);
 /* The latest checkpoint bytes seen on this run (empty view when none). */
 coai_str coai_reply_checkpoint(const coai_reply *r);
+/* The assistant text this response gave the client (content, not reasoning); the
+ * caller checks `text_cut` (1 when it passed COAI_MAX_KEEP_TEXT and was not kept). */
+coai_str coai_reply_text(const coai_reply *r, int *text_cut);
+/* The run's KV store: blob i (0 <= i < count) as id and data views (valid until the
+ * next feed or free), and a way to seed it (a resumed conversation's blobs, served on
+ * get_blob). put: 0 ok, -1 over max_kv_bytes or no memory. */
+size_t coai_reply_kv_count(const coai_reply *r);
+void coai_reply_kv_at(const coai_reply *r, size_t i, coai_str *id, coai_str *data);
+int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data);
+/* get_blob requests the store could not answer (a resumed conversation missing one). */
+unsigned coai_reply_kv_misses(const coai_reply *r);
 /* A held run between two HTTP requests: answer what needs an answer and write nothing
  * for the client (KV, interaction queries, request_context, execs no tool matches,
  * checkpoints, token counts, heartbeats and announcements): returns 1. Returns 0 for a
@@ -5744,6 +5770,54 @@ static int coai__request_finish(coai_request *req)
     return coai_conversation_prompt(&req->prompt, req->messages, req->message_count);
 }
 
+static void coai__conv_field(br_sha256_context *h, unsigned char tag, coai_str s)
+{
+    unsigned char b[5];
+    b[0] = tag;
+    b[1] = (unsigned char)(s.len >> 24); b[2] = (unsigned char)(s.len >> 16);
+    b[3] = (unsigned char)(s.len >> 8); b[4] = (unsigned char)s.len;
+    br_sha256_update(h, b, 5);
+    if (s.len) br_sha256_update(h, s.ptr, s.len);
+}
+
+void coai_conversation_digest_next(const unsigned char prev[32], const coai_message *m,
+                                   unsigned char next[32])
+{
+    br_sha256_context h;
+    unsigned char role = (unsigned char)('0' + (int)m->role);
+    size_t i;
+    br_sha256_init(&h);
+    br_sha256_update(&h, prev, 32);
+    br_sha256_update(&h, &role, 1);
+    for (i = 0; i < m->part_count; i++) {
+        const coai_part *p = &m->parts[i];
+        if (p->kind == COAI_PART_TEXT) coai__conv_field(&h, 'T', p->text);
+        else if (p->kind == COAI_PART_IMAGE) {
+            coai__conv_field(&h, 'I', p->data);
+            coai__conv_field(&h, 'U', p->url);
+        }
+    }
+    for (i = 0; i < m->call_count; i++) {
+        coai__conv_field(&h, 'C', m->calls[i].id);
+        coai__conv_field(&h, 'N', m->calls[i].name);
+        coai__conv_field(&h, 'A', m->calls[i].args);
+    }
+    if (m->role == COAI_ROLE_TOOL) {
+        coai__conv_field(&h, 'R', m->tool_call_id);
+        coai__conv_field(&h, m->is_error ? 'E' : 'O', coai_str_c(""));
+    }
+    br_sha256_out(&h, next);
+}
+
+int coai_conversation_digests(const coai_message *msgs, size_t n, unsigned char (*out)[32])
+{
+    static const unsigned char zero[32];
+    size_t i;
+    for (i = 0; i < n; i++)
+        coai_conversation_digest_next(i ? out[i - 1] : zero, &msgs[i], out[i]);
+    return 0;
+}
+
 size_t coai_request_trailing_tool_ids(const coai_request *req, coai_str *ids, size_t cap)
 {
     size_t i = req->message_count, n = 0;
@@ -6543,6 +6617,8 @@ int coai_reply_continue(coai_reply *r, const coai_reply_opts *o)
     coai_buf_reset(&r->reasoning_);
     coai_buf_reset(&r->fallback_);
     coai_buf_reset(&r->prefix_);
+    coai_buf_reset(&r->said_);
+    r->said_cut_ = 0;
     r->o_ = *o;
     if (!r->o_.max_kv_bytes) r->o_.max_kv_bytes = COAI_MAX_KV_BYTES;
     if (!r->o_.tools) r->o_.tool_count = 0;
@@ -6579,6 +6655,7 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->tc_args_);
     coai_buf_free(&r->fallback_);
     coai_buf_free(&r->checkpoint_);
+    coai_buf_free(&r->said_);
     coai__oa_calls_clear(r);
     memset(r, 0, sizeof *r);
 }
@@ -6592,6 +6669,27 @@ size_t coai_reply_calls(const coai_reply *r, const coai_reply_call **calls)
 {
     if (calls) *calls = r->calls_;
     return r->ncalls_;
+}
+
+coai_str coai_reply_text(const coai_reply *r, int *text_cut)
+{
+    coai_str s;
+    s.ptr = r->said_.data ? (const char *)r->said_.data : "";
+    s.len = r->said_.len;
+    if (text_cut) *text_cut = r->said_cut_;
+    return s;
+}
+
+size_t coai_reply_kv_count(const coai_reply *r) { return r->kv_count_; }
+unsigned coai_reply_kv_misses(const coai_reply *r) { return r->kv_misses_; }
+
+void coai_reply_kv_at(const coai_reply *r, size_t i, coai_str *id, coai_str *data)
+{
+    const coai_reply_kv *e = &r->kv_[i];
+    id->ptr = (const char *)e->mem;
+    id->len = e->id_len;
+    data->ptr = (const char *)e->mem + e->id_len;
+    data->len = e->n;
 }
 
 coai_str coai_reply_checkpoint(const coai_reply *r)
@@ -6729,7 +6827,14 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
 {
     if (!n) return;
     r->completion_units_ += coai__oa_utf16_len(s, n);
-    if (ch == 0) r->text_streamed_ = 1;
+    if (ch == 0) {
+        r->text_streamed_ = 1;
+        if (!r->said_cut_ && r->said_.len + n <= COAI_MAX_KEEP_TEXT)
+            coai_buf_append(&r->said_, s, n);
+        else
+            r->said_cut_ = 1;
+        if (r->said_.err) r->said_cut_ = 1;
+    }
     if (r->o_.stream) {
         coai__oa_commit(r);
         r->w_->delta(r, ch, s, n);
@@ -7207,9 +7312,37 @@ static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
     return coai__oa_send(r);
 }
 
+int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data)
+{
+    coai_reply_kv *e;
+    size_t need = id.len + data.len + COAI__OA_KV_OVERHEAD;
+    unsigned char *mem;
+    if (coai__oa_kv_find(r, id)) return 0;          /* the run's own copy wins */
+    if (need < data.len || need > r->o_.max_kv_bytes || r->kv_bytes_ > r->o_.max_kv_bytes - need)
+        return -1;
+    mem = (unsigned char *)malloc(id.len + data.len + 1);
+    if (!mem) return -1;
+    if (id.len) memcpy(mem, id.ptr, id.len);
+    if (data.len) memcpy(mem + id.len, data.ptr, data.len);
+    if (r->kv_count_ == r->kv_cap_) {
+        size_t nc = r->kv_cap_ ? r->kv_cap_ * 2 : 8;
+        coai_reply_kv *nk = (coai_reply_kv *)realloc(r->kv_, nc * sizeof *nk);
+        if (!nk) { free(mem); return -1; }
+        r->kv_ = nk;
+        r->kv_cap_ = nc;
+    }
+    e = &r->kv_[r->kv_count_++];
+    e->mem = mem;
+    e->id_len = id.len;
+    e->n = data.len;
+    r->kv_bytes_ += need;       /* seeded blobs are not scanned for §9 assistant text */
+    return 0;
+}
+
 static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
 {
     const coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    if (!e) r->kv_misses_++;
     coai_buf_reset(&r->scratch_);
     coai_encode_kv_get_result_meta(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
                                    e ? e->n : 0, e != NULL, m->raw, m->has_raw);

@@ -2691,7 +2691,34 @@ struct run {
     pthread_t holder;
     int holder_started, in_table, release_req;
     struct run *h_next;
+    /* conversation memory (issue 11) */
+    char conv_id[37];               /* AgentRunRequest.conversation_id, kept across steps */
+    int resumed;                    /* started from a remembered checkpoint */
+    int hold_errors;                /* an error before the first byte is not sent (a
+                                     * resumed run falls back to a replay instead) */
 };
+
+/* Conversation memory: Cursor's latest checkpoint per conversation, keyed by the digest of
+ * the history (coai_conversation_digests) the client will send back with its next turn. */
+struct mem_entry {
+    unsigned char key[32];
+    char model[128];
+    char conv_id[37];
+    coai_buf state;                 /* ConversationStateStructure bytes */
+    coai_buf blobs;                 /* [u32 id len][id][u32 len][data] ... */
+    size_t nblobs, bytes;
+    int64_t at;                     /* mono ms stored */
+    struct mem_entry *next;
+};
+
+static struct mem_state {
+    pthread_mutex_t lock;
+    struct mem_entry *list;         /* newest first */
+    int n, max, ttl_s;
+    size_t bytes, max_bytes;
+    unsigned long stored, resumed, resume_failed;  /* TODO(ops): export on /metrics */
+} M = { .lock = PTHREAD_MUTEX_INITIALIZER, .max = 256, .ttl_s = 1800,
+        .max_bytes = (size_t)256 * 1024 * 1024 };
 
 /* Held runs (issue 11): the table of parked runs, the switches and the circuit breaker. */
 static struct held_state {
@@ -2732,6 +2759,7 @@ static int run_flush(struct run *r)
     if (r->sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
     done = coai_reply_done(rp);
+    if (r->hold_errors && st != 200) return 0;  /* the caller falls back and answers */
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
@@ -3499,6 +3527,164 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     o->batch_tools = H.on;
 }
 
+static void mem_entry_free(struct mem_entry *e)
+{
+    coai_buf_free(&e->state);
+    coai_buf_free(&e->blobs);
+    free(e);
+}
+
+static void mem_put_u32(coai_buf *b, size_t n)
+{
+    unsigned char h[4];
+    h[0] = (unsigned char)(n >> 24); h[1] = (unsigned char)(n >> 16);
+    h[2] = (unsigned char)(n >> 8); h[3] = (unsigned char)n;
+    coai_buf_append(b, h, 4);
+}
+
+/* Remember where the conversation stands after a final answer: the key is the history the
+ * client will send next time (this request's messages + the answer it got). */
+static void mem_store(struct run *r)
+{
+    coai_str cp = coai_reply_checkpoint(&r->reply), text;
+    unsigned char (*dg)[32] = NULL;
+    coai_message am;
+    coai_part ap;
+    struct mem_entry *e, **pp, *old = NULL;
+    size_t i, n = r->req.message_count;
+    int cut = 0;
+    if (!H.on || !cp.len || !n || !r->conv_id[0]) return;
+    text = coai_reply_text(&r->reply, &cut);
+    if (cut) return;
+    e = calloc(1, sizeof *e);
+    dg = malloc(n * sizeof *dg);
+    if (!e || !dg) { free(e); free(dg); return; }
+    coai_conversation_digests(r->req.messages, n, dg);
+    memset(&am, 0, sizeof am);
+    memset(&ap, 0, sizeof ap);
+    am.role = COAI_ROLE_ASSISTANT;
+    ap.kind = COAI_PART_TEXT;
+    ap.text = text;
+    am.parts = &ap;
+    am.part_count = 1;
+    coai_conversation_digest_next(dg[n - 1], &am, e->key);
+    free(dg);
+    copy_str(e->model, sizeof e->model, r->model, strlen(r->model));
+    copy_str(e->conv_id, sizeof e->conv_id, r->conv_id, strlen(r->conv_id));
+    coai_buf_append(&e->state, cp.ptr, cp.len);
+    for (i = 0; i < coai_reply_kv_count(&r->reply); i++) {
+        coai_str id, data;
+        coai_reply_kv_at(&r->reply, i, &id, &data);
+        mem_put_u32(&e->blobs, id.len);
+        coai_buf_append(&e->blobs, id.ptr, id.len);
+        mem_put_u32(&e->blobs, data.len);
+        coai_buf_append(&e->blobs, data.ptr, data.len);
+        e->nblobs++;
+    }
+    e->bytes = e->state.len + e->blobs.len + sizeof *e;
+    if (e->state.err || e->blobs.err || e->bytes > M.max_bytes) { mem_entry_free(e); return; }
+    e->at = mono_ms();
+    pthread_mutex_lock(&M.lock);
+    e->next = M.list;
+    M.list = e;
+    M.n++;
+    M.bytes += e->bytes;
+    M.stored++;
+    /* bounded in count, bytes and age: drop from the oldest end */
+    while (M.n > M.max || M.bytes > M.max_bytes) {
+        for (pp = &M.list; (*pp)->next; pp = &(*pp)->next) {}
+        old = *pp;
+        *pp = NULL;
+        M.n--;
+        M.bytes -= old->bytes;
+        mem_entry_free(old);
+    }
+    pthread_mutex_unlock(&M.lock);
+    srv_log(LOG_DEBUG, "conversation %s remembered (%zu checkpoint bytes, %zu blobs)",
+            e->conv_id, cp.len, e->nblobs);
+}
+
+/* A remembered conversation the request extends by new user messages only: a copy of its
+ * state in *hit and the number of messages it covers; 0 when there is none. */
+struct mem_hit {
+    coai_buf state, blobs;
+    size_t nblobs, k;
+    char conv_id[37];
+    coai_str *ids, *vals;
+};
+
+static void mem_hit_free(struct mem_hit *h)
+{
+    coai_buf_free(&h->state);
+    coai_buf_free(&h->blobs);
+    free(h->ids);
+    free(h->vals);
+    memset(h, 0, sizeof *h);
+}
+
+static size_t mem_u32(const unsigned char *p)
+{
+    return (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
+}
+
+static int mem_find(const coai_request *req, const char *model, struct mem_hit *hit)
+{
+    size_t n = req->message_count, k, j, at;
+    unsigned char (*dg)[32];
+    struct mem_entry *e = NULL, **pp;
+    int64_t now = mono_ms();
+    memset(hit, 0, sizeof *hit);
+    if (!H.on || n < 2) return 0;
+    pthread_mutex_lock(&M.lock);
+    for (pp = &M.list; *pp;) {                     /* age limit */
+        if (now - (*pp)->at > (int64_t)M.ttl_s * 1000) {
+            struct mem_entry *old = *pp;
+            *pp = old->next;
+            M.n--;
+            M.bytes -= old->bytes;
+            mem_entry_free(old);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+    if (!M.list) { pthread_mutex_unlock(&M.lock); return 0; }
+    pthread_mutex_unlock(&M.lock);
+    dg = malloc(n * sizeof *dg);
+    if (!dg) return 0;
+    coai_conversation_digests(req->messages, n, dg);
+    pthread_mutex_lock(&M.lock);
+    for (k = n - 1; k >= 1 && !e; k--) {
+        for (j = k; j < n && req->messages[j].role == COAI_ROLE_USER; j++) {}
+        if (j < n) break;                           /* only new user messages may follow */
+        for (e = M.list; e; e = e->next)
+            if (memcmp(e->key, dg[k - 1], 32) == 0 && strcmp(e->model, model) == 0) break;
+        if (e) hit->k = k;
+    }
+    if (e) {
+        coai_buf_append(&hit->state, e->state.data, e->state.len);
+        coai_buf_append(&hit->blobs, e->blobs.data, e->blobs.len);
+        hit->nblobs = e->nblobs;
+        memcpy(hit->conv_id, e->conv_id, sizeof hit->conv_id);
+    }
+    pthread_mutex_unlock(&M.lock);
+    free(dg);
+    if (!e) return 0;
+    hit->ids = calloc(hit->nblobs + 1, sizeof *hit->ids);
+    hit->vals = calloc(hit->nblobs + 1, sizeof *hit->vals);
+    if (!hit->ids || !hit->vals || hit->state.err || hit->blobs.err) { mem_hit_free(hit); return 0; }
+    for (j = 0, at = 0; j < hit->nblobs; j++) {
+        size_t l = mem_u32(hit->blobs.data + at);
+        hit->ids[j].ptr = (const char *)hit->blobs.data + at + 4;
+        hit->ids[j].len = l;
+        at += 4 + l;
+        l = mem_u32(hit->blobs.data + at);
+        hit->vals[j].ptr = (const char *)hit->blobs.data + at + 4;
+        hit->vals[j].len = l;
+        at += 4 + l;
+    }
+    return 1;
+}
+
 /* The end of a response: hold the run (it asked for tools), or drain and close it. */
 static void run_finish(struct run *r)
 {
@@ -3516,6 +3702,9 @@ static void run_finish(struct run *r)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
                 r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
                 r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
+    if (!r->cancelled && !c->dead && coai_reply_done(&r->reply) && !r->reply.error.status
+        && !coai_reply_tool_called(&r->reply))
+        mem_store(r);
     if (r->sse && !r->cancelled && !c->dead && coai_reply_tool_called(&r->reply)
         && !r->reply.error.status && held_enabled()) {
         r->tools_at = mono_ms();
@@ -3741,10 +3930,12 @@ static int handle_chat(struct conn *c)
     coai_reply_opts o;
     coai_error e;
     coai_str model, want;
-    coai_buf mjson = { 0 };
+    coai_buf mjson = { 0 }, delta = { 0 };
+    struct mem_hit hit;
     char completion_id[40], msg_id[37], conv_id[37], u[37], mapped[128];
-    int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
+    int attempt, rc = -1, i, k, pass, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     memset(&o, 0, sizeof o);
+    memset(&hit, 0, sizeof hit);
     memset(&e, 0, sizeof e);
     if (!r) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
@@ -3828,70 +4019,151 @@ static int handle_chat(struct conn *c)
                     why);
         }
     }
-    /* A fresh run. With continuation the tool-call ids carry a new handle for the run (the
-     * 12 hex digits after the completion id's first 12); without it the session id of the
-     * history is kept, as before. */
-    if (H.on || !r->req.session_id.len)
-        memcpy(r->session, completion_id + strlen(completion_id) - 12, 12), r->session[12] = 0;
-    else
-        copy_str(r->session, sizeof r->session, r->req.session_id.ptr, r->req.session_id.len);
-    coai_chat_request_params(&r->req, &r->params);
-    r->params.model_id = model;
-    r->params.message_id = coai_str_c(msg_id);
-    r->params.conversation_id = coai_str_c(conv_id);
-    r->params.workspace = coai_str_c(S.workspace);
-    r->params.time_zone = coai_str_c(S.timezone);
-    if (coai_encode_run_request(&r->run_msg, &r->params) < 0 || r->run_msg.err) {
-        send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request", NULL);
-        goto done;
-    }
-    /* the message ids are stack strings: nothing reads them after the run request */
-    r->params.message_id = r->params.conversation_id = coai_str_c("");
-    srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-            r->params.tool_count, r->params.prompt.len,
-            (int)(r->params.prompt.len > 500 ? 500 : r->params.prompt.len), r->params.prompt.ptr);
-    pthread_mutex_lock(&H.lock);
-    H.runs_started++;
-    H.prompt_bytes += r->params.prompt.len;
-    pthread_mutex_unlock(&H.lock);
-    run_reply_opts(r, &o, completion_id);
-    if (coai_reply_init(&r->reply, &o) < 0) {
-        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-        goto done;
-    }
-    for (attempt = 0; attempt < 2; attempt++) {
-        coai_error re;
-        int fr;
-        rc = run_start(r, 0);
-        if (rc == 1) {
-            srv_log(LOG_DEBUG, "pooled connection was dead before RunSSE answered; retrying");
-            memset(&r->err, 0, sizeof r->err);
-            rc = run_start(r, 1);
+    /* A fresh run: from a remembered checkpoint when the request only adds user messages
+     * to a conversation this instance remembers, else (or when that fails before anything
+     * reached the client) with the whole conversation flattened. */
+    if (mem_find(&r->req, r->model, &hit)) {
+        size_t j;
+        for (j = hit.k; j < r->req.message_count; j++) {
+            const coai_message *m = &r->req.messages[j];
+            size_t q;
+            for (q = 0; q < m->part_count; q++) {
+                if (m->parts[q].kind != COAI_PART_TEXT) continue;
+                if (delta.len) coai_buf_puts(&delta, "\n\n");
+                coai_buf_append(&delta, m->parts[q].text.ptr, m->parts[q].text.len);
+            }
         }
-        /* A 401 before anything reached the client: renew once (single flight) and run
-         * again with the new token. */
-        if (rc == 0 || r->cancelled || !r->upstream_401 || attempt > 0) break;
-        memset(&re, 0, sizeof re);
-        fr = cred_refresh(r->auth_gen, &re);
-        if (fr == RENEW_NONE) break;
-        if (fr == RENEW_FAILED) { r->err = re; break; }
-        srv_log(LOG_INFO, "upstream rejected the access token; retrying with the renewed one");
-        memset(&r->err, 0, sizeof r->err);
-        r->upstream_401 = 0;
+        if (!delta.len || delta.err) mem_hit_free(&hit);
     }
-    if (rc == 0) {
-        run_hb_start(r);
-        run_stream(r);
-    } else if (!r->cancelled) {
-        r->in_feed = 1;
-        coai_reply_feed_error(&r->reply, &r->err);
-        r->in_feed = 0;
-        if (run_flush(r) < 0) r->cancelled = 1;
+    for (pass = hit.state.len ? 0 : 1; pass < 2; pass++) {
+        if (pass == 1 && hit.state.len) {
+            /* the resumed run failed before the client saw a byte: replay in a new run */
+            struct run *n2 = run_new();
+            if (!n2) { send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+                       goto done; }
+            srv_log(LOG_INFO, "checkpoint resume of conversation %s failed (%s); replaying "
+                    "the conversation in a fresh run", hit.conv_id,
+                    r->reply.error.status ? r->reply.error.message : "no answer");
+            pthread_mutex_lock(&M.lock);
+            M.resume_failed++;
+            pthread_mutex_unlock(&M.lock);
+            n2->c = c;
+            n2->idle_ms = r->idle_ms;
+            n2->last_write = mono_ms();
+            n2->req = r->req;
+            memset(&r->req, 0, sizeof r->req);
+            copy_str(n2->model, sizeof n2->model, r->model, strlen(r->model));
+            run_free(r);
+            r = n2;
+            r->stream = r->req.stream;
+        }
+        /* With continuation the tool-call ids carry a new handle for the run (the last 12
+         * hex digits of the completion id); without it the session id of the history is
+         * kept, as before. */
+        if (H.on || !r->req.session_id.len)
+            memcpy(r->session, completion_id + strlen(completion_id) - 12, 12), r->session[12] = 0;
+        else
+            copy_str(r->session, sizeof r->session, r->req.session_id.ptr, r->req.session_id.len);
+        coai_chat_request_params(&r->req, &r->params);
+        r->params.model_id = model;
+        r->params.message_id = coai_str_c(msg_id);
+        copy_str(r->conv_id, sizeof r->conv_id, conv_id, strlen(conv_id));
+        if (pass == 0) {
+            /* only the new part goes upstream; Cursor has the rest in its checkpoint */
+            r->resumed = r->hold_errors = 1;
+            copy_str(r->conv_id, sizeof r->conv_id, hit.conv_id, strlen(hit.conv_id));
+            r->params.prompt.ptr = (const char *)delta.data;
+            r->params.prompt.len = delta.len;
+            r->params.conversation_state.ptr = (const char *)hit.state.data;
+            r->params.conversation_state.len = hit.state.len;
+            r->params.blob_ids = hit.ids;
+            r->params.blob_values = hit.vals;
+            r->params.blob_count = hit.nblobs;
+            srv_log(LOG_INFO, "conversation %s resumed from its checkpoint (%zu bytes, %zu "
+                    "blobs): %zu bytes of new message instead of %zu of history", r->conv_id,
+                    hit.state.len, hit.nblobs, delta.len, r->req.prompt.len);
+        }
+        r->params.conversation_id = coai_str_c(r->conv_id);
+        r->params.workspace = coai_str_c(S.workspace);
+        r->params.time_zone = coai_str_c(S.timezone);
+        coai_buf_reset(&r->run_msg);
+        if (coai_encode_run_request(&r->run_msg, &r->params) < 0 || r->run_msg.err) {
+            send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request",
+                       NULL);
+            goto done;
+        }
+        /* stack strings and the hit's copies: nothing reads them after the run request */
+        r->params.message_id = coai_str_c("");
+        r->params.conversation_state = coai_str_c("");
+        r->params.blob_ids = r->params.blob_values = NULL;
+        r->params.blob_count = 0;
+        if (pass == 0) coai_chat_request_params(&r->req, &r->params);   /* usage: whole prompt */
+        srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
+                r->params.tool_count, r->params.prompt.len,
+                (int)(r->params.prompt.len > 500 ? 500 : r->params.prompt.len),
+                r->params.prompt.ptr);
+        pthread_mutex_lock(&H.lock);
+        H.runs_started++;
+        H.prompt_bytes += pass == 0 ? delta.len : r->params.prompt.len;
+        pthread_mutex_unlock(&H.lock);
+        run_reply_opts(r, &o, completion_id);
+        if (coai_reply_init(&r->reply, &o) < 0) {
+            send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+            goto done;
+        }
+        if (pass == 0) {
+            size_t j;
+            for (j = 0; j < hit.nblobs; j++)      /* served on get_blob */
+                coai_reply_kv_put(&r->reply, hit.ids[j], hit.vals[j]);
+            pthread_mutex_lock(&M.lock);
+            M.resumed++;
+            pthread_mutex_unlock(&M.lock);
+        }
+        for (attempt = 0; attempt < 2; attempt++) {
+            coai_error re;
+            int fr;
+            rc = run_start(r, 0);
+            if (rc == 1) {
+                srv_log(LOG_DEBUG, "pooled connection was dead before RunSSE answered; "
+                        "retrying");
+                memset(&r->err, 0, sizeof r->err);
+                rc = run_start(r, 1);
+            }
+            /* A 401 before anything reached the client: renew once (single flight) and run
+             * again with the new token. */
+            if (rc == 0 || r->cancelled || !r->upstream_401 || attempt > 0) break;
+            memset(&re, 0, sizeof re);
+            fr = cred_refresh(r->auth_gen, &re);
+            if (fr == RENEW_NONE) break;
+            if (fr == RENEW_FAILED) { r->err = re; break; }
+            srv_log(LOG_INFO, "upstream rejected the access token; retrying with the renewed "
+                    "one");
+            memset(&r->err, 0, sizeof r->err);
+            r->upstream_401 = 0;
+        }
+        if (rc == 0) {
+            run_hb_start(r);
+            run_stream(r);
+        } else if (!r->cancelled) {
+            r->in_feed = 1;
+            coai_reply_feed_error(&r->reply, &r->err);
+            r->in_feed = 0;
+        }
+        if (pass == 0 && !r->cancelled && !c->dead && coai_reply_done(&r->reply)
+            && coai_reply_status(&r->reply) != 200)
+            continue;                               /* nothing was sent: replay */
+        r->hold_errors = 0;
+        if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+        break;
     }
+    mem_hit_free(&hit);
+    coai_buf_free(&delta);
     coai_buf_free(&mjson);
     run_finish(r);
     return 0;
 done:
+    mem_hit_free(&hit);
+    coai_buf_free(&delta);
     coai_buf_free(&mjson);
     run_free(r);
     return 0;
@@ -4140,6 +4412,13 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  CURSOR_OAI_CONTINUATION  on: hold a run across tool calls and resume conversations\n"
+    "                           from Cursor's checkpoint; off: one fresh run per request (on)\n"
+    "  CURSOR_OAI_HELD_RUN_TTL  seconds a held run waits for its tool results (1800)\n"
+    "  CURSOR_OAI_HOLLOW_TIMEOUT  seconds a continued run may show nothing before the\n"
+    "                           request falls back to a fresh run (90)\n"
+    "  CURSOR_OAI_HELD_RUNS_MAX held runs kept at once, oldest released first (64)\n"
+    "  CURSOR_OAI_TOOL_WINDOW_MS  quiet window for parallel tool calls, ms (40)\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"

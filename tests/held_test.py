@@ -5,7 +5,7 @@ and the fake upstream, which holds a run open after an exec, checks the results 
 ids, stream_close), stalls like the live server when they are wrong, and can go hollow or
 close a held run. Every fallback (held run -> fresh replayed run) has a check here that fails
 when the fallback is removed. Prints `RESULT <passed> <failed>` last.
-  tests/held_test.py [--only a,b] [--keep]   sections: parity,held,fallback,clients"""
+  tests/held_test.py [--only a,b] [--keep]   sections: parity,held,fallback,clients,memory"""
 
 import argparse
 import json
@@ -112,6 +112,22 @@ def scenarios(ws):
             {"op": "text", "text": "never"}] + END},
         "h_close": {"when": REPLAY, "steps": [read_exec(1, f), {"op": "sleep", "s": 0.3},
                                               {"op": "close"}]},
+        # conversation memory: a checkpoint per turn; a resumed run reads the stored blob
+        "m_chat": {"when": [{"resumed": True, "steps": [
+            {"op": "kv_get_blob", "id": 5, "data_of": "turn-state", "expect": "turn-state"},
+            {"op": "checkpoint", "root_prompt_messages_json": ['{"role":"user","n":2}'],
+             "used_tokens": 900}, {"op": "echo"}] + END}],
+            "steps": [{"op": "kv_set_blob", "id": 1, "data": "turn-state"},
+                      {"op": "checkpoint", "root_prompt_messages_json": ['{"role":"user"}'],
+                       "used_tokens": 800}, {"op": "echo"}] + END},
+        "m_reject": {"when": [{"resumed": True, "steps": [
+            {"op": "trailer", "status": 3, "message": "Conversation state is invalid"}]}],
+            "steps": [{"op": "checkpoint"}, {"op": "echo"}] + END},
+        "m_missing": {"when": [{"resumed": True, "steps": [
+            {"op": "kv_get_blob", "id": 9, "blob_id_hex": "22" * 32,
+             "on_missing": "Connect error internal: Blob not found"},
+            {"op": "echo"}] + END}],
+            "steps": [{"op": "checkpoint"}, {"op": "echo"}] + END},
     }
 
 
@@ -539,6 +555,100 @@ def t_opencode(tmp, fake, px, ws, secret):
             "text", ""), res)
 
 
+def turns(px, model, texts, stream, edit_first=None):
+    """Send a conversation turn by turn (each request = history + the new user message).
+    -> list of answers."""
+    msgs, out = [], []
+    for i, t in enumerate(texts):
+        msgs.append({"role": "user", "content": t})
+        body = {"model": model, "messages": msgs}
+        if edit_first and i == len(texts) - 1:
+            body = {"model": model, "messages": [dict(msgs[0], content=edit_first)] + msgs[1:]}
+        r = chat(px, body, stream)
+        out.append(r)
+        msgs.append({"role": "assistant", "content": r["content"]})
+    return out
+
+
+def t_memory(tmp, fake, token, ws):
+    n0 = len(fake.state()["errors"])
+    px = H.Proxy(tmp, "mem", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20"})
+    for stream in (False, True):
+        k0 = len(runs_of(fake, "m_chat"))
+        rs = turns(px, "scenario:m_chat", ["first question", "second question", "third one"],
+                   stream)
+        eq("stream=%s: three answers" % stream, [r["content"] for r in rs],
+           ["ECHO:first question", "ECHO:second question", "ECHO:third one"])
+        runs = runs_of(fake, "m_chat")[k0:]
+        eq("stream=%s: three runs" % stream, len(runs), 3)
+        if len(runs) == 3:
+            rr = [x["appends"][0]["message"] for x in runs]
+            eq("stream=%s: the first run starts a new conversation" % stream,
+               rr[0]["conversation_state_hex"], "")
+            for i in (1, 2):
+                eq("stream=%s: turn %d resumes from the previous checkpoint" % (stream, i + 1),
+                   rr[i]["conversation_state_hex"], runs[i - 1]["checkpoints_sent"][-1])
+                eq("stream=%s: turn %d keeps the conversation_id" % (stream, i + 1),
+                   rr[i]["conversation_id"], rr[0]["conversation_id"])
+            eq("stream=%s: only the new message goes upstream" % stream,
+               [rr[1]["prompt"], rr[2]["prompt"]], ["second question", "third one"])
+            eq("stream=%s: the stored blob goes along (pre_fetched_blobs)" % stream,
+               len(rr[1]["pre_fetched_blobs"]), 1)
+            eq("stream=%s: get_blob served from the remembered store" % stream,
+               (runs[1]["kv_replies"].get("5") or {}).get("blob_data_hex"),
+               b"turn-state".hex())
+    # an edited history is not resumed
+    k0 = len(runs_of(fake, "m_chat"))
+    rs = turns(px, "scenario:m_chat", ["alpha", "beta"], False, edit_first="ALPHA (edited)")
+    runs = runs_of(fake, "m_chat")[k0:]
+    check("edited history: replayed in full, no checkpoint", len(runs) == 2 and not runs[1][
+        "appends"][0]["message"]["conversation_state_hex"] and "ALPHA (edited)" in runs[1][
+        "appends"][0]["message"]["prompt"], [x["appends"][0]["message"] for x in runs])
+    # Cursor rejects the checkpoint / asks for a blob nobody has: replay, the client sees an
+    # answer
+    for model, what in (("m_reject", "checkpoint rejected"), ("m_missing", "missing blob")):
+        k0 = len(runs_of(fake, model))
+        rs = turns(px, "scenario:" + model, ["one", "two"], True)
+        eq("%s: the second turn is still answered" % what, rs[-1]["content"], "ECHO:two")
+        check("%s: no error reached the client" % what, not rs[-1]["errors"] and
+              rs[-1]["status"] == 200, rs[-1])
+        runs = runs_of(fake, model)[k0:]
+        eq("%s: fresh, resumed, replayed" % what,
+           [bool(x["appends"][0]["message"]["conversation_state_hex"]) for x in runs],
+           [False, True, False])
+        if len(runs) == 3:
+            check("%s: the replay carries the whole history" % what,
+                  "User: one" in runs[2]["appends"][0]["message"]["prompt"])
+    check("resume failures logged at info", log_of(px).count("checkpoint resume of "
+                                                             "conversation") >= 2)
+    px.stop()
+    # another instance does not remember: it replays
+    pa = H.Proxy(tmp, "mem-a", fake.url(), fake.ca, token)
+    pb_ = H.Proxy(tmp, "mem-b", fake.url(), fake.ca, token)
+    msgs = [{"role": "user", "content": "instance one"}]
+    r = chat(pa, {"model": "scenario:m_chat", "messages": msgs}, False)
+    msgs += [{"role": "assistant", "content": r["content"]},
+             {"role": "user", "content": "instance two"}]
+    k0 = len(runs_of(fake, "m_chat"))
+    r2 = chat(pb_, {"model": "scenario:m_chat", "messages": msgs}, False)
+    eq("two instances: answered", r2["content"], "ECHO:instance two")
+    runs = runs_of(fake, "m_chat")[k0:]
+    check("two instances: replayed, no checkpoint", len(runs) == 1 and not runs[0]["appends"][
+        0]["message"]["conversation_state_hex"], runs and runs[0]["appends"][0]["message"])
+    pa.stop()
+    pb_.stop()
+    px = H.Proxy(tmp, "mem-off", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_CONTINUATION": "off"})
+    k0 = len(runs_of(fake, "m_chat"))
+    turns(px, "scenario:m_chat", ["x", "y"], False)
+    runs = runs_of(fake, "m_chat")[k0:]
+    check("off: no checkpoint resume", len(runs) == 2 and not runs[1]["appends"][0][
+        "message"]["conversation_state_hex"])
+    px.stop()
+    upstream_clean(fake, n0)
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -565,7 +675,8 @@ def main():
         for name, fn in (("parity", lambda: t_parity(tmp, fake, token, ws)),
                          ("held", lambda: t_held(tmp, fake, token, ws, secret)),
                          ("fallback", lambda: t_fallback(tmp, fake, token, ws, secret)),
-                         ("clients", lambda: t_clients(tmp, fake, token, ws, secret))):
+                         ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
+                         ("memory", lambda: t_memory(tmp, fake, token, ws))):
             if only and name not in only:
                 continue
             SECTION = name

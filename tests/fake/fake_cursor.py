@@ -300,6 +300,7 @@ class Run:
         self.stream = {}           # how the RunSSE stream went
         self.exec_replies = {}
         self.exec_results = {}     # held execs: {"ok", "why", "text", "frames"} per exec id
+        self.checkpoints_sent = [] # ConversationStateStructure bytes (hex) of each checkpoint
         self.kv_replies = {}
 
     def summary(self):
@@ -311,6 +312,7 @@ class Run:
                 "stream": dict(self.stream),
                 "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
                 "exec_results": dict(self.exec_results),
+                "checkpoints_sent": list(self.checkpoints_sent),
                 "kv_replies": {str(k): v for k, v in self.kv_replies.items()}}
 
 
@@ -895,6 +897,10 @@ def select_steps(sc, rr):
             continue
         if "has_tools" in w and bool(w["has_tools"]) != has_tools:
             continue
+        # resumed: the run request carries a non-empty conversation_state (a checkpoint)
+        resumed = bool((rr or {}).get("conversation_state_hex"))
+        if "resumed" in w and bool(w["resumed"]) != resumed:
+            continue
         return w.get("steps", [])
     return sc.get("steps", SCENARIOS["default"]["steps"])
 
@@ -1184,6 +1190,8 @@ def run_step(ctx, st):
     op = st["op"]
     conn, run = ctx.conn, ctx.run
     fr = build_frame(st, run)
+    if fr is not None and op == "checkpoint":
+        run.checkpoints_sent.append(pb.last(pb.parse(fr[5:]), 3, pb.WT_LEN).hex())
     if fr is not None:
         _send(ctx, fr, int(st.get("split", 0)))
         ctx.frames += 1
@@ -1297,6 +1305,13 @@ def run_step(ctx, st):
                     request_id=run.rid)
         elif kind == "set_blob_result" and m.get("error"):
             S.error("set_blob_result carries an error: %s" % m["error"], request_id=run.rid)
+        elif kind == "get_blob_result" and st.get("on_missing") and m.get("blob_data_hex") is None:
+            # the live server aborts a run whose blob the client cannot serve (notes §3)
+            ctx.finished = True
+            _send(ctx, pb.trailer(13, st["on_missing"]))
+            conn.end_chunked()
+            run.stream["missing_blob"] = True
+            return
         elif kind == "get_blob_result" and "expect" in st:
             exp = st["expect"]
             got = m.get("blob_data_hex")

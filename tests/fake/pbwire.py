@@ -699,6 +699,13 @@ def _dec_run_request(body):
          "action": None, "prompt": None, "message_id": None, "mode": None,
          "has_request_context": False, "env": None, "tools": [], "mcp_tools": [],
          "mcp_instructions": [], "has_mcp_file_system_options": last(rr, 6, WT_LEN) is not None}
+    cs = last(rr, 1, WT_LEN)
+    r["conversation_state_hex"] = cs.hex() if cs is not None else None
+    r["pre_fetched_blobs"] = []
+    for pf in fields_of(rr, 17, WT_LEN):
+        pff = parse(pf)
+        r["pre_fetched_blobs"].append({"id_hex": (last(pff, 1, WT_LEN, b"")).hex(),
+                                       "value_len": len(last(pff, 2, WT_LEN, b""))})
     md = last(rr, 3, WT_LEN)
     if md is not None:
         r["model_id"] = text(last(parse(md), 1, WT_LEN, b""))
