@@ -129,54 +129,6 @@ def http(port, method, path, body=None, headers=None, timeout=15, host=None):
     return status, hd, rest
 
 
-class Forwarder:
-    """A local TCP forwarder on its own port (what `ssh -L PORT:127.0.0.1:TARGET` does):
-    bytes go through unchanged, so clients send Host: 127.0.0.1:PORT."""
-
-    def __init__(self, target):
-        self.target = target
-        self.ls = socket.socket()
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(64)
-        self.port = self.ls.getsockname()[1]
-        self.stopped = False
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        while not self.stopped:
-            try:
-                c, _ = self.ls.accept()
-            except OSError:
-                return
-            try:
-                u = socket.create_connection(("127.0.0.1", self.target), timeout=10)
-            except OSError:
-                c.close()
-                continue
-            for a, b in ((c, u), (u, c)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(a, b):
-        try:
-            while True:
-                d = a.recv(65536)
-                if not d:
-                    break
-                b.sendall(d)
-        except OSError:
-            pass
-        try:
-            b.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-
-    def stop(self):
-        self.stopped = True
-        self.ls.close()
-
-
 def metrics(port, key=None):
     """GET /metrics -> {(name, frozenset(labels)): value}, plus the raw text."""
     hd = {"Authorization": "Bearer " + key} if key else None
@@ -213,7 +165,7 @@ def proxy_log(proxy):
 
 def t_tunnel(tmp, fake, token):
     proxy = H.Proxy(tmp, "tunnel", fake.url(), fake.ca, token)
-    fwd = Forwarder(proxy.port)
+    fwd = H.Forwarder(proxy.port)
     try:
         # the README's headless advice: ssh -L 9000:127.0.0.1:18741 -> Host: localhost:9000
         for host in ("127.0.0.1:%d" % fwd.port, "localhost:%d" % fwd.port,
