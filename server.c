@@ -3720,8 +3720,8 @@ static const char USAGE[] =
     "       cursor-oai models               the models this account can use\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
-    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
-    "served from your own Cursor subscription.\n";
+    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health,\n"
+    "GET /metrics) served from your own Cursor subscription.\n";
 
 static const char SERVE_HELP[] =
     "Usage: cursor-oai serve [options]\n"
@@ -3756,6 +3756,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default cli-2025.11.25-d5b3271)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
+    "  CURSOR_OAI_LOG_FORMAT    same as --log-format\n"
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
@@ -3954,7 +3955,7 @@ static int allow_hosts_env(const char *v)
 static int parse_serve_args(int argc, char **argv)
 {
     const char *listen = getenv("CURSOR_OAI_LISTEN");
-    const char *workspace = NULL, *level = "info";
+    const char *workspace = NULL, *level = "info", *format = getenv("CURSOR_OAI_LOG_FORMAT");
     int i;
     S.max_conns = SRV_DEFAULT_MAX_CONNS;
     for (i = 0; i < argc; i++) {
@@ -3988,11 +3989,7 @@ static int parse_serve_args(int argc, char **argv)
         } else if (strcmp(name, "--log-level") == 0) {
             level = v;
         } else if (strcmp(name, "--log-format") == 0) {
-            if (strcmp(v, "json") != 0 && strcmp(v, "text") != 0) {
-                fprintf(stderr, "cursor-oai: --log-format must be text or json\n");
-                return 2;
-            }
-            log_json = strcmp(v, "json") == 0;
+            format = v;
         } else if (strcmp(name, "--allow-host") == 0) {
             if (allow_host_add(v, strlen(v), "--allow-host") != 0) return 2;
         } else if (strcmp(name, "--max-conns") == 0) {
@@ -4022,6 +4019,12 @@ static int parse_serve_args(int argc, char **argv)
         return 2;
     }
     S.log_level = i;
+    if (format && *format && strcmp(format, "json") != 0 && strcmp(format, "text") != 0) {
+        fprintf(stderr, "cursor-oai: --log-format (CURSOR_OAI_LOG_FORMAT) must be text or "
+                "json\n");
+        return 2;
+    }
+    log_json = format && strcmp(format, "json") == 0;
     if (workspace) {
         if (!realpath(workspace, S.workspace)) {
             fprintf(stderr, "cursor-oai: --workspace %s: %s\n", workspace, strerror(errno));

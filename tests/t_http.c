@@ -724,7 +724,7 @@ static void test_host_origin(void)
     CHECK(!coai_http_host_allowed(S("myhost.lan.evil"), extra, 2, 8080));
     CHECK(!coai_http_host_allowed(S("myhost.la"), extra, 2, 8080));
     CHECK(!coai_http_host_allowed(S("localhost:999999"), NULL, 0, 0));
-    CHECK(!coai_http_host_allowed(S("evil.example:9000"), NULL, 0, 0));  /* any port, not any name */
+    CHECK(!coai_http_host_allowed(S("evil.example:9000"), NULL, 0, 0));  /* any port, no name */
     /* "name:port" entries pin a name to their ports (issue 16: tunnels) */
     {
         coai_str pin[4];
