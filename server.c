@@ -3484,19 +3484,22 @@ static int handle_chat(struct conn *c)
     if (r->request_id[0]) {
         /* one upstream run (or more, after a retry: counted once, by how it ended) */
         char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
-        int64_t tin = 0, tout = 0;
+        coai_usage u;
         const char *outcome = r->cancelled || c->dead ? "client_gone"
                             : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code
                                                        : "error")
                             : "ok";
         snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
         metric_add(M_UPSTREAM_RUNS, lb, 1);
-        coai_reply_usage(&r->reply, &tin, &tout);
+        memset(&u, 0, sizeof u);
+        coai_reply_usage(&r->reply, &u);
         metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
         snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
-        metric_add(M_TOKENS, lb, (double)tin);
+        metric_add(M_TOKENS, lb, (double)u.input_tokens);
         snprintf(lb, sizeof lb, "%s,kind=\"out\"", ml);
-        metric_add(M_TOKENS, lb, (double)tout);
+        metric_add(M_TOKENS, lb, (double)u.output_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"cached\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
     }
     if (r->request_id[0]) quota_remember(c->model, &r->reply.error);
     if (r->reply.error.status)
