@@ -632,15 +632,17 @@ static struct {
  * MX.mu. */
 static struct metric_series *metric_series(int f, const char *labels)
 {
+    static const char over[] = "overflow=\"true\"";
     size_t i;
+    int is_over;
     struct metric_series *s;
-    if (strlen(labels) >= METRIC_LABELS_MAX) labels = "overflow=\"true\"";
+    if (strlen(labels) >= METRIC_LABELS_MAX) labels = over;
+    is_over = strcmp(labels, over) == 0;
     for (i = 0; i < MX.n[f]; i++)
         if (strcmp(MX.s[f][i].labels, labels) == 0) return &MX.s[f][i];
-    if (MX.n[f] >= METRIC_SERIES_MAX) {
-        if (strcmp(labels, "overflow=\"true\"") == 0) return NULL;
-        return metric_series(f, "overflow=\"true\"");
-    }
+    /* the overflow series may be the one past the cap */
+    if (MX.n[f] >= METRIC_SERIES_MAX + (size_t)is_over) return is_over ? NULL
+                                                                       : metric_series(f, over);
     if (MX.n[f] == MX.cap[f]) {
         size_t nc = MX.cap[f] ? MX.cap[f] * 2 : 8;
         struct metric_series *ns = realloc(MX.s[f], nc * sizeof *ns);
@@ -2374,7 +2376,9 @@ struct conn {
     char model[128];                /* resolved model, for the access log */
     int route;                      /* ROUTE_* of the current request */
     char run_id[37];                /* upstream run (request id) of this request, "" = none */
-    const char *fallback;           /* static name of a fallback this request took, or NULL */
+    const char *fallback;           /* static name of a fallback this request took, or NULL:
+                                     * set it where one is taken (access log "fallback"), and
+                                     * count it: metric_add(M_FALLBACKS, "kind=\"...\"", 1) */
     int first_seen;                 /* the first answer byte went out (first-token metric) */
     int status;                     /* status sent */
     size_t bytes;                   /* body bytes sent */

@@ -308,6 +308,16 @@ def t_metrics(tmp, fake, token):
         check("a hostile model name keeps the exposition parseable",
               st == 200 and not [k for k in m2 if k[0] == "__bad__"],
               [k for k in m2 if k[0] == "__bad__"][:3])
+        # 300 made-up model names: the family stops at 256 label sets plus overflow="true"
+        for i in range(300):
+            http(proxy.port, "POST", "/v1/chat/completions", chat_body("made-up-%d" % i),
+                 headers=auth)
+        st, _, m3, _ = metrics(proxy.port, key)
+        series = [ls for (n, ls) in m3 if n == "cursor_oai_tokens_total"]
+        check("tokens_total keeps at most 257 label sets (%d)" % len(series),
+              len(series) <= 257, len(series))
+        check("... the rest is counted under overflow=\"true\"",
+              mval(m3, "cursor_oai_tokens_total", overflow="true") > 0)
     finally:
         proxy.stop()
     # credential renewals: an expiring token renewed through an API key, and a failed one
