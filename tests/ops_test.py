@@ -268,6 +268,10 @@ def t_metrics(tmp, fake, token):
         st, _, _ = http(proxy.port, "POST", "/v1/chat/completions",
                         chat_body("scenario:default"))
         eq("chat without the key: 401", st, 401)
+        st, _, b = http(proxy.port, "POST", "/v1/messages",
+                        {"model": "scenario:default", "max_tokens": 50,
+                         "messages": [{"role": "user", "content": "hi"}]}, headers=auth)
+        eq("Anthropic messages: 200", st, 200)
         _, _, m1, txt1 = metrics(proxy.port, key)
 
         def d(name, **lb):
@@ -282,7 +286,9 @@ def t_metrics(tmp, fake, token):
         eq("requests: unknown path -> route other, 404 +1", d(R, route="other", status="404"), 1)
         check("requests: /metrics counted", d(R, route="/metrics", status="200") >= 1)
         U = "cursor_oai_upstream_runs_total"
-        eq("upstream runs ok +4", d(U, outcome="ok"), 4)
+        eq("requests: /v1/messages, dialect anthropic, 200 +1",
+           d(R, route="/v1/messages", dialect="anthropic", status="200"), 1)
+        eq("upstream runs ok +5", d(U, outcome="ok"), 5)
         eq("upstream runs insufficient_quota +1", d(U, outcome="insufficient_quota"), 1)
         eq("first-token histogram: 4 answers",
            d("cursor_oai_first_token_seconds_count", dialect="openai-chat"), 4)
@@ -292,12 +298,13 @@ def t_metrics(tmp, fake, token):
                     le="1") <= 5, txt1[-3000:])
         eq("duration histogram: 6 chat requests",
            d("cursor_oai_request_duration_seconds_count", route="/v1/chat/completions"), 6)
-        eq("tokens out for scenario:default: 3 x 5",
-           d("cursor_oai_tokens_total", model="scenario:default", kind="out"), 15)
-        eq("tokens in for scenario:default: 3 x (1234 - 5)",
-           d("cursor_oai_tokens_total", model="scenario:default", kind="in"), 3 * 1229)
-        check("at least one upstream TLS handshake",
-              mval(m1, "cursor_oai_upstream_handshakes_total", result="ok") >= 1)
+        eq("tokens out for scenario:default: 4 x 5",
+           d("cursor_oai_tokens_total", model="scenario:default", kind="out"), 20)
+        eq("tokens in for scenario:default: 4 x (1234 - 5)",
+           d("cursor_oai_tokens_total", model="scenario:default", kind="in"), 4 * 1229)
+        check("at least one upstream TLS handshake (full or resumed)",
+              mval(m1, "cursor_oai_upstream_handshakes_total", result="full")
+              + mval(m1, "cursor_oai_upstream_handshakes_total", result="resumed") >= 1)
         check("pooled connections reported",
               ("cursor_oai_pooled_connections", frozenset()) in m1)
         eq("no stream open at the end", mval(m1, "cursor_oai_open_streams"), 0)
