@@ -1862,7 +1862,7 @@ static const char *cred_health(void)
 /* Client connections: responses                                            */
 /* ======================================================================== */
 
-enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH };
+enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_RESPONSES, ROUTE_RESPONSE_GET };
 
 struct conn {
     int fd;
@@ -1990,7 +1990,8 @@ static int stream_end(struct conn *c)
 /* ======================================================================== */
 
 static int handle_models(struct conn *c);
-static int handle_chat(struct conn *c);
+static int handle_chat(struct conn *c, coai_dialect d);
+static int handle_response_get(struct conn *c);
 
 /* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
  * published port) clients may use another port number, so any port is accepted there. */
@@ -2017,6 +2018,13 @@ static int route_of(coai_str path)
         return ROUTE_CHAT;
     if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
+    if (coai_str_eq(path, "/v1/responses") || coai_str_eq(path, "/responses"))
+        return ROUTE_RESPONSES;
+    if ((path.len > 14 && memcmp(path.ptr, "/v1/responses/", 14) == 0
+         && !memchr(path.ptr + 14, '/', path.len - 14))
+        || (path.len > 11 && memcmp(path.ptr, "/responses/", 11) == 0
+            && !memchr(path.ptr + 11, '/', path.len - 11)))
+        return ROUTE_RESPONSE_GET;
     return ROUTE_NONE;
 }
 
@@ -2121,12 +2129,13 @@ static int serve_request(struct conn *c, size_t hl)
         send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
         goto done;
     }
-    if ((route == ROUTE_CHAT && !is_post) || (route != ROUTE_CHAT && !is_get)) {
+    if ((route == ROUTE_CHAT || route == ROUTE_RESPONSES) ? !is_post : !is_get) {
         char msg[200];
         c->keep = 0;
         snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
         send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
-                   route == ROUTE_CHAT ? "Allow: POST\r\n" : "Allow: GET\r\n");
+                   route == ROUTE_CHAT || route == ROUTE_RESPONSES ? "Allow: POST\r\n"
+                                                                   : "Allow: GET\r\n");
         goto done;
     }
     if (is_post && !coai_http_is_json(rq->content_type)) {
@@ -2174,8 +2183,14 @@ static int serve_request(struct conn *c, size_t hl)
     case ROUTE_MODELS:
         handle_models(c);
         break;
+    case ROUTE_RESPONSES:
+        handle_chat(c, COAI_DIALECT_RESPONSES);
+        break;
+    case ROUTE_RESPONSE_GET:
+        handle_response_get(c);
+        break;
     default:
-        handle_chat(c);
+        handle_chat(c, COAI_DIALECT_OPENAI_CHAT);
         break;
     }
 done:
@@ -2703,10 +2718,158 @@ static void run_stream(struct run *r)
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
 }
 
-static int handle_chat(struct conn *c)
+/* ---- Responses: the bounded store behind previous_response_id and GET /v1/responses/{id}.
+ * Responses created with store: true (OpenAI's default) are kept in memory, newest
+ * RSTORE_MAX entries within RSTORE_BYTES; the oldest go first. Nothing is written to disk. */
+
+#define RSTORE_MAX 256
+#define RSTORE_BYTES (64u * 1024u * 1024u)
+
+struct rentry {
+    char id[48];
+    char *obj, *items;         /* the response object; the conversation items ("[...]") */
+    size_t obj_len, items_len;
+    uint64_t seq;              /* 0 = free */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct rentry e[RSTORE_MAX];
+    size_t bytes;
+    uint64_t seq;
+} RS = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, NULL, NULL, 0, 0, 0 } }, 0, 0 };
+
+static void rstore_drop(struct rentry *e)
+{
+    RS.bytes -= e->obj_len + e->items_len;
+    free(e->obj);
+    free(e->items);
+    memset(e, 0, sizeof *e);
+}
+
+/* Keep response `id`: its object and its conversation = input items + output items. */
+static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_str out)
+{
+    struct rentry *slot = NULL;
+    size_t i, il = in->len + out.len + 3, need = obj.len + il;
+    char *o, *it;
+    if (!obj.len || need > RSTORE_BYTES || strlen(id) >= sizeof slot->id) return;
+    o = malloc(obj.len);
+    it = malloc(il);
+    if (!o || !it) { free(o); free(it); return; }
+    memcpy(o, obj.ptr, obj.len);
+    il = 0;
+    it[il++] = '[';
+    if (in->len) { memcpy(it + il, in->data, in->len); il += in->len; }
+    if (in->len && out.len) it[il++] = ',';
+    if (out.len) { memcpy(it + il, out.ptr, out.len); il += out.len; }
+    it[il++] = ']';
+    pthread_mutex_lock(&RS.lock);
+    for (;;) {
+        struct rentry *old = NULL;
+        slot = NULL;
+        for (i = 0; i < RSTORE_MAX; i++) {
+            if (!RS.e[i].seq) { if (!slot) slot = &RS.e[i]; continue; }
+            if (!old || RS.e[i].seq < old->seq) old = &RS.e[i];
+        }
+        if (slot && RS.bytes + obj.len + il <= RSTORE_BYTES) break;
+        if (!old) break;
+        rstore_drop(old);
+    }
+    if (slot) {
+        copy_str(slot->id, sizeof slot->id, id, strlen(id));
+        slot->obj = o;
+        slot->obj_len = obj.len;
+        slot->items = it;
+        slot->items_len = il;
+        slot->seq = ++RS.seq;
+        RS.bytes += obj.len + il;
+        o = it = NULL;
+    }
+    pthread_mutex_unlock(&RS.lock);
+    free(o);
+    free(it);
+}
+
+/* Copy the stored object (which 0) or items (1) of id into out: 1 found, 0 not. */
+static int rstore_get(const char *id, int which, coai_buf *out)
+{
+    size_t i;
+    int found = 0;
+    pthread_mutex_lock(&RS.lock);
+    for (i = 0; i < RSTORE_MAX; i++) {
+        struct rentry *e = &RS.e[i];
+        if (!e->seq || strcmp(e->id, id) != 0) continue;
+        if (which) coai_buf_append(out, e->items, e->items_len);
+        else coai_buf_append(out, e->obj, e->obj_len);
+        found = !out->err;
+        break;
+    }
+    pthread_mutex_unlock(&RS.lock);
+    return found;
+}
+
+/* Parse a /v1/responses body, with the stored conversation of previous_response_id. */
+static int responses_parse(struct conn *c, coai_responses_request *rr, coai_error *e)
+{
+    char prev[48];
+    coai_buf hist = { 0 };
+    coai_str h = { "", 0 };
+    int k = coai_responses_previous_id((const char *)c->body.data, c->body.len, prev,
+                                       sizeof prev), rc;
+    memset(e, 0, sizeof *e);
+    if (k < 0) {
+        coai_error_set(e, 400, "invalid_request_error", NULL, "previous_response_id",
+                       "previous_response_id must be a string of at most %d characters",
+                       (int)sizeof prev - 1);
+        return -1;
+    }
+    if (k > 0) {
+        if (!rstore_get(prev, 1, &hist)) {
+            coai_error_set(e, 400, "invalid_request_error", "previous_response_not_found",
+                           "previous_response_id", "Previous response with id '%s' not found: "
+                           "this cursor-oai instance keeps only responses it produced with "
+                           "store: true, the newest %d (at most %u MiB), until it restarts; "
+                           "send the whole conversation in input instead", prev, RSTORE_MAX,
+                           RSTORE_BYTES >> 20);
+            e->no_retry = 1;
+            coai_buf_free(&hist);
+            return -1;
+        }
+        h.ptr = (const char *)hist.data;
+        h.len = hist.len;
+    }
+    rc = coai_responses_request_parse(rr, (const char *)c->body.data, c->body.len, h, e);
+    coai_buf_free(&hist);
+    return rc < 0 ? -1 : 0;
+}
+
+/* GET /v1/responses/{id}: a stored response, else 404 in OpenAI's shape. */
+static int handle_response_get(struct conn *c)
+{
+    const char *id = strrchr(c->path, '/') + 1;
+    char idb[48];
+    coai_buf b = { 0 };
+    int r;
+    copy_str(idb, sizeof idb, id, strcspn(id, "?"));
+    if (!rstore_get(idb, 0, &b)) {
+        char msg[200];
+        coai_buf_free(&b);
+        snprintf(msg, sizeof msg, "Response with id '%s' not found (this instance keeps "
+                 "responses created with store: true, the newest %d, until it restarts)",
+                 idb, RSTORE_MAX);
+        return send_error(c, 404, "invalid_request_error", "not_found", NULL, msg, NULL);
+    }
+    r = send_response(c, 200, "application/json", NULL, b.data, b.len);
+    coai_buf_free(&b);
+    return r;
+}
+
+static int handle_chat(struct conn *c, coai_dialect d)
 {
     struct run *r = calloc(1, sizeof *r);
     coai_chat_request req;
+    coai_responses_request rr;
     coai_run_params params;
     coai_reply_opts o;
     coai_error e;
@@ -2714,6 +2877,7 @@ static int handle_chat(struct conn *c)
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
     int attempt, rc, i, k, fetched = 0;
     memset(&req, 0, sizeof req);
+    memset(&rr, 0, sizeof rr);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
     memset(&e, 0, sizeof e);
@@ -2725,7 +2889,14 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
+    if (d == COAI_DIALECT_RESPONSES) {
+        if (responses_parse(c, &rr, &e) < 0) {
+            send_coai_error(c, &e);
+            goto done;
+        }
+        req = rr.req;                            /* moved: freed as req below */
+        memset(&rr.req, 0, sizeof rr.req);
+    } else if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -2757,13 +2928,18 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
     }
-    /* chatcmpl-<24 hex> and a 12-hex session id, both from the same fresh UUID */
-    memcpy(completion_id, "chatcmpl-", 9);
-    for (i = 0, k = 9; u[i] && k < 33; i++)
-        if (u[i] != '-') completion_id[k++] = u[i];
-    completion_id[k] = 0;
-    memcpy(session, completion_id + 9 + 12, 12);
-    session[12] = 0;
+    /* chatcmpl-<24 hex> (resp_<32 hex> for Responses) and a 12-hex session id, both from
+     * the same fresh UUID */
+    {
+        const char *pre = d == COAI_DIALECT_RESPONSES ? "resp_" : "chatcmpl-";
+        size_t pl = strlen(pre), end = d == COAI_DIALECT_RESPONSES ? pl + 32 : pl + 24;
+        memcpy(completion_id, pre, pl);
+        for (i = 0, k = (int)pl; u[i] && k < (int)end; i++)
+            if (u[i] != '-') completion_id[k++] = u[i];
+        completion_id[k] = 0;
+        memcpy(session, completion_id + pl + 12, 12);
+        session[12] = 0;
+    }
     coai_chat_request_params(&req, &params);
     params.model_id = model;
     params.message_id = coai_str_c(msg_id);
@@ -2780,6 +2956,10 @@ static int handle_chat(struct conn *c)
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
+    if (d == COAI_DIALECT_RESPONSES) {
+        o.echo.ptr = rr.echo.data ? (const char *)rr.echo.data : "";
+        o.echo.len = rr.echo.len;
+    }
     o.model = model;
     if (!req.session_id.len) o.session_id = coai_str_c(session);
     o.env = &params;
@@ -2826,6 +3006,10 @@ static int handle_chat(struct conn *c)
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
+    if (d == COAI_DIALECT_RESPONSES && rr.store && coai_reply_done(&r->reply)
+        && !r->reply.error.status)
+        rstore_put(completion_id, coai_reply_response(&r->reply), &rr.items,
+                   coai_reply_output_items(&r->reply));
     if (r->reply.error.status)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
                 r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
@@ -2853,6 +3037,7 @@ done:
     coai_frame_decoder_free(&r->frames);
     coai_buf_free(&r->run_msg);
     coai_chat_request_free(&req);
+    coai_responses_request_free(&rr);
     free(r);
     return 0;
 }
