@@ -7290,6 +7290,7 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
     if (history.len) {
         hist = cJSON_ParseWithLength(history.ptr, history.len);
         if (!cJSON_IsArray(hist)) {
+            cJSON_Delete(hist);
             coai__oa_bad(err, "previous_response_id", "The stored previous response could not "
                          "be read");
             goto fail;
