@@ -3407,6 +3407,7 @@ static const char USAGE[] =
     "       cursor-oai logout               remove the saved login\n"
     "       cursor-oai status               who is logged in, and does Cursor accept it\n"
     "       cursor-oai models               the models this account can use\n"
+    "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
     "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
@@ -3503,6 +3504,16 @@ static const char STATUS_HELP[] =
     "whether Cursor accepts the token (one GetUsableModels call). A token about to expire is\n"
     "renewed first, as the server would do. Exit status: 0 logged in and accepted, 1 not\n"
     "logged in, rejected, or the check failed.\n";
+
+static const char DOCTOR_HELP[] =
+    "Usage: cursor-oai doctor [--model NAME] [--verbose]\n"
+    "\n"
+    "Checks the whole path to Cursor, one step at a time, and says what to do when a step\n"
+    "fails: the credentials (expiry, renewal), GetServerConfig (the agent host runs go to),\n"
+    "GetUsableModels, and one tiny real run (\"Reply with the word OK.\", model auto or\n"
+    "--model) under each transport profile until one works. Prints the client version and\n"
+    "hosts used and each step's time; never prints a token. --verbose adds the log lines.\n"
+    "Uses the same environment as `serve`. Exit status: 0 a run worked, 1 otherwise.\n";
 
 static const char MODELS_HELP[] =
     "Usage: cursor-oai models\n"
@@ -4430,6 +4441,264 @@ done:
     return rc;
 }
 
+
+/* ---- doctor (issue 10 item 9) ------------------------------------------------------------
+ * Each step prints "<verdict> <step> (<ms> ms): <what>" and, when it failed, "  -> advice".
+ * The run goes through handle_chat itself (a socket pair stands in for the client), so it
+ * takes exactly the path a client's request takes. */
+
+static int64_t doctor_t0;
+
+static void doctor_step(const char *verdict, const char *step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void doctor_step(const char *verdict, const char *step, const char *fmt, ...)
+{
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-16s (%5lld ms) %s\n", verdict, step, (long long)(mono_ms() - doctor_t0), msg);
+    fflush(stdout);
+    doctor_t0 = mono_ms();      /* each step's own time */
+}
+
+static void doctor_advice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void doctor_advice(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("     -> ", stdout);
+    vprintf(fmt, ap);
+    fputs("\n", stdout);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* What to do about an error a step got, by its code. */
+static void doctor_advise(const coai_error *e, const coai_url *agent)
+{
+    const char *code = e->code ? e->code : "";
+    if (strcmp(code, "outdated_client") == 0)
+        doctor_advice("Cursor refuses the client version %s as outdated: set "
+                      "CURSOR_CLIENT_VERSION to a current cursor-agent build (e.g. "
+                      SRV_DEFAULT_CLIENT_VERSION " or newer), or update cursor-agent "
+                      "(its newest build is used automatically).", S.client_version);
+    else if (strcmp(code, "upstream_wrong_region") == 0)
+        doctor_advice("the agent host https://%s%s does not serve your account's region. "
+                      "Set CURSOR_OAI_AGENT_URL to the right one, or unset it and check what "
+                      "GetServerConfig names.", agent->authority, agent->prefix);
+    else if (strcmp(code, "upstream_unreachable") == 0 || strcmp(code, "upstream_timeout") == 0
+             || strncmp(code, "upstream_tls", 12) == 0)
+        doctor_advice("cannot reach https://%s%s: check the network, a proxy or firewall, "
+                      "SSL_CERT_FILE; set CURSOR_OAI_AGENT_URL if the agent host is wrong.",
+                      agent->authority, agent->prefix);
+    else if (e->status == 401 || e->status == 403)
+        doctor_advice("run `cursor-oai login` again.");
+    else if (strcmp(code, "insufficient_quota") == 0)
+        doctor_advice("your Cursor plan's usage is used up; check it in Cursor.");
+    else if (strcmp(code, "rate_limit_exceeded") == 0)
+        doctor_advice("rate limited: try again in a minute.");
+    else if (strcmp(code, "upstream_resource_exhausted") == 0 || e->status == 404)
+        doctor_advice("try another model: doctor --model NAME (see `cursor-oai models`).");
+    else
+        doctor_advice("run with --verbose and attach the output to a bug report.");
+}
+
+/* One chat through handle_chat. *status = HTTP status, body = the response body. */
+static void doctor_chat(const char *model, int *status, coai_buf *body)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    int sv[2];
+    char buf[16384];
+    coai_buf raw = { 0 };
+    ssize_t n;
+    *status = 0;
+    if (!c || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) { free(c); return; }
+    c->fd = sv[0];
+    c->t0 = mono_ms();
+    coai_buf_printf(&c->body, "{\"model\":");
+    coai_json_str_append(&c->body, model, strlen(model));
+    coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
+                  "\"Reply with the word OK.\"}]}");
+    handle_chat(c);
+    close(sv[0]);
+    while ((n = read(sv[1], buf, sizeof buf)) > 0) coai_buf_append(&raw, buf, (size_t)n);
+    close(sv[1]);
+    if (raw.data && raw.len > 12 && memcmp(raw.data, "HTTP/1.1 ", 9) == 0) {
+        const char *b = strstr((const char *)raw.data, "\r\n\r\n");
+        *status = atoi((const char *)raw.data + 9);
+        if (b) coai_buf_append(body, b + 4, raw.len - (size_t)(b + 4 - (const char *)raw.data));
+    }
+    coai_buf_free(&raw);
+    coai_buf_free(&c->body);
+    coai_buf_free(&c->wbuf);
+    free(c);
+}
+
+static int run_doctor(int argc, char **argv)
+{
+    char tok[SRV_TOKEN_MAX], buf[400], src[700];
+    const char *model = "auto";
+    coai_buf json = { 0 };
+    coai_models m;
+    coai_error e;
+    coai_url agent;
+    int i, srcw, ok_run = 0, order[2], norder, failed_cfg;
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            model = argv[++i];
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            continue;
+        } else {
+            int help = strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
+            fputs(DOCTOR_HELP, help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (cli_setup(1) < 0) return 1;
+    S.log_level = LOG_ERROR;
+    for (i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--verbose") == 0) S.log_level = LOG_INFO;
+    if (!getcwd(S.workspace, sizeof S.workspace)) copy_str(S.workspace, sizeof S.workspace, "/", 1);
+    doctor_t0 = mono_ms();
+    printf("cursor-oai %s doctor\n", COAI_VERSION);
+    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
+    printf("Base URL:       https://%s%s (CURSOR_API_URL%s)\n", S.up_authority, S.up_prefix,
+           getenv("CURSOR_API_URL") && *getenv("CURSOR_API_URL") ? "" : " default");
+    printf("Profiles:       %s\n", S.profile_forced >= 0
+           ? (S.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
+                                               : "grpc-web only (CURSOR_OAI_PROFILE)")
+           : "grpc-web, then connect");
+    fflush(stdout);
+
+    /* 1. credentials */
+    srcw = cred_load();
+    if (srcw == CRED_NONE) {
+        doctor_step("FAIL", "credentials", "not logged in (no CURSOR_ACCESS_TOKEN, %s or %s)",
+                    S.ours_path, S.agent_path);
+        doctor_advice("run `cursor-oai login`.");
+        return 1;
+    }
+    memset(&e, 0, sizeof e);
+    if (cred_ensure(&e) < 0) {
+        doctor_step("FAIL", "credentials", "the token could not be renewed: %s", e.message);
+        doctor_advise(&e, &S.base);
+        return 1;
+    }
+    cred_token(tok, sizeof tok, NULL);
+    describe_identity(buf, sizeof buf, tok);
+    {
+        char exp[200];
+        describe_expiry(exp, sizeof exp, tok);
+        pthread_mutex_lock(&S.lock);
+        doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
+                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? S.ours_path
+                    : S.agent_path, exp, srcw == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN)"
+                    : S.cred_key[0] ? "by API key" : S.refresh[0] ? "by refresh token"
+                    : "none");
+        pthread_mutex_unlock(&S.lock);
+    }
+    memset(tok, 0, sizeof tok);
+
+    /* 2. GetServerConfig */
+    if (S.agent_forced.host[0]) {
+        coai_url named;
+        memset(&e, 0, sizeof e);
+        i = server_config_fetch(&named, &e);
+        doctor_step(i < 0 ? "WARN" : "OK", "GetServerConfig",
+                    "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s",
+                    S.agent_forced.authority, S.agent_forced.prefix,
+                    i == 0 ? "names https://" : i == 1 ? "names no agent URL" : "failed: ",
+                    i == 0 ? named.authority : i == 1 ? "" : e.message,
+                    i == 0 ? named.prefix : "");
+        if (i < 0) doctor_advise(&e, &S.base);
+        agent = S.agent_forced;
+    } else {
+        agent_get(&agent, src, sizeof src);
+        pthread_mutex_lock(&S.lock);
+        failed_cfg = S.agent_failed;
+        pthread_mutex_unlock(&S.lock);
+        doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "runs go to https://%s%s (%s)",
+                    agent.authority, agent.prefix, src);
+        if (failed_cfg && strstr(src, "outdated"))
+            doctor_advice("Cursor refuses the client version %s as outdated: set "
+                          "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
+                          S.client_version);
+        else if (failed_cfg)
+            doctor_advice("runs fall back to the base URL; if they fail with a region error, "
+                          "set CURSOR_OAI_AGENT_URL.");
+    }
+
+    /* 3. GetUsableModels */
+    memset(&m, 0, sizeof m);
+    if (cli_models(&json, &e) == 0) {
+        coai_models_parse(&m, (const char *)json.data, json.len);
+        doctor_step("OK", "GetUsableModels", "%zu models", m.count);
+    } else {
+        doctor_step("FAIL", "GetUsableModels", "%s", e.message);
+        doctor_advise(&e, &S.base);
+    }
+    coai_models_free(&m);
+    coai_buf_free(&json);
+
+    /* 4. one tiny run per profile until one works */
+    norder = 0;
+    if (S.profile_forced >= 0) {
+        order[norder++] = S.profile_forced;
+    } else {
+        order[norder++] = PROF_GRPCWEB;
+        order[norder++] = PROF_CONNECT;
+    }
+    for (i = 0; i < norder && !ok_run; i++) {
+        coai_buf body = { 0 };
+        int st, saved = S.profile_forced;
+        char step[32];
+        cJSON *j;
+        snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
+        S.profile_forced = order[i];    /* exactly this profile, no switching inside */
+        S.profile = order[i];
+        agent_get(&agent, NULL, 0);
+        doctor_chat(model, &st, &body);
+        S.profile_forced = saved;
+        j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+        if (st == 200) {
+            const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"),
+                                                 0);
+            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
+            const cJSON *ct = cJSON_GetObjectItemCaseSensitive(msg, "content");
+            const char *text = cJSON_IsString(ct) ? ct->valuestring : "";
+            doctor_step("OK", step, "model %s on https://%s%s answered \"%.80s%s\"", model,
+                        agent.authority, agent.prefix, text, strlen(text) > 80 ? "..." : "");
+            ok_run = 1;
+        } else {
+            const cJSON *eo = cJSON_GetObjectItemCaseSensitive(j, "error");
+            const cJSON *em = cJSON_GetObjectItemCaseSensitive(eo, "message");
+            const cJSON *ec = cJSON_GetObjectItemCaseSensitive(eo, "code");
+            memset(&e, 0, sizeof e);
+            coai_error_set(&e, st, "x", cJSON_IsString(ec) ? ec->valuestring : "", NULL, "%s",
+                           cJSON_IsString(em) ? em->valuestring : "no answer");
+            doctor_step("FAIL", step, "HTTP %d on https://%s%s: %s [%s]", st, agent.authority,
+                        agent.prefix, e.message, e.code[0] ? e.code : "-");
+            doctor_advise(&e, &agent);
+        }
+        cJSON_Delete(j);
+        coai_buf_free(&body);
+    }
+    if (ok_run) {
+        printf("Verdict: OK, Cursor answers through cursor-oai (transport profile %s).\n",
+               PROFILE_NAME[S.profile]);
+        if (S.profile_forced < 0 && S.profile == PROF_CONNECT)
+            printf("         Only the connect profile worked: CURSOR_OAI_PROFILE=connect "
+                   "skips the failing first try.\n");
+    } else {
+        printf("Verdict: FAILED, no run worked (see the advice above).\n");
+    }
+    return ok_run ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutex_init(&S.lock, NULL);
@@ -4455,6 +4724,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "logout") == 0) return run_logout(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "doctor") == 0) return run_doctor(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;
 }

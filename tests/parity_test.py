@@ -504,9 +504,88 @@ def t_cap(E):
     del n0
 
 
+def doctor(E, env=None, args=()):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    home = os.path.join(E.tmp, "home-doctor")
+    os.makedirs(home, exist_ok=True)
+    e.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+              "CURSOR_API_URL": E.fake.url(), "SSL_CERT_FILE": E.fake.ca,
+              "CURSOR_ACCESS_TOKEN": E.token, "CURSOR_OAI_IDLE_TIMEOUT": "3"})
+    e.update(env or {})
+    r = subprocess.run([BIN, "doctor"] + list(args), env=e, capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def line(out, prefix):
+    return [l for l in out.splitlines() if l.startswith(prefix)]
+
+
+def t_doctor(E):
+    secrets = (E.token, E.token.split(".")[1])
+    # all OK
+    rc, out = doctor(E)
+    print("     doctor (all OK):\n" + "\n".join("       " + l for l in out.splitlines()),
+          flush=True)
+    eq("doctor: all OK exits 0", rc, 0)
+    for step in ("credentials", "GetServerConfig", "GetUsableModels", "run (grpc-web)"):
+        check("doctor: %s OK" % step, line(out, "OK   " + step), out)
+    check("doctor: reports client version and hosts", "Client version: " + DEFAULT_VERSION in out
+          and "Base URL:       https://localhost:%d" % E.fake.port in out, out)
+    check("doctor: each step timed", len(re.findall(r"\(\s*\d+ ms\)", out)) >= 4, out)
+    check("doctor: never prints a token", not any(x in out for x in secrets))
+    check("doctor: the run answered", "answered \"Hello from fake Cursor.\"" in out, out)
+    # the agent host is broken: GetServerConfig names a host where nothing listens
+    dead = H.free_port()
+    E.config(agent_url="https://localhost:%d" % dead)
+    rc, out = doctor(E)
+    print("     doctor (agent host down):\n" + "\n".join("       " + l for l in out.splitlines()),
+          flush=True)
+    eq("doctor: agent host down exits 1", rc, 1)
+    check("doctor: agent host down: GetServerConfig names it",
+          line(out, "OK   GetServerConfig") and ("localhost:%d" % dead) in out, out)
+    check("doctor: agent host down: both profiles tried and failed",
+          line(out, "FAIL run (grpc-web)") and line(out, "FAIL run (connect)"), out)
+    check("doctor: agent host down: the verdict names the unreachable host",
+          re.search(r"cannot reach https://localhost:%d" % dead, out), out)
+    # the agent host is the wrong region's
+    E.config(agent_url=None, server_config={"agentUrlConfig": {"agentUrl": E.fake.url()}},
+             agent_host_only=True)
+    rc, out = doctor(E)
+    eq("doctor: wrong region exits 1", rc, 1)
+    check("doctor: wrong region: the verdict names the region problem",
+          "upstream_wrong_region" in out and "does not serve your account's region" in out, out)
+    E.reset_config()
+    # an outdated version floor
+    E.config(min_client_version="2026.12.01-0000000")
+    rc, out = doctor(E)
+    print("     doctor (outdated):\n" + "\n".join("       " + l for l in out.splitlines()),
+          flush=True)
+    eq("doctor: outdated floor exits 1", rc, 1)
+    check("doctor: outdated: models step fails naming it",
+          any("outdated" in l for l in line(out, "FAIL GetUsableModels")), out)
+    check("doctor: outdated: the runs fail as outdated_client",
+          any("outdated_client" in l for l in line(out, "FAIL run")), out)
+    check("doctor: outdated: the advice names CURSOR_CLIENT_VERSION and the version used",
+          ("refuses the client version %s as outdated" % DEFAULT_VERSION) in out
+          and "CURSOR_CLIENT_VERSION" in out, out)
+    E.reset_config()
+    # only Connect works
+    E.config(unsupported_profiles=["grpc-web"])
+    rc, out = doctor(E)
+    eq("doctor: grpc-web refused, Connect works -> exit 0", rc, 0)
+    check("doctor: grpc-web FAIL, connect OK", line(out, "FAIL run (grpc-web)")
+          and line(out, "OK   run (connect)") and "CURSOR_OAI_PROFILE=connect" in out, out)
+    E.reset_config()
+    # not logged in
+    rc, out = doctor(E, {"CURSOR_ACCESS_TOKEN": ""})
+    check("doctor: not logged in -> exit 1, advice to log in",
+          rc == 1 and line(out, "FAIL credentials") and "cursor-oai login" in out, out)
+
+
 SECTIONS = [("order", t_order), ("order-cost", t_order_cost), ("version", t_version),
             ("outdated", t_outdated), ("agent", t_agent), ("profile", t_profile),
-            ("cap", t_cap)]
+            ("cap", t_cap), ("doctor", t_doctor)]
 
 
 def main():
