@@ -103,6 +103,7 @@ class Env:
     def reset_config(self):
         self.config(register_delay_s=0.0, min_client_version=None, unsupported_profiles=[],
                     agent_url=None, server_config=None, server_config_status=None,
+                    server_config_seq=[],
                     agent_host_only=False, runsse_scenario=None, outdated_error=28)
 
     def requests_since(self, n0):
@@ -355,6 +356,26 @@ def t_agent(E):
                (st, e.get("code")), (502, "upstream_wrong_region"))
             check("agent: the message names the region problem and the host",
                   "region" in e.get("message", "") and "localhost" in e.get("message", ""), e)
+    finally:
+        p.stop()
+    # the wrong host first; GetServerConfig asked again after the region answer names the right
+    # one: the same request is retried there (nothing had reached the client)
+    E.config(server_config=None, agent_url="agent", server_config_seq=[
+        {"agentUrlConfig": {"agentUrl": main_url}}])
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p)
+        eq("agent: region answer -> GetServerConfig again -> retried on the new host",
+           (st, content(b)), (200, "Hello from fake Cursor."))
+        eq("agent: RunSSE on the wrong host, then on the agent host",
+           [q["listener"] for q in E.requests_since(n0) if q["path"].endswith("RunSSE")],
+           ["main", "agent"])
+        st, b, _ = chat(p)
+        eq("agent: the new host is kept", (st, listeners_of(E, n0).get("GetServerConfig"),
+                                           sum(1 for q in E.requests_since(n0)
+                                               if q["path"].endswith("GetServerConfig"))),
+           (200, ["main"], 2))
     finally:
         p.stop()
     # CURSOR_OAI_AGENT_URL forces a host (GetServerConfig is not asked)

@@ -117,6 +117,7 @@ DEFAULT_CONFIG = {
     "agent_url": None,             # GetServerConfig's agentUrl/agentnUrl (None: the main
                                    # listener itself; "agent": the agent listener)
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
+    "server_config_seq": [],       # answers used one per call first (then server_config ...)
     "server_config_status": None,  # HTTP status to fail GetServerConfig with
     "agent_host_only": False,      # RunSSE anywhere but the agent listener: 200, then an OK
                                    # end with the region message and no frames, then close
@@ -1452,6 +1453,12 @@ def h_server_config(conn, req, rec):
     if S.config["server_config_status"]:
         return connect_error(conn, int(S.config["server_config_status"]), "internal",
                              "server config failed")
+    with S.lock:
+        seq = S.config.get("server_config_seq") or []
+        nxt = seq.pop(0) if seq else None
+    if nxt is not None:
+        conn.respond(200, json.dumps(nxt))
+        return 200
     if S.config["server_config"] is not None:
         conn.respond(200, json.dumps(S.config["server_config"]))
         return 200
