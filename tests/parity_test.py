@@ -13,6 +13,7 @@ fake upstream modelling what the notes describe.
   profile   grpc-web and Connect end to end, the fallback on 415, CURSOR_OAI_PROFILE
   cap       the prompt-size cap
   doctor    `cursor-oai doctor`: all OK, agent host broken, outdated version floor
+  cli       the new variables refused when malformed; doctor's usage
 
 Env: CURSOR_OAI_BIN (default build/cursor-oai), PARITY_ONLY=a,b (sections above).
 Prints `RESULT <passed> <failed>` last."""
@@ -604,9 +605,28 @@ def t_doctor(E):
           rc == 1 and line(out, "FAIL credentials") and "cursor-oai login" in out, out)
 
 
+def t_cli(E):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    base.update({"HOME": E.tmp, "SSL_CERT_FILE": E.fake.ca, "CURSOR_ACCESS_TOKEN": E.token})
+    for var, val in (("CURSOR_OAI_PROFILE", "grpc"), ("CURSOR_OAI_AGENT_URL", "http://x"),
+                     ("CURSOR_OAI_MAX_PROMPT_BYTES", "0"), ("CURSOR_OAI_MAX_PROMPT_BYTES", "1k")):
+        r = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0"], env=dict(base, **{var: val}),
+                           capture_output=True, text=True, timeout=20)
+        check("cli: %s=%s is refused naming it" % (var, val),
+              r.returncode == 1 and var in r.stderr, (r.returncode, r.stderr))
+    r = subprocess.run([BIN, "doctor", "--help"], env=base, capture_output=True, text=True,
+                       timeout=20)
+    check("cli: doctor --help", r.returncode == 0 and "Usage: cursor-oai doctor" in r.stdout, r)
+    r = subprocess.run([BIN, "doctor", "--bogus"], env=base, capture_output=True, text=True,
+                       timeout=20)
+    eq("cli: doctor with an unknown option", r.returncode, 2)
+    r = subprocess.run([BIN, "--help"], env=base, capture_output=True, text=True, timeout=20)
+    check("cli: --help lists doctor", "cursor-oai doctor" in r.stdout, r.stdout)
+
+
 SECTIONS = [("order", t_order), ("order-cost", t_order_cost), ("version", t_version),
             ("outdated", t_outdated), ("agent", t_agent), ("profile", t_profile),
-            ("cap", t_cap), ("doctor", t_doctor)]
+            ("cap", t_cap), ("doctor", t_doctor), ("cli", t_cli)]
 
 
 def main():
