@@ -97,6 +97,12 @@
  *   coai__dialects (PART:DIALECTS impl) and a route in server.c. The OpenAI Chat
  *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
  *   that dialect's parser and wrappers, kept as they were.
+ *   The OpenAI Responses dialect (PART:RESPONSES) has two extras around that pattern:
+ *   coai_responses_request_parse() takes the stored items of previous_response_id and
+ *   returns the items and echoed fields the caller keeps for store:true, and
+ *   coai_responses_exec_map() maps execs onto Codex's tools (exec_command, apply_patch)
+ *   before falling back to coai_exec_map(); coai_reply_response() and
+ *   coai_reply_output_items() give the caller the finished response to store.
  *
  * CONVENTIONS
  *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";

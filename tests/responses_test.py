@@ -126,6 +126,18 @@ def t_raw(proxy):
     st, b, h = proxy.request("POST", "/v1/responses", body)
     check("Codex's recorded request (developer messages, namespace, web_search, tool_search, "
           "custom apply_patch) is accepted", st == 200 and b"Hello, world" in b, (st, b[:500]))
+    # Codex's recorded three-turn task: function_call + function_call_output, custom_tool_call
+    # + custom_tool_call_output as Codex sends them back
+    fx = C.HERE + "/fixtures/codex-%s-task-gpt-5.5.json" % C.version("@openai/codex")
+    reqs = json.load(open(fx))["requests"]
+    res = []
+    for q in reqs:
+        body = dict(q["body"], model="scenario:rs_tools")
+        st, b, h = proxy.request("POST", "/v1/responses", body)
+        res.append((st, b"The file says: done." in b, b[-300:]))
+    check("Codex's recorded task turns (tool calls and their outputs) are accepted and the "
+          "outputs reach the prompt", [r[:2] for r in res] == [(200, False), (200, True),
+                                                             (200, True)], res)
     st, b, h = proxy.request("POST", "/v1/responses", {"model": "m", "input": [
         {"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]})
     check("unsupported content part -> 400 with param",
