@@ -152,6 +152,22 @@ def t_raw(proxy):
     rid = json.loads(b)["id"]
     st2, b2, _ = proxy.get("/v1/responses/" + rid)
     check("store: false is not kept (GET -> 404)", st == 200 and st2 == 404, b2)
+    # the store is bounded: the newest 256 responses; the oldest goes first
+    ids = []
+    t0 = time.time()
+    for i in range(257):
+        st, b, h = proxy.request("POST", "/v1/responses", {
+            "model": "scenario:text_basic", "input": "n%d" % i})
+        ids.append(json.loads(b)["id"] if st == 200 else None)
+    st0 = proxy.get("/v1/responses/" + str(ids[0]))[0]
+    st1 = proxy.get("/v1/responses/" + str(ids[1]))[0]
+    stn = proxy.get("/v1/responses/" + str(ids[-1]))[0]
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:text_basic", "input": "x", "previous_response_id": ids[0]})
+    check("store keeps the newest 256: the 1st of 257 is gone (GET 404, previous_response_id "
+          "400), the 2nd and the last are there (%.1f s)" % (time.time() - t0),
+          None not in ids and (st0, st1, stn) == (404, 200, 200) and st == 400 and
+          json.loads(b)["error"]["code"] == "previous_response_not_found", (st0, st1, stn, b))
     st, b, h = proxy.request("PUT", "/v1/responses", {"model": "m", "input": "x"})
     check("PUT /v1/responses -> 405 Allow: POST", st == 405 and h.get("allow") == "POST", h)
 
