@@ -3508,7 +3508,7 @@ struct run {
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cv;
     pthread_t hb_thread;
-    int hb_started, hb_stop;
+    int hb_started, hb_stop, hb_open;
     int64_t hb_last, hb_exec_last;  /* mono ms of the last client / exec heartbeat */
     uint32_t hb_ids[64];            /* execs whose results the client is producing */
     size_t hb_n;
@@ -3629,6 +3629,8 @@ static int run_flush(struct run *r)
 
 /* Called about once a second while waiting on the upstream: keepalive comments for a
  * committed stream that has been quiet, and a client check. -1 cancels the wait. */
+static void run_hb_need(struct run *r, int now_too);
+
 static int run_tick(void *ctx)
 {
     struct run *r = ctx;
@@ -3647,6 +3649,7 @@ static int run_tick(void *ctx)
         run_flush(r);
         return -1;
     }
+    run_hb_need(r, 0);
     if (r->hollow_until) {
         /* A continued run that has shown nothing yet: the client sees nothing either (no
          * keepalive commits it), so a hollow run can still fall back to a fresh one. */
@@ -3789,12 +3792,18 @@ static void *run_hb_thread(void *arg)
     return NULL;
 }
 
-/* Start heartbeats once the run is open (the first one HB_CLIENT_MS later). */
+/* The run is open: heartbeats are due from HB_CLIENT_MS on. Most runs end before that, so
+ * the thread that sends them starts only when the first one comes near (run_hb_need). */
 static void run_hb_start(struct run *r)
 {
-    pthread_attr_t at;
-    if (r->hb_started) return;
     r->hb_last = r->hb_exec_last = mono_ms();
+    r->hb_open = 1;
+}
+
+static void run_hb_thread_start(struct run *r)
+{
+    pthread_attr_t at;
+    if (r->hb_started || !r->hb_open) return;
     r->hb_stop = 0;
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 256 * 1024);
@@ -3803,8 +3812,17 @@ static void run_hb_start(struct run *r)
     pthread_attr_destroy(&at);
 }
 
+/* Called about once a second by the reader (and when a run is parked): start the heartbeat
+ * thread a second before the first heartbeat is due. */
+static void run_hb_need(struct run *r, int now_too)
+{
+    if (!r->hb_open || r->hb_started) return;
+    if (now_too || mono_ms() - r->hb_last >= HB_CLIENT_MS - 1500) run_hb_thread_start(r);
+}
+
 static void run_hb_stop(struct run *r)
 {
+    r->hb_open = 0;
     if (!r->hb_started) return;
     pthread_mutex_lock(&r->hb_mu);
     r->hb_stop = 1;
@@ -4169,7 +4187,7 @@ static void run_stream(struct run *r)
         /* What has arrived leaves now, in one write: every delta is still its own SSE
          * event, and nothing waits for upstream input that is not already here (records
          * already read ahead are decoded first, then written together). */
-        if (rc == COAI_OK && !coai_reply_tools_pending(&r->reply) && up_buffered(r->sse))
+        if (up_buffered(r->sse))
             continue;
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
@@ -4340,6 +4358,7 @@ static int held_park(struct run *r)
     r->sse->tick = NULL;
     r->sse->tick_ctx = NULL;
     r->held_at = mono_ms();
+    run_hb_need(r, 1);
     run_hb_execs(r, calls, n);
     pthread_mutex_lock(&H.lock);
     r->in_table = 1;
