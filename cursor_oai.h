@@ -5000,13 +5000,26 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     if (any_system) nparts = 1;
     cJSON_ArrayForEach(m, messages) {
         const cJSON *calls = coai__oa_get(m, "tool_calls");
-        coai_buf_reset(&t);
-        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
         if (coai__oa_role_is(m, "user")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai_buf_append(out, t.data, t.len);
-        } else if (coai__oa_role_is(m, "assistant")) {
+            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            continue;
+        }
+        if (coai__oa_role_is(m, "tool")) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+            coai_buf_puts(out, "]: ");
+            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        if (coai__oa_role_is(m, "assistant")) {
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
                 int first = 1;
@@ -5028,13 +5041,6 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (coai__oa_role_is(m, "tool")) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
-            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
-            coai_buf_puts(out, "]: ");
-            coai_buf_append(out, t.data, t.len);
-            any_tool = 1;
         }
     }
     if (any_tool) {

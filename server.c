@@ -62,7 +62,7 @@
 #define SRV_REJECT_THREADS 256                    /* 503 answers with their own thread */
 #define SRV_LINGER_MAX 1024                       /* more 503 answers, lingered by the loop */
 #define SRV_BODY_TIMEOUT_S 120                    /* CURSOR_OAI_BODY_TIMEOUT: whole body */
-#define SRV_MODELS_WAIT_S 10                      /* CURSOR_OAI_MODELS_WAIT: first list */
+#define SRV_MODELS_WAIT_S 15                      /* CURSOR_OAI_MODELS_WAIT: first list */
 #define SRV_REPLY_MAX_MB 32                       /* CURSOR_OAI_MAX_RESPONSE_MB */
 #define SRV_INFLIGHT_MAX_MB 256                   /* CURSOR_OAI_MAX_INFLIGHT_MB */
 #define SRV_SEND_TIMEOUT_MS 60000                 /* no write progress to a client */
@@ -166,6 +166,7 @@ static struct server {
     int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
     coai_error models_err;          /* why it failed */
     int models_fetching;            /* a fetch is in flight (single flight) */
+    uint64_t models_seq;            /* fetches finished */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
     /* credential file paths, set once before any thread starts */
@@ -2505,6 +2506,7 @@ static void models_refresh(void)
         S.models_err = fe;
     }
     S.models_fetching = 0;
+    S.models_seq++;
     pthread_cond_broadcast(&S.models_cv);
     pthread_mutex_unlock(&S.lock);
     coai_buf_free(&body);
@@ -2544,10 +2546,11 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
                       size_t cap, int *fetched, int client_fd)
 {
     int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
-    int64_t t0 = mono_ms();             /* a failure after this is news to this call */
-    int64_t wait_end = t0 + S.models_wait_ms;
+    int64_t wait_end = mono_ms() + S.models_wait_ms;
+    uint64_t seq0;                      /* a fetch that ends after this is news to this call */
     int rc;
     pthread_mutex_lock(&S.lock);
+    seq0 = S.models_seq;
     for (;;) {
         int64_t now = mono_ms(), left;
         struct timespec until;
@@ -2610,7 +2613,7 @@ serve:
     } else {
         rc = -1;
         /* fresh: this call's own fetch, or one it waited for, failed just now */
-        if (fetched) *fetched = S.models_fail_at >= t0;
+        if (fetched) *fetched = S.models_seq != seq0;
         *err = S.models_err;
         if (!err->status)
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
@@ -3064,9 +3067,13 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
-    /* the prompt lives on in run_msg; the reply counted it at init and does not keep it */
+    /* The conversation lives on in run_msg: the reply counted the prompt and copied the
+     * session id at init, so the prompt and the messages of the tree go now (tool
+     * definitions stay: the reply's views point into them). */
     coai_buf_free(&req.prompt);
     params.prompt = coai_str_c("");
+    req.session_id = coai_str_c("");
+    cJSON_DeleteItemFromObjectCaseSensitive(req.root_, "messages");
     for (attempt = 0; attempt < 2; attempt++) {
         coai_error re;
         int fr;
