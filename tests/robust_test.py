@@ -122,12 +122,10 @@ SCENARIOS = {
     # text, then heartbeats as fast as the fake can write them (no progress, no output)
     "hb_flood": {"steps": [
         {"op": "text", "text": "before the flood"},
-        {"op": "repeat", "n": 10 ** 7, "steps": [
-            {"op": "batch", "steps": [{"op": "heartbeat"}] * 400}]}]},
+        {"op": "flood", "steps": [{"op": "heartbeat"}], "batch": 8192, "max_s": 30}]},
     "hb_flood2": {"steps": [
         {"op": "text", "text": "before the flood"},
-        {"op": "repeat", "n": 10 ** 7, "steps": [
-            {"op": "batch", "steps": [{"op": "heartbeat"}] * 400}]}]},
+        {"op": "flood", "steps": [{"op": "heartbeat"}], "batch": 8192, "max_s": 30}]},
     "stall_after_text": {"steps": [{"op": "text", "text": "partial"},
                                    {"op": "stall", "max_s": 30}]},
     "big_answer": {"steps": [{"op": "text", "text": "0123456789abcdef", "repeat": MIB // 4},

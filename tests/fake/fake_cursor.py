@@ -1166,6 +1166,15 @@ def run_step(ctx, st):
         else:
             S.count("interaction_responses")
         return
+    if op == "flood":
+        # one pre-built batch of frames written again and again (as fast as TLS goes) until
+        # the peer closes or max_s passes: a flood the proxy cannot outrun
+        one = b"".join(build_frame(s, run) for s in st["steps"]) * int(st.get("batch", 1))
+        end = time.time() + float(st.get("max_s", 30))
+        while time.time() < end:
+            _send(ctx, one)
+            ctx.frames += len(st["steps"]) * int(st.get("batch", 1))
+        return
     if op == "sleep":
         if ctx.conn.wait(float(st.get("s", 0.1))) == "closed":
             raise PeerClosed("closed during sleep")
