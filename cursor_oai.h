@@ -74,6 +74,30 @@
  *       coai_http_parse_request(buf, len, &rq, &status);    // strict HTTP/1.1 heads
  *       coai_http_host_allowed(rq.host, extra, n, port);    // DNS-rebinding guard
  *
+ * DIALECTS (one core, several client APIs)
+ *   A client API ("dialect": OpenAI Chat Completions, Anthropic Messages, ...) is three
+ *   things: a parser (body -> coai_request, the dialect-neutral request: a conversation
+ *   of coai_message with roles SYSTEM / USER / ASSISTANT / TOOL, text / image / thinking
+ *   parts, earlier tool calls (coai_call) and tool results with is_error; tools with
+ *   their schemas; model, stream flag, tool_choice, limits), a writer (the reply's event
+ *   sequence - begin, text and reasoning deltas, a tool call, the end with a coai_finish
+ *   and coai_usage, an error, keepalives - spelled the dialect's way), and a route in
+ *   server.c. Everything in between is the core and is written once: the §11.1 prompt,
+ *   the run request, the KV store, exec -> tool mapping, the commit rule, the error
+ *   classification and usage.
+ *       coai_request_parse(&req, COAI_DIALECT_ANTHROPIC, body, n, &err);  // parser
+ *       coai_request_params(&req, &rp);                                  // core
+ *       coai_reply_opts_from_request(&o, &req);     // o.dialect selects the writer
+ *       coai_reply_init(&r, &o); ... feed it as in QUICK START 2 ...
+ *       // errors before any reply: status coai_error_status_as(&err, req.dialect),
+ *       // body coai_error_write_as(&b, &err, req.dialect)
+ *   Adding a dialect: a COAI_DIALECT_* value, a parse function that validates the body,
+ *   fills the neutral fields and ends with coai__request_finish(), a coai__writer
+ *   (init, begin, delta, tool_call, end, body, error, keepalive), one row in
+ *   coai__dialects (PART:DIALECTS impl) and a route in server.c. The OpenAI Chat
+ *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
+ *   that dialect's parser and wrappers, kept as they were.
+ *
  * CONVENTIONS
  *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";
  *     errors are negative; coai_result_str() names each. Functions documented as
@@ -1018,31 +1042,132 @@ void coai_error_from_status(const coai_status *st, coai_error *e);
  * {"code","message"} or anything else (at most 200 sanitized characters are quoted). */
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e);
 
-/* A validated chat request. Zero-init before parse; free with coai_chat_request_free. */
-typedef struct coai_chat_request {
+/* ---- The dialect-neutral request ------------------------------------------------
+ * Every client API ("dialect") is parsed into one coai_request: the conversation
+ * (messages with roles, text / image / thinking parts, earlier tool calls, tool
+ * results), the tools with their schemas, the model, the stream flag and the limits.
+ * The core turns it into a Cursor run (coai_request_params: the §11.1 prompt and the
+ * tools) and a coai_reply turns Cursor's events back into the same dialect. A dialect
+ * is a parser (body -> coai_request), a writer (reply events -> bytes, inside
+ * coai_reply) and a route in server.c; see DIALECTS in the header comment. */
+
+typedef enum coai_dialect {
+    COAI_DIALECT_OPENAI_CHAT = 0,   /* POST /v1/chat/completions (zero-init default) */
+    COAI_DIALECT_ANTHROPIC = 1,     /* POST /v1/messages */
+    COAI_DIALECT_COUNT_             /* private: number of dialects */
+} coai_dialect;
+
+typedef enum coai_role {
+    COAI_ROLE_SYSTEM = 0,      /* system / developer instructions */
+    COAI_ROLE_USER,
+    COAI_ROLE_ASSISTANT,
+    COAI_ROLE_TOOL             /* one tool result (tool_call_id, is_error, parts) */
+} coai_role;
+
+typedef enum coai_part_kind {
+    COAI_PART_TEXT = 0,        /* text */
+    COAI_PART_IMAGE,           /* media_type + data (base64) or url (as the client sent it) */
+    COAI_PART_THINKING         /* text: earlier reasoning sent back (not part of the prompt) */
+} coai_part_kind;
+
+typedef struct coai_part {
+    coai_part_kind kind;
+    coai_str text;             /* TEXT, THINKING */
+    coai_str media_type;       /* IMAGE: e.g. "image/png"; may be empty */
+    coai_str data;             /* IMAGE: base64 bytes; empty when url is used */
+    coai_str url;              /* IMAGE: URL as given (data: URLs included); may be empty */
+} coai_part;
+
+/* A tool call the assistant made earlier in the conversation. */
+typedef struct coai_call {
+    coai_str id;               /* the call id the client keeps */
+    coai_str name;             /* tool name */
+    coai_str args;             /* arguments as JSON text, as the client sent them */
+} coai_call;
+
+typedef struct coai_message {
+    coai_role role;
+    const coai_part *parts;    /* in order; NULL when part_count is 0 */
+    size_t part_count;
+    const coai_call *calls;    /* ASSISTANT: tool calls, NULL when call_count is 0 */
+    size_t call_count;
+    coai_str tool_call_id;     /* TOOL: the call this result answers */
+    int is_error;              /* TOOL: the tool failed */
+} coai_message;
+
+typedef enum coai_tool_choice {
+    COAI_TOOL_CHOICE_AUTO = 0, /* the model decides (also: not given) */
+    COAI_TOOL_CHOICE_NONE,     /* no tools: the run gets none (tools_disabled) */
+    COAI_TOOL_CHOICE_ANY,      /* OpenAI "required", Anthropic "any" */
+    COAI_TOOL_CHOICE_TOOL      /* one named tool (tool_choice_name) */
+} coai_tool_choice;
+
+/* A validated request of any dialect. Zero-init before parse; free with
+ * coai_request_free. Views point into the parsed body or into memory the request
+ * owns, and live until coai_request_free(). */
+typedef struct coai_request {
+    coai_dialect dialect;      /* which parser filled it (which writer answers it) */
     coai_str model;            /* as requested; "auto" when missing, null or "" */
     int stream;                /* stream: true */
-    int include_usage;         /* stream_options.include_usage (only when streaming) */
+    int include_usage;         /* OpenAI stream_options.include_usage (only when streaming) */
     int tools_disabled;        /* tool_choice "none": tools parsed but not used */
     coai_tool *tools;          /* heap array, views into the tree; NULL when none used */
     size_t tool_count;         /* 0 when tools_disabled */
     coai_buf prompt;           /* flattened conversation (spec §11.1), NUL-terminated */
     coai_str session_id;       /* <S> of the newest "sess_<S>__call_" id in the history */
-    int has_tool_messages;     /* some message has role "tool" */
-    struct cJSON *root_;       /* private: the parsed body, owns all views */
-} coai_chat_request;
+    int has_tool_messages;     /* some message has role "tool" (a tool result) */
+    /* the conversation and the options, dialect-neutral */
+    const coai_message *messages;  /* in order, system messages included */
+    size_t message_count;
+    coai_tool_choice tool_choice;
+    coai_str tool_choice_name; /* COAI_TOOL_CHOICE_TOOL: the tool's name */
+    int64_t max_tokens;        /* output limit asked for; 0 = none given */
+    const coai_str *stop;      /* stop sequences; NULL when stop_count is 0 */
+    size_t stop_count;
+    int thinking;              /* -1 not given, 0 disabled, 1 enabled (or adaptive) */
+    int64_t thinking_budget;   /* budget_tokens when given, else 0 */
+    coai_str conversation_key; /* set by the caller: a client session id (e.g. Claude
+                                * Code's x-claude-code-session-id); empty = none */
+    struct cJSON *root_;       /* private: the parsed body, owns most views */
+    coai_buf mem_;             /* private: pointers to heap blocks the request owns */
+} coai_request;
 
-/* Parse and validate. 0 on success; on failure a negative coai_result (COAI_ERR_UTF8,
- * COAI_ERR_JSON, COAI_ERR_INVALID, COAI_ERR_NOMEM) and *err filled (400, or 500 for
- * memory). The request is left empty on failure (free is still safe). */
+/* The OpenAI Chat Completions request is the neutral request (same type, old name). */
+typedef coai_request coai_chat_request;
+
+/* Parse and validate a body of the given dialect. 0 on success; on failure a negative
+ * coai_result (COAI_ERR_UTF8, COAI_ERR_JSON, COAI_ERR_INVALID, COAI_ERR_NOMEM) and *err
+ * filled (400, or 500 for memory; write it with coai_error_write_as). The request is
+ * left empty on failure (free is still safe). */
+int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
+                       coai_error *err);
+void coai_request_free(coai_request *req);
+/* Set p->prompt, p->tools and p->tool_count from req (views into req). */
+void coai_request_params(const coai_request *req, coai_run_params *p);
+/* Flatten a neutral conversation (spec §11.1) into out: system texts first (joined by
+ * "\n"), then "User: ", "Assistant: " (with "[Called tool: name(args)]" lines) and
+ * "[Tool result for id]: " turns separated by a blank line, and the continuation line
+ * when any tool result is present. Text parts of one message are joined by "\n";
+ * images and thinking are not part of the text. 0 ok, -1 fail. */
+int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t count);
+
+/* OpenAI Chat Completions: coai_request_parse(req, COAI_DIALECT_OPENAI_CHAT, ...). */
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err);
 void coai_chat_request_free(coai_chat_request *req);
-/* Set p->prompt, p->tools and p->tool_count from req (views into req). */
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
-/* Flatten an OpenAI messages array (spec §11.1) into out. Values of the wrong type
- * count as empty text. 0 ok, -1 fail. */
+/* Flatten an OpenAI messages array (spec §11.1) into out without validating it (values
+ * of the wrong type count as empty text). 0 ok, -1 fail. */
 int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
+
+/* The error in a dialect's shape: OpenAI {"error":{"message","type","param","code"}};
+ * Anthropic {"type":"error","error":{"type","message"}} with Anthropic's type names
+ * (invalid_request_error, authentication_error, permission_error, not_found_error,
+ * request_too_large, rate_limit_error, api_error, overloaded_error). 0 ok, -1 fail. */
+int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d);
+/* The HTTP status a dialect answers e with: e->status, except Anthropic, which has
+ * 529 for an overloaded or unavailable upstream (503) and 500 for other 5xx. */
+int coai_error_status_as(const coai_error *e, coai_dialect d);
 
 /* Models from GetUsableModels. Views point into the parsed tree (root_). */
 typedef struct coai_model {
@@ -1089,9 +1214,10 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count
 typedef int (*coai_upstream_fn)(void *user, const unsigned char *msg, size_t n);
 
 typedef struct coai_reply_opts {
-    int stream;                /* SSE (1) or one chat.completion JSON (0) */
+    coai_dialect dialect;      /* the writer: OpenAI chat (0, default), Anthropic, ... */
+    int stream;                /* SSE (1) or one JSON object (0) */
     int include_usage;         /* stream_options.include_usage */
-    coai_str completion_id;    /* "chatcmpl-<hex>" */
+    coai_str completion_id;    /* "chatcmpl-<hex>" (OpenAI), "msg_<..>" (Anthropic) */
     int64_t created;           /* unix seconds */
     coai_str model;            /* resolved model id shown in every chunk */
     const coai_tool *tools;    /* the client's tools (after tool_choice); may be NULL */
@@ -1104,10 +1230,26 @@ typedef struct coai_reply_opts {
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
 } coai_reply_opts;
 
-/* Copy stream, include_usage, tools, session_id and prompt from a parsed request. */
-void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req);
+/* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
+ * request. */
+void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req);
 
 typedef struct coai_reply_kv coai_reply_kv;
+
+/* Why a reply ended; each writer spells it (OpenAI finish_reason, Anthropic stop_reason). */
+typedef enum coai_finish {
+    COAI_FINISH_STOP = 0,      /* the turn ended: "stop" / "end_turn" */
+    COAI_FINISH_TOOL_CALLS,    /* a tool call ends the reply: "tool_calls" / "tool_use" */
+    COAI_FINISH_LENGTH,        /* output limit reached: "length" / "max_tokens" */
+    COAI_FINISH_STOP_SEQUENCE  /* a stop sequence matched: "stop" / "stop_sequence" */
+} coai_finish;
+
+/* Token counts of a reply. input_tokens counts the whole prompt, cached parts included;
+ * cache_* are the parts of it Cursor reported as read from / written to its cache (0 when
+ * unknown). Writers that list them separately (Anthropic) subtract them from input. */
+typedef struct coai_usage {
+    int64_t input_tokens, output_tokens, cache_read_tokens, cache_write_tokens;
+} coai_usage;
 
 typedef struct coai_reply {
     coai_buf out;              /* client body bytes to send; the caller drains it */
@@ -1131,6 +1273,11 @@ typedef struct coai_reply {
     coai_reply_kv *kv_;
     size_t kv_count_, kv_cap_, kv_bytes_;
     coai_buf fallback_;        /* kept assistant texts: [u32 length][bytes]... */
+    /* the dialect writer and its state */
+    const struct coai__writer *w_;
+    coai_finish finish_;       /* how the reply ended (valid once done without error) */
+    int64_t cache_read_, cache_write_;  /* cache token counts when Cursor sends them */
+    int block_, block_open_;   /* Anthropic: next content block index, open block kind */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1152,6 +1299,8 @@ int coai_reply_done(const coai_reply *r);
  * for a result it will not get, so close it rather than read it to its end. */
 int coai_reply_tool_called(const coai_reply *r);
 int coai_reply_status(const coai_reply *r);   /* HTTP status to send (200 or error) */
+/* Usage as the reply reports it (Cursor's counts when it sent them, else estimates). */
+void coai_reply_usage(const coai_reply *r, coai_usage *u);
 /* Append the response header lines this reply needs ("Content-Type: ..\r\n",
  * "Cache-Control: no-cache\r\n" for SSE, "x-should-retry: false\r\n",
  * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
@@ -5093,6 +5242,207 @@ static int coai__oa_bad(coai_error *err, const char *param, const char *fmt, ...
     return COAI_ERR_INVALID;
 }
 
+/* ---- the neutral request (core) --------------------------------------------- */
+
+/* A zeroed heap block owned by the request (freed by coai_request_free). */
+static void *coai__req_alloc(coai_request *req, size_t n)
+{
+    void *p;
+    if (n == 0) n = 1;
+    p = calloc(1, n);
+    if (!p) return NULL;
+    if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return NULL; }
+    return p;
+}
+
+void coai_request_free(coai_request *req)
+{
+    size_t i, k = req->mem_.len / sizeof(void *);
+    for (i = 0; i < k; i++) {
+        void *p;
+        memcpy(&p, req->mem_.data + i * sizeof p, sizeof p);
+        free(p);
+    }
+    coai_buf_free(&req->mem_);
+    cJSON_Delete(req->root_);
+    free(req->tools);
+    coai_buf_free(&req->prompt);
+    memset(req, 0, sizeof *req);
+}
+
+void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
+
+static void coai__conv_text(coai_buf *out, const coai_message *m)
+{
+    size_t i;
+    int first = 1;
+    for (i = 0; i < m->part_count; i++) {
+        if (m->parts[i].kind != COAI_PART_TEXT) continue;
+        if (!first) coai_buf_putc(out, '\n');
+        coai__oa_put_str(out, m->parts[i].text);
+        first = 0;
+    }
+}
+
+int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t count)
+{
+    size_t i, j;
+    int nparts = 0, any_system = 0, any_tool = 0;
+    coai_buf t = { 0 };
+    for (i = 0; i < count; i++) {
+        if (msgs[i].role != COAI_ROLE_SYSTEM) continue;
+        if (any_system) coai_buf_putc(out, '\n');
+        coai__conv_text(out, &msgs[i]);
+        any_system = 1;
+    }
+    if (any_system) nparts = 1;
+    for (i = 0; i < count; i++) {
+        const coai_message *m = &msgs[i];
+        coai_buf_reset(&t);
+        coai__conv_text(&t, m);
+        if (m->role == COAI_ROLE_USER) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "User: ");
+            coai_buf_append(out, t.data, t.len);
+        } else if (m->role == COAI_ROLE_ASSISTANT) {
+            if (m->call_count) {
+                if (nparts++) coai_buf_puts(out, "\n\n");
+                coai_buf_puts(out, "Assistant: ");
+                if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
+                for (j = 0; j < m->call_count; j++) {
+                    if (j) coai_buf_putc(out, '\n');
+                    coai_buf_puts(out, "[Called tool: ");
+                    coai__oa_put_str(out, m->calls[j].name);
+                    coai_buf_putc(out, '(');
+                    coai__oa_put_str(out, m->calls[j].args);
+                    coai_buf_puts(out, ")]");
+                }
+            } else if (t.len) {
+                if (nparts++) coai_buf_puts(out, "\n\n");
+                coai_buf_puts(out, "Assistant: ");
+                coai_buf_append(out, t.data, t.len);
+            }
+        } else if (m->role == COAI_ROLE_TOOL) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, m->tool_call_id);
+            /* Only dialects with an error flag set it (Anthropic is_error). */
+            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
+            coai_buf_append(out, t.data, t.len);
+            any_tool = 1;
+        }
+    }
+    if (any_tool) {
+        if (nparts++) coai_buf_puts(out, "\n\n");
+        coai_buf_puts(out, "\nBased on the tool results above, please continue your response:");
+    }
+    if (t.err) out->err = 1;
+    coai_buf_free(&t);
+    if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
+    return out->err ? -1 : 0;
+}
+
+/* What every parser does last: the session id of the newest "sess_<S>__call_" id in
+ * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
+static int coai__request_finish(coai_request *req)
+{
+    size_t i, j;
+    for (i = req->message_count; i-- > 0 && !req->session_id.len;) {
+        const coai_message *m = &req->messages[i];
+        if (m->role == COAI_ROLE_TOOL) req->session_id = coai__oa_session_of(m->tool_call_id);
+        for (j = 0; j < m->call_count && !req->session_id.len; j++)
+            req->session_id = coai__oa_session_of(m->calls[j].id);
+    }
+    for (i = 0; i < req->message_count; i++)
+        if (req->messages[i].role == COAI_ROLE_TOOL) req->has_tool_messages = 1;
+    if (req->tool_choice == COAI_TOOL_CHOICE_NONE) {
+        req->tools_disabled = 1;
+        free(req->tools);
+        req->tools = NULL;
+        req->tool_count = 0;
+    }
+    if (req->mem_.err) return -1;
+    return coai_conversation_prompt(&req->prompt, req->messages, req->message_count);
+}
+
+void coai_request_params(const coai_request *req, coai_run_params *p)
+{
+    p->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
+    p->prompt.len = req->prompt.len;
+    p->tools = req->tool_count ? req->tools : NULL;
+    p->tool_count = req->tool_count;
+}
+
+void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
+{
+    coai_request_params(req, p);
+}
+
+/* OpenAI messages (already validated) -> neutral messages. 0 ok, -1 no memory. */
+static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
+{
+    const cJSON *m;
+    size_t n = (size_t)cJSON_GetArraySize(messages), i = 0;
+    coai_message *out = (coai_message *)coai__req_alloc(req, n * sizeof *out);
+    if (!out) return -1;
+    cJSON_ArrayForEach(m, messages) {
+        coai_message *o = &out[i++];
+        const cJSON *content = coai__oa_get(m, "content"), *calls = coai__oa_get(m, "tool_calls");
+        if (coai__oa_role_is(m, "user")) o->role = COAI_ROLE_USER;
+        else if (coai__oa_role_is(m, "assistant")) o->role = COAI_ROLE_ASSISTANT;
+        else if (coai__oa_role_is(m, "tool")) o->role = COAI_ROLE_TOOL;
+        else o->role = COAI_ROLE_SYSTEM;                     /* system, developer */
+        if (cJSON_IsString(content)) {
+            coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
+            if (!p) return -1;
+            p->text = coai__oa_jstr(content);
+            o->parts = p;
+            o->part_count = 1;
+        } else if (cJSON_IsArray(content)) {
+            const cJSON *part;
+            size_t k = 0;
+            coai_part *p = (coai_part *)coai__req_alloc(
+                req, (size_t)cJSON_GetArraySize(content) * sizeof *p);
+            if (!p) return -1;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *t = coai__oa_get(part, "type");
+                if (!cJSON_IsString(t)) continue;
+                if (strcmp(t->valuestring, "text") == 0) {
+                    p[k].kind = COAI_PART_TEXT;
+                    p[k++].text = coai__oa_jstr(coai__oa_get(part, "text"));
+                } else if (strcmp(t->valuestring, "image_url") == 0) {
+                    const cJSON *u = coai__oa_get(part, "image_url");
+                    p[k].kind = COAI_PART_IMAGE;
+                    p[k++].url = coai__oa_jstr(cJSON_IsString(u) ? u : coai__oa_get(u, "url"));
+                }
+            }
+            o->parts = p;
+            o->part_count = k;
+        }
+        if (o->role == COAI_ROLE_TOOL)
+            o->tool_call_id = coai__oa_jstr(coai__oa_get(m, "tool_call_id"));
+        if (o->role == COAI_ROLE_ASSISTANT && cJSON_IsArray(calls)
+            && cJSON_GetArraySize(calls) > 0) {
+            const cJSON *c;
+            size_t k = 0;
+            coai_call *cs = (coai_call *)coai__req_alloc(
+                req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
+            if (!cs) return -1;
+            cJSON_ArrayForEach(c, calls) {
+                const cJSON *f = coai__oa_get(c, "function");
+                cs[k].id = coai__oa_jstr(coai__oa_get(c, "id"));
+                cs[k].name = coai__oa_jstr(coai__oa_get(f, "name"));
+                cs[k++].args = coai__oa_jstr(coai__oa_get(f, "arguments"));
+            }
+            o->calls = cs;
+            o->call_count = k;
+        }
+    }
+    req->messages = out;
+    req->message_count = n;
+    return 0;
+}
+
 /* Validate message i; path buffers sized for "messages[<i>].tool_calls[<j>]...". */
 static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
 {
@@ -5172,14 +5522,6 @@ static int coai__oa_has_nul_escape(const char *s, size_t n)
     return 0;
 }
 
-void coai_chat_request_free(coai_chat_request *req)
-{
-    cJSON_Delete(req->root_);
-    free(req->tools);
-    coai_buf_free(&req->prompt);
-    memset(req, 0, sizeof *req);
-}
-
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err)
 {
@@ -5255,20 +5597,6 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         if (coai__oa_role_is(m, "tool")) req->has_tool_messages = 1;
         i++;
     }
-    /* Newest session id first (spec §8.3). */
-    for (m = messages->child ? messages->child->prev : NULL; m && !req->session_id.len;
-         m = m == messages->child ? NULL : m->prev) {
-        if (coai__oa_role_is(m, "tool")) {
-            req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
-        } else if (coai__oa_role_is(m, "assistant")) {
-            const cJSON *c, *calls = coai__oa_get(m, "tool_calls");
-            if (!cJSON_IsArray(calls)) continue;
-            cJSON_ArrayForEach(c, calls) {
-                req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(c, "id")));
-                if (req->session_id.len) break;
-            }
-        }
-    }
     rc = COAI_ERR_INVALID;
     tools = coai__oa_get(root, "tools");
     if (tools && !cJSON_IsNull(tools)) {
@@ -5326,27 +5654,25 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         req->tool_count = (size_t)count;
     }
     v = coai__oa_get(root, "tool_choice");
-    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0) {
-        req->tools_disabled = 1;
-        free(req->tools);
-        req->tools = NULL;
-        req->tool_count = 0;
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_NONE;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_ANY;
+    else if (cJSON_IsObject(v)) {
+        req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+        req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
     }
-    if (coai_prompt_build(&req->prompt, messages)) { rc = COAI_ERR_NOMEM; goto nomem; }
+    req->thinking = -1;
+    if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
+        rc = COAI_ERR_NOMEM;
+        goto nomem;
+    }
     return 0;
 nomem:
     coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
 fail:
     coai_chat_request_free(req);
     return rc;
-}
-
-void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
-{
-    p->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
-    p->prompt.len = req->prompt.len;
-    p->tools = req->tool_count ? req->tools : NULL;
-    p->tool_count = req->tool_count;
 }
 
 /* ---- models -------------------------------------------------------------- */
@@ -5655,8 +5981,28 @@ struct coai_reply_kv {
 
 #define COAI__OA_KV_OVERHEAD 64   /* bytes charged per blob on top of id + data */
 
-void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req)
+/* A dialect's writer: how the reply's event sequence is spelled. The core (coai_reply)
+ * decides when each event happens (commit rule, one tool call, errors, usage); a writer
+ * only appends bytes to r->out. Streaming: begin once (the commit), then delta /
+ * tool_call, then end or error. Non-streaming: body once, or the error body (written by
+ * coai_error_write_as). keepalive while the upstream is silent (after begin). */
+typedef struct coai__writer {
+    void (*init)(coai_reply *r);                                   /* at coai_reply_init */
+    void (*begin)(coai_reply *r);                                  /* stream: first bytes */
+    void (*delta)(coai_reply *r, int ch, const char *s, size_t n); /* 0 text, 1 reasoning */
+    void (*tool_call)(coai_reply *r);                     /* r->tc_id_/tc_name_/tc_args_ */
+    void (*end)(coai_reply *r, coai_finish f);                     /* stream: last events */
+    void (*body)(coai_reply *r, coai_finish f);                    /* non-stream: object */
+    void (*error)(coai_reply *r);                        /* stream, committed: r->error */
+    void (*keepalive)(coai_reply *r);
+} coai__writer;
+
+static const coai__writer *coai__writer_of(coai_dialect d);
+static int coai__reply_end(coai_reply *r, coai_finish f);
+
+void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req)
 {
+    o->dialect = req->dialect;
     o->stream = req->stream;
     o->include_usage = req->include_usage;
     o->tools = req->tool_count ? req->tools : NULL;
@@ -5700,12 +6046,9 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
     }
     r->session_[k] = 0;
     r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
-    coai_buf_puts(&r->prefix_, "{\"id\":");
-    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
-    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-                    o->stream ? "chat.completion.chunk" : "chat.completion",
-                    (long long)o->created);
-    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+    if ((unsigned)o->dialect >= COAI_DIALECT_COUNT_) r->o_.dialect = COAI_DIALECT_OPENAI_CHAT;
+    r->w_ = coai__writer_of(r->o_.dialect);
+    if (r->w_->init) r->w_->init(r);
     if (r->prefix_.err || coai_buf_reserve(&r->out, 0)) {
         coai_reply_free(r);
         return COAI_ERR_NOMEM;
@@ -5752,6 +6095,19 @@ static int coai__oa_out_result(coai_reply *r)
     return r->out.err ? COAI_ERR_NOMEM : (r->done_ ? COAI_DONE : COAI_OK);
 }
 
+/* ---- the OpenAI Chat Completions writer ---- */
+
+static void coai__oa_w_init(coai_reply *r)
+{
+    const coai_reply_opts *o = &r->o_;
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+                    o->stream ? "chat.completion.chunk" : "chat.completion",
+                    (long long)o->created);
+    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+}
+
 static void coai__oa_chunk_begin(coai_reply *r)
 {
     coai_buf_puts(&r->out, "data: ");
@@ -5768,13 +6124,32 @@ static void coai__oa_chunk_end(coai_reply *r, const char *finish)
     coai_buf_puts(&r->out, "}\n\n");
 }
 
-static void coai__oa_usage(const coai_reply *r, coai_buf *b)
+void coai_reply_usage(const coai_reply *r, coai_usage *u)
 {
     int64_t c, p;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
+    u->input_tokens = p;
+    u->output_tokens = c;
+    u->cache_read_tokens = r->cache_read_ >= 0 && r->cache_read_ <= p ? r->cache_read_ : 0;
+    u->cache_write_tokens = r->cache_write_ >= 0
+                            && r->cache_write_ <= p - u->cache_read_tokens ? r->cache_write_ : 0;
+}
+
+static void coai__oa_usage(const coai_reply *r, coai_buf *b)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
     coai_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
-                    "\"total_tokens\":%lld}", (long long)p, (long long)c, (long long)(p + c));
+                    "\"total_tokens\":%lld}", (long long)u.input_tokens,
+                    (long long)u.output_tokens, (long long)(u.input_tokens + u.output_tokens));
+}
+
+static void coai__oa_w_begin(coai_reply *r)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
+    coai__oa_chunk_end(r, NULL);
 }
 
 /* The first client byte: from here on errors are in-band. */
@@ -5783,11 +6158,7 @@ static void coai__oa_commit(coai_reply *r)
     if (r->committed_) return;
     r->committed_ = 1;
     r->status_ = 200;
-    if (r->o_.stream) {
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
-        coai__oa_chunk_end(r, NULL);
-    }
+    if (r->o_.stream) r->w_->begin(r);
 }
 
 static int coai__oa_fail(coai_reply *r, const coai_error *e)
@@ -5798,20 +6169,25 @@ static int coai__oa_fail(coai_reply *r, const coai_error *e)
     if (!r->error.type) r->error.type = "upstream_error";
     if (!r->committed_) {
         r->committed_ = 1;
-        r->status_ = r->error.status;
+        r->status_ = coai_error_status_as(&r->error, r->o_.dialect);
         coai_buf_reset(&r->out);
-        coai_error_write(&r->out, &r->error);
+        coai_error_write_as(&r->out, &r->error, r->o_.dialect);
     } else if (r->o_.stream) {
-        coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
-        coai__oa_json_cstr(&r->out, r->error.message);
-        coai_buf_puts(&r->out, ",\"type\":");
-        coai__oa_json_cstr(&r->out, r->error.type);
-        coai_buf_puts(&r->out, ",\"code\":");
-        coai__oa_json_cstr(&r->out, r->error.code);
-        coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
+        r->w_->error(r);
     }
     r->done_ = 1;
     return coai__oa_out_result(r);
+}
+
+static void coai__oa_w_error(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
+    coai__oa_json_cstr(&r->out, r->error.message);
+    coai_buf_puts(&r->out, ",\"type\":");
+    coai__oa_json_cstr(&r->out, r->error.type);
+    coai_buf_puts(&r->out, ",\"code\":");
+    coai__oa_json_cstr(&r->out, r->error.code);
+    coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
 }
 
 static int coai__oa_fail_nomem(coai_reply *r)
@@ -5830,14 +6206,19 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
     if (ch == 0) r->text_streamed_ = 1;
     if (r->o_.stream) {
         coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
-        coai_json_str_append(&r->out, s, n);
-        coai_buf_putc(&r->out, '}');
-        coai__oa_chunk_end(r, NULL);
+        r->w_->delta(r, ch, s, n);
     } else {
         coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
     }
+}
+
+static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_putc(&r->out, '}');
+    coai__oa_chunk_end(r, NULL);
 }
 
 /* Bytes at the end of p[0..n) that start a character the next delta completes. */
@@ -5877,9 +6258,19 @@ static void coai__oa_flush_carry(coai_reply *r)
     }
 }
 
-static void coai__oa_completion(coai_reply *r, const char *finish)
+static const char *coai__oa_finish_name(coai_finish f)
+{
+    switch (f) {
+    case COAI_FINISH_TOOL_CALLS: return "tool_calls";
+    case COAI_FINISH_LENGTH: return "length";
+    default: return "stop";
+    }
+}
+
+static void coai__oa_w_body(coai_reply *r, coai_finish f)
 {
     coai_buf *o = &r->out;
+    const char *finish = coai__oa_finish_name(f);
     coai_buf_append(o, r->prefix_.data, r->prefix_.len);
     coai_buf_puts(o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     if (r->has_tool_call_ && !r->content_.len) coai_buf_puts(o, "null");
@@ -5930,10 +6321,34 @@ static int coai__oa_finish(coai_reply *r)
             i += 4 + n;
         }
     }
+    return coai__reply_end(r, COAI_FINISH_STOP);
+}
+
+/* The last events of a normal end (stream) or the whole object (non-streaming). */
+static int coai__reply_end(coai_reply *r, coai_finish f)
+{
+    r->finish_ = f;
     if (r->o_.stream) {
         coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{},\"finish_reason\":\"stop\"}]");
+        r->w_->end(r, f);
+    } else {
+        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+        r->committed_ = 1;
+        r->status_ = 200;
+        r->w_->body(r, f);
+    }
+    r->done_ = 1;
+    return coai__oa_out_result(r);
+}
+
+static void coai__oa_w_end(coai_reply *r, coai_finish f)
+{
+    coai__oa_chunk_begin(r);
+    if (f == COAI_FINISH_TOOL_CALLS) {
+        coai_buf_puts(&r->out, "{}");
+        coai__oa_chunk_end(r, "\"tool_calls\"");
+    } else {
+        coai_buf_printf(&r->out, "{},\"finish_reason\":\"%s\"}]", coai__oa_finish_name(f));
         if (r->o_.include_usage) {
             coai_buf_puts(&r->out, ",\"usage\":null");
         } else {
@@ -5941,15 +6356,13 @@ static int coai__oa_finish(coai_reply *r)
             coai__oa_usage(r, &r->out);
         }
         coai_buf_puts(&r->out, "}\n\n");
-        coai__oa_stream_tail(r);
-    } else {
-        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
-        r->committed_ = 1;
-        r->status_ = 200;
-        coai__oa_completion(r, "stop");
     }
-    r->done_ = 1;
-    return coai__oa_out_result(r);
+    coai__oa_stream_tail(r);
+}
+
+static void coai__oa_w_keepalive(coai_reply *r)
+{
+    coai_buf_puts(&r->out, ": keepalive\n\n");
 }
 
 static int coai__oa_send(coai_reply *r)
@@ -5985,26 +6398,22 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
                             + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
     if (r->o_.stream) {
         coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
-        coai_json_str_append(&r->out, (const char *)id->data, id->len);
-        coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
-        coai_json_str_append(&r->out, t->name.ptr, t->name.len);
-        coai_buf_puts(&r->out, ",\"arguments\":");
-        coai_json_str_append(&r->out, (const char *)tc->args.data, tc->args.len);
-        coai_buf_puts(&r->out, "}}]}");
-        coai__oa_chunk_end(r, NULL);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{}");
-        coai__oa_chunk_end(r, "\"tool_calls\"");
-        coai__oa_stream_tail(r);
-    } else {
-        r->committed_ = 1;
-        r->status_ = 200;
-        coai__oa_completion(r, "tool_calls");
+        r->w_->tool_call(r);
     }
-    r->done_ = 1;
-    return coai__oa_out_result(r);
+    return coai__reply_end(r, COAI_FINISH_TOOL_CALLS);
+}
+
+static void coai__oa_w_tool_call(coai_reply *r)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
+    coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
+    coai_buf_puts(&r->out, ",\"arguments\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_args_.data, r->tc_args_.len);
+    coai_buf_puts(&r->out, "}}]}");
+    coai__oa_chunk_end(r, NULL);
 }
 
 static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
@@ -6288,9 +6697,85 @@ int coai_reply_keepalive(coai_reply *r)
     if (r->done_) return COAI_DONE;
     if (!r->o_.stream) return COAI_OK;
     coai__oa_commit(r);
-    coai_buf_puts(&r->out, ": keepalive\n\n");
+    r->w_->keepalive(r);
     return coai__oa_out_result(r);
 }
 /* PART:OPENAI impl end */
+
+/* ======================================================================== */
+/* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
+/* ======================================================================== */
+
+static const coai__writer coai__oa_writer = {
+    coai__oa_w_init, coai__oa_w_begin, coai__oa_w_delta, coai__oa_w_tool_call,
+    coai__oa_w_end, coai__oa_w_body, coai__oa_w_error, coai__oa_w_keepalive
+};
+
+typedef int (*coai__parse_fn)(coai_request *req, const char *body, size_t n, coai_error *err);
+
+static const struct {
+    coai__parse_fn parse;
+    const coai__writer *writer;
+} coai__dialects[COAI_DIALECT_COUNT_] = {
+    /* COAI_DIALECT_OPENAI_CHAT */ { coai_chat_request_parse, &coai__oa_writer },
+    /* COAI_DIALECT_ANTHROPIC */   { NULL, NULL },
+};
+
+static const coai__writer *coai__writer_of(coai_dialect d)
+{
+    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].writer) return &coai__oa_writer;
+    return coai__dialects[d].writer;
+}
+
+int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
+                       coai_error *err)
+{
+    int rc;
+    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].parse) {
+        memset(req, 0, sizeof *req);
+        coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
+                       "This API is not supported by this build");
+        return COAI_ERR_INVALID;
+    }
+    rc = coai__dialects[d].parse(req, body, n, err);
+    if (rc == 0) req->dialect = d;
+    return rc;
+}
+
+/* Anthropic's error type for an error's status (their table of statuses). */
+static const char *coai__an_error_type(const coai_error *e)
+{
+    switch (e->status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 402: return "billing_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: case 529: return "overloaded_error";
+    default: return e->status >= 400 && e->status < 500 ? "invalid_request_error" : "api_error";
+    }
+}
+
+int coai_error_status_as(const coai_error *e, coai_dialect d)
+{
+    int st = e->status ? e->status : 500;
+    if (d != COAI_DIALECT_ANTHROPIC) return st;
+    if (st == 503) return 529;
+    if (st >= 500 && st != 529) return 500;
+    return st;
+}
+
+int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
+{
+    if (d != COAI_DIALECT_ANTHROPIC) return coai_error_write(out, e);
+    coai_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
+    coai__oa_json_cstr(out, coai__an_error_type(e));
+    coai_buf_puts(out, ",\"message\":");
+    coai__oa_json_cstr(out, e->message);
+    return coai_buf_puts(out, "}}");
+}
+/* PART:DIALECTS impl end */
 
 #endif /* CURSOR_OAI_IMPLEMENTATION */
