@@ -5298,13 +5298,27 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
     if (any_system) nparts = 1;
     for (i = 0; i < count; i++) {
         const coai_message *m = &msgs[i];
-        coai_buf_reset(&t);
-        coai__conv_text(&t, m);
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
         if (m->role == COAI_ROLE_USER) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai_buf_append(out, t.data, t.len);
-        } else if (m->role == COAI_ROLE_ASSISTANT) {
+            coai__conv_text(out, m);
+            continue;
+        }
+        if (m->role == COAI_ROLE_TOOL) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, m->tool_call_id);
+            /* Only dialects with an error flag set it (Anthropic is_error). */
+            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
+            coai__conv_text(out, m);
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__conv_text(&t, m);
+        if (m->role == COAI_ROLE_ASSISTANT) {
             if (m->call_count) {
                 if (nparts++) coai_buf_puts(out, "\n\n");
                 coai_buf_puts(out, "Assistant: ");
@@ -5322,14 +5336,6 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (m->role == COAI_ROLE_TOOL) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
-            coai__oa_put_str(out, m->tool_call_id);
-            /* Only dialects with an error flag set it (Anthropic is_error). */
-            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
-            coai_buf_append(out, t.data, t.len);
-            any_tool = 1;
         }
     }
     if (any_tool) {

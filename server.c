@@ -3073,6 +3073,8 @@ static int handle_chat(struct conn *c)
     coai_buf_free(&req.prompt);
     params.prompt = coai_str_c("");
     req.session_id = coai_str_c("");
+    req.messages = NULL;
+    req.message_count = 0;
     cJSON_DeleteItemFromObjectCaseSensitive(req.root_, "messages");
     for (attempt = 0; attempt < 2; attempt++) {
         coai_error re;
