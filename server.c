@@ -1229,7 +1229,7 @@ static int up_exchange(const coai_buf *head, const void *req, size_t req_len, co
     int attempt, rc = -1;
     /* One overall deadline for the whole call, retry included: bytes that trickle in, interim
      * heads or a long body never postpone it. */
-    int64_t end = mono_ms() + S.up_call_ms;
+    int64_t end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     for (attempt = 0; attempt < 2; attempt++) {
         c = up_get(attempt > 0, client_fd, e);
         if (!c) goto done;
@@ -3758,6 +3758,15 @@ static int configure(void)
     return 0;
 }
 
+/* Install sa for sig, except where the parent chose to ignore it (nohup ignores SIGHUP:
+ * that choice stands). */
+static void signal_unless_ignored(int sig, const struct sigaction *sa)
+{
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 static int run_serve(int argc, char **argv)
 {
     struct sigaction sa;
@@ -3773,8 +3782,8 @@ static int run_serve(int argc, char **argv)
     /* A closed terminal (SIGHUP) and SIGQUIT stop the server the same graceful way: streams
      * end with an error event and [DONE] instead of a cut connection. (SIGQUIT's core dump
      * is of no use to a user; nginx also treats it as a graceful stop.) */
-    sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGQUIT, &sa, NULL);
+    signal_unless_ignored(SIGHUP, &sa);
+    signal_unless_ignored(SIGQUIT, &sa);
     cred_paths();
     switch (cred_load()) {
     case CRED_ENV:

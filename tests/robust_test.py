@@ -448,6 +448,32 @@ def t_signals(tmp, fake, token):
             p.stop()
 
 
+    # started under nohup (SIGHUP ignored): that choice stands
+    port = H.free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    env.update({"HOME": tmp, "XDG_CONFIG_HOME": os.path.join(tmp, "cfg-nohup"),
+                "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca,
+                "CURSOR_ACCESS_TOKEN": token})
+    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:%d" % port], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        def health():
+            c = socket.create_connection(("127.0.0.1", port), timeout=2)
+            c.sendall(req_bytes("GET", "/health", port))
+            d = c.recv(100)
+            c.close()
+            return d.startswith(b"HTTP/1.1 200")
+        up = H.wait_for(health, 10)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        check("under nohup (SIGHUP ignored by the parent) SIGHUP leaves the server running",
+              up and proc.poll() is None and H.wait_for(health, 3), proc.poll())
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 # ---------------------------------------------------------------------------------------------
 # 6, 7. memory
 
