@@ -3108,7 +3108,8 @@ static int run_frame(struct run *r, const coai_frame *f)
 static void run_stream(struct run *r)
 {
     int rc = COAI_OK;
-    int64_t next_check = mono_ms() + 1000;
+    int64_t next_check = mono_ms();     /* first check at once: nothing goes to a client
+                                         * that left while the run was starting */
     while (rc == COAI_OK) {
         const unsigned char *p;
         long n;

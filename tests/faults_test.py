@@ -582,8 +582,13 @@ def t_client(proxy, fake):
             done = r.read_eof(15)
             # By design (server.c client_gone): a half-close while the proxy waits on the
             # upstream counts as the client leaving; the run is cancelled, nothing is sent.
-            eq("half-close after a chat (stream=%s): closed without an answer (by design)"
-               % stream, (done, r.buf[:40]), (True, b""))
+            # On a loaded machine this thread may be descheduled between send() and
+            # shutdown(): the stream can then have begun ("half") before the half-close,
+            # and it must end cut off (no [DONE]) rather than complete.
+            cut = (stream and r.buf.startswith(b"HTTP/1.1 200") and b"[DONE]" not in r.buf
+                   and not r.buf.endswith(b"0\r\n\r\n"))
+            check("half-close after a chat (stream=%s): closed without an answer (by design)"
+                  % stream, done and (r.buf == b"" or cut), (done, r.buf[:300]))
         finally:
             r.close()
 
