@@ -3743,6 +3743,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300); then served stale\n"
     "                           while one background fetch renews it\n"
     "  CURSOR_OAI_MODELS_WAIT   seconds a request waits for the first model list (15)\n"
+    "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names -> Cursor models\n"
     "  CURSOR_OAI_UPSTREAM_TIMEOUT  overall seconds of one unary upstream call (60)\n"
     "  CURSOR_OAI_BODY_TIMEOUT  seconds to receive a whole request body (120)\n"
     "  CURSOR_OAI_MAX_RESPONSE_MB  MiB of a non-streaming answer held in memory (32)\n"
