@@ -523,7 +523,8 @@ def t_memory(tmp, fake, token):
         p.stop()
 
     # the cost of one big request: peak RSS growth over the body size
-    p = new_proxy(tmp, fake, token, "rss", {"CURSOR_OAI_IDLE_TIMEOUT": "60"})
+    p = new_proxy(tmp, fake, token, "rss", {"CURSOR_OAI_IDLE_TIMEOUT": "60",
+                                            "CURSOR_OAI_MAX_PROMPT_BYTES": str(16 * MIB)})
     try:
         size = 4 * MIB
         body = chat_body("scenario:default", "x" * size, False)
