@@ -178,6 +178,42 @@ static void test_request_errors(void)
     }
 }
 
+/* The OpenAI dialect fills the same neutral request. */
+static void test_openai_neutral(void)
+{
+    coai_request q;
+    coai_error e;
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":"
+        "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\"}},{\"type\":"
+        "\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+        "[{\"id\":\"sess_S1__call_c\",\"type\":\"function\",\"function\":{\"name\":\"read\","
+        "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"sess_S1__call_c\","
+        "\"content\":\"r\"}],\"tool_choice\":\"required\"}";
+    CHECK(coai_request_parse(&q, COAI_DIALECT_OPENAI_CHAT, body, strlen(body), &e) == 0);
+    CHECK(q.dialect == COAI_DIALECT_OPENAI_CHAT && q.message_count == 4 && q.thinking == -1);
+    if (q.message_count == 4) {
+        CHECK(q.messages[0].role == COAI_ROLE_SYSTEM);
+        CHECK(q.messages[1].role == COAI_ROLE_USER && q.messages[1].part_count == 3
+              && q.messages[1].parts[1].kind == COAI_PART_IMAGE
+              && coai_str_eq(q.messages[1].parts[1].url, "data:image/png;base64,AAAA"));
+        CHECK(q.messages[2].role == COAI_ROLE_ASSISTANT && q.messages[2].call_count == 1
+              && coai_str_eq(q.messages[2].calls[0].name, "read")
+              && coai_str_eq(q.messages[2].calls[0].args, "{}"));
+        CHECK(q.messages[3].role == COAI_ROLE_TOOL
+              && coai_str_eq(q.messages[3].tool_call_id, "sess_S1__call_c"));
+    }
+    CHECK(q.tool_choice == COAI_TOOL_CHOICE_ANY && coai_str_eq(q.session_id, "S1"));
+    /* images are not text: the prompt joins the two text parts */
+    CHECK(strstr((const char *)q.prompt.data, "User: a\nb") != NULL);
+    coai_request_free(&q);
+    /* an unknown dialect is refused, not crashed on */
+    CHECK(coai_request_parse(&q, (coai_dialect)7, body, strlen(body), &e) == COAI_ERR_INVALID
+          && e.status == 404);
+    coai_request_free(&q);
+}
+
 /* ---- the writer ----------------------------------------------------------------------- */
 
 static void setup(coai_reply *r, sink *s, int stream, const coai_tool *tools, size_t n)
@@ -597,6 +633,7 @@ int main(void)
 {
     test_request();
     test_request_errors();
+    test_openai_neutral();
     test_stream();
     test_tool_use();
     test_non_stream_and_errors();
