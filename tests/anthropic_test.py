@@ -93,6 +93,7 @@ def scenarios(ws, secret):
                 {"op": "exec", "kind": "write", "id": 2, "exec_id": "exec-write-0002",
                  "path": out, "file_text": "COPIED-%s\n" % secret, "wait_reply": 1.0},
                 {"op": "stall", "max_s": 60}]}], "steps": [
+            {"op": "thinking", "text": "I should read the file first."},
             {"op": "text", "text": "Reading the input."},
             {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001", "path": inp,
              "wait_reply": 1.0},
@@ -518,6 +519,9 @@ def t_claude(proxy, fake, ws, secret, tmp):
     tools_used = [c.get("name") for e in r.jsonl() if e.get("type") == "assistant"
                   for c in (e.get("message") or {}).get("content", []) if c.get("type") == "tool_use"]
     eq("Claude Code ran Read then Write", tools_used, ["Read", "Write"])
+    p = run_msg(runs_by(fake, "cc_rw")[-1]).get("prompt", "") if runs_by(fake, "cc_rw") else ""
+    check("its thinking came back and stayed out of the prompt; the calls went in",
+          "I should read the file first" not in p and "[Called tool: Write(" in p, p[-600:])
     posts = [q for q in tap.requests if q["method"] == "POST"]
     check("every request was POST /v1/messages?beta=true",
           posts and all(q["path"] == "/v1/messages?beta=true" for q in tap.requests),
