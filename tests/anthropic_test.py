@@ -248,6 +248,13 @@ def t_wire(proxy, fake, ws, secret):
     check("the run request declared Bash upstream",
           run and [t["tool_name"] for t in run_msg(run[0]).get("tools", [])] == ["Bash"], run)
 
+    # no LS/Grep tool (a current Claude Code has none): ls and grep go to Bash as commands
+    for scen, cmd in (("tool_ls", "ls -la -- '/tmp'"), ("tool_grep", "grep -rnE -e 'TODO' -- '/tmp'")):
+        st, b, hd = post(proxy, "/v1/messages", msg("scenario:" + scen, tools=[CC_BASH]))
+        j = jload(b) or {}
+        eq("%s -> Bash %s" % (scen, cmd), [(c.get("name"), (c.get("input") or {}).get("command"))
+                                          for c in j.get("content", [])], [("Bash", cmd)])
+
     # MCP tools pass through with their arguments (non-streaming)
     mcp = {"name": "mcp__weather__get_weather", "description": "weather",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}

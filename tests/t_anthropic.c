@@ -569,6 +569,58 @@ static void test_exec_names(void)
     cJSON_Delete(open_s);
 }
 
+/* Claude Code offers no LS/Grep/Glob: those execs become Bash commands in the Messages
+ * dialect (and stay refused in OpenAI chat, whose mapping is unchanged). */
+static void test_anthropic_exec(void)
+{
+    coai_tool t[2];
+    coai_exec ex;
+    coai_tool_call tc;
+    cJSON *bash = cJSON_Parse("{\"type\":\"object\",\"additionalProperties\":false,"
+                              "\"properties\":{\"command\":{},\"description\":{}}}");
+    static const struct { int kind; const char *path, *pattern, *glob, *cmd; } cases[] = {
+        { COAI_EXEC_LS, "/w/src", "", "", "ls -la -- '/w/src'" },
+        { COAI_EXEC_LS, "", "", "", "ls -la -- '.'" },
+        { COAI_EXEC_GREP, "/w", "TODO|FIXME", "", "grep -rnE -e 'TODO|FIXME' -- '/w'" },
+        { COAI_EXEC_GREP, "", "it's", "*.c", "grep -rnE --include='*.c' -e 'it'\\''s' -- '.'" },
+        { COAI_EXEC_GREP, "/w", "", "src/**/*.ts", "find '/w' -type f -name '*.ts'" },
+        { COAI_EXEC_DELETE, "/w/old.txt", "", "", "rm -f -- '/w/old.txt'" },
+    };
+    size_t i;
+    memset(t, 0, sizeof t);
+    memset(&tc, 0, sizeof tc);
+    t[0].name = coai_str_c("Read");
+    t[1].name = coai_str_c("Bash");
+    t[1].parameters = bash;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j;
+        memset(&ex, 0, sizeof ex);
+        ex.kind = (coai_exec_kind)cases[i].kind;
+        ex.path = coai_str_c(cases[i].path);
+        ex.has_path = cases[i].path[0] != 0;
+        ex.pattern = coai_str_c(cases[i].pattern);
+        ex.glob = coai_str_c(cases[i].glob);
+        CHECKF(coai_anthropic_exec_map(&ex, t, 2, coai_str_c("/proxy"), &tc) == 1 && tc.tool == 1,
+               "case %zu", i);
+        j = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
+        CHECKF(j && strcmp(cJSON_GetObjectItem(j, "command")->valuestring, cases[i].cmd) == 0
+               && cJSON_GetObjectItem(j, "description") && cJSON_GetArraySize(j) == 2,
+               "case %zu: %s", i, tc.args.data);
+        cJSON_Delete(j);
+        /* the OpenAI mapping is unchanged: refused */
+        CHECK(coai_exec_map(&ex, t, 2, coai_str_c("/proxy"), &tc) == 0);
+    }
+    /* a dedicated tool still wins; no shell tool: refused */
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_READ;
+    ex.path = coai_str_c("/a");
+    CHECK(coai_anthropic_exec_map(&ex, t, 2, coai_str_c(""), &tc) == 1 && tc.tool == 0);
+    ex.kind = COAI_EXEC_LS;
+    CHECK(coai_anthropic_exec_map(&ex, t, 1, coai_str_c(""), &tc) == 0);
+    coai_buf_free(&tc.args);
+    cJSON_Delete(bash);
+}
+
 /* ---- model names ---------------------------------------------------------------------- */
 
 static void test_models(void)
@@ -639,6 +691,7 @@ int main(void)
     test_non_stream_and_errors();
     test_usage_cache();
     test_exec_names();
+    test_anthropic_exec();
     test_models();
     TEST_END();
 }
