@@ -593,7 +593,9 @@ def main():
                       config={"client_version": H.CLIENT_VERSION})
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token, extra_env={
             "CURSOR_OAI_API_KEY": KEY,
-            "CURSOR_OAI_MODEL_MAP": "claude-opus-4-1-20250805=gpt-5.1-codex"})
+            "CURSOR_OAI_MODEL_MAP": "claude-opus-4-1-20250805=gpt-5.1-codex",
+            # each usage-limit check here must reach the fake (the latch has its own tests)
+            "CURSOR_OAI_QUOTA_LATCH": "0"})
         sections = [("wire", lambda: t_wire(proxy, fake, ws, secret)),
                     ("sdk", lambda: t_sdk(proxy, fake, ws, secret)),
                     ("claude", lambda: t_claude(proxy, fake, ws, secret, tmp))]
