@@ -3223,6 +3223,7 @@ static int serve_request(struct conn *c, size_t hl)
 done:
     body_release(c);
     access_log(c);
+    c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
 }
