@@ -790,17 +790,21 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
     coai_buf_putc(b, '\n');
 }
 
+static int pool_spares_locked(void);
+
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
 static void metrics_write(coai_buf *b)
 {
     static const char *const tn[] = { "counter", "gauge", "histogram" };
-    int f, pool, conns;
+    int f, pool, conns, spares;
     size_t i;
     pthread_mutex_lock(&S.lock);
     pool = S.pool_n;
     conns = S.conns;
+    spares = pool_spares_locked();
     pthread_mutex_unlock(&S.lock);
+    metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&MX.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
@@ -1092,6 +1096,7 @@ struct upconn {
     coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
+    int spare;                      /* opened ahead by spare_thread, not taken yet (metrics) */
     int64_t idle_since;             /* mono ms when parked in the pool */
     int client_fd;                  /* watched while waiting: a client disconnect cancels */
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
@@ -1549,6 +1554,15 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
+/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+static int pool_spares_locked(void)
+{
+    const struct upconn *u;
+    int n = 0;
+    for (u = S.pool; u; u = u->next) n += u->spare;
+    return n;
+}
+
 static void *spare_thread(void *arg)
 {
     coai_error e;
@@ -1559,6 +1573,7 @@ static void *spare_thread(void *arg)
     free(h);
     if (c) {
         c->body_done = 1;
+        c->spare = 1;
         pool_park(c);
     } else {
         srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
@@ -1624,6 +1639,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
+            c->spare = 0;
             break;
         }
         up_free(c);
@@ -4599,9 +4615,13 @@ again:
                     r->request_id, PROFILE_NAME[r->profile], r->err.message,
                     PROFILE_NAME[!r->profile]);
             r->profile = !r->profile;
+            c->fallback = "profile";
+            metric_add(M_FALLBACKS, "kind=\"profile\"", 1);
         } else {
             r->tries |= 2;
             agent_get(&r->host, NULL, 0);
+            c->fallback = "agent_host";
+            metric_add(M_FALLBACKS, "kind=\"agent_host\"", 1);
         }
         if (r->sse) { up_free(r->sse); r->sse = NULL; }
         coai_reply_free(&r->reply);
