@@ -75,6 +75,7 @@
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 128                           /* idle TLS connections kept */
 #define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SPARE_PAR 4                            /* background connects under way at most */
 #define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
@@ -870,7 +871,7 @@ static struct {
     pthread_mutex_t lock;
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
-    int spare_busy;                 /* a background connect is under way */
+    int spare_busy;                 /* background connects under way */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
 } UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -1043,26 +1044,31 @@ static void *spare_thread(void *arg)
         srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
     }
     pthread_mutex_lock(&UPX.lock);
-    UPX.spare_busy = 0;
+    UPX.spare_busy--;
     pthread_mutex_unlock(&UPX.lock);
     return NULL;
 }
 
-/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
- * more in the background (one at a time), so that the next run does not wait for a
- * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
-static void spare_kick(void)
+/* Open a spare connection in the background (at most UP_SPARE_PAR at a time), so that the
+ * next run does not wait for a handshake:
+ *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones are left;
+ *   replace = 1: the server closed a connection after a complete response (an upstream that
+ *                closes each RunSSE): one for one, up to the pool's cap.
+ * A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled connection. */
+static void spare_kick(int replace)
 {
     pthread_attr_t a;
     pthread_t t;
-    int go;
+    int go, idle;
     pthread_mutex_lock(&S.lock);
-    go = S.pool_n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    idle = S.pool_n;
+    go = !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = !UPX.spare_busy;
-    UPX.spare_busy = 1;
+    go = UPX.spare_busy < UP_SPARE_PAR
+      && idle + UPX.spare_busy < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go) UPX.spare_busy++;
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
     pthread_attr_init(&a);
@@ -1070,7 +1076,7 @@ static void spare_kick(void)
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&t, &a, spare_thread, NULL) != 0) {
         pthread_mutex_lock(&UPX.lock);
-        UPX.spare_busy = 0;
+        UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
     }
     pthread_attr_destroy(&a);
@@ -1096,7 +1102,7 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
     }
     if (!c) c = up_connect(e);
     if (!c) return NULL;
-    spare_kick();                   /* after a success only: never doubles a failing connect */
+    spare_kick(0);                  /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1141,13 +1147,16 @@ static void pool_prune(int everything)
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
+    int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
         && c->ra_len == c->ra_off && !S.stop) {
         pool_park(c);
         return;
     }
+    replace = c->body_done && c->must_close && c->why == UPX_OK;
     up_free(c);
+    if (replace) spare_kick(1);
 }
 
 /* Describe an I/O failure on c into e. `stage` names what was being done. */
