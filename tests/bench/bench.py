@@ -555,7 +555,7 @@ def main():
                     "release)")
     ap.add_argument("--n1", type=int, default=20, help="unpaced answers one at a time")
     ap.add_argument("--n64", type=int, default=128, help="paced answers 64 at a time")
-    ap.add_argument("--paced", type=int, default=3, help="paced answers one at a time")
+    ap.add_argument("--paced", type=int, default=5, help="paced answers one at a time")
     ap.add_argument("--hold", type=int, default=1000, help="streams held at once (default 1000)")
     ap.add_argument("--hold-big", type=int, default=0,
                     help="also hold this many streams at once (e.g. 10000; 0: skip)")
