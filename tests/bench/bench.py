@@ -353,9 +353,11 @@ class Bench:
                 self.go("%s_unpaced_c1_%s" % (lb, cb), lb, "bench_unpaced", 1, a.n1, DELTAS)
             for lb in every:
                 self.go("%s_paced_c1_%s" % (lb, cb), lb, "bench_paced1", 1, a.paced, DELTAS)
-            for lb in every:
+            for lb in every:    # steady state at 64: a pool (and the fake) warmed at 64
+                self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
                 self.go("%s_paced_c64_%s" % (lb, cb), lb, "bench_paced64", 64, a.n64, PACED64)
             for lb in every[1:]:
+                self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
                 self.go("%s_unpaced_c64_%s" % (lb, cb), lb, "bench_unpaced", 64, 64, DELTAS)
         self.set_close(0)
         for lb in every:
