@@ -76,6 +76,8 @@
 #define UP_POOL_MAX 128                           /* idle TLS connections kept */
 #define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
 #define UP_SPARE_PAR 4                            /* background connects under way at most */
+#define UP_SPARE_WAIT_MS 1000                     /* empty pool: wait this long at most for a
+                                                     spare already being opened */
 #define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
@@ -872,9 +874,12 @@ static struct {
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
     int spare_busy;                 /* background connects under way */
+    int spare_want;                 /* more spares wanted once a thread is free */
+    uint64_t spare_done;            /* background connects finished (either way) */
+    pthread_cond_t spare_cond;      /* signalled when one finishes */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
 
 static void up_sess_key(char *out, size_t cap)
 {
@@ -1030,23 +1035,52 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
+/* Background connects: each thread opens spares while any are wanted. */
 static void *spare_thread(void *arg)
 {
-    coai_error e;
-    struct upconn *c;
     (void)arg;
-    memset(&e, 0, sizeof e);
-    c = up_connect(&e);
-    if (c) {
-        c->body_done = 1;
-        pool_park(c);
-    } else {
-        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+    for (;;) {
+        coai_error e;
+        struct upconn *c;
+        int more;
+        memset(&e, 0, sizeof e);
+        c = up_connect(&e);
+        if (c) {
+            c->body_done = 1;
+            pool_park(c);
+        } else {
+            srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+        }
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_done++;
+        pthread_cond_broadcast(&UPX.spare_cond);
+        if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
+        more = UPX.spare_want > 0;
+        if (more) UPX.spare_want--;
+        else UPX.spare_busy--;
+        pthread_mutex_unlock(&UPX.lock);
+        if (!more) return NULL;
     }
+}
+
+/* The pool is empty: if a spare is being opened, wait (UP_SPARE_WAIT_MS at most) until one
+ * finishes, since it started earlier than a connect begun now would. 1 one finished. */
+static int spare_wait(void)
+{
+    struct timespec until;
+    uint64_t seen;
+    int done = 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(UP_SPARE_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += UP_SPARE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&UPX.lock);
-    UPX.spare_busy--;
+    seen = UPX.spare_done;
+    while (UPX.spare_busy > 0 && UPX.spare_done == seen)
+        if (pthread_cond_timedwait(&UPX.spare_cond, &UPX.lock, &until) != 0) break;
+    done = UPX.spare_done != seen;
     pthread_mutex_unlock(&UPX.lock);
-    return NULL;
+    return done;
 }
 
 /* Open a spare connection in the background (at most UP_SPARE_PAR at a time), so that the
@@ -1066,9 +1100,13 @@ static void spare_kick(int replace)
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = UPX.spare_busy < UP_SPARE_PAR
-      && idle + UPX.spare_busy < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
-    if (go) UPX.spare_busy++;
+    go = idle + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go && UPX.spare_busy >= UP_SPARE_PAR) {
+        UPX.spare_want++;           /* a busy thread opens it next */
+        go = 0;
+    } else if (go) {
+        UPX.spare_busy++;
+    }
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
     pthread_attr_init(&a);
@@ -1087,11 +1125,13 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
+    int waited = 0;
     while (!fresh) {
         pthread_mutex_lock(&S.lock);
         c = S.pool;
         if (c) { S.pool = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
+        if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
