@@ -97,6 +97,12 @@
  *   coai__dialects (PART:DIALECTS impl) and a route in server.c. The OpenAI Chat
  *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
  *   that dialect's parser and wrappers, kept as they were.
+ *   The OpenAI Responses dialect (PART:RESPONSES) has two extras around that pattern:
+ *   coai_responses_request_parse() takes the stored items of previous_response_id and
+ *   returns the items and echoed fields the caller keeps for store:true, and
+ *   coai_responses_exec_map() maps execs onto Codex's tools (exec_command, apply_patch)
+ *   before falling back to coai_exec_map(); coai_reply_response() and
+ *   coai_reply_output_items() give the caller the finished response to store.
  *
  * CONVENTIONS
  *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";
@@ -335,6 +341,29 @@ int coai_tz_name_ok(coai_str v);
  * '?', '#', or ':' (an IPv6 literal must be bracketed: "[::1]"). */
 int coai_host_name_ok(coai_str v);
 
+/* A cursor-agent build id as x-cursor-client-version carries it ("cli-" + build) and as
+ * ~/.local/share/cursor-agent/versions names its directories (build alone). Forms seen
+ * (cursor-upstream-extras.md 3.1): YYYY.MM.DD-<hash>, YYYY.MM.DD-HH-MM-SS-<hash> (June
+ * 2026), each optionally followed by "-lab" (non-production channel); <hash> is 4..40
+ * characters of [0-9a-f]. The "cli-" prefix is optional on input. */
+typedef struct coai_cli_version {
+    int year, month, day;
+    int hour, minute, second;   /* -1 when the id has no time part */
+    int lab;                    /* 1: "-lab" suffix */
+    char hash[41];
+} coai_cli_version;
+int coai_cli_version_parse(coai_str s, coai_cli_version *v);   /* 0 ok, -1 not a build id */
+/* Release order: date, then time of day (an id without one counts as 00:00:00). Ids of the
+ * same instant compare equal whatever their hash. Returns <0, 0 or >0. */
+int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b);
+
+/* The agent host named by an aiserver.v1.ServerConfigService/GetServerConfig answer
+ * (Connect JSON): agentUrlConfig.agentUrl, the privacy backend, when ghost_mode is 1,
+ * else agentUrlConfig.agentnUrl. A bare host name gets "https://". Returns 0 with *out
+ * filled, 1 when the answer names no usable URL for that mode (absent, empty, not https),
+ * -1 when it is not a JSON object. */
+int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out);
+
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
@@ -361,6 +390,8 @@ typedef struct coai_status {
     char message[512];         /* grpc-message, percent-decoded (or Status.message) */
     char title[256];           /* CustomErrorDetails.title */
     char detail[1024];         /* CustomErrorDetails.detail (+ "key: value" additional info) */
+    int expected;              /* ErrorDetails.is_expected: -1 unknown, 0, 1 */
+    char action_required[64];  /* CustomErrorDetails.analytics_metadata(10).action_required */
 } coai_status;
 
 /* ---- Envelopes ----
@@ -475,6 +506,8 @@ typedef struct coai_tool {
     coai_str name;                      /* function.name (validated by the OPENAI part) */
     coai_str description;               /* empty = omitted */
     const struct cJSON *parameters;     /* JSON schema; NULL = {"type":"object","properties":{}} */
+    int freeform;                       /* Responses custom tool: called with one string,
+                                         * parameters = {"input": string} for Cursor */
 } coai_tool;
 
 /* Everything that varies in a run request. Empty strings get the documented defaults. */
@@ -852,10 +885,14 @@ typedef struct coai_http_response {
  * followed by another head. Chunked with Content-Length: chunked wins, keep_alive 0. */
 int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs);
 
-/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or one of
- * extra[0..n_extra) (case-insensitive, names without port), followed by nothing
- * or ":<port>" equal to port (port <= 0: any 1-5 digit port). Rejects an empty
- * host, ":1234", "localhost.evil.com", "localhost." and "user@localhost". */
+/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or the name of one
+ * of extra[0..n_extra) (case-insensitive), followed by nothing or ":<port>" (1-5 digits).
+ * The port: port > 0 must equal it, port <= 0 accepts any (the DNS-rebinding guard needs
+ * the name; a tunnel or forwarder in front of the server brings its own port). An extra
+ * entry "name:port" pins that name, a built-in one too: it is then accepted only with one
+ * of the ports its entries list (no port in the header counts as 80), whatever `port`
+ * says. Rejects an empty host, ":1234", "localhost.evil.com", "localhost." and
+ * "user@localhost". */
 int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port);
 
 /* Origin allow-list: 1 for "http://" or "https://" + a host accepted by
@@ -995,8 +1032,16 @@ coai_str coai_http_bearer(coai_str authorization);
  *                                                              upstream_auth_failed, no retry
  *   grpc 7, HTTP 403, Connect permission_denied            -> 403 permission_error /
  *                                                              upstream_permission_denied, no retry
- *   ERROR_OUTDATED_CLIENT (30)                             -> 502 upstream_error / outdated_client,
+ *   ERROR_OUTDATED_CLIENT (30); error 28 or any status titled "Update Required"; a title
+ *   "update to the latest version" (checked first: never a quota or rate message)
+ *                                                          -> 502 upstream_error / outdated_client,
  *                                          no retry; the message says to set CURSOR_CLIENT_VERSION
+ *   grpc 8 / Connect resource_exhausted with no ErrorDetails and no usage, quota, limit or
+ *   rate words (ambiguous: conversation too large, or a model the plan does not allow)
+ *                                                          -> 400 invalid_request_error /
+ *                                          upstream_resource_exhausted, no retry, no Retry-After
+ *   Connect error bodies of non-2xx answers carry "details" like end-stream frames: when they
+ *   hold an ErrorDetails, the trailer rows above decide.
  *   ERROR_BAD_MODEL_NAME (5), ERROR_DEPRECATED (40), grpc 5, Connect not_found
  *                                                          -> 404 invalid_request_error /
  *                                                              model_not_found (param "model")
@@ -1054,6 +1099,7 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
 typedef enum coai_dialect {
     COAI_DIALECT_OPENAI_CHAT = 0,   /* POST /v1/chat/completions (zero-init default) */
     COAI_DIALECT_ANTHROPIC = 1,     /* POST /v1/messages */
+    COAI_DIALECT_RESPONSES = 2,     /* POST /v1/responses (OpenAI Responses) */
     COAI_DIALECT_COUNT_             /* private: number of dialects */
 } coai_dialect;
 
@@ -1228,6 +1274,7 @@ typedef struct coai_reply_opts {
     coai_upstream_fn send;     /* required when the upstream can ask for replies */
     void *send_user;
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
+    coai_str echo;             /* Responses: ,"k":v members added to the response object */
 } coai_reply_opts;
 
 /* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
@@ -1278,6 +1325,11 @@ typedef struct coai_reply {
     coai_finish finish_;       /* how the reply ended (valid once done without error) */
     int64_t cache_read_, cache_write_;  /* cache token counts when Cursor sends them */
     int block_, block_open_;   /* Anthropic: next content block index, open block kind */
+    int64_t rs_seq_;           /* Responses: next sequence_number */
+    int rs_index_, rs_open_;   /* Responses: output_index of the open/next item, its kind */
+    size_t rs_reason_units_;   /* Responses: reasoning text length (reasoning_tokens) */
+    coai_buf rs_items_;        /* Responses: finished output items, joined by ',' */
+    coai_buf rs_final_;        /* Responses: the final response object */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1306,6 +1358,123 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u);
  * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
 int coai_reply_head(const coai_reply *r, coai_buf *out);
 /* PART:OPENAI api end */
+
+/* ======================================================================== */
+/* PART:ANTHROPIC api (Messages API: request parser, writer, model names)   */
+/* ======================================================================== */
+/* The Anthropic Messages dialect (POST /v1/messages, what Claude Code and the official
+ * SDKs speak) on the neutral core.
+ *
+ * REQUEST (coai_anthropic_parse = coai_request_parse(..., COAI_DIALECT_ANTHROPIC, ...))
+ *   Read: model (required), max_tokens (required, integer >= 1; -> req.max_tokens),
+ *   stream, system (a string or text blocks), messages (role "user", "assistant", and
+ *   "system" as a current Claude Code sends it; content a string or blocks: text, image
+ *   (base64 or url source), tool_use (assistant: id, name, input object -> a coai_call
+ *   whose args are the input as compact JSON), tool_result (user: tool_use_id, content
+ *   a string or text/image blocks, is_error -> a TOOL message; a user message's other
+ *   blocks become a USER message around it), thinking (-> a THINKING part),
+ *   redacted_thinking / server_tool_use / web_search_tool_result (ignored), document
+ *   with a text source (-> text)), tools (name ^[a-zA-Z0-9_-]{1,128}$, description,
+ *   input_schema; tools with a "type" other than "custom" are Anthropic-run tools and
+ *   are left out, as are defer_loading tools), tool_choice (auto, any, tool + name,
+ *   none), stop_sequences, thinking (enabled + budget_tokens, adaptive, disabled ->
+ *   req.thinking), metadata (an object). cache_control, citations, temperature, top_p,
+ *   top_k, context_management, output_config, service_tier and other members are
+ *   accepted and ignored. An unknown content block type is a 400. Errors name the
+ *   member the way Anthropic does ("messages.2.content.0.text: Field required").
+ *   coai_anthropic_count_parse() reads a /v1/messages/count_tokens body (max_tokens
+ *   optional, never streaming); coai_request_input_tokens() is the count, the same
+ *   estimate a reply reports as input_tokens when Cursor sends no count.
+ *
+ * REPLY (coai_reply with opts.dialect = COAI_DIALECT_ANTHROPIC; completion_id "msg_...")
+ *   Streaming: event: message_start (usage with the input estimate), then per content
+ *   block content_block_start / content_block_delta / content_block_stop: "text"
+ *   (text_delta), "thinking" (thinking_delta, closed by a signature_delta), "tool_use"
+ *   (the whole input in one input_json_delta); then message_delta (stop_reason
+ *   end_turn / tool_use / max_tokens / stop_sequence, usage) and message_stop.
+ *   Keepalives are "event: ping". An error after the first byte is "event: error" with
+ *   {"type":"error","error":{"type","message"}}; before it, the status and body of
+ *   coai_error_status_as / coai_error_write_as (529 overloaded_error for an
+ *   unavailable upstream). Non-streaming: one {"type":"message"} object with the same
+ *   content blocks. usage: input_tokens without the cached parts,
+ *   cache_creation_input_tokens, cache_read_input_tokens, output_tokens.
+ *
+ * MODELS
+ *   coai_models_resolve_claude() maps an Anthropic model name to one of the account's
+ *   Cursor models by family (opus / sonnet / haiku) and version, e.g.
+ *   claude-sonnet-4-5-20250929 or claude-3-7-sonnet-latest -> the account's
+ *   "sonnet-4.5" / "claude-3.7-sonnet" ...: exact family and version first, else the
+ *   newest version of the family, else (haiku, usually absent on Cursor) the newest
+ *   sonnet. With want_thinking the "-thinking" variant is preferred when it exists.
+ *   coai_models_write_anthropic() renders GET /v1/models in Anthropic's list shape. */
+
+int coai_anthropic_parse(coai_request *req, const char *body, size_t n, coai_error *err);
+int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n,
+                               coai_error *err);
+/* Estimated input tokens: ceil(UTF-16 units of the prompt / 4). */
+int64_t coai_request_input_tokens(const coai_request *req);
+/* 1 and *out (a view into m) when requested is a Claude model name ("claude-..." or a
+ * bare family name) and the account has a model of that family (or a sonnet for a
+ * missing haiku); 0 when requested is no Claude name or nothing fits. */
+int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
+                               coai_str *out);
+/* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
+ *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
+int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
+/* PART:ANTHROPIC api end */
+
+/* ======================================================================== */
+/* PART:RESPONSES api (OpenAI Responses: request parser, exec mapping, writer) */
+/* ======================================================================== */
+/* The OpenAI Responses dialect (POST /v1/responses, what Codex CLI and
+ * client.responses.create speak) on the neutral core.
+ * The request: instructions (a system message), input (a string = one user message, or
+ * items: message with input_text / output_text / input_image / refusal parts,
+ * function_call, custom_tool_call, function_call_output, custom_tool_call_output,
+ * reasoning (kept as thinking, not prompt text), local_shell_call(+_output); items of
+ * hosted tools (web_search_call, ...) are skipped), tools (function tools; custom tools
+ * such as Codex's freeform apply_patch, shown to Cursor as a function taking one string
+ * "input"; namespace groups and hosted tools (web_search, tool_search, file_search,
+ * image_generation, code_interpreter, mcp, computer use, local_shell) are accepted and
+ * left out of what Cursor sees), tool_choice, parallel_tool_calls, reasoning, include,
+ * store, max_output_tokens, metadata, prompt_cache_key and the sampling fields (accepted,
+ * not used). previous_response_id: the caller looks the id up (coai_responses_previous_id)
+ * and passes the stored items as `history`.
+ * The reply (writer COAI_DIALECT_RESPONSES): the semantic stream events with
+ * sequence_number, or one response object; coai_reply_response() gives the final object
+ * and coai_reply_output_items() the output items for the caller's store. */
+
+typedef struct coai_responses_request {
+    coai_request req;              /* the neutral request (dialect COAI_DIALECT_RESPONSES) */
+    coai_str previous_response_id; /* "" when not given */
+    int store;                     /* store: true (OpenAI's default) or false */
+    coai_buf items;                /* history + this input as Responses items, JSON objects
+                                    * joined by ',' (what a stored response remembers) */
+    coai_buf echo;                 /* ,"k":v members echoed in the response object */
+} coai_responses_request;
+
+/* Parse a /v1/responses body. history: a JSON array of earlier items (the stored items of
+ * previous_response_id) or an empty view. 0, or a negative coai_result with *err set (400;
+ * 500 for memory). rr is empty after a failure (free is still safe). */
+int coai_responses_request_parse(coai_responses_request *rr, const char *body, size_t n,
+                                 coai_str history, coai_error *err);
+void coai_responses_request_free(coai_responses_request *rr);
+/* previous_response_id of a body, copied NUL-terminated into out: 1 found, 0 not given
+ * (or the body is not an object: the parser reports that), -1 not a string or too long. */
+int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap);
+/* Map an exec to a Responses client's tools: shell -> exec_command {cmd, workdir} (Codex),
+ * shell_command {command, workdir}, shell {command: [bash, -lc, cmd]} when its schema
+ * declares an array, else coai_exec_map's names; write -> apply_patch ("*** Add File"),
+ * delete -> apply_patch ("*** Delete File"), else a shell command; read / ls / grep ->
+ * a dedicated tool via coai_exec_map, else a shell command (cat, ls -la, rg). Custom
+ * (freeform) tools get {"input": text}. Same contract as coai_exec_map. */
+int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc);
+/* The final response object (valid once the reply is done without error; empty view
+ * otherwise) and its output items joined by ',' (for previous_response_id). */
+coai_str coai_reply_response(const coai_reply *r);
+coai_str coai_reply_output_items(const coai_reply *r);
+/* PART:RESPONSES api end */
 
 #ifdef __cplusplus
 }
@@ -2217,6 +2386,88 @@ int coai_host_name_ok(coai_str v)
     return 1;
 }
 
+static int coai__digits(const char *p, const char *end, int n, int *out)
+{
+    int i, v = 0;
+    if (end - p < n) return -1;
+    for (i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int coai_cli_version_parse(coai_str s, coai_cli_version *v)
+{
+    const char *p = s.ptr, *end = s.ptr + s.len, *h;
+    memset(v, 0, sizeof *v);
+    v->hour = v->minute = v->second = -1;
+    if (!p) return -1;
+    if (end - p >= 4 && memcmp(p, "cli-", 4) == 0) p += 4;
+    if (coai__digits(p, end, 4, &v->year) || end - p < 11 || p[4] != '.'
+        || coai__digits(p + 5, end, 2, &v->month) || p[7] != '.'
+        || coai__digits(p + 8, end, 2, &v->day) || p[10] != '-')
+        return -1;
+    if (v->year < 2000 || v->month < 1 || v->month > 12 || v->day < 1 || v->day > 31)
+        return -1;
+    p += 11;
+    /* "HH-MM-SS-" only when all of it is there: a hash may itself start with digits */
+    if (end - p > 9 && p[2] == '-' && p[5] == '-' && p[8] == '-'
+        && !coai__digits(p, end, 2, &v->hour) && !coai__digits(p + 3, end, 2, &v->minute)
+        && !coai__digits(p + 6, end, 2, &v->second)) {
+        if (v->hour > 23 || v->minute > 59 || v->second > 60) return -1;
+        p += 9;
+    } else {
+        v->hour = v->minute = v->second = -1;
+    }
+    for (h = p; h < end && ((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f')); h++) {}
+    if (h - p < 4 || h - p > 40) return -1;
+    memcpy(v->hash, p, (size_t)(h - p));
+    v->hash[h - p] = 0;
+    if (h == end) return 0;
+    if (end - h == 4 && memcmp(h, "-lab", 4) == 0) { v->lab = 1; return 0; }
+    return -1;
+}
+
+int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b)
+{
+    long da = (long)a->year * 10000 + a->month * 100 + a->day;
+    long db = (long)b->year * 10000 + b->month * 100 + b->day;
+    long ta = a->hour < 0 ? 0 : (long)a->hour * 3600 + a->minute * 60 + a->second;
+    long tb = b->hour < 0 ? 0 : (long)b->hour * 3600 + b->minute * 60 + b->second;
+    if (da != db) return da < db ? -1 : 1;
+    if (ta != tb) return ta < tb ? -1 : 1;
+    return 0;
+}
+
+int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out)
+{
+    cJSON *root, *cfg, *url;
+    char buf[320];
+    int rc = 1;
+    memset(out, 0, sizeof *out);
+    root = json ? cJSON_ParseWithLength(json, n) : NULL;
+    if (!root || !cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
+    cfg = cJSON_GetObjectItemCaseSensitive(root, "agentUrlConfig");
+    url = cJSON_IsObject(cfg)
+        ? cJSON_GetObjectItemCaseSensitive(cfg, ghost_mode ? "agentUrl" : "agentnUrl") : NULL;
+    if (cJSON_IsString(url) && url->valuestring[0]) {
+        const char *v = url->valuestring;
+        size_t vl = strlen(v);
+        int has_scheme = strstr(v, "://") != NULL;
+        if (vl + 9 < sizeof buf) {
+            coai_str u;
+            snprintf(buf, sizeof buf, "%s%s", has_scheme ? "" : "https://", v);
+            u = coai_str_c(buf);
+            if (coai_url_parse_https(u, out) == 0) rc = 0;
+            else memset(out, 0, sizeof *out);
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
 /* ======================================================================== */
@@ -2332,6 +2583,7 @@ static void coai__status_init(coai_status *st)
 {
     memset(st, 0, sizeof *st);
     st->retryable = -1;
+    st->expected = -1;
 }
 
 /* Append untrusted text to a fixed NUL-terminated field: invalid UTF-8 becomes U+FFFD,
@@ -2462,6 +2714,10 @@ static coai_result coai__error_details_decode(const unsigned char *b, size_t n, 
     if (st->error == 0 && st->title[0] == 0 && st->detail[0] == 0) {
         st->error = (int)ed.error;
         st->error_name = st->error ? coai_error_details_name(st->error) : NULL;
+        if (ed.has_is_expected) st->expected = ed.is_expected ? 1 : 0;
+        if (ed.has_details && c->has_analytics_metadata)
+            coai__field_cstr(st->action_required, sizeof st->action_required,
+                             c->analytics_metadata.action_required);
         if (ed.has_details) {
             coai__field_cstr(st->title, sizeof st->title, c->title);
             coai__field_cstr(st->detail, sizeof st->detail, c->detail);
@@ -2595,9 +2851,11 @@ static int coai__connect_code(const char *s)
     return -1;
 }
 
+static coai_result coai__connect_error_fill(const cJSON *err, coai_status *st);
+
 coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
 {
-    cJSON *root, *err, *code, *msg, *details, *d;
+    cJSON *root, *err;
     const char *end = NULL, *stop = (const char *)p + n;
     coai_result r = COAI_OK;
     coai__status_init(st);
@@ -2617,6 +2875,18 @@ coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
         cJSON_Delete(root);
         return COAI_ERR_INVALID;
     }
+    r = coai__connect_error_fill(err, st);
+    cJSON_Delete(root);
+    return r;
+}
+
+/* A Connect error object {"code","message","details":[{"type","value"}]} (the end-stream
+ * "error" member, or a unary call's whole error body) -> st. st->code stays as it was
+ * when the code is missing or unknown (COAI_ERR_INVALID). */
+static coai_result coai__connect_error_fill(const cJSON *err, coai_status *st)
+{
+    const cJSON *code, *msg, *details, *d;
+    coai_result r = COAI_OK;
     code = cJSON_GetObjectItemCaseSensitive(err, "code");
     msg = cJSON_GetObjectItemCaseSensitive(err, "message");
     if (cJSON_IsString(code) && coai__connect_code(code->valuestring) > 0)
@@ -2642,7 +2912,6 @@ coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
         if (len < 0 || coai__error_details_decode(raw, (size_t)len, st) < 0) r = COAI_ERR_PROTO;
         free(raw);
     }
-    cJSON_Delete(root);
     return r;
 }
 
@@ -4695,41 +4964,66 @@ coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
     return r == COAI_DONE ? COAI_DONE : COAI_MORE;
 }
 
+/* Split "name", "name:port", "[v6]" or "[v6]:port" into the name's length and the port
+ * (-1 when there is none). 0 ok, -1 malformed (empty name, an empty or > 5-digit port). */
+static int coai__http_host_split(coai_str h, size_t *name_len, long *port)
+{
+    size_t nl, i;
+    long p = 0;
+    if (!h.ptr || h.len == 0) return -1;
+    if (h.ptr[0] == '[') {
+        for (nl = 1; nl < h.len && h.ptr[nl] != ']'; nl++) {}
+        if (nl == h.len) return -1;
+        nl++;
+    } else {
+        for (nl = 0; nl < h.len && h.ptr[nl] != ':'; nl++) {}
+    }
+    if (nl == 0) return -1;
+    *name_len = nl;
+    *port = -1;
+    if (nl == h.len) return 0;
+    if (h.ptr[nl] != ':' || h.len - nl - 1 == 0 || h.len - nl - 1 > 5) return -1;
+    for (i = nl + 1; i < h.len; i++) {
+        if (h.ptr[i] < '0' || h.ptr[i] > '9') return -1;
+        p = p * 10 + (h.ptr[i] - '0');
+    }
+    *port = p;
+    return 0;
+}
+
+static int coai__http_name_eq(const char *a, const char *b, size_t n)
+{
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (coai__http_lower((unsigned char)a[j]) != coai__http_lower((unsigned char)b[j]))
+            return 0;
+    return 1;
+}
+
 int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port)
 {
     static const char *const local[] = { "localhost", "127.0.0.1", "[::1]" };
     size_t name_len, i;
-    if (!host.ptr || host.len == 0) return 0;
-    if (host.ptr[0] == '[') {
-        for (name_len = 1; name_len < host.len && host.ptr[name_len] != ']'; name_len++) {}
-        if (name_len == host.len) return 0;
-        name_len++;
-    } else {
-        for (name_len = 0; name_len < host.len && host.ptr[name_len] != ':'; name_len++) {}
-    }
-    if (name_len == 0) return 0;
-    if (name_len < host.len) {
-        long p = 0;
-        size_t nd = host.len - name_len - 1;
-        if (host.ptr[name_len] != ':' || nd == 0 || nd > 5) return 0;
-        for (i = name_len + 1; i < host.len; i++) {
-            if (host.ptr[i] < '0' || host.ptr[i] > '9') return 0;
-            p = p * 10 + (host.ptr[i] - '0');
-        }
-        if (port > 0 && p != port) return 0;
-    }
+    long p;
+    int named = 0, pinned = 0, pin_ok = 0;
+    if (coai__http_host_split(host, &name_len, &p) < 0) return 0;
     for (i = 0; i < sizeof local / sizeof local[0]; i++)
-        if (coai__http_ieq(host.ptr, name_len, local[i])) return 1;
+        if (coai__http_ieq(host.ptr, name_len, local[i])) named = 1;
     for (i = 0; i < n_extra; i++) {
-        size_t j;
-        if (!extra[i].ptr || extra[i].len != name_len) continue;
-        for (j = 0; j < name_len; j++)
-            if (coai__http_lower((unsigned char)extra[i].ptr[j]) !=
-                coai__http_lower((unsigned char)host.ptr[j]))
-                break;
-        if (j == name_len) return 1;
+        size_t en;
+        long ep;
+        if (coai__http_host_split(extra[i], &en, &ep) < 0 || en != name_len
+            || !coai__http_name_eq(extra[i].ptr, host.ptr, name_len))
+            continue;
+        if (ep < 0) {
+            named = 1;
+        } else {
+            pinned = 1;
+            if (ep == (p < 0 ? 80 : p)) pin_ok = 1;
+        }
     }
-    return 0;
+    if (pinned) return pin_ok;
+    return named && (port <= 0 || p < 0 || p == port);
 }
 
 int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra)
@@ -4912,6 +5206,48 @@ static int coai__oa_is_auth_error(int err)
     return err == 1 || err == 2 || err == 11 || err == 12 || err == 38;
 }
 
+static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle);
+
+static int coai__oa_cs(const char *s, const char *needle)
+{
+    return coai__oa_ci_contains(s, strlen(s), needle);
+}
+
+/* An outdated-client answer in any of the forms seen (cursor-upstream-extras.md 2.3):
+ * ERROR_OUTDATED_CLIENT (30); since 2026 resource_exhausted + error 28
+ * (ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT) titled "Update Required"; in 2025 a
+ * resource_exhausted titled "Please update to the latest version of Cursor ...". */
+static int coai__oa_is_outdated(const coai_status *st)
+{
+    if (st->error == 30) return 1;
+    if (coai__oa_cs(st->title, "update required")) return 1;
+    if (st->error == 28 && (coai__oa_cs(st->title, "update") || coai__oa_cs(st->detail, "update")
+                            || coai__oa_cs(st->message, "update required")))
+        return 1;
+    return coai__oa_cs(st->title, "update to the latest version")
+           || coai__oa_cs(st->message, "update to the latest version");
+}
+
+/* resource_exhausted with no ErrorDetails and no words about usage, quota or rate: live
+ * clients saw it for both an oversized conversation and a model the plan does not allow
+ * (cursor-upstream-extras.md 2.3), so neither a quota nor a rate limit may be claimed. */
+static int coai__oa_is_bare_exhausted(const coai_status *st)
+{
+    static const char *const cues[] = { "usage", "quota", "limit", "billing", "rate",
+                                         "too many", "spend", "invoice", "plan" };
+    size_t i;
+    if (st->code != 8 || st->error || st->title[0] || st->detail[0]) return 0;
+    for (i = 0; i < sizeof cues / sizeof cues[0]; i++)
+        if (coai__oa_cs(st->message, cues[i])) return 0;
+    return 1;
+}
+
+#define COAI__OUTDATED_HINT \
+    "Cursor rejected this client version as outdated (x-cursor-client-version): set " \
+    "CURSOR_CLIENT_VERSION to a current cursor-agent build such as cli-2026.08.11-e8db854, " \
+    "or update cursor-agent (its newest build under ~/.local/share/cursor-agent/versions is " \
+    "used when newer); `cursor-oai status` shows the value in use."
+
 void coai_error_from_status(const coai_status *st, coai_error *e)
 {
     int err = st->error, code = st->code;
@@ -4923,11 +5259,17 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
      * "(grpc-status N, ERROR_NAME)"), the same text the logs get. */
     coai_status_describe(st, &desc);
     what = desc.err || !desc.data ? "Cursor reported an error" : (const char *)desc.data;
-    if (err == 30) {
+    if (coai__oa_is_outdated(st)) {
+        /* never a rate limit or quota message, whatever the status code says */
         coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
-                       "Cursor rejected this client version as outdated: set "
-                       "CURSOR_CLIENT_VERSION to the version of a current cursor-agent, "
-                       "e.g. cli-2025.11.25-d5b3271. Cursor said: %s", what);
+                       COAI__OUTDATED_HINT " Cursor said: %s", what);
+        e->no_retry = 1;
+    } else if (coai__oa_is_bare_exhausted(st)) {
+        coai_error_set(e, 400, "invalid_request_error", "upstream_resource_exhausted", NULL,
+                       "Cursor answered resource_exhausted without details. This is ambiguous: "
+                       "either the conversation is too large for the model (shorten it), or "
+                       "the model is not available on your Cursor plan (try another model). "
+                       "Cursor said: %s", what);
         e->no_retry = 1;
     } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
         coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
@@ -5028,6 +5370,19 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
             }
             if (cJSON_IsString(c)) ccode = c->valuestring;
             if (cJSON_IsString(m)) { msg = m->valuestring; msg_len = strlen(msg); }
+            {
+                /* Structured ErrorDetails (Connect "details") decide, as in a trailer: an
+                 * "Update Required" 429 is an outdated client, not a rate limit. */
+                coai_status st;
+                coai__status_init(&st);
+                coai__connect_error_fill(cJSON_IsObject(eo) ? eo : j, &st);
+                if (st.error || st.title[0] || st.detail[0]) {
+                    if (st.code == 0) st.code = 2;
+                    coai_error_from_status(&st, e);
+                    cJSON_Delete(j);
+                    return;
+                }
+            }
         }
     }
     if (!msg) {
@@ -5060,6 +5415,15 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
     } else if (strcmp(ccode, "not_found") == 0) {
         coai_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                        "The model does not exist or is not available on Cursor: ");
+        e->no_retry = 1;
+    } else if (strcmp(ccode, "resource_exhausted") == 0 && !quota
+               && !coai__oa_ci_contains(msg, msg_len, "rate")
+               && !coai__oa_ci_contains(msg, msg_len, "too many")
+               && !coai__oa_ci_contains(msg, msg_len, "limit")) {
+        coai_error_set(e, 400, "invalid_request_error", "upstream_resource_exhausted", NULL,
+                       "Cursor answered resource_exhausted without details (HTTP %d). This is "
+                       "ambiguous: either the conversation is too large for the model, or the "
+                       "model is not available on your Cursor plan: ", upstream_status);
         e->no_retry = 1;
     } else if ((upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) && quota) {
         coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
@@ -5265,6 +5629,7 @@ void coai_request_free(coai_request *req)
 }
 
 void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
+
 
 static void coai__conv_text(coai_buf *out, const coai_message *m)
 {
@@ -5516,14 +5881,14 @@ static int coai__oa_has_nul_escape(const char *s, size_t n)
     return 0;
 }
 
-int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
-                            coai_error *err)
+/* The checks every dialect's body gets: valid UTF-8 without NUL bytes or "\u0000"
+ * escapes, one JSON object and nothing after it. 0 and *root (the caller deletes it), or
+ * a negative coai_result with err filled (400). */
+static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error *err)
 {
     const char *end = NULL;
-    cJSON *root;
-    const cJSON *messages, *m, *v, *tools;
-    int i, rc;
-    memset(req, 0, sizeof *req);
+    cJSON *j;
+    *root = NULL;
     memset(err, 0, sizeof *err);
     if (!body) n = 0;
     if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
@@ -5534,23 +5899,36 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
         return COAI_ERR_INVALID;
     }
-    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
-    if (root && end) {
+    j = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
+    if (j && end) {
         while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
             end++;
-        if (end != body + n) { cJSON_Delete(root); root = NULL; }
+        if (end != body + n) { cJSON_Delete(j); j = NULL; }
     }
-    if (!root) {
+    if (!j) {
         coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
                   "JSON, or nested deeper than the limit)");
         return COAI_ERR_JSON;
     }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        return COAI_ERR_INVALID;
+    }
+    *root = j;
+    return 0;
+}
+
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err)
+{
+    cJSON *root;
+    const cJSON *messages, *m, *v, *tools;
+    int i, rc;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
     req->root_ = root;
     rc = COAI_ERR_INVALID;
-    if (!cJSON_IsObject(root)) {
-        coai__oa_bad(err, NULL, "The request body must be a JSON object");
-        goto fail;
-    }
     v = coai__oa_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
         coai__oa_bad(err, "model", "model must be a string");
@@ -5797,14 +6175,43 @@ int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
 
 /* ---- exec -> tool call mapping --------------------------------------------- */
 
-/* Find a client tool by any of the names (in order of preference). */
+/* Tool names compare ignoring case and the separators '_', '-', '.' and ' ' (Claude
+ * Code's "Bash", "run-shell-command", "Read_File" ...). */
+static int coai__oa_name_like(coai_str a, coai_str b)
+{
+    size_t i = 0, j = 0;
+    for (;;) {
+        char x = 0, y = 0;
+        while (i < a.len && (a.ptr[i] == '_' || a.ptr[i] == '-' || a.ptr[i] == '.'
+                             || a.ptr[i] == ' '))
+            i++;
+        while (j < b.len && (b.ptr[j] == '_' || b.ptr[j] == '-' || b.ptr[j] == '.'
+                             || b.ptr[j] == ' '))
+            j++;
+        if (i == a.len || j == b.len) return i == a.len && j == b.len;
+        x = a.ptr[i++];
+        y = b.ptr[j++];
+        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
+        if (x != y) return 0;
+    }
+}
+
+/* Find a client tool by any of the names (in order of preference): an exact name first,
+ * then one that differs only in case and separators. */
 static int coai__oa_find_tool(const coai_tool *tools, size_t count, const char *const *names,
                            size_t *idx)
 {
     size_t i, k;
-    for (k = 0; names[k]; k++)
-        for (i = 0; i < count; i++)
-            if (coai_str_eq(tools[i].name, names[k])) { *idx = i; return 1; }
+    int pass;
+    for (pass = 0; pass < 2; pass++)
+        for (k = 0; names[k]; k++)
+            for (i = 0; i < count; i++)
+                if (pass == 0 ? coai_str_eq(tools[i].name, names[k])
+                              : coai__oa_name_like(tools[i].name, coai_str_c(names[k]))) {
+                    *idx = i;
+                    return 1;
+                }
     return 0;
 }
 
@@ -5826,6 +6233,17 @@ static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
     for (k = 0; cands[k] && cJSON_IsObject(props); k++)
         if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return 1;
     return 0;
+}
+
+/* An optional member (description, cwd, path) the client's schema does not declare goes
+ * in only when the schema allows undeclared members: with "additionalProperties": false
+ * (Claude Code's tools, OpenAI strict mode) the client would reject the whole call. The
+ * spec §8.2 shapes (a bash declaring only command still gets description and cwd) stay
+ * for schemas that allow them. */
+static int coai__oa_may(const coai_tool *t, const char *const *cands)
+{
+    const cJSON *ap = coai__oa_get(t->parameters, "additionalProperties");
+    return !cJSON_IsFalse(ap) || coai__oa_has_param(t, cands);
 }
 
 static void coai__oa_arg(coai_buf *b, const char *key, coai_str val)
@@ -5894,7 +6312,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         coai_buf_putc(b, '{');
         coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
         coai__oa_shell_desc(&d, ex->command);
-        {
+        if (coai__oa_may(t, p_desc)) {
             coai_str ds;
             ds.ptr = d.data ? (const char *)d.data : "";
             ds.len = d.len;
@@ -5902,7 +6320,8 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         }
         if (d.err) b->err = 1;
         coai_buf_free(&d);
-        if (ex->cwd.len) coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
+        if (ex->cwd.len && coai__oa_may(t, p_cwd))
+            coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
         break;
     case COAI_EXEC_READ:
         if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
@@ -5924,20 +6343,23 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
+                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
             coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
         } else if (ex->glob.len) {
             if (!coai__oa_find_tool(tools, count, n_glob, &idx)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_gpattern), ex->glob);
-            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
+                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         } else {
             if (!coai__oa_find_tool(tools, count, n_grep, &idx)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
+                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         }
         break;
     case COAI_EXEC_WRITE:
@@ -5948,9 +6370,11 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         coai__oa_arg(b, coai__oa_param(t, p_content), ex->content);
         break;
     case COAI_EXEC_MCP: {
-        size_t i;
+        size_t i, k;
         for (i = 0; i < count; i++)
             if (coai__oa_str_same(tools[i].name, ex->tool_name)) break;
+        for (k = 0; i == count && k < count; k++)      /* then ignoring case/separators */
+            if (coai__oa_name_like(tools[k].name, ex->tool_name)) i = k;
         if (i == count || ex->tool_name.len == 0) return 0;
         idx = i;
         if (ex->args_json.len) coai_buf_append(b, ex->args_json.ptr, ex->args_json.len);
@@ -6065,6 +6489,8 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->tc_name_);
     coai_buf_free(&r->tc_args_);
     coai_buf_free(&r->fallback_);
+    coai_buf_free(&r->rs_items_);
+    coai_buf_free(&r->rs_final_);
     memset(r, 0, sizeof *r);
 }
 
@@ -6427,7 +6853,9 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         return coai__oa_send(r);
     }
     memset(&tc, 0, sizeof tc);
-    m = coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
+    m = r->o_.dialect == COAI_DIALECT_RESPONSES
+        ? coai_responses_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
+        : coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
         rc = coai__oa_tool_call(r, ex, &tc);
@@ -6697,6 +7125,1939 @@ int coai_reply_keepalive(coai_reply *r)
 /* PART:OPENAI impl end */
 
 /* ======================================================================== */
+/* PART:ANTHROPIC impl                                                      */
+/* ======================================================================== */
+
+/* ---- request ---------------------------------------------------------------- */
+
+/* A heap string (from cJSON_Print*) handed over to the request. */
+static coai_str coai__req_own(coai_request *req, char *p)
+{
+    coai_str r = { "", 0 };
+    if (!p) { req->mem_.err = 1; return r; }
+    if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return r; }
+    r.ptr = p;
+    r.len = strlen(p);
+    return r;
+}
+
+static int coai__an_bad(coai_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
+    va_end(ap);
+    err->no_retry = 1;
+    return COAI_ERR_INVALID;
+}
+
+static int coai__an_name_ok(const char *s)
+{
+    size_t i, n = strlen(s);
+    if (n < 1 || n > 128) return 0;
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int coai__an_type_is(const cJSON *b, const char *type)
+{
+    const cJSON *t = coai__oa_get(b, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
+}
+
+/* An image block -> an IMAGE part. path names the block in messages. */
+static int coai__an_image(const cJSON *b, coai_part *p, const char *path, coai_error *err)
+{
+    const cJSON *src = coai__oa_get(b, "source");
+    p->kind = COAI_PART_IMAGE;
+    if (coai__an_type_is(src, "base64")) {
+        const cJSON *mt = coai__oa_get(src, "media_type"), *d = coai__oa_get(src, "data");
+        if (!cJSON_IsString(mt) || !cJSON_IsString(d))
+            return coai__an_bad(err, "%s.source: a base64 image needs string media_type and "
+                                "data", path);
+        p->media_type = coai__oa_jstr(mt);
+        p->data = coai__oa_jstr(d);
+        return 0;
+    }
+    if (coai__an_type_is(src, "url") && cJSON_IsString(coai__oa_get(src, "url"))) {
+        p->url = coai__oa_jstr(coai__oa_get(src, "url"));
+        return 0;
+    }
+    return coai__an_bad(err, "%s.source: expected {\"type\":\"base64\",\"media_type\",\"data\"} "
+                        "or {\"type\":\"url\",\"url\"}", path);
+}
+
+/* content: a string or an array of blocks -> a list of messages. Blocks of one message
+ * stay one message, except that each tool_result becomes its own TOOL message (in place)
+ * and a user message's other blocks gather around them. out has room for
+ * 1 + 2 * blocks messages; *k is advanced. */
+static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_message *out,
+                            size_t *k, coai_error *err)
+{
+    char path[96];
+    const cJSON *role = coai__oa_get(m, "role"), *content = coai__oa_get(m, "content"), *b;
+    coai_role r;
+    coai_message *cur = NULL;
+    coai_part *parts;
+    coai_call *calls = NULL;
+    size_t nb, j = 0, pn = 0;
+    if (!cJSON_IsObject(m)) return coai__an_bad(err, "messages.%d: must be an object", i);
+    if (!cJSON_IsString(role))
+        return coai__an_bad(err, "messages.%d.role: Field required (\"user\" or \"assistant\")", i);
+    if (strcmp(role->valuestring, "user") == 0) r = COAI_ROLE_USER;
+    else if (strcmp(role->valuestring, "assistant") == 0) r = COAI_ROLE_ASSISTANT;
+    else if (strcmp(role->valuestring, "system") == 0) r = COAI_ROLE_SYSTEM;   /* Claude Code */
+    else
+        return coai__an_bad(err, "messages.%d.role: Input should be 'user' or 'assistant'", i);
+    if (cJSON_IsString(content)) {
+        parts = (coai_part *)coai__req_alloc(req, sizeof *parts);
+        if (!parts) return COAI_ERR_NOMEM;
+        parts->text = coai__oa_jstr(content);
+        cur = &out[(*k)++];
+        cur->role = r;
+        cur->parts = parts;
+        cur->part_count = 1;
+        return 0;
+    }
+    if (!cJSON_IsArray(content))
+        return coai__an_bad(err, "messages.%d.content: Input should be a string or a list of "
+                            "content blocks", i);
+    nb = (size_t)cJSON_GetArraySize(content);
+    parts = (coai_part *)coai__req_alloc(req, nb * sizeof *parts);
+    if (r == COAI_ROLE_ASSISTANT) calls = (coai_call *)coai__req_alloc(req, nb * sizeof *calls);
+    if (!parts || (r == COAI_ROLE_ASSISTANT && !calls)) return COAI_ERR_NOMEM;
+    cJSON_ArrayForEach(b, content) {
+        const cJSON *t = coai__oa_get(b, "type");
+        const char *ty;
+        snprintf(path, sizeof path, "messages.%d.content.%d", i, (int)j++);
+        if (!cJSON_IsObject(b) || !cJSON_IsString(t))
+            return coai__an_bad(err, "%s: must be an object with a string 'type'", path);
+        ty = t->valuestring;
+        if (strcmp(ty, "tool_result") == 0) {
+            const cJSON *id = coai__oa_get(b, "tool_use_id"), *c = coai__oa_get(b, "content");
+            const cJSON *ie = coai__oa_get(b, "is_error"), *e;
+            coai_message *tm;
+            coai_part *tp;
+            if (r != COAI_ROLE_USER)
+                return coai__an_bad(err, "%s: tool_result blocks belong in user messages", path);
+            if (!cJSON_IsString(id))
+                return coai__an_bad(err, "%s.tool_use_id: Field required", path);
+            if (ie && !cJSON_IsNull(ie) && !cJSON_IsBool(ie))
+                return coai__an_bad(err, "%s.is_error: Input should be a boolean", path);
+            tm = &out[(*k)++];
+            cur = NULL;            /* text after a tool result starts a new user turn */
+            tm->role = COAI_ROLE_TOOL;
+            tm->tool_call_id = coai__oa_jstr(id);
+            tm->is_error = cJSON_IsTrue(ie);
+            if (cJSON_IsString(c)) {
+                tp = (coai_part *)coai__req_alloc(req, sizeof *tp);
+                if (!tp) return COAI_ERR_NOMEM;
+                tp->text = coai__oa_jstr(c);
+                tm->parts = tp;
+                tm->part_count = 1;
+            } else if (cJSON_IsArray(c)) {
+                size_t q = 0, jj = 0;
+                char p2[128];
+                tp = (coai_part *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(c) * sizeof *tp);
+                if (!tp) return COAI_ERR_NOMEM;
+                cJSON_ArrayForEach(e, c) {
+                    snprintf(p2, sizeof p2, "%s.content.%d", path, (int)jj++);
+                    if (coai__an_type_is(e, "text")) {
+                        if (!cJSON_IsString(coai__oa_get(e, "text")))
+                            return coai__an_bad(err, "%s.text: Field required", p2);
+                        tp[q++].text = coai__oa_jstr(coai__oa_get(e, "text"));
+                    } else if (coai__an_type_is(e, "image")) {
+                        int rc = coai__an_image(e, &tp[q++], p2, err);
+                        if (rc) return rc;
+                    } else if (!cJSON_IsObject(e) || !cJSON_IsString(coai__oa_get(e, "type"))) {
+                        return coai__an_bad(err, "%s: must be an object with a string 'type'",
+                                            p2);
+                    }
+                    /* other kinds (documents, tool references) carry nothing for Cursor */
+                }
+                tm->parts = tp;
+                tm->part_count = q;
+            } else if (c && !cJSON_IsNull(c)) {
+                return coai__an_bad(err, "%s.content: Input should be a string or a list of "
+                                    "content blocks", path);
+            }
+            continue;
+        }
+        if (!cur) {
+            cur = &out[(*k)++];
+            cur->role = r;
+            cur->parts = parts + pn;     /* this message's parts follow the earlier ones */
+            cur->part_count = 0;
+            if (r == COAI_ROLE_ASSISTANT) cur->calls = calls;
+        }
+        if (strcmp(ty, "text") == 0) {
+            if (!cJSON_IsString(coai__oa_get(b, "text")))
+                return coai__an_bad(err, "%s.text: Field required", path);
+            cur->part_count++;
+            parts[pn++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+        } else if (strcmp(ty, "image") == 0) {
+            int rc;
+            if (r == COAI_ROLE_ASSISTANT)
+                return coai__an_bad(err, "%s: image blocks belong in user messages", path);
+            cur->part_count++;
+            rc = coai__an_image(b, &parts[pn++], path, err);
+            if (rc) return rc;
+        } else if (strcmp(ty, "thinking") == 0) {
+            if (!cJSON_IsString(coai__oa_get(b, "thinking")))
+                return coai__an_bad(err, "%s.thinking: Field required", path);
+            cur->part_count++;
+            parts[pn].kind = COAI_PART_THINKING;
+            parts[pn++].text = coai__oa_jstr(coai__oa_get(b, "thinking"));
+        } else if (strcmp(ty, "tool_use") == 0) {
+            const cJSON *id = coai__oa_get(b, "id"), *name = coai__oa_get(b, "name");
+            const cJSON *in = coai__oa_get(b, "input");
+            coai_call *c;
+            if (r != COAI_ROLE_ASSISTANT)
+                return coai__an_bad(err, "%s: tool_use blocks belong in assistant messages", path);
+            if (!cJSON_IsString(id)) return coai__an_bad(err, "%s.id: Field required", path);
+            if (!cJSON_IsString(name)) return coai__an_bad(err, "%s.name: Field required", path);
+            if (in && !cJSON_IsNull(in) && !cJSON_IsObject(in))
+                return coai__an_bad(err, "%s.input: Input should be an object", path);
+            c = &calls[cur->call_count++];
+            c->id = coai__oa_jstr(id);
+            c->name = coai__oa_jstr(name);
+            c->args = cJSON_IsObject(in) ? coai__req_own(req, cJSON_PrintUnformatted(in))
+                                         : coai_str_c("{}");
+        } else if (strcmp(ty, "redacted_thinking") == 0 || strcmp(ty, "server_tool_use") == 0
+                   || strcmp(ty, "web_search_tool_result") == 0) {
+            /* Encrypted or server-side history: nothing Cursor could use. */
+        } else if (strcmp(ty, "document") == 0) {
+            const cJSON *src = coai__oa_get(b, "source");
+            if (!coai__an_type_is(src, "text") || !cJSON_IsString(coai__oa_get(src, "data")))
+                return coai__an_bad(err, "%s: only documents with a text source are supported",
+                                    path);
+            cur->part_count++;
+            parts[pn++].text = coai__oa_jstr(coai__oa_get(src, "data"));
+        } else {
+            return coai__an_bad(err, "%s.type: unsupported content block type '%s'", path, ty);
+        }
+    }
+    return 0;
+}
+
+static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_error *err,
+                          int count_only)
+{
+    cJSON *root;
+    const cJSON *v, *msgs, *m, *tools;
+    coai_message *out;
+    size_t cap = 1, k = 0;
+    int rc, i;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
+    req->root_ = root;
+    req->dialect = COAI_DIALECT_ANTHROPIC;
+    req->thinking = -1;
+    rc = COAI_ERR_INVALID;
+    v = coai__oa_get(root, "model");
+    if (!cJSON_IsString(v) || !v->valuestring[0]) {
+        coai__an_bad(err, "model: Field required");
+        goto fail;
+    }
+    req->model = coai__oa_jstr(v);
+    v = coai__oa_get(root, "max_tokens");
+    if (v || !count_only) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e12
+            || v->valuedouble != (double)(int64_t)v->valuedouble) {
+            coai__an_bad(err, "max_tokens: Field required (an integer >= 1)");
+            goto fail;
+        }
+        req->max_tokens = (int64_t)v->valuedouble;
+    }
+    v = coai__oa_get(root, "stream");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
+        coai__an_bad(err, "stream: Input should be a valid boolean");
+        goto fail;
+    }
+    req->stream = !count_only && cJSON_IsTrue(v);
+    msgs = coai__oa_get(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        coai__an_bad(err, "messages: Field required (a non-empty list)");
+        goto fail;
+    }
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *c = coai__oa_get(m, "content");
+        cap += 1 + 2 * (size_t)(cJSON_IsArray(c) ? cJSON_GetArraySize(c) : 1);
+    }
+    out = (coai_message *)coai__req_alloc(req, cap * sizeof *out);
+    if (!out) goto nomem;
+    /* system: a string or text blocks (cache_control and citations are accepted) */
+    v = coai__oa_get(root, "system");
+    if (cJSON_IsString(v)) {
+        coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
+        if (!p) goto nomem;
+        p->text = coai__oa_jstr(v);
+        out[k].role = COAI_ROLE_SYSTEM;
+        out[k].parts = p;
+        out[k++].part_count = 1;
+    } else if (cJSON_IsArray(v)) {
+        const cJSON *b;
+        size_t q = 0;
+        coai_part *p = (coai_part *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *p);
+        if (!p) goto nomem;
+        i = 0;
+        cJSON_ArrayForEach(b, v) {
+            if (!coai__an_type_is(b, "text") || !cJSON_IsString(coai__oa_get(b, "text"))) {
+                coai__an_bad(err, "system.%d: system blocks must be text blocks", i);
+                goto fail;
+            }
+            p[q++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+            i++;
+        }
+        out[k].role = COAI_ROLE_SYSTEM;
+        out[k].parts = p;
+        out[k++].part_count = q;
+    } else if (v && !cJSON_IsNull(v)) {
+        coai__an_bad(err, "system: Input should be a string or a list of text blocks");
+        goto fail;
+    }
+    i = 0;
+    cJSON_ArrayForEach(m, msgs) {
+        if ((rc = coai__an_message(req, m, i++, out, &k, err)) != 0) {
+            if (rc == COAI_ERR_NOMEM) goto nomem;
+            goto fail;
+        }
+    }
+    rc = COAI_ERR_INVALID;
+    req->messages = out;
+    req->message_count = k;
+    /* tools: custom tools (name, description, input_schema). Anthropic-defined tools
+     * (a "type" other than "custom": bash_*, text_editor_*, web_search_*) run on
+     * Anthropic's side or need a schema we do not have: left out. defer_loading tools
+     * are loaded later by the client's tool search: left out until they are. */
+    tools = coai__oa_get(root, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        const cJSON *t;
+        int count;
+        size_t q = 0;
+        if (!cJSON_IsArray(tools)) { coai__an_bad(err, "tools: Input should be a list"); goto fail; }
+        count = cJSON_GetArraySize(tools);
+        if (count > COAI_MAX_TOOLS) {
+            coai__an_bad(err, "tools: at most %d tools are supported", COAI_MAX_TOOLS);
+            goto fail;
+        }
+        if (count > 0) {
+            req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
+            if (!req->tools) goto nomem;
+        }
+        i = 0;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *name = coai__oa_get(t, "name"), *d = coai__oa_get(t, "description");
+            const cJSON *sch = coai__oa_get(t, "input_schema"), *ty = coai__oa_get(t, "type");
+            if (!cJSON_IsObject(t)) { coai__an_bad(err, "tools.%d: must be an object", i); goto fail; }
+            if (!cJSON_IsString(name) || !coai__an_name_ok(name->valuestring)) {
+                coai__an_bad(err, "tools.%d.name: must match ^[a-zA-Z0-9_-]{1,128}$", i);
+                goto fail;
+            }
+            if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
+                coai__an_bad(err, "tools.%d.description: Input should be a string", i);
+                goto fail;
+            }
+            i++;
+            if (ty && !cJSON_IsNull(ty)
+                && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0))
+                continue;
+            if (!cJSON_IsObject(sch)) {
+                coai__an_bad(err, "tools.%d.input_schema: Field required (an object)", i - 1);
+                goto fail;
+            }
+            if (cJSON_IsTrue(coai__oa_get(t, "defer_loading"))) continue;
+            req->tools[q].name = coai__oa_jstr(name);
+            req->tools[q].description = coai__oa_jstr(d);
+            req->tools[q++].parameters = sch;
+        }
+        req->tool_count = q;
+        if (!q) { free(req->tools); req->tools = NULL; }
+    }
+    v = coai__oa_get(root, "tool_choice");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *ty = coai__oa_get(v, "type");
+        const char *s = cJSON_IsString(ty) ? ty->valuestring : "";
+        if (strcmp(s, "auto") == 0) req->tool_choice = COAI_TOOL_CHOICE_AUTO;
+        else if (strcmp(s, "any") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
+        else if (strcmp(s, "none") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
+        else if (strcmp(s, "tool") == 0 && cJSON_IsString(coai__oa_get(v, "name"))) {
+            req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+            req->tool_choice_name = coai__oa_jstr(coai__oa_get(v, "name"));
+        } else {
+            coai__an_bad(err, "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} or "
+                         "{\"type\": \"tool\", \"name\": ...}");
+            goto fail;
+        }
+    }
+    v = coai__oa_get(root, "stop_sequences");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *e;
+        size_t q = 0;
+        coai_str *st;
+        if (!cJSON_IsArray(v)) { coai__an_bad(err, "stop_sequences: Input should be a list"); goto fail; }
+        st = (coai_str *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *st);
+        if (!st) goto nomem;
+        cJSON_ArrayForEach(e, v) {
+            if (!cJSON_IsString(e)) {
+                coai__an_bad(err, "stop_sequences.%d: Input should be a string", (int)q);
+                goto fail;
+            }
+            st[q++] = coai__oa_jstr(e);
+        }
+        req->stop = st;
+        req->stop_count = q;
+    }
+    v = coai__oa_get(root, "thinking");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *ty = coai__oa_get(v, "type"), *bt = coai__oa_get(v, "budget_tokens");
+        if (coai__an_type_is(v, "enabled") || coai__an_type_is(v, "adaptive")) req->thinking = 1;
+        else if (coai__an_type_is(v, "disabled")) req->thinking = 0;
+        else {
+            coai__an_bad(err, "thinking.type: expected 'enabled', 'adaptive' or 'disabled' "
+                         "(got %s)", cJSON_IsString(ty) ? ty->valuestring : "none");
+            goto fail;
+        }
+        if (cJSON_IsNumber(bt) && bt->valuedouble > 0 && bt->valuedouble < 1e12)
+            req->thinking_budget = (int64_t)bt->valuedouble;
+    }
+    v = coai__oa_get(root, "metadata");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
+        coai__an_bad(err, "metadata: Input should be an object");
+        goto fail;
+    }
+    /* temperature, top_p, top_k, context_management, output_config, service_tier,
+     * container, mcp_servers ...: accepted, nothing to do on Cursor's side. */
+    if (req->mem_.err || coai__request_finish(req)) goto nomem;
+    return 0;
+nomem:
+    rc = COAI_ERR_NOMEM;
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_request_free(req);
+    return rc;
+}
+
+int coai_anthropic_parse(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    return coai__an_parse(req, body, n, err, 0);
+}
+
+int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    return coai__an_parse(req, body, n, err, 1);
+}
+
+/* ---- model names ------------------------------------------------------------- */
+
+int64_t coai_request_input_tokens(const coai_request *req)
+{
+    size_t u = coai__oa_utf16_len(req->prompt.data ? (const char *)req->prompt.data : "",
+                                  req->prompt.len);
+    return (int64_t)((u + 3) / 4);
+}
+
+/* What a model name says: family (1 opus, 2 sonnet, 3 haiku), version numbers (a date
+ * such as 20250929 is not one), "thinking", whether it starts like a Claude name, and
+ * how many other words it has ("high", "max", "fast" ...). */
+typedef struct coai__claude_name {
+    int family, claude, thinking, extras;
+    long version;              /* major * 10000 + minor * 100 + patch */
+    int nver;
+} coai__claude_name;
+
+static void coai__claude_parse(coai_str s, coai__claude_name *c)
+{
+    size_t i = 0;
+    memset(c, 0, sizeof *c);
+    while (i < s.len) {
+        char w[16];
+        size_t k = 0, start;
+        int digits = 1;
+        while (i < s.len && !coai__oa_alnum(s.ptr[i])) i++;
+        start = i;
+        while (i < s.len && coai__oa_alnum(s.ptr[i])) {
+            char ch = s.ptr[i++];
+            if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
+            if (ch < '0' || ch > '9') digits = 0;
+            if (k + 1 < sizeof w) w[k++] = ch;
+        }
+        w[k] = 0;
+        if (i == start) break;
+        if (digits) {
+            if (i - start <= 4 && c->nver < 3) {
+                long v = atol(w);
+                c->version += v * (c->nver == 0 ? 10000 : c->nver == 1 ? 100 : 1);
+                c->nver++;
+            }                                   /* longer: a date stamp */
+        } else if (strcmp(w, "claude") == 0 && c->claude == 0 && start == 0) c->claude = 1;
+        else if (strcmp(w, "opus") == 0) c->family = 1;
+        else if (strcmp(w, "sonnet") == 0) c->family = 2;
+        else if (strcmp(w, "haiku") == 0) c->family = 3;
+        else if (strcmp(w, "thinking") == 0) c->thinking = 1;
+        else if (strcmp(w, "latest") != 0 && strcmp(w, "claude") != 0) c->extras++;
+    }
+}
+
+int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
+                               coai_str *out)
+{
+    coai__claude_name rq;
+    int fam;
+    coai__claude_parse(requested, &rq);
+    if (!rq.family || (!rq.claude && rq.extras)) return 0;
+    for (fam = rq.family;; fam = 2) {
+        size_t i, best = 0;
+        long best_score = -1;
+        for (i = 0; m && i < m->count; i++) {
+            coai__claude_name c;
+            long score;
+            int exact;
+            const coai_model *it = &m->items[i];
+            coai__claude_parse(it->display_id.len ? it->display_id : it->id, &c);
+            if (c.family != fam) coai__claude_parse(it->id, &c);
+            if (c.family != fam) continue;
+            exact = fam == rq.family && rq.nver && c.version == rq.version;
+            /* exact version > the wanted thinking variant > newer > fewer extra words */
+            score = (long)exact * 100000000L + (long)(c.thinking == (want_thinking != 0)) * 10000000L
+                    + (c.version > 999999 ? 999999 : c.version) * 10L
+                    + (c.extras > 9 ? 0 : 9 - c.extras);
+            if (score > best_score) { best_score = score; best = i; }
+        }
+        if (best_score >= 0) { *out = m->items[best].id; return 1; }
+        if (fam != 3) return 0;            /* only a missing haiku falls back (to sonnet) */
+    }
+}
+
+int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created)
+{
+    char when[96];
+    int64_t t = created < 0 ? 0 : created > 253402300799LL ? 253402300799LL : created;
+    int64_t days = coai__floor_div(t, 86400), sec = t - days * 86400;
+    int64_t z = days + 719468, era = coai__floor_div(z, 146097), doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t d = doy - (153 * mp + 2) / 5 + 1, mo = mp < 10 ? mp + 3 : mp - 9;
+    size_t i;
+    /* civil date of a day count (H. Hinnant's algorithm): no gmtime_r needed */
+    snprintf(when, sizeof when, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lldZ",
+             (long long)(yoe + era * 400 + (mo <= 2)), (long long)mo, (long long)d,
+             (long long)(sec / 3600), (long long)(sec / 60 % 60), (long long)(sec % 60));
+    coai_buf_puts(out, "{\"data\":[");
+    for (i = 0; m && i < m->count; i++) {
+        const coai_model *it = &m->items[i];
+        coai_str id = it->display_id.len ? it->display_id : it->id;
+        coai_str name = it->display_name.len ? it->display_name : id;
+        if (i) coai_buf_putc(out, ',');
+        coai_buf_puts(out, "{\"type\":\"model\",\"id\":");
+        coai_json_str_append(out, id.ptr, id.len);
+        coai_buf_puts(out, ",\"display_name\":");
+        coai_json_str_append(out, name.ptr, name.len);
+        coai_buf_printf(out, ",\"created_at\":\"%s\"}", when);
+    }
+    coai_buf_puts(out, "],\"has_more\":false,\"first_id\":");
+    if (m && m->count) {
+        const coai_model *f = &m->items[0], *l = &m->items[m->count - 1];
+        coai_str a = f->display_id.len ? f->display_id : f->id;
+        coai_str b = l->display_id.len ? l->display_id : l->id;
+        coai_json_str_append(out, a.ptr, a.len);
+        coai_buf_puts(out, ",\"last_id\":");
+        coai_json_str_append(out, b.ptr, b.len);
+    } else {
+        coai_buf_puts(out, "null,\"last_id\":null");
+    }
+    return coai_buf_puts(out, "}");
+}
+
+/* ---- the Messages writer ------------------------------------------------------ */
+
+/* What a thinking block is closed with. Anthropic signs thinking so that it can be
+ * sent back; Cursor's thinking has no signature, clients only need a non-empty one,
+ * and what comes back is never checked. */
+#define COAI__AN_SIGNATURE "Y3Vyc29yLW9haQ=="
+
+static void coai__an_w_init(coai_reply *r)
+{
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, r->o_.completion_id.ptr, r->o_.completion_id.len);
+    coai_buf_puts(&r->prefix_, ",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+    coai_json_str_append(&r->prefix_, r->o_.model.ptr, r->o_.model.len);
+}
+
+/* Anthropic counts input without the cached parts (coai_reply_usage keeps them <= input).
+ * at_start: message_start, before any output was counted. */
+static void coai__an_usage(const coai_reply *r, coai_buf *b, int at_start)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
+    coai_buf_printf(b, "{\"input_tokens\":%lld,\"cache_creation_input_tokens\":%lld,"
+                    "\"cache_read_input_tokens\":%lld,\"output_tokens\":%lld}",
+                    (long long)(u.input_tokens - u.cache_read_tokens - u.cache_write_tokens),
+                    (long long)u.cache_write_tokens, (long long)u.cache_read_tokens,
+                    (long long)(at_start ? 0 : u.output_tokens));
+}
+
+static void coai__an_event(coai_reply *r, const char *name)
+{
+    coai_buf_printf(&r->out, "event: %s\ndata: {\"type\":\"%s\"", name, name);
+}
+
+static void coai__an_w_begin(coai_reply *r)
+{
+    coai__an_event(r, "message_start");
+    coai_buf_puts(&r->out, ",\"message\":");
+    coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(&r->out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
+                  "\"usage\":");
+    coai__an_usage(r, &r->out, 1);
+    coai_buf_puts(&r->out, "}}\n\n");
+}
+
+static void coai__an_block_stop(coai_reply *r)
+{
+    if (!r->block_open_) return;
+    if (r->block_open_ == 2) {
+        coai__an_event(r, "content_block_delta");
+        coai_buf_printf(&r->out, ",\"index\":%d,\"delta\":{\"type\":\"signature_delta\","
+                        "\"signature\":\"" COAI__AN_SIGNATURE "\"}}\n\n", r->block_ - 1);
+    }
+    coai__an_event(r, "content_block_stop");
+    coai_buf_printf(&r->out, ",\"index\":%d}\n\n", r->block_ - 1);
+    r->block_open_ = 0;
+}
+
+/* kind 1 text, 2 thinking */
+static void coai__an_block_start(coai_reply *r, int kind)
+{
+    coai__an_block_stop(r);
+    coai__an_event(r, "content_block_start");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"content_block\":%s}\n\n", r->block_,
+                    kind == 2 ? "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}"
+                              : "{\"type\":\"text\",\"text\":\"\"}");
+    r->block_++;
+    r->block_open_ = kind;
+}
+
+static void coai__an_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    int kind = ch ? 2 : 1;
+    if (r->block_open_ != kind) coai__an_block_start(r, kind);
+    coai__an_event(r, "content_block_delta");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"delta\":{\"type\":\"%s\",\"%s\":", r->block_ - 1,
+                    ch ? "thinking_delta" : "text_delta", ch ? "thinking" : "text");
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_puts(&r->out, "}}\n\n");
+}
+
+static void coai__an_w_tool_call(coai_reply *r)
+{
+    coai__an_block_stop(r);
+    coai__an_event(r, "content_block_start");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"content_block\":{\"type\":\"tool_use\",\"id\":",
+                    r->block_);
+    coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
+    coai_buf_puts(&r->out, ",\"name\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
+    coai_buf_puts(&r->out, ",\"input\":{}}}\n\n");
+    coai__an_event(r, "content_block_delta");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"delta\":{\"type\":\"input_json_delta\","
+                    "\"partial_json\":", r->block_);
+    if (r->tc_args_.len)
+        coai_json_str_append(&r->out, (const char *)r->tc_args_.data, r->tc_args_.len);
+    else
+        coai_buf_puts(&r->out, "\"{}\"");
+    coai_buf_puts(&r->out, "}}\n\n");
+    coai__an_event(r, "content_block_stop");
+    coai_buf_printf(&r->out, ",\"index\":%d}\n\n", r->block_);
+    r->block_++;
+}
+
+static const char *coai__an_stop_reason(coai_finish f)
+{
+    switch (f) {
+    case COAI_FINISH_TOOL_CALLS: return "tool_use";
+    case COAI_FINISH_LENGTH: return "max_tokens";
+    case COAI_FINISH_STOP_SEQUENCE: return "stop_sequence";
+    default: return "end_turn";
+    }
+}
+
+static void coai__an_w_end(coai_reply *r, coai_finish f)
+{
+    coai__an_block_stop(r);
+    if (r->block_ == 0) {            /* an empty answer is still one (empty) text block */
+        coai__an_block_start(r, 1);
+        coai__an_block_stop(r);
+    }
+    coai__an_event(r, "message_delta");
+    coai_buf_printf(&r->out, ",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":null},"
+                    "\"usage\":", coai__an_stop_reason(f));
+    coai__an_usage(r, &r->out, 0);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__an_event(r, "message_stop");
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+static void coai__an_w_body(coai_reply *r, coai_finish f)
+{
+    coai_buf *o = &r->out;
+    int n = 0;
+    coai_buf_append(o, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(o, ",\"content\":[");
+    if (r->reasoning_.len) {
+        coai_buf_puts(o, "{\"type\":\"thinking\",\"thinking\":");
+        coai_json_str_append(o, (const char *)r->reasoning_.data, r->reasoning_.len);
+        coai_buf_puts(o, ",\"signature\":\"" COAI__AN_SIGNATURE "\"}");
+        n++;
+    }
+    if (r->content_.len || (!n && !r->has_tool_call_)) {
+        if (n++) coai_buf_putc(o, ',');
+        coai_buf_puts(o, "{\"type\":\"text\",\"text\":");
+        coai_json_str_append(o, r->content_.data ? (const char *)r->content_.data : "",
+                             r->content_.len);
+        coai_buf_putc(o, '}');
+    }
+    if (r->has_tool_call_) {
+        if (n++) coai_buf_putc(o, ',');
+        coai_buf_puts(o, "{\"type\":\"tool_use\",\"id\":");
+        coai_json_str_append(o, (const char *)r->tc_id_.data, r->tc_id_.len);
+        coai_buf_puts(o, ",\"name\":");
+        coai_json_str_append(o, (const char *)r->tc_name_.data, r->tc_name_.len);
+        coai_buf_puts(o, ",\"input\":");
+        /* the args are JSON objects written by coai_exec_map (or Cursor's MCP args) */
+        if (r->tc_args_.len) coai_buf_append(o, r->tc_args_.data, r->tc_args_.len);
+        else coai_buf_puts(o, "{}");
+        coai_buf_putc(o, '}');
+    }
+    coai_buf_printf(o, "],\"stop_reason\":\"%s\",\"stop_sequence\":null,\"usage\":",
+                    coai__an_stop_reason(f));
+    coai__an_usage(r, o, 0);
+    coai_buf_putc(o, '}');
+}
+
+static void coai__an_w_error(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "event: error\ndata: ");
+    coai_error_write_as(&r->out, &r->error, COAI_DIALECT_ANTHROPIC);
+    coai_buf_puts(&r->out, "\n\n");
+}
+
+static void coai__an_w_keepalive(coai_reply *r)
+{
+    coai__an_event(r, "ping");
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+static const coai__writer coai__an_writer = {
+    coai__an_w_init, coai__an_w_begin, coai__an_w_delta, coai__an_w_tool_call,
+    coai__an_w_end, coai__an_w_body, coai__an_w_error, coai__an_w_keepalive
+};
+/* PART:ANTHROPIC impl end */
+
+/* ======================================================================== */
+/* PART:RESPONSES impl (OpenAI Responses: parser, exec mapping, writer)      */
+/* ======================================================================== */
+
+/* ---- request ---- */
+
+static coai_str coai__rs_view(const coai_buf *b)
+{
+    coai_str s;
+    s.ptr = b->data ? (const char *)b->data : "";
+    s.len = b->len;
+    return s;
+}
+
+static int coai__rs_type_is(const cJSON *o, const char *t)
+{
+    const cJSON *v = coai__oa_get(o, "type");
+    return cJSON_IsString(v) && strcmp(v->valuestring, t) == 0;
+}
+
+static int coai__rs_in(const char *s, const char *const *list)
+{
+    size_t i;
+    for (i = 0; list[i]; i++)
+        if (strcmp(s, list[i]) == 0) return 1;
+    return 0;
+}
+
+/* Keep a malloc'ed block until coai_request_free (it frees every pointer in mem_). */
+static int coai__rs_keep(coai_request *req, void *p)
+{
+    if (!p) return -1;
+    if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return -1; }
+    return 0;
+}
+
+/* A request-owned copy of b's bytes as a view. */
+static int coai__rs_own(coai_request *req, const coai_buf *b, coai_str *out)
+{
+    char *p = (char *)coai__req_alloc(req, b->len + 1);
+    if (!p || b->err) return -1;
+    if (b->len) memcpy(p, b->data, b->len);
+    out->ptr = p;
+    out->len = b->len;
+    return 0;
+}
+
+typedef struct coai__rs_parse {
+    coai_request *req;
+    coai_buf msgs;        /* coai_message structs, copied to request memory at the end */
+    coai_buf *items;      /* the store's item list */
+    coai_error *err;
+    int nomem;
+} coai__rs_parse;
+
+static coai_message *coai__rs_msg(coai__rs_parse *ps, coai_role role)
+{
+    coai_message m;
+    memset(&m, 0, sizeof m);
+    m.role = role;
+    if (coai_buf_append(&ps->msgs, &m, sizeof m)) { ps->nomem = 1; return NULL; }
+    return (coai_message *)(void *)(ps->msgs.data + ps->msgs.len - sizeof m);
+}
+
+/* Content (a string or an array of parts) -> parts of m. where = "input[3]" etc. */
+static int coai__rs_content(coai__rs_parse *ps, coai_message *m, const cJSON *content,
+                            const char *where, const char *field)
+{
+    static const char *const text_types[] = { "input_text", "output_text", "text",
+                                              "summary_text", "reasoning_text", NULL };
+    char p[160];
+    const cJSON *part;
+    size_t k = 0;
+    coai_part *parts;
+    if (!content || cJSON_IsNull(content)) return 0;
+    if (cJSON_IsString(content)) {
+        parts = (coai_part *)coai__req_alloc(ps->req, sizeof *parts);
+        if (!parts) { ps->nomem = 1; return -1; }
+        parts[0].text = coai__oa_jstr(content);
+        m->parts = parts;
+        m->part_count = 1;
+        return 0;
+    }
+    snprintf(p, sizeof p, "%s.%s", where, field);
+    if (!cJSON_IsArray(content))
+        return coai__oa_bad(ps->err, p, "%s must be a string or an array of parts", p);
+    parts = (coai_part *)coai__req_alloc(ps->req,
+                                         (size_t)cJSON_GetArraySize(content) * sizeof *parts);
+    if (!parts) { ps->nomem = 1; return -1; }
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *t = coai__oa_get(part, "type");
+        snprintf(p, sizeof p, "%s.%s[%u].type", where, field, (unsigned)k);
+        if (!cJSON_IsObject(part) || !cJSON_IsString(t))
+            return coai__oa_bad(ps->err, p, "%s must be a string", p);
+        if (coai__rs_in(t->valuestring, text_types) || strcmp(t->valuestring, "refusal") == 0) {
+            const char *key = strcmp(t->valuestring, "refusal") == 0 ? "refusal" : "text";
+            const cJSON *x = coai__oa_get(part, key);
+            if (!cJSON_IsString(x)) {
+                snprintf(p, sizeof p, "%s.%s[%u].%s", where, field, (unsigned)k, key);
+                return coai__oa_bad(ps->err, p, "%s must be a string", p);
+            }
+            parts[k].kind = COAI_PART_TEXT;
+            parts[k].text = coai__oa_jstr(x);
+        } else if (strcmp(t->valuestring, "input_image") == 0) {
+            const cJSON *u = coai__oa_get(part, "image_url");
+            if (cJSON_IsObject(u)) u = coai__oa_get(u, "url");
+            if (!cJSON_IsString(u)) {
+                snprintf(p, sizeof p, "%s.%s[%u].image_url", where, field, (unsigned)k);
+                return coai__oa_bad(ps->err, p, "%s must be a string (file_id images are not "
+                                    "supported: send the image as a data: or https: URL)", p);
+            }
+            parts[k].kind = COAI_PART_IMAGE;
+            parts[k].url = coai__oa_jstr(u);
+        } else {
+            return coai__oa_bad(ps->err, p, "Unsupported content part type '%s' in %s "
+                                "(supported: input_text, output_text, refusal, input_image)",
+                                t->valuestring, p);
+        }
+        k++;
+    }
+    m->parts = parts;
+    m->part_count = k;
+    return 0;
+}
+
+static int coai__rs_req_str(coai__rs_parse *ps, const cJSON *it, const char *key,
+                            const char *where, coai_str *out, int optional)
+{
+    char p[160];
+    const cJSON *v = coai__oa_get(it, key);
+    if (optional && (!v || cJSON_IsNull(v))) { *out = coai_str_c(""); return 0; }
+    if (!cJSON_IsString(v)) {
+        snprintf(p, sizeof p, "%s.%s", where, key);
+        return coai__oa_bad(ps->err, p, "%s must be a string", p);
+    }
+    *out = coai__oa_jstr(v);
+    return 0;
+}
+
+/* One input item -> neutral messages (and its JSON into the store's list). */
+static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
+{
+    static const char *const roles[] = { "user", "system", "developer", "assistant", NULL };
+    /* items of hosted tools the client may send back: nothing Cursor can use */
+    static const char *const skipped[] = {
+        "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
+        "tool_search_call", "tool_search_output", "mcp_call", "mcp_list_tools",
+        "mcp_approval_request", "mcp_approval_response", "computer_call",
+        "computer_call_output", "compaction", NULL };
+    char p[160];
+    const cJSON *ty = coai__oa_get(it, "type"), *role = coai__oa_get(it, "role");
+    const char *t;
+    coai_message *m;
+    if (!cJSON_IsObject(it)) return coai__oa_bad(ps->err, where, "%s must be an object", where);
+    if (ty && !cJSON_IsString(ty)) {
+        snprintf(p, sizeof p, "%s.type", where);
+        return coai__oa_bad(ps->err, p, "%s must be a string", p);
+    }
+    t = ty ? ty->valuestring : "message";
+    if (ps->items) {
+        char *s = cJSON_PrintUnformatted(it);
+        if (!s) { ps->nomem = 1; return -1; }
+        if (ps->items->len) coai_buf_putc(ps->items, ',');
+        coai_buf_puts(ps->items, s);
+        free(s);
+    }
+    if (strcmp(t, "message") == 0) {
+        snprintf(p, sizeof p, "%s.role", where);
+        if (!cJSON_IsString(role) || !coai__rs_in(role->valuestring, roles))
+            return coai__oa_bad(ps->err, p, "%s must be one of 'user', 'system', 'developer', "
+                                "'assistant'", p);
+        m = coai__rs_msg(ps, strcmp(role->valuestring, "user") == 0 ? COAI_ROLE_USER
+                             : strcmp(role->valuestring, "assistant") == 0 ? COAI_ROLE_ASSISTANT
+                             : COAI_ROLE_SYSTEM);
+        if (!m) return -1;
+        return coai__rs_content(ps, m, coai__oa_get(it, "content"), where, "content");
+    }
+    if (strcmp(t, "function_call") == 0 || strcmp(t, "custom_tool_call") == 0
+        || strcmp(t, "local_shell_call") == 0) {
+        coai_call *c = (coai_call *)coai__req_alloc(ps->req, sizeof *c);
+        if (!c) { ps->nomem = 1; return -1; }
+        if (coai__rs_req_str(ps, it, "call_id", where, &c->id, 0)) return COAI_ERR_INVALID;
+        if (t[0] == 'l') {
+            const cJSON *a = coai__oa_get(it, "action");
+            char *s = cJSON_IsObject(a) ? cJSON_PrintUnformatted(a) : NULL;
+            if (cJSON_IsObject(a) && coai__rs_keep(ps->req, s)) { ps->nomem = 1; return -1; }
+            c->name = coai_str_c("local_shell");
+            c->args = coai_str_c(s ? s : "{}");
+        } else {
+            if (coai__rs_req_str(ps, it, "name", where, &c->name, 0)) return COAI_ERR_INVALID;
+            if (coai__rs_req_str(ps, it, t[0] == 'f' ? "arguments" : "input", where, &c->args,
+                                 t[0] == 'f'))
+                return COAI_ERR_INVALID;
+            if (t[0] == 'f' && !c->args.len) c->args = coai_str_c("{}");
+        }
+        m = coai__rs_msg(ps, COAI_ROLE_ASSISTANT);
+        if (!m) return -1;
+        m->calls = c;
+        m->call_count = 1;
+        return 0;
+    }
+    if (strcmp(t, "function_call_output") == 0 || strcmp(t, "custom_tool_call_output") == 0
+        || strcmp(t, "local_shell_call_output") == 0) {
+        coai_str id;
+        if (coai__rs_req_str(ps, it, "call_id", where, &id, 0)) return COAI_ERR_INVALID;
+        m = coai__rs_msg(ps, COAI_ROLE_TOOL);
+        if (!m) return -1;
+        m->tool_call_id = id;
+        if (!coai__oa_get(it, "output") || cJSON_IsNull(coai__oa_get(it, "output"))) {
+            snprintf(p, sizeof p, "%s.output", where);
+            return coai__oa_bad(ps->err, p, "%s is required", p);
+        }
+        return coai__rs_content(ps, m, coai__oa_get(it, "output"), where, "output");
+    }
+    if (strcmp(t, "reasoning") == 0) {
+        /* Reasoning sent back: thinking, never prompt text (the encrypted content is
+         * OpenAI's own and means nothing to Cursor). */
+        const cJSON *s = coai__oa_get(it, "summary"), *x;
+        size_t k = 0;
+        coai_part *parts;
+        if (s && !cJSON_IsNull(s) && !cJSON_IsArray(s)) {
+            snprintf(p, sizeof p, "%s.summary", where);
+            return coai__oa_bad(ps->err, p, "%s must be an array", p);
+        }
+        m = coai__rs_msg(ps, COAI_ROLE_ASSISTANT);
+        if (!m) return -1;
+        if (!cJSON_IsArray(s) || !cJSON_GetArraySize(s)) return 0;
+        parts = (coai_part *)coai__req_alloc(ps->req, (size_t)cJSON_GetArraySize(s) * sizeof *parts);
+        if (!parts) { ps->nomem = 1; return -1; }
+        cJSON_ArrayForEach(x, s) {
+            const cJSON *tx = coai__oa_get(x, "text");
+            if (!cJSON_IsString(tx)) continue;
+            parts[k].kind = COAI_PART_THINKING;
+            parts[k++].text = coai__oa_jstr(tx);
+        }
+        m->parts = parts;
+        m->part_count = k;
+        return 0;
+    }
+    if (coai__rs_in(t, skipped)) return 0;
+    snprintf(p, sizeof p, "%s.type", where);
+    if (strcmp(t, "item_reference") == 0)
+        return coai__oa_bad(ps->err, p, "item_reference is not supported: send the items "
+                            "themselves, or use previous_response_id");
+    return coai__oa_bad(ps->err, p, "Unsupported input item type '%s' in %s", t, p);
+}
+
+/* Tools: function and custom tools become coai_tools; the rest is accepted and left out. */
+static int coai__rs_tools(coai__rs_parse *ps, cJSON *root, const cJSON *tools)
+{
+    static const char *const hosted[] = {
+        "namespace", "web_search", "web_search_preview", "web_search_preview_2025_03_11",
+        "web_search_2025_08_26", "tool_search", "file_search", "image_generation",
+        "code_interpreter", "mcp", "computer_use_preview", "computer_use", "local_shell",
+        "shell", "apply_patch", NULL };
+    coai_request *req = ps->req;
+    const cJSON *t;
+    cJSON *keep = NULL;
+    char p[96];
+    int i = 0, count;
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    if (!cJSON_IsArray(tools)) return coai__oa_bad(ps->err, "tools", "tools must be an array");
+    count = cJSON_GetArraySize(tools);
+    if (count > COAI_MAX_TOOLS)
+        return coai__oa_bad(ps->err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+    if (count > 0) {
+        req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
+        if (!req->tools) { ps->nomem = 1; return -1; }
+    }
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *ty = coai__oa_get(t, "type"), *name = coai__oa_get(t, "name");
+        const cJSON *d = coai__oa_get(t, "description");
+        coai_tool *o;
+        snprintf(p, sizeof p, "tools[%d]", i);
+        if (!cJSON_IsObject(t) || !cJSON_IsString(ty))
+            return coai__oa_bad(ps->err, p, "%s must be an object with a string 'type'", p);
+        i++;
+        if (strcmp(ty->valuestring, "function") && strcmp(ty->valuestring, "custom")) {
+            if (coai__rs_in(ty->valuestring, hosted)) continue;
+            snprintf(p, sizeof p, "tools[%d].type", i - 1);
+            return coai__oa_bad(ps->err, p, "Unsupported tool type '%s' in %s",
+                                ty->valuestring, p);
+        }
+        snprintf(p, sizeof p, "tools[%d].name", i - 1);
+        if (!cJSON_IsString(name)) return coai__oa_bad(ps->err, p, "%s is required", p);
+        if (!coai__oa_tool_name_ok(name->valuestring))
+            return coai__oa_bad(ps->err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+        snprintf(p, sizeof p, "tools[%d].description", i - 1);
+        if (d && !cJSON_IsNull(d) && !cJSON_IsString(d))
+            return coai__oa_bad(ps->err, p, "%s must be a string", p);
+        o = &req->tools[req->tool_count++];
+        o->name = coai__oa_jstr(name);
+        o->description = coai__oa_jstr(d);
+        if (ty->valuestring[0] == 'f') {
+            const cJSON *params = coai__oa_get(t, "parameters");
+            snprintf(p, sizeof p, "tools[%d].parameters", i - 1);
+            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+                return coai__oa_bad(ps->err, p, "%s must be an object", p);
+            o->parameters = cJSON_IsObject(params) ? params : NULL;
+        } else {
+            /* A custom (freeform) tool: Cursor sees a function with one string "input";
+             * its grammar, if any, goes into the description. */
+            const cJSON *f = coai__oa_get(t, "format");
+            const cJSON *def = coai__oa_get(f, "definition"), *syn = coai__oa_get(f, "syntax");
+            coai_buf db = { 0 };
+            cJSON *schema, *props, *in;
+            coai_str ds;
+            snprintf(p, sizeof p, "tools[%d].format", i - 1);
+            if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
+                return coai__oa_bad(ps->err, p, "%s must be an object", p);
+            coai__oa_put_str(&db, o->description);
+            if (db.len) coai_buf_puts(&db, "\n\n");
+            coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
+            if (cJSON_IsString(def)) {
+                coai_buf_puts(&db, " It must match this ");
+                coai__oa_put_str(&db, coai__oa_jstr(syn));
+                coai_buf_puts(&db, " grammar:\n");
+                coai__oa_put_str(&db, coai__oa_jstr(def));
+            }
+            if (coai__rs_own(req, &db, &ds)) { coai_buf_free(&db); ps->nomem = 1; return -1; }
+            coai_buf_free(&db);
+            o->description = ds;
+            o->freeform = 1;
+            if (!keep) {
+                keep = cJSON_CreateArray();
+                if (!keep || !cJSON_AddItemToObject(root, "\x01coai_custom_schemas", keep)) {
+                    cJSON_Delete(keep);
+                    ps->nomem = 1;
+                    return -1;
+                }
+            }
+            schema = cJSON_CreateObject();
+            if (!schema || !cJSON_AddItemToArray(keep, schema)) { cJSON_Delete(schema); ps->nomem = 1; return -1; }
+            if (!cJSON_AddStringToObject(schema, "type", "object")
+                || !(props = cJSON_AddObjectToObject(schema, "properties"))
+                || !(in = cJSON_AddObjectToObject(props, "input"))
+                || !cJSON_AddStringToObject(in, "type", "string")
+                || !cJSON_AddItemToObject(schema, "required", cJSON_CreateStringArray(
+                       (const char *const[]){ "input" }, 1))) {
+                ps->nomem = 1;
+                return -1;
+            }
+            o->parameters = schema;
+        }
+    }
+    if (!req->tool_count) { free(req->tools); req->tools = NULL; }
+    return 0;
+}
+
+static int coai__rs_echo(coai_buf *echo, const cJSON *root, const char *key)
+{
+    const cJSON *v = coai__oa_get(root, key);
+    char *s;
+    if (!v) return 0;
+    s = cJSON_PrintUnformatted(v);
+    if (!s) return -1;
+    coai_buf_putc(echo, ',');
+    coai_json_str_append(echo, key, strlen(key));
+    coai_buf_putc(echo, ':');
+    coai_buf_puts(echo, s);
+    free(s);
+    return echo->err ? -1 : 0;
+}
+
+static cJSON *coai__rs_parse_json(const char *body, size_t n, coai_error *err, int *rc)
+{
+    const char *end = NULL;
+    cJSON *root;
+    if (!body) n = 0;
+    if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
+        coai__oa_bad(err, NULL, "The request body is not valid UTF-8 text");
+        *rc = COAI_ERR_UTF8;
+        return NULL;
+    }
+    if (coai__oa_has_nul_escape(body, n)) {
+        coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
+        *rc = COAI_ERR_INVALID;
+        return NULL;
+    }
+    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
+    if (root && end) {
+        while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+            end++;
+        if (end != body + n) { cJSON_Delete(root); root = NULL; }
+    }
+    if (!root) {
+        coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
+                     "JSON, or nested deeper than the limit)");
+        *rc = COAI_ERR_JSON;
+    }
+    return root;
+}
+
+int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap)
+{
+    coai_error e;
+    int rc = 0;
+    cJSON *root = coai__rs_parse_json(body, n, &e, &rc);
+    const cJSON *v = coai__oa_get(root, "previous_response_id");
+    if (cap) out[0] = 0;
+    if (!root || !v || cJSON_IsNull(v)) rc = 0;
+    else if (!cJSON_IsString(v) || strlen(v->valuestring) >= cap) rc = -1;
+    else { memcpy(out, v->valuestring, strlen(v->valuestring) + 1); rc = out[0] ? 1 : 0; }
+    cJSON_Delete(root);
+    return rc;
+}
+
+void coai_responses_request_free(coai_responses_request *rr)
+{
+    coai_request_free(&rr->req);
+    coai_buf_free(&rr->items);
+    coai_buf_free(&rr->echo);
+    memset(rr, 0, sizeof *rr);
+}
+
+int coai_responses_request_parse(coai_responses_request *rr, const char *body, size_t n,
+                                 coai_str history, coai_error *err)
+{
+    static const char *const efforts[] = { "none", "minimal", "low", "medium", "high", "xhigh",
+                                           NULL };
+    static const char *const echoed[] = { "instructions", "metadata", "previous_response_id",
+                                          "store", "tool_choice", "parallel_tool_calls",
+                                          "reasoning", "max_output_tokens", "prompt_cache_key",
+                                          "temperature", "top_p", "text", "truncation", "user",
+                                          "service_tier", NULL };
+    coai_request *req = &rr->req;
+    coai__rs_parse ps;
+    cJSON *root, *hist = NULL;
+    const cJSON *v, *input, *it;
+    int rc = COAI_ERR_INVALID, i;
+    char p[64];
+    memset(rr, 0, sizeof *rr);
+    memset(err, 0, sizeof *err);
+    memset(&ps, 0, sizeof ps);
+    ps.req = req;
+    ps.items = &rr->items;
+    ps.err = err;
+    root = coai__rs_parse_json(body, n, err, &rc);
+    if (!root) return rc;
+    req->root_ = root;
+    rc = COAI_ERR_INVALID;
+    req->thinking = -1;
+    rr->store = 1;
+    if (!cJSON_IsObject(root)) {
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        goto fail;
+    }
+    v = coai__oa_get(root, "model");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
+        coai__oa_bad(err, "model", "model must be a string");
+        goto fail;
+    }
+    req->model = coai__oa_jstr(v);
+    if (req->model.len == 0) req->model = coai_str_c("auto");
+#define COAI__RS_TYPED(key, test, what)                                                     \
+    v = coai__oa_get(root, key);                                                          \
+    if (v && !cJSON_IsNull(v) && !(test)) {                                               \
+        coai__oa_bad(err, key, "%s must be %s", key, what);                               \
+        goto fail;                                                                        \
+    }
+    COAI__RS_TYPED("stream", cJSON_IsBool(v), "a boolean")
+    req->stream = cJSON_IsTrue(v);
+    COAI__RS_TYPED("store", cJSON_IsBool(v), "a boolean")
+    if (cJSON_IsFalse(v)) rr->store = 0;
+    COAI__RS_TYPED("background", cJSON_IsFalse(v), "false (background responses are not "
+                   "supported)")
+    COAI__RS_TYPED("instructions", cJSON_IsString(v), "a string")
+    COAI__RS_TYPED("parallel_tool_calls", cJSON_IsBool(v), "a boolean")
+    COAI__RS_TYPED("prompt_cache_key", cJSON_IsString(v), "a string")
+    req->conversation_key = coai__oa_jstr(v);
+    COAI__RS_TYPED("previous_response_id", cJSON_IsString(v), "a string")
+    rr->previous_response_id = coai__oa_jstr(v);
+    COAI__RS_TYPED("temperature", cJSON_IsNumber(v), "a number")
+    COAI__RS_TYPED("top_p", cJSON_IsNumber(v), "a number")
+    COAI__RS_TYPED("user", cJSON_IsString(v), "a string")
+    COAI__RS_TYPED("text", cJSON_IsObject(v), "an object")
+    COAI__RS_TYPED("conversation", 0, "absent (the Conversations API is not supported; use "
+                   "previous_response_id or send the items)")
+    COAI__RS_TYPED("prompt", 0, "absent (stored prompt templates are not supported)")
+    COAI__RS_TYPED("max_output_tokens", cJSON_IsNumber(v) && v->valuedouble >= 1
+                   && v->valuedouble <= 1e9 && v->valuedouble == (double)(int64_t)v->valuedouble,
+                   "a positive integer")
+    if (v && cJSON_IsNumber(v)) req->max_tokens = (int64_t)v->valuedouble;
+    COAI__RS_TYPED("include", cJSON_IsArray(v), "an array of strings")
+    if (cJSON_IsArray(v)) {
+        i = 0;
+        cJSON_ArrayForEach(it, v) {
+            snprintf(p, sizeof p, "include[%d]", i++);
+            if (!cJSON_IsString(it)) { coai__oa_bad(err, p, "%s must be a string", p); goto fail; }
+        }
+    }
+    COAI__RS_TYPED("metadata", cJSON_IsObject(v), "an object")
+    if (cJSON_IsObject(v)) {
+        i = 0;
+        cJSON_ArrayForEach(it, v) {
+            if (++i > 16 || !cJSON_IsString(it) || strlen(it->string) > 64
+                || strlen(it->valuestring) > 512) {
+                coai__oa_bad(err, "metadata", "metadata takes at most 16 string values (keys "
+                             "up to 64 characters, values up to 512)");
+                goto fail;
+            }
+        }
+    }
+    COAI__RS_TYPED("reasoning", cJSON_IsObject(v), "an object")
+    if (cJSON_IsObject(v)) {
+        const cJSON *ef = coai__oa_get(v, "effort"), *su = coai__oa_get(v, "summary");
+        if (ef && !cJSON_IsNull(ef) && !(cJSON_IsString(ef) && coai__rs_in(ef->valuestring, efforts))) {
+            coai__oa_bad(err, "reasoning.effort", "reasoning.effort must be one of 'none', "
+                         "'minimal', 'low', 'medium', 'high', 'xhigh'");
+            goto fail;
+        }
+        if (su && !cJSON_IsNull(su) && !cJSON_IsString(su)) {
+            coai__oa_bad(err, "reasoning.summary", "reasoning.summary must be a string");
+            goto fail;
+        }
+        if (cJSON_IsString(ef)) req->thinking = strcmp(ef->valuestring, "none") != 0;
+    }
+#undef COAI__RS_TYPED
+    for (i = 0; echoed[i]; i++)
+        if (coai__rs_echo(&rr->echo, root, echoed[i])) { ps.nomem = 1; goto nomem; }
+    /* instructions: the system message; not carried over by previous_response_id */
+    v = coai__oa_get(root, "instructions");
+    if (cJSON_IsString(v) && v->valuestring[0]) {
+        coai_message *m = coai__rs_msg(&ps, COAI_ROLE_SYSTEM);
+        coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
+        if (!m || !pt) { ps.nomem = 1; goto nomem; }
+        pt->text = coai__oa_jstr(v);
+        m->parts = pt;
+        m->part_count = 1;
+    }
+    if (history.len) {
+        hist = cJSON_ParseWithLength(history.ptr, history.len);
+        if (!cJSON_IsArray(hist)) {
+            cJSON_Delete(hist);
+            coai__oa_bad(err, "previous_response_id", "The stored previous response could not "
+                         "be read");
+            goto fail;
+        }
+        /* the history tree must live as long as the views into it */
+        if (!cJSON_AddItemToObject(root, "\x01coai_history", hist)) {
+            cJSON_Delete(hist);
+            ps.nomem = 1;
+            goto nomem;
+        }
+        i = 0;
+        cJSON_ArrayForEach(it, hist) {
+            snprintf(p, sizeof p, "previous_response_id[%d]", i++);
+            if ((rc = coai__rs_item(&ps, it, p)) < 0) goto check;
+        }
+    }
+    input = coai__oa_get(root, "input");
+    if (cJSON_IsString(input)) {
+        coai_message *m = coai__rs_msg(&ps, COAI_ROLE_USER);
+        coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
+        if (!m || !pt) { ps.nomem = 1; goto nomem; }
+        pt->text = coai__oa_jstr(input);
+        m->parts = pt;
+        m->part_count = 1;
+        if (rr->items.len) coai_buf_putc(&rr->items, ',');
+        coai_buf_puts(&rr->items, "{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                                  "[{\"type\":\"input_text\",\"text\":");
+        coai_json_str_append(&rr->items, input->valuestring, strlen(input->valuestring));
+        coai_buf_puts(&rr->items, "}]}");
+    } else if (cJSON_IsArray(input)) {
+        i = 0;
+        cJSON_ArrayForEach(it, input) {
+            snprintf(p, sizeof p, "input[%d]", i++);
+            if ((rc = coai__rs_item(&ps, it, p)) < 0) goto check;
+        }
+    } else if (input && !cJSON_IsNull(input)) {
+        coai__oa_bad(err, "input", "input must be a string or an array of items");
+        goto fail;
+    }
+    if (!ps.msgs.len || !(input && !cJSON_IsNull(input))) {
+        if (!(input && !cJSON_IsNull(input)) && !history.len) {
+            coai__oa_bad(err, "input", "input is required");
+            goto fail;
+        }
+    }
+    if ((rc = coai__rs_tools(&ps, root, coai__oa_get(root, "tools"))) < 0) goto check;
+    rc = COAI_ERR_INVALID;
+    v = coai__oa_get(root, "tool_choice");
+    if (cJSON_IsString(v)) {
+        if (strcmp(v->valuestring, "none") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
+        else if (strcmp(v->valuestring, "required") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
+        else if (strcmp(v->valuestring, "auto") != 0) {
+            coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' "
+                         "or an object");
+            goto fail;
+        }
+    } else if (cJSON_IsObject(v)) {
+        if (coai__rs_type_is(v, "function") || coai__rs_type_is(v, "custom")) {
+            if (!cJSON_IsString(coai__oa_get(v, "name"))) {
+                coai__oa_bad(err, "tool_choice.name", "tool_choice.name must be a string");
+                goto fail;
+            }
+            req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+            req->tool_choice_name = coai__oa_jstr(coai__oa_get(v, "name"));
+        } else if (!cJSON_IsString(coai__oa_get(v, "type"))) {
+            coai__oa_bad(err, "tool_choice.type", "tool_choice.type must be a string");
+            goto fail;
+        }   /* allowed_tools and hosted tool choices: the model decides */
+    } else if (v && !cJSON_IsNull(v)) {
+        coai__oa_bad(err, "tool_choice", "tool_choice must be a string or an object");
+        goto fail;
+    }
+    {
+        coai_message *ms = (coai_message *)coai__req_alloc(req, ps.msgs.len);
+        if (!ms || ps.msgs.err) { ps.nomem = 1; goto nomem; }
+        if (ps.msgs.len) memcpy(ms, ps.msgs.data, ps.msgs.len);
+        req->messages = ms;
+        req->message_count = ps.msgs.len / sizeof *ms;
+    }
+    coai_buf_free(&ps.msgs);
+    if (rr->items.err || rr->echo.err || coai__request_finish(req)) goto nomem;
+    req->dialect = COAI_DIALECT_RESPONSES;
+    return 0;
+check:
+    if (!ps.nomem) goto fail;
+nomem:
+    rc = COAI_ERR_NOMEM;
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_buf_free(&ps.msgs);
+    coai_responses_request_free(rr);
+    return rc;
+}
+
+/* The dialect table's parser: the neutral request alone (no history, nothing echoed). */
+static int coai__rs_parse_plain(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    coai_responses_request rr;
+    coai_str none = { "", 0 };
+    int rc = coai_responses_request_parse(&rr, body, n, none, err);
+    memset(req, 0, sizeof *req);
+    if (rc < 0) return rc;
+    *req = rr.req;
+    coai_buf_free(&rr.items);
+    coai_buf_free(&rr.echo);
+    return 0;
+}
+
+/* ---- exec mapping ---- */
+
+/* A shell word: 'text' with every ' as '\''. */
+static void coai__rs_sq(coai_buf *b, coai_str s)
+{
+    size_t i;
+    coai_buf_putc(b, '\'');
+    for (i = 0; i < s.len; i++) {
+        if (s.ptr[i] == '\'') coai_buf_puts(b, "'\\''");
+        else coai_buf_putc(b, s.ptr[i]);
+    }
+    coai_buf_putc(b, '\'');
+}
+
+static const coai_tool *coai__rs_tool(const coai_tool *tools, size_t count, const char *name,
+                                      size_t *idx)
+{
+    size_t i;
+    for (i = 0; i < count; i++)
+        if (coai_str_eq(tools[i].name, name)) { *idx = i; return &tools[i]; }
+    return NULL;
+}
+
+/* The shell tool Codex offers, as a tool index and its argument style:
+ * 1 exec_command {cmd, workdir}, 2 shell_command {command, workdir},
+ * 3 shell {command: ["bash","-lc",cmd], workdir} (array schema), 0 none. */
+static int coai__rs_shell(const coai_tool *tools, size_t count, size_t *idx)
+{
+    const coai_tool *t;
+    if (coai__rs_tool(tools, count, "exec_command", idx)) return 1;
+    if (coai__rs_tool(tools, count, "shell_command", idx)) return 2;
+    if ((t = coai__rs_tool(tools, count, "shell", idx)) != NULL) {
+        const cJSON *c = coai__oa_get(coai__oa_get(t->parameters, "properties"), "command");
+        if (coai__rs_type_is(c, "array")) return 3;
+    }
+    return 0;
+}
+
+/* cwd: Cursor's working directory for the command. Its own workspace (the proxy's, which
+ * says nothing about where the client runs) is left out so the client uses its own cwd. */
+static int coai__rs_shell_args(coai_buf *b, int style, coai_str cmd, coai_str cwd,
+                               coai_str workspace)
+{
+    if (cwd.len == workspace.len && (!cwd.len || memcmp(cwd.ptr, workspace.ptr, cwd.len) == 0))
+        cwd.len = 0;
+    coai_buf_reset(b);
+    if (style == 1) {
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, "cmd", cmd);
+    } else if (style == 2) {
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, "command", cmd);
+    } else {
+        coai_buf_puts(b, "{\"command\":[\"bash\",\"-lc\",");
+        coai_json_str_append(b, cmd.ptr, cmd.len);
+        coai_buf_putc(b, ']');
+    }
+    if (cwd.len) coai__oa_arg(b, "workdir", cwd);
+    coai_buf_putc(b, '}');
+    return b->err ? -1 : 1;
+}
+
+/* A patch that writes content to path: every line "+"-prefixed (the last line gets its
+ * newline, as apply_patch writes whole lines). */
+static void coai__rs_add_patch(coai_buf *b, coai_str path, coai_str content)
+{
+    size_t i = 0;
+    coai_buf_puts(b, "*** Begin Patch\n*** Add File: ");
+    coai_buf_append(b, path.ptr, path.len);
+    coai_buf_putc(b, '\n');
+    while (i < content.len) {
+        const char *nl = (const char *)memchr(content.ptr + i, '\n', content.len - i);
+        size_t e = nl ? (size_t)(nl - content.ptr) : content.len;
+        coai_buf_putc(b, '+');
+        coai_buf_append(b, content.ptr + i, e - i);
+        coai_buf_putc(b, '\n');
+        i = e + 1;
+    }
+    coai_buf_puts(b, "*** End Patch\n");
+}
+
+int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc)
+{
+    coai_buf cmd = { 0 };
+    const coai_tool *ap;
+    size_t idx = 0, aidx = 0;
+    int style, m;
+    if (!tools) count = 0;
+    coai_buf_reset(&tc->args);
+    style = coai__rs_shell(tools, count, &idx);
+    switch (ex->kind) {
+    case COAI_EXEC_SHELL:
+    case COAI_EXEC_SHELL_STREAM:
+        if (!style) break;
+        tc->tool = idx;
+        return coai__rs_shell_args(&tc->args, style, ex->command, ex->cwd, workspace);
+    case COAI_EXEC_WRITE:
+    case COAI_EXEC_DELETE:
+        ap = coai__rs_tool(tools, count, "apply_patch", &aidx);
+        if (ap) {
+            if (ex->kind == COAI_EXEC_WRITE) {
+                coai__rs_add_patch(&cmd, ex->path, ex->content);
+            } else {
+                coai_buf_puts(&cmd, "*** Begin Patch\n*** Delete File: ");
+                coai_buf_append(&cmd, ex->path.ptr, ex->path.len);
+                coai_buf_puts(&cmd, "\n*** End Patch\n");
+            }
+            coai_buf_putc(&tc->args, '{');
+            coai__oa_arg(&tc->args, "input", coai__rs_view(&cmd));
+            coai_buf_putc(&tc->args, '}');
+            tc->tool = aidx;
+            m = cmd.err || tc->args.err ? -1 : 1;
+            coai_buf_free(&cmd);
+            return m;
+        }
+        if (ex->kind == COAI_EXEC_WRITE && (m = coai_exec_map(ex, tools, count, workspace, tc)))
+            return m;
+        if (!style) return 0;
+        if (ex->kind == COAI_EXEC_DELETE) {
+            coai_buf_puts(&cmd, "rm -f -- ");
+            coai__rs_sq(&cmd, ex->path);
+        } else {
+            /* printf '%s' 'text' > 'path': exact bytes, no heredoc delimiter to collide */
+            coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
+            coai__rs_sq(&cmd, ex->path);
+            coai_buf_puts(&cmd, ")\" && printf '%s' ");
+            coai__rs_sq(&cmd, ex->content);
+            coai_buf_puts(&cmd, " > ");
+            coai__rs_sq(&cmd, ex->path);
+        }
+        break;
+    case COAI_EXEC_READ:
+    case COAI_EXEC_LS:
+    case COAI_EXEC_GREP:
+        if ((m = coai_exec_map(ex, tools, count, workspace, tc)) != 0 || !style) return m;
+        if (ex->kind == COAI_EXEC_READ) {
+            coai_buf_puts(&cmd, "cat -- ");
+            coai__rs_sq(&cmd, ex->path);
+        } else if (ex->kind == COAI_EXEC_LS) {
+            coai_buf_puts(&cmd, "ls -la -- ");
+            coai__rs_sq(&cmd, ex->has_path || ex->path.len ? ex->path : workspace.len
+                                                                           ? workspace
+                                                                           : coai_str_c("."));
+        } else if (ex->pattern.len) {
+            coai_buf_puts(&cmd, "rg -n -e ");
+            coai__rs_sq(&cmd, ex->pattern);
+            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__rs_sq(&cmd, ex->glob); }
+            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__rs_sq(&cmd, ex->path); }
+        } else {
+            coai_buf_puts(&cmd, "rg --files");
+            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__rs_sq(&cmd, ex->glob); }
+            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__rs_sq(&cmd, ex->path); }
+        }
+        break;
+    default:
+        return coai_exec_map(ex, tools, count, workspace, tc);
+    }
+    if (!cmd.len) { coai_buf_free(&cmd); return coai_exec_map(ex, tools, count, workspace, tc); }
+    tc->tool = idx;
+    m = cmd.err ? -1 : coai__rs_shell_args(&tc->args, style, coai__rs_view(&cmd), ex->cwd,
+                                           workspace);
+    coai_buf_free(&cmd);
+    return m;
+}
+
+/* ---- writer ---- */
+
+#define COAI__RS_NONE 0
+#define COAI__RS_REASONING 1
+#define COAI__RS_MESSAGE 2
+
+/* The hex of the response id ("resp_<hex>"), for item ids. */
+static coai_str coai__rs_hex(const coai_reply *r)
+{
+    coai_str s = r->o_.completion_id;
+    if (s.len > 5 && memcmp(s.ptr, "resp_", 5) == 0) { s.ptr += 5; s.len -= 5; }
+    return s;
+}
+
+static void coai__rs_item_id(coai_reply *r, coai_buf *b, const char *prefix, int idx)
+{
+    coai_str h = coai__rs_hex(r);
+    coai_buf_putc(b, '"');
+    coai_buf_puts(b, prefix);
+    coai_buf_append(b, h.ptr, h.len);
+    coai_buf_printf(b, "_%d\"", idx);
+}
+
+static void coai__rs_ev(coai_reply *r, const char *type)
+{
+    coai_buf_printf(&r->out, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%lld",
+                    type, type, (long long)r->rs_seq_++);
+}
+
+static void coai__rs_ev_item(coai_reply *r, const char *type, const char *prefix)
+{
+    coai__rs_ev(r, type);
+    coai_buf_puts(&r->out, ",\"item_id\":");
+    coai__rs_item_id(r, &r->out, prefix, r->rs_index_);
+    coai_buf_printf(&r->out, ",\"output_index\":%d", r->rs_index_);
+}
+
+static int64_t coai__rs_reasoning_tokens(const coai_reply *r, int64_t out)
+{
+    int64_t n = (int64_t)((r->rs_reason_units_ + 3) / 4);
+    return n < out ? n : out;
+}
+
+static void coai__rs_usage(const coai_reply *r, coai_buf *b)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
+    coai_buf_printf(b, "{\"input_tokens\":%lld,\"input_tokens_details\":{\"cached_tokens\":%lld},"
+                    "\"output_tokens\":%lld,\"output_tokens_details\":{\"reasoning_tokens\":%lld},"
+                    "\"total_tokens\":%lld}", (long long)u.input_tokens,
+                    (long long)u.cache_read_tokens, (long long)u.output_tokens,
+                    (long long)coai__rs_reasoning_tokens(r, u.output_tokens),
+                    (long long)(u.input_tokens + u.output_tokens));
+}
+
+/* The response object. state: 0 in progress, 1 ended (f), 2 failed (r->error). */
+static void coai__rs_object(coai_reply *r, coai_buf *b, int state, coai_finish f)
+{
+    const coai_reply_opts *o = &r->o_;
+    const char *status = state == 0 ? "in_progress" : state == 2 ? "failed"
+                         : f == COAI_FINISH_LENGTH ? "incomplete" : "completed";
+    coai_buf_puts(b, "{\"id\":");
+    coai_json_str_append(b, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(b, ",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\","
+                    "\"model\":", (long long)o->created, status);
+    coai_json_str_append(b, o->model.ptr, o->model.len);
+    coai_buf_puts(b, ",\"output\":[");
+    if (state) coai_buf_append(b, r->rs_items_.data, r->rs_items_.len);
+    coai_buf_puts(b, "]");
+    if (o->echo.len) coai_buf_append(b, o->echo.ptr, o->echo.len);
+    coai_buf_puts(b, ",\"error\":");
+    if (state == 2) {
+        coai_buf_puts(b, "{\"code\":");
+        coai__oa_json_cstr(b, r->error.code ? r->error.code : r->error.type);
+        coai_buf_puts(b, ",\"message\":");
+        coai__oa_json_cstr(b, r->error.message);
+        coai_buf_putc(b, '}');
+    } else {
+        coai_buf_puts(b, "null");
+    }
+    coai_buf_puts(b, ",\"incomplete_details\":");
+    coai_buf_puts(b, state == 1 && f == COAI_FINISH_LENGTH ? "{\"reason\":\"max_output_tokens\"}"
+                                                           : "null");
+    coai_buf_puts(b, ",\"usage\":");
+    if (state) coai__rs_usage(r, b);
+    else coai_buf_puts(b, "null");
+    coai_buf_putc(b, '}');
+}
+
+static void coai__rs_w_init(coai_reply *r) { (void)r; }
+
+static void coai__rs_w_begin(coai_reply *r)
+{
+    coai__rs_ev(r, "response.created");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai__rs_object(r, &r->out, 0, COAI_FINISH_STOP);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_ev(r, "response.in_progress");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai__rs_object(r, &r->out, 0, COAI_FINISH_STOP);
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+/* The finished reasoning / message item as JSON (into b). */
+static void coai__rs_text_item(coai_reply *r, coai_buf *b, int kind, const coai_buf *text,
+                               int idx, const char *status)
+{
+    const char *t = text->data ? (const char *)text->data : "";
+    coai_buf_puts(b, "{\"id\":");
+    if (kind == COAI__RS_REASONING) {
+        coai__rs_item_id(r, b, "rs_", idx);
+        coai_buf_puts(b, ",\"type\":\"reasoning\",\"summary\":[");
+        if (text->len) {
+            coai_buf_puts(b, "{\"type\":\"summary_text\",\"text\":");
+            coai_json_str_append(b, t, text->len);
+            coai_buf_putc(b, '}');
+        }
+        coai_buf_puts(b, "]}");
+    } else {
+        coai__rs_item_id(r, b, "msg_", idx);
+        coai_buf_printf(b, ",\"type\":\"message\",\"status\":\"%s\",\"role\":\"assistant\","
+                        "\"content\":[", status);
+        if (text->len || strcmp(status, "completed") == 0) {
+            coai_buf_puts(b, "{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],"
+                             "\"text\":");
+            coai_json_str_append(b, t, text->len);
+            coai_buf_putc(b, '}');
+        }
+        coai_buf_puts(b, "]}");
+    }
+}
+
+static void coai__rs_add_item(coai_reply *r, const coai_buf *item)
+{
+    if (r->rs_items_.len) coai_buf_putc(&r->rs_items_, ',');
+    coai_buf_append(&r->rs_items_, item->data, item->len);
+}
+
+/* Close the open reasoning or message item (stream). */
+static void coai__rs_close(coai_reply *r)
+{
+    int k = r->rs_open_;
+    coai_buf *text = k == COAI__RS_REASONING ? &r->reasoning_ : &r->content_;
+    coai_buf item = { 0 };
+    const char *t;
+    if (!k) return;
+    t = text->data ? (const char *)text->data : "";
+    if (k == COAI__RS_REASONING) {
+        coai__rs_ev_item(r, "response.reasoning_summary_text.done", "rs_");
+        coai_buf_puts(&r->out, ",\"summary_index\":0,\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__rs_ev_item(r, "response.reasoning_summary_part.done", "rs_");
+        coai_buf_puts(&r->out, ",\"summary_index\":0,\"part\":{\"type\":\"summary_text\","
+                               "\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}}\n\n");
+    } else {
+        coai__rs_ev_item(r, "response.output_text.done", "msg_");
+        coai_buf_puts(&r->out, ",\"content_index\":0,\"logprobs\":[],\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__rs_ev_item(r, "response.content_part.done", "msg_");
+        coai_buf_puts(&r->out, ",\"content_index\":0,\"part\":{\"type\":\"output_text\","
+                               "\"annotations\":[],\"logprobs\":[],\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}}\n\n");
+    }
+    /* not r->tmp_: the text being emitted may live there */
+    coai__rs_text_item(r, &item, k, text, r->rs_index_, "completed");
+    coai__rs_ev(r, "response.output_item.done");
+    coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+    coai_buf_append(&r->out, item.data, item.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_add_item(r, &item);
+    if (item.err) r->out.err = 1;
+    coai_buf_free(&item);
+    coai_buf_reset(text);
+    r->rs_open_ = COAI__RS_NONE;
+    r->rs_index_++;
+}
+
+static void coai__rs_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    int k = ch ? COAI__RS_REASONING : COAI__RS_MESSAGE;
+    coai_buf empty = { 0 };
+    if (r->rs_open_ != k) {
+        coai__rs_close(r);
+        r->rs_open_ = k;
+        coai__rs_ev(r, "response.output_item.added");
+        coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+        coai__rs_text_item(r, &r->out, k, &empty, r->rs_index_, "in_progress");
+        coai_buf_puts(&r->out, "}\n\n");
+        if (k == COAI__RS_REASONING) {
+            coai__rs_ev_item(r, "response.reasoning_summary_part.added", "rs_");
+            coai_buf_puts(&r->out, ",\"summary_index\":0,\"part\":{\"type\":\"summary_text\","
+                                   "\"text\":\"\"}}\n\n");
+        } else {
+            coai__rs_ev_item(r, "response.content_part.added", "msg_");
+            coai_buf_puts(&r->out, ",\"content_index\":0,\"part\":{\"type\":\"output_text\","
+                                   "\"annotations\":[],\"logprobs\":[],\"text\":\"\"}}\n\n");
+        }
+    }
+    if (ch) {
+        r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+        coai_buf_append(&r->reasoning_, s, n);
+        coai__rs_ev_item(r, "response.reasoning_summary_text.delta", "rs_");
+        coai_buf_puts(&r->out, ",\"summary_index\":0,\"delta\":");
+    } else {
+        coai_buf_append(&r->content_, s, n);
+        coai__rs_ev_item(r, "response.output_text.delta", "msg_");
+        coai_buf_puts(&r->out, ",\"content_index\":0,\"logprobs\":[],\"delta\":");
+    }
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+/* Is the called tool a custom (freeform) one? Then its input is the "input" string. */
+static const coai_tool *coai__rs_called(const coai_reply *r)
+{
+    size_t i;
+    for (i = 0; i < r->o_.tool_count; i++)
+        if (r->o_.tools[i].name.len == r->tc_name_.len
+            && memcmp(r->o_.tools[i].name.ptr, r->tc_name_.data, r->tc_name_.len) == 0)
+            return &r->o_.tools[i];
+    return NULL;
+}
+
+/* The custom tool's input: args {"input": "..."} -> the string; anything else as is. */
+static void coai__rs_custom_input(coai_reply *r, coai_buf *out)
+{
+    cJSON *j = cJSON_ParseWithLength((const char *)r->tc_args_.data, r->tc_args_.len);
+    const cJSON *in = coai__oa_get(j, "input");
+    if (cJSON_IsString(in)) coai_buf_puts(out, in->valuestring);
+    else coai_buf_append(out, r->tc_args_.data, r->tc_args_.len);
+    cJSON_Delete(j);
+}
+
+static void coai__rs_call_item(coai_reply *r, coai_buf *b, int custom, const coai_buf *input,
+                               const char *status)
+{
+    coai_buf_puts(b, "{\"id\":");
+    coai__rs_item_id(r, b, custom ? "ctc_" : "fc_", r->rs_index_);
+    coai_buf_printf(b, ",\"type\":\"%s\",\"status\":\"%s\",\"call_id\":",
+                    custom ? "custom_tool_call" : "function_call", status);
+    coai_json_str_append(b, (const char *)r->tc_id_.data, r->tc_id_.len);
+    coai_buf_puts(b, ",\"name\":");
+    coai_json_str_append(b, (const char *)r->tc_name_.data, r->tc_name_.len);
+    coai_buf_puts(b, custom ? ",\"input\":" : ",\"arguments\":");
+    coai_json_str_append(b, input && input->data ? (const char *)input->data : "",
+                         input ? input->len : 0);
+    coai_buf_putc(b, '}');
+}
+
+static void coai__rs_w_tool_call(coai_reply *r)
+{
+    const coai_tool *t = coai__rs_called(r);
+    int custom = t && t->freeform;
+    const char *pre = custom ? "ctc_" : "fc_";
+    coai_buf in = { 0 }, item = { 0 };
+    coai__rs_close(r);
+    if (custom) coai__rs_custom_input(r, &in);
+    else coai_buf_append(&in, r->tc_args_.data, r->tc_args_.len);
+    coai__rs_ev(r, "response.output_item.added");
+    coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+    coai__rs_call_item(r, &r->out, custom, NULL, "in_progress");
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_ev_item(r, custom ? "response.custom_tool_call_input.delta"
+                               : "response.function_call_arguments.delta", pre);
+    coai_buf_puts(&r->out, ",\"delta\":");
+    coai_json_str_append(&r->out, in.data ? (const char *)in.data : "", in.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_ev_item(r, custom ? "response.custom_tool_call_input.done"
+                               : "response.function_call_arguments.done", pre);
+    coai_buf_puts(&r->out, custom ? ",\"input\":" : ",\"name\":");
+    if (custom) {
+        coai_json_str_append(&r->out, in.data ? (const char *)in.data : "", in.len);
+    } else {
+        coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
+        coai_buf_puts(&r->out, ",\"arguments\":");
+        coai_json_str_append(&r->out, in.data ? (const char *)in.data : "", in.len);
+    }
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_call_item(r, &item, custom, &in, "completed");
+    coai__rs_ev(r, "response.output_item.done");
+    coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+    coai_buf_append(&r->out, item.data, item.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_add_item(r, &item);
+    r->rs_index_++;
+    if (in.err || item.err) r->out.err = 1;
+    coai_buf_free(&in);
+    coai_buf_free(&item);
+}
+
+static void coai__rs_w_end(coai_reply *r, coai_finish f)
+{
+    coai__rs_close(r);
+    coai_buf_reset(&r->rs_final_);
+    coai__rs_object(r, &r->rs_final_, 1, f);
+    coai__rs_ev(r, f == COAI_FINISH_LENGTH ? "response.incomplete" : "response.completed");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai_buf_append(&r->out, r->rs_final_.data, r->rs_final_.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    if (r->rs_final_.err || r->rs_items_.err) r->out.err = 1;
+}
+
+/* Non-streaming: reasoning, message and call items from the collected text, then the
+ * object. */
+static void coai__rs_w_body(coai_reply *r, coai_finish f)
+{
+    coai_buf item = { 0 };
+    r->rs_reason_units_ = coai__oa_utf16_len(r->reasoning_.data ? (const char *)r->reasoning_.data
+                                                                 : "", r->reasoning_.len);
+    if (r->reasoning_.len) {
+        coai__rs_text_item(r, &item, COAI__RS_REASONING, &r->reasoning_, r->rs_index_++,
+                           "completed");
+        coai__rs_add_item(r, &item);
+    }
+    if (r->content_.len || !r->has_tool_call_) {
+        coai_buf_reset(&item);
+        coai__rs_text_item(r, &item, COAI__RS_MESSAGE, &r->content_, r->rs_index_++,
+                           "completed");
+        coai__rs_add_item(r, &item);
+    }
+    if (r->has_tool_call_) {
+        const coai_tool *t = coai__rs_called(r);
+        int custom = t && t->freeform;
+        coai_buf in = { 0 };
+        if (custom) coai__rs_custom_input(r, &in);
+        else coai_buf_append(&in, r->tc_args_.data, r->tc_args_.len);
+        coai_buf_reset(&item);
+        coai__rs_call_item(r, &item, custom, &in, "completed");
+        coai__rs_add_item(r, &item);
+        r->rs_index_++;
+        if (in.err) item.err = 1;
+        coai_buf_free(&in);
+    }
+    coai_buf_reset(&r->rs_final_);
+    coai__rs_object(r, &r->rs_final_, 1, f);
+    coai_buf_append(&r->out, r->rs_final_.data, r->rs_final_.len);
+    if (item.err || r->rs_final_.err || r->rs_items_.err) r->out.err = 1;
+    coai_buf_free(&item);
+}
+
+/* After the first byte: the open item is left as it is and response.failed ends the
+ * stream (OpenAI's shape; clients read response.error). */
+static void coai__rs_w_error(coai_reply *r)
+{
+    coai_buf obj = { 0 };
+    coai__rs_object(r, &obj, 2, COAI_FINISH_STOP);
+    coai__rs_ev(r, "response.failed");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai_buf_append(&r->out, obj.data, obj.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    if (obj.err) r->out.err = 1;
+    coai_buf_free(&obj);
+}
+
+static void coai__rs_w_keepalive(coai_reply *r)
+{
+    coai_buf_puts(&r->out, ": keepalive\n\n");
+}
+
+coai_str coai_reply_response(const coai_reply *r)
+{
+    coai_str s = { "", 0 };
+    if (r->done_ && !r->error.status && r->rs_final_.len) {
+        s.ptr = (const char *)r->rs_final_.data;
+        s.len = r->rs_final_.len;
+    }
+    return s;
+}
+
+coai_str coai_reply_output_items(const coai_reply *r)
+{
+    coai_str s = { "", 0 };
+    if (r->rs_items_.len) {
+        s.ptr = (const char *)r->rs_items_.data;
+        s.len = r->rs_items_.len;
+    }
+    return s;
+}
+
+static const coai__writer coai__rs_writer = {
+    coai__rs_w_init, coai__rs_w_begin, coai__rs_w_delta, coai__rs_w_tool_call,
+    coai__rs_w_end, coai__rs_w_body, coai__rs_w_error, coai__rs_w_keepalive
+};
+/* PART:RESPONSES impl end */
+
+/* ======================================================================== */
 /* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
 /* ======================================================================== */
 
@@ -6712,7 +9073,8 @@ static const struct {
     const coai__writer *writer;
 } coai__dialects[COAI_DIALECT_COUNT_] = {
     /* COAI_DIALECT_OPENAI_CHAT */ { coai_chat_request_parse, &coai__oa_writer },
-    /* COAI_DIALECT_ANTHROPIC */   { NULL, NULL },
+    /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer },
+    /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer },
 };
 
 static const coai__writer *coai__writer_of(coai_dialect d)

@@ -15,6 +15,7 @@
 #include <pb.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,10 +48,15 @@
 
 #define SRV_DEFAULT_LISTEN "127.0.0.1:18741"
 #define SRV_DEFAULT_API_URL "https://api2.cursor.sh"
-#define SRV_DEFAULT_CLIENT_VERSION "cli-2025.11.25-d5b3271"
+#define SRV_DEFAULT_CLIENT_VERSION "cli-2026.08.11-e8db854"  /* newest known to work */
 #define SRV_DEFAULT_MAX_CONNS 1024
 #define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
 #define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
+#define SRV_DEFAULT_QUOTA_LATCH_S 60    /* CURSOR_OAI_QUOTA_LATCH: usage-limit error remembered */
+#define SRV_QUOTA_MODELS 8              /* models whose usage-limit error is remembered at once */
+/* CURSOR_OAI_MAX_PROMPT_BYTES: a peer measured a live cap near 1 MiB on one UserMessage
+ * (~1.06 MB rejected with invalid_argument, ~850 KB accepted; cursor-upstream-extras.md 1.5). */
+#define SRV_DEFAULT_MAX_PROMPT ((size_t)1024 * 1024)
 
 #define SRV_HEAD_MAX (32 * 1024)                  /* request head bytes -> 431 */
 #define SRV_BODY_MAX ((size_t)32 * 1024 * 1024)   /* request body bytes -> 413 */
@@ -64,7 +70,8 @@
 #define SRV_SHUTDOWN_GRACE_MS 10000               /* SIGTERM: wait for in-flight requests */
 #define SRV_MAX_ALLOW 16                          /* --allow-host entries */
 #define SRV_TOKEN_MAX 8192                        /* access token bytes */
-#define SRV_LOG_LINE 2048                         /* one log line */
+#define SRV_LOG_LINE 2048                         /* one log message, before escaping */
+#define SRV_LOG_ROOM (SRV_LOG_LINE * 5 / 4 + 16)  /* room for it after redaction (8 -> 10) */
 
 #define UP_CONNECT_TIMEOUT_MS 10000               /* DNS excluded; TCP connect + TLS handshake */
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
@@ -110,18 +117,23 @@ static struct server {
     char up_port[8];                /* CURSOR_API_URL port, default 443 */
     char up_authority[300];         /* Host header value */
     char up_prefix[256];            /* CURSOR_API_URL path prefix without trailing '/' */
-    const char *client_version;     /* CURSOR_CLIENT_VERSION */
+    coai_url base;                  /* the same URL parsed: auth, models, server config */
+    coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
+    int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
+    char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
     const char *ca_file;            /* PEM bundle path */
     char workspace[PATH_MAX];       /* --workspace, default cwd */
     char timezone[128];             /* IANA zone for x-cursor-timezone */
     int log_level;                  /* --log-level */
-    char allow[SRV_MAX_ALLOW][254]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS names */
+    char allow[SRV_MAX_ALLOW][260]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS: NAME[:PORT] */
     size_t allow_n;
     int allow_unauth;               /* --allow-unauthenticated: no key off loopback */
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
+    size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
     /* runtime */
@@ -159,6 +171,19 @@ static struct server {
     int models_fetching;            /* a fetch is in flight (single flight) */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
+    struct quota_latch {            /* usage-limit errors Cursor gave, per model */
+        char model[128];
+        int64_t until;              /* mono ms; 0 = free slot */
+        coai_error err;
+    } quota[SRV_QUOTA_MODELS];
+    coai_url agent;                 /* RunSSE/BidiAppend host (agent_get) */
+    char agent_src[600];            /* where it came from */
+    int64_t agent_at;               /* mono ms it was decided, 0 = not yet */
+    int agent_failed;               /* it is the base URL because GetServerConfig failed */
+    int agent_fetching;             /* a GetServerConfig call is in flight */
+    pthread_cond_t agent_cv;        /* signalled when it ends */
+    int profile;                    /* PROF_* that worked last (the default first) */
     /* credential file paths, set once before any thread starts */
     char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
     char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
@@ -264,6 +289,154 @@ static const char *status_text(int st)
 
 static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
 
+/* Output: lines pass through a bounded in-memory queue that one writer thread empties into
+ * stderr (log_start, once serving). A stderr nobody reads (a paused pager, a stalled log
+ * shipper, a blocking container log driver) then only fills the queue: further lines are
+ * dropped and counted, the writer says how many as soon as stderr moves again, and no client
+ * thread ever waits on it (it used to: with a full pipe every connection blocked in write()
+ * holding its slot, and SIGTERM could not end the process). Before log_start (start-up
+ * messages, one-shot commands) lines are written directly. */
+#define LOG_QUEUE_BYTES (1024 * 1024)   /* queued log bytes; a line past this is dropped */
+#define LOG_WRITE_CHUNK (64 * 1024)     /* the writer takes at most this much per write */
+#define LOG_FLUSH_MS 1000               /* exit waits at most this long for queued lines */
+
+static struct logq {
+    pthread_mutex_t mu;
+    pthread_cond_t more;            /* lines queued */
+    pthread_cond_t empty;           /* the writer has nothing left */
+    char *ring;                     /* LOG_QUEUE_BYTES bytes once started */
+    size_t head, len;               /* queued bytes: ring[head..head+len) modulo the size */
+    int started;                    /* the writer thread runs */
+    int busy;                       /* the writer is inside write() */
+    uint64_t dropped;               /* lines dropped because the queue was full */
+    uint64_t reported;              /* of those, how many the log has mentioned */
+} LQ = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+         NULL, 0, 0, 0, 0, 0, 0 };
+
+static int log_json;                /* --log-format json: every line is one JSON object */
+
+static void log_write_fd(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(2, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EAGAIN) {         /* stderr was handed to us non-blocking */
+            struct pollfd pf = { 2, POLLOUT, 0 };
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        if (k <= 0) return;                     /* stderr is gone: nothing else to do */
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static size_t log_line_format(char *out, size_t cap, int level, const char *msg, size_t n,
+                              int obj);
+
+static void *log_writer(void *arg)
+{
+    static char chunk[LOG_WRITE_CHUNK];
+    (void)arg;
+    pthread_mutex_lock(&LQ.mu);
+    for (;;) {
+        size_t n = 0, first;
+        uint64_t drop;
+        while (LQ.len == 0 && LQ.dropped == LQ.reported) {
+            pthread_cond_broadcast(&LQ.empty);
+            pthread_cond_wait(&LQ.more, &LQ.mu);
+        }
+        if (LQ.len > 0) {
+            n = LQ.len < LOG_WRITE_CHUNK ? LQ.len : LOG_WRITE_CHUNK;
+            first = LOG_QUEUE_BYTES - LQ.head < n ? LOG_QUEUE_BYTES - LQ.head : n;
+            memcpy(chunk, LQ.ring + LQ.head, first);
+            memcpy(chunk + first, LQ.ring, n - first);
+            LQ.head = (LQ.head + n) % LOG_QUEUE_BYTES;
+            LQ.len -= n;
+        }
+        /* Lines were dropped: say so once the queue has drained, in order. */
+        drop = LQ.len == 0 ? LQ.dropped - LQ.reported : 0;
+        LQ.reported += drop;
+        LQ.busy = 1;
+        pthread_mutex_unlock(&LQ.mu);
+        log_write_fd(chunk, n);
+        if (drop) {
+            char m[160], line[400];
+            int k = snprintf(m, sizeof m, "%llu log line(s) dropped: stderr was not being read",
+                             (unsigned long long)drop);
+            size_t ln = log_line_format(line, sizeof line, LOG_WARN, m, (size_t)k, 0);
+            log_write_fd(line, ln);
+        }
+        pthread_mutex_lock(&LQ.mu);
+        LQ.busy = 0;
+    }
+    return NULL;
+}
+
+/* Start the writer thread (serve only). Without it lines keep going out directly. */
+static void log_start(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    char *ring = malloc(LOG_QUEUE_BYTES);
+    if (!ring) return;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 128 * 1024);
+    pthread_mutex_lock(&LQ.mu);
+    LQ.ring = ring;
+    LQ.started = pthread_create(&t, &a, log_writer, NULL) == 0;
+    if (!LQ.started) LQ.ring = NULL;
+    pthread_mutex_unlock(&LQ.mu);
+    pthread_attr_destroy(&a);
+    if (!LQ.ring) free(ring);
+}
+
+/* Before exit: give the writer up to LOG_FLUSH_MS to write what is queued. */
+static void log_flush(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += LOG_FLUSH_MS / 1000;
+    pthread_mutex_lock(&LQ.mu);
+    while (LQ.started && (LQ.len > 0 || LQ.busy || LQ.dropped != LQ.reported)
+           && pthread_cond_timedwait(&LQ.empty, &LQ.mu, &until) == 0) {}
+    pthread_mutex_unlock(&LQ.mu);
+}
+
+/* Lines dropped so far (for /metrics). */
+static uint64_t log_dropped(void)
+{
+    uint64_t d;
+    pthread_mutex_lock(&LQ.mu);
+    d = LQ.dropped;
+    pthread_mutex_unlock(&LQ.mu);
+    return d;
+}
+
+/* One finished line (with its newline) to stderr: queued when the writer runs, else
+ * written here. */
+static void log_emit(const char *line, size_t n)
+{
+    pthread_mutex_lock(&LQ.mu);
+    if (!LQ.started) {
+        pthread_mutex_unlock(&LQ.mu);
+        log_write_fd(line, n);
+        return;
+    }
+    if (LOG_QUEUE_BYTES - LQ.len < n) {
+        LQ.dropped++;
+    } else {
+        size_t tail = (LQ.head + LQ.len) % LOG_QUEUE_BYTES;
+        size_t first = LOG_QUEUE_BYTES - tail < n ? LOG_QUEUE_BYTES - tail : n;
+        memcpy(LQ.ring + tail, line, first);
+        memcpy(LQ.ring, line + first, n - first);
+        LQ.len += n;
+        pthread_cond_signal(&LQ.more);
+    }
+    pthread_mutex_unlock(&LQ.mu);
+}
+
 /* Cut every occurrence of `secret` out of line[0..*n). Callers never pass secrets to the
  * logger; this is the backstop that keeps one from reaching stderr if a format slips. */
 static void log_redact(char *line, size_t *n, const char *secret)
@@ -284,42 +457,362 @@ static void log_redact(char *line, size_t *n, const char *secret)
     }
 }
 
+/* Append msg[0..n) to out[*o..cap-1) with every control character escaped (\r, \n, \t,
+ * else \xNN; C1 controls U+0080..U+009F as \u00NN), so that nothing a client sends (a model
+ * name, a path, a header, a prompt at debug level) can end a log line early, forge another
+ * one or drive a terminal. Stops at a whole escape before the end. */
+static void log_escape_text(char *out, size_t cap, size_t *o, const char *msg, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)msg[i];
+        char e[8];
+        size_t el = 0;
+        if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c < 0x20 || c == 0x7f) {
+            e[0] = '\\'; e[1] = 'x'; e[2] = hex[c >> 4]; e[3] = hex[c & 15]; el = 4;
+        } else if (c == 0xc2 && i + 1 < n && (unsigned char)msg[i + 1] >= 0x80
+                   && (unsigned char)msg[i + 1] <= 0x9f) {
+            unsigned char d = (unsigned char)msg[++i];
+            memcpy(e, "\\u00", 4); e[4] = hex[d >> 4]; e[5] = hex[d & 15]; el = 6;
+        } else {
+            e[0] = (char)c; el = 1;
+        }
+        if (*o + el >= cap) break;
+        memcpy(out + *o, e, el);
+        *o += el;
+    }
+}
+
+/* The whole line for one message: "TIME LEVEL message\n", or with --log-format json
+ * {"time":"...","level":"...","msg":"..."}\n. obj: msg is a JSON object made with
+ * coai_json_str_append (no raw control bytes; the JSON access log), written as it is with
+ * "time" and "level" put in front. Returns the length (at most cap - 1; cap >= 64). */
+static size_t log_line_format(char *out, size_t cap, int level, const char *msg, size_t n,
+                              int obj)
+{
+    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
+    struct timespec ts;
+    struct tm tm;
+    size_t o = 0;
+    int k;
+    if (S.cli) {
+        k = snprintf(out, cap, "cursor-oai: %s", cli_prefix[level]);
+        o = k > 0 ? (size_t)k : 0;
+        log_escape_text(out, cap - 1, &o, msg, n);
+    } else if (!log_json) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        o = strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+        k = snprintf(out + o, 16, "%s ", LOG_NAMES[level]);
+        o += k > 0 ? (size_t)k : 0;
+        log_escape_text(out, cap - 1, &o, msg, n);
+    } else {
+        coai_buf b = { 0 };
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        o = strftime(out, 40, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
+        k = snprintf(out + o, 40, ".%03ldZ\",\"level\":\"%s\",", ts.tv_nsec / 1000000L,
+                     LOG_NAMES[level]);
+        o += k > 0 ? (size_t)k : 0;
+        if (obj && n >= 2) {
+            if (n - 1 < cap - 1 - o) { memcpy(out + o, msg + 1, n - 1); o += n - 1; }
+            else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
+        } else {
+            coai_buf_puts(&b, "\"msg\":");
+            coai_json_str_append(&b, msg, n);
+            coai_buf_putc(&b, '}');
+            if (!b.err && b.len < cap - 1 - o) { memcpy(out + o, b.data, b.len); o += b.len; }
+            else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
+            coai_buf_free(&b);
+        }
+    }
+    out[o++] = '\n';
+    return o;
+}
+
+/* Redact, format and emit msg[0..n) (n < SRV_LOG_LINE; msg has SRV_LOG_ROOM bytes: a
+ * redaction mark is at most 2 bytes longer than the >= 8-byte secret it replaces). */
+static void log_msg(int level, char *msg, size_t n, int obj)
+{
+    char line[SRV_LOG_ROOM * 6 + 256];
+    pthread_mutex_lock(&S.lock);
+    log_redact(msg, &n, S.token);
+    log_redact(msg, &n, S.refresh);
+    log_redact(msg, &n, S.cred_key);
+    pthread_mutex_unlock(&S.lock);
+    log_redact(msg, &n, S.api_key);
+    n = log_line_format(line, sizeof line, level, msg, n, obj);
+    log_emit(line, n);
+}
+
 static void srv_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void srv_log(int level, const char *fmt, ...)
 {
-    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
-    char line[SRV_LOG_LINE + 64];
-    struct tm tm;
-    time_t t;
-    size_t n = 0;
+    char msg[SRV_LOG_ROOM];
     int k;
     va_list ap;
     if (level > S.log_level) return;
-    if (S.cli) {
-        k = snprintf(line, 40, "cursor-oai: %s", cli_prefix[level]);
-        n = k > 0 ? (size_t)k : 0;
-    } else {
-        t = time(NULL);
-        gmtime_r(&t, &tm);
-        n = strftime(line, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
-        k = snprintf(line + n, 16, "%s ", LOG_NAMES[level]);
-        n += k > 0 ? (size_t)k : 0;
-    }
     va_start(ap, fmt);
-    k = vsnprintf(line + n, SRV_LOG_LINE - n, fmt, ap);
+    k = vsnprintf(msg, SRV_LOG_LINE, fmt, ap);
     va_end(ap);
     if (k < 0) return;
-    n += (size_t)k < SRV_LOG_LINE - n ? (size_t)k : SRV_LOG_LINE - n - 1;
+    log_msg(level, msg, (size_t)k < SRV_LOG_LINE ? (size_t)k : SRV_LOG_LINE - 1, 0);
+}
+
+/* ======================================================================== */
+/* Metrics: GET /metrics (Prometheus text format 0.0.4)                     */
+/* ======================================================================== */
+
+/* The API, for every part of the server. All calls are thread-safe, take one short lock of
+ * their own (never S.lock: they may be called with S.lock held) and never do I/O:
+ *
+ *   metric_add(M_X, labels, n)       counter: add n (>= 0) to the series `labels`
+ *   metric_gauge_add(M_X, labels, d) gauge: add d (may be negative: +1/-1 around something)
+ *   metric_set(M_X, labels, v)       gauge: set the series to v
+ *   metric_observe(M_X, labels, s)   histogram: one observation of s seconds
+ *
+ * M_X is a row of the enum below with its name, type and help text in METRIC_FAMILIES: to
+ * add a family, add both (same order). `labels` is the label set exactly as it goes between
+ * the braces, e.g. "route=\"/v1/models\",status=\"200\"", or "" for none; a value that comes
+ * from a client or the upstream (a model name) must go through metric_label(), which
+ * escapes it and cuts it to METRIC_VALUE_MAX bytes. A family keeps at most
+ * METRIC_SERIES_MAX series; anything beyond lands in one series labelled overflow="true",
+ * so no client can grow memory by inventing model names. Values that already live
+ * elsewhere (pooled connections, client connections, dropped log lines) are read at scrape
+ * time in metrics_write() instead of being mirrored. */
+enum {
+    M_REQUESTS,             /* counter {route, dialect, status} */
+    M_DURATION,             /* histogram {route}: request head to the last response byte */
+    M_FIRST_TOKEN,          /* histogram {dialect}: request head to the first answer byte */
+    M_UPSTREAM_RUNS,        /* counter {outcome}: ok, client_gone, or the error code */
+    M_FALLBACKS,            /* counter {kind}: a fallback taken instead of the normal path */
+    M_OPEN_STREAMS,         /* gauge: streaming responses in progress */
+    M_HELD_RUNS,            /* gauge: upstream runs held open for a later request */
+    M_SPARE_CONNS,          /* gauge: pre-opened upstream connections waiting for a run */
+    M_HANDSHAKES,           /* counter {result}: upstream TLS handshakes */
+    M_TOKENS,               /* counter {model, kind}: kind in, out, cached */
+    M_CRED_RENEWALS,        /* counter {result}: ok, failed */
+    M_QUOTA_LATCHED,        /* counter: answers given by the quota latch, without a run */
+    M__COUNT
+};
+
+enum { MT_COUNTER, MT_GAUGE, MT_HISTOGRAM };
+
+static const struct metric_family {
+    const char *name;
+    int type;
+    const char *help;
+} METRIC_FAMILIES[M__COUNT] = {
+    { "cursor_oai_requests_total", MT_COUNTER, "HTTP requests answered, by route, dialect "
+      "and status" },
+    { "cursor_oai_request_duration_seconds", MT_HISTOGRAM, "Time from the request head to "
+      "the end of the response" },
+    { "cursor_oai_first_token_seconds", MT_HISTOGRAM, "Time from the request head to the "
+      "first byte of a successful answer" },
+    { "cursor_oai_upstream_runs_total", MT_COUNTER, "Upstream agent runs, by outcome (ok, "
+      "client_gone, or the error code)" },
+    { "cursor_oai_fallbacks_total", MT_COUNTER, "Fallbacks taken, by kind" },
+    { "cursor_oai_open_streams", MT_GAUGE, "Streaming responses in progress" },
+    { "cursor_oai_held_runs", MT_GAUGE, "Upstream runs held open for a later request" },
+    { "cursor_oai_spare_connections", MT_GAUGE, "Pre-opened upstream connections waiting "
+      "for a run" },
+    { "cursor_oai_upstream_handshakes_total", MT_COUNTER, "TLS handshakes with the upstream, "
+      "by result" },
+    { "cursor_oai_tokens_total", MT_COUNTER, "Tokens by model and kind (in, out, cached)" },
+    { "cursor_oai_credential_renewals_total", MT_COUNTER, "Access token renewals, by result" },
+    { "cursor_oai_quota_latched_total", MT_COUNTER, "Requests answered with a remembered "
+      "usage-limit error, without an upstream run" },
+};
+
+#define METRIC_SERIES_MAX 256       /* series per family; more land in overflow="true" */
+#define METRIC_LABELS_MAX 256       /* one series' label text */
+#define METRIC_VALUE_MAX 96         /* one label value from a client, before escaping */
+#define METRIC_BUCKETS 12
+static const double METRIC_BOUNDS[METRIC_BUCKETS] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                                                      60, 120, 300 };
+
+struct metric_series {
+    char labels[METRIC_LABELS_MAX];
+    double value;                   /* counter/gauge value; histogram sum */
+    uint64_t count;                 /* histogram observations */
+    uint64_t buckets[METRIC_BUCKETS];   /* histogram: observations <= METRIC_BOUNDS[i] */
+};
+
+static struct {
+    pthread_mutex_t mu;
+    struct metric_series *s[M__COUNT];
+    size_t n[M__COUNT], cap[M__COUNT];
+} MX = { PTHREAD_MUTEX_INITIALIZER, { 0 }, { 0 }, { 0 } };
+
+/* The series `labels` of family f (created on first use), or NULL without memory. Under
+ * MX.mu. */
+static struct metric_series *metric_series(int f, const char *labels)
+{
+    static const char over[] = "overflow=\"true\"";
+    size_t i;
+    int is_over;
+    struct metric_series *s;
+    if (strlen(labels) >= METRIC_LABELS_MAX) labels = over;
+    is_over = strcmp(labels, over) == 0;
+    for (i = 0; i < MX.n[f]; i++)
+        if (strcmp(MX.s[f][i].labels, labels) == 0) return &MX.s[f][i];
+    /* the overflow series may be the one past the cap */
+    if (MX.n[f] >= METRIC_SERIES_MAX + (size_t)is_over) return is_over ? NULL
+                                                                       : metric_series(f, over);
+    if (MX.n[f] == MX.cap[f]) {
+        size_t nc = MX.cap[f] ? MX.cap[f] * 2 : 8;
+        struct metric_series *ns = realloc(MX.s[f], nc * sizeof *ns);
+        if (!ns) return NULL;
+        MX.s[f] = ns;
+        MX.cap[f] = nc;
+    }
+    s = &MX.s[f][MX.n[f]++];
+    memset(s, 0, sizeof *s);
+    memcpy(s->labels, labels, strlen(labels) + 1);
+    return s;
+}
+
+static void metric_gauge_add(int f, const char *labels, double d)
+{
+    struct metric_series *s;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) s->value += d;
+    pthread_mutex_unlock(&MX.mu);
+}
+
+static void metric_add(int f, const char *labels, double n)
+{
+    if (n > 0) metric_gauge_add(f, labels, n);
+}
+
+static void metric_set(int f, const char *labels, double v)
+{
+    struct metric_series *s;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) s->value = v;
+    pthread_mutex_unlock(&MX.mu);
+}
+
+static void metric_observe(int f, const char *labels, double secs)
+{
+    struct metric_series *s;
+    int i;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) {
+        s->value += secs;
+        s->count++;
+        for (i = 0; i < METRIC_BUCKETS; i++)
+            if (secs <= METRIC_BOUNDS[i]) s->buckets[i]++;
+    }
+    pthread_mutex_unlock(&MX.mu);
+}
+
+/* `name="value"` into out (cap bytes), the value escaped as the text format wants (\\, \",
+ * \n) and control bytes dropped; cut to METRIC_VALUE_MAX bytes of input at a UTF-8
+ * boundary. Returns out. */
+static char *metric_label(char *out, size_t cap, const char *name, const char *v, size_t n)
+{
+    size_t o, i;
+    int k = snprintf(out, cap, "%s=\"", name);
+    if (k < 0 || (size_t)k >= cap) { if (cap) out[0] = 0; return out; }
+    o = (size_t)k;
+    if (n > METRIC_VALUE_MAX) {
+        n = METRIC_VALUE_MAX;
+        while (n > 0 && ((unsigned char)v[n] & 0xc0) == 0x80) n--;
+    }
+    for (i = 0; i < n && o + 3 < cap; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\\' || c == '"') { out[o++] = '\\'; out[o++] = (char)c; }
+        else if (c == '\n') { out[o++] = '\\'; out[o++] = 'n'; }
+        else if (c >= 0x20 && c != 0x7f) out[o++] = (char)c;
+    }
+    out[o++] = '"';
+    out[o] = 0;
+    return out;
+}
+
+static void metric_number(coai_buf *b, double v)
+{
+    if (v == (double)(int64_t)v && v < 9e15 && v > -9e15)
+        coai_buf_printf(b, "%lld", (long long)v);
+    else
+        coai_buf_printf(b, "%.9g", v);
+}
+
+/* One histogram series: _bucket lines with le added to its labels, _sum and _count. */
+static void metric_write_hist(coai_buf *b, const char *name, const struct metric_series *s)
+{
+    int i;
+    const char *sep = s->labels[0] ? "," : "";
+    for (i = 0; i < METRIC_BUCKETS; i++)
+        coai_buf_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, s->labels, sep,
+                        METRIC_BOUNDS[i], (unsigned long long)s->buckets[i]);
+    coai_buf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, s->labels, sep,
+                    (unsigned long long)s->count);
+    coai_buf_printf(b, "%s_sum%s%s%s ", name, s->labels[0] ? "{" : "", s->labels,
+                    s->labels[0] ? "}" : "");
+    metric_number(b, s->value);
+    coai_buf_printf(b, "\n%s_count%s%s%s %llu\n", name, s->labels[0] ? "{" : "", s->labels,
+                    s->labels[0] ? "}" : "", (unsigned long long)s->count);
+}
+
+static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
+                             const char *help, double v)
+{
+    coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s ", name, help, name, type, name);
+    metric_number(b, v);
+    coai_buf_putc(b, '\n');
+}
+
+/* The whole exposition. Families without a series yet show a zero series when they have
+ * no labels, else only their HELP/TYPE lines. */
+static void metrics_write(coai_buf *b)
+{
+    static const char *const tn[] = { "counter", "gauge", "histogram" };
+    int f, pool, conns;
+    size_t i;
     pthread_mutex_lock(&S.lock);
-    log_redact(line, &n, S.token);
-    log_redact(line, &n, S.refresh);
-    log_redact(line, &n, S.cred_key);
+    pool = S.pool_n;
+    conns = S.conns;
     pthread_mutex_unlock(&S.lock);
-    log_redact(line, &n, S.api_key);
-    line[n++] = '\n';
-    while (write(2, line, n) < 0 && errno == EINTR) {}
+    pthread_mutex_lock(&MX.mu);
+    for (f = 0; f < M__COUNT; f++) {
+        const struct metric_family *mf = &METRIC_FAMILIES[f];
+        coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", mf->name, mf->help, mf->name,
+                        tn[mf->type]);
+        for (i = 0; i < MX.n[f]; i++) {
+            const struct metric_series *s = &MX.s[f][i];
+            if (mf->type == MT_HISTOGRAM) {
+                metric_write_hist(b, mf->name, s);
+                continue;
+            }
+            coai_buf_printf(b, "%s%s%s%s ", mf->name, s->labels[0] ? "{" : "", s->labels,
+                            s->labels[0] ? "}" : "");
+            metric_number(b, s->value);
+            coai_buf_putc(b, '\n');
+        }
+        if (MX.n[f] == 0 && mf->type != MT_HISTOGRAM
+            && (f == M_OPEN_STREAMS || f == M_HELD_RUNS || f == M_SPARE_CONNS
+                || f == M_QUOTA_LATCHED))
+            coai_buf_printf(b, "%s 0\n", mf->name);
+    }
+    pthread_mutex_unlock(&MX.mu);
+    metric_gauge_now(b, "cursor_oai_pooled_connections", "gauge",
+                     "Idle upstream TLS connections kept for reuse", pool);
+    metric_gauge_now(b, "cursor_oai_client_connections", "gauge",
+                     "Client connections being served", conns);
+    metric_gauge_now(b, "cursor_oai_log_lines_dropped_total", "counter",
+                     "Log lines dropped because stderr was not being read",
+                     (double)log_dropped());
 }
 
 /* ======================================================================== */
@@ -579,6 +1072,7 @@ enum { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_EOF };
 
 struct upconn {
     struct upconn *next;            /* pool link */
+    coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
     int64_t idle_since;             /* mono ms when parked in the pool */
@@ -874,24 +1368,25 @@ static struct {
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
     int spare_busy;                 /* background connects under way */
-    int spare_want;                 /* more spares wanted once a thread is free */
+    int spare_want;                 /* more spares wanted once a thread is free ... */
+    coai_url want_host;             /* ... to this host */
     uint64_t spare_done;            /* background connects finished (either way) */
     pthread_cond_t spare_cond;      /* signalled when one finishes */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
 } UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
 
-static void up_sess_key(char *out, size_t cap)
+static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s:%s", S.up_host, S.up_port);
+    snprintf(out, cap, "%s:%s", h->host, h->port);
 }
 
-/* Copy the saved session for this host into *sp. 1 found, 0 none. */
-static int up_sess_get(br_ssl_session_parameters *sp)
+/* Copy the saved session for host h into *sp. 1 found, 0 none. */
+static int up_sess_get(const coai_url *h, br_ssl_session_parameters *sp)
 {
     char key[300];
     int i, found = 0;
-    up_sess_key(key, sizeof key);
+    up_sess_key(h, key, sizeof key);
     pthread_mutex_lock(&UPX.lock);
     for (i = 0; i < UP_SESS_MAX && !found; i++) {
         if (UPX.sess[i].sp.session_id_len && !strcmp(UPX.sess[i].key, key)) {
@@ -903,12 +1398,12 @@ static int up_sess_get(br_ssl_session_parameters *sp)
     return found;
 }
 
-/* Save (sp != NULL) or forget (sp == NULL) this host's session. */
-static void up_sess_put(const br_ssl_session_parameters *sp)
+/* Save (sp != NULL) or forget (sp == NULL) host h's session. */
+static void up_sess_put(const coai_url *h, const br_ssl_session_parameters *sp)
 {
     char key[300];
     int i, slot = -1;
-    up_sess_key(key, sizeof key);
+    up_sess_key(h, key, sizeof key);
     pthread_mutex_lock(&UPX.lock);
     for (i = 0; i < UP_SESS_MAX && slot < 0; i++)
         if (!strcmp(UPX.sess[i].key, key)) slot = i;
@@ -924,8 +1419,8 @@ static void up_sess_put(const br_ssl_session_parameters *sp)
     pthread_mutex_unlock(&UPX.lock);
 }
 
-/* Open a new verified TLS 1.2 connection to the upstream. NULL with *e filled on failure. */
-static struct upconn *up_connect(coai_error *e)
+/* Open a new verified TLS 1.2 connection to host h. NULL with *e filled on failure. */
+static struct upconn *up_connect(const coai_url *h, coai_error *e)
 {
     struct addrinfo hints, *res = NULL, *ai;
     struct upconn *c = NULL;
@@ -937,10 +1432,10 @@ static struct upconn *up_connect(coai_error *e)
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    r = getaddrinfo(S.up_host, S.up_port, &hints, &res);
+    r = getaddrinfo(h->host, h->port, &hints, &res);
     if (r != 0) {
         up_err(e, 502, "upstream_unreachable", "cannot resolve upstream host %s: %s",
-                  S.up_host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+                  h->host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
         return NULL;
     }
     deadline = mono_ms() + UP_CONNECT_TIMEOUT_MS;
@@ -952,7 +1447,7 @@ static struct upconn *up_connect(coai_error *e)
     if (fd < 0) {
         up_err(e, err == ETIMEDOUT ? 504 : 502,
                   err == ETIMEDOUT ? "upstream_timeout" : "upstream_unreachable",
-                  "cannot connect to upstream %s:%s: %s", S.up_host, S.up_port, strerror(err));
+                  "cannot connect to upstream %s:%s: %s", h->host, h->port, strerror(err));
         return NULL;
     }
     c = calloc(1, sizeof *c);
@@ -962,16 +1457,17 @@ static struct upconn *up_connect(coai_error *e)
         return NULL;
     }
     c->fd = fd;
+    c->host = *h;
     c->client_fd = -1;
     c->deadline = deadline;
     br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
     br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
     br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
-    resume = up_sess_get(&sp);
+    resume = up_sess_get(h, &sp);
     if (resume) br_ssl_engine_set_session_parameters(&c->sc.eng, &sp);
     /* The real host name, always: it is both the SNI and the name the certificate must match
      * (a NULL here would silently switch off name verification). */
-    if (!br_ssl_client_reset(&c->sc, S.up_host, resume)) goto tls_fail;
+    if (!br_ssl_client_reset(&c->sc, h->host, resume)) goto tls_fail;
     br_sslio_init(&c->io, &c->sc.eng, up_low_read, c, up_low_write, c);
     if (br_sslio_flush(&c->io) < 0) goto tls_fail;     /* runs the whole handshake */
     {
@@ -980,27 +1476,29 @@ static struct upconn *up_connect(coai_error *e)
         br_ssl_engine_get_session_parameters(&c->sc.eng, &now);
         same = resume && now.session_id_len == sp.session_id_len
             && memcmp(now.session_id, sp.session_id, sp.session_id_len) == 0;
-        if (!same) up_sess_put(now.session_id_len ? &now : NULL);
+        if (!same) up_sess_put(h, now.session_id_len ? &now : NULL);
         pthread_mutex_lock(&UPX.lock);
         UPX.handshakes++;
         UPX.resumed += same;
         pthread_mutex_unlock(&UPX.lock);
         memset(&now, 0, sizeof now);
-        srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", S.up_host,
+        srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", h->host,
                 same ? "session resumed" : "full");
+        metric_add(M_HANDSHAKES, same ? "result=\"resumed\"" : "result=\"full\"", 1);
     }
     memset(&sp, 0, sizeof sp);
     return c;
 tls_fail:
+    metric_add(M_HANDSHAKES, "result=\"failed\"", 1);
     memset(&sp, 0, sizeof sp);
-    if (resume) up_sess_put(NULL);      /* the next attempt starts from a full handshake */
+    if (resume) up_sess_put(h, NULL);   /* the next attempt starts from a full handshake */
     err = br_ssl_engine_last_error(&c->sc.eng);
     if (c->why == UPX_TIMEOUT) {
-        up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", S.up_host);
+        up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", h->host);
     } else {
         tls_err_text(err, what, sizeof what, &verify);
         up_err(e, 502, verify ? "upstream_tls_verification_failed" : "upstream_tls_error",
-                  "TLS handshake with %s failed: %s", S.up_host, what);
+                  "TLS handshake with %s failed: %s", h->host, what);
         e->no_retry = verify;
     }
     up_free(c);
@@ -1035,16 +1533,21 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
-/* Background connects: each thread opens spares while any are wanted. */
+static int up_same_host(const coai_url *a, const coai_url *b)
+{
+    return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
+}
+
+/* Background connects: each thread opens spares for its host while more are wanted there. */
 static void *spare_thread(void *arg)
 {
-    (void)arg;
+    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
     for (;;) {
         coai_error e;
         struct upconn *c;
         int more;
         memset(&e, 0, sizeof e);
-        c = up_connect(&e);
+        c = up_connect(h, &e);
         if (c) {
             c->body_done = 1;
             pool_park(c);
@@ -1055,12 +1558,14 @@ static void *spare_thread(void *arg)
         UPX.spare_done++;
         pthread_cond_broadcast(&UPX.spare_cond);
         if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
-        more = UPX.spare_want > 0;
+        more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
         if (more) UPX.spare_want--;
         else UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
-        if (!more) return NULL;
+        if (!more) break;
     }
+    free(h);
+    return NULL;
 }
 
 /* The pool is empty: if a spare is being opened, wait (UP_SPARE_WAIT_MS at most) until one
@@ -1083,36 +1588,46 @@ static int spare_wait(void)
     return done;
 }
 
-/* Open a spare connection in the background (at most UP_SPARE_PAR at a time), so that the
- * next run does not wait for a handshake:
- *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones are left;
+/* Open a spare connection to host h in the background (at most UP_SPARE_PAR connects at a
+ * time; more wanted for the same host are queued), so that the next run does not wait for a
+ * handshake:
+ *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones to h are
+ *                left;
  *   replace = 1: the server closed a connection after a complete response (an upstream that
  *                closes each RunSSE): one for one, up to the pool's cap.
  * A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled connection. */
-static void spare_kick(int replace)
+static void spare_kick(const coai_url *h, int replace)
 {
     pthread_attr_t a;
     pthread_t t;
-    int go, idle;
+    struct upconn *p;
+    coai_url *arg;
+    int go, n = 0;
     pthread_mutex_lock(&S.lock);
-    idle = S.pool_n;
+    for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
     go = !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = idle + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    go = n + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
     if (go && UPX.spare_busy >= UP_SPARE_PAR) {
-        UPX.spare_want++;           /* a busy thread opens it next */
+        if (!UPX.spare_want || up_same_host(&UPX.want_host, h)) {
+            UPX.want_host = *h;     /* a busy thread for this host opens it next */
+            UPX.spare_want++;
+        }
         go = 0;
     } else if (go) {
         UPX.spare_busy++;
     }
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
+    arg = malloc(sizeof *arg);
+    if (arg) *arg = *h;
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, 256 * 1024);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &a, spare_thread, NULL) != 0) {
+    if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
+        free(arg);
         pthread_mutex_lock(&UPX.lock);
         UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
@@ -1120,16 +1635,19 @@ static void spare_kick(int replace)
     pthread_attr_destroy(&a);
 }
 
-/* A connection for one request: an idle pooled one, else a new one (fresh = 1 forces new). */
-static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
+/* A connection to host h for one request: an idle pooled one to that host, else a new one
+ * (fresh = 1 forces new). The pool is shared; each entry remembers its host. */
+static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, coai_error *e)
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
     int waited = 0;
     while (!fresh) {
+        struct upconn **pp;
         pthread_mutex_lock(&S.lock);
-        c = S.pool;
-        if (c) { S.pool = c->next; S.pool_n--; }
+        for (pp = &S.pool; *pp && !up_same_host(&(*pp)->host, h); pp = &(*pp)->next) {}
+        c = *pp;
+        if (c) { *pp = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
         if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
@@ -1140,9 +1658,9 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
         up_free(c);
         c = NULL;
     }
-    if (!c) c = up_connect(e);
+    if (!c) c = up_connect(h, e);
     if (!c) return NULL;
-    spare_kick(0);                  /* after a success only: never doubles a failing connect */
+    spare_kick(h, 0);               /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1156,6 +1674,12 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
     c->must_close = 0;
     c->rlen = c->roff = 0;
     return c;
+}
+
+/* The same on the base URL (CURSOR_API_URL). */
+static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
+{
+    return up_get_host(&S.base, fresh, client_fd, e);
 }
 
 /* Close pooled connections idle for longer than UP_POOL_IDLE_MS (all of them when
@@ -1187,6 +1711,7 @@ static void pool_prune(int everything)
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
+    coai_url host;
     int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
@@ -1195,8 +1720,9 @@ static void up_release(struct upconn *c)
         return;
     }
     replace = c->body_done && c->must_close && c->why == UPX_OK;
+    host = c->host;
     up_free(c);
-    if (replace) spare_kick(1);
+    if (replace) spare_kick(&host, 1);
 }
 
 /* Describe an I/O failure on c into e. `stage` names what was being done. */
@@ -1370,18 +1896,55 @@ static int up_body_all(struct upconn *c, coai_buf *out)
     }
 }
 
-/* Build a request head. json = 1: GetUsableModels-style Connect unary JSON (spec 2.2),
- * else the RunSSE/BidiAppend set (spec 2.1). The token goes into `h` and nowhere else. */
-static int up_head(coai_buf *h, const char *path, int json, const char *request_id,
-                   const char *token, size_t token_len, size_t body_len)
+/* Transport profiles of RunSSE + BidiAppend (issue 10 item 6). */
+enum { PROF_GRPCWEB, PROF_CONNECT };
+static const char *const PROFILE_NAME[] = { "grpc-web", "connect" };
+
+/* Kinds of request heads. */
+enum {
+    UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
+    UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
+    UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
+    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+};
+
+/* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
+ * the original's, byte for byte. The Connect set is what the current CLI sends: no
+ * x-cursor-checksum or x-cursor-timezone (its interceptor has neither, and the live server
+ * accepts requests without the checksum; cursor-upstream-extras.md 3.2/3.4),
+ * connect-protocol-version: 1, connect-es/1.6.1. The token goes into `h` and nowhere else. */
+static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int kind,
+                        const char *request_id, const char *token, size_t token_len,
+                        size_t body_len)
 {
     char cs[COAI_CHECKSUM_SIZE];
     coai_str tok;
+    int json = kind == UPH_JSON;
+    if (!hp) hp = &S.base;
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+        coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
+                        hp->prefix, path, hp->authority);
+        coai_buf_append(h, token, token_len);
+        coai_buf_printf(h,
+                        "\r\ncontent-type: %s\r\n"
+                        "user-agent: connect-es/1.6.1\r\n"
+                        "connect-protocol-version: 1\r\n"
+                        "x-cursor-client-version: %s\r\n"
+                        "x-cursor-client-type: cli\r\n"
+                        "x-ghost-mode: true\r\n"
+                        "x-cursor-streaming: true\r\n"
+                        "x-request-id: %s\r\n"
+                        "content-length: %zu\r\n\r\n",
+                        kind == UPH_CONNECT_STREAM ? "application/connect+proto"
+                                                   : "application/proto",
+                        S.client_version, request_id, body_len);
+        return h->err ? -1 : 0;
+    }
     tok.ptr = token;
     tok.len = token_len;
     coai_checksum(cs, tok, wall_ms());
     coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
-                    S.up_prefix, path, S.up_authority);
+                    hp->prefix, path, hp->authority);
     coai_buf_append(h, token, token_len);
     coai_buf_printf(h,
                     "\r\ncontent-type: %s\r\n"
@@ -1402,18 +1965,27 @@ static int up_head(coai_buf *h, const char *path, int json, const char *request_
     return h->err ? -1 : 0;
 }
 
+/* json = 1: Connect unary JSON, else the gRPC-web RunSSE/BidiAppend set; base URL. */
+static int up_head(coai_buf *h, const char *path, int json, const char *request_id,
+                   const char *token, size_t token_len, size_t body_len)
+{
+    return up_head_host(h, NULL, path, json ? UPH_JSON : UPH_AGENT, request_id, token,
+                        token_len, body_len);
+}
+
 /* One request on a pooled (else new) connection: send head and body, read the response head
  * and the whole body (capped by body->max). Retries once on a fresh connection when a pooled
  * one turns out dead before any response byte. `what` names the call in error messages (never
  * a secret). 0 with *status set (any HTTP status), -1 with *e filled. */
-static int up_exchange(const coai_buf *head, const void *req, size_t req_len, const char *what,
-                       int client_fd, int (*tick)(void *), void *tick_ctx, int *status,
-                       coai_buf *body, coai_error *e)
+static int up_exchange_host(const coai_url *hp, const coai_buf *head, const void *req,
+                            size_t req_len, const char *what, int client_fd,
+                            int (*tick)(void *), void *tick_ctx, int *status, coai_buf *body,
+                            coai_error *e)
 {
     struct upconn *c = NULL;
     int attempt, rc = -1;
     for (attempt = 0; attempt < 2; attempt++) {
-        c = up_get(attempt > 0, client_fd, e);
+        c = up_get_host(hp ? hp : &S.base, attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
@@ -1442,25 +2014,43 @@ done:
     return rc;
 }
 
+static int up_exchange(const coai_buf *head, const void *req, size_t req_len, const char *what,
+                       int client_fd, int (*tick)(void *), void *tick_ctx, int *status,
+                       coai_buf *body, coai_error *e)
+{
+    return up_exchange_host(NULL, head, req, req_len, what, client_fd, tick, tick_ctx, status,
+                            body, e);
+}
+
 /* One unary call with the current access token (spec 2.1/2.2 headers). *gen (may be NULL)
  * gets the generation of the token used. 0 with *status set, -1 with *e filled. */
-static int up_call(const char *path, int json, const void *req, size_t req_len,
-                   const char *request_id, int client_fd, uint64_t *gen, int *status,
-                   coai_buf *body, coai_error *e)
+static int up_call_host(const coai_url *hp, const char *path, int kind, const void *req,
+                        size_t req_len, const char *request_id, int client_fd, uint64_t *gen,
+                        int *status, coai_buf *body, coai_error *e)
 {
     char token[SRV_TOKEN_MAX];
     size_t tl = cred_token(token, sizeof token, gen);
     coai_buf head = { 0 };
     int rc = -1;
-    if (up_head(&head, path, json, request_id, token, tl, req_len)) {
+    if (up_head_host(&head, hp, path, kind, request_id, token, tl, req_len)) {
         up_err(e, 500, "server_error", "out of memory");
     } else {
-        rc = up_exchange(&head, req, req_len, path, client_fd, NULL, NULL, status, body, e);
+        rc = up_exchange_host(hp, &head, req, req_len, path, client_fd, NULL, NULL, status,
+                              body, e);
     }
     memset(token, 0, sizeof token);
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
     return rc;
+}
+
+/* On the base URL: json = 1 Connect unary JSON, else the gRPC-web agent set. */
+static int up_call(const char *path, int json, const void *req, size_t req_len,
+                   const char *request_id, int client_fd, uint64_t *gen, int *status,
+                   coai_buf *body, coai_error *e)
+{
+    return up_call_host(NULL, path, json ? UPH_JSON : UPH_AGENT, req, req_len, request_id,
+                        client_fd, gen, status, body, e);
 }
 
 /* One call to an /auth endpoint (spec 14): GET without a body (poll) or POST "{}" (refresh,
@@ -1906,6 +2496,7 @@ static int cred_renew(const char *old_token, const char *refresh, const char *ke
         coai_creds_free(&fc);
     }
     rc = cred_renew_http(refresh, key, out, e);
+    metric_add(M_CRED_RENEWALS, rc == RENEW_OK ? "result=\"ok\"" : "result=\"failed\"", 1);
     if (rc == RENEW_OK) {
         if (cred_write_file(out, why, sizeof why) == 0) {
             *saved = 1;
@@ -2091,7 +2682,37 @@ static const char *cred_health(void)
 /* Client connections: responses                                            */
 /* ======================================================================== */
 
-enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH };
+enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS };
+
+/* The route's label in /metrics and the access log: a fixed text per route (never the
+ * client's path, so that label sets stay few). A new route adds a case here. */
+static const char *route_label(int route)
+{
+    switch (route) {
+    case ROUTE_CHAT: return "/v1/chat/completions";
+    case ROUTE_MODELS: return "/v1/models";
+    case ROUTE_HEALTH: return "/health";
+    case ROUTE_METRICS: return "/metrics";
+    case ROUTE_MESSAGES: return "/v1/messages";
+    case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
+    case ROUTE_RESPONSES: return "/v1/responses";
+    case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
+    }
+    return "other";
+}
+
+/* The client API dialect a route speaks ("none" for routes that are not a model API). A new
+ * dialect route adds a case here. */
+static const char *route_dialect(int route)
+{
+    switch (route) {
+    case ROUTE_CHAT: return "openai-chat";
+    case ROUTE_MESSAGES: case ROUTE_COUNT_TOKENS: return "anthropic";
+    case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: return "openai-responses";
+    }
+    return "none";
+}
 
 struct conn {
     int fd;
@@ -2100,12 +2721,20 @@ struct conn {
     char method[16];                /* copies for the access log */
     char path[128];
     char model[128];                /* resolved model, for the access log */
+    int route;                      /* ROUTE_* of the current request */
+    char run_id[37];                /* upstream run (request id) of this request, "" = none */
+    const char *fallback;           /* static name of a fallback this request took, or NULL:
+                                     * set it where one is taken (access log "fallback"), and
+                                     * count it: metric_add(M_FALLBACKS, "kind=\"...\"", 1) */
+    int first_seen;                 /* the first answer byte went out (first-token metric) */
     int status;                     /* status sent */
     size_t bytes;                   /* body bytes sent */
     int keep;                       /* keep the connection open after this response */
     int http10;                     /* HTTP/1.0 client: no chunked encoding */
     int streaming;                  /* a 200 stream head was sent */
     int dead;                       /* a write failed: the client is gone */
+    coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
+    char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t in_len;                  /* bytes in in[] */
@@ -2148,10 +2777,10 @@ static int send_error_ex(struct conn *c, const coai_error *e, const char *extra)
     if (extra) coai_buf_puts(&h, extra);
     if (e->no_retry) coai_buf_puts(&h, "x-should-retry: false\r\n");
     if (e->retry_after > 0) coai_buf_printf(&h, "Retry-After: %d\r\n", e->retry_after);
-    coai_error_write(&b, e);
+    coai_error_write_as(&b, e, c->dialect);
     r = b.err || h.err ? -1
-      : send_response(c, e->status, "application/json", h.data ? (char *)h.data : NULL,
-                      b.data, b.len);
+      : send_response(c, coai_error_status_as(e, c->dialect), "application/json",
+                      h.data ? (char *)h.data : NULL, b.data, b.len);
     coai_buf_free(&b);
     coai_buf_free(&h);
     return r;
@@ -2184,6 +2813,7 @@ static int stream_begin(struct conn *c, const char *lines)
                     c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
                     c->keep ? "keep-alive" : "close");
     c->status = 200;
+    if (!c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", 1);
     c->streaming = 1;
     r = h.err ? -1 : conn_write(c, h.data, h.len);
     coai_buf_free(&h);
@@ -2220,12 +2850,38 @@ static int stream_end(struct conn *c)
 
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
+static int handle_response_get(struct conn *c);
+static int handle_count_tokens(struct conn *c);
 
-/* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
- * published port) clients may use another port number, so any port is accepted there. */
+/* The Origin port that is always same-origin: the listen port on loopback. Behind a
+ * non-loopback bind (a container with a published port) clients may use another port
+ * number, so any port is accepted there. The Host check itself accepts any port for an
+ * allowed name: tunnels and forwarders (ssh -L 9000:127.0.0.1:18741) bring their own. */
 static int listen_port_num(void)
 {
     return S.listen_loopback ? atoi(S.listen_port) : 0;
+}
+
+/* The port of a Host header value ("name:port", "[v6]:port"), 0 when it has none. */
+static int host_port_of(coai_str host)
+{
+    size_t i = host.len;
+    int p = 0, mul = 1;
+    while (i > 0 && host.ptr[i - 1] >= '0' && host.ptr[i - 1] <= '9' && mul <= 10000) {
+        p += (host.ptr[i - 1] - '0') * mul;
+        mul *= 10;
+        i--;
+    }
+    return i > 0 && i < host.len && host.ptr[i - 1] == ':' ? p : 0;
+}
+
+/* Origin check: the browser page must come from an allowed name on the listen port, or on
+ * the port the request itself came in on (the same origin seen through a tunnel). */
+static int origin_ok(const coai_http_request *rq, const coai_str *names, size_t nn)
+{
+    int hp = host_port_of(rq->host);
+    return coai_http_origin_allowed(rq->origin, listen_port_num(), names, nn)
+        || (hp > 0 && coai_http_origin_allowed(rq->origin, hp, names, nn));
 }
 
 /* Names the Host/Origin checks accept besides localhost, 127.0.0.1 and [::1]: --allow-host
@@ -2240,12 +2896,28 @@ static size_t allowed_names(coai_str *out, size_t cap)
     return n;
 }
 
+static int route_is_post(int route)
+{
+    return route == ROUTE_CHAT || route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
+           || route == ROUTE_RESPONSES;
+}
+
 static int route_of(coai_str path)
 {
     if (coai_str_eq(path, "/v1/chat/completions") || coai_str_eq(path, "/chat/completions"))
         return ROUTE_CHAT;
     if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
+    if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
+    if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
+    if (coai_str_eq(path, "/metrics")) return ROUTE_METRICS;
+    if (coai_str_eq(path, "/v1/responses") || coai_str_eq(path, "/responses"))
+        return ROUTE_RESPONSES;                                           /* OpenAI Responses */
+    if ((path.len > 14 && memcmp(path.ptr, "/v1/responses/", 14) == 0
+         && !memchr(path.ptr + 14, '/', path.len - 14))
+        || (path.len > 11 && memcmp(path.ptr, "/responses/", 11) == 0
+            && !memchr(path.ptr + 11, '/', path.len - 11)))
+        return ROUTE_RESPONSE_GET;
     return ROUTE_NONE;
 }
 
@@ -2305,10 +2977,51 @@ static int read_body(struct conn *c, size_t hl)
     return 0;
 }
 
+/* The end of one request: its metrics and its access-log line (text, or one JSON object
+ * with --log-format json). Client-supplied values (method, path, model) are escaped by the
+ * logger in text mode and by JSON string escaping here. */
 static void access_log(struct conn *c)
 {
-    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub", c->method, c->path, c->status,
-            c->model[0] ? c->model : "-", (long long)(mono_ms() - c->t0), c->bytes);
+    int64_t ms = mono_ms() - c->t0;
+    char labels[METRIC_LABELS_MAX];
+    const char *route = route_label(c->route), *dialect = route_dialect(c->route);
+    snprintf(labels, sizeof labels, "route=\"%s\",dialect=\"%s\",status=\"%d\"", route, dialect,
+             c->status);
+    metric_add(M_REQUESTS, labels, 1);
+    snprintf(labels, sizeof labels, "route=\"%s\"", route);
+    metric_observe(M_DURATION, labels, (double)ms / 1000.0);
+    if (c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", -1);
+    c->streaming = 0;
+    if (S.log_level < LOG_INFO) return;
+    if (log_json) {
+        coai_buf b = { 0 };
+        char msg[SRV_LOG_ROOM];
+        coai_buf_puts(&b, "{\"msg\":\"request\",\"method\":");
+        coai_json_str_append(&b, c->method, strlen(c->method));
+        coai_buf_puts(&b, ",\"path\":");
+        coai_json_str_append(&b, c->path, strlen(c->path));
+        coai_buf_printf(&b, ",\"route\":\"%s\",\"dialect\":\"%s\",\"status\":%d,\"model\":", route,
+                        dialect, c->status);
+        if (c->model[0]) coai_json_str_append(&b, c->model, strlen(c->model));
+        else coai_buf_puts(&b, "null");
+        coai_buf_printf(&b, ",\"duration_ms\":%lld,\"bytes\":%zu,\"run_id\":", (long long)ms,
+                        c->bytes);
+        if (c->run_id[0]) coai_json_str_append(&b, c->run_id, strlen(c->run_id));
+        else coai_buf_puts(&b, "null");
+        coai_buf_puts(&b, ",\"fallback\":");
+        if (c->fallback) coai_json_str_append(&b, c->fallback, strlen(c->fallback));
+        else coai_buf_puts(&b, "null");
+        coai_buf_putc(&b, '}');
+        if (!b.err && b.len < SRV_LOG_LINE) {
+            memcpy(msg, b.data, b.len);
+            log_msg(LOG_INFO, msg, b.len, 1);
+        }
+        coai_buf_free(&b);
+        return;
+    }
+    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub%s%s%s%s", c->method, c->path, c->status,
+            c->model[0] ? c->model : "-", (long long)ms, c->bytes, c->run_id[0] ? " run=" : "",
+            c->run_id, c->fallback ? " fallback=" : "", c->fallback ? c->fallback : "");
 }
 
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
@@ -2317,32 +3030,48 @@ static int serve_request(struct conn *c, size_t hl)
     coai_http_request *rq = &c->rq;
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, port = listen_port_num(), st, is_post, is_get;
+    int route, st, is_post, is_get;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
+    c->run_id[0] = 0;
+    c->fallback = NULL;
+    c->first_seen = 0;
+    c->route = route_of(rq->path);
     c->status = 0;
     c->bytes = 0;
     c->streaming = 0;
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !S.stop;
+    route = route_of(rq->path);
+    /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
+     * errors in Anthropic's shape. */
+    c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
+                 || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
+                 ? COAI_DIALECT_ANTHROPIC
+                 : route == ROUTE_RESPONSES ? COAI_DIALECT_RESPONSES : COAI_DIALECT_OPENAI_CHAT;
     is_post = coai_str_eq(rq->method, "POST");
     is_get = coai_str_eq(rq->method, "GET");
+    {   /* copied now: the head's views die when the body is read */
+        coai_str k = coai_http_header_get(rq->headers, rq->header_count,
+                                          "x-claude-code-session-id");
+        copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
+    }
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
-    if (!coai_http_host_allowed(rq->host, names, nn, port)) {
+    if (!coai_http_host_allowed(rq->host, names, nn, 0)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_host", NULL,
-                   "Host header not allowed (use localhost or add --allow-host)", NULL);
+                   "Host header not allowed (use localhost, 127.0.0.1 or [::1], or start the "
+                   "server with --allow-host NAME)", NULL);
         goto done;
     }
-    if (rq->origin.ptr && !coai_http_origin_allowed(rq->origin, port, names, nn)) {
+    if (rq->origin.ptr && !origin_ok(rq, names, nn)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_origin", NULL,
                    "cross-origin requests are not allowed", NULL);
         goto done;
     }
-    route = route_of(rq->path);
     if (route == ROUTE_NONE) {
         char msg[200];
         c->keep = 0;
@@ -2350,12 +3079,12 @@ static int serve_request(struct conn *c, size_t hl)
         send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
         goto done;
     }
-    if ((route == ROUTE_CHAT && !is_post) || (route != ROUTE_CHAT && !is_get)) {
+    if ((route_is_post(route) && !is_post) || (!route_is_post(route) && !is_get)) {
         char msg[200];
         c->keep = 0;
         snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
         send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
-                   route == ROUTE_CHAT ? "Allow: POST\r\n" : "Allow: GET\r\n");
+                   route_is_post(route) ? "Allow: POST\r\n" : "Allow: GET\r\n");
         goto done;
     }
     if (is_post && !coai_http_is_json(rq->content_type)) {
@@ -2365,10 +3094,14 @@ static int serve_request(struct conn *c, size_t hl)
         goto done;
     }
     if (S.api_key && route != ROUTE_HEALTH
-        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))) {
+        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))
+        /* Anthropic clients (Claude Code) send the key as x-api-key */
+        && !coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
+                                                       "x-api-key"), coai_str_c(S.api_key))) {
         c->keep = 0;
         send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
-                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or "
+                   "'x-api-key: <key>'.",
                    "WWW-Authenticate: Bearer\r\n");
         goto done;
     }
@@ -2402,6 +3135,21 @@ static int serve_request(struct conn *c, size_t hl)
     }
     case ROUTE_MODELS:
         handle_models(c);
+        break;
+    case ROUTE_METRICS: {
+        coai_buf mb = { 0 };
+        metrics_write(&mb);
+        if (mb.err) send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        else send_response(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, mb.data,
+                           mb.len);
+        coai_buf_free(&mb);
+        break;
+    }
+    case ROUTE_COUNT_TOKENS:
+        handle_count_tokens(c);
+        break;
+    case ROUTE_RESPONSE_GET:
+        handle_response_get(c);
         break;
     default:
         handle_chat(c);
@@ -2450,6 +3198,9 @@ static void conn_serve(struct conn *c)
             copy_str(c->path, sizeof c->path, "-", 1);
             c->bytes = 0;
             c->model[0] = 0;
+            c->run_id[0] = 0;
+            c->fallback = NULL;
+            c->route = ROUTE_NONE;
             send_error(c, status ? status : 400, "invalid_request_error", NULL, NULL,
                        status == 408 ? "timed out reading the request head"
                        : status == 431 ? "request head too large" : "malformed request", NULL);
@@ -2505,6 +3256,8 @@ static void *reject_thread(void *arg)
 #define PATH_MODELS "/aiserver.v1.AiService/GetUsableModels"
 #define PATH_RUNSSE "/agent.v1.AgentService/RunSSE"
 #define PATH_APPEND "/aiserver.v1.BidiService/BidiAppend"
+#define PATH_SERVER_CONFIG "/aiserver.v1.ServerConfigService/GetServerConfig"
+#define AGENT_FAIL_TTL_MS 30000     /* a failed GetServerConfig is asked again after this */
 #define MODELS_FAIL_TTL_MS 30000    /* after a failed fetch the upstream is asked again */
 
 /* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
@@ -2628,6 +3381,114 @@ serve:
     return rc;
 }
 
+/* ---- Agent host (issue 10 item 2) ------------------------------------------------------
+ * RunSSE and BidiAppend go to the agent URL that GetServerConfig names (agentUrlConfig:
+ * agentUrl, the privacy backend, since we always send x-ghost-mode: true), cached for the
+ * process; auth, models and server config stay on CURSOR_API_URL. CURSOR_OAI_AGENT_URL
+ * forces a host. When the call fails or names nothing the base URL is used (asked again
+ * after AGENT_FAIL_TTL_MS); agent_invalidate() after a failure on the agent host makes the
+ * next run ask again. */
+
+/* One GetServerConfig call. 0 with *out set, 1 the answer names no agent URL, -1 *e. */
+static int server_config_fetch(coai_url *out, coai_error *e)
+{
+    static const char body[] = "{\"telem_enabled\":false}";
+    coai_buf resp = { 0 };
+    char rid[37];
+    int status = 0, rc = -1;
+    resp.max = UP_ERR_BODY_MAX;
+    if (!cred_have()) {
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        return -1;
+    }
+    if (uuid_new(rid) < 0) {
+        coai_error_set(e, 500, "server_error", NULL, NULL, "no randomness available");
+        return -1;
+    }
+    if (up_call_host(NULL, PATH_SERVER_CONFIG, UPH_JSON, body, sizeof body - 1, rid, -1, NULL,
+                     &status, &resp, e) < 0)
+        goto done;
+    if (status < 200 || status > 299) {
+        coai_error_from_http(status, (const char *)resp.data, resp.len, e);
+        goto done;
+    }
+    rc = coai_server_config_agent_url((const char *)resp.data, resp.len, 1, out);
+    if (rc < 0)
+        coai_error_set(e, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "GetServerConfig answered something that is not a JSON object");
+done:
+    coai_buf_free(&resp);
+    return rc;
+}
+
+/* The agent host for a new run into *out (and where it came from into src, when not NULL).
+ * Single flight: other threads wait for a call in progress. */
+static void agent_get(coai_url *out, char *src, size_t cap)
+{
+    coai_url u;
+    coai_error e;
+    int rc;
+    if (S.agent_forced.host[0]) {
+        *out = S.agent_forced;
+        if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
+        return;
+    }
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+        if (S.agent_at && (!S.agent_failed || mono_ms() - S.agent_at < AGENT_FAIL_TTL_MS))
+            goto have;
+        if (!S.agent_fetching) break;
+        pthread_cond_wait(&S.agent_cv, &S.lock);
+    }
+    S.agent_fetching = 1;
+    pthread_mutex_unlock(&S.lock);
+    memset(&e, 0, sizeof e);
+    rc = server_config_fetch(&u, &e);
+    pthread_mutex_lock(&S.lock);
+    if (rc == 0) {
+        S.agent = u;
+        S.agent_failed = 0;
+        snprintf(S.agent_src, sizeof S.agent_src, "named by GetServerConfig");
+    } else {
+        S.agent = S.base;
+        S.agent_failed = 1;
+        if (rc == 1)
+            snprintf(S.agent_src, sizeof S.agent_src,
+                     "the base URL: GetServerConfig named no agent URL");
+        else
+            snprintf(S.agent_src, sizeof S.agent_src,
+                     "the base URL: GetServerConfig failed: %s", e.message);
+    }
+    S.agent_at = mono_ms();
+    S.agent_fetching = 0;
+    pthread_cond_broadcast(&S.agent_cv);
+    *out = S.agent;
+    if (src) snprintf(src, cap, "%s", S.agent_src);
+    {
+        char what[sizeof S.agent_src];
+        snprintf(what, sizeof what, "%s", S.agent_src);
+        pthread_mutex_unlock(&S.lock);      /* srv_log takes S.lock */
+        srv_log(rc == 0 ? LOG_INFO : LOG_WARN, "agent host https://%s%s (%s)", out->authority,
+                out->prefix, what);
+    }
+    return;
+have:
+    *out = S.agent;
+    if (src) snprintf(src, cap, "%s", S.agent_src);
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* A run failed on agent host h in a way that says the host may be wrong: ask again. */
+static void agent_invalidate(const coai_url *h)
+{
+    if (S.agent_forced.host[0]) return;
+    pthread_mutex_lock(&S.lock);
+    if (S.agent_at && up_same_host(&S.agent, h)) S.agent_at = 0;
+    pthread_mutex_unlock(&S.lock);
+}
+
 static int handle_models(struct conn *c)
 {
     coai_buf json = { 0 }, out = { 0 };
@@ -2644,7 +3505,9 @@ static int handle_models(struct conn *c)
                    "upstream model list is not valid JSON", NULL);
         goto done;
     }
-    if (coai_models_write_list(&out, &m, (int64_t)time(NULL)) < 0 || out.err) {
+    if ((c->dialect == COAI_DIALECT_ANTHROPIC
+         ? coai_models_write_anthropic(&out, &m, (int64_t)time(NULL))
+         : coai_models_write_list(&out, &m, (int64_t)time(NULL))) < 0 || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
@@ -2676,6 +3539,13 @@ struct run {
     coai_error err;                 /* failure of run_start / an append */
     uint64_t auth_gen;              /* generation of the token the run started with */
     int upstream_401;               /* the upstream rejected the token (HTTP 401) */
+    coai_url host;                  /* agent host of the run (agent_get) */
+    int profile;                    /* PROF_* of this attempt */
+    int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
+    int data_frames;                /* RunSSE data frames received */
+    int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
+    int tries;                      /* 1: the other profile was tried; 2: another host was */
+    int64_t t_start, t_head;        /* mono ms: run_start entered; RunSSE head arrived */
     coai_frame_decoder frames;
     coai_msg msg;
     coai_reply reply;
@@ -2694,6 +3564,12 @@ static int run_flush(struct run *r)
     if (r->sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
     done = coai_reply_done(rp);
+    if (st == 200 && !c->first_seen) {
+        char lb[64];
+        c->first_seen = 1;
+        snprintf(lb, sizeof lb, "dialect=\"%s\"", route_dialect(c->route));
+        metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
+    }
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
@@ -2745,13 +3621,27 @@ static int run_tick(void *ctx)
     return run_flush(r);
 }
 
-/* coai_reply's upstream sink: one AgentClientMessage -> one BidiAppend (next seqno),
- * sent inline before the next frame is read. */
+enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST };
+
+/* An answer that means "this transport profile is not the one the server speaks": 415
+ * (content type), 464 (the load balancer's incompatible-protocol status), or an
+ * outdated-client / deprecated-request error (issue 10 item 6). */
+static int profile_wrong(int http_status, const coai_error *e)
+{
+    if (http_status == 415 || http_status == 464) return 1;
+    if (e->code && strcmp(e->code, "outdated_client") == 0) return 1;
+    return strstr(e->message, "ERROR_DEPRECATED") != NULL;
+}
+
+/* coai_reply's upstream sink, and the one place an AgentClientMessage becomes an upstream
+ * append: one BidiAppend with the next seqno on the run's agent host, in the run's profile
+ * (gRPC-web: an envelope; Connect: the bare BidiAppendRequest as application/proto).
+ * Sent inline before the next frame is read. */
 static int run_send(void *user, const unsigned char *msg, size_t n)
 {
     struct run *r = user;
     coai_buf body = { 0 }, resp = { 0 };
-    int status = 0, rc = -1;
+    int status = 0, rc = -1, connect = r->profile == PROF_CONNECT;
     uint64_t gen = 0;
     resp.max = UP_ERR_BODY_MAX;
     if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
@@ -2759,15 +3649,20 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
+    if (connect) {      /* Connect unary: no envelope */
+        memmove(body.data, body.data + 5, body.len - 5);
+        body.len -= 5;
+    }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, r->c->fd, &gen, &status,
-                &resp, &r->err) < 0) {
+    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+                     body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
     }
     if (status < 200 || status > 299) {
+        r->http_status = status;
         coai_error_from_http(status, (const char *)resp.data, resp.len, &r->err);
         if (r->err.status == 401) {
             /* seqno 0: handle_chat renews and retries; later: the next request renews */
@@ -2783,8 +3678,11 @@ done:
     return rc;
 }
 
-/* RunSSE request, BidiAppend seqno 0 (awaited), RunSSE response head. 0 ok, 1 retry on a
- * fresh connection (a pooled one was dead before any byte came back), -1 r->err filled. */
+/* RunSSE request, its response head, then BidiAppend seqno 0 (awaited). The append waits
+ * for the head: the server registers the run when it answers the RunSSE, and an append
+ * that races ahead of that is lost (cursor-2026-clients.md 7.1; issue 10 item 3).
+ * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
+ * -1 r->err filled. */
 static int run_start(struct run *r, int fresh)
 {
     char token[SRV_TOKEN_MAX];
@@ -2802,29 +3700,36 @@ static int run_start(struct run *r, int fresh)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
         goto done;
     }
+    memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
     r->seqno = 0;
+    r->http_status = 0;
+    r->data_frames = 0;
+    r->t_start = mono_ms();
     if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
-        || up_head(&head, PATH_RUNSSE, 0, r->request_id, token, tl, body.len) < 0) {
+        || up_head_host(&head, &r->host, PATH_RUNSSE,
+                        r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
+                        r->request_id, token, tl, body.len) < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    r->sse = up_get(fresh, r->c->fd, &r->err);
+    r->sse = up_get_host(&r->host, fresh, r->c->fd, &r->err);
     if (!r->sse) goto done;
-    srv_log(LOG_DEBUG, "run %s: RunSSE on a %s connection", r->request_id,
-            r->sse->reused ? "pooled" : "new");
+    srv_log(LOG_DEBUG, "run %s: RunSSE to %s (%s) on a %s connection", r->request_id,
+            r->host.authority, PROFILE_NAME[r->profile], r->sse->reused ? "pooled" : "new");
     if (up_send(r->sse, &head, body.data, body.len) < 0) {
         up_io_error(r->sse, &r->err, "sending RunSSE");
         goto retry;
     }
-    if (run_send(r, r->run_msg.data, r->run_msg.len) < 0) goto done;
     r->sse->tick = run_tick;
     r->sse->tick_ctx = r;
     r->sse->io_timeout_ms = 0;
     r->sse->deadline = mono_ms() + r->idle_ms;
     if (up_read_head(r->sse, &r->err, "waiting for the RunSSE response") < 0) goto retry;
+    r->t_head = mono_ms();
     if (r->sse->status < 200 || r->sse->status > 299) {
         coai_buf eb = { 0 };
         eb.max = UP_ERR_BODY_MAX;
+        r->http_status = r->sse->status;
         r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
         r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
         up_body_all(r->sse, &eb);
@@ -2833,6 +3738,9 @@ static int run_start(struct run *r, int fresh)
         if (r->err.status == 401) r->upstream_401 = 1;
         goto done;
     }
+    srv_log(LOG_DEBUG, "run %s: RunSSE head after %lld ms; BidiAppend seqno 0", r->request_id,
+            (long long)(r->t_head - r->t_start));
+    if (run_send(r, r->run_msg.data, r->run_msg.len) < 0) goto done;
     rc = 0;
     goto done;
 retry:
@@ -2847,6 +3755,36 @@ done:
     return rc;
 }
 
+/* The other profile may still be tried for this request: none forced, not tried yet. */
+static int run_may_switch(struct run *r)
+{
+    return S.profile_forced < 0 && !r->cancelled && !(r->tries & 1);
+}
+
+/* The region failure as a 502 naming it; or, when GetServerConfig (asked again) now names
+ * another host and nothing reached the client, r->retry = RETRY_HOST. */
+static void run_region_error(struct run *r, const char *said, coai_error *e)
+{
+    coai_url now;
+    agent_invalidate(&r->host);
+    if (!(r->tries & 2) && !coai_reply_started(&r->reply)) {
+        agent_get(&now, NULL, 0);
+        if (!up_same_host(&now, &r->host)) {
+            srv_log(LOG_WARN, "run %s: agent host %s ended the run at once; retrying on %s",
+                    r->request_id, r->host.authority, now.authority);
+            r->retry = RETRY_HOST;
+            return;
+        }
+    }
+    coai_error_set(e, 502, "upstream_error", "upstream_wrong_region", NULL,
+                   "Cursor's agent host https://%s%s accepted the run and closed it at once "
+                   "without an answer%s%s%s: this host does not serve your account's region. "
+                   "cursor-oai asks GetServerConfig for the right one; CURSOR_OAI_AGENT_URL "
+                   "forces a host (see `cursor-oai doctor`).", r->host.authority,
+                   r->host.prefix, said && said[0] ? " (\"" : "", said ? said : "",
+                   said && said[0] ? "\")" : "");
+}
+
 /* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
 static int run_frame(struct run *r, const coai_frame *f)
 {
@@ -2858,7 +3796,34 @@ static int run_frame(struct run *r, const coai_frame *f)
         if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
         srv_log(LOG_DEBUG, "run %s: %s status %d", r->request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
+        if (st.code == 0 && st.error == 0 && r->data_frames == 0) {
+            /* HTTP 200, then an immediate clean end without a single message: what the
+             * wrong regional agent host answers (cursor-2026-clients.md 6). */
+            coai_error e;
+            run_region_error(r, st.message, &e);
+            if (r->retry) return COAI_DONE;
+            return coai_reply_feed_error(&r->reply, &e);
+        }
+        if (st.code != 0 && !coai_reply_started(&r->reply) && run_may_switch(r)) {
+            coai_error e;
+            coai_error_from_status(&st, &e);
+            if (profile_wrong(0, &e)) {
+                r->err = e;
+                r->retry = RETRY_PROFILE;
+                return COAI_DONE;
+            }
+        }
         return coai_reply_feed_status(&r->reply, &st);
+    }
+    if (r->data_frames++ == 0) {
+        int changed;
+        pthread_mutex_lock(&S.lock);
+        changed = S.profile != r->profile;
+        S.profile = r->profile;         /* the profile that worked, for the next runs */
+        pthread_mutex_unlock(&S.lock);
+        if (changed)
+            srv_log(LOG_INFO, "transport profile %s works; using it from now on",
+                    PROFILE_NAME[r->profile]);
     }
     rc = coai_msg_decode(&r->msg, f->data, f->len);
     if (rc < 0) {
@@ -2893,8 +3858,14 @@ static void run_stream(struct run *r)
                 if (rc < 0)
                     up_err(&e, 502, "upstream_truncated",
                            "upstream body ended inside a frame");
-                rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
-                            : coai_reply_feed_eof(&r->reply);
+                if (rc >= 0 && r->data_frames == 0) {
+                    /* an empty 200 body: the wrong-region answer without even a trailer */
+                    run_region_error(r, NULL, &e);
+                    rc = r->retry ? COAI_DONE : coai_reply_feed_error(&r->reply, &e);
+                } else {
+                    rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
+                                : coai_reply_feed_eof(&r->reply);
+                }
             } else if (r->sse->why == UPX_CANCELLED) {
                 r->cancelled = 1;
             } else if (r->sse->why == UPX_TIMEOUT) {
@@ -2934,17 +3905,294 @@ static void run_stream(struct run *r)
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
 }
 
+/* Quota latch. AI SDK and OpenCode retry a 429 insufficient_quota whatever x-should-retry
+ * says (OpenCode: 9 upstream runs and 73 s before the user saw the error), and a Cursor usage
+ * limit does not lift within seconds: after Cursor reported one for a model, the same error
+ * is answered at once, without a new upstream run, for CURSOR_OAI_QUOTA_LATCH seconds. */
+static int quota_is_limit(const coai_error *e)
+{
+    return e->status == 429 && e->code && strcmp(e->code, "insufficient_quota") == 0;
+}
+
+static void quota_remember(const char *model, const coai_error *e)
+{
+    int i, slot = 0;
+    int64_t now = mono_ms();
+    if (S.quota_latch_s <= 0 || !quota_is_limit(e)) return;
+    pthread_mutex_lock(&S.lock);
+    for (i = 0; i < SRV_QUOTA_MODELS; i++) {
+        if (strcmp(S.quota[i].model, model) == 0) { slot = i; break; }
+        if (S.quota[i].until < S.quota[slot].until) slot = i;   /* free, expired or oldest */
+    }
+    copy_str(S.quota[slot].model, sizeof S.quota[slot].model, model, strlen(model));
+    S.quota[slot].until = now + (int64_t)S.quota_latch_s * 1000;
+    S.quota[slot].err = *e;
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* 1 with *e filled when model's usage-limit error is still remembered. */
+static int quota_latched(const char *model, coai_error *e)
+{
+    int i, hit = 0;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&S.lock);
+    for (i = 0; i < SRV_QUOTA_MODELS && !hit; i++) {
+        if (S.quota[i].until > now && strcmp(S.quota[i].model, model) == 0) {
+            *e = S.quota[i].err;
+            hit = 1;
+        }
+    }
+    pthread_mutex_unlock(&S.lock);
+    return hit;
+}
+
+/* The prompt-size cap (CURSOR_OAI_MAX_PROMPT_BYTES) on the final UserMessage text.
+ * 0 ok, -1 with a 400 context_length_exceeded in *e naming the size and the cap. */
+static int prompt_cap_check(size_t len, coai_error *e)
+{
+    if (!S.max_prompt || len <= S.max_prompt) return 0;
+    coai_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                   "The conversation flattens to a %zu-byte prompt; Cursor accepts about %zu "
+                   "bytes in one message (CURSOR_OAI_MAX_PROMPT_BYTES). Shorten or compact "
+                   "the conversation.", len, S.max_prompt);
+    e->no_retry = 1;
+    return -1;
+}
+
+/* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
+ * word (opus, sonnet, haiku: every Claude name of that family) -> the model to use. Exact
+ * entries win over family ones. 1 and out filled when an entry applies. */
+static int model_map(coai_str want, char *out, size_t cap)
+{
+    const char *env = getenv("CURSOR_OAI_MODEL_MAP");
+    int pass;
+    if (!env || !*env) return 0;
+    for (pass = 0; pass < 2; pass++) {
+        const char *p = env;
+        while (*p) {
+            const char *e = strchr(p, ','), *eq;
+            size_t n = e ? (size_t)(e - p) : strlen(p), kl;
+            eq = memchr(p, '=', n);
+            if (eq) {
+                kl = (size_t)(eq - p);
+                if (pass == 0 ? kl == want.len && strncasecmp(p, want.ptr, kl) == 0
+                    : (kl == 4 && strncasecmp(p, "opus", 4) == 0)
+                      || (kl == 6 && strncasecmp(p, "sonnet", 6) == 0)
+                      || (kl == 5 && strncasecmp(p, "haiku", 5) == 0)) {
+                    int fam_hit = pass == 0;
+                    size_t j;
+                    for (j = 0; !fam_hit && j + kl <= want.len; j++)
+                        fam_hit = strncasecmp(want.ptr + j, p, kl) == 0;
+                    if (fam_hit && (pass == 0 || (want.len > 6
+                                                  && strncasecmp(want.ptr, "claude", 6) == 0))) {
+                        copy_str(out, cap, eq + 1, n - kl - 1);
+                        return out[0] != 0;
+                    }
+                }
+            }
+            p += n;
+            if (*p == ',') p++;
+        }
+    }
+    return 0;
+}
+
+/* After models_get resolved `want` into c->model: when that is not one of the account's
+ * models, map a Claude name by family and version; anything else is a not_found_error
+ * that lists the models there are. 0 ok, -1 the error was sent. */
+static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int thinking)
+{
+    coai_models m;
+    coai_str hit;
+    size_t i;
+    int found = 0;
+    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return 0;
+    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
+    if (!found && coai_models_resolve_claude(&m, want, thinking, &hit)) {
+        copy_str(c->model, sizeof c->model, hit.ptr, hit.len);
+        found = 1;
+    }
+    if (!found) {
+        coai_buf b = { 0 };
+        coai_error e;
+        for (i = 0; i < m.count; i++) {
+            coai_str id = m.items[i].display_id.len ? m.items[i].display_id : m.items[i].id;
+            if (i) coai_buf_puts(&b, ", ");
+            coai_buf_append(&b, id.ptr, id.len);
+        }
+        coai_error_set(&e, 404, "not_found_error", "model_not_found", "model",
+                       "model: '%.*s' is not a model of this Cursor account (set "
+                       "CURSOR_OAI_MODEL_MAP to map it). Available: %s", (int)want.len,
+                       want.ptr, b.data ? (const char *)b.data : "(none)");
+        coai_buf_free(&b);
+        send_coai_error(c, &e);
+    }
+    coai_models_free(&m);
+    return found ? 0 : -1;
+}
+
+/* ---- Responses: the bounded store behind previous_response_id and GET /v1/responses/{id}.
+ * Responses created with store: true (OpenAI's default) are kept in memory, newest
+ * RSTORE_MAX entries within RSTORE_BYTES; the oldest go first. Nothing is written to disk. */
+
+#define RSTORE_MAX 256
+#define RSTORE_BYTES (64u * 1024u * 1024u)
+
+struct rentry {
+    char id[48];
+    char *obj, *items;         /* the response object; the conversation items ("[...]") */
+    size_t obj_len, items_len;
+    uint64_t seq;              /* 0 = free */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct rentry e[RSTORE_MAX];
+    size_t bytes;
+    uint64_t seq;
+} RS = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, NULL, NULL, 0, 0, 0 } }, 0, 0 };
+
+static void rstore_drop(struct rentry *e)
+{
+    RS.bytes -= e->obj_len + e->items_len;
+    free(e->obj);
+    free(e->items);
+    memset(e, 0, sizeof *e);
+}
+
+/* Keep response `id`: its object and its conversation = input items + output items. */
+static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_str out)
+{
+    struct rentry *slot = NULL;
+    size_t i, il = in->len + out.len + 3, need = obj.len + il;
+    char *o, *it;
+    if (!obj.len || need > RSTORE_BYTES || strlen(id) >= sizeof slot->id) return;
+    o = malloc(obj.len);
+    it = malloc(il);
+    if (!o || !it) { free(o); free(it); return; }
+    memcpy(o, obj.ptr, obj.len);
+    il = 0;
+    it[il++] = '[';
+    if (in->len) { memcpy(it + il, in->data, in->len); il += in->len; }
+    if (in->len && out.len) it[il++] = ',';
+    if (out.len) { memcpy(it + il, out.ptr, out.len); il += out.len; }
+    it[il++] = ']';
+    pthread_mutex_lock(&RS.lock);
+    for (;;) {
+        struct rentry *old = NULL;
+        slot = NULL;
+        for (i = 0; i < RSTORE_MAX; i++) {
+            if (!RS.e[i].seq) { if (!slot) slot = &RS.e[i]; continue; }
+            if (!old || RS.e[i].seq < old->seq) old = &RS.e[i];
+        }
+        if (slot && RS.bytes + obj.len + il <= RSTORE_BYTES) break;
+        if (!old) break;
+        rstore_drop(old);
+    }
+    if (slot) {
+        copy_str(slot->id, sizeof slot->id, id, strlen(id));
+        slot->obj = o;
+        slot->obj_len = obj.len;
+        slot->items = it;
+        slot->items_len = il;
+        slot->seq = ++RS.seq;
+        RS.bytes += obj.len + il;
+        o = it = NULL;
+    }
+    pthread_mutex_unlock(&RS.lock);
+    free(o);
+    free(it);
+}
+
+/* Copy the stored object (which 0) or items (1) of id into out: 1 found, 0 not. */
+static int rstore_get(const char *id, int which, coai_buf *out)
+{
+    size_t i;
+    int found = 0;
+    pthread_mutex_lock(&RS.lock);
+    for (i = 0; i < RSTORE_MAX; i++) {
+        struct rentry *e = &RS.e[i];
+        if (!e->seq || strcmp(e->id, id) != 0) continue;
+        if (which) coai_buf_append(out, e->items, e->items_len);
+        else coai_buf_append(out, e->obj, e->obj_len);
+        found = !out->err;
+        break;
+    }
+    pthread_mutex_unlock(&RS.lock);
+    return found;
+}
+
+/* Parse a /v1/responses body, with the stored conversation of previous_response_id. */
+static int responses_parse(struct conn *c, coai_responses_request *rr, coai_error *e)
+{
+    char prev[48];
+    coai_buf hist = { 0 };
+    coai_str h = { "", 0 };
+    int k = coai_responses_previous_id((const char *)c->body.data, c->body.len, prev,
+                                       sizeof prev), rc;
+    memset(e, 0, sizeof *e);
+    if (k < 0) {
+        coai_error_set(e, 400, "invalid_request_error", NULL, "previous_response_id",
+                       "previous_response_id must be a string of at most %d characters",
+                       (int)sizeof prev - 1);
+        return -1;
+    }
+    if (k > 0) {
+        if (!rstore_get(prev, 1, &hist)) {
+            coai_error_set(e, 400, "invalid_request_error", "previous_response_not_found",
+                           "previous_response_id", "Previous response with id '%s' not found: "
+                           "this cursor-oai instance keeps only responses it produced with "
+                           "store: true, the newest %d (at most %u MiB), until it restarts; "
+                           "send the whole conversation in input instead", prev, RSTORE_MAX,
+                           RSTORE_BYTES >> 20);
+            e->no_retry = 1;
+            coai_buf_free(&hist);
+            return -1;
+        }
+        h.ptr = (const char *)hist.data;
+        h.len = hist.len;
+    }
+    rc = coai_responses_request_parse(rr, (const char *)c->body.data, c->body.len, h, e);
+    coai_buf_free(&hist);
+    return rc < 0 ? -1 : 0;
+}
+
+/* GET /v1/responses/{id}: a stored response, else 404 in OpenAI's shape. */
+static int handle_response_get(struct conn *c)
+{
+    const char *id = strrchr(c->path, '/') + 1;
+    char idb[48];
+    coai_buf b = { 0 };
+    int r;
+    copy_str(idb, sizeof idb, id, strcspn(id, "?"));
+    if (!rstore_get(idb, 0, &b)) {
+        char msg[200];
+        coai_buf_free(&b);
+        snprintf(msg, sizeof msg, "Response with id '%s' not found (this instance keeps "
+                 "responses created with store: true, the newest %d, until it restarts)",
+                 idb, RSTORE_MAX);
+        return send_error(c, 404, "invalid_request_error", "not_found", NULL, msg, NULL);
+    }
+    r = send_response(c, 200, "application/json", NULL, b.data, b.len);
+    coai_buf_free(&b);
+    return r;
+}
+
 static int handle_chat(struct conn *c)
 {
     struct run *r = calloc(1, sizeof *r);
     coai_chat_request req;
+    coai_responses_request rr;
     coai_run_params params;
     coai_reply_opts o;
     coai_error e;
-    coai_str model;
-    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
-    int attempt, rc, i, k, fetched = 0;
+    coai_str model, want;
+    coai_buf mjson = { 0 };
+    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
+    int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
+    int resp = c->dialect == COAI_DIALECT_RESPONSES;
     memset(&req, 0, sizeof req);
+    memset(&rr, 0, sizeof rr);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
     memset(&e, 0, sizeof e);
@@ -2956,17 +4204,29 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
+    if (resp) {
+        if (responses_parse(c, &rr, &e) < 0) {
+            send_coai_error(c, &e);
+            goto done;
+        }
+        req = rr.req;                            /* moved: freed as req below */
+        memset(&rr.req, 0, sizeof rr.req);
+    } else if (coai_request_parse(&req, c->dialect, (const char *)c->body.data, c->body.len,
+                                  &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
+    /* (Responses: the parser took prompt_cache_key when no header names a session) */
+    if (c->convkey[0] || !resp) req.conversation_key = coai_str_c(c->convkey);
+    want = req.model;
+    if (anth && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(NULL, &e, req.model, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -2979,23 +4239,44 @@ static int handle_chat(struct conn *c)
             goto done;
         }
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
-                (int)req.model.len, req.model.ptr);
-        copy_str(c->model, sizeof c->model, req.model.ptr, req.model.len);
+                (int)want.len, want.ptr);
+        copy_str(c->model, sizeof c->model, want.ptr, want.len);
+    } else if (anth && claude_model(c, &mjson, want, req.thinking == 1) < 0) {
+        goto done;                                      /* not_found_error sent */
     }
     model = coai_str_c(c->model);
     r->stream = req.stream;
+    if (quota_latched(c->model, &e)) {
+        c->fallback = "quota_latch";
+        metric_add(M_QUOTA_LATCHED, "", 1);
+        srv_log(LOG_DEBUG, "usage limit of %s remembered: answered without an upstream run",
+                c->model);
+        send_error_ex(c, &e, NULL);
+        goto done;
+    }
     if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
     }
-    /* chatcmpl-<24 hex> and a 12-hex session id, both from the same fresh UUID */
-    memcpy(completion_id, "chatcmpl-", 9);
-    for (i = 0, k = 9; u[i] && k < 33; i++)
-        if (u[i] != '-') completion_id[k++] = u[i];
-    completion_id[k] = 0;
-    memcpy(session, completion_id + 9 + 12, 12);
-    session[12] = 0;
+    /* chatcmpl-<24 hex> (Anthropic: msg_<24 hex>, Responses: resp_<32 hex>) and a 12-hex
+     * session id, both from the same fresh UUID */
+    {
+        const char *pre = anth ? "msg_" : resp ? "resp_" : "chatcmpl-";
+        size_t pl = strlen(pre);
+        memcpy(completion_id, pre, pl);
+        for (i = 0, k = (int)pl; u[i] && k < (int)pl + (resp ? 32 : 24); i++)
+            if (u[i] != '-') completion_id[k++] = u[i];
+        completion_id[k] = 0;
+        memcpy(session, completion_id + pl + 12, 12);
+        session[12] = 0;
+    }
     coai_chat_request_params(&req, &params);
+    /* The UserMessage text is final here: over the cap it is refused, never sent blindly
+     * (the upstream would fail it with a bare invalid_argument). */
+    if (prompt_cap_check(params.prompt.len, &e) < 0) {
+        send_coai_error(c, &e);
+        goto done;
+    }
     params.model_id = model;
     params.message_id = coai_str_c(msg_id);
     params.conversation_id = coai_str_c(conv_id);
@@ -3005,14 +4286,28 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request", NULL);
         goto done;
     }
-    srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-            params.tool_count, params.prompt.len,
-            (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    if (S.log_level >= LOG_DEBUG) {
+        char names[512];
+        size_t nl = 0, ti;
+        names[0] = 0;
+        for (ti = 0; ti < params.tool_count && nl + 8 < sizeof names; ti++) {
+            int k = snprintf(names + nl, sizeof names - nl, "%s%.*s", ti ? "," : "",
+                             (int)params.tools[ti].name.len, params.tools[ti].name.ptr);
+            if (k > 0) nl += (size_t)k < sizeof names - nl ? (size_t)k : sizeof names - nl - 1;
+        }
+        srv_log(LOG_DEBUG, "chat: model %s, %zu tools [%s], prompt %zu bytes: %.*s", c->model,
+                params.tool_count, names, params.prompt.len,
+                (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    }
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
-    o.model = model;
+    o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
+    if (resp) {
+        o.echo.ptr = rr.echo.data ? (const char *)rr.echo.data : "";
+        o.echo.len = rr.echo.len;
+    }
     o.env = &params;
     o.send = run_send;
     o.send_user = r;
@@ -3020,6 +4315,12 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
+    pthread_mutex_lock(&S.lock);
+    r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
+    pthread_mutex_unlock(&S.lock);
+    agent_get(&r->host, NULL, 0);
+again:
+    r->retry = RETRY_NONE;
     for (attempt = 0; attempt < 2; attempt++) {
         coai_error re;
         int fr;
@@ -3040,9 +4341,39 @@ static int handle_chat(struct conn *c)
         memset(&r->err, 0, sizeof r->err);
         r->upstream_401 = 0;
     }
-    if (rc == 0) {
-        run_stream(r);
-    } else if (!r->cancelled) {
+    if (rc != 0 && !r->cancelled && run_may_switch(r) && profile_wrong(r->http_status, &r->err))
+        r->retry = RETRY_PROFILE;
+    if (rc != 0 && !r->cancelled && r->err.code
+        && (strcmp(r->err.code, "upstream_unreachable") == 0
+            || strcmp(r->err.code, "upstream_timeout") == 0
+            || strncmp(r->err.code, "upstream_tls", 12) == 0))
+        agent_invalidate(&r->host);     /* the next run asks GetServerConfig again */
+    if (rc == 0) run_stream(r);
+    if (r->retry && !r->cancelled && !coai_reply_started(&r->reply)) {
+        /* Nothing reached the client: start over once with the other profile, or on the
+         * host GetServerConfig names now. */
+        if (r->retry == RETRY_PROFILE) {
+            r->tries |= 1;
+            srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
+                    r->request_id, PROFILE_NAME[r->profile], r->err.message,
+                    PROFILE_NAME[!r->profile]);
+            r->profile = !r->profile;
+        } else {
+            r->tries |= 2;
+            agent_get(&r->host, NULL, 0);
+        }
+        if (r->sse) { up_free(r->sse); r->sse = NULL; }
+        coai_reply_free(&r->reply);
+        coai_frame_decoder_free(&r->frames);
+        memset(&r->err, 0, sizeof r->err);
+        r->upstream_401 = 0;
+        if (coai_reply_init(&r->reply, &o) < 0) {
+            send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+            goto done;
+        }
+        goto again;
+    }
+    if (rc != 0 && !r->cancelled) {
         r->in_feed = 1;
         coai_reply_feed_error(&r->reply, &r->err);
         r->in_feed = 0;
@@ -3057,6 +4388,30 @@ static int handle_chat(struct conn *c)
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
+    if (r->request_id[0]) {
+        /* one upstream run (or more, after a retry: counted once, by how it ended) */
+        char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
+        coai_usage u;
+        const char *outcome = r->cancelled || c->dead ? "client_gone"
+                            : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code
+                                                       : "error")
+                            : "ok";
+        snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
+        metric_add(M_UPSTREAM_RUNS, lb, 1);
+        memset(&u, 0, sizeof u);
+        coai_reply_usage(&r->reply, &u);
+        metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
+        snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.input_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"out\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.output_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"cached\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
+    }
+    if (r->request_id[0]) quota_remember(c->model, &r->reply.error);
+    if (resp && rr.store && coai_reply_done(&r->reply) && !r->reply.error.status)
+        rstore_put(completion_id, coai_reply_response(&r->reply), &rr.items,
+                   coai_reply_output_items(&r->reply));
     if (r->reply.error.status)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
                 r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
@@ -3084,8 +4439,25 @@ done:
     coai_frame_decoder_free(&r->frames);
     coai_buf_free(&r->run_msg);
     coai_chat_request_free(&req);
+    coai_responses_request_free(&rr);
+    coai_buf_free(&mjson);
     free(r);
     return 0;
+}
+
+/* POST /v1/messages/count_tokens: the input estimate a reply would report. */
+static int handle_count_tokens(struct conn *c)
+{
+    coai_request req;
+    coai_error e;
+    char out[64];
+    int n;
+    if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0)
+        return send_coai_error(c, &e);
+    n = snprintf(out, sizeof out, "{\"input_tokens\":%lld}",
+                 (long long)coai_request_input_tokens(&req));
+    coai_request_free(&req);
+    return send_response(c, 200, "application/json", NULL, out, (size_t)n);
 }
 
 /* ======================================================================== */
@@ -3276,10 +4648,11 @@ static const char USAGE[] =
     "       cursor-oai logout               remove the saved login\n"
     "       cursor-oai status               who is logged in, and does Cursor accept it\n"
     "       cursor-oai models               the models this account can use\n"
+    "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
-    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
-    "served from your own Cursor subscription.\n";
+    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health,\n"
+    "GET /metrics) served from your own Cursor subscription.\n";
 
 static const char SERVE_HELP[] =
     "Usage: cursor-oai serve [options]\n"
@@ -3289,8 +4662,10 @@ static const char SERVE_HELP[] =
     "                       port 0 picks a free port, printed at start-up)\n"
     "  --workspace DIR      workspace path sent to Cursor (default: current directory)\n"
     "  --log-level LEVEL    error | warn | info | debug (default info)\n"
-    "  --allow-host NAME    also accept this Host/Origin name (repeatable); localhost,\n"
-    "                       127.0.0.1 and [::1] are always accepted\n"
+    "  --log-format FORMAT  text | json (one JSON object per line; default text)\n"
+    "  --allow-host NAME    also accept this Host/Origin name, with any port (repeatable);\n"
+    "                       NAME:PORT accepts it only with that port. localhost, 127.0.0.1\n"
+    "                       and [::1] are always accepted, with any port (tunnels)\n"
     "  --max-conns N        concurrent client connections; 503 beyond (default 1024)\n"
     "  --allow-unauthenticated\n"
     "                       allow a non-loopback --listen without CURSOR_OAI_API_KEY (anyone\n"
@@ -3309,13 +4684,24 @@ static const char SERVE_HELP[] =
     "Environment:\n"
     "  CURSOR_ACCESS_TOKEN      Cursor access token used upstream (overrides the files)\n"
     "  CURSOR_API_URL           upstream base URL, https only (default https://api2.cursor.sh)\n"
-    "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default cli-2025.11.25-d5b3271)\n"
+    "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default: the newest of the built-in\n"
+    "                           " SRV_DEFAULT_CLIENT_VERSION " and an installed cursor-agent's)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
+    "  CURSOR_OAI_LOG_FORMAT    same as --log-format\n"
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names (or opus, sonnet, haiku)\n"
+    "                           to models of the Cursor account\n"
+    "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
+    "                           once, without a new upstream run (60; 0 = off)\n"
+    "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
+    "                           conversations get a 400 context_length_exceeded\n"
+    "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
+    "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
+    "                           grpc-web, with Connect as the fallback)\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -3367,6 +4753,16 @@ static const char STATUS_HELP[] =
     "renewed first, as the server would do. Exit status: 0 logged in and accepted, 1 not\n"
     "logged in, rejected, or the check failed.\n";
 
+static const char DOCTOR_HELP[] =
+    "Usage: cursor-oai doctor [--model NAME] [--verbose]\n"
+    "\n"
+    "Checks the whole path to Cursor, one step at a time, and says what to do when a step\n"
+    "fails: the credentials (expiry, renewal), GetServerConfig (the agent host runs go to),\n"
+    "GetUsableModels, and one tiny real run (\"Reply with the word OK.\", model auto or\n"
+    "--model) under each transport profile until one works. Prints the client version and\n"
+    "hosts used and each step's time; never prints a token. --verbose adds the log lines.\n"
+    "Uses the same environment as `serve`. Exit status: 0 a run worked, 1 otherwise.\n";
+
 static const char MODELS_HELP[] =
     "Usage: cursor-oai models\n"
     "\n"
@@ -3390,6 +4786,7 @@ static int parse_api_url(const char *url)
     copy_str(S.up_port, sizeof S.up_port, u.port, strlen(u.port));
     copy_str(S.up_authority, sizeof S.up_authority, u.authority, strlen(u.authority));
     copy_str(S.up_prefix, sizeof S.up_prefix, u.prefix, strlen(u.prefix));
+    S.base = u;
     return 0;
 }
 
@@ -3448,18 +4845,57 @@ static int env_seconds(const char *name, int def, int *out)
     return 0;
 }
 
+/* A byte count from the environment (1..1 GiB), default def when unset. */
+static int env_bytes(const char *name, size_t def, size_t *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    long long n;
+    if (!v || !*v) { *out = def; return 0; }
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (errno || *end || n <= 0 || n > 1024LL * 1024 * 1024) {
+        fprintf(stderr, "cursor-oai: %s must be a number of bytes (1..1073741824)\n", name);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
 /* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
 /* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
- * brackets), no port, no path, no userinfo, no blanks; compared case-insensitively. */
+ * brackets), no path, no userinfo, no blanks; compared case-insensitively. Any port is
+ * accepted with it, unless it is given as NAME:PORT, which pins the name to that port
+ * (repeat it for more ports). */
 static int allow_host_add(const char *name, size_t n, const char *src)
 {
     coai_str v;
+    size_t nl = n;
+    int port_ok = 1;
+    const char *colon = NULL;
+    if (n > 0 && name[0] == '[') {
+        const char *rb = memchr(name, ']', n);
+        if (rb && (size_t)(rb - name) + 1 < n) colon = rb + 1;
+    } else {
+        colon = memchr(name, ':', n);
+    }
+    if (colon) {
+        size_t i, pl = n - (size_t)(colon - name) - 1;
+        long port = 0;
+        nl = (size_t)(colon - name);
+        port_ok = *colon == ':' && pl >= 1 && pl <= 5;
+        for (i = 0; port_ok && i < pl; i++) {
+            if (colon[1 + i] < '0' || colon[1 + i] > '9') port_ok = 0;
+            else port = port * 10 + (colon[1 + i] - '0');
+        }
+        if (port < 1 || port > 65535) port_ok = 0;
+    }
     v.ptr = name;
-    v.len = n;
-    if (S.allow_n == SRV_MAX_ALLOW || !coai_host_name_ok(v)) {
+    v.len = nl;
+    if (S.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v) || n >= sizeof S.allow[0]) {
         fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
-                "bytes, without port, path or blanks)\n", src, (int)(n > 253 ? 253 : n), name,
-                SRV_MAX_ALLOW);
+                "bytes, without path or blanks, optionally :PORT)\n", src,
+                (int)(n > 253 ? 253 : n), name, SRV_MAX_ALLOW);
         return -1;
     }
     memcpy(S.allow[S.allow_n], name, n);
@@ -3486,7 +4922,7 @@ static int allow_hosts_env(const char *v)
 static int parse_serve_args(int argc, char **argv)
 {
     const char *listen = getenv("CURSOR_OAI_LISTEN");
-    const char *workspace = NULL, *level = "info";
+    const char *workspace = NULL, *level = "info", *format = getenv("CURSOR_OAI_LOG_FORMAT");
     int i;
     S.max_conns = SRV_DEFAULT_MAX_CONNS;
     for (i = 0; i < argc; i++) {
@@ -3504,7 +4940,8 @@ static int parse_serve_args(int argc, char **argv)
         eq = strchr(a, '=');
         copy_str(name, sizeof name, a, eq ? (size_t)(eq - a) : strlen(a));
         if (strcmp(name, "--listen") && strcmp(name, "--workspace") && strcmp(name, "--log-level")
-            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns"))
+            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns")
+            && strcmp(name, "--log-format"))
             goto usage;
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -3518,6 +4955,8 @@ static int parse_serve_args(int argc, char **argv)
             workspace = v;
         } else if (strcmp(name, "--log-level") == 0) {
             level = v;
+        } else if (strcmp(name, "--log-format") == 0) {
+            format = v;
         } else if (strcmp(name, "--allow-host") == 0) {
             if (allow_host_add(v, strlen(v), "--allow-host") != 0) return 2;
         } else if (strcmp(name, "--max-conns") == 0) {
@@ -3547,6 +4986,12 @@ static int parse_serve_args(int argc, char **argv)
         return 2;
     }
     S.log_level = i;
+    if (format && *format && strcmp(format, "json") != 0 && strcmp(format, "text") != 0) {
+        fprintf(stderr, "cursor-oai: --log-format (CURSOR_OAI_LOG_FORMAT) must be text or "
+                "json\n");
+        return 2;
+    }
+    log_json = format && strcmp(format, "json") == 0;
     if (workspace) {
         if (!realpath(workspace, S.workspace)) {
             fprintf(stderr, "cursor-oai: --workspace %s: %s\n", workspace, strerror(errno));
@@ -3559,6 +5004,58 @@ static int parse_serve_args(int argc, char **argv)
 usage:
     fprintf(stderr, "cursor-oai: unknown argument '%s'\n\n%s", argv[i], SERVE_HELP);
     return 2;
+}
+
+/* x-cursor-client-version, decided once (spec 2.1, issue 10 item 1):
+ *   1. CURSOR_CLIENT_VERSION as given ("cli-" is added to a bare build id such as
+ *      2026.08.11-e8db854: the live server requires the prefix);
+ *   2. else "cli-" + the newest build directory under ~/.local/share/cursor-agent/versions
+ *      (an installed cursor-agent), when it is newer than the built-in one;
+ *   3. else SRV_DEFAULT_CLIENT_VERSION.
+ * The same value goes on every upstream call (RunSSE, BidiAppend, GetUsableModels,
+ * GetServerConfig). 0 ok, -1 the env value cannot be a header value. */
+static int client_version_resolve(const char *env)
+{
+    coai_cli_version best, v;
+    char dir[PATH_MAX], bestname[128] = "";
+    const char *home = getenv("HOME");
+    DIR *d;
+    struct dirent *de;
+    if (env && *env) {
+        if (!coai_header_value_ok(coai_str_c(env)) || strlen(env) + 4 >= sizeof S.client_version)
+            return -1;
+        snprintf(S.client_version, sizeof S.client_version, "%s%s",
+                 strncmp(env, "cli-", 4) != 0 && coai_cli_version_parse(coai_str_c(env), &v) == 0
+                 ? "cli-" : "", env);
+        snprintf(S.client_version_src, sizeof S.client_version_src, "CURSOR_CLIENT_VERSION%s",
+                 coai_cli_version_parse(coai_str_c(env), &v) == 0 ? ""
+                 : " (not a known cursor-agent build id form; sent as is)");
+        return 0;
+    }
+    snprintf(S.client_version, sizeof S.client_version, "%s", SRV_DEFAULT_CLIENT_VERSION);
+    snprintf(S.client_version_src, sizeof S.client_version_src, "built-in default");
+    coai_cli_version_parse(coai_str_c(SRV_DEFAULT_CLIENT_VERSION), &best);
+    if (!home || !*home) return 0;
+    snprintf(dir, sizeof dir, "%s/.local/share/cursor-agent/versions", home);
+    d = opendir(dir);
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n >= sizeof bestname || coai_cli_version_parse(coai_str_c(de->d_name), &v) < 0)
+            continue;
+        if (coai_cli_version_cmp(&v, &best) > 0) {
+            best = v;
+            memcpy(bestname, de->d_name, n + 1);
+        }
+    }
+    closedir(d);
+    if (bestname[0]) {
+        snprintf(S.client_version, sizeof S.client_version, "cli-%s", bestname);
+        snprintf(S.client_version_src, sizeof S.client_version_src,
+                 "installed cursor-agent (%s/%s), newer than the built-in %s", dir, bestname,
+                 SRV_DEFAULT_CLIENT_VERSION);
+    }
+    return 0;
 }
 
 /* Everything from the environment and the file system. 0 ok, -1 (message printed). */
@@ -3575,8 +5072,26 @@ static int configure(void)
                 "(https only)\n");
         return -1;
     }
-    S.client_version = cv && *cv ? cv : SRV_DEFAULT_CLIENT_VERSION;
-    if (!coai_header_value_ok(coai_str_c(S.client_version))) {
+    {
+        const char *au = getenv("CURSOR_OAI_AGENT_URL"), *pr = getenv("CURSOR_OAI_PROFILE");
+        memset(&S.agent_forced, 0, sizeof S.agent_forced);
+        if (au && *au && coai_url_parse_https(coai_str_c(au), &S.agent_forced) < 0) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
+                    "https://host[:port][/path] (https only)\n");
+            return -1;
+        }
+        S.profile_forced = -1;
+        if (pr && *pr) {
+            if (strcmp(pr, "grpc-web") == 0) S.profile_forced = PROF_GRPCWEB;
+            else if (strcmp(pr, "connect") == 0) S.profile_forced = PROF_CONNECT;
+            else {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_PROFILE must be grpc-web or connect\n");
+                return -1;
+            }
+            S.profile = S.profile_forced;
+        }
+    }
+    if (client_version_resolve(cv) < 0) {
         fprintf(stderr, "cursor-oai: CURSOR_CLIENT_VERSION must be printable ASCII (e.g. "
                 "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
         return -1;
@@ -3584,9 +5099,25 @@ static int configure(void)
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
-        || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl))
+        || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
+        || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
         return -1;
     S.models_ttl_ms = (int64_t)ttl * 1000;
+    {
+        const char *ql = getenv("CURSOR_OAI_QUOTA_LATCH");
+        char *end;
+        long q = SRV_DEFAULT_QUOTA_LATCH_S;
+        if (ql && *ql) {
+            errno = 0;
+            q = strtol(ql, &end, 10);
+            if (errno || *end || q < 0 || q > 86400) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_QUOTA_LATCH must be a number of seconds "
+                        "(0..86400; 0 turns it off)\n");
+                return -1;
+            }
+        }
+        S.quota_latch_s = (int)q;
+    }
     S.ca_file = ca_bundle_path();
     if (!S.ca_file) {
         fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "
@@ -3640,17 +5171,25 @@ static int run_serve(int argc, char **argv)
     }
     rc = listen_open();
     if (rc < 0) return rc == -2 ? 2 : 1;
+    log_start();        /* from here on no thread waits for stderr */
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
             "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
+    srv_log(LOG_INFO, "client version %s (%s); transport profile %s%s; agent host %s",
+            S.client_version, S.client_version_src, PROFILE_NAME[S.profile],
+            S.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
+                                  : " (connect as the fallback)",
+            S.agent_forced.host[0] ? "from CURSOR_OAI_AGENT_URL"
+                                   : "from GetServerConfig at the first run");
     UPX.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
     S.stop_at = mono_ms();
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
             SRV_SHUTDOWN_GRACE_MS / 1000);
     serve_drain();
+    log_flush();
     return 0;
 }
 
@@ -4095,6 +5634,7 @@ static int run_status(int argc, char **argv)
     printf("Credentials: %s\n", src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
            : src == CRED_OURS ? S.ours_path : S.agent_path);
     if (src == CRED_AGENT) printf("             (cursor-agent's file, read only)\n");
+    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
     describe_expiry(buf, sizeof buf, tok);
     printf("Access token: %s\n", buf);
     pthread_mutex_lock(&S.lock);
@@ -4198,12 +5738,273 @@ done:
     return rc;
 }
 
+
+/* ---- doctor (issue 10 item 9) ------------------------------------------------------------
+ * Each step prints "<verdict> <step> (<ms> ms): <what>" and, when it failed, "  -> advice".
+ * The run goes through handle_chat itself (a socket pair stands in for the client), so it
+ * takes exactly the path a client's request takes. */
+
+static int64_t doctor_t0;
+
+static void doctor_step(const char *verdict, const char *step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void doctor_step(const char *verdict, const char *step, const char *fmt, ...)
+{
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-16s (%5lld ms) %s\n", verdict, step, (long long)(mono_ms() - doctor_t0), msg);
+    fflush(stdout);
+    doctor_t0 = mono_ms();      /* each step's own time */
+}
+
+static void doctor_advice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void doctor_advice(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("     -> ", stdout);
+    vprintf(fmt, ap);
+    fputs("\n", stdout);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* What to do about an error a step got, by its code. */
+static void doctor_advise(const coai_error *e, const coai_url *agent)
+{
+    const char *code = e->code ? e->code : "";
+    if (strcmp(code, "outdated_client") == 0)
+        doctor_advice("Cursor refuses the client version %s as outdated: set "
+                      "CURSOR_CLIENT_VERSION to a current cursor-agent build (e.g. "
+                      SRV_DEFAULT_CLIENT_VERSION " or newer), or update cursor-agent "
+                      "(its newest build is used automatically).", S.client_version);
+    else if (strcmp(code, "upstream_wrong_region") == 0)
+        doctor_advice("the agent host https://%s%s does not serve your account's region. "
+                      "Set CURSOR_OAI_AGENT_URL to the right one, or unset it and check what "
+                      "GetServerConfig names.", agent->authority, agent->prefix);
+    else if (strcmp(code, "upstream_unreachable") == 0 || strcmp(code, "upstream_timeout") == 0
+             || strncmp(code, "upstream_tls", 12) == 0)
+        doctor_advice("cannot reach https://%s%s: check the network, a proxy or firewall, "
+                      "SSL_CERT_FILE; set CURSOR_OAI_AGENT_URL if the agent host is wrong.",
+                      agent->authority, agent->prefix);
+    else if (e->status == 401 || e->status == 403)
+        doctor_advice("run `cursor-oai login` again.");
+    else if (strcmp(code, "insufficient_quota") == 0)
+        doctor_advice("your Cursor plan's usage is used up; check it in Cursor.");
+    else if (strcmp(code, "rate_limit_exceeded") == 0)
+        doctor_advice("rate limited: try again in a minute.");
+    else if (strcmp(code, "upstream_resource_exhausted") == 0 || e->status == 404)
+        doctor_advice("try another model: doctor --model NAME (see `cursor-oai models`).");
+    else
+        doctor_advice("run with --verbose and attach the output to a bug report.");
+}
+
+/* One chat through handle_chat. *status = HTTP status, body = the response body. */
+static void doctor_chat(const char *model, int *status, coai_buf *body)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    int sv[2];
+    char buf[16384];
+    coai_buf raw = { 0 };
+    ssize_t n;
+    *status = 0;
+    if (!c || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) { free(c); return; }
+    c->fd = sv[0];
+    c->t0 = mono_ms();
+    coai_buf_printf(&c->body, "{\"model\":");
+    coai_json_str_append(&c->body, model, strlen(model));
+    coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
+                  "\"Reply with the word OK.\"}]}");
+    handle_chat(c);
+    close(sv[0]);
+    while ((n = read(sv[1], buf, sizeof buf)) > 0) coai_buf_append(&raw, buf, (size_t)n);
+    close(sv[1]);
+    if (raw.data && raw.len > 12 && memcmp(raw.data, "HTTP/1.1 ", 9) == 0) {
+        const char *b = strstr((const char *)raw.data, "\r\n\r\n");
+        *status = atoi((const char *)raw.data + 9);
+        if (b) coai_buf_append(body, b + 4, raw.len - (size_t)(b + 4 - (const char *)raw.data));
+    }
+    coai_buf_free(&raw);
+    coai_buf_free(&c->body);
+    coai_buf_free(&c->wbuf);
+    free(c);
+}
+
+static int run_doctor(int argc, char **argv)
+{
+    char tok[SRV_TOKEN_MAX], buf[400], src[700];
+    const char *model = "auto";
+    coai_buf json = { 0 };
+    coai_models m;
+    coai_error e;
+    coai_url agent;
+    int i, srcw, ok_run = 0, order[2], norder, failed_cfg;
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            model = argv[++i];
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            continue;
+        } else {
+            int help = strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
+            fputs(DOCTOR_HELP, help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (cli_setup(1) < 0) return 1;
+    S.log_level = LOG_ERROR;
+    for (i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--verbose") == 0) S.log_level = LOG_INFO;
+    if (!getcwd(S.workspace, sizeof S.workspace)) copy_str(S.workspace, sizeof S.workspace, "/", 1);
+    doctor_t0 = mono_ms();
+    printf("cursor-oai %s doctor\n", COAI_VERSION);
+    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
+    printf("Base URL:       https://%s%s (CURSOR_API_URL%s)\n", S.up_authority, S.up_prefix,
+           getenv("CURSOR_API_URL") && *getenv("CURSOR_API_URL") ? "" : " default");
+    printf("Profiles:       %s\n", S.profile_forced >= 0
+           ? (S.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
+                                               : "grpc-web only (CURSOR_OAI_PROFILE)")
+           : "grpc-web, then connect");
+    fflush(stdout);
+
+    /* 1. credentials */
+    srcw = cred_load();
+    if (srcw == CRED_NONE) {
+        doctor_step("FAIL", "credentials", "not logged in (no CURSOR_ACCESS_TOKEN, %s or %s)",
+                    S.ours_path, S.agent_path);
+        doctor_advice("run `cursor-oai login`.");
+        return 1;
+    }
+    memset(&e, 0, sizeof e);
+    if (cred_ensure(&e) < 0) {
+        doctor_step("FAIL", "credentials", "the token could not be renewed: %s", e.message);
+        doctor_advise(&e, &S.base);
+        return 1;
+    }
+    cred_token(tok, sizeof tok, NULL);
+    describe_identity(buf, sizeof buf, tok);
+    {
+        char exp[200];
+        describe_expiry(exp, sizeof exp, tok);
+        pthread_mutex_lock(&S.lock);
+        doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
+                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? S.ours_path
+                    : S.agent_path, exp, srcw == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN)"
+                    : S.cred_key[0] ? "by API key" : S.refresh[0] ? "by refresh token"
+                    : "none");
+        pthread_mutex_unlock(&S.lock);
+    }
+    memset(tok, 0, sizeof tok);
+
+    /* 2. GetServerConfig */
+    if (S.agent_forced.host[0]) {
+        coai_url named;
+        memset(&e, 0, sizeof e);
+        i = server_config_fetch(&named, &e);
+        doctor_step(i < 0 ? "WARN" : "OK", "GetServerConfig",
+                    "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s",
+                    S.agent_forced.authority, S.agent_forced.prefix,
+                    i == 0 ? "names https://" : i == 1 ? "names no agent URL" : "failed: ",
+                    i == 0 ? named.authority : i == 1 ? "" : e.message,
+                    i == 0 ? named.prefix : "");
+        if (i < 0) doctor_advise(&e, &S.base);
+        agent = S.agent_forced;
+    } else {
+        agent_get(&agent, src, sizeof src);
+        pthread_mutex_lock(&S.lock);
+        failed_cfg = S.agent_failed;
+        pthread_mutex_unlock(&S.lock);
+        doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "runs go to https://%s%s (%s)",
+                    agent.authority, agent.prefix, src);
+        if (failed_cfg && strstr(src, "outdated"))
+            doctor_advice("Cursor refuses the client version %s as outdated: set "
+                          "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
+                          S.client_version);
+        else if (failed_cfg)
+            doctor_advice("runs fall back to the base URL; if they fail with a region error, "
+                          "set CURSOR_OAI_AGENT_URL.");
+    }
+
+    /* 3. GetUsableModels */
+    memset(&m, 0, sizeof m);
+    if (cli_models(&json, &e) == 0) {
+        coai_models_parse(&m, (const char *)json.data, json.len);
+        doctor_step("OK", "GetUsableModels", "%zu models", m.count);
+    } else {
+        doctor_step("FAIL", "GetUsableModels", "%s", e.message);
+        doctor_advise(&e, &S.base);
+    }
+    coai_models_free(&m);
+    coai_buf_free(&json);
+
+    /* 4. one tiny run per profile until one works */
+    norder = 0;
+    if (S.profile_forced >= 0) {
+        order[norder++] = S.profile_forced;
+    } else {
+        order[norder++] = PROF_GRPCWEB;
+        order[norder++] = PROF_CONNECT;
+    }
+    for (i = 0; i < norder && !ok_run; i++) {
+        coai_buf body = { 0 };
+        int st, saved = S.profile_forced;
+        char step[32];
+        cJSON *j;
+        snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
+        S.profile_forced = order[i];    /* exactly this profile, no switching inside */
+        S.profile = order[i];
+        agent_get(&agent, NULL, 0);
+        doctor_chat(model, &st, &body);
+        S.profile_forced = saved;
+        j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+        if (st == 200) {
+            const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"),
+                                                 0);
+            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
+            const cJSON *ct = cJSON_GetObjectItemCaseSensitive(msg, "content");
+            const char *text = cJSON_IsString(ct) ? ct->valuestring : "";
+            doctor_step("OK", step, "model %s on https://%s%s answered \"%.80s%s\"", model,
+                        agent.authority, agent.prefix, text, strlen(text) > 80 ? "..." : "");
+            ok_run = 1;
+        } else {
+            const cJSON *eo = cJSON_GetObjectItemCaseSensitive(j, "error");
+            const cJSON *em = cJSON_GetObjectItemCaseSensitive(eo, "message");
+            const cJSON *ec = cJSON_GetObjectItemCaseSensitive(eo, "code");
+            memset(&e, 0, sizeof e);
+            coai_error_set(&e, st, "x", cJSON_IsString(ec) ? ec->valuestring : "", NULL, "%s",
+                           cJSON_IsString(em) ? em->valuestring : "no answer");
+            doctor_step("FAIL", step, "HTTP %d on https://%s%s: %s [%s]", st, agent.authority,
+                        agent.prefix, e.message, e.code[0] ? e.code : "-");
+            doctor_advise(&e, &agent);
+        }
+        cJSON_Delete(j);
+        coai_buf_free(&body);
+    }
+    if (ok_run) {
+        printf("Verdict: OK, Cursor answers through cursor-oai (transport profile %s).\n",
+               PROFILE_NAME[S.profile]);
+        if (S.profile_forced < 0 && S.profile == PROF_CONNECT)
+            printf("         Only the connect profile worked: CURSOR_OAI_PROFILE=connect "
+                   "skips the failing first try.\n");
+    } else {
+        printf("Verdict: FAILED, no run worked (see the advice above).\n");
+    }
+    return ok_run ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.idle, NULL);
     pthread_cond_init(&S.cred_cv, NULL);
     pthread_cond_init(&S.models_cv, NULL);
+    pthread_cond_init(&S.agent_cv, NULL);
+    S.profile_forced = -1;
+    S.profile = PROF_GRPCWEB;
     S.listen_fd = -1;
     S.log_level = LOG_INFO;
     S.cred_gen = 1;
@@ -4220,6 +6021,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "logout") == 0) return run_logout(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "doctor") == 0) return run_doctor(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;
 }
