@@ -292,10 +292,12 @@ def t_metrics(tmp, fake, token):
         eq("upstream runs insufficient_quota +1", d(U, outcome="insufficient_quota"), 1)
         eq("first-token histogram: 4 answers",
            d("cursor_oai_first_token_seconds_count", dialect="openai-chat"), 4)
-        check("first-token of the slow stream under 1 s, total over 1 s",
-              d("cursor_oai_first_token_seconds_bucket", le="1") >= 4
-              and d("cursor_oai_request_duration_seconds_bucket", route="/v1/chat/completions",
-                    le="1") <= 5, txt1[-3000:])
+        # the slow stream sends its first text 1.2 s before its end: first tokens come sooner
+        # than the ends by at least that much in sum, however loaded the machine is
+        gap = d("cursor_oai_request_duration_seconds_sum", route="/v1/chat/completions") - d(
+            "cursor_oai_first_token_seconds_sum", dialect="openai-chat")
+        check("first token before the end: the slow stream's 1.2 s show (%.2f s)" % gap,
+              gap >= 1.1, txt1[-3000:])
         eq("duration histogram: 6 chat requests",
            d("cursor_oai_request_duration_seconds_count", route="/v1/chat/completions"), 6)
         eq("tokens out for scenario:default: 4 x 5",
@@ -523,7 +525,7 @@ def t_stderr(tmp, fake, token):
             check("server with an unread stderr started", False)
             return
         # pipelined keep-alive requests: one access-log line each (~75 bytes)
-        per, total, answered, stalled = 500, 24000, 0, None
+        per, total, answered, stalled = 500, 30000, 0, None
         t0 = time.time()
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         req = ("GET /health HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port).encode() * per
