@@ -1158,6 +1158,74 @@ int coai_reply_status(const coai_reply *r);   /* HTTP status to send (200 or err
 int coai_reply_head(const coai_reply *r, coai_buf *out);
 /* PART:OPENAI api end */
 
+/* ======================================================================== */
+/* PART:USAGE api (Cursor plan and current-period usage)                    */
+/* ======================================================================== */
+/* Reads the two Connect-JSON answers of Cursor's dashboard service
+ * (aiserver.v1.DashboardService/GetCurrentPeriodUsage and, optionally, GetPlanInfo; both
+ * POST "{}" with the agent's bearer token) and renders them three ways: a JSON object for
+ * GET /v1/usage and `cursor-oai usage --json`, a few human lines, and one summary line.
+ * Every upstream member is optional: int64s may come as JSON numbers or decimal strings
+ * (proto3 JSON writes int64 as strings), amounts are integer cents, times are Unix
+ * milliseconds. Unknown or malformed members read as unknown (COAI_USAGE_NONE), never as 0.
+ *
+ * Output JSON (every member always present; null when Cursor did not say):
+ *   {"object":"cursor.usage",
+ *    "plan":{"name","price","included_cents"} | null,
+ *    "billing_cycle":{"start","end","start_ms","end_ms"} | null,   (ISO-8601 UTC strings)
+ *    "resets_at": end of the billing cycle (ISO-8601 UTC) | null,
+ *    "included":{"used_cents","limit_cents","remaining_cents","included_spend_cents",
+ *                "bonus_cents","percent_used","auto_percent_used","api_percent_used"} | null,
+ *    "on_demand":{"used_cents","limit_cents","remaining_cents","total_spend_cents",
+ *                 "limit_type"} | null,
+ *    "limit_reached": true | false | null,
+ *    "message": Cursor's own display message | null}
+ * limit_reached: included remaining > 0 -> false; <= 0 -> true unless an on-demand limit
+ * with money left exists; unknown remaining -> null (a percentage alone decides nothing). */
+
+#define COAI_USAGE_NONE INT64_MIN   /* "Cursor did not say" for every int64 member */
+
+typedef struct coai_usage {
+    int64_t cycle_start_ms;        /* billingCycleStart */
+    int64_t cycle_end_ms;          /* billingCycleEnd (= when the included usage resets) */
+    int64_t used_cents;            /* planUsage.totalSpend */
+    int64_t included_spend_cents;  /* planUsage.includedSpend */
+    int64_t bonus_cents;           /* planUsage.bonusSpend */
+    int64_t limit_cents;           /* planUsage.limit */
+    int64_t remaining_cents;       /* planUsage.remaining */
+    double percent_used;           /* planUsage.totalPercentUsed; < 0 = unknown */
+    double auto_percent_used;      /* planUsage.autoPercentUsed; < 0 = unknown */
+    double api_percent_used;       /* planUsage.apiPercentUsed; < 0 = unknown */
+    int have_plan_usage;           /* planUsage was an object */
+    int have_on_demand;            /* spendLimitUsage was an object */
+    int64_t od_total_cents;        /* spendLimitUsage.totalSpend */
+    int64_t od_limit_cents;        /* individualLimit, else pooledLimit */
+    int64_t od_used_cents;         /* individualUsed, else pooledUsed */
+    int64_t od_remaining_cents;    /* individualRemaining, else pooledRemaining */
+    char od_limit_type[16];        /* "user" / "team" / "" */
+    char message[256];             /* displayMessage (clean UTF-8, no control bytes) */
+    char plan_name[64];            /* GetPlanInfo planInfo.planName, "" = unknown */
+    char plan_price[32];           /* planInfo.price, e.g. "$20/mo" */
+    int64_t plan_included_cents;   /* planInfo.includedAmountCents */
+} coai_usage;
+
+/* Fill *u from the GetCurrentPeriodUsage body (required: a JSON object, else
+ * COAI_ERR_JSON and *u all unknown) and the GetPlanInfo body (plan may be NULL; a bad plan
+ * body is ignored). Returns 0, COAI_ERR_JSON or COAI_ERR_NOMEM. */
+int coai_usage_parse(coai_usage *u, const char *period, size_t n, const char *plan, size_t pn);
+/* 1 limit reached, 0 not reached, -1 unknown (see above). */
+int coai_usage_limit_reached(const coai_usage *u);
+/* The JSON object above. 0 ok, -1 fail. */
+int coai_usage_write_json(coai_buf *out, const coai_usage *u);
+/* Human lines ("Plan: ...\n", "Billing cycle: ...\n", ...), relative times from now_ms. */
+int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms);
+/* One line without newline, e.g. "$12.34 of $20.00 included usage used (62%), $7.66 left;
+ * resets 2026-12-01 (in 6 days)". */
+int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms);
+/* "2026-12-01T00:00:00Z" for Unix ms (any int64; years outside 0..9999 are clamped). */
+void coai_iso8601(char out[21], int64_t ms);
+/* PART:USAGE api end */
+
 #ifdef __cplusplus
 }
 #endif
@@ -4763,6 +4831,49 @@ static int coai__oa_is_auth_error(int err)
     return err == 1 || err == 2 || err == 11 || err == 12 || err == 38;
 }
 
+static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle);
+
+/* hay[0..n) contains needle[0..m), ASCII letters compared case-insensitively. */
+static int coai__oa_ci_has(const char *hay, size_t n, const char *needle, size_t m)
+{
+    size_t i, j;
+    for (i = 0; m <= n && i + m <= n; i++) {
+        for (j = 0; j < m; j++) {
+            char a = hay[i + j], b = needle[j];
+            if (a >= 'A' && a <= 'Z') a = (char)(a - 'A' + 'a');
+            if (b >= 'A' && b <= 'Z') b = (char)(b - 'A' + 'a');
+            if (a != b) break;
+        }
+        if (j == m) return 1;
+    }
+    return 0;
+}
+
+/* message, title and detail of a status, each kept only when no other kept part already
+ * contains it (case-insensitively), joined with ": ". */
+static void coai__oa_status_once(const coai_status *st, char *out, size_t cap)
+{
+    const char *parts[3];
+    size_t i, j, pos = 0;
+    parts[0] = st->message;
+    parts[1] = st->title;
+    parts[2] = st->detail;
+    out[0] = 0;
+    for (i = 0; i < 3; i++) {
+        int skip = parts[i][0] == 0;
+        for (j = 0; j < 3 && !skip; j++) {
+            size_t li = strlen(parts[i]), lj = strlen(parts[j]);
+            if (j == i || !parts[j][0]) continue;
+            /* contained in a longer part, or equal to an earlier one */
+            if (lj > li || (lj == li && j < i))
+                skip = coai__oa_ci_has(parts[j], lj, parts[i], li);
+        }
+        if (skip) continue;
+        if (pos && pos + 2 < cap) { out[pos++] = ':'; out[pos++] = ' '; out[pos] = 0; }
+        pos = coai__oa_clean_copy(out, pos, cap, parts[i], strlen(parts[i]));
+    }
+}
+
 void coai_error_from_status(const coai_status *st, coai_error *e)
 {
     int err = st->error, code = st->code;
@@ -4781,8 +4892,23 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
                        "e.g. cli-2025.11.25-d5b3271. Cursor said: %s", what);
         e->no_retry = 1;
     } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
-        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                       "You've hit your Cursor usage limit (%s)", what);
+        /* Cursor tends to say the same thing in grpc-message, title and detail ("You've hit
+         * your usage limit" / "Usage limit" / ...): each distinct statement once, and our own
+         * words only when Cursor's do not already say it is a limit. */
+        char once[400];
+        coai__oa_status_once(st, once, sizeof once);
+        if (!once[0])
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "You've hit your Cursor usage limit (%s)",
+                           st->error_name ? st->error_name : "grpc-status 8");
+        else if (coai__oa_ci_contains(once, strlen(once), "limit"))
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "Cursor: %s (%s)", once,
+                           st->error_name ? st->error_name : "grpc-status 8");
+        else
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "You've hit your Cursor usage limit: %s (%s)", once,
+                           st->error_name ? st->error_name : "grpc-status 8");
         e->no_retry = 1;
     } else if (coai__oa_is_rate_error(err)) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
@@ -4913,8 +5039,13 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
                        "The model does not exist or is not available on Cursor: ");
         e->no_retry = 1;
     } else if ((upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) && quota) {
-        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                       "You've hit your Cursor usage limit (HTTP %d): ", upstream_status);
+        /* Cursor's words usually say it already; ours only when they do not */
+        if (coai__oa_ci_contains(msg, msg_len, "limit"))
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "Cursor (HTTP %d): ", upstream_status);
+        else
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "You've hit your Cursor usage limit (HTTP %d): ", upstream_status);
         e->no_retry = 1;
     } else if (upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
@@ -6286,5 +6417,416 @@ int coai_reply_keepalive(coai_reply *r)
     return coai__oa_out_result(r);
 }
 /* PART:OPENAI impl end */
+
+/* ======================================================================== */
+/* PART:USAGE impl                                                          */
+/* ======================================================================== */
+
+/* An int64 member: a JSON number that is a whole value in range, or a string of an
+ * optional '-' and 1..18 digits (proto3 JSON's int64 form). Anything else is unknown. */
+static int64_t coai__us_i64(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (d != d || d < -9.0e15 || d > 9.0e15 || d != (double)(int64_t)d) return COAI_USAGE_NONE;
+        return (int64_t)d;
+    }
+    if (cJSON_IsString(v) && v->valuestring) {
+        const char *s = v->valuestring;
+        int neg = *s == '-';
+        size_t i = (size_t)neg, nd = 0;
+        int64_t x = 0;
+        for (; s[i]; i++, nd++) {
+            if (s[i] < '0' || s[i] > '9' || nd >= 18) return COAI_USAGE_NONE;
+            x = x * 10 + (s[i] - '0');
+        }
+        return nd ? (neg ? -x : x) : COAI_USAGE_NONE;
+    }
+    return COAI_USAGE_NONE;
+}
+
+/* A percentage: a finite number or numeric string in 0..1e6; else -1 (unknown). */
+static double coai__us_pct(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    double d = -1;
+    if (cJSON_IsNumber(v)) d = v->valuedouble;
+    else if (cJSON_IsString(v) && v->valuestring && v->valuestring[0]) {
+        char *end = NULL;
+        d = strtod(v->valuestring, &end);
+        if (!end || *end) d = -1;
+    }
+    return (d == d && d >= 0 && d <= 1e6) ? d : -1;
+}
+
+/* Copy a string member cleanly (valid UTF-8, control bytes dropped, cut at a boundary). */
+static void coai__us_str(char *dst, size_t cap, const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    const unsigned char *p;
+    size_t i = 0, n, pos = 0;
+    dst[0] = 0;
+    if (!cJSON_IsString(v) || !v->valuestring) return;
+    p = (const unsigned char *)v->valuestring;
+    n = strlen(v->valuestring);
+    while (i < n) {
+        int len = coai__utf8_seq(p + i, n - i);
+        if (len <= 0) { i++; continue; }
+        if (len == 1 && (p[i] < 0x20 || p[i] == 0x7f)) { i++; continue; }
+        if (pos + (size_t)len >= cap) break;
+        memcpy(dst + pos, p + i, (size_t)len);
+        pos += (size_t)len;
+        i += (size_t)len;
+    }
+    dst[pos] = 0;
+}
+
+static cJSON *coai__us_load(const char *s, size_t n)
+{
+    cJSON *j;
+    if (!s || !n || n > (1u << 24) || coai_utf8_valid_prefix(s, n) != n) return NULL;
+    j = cJSON_ParseWithLength(s, n);
+    if (j && !cJSON_IsObject(j)) { cJSON_Delete(j); j = NULL; }
+    return j;
+}
+
+int coai_usage_parse(coai_usage *u, const char *period, size_t n, const char *plan, size_t pn)
+{
+    cJSON *j, *p;
+    const cJSON *pu, *sl, *pi;
+    memset(u, 0, sizeof *u);
+    u->cycle_start_ms = u->cycle_end_ms = COAI_USAGE_NONE;
+    u->used_cents = u->included_spend_cents = u->bonus_cents = COAI_USAGE_NONE;
+    u->limit_cents = u->remaining_cents = COAI_USAGE_NONE;
+    u->od_total_cents = u->od_limit_cents = u->od_used_cents = COAI_USAGE_NONE;
+    u->od_remaining_cents = u->plan_included_cents = COAI_USAGE_NONE;
+    u->percent_used = u->auto_percent_used = u->api_percent_used = -1;
+    j = coai__us_load(period, n);
+    if (!j) return COAI_ERR_JSON;
+    u->cycle_start_ms = coai__us_i64(j, "billingCycleStart");
+    u->cycle_end_ms = coai__us_i64(j, "billingCycleEnd");
+    coai__us_str(u->message, sizeof u->message, j, "displayMessage");
+    pu = cJSON_GetObjectItemCaseSensitive(j, "planUsage");
+    if (cJSON_IsObject(pu)) {
+        u->have_plan_usage = 1;
+        u->used_cents = coai__us_i64(pu, "totalSpend");
+        u->included_spend_cents = coai__us_i64(pu, "includedSpend");
+        u->bonus_cents = coai__us_i64(pu, "bonusSpend");
+        u->limit_cents = coai__us_i64(pu, "limit");
+        u->remaining_cents = coai__us_i64(pu, "remaining");
+        u->percent_used = coai__us_pct(pu, "totalPercentUsed");
+        u->auto_percent_used = coai__us_pct(pu, "autoPercentUsed");
+        u->api_percent_used = coai__us_pct(pu, "apiPercentUsed");
+    }
+    sl = cJSON_GetObjectItemCaseSensitive(j, "spendLimitUsage");
+    if (cJSON_IsObject(sl)) {
+        int indiv = coai__us_i64(sl, "individualLimit") != COAI_USAGE_NONE;
+        u->have_on_demand = 1;
+        u->od_total_cents = coai__us_i64(sl, "totalSpend");
+        u->od_limit_cents = coai__us_i64(sl, indiv ? "individualLimit" : "pooledLimit");
+        u->od_used_cents = coai__us_i64(sl, indiv ? "individualUsed" : "pooledUsed");
+        u->od_remaining_cents = coai__us_i64(sl, indiv ? "individualRemaining"
+                                                     : "pooledRemaining");
+        coai__us_str(u->od_limit_type, sizeof u->od_limit_type, sl, "limitType");
+    }
+    cJSON_Delete(j);
+    p = coai__us_load(plan, plan ? pn : 0);
+    pi = cJSON_GetObjectItemCaseSensitive(p, "planInfo");
+    if (cJSON_IsObject(pi)) {
+        int64_t end = coai__us_i64(pi, "billingCycleEnd");
+        coai__us_str(u->plan_name, sizeof u->plan_name, pi, "planName");
+        coai__us_str(u->plan_price, sizeof u->plan_price, pi, "price");
+        u->plan_included_cents = coai__us_i64(pi, "includedAmountCents");
+        if (u->cycle_end_ms == COAI_USAGE_NONE) u->cycle_end_ms = end;
+    }
+    cJSON_Delete(p);
+    return 0;
+}
+
+int coai_usage_limit_reached(const coai_usage *u)
+{
+    if (u->remaining_cents == COAI_USAGE_NONE) return -1;
+    if (u->remaining_cents > 0) return 0;
+    if (u->have_on_demand && u->od_limit_cents != COAI_USAGE_NONE && u->od_limit_cents > 0
+        && u->od_remaining_cents != COAI_USAGE_NONE)
+        return u->od_remaining_cents <= 0;
+    return 1;
+}
+
+/* Days since 1970-01-01 -> civil date (proleptic Gregorian; H. Hinnant's algorithm). */
+static void coai__us_civil(int64_t days, int64_t *y, int *m, int *d)
+{
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+void coai_iso8601(char out[21], int64_t ms)
+{
+    /* 0000-01-01 .. 9999-12-31 in ms since the epoch */
+    const int64_t lo = -62167219200000LL, hi = 253402300799000LL;
+    int64_t s, days, sod, y;
+    int m, d;
+    if (ms < lo) ms = lo;
+    if (ms > hi) ms = hi;
+    s = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+    days = s >= 0 ? s / 86400 : -((-s + 86399) / 86400);
+    sod = s - days * 86400;
+    coai__us_civil(days, &y, &m, &d);
+    {
+        /* digits by hand: every value is in range here, and no printf width guesswork */
+        unsigned v[6];
+        static const unsigned w[6] = { 4, 2, 2, 2, 2, 2 };
+        static const char sep[6] = { '-', '-', 'T', ':', ':', 'Z' };
+        unsigned i, k, pos = 0;
+        v[0] = (unsigned)y; v[1] = (unsigned)m; v[2] = (unsigned)d;
+        v[3] = (unsigned)(sod / 3600); v[4] = (unsigned)(sod / 60 % 60); v[5] = (unsigned)(sod % 60);
+        for (i = 0; i < 6; i++) {
+            unsigned x = v[i];
+            for (k = w[i]; k-- > 0; x /= 10) out[pos + k] = (char)('0' + x % 10);
+            pos += w[i];
+            out[pos++] = sep[i];
+        }
+        out[pos] = 0;
+    }
+}
+
+static void coai__us_num(coai_buf *out, const char *key, int64_t v, int comma)
+{
+    if (comma) coai_buf_putc(out, ',');
+    coai_buf_printf(out, "\"%s\":", key);
+    if (v == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+    else coai_buf_printf(out, "%lld", (long long)v);
+}
+
+static void coai__us_pctj(coai_buf *out, const char *key, double v)
+{
+    coai_buf_printf(out, ",\"%s\":", key);
+    if (v < 0) coai_buf_puts(out, "null");
+    else coai_json_num_append(out, v);
+}
+
+static void coai__us_strj(coai_buf *out, const char *key, const char *s, int comma)
+{
+    if (comma) coai_buf_putc(out, ',');
+    coai_buf_printf(out, "\"%s\":", key);
+    if (!s[0]) coai_buf_puts(out, "null");
+    else coai_json_str_append(out, s, strlen(s));
+}
+
+int coai_usage_write_json(coai_buf *out, const coai_usage *u)
+{
+    char iso[21];
+    int lr = coai_usage_limit_reached(u);
+    coai_buf_puts(out, "{\"object\":\"cursor.usage\",\"plan\":");
+    if (u->plan_name[0] || u->plan_price[0] || u->plan_included_cents != COAI_USAGE_NONE) {
+        coai_buf_putc(out, '{');
+        coai__us_strj(out, "name", u->plan_name, 0);
+        coai__us_strj(out, "price", u->plan_price, 1);
+        coai__us_num(out, "included_cents", u->plan_included_cents, 1);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_puts(out, ",\"billing_cycle\":");
+    if (u->cycle_start_ms != COAI_USAGE_NONE || u->cycle_end_ms != COAI_USAGE_NONE) {
+        coai_buf_puts(out, "{\"start\":");
+        if (u->cycle_start_ms == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+        else { coai_iso8601(iso, u->cycle_start_ms); coai_buf_printf(out, "\"%s\"", iso); }
+        coai_buf_puts(out, ",\"end\":");
+        if (u->cycle_end_ms == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+        else { coai_iso8601(iso, u->cycle_end_ms); coai_buf_printf(out, "\"%s\"", iso); }
+        coai__us_num(out, "start_ms", u->cycle_start_ms, 1);
+        coai__us_num(out, "end_ms", u->cycle_end_ms, 1);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_puts(out, ",\"resets_at\":");
+    if (u->cycle_end_ms == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+    else { coai_iso8601(iso, u->cycle_end_ms); coai_buf_printf(out, "\"%s\"", iso); }
+    coai_buf_puts(out, ",\"included\":");
+    if (u->have_plan_usage) {
+        coai_buf_putc(out, '{');
+        coai__us_num(out, "used_cents", u->used_cents, 0);
+        coai__us_num(out, "limit_cents", u->limit_cents, 1);
+        coai__us_num(out, "remaining_cents", u->remaining_cents, 1);
+        coai__us_num(out, "included_spend_cents", u->included_spend_cents, 1);
+        coai__us_num(out, "bonus_cents", u->bonus_cents, 1);
+        coai__us_pctj(out, "percent_used", u->percent_used);
+        coai__us_pctj(out, "auto_percent_used", u->auto_percent_used);
+        coai__us_pctj(out, "api_percent_used", u->api_percent_used);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_puts(out, ",\"on_demand\":");
+    if (u->have_on_demand) {
+        coai_buf_putc(out, '{');
+        coai__us_num(out, "used_cents", u->od_used_cents, 0);
+        coai__us_num(out, "limit_cents", u->od_limit_cents, 1);
+        coai__us_num(out, "remaining_cents", u->od_remaining_cents, 1);
+        coai__us_num(out, "total_spend_cents", u->od_total_cents, 1);
+        coai__us_strj(out, "limit_type", u->od_limit_type, 1);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_printf(out, ",\"limit_reached\":%s", lr < 0 ? "null" : lr ? "true" : "false");
+    coai__us_strj(out, "message", u->message, 1);
+    coai_buf_putc(out, '}');
+    return out->err ? -1 : 0;
+}
+
+static void coai__us_money(coai_buf *out, int64_t cents)
+{
+    int64_t a;
+    if (cents == COAI_USAGE_NONE) { coai_buf_puts(out, "?"); return; }
+    a = cents < 0 ? -cents : cents;
+    coai_buf_printf(out, "%s$%lld.%02lld", cents < 0 ? "-" : "", (long long)(a / 100),
+                    (long long)(a % 100));
+}
+
+/* "in 6 days" / "in 3 hours" / "in 12 minutes" / "3 days ago" */
+static void coai__us_rel(coai_buf *out, int64_t when_ms, int64_t now_ms)
+{
+    int64_t d = when_ms - now_ms, a = d < 0 ? -d : d, v;
+    const char *unit;
+    if (a >= 2 * 86400000LL) { v = a / 86400000LL; unit = "day"; }
+    else if (a >= 2 * 3600000LL) { v = a / 3600000LL; unit = "hour"; }
+    else { v = a / 60000LL; unit = "minute"; }
+    coai_buf_printf(out, "%s%lld %s%s%s", d >= 0 ? "in " : "", (long long)v, unit,
+                    v == 1 ? "" : "s", d >= 0 ? "" : " ago");
+}
+
+static double coai__us_percent(const coai_usage *u)
+{
+    if (u->percent_used >= 0) return u->percent_used;
+    if (u->used_cents != COAI_USAGE_NONE && u->limit_cents != COAI_USAGE_NONE
+        && u->limit_cents > 0)
+        return (double)u->used_cents * 100.0 / (double)u->limit_cents;
+    return -1;
+}
+
+static void coai__us_date(coai_buf *out, int64_t ms)
+{
+    char iso[21];
+    coai_iso8601(iso, ms);
+    coai_buf_append(out, iso, 10);
+}
+
+int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms)
+{
+    double pct = coai__us_percent(u);
+    int lr = coai_usage_limit_reached(u);
+    if (u->plan_name[0] || u->plan_price[0]) {
+        coai_buf_printf(out, "Plan:           %s", u->plan_name[0] ? u->plan_name : "?");
+        if (u->plan_price[0]) coai_buf_printf(out, " (%s)", u->plan_price);
+        coai_buf_putc(out, '\n');
+    }
+    if (u->cycle_start_ms != COAI_USAGE_NONE || u->cycle_end_ms != COAI_USAGE_NONE) {
+        char iso[21];
+        coai_buf_puts(out, "Billing cycle:  ");
+        if (u->cycle_start_ms != COAI_USAGE_NONE) coai__us_date(out, u->cycle_start_ms);
+        else coai_buf_puts(out, "?");
+        coai_buf_puts(out, " to ");
+        if (u->cycle_end_ms != COAI_USAGE_NONE) {
+            coai_iso8601(iso, u->cycle_end_ms);
+            coai_buf_printf(out, "%.10s (resets ", iso);
+            coai__us_rel(out, u->cycle_end_ms, now_ms);
+            coai_buf_printf(out, ", %.10s %.5s UTC)", iso, iso + 11);
+        } else {
+            coai_buf_puts(out, "? (reset time unknown)");
+        }
+        coai_buf_putc(out, '\n');
+    }
+    if (u->have_plan_usage) {
+        coai_buf_puts(out, "Included usage: ");
+        coai__us_money(out, u->used_cents);
+        if (u->limit_cents != COAI_USAGE_NONE) {
+            coai_buf_puts(out, " of ");
+            coai__us_money(out, u->limit_cents);
+        }
+        coai_buf_puts(out, " used");
+        if (pct >= 0) coai_buf_printf(out, " (%.0f%%)", pct);
+        if (u->remaining_cents != COAI_USAGE_NONE) {
+            coai_buf_puts(out, ", ");
+            coai__us_money(out, u->remaining_cents);
+            coai_buf_puts(out, " left");
+        }
+        coai_buf_putc(out, '\n');
+        if (u->auto_percent_used >= 0 || u->api_percent_used >= 0) {
+            coai_buf_puts(out, "  Auto / API:   ");
+            if (u->auto_percent_used >= 0) coai_buf_printf(out, "%.0f%%", u->auto_percent_used);
+            else coai_buf_puts(out, "?");
+            coai_buf_puts(out, " / ");
+            if (u->api_percent_used >= 0) coai_buf_printf(out, "%.0f%%", u->api_percent_used);
+            else coai_buf_puts(out, "?");
+            coai_buf_putc(out, '\n');
+        }
+    }
+    if (u->have_on_demand) {
+        coai_buf_puts(out, "On-demand:      ");
+        coai__us_money(out, u->od_used_cents);
+        if (u->od_limit_cents != COAI_USAGE_NONE) {
+            coai_buf_puts(out, " of ");
+            coai__us_money(out, u->od_limit_cents);
+        }
+        coai_buf_puts(out, " used");
+        if (u->od_limit_type[0]) coai_buf_printf(out, " (%s limit)", u->od_limit_type);
+        if (u->od_remaining_cents != COAI_USAGE_NONE) {
+            coai_buf_puts(out, ", ");
+            coai__us_money(out, u->od_remaining_cents);
+            coai_buf_puts(out, " left");
+        }
+        coai_buf_putc(out, '\n');
+    }
+    if (u->message[0]) coai_buf_printf(out, "Cursor says:    %s\n", u->message);
+    coai_buf_printf(out, "Limit reached:  %s\n", lr < 0 ? "unknown (Cursor did not say)"
+                    : lr ? "YES: requests fail until the reset or a higher limit" : "no");
+    return out->err ? -1 : 0;
+}
+
+int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms)
+{
+    double pct = coai__us_percent(u);
+    int lr = coai_usage_limit_reached(u), any = 0;
+    if (u->have_plan_usage && u->used_cents != COAI_USAGE_NONE) {
+        coai__us_money(out, u->used_cents);
+        if (u->limit_cents != COAI_USAGE_NONE) {
+            coai_buf_puts(out, " of ");
+            coai__us_money(out, u->limit_cents);
+        }
+        coai_buf_puts(out, " included usage used");
+        if (pct >= 0) coai_buf_printf(out, " (%.0f%%)", pct);
+        if (u->remaining_cents != COAI_USAGE_NONE) {
+            coai_buf_puts(out, ", ");
+            coai__us_money(out, u->remaining_cents);
+            coai_buf_puts(out, " left");
+        }
+        any = 1;
+    } else if (u->message[0]) {
+        coai_buf_puts(out, u->message);
+        any = 1;
+    } else {
+        coai_buf_puts(out, "no usage figures from Cursor");
+        any = 1;
+    }
+    if (lr == 1) coai_buf_puts(out, any ? " - LIMIT REACHED" : "LIMIT REACHED");
+    if (u->cycle_end_ms != COAI_USAGE_NONE) {
+        coai_buf_puts(out, "; resets ");
+        coai__us_date(out, u->cycle_end_ms);
+        coai_buf_puts(out, " (");
+        coai__us_rel(out, u->cycle_end_ms, now_ms);
+        coai_buf_putc(out, ')');
+    }
+    return out->err ? -1 : 0;
+}
+/* PART:USAGE impl end */
 
 #endif /* CURSOR_OAI_IMPLEMENTATION */

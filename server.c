@@ -1862,7 +1862,7 @@ static const char *cred_health(void)
 /* Client connections: responses                                            */
 /* ======================================================================== */
 
-enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH };
+enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_USAGE };
 
 struct conn {
     int fd;
@@ -1991,6 +1991,7 @@ static int stream_end(struct conn *c)
 
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
+static int handle_usage(struct conn *c);
 
 /* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
  * published port) clients may use another port number, so any port is accepted there. */
@@ -2017,6 +2018,7 @@ static int route_of(coai_str path)
         return ROUTE_CHAT;
     if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
+    if (coai_str_eq(path, "/v1/usage")) return ROUTE_USAGE;
     return ROUTE_NONE;
 }
 
@@ -2173,6 +2175,9 @@ static int serve_request(struct conn *c, size_t hl)
     }
     case ROUTE_MODELS:
         handle_models(c);
+        break;
+    case ROUTE_USAGE:
+        handle_usage(c);
         break;
     default:
         handle_chat(c);
@@ -2423,6 +2428,102 @@ static int handle_models(struct conn *c)
 done:
     coai_models_free(&m);
     coai_buf_free(&json);
+    coai_buf_free(&out);
+    return 0;
+}
+
+
+/* ======================================================================== */
+/* Usage: the plan and current-period usage (Cursor's dashboard service)     */
+/* ======================================================================== */
+
+#define PATH_USAGE "/aiserver.v1.DashboardService/GetCurrentPeriodUsage"
+#define PATH_PLAN "/aiserver.v1.DashboardService/GetPlanInfo"
+#define UP_USAGE_MAX (1024 * 1024)   /* largest dashboard answer read */
+
+/* One dashboard call: Connect unary JSON, body "{}", the agent's token; renews an expiring
+ * token first and once more after a 401. 0 with the 2xx body, -1 with *err filled. */
+static int dash_call(const char *path, coai_buf *body, coai_error *err)
+{
+    char rid[37];
+    int status = 0, attempt;
+    uint64_t gen = 0;
+    for (attempt = 0; attempt < 2; attempt++) {
+        coai_error re;
+        int fr;
+        coai_buf_reset(body);
+        body->max = UP_USAGE_MAX;
+        if (uuid_new(rid) < 0) {
+            coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
+            return -1;
+        }
+        if (up_call(path, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
+        if (status >= 200 && status <= 299) break;
+        coai_error_from_http(status, (const char *)body->data, body->len, err);
+        if (err->status != 401 || attempt > 0) return -1;
+        memset(&re, 0, sizeof re);
+        fr = cred_refresh(gen, &re);
+        if (fr == RENEW_NONE) return -1;
+        if (fr == RENEW_FAILED) { *err = re; return -1; }
+    }
+    if (body->err) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "Cursor's usage answer is too large");
+        return -1;
+    }
+    return 0;
+}
+
+/* GetCurrentPeriodUsage (required) + GetPlanInfo (optional: newer accounts only; its
+ * failure only leaves the plan unknown). 0 with *u filled, -1 with *err. */
+static int usage_fetch(coai_usage *u, coai_error *err)
+{
+    coai_buf period = { 0 }, plan = { 0 };
+    coai_error pe;
+    int rc = -1, have_plan;
+    memset(err, 0, sizeof *err);
+    if (cred_ensure(err) < 0) return -1;
+    if (!cred_have()) {
+        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        err->no_retry = 1;
+        return -1;
+    }
+    if (dash_call(PATH_USAGE, &period, err) < 0) {
+        srv_log(LOG_WARN, "GetCurrentPeriodUsage failed: %s", err->message);
+        goto done;
+    }
+    memset(&pe, 0, sizeof pe);
+    have_plan = dash_call(PATH_PLAN, &plan, &pe) == 0;
+    if (!have_plan) srv_log(LOG_DEBUG, "GetPlanInfo failed (plan left unknown): %s", pe.message);
+    if (coai_usage_parse(u, (const char *)period.data, period.len,
+                         have_plan ? (const char *)plan.data : NULL, have_plan ? plan.len : 0)
+        < 0) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "Cursor's usage answer is not a JSON object");
+        goto done;
+    }
+    rc = 0;
+done:
+    coai_buf_free(&period);
+    coai_buf_free(&plan);
+    return rc;
+}
+
+/* GET /v1/usage: the same JSON as `cursor-oai usage --json`. */
+static int handle_usage(struct conn *c)
+{
+    coai_usage u;
+    coai_error e;
+    coai_buf out = { 0 };
+    if (usage_fetch(&u, &e) < 0) {
+        send_coai_error(c, &e);
+    } else if (coai_usage_write_json(&out, &u) < 0) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    } else {
+        send_response(c, 200, "application/json", NULL, out.data, out.len);
+    }
     coai_buf_free(&out);
     return 0;
 }
@@ -3045,9 +3146,11 @@ static const char USAGE[] =
     "       cursor-oai logout               remove the saved login\n"
     "       cursor-oai status               who is logged in, and does Cursor accept it\n"
     "       cursor-oai models               the models this account can use\n"
+    "       cursor-oai usage [--json]       plan, usage this billing period, when it resets\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
-    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
+    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /v1/usage,\n"
+    "GET /health)\n"
     "served from your own Cursor subscription.\n";
 
 static const char SERVE_HELP[] =
@@ -3133,7 +3236,8 @@ static const char STATUS_HELP[] =
     "Shows who is logged in (from the token), when the access token expires, which\n"
     "credentials are used (CURSOR_ACCESS_TOKEN, cursor-oai's file or cursor-agent's), and\n"
     "whether Cursor accepts the token (one GetUsableModels call). A token about to expire is\n"
-    "renewed first, as the server would do. Exit status: 0 logged in and accepted, 1 not\n"
+    "renewed first, as the server would do. Then one line of usage (as 'cursor-oai usage';\n"
+    "not counted in the exit status). Exit status: 0 logged in and accepted, 1 not\n"
     "logged in, rejected, or the check failed.\n";
 
 static const char MODELS_HELP[] =
@@ -3142,6 +3246,14 @@ static const char MODELS_HELP[] =
     "Lists the models of this Cursor account: the id to use in requests (as in GET\n"
     "/v1/models), the display name, other accepted names (aliases) and the context window.\n"
     "Exit status: 0 ok, 1 not logged in or the list could not be fetched.\n";
+
+static const char USAGE_HELP[] =
+    "Usage: cursor-oai usage [--json]\n"
+    "\n"
+    "Shows the account's plan, how much of the included usage this billing period is used\n"
+    "and left, on-demand spending, and when the period resets (Cursor's dashboard service:\n"
+    "GetCurrentPeriodUsage and GetPlanInfo). --json prints the object GET /v1/usage returns.\n"
+    "Exit status: 0 ok, 1 not logged in or Cursor did not answer.\n";
 
 static void print_version(void)
 {
@@ -3882,6 +3994,18 @@ static int run_status(int argc, char **argv)
         coai_models_parse(&m, (const char *)json.data, json.len);
         printf("Upstream: https://%s%s accepts the token (%zu models)\n", S.up_authority,
                S.up_prefix, m.count);
+        fflush(stdout);
+        {
+            /* one line; a failure here does not change the exit status */
+            coai_usage u;
+            coai_error ue;
+            coai_buf line = { 0 };
+            if (usage_fetch(&u, &ue) == 0 && coai_usage_summary(&line, &u, wall_ms()) == 0)
+                printf("Usage: %s\n", (char *)line.data);
+            else
+                printf("Usage: unavailable (%s)\n", ue.status ? ue.message : "out of memory");
+            coai_buf_free(&line);
+        }
         rc = 0;
     } else if (e.status == 401 || e.status == 403) {
         printf("Upstream: https://%s%s rejected the credentials: %s\nRun 'cursor-oai login'.\n",
@@ -3966,6 +4090,40 @@ done:
     return rc;
 }
 
+static int run_usage(int argc, char **argv)
+{
+    coai_usage u;
+    coai_error e;
+    coai_buf out = { 0 };
+    int json = 0, i, rc = 1;
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) { json = 1; continue; }
+        {
+            int help = strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
+            fputs(USAGE_HELP, help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (cli_setup(1) < 0) return 1;
+    if (cred_load() == CRED_NONE) {
+        fprintf(stderr, "cursor-oai: not logged in; run 'cursor-oai login'\n");
+        return 1;
+    }
+    if (usage_fetch(&u, &e) < 0) {
+        fprintf(stderr, "cursor-oai: cannot read the usage: %s\n", e.message);
+        return 1;
+    }
+    if (json ? coai_usage_write_json(&out, &u) : coai_usage_write_text(&out, &u, wall_ms())) {
+        fprintf(stderr, "cursor-oai: out of memory\n");
+    } else {
+        fwrite(out.data, 1, out.len, stdout);
+        if (json) putchar('\n');
+        rc = 0;
+    }
+    coai_buf_free(&out);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutex_init(&S.lock, NULL);
@@ -3988,6 +4146,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "logout") == 0) return run_logout(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "usage") == 0) return run_usage(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;
 }

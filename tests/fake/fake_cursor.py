@@ -5,6 +5,7 @@ Serves over real TLS on 127.0.0.1 (TLS 1.2 allowed, for BearSSL clients):
   POST /agent.v1.AgentService/RunSSE            gRPC-web framed, chunked streaming response
   POST /aiserver.v1.BidiService/BidiAppend      gRPC-web unary
   POST /aiserver.v1.AiService/GetUsableModels   Connect unary JSON
+  POST /aiserver.v1.DashboardService/GetCurrentPeriodUsage, .../GetPlanInfo   Connect unary JSON
   GET  /auth/poll, POST /auth/refresh, POST /auth/exchange_user_api_key
 and validates requests the way the real server would (auth, content type, checksum, the headers of
 spec 2.1, request ids, append_seqno order, run request shape). Every request is recorded.
@@ -61,6 +62,8 @@ if not os.path.isdir(VECTORS):
 PATH_RUNSSE = "/agent.v1.AgentService/RunSSE"
 PATH_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 PATH_MODELS = "/aiserver.v1.AiService/GetUsableModels"
+PATH_USAGE = "/aiserver.v1.DashboardService/GetCurrentPeriodUsage"
+PATH_PLAN = "/aiserver.v1.DashboardService/GetPlanInfo"
 CT_GRPCWEB = "application/grpc-web+proto"
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 HEX_RE = re.compile(r"^(?:[0-9a-f]{2})*$")
@@ -80,6 +83,9 @@ DEFAULT_CONFIG = {
     "rotate_refresh": True,        # a used refresh token becomes invalid
     "api_keys": None,              # list of accepted API keys (None: any "key_*" string)
     "models_status": None,         # HTTP status to fail GetUsableModels with
+    "usage_shape": "plan",         # GetCurrentPeriodUsage answer: plan | no_plan | limit_hit
+    "usage_status": None,          # HTTP status to fail GetCurrentPeriodUsage with
+    "plan_status": None,           # HTTP status to fail GetPlanInfo with (None: 404 for no_plan)
     "list_scenarios": True,        # add "scenario:<name>" entries to the model list
     "default_scenario": "default",
     "silent_max_s": 120.0,         # silent_port gives up on a connection after this
@@ -1211,6 +1217,87 @@ def h_models(conn, req, rec):
     return 200
 
 
+# Dashboard answers as Connect JSON (int64 as strings, cents as numbers), in the shapes
+# recorded live by usage-meter projects (shared notes: cursor-upstream-extras.md section 2.2).
+CYCLE_START_MS = 1764547200000     # 2025-12-01T00:00:00Z
+CYCLE_END_MS = 1767225600000       # 2026-01-01T00:00:00Z
+USAGE_SHAPES = {
+    "plan": {"billingCycleStart": str(CYCLE_START_MS), "billingCycleEnd": str(CYCLE_END_MS),
+             "planUsage": {"totalSpend": 1234, "includedSpend": 1234, "bonusSpend": 0,
+                           "remaining": 766, "limit": 2000, "autoPercentUsed": 40,
+                           "apiPercentUsed": 75, "totalPercentUsed": 61.7},
+             "spendLimitUsage": {"totalSpend": 0, "individualLimit": 5000, "individualUsed": 0,
+                                 "individualRemaining": 5000, "limitType": "user"},
+             "displayThreshold": 200, "enabled": True,
+             "displayMessage": "You've used 62% of your usage limit",
+             "autoBucketModels": ["default", "composer-1"]},
+    # a free account: no planUsage limit, no spend limit, no plan info
+    "no_plan": {"billingCycleStart": str(CYCLE_START_MS), "billingCycleEnd": str(CYCLE_END_MS),
+                "enabled": False},
+    "limit_hit": {"billingCycleStart": str(CYCLE_START_MS), "billingCycleEnd": str(CYCLE_END_MS),
+                  "planUsage": {"totalSpend": 2000, "includedSpend": 2000, "remaining": 0,
+                                "limit": 2000, "totalPercentUsed": 100},
+                  "enabled": True,
+                  "displayMessage": "You've hit your usage limit"},
+}
+PLAN_INFO = {"planInfo": {"planName": "Pro", "includedAmountCents": 2000, "price": "$20/mo",
+                          "billingCycleEnd": str(CYCLE_END_MS),
+                          "planOwner": "PLAN_OWNER_STRIPE"}}
+
+
+def _dash_request(conn, req, rec, what):
+    """Connect unary JSON with an empty request message, as the real service takes it."""
+    st = check_common(conn, req, rec, False)
+    if st:
+        return st
+    if req["headers"].get("connect-protocol-version") != "1":
+        S.error("%s without connect-protocol-version: 1" % what)
+        return connect_error(conn, 400, "invalid_argument", "missing connect-protocol-version")
+    try:
+        body = json.loads(req["body"] or b"null")
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        S.error("%s body is not a JSON object: %s" % (what, e))
+        return connect_error(conn, 400, "invalid_argument", "bad JSON body")
+    if body:
+        S.error("%s request has members %s (the request message has no fields)"
+                % (what, sorted(body)))
+        return connect_error(conn, 400, "invalid_argument", "unknown request fields")
+    S.count(what + "_calls")
+    return None
+
+
+def h_usage(conn, req, rec):
+    st = _dash_request(conn, req, rec, "usage")
+    if st:
+        return st
+    if S.config["usage_status"]:
+        code = {401: "unauthenticated", 403: "permission_denied", 429: "resource_exhausted",
+                503: "unavailable"}.get(int(S.config["usage_status"]), "internal")
+        return connect_error(conn, int(S.config["usage_status"]), code, "usage failed")
+    shape = USAGE_SHAPES.get(S.config["usage_shape"])
+    if shape is None:
+        S.error("unknown usage_shape %r" % S.config["usage_shape"])
+        return connect_error(conn, 500, "internal", "unknown usage shape")
+    conn.respond(200, json.dumps(shape))
+    return 200
+
+
+def h_plan(conn, req, rec):
+    st = _dash_request(conn, req, rec, "plan")
+    if st:
+        return st
+    status = S.config["plan_status"]
+    if status is None and S.config["usage_shape"] == "no_plan":
+        status = 404
+    if status:
+        return connect_error(conn, int(status), "not_found" if int(status) == 404 else "internal",
+                             "no plan")
+    conn.respond(200, json.dumps(PLAN_INFO))
+    return 200
+
+
 def issue_tokens():
     now = int(time.time())
     at = pb.make_jwt({"sub": "auth0|fake_" + secrets.token_hex(4), "time": str(now),
@@ -1288,6 +1375,8 @@ ROUTES = {
     PATH_RUNSSE: ("POST", h_runsse),
     PATH_APPEND: ("POST", h_append),
     PATH_MODELS: ("POST", h_models),
+    PATH_USAGE: ("POST", h_usage),
+    PATH_PLAN: ("POST", h_plan),
     "/auth/poll": ("GET", h_poll),
     "/auth/refresh": ("POST", h_refresh),
     "/auth/exchange_user_api_key": ("POST", h_exchange),
