@@ -445,6 +445,8 @@ void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms)
 /* ======================================================================== */
 
 struct cJSON;
+struct coai_image;          /* IMAGE part */
+struct coai_image_limits;   /* IMAGE part */
 
 /* One OpenAI function tool, as it goes into a McpToolDefinition. */
 typedef struct coai_tool {
@@ -465,6 +467,8 @@ typedef struct coai_run_params {
     coai_str shell;             /* default "/bin/zsh" (what the original sends) */
     const coai_tool *tools;     /* may be NULL when tool_count == 0 */
     size_t tool_count;
+    const struct coai_image *images; /* UserMessage.selected_context images (IMAGE part) */
+    size_t image_count;         /* 0: no selected_context at all (the original's bytes) */
 } coai_run_params;
 
 /* Client -> server messages. Every encoder APPENDS exactly one serialized message
@@ -1029,6 +1033,8 @@ typedef struct coai_chat_request {
     coai_buf prompt;           /* flattened conversation (spec §11.1), NUL-terminated */
     coai_str session_id;       /* <S> of the newest "sess_<S>__call_" id in the history */
     int has_tool_messages;     /* some message has role "tool" */
+    struct coai_image *images; /* heap array: the newest user message's images (IMAGE part) */
+    size_t image_count;
     struct cJSON *root_;       /* private: the parsed body, owns all views */
 } coai_chat_request;
 
@@ -1037,6 +1043,9 @@ typedef struct coai_chat_request {
  * memory). The request is left empty on failure (free is still safe). */
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err);
+/* The same with image caps (NULL or 0 members: the COAI_MAX_IMAGE* defaults). */
+int coai_chat_request_parse_ex(coai_chat_request *req, const char *body, size_t n,
+                               const struct coai_image_limits *lim, coai_error *err);
 void coai_chat_request_free(coai_chat_request *req);
 /* Set p->prompt, p->tools and p->tool_count from req (views into req). */
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
@@ -1225,6 +1234,61 @@ int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms);
 /* "2026-12-01T00:00:00Z" for Unix ms (any int64; years outside 0..9999 are clamped). */
 void coai_iso8601(char out[21], int64_t ms);
 /* PART:USAGE api end */
+
+/* ======================================================================== */
+/* PART:IMAGE api (data: URLs, image type and size from the header)          */
+/* ======================================================================== */
+/* Client images reach Cursor as UserMessage.selected_context.selected_images: SelectedImage
+ * {2 uuid, 4 dimension{1 width, 2 height}, 7 mime_type, 8 data = the raw bytes} (what
+ * cursor-agent itself sends; notes: cursor-upstream-extras.md section 1). Only data: URLs
+ * with base64 payloads are taken: the proxy never fetches a URL (that would make it an SSRF
+ * tool), so http(s) URLs get a 400 that says so. The type comes from the magic bytes (JPEG,
+ * PNG, GIF, WebP; anything else is a 400), never from the URL's declared type; width and
+ * height from the header when it is cheap to read (PNG IHDR, GIF screen, WebP VP8/VP8L/VP8X,
+ * JPEG SOFn), else left unknown (0, and the dimension field is omitted). The uuid is derived
+ * from SHA-256 of the bytes, so the same image gets the same id in every request. */
+
+#ifndef COAI_MAX_IMAGE_BYTES
+#define COAI_MAX_IMAGE_BYTES (5u * 1024u * 1024u)    /* decoded bytes per image (-> 413) */
+#endif
+#ifndef COAI_MAX_IMAGES
+#define COAI_MAX_IMAGES 12                          /* images per request (-> 400) */
+#endif
+#ifndef COAI_MAX_IMAGES_BYTES
+#define COAI_MAX_IMAGES_BYTES (20u * 1024u * 1024u) /* decoded bytes per request (-> 413) */
+#endif
+
+typedef struct coai_image {
+    unsigned char *data;       /* decoded bytes (heap; coai_image_free) */
+    size_t len;
+    const char *mime;          /* static: "image/jpeg", "image/png", "image/gif", "image/webp" */
+    uint32_t width, height;    /* from the header; 0 = unknown */
+    char uuid[37];             /* SelectedImage.uuid, from SHA-256 of the bytes */
+} coai_image;
+
+/* Caps for one request; 0 members take the COAI_MAX_IMAGE* defaults. */
+typedef struct coai_image_limits {
+    size_t max_bytes;          /* per image, decoded */
+    size_t max_count;          /* images per request */
+    size_t max_total;          /* all images of a request, decoded */
+} coai_image_limits;
+
+/* "data:[<type>][;<param>]*;base64,<payload>" -> views into url (type may be empty).
+ * 0 ok; COAI_ERR_INVALID when url is not a data: URL or its payload is not base64-marked. */
+int coai_data_url_parse(coai_str url, coai_str *type, coai_str *payload);
+/* The image type of p[0..n) from its magic bytes (static string) or NULL; *w and *h get the
+ * dimensions when the header says them cheaply, else 0. w/h may be NULL. */
+const char *coai_image_sniff(const unsigned char *p, size_t n, uint32_t *w, uint32_t *h);
+/* Decode one image URL into *img (zeroed first). param names the part in errors (e.g.
+ * "messages[1].content[0].image_url.url"). Errors fill *err: 400 for remote URLs, non-data
+ * URLs, bad base64, unknown image types; 413 beyond max_bytes (0 = COAI_MAX_IMAGE_BYTES),
+ * checked before decoding; 500 for memory. Returns 0 or a negative coai_result. */
+int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const char *param,
+                        coai_error *err);
+void coai_image_free(coai_image *img);
+/* SelectedContext body bytes for images[0..n) (field 1 per image), appended to out. */
+int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
+/* PART:IMAGE api end */
 
 #ifdef __cplusplus
 }
@@ -3027,6 +3091,11 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
     um = coai__pb_open(out, 1);                          /* user_message */
     coai__pb_str(out, 1, p->prompt);
     coai__pb_str(out, 2, p->message_id);
+    if (p->image_count && p->images) {                   /* selected_context.selected_images */
+        size_t sc = coai__pb_open(out, 3);
+        if (r == COAI_OK) r = coai_encode_selected_images(out, p->images, p->image_count);
+        coai__pb_close(out, sc);
+    }
     coai__pb_tag(out, 4, 0);
     coai__pb_varint(out, 1);                             /* mode = AGENT_MODE_AGENT */
     coai__pb_close(out, um);
@@ -5090,8 +5159,13 @@ static const cJSON *coai__oa_get(const cJSON *o, const char *k)
 
 static int coai__oa_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
-/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n". */
-static void coai__oa_content_text(coai_buf *out, const cJSON *content)
+#define COAI__OLD_IMAGE_MARKER "[image omitted: attached to an earlier message]"
+
+/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
+ * An assistant's "refusal" part counts as text. old_images = 1: each image_url part becomes
+ * COAI__OLD_IMAGE_MARKER (images of earlier messages are not re-sent, see the IMAGE part);
+ * 0: image parts add nothing (they travel as selected images). */
+static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
 {
     if (cJSON_IsString(content)) {
         coai__oa_put_str(out, coai__oa_jstr(content));
@@ -5100,9 +5174,14 @@ static void coai__oa_content_text(coai_buf *out, const cJSON *content)
         int first = 1;
         cJSON_ArrayForEach(part, content) {
             const cJSON *t = coai__oa_get(part, "type");
-            if (cJSON_IsString(t) && strcmp(t->valuestring, "text") == 0) {
+            const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+            if (strcmp(ty, "text") == 0 || strcmp(ty, "refusal") == 0) {
                 if (!first) coai_buf_putc(out, '\n');
-                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, "text")));
+                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, ty)));
+                first = 0;
+            } else if (old_images && strcmp(ty, "image_url") == 0) {
+                if (!first) coai_buf_putc(out, '\n');
+                coai_buf_puts(out, COAI__OLD_IMAGE_MARKER);
                 first = 0;
             }
         }
@@ -5115,16 +5194,25 @@ static int coai__oa_role_is(const cJSON *m, const char *role)
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
+/* The newest message with role "user" (its images are the ones sent), or NULL. */
+static const cJSON *coai__oa_last_user(const cJSON *messages)
+{
+    const cJSON *m, *last = NULL;
+    cJSON_ArrayForEach(m, messages) if (coai__oa_role_is(m, "user")) last = m;
+    return last;
+}
+
 int coai_prompt_build(coai_buf *out, const cJSON *messages)
 {
-    const cJSON *m;
+    const cJSON *m, *last_user;
     int nparts = 0, any_system = 0, any_tool = 0;
     coai_buf t = { 0 };
     if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
+    last_user = coai__oa_last_user(messages);
     cJSON_ArrayForEach(m, messages) {
         if (coai__oa_role_is(m, "system") || coai__oa_role_is(m, "developer")) {
             if (any_system) coai_buf_putc(out, '\n');
-            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
             any_system = 1;
         }
     }
@@ -5132,7 +5220,8 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     cJSON_ArrayForEach(m, messages) {
         const cJSON *calls = coai__oa_get(m, "tool_calls");
         coai_buf_reset(&t);
-        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        coai__oa_content_text(&t, coai__oa_get(m, "content"),
+                              m != last_user && coai__oa_role_is(m, "user"));
         if (coai__oa_role_is(m, "user")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
@@ -5242,13 +5331,30 @@ static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
             return coai__oa_bad(err, p, "%s must be a string, an array of parts or null", p);
         cJSON_ArrayForEach(part, content) {
             const cJSON *t = coai__oa_get(part, "type");
+            const char *ty;
             snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
             if (!cJSON_IsObject(part) || !cJSON_IsString(t))
                 return coai__oa_bad(err, p, "%s must be an object with a string 'type'", p);
-            if (strcmp(t->valuestring, "text") == 0
-                && !cJSON_IsString(coai__oa_get(part, "text"))) {
-                snprintf(p, sizeof p, "messages[%d].content[%d].text", i, j);
-                return coai__oa_bad(err, p, "%s must be a string", p);
+            ty = t->valuestring;
+            if (strcmp(ty, "text") == 0 || (strcmp(ty, "refusal") == 0
+                                            && strcmp(r, "assistant") == 0)) {
+                if (!cJSON_IsString(coai__oa_get(part, ty))) {
+                    snprintf(p, sizeof p, "messages[%d].content[%d].%s", i, j, ty);
+                    return coai__oa_bad(err, p, "%s must be a string", p);
+                }
+            } else if (strcmp(ty, "image_url") == 0 && strcmp(r, "user") == 0) {
+                const cJSON *iu = coai__oa_get(part, "image_url");
+                if (!cJSON_IsString(iu) && !cJSON_IsString(coai__oa_get(iu, "url"))) {
+                    snprintf(p, sizeof p, "messages[%d].content[%d].image_url.url", i, j);
+                    return coai__oa_bad(err, p, "%s must be a string", p);
+                }
+            } else {
+                /* never drop what the client sent without saying so (audio, files, ...) */
+                snprintf(p, sizeof p, "messages[%d].content[%d].type", i, j);
+                return coai__oa_bad(err, p, "%s: content part type '%.40s' is not supported "
+                                    "in a '%s' message (supported: 'text'%s)", p, ty, r,
+                                    strcmp(r, "user") == 0 ? " and 'image_url'"
+                                    : strcmp(r, "assistant") == 0 ? " and 'refusal'" : "");
             }
             j++;
         }
@@ -5299,14 +5405,77 @@ static int coai__oa_has_nul_escape(const char *s, size_t n)
 
 void coai_chat_request_free(coai_chat_request *req)
 {
+    size_t k;
+    for (k = 0; k < req->image_count; k++) coai_image_free(&req->images[k]);
+    free(req->images);
     cJSON_Delete(req->root_);
     free(req->tools);
     coai_buf_free(&req->prompt);
     memset(req, 0, sizeof *req);
 }
 
+/* Decode the images of the newest user message into req->images (caps: see IMAGE part). */
+static int coai__oa_images(coai_chat_request *req, const cJSON *messages,
+                           const coai_image_limits *lim, coai_error *err)
+{
+    size_t max_bytes = lim && lim->max_bytes ? lim->max_bytes : COAI_MAX_IMAGE_BYTES;
+    size_t max_count = lim && lim->max_count ? lim->max_count : COAI_MAX_IMAGES;
+    size_t max_total = lim && lim->max_total ? lim->max_total : COAI_MAX_IMAGES_BYTES;
+    const cJSON *m = coai__oa_last_user(messages), *content, *part;
+    size_t count = 0, total = 0;
+    int mi = 0, j = 0;
+    char p[96];
+    content = coai__oa_get(m, "content");
+    if (!cJSON_IsArray(content)) return 0;
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *t = coai__oa_get(part, "type");
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "image_url") == 0) count++;
+    }
+    if (!count) return 0;
+    for (part = messages->child; part && part != m; part = part->next) mi++;
+    if (count > max_count) {
+        snprintf(p, sizeof p, "messages[%d].content", mi);
+        return coai__oa_bad(err, p, "%s has %zu images; at most %zu are accepted per request",
+                            p, count, max_count);
+    }
+    req->images = (coai_image *)calloc(count, sizeof *req->images);
+    if (!req->images) {
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *t = coai__oa_get(part, "type"), *iu = coai__oa_get(part, "image_url");
+        int rc;
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "image_url") == 0) {
+            snprintf(p, sizeof p, "messages[%d].content[%d].image_url%s", mi, j,
+                     cJSON_IsString(iu) ? "" : ".url");
+            if (!cJSON_IsString(iu)) iu = coai__oa_get(iu, "url");
+            rc = coai_image_from_url(&req->images[req->image_count], coai__oa_jstr(iu),
+                                     max_bytes, p, err);
+            if (rc < 0) return rc;
+            total += req->images[req->image_count++].len;
+            if (total > max_total) {
+                snprintf(p, sizeof p, "messages[%d].content", mi);
+                coai_error_set(err, 413, "invalid_request_error", "images_too_large", p,
+                               "%s: the images together are larger than the limit of %zu "
+                               "bytes per request", p, max_total);
+                err->no_retry = 1;
+                return COAI_ERR_TOO_BIG;
+            }
+        }
+        j++;
+    }
+    return 0;
+}
+
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err)
+{
+    return coai_chat_request_parse_ex(req, body, n, NULL, err);
+}
+
+int coai_chat_request_parse_ex(coai_chat_request *req, const char *body, size_t n,
+                               const coai_image_limits *lim, coai_error *err)
 {
     const char *end = NULL;
     cJSON *root;
@@ -5457,6 +5626,7 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
         req->tools = NULL;
         req->tool_count = 0;
     }
+    if ((rc = coai__oa_images(req, messages, lim, err)) < 0) goto fail;
     if (coai_prompt_build(&req->prompt, messages)) { rc = COAI_ERR_NOMEM; goto nomem; }
     return 0;
 nomem:
@@ -5472,6 +5642,8 @@ void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
     p->prompt.len = req->prompt.len;
     p->tools = req->tool_count ? req->tools : NULL;
     p->tool_count = req->tool_count;
+    p->images = req->image_count ? req->images : NULL;
+    p->image_count = req->image_count;
 }
 
 /* ---- models -------------------------------------------------------------- */
@@ -6828,5 +7000,245 @@ int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms)
     return out->err ? -1 : 0;
 }
 /* PART:USAGE impl end */
+
+/* ======================================================================== */
+/* PART:IMAGE impl                                                          */
+/* ======================================================================== */
+
+static int coai__im_ci_prefix(coai_str s, const char *lit)
+{
+    size_t i, n = strlen(lit);
+    if (s.len < n) return 0;
+    for (i = 0; i < n; i++) {
+        char c = s.ptr[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != lit[i]) return 0;
+    }
+    return 1;
+}
+
+int coai_data_url_parse(coai_str url, coai_str *type, coai_str *payload)
+{
+    size_t i, comma, semi;
+    if (!coai__im_ci_prefix(url, "data:")) return COAI_ERR_INVALID;
+    for (comma = 5; comma < url.len && url.ptr[comma] != ','; comma++) {}
+    if (comma >= url.len) return COAI_ERR_INVALID;
+    /* the last parameter before the comma must be ";base64" (case-insensitive) */
+    if (comma < 5 + 7) return COAI_ERR_INVALID;
+    {
+        coai_str tail;
+        tail.ptr = url.ptr + comma - 7;
+        tail.len = 7;
+        if (!coai__im_ci_prefix(tail, ";base64")) return COAI_ERR_INVALID;
+    }
+    for (semi = 5; semi < comma && url.ptr[semi] != ';'; semi++) {}
+    for (i = 5; i < semi; i++) {
+        unsigned char c = (unsigned char)url.ptr[i];
+        if (c <= ' ' || c >= 0x7f) return COAI_ERR_INVALID;   /* a media type is a token */
+    }
+    type->ptr = url.ptr + 5;
+    type->len = semi - 5;
+    payload->ptr = url.ptr + comma + 1;
+    payload->len = url.len - comma - 1;
+    return 0;
+}
+
+static uint32_t coai__im_be16(const unsigned char *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static uint32_t coai__im_le16(const unsigned char *p) { return (uint32_t)p[1] << 8 | p[0]; }
+static uint32_t coai__im_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* JPEG: walk the marker segments up to the first SOFn (not DHT C4, JPG C8, DAC CC). */
+static void coai__im_jpeg_dims(const unsigned char *p, size_t n, uint32_t *w, uint32_t *h)
+{
+    size_t i = 2;
+    while (i + 4 <= n) {
+        unsigned m;
+        size_t len;
+        if (p[i] != 0xff) return;
+        while (i < n && p[i] == 0xff) i++;   /* fill bytes */
+        if (i >= n) return;
+        m = p[i++];
+        if (m == 0xd8 || m == 0x01 || (m >= 0xd0 && m <= 0xd7)) continue;   /* no length */
+        if (m == 0xd9 || m == 0xda || i + 2 > n) return;    /* end of image, start of scan */
+        len = coai__im_be16(p + i);
+        if (len < 2) return;
+        if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+            if (len < 7 || i + 7 > n) return;
+            *h = coai__im_be16(p + i + 3);
+            *w = coai__im_be16(p + i + 5);
+            return;
+        }
+        i += len;
+    }
+}
+
+const char *coai_image_sniff(const unsigned char *p, size_t n, uint32_t *w, uint32_t *h)
+{
+    static const unsigned char png[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+    uint32_t dw = 0, dh = 0;
+    const char *mime = NULL;
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
+        mime = "image/jpeg";
+        coai__im_jpeg_dims(p, n, &dw, &dh);
+    } else if (n >= 8 && memcmp(p, png, 8) == 0) {
+        mime = "image/png";
+        if (n >= 24 && memcmp(p + 12, "IHDR", 4) == 0) {
+            dw = coai__im_be32(p + 16);
+            dh = coai__im_be32(p + 20);
+        }
+    } else if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) {
+        mime = "image/gif";
+        if (n >= 10) {
+            dw = coai__im_le16(p + 6);
+            dh = coai__im_le16(p + 8);
+        }
+    } else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) {
+        mime = "image/webp";
+        if (n >= 30 && memcmp(p + 12, "VP8 ", 4) == 0 && p[23] == 0x9d && p[24] == 0x01
+            && p[25] == 0x2a) {
+            dw = coai__im_le16(p + 26) & 0x3fff;
+            dh = coai__im_le16(p + 28) & 0x3fff;
+        } else if (n >= 25 && memcmp(p + 12, "VP8L", 4) == 0 && p[20] == 0x2f) {
+            uint32_t b = (uint32_t)p[21] | (uint32_t)p[22] << 8 | (uint32_t)p[23] << 16
+                         | (uint32_t)p[24] << 24;
+            dw = (b & 0x3fff) + 1;
+            dh = ((b >> 14) & 0x3fff) + 1;
+        } else if (n >= 30 && memcmp(p + 12, "VP8X", 4) == 0) {
+            dw = ((uint32_t)p[24] | (uint32_t)p[25] << 8 | (uint32_t)p[26] << 16) + 1;
+            dh = ((uint32_t)p[27] | (uint32_t)p[28] << 8 | (uint32_t)p[29] << 16) + 1;
+        }
+    }
+    /* Dimension is int32 on the wire; a value out of range or half known is no value */
+    if (!dw || !dh || dw > 0x7fffffffu || dh > 0x7fffffffu) dw = dh = 0;
+    if (w) *w = dw;
+    if (h) *h = dh;
+    return mime;
+}
+
+void coai_image_free(coai_image *img)
+{
+    free(img->data);
+    memset(img, 0, sizeof *img);
+}
+
+static int coai__im_bad(coai_error *err, int status, const char *code, const char *param,
+                        const char *fmt, const char *arg)
+{
+    coai_error_set(err, status, "invalid_request_error", code, param, fmt, arg);
+    err->no_retry = 1;
+    return status == 413 ? COAI_ERR_TOO_BIG : COAI_ERR_INVALID;
+}
+
+int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const char *param,
+                        coai_error *err)
+{
+    coai_str type, pl;
+    const char *p = param ? param : "image";
+    char *clean = NULL;
+    size_t i, n, cap;
+    long got;
+    unsigned char h[32];
+    br_sha256_context sc;
+    memset(img, 0, sizeof *img);
+    if (!max_bytes) max_bytes = COAI_MAX_IMAGE_BYTES;
+    if (coai__im_ci_prefix(url, "http://") || coai__im_ci_prefix(url, "https://"))
+        return coai__im_bad(err, 400, "image_url_not_supported", p,
+                            "%s: remote image URLs are not fetched (a proxy that fetches URLs "
+                            "can be abused to reach internal hosts); send the image inline as "
+                            "a data:image/...;base64 URL", p);
+    if (coai_data_url_parse(url, &type, &pl) != 0)
+        return coai__im_bad(err, 400, "invalid_image_url", p,
+                            "%s must be a data: URL with a base64 payload "
+                            "(data:image/png;base64,...)", p);
+    if (type.len && !coai__im_ci_prefix(type, "image/"))
+        return coai__im_bad(err, 400, "invalid_image_format", p,
+                            "%s: only images are accepted (JPEG, PNG, GIF or WebP)", p);
+    /* whitespace inside the payload (line-wrapped base64) is skipped */
+    for (i = 0, n = 0; i < pl.len; i++)
+        if (!(pl.ptr[i] == ' ' || pl.ptr[i] == '\n' || pl.ptr[i] == '\r' || pl.ptr[i] == '\t'))
+            n++;
+    /* n base64 characters carry at most n / 4 * 3 + 2 bytes: refuse before decoding */
+    if (n / 4 > max_bytes / 3 + 1) {
+        char lim[64];
+        snprintf(lim, sizeof lim, "%zu", max_bytes);
+        coai_error_set(err, 413, "invalid_request_error", "image_too_large", p,
+                       "%s: the image is larger than the limit of %s bytes", p, lim);
+        err->no_retry = 1;
+        return COAI_ERR_TOO_BIG;
+    }
+    if (n != pl.len) {
+        clean = (char *)malloc(n + 1);
+        if (!clean) goto nomem;
+        for (i = 0, n = 0; i < pl.len; i++)
+            if (!(pl.ptr[i] == ' ' || pl.ptr[i] == '\n' || pl.ptr[i] == '\r'
+                  || pl.ptr[i] == '\t'))
+                clean[n++] = pl.ptr[i];
+        pl.ptr = clean;
+        pl.len = n;
+    }
+    cap = pl.len / 4 * 3 + 3;
+    img->data = (unsigned char *)malloc(cap ? cap : 1);
+    if (!img->data) goto nomem;
+    got = coai_base64_decode(pl.ptr, pl.len, img->data, cap);
+    free(clean);
+    clean = NULL;
+    if (got <= 0) {
+        coai_image_free(img);
+        return coai__im_bad(err, 400, "invalid_image_url", p,
+                            "%s: the base64 payload does not decode (or is empty)", p);
+    }
+    img->len = (size_t)got;
+    if (img->len > max_bytes) {
+        char lim[64];
+        coai_image_free(img);
+        snprintf(lim, sizeof lim, "%zu", max_bytes);
+        coai_error_set(err, 413, "invalid_request_error", "image_too_large", p,
+                       "%s: the image is larger than the limit of %s bytes", p, lim);
+        err->no_retry = 1;
+        return COAI_ERR_TOO_BIG;
+    }
+    img->mime = coai_image_sniff(img->data, img->len, &img->width, &img->height);
+    if (!img->mime) {
+        coai_image_free(img);
+        return coai__im_bad(err, 400, "invalid_image_format", p,
+                            "%s is not a JPEG, PNG, GIF or WebP image", p);
+    }
+    br_sha256_init(&sc);
+    br_sha256_update(&sc, img->data, img->len);
+    br_sha256_out(&sc, h);
+    coai_uuid_format(img->uuid, h);
+    return 0;
+nomem:
+    free(clean);
+    coai_image_free(img);
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+    return COAI_ERR_NOMEM;
+}
+
+int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n)
+{
+    size_t i, start = out->len;
+    for (i = 0; i < n; i++) {
+        const coai_image *im = &images[i];
+        size_t si = coai__pb_open(out, 1), d;
+        coai__pb_str(out, 2, coai_str_c(im->uuid));
+        if (im->width && im->height) {
+            d = coai__pb_open(out, 4);
+            coai__pb_tag(out, 1, 0);
+            coai__pb_varint(out, im->width);
+            coai__pb_tag(out, 2, 0);
+            coai__pb_varint(out, im->height);
+            coai__pb_close(out, d);
+        }
+        coai__pb_str(out, 7, coai_str_c(im->mime));
+        coai__pb_bytes(out, 8, im->data, im->len);
+        coai__pb_close(out, si);
+    }
+    return coai__pb_finish(out, start, COAI_OK);
+}
+/* PART:IMAGE impl end */
 
 #endif /* CURSOR_OAI_IMPLEMENTATION */

@@ -1993,6 +1993,9 @@ static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 static int handle_usage(struct conn *c);
 
+/* Image caps per request (README: Images); set by configure() from the environment. */
+static coai_image_limits IMG_LIMITS;
+
 /* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
  * published port) clients may use another port number, so any port is accepted there. */
 static int listen_port_num(void)
@@ -2826,7 +2829,8 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_chat_request_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0) {
+    if (coai_chat_request_parse_ex(&req, (const char *)c->body.data, c->body.len, &IMG_LIMITS,
+                                   &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -3188,6 +3192,9 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  CURSOR_OAI_MAX_IMAGE_BYTES   largest image in decoded bytes, 413 beyond (5242880)\n"
+    "  CURSOR_OAI_MAX_IMAGES        images per request, 400 beyond (12)\n"
+    "  CURSOR_OAI_MAX_IMAGES_BYTES  all images of a request in bytes, 413 beyond (20971520)\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -3329,6 +3336,23 @@ static int env_seconds(const char *name, int def, int *out)
     return 0;
 }
 
+/* A positive whole number <= max from the environment (def when unset). */
+static int env_count(const char *name, size_t def, size_t max, size_t *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long n;
+    if (!v || !*v) { *out = def; return 0; }
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || n == 0 || n > max) {
+        fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to %zu\n", name, max);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
 /* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
 /* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
  * brackets), no port, no path, no userinfo, no blanks; compared case-insensitively. */
@@ -3466,6 +3490,12 @@ static int configure(void)
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl))
+        return -1;
+    if (env_count("CURSOR_OAI_MAX_IMAGE_BYTES", COAI_MAX_IMAGE_BYTES, SRV_BODY_MAX,
+                  &IMG_LIMITS.max_bytes)
+        || env_count("CURSOR_OAI_MAX_IMAGES", COAI_MAX_IMAGES, 1000, &IMG_LIMITS.max_count)
+        || env_count("CURSOR_OAI_MAX_IMAGES_BYTES", COAI_MAX_IMAGES_BYTES, SRV_BODY_MAX,
+                     &IMG_LIMITS.max_total))
         return -1;
     S.models_ttl_ms = (int64_t)ttl * 1000;
     S.ca_file = ca_bundle_path();

@@ -150,6 +150,174 @@ def t_usage_key(tmp, fake, token):
 
 
 # ---------------------------------------------------------------------------------------------
+# images
+
+def make_png(w, h):
+    """An RGB PNG made here (zlib + CRCs), so no image file or library is needed."""
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    raw = b"".join(b"\x00" + b"".join(bytes((x * 40 % 256, y * 60 % 256, 128)) for x in range(w))
+                   for y in range(h))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def data_url(b, mime="image/png"):
+    return "data:%s;base64,%s" % (mime, base64.b64encode(b).decode())
+
+
+def expect_text(png):
+    import hashlib
+    return "image/png %dx%d %dB sha256:%s" % (struct.unpack(">I", png[16:20])[0],
+                                              struct.unpack(">I", png[20:24])[0], len(png),
+                                              hashlib.sha256(png).hexdigest()[:16])
+
+
+def last_run_request(fake):
+    runs = fake.runs()
+    runs = runs.get("runs", runs) if isinstance(runs, dict) else runs
+    for r in reversed(runs):
+        for a in r.get("appends", []):
+            m = a.get("message") or {}
+            if m.get("type") == "run_request":
+                return m
+    return {}
+
+
+def curl_chat(proxy, body, extra=()):
+    p = subprocess.run(["curl", "-sS", "-o", "-", "-w", "\n%{http_code}",
+                        "-H", "Content-Type: application/json", "--data-binary", "@-"]
+                       + list(extra) + [proxy.base + "/v1/chat/completions"],
+                       input=json.dumps(body).encode(), capture_output=True, timeout=60)
+    out = p.stdout.decode("utf-8", "replace")
+    body_text, _, code = out.rpartition("\n")
+    return int(code or 0), body_text
+
+
+def sdk(proxy, mode, params):
+    script = os.path.join(NPM, "sdk_openai.mjs")
+    if not os.path.isdir(os.path.join(NPM, "node_modules", "openai")):
+        return None
+    shutil.copyfile(os.path.join(H.HERE, "sdk_openai.mjs"), script)
+    r = subprocess.run(["node", script, proxy.base + "/v1", mode, json.dumps(params)],
+                       capture_output=True, text=True, timeout=90, cwd=NPM)
+    try:
+        return json.loads(r.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"fatal": "no JSON from node: " + r.stdout[-500:] + r.stderr[-1500:]}
+
+
+def t_images(tmp, fake, proxy, token):
+    png = make_png(3, 2)
+    big = make_png(64, 48)
+    errs0 = len(fake.state().get("errors", []))
+    msgs = [{"role": "user", "content": [
+        {"type": "text", "text": "What is in this image?"},
+        {"type": "image_url", "image_url": {"url": data_url(png), "detail": "low"}}]}]
+    # curl, non-streaming
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": msgs})
+    j = jload(text) or {}
+    content = ((j.get("choices") or [{}])[0].get("message") or {}).get("content")
+    eq("curl image: 200", code, 200)
+    eq("curl image: Cursor got the PNG bytes, type and size", content,
+       "IMAGES 1: " + expect_text(png))
+    rr = last_run_request(fake)
+    im = (rr.get("images") or [{}])[0]
+    eq("run request: one SelectedImage with data (8), uuid, dimension, mime_type",
+       (len(rr.get("images") or []), im.get("fields"), im.get("width"), im.get("height")),
+       (1, [2, 4, 7, 8], 3, 2))
+    eq("run request: the prompt has no marker for the current image", rr.get("prompt"),
+       "User: What is in this image?")
+    # streaming, two images, curl
+    msgs2 = [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(png)}},
+        {"type": "text", "text": "and"},
+        {"type": "image_url", "image_url": {"url": data_url(big)}}]}]
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": msgs2,
+                                   "stream": True}, ["-N"])
+    ev = H.parse_sse(text.encode())
+    eq("curl stream, two images: content", (code, ev["content"]),
+       (200, "IMAGES 2: " + expect_text(png) + "; " + expect_text(big)))
+    # earlier turn's image -> marker; only the newest user message's images are sent
+    hist = [msgs[0], {"role": "assistant", "content": "A tiny picture."},
+            {"role": "user", "content": [{"type": "text", "text": "Compare with this one"},
+                                         {"type": "image_url",
+                                          "image_url": {"url": data_url(big)}}]}]
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": hist})
+    j = jload(text) or {}
+    eq("history: only the newest message's image is sent",
+       ((j.get("choices") or [{}])[0].get("message") or {}).get("content"),
+       "IMAGES 1: " + expect_text(big))
+    eq("history: the earlier image is a text marker", last_run_request(fake).get("prompt"),
+       "User: What is in this image?\n[image omitted: attached to an earlier message]\n\n"
+       "Assistant: A tiny picture.\n\nUser: Compare with this one")
+    # remote URL: refused, never fetched
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": [
+        {"role": "user", "content": [{"type": "image_url",
+                                      "image_url": {"url": "http://127.0.0.1:9/x.png"}}]}]})
+    e = (jload(text) or {}).get("error") or {}
+    eq("remote image URL: 400 image_url_not_supported naming the part",
+       (code, e.get("code"), e.get("param")),
+       (400, "image_url_not_supported", "messages[0].content[0].image_url.url"))
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": [
+        {"role": "user", "content": [{"type": "image_url",
+                                      "image_url": {"url": data_url(b"%PDF-1.4 x", "image/png")}}]}]})
+    e = (jload(text) or {}).get("error") or {}
+    eq("not an image: 400 invalid_image_format", (code, e.get("code")),
+       (400, "invalid_image_format"))
+    # openai SDK
+    r = sdk(proxy, "stream", {"model": "scenario:echo_images", "messages": msgs})
+    if r is None:
+        print("skipped: openai SDK image checks (no npm clients in %s)" % NPM)
+    else:
+        eq("openai SDK stream image: content", r.get("content"), "IMAGES 1: " + expect_text(png))
+        r = sdk(proxy, "nonstream", {"model": "scenario:echo_images", "messages": msgs2})
+        eq("openai SDK non-stream two images: content", r.get("content"),
+           "IMAGES 2: " + expect_text(png) + "; " + expect_text(big))
+        r = sdk(proxy, "error", {"model": "scenario:echo_images", "maxRetries": 0, "messages": [
+            {"role": "user", "content": [{"type": "input_audio",
+                                          "input_audio": {"data": "AAAA", "format": "wav"}}]}]})
+        eq("openai SDK audio part: BadRequestError 400", ((r or {}).get("error") or {}).get("status"),
+           400)
+    errs = fake.state().get("errors", [])[errs0:]
+    eq("fake: every image decoded and matched its mime type and dimension", errs, [])
+    # caps, configured by the environment
+    p = H.Proxy(tmp, "caps", fake.url(), fake.ca, token,
+                {"CURSOR_OAI_MAX_IMAGE_BYTES": "200", "CURSOR_OAI_MAX_IMAGES": "1"})
+    try:
+        st, body, hd = p.chat("scenario:echo_images", msgs[0]["content"])
+        eq("cap: a small image within CURSOR_OAI_MAX_IMAGE_BYTES passes", st, 200)
+        st, body, hd = p.chat("scenario:echo_images", [
+            {"type": "image_url", "image_url": {"url": data_url(big)}}])
+        e = (jload(body) or {}).get("error") or {}
+        eq("cap: an image over CURSOR_OAI_MAX_IMAGE_BYTES -> 413 image_too_large",
+           (st, e.get("code"), e.get("param")),
+           (413, "image_too_large", "messages[0].content[0].image_url.url"))
+        st, body, hd = p.chat("scenario:echo_images", msgs2[0]["content"][:1] * 2)
+        e = (jload(body) or {}).get("error") or {}
+        eq("cap: more images than CURSOR_OAI_MAX_IMAGES -> 400", (st, e.get("param")),
+           (400, "messages[0].content"))
+    finally:
+        p.stop()
+    rc, out, err = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0"],
+                                  env=dict(proxy.env, CURSOR_OAI_MAX_IMAGES="0"),
+                                  capture_output=True, text=True, timeout=20).returncode, "", ""
+    eq("CURSOR_OAI_MAX_IMAGES=0 is a configuration error (exit 1)", rc, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# strict request checks (issue 16 probe findings)
+
+def t_strict(proxy):
+    st, body, hd = proxy.chat("auto", [{"type": "text", "text": "hi"},
+                                       {"type": "audio", "audio": {"data": "AA"}}])
+    e = (jload(body) or {}).get("error") or {}
+    eq("unknown content part: 400 naming part and index", (st, e.get("param")),
+       (400, "messages[0].content[1].type"))
+    check("unknown content part: message names the type", "'audio'" in (e.get("message") or ""),
+          e)
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     if not os.path.exists(BIN):
@@ -161,10 +329,14 @@ def main():
                          "type": "session"})
     fake = proxy = None
     try:
-        fake = H.Fake(tmp, {}, token)
+        fake = H.Fake(tmp, {"echo_images": {"steps": [
+            {"op": "images_text"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}},
+            token)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
         for name, fn in [("usage", lambda: t_usage(fake, proxy)),
-                         ("usage-key", lambda: t_usage_key(tmp, fake, token))]:
+                         ("usage-key", lambda: t_usage_key(tmp, fake, token)),
+                         ("images", lambda: t_images(tmp, fake, proxy, token)),
+                         ("strict", lambda: t_strict(proxy))]:
             if os.environ.get("SURFACE_ONLY") and name not in os.environ["SURFACE_ONLY"].split(","):
                 continue
             try:

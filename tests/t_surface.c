@@ -5,6 +5,7 @@
 #include "test.h"
 #include <cJSON.h>
 #include <ctype.h>
+#include "pbwalk.h"
 
 static const char PERIOD_PLAN[] =
     "{\"billingCycleStart\":\"1764547200000\",\"billingCycleEnd\":\"1767225600000\","
@@ -240,11 +241,255 @@ static void test_limit_message(void)
     CHECKF(e.status == 429 && count_ci(e.message, "usage limit") == 1, "%s", e.message);
 }
 
+
+/* ---- images ------------------------------------------------------------- */
+
+/* 3x2 RGB PNG made with zlib (the same bytes surface_test.py builds) */
+static const char PNG_B64[] = "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAIAAAASFvFNAAAAEUlEQVR4nGP4z8AAQT"
+                              "D6PwMAPtUF+6guL00AAAAASUVORK5CYII=";
+
+static coai_str S_(const char *s) { return coai_str_c(s); }
+
+static void test_data_url(void)
+{
+    coai_str t, p;
+    CHECK(coai_data_url_parse(S_("data:image/png;base64,QUJD"), &t, &p) == 0);
+    CHECK(coai_str_eq(t, "image/png") && coai_str_eq(p, "QUJD"));
+    CHECK(coai_data_url_parse(S_("DATA:image/jpeg;name=a.jpg;BASE64,QQ=="), &t, &p) == 0);
+    CHECK(coai_str_eq(t, "image/jpeg") && coai_str_eq(p, "QQ=="));
+    CHECK(coai_data_url_parse(S_("data:;base64,"), &t, &p) == 0 && t.len == 0 && p.len == 0);
+    CHECK(coai_data_url_parse(S_("data:image/png,QUJD"), &t, &p) == COAI_ERR_INVALID);
+    CHECK(coai_data_url_parse(S_("data:image/png;base64QUJD"), &t, &p) == COAI_ERR_INVALID);
+    CHECK(coai_data_url_parse(S_("data:ima ge/png;base64,QUJD"), &t, &p) == COAI_ERR_INVALID);
+    CHECK(coai_data_url_parse(S_("https://x/y.png"), &t, &p) == COAI_ERR_INVALID);
+    CHECK(coai_data_url_parse(S_("data:"), &t, &p) == COAI_ERR_INVALID);
+    CHECK(coai_data_url_parse(S_(""), &t, &p) == COAI_ERR_INVALID);
+}
+
+static void test_sniff(void)
+{
+    unsigned char png[80];
+    long n = coai_base64_decode(PNG_B64, strlen(PNG_B64), png, sizeof png);
+    /* JPEG: SOI, APP0 (16 bytes), a fill byte, SOF0 with 480 x 640 (h x w) */
+    static const unsigned char jpg[] = { 0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10, 'J', 'F', 'I', 'F',
+        0, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0xff, 0xff, 0xc0, 0x00, 0x11, 8, 0x01, 0xe0, 0x02, 0x80,
+        3, 1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1 };
+    static const unsigned char jpg_sos[] = { 0xff, 0xd8, 0xff, 0xda, 0x00, 0x04, 0, 0 };
+    static const unsigned char gif[] = { 'G', 'I', 'F', '8', '9', 'a', 0x10, 0x00, 0x20, 0x00, 0 };
+    static const unsigned char vp8[30] = { 'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P', 'V',
+        'P', '8', ' ', 0, 0, 0, 0, 0, 0, 0, 0x9d, 0x01, 0x2a, 0x40, 0x01, 0xf0, 0x00 };
+    /* VP8L: 0x2f, then 14 bits width-1 = 99, 14 bits height-1 = 49 */
+    unsigned char vp8l[25] = { 'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8',
+        'L', 0, 0, 0, 0, 0x2f };
+    static const unsigned char vp8x[30] = { 'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P',
+        'V', 'P', '8', 'X', 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0x03, 0, 0xff, 0x01, 0 };
+    uint32_t w, h, bits = 99u | 49u << 14;
+    vp8l[21] = (unsigned char)bits;
+    vp8l[22] = (unsigned char)(bits >> 8);
+    vp8l[23] = (unsigned char)(bits >> 16);
+    vp8l[24] = (unsigned char)(bits >> 24);
+    CHECK(n == 74);
+    CHECK(strcmp(coai_image_sniff(png, (size_t)n, &w, &h), "image/png") == 0 && w == 3 && h == 2);
+    CHECK(strcmp(coai_image_sniff(png, 20, &w, &h), "image/png") == 0 && w == 0 && h == 0);
+    CHECK(strcmp(coai_image_sniff(jpg, sizeof jpg, &w, &h), "image/jpeg") == 0);
+    CHECKF(w == 640 && h == 480, "%u x %u", w, h);
+    CHECK(strcmp(coai_image_sniff(jpg, 28, &w, &h), "image/jpeg") == 0 && w == 0);
+    CHECK(strcmp(coai_image_sniff(jpg_sos, sizeof jpg_sos, &w, &h), "image/jpeg") == 0 && !w);
+    CHECK(strcmp(coai_image_sniff(gif, sizeof gif, &w, &h), "image/gif") == 0 && w == 16 && h == 32);
+    CHECK(strcmp(coai_image_sniff(vp8, sizeof vp8, &w, &h), "image/webp") == 0);
+    CHECKF(w == 320 && h == 240, "%u x %u", w, h);
+    CHECK(strcmp(coai_image_sniff(vp8l, sizeof vp8l, &w, &h), "image/webp") == 0);
+    CHECKF(w == 100 && h == 50, "%u x %u", w, h);
+    CHECK(strcmp(coai_image_sniff(vp8x, sizeof vp8x, &w, &h), "image/webp") == 0);
+    CHECKF(w == 1024 && h == 512, "%u x %u", w, h);
+    CHECK(coai_image_sniff((const unsigned char *)"BM\x00\x00", 4, &w, &h) == NULL);
+    CHECK(coai_image_sniff((const unsigned char *)"%PDF-1.4", 8, NULL, NULL) == NULL);
+    CHECK(coai_image_sniff(png, 0, &w, &h) == NULL && w == 0);
+}
+
+static void test_image_url(void)
+{
+    coai_image im, im2;
+    coai_error e;
+    coai_buf u = { 0 };
+    coai_buf_printf(&u, "data:image/jpeg;base64,%s", PNG_B64);   /* declared type is not used */
+    CHECK(coai_image_from_url(&im, coai_str_c((char *)u.data), 0, "p", &e) == 0);
+    CHECK(strcmp(im.mime, "image/png") == 0 && im.len == 74 && im.width == 3 && im.height == 2);
+    CHECK(strlen(im.uuid) == 36 && im.uuid[14] == '4');
+    /* line-wrapped base64 is fine, and the same bytes give the same uuid */
+    coai_buf_reset(&u);
+    coai_buf_printf(&u, "data:image/png;base64,%.20s\r\n %s", PNG_B64, PNG_B64 + 20);
+    CHECK(coai_image_from_url(&im2, coai_str_c((char *)u.data), 0, "p", &e) == 0);
+    CHECK(strcmp(im.uuid, im2.uuid) == 0 && im2.len == 74);
+    coai_image_free(&im2);
+    coai_image_free(&im);
+    CHECK(coai_image_from_url(&im, S_("https://example.com/a.png"), 0, "x.url", &e)
+          == COAI_ERR_INVALID);
+    CHECK(e.status == 400 && strcmp(e.code, "image_url_not_supported") == 0);
+    CHECK(strcmp(e.param, "x.url") == 0 && strstr(e.message, "not fetched") != NULL);
+    CHECK(im.data == NULL);
+    CHECK(coai_image_from_url(&im, S_("HTTP://example.com/a.png"), 0, "x", &e) < 0);
+    CHECK(strcmp(e.code, "image_url_not_supported") == 0);
+    CHECK(coai_image_from_url(&im, S_("file:///etc/passwd"), 0, "x", &e) == COAI_ERR_INVALID);
+    CHECK(strcmp(e.code, "invalid_image_url") == 0);
+    CHECK(coai_image_from_url(&im, S_("data:text/plain;base64,QUJD"), 0, "x", &e) < 0);
+    CHECK(strcmp(e.code, "invalid_image_format") == 0);
+    CHECK(coai_image_from_url(&im, S_("data:image/png;base64,QUJD"), 0, "x", &e) < 0);
+    CHECK(strcmp(e.code, "invalid_image_format") == 0 && strstr(e.message, "not a JPEG"));
+    CHECK(coai_image_from_url(&im, S_("data:image/png;base64,Q!JD"), 0, "x", &e) < 0);
+    CHECK(strcmp(e.code, "invalid_image_url") == 0 && e.status == 400);
+    CHECK(coai_image_from_url(&im, S_("data:image/png;base64,"), 0, "x", &e) < 0);
+    CHECK(e.status == 400);
+    /* the cap: 74 bytes do not fit in 73; refused before decoding when clearly over */
+    coai_buf_reset(&u);
+    coai_buf_printf(&u, "data:image/png;base64,%s", PNG_B64);
+    CHECK(coai_image_from_url(&im, coai_str_c((char *)u.data), 73, "x", &e) == COAI_ERR_TOO_BIG);
+    CHECK(e.status == 413 && strcmp(e.code, "image_too_large") == 0 && strstr(e.message, "73"));
+    CHECK(coai_image_from_url(&im, coai_str_c((char *)u.data), 10, "x", &e) == COAI_ERR_TOO_BIG);
+    CHECK(coai_image_from_url(&im, coai_str_c((char *)u.data), 74, "x", &e) == 0);
+    coai_image_free(&im);
+    coai_buf_free(&u);
+}
+
+/* Find field `num` (length-delimited) at the top level of p[0..n). */
+static int pb_find(const unsigned char *p, size_t n, uint32_t num, const unsigned char **out,
+                   size_t *on)
+{
+    size_t pos = 0;
+    pbw_field f;
+    while (pbw_next(p, n, &pos, &f) == 1)
+        if (f.num == num && f.wire == 2) { *out = f.p; *on = f.n; return 1; }
+    return 0;
+}
+
+static void test_image_request(void)
+{
+    coai_chat_request q;
+    coai_error e;
+    coai_buf b = { 0 }, msg = { 0 };
+    coai_run_params rp;
+    const unsigned char *p;
+    size_t n;
+    uint64_t v;
+    coai_image_limits lim;
+    /* an image in an earlier user message becomes a marker; the newest one's is sent */
+    coai_buf_printf(&b, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
+                    "\"text\":\"first\"},{\"type\":\"image_url\",\"image_url\":{\"url\":"
+                    "\"https://old.example/a.png\"}}]},{\"role\":\"assistant\",\"content\":\"ok\"},"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"what is this\"},"
+                    "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,%s\","
+                    "\"detail\":\"high\"}},{\"type\":\"image_url\",\"image_url\":"
+                    "\"data:image/png;base64,%s\"}]}]}", PNG_B64, PNG_B64);
+    CHECKF(coai_chat_request_parse(&q, (char *)b.data, b.len, &e) == 0, "%s", e.message);
+    CHECK(q.image_count == 2 && q.images[0].width == 3 && q.images[1].len == 74);
+    CHECKF(strcmp((char *)q.prompt.data, "User: first\n[image omitted: attached to an earlier "
+                  "message]\n\nAssistant: ok\n\nUser: what is this") == 0, "%s",
+           (char *)q.prompt.data);
+    memset(&rp, 0, sizeof rp);
+    coai_chat_request_params(&q, &rp);
+    rp.model_id = S_("m");
+    rp.message_id = S_("11111111-1111-4111-8111-111111111111");
+    CHECK(rp.image_count == 2);
+    CHECK(coai_encode_run_request(&msg, &rp) == COAI_OK);
+    /* AgentClientMessage.1 run_request .2 action .1 user_message_action .1 user_message .3 */
+    CHECK(pbw_walk(msg.data, msg.len));
+    CHECK(pb_find(msg.data, msg.len, 1, &p, &n) && pb_find(p, n, 2, &p, &n)
+          && pb_find(p, n, 1, &p, &n) && pb_find(p, n, 1, &p, &n));
+    {
+        const unsigned char *sc, *si, *d;
+        size_t scn, sin, dn, pos = 0, count = 0;
+        pbw_field f;
+        CHECK(pb_find(p, n, 3, &sc, &scn));
+        while (pbw_next(sc, scn, &pos, &f) == 1) {
+            CHECK(f.num == 1 && f.wire == 2);
+            count++;
+        }
+        CHECK(count == 2);
+        CHECK(pb_find(sc, scn, 1, &si, &sin));
+        CHECK(pb_find(si, sin, 8, &d, &dn) && dn == 74 && memcmp(d, "\x89PNG", 4) == 0);
+        CHECK(pb_find(si, sin, 7, &d, &dn) && dn == 9 && memcmp(d, "image/png", 9) == 0);
+        CHECK(pb_find(si, sin, 2, &d, &dn) && dn == 36);
+        CHECK(pb_find(si, sin, 4, &d, &dn) && dn == 4);   /* {1: 3, 2: 2} */
+        CHECK(pbw_varint(d + 1, 1, &v) == 1 && v == 3 && pbw_varint(d + 3, 1, &v) == 1 && v == 2);
+        CHECK(!pb_find(si, sin, 1, &d, &dn));              /* never a blob id */
+    }
+    coai_buf_free(&msg);
+    coai_chat_request_free(&q);
+
+    /* without images the run request has no selected_context (the original's bytes) */
+    CHECK(coai_chat_request_parse(&q, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                                  45, &e) == 0);
+    memset(&rp, 0, sizeof rp);
+    coai_chat_request_params(&q, &rp);
+    CHECK(coai_encode_run_request(&msg, &rp) == COAI_OK);
+    CHECK(pb_find(msg.data, msg.len, 1, &p, &n) && pb_find(p, n, 2, &p, &n)
+          && pb_find(p, n, 1, &p, &n) && pb_find(p, n, 1, &p, &n) && !pb_find(p, n, 3, &p, &n));
+    coai_buf_free(&msg);
+    coai_chat_request_free(&q);
+
+    /* caps: count and total, configurable per request */
+    memset(&lim, 0, sizeof lim);
+    lim.max_count = 1;
+    CHECK(coai_chat_request_parse_ex(&q, (char *)b.data, b.len, &lim, &e) == COAI_ERR_INVALID);
+    CHECKF(e.status == 400 && strcmp(e.param, "messages[2].content") == 0
+           && strstr(e.message, "at most 1"), "%s", e.message);
+    lim.max_count = 0;
+    lim.max_total = 100;
+    CHECK(coai_chat_request_parse_ex(&q, (char *)b.data, b.len, &lim, &e) == COAI_ERR_TOO_BIG);
+    CHECK(e.status == 413 && strcmp(e.code, "images_too_large") == 0);
+    lim.max_total = 0;
+    lim.max_bytes = 50;
+    CHECK(coai_chat_request_parse_ex(&q, (char *)b.data, b.len, &lim, &e) == COAI_ERR_TOO_BIG);
+    CHECKF(e.status == 413 && strcmp(e.param, "messages[2].content[1].image_url.url") == 0,
+           "%s", e.param);
+    coai_buf_free(&b);
+}
+
+static int parse_err(const char *body, coai_error *e)
+{
+    coai_chat_request q;
+    int rc = coai_chat_request_parse(&q, body, strlen(body), e);
+    coai_chat_request_free(&q);
+    return rc;
+}
+
+/* Unknown content parts are refused with the part named (issue 16). */
+static void test_unknown_parts(void)
+{
+    coai_error e;
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":"
+                    "\"hi\"},{\"type\":\"input_audio\",\"input_audio\":{\"data\":\"AA\"}}]}]}",
+                    &e) == COAI_ERR_INVALID);
+    CHECK(e.status == 400 && strcmp(e.param, "messages[0].content[1].type") == 0);
+    CHECKF(strstr(e.message, "'input_audio' is not supported") != NULL, "%s", e.message);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]}",
+                    &e) == COAI_ERR_INVALID && strcmp(e.param, "messages[0].content[0].type") == 0);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"file\",\"file\":"
+                    "{}}]}]}", &e) == COAI_ERR_INVALID);
+    /* images only in user messages; refusal only in assistant messages */
+    CHECK(parse_err("{\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"image_url\","
+                    "\"image_url\":{\"url\":\"data:,\"}}]},{\"role\":\"user\",\"content\":\"x\"}]}",
+                    &e) == COAI_ERR_INVALID && strcmp(e.param, "messages[0].content[0].type") == 0);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"refusal\","
+                    "\"refusal\":\"no\"}]}]}", &e) == COAI_ERR_INVALID);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+                    "\"content\":[{\"type\":\"refusal\",\"refusal\":\"no\"}]},{\"role\":\"user\","
+                    "\"content\":\"again\"}]}", &e) == 0);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+                    "\"image_url\":{}}]}]}", &e) == COAI_ERR_INVALID);
+    CHECK(strcmp(e.param, "messages[0].content[0].image_url.url") == 0);
+}
+
 int main(void)
 {
     test_usage_plan();
     test_usage_shapes();
     test_iso8601();
     test_limit_message();
+    test_data_url();
+    test_sniff();
+    test_image_url();
+    test_image_request();
+    test_unknown_parts();
     TEST_END();
 }

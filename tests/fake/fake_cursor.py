@@ -748,6 +748,7 @@ def h_append(conn, req, rec):
                     S.error(b, request_id=rid)
                 return connect_error(conn, 400, "invalid_argument", "; ".join(bad))
             run.run_request = msg
+            check_images(run)
             pick_scenario(run)
         elif msg.get("type") == "run_request":
             S.error("run_request at append_seqno %d" % seq, request_id=rid)
@@ -765,6 +766,82 @@ def h_append(conn, req, rec):
                              fail.get("message", ""))
     conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
     return 200
+
+
+def image_facts(data):
+    """(mime, width, height, problem) from the bytes, decoded here independently of the proxy:
+    PNG chunks with CRCs and the zlib image data inflated to exactly height * (1 + width * bpp)
+    bytes; GIF/JPEG/WebP by magic and header."""
+    import struct
+    import zlib
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        pos, w, h, idat, bpp = 8, None, None, b"", None
+        while pos + 12 <= len(data):
+            ln, = struct.unpack(">I", data[pos:pos + 4])
+            typ, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + ln]
+            crc, = struct.unpack(">I", data[pos + 8 + ln:pos + 12 + ln] or b"\0\0\0\0")
+            if len(body) != ln or zlib.crc32(typ + body) & 0xffffffff != crc:
+                return "image/png", w, h, "bad chunk %r" % typ
+            if typ == b"IHDR":
+                w, h, depth, color = struct.unpack(">IIBB", body[:10])
+                bpp = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(color, 0) * max(1, depth // 8)
+            elif typ == b"IDAT":
+                idat += body
+            elif typ == b"IEND":
+                break
+            pos += 12 + ln
+        try:
+            raw = zlib.decompress(idat)
+        except zlib.error as e:
+            return "image/png", w, h, "IDAT does not inflate: %s" % e
+        if w is None or len(raw) != h * (1 + w * bpp):
+            return "image/png", w, h, "pixel data is %d bytes" % len(raw)
+        return "image/png", w, h, None
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg", None, None, None
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif", data[6] | data[7] << 8, data[8] | data[9] << 8, None
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp", None, None, None
+    return None, None, None, "not an image Cursor takes"
+
+
+def check_images(run):
+    """What the real server would refuse: blob ids it never saw ("Image not found"), empty or
+    non-image data, a mime type that does not match the bytes, wrong dimensions."""
+    for i, im in enumerate(run.run_request.get("images") or []):
+        if "unexpected_field" in im:
+            S.error("SelectedContext field %d is not selected_images" % im["unexpected_field"],
+                    request_id=run.rid)
+            continue
+        if im["has_blob_id"] or im["has_blob_id_with_data"]:
+            S.error("image %d uses a blob id: Image not found" % i, request_id=run.rid)
+        data = im.pop("_data", None)    # raw bytes stay out of the JSON records
+        if not data:
+            S.error("image %d has no data (field 8)" % i, request_id=run.rid)
+            continue
+        mime, w, h, problem = image_facts(data)
+        if problem:
+            S.error("image %d: %s" % (i, problem), request_id=run.rid)
+        if im["mime_type"] != mime:
+            S.error("image %d: mime_type %r but the bytes are %r" % (i, im["mime_type"], mime),
+                    request_id=run.rid)
+        if w is not None and (im["width"], im["height"]) not in ((w, h), (None, None)):
+            S.error("image %d: dimension %sx%s but the image is %dx%d"
+                    % (i, im["width"], im["height"], w, h), request_id=run.rid)
+        if not UUID_RE.match(im["uuid"]):
+            S.error("image %d: uuid %r is not a UUID" % (i, im["uuid"]), request_id=run.rid)
+
+
+def images_text(run):
+    """The echo_images answer: what arrived, so a client can check it end to end."""
+    ims = run.run_request.get("images") or []
+    parts = []
+    for im in ims:
+        parts.append("%s %sx%s %sB sha256:%s" % (im.get("mime_type"), im.get("width"),
+                                                im.get("height"), im.get("data_len"),
+                                                (im.get("data_sha256") or "-")[:16]))
+    return "IMAGES %d: %s" % (len(ims), "; ".join(parts))
 
 
 def pick_scenario(run):
@@ -906,6 +983,8 @@ def _send(ctx, data, split=0):
 def build_frame(st, run):
     """One step -> frame bytes (or None if the op is not a plain frame)."""
     op = st["op"]
+    if op == "images_text":     # what arrived in selected_context (see images_text())
+        return pb.envelope(pb.m_text(images_text(run)))
     if op == "text":
         # text_hex: raw bytes (e.g. half of a UTF-8 character); repeat: one big delta
         t = bytes.fromhex(st["text_hex"]) if "text_hex" in st else st["text"]
