@@ -74,6 +74,30 @@
  *       coai_http_parse_request(buf, len, &rq, &status);    // strict HTTP/1.1 heads
  *       coai_http_host_allowed(rq.host, extra, n, port);    // DNS-rebinding guard
  *
+ * DIALECTS (one core, several client APIs)
+ *   A client API ("dialect": OpenAI Chat Completions, Anthropic Messages, ...) is three
+ *   things: a parser (body -> coai_request, the dialect-neutral request: a conversation
+ *   of coai_message with roles SYSTEM / USER / ASSISTANT / TOOL, text / image / thinking
+ *   parts, earlier tool calls (coai_call) and tool results with is_error; tools with
+ *   their schemas; model, stream flag, tool_choice, limits), a writer (the reply's event
+ *   sequence - begin, text and reasoning deltas, a tool call, the end with a coai_finish
+ *   and coai_usage, an error, keepalives - spelled the dialect's way), and a route in
+ *   server.c. Everything in between is the core and is written once: the §11.1 prompt,
+ *   the run request, the KV store, exec -> tool mapping, the commit rule, the error
+ *   classification and usage.
+ *       coai_request_parse(&req, COAI_DIALECT_ANTHROPIC, body, n, &err);  // parser
+ *       coai_request_params(&req, &rp);                                  // core
+ *       coai_reply_opts_from_request(&o, &req);     // o.dialect selects the writer
+ *       coai_reply_init(&r, &o); ... feed it as in QUICK START 2 ...
+ *       // errors before any reply: status coai_error_status_as(&err, req.dialect),
+ *       // body coai_error_write_as(&b, &err, req.dialect)
+ *   Adding a dialect: a COAI_DIALECT_* value, a parse function that validates the body,
+ *   fills the neutral fields and ends with coai__request_finish(), a coai__writer
+ *   (init, begin, delta, tool_call, end, body, error, keepalive), one row in
+ *   coai__dialects (PART:DIALECTS impl) and a route in server.c. The OpenAI Chat
+ *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
+ *   that dialect's parser and wrappers, kept as they were.
+ *
  * CONVENTIONS
  *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";
  *     errors are negative; coai_result_str() names each. Functions documented as
@@ -1022,36 +1046,139 @@ void coai_error_from_status(const coai_status *st, coai_error *e);
  * {"code","message"} or anything else (at most 200 sanitized characters are quoted). */
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e);
 
-/* A validated chat request. Zero-init before parse; free with coai_chat_request_free. */
-typedef struct coai_chat_request {
+/* ---- The dialect-neutral request ------------------------------------------------
+ * Every client API ("dialect") is parsed into one coai_request: the conversation
+ * (messages with roles, text / image / thinking parts, earlier tool calls, tool
+ * results), the tools with their schemas, the model, the stream flag and the limits.
+ * The core turns it into a Cursor run (coai_request_params: the §11.1 prompt and the
+ * tools) and a coai_reply turns Cursor's events back into the same dialect. A dialect
+ * is a parser (body -> coai_request), a writer (reply events -> bytes, inside
+ * coai_reply) and a route in server.c; see DIALECTS in the header comment. */
+
+typedef enum coai_dialect {
+    COAI_DIALECT_OPENAI_CHAT = 0,   /* POST /v1/chat/completions (zero-init default) */
+    COAI_DIALECT_ANTHROPIC = 1,     /* POST /v1/messages */
+    COAI_DIALECT_COUNT_             /* private: number of dialects */
+} coai_dialect;
+
+typedef enum coai_role {
+    COAI_ROLE_SYSTEM = 0,      /* system / developer instructions */
+    COAI_ROLE_USER,
+    COAI_ROLE_ASSISTANT,
+    COAI_ROLE_TOOL             /* one tool result (tool_call_id, is_error, parts) */
+} coai_role;
+
+typedef enum coai_part_kind {
+    COAI_PART_TEXT = 0,        /* text */
+    COAI_PART_IMAGE,           /* media_type + data (base64) or url (as the client sent it) */
+    COAI_PART_THINKING         /* text: earlier reasoning sent back (not part of the prompt) */
+} coai_part_kind;
+
+typedef struct coai_part {
+    coai_part_kind kind;
+    coai_str text;             /* TEXT, THINKING */
+    coai_str media_type;       /* IMAGE: e.g. "image/png"; may be empty */
+    coai_str data;             /* IMAGE: base64 bytes; empty when url is used */
+    coai_str url;              /* IMAGE: URL as given (data: URLs included); may be empty */
+} coai_part;
+
+/* A tool call the assistant made earlier in the conversation. */
+typedef struct coai_call {
+    coai_str id;               /* the call id the client keeps */
+    coai_str name;             /* tool name */
+    coai_str args;             /* arguments as JSON text, as the client sent them */
+} coai_call;
+
+typedef struct coai_message {
+    coai_role role;
+    const coai_part *parts;    /* in order; NULL when part_count is 0 */
+    size_t part_count;
+    const coai_call *calls;    /* ASSISTANT: tool calls, NULL when call_count is 0 */
+    size_t call_count;
+    coai_str tool_call_id;     /* TOOL: the call this result answers */
+    int is_error;              /* TOOL: the tool failed */
+} coai_message;
+
+typedef enum coai_tool_choice {
+    COAI_TOOL_CHOICE_AUTO = 0, /* the model decides (also: not given) */
+    COAI_TOOL_CHOICE_NONE,     /* no tools: the run gets none (tools_disabled) */
+    COAI_TOOL_CHOICE_ANY,      /* OpenAI "required", Anthropic "any" */
+    COAI_TOOL_CHOICE_TOOL      /* one named tool (tool_choice_name) */
+} coai_tool_choice;
+
+/* A validated request of any dialect. Zero-init before parse; free with
+ * coai_request_free. Views point into the parsed body or into memory the request
+ * owns, and live until coai_request_free(). */
+typedef struct coai_request {
+    coai_dialect dialect;      /* which parser filled it (which writer answers it) */
     coai_str model;            /* as requested; "auto" when missing, null or "" */
     int stream;                /* stream: true */
-    int include_usage;         /* stream_options.include_usage (only when streaming) */
+    int include_usage;         /* OpenAI stream_options.include_usage (only when streaming) */
     int tools_disabled;        /* tool_choice "none": tools parsed but not used */
     coai_tool *tools;          /* heap array, views into the tree; NULL when none used */
     size_t tool_count;         /* 0 when tools_disabled */
     coai_buf prompt;           /* flattened conversation (spec §11.1), NUL-terminated */
     coai_str session_id;       /* <S> of the newest "sess_<S>__call_" id in the history */
-    int has_tool_messages;     /* some message has role "tool" */
-    struct coai_image *images; /* heap array: the newest user message's images (IMAGE part) */
+    int has_tool_messages;     /* some message has role "tool" (a tool result) */
+    /* the conversation and the options, dialect-neutral */
+    const coai_message *messages;  /* in order, system messages included */
+    size_t message_count;
+    coai_tool_choice tool_choice;
+    coai_str tool_choice_name; /* COAI_TOOL_CHOICE_TOOL: the tool's name */
+    int64_t max_tokens;        /* output limit asked for; 0 = none given */
+    const coai_str *stop;      /* stop sequences; NULL when stop_count is 0 */
+    size_t stop_count;
+    int thinking;              /* -1 not given, 0 disabled, 1 enabled (or adaptive) */
+    int64_t thinking_budget;   /* budget_tokens when given, else 0 */
+    coai_str conversation_key; /* set by the caller: a client session id (e.g. Claude
+                                * Code's x-claude-code-session-id); empty = none */
+    struct coai_image *images; /* decoded images of the newest user message (IMAGE part) */
     size_t image_count;
-    struct cJSON *root_;       /* private: the parsed body, owns all views */
-} coai_chat_request;
+    struct cJSON *root_;       /* private: the parsed body, owns most views */
+    coai_buf mem_;             /* private: pointers to heap blocks the request owns */
+} coai_request;
 
-/* Parse and validate. 0 on success; on failure a negative coai_result (COAI_ERR_UTF8,
- * COAI_ERR_JSON, COAI_ERR_INVALID, COAI_ERR_NOMEM) and *err filled (400, or 500 for
- * memory). The request is left empty on failure (free is still safe). */
+/* The OpenAI Chat Completions request is the neutral request (same type, old name). */
+typedef coai_request coai_chat_request;
+
+/* Parse and validate a body of the given dialect. 0 on success; on failure a negative
+ * coai_result (COAI_ERR_UTF8, COAI_ERR_JSON, COAI_ERR_INVALID, COAI_ERR_NOMEM) and *err
+ * filled (400, or 500 for memory; write it with coai_error_write_as). The request is
+ * left empty on failure (free is still safe). */
+int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
+                       coai_error *err);
+/* The same with image caps (NULL or 0 members: the COAI_MAX_IMAGE* defaults). Every parse
+ * decodes the images of the newest user message into req->images (IMAGE part): a bad or
+ * oversized image is a 400 / 413 naming the part. */
+int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
+                          const struct coai_image_limits *lim, coai_error *err);
+void coai_request_free(coai_request *req);
+/* Set p->prompt, p->tools, p->tool_count and p->images from req (views into req). */
+void coai_request_params(const coai_request *req, coai_run_params *p);
+/* Flatten a neutral conversation (spec §11.1) into out: system texts first (joined by
+ * "\n"), then "User: ", "Assistant: " (with "[Called tool: name(args)]" lines) and
+ * "[Tool result for id]: " turns separated by a blank line, and the continuation line
+ * when any tool result is present. Text parts of one message are joined by "\n";
+ * images and thinking are not part of the text. 0 ok, -1 fail. */
+int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t count);
+
+/* OpenAI Chat Completions: coai_request_parse(req, COAI_DIALECT_OPENAI_CHAT, ...). */
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err);
-/* The same with image caps (NULL or 0 members: the COAI_MAX_IMAGE* defaults). */
-int coai_chat_request_parse_ex(coai_chat_request *req, const char *body, size_t n,
-                               const struct coai_image_limits *lim, coai_error *err);
 void coai_chat_request_free(coai_chat_request *req);
-/* Set p->prompt, p->tools and p->tool_count from req (views into req). */
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
-/* Flatten an OpenAI messages array (spec §11.1) into out. Values of the wrong type
- * count as empty text. 0 ok, -1 fail. */
+/* Flatten an OpenAI messages array (spec §11.1) into out without validating it (values
+ * of the wrong type count as empty text). 0 ok, -1 fail. */
 int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
+
+/* The error in a dialect's shape: OpenAI {"error":{"message","type","param","code"}};
+ * Anthropic {"type":"error","error":{"type","message"}} with Anthropic's type names
+ * (invalid_request_error, authentication_error, permission_error, not_found_error,
+ * request_too_large, rate_limit_error, api_error, overloaded_error). 0 ok, -1 fail. */
+int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d);
+/* The HTTP status a dialect answers e with: e->status, except Anthropic, which has
+ * 529 for an overloaded or unavailable upstream (503) and 500 for other 5xx. */
+int coai_error_status_as(const coai_error *e, coai_dialect d);
 
 /* Models from GetUsableModels. Views point into the parsed tree (root_). */
 typedef struct coai_model {
@@ -1098,9 +1225,10 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count
 typedef int (*coai_upstream_fn)(void *user, const unsigned char *msg, size_t n);
 
 typedef struct coai_reply_opts {
-    int stream;                /* SSE (1) or one chat.completion JSON (0) */
+    coai_dialect dialect;      /* the writer: OpenAI chat (0, default), Anthropic, ... */
+    int stream;                /* SSE (1) or one JSON object (0) */
     int include_usage;         /* stream_options.include_usage */
-    coai_str completion_id;    /* "chatcmpl-<hex>" */
+    coai_str completion_id;    /* "chatcmpl-<hex>" (OpenAI), "msg_<..>" (Anthropic) */
     int64_t created;           /* unix seconds */
     coai_str model;            /* resolved model id shown in every chunk */
     const coai_tool *tools;    /* the client's tools (after tool_choice); may be NULL */
@@ -1113,10 +1241,26 @@ typedef struct coai_reply_opts {
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
 } coai_reply_opts;
 
-/* Copy stream, include_usage, tools, session_id and prompt from a parsed request. */
-void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req);
+/* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
+ * request. */
+void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req);
 
 typedef struct coai_reply_kv coai_reply_kv;
+
+/* Why a reply ended; each writer spells it (OpenAI finish_reason, Anthropic stop_reason). */
+typedef enum coai_finish {
+    COAI_FINISH_STOP = 0,      /* the turn ended: "stop" / "end_turn" */
+    COAI_FINISH_TOOL_CALLS,    /* a tool call ends the reply: "tool_calls" / "tool_use" */
+    COAI_FINISH_LENGTH,        /* output limit reached: "length" / "max_tokens" */
+    COAI_FINISH_STOP_SEQUENCE  /* a stop sequence matched: "stop" / "stop_sequence" */
+} coai_finish;
+
+/* Token counts of a reply. input_tokens counts the whole prompt, cached parts included;
+ * cache_* are the parts of it Cursor reported as read from / written to its cache (0 when
+ * unknown). Writers that list them separately (Anthropic) subtract them from input. */
+typedef struct coai_usage {
+    int64_t input_tokens, output_tokens, cache_read_tokens, cache_write_tokens;
+} coai_usage;
 
 typedef struct coai_reply {
     coai_buf out;              /* client body bytes to send; the caller drains it */
@@ -1140,6 +1284,11 @@ typedef struct coai_reply {
     coai_reply_kv *kv_;
     size_t kv_count_, kv_cap_, kv_bytes_;
     coai_buf fallback_;        /* kept assistant texts: [u32 length][bytes]... */
+    /* the dialect writer and its state */
+    const struct coai__writer *w_;
+    coai_finish finish_;       /* how the reply ended (valid once done without error) */
+    int64_t cache_read_, cache_write_;  /* cache token counts when Cursor sends them */
+    int block_, block_open_;   /* Anthropic: next content block index, open block kind */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1161,6 +1310,8 @@ int coai_reply_done(const coai_reply *r);
  * for a result it will not get, so close it rather than read it to its end. */
 int coai_reply_tool_called(const coai_reply *r);
 int coai_reply_status(const coai_reply *r);   /* HTTP status to send (200 or error) */
+/* Usage as the reply reports it (Cursor's counts when it sent them, else estimates). */
+void coai_reply_usage(const coai_reply *r, coai_usage *u);
 /* Append the response header lines this reply needs ("Content-Type: ..\r\n",
  * "Cache-Control: no-cache\r\n" for SSE, "x-should-retry: false\r\n",
  * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
@@ -1168,7 +1319,7 @@ int coai_reply_head(const coai_reply *r, coai_buf *out);
 /* PART:OPENAI api end */
 
 /* ======================================================================== */
-/* PART:USAGE api (Cursor plan and current-period usage)                    */
+/* PART:QUOTA api (Cursor plan and current-period usage)                    */
 /* ======================================================================== */
 /* Reads the two Connect-JSON answers of Cursor's dashboard service
  * (aiserver.v1.DashboardService/GetCurrentPeriodUsage and, optionally, GetPlanInfo; both
@@ -1176,7 +1327,7 @@ int coai_reply_head(const coai_reply *r, coai_buf *out);
  * GET /v1/usage and `cursor-oai usage --json`, a few human lines, and one summary line.
  * Every upstream member is optional: int64s may come as JSON numbers or decimal strings
  * (proto3 JSON writes int64 as strings), amounts are integer cents, times are Unix
- * milliseconds. Unknown or malformed members read as unknown (COAI_USAGE_NONE), never as 0.
+ * milliseconds. Unknown or malformed members read as unknown (COAI_QUOTA_NONE), never as 0.
  *
  * Output JSON (every member always present; null when Cursor did not say):
  *   {"object":"cursor.usage",
@@ -1192,9 +1343,9 @@ int coai_reply_head(const coai_reply *r, coai_buf *out);
  * limit_reached: included remaining > 0 -> false; <= 0 -> true unless an on-demand limit
  * with money left exists; unknown remaining -> null (a percentage alone decides nothing). */
 
-#define COAI_USAGE_NONE INT64_MIN   /* "Cursor did not say" for every int64 member */
+#define COAI_QUOTA_NONE INT64_MIN   /* "Cursor did not say" for every int64 member */
 
-typedef struct coai_usage {
+typedef struct coai_quota {
     int64_t cycle_start_ms;        /* billingCycleStart */
     int64_t cycle_end_ms;          /* billingCycleEnd (= when the included usage resets) */
     int64_t used_cents;            /* planUsage.totalSpend */
@@ -1216,24 +1367,24 @@ typedef struct coai_usage {
     char plan_name[64];            /* GetPlanInfo planInfo.planName, "" = unknown */
     char plan_price[32];           /* planInfo.price, e.g. "$20/mo" */
     int64_t plan_included_cents;   /* planInfo.includedAmountCents */
-} coai_usage;
+} coai_quota;
 
 /* Fill *u from the GetCurrentPeriodUsage body (required: a JSON object, else
  * COAI_ERR_JSON and *u all unknown) and the GetPlanInfo body (plan may be NULL; a bad plan
  * body is ignored). Returns 0, COAI_ERR_JSON or COAI_ERR_NOMEM. */
-int coai_usage_parse(coai_usage *u, const char *period, size_t n, const char *plan, size_t pn);
+int coai_quota_parse(coai_quota *u, const char *period, size_t n, const char *plan, size_t pn);
 /* 1 limit reached, 0 not reached, -1 unknown (see above). */
-int coai_usage_limit_reached(const coai_usage *u);
+int coai_quota_limit_reached(const coai_quota *u);
 /* The JSON object above. 0 ok, -1 fail. */
-int coai_usage_write_json(coai_buf *out, const coai_usage *u);
+int coai_quota_write_json(coai_buf *out, const coai_quota *u);
 /* Human lines ("Plan: ...\n", "Billing cycle: ...\n", ...), relative times from now_ms. */
-int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms);
+int coai_quota_write_text(coai_buf *out, const coai_quota *u, int64_t now_ms);
 /* One line without newline, e.g. "$12.34 of $20.00 included usage used (62%), $7.66 left;
  * resets 2026-12-01 (in 6 days)". */
-int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms);
+int coai_quota_summary(coai_buf *out, const coai_quota *u, int64_t now_ms);
 /* "2026-12-01T00:00:00Z" for Unix ms (any int64; years outside 0..9999 are clamped). */
 void coai_iso8601(char out[21], int64_t ms);
-/* PART:USAGE api end */
+/* PART:QUOTA api end */
 
 /* ======================================================================== */
 /* PART:IMAGE api (data: URLs, image type and size from the header)          */
@@ -1285,6 +1436,10 @@ const char *coai_image_sniff(const unsigned char *p, size_t n, uint32_t *w, uint
  * checked before decoding; 500 for memory. Returns 0 or a negative coai_result. */
 int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const char *param,
                         coai_error *err);
+/* The same for a base64 payload with a declared media type (Anthropic's base64 source;
+ * type may be empty). */
+int coai_image_from_base64(coai_image *img, coai_str type, coai_str base64, size_t max_bytes,
+                           const char *param, coai_error *err);
 void coai_image_free(coai_image *img);
 /* SelectedContext body bytes for images[0..n) (field 1 per image), appended to out. */
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
@@ -4965,19 +5120,17 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
          * your usage limit" / "Usage limit" / ...): each distinct statement once, and our own
          * words only when Cursor's do not already say it is a limit. */
         char once[400];
+        const char *tag = st->error_name ? st->error_name : "grpc-status 8";
         coai__oa_status_once(st, once, sizeof once);
         if (!once[0])
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                           "You've hit your Cursor usage limit (%s)",
-                           st->error_name ? st->error_name : "grpc-status 8");
+                           "You've hit your Cursor usage limit (%s)", tag);
         else if (coai__oa_ci_contains(once, strlen(once), "limit"))
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                           "Cursor: %s (%s)", once,
-                           st->error_name ? st->error_name : "grpc-status 8");
+                           "Cursor: %s (%s)", once, tag);
         else
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                           "You've hit your Cursor usage limit: %s (%s)", once,
-                           st->error_name ? st->error_name : "grpc-status 8");
+                           "You've hit your Cursor usage limit: %s (%s)", once, tag);
         e->no_retry = 1;
     } else if (coai__oa_is_rate_error(err)) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
@@ -5159,12 +5312,8 @@ static const cJSON *coai__oa_get(const cJSON *o, const char *k)
 
 static int coai__oa_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
-#define COAI__OLD_IMAGE_MARKER "[image omitted: attached to an earlier message]"
-
 /* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
- * An assistant's "refusal" part counts as text. old_images = 1: each image_url part becomes
- * COAI__OLD_IMAGE_MARKER (images of earlier messages are not re-sent, see the IMAGE part);
- * 0: image parts add nothing (they travel as selected images). */
+ * An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
 static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
 {
     if (cJSON_IsString(content)) {
@@ -5181,7 +5330,7 @@ static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_i
                 first = 0;
             } else if (old_images && strcmp(ty, "image_url") == 0) {
                 if (!first) coai_buf_putc(out, '\n');
-                coai_buf_puts(out, COAI__OLD_IMAGE_MARKER);
+                coai_buf_puts(out, "[image omitted: attached to an earlier message]");
                 first = 0;
             }
         }
@@ -5194,7 +5343,7 @@ static int coai__oa_role_is(const cJSON *m, const char *role)
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
-/* The newest message with role "user" (its images are the ones sent), or NULL. */
+/* The newest message with role "user", or NULL. */
 static const cJSON *coai__oa_last_user(const cJSON *messages)
 {
     const cJSON *m, *last = NULL;
@@ -5307,6 +5456,231 @@ static int coai__oa_bad(coai_error *err, const char *param, const char *fmt, ...
     return COAI_ERR_INVALID;
 }
 
+/* ---- the neutral request (core) --------------------------------------------- */
+
+/* A zeroed heap block owned by the request (freed by coai_request_free). */
+static void *coai__req_alloc(coai_request *req, size_t n)
+{
+    void *p;
+    if (n == 0) n = 1;
+    p = calloc(1, n);
+    if (!p) return NULL;
+    if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return NULL; }
+    return p;
+}
+
+void coai_request_free(coai_request *req)
+{
+    size_t i, k = req->mem_.len / sizeof(void *);
+    for (i = 0; i < req->image_count; i++) coai_image_free(&req->images[i]);
+    free(req->images);
+    for (i = 0; i < k; i++) {
+        void *p;
+        memcpy(&p, req->mem_.data + i * sizeof p, sizeof p);
+        free(p);
+    }
+    coai_buf_free(&req->mem_);
+    cJSON_Delete(req->root_);
+    free(req->tools);
+    coai_buf_free(&req->prompt);
+    memset(req, 0, sizeof *req);
+}
+
+void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
+
+#define COAI__OLD_IMAGE_MARKER "[image omitted: attached to an earlier message]"
+
+/* Text parts joined by "\n". old_images = 1 (a user message before the newest one): each
+ * image part becomes COAI__OLD_IMAGE_MARKER, since only the newest user message's images
+ * are sent (IMAGE part); 0: images add no text (they travel as selected images). */
+static void coai__conv_text(coai_buf *out, const coai_message *m, int old_images)
+{
+    size_t i;
+    int first = 1;
+    for (i = 0; i < m->part_count; i++) {
+        if (m->parts[i].kind == COAI_PART_IMAGE && old_images) {
+            if (!first) coai_buf_putc(out, '\n');
+            coai_buf_puts(out, COAI__OLD_IMAGE_MARKER);
+            first = 0;
+            continue;
+        }
+        if (m->parts[i].kind != COAI_PART_TEXT) continue;
+        if (!first) coai_buf_putc(out, '\n');
+        coai__oa_put_str(out, m->parts[i].text);
+        first = 0;
+    }
+}
+
+/* Index of the newest USER message, or count when there is none. */
+static size_t coai__last_user(const coai_message *msgs, size_t count)
+{
+    size_t i, last = count;
+    for (i = 0; i < count; i++) if (msgs[i].role == COAI_ROLE_USER) last = i;
+    return last;
+}
+
+int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t count)
+{
+    size_t i, j, last_user = coai__last_user(msgs, count);
+    int nparts = 0, any_system = 0, any_tool = 0;
+    coai_buf t = { 0 };
+    for (i = 0; i < count; i++) {
+        if (msgs[i].role != COAI_ROLE_SYSTEM) continue;
+        if (any_system) coai_buf_putc(out, '\n');
+        coai__conv_text(out, &msgs[i], 0);
+        any_system = 1;
+    }
+    if (any_system) nparts = 1;
+    for (i = 0; i < count; i++) {
+        const coai_message *m = &msgs[i];
+        coai_buf_reset(&t);
+        coai__conv_text(&t, m, m->role == COAI_ROLE_USER && i != last_user);
+        if (m->role == COAI_ROLE_USER) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "User: ");
+            coai_buf_append(out, t.data, t.len);
+        } else if (m->role == COAI_ROLE_ASSISTANT) {
+            if (m->call_count) {
+                if (nparts++) coai_buf_puts(out, "\n\n");
+                coai_buf_puts(out, "Assistant: ");
+                if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
+                for (j = 0; j < m->call_count; j++) {
+                    if (j) coai_buf_putc(out, '\n');
+                    coai_buf_puts(out, "[Called tool: ");
+                    coai__oa_put_str(out, m->calls[j].name);
+                    coai_buf_putc(out, '(');
+                    coai__oa_put_str(out, m->calls[j].args);
+                    coai_buf_puts(out, ")]");
+                }
+            } else if (t.len) {
+                if (nparts++) coai_buf_puts(out, "\n\n");
+                coai_buf_puts(out, "Assistant: ");
+                coai_buf_append(out, t.data, t.len);
+            }
+        } else if (m->role == COAI_ROLE_TOOL) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, m->tool_call_id);
+            /* Only dialects with an error flag set it (Anthropic is_error). */
+            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
+            coai_buf_append(out, t.data, t.len);
+            any_tool = 1;
+        }
+    }
+    if (any_tool) {
+        if (nparts++) coai_buf_puts(out, "\n\n");
+        coai_buf_puts(out, "\nBased on the tool results above, please continue your response:");
+    }
+    if (t.err) out->err = 1;
+    coai_buf_free(&t);
+    if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
+    return out->err ? -1 : 0;
+}
+
+/* What every parser does last: the session id of the newest "sess_<S>__call_" id in
+ * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
+static int coai__request_finish(coai_request *req)
+{
+    size_t i, j;
+    for (i = req->message_count; i-- > 0 && !req->session_id.len;) {
+        const coai_message *m = &req->messages[i];
+        if (m->role == COAI_ROLE_TOOL) req->session_id = coai__oa_session_of(m->tool_call_id);
+        for (j = 0; j < m->call_count && !req->session_id.len; j++)
+            req->session_id = coai__oa_session_of(m->calls[j].id);
+    }
+    for (i = 0; i < req->message_count; i++)
+        if (req->messages[i].role == COAI_ROLE_TOOL) req->has_tool_messages = 1;
+    if (req->tool_choice == COAI_TOOL_CHOICE_NONE) {
+        req->tools_disabled = 1;
+        free(req->tools);
+        req->tools = NULL;
+        req->tool_count = 0;
+    }
+    if (req->mem_.err) return -1;
+    return coai_conversation_prompt(&req->prompt, req->messages, req->message_count);
+}
+
+void coai_request_params(const coai_request *req, coai_run_params *p)
+{
+    p->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
+    p->prompt.len = req->prompt.len;
+    p->tools = req->tool_count ? req->tools : NULL;
+    p->tool_count = req->tool_count;
+    p->images = req->image_count ? req->images : NULL;
+    p->image_count = req->image_count;
+}
+
+void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
+{
+    coai_request_params(req, p);
+}
+
+/* OpenAI messages (already validated) -> neutral messages. 0 ok, -1 no memory. */
+static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
+{
+    const cJSON *m;
+    size_t n = (size_t)cJSON_GetArraySize(messages), i = 0;
+    coai_message *out = (coai_message *)coai__req_alloc(req, n * sizeof *out);
+    if (!out) return -1;
+    cJSON_ArrayForEach(m, messages) {
+        coai_message *o = &out[i++];
+        const cJSON *content = coai__oa_get(m, "content"), *calls = coai__oa_get(m, "tool_calls");
+        if (coai__oa_role_is(m, "user")) o->role = COAI_ROLE_USER;
+        else if (coai__oa_role_is(m, "assistant")) o->role = COAI_ROLE_ASSISTANT;
+        else if (coai__oa_role_is(m, "tool")) o->role = COAI_ROLE_TOOL;
+        else o->role = COAI_ROLE_SYSTEM;                     /* system, developer */
+        if (cJSON_IsString(content)) {
+            coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
+            if (!p) return -1;
+            p->text = coai__oa_jstr(content);
+            o->parts = p;
+            o->part_count = 1;
+        } else if (cJSON_IsArray(content)) {
+            const cJSON *part;
+            size_t k = 0;
+            coai_part *p = (coai_part *)coai__req_alloc(
+                req, (size_t)cJSON_GetArraySize(content) * sizeof *p);
+            if (!p) return -1;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *t = coai__oa_get(part, "type");
+                if (!cJSON_IsString(t)) continue;
+                if (strcmp(t->valuestring, "text") == 0
+                    || strcmp(t->valuestring, "refusal") == 0) {
+                    p[k].kind = COAI_PART_TEXT;
+                    p[k++].text = coai__oa_jstr(coai__oa_get(part, t->valuestring));
+                } else if (strcmp(t->valuestring, "image_url") == 0) {
+                    const cJSON *u = coai__oa_get(part, "image_url");
+                    p[k].kind = COAI_PART_IMAGE;
+                    p[k++].url = coai__oa_jstr(cJSON_IsString(u) ? u : coai__oa_get(u, "url"));
+                }
+            }
+            o->parts = p;
+            o->part_count = k;
+        }
+        if (o->role == COAI_ROLE_TOOL)
+            o->tool_call_id = coai__oa_jstr(coai__oa_get(m, "tool_call_id"));
+        if (o->role == COAI_ROLE_ASSISTANT && cJSON_IsArray(calls)
+            && cJSON_GetArraySize(calls) > 0) {
+            const cJSON *c;
+            size_t k = 0;
+            coai_call *cs = (coai_call *)coai__req_alloc(
+                req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
+            if (!cs) return -1;
+            cJSON_ArrayForEach(c, calls) {
+                const cJSON *f = coai__oa_get(c, "function");
+                cs[k].id = coai__oa_jstr(coai__oa_get(c, "id"));
+                cs[k].name = coai__oa_jstr(coai__oa_get(f, "name"));
+                cs[k++].args = coai__oa_jstr(coai__oa_get(f, "arguments"));
+            }
+            o->calls = cs;
+            o->call_count = k;
+        }
+    }
+    req->messages = out;
+    req->message_count = n;
+    return 0;
+}
+
 /* Validate message i; path buffers sized for "messages[<i>].tool_calls[<j>]...". */
 static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
 {
@@ -5403,79 +5777,15 @@ static int coai__oa_has_nul_escape(const char *s, size_t n)
     return 0;
 }
 
-void coai_chat_request_free(coai_chat_request *req)
-{
-    size_t k;
-    for (k = 0; k < req->image_count; k++) coai_image_free(&req->images[k]);
-    free(req->images);
-    cJSON_Delete(req->root_);
-    free(req->tools);
-    coai_buf_free(&req->prompt);
-    memset(req, 0, sizeof *req);
-}
-
-/* Decode the images of the newest user message into req->images (caps: see IMAGE part). */
-static int coai__oa_images(coai_chat_request *req, const cJSON *messages,
-                           const coai_image_limits *lim, coai_error *err)
-{
-    size_t max_bytes = lim && lim->max_bytes ? lim->max_bytes : COAI_MAX_IMAGE_BYTES;
-    size_t max_count = lim && lim->max_count ? lim->max_count : COAI_MAX_IMAGES;
-    size_t max_total = lim && lim->max_total ? lim->max_total : COAI_MAX_IMAGES_BYTES;
-    const cJSON *m = coai__oa_last_user(messages), *content, *part;
-    size_t count = 0, total = 0;
-    int mi = 0, j = 0;
-    char p[96];
-    content = coai__oa_get(m, "content");
-    if (!cJSON_IsArray(content)) return 0;
-    cJSON_ArrayForEach(part, content) {
-        const cJSON *t = coai__oa_get(part, "type");
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "image_url") == 0) count++;
-    }
-    if (!count) return 0;
-    for (part = messages->child; part && part != m; part = part->next) mi++;
-    if (count > max_count) {
-        snprintf(p, sizeof p, "messages[%d].content", mi);
-        return coai__oa_bad(err, p, "%s has %zu images; at most %zu are accepted per request",
-                            p, count, max_count);
-    }
-    req->images = (coai_image *)calloc(count, sizeof *req->images);
-    if (!req->images) {
-        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
-        return COAI_ERR_NOMEM;
-    }
-    cJSON_ArrayForEach(part, content) {
-        const cJSON *t = coai__oa_get(part, "type"), *iu = coai__oa_get(part, "image_url");
-        int rc;
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "image_url") == 0) {
-            snprintf(p, sizeof p, "messages[%d].content[%d].image_url%s", mi, j,
-                     cJSON_IsString(iu) ? "" : ".url");
-            if (!cJSON_IsString(iu)) iu = coai__oa_get(iu, "url");
-            rc = coai_image_from_url(&req->images[req->image_count], coai__oa_jstr(iu),
-                                     max_bytes, p, err);
-            if (rc < 0) return rc;
-            total += req->images[req->image_count++].len;
-            if (total > max_total) {
-                snprintf(p, sizeof p, "messages[%d].content", mi);
-                coai_error_set(err, 413, "invalid_request_error", "images_too_large", p,
-                               "%s: the images together are larger than the limit of %zu "
-                               "bytes per request", p, max_total);
-                err->no_retry = 1;
-                return COAI_ERR_TOO_BIG;
-            }
-        }
-        j++;
-    }
-    return 0;
-}
-
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err)
 {
-    return coai_chat_request_parse_ex(req, body, n, NULL, err);
+    return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
 }
 
-int coai_chat_request_parse_ex(coai_chat_request *req, const char *body, size_t n,
-                               const coai_image_limits *lim, coai_error *err)
+/* The OpenAI Chat Completions parser (coai__dialects row). */
+static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
+                               coai_error *err)
 {
     const char *end = NULL;
     cJSON *root;
@@ -5549,20 +5859,6 @@ int coai_chat_request_parse_ex(coai_chat_request *req, const char *body, size_t 
         if (coai__oa_role_is(m, "tool")) req->has_tool_messages = 1;
         i++;
     }
-    /* Newest session id first (spec §8.3). */
-    for (m = messages->child ? messages->child->prev : NULL; m && !req->session_id.len;
-         m = m == messages->child ? NULL : m->prev) {
-        if (coai__oa_role_is(m, "tool")) {
-            req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
-        } else if (coai__oa_role_is(m, "assistant")) {
-            const cJSON *c, *calls = coai__oa_get(m, "tool_calls");
-            if (!cJSON_IsArray(calls)) continue;
-            cJSON_ArrayForEach(c, calls) {
-                req->session_id = coai__oa_session_of(coai__oa_jstr(coai__oa_get(c, "id")));
-                if (req->session_id.len) break;
-            }
-        }
-    }
     rc = COAI_ERR_INVALID;
     tools = coai__oa_get(root, "tools");
     if (tools && !cJSON_IsNull(tools)) {
@@ -5620,30 +5916,25 @@ int coai_chat_request_parse_ex(coai_chat_request *req, const char *body, size_t 
         req->tool_count = (size_t)count;
     }
     v = coai__oa_get(root, "tool_choice");
-    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0) {
-        req->tools_disabled = 1;
-        free(req->tools);
-        req->tools = NULL;
-        req->tool_count = 0;
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_NONE;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_ANY;
+    else if (cJSON_IsObject(v)) {
+        req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+        req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
     }
-    if ((rc = coai__oa_images(req, messages, lim, err)) < 0) goto fail;
-    if (coai_prompt_build(&req->prompt, messages)) { rc = COAI_ERR_NOMEM; goto nomem; }
+    req->thinking = -1;
+    if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
+        rc = COAI_ERR_NOMEM;
+        goto nomem;
+    }
     return 0;
 nomem:
     coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
 fail:
     coai_chat_request_free(req);
     return rc;
-}
-
-void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
-{
-    p->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
-    p->prompt.len = req->prompt.len;
-    p->tools = req->tool_count ? req->tools : NULL;
-    p->tool_count = req->tool_count;
-    p->images = req->image_count ? req->images : NULL;
-    p->image_count = req->image_count;
 }
 
 /* ---- models -------------------------------------------------------------- */
@@ -5952,8 +6243,28 @@ struct coai_reply_kv {
 
 #define COAI__OA_KV_OVERHEAD 64   /* bytes charged per blob on top of id + data */
 
-void coai_reply_opts_from_request(coai_reply_opts *o, const coai_chat_request *req)
+/* A dialect's writer: how the reply's event sequence is spelled. The core (coai_reply)
+ * decides when each event happens (commit rule, one tool call, errors, usage); a writer
+ * only appends bytes to r->out. Streaming: begin once (the commit), then delta /
+ * tool_call, then end or error. Non-streaming: body once, or the error body (written by
+ * coai_error_write_as). keepalive while the upstream is silent (after begin). */
+typedef struct coai__writer {
+    void (*init)(coai_reply *r);                                   /* at coai_reply_init */
+    void (*begin)(coai_reply *r);                                  /* stream: first bytes */
+    void (*delta)(coai_reply *r, int ch, const char *s, size_t n); /* 0 text, 1 reasoning */
+    void (*tool_call)(coai_reply *r);                     /* r->tc_id_/tc_name_/tc_args_ */
+    void (*end)(coai_reply *r, coai_finish f);                     /* stream: last events */
+    void (*body)(coai_reply *r, coai_finish f);                    /* non-stream: object */
+    void (*error)(coai_reply *r);                        /* stream, committed: r->error */
+    void (*keepalive)(coai_reply *r);
+} coai__writer;
+
+static const coai__writer *coai__writer_of(coai_dialect d);
+static int coai__reply_end(coai_reply *r, coai_finish f);
+
+void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req)
 {
+    o->dialect = req->dialect;
     o->stream = req->stream;
     o->include_usage = req->include_usage;
     o->tools = req->tool_count ? req->tools : NULL;
@@ -5997,12 +6308,9 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
     }
     r->session_[k] = 0;
     r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
-    coai_buf_puts(&r->prefix_, "{\"id\":");
-    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
-    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-                    o->stream ? "chat.completion.chunk" : "chat.completion",
-                    (long long)o->created);
-    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+    if ((unsigned)o->dialect >= COAI_DIALECT_COUNT_) r->o_.dialect = COAI_DIALECT_OPENAI_CHAT;
+    r->w_ = coai__writer_of(r->o_.dialect);
+    if (r->w_->init) r->w_->init(r);
     if (r->prefix_.err || coai_buf_reserve(&r->out, 0)) {
         coai_reply_free(r);
         return COAI_ERR_NOMEM;
@@ -6049,6 +6357,19 @@ static int coai__oa_out_result(coai_reply *r)
     return r->out.err ? COAI_ERR_NOMEM : (r->done_ ? COAI_DONE : COAI_OK);
 }
 
+/* ---- the OpenAI Chat Completions writer ---- */
+
+static void coai__oa_w_init(coai_reply *r)
+{
+    const coai_reply_opts *o = &r->o_;
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+                    o->stream ? "chat.completion.chunk" : "chat.completion",
+                    (long long)o->created);
+    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+}
+
 static void coai__oa_chunk_begin(coai_reply *r)
 {
     coai_buf_puts(&r->out, "data: ");
@@ -6065,13 +6386,32 @@ static void coai__oa_chunk_end(coai_reply *r, const char *finish)
     coai_buf_puts(&r->out, "}\n\n");
 }
 
-static void coai__oa_usage(const coai_reply *r, coai_buf *b)
+void coai_reply_usage(const coai_reply *r, coai_usage *u)
 {
     int64_t c, p;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
+    u->input_tokens = p;
+    u->output_tokens = c;
+    u->cache_read_tokens = r->cache_read_ >= 0 && r->cache_read_ <= p ? r->cache_read_ : 0;
+    u->cache_write_tokens = r->cache_write_ >= 0
+                            && r->cache_write_ <= p - u->cache_read_tokens ? r->cache_write_ : 0;
+}
+
+static void coai__oa_usage(const coai_reply *r, coai_buf *b)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
     coai_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
-                    "\"total_tokens\":%lld}", (long long)p, (long long)c, (long long)(p + c));
+                    "\"total_tokens\":%lld}", (long long)u.input_tokens,
+                    (long long)u.output_tokens, (long long)(u.input_tokens + u.output_tokens));
+}
+
+static void coai__oa_w_begin(coai_reply *r)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
+    coai__oa_chunk_end(r, NULL);
 }
 
 /* The first client byte: from here on errors are in-band. */
@@ -6080,11 +6420,7 @@ static void coai__oa_commit(coai_reply *r)
     if (r->committed_) return;
     r->committed_ = 1;
     r->status_ = 200;
-    if (r->o_.stream) {
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
-        coai__oa_chunk_end(r, NULL);
-    }
+    if (r->o_.stream) r->w_->begin(r);
 }
 
 static int coai__oa_fail(coai_reply *r, const coai_error *e)
@@ -6095,20 +6431,25 @@ static int coai__oa_fail(coai_reply *r, const coai_error *e)
     if (!r->error.type) r->error.type = "upstream_error";
     if (!r->committed_) {
         r->committed_ = 1;
-        r->status_ = r->error.status;
+        r->status_ = coai_error_status_as(&r->error, r->o_.dialect);
         coai_buf_reset(&r->out);
-        coai_error_write(&r->out, &r->error);
+        coai_error_write_as(&r->out, &r->error, r->o_.dialect);
     } else if (r->o_.stream) {
-        coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
-        coai__oa_json_cstr(&r->out, r->error.message);
-        coai_buf_puts(&r->out, ",\"type\":");
-        coai__oa_json_cstr(&r->out, r->error.type);
-        coai_buf_puts(&r->out, ",\"code\":");
-        coai__oa_json_cstr(&r->out, r->error.code);
-        coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
+        r->w_->error(r);
     }
     r->done_ = 1;
     return coai__oa_out_result(r);
+}
+
+static void coai__oa_w_error(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
+    coai__oa_json_cstr(&r->out, r->error.message);
+    coai_buf_puts(&r->out, ",\"type\":");
+    coai__oa_json_cstr(&r->out, r->error.type);
+    coai_buf_puts(&r->out, ",\"code\":");
+    coai__oa_json_cstr(&r->out, r->error.code);
+    coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
 }
 
 static int coai__oa_fail_nomem(coai_reply *r)
@@ -6127,14 +6468,19 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
     if (ch == 0) r->text_streamed_ = 1;
     if (r->o_.stream) {
         coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
-        coai_json_str_append(&r->out, s, n);
-        coai_buf_putc(&r->out, '}');
-        coai__oa_chunk_end(r, NULL);
+        r->w_->delta(r, ch, s, n);
     } else {
         coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
     }
+}
+
+static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_putc(&r->out, '}');
+    coai__oa_chunk_end(r, NULL);
 }
 
 /* Bytes at the end of p[0..n) that start a character the next delta completes. */
@@ -6174,9 +6520,19 @@ static void coai__oa_flush_carry(coai_reply *r)
     }
 }
 
-static void coai__oa_completion(coai_reply *r, const char *finish)
+static const char *coai__oa_finish_name(coai_finish f)
+{
+    switch (f) {
+    case COAI_FINISH_TOOL_CALLS: return "tool_calls";
+    case COAI_FINISH_LENGTH: return "length";
+    default: return "stop";
+    }
+}
+
+static void coai__oa_w_body(coai_reply *r, coai_finish f)
 {
     coai_buf *o = &r->out;
+    const char *finish = coai__oa_finish_name(f);
     coai_buf_append(o, r->prefix_.data, r->prefix_.len);
     coai_buf_puts(o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
     if (r->has_tool_call_ && !r->content_.len) coai_buf_puts(o, "null");
@@ -6227,10 +6583,34 @@ static int coai__oa_finish(coai_reply *r)
             i += 4 + n;
         }
     }
+    return coai__reply_end(r, COAI_FINISH_STOP);
+}
+
+/* The last events of a normal end (stream) or the whole object (non-streaming). */
+static int coai__reply_end(coai_reply *r, coai_finish f)
+{
+    r->finish_ = f;
     if (r->o_.stream) {
         coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{},\"finish_reason\":\"stop\"}]");
+        r->w_->end(r, f);
+    } else {
+        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+        r->committed_ = 1;
+        r->status_ = 200;
+        r->w_->body(r, f);
+    }
+    r->done_ = 1;
+    return coai__oa_out_result(r);
+}
+
+static void coai__oa_w_end(coai_reply *r, coai_finish f)
+{
+    coai__oa_chunk_begin(r);
+    if (f == COAI_FINISH_TOOL_CALLS) {
+        coai_buf_puts(&r->out, "{}");
+        coai__oa_chunk_end(r, "\"tool_calls\"");
+    } else {
+        coai_buf_printf(&r->out, "{},\"finish_reason\":\"%s\"}]", coai__oa_finish_name(f));
         if (r->o_.include_usage) {
             coai_buf_puts(&r->out, ",\"usage\":null");
         } else {
@@ -6238,15 +6618,13 @@ static int coai__oa_finish(coai_reply *r)
             coai__oa_usage(r, &r->out);
         }
         coai_buf_puts(&r->out, "}\n\n");
-        coai__oa_stream_tail(r);
-    } else {
-        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
-        r->committed_ = 1;
-        r->status_ = 200;
-        coai__oa_completion(r, "stop");
     }
-    r->done_ = 1;
-    return coai__oa_out_result(r);
+    coai__oa_stream_tail(r);
+}
+
+static void coai__oa_w_keepalive(coai_reply *r)
+{
+    coai_buf_puts(&r->out, ": keepalive\n\n");
 }
 
 static int coai__oa_send(coai_reply *r)
@@ -6282,26 +6660,22 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
                             + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
     if (r->o_.stream) {
         coai__oa_commit(r);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
-        coai_json_str_append(&r->out, (const char *)id->data, id->len);
-        coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
-        coai_json_str_append(&r->out, t->name.ptr, t->name.len);
-        coai_buf_puts(&r->out, ",\"arguments\":");
-        coai_json_str_append(&r->out, (const char *)tc->args.data, tc->args.len);
-        coai_buf_puts(&r->out, "}}]}");
-        coai__oa_chunk_end(r, NULL);
-        coai__oa_chunk_begin(r);
-        coai_buf_puts(&r->out, "{}");
-        coai__oa_chunk_end(r, "\"tool_calls\"");
-        coai__oa_stream_tail(r);
-    } else {
-        r->committed_ = 1;
-        r->status_ = 200;
-        coai__oa_completion(r, "tool_calls");
+        r->w_->tool_call(r);
     }
-    r->done_ = 1;
-    return coai__oa_out_result(r);
+    return coai__reply_end(r, COAI_FINISH_TOOL_CALLS);
+}
+
+static void coai__oa_w_tool_call(coai_reply *r)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, "{\"tool_calls\":[{\"index\":0,\"id\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
+    coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
+    coai_buf_puts(&r->out, ",\"arguments\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_args_.data, r->tc_args_.len);
+    coai_buf_puts(&r->out, "}}]}");
+    coai__oa_chunk_end(r, NULL);
 }
 
 static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
@@ -6585,23 +6959,109 @@ int coai_reply_keepalive(coai_reply *r)
     if (r->done_) return COAI_DONE;
     if (!r->o_.stream) return COAI_OK;
     coai__oa_commit(r);
-    coai_buf_puts(&r->out, ": keepalive\n\n");
+    r->w_->keepalive(r);
     return coai__oa_out_result(r);
 }
 /* PART:OPENAI impl end */
 
 /* ======================================================================== */
-/* PART:USAGE impl                                                          */
+/* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
+/* ======================================================================== */
+
+static const coai__writer coai__oa_writer = {
+    coai__oa_w_init, coai__oa_w_begin, coai__oa_w_delta, coai__oa_w_tool_call,
+    coai__oa_w_end, coai__oa_w_body, coai__oa_w_error, coai__oa_w_keepalive
+};
+
+typedef int (*coai__parse_fn)(coai_request *req, const char *body, size_t n, coai_error *err);
+
+static const struct {
+    coai__parse_fn parse;
+    const coai__writer *writer;
+} coai__dialects[COAI_DIALECT_COUNT_] = {
+    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer },
+    /* COAI_DIALECT_ANTHROPIC */   { NULL, NULL },
+};
+
+static const coai__writer *coai__writer_of(coai_dialect d)
+{
+    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].writer) return &coai__oa_writer;
+    return coai__dialects[d].writer;
+}
+
+int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
+                       coai_error *err)
+{
+    return coai_request_parse_ex(req, d, body, n, NULL, err);
+}
+
+static int coai__request_images(coai_request *req, const coai_image_limits *lim,
+                                coai_error *err);
+
+int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
+                          const coai_image_limits *lim, coai_error *err)
+{
+    int rc;
+    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].parse) {
+        memset(req, 0, sizeof *req);
+        coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
+                       "This API is not supported by this build");
+        return COAI_ERR_INVALID;
+    }
+    rc = coai__dialects[d].parse(req, body, n, err);
+    if (rc == 0) req->dialect = d;
+    if (rc == 0 && (rc = coai__request_images(req, lim, err)) < 0) coai_request_free(req);
+    return rc;
+}
+
+/* Anthropic's error type for an error's status (their table of statuses). */
+static const char *coai__an_error_type(const coai_error *e)
+{
+    switch (e->status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 402: return "billing_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: case 529: return "overloaded_error";
+    default: return e->status >= 400 && e->status < 500 ? "invalid_request_error" : "api_error";
+    }
+}
+
+int coai_error_status_as(const coai_error *e, coai_dialect d)
+{
+    int st = e->status ? e->status : 500;
+    if (d != COAI_DIALECT_ANTHROPIC) return st;
+    if (st == 503) return 529;
+    if (st >= 500 && st != 529) return 500;
+    return st;
+}
+
+int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
+{
+    if (d != COAI_DIALECT_ANTHROPIC) return coai_error_write(out, e);
+    coai_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
+    coai__oa_json_cstr(out, coai__an_error_type(e));
+    coai_buf_puts(out, ",\"message\":");
+    coai__oa_json_cstr(out, e->message);
+    return coai_buf_puts(out, "}}");
+}
+/* PART:DIALECTS impl end */
+
+/* ======================================================================== */
+/* PART:QUOTA impl                                                          */
 /* ======================================================================== */
 
 /* An int64 member: a JSON number that is a whole value in range, or a string of an
  * optional '-' and 1..18 digits (proto3 JSON's int64 form). Anything else is unknown. */
-static int64_t coai__us_i64(const cJSON *o, const char *k)
+static int64_t coai__qu_i64(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
     if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
-        if (d != d || d < -9.0e15 || d > 9.0e15 || d != (double)(int64_t)d) return COAI_USAGE_NONE;
+        if (d != d || d < -9.0e15 || d > 9.0e15 || d != (double)(int64_t)d) return COAI_QUOTA_NONE;
         return (int64_t)d;
     }
     if (cJSON_IsString(v) && v->valuestring) {
@@ -6610,16 +7070,16 @@ static int64_t coai__us_i64(const cJSON *o, const char *k)
         size_t i = (size_t)neg, nd = 0;
         int64_t x = 0;
         for (; s[i]; i++, nd++) {
-            if (s[i] < '0' || s[i] > '9' || nd >= 18) return COAI_USAGE_NONE;
+            if (s[i] < '0' || s[i] > '9' || nd >= 18) return COAI_QUOTA_NONE;
             x = x * 10 + (s[i] - '0');
         }
-        return nd ? (neg ? -x : x) : COAI_USAGE_NONE;
+        return nd ? (neg ? -x : x) : COAI_QUOTA_NONE;
     }
-    return COAI_USAGE_NONE;
+    return COAI_QUOTA_NONE;
 }
 
 /* A percentage: a finite number or numeric string in 0..1e6; else -1 (unknown). */
-static double coai__us_pct(const cJSON *o, const char *k)
+static double coai__qu_pct(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
     double d = -1;
@@ -6633,7 +7093,7 @@ static double coai__us_pct(const cJSON *o, const char *k)
 }
 
 /* Copy a string member cleanly (valid UTF-8, control bytes dropped, cut at a boundary). */
-static void coai__us_str(char *dst, size_t cap, const cJSON *o, const char *k)
+static void coai__qu_str(char *dst, size_t cap, const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
     const unsigned char *p;
@@ -6654,7 +7114,7 @@ static void coai__us_str(char *dst, size_t cap, const cJSON *o, const char *k)
     dst[pos] = 0;
 }
 
-static cJSON *coai__us_load(const char *s, size_t n)
+static cJSON *coai__qu_load(const char *s, size_t n)
 {
     cJSON *j;
     if (!s || !n || n > (1u << 24) || coai_utf8_valid_prefix(s, n) != n) return NULL;
@@ -6663,71 +7123,71 @@ static cJSON *coai__us_load(const char *s, size_t n)
     return j;
 }
 
-int coai_usage_parse(coai_usage *u, const char *period, size_t n, const char *plan, size_t pn)
+int coai_quota_parse(coai_quota *u, const char *period, size_t n, const char *plan, size_t pn)
 {
     cJSON *j, *p;
     const cJSON *pu, *sl, *pi;
     memset(u, 0, sizeof *u);
-    u->cycle_start_ms = u->cycle_end_ms = COAI_USAGE_NONE;
-    u->used_cents = u->included_spend_cents = u->bonus_cents = COAI_USAGE_NONE;
-    u->limit_cents = u->remaining_cents = COAI_USAGE_NONE;
-    u->od_total_cents = u->od_limit_cents = u->od_used_cents = COAI_USAGE_NONE;
-    u->od_remaining_cents = u->plan_included_cents = COAI_USAGE_NONE;
+    u->cycle_start_ms = u->cycle_end_ms = COAI_QUOTA_NONE;
+    u->used_cents = u->included_spend_cents = u->bonus_cents = COAI_QUOTA_NONE;
+    u->limit_cents = u->remaining_cents = COAI_QUOTA_NONE;
+    u->od_total_cents = u->od_limit_cents = u->od_used_cents = COAI_QUOTA_NONE;
+    u->od_remaining_cents = u->plan_included_cents = COAI_QUOTA_NONE;
     u->percent_used = u->auto_percent_used = u->api_percent_used = -1;
-    j = coai__us_load(period, n);
+    j = coai__qu_load(period, n);
     if (!j) return COAI_ERR_JSON;
-    u->cycle_start_ms = coai__us_i64(j, "billingCycleStart");
-    u->cycle_end_ms = coai__us_i64(j, "billingCycleEnd");
-    coai__us_str(u->message, sizeof u->message, j, "displayMessage");
+    u->cycle_start_ms = coai__qu_i64(j, "billingCycleStart");
+    u->cycle_end_ms = coai__qu_i64(j, "billingCycleEnd");
+    coai__qu_str(u->message, sizeof u->message, j, "displayMessage");
     pu = cJSON_GetObjectItemCaseSensitive(j, "planUsage");
     if (cJSON_IsObject(pu)) {
         u->have_plan_usage = 1;
-        u->used_cents = coai__us_i64(pu, "totalSpend");
-        u->included_spend_cents = coai__us_i64(pu, "includedSpend");
-        u->bonus_cents = coai__us_i64(pu, "bonusSpend");
-        u->limit_cents = coai__us_i64(pu, "limit");
-        u->remaining_cents = coai__us_i64(pu, "remaining");
-        u->percent_used = coai__us_pct(pu, "totalPercentUsed");
-        u->auto_percent_used = coai__us_pct(pu, "autoPercentUsed");
-        u->api_percent_used = coai__us_pct(pu, "apiPercentUsed");
+        u->used_cents = coai__qu_i64(pu, "totalSpend");
+        u->included_spend_cents = coai__qu_i64(pu, "includedSpend");
+        u->bonus_cents = coai__qu_i64(pu, "bonusSpend");
+        u->limit_cents = coai__qu_i64(pu, "limit");
+        u->remaining_cents = coai__qu_i64(pu, "remaining");
+        u->percent_used = coai__qu_pct(pu, "totalPercentUsed");
+        u->auto_percent_used = coai__qu_pct(pu, "autoPercentUsed");
+        u->api_percent_used = coai__qu_pct(pu, "apiPercentUsed");
     }
     sl = cJSON_GetObjectItemCaseSensitive(j, "spendLimitUsage");
     if (cJSON_IsObject(sl)) {
-        int indiv = coai__us_i64(sl, "individualLimit") != COAI_USAGE_NONE;
+        int indiv = coai__qu_i64(sl, "individualLimit") != COAI_QUOTA_NONE;
         u->have_on_demand = 1;
-        u->od_total_cents = coai__us_i64(sl, "totalSpend");
-        u->od_limit_cents = coai__us_i64(sl, indiv ? "individualLimit" : "pooledLimit");
-        u->od_used_cents = coai__us_i64(sl, indiv ? "individualUsed" : "pooledUsed");
-        u->od_remaining_cents = coai__us_i64(sl, indiv ? "individualRemaining"
+        u->od_total_cents = coai__qu_i64(sl, "totalSpend");
+        u->od_limit_cents = coai__qu_i64(sl, indiv ? "individualLimit" : "pooledLimit");
+        u->od_used_cents = coai__qu_i64(sl, indiv ? "individualUsed" : "pooledUsed");
+        u->od_remaining_cents = coai__qu_i64(sl, indiv ? "individualRemaining"
                                                      : "pooledRemaining");
-        coai__us_str(u->od_limit_type, sizeof u->od_limit_type, sl, "limitType");
+        coai__qu_str(u->od_limit_type, sizeof u->od_limit_type, sl, "limitType");
     }
     cJSON_Delete(j);
-    p = coai__us_load(plan, plan ? pn : 0);
+    p = coai__qu_load(plan, plan ? pn : 0);
     pi = cJSON_GetObjectItemCaseSensitive(p, "planInfo");
     if (cJSON_IsObject(pi)) {
-        int64_t end = coai__us_i64(pi, "billingCycleEnd");
-        coai__us_str(u->plan_name, sizeof u->plan_name, pi, "planName");
-        coai__us_str(u->plan_price, sizeof u->plan_price, pi, "price");
-        u->plan_included_cents = coai__us_i64(pi, "includedAmountCents");
-        if (u->cycle_end_ms == COAI_USAGE_NONE) u->cycle_end_ms = end;
+        int64_t end = coai__qu_i64(pi, "billingCycleEnd");
+        coai__qu_str(u->plan_name, sizeof u->plan_name, pi, "planName");
+        coai__qu_str(u->plan_price, sizeof u->plan_price, pi, "price");
+        u->plan_included_cents = coai__qu_i64(pi, "includedAmountCents");
+        if (u->cycle_end_ms == COAI_QUOTA_NONE) u->cycle_end_ms = end;
     }
     cJSON_Delete(p);
     return 0;
 }
 
-int coai_usage_limit_reached(const coai_usage *u)
+int coai_quota_limit_reached(const coai_quota *u)
 {
-    if (u->remaining_cents == COAI_USAGE_NONE) return -1;
+    if (u->remaining_cents == COAI_QUOTA_NONE) return -1;
     if (u->remaining_cents > 0) return 0;
-    if (u->have_on_demand && u->od_limit_cents != COAI_USAGE_NONE && u->od_limit_cents > 0
-        && u->od_remaining_cents != COAI_USAGE_NONE)
+    if (u->have_on_demand && u->od_limit_cents != COAI_QUOTA_NONE && u->od_limit_cents > 0
+        && u->od_remaining_cents != COAI_QUOTA_NONE)
         return u->od_remaining_cents <= 0;
     return 1;
 }
 
 /* Days since 1970-01-01 -> civil date (proleptic Gregorian; H. Hinnant's algorithm). */
-static void coai__us_civil(int64_t days, int64_t *y, int *m, int *d)
+static void coai__qu_civil(int64_t days, int64_t *y, int *m, int *d)
 {
     int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
     int64_t doe = z - era * 146097;
@@ -6749,7 +7209,7 @@ void coai_iso8601(char out[21], int64_t ms)
     s = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
     days = s >= 0 ? s / 86400 : -((-s + 86399) / 86400);
     sod = s - days * 86400;
-    coai__us_civil(days, &y, &m, &d);
+    coai__qu_civil(days, &y, &m, &d);
     {
         /* digits by hand: every value is in range here, and no printf width guesswork */
         unsigned v[6];
@@ -6768,22 +7228,22 @@ void coai_iso8601(char out[21], int64_t ms)
     }
 }
 
-static void coai__us_num(coai_buf *out, const char *key, int64_t v, int comma)
+static void coai__qu_num(coai_buf *out, const char *key, int64_t v, int comma)
 {
     if (comma) coai_buf_putc(out, ',');
     coai_buf_printf(out, "\"%s\":", key);
-    if (v == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+    if (v == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
     else coai_buf_printf(out, "%lld", (long long)v);
 }
 
-static void coai__us_pctj(coai_buf *out, const char *key, double v)
+static void coai__qu_pctj(coai_buf *out, const char *key, double v)
 {
     coai_buf_printf(out, ",\"%s\":", key);
     if (v < 0) coai_buf_puts(out, "null");
     else coai_json_num_append(out, v);
 }
 
-static void coai__us_strj(coai_buf *out, const char *key, const char *s, int comma)
+static void coai__qu_strj(coai_buf *out, const char *key, const char *s, int comma)
 {
     if (comma) coai_buf_putc(out, ',');
     coai_buf_printf(out, "\"%s\":", key);
@@ -6791,48 +7251,48 @@ static void coai__us_strj(coai_buf *out, const char *key, const char *s, int com
     else coai_json_str_append(out, s, strlen(s));
 }
 
-int coai_usage_write_json(coai_buf *out, const coai_usage *u)
+int coai_quota_write_json(coai_buf *out, const coai_quota *u)
 {
     char iso[21];
-    int lr = coai_usage_limit_reached(u);
+    int lr = coai_quota_limit_reached(u);
     coai_buf_puts(out, "{\"object\":\"cursor.usage\",\"plan\":");
-    if (u->plan_name[0] || u->plan_price[0] || u->plan_included_cents != COAI_USAGE_NONE) {
+    if (u->plan_name[0] || u->plan_price[0] || u->plan_included_cents != COAI_QUOTA_NONE) {
         coai_buf_putc(out, '{');
-        coai__us_strj(out, "name", u->plan_name, 0);
-        coai__us_strj(out, "price", u->plan_price, 1);
-        coai__us_num(out, "included_cents", u->plan_included_cents, 1);
+        coai__qu_strj(out, "name", u->plan_name, 0);
+        coai__qu_strj(out, "price", u->plan_price, 1);
+        coai__qu_num(out, "included_cents", u->plan_included_cents, 1);
         coai_buf_putc(out, '}');
     } else {
         coai_buf_puts(out, "null");
     }
     coai_buf_puts(out, ",\"billing_cycle\":");
-    if (u->cycle_start_ms != COAI_USAGE_NONE || u->cycle_end_ms != COAI_USAGE_NONE) {
+    if (u->cycle_start_ms != COAI_QUOTA_NONE || u->cycle_end_ms != COAI_QUOTA_NONE) {
         coai_buf_puts(out, "{\"start\":");
-        if (u->cycle_start_ms == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+        if (u->cycle_start_ms == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
         else { coai_iso8601(iso, u->cycle_start_ms); coai_buf_printf(out, "\"%s\"", iso); }
         coai_buf_puts(out, ",\"end\":");
-        if (u->cycle_end_ms == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+        if (u->cycle_end_ms == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
         else { coai_iso8601(iso, u->cycle_end_ms); coai_buf_printf(out, "\"%s\"", iso); }
-        coai__us_num(out, "start_ms", u->cycle_start_ms, 1);
-        coai__us_num(out, "end_ms", u->cycle_end_ms, 1);
+        coai__qu_num(out, "start_ms", u->cycle_start_ms, 1);
+        coai__qu_num(out, "end_ms", u->cycle_end_ms, 1);
         coai_buf_putc(out, '}');
     } else {
         coai_buf_puts(out, "null");
     }
     coai_buf_puts(out, ",\"resets_at\":");
-    if (u->cycle_end_ms == COAI_USAGE_NONE) coai_buf_puts(out, "null");
+    if (u->cycle_end_ms == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
     else { coai_iso8601(iso, u->cycle_end_ms); coai_buf_printf(out, "\"%s\"", iso); }
     coai_buf_puts(out, ",\"included\":");
     if (u->have_plan_usage) {
         coai_buf_putc(out, '{');
-        coai__us_num(out, "used_cents", u->used_cents, 0);
-        coai__us_num(out, "limit_cents", u->limit_cents, 1);
-        coai__us_num(out, "remaining_cents", u->remaining_cents, 1);
-        coai__us_num(out, "included_spend_cents", u->included_spend_cents, 1);
-        coai__us_num(out, "bonus_cents", u->bonus_cents, 1);
-        coai__us_pctj(out, "percent_used", u->percent_used);
-        coai__us_pctj(out, "auto_percent_used", u->auto_percent_used);
-        coai__us_pctj(out, "api_percent_used", u->api_percent_used);
+        coai__qu_num(out, "used_cents", u->used_cents, 0);
+        coai__qu_num(out, "limit_cents", u->limit_cents, 1);
+        coai__qu_num(out, "remaining_cents", u->remaining_cents, 1);
+        coai__qu_num(out, "included_spend_cents", u->included_spend_cents, 1);
+        coai__qu_num(out, "bonus_cents", u->bonus_cents, 1);
+        coai__qu_pctj(out, "percent_used", u->percent_used);
+        coai__qu_pctj(out, "auto_percent_used", u->auto_percent_used);
+        coai__qu_pctj(out, "api_percent_used", u->api_percent_used);
         coai_buf_putc(out, '}');
     } else {
         coai_buf_puts(out, "null");
@@ -6840,32 +7300,32 @@ int coai_usage_write_json(coai_buf *out, const coai_usage *u)
     coai_buf_puts(out, ",\"on_demand\":");
     if (u->have_on_demand) {
         coai_buf_putc(out, '{');
-        coai__us_num(out, "used_cents", u->od_used_cents, 0);
-        coai__us_num(out, "limit_cents", u->od_limit_cents, 1);
-        coai__us_num(out, "remaining_cents", u->od_remaining_cents, 1);
-        coai__us_num(out, "total_spend_cents", u->od_total_cents, 1);
-        coai__us_strj(out, "limit_type", u->od_limit_type, 1);
+        coai__qu_num(out, "used_cents", u->od_used_cents, 0);
+        coai__qu_num(out, "limit_cents", u->od_limit_cents, 1);
+        coai__qu_num(out, "remaining_cents", u->od_remaining_cents, 1);
+        coai__qu_num(out, "total_spend_cents", u->od_total_cents, 1);
+        coai__qu_strj(out, "limit_type", u->od_limit_type, 1);
         coai_buf_putc(out, '}');
     } else {
         coai_buf_puts(out, "null");
     }
     coai_buf_printf(out, ",\"limit_reached\":%s", lr < 0 ? "null" : lr ? "true" : "false");
-    coai__us_strj(out, "message", u->message, 1);
+    coai__qu_strj(out, "message", u->message, 1);
     coai_buf_putc(out, '}');
     return out->err ? -1 : 0;
 }
 
-static void coai__us_money(coai_buf *out, int64_t cents)
+static void coai__qu_money(coai_buf *out, int64_t cents)
 {
     int64_t a;
-    if (cents == COAI_USAGE_NONE) { coai_buf_puts(out, "?"); return; }
+    if (cents == COAI_QUOTA_NONE) { coai_buf_puts(out, "?"); return; }
     a = cents < 0 ? -cents : cents;
     coai_buf_printf(out, "%s$%lld.%02lld", cents < 0 ? "-" : "", (long long)(a / 100),
                     (long long)(a % 100));
 }
 
 /* "in 6 days" / "in 3 hours" / "in 12 minutes" / "3 days ago" */
-static void coai__us_rel(coai_buf *out, int64_t when_ms, int64_t now_ms)
+static void coai__qu_rel(coai_buf *out, int64_t when_ms, int64_t now_ms)
 {
     int64_t d = when_ms - now_ms, a = d < 0 ? -d : d, v;
     const char *unit;
@@ -6876,41 +7336,41 @@ static void coai__us_rel(coai_buf *out, int64_t when_ms, int64_t now_ms)
                     v == 1 ? "" : "s", d >= 0 ? "" : " ago");
 }
 
-static double coai__us_percent(const coai_usage *u)
+static double coai__qu_percent(const coai_quota *u)
 {
     if (u->percent_used >= 0) return u->percent_used;
-    if (u->used_cents != COAI_USAGE_NONE && u->limit_cents != COAI_USAGE_NONE
+    if (u->used_cents != COAI_QUOTA_NONE && u->limit_cents != COAI_QUOTA_NONE
         && u->limit_cents > 0)
         return (double)u->used_cents * 100.0 / (double)u->limit_cents;
     return -1;
 }
 
-static void coai__us_date(coai_buf *out, int64_t ms)
+static void coai__qu_date(coai_buf *out, int64_t ms)
 {
     char iso[21];
     coai_iso8601(iso, ms);
     coai_buf_append(out, iso, 10);
 }
 
-int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms)
+int coai_quota_write_text(coai_buf *out, const coai_quota *u, int64_t now_ms)
 {
-    double pct = coai__us_percent(u);
-    int lr = coai_usage_limit_reached(u);
+    double pct = coai__qu_percent(u);
+    int lr = coai_quota_limit_reached(u);
     if (u->plan_name[0] || u->plan_price[0]) {
         coai_buf_printf(out, "Plan:           %s", u->plan_name[0] ? u->plan_name : "?");
         if (u->plan_price[0]) coai_buf_printf(out, " (%s)", u->plan_price);
         coai_buf_putc(out, '\n');
     }
-    if (u->cycle_start_ms != COAI_USAGE_NONE || u->cycle_end_ms != COAI_USAGE_NONE) {
+    if (u->cycle_start_ms != COAI_QUOTA_NONE || u->cycle_end_ms != COAI_QUOTA_NONE) {
         char iso[21];
         coai_buf_puts(out, "Billing cycle:  ");
-        if (u->cycle_start_ms != COAI_USAGE_NONE) coai__us_date(out, u->cycle_start_ms);
+        if (u->cycle_start_ms != COAI_QUOTA_NONE) coai__qu_date(out, u->cycle_start_ms);
         else coai_buf_puts(out, "?");
         coai_buf_puts(out, " to ");
-        if (u->cycle_end_ms != COAI_USAGE_NONE) {
+        if (u->cycle_end_ms != COAI_QUOTA_NONE) {
             coai_iso8601(iso, u->cycle_end_ms);
             coai_buf_printf(out, "%.10s (resets ", iso);
-            coai__us_rel(out, u->cycle_end_ms, now_ms);
+            coai__qu_rel(out, u->cycle_end_ms, now_ms);
             coai_buf_printf(out, ", %.10s %.5s UTC)", iso, iso + 11);
         } else {
             coai_buf_puts(out, "? (reset time unknown)");
@@ -6919,16 +7379,16 @@ int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms)
     }
     if (u->have_plan_usage) {
         coai_buf_puts(out, "Included usage: ");
-        coai__us_money(out, u->used_cents);
-        if (u->limit_cents != COAI_USAGE_NONE) {
+        coai__qu_money(out, u->used_cents);
+        if (u->limit_cents != COAI_QUOTA_NONE) {
             coai_buf_puts(out, " of ");
-            coai__us_money(out, u->limit_cents);
+            coai__qu_money(out, u->limit_cents);
         }
         coai_buf_puts(out, " used");
         if (pct >= 0) coai_buf_printf(out, " (%.0f%%)", pct);
-        if (u->remaining_cents != COAI_USAGE_NONE) {
+        if (u->remaining_cents != COAI_QUOTA_NONE) {
             coai_buf_puts(out, ", ");
-            coai__us_money(out, u->remaining_cents);
+            coai__qu_money(out, u->remaining_cents);
             coai_buf_puts(out, " left");
         }
         coai_buf_putc(out, '\n');
@@ -6944,16 +7404,16 @@ int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms)
     }
     if (u->have_on_demand) {
         coai_buf_puts(out, "On-demand:      ");
-        coai__us_money(out, u->od_used_cents);
-        if (u->od_limit_cents != COAI_USAGE_NONE) {
+        coai__qu_money(out, u->od_used_cents);
+        if (u->od_limit_cents != COAI_QUOTA_NONE) {
             coai_buf_puts(out, " of ");
-            coai__us_money(out, u->od_limit_cents);
+            coai__qu_money(out, u->od_limit_cents);
         }
         coai_buf_puts(out, " used");
         if (u->od_limit_type[0]) coai_buf_printf(out, " (%s limit)", u->od_limit_type);
-        if (u->od_remaining_cents != COAI_USAGE_NONE) {
+        if (u->od_remaining_cents != COAI_QUOTA_NONE) {
             coai_buf_puts(out, ", ");
-            coai__us_money(out, u->od_remaining_cents);
+            coai__qu_money(out, u->od_remaining_cents);
             coai_buf_puts(out, " left");
         }
         coai_buf_putc(out, '\n');
@@ -6964,21 +7424,21 @@ int coai_usage_write_text(coai_buf *out, const coai_usage *u, int64_t now_ms)
     return out->err ? -1 : 0;
 }
 
-int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms)
+int coai_quota_summary(coai_buf *out, const coai_quota *u, int64_t now_ms)
 {
-    double pct = coai__us_percent(u);
-    int lr = coai_usage_limit_reached(u), any = 0;
-    if (u->have_plan_usage && u->used_cents != COAI_USAGE_NONE) {
-        coai__us_money(out, u->used_cents);
-        if (u->limit_cents != COAI_USAGE_NONE) {
+    double pct = coai__qu_percent(u);
+    int lr = coai_quota_limit_reached(u), any = 0;
+    if (u->have_plan_usage && u->used_cents != COAI_QUOTA_NONE) {
+        coai__qu_money(out, u->used_cents);
+        if (u->limit_cents != COAI_QUOTA_NONE) {
             coai_buf_puts(out, " of ");
-            coai__us_money(out, u->limit_cents);
+            coai__qu_money(out, u->limit_cents);
         }
         coai_buf_puts(out, " included usage used");
         if (pct >= 0) coai_buf_printf(out, " (%.0f%%)", pct);
-        if (u->remaining_cents != COAI_USAGE_NONE) {
+        if (u->remaining_cents != COAI_QUOTA_NONE) {
             coai_buf_puts(out, ", ");
-            coai__us_money(out, u->remaining_cents);
+            coai__qu_money(out, u->remaining_cents);
             coai_buf_puts(out, " left");
         }
         any = 1;
@@ -6990,16 +7450,16 @@ int coai_usage_summary(coai_buf *out, const coai_usage *u, int64_t now_ms)
         any = 1;
     }
     if (lr == 1) coai_buf_puts(out, any ? " - LIMIT REACHED" : "LIMIT REACHED");
-    if (u->cycle_end_ms != COAI_USAGE_NONE) {
+    if (u->cycle_end_ms != COAI_QUOTA_NONE) {
         coai_buf_puts(out, "; resets ");
-        coai__us_date(out, u->cycle_end_ms);
+        coai__qu_date(out, u->cycle_end_ms);
         coai_buf_puts(out, " (");
-        coai__us_rel(out, u->cycle_end_ms, now_ms);
+        coai__qu_rel(out, u->cycle_end_ms, now_ms);
         coai_buf_putc(out, ')');
     }
     return out->err ? -1 : 0;
 }
-/* PART:USAGE impl end */
+/* PART:QUOTA impl end */
 
 /* ======================================================================== */
 /* PART:IMAGE impl                                                          */
@@ -7137,13 +7597,7 @@ int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const c
 {
     coai_str type, pl;
     const char *p = param ? param : "image";
-    char *clean = NULL;
-    size_t i, n, cap;
-    long got;
-    unsigned char h[32];
-    br_sha256_context sc;
     memset(img, 0, sizeof *img);
-    if (!max_bytes) max_bytes = COAI_MAX_IMAGE_BYTES;
     if (coai__im_ci_prefix(url, "http://") || coai__im_ci_prefix(url, "https://"))
         return coai__im_bad(err, 400, "image_url_not_supported", p,
                             "%s: remote image URLs are not fetched (a proxy that fetches URLs "
@@ -7153,6 +7607,20 @@ int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const c
         return coai__im_bad(err, 400, "invalid_image_url", p,
                             "%s must be a data: URL with a base64 payload "
                             "(data:image/png;base64,...)", p);
+    return coai_image_from_base64(img, type, pl, max_bytes, param, err);
+}
+
+int coai_image_from_base64(coai_image *img, coai_str type, coai_str pl, size_t max_bytes,
+                           const char *param, coai_error *err)
+{
+    const char *p = param ? param : "image";
+    char *clean = NULL;
+    size_t i, n, cap;
+    long got;
+    unsigned char h[32];
+    br_sha256_context sc;
+    memset(img, 0, sizeof *img);
+    if (!max_bytes) max_bytes = COAI_MAX_IMAGE_BYTES;
     if (type.len && !coai__im_ci_prefix(type, "image/"))
         return coai__im_bad(err, 400, "invalid_image_format", p,
                             "%s: only images are accepted (JPEG, PNG, GIF or WebP)", p);
@@ -7216,6 +7684,60 @@ nomem:
     coai_image_free(img);
     coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
     return COAI_ERR_NOMEM;
+}
+
+/* Core, for every dialect: decode the IMAGE parts of the newest user message into
+ * req->images under the caps. The param names the part: exact for OpenAI Chat
+ * ("messages[2].content[1].image_url.url"), the neutral message/part index otherwise. */
+static int coai__request_images(coai_request *req, const coai_image_limits *lim,
+                                coai_error *err)
+{
+    size_t max_bytes = lim && lim->max_bytes ? lim->max_bytes : COAI_MAX_IMAGE_BYTES;
+    size_t max_count = lim && lim->max_count ? lim->max_count : COAI_MAX_IMAGES;
+    size_t max_total = lim && lim->max_total ? lim->max_total : COAI_MAX_IMAGES_BYTES;
+    size_t mi = coai__last_user(req->messages, req->message_count), k, count = 0, total = 0;
+    const coai_message *m;
+    char p[96];
+    if (mi >= req->message_count) return 0;
+    m = &req->messages[mi];
+    for (k = 0; k < m->part_count; k++) count += m->parts[k].kind == COAI_PART_IMAGE;
+    if (!count) return 0;
+    if (count > max_count) {
+        snprintf(p, sizeof p, "messages[%zu].content", mi);
+        coai_error_set(err, 400, "invalid_request_error", "too_many_images", p,
+                       "%s has %zu images; at most %zu are accepted per request", p, count,
+                       max_count);
+        err->no_retry = 1;
+        return COAI_ERR_INVALID;
+    }
+    req->images = (coai_image *)calloc(count, sizeof *req->images);
+    if (!req->images) {
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    for (k = 0; k < m->part_count; k++) {
+        const coai_part *pt = &m->parts[k];
+        coai_image *im = &req->images[req->image_count];
+        int rc;
+        if (pt->kind != COAI_PART_IMAGE) continue;
+        snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", mi, k,
+                 req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+        if (pt->url.len || !pt->data.len)
+            rc = coai_image_from_url(im, pt->url, max_bytes, p, err);
+        else
+            rc = coai_image_from_base64(im, pt->media_type, pt->data, max_bytes, p, err);
+        if (rc < 0) return rc;
+        total += req->images[req->image_count++].len;
+        if (total > max_total) {
+            snprintf(p, sizeof p, "messages[%zu].content", mi);
+            coai_error_set(err, 413, "invalid_request_error", "images_too_large", p,
+                           "%s: the images together are larger than the limit of %zu bytes "
+                           "per request", p, max_total);
+            err->no_retry = 1;
+            return COAI_ERR_TOO_BIG;
+        }
+    }
+    return 0;
 }
 
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n)

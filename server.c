@@ -2479,7 +2479,7 @@ static int dash_call(const char *path, coai_buf *body, coai_error *err)
 
 /* GetCurrentPeriodUsage (required) + GetPlanInfo (optional: newer accounts only; its
  * failure only leaves the plan unknown). 0 with *u filled, -1 with *err. */
-static int usage_fetch(coai_usage *u, coai_error *err)
+static int usage_fetch(coai_quota *u, coai_error *err)
 {
     coai_buf period = { 0 }, plan = { 0 };
     coai_error pe;
@@ -2500,7 +2500,7 @@ static int usage_fetch(coai_usage *u, coai_error *err)
     memset(&pe, 0, sizeof pe);
     have_plan = dash_call(PATH_PLAN, &plan, &pe) == 0;
     if (!have_plan) srv_log(LOG_DEBUG, "GetPlanInfo failed (plan left unknown): %s", pe.message);
-    if (coai_usage_parse(u, (const char *)period.data, period.len,
+    if (coai_quota_parse(u, (const char *)period.data, period.len,
                          have_plan ? (const char *)plan.data : NULL, have_plan ? plan.len : 0)
         < 0) {
         coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
@@ -2517,12 +2517,12 @@ done:
 /* GET /v1/usage: the same JSON as `cursor-oai usage --json`. */
 static int handle_usage(struct conn *c)
 {
-    coai_usage u;
+    coai_quota u;
     coai_error e;
     coai_buf out = { 0 };
     if (usage_fetch(&u, &e) < 0) {
         send_coai_error(c, &e);
-    } else if (coai_usage_write_json(&out, &u) < 0) {
+    } else if (coai_quota_write_json(&out, &u) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
     } else {
         send_response(c, 200, "application/json", NULL, out.data, out.len);
@@ -2829,8 +2829,8 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_chat_request_parse_ex(&req, (const char *)c->body.data, c->body.len, &IMG_LIMITS,
-                                   &e) < 0) {
+    if (coai_request_parse_ex(&req, COAI_DIALECT_OPENAI_CHAT, (const char *)c->body.data,
+                              c->body.len, &IMG_LIMITS, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -4027,10 +4027,10 @@ static int run_status(int argc, char **argv)
         fflush(stdout);
         {
             /* one line; a failure here does not change the exit status */
-            coai_usage u;
+            coai_quota u;
             coai_error ue;
             coai_buf line = { 0 };
-            if (usage_fetch(&u, &ue) == 0 && coai_usage_summary(&line, &u, wall_ms()) == 0)
+            if (usage_fetch(&u, &ue) == 0 && coai_quota_summary(&line, &u, wall_ms()) == 0)
                 printf("Usage: %s\n", (char *)line.data);
             else
                 printf("Usage: unavailable (%s)\n", ue.status ? ue.message : "out of memory");
@@ -4122,7 +4122,7 @@ done:
 
 static int run_usage(int argc, char **argv)
 {
-    coai_usage u;
+    coai_quota u;
     coai_error e;
     coai_buf out = { 0 };
     int json = 0, i, rc = 1;
@@ -4143,7 +4143,7 @@ static int run_usage(int argc, char **argv)
         fprintf(stderr, "cursor-oai: cannot read the usage: %s\n", e.message);
         return 1;
     }
-    if (json ? coai_usage_write_json(&out, &u) : coai_usage_write_text(&out, &u, wall_ms())) {
+    if (json ? coai_quota_write_json(&out, &u) : coai_quota_write_text(&out, &u, wall_ms())) {
         fprintf(stderr, "cursor-oai: out of memory\n");
     } else {
         fwrite(out.data, 1, out.len, stdout);

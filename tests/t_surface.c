@@ -1,4 +1,4 @@
-/* t_surface.c - the USAGE part (dashboard JSON -> /v1/usage JSON, text, summary), the
+/* t_surface.c - the QUOTA part (dashboard JSON -> /v1/usage JSON, text, summary), the
  * usage-limit error message, and (below) images and request-field emulations. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "cursor_oai.h"
@@ -20,11 +20,11 @@ static const char PLAN_INFO[] =
     "{\"planInfo\":{\"planName\":\"Pro\",\"includedAmountCents\":2000,\"price\":\"$20/mo\","
     "\"billingCycleEnd\":\"1767225600000\",\"planOwner\":\"PLAN_OWNER_STRIPE\"}}";
 
-static cJSON *usage_json(const coai_usage *u)
+static cJSON *usage_json(const coai_quota *u)
 {
     coai_buf b = { 0 };
     cJSON *j;
-    CHECK(coai_usage_write_json(&b, u) == 0);
+    CHECK(coai_quota_write_json(&b, u) == 0);
     CHECK(coai_utf8_valid_prefix((const char *)b.data, b.len) == b.len);
     j = cJSON_ParseWithLength((const char *)b.data, b.len);
     CHECKF(j != NULL, "not JSON: %s", (char *)b.data);
@@ -70,16 +70,16 @@ static const char *jstr_at(const cJSON *o, const char *path)
 
 static void test_usage_plan(void)
 {
-    coai_usage u;
+    coai_quota u;
     coai_buf t = { 0 };
     cJSON *j;
     const int64_t now = 1766620800000LL;   /* 2025-12-25T00:00:00Z: 7 days before the end */
-    CHECK(coai_usage_parse(&u, PERIOD_PLAN, sizeof PERIOD_PLAN - 1, PLAN_INFO,
+    CHECK(coai_quota_parse(&u, PERIOD_PLAN, sizeof PERIOD_PLAN - 1, PLAN_INFO,
                            sizeof PLAN_INFO - 1) == 0);
     CHECK(u.cycle_start_ms == 1764547200000LL && u.cycle_end_ms == 1767225600000LL);
     CHECK(u.used_cents == 1234 && u.limit_cents == 2000 && u.remaining_cents == 766);
     CHECK(u.od_limit_cents == 5000 && u.od_remaining_cents == 5000);
-    CHECK(coai_usage_limit_reached(&u) == 0);
+    CHECK(coai_quota_limit_reached(&u) == 0);
     j = usage_json(&u);
     CHECK(strcmp(jstr_at(j, "object"), "cursor.usage") == 0);
     CHECK(strcmp(jstr_at(j, "plan.name"), "Pro") == 0);
@@ -97,11 +97,11 @@ static void test_usage_plan(void)
     CHECK(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "limit_reached")));
     CHECK(strcmp(jstr_at(j, "message"), "You've used 62% of your usage limit") == 0);
     cJSON_Delete(j);
-    CHECK(coai_usage_summary(&t, &u, now) == 0);
+    CHECK(coai_quota_summary(&t, &u, now) == 0);
     CHECKF(strcmp((char *)t.data, "$12.34 of $20.00 included usage used (62%), $7.66 left; "
                   "resets 2026-01-01 (in 7 days)") == 0, "%s", (char *)t.data);
     coai_buf_reset(&t);
-    CHECK(coai_usage_write_text(&t, &u, now) == 0);
+    CHECK(coai_quota_write_text(&t, &u, now) == 0);
     CHECKF(strstr((char *)t.data, "Plan:           Pro ($20/mo)\n") != NULL, "%s", (char *)t.data);
     CHECK(strstr((char *)t.data, "Billing cycle:  2025-12-01 to 2026-01-01 (resets in 7 days, "
                  "2026-01-01 00:00 UTC)\n") != NULL);
@@ -113,7 +113,7 @@ static void test_usage_plan(void)
 
 static void test_usage_shapes(void)
 {
-    coai_usage u;
+    coai_quota u;
     coai_buf t = { 0 };
     cJSON *j;
     /* free / no plan: no planUsage at all, no plan info, int64s as numbers */
@@ -127,48 +127,48 @@ static void test_usage_shapes(void)
         "\"planUsage\":{\"totalSpend\":1.5,\"limit\":\"-\",\"remaining\":\"99999999999999999999\","
         "\"totalPercentUsed\":\"abc\",\"autoPercentUsed\":-3},\"displayMessage\":\"a\\u0007b\","
         "\"spendLimitUsage\":7}";
-    CHECK(coai_usage_parse(&u, none, sizeof none - 1, NULL, 0) == 0);
-    CHECK(coai_usage_limit_reached(&u) == -1);
+    CHECK(coai_quota_parse(&u, none, sizeof none - 1, NULL, 0) == 0);
+    CHECK(coai_quota_limit_reached(&u) == -1);
     j = usage_json(&u);
     CHECK(jnull(j, "plan") && jnull(j, "included") && jnull(j, "on_demand"));
     CHECK(jnull(j, "resets_at") && jnull(j, "limit_reached") && jnull(j, "message"));
     CHECK(jnull(j, "billing_cycle.end") && jnum(j, "billing_cycle.start_ms") == 1764547200000.0);
     cJSON_Delete(j);
-    CHECK(coai_usage_summary(&t, &u, 0) == 0);
+    CHECK(coai_quota_summary(&t, &u, 0) == 0);
     CHECK(strcmp((char *)t.data, "no usage figures from Cursor") == 0);
     coai_buf_reset(&t);
 
-    CHECK(coai_usage_parse(&u, hit, sizeof hit - 1, "not json", 8) == 0);
-    CHECK(coai_usage_limit_reached(&u) == 1 && u.used_cents == 2000);
+    CHECK(coai_quota_parse(&u, hit, sizeof hit - 1, "not json", 8) == 0);
+    CHECK(coai_quota_limit_reached(&u) == 1 && u.used_cents == 2000);
     j = usage_json(&u);
     CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "limit_reached")));
     CHECK(jnull(j, "plan"));
     cJSON_Delete(j);
-    CHECK(coai_usage_summary(&t, &u, 1767225600000LL - 3 * 3600000LL) == 0);
+    CHECK(coai_quota_summary(&t, &u, 1767225600000LL - 3 * 3600000LL) == 0);
     CHECKF(strcmp((char *)t.data, "$20.00 of $20.00 included usage used (100%), $0.00 left - "
                   "LIMIT REACHED; resets 2026-01-01 (in 3 hours)") == 0, "%s", (char *)t.data);
     coai_buf_reset(&t);
 
     /* plan used up, but a team on-demand pool with money left: not reached */
-    CHECK(coai_usage_parse(&u, hit_od, sizeof hit_od - 1, NULL, 0) == 0);
-    CHECK(coai_usage_limit_reached(&u) == 0 && u.od_used_cents == 2500);
+    CHECK(coai_quota_parse(&u, hit_od, sizeof hit_od - 1, NULL, 0) == 0);
+    CHECK(coai_quota_limit_reached(&u) == 0 && u.od_used_cents == 2500);
     CHECK(strcmp(u.od_limit_type, "team") == 0);
 
     /* wrong types and junk read as unknown, never as 0; control bytes dropped */
-    CHECK(coai_usage_parse(&u, odd, sizeof odd - 1, NULL, 0) == 0);
-    CHECK(u.cycle_start_ms == COAI_USAGE_NONE && u.cycle_end_ms == COAI_USAGE_NONE);
-    CHECK(u.used_cents == COAI_USAGE_NONE && u.limit_cents == COAI_USAGE_NONE);
-    CHECK(u.remaining_cents == COAI_USAGE_NONE && u.percent_used < 0 && u.auto_percent_used < 0);
+    CHECK(coai_quota_parse(&u, odd, sizeof odd - 1, NULL, 0) == 0);
+    CHECK(u.cycle_start_ms == COAI_QUOTA_NONE && u.cycle_end_ms == COAI_QUOTA_NONE);
+    CHECK(u.used_cents == COAI_QUOTA_NONE && u.limit_cents == COAI_QUOTA_NONE);
+    CHECK(u.remaining_cents == COAI_QUOTA_NONE && u.percent_used < 0 && u.auto_percent_used < 0);
     CHECK(!u.have_on_demand && strcmp(u.message, "ab") == 0);
     j = usage_json(&u);
     CHECK(jnull(j, "included.used_cents") && jnull(j, "billing_cycle"));
     cJSON_Delete(j);
 
     /* the period body is required */
-    CHECK(coai_usage_parse(&u, "[]", 2, PLAN_INFO, sizeof PLAN_INFO - 1) == COAI_ERR_JSON);
-    CHECK(coai_usage_parse(&u, "", 0, NULL, 0) == COAI_ERR_JSON);
-    CHECK(coai_usage_parse(&u, "{\"a\":\"\xff\"}", 8, NULL, 0) == COAI_ERR_JSON);
-    CHECK(u.used_cents == COAI_USAGE_NONE);
+    CHECK(coai_quota_parse(&u, "[]", 2, PLAN_INFO, sizeof PLAN_INFO - 1) == COAI_ERR_JSON);
+    CHECK(coai_quota_parse(&u, "", 0, NULL, 0) == COAI_ERR_JSON);
+    CHECK(coai_quota_parse(&u, "{\"a\":\"\xff\"}", 8, NULL, 0) == COAI_ERR_JSON);
+    CHECK(u.used_cents == COAI_QUOTA_NONE);
     coai_buf_free(&t);
 }
 
@@ -430,16 +430,16 @@ static void test_image_request(void)
     /* caps: count and total, configurable per request */
     memset(&lim, 0, sizeof lim);
     lim.max_count = 1;
-    CHECK(coai_chat_request_parse_ex(&q, (char *)b.data, b.len, &lim, &e) == COAI_ERR_INVALID);
+    CHECK(coai_request_parse_ex(&q, COAI_DIALECT_OPENAI_CHAT, (char *)b.data, b.len, &lim, &e) == COAI_ERR_INVALID);
     CHECKF(e.status == 400 && strcmp(e.param, "messages[2].content") == 0
            && strstr(e.message, "at most 1"), "%s", e.message);
     lim.max_count = 0;
     lim.max_total = 100;
-    CHECK(coai_chat_request_parse_ex(&q, (char *)b.data, b.len, &lim, &e) == COAI_ERR_TOO_BIG);
+    CHECK(coai_request_parse_ex(&q, COAI_DIALECT_OPENAI_CHAT, (char *)b.data, b.len, &lim, &e) == COAI_ERR_TOO_BIG);
     CHECK(e.status == 413 && strcmp(e.code, "images_too_large") == 0);
     lim.max_total = 0;
     lim.max_bytes = 50;
-    CHECK(coai_chat_request_parse_ex(&q, (char *)b.data, b.len, &lim, &e) == COAI_ERR_TOO_BIG);
+    CHECK(coai_request_parse_ex(&q, COAI_DIALECT_OPENAI_CHAT, (char *)b.data, b.len, &lim, &e) == COAI_ERR_TOO_BIG);
     CHECKF(e.status == 413 && strcmp(e.param, "messages[2].content[1].image_url.url") == 0,
            "%s", e.param);
     coai_buf_free(&b);

