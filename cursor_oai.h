@@ -6998,18 +6998,129 @@ int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size
 static int coai__request_images(coai_request *req, const coai_image_limits *lim,
                                 coai_error *err);
 
+static int coai__hex4(const char *s, unsigned *v)
+{
+    int i;
+    *v = 0;
+    for (i = 0; i < 4; i++) {
+        char c = s[i];
+        *v <<= 4;
+        if (c >= '0' && c <= '9') *v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') *v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') *v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    return 1;
+}
+
+/* Lone UTF-16 surrogate escapes ("\ud800" without its low half, or a lone "\udc00") are
+ * valid JSON syntax but stand for no character, and cJSON refuses them. Each becomes
+ * "\ufffd" (U+FFFD, what JavaScript-based servers end up with), the same six bytes, in a
+ * copy. Backslashes only occur inside strings in valid JSON, so walking escape pairs is
+ * exact. Returns the malloc'd copy, or NULL when there was nothing to fix (or no memory:
+ * *nomem = 1). *fixed counts the replacements. */
+static char *coai__json_fix_surrogates(const char *s, size_t n, size_t *fixed, int *nomem)
+{
+    char *out = NULL;
+    size_t i = 0;
+    *fixed = 0;
+    *nomem = 0;
+    while (i < n) {
+        unsigned v, w;
+        int lone;
+        if (s[i] != '\\') { i++; continue; }
+        if (i + 5 >= n || s[i + 1] != 'u' || !coai__hex4(s + i + 2, &v) || v < 0xd800
+            || v > 0xdfff) {
+            i += 2;
+            continue;
+        }
+        lone = v >= 0xdc00 || !(i + 11 < n && s[i + 6] == '\\' && s[i + 7] == 'u'
+                                && coai__hex4(s + i + 8, &w) && w >= 0xdc00 && w <= 0xdfff);
+        if (!lone) { i += 12; continue; }
+        if (!out) {
+            out = (char *)malloc(n + 1);
+            if (!out) { *nomem = 1; return NULL; }
+            memcpy(out, s, n);
+            out[n] = 0;
+        }
+        memcpy(out + i + 2, "fffd", 4);
+        (*fixed)++;
+        i += 6;
+    }
+    return out;
+}
+
+static int coai__strcmp_p(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that occurs twice in one object anywhere in j (depth-first), or NULL;
+ * *nomem = 1 when the check could not allocate. Sorting the names keeps a huge object
+ * O(n log n). */
+static const char *coai__json_dup_key(const cJSON *j, int *nomem)
+{
+    const cJSON *c;
+    const char *dup = NULL;
+    if (!j || !(cJSON_IsObject(j) || cJSON_IsArray(j))) return NULL;
+    if (cJSON_IsObject(j)) {
+        size_t k = 0, count = 0, i;
+        const char **names;
+        for (c = j->child; c; c = c->next) count++;
+        if (count > 1) {
+            names = (const char **)malloc(count * sizeof *names);
+            if (!names) { *nomem = 1; return NULL; }
+            for (c = j->child; c; c = c->next) names[k++] = c->string ? c->string : "";
+            qsort(names, count, sizeof *names, coai__strcmp_p);
+            for (i = 1; i < count && !dup; i++)
+                if (strcmp(names[i - 1], names[i]) == 0) dup = names[i];
+            free(names);
+            if (dup) return dup;
+        }
+    }
+    for (c = j->child; c && !dup && !*nomem; c = c->next) dup = coai__json_dup_key(c, nomem);
+    return dup;
+}
+
 int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
                           const coai_image_limits *lim, coai_error *err)
 {
-    int rc;
+    int rc, nomem = 0;
+    size_t fixed = 0;
+    char *copy;
+    const char *dup;
     if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].parse) {
         memset(req, 0, sizeof *req);
         coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
                        "This API is not supported by this build");
         return COAI_ERR_INVALID;
     }
-    rc = coai__dialects[d].parse(req, body, n, err);
+    /* The parsers keep views into the cJSON tree only, never into the body, so the fixed
+     * copy can go as soon as the parse is done. */
+    copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem) : NULL;
+    if (nomem) {
+        memset(req, 0, sizeof *req);
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    rc = coai__dialects[d].parse(req, copy ? copy : body, n, err);
+    free(copy);
     if (rc == 0) req->dialect = d;
+    if (rc == 0 && (dup = coai__json_dup_key(req->root_, &nomem)) != NULL) {
+        char key[64];
+        coai__oa_clean_copy(key, 0, sizeof key, dup, strlen(dup));
+        coai_error_set(err, 400, "invalid_request_error", "duplicate_key", NULL,
+                       "The request body has the key '%s' twice in one object; duplicate "
+                       "keys are refused (JSON parsers disagree about which one counts)", key);
+        err->no_retry = 1;
+        coai_request_free(req);
+        return COAI_ERR_INVALID;
+    }
+    if (rc == 0 && nomem) {
+        coai_request_free(req);
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
     if (rc == 0 && (rc = coai__request_images(req, lim, err)) < 0) coai_request_free(req);
     return rc;
 }

@@ -308,6 +308,13 @@ def t_images(tmp, fake, proxy, token):
 # ---------------------------------------------------------------------------------------------
 # strict request checks (issue 16 probe findings)
 
+FAKES = {}
+
+
+def fake_of(proxy):
+    return FAKES[proxy.port]
+
+
 def t_strict(proxy):
     st, body, hd = proxy.chat("auto", [{"type": "text", "text": "hi"},
                                        {"type": "audio", "audio": {"data": "AA"}}])
@@ -316,6 +323,17 @@ def t_strict(proxy):
        (400, "messages[0].content[1].type"))
     check("unknown content part: message names the type", "'audio'" in (e.get("message") or ""),
           e)
+    raw = ('{"model":"auto","stream":false,"messages":[{"role":"user","content":"A\\ud800B"}]}')
+    st, body, hd = proxy.request("POST", "/v1/chat/completions", raw)
+    eq("lone surrogate escape: accepted (200)", st, 200)
+    rr = last_run_request(fake_of(proxy))
+    eq("lone surrogate escape: becomes U+FFFD in the prompt", rr.get("prompt"), "User: A\ufffdB")
+    raw = ('{"model":"auto","messages":[{"role":"user","content":"x"}],'
+           '"messages":[{"role":"user","content":"y"}]}')
+    st, body, hd = proxy.request("POST", "/v1/chat/completions", raw)
+    e = (jload(body) or {}).get("error") or {}
+    eq("duplicate key: 400 duplicate_key", (st, e.get("code")), (400, "duplicate_key"))
+    check("duplicate key: the message names the key", "'messages'" in (e.get("message") or ""), e)
 
 # ---------------------------------------------------------------------------------------------
 
@@ -333,6 +351,7 @@ def main():
             {"op": "images_text"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}},
             token)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
+        FAKES[proxy.port] = fake
         for name, fn in [("usage", lambda: t_usage(fake, proxy)),
                          ("usage-key", lambda: t_usage_key(tmp, fake, token)),
                          ("images", lambda: t_images(tmp, fake, proxy, token)),

@@ -480,6 +480,39 @@ static void test_unknown_parts(void)
     CHECK(strcmp(e.param, "messages[0].content[0].image_url.url") == 0);
 }
 
+/* Lone surrogate escapes become U+FFFD; pairs stay; duplicate keys are refused (issue 16). */
+static void test_surrogates_dups(void)
+{
+    coai_chat_request q;
+    coai_error e;
+    const char *b1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\ud800b\\udc00c\\ud83d\\ude00"
+                     "d\\uD800\\u0041\"}]}";
+    CHECKF(coai_chat_request_parse(&q, b1, strlen(b1), &e) == 0, "%s", e.message);
+    CHECKF(strcmp((char *)q.prompt.data, "User: a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xf0\x9f\x98\x80"
+                  "d\xef\xbf\xbd" "A") == 0, "%s", (char *)q.prompt.data);
+    coai_chat_request_free(&q);
+    /* a surrogate escape at the very end, truncated: still a JSON error, not a crash */
+    CHECK(coai_chat_request_parse(&q, "{\"a\":\"\\ud8", 10, &e) == COAI_ERR_JSON);
+    /* an escaped backslash before "ud800" is text, not an escape */
+    b1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"\\\\ud800\"}]}";
+    CHECK(coai_chat_request_parse(&q, b1, strlen(b1), &e) == 0);
+    CHECKF(strcmp((char *)q.prompt.data, "User: \\ud800") == 0, "%s", (char *)q.prompt.data);
+    coai_chat_request_free(&q);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"messages\":[]}", &e)
+          == COAI_ERR_INVALID);
+    CHECKF(e.status == 400 && strcmp(e.code, "duplicate_key") == 0
+           && strstr(e.message, "'messages' twice"), "%s", e.message);
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"role\":\"user\"}]}", &e)
+          == COAI_ERR_INVALID && strstr(e.message, "'role'"));
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":"
+                    "\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                    "\"properties\":{\"a\":{},\"b\":{},\"a\":{}}}}}]}", &e) == COAI_ERR_INVALID);
+    CHECK(strstr(e.message, "'a'") != NULL);
+    /* the same name at different levels is fine */
+    CHECK(parse_err("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"metadata\":"
+                    "{\"messages\":1}}", &e) == 0);
+}
+
 int main(void)
 {
     test_usage_plan();
@@ -491,5 +524,6 @@ int main(void)
     test_image_url();
     test_image_request();
     test_unknown_parts();
+    test_surrogates_dups();
     TEST_END();
 }
