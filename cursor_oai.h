@@ -1445,6 +1445,70 @@ void coai_image_free(coai_image *img);
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
 /* PART:IMAGE api end */
 
+/* ======================================================================== */
+/* PART:ANTHROPIC api (Messages API: request parser, writer, model names)   */
+/* ======================================================================== */
+/* The Anthropic Messages dialect (POST /v1/messages, what Claude Code and the official
+ * SDKs speak) on the neutral core.
+ *
+ * REQUEST (coai_anthropic_parse = coai_request_parse(..., COAI_DIALECT_ANTHROPIC, ...))
+ *   Read: model (required), max_tokens (required, integer >= 1; -> req.max_tokens),
+ *   stream, system (a string or text blocks), messages (role "user", "assistant", and
+ *   "system" as a current Claude Code sends it; content a string or blocks: text, image
+ *   (base64 or url source), tool_use (assistant: id, name, input object -> a coai_call
+ *   whose args are the input as compact JSON), tool_result (user: tool_use_id, content
+ *   a string or text/image blocks, is_error -> a TOOL message; a user message's other
+ *   blocks become a USER message around it), thinking (-> a THINKING part),
+ *   redacted_thinking / server_tool_use / web_search_tool_result (ignored), document
+ *   with a text source (-> text)), tools (name ^[a-zA-Z0-9_-]{1,128}$, description,
+ *   input_schema; tools with a "type" other than "custom" are Anthropic-run tools and
+ *   are left out, as are defer_loading tools), tool_choice (auto, any, tool + name,
+ *   none), stop_sequences, thinking (enabled + budget_tokens, adaptive, disabled ->
+ *   req.thinking), metadata (an object). cache_control, citations, temperature, top_p,
+ *   top_k, context_management, output_config, service_tier and other members are
+ *   accepted and ignored. An unknown content block type is a 400. Errors name the
+ *   member the way Anthropic does ("messages.2.content.0.text: Field required").
+ *   coai_anthropic_count_parse() reads a /v1/messages/count_tokens body (max_tokens
+ *   optional, never streaming); coai_request_input_tokens() is the count, the same
+ *   estimate a reply reports as input_tokens when Cursor sends no count.
+ *
+ * REPLY (coai_reply with opts.dialect = COAI_DIALECT_ANTHROPIC; completion_id "msg_...")
+ *   Streaming: event: message_start (usage with the input estimate), then per content
+ *   block content_block_start / content_block_delta / content_block_stop: "text"
+ *   (text_delta), "thinking" (thinking_delta, closed by a signature_delta), "tool_use"
+ *   (the whole input in one input_json_delta); then message_delta (stop_reason
+ *   end_turn / tool_use / max_tokens / stop_sequence, usage) and message_stop.
+ *   Keepalives are "event: ping". An error after the first byte is "event: error" with
+ *   {"type":"error","error":{"type","message"}}; before it, the status and body of
+ *   coai_error_status_as / coai_error_write_as (529 overloaded_error for an
+ *   unavailable upstream). Non-streaming: one {"type":"message"} object with the same
+ *   content blocks. usage: input_tokens without the cached parts,
+ *   cache_creation_input_tokens, cache_read_input_tokens, output_tokens.
+ *
+ * MODELS
+ *   coai_models_resolve_claude() maps an Anthropic model name to one of the account's
+ *   Cursor models by family (opus / sonnet / haiku) and version, e.g.
+ *   claude-sonnet-4-5-20250929 or claude-3-7-sonnet-latest -> the account's
+ *   "sonnet-4.5" / "claude-3.7-sonnet" ...: exact family and version first, else the
+ *   newest version of the family, else (haiku, usually absent on Cursor) the newest
+ *   sonnet. With want_thinking the "-thinking" variant is preferred when it exists.
+ *   coai_models_write_anthropic() renders GET /v1/models in Anthropic's list shape. */
+
+int coai_anthropic_parse(coai_request *req, const char *body, size_t n, coai_error *err);
+int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n,
+                               coai_error *err);
+/* Estimated input tokens: ceil(UTF-16 units of the prompt / 4). */
+int64_t coai_request_input_tokens(const coai_request *req);
+/* 1 and *out (a view into m) when requested is a Claude model name ("claude-..." or a
+ * bare family name) and the account has a model of that family (or a sonnet for a
+ * missing haiku); 0 when requested is no Claude name or nothing fits. */
+int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
+                               coai_str *out);
+/* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
+ *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
+int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
+/* PART:ANTHROPIC api end */
+
 #ifdef __cplusplus
 }
 #endif
@@ -5777,21 +5841,14 @@ static int coai__oa_has_nul_escape(const char *s, size_t n)
     return 0;
 }
 
-int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
-                            coai_error *err)
-{
-    return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
-}
-
-/* The OpenAI Chat Completions parser (coai__dialects row). */
-static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
-                               coai_error *err)
+/* The checks every dialect's body gets: valid UTF-8 without NUL bytes or "\u0000"
+ * escapes, one JSON object and nothing after it. 0 and *root (the caller deletes it), or
+ * a negative coai_result with err filled (400). */
+static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error *err)
 {
     const char *end = NULL;
-    cJSON *root;
-    const cJSON *messages, *m, *v, *tools;
-    int i, rc;
-    memset(req, 0, sizeof *req);
+    cJSON *j;
+    *root = NULL;
     memset(err, 0, sizeof *err);
     if (!body) n = 0;
     if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
@@ -5802,23 +5859,43 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
         return COAI_ERR_INVALID;
     }
-    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
-    if (root && end) {
+    j = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
+    if (j && end) {
         while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
             end++;
-        if (end != body + n) { cJSON_Delete(root); root = NULL; }
+        if (end != body + n) { cJSON_Delete(j); j = NULL; }
     }
-    if (!root) {
+    if (!j) {
         coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
                   "JSON, or nested deeper than the limit)");
         return COAI_ERR_JSON;
     }
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        return COAI_ERR_INVALID;
+    }
+    *root = j;
+    return 0;
+}
+
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err)
+{
+    return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
+}
+
+/* The OpenAI Chat Completions parser (coai__dialects row). */
+static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
+                               coai_error *err)
+{
+    cJSON *root;
+    const cJSON *messages, *m, *v, *tools;
+    int i, rc;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
     req->root_ = root;
     rc = COAI_ERR_INVALID;
-    if (!cJSON_IsObject(root)) {
-        coai__oa_bad(err, NULL, "The request body must be a JSON object");
-        goto fail;
-    }
     v = coai__oa_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
         coai__oa_bad(err, "model", "model must be a string");
@@ -6065,14 +6142,43 @@ int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
 
 /* ---- exec -> tool call mapping --------------------------------------------- */
 
-/* Find a client tool by any of the names (in order of preference). */
+/* Tool names compare ignoring case and the separators '_', '-', '.' and ' ' (Claude
+ * Code's "Bash", "run-shell-command", "Read_File" ...). */
+static int coai__oa_name_like(coai_str a, coai_str b)
+{
+    size_t i = 0, j = 0;
+    for (;;) {
+        char x = 0, y = 0;
+        while (i < a.len && (a.ptr[i] == '_' || a.ptr[i] == '-' || a.ptr[i] == '.'
+                             || a.ptr[i] == ' '))
+            i++;
+        while (j < b.len && (b.ptr[j] == '_' || b.ptr[j] == '-' || b.ptr[j] == '.'
+                             || b.ptr[j] == ' '))
+            j++;
+        if (i == a.len || j == b.len) return i == a.len && j == b.len;
+        x = a.ptr[i++];
+        y = b.ptr[j++];
+        if (x >= 'A' && x <= 'Z') x = (char)(x - 'A' + 'a');
+        if (y >= 'A' && y <= 'Z') y = (char)(y - 'A' + 'a');
+        if (x != y) return 0;
+    }
+}
+
+/* Find a client tool by any of the names (in order of preference): an exact name first,
+ * then one that differs only in case and separators. */
 static int coai__oa_find_tool(const coai_tool *tools, size_t count, const char *const *names,
                            size_t *idx)
 {
     size_t i, k;
-    for (k = 0; names[k]; k++)
-        for (i = 0; i < count; i++)
-            if (coai_str_eq(tools[i].name, names[k])) { *idx = i; return 1; }
+    int pass;
+    for (pass = 0; pass < 2; pass++)
+        for (k = 0; names[k]; k++)
+            for (i = 0; i < count; i++)
+                if (pass == 0 ? coai_str_eq(tools[i].name, names[k])
+                              : coai__oa_name_like(tools[i].name, coai_str_c(names[k]))) {
+                    *idx = i;
+                    return 1;
+                }
     return 0;
 }
 
@@ -6094,6 +6200,17 @@ static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
     for (k = 0; cands[k] && cJSON_IsObject(props); k++)
         if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return 1;
     return 0;
+}
+
+/* An optional member (description, cwd, path) the client's schema does not declare goes
+ * in only when the schema allows undeclared members: with "additionalProperties": false
+ * (Claude Code's tools, OpenAI strict mode) the client would reject the whole call. The
+ * spec §8.2 shapes (a bash declaring only command still gets description and cwd) stay
+ * for schemas that allow them. */
+static int coai__oa_may(const coai_tool *t, const char *const *cands)
+{
+    const cJSON *ap = coai__oa_get(t->parameters, "additionalProperties");
+    return !cJSON_IsFalse(ap) || coai__oa_has_param(t, cands);
 }
 
 static void coai__oa_arg(coai_buf *b, const char *key, coai_str val)
@@ -6162,7 +6279,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         coai_buf_putc(b, '{');
         coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
         coai__oa_shell_desc(&d, ex->command);
-        {
+        if (coai__oa_may(t, p_desc)) {
             coai_str ds;
             ds.ptr = d.data ? (const char *)d.data : "";
             ds.len = d.len;
@@ -6170,7 +6287,8 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         }
         if (d.err) b->err = 1;
         coai_buf_free(&d);
-        if (ex->cwd.len) coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
+        if (ex->cwd.len && coai__oa_may(t, p_cwd))
+            coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
         break;
     case COAI_EXEC_READ:
         if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
@@ -6192,20 +6310,23 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
+                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
             coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
         } else if (ex->glob.len) {
             if (!coai__oa_find_tool(tools, count, n_glob, &idx)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_gpattern), ex->glob);
-            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
+                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         } else {
             if (!coai__oa_find_tool(tools, count, n_grep, &idx)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-            if (ex->has_path || ex->path.len) coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
+                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         }
         break;
     case COAI_EXEC_WRITE:
@@ -6216,9 +6337,11 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         coai__oa_arg(b, coai__oa_param(t, p_content), ex->content);
         break;
     case COAI_EXEC_MCP: {
-        size_t i;
+        size_t i, k;
         for (i = 0; i < count; i++)
             if (coai__oa_str_same(tools[i].name, ex->tool_name)) break;
+        for (k = 0; i == count && k < count; k++)      /* then ignoring case/separators */
+            if (coai__oa_name_like(tools[k].name, ex->tool_name)) i = k;
         if (i == count || ex->tool_name.len == 0) return 0;
         idx = i;
         if (ex->args_json.len) coai_buf_append(b, ex->args_json.ptr, ex->args_json.len);
@@ -6965,6 +7088,741 @@ int coai_reply_keepalive(coai_reply *r)
 /* PART:OPENAI impl end */
 
 /* ======================================================================== */
+/* PART:ANTHROPIC impl                                                      */
+/* ======================================================================== */
+
+/* ---- request ---------------------------------------------------------------- */
+
+/* A heap string (from cJSON_Print*) handed over to the request. */
+static coai_str coai__req_own(coai_request *req, char *p)
+{
+    coai_str r = { "", 0 };
+    if (!p) { req->mem_.err = 1; return r; }
+    if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return r; }
+    r.ptr = p;
+    r.len = strlen(p);
+    return r;
+}
+
+static int coai__an_bad(coai_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
+    va_end(ap);
+    err->no_retry = 1;
+    return COAI_ERR_INVALID;
+}
+
+static int coai__an_name_ok(const char *s)
+{
+    size_t i, n = strlen(s);
+    if (n < 1 || n > 128) return 0;
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+static int coai__an_type_is(const cJSON *b, const char *type)
+{
+    const cJSON *t = coai__oa_get(b, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
+}
+
+/* An image block -> an IMAGE part. path names the block in messages. */
+static int coai__an_image(const cJSON *b, coai_part *p, const char *path, coai_error *err)
+{
+    const cJSON *src = coai__oa_get(b, "source");
+    p->kind = COAI_PART_IMAGE;
+    if (coai__an_type_is(src, "base64")) {
+        const cJSON *mt = coai__oa_get(src, "media_type"), *d = coai__oa_get(src, "data");
+        if (!cJSON_IsString(mt) || !cJSON_IsString(d))
+            return coai__an_bad(err, "%s.source: a base64 image needs string media_type and "
+                                "data", path);
+        p->media_type = coai__oa_jstr(mt);
+        p->data = coai__oa_jstr(d);
+        return 0;
+    }
+    if (coai__an_type_is(src, "url") && cJSON_IsString(coai__oa_get(src, "url"))) {
+        p->url = coai__oa_jstr(coai__oa_get(src, "url"));
+        return 0;
+    }
+    return coai__an_bad(err, "%s.source: expected {\"type\":\"base64\",\"media_type\",\"data\"} "
+                        "or {\"type\":\"url\",\"url\"}", path);
+}
+
+/* content: a string or an array of blocks -> a list of messages. Blocks of one message
+ * stay one message, except that each tool_result becomes its own TOOL message (in place)
+ * and a user message's other blocks gather around them. out has room for
+ * 1 + 2 * blocks messages; *k is advanced. */
+static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_message *out,
+                            size_t *k, coai_error *err)
+{
+    char path[96];
+    const cJSON *role = coai__oa_get(m, "role"), *content = coai__oa_get(m, "content"), *b;
+    coai_role r;
+    coai_message *cur = NULL;
+    coai_part *parts;
+    coai_call *calls = NULL;
+    size_t nb, j = 0, pn = 0;
+    if (!cJSON_IsObject(m)) return coai__an_bad(err, "messages.%d: must be an object", i);
+    if (!cJSON_IsString(role))
+        return coai__an_bad(err, "messages.%d.role: Field required (\"user\" or \"assistant\")", i);
+    if (strcmp(role->valuestring, "user") == 0) r = COAI_ROLE_USER;
+    else if (strcmp(role->valuestring, "assistant") == 0) r = COAI_ROLE_ASSISTANT;
+    else if (strcmp(role->valuestring, "system") == 0) r = COAI_ROLE_SYSTEM;   /* Claude Code */
+    else
+        return coai__an_bad(err, "messages.%d.role: Input should be 'user' or 'assistant'", i);
+    if (cJSON_IsString(content)) {
+        parts = (coai_part *)coai__req_alloc(req, sizeof *parts);
+        if (!parts) return COAI_ERR_NOMEM;
+        parts->text = coai__oa_jstr(content);
+        cur = &out[(*k)++];
+        cur->role = r;
+        cur->parts = parts;
+        cur->part_count = 1;
+        return 0;
+    }
+    if (!cJSON_IsArray(content))
+        return coai__an_bad(err, "messages.%d.content: Input should be a string or a list of "
+                            "content blocks", i);
+    nb = (size_t)cJSON_GetArraySize(content);
+    parts = (coai_part *)coai__req_alloc(req, nb * sizeof *parts);
+    if (r == COAI_ROLE_ASSISTANT) calls = (coai_call *)coai__req_alloc(req, nb * sizeof *calls);
+    if (!parts || (r == COAI_ROLE_ASSISTANT && !calls)) return COAI_ERR_NOMEM;
+    cJSON_ArrayForEach(b, content) {
+        const cJSON *t = coai__oa_get(b, "type");
+        const char *ty;
+        snprintf(path, sizeof path, "messages.%d.content.%d", i, (int)j++);
+        if (!cJSON_IsObject(b) || !cJSON_IsString(t))
+            return coai__an_bad(err, "%s: must be an object with a string 'type'", path);
+        ty = t->valuestring;
+        if (strcmp(ty, "tool_result") == 0) {
+            const cJSON *id = coai__oa_get(b, "tool_use_id"), *c = coai__oa_get(b, "content");
+            const cJSON *ie = coai__oa_get(b, "is_error"), *e;
+            coai_message *tm;
+            coai_part *tp;
+            if (r != COAI_ROLE_USER)
+                return coai__an_bad(err, "%s: tool_result blocks belong in user messages", path);
+            if (!cJSON_IsString(id))
+                return coai__an_bad(err, "%s.tool_use_id: Field required", path);
+            if (ie && !cJSON_IsNull(ie) && !cJSON_IsBool(ie))
+                return coai__an_bad(err, "%s.is_error: Input should be a boolean", path);
+            tm = &out[(*k)++];
+            cur = NULL;            /* text after a tool result starts a new user turn */
+            tm->role = COAI_ROLE_TOOL;
+            tm->tool_call_id = coai__oa_jstr(id);
+            tm->is_error = cJSON_IsTrue(ie);
+            if (cJSON_IsString(c)) {
+                tp = (coai_part *)coai__req_alloc(req, sizeof *tp);
+                if (!tp) return COAI_ERR_NOMEM;
+                tp->text = coai__oa_jstr(c);
+                tm->parts = tp;
+                tm->part_count = 1;
+            } else if (cJSON_IsArray(c)) {
+                size_t q = 0, jj = 0;
+                char p2[128];
+                tp = (coai_part *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(c) * sizeof *tp);
+                if (!tp) return COAI_ERR_NOMEM;
+                cJSON_ArrayForEach(e, c) {
+                    snprintf(p2, sizeof p2, "%s.content.%d", path, (int)jj++);
+                    if (coai__an_type_is(e, "text")) {
+                        if (!cJSON_IsString(coai__oa_get(e, "text")))
+                            return coai__an_bad(err, "%s.text: Field required", p2);
+                        tp[q++].text = coai__oa_jstr(coai__oa_get(e, "text"));
+                    } else if (coai__an_type_is(e, "image")) {
+                        int rc = coai__an_image(e, &tp[q++], p2, err);
+                        if (rc) return rc;
+                    } else if (!cJSON_IsObject(e) || !cJSON_IsString(coai__oa_get(e, "type"))) {
+                        return coai__an_bad(err, "%s: must be an object with a string 'type'",
+                                            p2);
+                    }
+                    /* other kinds (documents, tool references) carry nothing for Cursor */
+                }
+                tm->parts = tp;
+                tm->part_count = q;
+            } else if (c && !cJSON_IsNull(c)) {
+                return coai__an_bad(err, "%s.content: Input should be a string or a list of "
+                                    "content blocks", path);
+            }
+            continue;
+        }
+        if (!cur) {
+            cur = &out[(*k)++];
+            cur->role = r;
+            cur->parts = parts + pn;     /* this message's parts follow the earlier ones */
+            cur->part_count = 0;
+            if (r == COAI_ROLE_ASSISTANT) cur->calls = calls;
+        }
+        if (strcmp(ty, "text") == 0) {
+            if (!cJSON_IsString(coai__oa_get(b, "text")))
+                return coai__an_bad(err, "%s.text: Field required", path);
+            cur->part_count++;
+            parts[pn++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+        } else if (strcmp(ty, "image") == 0) {
+            int rc;
+            if (r == COAI_ROLE_ASSISTANT)
+                return coai__an_bad(err, "%s: image blocks belong in user messages", path);
+            cur->part_count++;
+            rc = coai__an_image(b, &parts[pn++], path, err);
+            if (rc) return rc;
+        } else if (strcmp(ty, "thinking") == 0) {
+            if (!cJSON_IsString(coai__oa_get(b, "thinking")))
+                return coai__an_bad(err, "%s.thinking: Field required", path);
+            cur->part_count++;
+            parts[pn].kind = COAI_PART_THINKING;
+            parts[pn++].text = coai__oa_jstr(coai__oa_get(b, "thinking"));
+        } else if (strcmp(ty, "tool_use") == 0) {
+            const cJSON *id = coai__oa_get(b, "id"), *name = coai__oa_get(b, "name");
+            const cJSON *in = coai__oa_get(b, "input");
+            coai_call *c;
+            if (r != COAI_ROLE_ASSISTANT)
+                return coai__an_bad(err, "%s: tool_use blocks belong in assistant messages", path);
+            if (!cJSON_IsString(id)) return coai__an_bad(err, "%s.id: Field required", path);
+            if (!cJSON_IsString(name)) return coai__an_bad(err, "%s.name: Field required", path);
+            if (in && !cJSON_IsNull(in) && !cJSON_IsObject(in))
+                return coai__an_bad(err, "%s.input: Input should be an object", path);
+            c = &calls[cur->call_count++];
+            c->id = coai__oa_jstr(id);
+            c->name = coai__oa_jstr(name);
+            c->args = cJSON_IsObject(in) ? coai__req_own(req, cJSON_PrintUnformatted(in))
+                                         : coai_str_c("{}");
+        } else if (strcmp(ty, "redacted_thinking") == 0 || strcmp(ty, "server_tool_use") == 0
+                   || strcmp(ty, "web_search_tool_result") == 0) {
+            /* Encrypted or server-side history: nothing Cursor could use. */
+        } else if (strcmp(ty, "document") == 0) {
+            const cJSON *src = coai__oa_get(b, "source");
+            if (!coai__an_type_is(src, "text") || !cJSON_IsString(coai__oa_get(src, "data")))
+                return coai__an_bad(err, "%s: only documents with a text source are supported",
+                                    path);
+            cur->part_count++;
+            parts[pn++].text = coai__oa_jstr(coai__oa_get(src, "data"));
+        } else {
+            return coai__an_bad(err, "%s.type: unsupported content block type '%s'", path, ty);
+        }
+    }
+    return 0;
+}
+
+static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_error *err,
+                          int count_only)
+{
+    cJSON *root;
+    const cJSON *v, *msgs, *m, *tools;
+    coai_message *out;
+    size_t cap = 1, k = 0;
+    int rc, i;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
+    req->root_ = root;
+    req->dialect = COAI_DIALECT_ANTHROPIC;
+    req->thinking = -1;
+    rc = COAI_ERR_INVALID;
+    v = coai__oa_get(root, "model");
+    if (!cJSON_IsString(v) || !v->valuestring[0]) {
+        coai__an_bad(err, "model: Field required");
+        goto fail;
+    }
+    req->model = coai__oa_jstr(v);
+    v = coai__oa_get(root, "max_tokens");
+    if (v || !count_only) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e12
+            || v->valuedouble != (double)(int64_t)v->valuedouble) {
+            coai__an_bad(err, "max_tokens: Field required (an integer >= 1)");
+            goto fail;
+        }
+        req->max_tokens = (int64_t)v->valuedouble;
+    }
+    v = coai__oa_get(root, "stream");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
+        coai__an_bad(err, "stream: Input should be a valid boolean");
+        goto fail;
+    }
+    req->stream = !count_only && cJSON_IsTrue(v);
+    msgs = coai__oa_get(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
+        coai__an_bad(err, "messages: Field required (a non-empty list)");
+        goto fail;
+    }
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *c = coai__oa_get(m, "content");
+        cap += 1 + 2 * (size_t)(cJSON_IsArray(c) ? cJSON_GetArraySize(c) : 1);
+    }
+    out = (coai_message *)coai__req_alloc(req, cap * sizeof *out);
+    if (!out) goto nomem;
+    /* system: a string or text blocks (cache_control and citations are accepted) */
+    v = coai__oa_get(root, "system");
+    if (cJSON_IsString(v)) {
+        coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
+        if (!p) goto nomem;
+        p->text = coai__oa_jstr(v);
+        out[k].role = COAI_ROLE_SYSTEM;
+        out[k].parts = p;
+        out[k++].part_count = 1;
+    } else if (cJSON_IsArray(v)) {
+        const cJSON *b;
+        size_t q = 0;
+        coai_part *p = (coai_part *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *p);
+        if (!p) goto nomem;
+        i = 0;
+        cJSON_ArrayForEach(b, v) {
+            if (!coai__an_type_is(b, "text") || !cJSON_IsString(coai__oa_get(b, "text"))) {
+                coai__an_bad(err, "system.%d: system blocks must be text blocks", i);
+                goto fail;
+            }
+            p[q++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+            i++;
+        }
+        out[k].role = COAI_ROLE_SYSTEM;
+        out[k].parts = p;
+        out[k++].part_count = q;
+    } else if (v && !cJSON_IsNull(v)) {
+        coai__an_bad(err, "system: Input should be a string or a list of text blocks");
+        goto fail;
+    }
+    i = 0;
+    cJSON_ArrayForEach(m, msgs) {
+        if ((rc = coai__an_message(req, m, i++, out, &k, err)) != 0) {
+            if (rc == COAI_ERR_NOMEM) goto nomem;
+            goto fail;
+        }
+    }
+    rc = COAI_ERR_INVALID;
+    req->messages = out;
+    req->message_count = k;
+    /* tools: custom tools (name, description, input_schema). Anthropic-defined tools
+     * (a "type" other than "custom": bash_*, text_editor_*, web_search_*) run on
+     * Anthropic's side or need a schema we do not have: left out. defer_loading tools
+     * are loaded later by the client's tool search: left out until they are. */
+    tools = coai__oa_get(root, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        const cJSON *t;
+        int count;
+        size_t q = 0;
+        if (!cJSON_IsArray(tools)) { coai__an_bad(err, "tools: Input should be a list"); goto fail; }
+        count = cJSON_GetArraySize(tools);
+        if (count > COAI_MAX_TOOLS) {
+            coai__an_bad(err, "tools: at most %d tools are supported", COAI_MAX_TOOLS);
+            goto fail;
+        }
+        if (count > 0) {
+            req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
+            if (!req->tools) goto nomem;
+        }
+        i = 0;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *name = coai__oa_get(t, "name"), *d = coai__oa_get(t, "description");
+            const cJSON *sch = coai__oa_get(t, "input_schema"), *ty = coai__oa_get(t, "type");
+            if (!cJSON_IsObject(t)) { coai__an_bad(err, "tools.%d: must be an object", i); goto fail; }
+            if (!cJSON_IsString(name) || !coai__an_name_ok(name->valuestring)) {
+                coai__an_bad(err, "tools.%d.name: must match ^[a-zA-Z0-9_-]{1,128}$", i);
+                goto fail;
+            }
+            if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
+                coai__an_bad(err, "tools.%d.description: Input should be a string", i);
+                goto fail;
+            }
+            i++;
+            if (ty && !cJSON_IsNull(ty)
+                && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0))
+                continue;
+            if (!cJSON_IsObject(sch)) {
+                coai__an_bad(err, "tools.%d.input_schema: Field required (an object)", i - 1);
+                goto fail;
+            }
+            if (cJSON_IsTrue(coai__oa_get(t, "defer_loading"))) continue;
+            req->tools[q].name = coai__oa_jstr(name);
+            req->tools[q].description = coai__oa_jstr(d);
+            req->tools[q++].parameters = sch;
+        }
+        req->tool_count = q;
+        if (!q) { free(req->tools); req->tools = NULL; }
+    }
+    v = coai__oa_get(root, "tool_choice");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *ty = coai__oa_get(v, "type");
+        const char *s = cJSON_IsString(ty) ? ty->valuestring : "";
+        if (strcmp(s, "auto") == 0) req->tool_choice = COAI_TOOL_CHOICE_AUTO;
+        else if (strcmp(s, "any") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
+        else if (strcmp(s, "none") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
+        else if (strcmp(s, "tool") == 0 && cJSON_IsString(coai__oa_get(v, "name"))) {
+            req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+            req->tool_choice_name = coai__oa_jstr(coai__oa_get(v, "name"));
+        } else {
+            coai__an_bad(err, "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} or "
+                         "{\"type\": \"tool\", \"name\": ...}");
+            goto fail;
+        }
+    }
+    v = coai__oa_get(root, "stop_sequences");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *e;
+        size_t q = 0;
+        coai_str *st;
+        if (!cJSON_IsArray(v)) { coai__an_bad(err, "stop_sequences: Input should be a list"); goto fail; }
+        st = (coai_str *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *st);
+        if (!st) goto nomem;
+        cJSON_ArrayForEach(e, v) {
+            if (!cJSON_IsString(e)) {
+                coai__an_bad(err, "stop_sequences.%d: Input should be a string", (int)q);
+                goto fail;
+            }
+            st[q++] = coai__oa_jstr(e);
+        }
+        req->stop = st;
+        req->stop_count = q;
+    }
+    v = coai__oa_get(root, "thinking");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *ty = coai__oa_get(v, "type"), *bt = coai__oa_get(v, "budget_tokens");
+        if (coai__an_type_is(v, "enabled") || coai__an_type_is(v, "adaptive")) req->thinking = 1;
+        else if (coai__an_type_is(v, "disabled")) req->thinking = 0;
+        else {
+            coai__an_bad(err, "thinking.type: expected 'enabled', 'adaptive' or 'disabled' "
+                         "(got %s)", cJSON_IsString(ty) ? ty->valuestring : "none");
+            goto fail;
+        }
+        if (cJSON_IsNumber(bt) && bt->valuedouble > 0 && bt->valuedouble < 1e12)
+            req->thinking_budget = (int64_t)bt->valuedouble;
+    }
+    v = coai__oa_get(root, "metadata");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
+        coai__an_bad(err, "metadata: Input should be an object");
+        goto fail;
+    }
+    /* temperature, top_p, top_k, context_management, output_config, service_tier,
+     * container, mcp_servers ...: accepted, nothing to do on Cursor's side. */
+    if (req->mem_.err || coai__request_finish(req)) goto nomem;
+    return 0;
+nomem:
+    rc = COAI_ERR_NOMEM;
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_request_free(req);
+    return rc;
+}
+
+int coai_anthropic_parse(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    return coai__an_parse(req, body, n, err, 0);
+}
+
+int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    return coai__an_parse(req, body, n, err, 1);
+}
+
+/* ---- model names ------------------------------------------------------------- */
+
+int64_t coai_request_input_tokens(const coai_request *req)
+{
+    size_t u = coai__oa_utf16_len(req->prompt.data ? (const char *)req->prompt.data : "",
+                                  req->prompt.len);
+    return (int64_t)((u + 3) / 4);
+}
+
+/* What a model name says: family (1 opus, 2 sonnet, 3 haiku), version numbers (a date
+ * such as 20250929 is not one), "thinking", whether it starts like a Claude name, and
+ * how many other words it has ("high", "max", "fast" ...). */
+typedef struct coai__claude_name {
+    int family, claude, thinking, extras;
+    long version;              /* major * 10000 + minor * 100 + patch */
+    int nver;
+} coai__claude_name;
+
+static void coai__claude_parse(coai_str s, coai__claude_name *c)
+{
+    size_t i = 0;
+    memset(c, 0, sizeof *c);
+    while (i < s.len) {
+        char w[16];
+        size_t k = 0, start;
+        int digits = 1;
+        while (i < s.len && !coai__oa_alnum(s.ptr[i])) i++;
+        start = i;
+        while (i < s.len && coai__oa_alnum(s.ptr[i])) {
+            char ch = s.ptr[i++];
+            if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
+            if (ch < '0' || ch > '9') digits = 0;
+            if (k + 1 < sizeof w) w[k++] = ch;
+        }
+        w[k] = 0;
+        if (i == start) break;
+        if (digits) {
+            if (i - start <= 4 && c->nver < 3) {
+                long v = atol(w);
+                c->version += v * (c->nver == 0 ? 10000 : c->nver == 1 ? 100 : 1);
+                c->nver++;
+            }                                   /* longer: a date stamp */
+        } else if (strcmp(w, "claude") == 0 && c->claude == 0 && start == 0) c->claude = 1;
+        else if (strcmp(w, "opus") == 0) c->family = 1;
+        else if (strcmp(w, "sonnet") == 0) c->family = 2;
+        else if (strcmp(w, "haiku") == 0) c->family = 3;
+        else if (strcmp(w, "thinking") == 0) c->thinking = 1;
+        else if (strcmp(w, "latest") != 0 && strcmp(w, "claude") != 0) c->extras++;
+    }
+}
+
+int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
+                               coai_str *out)
+{
+    coai__claude_name rq;
+    int fam;
+    coai__claude_parse(requested, &rq);
+    if (!rq.family || (!rq.claude && rq.extras)) return 0;
+    for (fam = rq.family;; fam = 2) {
+        size_t i, best = 0;
+        long best_score = -1;
+        for (i = 0; m && i < m->count; i++) {
+            coai__claude_name c;
+            long score;
+            int exact;
+            const coai_model *it = &m->items[i];
+            coai__claude_parse(it->display_id.len ? it->display_id : it->id, &c);
+            if (c.family != fam) coai__claude_parse(it->id, &c);
+            if (c.family != fam) continue;
+            exact = fam == rq.family && rq.nver && c.version == rq.version;
+            /* exact version > the wanted thinking variant > newer > fewer extra words */
+            score = (long)exact * 100000000L + (long)(c.thinking == (want_thinking != 0)) * 10000000L
+                    + (c.version > 999999 ? 999999 : c.version) * 10L
+                    + (c.extras > 9 ? 0 : 9 - c.extras);
+            if (score > best_score) { best_score = score; best = i; }
+        }
+        if (best_score >= 0) { *out = m->items[best].id; return 1; }
+        if (fam != 3) return 0;            /* only a missing haiku falls back (to sonnet) */
+    }
+}
+
+int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created)
+{
+    char when[96];
+    int64_t t = created < 0 ? 0 : created > 253402300799LL ? 253402300799LL : created;
+    int64_t days = coai__floor_div(t, 86400), sec = t - days * 86400;
+    int64_t z = days + 719468, era = coai__floor_div(z, 146097), doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t d = doy - (153 * mp + 2) / 5 + 1, mo = mp < 10 ? mp + 3 : mp - 9;
+    size_t i;
+    /* civil date of a day count (H. Hinnant's algorithm): no gmtime_r needed */
+    snprintf(when, sizeof when, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lldZ",
+             (long long)(yoe + era * 400 + (mo <= 2)), (long long)mo, (long long)d,
+             (long long)(sec / 3600), (long long)(sec / 60 % 60), (long long)(sec % 60));
+    coai_buf_puts(out, "{\"data\":[");
+    for (i = 0; m && i < m->count; i++) {
+        const coai_model *it = &m->items[i];
+        coai_str id = it->display_id.len ? it->display_id : it->id;
+        coai_str name = it->display_name.len ? it->display_name : id;
+        if (i) coai_buf_putc(out, ',');
+        coai_buf_puts(out, "{\"type\":\"model\",\"id\":");
+        coai_json_str_append(out, id.ptr, id.len);
+        coai_buf_puts(out, ",\"display_name\":");
+        coai_json_str_append(out, name.ptr, name.len);
+        coai_buf_printf(out, ",\"created_at\":\"%s\"}", when);
+    }
+    coai_buf_puts(out, "],\"has_more\":false,\"first_id\":");
+    if (m && m->count) {
+        const coai_model *f = &m->items[0], *l = &m->items[m->count - 1];
+        coai_str a = f->display_id.len ? f->display_id : f->id;
+        coai_str b = l->display_id.len ? l->display_id : l->id;
+        coai_json_str_append(out, a.ptr, a.len);
+        coai_buf_puts(out, ",\"last_id\":");
+        coai_json_str_append(out, b.ptr, b.len);
+    } else {
+        coai_buf_puts(out, "null,\"last_id\":null");
+    }
+    return coai_buf_puts(out, "}");
+}
+
+/* ---- the Messages writer ------------------------------------------------------ */
+
+/* What a thinking block is closed with. Anthropic signs thinking so that it can be
+ * sent back; Cursor's thinking has no signature, clients only need a non-empty one,
+ * and what comes back is never checked. */
+#define COAI__AN_SIGNATURE "Y3Vyc29yLW9haQ=="
+
+static void coai__an_w_init(coai_reply *r)
+{
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, r->o_.completion_id.ptr, r->o_.completion_id.len);
+    coai_buf_puts(&r->prefix_, ",\"type\":\"message\",\"role\":\"assistant\",\"model\":");
+    coai_json_str_append(&r->prefix_, r->o_.model.ptr, r->o_.model.len);
+}
+
+/* Anthropic counts input without the cached parts (coai_reply_usage keeps them <= input).
+ * at_start: message_start, before any output was counted. */
+static void coai__an_usage(const coai_reply *r, coai_buf *b, int at_start)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
+    coai_buf_printf(b, "{\"input_tokens\":%lld,\"cache_creation_input_tokens\":%lld,"
+                    "\"cache_read_input_tokens\":%lld,\"output_tokens\":%lld}",
+                    (long long)(u.input_tokens - u.cache_read_tokens - u.cache_write_tokens),
+                    (long long)u.cache_write_tokens, (long long)u.cache_read_tokens,
+                    (long long)(at_start ? 0 : u.output_tokens));
+}
+
+static void coai__an_event(coai_reply *r, const char *name)
+{
+    coai_buf_printf(&r->out, "event: %s\ndata: {\"type\":\"%s\"", name, name);
+}
+
+static void coai__an_w_begin(coai_reply *r)
+{
+    coai__an_event(r, "message_start");
+    coai_buf_puts(&r->out, ",\"message\":");
+    coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(&r->out, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,"
+                  "\"usage\":");
+    coai__an_usage(r, &r->out, 1);
+    coai_buf_puts(&r->out, "}}\n\n");
+}
+
+static void coai__an_block_stop(coai_reply *r)
+{
+    if (!r->block_open_) return;
+    if (r->block_open_ == 2) {
+        coai__an_event(r, "content_block_delta");
+        coai_buf_printf(&r->out, ",\"index\":%d,\"delta\":{\"type\":\"signature_delta\","
+                        "\"signature\":\"" COAI__AN_SIGNATURE "\"}}\n\n", r->block_ - 1);
+    }
+    coai__an_event(r, "content_block_stop");
+    coai_buf_printf(&r->out, ",\"index\":%d}\n\n", r->block_ - 1);
+    r->block_open_ = 0;
+}
+
+/* kind 1 text, 2 thinking */
+static void coai__an_block_start(coai_reply *r, int kind)
+{
+    coai__an_block_stop(r);
+    coai__an_event(r, "content_block_start");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"content_block\":%s}\n\n", r->block_,
+                    kind == 2 ? "{\"type\":\"thinking\",\"thinking\":\"\",\"signature\":\"\"}"
+                              : "{\"type\":\"text\",\"text\":\"\"}");
+    r->block_++;
+    r->block_open_ = kind;
+}
+
+static void coai__an_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    int kind = ch ? 2 : 1;
+    if (r->block_open_ != kind) coai__an_block_start(r, kind);
+    coai__an_event(r, "content_block_delta");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"delta\":{\"type\":\"%s\",\"%s\":", r->block_ - 1,
+                    ch ? "thinking_delta" : "text_delta", ch ? "thinking" : "text");
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_puts(&r->out, "}}\n\n");
+}
+
+static void coai__an_w_tool_call(coai_reply *r)
+{
+    coai__an_block_stop(r);
+    coai__an_event(r, "content_block_start");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"content_block\":{\"type\":\"tool_use\",\"id\":",
+                    r->block_);
+    coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
+    coai_buf_puts(&r->out, ",\"name\":");
+    coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
+    coai_buf_puts(&r->out, ",\"input\":{}}}\n\n");
+    coai__an_event(r, "content_block_delta");
+    coai_buf_printf(&r->out, ",\"index\":%d,\"delta\":{\"type\":\"input_json_delta\","
+                    "\"partial_json\":", r->block_);
+    if (r->tc_args_.len)
+        coai_json_str_append(&r->out, (const char *)r->tc_args_.data, r->tc_args_.len);
+    else
+        coai_buf_puts(&r->out, "\"{}\"");
+    coai_buf_puts(&r->out, "}}\n\n");
+    coai__an_event(r, "content_block_stop");
+    coai_buf_printf(&r->out, ",\"index\":%d}\n\n", r->block_);
+    r->block_++;
+}
+
+static const char *coai__an_stop_reason(coai_finish f)
+{
+    switch (f) {
+    case COAI_FINISH_TOOL_CALLS: return "tool_use";
+    case COAI_FINISH_LENGTH: return "max_tokens";
+    case COAI_FINISH_STOP_SEQUENCE: return "stop_sequence";
+    default: return "end_turn";
+    }
+}
+
+static void coai__an_w_end(coai_reply *r, coai_finish f)
+{
+    coai__an_block_stop(r);
+    if (r->block_ == 0) {            /* an empty answer is still one (empty) text block */
+        coai__an_block_start(r, 1);
+        coai__an_block_stop(r);
+    }
+    coai__an_event(r, "message_delta");
+    coai_buf_printf(&r->out, ",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":null},"
+                    "\"usage\":", coai__an_stop_reason(f));
+    coai__an_usage(r, &r->out, 0);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__an_event(r, "message_stop");
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+static void coai__an_w_body(coai_reply *r, coai_finish f)
+{
+    coai_buf *o = &r->out;
+    int n = 0;
+    coai_buf_append(o, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(o, ",\"content\":[");
+    if (r->reasoning_.len) {
+        coai_buf_puts(o, "{\"type\":\"thinking\",\"thinking\":");
+        coai_json_str_append(o, (const char *)r->reasoning_.data, r->reasoning_.len);
+        coai_buf_puts(o, ",\"signature\":\"" COAI__AN_SIGNATURE "\"}");
+        n++;
+    }
+    if (r->content_.len || (!n && !r->has_tool_call_)) {
+        if (n++) coai_buf_putc(o, ',');
+        coai_buf_puts(o, "{\"type\":\"text\",\"text\":");
+        coai_json_str_append(o, r->content_.data ? (const char *)r->content_.data : "",
+                             r->content_.len);
+        coai_buf_putc(o, '}');
+    }
+    if (r->has_tool_call_) {
+        if (n++) coai_buf_putc(o, ',');
+        coai_buf_puts(o, "{\"type\":\"tool_use\",\"id\":");
+        coai_json_str_append(o, (const char *)r->tc_id_.data, r->tc_id_.len);
+        coai_buf_puts(o, ",\"name\":");
+        coai_json_str_append(o, (const char *)r->tc_name_.data, r->tc_name_.len);
+        coai_buf_puts(o, ",\"input\":");
+        /* the args are JSON objects written by coai_exec_map (or Cursor's MCP args) */
+        if (r->tc_args_.len) coai_buf_append(o, r->tc_args_.data, r->tc_args_.len);
+        else coai_buf_puts(o, "{}");
+        coai_buf_putc(o, '}');
+    }
+    coai_buf_printf(o, "],\"stop_reason\":\"%s\",\"stop_sequence\":null,\"usage\":",
+                    coai__an_stop_reason(f));
+    coai__an_usage(r, o, 0);
+    coai_buf_putc(o, '}');
+}
+
+static void coai__an_w_error(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "event: error\ndata: ");
+    coai_error_write_as(&r->out, &r->error, COAI_DIALECT_ANTHROPIC);
+    coai_buf_puts(&r->out, "\n\n");
+}
+
+static void coai__an_w_keepalive(coai_reply *r)
+{
+    coai__an_event(r, "ping");
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+static const coai__writer coai__an_writer = {
+    coai__an_w_init, coai__an_w_begin, coai__an_w_delta, coai__an_w_tool_call,
+    coai__an_w_end, coai__an_w_body, coai__an_w_error, coai__an_w_keepalive
+};
+/* PART:ANTHROPIC impl end */
+
+/* ======================================================================== */
 /* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
 /* ======================================================================== */
 
@@ -6980,7 +7838,7 @@ static const struct {
     const coai__writer *writer;
 } coai__dialects[COAI_DIALECT_COUNT_] = {
     /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer },
-    /* COAI_DIALECT_ANTHROPIC */   { NULL, NULL },
+    /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer },
 };
 
 static const coai__writer *coai__writer_of(coai_dialect d)
@@ -7018,17 +7876,25 @@ static int coai__hex4(const char *s, unsigned *v)
  * "\ufffd" (U+FFFD, what JavaScript-based servers end up with), the same six bytes, in a
  * copy. Backslashes only occur inside strings in valid JSON, so walking escape pairs is
  * exact. Returns the malloc'd copy, or NULL when there was nothing to fix (or no memory:
- * *nomem = 1). *fixed counts the replacements. */
-static char *coai__json_fix_surrogates(const char *s, size_t n, size_t *fixed, int *nomem)
+ * *nomem = 1). *fixed counts the replacements. A "\u" without four hex digits sets *bad:
+ * cJSON would read it as U+0000 and cut the string there. */
+static char *coai__json_fix_surrogates(const char *s, size_t n, size_t *fixed, int *nomem,
+                                       int *bad)
 {
     char *out = NULL;
     size_t i = 0;
     *fixed = 0;
     *nomem = 0;
+    *bad = 0;
     while (i < n) {
         unsigned v, w;
         int lone;
         if (s[i] != '\\') { i++; continue; }
+        if (i + 1 < n && s[i + 1] == 'u' && (i + 5 >= n || !coai__hex4(s + i + 2, &v))) {
+            free(out);
+            *bad = 1;
+            return NULL;
+        }
         if (i + 5 >= n || s[i + 1] != 'u' || !coai__hex4(s + i + 2, &v) || v < 0xd800
             || v > 0xdfff) {
             i += 2;
@@ -7085,7 +7951,7 @@ static const char *coai__json_dup_key(const cJSON *j, int *nomem)
 int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
                           const coai_image_limits *lim, coai_error *err)
 {
-    int rc, nomem = 0;
+    int rc, nomem = 0, bad = 0;
     size_t fixed = 0;
     char *copy;
     const char *dup;
@@ -7097,7 +7963,15 @@ int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, s
     }
     /* The parsers keep views into the cJSON tree only, never into the body, so the fixed
      * copy can go as soon as the parse is done. */
-    copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem) : NULL;
+    copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem, &bad) : NULL;
+    if (bad) {
+        memset(req, 0, sizeof *req);
+        coai_error_set(err, 400, "invalid_request_error", NULL, NULL,
+                       "We could not parse the JSON body of your request: a \\u escape needs "
+                       "four hex digits");
+        err->no_retry = 1;
+        return COAI_ERR_JSON;
+    }
     if (nomem) {
         memset(req, 0, sizeof *req);
         coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");

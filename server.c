@@ -70,9 +70,12 @@
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
 #define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
 #define UP_RBUF 16384                             /* upstream raw read buffer */
+#define UP_RA (16384 + 325 + 4096)                /* TLS bytes read ahead: > one whole record */
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
-#define UP_POOL_MAX 16                            /* idle TLS connections kept */
+#define UP_POOL_MAX 128                           /* idle TLS connections kept */
+#define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
 #define UP_MODELS_TTL_MS 300000                   /* model list cache */
@@ -594,6 +597,11 @@ struct upconn {
     coai_chunked_decoder cd;        /* BODY_CHUNKED state */
     size_t rlen, roff;              /* raw bytes in rbuf, and how many are consumed */
     unsigned char rbuf[UP_RBUF];    /* raw response bytes (TLS plaintext) */
+    /* Read-ahead under the TLS engine: BearSSL asks for a record's 5-byte header, then its
+     * body; both (and any records behind them) come from one recv() into ra. */
+    size_t ra_len, ra_off;          /* TLS bytes in ra, and how many the engine has taken */
+    int ra_more;                    /* the last recv() filled ra: read again before polling */
+    unsigned char ra[UP_RA];
     br_ssl_client_context sc;
     br_x509_minimal_context xc;
     br_sslio_context io;
@@ -748,20 +756,47 @@ static int up_wait(struct upconn *c, short ev)
     }
 }
 
+/* BearSSL's read callback, served from the read-ahead buffer. When it is empty: wait for
+ * the socket first, then read once (a read that would only fail with EAGAIN is a wasted
+ * system call per wake-up), unless the previous read filled the buffer. */
 static int up_low_read(void *ctx, unsigned char *buf, size_t len)
 {
     struct upconn *c = ctx;
-    for (;;) {
-        ssize_t r = recv(c->fd, buf, len, 0);
-        if (r > 0) {
-            if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
-            return (int)r;
+    size_t n;
+    if (c->ra_off == c->ra_len) {
+        c->ra_off = c->ra_len = 0;
+        for (;;) {
+            ssize_t r;
+            if (!c->ra_more && up_wait(c, POLLIN) < 0) return -1;
+            r = recv(c->fd, c->ra, sizeof c->ra, 0);
+            if (r > 0) {
+                c->ra_len = (size_t)r;
+                c->ra_more = (size_t)r == sizeof c->ra;
+                if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+                break;
+            }
+            c->ra_more = 0;
+            if (r == 0) { c->why = UPX_EOF; return -1; }
+            if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+            c->why = UPX_IO;
+            return -1;
         }
-        if (r == 0) { c->why = UPX_EOF; return -1; }
-        if (errno == EINTR) continue;
-        if (errno != EAGAIN && errno != EWOULDBLOCK) { c->why = UPX_IO; return -1; }
-        if (up_wait(c, POLLIN) < 0) return -1;
     }
+    n = c->ra_len - c->ra_off;
+    if (n > len) n = len;
+    memcpy(buf, c->ra + c->ra_off, n);
+    c->ra_off += n;
+    return (int)n;
+}
+
+/* 1 when the next read of c's plaintext needs no system call: the engine holds decrypted
+ * data, or a whole TLS record is already in the read-ahead buffer. */
+static int up_buffered(struct upconn *c)
+{
+    const unsigned char *h = c->ra + c->ra_off;
+    size_t n = c->ra_len - c->ra_off;
+    if (br_ssl_engine_current_state(&c->sc.eng) & BR_SSL_RECVAPP) return 1;
+    return n >= 5 && n - 5 >= ((size_t)h[3] << 8 | h[4]);
 }
 
 static int up_low_write(void *ctx, const unsigned char *buf, size_t len)
@@ -776,9 +811,20 @@ static int up_low_write(void *ctx, const unsigned char *buf, size_t len)
     }
 }
 
+/* Close a connection. A healthy one first says so with a TLS close_notify, sent without
+ * waiting (one non-blocking send): servers keep the TLS session of a cleanly closed
+ * connection resumable (OpenSSL drops it after an unclean end). */
 static void up_free(struct upconn *c)
 {
     if (!c) return;
+    if (c->fd >= 0 && c->why == UPX_OK && br_ssl_engine_last_error(&c->sc.eng) == BR_ERR_OK
+        && br_ssl_engine_current_state(&c->sc.eng) != BR_SSL_CLOSED) {
+        unsigned char *b;
+        size_t n;
+        br_ssl_engine_close(&c->sc.eng);
+        b = br_ssl_engine_sendrec_buf(&c->sc.eng, &n);
+        if (b && n > 0) (void)!send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
     if (c->fd >= 0) close(c->fd);
     free(c);
 }
@@ -816,14 +862,72 @@ fail:
     return -1;
 }
 
+/* TLS session resumption and spare connections. A session is saved after each full
+ * handshake, per host:port (the name the certificate was verified for), and offered on the
+ * next connection to the same place: the server may then skip the key exchange and the
+ * certificate (BearSSL falls back to a full, verified handshake when it does not). */
+static struct {
+    pthread_mutex_t lock;
+    struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
+    int sess_next;                  /* round-robin slot for a new key */
+    int spare_busy;                 /* a background connect is under way */
+    uint64_t handshakes, resumed;   /* counters (debug log) */
+    int spares;                     /* spare connections wanted (serve mode only) */
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void up_sess_key(char *out, size_t cap)
+{
+    snprintf(out, cap, "%s:%s", S.up_host, S.up_port);
+}
+
+/* Copy the saved session for this host into *sp. 1 found, 0 none. */
+static int up_sess_get(br_ssl_session_parameters *sp)
+{
+    char key[300];
+    int i, found = 0;
+    up_sess_key(key, sizeof key);
+    pthread_mutex_lock(&UPX.lock);
+    for (i = 0; i < UP_SESS_MAX && !found; i++) {
+        if (UPX.sess[i].sp.session_id_len && !strcmp(UPX.sess[i].key, key)) {
+            *sp = UPX.sess[i].sp;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&UPX.lock);
+    return found;
+}
+
+/* Save (sp != NULL) or forget (sp == NULL) this host's session. */
+static void up_sess_put(const br_ssl_session_parameters *sp)
+{
+    char key[300];
+    int i, slot = -1;
+    up_sess_key(key, sizeof key);
+    pthread_mutex_lock(&UPX.lock);
+    for (i = 0; i < UP_SESS_MAX && slot < 0; i++)
+        if (!strcmp(UPX.sess[i].key, key)) slot = i;
+    if (slot < 0 && sp) {
+        slot = UPX.sess_next;
+        UPX.sess_next = (UPX.sess_next + 1) % UP_SESS_MAX;
+    }
+    if (slot >= 0) {
+        copy_str(UPX.sess[slot].key, sizeof UPX.sess[slot].key, key, strlen(key));
+        if (sp) UPX.sess[slot].sp = *sp;
+        else memset(&UPX.sess[slot].sp, 0, sizeof UPX.sess[slot].sp);
+    }
+    pthread_mutex_unlock(&UPX.lock);
+}
+
 /* Open a new verified TLS 1.2 connection to the upstream. NULL with *e filled on failure. */
 static struct upconn *up_connect(coai_error *e)
 {
     struct addrinfo hints, *res = NULL, *ai;
     struct upconn *c = NULL;
+    br_ssl_session_parameters sp;
     int64_t deadline;
-    int r, fd = -1, err = 0, verify = 0;
+    int r, fd = -1, err = 0, verify = 0, resume = 0;
     char what[256];
+    memset(&sp, 0, sizeof sp);
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -857,13 +961,33 @@ static struct upconn *up_connect(coai_error *e)
     br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
     br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
     br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
+    resume = up_sess_get(&sp);
+    if (resume) br_ssl_engine_set_session_parameters(&c->sc.eng, &sp);
     /* The real host name, always: it is both the SNI and the name the certificate must match
      * (a NULL here would silently switch off name verification). */
-    if (!br_ssl_client_reset(&c->sc, S.up_host, 0)) goto tls_fail;
+    if (!br_ssl_client_reset(&c->sc, S.up_host, resume)) goto tls_fail;
     br_sslio_init(&c->io, &c->sc.eng, up_low_read, c, up_low_write, c);
     if (br_sslio_flush(&c->io) < 0) goto tls_fail;     /* runs the whole handshake */
+    {
+        br_ssl_session_parameters now;
+        int same;
+        br_ssl_engine_get_session_parameters(&c->sc.eng, &now);
+        same = resume && now.session_id_len == sp.session_id_len
+            && memcmp(now.session_id, sp.session_id, sp.session_id_len) == 0;
+        if (!same) up_sess_put(now.session_id_len ? &now : NULL);
+        pthread_mutex_lock(&UPX.lock);
+        UPX.handshakes++;
+        UPX.resumed += same;
+        pthread_mutex_unlock(&UPX.lock);
+        memset(&now, 0, sizeof now);
+        srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", S.up_host,
+                same ? "session resumed" : "full");
+    }
+    memset(&sp, 0, sizeof sp);
     return c;
 tls_fail:
+    memset(&sp, 0, sizeof sp);
+    if (resume) up_sess_put(NULL);      /* the next attempt starts from a full handshake */
     err = br_ssl_engine_last_error(&c->sc.eng);
     if (c->why == UPX_TIMEOUT) {
         up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", S.up_host);
@@ -888,6 +1012,70 @@ static int up_alive(struct upconn *c)
     return r == 0;
 }
 
+/* Park an idle connection in the pool (or close it when the pool is full). */
+static void pool_park(struct upconn *c)
+{
+    c->idle_since = mono_ms();
+    c->client_fd = -1;
+    c->tick = NULL;
+    pthread_mutex_lock(&S.lock);
+    if (S.pool_n < UP_POOL_MAX && !S.stop) {
+        c->next = S.pool;
+        S.pool = c;
+        S.pool_n++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&S.lock);
+    up_free(c);
+}
+
+static void *spare_thread(void *arg)
+{
+    coai_error e;
+    struct upconn *c;
+    (void)arg;
+    memset(&e, 0, sizeof e);
+    c = up_connect(&e);
+    if (c) {
+        c->body_done = 1;
+        pool_park(c);
+    } else {
+        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+    }
+    pthread_mutex_lock(&UPX.lock);
+    UPX.spare_busy = 0;
+    pthread_mutex_unlock(&UPX.lock);
+    return NULL;
+}
+
+/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
+ * more in the background (one at a time), so that the next run does not wait for a
+ * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
+static void spare_kick(void)
+{
+    pthread_attr_t a;
+    pthread_t t;
+    int go;
+    pthread_mutex_lock(&S.lock);
+    go = S.pool_n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    pthread_mutex_unlock(&S.lock);
+    if (!go) return;
+    pthread_mutex_lock(&UPX.lock);
+    go = !UPX.spare_busy;
+    UPX.spare_busy = 1;
+    pthread_mutex_unlock(&UPX.lock);
+    if (!go) return;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 256 * 1024);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &a, spare_thread, NULL) != 0) {
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_busy = 0;
+        pthread_mutex_unlock(&UPX.lock);
+    }
+    pthread_attr_destroy(&a);
+}
+
 /* A connection for one request: an idle pooled one, else a new one (fresh = 1 forces new). */
 static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
 {
@@ -908,6 +1096,7 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
     }
     if (!c) c = up_connect(e);
     if (!c) return NULL;
+    spare_kick();                   /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -954,18 +1143,9 @@ static void up_release(struct upconn *c)
 {
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
-        && !S.stop) {
-        c->idle_since = mono_ms();
-        c->client_fd = -1;
-        c->tick = NULL;
-        pthread_mutex_lock(&S.lock);
-        if (S.pool_n < UP_POOL_MAX) {
-            c->next = S.pool;
-            S.pool = c;
-            S.pool_n++;
-            c = NULL;
-        }
-        pthread_mutex_unlock(&S.lock);
+        && c->ra_len == c->ra_off && !S.stop) {
+        pool_park(c);
+        return;
     }
     up_free(c);
 }
@@ -1862,7 +2042,8 @@ static const char *cred_health(void)
 /* Client connections: responses                                            */
 /* ======================================================================== */
 
-enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_USAGE };
+enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
+       ROUTE_USAGE };
 
 struct conn {
     int fd;
@@ -1877,6 +2058,8 @@ struct conn {
     int http10;                     /* HTTP/1.0 client: no chunked encoding */
     int streaming;                  /* a 200 stream head was sent */
     int dead;                       /* a write failed: the client is gone */
+    coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
+    char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t in_len;                  /* bytes in in[] */
@@ -1919,10 +2102,10 @@ static int send_error_ex(struct conn *c, const coai_error *e, const char *extra)
     if (extra) coai_buf_puts(&h, extra);
     if (e->no_retry) coai_buf_puts(&h, "x-should-retry: false\r\n");
     if (e->retry_after > 0) coai_buf_printf(&h, "Retry-After: %d\r\n", e->retry_after);
-    coai_error_write(&b, e);
+    coai_error_write_as(&b, e, c->dialect);
     r = b.err || h.err ? -1
-      : send_response(c, e->status, "application/json", h.data ? (char *)h.data : NULL,
-                      b.data, b.len);
+      : send_response(c, coai_error_status_as(e, c->dialect), "application/json",
+                      h.data ? (char *)h.data : NULL, b.data, b.len);
     coai_buf_free(&b);
     coai_buf_free(&h);
     return r;
@@ -1992,6 +2175,7 @@ static int stream_end(struct conn *c)
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 static int handle_usage(struct conn *c);
+static int handle_count_tokens(struct conn *c);
 
 /* Image caps per request (README: Images); set by configure() from the environment. */
 static coai_image_limits IMG_LIMITS;
@@ -2015,12 +2199,19 @@ static size_t allowed_names(coai_str *out, size_t cap)
     return n;
 }
 
+static int route_is_post(int route)
+{
+    return route == ROUTE_CHAT || route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS;
+}
+
 static int route_of(coai_str path)
 {
     if (coai_str_eq(path, "/v1/chat/completions") || coai_str_eq(path, "/chat/completions"))
         return ROUTE_CHAT;
     if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
+    if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
+    if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
     if (coai_str_eq(path, "/v1/usage")) return ROUTE_USAGE;
     return ROUTE_NONE;
 }
@@ -2102,8 +2293,19 @@ static int serve_request(struct conn *c, size_t hl)
     c->streaming = 0;
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !S.stop;
+    route = route_of(rq->path);
+    /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
+     * errors in Anthropic's shape. */
+    c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
+                 || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
+                 ? COAI_DIALECT_ANTHROPIC : COAI_DIALECT_OPENAI_CHAT;
     is_post = coai_str_eq(rq->method, "POST");
     is_get = coai_str_eq(rq->method, "GET");
+    {   /* copied now: the head's views die when the body is read */
+        coai_str k = coai_http_header_get(rq->headers, rq->header_count,
+                                          "x-claude-code-session-id");
+        copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
+    }
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
     if (!coai_http_host_allowed(rq->host, names, nn, port)) {
@@ -2118,7 +2320,6 @@ static int serve_request(struct conn *c, size_t hl)
                    "cross-origin requests are not allowed", NULL);
         goto done;
     }
-    route = route_of(rq->path);
     if (route == ROUTE_NONE) {
         char msg[200];
         c->keep = 0;
@@ -2126,12 +2327,12 @@ static int serve_request(struct conn *c, size_t hl)
         send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
         goto done;
     }
-    if ((route == ROUTE_CHAT && !is_post) || (route != ROUTE_CHAT && !is_get)) {
+    if ((route_is_post(route) && !is_post) || (!route_is_post(route) && !is_get)) {
         char msg[200];
         c->keep = 0;
         snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
         send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
-                   route == ROUTE_CHAT ? "Allow: POST\r\n" : "Allow: GET\r\n");
+                   route_is_post(route) ? "Allow: POST\r\n" : "Allow: GET\r\n");
         goto done;
     }
     if (is_post && !coai_http_is_json(rq->content_type)) {
@@ -2141,10 +2342,14 @@ static int serve_request(struct conn *c, size_t hl)
         goto done;
     }
     if (S.api_key && route != ROUTE_HEALTH
-        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))) {
+        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))
+        /* Anthropic clients (Claude Code) send the key as x-api-key */
+        && !coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
+                                                       "x-api-key"), coai_str_c(S.api_key))) {
         c->keep = 0;
         send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
-                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>'.",
+                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or "
+                   "'x-api-key: <key>'.",
                    "WWW-Authenticate: Bearer\r\n");
         goto done;
     }
@@ -2181,6 +2386,9 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     case ROUTE_USAGE:
         handle_usage(c);
+        break;
+    case ROUTE_COUNT_TOKENS:
+        handle_count_tokens(c);
         break;
     default:
         handle_chat(c);
@@ -2423,7 +2631,9 @@ static int handle_models(struct conn *c)
                    "upstream model list is not valid JSON", NULL);
         goto done;
     }
-    if (coai_models_write_list(&out, &m, (int64_t)time(NULL)) < 0 || out.err) {
+    if ((c->dialect == COAI_DIALECT_ANTHROPIC
+         ? coai_models_write_anthropic(&out, &m, (int64_t)time(NULL))
+         : coai_models_write_list(&out, &m, (int64_t)time(NULL))) < 0 || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
@@ -2800,11 +3010,85 @@ static void run_stream(struct run *r)
             r->in_feed = 0;
             if (r->cancelled) return;
         }
-        /* What this read decoded leaves now, in one write: every delta is still its own
-         * SSE event, and nothing waits for more upstream input. */
+        /* What has arrived leaves now, in one write: every delta is still its own SSE
+         * event, and nothing waits for upstream input that is not already here (records
+         * already read ahead are decoded first, then written together). */
+        if (up_buffered(r->sse)) continue;
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+}
+
+/* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
+ * word (opus, sonnet, haiku: every Claude name of that family) -> the model to use. Exact
+ * entries win over family ones. 1 and out filled when an entry applies. */
+static int model_map(coai_str want, char *out, size_t cap)
+{
+    const char *env = getenv("CURSOR_OAI_MODEL_MAP");
+    int pass;
+    if (!env || !*env) return 0;
+    for (pass = 0; pass < 2; pass++) {
+        const char *p = env;
+        while (*p) {
+            const char *e = strchr(p, ','), *eq;
+            size_t n = e ? (size_t)(e - p) : strlen(p), kl;
+            eq = memchr(p, '=', n);
+            if (eq) {
+                kl = (size_t)(eq - p);
+                if (pass == 0 ? kl == want.len && strncasecmp(p, want.ptr, kl) == 0
+                    : (kl == 4 && strncasecmp(p, "opus", 4) == 0)
+                      || (kl == 6 && strncasecmp(p, "sonnet", 6) == 0)
+                      || (kl == 5 && strncasecmp(p, "haiku", 5) == 0)) {
+                    int fam_hit = pass == 0;
+                    size_t j;
+                    for (j = 0; !fam_hit && j + kl <= want.len; j++)
+                        fam_hit = strncasecmp(want.ptr + j, p, kl) == 0;
+                    if (fam_hit && (pass == 0 || (want.len > 6
+                                                  && strncasecmp(want.ptr, "claude", 6) == 0))) {
+                        copy_str(out, cap, eq + 1, n - kl - 1);
+                        return out[0] != 0;
+                    }
+                }
+            }
+            p += n;
+            if (*p == ',') p++;
+        }
+    }
+    return 0;
+}
+
+/* After models_get resolved `want` into c->model: when that is not one of the account's
+ * models, map a Claude name by family and version; anything else is a not_found_error
+ * that lists the models there are. 0 ok, -1 the error was sent. */
+static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int thinking)
+{
+    coai_models m;
+    coai_str hit;
+    size_t i;
+    int found = 0;
+    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return 0;
+    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
+    if (!found && coai_models_resolve_claude(&m, want, thinking, &hit)) {
+        copy_str(c->model, sizeof c->model, hit.ptr, hit.len);
+        found = 1;
+    }
+    if (!found) {
+        coai_buf b = { 0 };
+        coai_error e;
+        for (i = 0; i < m.count; i++) {
+            coai_str id = m.items[i].display_id.len ? m.items[i].display_id : m.items[i].id;
+            if (i) coai_buf_puts(&b, ", ");
+            coai_buf_append(&b, id.ptr, id.len);
+        }
+        coai_error_set(&e, 404, "not_found_error", "model_not_found", "model",
+                       "model: '%.*s' is not a model of this Cursor account (set "
+                       "CURSOR_OAI_MODEL_MAP to map it). Available: %s", (int)want.len,
+                       want.ptr, b.data ? (const char *)b.data : "(none)");
+        coai_buf_free(&b);
+        send_coai_error(c, &e);
+    }
+    coai_models_free(&m);
+    return found ? 0 : -1;
 }
 
 static int handle_chat(struct conn *c)
@@ -2814,9 +3098,10 @@ static int handle_chat(struct conn *c)
     coai_run_params params;
     coai_reply_opts o;
     coai_error e;
-    coai_str model;
-    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37];
-    int attempt, rc, i, k, fetched = 0;
+    coai_str model, want;
+    coai_buf mjson = { 0 };
+    char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
+    int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     memset(&req, 0, sizeof req);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
@@ -2829,18 +3114,21 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_request_parse_ex(&req, COAI_DIALECT_OPENAI_CHAT, (const char *)c->body.data,
-                              c->body.len, &IMG_LIMITS, &e) < 0) {
+    if (coai_request_parse_ex(&req, c->dialect, (const char *)c->body.data, c->body.len,
+                              &IMG_LIMITS, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
+    req.conversation_key = coai_str_c(c->convkey);
+    want = req.model;
+    if (anth && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(NULL, &e, req.model, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -2853,8 +3141,10 @@ static int handle_chat(struct conn *c)
             goto done;
         }
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
-                (int)req.model.len, req.model.ptr);
-        copy_str(c->model, sizeof c->model, req.model.ptr, req.model.len);
+                (int)want.len, want.ptr);
+        copy_str(c->model, sizeof c->model, want.ptr, want.len);
+    } else if (anth && claude_model(c, &mjson, want, req.thinking == 1) < 0) {
+        goto done;                                      /* not_found_error sent */
     }
     model = coai_str_c(c->model);
     r->stream = req.stream;
@@ -2862,13 +3152,18 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
     }
-    /* chatcmpl-<24 hex> and a 12-hex session id, both from the same fresh UUID */
-    memcpy(completion_id, "chatcmpl-", 9);
-    for (i = 0, k = 9; u[i] && k < 33; i++)
-        if (u[i] != '-') completion_id[k++] = u[i];
-    completion_id[k] = 0;
-    memcpy(session, completion_id + 9 + 12, 12);
-    session[12] = 0;
+    /* chatcmpl-<24 hex> (Anthropic: msg_<24 hex>) and a 12-hex session id, both from the
+     * same fresh UUID */
+    {
+        const char *pre = anth ? "msg_" : "chatcmpl-";
+        size_t pl = strlen(pre);
+        memcpy(completion_id, pre, pl);
+        for (i = 0, k = (int)pl; u[i] && k < (int)pl + 24; i++)
+            if (u[i] != '-') completion_id[k++] = u[i];
+        completion_id[k] = 0;
+        memcpy(session, completion_id + pl + 12, 12);
+        session[12] = 0;
+    }
     coai_chat_request_params(&req, &params);
     params.model_id = model;
     params.message_id = coai_str_c(msg_id);
@@ -2885,7 +3180,7 @@ static int handle_chat(struct conn *c)
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
-    o.model = model;
+    o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
     o.env = &params;
     o.send = run_send;
@@ -2958,8 +3253,24 @@ done:
     coai_frame_decoder_free(&r->frames);
     coai_buf_free(&r->run_msg);
     coai_chat_request_free(&req);
+    coai_buf_free(&mjson);
     free(r);
     return 0;
+}
+
+/* POST /v1/messages/count_tokens: the input estimate a reply would report. */
+static int handle_count_tokens(struct conn *c)
+{
+    coai_request req;
+    coai_error e;
+    char out[64];
+    int n;
+    if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0)
+        return send_coai_error(c, &e);
+    n = snprintf(out, sizeof out, "{\"input_tokens\":%lld}",
+                 (long long)coai_request_input_tokens(&req));
+    coai_request_free(&req);
+    return send_response(c, 200, "application/json", NULL, out, (size_t)n);
 }
 
 /* ======================================================================== */
@@ -3556,6 +3867,7 @@ static int run_serve(int argc, char **argv)
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
+    UPX.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
     S.stop_at = mono_ms();
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",

@@ -2,7 +2,8 @@
 # tests/bench.sh - performance bench of cursor-oai against the fake upstream, loopback only.
 # Normally run as `./build.sh bench [ARGS]` (release build first). Builds the load generator
 # (tests/bench/loadgen.c, gcc -O2, glibc) into build/bench/ and runs tests/bench/bench.py,
-# which prints a table and writes bench/results.json. ARGS go to bench.py (--help).
+# which prints a table and writes bench/results.json. ARGS go to bench.py (--help), e.g.
+#   ./build.sh bench --compare /path/to/older/cursor-oai --hold-big 9900
 # Env: COAI_BENCH_PROXY  binary to measure (default build/cursor-oai)
 #      COAI_DEPS_DIR     dependency cache (default build/deps), as for build.sh
 set -eu

@@ -491,6 +491,10 @@ static void test_surrogates_dups(void)
     CHECKF(strcmp((char *)q.prompt.data, "User: a\xef\xbf\xbd" "b\xef\xbf\xbd" "c\xf0\x9f\x98\x80"
                   "d\xef\xbf\xbd" "A") == 0, "%s", (char *)q.prompt.data);
     coai_chat_request_free(&q);
+    /* a \u without four hex digits is refused (cJSON would read U+0000 and cut the text) */
+    b1 = "{\"messages\":[{\"role\":\"user\",\"content\":\"ab\\uZ800cd\"}]}";
+    CHECK(coai_chat_request_parse(&q, b1, strlen(b1), &e) == COAI_ERR_JSON);
+    CHECK(e.status == 400 && strstr(e.message, "four hex digits") != NULL);
     /* a surrogate escape at the very end, truncated: still a JSON error, not a crash */
     CHECK(coai_chat_request_parse(&q, "{\"a\":\"\\ud8", 10, &e) == COAI_ERR_JSON);
     /* an escaped backslash before "ud800" is text, not an escape */

@@ -1,10 +1,15 @@
 #!/usr/bin/python3
 """Performance bench of cursor-oai (run by tests/bench.sh, i.e. ./build.sh bench).
 
-Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy, then drives both
-with build/bench/loadgen: every latency figure is measured through the proxy AND straight
-against the fake (the floor: what the proxy itself does upstream) in the same run. Prints a
-table and writes bench/results.json. Loopback only; bounded in time (about 1-2 minutes).
+Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy (and with
+--compare a second proxy binary, measured in the same run), then drives them with
+build/bench/loadgen. The default shapes are realistic: one text delta per gRPC-web frame per
+HTTP chunk per TLS record per write, unpaced and paced; 64 deltas per write only as a secondary
+line. Each figure is measured with the fake keeping RunSSE connections alive ("keep") and
+closing each after its run ("close", the fake's runsse_close). Every latency is also measured
+straight against the fake (the floor, "direct") in the same run. System calls per delta come
+from strace -c -f attached to the proxy for one extra answer. Prints a table and writes
+bench/results.json. Loopback only; bounded in time (2-4 minutes; --hold-big adds one more).
 """
 
 import argparse
@@ -12,6 +17,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,38 +29,49 @@ ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import harness as H  # noqa: E402
 
-DELTAS = 2000           # text deltas per long answer
-PACED = 200             # stamped deltas per paced answer
-PACE_S = 0.002          # gap between paced deltas
+DELTAS = 2000           # text deltas per answer (unpaced and paced at 1 stream)
+PACE1_S = 0.0005        # paced, 1 stream: one delta every 0.5 ms (a 2,000-delta answer: 1 s)
+PACED64 = 200           # paced, 64 streams: deltas per answer ...
+PACE64_S = 0.010        # ... one every 10 ms each (a model-like 100 tokens/s; 6,400 deltas/s)
 HOLD_S = 12.0           # how long a held stream stays open upstream
 CLK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
+
+def hold_scenario(secs):
+    """a stream that stays open: one delta, then quiet, then the end"""
+    return {"steps": [{"op": "text", "text": "held"}, {"op": "sleep", "s": secs},
+                      {"op": "text", "text": " done"}, {"op": "turn_ended"},
+                      {"op": "trailer", "status": 0}]}
+
+
 SCENARIOS = {
-    # as fast as the fake can: pre-encoded frames, 64 per write (the fake's "long" op)
-    "bench_long": {"steps": [{"op": "long", "n": DELTAS, "text": "lorem ipsum "},
-                             {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
-    # one delta per write, 2 ms apart, each carrying the fake's send time
-    "bench_paced": {"steps": [{"op": "long", "n": PACED, "batch": 1, "stamp": True,
-                               "interval": PACE_S, "text": "x"},
-                              {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
-    # a stream that stays open: one delta, then quiet, then the end
-    "bench_hold": {"steps": [{"op": "text", "text": "held"}, {"op": "sleep", "s": HOLD_S},
-                             {"op": "text", "text": " done"}, {"op": "turn_ended"},
-                             {"op": "trailer", "status": 0}]},
+    # realistic: one delta per frame per HTTP chunk per TLS record per write, as fast as the
+    # fake can write them
+    "bench_unpaced": {"steps": [{"op": "long", "n": DELTAS, "batch": 1, "interval": 0,
+                                 "stamp": True, "text": "lorem"},
+                                {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    # realistic and paced: one delta per write, each carrying the fake's send time
+    "bench_paced1": {"steps": [{"op": "long", "n": DELTAS, "batch": 1, "stamp": True,
+                                "interval": PACE1_S, "text": "x"},
+                               {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "bench_paced64": {"steps": [{"op": "long", "n": PACED64, "batch": 1, "stamp": True,
+                                 "interval": PACE64_S, "text": "x"},
+                                {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    # the old shape (secondary line): 64 pre-encoded frames per write
+    "bench_long64": {"steps": [{"op": "long", "n": DELTAS, "text": "lorem ipsum "},
+                               {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "bench_hold": hold_scenario(HOLD_S),
 }
 
-# (target, original) per metric key, for the table and results.json
+# targets of issue 15 (realistic shapes, 2-core machine, loopback)
 TARGETS = {
-    "added_ttfb_p50_ms": ("< 0.3 ms", "~3.0 ms"),
-    "added_per_chunk_ms": ("<= 0.02 ms", "0.07 ms"),
-    "cpu_ms_per_answer": ("< 2 ms", "19 ms"),
-    "max_streams": ("1000, 0 errors", "-"),
-    "rss_per_stream_kb": ("< 128 KB", "(143-96)/64 = 734 KB"),
-    "idle_rss_kb": ("< 2 MB", "96 MB"),
-    "rss_64_kb": ("-", "143 MB"),
-    "startup_ms": ("< 10 ms", "330 ms"),
-    "binary_kb": ("< 1 MB", "-"),
+    "cpu_us_per_delta_paced_c1": ("<= 12 us", lambda v: v <= 12),
+    "cpu_us_per_delta_paced_c64": ("<= 12 us", lambda v: v <= 12),
+    "cpu_ms_per_answer_unpaced_c1": ("<= 5 ms", lambda v: v <= 5),
+    "syscalls_per_delta_paced": ("<= 3", lambda v: v <= 3),
+    "added_ttfb_p50_ms_c1": ("< 1 ms", lambda v: v < 1),
+    "added_ttfb_p50_ms_c64": ("< 5 ms", lambda v: v < 5),
 }
 
 
@@ -91,7 +108,7 @@ class Bench:
         self.a = args
         self.tmp = tempfile.mkdtemp(prefix="coai-bench-")
         self.res = {"runs": {}, "notes": []}
-        self.proxy = None
+        self.proxies = {}           # label -> Popen (with .port)
         self.fake = None
 
     # -- processes ---------------------------------------------------------------------------
@@ -100,7 +117,9 @@ class Bench:
         now = int(time.time())
         self.token = H.pb.make_jwt({"sub": "auth0|bench", "time": str(now), "exp": now + 86400,
                                     "type": "session", "iss": "https://authentication.cursor.sh"})
-        self.fake = H.Fake(self.tmp, scenarios=SCENARIOS, token=self.token)
+        sc = dict(SCENARIOS)
+        sc["bench_hold_big"] = hold_scenario(self.a.hold_big_s)
+        self.fake = H.Fake(self.tmp, scenarios=sc, token=self.token)
         self.fake_pid = self.fake.info["pid"]
 
     def proxy_env(self):
@@ -110,21 +129,23 @@ class Bench:
         env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
                     "CURSOR_API_URL": self.fake.url(), "SSL_CERT_FILE": self.fake.ca,
                     "CURSOR_ACCESS_TOKEN": self.token, "CURSOR_CLIENT_VERSION": H.CLIENT_VERSION,
-                    "CURSOR_OAI_IDLE_TIMEOUT": "60", "TZ": "UTC"})
+                    "CURSOR_OAI_IDLE_TIMEOUT": "300", "TZ": "UTC"})
         return env
 
-    def start_proxy(self):
-        self.port = H.free_port()
-        args = [self.a.proxy, "serve", "--listen", "127.0.0.1:%d" % self.port,
-                "--max-conns", "2048"]
-        self.proxy = H.spawn(args, os.path.join(self.tmp, "proxy.log"), env=self.proxy_env(),
-                             cwd=self.tmp)
-        ok = H.wait_for(lambda: self.proxy.poll() is not None or self.health(), 15)
-        if not ok or self.proxy.poll() is not None:
-            raise RuntimeError("proxy did not start:\n" + H.tail(self.proxy.log_path))
+    def start_proxy(self, label, path):
+        port = H.free_port()
+        args = [path, "serve", "--listen", "127.0.0.1:%d" % port, "--max-conns", "30000"]
+        p = H.spawn(args, os.path.join(self.tmp, "proxy-%s.log" % label), env=self.proxy_env(),
+                    cwd=self.tmp)
+        p.port = port
+        ok = H.wait_for(lambda: p.poll() is not None or self.health(port), 15)
+        if not ok or p.poll() is not None:
+            raise RuntimeError("proxy did not start:\n" + H.tail(p.log_path))
+        self.proxies[label] = p
+        return p
 
-    def health(self):
-        c = H.http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+    def health(self, port):
+        c = H.http.client.HTTPConnection("127.0.0.1", port, timeout=5)
         try:
             c.request("GET", "/health")
             return c.getresponse().status == 200
@@ -163,16 +184,23 @@ class Bench:
         r.update(ready)
         return r
 
+    def set_close(self, close):
+        self.fake.ctl("/config", {"runsse_close": bool(close)})
+
     # -- measurements ------------------------------------------------------------------------
 
-    def run_streams(self, kind, model, conc, count, expect):
-        """One loadgen run with the CPU of every process and the fake's counters around it."""
+    def run_streams(self, label, scenario, conc, count, expect):
+        """One loadgen run (label "direct" = straight against the fake, else through that
+        proxy) with the CPU of every process and the fake's counters around it."""
         self.fake.ctl("/reset", {})
-        cpu_p0, cpu_f0, cpu_l0 = proc_cpu_s(self.proxy.pid), proc_cpu_s(self.fake_pid), \
+        p = self.proxies.get(label)
+        cpu_p0, cpu_f0, cpu_l0 = proc_cpu_s(p.pid) if p else 0, proc_cpu_s(self.fake_pid), \
             children_cpu_s()
+        la = loadavg()
         t0 = time.time()
-        if kind == "proxy":
-            r = self.loadgen("proxy", "--port", self.port, "--model", model, "--conc", conc,
+        model = "scenario:" + scenario
+        if p:
+            r = self.loadgen("proxy", "--port", p.port, "--model", model, "--conc", conc,
                              "--count", count, "--expect", expect)
         else:
             r = self.loadgen("direct", "--port", self.fake.port, "--model", model,
@@ -181,65 +209,99 @@ class Bench:
         wall = time.time() - t0
         st = self.fake.state()
         c = st["counters"]
-        ok = [s for s in r["streams"] if s[2] >= 0]
-        lists = {"ttfb": [s[1] / 1000.0 for s in ok if s[1] >= 0],
-                 "head": [s[0] / 1000.0 for s in ok if s[0] >= 0],
-                 "total": [s[2] / 1000.0 for s in ok],
+        ok = [x for x in r["streams"] if x[2] >= 0]
+        lists = {"ttfb": [x[1] / 1000.0 for x in ok if x[1] >= 0],
+                 "head": [x[0] / 1000.0 for x in ok if x[0] >= 0],
+                 "total": [x[2] / 1000.0 for x in ok],
                  "lat": [x / 1e6 for x in r["lat_ns"]]}
         out = {
-            "kind": kind, "model": model, "conc": conc, "count": count,
+            "label": label, "scenario": scenario, "conc": conc, "count": count,
+            "loadavg": la,
             "errors": r["errors"], "n_errors": sum(r["errors"].values()),
             "fake_validation_errors": len(st["errors"]),
             "wall_s": r["wall_us"] / 1e6,
-            "events": sum(s[3] for s in r["streams"]),
-            "bytes": sum(s[4] for s in r["streams"]),
+            "deltas": sum(x[3] for x in r["streams"]),
+            "bytes": sum(x[4] for x in r["streams"]),
             "handshakes": c.get("tls_handshakes_main", 0),
             "upstream_requests": c.get("requests", 0),
-            "models_calls": c.get("models_calls", 0),
-            "proxy_cpu_s": proc_cpu_s(self.proxy.pid) - cpu_p0 if kind == "proxy" else None,
+            "proxy_cpu_s": proc_cpu_s(p.pid) - cpu_p0 if p else None,
             "fake_cpu_s": proc_cpu_s(self.fake_pid) - cpu_f0,
             "loadgen_cpu_s": children_cpu_s() - cpu_l0,
             "wall_outer_s": wall,
         }
-        out["streams_per_s"] = count / out["wall_s"]
-        out["mb_per_s"] = out["bytes"] / out["wall_s"] / 1e6
+        out["handshakes_per_request"] = out["handshakes"] / float(count)
+        if p:
+            out["cpu_ms_per_answer"] = 1000.0 * out["proxy_cpu_s"] / count
+            out["cpu_us_per_delta"] = 1e6 * out["proxy_cpu_s"] / max(1, out["deltas"])
         for k, v in lists.items():
             out[k + "_p50_ms"] = pct(v, 50)
             out[k + "_p99_ms"] = pct(v, 99)
         return out
 
-    def hold(self, n):
+    def strace_run(self, label, scenario, count, expect):
+        """System calls of the proxy per delta: strace -c -f attached for one run."""
+        p = self.proxies[label]
+        out = os.path.join(self.tmp, "strace-%s-%s.txt" % (label, scenario))
+        self.fake.ctl("/reset", {})
+        st = subprocess.Popen(["strace", "-c", "-f", "-q", "-o", out, "-p", str(p.pid)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)             # attached to every thread
+        try:
+            r = self.loadgen("proxy", "--port", p.port, "--model", "scenario:" + scenario,
+                             "--conc", 1, "--count", count, "--expect", expect)
+        finally:
+            st.send_signal(2)
+            st.wait(30)
+        calls = {}
+        with open(out) as f:
+            for line in f:
+                x = line.split()
+                if len(x) >= 5 and x[-1] != "total" and x[0][0].isdigit() and x[3].isdigit():
+                    calls[x[-1]] = int(x[3])
+        deltas = sum(x[3] for x in r["streams"])
+        total = sum(calls.values())
+        return {"label": label, "scenario": scenario, "count": count, "deltas": deltas,
+                "errors": r["errors"], "calls": calls, "total_calls": total,
+                "per_delta": total / float(max(1, deltas)),
+                "per_delta_by_call": {k: v / float(max(1, deltas)) for k, v in
+                                      sorted(calls.items(), key=lambda kv: -kv[1])}}
+
+    def hold(self, label, n, scenario):
         """n streams open at once through the proxy: errors, VmRSS while they are all open."""
+        p = self.proxies[label]
         self.fake.ctl("/reset", {})
         time.sleep(0.3)
-        rss0 = proc_status(self.proxy.pid, "VmRSS")
+        rss0 = proc_status(p.pid, "VmRSS")
 
         def on_ready(ok, failed, secs):
             time.sleep(0.2)
             return {"ready": ok, "failed_before_ready": failed, "ramp_s": secs,
-                    "rss_kb": proc_status(self.proxy.pid, "VmRSS"),
-                    "threads": proc_status(self.proxy.pid, "Threads"),
-                    "fds": len(os.listdir("/proc/%d/fd" % self.proxy.pid)),
+                    "rss_kb": proc_status(p.pid, "VmRSS"),
+                    "threads": proc_status(p.pid, "Threads"),
+                    "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
                     "fake_active": self.fake.state()["active_streams"]}
-        r = self.loadgen("hold", "--port", self.port, "--model", "scenario:bench_hold",
-                         "--conc", n, "--expect", 2, timeout=HOLD_S + 180, on_ready=on_ready)
+        r = self.loadgen("hold", "--port", p.port, "--model", "scenario:" + scenario,
+                         "--conc", n, "--expect", 2, "--ramp", self.a.ramp,
+                         timeout=self.a.hold_big_s + 600, on_ready=on_ready)
         st = self.fake.state()
-        out = {"n": n, "rss_before_kb": rss0, "errors": r["errors"],
+        out = {"label": label, "n": n, "rss_before_kb": rss0, "errors": r["errors"],
                "n_errors": sum(r["errors"].values()), "ready": r.get("ready"),
                "ramp_s": r.get("ramp_s"), "rss_kb": r.get("rss_kb"),
                "threads": r.get("threads"), "fds": r.get("fds"),
                "fake_active": r.get("fake_active"),
                "fake_max_active": st["max_active_streams"],
                "fake_validation_errors": len(st["errors"]),
-               "handshakes": st["counters"].get("tls_handshakes_main", 0)}
+               "fake_tls_failures": st["counters"].get("tls_handshake_failures", 0),
+               "handshakes": st["counters"].get("tls_handshakes_main", 0),
+               "loadavg": loadavg()}
         if out["rss_kb"] is not None:
             out["rss_per_stream_kb"] = (out["rss_kb"] - rss0) / float(n)
         return out
 
-    def startup(self):
+    def startup(self, path):
         env = self.proxy_env()
         port = H.free_port()
-        p = subprocess.run([self.a.loadgen, "startup", "--bin", self.a.proxy, "--port",
+        p = subprocess.run([self.a.loadgen, "startup", "--bin", path, "--port",
                             str(port), "--count", str(self.a.startup_runs)],
                            stdout=subprocess.PIPE, env=env, timeout=120, check=True)
         runs = json.loads(p.stdout)["runs"]
@@ -251,172 +313,201 @@ class Bench:
 
     # -- the whole bench ---------------------------------------------------------------------
 
+    def go(self, key, label, scenario, conc, count, expect):
+        self.res["runs"][key] = r = self.run_streams(label, scenario, conc, count, expect)
+        say("%-34s %s" % (key, brief(r)))
+        return r
+
     def run(self):
         a, R = self.a, self.res
         R["machine"] = {"cpus": os.cpu_count(), "cpu": cpu_model(), "kernel": platform.release(),
-                        "python": platform.python_version(), "loadavg_start": loadavg()}
+                        "python": platform.python_version(), "loadavg_start": loadavg(),
+                        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}
         if R["machine"]["loadavg_start"] > 0.5:
             say("note: load average %.2f before the bench: other work on this machine skews "
                 "the figures" % R["machine"]["loadavg_start"])
-        R["proxy_binary"] = a.proxy
-        R["binary_bytes"] = os.path.getsize(a.proxy)
-        R["params"] = {"deltas": DELTAS, "paced_deltas": PACED, "pace_s": PACE_S,
-                       "hold_s": HOLD_S, "n1": a.n1, "n64": a.n64, "hold": a.hold}
+        labels = [("new", a.proxy)] + ([("old", a.compare)] if a.compare else [])
+        R["proxy_binaries"] = dict(labels)
+        R["binary_bytes"] = {k: os.path.getsize(v) for k, v in labels}
+        R["params"] = {"deltas": DELTAS, "pace1_s": PACE1_S, "paced64": PACED64,
+                       "pace64_s": PACE64_S, "hold_s": HOLD_S, "n1": a.n1, "paced": a.paced,
+                       "n64": a.n64, "hold": a.hold, "hold_big": a.hold_big, "ramp": a.ramp}
         self.start_fake()
         say("fake upstream on 127.0.0.1:%d (pid %d)" % (self.fake.port, self.fake_pid))
-        R["startup"] = self.startup()
+        R["startup"] = self.startup(a.proxy)
         say("start-up: listening after %.2f ms, first /health answered after %.2f ms (p50 of %d)"
             % (R["startup"]["listen_p50_ms"], R["startup"]["health_p50_ms"], a.startup_runs))
-        self.start_proxy()
-        time.sleep(0.5)
-        R["idle_rss_kb"] = proc_status(self.proxy.pid, "VmRSS")
-        say("proxy on 127.0.0.1:%d (pid %d), idle VmRSS %d KB"
-            % (self.port, self.proxy.pid, R["idle_rss_kb"]))
-        # warm-up: model list cached, pools filled, pages touched
-        self.run_streams("proxy", "scenario:bench_long", 1, 5, DELTAS)
-        self.run_streams("direct", "scenario:bench_long", 1, 5, DELTAS)
-        runs = R["runs"]
-        for conc, n in ((1, a.n1), (64, a.n64)):
-            for kind in ("direct", "proxy"):
-                key = "%s_long_c%d" % (kind, conc)
-                runs[key] = self.run_streams(kind, "scenario:bench_long", conc, n, DELTAS)
-                say("%-18s %s" % (key, brief(runs[key])))
-        for kind in ("direct", "proxy"):
-            key = "%s_paced_c1" % kind
-            runs[key] = self.run_streams(kind, "scenario:bench_paced", 1, a.paced, PACED)
-            say("%-18s %s" % (key, brief(runs[key])))
-        R["idle_rss_after_load_kb"] = proc_status(self.proxy.pid, "VmRSS")
+        for label, path in labels:
+            p = self.start_proxy(label, path)
+            time.sleep(0.3)
+            R.setdefault("idle_rss_kb", {})[label] = proc_status(p.pid, "VmRSS")
+            say("proxy %s on 127.0.0.1:%d (pid %d), idle VmRSS %d KB"
+                % (label, p.port, p.pid, R["idle_rss_kb"][label]))
+        every = ["direct"] + [l for l, _ in labels]
+        for close in (0, 1):
+            self.set_close(close)
+            cb = "close" if close else "keep"
+            for lb in every:    # warm-up: model list cached, pools filled, pages touched
+                self.run_streams(lb, "bench_unpaced", 1, 3, DELTAS)
+            for lb in every:
+                self.go("%s_unpaced_c1_%s" % (lb, cb), lb, "bench_unpaced", 1, a.n1, DELTAS)
+            for lb in every:
+                self.go("%s_paced_c1_%s" % (lb, cb), lb, "bench_paced1", 1, a.paced, DELTAS)
+            for lb in every:
+                self.go("%s_paced_c64_%s" % (lb, cb), lb, "bench_paced64", 64, a.n64, PACED64)
+            for lb in every[1:]:
+                self.go("%s_unpaced_c64_%s" % (lb, cb), lb, "bench_unpaced", 64, 64, DELTAS)
+        self.set_close(0)
+        for lb in every:
+            self.go("%s_long64_c1_keep" % lb, lb, "bench_long64", 1, a.n1 * 2, DELTAS)
+        R["strace"] = {}
+        if not a.no_strace and shutil.which("strace"):
+            for close in (0, 1):
+                self.set_close(close)
+                cb = "close" if close else "keep"
+                for lb, _ in labels:
+                    for sc in ("bench_paced1", "bench_unpaced"):
+                        k = "%s_%s_%s" % (lb, sc[6:], cb)
+                        R["strace"][k] = x = self.strace_run(lb, sc, 1, DELTAS)
+                        say("strace %-24s %.2f system calls per delta: %s" % (
+                            k, x["per_delta"], ", ".join("%s %.2f" % kv for kv in
+                                                         list(x["per_delta_by_call"].items())[:5])))
+            self.set_close(0)
         R["hold"] = {}
-        for n in sorted({64, a.hold}):
-            R["hold"][str(n)] = h = self.hold(n)
-            say("hold %-5d errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
-                "fake saw %s open" % (n, h["errors"] or 0, h["ramp_s"] or -1, h["rss_kb"],
-                                      h["rss_before_kb"], h["threads"], h["fake_active"]))
-        R["idle_rss_end_kb"] = proc_status(self.proxy.pid, "VmRSS")
-        self.summarize()
+        for lb, _ in labels:
+            sizes = [(64, "bench_hold"), (a.hold, "bench_hold")]
+            if a.hold_big and lb == "new":
+                sizes.append((a.hold_big, "bench_hold_big"))
+            for n, sc in sizes:
+                k = "%s_%d" % (lb, n)
+                R["hold"][k] = h = self.hold(lb, n, sc)
+                say("hold %-10s errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
+                    "%s fds, fake saw %s open (max %s), load %.2f"
+                    % (k, h["errors"] or 0, h["ramp_s"] or -1, h["rss_kb"], h["rss_before_kb"],
+                       h["threads"], h["fds"], h["fake_active"], h["fake_max_active"],
+                       h["loadavg"]))
+        R["idle_rss_end_kb"] = {lb: proc_status(self.proxies[lb].pid, "VmRSS")
+                                for lb, _ in labels}
+        self.summarize(labels)
 
-    def summarize(self):
+    def summarize(self, labels):
         R, runs = self.res, self.res["runs"]
-        d1, p1 = runs["direct_long_c1"], runs["proxy_long_c1"]
-        d64, p64 = runs["direct_long_c64"], runs["proxy_long_c64"]
-        dp, pp = runs["direct_paced_c1"], runs["proxy_paced_c1"]
-        big = R["hold"][str(self.a.hold)]
-        s = {
-            "added_ttfb_p50_ms": p1["ttfb_p50_ms"] - d1["ttfb_p50_ms"],
-            "added_ttfb_p99_ms": p1["ttfb_p99_ms"] - d1["ttfb_p99_ms"],
-            "added_ttfb_p50_ms_c64": p64["ttfb_p50_ms"] - d64["ttfb_p50_ms"],
-            "added_per_chunk_ms": pp["lat_p50_ms"] - dp["lat_p50_ms"],
-            "added_per_chunk_p99_ms": pp["lat_p99_ms"] - dp["lat_p99_ms"],
-            "added_per_chunk_fullspeed_ms": (p1["total_p50_ms"] - d1["total_p50_ms"]) / DELTAS,
-            "cpu_ms_per_answer": 1000.0 * p1["proxy_cpu_s"] / p1["count"],
-            "cpu_ms_per_answer_c64": 1000.0 * p64["proxy_cpu_s"] / p64["count"],
-            "handshakes_per_request_c1": p1["handshakes"] / float(p1["count"]),
-            "handshakes_per_request_c64": p64["handshakes"] / float(p64["count"]),
-            "max_streams": big["ready"] if big["n_errors"] == 0 else 0,
-            "max_streams_errors": big["n_errors"],
-            "rss_per_stream_kb": big.get("rss_per_stream_kb"),
-            "rss_per_stream_kb_64": R["hold"]["64"].get("rss_per_stream_kb"),
-            "rss_64_kb": R["hold"]["64"]["rss_kb"],
-            "idle_rss_kb": R["idle_rss_kb"],
-            "startup_ms": R["startup"]["health_p50_ms"],
-            "binary_kb": R["binary_bytes"] / 1024.0,
-            "streams_per_s": max(p1["streams_per_s"], p64["streams_per_s"]),
-            "mb_per_s": max(p1["mb_per_s"], p64["mb_per_s"]),
-        }
-        R["summary"] = s
-        R["targets"] = {k: {"target": t, "original": o} for k, (t, o) in TARGETS.items()}
-        R["verdict"] = {
-            "added_ttfb_p50_ms": s["added_ttfb_p50_ms"] < 0.3,
-            "added_per_chunk_ms": s["added_per_chunk_ms"] <= 0.02,
-            "cpu_ms_per_answer": s["cpu_ms_per_answer"] < 2.0,
-            "max_streams": s["max_streams"] >= 1000 and s["max_streams_errors"] == 0,
-            "rss_per_stream_kb": (s["rss_per_stream_kb"] or 1e9) < 128,
-            "idle_rss_kb": s["idle_rss_kb"] < 2048,
-            "startup_ms": s["startup_ms"] < 10,
-            "binary_kb": s["binary_kb"] < 1024,
-        }
+        R["summary"] = {}
+        for lb, _ in labels:
+            s = R["summary"][lb] = {}
+            for cb in ("keep", "close"):
+                u1, p1, p64, u64 = (runs["%s_%s_%s" % (lb, x, cb)] for x in
+                                    ("unpaced_c1", "paced_c1", "paced_c64", "unpaced_c64"))
+                d1, dp1, dp64 = (runs["direct_%s_%s" % (x, cb)] for x in
+                                 ("unpaced_c1", "paced_c1", "paced_c64"))
+                s["cpu_us_per_delta_paced_c1_" + cb] = p1["cpu_us_per_delta"]
+                s["cpu_us_per_delta_paced_c64_" + cb] = p64["cpu_us_per_delta"]
+                s["cpu_ms_per_answer_unpaced_c1_" + cb] = u1["cpu_ms_per_answer"]
+                s["cpu_ms_per_answer_unpaced_c64_" + cb] = u64["cpu_ms_per_answer"]
+                s["ttfb_p50_ms_c1_" + cb] = p1["ttfb_p50_ms"]
+                s["ttfb_p99_ms_c1_" + cb] = p1["ttfb_p99_ms"]
+                s["added_ttfb_p50_ms_c1_" + cb] = u1["ttfb_p50_ms"] - d1["ttfb_p50_ms"]
+                s["added_ttfb_p99_ms_c1_" + cb] = u1["ttfb_p99_ms"] - d1["ttfb_p99_ms"]
+                s["added_ttfb_p50_ms_c64_" + cb] = p64["ttfb_p50_ms"] - dp64["ttfb_p50_ms"]
+                s["added_ttfb_p99_ms_c64_" + cb] = p64["ttfb_p99_ms"] - dp64["ttfb_p99_ms"]
+                s["added_per_delta_p50_ms_" + cb] = p1["lat_p50_ms"] - dp1["lat_p50_ms"]
+                s["added_per_delta_p99_ms_" + cb] = p1["lat_p99_ms"] - dp1["lat_p99_ms"]
+                s["handshakes_per_request_c1_" + cb] = u1["handshakes_per_request"]
+                s["handshakes_per_request_c64_" + cb] = p64["handshakes_per_request"]
+                k = "%s_paced1_%s" % (lb, cb)
+                if k in R["strace"]:
+                    s["syscalls_per_delta_paced_" + cb] = R["strace"][k]["per_delta"]
+                    s["syscalls_per_delta_unpaced_" + cb] = \
+                        R["strace"]["%s_unpaced_%s" % (lb, cb)]["per_delta"]
+            s["cpu_ms_per_answer_long64_c1"] = runs["%s_long64_c1_keep" % lb]["cpu_ms_per_answer"]
+            s["added_ttfb_p50_ms_long64_c1"] = (runs["%s_long64_c1_keep" % lb]["ttfb_p50_ms"]
+                                                - runs["direct_long64_c1_keep"]["ttfb_p50_ms"])
+            for key, h in R["hold"].items():
+                if key.startswith(lb + "_"):
+                    n = h["n"]
+                    s["hold_%d" % n] = "%d open, %d errors" % (h["fake_max_active"] or 0,
+                                                               h["n_errors"])
+                    s["hold_%d_ok" % n] = h["n_errors"] == 0 and h["fake_max_active"] == n
+                    s["rss_per_stream_kb_%d" % n] = h.get("rss_per_stream_kb")
+            s["idle_rss_kb"] = R["idle_rss_kb"][lb]
+            s["binary_kb"] = R["binary_bytes"][lb] / 1024.0
+        s = R["summary"]["new"]
+        R["verdict"] = {}
+        for k, (t, f) in TARGETS.items():
+            for cb in ("keep", "close"):
+                v = s.get(k + "_" + cb)
+                if v is not None:
+                    R["verdict"][k + "_" + cb] = {"value": v, "target": t, "ok": bool(f(v))}
+        R["startup_ms"] = R["startup"]["health_p50_ms"]
 
     def table(self):
-        R, runs, s, v = self.res, self.res["runs"], self.res["summary"], self.res["verdict"]
+        R, runs = self.res, self.res["runs"]
         m = R["machine"]
+        labels = list(R["summary"].keys())
         L = []
         L.append("cursor-oai bench: %d CPUs (%s), Linux %s, loopback, fake upstream in Python %s"
                  % (m["cpus"], m["cpu"], m["kernel"], m["python"]))
-        L.append("%d-delta answers; floor = the same RunSSE + BidiAppend run straight against "
-                 "the fake (BearSSL, kept-alive connections)" % DELTAS)
-        L.append("load average at start %.2f (anything else running skews the figures)"
+        L.append("realistic shapes: one delta per frame per HTTP chunk per TLS record per write; "
+                 "%d-delta answers unpaced and paced every %.1f ms (1 stream), %d-delta answers "
+                 "every %.0f ms (64 streams)" % (DELTAS, PACE1_S * 1e3, PACED64, PACE64_S * 1e3))
+        L.append("keep = the fake keeps RunSSE connections alive; close = it closes each after "
+                 "its run. added = proxy - direct (BearSSL client straight to the fake, same run)")
+        L.append("load average at start %.2f; per-run load averages in results.json"
                  % m["loadavg_start"])
         L.append("")
-        L.append("%-40s %12s %12s %8s" % ("latency (ms)", "direct", "proxy", "ratio"))
-
-        def row(name, key, dk, pk):
-            dv, pv = runs[dk][key], runs[pk][key]
-            L.append("%-40s %12.3f %12.3f %8.2f" % (name, dv, pv, pv / dv if dv else 0))
-        for c in (1, 64):
-            dk, pk = "direct_long_c%d" % c, "proxy_long_c%d" % c
-            row("first token p50, %d stream%s" % (c, "s" if c > 1 else ""), "ttfb_p50_ms", dk,
-                pk)
-            row("first token p99, %d stream%s" % (c, "s" if c > 1 else ""), "ttfb_p99_ms", dk,
-                pk)
-            row("whole stream p50, %d stream%s" % (c, "s" if c > 1 else ""), "total_p50_ms", dk,
-                pk)
-            row("whole stream p99, %d stream%s" % (c, "s" if c > 1 else ""), "total_p99_ms", dk,
-                pk)
-        row("per-delta latency p50 (paced)", "lat_p50_ms", "direct_paced_c1", "proxy_paced_c1")
-        row("per-delta latency p99 (paced)", "lat_p99_ms", "direct_paced_c1", "proxy_paced_c1")
+        hdr = "%-46s" % "figure"
+        for lb in labels:
+            hdr += " %9s %9s" % (lb + " keep", lb + " close")
+        hdr += "  target"
+        L.append(hdr)
+        rows = [
+            ("proxy CPU per delta, paced, 1 stream (us)", "cpu_us_per_delta_paced_c1", "%.1f"),
+            ("proxy CPU per delta, paced, 64 streams (us)", "cpu_us_per_delta_paced_c64",
+             "%.1f"),
+            ("proxy CPU per answer, unpaced, 1 (ms)", "cpu_ms_per_answer_unpaced_c1", "%.2f"),
+            ("proxy CPU per answer, unpaced, 64 (ms)", "cpu_ms_per_answer_unpaced_c64", "%.2f"),
+            ("system calls per delta, paced", "syscalls_per_delta_paced", "%.2f"),
+            ("system calls per delta, unpaced", "syscalls_per_delta_unpaced", "%.2f"),
+            ("added first token p50, 1 stream (ms)", "added_ttfb_p50_ms_c1", "%.3f"),
+            ("added first token p99, 1 stream (ms)", "added_ttfb_p99_ms_c1", "%.3f"),
+            ("added first token p50, 64 streams (ms)", "added_ttfb_p50_ms_c64", "%.3f"),
+            ("added first token p99, 64 streams (ms)", "added_ttfb_p99_ms_c64", "%.3f"),
+            ("added latency per delta p50, paced (ms)", "added_per_delta_p50_ms", "%.3f"),
+            ("added latency per delta p99, paced (ms)", "added_per_delta_p99_ms", "%.3f"),
+            ("upstream handshakes per request, 1", "handshakes_per_request_c1", "%.3f"),
+            ("upstream handshakes per request, 64", "handshakes_per_request_c64", "%.3f"),
+        ]
+        for name, key, fmt in rows:
+            line = "%-46s" % name
+            for lb in labels:
+                for cb in ("keep", "close"):
+                    v = R["summary"][lb].get(key + "_" + cb)
+                    line += " %9s" % (fmt % v if v is not None else "-")
+            t = TARGETS.get(key)
+            line += "  " + (t[0] if t else "")
+            L.append(line)
         L.append("")
-        L.append("%-40s %12s %12s" % ("throughput", "direct", "proxy"))
-        for c in (1, 64):
-            d, p = runs["direct_long_c%d" % c], runs["proxy_long_c%d" % c]
-            L.append("%-40s %12.1f %12.1f" % ("streams/s, %d at a time" % c, d["streams_per_s"],
-                                              p["streams_per_s"]))
-            L.append("%-40s %12.2f %12.2f" % ("MB/s of response body, %d at a time" % c,
-                                              d["mb_per_s"], p["mb_per_s"]))
-            L.append("%-40s %12s %12s" % (
-                "CPU s: fake / proxy / loadgen, %d at a time" % c, "",
-                "%.2f/%.2f/%.2f" % (p["fake_cpu_s"], p["proxy_cpu_s"], p["loadgen_cpu_s"])))
-        L.append("")
-        L.append("%-40s %14s %14s %22s %s" % ("summary", "measured", "target", "original",
-                                              "verdict"))
+        L.append("%-46s" % "secondary / other" + "".join(" %19s" % lb for lb in labels))
 
-        def srow(name, val, key, fmt):
-            t, o = TARGETS.get(key, ("-", "-"))
-            ok = v.get(key)
-            L.append("%-40s %14s %14s %22s %s" % (name, fmt % val if val is not None else "-",
-                                                  t, o, "-" if ok is None else
-                                                  ("ok" if ok else "MISSED")))
-        srow("added first token p50 (1 stream)", s["added_ttfb_p50_ms"], "added_ttfb_p50_ms",
-             "%.3f ms")
-        srow("added first token p99 (1 stream)", s["added_ttfb_p99_ms"], "-", "%.3f ms")
-        srow("added first token p50 (64 streams)", s["added_ttfb_p50_ms_c64"], "-", "%.3f ms")
-        srow("added latency per delta p50 (paced)", s["added_per_chunk_ms"],
-             "added_per_chunk_ms", "%.3f ms")
-        srow("added time per delta, full speed", s["added_per_chunk_fullspeed_ms"], "-",
-             "%.4f ms")
-        srow("proxy CPU per answer (1 at a time)", s["cpu_ms_per_answer"], "cpu_ms_per_answer",
-             "%.2f ms")
-        srow("proxy CPU per answer (64 at a time)", s["cpu_ms_per_answer_c64"], "-", "%.2f ms")
-        srow("streams held at once, errors", "%d, %d" % (s["max_streams"],
-                                                        s["max_streams_errors"]),
-             "max_streams", "%s")
-        srow("VmRSS per open stream (%d open)" % self.a.hold, s["rss_per_stream_kb"],
-             "rss_per_stream_kb", "%.1f KB")
-        srow("VmRSS per open stream (64 open)", s["rss_per_stream_kb_64"], "-", "%.1f KB")
-        srow("VmRSS with 64 open streams", (s["rss_64_kb"] or 0) / 1024.0, "rss_64_kb", "%.2f MB")
-        srow("idle VmRSS (fresh)", s["idle_rss_kb"], "idle_rss_kb", "%d KB")
-        srow("idle VmRSS (after the load)", R["idle_rss_end_kb"], "-", "%d KB")
-        srow("start-up: exec -> /health answered", s["startup_ms"], "startup_ms", "%.2f ms")
-        srow("binary size", s["binary_kb"], "binary_kb", "%.0f KB")
-        srow("upstream TLS handshakes per request, 1", s["handshakes_per_request_c1"], "-",
-             "%.3f")
-        srow("upstream TLS handshakes per request, 64", s["handshakes_per_request_c64"], "-",
-             "%.3f")
-        srow("saturation: streams/s", s["streams_per_s"], "-", "%.1f")
-        srow("saturation: MB/s of SSE", s["mb_per_s"], "-", "%.2f")
+        def orow(name, key, fmt):
+            L.append("%-46s" % name + "".join(
+                " %19s" % (fmt % R["summary"][lb][key] if R["summary"][lb].get(key) is not None
+                           else "-") for lb in labels))
+        orow("CPU per answer, 64 deltas per write, 1 (ms)", "cpu_ms_per_answer_long64_c1", "%.2f")
+        orow("added first token, 64 per write, 1 (ms)", "added_ttfb_p50_ms_long64_c1", "%.3f")
+        for n in sorted({h["n"] for h in R["hold"].values()}):
+            orow("streams held at once (%d)" % n, "hold_%d" % n, "%s")
+            orow("VmRSS per open stream, %d open (KB)" % n, "rss_per_stream_kb_%d" % n, "%.1f")
+        orow("idle VmRSS (KB)", "idle_rss_kb", "%d")
+        orow("binary size (KB)", "binary_kb", "%.0f")
+        L.append("start-up: exec -> /health answered %.2f ms (p50)" % R["startup_ms"])
+        L.append("")
+        for k, v in R["verdict"].items():
+            if not v["ok"]:
+                L.append("MISSED: %s = %.3f (target %s)" % (k, v["value"], v["target"]))
         errs = {k: r["errors"] for k, r in runs.items() if r["n_errors"]}
         errs.update({"hold_%s" % k: h["errors"] for k, h in R["hold"].items() if h["n_errors"]})
         val = sum(r["fake_validation_errors"] for r in runs.values())
-        L.append("")
         L.append("stream errors: %s; fake validation errors: %d"
                  % (json.dumps(errs) if errs else "none", val))
         return "\n".join(L)
@@ -439,12 +530,15 @@ def cpu_model():
 
 
 def brief(r):
-    return ("ttfb p50 %.3f p99 %.3f ms, total p50 %.2f p99 %.2f ms, %.1f streams/s, "
-            "%d handshakes, errors %s%s" % (
+    return ("ttfb p50 %.3f p99 %.3f ms, total p50 %.1f ms, %d handshakes, errors %s%s%s, "
+            "load %.2f" % (
                 r["ttfb_p50_ms"] or -1, r["ttfb_p99_ms"] or -1, r["total_p50_ms"] or -1,
-                r["total_p99_ms"] or -1, r["streams_per_s"], r["handshakes"],
-                r["errors"] or 0, (", per-delta p50 %.3f ms" % r["lat_p50_ms"])
-                if r.get("lat_p50_ms") is not None else ""))
+                r["handshakes"], r["errors"] or 0,
+                (", per-delta p50 %.3f ms" % r["lat_p50_ms"])
+                if r.get("lat_p50_ms") is not None else "",
+                (", CPU %.1f us/delta %.2f ms/answer" % (r["cpu_us_per_delta"],
+                                                          r["cpu_ms_per_answer"]))
+                if r.get("cpu_us_per_delta") is not None else "", r["loadavg"]))
 
 
 def say(s):
@@ -456,14 +550,26 @@ def main():
     ap.add_argument("--loadgen", default=os.path.join(ROOT, "build", "bench", "loadgen"))
     ap.add_argument("--proxy", default=os.environ.get("COAI_BENCH_PROXY")
                     or os.path.join(ROOT, "build", "cursor-oai"))
-    ap.add_argument("--n1", type=int, default=200, help="answers one at a time (default 200)")
-    ap.add_argument("--n64", type=int, default=640, help="answers 64 at a time (default 640)")
-    ap.add_argument("--paced", type=int, default=5, help="paced answers (default 5)")
+    ap.add_argument("--compare", default=os.environ.get("COAI_BENCH_COMPARE"),
+                    help="a second proxy binary measured in the same run (e.g. the previous "
+                    "release)")
+    ap.add_argument("--n1", type=int, default=20, help="unpaced answers one at a time")
+    ap.add_argument("--n64", type=int, default=128, help="paced answers 64 at a time")
+    ap.add_argument("--paced", type=int, default=3, help="paced answers one at a time")
     ap.add_argument("--hold", type=int, default=1000, help="streams held at once (default 1000)")
+    ap.add_argument("--hold-big", type=int, default=0,
+                    help="also hold this many streams at once (e.g. 10000; 0: skip)")
+    ap.add_argument("--hold-big-s", type=float, default=60.0,
+                    help="how long each of the --hold-big streams stays open upstream")
+    ap.add_argument("--ramp", type=int, default=200,
+                    help="hold: at most this many streams starting at a time")
+    ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
     ap.add_argument("--startup-runs", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
     a = ap.parse_args()
     a.proxy = os.path.abspath(a.proxy)
+    if a.compare:
+        a.compare = os.path.abspath(a.compare)
     b = Bench(a)
     t0 = time.time()
     try:

@@ -8,9 +8,12 @@
  *       the floor: what the proxy does upstream, straight against the fake (TLS 1.2 via
  *       BearSSL): RunSSE, then BidiAppend seqno 0 with the run request on a second
  *       connection, then the RunSSE stream. Both connections are kept alive per worker.
- *   loadgen hold    --port P --model M --conc N
+ *   loadgen hold    --port P --model M --conc N [--ramp K]
  *       N streams through the proxy at once; prints "READY <streaming> <failed>" when every
  *       stream has its first content delta (or failed), then waits for them all to end.
+ *       --ramp K: at most K streams are between "connect" and "first delta" at a time (the
+ *       others wait their turn), so that opening 10,000 streams measures the proxy, not a
+ *       10,000-deep queue of TLS handshakes in the single-threaded fake.
  *   loadgen startup --bin PROXY --port P --count R
  *       R times: fork+exec "PROXY serve --listen 127.0.0.1:P" (environment inherited), time
  *       until a TCP connect succeeds and until GET /health answers, VmRSS at that point.
@@ -32,6 +35,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -76,6 +80,8 @@ static int64_t *LAT;                /* per-delta latencies, us*1000 (ns) */
 static atomic_long LAT_N;
 static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t hold_cond = PTHREAD_COND_INITIALIZER;
+static sem_t ramp_sem;              /* hold --ramp K: streams still starting */
+static int ramp_k;
 
 static int64_t now_ns(void)
 {
@@ -272,6 +278,7 @@ static void on_delta(struct stream *s, const char *text, size_t n, int64_t t)
     if (s->r->events++ == 0) {
         s->r->ttfb = (t - s->t0) / 1000;
         if (s->hold) {
+            if (ramp_k) sem_post(&ramp_sem);
             pthread_mutex_lock(&hold_lock);
             atomic_fetch_add(&G.ready, 1);
             pthread_cond_broadcast(&hold_cond);
@@ -485,9 +492,11 @@ static void *worker_main(void *arg)
         if (i >= G.count) break;
         r = &R[i];
         r->head = r->ttfb = r->total = -1;
+        if (w->hold && ramp_k) while (sem_wait(&ramp_sem) < 0) {}
         if (G.mode == M_DIRECT) direct_stream(w, r);
         else proxy_stream(w, r);
         if (w->hold && r->events == 0) {
+            if (ramp_k) sem_post(&ramp_sem);
             pthread_mutex_lock(&hold_lock);
             atomic_fetch_add(&G.failed, 1);
             pthread_cond_broadcast(&hold_cond);
@@ -702,6 +711,7 @@ int main(int argc, char **argv)
         else if (!strcmp(k, "--ca")) G.ca = v;
         else if (!strcmp(k, "--token")) G.token = v;
         else if (!strcmp(k, "--bin")) G.bin = v;
+        else if (!strcmp(k, "--ramp")) ramp_k = atoi(v);
         else usage();
     }
     if (i != argc || G.port <= 0 || G.conc <= 0 || G.count <= 0) usage();
@@ -712,6 +722,7 @@ int main(int argc, char **argv)
         return startup_mode();
     }
     if (G.mode == M_HOLD) G.count = G.conc;
+    if (ramp_k > 0 && sem_init(&ramp_sem, 0, (unsigned)ramp_k) < 0) die("sem_init");
     if (G.conc > G.count) G.conc = G.count;
     G.body_len = (size_t)snprintf(G.body, sizeof G.body,
                                   "{\"model\":\"%s\",\"stream\":true,\"messages\":"
@@ -742,7 +753,7 @@ int main(int argc, char **argv)
     ws = calloc((size_t)G.conc, sizeof *ws);
     if (!R || !LAT || !th || !ws) die("out of memory");
     pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_attr_setstacksize(&attr, G.mode == M_DIRECT ? 256 * 1024 : 128 * 1024);
     G.t_start = now_ns();
     for (i = 0; i < G.conc; i++) {
         ws[i].a = calloc(1, sizeof *ws[i].a);
@@ -756,7 +767,7 @@ int main(int argc, char **argv)
     if (G.mode == M_HOLD) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 120;
+        until.tv_sec += 300;
         pthread_mutex_lock(&hold_lock);
         while (atomic_load(&G.ready) + atomic_load(&G.failed) < G.count
                && pthread_cond_timedwait(&hold_cond, &hold_lock, &until) == 0) {}

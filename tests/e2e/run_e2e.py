@@ -90,6 +90,12 @@ def suite_scenarios(ws):
             {"has_tools": False, "steps": [{"op": "text", "text": "E2E title"},
                                            {"op": "turn_ended"}]}],
             "steps": tool_steps},
+        # many TLS records arriving together (TCP_CORK), some frames split over several
+        # records: the proxy's read-ahead must keep the framing and every delta's own event
+        "burst": {"steps": [{"op": "burst", "n": 300, "text": "b"},
+                            {"op": "burst", "n": 40, "text": "s", "split": 3},
+                            {"op": "text", "text": "end"}, {"op": "turn_ended"},
+                            {"op": "trailer", "status": 0}]},
         "usage_limit_sdk": {"steps": [{"op": "trailer", "status": 8,
                                        "message": "You've hit your usage limit"}]},
     }
@@ -368,6 +374,24 @@ def t_faults(proxy, fake):
     n = 2000
     st, hd, b, s = sse(proxy, "scenario:long:%d" % n, timeout=60)
     eq("long answer (%d deltas) arrives complete" % n, s["content"], "lorem ipsum " * n)
+    want = ["b%d;" % i for i in range(300)] + ["s%d;" % i for i in range(40)] + ["end"]
+    for i in range(2):
+        st, hd, b, s = sse(proxy, "scenario:burst", timeout=60)
+        got = [c["choices"][0]["delta"].get("content") for c in s["chunks"]
+               if c.get("choices") and c["choices"][0]["delta"].get("content")]
+        eq("records read ahead together: every delta, in order, its own event (%d)" % i, got,
+           want)
+        check("records read ahead together: clean end (%d)" % i, s["done"] and not s["errors"]
+              and "stop" in s["finish"], s)
+    # an upstream that closes every RunSSE connection after its run (Connection: close)
+    fake.ctl("/config", {"runsse_close": True})
+    try:
+        for i in range(3):
+            st, hd, b, s = sse(proxy, "scenario:text_basic")
+            check("RunSSE with Connection: close, request %d: complete" % i,
+                  st == 200 and s["done"] and not s["errors"] and "stop" in s["finish"], s)
+    finally:
+        fake.ctl("/config", {"runsse_close": False})
 
 
 def t_tls(tmp, fake, token):
@@ -388,6 +412,45 @@ def t_tls(tmp, fake, token):
                sum(1 for r in fake.ctl("/requests") if r["listener"] == name), n_listener)
         finally:
             p.stop()
+
+
+def t_spare(tmp, fake, token):
+    """An upstream that closes every RunSSE connection after its run: each run uses up one
+    pooled connection. A fresh proxy (empty pool) opens a spare in the background when the pool
+    runs empty, so every RunSSE after the first goes out on a connection accepted before the
+    client sent its request; and new connections resume the TLS session."""
+    p = H.Proxy(tmp, "spare", fake.url(), fake.ca, token)
+    fake.ctl("/config", {"runsse_close": True})
+    try:
+        c0 = fake.state()["counters"]
+        n_req = len(fake.ctl("/requests"))
+        sent = []
+        for i in range(6):
+            time.sleep(0.3)
+            sent.append(time.time())
+            st, hd, b, s = sse(p, "scenario:text_basic")
+            check("Connection: close upstream, request %d: complete" % i,
+                  st == 200 and s["done"] and not s["errors"] and "stop" in s["finish"], s)
+        c1 = fake.state()["counters"]
+        late = []
+        n_up = 0
+        for r in fake.ctl("/requests")[n_req:]:
+            if not r["path"].endswith(("/RunSSE", "/BidiAppend")):
+                continue
+            i = max(k for k in range(len(sent)) if sent[k] <= r["t"])
+            n_up += i > 0
+            if i > 0 and r["t"] - r["conn_age_s"] >= sent[i]:
+                late.append((i, r["path"], round(r["conn_age_s"], 3)))
+        check("Connection: close upstream: requests 1-5 send RunSSE and BidiAppend on "
+              "connections opened before the client's request (no handshake on the way to the "
+              "first token)", n_up >= 10 and not late, (n_up, late))
+        hs = c1.get("tls_handshakes_main", 0) - c0.get("tls_handshakes_main", 0)
+        rs = c1.get("tls_resumed_main", 0) - c0.get("tls_resumed_main", 0)
+        check("Connection: close upstream: new connections resume the TLS session",
+              hs >= 4 and rs >= hs - 2, (hs, rs))
+    finally:
+        fake.ctl("/config", {"runsse_close": False})
+        p.stop()
 
 
 def t_load(proxy, fake, quick):
@@ -548,6 +611,7 @@ def main():
                     ("opencode", lambda: t_opencode(proxy, fake, ws, secret, tmp)),
                     ("faults", lambda: t_faults(proxy, fake)),
                     ("tls", lambda: t_tls(tmp, fake, token)),
+                    ("spare", lambda: t_spare(tmp, fake, token)),
                     ("load", lambda: t_load(proxy, fake, a.quick))]
         for name, fn in sections:
             if only and name not in only:

@@ -89,6 +89,7 @@ DEFAULT_CONFIG = {
     "list_scenarios": True,        # add "scenario:<name>" entries to the model list
     "default_scenario": "default",
     "silent_max_s": 120.0,         # silent_port gives up on a connection after this
+    "runsse_close": False,         # RunSSE answers "Connection: close" and closes after the run
 }
 
 
@@ -400,6 +401,7 @@ class Conn:
         self.rbuf = b""
         self.wlock = threading.Lock()
         self.closed = False
+        self.close_notify = False   # end the connection with a TLS close_notify
 
     def _recv(self, timeout):
         self.sock.settimeout(timeout)
@@ -505,9 +507,10 @@ class Conn:
             h.append("Connection: close")
         self.send(("\r\n".join(h) + "\r\n\r\n").encode() + body)
 
-    def start_chunked(self, status=200, ctype=CT_GRPCWEB):
-        self.send(("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n\r\n"
-                   % (status, REASONS.get(status, "Status"), ctype)).encode())
+    def start_chunked(self, status=200, ctype=CT_GRPCWEB, close=False):
+        self.send(("HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n%s\r\n"
+                   % (status, REASONS.get(status, "Status"), ctype,
+                      "Connection: close\r\n" if close else "")).encode())
 
     def chunk(self, data):
         if data:
@@ -570,8 +573,19 @@ class Conn:
             if cond is not None:
                 with cond:
                     cond.wait(min(0.05, left))
+            elif left > 0.05:
+                # a long quiet wait (a held stream): sleep in poll() until the peer closes or
+                # sends, instead of waking every 50 ms (1,000 held streams waking 20 times a
+                # second keep the interpreter busy and starve new TLS handshakes past the
+                # proxy's 10 s connect deadline)
+                try:
+                    pl = select.poll()
+                    pl.register(self.sock, select.POLLIN)
+                    pl.poll(min(30.0, left) * 1000)
+                except (OSError, ValueError):
+                    time.sleep(0.05)
             else:
-                time.sleep(min(0.05, left))
+                time.sleep(left)
 
     def abort(self, close_notify=False, rst=False):
         self.closed = True
@@ -923,12 +937,19 @@ def h_runsse(conn, req, rec):
     S.stream_delta(1)
     ctx = StreamCtx(conn, run)
     try:
-        conn.start_chunked(200)
+        close = bool(S.config["runsse_close"])
+        conn.start_chunked(200, close=close)
         run.stream["ended"] = "running"
         run_steps(ctx, steps)
         if not ctx.finished:
             conn.end_chunked()
             ctx.finished = True
+        if close:
+            # handle_conn ends the connection after this request, with a close_notify as a
+            # server that answered "Connection: close" does (an unclean close would also
+            # make OpenSSL drop the TLS session from its cache)
+            conn.closed = True
+            conn.close_notify = True
         run.stream["ended"] = "completed"
         S.count("streams_completed")
     except PeerClosed as e:
@@ -1116,6 +1137,25 @@ def run_step(ctx, st):
         data = b"".join(build_frame(s, run) for s in st["steps"])
         _send(ctx, data, int(st.get("split", 0)))
         ctx.frames += len(st["steps"])
+        return
+    if op == "burst":
+        # n text frames, each in its own HTTP chunk and so its own TLS record, written with
+        # TCP_CORK set: the records reach the client together, in one segment when they fit
+        n, t = int(st["n"]), st.get("text", "b")
+        raw = conn.sock
+        try:
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        except OSError:
+            pass
+        try:
+            for i in range(n):
+                _send(ctx, pb.envelope(pb.m_text("%s%d;" % (t, i))), int(st.get("split", 0)))
+                ctx.frames += 1
+        finally:
+            try:
+                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+            except OSError:
+                pass
         return
     if op == "echo":
         prompt = (run.run_request or {}).get("prompt") or ""
@@ -1492,6 +1532,9 @@ def handle_conn(raw, addr, listener, ctx):
             return
         S.count("tls_handshakes")
         S.count("tls_handshakes_" + listener)
+        if sock.session_reused:
+            S.count("tls_resumed_" + listener)
+        t_accept = time.time()
         S.count("tls_version_" + str(sock.version()))
         conn = Conn(sock, cid, listener)
         while not S.stop.is_set():
@@ -1509,6 +1552,7 @@ def handle_conn(raw, addr, listener, ctx):
             if req is None:
                 break
             rec = {"t": time.time(), "conn": cid, "listener": listener,
+                   "conn_age_s": time.time() - t_accept,
                    "method": req["method"], "path": req["path"], "query": req["query"],
                    "headers": req["headers"], "header_order": req["header_order"],
                    "body_len": len(req["body"]),
@@ -1539,7 +1583,7 @@ def handle_conn(raw, addr, listener, ctx):
             if conn.closed or req["headers"].get("connection", "").lower() == "close" \
                     or req["version"] == "HTTP/1.0":
                 break
-        conn.abort()
+        conn.abort(close_notify=conn.close_notify)
     finally:
         with S.lock:
             S.open_connections -= 1
