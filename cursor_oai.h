@@ -97,6 +97,12 @@
  *   coai__dialects (PART:DIALECTS impl) and a route in server.c. The OpenAI Chat
  *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
  *   that dialect's parser and wrappers, kept as they were.
+ *   The OpenAI Responses dialect (PART:RESPONSES) has two extras around that pattern:
+ *   coai_responses_request_parse() takes the stored items of previous_response_id and
+ *   returns the items and echoed fields the caller keeps for store:true, and
+ *   coai_responses_exec_map() maps execs onto Codex's tools (exec_command, apply_patch)
+ *   before falling back to coai_exec_map(); coai_reply_response() and
+ *   coai_reply_output_items() give the caller the finished response to store.
  *
  * CONVENTIONS
  *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";
@@ -477,6 +483,8 @@ typedef struct coai_tool {
     coai_str name;                      /* function.name (validated by the OPENAI part) */
     coai_str description;               /* empty = omitted */
     const struct cJSON *parameters;     /* JSON schema; NULL = {"type":"object","properties":{}} */
+    int freeform;                       /* Responses custom tool: called with one string,
+                                         * parameters = {"input": string} for Cursor */
 } coai_tool;
 
 /* Everything that varies in a run request. Empty strings get the documented defaults. */
@@ -1058,6 +1066,7 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
 typedef enum coai_dialect {
     COAI_DIALECT_OPENAI_CHAT = 0,   /* POST /v1/chat/completions (zero-init default) */
     COAI_DIALECT_ANTHROPIC = 1,     /* POST /v1/messages */
+    COAI_DIALECT_RESPONSES = 2,     /* POST /v1/responses (OpenAI Responses) */
     COAI_DIALECT_COUNT_             /* private: number of dialects */
 } coai_dialect;
 
@@ -1239,6 +1248,7 @@ typedef struct coai_reply_opts {
     coai_upstream_fn send;     /* required when the upstream can ask for replies */
     void *send_user;
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
+    coai_str echo;             /* Responses: ,"k":v members added to the response object */
 } coai_reply_opts;
 
 /* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
@@ -1289,6 +1299,11 @@ typedef struct coai_reply {
     coai_finish finish_;       /* how the reply ended (valid once done without error) */
     int64_t cache_read_, cache_write_;  /* cache token counts when Cursor sends them */
     int block_, block_open_;   /* Anthropic: next content block index, open block kind */
+    int64_t rs_seq_;           /* Responses: next sequence_number */
+    int rs_index_, rs_open_;   /* Responses: output_index of the open/next item, its kind */
+    size_t rs_reason_units_;   /* Responses: reasoning text length (reasoning_tokens) */
+    coai_buf rs_items_;        /* Responses: finished output items, joined by ',' */
+    coai_buf rs_final_;        /* Responses: the final response object */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1508,6 +1523,59 @@ int coai_models_resolve_claude(const coai_models *m, coai_str requested, int wan
  *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
 int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
 /* PART:ANTHROPIC api end */
+
+/* ======================================================================== */
+/* PART:RESPONSES api (OpenAI Responses: request parser, exec mapping, writer) */
+/* ======================================================================== */
+/* The OpenAI Responses dialect (POST /v1/responses, what Codex CLI and
+ * client.responses.create speak) on the neutral core.
+ * The request: instructions (a system message), input (a string = one user message, or
+ * items: message with input_text / output_text / input_image / refusal parts,
+ * function_call, custom_tool_call, function_call_output, custom_tool_call_output,
+ * reasoning (kept as thinking, not prompt text), local_shell_call(+_output); items of
+ * hosted tools (web_search_call, ...) are skipped), tools (function tools; custom tools
+ * such as Codex's freeform apply_patch, shown to Cursor as a function taking one string
+ * "input"; namespace groups and hosted tools (web_search, tool_search, file_search,
+ * image_generation, code_interpreter, mcp, computer use, local_shell) are accepted and
+ * left out of what Cursor sees), tool_choice, parallel_tool_calls, reasoning, include,
+ * store, max_output_tokens, metadata, prompt_cache_key and the sampling fields (accepted,
+ * not used). previous_response_id: the caller looks the id up (coai_responses_previous_id)
+ * and passes the stored items as `history`.
+ * The reply (writer COAI_DIALECT_RESPONSES): the semantic stream events with
+ * sequence_number, or one response object; coai_reply_response() gives the final object
+ * and coai_reply_output_items() the output items for the caller's store. */
+
+typedef struct coai_responses_request {
+    coai_request req;              /* the neutral request (dialect COAI_DIALECT_RESPONSES) */
+    coai_str previous_response_id; /* "" when not given */
+    int store;                     /* store: true (OpenAI's default) or false */
+    coai_buf items;                /* history + this input as Responses items, JSON objects
+                                    * joined by ',' (what a stored response remembers) */
+    coai_buf echo;                 /* ,"k":v members echoed in the response object */
+} coai_responses_request;
+
+/* Parse a /v1/responses body. history: a JSON array of earlier items (the stored items of
+ * previous_response_id) or an empty view. 0, or a negative coai_result with *err set (400;
+ * 500 for memory). rr is empty after a failure (free is still safe). */
+int coai_responses_request_parse(coai_responses_request *rr, const char *body, size_t n,
+                                 coai_str history, coai_error *err);
+void coai_responses_request_free(coai_responses_request *rr);
+/* previous_response_id of a body, copied NUL-terminated into out: 1 found, 0 not given
+ * (or the body is not an object: the parser reports that), -1 not a string or too long. */
+int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap);
+/* Map an exec to a Responses client's tools: shell -> exec_command {cmd, workdir} (Codex),
+ * shell_command {command, workdir}, shell {command: [bash, -lc, cmd]} when its schema
+ * declares an array, else coai_exec_map's names; write -> apply_patch ("*** Add File"),
+ * delete -> apply_patch ("*** Delete File"), else a shell command; read / ls / grep ->
+ * a dedicated tool via coai_exec_map, else a shell command (cat, ls -la, rg). Custom
+ * (freeform) tools get {"input": text}. Same contract as coai_exec_map. */
+int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc);
+/* The final response object (valid once the reply is done without error; empty view
+ * otherwise) and its output items joined by ',' (for previous_response_id). */
+coai_str coai_reply_response(const coai_reply *r);
+coai_str coai_reply_output_items(const coai_reply *r);
+/* PART:RESPONSES api end */
 
 #ifdef __cplusplus
 }
@@ -6456,6 +6524,8 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->tc_name_);
     coai_buf_free(&r->tc_args_);
     coai_buf_free(&r->fallback_);
+    coai_buf_free(&r->rs_items_);
+    coai_buf_free(&r->rs_final_);
     memset(r, 0, sizeof *r);
 }
 
@@ -6818,7 +6888,9 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         return coai__oa_send(r);
     }
     memset(&tc, 0, sizeof tc);
-    m = coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
+    m = r->o_.dialect == COAI_DIALECT_RESPONSES
+        ? coai_responses_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
+        : coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
         rc = coai__oa_tool_call(r, ex, &tc);
@@ -7823,6 +7895,1204 @@ static const coai__writer coai__an_writer = {
 /* PART:ANTHROPIC impl end */
 
 /* ======================================================================== */
+/* PART:RESPONSES impl (OpenAI Responses: parser, exec mapping, writer)      */
+/* ======================================================================== */
+
+/* ---- request ---- */
+
+static coai_str coai__rs_view(const coai_buf *b)
+{
+    coai_str s;
+    s.ptr = b->data ? (const char *)b->data : "";
+    s.len = b->len;
+    return s;
+}
+
+static int coai__rs_type_is(const cJSON *o, const char *t)
+{
+    const cJSON *v = coai__oa_get(o, "type");
+    return cJSON_IsString(v) && strcmp(v->valuestring, t) == 0;
+}
+
+static int coai__rs_in(const char *s, const char *const *list)
+{
+    size_t i;
+    for (i = 0; list[i]; i++)
+        if (strcmp(s, list[i]) == 0) return 1;
+    return 0;
+}
+
+/* Keep a malloc'ed block until coai_request_free (it frees every pointer in mem_). */
+static int coai__rs_keep(coai_request *req, void *p)
+{
+    if (!p) return -1;
+    if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return -1; }
+    return 0;
+}
+
+/* A request-owned copy of b's bytes as a view. */
+static int coai__rs_own(coai_request *req, const coai_buf *b, coai_str *out)
+{
+    char *p = (char *)coai__req_alloc(req, b->len + 1);
+    if (!p || b->err) return -1;
+    if (b->len) memcpy(p, b->data, b->len);
+    out->ptr = p;
+    out->len = b->len;
+    return 0;
+}
+
+typedef struct coai__rs_parse {
+    coai_request *req;
+    coai_buf msgs;        /* coai_message structs, copied to request memory at the end */
+    coai_buf *items;      /* the store's item list */
+    coai_error *err;
+    int nomem;
+} coai__rs_parse;
+
+static coai_message *coai__rs_msg(coai__rs_parse *ps, coai_role role)
+{
+    coai_message m;
+    memset(&m, 0, sizeof m);
+    m.role = role;
+    if (coai_buf_append(&ps->msgs, &m, sizeof m)) { ps->nomem = 1; return NULL; }
+    return (coai_message *)(void *)(ps->msgs.data + ps->msgs.len - sizeof m);
+}
+
+/* Content (a string or an array of parts) -> parts of m. where = "input[3]" etc. */
+static int coai__rs_content(coai__rs_parse *ps, coai_message *m, const cJSON *content,
+                            const char *where, const char *field)
+{
+    static const char *const text_types[] = { "input_text", "output_text", "text",
+                                              "summary_text", "reasoning_text", NULL };
+    char p[160];
+    const cJSON *part;
+    size_t k = 0;
+    coai_part *parts;
+    if (!content || cJSON_IsNull(content)) return 0;
+    if (cJSON_IsString(content)) {
+        parts = (coai_part *)coai__req_alloc(ps->req, sizeof *parts);
+        if (!parts) { ps->nomem = 1; return -1; }
+        parts[0].text = coai__oa_jstr(content);
+        m->parts = parts;
+        m->part_count = 1;
+        return 0;
+    }
+    snprintf(p, sizeof p, "%s.%s", where, field);
+    if (!cJSON_IsArray(content))
+        return coai__oa_bad(ps->err, p, "%s must be a string or an array of parts", p);
+    parts = (coai_part *)coai__req_alloc(ps->req,
+                                         (size_t)cJSON_GetArraySize(content) * sizeof *parts);
+    if (!parts) { ps->nomem = 1; return -1; }
+    cJSON_ArrayForEach(part, content) {
+        const cJSON *t = coai__oa_get(part, "type");
+        snprintf(p, sizeof p, "%s.%s[%u].type", where, field, (unsigned)k);
+        if (!cJSON_IsObject(part) || !cJSON_IsString(t))
+            return coai__oa_bad(ps->err, p, "%s must be a string", p);
+        if (coai__rs_in(t->valuestring, text_types) || strcmp(t->valuestring, "refusal") == 0) {
+            const char *key = strcmp(t->valuestring, "refusal") == 0 ? "refusal" : "text";
+            const cJSON *x = coai__oa_get(part, key);
+            if (!cJSON_IsString(x)) {
+                snprintf(p, sizeof p, "%s.%s[%u].%s", where, field, (unsigned)k, key);
+                return coai__oa_bad(ps->err, p, "%s must be a string", p);
+            }
+            parts[k].kind = COAI_PART_TEXT;
+            parts[k].text = coai__oa_jstr(x);
+        } else if (strcmp(t->valuestring, "input_image") == 0) {
+            const cJSON *u = coai__oa_get(part, "image_url");
+            if (cJSON_IsObject(u)) u = coai__oa_get(u, "url");
+            if (!cJSON_IsString(u)) {
+                snprintf(p, sizeof p, "%s.%s[%u].image_url", where, field, (unsigned)k);
+                return coai__oa_bad(ps->err, p, "%s must be a string (file_id images are not "
+                                    "supported: send the image as a data: or https: URL)", p);
+            }
+            parts[k].kind = COAI_PART_IMAGE;
+            parts[k].url = coai__oa_jstr(u);
+        } else {
+            return coai__oa_bad(ps->err, p, "Unsupported content part type '%s' in %s "
+                                "(supported: input_text, output_text, refusal, input_image)",
+                                t->valuestring, p);
+        }
+        k++;
+    }
+    m->parts = parts;
+    m->part_count = k;
+    return 0;
+}
+
+static int coai__rs_req_str(coai__rs_parse *ps, const cJSON *it, const char *key,
+                            const char *where, coai_str *out, int optional)
+{
+    char p[160];
+    const cJSON *v = coai__oa_get(it, key);
+    if (optional && (!v || cJSON_IsNull(v))) { *out = coai_str_c(""); return 0; }
+    if (!cJSON_IsString(v)) {
+        snprintf(p, sizeof p, "%s.%s", where, key);
+        return coai__oa_bad(ps->err, p, "%s must be a string", p);
+    }
+    *out = coai__oa_jstr(v);
+    return 0;
+}
+
+/* One input item -> neutral messages (and its JSON into the store's list). */
+static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
+{
+    static const char *const roles[] = { "user", "system", "developer", "assistant", NULL };
+    /* items of hosted tools the client may send back: nothing Cursor can use */
+    static const char *const skipped[] = {
+        "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
+        "tool_search_call", "tool_search_output", "mcp_call", "mcp_list_tools",
+        "mcp_approval_request", "mcp_approval_response", "computer_call",
+        "computer_call_output", "compaction", NULL };
+    char p[160];
+    const cJSON *ty = coai__oa_get(it, "type"), *role = coai__oa_get(it, "role");
+    const char *t;
+    coai_message *m;
+    if (!cJSON_IsObject(it)) return coai__oa_bad(ps->err, where, "%s must be an object", where);
+    if (ty && !cJSON_IsString(ty)) {
+        snprintf(p, sizeof p, "%s.type", where);
+        return coai__oa_bad(ps->err, p, "%s must be a string", p);
+    }
+    t = ty ? ty->valuestring : "message";
+    if (ps->items) {
+        char *s = cJSON_PrintUnformatted(it);
+        if (!s) { ps->nomem = 1; return -1; }
+        if (ps->items->len) coai_buf_putc(ps->items, ',');
+        coai_buf_puts(ps->items, s);
+        free(s);
+    }
+    if (strcmp(t, "message") == 0) {
+        snprintf(p, sizeof p, "%s.role", where);
+        if (!cJSON_IsString(role) || !coai__rs_in(role->valuestring, roles))
+            return coai__oa_bad(ps->err, p, "%s must be one of 'user', 'system', 'developer', "
+                                "'assistant'", p);
+        m = coai__rs_msg(ps, strcmp(role->valuestring, "user") == 0 ? COAI_ROLE_USER
+                             : strcmp(role->valuestring, "assistant") == 0 ? COAI_ROLE_ASSISTANT
+                             : COAI_ROLE_SYSTEM);
+        if (!m) return -1;
+        return coai__rs_content(ps, m, coai__oa_get(it, "content"), where, "content");
+    }
+    if (strcmp(t, "function_call") == 0 || strcmp(t, "custom_tool_call") == 0
+        || strcmp(t, "local_shell_call") == 0) {
+        coai_call *c = (coai_call *)coai__req_alloc(ps->req, sizeof *c);
+        if (!c) { ps->nomem = 1; return -1; }
+        if (coai__rs_req_str(ps, it, "call_id", where, &c->id, 0)) return COAI_ERR_INVALID;
+        if (t[0] == 'l') {
+            const cJSON *a = coai__oa_get(it, "action");
+            char *s = cJSON_IsObject(a) ? cJSON_PrintUnformatted(a) : NULL;
+            if (cJSON_IsObject(a) && coai__rs_keep(ps->req, s)) { ps->nomem = 1; return -1; }
+            c->name = coai_str_c("local_shell");
+            c->args = coai_str_c(s ? s : "{}");
+        } else {
+            if (coai__rs_req_str(ps, it, "name", where, &c->name, 0)) return COAI_ERR_INVALID;
+            if (coai__rs_req_str(ps, it, t[0] == 'f' ? "arguments" : "input", where, &c->args,
+                                 t[0] == 'f'))
+                return COAI_ERR_INVALID;
+            if (t[0] == 'f' && !c->args.len) c->args = coai_str_c("{}");
+        }
+        m = coai__rs_msg(ps, COAI_ROLE_ASSISTANT);
+        if (!m) return -1;
+        m->calls = c;
+        m->call_count = 1;
+        return 0;
+    }
+    if (strcmp(t, "function_call_output") == 0 || strcmp(t, "custom_tool_call_output") == 0
+        || strcmp(t, "local_shell_call_output") == 0) {
+        coai_str id;
+        if (coai__rs_req_str(ps, it, "call_id", where, &id, 0)) return COAI_ERR_INVALID;
+        m = coai__rs_msg(ps, COAI_ROLE_TOOL);
+        if (!m) return -1;
+        m->tool_call_id = id;
+        if (!coai__oa_get(it, "output") || cJSON_IsNull(coai__oa_get(it, "output"))) {
+            snprintf(p, sizeof p, "%s.output", where);
+            return coai__oa_bad(ps->err, p, "%s is required", p);
+        }
+        return coai__rs_content(ps, m, coai__oa_get(it, "output"), where, "output");
+    }
+    if (strcmp(t, "reasoning") == 0) {
+        /* Reasoning sent back: thinking, never prompt text (the encrypted content is
+         * OpenAI's own and means nothing to Cursor). */
+        const cJSON *s = coai__oa_get(it, "summary"), *x;
+        size_t k = 0;
+        coai_part *parts;
+        if (s && !cJSON_IsNull(s) && !cJSON_IsArray(s)) {
+            snprintf(p, sizeof p, "%s.summary", where);
+            return coai__oa_bad(ps->err, p, "%s must be an array", p);
+        }
+        m = coai__rs_msg(ps, COAI_ROLE_ASSISTANT);
+        if (!m) return -1;
+        if (!cJSON_IsArray(s) || !cJSON_GetArraySize(s)) return 0;
+        parts = (coai_part *)coai__req_alloc(ps->req, (size_t)cJSON_GetArraySize(s) * sizeof *parts);
+        if (!parts) { ps->nomem = 1; return -1; }
+        cJSON_ArrayForEach(x, s) {
+            const cJSON *tx = coai__oa_get(x, "text");
+            if (!cJSON_IsString(tx)) continue;
+            parts[k].kind = COAI_PART_THINKING;
+            parts[k++].text = coai__oa_jstr(tx);
+        }
+        m->parts = parts;
+        m->part_count = k;
+        return 0;
+    }
+    if (coai__rs_in(t, skipped)) return 0;
+    snprintf(p, sizeof p, "%s.type", where);
+    if (strcmp(t, "item_reference") == 0)
+        return coai__oa_bad(ps->err, p, "item_reference is not supported: send the items "
+                            "themselves, or use previous_response_id");
+    return coai__oa_bad(ps->err, p, "Unsupported input item type '%s' in %s", t, p);
+}
+
+/* Tools: function and custom tools become coai_tools; the rest is accepted and left out. */
+static int coai__rs_tools(coai__rs_parse *ps, cJSON *root, const cJSON *tools)
+{
+    static const char *const hosted[] = {
+        "namespace", "web_search", "web_search_preview", "web_search_preview_2025_03_11",
+        "web_search_2025_08_26", "tool_search", "file_search", "image_generation",
+        "code_interpreter", "mcp", "computer_use_preview", "computer_use", "local_shell",
+        "shell", "apply_patch", NULL };
+    coai_request *req = ps->req;
+    const cJSON *t;
+    cJSON *keep = NULL;
+    char p[96];
+    int i = 0, count;
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    if (!cJSON_IsArray(tools)) return coai__oa_bad(ps->err, "tools", "tools must be an array");
+    count = cJSON_GetArraySize(tools);
+    if (count > COAI_MAX_TOOLS)
+        return coai__oa_bad(ps->err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+    if (count > 0) {
+        req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
+        if (!req->tools) { ps->nomem = 1; return -1; }
+    }
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *ty = coai__oa_get(t, "type"), *name = coai__oa_get(t, "name");
+        const cJSON *d = coai__oa_get(t, "description");
+        coai_tool *o;
+        snprintf(p, sizeof p, "tools[%d]", i);
+        if (!cJSON_IsObject(t) || !cJSON_IsString(ty))
+            return coai__oa_bad(ps->err, p, "%s must be an object with a string 'type'", p);
+        i++;
+        if (strcmp(ty->valuestring, "function") && strcmp(ty->valuestring, "custom")) {
+            if (coai__rs_in(ty->valuestring, hosted)) continue;
+            snprintf(p, sizeof p, "tools[%d].type", i - 1);
+            return coai__oa_bad(ps->err, p, "Unsupported tool type '%s' in %s",
+                                ty->valuestring, p);
+        }
+        snprintf(p, sizeof p, "tools[%d].name", i - 1);
+        if (!cJSON_IsString(name)) return coai__oa_bad(ps->err, p, "%s is required", p);
+        if (!coai__oa_tool_name_ok(name->valuestring))
+            return coai__oa_bad(ps->err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+        snprintf(p, sizeof p, "tools[%d].description", i - 1);
+        if (d && !cJSON_IsNull(d) && !cJSON_IsString(d))
+            return coai__oa_bad(ps->err, p, "%s must be a string", p);
+        o = &req->tools[req->tool_count++];
+        o->name = coai__oa_jstr(name);
+        o->description = coai__oa_jstr(d);
+        if (ty->valuestring[0] == 'f') {
+            const cJSON *params = coai__oa_get(t, "parameters");
+            snprintf(p, sizeof p, "tools[%d].parameters", i - 1);
+            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+                return coai__oa_bad(ps->err, p, "%s must be an object", p);
+            o->parameters = cJSON_IsObject(params) ? params : NULL;
+        } else {
+            /* A custom (freeform) tool: Cursor sees a function with one string "input";
+             * its grammar, if any, goes into the description. */
+            const cJSON *f = coai__oa_get(t, "format");
+            const cJSON *def = coai__oa_get(f, "definition"), *syn = coai__oa_get(f, "syntax");
+            coai_buf db = { 0 };
+            cJSON *schema, *props, *in;
+            coai_str ds;
+            snprintf(p, sizeof p, "tools[%d].format", i - 1);
+            if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
+                return coai__oa_bad(ps->err, p, "%s must be an object", p);
+            coai__oa_put_str(&db, o->description);
+            if (db.len) coai_buf_puts(&db, "\n\n");
+            coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
+            if (cJSON_IsString(def)) {
+                coai_buf_puts(&db, " It must match this ");
+                coai__oa_put_str(&db, coai__oa_jstr(syn));
+                coai_buf_puts(&db, " grammar:\n");
+                coai__oa_put_str(&db, coai__oa_jstr(def));
+            }
+            if (coai__rs_own(req, &db, &ds)) { coai_buf_free(&db); ps->nomem = 1; return -1; }
+            coai_buf_free(&db);
+            o->description = ds;
+            o->freeform = 1;
+            if (!keep) {
+                keep = cJSON_CreateArray();
+                if (!keep || !cJSON_AddItemToObject(root, "\x01coai_custom_schemas", keep)) {
+                    cJSON_Delete(keep);
+                    ps->nomem = 1;
+                    return -1;
+                }
+            }
+            schema = cJSON_CreateObject();
+            if (!schema || !cJSON_AddItemToArray(keep, schema)) { cJSON_Delete(schema); ps->nomem = 1; return -1; }
+            if (!cJSON_AddStringToObject(schema, "type", "object")
+                || !(props = cJSON_AddObjectToObject(schema, "properties"))
+                || !(in = cJSON_AddObjectToObject(props, "input"))
+                || !cJSON_AddStringToObject(in, "type", "string")
+                || !cJSON_AddItemToObject(schema, "required", cJSON_CreateStringArray(
+                       (const char *const[]){ "input" }, 1))) {
+                ps->nomem = 1;
+                return -1;
+            }
+            o->parameters = schema;
+        }
+    }
+    if (!req->tool_count) { free(req->tools); req->tools = NULL; }
+    return 0;
+}
+
+static int coai__rs_echo(coai_buf *echo, const cJSON *root, const char *key)
+{
+    const cJSON *v = coai__oa_get(root, key);
+    char *s;
+    if (!v) return 0;
+    s = cJSON_PrintUnformatted(v);
+    if (!s) return -1;
+    coai_buf_putc(echo, ',');
+    coai_json_str_append(echo, key, strlen(key));
+    coai_buf_putc(echo, ':');
+    coai_buf_puts(echo, s);
+    free(s);
+    return echo->err ? -1 : 0;
+}
+
+static cJSON *coai__rs_parse_json(const char *body, size_t n, coai_error *err, int *rc)
+{
+    const char *end = NULL;
+    cJSON *root;
+    if (!body) n = 0;
+    if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
+        coai__oa_bad(err, NULL, "The request body is not valid UTF-8 text");
+        *rc = COAI_ERR_UTF8;
+        return NULL;
+    }
+    if (coai__oa_has_nul_escape(body, n)) {
+        coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
+        *rc = COAI_ERR_INVALID;
+        return NULL;
+    }
+    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
+    if (root && end) {
+        while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+            end++;
+        if (end != body + n) { cJSON_Delete(root); root = NULL; }
+    }
+    if (!root) {
+        coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
+                     "JSON, or nested deeper than the limit)");
+        *rc = COAI_ERR_JSON;
+    }
+    return root;
+}
+
+int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap)
+{
+    coai_error e;
+    int rc = 0;
+    cJSON *root = coai__rs_parse_json(body, n, &e, &rc);
+    const cJSON *v = coai__oa_get(root, "previous_response_id");
+    if (cap) out[0] = 0;
+    if (!root || !v || cJSON_IsNull(v)) rc = 0;
+    else if (!cJSON_IsString(v) || strlen(v->valuestring) >= cap) rc = -1;
+    else { memcpy(out, v->valuestring, strlen(v->valuestring) + 1); rc = out[0] ? 1 : 0; }
+    cJSON_Delete(root);
+    return rc;
+}
+
+void coai_responses_request_free(coai_responses_request *rr)
+{
+    coai_request_free(&rr->req);
+    coai_buf_free(&rr->items);
+    coai_buf_free(&rr->echo);
+    memset(rr, 0, sizeof *rr);
+}
+
+int coai_responses_request_parse(coai_responses_request *rr, const char *body, size_t n,
+                                 coai_str history, coai_error *err)
+{
+    static const char *const efforts[] = { "none", "minimal", "low", "medium", "high", "xhigh",
+                                           NULL };
+    static const char *const echoed[] = { "instructions", "metadata", "previous_response_id",
+                                          "store", "tool_choice", "parallel_tool_calls",
+                                          "reasoning", "max_output_tokens", "prompt_cache_key",
+                                          "temperature", "top_p", "text", "truncation", "user",
+                                          "service_tier", NULL };
+    coai_request *req = &rr->req;
+    coai__rs_parse ps;
+    cJSON *root, *hist = NULL;
+    const cJSON *v, *input, *it;
+    int rc = COAI_ERR_INVALID, i;
+    char p[64];
+    memset(rr, 0, sizeof *rr);
+    memset(err, 0, sizeof *err);
+    memset(&ps, 0, sizeof ps);
+    ps.req = req;
+    ps.items = &rr->items;
+    ps.err = err;
+    root = coai__rs_parse_json(body, n, err, &rc);
+    if (!root) return rc;
+    req->root_ = root;
+    rc = COAI_ERR_INVALID;
+    req->thinking = -1;
+    rr->store = 1;
+    if (!cJSON_IsObject(root)) {
+        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        goto fail;
+    }
+    v = coai__oa_get(root, "model");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
+        coai__oa_bad(err, "model", "model must be a string");
+        goto fail;
+    }
+    req->model = coai__oa_jstr(v);
+    if (req->model.len == 0) req->model = coai_str_c("auto");
+#define COAI__RS_TYPED(key, test, what)                                                     \
+    v = coai__oa_get(root, key);                                                          \
+    if (v && !cJSON_IsNull(v) && !(test)) {                                               \
+        coai__oa_bad(err, key, "%s must be %s", key, what);                               \
+        goto fail;                                                                        \
+    }
+    COAI__RS_TYPED("stream", cJSON_IsBool(v), "a boolean")
+    req->stream = cJSON_IsTrue(v);
+    COAI__RS_TYPED("store", cJSON_IsBool(v), "a boolean")
+    if (cJSON_IsFalse(v)) rr->store = 0;
+    COAI__RS_TYPED("background", cJSON_IsFalse(v), "false (background responses are not "
+                   "supported)")
+    COAI__RS_TYPED("instructions", cJSON_IsString(v), "a string")
+    COAI__RS_TYPED("parallel_tool_calls", cJSON_IsBool(v), "a boolean")
+    COAI__RS_TYPED("prompt_cache_key", cJSON_IsString(v), "a string")
+    req->conversation_key = coai__oa_jstr(v);
+    COAI__RS_TYPED("previous_response_id", cJSON_IsString(v), "a string")
+    rr->previous_response_id = coai__oa_jstr(v);
+    COAI__RS_TYPED("temperature", cJSON_IsNumber(v), "a number")
+    COAI__RS_TYPED("top_p", cJSON_IsNumber(v), "a number")
+    COAI__RS_TYPED("user", cJSON_IsString(v), "a string")
+    COAI__RS_TYPED("text", cJSON_IsObject(v), "an object")
+    COAI__RS_TYPED("conversation", 0, "absent (the Conversations API is not supported; use "
+                   "previous_response_id or send the items)")
+    COAI__RS_TYPED("prompt", 0, "absent (stored prompt templates are not supported)")
+    COAI__RS_TYPED("max_output_tokens", cJSON_IsNumber(v) && v->valuedouble >= 1
+                   && v->valuedouble <= 1e9 && v->valuedouble == (double)(int64_t)v->valuedouble,
+                   "a positive integer")
+    if (v && cJSON_IsNumber(v)) req->max_tokens = (int64_t)v->valuedouble;
+    COAI__RS_TYPED("include", cJSON_IsArray(v), "an array of strings")
+    if (cJSON_IsArray(v)) {
+        i = 0;
+        cJSON_ArrayForEach(it, v) {
+            snprintf(p, sizeof p, "include[%d]", i++);
+            if (!cJSON_IsString(it)) { coai__oa_bad(err, p, "%s must be a string", p); goto fail; }
+        }
+    }
+    COAI__RS_TYPED("metadata", cJSON_IsObject(v), "an object")
+    if (cJSON_IsObject(v)) {
+        i = 0;
+        cJSON_ArrayForEach(it, v) {
+            if (++i > 16 || !cJSON_IsString(it) || strlen(it->string) > 64
+                || strlen(it->valuestring) > 512) {
+                coai__oa_bad(err, "metadata", "metadata takes at most 16 string values (keys "
+                             "up to 64 characters, values up to 512)");
+                goto fail;
+            }
+        }
+    }
+    COAI__RS_TYPED("reasoning", cJSON_IsObject(v), "an object")
+    if (cJSON_IsObject(v)) {
+        const cJSON *ef = coai__oa_get(v, "effort"), *su = coai__oa_get(v, "summary");
+        if (ef && !cJSON_IsNull(ef) && !(cJSON_IsString(ef) && coai__rs_in(ef->valuestring, efforts))) {
+            coai__oa_bad(err, "reasoning.effort", "reasoning.effort must be one of 'none', "
+                         "'minimal', 'low', 'medium', 'high', 'xhigh'");
+            goto fail;
+        }
+        if (su && !cJSON_IsNull(su) && !cJSON_IsString(su)) {
+            coai__oa_bad(err, "reasoning.summary", "reasoning.summary must be a string");
+            goto fail;
+        }
+        if (cJSON_IsString(ef)) req->thinking = strcmp(ef->valuestring, "none") != 0;
+    }
+#undef COAI__RS_TYPED
+    for (i = 0; echoed[i]; i++)
+        if (coai__rs_echo(&rr->echo, root, echoed[i])) { ps.nomem = 1; goto nomem; }
+    /* instructions: the system message; not carried over by previous_response_id */
+    v = coai__oa_get(root, "instructions");
+    if (cJSON_IsString(v) && v->valuestring[0]) {
+        coai_message *m = coai__rs_msg(&ps, COAI_ROLE_SYSTEM);
+        coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
+        if (!m || !pt) { ps.nomem = 1; goto nomem; }
+        pt->text = coai__oa_jstr(v);
+        m->parts = pt;
+        m->part_count = 1;
+    }
+    if (history.len) {
+        hist = cJSON_ParseWithLength(history.ptr, history.len);
+        if (!cJSON_IsArray(hist)) {
+            cJSON_Delete(hist);
+            coai__oa_bad(err, "previous_response_id", "The stored previous response could not "
+                         "be read");
+            goto fail;
+        }
+        /* the history tree must live as long as the views into it */
+        if (!cJSON_AddItemToObject(root, "\x01coai_history", hist)) {
+            cJSON_Delete(hist);
+            ps.nomem = 1;
+            goto nomem;
+        }
+        i = 0;
+        cJSON_ArrayForEach(it, hist) {
+            snprintf(p, sizeof p, "previous_response_id[%d]", i++);
+            if ((rc = coai__rs_item(&ps, it, p)) < 0) goto check;
+        }
+    }
+    input = coai__oa_get(root, "input");
+    if (cJSON_IsString(input)) {
+        coai_message *m = coai__rs_msg(&ps, COAI_ROLE_USER);
+        coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
+        if (!m || !pt) { ps.nomem = 1; goto nomem; }
+        pt->text = coai__oa_jstr(input);
+        m->parts = pt;
+        m->part_count = 1;
+        if (rr->items.len) coai_buf_putc(&rr->items, ',');
+        coai_buf_puts(&rr->items, "{\"type\":\"message\",\"role\":\"user\",\"content\":"
+                                  "[{\"type\":\"input_text\",\"text\":");
+        coai_json_str_append(&rr->items, input->valuestring, strlen(input->valuestring));
+        coai_buf_puts(&rr->items, "}]}");
+    } else if (cJSON_IsArray(input)) {
+        i = 0;
+        cJSON_ArrayForEach(it, input) {
+            snprintf(p, sizeof p, "input[%d]", i++);
+            if ((rc = coai__rs_item(&ps, it, p)) < 0) goto check;
+        }
+    } else if (input && !cJSON_IsNull(input)) {
+        coai__oa_bad(err, "input", "input must be a string or an array of items");
+        goto fail;
+    }
+    if (!ps.msgs.len || !(input && !cJSON_IsNull(input))) {
+        if (!(input && !cJSON_IsNull(input)) && !history.len) {
+            coai__oa_bad(err, "input", "input is required");
+            goto fail;
+        }
+    }
+    if ((rc = coai__rs_tools(&ps, root, coai__oa_get(root, "tools"))) < 0) goto check;
+    rc = COAI_ERR_INVALID;
+    v = coai__oa_get(root, "tool_choice");
+    if (cJSON_IsString(v)) {
+        if (strcmp(v->valuestring, "none") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
+        else if (strcmp(v->valuestring, "required") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
+        else if (strcmp(v->valuestring, "auto") != 0) {
+            coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' "
+                         "or an object");
+            goto fail;
+        }
+    } else if (cJSON_IsObject(v)) {
+        if (coai__rs_type_is(v, "function") || coai__rs_type_is(v, "custom")) {
+            if (!cJSON_IsString(coai__oa_get(v, "name"))) {
+                coai__oa_bad(err, "tool_choice.name", "tool_choice.name must be a string");
+                goto fail;
+            }
+            req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+            req->tool_choice_name = coai__oa_jstr(coai__oa_get(v, "name"));
+        } else if (!cJSON_IsString(coai__oa_get(v, "type"))) {
+            coai__oa_bad(err, "tool_choice.type", "tool_choice.type must be a string");
+            goto fail;
+        }   /* allowed_tools and hosted tool choices: the model decides */
+    } else if (v && !cJSON_IsNull(v)) {
+        coai__oa_bad(err, "tool_choice", "tool_choice must be a string or an object");
+        goto fail;
+    }
+    {
+        coai_message *ms = (coai_message *)coai__req_alloc(req, ps.msgs.len);
+        if (!ms || ps.msgs.err) { ps.nomem = 1; goto nomem; }
+        if (ps.msgs.len) memcpy(ms, ps.msgs.data, ps.msgs.len);
+        req->messages = ms;
+        req->message_count = ps.msgs.len / sizeof *ms;
+    }
+    coai_buf_free(&ps.msgs);
+    if (rr->items.err || rr->echo.err || coai__request_finish(req)) goto nomem;
+    req->dialect = COAI_DIALECT_RESPONSES;
+    return 0;
+check:
+    if (!ps.nomem) goto fail;
+nomem:
+    rc = COAI_ERR_NOMEM;
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_buf_free(&ps.msgs);
+    coai_responses_request_free(rr);
+    return rc;
+}
+
+/* The dialect table's parser: the neutral request alone (no history, nothing echoed). */
+static int coai__rs_parse_plain(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    coai_responses_request rr;
+    coai_str none = { "", 0 };
+    int rc = coai_responses_request_parse(&rr, body, n, none, err);
+    memset(req, 0, sizeof *req);
+    if (rc < 0) return rc;
+    *req = rr.req;
+    coai_buf_free(&rr.items);
+    coai_buf_free(&rr.echo);
+    return 0;
+}
+
+/* ---- exec mapping ---- */
+
+/* A shell word: 'text' with every ' as '\''. */
+static void coai__rs_sq(coai_buf *b, coai_str s)
+{
+    size_t i;
+    coai_buf_putc(b, '\'');
+    for (i = 0; i < s.len; i++) {
+        if (s.ptr[i] == '\'') coai_buf_puts(b, "'\\''");
+        else coai_buf_putc(b, s.ptr[i]);
+    }
+    coai_buf_putc(b, '\'');
+}
+
+static const coai_tool *coai__rs_tool(const coai_tool *tools, size_t count, const char *name,
+                                      size_t *idx)
+{
+    size_t i;
+    for (i = 0; i < count; i++)
+        if (coai_str_eq(tools[i].name, name)) { *idx = i; return &tools[i]; }
+    return NULL;
+}
+
+/* The shell tool Codex offers, as a tool index and its argument style:
+ * 1 exec_command {cmd, workdir}, 2 shell_command {command, workdir},
+ * 3 shell {command: ["bash","-lc",cmd], workdir} (array schema), 0 none. */
+static int coai__rs_shell(const coai_tool *tools, size_t count, size_t *idx)
+{
+    const coai_tool *t;
+    if (coai__rs_tool(tools, count, "exec_command", idx)) return 1;
+    if (coai__rs_tool(tools, count, "shell_command", idx)) return 2;
+    if ((t = coai__rs_tool(tools, count, "shell", idx)) != NULL) {
+        const cJSON *c = coai__oa_get(coai__oa_get(t->parameters, "properties"), "command");
+        if (coai__rs_type_is(c, "array")) return 3;
+    }
+    return 0;
+}
+
+/* cwd: Cursor's working directory for the command. Its own workspace (the proxy's, which
+ * says nothing about where the client runs) is left out so the client uses its own cwd. */
+static int coai__rs_shell_args(coai_buf *b, int style, coai_str cmd, coai_str cwd,
+                               coai_str workspace)
+{
+    if (cwd.len == workspace.len && (!cwd.len || memcmp(cwd.ptr, workspace.ptr, cwd.len) == 0))
+        cwd.len = 0;
+    coai_buf_reset(b);
+    if (style == 1) {
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, "cmd", cmd);
+    } else if (style == 2) {
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, "command", cmd);
+    } else {
+        coai_buf_puts(b, "{\"command\":[\"bash\",\"-lc\",");
+        coai_json_str_append(b, cmd.ptr, cmd.len);
+        coai_buf_putc(b, ']');
+    }
+    if (cwd.len) coai__oa_arg(b, "workdir", cwd);
+    coai_buf_putc(b, '}');
+    return b->err ? -1 : 1;
+}
+
+/* A patch that writes content to path: every line "+"-prefixed (the last line gets its
+ * newline, as apply_patch writes whole lines). */
+static void coai__rs_add_patch(coai_buf *b, coai_str path, coai_str content)
+{
+    size_t i = 0;
+    coai_buf_puts(b, "*** Begin Patch\n*** Add File: ");
+    coai_buf_append(b, path.ptr, path.len);
+    coai_buf_putc(b, '\n');
+    while (i < content.len) {
+        const char *nl = (const char *)memchr(content.ptr + i, '\n', content.len - i);
+        size_t e = nl ? (size_t)(nl - content.ptr) : content.len;
+        coai_buf_putc(b, '+');
+        coai_buf_append(b, content.ptr + i, e - i);
+        coai_buf_putc(b, '\n');
+        i = e + 1;
+    }
+    coai_buf_puts(b, "*** End Patch\n");
+}
+
+int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc)
+{
+    coai_buf cmd = { 0 };
+    const coai_tool *ap;
+    size_t idx = 0, aidx = 0;
+    int style, m;
+    if (!tools) count = 0;
+    coai_buf_reset(&tc->args);
+    style = coai__rs_shell(tools, count, &idx);
+    switch (ex->kind) {
+    case COAI_EXEC_SHELL:
+    case COAI_EXEC_SHELL_STREAM:
+        if (!style) break;
+        tc->tool = idx;
+        return coai__rs_shell_args(&tc->args, style, ex->command, ex->cwd, workspace);
+    case COAI_EXEC_WRITE:
+    case COAI_EXEC_DELETE:
+        ap = coai__rs_tool(tools, count, "apply_patch", &aidx);
+        if (ap) {
+            if (ex->kind == COAI_EXEC_WRITE) {
+                coai__rs_add_patch(&cmd, ex->path, ex->content);
+            } else {
+                coai_buf_puts(&cmd, "*** Begin Patch\n*** Delete File: ");
+                coai_buf_append(&cmd, ex->path.ptr, ex->path.len);
+                coai_buf_puts(&cmd, "\n*** End Patch\n");
+            }
+            coai_buf_putc(&tc->args, '{');
+            coai__oa_arg(&tc->args, "input", coai__rs_view(&cmd));
+            coai_buf_putc(&tc->args, '}');
+            tc->tool = aidx;
+            m = cmd.err || tc->args.err ? -1 : 1;
+            coai_buf_free(&cmd);
+            return m;
+        }
+        if (ex->kind == COAI_EXEC_WRITE && (m = coai_exec_map(ex, tools, count, workspace, tc)))
+            return m;
+        if (!style) return 0;
+        if (ex->kind == COAI_EXEC_DELETE) {
+            coai_buf_puts(&cmd, "rm -f -- ");
+            coai__rs_sq(&cmd, ex->path);
+        } else {
+            /* printf '%s' 'text' > 'path': exact bytes, no heredoc delimiter to collide */
+            coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
+            coai__rs_sq(&cmd, ex->path);
+            coai_buf_puts(&cmd, ")\" && printf '%s' ");
+            coai__rs_sq(&cmd, ex->content);
+            coai_buf_puts(&cmd, " > ");
+            coai__rs_sq(&cmd, ex->path);
+        }
+        break;
+    case COAI_EXEC_READ:
+    case COAI_EXEC_LS:
+    case COAI_EXEC_GREP:
+        if ((m = coai_exec_map(ex, tools, count, workspace, tc)) != 0 || !style) return m;
+        if (ex->kind == COAI_EXEC_READ) {
+            coai_buf_puts(&cmd, "cat -- ");
+            coai__rs_sq(&cmd, ex->path);
+        } else if (ex->kind == COAI_EXEC_LS) {
+            coai_buf_puts(&cmd, "ls -la -- ");
+            coai__rs_sq(&cmd, ex->has_path || ex->path.len ? ex->path : workspace.len
+                                                                           ? workspace
+                                                                           : coai_str_c("."));
+        } else if (ex->pattern.len) {
+            coai_buf_puts(&cmd, "rg -n -e ");
+            coai__rs_sq(&cmd, ex->pattern);
+            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__rs_sq(&cmd, ex->glob); }
+            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__rs_sq(&cmd, ex->path); }
+        } else {
+            coai_buf_puts(&cmd, "rg --files");
+            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__rs_sq(&cmd, ex->glob); }
+            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__rs_sq(&cmd, ex->path); }
+        }
+        break;
+    default:
+        return coai_exec_map(ex, tools, count, workspace, tc);
+    }
+    if (!cmd.len) { coai_buf_free(&cmd); return coai_exec_map(ex, tools, count, workspace, tc); }
+    tc->tool = idx;
+    m = cmd.err ? -1 : coai__rs_shell_args(&tc->args, style, coai__rs_view(&cmd), ex->cwd,
+                                           workspace);
+    coai_buf_free(&cmd);
+    return m;
+}
+
+/* ---- writer ---- */
+
+#define COAI__RS_NONE 0
+#define COAI__RS_REASONING 1
+#define COAI__RS_MESSAGE 2
+
+/* The hex of the response id ("resp_<hex>"), for item ids. */
+static coai_str coai__rs_hex(const coai_reply *r)
+{
+    coai_str s = r->o_.completion_id;
+    if (s.len > 5 && memcmp(s.ptr, "resp_", 5) == 0) { s.ptr += 5; s.len -= 5; }
+    return s;
+}
+
+static void coai__rs_item_id(coai_reply *r, coai_buf *b, const char *prefix, int idx)
+{
+    coai_str h = coai__rs_hex(r);
+    coai_buf_putc(b, '"');
+    coai_buf_puts(b, prefix);
+    coai_buf_append(b, h.ptr, h.len);
+    coai_buf_printf(b, "_%d\"", idx);
+}
+
+static void coai__rs_ev(coai_reply *r, const char *type)
+{
+    coai_buf_printf(&r->out, "event: %s\ndata: {\"type\":\"%s\",\"sequence_number\":%lld",
+                    type, type, (long long)r->rs_seq_++);
+}
+
+static void coai__rs_ev_item(coai_reply *r, const char *type, const char *prefix)
+{
+    coai__rs_ev(r, type);
+    coai_buf_puts(&r->out, ",\"item_id\":");
+    coai__rs_item_id(r, &r->out, prefix, r->rs_index_);
+    coai_buf_printf(&r->out, ",\"output_index\":%d", r->rs_index_);
+}
+
+static int64_t coai__rs_reasoning_tokens(const coai_reply *r, int64_t out)
+{
+    int64_t n = (int64_t)((r->rs_reason_units_ + 3) / 4);
+    return n < out ? n : out;
+}
+
+static void coai__rs_usage(const coai_reply *r, coai_buf *b)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
+    coai_buf_printf(b, "{\"input_tokens\":%lld,\"input_tokens_details\":{\"cached_tokens\":%lld},"
+                    "\"output_tokens\":%lld,\"output_tokens_details\":{\"reasoning_tokens\":%lld},"
+                    "\"total_tokens\":%lld}", (long long)u.input_tokens,
+                    (long long)u.cache_read_tokens, (long long)u.output_tokens,
+                    (long long)coai__rs_reasoning_tokens(r, u.output_tokens),
+                    (long long)(u.input_tokens + u.output_tokens));
+}
+
+/* The response object. state: 0 in progress, 1 ended (f), 2 failed (r->error). */
+static void coai__rs_object(coai_reply *r, coai_buf *b, int state, coai_finish f)
+{
+    const coai_reply_opts *o = &r->o_;
+    const char *status = state == 0 ? "in_progress" : state == 2 ? "failed"
+                         : f == COAI_FINISH_LENGTH ? "incomplete" : "completed";
+    coai_buf_puts(b, "{\"id\":");
+    coai_json_str_append(b, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(b, ",\"object\":\"response\",\"created_at\":%lld,\"status\":\"%s\","
+                    "\"model\":", (long long)o->created, status);
+    coai_json_str_append(b, o->model.ptr, o->model.len);
+    coai_buf_puts(b, ",\"output\":[");
+    if (state) coai_buf_append(b, r->rs_items_.data, r->rs_items_.len);
+    coai_buf_puts(b, "]");
+    if (o->echo.len) coai_buf_append(b, o->echo.ptr, o->echo.len);
+    coai_buf_puts(b, ",\"error\":");
+    if (state == 2) {
+        coai_buf_puts(b, "{\"code\":");
+        coai__oa_json_cstr(b, r->error.code ? r->error.code : r->error.type);
+        coai_buf_puts(b, ",\"message\":");
+        coai__oa_json_cstr(b, r->error.message);
+        coai_buf_putc(b, '}');
+    } else {
+        coai_buf_puts(b, "null");
+    }
+    coai_buf_puts(b, ",\"incomplete_details\":");
+    coai_buf_puts(b, state == 1 && f == COAI_FINISH_LENGTH ? "{\"reason\":\"max_output_tokens\"}"
+                                                           : "null");
+    coai_buf_puts(b, ",\"usage\":");
+    if (state) coai__rs_usage(r, b);
+    else coai_buf_puts(b, "null");
+    coai_buf_putc(b, '}');
+}
+
+static void coai__rs_w_init(coai_reply *r) { (void)r; }
+
+static void coai__rs_w_begin(coai_reply *r)
+{
+    coai__rs_ev(r, "response.created");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai__rs_object(r, &r->out, 0, COAI_FINISH_STOP);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_ev(r, "response.in_progress");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai__rs_object(r, &r->out, 0, COAI_FINISH_STOP);
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+/* The finished reasoning / message item as JSON (into b). */
+static void coai__rs_text_item(coai_reply *r, coai_buf *b, int kind, const coai_buf *text,
+                               int idx, const char *status)
+{
+    const char *t = text->data ? (const char *)text->data : "";
+    coai_buf_puts(b, "{\"id\":");
+    if (kind == COAI__RS_REASONING) {
+        coai__rs_item_id(r, b, "rs_", idx);
+        coai_buf_puts(b, ",\"type\":\"reasoning\",\"summary\":[");
+        if (text->len) {
+            coai_buf_puts(b, "{\"type\":\"summary_text\",\"text\":");
+            coai_json_str_append(b, t, text->len);
+            coai_buf_putc(b, '}');
+        }
+        coai_buf_puts(b, "]}");
+    } else {
+        coai__rs_item_id(r, b, "msg_", idx);
+        coai_buf_printf(b, ",\"type\":\"message\",\"status\":\"%s\",\"role\":\"assistant\","
+                        "\"content\":[", status);
+        if (text->len || strcmp(status, "completed") == 0) {
+            coai_buf_puts(b, "{\"type\":\"output_text\",\"annotations\":[],\"logprobs\":[],"
+                             "\"text\":");
+            coai_json_str_append(b, t, text->len);
+            coai_buf_putc(b, '}');
+        }
+        coai_buf_puts(b, "]}");
+    }
+}
+
+static void coai__rs_add_item(coai_reply *r, const coai_buf *item)
+{
+    if (r->rs_items_.len) coai_buf_putc(&r->rs_items_, ',');
+    coai_buf_append(&r->rs_items_, item->data, item->len);
+}
+
+/* Close the open reasoning or message item (stream). */
+static void coai__rs_close(coai_reply *r)
+{
+    int k = r->rs_open_;
+    coai_buf *text = k == COAI__RS_REASONING ? &r->reasoning_ : &r->content_;
+    coai_buf item = { 0 };
+    const char *t;
+    if (!k) return;
+    t = text->data ? (const char *)text->data : "";
+    if (k == COAI__RS_REASONING) {
+        coai__rs_ev_item(r, "response.reasoning_summary_text.done", "rs_");
+        coai_buf_puts(&r->out, ",\"summary_index\":0,\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__rs_ev_item(r, "response.reasoning_summary_part.done", "rs_");
+        coai_buf_puts(&r->out, ",\"summary_index\":0,\"part\":{\"type\":\"summary_text\","
+                               "\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}}\n\n");
+    } else {
+        coai__rs_ev_item(r, "response.output_text.done", "msg_");
+        coai_buf_puts(&r->out, ",\"content_index\":0,\"logprobs\":[],\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__rs_ev_item(r, "response.content_part.done", "msg_");
+        coai_buf_puts(&r->out, ",\"content_index\":0,\"part\":{\"type\":\"output_text\","
+                               "\"annotations\":[],\"logprobs\":[],\"text\":");
+        coai_json_str_append(&r->out, t, text->len);
+        coai_buf_puts(&r->out, "}}\n\n");
+    }
+    /* not r->tmp_: the text being emitted may live there */
+    coai__rs_text_item(r, &item, k, text, r->rs_index_, "completed");
+    coai__rs_ev(r, "response.output_item.done");
+    coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+    coai_buf_append(&r->out, item.data, item.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_add_item(r, &item);
+    if (item.err) r->out.err = 1;
+    coai_buf_free(&item);
+    coai_buf_reset(text);
+    r->rs_open_ = COAI__RS_NONE;
+    r->rs_index_++;
+}
+
+static void coai__rs_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    int k = ch ? COAI__RS_REASONING : COAI__RS_MESSAGE;
+    coai_buf empty = { 0 };
+    if (r->rs_open_ != k) {
+        coai__rs_close(r);
+        r->rs_open_ = k;
+        coai__rs_ev(r, "response.output_item.added");
+        coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+        coai__rs_text_item(r, &r->out, k, &empty, r->rs_index_, "in_progress");
+        coai_buf_puts(&r->out, "}\n\n");
+        if (k == COAI__RS_REASONING) {
+            coai__rs_ev_item(r, "response.reasoning_summary_part.added", "rs_");
+            coai_buf_puts(&r->out, ",\"summary_index\":0,\"part\":{\"type\":\"summary_text\","
+                                   "\"text\":\"\"}}\n\n");
+        } else {
+            coai__rs_ev_item(r, "response.content_part.added", "msg_");
+            coai_buf_puts(&r->out, ",\"content_index\":0,\"part\":{\"type\":\"output_text\","
+                                   "\"annotations\":[],\"logprobs\":[],\"text\":\"\"}}\n\n");
+        }
+    }
+    if (ch) {
+        r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+        coai_buf_append(&r->reasoning_, s, n);
+        coai__rs_ev_item(r, "response.reasoning_summary_text.delta", "rs_");
+        coai_buf_puts(&r->out, ",\"summary_index\":0,\"delta\":");
+    } else {
+        coai_buf_append(&r->content_, s, n);
+        coai__rs_ev_item(r, "response.output_text.delta", "msg_");
+        coai_buf_puts(&r->out, ",\"content_index\":0,\"logprobs\":[],\"delta\":");
+    }
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+/* Is the called tool a custom (freeform) one? Then its input is the "input" string. */
+static const coai_tool *coai__rs_called(const coai_reply *r)
+{
+    size_t i;
+    for (i = 0; i < r->o_.tool_count; i++)
+        if (r->o_.tools[i].name.len == r->tc_name_.len
+            && memcmp(r->o_.tools[i].name.ptr, r->tc_name_.data, r->tc_name_.len) == 0)
+            return &r->o_.tools[i];
+    return NULL;
+}
+
+/* The custom tool's input: args {"input": "..."} -> the string; anything else as is. */
+static void coai__rs_custom_input(coai_reply *r, coai_buf *out)
+{
+    cJSON *j = cJSON_ParseWithLength((const char *)r->tc_args_.data, r->tc_args_.len);
+    const cJSON *in = coai__oa_get(j, "input");
+    if (cJSON_IsString(in)) coai_buf_puts(out, in->valuestring);
+    else coai_buf_append(out, r->tc_args_.data, r->tc_args_.len);
+    cJSON_Delete(j);
+}
+
+static void coai__rs_call_item(coai_reply *r, coai_buf *b, int custom, const coai_buf *input,
+                               const char *status)
+{
+    coai_buf_puts(b, "{\"id\":");
+    coai__rs_item_id(r, b, custom ? "ctc_" : "fc_", r->rs_index_);
+    coai_buf_printf(b, ",\"type\":\"%s\",\"status\":\"%s\",\"call_id\":",
+                    custom ? "custom_tool_call" : "function_call", status);
+    coai_json_str_append(b, (const char *)r->tc_id_.data, r->tc_id_.len);
+    coai_buf_puts(b, ",\"name\":");
+    coai_json_str_append(b, (const char *)r->tc_name_.data, r->tc_name_.len);
+    coai_buf_puts(b, custom ? ",\"input\":" : ",\"arguments\":");
+    coai_json_str_append(b, input && input->data ? (const char *)input->data : "",
+                         input ? input->len : 0);
+    coai_buf_putc(b, '}');
+}
+
+static void coai__rs_w_tool_call(coai_reply *r)
+{
+    const coai_tool *t = coai__rs_called(r);
+    int custom = t && t->freeform;
+    const char *pre = custom ? "ctc_" : "fc_";
+    coai_buf in = { 0 }, item = { 0 };
+    coai__rs_close(r);
+    if (custom) coai__rs_custom_input(r, &in);
+    else coai_buf_append(&in, r->tc_args_.data, r->tc_args_.len);
+    coai__rs_ev(r, "response.output_item.added");
+    coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+    coai__rs_call_item(r, &r->out, custom, NULL, "in_progress");
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_ev_item(r, custom ? "response.custom_tool_call_input.delta"
+                               : "response.function_call_arguments.delta", pre);
+    coai_buf_puts(&r->out, ",\"delta\":");
+    coai_json_str_append(&r->out, in.data ? (const char *)in.data : "", in.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_ev_item(r, custom ? "response.custom_tool_call_input.done"
+                               : "response.function_call_arguments.done", pre);
+    coai_buf_puts(&r->out, custom ? ",\"input\":" : ",\"name\":");
+    if (custom) {
+        coai_json_str_append(&r->out, in.data ? (const char *)in.data : "", in.len);
+    } else {
+        coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
+        coai_buf_puts(&r->out, ",\"arguments\":");
+        coai_json_str_append(&r->out, in.data ? (const char *)in.data : "", in.len);
+    }
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_call_item(r, &item, custom, &in, "completed");
+    coai__rs_ev(r, "response.output_item.done");
+    coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+    coai_buf_append(&r->out, item.data, item.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    coai__rs_add_item(r, &item);
+    r->rs_index_++;
+    if (in.err || item.err) r->out.err = 1;
+    coai_buf_free(&in);
+    coai_buf_free(&item);
+}
+
+static void coai__rs_w_end(coai_reply *r, coai_finish f)
+{
+    coai__rs_close(r);
+    coai_buf_reset(&r->rs_final_);
+    coai__rs_object(r, &r->rs_final_, 1, f);
+    coai__rs_ev(r, f == COAI_FINISH_LENGTH ? "response.incomplete" : "response.completed");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai_buf_append(&r->out, r->rs_final_.data, r->rs_final_.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    if (r->rs_final_.err || r->rs_items_.err) r->out.err = 1;
+}
+
+/* Non-streaming: reasoning, message and call items from the collected text, then the
+ * object. */
+static void coai__rs_w_body(coai_reply *r, coai_finish f)
+{
+    coai_buf item = { 0 };
+    r->rs_reason_units_ = coai__oa_utf16_len(r->reasoning_.data ? (const char *)r->reasoning_.data
+                                                                 : "", r->reasoning_.len);
+    if (r->reasoning_.len) {
+        coai__rs_text_item(r, &item, COAI__RS_REASONING, &r->reasoning_, r->rs_index_++,
+                           "completed");
+        coai__rs_add_item(r, &item);
+    }
+    if (r->content_.len || !r->has_tool_call_) {
+        coai_buf_reset(&item);
+        coai__rs_text_item(r, &item, COAI__RS_MESSAGE, &r->content_, r->rs_index_++,
+                           "completed");
+        coai__rs_add_item(r, &item);
+    }
+    if (r->has_tool_call_) {
+        const coai_tool *t = coai__rs_called(r);
+        int custom = t && t->freeform;
+        coai_buf in = { 0 };
+        if (custom) coai__rs_custom_input(r, &in);
+        else coai_buf_append(&in, r->tc_args_.data, r->tc_args_.len);
+        coai_buf_reset(&item);
+        coai__rs_call_item(r, &item, custom, &in, "completed");
+        coai__rs_add_item(r, &item);
+        r->rs_index_++;
+        if (in.err) item.err = 1;
+        coai_buf_free(&in);
+    }
+    coai_buf_reset(&r->rs_final_);
+    coai__rs_object(r, &r->rs_final_, 1, f);
+    coai_buf_append(&r->out, r->rs_final_.data, r->rs_final_.len);
+    if (item.err || r->rs_final_.err || r->rs_items_.err) r->out.err = 1;
+    coai_buf_free(&item);
+}
+
+/* After the first byte: the open item is left as it is and response.failed ends the
+ * stream (OpenAI's shape; clients read response.error). */
+static void coai__rs_w_error(coai_reply *r)
+{
+    coai_buf obj = { 0 };
+    coai__rs_object(r, &obj, 2, COAI_FINISH_STOP);
+    coai__rs_ev(r, "response.failed");
+    coai_buf_puts(&r->out, ",\"response\":");
+    coai_buf_append(&r->out, obj.data, obj.len);
+    coai_buf_puts(&r->out, "}\n\n");
+    if (obj.err) r->out.err = 1;
+    coai_buf_free(&obj);
+}
+
+static void coai__rs_w_keepalive(coai_reply *r)
+{
+    coai_buf_puts(&r->out, ": keepalive\n\n");
+}
+
+coai_str coai_reply_response(const coai_reply *r)
+{
+    coai_str s = { "", 0 };
+    if (r->done_ && !r->error.status && r->rs_final_.len) {
+        s.ptr = (const char *)r->rs_final_.data;
+        s.len = r->rs_final_.len;
+    }
+    return s;
+}
+
+coai_str coai_reply_output_items(const coai_reply *r)
+{
+    coai_str s = { "", 0 };
+    if (r->rs_items_.len) {
+        s.ptr = (const char *)r->rs_items_.data;
+        s.len = r->rs_items_.len;
+    }
+    return s;
+}
+
+static const coai__writer coai__rs_writer = {
+    coai__rs_w_init, coai__rs_w_begin, coai__rs_w_delta, coai__rs_w_tool_call,
+    coai__rs_w_end, coai__rs_w_body, coai__rs_w_error, coai__rs_w_keepalive
+};
+/* PART:RESPONSES impl end */
+
+/* ======================================================================== */
 /* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
 /* ======================================================================== */
 
@@ -7839,6 +9109,7 @@ static const struct {
 } coai__dialects[COAI_DIALECT_COUNT_] = {
     /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer },
     /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer },
+    /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer },
 };
 
 static const coai__writer *coai__writer_of(coai_dialect d)

@@ -2043,7 +2043,7 @@ static const char *cred_health(void)
 /* ======================================================================== */
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-       ROUTE_USAGE };
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_USAGE };
 
 struct conn {
     int fd;
@@ -2175,6 +2175,7 @@ static int stream_end(struct conn *c)
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 static int handle_usage(struct conn *c);
+static int handle_response_get(struct conn *c);
 static int handle_count_tokens(struct conn *c);
 
 /* Image caps per request (README: Images); set by configure() from the environment. */
@@ -2201,7 +2202,8 @@ static size_t allowed_names(coai_str *out, size_t cap)
 
 static int route_is_post(int route)
 {
-    return route == ROUTE_CHAT || route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS;
+    return route == ROUTE_CHAT || route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
+           || route == ROUTE_RESPONSES;
 }
 
 static int route_of(coai_str path)
@@ -2212,6 +2214,13 @@ static int route_of(coai_str path)
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
     if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
     if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
+    if (coai_str_eq(path, "/v1/responses") || coai_str_eq(path, "/responses"))
+        return ROUTE_RESPONSES;                                           /* OpenAI Responses */
+    if ((path.len > 14 && memcmp(path.ptr, "/v1/responses/", 14) == 0
+         && !memchr(path.ptr + 14, '/', path.len - 14))
+        || (path.len > 11 && memcmp(path.ptr, "/responses/", 11) == 0
+            && !memchr(path.ptr + 11, '/', path.len - 11)))
+        return ROUTE_RESPONSE_GET;
     if (coai_str_eq(path, "/v1/usage")) return ROUTE_USAGE;
     return ROUTE_NONE;
 }
@@ -2298,7 +2307,8 @@ static int serve_request(struct conn *c, size_t hl)
      * errors in Anthropic's shape. */
     c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
                  || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
-                 ? COAI_DIALECT_ANTHROPIC : COAI_DIALECT_OPENAI_CHAT;
+                 ? COAI_DIALECT_ANTHROPIC
+                 : route == ROUTE_RESPONSES ? COAI_DIALECT_RESPONSES : COAI_DIALECT_OPENAI_CHAT;
     is_post = coai_str_eq(rq->method, "POST");
     is_get = coai_str_eq(rq->method, "GET");
     {   /* copied now: the head's views die when the body is read */
@@ -2389,6 +2399,9 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     case ROUTE_COUNT_TOKENS:
         handle_count_tokens(c);
+        break;
+    case ROUTE_RESPONSE_GET:
+        handle_response_get(c);
         break;
     default:
         handle_chat(c);
@@ -3091,10 +3104,158 @@ static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int
     return found ? 0 : -1;
 }
 
+/* ---- Responses: the bounded store behind previous_response_id and GET /v1/responses/{id}.
+ * Responses created with store: true (OpenAI's default) are kept in memory, newest
+ * RSTORE_MAX entries within RSTORE_BYTES; the oldest go first. Nothing is written to disk. */
+
+#define RSTORE_MAX 256
+#define RSTORE_BYTES (64u * 1024u * 1024u)
+
+struct rentry {
+    char id[48];
+    char *obj, *items;         /* the response object; the conversation items ("[...]") */
+    size_t obj_len, items_len;
+    uint64_t seq;              /* 0 = free */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct rentry e[RSTORE_MAX];
+    size_t bytes;
+    uint64_t seq;
+} RS = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, NULL, NULL, 0, 0, 0 } }, 0, 0 };
+
+static void rstore_drop(struct rentry *e)
+{
+    RS.bytes -= e->obj_len + e->items_len;
+    free(e->obj);
+    free(e->items);
+    memset(e, 0, sizeof *e);
+}
+
+/* Keep response `id`: its object and its conversation = input items + output items. */
+static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_str out)
+{
+    struct rentry *slot = NULL;
+    size_t i, il = in->len + out.len + 3, need = obj.len + il;
+    char *o, *it;
+    if (!obj.len || need > RSTORE_BYTES || strlen(id) >= sizeof slot->id) return;
+    o = malloc(obj.len);
+    it = malloc(il);
+    if (!o || !it) { free(o); free(it); return; }
+    memcpy(o, obj.ptr, obj.len);
+    il = 0;
+    it[il++] = '[';
+    if (in->len) { memcpy(it + il, in->data, in->len); il += in->len; }
+    if (in->len && out.len) it[il++] = ',';
+    if (out.len) { memcpy(it + il, out.ptr, out.len); il += out.len; }
+    it[il++] = ']';
+    pthread_mutex_lock(&RS.lock);
+    for (;;) {
+        struct rentry *old = NULL;
+        slot = NULL;
+        for (i = 0; i < RSTORE_MAX; i++) {
+            if (!RS.e[i].seq) { if (!slot) slot = &RS.e[i]; continue; }
+            if (!old || RS.e[i].seq < old->seq) old = &RS.e[i];
+        }
+        if (slot && RS.bytes + obj.len + il <= RSTORE_BYTES) break;
+        if (!old) break;
+        rstore_drop(old);
+    }
+    if (slot) {
+        copy_str(slot->id, sizeof slot->id, id, strlen(id));
+        slot->obj = o;
+        slot->obj_len = obj.len;
+        slot->items = it;
+        slot->items_len = il;
+        slot->seq = ++RS.seq;
+        RS.bytes += obj.len + il;
+        o = it = NULL;
+    }
+    pthread_mutex_unlock(&RS.lock);
+    free(o);
+    free(it);
+}
+
+/* Copy the stored object (which 0) or items (1) of id into out: 1 found, 0 not. */
+static int rstore_get(const char *id, int which, coai_buf *out)
+{
+    size_t i;
+    int found = 0;
+    pthread_mutex_lock(&RS.lock);
+    for (i = 0; i < RSTORE_MAX; i++) {
+        struct rentry *e = &RS.e[i];
+        if (!e->seq || strcmp(e->id, id) != 0) continue;
+        if (which) coai_buf_append(out, e->items, e->items_len);
+        else coai_buf_append(out, e->obj, e->obj_len);
+        found = !out->err;
+        break;
+    }
+    pthread_mutex_unlock(&RS.lock);
+    return found;
+}
+
+/* Parse a /v1/responses body, with the stored conversation of previous_response_id. */
+static int responses_parse(struct conn *c, coai_responses_request *rr, coai_error *e)
+{
+    char prev[48];
+    coai_buf hist = { 0 };
+    coai_str h = { "", 0 };
+    int k = coai_responses_previous_id((const char *)c->body.data, c->body.len, prev,
+                                       sizeof prev), rc;
+    memset(e, 0, sizeof *e);
+    if (k < 0) {
+        coai_error_set(e, 400, "invalid_request_error", NULL, "previous_response_id",
+                       "previous_response_id must be a string of at most %d characters",
+                       (int)sizeof prev - 1);
+        return -1;
+    }
+    if (k > 0) {
+        if (!rstore_get(prev, 1, &hist)) {
+            coai_error_set(e, 400, "invalid_request_error", "previous_response_not_found",
+                           "previous_response_id", "Previous response with id '%s' not found: "
+                           "this cursor-oai instance keeps only responses it produced with "
+                           "store: true, the newest %d (at most %u MiB), until it restarts; "
+                           "send the whole conversation in input instead", prev, RSTORE_MAX,
+                           RSTORE_BYTES >> 20);
+            e->no_retry = 1;
+            coai_buf_free(&hist);
+            return -1;
+        }
+        h.ptr = (const char *)hist.data;
+        h.len = hist.len;
+    }
+    rc = coai_responses_request_parse(rr, (const char *)c->body.data, c->body.len, h, e);
+    coai_buf_free(&hist);
+    return rc < 0 ? -1 : 0;
+}
+
+/* GET /v1/responses/{id}: a stored response, else 404 in OpenAI's shape. */
+static int handle_response_get(struct conn *c)
+{
+    const char *id = strrchr(c->path, '/') + 1;
+    char idb[48];
+    coai_buf b = { 0 };
+    int r;
+    copy_str(idb, sizeof idb, id, strcspn(id, "?"));
+    if (!rstore_get(idb, 0, &b)) {
+        char msg[200];
+        coai_buf_free(&b);
+        snprintf(msg, sizeof msg, "Response with id '%s' not found (this instance keeps "
+                 "responses created with store: true, the newest %d, until it restarts)",
+                 idb, RSTORE_MAX);
+        return send_error(c, 404, "invalid_request_error", "not_found", NULL, msg, NULL);
+    }
+    r = send_response(c, 200, "application/json", NULL, b.data, b.len);
+    coai_buf_free(&b);
+    return r;
+}
+
 static int handle_chat(struct conn *c)
 {
     struct run *r = calloc(1, sizeof *r);
     coai_chat_request req;
+    coai_responses_request rr;
     coai_run_params params;
     coai_reply_opts o;
     coai_error e;
@@ -3102,7 +3263,9 @@ static int handle_chat(struct conn *c)
     coai_buf mjson = { 0 };
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
     int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
+    int resp = c->dialect == COAI_DIALECT_RESPONSES;
     memset(&req, 0, sizeof req);
+    memset(&rr, 0, sizeof rr);
     memset(&params, 0, sizeof params);
     memset(&o, 0, sizeof o);
     memset(&e, 0, sizeof e);
@@ -3114,12 +3277,20 @@ static int handle_chat(struct conn *c)
     r->stream = 0;
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
-    if (coai_request_parse_ex(&req, c->dialect, (const char *)c->body.data, c->body.len,
-                              &IMG_LIMITS, &e) < 0) {
+    if (resp) {
+        if (responses_parse(c, &rr, &e) < 0) {
+            send_coai_error(c, &e);
+            goto done;
+        }
+        req = rr.req;                            /* moved: freed as req below */
+        memset(&rr.req, 0, sizeof rr.req);
+    } else if (coai_request_parse_ex(&req, c->dialect, (const char *)c->body.data, c->body.len,
+                                     &IMG_LIMITS, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
-    req.conversation_key = coai_str_c(c->convkey);
+    /* (Responses: the parser took prompt_cache_key when no header names a session) */
+    if (c->convkey[0] || !resp) req.conversation_key = coai_str_c(c->convkey);
     want = req.model;
     if (anth && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
@@ -3152,13 +3323,13 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
     }
-    /* chatcmpl-<24 hex> (Anthropic: msg_<24 hex>) and a 12-hex session id, both from the
-     * same fresh UUID */
+    /* chatcmpl-<24 hex> (Anthropic: msg_<24 hex>, Responses: resp_<32 hex>) and a 12-hex
+     * session id, both from the same fresh UUID */
     {
-        const char *pre = anth ? "msg_" : "chatcmpl-";
+        const char *pre = anth ? "msg_" : resp ? "resp_" : "chatcmpl-";
         size_t pl = strlen(pre);
         memcpy(completion_id, pre, pl);
-        for (i = 0, k = (int)pl; u[i] && k < (int)pl + 24; i++)
+        for (i = 0, k = (int)pl; u[i] && k < (int)pl + (resp ? 32 : 24); i++)
             if (u[i] != '-') completion_id[k++] = u[i];
         completion_id[k] = 0;
         memcpy(session, completion_id + pl + 12, 12);
@@ -3182,6 +3353,10 @@ static int handle_chat(struct conn *c)
     o.created = (int64_t)time(NULL);
     o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
+    if (resp) {
+        o.echo.ptr = rr.echo.data ? (const char *)rr.echo.data : "";
+        o.echo.len = rr.echo.len;
+    }
     o.env = &params;
     o.send = run_send;
     o.send_user = r;
@@ -3226,6 +3401,9 @@ static int handle_chat(struct conn *c)
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
+    if (resp && rr.store && coai_reply_done(&r->reply) && !r->reply.error.status)
+        rstore_put(completion_id, coai_reply_response(&r->reply), &rr.items,
+                   coai_reply_output_items(&r->reply));
     if (r->reply.error.status)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
                 r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
@@ -3253,6 +3431,7 @@ done:
     coai_frame_decoder_free(&r->frames);
     coai_buf_free(&r->run_msg);
     coai_chat_request_free(&req);
+    coai_responses_request_free(&rr);
     coai_buf_free(&mjson);
     free(r);
     return 0;

@@ -25,6 +25,9 @@ Command line (for developers):
   python3 tests/e2e/clients.py install          install (or check) build/clients, print paths
   python3 tests/e2e/clients.py record-codex OUT.json [PROMPT [MODEL]]  record what `codex exec` sends
   python3 tests/e2e/clients.py record-claude OUT.json [PROMPT [MODEL]] record what `claude -p` sends
+  python3 tests/e2e/clients.py record-codex-task OUT.json [PROMPT [MODEL]]  a three-turn Codex
+      task (shell command, apply_patch edit, answer): function_call_output and
+      custom_tool_call_output as Codex sends them
 """
 
 import fcntl
@@ -323,33 +326,48 @@ def run_node(script, args=(), timeout=90, env_extra=None):
 SECRET_HEADERS = ("authorization", "x-api-key", "cookie", "proxy-authorization")
 
 
-def _responses_sse(model, text):
-    rid = "resp_rec1"
-    msg = {"type": "message", "id": "msg_rec1", "role": "assistant", "status": "completed",
-           "content": [{"type": "output_text", "text": text, "annotations": []}]}
+def _responses_sse(model, turn, n):
+    """A minimal valid Responses stream for one turn of a Recorder script: {"text": ...},
+    {"call": [name, arguments_json]} or {"custom": [name, input]}."""
+    rid = "resp_rec%d" % n
+    if "call" in turn or "custom" in turn:
+        custom = "custom" in turn
+        name, arg = turn["custom" if custom else "call"]
+        item = {"type": "custom_tool_call" if custom else "function_call",
+                "id": "fc_rec%d" % n, "call_id": "call_rec%d" % n, "name": name,
+                "status": "completed", ("input" if custom else "arguments"): arg}
+        ev = [("response.output_item.added", {"output_index": 0, "item": item}),
+              ("response.output_item.done", {"output_index": 0, "item": item})]
+        out = [item]
+    else:
+        text = turn.get("text", "recorded")
+        msg = {"type": "message", "id": "msg_rec%d" % n, "role": "assistant",
+               "status": "completed",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        ev = [("response.output_item.added",
+               {"output_index": 0, "item": dict(msg, status="in_progress", content=[])}),
+              ("response.content_part.added", {"output_index": 0, "item_id": msg["id"],
+                                               "content_index": 0,
+                                               "part": {"type": "output_text", "text": ""}}),
+              ("response.output_text.delta", {"output_index": 0, "item_id": msg["id"],
+                                              "content_index": 0, "delta": text}),
+              ("response.output_text.done", {"output_index": 0, "item_id": msg["id"],
+                                             "content_index": 0, "text": text}),
+              ("response.output_item.done", {"output_index": 0, "item": msg})]
+        out = [msg]
     base = {"id": rid, "object": "response", "created_at": int(time.time()), "model": model,
             "output": [], "status": "in_progress"}
-    done = dict(base, status="completed", output=[msg],
+    done = dict(base, status="completed", output=out,
                 usage={"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
                        "input_tokens_details": {"cached_tokens": 0},
                        "output_tokens_details": {"reasoning_tokens": 0}})
-    ev = [("response.created", {"response": base}),
-          ("response.output_item.added",
-           {"output_index": 0, "item": dict(msg, status="in_progress", content=[])}),
-          ("response.content_part.added", {"output_index": 0, "item_id": "msg_rec1",
-                                           "content_index": 0,
-                                           "part": {"type": "output_text", "text": ""}}),
-          ("response.output_text.delta", {"output_index": 0, "item_id": "msg_rec1",
-                                          "content_index": 0, "delta": text}),
-          ("response.output_text.done", {"output_index": 0, "item_id": "msg_rec1",
-                                         "content_index": 0, "text": text}),
-          ("response.output_item.done", {"output_index": 0, "item": msg}),
-          ("response.completed", {"response": done})]
-    out = b""
+    ev = [("response.created", {"response": base})] + ev + [
+        ("response.completed", {"response": done})]
+    data = b""
     for i, (t, d) in enumerate(ev):
         d = dict(d, type=t, sequence_number=i)
-        out += ("event: %s\ndata: %s\n\n" % (t, json.dumps(d))).encode()
-    return out
+        data += ("event: %s\ndata: %s\n\n" % (t, json.dumps(d))).encode()
+    return data
 
 
 def _anthropic(model, text, stream):
@@ -371,10 +389,14 @@ def _anthropic(model, text, stream):
 
 
 class Recorder:
-    """Loopback HTTP server recording every request in .requests (list of dicts)."""
+    """Loopback HTTP server recording every request in .requests (list of dicts). script: the
+    turns its /responses answers play in order (see _responses_sse; the last one repeats);
+    default one text answer."""
 
-    def __init__(self, text="recorded"):
+    def __init__(self, text="recorded", script=None):
         self.requests = []
+        self.script = script or [{"text": text}]
+        self.turns = 0
         rec = self
 
         class H(http.server.BaseHTTPRequestHandler):
@@ -420,7 +442,9 @@ class Recorder:
                 model = (body or {}).get("model", "m") if isinstance(body, dict) else "m"
                 p = self.path.split("?")[0]
                 if p.endswith("/responses"):
-                    self._send(200, "text/event-stream", _responses_sse(model, text))
+                    turn = rec.script[min(rec.turns, len(rec.script) - 1)]
+                    rec.turns += 1
+                    self._send(200, "text/event-stream", _responses_sse(model, turn, rec.turns))
                 elif p.endswith("/messages/count_tokens"):
                     self._send(200, "application/json", b'{"input_tokens":1}')
                 elif p.endswith("/messages"):
@@ -443,12 +467,22 @@ class Recorder:
         self.server.server_close()
 
 
-def _record_main(which, out, prompt, model="cursor-model"):
+# What `record-codex-task` makes Codex do: run a shell command, edit a file with apply_patch
+# (offered for model names Codex knows, such as gpt-5.5), then answer.
+CODEX_TASK = [{"call": ["exec_command", json.dumps({"cmd": "cat notes.txt"})]},
+              {"custom": ["apply_patch", "*** Begin Patch\n*** Add File: notes.txt\n+new\n"
+                                         "*** End Patch\n"]},
+              {"text": "Done."}]
+
+
+def _record_main(which, out, prompt, model="cursor-model", script=None):
     ensure(log=print)
-    rec = Recorder()
+    rec = Recorder(script=script)
     os.makedirs(os.path.join(DIR, "homes"), exist_ok=True)
     ws = tempfile.mkdtemp(prefix="rec-ws-", dir=os.path.join(DIR, "homes"))
     subprocess.run(["git", "init", "-q", ws])
+    with open(os.path.join(ws, "notes.txt"), "w") as f:
+        f.write("old\n")
     try:
         if which == "codex":
             r = run_codex(rec.base + "/v1", prompt, ws, model=model, timeout=120)
@@ -470,7 +504,7 @@ def _record_main(which, out, prompt, model="cursor-model"):
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    if not a or a[0] not in ("install", "record-codex", "record-claude"):
+    if not a or a[0] not in ("install", "record-codex", "record-claude", "record-codex-task"):
         print(__doc__)
         sys.exit(2)
     if a[0] == "install":
@@ -484,6 +518,9 @@ if __name__ == "__main__":
         print("claude-code %s: %s" % (version("@anthropic-ai/claude-code"), CLAUDE))
         print("openai %s, @anthropic-ai/sdk %s" % (version("openai"),
                                                    version("@anthropic-ai/sdk")))
+    elif a[0] == "record-codex-task":
+        _record_main("codex", a[1], a[2] if len(a) > 2 else "Update notes.txt.",
+                     a[3] if len(a) > 3 else "gpt-5.5", CODEX_TASK)
     else:
         _record_main(a[0].split("-")[1], a[1], a[2] if len(a) > 2 else "Say hello.",
                      *a[3:4])

@@ -1,0 +1,355 @@
+"""OpenAI Responses API end to end, as a user would: build/cursor-oai between the fake Cursor
+upstream (tests/fake) and
+  - the official `openai` npm SDK v7 (`responses.create`: non-stream, stream, a function tool
+    round trip, previous_response_id + store + GET /v1/responses/{id}, errors), and
+  - Codex CLI (`codex exec`, @openai/codex from npm) with a model provider whose base_url is
+    cursor-oai and wire_api = "responses", in a temporary git workspace: a plain answer, a
+    task where the model runs a shell command and then changes a file (once through Codex's
+    shell tool, once through its apply_patch tool), a reasoning answer, and an error.
+Clients come from build/clients (tests/e2e/clients.py installs them: Node 24 from npm).
+Prints `RESULT <passed> <failed>` last.
+  RESPONSES_ONLY=sdk,codex,raw   pick sections
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import clients as C  # noqa: E402
+import harness as H  # noqa: E402
+import pbwire as pb  # noqa: E402
+
+PASSED = FAILED = 0
+MARK_A, MARK_B = "CONTENT-ALPHA-5d1", "CONTENT-BETA-9e4"
+
+
+def check(name, ok, detail=""):
+    global PASSED, FAILED
+    if ok:
+        PASSED += 1
+        print("ok   %s" % name)
+    else:
+        FAILED += 1
+        print("FAIL %s %s" % (name, str(detail)[:4000]))
+    return ok
+
+
+def fin(steps):
+    return steps + [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
+
+
+def scenarios(ws_hint, proxy_ws):
+    # Codex's task: turn 1 runs `cat notes.txt`; once its output (MARK_A) is in the prompt
+    # the model writes MARK_B into notes.txt; once that write is in the prompt it answers.
+    task = {"when": [
+        {"prompt_contains": MARK_B, "steps": fin([{"op": "text", "text": "Updated notes.txt."}])},
+        {"prompt_contains": MARK_A, "steps": [
+            {"op": "text", "text": "Now I change the file."},
+            {"op": "exec", "kind": "write", "id": 2, "exec_id": "exec-write-0002",
+             "path": "notes.txt", "file_text": MARK_B + "\nsecond line\n", "wait_reply": 1.0},
+            {"op": "stall", "max_s": 30}]}],
+        "steps": [
+            {"op": "text", "text": "Let me look at the file."},
+            {"op": "exec", "kind": "shell_stream", "id": 1, "exec_id": "exec-shell-0001",
+             "command": "cat notes.txt", "cwd": proxy_ws, "timeout": 30000, "wait_reply": 1.0},
+            {"op": "stall", "max_s": 30}]}
+    return {
+        "codex_task": task,
+        "rs_tools": {"when": [{"prompt_contains": "[Tool result for", "steps": fin([
+            {"op": "text", "text": "The file says: done."}])}], "steps": [
+            {"op": "text", "text": "Reading the file."},
+            {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001",
+             "path": os.path.join(ws_hint, "hello.txt"), "wait_reply": 1.0},
+            {"op": "stall", "max_s": 30}]},
+        "remember": {"when": [{"prompt_contains": "ALPHA-7731", "steps": fin([
+            {"op": "text", "text": "I remember ALPHA-7731."}])}],
+            "steps": fin([{"op": "text", "text": "Nothing to remember."}])},
+        "quota": {"steps": [{"op": "trailer", "status": 8,
+                             "message": "You've hit your usage limit"}]},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# raw HTTP checks (no SDK): shapes the SDK does not look at
+
+def sse_events(raw):
+    ev = []
+    for block in raw.decode("utf-8").split("\n\n"):
+        lines = [l for l in block.split("\n") if l and not l.startswith(":")]
+        if not lines:
+            continue
+        name = [l[7:] for l in lines if l.startswith("event: ")]
+        data = [l[6:] for l in lines if l.startswith("data: ")]
+        j = json.loads(data[0])
+        ev.append((name[0] if name else None, j))
+    return ev
+
+
+def t_raw(proxy):
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:thinking", "input": "hi", "stream": True,
+        "reasoning": {"effort": "low", "summary": "auto"},
+        "include": ["reasoning.encrypted_content"], "store": False, "metadata": {"k": "v"}})
+    ev = sse_events(b) if st == 200 else []
+    types = [j["type"] for _, j in ev]
+    check("stream: event: names match data.type",
+          ev and all(n == j["type"] for n, j in ev), ev[:3])
+    check("stream: sequence_number 0,1,2,... in order",
+          ev and [j.get("sequence_number") for _, j in ev] == list(range(len(ev))), types)
+    want = ["response.created", "response.in_progress", "response.output_item.added",
+            "response.reasoning_summary_part.added", "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_text.delta", "response.reasoning_summary_text.done",
+            "response.reasoning_summary_part.done", "response.output_item.done",
+            "response.output_item.added", "response.content_part.added",
+            "response.output_text.delta", "response.output_text.done",
+            "response.content_part.done", "response.output_item.done", "response.completed"]
+    check("stream: reasoning item then message item, semantic events", types == want, types)
+    if ev:
+        done = ev[-1][1]["response"]
+        check("completed response: usage with cached and reasoning tokens, metadata echoed",
+              done["status"] == "completed" and "cached_tokens" in
+              done["usage"]["input_tokens_details"] and
+              done["usage"]["output_tokens_details"]["reasoning_tokens"] > 0 and
+              done.get("metadata") == {"k": "v"} and [o["type"] for o in done["output"]] ==
+              ["reasoning", "message"], done)
+    # Codex-shaped request: developer messages, namespace + web_search tools, custom tool
+    fx = C.HERE + "/fixtures/codex-%s-exec-gpt-5.5.json" % C.version("@openai/codex")
+    body = json.load(open(fx))["requests"][0]["body"]
+    body["model"] = "scenario:text_basic"
+    st, b, h = proxy.request("POST", "/v1/responses", body)
+    check("Codex's recorded request (developer messages, namespace, web_search, tool_search, "
+          "custom apply_patch) is accepted", st == 200 and b"Hello, world" in b, (st, b[:500]))
+    # Codex's recorded three-turn task: function_call + function_call_output, custom_tool_call
+    # + custom_tool_call_output as Codex sends them back
+    fx = C.HERE + "/fixtures/codex-%s-task-gpt-5.5.json" % C.version("@openai/codex")
+    reqs = json.load(open(fx))["requests"]
+    res = []
+    for q in reqs:
+        body = dict(q["body"], model="scenario:rs_tools")
+        st, b, h = proxy.request("POST", "/v1/responses", body)
+        res.append((st, b"The file says: done." in b, b[-300:]))
+    check("Codex's recorded task turns (tool calls and their outputs) are accepted and the "
+          "outputs reach the prompt", [r[:2] for r in res] == [(200, False), (200, True),
+                                                             (200, True)], res)
+    st, b, h = proxy.request("POST", "/v1/responses", {"model": "m", "input": [
+        {"type": "message", "role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]})
+    check("unsupported content part -> 400 with param",
+          st == 400 and json.loads(b)["error"]["param"] == "input[0].content[0].type", b)
+    st, b, h = proxy.request("POST", "/v1/responses", {"model": "m"})
+    check("missing input -> 400", st == 400 and json.loads(b)["error"]["param"] == "input", b)
+    st, b, h = proxy.get("/v1/responses/resp_unknown")
+    check("GET unknown response -> 404 in OpenAI's shape",
+          st == 404 and json.loads(b)["error"]["type"] == "invalid_request_error", b)
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:text_basic", "input": "hi", "store": False})
+    rid = json.loads(b)["id"]
+    st2, b2, _ = proxy.get("/v1/responses/" + rid)
+    check("store: false is not kept (GET -> 404)", st == 200 and st2 == 404, b2)
+    # the store is bounded: the newest 256 responses; the oldest goes first
+    ids = []
+    t0 = time.time()
+    for i in range(257):
+        st, b, h = proxy.request("POST", "/v1/responses", {
+            "model": "scenario:text_basic", "input": "n%d" % i})
+        ids.append(json.loads(b)["id"] if st == 200 else None)
+    st0 = proxy.get("/v1/responses/" + str(ids[0]))[0]
+    st1 = proxy.get("/v1/responses/" + str(ids[1]))[0]
+    stn = proxy.get("/v1/responses/" + str(ids[-1]))[0]
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:text_basic", "input": "x", "previous_response_id": ids[0]})
+    check("store keeps the newest 256: the 1st of 257 is gone (GET 404, previous_response_id "
+          "400), the 2nd and the last are there (%.1f s)" % (time.time() - t0),
+          None not in ids and (st0, st1, stn) == (404, 200, 200) and st == 400 and
+          json.loads(b)["error"]["code"] == "previous_response_not_found", (st0, st1, stn, b))
+    st, b, h = proxy.request("PUT", "/v1/responses", {"model": "m", "input": "x"})
+    check("PUT /v1/responses -> 405 Allow: POST", st == 405 and h.get("allow") == "POST", h)
+
+
+# ---------------------------------------------------------------------------------------------
+# the openai SDK
+
+def sdk(mode, base, params):
+    r = C.run_node(os.path.join(HERE, "e2e", "sdk_responses.mjs"),
+                   [mode, base, json.dumps(params)], timeout=90)
+    for line in reversed(r.text().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {"fatal": repr(r)}
+
+
+def t_sdk(proxy, ws):
+    base = proxy.base + "/v1"
+    v = sdk("version", base, {})
+    check("openai SDK %s on Node %s" % (v.get("version"), v.get("node")),
+          v.get("version") == C.version("openai"), v)
+    r = sdk("nonstream", base, {"model": "scenario:text_basic", "instructions": "Be brief."})
+    check("SDK responses.create non-stream: output_text, status, usage",
+          r.get("output_text") == "Hello, world! w\u00f6rld \U0001f30d" and
+          r.get("status") == "completed" and r.get("id", "").startswith("resp_") and
+          r.get("usage", {}).get("total_tokens", 0) > 0, r)
+    r = sdk("stream", base, {"model": "scenario:thinking"})
+    check("SDK responses.create stream: text, reasoning summary, completed",
+          r.get("text") == "The answer is 42." and r.get("reasoning") ==
+          "Let me think about it." and r.get("status") == "completed" and
+          r.get("seqs") == list(range(len(r.get("seqs") or []))), r)
+    r = sdk("tools", base, {"model": "scenario:rs_tools", "prompt": "What is in hello.txt?"})
+    check("SDK function tool round trip (function_call -> function_call_output -> answer)",
+          r.get("call", {}).get("name") == "read_file" and r["call"]["args"].get("path") ==
+          os.path.join(ws, "hello.txt") and r.get("final_text") == "The file says: done.", r)
+    r = sdk("previous", base, {"model": "scenario:remember", "first": "Remember ALPHA-7731.",
+                               "second": "What did I ask you to remember?"})
+    check("SDK previous_response_id carries the stored conversation",
+          r.get("first") == "I remember ALPHA-7731." and
+          r.get("second") == "I remember ALPHA-7731.", r)
+    check("SDK responses.retrieve finds a stored response",
+          r.get("retrieved") is True and r.get("retrieved_text") == "I remember ALPHA-7731.", r)
+    m = r.get("missing") or {}
+    check("SDK: unknown previous_response_id -> 400 previous_response_not_found",
+          m.get("status") == 400 and m.get("code") == "previous_response_not_found", m)
+    r = sdk("error", base, {"model": "scenario:quota"})
+    check("SDK: quota before the first byte -> 429 insufficient_quota",
+          r.get("status") == 429 and r.get("code") == "insufficient_quota", r)
+    r = sdk("error", base, {"model": "scenario:cut_frame", "stream": True})
+    check("SDK stream: failure after the first byte -> response.failed with the error",
+          (r.get("types") or [""])[-1] == "response.failed" and
+          (r.get("failed") or {}).get("code") == "upstream_truncated", r)
+
+
+# ---------------------------------------------------------------------------------------------
+# Codex CLI
+
+def workspace(tmp):
+    ws = tempfile.mkdtemp(prefix="codex-ws-", dir=os.path.join(C.DIR, "homes"))
+    subprocess.run(["git", "init", "-q", ws], check=True)
+    with open(os.path.join(ws, "notes.txt"), "w") as f:
+        f.write(MARK_A + "\n")
+    subprocess.run(["git", "-C", ws, "add", "notes.txt"], check=True)
+    subprocess.run(["git", "-C", ws, "-c", "user.email=t@example.com", "-c", "user.name=t",
+                    "commit", "-qm", "init"], check=True)
+    return ws
+
+
+def items(r, kind):
+    return [e["item"] for e in r.jsonl() if e.get("type") == "item.completed"
+            and e["item"].get("type") == kind]
+
+
+def t_codex(proxy, fake, tmp, record):
+    base = proxy.base + "/v1"
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Say hello.", ws, model="scenario:text_basic", timeout=120)
+    msgs = [i.get("text") for i in items(r, "agent_message")]
+    check("codex exec: plain answer", r.rc == 0 and msgs == ["Hello, world! w\u00f6rld \U0001f30d"],
+          r)
+    done = [e for e in r.jsonl() if e.get("type") == "turn.completed"]
+    check("codex exec: usage reported", done and done[0]["usage"].get("input_tokens", 0) > 0, r)
+
+    # The task, with a model Codex does not know (no apply_patch offered): the write goes
+    # through its shell tool.
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Update the notes file as needed.", ws, model="scenario:codex_task",
+                    timeout=180)
+    cmds = items(r, "command_execution")
+    with open(os.path.join(ws, "notes.txt")) as f:
+        now = f.read()
+    check("codex task (shell tool): Codex ran `cat notes.txt` and saw its output",
+          any("cat notes.txt" in c.get("command", "") and MARK_A in c.get("aggregated_output", "")
+              for c in cmds), r)
+    check("codex task (shell tool): the file write ran through exec_command; workspace "
+          "changed", now == MARK_B + "\nsecond line\n", (now, r))
+    check("codex task (shell tool): final answer",
+          r.rc == 0 and [i.get("text") for i in items(r, "agent_message")][-1:] ==
+          ["Updated notes.txt."], r)
+    st = subprocess.run(["git", "-C", ws, "status", "--porcelain"], capture_output=True, text=True)
+    check("codex task: git shows notes.txt modified", st.stdout.strip() == "M notes.txt",
+          st.stdout)
+
+    # The same task with a model name Codex knows: it offers its freeform apply_patch tool
+    # and the write arrives as a custom_tool_call patch.
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Update the notes file as needed.", ws, model="gpt-5.5", timeout=180)
+    with open(os.path.join(ws, "notes.txt")) as f:
+        now = f.read()
+    fc = items(r, "file_change")
+    check("codex task (apply_patch): the write arrived as apply_patch; workspace changed",
+          now == MARK_B + "\nsecond line\n" and fc, (now, r))
+    check("codex task (apply_patch): final answer",
+          r.rc == 0 and [i.get("text") for i in items(r, "agent_message")][-1:] ==
+          ["Updated notes.txt."], r)
+
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Think, then answer.", ws, model="scenario:thinking", timeout=120)
+    rs = items(r, "reasoning")
+    check("codex exec: reasoning shown as reasoning, then the answer",
+          r.rc == 0 and rs and "Let me think about it." in rs[0].get("text", "") and
+          [i.get("text") for i in items(r, "agent_message")] == ["The answer is 42."], r)
+
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Say hello.", ws, model="scenario:quota", timeout=120)
+    errs = [e for e in r.jsonl() if e.get("type") in ("error", "turn.failed")]
+    txt = json.dumps(errs)
+    check("codex exec: a quota error is reported as an error (exit status, message)",
+          r.rc != 0 and errs and ("usage limit" in txt or "quota" in txt.lower()), r)
+
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Say hello.", ws, model="scenario:cut_frame", timeout=120)
+    errs = [e for e in r.jsonl() if e.get("type") in ("error", "turn.failed")]
+    check("codex exec: a stream broken after the first byte is reported as that error "
+          "(response.failed's message)",
+          r.rc != 0 and errs and "upstream closed the connection" in json.dumps(errs), r)
+    if record:
+        reqs = [q for q in fake.runs()]
+        del reqs
+
+
+def main():
+    only = set(x for x in os.environ.get("RESPONSES_ONLY", "").split(",") if x)
+    try:
+        C.ensure(log=print)
+    except C.Unavailable as e:
+        check("clients install from the npm registry", False, e)
+        print("RESULT %d %d" % (PASSED, FAILED))
+        return 1
+    tmp = tempfile.mkdtemp(prefix="coai-responses-")
+    ws = os.path.join(tmp, "workspace")
+    os.makedirs(ws)
+    with open(os.path.join(ws, "hello.txt"), "w") as f:
+        f.write("done\n")
+    token = pb.make_jwt({"sub": "auth0|e2e", "exp": int(time.time()) + 7200, "type": "session"})
+    try:
+        # Cursor runs commands in its workspace: the proxy's (its cwd, tmp/cwd-main)
+        fake = H.Fake(tmp, scenarios(ws, os.path.join(tmp, "cwd-main")), token,
+                      config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False,
+                              "default_scenario": "codex_task"})
+        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
+        for name, fn in (("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
+                         ("codex", lambda: t_codex(proxy, fake, tmp, False))):
+            if only and name not in only:
+                continue
+            print("--- %s" % name)
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a crashed section is a failure
+                check("%s ran to the end" % name, False, traceback.format_exc())
+        errs = fake.state()["errors"]
+        check("fake upstream saw no protocol errors", not errs, errs)
+    finally:
+        H.cleanup()
+    if FAILED == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        C.forget_homes()
+    else:
+        print("logs kept in %s" % tmp)
+    print("RESULT %d %d" % (PASSED, FAILED))
+    return 0 if FAILED == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

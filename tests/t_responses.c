@@ -1,0 +1,440 @@
+/* t_responses.c - the OpenAI Responses dialect: request parsing into the neutral request,
+ * validation errors, previous_response_id history, the Codex exec mapping, and the writer
+ * (stream events with sequence numbers, non-stream object, tool calls, errors). */
+#define CURSOR_OAI_IMPLEMENTATION
+#include "cursor_oai.h"
+#include "test.h"
+#include <cJSON.h>
+
+static int parse(coai_responses_request *rr, const char *body, const char *hist, coai_error *e)
+{
+    coai_str h = coai_str_c(hist);
+    return coai_responses_request_parse(rr, body, strlen(body), h, e);
+}
+
+static const char *prompt(const coai_responses_request *rr)
+{
+    return rr->req.prompt.data ? (const char *)rr->req.prompt.data : "";
+}
+
+static void test_parse(void)
+{
+    coai_responses_request rr;
+    coai_error e;
+    int rc;
+    /* a string input with instructions */
+    rc = parse(&rr, "{\"model\":\"gpt-5\",\"instructions\":\"Be brief.\",\"input\":\"Hi\"}", "", &e);
+    CHECK(rc == 0);
+    CHECKF(strcmp(prompt(&rr), "Be brief.\n\nUser: Hi") == 0, "%s", prompt(&rr));
+    CHECK(rr.store == 1 && !rr.req.stream && rr.req.dialect == COAI_DIALECT_RESPONSES);
+    CHECKF(strstr((const char *)rr.items.data, "\"input_text\",\"text\":\"Hi\"") != NULL, "%s",
+           (const char *)rr.items.data);
+    coai_responses_request_free(&rr);
+    /* Codex-like items: developer messages, a call and its output, reasoning, hosted tools */
+    rc = parse(&rr, "{\"model\":\"m\",\"stream\":true,\"store\":false,\"input\":["
+               "{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\","
+               "\"text\":\"dev\"}]},"
+               "{\"type\":\"message\",\"role\":\"user\",\"content\":[{\"type\":\"input_text\","
+               "\"text\":\"fix it\"}]},"
+               "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"t\"}],"
+               "\"encrypted_content\":null},"
+               "{\"type\":\"function_call\",\"call_id\":\"sess_abc123__call_9\",\"name\":"
+               "\"exec_command\",\"arguments\":\"{\\\"cmd\\\":\\\"ls\\\"}\"},"
+               "{\"type\":\"function_call_output\",\"call_id\":\"sess_abc123__call_9\","
+               "\"output\":\"a.txt\"},"
+               "{\"type\":\"web_search_call\",\"id\":\"ws\"}],"
+               "\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\",\"parameters\":"
+               "{\"type\":\"object\",\"properties\":{\"cmd\":{\"type\":\"string\"}}}},"
+               "{\"type\":\"custom\",\"name\":\"apply_patch\",\"description\":\"Edit files.\","
+               "\"format\":{\"type\":\"grammar\",\"syntax\":\"lark\",\"definition\":\"start: x\"}},"
+               "{\"type\":\"namespace\",\"name\":\"multi\",\"tools\":[]},{\"type\":\"web_search\"}],"
+               "\"reasoning\":{\"summary\":\"auto\"},\"include\":[\"reasoning.encrypted_content\"],"
+               "\"parallel_tool_calls\":true,\"prompt_cache_key\":\"thread-1\","
+               "\"client_metadata\":{\"x\":1}}", "", &e);
+    CHECKF(rc == 0, "%s", e.message);
+    CHECKF(strcmp(prompt(&rr), "dev\n\nUser: fix it\n\nAssistant: [Called tool: exec_command("
+                  "{\"cmd\":\"ls\"})]\n\n[Tool result for sess_abc123__call_9]: a.txt\n\n\n"
+                  "Based on the tool results above, please continue your response:") == 0,
+           "%s", prompt(&rr));
+    CHECK(rr.req.tool_count == 2);
+    CHECK(coai_str_eq(rr.req.tools[1].name, "apply_patch") && rr.req.tools[1].freeform);
+    CHECK(!rr.req.tools[0].freeform);
+    CHECK(rr.req.tools[1].parameters && cJSON_GetObjectItemCaseSensitive(
+              cJSON_GetObjectItemCaseSensitive(rr.req.tools[1].parameters, "properties"),
+              "input"));
+    CHECK(strstr(rr.req.tools[1].description.ptr, "start: x") != NULL);
+    CHECK(coai_str_eq(rr.req.session_id, "abc123"));
+    CHECK(coai_str_eq(rr.req.conversation_key, "thread-1"));
+    CHECK(rr.store == 0 && rr.req.stream == 1);
+    coai_responses_request_free(&rr);
+    /* history from previous_response_id goes first; instructions are the request's own */
+    rc = parse(&rr, "{\"input\":\"second\",\"previous_response_id\":\"resp_1\","
+               "\"instructions\":\"sys\"}",
+               "[{\"type\":\"message\",\"role\":\"user\",\"content\":\"first\"},"
+               "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":"
+               "\"output_text\",\"text\":\"one\"}]}]", &e);
+    CHECK(rc == 0);
+    CHECKF(strcmp(prompt(&rr), "sys\n\nUser: first\n\nAssistant: one\n\nUser: second") == 0,
+           "%s", prompt(&rr));
+    CHECK(coai_str_eq(rr.previous_response_id, "resp_1"));
+    CHECK(strstr((const char *)rr.echo.data, "\"previous_response_id\":\"resp_1\"") != NULL);
+    coai_responses_request_free(&rr);
+    {
+        char id[48];
+        const char *b = "{\"previous_response_id\":\"resp_x\"}";
+        CHECK(coai_responses_previous_id(b, strlen(b), id, sizeof id) == 1 && !strcmp(id, "resp_x"));
+        b = "{\"previous_response_id\":5}";
+        CHECK(coai_responses_previous_id(b, strlen(b), id, sizeof id) == -1);
+        b = "{\"input\":\"x\"}";
+        CHECK(coai_responses_previous_id(b, strlen(b), id, sizeof id) == 0);
+    }
+}
+
+static void bad(const char *body, const char *param)
+{
+    coai_responses_request rr;
+    coai_error e;
+    int rc = parse(&rr, body, "", &e);
+    CHECKF(rc < 0 && e.status == 400 && !strcmp(e.param, param), "%s -> %d %s (%s)", body, rc,
+           e.param, e.message);
+    coai_responses_request_free(&rr);
+}
+
+static void test_errors(void)
+{
+    bad("{\"model\":\"m\"}", "input");
+    bad("{\"input\":5}", "input");
+    bad("{\"input\":[{\"type\":\"telepathy\"}]}", "input[0].type");
+    bad("{\"input\":[{\"role\":\"king\",\"content\":\"x\"}]}", "input[0].role");
+    bad("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\"}]}]}",
+        "input[0].content[0].type");
+    bad("{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"file_id\":\"f\"}]}]}",
+        "input[0].content[0].image_url");
+    bad("{\"input\":[{\"type\":\"function_call\",\"name\":\"f\"}]}", "input[0].call_id");
+    bad("{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\"}]}", "input[0].output");
+    bad("{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0].type");
+    bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\"}]}", "tools[0].name");
+    bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"a b\"}]}", "tools[0].name");
+    bad("{\"input\":\"x\",\"tools\":[{\"type\":\"quantum\"}]}", "tools[0].type");
+    bad("{\"input\":\"x\",\"tool_choice\":\"sometimes\"}", "tool_choice");
+    bad("{\"input\":\"x\",\"reasoning\":{\"effort\":\"extreme\"}}", "reasoning.effort");
+    bad("{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens");
+    bad("{\"input\":\"x\",\"max_output_tokens\":1.5}", "max_output_tokens");
+    bad("{\"input\":\"x\",\"background\":true}", "background");
+    bad("{\"input\":\"x\",\"stream\":\"yes\"}", "stream");
+    bad("{\"input\":\"x\",\"metadata\":{\"k\":1}}", "metadata");
+    bad("{\"input\":\"x\",\"include\":[1]}", "include[0]");
+    bad("{\"input\":\"x\",\"conversation\":\"c\"}", "conversation");
+    {
+        coai_responses_request rr;
+        coai_error e;
+        CHECK(parse(&rr, "{\"input\":\"x\"", "", &e) == COAI_ERR_JSON && e.status == 400);
+        coai_responses_request_free(&rr);
+        CHECK(parse(&rr, "{\"input\":\"x\"}", "{\"not\":\"an array\"}", &e) < 0
+              && !strcmp(e.param, "previous_response_id"));
+        coai_responses_request_free(&rr);
+    }
+}
+
+/* ---- exec mapping ---- */
+
+static coai_tool *tools_of(coai_responses_request *rr, const char *tools_json)
+{
+    coai_error e;
+    char body[4096];
+    snprintf(body, sizeof body, "{\"input\":\"x\",\"tools\":%s}", tools_json);
+    if (parse(rr, body, "", &e) < 0) return NULL;
+    return rr->req.tools;
+}
+
+static void map_check(const char *tools_json, const coai_exec *ex, const char *ws,
+                      const char *want_tool, const char *want_args)
+{
+    coai_responses_request rr;
+    coai_tool_call tc;
+    coai_tool *t = tools_of(&rr, tools_json);
+    int m;
+    memset(&tc, 0, sizeof tc);
+    m = coai_responses_exec_map(ex, t, rr.req.tool_count, coai_str_c(ws), &tc);
+    if (!want_tool) {
+        CHECKF(m == 0, "mapped to %.*s", (int)tc.args.len, (const char *)tc.args.data);
+    } else {
+        CHECKF(m == 1 && coai_str_eq(t[tc.tool].name, want_tool), "m=%d", m);
+        CHECKF(m == 1 && tc.args.len == strlen(want_args)
+                   && !memcmp(tc.args.data, want_args, tc.args.len),
+               "%.*s", (int)tc.args.len, tc.args.data ? (const char *)tc.args.data : "");
+    }
+    coai_buf_free(&tc.args);
+    coai_responses_request_free(&rr);
+}
+
+#define CODEX_TOOLS "[{\"type\":\"function\",\"name\":\"exec_command\",\"parameters\":{\"type\":" \
+    "\"object\",\"properties\":{\"cmd\":{\"type\":\"string\"},\"workdir\":{\"type\":\"string\"}}}}"
+#define APPLY_PATCH ",{\"type\":\"custom\",\"name\":\"apply_patch\"}"
+
+static void test_exec_map(void)
+{
+    coai_exec ex;
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_SHELL;
+    ex.command = coai_str_c("ls -la");
+    ex.cwd = coai_str_c("/srv/proxy-ws");
+    /* Cursor's own workspace is not passed: Codex runs in its cwd */
+    map_check(CODEX_TOOLS "]", &ex, "/srv/proxy-ws", "exec_command", "{\"cmd\":\"ls -la\"}");
+    map_check(CODEX_TOOLS "]", &ex, "/elsewhere", "exec_command",
+              "{\"cmd\":\"ls -la\",\"workdir\":\"/srv/proxy-ws\"}");
+    map_check("[{\"type\":\"function\",\"name\":\"shell\",\"parameters\":{\"type\":\"object\","
+              "\"properties\":{\"command\":{\"type\":\"array\"}}}}]", &ex, "/srv/proxy-ws",
+              "shell", "{\"command\":[\"bash\",\"-lc\",\"ls -la\"]}");
+    map_check("[{\"type\":\"function\",\"name\":\"shell_command\"}]", &ex, "", "shell_command",
+              "{\"command\":\"ls -la\",\"workdir\":\"/srv/proxy-ws\"}");
+    map_check("[{\"type\":\"function\",\"name\":\"get_weather\"}]", &ex, "", NULL, NULL);
+    /* writes: apply_patch (Add File), else the shell */
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_WRITE;
+    ex.path = coai_str_c("a/b.txt");
+    ex.content = coai_str_c("one\ntwo it's\n");
+    map_check(CODEX_TOOLS APPLY_PATCH "]", &ex, "", "apply_patch",
+              "{\"input\":\"*** Begin Patch\\n*** Add File: a/b.txt\\n+one\\n+two it's\\n"
+              "*** End Patch\\n\"}");
+    map_check(CODEX_TOOLS "]", &ex, "", "exec_command",
+              "{\"cmd\":\"mkdir -p -- \\\"$(dirname -- 'a/b.txt')\\\" && printf '%s' 'one\\ntwo "
+              "it'\\\\''s\\n' > 'a/b.txt'\"}");
+    ex.kind = COAI_EXEC_DELETE;
+    map_check(CODEX_TOOLS APPLY_PATCH "]", &ex, "", "apply_patch",
+              "{\"input\":\"*** Begin Patch\\n*** Delete File: a/b.txt\\n*** End Patch\\n\"}");
+    map_check(CODEX_TOOLS "]", &ex, "", "exec_command", "{\"cmd\":\"rm -f -- 'a/b.txt'\"}");
+    /* reads and searches: a dedicated tool first, else the shell */
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_READ;
+    ex.path = coai_str_c("/w/x.c");
+    map_check(CODEX_TOOLS "]", &ex, "", "exec_command", "{\"cmd\":\"cat -- '/w/x.c'\"}");
+    map_check(CODEX_TOOLS ",{\"type\":\"function\",\"name\":\"read_file\",\"parameters\":{"
+              "\"type\":\"object\",\"properties\":{\"path\":{\"type\":\"string\"}}}}]", &ex, "",
+              "read_file", "{\"path\":\"/w/x.c\"}");
+    ex.kind = COAI_EXEC_LS;
+    ex.path = coai_str_c("");
+    map_check(CODEX_TOOLS "]", &ex, "/ws", "exec_command", "{\"cmd\":\"ls -la -- '/ws'\"}");
+    ex.kind = COAI_EXEC_GREP;
+    ex.pattern = coai_str_c("TODO");
+    ex.glob = coai_str_c("*.c");
+    ex.path = coai_str_c("src");
+    map_check(CODEX_TOOLS "]", &ex, "", "exec_command",
+              "{\"cmd\":\"rg -n -e 'TODO' -g '*.c' -- 'src'\"}");
+    ex.pattern = coai_str_c("");
+    map_check(CODEX_TOOLS "]", &ex, "", "exec_command",
+              "{\"cmd\":\"rg --files -g '*.c' -- 'src'\"}");
+    /* an MCP exec for a client tool by name */
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_MCP;
+    ex.tool_name = coai_str_c("view_image");
+    ex.args_json = coai_str_c("{\"path\":\"p.png\"}");
+    map_check(CODEX_TOOLS ",{\"type\":\"function\",\"name\":\"view_image\"}]", &ex, "",
+              "view_image", "{\"path\":\"p.png\"}");
+}
+
+/* ---- writer ---- */
+
+static int sink(void *u, const unsigned char *m, size_t n)
+{
+    (void)u; (void)m; (void)n;
+    return 0;
+}
+
+static void reply_start(coai_reply *r, coai_responses_request *rr, const char *body, int stream)
+{
+    coai_reply_opts o;
+    coai_error e;
+    CHECK(parse(rr, body, "", &e) == 0);
+    memset(&o, 0, sizeof o);
+    coai_reply_opts_from_request(&o, &rr->req);
+    o.stream = stream;
+    o.completion_id = coai_str_c("resp_abc");
+    o.model = coai_str_c("gpt-5");
+    o.created = 1700000000;
+    o.send = sink;
+    o.echo.ptr = (const char *)rr->echo.data;
+    o.echo.len = rr->echo.len;
+    CHECK(coai_reply_init(r, &o) == 0);
+}
+
+static void feed_text(coai_reply *r, coai_msg_kind k, const char *t)
+{
+    coai_msg m;
+    memset(&m, 0, sizeof m);
+    m.kind = k;
+    m.text = coai_str_c(t);
+    coai_reply_feed_msg(r, &m);
+}
+
+/* The JSON data of every SSE event, checked: event name = type, sequence 0.. */
+static cJSON *events(const coai_buf *out)
+{
+    cJSON *arr = cJSON_CreateArray();
+    const char *p = (const char *)out->data, *end = p + out->len;
+    int seq = 0;
+    while (p < end) {
+        const char *blk = strstr(p, "\n\n");
+        char name[96];
+        const char *d;
+        cJSON *j;
+        if (!blk) break;
+        CHECK(sscanf(p, "event: %95s", name) == 1);
+        d = strstr(p, "\ndata: ");
+        CHECK(d && d < blk);
+        if (!d || d > blk) break;
+        j = cJSON_ParseWithLength(d + 7, (size_t)(blk - d - 7));
+        CHECK(j != NULL);
+        if (!j) break;
+        CHECK(!strcmp(cJSON_GetObjectItem(j, "type")->valuestring, name));
+        CHECK(cJSON_GetObjectItem(j, "sequence_number")->valueint == seq++);
+        cJSON_AddItemToArray(arr, j);
+        p = blk + 2;
+    }
+    return arr;
+}
+
+static const char *ev_type(cJSON *evs, int i)
+{
+    cJSON *j = cJSON_GetArrayItem(evs, i);
+    return j ? cJSON_GetObjectItem(j, "type")->valuestring : "";
+}
+
+static void test_writer_stream(void)
+{
+    coai_responses_request rr;
+    coai_reply r;
+    cJSON *evs, *last, *resp, *out;
+    coai_str s;
+    reply_start(&r, &rr, "{\"input\":\"x\",\"stream\":true,\"metadata\":{\"a\":\"b\"}}", 1);
+    feed_text(&r, COAI_MSG_THINKING, "hmm");
+    feed_text(&r, COAI_MSG_TEXT, "Hel");
+    feed_text(&r, COAI_MSG_TEXT, "lo");
+    feed_text(&r, COAI_MSG_TURN_ENDED, "");
+    coai_reply_feed_eof(&r);
+    evs = events(&r.out);
+    CHECK(cJSON_GetArraySize(evs) == 16);
+    CHECK(!strcmp(ev_type(evs, 0), "response.created"));
+    CHECK(!strcmp(ev_type(evs, 4), "response.reasoning_summary_text.delta"));
+    CHECK(!strcmp(ev_type(evs, 11), "response.output_text.delta"));
+    CHECK(!strcmp(ev_type(evs, 12), "response.output_text.done"));
+    CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(evs, 12), "text")->valuestring, "Hello"));
+    last = cJSON_GetArrayItem(evs, cJSON_GetArraySize(evs) - 1);
+    CHECK(!strcmp(ev_type(evs, cJSON_GetArraySize(evs) - 1), "response.completed"));
+    resp = cJSON_GetObjectItem(last, "response");
+    out = cJSON_GetObjectItem(resp, "output");
+    CHECK(cJSON_GetArraySize(out) == 2);
+    CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 0), "type")->valuestring,
+                  "reasoning"));
+    CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(resp, "metadata"), "a")->valuestring,
+                  "b"));
+    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(resp, "usage"),
+                              "output_tokens_details"), "reasoning_tokens")->valueint == 1);
+    s = coai_reply_response(&r);
+    CHECK(s.len > 0 && !memcmp(s.ptr, "{\"id\":\"resp_abc\"", 16));
+    s = coai_reply_output_items(&r);
+    CHECK(s.len > 0 && strstr(s.ptr, "\"type\":\"message\"") != NULL);
+    cJSON_Delete(evs);
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+}
+
+static void test_writer_tool_calls(void)
+{
+    coai_responses_request rr;
+    coai_reply r;
+    coai_msg m;
+    cJSON *evs, *item;
+    int n;
+    /* a write with apply_patch offered: a custom_tool_call with the patch as input */
+    reply_start(&r, &rr, "{\"input\":\"x\",\"stream\":true,\"tools\":" CODEX_TOOLS APPLY_PATCH
+                "]}", 1);
+    memset(&m, 0, sizeof m);
+    m.kind = COAI_MSG_EXEC;
+    m.exec.kind = COAI_EXEC_WRITE;
+    m.exec.id = 3;
+    m.exec.exec_id = coai_str_c("exec-3");
+    m.exec.path = coai_str_c("f.txt");
+    m.exec.content = coai_str_c("hi\n");
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+    CHECK(coai_reply_tool_called(&r));
+    evs = events(&r.out);
+    n = cJSON_GetArraySize(evs);
+    CHECK(!strcmp(ev_type(evs, 2), "response.output_item.added"));
+    CHECK(!strcmp(ev_type(evs, 3), "response.custom_tool_call_input.delta"));
+    CHECK(!strcmp(ev_type(evs, 4), "response.custom_tool_call_input.done"));
+    CHECK(!strcmp(ev_type(evs, n - 1), "response.completed"));
+    item = cJSON_GetObjectItem(cJSON_GetArrayItem(evs, 5), "item");
+    CHECK(!strcmp(cJSON_GetObjectItem(item, "type")->valuestring, "custom_tool_call"));
+    CHECK(!strcmp(cJSON_GetObjectItem(item, "input")->valuestring,
+                  "*** Begin Patch\n*** Add File: f.txt\n+hi\n*** End Patch\n"));
+    CHECK(!strcmp(cJSON_GetObjectItem(item, "call_id")->valuestring, "sess_respabc__call_exec3"));
+    cJSON_Delete(evs);
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+    /* non-stream: a shell exec -> a function_call item after the text */
+    reply_start(&r, &rr, "{\"input\":\"x\",\"tools\":" CODEX_TOOLS "]}", 0);
+    feed_text(&r, COAI_MSG_TEXT, "Looking.");
+    memset(&m, 0, sizeof m);
+    m.kind = COAI_MSG_EXEC;
+    m.exec.kind = COAI_EXEC_SHELL;
+    m.exec.id = 4;
+    m.exec.command = coai_str_c("ls");
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+    {
+        cJSON *j = cJSON_ParseWithLength((const char *)r.out.data, r.out.len), *o;
+        CHECK(j != NULL);
+        o = cJSON_GetObjectItem(j, "output");
+        CHECK(cJSON_GetArraySize(o) == 2);
+        item = cJSON_GetArrayItem(o, 1);
+        CHECK(!strcmp(cJSON_GetObjectItem(item, "type")->valuestring, "function_call"));
+        CHECK(!strcmp(cJSON_GetObjectItem(item, "arguments")->valuestring, "{\"cmd\":\"ls\"}"));
+        CHECK(!strcmp(cJSON_GetObjectItem(j, "status")->valuestring, "completed"));
+        cJSON_Delete(j);
+    }
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+}
+
+static void test_writer_errors(void)
+{
+    coai_responses_request rr;
+    coai_reply r;
+    coai_error e;
+    cJSON *evs, *last;
+    /* before the first byte: a status and OpenAI's error body */
+    reply_start(&r, &rr, "{\"input\":\"x\",\"stream\":true}", 1);
+    coai_error_set(&e, 429, "insufficient_quota", "insufficient_quota", NULL, "quota");
+    coai_reply_feed_error(&r, &e);
+    CHECK(coai_reply_status(&r) == 429);
+    CHECK(strstr((const char *)r.out.data, "{\"error\":{\"message\":\"quota\"") != NULL);
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+    /* after it: response.failed with the error */
+    reply_start(&r, &rr, "{\"input\":\"x\",\"stream\":true}", 1);
+    feed_text(&r, COAI_MSG_TEXT, "partial");
+    coai_error_set(&e, 502, "upstream_error", "upstream_truncated", NULL, "cut");
+    coai_reply_feed_error(&r, &e);
+    CHECK(coai_reply_status(&r) == 200);
+    evs = events(&r.out);
+    last = cJSON_GetArrayItem(evs, cJSON_GetArraySize(evs) - 1);
+    CHECK(!strcmp(ev_type(evs, cJSON_GetArraySize(evs) - 1), "response.failed"));
+    CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(last, "response"),
+                                                          "error"), "code")->valuestring,
+                  "upstream_truncated"));
+    CHECK(coai_reply_response(&r).len == 0);
+    cJSON_Delete(evs);
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+}
+
+int main(void)
+{
+    test_parse();
+    test_errors();
+    test_exec_map();
+    test_writer_stream();
+    test_writer_tool_calls();
+    test_writer_errors();
+    TEST_END();
+}
