@@ -341,6 +341,29 @@ int coai_tz_name_ok(coai_str v);
  * '?', '#', or ':' (an IPv6 literal must be bracketed: "[::1]"). */
 int coai_host_name_ok(coai_str v);
 
+/* A cursor-agent build id as x-cursor-client-version carries it ("cli-" + build) and as
+ * ~/.local/share/cursor-agent/versions names its directories (build alone). Forms seen
+ * (cursor-upstream-extras.md 3.1): YYYY.MM.DD-<hash>, YYYY.MM.DD-HH-MM-SS-<hash> (June
+ * 2026), each optionally followed by "-lab" (non-production channel); <hash> is 4..40
+ * characters of [0-9a-f]. The "cli-" prefix is optional on input. */
+typedef struct coai_cli_version {
+    int year, month, day;
+    int hour, minute, second;   /* -1 when the id has no time part */
+    int lab;                    /* 1: "-lab" suffix */
+    char hash[41];
+} coai_cli_version;
+int coai_cli_version_parse(coai_str s, coai_cli_version *v);   /* 0 ok, -1 not a build id */
+/* Release order: date, then time of day (an id without one counts as 00:00:00). Ids of the
+ * same instant compare equal whatever their hash. Returns <0, 0 or >0. */
+int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b);
+
+/* The agent host named by an aiserver.v1.ServerConfigService/GetServerConfig answer
+ * (Connect JSON): agentUrlConfig.agentUrl, the privacy backend, when ghost_mode is 1,
+ * else agentUrlConfig.agentnUrl. A bare host name gets "https://". Returns 0 with *out
+ * filled, 1 when the answer names no usable URL for that mode (absent, empty, not https),
+ * -1 when it is not a JSON object. */
+int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out);
+
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
@@ -367,6 +390,8 @@ typedef struct coai_status {
     char message[512];         /* grpc-message, percent-decoded (or Status.message) */
     char title[256];           /* CustomErrorDetails.title */
     char detail[1024];         /* CustomErrorDetails.detail (+ "key: value" additional info) */
+    int expected;              /* ErrorDetails.is_expected: -1 unknown, 0, 1 */
+    char action_required[64];  /* CustomErrorDetails.analytics_metadata(10).action_required */
 } coai_status;
 
 /* ---- Envelopes ----
@@ -1007,8 +1032,16 @@ coai_str coai_http_bearer(coai_str authorization);
  *                                                              upstream_auth_failed, no retry
  *   grpc 7, HTTP 403, Connect permission_denied            -> 403 permission_error /
  *                                                              upstream_permission_denied, no retry
- *   ERROR_OUTDATED_CLIENT (30)                             -> 502 upstream_error / outdated_client,
+ *   ERROR_OUTDATED_CLIENT (30); error 28 or any status titled "Update Required"; a title
+ *   "update to the latest version" (checked first: never a quota or rate message)
+ *                                                          -> 502 upstream_error / outdated_client,
  *                                          no retry; the message says to set CURSOR_CLIENT_VERSION
+ *   grpc 8 / Connect resource_exhausted with no ErrorDetails and no usage, quota, limit or
+ *   rate words (ambiguous: conversation too large, or a model the plan does not allow)
+ *                                                          -> 400 invalid_request_error /
+ *                                          upstream_resource_exhausted, no retry, no Retry-After
+ *   Connect error bodies of non-2xx answers carry "details" like end-stream frames: when they
+ *   hold an ErrorDetails, the trailer rows above decide.
  *   ERROR_BAD_MODEL_NAME (5), ERROR_DEPRECATED (40), grpc 5, Connect not_found
  *                                                          -> 404 invalid_request_error /
  *                                                              model_not_found (param "model")
@@ -2487,6 +2520,88 @@ int coai_host_name_ok(coai_str v)
     return 1;
 }
 
+static int coai__digits(const char *p, const char *end, int n, int *out)
+{
+    int i, v = 0;
+    if (end - p < n) return -1;
+    for (i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int coai_cli_version_parse(coai_str s, coai_cli_version *v)
+{
+    const char *p = s.ptr, *end = s.ptr + s.len, *h;
+    memset(v, 0, sizeof *v);
+    v->hour = v->minute = v->second = -1;
+    if (!p) return -1;
+    if (end - p >= 4 && memcmp(p, "cli-", 4) == 0) p += 4;
+    if (coai__digits(p, end, 4, &v->year) || end - p < 11 || p[4] != '.'
+        || coai__digits(p + 5, end, 2, &v->month) || p[7] != '.'
+        || coai__digits(p + 8, end, 2, &v->day) || p[10] != '-')
+        return -1;
+    if (v->year < 2000 || v->month < 1 || v->month > 12 || v->day < 1 || v->day > 31)
+        return -1;
+    p += 11;
+    /* "HH-MM-SS-" only when all of it is there: a hash may itself start with digits */
+    if (end - p > 9 && p[2] == '-' && p[5] == '-' && p[8] == '-'
+        && !coai__digits(p, end, 2, &v->hour) && !coai__digits(p + 3, end, 2, &v->minute)
+        && !coai__digits(p + 6, end, 2, &v->second)) {
+        if (v->hour > 23 || v->minute > 59 || v->second > 60) return -1;
+        p += 9;
+    } else {
+        v->hour = v->minute = v->second = -1;
+    }
+    for (h = p; h < end && ((*h >= '0' && *h <= '9') || (*h >= 'a' && *h <= 'f')); h++) {}
+    if (h - p < 4 || h - p > 40) return -1;
+    memcpy(v->hash, p, (size_t)(h - p));
+    v->hash[h - p] = 0;
+    if (h == end) return 0;
+    if (end - h == 4 && memcmp(h, "-lab", 4) == 0) { v->lab = 1; return 0; }
+    return -1;
+}
+
+int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b)
+{
+    long da = (long)a->year * 10000 + a->month * 100 + a->day;
+    long db = (long)b->year * 10000 + b->month * 100 + b->day;
+    long ta = a->hour < 0 ? 0 : (long)a->hour * 3600 + a->minute * 60 + a->second;
+    long tb = b->hour < 0 ? 0 : (long)b->hour * 3600 + b->minute * 60 + b->second;
+    if (da != db) return da < db ? -1 : 1;
+    if (ta != tb) return ta < tb ? -1 : 1;
+    return 0;
+}
+
+int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out)
+{
+    cJSON *root, *cfg, *url;
+    char buf[320];
+    int rc = 1;
+    memset(out, 0, sizeof *out);
+    root = json ? cJSON_ParseWithLength(json, n) : NULL;
+    if (!root || !cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
+    cfg = cJSON_GetObjectItemCaseSensitive(root, "agentUrlConfig");
+    url = cJSON_IsObject(cfg)
+        ? cJSON_GetObjectItemCaseSensitive(cfg, ghost_mode ? "agentUrl" : "agentnUrl") : NULL;
+    if (cJSON_IsString(url) && url->valuestring[0]) {
+        const char *v = url->valuestring;
+        size_t vl = strlen(v);
+        int has_scheme = strstr(v, "://") != NULL;
+        if (vl + 9 < sizeof buf) {
+            coai_str u;
+            snprintf(buf, sizeof buf, "%s%s", has_scheme ? "" : "https://", v);
+            u = coai_str_c(buf);
+            if (coai_url_parse_https(u, out) == 0) rc = 0;
+            else memset(out, 0, sizeof *out);
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
 /* ======================================================================== */
@@ -2602,6 +2717,7 @@ static void coai__status_init(coai_status *st)
 {
     memset(st, 0, sizeof *st);
     st->retryable = -1;
+    st->expected = -1;
 }
 
 /* Append untrusted text to a fixed NUL-terminated field: invalid UTF-8 becomes U+FFFD,
@@ -2732,6 +2848,10 @@ static coai_result coai__error_details_decode(const unsigned char *b, size_t n, 
     if (st->error == 0 && st->title[0] == 0 && st->detail[0] == 0) {
         st->error = (int)ed.error;
         st->error_name = st->error ? coai_error_details_name(st->error) : NULL;
+        if (ed.has_is_expected) st->expected = ed.is_expected ? 1 : 0;
+        if (ed.has_details && c->has_analytics_metadata)
+            coai__field_cstr(st->action_required, sizeof st->action_required,
+                             c->analytics_metadata.action_required);
         if (ed.has_details) {
             coai__field_cstr(st->title, sizeof st->title, c->title);
             coai__field_cstr(st->detail, sizeof st->detail, c->detail);
@@ -2865,9 +2985,11 @@ static int coai__connect_code(const char *s)
     return -1;
 }
 
+static coai_result coai__connect_error_fill(const cJSON *err, coai_status *st);
+
 coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
 {
-    cJSON *root, *err, *code, *msg, *details, *d;
+    cJSON *root, *err;
     const char *end = NULL, *stop = (const char *)p + n;
     coai_result r = COAI_OK;
     coai__status_init(st);
@@ -2887,6 +3009,18 @@ coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
         cJSON_Delete(root);
         return COAI_ERR_INVALID;
     }
+    r = coai__connect_error_fill(err, st);
+    cJSON_Delete(root);
+    return r;
+}
+
+/* A Connect error object {"code","message","details":[{"type","value"}]} (the end-stream
+ * "error" member, or a unary call's whole error body) -> st. st->code stays as it was
+ * when the code is missing or unknown (COAI_ERR_INVALID). */
+static coai_result coai__connect_error_fill(const cJSON *err, coai_status *st)
+{
+    const cJSON *code, *msg, *details, *d;
+    coai_result r = COAI_OK;
     code = cJSON_GetObjectItemCaseSensitive(err, "code");
     msg = cJSON_GetObjectItemCaseSensitive(err, "message");
     if (cJSON_IsString(code) && coai__connect_code(code->valuestring) > 0)
@@ -2912,7 +3046,6 @@ coai_result coai_end_stream_parse(const void *p, size_t n, coai_status *st)
         if (len < 0 || coai__error_details_decode(raw, (size_t)len, st) < 0) r = COAI_ERR_PROTO;
         free(raw);
     }
-    cJSON_Delete(root);
     return r;
 }
 
@@ -5230,6 +5363,46 @@ static void coai__oa_status_once(const coai_status *st, char *out, size_t cap)
     }
 }
 
+static int coai__oa_cs(const char *s, const char *needle)
+{
+    return coai__oa_ci_contains(s, strlen(s), needle);
+}
+
+/* An outdated-client answer in any of the forms seen (cursor-upstream-extras.md 2.3):
+ * ERROR_OUTDATED_CLIENT (30); since 2026 resource_exhausted + error 28
+ * (ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT) titled "Update Required"; in 2025 a
+ * resource_exhausted titled "Please update to the latest version of Cursor ...". */
+static int coai__oa_is_outdated(const coai_status *st)
+{
+    if (st->error == 30) return 1;
+    if (coai__oa_cs(st->title, "update required")) return 1;
+    if (st->error == 28 && (coai__oa_cs(st->title, "update") || coai__oa_cs(st->detail, "update")
+                            || coai__oa_cs(st->message, "update required")))
+        return 1;
+    return coai__oa_cs(st->title, "update to the latest version")
+           || coai__oa_cs(st->message, "update to the latest version");
+}
+
+/* resource_exhausted with no ErrorDetails and no words about usage, quota or rate: live
+ * clients saw it for both an oversized conversation and a model the plan does not allow
+ * (cursor-upstream-extras.md 2.3), so neither a quota nor a rate limit may be claimed. */
+static int coai__oa_is_bare_exhausted(const coai_status *st)
+{
+    static const char *const cues[] = { "usage", "quota", "limit", "billing", "rate",
+                                         "too many", "spend", "invoice", "plan" };
+    size_t i;
+    if (st->code != 8 || st->error || st->title[0] || st->detail[0]) return 0;
+    for (i = 0; i < sizeof cues / sizeof cues[0]; i++)
+        if (coai__oa_cs(st->message, cues[i])) return 0;
+    return 1;
+}
+
+#define COAI__OUTDATED_HINT \
+    "Cursor rejected this client version as outdated (x-cursor-client-version): set " \
+    "CURSOR_CLIENT_VERSION to a current cursor-agent build such as cli-2026.08.11-e8db854, " \
+    "or update cursor-agent (its newest build under ~/.local/share/cursor-agent/versions is " \
+    "used when newer); `cursor-oai status` shows the value in use."
+
 void coai_error_from_status(const coai_status *st, coai_error *e)
 {
     int err = st->error, code = st->code;
@@ -5241,11 +5414,17 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
      * "(grpc-status N, ERROR_NAME)"), the same text the logs get. */
     coai_status_describe(st, &desc);
     what = desc.err || !desc.data ? "Cursor reported an error" : (const char *)desc.data;
-    if (err == 30) {
+    if (coai__oa_is_outdated(st)) {
+        /* never a rate limit or quota message, whatever the status code says */
         coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
-                       "Cursor rejected this client version as outdated: set "
-                       "CURSOR_CLIENT_VERSION to the version of a current cursor-agent, "
-                       "e.g. cli-2025.11.25-d5b3271. Cursor said: %s", what);
+                       COAI__OUTDATED_HINT " Cursor said: %s", what);
+        e->no_retry = 1;
+    } else if (coai__oa_is_bare_exhausted(st)) {
+        coai_error_set(e, 400, "invalid_request_error", "upstream_resource_exhausted", NULL,
+                       "Cursor answered resource_exhausted without details. This is ambiguous: "
+                       "either the conversation is too large for the model (shorten it), or "
+                       "the model is not available on your Cursor plan (try another model). "
+                       "Cursor said: %s", what);
         e->no_retry = 1;
     } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
         /* Cursor tends to say the same thing in grpc-message, title and detail ("You've hit
@@ -5359,6 +5538,19 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
             }
             if (cJSON_IsString(c)) ccode = c->valuestring;
             if (cJSON_IsString(m)) { msg = m->valuestring; msg_len = strlen(msg); }
+            {
+                /* Structured ErrorDetails (Connect "details") decide, as in a trailer: an
+                 * "Update Required" 429 is an outdated client, not a rate limit. */
+                coai_status st;
+                coai__status_init(&st);
+                coai__connect_error_fill(cJSON_IsObject(eo) ? eo : j, &st);
+                if (st.error || st.title[0] || st.detail[0]) {
+                    if (st.code == 0) st.code = 2;
+                    coai_error_from_status(&st, e);
+                    cJSON_Delete(j);
+                    return;
+                }
+            }
         }
     }
     if (!msg) {
@@ -5391,6 +5583,15 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
     } else if (strcmp(ccode, "not_found") == 0) {
         coai_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
                        "The model does not exist or is not available on Cursor: ");
+        e->no_retry = 1;
+    } else if (strcmp(ccode, "resource_exhausted") == 0 && !quota
+               && !coai__oa_ci_contains(msg, msg_len, "rate")
+               && !coai__oa_ci_contains(msg, msg_len, "too many")
+               && !coai__oa_ci_contains(msg, msg_len, "limit")) {
+        coai_error_set(e, 400, "invalid_request_error", "upstream_resource_exhausted", NULL,
+                       "Cursor answered resource_exhausted without details (HTTP %d). This is "
+                       "ambiguous: either the conversation is too large for the model, or the "
+                       "model is not available on your Cursor plan: ", upstream_status);
         e->no_retry = 1;
     } else if ((upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) && quota) {
         /* Cursor's words usually say it already; ours only when they do not */

@@ -15,6 +15,7 @@
 #include <pb.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -47,10 +48,13 @@
 
 #define SRV_DEFAULT_LISTEN "127.0.0.1:18741"
 #define SRV_DEFAULT_API_URL "https://api2.cursor.sh"
-#define SRV_DEFAULT_CLIENT_VERSION "cli-2025.11.25-d5b3271"
+#define SRV_DEFAULT_CLIENT_VERSION "cli-2026.08.11-e8db854"  /* newest known to work */
 #define SRV_DEFAULT_MAX_CONNS 1024
 #define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
 #define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
+/* CURSOR_OAI_MAX_PROMPT_BYTES: a peer measured a live cap near 1 MiB on one UserMessage
+ * (~1.06 MB rejected with invalid_argument, ~850 KB accepted; cursor-upstream-extras.md 1.5). */
+#define SRV_DEFAULT_MAX_PROMPT ((size_t)1024 * 1024)
 
 #define SRV_HEAD_MAX (32 * 1024)                  /* request head bytes -> 431 */
 #define SRV_BODY_MAX ((size_t)32 * 1024 * 1024)   /* request body bytes -> 413 */
@@ -107,7 +111,11 @@ static struct server {
     char up_port[8];                /* CURSOR_API_URL port, default 443 */
     char up_authority[300];         /* Host header value */
     char up_prefix[256];            /* CURSOR_API_URL path prefix without trailing '/' */
-    const char *client_version;     /* CURSOR_CLIENT_VERSION */
+    coai_url base;                  /* the same URL parsed: auth, models, server config */
+    coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
+    int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
+    char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
     const char *ca_file;            /* PEM bundle path */
     char workspace[PATH_MAX];       /* --workspace, default cwd */
@@ -119,6 +127,7 @@ static struct server {
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
+    size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
     /* runtime */
@@ -156,6 +165,13 @@ static struct server {
     int models_fetching;            /* a fetch is in flight (single flight) */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    coai_url agent;                 /* RunSSE/BidiAppend host (agent_get) */
+    char agent_src[600];            /* where it came from */
+    int64_t agent_at;               /* mono ms it was decided, 0 = not yet */
+    int agent_failed;               /* it is the base URL because GetServerConfig failed */
+    int agent_fetching;             /* a GetServerConfig call is in flight */
+    pthread_cond_t agent_cv;        /* signalled when it ends */
+    int profile;                    /* PROF_* that worked last (the default first) */
     /* credential file paths, set once before any thread starts */
     char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
     char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
@@ -576,6 +592,7 @@ enum { BODY_NONE, BODY_LENGTH, BODY_CHUNKED, BODY_EOF };
 
 struct upconn {
     struct upconn *next;            /* pool link */
+    coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
     int64_t idle_since;             /* mono ms when parked in the pool */
@@ -875,17 +892,17 @@ static struct {
     int spares;                     /* spare connections wanted (serve mode only) */
 } UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static void up_sess_key(char *out, size_t cap)
+static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
-    snprintf(out, cap, "%s:%s", S.up_host, S.up_port);
+    snprintf(out, cap, "%s:%s", h->host, h->port);
 }
 
-/* Copy the saved session for this host into *sp. 1 found, 0 none. */
-static int up_sess_get(br_ssl_session_parameters *sp)
+/* Copy the saved session for host h into *sp. 1 found, 0 none. */
+static int up_sess_get(const coai_url *h, br_ssl_session_parameters *sp)
 {
     char key[300];
     int i, found = 0;
-    up_sess_key(key, sizeof key);
+    up_sess_key(h, key, sizeof key);
     pthread_mutex_lock(&UPX.lock);
     for (i = 0; i < UP_SESS_MAX && !found; i++) {
         if (UPX.sess[i].sp.session_id_len && !strcmp(UPX.sess[i].key, key)) {
@@ -897,12 +914,12 @@ static int up_sess_get(br_ssl_session_parameters *sp)
     return found;
 }
 
-/* Save (sp != NULL) or forget (sp == NULL) this host's session. */
-static void up_sess_put(const br_ssl_session_parameters *sp)
+/* Save (sp != NULL) or forget (sp == NULL) host h's session. */
+static void up_sess_put(const coai_url *h, const br_ssl_session_parameters *sp)
 {
     char key[300];
     int i, slot = -1;
-    up_sess_key(key, sizeof key);
+    up_sess_key(h, key, sizeof key);
     pthread_mutex_lock(&UPX.lock);
     for (i = 0; i < UP_SESS_MAX && slot < 0; i++)
         if (!strcmp(UPX.sess[i].key, key)) slot = i;
@@ -918,8 +935,8 @@ static void up_sess_put(const br_ssl_session_parameters *sp)
     pthread_mutex_unlock(&UPX.lock);
 }
 
-/* Open a new verified TLS 1.2 connection to the upstream. NULL with *e filled on failure. */
-static struct upconn *up_connect(coai_error *e)
+/* Open a new verified TLS 1.2 connection to host h. NULL with *e filled on failure. */
+static struct upconn *up_connect(const coai_url *h, coai_error *e)
 {
     struct addrinfo hints, *res = NULL, *ai;
     struct upconn *c = NULL;
@@ -931,10 +948,10 @@ static struct upconn *up_connect(coai_error *e)
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    r = getaddrinfo(S.up_host, S.up_port, &hints, &res);
+    r = getaddrinfo(h->host, h->port, &hints, &res);
     if (r != 0) {
         up_err(e, 502, "upstream_unreachable", "cannot resolve upstream host %s: %s",
-                  S.up_host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
+                  h->host, r == EAI_SYSTEM ? strerror(errno) : gai_strerror(r));
         return NULL;
     }
     deadline = mono_ms() + UP_CONNECT_TIMEOUT_MS;
@@ -946,7 +963,7 @@ static struct upconn *up_connect(coai_error *e)
     if (fd < 0) {
         up_err(e, err == ETIMEDOUT ? 504 : 502,
                   err == ETIMEDOUT ? "upstream_timeout" : "upstream_unreachable",
-                  "cannot connect to upstream %s:%s: %s", S.up_host, S.up_port, strerror(err));
+                  "cannot connect to upstream %s:%s: %s", h->host, h->port, strerror(err));
         return NULL;
     }
     c = calloc(1, sizeof *c);
@@ -956,16 +973,17 @@ static struct upconn *up_connect(coai_error *e)
         return NULL;
     }
     c->fd = fd;
+    c->host = *h;
     c->client_fd = -1;
     c->deadline = deadline;
     br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
     br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
     br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
-    resume = up_sess_get(&sp);
+    resume = up_sess_get(h, &sp);
     if (resume) br_ssl_engine_set_session_parameters(&c->sc.eng, &sp);
     /* The real host name, always: it is both the SNI and the name the certificate must match
      * (a NULL here would silently switch off name verification). */
-    if (!br_ssl_client_reset(&c->sc, S.up_host, resume)) goto tls_fail;
+    if (!br_ssl_client_reset(&c->sc, h->host, resume)) goto tls_fail;
     br_sslio_init(&c->io, &c->sc.eng, up_low_read, c, up_low_write, c);
     if (br_sslio_flush(&c->io) < 0) goto tls_fail;     /* runs the whole handshake */
     {
@@ -974,27 +992,27 @@ static struct upconn *up_connect(coai_error *e)
         br_ssl_engine_get_session_parameters(&c->sc.eng, &now);
         same = resume && now.session_id_len == sp.session_id_len
             && memcmp(now.session_id, sp.session_id, sp.session_id_len) == 0;
-        if (!same) up_sess_put(now.session_id_len ? &now : NULL);
+        if (!same) up_sess_put(h, now.session_id_len ? &now : NULL);
         pthread_mutex_lock(&UPX.lock);
         UPX.handshakes++;
         UPX.resumed += same;
         pthread_mutex_unlock(&UPX.lock);
         memset(&now, 0, sizeof now);
-        srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", S.up_host,
+        srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", h->host,
                 same ? "session resumed" : "full");
     }
     memset(&sp, 0, sizeof sp);
     return c;
 tls_fail:
     memset(&sp, 0, sizeof sp);
-    if (resume) up_sess_put(NULL);      /* the next attempt starts from a full handshake */
+    if (resume) up_sess_put(h, NULL);   /* the next attempt starts from a full handshake */
     err = br_ssl_engine_last_error(&c->sc.eng);
     if (c->why == UPX_TIMEOUT) {
-        up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", S.up_host);
+        up_err(e, 504, "upstream_timeout", "TLS handshake with %s timed out", h->host);
     } else {
         tls_err_text(err, what, sizeof what, &verify);
         up_err(e, 502, verify ? "upstream_tls_verification_failed" : "upstream_tls_error",
-                  "TLS handshake with %s failed: %s", S.up_host, what);
+                  "TLS handshake with %s failed: %s", h->host, what);
         e->no_retry = verify;
     }
     up_free(c);
@@ -1033,9 +1051,10 @@ static void *spare_thread(void *arg)
 {
     coai_error e;
     struct upconn *c;
-    (void)arg;
+    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
     memset(&e, 0, sizeof e);
-    c = up_connect(&e);
+    c = up_connect(h, &e);
+    free(h);
     if (c) {
         c->body_done = 1;
         pool_park(c);
@@ -1051,13 +1070,21 @@ static void *spare_thread(void *arg)
 /* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
  * more in the background (one at a time), so that the next run does not wait for a
  * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
-static void spare_kick(void)
+static int up_same_host(const coai_url *a, const coai_url *b)
+{
+    return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
+}
+
+static void spare_kick(const coai_url *h)
 {
     pthread_attr_t a;
     pthread_t t;
-    int go;
+    struct upconn *p;
+    coai_url *arg;
+    int go, n = 0;
     pthread_mutex_lock(&S.lock);
-    go = S.pool_n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
+    go = n < UP_SPARE_MIN && !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
@@ -1065,10 +1092,13 @@ static void spare_kick(void)
     UPX.spare_busy = 1;
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
+    arg = malloc(sizeof *arg);
+    if (arg) *arg = *h;
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, 256 * 1024);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &a, spare_thread, NULL) != 0) {
+    if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
+        free(arg);
         pthread_mutex_lock(&UPX.lock);
         UPX.spare_busy = 0;
         pthread_mutex_unlock(&UPX.lock);
@@ -1076,15 +1106,18 @@ static void spare_kick(void)
     pthread_attr_destroy(&a);
 }
 
-/* A connection for one request: an idle pooled one, else a new one (fresh = 1 forces new). */
-static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
+/* A connection to host h for one request: an idle pooled one to that host, else a new one
+ * (fresh = 1 forces new). The pool is shared; each entry remembers its host. */
+static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, coai_error *e)
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
     while (!fresh) {
+        struct upconn **pp;
         pthread_mutex_lock(&S.lock);
-        c = S.pool;
-        if (c) { S.pool = c->next; S.pool_n--; }
+        for (pp = &S.pool; *pp && !up_same_host(&(*pp)->host, h); pp = &(*pp)->next) {}
+        c = *pp;
+        if (c) { *pp = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
@@ -1094,9 +1127,9 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
         up_free(c);
         c = NULL;
     }
-    if (!c) c = up_connect(e);
+    if (!c) c = up_connect(h, e);
     if (!c) return NULL;
-    spare_kick();                   /* after a success only: never doubles a failing connect */
+    spare_kick(h);                  /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1110,6 +1143,12 @@ static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
     c->must_close = 0;
     c->rlen = c->roff = 0;
     return c;
+}
+
+/* The same on the base URL (CURSOR_API_URL). */
+static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
+{
+    return up_get_host(&S.base, fresh, client_fd, e);
 }
 
 /* Close pooled connections idle for longer than UP_POOL_IDLE_MS (all of them when
@@ -1321,18 +1360,55 @@ static int up_body_all(struct upconn *c, coai_buf *out)
     }
 }
 
-/* Build a request head. json = 1: GetUsableModels-style Connect unary JSON (spec 2.2),
- * else the RunSSE/BidiAppend set (spec 2.1). The token goes into `h` and nowhere else. */
-static int up_head(coai_buf *h, const char *path, int json, const char *request_id,
-                   const char *token, size_t token_len, size_t body_len)
+/* Transport profiles of RunSSE + BidiAppend (issue 10 item 6). */
+enum { PROF_GRPCWEB, PROF_CONNECT };
+static const char *const PROFILE_NAME[] = { "grpc-web", "connect" };
+
+/* Kinds of request heads. */
+enum {
+    UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
+    UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
+    UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
+    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+};
+
+/* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
+ * the original's, byte for byte. The Connect set is what the current CLI sends: no
+ * x-cursor-checksum or x-cursor-timezone (its interceptor has neither, and the live server
+ * accepts requests without the checksum; cursor-upstream-extras.md 3.2/3.4),
+ * connect-protocol-version: 1, connect-es/1.6.1. The token goes into `h` and nowhere else. */
+static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int kind,
+                        const char *request_id, const char *token, size_t token_len,
+                        size_t body_len)
 {
     char cs[COAI_CHECKSUM_SIZE];
     coai_str tok;
+    int json = kind == UPH_JSON;
+    if (!hp) hp = &S.base;
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+        coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
+                        hp->prefix, path, hp->authority);
+        coai_buf_append(h, token, token_len);
+        coai_buf_printf(h,
+                        "\r\ncontent-type: %s\r\n"
+                        "user-agent: connect-es/1.6.1\r\n"
+                        "connect-protocol-version: 1\r\n"
+                        "x-cursor-client-version: %s\r\n"
+                        "x-cursor-client-type: cli\r\n"
+                        "x-ghost-mode: true\r\n"
+                        "x-cursor-streaming: true\r\n"
+                        "x-request-id: %s\r\n"
+                        "content-length: %zu\r\n\r\n",
+                        kind == UPH_CONNECT_STREAM ? "application/connect+proto"
+                                                   : "application/proto",
+                        S.client_version, request_id, body_len);
+        return h->err ? -1 : 0;
+    }
     tok.ptr = token;
     tok.len = token_len;
     coai_checksum(cs, tok, wall_ms());
     coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
-                    S.up_prefix, path, S.up_authority);
+                    hp->prefix, path, hp->authority);
     coai_buf_append(h, token, token_len);
     coai_buf_printf(h,
                     "\r\ncontent-type: %s\r\n"
@@ -1353,18 +1429,27 @@ static int up_head(coai_buf *h, const char *path, int json, const char *request_
     return h->err ? -1 : 0;
 }
 
+/* json = 1: Connect unary JSON, else the gRPC-web RunSSE/BidiAppend set; base URL. */
+static int up_head(coai_buf *h, const char *path, int json, const char *request_id,
+                   const char *token, size_t token_len, size_t body_len)
+{
+    return up_head_host(h, NULL, path, json ? UPH_JSON : UPH_AGENT, request_id, token,
+                        token_len, body_len);
+}
+
 /* One request on a pooled (else new) connection: send head and body, read the response head
  * and the whole body (capped by body->max). Retries once on a fresh connection when a pooled
  * one turns out dead before any response byte. `what` names the call in error messages (never
  * a secret). 0 with *status set (any HTTP status), -1 with *e filled. */
-static int up_exchange(const coai_buf *head, const void *req, size_t req_len, const char *what,
-                       int client_fd, int (*tick)(void *), void *tick_ctx, int *status,
-                       coai_buf *body, coai_error *e)
+static int up_exchange_host(const coai_url *hp, const coai_buf *head, const void *req,
+                            size_t req_len, const char *what, int client_fd,
+                            int (*tick)(void *), void *tick_ctx, int *status, coai_buf *body,
+                            coai_error *e)
 {
     struct upconn *c = NULL;
     int attempt, rc = -1;
     for (attempt = 0; attempt < 2; attempt++) {
-        c = up_get(attempt > 0, client_fd, e);
+        c = up_get_host(hp ? hp : &S.base, attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
@@ -1393,25 +1478,43 @@ done:
     return rc;
 }
 
+static int up_exchange(const coai_buf *head, const void *req, size_t req_len, const char *what,
+                       int client_fd, int (*tick)(void *), void *tick_ctx, int *status,
+                       coai_buf *body, coai_error *e)
+{
+    return up_exchange_host(NULL, head, req, req_len, what, client_fd, tick, tick_ctx, status,
+                            body, e);
+}
+
 /* One unary call with the current access token (spec 2.1/2.2 headers). *gen (may be NULL)
  * gets the generation of the token used. 0 with *status set, -1 with *e filled. */
-static int up_call(const char *path, int json, const void *req, size_t req_len,
-                   const char *request_id, int client_fd, uint64_t *gen, int *status,
-                   coai_buf *body, coai_error *e)
+static int up_call_host(const coai_url *hp, const char *path, int kind, const void *req,
+                        size_t req_len, const char *request_id, int client_fd, uint64_t *gen,
+                        int *status, coai_buf *body, coai_error *e)
 {
     char token[SRV_TOKEN_MAX];
     size_t tl = cred_token(token, sizeof token, gen);
     coai_buf head = { 0 };
     int rc = -1;
-    if (up_head(&head, path, json, request_id, token, tl, req_len)) {
+    if (up_head_host(&head, hp, path, kind, request_id, token, tl, req_len)) {
         up_err(e, 500, "server_error", "out of memory");
     } else {
-        rc = up_exchange(&head, req, req_len, path, client_fd, NULL, NULL, status, body, e);
+        rc = up_exchange_host(hp, &head, req, req_len, path, client_fd, NULL, NULL, status,
+                              body, e);
     }
     memset(token, 0, sizeof token);
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
     return rc;
+}
+
+/* On the base URL: json = 1 Connect unary JSON, else the gRPC-web agent set. */
+static int up_call(const char *path, int json, const void *req, size_t req_len,
+                   const char *request_id, int client_fd, uint64_t *gen, int *status,
+                   coai_buf *body, coai_error *e)
+{
+    return up_call_host(NULL, path, json ? UPH_JSON : UPH_AGENT, req, req_len, request_id,
+                        client_fd, gen, status, body, e);
 }
 
 /* One call to an /auth endpoint (spec 14): GET without a body (poll) or POST "{}" (refresh,
@@ -2174,12 +2277,12 @@ static int stream_end(struct conn *c)
 
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
-static int handle_usage(struct conn *c);
 static int handle_response_get(struct conn *c);
-static int handle_count_tokens(struct conn *c);
+static int handle_usage(struct conn *c);
 
 /* Image caps per request (README: Images); set by configure() from the environment. */
 static coai_image_limits IMG_LIMITS;
+static int handle_count_tokens(struct conn *c);
 
 /* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
  * published port) clients may use another port number, so any port is accepted there. */
@@ -2505,6 +2608,8 @@ static void *reject_thread(void *arg)
 #define PATH_MODELS "/aiserver.v1.AiService/GetUsableModels"
 #define PATH_RUNSSE "/agent.v1.AgentService/RunSSE"
 #define PATH_APPEND "/aiserver.v1.BidiService/BidiAppend"
+#define PATH_SERVER_CONFIG "/aiserver.v1.ServerConfigService/GetServerConfig"
+#define AGENT_FAIL_TTL_MS 30000     /* a failed GetServerConfig is asked again after this */
 #define MODELS_FAIL_TTL_MS 30000    /* after a failed fetch the upstream is asked again */
 
 /* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
@@ -2628,6 +2733,114 @@ serve:
     return rc;
 }
 
+/* ---- Agent host (issue 10 item 2) ------------------------------------------------------
+ * RunSSE and BidiAppend go to the agent URL that GetServerConfig names (agentUrlConfig:
+ * agentUrl, the privacy backend, since we always send x-ghost-mode: true), cached for the
+ * process; auth, models and server config stay on CURSOR_API_URL. CURSOR_OAI_AGENT_URL
+ * forces a host. When the call fails or names nothing the base URL is used (asked again
+ * after AGENT_FAIL_TTL_MS); agent_invalidate() after a failure on the agent host makes the
+ * next run ask again. */
+
+/* One GetServerConfig call. 0 with *out set, 1 the answer names no agent URL, -1 *e. */
+static int server_config_fetch(coai_url *out, coai_error *e)
+{
+    static const char body[] = "{\"telem_enabled\":false}";
+    coai_buf resp = { 0 };
+    char rid[37];
+    int status = 0, rc = -1;
+    resp.max = UP_ERR_BODY_MAX;
+    if (!cred_have()) {
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        return -1;
+    }
+    if (uuid_new(rid) < 0) {
+        coai_error_set(e, 500, "server_error", NULL, NULL, "no randomness available");
+        return -1;
+    }
+    if (up_call_host(NULL, PATH_SERVER_CONFIG, UPH_JSON, body, sizeof body - 1, rid, -1, NULL,
+                     &status, &resp, e) < 0)
+        goto done;
+    if (status < 200 || status > 299) {
+        coai_error_from_http(status, (const char *)resp.data, resp.len, e);
+        goto done;
+    }
+    rc = coai_server_config_agent_url((const char *)resp.data, resp.len, 1, out);
+    if (rc < 0)
+        coai_error_set(e, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "GetServerConfig answered something that is not a JSON object");
+done:
+    coai_buf_free(&resp);
+    return rc;
+}
+
+/* The agent host for a new run into *out (and where it came from into src, when not NULL).
+ * Single flight: other threads wait for a call in progress. */
+static void agent_get(coai_url *out, char *src, size_t cap)
+{
+    coai_url u;
+    coai_error e;
+    int rc;
+    if (S.agent_forced.host[0]) {
+        *out = S.agent_forced;
+        if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
+        return;
+    }
+    pthread_mutex_lock(&S.lock);
+    for (;;) {
+        if (S.agent_at && (!S.agent_failed || mono_ms() - S.agent_at < AGENT_FAIL_TTL_MS))
+            goto have;
+        if (!S.agent_fetching) break;
+        pthread_cond_wait(&S.agent_cv, &S.lock);
+    }
+    S.agent_fetching = 1;
+    pthread_mutex_unlock(&S.lock);
+    memset(&e, 0, sizeof e);
+    rc = server_config_fetch(&u, &e);
+    pthread_mutex_lock(&S.lock);
+    if (rc == 0) {
+        S.agent = u;
+        S.agent_failed = 0;
+        snprintf(S.agent_src, sizeof S.agent_src, "named by GetServerConfig");
+    } else {
+        S.agent = S.base;
+        S.agent_failed = 1;
+        if (rc == 1)
+            snprintf(S.agent_src, sizeof S.agent_src,
+                     "the base URL: GetServerConfig named no agent URL");
+        else
+            snprintf(S.agent_src, sizeof S.agent_src,
+                     "the base URL: GetServerConfig failed: %s", e.message);
+    }
+    S.agent_at = mono_ms();
+    S.agent_fetching = 0;
+    pthread_cond_broadcast(&S.agent_cv);
+    *out = S.agent;
+    if (src) snprintf(src, cap, "%s", S.agent_src);
+    {
+        char what[sizeof S.agent_src];
+        snprintf(what, sizeof what, "%s", S.agent_src);
+        pthread_mutex_unlock(&S.lock);      /* srv_log takes S.lock */
+        srv_log(rc == 0 ? LOG_INFO : LOG_WARN, "agent host https://%s%s (%s)", out->authority,
+                out->prefix, what);
+    }
+    return;
+have:
+    *out = S.agent;
+    if (src) snprintf(src, cap, "%s", S.agent_src);
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* A run failed on agent host h in a way that says the host may be wrong: ask again. */
+static void agent_invalidate(const coai_url *h)
+{
+    if (S.agent_forced.host[0]) return;
+    pthread_mutex_lock(&S.lock);
+    if (S.agent_at && up_same_host(&S.agent, h)) S.agent_at = 0;
+    pthread_mutex_unlock(&S.lock);
+}
+
 static int handle_models(struct conn *c)
 {
     coai_buf json = { 0 }, out = { 0 };
@@ -2657,7 +2870,6 @@ done:
     coai_buf_free(&out);
     return 0;
 }
-
 
 /* ======================================================================== */
 /* Usage: the plan and current-period usage (Cursor's dashboard service)     */
@@ -2774,6 +2986,13 @@ struct run {
     coai_error err;                 /* failure of run_start / an append */
     uint64_t auth_gen;              /* generation of the token the run started with */
     int upstream_401;               /* the upstream rejected the token (HTTP 401) */
+    coai_url host;                  /* agent host of the run (agent_get) */
+    int profile;                    /* PROF_* of this attempt */
+    int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
+    int data_frames;                /* RunSSE data frames received */
+    int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
+    int tries;                      /* 1: the other profile was tried; 2: another host was */
+    int64_t t_start, t_head;        /* mono ms: run_start entered; RunSSE head arrived */
     coai_frame_decoder frames;
     coai_msg msg;
     coai_reply reply;
@@ -2843,13 +3062,27 @@ static int run_tick(void *ctx)
     return run_flush(r);
 }
 
-/* coai_reply's upstream sink: one AgentClientMessage -> one BidiAppend (next seqno),
- * sent inline before the next frame is read. */
+enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST };
+
+/* An answer that means "this transport profile is not the one the server speaks": 415
+ * (content type), 464 (the load balancer's incompatible-protocol status), or an
+ * outdated-client / deprecated-request error (issue 10 item 6). */
+static int profile_wrong(int http_status, const coai_error *e)
+{
+    if (http_status == 415 || http_status == 464) return 1;
+    if (e->code && strcmp(e->code, "outdated_client") == 0) return 1;
+    return strstr(e->message, "ERROR_DEPRECATED") != NULL;
+}
+
+/* coai_reply's upstream sink, and the one place an AgentClientMessage becomes an upstream
+ * append: one BidiAppend with the next seqno on the run's agent host, in the run's profile
+ * (gRPC-web: an envelope; Connect: the bare BidiAppendRequest as application/proto).
+ * Sent inline before the next frame is read. */
 static int run_send(void *user, const unsigned char *msg, size_t n)
 {
     struct run *r = user;
     coai_buf body = { 0 }, resp = { 0 };
-    int status = 0, rc = -1;
+    int status = 0, rc = -1, connect = r->profile == PROF_CONNECT;
     uint64_t gen = 0;
     resp.max = UP_ERR_BODY_MAX;
     if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
@@ -2857,15 +3090,20 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
+    if (connect) {      /* Connect unary: no envelope */
+        memmove(body.data, body.data + 5, body.len - 5);
+        body.len -= 5;
+    }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call(PATH_APPEND, 0, body.data, body.len, r->request_id, r->c->fd, &gen, &status,
-                &resp, &r->err) < 0) {
+    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+                     body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
     }
     if (status < 200 || status > 299) {
+        r->http_status = status;
         coai_error_from_http(status, (const char *)resp.data, resp.len, &r->err);
         if (r->err.status == 401) {
             /* seqno 0: handle_chat renews and retries; later: the next request renews */
@@ -2881,8 +3119,11 @@ done:
     return rc;
 }
 
-/* RunSSE request, BidiAppend seqno 0 (awaited), RunSSE response head. 0 ok, 1 retry on a
- * fresh connection (a pooled one was dead before any byte came back), -1 r->err filled. */
+/* RunSSE request, its response head, then BidiAppend seqno 0 (awaited). The append waits
+ * for the head: the server registers the run when it answers the RunSSE, and an append
+ * that races ahead of that is lost (cursor-2026-clients.md 7.1; issue 10 item 3).
+ * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
+ * -1 r->err filled. */
 static int run_start(struct run *r, int fresh)
 {
     char token[SRV_TOKEN_MAX];
@@ -2901,28 +3142,34 @@ static int run_start(struct run *r, int fresh)
         goto done;
     }
     r->seqno = 0;
+    r->http_status = 0;
+    r->data_frames = 0;
+    r->t_start = mono_ms();
     if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
-        || up_head(&head, PATH_RUNSSE, 0, r->request_id, token, tl, body.len) < 0) {
+        || up_head_host(&head, &r->host, PATH_RUNSSE,
+                        r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
+                        r->request_id, token, tl, body.len) < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    r->sse = up_get(fresh, r->c->fd, &r->err);
+    r->sse = up_get_host(&r->host, fresh, r->c->fd, &r->err);
     if (!r->sse) goto done;
-    srv_log(LOG_DEBUG, "run %s: RunSSE on a %s connection", r->request_id,
-            r->sse->reused ? "pooled" : "new");
+    srv_log(LOG_DEBUG, "run %s: RunSSE to %s (%s) on a %s connection", r->request_id,
+            r->host.authority, PROFILE_NAME[r->profile], r->sse->reused ? "pooled" : "new");
     if (up_send(r->sse, &head, body.data, body.len) < 0) {
         up_io_error(r->sse, &r->err, "sending RunSSE");
         goto retry;
     }
-    if (run_send(r, r->run_msg.data, r->run_msg.len) < 0) goto done;
     r->sse->tick = run_tick;
     r->sse->tick_ctx = r;
     r->sse->io_timeout_ms = 0;
     r->sse->deadline = mono_ms() + r->idle_ms;
     if (up_read_head(r->sse, &r->err, "waiting for the RunSSE response") < 0) goto retry;
+    r->t_head = mono_ms();
     if (r->sse->status < 200 || r->sse->status > 299) {
         coai_buf eb = { 0 };
         eb.max = UP_ERR_BODY_MAX;
+        r->http_status = r->sse->status;
         r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
         r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
         up_body_all(r->sse, &eb);
@@ -2931,6 +3178,9 @@ static int run_start(struct run *r, int fresh)
         if (r->err.status == 401) r->upstream_401 = 1;
         goto done;
     }
+    srv_log(LOG_DEBUG, "run %s: RunSSE head after %lld ms; BidiAppend seqno 0", r->request_id,
+            (long long)(r->t_head - r->t_start));
+    if (run_send(r, r->run_msg.data, r->run_msg.len) < 0) goto done;
     rc = 0;
     goto done;
 retry:
@@ -2945,6 +3195,36 @@ done:
     return rc;
 }
 
+/* The other profile may still be tried for this request: none forced, not tried yet. */
+static int run_may_switch(struct run *r)
+{
+    return S.profile_forced < 0 && !r->cancelled && !(r->tries & 1);
+}
+
+/* The region failure as a 502 naming it; or, when GetServerConfig (asked again) now names
+ * another host and nothing reached the client, r->retry = RETRY_HOST. */
+static void run_region_error(struct run *r, const char *said, coai_error *e)
+{
+    coai_url now;
+    agent_invalidate(&r->host);
+    if (!(r->tries & 2) && !coai_reply_started(&r->reply)) {
+        agent_get(&now, NULL, 0);
+        if (!up_same_host(&now, &r->host)) {
+            srv_log(LOG_WARN, "run %s: agent host %s ended the run at once; retrying on %s",
+                    r->request_id, r->host.authority, now.authority);
+            r->retry = RETRY_HOST;
+            return;
+        }
+    }
+    coai_error_set(e, 502, "upstream_error", "upstream_wrong_region", NULL,
+                   "Cursor's agent host https://%s%s accepted the run and closed it at once "
+                   "without an answer%s%s%s: this host does not serve your account's region. "
+                   "cursor-oai asks GetServerConfig for the right one; CURSOR_OAI_AGENT_URL "
+                   "forces a host (see `cursor-oai doctor`).", r->host.authority,
+                   r->host.prefix, said && said[0] ? " (\"" : "", said ? said : "",
+                   said && said[0] ? "\")" : "");
+}
+
 /* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
 static int run_frame(struct run *r, const coai_frame *f)
 {
@@ -2956,7 +3236,34 @@ static int run_frame(struct run *r, const coai_frame *f)
         if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
         srv_log(LOG_DEBUG, "run %s: %s status %d", r->request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
+        if (st.code == 0 && st.error == 0 && r->data_frames == 0) {
+            /* HTTP 200, then an immediate clean end without a single message: what the
+             * wrong regional agent host answers (cursor-2026-clients.md 6). */
+            coai_error e;
+            run_region_error(r, st.message, &e);
+            if (r->retry) return COAI_DONE;
+            return coai_reply_feed_error(&r->reply, &e);
+        }
+        if (st.code != 0 && !coai_reply_started(&r->reply) && run_may_switch(r)) {
+            coai_error e;
+            coai_error_from_status(&st, &e);
+            if (profile_wrong(0, &e)) {
+                r->err = e;
+                r->retry = RETRY_PROFILE;
+                return COAI_DONE;
+            }
+        }
         return coai_reply_feed_status(&r->reply, &st);
+    }
+    if (r->data_frames++ == 0) {
+        int changed;
+        pthread_mutex_lock(&S.lock);
+        changed = S.profile != r->profile;
+        S.profile = r->profile;         /* the profile that worked, for the next runs */
+        pthread_mutex_unlock(&S.lock);
+        if (changed)
+            srv_log(LOG_INFO, "transport profile %s works; using it from now on",
+                    PROFILE_NAME[r->profile]);
     }
     rc = coai_msg_decode(&r->msg, f->data, f->len);
     if (rc < 0) {
@@ -2991,8 +3298,14 @@ static void run_stream(struct run *r)
                 if (rc < 0)
                     up_err(&e, 502, "upstream_truncated",
                            "upstream body ended inside a frame");
-                rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
-                            : coai_reply_feed_eof(&r->reply);
+                if (rc >= 0 && r->data_frames == 0) {
+                    /* an empty 200 body: the wrong-region answer without even a trailer */
+                    run_region_error(r, NULL, &e);
+                    rc = r->retry ? COAI_DONE : coai_reply_feed_error(&r->reply, &e);
+                } else {
+                    rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
+                                : coai_reply_feed_eof(&r->reply);
+                }
             } else if (r->sse->why == UPX_CANCELLED) {
                 r->cancelled = 1;
             } else if (r->sse->why == UPX_TIMEOUT) {
@@ -3030,6 +3343,19 @@ static void run_stream(struct run *r)
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+}
+
+/* The prompt-size cap (CURSOR_OAI_MAX_PROMPT_BYTES) on the final UserMessage text.
+ * 0 ok, -1 with a 400 context_length_exceeded in *e naming the size and the cap. */
+static int prompt_cap_check(size_t len, coai_error *e)
+{
+    if (!S.max_prompt || len <= S.max_prompt) return 0;
+    coai_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                   "The conversation flattens to a %zu-byte prompt; Cursor accepts about %zu "
+                   "bytes in one message (CURSOR_OAI_MAX_PROMPT_BYTES). Shorten or compact "
+                   "the conversation.", len, S.max_prompt);
+    e->no_retry = 1;
+    return -1;
 }
 
 /* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
@@ -3336,6 +3662,12 @@ static int handle_chat(struct conn *c)
         session[12] = 0;
     }
     coai_chat_request_params(&req, &params);
+    /* The UserMessage text is final here: over the cap it is refused, never sent blindly
+     * (the upstream would fail it with a bare invalid_argument). */
+    if (prompt_cap_check(params.prompt.len, &e) < 0) {
+        send_coai_error(c, &e);
+        goto done;
+    }
     params.model_id = model;
     params.message_id = coai_str_c(msg_id);
     params.conversation_id = coai_str_c(conv_id);
@@ -3364,6 +3696,12 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
+    pthread_mutex_lock(&S.lock);
+    r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
+    pthread_mutex_unlock(&S.lock);
+    agent_get(&r->host, NULL, 0);
+again:
+    r->retry = RETRY_NONE;
     for (attempt = 0; attempt < 2; attempt++) {
         coai_error re;
         int fr;
@@ -3384,9 +3722,39 @@ static int handle_chat(struct conn *c)
         memset(&r->err, 0, sizeof r->err);
         r->upstream_401 = 0;
     }
-    if (rc == 0) {
-        run_stream(r);
-    } else if (!r->cancelled) {
+    if (rc != 0 && !r->cancelled && run_may_switch(r) && profile_wrong(r->http_status, &r->err))
+        r->retry = RETRY_PROFILE;
+    if (rc != 0 && !r->cancelled && r->err.code
+        && (strcmp(r->err.code, "upstream_unreachable") == 0
+            || strcmp(r->err.code, "upstream_timeout") == 0
+            || strncmp(r->err.code, "upstream_tls", 12) == 0))
+        agent_invalidate(&r->host);     /* the next run asks GetServerConfig again */
+    if (rc == 0) run_stream(r);
+    if (r->retry && !r->cancelled && !coai_reply_started(&r->reply)) {
+        /* Nothing reached the client: start over once with the other profile, or on the
+         * host GetServerConfig names now. */
+        if (r->retry == RETRY_PROFILE) {
+            r->tries |= 1;
+            srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
+                    r->request_id, PROFILE_NAME[r->profile], r->err.message,
+                    PROFILE_NAME[!r->profile]);
+            r->profile = !r->profile;
+        } else {
+            r->tries |= 2;
+            agent_get(&r->host, NULL, 0);
+        }
+        if (r->sse) { up_free(r->sse); r->sse = NULL; }
+        coai_reply_free(&r->reply);
+        coai_frame_decoder_free(&r->frames);
+        memset(&r->err, 0, sizeof r->err);
+        r->upstream_401 = 0;
+        if (coai_reply_init(&r->reply, &o) < 0) {
+            send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+            goto done;
+        }
+        goto again;
+    }
+    if (rc != 0 && !r->cancelled) {
         r->in_feed = 1;
         coai_reply_feed_error(&r->reply, &r->err);
         r->in_feed = 0;
@@ -3641,6 +4009,7 @@ static const char USAGE[] =
     "       cursor-oai status               who is logged in, and does Cursor accept it\n"
     "       cursor-oai models               the models this account can use\n"
     "       cursor-oai usage [--json]       plan, usage this billing period, when it resets\n"
+    "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
     "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /v1/usage,\n"
@@ -3675,7 +4044,8 @@ static const char SERVE_HELP[] =
     "Environment:\n"
     "  CURSOR_ACCESS_TOKEN      Cursor access token used upstream (overrides the files)\n"
     "  CURSOR_API_URL           upstream base URL, https only (default https://api2.cursor.sh)\n"
-    "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default cli-2025.11.25-d5b3271)\n"
+    "  CURSOR_CLIENT_VERSION    x-cursor-client-version (default: the newest of the built-in\n"
+    "                           " SRV_DEFAULT_CLIENT_VERSION " and an installed cursor-agent's)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
@@ -3685,6 +4055,11 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_MAX_IMAGE_BYTES   largest image in decoded bytes, 413 beyond (5242880)\n"
     "  CURSOR_OAI_MAX_IMAGES        images per request, 400 beyond (12)\n"
     "  CURSOR_OAI_MAX_IMAGES_BYTES  all images of a request in bytes, 413 beyond (20971520)\n"
+    "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
+    "                           conversations get a 400 context_length_exceeded\n"
+    "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
+    "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
+    "                           grpc-web, with Connect as the fallback)\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -3737,6 +4112,16 @@ static const char STATUS_HELP[] =
     "not counted in the exit status). Exit status: 0 logged in and accepted, 1 not\n"
     "logged in, rejected, or the check failed.\n";
 
+static const char DOCTOR_HELP[] =
+    "Usage: cursor-oai doctor [--model NAME] [--verbose]\n"
+    "\n"
+    "Checks the whole path to Cursor, one step at a time, and says what to do when a step\n"
+    "fails: the credentials (expiry, renewal), GetServerConfig (the agent host runs go to),\n"
+    "GetUsableModels, and one tiny real run (\"Reply with the word OK.\", model auto or\n"
+    "--model) under each transport profile until one works. Prints the client version and\n"
+    "hosts used and each step's time; never prints a token. --verbose adds the log lines.\n"
+    "Uses the same environment as `serve`. Exit status: 0 a run worked, 1 otherwise.\n";
+
 static const char MODELS_HELP[] =
     "Usage: cursor-oai models\n"
     "\n"
@@ -3768,6 +4153,7 @@ static int parse_api_url(const char *url)
     copy_str(S.up_port, sizeof S.up_port, u.port, strlen(u.port));
     copy_str(S.up_authority, sizeof S.up_authority, u.authority, strlen(u.authority));
     copy_str(S.up_prefix, sizeof S.up_prefix, u.prefix, strlen(u.prefix));
+    S.base = u;
     return 0;
 }
 
@@ -3837,6 +4223,23 @@ static int env_count(const char *name, size_t def, size_t max, size_t *out)
     n = strtoull(v, &end, 10);
     if (errno || *end || *v == '-' || n == 0 || n > max) {
         fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to %zu\n", name, max);
+        return -1;
+    }
+    *out = (size_t)n;
+    return 0;
+}
+
+/* A byte count from the environment (1..1 GiB), default def when unset. */
+static int env_bytes(const char *name, size_t def, size_t *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    long long n;
+    if (!v || !*v) { *out = def; return 0; }
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (errno || *end || n <= 0 || n > 1024LL * 1024 * 1024) {
+        fprintf(stderr, "cursor-oai: %s must be a number of bytes (1..1073741824)\n", name);
         return -1;
     }
     *out = (size_t)n;
@@ -3956,6 +4359,58 @@ usage:
     return 2;
 }
 
+/* x-cursor-client-version, decided once (spec 2.1, issue 10 item 1):
+ *   1. CURSOR_CLIENT_VERSION as given ("cli-" is added to a bare build id such as
+ *      2026.08.11-e8db854: the live server requires the prefix);
+ *   2. else "cli-" + the newest build directory under ~/.local/share/cursor-agent/versions
+ *      (an installed cursor-agent), when it is newer than the built-in one;
+ *   3. else SRV_DEFAULT_CLIENT_VERSION.
+ * The same value goes on every upstream call (RunSSE, BidiAppend, GetUsableModels,
+ * GetServerConfig). 0 ok, -1 the env value cannot be a header value. */
+static int client_version_resolve(const char *env)
+{
+    coai_cli_version best, v;
+    char dir[PATH_MAX], bestname[128] = "";
+    const char *home = getenv("HOME");
+    DIR *d;
+    struct dirent *de;
+    if (env && *env) {
+        if (!coai_header_value_ok(coai_str_c(env)) || strlen(env) + 4 >= sizeof S.client_version)
+            return -1;
+        snprintf(S.client_version, sizeof S.client_version, "%s%s",
+                 strncmp(env, "cli-", 4) != 0 && coai_cli_version_parse(coai_str_c(env), &v) == 0
+                 ? "cli-" : "", env);
+        snprintf(S.client_version_src, sizeof S.client_version_src, "CURSOR_CLIENT_VERSION%s",
+                 coai_cli_version_parse(coai_str_c(env), &v) == 0 ? ""
+                 : " (not a known cursor-agent build id form; sent as is)");
+        return 0;
+    }
+    snprintf(S.client_version, sizeof S.client_version, "%s", SRV_DEFAULT_CLIENT_VERSION);
+    snprintf(S.client_version_src, sizeof S.client_version_src, "built-in default");
+    coai_cli_version_parse(coai_str_c(SRV_DEFAULT_CLIENT_VERSION), &best);
+    if (!home || !*home) return 0;
+    snprintf(dir, sizeof dir, "%s/.local/share/cursor-agent/versions", home);
+    d = opendir(dir);
+    if (!d) return 0;
+    while ((de = readdir(d)) != NULL) {
+        size_t n = strlen(de->d_name);
+        if (n >= sizeof bestname || coai_cli_version_parse(coai_str_c(de->d_name), &v) < 0)
+            continue;
+        if (coai_cli_version_cmp(&v, &best) > 0) {
+            best = v;
+            memcpy(bestname, de->d_name, n + 1);
+        }
+    }
+    closedir(d);
+    if (bestname[0]) {
+        snprintf(S.client_version, sizeof S.client_version, "cli-%s", bestname);
+        snprintf(S.client_version_src, sizeof S.client_version_src,
+                 "installed cursor-agent (%s/%s), newer than the built-in %s", dir, bestname,
+                 SRV_DEFAULT_CLIENT_VERSION);
+    }
+    return 0;
+}
+
 /* Everything from the environment and the file system. 0 ok, -1 (message printed). */
 static int configure(void)
 {
@@ -3970,8 +4425,26 @@ static int configure(void)
                 "(https only)\n");
         return -1;
     }
-    S.client_version = cv && *cv ? cv : SRV_DEFAULT_CLIENT_VERSION;
-    if (!coai_header_value_ok(coai_str_c(S.client_version))) {
+    {
+        const char *au = getenv("CURSOR_OAI_AGENT_URL"), *pr = getenv("CURSOR_OAI_PROFILE");
+        memset(&S.agent_forced, 0, sizeof S.agent_forced);
+        if (au && *au && coai_url_parse_https(coai_str_c(au), &S.agent_forced) < 0) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
+                    "https://host[:port][/path] (https only)\n");
+            return -1;
+        }
+        S.profile_forced = -1;
+        if (pr && *pr) {
+            if (strcmp(pr, "grpc-web") == 0) S.profile_forced = PROF_GRPCWEB;
+            else if (strcmp(pr, "connect") == 0) S.profile_forced = PROF_CONNECT;
+            else {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_PROFILE must be grpc-web or connect\n");
+                return -1;
+            }
+            S.profile = S.profile_forced;
+        }
+    }
+    if (client_version_resolve(cv) < 0) {
         fprintf(stderr, "cursor-oai: CURSOR_CLIENT_VERSION must be printable ASCII (e.g. "
                 "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
         return -1;
@@ -3979,7 +4452,8 @@ static int configure(void)
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
-        || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl))
+        || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
+        || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
         return -1;
     if (env_count("CURSOR_OAI_MAX_IMAGE_BYTES", COAI_MAX_IMAGE_BYTES, SRV_BODY_MAX,
                   &IMG_LIMITS.max_bytes)
@@ -4046,6 +4520,12 @@ static int run_serve(int argc, char **argv)
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
+    srv_log(LOG_INFO, "client version %s (%s); transport profile %s%s; agent host %s",
+            S.client_version, S.client_version_src, PROFILE_NAME[S.profile],
+            S.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
+                                  : " (connect as the fallback)",
+            S.agent_forced.host[0] ? "from CURSOR_OAI_AGENT_URL"
+                                   : "from GetServerConfig at the first run");
     UPX.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
     S.stop_at = mono_ms();
@@ -4496,6 +4976,7 @@ static int run_status(int argc, char **argv)
     printf("Credentials: %s\n", src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
            : src == CRED_OURS ? S.ours_path : S.agent_path);
     if (src == CRED_AGENT) printf("             (cursor-agent's file, read only)\n");
+    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
     describe_expiry(buf, sizeof buf, tok);
     printf("Access token: %s\n", buf);
     pthread_mutex_lock(&S.lock);
@@ -4611,6 +5092,264 @@ done:
     return rc;
 }
 
+
+/* ---- doctor (issue 10 item 9) ------------------------------------------------------------
+ * Each step prints "<verdict> <step> (<ms> ms): <what>" and, when it failed, "  -> advice".
+ * The run goes through handle_chat itself (a socket pair stands in for the client), so it
+ * takes exactly the path a client's request takes. */
+
+static int64_t doctor_t0;
+
+static void doctor_step(const char *verdict, const char *step, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void doctor_step(const char *verdict, const char *step, const char *fmt, ...)
+{
+    char msg[1200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("%-4s %-16s (%5lld ms) %s\n", verdict, step, (long long)(mono_ms() - doctor_t0), msg);
+    fflush(stdout);
+    doctor_t0 = mono_ms();      /* each step's own time */
+}
+
+static void doctor_advice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void doctor_advice(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("     -> ", stdout);
+    vprintf(fmt, ap);
+    fputs("\n", stdout);
+    va_end(ap);
+    fflush(stdout);
+}
+
+/* What to do about an error a step got, by its code. */
+static void doctor_advise(const coai_error *e, const coai_url *agent)
+{
+    const char *code = e->code ? e->code : "";
+    if (strcmp(code, "outdated_client") == 0)
+        doctor_advice("Cursor refuses the client version %s as outdated: set "
+                      "CURSOR_CLIENT_VERSION to a current cursor-agent build (e.g. "
+                      SRV_DEFAULT_CLIENT_VERSION " or newer), or update cursor-agent "
+                      "(its newest build is used automatically).", S.client_version);
+    else if (strcmp(code, "upstream_wrong_region") == 0)
+        doctor_advice("the agent host https://%s%s does not serve your account's region. "
+                      "Set CURSOR_OAI_AGENT_URL to the right one, or unset it and check what "
+                      "GetServerConfig names.", agent->authority, agent->prefix);
+    else if (strcmp(code, "upstream_unreachable") == 0 || strcmp(code, "upstream_timeout") == 0
+             || strncmp(code, "upstream_tls", 12) == 0)
+        doctor_advice("cannot reach https://%s%s: check the network, a proxy or firewall, "
+                      "SSL_CERT_FILE; set CURSOR_OAI_AGENT_URL if the agent host is wrong.",
+                      agent->authority, agent->prefix);
+    else if (e->status == 401 || e->status == 403)
+        doctor_advice("run `cursor-oai login` again.");
+    else if (strcmp(code, "insufficient_quota") == 0)
+        doctor_advice("your Cursor plan's usage is used up; check it in Cursor.");
+    else if (strcmp(code, "rate_limit_exceeded") == 0)
+        doctor_advice("rate limited: try again in a minute.");
+    else if (strcmp(code, "upstream_resource_exhausted") == 0 || e->status == 404)
+        doctor_advice("try another model: doctor --model NAME (see `cursor-oai models`).");
+    else
+        doctor_advice("run with --verbose and attach the output to a bug report.");
+}
+
+/* One chat through handle_chat. *status = HTTP status, body = the response body. */
+static void doctor_chat(const char *model, int *status, coai_buf *body)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    int sv[2];
+    char buf[16384];
+    coai_buf raw = { 0 };
+    ssize_t n;
+    *status = 0;
+    if (!c || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) { free(c); return; }
+    c->fd = sv[0];
+    c->t0 = mono_ms();
+    coai_buf_printf(&c->body, "{\"model\":");
+    coai_json_str_append(&c->body, model, strlen(model));
+    coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
+                  "\"Reply with the word OK.\"}]}");
+    handle_chat(c);
+    close(sv[0]);
+    while ((n = read(sv[1], buf, sizeof buf)) > 0) coai_buf_append(&raw, buf, (size_t)n);
+    close(sv[1]);
+    if (raw.data && raw.len > 12 && memcmp(raw.data, "HTTP/1.1 ", 9) == 0) {
+        const char *b = strstr((const char *)raw.data, "\r\n\r\n");
+        *status = atoi((const char *)raw.data + 9);
+        if (b) coai_buf_append(body, b + 4, raw.len - (size_t)(b + 4 - (const char *)raw.data));
+    }
+    coai_buf_free(&raw);
+    coai_buf_free(&c->body);
+    coai_buf_free(&c->wbuf);
+    free(c);
+}
+
+static int run_doctor(int argc, char **argv)
+{
+    char tok[SRV_TOKEN_MAX], buf[400], src[700];
+    const char *model = "auto";
+    coai_buf json = { 0 };
+    coai_models m;
+    coai_error e;
+    coai_url agent;
+    int i, srcw, ok_run = 0, order[2], norder, failed_cfg;
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+            model = argv[++i];
+        } else if (strcmp(argv[i], "--verbose") == 0) {
+            continue;
+        } else {
+            int help = strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
+            fputs(DOCTOR_HELP, help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (cli_setup(1) < 0) return 1;
+    S.log_level = LOG_ERROR;
+    for (i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--verbose") == 0) S.log_level = LOG_INFO;
+    if (!getcwd(S.workspace, sizeof S.workspace)) copy_str(S.workspace, sizeof S.workspace, "/", 1);
+    doctor_t0 = mono_ms();
+    printf("cursor-oai %s doctor\n", COAI_VERSION);
+    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
+    printf("Base URL:       https://%s%s (CURSOR_API_URL%s)\n", S.up_authority, S.up_prefix,
+           getenv("CURSOR_API_URL") && *getenv("CURSOR_API_URL") ? "" : " default");
+    printf("Profiles:       %s\n", S.profile_forced >= 0
+           ? (S.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
+                                               : "grpc-web only (CURSOR_OAI_PROFILE)")
+           : "grpc-web, then connect");
+    fflush(stdout);
+
+    /* 1. credentials */
+    srcw = cred_load();
+    if (srcw == CRED_NONE) {
+        doctor_step("FAIL", "credentials", "not logged in (no CURSOR_ACCESS_TOKEN, %s or %s)",
+                    S.ours_path, S.agent_path);
+        doctor_advice("run `cursor-oai login`.");
+        return 1;
+    }
+    memset(&e, 0, sizeof e);
+    if (cred_ensure(&e) < 0) {
+        doctor_step("FAIL", "credentials", "the token could not be renewed: %s", e.message);
+        doctor_advise(&e, &S.base);
+        return 1;
+    }
+    cred_token(tok, sizeof tok, NULL);
+    describe_identity(buf, sizeof buf, tok);
+    {
+        char exp[200];
+        describe_expiry(exp, sizeof exp, tok);
+        pthread_mutex_lock(&S.lock);
+        doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
+                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? S.ours_path
+                    : S.agent_path, exp, srcw == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN)"
+                    : S.cred_key[0] ? "by API key" : S.refresh[0] ? "by refresh token"
+                    : "none");
+        pthread_mutex_unlock(&S.lock);
+    }
+    memset(tok, 0, sizeof tok);
+
+    /* 2. GetServerConfig */
+    if (S.agent_forced.host[0]) {
+        coai_url named;
+        memset(&e, 0, sizeof e);
+        i = server_config_fetch(&named, &e);
+        doctor_step(i < 0 ? "WARN" : "OK", "GetServerConfig",
+                    "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s",
+                    S.agent_forced.authority, S.agent_forced.prefix,
+                    i == 0 ? "names https://" : i == 1 ? "names no agent URL" : "failed: ",
+                    i == 0 ? named.authority : i == 1 ? "" : e.message,
+                    i == 0 ? named.prefix : "");
+        if (i < 0) doctor_advise(&e, &S.base);
+        agent = S.agent_forced;
+    } else {
+        agent_get(&agent, src, sizeof src);
+        pthread_mutex_lock(&S.lock);
+        failed_cfg = S.agent_failed;
+        pthread_mutex_unlock(&S.lock);
+        doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "runs go to https://%s%s (%s)",
+                    agent.authority, agent.prefix, src);
+        if (failed_cfg && strstr(src, "outdated"))
+            doctor_advice("Cursor refuses the client version %s as outdated: set "
+                          "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
+                          S.client_version);
+        else if (failed_cfg)
+            doctor_advice("runs fall back to the base URL; if they fail with a region error, "
+                          "set CURSOR_OAI_AGENT_URL.");
+    }
+
+    /* 3. GetUsableModels */
+    memset(&m, 0, sizeof m);
+    if (cli_models(&json, &e) == 0) {
+        coai_models_parse(&m, (const char *)json.data, json.len);
+        doctor_step("OK", "GetUsableModels", "%zu models", m.count);
+    } else {
+        doctor_step("FAIL", "GetUsableModels", "%s", e.message);
+        doctor_advise(&e, &S.base);
+    }
+    coai_models_free(&m);
+    coai_buf_free(&json);
+
+    /* 4. one tiny run per profile until one works */
+    norder = 0;
+    if (S.profile_forced >= 0) {
+        order[norder++] = S.profile_forced;
+    } else {
+        order[norder++] = PROF_GRPCWEB;
+        order[norder++] = PROF_CONNECT;
+    }
+    for (i = 0; i < norder && !ok_run; i++) {
+        coai_buf body = { 0 };
+        int st, saved = S.profile_forced;
+        char step[32];
+        cJSON *j;
+        snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
+        S.profile_forced = order[i];    /* exactly this profile, no switching inside */
+        S.profile = order[i];
+        agent_get(&agent, NULL, 0);
+        doctor_chat(model, &st, &body);
+        S.profile_forced = saved;
+        j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+        if (st == 200) {
+            const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"),
+                                                 0);
+            const cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
+            const cJSON *ct = cJSON_GetObjectItemCaseSensitive(msg, "content");
+            const char *text = cJSON_IsString(ct) ? ct->valuestring : "";
+            doctor_step("OK", step, "model %s on https://%s%s answered \"%.80s%s\"", model,
+                        agent.authority, agent.prefix, text, strlen(text) > 80 ? "..." : "");
+            ok_run = 1;
+        } else {
+            const cJSON *eo = cJSON_GetObjectItemCaseSensitive(j, "error");
+            const cJSON *em = cJSON_GetObjectItemCaseSensitive(eo, "message");
+            const cJSON *ec = cJSON_GetObjectItemCaseSensitive(eo, "code");
+            memset(&e, 0, sizeof e);
+            coai_error_set(&e, st, "x", cJSON_IsString(ec) ? ec->valuestring : "", NULL, "%s",
+                           cJSON_IsString(em) ? em->valuestring : "no answer");
+            doctor_step("FAIL", step, "HTTP %d on https://%s%s: %s [%s]", st, agent.authority,
+                        agent.prefix, e.message, e.code[0] ? e.code : "-");
+            doctor_advise(&e, &agent);
+        }
+        cJSON_Delete(j);
+        coai_buf_free(&body);
+    }
+    if (ok_run) {
+        printf("Verdict: OK, Cursor answers through cursor-oai (transport profile %s).\n",
+               PROFILE_NAME[S.profile]);
+        if (S.profile_forced < 0 && S.profile == PROF_CONNECT)
+            printf("         Only the connect profile worked: CURSOR_OAI_PROFILE=connect "
+                   "skips the failing first try.\n");
+    } else {
+        printf("Verdict: FAILED, no run worked (see the advice above).\n");
+    }
+    return ok_run ? 0 : 1;
+}
+
 static int run_usage(int argc, char **argv)
 {
     coai_quota u;
@@ -4651,6 +5390,9 @@ int main(int argc, char **argv)
     pthread_cond_init(&S.idle, NULL);
     pthread_cond_init(&S.cred_cv, NULL);
     pthread_cond_init(&S.models_cv, NULL);
+    pthread_cond_init(&S.agent_cv, NULL);
+    S.profile_forced = -1;
+    S.profile = PROF_GRPCWEB;
     S.listen_fd = -1;
     S.log_level = LOG_INFO;
     S.cred_gen = 1;
@@ -4667,6 +5409,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "logout") == 0) return run_logout(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "doctor") == 0) return run_doctor(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "usage") == 0) return run_usage(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;

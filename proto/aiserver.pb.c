@@ -30,6 +30,9 @@ PB_BIND(aiserver_v1_CustomErrorDetails, aiserver_v1_CustomErrorDetails, AUTO)
 PB_BIND(aiserver_v1_CustomErrorDetails_AdditionalInfoEntry, aiserver_v1_CustomErrorDetails_AdditionalInfoEntry, AUTO)
 
 
+PB_BIND(aiserver_v1_AnalyticsMetadata, aiserver_v1_AnalyticsMetadata, AUTO)
+
+
 PB_BIND(aiserver_v1_AvailableModelsRequest, aiserver_v1_AvailableModelsRequest, AUTO)
 
 

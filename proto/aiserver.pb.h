@@ -109,6 +109,15 @@ typedef struct _aiserver_v1_BidiPollResponse {
     bool eof;
 } aiserver_v1_BidiPollResponse;
 
+typedef struct _aiserver_v1_CustomErrorDetails_AdditionalInfoEntry {
+    char *key;
+    char *value;
+} aiserver_v1_CustomErrorDetails_AdditionalInfoEntry;
+
+typedef struct _aiserver_v1_AnalyticsMetadata {
+    char *action_required;
+} aiserver_v1_AnalyticsMetadata;
+
 typedef struct _aiserver_v1_CustomErrorDetails {
     char *title; /* R (found by the original string scraper) */
     char *detail; /* R (found by the original string scraper) */
@@ -126,6 +135,10 @@ typedef struct _aiserver_v1_CustomErrorDetails {
     struct _aiserver_v1_ErrorButton *buttons;
     pb_size_t plan_choices_count;
     struct _aiserver_v1_PlanChoice *plan_choices;
+    /* Not in the 2025.11.25 schema; seen live in 2026 (cursor-upstream-extras.md 2.3):
+ {"analyticsMetadata":{"actionRequired":"payment"}} on "Update Required" errors. */
+    bool has_analytics_metadata;
+    aiserver_v1_AnalyticsMetadata analytics_metadata;
 } aiserver_v1_CustomErrorDetails;
 
 typedef struct _aiserver_v1_ErrorDetails {
@@ -135,11 +148,6 @@ typedef struct _aiserver_v1_ErrorDetails {
     bool has_is_expected;
     bool is_expected;
 } aiserver_v1_ErrorDetails;
-
-typedef struct _aiserver_v1_CustomErrorDetails_AdditionalInfoEntry {
-    char *key;
-    char *value;
-} aiserver_v1_CustomErrorDetails_AdditionalInfoEntry;
 
 typedef struct _aiserver_v1_AvailableModelsRequest {
     bool is_nightly;
@@ -280,6 +288,7 @@ extern "C" {
 
 
 
+
 #define aiserver_v1_AvailableModelsResponse_AvailableModel_degradation_status_ENUMTYPE aiserver_v1_AvailableModelsResponse_DegradationStatus
 
 
@@ -295,8 +304,9 @@ extern "C" {
 #define aiserver_v1_BidiPollRequest_init_default {false, aiserver_v1_BidiRequestId_init_default, false, 0}
 #define aiserver_v1_BidiPollResponse_init_default {0, NULL, false, 0}
 #define aiserver_v1_ErrorDetails_init_default    {_aiserver_v1_ErrorDetails_Error_MIN, false, aiserver_v1_CustomErrorDetails_init_default, false, 0}
-#define aiserver_v1_CustomErrorDetails_init_default {NULL, NULL, false, 0, false, 0, false, 0, false, 0, 0, NULL, 0, NULL, 0, NULL}
+#define aiserver_v1_CustomErrorDetails_init_default {NULL, NULL, false, 0, false, 0, false, 0, false, 0, 0, NULL, 0, NULL, 0, NULL, false, aiserver_v1_AnalyticsMetadata_init_default}
 #define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_init_default {NULL, NULL}
+#define aiserver_v1_AnalyticsMetadata_init_default {NULL}
 #define aiserver_v1_AvailableModelsRequest_init_default {0, 0, 0, 0, NULL}
 #define aiserver_v1_AvailableModelsResponse_init_default {0, NULL, 0, NULL, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_default}
 #define aiserver_v1_AvailableModelsResponse_TooltipData_init_default {0}
@@ -312,8 +322,9 @@ extern "C" {
 #define aiserver_v1_BidiPollRequest_init_zero    {false, aiserver_v1_BidiRequestId_init_zero, false, 0}
 #define aiserver_v1_BidiPollResponse_init_zero   {0, NULL, false, 0}
 #define aiserver_v1_ErrorDetails_init_zero       {_aiserver_v1_ErrorDetails_Error_MIN, false, aiserver_v1_CustomErrorDetails_init_zero, false, 0}
-#define aiserver_v1_CustomErrorDetails_init_zero {NULL, NULL, false, 0, false, 0, false, 0, false, 0, 0, NULL, 0, NULL, 0, NULL}
+#define aiserver_v1_CustomErrorDetails_init_zero {NULL, NULL, false, 0, false, 0, false, 0, false, 0, 0, NULL, 0, NULL, 0, NULL, false, aiserver_v1_AnalyticsMetadata_init_zero}
 #define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_init_zero {NULL, NULL}
+#define aiserver_v1_AnalyticsMetadata_init_zero  {NULL}
 #define aiserver_v1_AvailableModelsRequest_init_zero {0, 0, 0, 0, NULL}
 #define aiserver_v1_AvailableModelsResponse_init_zero {0, NULL, 0, NULL, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero, false, aiserver_v1_AvailableModelsResponse_FeatureModelConfig_init_zero}
 #define aiserver_v1_AvailableModelsResponse_TooltipData_init_zero {0}
@@ -334,6 +345,9 @@ extern "C" {
 #define aiserver_v1_BidiPollResponse_seqno_tag   1
 #define aiserver_v1_BidiPollResponse_data_tag    2
 #define aiserver_v1_BidiPollResponse_eof_tag     3
+#define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_key_tag 1
+#define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_value_tag 2
+#define aiserver_v1_AnalyticsMetadata_action_required_tag 1
 #define aiserver_v1_CustomErrorDetails_title_tag 1
 #define aiserver_v1_CustomErrorDetails_detail_tag 2
 #define aiserver_v1_CustomErrorDetails_allow_command_links_potentially_unsafe_please_only_use_for_handwritten_trusted_markdown_tag 3
@@ -343,11 +357,10 @@ extern "C" {
 #define aiserver_v1_CustomErrorDetails_additional_info_tag 7
 #define aiserver_v1_CustomErrorDetails_buttons_tag 8
 #define aiserver_v1_CustomErrorDetails_plan_choices_tag 9
+#define aiserver_v1_CustomErrorDetails_analytics_metadata_tag 10
 #define aiserver_v1_ErrorDetails_error_tag       1
 #define aiserver_v1_ErrorDetails_details_tag     2
 #define aiserver_v1_ErrorDetails_is_expected_tag 3
-#define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_key_tag 1
-#define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_value_tag 2
 #define aiserver_v1_AvailableModelsRequest_is_nightly_tag 1
 #define aiserver_v1_AvailableModelsRequest_include_long_context_models_tag 2
 #define aiserver_v1_AvailableModelsRequest_exclude_max_named_models_tag 3
@@ -441,18 +454,25 @@ X(a, STATIC,   OPTIONAL, BOOL,     show_request_id,   5) \
 X(a, STATIC,   OPTIONAL, BOOL,     should_show_immediate_error,   6) \
 X(a, POINTER,  REPEATED, MESSAGE,  additional_info,   7) \
 X(a, POINTER,  REPEATED, MESSAGE,  buttons,           8) \
-X(a, POINTER,  REPEATED, MESSAGE,  plan_choices,      9)
+X(a, POINTER,  REPEATED, MESSAGE,  plan_choices,      9) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  analytics_metadata,  10)
 #define aiserver_v1_CustomErrorDetails_CALLBACK NULL
 #define aiserver_v1_CustomErrorDetails_DEFAULT NULL
 #define aiserver_v1_CustomErrorDetails_additional_info_MSGTYPE aiserver_v1_CustomErrorDetails_AdditionalInfoEntry
 #define aiserver_v1_CustomErrorDetails_buttons_MSGTYPE aiserver_v1_ErrorButton
 #define aiserver_v1_CustomErrorDetails_plan_choices_MSGTYPE aiserver_v1_PlanChoice
+#define aiserver_v1_CustomErrorDetails_analytics_metadata_MSGTYPE aiserver_v1_AnalyticsMetadata
 
 #define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_FIELDLIST(X, a) \
 X(a, POINTER,  SINGULAR, STRING,   key,               1) \
 X(a, POINTER,  SINGULAR, STRING,   value,             2)
 #define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_CALLBACK NULL
 #define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_DEFAULT NULL
+
+#define aiserver_v1_AnalyticsMetadata_FIELDLIST(X, a) \
+X(a, POINTER,  SINGULAR, STRING,   action_required,   1)
+#define aiserver_v1_AnalyticsMetadata_CALLBACK NULL
+#define aiserver_v1_AnalyticsMetadata_DEFAULT NULL
 
 #define aiserver_v1_AvailableModelsRequest_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, BOOL,     is_nightly,        1) \
@@ -555,6 +575,7 @@ extern const pb_msgdesc_t aiserver_v1_BidiPollResponse_msg;
 extern const pb_msgdesc_t aiserver_v1_ErrorDetails_msg;
 extern const pb_msgdesc_t aiserver_v1_CustomErrorDetails_msg;
 extern const pb_msgdesc_t aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_msg;
+extern const pb_msgdesc_t aiserver_v1_AnalyticsMetadata_msg;
 extern const pb_msgdesc_t aiserver_v1_AvailableModelsRequest_msg;
 extern const pb_msgdesc_t aiserver_v1_AvailableModelsResponse_msg;
 extern const pb_msgdesc_t aiserver_v1_AvailableModelsResponse_TooltipData_msg;
@@ -574,6 +595,7 @@ extern const pb_msgdesc_t aiserver_v1_PlanChoice_msg;
 #define aiserver_v1_ErrorDetails_fields &aiserver_v1_ErrorDetails_msg
 #define aiserver_v1_CustomErrorDetails_fields &aiserver_v1_CustomErrorDetails_msg
 #define aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_fields &aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_msg
+#define aiserver_v1_AnalyticsMetadata_fields &aiserver_v1_AnalyticsMetadata_msg
 #define aiserver_v1_AvailableModelsRequest_fields &aiserver_v1_AvailableModelsRequest_msg
 #define aiserver_v1_AvailableModelsResponse_fields &aiserver_v1_AvailableModelsResponse_msg
 #define aiserver_v1_AvailableModelsResponse_TooltipData_fields &aiserver_v1_AvailableModelsResponse_TooltipData_msg
@@ -592,6 +614,7 @@ extern const pb_msgdesc_t aiserver_v1_PlanChoice_msg;
 /* aiserver_v1_ErrorDetails_size depends on runtime parameters */
 /* aiserver_v1_CustomErrorDetails_size depends on runtime parameters */
 /* aiserver_v1_CustomErrorDetails_AdditionalInfoEntry_size depends on runtime parameters */
+/* aiserver_v1_AnalyticsMetadata_size depends on runtime parameters */
 /* aiserver_v1_AvailableModelsRequest_size depends on runtime parameters */
 /* aiserver_v1_AvailableModelsResponse_size depends on runtime parameters */
 /* aiserver_v1_AvailableModelsResponse_AvailableModel_size depends on runtime parameters */

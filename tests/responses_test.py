@@ -60,8 +60,20 @@ def scenarios(ws_hint, proxy_ws):
             {"op": "exec", "kind": "shell_stream", "id": 1, "exec_id": "exec-shell-0001",
              "command": "cat notes.txt", "cwd": proxy_ws, "timeout": 30000, "wait_reply": 1.0},
             {"op": "stall", "max_s": 30}]}
+    # Codex compacts a long session itself (a normal request with its summary prompt) when
+    # the provider is not OpenAI's; the session then goes on from the summary.
+    compact = {"when": [
+        {"prompt_contains": "CONTEXT CHECKPOINT COMPACTION", "steps": fin([
+            {"op": "text", "text": "SUMMARY-42: the echo ran."}])},
+        {"prompt_contains": "SUMMARY-42", "steps": fin([
+            {"op": "text", "text": "Finished after compaction."}])}],
+        "steps": [
+            {"op": "exec", "kind": "shell_stream", "id": 1, "exec_id": "exec-shell-0009",
+             "command": "echo hi", "cwd": proxy_ws, "timeout": 30000, "wait_reply": 1.0},
+            {"op": "stall", "max_s": 30}]}
     return {
         "codex_task": task,
+        "codex_compact": compact,
         "rs_tools": {"when": [{"prompt_contains": "[Tool result for", "steps": fin([
             {"op": "text", "text": "The file says: done."}])}], "steps": [
             {"op": "text", "text": "Reading the file."},
@@ -283,6 +295,13 @@ def t_codex(proxy, fake, tmp, record):
     check("codex task (apply_patch): final answer",
           r.rc == 0 and [i.get("text") for i in items(r, "agent_message")][-1:] ==
           ["Updated notes.txt."], r)
+
+    ws = workspace(tmp)
+    r = C.run_codex(base, "Run echo.", ws, model="scenario:codex_compact", timeout=180,
+                    config_extra="model_auto_compact_token_limit = 1000\n")
+    check("codex exec: a session over its token limit compacts through cursor-oai and goes on "
+          "from the summary", r.rc == 0 and [i.get("text") for i in items(
+              r, "agent_message")][-1:] == ["Finished after compaction."], r)
 
     ws = workspace(tmp)
     r = C.run_codex(base, "Think, then answer.", ws, model="scenario:thinking", timeout=120)

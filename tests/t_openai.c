@@ -713,6 +713,7 @@ static void test_non_stream(void)
         coai_status st;
         memset(&st, 0, sizeof st);
         st.code = 8;
+        strcpy(st.message, "You've hit your usage limit");
         CHECK(coai_reply_feed_status(&r, &st) == COAI_DONE);
     }
     CHECK(coai_reply_status(&r) == 429);

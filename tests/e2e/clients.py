@@ -358,7 +358,8 @@ def _responses_sse(model, turn, n):
     base = {"id": rid, "object": "response", "created_at": int(time.time()), "model": model,
             "output": [], "status": "in_progress"}
     done = dict(base, status="completed", output=out,
-                usage={"input_tokens": 1, "output_tokens": 1, "total_tokens": 2,
+                usage={"input_tokens": turn.get("input_tokens", 1), "output_tokens": 1,
+                       "total_tokens": turn.get("input_tokens", 1) + 1,
                        "input_tokens_details": {"cached_tokens": 0},
                        "output_tokens_details": {"reasoning_tokens": 0}})
     ev = [("response.created", {"response": base})] + ev + [

@@ -336,12 +336,19 @@ def t_opencode(proxy, fake, ws, secret, tmp):
 def t_faults(proxy, fake):
     for model, want in (("scenario:runsse_401", 401), ("scenario:runsse_500", 502),
                         ("scenario:append_401", 401), ("scenario:append_500", 502)):
+        # RunSSE-level answers are decided before the run request names a model
+        pre = model[len("scenario:"):] if model.startswith("scenario:runsse_") else None
+        if pre:
+            fake.ctl("/config", {"runsse_scenario": pre})
         for stream in (True, False):
-            st, hd, b, s = sse(proxy, model, stream=stream)
+            st, hd, b, s = sse(proxy, model if not pre else "scenario:text_basic",
+                               stream=stream)
             name = "%s stream=%s -> %d" % (model, stream, want)
             eq(name, st, want)
             check(name + " JSON error before any byte", is_error_body(b) and hd.get(
                 "content-type", "").startswith("application/json"), (hd, b[:300]))
+        if pre:
+            fake.ctl("/config", {"runsse_scenario": None})
     for stream in (True, False):
         st, hd, b, s = sse(proxy, "scenario:usage_limit", stream=stream)
         e = (jload(b) or {}).get("error") or {}

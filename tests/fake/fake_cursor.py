@@ -2,13 +2,22 @@
 """Fake Cursor upstream (spec Appendix A) for end-to-end tests. Python 3 standard library only.
 
 Serves over real TLS on 127.0.0.1 (TLS 1.2 allowed, for BearSSL clients):
-  POST /agent.v1.AgentService/RunSSE            gRPC-web framed, chunked streaming response
-  POST /aiserver.v1.BidiService/BidiAppend      gRPC-web unary
+  POST /agent.v1.AgentService/RunSSE            gRPC-web or Connect framed, chunked streaming
+  POST /aiserver.v1.BidiService/BidiAppend      gRPC-web unary, or Connect unary binary
   POST /aiserver.v1.AiService/GetUsableModels   Connect unary JSON
   POST /aiserver.v1.DashboardService/GetCurrentPeriodUsage, .../GetPlanInfo   Connect unary JSON
+  POST /aiserver.v1.ServerConfigService/GetServerConfig   Connect unary JSON (agentUrlConfig)
   GET  /auth/poll, POST /auth/refresh, POST /auth/exchange_user_api_key
 and validates requests the way the real server would (auth, content type, checksum, the headers of
 spec 2.1, request ids, append_seqno order, run request shape). Every request is recorded.
+Two profiles (issue 10): grpc-web (application/grpc-web+proto both ways, trailers) and Connect
+(RunSSE application/connect+proto with end-stream frames, BidiAppend application/proto); the
+Connect profile needs connect-protocol-version: 1 and may omit x-cursor-checksum.
+Start order as the live server has it: RunSSE registers its run and answers its 200 head at
+once; the seqno-0 append must come after that (one that arrives earlier is lost, and the run
+never starts: heartbeats only). A second TLS listener ("agent_port") serves the same API as the
+agent host GetServerConfig can name; with agent_host_only a RunSSE elsewhere ends at once with
+the region message. min_client_version rejects older x-cursor-client-version values as outdated.
 
 Behaviour per run comes from a scenario (a dict of steps, see SCENARIOS and run_steps()), chosen by
 the run request's model id "scenario:<name>" (or "scenario:long:<N>"), else by a queue / default
@@ -64,7 +73,17 @@ PATH_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 PATH_MODELS = "/aiserver.v1.AiService/GetUsableModels"
 PATH_USAGE = "/aiserver.v1.DashboardService/GetCurrentPeriodUsage"
 PATH_PLAN = "/aiserver.v1.DashboardService/GetPlanInfo"
+PATH_SERVER_CONFIG = "/aiserver.v1.ServerConfigService/GetServerConfig"
 CT_GRPCWEB = "application/grpc-web+proto"
+CT_CONNECT = "application/connect+proto"     # Connect streaming (RunSSE, Connect profile)
+CT_PROTO = "application/proto"               # Connect unary binary (BidiAppend, Connect profile)
+REGION_MESSAGE = "This region is not available for your team"
+CONNECT_CODES = ["ok", "canceled", "unknown", "invalid_argument", "deadline_exceeded",
+                 "not_found", "already_exists", "permission_denied", "resource_exhausted",
+                 "failed_precondition", "aborted", "out_of_range", "unimplemented", "internal",
+                 "unavailable", "data_loss", "unauthenticated"]
+VERSION_RE = re.compile(r"^(?:cli-)?(\d{4})\.(\d{2})\.(\d{2})-(?:(\d{2})-(\d{2})-(\d{2})-)?"
+                        r"[0-9a-f]{4,40}(?:-lab)?$")
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 HEX_RE = re.compile(r"^(?:[0-9a-f]{2})*$")
 
@@ -90,6 +109,25 @@ DEFAULT_CONFIG = {
     "default_scenario": "default",
     "silent_max_s": 120.0,         # silent_port gives up on a connection after this
     "runsse_close": False,         # RunSSE answers "Connection: close" and closes after the run
+    # --- live parity (issue 10) ---
+    "register_delay_s": 0.0,       # RunSSE registers its run (and sends its 200 head) this
+                                   # long after the request arrived; a seqno-0 append that
+                                   # comes before registration is lost and the run never starts
+    "runsse_scenario": None,       # scenario applied to every RunSSE before registration
+                                   # (runsse_status / runsse_response / headers_stall): the
+                                   # model is not known yet at that point
+    "min_client_version": None,    # e.g. "2026.08.01-0000000": older x-cursor-client-version
+                                   # (or an unparsable one) is rejected as outdated
+    "outdated_error": 28,          # 28: resource_exhausted + "Update Required" (2026 form);
+                                   # 30: ERROR_OUTDATED_CLIENT, permission_denied (older form)
+    "unsupported_profiles": [],    # "grpc-web" / "connect": answered 415 on RunSSE/BidiAppend
+    "agent_url": None,             # GetServerConfig's agentUrl/agentnUrl (None: the main
+                                   # listener itself; "agent": the agent listener)
+    "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
+    "server_config_seq": [],       # answers used one per call first (then server_config ...)
+    "server_config_status": None,  # HTTP status to fail GetServerConfig with
+    "agent_host_only": False,      # RunSSE anywhere but the agent listener: 200, then an OK
+                                   # end with the region message and no frames, then close
 }
 
 
@@ -306,6 +344,9 @@ class Run:
         self.stream = {}           # how the RunSSE stream went
         self.exec_replies = {}
         self.kv_replies = {}
+        self.registered = False    # the RunSSE registered the run (its 200 head went out)
+        self.dropped = False       # a seqno-0 append came before registration: never starts
+        self.profile = None        # "grpc-web" or "connect" (RunSSE content type)
 
     def summary(self):
         return {"request_id": self.rid, "scenario": self.scenario_name,
@@ -313,6 +354,8 @@ class Run:
                 "appends": [{k: v for k, v in a.items() if k != "message_hex"}
                             for a in self.appends],
                 "append_error": self.append_error, "runsse_count": self.runsse_count,
+                "registered": self.registered, "dropped": self.dropped,
+                "profile": self.profile,
                 "stream": dict(self.stream),
                 "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
                 "kv_replies": {str(k): v for k, v in self.kv_replies.items()}}
@@ -328,6 +371,7 @@ class State:
         self.refresh_tokens = set()
         self.poll_counts = {}
         self.stop = threading.Event()
+        self.ports = {}
         self.reset()
 
     def reset(self):
@@ -661,9 +705,53 @@ def bearer(req):
     return a[7:], ""
 
 
+def version_key(v):
+    m = VERSION_RE.match(v or "")
+    if not m:
+        return None
+    return tuple(int(x) if x else 0 for x in m.groups())
+
+
+def outdated_body(use_connect_details=True):
+    """(connect code, message, ErrorDetails bytes) of an outdated-client rejection."""
+    if int(S.config["outdated_error"]) == 30:
+        return "permission_denied", "Outdated client", pb.error_details(
+            30, "Outdated Client Error", "Please update Cursor to continue.", is_expected=True)
+    return "resource_exhausted", "Error", pb.error_details(
+        28, "Update Required", "Your version of Cursor is no longer supported. Please update.",
+        is_expected=True, action_required="payment")
+
+
+def connect_error_details(code, message, details):
+    """A Connect error object with one aiserver.v1.ErrorDetails (unpadded base64)."""
+    return {"code": code, "message": message, "details": [{
+        "type": "aiserver.v1.ErrorDetails",
+        "value": base64.b64encode(details).decode().rstrip("=")}]}
+
+
+def client_outdated(req):
+    floor = S.config["min_client_version"]
+    if not floor:
+        return False
+    got = version_key(req["headers"].get("x-cursor-client-version", ""))
+    return got is None or got < version_key(floor)
+
+
+def request_profile(req, agent):
+    """grpc-web / connect from the content type of an agent call; None for anything else."""
+    ct = req["headers"].get("content-type", "").split(";")[0].strip().lower()
+    if not agent:
+        return None
+    if ct == CT_GRPCWEB:
+        return "grpc-web"
+    if ct == (CT_CONNECT if req["path"] == PATH_RUNSSE else CT_PROTO):
+        return "connect"
+    return None
+
+
 def check_common(conn, req, rec, agent):
-    """auth -> content type -> checksum -> required headers. Returns an HTTP status if the
-    request was rejected (response already sent), else None."""
+    """auth -> content type (profile) -> checksum -> required headers. Returns an HTTP status
+    if the request was rejected (response already sent), else None."""
     h = req["headers"]
     tok, why = bearer(req)
     if tok is None:
@@ -673,12 +761,25 @@ def check_common(conn, req, rec, agent):
     if not ok:
         S.error("rejected: " + why, path=req["path"])
         return connect_error(conn, 401, "unauthenticated", why)
-    want = CT_GRPCWEB if agent else "application/json"
     ct = h.get("content-type", "")
-    if ct.split(";")[0].strip().lower() != want:
-        S.error("rejected: content-type %r (want %s)" % (ct, want), path=req["path"])
+    prof = request_profile(req, agent)
+    rec["profile"] = prof
+    if agent and prof is None or not agent and ct.split(";")[0].strip().lower() \
+            != "application/json":
+        S.error("rejected: content-type %r" % ct, path=req["path"])
         return connect_error(conn, 415, "unknown", "unsupported content-type %r" % ct)
-    if S.config["require_checksum"]:
+    if prof in (S.config["unsupported_profiles"] or []):
+        # a test marked this profile unsupported: what a server without it answers; not a
+        # validation error of the client
+        S.count("profile_rejected_" + prof)
+        return connect_error(conn, 415, "unknown", "unsupported content-type %r" % ct)
+    if prof == "connect" and h.get("connect-protocol-version") != "1":
+        S.error("rejected: Connect request without connect-protocol-version: 1",
+                path=req["path"])
+        return connect_error(conn, 400, "invalid_argument", "missing connect-protocol-version")
+    # The current CLI (Connect) sends no checksum and the live server accepts that; one that
+    # is sent must still be right.
+    if S.config["require_checksum"] and (prof != "connect" or "x-cursor-checksum" in h):
         cs = h.get("x-cursor-checksum")
         acc = pb.checksum_accepted(tok)
         if cs not in acc:
@@ -710,12 +811,27 @@ def check_common(conn, req, rec, agent):
 # ---------------------------------------------------------------------------------------------
 # endpoints
 
+def append_reply(conn, prof):
+    if prof == "connect":
+        conn.respond(200, b"", ctype=CT_PROTO)    # empty BidiAppendResponse
+    else:
+        conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
+
+
 def h_append(conn, req, rec):
     st = check_common(conn, req, rec, True)
     if st:
         return st
+    prof = rec["profile"]
+    if client_outdated(req):
+        code, msg, det = outdated_body()
+        S.count("outdated_rejections")
+        conn.respond(429 if code == "resource_exhausted" else 403,
+                     json.dumps(connect_error_details(code, msg, det)))
+        return 429
     try:
-        payload = pb.unenvelope(req["body"])
+        # grpc-web: an envelope; Connect unary: the bare message
+        payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
         ap = pb.dec_bidi_append(payload)
     except pb.PBError as e:
         S.error("BidiAppend body: %s" % e)
@@ -742,6 +858,9 @@ def h_append(conn, req, rec):
     run = S.run(rid)
     seq = ap["append_seqno"]
     with run.cond:
+        if run.profile and prof != run.profile:
+            S.error("BidiAppend profile %s differs from the run's %s" % (prof, run.profile),
+                    request_id=rid)
         if seq != run.next_seqno:
             S.error("append_seqno %d out of order (expected %d)" % (seq, run.next_seqno),
                     request_id=rid)
@@ -761,6 +880,20 @@ def h_append(conn, req, rec):
                 for b in bad:
                     S.error(b, request_id=rid)
                 return connect_error(conn, 400, "invalid_argument", "; ".join(bad))
+            if run.dropped:
+                S.error("append_seqno 0 repeated for a dropped run", request_id=rid)
+                return connect_error(conn, 400, "invalid_argument", "append_seqno out of order")
+            if not run.registered:
+                # The append raced ahead of the RunSSE's registration: the server has no run
+                # to give it to and loses it (cursor-2026-clients.md 7.1); the run never
+                # starts.
+                run.dropped = True
+                S.count("runs_dropped")
+                S.error("seqno-0 append before its RunSSE was registered: run dropped",
+                        request_id=rid)
+                run.cond.notify_all()
+                append_reply(conn, prof)
+                return 200
             run.run_request = msg
             check_images(run)
             pick_scenario(run)
@@ -778,7 +911,7 @@ def h_append(conn, req, rec):
     if fail and int(fail.get("seqno", 0)) == seq:
         return connect_error(conn, fail["status"], fail.get("code", "internal"),
                              fail.get("message", ""))
-    conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
+    append_reply(conn, prof)
     return 200
 
 
@@ -880,10 +1013,29 @@ def pick_scenario(run):
                                    "message": "unknown scenario " + name}]}
 
 
+def runsse_end(conn, prof, status=0, message=None, details=None):
+    """The last frame of a RunSSE in the run's profile: a gRPC-web trailer, or a Connect
+    end-stream JSON (details: ErrorDetails bytes)."""
+    if prof == "connect":
+        if status == 0:
+            return pb.end_stream({})
+        err = {"code": CONNECT_CODES[status] if 0 < status < len(CONNECT_CODES) else "unknown",
+               "message": message or ""}
+        if details is not None:
+            err = dict(connect_error_details(err["code"], err["message"], details))
+        return pb.end_stream({"error": err})
+    det = None
+    if details is not None:
+        det = pb.rpc_status(status, message or "", [(pb.ERROR_DETAILS_TYPE, details)])
+    return pb.trailer(status, message, det)
+
+
 def h_runsse(conn, req, rec):
     st = check_common(conn, req, rec, True)
     if st:
         return st
+    prof = rec["profile"]
+    ctype = CT_CONNECT if prof == "connect" else CT_GRPCWEB
     try:
         rid = pb.dec_bidi_request_id(pb.unenvelope(req["body"]))
     except pb.PBError as e:
@@ -899,46 +1051,99 @@ def h_runsse(conn, req, rec):
         if run.runsse_count > 1:
             S.error("second RunSSE for request id %s" % rid)
             return connect_error(conn, 409, "already_exists", "duplicate request id")
-    # Appendix A.1: nothing is sent before the seqno-0 append arrived.
-    r = conn.wait(S.config["append_wait_s"], run.cond, lambda: run.next_seqno > 0 or
-                  run.append_error is not None)
-    if r == "closed":
-        run.stream["ended"] = "client_closed_before_append"
-        S.count("runsse_closed_before_append")
-        return 0
-    if r == "timeout":
-        S.error("no append_seqno 0 within %.1fs for %s" % (S.config["append_wait_s"], rid))
-        return connect_error(conn, 400, "invalid_argument", "no run request arrived")
-    if run.append_error is not None:
-        status, code, msg = run.append_error
-        return connect_error(conn, status, code, msg)
-    sc = run.scenario or {}
-    rec["scenario"] = run.scenario_name
-    if sc.get("headers_stall"):
+        run.profile = prof
+    if client_outdated(req):
+        # decided before the run exists: a stream that ends at once with the error
+        code, msg, det = outdated_body()
+        S.count("outdated_rejections")
+        run.stream["ended"] = "outdated_client"
+        conn.start_chunked(200, ctype)
+        conn.chunk(runsse_end(conn, prof, CONNECT_CODES.index(code), msg, det))
+        conn.end_chunked()
+        return 200
+    if S.config["agent_host_only"] and conn.listener != "agent":
+        # the wrong regional host: HTTP 200, no frame, an OK end naming the region, close
+        S.count("region_rejections")
+        run.stream["ended"] = "wrong_region"
+        conn.start_chunked(200, ctype)
+        if prof == "connect":
+            conn.chunk(pb.end_stream({"metadata": {"x-cursor-message": [REGION_MESSAGE]}}))
+        else:
+            conn.chunk(pb.trailer(0, REGION_MESSAGE))
+        conn.end_chunked()
+        conn.abort()
+        return 200
+    # RunSSE-level behaviour is decided before the run request (and its model) arrives.
+    pre = S.config["runsse_scenario"]
+    sc0 = S.scenarios.get(pre, {}) if pre else {}
+    if sc0.get("headers_stall"):
         run.stream["ended"] = "headers_stall"
-        r = conn.wait(float(sc.get("max_s", S.config["stall_max_s"])))
+        r = conn.wait(float(sc0.get("max_s", S.config["stall_max_s"])))
         run.stream["stall_result"] = r
         if r == "closed":
             S.count("disconnects")
             S.count("disconnects_mid_stream")
         conn.abort()
         return 0
-    raw = sc.get("runsse_response")
+    raw = sc0.get("runsse_response")
     if raw:   # any status / content type / body, e.g. a proxy's or CDN's HTML error page
         conn.respond(int(raw["status"]), raw.get("body", ""),
                      ctype=raw.get("content_type", "text/html"), close=bool(raw.get("close")))
         return int(raw["status"])
-    fail = sc.get("runsse_status")
+    fail = sc0.get("runsse_status")
     if fail:
         return connect_error(conn, fail["status"], fail.get("code", "internal"),
                              fail.get("message", ""))
-    steps = select_steps(sc, run.run_request)
+    # Register the run (after the configured delay), then answer with the 200 head at once:
+    # the client sends the seqno-0 append only after seeing it.
+    delay = float(S.config["register_delay_s"])
+    if delay and conn.wait(delay) == "closed":
+        run.stream["ended"] = "client_closed_before_register"
+        return 0
+    with run.cond:
+        run.registered = True
+        run.cond.notify_all()
+    close = bool(S.config["runsse_close"])
+    conn.start_chunked(200, ctype, close=close)
     S.count("streams_started")
     S.stream_delta(1)
     ctx = StreamCtx(conn, run)
     try:
-        close = bool(S.config["runsse_close"])
-        conn.start_chunked(200, close=close)
+        r = conn.wait(S.config["append_wait_s"], run.cond, lambda: run.next_seqno > 0 or
+                      run.append_error is not None or run.dropped)
+        if r == "closed":
+            run.stream["ended"] = "client_closed_before_append"
+            S.count("runsse_closed_before_append")
+            raise PeerClosed("closed before the append")
+        if run.dropped:
+            # the run request was lost: the stream stays open with heartbeats only
+            run.stream["ended"] = "dropped"
+            while conn.wait(1.0) != "closed":
+                if time.time() - run.created > S.config["stall_max_s"]:
+                    break
+                _send(ctx, pb.envelope(pb.m_heartbeat()))
+            raise PeerClosed("dropped run given up")
+        if r == "timeout":
+            S.error("no append_seqno 0 within %.1fs for %s" % (S.config["append_wait_s"], rid))
+            conn.chunk(runsse_end(conn, prof, 3, "no run request arrived"))
+            conn.end_chunked()
+            run.stream["ended"] = "no_append"
+            return 200
+        if run.append_error is not None:
+            status, code, msg = run.append_error
+            conn.chunk(runsse_end(conn, prof, CONNECT_CODES.index(code)
+                                  if code in CONNECT_CODES else 2, msg))
+            conn.end_chunked()
+            run.stream["ended"] = "append_rejected"
+            return 200
+        sc = run.scenario or {}
+        rec["scenario"] = run.scenario_name
+        for k in ("runsse_status", "runsse_response", "headers_stall"):
+            if sc.get(k):
+                S.error("scenario %r decides the RunSSE answer: select it with the "
+                        "runsse_scenario config, not the model" % run.scenario_name,
+                        request_id=rid)
+        steps = select_steps(sc, run.run_request)
         run.stream["ended"] = "running"
         run_steps(ctx, steps)
         if not ctx.finished:
@@ -953,7 +1158,8 @@ def h_runsse(conn, req, rec):
         run.stream["ended"] = "completed"
         S.count("streams_completed")
     except PeerClosed as e:
-        run.stream["ended"] = "client_closed"
+        if run.stream.get("ended") in (None, "running"):
+            run.stream["ended"] = "client_closed"
         run.stream["closed_at_step"] = ctx.step
         run.stream["close_reason"] = str(e)
         S.count("disconnects")
@@ -1041,6 +1247,16 @@ def build_frame(st, run):
     if op == "interaction_query" and not st.get("wait_reply"):   # else run_step waits
         return pb.envelope(pb.m_interaction_query(int(st.get("id", 1)),
                                                   st.get("kind", "web_search")))
+    if op == "trailer" and run is not None and run.profile == "connect":
+        # the same outcome as a Connect end-stream frame
+        d = st.get("details")
+        det = None
+        if isinstance(d, dict):
+            det = pb.error_details(int(d.get("error", 0)), d.get("title", ""),
+                                   d.get("detail", ""), d.get("is_retryable"),
+                                   d.get("is_expected"), d.get("additional_info"),
+                                   d.get("action_required"))
+        return runsse_end(None, "connect", int(st.get("status", 0)), st.get("message"), det)
     if op == "trailer":
         d = st.get("details")
         det = None
@@ -1048,7 +1264,8 @@ def build_frame(st, run):
             det = pb.rpc_status(int(st.get("status", 0)), st.get("message", ""), [(
                 pb.ERROR_DETAILS_TYPE, pb.error_details(
                     int(d.get("error", 0)), d.get("title", ""), d.get("detail", ""),
-                    d.get("is_retryable"), d.get("is_expected"), d.get("additional_info")))])
+                    d.get("is_retryable"), d.get("is_expected"), d.get("additional_info"),
+                    d.get("action_required")))])
         elif isinstance(d, str):
             det = d
         return pb.trailer(int(st.get("status", 0)), st.get("message"), det, st.get("extra"))
@@ -1325,6 +1542,11 @@ def h_models(conn, req, rec):
         S.error("GetUsableModels body is not a JSON object: %s" % e)
         return connect_error(conn, 400, "invalid_argument", "bad JSON body")
     S.count("models_calls")
+    if client_outdated(req):
+        code, msg, det = outdated_body()
+        conn.respond(429 if code == "resource_exhausted" else 403,
+                     json.dumps(connect_error_details(code, msg, det)))
+        return 429
     if S.config["models_status"]:
         return connect_error(conn, int(S.config["models_status"]), "internal", "models failed")
     models = json.loads(json.dumps(BASE_MODELS))
@@ -1333,6 +1555,46 @@ def h_models(conn, req, rec):
             models.append({"modelId": "scenario:" + name, "displayModelId": "scenario:" + name,
                            "displayName": "Scenario " + name, "aliases": []})
     conn.respond(200, json.dumps({"models": models}))
+    return 200
+
+
+def h_server_config(conn, req, rec):
+    st = check_common(conn, req, rec, False)
+    if st:
+        return st
+    try:
+        body = json.loads(req["body"] or b"null")
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        S.error("GetServerConfig body is not a JSON object: %s" % e)
+        return connect_error(conn, 400, "invalid_argument", "bad JSON body")
+    S.count("server_config_calls")
+    if client_outdated(req):
+        code, msg, det = outdated_body()
+        conn.respond(429 if code == "resource_exhausted" else 403,
+                     json.dumps(connect_error_details(code, msg, det)))
+        return 429
+    if S.config["server_config_status"]:
+        return connect_error(conn, int(S.config["server_config_status"]), "internal",
+                             "server config failed")
+    with S.lock:
+        seq = S.config.get("server_config_seq") or []
+        nxt = seq.pop(0) if seq else None
+    if nxt is not None:
+        conn.respond(200, json.dumps(nxt))
+        return 200
+    if S.config["server_config"] is not None:
+        conn.respond(200, json.dumps(S.config["server_config"]))
+        return 200
+    url = S.config["agent_url"]
+    if url is None:
+        url = "https://localhost:%d" % S.ports["port"]
+    elif url == "agent":
+        url = "https://localhost:%d" % S.ports["agent_port"]
+    conn.respond(200, json.dumps({"agentUrlConfig": {"agentUrl": url, "agentnUrl": url},
+                                  "chatConfig": {}, "isDevDoNotUseForSecretThingsBecauseCanBe"
+                                  "SpoofedByUsersWithProxies": False}))
     return 200
 
 
@@ -1496,6 +1758,7 @@ ROUTES = {
     PATH_MODELS: ("POST", h_models),
     PATH_USAGE: ("POST", h_usage),
     PATH_PLAN: ("POST", h_plan),
+    PATH_SERVER_CONFIG: ("POST", h_server_config),
     "/auth/poll": ("GET", h_poll),
     "/auth/refresh": ("POST", h_refresh),
     "/auth/exchange_user_api_key": ("POST", h_exchange),
@@ -1790,12 +2053,15 @@ def main(argv=None):
     listeners = {}
     _, listeners["port"] = serve_tls("main", make_ctx(cp["server_cert"], cp["server_key"]),
                                      a.port)
+    # a second host for RunSSE/BidiAppend, named by GetServerConfig (agent_url "agent")
+    _, listeners["agent_port"] = serve_tls("agent", make_ctx(cp["server_cert"], cp["server_key"]))
     _, listeners["wrong_host_port"] = serve_tls(
         "wronghost", make_ctx(cp["wronghost_cert"], cp["wronghost_key"]))
     _, listeners["wrong_ca_port"] = serve_tls(
         "wrongca", make_ctx(cp["wrongca_cert"], cp["wrongca_key"]))
     _, listeners["rst_handshake_port"] = serve_raw("rst_handshake", h_rst_handshake)
     _, listeners["silent_port"] = serve_raw("silent", h_silent)
+    S.ports = listeners
     ctl = ThreadingHTTPServer(("127.0.0.1", a.control_port), Ctl)
     ctl.daemon_threads = True
     threading.Thread(target=ctl.serve_forever, daemon=True).start()

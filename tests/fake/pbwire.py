@@ -271,13 +271,17 @@ ERROR_DETAILS_TYPE = "type.googleapis.com/aiserver.v1.ErrorDetails"
 
 
 def error_details(error_code, title="", detail="", is_retryable=None, is_expected=None,
-                  additional_info=None):
-    """aiserver.v1.ErrorDetails {1 error enum, 2 CustomErrorDetails, 3 optional is_expected}."""
+                  additional_info=None, action_required=None):
+    """aiserver.v1.ErrorDetails {1 error enum, 2 CustomErrorDetails, 3 optional is_expected}.
+    action_required: CustomErrorDetails.analytics_metadata (10) {1 action_required}, as the
+    live 2026 "Update Required" answer carries it."""
     cd = o_str(1, title) + o_str(2, detail)
     if is_retryable is not None:
         cd += f_varint(4, 1 if is_retryable else 0)
     for k, v in (additional_info or {}).items():
         cd += f_bytes(7, f_bytes(1, k) + f_bytes(2, v))
+    if action_required is not None:
+        cd += f_bytes(10, f_bytes(1, action_required))
     out = o_varint(1, error_code) + f_bytes(2, cd)
     if is_expected is not None:
         out += f_varint(3, 1 if is_expected else 0)

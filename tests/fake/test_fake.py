@@ -361,19 +361,20 @@ class Client:
         c = self.conn()
         c.request("POST", "/agent.v1.AgentService/RunSSE",
                   body=pb.envelope(pb.c_bidi_request_id(rid)), headers=self.headers(rid))
-        if delay_append:
-            time.sleep(delay_append)
-        t_append = time.time()
-        st, _ = self.append(rid, pb.c_run_request(prompt, model, tools=tools), 0)
-        out = {"rid": rid, "append_status": st, "frames": [], "text": "", "thinking": "",
-               "events": [], "t_append": t_append, "error": None, "seq": 1}
+        # the live order: the seqno-0 append only after the RunSSE head
         r = c.getresponse()
-        out["status"] = r.status
-        out["t_headers"] = time.time()
+        out = {"rid": rid, "append_status": None, "frames": [], "text": "", "thinking": "",
+               "events": [], "error": None, "seq": 1, "status": r.status,
+               "t_headers": time.time()}
         if r.status != 200:
             out["body"] = r.read()
             c.close()
             return out
+        if delay_append:
+            time.sleep(delay_append)
+        out["t_append"] = time.time()
+        out["append_status"], _ = self.append(rid, pb.c_run_request(prompt, model, tools=tools),
+                                              0)
         fr = pb.FrameReader()
         blobs = {}
         try:
@@ -496,11 +497,33 @@ def server_tests(fake):
     eq("run recorded kv reply", run["kv_replies"]["1"]["kind"], "set_blob_result")
     eq("run scenario", run["scenario"], "text_basic")
 
-    # -- RunSSE sends nothing before the seqno-0 append
+    # -- RunSSE answers its head before the seqno-0 append; an append that comes before the
+    #    run is registered is lost and the run never starts
     r = cl.run("scenario:text_basic", delay_append=0.6)
-    check("RunSSE headers only after the seqno-0 append", r["t_headers"] >= r["t_append"],
-          "%f < %f" % (r["t_headers"], r["t_append"]))
+    check("RunSSE head before the seqno-0 append", r["t_headers"] <= r["t_append"],
+          "%f > %f" % (r["t_headers"], r["t_append"]))
     eq("delayed append run works", r["text"], "Hello, world! w\u00f6rld \U0001f30d")
+    fake.ctl("/config", {"register_delay_s": 0.5})
+    n0 = len(fake.ctl("/state")["errors"])
+    rid = str(uuid.uuid4())
+    c = cl.conn()
+    c.request("POST", "/agent.v1.AgentService/RunSSE", body=pb.envelope(
+        pb.c_bidi_request_id(rid)), headers=cl.headers(rid))
+    st0, _ = cl.append(rid, pb.c_run_request("User: x", "scenario:text_basic"), 0)
+    resp = c.getresponse()
+    fr = pb.FrameReader()
+    got = fr.feed(resp.read1(65536))
+    c.close()
+    eq("early append accepted (and lost)", st0, 200)
+    eq("dropped run: heartbeats only", [pb.parse(p)[0][0] for _, p in got][:1], [1])
+    check("dropped run: no text", not any(b"Hello" in p for _, p in got), got)
+    errs = errors_since(fake, n0)
+    check("dropped run recorded", any("before its RunSSE was registered" in e["error"]
+                                      for e in errs), errs)
+    runs = {x["request_id"]: x for x in fake.ctl("/runs")}
+    eq("dropped run summary", (runs[rid]["dropped"], runs[rid]["stream"].get("ended")),
+       (True, "dropped"))
+    fake.ctl("/config", {"register_delay_s": 0.0})
 
     # -- keep-alive: the append connection carried several requests
     reqs = fake.ctl("/requests")
@@ -619,12 +642,16 @@ def server_tests(fake):
     eq("usage limit details error", pb.last(pb.parse(pb.last(anyv, 2, 2)), 1, 0), 10)
     for sc, status, code in (("runsse_401", 401, "unauthenticated"),
                              ("runsse_500", 500, "internal")):
-        r = cl.run("scenario:" + sc)
-        eq(sc + " status", (r["append_status"], r["status"]), (200, status))
+        fake.ctl("/config", {"runsse_scenario": sc})
+        r = cl.run("scenario:text_basic")
+        fake.ctl("/config", {"runsse_scenario": None})
+        eq(sc + " status", (r["append_status"], r["status"]), (None, status))
         eq(sc + " body", json.loads(r["body"])["code"], code)
     for sc, status in (("append_401", 401), ("append_500", 500)):
         r = cl.run("scenario:" + sc)
-        eq(sc + " status", (r["append_status"], r["status"]), (status, status))
+        eq(sc + " status", (r["append_status"], r["status"]), (status, 200))
+        eq(sc + " trailer", r.get("trailer", {}).get("grpc-status"),
+           {401: "16", 500: "13"}[status])
     r = cl.run("scenario:append_401_kv")
     eq("append 401 on the kv reply", (r.get("kv_reply_status"), r["text"][:9]),
        ([401], "before kv"))
@@ -642,8 +669,8 @@ def server_tests(fake):
     rid = str(uuid.uuid4())
     c.request("POST", "/agent.v1.AgentService/RunSSE", body=pb.envelope(
         pb.c_bidi_request_id(rid)), headers=cl.headers(rid))
-    cl.append(rid, pb.c_run_request("User: x", "scenario:huge_len_first"), 0)
     resp = c.getresponse()
+    cl.append(rid, pb.c_run_request("User: x", "scenario:huge_len_first"), 0)
     eq("huge length frame bytes", resp.read1(10)[:5].hex(), "00ffffffff")
     c.close()
 
@@ -679,7 +706,9 @@ def server_tests(fake):
                                **{"x-cursor-checksum": pb.checksum(expired)}), body, 401),
         ("non-JWT token", dict(cl.headers(rid), authorization="Bearer abc",
                                **{"x-cursor-checksum": pb.checksum("abc")}), body, 401),
-        ("wrong content type", cl.headers(rid, content_type="application/proto"), body, 415),
+        ("wrong content type", cl.headers(rid, content_type="application/json"), body, 415),
+        ("Connect without connect-protocol-version", cl.headers(
+            rid, content_type="application/proto"), body[5:], 400),
         ("connect+proto", cl.headers(rid, content_type="application/connect+proto"), body, 415),
         ("bad checksum", cl.headers(rid, x_cursor_checksum="paaotU1Zdbb62c77/494d097f"), body,
          400),
@@ -726,10 +755,11 @@ def server_tests(fake):
     n0 = len(fake.ctl("/state")["errors"])
     rid2 = str(uuid.uuid4())
     t0 = time.time()
-    s, _ = raw_post(fake, "/agent.v1.AgentService/RunSSE",
+    s, b = raw_post(fake, "/agent.v1.AgentService/RunSSE",
                     pb.envelope(pb.c_bidi_request_id(rid2)), cl.headers(rid2))
-    check("RunSSE without append gives up after append_wait_s", s == 400 and
-          2.5 < time.time() - t0 < 10, "status %d after %.1fs" % (s, time.time() - t0))
+    check("RunSSE without append gives up after append_wait_s", s == 200 and
+          b"grpc-status: 3" in b and 2.5 < time.time() - t0 < 10,
+          "status %d after %.1fs: %r" % (s, time.time() - t0, b[-60:]))
     eq("missing append recorded", len(errors_since(fake, n0)), 1)
     s, _ = raw_post(fake, "/agent.v1.AgentService/RunSSE",
                     pb.envelope(pb.c_bidi_request_id(rid2)), cl.headers(rid2))
@@ -763,7 +793,7 @@ def server_tests(fake):
     eq("refreshed access token works", cl2.run("scenario:mine")["text"], "custom")
     cl3 = Client(fake, tok)
     r = cl3.run("scenario:mine")
-    eq("unknown token rejected when accept_any_jwt is off", r["append_status"], 401)
+    eq("unknown token rejected when accept_any_jwt is off", r["status"], 401)
     fake.ctl("/config", {"accept_any_jwt": True})
     s, b = raw_post(fake, "/auth/exchange_user_api_key", b"{}",
                     {"content-type": "application/json", "authorization": "Bearer key_abc"})
@@ -807,8 +837,8 @@ def raw_frames(cl, model, stop_after=None):
     rid = str(uuid.uuid4())
     c.request("POST", "/agent.v1.AgentService/RunSSE", body=pb.envelope(
         pb.c_bidi_request_id(rid)), headers=cl.headers(rid))
-    cl.append(rid, pb.c_run_request("User: x", model), 0)
     r = c.getresponse()
+    cl.append(rid, pb.c_run_request("User: x", model), 0)
     fr, frames, err = pb.FrameReader(), [], None
     try:
         while True:
@@ -834,8 +864,13 @@ def fault_tests(fake, cl):
                            server_hostname="localhost")
     s.sendall(("POST /agent.v1.AgentService/RunSSE HTTP/1.1\r\n" + "".join(
         "%s: %s\r\n" % kv for kv in h.items()) + "\r\n").encode() + body)
-    cl.append(rid, pb.c_run_request("User: x", "scenario:rst_mid"), 0)
     got, how = b"", None
+    while b"\r\n\r\n" not in got:      # the RunSSE head first, then the append
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    cl.append(rid, pb.c_run_request("User: x", "scenario:rst_mid"), 0)
     while b"partial answer" not in got:
         d = s.recv(65536)
         if not d:
@@ -852,7 +887,9 @@ def fault_tests(fake, cl):
     s.close()
     check("rst_mid: text before the reset", b"partial answer" in got, got[-80:])
     eq("rst_mid: the connection ends with a TCP RST", how, errno.ECONNRESET)
-    r = cl.run("scenario:html_502")
+    fake.ctl("/config", {"runsse_scenario": "html_502"})
+    r = cl.run("scenario:text_basic")
+    fake.ctl("/config", {"runsse_scenario": None})
     eq("html_502 status", r["status"], 502)
     check("html_502 body is HTML", r["body"].startswith(b"<html>") and len(r["body"]) > 400,
           r["body"][:80])

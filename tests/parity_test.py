@@ -1,0 +1,660 @@
+#!/usr/bin/python3
+"""parity_test.py - live parity with the 2026 Cursor CLI (issue 10): build/cursor-oai against the
+fake upstream modelling what the notes describe.
+
+  order     the seqno-0 BidiAppend only after the RunSSE head (the fake loses an append that
+            races ahead of the run's registration)
+  version   x-cursor-client-version: built-in default, CURSOR_CLIENT_VERSION, the newest
+            installed cursor-agent build (every id form); `status` and the log say which
+  outdated  a version floor: "Update Required" (resource_exhausted + error 28) becomes the
+            outdated-client error, never a rate limit
+  agent     GetServerConfig's agent host for RunSSE/BidiAppend, the region answer of a wrong
+            host, CURSOR_OAI_AGENT_URL, the fallback to the base URL
+  profile   grpc-web and Connect end to end, the fallback on 415, CURSOR_OAI_PROFILE
+  cap       the prompt-size cap
+  doctor    `cursor-oai doctor`: all OK, agent host broken, outdated version floor
+  cli       the new variables refused when malformed; doctor's usage
+
+Env: CURSOR_OAI_BIN (default build/cursor-oai), PARITY_ONLY=a,b (sections above).
+Prints `RESULT <passed> <failed>` last."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import harness as H  # noqa: E402
+from harness import pb  # noqa: E402
+
+BIN = os.environ.get("CURSOR_OAI_BIN") or os.path.join(H.ROOT, "build", "cursor-oai")
+ONLY = [x for x in os.environ.get("PARITY_ONLY", "").split(",") if x]
+DEFAULT_VERSION = "cli-2026.08.11-e8db854"
+PASS = FAIL = 0
+
+
+def check(name, cond, detail=""):
+    global PASS, FAIL
+    if cond:
+        PASS += 1
+        print("ok   " + name, flush=True)
+    else:
+        FAIL += 1
+        print("FAIL %s %s" % (name, str(detail)[:1500]), flush=True)
+    return bool(cond)
+
+
+def eq(name, got, want):
+    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+
+def jload(b):
+    try:
+        return json.loads(b)
+    except (ValueError, TypeError):
+        return None
+
+
+def content(b):
+    try:
+        return jload(b)["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def err(b):
+    return (jload(b) or {}).get("error") or {}
+
+
+class Env:
+    """One fake for the whole file; proxies come and go per check."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.token = pb.make_jwt({"sub": "auth0|parity", "email": "parity@example.com",
+                                  "exp": int(time.time()) + 7200})
+        self.fake = H.Fake(tmp, None, self.token, {"append_wait_s": 5.0})
+        self.n = 0
+        os.environ["E2E_PROXY_CMD"] = json.dumps([BIN])
+
+    def proxy(self, env=None, home_setup=None):
+        self.n += 1
+        name = "p%d" % self.n
+        extra = {"CURSOR_OAI_IDLE_TIMEOUT": "3"}
+        extra.update(env or {})
+        p = H.Proxy(self.tmp, name, self.fake.url(), self.fake.ca, self.token,
+                    extra_env=extra) if home_setup is None else None
+        if home_setup is not None:
+            home = os.path.join(self.tmp, "home-" + name)
+            os.makedirs(home, exist_ok=True)
+            home_setup(home)
+            p = H.Proxy(self.tmp, name, self.fake.url(), self.fake.ca, self.token,
+                        extra_env=extra)
+        return p
+
+    def config(self, **kw):
+        self.fake.ctl("/config", kw)
+
+    def reset_config(self):
+        self.config(register_delay_s=0.0, min_client_version=None, unsupported_profiles=[],
+                    agent_url=None, server_config=None, server_config_status=None,
+                    server_config_seq=[],
+                    agent_host_only=False, runsse_scenario=None, outdated_error=28)
+
+    def requests_since(self, n0):
+        return self.fake.ctl("/requests?since=%d" % n0)
+
+    def nreq(self):
+        return self.fake.ctl("/state")["n_requests"]
+
+    def errors(self):
+        return self.fake.ctl("/state")["errors"]
+
+
+def chat(p, model="auto", text="hi", stream=False, timeout=30):
+    return p.chat(model, text, stream=stream, timeout=timeout)
+
+
+# ---------------------------------------------------------------------------------------------
+
+def t_order(E):
+    """The fake registers each run 0.5 s after its RunSSE arrived: an append sent before the
+    RunSSE head is lost and the run never starts (today's binary waits into its idle timeout)."""
+    E.config(register_delay_s=0.5)
+    p = E.proxy()
+    try:
+        e0 = len(E.errors())
+        t0 = time.time()
+        st, b, _ = chat(p)
+        eq("order: answer although the run registers late", (st, content(b)),
+           (200, "Hello from fake Cursor."))
+        check("order: the run waited for the registration", time.time() - t0 >= 0.5)
+        errs = [e for e in E.errors()[e0:] if "registered" in e.get("error", "")]
+        eq("order: no append before the RunSSE head", errs, [])
+        st, hd, b, s = H.stream_chat(p.port, {"model": "auto", "stream": True, "messages": [
+            {"role": "user", "content": "hi"}]}, 30)
+        check("order: streaming too", st == 200 and H.parse_sse(b)["content"]
+              == "Hello from fake Cursor.", (st, b[:300]))
+    finally:
+        p.stop()
+        E.reset_config()
+
+
+def t_order_cost(E):
+    """What waiting for the RunSSE head costs: mean time to a complete answer over 30
+    sequential requests (register delay 0), as a figure for the report."""
+    p = E.proxy()
+    try:
+        chat(p)
+        ts = []
+        for _ in range(30):
+            t0 = time.time()
+            st, b, _ = chat(p)
+            ts.append(time.time() - t0)
+            if st != 200:
+                break
+        ts.sort()
+        print("     order-cost: %d requests, median %.1f ms, mean %.1f ms (%s)"
+              % (len(ts), ts[len(ts) // 2] * 1000, sum(ts) / len(ts) * 1000, BIN), flush=True)
+        check("order-cost: 30 answers", len(ts) == 30)
+    finally:
+        p.stop()
+
+
+def versions_of(E, n0, paths=("RunSSE", "BidiAppend", "GetUsableModels", "GetServerConfig")):
+    out = {}
+    for q in E.requests_since(n0):
+        for k in paths:
+            if q["path"].endswith(k):
+                out.setdefault(k, set()).add(q["headers"].get("x-cursor-client-version"))
+    return out
+
+
+def t_version(E):
+    # built-in default, on every upstream call
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_CLIENT_VERSION": ""})
+    try:
+        st, b, _ = chat(p)
+        eq("version: default run works", st, 200)
+        v = versions_of(E, n0)
+        eq("version: the built-in default on every call",
+           {k: sorted(x) for k, x in v.items()},
+           {k: [DEFAULT_VERSION] for k in ("RunSSE", "BidiAppend", "GetUsableModels",
+                                           "GetServerConfig")})
+        log = open(p.proc.log_path).read()
+        check("version: start-up log names value and source",
+              re.search(r"client version %s \(built-in default\)" % re.escape(DEFAULT_VERSION),
+                        log), log[-600:])
+    finally:
+        p.stop()
+
+    # the newest installed cursor-agent build, in every id form
+    def agent_dirs(names):
+        def setup(home):
+            d = os.path.join(home, ".local", "share", "cursor-agent", "versions")
+            for n in names:
+                os.makedirs(os.path.join(d, n), exist_ok=True)
+        return setup
+    for names, want, why in (
+            (["2025.11.25-d5b3271", "2026.06.12-01-15-52-7244546", "2026.09.15-03-04-05-abcdef1-lab",
+              "2026.09.15-aaaaaaa", "not-a-version", "2026.10.01-e373342.tmp"],
+             "cli-2026.09.15-03-04-05-abcdef1-lab", "timestamped -lab id newest"),
+            (["2026.09.02-fa0c06e-lab", "2026.08.31-4057e58"], "cli-2026.09.02-fa0c06e-lab",
+             "-lab id"),
+            (["2026.08.31-4057e58", "2026.06.12-19-59-36-f6aba9a"], "cli-2026.08.31-4057e58",
+             "plain id"),
+            (["2025.11.25-d5b3271", "2026.07.23-e383d2b"], DEFAULT_VERSION,
+             "older install: the built-in one")):
+        n0 = E.nreq()
+        p = E.proxy({"CURSOR_CLIENT_VERSION": ""}, home_setup=agent_dirs(names))
+        try:
+            st, b, _ = chat(p)
+            v = versions_of(E, n0)
+            eq("version: %s -> %s" % (why, want), (st, sorted(set().union(*v.values()))),
+               (200, [want]))
+            log = open(p.proc.log_path).read()
+            src = "installed cursor-agent" if want != DEFAULT_VERSION else "built-in default"
+            check("version: log says %s (%s)" % (src, why),
+                  ("client version %s (%s" % (want, src)) in log, log[-600:])
+        finally:
+            p.stop()
+
+    # CURSOR_CLIENT_VERSION wins; a bare build id gets "cli-"
+    for val, want in (("cli-2026.09.18-9a7762b", "cli-2026.09.18-9a7762b"),
+                      ("2026.09.18-9a7762b", "cli-2026.09.18-9a7762b")):
+        n0 = E.nreq()
+        p = E.proxy({"CURSOR_CLIENT_VERSION": val},
+                    home_setup=agent_dirs(["2026.10.01-e373342"]))
+        try:
+            st, b, _ = chat(p)
+            v = versions_of(E, n0)
+            eq("version: CURSOR_CLIENT_VERSION=%s" % val, (st, sorted(set().union(*v.values()))),
+               (200, [want]))
+        finally:
+            p.stop()
+
+    # `status` says the value and where it came from
+    home = os.path.join(E.tmp, "home-status")
+    os.makedirs(os.path.join(home, ".local", "share", "cursor-agent", "versions",
+                             "2026.09.15-d2fe57e"), exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+                "CURSOR_API_URL": E.fake.url(), "SSL_CERT_FILE": E.fake.ca,
+                "CURSOR_ACCESS_TOKEN": E.token})
+    r = subprocess.run([BIN, "status"], env=env, capture_output=True, text=True, timeout=60)
+    check("version: status names value and source", r.returncode == 0 and
+          "Client version: cli-2026.09.15-d2fe57e (installed cursor-agent" in r.stdout,
+          (r.returncode, r.stdout, r.stderr))
+    env["CURSOR_CLIENT_VERSION"] = "cli-2026.09.18-9a7762b"
+    r = subprocess.run([BIN, "status"], env=env, capture_output=True, text=True, timeout=60)
+    check("version: status with CURSOR_CLIENT_VERSION",
+          "Client version: cli-2026.09.18-9a7762b (CURSOR_CLIENT_VERSION)" in r.stdout,
+          r.stdout)
+
+
+def t_outdated(E):
+    # a floor the built-in default passes (today's cli-2025.11.25 does not)
+    E.config(min_client_version="2026.08.01-0000000")
+    p = E.proxy({"CURSOR_CLIENT_VERSION": ""})
+    try:
+        st, b, _ = chat(p)
+        eq("outdated: the default version passes a 2026-08-01 floor", (st, content(b)),
+           (200, "Hello from fake Cursor."))
+    finally:
+        p.stop()
+    # a floor above it: the outdated-client error with its hint, never a rate/quota message
+    for style in (28, 30):
+        E.config(min_client_version="2026.12.01-0000000", outdated_error=style)
+        p = E.proxy({"CURSOR_CLIENT_VERSION": ""})
+        try:
+            for stream in (False, True):
+                if stream:
+                    st, hd, b, _ = H.stream_chat(p.port, {"model": "auto", "stream": True,
+                                                          "messages": [{"role": "user",
+                                                                        "content": "hi"}]}, 30)
+                    hd = hd or {}
+                else:
+                    st, b, hd = chat(p)
+                e = err(b)
+                name = "outdated (error %d, stream=%s)" % (style, stream)
+                eq(name + ": 502 outdated_client", (st, e.get("code")), (502, "outdated_client"))
+                check(name + ": hint names CURSOR_CLIENT_VERSION",
+                      "CURSOR_CLIENT_VERSION" in e.get("message", ""), e)
+                check(name + ": not a rate or quota message",
+                      "rate limit" not in e.get("message", "").lower()
+                      and "usage limit" not in e.get("message", "").lower()
+                      and "retry-after" not in hd, (e, hd))
+            st, b, hd = p.request("GET", "/v1/models")
+            if style == 28:
+                eq("outdated: /v1/models too", (st, err(b).get("code")), (502, "outdated_client"))
+        finally:
+            p.stop()
+    E.reset_config()
+
+
+def listeners_of(E, n0):
+    out = {}
+    for q in E.requests_since(n0):
+        k = q["path"].rsplit("/", 1)[1]
+        out.setdefault(k, set()).add(q["listener"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def t_agent(E):
+    agent_url = "https://localhost:%d" % E.fake.info["agent_port"]
+    main_url = E.fake.url()
+    # GetServerConfig names the agent listener; RunSSE anywhere else gets the region answer
+    E.config(agent_url="agent", agent_host_only=True)
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        for stream in (False, True):
+            if stream:
+                st, hd, b, _ = H.stream_chat(p.port, {"model": "auto", "stream": True,
+                                                      "messages": [{"role": "user",
+                                                                    "content": "hi"}]}, 30)
+                got = H.parse_sse(b)["content"] if st == 200 else b
+            else:
+                st, b, _ = chat(p)
+                got = content(b)
+            eq("agent: answer via the GetServerConfig host (stream=%s)" % stream, (st, got),
+               (200, "Hello from fake Cursor."))
+        ls = listeners_of(E, n0)
+        eq("agent: RunSSE/BidiAppend on the agent host, the rest on the base URL",
+           (ls.get("RunSSE"), ls.get("BidiAppend"), ls.get("GetServerConfig"),
+            ls.get("GetUsableModels")), (["agent"], ["agent"], ["main"], ["main"]))
+        eq("agent: GetServerConfig asked once (cached)",
+           sum(1 for q in E.requests_since(n0) if q["path"].endswith("GetServerConfig")), 1)
+        sc = [q for q in E.requests_since(n0) if q["path"].endswith("GetServerConfig")]
+        eq("agent: GetServerConfig body", bytes.fromhex(sc[0]["body_hex"]),
+           b'{"telem_enabled":false}')
+        eq("agent: GetServerConfig is Connect JSON", (sc[0]["headers"].get("content-type"),
+                                                      sc[0]["headers"].get(
+                                                          "connect-protocol-version")),
+           ("application/json", "1"))
+    finally:
+        p.stop()
+    # a wrong host: the region problem, named
+    E.config(server_config={"agentUrlConfig": {"agentUrl": main_url}})
+    p = E.proxy()
+    try:
+        for stream in (False, True):
+            if stream:
+                st, hd, b, _ = H.stream_chat(p.port, {"model": "auto", "stream": True,
+                                                      "messages": [{"role": "user",
+                                                                    "content": "hi"}]}, 30)
+            else:
+                st, b, _ = chat(p)
+            e = err(b)
+            eq("agent: wrong host -> 502 naming the region (stream=%s)" % stream,
+               (st, e.get("code")), (502, "upstream_wrong_region"))
+            check("agent: the message names the region problem and the host",
+                  "region" in e.get("message", "") and "localhost" in e.get("message", ""), e)
+    finally:
+        p.stop()
+    # the wrong host first; GetServerConfig asked again after the region answer names the right
+    # one: the same request is retried there (nothing had reached the client)
+    E.config(server_config=None, agent_url="agent", server_config_seq=[
+        {"agentUrlConfig": {"agentUrl": main_url}}])
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p)
+        eq("agent: region answer -> GetServerConfig again -> retried on the new host",
+           (st, content(b)), (200, "Hello from fake Cursor."))
+        eq("agent: RunSSE on the wrong host, then on the agent host",
+           [q["listener"] for q in E.requests_since(n0) if q["path"].endswith("RunSSE")],
+           ["main", "agent"])
+        st, b, _ = chat(p)
+        eq("agent: the new host is kept", (st, listeners_of(E, n0).get("GetServerConfig"),
+                                           sum(1 for q in E.requests_since(n0)
+                                               if q["path"].endswith("GetServerConfig"))),
+           (200, ["main"], 2))
+    finally:
+        p.stop()
+    # CURSOR_OAI_AGENT_URL forces a host (GetServerConfig is not asked)
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_AGENT_URL": agent_url})
+    try:
+        st, b, _ = chat(p)
+        eq("agent: CURSOR_OAI_AGENT_URL", (st, content(b)), (200, "Hello from fake Cursor."))
+        ls = listeners_of(E, n0)
+        eq("agent: forced host used, no GetServerConfig",
+           (ls.get("RunSSE"), ls.get("GetServerConfig")), (["agent"], None))
+    finally:
+        p.stop()
+    # GetServerConfig fails: the base URL (a server without region hosts)
+    E.config(server_config=None, server_config_status=500, agent_host_only=False)
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p)
+        eq("agent: GetServerConfig failing -> the base URL", (st, content(b)),
+           (200, "Hello from fake Cursor."))
+        eq("agent: RunSSE on the base URL", listeners_of(E, n0).get("RunSSE"), ["main"])
+    finally:
+        p.stop()
+    E.reset_config()
+
+
+def profile_of(E, n0, path="RunSSE"):
+    return [q.get("profile") for q in E.requests_since(n0) if q["path"].endswith(path)]
+
+
+def t_profile(E):
+    # the default is grpc-web, byte-compatible with the vectors' headers
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("profile: grpc-web end to end (KV reply, text)", (st, content(b)),
+           (200, "Hello, world! w\u00f6rld \U0001f30d"))
+        eq("profile: grpc-web used", (profile_of(E, n0), sorted(set(profile_of(
+            E, n0, "BidiAppend")))), (["grpc-web"], ["grpc-web"]))
+    finally:
+        p.stop()
+    # Connect forced
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_PROFILE": "connect"})
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("profile: Connect end to end (KV reply, text)", (st, content(b)),
+           (200, "Hello, world! w\u00f6rld \U0001f30d"))
+        qs = E.requests_since(n0)
+        rs = [q for q in qs if q["path"].endswith("RunSSE")][0]
+        ap = [q for q in qs if q["path"].endswith("BidiAppend")]
+        eq("profile: Connect headers on RunSSE",
+           (rs["headers"].get("content-type"), rs["headers"].get("connect-protocol-version"),
+            "x-cursor-checksum" in rs["headers"]), ("application/connect+proto", "1", False))
+        eq("profile: Connect BidiAppends (seqno 0 + KV reply)",
+           [(q["headers"].get("content-type"), q["decoded"]["append_seqno"]) for q in ap],
+           [("application/proto", 0), ("application/proto", 1)])
+        st, b, hd = chat(p, "scenario:usage_limit")
+        eq("profile: Connect end-stream error mapped", (st, err(b).get("code")),
+           (429, "insufficient_quota"))
+        st, hd, b, _ = H.stream_chat(p.port, {"model": "scenario:thinking", "stream": True,
+                                              "messages": [{"role": "user",
+                                                            "content": "hi"}]}, 30)
+        s = H.parse_sse(b) if st == 200 else {}
+        eq("profile: Connect streaming", (st, s.get("content"), s.get("reasoning")),
+           (200, "The answer is 42.", "Let me think about it."))
+    finally:
+        p.stop()
+    # fallback: a server that answers 415 to grpc-web
+    E.config(unsupported_profiles=["grpc-web"])
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p)
+        eq("profile: 415 on grpc-web -> retried with Connect", (st, content(b)),
+           (200, "Hello from fake Cursor."))
+        eq("profile: first grpc-web, then Connect", profile_of(E, n0), ["grpc-web", "connect"])
+        n1 = E.nreq()
+        st, b, _ = chat(p)
+        eq("profile: the working profile is remembered", (st, profile_of(E, n1)),
+           (200, ["connect"]))
+        log = open(p.proc.log_path).read()
+        check("profile: the switch is logged", "retrying with connect" in log, log[-800:])
+    finally:
+        p.stop()
+    # forced grpc-web against that server: no fallback, a clear error
+    p = E.proxy({"CURSOR_OAI_PROFILE": "grpc-web"})
+    try:
+        st, b, _ = chat(p)
+        check("profile: CURSOR_OAI_PROFILE=grpc-web does not fall back", st == 502 and
+              "415" in err(b).get("message", ""), (st, b[:300]))
+    finally:
+        p.stop()
+    # the old profile as the fallback: Connect refused, grpc-web works
+    E.config(unsupported_profiles=["connect"])
+    p = E.proxy({"CURSOR_OAI_PROFILE": "connect"})
+    try:
+        st, b, _ = chat(p)
+        check("profile: forced Connect against a grpc-web-only server fails clearly",
+              st == 502, (st, b[:300]))
+    finally:
+        p.stop()
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("profile: the old (grpc-web) profile end to end", (st, content(b)),
+           (200, "Hello, world! w\u00f6rld \U0001f30d"))
+        eq("profile: only grpc-web asked", profile_of(E, n0), ["grpc-web"])
+    finally:
+        p.stop()
+    E.reset_config()
+    # an outdated-client answer also counts as "wrong profile": one retry, then the error
+    E.config(min_client_version="2026.12.01-0000000")
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_CLIENT_VERSION": ""})
+    try:
+        st, b, _ = chat(p)
+        eq("profile: outdated answer -> other profile tried once, then the error",
+           (st, err(b).get("code"), profile_of(E, n0)),
+           (502, "outdated_client", ["grpc-web", "connect"]))
+    finally:
+        p.stop()
+    E.reset_config()
+
+
+def t_cap(E):
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_MAX_PROMPT_BYTES": "2000"})
+    try:
+        st, b, hd = chat(p, text="x" * 1900)
+        eq("cap: under the cap", st, 200)
+        n1 = E.nreq()
+        st, b, hd = chat(p, text="y" * 2100)
+        e = err(b)
+        eq("cap: over the cap -> 400 context_length_exceeded", (st, e.get("code")),
+           (400, "context_length_exceeded"))
+        check("cap: the message names the size and the cap",
+              re.search(r"\b2\d{3}-byte prompt", e.get("message", "")) and "2000" in
+              e.get("message", ""), e)
+        eq("cap: nothing sent upstream", [q["path"] for q in E.requests_since(n1)
+                                          if "Run" in q["path"] or "Bidi" in q["path"]], [])
+    finally:
+        p.stop()
+    del n0
+
+
+def doctor(E, env=None, args=()):
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    home = os.path.join(E.tmp, "home-doctor")
+    os.makedirs(home, exist_ok=True)
+    e.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+              "CURSOR_API_URL": E.fake.url(), "SSL_CERT_FILE": E.fake.ca,
+              "CURSOR_ACCESS_TOKEN": E.token, "CURSOR_OAI_IDLE_TIMEOUT": "3"})
+    e.update(env or {})
+    r = subprocess.run([BIN, "doctor"] + list(args), env=e, capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def line(out, prefix):
+    return [l for l in out.splitlines() if l.startswith(prefix)]
+
+
+def t_doctor(E):
+    secrets = (E.token, E.token.split(".")[1])
+    # all OK
+    rc, out = doctor(E)
+    print("     doctor (all OK):\n" + "\n".join("       " + l for l in out.splitlines()),
+          flush=True)
+    eq("doctor: all OK exits 0", rc, 0)
+    for step in ("credentials", "GetServerConfig", "GetUsableModels", "run (grpc-web)"):
+        check("doctor: %s OK" % step, line(out, "OK   " + step), out)
+    check("doctor: reports client version and hosts", "Client version: " + DEFAULT_VERSION in out
+          and "Base URL:       https://localhost:%d" % E.fake.port in out, out)
+    check("doctor: each step timed", len(re.findall(r"\(\s*\d+ ms\)", out)) >= 4, out)
+    check("doctor: never prints a token", not any(x in out for x in secrets))
+    check("doctor: the run answered", "answered \"Hello from fake Cursor.\"" in out, out)
+    # the agent host is broken: GetServerConfig names a host where nothing listens
+    dead = H.free_port()
+    E.config(agent_url="https://localhost:%d" % dead)
+    rc, out = doctor(E)
+    print("     doctor (agent host down):\n" + "\n".join("       " + l for l in out.splitlines()),
+          flush=True)
+    eq("doctor: agent host down exits 1", rc, 1)
+    check("doctor: agent host down: GetServerConfig names it",
+          line(out, "OK   GetServerConfig") and ("localhost:%d" % dead) in out, out)
+    check("doctor: agent host down: both profiles tried and failed",
+          line(out, "FAIL run (grpc-web)") and line(out, "FAIL run (connect)"), out)
+    check("doctor: agent host down: the verdict names the unreachable host",
+          re.search(r"cannot reach https://localhost:%d" % dead, out), out)
+    # the agent host is the wrong region's
+    E.config(agent_url=None, server_config={"agentUrlConfig": {"agentUrl": E.fake.url()}},
+             agent_host_only=True)
+    rc, out = doctor(E)
+    eq("doctor: wrong region exits 1", rc, 1)
+    check("doctor: wrong region: the verdict names the region problem",
+          "upstream_wrong_region" in out and "does not serve your account's region" in out, out)
+    E.reset_config()
+    # an outdated version floor
+    E.config(min_client_version="2026.12.01-0000000")
+    rc, out = doctor(E)
+    print("     doctor (outdated):\n" + "\n".join("       " + l for l in out.splitlines()),
+          flush=True)
+    eq("doctor: outdated floor exits 1", rc, 1)
+    check("doctor: outdated: models step fails naming it",
+          any("outdated" in l for l in line(out, "FAIL GetUsableModels")), out)
+    check("doctor: outdated: the runs fail as outdated_client",
+          any("outdated_client" in l for l in line(out, "FAIL run")), out)
+    check("doctor: outdated: the advice names CURSOR_CLIENT_VERSION and the version used",
+          ("refuses the client version %s as outdated" % DEFAULT_VERSION) in out
+          and "CURSOR_CLIENT_VERSION" in out, out)
+    E.reset_config()
+    # only Connect works
+    E.config(unsupported_profiles=["grpc-web"])
+    rc, out = doctor(E)
+    eq("doctor: grpc-web refused, Connect works -> exit 0", rc, 0)
+    check("doctor: grpc-web FAIL, connect OK", line(out, "FAIL run (grpc-web)")
+          and line(out, "OK   run (connect)") and "CURSOR_OAI_PROFILE=connect" in out, out)
+    E.reset_config()
+    # not logged in
+    rc, out = doctor(E, {"CURSOR_ACCESS_TOKEN": ""})
+    check("doctor: not logged in -> exit 1, advice to log in",
+          rc == 1 and line(out, "FAIL credentials") and "cursor-oai login" in out, out)
+
+
+def t_cli(E):
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    base.update({"HOME": E.tmp, "SSL_CERT_FILE": E.fake.ca, "CURSOR_ACCESS_TOKEN": E.token})
+    for var, val in (("CURSOR_OAI_PROFILE", "grpc"), ("CURSOR_OAI_AGENT_URL", "http://x"),
+                     ("CURSOR_OAI_MAX_PROMPT_BYTES", "0"), ("CURSOR_OAI_MAX_PROMPT_BYTES", "1k")):
+        r = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0"], env=dict(base, **{var: val}),
+                           capture_output=True, text=True, timeout=20)
+        check("cli: %s=%s is refused naming it" % (var, val),
+              r.returncode == 1 and var in r.stderr, (r.returncode, r.stderr))
+    r = subprocess.run([BIN, "doctor", "--help"], env=base, capture_output=True, text=True,
+                       timeout=20)
+    check("cli: doctor --help", r.returncode == 0 and "Usage: cursor-oai doctor" in r.stdout, r)
+    r = subprocess.run([BIN, "doctor", "--bogus"], env=base, capture_output=True, text=True,
+                       timeout=20)
+    eq("cli: doctor with an unknown option", r.returncode, 2)
+    r = subprocess.run([BIN, "--help"], env=base, capture_output=True, text=True, timeout=20)
+    check("cli: --help lists doctor", "cursor-oai doctor" in r.stdout, r.stdout)
+
+
+SECTIONS = [("order", t_order), ("order-cost", t_order_cost), ("version", t_version),
+            ("outdated", t_outdated), ("agent", t_agent), ("profile", t_profile),
+            ("cap", t_cap), ("doctor", t_doctor), ("cli", t_cli)]
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="coai-parity-")
+    E = None
+    try:
+        E = Env(tmp)
+        for name, fn in SECTIONS:
+            if ONLY and name not in ONLY:
+                continue
+            print("== %s" % name, flush=True)
+            try:
+                fn(E)
+            except Exception:
+                traceback.print_exc()
+                check("%s: ran to the end" % name, False)
+                E.reset_config()
+    finally:
+        if E:
+            E.fake.stop()
+        H.cleanup()
+        if not os.environ.get("PARITY_KEEP"):
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("kept " + tmp)
+    print("RESULT %d %d" % (PASS, FAIL))
+    return 0 if FAIL == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
