@@ -1174,6 +1174,10 @@ typedef struct coai_request {
     int64_t thinking_budget;   /* budget_tokens when given, else 0 */
     coai_str conversation_key; /* set by the caller: a client session id (e.g. Claude
                                 * Code's x-claude-code-session-id); empty = none */
+    int response_json;         /* 1: answer must be one JSON object (OpenAI response_format
+                                * json_object / json_schema): asked for in the prompt, and
+                                * a non-streaming answer is checked (coai_reply_opts) */
+    const struct cJSON *response_schema; /* json_schema.schema (a view), or NULL */
     struct coai_image *images; /* decoded images of the newest user message (IMAGE part) */
     size_t image_count;
     struct cJSON *root_;       /* private: the parsed body, owns most views */
@@ -1282,6 +1286,16 @@ typedef struct coai_reply_opts {
     void *send_user;
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
     coai_str echo;             /* Responses: ,"k":v members added to the response object */
+    /* Emulated request fields (Cursor has none of them); zero = off. */
+    const coai_str *stop;      /* stop sequences: the text is cut before the first match,
+                                * across deltas; finish STOP_SEQUENCE */
+    size_t stop_count;
+    int64_t max_tokens;        /* output limit: text + reasoning cut once the estimate
+                                * (UTF-16 units / 4) or Cursor's token count reaches it;
+                                * finish LENGTH */
+    int json_check;            /* non-streaming: the answer must be a JSON object (```json
+                                * fences are removed), else a 502 invalid_json_output */
+    const struct cJSON *json_schema; /* its top-level "required" members are checked */
 } coai_reply_opts;
 
 /* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
@@ -1337,6 +1351,9 @@ typedef struct coai_reply {
     size_t rs_reason_units_;   /* Responses: reasoning text length (reasoning_tokens) */
     coai_buf rs_items_;        /* Responses: finished output items, joined by ',' */
     coai_buf rs_final_;        /* Responses: the final response object */
+    coai_buf hold_;            /* text held back while it may start a stop sequence */
+    int stop_hit_;             /* index of the stop sequence that ended the reply, or -1 */
+    int limit_hit_;            /* the reply was cut at max_tokens */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -5910,6 +5927,34 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
     return out->err ? -1 : 0;
 }
 
+/* Requests Cursor has no field for, asked for in words at the end of the prompt (best
+ * effort; the reply checks what it can: coai_reply_opts json_check). */
+static int coai__request_instructions(coai_request *req)
+{
+    coai_buf *b = &req->prompt;
+    if (req->tool_choice == COAI_TOOL_CHOICE_ANY && req->tool_count)
+        coai_buf_puts(b, "\n\n[Instruction: answer by calling one of the available tools; "
+                         "do not answer with text only.]");
+    else if (req->tool_choice == COAI_TOOL_CHOICE_TOOL && req->tool_count) {
+        coai_buf_puts(b, "\n\n[Instruction: answer by calling the tool ");
+        coai_buf_append(b, req->tools[0].name.ptr, req->tools[0].name.len);
+        coai_buf_puts(b, ".]");
+    }
+    if (req->response_json) {
+        coai_buf_puts(b, "\n\n[Output format: answer with exactly one JSON object and nothing "
+                         "else: no text before or after it, no Markdown code fences.");
+        if (req->response_schema) {
+            char *sch = cJSON_PrintUnformatted(req->response_schema);
+            if (!sch) return -1;
+            coai_buf_puts(b, " The object must match this JSON schema: ");
+            coai_buf_puts(b, sch);
+            free(sch);
+        }
+        coai_buf_puts(b, "]");
+    }
+    return b->err ? -1 : 0;
+}
+
 /* What every parser does last: the session id of the newest "sess_<S>__call_" id in
  * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
 static int coai__request_finish(coai_request *req)
@@ -5929,8 +5974,21 @@ static int coai__request_finish(coai_request *req)
         req->tools = NULL;
         req->tool_count = 0;
     }
+    /* A named tool (emulated): the run is offered that tool only, and told to call it. */
+    if (req->tool_choice == COAI_TOOL_CHOICE_TOOL && req->tool_count) {
+        for (i = 0; i < req->tool_count; i++) {
+            coai_str nm = req->tools[i].name;
+            if (nm.len == req->tool_choice_name.len
+                && memcmp(nm.ptr, req->tool_choice_name.ptr, nm.len) == 0) {
+                req->tools[0] = req->tools[i];
+                req->tool_count = 1;
+                break;
+            }
+        }
+    }
     if (req->mem_.err) return -1;
-    return coai_conversation_prompt(&req->prompt, req->messages, req->message_count);
+    if (coai_conversation_prompt(&req->prompt, req->messages, req->message_count)) return -1;
+    return coai__request_instructions(req);
 }
 
 void coai_request_params(const coai_request *req, coai_run_params *p)
@@ -6154,6 +6212,101 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
     return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
 }
 
+static int coai__oa_str_same(coai_str a, coai_str b);
+
+/* A whole number >= 1 (max_tokens and friends). */
+static int coai__oa_count(const cJSON *v, int64_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e15
+        || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return -1;
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+/* The Chat Completions fields Cursor has no equivalent for (README: request fields):
+ * emulated (max_tokens, max_completion_tokens, stop, response_format), refused with a 400
+ * naming them (logprobs, top_logprobs, audio output), or accepted and ignored (the rest). */
+static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err)
+{
+    static const char *const lim[2] = { "max_tokens", "max_completion_tokens" };
+    const cJSON *v;
+    int i;
+    for (i = 0; i < 2; i++) {
+        int64_t n;
+        v = coai__oa_get(root, lim[i]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (coai__oa_count(v, &n) < 0)
+            return coai__oa_bad(err, lim[i], "%s must be an integer >= 1", lim[i]);
+        if (!req->max_tokens || n < req->max_tokens) req->max_tokens = n;
+    }
+    v = coai__oa_get(root, "stop");
+    if (cJSON_IsString(v) || cJSON_IsArray(v)) {
+        int count = cJSON_IsString(v) ? 1 : cJSON_GetArraySize(v), k = 0;
+        coai_str *st;
+        const cJSON *it;
+        if (count > 4) return coai__oa_bad(err, "stop", "stop takes at most 4 sequences");
+        st = (coai_str *)coai__req_alloc(req, (size_t)(count ? count : 1) * sizeof *st);
+        if (!st) return COAI_ERR_NOMEM;
+        for (it = cJSON_IsString(v) ? v : v->child; it; it = cJSON_IsString(v) ? NULL : it->next) {
+            char p[16];
+            snprintf(p, sizeof p, cJSON_IsString(v) ? "stop" : "stop[%d]", k);
+            if (!cJSON_IsString(it) || !it->valuestring[0])
+                return coai__oa_bad(err, p, "%s must be a non-empty string", p);
+            st[k++] = coai__oa_jstr(it);
+        }
+        req->stop = k ? st : NULL;
+        req->stop_count = (size_t)k;
+    } else if (v && !cJSON_IsNull(v)) {
+        return coai__oa_bad(err, "stop", "stop must be a string or an array of strings");
+    }
+    v = coai__oa_get(root, "logprobs");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+        return coai__oa_bad(err, "logprobs", "logprobs are not available: Cursor does not report "
+                            "token probabilities");
+    v = coai__oa_get(root, "top_logprobs");
+    if (v && !cJSON_IsNull(v))
+        return coai__oa_bad(err, "top_logprobs", "top_logprobs are not available: Cursor does "
+                            "not report token probabilities");
+    v = coai__oa_get(root, "modalities");
+    if (cJSON_IsArray(v)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+            if (!(cJSON_IsString(it) && strcmp(it->valuestring, "text") == 0))
+                return coai__oa_bad(err, "modalities", "Only the 'text' output modality is "
+                                    "available");
+        }
+    }
+    v = coai__oa_get(root, "audio");
+    if (v && !cJSON_IsNull(v))
+        return coai__oa_bad(err, "audio", "Audio output is not available");
+    v = coai__oa_get(root, "parallel_tool_calls");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
+        return coai__oa_bad(err, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
+    v = coai__oa_get(root, "response_format");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *t = coai__oa_get(v, "type");
+        const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(ty, "json_object") == 0) {
+            req->response_json = 1;
+        } else if (strcmp(ty, "json_schema") == 0) {
+            const cJSON *js = coai__oa_get(v, "json_schema"), *sch = coai__oa_get(js, "schema");
+            if (!cJSON_IsObject(js))
+                return coai__oa_bad(err, "response_format.json_schema",
+                                    "response_format.json_schema must be an object");
+            if (sch && !cJSON_IsObject(sch))
+                return coai__oa_bad(err, "response_format.json_schema.schema",
+                                    "response_format.json_schema.schema must be an object");
+            req->response_json = 1;
+            req->response_schema = sch;
+        } else if (strcmp(ty, "text") != 0) {
+            return coai__oa_bad(err, "response_format.type", "response_format.type must be "
+                                "'text', 'json_object' or 'json_schema'");
+        }
+    }
+    return 0;
+}
+
 /* The OpenAI Chat Completions parser (coai__dialects row). */
 static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
                                coai_error *err)
@@ -6267,9 +6420,25 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
         req->tool_choice = COAI_TOOL_CHOICE_ANY;
     else if (cJSON_IsObject(v)) {
+        size_t k;
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
         req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
+        for (k = 0; k < req->tool_count; k++)
+            if (coai__oa_str_same(req->tools[k].name, req->tool_choice_name)) break;
+        if (k == req->tool_count) {
+            coai__oa_bad(err, "tool_choice", "tool_choice names the function '%.64s', which is "
+                         "not in tools", req->tool_choice_name.ptr ? req->tool_choice_name.ptr
+                                                                   : "");
+            goto fail;
+        }
+    } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
+                                          && strcmp(v->valuestring, "auto") == 0)) {
+        coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
+                     "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        goto fail;
     }
+    if ((rc = coai__oa_fields(req, root, err)) < 0) goto fail;
+    rc = COAI_ERR_INVALID;
     req->thinking = -1;
     if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
         rc = COAI_ERR_NOMEM;
@@ -6664,6 +6833,11 @@ void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req)
     o->session_id = req->session_id;
     o->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
     o->prompt.len = req->prompt.len;
+    o->stop = req->stop_count ? req->stop : NULL;
+    o->stop_count = req->stop_count;
+    o->max_tokens = req->max_tokens > 0 ? req->max_tokens : 0;
+    o->json_check = req->response_json;
+    o->json_schema = req->response_schema;
 }
 
 static int coai__oa_alnum(char c)
@@ -6699,6 +6873,8 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
         if (!k) r->session_[k++] = '0';
     }
     r->session_[k] = 0;
+    r->stop_hit_ = -1;
+    if (!r->o_.stop) r->o_.stop_count = 0;
     r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
     if ((unsigned)o->dialect >= COAI_DIALECT_COUNT_) r->o_.dialect = COAI_DIALECT_OPENAI_CHAT;
     r->w_ = coai__writer_of(r->o_.dialect);
@@ -6727,6 +6903,7 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->fallback_);
     coai_buf_free(&r->rs_items_);
     coai_buf_free(&r->rs_final_);
+    coai_buf_free(&r->hold_);
     memset(r, 0, sizeof *r);
 }
 
@@ -6784,6 +6961,7 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
 {
     int64_t c, p;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
+    if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;   /* what was sent */
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
     u->input_tokens = p;
     u->output_tokens = c;
@@ -6868,6 +7046,148 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
     }
 }
 
+/* ---- emulated request fields: stop sequences, max_tokens, a JSON answer ---- */
+
+/* Longest prefix of s[0..n), ending at a character start, of at most `units` UTF-16 units
+ * (the same count as coai__oa_utf16_len). */
+static size_t coai__utf16_prefix(const char *s, size_t n, size_t units)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, u = 0;
+    while (i < n) {
+        size_t k = 1, cu = 1;
+        if (p[i] >= 0xf0) { k = 4; cu = 2; }
+        else if (p[i] >= 0xe0) k = 3;
+        else if (p[i] >= 0xc0) k = 2;
+        if (k > n - i) k = n - i;
+        if (u + cu > units) break;
+        u += cu;
+        i += k;
+    }
+    return i;
+}
+
+/* First offset of needle in hay, or (size_t)-1. */
+static size_t coai__find(const unsigned char *hay, size_t n, coai_str needle)
+{
+    size_t i;
+    if (!needle.len || needle.len > n) return (size_t)-1;
+    for (i = 0; i + needle.len <= n; i++)
+        if (hay[i] == (unsigned char)needle.ptr[0] && memcmp(hay + i, needle.ptr, needle.len) == 0)
+            return i;
+    return (size_t)-1;
+}
+
+/* Every piece of client-visible text goes through here (ch 0 content, 1 reasoning).
+ * max_tokens: the text is cut where the estimate (UTF-16 units / 4, the usage estimate) or
+ * Cursor's own token count reaches the limit, and the reply ends with LENGTH. stop: content
+ * is held back while its tail could still become a stop sequence, so a sequence split
+ * across deltas is caught; on a match the text before it goes out and the reply ends with
+ * STOP_SEQUENCE (the rest of Cursor's run is dropped). */
+static int coai__emit_filtered(coai_reply *r, int ch, const char *s, size_t n)
+{
+    int cut = 0;
+    if (r->done_) return COAI_DONE;
+    if (r->o_.max_tokens > 0) {
+        uint64_t budget = (uint64_t)r->o_.max_tokens * 4;
+        uint64_t used = (uint64_t)r->completion_units_
+                        + coai__oa_utf16_len((const char *)r->hold_.data, r->hold_.len);
+        size_t left = budget > used ? (size_t)(budget - used) : 0;
+        if (r->have_token_delta_ && r->token_sum_ >= r->o_.max_tokens) left = 0;
+        if (coai__oa_utf16_len(s, n) > left) {
+            n = coai__utf16_prefix(s, n, left);
+            cut = 1;
+        }
+    }
+    if (ch == 0 && r->o_.stop_count) {
+        size_t i, best = (size_t)-1, maxlen = 0, keep, out;
+        int which = -1;
+        coai_buf_append(&r->hold_, s, n);
+        if (r->hold_.err) return coai__oa_fail_nomem(r);
+        for (i = 0; i < r->o_.stop_count; i++) {
+            size_t at = coai__find(r->hold_.data, r->hold_.len, r->o_.stop[i]);
+            if (r->o_.stop[i].len > maxlen) maxlen = r->o_.stop[i].len;
+            if (at < best) { best = at; which = (int)i; }
+        }
+        if (which >= 0) {
+            coai__oa_emit(r, 0, (const char *)r->hold_.data, best);
+            coai_buf_reset(&r->hold_);
+            if (r->out.err || r->content_.err) return coai__oa_fail_nomem(r);
+            r->stop_hit_ = which;
+            return coai__reply_end(r, COAI_FINISH_STOP_SEQUENCE);
+        }
+        keep = cut ? 0 : maxlen ? maxlen - 1 : 0;
+        if (keep > r->hold_.len) keep = r->hold_.len;
+        out = r->hold_.len - keep;
+        while (out > 0 && out < r->hold_.len && (r->hold_.data[out] & 0xc0) == 0x80) out--;
+        coai__oa_emit(r, 0, (const char *)r->hold_.data, out);
+        memmove(r->hold_.data, r->hold_.data + out, r->hold_.len - out);
+        r->hold_.len -= out;
+    } else {
+        coai__oa_emit(r, ch, s, n);
+    }
+    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+    if (cut) {
+        r->limit_hit_ = 1;
+        return coai__reply_end(r, COAI_FINISH_LENGTH);
+    }
+    return COAI_OK;
+}
+
+/* The non-streaming JSON check of response_format: the answer (without surrounding white
+ * space and ``` fences, which are removed from the reply) must be one JSON object holding
+ * the schema's top-level "required" members. 0 ok, else -1 and *e (a 502: the model did
+ * not deliver what was asked; a retry may). */
+static int coai__json_answer_check(coai_reply *r, coai_error *e)
+{
+    const char *p = r->content_.data ? (const char *)r->content_.data : "", *end = NULL;
+    size_t n = r->content_.len;
+    cJSON *j;
+    const cJSON *req, *it;
+    const char *why = NULL;
+    char missing[80];
+    while (n && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) { p++; n--; }
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == '\t'))
+        n--;
+    if (n >= 6 && memcmp(p, "```", 3) == 0 && memcmp(p + n - 3, "```", 3) == 0) {
+        const char *nl = (const char *)memchr(p, '\n', n - 3);
+        if (nl) {
+            n -= (size_t)(nl + 1 - p) + 3;
+            p = nl + 1;
+            while (n && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r')) n--;
+        }
+    }
+    j = n ? cJSON_ParseWithLengthOpts(p, n, &end, 0) : NULL;
+    if (!j || end != p + n) why = "is not valid JSON";
+    else if (!cJSON_IsObject(j)) why = "is JSON but not an object";
+    req = r->o_.json_schema ? cJSON_GetObjectItemCaseSensitive(r->o_.json_schema, "required")
+                            : NULL;
+    if (!why && cJSON_IsArray(req)) {
+        cJSON_ArrayForEach(it, req) {
+            if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(j, it->valuestring)) {
+                snprintf(missing, sizeof missing, "lacks the required member '%.40s'",
+                         it->valuestring);
+                why = missing;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(j);
+    if (why) {
+        coai_error_set(e, 502, "upstream_error", "invalid_json_output", "response_format",
+                       "The model's answer %s, as response_format asked (emulated: Cursor "
+                       "has no JSON mode). It began: %.120s", why,
+                       r->content_.len ? (const char *)r->content_.data : "(empty)");
+        return -1;
+    }
+    if (p != (const char *)r->content_.data || n != r->content_.len) {
+        memmove(r->content_.data, p, n);
+        r->content_.len = n;
+        r->content_.data[n] = 0;
+    }
+    return 0;
+}
+
 static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
 {
     coai__oa_chunk_begin(r);
@@ -6898,20 +7218,26 @@ static int coai__oa_text(coai_reply *r, int ch, coai_str t)
     hold = coai__oa_utf8_tail(r->tmp_.data, total);
     memcpy(r->carry_[ch], r->tmp_.data + total - hold, hold);
     r->carry_len_[ch] = hold;
-    coai__oa_emit(r, ch, (const char *)r->tmp_.data, total - hold);
-    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
-    return COAI_OK;
+    return coai__emit_filtered(r, ch, (const char *)r->tmp_.data, total - hold);
 }
 
-/* A character still cut off when the text ends is emitted as is (U+FFFD). */
-static void coai__oa_flush_carry(coai_reply *r)
+/* A character still cut off when the text ends is emitted as is (U+FFFD); text held for
+ * a possible stop sequence goes out too (nothing can complete it any more). Returns
+ * COAI_OK, or COAI_DONE when the emulated stop / max_tokens ended the reply. */
+static int coai__oa_flush_carry(coai_reply *r)
 {
-    int ch;
-    for (ch = 1; ch >= 0; ch--) {
-        if (!r->carry_len_[ch]) continue;
-        coai__oa_emit(r, ch, (const char *)r->carry_[ch], r->carry_len_[ch]);
+    int ch, rc = COAI_OK;
+    for (ch = 1; ch >= 0 && rc == COAI_OK; ch--) {
+        size_t n = r->carry_len_[ch];
+        if (!n) continue;
         r->carry_len_[ch] = 0;
+        rc = coai__emit_filtered(r, ch, (const char *)r->carry_[ch], n);
     }
+    if (rc == COAI_OK && r->hold_.len) {
+        coai__oa_emit(r, 0, (const char *)r->hold_.data, r->hold_.len);
+        coai_buf_reset(&r->hold_);
+    }
+    return rc;
 }
 
 static const char *coai__oa_finish_name(coai_finish f)
@@ -6966,16 +7292,18 @@ static void coai__oa_stream_tail(coai_reply *r)
 static int coai__oa_finish(coai_reply *r)
 {
     if (r->done_) return COAI_DONE;
-    coai__oa_flush_carry(r);
+    if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
     if (!r->text_streamed_ && r->fallback_.len) {
         size_t i = 0;
         while (i + 4 <= r->fallback_.len) {
             const unsigned char *p = r->fallback_.data + i;
             size_t n = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
             if (n > r->fallback_.len - i - 4) break;
-            coai__oa_emit(r, 0, (const char *)p + 4, n);
+            if (coai__emit_filtered(r, 0, (const char *)p + 4, n) != COAI_OK || r->done_)
+                return coai__oa_out_result(r);
             i += 4 + n;
         }
+        if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
     }
     return coai__reply_end(r, COAI_FINISH_STOP);
 }
@@ -6989,6 +7317,10 @@ static int coai__reply_end(coai_reply *r, coai_finish f)
         r->w_->end(r, f);
     } else {
         if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+        if (r->o_.json_check && f != COAI_FINISH_TOOL_CALLS) {
+            coai_error je;
+            if (coai__json_answer_check(r, &je) != 0) return coai__oa_fail(r, &je);
+        }
         r->committed_ = 1;
         r->status_ = 200;
         r->w_->body(r, f);
@@ -7036,7 +7368,7 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
     coai_str b;
     coai_buf *id = &r->tc_id_;
     const coai_tool *t = &r->o_.tools[tc->tool];
-    coai__oa_flush_carry(r);
+    if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
     coai_buf_reset(id);
     coai_buf_puts(id, "sess_");
     coai_buf_puts(id, r->session_);

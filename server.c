@@ -3001,6 +3001,14 @@ struct run {
 /* Send what the reply produced. A streaming 200 goes out as it comes (head once, then one
  * chunk per drain); anything else (non-streaming, or an error status) is one Content-Length
  * response once the reply is done. 0 ok, -1 the client is gone. */
+/* x-cursor-model: the Cursor model id that served the request (the response's "model" is
+ * the name the client asked for). Only when it is a safe header value. */
+static void model_header(struct conn *c, coai_buf *h)
+{
+    if (c->model[0] && coai_header_value_ok(coai_str_c(c->model)))
+        coai_buf_printf(h, "x-cursor-model: %s\r\n", c->model);
+}
+
 static int run_flush(struct run *r)
 {
     struct conn *c = r->c;
@@ -3014,6 +3022,7 @@ static int run_flush(struct run *r)
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
+            model_header(c, &h);
             rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
         }
         if (rc == 0 && rp->out.len) {
@@ -3027,6 +3036,7 @@ static int run_flush(struct run *r)
         }
     } else if (done) {
         coai_reply_head(rp, &h);
+        model_header(c, &h);
         rc = h.err ? -1 : send_response(c, st, NULL, (const char *)h.data, rp->out.data,
                                         rp->out.len);
         coai_buf_reset(&rp->out);
@@ -3683,7 +3693,7 @@ static int handle_chat(struct conn *c)
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
-    o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
+    o.model = req.model;    /* the name the client asked for (Cursor's id: x-cursor-model) */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
     if (resp) {
         o.echo.ptr = rr.echo.data ? (const char *)rr.echo.data : "";

@@ -336,6 +336,119 @@ def t_strict(proxy):
     check("duplicate key: the message names the key", "'messages'" in (e.get("message") or ""), e)
 
 # ---------------------------------------------------------------------------------------------
+# request fields (README: request fields)
+
+FIELD_SCENARIOS = {
+    "split_end": {"steps": [{"op": "text", "text": "Hello E"}, {"op": "text", "text": "N"},
+                            {"op": "text", "text": "D and the rest"}, {"op": "turn_ended"},
+                            {"op": "trailer", "status": 0}]},
+    "json_fenced": {"steps": [{"op": "text", "text": "```json\n{\"name\": "},
+                              {"op": "text", "text": "\"Ada\", \"age\": 36}\n```"},
+                              {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "json_prose": {"steps": [{"op": "text", "text": "Sure! Ada is 36."}, {"op": "turn_ended"},
+                             {"op": "trailer", "status": 0}]},
+    "two_execs": {"steps": [
+        {"op": "exec", "kind": "mcp", "id": 1, "exec_id": "exec-1", "tool_name": "get_weather",
+         "args": {"location": "Oslo"}, "tool_call_id": "toolu_1"},
+        {"op": "exec", "kind": "mcp", "id": 2, "exec_id": "exec-2", "tool_name": "get_time",
+         "args": {"zone": "UTC"}, "tool_call_id": "toolu_2"},
+        {"op": "stall", "max_s": 30}]},
+}
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"location": {"type": "string"}}}}}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string"}}}}}
+USER = [{"role": "user", "content": "Hi"}]
+
+
+def t_fields(fake, proxy):
+    # stop: emulated, even across deltas (curl, streaming)
+    code, text = curl_chat(proxy, {"model": "scenario:split_end", "messages": USER,
+                                   "stream": True, "stop": ["END"]}, ["-N"])
+    ev = H.parse_sse(text.encode())
+    eq("stop across deltas (stream): content cut before it", (code, ev["content"]),
+       (200, "Hello "))
+    eq("stop across deltas (stream): finish_reason stop, [DONE]", (ev["finish"], ev["done"]),
+       (["stop"], True))
+    r = sdk(proxy, "nonstream", {"model": "scenario:split_end", "messages": USER,
+                                 "extra": {"stop": "D and"}})
+    if r is not None:
+        eq("stop (openai SDK, non-stream)", (r.get("content"), r.get("finish")),
+           ("Hello EN", ["stop"]))
+    # max_tokens / max_completion_tokens: emulated, finish_reason length
+    st, body, hd = proxy.chat("scenario:long:200", max_tokens=5)
+    j = jload(body) or {}
+    ch = (j.get("choices") or [{}])[0]
+    content = (ch.get("message") or {}).get("content") or ""
+    eq("max_tokens 5: finish_reason length", (st, ch.get("finish_reason")), (200, "length"))
+    check("max_tokens 5: at most 20 characters (the estimate: 4 per token)",
+          0 < len(content) <= 20, repr(content))
+    eq("max_tokens 5: usage.completion_tokens", (j.get("usage") or {}).get("completion_tokens"),
+       5)
+    code, text = curl_chat(proxy, {"model": "scenario:long:200", "messages": USER,
+                                   "stream": True, "max_completion_tokens": 3}, ["-N"])
+    ev = H.parse_sse(text.encode())
+    check("max_completion_tokens 3 (stream): <= 12 characters, finish length",
+          0 < len(ev["content"]) <= 12 and ev["finish"] == ["length"] and ev["done"], ev)
+    # response_format: emulated by instruction, checked when not streaming
+    r = sdk(proxy, "nonstream", {"model": "scenario:json_fenced", "messages": USER,
+                                 "extra": {"response_format": {"type": "json_object"}}})
+    if r is not None:
+        eq("response_format json_object: fences removed, valid JSON",
+           jload(r.get("content")), {"name": "Ada", "age": 36})
+    rr = last_run_request(fake)
+    check("response_format: the instruction reached the prompt",
+          "[Output format: answer with exactly one JSON object" in (rr.get("prompt") or ""), rr)
+    schema = {"type": "json_schema", "json_schema": {"name": "person", "schema": {
+        "type": "object", "properties": {"name": {"type": "string"}},
+        "required": ["name", "email"]}}}
+    st, body, hd = proxy.chat("scenario:json_fenced", response_format=schema)
+    e = (jload(body) or {}).get("error") or {}
+    eq("json_schema: a missing required member is a 502 invalid_json_output",
+       (st, e.get("code")), (502, "invalid_json_output"))
+    check("json_schema: the message names the member", "'email'" in (e.get("message") or ""), e)
+    st, body, hd = proxy.chat("scenario:json_prose", response_format={"type": "json_object"})
+    e = (jload(body) or {}).get("error") or {}
+    eq("json_object: prose is a 502, not bad JSON as success", (st, e.get("code")),
+       (502, "invalid_json_output"))
+    # refused fields
+    for field, val in (("logprobs", True), ("top_logprobs", 3), ("n", 2)):
+        st, body, hd = proxy.chat("auto", **{field: val})
+        e = (jload(body) or {}).get("error") or {}
+        eq("%s: 400 with param" % field, (st, e.get("param")), (400, field))
+    # tool_choice named: only that tool reaches Cursor, and the prompt asks for it
+    st, body, hd = proxy.chat("scenario:two_execs", tools=[WEATHER, TIME],
+                              tool_choice={"type": "function", "function": {"name": "get_time"}})
+    rr = last_run_request(fake)
+    names = sorted(t.get("name") for t in rr.get("mcp_tools") or [])
+    eq("tool_choice named: Cursor is offered that tool only", names, ["cursor-tools-get_time"])
+    check("tool_choice named: the instruction is in the prompt",
+          "[Instruction: answer by calling the tool get_time.]" in (rr.get("prompt") or ""), rr)
+    st, body, hd = proxy.chat("auto", tools=[WEATHER],
+                              tool_choice={"type": "function", "function": {"name": "nope"}})
+    eq("tool_choice naming an unknown tool: 400", (st, ((jload(body) or {}).get("error") or {})
+                                                   .get("param")), (400, "tool_choice"))
+    # parallel_tool_calls false: at most one tool call (Cursor sends two execs here)
+    st, body, hd = proxy.chat("scenario:two_execs", tools=[WEATHER, TIME],
+                              parallel_tool_calls=False)
+    calls = (((jload(body) or {}).get("choices") or [{}])[0].get("message") or {}).get(
+        "tool_calls") or []
+    eq("parallel_tool_calls false: exactly one tool call", [c["function"]["name"] for c in calls],
+       ["get_weather"])
+    # model: the name asked for; Cursor's id in x-cursor-model
+    st, body, hd = proxy.chat("auto")
+    eq("response model is the name asked for", (jload(body) or {}).get("model"), "auto")
+    eq("x-cursor-model names Cursor's id", hd.get("x-cursor-model"), "default")
+    r = sdk(proxy, "nonstream", {"model": "sonnet-4.5", "messages": USER})
+    if r is not None:
+        eq("openai SDK sees the model it asked for", r.get("model"), "sonnet-4.5")
+    # ignored fields are accepted
+    st, body, hd = proxy.chat("auto", temperature=0.1, top_p=0.5, seed=3, user="u",
+                              metadata={"k": "v"}, presence_penalty=0, frequency_penalty=0)
+    eq("temperature/top_p/seed/user/metadata: accepted (ignored)", st, 200)
+
+# ---------------------------------------------------------------------------------------------
 
 def main():
     if not os.path.exists(BIN):
@@ -347,15 +460,17 @@ def main():
                          "type": "session"})
     fake = proxy = None
     try:
-        fake = H.Fake(tmp, {"echo_images": {"steps": [
-            {"op": "images_text"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}},
-            token)
+        scen = {"echo_images": {"steps": [
+            {"op": "images_text"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}}
+        scen.update(FIELD_SCENARIOS)
+        fake = H.Fake(tmp, scen, token)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
         FAKES[proxy.port] = fake
         for name, fn in [("usage", lambda: t_usage(fake, proxy)),
                          ("usage-key", lambda: t_usage_key(tmp, fake, token)),
                          ("images", lambda: t_images(tmp, fake, proxy, token)),
-                         ("strict", lambda: t_strict(proxy))]:
+                         ("strict", lambda: t_strict(proxy)),
+                         ("fields", lambda: t_fields(fake, proxy))]:
             if os.environ.get("SURFACE_ONLY") and name not in os.environ["SURFACE_ONLY"].split(","):
                 continue
             try:

@@ -520,6 +520,274 @@ static void test_surrogates_dups(void)
                     "{\"messages\":1}}", &e) == 0);
 }
 
+/* ---- request fields (emulated in the core reply) ------------------------------ */
+
+static int null_send(void *u, const unsigned char *m, size_t n) { (void)u; (void)m; (void)n; return 0; }
+
+typedef struct fx {
+    coai_chat_request q;
+    coai_reply r;
+    coai_buf out;            /* everything the reply wrote */
+} fx;
+
+static int fx_start(fx *f, const char *body)
+{
+    coai_error e;
+    coai_reply_opts o;
+    memset(f, 0, sizeof *f);
+    if (coai_chat_request_parse(&f->q, body, strlen(body), &e) != 0) {
+        fprintf(stderr, "parse: %s\n", e.message);
+        return -1;
+    }
+    memset(&o, 0, sizeof o);
+    coai_reply_opts_from_request(&o, &f->q);
+    o.completion_id = S_("chatcmpl-1");
+    o.model = S_("auto");
+    o.created = 1;
+    o.send = null_send;
+    return coai_reply_init(&f->r, &o);
+}
+
+static int fx_feed(fx *f, coai_msg_kind k, const char *t)
+{
+    coai_msg m;
+    int rc;
+    memset(&m, 0, sizeof m);
+    m.kind = k;
+    m.text = S_(t);
+    if (k == COAI_MSG_TOKENS) m.value = atoi(t);
+    rc = coai_reply_feed_msg(&f->r, &m);
+    coai_buf_append(&f->out, f->r.out.data, f->r.out.len);
+    coai_buf_reset(&f->r.out);
+    return rc;
+}
+
+static void fx_end(fx *f)
+{
+    coai_reply_free(&f->r);
+    coai_chat_request_free(&f->q);
+    coai_buf_free(&f->out);
+}
+
+/* Content of all SSE chunks, or of the one chat.completion. */
+static void fx_content(fx *f, coai_buf *c, char *finish, size_t fcap)
+{
+    const char *p = (const char *)f->out.data;
+    finish[0] = 0;
+    coai_buf_reset(c);
+    if (!p) return;
+    if (strncmp(p, "data: ", 6) != 0) {
+        cJSON *j = cJSON_Parse(p), *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        cJSON *ct = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "message"), "content");
+        cJSON *fr = cJSON_GetObjectItem(ch, "finish_reason");
+        if (cJSON_IsString(ct)) coai_buf_puts(c, ct->valuestring);
+        if (cJSON_IsString(fr)) snprintf(finish, fcap, "%s", fr->valuestring);
+        cJSON_Delete(j);
+        return;
+    }
+    while ((p = strstr(p, "data: ")) != NULL) {
+        const char *e = strstr(p, "\n\n");
+        cJSON *j = cJSON_ParseWithLength(p + 6, e ? (size_t)(e - p - 6) : strlen(p + 6));
+        cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "choices"), 0);
+        cJSON *d = cJSON_GetObjectItem(cJSON_GetObjectItem(ch, "delta"), "content");
+        cJSON *fr = cJSON_GetObjectItem(ch, "finish_reason");
+        if (cJSON_IsString(d)) coai_buf_puts(c, d->valuestring);
+        if (cJSON_IsString(fr)) snprintf(finish, fcap, "%s", fr->valuestring);
+        cJSON_Delete(j);
+        p = e ? e : p + 6;
+    }
+}
+
+static void test_stop(void)
+{
+    fx f;
+    coai_buf c = { 0 };
+    char fin[32];
+    /* a stop sequence split across three deltas: cut before it, finish "stop" */
+    CHECK(fx_start(&f, "{\"stream\":true,\"stop\":[\"END\",\"zzz\"],\"messages\":[{\"role\":"
+                   "\"user\",\"content\":\"x\"}]}") == 0);
+    CHECK(f.q.stop_count == 2);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "Hello E") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "N") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "D and more") == COAI_DONE);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "after") == COAI_DONE);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "Hello ") == 0 && strcmp(fin, "stop") == 0, "'%s' %s",
+           (char *)c.data, fin);
+    CHECK(strstr((char *)f.out.data, "END") == NULL && strstr((char *)f.out.data, "[DONE]"));
+    fx_end(&f);
+    /* the earliest of several matches wins; non-streaming */
+    CHECK(fx_start(&f, "{\"stop\":[\"b\",\"a\"],\"messages\":[{\"role\":\"user\",\"content\":"
+                   "\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "xyab") == COAI_DONE);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "xy") == 0 && strcmp(fin, "stop") == 0, "'%s'", (char *)c.data);
+    fx_end(&f);
+    /* no match: everything arrives, the held tail too; "stop" as a plain string */
+    CHECK(fx_start(&f, "{\"stream\":true,\"stop\":\"STOP!\",\"messages\":[{\"role\":\"user\","
+                   "\"content\":\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "it ST") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "OP? no \xc3\xa9") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "it STOP? no \xc3\xa9") == 0 && strcmp(fin, "stop") == 0,
+           "'%s'", (char *)c.data);
+    fx_end(&f);
+    /* reasoning is never cut by stop sequences */
+    CHECK(fx_start(&f, "{\"stream\":true,\"stop\":[\"X\"],\"messages\":[{\"role\":\"user\","
+                   "\"content\":\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_THINKING, "XXX") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "aXb") == COAI_DONE);
+    CHECK(strstr((char *)f.out.data, "\"reasoning_content\":\"XXX\"") != NULL);
+    fx_end(&f);
+    coai_buf_free(&c);
+}
+
+static void test_max_tokens(void)
+{
+    fx f;
+    coai_buf c = { 0 };
+    char fin[32];
+    cJSON *j;
+    /* 3 tokens = 12 UTF-16 units by the estimate: cut there, finish "length" */
+    CHECK(fx_start(&f, "{\"max_tokens\":3,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}")
+          == 0);
+    CHECK(f.q.max_tokens == 3);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "abcdefgh") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "ijklmnop") == COAI_DONE);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "abcdefghijkl") == 0 && strcmp(fin, "length") == 0,
+           "'%s' %s", (char *)c.data, fin);
+    j = cJSON_Parse((char *)f.out.data);
+    CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "usage"), "completion_tokens")->valueint
+          == 3);
+    cJSON_Delete(j);
+    fx_end(&f);
+    /* max_completion_tokens, streaming; Cursor's own count can end it first */
+    CHECK(fx_start(&f, "{\"stream\":true,\"max_completion_tokens\":100,\"max_tokens\":200,"
+                   "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}") == 0);
+    CHECK(f.q.max_tokens == 100);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "one") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TOKENS, "100") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "two") == COAI_DONE);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "one") == 0 && strcmp(fin, "length") == 0, "'%s' %s",
+           (char *)c.data, fin);
+    fx_end(&f);
+    /* a character is never split: 1 token = 4 units; "ab" + an astral (2 units) fit */
+    CHECK(fx_start(&f, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}")
+          == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "a\xf0\x9f\x98\x80\xf0\x9f\x98\x80") == COAI_DONE);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "a\xf0\x9f\x98\x80") == 0, "'%s'", (char *)c.data);
+    fx_end(&f);
+    coai_buf_free(&c);
+}
+
+static void test_json_format(void)
+{
+    fx f;
+    coai_buf c = { 0 };
+    char fin[32];
+    static const char schema_req[] = "{\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+        "{\"name\":\"p\",\"schema\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":"
+        "\"string\"}},\"required\":[\"name\"]}}},\"messages\":[{\"role\":\"user\",\"content\":"
+        "\"x\"}]}";
+    /* the instruction goes into the prompt, with the schema */
+    CHECK(fx_start(&f, schema_req) == 0);
+    CHECK(strstr((char *)f.q.prompt.data, "[Output format: answer with exactly one JSON object")
+          != NULL);
+    CHECK(strstr((char *)f.q.prompt.data, "\"required\":[\"name\"]") != NULL);
+    /* fenced JSON with the required member: fences removed, 200 */
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "```json\n{\"name\": \"Ada\"}\n```") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    CHECK(coai_reply_status(&f.r) == 200);
+    fx_content(&f, &c, fin, sizeof fin);
+    CHECKF(strcmp((char *)c.data, "{\"name\": \"Ada\"}") == 0, "'%s'", (char *)c.data);
+    fx_end(&f);
+    /* a missing required member: a clear 502, never bad JSON as success */
+    CHECK(fx_start(&f, schema_req) == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "{\"nom\":1}") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    CHECK(coai_reply_status(&f.r) == 502);
+    CHECKF(strstr((char *)f.out.data, "invalid_json_output")
+           && strstr((char *)f.out.data, "lacks the required member 'name'"), "%s",
+           (char *)f.out.data);
+    fx_end(&f);
+    /* json_object: prose is refused; an array is not an object */
+    CHECK(fx_start(&f, "{\"response_format\":{\"type\":\"json_object\"},\"messages\":[{\"role\":"
+                   "\"user\",\"content\":\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "Sure! {\"a\":1}") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    CHECK(coai_reply_status(&f.r) == 502 && strstr((char *)f.out.data, "is not valid JSON"));
+    fx_end(&f);
+    CHECK(fx_start(&f, "{\"response_format\":{\"type\":\"json_object\"},\"messages\":[{\"role\":"
+                   "\"user\",\"content\":\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "[1]") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    CHECK(coai_reply_status(&f.r) == 502 && strstr((char *)f.out.data, "not an object"));
+    fx_end(&f);
+    coai_buf_free(&c);
+}
+
+static void test_field_errors(void)
+{
+    coai_error e;
+    static const struct { const char *body, *param; } bad[] = {
+        { "{\"logprobs\":true,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "logprobs" },
+        { "{\"top_logprobs\":2,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+          "top_logprobs" },
+        { "{\"n\":2,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "n" },
+        { "{\"max_tokens\":0,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "max_tokens" },
+        { "{\"max_completion_tokens\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+          "max_completion_tokens" },
+        { "{\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"],\"messages\":[{\"role\":\"user\",\"content\":"
+          "\"x\"}]}", "stop" },
+        { "{\"stop\":[\"a\",\"\"],\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+          "stop[1]" },
+        { "{\"stop\":5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "stop" },
+        { "{\"response_format\":{\"type\":\"xml\"},\"messages\":[{\"role\":\"user\",\"content\":"
+          "\"x\"}]}", "response_format.type" },
+        { "{\"modalities\":[\"text\",\"audio\"],\"messages\":[{\"role\":\"user\",\"content\":"
+          "\"x\"}]}", "modalities" },
+        { "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":"
+          "{\"type\":\"function\",\"function\":{\"name\":\"b\"}},\"messages\":[{\"role\":\"user\","
+          "\"content\":\"x\"}]}", "tool_choice" },
+        { "{\"tool_choice\":\"sometimes\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+          "tool_choice" },
+        { "{\"parallel_tool_calls\":\"no\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+          "parallel_tool_calls" },
+    };
+    size_t i;
+    coai_chat_request q;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECKF(parse_err(bad[i].body, &e) == COAI_ERR_INVALID, "case %zu", i);
+        CHECKF(e.status == 400 && strcmp(e.param, bad[i].param) == 0, "case %zu: %d '%s'", i,
+               e.status, e.param);
+    }
+    /* ignored fields are accepted */
+    CHECK(parse_err("{\"temperature\":0.2,\"top_p\":0.9,\"seed\":7,\"user\":\"u\",\"metadata\":"
+                    "{\"k\":\"v\"},\"frequency_penalty\":0,\"presence_penalty\":0,\"logprobs\":"
+                    "false,\"parallel_tool_calls\":false,\"messages\":[{\"role\":\"user\","
+                    "\"content\":\"x\"}]}", &e) == 0);
+    /* a named tool: only that tool is offered, and the prompt asks for it */
+    {
+        const char *b = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}},"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"b\"}}],\"tool_choice\":"
+                        "{\"type\":\"function\",\"function\":{\"name\":\"b\"}},\"messages\":"
+                        "[{\"role\":\"user\",\"content\":\"x\"}]}";
+        CHECK(coai_chat_request_parse(&q, b, strlen(b), &e) == 0);
+        CHECK(q.tool_count == 1 && coai_str_eq(q.tools[0].name, "b"));
+        CHECK(strstr((char *)q.prompt.data, "[Instruction: answer by calling the tool b.]"));
+        coai_chat_request_free(&q);
+        b = "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a\"}}],\"tool_choice\":"
+            "\"required\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+        CHECK(coai_chat_request_parse(&q, b, strlen(b), &e) == 0);
+        CHECK(q.tool_count == 1 && strstr((char *)q.prompt.data, "calling one of the available"));
+        coai_chat_request_free(&q);
+    }
+}
+
 int main(void)
 {
     test_usage_plan();
@@ -532,5 +800,9 @@ int main(void)
     test_image_request();
     test_unknown_parts();
     test_surrogates_dups();
+    test_stop();
+    test_max_tokens();
+    test_json_format();
+    test_field_errors();
     TEST_END();
 }
