@@ -1198,6 +1198,15 @@ int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size
  * oversized image is a 400 / 413 naming the part. */
 int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
                           const struct coai_image_limits *lim, coai_error *err);
+/* The steps coai_request_parse_ex adds around a dialect's parser, for callers that run a
+ * parser themselves (server.c's Responses path): coai_json_fix_surrogates rewrites each
+ * lone UTF-16 surrogate escape ("\ud800" without its pair) to "\ufffd" in place (same
+ * length) and returns how many, or -1 for a "\u" without four hex digits (a 400: cJSON
+ * would read U+0000); coai_request_check refuses duplicate keys (400 duplicate_key) and
+ * decodes the images (req is freed on failure). 0 ok, else a negative coai_result. */
+long coai_json_fix_surrogates(char *body, size_t n);
+int coai_request_check(coai_request *req, const struct coai_image_limits *lim,
+                       coai_error *err);
 void coai_request_free(coai_request *req);
 /* Set p->prompt, p->tools, p->tool_count and p->images from req (views into req). */
 void coai_request_params(const coai_request *req, coai_run_params *p);
@@ -7134,6 +7143,13 @@ static int coai__emit_filtered(coai_reply *r, int ch, const char *s, size_t n)
     return COAI_OK;
 }
 
+/* The stop sequence that ended the reply as a JSON string, or null (Anthropic reports it). */
+static void coai__stop_matched(const coai_reply *r, coai_buf *b)
+{
+    if (r->stop_hit_ < 0 || (size_t)r->stop_hit_ >= r->o_.stop_count) coai_buf_puts(b, "null");
+    else coai_json_str_append(b, r->o_.stop[r->stop_hit_].ptr, r->o_.stop[r->stop_hit_].len);
+}
+
 /* The non-streaming JSON check of response_format: the answer (without surrounding white
  * space and ``` fences, which are removed from the reply) must be one JSON object holding
  * the schema's top-level "required" members. 0 ok, else -1 and *e (a 502: the model did
@@ -8363,8 +8379,10 @@ static void coai__an_w_end(coai_reply *r, coai_finish f)
         coai__an_block_stop(r);
     }
     coai__an_event(r, "message_delta");
-    coai_buf_printf(&r->out, ",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":null},"
-                    "\"usage\":", coai__an_stop_reason(f));
+    coai_buf_printf(&r->out, ",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":",
+                    coai__an_stop_reason(f));
+    coai__stop_matched(r, &r->out);
+    coai_buf_puts(&r->out, "},\"usage\":");
     coai__an_usage(r, &r->out, 0);
     coai_buf_puts(&r->out, "}\n\n");
     coai__an_event(r, "message_stop");
@@ -8402,8 +8420,9 @@ static void coai__an_w_body(coai_reply *r, coai_finish f)
         else coai_buf_puts(o, "{}");
         coai_buf_putc(o, '}');
     }
-    coai_buf_printf(o, "],\"stop_reason\":\"%s\",\"stop_sequence\":null,\"usage\":",
-                    coai__an_stop_reason(f));
+    coai_buf_printf(o, "],\"stop_reason\":\"%s\",\"stop_sequence\":", coai__an_stop_reason(f));
+    coai__stop_matched(r, o);
+    coai_buf_puts(o, ",\"usage\":");
     coai__an_usage(r, o, 0);
     coai_buf_putc(o, '}');
 }
@@ -8536,7 +8555,7 @@ static int coai__rs_content(coai__rs_parse *ps, coai_message *m, const cJSON *co
             if (!cJSON_IsString(u)) {
                 snprintf(p, sizeof p, "%s.%s[%u].image_url", where, field, (unsigned)k);
                 return coai__oa_bad(ps->err, p, "%s must be a string (file_id images are not "
-                                    "supported: send the image as a data: or https: URL)", p);
+                                    "supported: send the image as a data: URL)", p);
             }
             parts[k].kind = COAI_PART_IMAGE;
             parts[k].url = coai__oa_jstr(u);
@@ -9752,13 +9771,47 @@ static const char *coai__json_dup_key(const cJSON *j, int *nomem)
     return dup;
 }
 
+long coai_json_fix_surrogates(char *body, size_t n)
+{
+    size_t fixed = 0;
+    int nomem = 0, bad = 0;
+    char *copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem, &bad) : NULL;
+    if (bad) return -1;
+    if (copy) memcpy(body, copy, n);
+    free(copy);
+    /* without memory for the copy the body stays as it is: cJSON then refuses it */
+    return (long)fixed;
+}
+
+int coai_request_check(coai_request *req, const coai_image_limits *lim, coai_error *err)
+{
+    int nomem = 0, rc;
+    const char *dup = coai__json_dup_key(req->root_, &nomem);
+    if (dup) {
+        char key[64];
+        coai__oa_clean_copy(key, 0, sizeof key, dup, strlen(dup));
+        coai_error_set(err, 400, "invalid_request_error", "duplicate_key", NULL,
+                       "The request body has the key '%s' twice in one object; duplicate "
+                       "keys are refused (JSON parsers disagree about which one counts)", key);
+        err->no_retry = 1;
+        coai_request_free(req);
+        return COAI_ERR_INVALID;
+    }
+    if (nomem) {
+        coai_request_free(req);
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    if ((rc = coai__request_images(req, lim, err)) < 0) coai_request_free(req);
+    return rc;
+}
+
 int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
                           const coai_image_limits *lim, coai_error *err)
 {
     int rc, nomem = 0, bad = 0;
     size_t fixed = 0;
     char *copy;
-    const char *dup;
     if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].parse) {
         memset(req, 0, sizeof *req);
         coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
@@ -9784,22 +9837,7 @@ int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, s
     rc = coai__dialects[d].parse(req, copy ? copy : body, n, err);
     free(copy);
     if (rc == 0) req->dialect = d;
-    if (rc == 0 && (dup = coai__json_dup_key(req->root_, &nomem)) != NULL) {
-        char key[64];
-        coai__oa_clean_copy(key, 0, sizeof key, dup, strlen(dup));
-        coai_error_set(err, 400, "invalid_request_error", "duplicate_key", NULL,
-                       "The request body has the key '%s' twice in one object; duplicate "
-                       "keys are refused (JSON parsers disagree about which one counts)", key);
-        err->no_retry = 1;
-        coai_request_free(req);
-        return COAI_ERR_INVALID;
-    }
-    if (rc == 0 && nomem) {
-        coai_request_free(req);
-        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
-        return COAI_ERR_NOMEM;
-    }
-    if (rc == 0 && (rc = coai__request_images(req, lim, err)) < 0) coai_request_free(req);
+    if (rc == 0) rc = coai_request_check(req, lim, err);
     return rc;
 }
 

@@ -3614,12 +3614,24 @@ static int handle_chat(struct conn *c)
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
     if (resp) {
+        /* what coai_request_parse_ex does for the other dialects: lone surrogates -> U+FFFD
+         * before the parse, duplicate keys and images after it */
+        if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
+            coai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse "
+                           "the JSON body of your request: a \\u escape needs four hex digits");
+            send_coai_error(c, &e);
+            goto done;
+        }
         if (responses_parse(c, &rr, &e) < 0) {
             send_coai_error(c, &e);
             goto done;
         }
         req = rr.req;                            /* moved: freed as req below */
         memset(&rr.req, 0, sizeof rr.req);
+        if (coai_request_check(&req, &IMG_LIMITS, &e) < 0) {
+            send_coai_error(c, &e);
+            goto done;
+        }
     } else if (coai_request_parse_ex(&req, c->dialect, (const char *)c->body.data, c->body.len,
                                      &IMG_LIMITS, &e) < 0) {
         send_coai_error(c, &e);

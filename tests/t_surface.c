@@ -788,6 +788,106 @@ static void test_field_errors(void)
     }
 }
 
+/* The same emulations reach Anthropic Messages and OpenAI Responses through the core. */
+static int fx_start_d(fx *f, coai_dialect d, const char *body)
+{
+    coai_error e;
+    coai_reply_opts o;
+    memset(f, 0, sizeof *f);
+    if (coai_request_parse(&f->q, d, body, strlen(body), &e) != 0) {
+        fprintf(stderr, "parse: %s\n", e.message);
+        return -1;
+    }
+    memset(&o, 0, sizeof o);
+    coai_reply_opts_from_request(&o, &f->q);
+    o.completion_id = S_(d == COAI_DIALECT_ANTHROPIC ? "msg_1" : "resp_1");
+    o.model = S_("m");
+    o.created = 1;
+    o.send = null_send;
+    return coai_reply_init(&f->r, &o);
+}
+
+/* coai_request_parse with n = 0 meaning strlen (the literals above are long) */
+static int rparse(coai_request *q, coai_dialect d, const char *body, size_t n, coai_error *e)
+{
+    return coai_request_parse(q, d, body, n ? n : strlen(body), e);
+}
+
+static void test_other_dialects(void)
+{
+    fx f;
+    coai_error e;
+    coai_request q;
+    coai_buf b = { 0 };
+    /* Anthropic: stop_sequences across deltas -> stop_reason stop_sequence + the sequence */
+    CHECK(fx_start_d(&f, COAI_DIALECT_ANTHROPIC, "{\"model\":\"m\",\"max_tokens\":100,"
+                     "\"stream\":true,\"stop_sequences\":[\"##\"],\"messages\":[{\"role\":\"user\","
+                     "\"content\":\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "one #") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "# two") == COAI_DONE);
+    CHECKF(strstr((char *)f.out.data, "\"stop_reason\":\"stop_sequence\",\"stop_sequence\":\"##\"")
+           && strstr((char *)f.out.data, "\"text\":\"one \"") && !strstr((char *)f.out.data,
+                                                                          "two"),
+           "%s", (char *)f.out.data);
+    fx_end(&f);
+    /* Anthropic: max_tokens -> stop_reason max_tokens */
+    CHECK(fx_start_d(&f, COAI_DIALECT_ANTHROPIC, "{\"model\":\"m\",\"max_tokens\":2,"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "0123456789") == COAI_DONE);
+    CHECKF(strstr((char *)f.out.data, "\"stop_reason\":\"max_tokens\"")
+           && strstr((char *)f.out.data, "\"text\":\"01234567\""), "%s", (char *)f.out.data);
+    fx_end(&f);
+    /* Anthropic: a base64 image block is decoded and sent; tool_choice tool narrows tools */
+    coai_buf_printf(&b, "{\"model\":\"m\",\"max_tokens\":9,\"tools\":[{\"name\":\"a\","
+                    "\"input_schema\":{\"type\":\"object\"}},{\"name\":\"b\",\"input_schema\":"
+                    "{\"type\":\"object\"}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"b\"},"
+                    "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\",\"source\":"
+                    "{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"%s\"}},{\"type\":"
+                    "\"text\",\"text\":\"what?\"}]}]}", PNG_B64);
+    CHECKF(rparse(&q, COAI_DIALECT_ANTHROPIC, (char *)b.data, b.len, &e) == 0, "%s",
+           e.message);
+    CHECK(q.image_count == 1 && q.images[0].width == 3 && strcmp(q.images[0].mime, "image/png") == 0);
+    CHECK(q.tool_count == 1 && coai_str_eq(q.tools[0].name, "b"));
+    coai_request_free(&q);
+    /* Anthropic: a url image source is refused like a remote image_url */
+    CHECK(rparse(&q, COAI_DIALECT_ANTHROPIC, "{\"model\":\"m\",\"max_tokens\":9,"
+                             "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+                             "\"source\":{\"type\":\"url\",\"url\":\"https://x/y.png\"}}]}]}", 0,
+                             &e) < 0);
+    CHECKF(e.status == 400 && strcmp(e.code, "image_url_not_supported") == 0, "%d %s", e.status,
+           e.message);
+    /* duplicate keys: refused for every dialect */
+    CHECK(rparse(&q, COAI_DIALECT_ANTHROPIC, "{\"model\":\"m\",\"model\":\"n\","
+                             "\"max_tokens\":9,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+                             0, &e) == COAI_ERR_INVALID && strcmp(e.code, "duplicate_key") == 0);
+    CHECK(rparse(&q, COAI_DIALECT_RESPONSES, "{\"model\":\"m\",\"input\":\"x\","
+                             "\"input\":\"y\"}", 0, &e) == COAI_ERR_INVALID
+          && strcmp(e.code, "duplicate_key") == 0);
+    /* Responses: max_output_tokens cuts with finish LENGTH; input_image is decoded */
+    CHECK(fx_start_d(&f, COAI_DIALECT_RESPONSES, "{\"model\":\"m\",\"max_output_tokens\":1,"
+                     "\"input\":\"x\"}") == 0);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "abcdefgh") == COAI_DONE);
+    CHECKF(strstr((char *)f.out.data, "\"max_output_tokens\"") && strstr((char *)f.out.data,
+                                                                        "\"text\":\"abcd\""),
+           "%s", (char *)f.out.data);
+    fx_end(&f);
+    coai_buf_reset(&b);
+    coai_buf_printf(&b, "{\"model\":\"m\",\"input\":[{\"role\":\"user\",\"content\":[{\"type\":"
+                    "\"input_image\",\"image_url\":\"data:image/png;base64,%s\"}]}]}", PNG_B64);
+    CHECKF(rparse(&q, COAI_DIALECT_RESPONSES, (char *)b.data, b.len, &e) == 0, "%s",
+           e.message);
+    CHECK(q.image_count == 1 && q.images[0].len == 74);
+    coai_request_free(&q);
+    /* the in-place helpers server.c uses on the Responses path */
+    {
+        char body[] = "{\"a\":\"\\ud800x\\ud83d\\ude00\"}";
+        CHECK(coai_json_fix_surrogates(body, strlen(body)) == 1);
+        CHECK(strcmp(body, "{\"a\":\"\\ufffdx\\ud83d\\ude00\"}") == 0);
+        CHECK(coai_json_fix_surrogates((char[]){ '"', '\\', 'u', '1', '"', 0 }, 5) == -1);
+    }
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
     test_usage_plan();
@@ -804,5 +904,6 @@ int main(void)
     test_max_tokens();
     test_json_format();
     test_field_errors();
+    test_other_dialects();
     TEST_END();
 }
