@@ -889,10 +889,14 @@ typedef struct coai_http_response {
  * followed by another head. Chunked with Content-Length: chunked wins, keep_alive 0. */
 int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs);
 
-/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or one of
- * extra[0..n_extra) (case-insensitive, names without port), followed by nothing
- * or ":<port>" equal to port (port <= 0: any 1-5 digit port). Rejects an empty
- * host, ":1234", "localhost.evil.com", "localhost." and "user@localhost". */
+/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or the name of one
+ * of extra[0..n_extra) (case-insensitive), followed by nothing or ":<port>" (1-5 digits).
+ * The port: port > 0 must equal it, port <= 0 accepts any (the DNS-rebinding guard needs
+ * the name; a tunnel or forwarder in front of the server brings its own port). An extra
+ * entry "name:port" pins that name, a built-in one too: it is then accepted only with one
+ * of the ports its entries list (no port in the header counts as 80), whatever `port`
+ * says. Rejects an empty host, ":1234", "localhost.evil.com", "localhost." and
+ * "user@localhost". */
 int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port);
 
 /* Origin allow-list: 1 for "http://" or "https://" + a host accepted by
@@ -1578,6 +1582,13 @@ int64_t coai_request_input_tokens(const coai_request *req);
  * missing haiku); 0 when requested is no Claude name or nothing fits. */
 int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
                                coai_str *out);
+/* Map an exec to a Messages client's tools: coai_exec_map, and when the client has no
+ * dedicated tool for an ls, grep (with or without a file glob) or delete exec (a current
+ * Claude Code offers only Bash, Read, Write, Edit and its own agent tools), the same work as
+ * a command for its shell tool: ls -la, grep -rnE [--include], find -name, rm -f (arguments
+ * quoted for a POSIX shell). Same contract as coai_exec_map. */
+int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc);
 /* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
  *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
 int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
@@ -5129,41 +5140,66 @@ coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
     return r == COAI_DONE ? COAI_DONE : COAI_MORE;
 }
 
+/* Split "name", "name:port", "[v6]" or "[v6]:port" into the name's length and the port
+ * (-1 when there is none). 0 ok, -1 malformed (empty name, an empty or > 5-digit port). */
+static int coai__http_host_split(coai_str h, size_t *name_len, long *port)
+{
+    size_t nl, i;
+    long p = 0;
+    if (!h.ptr || h.len == 0) return -1;
+    if (h.ptr[0] == '[') {
+        for (nl = 1; nl < h.len && h.ptr[nl] != ']'; nl++) {}
+        if (nl == h.len) return -1;
+        nl++;
+    } else {
+        for (nl = 0; nl < h.len && h.ptr[nl] != ':'; nl++) {}
+    }
+    if (nl == 0) return -1;
+    *name_len = nl;
+    *port = -1;
+    if (nl == h.len) return 0;
+    if (h.ptr[nl] != ':' || h.len - nl - 1 == 0 || h.len - nl - 1 > 5) return -1;
+    for (i = nl + 1; i < h.len; i++) {
+        if (h.ptr[i] < '0' || h.ptr[i] > '9') return -1;
+        p = p * 10 + (h.ptr[i] - '0');
+    }
+    *port = p;
+    return 0;
+}
+
+static int coai__http_name_eq(const char *a, const char *b, size_t n)
+{
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (coai__http_lower((unsigned char)a[j]) != coai__http_lower((unsigned char)b[j]))
+            return 0;
+    return 1;
+}
+
 int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port)
 {
     static const char *const local[] = { "localhost", "127.0.0.1", "[::1]" };
     size_t name_len, i;
-    if (!host.ptr || host.len == 0) return 0;
-    if (host.ptr[0] == '[') {
-        for (name_len = 1; name_len < host.len && host.ptr[name_len] != ']'; name_len++) {}
-        if (name_len == host.len) return 0;
-        name_len++;
-    } else {
-        for (name_len = 0; name_len < host.len && host.ptr[name_len] != ':'; name_len++) {}
-    }
-    if (name_len == 0) return 0;
-    if (name_len < host.len) {
-        long p = 0;
-        size_t nd = host.len - name_len - 1;
-        if (host.ptr[name_len] != ':' || nd == 0 || nd > 5) return 0;
-        for (i = name_len + 1; i < host.len; i++) {
-            if (host.ptr[i] < '0' || host.ptr[i] > '9') return 0;
-            p = p * 10 + (host.ptr[i] - '0');
-        }
-        if (port > 0 && p != port) return 0;
-    }
+    long p;
+    int named = 0, pinned = 0, pin_ok = 0;
+    if (coai__http_host_split(host, &name_len, &p) < 0) return 0;
     for (i = 0; i < sizeof local / sizeof local[0]; i++)
-        if (coai__http_ieq(host.ptr, name_len, local[i])) return 1;
+        if (coai__http_ieq(host.ptr, name_len, local[i])) named = 1;
     for (i = 0; i < n_extra; i++) {
-        size_t j;
-        if (!extra[i].ptr || extra[i].len != name_len) continue;
-        for (j = 0; j < name_len; j++)
-            if (coai__http_lower((unsigned char)extra[i].ptr[j]) !=
-                coai__http_lower((unsigned char)host.ptr[j]))
-                break;
-        if (j == name_len) return 1;
+        size_t en;
+        long ep;
+        if (coai__http_host_split(extra[i], &en, &ep) < 0 || en != name_len
+            || !coai__http_name_eq(extra[i].ptr, host.ptr, name_len))
+            continue;
+        if (ep < 0) {
+            named = 1;
+        } else {
+            pinned = 1;
+            if (ep == (p < 0 ? 80 : p)) pin_ok = 1;
+        }
     }
-    return 0;
+    if (pinned) return pin_ok;
+    return named && (port <= 0 || p < 0 || p == port);
 }
 
 int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra)
@@ -5727,14 +5763,26 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     if (any_system) nparts = 1;
     cJSON_ArrayForEach(m, messages) {
         const cJSON *calls = coai__oa_get(m, "tool_calls");
-        coai_buf_reset(&t);
-        coai__oa_content_text(&t, coai__oa_get(m, "content"),
-                              m != last_user && coai__oa_role_is(m, "user"));
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
         if (coai__oa_role_is(m, "user")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai_buf_append(out, t.data, t.len);
-        } else if (coai__oa_role_is(m, "assistant")) {
+            coai__oa_content_text(out, coai__oa_get(m, "content"), m != last_user);
+            continue;
+        }
+        if (coai__oa_role_is(m, "tool")) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+            coai_buf_puts(out, "]: ");
+            coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__oa_content_text(&t, coai__oa_get(m, "content"), 0);
+        if (coai__oa_role_is(m, "assistant")) {
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
                 int first = 1;
@@ -5756,13 +5804,6 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (coai__oa_role_is(m, "tool")) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
-            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
-            coai_buf_puts(out, "]: ");
-            coai_buf_append(out, t.data, t.len);
-            any_tool = 1;
         }
     }
     if (any_tool) {
@@ -5892,13 +5933,27 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
     if (any_system) nparts = 1;
     for (i = 0; i < count; i++) {
         const coai_message *m = &msgs[i];
-        coai_buf_reset(&t);
-        coai__conv_text(&t, m, m->role == COAI_ROLE_USER && i != last_user);
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
         if (m->role == COAI_ROLE_USER) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai_buf_append(out, t.data, t.len);
-        } else if (m->role == COAI_ROLE_ASSISTANT) {
+            coai__conv_text(out, m, i != last_user);
+            continue;
+        }
+        if (m->role == COAI_ROLE_TOOL) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, m->tool_call_id);
+            /* Only dialects with an error flag set it (Anthropic is_error). */
+            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
+            coai__conv_text(out, m, 0);
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__conv_text(&t, m, 0);
+        if (m->role == COAI_ROLE_ASSISTANT) {
             if (m->call_count) {
                 if (nparts++) coai_buf_puts(out, "\n\n");
                 coai_buf_puts(out, "Assistant: ");
@@ -5916,14 +5971,6 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (m->role == COAI_ROLE_TOOL) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
-            coai__oa_put_str(out, m->tool_call_id);
-            /* Only dialects with an error flag set it (Anthropic is_error). */
-            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
-            coai_buf_append(out, t.data, t.len);
-            any_tool = 1;
         }
     }
     if (any_tool) {
@@ -7439,6 +7486,8 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
     memset(&tc, 0, sizeof tc);
     m = r->o_.dialect == COAI_DIALECT_RESPONSES
         ? coai_responses_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
+        : r->o_.dialect == COAI_DIALECT_ANTHROPIC
+        ? coai_anthropic_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
         : coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
@@ -8135,6 +8184,74 @@ int coai_anthropic_parse(coai_request *req, const char *body, size_t n, coai_err
 int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n, coai_error *err)
 {
     return coai__an_parse(req, body, n, err, 1);
+}
+
+/* ---- exec mapping ------------------------------------------------------------- */
+
+/* 'text' for a POSIX shell */
+static void coai__an_sq(coai_buf *b, coai_str s)
+{
+    size_t i;
+    coai_buf_putc(b, '\'');
+    for (i = 0; i < s.len; i++) {
+        if (s.ptr[i] == '\'') coai_buf_puts(b, "'\\''");
+        else coai_buf_putc(b, s.ptr[i]);
+    }
+    coai_buf_putc(b, '\'');
+}
+
+int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc)
+{
+    coai_exec sh;
+    coai_buf cmd = { 0 };
+    int m = coai_exec_map(ex, tools, count, workspace, tc);
+    if (m != 0) return m;
+    if (ex->kind != COAI_EXEC_LS && ex->kind != COAI_EXEC_GREP && ex->kind != COAI_EXEC_DELETE)
+        return 0;
+    if (ex->kind == COAI_EXEC_LS) {
+        coai_buf_puts(&cmd, "ls -la -- ");
+        /* no path: the client's own directory (the proxy's workspace is not where it runs) */
+        coai__an_sq(&cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
+    } else if (ex->kind == COAI_EXEC_DELETE) {
+        coai_buf_puts(&cmd, "rm -f -- ");
+        coai__an_sq(&cmd, ex->path);
+    } else if (ex->pattern.len) {
+        coai_buf_puts(&cmd, "grep -rnE ");
+        if (ex->glob.len) {
+            coai_buf_puts(&cmd, "--include=");
+            coai__an_sq(&cmd, ex->glob);
+            coai_buf_putc(&cmd, ' ');
+        }
+        coai_buf_puts(&cmd, "-e ");
+        coai__an_sq(&cmd, ex->pattern);
+        coai_buf_puts(&cmd, " -- ");
+        coai__an_sq(&cmd, ex->path.len ? ex->path : coai_str_c("."));
+    } else {
+        /* a file glob: find matches its last path segment (src/x/y.ts -> y.ts) */
+        coai_str g = ex->glob;
+        const char *slash = NULL;
+        size_t i;
+        for (i = 0; i < g.len; i++)
+            if (g.ptr[i] == '/') slash = g.ptr + i;
+        if (slash) { g.len -= (size_t)(slash + 1 - g.ptr); g.ptr = slash + 1; }
+        coai_buf_puts(&cmd, "find ");
+        coai__an_sq(&cmd, ex->path.len ? ex->path : coai_str_c("."));
+        coai_buf_puts(&cmd, " -type f -name ");
+        coai__an_sq(&cmd, g);
+    }
+    if (cmd.err) { coai_buf_free(&cmd); return -1; }
+    /* the command goes to the client's shell tool like a shell exec would */
+    memset(&sh, 0, sizeof sh);
+    sh.kind = COAI_EXEC_SHELL;
+    sh.id = ex->id;
+    sh.exec_id = ex->exec_id;
+    sh.tool_call_id = ex->tool_call_id;
+    sh.command.ptr = (const char *)cmd.data;
+    sh.command.len = cmd.len;
+    m = coai_exec_map(&sh, tools, count, workspace, tc);
+    coai_buf_free(&cmd);
+    return m;
 }
 
 /* ---- model names ------------------------------------------------------------- */

@@ -52,6 +52,8 @@
 #define SRV_DEFAULT_MAX_CONNS 1024
 #define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
 #define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
+#define SRV_DEFAULT_QUOTA_LATCH_S 60    /* CURSOR_OAI_QUOTA_LATCH: usage-limit error remembered */
+#define SRV_QUOTA_MODELS 8              /* models whose usage-limit error is remembered at once */
 /* CURSOR_OAI_MAX_PROMPT_BYTES: a peer measured a live cap near 1 MiB on one UserMessage
  * (~1.06 MB rejected with invalid_argument, ~850 KB accepted; cursor-upstream-extras.md 1.5). */
 #define SRV_DEFAULT_MAX_PROMPT ((size_t)1024 * 1024)
@@ -62,23 +64,36 @@
 #define SRV_BODY_IDLE_MS 30000                    /* gap between body reads -> 408 */
 #define SRV_BODY_STEP (256 * 1024)                /* body buffer growth per read */
 #define SRV_KEEPALIVE_IDLE_MS 75000               /* idle keep-alive connection */
+#define SRV_KEEPALIVE_PRESSURE_MS 2000            /* the same when slots run short */
+#define SRV_REJECT_THREADS 256                    /* 503 answers with their own thread */
+#define SRV_LINGER_MAX 1024                       /* more 503 answers, lingered by the loop */
+#define SRV_BODY_TIMEOUT_S 120                    /* CURSOR_OAI_BODY_TIMEOUT: whole body */
+#define SRV_MODELS_WAIT_S 15                      /* CURSOR_OAI_MODELS_WAIT: first list */
+#define SRV_REPLY_MAX_MB 32                       /* CURSOR_OAI_MAX_RESPONSE_MB */
+#define SRV_INFLIGHT_MAX_MB 256                   /* CURSOR_OAI_MAX_INFLIGHT_MB */
 #define SRV_SEND_TIMEOUT_MS 60000                 /* no write progress to a client */
 #define SRV_THREAD_STACK (512 * 1024)             /* cJSON recursion needs >= 256 KiB */
 #define SRV_EMFILE_PAUSE_MS 500                   /* accept() out of descriptors */
 #define SRV_SHUTDOWN_GRACE_MS 10000               /* SIGTERM: wait for in-flight requests */
 #define SRV_MAX_ALLOW 16                          /* --allow-host entries */
 #define SRV_TOKEN_MAX 8192                        /* access token bytes */
-#define SRV_LOG_LINE 2048                         /* one log line */
+#define SRV_LOG_LINE 2048                         /* one log message, before escaping */
+#define SRV_LOG_ROOM (SRV_LOG_LINE * 5 / 4 + 16)  /* room for it after redaction (8 -> 10) */
 
 #define UP_CONNECT_TIMEOUT_MS 10000               /* DNS excluded; TCP connect + TLS handshake */
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
 #define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
+#define UP_INTERIM_MAX 8                          /* 1xx heads before the real one */
+#define UP_CALL_TIMEOUT_S 60                      /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary call */
 #define UP_RBUF 16384                             /* upstream raw read buffer */
 #define UP_RA (16384 + 325 + 4096)                /* TLS bytes read ahead: > one whole record */
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 128                           /* idle TLS connections kept */
 #define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SPARE_PAR 4                            /* background connects under way at most */
+#define UP_SPARE_WAIT_MS 1000                     /* empty pool: wait this long at most for a
+                                                     spare already being opened */
 #define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
@@ -121,12 +136,17 @@ static struct server {
     char workspace[PATH_MAX];       /* --workspace, default cwd */
     char timezone[128];             /* IANA zone for x-cursor-timezone */
     int log_level;                  /* --log-level */
-    char allow[SRV_MAX_ALLOW][254]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS names */
+    char allow[SRV_MAX_ALLOW][260]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS: NAME[:PORT] */
     size_t allow_n;
     int allow_unauth;               /* --allow-unauthenticated: no key off loopback */
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
+    int64_t up_call_ms;             /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary upstream call */
+    int64_t models_wait_ms;         /* CURSOR_OAI_MODELS_WAIT: cold-start wait for the list */
+    int64_t body_timeout_ms;        /* CURSOR_OAI_BODY_TIMEOUT: whole request body */
+    size_t reply_max;               /* CURSOR_OAI_MAX_RESPONSE_MB: non-streaming answer */
+    size_t inflight_max;            /* CURSOR_OAI_MAX_INFLIGHT_MB: request bytes in flight */
     size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
@@ -139,6 +159,7 @@ static struct server {
     pthread_cond_t idle;            /* signalled when conns drops */
     int conns;                      /* client connections being served */
     int rejecting;                  /* 503 answers in flight */
+    size_t inflight;                /* request body bytes reserved by requests being served */
     struct upconn *pool;            /* idle TLS connections */
     int pool_n;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
@@ -163,8 +184,15 @@ static struct server {
     int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
     coai_error models_err;          /* why it failed */
     int models_fetching;            /* a fetch is in flight (single flight) */
+    uint64_t models_seq;            /* fetches finished */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
+    struct quota_latch {            /* usage-limit errors Cursor gave, per model */
+        char model[128];
+        int64_t until;              /* mono ms; 0 = free slot */
+        coai_error err;
+    } quota[SRV_QUOTA_MODELS];
     coai_url agent;                 /* RunSSE/BidiAppend host (agent_get) */
     char agent_src[600];            /* where it came from */
     int64_t agent_at;               /* mono ms it was decided, 0 = not yet */
@@ -237,7 +265,11 @@ static int uuid_new(char out[37])
 static void copy_str(char *dst, size_t cap, const char *src, size_t n)
 {
     if (cap == 0) return;
-    if (n >= cap) n = cap - 1;
+    if (n >= cap) {
+        /* cut before a UTF-8 continuation byte, never inside a character */
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+    }
     memcpy(dst, src, n);
     dst[n] = 0;
 }
@@ -277,6 +309,154 @@ static const char *status_text(int st)
 
 static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
 
+/* Output: lines pass through a bounded in-memory queue that one writer thread empties into
+ * stderr (log_start, once serving). A stderr nobody reads (a paused pager, a stalled log
+ * shipper, a blocking container log driver) then only fills the queue: further lines are
+ * dropped and counted, the writer says how many as soon as stderr moves again, and no client
+ * thread ever waits on it (it used to: with a full pipe every connection blocked in write()
+ * holding its slot, and SIGTERM could not end the process). Before log_start (start-up
+ * messages, one-shot commands) lines are written directly. */
+#define LOG_QUEUE_BYTES (1024 * 1024)   /* queued log bytes; a line past this is dropped */
+#define LOG_WRITE_CHUNK (64 * 1024)     /* the writer takes at most this much per write */
+#define LOG_FLUSH_MS 1000               /* exit waits at most this long for queued lines */
+
+static struct logq {
+    pthread_mutex_t mu;
+    pthread_cond_t more;            /* lines queued */
+    pthread_cond_t empty;           /* the writer has nothing left */
+    char *ring;                     /* LOG_QUEUE_BYTES bytes once started */
+    size_t head, len;               /* queued bytes: ring[head..head+len) modulo the size */
+    int started;                    /* the writer thread runs */
+    int busy;                       /* the writer is inside write() */
+    uint64_t dropped;               /* lines dropped because the queue was full */
+    uint64_t reported;              /* of those, how many the log has mentioned */
+} LQ = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+         NULL, 0, 0, 0, 0, 0, 0 };
+
+static int log_json;                /* --log-format json: every line is one JSON object */
+
+static void log_write_fd(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(2, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EAGAIN) {         /* stderr was handed to us non-blocking */
+            struct pollfd pf = { 2, POLLOUT, 0 };
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        if (k <= 0) return;                     /* stderr is gone: nothing else to do */
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static size_t log_line_format(char *out, size_t cap, int level, const char *msg, size_t n,
+                              int obj);
+
+static void *log_writer(void *arg)
+{
+    static char chunk[LOG_WRITE_CHUNK];
+    (void)arg;
+    pthread_mutex_lock(&LQ.mu);
+    for (;;) {
+        size_t n = 0, first;
+        uint64_t drop;
+        while (LQ.len == 0 && LQ.dropped == LQ.reported) {
+            pthread_cond_broadcast(&LQ.empty);
+            pthread_cond_wait(&LQ.more, &LQ.mu);
+        }
+        if (LQ.len > 0) {
+            n = LQ.len < LOG_WRITE_CHUNK ? LQ.len : LOG_WRITE_CHUNK;
+            first = LOG_QUEUE_BYTES - LQ.head < n ? LOG_QUEUE_BYTES - LQ.head : n;
+            memcpy(chunk, LQ.ring + LQ.head, first);
+            memcpy(chunk + first, LQ.ring, n - first);
+            LQ.head = (LQ.head + n) % LOG_QUEUE_BYTES;
+            LQ.len -= n;
+        }
+        /* Lines were dropped: say so once the queue has drained, in order. */
+        drop = LQ.len == 0 ? LQ.dropped - LQ.reported : 0;
+        LQ.reported += drop;
+        LQ.busy = 1;
+        pthread_mutex_unlock(&LQ.mu);
+        log_write_fd(chunk, n);
+        if (drop) {
+            char m[160], line[400];
+            int k = snprintf(m, sizeof m, "%llu log line(s) dropped: stderr was not being read",
+                             (unsigned long long)drop);
+            size_t ln = log_line_format(line, sizeof line, LOG_WARN, m, (size_t)k, 0);
+            log_write_fd(line, ln);
+        }
+        pthread_mutex_lock(&LQ.mu);
+        LQ.busy = 0;
+    }
+    return NULL;
+}
+
+/* Start the writer thread (serve only). Without it lines keep going out directly. */
+static void log_start(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    char *ring = malloc(LOG_QUEUE_BYTES);
+    if (!ring) return;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 128 * 1024);
+    pthread_mutex_lock(&LQ.mu);
+    LQ.ring = ring;
+    LQ.started = pthread_create(&t, &a, log_writer, NULL) == 0;
+    if (!LQ.started) LQ.ring = NULL;
+    pthread_mutex_unlock(&LQ.mu);
+    pthread_attr_destroy(&a);
+    if (!LQ.ring) free(ring);
+}
+
+/* Before exit: give the writer up to LOG_FLUSH_MS to write what is queued. */
+static void log_flush(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += LOG_FLUSH_MS / 1000;
+    pthread_mutex_lock(&LQ.mu);
+    while (LQ.started && (LQ.len > 0 || LQ.busy || LQ.dropped != LQ.reported)
+           && pthread_cond_timedwait(&LQ.empty, &LQ.mu, &until) == 0) {}
+    pthread_mutex_unlock(&LQ.mu);
+}
+
+/* Lines dropped so far (for /metrics). */
+static uint64_t log_dropped(void)
+{
+    uint64_t d;
+    pthread_mutex_lock(&LQ.mu);
+    d = LQ.dropped;
+    pthread_mutex_unlock(&LQ.mu);
+    return d;
+}
+
+/* One finished line (with its newline) to stderr: queued when the writer runs, else
+ * written here. */
+static void log_emit(const char *line, size_t n)
+{
+    pthread_mutex_lock(&LQ.mu);
+    if (!LQ.started) {
+        pthread_mutex_unlock(&LQ.mu);
+        log_write_fd(line, n);
+        return;
+    }
+    if (LOG_QUEUE_BYTES - LQ.len < n) {
+        LQ.dropped++;
+    } else {
+        size_t tail = (LQ.head + LQ.len) % LOG_QUEUE_BYTES;
+        size_t first = LOG_QUEUE_BYTES - tail < n ? LOG_QUEUE_BYTES - tail : n;
+        memcpy(LQ.ring + tail, line, first);
+        memcpy(LQ.ring, line + first, n - first);
+        LQ.len += n;
+        pthread_cond_signal(&LQ.more);
+    }
+    pthread_mutex_unlock(&LQ.mu);
+}
+
 /* Cut every occurrence of `secret` out of line[0..*n). Callers never pass secrets to the
  * logger; this is the backstop that keeps one from reaching stderr if a format slips. */
 static void log_redact(char *line, size_t *n, const char *secret)
@@ -297,42 +477,362 @@ static void log_redact(char *line, size_t *n, const char *secret)
     }
 }
 
+/* Append msg[0..n) to out[*o..cap-1) with every control character escaped (\r, \n, \t,
+ * else \xNN; C1 controls U+0080..U+009F as \u00NN), so that nothing a client sends (a model
+ * name, a path, a header, a prompt at debug level) can end a log line early, forge another
+ * one or drive a terminal. Stops at a whole escape before the end. */
+static void log_escape_text(char *out, size_t cap, size_t *o, const char *msg, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)msg[i];
+        char e[8];
+        size_t el = 0;
+        if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c < 0x20 || c == 0x7f) {
+            e[0] = '\\'; e[1] = 'x'; e[2] = hex[c >> 4]; e[3] = hex[c & 15]; el = 4;
+        } else if (c == 0xc2 && i + 1 < n && (unsigned char)msg[i + 1] >= 0x80
+                   && (unsigned char)msg[i + 1] <= 0x9f) {
+            unsigned char d = (unsigned char)msg[++i];
+            memcpy(e, "\\u00", 4); e[4] = hex[d >> 4]; e[5] = hex[d & 15]; el = 6;
+        } else {
+            e[0] = (char)c; el = 1;
+        }
+        if (*o + el >= cap) break;
+        memcpy(out + *o, e, el);
+        *o += el;
+    }
+}
+
+/* The whole line for one message: "TIME LEVEL message\n", or with --log-format json
+ * {"time":"...","level":"...","msg":"..."}\n. obj: msg is a JSON object made with
+ * coai_json_str_append (no raw control bytes; the JSON access log), written as it is with
+ * "time" and "level" put in front. Returns the length (at most cap - 1; cap >= 64). */
+static size_t log_line_format(char *out, size_t cap, int level, const char *msg, size_t n,
+                              int obj)
+{
+    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
+    struct timespec ts;
+    struct tm tm;
+    size_t o = 0;
+    int k;
+    if (S.cli) {
+        k = snprintf(out, cap, "cursor-oai: %s", cli_prefix[level]);
+        o = k > 0 ? (size_t)k : 0;
+        log_escape_text(out, cap - 1, &o, msg, n);
+    } else if (!log_json) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        o = strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+        k = snprintf(out + o, 16, "%s ", LOG_NAMES[level]);
+        o += k > 0 ? (size_t)k : 0;
+        log_escape_text(out, cap - 1, &o, msg, n);
+    } else {
+        coai_buf b = { 0 };
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        o = strftime(out, 40, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
+        k = snprintf(out + o, 40, ".%03ldZ\",\"level\":\"%s\",", ts.tv_nsec / 1000000L,
+                     LOG_NAMES[level]);
+        o += k > 0 ? (size_t)k : 0;
+        if (obj && n >= 2) {
+            if (n - 1 < cap - 1 - o) { memcpy(out + o, msg + 1, n - 1); o += n - 1; }
+            else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
+        } else {
+            coai_buf_puts(&b, "\"msg\":");
+            coai_json_str_append(&b, msg, n);
+            coai_buf_putc(&b, '}');
+            if (!b.err && b.len < cap - 1 - o) { memcpy(out + o, b.data, b.len); o += b.len; }
+            else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
+            coai_buf_free(&b);
+        }
+    }
+    out[o++] = '\n';
+    return o;
+}
+
+/* Redact, format and emit msg[0..n) (n < SRV_LOG_LINE; msg has SRV_LOG_ROOM bytes: a
+ * redaction mark is at most 2 bytes longer than the >= 8-byte secret it replaces). */
+static void log_msg(int level, char *msg, size_t n, int obj)
+{
+    char line[SRV_LOG_ROOM * 6 + 256];
+    pthread_mutex_lock(&S.lock);
+    log_redact(msg, &n, S.token);
+    log_redact(msg, &n, S.refresh);
+    log_redact(msg, &n, S.cred_key);
+    pthread_mutex_unlock(&S.lock);
+    log_redact(msg, &n, S.api_key);
+    n = log_line_format(line, sizeof line, level, msg, n, obj);
+    log_emit(line, n);
+}
+
 static void srv_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void srv_log(int level, const char *fmt, ...)
 {
-    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
-    char line[SRV_LOG_LINE + 64];
-    struct tm tm;
-    time_t t;
-    size_t n = 0;
+    char msg[SRV_LOG_ROOM];
     int k;
     va_list ap;
     if (level > S.log_level) return;
-    if (S.cli) {
-        k = snprintf(line, 40, "cursor-oai: %s", cli_prefix[level]);
-        n = k > 0 ? (size_t)k : 0;
-    } else {
-        t = time(NULL);
-        gmtime_r(&t, &tm);
-        n = strftime(line, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
-        k = snprintf(line + n, 16, "%s ", LOG_NAMES[level]);
-        n += k > 0 ? (size_t)k : 0;
-    }
     va_start(ap, fmt);
-    k = vsnprintf(line + n, SRV_LOG_LINE - n, fmt, ap);
+    k = vsnprintf(msg, SRV_LOG_LINE, fmt, ap);
     va_end(ap);
     if (k < 0) return;
-    n += (size_t)k < SRV_LOG_LINE - n ? (size_t)k : SRV_LOG_LINE - n - 1;
+    log_msg(level, msg, (size_t)k < SRV_LOG_LINE ? (size_t)k : SRV_LOG_LINE - 1, 0);
+}
+
+/* ======================================================================== */
+/* Metrics: GET /metrics (Prometheus text format 0.0.4)                     */
+/* ======================================================================== */
+
+/* The API, for every part of the server. All calls are thread-safe, take one short lock of
+ * their own (never S.lock: they may be called with S.lock held) and never do I/O:
+ *
+ *   metric_add(M_X, labels, n)       counter: add n (>= 0) to the series `labels`
+ *   metric_gauge_add(M_X, labels, d) gauge: add d (may be negative: +1/-1 around something)
+ *   metric_set(M_X, labels, v)       gauge: set the series to v
+ *   metric_observe(M_X, labels, s)   histogram: one observation of s seconds
+ *
+ * M_X is a row of the enum below with its name, type and help text in METRIC_FAMILIES: to
+ * add a family, add both (same order). `labels` is the label set exactly as it goes between
+ * the braces, e.g. "route=\"/v1/models\",status=\"200\"", or "" for none; a value that comes
+ * from a client or the upstream (a model name) must go through metric_label(), which
+ * escapes it and cuts it to METRIC_VALUE_MAX bytes. A family keeps at most
+ * METRIC_SERIES_MAX series; anything beyond lands in one series labelled overflow="true",
+ * so no client can grow memory by inventing model names. Values that already live
+ * elsewhere (pooled connections, client connections, dropped log lines) are read at scrape
+ * time in metrics_write() instead of being mirrored. */
+enum {
+    M_REQUESTS,             /* counter {route, dialect, status} */
+    M_DURATION,             /* histogram {route}: request head to the last response byte */
+    M_FIRST_TOKEN,          /* histogram {dialect}: request head to the first answer byte */
+    M_UPSTREAM_RUNS,        /* counter {outcome}: ok, client_gone, or the error code */
+    M_FALLBACKS,            /* counter {kind}: a fallback taken instead of the normal path */
+    M_OPEN_STREAMS,         /* gauge: streaming responses in progress */
+    M_HELD_RUNS,            /* gauge: upstream runs held open for a later request */
+    M_SPARE_CONNS,          /* gauge: pre-opened upstream connections waiting for a run */
+    M_HANDSHAKES,           /* counter {result}: upstream TLS handshakes */
+    M_TOKENS,               /* counter {model, kind}: kind in, out, cached */
+    M_CRED_RENEWALS,        /* counter {result}: ok, failed */
+    M_QUOTA_LATCHED,        /* counter: answers given by the quota latch, without a run */
+    M__COUNT
+};
+
+enum { MT_COUNTER, MT_GAUGE, MT_HISTOGRAM };
+
+static const struct metric_family {
+    const char *name;
+    int type;
+    const char *help;
+} METRIC_FAMILIES[M__COUNT] = {
+    { "cursor_oai_requests_total", MT_COUNTER, "HTTP requests answered, by route, dialect "
+      "and status" },
+    { "cursor_oai_request_duration_seconds", MT_HISTOGRAM, "Time from the request head to "
+      "the end of the response" },
+    { "cursor_oai_first_token_seconds", MT_HISTOGRAM, "Time from the request head to the "
+      "first byte of a successful answer" },
+    { "cursor_oai_upstream_runs_total", MT_COUNTER, "Upstream agent runs, by outcome (ok, "
+      "client_gone, or the error code)" },
+    { "cursor_oai_fallbacks_total", MT_COUNTER, "Fallbacks taken, by kind" },
+    { "cursor_oai_open_streams", MT_GAUGE, "Streaming responses in progress" },
+    { "cursor_oai_held_runs", MT_GAUGE, "Upstream runs held open for a later request" },
+    { "cursor_oai_spare_connections", MT_GAUGE, "Pre-opened upstream connections waiting "
+      "for a run" },
+    { "cursor_oai_upstream_handshakes_total", MT_COUNTER, "TLS handshakes with the upstream, "
+      "by result" },
+    { "cursor_oai_tokens_total", MT_COUNTER, "Tokens by model and kind (in, out, cached)" },
+    { "cursor_oai_credential_renewals_total", MT_COUNTER, "Access token renewals, by result" },
+    { "cursor_oai_quota_latched_total", MT_COUNTER, "Requests answered with a remembered "
+      "usage-limit error, without an upstream run" },
+};
+
+#define METRIC_SERIES_MAX 256       /* series per family; more land in overflow="true" */
+#define METRIC_LABELS_MAX 256       /* one series' label text */
+#define METRIC_VALUE_MAX 96         /* one label value from a client, before escaping */
+#define METRIC_BUCKETS 12
+static const double METRIC_BOUNDS[METRIC_BUCKETS] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                                                      60, 120, 300 };
+
+struct metric_series {
+    char labels[METRIC_LABELS_MAX];
+    double value;                   /* counter/gauge value; histogram sum */
+    uint64_t count;                 /* histogram observations */
+    uint64_t buckets[METRIC_BUCKETS];   /* histogram: observations <= METRIC_BOUNDS[i] */
+};
+
+static struct {
+    pthread_mutex_t mu;
+    struct metric_series *s[M__COUNT];
+    size_t n[M__COUNT], cap[M__COUNT];
+} MX = { PTHREAD_MUTEX_INITIALIZER, { 0 }, { 0 }, { 0 } };
+
+/* The series `labels` of family f (created on first use), or NULL without memory. Under
+ * MX.mu. */
+static struct metric_series *metric_series(int f, const char *labels)
+{
+    static const char over[] = "overflow=\"true\"";
+    size_t i;
+    int is_over;
+    struct metric_series *s;
+    if (strlen(labels) >= METRIC_LABELS_MAX) labels = over;
+    is_over = strcmp(labels, over) == 0;
+    for (i = 0; i < MX.n[f]; i++)
+        if (strcmp(MX.s[f][i].labels, labels) == 0) return &MX.s[f][i];
+    /* the overflow series may be the one past the cap */
+    if (MX.n[f] >= METRIC_SERIES_MAX + (size_t)is_over) return is_over ? NULL
+                                                                       : metric_series(f, over);
+    if (MX.n[f] == MX.cap[f]) {
+        size_t nc = MX.cap[f] ? MX.cap[f] * 2 : 8;
+        struct metric_series *ns = realloc(MX.s[f], nc * sizeof *ns);
+        if (!ns) return NULL;
+        MX.s[f] = ns;
+        MX.cap[f] = nc;
+    }
+    s = &MX.s[f][MX.n[f]++];
+    memset(s, 0, sizeof *s);
+    memcpy(s->labels, labels, strlen(labels) + 1);
+    return s;
+}
+
+static void metric_gauge_add(int f, const char *labels, double d)
+{
+    struct metric_series *s;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) s->value += d;
+    pthread_mutex_unlock(&MX.mu);
+}
+
+static void metric_add(int f, const char *labels, double n)
+{
+    if (n > 0) metric_gauge_add(f, labels, n);
+}
+
+static void metric_set(int f, const char *labels, double v)
+{
+    struct metric_series *s;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) s->value = v;
+    pthread_mutex_unlock(&MX.mu);
+}
+
+static void metric_observe(int f, const char *labels, double secs)
+{
+    struct metric_series *s;
+    int i;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) {
+        s->value += secs;
+        s->count++;
+        for (i = 0; i < METRIC_BUCKETS; i++)
+            if (secs <= METRIC_BOUNDS[i]) s->buckets[i]++;
+    }
+    pthread_mutex_unlock(&MX.mu);
+}
+
+/* `name="value"` into out (cap bytes), the value escaped as the text format wants (\\, \",
+ * \n) and control bytes dropped; cut to METRIC_VALUE_MAX bytes of input at a UTF-8
+ * boundary. Returns out. */
+static char *metric_label(char *out, size_t cap, const char *name, const char *v, size_t n)
+{
+    size_t o, i;
+    int k = snprintf(out, cap, "%s=\"", name);
+    if (k < 0 || (size_t)k >= cap) { if (cap) out[0] = 0; return out; }
+    o = (size_t)k;
+    if (n > METRIC_VALUE_MAX) {
+        n = METRIC_VALUE_MAX;
+        while (n > 0 && ((unsigned char)v[n] & 0xc0) == 0x80) n--;
+    }
+    for (i = 0; i < n && o + 3 < cap; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\\' || c == '"') { out[o++] = '\\'; out[o++] = (char)c; }
+        else if (c == '\n') { out[o++] = '\\'; out[o++] = 'n'; }
+        else if (c >= 0x20 && c != 0x7f) out[o++] = (char)c;
+    }
+    out[o++] = '"';
+    out[o] = 0;
+    return out;
+}
+
+static void metric_number(coai_buf *b, double v)
+{
+    if (v == (double)(int64_t)v && v < 9e15 && v > -9e15)
+        coai_buf_printf(b, "%lld", (long long)v);
+    else
+        coai_buf_printf(b, "%.9g", v);
+}
+
+/* One histogram series: _bucket lines with le added to its labels, _sum and _count. */
+static void metric_write_hist(coai_buf *b, const char *name, const struct metric_series *s)
+{
+    int i;
+    const char *sep = s->labels[0] ? "," : "";
+    for (i = 0; i < METRIC_BUCKETS; i++)
+        coai_buf_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, s->labels, sep,
+                        METRIC_BOUNDS[i], (unsigned long long)s->buckets[i]);
+    coai_buf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, s->labels, sep,
+                    (unsigned long long)s->count);
+    coai_buf_printf(b, "%s_sum%s%s%s ", name, s->labels[0] ? "{" : "", s->labels,
+                    s->labels[0] ? "}" : "");
+    metric_number(b, s->value);
+    coai_buf_printf(b, "\n%s_count%s%s%s %llu\n", name, s->labels[0] ? "{" : "", s->labels,
+                    s->labels[0] ? "}" : "", (unsigned long long)s->count);
+}
+
+static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
+                             const char *help, double v)
+{
+    coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s ", name, help, name, type, name);
+    metric_number(b, v);
+    coai_buf_putc(b, '\n');
+}
+
+/* The whole exposition. Families without a series yet show a zero series when they have
+ * no labels, else only their HELP/TYPE lines. */
+static void metrics_write(coai_buf *b)
+{
+    static const char *const tn[] = { "counter", "gauge", "histogram" };
+    int f, pool, conns;
+    size_t i;
     pthread_mutex_lock(&S.lock);
-    log_redact(line, &n, S.token);
-    log_redact(line, &n, S.refresh);
-    log_redact(line, &n, S.cred_key);
+    pool = S.pool_n;
+    conns = S.conns;
     pthread_mutex_unlock(&S.lock);
-    log_redact(line, &n, S.api_key);
-    line[n++] = '\n';
-    while (write(2, line, n) < 0 && errno == EINTR) {}
+    pthread_mutex_lock(&MX.mu);
+    for (f = 0; f < M__COUNT; f++) {
+        const struct metric_family *mf = &METRIC_FAMILIES[f];
+        coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", mf->name, mf->help, mf->name,
+                        tn[mf->type]);
+        for (i = 0; i < MX.n[f]; i++) {
+            const struct metric_series *s = &MX.s[f][i];
+            if (mf->type == MT_HISTOGRAM) {
+                metric_write_hist(b, mf->name, s);
+                continue;
+            }
+            coai_buf_printf(b, "%s%s%s%s ", mf->name, s->labels[0] ? "{" : "", s->labels,
+                            s->labels[0] ? "}" : "");
+            metric_number(b, s->value);
+            coai_buf_putc(b, '\n');
+        }
+        if (MX.n[f] == 0 && mf->type != MT_HISTOGRAM
+            && (f == M_OPEN_STREAMS || f == M_HELD_RUNS || f == M_SPARE_CONNS
+                || f == M_QUOTA_LATCHED))
+            coai_buf_printf(b, "%s 0\n", mf->name);
+    }
+    pthread_mutex_unlock(&MX.mu);
+    metric_gauge_now(b, "cursor_oai_pooled_connections", "gauge",
+                     "Idle upstream TLS connections kept for reuse", pool);
+    metric_gauge_now(b, "cursor_oai_client_connections", "gauge",
+                     "Client connections being served", conns);
+    metric_gauge_now(b, "cursor_oai_log_lines_dropped_total", "counter",
+                     "Log lines dropped because stderr was not being read",
+                     (double)log_dropped());
 }
 
 /* ======================================================================== */
@@ -600,6 +1100,8 @@ struct upconn {
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
     int64_t deadline;               /* mono ms: a wait past this fails with UPX_TIMEOUT */
     int io_timeout_ms;              /* > 0: each byte received pushes the deadline this far */
+    int64_t end;                    /* mono ms, 0 = none: overall deadline of a unary call; no
+                                     * byte pushes `deadline` past it */
     int why;                        /* UPX_* reason of the last failed I/O */
     int64_t last_tick;              /* mono ms of the last tick() call */
     int (*tick)(void *);            /* called about once a second while waiting; -1 cancels */
@@ -790,6 +1292,7 @@ static int up_low_read(void *ctx, unsigned char *buf, size_t len)
                 c->ra_len = (size_t)r;
                 c->ra_more = (size_t)r == sizeof c->ra;
                 if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+                if (c->end && c->deadline > c->end) c->deadline = c->end;
                 break;
             }
             c->ra_more = 0;
@@ -887,10 +1390,14 @@ static struct {
     pthread_mutex_t lock;
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
-    int spare_busy;                 /* a background connect is under way */
+    int spare_busy;                 /* background connects under way */
+    int spare_want;                 /* more spares wanted once a thread is free ... */
+    coai_url want_host;             /* ... to this host */
+    uint64_t spare_done;            /* background connects finished (either way) */
+    pthread_cond_t spare_cond;      /* signalled when one finishes */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
 
 static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
@@ -1000,10 +1507,12 @@ static struct upconn *up_connect(const coai_url *h, coai_error *e)
         memset(&now, 0, sizeof now);
         srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", h->host,
                 same ? "session resumed" : "full");
+        metric_add(M_HANDSHAKES, same ? "result=\"resumed\"" : "result=\"full\"", 1);
     }
     memset(&sp, 0, sizeof sp);
     return c;
 tls_fail:
+    metric_add(M_HANDSHAKES, "result=\"failed\"", 1);
     memset(&sp, 0, sizeof sp);
     if (resume) up_sess_put(h, NULL);   /* the next attempt starts from a full handshake */
     err = br_ssl_engine_last_error(&c->sc.eng);
@@ -1047,35 +1556,70 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
-static void *spare_thread(void *arg)
-{
-    coai_error e;
-    struct upconn *c;
-    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
-    memset(&e, 0, sizeof e);
-    c = up_connect(h, &e);
-    free(h);
-    if (c) {
-        c->body_done = 1;
-        pool_park(c);
-    } else {
-        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
-    }
-    pthread_mutex_lock(&UPX.lock);
-    UPX.spare_busy = 0;
-    pthread_mutex_unlock(&UPX.lock);
-    return NULL;
-}
-
-/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
- * more in the background (one at a time), so that the next run does not wait for a
- * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
 static int up_same_host(const coai_url *a, const coai_url *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-static void spare_kick(const coai_url *h)
+/* Background connects: each thread opens spares for its host while more are wanted there. */
+static void *spare_thread(void *arg)
+{
+    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
+    for (;;) {
+        coai_error e;
+        struct upconn *c;
+        int more;
+        memset(&e, 0, sizeof e);
+        c = up_connect(h, &e);
+        if (c) {
+            c->body_done = 1;
+            pool_park(c);
+        } else {
+            srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+        }
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_done++;
+        pthread_cond_broadcast(&UPX.spare_cond);
+        if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
+        more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
+        if (more) UPX.spare_want--;
+        else UPX.spare_busy--;
+        pthread_mutex_unlock(&UPX.lock);
+        if (!more) break;
+    }
+    free(h);
+    return NULL;
+}
+
+/* The pool is empty: if a spare is being opened, wait (UP_SPARE_WAIT_MS at most) until one
+ * finishes, since it started earlier than a connect begun now would. 1 one finished. */
+static int spare_wait(void)
+{
+    struct timespec until;
+    uint64_t seen;
+    int done = 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(UP_SPARE_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += UP_SPARE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&UPX.lock);
+    seen = UPX.spare_done;
+    while (UPX.spare_busy > 0 && UPX.spare_done == seen)
+        if (pthread_cond_timedwait(&UPX.spare_cond, &UPX.lock, &until) != 0) break;
+    done = UPX.spare_done != seen;
+    pthread_mutex_unlock(&UPX.lock);
+    return done;
+}
+
+/* Open a spare connection to host h in the background (at most UP_SPARE_PAR connects at a
+ * time; more wanted for the same host are queued), so that the next run does not wait for a
+ * handshake:
+ *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones to h are
+ *                left;
+ *   replace = 1: the server closed a connection after a complete response (an upstream that
+ *                closes each RunSSE): one for one, up to the pool's cap.
+ * A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled connection. */
+static void spare_kick(const coai_url *h, int replace)
 {
     pthread_attr_t a;
     pthread_t t;
@@ -1084,12 +1628,20 @@ static void spare_kick(const coai_url *h)
     int go, n = 0;
     pthread_mutex_lock(&S.lock);
     for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
-    go = n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    go = !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = !UPX.spare_busy;
-    UPX.spare_busy = 1;
+    go = n + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go && UPX.spare_busy >= UP_SPARE_PAR) {
+        if (!UPX.spare_want || up_same_host(&UPX.want_host, h)) {
+            UPX.want_host = *h;     /* a busy thread for this host opens it next */
+            UPX.spare_want++;
+        }
+        go = 0;
+    } else if (go) {
+        UPX.spare_busy++;
+    }
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
     arg = malloc(sizeof *arg);
@@ -1100,7 +1652,7 @@ static void spare_kick(const coai_url *h)
     if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
         free(arg);
         pthread_mutex_lock(&UPX.lock);
-        UPX.spare_busy = 0;
+        UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
     }
     pthread_attr_destroy(&a);
@@ -1112,6 +1664,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
+    int waited = 0;
     while (!fresh) {
         struct upconn **pp;
         pthread_mutex_lock(&S.lock);
@@ -1119,6 +1672,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         c = *pp;
         if (c) { *pp = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
+        if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
@@ -1129,7 +1683,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     }
     if (!c) c = up_connect(h, e);
     if (!c) return NULL;
-    spare_kick(h);                  /* after a success only: never doubles a failing connect */
+    spare_kick(h, 0);               /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1141,6 +1695,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     c->body_done = 0;
     c->got_bytes = 0;
     c->must_close = 0;
+    c->end = 0;
     c->rlen = c->roff = 0;
     return c;
 }
@@ -1180,13 +1735,18 @@ static void pool_prune(int everything)
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
+    coai_url host;
+    int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
         && c->ra_len == c->ra_off && !S.stop) {
         pool_park(c);
         return;
     }
+    replace = c->body_done && c->must_close && c->why == UPX_OK;
+    host = c->host;
     up_free(c);
+    if (replace) spare_kick(&host, 1);
 }
 
 /* Describe an I/O failure on c into e. `stage` names what was being done. */
@@ -1220,6 +1780,7 @@ static void up_io_error(struct upconn *c, coai_error *e, const char *stage)
 static int up_send(struct upconn *c, const coai_buf *head, const void *body, size_t blen)
 {
     c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+    if (c->end && c->deadline > c->end) c->deadline = c->end;
     c->io_timeout_ms = 0;
     if (br_sslio_write_all(&c->io, head->data, head->len) < 0) return -1;
     if (blen && br_sslio_write_all(&c->io, body, blen) < 0) return -1;
@@ -1253,6 +1814,7 @@ static int up_fill(struct upconn *c)
  * Interim 1xx heads are skipped. */
 static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
 {
+    int interim = 0;
     for (;;) {
         coai_http_response rs;
         long hl = c->rlen > c->roff
@@ -1280,7 +1842,17 @@ static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
             return -1;
         }
         c->roff += (size_t)hl;
-        if (rs.status >= 100 && rs.status < 200) continue;
+        if (rs.status >= 100 && rs.status < 200) {
+            /* a server that sends nothing but interim heads never answers */
+            if (++interim > UP_INTERIM_MAX) {
+                c->must_close = 1;
+                up_err(e, 502, "upstream_protocol_error",
+                       "upstream sent more than %d interim (1xx) responses while %s",
+                       UP_INTERIM_MAX, stage);
+                return -1;
+            }
+            continue;
+        }
         c->status = rs.status;
         c->must_close = !rs.keep_alive;
         memset(&c->cd, 0, sizeof c->cd);
@@ -1346,8 +1918,9 @@ static long up_body(struct upconn *c, const unsigned char **p)
     }
 }
 
-/* Read the whole body into out (out->max caps it; the rest is drained and dropped).
- * 0 ok, -1 I/O error. */
+/* Read the whole body into out. Past out->max the reading stops (a body that never ends
+ * must not keep the caller reading): out->err is set, the connection is not reused, and the
+ * result is still 0 so the caller can report the status it got. 0 ok, -1 I/O error. */
 static int up_body_all(struct upconn *c, coai_buf *out)
 {
     for (;;) {
@@ -1355,8 +1928,15 @@ static int up_body_all(struct upconn *c, coai_buf *out)
         long n = up_body(c, &p);
         if (n < 0) return -1;
         if (n == 0) return 0;
-        if (!out->err && (!out->max || out->len + (size_t)n <= out->max))
-            coai_buf_append(out, p, (size_t)n);
+        if (out->err) return 0;
+        if (out->max && out->len + (size_t)n > out->max) {
+            size_t room = out->max - out->len;
+            if (room) coai_buf_append(out, p, room);
+            out->err = 1;
+            c->must_close = 1;
+            return 0;
+        }
+        coai_buf_append(out, p, (size_t)n);
     }
 }
 
@@ -1448,19 +2028,27 @@ static int up_exchange_host(const coai_url *hp, const coai_buf *head, const void
 {
     struct upconn *c = NULL;
     int attempt, rc = -1;
+    /* One overall deadline for the whole call, retry included: bytes that trickle in, interim
+     * heads or a long body never postpone it. */
+    int64_t end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     for (attempt = 0; attempt < 2; attempt++) {
         c = up_get_host(hp ? hp : &S.base, attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
+        c->end = end;
         if (up_send(c, head, req, req_len) == 0) {
             c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+            if (c->deadline > end) c->deadline = end;
             c->io_timeout_ms = UP_IO_TIMEOUT_MS;
             if (up_read_head(c, e, what) == 0) break;
         } else {
             up_io_error(c, e, "sending a request");
         }
-        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED)) goto done;
+        /* A timeout is not a dead pooled connection: the upstream is slow, and asking again
+         * would only double the wait. */
+        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED && c->why != UPX_TIMEOUT))
+            goto done;
         srv_log(LOG_DEBUG, "pooled upstream connection was dead; retrying on a new one");
         up_free(c);
         c = NULL;
@@ -1652,6 +2240,11 @@ static int cred_read_file(const char *path, coai_creds *c, struct file_id *id, c
         if (r <= 0) break;
         len += (size_t)r;
     }
+    if (memchr(buf, 0, len)) {
+        /* a raw NUL would cut a token short without a word */
+        snprintf(why, cap, "%s contains a NUL byte (refused)", path);
+        goto done;
+    }
     if (coai_creds_parse(buf, len, c) < 0) {
         snprintf(why, cap, "%s is not a JSON object", path);
         goto done;
@@ -1707,9 +2300,19 @@ static int cred_write_file(const coai_creds *c, char *why, size_t cap)
         snprintf(why, cap, "cannot create %s: %s", S.ours_dir, strerror(errno));
         return -1;
     }
-    /* our own directory: keep it private even if something loosened it */
-    if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid())
+    /* A symlinked config directory is the user's arrangement: followed only into a directory
+     * of ours, and its target's mode is left alone (it may be shared). */
+    if (lstat(S.ours_dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (stat(S.ours_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+            snprintf(why, cap, "%s is a symbolic link to a directory that is not yours "
+                     "(refused); remove the link or point it at a directory of your own",
+                     S.ours_dir);
+            return -1;
+        }
+    } else if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid()) {
+        /* our own directory: keep it private even if something loosened it */
         chmod(S.ours_dir, 0700);
+    }
     if (coai_creds_format(&b, c) < 0 || random_fill(rnd, sizeof rnd) < 0) {
         snprintf(why, cap, "out of memory");
         coai_buf_free(&b);
@@ -1960,6 +2563,7 @@ static int cred_renew(const char *old_token, const char *refresh, const char *ke
         coai_creds_free(&fc);
     }
     rc = cred_renew_http(refresh, key, out, e);
+    metric_add(M_CRED_RENEWALS, rc == RENEW_OK ? "result=\"ok\"" : "result=\"failed\"", 1);
     if (rc == RENEW_OK) {
         if (cred_write_file(out, why, sizeof why) == 0) {
             *saved = 1;
@@ -2000,6 +2604,18 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     if (S.cred_src == CRED_ENV || (!S.refresh[0] && !S.cred_key[0])) {
         pthread_mutex_unlock(&S.lock);
         return RENEW_NONE;
+    }
+    if (S.cred_src == CRED_AGENT && !S.cred_key[0]) {
+        /* cursor-agent's refresh token is not ours to spend: if Cursor rotates refresh
+         * tokens, using it would leave cursor-agent's own login dead. */
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
+                       "The Cursor login comes from cursor-agent's %s, which cursor-oai only "
+                       "reads (renewing it would use up cursor-agent's refresh token). Run "
+                       "`cursor-agent login` again, or `cursor-oai login` to give cursor-oai "
+                       "its own login.", S.agent_path);
+        e->no_retry = 1;
+        pthread_mutex_unlock(&S.lock);
+        return RENEW_FAILED;
     }
     if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
         *e = S.refresh_err;
@@ -2112,7 +2728,8 @@ static int cred_ensure(coai_error *e)
     cred_poll_files();
     cred_persist_retry();
     pthread_mutex_lock(&S.lock);
-    renewable = S.cred_src != CRED_ENV && (S.refresh[0] || S.cred_key[0]);
+    renewable = S.cred_src != CRED_ENV && (S.cred_key[0]
+                                           || (S.refresh[0] && S.cred_src != CRED_AGENT));
     bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
     pthread_mutex_unlock(&S.lock);
     if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
@@ -2146,7 +2763,37 @@ static const char *cred_health(void)
 /* ======================================================================== */
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_USAGE };
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE };
+
+/* The route's label in /metrics and the access log: a fixed text per route (never the
+ * client's path, so that label sets stay few). A new route adds a case here. */
+static const char *route_label(int route)
+{
+    switch (route) {
+    case ROUTE_CHAT: return "/v1/chat/completions";
+    case ROUTE_MODELS: return "/v1/models";
+    case ROUTE_HEALTH: return "/health";
+    case ROUTE_METRICS: return "/metrics";
+    case ROUTE_MESSAGES: return "/v1/messages";
+    case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
+    case ROUTE_RESPONSES: return "/v1/responses";
+    case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
+    case ROUTE_USAGE: return "/v1/usage";
+    }
+    return "other";
+}
+
+/* The client API dialect a route speaks ("none" for routes that are not a model API). A new
+ * dialect route adds a case here. */
+static const char *route_dialect(int route)
+{
+    switch (route) {
+    case ROUTE_CHAT: return "openai-chat";
+    case ROUTE_MESSAGES: case ROUTE_COUNT_TOKENS: return "anthropic";
+    case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: return "openai-responses";
+    }
+    return "none";
+}
 
 struct conn {
     int fd;
@@ -2155,6 +2802,12 @@ struct conn {
     char method[16];                /* copies for the access log */
     char path[128];
     char model[128];                /* resolved model, for the access log */
+    int route;                      /* ROUTE_* of the current request */
+    char run_id[37];                /* upstream run (request id) of this request, "" = none */
+    const char *fallback;           /* static name of a fallback this request took, or NULL:
+                                     * set it where one is taken (access log "fallback"), and
+                                     * count it: metric_add(M_FALLBACKS, "kind=\"...\"", 1) */
+    int first_seen;                 /* the first answer byte went out (first-token metric) */
     int status;                     /* status sent */
     size_t bytes;                   /* body bytes sent */
     int keep;                       /* keep the connection open after this response */
@@ -2165,6 +2818,7 @@ struct conn {
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
+    size_t reserved;                /* request bytes counted in S.inflight for this request */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
 };
@@ -2241,6 +2895,7 @@ static int stream_begin(struct conn *c, const char *lines)
                     c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
                     c->keep ? "keep-alive" : "close");
     c->status = 200;
+    if (!c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", 1);
     c->streaming = 1;
     r = h.err ? -1 : conn_write(c, h.data, h.len);
     coai_buf_free(&h);
@@ -2284,11 +2939,35 @@ static int handle_usage(struct conn *c);
 static coai_image_limits IMG_LIMITS;
 static int handle_count_tokens(struct conn *c);
 
-/* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
- * published port) clients may use another port number, so any port is accepted there. */
+/* The Origin port that is always same-origin: the listen port on loopback. Behind a
+ * non-loopback bind (a container with a published port) clients may use another port
+ * number, so any port is accepted there. The Host check itself accepts any port for an
+ * allowed name: tunnels and forwarders (ssh -L 9000:127.0.0.1:18741) bring their own. */
 static int listen_port_num(void)
 {
     return S.listen_loopback ? atoi(S.listen_port) : 0;
+}
+
+/* The port of a Host header value ("name:port", "[v6]:port"), 0 when it has none. */
+static int host_port_of(coai_str host)
+{
+    size_t i = host.len;
+    int p = 0, mul = 1;
+    while (i > 0 && host.ptr[i - 1] >= '0' && host.ptr[i - 1] <= '9' && mul <= 10000) {
+        p += (host.ptr[i - 1] - '0') * mul;
+        mul *= 10;
+        i--;
+    }
+    return i > 0 && i < host.len && host.ptr[i - 1] == ':' ? p : 0;
+}
+
+/* Origin check: the browser page must come from an allowed name on the listen port, or on
+ * the port the request itself came in on (the same origin seen through a tunnel). */
+static int origin_ok(const coai_http_request *rq, const coai_str *names, size_t nn)
+{
+    int hp = host_port_of(rq->host);
+    return coai_http_origin_allowed(rq->origin, listen_port_num(), names, nn)
+        || (hp > 0 && coai_http_origin_allowed(rq->origin, hp, names, nn));
 }
 
 /* Names the Host/Origin checks accept besides localhost, 127.0.0.1 and [::1]: --allow-host
@@ -2317,6 +2996,7 @@ static int route_of(coai_str path)
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
     if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
     if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
+    if (coai_str_eq(path, "/metrics")) return ROUTE_METRICS;
     if (coai_str_eq(path, "/v1/responses") || coai_str_eq(path, "/responses"))
         return ROUTE_RESPONSES;                                           /* OpenAI Responses */
     if ((path.len > 14 && memcmp(path.ptr, "/v1/responses/", 14) == 0
@@ -2328,6 +3008,39 @@ static int route_of(coai_str path)
     return ROUTE_NONE;
 }
 
+/* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
+static int64_t body_deadline(int64_t body_end)
+{
+    int64_t d = mono_ms() + SRV_BODY_IDLE_MS;
+    return d < body_end ? d : body_end;
+}
+
+/* Count n request bytes of this connection against the process-wide budget
+ * (CURSOR_OAI_MAX_INFLIGHT_MB). A request is always admitted when nothing else is in flight,
+ * so one body up to the body cap never waits for itself. 0 ok, -1 over the budget. */
+static int body_reserve(struct conn *c, size_t n)
+{
+    int ok;
+    if (n <= c->reserved) return 0;
+    pthread_mutex_lock(&S.lock);
+    ok = S.inflight == c->reserved || S.inflight - c->reserved + n <= S.inflight_max;
+    if (ok) {
+        S.inflight += n - c->reserved;
+        c->reserved = n;
+    }
+    pthread_mutex_unlock(&S.lock);
+    return ok ? 0 : -1;
+}
+
+static void body_release(struct conn *c)
+{
+    if (!c->reserved) return;
+    pthread_mutex_lock(&S.lock);
+    S.inflight -= c->reserved;
+    pthread_mutex_unlock(&S.lock);
+    c->reserved = 0;
+}
+
 /* Read the request body into c->body. The head is in[0..hl); body bytes already received
  * follow it. On return in[] holds only the bytes after the body (the next request), so the
  * views in c->rq are dead from here on. 0 ok, else the HTTP status to answer (the connection
@@ -2336,6 +3049,9 @@ static int read_body(struct conn *c, size_t hl)
 {
     coai_http_request *rq = &c->rq;
     size_t have = c->in_len - hl;
+    /* The whole body has one deadline as well as the gap between reads: a body that
+     * trickles a byte at a time must not hold a slot forever. */
+    int64_t body_end = mono_ms() + S.body_timeout_ms;
     coai_buf_reset(&c->body);
     c->body.max = SRV_BODY_MAX;
     if (rq->chunked) {
@@ -2354,14 +3070,16 @@ static int read_body(struct conn *c, size_t hl)
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
             if (r == COAI_DONE) return 0;
+            if (body_reserve(c, c->body.len + sizeof c->in) < 0) return 503;
             k = fd_read_until(c->fd, c->in + c->in_len, sizeof c->in - c->in_len,
-                              mono_ms() + SRV_BODY_IDLE_MS);
+                              body_deadline(body_end));
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->in_len += (size_t)k;
         }
     } else if (rq->content_length > 0) {
         size_t want = (size_t)rq->content_length, take = have < want ? have : want;
+        if (body_reserve(c, want) < 0) return 503;
         if (coai_buf_append(&c->body, c->in + hl, take)) return 413;
         memmove(c->in, c->in + hl + take, have - take);
         c->in_len = have - take;
@@ -2370,8 +3088,7 @@ static int read_body(struct conn *c, size_t hl)
             size_t step = want - c->body.len < SRV_BODY_STEP ? want - c->body.len : SRV_BODY_STEP;
             ssize_t k;
             if (coai_buf_reserve(&c->body, step)) return 413;
-            k = fd_read_until(c->fd, c->body.data + c->body.len, step,
-                              mono_ms() + SRV_BODY_IDLE_MS);
+            k = fd_read_until(c->fd, c->body.data + c->body.len, step, body_deadline(body_end));
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->body.len += (size_t)k;
@@ -2384,10 +3101,51 @@ static int read_body(struct conn *c, size_t hl)
     return 0;
 }
 
+/* The end of one request: its metrics and its access-log line (text, or one JSON object
+ * with --log-format json). Client-supplied values (method, path, model) are escaped by the
+ * logger in text mode and by JSON string escaping here. */
 static void access_log(struct conn *c)
 {
-    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub", c->method, c->path, c->status,
-            c->model[0] ? c->model : "-", (long long)(mono_ms() - c->t0), c->bytes);
+    int64_t ms = mono_ms() - c->t0;
+    char labels[METRIC_LABELS_MAX];
+    const char *route = route_label(c->route), *dialect = route_dialect(c->route);
+    snprintf(labels, sizeof labels, "route=\"%s\",dialect=\"%s\",status=\"%d\"", route, dialect,
+             c->status);
+    metric_add(M_REQUESTS, labels, 1);
+    snprintf(labels, sizeof labels, "route=\"%s\"", route);
+    metric_observe(M_DURATION, labels, (double)ms / 1000.0);
+    if (c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", -1);
+    c->streaming = 0;
+    if (S.log_level < LOG_INFO) return;
+    if (log_json) {
+        coai_buf b = { 0 };
+        char msg[SRV_LOG_ROOM];
+        coai_buf_puts(&b, "{\"msg\":\"request\",\"method\":");
+        coai_json_str_append(&b, c->method, strlen(c->method));
+        coai_buf_puts(&b, ",\"path\":");
+        coai_json_str_append(&b, c->path, strlen(c->path));
+        coai_buf_printf(&b, ",\"route\":\"%s\",\"dialect\":\"%s\",\"status\":%d,\"model\":", route,
+                        dialect, c->status);
+        if (c->model[0]) coai_json_str_append(&b, c->model, strlen(c->model));
+        else coai_buf_puts(&b, "null");
+        coai_buf_printf(&b, ",\"duration_ms\":%lld,\"bytes\":%zu,\"run_id\":", (long long)ms,
+                        c->bytes);
+        if (c->run_id[0]) coai_json_str_append(&b, c->run_id, strlen(c->run_id));
+        else coai_buf_puts(&b, "null");
+        coai_buf_puts(&b, ",\"fallback\":");
+        if (c->fallback) coai_json_str_append(&b, c->fallback, strlen(c->fallback));
+        else coai_buf_puts(&b, "null");
+        coai_buf_putc(&b, '}');
+        if (!b.err && b.len < SRV_LOG_LINE) {
+            memcpy(msg, b.data, b.len);
+            log_msg(LOG_INFO, msg, b.len, 1);
+        }
+        coai_buf_free(&b);
+        return;
+    }
+    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub%s%s%s%s", c->method, c->path, c->status,
+            c->model[0] ? c->model : "-", (long long)ms, c->bytes, c->run_id[0] ? " run=" : "",
+            c->run_id, c->fallback ? " fallback=" : "", c->fallback ? c->fallback : "");
 }
 
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
@@ -2396,10 +3154,14 @@ static int serve_request(struct conn *c, size_t hl)
     coai_http_request *rq = &c->rq;
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, port = listen_port_num(), st, is_post, is_get;
+    int route, st, is_post, is_get;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
+    c->run_id[0] = 0;
+    c->fallback = NULL;
+    c->first_seen = 0;
+    c->route = route_of(rq->path);
     c->status = 0;
     c->bytes = 0;
     c->streaming = 0;
@@ -2421,13 +3183,14 @@ static int serve_request(struct conn *c, size_t hl)
     }
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
-    if (!coai_http_host_allowed(rq->host, names, nn, port)) {
+    if (!coai_http_host_allowed(rq->host, names, nn, 0)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_host", NULL,
-                   "Host header not allowed (use localhost or add --allow-host)", NULL);
+                   "Host header not allowed (use localhost, 127.0.0.1 or [::1], or start the "
+                   "server with --allow-host NAME)", NULL);
         goto done;
     }
-    if (rq->origin.ptr && !coai_http_origin_allowed(rq->origin, port, names, nn)) {
+    if (rq->origin.ptr && !origin_ok(rq, names, nn)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_origin", NULL,
                    "cross-origin requests are not allowed", NULL);
@@ -2478,7 +3241,11 @@ static int serve_request(struct conn *c, size_t hl)
     st = read_body(c, hl);
     if (st) {
         c->keep = 0;
-        if (!c->dead)
+        if (st == 503 && !c->dead)
+            send_error(c, 503, "server_error", "server_is_overloaded", NULL,
+                       "too many request bytes in flight (CURSOR_OAI_MAX_INFLIGHT_MB); retry "
+                       "later", NULL);
+        else if (!c->dead)
             send_error(c, st, "invalid_request_error", NULL, NULL,
                        st == 408 ? "timed out reading the request body"
                        : st == 413 ? "request body too large" : "malformed request body", NULL);
@@ -2500,6 +3267,15 @@ static int serve_request(struct conn *c, size_t hl)
     case ROUTE_USAGE:
         handle_usage(c);
         break;
+    case ROUTE_METRICS: {
+        coai_buf mb = { 0 };
+        metrics_write(&mb);
+        if (mb.err) send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        else send_response(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, mb.data,
+                           mb.len);
+        coai_buf_free(&mb);
+        break;
+    }
     case ROUTE_COUNT_TOKENS:
         handle_count_tokens(c);
         break;
@@ -2511,9 +3287,24 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     }
 done:
+    body_release(c);
     access_log(c);
+    c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
+}
+
+/* 1 when fewer than an eighth of the --max-conns slots (at least one) are free: idle
+ * keep-alive connections then close after SRV_KEEPALIVE_PRESSURE_MS instead of
+ * SRV_KEEPALIVE_IDLE_MS. */
+static int slots_short(void)
+{
+    int r, spare;
+    pthread_mutex_lock(&S.lock);
+    spare = S.max_conns / 8 > 1 ? S.max_conns / 8 : 1;
+    r = S.max_conns - S.conns < spare;
+    pthread_mutex_unlock(&S.lock);
+    return r;
 }
 
 /* The connection loop: read a head, serve it, repeat while keep-alive. */
@@ -2525,11 +3316,18 @@ static void conn_serve(struct conn *c)
         int status = 0;
         long hl;
         if (c->in_len == 0) {
-            int64_t idle_end = mono_ms() + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
+            int64_t idle_start = mono_ms();
+            int64_t idle_end = idle_start + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
             ssize_t k = -2;
-            /* wait in short slices so that an idle connection notices a shutdown */
+            /* wait in short slices so that an idle connection notices a shutdown, and an idle
+             * keep-alive connection gives its slot up early when slots run short */
             while (k == -2 && !S.stop && mono_ms() < idle_end) {
                 int64_t slice = mono_ms() + 1000;
+                if (!first && slots_short()) {
+                    int64_t short_end = idle_start + SRV_KEEPALIVE_PRESSURE_MS;
+                    if (short_end < idle_end) idle_end = short_end;
+                    if (mono_ms() >= idle_end) break;
+                }
                 k = fd_read_until(c->fd, c->in, sizeof c->in, slice < idle_end ? slice : idle_end);
             }
             if (k <= 0) return;          /* idle timeout or the client left: close quietly */
@@ -2553,6 +3351,9 @@ static void conn_serve(struct conn *c)
             copy_str(c->path, sizeof c->path, "-", 1);
             c->bytes = 0;
             c->model[0] = 0;
+            c->run_id[0] = 0;
+            c->fallback = NULL;
+            c->route = ROUTE_NONE;
             send_error(c, status ? status : 400, "invalid_request_error", NULL, NULL,
                        status == 408 ? "timed out reading the request head"
                        : status == 431 ? "request head too large" : "malformed request", NULL);
@@ -2581,19 +3382,26 @@ static void *conn_thread(void *arg)
 
 /* Over --max-conns: answer 503 at once, then a short lingering close so the unread request
  * does not turn our answer into a reset. */
+static const char REJECT_BODY[] =
+    "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
+    "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
+
+/* The whole 503 answer of a rejected connection into out; its length. */
+static int reject_answer(char *out, size_t cap)
+{
+    return snprintf(out, cap,
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                    sizeof REJECT_BODY - 1, REJECT_BODY);
+}
+
 static void *reject_thread(void *arg)
 {
-    static const char body[] =
-        "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
-        "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
     int fd = (int)(intptr_t)arg, n;
-    char head[256], sink[4096];
+    char head[512], sink[4096];
     int64_t end;
-    n = snprintf(head, sizeof head,
-                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                 "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                 sizeof body - 1);
-    if (fd_write_all(fd, head, (size_t)n) == 0) fd_write_all(fd, body, sizeof body - 1);
+    n = reject_answer(head, sizeof head);
+    fd_write_all(fd, head, (size_t)n);
     shutdown(fd, SHUT_WR);
     end = mono_ms() + 1000;
     while (fd_read_until(fd, sink, sizeof sink, end) > 0) {}
@@ -2663,29 +3471,13 @@ static int models_fetch(coai_buf *body, coai_error *err)
     return 0;
 }
 
-/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL and fetched
- * by one thread at a time (the others wait for its result). When a fetch fails, the last good
- * list is served (stale-while-error) and the upstream is asked again after
- * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err. */
-static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
-                      size_t cap, int *fetched)
+/* One fetch whose result becomes the cached list (or the remembered failure). The caller set
+ * S.models_fetching; this clears it and wakes the waiters. */
+static void models_refresh(void)
 {
     coai_buf body = { 0 };
     coai_error fe;
-    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
-    int64_t t0 = mono_ms();             /* a failure after this is news to this call */
     int rc;
-    pthread_mutex_lock(&S.lock);
-    for (;;) {
-        int64_t now = mono_ms();
-        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
-        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
-        if (!S.models_fetching) break;
-        pthread_cond_wait(&S.models_cv, &S.lock);
-    }
-    S.models_fetching = 1;
-    pthread_mutex_unlock(&S.lock);
-
     memset(&fe, 0, sizeof fe);
     rc = models_fetch(&body, &fe);
     if (rc < 0 && fe.status >= 500)
@@ -2706,8 +3498,98 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
         S.models_err = fe;
     }
     S.models_fetching = 0;
+    S.models_seq++;
     pthread_cond_broadcast(&S.models_cv);
+    pthread_mutex_unlock(&S.lock);
     coai_buf_free(&body);
+}
+
+static void *models_refresh_thread(void *arg)
+{
+    (void)arg;
+    models_refresh();
+    return NULL;
+}
+
+/* 1 when the client on fd has left (closed, reset or half-closed); pipelined request bytes are
+ * not a departure. Never blocks. */
+static int fd_client_gone(int fd)
+{
+    struct pollfd pf = { fd, POLLIN, 0 };
+    char b;
+    ssize_t r;
+    if (fd < 0) return 0;
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return 1;
+    r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return 1;
+    return r < 0 && !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL; a stale
+ * list is served at once while one background thread fetches a new one
+ * (stale-while-revalidate), so a slow upstream never holds a request here. Only with no good
+ * list yet does a request wait for the fetch, and then at most CURSOR_OAI_MODELS_WAIT and only
+ * while its client (client_fd, -1 = none) is still there. When a fetch fails, the last good
+ * list is served (stale-while-error) and the upstream is asked again after
+ * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err (499: the client
+ * left; 504 models_wait_timeout: the first fetch is still running). */
+static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
+                      size_t cap, int *fetched, int client_fd)
+{
+    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
+    int64_t wait_end = mono_ms() + S.models_wait_ms;
+    uint64_t seq0;                      /* a fetch that ends after this is news to this call */
+    int rc;
+    pthread_mutex_lock(&S.lock);
+    seq0 = S.models_seq;
+    for (;;) {
+        int64_t now = mono_ms(), left;
+        struct timespec until;
+        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
+        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
+        if (!S.models_fetching) {
+            pthread_attr_t attr;
+            pthread_t t;
+            int started;
+            S.models_fetching = 1;
+            pthread_attr_init(&attr);
+            pthread_attr_setstacksize(&attr, SRV_THREAD_STACK);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            started = pthread_create(&t, &attr, models_refresh_thread, NULL) == 0;
+            pthread_attr_destroy(&attr);
+            if (!started) {             /* no thread: fetch here */
+                pthread_mutex_unlock(&S.lock);
+                models_refresh();
+                pthread_mutex_lock(&S.lock);
+                continue;
+            }
+        }
+        if (S.models_at) goto serve;    /* stale, being revalidated */
+        if (now >= wait_end) {
+            pthread_mutex_unlock(&S.lock);
+            coai_error_set(err, 504, "server_error", "models_wait_timeout", NULL,
+                           "the model list has not arrived within %lld s (GetUsableModels is "
+                           "slow or silent); try again", (long long)(S.models_wait_ms / 1000));
+            err->retry_after = 1;
+            if (fetched) *fetched = 0;
+            return -1;
+        }
+        /* wait in slices of at most a second to notice a client that left */
+        left = wait_end - now < 1000 ? wait_end - now : 1000;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(left / 1000);
+        until.tv_nsec += (long)(left % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&S.models_cv, &S.lock, &until);
+        if (fd_client_gone(client_fd)) {
+            pthread_mutex_unlock(&S.lock);
+            coai_error_set(err, 499, "server_error", "client_closed", NULL,
+                           "client went away while waiting for the model list");
+            if (fetched) *fetched = 0;
+            return -1;
+        }
+    }
 serve:
     /* a good list, fresh or stale; else the reason of the last failure */
     if (S.models_at && S.models.len) {
@@ -2723,7 +3605,7 @@ serve:
     } else {
         rc = -1;
         /* fresh: this call's own fetch, or one it waited for, failed just now */
-        if (fetched) *fetched = S.models_fail_at >= t0;
+        if (fetched) *fetched = S.models_seq != seq0;
         *err = S.models_err;
         if (!err->status)
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
@@ -2848,7 +3730,7 @@ static int handle_models(struct conn *c)
     coai_error e;
     memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL) < 0) {
+    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -2986,6 +3868,7 @@ struct run {
     coai_error err;                 /* failure of run_start / an append */
     uint64_t auth_gen;              /* generation of the token the run started with */
     int upstream_401;               /* the upstream rejected the token (HTTP 401) */
+    size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
     coai_url host;                  /* agent host of the run (agent_get) */
     int profile;                    /* PROF_* of this attempt */
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
@@ -3019,6 +3902,12 @@ static int run_flush(struct run *r)
     if (r->sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
     done = coai_reply_done(rp);
+    if (st == 200 && !c->first_seen) {
+        char lb[64];
+        c->first_seen = 1;
+        snprintf(lb, sizeof lb, "dialect=\"%s\"", route_dialect(c->route));
+        metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
+    }
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
@@ -3151,10 +4040,18 @@ static int run_start(struct run *r, int fresh)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
         goto done;
     }
+    memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
     r->seqno = 0;
     r->http_status = 0;
     r->data_frames = 0;
     r->t_start = mono_ms();
+    /* Checked right before the run starts: a client that left while this request waited
+     * (for the model list, a renewal, a slot) must not cost a run and its prompt. */
+    if (r->c->dead || fd_client_gone(r->c->fd)) {
+        up_err(&r->err, 499, "client_closed", "client went away before the run started");
+        r->cancelled = 1;
+        goto done;
+    }
     if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
         || up_head_host(&head, &r->host, PATH_RUNSSE,
                         r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
@@ -3182,6 +4079,8 @@ static int run_start(struct run *r, int fresh)
         r->http_status = r->sse->status;
         r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
         r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        r->sse->end = mono_ms() + S.up_call_ms;
+        if (r->sse->deadline > r->sse->end) r->sse->deadline = r->sse->end;
         up_body_all(r->sse, &eb);
         coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
         coai_buf_free(&eb);
@@ -3284,6 +4183,19 @@ static int run_frame(struct run *r, const coai_frame *f)
     }
     if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE)
         r->sse->deadline = mono_ms() + r->idle_ms;      /* progress */
+    /* A non-streaming answer is held in memory until its end: cap it (streaming sends each
+     * piece on and keeps nothing). */
+    if (!r->stream && r->msg.kind != COAI_MSG_HEARTBEAT) {
+        r->answer_bytes += f->len;
+        if (r->answer_bytes > S.reply_max) {
+            coai_error e;
+            coai_error_set(&e, 502, "upstream_error", "response_too_large", NULL,
+                           "the answer is larger than %zu MiB, the limit for non-streaming "
+                           "responses (CURSOR_OAI_MAX_RESPONSE_MB); send \"stream\": true to "
+                           "receive it", S.reply_max >> 20);
+            return coai_reply_feed_error(&r->reply, &e);
+        }
+    }
     if (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING)
         srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
                 r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
@@ -3296,9 +4208,29 @@ static int run_frame(struct run *r, const coai_frame *f)
 static void run_stream(struct run *r)
 {
     int rc = COAI_OK;
+    int64_t next_check = mono_ms();     /* first check at once: nothing goes to a client
+                                         * that left while the run was starting */
     while (rc == COAI_OK) {
         const unsigned char *p;
-        long n = up_body(r->sse, &p);
+        long n;
+        /* The idle deadline, the client and the tick are checked at least once a second even
+         * while the upstream floods frames that produce no output (up_wait, which checks them
+         * too, only runs when a read would block). */
+        if (mono_ms() >= next_check) {
+            int64_t now = mono_ms();
+            next_check = now + 1000;
+            if (fd_client_gone(r->c->fd) || run_tick(r) < 0) {
+                r->cancelled = 1;
+                return;
+            }
+            if (now >= r->sse->deadline) {
+                r->in_feed = 1;
+                rc = coai_reply_fail_timeout(&r->reply);
+                r->in_feed = 0;
+                break;
+            }
+        }
+        n = up_body(r->sse, &p);
         if (n <= 0) {
             coai_error e;
             memset(&e, 0, sizeof e);
@@ -3353,6 +4285,47 @@ static void run_stream(struct run *r)
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+}
+
+/* Quota latch. AI SDK and OpenCode retry a 429 insufficient_quota whatever x-should-retry
+ * says (OpenCode: 9 upstream runs and 73 s before the user saw the error), and a Cursor usage
+ * limit does not lift within seconds: after Cursor reported one for a model, the same error
+ * is answered at once, without a new upstream run, for CURSOR_OAI_QUOTA_LATCH seconds. */
+static int quota_is_limit(const coai_error *e)
+{
+    return e->status == 429 && e->code && strcmp(e->code, "insufficient_quota") == 0;
+}
+
+static void quota_remember(const char *model, const coai_error *e)
+{
+    int i, slot = 0;
+    int64_t now = mono_ms();
+    if (S.quota_latch_s <= 0 || !quota_is_limit(e)) return;
+    pthread_mutex_lock(&S.lock);
+    for (i = 0; i < SRV_QUOTA_MODELS; i++) {
+        if (strcmp(S.quota[i].model, model) == 0) { slot = i; break; }
+        if (S.quota[i].until < S.quota[slot].until) slot = i;   /* free, expired or oldest */
+    }
+    copy_str(S.quota[slot].model, sizeof S.quota[slot].model, model, strlen(model));
+    S.quota[slot].until = now + (int64_t)S.quota_latch_s * 1000;
+    S.quota[slot].err = *e;
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* 1 with *e filled when model's usage-limit error is still remembered. */
+static int quota_latched(const char *model, coai_error *e)
+{
+    int i, hit = 0;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&S.lock);
+    for (i = 0; i < SRV_QUOTA_MODELS && !hit; i++) {
+        if (S.quota[i].until > now && strcmp(S.quota[i].model, model) == 0) {
+            *e = S.quota[i].err;
+            hit = 1;
+        }
+    }
+    pthread_mutex_unlock(&S.lock);
+    return hit;
 }
 
 /* The prompt-size cap (CURSOR_OAI_MAX_PROMPT_BYTES) on the final UserMessage text.
@@ -3598,6 +4571,8 @@ static int handle_chat(struct conn *c)
     coai_str model, want;
     coai_buf mjson = { 0 };
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
+    char session_keep[64];
+    size_t prompt_units = 0;
     int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     int resp = c->dialect == COAI_DIALECT_RESPONSES;
     memset(&req, 0, sizeof req);
@@ -3637,6 +4612,18 @@ static int handle_chat(struct conn *c)
         send_coai_error(c, &e);
         goto done;
     }
+    /* Each copy of the request goes as soon as the next one exists: the tree owns
+     * everything now, so the body goes (the prompt follows once the run request is encoded). */
+    coai_buf_free(&c->body);
+    /* A model name is sent upstream whole or not at all: a cut one would name another model
+     * (or end inside a UTF-8 character). */
+    if (req.model.len >= sizeof c->model) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "model: the model name is longer than %zu bytes",
+                 sizeof c->model - 1);
+        send_error(c, 400, "invalid_request_error", "invalid_value", "model", msg, NULL);
+        goto done;
+    }
     /* (Responses: the parser took prompt_cache_key when no header names a session) */
     if (c->convkey[0] || !resp) req.conversation_key = coai_str_c(c->convkey);
     want = req.model;
@@ -3647,7 +4634,8 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
+                   c->fd) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -3667,6 +4655,14 @@ static int handle_chat(struct conn *c)
     }
     model = coai_str_c(c->model);
     r->stream = req.stream;
+    if (quota_latched(c->model, &e)) {
+        c->fallback = "quota_latch";
+        metric_add(M_QUOTA_LATCHED, "", 1);
+        srv_log(LOG_DEBUG, "usage limit of %s remembered: answered without an upstream run",
+                c->model);
+        send_error_ex(c, &e, NULL);
+        goto done;
+    }
     if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
@@ -3699,9 +4695,19 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request", NULL);
         goto done;
     }
-    srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-            params.tool_count, params.prompt.len,
-            (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    if (S.log_level >= LOG_DEBUG) {
+        char names[512];
+        size_t nl = 0, ti;
+        names[0] = 0;
+        for (ti = 0; ti < params.tool_count && nl + 8 < sizeof names; ti++) {
+            int k = snprintf(names + nl, sizeof names - nl, "%s%.*s", ti ? "," : "",
+                             (int)params.tools[ti].name.len, params.tools[ti].name.ptr);
+            if (k > 0) nl += (size_t)k < sizeof names - nl ? (size_t)k : sizeof names - nl - 1;
+        }
+        srv_log(LOG_DEBUG, "chat: model %s, %zu tools [%s], prompt %zu bytes: %.*s", c->model,
+                params.tool_count, names, params.prompt.len,
+                (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    }
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
@@ -3718,6 +4724,21 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
+    /* The conversation lives on in run_msg: the reply counted the prompt and copied the
+     * session id at init, so the prompt and the messages of the tree go now (tool
+     * definitions stay: the reply's views point into them). A second init (the retry
+     * below) gets the session id from a copy and the prompt's count from the first. */
+    prompt_units = r->reply.prompt_units_;
+    copy_str(session_keep, sizeof session_keep, o.session_id.ptr ? o.session_id.ptr : "",
+             o.session_id.len);
+    o.session_id = coai_str_c(session_keep);
+    o.prompt = coai_str_c("");
+    coai_buf_free(&req.prompt);
+    params.prompt = coai_str_c("");
+    req.session_id = coai_str_c("");
+    req.messages = NULL;
+    req.message_count = 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(req.root_, "messages");
     pthread_mutex_lock(&S.lock);
     r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
     pthread_mutex_unlock(&S.lock);
@@ -3774,6 +4795,7 @@ again:
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
+        r->reply.prompt_units_ = prompt_units;      /* the prompt itself is gone */
         goto again;
     }
     if (rc != 0 && !r->cancelled) {
@@ -3791,6 +4813,27 @@ again:
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
+    if (r->request_id[0]) {
+        /* one upstream run (or more, after a retry: counted once, by how it ended) */
+        char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
+        coai_usage u;
+        const char *outcome = r->cancelled || c->dead ? "client_gone"
+                            : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code
+                                                       : "error")
+                            : "ok";
+        snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
+        metric_add(M_UPSTREAM_RUNS, lb, 1);
+        memset(&u, 0, sizeof u);
+        coai_reply_usage(&r->reply, &u);
+        metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
+        snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.input_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"out\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.output_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"cached\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
+    }
+    if (r->request_id[0]) quota_remember(c->model, &r->reply.error);
     if (resp && rr.store && coai_reply_done(&r->reply) && !r->reply.error.status)
         rstore_put(completion_id, coai_reply_response(&r->reply), &rr.items,
                    coai_reply_output_items(&r->reply));
@@ -3938,8 +4981,57 @@ static int listen_open(void)
     return 0;
 }
 
+/* Rejected connections past SRV_REJECT_THREADS concurrent ones: the accept loop itself
+ * writes their 503 (a fresh socket's buffer always takes it) and lingers on them like
+ * reject_thread does, so they too read a 503 rather than a reset. pf[0] is the listener. */
+struct linger_set {
+    int n;
+    struct pollfd pf[1 + SRV_LINGER_MAX];
+    int64_t end[1 + SRV_LINGER_MAX];
+};
+
+static void linger_add(struct linger_set *lg, int fd)
+{
+    char a[512];
+    int n = reject_answer(a, sizeof a);
+    ssize_t w;
+    do w = send(fd, a, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT); while (w < 0 && errno == EINTR);
+    if (w != n || lg->n >= SRV_LINGER_MAX) { close(fd); return; }
+    shutdown(fd, SHUT_WR);
+    lg->n++;
+    lg->pf[lg->n].fd = fd;
+    lg->pf[lg->n].events = POLLIN;
+    lg->pf[lg->n].revents = 0;
+    lg->end[lg->n] = mono_ms() + 1000;
+}
+
+/* Drain what the lingering clients sent; close those that closed or whose second is up. */
+static void linger_service(struct linger_set *lg, int polled)
+{
+    int64_t now = mono_ms();
+    int i = 1;
+    while (i <= lg->n) {
+        int done = now >= lg->end[i];
+        if (!done && polled && lg->pf[i].revents) {
+            char sink[4096];
+            ssize_t r = recv(lg->pf[i].fd, sink, sizeof sink, MSG_DONTWAIT);
+            done = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+        if (done) {
+            close(lg->pf[i].fd);
+            lg->pf[i] = lg->pf[lg->n];
+            lg->end[i] = lg->end[lg->n];
+            lg->n--;
+            continue;
+        }
+        lg->pf[i].revents = 0;
+        i++;
+    }
+}
+
 static void serve_loop(void)
 {
+    static struct linger_set lg;
     pthread_attr_t attr, rattr;
     int64_t last_emfile_log = 0;
     pthread_attr_init(&attr);
@@ -3948,12 +5040,18 @@ static void serve_loop(void)
     pthread_attr_init(&rattr);
     pthread_attr_setstacksize(&rattr, 64 * 1024);
     pthread_attr_setdetachstate(&rattr, PTHREAD_CREATE_DETACHED);
+    memset(&lg, 0, sizeof lg);
     while (!S.stop) {
-        struct pollfd pf = { S.listen_fd, POLLIN, 0 };
+        struct pollfd *pf = lg.pf;
         struct conn *c;
         pthread_t t;
-        int fd, one = 1, over, reject_ok;
-        if (poll(&pf, 1, 500) <= 0) {
+        int fd, one = 1, over, reject_ok, r;
+        pf[0].fd = S.listen_fd;
+        pf[0].events = POLLIN;
+        pf[0].revents = 0;
+        r = poll(pf, (nfds_t)(1 + lg.n), lg.n ? 100 : 500);
+        if (lg.n) linger_service(&lg, r > 0);
+        if (r <= 0 || !(pf[0].revents & POLLIN)) {
             pool_prune(0);
             continue;
         }
@@ -3973,19 +5071,19 @@ static void serve_loop(void)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         pthread_mutex_lock(&S.lock);
         over = S.conns >= S.max_conns;
-        reject_ok = S.rejecting < 256;
+        reject_ok = S.rejecting < SRV_REJECT_THREADS;
         if (!over) S.conns++;
         else if (reject_ok) S.rejecting++;
         pthread_mutex_unlock(&S.lock);
         if (over) {
             if (!reject_ok || pthread_create(&t, &rattr, reject_thread_counted,
                                              (void *)(intptr_t)fd) != 0) {
-                close(fd);
                 if (reject_ok) {
                     pthread_mutex_lock(&S.lock);
                     S.rejecting--;
                     pthread_mutex_unlock(&S.lock);
                 }
+                linger_add(&lg, fd);
             }
             continue;
         }
@@ -4000,6 +5098,7 @@ static void serve_loop(void)
             srv_log(LOG_ERROR, "cannot start a connection thread");
         }
     }
+    while (lg.n > 0) close(lg.pf[lg.n--].fd);
     pthread_attr_destroy(&attr);
     pthread_attr_destroy(&rattr);
 }
@@ -4034,9 +5133,8 @@ static const char USAGE[] =
     "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
-    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /v1/usage,\n"
-    "GET /health)\n"
-    "served from your own Cursor subscription.\n";
+    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health,\n"
+    "GET /metrics) served from your own Cursor subscription.\n";
 
 static const char SERVE_HELP[] =
     "Usage: cursor-oai serve [options]\n"
@@ -4046,8 +5144,10 @@ static const char SERVE_HELP[] =
     "                       port 0 picks a free port, printed at start-up)\n"
     "  --workspace DIR      workspace path sent to Cursor (default: current directory)\n"
     "  --log-level LEVEL    error | warn | info | debug (default info)\n"
-    "  --allow-host NAME    also accept this Host/Origin name (repeatable); localhost,\n"
-    "                       127.0.0.1 and [::1] are always accepted\n"
+    "  --log-format FORMAT  text | json (one JSON object per line; default text)\n"
+    "  --allow-host NAME    also accept this Host/Origin name, with any port (repeatable);\n"
+    "                       NAME:PORT accepts it only with that port. localhost, 127.0.0.1\n"
+    "                       and [::1] are always accepted, with any port (tunnels)\n"
     "  --max-conns N        concurrent client connections; 503 beyond (default 1024)\n"
     "  --allow-unauthenticated\n"
     "                       allow a non-loopback --listen without CURSOR_OAI_API_KEY (anyone\n"
@@ -4058,7 +5158,8 @@ static const char SERVE_HELP[] =
     "  1. CURSOR_ACCESS_TOKEN (used as is, never renewed)\n"
     "  2. $XDG_CONFIG_HOME/cursor-oai/auth.json (default ~/.config/cursor-oai/auth.json),\n"
     "     written by 'cursor-oai login'; a login done while serving is picked up within 1 s\n"
-    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only\n"
+    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only and never renewed with its\n"
+    "     refresh token (that token is cursor-agent's): log in again when it expires\n"
     "  A token that expires within 5 minutes, or that Cursor rejects before anything was\n"
     "  streamed, is renewed once (refresh token, or API key exchange) and the request retried;\n"
     "  renewed tokens are saved to file 2 (never to cursor-agent's file).\n"
@@ -4070,13 +5171,24 @@ static const char SERVE_HELP[] =
     "                           " SRV_DEFAULT_CLIENT_VERSION " and an installed cursor-agent's)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
+    "  CURSOR_OAI_LOG_FORMAT    same as --log-format\n"
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
-    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
     "  CURSOR_OAI_MAX_IMAGE_BYTES   largest image in decoded bytes, 413 beyond (5242880)\n"
     "  CURSOR_OAI_MAX_IMAGES        images per request, 400 beyond (12)\n"
     "  CURSOR_OAI_MAX_IMAGES_BYTES  all images of a request in bytes, 413 beyond (20971520)\n"
+    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300); then served stale\n"
+    "                           while one background fetch renews it\n"
+    "  CURSOR_OAI_MODELS_WAIT   seconds a request waits for the first model list (15)\n"
+    "  CURSOR_OAI_UPSTREAM_TIMEOUT  overall seconds of one unary upstream call (60)\n"
+    "  CURSOR_OAI_BODY_TIMEOUT  seconds to receive a whole request body (120)\n"
+    "  CURSOR_OAI_MAX_RESPONSE_MB  MiB of a non-streaming answer held in memory (32)\n"
+    "  CURSOR_OAI_MAX_INFLIGHT_MB  MiB of request bodies handled at once (256)\n"
+    "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names (or opus, sonnet, haiku)\n"
+    "                           to models of the Cursor account\n"
+    "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
+    "                           once, without a new upstream run (60; 0 = off)\n"
     "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
     "                           conversations get a 400 context_length_exceeded\n"
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
@@ -4086,6 +5198,8 @@ static const char SERVE_HELP[] =
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
     "\n"
+    "SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the server gracefully (streams end with an\n"
+    "error event and [DONE]; at most 10 s).\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
 
 static const char LOGIN_HELP[] =
@@ -4227,7 +5341,8 @@ static int env_seconds(const char *name, int def, int *out)
     errno = 0;
     n = strtol(v, &end, 10);
     if (errno || *end || n <= 0 || n > 86400 * 7) {
-        fprintf(stderr, "cursor-oai: %s must be a number of seconds (1..604800)\n", name);
+        fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to 604800 (seconds, or "
+                "MiB for the _MB limits)\n", name);
         return -1;
     }
     *out = (int)n;
@@ -4270,16 +5385,38 @@ static int env_bytes(const char *name, size_t def, size_t *out)
 
 /* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
 /* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
- * brackets), no port, no path, no userinfo, no blanks; compared case-insensitively. */
+ * brackets), no path, no userinfo, no blanks; compared case-insensitively. Any port is
+ * accepted with it, unless it is given as NAME:PORT, which pins the name to that port
+ * (repeat it for more ports). */
 static int allow_host_add(const char *name, size_t n, const char *src)
 {
     coai_str v;
+    size_t nl = n;
+    int port_ok = 1;
+    const char *colon = NULL;
+    if (n > 0 && name[0] == '[') {
+        const char *rb = memchr(name, ']', n);
+        if (rb && (size_t)(rb - name) + 1 < n) colon = rb + 1;
+    } else {
+        colon = memchr(name, ':', n);
+    }
+    if (colon) {
+        size_t i, pl = n - (size_t)(colon - name) - 1;
+        long port = 0;
+        nl = (size_t)(colon - name);
+        port_ok = *colon == ':' && pl >= 1 && pl <= 5;
+        for (i = 0; port_ok && i < pl; i++) {
+            if (colon[1 + i] < '0' || colon[1 + i] > '9') port_ok = 0;
+            else port = port * 10 + (colon[1 + i] - '0');
+        }
+        if (port < 1 || port > 65535) port_ok = 0;
+    }
     v.ptr = name;
-    v.len = n;
-    if (S.allow_n == SRV_MAX_ALLOW || !coai_host_name_ok(v)) {
+    v.len = nl;
+    if (S.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v) || n >= sizeof S.allow[0]) {
         fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
-                "bytes, without port, path or blanks)\n", src, (int)(n > 253 ? 253 : n), name,
-                SRV_MAX_ALLOW);
+                "bytes, without path or blanks, optionally :PORT)\n", src,
+                (int)(n > 253 ? 253 : n), name, SRV_MAX_ALLOW);
         return -1;
     }
     memcpy(S.allow[S.allow_n], name, n);
@@ -4306,7 +5443,7 @@ static int allow_hosts_env(const char *v)
 static int parse_serve_args(int argc, char **argv)
 {
     const char *listen = getenv("CURSOR_OAI_LISTEN");
-    const char *workspace = NULL, *level = "info";
+    const char *workspace = NULL, *level = "info", *format = getenv("CURSOR_OAI_LOG_FORMAT");
     int i;
     S.max_conns = SRV_DEFAULT_MAX_CONNS;
     for (i = 0; i < argc; i++) {
@@ -4324,7 +5461,8 @@ static int parse_serve_args(int argc, char **argv)
         eq = strchr(a, '=');
         copy_str(name, sizeof name, a, eq ? (size_t)(eq - a) : strlen(a));
         if (strcmp(name, "--listen") && strcmp(name, "--workspace") && strcmp(name, "--log-level")
-            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns"))
+            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns")
+            && strcmp(name, "--log-format"))
             goto usage;
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -4338,6 +5476,8 @@ static int parse_serve_args(int argc, char **argv)
             workspace = v;
         } else if (strcmp(name, "--log-level") == 0) {
             level = v;
+        } else if (strcmp(name, "--log-format") == 0) {
+            format = v;
         } else if (strcmp(name, "--allow-host") == 0) {
             if (allow_host_add(v, strlen(v), "--allow-host") != 0) return 2;
         } else if (strcmp(name, "--max-conns") == 0) {
@@ -4367,6 +5507,12 @@ static int parse_serve_args(int argc, char **argv)
         return 2;
     }
     S.log_level = i;
+    if (format && *format && strcmp(format, "json") != 0 && strcmp(format, "text") != 0) {
+        fprintf(stderr, "cursor-oai: --log-format (CURSOR_OAI_LOG_FORMAT) must be text or "
+                "json\n");
+        return 2;
+    }
+    log_json = format && strcmp(format, "json") == 0;
     if (workspace) {
         if (!realpath(workspace, S.workspace)) {
             fprintf(stderr, "cursor-oai: --workspace %s: %s\n", workspace, strerror(errno));
@@ -4439,7 +5585,7 @@ static int configure(void)
     const char *url = getenv("CURSOR_API_URL"), *key = getenv("CURSOR_OAI_API_KEY");
     const char *cv = getenv("CURSOR_CLIENT_VERSION");
     long n;
-    int ttl;
+    int ttl, up_call, models_wait, body_to, reply_mb, inflight_mb;
     struct rlimit rl;
     if (!url || !*url) url = SRV_DEFAULT_API_URL;
     if (parse_api_url(url) < 0) {
@@ -4471,10 +5617,26 @@ static int configure(void)
                 "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
         return -1;
     }
+    if (key && !S.cli) {
+        /* set but blank: almost surely a mistake (an empty variable in a compose file); it
+         * must not silently leave the API open */
+        const char *k = key;
+        while (*k == ' ' || *k == '\t' || *k == '\r' || *k == '\n') k++;
+        if (!*k) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_API_KEY is set but blank; set it to the "
+                    "key clients must send, or unset it to serve without a client key\n");
+            return -1;
+        }
+    }
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
+        || env_seconds("CURSOR_OAI_UPSTREAM_TIMEOUT", UP_CALL_TIMEOUT_S, &up_call)
+        || env_seconds("CURSOR_OAI_MODELS_WAIT", SRV_MODELS_WAIT_S, &models_wait)
+        || env_seconds("CURSOR_OAI_BODY_TIMEOUT", SRV_BODY_TIMEOUT_S, &body_to)
+        || env_seconds("CURSOR_OAI_MAX_RESPONSE_MB", SRV_REPLY_MAX_MB, &reply_mb)
+        || env_seconds("CURSOR_OAI_MAX_INFLIGHT_MB", SRV_INFLIGHT_MAX_MB, &inflight_mb)
         || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
         return -1;
     if (env_count("CURSOR_OAI_MAX_IMAGE_BYTES", COAI_MAX_IMAGE_BYTES, SRV_BODY_MAX,
@@ -4483,7 +5645,32 @@ static int configure(void)
         || env_count("CURSOR_OAI_MAX_IMAGES_BYTES", COAI_MAX_IMAGES_BYTES, SRV_BODY_MAX,
                      &IMG_LIMITS.max_total))
         return -1;
+    if (reply_mb > 4096 || inflight_mb > 1048576) {
+        fprintf(stderr, "cursor-oai: CURSOR_OAI_MAX_RESPONSE_MB is at most 4096 and "
+                "CURSOR_OAI_MAX_INFLIGHT_MB at most 1048576\n");
+        return -1;
+    }
+    S.up_call_ms = (int64_t)up_call * 1000;
+    S.models_wait_ms = (int64_t)models_wait * 1000;
+    S.body_timeout_ms = (int64_t)body_to * 1000;
+    S.reply_max = (size_t)reply_mb << 20;
+    S.inflight_max = (size_t)inflight_mb << 20;
     S.models_ttl_ms = (int64_t)ttl * 1000;
+    {
+        const char *ql = getenv("CURSOR_OAI_QUOTA_LATCH");
+        char *end;
+        long q = SRV_DEFAULT_QUOTA_LATCH_S;
+        if (ql && *ql) {
+            errno = 0;
+            q = strtol(ql, &end, 10);
+            if (errno || *end || q < 0 || q > 86400) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_QUOTA_LATCH must be a number of seconds "
+                        "(0..86400; 0 turns it off)\n");
+                return -1;
+            }
+        }
+        S.quota_latch_s = (int)q;
+    }
     S.ca_file = ca_bundle_path();
     if (!S.ca_file) {
         fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "
@@ -4507,6 +5694,15 @@ static int configure(void)
     return 0;
 }
 
+/* Install sa for sig, except where the parent chose to ignore it (nohup ignores SIGHUP:
+ * that choice stands). */
+static void signal_unless_ignored(int sig, const struct sigaction *sa)
+{
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 static int run_serve(int argc, char **argv)
 {
     struct sigaction sa;
@@ -4519,6 +5715,11 @@ static int run_serve(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* A closed terminal (SIGHUP) and SIGQUIT stop the server the same graceful way: streams
+     * end with an error event and [DONE] instead of a cut connection. (SIGQUIT's core dump
+     * is of no use to a user; nginx also treats it as a graceful stop.) */
+    signal_unless_ignored(SIGHUP, &sa);
+    signal_unless_ignored(SIGQUIT, &sa);
     cred_paths();
     switch (cred_load()) {
     case CRED_ENV:
@@ -4537,6 +5738,7 @@ static int run_serve(int argc, char **argv)
     }
     rc = listen_open();
     if (rc < 0) return rc == -2 ? 2 : 1;
+    log_start();        /* from here on no thread waits for stderr */
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
             "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
@@ -4554,6 +5756,7 @@ static int run_serve(int argc, char **argv)
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
             SRV_SHUTDOWN_GRACE_MS / 1000);
     serve_drain();
+    log_flush();
     return 0;
 }
 
