@@ -104,7 +104,7 @@ class Env:
     def reset_config(self):
         self.config(register_delay_s=0.0, min_client_version=None, unsupported_profiles=[],
                     agent_url=None, server_config=None, server_config_status=None,
-                    server_config_seq=[],
+                    server_config_seq=[], unsupported_status=415,
                     agent_host_only=False, runsse_scenario=None, outdated_error=28)
 
     def requests_since(self, n0):
@@ -464,6 +464,18 @@ def t_profile(E):
         check("profile: the switch is logged", "retrying with connect" in log, log[-800:])
     finally:
         p.stop()
+    # the same with the load balancer's 464
+    E.config(unsupported_status=464)
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p)
+        eq("profile: 464 on grpc-web -> retried with Connect", (st, content(b),
+                                                              profile_of(E, n0)),
+           (200, "Hello from fake Cursor.", ["grpc-web", "connect"]))
+    finally:
+        p.stop()
+    E.config(unsupported_status=415)
     # forced grpc-web against that server: no fallback, a clear error
     p = E.proxy({"CURSOR_OAI_PROFILE": "grpc-web"})
     try:

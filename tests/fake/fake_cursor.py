@@ -114,7 +114,8 @@ DEFAULT_CONFIG = {
                                    # (or an unparsable one) is rejected as outdated
     "outdated_error": 28,          # 28: resource_exhausted + "Update Required" (2026 form);
                                    # 30: ERROR_OUTDATED_CLIENT, permission_denied (older form)
-    "unsupported_profiles": [],    # "grpc-web" / "connect": answered 415 on RunSSE/BidiAppend
+    "unsupported_profiles": [],    # "grpc-web" / "connect": refused on RunSSE/BidiAppend
+    "unsupported_status": 415,     # ... with this status (464: what a load balancer answers)
     "agent_url": None,             # GetServerConfig's agentUrl/agentnUrl (None: the main
                                    # listener itself; "agent": the agent listener)
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
@@ -766,6 +767,10 @@ def check_common(conn, req, rec, agent):
         # a test marked this profile unsupported: what a server without it answers; not a
         # validation error of the client
         S.count("profile_rejected_" + prof)
+        st = int(S.config["unsupported_status"])
+        if st != 415:
+            conn.respond(st, b"", ctype="text/plain")
+            return st
         return connect_error(conn, 415, "unknown", "unsupported content-type %r" % ct)
     if prof == "connect" and h.get("connect-protocol-version") != "1":
         S.error("rejected: Connect request without connect-protocol-version: 1",
