@@ -114,6 +114,7 @@ static struct server {
     coai_url base;                  /* the same URL parsed: auth, models, server config */
     coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
     int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    int connect_json;               /* CURSOR_OAI_CONNECT_APPEND=json: BidiAppend as JSON */
     char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
     char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
@@ -1369,7 +1370,8 @@ enum {
     UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
     UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
     UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
-    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_UNARY,  /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_JSON    /* BidiAppend, Connect profile, CURSOR_OAI_CONNECT_APPEND=json */
 };
 
 /* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
@@ -1385,7 +1387,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
     coai_str tok;
     int json = kind == UPH_JSON;
     if (!hp) hp = &S.base;
-    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY || kind == UPH_CONNECT_JSON) {
         coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
                         hp->prefix, path, hp->authority);
         coai_buf_append(h, token, token_len);
@@ -1400,7 +1402,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-request-id: %s\r\n"
                         "content-length: %zu\r\n\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
-                                                   : "application/proto",
+                        : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
                         S.client_version, request_id, body_len);
         return h->err ? -1 : 0;
     }
@@ -2987,14 +2989,27 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (connect) {      /* Connect unary: no envelope */
+    if (connect && S.connect_json) {
+        /* Connect JSON, as one peer sends it over HTTP/1.1: proto3 JSON of the same
+         * BidiAppendRequest (data is already hex text; int64 as a string) */
+        coai_buf_reset(&body);
+        coai_buf_puts(&body, "{\"data\":\"");
+        coai_hex_append(&body, msg, n);
+        coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
+                        r->request_id, (long long)r->seqno);
+        if (body.err) {
+            coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+            goto done;
+        }
+    } else if (connect) {      /* Connect unary binary: no envelope */
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+    if (up_call_host(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                     : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                      body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
@@ -3952,6 +3967,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           grpc-web, with Connect as the fallback)\n"
+    "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -4298,6 +4314,15 @@ static int configure(void)
             fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
                     "https://host[:port][/path] (https only)\n");
             return -1;
+        }
+        const char *ca = getenv("CURSOR_OAI_CONNECT_APPEND");
+        S.connect_json = 0;
+        if (ca && *ca) {
+            if (strcmp(ca, "json") == 0) S.connect_json = 1;
+            else if (strcmp(ca, "proto") != 0) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_CONNECT_APPEND must be proto or json\n");
+                return -1;
+            }
         }
         S.profile_forced = -1;
         if (pr && *pr) {

@@ -741,6 +741,8 @@ def request_profile(req, agent):
         return "grpc-web"
     if ct == (CT_CONNECT if req["path"] == PATH_RUNSSE else CT_PROTO):
         return "connect"
+    if ct == "application/json" and req["path"] == PATH_APPEND:
+        return "connect"        # Connect JSON BidiAppend (one peer's HTTP/1.1 form)
     return None
 
 
@@ -810,8 +812,10 @@ def check_common(conn, req, rec, agent):
 # ---------------------------------------------------------------------------------------------
 # endpoints
 
-def append_reply(conn, prof):
-    if prof == "connect":
+def append_reply(conn, prof, as_json=False):
+    if as_json:
+        conn.respond(200, b"{}")                  # empty BidiAppendResponse, Connect JSON
+    elif prof == "connect":
         conn.respond(200, b"", ctype=CT_PROTO)    # empty BidiAppendResponse
     else:
         conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
@@ -829,10 +833,23 @@ def h_append(conn, req, rec):
                      json.dumps(connect_error_details(code, msg, det)))
         return 429
     try:
-        # grpc-web: an envelope; Connect unary: the bare message
-        payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
-        ap = pb.dec_bidi_append(payload)
-    except pb.PBError as e:
+        if req["headers"].get("content-type", "").split(";")[0].strip() == "application/json":
+            # Connect JSON: {"data": hex, "requestId": {"requestId"}, "appendSeqno": "N"}
+            # (proto3 JSON: int64 as a string, 0 may be omitted)
+            j = json.loads(req["body"])
+            if not isinstance(j, dict) or not isinstance(j.get("requestId"), dict):
+                raise pb.PBError("not a BidiAppendRequest JSON object")
+            seq = j.get("appendSeqno", "0")
+            if not isinstance(seq, str) or not seq.isdigit():
+                raise pb.PBError("appendSeqno %r is not an int64 string" % (seq,))
+            ap = {"data_hex": j.get("data"), "request_id": j["requestId"].get("requestId"),
+                  "append_seqno": int(seq)}
+            rec["append_json"] = True
+        else:
+            # grpc-web: an envelope; Connect unary: the bare message
+            payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
+            ap = pb.dec_bidi_append(payload)
+    except (pb.PBError, ValueError) as e:
         S.error("BidiAppend body: %s" % e)
         return connect_error(conn, 400, "invalid_argument", "bad body: %s" % e)
     rec["decoded"] = dict(ap, data_hex=None, data_hex_len=len(ap["data_hex"] or ""))
@@ -891,7 +908,7 @@ def h_append(conn, req, rec):
                 S.error("seqno-0 append before its RunSSE was registered: run dropped",
                         request_id=rid)
                 run.cond.notify_all()
-                append_reply(conn, prof)
+                append_reply(conn, prof, rec.get("append_json"))
                 return 200
             run.run_request = msg
             pick_scenario(run)
@@ -909,7 +926,7 @@ def h_append(conn, req, rec):
     if fail and int(fail.get("seqno", 0)) == seq:
         return connect_error(conn, fail["status"], fail.get("code", "internal"),
                              fail.get("message", ""))
-    append_reply(conn, prof)
+    append_reply(conn, prof, rec.get("append_json"))
     return 200
 
 
