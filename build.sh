@@ -8,6 +8,8 @@
 #   ./build.sh fuzz [SECS]   libFuzzer every tests/fuzz/fz_*.c for SECS seconds each (default 60)
 #   ./build.sh deps          install packages, fetch + verify + unpack deps, build BearSSL
 #   ./build.sh bench [ARGS]  release build, then tests/bench.sh ARGS
+#   ./build.sh docker        release build, Debian's docker.io when missing (root), then
+#                            tests/docker.sh (the container test that `test` runs last)
 #   ./build.sh clean         remove build/ except the dependency cache build/deps
 #
 # Dependencies come from Debian's source archive, pinned by version and by the sha256 of the
@@ -250,6 +252,25 @@ debug() {
         -lpthread -lm -o "$BUILD/cursor-oai-debug"
 }
 
+# tests/docker.sh builds and runs the image, so CI needs a Docker engine. A fresh Debian
+# machine has none: install Debian's docker.io (dockerd, containerd, runc) when dockerd is
+# missing and this machine allows it (root, apt-get). tests/docker.sh starts dockerd itself and
+# still prints "skipped: <reason>" where no engine can run (no privileges, no cgroups, ...).
+# A failed install is not fatal here: that test then says why it skipped.
+ensure_docker() {
+    if command -v dockerd >/dev/null 2>&1; then return 0; fi
+    if ! is_root || ! command -v apt-get >/dev/null 2>&1; then
+        say "note: dockerd is missing and docker.io cannot be installed here (needs root and" \
+            "apt-get): tests/docker.sh will skip"
+        return 0
+    fi
+    # apt_update_once exits on failure: run it in a subshell so that a failure only skips
+    if ! (apt_update_once) || ! run env DEBIAN_FRONTEND=noninteractive apt-get install -y \
+            --no-install-recommends docker.io; then
+        say "note: installing docker.io failed: tests/docker.sh will skip"
+    fi
+}
+
 # ---------------------------------------------------------------------------------------------
 # Test mode
 
@@ -406,6 +427,7 @@ test_mode() {
 
     # 7. End-to-end scripts against the release binary.
     export CURSOR_OAI_BIN="$BUILD/cursor-oai"
+    ensure_docker
     # tests/docker.sh builds and runs the image; it prints "skipped: <reason>" when no
     # docker daemon can be used (it starts dockerd itself when installed and root).
     for s in tests/e2e_*.sh tests/*_test.py tests/docker.sh; do
@@ -511,6 +533,17 @@ bench)
     export COAI_BENCH_NP="$NP" COAI_BENCH_CJ="$CJ" COAI_BENCH_BR="$BR"
     export COAI_BENCH_BRLIB="$BR_GCC/build/libbearssl.a"
     if [ -x tests/bench.sh ]; then run ./tests/bench.sh "$@"; else run sh tests/bench.sh "$@"; fi
+    ;;
+docker)
+    deps; release; ensure_docker
+    T=$BUILD/test
+    run mkdir -p "$T/log"
+    export CURSOR_OAI_BIN="$BUILD/cursor-oai"
+    t0=$(date +%s)
+    run_prog "docker.sh" "$T/log/docker.sh" bash tests/docker.sh
+    say "tests/docker.sh took $(( $(date +%s) - t0 )) s"
+    printf '%s' "$SUMMARY"
+    [ "$FAIL" = 0 ]
     ;;
 clean)
     if [ -d "$BUILD" ]; then

@@ -885,10 +885,14 @@ typedef struct coai_http_response {
  * followed by another head. Chunked with Content-Length: chunked wins, keep_alive 0. */
 int coai_http_parse_response(const char *buf, size_t len, coai_http_response *rs);
 
-/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or one of
- * extra[0..n_extra) (case-insensitive, names without port), followed by nothing
- * or ":<port>" equal to port (port <= 0: any 1-5 digit port). Rejects an empty
- * host, ":1234", "localhost.evil.com", "localhost." and "user@localhost". */
+/* Host allow-list: 1 when host is exactly localhost, 127.0.0.1, [::1] or the name of one
+ * of extra[0..n_extra) (case-insensitive), followed by nothing or ":<port>" (1-5 digits).
+ * The port: port > 0 must equal it, port <= 0 accepts any (the DNS-rebinding guard needs
+ * the name; a tunnel or forwarder in front of the server brings its own port). An extra
+ * entry "name:port" pins that name, a built-in one too: it is then accepted only with one
+ * of the ports its entries list (no port in the header counts as 80), whatever `port`
+ * says. Rejects an empty host, ":1234", "localhost.evil.com", "localhost." and
+ * "user@localhost". */
 int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port);
 
 /* Origin allow-list: 1 for "http://" or "https://" + a host accepted by
@@ -4960,41 +4964,66 @@ coai_result coai_chunked_feed(coai_chunked_decoder *d, char *buf, size_t len,
     return r == COAI_DONE ? COAI_DONE : COAI_MORE;
 }
 
+/* Split "name", "name:port", "[v6]" or "[v6]:port" into the name's length and the port
+ * (-1 when there is none). 0 ok, -1 malformed (empty name, an empty or > 5-digit port). */
+static int coai__http_host_split(coai_str h, size_t *name_len, long *port)
+{
+    size_t nl, i;
+    long p = 0;
+    if (!h.ptr || h.len == 0) return -1;
+    if (h.ptr[0] == '[') {
+        for (nl = 1; nl < h.len && h.ptr[nl] != ']'; nl++) {}
+        if (nl == h.len) return -1;
+        nl++;
+    } else {
+        for (nl = 0; nl < h.len && h.ptr[nl] != ':'; nl++) {}
+    }
+    if (nl == 0) return -1;
+    *name_len = nl;
+    *port = -1;
+    if (nl == h.len) return 0;
+    if (h.ptr[nl] != ':' || h.len - nl - 1 == 0 || h.len - nl - 1 > 5) return -1;
+    for (i = nl + 1; i < h.len; i++) {
+        if (h.ptr[i] < '0' || h.ptr[i] > '9') return -1;
+        p = p * 10 + (h.ptr[i] - '0');
+    }
+    *port = p;
+    return 0;
+}
+
+static int coai__http_name_eq(const char *a, const char *b, size_t n)
+{
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (coai__http_lower((unsigned char)a[j]) != coai__http_lower((unsigned char)b[j]))
+            return 0;
+    return 1;
+}
+
 int coai_http_host_allowed(coai_str host, const coai_str *extra, size_t n_extra, int port)
 {
     static const char *const local[] = { "localhost", "127.0.0.1", "[::1]" };
     size_t name_len, i;
-    if (!host.ptr || host.len == 0) return 0;
-    if (host.ptr[0] == '[') {
-        for (name_len = 1; name_len < host.len && host.ptr[name_len] != ']'; name_len++) {}
-        if (name_len == host.len) return 0;
-        name_len++;
-    } else {
-        for (name_len = 0; name_len < host.len && host.ptr[name_len] != ':'; name_len++) {}
-    }
-    if (name_len == 0) return 0;
-    if (name_len < host.len) {
-        long p = 0;
-        size_t nd = host.len - name_len - 1;
-        if (host.ptr[name_len] != ':' || nd == 0 || nd > 5) return 0;
-        for (i = name_len + 1; i < host.len; i++) {
-            if (host.ptr[i] < '0' || host.ptr[i] > '9') return 0;
-            p = p * 10 + (host.ptr[i] - '0');
-        }
-        if (port > 0 && p != port) return 0;
-    }
+    long p;
+    int named = 0, pinned = 0, pin_ok = 0;
+    if (coai__http_host_split(host, &name_len, &p) < 0) return 0;
     for (i = 0; i < sizeof local / sizeof local[0]; i++)
-        if (coai__http_ieq(host.ptr, name_len, local[i])) return 1;
+        if (coai__http_ieq(host.ptr, name_len, local[i])) named = 1;
     for (i = 0; i < n_extra; i++) {
-        size_t j;
-        if (!extra[i].ptr || extra[i].len != name_len) continue;
-        for (j = 0; j < name_len; j++)
-            if (coai__http_lower((unsigned char)extra[i].ptr[j]) !=
-                coai__http_lower((unsigned char)host.ptr[j]))
-                break;
-        if (j == name_len) return 1;
+        size_t en;
+        long ep;
+        if (coai__http_host_split(extra[i], &en, &ep) < 0 || en != name_len
+            || !coai__http_name_eq(extra[i].ptr, host.ptr, name_len))
+            continue;
+        if (ep < 0) {
+            named = 1;
+        } else {
+            pinned = 1;
+            if (ep == (p < 0 ? 80 : p)) pin_ok = 1;
+        }
     }
-    return 0;
+    if (pinned) return pin_ok;
+    return named && (port <= 0 || p < 0 || p == port);
 }
 
 int coai_http_origin_allowed(coai_str origin, int port, const coai_str *extra, size_t n_extra)

@@ -52,6 +52,8 @@
 #define SRV_DEFAULT_MAX_CONNS 1024
 #define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
 #define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
+#define SRV_DEFAULT_QUOTA_LATCH_S 60    /* CURSOR_OAI_QUOTA_LATCH: usage-limit error remembered */
+#define SRV_QUOTA_MODELS 8              /* models whose usage-limit error is remembered at once */
 /* CURSOR_OAI_MAX_PROMPT_BYTES: a peer measured a live cap near 1 MiB on one UserMessage
  * (~1.06 MB rejected with invalid_argument, ~850 KB accepted; cursor-upstream-extras.md 1.5). */
 #define SRV_DEFAULT_MAX_PROMPT ((size_t)1024 * 1024)
@@ -68,7 +70,8 @@
 #define SRV_SHUTDOWN_GRACE_MS 10000               /* SIGTERM: wait for in-flight requests */
 #define SRV_MAX_ALLOW 16                          /* --allow-host entries */
 #define SRV_TOKEN_MAX 8192                        /* access token bytes */
-#define SRV_LOG_LINE 2048                         /* one log line */
+#define SRV_LOG_LINE 2048                         /* one log message, before escaping */
+#define SRV_LOG_ROOM (SRV_LOG_LINE * 5 / 4 + 16)  /* room for it after redaction (8 -> 10) */
 
 #define UP_CONNECT_TIMEOUT_MS 10000               /* DNS excluded; TCP connect + TLS handshake */
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
@@ -122,7 +125,7 @@ static struct server {
     char workspace[PATH_MAX];       /* --workspace, default cwd */
     char timezone[128];             /* IANA zone for x-cursor-timezone */
     int log_level;                  /* --log-level */
-    char allow[SRV_MAX_ALLOW][254]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS names */
+    char allow[SRV_MAX_ALLOW][260]; /* --allow-host and CURSOR_OAI_ALLOW_HOSTS: NAME[:PORT] */
     size_t allow_n;
     int allow_unauth;               /* --allow-unauthenticated: no key off loopback */
     int max_conns;                  /* --max-conns */
@@ -166,6 +169,12 @@ static struct server {
     int models_fetching;            /* a fetch is in flight (single flight) */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
+    struct quota_latch {            /* usage-limit errors Cursor gave, per model */
+        char model[128];
+        int64_t until;              /* mono ms; 0 = free slot */
+        coai_error err;
+    } quota[SRV_QUOTA_MODELS];
     coai_url agent;                 /* RunSSE/BidiAppend host (agent_get) */
     char agent_src[600];            /* where it came from */
     int64_t agent_at;               /* mono ms it was decided, 0 = not yet */
@@ -278,6 +287,154 @@ static const char *status_text(int st)
 
 static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
 
+/* Output: lines pass through a bounded in-memory queue that one writer thread empties into
+ * stderr (log_start, once serving). A stderr nobody reads (a paused pager, a stalled log
+ * shipper, a blocking container log driver) then only fills the queue: further lines are
+ * dropped and counted, the writer says how many as soon as stderr moves again, and no client
+ * thread ever waits on it (it used to: with a full pipe every connection blocked in write()
+ * holding its slot, and SIGTERM could not end the process). Before log_start (start-up
+ * messages, one-shot commands) lines are written directly. */
+#define LOG_QUEUE_BYTES (1024 * 1024)   /* queued log bytes; a line past this is dropped */
+#define LOG_WRITE_CHUNK (64 * 1024)     /* the writer takes at most this much per write */
+#define LOG_FLUSH_MS 1000               /* exit waits at most this long for queued lines */
+
+static struct logq {
+    pthread_mutex_t mu;
+    pthread_cond_t more;            /* lines queued */
+    pthread_cond_t empty;           /* the writer has nothing left */
+    char *ring;                     /* LOG_QUEUE_BYTES bytes once started */
+    size_t head, len;               /* queued bytes: ring[head..head+len) modulo the size */
+    int started;                    /* the writer thread runs */
+    int busy;                       /* the writer is inside write() */
+    uint64_t dropped;               /* lines dropped because the queue was full */
+    uint64_t reported;              /* of those, how many the log has mentioned */
+} LQ = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+         NULL, 0, 0, 0, 0, 0, 0 };
+
+static int log_json;                /* --log-format json: every line is one JSON object */
+
+static void log_write_fd(const char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t k = write(2, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EAGAIN) {         /* stderr was handed to us non-blocking */
+            struct pollfd pf = { 2, POLLOUT, 0 };
+            poll(&pf, 1, 1000);
+            continue;
+        }
+        if (k <= 0) return;                     /* stderr is gone: nothing else to do */
+        p += k;
+        n -= (size_t)k;
+    }
+}
+
+static size_t log_line_format(char *out, size_t cap, int level, const char *msg, size_t n,
+                              int obj);
+
+static void *log_writer(void *arg)
+{
+    static char chunk[LOG_WRITE_CHUNK];
+    (void)arg;
+    pthread_mutex_lock(&LQ.mu);
+    for (;;) {
+        size_t n = 0, first;
+        uint64_t drop;
+        while (LQ.len == 0 && LQ.dropped == LQ.reported) {
+            pthread_cond_broadcast(&LQ.empty);
+            pthread_cond_wait(&LQ.more, &LQ.mu);
+        }
+        if (LQ.len > 0) {
+            n = LQ.len < LOG_WRITE_CHUNK ? LQ.len : LOG_WRITE_CHUNK;
+            first = LOG_QUEUE_BYTES - LQ.head < n ? LOG_QUEUE_BYTES - LQ.head : n;
+            memcpy(chunk, LQ.ring + LQ.head, first);
+            memcpy(chunk + first, LQ.ring, n - first);
+            LQ.head = (LQ.head + n) % LOG_QUEUE_BYTES;
+            LQ.len -= n;
+        }
+        /* Lines were dropped: say so once the queue has drained, in order. */
+        drop = LQ.len == 0 ? LQ.dropped - LQ.reported : 0;
+        LQ.reported += drop;
+        LQ.busy = 1;
+        pthread_mutex_unlock(&LQ.mu);
+        log_write_fd(chunk, n);
+        if (drop) {
+            char m[160], line[400];
+            int k = snprintf(m, sizeof m, "%llu log line(s) dropped: stderr was not being read",
+                             (unsigned long long)drop);
+            size_t ln = log_line_format(line, sizeof line, LOG_WARN, m, (size_t)k, 0);
+            log_write_fd(line, ln);
+        }
+        pthread_mutex_lock(&LQ.mu);
+        LQ.busy = 0;
+    }
+    return NULL;
+}
+
+/* Start the writer thread (serve only). Without it lines keep going out directly. */
+static void log_start(void)
+{
+    pthread_t t;
+    pthread_attr_t a;
+    char *ring = malloc(LOG_QUEUE_BYTES);
+    if (!ring) return;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&a, 128 * 1024);
+    pthread_mutex_lock(&LQ.mu);
+    LQ.ring = ring;
+    LQ.started = pthread_create(&t, &a, log_writer, NULL) == 0;
+    if (!LQ.started) LQ.ring = NULL;
+    pthread_mutex_unlock(&LQ.mu);
+    pthread_attr_destroy(&a);
+    if (!LQ.ring) free(ring);
+}
+
+/* Before exit: give the writer up to LOG_FLUSH_MS to write what is queued. */
+static void log_flush(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += LOG_FLUSH_MS / 1000;
+    pthread_mutex_lock(&LQ.mu);
+    while (LQ.started && (LQ.len > 0 || LQ.busy || LQ.dropped != LQ.reported)
+           && pthread_cond_timedwait(&LQ.empty, &LQ.mu, &until) == 0) {}
+    pthread_mutex_unlock(&LQ.mu);
+}
+
+/* Lines dropped so far (for /metrics). */
+static uint64_t log_dropped(void)
+{
+    uint64_t d;
+    pthread_mutex_lock(&LQ.mu);
+    d = LQ.dropped;
+    pthread_mutex_unlock(&LQ.mu);
+    return d;
+}
+
+/* One finished line (with its newline) to stderr: queued when the writer runs, else
+ * written here. */
+static void log_emit(const char *line, size_t n)
+{
+    pthread_mutex_lock(&LQ.mu);
+    if (!LQ.started) {
+        pthread_mutex_unlock(&LQ.mu);
+        log_write_fd(line, n);
+        return;
+    }
+    if (LOG_QUEUE_BYTES - LQ.len < n) {
+        LQ.dropped++;
+    } else {
+        size_t tail = (LQ.head + LQ.len) % LOG_QUEUE_BYTES;
+        size_t first = LOG_QUEUE_BYTES - tail < n ? LOG_QUEUE_BYTES - tail : n;
+        memcpy(LQ.ring + tail, line, first);
+        memcpy(LQ.ring, line + first, n - first);
+        LQ.len += n;
+        pthread_cond_signal(&LQ.more);
+    }
+    pthread_mutex_unlock(&LQ.mu);
+}
+
 /* Cut every occurrence of `secret` out of line[0..*n). Callers never pass secrets to the
  * logger; this is the backstop that keeps one from reaching stderr if a format slips. */
 static void log_redact(char *line, size_t *n, const char *secret)
@@ -298,42 +455,362 @@ static void log_redact(char *line, size_t *n, const char *secret)
     }
 }
 
+/* Append msg[0..n) to out[*o..cap-1) with every control character escaped (\r, \n, \t,
+ * else \xNN; C1 controls U+0080..U+009F as \u00NN), so that nothing a client sends (a model
+ * name, a path, a header, a prompt at debug level) can end a log line early, forge another
+ * one or drive a terminal. Stops at a whole escape before the end. */
+static void log_escape_text(char *out, size_t cap, size_t *o, const char *msg, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)msg[i];
+        char e[8];
+        size_t el = 0;
+        if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c < 0x20 || c == 0x7f) {
+            e[0] = '\\'; e[1] = 'x'; e[2] = hex[c >> 4]; e[3] = hex[c & 15]; el = 4;
+        } else if (c == 0xc2 && i + 1 < n && (unsigned char)msg[i + 1] >= 0x80
+                   && (unsigned char)msg[i + 1] <= 0x9f) {
+            unsigned char d = (unsigned char)msg[++i];
+            memcpy(e, "\\u00", 4); e[4] = hex[d >> 4]; e[5] = hex[d & 15]; el = 6;
+        } else {
+            e[0] = (char)c; el = 1;
+        }
+        if (*o + el >= cap) break;
+        memcpy(out + *o, e, el);
+        *o += el;
+    }
+}
+
+/* The whole line for one message: "TIME LEVEL message\n", or with --log-format json
+ * {"time":"...","level":"...","msg":"..."}\n. obj: msg is a JSON object made with
+ * coai_json_str_append (no raw control bytes; the JSON access log), written as it is with
+ * "time" and "level" put in front. Returns the length (at most cap - 1; cap >= 64). */
+static size_t log_line_format(char *out, size_t cap, int level, const char *msg, size_t n,
+                              int obj)
+{
+    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
+    struct timespec ts;
+    struct tm tm;
+    size_t o = 0;
+    int k;
+    if (S.cli) {
+        k = snprintf(out, cap, "cursor-oai: %s", cli_prefix[level]);
+        o = k > 0 ? (size_t)k : 0;
+        log_escape_text(out, cap - 1, &o, msg, n);
+    } else if (!log_json) {
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        o = strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+        k = snprintf(out + o, 16, "%s ", LOG_NAMES[level]);
+        o += k > 0 ? (size_t)k : 0;
+        log_escape_text(out, cap - 1, &o, msg, n);
+    } else {
+        coai_buf b = { 0 };
+        clock_gettime(CLOCK_REALTIME, &ts);
+        gmtime_r(&ts.tv_sec, &tm);
+        o = strftime(out, 40, "{\"time\":\"%Y-%m-%dT%H:%M:%S", &tm);
+        k = snprintf(out + o, 40, ".%03ldZ\",\"level\":\"%s\",", ts.tv_nsec / 1000000L,
+                     LOG_NAMES[level]);
+        o += k > 0 ? (size_t)k : 0;
+        if (obj && n >= 2) {
+            if (n - 1 < cap - 1 - o) { memcpy(out + o, msg + 1, n - 1); o += n - 1; }
+            else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
+        } else {
+            coai_buf_puts(&b, "\"msg\":");
+            coai_json_str_append(&b, msg, n);
+            coai_buf_putc(&b, '}');
+            if (!b.err && b.len < cap - 1 - o) { memcpy(out + o, b.data, b.len); o += b.len; }
+            else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
+            coai_buf_free(&b);
+        }
+    }
+    out[o++] = '\n';
+    return o;
+}
+
+/* Redact, format and emit msg[0..n) (n < SRV_LOG_LINE; msg has SRV_LOG_ROOM bytes: a
+ * redaction mark is at most 2 bytes longer than the >= 8-byte secret it replaces). */
+static void log_msg(int level, char *msg, size_t n, int obj)
+{
+    char line[SRV_LOG_ROOM * 6 + 256];
+    pthread_mutex_lock(&S.lock);
+    log_redact(msg, &n, S.token);
+    log_redact(msg, &n, S.refresh);
+    log_redact(msg, &n, S.cred_key);
+    pthread_mutex_unlock(&S.lock);
+    log_redact(msg, &n, S.api_key);
+    n = log_line_format(line, sizeof line, level, msg, n, obj);
+    log_emit(line, n);
+}
+
 static void srv_log(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 static void srv_log(int level, const char *fmt, ...)
 {
-    static const char *const cli_prefix[] = { "error: ", "warning: ", "", "" };
-    char line[SRV_LOG_LINE + 64];
-    struct tm tm;
-    time_t t;
-    size_t n = 0;
+    char msg[SRV_LOG_ROOM];
     int k;
     va_list ap;
     if (level > S.log_level) return;
-    if (S.cli) {
-        k = snprintf(line, 40, "cursor-oai: %s", cli_prefix[level]);
-        n = k > 0 ? (size_t)k : 0;
-    } else {
-        t = time(NULL);
-        gmtime_r(&t, &tm);
-        n = strftime(line, 32, "%Y-%m-%dT%H:%M:%SZ ", &tm);
-        k = snprintf(line + n, 16, "%s ", LOG_NAMES[level]);
-        n += k > 0 ? (size_t)k : 0;
-    }
     va_start(ap, fmt);
-    k = vsnprintf(line + n, SRV_LOG_LINE - n, fmt, ap);
+    k = vsnprintf(msg, SRV_LOG_LINE, fmt, ap);
     va_end(ap);
     if (k < 0) return;
-    n += (size_t)k < SRV_LOG_LINE - n ? (size_t)k : SRV_LOG_LINE - n - 1;
+    log_msg(level, msg, (size_t)k < SRV_LOG_LINE ? (size_t)k : SRV_LOG_LINE - 1, 0);
+}
+
+/* ======================================================================== */
+/* Metrics: GET /metrics (Prometheus text format 0.0.4)                     */
+/* ======================================================================== */
+
+/* The API, for every part of the server. All calls are thread-safe, take one short lock of
+ * their own (never S.lock: they may be called with S.lock held) and never do I/O:
+ *
+ *   metric_add(M_X, labels, n)       counter: add n (>= 0) to the series `labels`
+ *   metric_gauge_add(M_X, labels, d) gauge: add d (may be negative: +1/-1 around something)
+ *   metric_set(M_X, labels, v)       gauge: set the series to v
+ *   metric_observe(M_X, labels, s)   histogram: one observation of s seconds
+ *
+ * M_X is a row of the enum below with its name, type and help text in METRIC_FAMILIES: to
+ * add a family, add both (same order). `labels` is the label set exactly as it goes between
+ * the braces, e.g. "route=\"/v1/models\",status=\"200\"", or "" for none; a value that comes
+ * from a client or the upstream (a model name) must go through metric_label(), which
+ * escapes it and cuts it to METRIC_VALUE_MAX bytes. A family keeps at most
+ * METRIC_SERIES_MAX series; anything beyond lands in one series labelled overflow="true",
+ * so no client can grow memory by inventing model names. Values that already live
+ * elsewhere (pooled connections, client connections, dropped log lines) are read at scrape
+ * time in metrics_write() instead of being mirrored. */
+enum {
+    M_REQUESTS,             /* counter {route, dialect, status} */
+    M_DURATION,             /* histogram {route}: request head to the last response byte */
+    M_FIRST_TOKEN,          /* histogram {dialect}: request head to the first answer byte */
+    M_UPSTREAM_RUNS,        /* counter {outcome}: ok, client_gone, or the error code */
+    M_FALLBACKS,            /* counter {kind}: a fallback taken instead of the normal path */
+    M_OPEN_STREAMS,         /* gauge: streaming responses in progress */
+    M_HELD_RUNS,            /* gauge: upstream runs held open for a later request */
+    M_SPARE_CONNS,          /* gauge: pre-opened upstream connections waiting for a run */
+    M_HANDSHAKES,           /* counter {result}: upstream TLS handshakes */
+    M_TOKENS,               /* counter {model, kind}: kind in, out, cached */
+    M_CRED_RENEWALS,        /* counter {result}: ok, failed */
+    M_QUOTA_LATCHED,        /* counter: answers given by the quota latch, without a run */
+    M__COUNT
+};
+
+enum { MT_COUNTER, MT_GAUGE, MT_HISTOGRAM };
+
+static const struct metric_family {
+    const char *name;
+    int type;
+    const char *help;
+} METRIC_FAMILIES[M__COUNT] = {
+    { "cursor_oai_requests_total", MT_COUNTER, "HTTP requests answered, by route, dialect "
+      "and status" },
+    { "cursor_oai_request_duration_seconds", MT_HISTOGRAM, "Time from the request head to "
+      "the end of the response" },
+    { "cursor_oai_first_token_seconds", MT_HISTOGRAM, "Time from the request head to the "
+      "first byte of a successful answer" },
+    { "cursor_oai_upstream_runs_total", MT_COUNTER, "Upstream agent runs, by outcome (ok, "
+      "client_gone, or the error code)" },
+    { "cursor_oai_fallbacks_total", MT_COUNTER, "Fallbacks taken, by kind" },
+    { "cursor_oai_open_streams", MT_GAUGE, "Streaming responses in progress" },
+    { "cursor_oai_held_runs", MT_GAUGE, "Upstream runs held open for a later request" },
+    { "cursor_oai_spare_connections", MT_GAUGE, "Pre-opened upstream connections waiting "
+      "for a run" },
+    { "cursor_oai_upstream_handshakes_total", MT_COUNTER, "TLS handshakes with the upstream, "
+      "by result" },
+    { "cursor_oai_tokens_total", MT_COUNTER, "Tokens by model and kind (in, out, cached)" },
+    { "cursor_oai_credential_renewals_total", MT_COUNTER, "Access token renewals, by result" },
+    { "cursor_oai_quota_latched_total", MT_COUNTER, "Requests answered with a remembered "
+      "usage-limit error, without an upstream run" },
+};
+
+#define METRIC_SERIES_MAX 256       /* series per family; more land in overflow="true" */
+#define METRIC_LABELS_MAX 256       /* one series' label text */
+#define METRIC_VALUE_MAX 96         /* one label value from a client, before escaping */
+#define METRIC_BUCKETS 12
+static const double METRIC_BOUNDS[METRIC_BUCKETS] = { 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
+                                                      60, 120, 300 };
+
+struct metric_series {
+    char labels[METRIC_LABELS_MAX];
+    double value;                   /* counter/gauge value; histogram sum */
+    uint64_t count;                 /* histogram observations */
+    uint64_t buckets[METRIC_BUCKETS];   /* histogram: observations <= METRIC_BOUNDS[i] */
+};
+
+static struct {
+    pthread_mutex_t mu;
+    struct metric_series *s[M__COUNT];
+    size_t n[M__COUNT], cap[M__COUNT];
+} MX = { PTHREAD_MUTEX_INITIALIZER, { 0 }, { 0 }, { 0 } };
+
+/* The series `labels` of family f (created on first use), or NULL without memory. Under
+ * MX.mu. */
+static struct metric_series *metric_series(int f, const char *labels)
+{
+    static const char over[] = "overflow=\"true\"";
+    size_t i;
+    int is_over;
+    struct metric_series *s;
+    if (strlen(labels) >= METRIC_LABELS_MAX) labels = over;
+    is_over = strcmp(labels, over) == 0;
+    for (i = 0; i < MX.n[f]; i++)
+        if (strcmp(MX.s[f][i].labels, labels) == 0) return &MX.s[f][i];
+    /* the overflow series may be the one past the cap */
+    if (MX.n[f] >= METRIC_SERIES_MAX + (size_t)is_over) return is_over ? NULL
+                                                                       : metric_series(f, over);
+    if (MX.n[f] == MX.cap[f]) {
+        size_t nc = MX.cap[f] ? MX.cap[f] * 2 : 8;
+        struct metric_series *ns = realloc(MX.s[f], nc * sizeof *ns);
+        if (!ns) return NULL;
+        MX.s[f] = ns;
+        MX.cap[f] = nc;
+    }
+    s = &MX.s[f][MX.n[f]++];
+    memset(s, 0, sizeof *s);
+    memcpy(s->labels, labels, strlen(labels) + 1);
+    return s;
+}
+
+static void metric_gauge_add(int f, const char *labels, double d)
+{
+    struct metric_series *s;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) s->value += d;
+    pthread_mutex_unlock(&MX.mu);
+}
+
+static void metric_add(int f, const char *labels, double n)
+{
+    if (n > 0) metric_gauge_add(f, labels, n);
+}
+
+static void metric_set(int f, const char *labels, double v)
+{
+    struct metric_series *s;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) s->value = v;
+    pthread_mutex_unlock(&MX.mu);
+}
+
+static void metric_observe(int f, const char *labels, double secs)
+{
+    struct metric_series *s;
+    int i;
+    pthread_mutex_lock(&MX.mu);
+    s = metric_series(f, labels ? labels : "");
+    if (s) {
+        s->value += secs;
+        s->count++;
+        for (i = 0; i < METRIC_BUCKETS; i++)
+            if (secs <= METRIC_BOUNDS[i]) s->buckets[i]++;
+    }
+    pthread_mutex_unlock(&MX.mu);
+}
+
+/* `name="value"` into out (cap bytes), the value escaped as the text format wants (\\, \",
+ * \n) and control bytes dropped; cut to METRIC_VALUE_MAX bytes of input at a UTF-8
+ * boundary. Returns out. */
+static char *metric_label(char *out, size_t cap, const char *name, const char *v, size_t n)
+{
+    size_t o, i;
+    int k = snprintf(out, cap, "%s=\"", name);
+    if (k < 0 || (size_t)k >= cap) { if (cap) out[0] = 0; return out; }
+    o = (size_t)k;
+    if (n > METRIC_VALUE_MAX) {
+        n = METRIC_VALUE_MAX;
+        while (n > 0 && ((unsigned char)v[n] & 0xc0) == 0x80) n--;
+    }
+    for (i = 0; i < n && o + 3 < cap; i++) {
+        unsigned char c = (unsigned char)v[i];
+        if (c == '\\' || c == '"') { out[o++] = '\\'; out[o++] = (char)c; }
+        else if (c == '\n') { out[o++] = '\\'; out[o++] = 'n'; }
+        else if (c >= 0x20 && c != 0x7f) out[o++] = (char)c;
+    }
+    out[o++] = '"';
+    out[o] = 0;
+    return out;
+}
+
+static void metric_number(coai_buf *b, double v)
+{
+    if (v == (double)(int64_t)v && v < 9e15 && v > -9e15)
+        coai_buf_printf(b, "%lld", (long long)v);
+    else
+        coai_buf_printf(b, "%.9g", v);
+}
+
+/* One histogram series: _bucket lines with le added to its labels, _sum and _count. */
+static void metric_write_hist(coai_buf *b, const char *name, const struct metric_series *s)
+{
+    int i;
+    const char *sep = s->labels[0] ? "," : "";
+    for (i = 0; i < METRIC_BUCKETS; i++)
+        coai_buf_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, s->labels, sep,
+                        METRIC_BOUNDS[i], (unsigned long long)s->buckets[i]);
+    coai_buf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, s->labels, sep,
+                    (unsigned long long)s->count);
+    coai_buf_printf(b, "%s_sum%s%s%s ", name, s->labels[0] ? "{" : "", s->labels,
+                    s->labels[0] ? "}" : "");
+    metric_number(b, s->value);
+    coai_buf_printf(b, "\n%s_count%s%s%s %llu\n", name, s->labels[0] ? "{" : "", s->labels,
+                    s->labels[0] ? "}" : "", (unsigned long long)s->count);
+}
+
+static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
+                             const char *help, double v)
+{
+    coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s ", name, help, name, type, name);
+    metric_number(b, v);
+    coai_buf_putc(b, '\n');
+}
+
+/* The whole exposition. Families without a series yet show a zero series when they have
+ * no labels, else only their HELP/TYPE lines. */
+static void metrics_write(coai_buf *b)
+{
+    static const char *const tn[] = { "counter", "gauge", "histogram" };
+    int f, pool, conns;
+    size_t i;
     pthread_mutex_lock(&S.lock);
-    log_redact(line, &n, S.token);
-    log_redact(line, &n, S.refresh);
-    log_redact(line, &n, S.cred_key);
+    pool = S.pool_n;
+    conns = S.conns;
     pthread_mutex_unlock(&S.lock);
-    log_redact(line, &n, S.api_key);
-    line[n++] = '\n';
-    while (write(2, line, n) < 0 && errno == EINTR) {}
+    pthread_mutex_lock(&MX.mu);
+    for (f = 0; f < M__COUNT; f++) {
+        const struct metric_family *mf = &METRIC_FAMILIES[f];
+        coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", mf->name, mf->help, mf->name,
+                        tn[mf->type]);
+        for (i = 0; i < MX.n[f]; i++) {
+            const struct metric_series *s = &MX.s[f][i];
+            if (mf->type == MT_HISTOGRAM) {
+                metric_write_hist(b, mf->name, s);
+                continue;
+            }
+            coai_buf_printf(b, "%s%s%s%s ", mf->name, s->labels[0] ? "{" : "", s->labels,
+                            s->labels[0] ? "}" : "");
+            metric_number(b, s->value);
+            coai_buf_putc(b, '\n');
+        }
+        if (MX.n[f] == 0 && mf->type != MT_HISTOGRAM
+            && (f == M_OPEN_STREAMS || f == M_HELD_RUNS || f == M_SPARE_CONNS
+                || f == M_QUOTA_LATCHED))
+            coai_buf_printf(b, "%s 0\n", mf->name);
+    }
+    pthread_mutex_unlock(&MX.mu);
+    metric_gauge_now(b, "cursor_oai_pooled_connections", "gauge",
+                     "Idle upstream TLS connections kept for reuse", pool);
+    metric_gauge_now(b, "cursor_oai_client_connections", "gauge",
+                     "Client connections being served", conns);
+    metric_gauge_now(b, "cursor_oai_log_lines_dropped_total", "counter",
+                     "Log lines dropped because stderr was not being read",
+                     (double)log_dropped());
 }
 
 /* ======================================================================== */
@@ -1001,10 +1478,12 @@ static struct upconn *up_connect(const coai_url *h, coai_error *e)
         memset(&now, 0, sizeof now);
         srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", h->host,
                 same ? "session resumed" : "full");
+        metric_add(M_HANDSHAKES, same ? "result=\"resumed\"" : "result=\"full\"", 1);
     }
     memset(&sp, 0, sizeof sp);
     return c;
 tls_fail:
+    metric_add(M_HANDSHAKES, "result=\"failed\"", 1);
     memset(&sp, 0, sizeof sp);
     if (resume) up_sess_put(h, NULL);   /* the next attempt starts from a full handshake */
     err = br_ssl_engine_last_error(&c->sc.eng);
@@ -1962,6 +2441,7 @@ static int cred_renew(const char *old_token, const char *refresh, const char *ke
         coai_creds_free(&fc);
     }
     rc = cred_renew_http(refresh, key, out, e);
+    metric_add(M_CRED_RENEWALS, rc == RENEW_OK ? "result=\"ok\"" : "result=\"failed\"", 1);
     if (rc == RENEW_OK) {
         if (cred_write_file(out, why, sizeof why) == 0) {
             *saved = 1;
@@ -2148,7 +2628,36 @@ static const char *cred_health(void)
 /* ======================================================================== */
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-       ROUTE_RESPONSES, ROUTE_RESPONSE_GET };
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS };
+
+/* The route's label in /metrics and the access log: a fixed text per route (never the
+ * client's path, so that label sets stay few). A new route adds a case here. */
+static const char *route_label(int route)
+{
+    switch (route) {
+    case ROUTE_CHAT: return "/v1/chat/completions";
+    case ROUTE_MODELS: return "/v1/models";
+    case ROUTE_HEALTH: return "/health";
+    case ROUTE_METRICS: return "/metrics";
+    case ROUTE_MESSAGES: return "/v1/messages";
+    case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
+    case ROUTE_RESPONSES: return "/v1/responses";
+    case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
+    }
+    return "other";
+}
+
+/* The client API dialect a route speaks ("none" for routes that are not a model API). A new
+ * dialect route adds a case here. */
+static const char *route_dialect(int route)
+{
+    switch (route) {
+    case ROUTE_CHAT: return "openai-chat";
+    case ROUTE_MESSAGES: case ROUTE_COUNT_TOKENS: return "anthropic";
+    case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: return "openai-responses";
+    }
+    return "none";
+}
 
 struct conn {
     int fd;
@@ -2157,6 +2666,12 @@ struct conn {
     char method[16];                /* copies for the access log */
     char path[128];
     char model[128];                /* resolved model, for the access log */
+    int route;                      /* ROUTE_* of the current request */
+    char run_id[37];                /* upstream run (request id) of this request, "" = none */
+    const char *fallback;           /* static name of a fallback this request took, or NULL:
+                                     * set it where one is taken (access log "fallback"), and
+                                     * count it: metric_add(M_FALLBACKS, "kind=\"...\"", 1) */
+    int first_seen;                 /* the first answer byte went out (first-token metric) */
     int status;                     /* status sent */
     size_t bytes;                   /* body bytes sent */
     int keep;                       /* keep the connection open after this response */
@@ -2243,6 +2758,7 @@ static int stream_begin(struct conn *c, const char *lines)
                     c->http10 ? "" : "Transfer-Encoding: chunked\r\n",
                     c->keep ? "keep-alive" : "close");
     c->status = 200;
+    if (!c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", 1);
     c->streaming = 1;
     r = h.err ? -1 : conn_write(c, h.data, h.len);
     coai_buf_free(&h);
@@ -2282,11 +2798,35 @@ static int handle_chat(struct conn *c);
 static int handle_response_get(struct conn *c);
 static int handle_count_tokens(struct conn *c);
 
-/* The port the Host/Origin checks require. Behind a non-loopback bind (a container with a
- * published port) clients may use another port number, so any port is accepted there. */
+/* The Origin port that is always same-origin: the listen port on loopback. Behind a
+ * non-loopback bind (a container with a published port) clients may use another port
+ * number, so any port is accepted there. The Host check itself accepts any port for an
+ * allowed name: tunnels and forwarders (ssh -L 9000:127.0.0.1:18741) bring their own. */
 static int listen_port_num(void)
 {
     return S.listen_loopback ? atoi(S.listen_port) : 0;
+}
+
+/* The port of a Host header value ("name:port", "[v6]:port"), 0 when it has none. */
+static int host_port_of(coai_str host)
+{
+    size_t i = host.len;
+    int p = 0, mul = 1;
+    while (i > 0 && host.ptr[i - 1] >= '0' && host.ptr[i - 1] <= '9' && mul <= 10000) {
+        p += (host.ptr[i - 1] - '0') * mul;
+        mul *= 10;
+        i--;
+    }
+    return i > 0 && i < host.len && host.ptr[i - 1] == ':' ? p : 0;
+}
+
+/* Origin check: the browser page must come from an allowed name on the listen port, or on
+ * the port the request itself came in on (the same origin seen through a tunnel). */
+static int origin_ok(const coai_http_request *rq, const coai_str *names, size_t nn)
+{
+    int hp = host_port_of(rq->host);
+    return coai_http_origin_allowed(rq->origin, listen_port_num(), names, nn)
+        || (hp > 0 && coai_http_origin_allowed(rq->origin, hp, names, nn));
 }
 
 /* Names the Host/Origin checks accept besides localhost, 127.0.0.1 and [::1]: --allow-host
@@ -2315,6 +2855,7 @@ static int route_of(coai_str path)
     if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
     if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
     if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
+    if (coai_str_eq(path, "/metrics")) return ROUTE_METRICS;
     if (coai_str_eq(path, "/v1/responses") || coai_str_eq(path, "/responses"))
         return ROUTE_RESPONSES;                                           /* OpenAI Responses */
     if ((path.len > 14 && memcmp(path.ptr, "/v1/responses/", 14) == 0
@@ -2381,10 +2922,51 @@ static int read_body(struct conn *c, size_t hl)
     return 0;
 }
 
+/* The end of one request: its metrics and its access-log line (text, or one JSON object
+ * with --log-format json). Client-supplied values (method, path, model) are escaped by the
+ * logger in text mode and by JSON string escaping here. */
 static void access_log(struct conn *c)
 {
-    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub", c->method, c->path, c->status,
-            c->model[0] ? c->model : "-", (long long)(mono_ms() - c->t0), c->bytes);
+    int64_t ms = mono_ms() - c->t0;
+    char labels[METRIC_LABELS_MAX];
+    const char *route = route_label(c->route), *dialect = route_dialect(c->route);
+    snprintf(labels, sizeof labels, "route=\"%s\",dialect=\"%s\",status=\"%d\"", route, dialect,
+             c->status);
+    metric_add(M_REQUESTS, labels, 1);
+    snprintf(labels, sizeof labels, "route=\"%s\"", route);
+    metric_observe(M_DURATION, labels, (double)ms / 1000.0);
+    if (c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", -1);
+    c->streaming = 0;
+    if (S.log_level < LOG_INFO) return;
+    if (log_json) {
+        coai_buf b = { 0 };
+        char msg[SRV_LOG_ROOM];
+        coai_buf_puts(&b, "{\"msg\":\"request\",\"method\":");
+        coai_json_str_append(&b, c->method, strlen(c->method));
+        coai_buf_puts(&b, ",\"path\":");
+        coai_json_str_append(&b, c->path, strlen(c->path));
+        coai_buf_printf(&b, ",\"route\":\"%s\",\"dialect\":\"%s\",\"status\":%d,\"model\":", route,
+                        dialect, c->status);
+        if (c->model[0]) coai_json_str_append(&b, c->model, strlen(c->model));
+        else coai_buf_puts(&b, "null");
+        coai_buf_printf(&b, ",\"duration_ms\":%lld,\"bytes\":%zu,\"run_id\":", (long long)ms,
+                        c->bytes);
+        if (c->run_id[0]) coai_json_str_append(&b, c->run_id, strlen(c->run_id));
+        else coai_buf_puts(&b, "null");
+        coai_buf_puts(&b, ",\"fallback\":");
+        if (c->fallback) coai_json_str_append(&b, c->fallback, strlen(c->fallback));
+        else coai_buf_puts(&b, "null");
+        coai_buf_putc(&b, '}');
+        if (!b.err && b.len < SRV_LOG_LINE) {
+            memcpy(msg, b.data, b.len);
+            log_msg(LOG_INFO, msg, b.len, 1);
+        }
+        coai_buf_free(&b);
+        return;
+    }
+    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub%s%s%s%s", c->method, c->path, c->status,
+            c->model[0] ? c->model : "-", (long long)ms, c->bytes, c->run_id[0] ? " run=" : "",
+            c->run_id, c->fallback ? " fallback=" : "", c->fallback ? c->fallback : "");
 }
 
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
@@ -2393,10 +2975,14 @@ static int serve_request(struct conn *c, size_t hl)
     coai_http_request *rq = &c->rq;
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, port = listen_port_num(), st, is_post, is_get;
+    int route, st, is_post, is_get;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
+    c->run_id[0] = 0;
+    c->fallback = NULL;
+    c->first_seen = 0;
+    c->route = route_of(rq->path);
     c->status = 0;
     c->bytes = 0;
     c->streaming = 0;
@@ -2418,13 +3004,14 @@ static int serve_request(struct conn *c, size_t hl)
     }
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
-    if (!coai_http_host_allowed(rq->host, names, nn, port)) {
+    if (!coai_http_host_allowed(rq->host, names, nn, 0)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_host", NULL,
-                   "Host header not allowed (use localhost or add --allow-host)", NULL);
+                   "Host header not allowed (use localhost, 127.0.0.1 or [::1], or start the "
+                   "server with --allow-host NAME)", NULL);
         goto done;
     }
-    if (rq->origin.ptr && !coai_http_origin_allowed(rq->origin, port, names, nn)) {
+    if (rq->origin.ptr && !origin_ok(rq, names, nn)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_origin", NULL,
                    "cross-origin requests are not allowed", NULL);
@@ -2494,6 +3081,15 @@ static int serve_request(struct conn *c, size_t hl)
     case ROUTE_MODELS:
         handle_models(c);
         break;
+    case ROUTE_METRICS: {
+        coai_buf mb = { 0 };
+        metrics_write(&mb);
+        if (mb.err) send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        else send_response(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, mb.data,
+                           mb.len);
+        coai_buf_free(&mb);
+        break;
+    }
     case ROUTE_COUNT_TOKENS:
         handle_count_tokens(c);
         break;
@@ -2547,6 +3143,9 @@ static void conn_serve(struct conn *c)
             copy_str(c->path, sizeof c->path, "-", 1);
             c->bytes = 0;
             c->model[0] = 0;
+            c->run_id[0] = 0;
+            c->fallback = NULL;
+            c->route = ROUTE_NONE;
             send_error(c, status ? status : 400, "invalid_request_error", NULL, NULL,
                        status == 408 ? "timed out reading the request head"
                        : status == 431 ? "request head too large" : "malformed request", NULL);
@@ -2910,6 +3509,12 @@ static int run_flush(struct run *r)
     if (r->sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
     done = coai_reply_done(rp);
+    if (st == 200 && !c->first_seen) {
+        char lb[64];
+        c->first_seen = 1;
+        snprintf(lb, sizeof lb, "dialect=\"%s\"", route_dialect(c->route));
+        metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
+    }
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
@@ -3053,6 +3658,7 @@ static int run_start(struct run *r, int fresh)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
         goto done;
     }
+    memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
     r->seqno = 0;
     r->http_status = 0;
     r->data_frames = 0;
@@ -3255,6 +3861,47 @@ static void run_stream(struct run *r)
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
     if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+}
+
+/* Quota latch. AI SDK and OpenCode retry a 429 insufficient_quota whatever x-should-retry
+ * says (OpenCode: 9 upstream runs and 73 s before the user saw the error), and a Cursor usage
+ * limit does not lift within seconds: after Cursor reported one for a model, the same error
+ * is answered at once, without a new upstream run, for CURSOR_OAI_QUOTA_LATCH seconds. */
+static int quota_is_limit(const coai_error *e)
+{
+    return e->status == 429 && e->code && strcmp(e->code, "insufficient_quota") == 0;
+}
+
+static void quota_remember(const char *model, const coai_error *e)
+{
+    int i, slot = 0;
+    int64_t now = mono_ms();
+    if (S.quota_latch_s <= 0 || !quota_is_limit(e)) return;
+    pthread_mutex_lock(&S.lock);
+    for (i = 0; i < SRV_QUOTA_MODELS; i++) {
+        if (strcmp(S.quota[i].model, model) == 0) { slot = i; break; }
+        if (S.quota[i].until < S.quota[slot].until) slot = i;   /* free, expired or oldest */
+    }
+    copy_str(S.quota[slot].model, sizeof S.quota[slot].model, model, strlen(model));
+    S.quota[slot].until = now + (int64_t)S.quota_latch_s * 1000;
+    S.quota[slot].err = *e;
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* 1 with *e filled when model's usage-limit error is still remembered. */
+static int quota_latched(const char *model, coai_error *e)
+{
+    int i, hit = 0;
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&S.lock);
+    for (i = 0; i < SRV_QUOTA_MODELS && !hit; i++) {
+        if (S.quota[i].until > now && strcmp(S.quota[i].model, model) == 0) {
+            *e = S.quota[i].err;
+            hit = 1;
+        }
+    }
+    pthread_mutex_unlock(&S.lock);
+    return hit;
 }
 
 /* The prompt-size cap (CURSOR_OAI_MAX_PROMPT_BYTES) on the final UserMessage text.
@@ -3557,6 +4204,14 @@ static int handle_chat(struct conn *c)
     }
     model = coai_str_c(c->model);
     r->stream = req.stream;
+    if (quota_latched(c->model, &e)) {
+        c->fallback = "quota_latch";
+        metric_add(M_QUOTA_LATCHED, "", 1);
+        srv_log(LOG_DEBUG, "usage limit of %s remembered: answered without an upstream run",
+                c->model);
+        send_error_ex(c, &e, NULL);
+        goto done;
+    }
     if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         goto done;
@@ -3589,9 +4244,19 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request", NULL);
         goto done;
     }
-    srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-            params.tool_count, params.prompt.len,
-            (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    if (S.log_level >= LOG_DEBUG) {
+        char names[512];
+        size_t nl = 0, ti;
+        names[0] = 0;
+        for (ti = 0; ti < params.tool_count && nl + 8 < sizeof names; ti++) {
+            int k = snprintf(names + nl, sizeof names - nl, "%s%.*s", ti ? "," : "",
+                             (int)params.tools[ti].name.len, params.tools[ti].name.ptr);
+            if (k > 0) nl += (size_t)k < sizeof names - nl ? (size_t)k : sizeof names - nl - 1;
+        }
+        srv_log(LOG_DEBUG, "chat: model %s, %zu tools [%s], prompt %zu bytes: %.*s", c->model,
+                params.tool_count, names, params.prompt.len,
+                (int)(params.prompt.len > 500 ? 500 : params.prompt.len), params.prompt.ptr);
+    }
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
@@ -3681,6 +4346,27 @@ again:
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
+    if (r->request_id[0]) {
+        /* one upstream run (or more, after a retry: counted once, by how it ended) */
+        char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
+        coai_usage u;
+        const char *outcome = r->cancelled || c->dead ? "client_gone"
+                            : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code
+                                                       : "error")
+                            : "ok";
+        snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
+        metric_add(M_UPSTREAM_RUNS, lb, 1);
+        memset(&u, 0, sizeof u);
+        coai_reply_usage(&r->reply, &u);
+        metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
+        snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.input_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"out\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.output_tokens);
+        snprintf(lb, sizeof lb, "%s,kind=\"cached\"", ml);
+        metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
+    }
+    if (r->request_id[0]) quota_remember(c->model, &r->reply.error);
     if (resp && rr.store && coai_reply_done(&r->reply) && !r->reply.error.status)
         rstore_put(completion_id, coai_reply_response(&r->reply), &rr.items,
                    coai_reply_output_items(&r->reply));
@@ -3923,8 +4609,8 @@ static const char USAGE[] =
     "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
-    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health)\n"
-    "served from your own Cursor subscription.\n";
+    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health,\n"
+    "GET /metrics) served from your own Cursor subscription.\n";
 
 static const char SERVE_HELP[] =
     "Usage: cursor-oai serve [options]\n"
@@ -3934,8 +4620,10 @@ static const char SERVE_HELP[] =
     "                       port 0 picks a free port, printed at start-up)\n"
     "  --workspace DIR      workspace path sent to Cursor (default: current directory)\n"
     "  --log-level LEVEL    error | warn | info | debug (default info)\n"
-    "  --allow-host NAME    also accept this Host/Origin name (repeatable); localhost,\n"
-    "                       127.0.0.1 and [::1] are always accepted\n"
+    "  --log-format FORMAT  text | json (one JSON object per line; default text)\n"
+    "  --allow-host NAME    also accept this Host/Origin name, with any port (repeatable);\n"
+    "                       NAME:PORT accepts it only with that port. localhost, 127.0.0.1\n"
+    "                       and [::1] are always accepted, with any port (tunnels)\n"
     "  --max-conns N        concurrent client connections; 503 beyond (default 1024)\n"
     "  --allow-unauthenticated\n"
     "                       allow a non-loopback --listen without CURSOR_OAI_API_KEY (anyone\n"
@@ -3958,10 +4646,15 @@ static const char SERVE_HELP[] =
     "                           " SRV_DEFAULT_CLIENT_VERSION " and an installed cursor-agent's)\n"
     "  CURSOR_OAI_API_KEY       if set, clients must send 'Authorization: Bearer <key>'\n"
     "  CURSOR_OAI_LISTEN        same as --listen\n"
+    "  CURSOR_OAI_LOG_FORMAT    same as --log-format\n"
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names (or opus, sonnet, haiku)\n"
+    "                           to models of the Cursor account\n"
+    "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
+    "                           once, without a new upstream run (60; 0 = off)\n"
     "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
     "                           conversations get a 400 context_length_exceeded\n"
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
@@ -4130,16 +4823,38 @@ static int env_bytes(const char *name, size_t def, size_t *out)
 
 /* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
 /* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
- * brackets), no port, no path, no userinfo, no blanks; compared case-insensitively. */
+ * brackets), no path, no userinfo, no blanks; compared case-insensitively. Any port is
+ * accepted with it, unless it is given as NAME:PORT, which pins the name to that port
+ * (repeat it for more ports). */
 static int allow_host_add(const char *name, size_t n, const char *src)
 {
     coai_str v;
+    size_t nl = n;
+    int port_ok = 1;
+    const char *colon = NULL;
+    if (n > 0 && name[0] == '[') {
+        const char *rb = memchr(name, ']', n);
+        if (rb && (size_t)(rb - name) + 1 < n) colon = rb + 1;
+    } else {
+        colon = memchr(name, ':', n);
+    }
+    if (colon) {
+        size_t i, pl = n - (size_t)(colon - name) - 1;
+        long port = 0;
+        nl = (size_t)(colon - name);
+        port_ok = *colon == ':' && pl >= 1 && pl <= 5;
+        for (i = 0; port_ok && i < pl; i++) {
+            if (colon[1 + i] < '0' || colon[1 + i] > '9') port_ok = 0;
+            else port = port * 10 + (colon[1 + i] - '0');
+        }
+        if (port < 1 || port > 65535) port_ok = 0;
+    }
     v.ptr = name;
-    v.len = n;
-    if (S.allow_n == SRV_MAX_ALLOW || !coai_host_name_ok(v)) {
+    v.len = nl;
+    if (S.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v) || n >= sizeof S.allow[0]) {
         fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
-                "bytes, without port, path or blanks)\n", src, (int)(n > 253 ? 253 : n), name,
-                SRV_MAX_ALLOW);
+                "bytes, without path or blanks, optionally :PORT)\n", src,
+                (int)(n > 253 ? 253 : n), name, SRV_MAX_ALLOW);
         return -1;
     }
     memcpy(S.allow[S.allow_n], name, n);
@@ -4166,7 +4881,7 @@ static int allow_hosts_env(const char *v)
 static int parse_serve_args(int argc, char **argv)
 {
     const char *listen = getenv("CURSOR_OAI_LISTEN");
-    const char *workspace = NULL, *level = "info";
+    const char *workspace = NULL, *level = "info", *format = getenv("CURSOR_OAI_LOG_FORMAT");
     int i;
     S.max_conns = SRV_DEFAULT_MAX_CONNS;
     for (i = 0; i < argc; i++) {
@@ -4184,7 +4899,8 @@ static int parse_serve_args(int argc, char **argv)
         eq = strchr(a, '=');
         copy_str(name, sizeof name, a, eq ? (size_t)(eq - a) : strlen(a));
         if (strcmp(name, "--listen") && strcmp(name, "--workspace") && strcmp(name, "--log-level")
-            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns"))
+            && strcmp(name, "--allow-host") && strcmp(name, "--max-conns")
+            && strcmp(name, "--log-format"))
             goto usage;
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -4198,6 +4914,8 @@ static int parse_serve_args(int argc, char **argv)
             workspace = v;
         } else if (strcmp(name, "--log-level") == 0) {
             level = v;
+        } else if (strcmp(name, "--log-format") == 0) {
+            format = v;
         } else if (strcmp(name, "--allow-host") == 0) {
             if (allow_host_add(v, strlen(v), "--allow-host") != 0) return 2;
         } else if (strcmp(name, "--max-conns") == 0) {
@@ -4227,6 +4945,12 @@ static int parse_serve_args(int argc, char **argv)
         return 2;
     }
     S.log_level = i;
+    if (format && *format && strcmp(format, "json") != 0 && strcmp(format, "text") != 0) {
+        fprintf(stderr, "cursor-oai: --log-format (CURSOR_OAI_LOG_FORMAT) must be text or "
+                "json\n");
+        return 2;
+    }
+    log_json = format && strcmp(format, "json") == 0;
     if (workspace) {
         if (!realpath(workspace, S.workspace)) {
             fprintf(stderr, "cursor-oai: --workspace %s: %s\n", workspace, strerror(errno));
@@ -4347,6 +5071,21 @@ static int configure(void)
         || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
         return -1;
     S.models_ttl_ms = (int64_t)ttl * 1000;
+    {
+        const char *ql = getenv("CURSOR_OAI_QUOTA_LATCH");
+        char *end;
+        long q = SRV_DEFAULT_QUOTA_LATCH_S;
+        if (ql && *ql) {
+            errno = 0;
+            q = strtol(ql, &end, 10);
+            if (errno || *end || q < 0 || q > 86400) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_QUOTA_LATCH must be a number of seconds "
+                        "(0..86400; 0 turns it off)\n");
+                return -1;
+            }
+        }
+        S.quota_latch_s = (int)q;
+    }
     S.ca_file = ca_bundle_path();
     if (!S.ca_file) {
         fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "
@@ -4400,6 +5139,7 @@ static int run_serve(int argc, char **argv)
     }
     rc = listen_open();
     if (rc < 0) return rc == -2 ? 2 : 1;
+    log_start();        /* from here on no thread waits for stderr */
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
             "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
@@ -4417,6 +5157,7 @@ static int run_serve(int argc, char **argv)
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
             SRV_SHUTDOWN_GRACE_MS / 1000);
     serve_drain();
+    log_flush();
     return 0;
 }
 

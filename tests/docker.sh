@@ -8,6 +8,8 @@
 #                         registry is needed)
 #      COAI_DOCKER_KEEP=1 keep the built images (a rebuild then reuses the build cache)
 #      COAI_DOCKER_BUILD_TIMEOUT  seconds for `docker build` (default 1800)
+#      COAI_DOCKER_LOCK_WAIT      seconds to wait for another run of this test on the same
+#                                 machine (default 1200; it would share or stop our dockerd)
 # Everything it starts (containers, volumes, the fake, a dockerd it had to start) is removed
 # again, also on failure or interrupt. The base image is kept.
 set -u
@@ -33,7 +35,10 @@ check() {   # check NAME CMD...: pass when CMD succeeds
     if "$@"; then ok "$name"; else bad "$name"; fi
 }
 skip() { echo "skipped: $*"; echo "RESULT 0 0"; exit 0; }
-finish() { echo "RESULT $PASS $FAIL"; [ "$FAIL" = 0 ] && exit 0; exit 1; }
+finish() {
+    [ -n "${T_ALL:-}" ] && echo "docker test: $(( $(date +%s) - T_ALL )) s in all"
+    echo "RESULT $PASS $FAIL"; [ "$FAIL" = 0 ] && exit 0; exit 1
+}
 d() { timeout -k 5 "${DT:-120}" docker "$@"; }   # every docker call is bounded
 
 # ---------------------------------------------------------------------------------------------
@@ -73,6 +78,22 @@ trap 'echo "interrupted"; exit 130' INT TERM
 
 command -v docker >/dev/null 2>&1 || skip "docker is not installed (apt-get install docker.io)"
 mkdir -p build
+T_ALL=$(date +%s)
+# One run per machine at a time (other checkouts too): a second run would use, and then stop,
+# the dockerd the first one started, and both tag cursor-oai:test.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>/tmp/cursor-oai-docker-test.lock
+    if ! flock -n 9; then
+        echo "waiting for another tests/docker.sh on this machine" \
+             "(lock /tmp/cursor-oai-docker-test.lock)"
+        t0=$(date +%s)
+        if ! flock -w "${COAI_DOCKER_LOCK_WAIT:-1200}" 9; then
+            bad "another tests/docker.sh held the lock for ${COAI_DOCKER_LOCK_WAIT:-1200} s"
+            finish
+        fi
+        echo "got the lock after $(( $(date +%s) - t0 )) s"
+    fi
+fi
 if ! DT=20 d info >/dev/null 2>&1; then
     [ -z "${DOCKER_HOST:-}" ] || skip "DOCKER_HOST=$DOCKER_HOST does not answer"
     command -v dockerd >/dev/null 2>&1 \

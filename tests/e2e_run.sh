@@ -1,7 +1,8 @@
 #!/bin/sh
 # End-to-end suite: build/cursor-oai between real clients (curl, openai npm, OpenCode) and the
 # fake Cursor upstream. Prints `RESULT <passed> <failed>` as its last line.
-#   tests/e2e_run.sh [--quick] [--only curl,sdk,opencode,faults,tls,spare,load] [--harness-only]
+#   tests/e2e_run.sh [--quick] [--only curl,sdk,opencode,tunnel,faults,tls,spare,load]
+#                    [--harness-only]
 # Env: E2E_PROXY_CMD='["argv", "..."]' runs another proxy command instead of build/cursor-oai
 # (used to validate the harness itself); E2E_TIMEOUT (seconds, default 1500).
 set -u

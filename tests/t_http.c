@@ -723,6 +723,28 @@ static void test_host_origin(void)
     CHECK(!coai_http_host_allowed(S("localhos"), NULL, 0, 8080));
     CHECK(!coai_http_host_allowed(S("myhost.lan.evil"), extra, 2, 8080));
     CHECK(!coai_http_host_allowed(S("myhost.la"), extra, 2, 8080));
+    CHECK(!coai_http_host_allowed(S("localhost:999999"), NULL, 0, 0));
+    CHECK(!coai_http_host_allowed(S("evil.example:9000"), NULL, 0, 0));  /* any port, no name */
+    /* "name:port" entries pin a name to their ports (issue 16: tunnels) */
+    {
+        coai_str pin[4];
+        pin[0] = S("box.lan:9000");
+        pin[1] = S("localhost:9000");
+        pin[2] = S("[::1]:9001");
+        pin[3] = S("box.lan:9002");
+        CHECK(coai_http_host_allowed(S("box.lan:9000"), pin, 4, 0));
+        CHECK(coai_http_host_allowed(S("BOX.LAN:9002"), pin, 4, 8080));
+        CHECK(!coai_http_host_allowed(S("box.lan:9001"), pin, 4, 0));
+        CHECK(!coai_http_host_allowed(S("box.lan"), pin, 4, 0));          /* = port 80 */
+        CHECK(coai_http_host_allowed(S("localhost:9000"), pin, 4, 8080));  /* pin beats port */
+        CHECK(!coai_http_host_allowed(S("localhost:8080"), pin, 4, 8080));
+        CHECK(coai_http_host_allowed(S("[::1]:9001"), pin, 4, 0));
+        CHECK(!coai_http_host_allowed(S("[::1]:9000"), pin, 4, 0));
+        CHECK(coai_http_host_allowed(S("127.0.0.1:5555"), pin, 4, 0));    /* not pinned */
+        CHECK(!coai_http_host_allowed(S("box.lan.evil:9000"), pin, 4, 0));
+        CHECK(coai_http_origin_allowed(S("http://box.lan:9000"), 0, pin, 4));
+        CHECK(!coai_http_origin_allowed(S("http://box.lan:9003"), 0, pin, 4));
+    }
     /* scenario 7 */
     CHECK(coai_http_origin_allowed(S("http://localhost:8080"), 8080, NULL, 0));
     CHECK(coai_http_origin_allowed(S("https://127.0.0.1:8080"), 8080, NULL, 0));

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -116,6 +117,57 @@ def wait_for(f, timeout, step=0.05):
             pass
         time.sleep(step)
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# a tunnel
+
+class Forwarder:
+    """A local TCP forwarder on its own port (what `ssh -L PORT:127.0.0.1:TARGET` does):
+    bytes go through unchanged, so clients send Host: 127.0.0.1:PORT."""
+
+    def __init__(self, target):
+        self.target = target
+        self.ls = socket.socket()
+        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(64)
+        self.port = self.ls.getsockname()[1]
+        self.stopped = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stopped:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(("127.0.0.1", self.target), timeout=10)
+            except OSError:
+                c.close()
+                continue
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                b.sendall(d)
+        except OSError:
+            pass
+        try:
+            b.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def stop(self):
+        self.stopped = True
+        self.ls.close()
 
 
 # ---------------------------------------------------------------------------------------------

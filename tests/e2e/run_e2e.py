@@ -5,7 +5,7 @@ OpenCode) and the fake Cursor upstream (tests/fake/fake_cursor.py, real TLS with
 Run through tests/e2e_run.sh. Options:
   --harness-only   no proxy: check certs, the fake over TLS, npm clients, process cleanup
   --quick          skip the 1000-disconnect and 200-stream load checks
-  --only a,b       run only these sections (curl,sdk,opencode,faults,tls,load)
+  --only a,b       run only these sections (curl,sdk,opencode,tunnel,faults,tls,load)
 Prints `RESULT <passed> <failed>` last."""
 
 import argparse
@@ -401,6 +401,27 @@ def t_faults(proxy, fake):
         fake.ctl("/config", {"runsse_close": False})
 
 
+def t_tunnel(proxy, fake):
+    """The README's headless-server advice: a tunnel or forwarder on another port in front of
+    the server (ssh -L 9000:127.0.0.1:18741). The SDK then sends Host: <name>:<tunnel port>."""
+    fwd = H.Forwarder(proxy.port)
+    try:
+        for name in ("127.0.0.1", "localhost"):
+            base = "http://%s:%d/v1" % (name, fwd.port)
+            r = node("stream", base, {"model": "scenario:text_basic"})
+            eq("sdk through a tunnel (%s:%d -> %d): stream" % (name, fwd.port, proxy.port),
+               r.get("content"), "Hello, world! w\u00f6rld \U0001f30d")
+            r = node("nonstream", base, {"model": "scenario:text_basic"})
+            eq("sdk through a tunnel (%s): non-stream" % name, r.get("content"),
+               "Hello, world! w\u00f6rld \U0001f30d")
+        st, hd, b = curl(["-H", "Host: evil.example:%d" % fwd.port,
+                          "http://127.0.0.1:%d/v1/models" % fwd.port])
+        check("through the tunnel a foreign Host name is still refused (403 forbidden_host)",
+              st == 403 and b"forbidden_host" in b, (st, b[:200]))
+    finally:
+        fwd.stop()
+
+
 def t_tls(tmp, fake, token):
     for which, name in (("wrong_host_port", "wronghost"), ("wrong_ca_port", "wrongca")):
         p = H.Proxy(tmp, name, fake.url(which), fake.ca, token)
@@ -616,6 +637,7 @@ def main():
         sections = [("curl", lambda: t_curl(proxy, fake)),
                     ("sdk", lambda: t_sdk(proxy, fake, ws, secret)),
                     ("opencode", lambda: t_opencode(proxy, fake, ws, secret, tmp)),
+                    ("tunnel", lambda: t_tunnel(proxy, fake)),
                     ("faults", lambda: t_faults(proxy, fake)),
                     ("tls", lambda: t_tls(tmp, fake, token)),
                     ("spare", lambda: t_spare(tmp, fake, token)),

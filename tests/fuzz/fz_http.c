@@ -149,8 +149,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         coai_str s;
         s.ptr = (const char *)data;
         s.len = size;
+        coai_str ex[2];
+        const char *nl = memchr(data, '\n', size);
         (void)coai_http_host_allowed(s, NULL, 0, 8080);
         (void)coai_http_origin_allowed(s, 8080, NULL, 0);
+        /* allow-list entries from the input too (NAME or NAME:PORT pins): "entry\nhost" */
+        ex[0] = s;
+        ex[1].ptr = "box.test:9000";
+        ex[1].len = 13;
+        if (nl) {
+            coai_str h;
+            ex[0].len = (size_t)(nl - (const char *)data);
+            h.ptr = nl + 1;
+            h.len = size - ex[0].len - 1;
+            (void)coai_http_host_allowed(h, ex, 2, 0);
+            (void)coai_http_origin_allowed(h, 0, ex, 2);
+        } else {
+            (void)coai_http_host_allowed(s, ex, 2, 0);
+        }
         (void)coai_http_is_json(s);
         (void)coai_http_bearer(s);
     }
