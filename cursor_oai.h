@@ -1418,6 +1418,13 @@ int64_t coai_request_input_tokens(const coai_request *req);
  * missing haiku); 0 when requested is no Claude name or nothing fits. */
 int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
                                coai_str *out);
+/* Map an exec to a Messages client's tools: coai_exec_map, and when the client has no
+ * dedicated tool for an ls, grep (with or without a file glob) or delete exec (a current
+ * Claude Code offers only Bash, Read, Write, Edit and its own agent tools), the same work as
+ * a command for its shell tool: ls -la, grep -rnE [--include], find -name, rm -f (arguments
+ * quoted for a POSIX shell). Same contract as coai_exec_map. */
+int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc);
 /* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
  *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
 int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
@@ -5513,13 +5520,26 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     if (any_system) nparts = 1;
     cJSON_ArrayForEach(m, messages) {
         const cJSON *calls = coai__oa_get(m, "tool_calls");
-        coai_buf_reset(&t);
-        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
         if (coai__oa_role_is(m, "user")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai_buf_append(out, t.data, t.len);
-        } else if (coai__oa_role_is(m, "assistant")) {
+            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            continue;
+        }
+        if (coai__oa_role_is(m, "tool")) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+            coai_buf_puts(out, "]: ");
+            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        if (coai__oa_role_is(m, "assistant")) {
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
                 int first = 1;
@@ -5541,13 +5561,6 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (coai__oa_role_is(m, "tool")) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
-            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
-            coai_buf_puts(out, "]: ");
-            coai_buf_append(out, t.data, t.len);
-            any_tool = 1;
         }
     }
     if (any_tool) {
@@ -5657,13 +5670,27 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
     if (any_system) nparts = 1;
     for (i = 0; i < count; i++) {
         const coai_message *m = &msgs[i];
-        coai_buf_reset(&t);
-        coai__conv_text(&t, m);
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
         if (m->role == COAI_ROLE_USER) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai_buf_append(out, t.data, t.len);
-        } else if (m->role == COAI_ROLE_ASSISTANT) {
+            coai__conv_text(out, m);
+            continue;
+        }
+        if (m->role == COAI_ROLE_TOOL) {
+            if (nparts++) coai_buf_puts(out, "\n\n");
+            coai_buf_puts(out, "[Tool result for ");
+            coai__oa_put_str(out, m->tool_call_id);
+            /* Only dialects with an error flag set it (Anthropic is_error). */
+            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
+            coai__conv_text(out, m);
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__conv_text(&t, m);
+        if (m->role == COAI_ROLE_ASSISTANT) {
             if (m->call_count) {
                 if (nparts++) coai_buf_puts(out, "\n\n");
                 coai_buf_puts(out, "Assistant: ");
@@ -5681,14 +5708,6 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
                 coai_buf_puts(out, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
-        } else if (m->role == COAI_ROLE_TOOL) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
-            coai__oa_put_str(out, m->tool_call_id);
-            /* Only dialects with an error flag set it (Anthropic is_error). */
-            coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
-            coai_buf_append(out, t.data, t.len);
-            any_tool = 1;
         }
     }
     if (any_tool) {
@@ -6855,6 +6874,8 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
     memset(&tc, 0, sizeof tc);
     m = r->o_.dialect == COAI_DIALECT_RESPONSES
         ? coai_responses_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
+        : r->o_.dialect == COAI_DIALECT_ANTHROPIC
+        ? coai_anthropic_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
         : coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
@@ -7551,6 +7572,74 @@ int coai_anthropic_parse(coai_request *req, const char *body, size_t n, coai_err
 int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n, coai_error *err)
 {
     return coai__an_parse(req, body, n, err, 1);
+}
+
+/* ---- exec mapping ------------------------------------------------------------- */
+
+/* 'text' for a POSIX shell */
+static void coai__an_sq(coai_buf *b, coai_str s)
+{
+    size_t i;
+    coai_buf_putc(b, '\'');
+    for (i = 0; i < s.len; i++) {
+        if (s.ptr[i] == '\'') coai_buf_puts(b, "'\\''");
+        else coai_buf_putc(b, s.ptr[i]);
+    }
+    coai_buf_putc(b, '\'');
+}
+
+int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc)
+{
+    coai_exec sh;
+    coai_buf cmd = { 0 };
+    int m = coai_exec_map(ex, tools, count, workspace, tc);
+    if (m != 0) return m;
+    if (ex->kind != COAI_EXEC_LS && ex->kind != COAI_EXEC_GREP && ex->kind != COAI_EXEC_DELETE)
+        return 0;
+    if (ex->kind == COAI_EXEC_LS) {
+        coai_buf_puts(&cmd, "ls -la -- ");
+        /* no path: the client's own directory (the proxy's workspace is not where it runs) */
+        coai__an_sq(&cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
+    } else if (ex->kind == COAI_EXEC_DELETE) {
+        coai_buf_puts(&cmd, "rm -f -- ");
+        coai__an_sq(&cmd, ex->path);
+    } else if (ex->pattern.len) {
+        coai_buf_puts(&cmd, "grep -rnE ");
+        if (ex->glob.len) {
+            coai_buf_puts(&cmd, "--include=");
+            coai__an_sq(&cmd, ex->glob);
+            coai_buf_putc(&cmd, ' ');
+        }
+        coai_buf_puts(&cmd, "-e ");
+        coai__an_sq(&cmd, ex->pattern);
+        coai_buf_puts(&cmd, " -- ");
+        coai__an_sq(&cmd, ex->path.len ? ex->path : coai_str_c("."));
+    } else {
+        /* a file glob: find matches its last path segment (src/x/y.ts -> y.ts) */
+        coai_str g = ex->glob;
+        const char *slash = NULL;
+        size_t i;
+        for (i = 0; i < g.len; i++)
+            if (g.ptr[i] == '/') slash = g.ptr + i;
+        if (slash) { g.len -= (size_t)(slash + 1 - g.ptr); g.ptr = slash + 1; }
+        coai_buf_puts(&cmd, "find ");
+        coai__an_sq(&cmd, ex->path.len ? ex->path : coai_str_c("."));
+        coai_buf_puts(&cmd, " -type f -name ");
+        coai__an_sq(&cmd, g);
+    }
+    if (cmd.err) { coai_buf_free(&cmd); return -1; }
+    /* the command goes to the client's shell tool like a shell exec would */
+    memset(&sh, 0, sizeof sh);
+    sh.kind = COAI_EXEC_SHELL;
+    sh.id = ex->id;
+    sh.exec_id = ex->exec_id;
+    sh.tool_call_id = ex->tool_call_id;
+    sh.command.ptr = (const char *)cmd.data;
+    sh.command.len = cmd.len;
+    m = coai_exec_map(&sh, tools, count, workspace, tc);
+    coai_buf_free(&cmd);
+    return m;
 }
 
 /* ---- model names ------------------------------------------------------------- */

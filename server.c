@@ -64,6 +64,13 @@
 #define SRV_BODY_IDLE_MS 30000                    /* gap between body reads -> 408 */
 #define SRV_BODY_STEP (256 * 1024)                /* body buffer growth per read */
 #define SRV_KEEPALIVE_IDLE_MS 75000               /* idle keep-alive connection */
+#define SRV_KEEPALIVE_PRESSURE_MS 2000            /* the same when slots run short */
+#define SRV_REJECT_THREADS 256                    /* 503 answers with their own thread */
+#define SRV_LINGER_MAX 1024                       /* more 503 answers, lingered by the loop */
+#define SRV_BODY_TIMEOUT_S 120                    /* CURSOR_OAI_BODY_TIMEOUT: whole body */
+#define SRV_MODELS_WAIT_S 15                      /* CURSOR_OAI_MODELS_WAIT: first list */
+#define SRV_REPLY_MAX_MB 32                       /* CURSOR_OAI_MAX_RESPONSE_MB */
+#define SRV_INFLIGHT_MAX_MB 256                   /* CURSOR_OAI_MAX_INFLIGHT_MB */
 #define SRV_SEND_TIMEOUT_MS 60000                 /* no write progress to a client */
 #define SRV_THREAD_STACK (512 * 1024)             /* cJSON recursion needs >= 256 KiB */
 #define SRV_EMFILE_PAUSE_MS 500                   /* accept() out of descriptors */
@@ -76,6 +83,8 @@
 #define UP_CONNECT_TIMEOUT_MS 10000               /* DNS excluded; TCP connect + TLS handshake */
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
 #define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
+#define UP_INTERIM_MAX 8                          /* 1xx heads before the real one */
+#define UP_CALL_TIMEOUT_S 60                      /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary call */
 #define UP_RBUF 16384                             /* upstream raw read buffer */
 #define UP_RA (16384 + 325 + 4096)                /* TLS bytes read ahead: > one whole record */
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
@@ -131,6 +140,11 @@ static struct server {
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
+    int64_t up_call_ms;             /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary upstream call */
+    int64_t models_wait_ms;         /* CURSOR_OAI_MODELS_WAIT: cold-start wait for the list */
+    int64_t body_timeout_ms;        /* CURSOR_OAI_BODY_TIMEOUT: whole request body */
+    size_t reply_max;               /* CURSOR_OAI_MAX_RESPONSE_MB: non-streaming answer */
+    size_t inflight_max;            /* CURSOR_OAI_MAX_INFLIGHT_MB: request bytes in flight */
     size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
@@ -143,6 +157,7 @@ static struct server {
     pthread_cond_t idle;            /* signalled when conns drops */
     int conns;                      /* client connections being served */
     int rejecting;                  /* 503 answers in flight */
+    size_t inflight;                /* request body bytes reserved by requests being served */
     struct upconn *pool;            /* idle TLS connections */
     int pool_n;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
@@ -167,6 +182,7 @@ static struct server {
     int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
     coai_error models_err;          /* why it failed */
     int models_fetching;            /* a fetch is in flight (single flight) */
+    uint64_t models_seq;            /* fetches finished */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
     int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
@@ -247,7 +263,11 @@ static int uuid_new(char out[37])
 static void copy_str(char *dst, size_t cap, const char *src, size_t n)
 {
     if (cap == 0) return;
-    if (n >= cap) n = cap - 1;
+    if (n >= cap) {
+        /* cut before a UTF-8 continuation byte, never inside a character */
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+    }
     memcpy(dst, src, n);
     dst[n] = 0;
 }
@@ -1078,6 +1098,8 @@ struct upconn {
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
     int64_t deadline;               /* mono ms: a wait past this fails with UPX_TIMEOUT */
     int io_timeout_ms;              /* > 0: each byte received pushes the deadline this far */
+    int64_t end;                    /* mono ms, 0 = none: overall deadline of a unary call; no
+                                     * byte pushes `deadline` past it */
     int why;                        /* UPX_* reason of the last failed I/O */
     int64_t last_tick;              /* mono ms of the last tick() call */
     int (*tick)(void *);            /* called about once a second while waiting; -1 cancels */
@@ -1268,6 +1290,7 @@ static int up_low_read(void *ctx, unsigned char *buf, size_t len)
                 c->ra_len = (size_t)r;
                 c->ra_more = (size_t)r == sizeof c->ra;
                 if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+                if (c->end && c->deadline > c->end) c->deadline = c->end;
                 break;
             }
             c->ra_more = 0;
@@ -1621,6 +1644,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     c->body_done = 0;
     c->got_bytes = 0;
     c->must_close = 0;
+    c->end = 0;
     c->rlen = c->roff = 0;
     return c;
 }
@@ -1700,6 +1724,7 @@ static void up_io_error(struct upconn *c, coai_error *e, const char *stage)
 static int up_send(struct upconn *c, const coai_buf *head, const void *body, size_t blen)
 {
     c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+    if (c->end && c->deadline > c->end) c->deadline = c->end;
     c->io_timeout_ms = 0;
     if (br_sslio_write_all(&c->io, head->data, head->len) < 0) return -1;
     if (blen && br_sslio_write_all(&c->io, body, blen) < 0) return -1;
@@ -1733,6 +1758,7 @@ static int up_fill(struct upconn *c)
  * Interim 1xx heads are skipped. */
 static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
 {
+    int interim = 0;
     for (;;) {
         coai_http_response rs;
         long hl = c->rlen > c->roff
@@ -1760,7 +1786,17 @@ static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
             return -1;
         }
         c->roff += (size_t)hl;
-        if (rs.status >= 100 && rs.status < 200) continue;
+        if (rs.status >= 100 && rs.status < 200) {
+            /* a server that sends nothing but interim heads never answers */
+            if (++interim > UP_INTERIM_MAX) {
+                c->must_close = 1;
+                up_err(e, 502, "upstream_protocol_error",
+                       "upstream sent more than %d interim (1xx) responses while %s",
+                       UP_INTERIM_MAX, stage);
+                return -1;
+            }
+            continue;
+        }
         c->status = rs.status;
         c->must_close = !rs.keep_alive;
         memset(&c->cd, 0, sizeof c->cd);
@@ -1826,8 +1862,9 @@ static long up_body(struct upconn *c, const unsigned char **p)
     }
 }
 
-/* Read the whole body into out (out->max caps it; the rest is drained and dropped).
- * 0 ok, -1 I/O error. */
+/* Read the whole body into out. Past out->max the reading stops (a body that never ends
+ * must not keep the caller reading): out->err is set, the connection is not reused, and the
+ * result is still 0 so the caller can report the status it got. 0 ok, -1 I/O error. */
 static int up_body_all(struct upconn *c, coai_buf *out)
 {
     for (;;) {
@@ -1835,8 +1872,15 @@ static int up_body_all(struct upconn *c, coai_buf *out)
         long n = up_body(c, &p);
         if (n < 0) return -1;
         if (n == 0) return 0;
-        if (!out->err && (!out->max || out->len + (size_t)n <= out->max))
-            coai_buf_append(out, p, (size_t)n);
+        if (out->err) return 0;
+        if (out->max && out->len + (size_t)n > out->max) {
+            size_t room = out->max - out->len;
+            if (room) coai_buf_append(out, p, room);
+            out->err = 1;
+            c->must_close = 1;
+            return 0;
+        }
+        coai_buf_append(out, p, (size_t)n);
     }
 }
 
@@ -1929,19 +1973,27 @@ static int up_exchange_host(const coai_url *hp, const coai_buf *head, const void
 {
     struct upconn *c = NULL;
     int attempt, rc = -1;
+    /* One overall deadline for the whole call, retry included: bytes that trickle in, interim
+     * heads or a long body never postpone it. */
+    int64_t end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     for (attempt = 0; attempt < 2; attempt++) {
         c = up_get_host(hp ? hp : &S.base, attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
+        c->end = end;
         if (up_send(c, head, req, req_len) == 0) {
             c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+            if (c->deadline > end) c->deadline = end;
             c->io_timeout_ms = UP_IO_TIMEOUT_MS;
             if (up_read_head(c, e, what) == 0) break;
         } else {
             up_io_error(c, e, "sending a request");
         }
-        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED)) goto done;
+        /* A timeout is not a dead pooled connection: the upstream is slow, and asking again
+         * would only double the wait. */
+        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED && c->why != UPX_TIMEOUT))
+            goto done;
         srv_log(LOG_DEBUG, "pooled upstream connection was dead; retrying on a new one");
         up_free(c);
         c = NULL;
@@ -2133,6 +2185,11 @@ static int cred_read_file(const char *path, coai_creds *c, struct file_id *id, c
         if (r <= 0) break;
         len += (size_t)r;
     }
+    if (memchr(buf, 0, len)) {
+        /* a raw NUL would cut a token short without a word */
+        snprintf(why, cap, "%s contains a NUL byte (refused)", path);
+        goto done;
+    }
     if (coai_creds_parse(buf, len, c) < 0) {
         snprintf(why, cap, "%s is not a JSON object", path);
         goto done;
@@ -2188,9 +2245,19 @@ static int cred_write_file(const coai_creds *c, char *why, size_t cap)
         snprintf(why, cap, "cannot create %s: %s", S.ours_dir, strerror(errno));
         return -1;
     }
-    /* our own directory: keep it private even if something loosened it */
-    if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid())
+    /* A symlinked config directory is the user's arrangement: followed only into a directory
+     * of ours, and its target's mode is left alone (it may be shared). */
+    if (lstat(S.ours_dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (stat(S.ours_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+            snprintf(why, cap, "%s is a symbolic link to a directory that is not yours "
+                     "(refused); remove the link or point it at a directory of your own",
+                     S.ours_dir);
+            return -1;
+        }
+    } else if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid()) {
+        /* our own directory: keep it private even if something loosened it */
         chmod(S.ours_dir, 0700);
+    }
     if (coai_creds_format(&b, c) < 0 || random_fill(rnd, sizeof rnd) < 0) {
         snprintf(why, cap, "out of memory");
         coai_buf_free(&b);
@@ -2483,6 +2550,18 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         pthread_mutex_unlock(&S.lock);
         return RENEW_NONE;
     }
+    if (S.cred_src == CRED_AGENT && !S.cred_key[0]) {
+        /* cursor-agent's refresh token is not ours to spend: if Cursor rotates refresh
+         * tokens, using it would leave cursor-agent's own login dead. */
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
+                       "The Cursor login comes from cursor-agent's %s, which cursor-oai only "
+                       "reads (renewing it would use up cursor-agent's refresh token). Run "
+                       "`cursor-agent login` again, or `cursor-oai login` to give cursor-oai "
+                       "its own login.", S.agent_path);
+        e->no_retry = 1;
+        pthread_mutex_unlock(&S.lock);
+        return RENEW_FAILED;
+    }
     if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
         *e = S.refresh_err;
         pthread_mutex_unlock(&S.lock);
@@ -2594,7 +2673,8 @@ static int cred_ensure(coai_error *e)
     cred_poll_files();
     cred_persist_retry();
     pthread_mutex_lock(&S.lock);
-    renewable = S.cred_src != CRED_ENV && (S.refresh[0] || S.cred_key[0]);
+    renewable = S.cred_src != CRED_ENV && (S.cred_key[0]
+                                           || (S.refresh[0] && S.cred_src != CRED_AGENT));
     bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
     pthread_mutex_unlock(&S.lock);
     if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
@@ -2682,6 +2762,7 @@ struct conn {
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
+    size_t reserved;                /* request bytes counted in S.inflight for this request */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
 };
@@ -2866,6 +2947,39 @@ static int route_of(coai_str path)
     return ROUTE_NONE;
 }
 
+/* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
+static int64_t body_deadline(int64_t body_end)
+{
+    int64_t d = mono_ms() + SRV_BODY_IDLE_MS;
+    return d < body_end ? d : body_end;
+}
+
+/* Count n request bytes of this connection against the process-wide budget
+ * (CURSOR_OAI_MAX_INFLIGHT_MB). A request is always admitted when nothing else is in flight,
+ * so one body up to the body cap never waits for itself. 0 ok, -1 over the budget. */
+static int body_reserve(struct conn *c, size_t n)
+{
+    int ok;
+    if (n <= c->reserved) return 0;
+    pthread_mutex_lock(&S.lock);
+    ok = S.inflight == c->reserved || S.inflight - c->reserved + n <= S.inflight_max;
+    if (ok) {
+        S.inflight += n - c->reserved;
+        c->reserved = n;
+    }
+    pthread_mutex_unlock(&S.lock);
+    return ok ? 0 : -1;
+}
+
+static void body_release(struct conn *c)
+{
+    if (!c->reserved) return;
+    pthread_mutex_lock(&S.lock);
+    S.inflight -= c->reserved;
+    pthread_mutex_unlock(&S.lock);
+    c->reserved = 0;
+}
+
 /* Read the request body into c->body. The head is in[0..hl); body bytes already received
  * follow it. On return in[] holds only the bytes after the body (the next request), so the
  * views in c->rq are dead from here on. 0 ok, else the HTTP status to answer (the connection
@@ -2874,6 +2988,9 @@ static int read_body(struct conn *c, size_t hl)
 {
     coai_http_request *rq = &c->rq;
     size_t have = c->in_len - hl;
+    /* The whole body has one deadline as well as the gap between reads: a body that
+     * trickles a byte at a time must not hold a slot forever. */
+    int64_t body_end = mono_ms() + S.body_timeout_ms;
     coai_buf_reset(&c->body);
     c->body.max = SRV_BODY_MAX;
     if (rq->chunked) {
@@ -2892,14 +3009,16 @@ static int read_body(struct conn *c, size_t hl)
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
             if (r == COAI_DONE) return 0;
+            if (body_reserve(c, c->body.len + sizeof c->in) < 0) return 503;
             k = fd_read_until(c->fd, c->in + c->in_len, sizeof c->in - c->in_len,
-                              mono_ms() + SRV_BODY_IDLE_MS);
+                              body_deadline(body_end));
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->in_len += (size_t)k;
         }
     } else if (rq->content_length > 0) {
         size_t want = (size_t)rq->content_length, take = have < want ? have : want;
+        if (body_reserve(c, want) < 0) return 503;
         if (coai_buf_append(&c->body, c->in + hl, take)) return 413;
         memmove(c->in, c->in + hl + take, have - take);
         c->in_len = have - take;
@@ -2908,8 +3027,7 @@ static int read_body(struct conn *c, size_t hl)
             size_t step = want - c->body.len < SRV_BODY_STEP ? want - c->body.len : SRV_BODY_STEP;
             ssize_t k;
             if (coai_buf_reserve(&c->body, step)) return 413;
-            k = fd_read_until(c->fd, c->body.data + c->body.len, step,
-                              mono_ms() + SRV_BODY_IDLE_MS);
+            k = fd_read_until(c->fd, c->body.data + c->body.len, step, body_deadline(body_end));
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->body.len += (size_t)k;
@@ -3062,7 +3180,11 @@ static int serve_request(struct conn *c, size_t hl)
     st = read_body(c, hl);
     if (st) {
         c->keep = 0;
-        if (!c->dead)
+        if (st == 503 && !c->dead)
+            send_error(c, 503, "server_error", "server_is_overloaded", NULL,
+                       "too many request bytes in flight (CURSOR_OAI_MAX_INFLIGHT_MB); retry "
+                       "later", NULL);
+        else if (!c->dead)
             send_error(c, st, "invalid_request_error", NULL, NULL,
                        st == 408 ? "timed out reading the request body"
                        : st == 413 ? "request body too large" : "malformed request body", NULL);
@@ -3101,9 +3223,24 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     }
 done:
+    body_release(c);
     access_log(c);
+    c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
+}
+
+/* 1 when fewer than an eighth of the --max-conns slots (at least one) are free: idle
+ * keep-alive connections then close after SRV_KEEPALIVE_PRESSURE_MS instead of
+ * SRV_KEEPALIVE_IDLE_MS. */
+static int slots_short(void)
+{
+    int r, spare;
+    pthread_mutex_lock(&S.lock);
+    spare = S.max_conns / 8 > 1 ? S.max_conns / 8 : 1;
+    r = S.max_conns - S.conns < spare;
+    pthread_mutex_unlock(&S.lock);
+    return r;
 }
 
 /* The connection loop: read a head, serve it, repeat while keep-alive. */
@@ -3115,11 +3252,18 @@ static void conn_serve(struct conn *c)
         int status = 0;
         long hl;
         if (c->in_len == 0) {
-            int64_t idle_end = mono_ms() + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
+            int64_t idle_start = mono_ms();
+            int64_t idle_end = idle_start + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
             ssize_t k = -2;
-            /* wait in short slices so that an idle connection notices a shutdown */
+            /* wait in short slices so that an idle connection notices a shutdown, and an idle
+             * keep-alive connection gives its slot up early when slots run short */
             while (k == -2 && !S.stop && mono_ms() < idle_end) {
                 int64_t slice = mono_ms() + 1000;
+                if (!first && slots_short()) {
+                    int64_t short_end = idle_start + SRV_KEEPALIVE_PRESSURE_MS;
+                    if (short_end < idle_end) idle_end = short_end;
+                    if (mono_ms() >= idle_end) break;
+                }
                 k = fd_read_until(c->fd, c->in, sizeof c->in, slice < idle_end ? slice : idle_end);
             }
             if (k <= 0) return;          /* idle timeout or the client left: close quietly */
@@ -3174,19 +3318,26 @@ static void *conn_thread(void *arg)
 
 /* Over --max-conns: answer 503 at once, then a short lingering close so the unread request
  * does not turn our answer into a reset. */
+static const char REJECT_BODY[] =
+    "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
+    "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
+
+/* The whole 503 answer of a rejected connection into out; its length. */
+static int reject_answer(char *out, size_t cap)
+{
+    return snprintf(out, cap,
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                    sizeof REJECT_BODY - 1, REJECT_BODY);
+}
+
 static void *reject_thread(void *arg)
 {
-    static const char body[] =
-        "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
-        "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
     int fd = (int)(intptr_t)arg, n;
-    char head[256], sink[4096];
+    char head[512], sink[4096];
     int64_t end;
-    n = snprintf(head, sizeof head,
-                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                 "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                 sizeof body - 1);
-    if (fd_write_all(fd, head, (size_t)n) == 0) fd_write_all(fd, body, sizeof body - 1);
+    n = reject_answer(head, sizeof head);
+    fd_write_all(fd, head, (size_t)n);
     shutdown(fd, SHUT_WR);
     end = mono_ms() + 1000;
     while (fd_read_until(fd, sink, sizeof sink, end) > 0) {}
@@ -3256,29 +3407,13 @@ static int models_fetch(coai_buf *body, coai_error *err)
     return 0;
 }
 
-/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL and fetched
- * by one thread at a time (the others wait for its result). When a fetch fails, the last good
- * list is served (stale-while-error) and the upstream is asked again after
- * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err. */
-static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
-                      size_t cap, int *fetched)
+/* One fetch whose result becomes the cached list (or the remembered failure). The caller set
+ * S.models_fetching; this clears it and wakes the waiters. */
+static void models_refresh(void)
 {
     coai_buf body = { 0 };
     coai_error fe;
-    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
-    int64_t t0 = mono_ms();             /* a failure after this is news to this call */
     int rc;
-    pthread_mutex_lock(&S.lock);
-    for (;;) {
-        int64_t now = mono_ms();
-        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
-        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
-        if (!S.models_fetching) break;
-        pthread_cond_wait(&S.models_cv, &S.lock);
-    }
-    S.models_fetching = 1;
-    pthread_mutex_unlock(&S.lock);
-
     memset(&fe, 0, sizeof fe);
     rc = models_fetch(&body, &fe);
     if (rc < 0 && fe.status >= 500)
@@ -3299,8 +3434,98 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
         S.models_err = fe;
     }
     S.models_fetching = 0;
+    S.models_seq++;
     pthread_cond_broadcast(&S.models_cv);
+    pthread_mutex_unlock(&S.lock);
     coai_buf_free(&body);
+}
+
+static void *models_refresh_thread(void *arg)
+{
+    (void)arg;
+    models_refresh();
+    return NULL;
+}
+
+/* 1 when the client on fd has left (closed, reset or half-closed); pipelined request bytes are
+ * not a departure. Never blocks. */
+static int fd_client_gone(int fd)
+{
+    struct pollfd pf = { fd, POLLIN, 0 };
+    char b;
+    ssize_t r;
+    if (fd < 0) return 0;
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return 1;
+    r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return 1;
+    return r < 0 && !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL; a stale
+ * list is served at once while one background thread fetches a new one
+ * (stale-while-revalidate), so a slow upstream never holds a request here. Only with no good
+ * list yet does a request wait for the fetch, and then at most CURSOR_OAI_MODELS_WAIT and only
+ * while its client (client_fd, -1 = none) is still there. When a fetch fails, the last good
+ * list is served (stale-while-error) and the upstream is asked again after
+ * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err (499: the client
+ * left; 504 models_wait_timeout: the first fetch is still running). */
+static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
+                      size_t cap, int *fetched, int client_fd)
+{
+    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
+    int64_t wait_end = mono_ms() + S.models_wait_ms;
+    uint64_t seq0;                      /* a fetch that ends after this is news to this call */
+    int rc;
+    pthread_mutex_lock(&S.lock);
+    seq0 = S.models_seq;
+    for (;;) {
+        int64_t now = mono_ms(), left;
+        struct timespec until;
+        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
+        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
+        if (!S.models_fetching) {
+            pthread_attr_t attr;
+            pthread_t t;
+            int started;
+            S.models_fetching = 1;
+            pthread_attr_init(&attr);
+            pthread_attr_setstacksize(&attr, SRV_THREAD_STACK);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            started = pthread_create(&t, &attr, models_refresh_thread, NULL) == 0;
+            pthread_attr_destroy(&attr);
+            if (!started) {             /* no thread: fetch here */
+                pthread_mutex_unlock(&S.lock);
+                models_refresh();
+                pthread_mutex_lock(&S.lock);
+                continue;
+            }
+        }
+        if (S.models_at) goto serve;    /* stale, being revalidated */
+        if (now >= wait_end) {
+            pthread_mutex_unlock(&S.lock);
+            coai_error_set(err, 504, "server_error", "models_wait_timeout", NULL,
+                           "the model list has not arrived within %lld s (GetUsableModels is "
+                           "slow or silent); try again", (long long)(S.models_wait_ms / 1000));
+            err->retry_after = 1;
+            if (fetched) *fetched = 0;
+            return -1;
+        }
+        /* wait in slices of at most a second to notice a client that left */
+        left = wait_end - now < 1000 ? wait_end - now : 1000;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(left / 1000);
+        until.tv_nsec += (long)(left % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&S.models_cv, &S.lock, &until);
+        if (fd_client_gone(client_fd)) {
+            pthread_mutex_unlock(&S.lock);
+            coai_error_set(err, 499, "server_error", "client_closed", NULL,
+                           "client went away while waiting for the model list");
+            if (fetched) *fetched = 0;
+            return -1;
+        }
+    }
 serve:
     /* a good list, fresh or stale; else the reason of the last failure */
     if (S.models_at && S.models.len) {
@@ -3316,7 +3541,7 @@ serve:
     } else {
         rc = -1;
         /* fresh: this call's own fetch, or one it waited for, failed just now */
-        if (fetched) *fetched = S.models_fail_at >= t0;
+        if (fetched) *fetched = S.models_seq != seq0;
         *err = S.models_err;
         if (!err->status)
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
@@ -3441,7 +3666,7 @@ static int handle_models(struct conn *c)
     coai_error e;
     memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL) < 0) {
+    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -3484,6 +3709,7 @@ struct run {
     coai_error err;                 /* failure of run_start / an append */
     uint64_t auth_gen;              /* generation of the token the run started with */
     int upstream_401;               /* the upstream rejected the token (HTTP 401) */
+    size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
     coai_url host;                  /* agent host of the run (agent_get) */
     int profile;                    /* PROF_* of this attempt */
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
@@ -3663,6 +3889,13 @@ static int run_start(struct run *r, int fresh)
     r->http_status = 0;
     r->data_frames = 0;
     r->t_start = mono_ms();
+    /* Checked right before the run starts: a client that left while this request waited
+     * (for the model list, a renewal, a slot) must not cost a run and its prompt. */
+    if (r->c->dead || fd_client_gone(r->c->fd)) {
+        up_err(&r->err, 499, "client_closed", "client went away before the run started");
+        r->cancelled = 1;
+        goto done;
+    }
     if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
         || up_head_host(&head, &r->host, PATH_RUNSSE,
                         r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
@@ -3690,6 +3923,8 @@ static int run_start(struct run *r, int fresh)
         r->http_status = r->sse->status;
         r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
         r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        r->sse->end = mono_ms() + S.up_call_ms;
+        if (r->sse->deadline > r->sse->end) r->sse->deadline = r->sse->end;
         up_body_all(r->sse, &eb);
         coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
         coai_buf_free(&eb);
@@ -3792,6 +4027,19 @@ static int run_frame(struct run *r, const coai_frame *f)
     }
     if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE)
         r->sse->deadline = mono_ms() + r->idle_ms;      /* progress */
+    /* A non-streaming answer is held in memory until its end: cap it (streaming sends each
+     * piece on and keeps nothing). */
+    if (!r->stream && r->msg.kind != COAI_MSG_HEARTBEAT) {
+        r->answer_bytes += f->len;
+        if (r->answer_bytes > S.reply_max) {
+            coai_error e;
+            coai_error_set(&e, 502, "upstream_error", "response_too_large", NULL,
+                           "the answer is larger than %zu MiB, the limit for non-streaming "
+                           "responses (CURSOR_OAI_MAX_RESPONSE_MB); send \"stream\": true to "
+                           "receive it", S.reply_max >> 20);
+            return coai_reply_feed_error(&r->reply, &e);
+        }
+    }
     if (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING)
         srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
                 r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
@@ -3804,9 +4052,29 @@ static int run_frame(struct run *r, const coai_frame *f)
 static void run_stream(struct run *r)
 {
     int rc = COAI_OK;
+    int64_t next_check = mono_ms();     /* first check at once: nothing goes to a client
+                                         * that left while the run was starting */
     while (rc == COAI_OK) {
         const unsigned char *p;
-        long n = up_body(r->sse, &p);
+        long n;
+        /* The idle deadline, the client and the tick are checked at least once a second even
+         * while the upstream floods frames that produce no output (up_wait, which checks them
+         * too, only runs when a read would block). */
+        if (mono_ms() >= next_check) {
+            int64_t now = mono_ms();
+            next_check = now + 1000;
+            if (fd_client_gone(r->c->fd) || run_tick(r) < 0) {
+                r->cancelled = 1;
+                return;
+            }
+            if (now >= r->sse->deadline) {
+                r->in_feed = 1;
+                rc = coai_reply_fail_timeout(&r->reply);
+                r->in_feed = 0;
+                break;
+            }
+        }
+        n = up_body(r->sse, &p);
         if (n <= 0) {
             coai_error e;
             memset(&e, 0, sizeof e);
@@ -4147,6 +4415,8 @@ static int handle_chat(struct conn *c)
     coai_str model, want;
     coai_buf mjson = { 0 };
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
+    char session_keep[64];
+    size_t prompt_units = 0;
     int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     int resp = c->dialect == COAI_DIALECT_RESPONSES;
     memset(&req, 0, sizeof req);
@@ -4174,6 +4444,18 @@ static int handle_chat(struct conn *c)
         send_coai_error(c, &e);
         goto done;
     }
+    /* Each copy of the request goes as soon as the next one exists: the tree owns
+     * everything now, so the body goes (the prompt follows once the run request is encoded). */
+    coai_buf_free(&c->body);
+    /* A model name is sent upstream whole or not at all: a cut one would name another model
+     * (or end inside a UTF-8 character). */
+    if (req.model.len >= sizeof c->model) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "model: the model name is longer than %zu bytes",
+                 sizeof c->model - 1);
+        send_error(c, 400, "invalid_request_error", "invalid_value", "model", msg, NULL);
+        goto done;
+    }
     /* (Responses: the parser took prompt_cache_key when no header names a session) */
     if (c->convkey[0] || !resp) req.conversation_key = coai_str_c(c->convkey);
     want = req.model;
@@ -4184,7 +4466,8 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
+                   c->fd) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -4273,6 +4556,21 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
+    /* The conversation lives on in run_msg: the reply counted the prompt and copied the
+     * session id at init, so the prompt and the messages of the tree go now (tool
+     * definitions stay: the reply's views point into them). A second init (the retry
+     * below) gets the session id from a copy and the prompt's count from the first. */
+    prompt_units = r->reply.prompt_units_;
+    copy_str(session_keep, sizeof session_keep, o.session_id.ptr ? o.session_id.ptr : "",
+             o.session_id.len);
+    o.session_id = coai_str_c(session_keep);
+    o.prompt = coai_str_c("");
+    coai_buf_free(&req.prompt);
+    params.prompt = coai_str_c("");
+    req.session_id = coai_str_c("");
+    req.messages = NULL;
+    req.message_count = 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(req.root_, "messages");
     pthread_mutex_lock(&S.lock);
     r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
     pthread_mutex_unlock(&S.lock);
@@ -4329,6 +4627,7 @@ again:
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
+        r->reply.prompt_units_ = prompt_units;      /* the prompt itself is gone */
         goto again;
     }
     if (rc != 0 && !r->cancelled) {
@@ -4514,8 +4813,57 @@ static int listen_open(void)
     return 0;
 }
 
+/* Rejected connections past SRV_REJECT_THREADS concurrent ones: the accept loop itself
+ * writes their 503 (a fresh socket's buffer always takes it) and lingers on them like
+ * reject_thread does, so they too read a 503 rather than a reset. pf[0] is the listener. */
+struct linger_set {
+    int n;
+    struct pollfd pf[1 + SRV_LINGER_MAX];
+    int64_t end[1 + SRV_LINGER_MAX];
+};
+
+static void linger_add(struct linger_set *lg, int fd)
+{
+    char a[512];
+    int n = reject_answer(a, sizeof a);
+    ssize_t w;
+    do w = send(fd, a, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT); while (w < 0 && errno == EINTR);
+    if (w != n || lg->n >= SRV_LINGER_MAX) { close(fd); return; }
+    shutdown(fd, SHUT_WR);
+    lg->n++;
+    lg->pf[lg->n].fd = fd;
+    lg->pf[lg->n].events = POLLIN;
+    lg->pf[lg->n].revents = 0;
+    lg->end[lg->n] = mono_ms() + 1000;
+}
+
+/* Drain what the lingering clients sent; close those that closed or whose second is up. */
+static void linger_service(struct linger_set *lg, int polled)
+{
+    int64_t now = mono_ms();
+    int i = 1;
+    while (i <= lg->n) {
+        int done = now >= lg->end[i];
+        if (!done && polled && lg->pf[i].revents) {
+            char sink[4096];
+            ssize_t r = recv(lg->pf[i].fd, sink, sizeof sink, MSG_DONTWAIT);
+            done = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+        if (done) {
+            close(lg->pf[i].fd);
+            lg->pf[i] = lg->pf[lg->n];
+            lg->end[i] = lg->end[lg->n];
+            lg->n--;
+            continue;
+        }
+        lg->pf[i].revents = 0;
+        i++;
+    }
+}
+
 static void serve_loop(void)
 {
+    static struct linger_set lg;
     pthread_attr_t attr, rattr;
     int64_t last_emfile_log = 0;
     pthread_attr_init(&attr);
@@ -4524,12 +4872,18 @@ static void serve_loop(void)
     pthread_attr_init(&rattr);
     pthread_attr_setstacksize(&rattr, 64 * 1024);
     pthread_attr_setdetachstate(&rattr, PTHREAD_CREATE_DETACHED);
+    memset(&lg, 0, sizeof lg);
     while (!S.stop) {
-        struct pollfd pf = { S.listen_fd, POLLIN, 0 };
+        struct pollfd *pf = lg.pf;
         struct conn *c;
         pthread_t t;
-        int fd, one = 1, over, reject_ok;
-        if (poll(&pf, 1, 500) <= 0) {
+        int fd, one = 1, over, reject_ok, r;
+        pf[0].fd = S.listen_fd;
+        pf[0].events = POLLIN;
+        pf[0].revents = 0;
+        r = poll(pf, (nfds_t)(1 + lg.n), lg.n ? 100 : 500);
+        if (lg.n) linger_service(&lg, r > 0);
+        if (r <= 0 || !(pf[0].revents & POLLIN)) {
             pool_prune(0);
             continue;
         }
@@ -4549,19 +4903,19 @@ static void serve_loop(void)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         pthread_mutex_lock(&S.lock);
         over = S.conns >= S.max_conns;
-        reject_ok = S.rejecting < 256;
+        reject_ok = S.rejecting < SRV_REJECT_THREADS;
         if (!over) S.conns++;
         else if (reject_ok) S.rejecting++;
         pthread_mutex_unlock(&S.lock);
         if (over) {
             if (!reject_ok || pthread_create(&t, &rattr, reject_thread_counted,
                                              (void *)(intptr_t)fd) != 0) {
-                close(fd);
                 if (reject_ok) {
                     pthread_mutex_lock(&S.lock);
                     S.rejecting--;
                     pthread_mutex_unlock(&S.lock);
                 }
+                linger_add(&lg, fd);
             }
             continue;
         }
@@ -4576,6 +4930,7 @@ static void serve_loop(void)
             srv_log(LOG_ERROR, "cannot start a connection thread");
         }
     }
+    while (lg.n > 0) close(lg.pf[lg.n--].fd);
     pthread_attr_destroy(&attr);
     pthread_attr_destroy(&rattr);
 }
@@ -4634,7 +4989,8 @@ static const char SERVE_HELP[] =
     "  1. CURSOR_ACCESS_TOKEN (used as is, never renewed)\n"
     "  2. $XDG_CONFIG_HOME/cursor-oai/auth.json (default ~/.config/cursor-oai/auth.json),\n"
     "     written by 'cursor-oai login'; a login done while serving is picked up within 1 s\n"
-    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only\n"
+    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only and never renewed with its\n"
+    "     refresh token (that token is cursor-agent's): log in again when it expires\n"
     "  A token that expires within 5 minutes, or that Cursor rejects before anything was\n"
     "  streamed, is renewed once (refresh token, or API key exchange) and the request retried;\n"
     "  renewed tokens are saved to file 2 (never to cursor-agent's file).\n"
@@ -4650,7 +5006,13 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
-    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300); then served stale\n"
+    "                           while one background fetch renews it\n"
+    "  CURSOR_OAI_MODELS_WAIT   seconds a request waits for the first model list (15)\n"
+    "  CURSOR_OAI_UPSTREAM_TIMEOUT  overall seconds of one unary upstream call (60)\n"
+    "  CURSOR_OAI_BODY_TIMEOUT  seconds to receive a whole request body (120)\n"
+    "  CURSOR_OAI_MAX_RESPONSE_MB  MiB of a non-streaming answer held in memory (32)\n"
+    "  CURSOR_OAI_MAX_INFLIGHT_MB  MiB of request bodies handled at once (256)\n"
     "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names (or opus, sonnet, haiku)\n"
     "                           to models of the Cursor account\n"
     "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
@@ -4665,6 +5027,8 @@ static const char SERVE_HELP[] =
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
     "\n"
+    "SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the server gracefully (streams end with an\n"
+    "error event and [DONE]; at most 10 s).\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
 
 static const char LOGIN_HELP[] =
@@ -4797,7 +5161,8 @@ static int env_seconds(const char *name, int def, int *out)
     errno = 0;
     n = strtol(v, &end, 10);
     if (errno || *end || n <= 0 || n > 86400 * 7) {
-        fprintf(stderr, "cursor-oai: %s must be a number of seconds (1..604800)\n", name);
+        fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to 604800 (seconds, or "
+                "MiB for the _MB limits)\n", name);
         return -1;
     }
     *out = (int)n;
@@ -5023,7 +5388,7 @@ static int configure(void)
     const char *url = getenv("CURSOR_API_URL"), *key = getenv("CURSOR_OAI_API_KEY");
     const char *cv = getenv("CURSOR_CLIENT_VERSION");
     long n;
-    int ttl;
+    int ttl, up_call, models_wait, body_to, reply_mb, inflight_mb;
     struct rlimit rl;
     if (!url || !*url) url = SRV_DEFAULT_API_URL;
     if (parse_api_url(url) < 0) {
@@ -5064,12 +5429,38 @@ static int configure(void)
                 "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
         return -1;
     }
+    if (key && !S.cli) {
+        /* set but blank: almost surely a mistake (an empty variable in a compose file); it
+         * must not silently leave the API open */
+        const char *k = key;
+        while (*k == ' ' || *k == '\t' || *k == '\r' || *k == '\n') k++;
+        if (!*k) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_API_KEY is set but blank; set it to the "
+                    "key clients must send, or unset it to serve without a client key\n");
+            return -1;
+        }
+    }
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
+        || env_seconds("CURSOR_OAI_UPSTREAM_TIMEOUT", UP_CALL_TIMEOUT_S, &up_call)
+        || env_seconds("CURSOR_OAI_MODELS_WAIT", SRV_MODELS_WAIT_S, &models_wait)
+        || env_seconds("CURSOR_OAI_BODY_TIMEOUT", SRV_BODY_TIMEOUT_S, &body_to)
+        || env_seconds("CURSOR_OAI_MAX_RESPONSE_MB", SRV_REPLY_MAX_MB, &reply_mb)
+        || env_seconds("CURSOR_OAI_MAX_INFLIGHT_MB", SRV_INFLIGHT_MAX_MB, &inflight_mb)
         || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
         return -1;
+    if (reply_mb > 4096 || inflight_mb > 1048576) {
+        fprintf(stderr, "cursor-oai: CURSOR_OAI_MAX_RESPONSE_MB is at most 4096 and "
+                "CURSOR_OAI_MAX_INFLIGHT_MB at most 1048576\n");
+        return -1;
+    }
+    S.up_call_ms = (int64_t)up_call * 1000;
+    S.models_wait_ms = (int64_t)models_wait * 1000;
+    S.body_timeout_ms = (int64_t)body_to * 1000;
+    S.reply_max = (size_t)reply_mb << 20;
+    S.inflight_max = (size_t)inflight_mb << 20;
     S.models_ttl_ms = (int64_t)ttl * 1000;
     {
         const char *ql = getenv("CURSOR_OAI_QUOTA_LATCH");
@@ -5109,6 +5500,15 @@ static int configure(void)
     return 0;
 }
 
+/* Install sa for sig, except where the parent chose to ignore it (nohup ignores SIGHUP:
+ * that choice stands). */
+static void signal_unless_ignored(int sig, const struct sigaction *sa)
+{
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 static int run_serve(int argc, char **argv)
 {
     struct sigaction sa;
@@ -5121,6 +5521,11 @@ static int run_serve(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* A closed terminal (SIGHUP) and SIGQUIT stop the server the same graceful way: streams
+     * end with an error event and [DONE] instead of a cut connection. (SIGQUIT's core dump
+     * is of no use to a user; nginx also treats it as a graceful stop.) */
+    signal_unless_ignored(SIGHUP, &sa);
+    signal_unless_ignored(SIGQUIT, &sa);
     cred_paths();
     switch (cred_load()) {
     case CRED_ENV:

@@ -102,6 +102,11 @@ DEFAULT_CONFIG = {
     "list_scenarios": True,        # add "scenario:<name>" entries to the model list
     "default_scenario": "default",
     "silent_max_s": 120.0,         # silent_port gives up on a connection after this
+    # Slow unary answers (issue 17): {"models" | "append0": {"mode": "silent" | "trickle" |
+    # "interim" | "endless", "interval_s": s, "max_s": s}}. GetUsableModels / the seqno-0
+    # BidiAppend then answer that way: nothing; a 200 head and one body byte per interval;
+    # a 100 Continue head per interval; or a chunked body that never ends.
+    "slow": None,
     "runsse_close": False,         # RunSSE answers "Connection: close" and closes after the run
     # --- live parity (issue 10) ---
     "register_delay_s": 0.0,       # RunSSE registers its run (and sends its 200 head) this
@@ -926,6 +931,10 @@ def h_append(conn, req, rec):
     if fail and int(fail.get("seqno", 0)) == seq:
         return connect_error(conn, fail["status"], fail.get("code", "internal"),
                              fail.get("message", ""))
+    if seq == 0:
+        slow = slow_answer(conn, "append0")
+        if slow is not None:
+            return slow
     append_reply(conn, prof, rec.get("append_json"))
     return 200
 
@@ -1239,7 +1248,10 @@ def exec_args(st):
         return pb.a_write(st.get("path", ""), st.get("file_text", ""), st.get("tool_call_id", ""),
                           bool(st.get("return_content", False)))
     if k == "mcp":
-        return pb.a_mcp(st["tool_name"], st.get("args", {}), st.get("tool_call_id", ""),
+        args = dict(st.get("args", {}))
+        # raw bytes (invalid UTF-8 included) for string values: {"key": "hex"}
+        args.update({a: bytes.fromhex(v) for a, v in st.get("args_raw_hex", {}).items()})
+        return pb.a_mcp(st["tool_name"], args, st.get("tool_call_id", ""),
                         st.get("provider_identifier", "cursor-tools"))
     if k == "request_context":
         return pb.a_request_context(st.get("notes_session_id"), st.get("workspace_id"))
@@ -1433,6 +1445,15 @@ def run_step(ctx, st):
         else:
             S.count("interaction_responses")
         return
+    if op == "flood":
+        # one pre-built batch of frames written again and again (as fast as TLS goes) until
+        # the peer closes or max_s passes: a flood the proxy cannot outrun
+        one = b"".join(build_frame(s, run) for s in st["steps"]) * int(st.get("batch", 1))
+        end = time.time() + float(st.get("max_s", 30))
+        while time.time() < end:
+            _send(ctx, one)
+            ctx.frames += len(st["steps"]) * int(st.get("batch", 1))
+        return
     if op == "sleep":
         if ctx.conn.wait(float(st.get("s", 0.1))) == "closed":
             raise PeerClosed("closed during sleep")
@@ -1467,6 +1488,48 @@ def run_step(ctx, st):
     raise ValueError("unknown op %r" % op)
 
 
+def slow_answer(conn, what):
+    """The configured slow answer for `what` ("models", "append0"), or None when none is set.
+    Ends by closing the connection; records how long it lasted (counter slow_<what>_ms)."""
+    spec = (S.config.get("slow") or {}).get(what)
+    if not spec:
+        return None
+    mode, iv = spec.get("mode"), float(spec.get("interval_s", 1.0))
+    t0 = time.time()
+    end = t0 + float(spec.get("max_s", 30.0))
+    S.count("slow_" + what)
+    try:
+        if mode == "silent":
+            conn.wait(end - time.time())
+        elif mode == "trickle":
+            conn.send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                      b"Content-Length: 1000000\r\n\r\n")
+            while time.time() < end:
+                conn.send(b" ")
+                if conn.wait(min(iv, max(0.0, end - time.time()))) == "closed":
+                    break
+        elif mode == "interim":
+            while time.time() < end:
+                conn.send(b"HTTP/1.1 100 Continue\r\n\r\n")
+                if conn.wait(min(iv, max(0.0, end - time.time()))) == "closed":
+                    break
+        elif mode == "endless":
+            conn.send(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                      b"Transfer-Encoding: chunked\r\n\r\n")
+            blk = b" " * 65536
+            while time.time() < end:
+                conn.chunk(blk)
+                S.count("slow_%s_bytes" % what, len(blk))
+        else:
+            raise ValueError("unknown slow mode %r" % mode)
+    except PeerClosed:
+        pass
+    with S.lock:
+        S.counters["slow_%s_ms" % what] = int((time.time() - t0) * 1000)
+    conn.abort()
+    return 0
+
+
 def h_models(conn, req, rec):
     st = check_common(conn, req, rec, False)
     if st:
@@ -1484,6 +1547,9 @@ def h_models(conn, req, rec):
         conn.respond(429 if code == "resource_exhausted" else 403,
                      json.dumps(connect_error_details(code, msg, det)))
         return 429
+    slow = slow_answer(conn, "models")
+    if slow is not None:
+        return slow
     if S.config["models_status"]:
         return connect_error(conn, int(S.config["models_status"]), "internal", "models failed")
     models = json.loads(json.dumps(BASE_MODELS))

@@ -177,7 +177,7 @@ def enc_value(obj):
         return f_varint(4, 1 if obj else 0)
     if isinstance(obj, (int, float)):
         return f_double(2, obj)
-    if isinstance(obj, str):
+    if isinstance(obj, (str, bytes)):
         return f_bytes(3, obj)
     if isinstance(obj, dict):
         return f_bytes(5, enc_struct(obj))
