@@ -91,6 +91,9 @@
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 128                           /* idle TLS connections kept */
 #define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SPARE_PAR 4                            /* background connects under way at most */
+#define UP_SPARE_WAIT_MS 1000                     /* empty pool: wait this long at most for a
+                                                     spare already being opened */
 #define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
@@ -791,17 +794,21 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
     coai_buf_putc(b, '\n');
 }
 
+static int pool_spares_locked(void);
+
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
 static void metrics_write(coai_buf *b)
 {
     static const char *const tn[] = { "counter", "gauge", "histogram" };
-    int f, pool, conns;
+    int f, pool, conns, spares;
     size_t i;
     pthread_mutex_lock(&S.lock);
     pool = S.pool_n;
     conns = S.conns;
+    spares = pool_spares_locked();
     pthread_mutex_unlock(&S.lock);
+    metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&MX.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
@@ -1093,6 +1100,7 @@ struct upconn {
     coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
+    int spare;                      /* opened ahead by spare_thread, not taken yet (metrics) */
     int64_t idle_since;             /* mono ms when parked in the pool */
     int client_fd;                  /* watched while waiting: a client disconnect cancels */
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
@@ -1388,10 +1396,14 @@ static struct {
     pthread_mutex_t lock;
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
-    int spare_busy;                 /* a background connect is under way */
+    int spare_busy;                 /* background connects under way */
+    int spare_want;                 /* more spares wanted once a thread is free ... */
+    coai_url want_host;             /* ... to this host */
+    uint64_t spare_done;            /* background connects finished (either way) */
+    pthread_cond_t spare_cond;      /* signalled when one finishes */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
 
 static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
@@ -1550,35 +1562,80 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
-static void *spare_thread(void *arg)
-{
-    coai_error e;
-    struct upconn *c;
-    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
-    memset(&e, 0, sizeof e);
-    c = up_connect(h, &e);
-    free(h);
-    if (c) {
-        c->body_done = 1;
-        pool_park(c);
-    } else {
-        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
-    }
-    pthread_mutex_lock(&UPX.lock);
-    UPX.spare_busy = 0;
-    pthread_mutex_unlock(&UPX.lock);
-    return NULL;
-}
-
-/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
- * more in the background (one at a time), so that the next run does not wait for a
- * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
 static int up_same_host(const coai_url *a, const coai_url *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-static void spare_kick(const coai_url *h)
+/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+static int pool_spares_locked(void)
+{
+    const struct upconn *u;
+    int n = 0;
+    for (u = S.pool; u; u = u->next) n += u->spare;
+    return n;
+}
+
+/* Background connects: each thread opens spares for its host while more are wanted there. */
+static void *spare_thread(void *arg)
+{
+    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
+    for (;;) {
+        coai_error e;
+        struct upconn *c;
+        int more;
+        memset(&e, 0, sizeof e);
+        c = up_connect(h, &e);
+        if (c) {
+            c->body_done = 1;
+            c->spare = 1;
+            pool_park(c);
+        } else {
+            srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+        }
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_done++;
+        pthread_cond_broadcast(&UPX.spare_cond);
+        if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
+        more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
+        if (more) UPX.spare_want--;
+        else UPX.spare_busy--;
+        pthread_mutex_unlock(&UPX.lock);
+        if (!more) break;
+    }
+    free(h);
+    return NULL;
+}
+
+/* The pool is empty: if a spare is being opened, wait (UP_SPARE_WAIT_MS at most) until one
+ * finishes, since it started earlier than a connect begun now would. 1 one finished. */
+static int spare_wait(void)
+{
+    struct timespec until;
+    uint64_t seen;
+    int done = 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(UP_SPARE_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += UP_SPARE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&UPX.lock);
+    seen = UPX.spare_done;
+    while (UPX.spare_busy > 0 && UPX.spare_done == seen)
+        if (pthread_cond_timedwait(&UPX.spare_cond, &UPX.lock, &until) != 0) break;
+    done = UPX.spare_done != seen;
+    pthread_mutex_unlock(&UPX.lock);
+    return done;
+}
+
+/* Open a spare connection to host h in the background (at most UP_SPARE_PAR connects at a
+ * time; more wanted for the same host are queued), so that the next run does not wait for a
+ * handshake:
+ *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones to h are
+ *                left;
+ *   replace = 1: the server closed a connection after a complete response (an upstream that
+ *                closes each RunSSE): one for one, up to the pool's cap.
+ * A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled connection. */
+static void spare_kick(const coai_url *h, int replace)
 {
     pthread_attr_t a;
     pthread_t t;
@@ -1587,12 +1644,20 @@ static void spare_kick(const coai_url *h)
     int go, n = 0;
     pthread_mutex_lock(&S.lock);
     for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
-    go = n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    go = !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = !UPX.spare_busy;
-    UPX.spare_busy = 1;
+    go = n + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go && UPX.spare_busy >= UP_SPARE_PAR) {
+        if (!UPX.spare_want || up_same_host(&UPX.want_host, h)) {
+            UPX.want_host = *h;     /* a busy thread for this host opens it next */
+            UPX.spare_want++;
+        }
+        go = 0;
+    } else if (go) {
+        UPX.spare_busy++;
+    }
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
     arg = malloc(sizeof *arg);
@@ -1603,7 +1668,7 @@ static void spare_kick(const coai_url *h)
     if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
         free(arg);
         pthread_mutex_lock(&UPX.lock);
-        UPX.spare_busy = 0;
+        UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
     }
     pthread_attr_destroy(&a);
@@ -1615,6 +1680,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
+    int waited = 0;
     while (!fresh) {
         struct upconn **pp;
         pthread_mutex_lock(&S.lock);
@@ -1622,9 +1688,11 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         c = *pp;
         if (c) { *pp = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
+        if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
+            c->spare = 0;
             break;
         }
         up_free(c);
@@ -1632,7 +1700,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     }
     if (!c) c = up_connect(h, e);
     if (!c) return NULL;
-    spare_kick(h);                  /* after a success only: never doubles a failing connect */
+    spare_kick(h, 0);               /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1684,13 +1752,18 @@ static void pool_prune(int everything)
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
+    coai_url host;
+    int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
         && c->ra_len == c->ra_off && !S.stop) {
         pool_park(c);
         return;
     }
+    replace = c->body_done && c->must_close && c->why == UPX_OK;
+    host = c->host;
     up_free(c);
+    if (replace) spare_kick(&host, 1);
 }
 
 /* Describe an I/O failure on c into e. `stage` names what was being done. */
@@ -4614,9 +4687,13 @@ again:
                     r->request_id, PROFILE_NAME[r->profile], r->err.message,
                     PROFILE_NAME[!r->profile]);
             r->profile = !r->profile;
+            c->fallback = "profile";
+            metric_add(M_FALLBACKS, "kind=\"profile\"", 1);
         } else {
             r->tries |= 2;
             agent_get(&r->host, NULL, 0);
+            c->fallback = "agent_host";
+            metric_add(M_FALLBACKS, "kind=\"agent_host\"", 1);
         }
         if (r->sse) { up_free(r->sse); r->sse = NULL; }
         coai_reply_free(&r->reply);
