@@ -129,6 +129,7 @@ static struct server {
     coai_url base;                  /* the same URL parsed: auth, models, server config */
     coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
     int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    int connect_json;               /* CURSOR_OAI_CONNECT_APPEND=json: BidiAppend as JSON */
     char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
     char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
@@ -793,17 +794,21 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
     coai_buf_putc(b, '\n');
 }
 
+static int pool_spares_locked(void);
+
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
 static void metrics_write(coai_buf *b)
 {
     static const char *const tn[] = { "counter", "gauge", "histogram" };
-    int f, pool, conns;
+    int f, pool, conns, spares;
     size_t i;
     pthread_mutex_lock(&S.lock);
     pool = S.pool_n;
     conns = S.conns;
+    spares = pool_spares_locked();
     pthread_mutex_unlock(&S.lock);
+    metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&MX.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
@@ -1095,6 +1100,7 @@ struct upconn {
     coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
+    int spare;                      /* opened ahead by spare_thread, not taken yet (metrics) */
     int64_t idle_since;             /* mono ms when parked in the pool */
     int client_fd;                  /* watched while waiting: a client disconnect cancels */
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
@@ -1561,6 +1567,15 @@ static int up_same_host(const coai_url *a, const coai_url *b)
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
+/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+static int pool_spares_locked(void)
+{
+    const struct upconn *u;
+    int n = 0;
+    for (u = S.pool; u; u = u->next) n += u->spare;
+    return n;
+}
+
 /* Background connects: each thread opens spares for its host while more are wanted there. */
 static void *spare_thread(void *arg)
 {
@@ -1573,6 +1588,7 @@ static void *spare_thread(void *arg)
         c = up_connect(h, &e);
         if (c) {
             c->body_done = 1;
+            c->spare = 1;
             pool_park(c);
         } else {
             srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
@@ -1676,6 +1692,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
+            c->spare = 0;
             break;
         }
         up_free(c);
@@ -1949,7 +1966,8 @@ enum {
     UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
     UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
     UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
-    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_UNARY,  /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_JSON    /* BidiAppend, Connect profile, CURSOR_OAI_CONNECT_APPEND=json */
 };
 
 /* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
@@ -1965,7 +1983,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
     coai_str tok;
     int json = kind == UPH_JSON;
     if (!hp) hp = &S.base;
-    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY || kind == UPH_CONNECT_JSON) {
         coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
                         hp->prefix, path, hp->authority);
         coai_buf_append(h, token, token_len);
@@ -1980,7 +1998,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-request-id: %s\r\n"
                         "content-length: %zu\r\n\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
-                                                   : "application/proto",
+                        : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
                         S.client_version, request_id, body_len);
         return h->err ? -1 : 0;
     }
@@ -3989,14 +4007,27 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (connect) {      /* Connect unary: no envelope */
+    if (connect && S.connect_json) {
+        /* Connect JSON, as one peer sends it over HTTP/1.1: proto3 JSON of the same
+         * BidiAppendRequest (data is already hex text; int64 as a string) */
+        coai_buf_reset(&body);
+        coai_buf_puts(&body, "{\"data\":\"");
+        coai_hex_append(&body, msg, n);
+        coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
+                        r->request_id, (long long)r->seqno);
+        if (body.err) {
+            coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+            goto done;
+        }
+    } else if (connect) {      /* Connect unary binary: no envelope */
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+    if (up_call_host(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                     : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                      body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
@@ -4782,9 +4813,13 @@ again:
                     r->request_id, PROFILE_NAME[r->profile], r->err.message,
                     PROFILE_NAME[!r->profile]);
             r->profile = !r->profile;
+            c->fallback = "profile";
+            metric_add(M_FALLBACKS, "kind=\"profile\"", 1);
         } else {
             r->tries |= 2;
             agent_get(&r->host, NULL, 0);
+            c->fallback = "agent_host";
+            metric_add(M_FALLBACKS, "kind=\"agent_host\"", 1);
         }
         if (r->sse) { up_free(r->sse); r->sse = NULL; }
         coai_reply_free(&r->reply);
@@ -5194,6 +5229,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           grpc-web, with Connect as the fallback)\n"
+    "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -5600,6 +5636,15 @@ static int configure(void)
             fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
                     "https://host[:port][/path] (https only)\n");
             return -1;
+        }
+        const char *ca = getenv("CURSOR_OAI_CONNECT_APPEND");
+        S.connect_json = 0;
+        if (ca && *ca) {
+            if (strcmp(ca, "json") == 0) S.connect_json = 1;
+            else if (strcmp(ca, "proto") != 0) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_CONNECT_APPEND must be proto or json\n");
+                return -1;
+            }
         }
         S.profile_forced = -1;
         if (pr && *pr) {
