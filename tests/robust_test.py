@@ -653,6 +653,26 @@ def t_auth(tmp, fake, token):
           out.returncode == 0 and os.path.exists(os.path.join(shared, "auth.json")) and
           os.stat(os.path.join(shared, "auth.json")).st_mode & 0o777 == 0o600, out.stderr)
 
+    # a renewal call that hangs: the auth call has the same overall deadline
+    home = os.path.join(tmp, "home-slowauth")
+    ours = os.path.join(home, ".config", "cursor-oai", "auth.json")
+    rt2 = "rt_robust_slowauth"
+    fake.ctl("/config", {"refresh_tokens": [rt2], "refresh_delay_s": 12.0})
+    write_json(ours, {"accessToken": jwt(-60), "refreshToken": rt2})
+    p = H.Proxy(tmp, "slowauth", fake.url(), fake.ca, "", extra_env={
+        "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+        "CURSOR_OAI_UPSTREAM_TIMEOUT": "3"})
+    try:
+        (st, b, hd), dt = timed(plain, p, "scenario:default", timeout=20)
+        e = err_of(b) or {}
+        note("token renewal answered after 12 s, CURSOR_OAI_UPSTREAM_TIMEOUT=3: %d after %.2f s:"
+             " %s" % (st, dt, e.get("message")))
+        check("a hanging /auth/refresh ends at the overall deadline (503 within 5 s)",
+              st == 503 and dt < 5, (st, dt, b[:200]))
+    finally:
+        fake.ctl("/config", {"refresh_delay_s": 0.0})
+        p.stop()
+
     # a blank client key
     port = H.free_port()
     env = cli_env(os.path.join(tmp, "home-blank"), fake, {"CURSOR_OAI_API_KEY": "  ",
