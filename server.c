@@ -91,6 +91,9 @@
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 128                           /* idle TLS connections kept */
 #define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SPARE_PAR 4                            /* background connects under way at most */
+#define UP_SPARE_WAIT_MS 1000                     /* empty pool: wait this long at most for a
+                                                     spare already being opened */
 #define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
@@ -126,6 +129,7 @@ static struct server {
     coai_url base;                  /* the same URL parsed: auth, models, server config */
     coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
     int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    int connect_json;               /* CURSOR_OAI_CONNECT_APPEND=json: BidiAppend as JSON */
     char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
     char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
@@ -790,17 +794,21 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
     coai_buf_putc(b, '\n');
 }
 
+static int pool_spares_locked(void);
+
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
 static void metrics_write(coai_buf *b)
 {
     static const char *const tn[] = { "counter", "gauge", "histogram" };
-    int f, pool, conns;
+    int f, pool, conns, spares;
     size_t i;
     pthread_mutex_lock(&S.lock);
     pool = S.pool_n;
     conns = S.conns;
+    spares = pool_spares_locked();
     pthread_mutex_unlock(&S.lock);
+    metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&MX.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
@@ -1092,6 +1100,7 @@ struct upconn {
     coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
+    int spare;                      /* opened ahead by spare_thread, not taken yet (metrics) */
     int64_t idle_since;             /* mono ms when parked in the pool */
     int client_fd;                  /* watched while waiting: a client disconnect cancels */
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
@@ -1387,10 +1396,14 @@ static struct {
     pthread_mutex_t lock;
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
-    int spare_busy;                 /* a background connect is under way */
+    int spare_busy;                 /* background connects under way */
+    int spare_want;                 /* more spares wanted once a thread is free ... */
+    coai_url want_host;             /* ... to this host */
+    uint64_t spare_done;            /* background connects finished (either way) */
+    pthread_cond_t spare_cond;      /* signalled when one finishes */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
 
 static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
@@ -1549,35 +1562,80 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
-static void *spare_thread(void *arg)
-{
-    coai_error e;
-    struct upconn *c;
-    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
-    memset(&e, 0, sizeof e);
-    c = up_connect(h, &e);
-    free(h);
-    if (c) {
-        c->body_done = 1;
-        pool_park(c);
-    } else {
-        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
-    }
-    pthread_mutex_lock(&UPX.lock);
-    UPX.spare_busy = 0;
-    pthread_mutex_unlock(&UPX.lock);
-    return NULL;
-}
-
-/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
- * more in the background (one at a time), so that the next run does not wait for a
- * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
 static int up_same_host(const coai_url *a, const coai_url *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-static void spare_kick(const coai_url *h)
+/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+static int pool_spares_locked(void)
+{
+    const struct upconn *u;
+    int n = 0;
+    for (u = S.pool; u; u = u->next) n += u->spare;
+    return n;
+}
+
+/* Background connects: each thread opens spares for its host while more are wanted there. */
+static void *spare_thread(void *arg)
+{
+    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
+    for (;;) {
+        coai_error e;
+        struct upconn *c;
+        int more;
+        memset(&e, 0, sizeof e);
+        c = up_connect(h, &e);
+        if (c) {
+            c->body_done = 1;
+            c->spare = 1;
+            pool_park(c);
+        } else {
+            srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+        }
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_done++;
+        pthread_cond_broadcast(&UPX.spare_cond);
+        if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
+        more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
+        if (more) UPX.spare_want--;
+        else UPX.spare_busy--;
+        pthread_mutex_unlock(&UPX.lock);
+        if (!more) break;
+    }
+    free(h);
+    return NULL;
+}
+
+/* The pool is empty: if a spare is being opened, wait (UP_SPARE_WAIT_MS at most) until one
+ * finishes, since it started earlier than a connect begun now would. 1 one finished. */
+static int spare_wait(void)
+{
+    struct timespec until;
+    uint64_t seen;
+    int done = 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(UP_SPARE_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += UP_SPARE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&UPX.lock);
+    seen = UPX.spare_done;
+    while (UPX.spare_busy > 0 && UPX.spare_done == seen)
+        if (pthread_cond_timedwait(&UPX.spare_cond, &UPX.lock, &until) != 0) break;
+    done = UPX.spare_done != seen;
+    pthread_mutex_unlock(&UPX.lock);
+    return done;
+}
+
+/* Open a spare connection to host h in the background (at most UP_SPARE_PAR connects at a
+ * time; more wanted for the same host are queued), so that the next run does not wait for a
+ * handshake:
+ *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones to h are
+ *                left;
+ *   replace = 1: the server closed a connection after a complete response (an upstream that
+ *                closes each RunSSE): one for one, up to the pool's cap.
+ * A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled connection. */
+static void spare_kick(const coai_url *h, int replace)
 {
     pthread_attr_t a;
     pthread_t t;
@@ -1586,12 +1644,20 @@ static void spare_kick(const coai_url *h)
     int go, n = 0;
     pthread_mutex_lock(&S.lock);
     for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
-    go = n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    go = !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = !UPX.spare_busy;
-    UPX.spare_busy = 1;
+    go = n + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go && UPX.spare_busy >= UP_SPARE_PAR) {
+        if (!UPX.spare_want || up_same_host(&UPX.want_host, h)) {
+            UPX.want_host = *h;     /* a busy thread for this host opens it next */
+            UPX.spare_want++;
+        }
+        go = 0;
+    } else if (go) {
+        UPX.spare_busy++;
+    }
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
     arg = malloc(sizeof *arg);
@@ -1602,7 +1668,7 @@ static void spare_kick(const coai_url *h)
     if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
         free(arg);
         pthread_mutex_lock(&UPX.lock);
-        UPX.spare_busy = 0;
+        UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
     }
     pthread_attr_destroy(&a);
@@ -1614,6 +1680,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
+    int waited = 0;
     while (!fresh) {
         struct upconn **pp;
         pthread_mutex_lock(&S.lock);
@@ -1621,9 +1688,11 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         c = *pp;
         if (c) { *pp = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
+        if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
+            c->spare = 0;
             break;
         }
         up_free(c);
@@ -1631,7 +1700,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     }
     if (!c) c = up_connect(h, e);
     if (!c) return NULL;
-    spare_kick(h);                  /* after a success only: never doubles a failing connect */
+    spare_kick(h, 0);               /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1683,13 +1752,18 @@ static void pool_prune(int everything)
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
+    coai_url host;
+    int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
         && c->ra_len == c->ra_off && !S.stop) {
         pool_park(c);
         return;
     }
+    replace = c->body_done && c->must_close && c->why == UPX_OK;
+    host = c->host;
     up_free(c);
+    if (replace) spare_kick(&host, 1);
 }
 
 /* Describe an I/O failure on c into e. `stage` names what was being done. */
@@ -1892,7 +1966,8 @@ enum {
     UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
     UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
     UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
-    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_UNARY,  /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_JSON    /* BidiAppend, Connect profile, CURSOR_OAI_CONNECT_APPEND=json */
 };
 
 /* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
@@ -1908,7 +1983,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
     coai_str tok;
     int json = kind == UPH_JSON;
     if (!hp) hp = &S.base;
-    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY || kind == UPH_CONNECT_JSON) {
         coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
                         hp->prefix, path, hp->authority);
         coai_buf_append(h, token, token_len);
@@ -1923,7 +1998,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-request-id: %s\r\n"
                         "content-length: %zu\r\n\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
-                                                   : "application/proto",
+                        : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
                         S.client_version, request_id, body_len);
         return h->err ? -1 : 0;
     }
@@ -3818,14 +3893,27 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (connect) {      /* Connect unary: no envelope */
+    if (connect && S.connect_json) {
+        /* Connect JSON, as one peer sends it over HTTP/1.1: proto3 JSON of the same
+         * BidiAppendRequest (data is already hex text; int64 as a string) */
+        coai_buf_reset(&body);
+        coai_buf_puts(&body, "{\"data\":\"");
+        coai_hex_append(&body, msg, n);
+        coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
+                        r->request_id, (long long)r->seqno);
+        if (body.err) {
+            coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+            goto done;
+        }
+    } else if (connect) {      /* Connect unary binary: no envelope */
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+    if (up_call_host(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                     : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                      body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
@@ -4599,9 +4687,13 @@ again:
                     r->request_id, PROFILE_NAME[r->profile], r->err.message,
                     PROFILE_NAME[!r->profile]);
             r->profile = !r->profile;
+            c->fallback = "profile";
+            metric_add(M_FALLBACKS, "kind=\"profile\"", 1);
         } else {
             r->tries |= 2;
             agent_get(&r->host, NULL, 0);
+            c->fallback = "agent_host";
+            metric_add(M_FALLBACKS, "kind=\"agent_host\"", 1);
         }
         if (r->sse) { up_free(r->sse); r->sse = NULL; }
         coai_reply_free(&r->reply);
@@ -5007,6 +5099,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           grpc-web, with Connect as the fallback)\n"
+    "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -5387,6 +5480,15 @@ static int configure(void)
             fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
                     "https://host[:port][/path] (https only)\n");
             return -1;
+        }
+        const char *ca = getenv("CURSOR_OAI_CONNECT_APPEND");
+        S.connect_json = 0;
+        if (ca && *ca) {
+            if (strcmp(ca, "json") == 0) S.connect_json = 1;
+            else if (strcmp(ca, "proto") != 0) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_CONNECT_APPEND must be proto or json\n");
+                return -1;
+            }
         }
         S.profile_forced = -1;
         if (pr && *pr) {

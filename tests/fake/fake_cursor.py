@@ -119,7 +119,8 @@ DEFAULT_CONFIG = {
                                    # (or an unparsable one) is rejected as outdated
     "outdated_error": 28,          # 28: resource_exhausted + "Update Required" (2026 form);
                                    # 30: ERROR_OUTDATED_CLIENT, permission_denied (older form)
-    "unsupported_profiles": [],    # "grpc-web" / "connect": answered 415 on RunSSE/BidiAppend
+    "unsupported_profiles": [],    # "grpc-web" / "connect": refused on RunSSE/BidiAppend
+    "unsupported_status": 415,     # ... with this status (464: what a load balancer answers)
     "agent_url": None,             # GetServerConfig's agentUrl/agentnUrl (None: the main
                                    # listener itself; "agent": the agent listener)
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
@@ -745,6 +746,8 @@ def request_profile(req, agent):
         return "grpc-web"
     if ct == (CT_CONNECT if req["path"] == PATH_RUNSSE else CT_PROTO):
         return "connect"
+    if ct == "application/json" and req["path"] == PATH_APPEND:
+        return "connect"        # Connect JSON BidiAppend (one peer's HTTP/1.1 form)
     return None
 
 
@@ -771,6 +774,10 @@ def check_common(conn, req, rec, agent):
         # a test marked this profile unsupported: what a server without it answers; not a
         # validation error of the client
         S.count("profile_rejected_" + prof)
+        st = int(S.config["unsupported_status"])
+        if st != 415:
+            conn.respond(st, b"", ctype="text/plain")
+            return st
         return connect_error(conn, 415, "unknown", "unsupported content-type %r" % ct)
     if prof == "connect" and h.get("connect-protocol-version") != "1":
         S.error("rejected: Connect request without connect-protocol-version: 1",
@@ -810,8 +817,10 @@ def check_common(conn, req, rec, agent):
 # ---------------------------------------------------------------------------------------------
 # endpoints
 
-def append_reply(conn, prof):
-    if prof == "connect":
+def append_reply(conn, prof, as_json=False):
+    if as_json:
+        conn.respond(200, b"{}")                  # empty BidiAppendResponse, Connect JSON
+    elif prof == "connect":
         conn.respond(200, b"", ctype=CT_PROTO)    # empty BidiAppendResponse
     else:
         conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
@@ -829,10 +838,23 @@ def h_append(conn, req, rec):
                      json.dumps(connect_error_details(code, msg, det)))
         return 429
     try:
-        # grpc-web: an envelope; Connect unary: the bare message
-        payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
-        ap = pb.dec_bidi_append(payload)
-    except pb.PBError as e:
+        if req["headers"].get("content-type", "").split(";")[0].strip() == "application/json":
+            # Connect JSON: {"data": hex, "requestId": {"requestId"}, "appendSeqno": "N"}
+            # (proto3 JSON: int64 as a string, 0 may be omitted)
+            j = json.loads(req["body"])
+            if not isinstance(j, dict) or not isinstance(j.get("requestId"), dict):
+                raise pb.PBError("not a BidiAppendRequest JSON object")
+            seq = j.get("appendSeqno", "0")
+            if not isinstance(seq, str) or not seq.isdigit():
+                raise pb.PBError("appendSeqno %r is not an int64 string" % (seq,))
+            ap = {"data_hex": j.get("data"), "request_id": j["requestId"].get("requestId"),
+                  "append_seqno": int(seq)}
+            rec["append_json"] = True
+        else:
+            # grpc-web: an envelope; Connect unary: the bare message
+            payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
+            ap = pb.dec_bidi_append(payload)
+    except (pb.PBError, ValueError) as e:
         S.error("BidiAppend body: %s" % e)
         return connect_error(conn, 400, "invalid_argument", "bad body: %s" % e)
     rec["decoded"] = dict(ap, data_hex=None, data_hex_len=len(ap["data_hex"] or ""))
@@ -891,7 +913,7 @@ def h_append(conn, req, rec):
                 S.error("seqno-0 append before its RunSSE was registered: run dropped",
                         request_id=rid)
                 run.cond.notify_all()
-                append_reply(conn, prof)
+                append_reply(conn, prof, rec.get("append_json"))
                 return 200
             run.run_request = msg
             pick_scenario(run)
@@ -913,7 +935,7 @@ def h_append(conn, req, rec):
         slow = slow_answer(conn, "append0")
         if slow is not None:
             return slow
-    append_reply(conn, prof)
+    append_reply(conn, prof, rec.get("append_json"))
     return 200
 
 
