@@ -93,6 +93,7 @@ def scenarios(ws, secret):
                 {"op": "exec", "kind": "write", "id": 2, "exec_id": "exec-write-0002",
                  "path": out, "file_text": "COPIED-%s\n" % secret, "wait_reply": 1.0},
                 {"op": "stall", "max_s": 60}]}], "steps": [
+            {"op": "thinking", "text": "I should read the file first."},
             {"op": "text", "text": "Reading the input."},
             {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001", "path": inp,
              "wait_reply": 1.0},
@@ -246,6 +247,13 @@ def t_wire(proxy, fake, ws, secret):
     run = runs_by(fake, "tool_shell")[-1:]
     check("the run request declared Bash upstream",
           run and [t["tool_name"] for t in run_msg(run[0]).get("tools", [])] == ["Bash"], run)
+
+    # no LS/Grep tool (a current Claude Code has none): ls and grep go to Bash as commands
+    for scen, cmd in (("tool_ls", "ls -la -- '/tmp'"), ("tool_grep", "grep -rnE -e 'TODO' -- '/tmp'")):
+        st, b, hd = post(proxy, "/v1/messages", msg("scenario:" + scen, tools=[CC_BASH]))
+        j = jload(b) or {}
+        eq("%s -> Bash %s" % (scen, cmd), [(c.get("name"), (c.get("input") or {}).get("command"))
+                                          for c in j.get("content", [])], [("Bash", cmd)])
 
     # MCP tools pass through with their arguments (non-streaming)
     mcp = {"name": "mcp__weather__get_weather", "description": "weather",
@@ -518,6 +526,9 @@ def t_claude(proxy, fake, ws, secret, tmp):
     tools_used = [c.get("name") for e in r.jsonl() if e.get("type") == "assistant"
                   for c in (e.get("message") or {}).get("content", []) if c.get("type") == "tool_use"]
     eq("Claude Code ran Read then Write", tools_used, ["Read", "Write"])
+    p = run_msg(runs_by(fake, "cc_rw")[-1]).get("prompt", "") if runs_by(fake, "cc_rw") else ""
+    check("its thinking came back and stayed out of the prompt; the calls went in",
+          "I should read the file first" not in p and "[Called tool: Write(" in p, p[-600:])
     posts = [q for q in tap.requests if q["method"] == "POST"]
     check("every request was POST /v1/messages?beta=true",
           posts and all(q["path"] == "/v1/messages?beta=true" for q in tap.requests),
@@ -582,7 +593,9 @@ def main():
                       config={"client_version": H.CLIENT_VERSION})
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token, extra_env={
             "CURSOR_OAI_API_KEY": KEY,
-            "CURSOR_OAI_MODEL_MAP": "claude-opus-4-1-20250805=gpt-5.1-codex"})
+            "CURSOR_OAI_MODEL_MAP": "claude-opus-4-1-20250805=gpt-5.1-codex",
+            # each usage-limit check here must reach the fake (the latch has its own tests)
+            "CURSOR_OAI_QUOTA_LATCH": "0"})
         sections = [("wire", lambda: t_wire(proxy, fake, ws, secret)),
                     ("sdk", lambda: t_sdk(proxy, fake, ws, secret)),
                     ("claude", lambda: t_claude(proxy, fake, ws, secret, tmp))]

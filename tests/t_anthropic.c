@@ -178,6 +178,47 @@ static void test_request_errors(void)
     }
 }
 
+/* a 3x2 PNG (images are decoded by the core, so the test needs a real one) */
+#define PNG3X2 "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAIAAAASFvFNAAAAEUlEQVR4nGP4z8AAQTD6PwMAPtUF+6guL00AAAAASUVORK5CYII="
+
+/* The OpenAI dialect fills the same neutral request. */
+static void test_openai_neutral(void)
+{
+    coai_request q;
+    coai_error e;
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":"
+        "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64," PNG3X2 "\"}},{\"type\":"
+        "\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
+        "[{\"id\":\"sess_S1__call_c\",\"type\":\"function\",\"function\":{\"name\":\"read\","
+        "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"sess_S1__call_c\","
+        "\"content\":\"r\"}],\"tool_choice\":\"required\"}";
+    CHECK(coai_request_parse(&q, COAI_DIALECT_OPENAI_CHAT, body, strlen(body), &e) == 0);
+    CHECK(q.dialect == COAI_DIALECT_OPENAI_CHAT && q.message_count == 4 && q.thinking == -1);
+    if (q.message_count == 4) {
+        CHECK(q.messages[0].role == COAI_ROLE_SYSTEM);
+        CHECK(q.messages[1].role == COAI_ROLE_USER && q.messages[1].part_count == 3
+              && q.messages[1].parts[1].kind == COAI_PART_IMAGE
+              && coai_str_eq(q.messages[1].parts[1].url, "data:image/png;base64," PNG3X2));
+        /* the image is decoded for the run (surface: a real PNG; "AAAA" would be a 400) */
+        CHECK(q.image_count == 1 && q.images[0].width == 3 && q.images[0].height == 2);
+        CHECK(q.messages[2].role == COAI_ROLE_ASSISTANT && q.messages[2].call_count == 1
+              && coai_str_eq(q.messages[2].calls[0].name, "read")
+              && coai_str_eq(q.messages[2].calls[0].args, "{}"));
+        CHECK(q.messages[3].role == COAI_ROLE_TOOL
+              && coai_str_eq(q.messages[3].tool_call_id, "sess_S1__call_c"));
+    }
+    CHECK(q.tool_choice == COAI_TOOL_CHOICE_ANY && coai_str_eq(q.session_id, "S1"));
+    /* images are not text: the prompt joins the two text parts */
+    CHECK(strstr((const char *)q.prompt.data, "User: a\nb") != NULL);
+    coai_request_free(&q);
+    /* an unknown dialect is refused, not crashed on */
+    CHECK(coai_request_parse(&q, (coai_dialect)7, body, strlen(body), &e) == COAI_ERR_INVALID
+          && e.status == 404);
+    coai_request_free(&q);
+}
+
 /* ---- the writer ----------------------------------------------------------------------- */
 
 static void setup(coai_reply *r, sink *s, int stream, const coai_tool *tools, size_t n)
@@ -533,6 +574,58 @@ static void test_exec_names(void)
     cJSON_Delete(open_s);
 }
 
+/* Claude Code offers no LS/Grep/Glob: those execs become Bash commands in the Messages
+ * dialect (and stay refused in OpenAI chat, whose mapping is unchanged). */
+static void test_anthropic_exec(void)
+{
+    coai_tool t[2];
+    coai_exec ex;
+    coai_tool_call tc;
+    cJSON *bash = cJSON_Parse("{\"type\":\"object\",\"additionalProperties\":false,"
+                              "\"properties\":{\"command\":{},\"description\":{}}}");
+    static const struct { int kind; const char *path, *pattern, *glob, *cmd; } cases[] = {
+        { COAI_EXEC_LS, "/w/src", "", "", "ls -la -- '/w/src'" },
+        { COAI_EXEC_LS, "", "", "", "ls -la -- '.'" },
+        { COAI_EXEC_GREP, "/w", "TODO|FIXME", "", "grep -rnE -e 'TODO|FIXME' -- '/w'" },
+        { COAI_EXEC_GREP, "", "it's", "*.c", "grep -rnE --include='*.c' -e 'it'\\''s' -- '.'" },
+        { COAI_EXEC_GREP, "/w", "", "src/**/*.ts", "find '/w' -type f -name '*.ts'" },
+        { COAI_EXEC_DELETE, "/w/old.txt", "", "", "rm -f -- '/w/old.txt'" },
+    };
+    size_t i;
+    memset(t, 0, sizeof t);
+    memset(&tc, 0, sizeof tc);
+    t[0].name = coai_str_c("Read");
+    t[1].name = coai_str_c("Bash");
+    t[1].parameters = bash;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j;
+        memset(&ex, 0, sizeof ex);
+        ex.kind = (coai_exec_kind)cases[i].kind;
+        ex.path = coai_str_c(cases[i].path);
+        ex.has_path = cases[i].path[0] != 0;
+        ex.pattern = coai_str_c(cases[i].pattern);
+        ex.glob = coai_str_c(cases[i].glob);
+        CHECKF(coai_anthropic_exec_map(&ex, t, 2, coai_str_c("/proxy"), &tc) == 1 && tc.tool == 1,
+               "case %zu", i);
+        j = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
+        CHECKF(j && strcmp(cJSON_GetObjectItem(j, "command")->valuestring, cases[i].cmd) == 0
+               && cJSON_GetObjectItem(j, "description") && cJSON_GetArraySize(j) == 2,
+               "case %zu: %s", i, tc.args.data);
+        cJSON_Delete(j);
+        /* the OpenAI mapping is unchanged: refused */
+        CHECK(coai_exec_map(&ex, t, 2, coai_str_c("/proxy"), &tc) == 0);
+    }
+    /* a dedicated tool still wins; no shell tool: refused */
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_READ;
+    ex.path = coai_str_c("/a");
+    CHECK(coai_anthropic_exec_map(&ex, t, 2, coai_str_c(""), &tc) == 1 && tc.tool == 0);
+    ex.kind = COAI_EXEC_LS;
+    CHECK(coai_anthropic_exec_map(&ex, t, 1, coai_str_c(""), &tc) == 0);
+    coai_buf_free(&tc.args);
+    cJSON_Delete(bash);
+}
+
 /* ---- model names ---------------------------------------------------------------------- */
 
 static void test_models(void)
@@ -597,11 +690,13 @@ int main(void)
 {
     test_request();
     test_request_errors();
+    test_openai_neutral();
     test_stream();
     test_tool_use();
     test_non_stream_and_errors();
     test_usage_cache();
     test_exec_names();
+    test_anthropic_exec();
     test_models();
     TEST_END();
 }
