@@ -3935,6 +3935,9 @@ struct run {
     /* conversation memory (issue 11) */
     char conv_id[37];               /* AgentRunRequest.conversation_id, kept across steps */
     int resumed;                    /* started from a remembered checkpoint */
+    unsigned char hist[32];         /* digest of the request's history (conversation memory) */
+    int hist_ok;                    /* hist is set (the messages themselves may be gone) */
+    size_t prompt_units;            /* the prompt's size for usage, once the prompt is gone */
     int hold_errors;                /* an error before the first byte is not sent (a
                                      * resumed run falls back to a replay instead) */
 };
@@ -4955,7 +4958,9 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     o->env = &r->params;
     o->send = run_send;
     o->send_user = r;
-    o->batch_tools = H.on;
+    /* parallel tool calls only when the client allows them (parallel_tool_calls: false) */
+    o->batch_tools = H.on && !(r->req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+                                   r->req.root_, "parallel_tool_calls")));
     if (r->resp) {
         o->echo.ptr = r->rr.echo.data ? (const char *)r->rr.echo.data : "";
         o->echo.len = r->rr.echo.len;
@@ -4989,13 +4994,14 @@ static void mem_store(struct run *r)
     struct mem_entry *e, **pp, *old = NULL;
     size_t i, n = r->req.message_count;
     int cut = 0;
-    if (!H.on || !cp.len || !n || !r->conv_id[0]) return;
+    if (!H.on || !cp.len || (!n && !r->hist_ok) || !r->conv_id[0]) return;
     text = coai_reply_text(&r->reply, &cut);
     if (cut) return;
     e = calloc(1, sizeof *e);
-    dg = malloc(n * sizeof *dg);
+    dg = malloc((n ? n : 1) * sizeof *dg);
     if (!e || !dg) { free(e); free(dg); return; }
-    coai_conversation_digests(r->req.messages, n, dg);
+    if (n) coai_conversation_digests(r->req.messages, n, dg);
+    else memcpy(dg[0], r->hist, 32), n = 1;
     memset(&am, 0, sizeof am);
     memset(&ap, 0, sizeof ap);
     am.role = COAI_ROLE_ASSISTANT;
@@ -5857,6 +5863,26 @@ static int handle_chat(struct conn *c)
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
+        if (pass == 1 && r->req.message_count) {
+            /* The conversation lives on in run_msg: the prompt and the messages of the tree
+             * go now (robust: a big request costs little more than its size), after the
+             * history digest conversation memory needs is taken. The tool definitions stay:
+             * the reply's views point into them. */
+            unsigned char (*dg)[32] = malloc(r->req.message_count * sizeof *dg);
+            if (dg && H.on) {
+                coai_conversation_digests(r->req.messages, r->req.message_count, dg);
+                memcpy(r->hist, dg[r->req.message_count - 1], 32);
+                r->hist_ok = 1;
+            }
+            free(dg);
+            r->prompt_units = r->reply.prompt_units_;
+            r->reply.o_.prompt = o.prompt = coai_str_c("");
+            coai_buf_free(&r->req.prompt);
+            r->params.prompt = coai_str_c("");
+            r->req.messages = NULL;
+            r->req.message_count = 0;
+            cJSON_DeleteItemFromObjectCaseSensitive(r->req.root_, "messages");
+        }
         if (pass == 0) {
             size_t j;
             for (j = 0; j < hit.nblobs; j++)      /* served on get_blob */
@@ -5930,6 +5956,7 @@ static int handle_chat(struct conn *c)
                 send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
                 goto done;
             }
+            if (r->prompt_units) r->reply.prompt_units_ = r->prompt_units;   /* prompt gone */
             if (pass == 0) {
                 size_t j;
                 for (j = 0; j < hit.nblobs; j++)
@@ -6285,6 +6312,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           grpc-web, with Connect as the fallback)\n"
+    "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  CURSOR_OAI_CONTINUATION  on: hold a run across tool calls and resume conversations\n"
     "                           from Cursor's checkpoint; off: one fresh run per request (on)\n"
     "  CURSOR_OAI_HELD_RUN_TTL  seconds a held run waits for its tool results (1800)\n"

@@ -216,6 +216,12 @@ def log_of(px):
     return open(px.proc.log_path, encoding="utf-8", errors="replace").read()
 
 
+def logged(px, text, n=1):
+    """The proxy logged text (at least n times); log lines are written by a queue, so wait a
+    little for them."""
+    return H.wait_for(lambda: log_of(px).count(text) >= n, 5)
+
+
 def appends_of(run, typ, kind=None):
     return [a for a in run["appends"] if a["message"].get("type") == typ
             and (kind is None or a["message"].get("kind") == kind)]
@@ -339,7 +345,7 @@ def t_held(tmp, fake, token, ws, secret):
                      results={r["tool_calls"][0]["id"]} if r["tool_calls"] else set())
     r2 = chat(px, {"model": "scenario:h_parallel", "messages": msgs, "tools": TOOLS}, False)
     eq("partial results: replayed, not continued", r2["content"], REPLAYED)
-    check("logged why", "do not answer every pending tool call" in log_of(px))
+    check("logged why", logged(px, "do not answer every pending tool call"))
     # five steps: one run, each result sent once
     k0 = len(runs_of(fake, "h_five"))
     rs, _ = loop(px, ws, "scenario:h_five", True)
@@ -373,22 +379,23 @@ def t_fallback(tmp, fake, token, ws, secret):
         check("%s: nothing reached the client before the fallback" % what,
               not rs[-1]["errors"] and rs[-1]["finish"] == ["stop"], rs[-1])
         eq("%s: two upstream runs" % what, len(runs_of(fake, model.split(":")[1])) - k0, 2)
-    check("hollow fallback logged at info", "no progress within CURSOR_OAI_HOLLOW_TIMEOUT"
-          in log_of(px))
+    check("hollow fallback logged at info", logged(px, "no progress within "
+                                                    "CURSOR_OAI_HOLLOW_TIMEOUT"))
     st = runs_of(fake, "h_mistyped")[-2]["stream"]
     check("mis-typed result: the fake stalled that run", "stalled" in st, st)
     # the upstream closed the held run
     rs = two_steps(px, "scenario:h_close", pause=1.0)
     eq("closed held run: replayed", rs[-1]["content"], REPLAYED)
-    check("closed held run logged", "Cursor closed the held run" in log_of(px)
-          or "Cursor ended the run while it was held" in log_of(px))
+    check("closed held run logged", H.wait_for(
+        lambda: "Cursor closed the held run" in log_of(px)
+        or "Cursor ended the run while it was held" in log_of(px), 5))
     px.stop()
     # the circuit breaker: after 3 hollow continuations runs are not held
     px = H.Proxy(tmp, "breaker", fake.url(), fake.ca, token, extra_env=env)
     for i in range(3):
         two_steps(px, "scenario:h_hollow")
-    check("breaker: logged after 3 hollow continuations", "hollow continuations in a row"
-          in log_of(px))
+    check("breaker: logged after 3 hollow continuations", logged(
+        px, "hollow continuations in a row"))
     k0 = len(runs_of(fake, "h_read"))
     rs = two_steps(px, "scenario:h_read")
     eq("breaker open: the next tool loop replays (no held run)", rs[-1]["content"], REPLAYED)
@@ -399,7 +406,7 @@ def t_fallback(tmp, fake, token, ws, secret):
                  extra_env=dict(env, CURSOR_OAI_HELD_RUN_TTL="2", CURSOR_OAI_HELD_RUNS_MAX="1"))
     rs = two_steps(px, "scenario:h_read", pause=3.5)
     eq("TTL passed: replayed", rs[-1]["content"], REPLAYED)
-    check("TTL release logged", "CURSOR_OAI_HELD_RUN_TTL" in log_of(px))
+    check("TTL release logged", logged(px, "CURSOR_OAI_HELD_RUN_TTL"))
     msgs_a = [{"role": "user", "content": "conversation A"}]
     ra = chat(px, {"model": "scenario:h_read", "messages": msgs_a, "tools": TOOLS}, False)
     rb, _ = loop(px, ws, "scenario:h_read", False, first_msg="conversation B")
@@ -408,7 +415,7 @@ def t_fallback(tmp, fake, token, ws, secret):
     r = chat(px, {"model": "scenario:h_read", "messages": follow_up(msgs_a, ra, ws),
                   "tools": TOOLS}, False)
     eq("cap 1: the older held run was released, its follow-up replays", r["content"], REPLAYED)
-    check("release logged", "more than 1 held runs" in log_of(px))
+    check("release logged", logged(px, "more than 1 held runs"))
     px.stop()
     # CURSOR_OAI_CONTINUATION=off: one fresh run per request, exactly as before
     px = H.Proxy(tmp, "off", fake.url(), fake.ca, token,
@@ -434,8 +441,8 @@ def t_fallback(tmp, fake, token, ws, secret):
     r2 = chat(pb_, {"model": "scenario:h_read", "messages": follow_up(msgs, r, ws),
                     "tools": TOOLS}, True)
     eq("two instances: the other instance replays", r2["content"], REPLAYED)
-    check("two instances: logged at info", "no held run for these tool results on this "
-          "instance" in log_of(pb_))
+    check("two instances: logged at info", logged(pb_, "no held run for these tool results on "
+                                                 "this instance"))
     pa.stop()
     pb_.stop()
     upstream_clean(fake, n0)
@@ -620,8 +627,7 @@ def t_memory(tmp, fake, token, ws):
         if len(runs) == 3:
             check("%s: the replay carries the whole history" % what,
                   "User: one" in runs[2]["appends"][0]["message"]["prompt"])
-    check("resume failures logged at info", log_of(px).count("checkpoint resume of "
-                                                             "conversation") >= 2)
+    check("resume failures logged at info", logged(px, "checkpoint resume of conversation", 2))
     px.stop()
     # another instance does not remember: it replays
     pa = H.Proxy(tmp, "mem-a", fake.url(), fake.ca, token)
