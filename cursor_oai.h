@@ -117,14 +117,16 @@
  *   Output goes into coai_buf (a growable heap buffer with an optional cap, `max`;
  *   on failure it remembers the error and ignores later appends). Objects that own
  *   memory have a _free: coai_buf_free, coai_frame_decoder_free, coai_msg_free,
- *   coai_chat_request_free, coai_models_free, coai_reply_free, coai_creds_free.
+ *   coai_request_free (= coai_chat_request_free), coai_models_free, coai_reply_free,
+ *   coai_creds_free.
  *   Decoders never allocate a length read from the wire before checking it.
  *
  * ERRORS
  *   Parsers return a negative coai_result and never assert on input. Stateful
  *   decoders (coai_frame_decoder, coai_chunked_decoder) keep their first error until
- *   reset. Upstream failures become coai_status (trailers, end-stream) and then an
- *   OpenAI-shaped coai_error (see the ERROR MAPPING table in the OPENAI section).
+ *   reset. Upstream failures become coai_status (trailers, end-stream) and then a
+ *   coai_error (see the ERROR MAPPING table in the OPENAI section), which each dialect
+ *   writes in its own shape and status (coai_error_write_as, coai_error_status_as).
  *
  * TRUST MODEL
  *   Untrusted: every byte from the network, both from clients (HTTP heads, bodies,
