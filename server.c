@@ -64,6 +64,13 @@
 #define SRV_BODY_IDLE_MS 30000                    /* gap between body reads -> 408 */
 #define SRV_BODY_STEP (256 * 1024)                /* body buffer growth per read */
 #define SRV_KEEPALIVE_IDLE_MS 75000               /* idle keep-alive connection */
+#define SRV_KEEPALIVE_PRESSURE_MS 2000            /* the same when slots run short */
+#define SRV_REJECT_THREADS 256                    /* 503 answers with their own thread */
+#define SRV_LINGER_MAX 1024                       /* more 503 answers, lingered by the loop */
+#define SRV_BODY_TIMEOUT_S 120                    /* CURSOR_OAI_BODY_TIMEOUT: whole body */
+#define SRV_MODELS_WAIT_S 15                      /* CURSOR_OAI_MODELS_WAIT: first list */
+#define SRV_REPLY_MAX_MB 32                       /* CURSOR_OAI_MAX_RESPONSE_MB */
+#define SRV_INFLIGHT_MAX_MB 256                   /* CURSOR_OAI_MAX_INFLIGHT_MB */
 #define SRV_SEND_TIMEOUT_MS 60000                 /* no write progress to a client */
 #define SRV_THREAD_STACK (512 * 1024)             /* cJSON recursion needs >= 256 KiB */
 #define SRV_EMFILE_PAUSE_MS 500                   /* accept() out of descriptors */
@@ -76,12 +83,17 @@
 #define UP_CONNECT_TIMEOUT_MS 10000               /* DNS excluded; TCP connect + TLS handshake */
 #define UP_IO_TIMEOUT_MS 60000                    /* unary calls: no byte for this long -> 504 */
 #define UP_HEAD_MAX (16 * 1024)                   /* upstream response head */
+#define UP_INTERIM_MAX 8                          /* 1xx heads before the real one */
+#define UP_CALL_TIMEOUT_S 60                      /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary call */
 #define UP_RBUF 16384                             /* upstream raw read buffer */
 #define UP_RA (16384 + 325 + 4096)                /* TLS bytes read ahead: > one whole record */
 #define UP_ERR_BODY_MAX (64 * 1024)               /* error bodies kept for the message */
 #define UP_MODELS_MAX ((size_t)4 * 1024 * 1024)   /* GetUsableModels JSON */
 #define UP_POOL_MAX 128                           /* idle TLS connections kept */
 #define UP_SPARE_MIN 1                            /* idle connections kept ready (spares) */
+#define UP_SPARE_PAR 4                            /* background connects under way at most */
+#define UP_SPARE_WAIT_MS 1000                     /* empty pool: wait this long at most for a
+                                                     spare already being opened */
 #define UP_SESS_MAX 4                             /* TLS sessions kept for resumption */
 #define RUNSSE_DRAIN_MS 250                       /* reading a finished RunSSE to its end */
 #define UP_POOL_IDLE_MS 55000                     /* drop pooled connections older than this */
@@ -117,6 +129,7 @@ static struct server {
     coai_url base;                  /* the same URL parsed: auth, models, server config */
     coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
     int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    int connect_json;               /* CURSOR_OAI_CONNECT_APPEND=json: BidiAppend as JSON */
     char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
     char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
@@ -130,6 +143,11 @@ static struct server {
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
+    int64_t up_call_ms;             /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary upstream call */
+    int64_t models_wait_ms;         /* CURSOR_OAI_MODELS_WAIT: cold-start wait for the list */
+    int64_t body_timeout_ms;        /* CURSOR_OAI_BODY_TIMEOUT: whole request body */
+    size_t reply_max;               /* CURSOR_OAI_MAX_RESPONSE_MB: non-streaming answer */
+    size_t inflight_max;            /* CURSOR_OAI_MAX_INFLIGHT_MB: request bytes in flight */
     size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
@@ -142,6 +160,7 @@ static struct server {
     pthread_cond_t idle;            /* signalled when conns drops */
     int conns;                      /* client connections being served */
     int rejecting;                  /* 503 answers in flight */
+    size_t inflight;                /* request body bytes reserved by requests being served */
     struct upconn *pool;            /* idle TLS connections */
     int pool_n;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
@@ -166,6 +185,7 @@ static struct server {
     int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
     coai_error models_err;          /* why it failed */
     int models_fetching;            /* a fetch is in flight (single flight) */
+    uint64_t models_seq;            /* fetches finished */
     pthread_cond_t models_cv;       /* signalled when a fetch ends */
     int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
     int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
@@ -246,7 +266,11 @@ static int uuid_new(char out[37])
 static void copy_str(char *dst, size_t cap, const char *src, size_t n)
 {
     if (cap == 0) return;
-    if (n >= cap) n = cap - 1;
+    if (n >= cap) {
+        /* cut before a UTF-8 continuation byte, never inside a character */
+        n = cap - 1;
+        while (n > 0 && ((unsigned char)src[n] & 0xC0) == 0x80) n--;
+    }
     memcpy(dst, src, n);
     dst[n] = 0;
 }
@@ -293,7 +317,7 @@ static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
  * thread ever waits on it (it used to: with a full pipe every connection blocked in write()
  * holding its slot, and SIGTERM could not end the process). Before log_start (start-up
  * messages, one-shot commands) lines are written directly. */
-#define LOG_QUEUE_BYTES (1024 * 1024)   /* queued log bytes; a line past this is dropped */
+#define LOG_QUEUE_BYTES (256 * 1024)    /* queued log bytes (~2,500 lines); more are dropped */
 #define LOG_WRITE_CHUNK (64 * 1024)     /* the writer takes at most this much per write */
 #define LOG_FLUSH_MS 1000               /* exit waits at most this long for queued lines */
 
@@ -770,17 +794,21 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
     coai_buf_putc(b, '\n');
 }
 
+static int pool_spares_locked(void);
+
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
 static void metrics_write(coai_buf *b)
 {
     static const char *const tn[] = { "counter", "gauge", "histogram" };
-    int f, pool, conns;
+    int f, pool, conns, spares;
     size_t i;
     pthread_mutex_lock(&S.lock);
     pool = S.pool_n;
     conns = S.conns;
+    spares = pool_spares_locked();
     pthread_mutex_unlock(&S.lock);
+    metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&MX.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
@@ -1072,11 +1100,14 @@ struct upconn {
     coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
+    int spare;                      /* opened ahead by spare_thread, not taken yet (metrics) */
     int64_t idle_since;             /* mono ms when parked in the pool */
     int client_fd;                  /* watched while waiting: a client disconnect cancels */
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
     int64_t deadline;               /* mono ms: a wait past this fails with UPX_TIMEOUT */
     int io_timeout_ms;              /* > 0: each byte received pushes the deadline this far */
+    int64_t end;                    /* mono ms, 0 = none: overall deadline of a unary call; no
+                                     * byte pushes `deadline` past it */
     int why;                        /* UPX_* reason of the last failed I/O */
     int64_t last_tick;              /* mono ms of the last tick() call */
     int (*tick)(void *);            /* called about once a second while waiting; -1 cancels */
@@ -1267,6 +1298,7 @@ static int up_low_read(void *ctx, unsigned char *buf, size_t len)
                 c->ra_len = (size_t)r;
                 c->ra_more = (size_t)r == sizeof c->ra;
                 if (c->io_timeout_ms > 0) c->deadline = mono_ms() + c->io_timeout_ms;
+                if (c->end && c->deadline > c->end) c->deadline = c->end;
                 break;
             }
             c->ra_more = 0;
@@ -1364,10 +1396,14 @@ static struct {
     pthread_mutex_t lock;
     struct { char key[300]; br_ssl_session_parameters sp; } sess[UP_SESS_MAX];
     int sess_next;                  /* round-robin slot for a new key */
-    int spare_busy;                 /* a background connect is under way */
+    int spare_busy;                 /* background connects under way */
+    int spare_want;                 /* more spares wanted once a thread is free ... */
+    coai_url want_host;             /* ... to this host */
+    uint64_t spare_done;            /* background connects finished (either way) */
+    pthread_cond_t spare_cond;      /* signalled when one finishes */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
 
 static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
@@ -1526,35 +1562,80 @@ static void pool_park(struct upconn *c)
     up_free(c);
 }
 
-static void *spare_thread(void *arg)
-{
-    coai_error e;
-    struct upconn *c;
-    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
-    memset(&e, 0, sizeof e);
-    c = up_connect(h, &e);
-    free(h);
-    if (c) {
-        c->body_done = 1;
-        pool_park(c);
-    } else {
-        srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
-    }
-    pthread_mutex_lock(&UPX.lock);
-    UPX.spare_busy = 0;
-    pthread_mutex_unlock(&UPX.lock);
-    return NULL;
-}
-
-/* A connection was just taken: when fewer than UP_SPARE_MIN idle ones are left, open one
- * more in the background (one at a time), so that the next run does not wait for a
- * handshake. A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled one. */
 static int up_same_host(const coai_url *a, const coai_url *b)
 {
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-static void spare_kick(const coai_url *h)
+/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+static int pool_spares_locked(void)
+{
+    const struct upconn *u;
+    int n = 0;
+    for (u = S.pool; u; u = u->next) n += u->spare;
+    return n;
+}
+
+/* Background connects: each thread opens spares for its host while more are wanted there. */
+static void *spare_thread(void *arg)
+{
+    coai_url *h = arg;              /* the host it is for (malloc'd by spare_kick) */
+    for (;;) {
+        coai_error e;
+        struct upconn *c;
+        int more;
+        memset(&e, 0, sizeof e);
+        c = up_connect(h, &e);
+        if (c) {
+            c->body_done = 1;
+            c->spare = 1;
+            pool_park(c);
+        } else {
+            srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
+        }
+        pthread_mutex_lock(&UPX.lock);
+        UPX.spare_done++;
+        pthread_cond_broadcast(&UPX.spare_cond);
+        if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
+        more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
+        if (more) UPX.spare_want--;
+        else UPX.spare_busy--;
+        pthread_mutex_unlock(&UPX.lock);
+        if (!more) break;
+    }
+    free(h);
+    return NULL;
+}
+
+/* The pool is empty: if a spare is being opened, wait (UP_SPARE_WAIT_MS at most) until one
+ * finishes, since it started earlier than a connect begun now would. 1 one finished. */
+static int spare_wait(void)
+{
+    struct timespec until;
+    uint64_t seen;
+    int done = 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)(UP_SPARE_WAIT_MS % 1000) * 1000000L;
+    until.tv_sec += UP_SPARE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&UPX.lock);
+    seen = UPX.spare_done;
+    while (UPX.spare_busy > 0 && UPX.spare_done == seen)
+        if (pthread_cond_timedwait(&UPX.spare_cond, &UPX.lock, &until) != 0) break;
+    done = UPX.spare_done != seen;
+    pthread_mutex_unlock(&UPX.lock);
+    return done;
+}
+
+/* Open a spare connection to host h in the background (at most UP_SPARE_PAR connects at a
+ * time; more wanted for the same host are queued), so that the next run does not wait for a
+ * handshake:
+ *   replace = 0: a connection was just taken and fewer than UP_SPARE_MIN idle ones to h are
+ *                left;
+ *   replace = 1: the server closed a connection after a complete response (an upstream that
+ *                closes each RunSSE): one for one, up to the pool's cap.
+ * A spare nobody takes is closed after UP_POOL_IDLE_MS like any pooled connection. */
+static void spare_kick(const coai_url *h, int replace)
 {
     pthread_attr_t a;
     pthread_t t;
@@ -1563,12 +1644,20 @@ static void spare_kick(const coai_url *h)
     int go, n = 0;
     pthread_mutex_lock(&S.lock);
     for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
-    go = n < UP_SPARE_MIN && !S.stop && UPX.spares;
+    go = !S.stop && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
-    go = !UPX.spare_busy;
-    UPX.spare_busy = 1;
+    go = n + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go && UPX.spare_busy >= UP_SPARE_PAR) {
+        if (!UPX.spare_want || up_same_host(&UPX.want_host, h)) {
+            UPX.want_host = *h;     /* a busy thread for this host opens it next */
+            UPX.spare_want++;
+        }
+        go = 0;
+    } else if (go) {
+        UPX.spare_busy++;
+    }
     pthread_mutex_unlock(&UPX.lock);
     if (!go) return;
     arg = malloc(sizeof *arg);
@@ -1579,7 +1668,7 @@ static void spare_kick(const coai_url *h)
     if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
         free(arg);
         pthread_mutex_lock(&UPX.lock);
-        UPX.spare_busy = 0;
+        UPX.spare_busy--;
         pthread_mutex_unlock(&UPX.lock);
     }
     pthread_attr_destroy(&a);
@@ -1591,6 +1680,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
 {
     struct upconn *c = NULL;
     int64_t now = mono_ms();
+    int waited = 0;
     while (!fresh) {
         struct upconn **pp;
         pthread_mutex_lock(&S.lock);
@@ -1598,9 +1688,11 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         c = *pp;
         if (c) { *pp = c->next; S.pool_n--; }
         pthread_mutex_unlock(&S.lock);
+        if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
+            c->spare = 0;
             break;
         }
         up_free(c);
@@ -1608,7 +1700,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     }
     if (!c) c = up_connect(h, e);
     if (!c) return NULL;
-    spare_kick(h);                  /* after a success only: never doubles a failing connect */
+    spare_kick(h, 0);               /* after a success only: never doubles a failing connect */
     c->next = NULL;
     c->client_fd = client_fd;
     c->client_events = POLLIN;
@@ -1620,6 +1712,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     c->body_done = 0;
     c->got_bytes = 0;
     c->must_close = 0;
+    c->end = 0;
     c->rlen = c->roff = 0;
     return c;
 }
@@ -1659,13 +1752,18 @@ static void pool_prune(int everything)
 /* Done with a connection: park it if its last response was read to the end, else close it. */
 static void up_release(struct upconn *c)
 {
+    coai_url host;
+    int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
         && c->ra_len == c->ra_off && !S.stop) {
         pool_park(c);
         return;
     }
+    replace = c->body_done && c->must_close && c->why == UPX_OK;
+    host = c->host;
     up_free(c);
+    if (replace) spare_kick(&host, 1);
 }
 
 /* Describe an I/O failure on c into e. `stage` names what was being done. */
@@ -1699,6 +1797,7 @@ static void up_io_error(struct upconn *c, coai_error *e, const char *stage)
 static int up_send(struct upconn *c, const coai_buf *head, const void *body, size_t blen)
 {
     c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+    if (c->end && c->deadline > c->end) c->deadline = c->end;
     c->io_timeout_ms = 0;
     if (br_sslio_write_all(&c->io, head->data, head->len) < 0) return -1;
     if (blen && br_sslio_write_all(&c->io, body, blen) < 0) return -1;
@@ -1732,6 +1831,7 @@ static int up_fill(struct upconn *c)
  * Interim 1xx heads are skipped. */
 static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
 {
+    int interim = 0;
     for (;;) {
         coai_http_response rs;
         long hl = c->rlen > c->roff
@@ -1759,7 +1859,17 @@ static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
             return -1;
         }
         c->roff += (size_t)hl;
-        if (rs.status >= 100 && rs.status < 200) continue;
+        if (rs.status >= 100 && rs.status < 200) {
+            /* a server that sends nothing but interim heads never answers */
+            if (++interim > UP_INTERIM_MAX) {
+                c->must_close = 1;
+                up_err(e, 502, "upstream_protocol_error",
+                       "upstream sent more than %d interim (1xx) responses while %s",
+                       UP_INTERIM_MAX, stage);
+                return -1;
+            }
+            continue;
+        }
         c->status = rs.status;
         c->must_close = !rs.keep_alive;
         memset(&c->cd, 0, sizeof c->cd);
@@ -1825,8 +1935,9 @@ static long up_body(struct upconn *c, const unsigned char **p)
     }
 }
 
-/* Read the whole body into out (out->max caps it; the rest is drained and dropped).
- * 0 ok, -1 I/O error. */
+/* Read the whole body into out. Past out->max the reading stops (a body that never ends
+ * must not keep the caller reading): out->err is set, the connection is not reused, and the
+ * result is still 0 so the caller can report the status it got. 0 ok, -1 I/O error. */
 static int up_body_all(struct upconn *c, coai_buf *out)
 {
     for (;;) {
@@ -1834,8 +1945,15 @@ static int up_body_all(struct upconn *c, coai_buf *out)
         long n = up_body(c, &p);
         if (n < 0) return -1;
         if (n == 0) return 0;
-        if (!out->err && (!out->max || out->len + (size_t)n <= out->max))
-            coai_buf_append(out, p, (size_t)n);
+        if (out->err) return 0;
+        if (out->max && out->len + (size_t)n > out->max) {
+            size_t room = out->max - out->len;
+            if (room) coai_buf_append(out, p, room);
+            out->err = 1;
+            c->must_close = 1;
+            return 0;
+        }
+        coai_buf_append(out, p, (size_t)n);
     }
 }
 
@@ -1848,7 +1966,8 @@ enum {
     UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
     UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
     UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
-    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_UNARY,  /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_JSON    /* BidiAppend, Connect profile, CURSOR_OAI_CONNECT_APPEND=json */
 };
 
 /* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
@@ -1864,7 +1983,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
     coai_str tok;
     int json = kind == UPH_JSON;
     if (!hp) hp = &S.base;
-    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY || kind == UPH_CONNECT_JSON) {
         coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
                         hp->prefix, path, hp->authority);
         coai_buf_append(h, token, token_len);
@@ -1879,7 +1998,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-request-id: %s\r\n"
                         "content-length: %zu\r\n\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
-                                                   : "application/proto",
+                        : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
                         S.client_version, request_id, body_len);
         return h->err ? -1 : 0;
     }
@@ -1927,19 +2046,27 @@ static int up_exchange_host(const coai_url *hp, const coai_buf *head, const void
 {
     struct upconn *c = NULL;
     int attempt, rc = -1;
+    /* One overall deadline for the whole call, retry included: bytes that trickle in, interim
+     * heads or a long body never postpone it. */
+    int64_t end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     for (attempt = 0; attempt < 2; attempt++) {
         c = up_get_host(hp ? hp : &S.base, attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
+        c->end = end;
         if (up_send(c, head, req, req_len) == 0) {
             c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+            if (c->deadline > end) c->deadline = end;
             c->io_timeout_ms = UP_IO_TIMEOUT_MS;
             if (up_read_head(c, e, what) == 0) break;
         } else {
             up_io_error(c, e, "sending a request");
         }
-        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED)) goto done;
+        /* A timeout is not a dead pooled connection: the upstream is slow, and asking again
+         * would only double the wait. */
+        if (!(c->reused && !c->got_bytes && c->why != UPX_CANCELLED && c->why != UPX_TIMEOUT))
+            goto done;
         srv_log(LOG_DEBUG, "pooled upstream connection was dead; retrying on a new one");
         up_free(c);
         c = NULL;
@@ -2131,6 +2258,11 @@ static int cred_read_file(const char *path, coai_creds *c, struct file_id *id, c
         if (r <= 0) break;
         len += (size_t)r;
     }
+    if (memchr(buf, 0, len)) {
+        /* a raw NUL would cut a token short without a word */
+        snprintf(why, cap, "%s contains a NUL byte (refused)", path);
+        goto done;
+    }
     if (coai_creds_parse(buf, len, c) < 0) {
         snprintf(why, cap, "%s is not a JSON object", path);
         goto done;
@@ -2186,9 +2318,19 @@ static int cred_write_file(const coai_creds *c, char *why, size_t cap)
         snprintf(why, cap, "cannot create %s: %s", S.ours_dir, strerror(errno));
         return -1;
     }
-    /* our own directory: keep it private even if something loosened it */
-    if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid())
+    /* A symlinked config directory is the user's arrangement: followed only into a directory
+     * of ours, and its target's mode is left alone (it may be shared). */
+    if (lstat(S.ours_dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (stat(S.ours_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+            snprintf(why, cap, "%s is a symbolic link to a directory that is not yours "
+                     "(refused); remove the link or point it at a directory of your own",
+                     S.ours_dir);
+            return -1;
+        }
+    } else if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid()) {
+        /* our own directory: keep it private even if something loosened it */
         chmod(S.ours_dir, 0700);
+    }
     if (coai_creds_format(&b, c) < 0 || random_fill(rnd, sizeof rnd) < 0) {
         snprintf(why, cap, "out of memory");
         coai_buf_free(&b);
@@ -2481,6 +2623,18 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         pthread_mutex_unlock(&S.lock);
         return RENEW_NONE;
     }
+    if (S.cred_src == CRED_AGENT && !S.cred_key[0]) {
+        /* cursor-agent's refresh token is not ours to spend: if Cursor rotates refresh
+         * tokens, using it would leave cursor-agent's own login dead. */
+        coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
+                       "The Cursor login comes from cursor-agent's %s, which cursor-oai only "
+                       "reads (renewing it would use up cursor-agent's refresh token). Run "
+                       "`cursor-agent login` again, or `cursor-oai login` to give cursor-oai "
+                       "its own login.", S.agent_path);
+        e->no_retry = 1;
+        pthread_mutex_unlock(&S.lock);
+        return RENEW_FAILED;
+    }
     if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
         *e = S.refresh_err;
         pthread_mutex_unlock(&S.lock);
@@ -2592,7 +2746,8 @@ static int cred_ensure(coai_error *e)
     cred_poll_files();
     cred_persist_retry();
     pthread_mutex_lock(&S.lock);
-    renewable = S.cred_src != CRED_ENV && (S.refresh[0] || S.cred_key[0]);
+    renewable = S.cred_src != CRED_ENV && (S.cred_key[0]
+                                           || (S.refresh[0] && S.cred_src != CRED_AGENT));
     bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
     pthread_mutex_unlock(&S.lock);
     if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
@@ -2626,7 +2781,7 @@ static const char *cred_health(void)
 /* ======================================================================== */
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS };
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE };
 
 /* The route's label in /metrics and the access log: a fixed text per route (never the
  * client's path, so that label sets stay few). A new route adds a case here. */
@@ -2641,6 +2796,7 @@ static const char *route_label(int route)
     case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
     case ROUTE_RESPONSES: return "/v1/responses";
     case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
+    case ROUTE_USAGE: return "/v1/usage";
     }
     return "other";
 }
@@ -2680,6 +2836,7 @@ struct conn {
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
+    size_t reserved;                /* request bytes counted in S.inflight for this request */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
 };
@@ -2794,6 +2951,10 @@ static int stream_end(struct conn *c)
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 static int handle_response_get(struct conn *c);
+static int handle_usage(struct conn *c);
+
+/* Image caps per request (README: Images); set by configure() from the environment. */
+static coai_image_limits IMG_LIMITS;
 static int handle_count_tokens(struct conn *c);
 
 /* The Origin port that is always same-origin: the listen port on loopback. Behind a
@@ -2861,7 +3022,41 @@ static int route_of(coai_str path)
         || (path.len > 11 && memcmp(path.ptr, "/responses/", 11) == 0
             && !memchr(path.ptr + 11, '/', path.len - 11)))
         return ROUTE_RESPONSE_GET;
+    if (coai_str_eq(path, "/v1/usage")) return ROUTE_USAGE;
     return ROUTE_NONE;
+}
+
+/* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
+static int64_t body_deadline(int64_t body_end)
+{
+    int64_t d = mono_ms() + SRV_BODY_IDLE_MS;
+    return d < body_end ? d : body_end;
+}
+
+/* Count n request bytes of this connection against the process-wide budget
+ * (CURSOR_OAI_MAX_INFLIGHT_MB). A request is always admitted when nothing else is in flight,
+ * so one body up to the body cap never waits for itself. 0 ok, -1 over the budget. */
+static int body_reserve(struct conn *c, size_t n)
+{
+    int ok;
+    if (n <= c->reserved) return 0;
+    pthread_mutex_lock(&S.lock);
+    ok = S.inflight == c->reserved || S.inflight - c->reserved + n <= S.inflight_max;
+    if (ok) {
+        S.inflight += n - c->reserved;
+        c->reserved = n;
+    }
+    pthread_mutex_unlock(&S.lock);
+    return ok ? 0 : -1;
+}
+
+static void body_release(struct conn *c)
+{
+    if (!c->reserved) return;
+    pthread_mutex_lock(&S.lock);
+    S.inflight -= c->reserved;
+    pthread_mutex_unlock(&S.lock);
+    c->reserved = 0;
 }
 
 /* Read the request body into c->body. The head is in[0..hl); body bytes already received
@@ -2872,6 +3067,9 @@ static int read_body(struct conn *c, size_t hl)
 {
     coai_http_request *rq = &c->rq;
     size_t have = c->in_len - hl;
+    /* The whole body has one deadline as well as the gap between reads: a body that
+     * trickles a byte at a time must not hold a slot forever. */
+    int64_t body_end = mono_ms() + S.body_timeout_ms;
     coai_buf_reset(&c->body);
     c->body.max = SRV_BODY_MAX;
     if (rq->chunked) {
@@ -2890,14 +3088,16 @@ static int read_body(struct conn *c, size_t hl)
             memmove(c->in, c->in + used, c->in_len - used);
             c->in_len -= used;
             if (r == COAI_DONE) return 0;
+            if (body_reserve(c, c->body.len + sizeof c->in) < 0) return 503;
             k = fd_read_until(c->fd, c->in + c->in_len, sizeof c->in - c->in_len,
-                              mono_ms() + SRV_BODY_IDLE_MS);
+                              body_deadline(body_end));
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->in_len += (size_t)k;
         }
     } else if (rq->content_length > 0) {
         size_t want = (size_t)rq->content_length, take = have < want ? have : want;
+        if (body_reserve(c, want) < 0) return 503;
         if (coai_buf_append(&c->body, c->in + hl, take)) return 413;
         memmove(c->in, c->in + hl + take, have - take);
         c->in_len = have - take;
@@ -2906,8 +3106,7 @@ static int read_body(struct conn *c, size_t hl)
             size_t step = want - c->body.len < SRV_BODY_STEP ? want - c->body.len : SRV_BODY_STEP;
             ssize_t k;
             if (coai_buf_reserve(&c->body, step)) return 413;
-            k = fd_read_until(c->fd, c->body.data + c->body.len, step,
-                              mono_ms() + SRV_BODY_IDLE_MS);
+            k = fd_read_until(c->fd, c->body.data + c->body.len, step, body_deadline(body_end));
             if (k == -2) return 408;
             if (k <= 0) { c->dead = 1; return 400; }
             c->body.len += (size_t)k;
@@ -3060,7 +3259,11 @@ static int serve_request(struct conn *c, size_t hl)
     st = read_body(c, hl);
     if (st) {
         c->keep = 0;
-        if (!c->dead)
+        if (st == 503 && !c->dead)
+            send_error(c, 503, "server_error", "server_is_overloaded", NULL,
+                       "too many request bytes in flight (CURSOR_OAI_MAX_INFLIGHT_MB); retry "
+                       "later", NULL);
+        else if (!c->dead)
             send_error(c, st, "invalid_request_error", NULL, NULL,
                        st == 408 ? "timed out reading the request body"
                        : st == 413 ? "request body too large" : "malformed request body", NULL);
@@ -3078,6 +3281,9 @@ static int serve_request(struct conn *c, size_t hl)
     }
     case ROUTE_MODELS:
         handle_models(c);
+        break;
+    case ROUTE_USAGE:
+        handle_usage(c);
         break;
     case ROUTE_METRICS: {
         coai_buf mb = { 0 };
@@ -3099,10 +3305,24 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     }
 done:
+    body_release(c);
     access_log(c);
     c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
+}
+
+/* 1 when fewer than an eighth of the --max-conns slots (at least one) are free: idle
+ * keep-alive connections then close after SRV_KEEPALIVE_PRESSURE_MS instead of
+ * SRV_KEEPALIVE_IDLE_MS. */
+static int slots_short(void)
+{
+    int r, spare;
+    pthread_mutex_lock(&S.lock);
+    spare = S.max_conns / 8 > 1 ? S.max_conns / 8 : 1;
+    r = S.max_conns - S.conns < spare;
+    pthread_mutex_unlock(&S.lock);
+    return r;
 }
 
 /* The connection loop: read a head, serve it, repeat while keep-alive. */
@@ -3114,11 +3334,18 @@ static void conn_serve(struct conn *c)
         int status = 0;
         long hl;
         if (c->in_len == 0) {
-            int64_t idle_end = mono_ms() + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
+            int64_t idle_start = mono_ms();
+            int64_t idle_end = idle_start + (first ? SRV_HEAD_TIMEOUT_MS : SRV_KEEPALIVE_IDLE_MS);
             ssize_t k = -2;
-            /* wait in short slices so that an idle connection notices a shutdown */
+            /* wait in short slices so that an idle connection notices a shutdown, and an idle
+             * keep-alive connection gives its slot up early when slots run short */
             while (k == -2 && !S.stop && mono_ms() < idle_end) {
                 int64_t slice = mono_ms() + 1000;
+                if (!first && slots_short()) {
+                    int64_t short_end = idle_start + SRV_KEEPALIVE_PRESSURE_MS;
+                    if (short_end < idle_end) idle_end = short_end;
+                    if (mono_ms() >= idle_end) break;
+                }
                 k = fd_read_until(c->fd, c->in, sizeof c->in, slice < idle_end ? slice : idle_end);
             }
             if (k <= 0) return;          /* idle timeout or the client left: close quietly */
@@ -3173,19 +3400,26 @@ static void *conn_thread(void *arg)
 
 /* Over --max-conns: answer 503 at once, then a short lingering close so the unread request
  * does not turn our answer into a reset. */
+static const char REJECT_BODY[] =
+    "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
+    "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
+
+/* The whole 503 answer of a rejected connection into out; its length. */
+static int reject_answer(char *out, size_t cap)
+{
+    return snprintf(out, cap,
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+                    "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                    sizeof REJECT_BODY - 1, REJECT_BODY);
+}
+
 static void *reject_thread(void *arg)
 {
-    static const char body[] =
-        "{\"error\":{\"message\":\"server is at its connection limit, retry later\","
-        "\"type\":\"server_error\",\"param\":null,\"code\":\"server_is_overloaded\"}}";
     int fd = (int)(intptr_t)arg, n;
-    char head[256], sink[4096];
+    char head[512], sink[4096];
     int64_t end;
-    n = snprintf(head, sizeof head,
-                 "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-                 "Retry-After: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                 sizeof body - 1);
-    if (fd_write_all(fd, head, (size_t)n) == 0) fd_write_all(fd, body, sizeof body - 1);
+    n = reject_answer(head, sizeof head);
+    fd_write_all(fd, head, (size_t)n);
     shutdown(fd, SHUT_WR);
     end = mono_ms() + 1000;
     while (fd_read_until(fd, sink, sizeof sink, end) > 0) {}
@@ -3255,29 +3489,13 @@ static int models_fetch(coai_buf *body, coai_error *err)
     return 0;
 }
 
-/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL and fetched
- * by one thread at a time (the others wait for its result). When a fetch fails, the last good
- * list is served (stale-while-error) and the upstream is asked again after
- * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err. */
-static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
-                      size_t cap, int *fetched)
+/* One fetch whose result becomes the cached list (or the remembered failure). The caller set
+ * S.models_fetching; this clears it and wakes the waiters. */
+static void models_refresh(void)
 {
     coai_buf body = { 0 };
     coai_error fe;
-    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
-    int64_t t0 = mono_ms();             /* a failure after this is news to this call */
     int rc;
-    pthread_mutex_lock(&S.lock);
-    for (;;) {
-        int64_t now = mono_ms();
-        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
-        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
-        if (!S.models_fetching) break;
-        pthread_cond_wait(&S.models_cv, &S.lock);
-    }
-    S.models_fetching = 1;
-    pthread_mutex_unlock(&S.lock);
-
     memset(&fe, 0, sizeof fe);
     rc = models_fetch(&body, &fe);
     if (rc < 0 && fe.status >= 500)
@@ -3298,8 +3516,98 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
         S.models_err = fe;
     }
     S.models_fetching = 0;
+    S.models_seq++;
     pthread_cond_broadcast(&S.models_cv);
+    pthread_mutex_unlock(&S.lock);
     coai_buf_free(&body);
+}
+
+static void *models_refresh_thread(void *arg)
+{
+    (void)arg;
+    models_refresh();
+    return NULL;
+}
+
+/* 1 when the client on fd has left (closed, reset or half-closed); pipelined request bytes are
+ * not a departure. Never blocks. */
+static int fd_client_gone(int fd)
+{
+    struct pollfd pf = { fd, POLLIN, 0 };
+    char b;
+    ssize_t r;
+    if (fd < 0) return 0;
+    if (poll(&pf, 1, 0) <= 0) return 0;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return 1;
+    r = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r == 0) return 1;
+    return r < 0 && !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL; a stale
+ * list is served at once while one background thread fetches a new one
+ * (stale-while-revalidate), so a slow upstream never holds a request here. Only with no good
+ * list yet does a request wait for the fetch, and then at most CURSOR_OAI_MODELS_WAIT and only
+ * while its client (client_fd, -1 = none) is still there. When a fetch fails, the last good
+ * list is served (stale-while-error) and the upstream is asked again after
+ * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err (499: the client
+ * left; 504 models_wait_timeout: the first fetch is still running). */
+static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
+                      size_t cap, int *fetched, int client_fd)
+{
+    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
+    int64_t wait_end = mono_ms() + S.models_wait_ms;
+    uint64_t seq0;                      /* a fetch that ends after this is news to this call */
+    int rc;
+    pthread_mutex_lock(&S.lock);
+    seq0 = S.models_seq;
+    for (;;) {
+        int64_t now = mono_ms(), left;
+        struct timespec until;
+        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
+        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
+        if (!S.models_fetching) {
+            pthread_attr_t attr;
+            pthread_t t;
+            int started;
+            S.models_fetching = 1;
+            pthread_attr_init(&attr);
+            pthread_attr_setstacksize(&attr, SRV_THREAD_STACK);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            started = pthread_create(&t, &attr, models_refresh_thread, NULL) == 0;
+            pthread_attr_destroy(&attr);
+            if (!started) {             /* no thread: fetch here */
+                pthread_mutex_unlock(&S.lock);
+                models_refresh();
+                pthread_mutex_lock(&S.lock);
+                continue;
+            }
+        }
+        if (S.models_at) goto serve;    /* stale, being revalidated */
+        if (now >= wait_end) {
+            pthread_mutex_unlock(&S.lock);
+            coai_error_set(err, 504, "server_error", "models_wait_timeout", NULL,
+                           "the model list has not arrived within %lld s (GetUsableModels is "
+                           "slow or silent); try again", (long long)(S.models_wait_ms / 1000));
+            err->retry_after = 1;
+            if (fetched) *fetched = 0;
+            return -1;
+        }
+        /* wait in slices of at most a second to notice a client that left */
+        left = wait_end - now < 1000 ? wait_end - now : 1000;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(left / 1000);
+        until.tv_nsec += (long)(left % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&S.models_cv, &S.lock, &until);
+        if (fd_client_gone(client_fd)) {
+            pthread_mutex_unlock(&S.lock);
+            coai_error_set(err, 499, "server_error", "client_closed", NULL,
+                           "client went away while waiting for the model list");
+            if (fetched) *fetched = 0;
+            return -1;
+        }
+    }
 serve:
     /* a good list, fresh or stale; else the reason of the last failure */
     if (S.models_at && S.models.len) {
@@ -3315,7 +3623,7 @@ serve:
     } else {
         rc = -1;
         /* fresh: this call's own fetch, or one it waited for, failed just now */
-        if (fetched) *fetched = S.models_fail_at >= t0;
+        if (fetched) *fetched = S.models_seq != seq0;
         *err = S.models_err;
         if (!err->status)
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
@@ -3440,7 +3748,7 @@ static int handle_models(struct conn *c)
     coai_error e;
     memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL) < 0) {
+    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -3459,6 +3767,101 @@ static int handle_models(struct conn *c)
 done:
     coai_models_free(&m);
     coai_buf_free(&json);
+    coai_buf_free(&out);
+    return 0;
+}
+
+/* ======================================================================== */
+/* Usage: the plan and current-period usage (Cursor's dashboard service)     */
+/* ======================================================================== */
+
+#define PATH_USAGE "/aiserver.v1.DashboardService/GetCurrentPeriodUsage"
+#define PATH_PLAN "/aiserver.v1.DashboardService/GetPlanInfo"
+#define UP_USAGE_MAX (1024 * 1024)   /* largest dashboard answer read */
+
+/* One dashboard call: Connect unary JSON, body "{}", the agent's token; renews an expiring
+ * token first and once more after a 401. 0 with the 2xx body, -1 with *err filled. */
+static int dash_call(const char *path, coai_buf *body, coai_error *err)
+{
+    char rid[37];
+    int status = 0, attempt;
+    uint64_t gen = 0;
+    for (attempt = 0; attempt < 2; attempt++) {
+        coai_error re;
+        int fr;
+        coai_buf_reset(body);
+        body->max = UP_USAGE_MAX;
+        if (uuid_new(rid) < 0) {
+            coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
+            return -1;
+        }
+        if (up_call(path, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
+        if (status >= 200 && status <= 299) break;
+        coai_error_from_http(status, (const char *)body->data, body->len, err);
+        if (err->status != 401 || attempt > 0) return -1;
+        memset(&re, 0, sizeof re);
+        fr = cred_refresh(gen, &re);
+        if (fr == RENEW_NONE) return -1;
+        if (fr == RENEW_FAILED) { *err = re; return -1; }
+    }
+    if (body->err) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "Cursor's usage answer is too large");
+        return -1;
+    }
+    return 0;
+}
+
+/* GetCurrentPeriodUsage (required) + GetPlanInfo (optional: newer accounts only; its
+ * failure only leaves the plan unknown). 0 with *u filled, -1 with *err. */
+static int usage_fetch(coai_quota *u, coai_error *err)
+{
+    coai_buf period = { 0 }, plan = { 0 };
+    coai_error pe;
+    int rc = -1, have_plan;
+    memset(err, 0, sizeof *err);
+    if (cred_ensure(err) < 0) return -1;
+    if (!cred_have()) {
+        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        err->no_retry = 1;
+        return -1;
+    }
+    if (dash_call(PATH_USAGE, &period, err) < 0) {
+        srv_log(LOG_WARN, "GetCurrentPeriodUsage failed: %s", err->message);
+        goto done;
+    }
+    memset(&pe, 0, sizeof pe);
+    have_plan = dash_call(PATH_PLAN, &plan, &pe) == 0;
+    if (!have_plan) srv_log(LOG_DEBUG, "GetPlanInfo failed (plan left unknown): %s", pe.message);
+    if (coai_quota_parse(u, (const char *)period.data, period.len,
+                         have_plan ? (const char *)plan.data : NULL, have_plan ? plan.len : 0)
+        < 0) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "Cursor's usage answer is not a JSON object");
+        goto done;
+    }
+    rc = 0;
+done:
+    coai_buf_free(&period);
+    coai_buf_free(&plan);
+    return rc;
+}
+
+/* GET /v1/usage: the same JSON as `cursor-oai usage --json`. */
+static int handle_usage(struct conn *c)
+{
+    coai_quota u;
+    coai_error e;
+    coai_buf out = { 0 };
+    if (usage_fetch(&u, &e) < 0) {
+        send_coai_error(c, &e);
+    } else if (coai_quota_write_json(&out, &u) < 0) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    } else {
+        send_response(c, 200, "application/json", NULL, out.data, out.len);
+    }
     coai_buf_free(&out);
     return 0;
 }
@@ -3483,6 +3886,7 @@ struct run {
     coai_error err;                 /* failure of run_start / an append */
     uint64_t auth_gen;              /* generation of the token the run started with */
     int upstream_401;               /* the upstream rejected the token (HTTP 401) */
+    size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
     coai_url host;                  /* agent host of the run (agent_get) */
     int profile;                    /* PROF_* of this attempt */
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
@@ -3498,6 +3902,14 @@ struct run {
 /* Send what the reply produced. A streaming 200 goes out as it comes (head once, then one
  * chunk per drain); anything else (non-streaming, or an error status) is one Content-Length
  * response once the reply is done. 0 ok, -1 the client is gone. */
+/* x-cursor-model: the Cursor model id that served the request (the response's "model" is
+ * the name the client asked for). Only when it is a safe header value. */
+static void model_header(struct conn *c, coai_buf *h)
+{
+    if (c->model[0] && coai_header_value_ok(coai_str_c(c->model)))
+        coai_buf_printf(h, "x-cursor-model: %s\r\n", c->model);
+}
+
 static int run_flush(struct run *r)
 {
     struct conn *c = r->c;
@@ -3517,6 +3929,7 @@ static int run_flush(struct run *r)
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
+            model_header(c, &h);
             rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
         }
         if (rc == 0 && rp->out.len) {
@@ -3530,6 +3943,7 @@ static int run_flush(struct run *r)
         }
     } else if (done) {
         coai_reply_head(rp, &h);
+        model_header(c, &h);
         rc = h.err ? -1 : send_response(c, st, NULL, (const char *)h.data, rp->out.data,
                                         rp->out.len);
         coai_buf_reset(&rp->out);
@@ -3593,14 +4007,27 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (connect) {      /* Connect unary: no envelope */
+    if (connect && S.connect_json) {
+        /* Connect JSON, as one peer sends it over HTTP/1.1: proto3 JSON of the same
+         * BidiAppendRequest (data is already hex text; int64 as a string) */
+        coai_buf_reset(&body);
+        coai_buf_puts(&body, "{\"data\":\"");
+        coai_hex_append(&body, msg, n);
+        coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
+                        r->request_id, (long long)r->seqno);
+        if (body.err) {
+            coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+            goto done;
+        }
+    } else if (connect) {      /* Connect unary binary: no envelope */
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+    if (up_call_host(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                     : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                      body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
@@ -3649,6 +4076,13 @@ static int run_start(struct run *r, int fresh)
     r->http_status = 0;
     r->data_frames = 0;
     r->t_start = mono_ms();
+    /* Checked right before the run starts: a client that left while this request waited
+     * (for the model list, a renewal, a slot) must not cost a run and its prompt. */
+    if (r->c->dead || fd_client_gone(r->c->fd)) {
+        up_err(&r->err, 499, "client_closed", "client went away before the run started");
+        r->cancelled = 1;
+        goto done;
+    }
     if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
         || up_head_host(&head, &r->host, PATH_RUNSSE,
                         r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
@@ -3676,6 +4110,8 @@ static int run_start(struct run *r, int fresh)
         r->http_status = r->sse->status;
         r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
         r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        r->sse->end = mono_ms() + S.up_call_ms;
+        if (r->sse->deadline > r->sse->end) r->sse->deadline = r->sse->end;
         up_body_all(r->sse, &eb);
         coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
         coai_buf_free(&eb);
@@ -3778,6 +4214,19 @@ static int run_frame(struct run *r, const coai_frame *f)
     }
     if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE)
         r->sse->deadline = mono_ms() + r->idle_ms;      /* progress */
+    /* A non-streaming answer is held in memory until its end: cap it (streaming sends each
+     * piece on and keeps nothing). */
+    if (!r->stream && r->msg.kind != COAI_MSG_HEARTBEAT) {
+        r->answer_bytes += f->len;
+        if (r->answer_bytes > S.reply_max) {
+            coai_error e;
+            coai_error_set(&e, 502, "upstream_error", "response_too_large", NULL,
+                           "the answer is larger than %zu MiB, the limit for non-streaming "
+                           "responses (CURSOR_OAI_MAX_RESPONSE_MB); send \"stream\": true to "
+                           "receive it", S.reply_max >> 20);
+            return coai_reply_feed_error(&r->reply, &e);
+        }
+    }
     if (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING)
         srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
                 r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
@@ -3790,9 +4239,29 @@ static int run_frame(struct run *r, const coai_frame *f)
 static void run_stream(struct run *r)
 {
     int rc = COAI_OK;
+    int64_t next_check = mono_ms();     /* first check at once: nothing goes to a client
+                                         * that left while the run was starting */
     while (rc == COAI_OK) {
         const unsigned char *p;
-        long n = up_body(r->sse, &p);
+        long n;
+        /* The idle deadline, the client and the tick are checked at least once a second even
+         * while the upstream floods frames that produce no output (up_wait, which checks them
+         * too, only runs when a read would block). */
+        if (mono_ms() >= next_check) {
+            int64_t now = mono_ms();
+            next_check = now + 1000;
+            if (fd_client_gone(r->c->fd) || run_tick(r) < 0) {
+                r->cancelled = 1;
+                return;
+            }
+            if (now >= r->sse->deadline) {
+                r->in_feed = 1;
+                rc = coai_reply_fail_timeout(&r->reply);
+                r->in_feed = 0;
+                break;
+            }
+        }
+        n = up_body(r->sse, &p);
         if (n <= 0) {
             coai_error e;
             memset(&e, 0, sizeof e);
@@ -4133,6 +4602,8 @@ static int handle_chat(struct conn *c)
     coai_str model, want;
     coai_buf mjson = { 0 };
     char completion_id[40], session[13], msg_id[37], conv_id[37], u[37], mapped[128];
+    char session_keep[64];
+    size_t prompt_units = 0;
     int attempt, rc, i, k, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     int resp = c->dialect == COAI_DIALECT_RESPONSES;
     memset(&req, 0, sizeof req);
@@ -4149,15 +4620,39 @@ static int handle_chat(struct conn *c)
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
     if (resp) {
+        /* what coai_request_parse_ex does for the other dialects: lone surrogates -> U+FFFD
+         * before the parse, duplicate keys and images after it */
+        if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
+            coai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse "
+                           "the JSON body of your request: a \\u escape needs four hex digits");
+            send_coai_error(c, &e);
+            goto done;
+        }
         if (responses_parse(c, &rr, &e) < 0) {
             send_coai_error(c, &e);
             goto done;
         }
         req = rr.req;                            /* moved: freed as req below */
         memset(&rr.req, 0, sizeof rr.req);
-    } else if (coai_request_parse(&req, c->dialect, (const char *)c->body.data, c->body.len,
-                                  &e) < 0) {
+        if (coai_request_check(&req, &IMG_LIMITS, &e) < 0) {
+            send_coai_error(c, &e);
+            goto done;
+        }
+    } else if (coai_request_parse_ex(&req, c->dialect, (const char *)c->body.data, c->body.len,
+                                     &IMG_LIMITS, &e) < 0) {
         send_coai_error(c, &e);
+        goto done;
+    }
+    /* Each copy of the request goes as soon as the next one exists: the tree owns
+     * everything now, so the body goes (the prompt follows once the run request is encoded). */
+    coai_buf_free(&c->body);
+    /* A model name is sent upstream whole or not at all: a cut one would name another model
+     * (or end inside a UTF-8 character). */
+    if (req.model.len >= sizeof c->model) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "model: the model name is longer than %zu bytes",
+                 sizeof c->model - 1);
+        send_error(c, 400, "invalid_request_error", "invalid_value", "model", msg, NULL);
         goto done;
     }
     /* (Responses: the parser took prompt_cache_key when no header names a session) */
@@ -4170,7 +4665,8 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched) < 0) {
+    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
+                   c->fd) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
@@ -4246,7 +4742,7 @@ static int handle_chat(struct conn *c)
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
-    o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
+    o.model = req.model;    /* the name the client asked for (Cursor's id: x-cursor-model) */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
     if (resp) {
         o.echo.ptr = rr.echo.data ? (const char *)rr.echo.data : "";
@@ -4259,6 +4755,21 @@ static int handle_chat(struct conn *c)
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
+    /* The conversation lives on in run_msg: the reply counted the prompt and copied the
+     * session id at init, so the prompt and the messages of the tree go now (tool
+     * definitions stay: the reply's views point into them). A second init (the retry
+     * below) gets the session id from a copy and the prompt's count from the first. */
+    prompt_units = r->reply.prompt_units_;
+    copy_str(session_keep, sizeof session_keep, o.session_id.ptr ? o.session_id.ptr : "",
+             o.session_id.len);
+    o.session_id = coai_str_c(session_keep);
+    o.prompt = coai_str_c("");
+    coai_buf_free(&req.prompt);
+    params.prompt = coai_str_c("");
+    req.session_id = coai_str_c("");
+    req.messages = NULL;
+    req.message_count = 0;
+    cJSON_DeleteItemFromObjectCaseSensitive(req.root_, "messages");
     pthread_mutex_lock(&S.lock);
     r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
     pthread_mutex_unlock(&S.lock);
@@ -4302,9 +4813,13 @@ again:
                     r->request_id, PROFILE_NAME[r->profile], r->err.message,
                     PROFILE_NAME[!r->profile]);
             r->profile = !r->profile;
+            c->fallback = "profile";
+            metric_add(M_FALLBACKS, "kind=\"profile\"", 1);
         } else {
             r->tries |= 2;
             agent_get(&r->host, NULL, 0);
+            c->fallback = "agent_host";
+            metric_add(M_FALLBACKS, "kind=\"agent_host\"", 1);
         }
         if (r->sse) { up_free(r->sse); r->sse = NULL; }
         coai_reply_free(&r->reply);
@@ -4315,6 +4830,7 @@ again:
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
+        r->reply.prompt_units_ = prompt_units;      /* the prompt itself is gone */
         goto again;
     }
     if (rc != 0 && !r->cancelled) {
@@ -4500,8 +5016,57 @@ static int listen_open(void)
     return 0;
 }
 
+/* Rejected connections past SRV_REJECT_THREADS concurrent ones: the accept loop itself
+ * writes their 503 (a fresh socket's buffer always takes it) and lingers on them like
+ * reject_thread does, so they too read a 503 rather than a reset. pf[0] is the listener. */
+struct linger_set {
+    int n;
+    struct pollfd pf[1 + SRV_LINGER_MAX];
+    int64_t end[1 + SRV_LINGER_MAX];
+};
+
+static void linger_add(struct linger_set *lg, int fd)
+{
+    char a[512];
+    int n = reject_answer(a, sizeof a);
+    ssize_t w;
+    do w = send(fd, a, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT); while (w < 0 && errno == EINTR);
+    if (w != n || lg->n >= SRV_LINGER_MAX) { close(fd); return; }
+    shutdown(fd, SHUT_WR);
+    lg->n++;
+    lg->pf[lg->n].fd = fd;
+    lg->pf[lg->n].events = POLLIN;
+    lg->pf[lg->n].revents = 0;
+    lg->end[lg->n] = mono_ms() + 1000;
+}
+
+/* Drain what the lingering clients sent; close those that closed or whose second is up. */
+static void linger_service(struct linger_set *lg, int polled)
+{
+    int64_t now = mono_ms();
+    int i = 1;
+    while (i <= lg->n) {
+        int done = now >= lg->end[i];
+        if (!done && polled && lg->pf[i].revents) {
+            char sink[4096];
+            ssize_t r = recv(lg->pf[i].fd, sink, sizeof sink, MSG_DONTWAIT);
+            done = r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+        }
+        if (done) {
+            close(lg->pf[i].fd);
+            lg->pf[i] = lg->pf[lg->n];
+            lg->end[i] = lg->end[lg->n];
+            lg->n--;
+            continue;
+        }
+        lg->pf[i].revents = 0;
+        i++;
+    }
+}
+
 static void serve_loop(void)
 {
+    static struct linger_set lg;
     pthread_attr_t attr, rattr;
     int64_t last_emfile_log = 0;
     pthread_attr_init(&attr);
@@ -4510,12 +5075,18 @@ static void serve_loop(void)
     pthread_attr_init(&rattr);
     pthread_attr_setstacksize(&rattr, 64 * 1024);
     pthread_attr_setdetachstate(&rattr, PTHREAD_CREATE_DETACHED);
+    memset(&lg, 0, sizeof lg);
     while (!S.stop) {
-        struct pollfd pf = { S.listen_fd, POLLIN, 0 };
+        struct pollfd *pf = lg.pf;
         struct conn *c;
         pthread_t t;
-        int fd, one = 1, over, reject_ok;
-        if (poll(&pf, 1, 500) <= 0) {
+        int fd, one = 1, over, reject_ok, r;
+        pf[0].fd = S.listen_fd;
+        pf[0].events = POLLIN;
+        pf[0].revents = 0;
+        r = poll(pf, (nfds_t)(1 + lg.n), lg.n ? 100 : 500);
+        if (lg.n) linger_service(&lg, r > 0);
+        if (r <= 0 || !(pf[0].revents & POLLIN)) {
             pool_prune(0);
             continue;
         }
@@ -4535,19 +5106,19 @@ static void serve_loop(void)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         pthread_mutex_lock(&S.lock);
         over = S.conns >= S.max_conns;
-        reject_ok = S.rejecting < 256;
+        reject_ok = S.rejecting < SRV_REJECT_THREADS;
         if (!over) S.conns++;
         else if (reject_ok) S.rejecting++;
         pthread_mutex_unlock(&S.lock);
         if (over) {
             if (!reject_ok || pthread_create(&t, &rattr, reject_thread_counted,
                                              (void *)(intptr_t)fd) != 0) {
-                close(fd);
                 if (reject_ok) {
                     pthread_mutex_lock(&S.lock);
                     S.rejecting--;
                     pthread_mutex_unlock(&S.lock);
                 }
+                linger_add(&lg, fd);
             }
             continue;
         }
@@ -4562,6 +5133,7 @@ static void serve_loop(void)
             srv_log(LOG_ERROR, "cannot start a connection thread");
         }
     }
+    while (lg.n > 0) close(lg.pf[lg.n--].fd);
     pthread_attr_destroy(&attr);
     pthread_attr_destroy(&rattr);
 }
@@ -4592,6 +5164,7 @@ static const char USAGE[] =
     "       cursor-oai logout               remove the saved login\n"
     "       cursor-oai status               who is logged in, and does Cursor accept it\n"
     "       cursor-oai models               the models this account can use\n"
+    "       cursor-oai usage [--json]       plan, usage this billing period, when it resets\n"
     "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
@@ -4620,7 +5193,8 @@ static const char SERVE_HELP[] =
     "  1. CURSOR_ACCESS_TOKEN (used as is, never renewed)\n"
     "  2. $XDG_CONFIG_HOME/cursor-oai/auth.json (default ~/.config/cursor-oai/auth.json),\n"
     "     written by 'cursor-oai login'; a login done while serving is picked up within 1 s\n"
-    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only\n"
+    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only and never renewed with its\n"
+    "     refresh token (that token is cursor-agent's): log in again when it expires\n"
     "  A token that expires within 5 minutes, or that Cursor rejects before anything was\n"
     "  streamed, is renewed once (refresh token, or API key exchange) and the request retried;\n"
     "  renewed tokens are saved to file 2 (never to cursor-agent's file).\n"
@@ -4636,7 +5210,16 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
-    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300)\n"
+    "  CURSOR_OAI_MAX_IMAGE_BYTES   largest image in decoded bytes, 413 beyond (5242880)\n"
+    "  CURSOR_OAI_MAX_IMAGES        images per request, 400 beyond (12)\n"
+    "  CURSOR_OAI_MAX_IMAGES_BYTES  all images of a request in bytes, 413 beyond (20971520)\n"
+    "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300); then served stale\n"
+    "                           while one background fetch renews it\n"
+    "  CURSOR_OAI_MODELS_WAIT   seconds a request waits for the first model list (15)\n"
+    "  CURSOR_OAI_UPSTREAM_TIMEOUT  overall seconds of one unary upstream call (60)\n"
+    "  CURSOR_OAI_BODY_TIMEOUT  seconds to receive a whole request body (120)\n"
+    "  CURSOR_OAI_MAX_RESPONSE_MB  MiB of a non-streaming answer held in memory (32)\n"
+    "  CURSOR_OAI_MAX_INFLIGHT_MB  MiB of request bodies handled at once (256)\n"
     "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names (or opus, sonnet, haiku)\n"
     "                           to models of the Cursor account\n"
     "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
@@ -4646,10 +5229,13 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           grpc-web, with Connect as the fallback)\n"
+    "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
     "\n"
+    "SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the server gracefully (streams end with an\n"
+    "error event and [DONE]; at most 10 s).\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
 
 static const char LOGIN_HELP[] =
@@ -4694,7 +5280,8 @@ static const char STATUS_HELP[] =
     "Shows who is logged in (from the token), when the access token expires, which\n"
     "credentials are used (CURSOR_ACCESS_TOKEN, cursor-oai's file or cursor-agent's), and\n"
     "whether Cursor accepts the token (one GetUsableModels call). A token about to expire is\n"
-    "renewed first, as the server would do. Exit status: 0 logged in and accepted, 1 not\n"
+    "renewed first, as the server would do. Then one line of usage (as 'cursor-oai usage';\n"
+    "not counted in the exit status). Exit status: 0 logged in and accepted, 1 not\n"
     "logged in, rejected, or the check failed.\n";
 
 static const char DOCTOR_HELP[] =
@@ -4713,6 +5300,14 @@ static const char MODELS_HELP[] =
     "Lists the models of this Cursor account: the id to use in requests (as in GET\n"
     "/v1/models), the display name, other accepted names (aliases) and the context window.\n"
     "Exit status: 0 ok, 1 not logged in or the list could not be fetched.\n";
+
+static const char USAGE_HELP[] =
+    "Usage: cursor-oai usage [--json]\n"
+    "\n"
+    "Shows the account's plan, how much of the included usage this billing period is used\n"
+    "and left, on-demand spending, and when the period resets (Cursor's dashboard service:\n"
+    "GetCurrentPeriodUsage and GetPlanInfo). --json prints the object GET /v1/usage returns.\n"
+    "Exit status: 0 ok, 1 not logged in or Cursor did not answer.\n";
 
 static void print_version(void)
 {
@@ -4782,10 +5377,28 @@ static int env_seconds(const char *name, int def, int *out)
     errno = 0;
     n = strtol(v, &end, 10);
     if (errno || *end || n <= 0 || n > 86400 * 7) {
-        fprintf(stderr, "cursor-oai: %s must be a number of seconds (1..604800)\n", name);
+        fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to 604800 (seconds, or "
+                "MiB for the _MB limits)\n", name);
         return -1;
     }
     *out = (int)n;
+    return 0;
+}
+
+/* A positive whole number <= max from the environment (def when unset). */
+static int env_count(const char *name, size_t def, size_t max, size_t *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long n;
+    if (!v || !*v) { *out = def; return 0; }
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || n == 0 || n > max) {
+        fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to %zu\n", name, max);
+        return -1;
+    }
+    *out = (size_t)n;
     return 0;
 }
 
@@ -5008,7 +5621,7 @@ static int configure(void)
     const char *url = getenv("CURSOR_API_URL"), *key = getenv("CURSOR_OAI_API_KEY");
     const char *cv = getenv("CURSOR_CLIENT_VERSION");
     long n;
-    int ttl;
+    int ttl, up_call, models_wait, body_to, reply_mb, inflight_mb;
     struct rlimit rl;
     if (!url || !*url) url = SRV_DEFAULT_API_URL;
     if (parse_api_url(url) < 0) {
@@ -5023,6 +5636,15 @@ static int configure(void)
             fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
                     "https://host[:port][/path] (https only)\n");
             return -1;
+        }
+        const char *ca = getenv("CURSOR_OAI_CONNECT_APPEND");
+        S.connect_json = 0;
+        if (ca && *ca) {
+            if (strcmp(ca, "json") == 0) S.connect_json = 1;
+            else if (strcmp(ca, "proto") != 0) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_CONNECT_APPEND must be proto or json\n");
+                return -1;
+            }
         }
         S.profile_forced = -1;
         if (pr && *pr) {
@@ -5040,12 +5662,44 @@ static int configure(void)
                 "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
         return -1;
     }
+    if (key && !S.cli) {
+        /* set but blank: almost surely a mistake (an empty variable in a compose file); it
+         * must not silently leave the API open */
+        const char *k = key;
+        while (*k == ' ' || *k == '\t' || *k == '\r' || *k == '\n') k++;
+        if (!*k) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_API_KEY is set but blank; set it to the "
+                    "key clients must send, or unset it to serve without a client key\n");
+            return -1;
+        }
+    }
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
+        || env_seconds("CURSOR_OAI_UPSTREAM_TIMEOUT", UP_CALL_TIMEOUT_S, &up_call)
+        || env_seconds("CURSOR_OAI_MODELS_WAIT", SRV_MODELS_WAIT_S, &models_wait)
+        || env_seconds("CURSOR_OAI_BODY_TIMEOUT", SRV_BODY_TIMEOUT_S, &body_to)
+        || env_seconds("CURSOR_OAI_MAX_RESPONSE_MB", SRV_REPLY_MAX_MB, &reply_mb)
+        || env_seconds("CURSOR_OAI_MAX_INFLIGHT_MB", SRV_INFLIGHT_MAX_MB, &inflight_mb)
         || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
         return -1;
+    if (env_count("CURSOR_OAI_MAX_IMAGE_BYTES", COAI_MAX_IMAGE_BYTES, SRV_BODY_MAX,
+                  &IMG_LIMITS.max_bytes)
+        || env_count("CURSOR_OAI_MAX_IMAGES", COAI_MAX_IMAGES, 1000, &IMG_LIMITS.max_count)
+        || env_count("CURSOR_OAI_MAX_IMAGES_BYTES", COAI_MAX_IMAGES_BYTES, SRV_BODY_MAX,
+                     &IMG_LIMITS.max_total))
+        return -1;
+    if (reply_mb > 4096 || inflight_mb > 1048576) {
+        fprintf(stderr, "cursor-oai: CURSOR_OAI_MAX_RESPONSE_MB is at most 4096 and "
+                "CURSOR_OAI_MAX_INFLIGHT_MB at most 1048576\n");
+        return -1;
+    }
+    S.up_call_ms = (int64_t)up_call * 1000;
+    S.models_wait_ms = (int64_t)models_wait * 1000;
+    S.body_timeout_ms = (int64_t)body_to * 1000;
+    S.reply_max = (size_t)reply_mb << 20;
+    S.inflight_max = (size_t)inflight_mb << 20;
     S.models_ttl_ms = (int64_t)ttl * 1000;
     {
         const char *ql = getenv("CURSOR_OAI_QUOTA_LATCH");
@@ -5085,6 +5739,15 @@ static int configure(void)
     return 0;
 }
 
+/* Install sa for sig, except where the parent chose to ignore it (nohup ignores SIGHUP:
+ * that choice stands). */
+static void signal_unless_ignored(int sig, const struct sigaction *sa)
+{
+    struct sigaction old;
+    if (sigaction(sig, NULL, &old) == 0 && old.sa_handler == SIG_IGN) return;
+    sigaction(sig, sa, NULL);
+}
+
 static int run_serve(int argc, char **argv)
 {
     struct sigaction sa;
@@ -5097,6 +5760,11 @@ static int run_serve(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* A closed terminal (SIGHUP) and SIGQUIT stop the server the same graceful way: streams
+     * end with an error event and [DONE] instead of a cut connection. (SIGQUIT's core dump
+     * is of no use to a user; nginx also treats it as a graceful stop.) */
+    signal_unless_ignored(SIGHUP, &sa);
+    signal_unless_ignored(SIGQUIT, &sa);
     cred_paths();
     switch (cred_load()) {
     case CRED_ENV:
@@ -5598,6 +6266,18 @@ static int run_status(int argc, char **argv)
         coai_models_parse(&m, (const char *)json.data, json.len);
         printf("Upstream: https://%s%s accepts the token (%zu models)\n", S.up_authority,
                S.up_prefix, m.count);
+        fflush(stdout);
+        {
+            /* one line; a failure here does not change the exit status */
+            coai_quota u;
+            coai_error ue;
+            coai_buf line = { 0 };
+            if (usage_fetch(&u, &ue) == 0 && coai_quota_summary(&line, &u, wall_ms()) == 0)
+                printf("Usage: %s\n", (char *)line.data);
+            else
+                printf("Usage: unavailable (%s)\n", ue.status ? ue.message : "out of memory");
+            coai_buf_free(&line);
+        }
         rc = 0;
     } else if (e.status == 401 || e.status == 403) {
         printf("Upstream: https://%s%s rejected the credentials: %s\nRun 'cursor-oai login'.\n",
@@ -5940,6 +6620,40 @@ static int run_doctor(int argc, char **argv)
     return ok_run ? 0 : 1;
 }
 
+static int run_usage(int argc, char **argv)
+{
+    coai_quota u;
+    coai_error e;
+    coai_buf out = { 0 };
+    int json = 0, i, rc = 1;
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) { json = 1; continue; }
+        {
+            int help = strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
+            fputs(USAGE_HELP, help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (cli_setup(1) < 0) return 1;
+    if (cred_load() == CRED_NONE) {
+        fprintf(stderr, "cursor-oai: not logged in; run 'cursor-oai login'\n");
+        return 1;
+    }
+    if (usage_fetch(&u, &e) < 0) {
+        fprintf(stderr, "cursor-oai: cannot read the usage: %s\n", e.message);
+        return 1;
+    }
+    if (json ? coai_quota_write_json(&out, &u) : coai_quota_write_text(&out, &u, wall_ms())) {
+        fprintf(stderr, "cursor-oai: out of memory\n");
+    } else {
+        fwrite(out.data, 1, out.len, stdout);
+        if (json) putchar('\n');
+        rc = 0;
+    }
+    coai_buf_free(&out);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutex_init(&S.lock, NULL);
@@ -5966,6 +6680,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "doctor") == 0) return run_doctor(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "usage") == 0) return run_usage(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;
 }

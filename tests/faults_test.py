@@ -601,20 +601,29 @@ def t_client(proxy, fake):
             done = r.read_eof(15)
             # By design (server.c client_gone): a half-close while the proxy waits on the
             # upstream counts as the client leaving; the run is cancelled, nothing is sent.
-            eq("half-close after a chat (stream=%s): closed without an answer (by design)"
-               % stream, (done, r.buf[:40]), (True, b""))
+            # On a loaded machine this thread may be descheduled between send() and
+            # shutdown(): the stream can then have begun ("half") before the half-close,
+            # and it must end cut off (no [DONE]) rather than complete.
+            cut = (stream and r.buf.startswith(b"HTTP/1.1 200") and b"[DONE]" not in r.buf
+                   and not r.buf.endswith(b"0\r\n\r\n"))
+            check("half-close after a chat (stream=%s): closed without an answer (by design)"
+                  % stream, done and (r.buf == b"" or cut), (done, r.buf[:300]))
         finally:
             r.close()
 
+    # A client that is gone before its run starts gets no run at all (issue 17: the check
+    # right before starting); one that leaves later has its run cancelled.
     def hc_runs():
         # the run is cancelled while its RunSSE head is awaited (before the run request, so
-        # the fake never learns the model) or later
+        # the fake never learns the model) or later; or it never started at all
         rs = [x["stream"] for x in fake.runs() if x["request_id"] not in before
               and x["scenario"] in ("halfclose", None)]
-        return rs if len(rs) == 2 and all(x.get("ended") in (
+        return ["ok"] if all(x.get("ended") in (
             "client_closed", "client_closed_before_append") for x in rs) else None
-    check("half-close: both upstream runs were cancelled", H.wait_for(hc_runs, 5),
-          [x["stream"] for x in fake.runs() if x["request_id"] not in before])
+    time.sleep(0.5)
+    check("half-close: no upstream run left running (none started, or cancelled)",
+          H.wait_for(hc_runs, 5), [x["stream"] for x in fake.runs()
+                                   if x["request_id"] not in before])
 
     # CL + TE
     r = Raw(port)

@@ -58,6 +58,9 @@ SCENARIOS = {
     "bench_paced64": {"steps": [{"op": "long", "n": PACED64, "batch": 1, "stamp": True,
                                  "interval": PACE64_S, "text": "x"},
                                 {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    # first-token figures: many short answers (20 deltas, one per write)
+    "bench_short": {"steps": [{"op": "long", "n": 20, "batch": 1, "interval": 0, "text": "s"},
+                              {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     # the old shape (secondary line): 64 pre-encoded frames per write
     "bench_long64": {"steps": [{"op": "long", "n": DELTAS, "text": "lorem ipsum "},
                                {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
@@ -352,10 +355,17 @@ class Bench:
             for lb in every:
                 self.go("%s_unpaced_c1_%s" % (lb, cb), lb, "bench_unpaced", 1, a.n1, DELTAS)
             for lb in every:
-                self.go("%s_paced_c1_%s" % (lb, cb), lb, "bench_paced1", 1, a.paced, DELTAS)
+                self.go("%s_short_c1_%s" % (lb, cb), lb, "bench_short", 1, a.short1, 20)
             for lb in every:
+                self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
+                self.go("%s_short_c64_%s" % (lb, cb), lb, "bench_short", 64, a.short64, 20)
+            for lb in every:
+                self.go("%s_paced_c1_%s" % (lb, cb), lb, "bench_paced1", 1, a.paced, DELTAS)
+            for lb in every:    # steady state at 64: a pool (and the fake) warmed at 64
+                self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
                 self.go("%s_paced_c64_%s" % (lb, cb), lb, "bench_paced64", 64, a.n64, PACED64)
             for lb in every[1:]:
+                self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
                 self.go("%s_unpaced_c64_%s" % (lb, cb), lb, "bench_unpaced", 64, 64, DELTAS)
         self.set_close(0)
         for lb in every:
@@ -404,12 +414,19 @@ class Bench:
                 s["cpu_us_per_delta_paced_c64_" + cb] = p64["cpu_us_per_delta"]
                 s["cpu_ms_per_answer_unpaced_c1_" + cb] = u1["cpu_ms_per_answer"]
                 s["cpu_ms_per_answer_unpaced_c64_" + cb] = u64["cpu_ms_per_answer"]
-                s["ttfb_p50_ms_c1_" + cb] = p1["ttfb_p50_ms"]
-                s["ttfb_p99_ms_c1_" + cb] = p1["ttfb_p99_ms"]
-                s["added_ttfb_p50_ms_c1_" + cb] = u1["ttfb_p50_ms"] - d1["ttfb_p50_ms"]
-                s["added_ttfb_p99_ms_c1_" + cb] = u1["ttfb_p99_ms"] - d1["ttfb_p99_ms"]
-                s["added_ttfb_p50_ms_c64_" + cb] = p64["ttfb_p50_ms"] - dp64["ttfb_p50_ms"]
-                s["added_ttfb_p99_ms_c64_" + cb] = p64["ttfb_p99_ms"] - dp64["ttfb_p99_ms"]
+                s1, s64 = (runs["%s_short_c%d_%s" % (lb, c, cb)] for c in (1, 64))
+                ds1, ds64 = (runs["direct_short_c%d_%s" % (c, cb)] for c in (1, 64))
+                s["ttfb_p50_ms_c1_" + cb] = s1["ttfb_p50_ms"]
+                s["ttfb_p50_ms_c64_" + cb] = s64["ttfb_p50_ms"]
+                s["added_ttfb_p50_ms_c1_" + cb] = s1["ttfb_p50_ms"] - ds1["ttfb_p50_ms"]
+                s["added_ttfb_p99_ms_c1_" + cb] = s1["ttfb_p99_ms"] - ds1["ttfb_p99_ms"]
+                s["added_ttfb_p50_ms_c64_" + cb] = s64["ttfb_p50_ms"] - ds64["ttfb_p50_ms"]
+                s["added_ttfb_p99_ms_c64_" + cb] = s64["ttfb_p99_ms"] - ds64["ttfb_p99_ms"]
+                s["handshakes_per_request_short_c1_" + cb] = s1["handshakes_per_request"]
+                s["handshakes_per_request_short_c64_" + cb] = s64["handshakes_per_request"]
+                if d1:
+                    s["floor_client_cpu_us_per_delta_paced_" + cb] = \
+                        1e6 * dp1["loadgen_cpu_s"] / max(1, dp1["deltas"])
                 s["added_per_delta_p50_ms_" + cb] = p1["lat_p50_ms"] - dp1["lat_p50_ms"]
                 s["added_per_delta_p99_ms_" + cb] = p1["lat_p99_ms"] - dp1["lat_p99_ms"]
                 s["handshakes_per_request_c1_" + cb] = u1["handshakes_per_request"]
@@ -452,6 +469,9 @@ class Bench:
                  "every %.0f ms (64 streams)" % (DELTAS, PACE1_S * 1e3, PACED64, PACE64_S * 1e3))
         L.append("keep = the fake keeps RunSSE connections alive; close = it closes each after "
                  "its run. added = proxy - direct (BearSSL client straight to the fake, same run)")
+        L.append("first token: 20-delta answers (100 one at a time, 256 64 at a time, after a "
+                 "64-stream warm-up); the proxy's time includes its whole start: RunSSE, BidiAppend, "
+                 "RunSSE headers")
         L.append("load average at start %.2f; per-run load averages in results.json"
                  % m["loadavg_start"])
         L.append("")
@@ -474,8 +494,13 @@ class Bench:
             ("added first token p99, 64 streams (ms)", "added_ttfb_p99_ms_c64", "%.3f"),
             ("added latency per delta p50, paced (ms)", "added_per_delta_p50_ms", "%.3f"),
             ("added latency per delta p99, paced (ms)", "added_per_delta_p99_ms", "%.3f"),
-            ("upstream handshakes per request, 1", "handshakes_per_request_c1", "%.3f"),
-            ("upstream handshakes per request, 64", "handshakes_per_request_c64", "%.3f"),
+            ("first token p50, 1 stream (ms)", "ttfb_p50_ms_c1", "%.3f"),
+            ("first token p50, 64 streams (ms)", "ttfb_p50_ms_c64", "%.3f"),
+            ("upstream handshakes per request, 1", "handshakes_per_request_short_c1", "%.3f"),
+            ("upstream handshakes per request, 64", "handshakes_per_request_short_c64",
+             "%.3f"),
+            ("floor: direct client CPU per delta, paced (us)",
+             "floor_client_cpu_us_per_delta_paced", "%.1f"),
         ]
         for name, key, fmt in rows:
             line = "%-46s" % name
@@ -555,7 +580,11 @@ def main():
                     "release)")
     ap.add_argument("--n1", type=int, default=20, help="unpaced answers one at a time")
     ap.add_argument("--n64", type=int, default=128, help="paced answers 64 at a time")
-    ap.add_argument("--paced", type=int, default=3, help="paced answers one at a time")
+    ap.add_argument("--paced", type=int, default=5, help="paced answers one at a time")
+    ap.add_argument("--short1", type=int, default=100,
+                    help="short answers one at a time (first-token figures)")
+    ap.add_argument("--short64", type=int, default=256,
+                    help="short answers 64 at a time (first-token figures)")
     ap.add_argument("--hold", type=int, default=1000, help="streams held at once (default 1000)")
     ap.add_argument("--hold-big", type=int, default=0,
                     help="also hold this many streams at once (e.g. 10000; 0: skip)")
