@@ -117,14 +117,16 @@
  *   Output goes into coai_buf (a growable heap buffer with an optional cap, `max`;
  *   on failure it remembers the error and ignores later appends). Objects that own
  *   memory have a _free: coai_buf_free, coai_frame_decoder_free, coai_msg_free,
- *   coai_chat_request_free, coai_models_free, coai_reply_free, coai_creds_free.
+ *   coai_request_free (= coai_chat_request_free), coai_models_free, coai_reply_free,
+ *   coai_creds_free.
  *   Decoders never allocate a length read from the wire before checking it.
  *
  * ERRORS
  *   Parsers return a negative coai_result and never assert on input. Stateful
  *   decoders (coai_frame_decoder, coai_chunked_decoder) keep their first error until
- *   reset. Upstream failures become coai_status (trailers, end-stream) and then an
- *   OpenAI-shaped coai_error (see the ERROR MAPPING table in the OPENAI section).
+ *   reset. Upstream failures become coai_status (trailers, end-stream) and then a
+ *   coai_error (see the ERROR MAPPING table in the OPENAI section), which each dialect
+ *   writes in its own shape and status (coai_error_write_as, coai_error_status_as).
  *
  * TRUST MODEL
  *   Untrusted: every byte from the network, both from clients (HTTP heads, bodies,
@@ -500,6 +502,8 @@ void coai_checksum(char out[COAI_CHECKSUM_SIZE], coai_str token, int64_t now_ms)
 /* ======================================================================== */
 
 struct cJSON;
+struct coai_image;          /* IMAGE part */
+struct coai_image_limits;   /* IMAGE part */
 
 /* One OpenAI function tool, as it goes into a McpToolDefinition. */
 typedef struct coai_tool {
@@ -522,6 +526,8 @@ typedef struct coai_run_params {
     coai_str shell;             /* default "/bin/zsh" (what the original sends) */
     const coai_tool *tools;     /* may be NULL when tool_count == 0 */
     size_t tool_count;
+    const struct coai_image *images; /* UserMessage.selected_context images (IMAGE part) */
+    size_t image_count;         /* 0: no selected_context at all (the original's bytes) */
 } coai_run_params;
 
 /* Client -> server messages. Every encoder APPENDS exactly one serialized message
@@ -1174,6 +1180,12 @@ typedef struct coai_request {
     int64_t thinking_budget;   /* budget_tokens when given, else 0 */
     coai_str conversation_key; /* set by the caller: a client session id (e.g. Claude
                                 * Code's x-claude-code-session-id); empty = none */
+    int response_json;         /* 1: answer must be one JSON object (OpenAI response_format
+                                * json_object / json_schema): asked for in the prompt, and
+                                * a non-streaming answer is checked (coai_reply_opts) */
+    const struct cJSON *response_schema; /* json_schema.schema (a view), or NULL */
+    struct coai_image *images; /* decoded images of the newest user message (IMAGE part) */
+    size_t image_count;
     struct cJSON *root_;       /* private: the parsed body, owns most views */
     coai_buf mem_;             /* private: pointers to heap blocks the request owns */
 } coai_request;
@@ -1187,8 +1199,22 @@ typedef coai_request coai_chat_request;
  * left empty on failure (free is still safe). */
 int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
                        coai_error *err);
+/* The same with image caps (NULL or 0 members: the COAI_MAX_IMAGE* defaults). Every parse
+ * decodes the images of the newest user message into req->images (IMAGE part): a bad or
+ * oversized image is a 400 / 413 naming the part. */
+int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
+                          const struct coai_image_limits *lim, coai_error *err);
+/* The steps coai_request_parse_ex adds around a dialect's parser, for callers that run a
+ * parser themselves (server.c's Responses path): coai_json_fix_surrogates rewrites each
+ * lone UTF-16 surrogate escape ("\ud800" without its pair) to "\ufffd" in place (same
+ * length) and returns how many, or -1 for a "\u" without four hex digits (a 400: cJSON
+ * would read U+0000); coai_request_check refuses duplicate keys (400 duplicate_key) and
+ * decodes the images (req is freed on failure). 0 ok, else a negative coai_result. */
+long coai_json_fix_surrogates(char *body, size_t n);
+int coai_request_check(coai_request *req, const struct coai_image_limits *lim,
+                       coai_error *err);
 void coai_request_free(coai_request *req);
-/* Set p->prompt, p->tools and p->tool_count from req (views into req). */
+/* Set p->prompt, p->tools, p->tool_count and p->images from req (views into req). */
 void coai_request_params(const coai_request *req, coai_run_params *p);
 /* Flatten a neutral conversation (spec §11.1) into out: system texts first (joined by
  * "\n"), then "User: ", "Assistant: " (with "[Called tool: name(args)]" lines) and
@@ -1275,6 +1301,16 @@ typedef struct coai_reply_opts {
     void *send_user;
     size_t max_kv_bytes;       /* 0 = COAI_MAX_KV_BYTES */
     coai_str echo;             /* Responses: ,"k":v members added to the response object */
+    /* Emulated request fields (Cursor has none of them); zero = off. */
+    const coai_str *stop;      /* stop sequences: the text is cut before the first match,
+                                * across deltas; finish STOP_SEQUENCE */
+    size_t stop_count;
+    int64_t max_tokens;        /* output limit: text + reasoning cut once the estimate
+                                * (UTF-16 units / 4) or Cursor's token count reaches it;
+                                * finish LENGTH */
+    int json_check;            /* non-streaming: the answer must be a JSON object (```json
+                                * fences are removed), else a 502 invalid_json_output */
+    const struct cJSON *json_schema; /* its top-level "required" members are checked */
 } coai_reply_opts;
 
 /* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
@@ -1330,6 +1366,9 @@ typedef struct coai_reply {
     size_t rs_reason_units_;   /* Responses: reasoning text length (reasoning_tokens) */
     coai_buf rs_items_;        /* Responses: finished output items, joined by ',' */
     coai_buf rs_final_;        /* Responses: the final response object */
+    coai_buf hold_;            /* text held back while it may start a stop sequence */
+    int stop_hit_;             /* index of the stop sequence that ended the reply, or -1 */
+    int limit_hit_;            /* the reply was cut at max_tokens */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -1358,6 +1397,133 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u);
  * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
 int coai_reply_head(const coai_reply *r, coai_buf *out);
 /* PART:OPENAI api end */
+
+/* ======================================================================== */
+/* PART:QUOTA api (Cursor plan and current-period usage)                    */
+/* ======================================================================== */
+/* Reads the two Connect-JSON answers of Cursor's dashboard service
+ * (aiserver.v1.DashboardService/GetCurrentPeriodUsage and, optionally, GetPlanInfo; both
+ * POST "{}" with the agent's bearer token) and renders them three ways: a JSON object for
+ * GET /v1/usage and `cursor-oai usage --json`, a few human lines, and one summary line.
+ * Every upstream member is optional: int64s may come as JSON numbers or decimal strings
+ * (proto3 JSON writes int64 as strings), amounts are integer cents, times are Unix
+ * milliseconds. Unknown or malformed members read as unknown (COAI_QUOTA_NONE), never as 0.
+ *
+ * Output JSON (every member always present; null when Cursor did not say):
+ *   {"object":"cursor.usage",
+ *    "plan":{"name","price","included_cents"} | null,
+ *    "billing_cycle":{"start","end","start_ms","end_ms"} | null,   (ISO-8601 UTC strings)
+ *    "resets_at": end of the billing cycle (ISO-8601 UTC) | null,
+ *    "included":{"used_cents","limit_cents","remaining_cents","included_spend_cents",
+ *                "bonus_cents","percent_used","auto_percent_used","api_percent_used"} | null,
+ *    "on_demand":{"used_cents","limit_cents","remaining_cents","total_spend_cents",
+ *                 "limit_type"} | null,
+ *    "limit_reached": true | false | null,
+ *    "message": Cursor's own display message | null}
+ * limit_reached: included remaining > 0 -> false; <= 0 -> true unless an on-demand limit
+ * with money left exists; unknown remaining -> null (a percentage alone decides nothing). */
+
+#define COAI_QUOTA_NONE INT64_MIN   /* "Cursor did not say" for every int64 member */
+
+typedef struct coai_quota {
+    int64_t cycle_start_ms;        /* billingCycleStart */
+    int64_t cycle_end_ms;          /* billingCycleEnd (= when the included usage resets) */
+    int64_t used_cents;            /* planUsage.totalSpend */
+    int64_t included_spend_cents;  /* planUsage.includedSpend */
+    int64_t bonus_cents;           /* planUsage.bonusSpend */
+    int64_t limit_cents;           /* planUsage.limit */
+    int64_t remaining_cents;       /* planUsage.remaining */
+    double percent_used;           /* planUsage.totalPercentUsed; < 0 = unknown */
+    double auto_percent_used;      /* planUsage.autoPercentUsed; < 0 = unknown */
+    double api_percent_used;       /* planUsage.apiPercentUsed; < 0 = unknown */
+    int have_plan_usage;           /* planUsage was an object */
+    int have_on_demand;            /* spendLimitUsage was an object */
+    int64_t od_total_cents;        /* spendLimitUsage.totalSpend */
+    int64_t od_limit_cents;        /* individualLimit, else pooledLimit */
+    int64_t od_used_cents;         /* individualUsed, else pooledUsed */
+    int64_t od_remaining_cents;    /* individualRemaining, else pooledRemaining */
+    char od_limit_type[16];        /* "user" / "team" / "" */
+    char message[256];             /* displayMessage (clean UTF-8, no control bytes) */
+    char plan_name[64];            /* GetPlanInfo planInfo.planName, "" = unknown */
+    char plan_price[32];           /* planInfo.price, e.g. "$20/mo" */
+    int64_t plan_included_cents;   /* planInfo.includedAmountCents */
+} coai_quota;
+
+/* Fill *u from the GetCurrentPeriodUsage body (required: a JSON object, else
+ * COAI_ERR_JSON and *u all unknown) and the GetPlanInfo body (plan may be NULL; a bad plan
+ * body is ignored). Returns 0, COAI_ERR_JSON or COAI_ERR_NOMEM. */
+int coai_quota_parse(coai_quota *u, const char *period, size_t n, const char *plan, size_t pn);
+/* 1 limit reached, 0 not reached, -1 unknown (see above). */
+int coai_quota_limit_reached(const coai_quota *u);
+/* The JSON object above. 0 ok, -1 fail. */
+int coai_quota_write_json(coai_buf *out, const coai_quota *u);
+/* Human lines ("Plan: ...\n", "Billing cycle: ...\n", ...), relative times from now_ms. */
+int coai_quota_write_text(coai_buf *out, const coai_quota *u, int64_t now_ms);
+/* One line without newline, e.g. "$12.34 of $20.00 included usage used (62%), $7.66 left;
+ * resets 2026-12-01 (in 6 days)". */
+int coai_quota_summary(coai_buf *out, const coai_quota *u, int64_t now_ms);
+/* "2026-12-01T00:00:00Z" for Unix ms (any int64; years outside 0..9999 are clamped). */
+void coai_iso8601(char out[21], int64_t ms);
+/* PART:QUOTA api end */
+
+/* ======================================================================== */
+/* PART:IMAGE api (data: URLs, image type and size from the header)          */
+/* ======================================================================== */
+/* Client images reach Cursor as UserMessage.selected_context.selected_images: SelectedImage
+ * {2 uuid, 4 dimension{1 width, 2 height}, 7 mime_type, 8 data = the raw bytes} (what
+ * cursor-agent itself sends; notes: cursor-upstream-extras.md section 1). Only data: URLs
+ * with base64 payloads are taken: the proxy never fetches a URL (that would make it an SSRF
+ * tool), so http(s) URLs get a 400 that says so. The type comes from the magic bytes (JPEG,
+ * PNG, GIF, WebP; anything else is a 400), never from the URL's declared type; width and
+ * height from the header when it is cheap to read (PNG IHDR, GIF screen, WebP VP8/VP8L/VP8X,
+ * JPEG SOFn), else left unknown (0, and the dimension field is omitted). The uuid is derived
+ * from SHA-256 of the bytes, so the same image gets the same id in every request. */
+
+#ifndef COAI_MAX_IMAGE_BYTES
+#define COAI_MAX_IMAGE_BYTES (5u * 1024u * 1024u)    /* decoded bytes per image (-> 413) */
+#endif
+#ifndef COAI_MAX_IMAGES
+#define COAI_MAX_IMAGES 12                          /* images per request (-> 400) */
+#endif
+#ifndef COAI_MAX_IMAGES_BYTES
+#define COAI_MAX_IMAGES_BYTES (20u * 1024u * 1024u) /* decoded bytes per request (-> 413) */
+#endif
+
+typedef struct coai_image {
+    unsigned char *data;       /* decoded bytes (heap; coai_image_free) */
+    size_t len;
+    const char *mime;          /* static: "image/jpeg", "image/png", "image/gif", "image/webp" */
+    uint32_t width, height;    /* from the header; 0 = unknown */
+    char uuid[37];             /* SelectedImage.uuid, from SHA-256 of the bytes */
+} coai_image;
+
+/* Caps for one request; 0 members take the COAI_MAX_IMAGE* defaults. */
+typedef struct coai_image_limits {
+    size_t max_bytes;          /* per image, decoded */
+    size_t max_count;          /* images per request */
+    size_t max_total;          /* all images of a request, decoded */
+} coai_image_limits;
+
+/* "data:[<type>][;<param>]*;base64,<payload>" -> views into url (type may be empty).
+ * 0 ok; COAI_ERR_INVALID when url is not a data: URL or its payload is not base64-marked. */
+int coai_data_url_parse(coai_str url, coai_str *type, coai_str *payload);
+/* The image type of p[0..n) from its magic bytes (static string) or NULL; *w and *h get the
+ * dimensions when the header says them cheaply, else 0. w/h may be NULL. */
+const char *coai_image_sniff(const unsigned char *p, size_t n, uint32_t *w, uint32_t *h);
+/* Decode one image URL into *img (zeroed first). param names the part in errors (e.g.
+ * "messages[1].content[0].image_url.url"). Errors fill *err: 400 for remote URLs, non-data
+ * URLs, bad base64, unknown image types; 413 beyond max_bytes (0 = COAI_MAX_IMAGE_BYTES),
+ * checked before decoding; 500 for memory. Returns 0 or a negative coai_result. */
+int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const char *param,
+                        coai_error *err);
+/* The same for a base64 payload with a declared media type (Anthropic's base64 source;
+ * type may be empty). */
+int coai_image_from_base64(coai_image *img, coai_str type, coai_str base64, size_t max_bytes,
+                           const char *param, coai_error *err);
+void coai_image_free(coai_image *img);
+/* SelectedContext body bytes for images[0..n) (field 1 per image), appended to out. */
+int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
+/* PART:IMAGE api end */
 
 /* ======================================================================== */
 /* PART:ANTHROPIC api (Messages API: request parser, writer, model names)   */
@@ -3384,6 +3550,11 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
     um = coai__pb_open(out, 1);                          /* user_message */
     coai__pb_str(out, 1, p->prompt);
     coai__pb_str(out, 2, p->message_id);
+    if (p->image_count && p->images) {                   /* selected_context.selected_images */
+        size_t sc = coai__pb_open(out, 3);
+        if (r == COAI_OK) r = coai_encode_selected_images(out, p->images, p->image_count);
+        coai__pb_close(out, sc);
+    }
     coai__pb_tag(out, 4, 0);
     coai__pb_varint(out, 1);                             /* mode = AGENT_MODE_AGENT */
     coai__pb_close(out, um);
@@ -5215,6 +5386,47 @@ static int coai__oa_is_auth_error(int err)
 
 static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle);
 
+/* hay[0..n) contains needle[0..m), ASCII letters compared case-insensitively. */
+static int coai__oa_ci_has(const char *hay, size_t n, const char *needle, size_t m)
+{
+    size_t i, j;
+    for (i = 0; m <= n && i + m <= n; i++) {
+        for (j = 0; j < m; j++) {
+            char a = hay[i + j], b = needle[j];
+            if (a >= 'A' && a <= 'Z') a = (char)(a - 'A' + 'a');
+            if (b >= 'A' && b <= 'Z') b = (char)(b - 'A' + 'a');
+            if (a != b) break;
+        }
+        if (j == m) return 1;
+    }
+    return 0;
+}
+
+/* message, title and detail of a status, each kept only when no other kept part already
+ * contains it (case-insensitively), joined with ": ". */
+static void coai__oa_status_once(const coai_status *st, char *out, size_t cap)
+{
+    const char *parts[3];
+    size_t i, j, pos = 0;
+    parts[0] = st->message;
+    parts[1] = st->title;
+    parts[2] = st->detail;
+    out[0] = 0;
+    for (i = 0; i < 3; i++) {
+        int skip = parts[i][0] == 0;
+        for (j = 0; j < 3 && !skip; j++) {
+            size_t li = strlen(parts[i]), lj = strlen(parts[j]);
+            if (j == i || !parts[j][0]) continue;
+            /* contained in a longer part, or equal to an earlier one */
+            if (lj > li || (lj == li && j < i))
+                skip = coai__oa_ci_has(parts[j], lj, parts[i], li);
+        }
+        if (skip) continue;
+        if (pos && pos + 2 < cap) { out[pos++] = ':'; out[pos++] = ' '; out[pos] = 0; }
+        pos = coai__oa_clean_copy(out, pos, cap, parts[i], strlen(parts[i]));
+    }
+}
+
 static int coai__oa_cs(const char *s, const char *needle)
 {
     return coai__oa_ci_contains(s, strlen(s), needle);
@@ -5279,8 +5491,21 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
                        "Cursor said: %s", what);
         e->no_retry = 1;
     } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
-        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                       "You've hit your Cursor usage limit (%s)", what);
+        /* Cursor tends to say the same thing in grpc-message, title and detail ("You've hit
+         * your usage limit" / "Usage limit" / ...): each distinct statement once, and our own
+         * words only when Cursor's do not already say it is a limit. */
+        char once[400];
+        const char *tag = st->error_name ? st->error_name : "grpc-status 8";
+        coai__oa_status_once(st, once, sizeof once);
+        if (!once[0])
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "You've hit your Cursor usage limit (%s)", tag);
+        else if (coai__oa_ci_contains(once, strlen(once), "limit"))
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "Cursor: %s (%s)", once, tag);
+        else
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "You've hit your Cursor usage limit: %s (%s)", once, tag);
         e->no_retry = 1;
     } else if (coai__oa_is_rate_error(err)) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
@@ -5433,8 +5658,13 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
                        "model is not available on your Cursor plan: ", upstream_status);
         e->no_retry = 1;
     } else if ((upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) && quota) {
-        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
-                       "You've hit your Cursor usage limit (HTTP %d): ", upstream_status);
+        /* Cursor's words usually say it already; ours only when they do not */
+        if (coai__oa_ci_contains(msg, msg_len, "limit"))
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "Cursor (HTTP %d): ", upstream_status);
+        else
+            coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                           "You've hit your Cursor usage limit (HTTP %d): ", upstream_status);
         e->no_retry = 1;
     } else if (upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
@@ -5479,8 +5709,9 @@ static const cJSON *coai__oa_get(const cJSON *o, const char *k)
 
 static int coai__oa_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
-/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n". */
-static void coai__oa_content_text(coai_buf *out, const cJSON *content)
+/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
+ * An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
+static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
 {
     if (cJSON_IsString(content)) {
         coai__oa_put_str(out, coai__oa_jstr(content));
@@ -5489,9 +5720,14 @@ static void coai__oa_content_text(coai_buf *out, const cJSON *content)
         int first = 1;
         cJSON_ArrayForEach(part, content) {
             const cJSON *t = coai__oa_get(part, "type");
-            if (cJSON_IsString(t) && strcmp(t->valuestring, "text") == 0) {
+            const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+            if (strcmp(ty, "text") == 0 || strcmp(ty, "refusal") == 0) {
                 if (!first) coai_buf_putc(out, '\n');
-                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, "text")));
+                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, ty)));
+                first = 0;
+            } else if (old_images && strcmp(ty, "image_url") == 0) {
+                if (!first) coai_buf_putc(out, '\n');
+                coai_buf_puts(out, "[image omitted: attached to an earlier message]");
                 first = 0;
             }
         }
@@ -5504,16 +5740,25 @@ static int coai__oa_role_is(const cJSON *m, const char *role)
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
+/* The newest message with role "user", or NULL. */
+static const cJSON *coai__oa_last_user(const cJSON *messages)
+{
+    const cJSON *m, *last = NULL;
+    cJSON_ArrayForEach(m, messages) if (coai__oa_role_is(m, "user")) last = m;
+    return last;
+}
+
 int coai_prompt_build(coai_buf *out, const cJSON *messages)
 {
-    const cJSON *m;
+    const cJSON *m, *last_user;
     int nparts = 0, any_system = 0, any_tool = 0;
     coai_buf t = { 0 };
     if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
+    last_user = coai__oa_last_user(messages);
     cJSON_ArrayForEach(m, messages) {
         if (coai__oa_role_is(m, "system") || coai__oa_role_is(m, "developer")) {
             if (any_system) coai_buf_putc(out, '\n');
-            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
             any_system = 1;
         }
     }
@@ -5525,7 +5770,7 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
         if (coai__oa_role_is(m, "user")) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            coai__oa_content_text(out, coai__oa_get(m, "content"), m != last_user);
             continue;
         }
         if (coai__oa_role_is(m, "tool")) {
@@ -5533,12 +5778,12 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
             coai_buf_puts(out, "[Tool result for ");
             coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
             coai_buf_puts(out, "]: ");
-            coai__oa_content_text(out, coai__oa_get(m, "content"));
+            coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
             any_tool = 1;
             continue;
         }
         coai_buf_reset(&t);
-        coai__oa_content_text(&t, coai__oa_get(m, "content"));
+        coai__oa_content_text(&t, coai__oa_get(m, "content"), 0);
         if (coai__oa_role_is(m, "assistant")) {
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
@@ -5629,6 +5874,8 @@ static void *coai__req_alloc(coai_request *req, size_t n)
 void coai_request_free(coai_request *req)
 {
     size_t i, k = req->mem_.len / sizeof(void *);
+    for (i = 0; i < req->image_count; i++) coai_image_free(&req->images[i]);
+    free(req->images);
     for (i = 0; i < k; i++) {
         void *p;
         memcpy(&p, req->mem_.data + i * sizeof p, sizeof p);
@@ -5643,12 +5890,22 @@ void coai_request_free(coai_request *req)
 
 void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
 
+#define COAI__OLD_IMAGE_MARKER "[image omitted: attached to an earlier message]"
 
-static void coai__conv_text(coai_buf *out, const coai_message *m)
+/* Text parts joined by "\n". old_images = 1 (a user message before the newest one): each
+ * image part becomes COAI__OLD_IMAGE_MARKER, since only the newest user message's images
+ * are sent (IMAGE part); 0: images add no text (they travel as selected images). */
+static void coai__conv_text(coai_buf *out, const coai_message *m, int old_images)
 {
     size_t i;
     int first = 1;
     for (i = 0; i < m->part_count; i++) {
+        if (m->parts[i].kind == COAI_PART_IMAGE && old_images) {
+            if (!first) coai_buf_putc(out, '\n');
+            coai_buf_puts(out, COAI__OLD_IMAGE_MARKER);
+            first = 0;
+            continue;
+        }
         if (m->parts[i].kind != COAI_PART_TEXT) continue;
         if (!first) coai_buf_putc(out, '\n');
         coai__oa_put_str(out, m->parts[i].text);
@@ -5656,15 +5913,23 @@ static void coai__conv_text(coai_buf *out, const coai_message *m)
     }
 }
 
+/* Index of the newest USER message, or count when there is none. */
+static size_t coai__last_user(const coai_message *msgs, size_t count)
+{
+    size_t i, last = count;
+    for (i = 0; i < count; i++) if (msgs[i].role == COAI_ROLE_USER) last = i;
+    return last;
+}
+
 int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t count)
 {
-    size_t i, j;
+    size_t i, j, last_user = coai__last_user(msgs, count);
     int nparts = 0, any_system = 0, any_tool = 0;
     coai_buf t = { 0 };
     for (i = 0; i < count; i++) {
         if (msgs[i].role != COAI_ROLE_SYSTEM) continue;
         if (any_system) coai_buf_putc(out, '\n');
-        coai__conv_text(out, &msgs[i]);
+        coai__conv_text(out, &msgs[i], 0);
         any_system = 1;
     }
     if (any_system) nparts = 1;
@@ -5675,7 +5940,7 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
         if (m->role == COAI_ROLE_USER) {
             if (nparts++) coai_buf_puts(out, "\n\n");
             coai_buf_puts(out, "User: ");
-            coai__conv_text(out, m);
+            coai__conv_text(out, m, i != last_user);
             continue;
         }
         if (m->role == COAI_ROLE_TOOL) {
@@ -5684,12 +5949,12 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
             coai__oa_put_str(out, m->tool_call_id);
             /* Only dialects with an error flag set it (Anthropic is_error). */
             coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
-            coai__conv_text(out, m);
+            coai__conv_text(out, m, 0);
             any_tool = 1;
             continue;
         }
         coai_buf_reset(&t);
-        coai__conv_text(&t, m);
+        coai__conv_text(&t, m, 0);
         if (m->role == COAI_ROLE_ASSISTANT) {
             if (m->call_count) {
                 if (nparts++) coai_buf_puts(out, "\n\n");
@@ -5720,6 +5985,34 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
     return out->err ? -1 : 0;
 }
 
+/* Requests Cursor has no field for, asked for in words at the end of the prompt (best
+ * effort; the reply checks what it can: coai_reply_opts json_check). */
+static int coai__request_instructions(coai_request *req)
+{
+    coai_buf *b = &req->prompt;
+    if (req->tool_choice == COAI_TOOL_CHOICE_ANY && req->tool_count)
+        coai_buf_puts(b, "\n\n[Instruction: answer by calling one of the available tools; "
+                         "do not answer with text only.]");
+    else if (req->tool_choice == COAI_TOOL_CHOICE_TOOL && req->tool_count) {
+        coai_buf_puts(b, "\n\n[Instruction: answer by calling the tool ");
+        coai_buf_append(b, req->tools[0].name.ptr, req->tools[0].name.len);
+        coai_buf_puts(b, ".]");
+    }
+    if (req->response_json) {
+        coai_buf_puts(b, "\n\n[Output format: answer with exactly one JSON object and nothing "
+                         "else: no text before or after it, no Markdown code fences.");
+        if (req->response_schema) {
+            char *sch = cJSON_PrintUnformatted(req->response_schema);
+            if (!sch) return -1;
+            coai_buf_puts(b, " The object must match this JSON schema: ");
+            coai_buf_puts(b, sch);
+            free(sch);
+        }
+        coai_buf_puts(b, "]");
+    }
+    return b->err ? -1 : 0;
+}
+
 /* What every parser does last: the session id of the newest "sess_<S>__call_" id in
  * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
 static int coai__request_finish(coai_request *req)
@@ -5739,8 +6032,21 @@ static int coai__request_finish(coai_request *req)
         req->tools = NULL;
         req->tool_count = 0;
     }
+    /* A named tool (emulated): the run is offered that tool only, and told to call it. */
+    if (req->tool_choice == COAI_TOOL_CHOICE_TOOL && req->tool_count) {
+        for (i = 0; i < req->tool_count; i++) {
+            coai_str nm = req->tools[i].name;
+            if (nm.len == req->tool_choice_name.len
+                && memcmp(nm.ptr, req->tool_choice_name.ptr, nm.len) == 0) {
+                req->tools[0] = req->tools[i];
+                req->tool_count = 1;
+                break;
+            }
+        }
+    }
     if (req->mem_.err) return -1;
-    return coai_conversation_prompt(&req->prompt, req->messages, req->message_count);
+    if (coai_conversation_prompt(&req->prompt, req->messages, req->message_count)) return -1;
+    return coai__request_instructions(req);
 }
 
 void coai_request_params(const coai_request *req, coai_run_params *p)
@@ -5749,6 +6055,8 @@ void coai_request_params(const coai_request *req, coai_run_params *p)
     p->prompt.len = req->prompt.len;
     p->tools = req->tool_count ? req->tools : NULL;
     p->tool_count = req->tool_count;
+    p->images = req->image_count ? req->images : NULL;
+    p->image_count = req->image_count;
 }
 
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
@@ -5785,9 +6093,10 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
             cJSON_ArrayForEach(part, content) {
                 const cJSON *t = coai__oa_get(part, "type");
                 if (!cJSON_IsString(t)) continue;
-                if (strcmp(t->valuestring, "text") == 0) {
+                if (strcmp(t->valuestring, "text") == 0
+                    || strcmp(t->valuestring, "refusal") == 0) {
                     p[k].kind = COAI_PART_TEXT;
-                    p[k++].text = coai__oa_jstr(coai__oa_get(part, "text"));
+                    p[k++].text = coai__oa_jstr(coai__oa_get(part, t->valuestring));
                 } else if (strcmp(t->valuestring, "image_url") == 0) {
                     const cJSON *u = coai__oa_get(part, "image_url");
                     p[k].kind = COAI_PART_IMAGE;
@@ -5845,13 +6154,30 @@ static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
             return coai__oa_bad(err, p, "%s must be a string, an array of parts or null", p);
         cJSON_ArrayForEach(part, content) {
             const cJSON *t = coai__oa_get(part, "type");
+            const char *ty;
             snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
             if (!cJSON_IsObject(part) || !cJSON_IsString(t))
                 return coai__oa_bad(err, p, "%s must be an object with a string 'type'", p);
-            if (strcmp(t->valuestring, "text") == 0
-                && !cJSON_IsString(coai__oa_get(part, "text"))) {
-                snprintf(p, sizeof p, "messages[%d].content[%d].text", i, j);
-                return coai__oa_bad(err, p, "%s must be a string", p);
+            ty = t->valuestring;
+            if (strcmp(ty, "text") == 0 || (strcmp(ty, "refusal") == 0
+                                            && strcmp(r, "assistant") == 0)) {
+                if (!cJSON_IsString(coai__oa_get(part, ty))) {
+                    snprintf(p, sizeof p, "messages[%d].content[%d].%s", i, j, ty);
+                    return coai__oa_bad(err, p, "%s must be a string", p);
+                }
+            } else if (strcmp(ty, "image_url") == 0 && strcmp(r, "user") == 0) {
+                const cJSON *iu = coai__oa_get(part, "image_url");
+                if (!cJSON_IsString(iu) && !cJSON_IsString(coai__oa_get(iu, "url"))) {
+                    snprintf(p, sizeof p, "messages[%d].content[%d].image_url.url", i, j);
+                    return coai__oa_bad(err, p, "%s must be a string", p);
+                }
+            } else {
+                /* never drop what the client sent without saying so (audio, files, ...) */
+                snprintf(p, sizeof p, "messages[%d].content[%d].type", i, j);
+                return coai__oa_bad(err, p, "%s: content part type '%.40s' is not supported "
+                                    "in a '%s' message (supported: 'text'%s)", p, ty, r,
+                                    strcmp(r, "user") == 0 ? " and 'image_url'"
+                                    : strcmp(r, "assistant") == 0 ? " and 'refusal'" : "");
             }
             j++;
         }
@@ -5940,6 +6266,108 @@ static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error 
 
 int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err)
+{
+    return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
+}
+
+static int coai__oa_str_same(coai_str a, coai_str b);
+
+/* A whole number >= 1 (max_tokens and friends). */
+static int coai__oa_count(const cJSON *v, int64_t *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e15
+        || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return -1;
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+/* The Chat Completions fields Cursor has no equivalent for (README: request fields):
+ * emulated (max_tokens, max_completion_tokens, stop, response_format), refused with a 400
+ * naming them (logprobs, top_logprobs, audio output), or accepted and ignored (the rest). */
+static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err)
+{
+    static const char *const lim[2] = { "max_tokens", "max_completion_tokens" };
+    const cJSON *v;
+    int i;
+    for (i = 0; i < 2; i++) {
+        int64_t n;
+        v = coai__oa_get(root, lim[i]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (coai__oa_count(v, &n) < 0)
+            return coai__oa_bad(err, lim[i], "%s must be an integer >= 1", lim[i]);
+        if (!req->max_tokens || n < req->max_tokens) req->max_tokens = n;
+    }
+    v = coai__oa_get(root, "stop");
+    if (cJSON_IsString(v) || cJSON_IsArray(v)) {
+        int count = cJSON_IsString(v) ? 1 : cJSON_GetArraySize(v), k = 0;
+        coai_str *st;
+        const cJSON *it;
+        if (count > 4) return coai__oa_bad(err, "stop", "stop takes at most 4 sequences");
+        st = (coai_str *)coai__req_alloc(req, (size_t)(count ? count : 1) * sizeof *st);
+        if (!st) return COAI_ERR_NOMEM;
+        for (it = cJSON_IsString(v) ? v : v->child; it; it = cJSON_IsString(v) ? NULL : it->next) {
+            char p[16];
+            snprintf(p, sizeof p, cJSON_IsString(v) ? "stop" : "stop[%d]", k);
+            if (!cJSON_IsString(it) || !it->valuestring[0])
+                return coai__oa_bad(err, p, "%s must be a non-empty string", p);
+            st[k++] = coai__oa_jstr(it);
+        }
+        req->stop = k ? st : NULL;
+        req->stop_count = (size_t)k;
+    } else if (v && !cJSON_IsNull(v)) {
+        return coai__oa_bad(err, "stop", "stop must be a string or an array of strings");
+    }
+    v = coai__oa_get(root, "logprobs");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+        return coai__oa_bad(err, "logprobs", "logprobs are not available: Cursor does not report "
+                            "token probabilities");
+    v = coai__oa_get(root, "top_logprobs");
+    if (v && !cJSON_IsNull(v))
+        return coai__oa_bad(err, "top_logprobs", "top_logprobs are not available: Cursor does "
+                            "not report token probabilities");
+    v = coai__oa_get(root, "modalities");
+    if (cJSON_IsArray(v)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+            if (!(cJSON_IsString(it) && strcmp(it->valuestring, "text") == 0))
+                return coai__oa_bad(err, "modalities", "Only the 'text' output modality is "
+                                    "available");
+        }
+    }
+    v = coai__oa_get(root, "audio");
+    if (v && !cJSON_IsNull(v))
+        return coai__oa_bad(err, "audio", "Audio output is not available");
+    v = coai__oa_get(root, "parallel_tool_calls");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
+        return coai__oa_bad(err, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
+    v = coai__oa_get(root, "response_format");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *t = coai__oa_get(v, "type");
+        const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(ty, "json_object") == 0) {
+            req->response_json = 1;
+        } else if (strcmp(ty, "json_schema") == 0) {
+            const cJSON *js = coai__oa_get(v, "json_schema"), *sch = coai__oa_get(js, "schema");
+            if (!cJSON_IsObject(js))
+                return coai__oa_bad(err, "response_format.json_schema",
+                                    "response_format.json_schema must be an object");
+            if (sch && !cJSON_IsObject(sch))
+                return coai__oa_bad(err, "response_format.json_schema.schema",
+                                    "response_format.json_schema.schema must be an object");
+            req->response_json = 1;
+            req->response_schema = sch;
+        } else if (strcmp(ty, "text") != 0) {
+            return coai__oa_bad(err, "response_format.type", "response_format.type must be "
+                                "'text', 'json_object' or 'json_schema'");
+        }
+    }
+    return 0;
+}
+
+/* The OpenAI Chat Completions parser (coai__dialects row). */
+static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
+                               coai_error *err)
 {
     cJSON *root;
     const cJSON *messages, *m, *v, *tools;
@@ -6050,9 +6478,25 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
         req->tool_choice = COAI_TOOL_CHOICE_ANY;
     else if (cJSON_IsObject(v)) {
+        size_t k;
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
         req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
+        for (k = 0; k < req->tool_count; k++)
+            if (coai__oa_str_same(req->tools[k].name, req->tool_choice_name)) break;
+        if (k == req->tool_count) {
+            coai__oa_bad(err, "tool_choice", "tool_choice names the function '%.64s', which is "
+                         "not in tools", req->tool_choice_name.ptr ? req->tool_choice_name.ptr
+                                                                   : "");
+            goto fail;
+        }
+    } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
+                                          && strcmp(v->valuestring, "auto") == 0)) {
+        coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
+                     "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        goto fail;
     }
+    if ((rc = coai__oa_fields(req, root, err)) < 0) goto fail;
+    rc = COAI_ERR_INVALID;
     req->thinking = -1;
     if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
         rc = COAI_ERR_NOMEM;
@@ -6447,6 +6891,11 @@ void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req)
     o->session_id = req->session_id;
     o->prompt.ptr = req->prompt.data ? (const char *)req->prompt.data : "";
     o->prompt.len = req->prompt.len;
+    o->stop = req->stop_count ? req->stop : NULL;
+    o->stop_count = req->stop_count;
+    o->max_tokens = req->max_tokens > 0 ? req->max_tokens : 0;
+    o->json_check = req->response_json;
+    o->json_schema = req->response_schema;
 }
 
 static int coai__oa_alnum(char c)
@@ -6482,6 +6931,8 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
         if (!k) r->session_[k++] = '0';
     }
     r->session_[k] = 0;
+    r->stop_hit_ = -1;
+    if (!r->o_.stop) r->o_.stop_count = 0;
     r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
     if ((unsigned)o->dialect >= COAI_DIALECT_COUNT_) r->o_.dialect = COAI_DIALECT_OPENAI_CHAT;
     r->w_ = coai__writer_of(r->o_.dialect);
@@ -6510,6 +6961,7 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->fallback_);
     coai_buf_free(&r->rs_items_);
     coai_buf_free(&r->rs_final_);
+    coai_buf_free(&r->hold_);
     memset(r, 0, sizeof *r);
 }
 
@@ -6567,6 +7019,7 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
 {
     int64_t c, p;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
+    if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;   /* what was sent */
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
     u->input_tokens = p;
     u->output_tokens = c;
@@ -6651,6 +7104,155 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
     }
 }
 
+/* ---- emulated request fields: stop sequences, max_tokens, a JSON answer ---- */
+
+/* Longest prefix of s[0..n), ending at a character start, of at most `units` UTF-16 units
+ * (the same count as coai__oa_utf16_len). */
+static size_t coai__utf16_prefix(const char *s, size_t n, size_t units)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0, u = 0;
+    while (i < n) {
+        size_t k = 1, cu = 1;
+        if (p[i] >= 0xf0) { k = 4; cu = 2; }
+        else if (p[i] >= 0xe0) k = 3;
+        else if (p[i] >= 0xc0) k = 2;
+        if (k > n - i) k = n - i;
+        if (u + cu > units) break;
+        u += cu;
+        i += k;
+    }
+    return i;
+}
+
+/* First offset of needle in hay, or (size_t)-1. */
+static size_t coai__find(const unsigned char *hay, size_t n, coai_str needle)
+{
+    size_t i;
+    if (!needle.len || needle.len > n) return (size_t)-1;
+    for (i = 0; i + needle.len <= n; i++)
+        if (hay[i] == (unsigned char)needle.ptr[0] && memcmp(hay + i, needle.ptr, needle.len) == 0)
+            return i;
+    return (size_t)-1;
+}
+
+/* Every piece of client-visible text goes through here (ch 0 content, 1 reasoning).
+ * max_tokens: the text is cut where the estimate (UTF-16 units / 4, the usage estimate) or
+ * Cursor's own token count reaches the limit, and the reply ends with LENGTH. stop: content
+ * is held back while its tail could still become a stop sequence, so a sequence split
+ * across deltas is caught; on a match the text before it goes out and the reply ends with
+ * STOP_SEQUENCE (the rest of Cursor's run is dropped). */
+static int coai__emit_filtered(coai_reply *r, int ch, const char *s, size_t n)
+{
+    int cut = 0;
+    if (r->done_) return COAI_DONE;
+    if (r->o_.max_tokens > 0) {
+        uint64_t budget = (uint64_t)r->o_.max_tokens * 4;
+        uint64_t used = (uint64_t)r->completion_units_
+                        + coai__oa_utf16_len((const char *)r->hold_.data, r->hold_.len);
+        size_t left = budget > used ? (size_t)(budget - used) : 0;
+        if (r->have_token_delta_ && r->token_sum_ >= r->o_.max_tokens) left = 0;
+        if (coai__oa_utf16_len(s, n) > left) {
+            n = coai__utf16_prefix(s, n, left);
+            cut = 1;
+        }
+    }
+    if (ch == 0 && r->o_.stop_count) {
+        size_t i, best = (size_t)-1, maxlen = 0, keep, out;
+        int which = -1;
+        coai_buf_append(&r->hold_, s, n);
+        if (r->hold_.err) return coai__oa_fail_nomem(r);
+        for (i = 0; i < r->o_.stop_count; i++) {
+            size_t at = coai__find(r->hold_.data, r->hold_.len, r->o_.stop[i]);
+            if (r->o_.stop[i].len > maxlen) maxlen = r->o_.stop[i].len;
+            if (at < best) { best = at; which = (int)i; }
+        }
+        if (which >= 0) {
+            coai__oa_emit(r, 0, (const char *)r->hold_.data, best);
+            coai_buf_reset(&r->hold_);
+            if (r->out.err || r->content_.err) return coai__oa_fail_nomem(r);
+            r->stop_hit_ = which;
+            return coai__reply_end(r, COAI_FINISH_STOP_SEQUENCE);
+        }
+        keep = cut ? 0 : maxlen ? maxlen - 1 : 0;
+        if (keep > r->hold_.len) keep = r->hold_.len;
+        out = r->hold_.len - keep;
+        while (out > 0 && out < r->hold_.len && (r->hold_.data[out] & 0xc0) == 0x80) out--;
+        coai__oa_emit(r, 0, (const char *)r->hold_.data, out);
+        memmove(r->hold_.data, r->hold_.data + out, r->hold_.len - out);
+        r->hold_.len -= out;
+    } else {
+        coai__oa_emit(r, ch, s, n);
+    }
+    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+    if (cut) {
+        r->limit_hit_ = 1;
+        return coai__reply_end(r, COAI_FINISH_LENGTH);
+    }
+    return COAI_OK;
+}
+
+/* The stop sequence that ended the reply as a JSON string, or null (Anthropic reports it). */
+static void coai__stop_matched(const coai_reply *r, coai_buf *b)
+{
+    if (r->stop_hit_ < 0 || (size_t)r->stop_hit_ >= r->o_.stop_count) coai_buf_puts(b, "null");
+    else coai_json_str_append(b, r->o_.stop[r->stop_hit_].ptr, r->o_.stop[r->stop_hit_].len);
+}
+
+/* The non-streaming JSON check of response_format: the answer (without surrounding white
+ * space and ``` fences, which are removed from the reply) must be one JSON object holding
+ * the schema's top-level "required" members. 0 ok, else -1 and *e (a 502: the model did
+ * not deliver what was asked; a retry may). */
+static int coai__json_answer_check(coai_reply *r, coai_error *e)
+{
+    const char *p = r->content_.data ? (const char *)r->content_.data : "", *end = NULL;
+    size_t n = r->content_.len;
+    cJSON *j;
+    const cJSON *req, *it;
+    const char *why = NULL;
+    char missing[80];
+    while (n && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t')) { p++; n--; }
+    while (n && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r' || p[n - 1] == '\t'))
+        n--;
+    if (n >= 6 && memcmp(p, "```", 3) == 0 && memcmp(p + n - 3, "```", 3) == 0) {
+        const char *nl = (const char *)memchr(p, '\n', n - 3);
+        if (nl) {
+            n -= (size_t)(nl + 1 - p) + 3;
+            p = nl + 1;
+            while (n && (p[n - 1] == ' ' || p[n - 1] == '\n' || p[n - 1] == '\r')) n--;
+        }
+    }
+    j = n ? cJSON_ParseWithLengthOpts(p, n, &end, 0) : NULL;
+    if (!j || end != p + n) why = "is not valid JSON";
+    else if (!cJSON_IsObject(j)) why = "is JSON but not an object";
+    req = r->o_.json_schema ? cJSON_GetObjectItemCaseSensitive(r->o_.json_schema, "required")
+                            : NULL;
+    if (!why && cJSON_IsArray(req)) {
+        cJSON_ArrayForEach(it, req) {
+            if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(j, it->valuestring)) {
+                snprintf(missing, sizeof missing, "lacks the required member '%.40s'",
+                         it->valuestring);
+                why = missing;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(j);
+    if (why) {
+        coai_error_set(e, 502, "upstream_error", "invalid_json_output", "response_format",
+                       "The model's answer %s, as response_format asked (emulated: Cursor "
+                       "has no JSON mode). It began: %.120s", why,
+                       r->content_.len ? (const char *)r->content_.data : "(empty)");
+        return -1;
+    }
+    if (p != (const char *)r->content_.data || n != r->content_.len) {
+        memmove(r->content_.data, p, n);
+        r->content_.len = n;
+        r->content_.data[n] = 0;
+    }
+    return 0;
+}
+
 static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
 {
     coai__oa_chunk_begin(r);
@@ -6681,20 +7283,26 @@ static int coai__oa_text(coai_reply *r, int ch, coai_str t)
     hold = coai__oa_utf8_tail(r->tmp_.data, total);
     memcpy(r->carry_[ch], r->tmp_.data + total - hold, hold);
     r->carry_len_[ch] = hold;
-    coai__oa_emit(r, ch, (const char *)r->tmp_.data, total - hold);
-    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
-    return COAI_OK;
+    return coai__emit_filtered(r, ch, (const char *)r->tmp_.data, total - hold);
 }
 
-/* A character still cut off when the text ends is emitted as is (U+FFFD). */
-static void coai__oa_flush_carry(coai_reply *r)
+/* A character still cut off when the text ends is emitted as is (U+FFFD); text held for
+ * a possible stop sequence goes out too (nothing can complete it any more). Returns
+ * COAI_OK, or COAI_DONE when the emulated stop / max_tokens ended the reply. */
+static int coai__oa_flush_carry(coai_reply *r)
 {
-    int ch;
-    for (ch = 1; ch >= 0; ch--) {
-        if (!r->carry_len_[ch]) continue;
-        coai__oa_emit(r, ch, (const char *)r->carry_[ch], r->carry_len_[ch]);
+    int ch, rc = COAI_OK;
+    for (ch = 1; ch >= 0 && rc == COAI_OK; ch--) {
+        size_t n = r->carry_len_[ch];
+        if (!n) continue;
         r->carry_len_[ch] = 0;
+        rc = coai__emit_filtered(r, ch, (const char *)r->carry_[ch], n);
     }
+    if (rc == COAI_OK && r->hold_.len) {
+        coai__oa_emit(r, 0, (const char *)r->hold_.data, r->hold_.len);
+        coai_buf_reset(&r->hold_);
+    }
+    return rc;
 }
 
 static const char *coai__oa_finish_name(coai_finish f)
@@ -6749,16 +7357,18 @@ static void coai__oa_stream_tail(coai_reply *r)
 static int coai__oa_finish(coai_reply *r)
 {
     if (r->done_) return COAI_DONE;
-    coai__oa_flush_carry(r);
+    if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
     if (!r->text_streamed_ && r->fallback_.len) {
         size_t i = 0;
         while (i + 4 <= r->fallback_.len) {
             const unsigned char *p = r->fallback_.data + i;
             size_t n = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
             if (n > r->fallback_.len - i - 4) break;
-            coai__oa_emit(r, 0, (const char *)p + 4, n);
+            if (coai__emit_filtered(r, 0, (const char *)p + 4, n) != COAI_OK || r->done_)
+                return coai__oa_out_result(r);
             i += 4 + n;
         }
+        if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
     }
     return coai__reply_end(r, COAI_FINISH_STOP);
 }
@@ -6772,6 +7382,10 @@ static int coai__reply_end(coai_reply *r, coai_finish f)
         r->w_->end(r, f);
     } else {
         if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+        if (r->o_.json_check && f != COAI_FINISH_TOOL_CALLS) {
+            coai_error je;
+            if (coai__json_answer_check(r, &je) != 0) return coai__oa_fail(r, &je);
+        }
         r->committed_ = 1;
         r->status_ = 200;
         r->w_->body(r, f);
@@ -6819,7 +7433,7 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
     coai_str b;
     coai_buf *id = &r->tc_id_;
     const coai_tool *t = &r->o_.tools[tc->tool];
-    coai__oa_flush_carry(r);
+    if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
     coai_buf_reset(id);
     coai_buf_puts(id, "sess_");
     coai_buf_puts(id, r->session_);
@@ -7884,8 +8498,10 @@ static void coai__an_w_end(coai_reply *r, coai_finish f)
         coai__an_block_stop(r);
     }
     coai__an_event(r, "message_delta");
-    coai_buf_printf(&r->out, ",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":null},"
-                    "\"usage\":", coai__an_stop_reason(f));
+    coai_buf_printf(&r->out, ",\"delta\":{\"stop_reason\":\"%s\",\"stop_sequence\":",
+                    coai__an_stop_reason(f));
+    coai__stop_matched(r, &r->out);
+    coai_buf_puts(&r->out, "},\"usage\":");
     coai__an_usage(r, &r->out, 0);
     coai_buf_puts(&r->out, "}\n\n");
     coai__an_event(r, "message_stop");
@@ -7923,8 +8539,9 @@ static void coai__an_w_body(coai_reply *r, coai_finish f)
         else coai_buf_puts(o, "{}");
         coai_buf_putc(o, '}');
     }
-    coai_buf_printf(o, "],\"stop_reason\":\"%s\",\"stop_sequence\":null,\"usage\":",
-                    coai__an_stop_reason(f));
+    coai_buf_printf(o, "],\"stop_reason\":\"%s\",\"stop_sequence\":", coai__an_stop_reason(f));
+    coai__stop_matched(r, o);
+    coai_buf_puts(o, ",\"usage\":");
     coai__an_usage(r, o, 0);
     coai_buf_putc(o, '}');
 }
@@ -8057,7 +8674,7 @@ static int coai__rs_content(coai__rs_parse *ps, coai_message *m, const cJSON *co
             if (!cJSON_IsString(u)) {
                 snprintf(p, sizeof p, "%s.%s[%u].image_url", where, field, (unsigned)k);
                 return coai__oa_bad(ps->err, p, "%s must be a string (file_id images are not "
-                                    "supported: send the image as a data: or https: URL)", p);
+                                    "supported: send the image as a data: URL)", p);
             }
             parts[k].kind = COAI_PART_IMAGE;
             parts[k].url = coai__oa_jstr(u);
@@ -9161,7 +9778,7 @@ static const struct {
     coai__parse_fn parse;
     const coai__writer *writer;
 } coai__dialects[COAI_DIALECT_COUNT_] = {
-    /* COAI_DIALECT_OPENAI_CHAT */ { coai_chat_request_parse, &coai__oa_writer },
+    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer },
     /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer },
     /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer },
 };
@@ -9175,15 +9792,171 @@ static const coai__writer *coai__writer_of(coai_dialect d)
 int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
                        coai_error *err)
 {
-    int rc;
+    return coai_request_parse_ex(req, d, body, n, NULL, err);
+}
+
+static int coai__request_images(coai_request *req, const coai_image_limits *lim,
+                                coai_error *err);
+
+static int coai__hex4(const char *s, unsigned *v)
+{
+    int i;
+    *v = 0;
+    for (i = 0; i < 4; i++) {
+        char c = s[i];
+        *v <<= 4;
+        if (c >= '0' && c <= '9') *v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') *v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') *v |= (unsigned)(c - 'A' + 10);
+        else return 0;
+    }
+    return 1;
+}
+
+/* Lone UTF-16 surrogate escapes ("\ud800" without its low half, or a lone "\udc00") are
+ * valid JSON syntax but stand for no character, and cJSON refuses them. Each becomes
+ * "\ufffd" (U+FFFD, what JavaScript-based servers end up with), the same six bytes, in a
+ * copy. Backslashes only occur inside strings in valid JSON, so walking escape pairs is
+ * exact. Returns the malloc'd copy, or NULL when there was nothing to fix (or no memory:
+ * *nomem = 1). *fixed counts the replacements. A "\u" without four hex digits sets *bad:
+ * cJSON would read it as U+0000 and cut the string there. */
+static char *coai__json_fix_surrogates(const char *s, size_t n, size_t *fixed, int *nomem,
+                                       int *bad)
+{
+    char *out = NULL;
+    size_t i = 0;
+    *fixed = 0;
+    *nomem = 0;
+    *bad = 0;
+    while (i < n) {
+        unsigned v, w;
+        int lone;
+        if (s[i] != '\\') { i++; continue; }
+        if (i + 1 < n && s[i + 1] == 'u' && (i + 5 >= n || !coai__hex4(s + i + 2, &v))) {
+            free(out);
+            *bad = 1;
+            return NULL;
+        }
+        if (i + 5 >= n || s[i + 1] != 'u' || !coai__hex4(s + i + 2, &v) || v < 0xd800
+            || v > 0xdfff) {
+            i += 2;
+            continue;
+        }
+        lone = v >= 0xdc00 || !(i + 11 < n && s[i + 6] == '\\' && s[i + 7] == 'u'
+                                && coai__hex4(s + i + 8, &w) && w >= 0xdc00 && w <= 0xdfff);
+        if (!lone) { i += 12; continue; }
+        if (!out) {
+            out = (char *)malloc(n + 1);
+            if (!out) { *nomem = 1; return NULL; }
+            memcpy(out, s, n);
+            out[n] = 0;
+        }
+        memcpy(out + i + 2, "fffd", 4);
+        (*fixed)++;
+        i += 6;
+    }
+    return out;
+}
+
+static int coai__strcmp_p(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The first key that occurs twice in one object anywhere in j (depth-first), or NULL;
+ * *nomem = 1 when the check could not allocate. Sorting the names keeps a huge object
+ * O(n log n). */
+static const char *coai__json_dup_key(const cJSON *j, int *nomem)
+{
+    const cJSON *c;
+    const char *dup = NULL;
+    if (!j || !(cJSON_IsObject(j) || cJSON_IsArray(j))) return NULL;
+    if (cJSON_IsObject(j)) {
+        size_t k = 0, count = 0, i;
+        const char **names;
+        for (c = j->child; c; c = c->next) count++;
+        if (count > 1) {
+            names = (const char **)malloc(count * sizeof *names);
+            if (!names) { *nomem = 1; return NULL; }
+            for (c = j->child; c; c = c->next) names[k++] = c->string ? c->string : "";
+            qsort(names, count, sizeof *names, coai__strcmp_p);
+            for (i = 1; i < count && !dup; i++)
+                if (strcmp(names[i - 1], names[i]) == 0) dup = names[i];
+            free(names);
+            if (dup) return dup;
+        }
+    }
+    for (c = j->child; c && !dup && !*nomem; c = c->next) dup = coai__json_dup_key(c, nomem);
+    return dup;
+}
+
+long coai_json_fix_surrogates(char *body, size_t n)
+{
+    size_t fixed = 0;
+    int nomem = 0, bad = 0;
+    char *copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem, &bad) : NULL;
+    if (bad) return -1;
+    if (copy) memcpy(body, copy, n);
+    free(copy);
+    /* without memory for the copy the body stays as it is: cJSON then refuses it */
+    return (long)fixed;
+}
+
+int coai_request_check(coai_request *req, const coai_image_limits *lim, coai_error *err)
+{
+    int nomem = 0, rc;
+    const char *dup = coai__json_dup_key(req->root_, &nomem);
+    if (dup) {
+        char key[64];
+        coai__oa_clean_copy(key, 0, sizeof key, dup, strlen(dup));
+        coai_error_set(err, 400, "invalid_request_error", "duplicate_key", NULL,
+                       "The request body has the key '%s' twice in one object; duplicate "
+                       "keys are refused (JSON parsers disagree about which one counts)", key);
+        err->no_retry = 1;
+        coai_request_free(req);
+        return COAI_ERR_INVALID;
+    }
+    if (nomem) {
+        coai_request_free(req);
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    if ((rc = coai__request_images(req, lim, err)) < 0) coai_request_free(req);
+    return rc;
+}
+
+int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, size_t n,
+                          const coai_image_limits *lim, coai_error *err)
+{
+    int rc, nomem = 0, bad = 0;
+    size_t fixed = 0;
+    char *copy;
     if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].parse) {
         memset(req, 0, sizeof *req);
         coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
                        "This API is not supported by this build");
         return COAI_ERR_INVALID;
     }
-    rc = coai__dialects[d].parse(req, body, n, err);
+    /* The parsers keep views into the cJSON tree only, never into the body, so the fixed
+     * copy can go as soon as the parse is done. */
+    copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem, &bad) : NULL;
+    if (bad) {
+        memset(req, 0, sizeof *req);
+        coai_error_set(err, 400, "invalid_request_error", NULL, NULL,
+                       "We could not parse the JSON body of your request: a \\u escape needs "
+                       "four hex digits");
+        err->no_retry = 1;
+        return COAI_ERR_JSON;
+    }
+    if (nomem) {
+        memset(req, 0, sizeof *req);
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    rc = coai__dialects[d].parse(req, copy ? copy : body, n, err);
+    free(copy);
     if (rc == 0) req->dialect = d;
+    if (rc == 0) rc = coai_request_check(req, lim, err);
     return rc;
 }
 
@@ -9222,5 +9995,718 @@ int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
     return coai_buf_puts(out, "}}");
 }
 /* PART:DIALECTS impl end */
+
+/* ======================================================================== */
+/* PART:QUOTA impl                                                          */
+/* ======================================================================== */
+
+/* An int64 member: a JSON number that is a whole value in range, or a string of an
+ * optional '-' and 1..18 digits (proto3 JSON's int64 form). Anything else is unknown. */
+static int64_t coai__qu_i64(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (d != d || d < -9.0e15 || d > 9.0e15 || d != (double)(int64_t)d) return COAI_QUOTA_NONE;
+        return (int64_t)d;
+    }
+    if (cJSON_IsString(v) && v->valuestring) {
+        const char *s = v->valuestring;
+        int neg = *s == '-';
+        size_t i = (size_t)neg, nd = 0;
+        int64_t x = 0;
+        for (; s[i]; i++, nd++) {
+            if (s[i] < '0' || s[i] > '9' || nd >= 18) return COAI_QUOTA_NONE;
+            x = x * 10 + (s[i] - '0');
+        }
+        return nd ? (neg ? -x : x) : COAI_QUOTA_NONE;
+    }
+    return COAI_QUOTA_NONE;
+}
+
+/* A percentage: a finite number or numeric string in 0..1e6; else -1 (unknown). */
+static double coai__qu_pct(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    double d = -1;
+    if (cJSON_IsNumber(v)) d = v->valuedouble;
+    else if (cJSON_IsString(v) && v->valuestring && v->valuestring[0]) {
+        char *end = NULL;
+        d = strtod(v->valuestring, &end);
+        if (!end || *end) d = -1;
+    }
+    return (d == d && d >= 0 && d <= 1e6) ? d : -1;
+}
+
+/* Copy a string member cleanly (valid UTF-8, control bytes dropped, cut at a boundary). */
+static void coai__qu_str(char *dst, size_t cap, const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
+    const unsigned char *p;
+    size_t i = 0, n, pos = 0;
+    dst[0] = 0;
+    if (!cJSON_IsString(v) || !v->valuestring) return;
+    p = (const unsigned char *)v->valuestring;
+    n = strlen(v->valuestring);
+    while (i < n) {
+        int len = coai__utf8_seq(p + i, n - i);
+        if (len <= 0) { i++; continue; }
+        if (len == 1 && (p[i] < 0x20 || p[i] == 0x7f)) { i++; continue; }
+        if (pos + (size_t)len >= cap) break;
+        memcpy(dst + pos, p + i, (size_t)len);
+        pos += (size_t)len;
+        i += (size_t)len;
+    }
+    dst[pos] = 0;
+}
+
+static cJSON *coai__qu_load(const char *s, size_t n)
+{
+    cJSON *j;
+    if (!s || !n || n > (1u << 24) || coai_utf8_valid_prefix(s, n) != n) return NULL;
+    j = cJSON_ParseWithLength(s, n);
+    if (j && !cJSON_IsObject(j)) { cJSON_Delete(j); j = NULL; }
+    return j;
+}
+
+int coai_quota_parse(coai_quota *u, const char *period, size_t n, const char *plan, size_t pn)
+{
+    cJSON *j, *p;
+    const cJSON *pu, *sl, *pi;
+    memset(u, 0, sizeof *u);
+    u->cycle_start_ms = u->cycle_end_ms = COAI_QUOTA_NONE;
+    u->used_cents = u->included_spend_cents = u->bonus_cents = COAI_QUOTA_NONE;
+    u->limit_cents = u->remaining_cents = COAI_QUOTA_NONE;
+    u->od_total_cents = u->od_limit_cents = u->od_used_cents = COAI_QUOTA_NONE;
+    u->od_remaining_cents = u->plan_included_cents = COAI_QUOTA_NONE;
+    u->percent_used = u->auto_percent_used = u->api_percent_used = -1;
+    j = coai__qu_load(period, n);
+    if (!j) return COAI_ERR_JSON;
+    u->cycle_start_ms = coai__qu_i64(j, "billingCycleStart");
+    u->cycle_end_ms = coai__qu_i64(j, "billingCycleEnd");
+    coai__qu_str(u->message, sizeof u->message, j, "displayMessage");
+    pu = cJSON_GetObjectItemCaseSensitive(j, "planUsage");
+    if (cJSON_IsObject(pu)) {
+        u->have_plan_usage = 1;
+        u->used_cents = coai__qu_i64(pu, "totalSpend");
+        u->included_spend_cents = coai__qu_i64(pu, "includedSpend");
+        u->bonus_cents = coai__qu_i64(pu, "bonusSpend");
+        u->limit_cents = coai__qu_i64(pu, "limit");
+        u->remaining_cents = coai__qu_i64(pu, "remaining");
+        u->percent_used = coai__qu_pct(pu, "totalPercentUsed");
+        u->auto_percent_used = coai__qu_pct(pu, "autoPercentUsed");
+        u->api_percent_used = coai__qu_pct(pu, "apiPercentUsed");
+    }
+    sl = cJSON_GetObjectItemCaseSensitive(j, "spendLimitUsage");
+    if (cJSON_IsObject(sl)) {
+        int indiv = coai__qu_i64(sl, "individualLimit") != COAI_QUOTA_NONE;
+        u->have_on_demand = 1;
+        u->od_total_cents = coai__qu_i64(sl, "totalSpend");
+        u->od_limit_cents = coai__qu_i64(sl, indiv ? "individualLimit" : "pooledLimit");
+        u->od_used_cents = coai__qu_i64(sl, indiv ? "individualUsed" : "pooledUsed");
+        u->od_remaining_cents = coai__qu_i64(sl, indiv ? "individualRemaining"
+                                                     : "pooledRemaining");
+        coai__qu_str(u->od_limit_type, sizeof u->od_limit_type, sl, "limitType");
+    }
+    cJSON_Delete(j);
+    p = coai__qu_load(plan, plan ? pn : 0);
+    pi = cJSON_GetObjectItemCaseSensitive(p, "planInfo");
+    if (cJSON_IsObject(pi)) {
+        int64_t end = coai__qu_i64(pi, "billingCycleEnd");
+        coai__qu_str(u->plan_name, sizeof u->plan_name, pi, "planName");
+        coai__qu_str(u->plan_price, sizeof u->plan_price, pi, "price");
+        u->plan_included_cents = coai__qu_i64(pi, "includedAmountCents");
+        if (u->cycle_end_ms == COAI_QUOTA_NONE) u->cycle_end_ms = end;
+    }
+    cJSON_Delete(p);
+    return 0;
+}
+
+int coai_quota_limit_reached(const coai_quota *u)
+{
+    if (u->remaining_cents == COAI_QUOTA_NONE) return -1;
+    if (u->remaining_cents > 0) return 0;
+    if (u->have_on_demand && u->od_limit_cents != COAI_QUOTA_NONE && u->od_limit_cents > 0
+        && u->od_remaining_cents != COAI_QUOTA_NONE)
+        return u->od_remaining_cents <= 0;
+    return 1;
+}
+
+/* Days since 1970-01-01 -> civil date (proleptic Gregorian; H. Hinnant's algorithm). */
+static void coai__qu_civil(int64_t days, int64_t *y, int *m, int *d)
+{
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+void coai_iso8601(char out[21], int64_t ms)
+{
+    /* 0000-01-01 .. 9999-12-31 in ms since the epoch */
+    const int64_t lo = -62167219200000LL, hi = 253402300799000LL;
+    int64_t s, days, sod, y;
+    int m, d;
+    if (ms < lo) ms = lo;
+    if (ms > hi) ms = hi;
+    s = ms >= 0 ? ms / 1000 : -((-ms + 999) / 1000);
+    days = s >= 0 ? s / 86400 : -((-s + 86399) / 86400);
+    sod = s - days * 86400;
+    coai__qu_civil(days, &y, &m, &d);
+    {
+        /* digits by hand: every value is in range here, and no printf width guesswork */
+        unsigned v[6];
+        static const unsigned w[6] = { 4, 2, 2, 2, 2, 2 };
+        static const char sep[6] = { '-', '-', 'T', ':', ':', 'Z' };
+        unsigned i, k, pos = 0;
+        v[0] = (unsigned)y; v[1] = (unsigned)m; v[2] = (unsigned)d;
+        v[3] = (unsigned)(sod / 3600); v[4] = (unsigned)(sod / 60 % 60); v[5] = (unsigned)(sod % 60);
+        for (i = 0; i < 6; i++) {
+            unsigned x = v[i];
+            for (k = w[i]; k-- > 0; x /= 10) out[pos + k] = (char)('0' + x % 10);
+            pos += w[i];
+            out[pos++] = sep[i];
+        }
+        out[pos] = 0;
+    }
+}
+
+static void coai__qu_num(coai_buf *out, const char *key, int64_t v, int comma)
+{
+    if (comma) coai_buf_putc(out, ',');
+    coai_buf_printf(out, "\"%s\":", key);
+    if (v == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
+    else coai_buf_printf(out, "%lld", (long long)v);
+}
+
+static void coai__qu_pctj(coai_buf *out, const char *key, double v)
+{
+    coai_buf_printf(out, ",\"%s\":", key);
+    if (v < 0) coai_buf_puts(out, "null");
+    else coai_json_num_append(out, v);
+}
+
+static void coai__qu_strj(coai_buf *out, const char *key, const char *s, int comma)
+{
+    if (comma) coai_buf_putc(out, ',');
+    coai_buf_printf(out, "\"%s\":", key);
+    if (!s[0]) coai_buf_puts(out, "null");
+    else coai_json_str_append(out, s, strlen(s));
+}
+
+int coai_quota_write_json(coai_buf *out, const coai_quota *u)
+{
+    char iso[21];
+    int lr = coai_quota_limit_reached(u);
+    coai_buf_puts(out, "{\"object\":\"cursor.usage\",\"plan\":");
+    if (u->plan_name[0] || u->plan_price[0] || u->plan_included_cents != COAI_QUOTA_NONE) {
+        coai_buf_putc(out, '{');
+        coai__qu_strj(out, "name", u->plan_name, 0);
+        coai__qu_strj(out, "price", u->plan_price, 1);
+        coai__qu_num(out, "included_cents", u->plan_included_cents, 1);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_puts(out, ",\"billing_cycle\":");
+    if (u->cycle_start_ms != COAI_QUOTA_NONE || u->cycle_end_ms != COAI_QUOTA_NONE) {
+        coai_buf_puts(out, "{\"start\":");
+        if (u->cycle_start_ms == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
+        else { coai_iso8601(iso, u->cycle_start_ms); coai_buf_printf(out, "\"%s\"", iso); }
+        coai_buf_puts(out, ",\"end\":");
+        if (u->cycle_end_ms == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
+        else { coai_iso8601(iso, u->cycle_end_ms); coai_buf_printf(out, "\"%s\"", iso); }
+        coai__qu_num(out, "start_ms", u->cycle_start_ms, 1);
+        coai__qu_num(out, "end_ms", u->cycle_end_ms, 1);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_puts(out, ",\"resets_at\":");
+    if (u->cycle_end_ms == COAI_QUOTA_NONE) coai_buf_puts(out, "null");
+    else { coai_iso8601(iso, u->cycle_end_ms); coai_buf_printf(out, "\"%s\"", iso); }
+    coai_buf_puts(out, ",\"included\":");
+    if (u->have_plan_usage) {
+        coai_buf_putc(out, '{');
+        coai__qu_num(out, "used_cents", u->used_cents, 0);
+        coai__qu_num(out, "limit_cents", u->limit_cents, 1);
+        coai__qu_num(out, "remaining_cents", u->remaining_cents, 1);
+        coai__qu_num(out, "included_spend_cents", u->included_spend_cents, 1);
+        coai__qu_num(out, "bonus_cents", u->bonus_cents, 1);
+        coai__qu_pctj(out, "percent_used", u->percent_used);
+        coai__qu_pctj(out, "auto_percent_used", u->auto_percent_used);
+        coai__qu_pctj(out, "api_percent_used", u->api_percent_used);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_puts(out, ",\"on_demand\":");
+    if (u->have_on_demand) {
+        coai_buf_putc(out, '{');
+        coai__qu_num(out, "used_cents", u->od_used_cents, 0);
+        coai__qu_num(out, "limit_cents", u->od_limit_cents, 1);
+        coai__qu_num(out, "remaining_cents", u->od_remaining_cents, 1);
+        coai__qu_num(out, "total_spend_cents", u->od_total_cents, 1);
+        coai__qu_strj(out, "limit_type", u->od_limit_type, 1);
+        coai_buf_putc(out, '}');
+    } else {
+        coai_buf_puts(out, "null");
+    }
+    coai_buf_printf(out, ",\"limit_reached\":%s", lr < 0 ? "null" : lr ? "true" : "false");
+    coai__qu_strj(out, "message", u->message, 1);
+    coai_buf_putc(out, '}');
+    return out->err ? -1 : 0;
+}
+
+static void coai__qu_money(coai_buf *out, int64_t cents)
+{
+    int64_t a;
+    if (cents == COAI_QUOTA_NONE) { coai_buf_puts(out, "?"); return; }
+    a = cents < 0 ? -cents : cents;
+    coai_buf_printf(out, "%s$%lld.%02lld", cents < 0 ? "-" : "", (long long)(a / 100),
+                    (long long)(a % 100));
+}
+
+/* "in 6 days" / "in 3 hours" / "in 12 minutes" / "3 days ago" */
+static void coai__qu_rel(coai_buf *out, int64_t when_ms, int64_t now_ms)
+{
+    int64_t d = when_ms - now_ms, a = d < 0 ? -d : d, v;
+    const char *unit;
+    if (a >= 2 * 86400000LL) { v = a / 86400000LL; unit = "day"; }
+    else if (a >= 2 * 3600000LL) { v = a / 3600000LL; unit = "hour"; }
+    else { v = a / 60000LL; unit = "minute"; }
+    coai_buf_printf(out, "%s%lld %s%s%s", d >= 0 ? "in " : "", (long long)v, unit,
+                    v == 1 ? "" : "s", d >= 0 ? "" : " ago");
+}
+
+static double coai__qu_percent(const coai_quota *u)
+{
+    if (u->percent_used >= 0) return u->percent_used;
+    if (u->used_cents != COAI_QUOTA_NONE && u->limit_cents != COAI_QUOTA_NONE
+        && u->limit_cents > 0)
+        return (double)u->used_cents * 100.0 / (double)u->limit_cents;
+    return -1;
+}
+
+static void coai__qu_date(coai_buf *out, int64_t ms)
+{
+    char iso[21];
+    coai_iso8601(iso, ms);
+    coai_buf_append(out, iso, 10);
+}
+
+int coai_quota_write_text(coai_buf *out, const coai_quota *u, int64_t now_ms)
+{
+    double pct = coai__qu_percent(u);
+    int lr = coai_quota_limit_reached(u);
+    if (u->plan_name[0] || u->plan_price[0]) {
+        coai_buf_printf(out, "Plan:           %s", u->plan_name[0] ? u->plan_name : "?");
+        if (u->plan_price[0]) coai_buf_printf(out, " (%s)", u->plan_price);
+        coai_buf_putc(out, '\n');
+    }
+    if (u->cycle_start_ms != COAI_QUOTA_NONE || u->cycle_end_ms != COAI_QUOTA_NONE) {
+        char iso[21];
+        coai_buf_puts(out, "Billing cycle:  ");
+        if (u->cycle_start_ms != COAI_QUOTA_NONE) coai__qu_date(out, u->cycle_start_ms);
+        else coai_buf_puts(out, "?");
+        coai_buf_puts(out, " to ");
+        if (u->cycle_end_ms != COAI_QUOTA_NONE) {
+            coai_iso8601(iso, u->cycle_end_ms);
+            coai_buf_printf(out, "%.10s (resets ", iso);
+            coai__qu_rel(out, u->cycle_end_ms, now_ms);
+            coai_buf_printf(out, ", %.10s %.5s UTC)", iso, iso + 11);
+        } else {
+            coai_buf_puts(out, "? (reset time unknown)");
+        }
+        coai_buf_putc(out, '\n');
+    }
+    if (u->have_plan_usage) {
+        coai_buf_puts(out, "Included usage: ");
+        coai__qu_money(out, u->used_cents);
+        if (u->limit_cents != COAI_QUOTA_NONE) {
+            coai_buf_puts(out, " of ");
+            coai__qu_money(out, u->limit_cents);
+        }
+        coai_buf_puts(out, " used");
+        if (pct >= 0) coai_buf_printf(out, " (%.0f%%)", pct);
+        if (u->remaining_cents != COAI_QUOTA_NONE) {
+            coai_buf_puts(out, ", ");
+            coai__qu_money(out, u->remaining_cents);
+            coai_buf_puts(out, " left");
+        }
+        coai_buf_putc(out, '\n');
+        if (u->auto_percent_used >= 0 || u->api_percent_used >= 0) {
+            coai_buf_puts(out, "  Auto / API:   ");
+            if (u->auto_percent_used >= 0) coai_buf_printf(out, "%.0f%%", u->auto_percent_used);
+            else coai_buf_puts(out, "?");
+            coai_buf_puts(out, " / ");
+            if (u->api_percent_used >= 0) coai_buf_printf(out, "%.0f%%", u->api_percent_used);
+            else coai_buf_puts(out, "?");
+            coai_buf_putc(out, '\n');
+        }
+    }
+    if (u->have_on_demand) {
+        coai_buf_puts(out, "On-demand:      ");
+        coai__qu_money(out, u->od_used_cents);
+        if (u->od_limit_cents != COAI_QUOTA_NONE) {
+            coai_buf_puts(out, " of ");
+            coai__qu_money(out, u->od_limit_cents);
+        }
+        coai_buf_puts(out, " used");
+        if (u->od_limit_type[0]) coai_buf_printf(out, " (%s limit)", u->od_limit_type);
+        if (u->od_remaining_cents != COAI_QUOTA_NONE) {
+            coai_buf_puts(out, ", ");
+            coai__qu_money(out, u->od_remaining_cents);
+            coai_buf_puts(out, " left");
+        }
+        coai_buf_putc(out, '\n');
+    }
+    if (u->message[0]) coai_buf_printf(out, "Cursor says:    %s\n", u->message);
+    coai_buf_printf(out, "Limit reached:  %s\n", lr < 0 ? "unknown (Cursor did not say)"
+                    : lr ? "YES: requests fail until the reset or a higher limit" : "no");
+    return out->err ? -1 : 0;
+}
+
+int coai_quota_summary(coai_buf *out, const coai_quota *u, int64_t now_ms)
+{
+    double pct = coai__qu_percent(u);
+    int lr = coai_quota_limit_reached(u), any = 0;
+    if (u->have_plan_usage && u->used_cents != COAI_QUOTA_NONE) {
+        coai__qu_money(out, u->used_cents);
+        if (u->limit_cents != COAI_QUOTA_NONE) {
+            coai_buf_puts(out, " of ");
+            coai__qu_money(out, u->limit_cents);
+        }
+        coai_buf_puts(out, " included usage used");
+        if (pct >= 0) coai_buf_printf(out, " (%.0f%%)", pct);
+        if (u->remaining_cents != COAI_QUOTA_NONE) {
+            coai_buf_puts(out, ", ");
+            coai__qu_money(out, u->remaining_cents);
+            coai_buf_puts(out, " left");
+        }
+        any = 1;
+    } else if (u->message[0]) {
+        coai_buf_puts(out, u->message);
+        any = 1;
+    } else {
+        coai_buf_puts(out, "no usage figures from Cursor");
+        any = 1;
+    }
+    if (lr == 1) coai_buf_puts(out, any ? " - LIMIT REACHED" : "LIMIT REACHED");
+    if (u->cycle_end_ms != COAI_QUOTA_NONE) {
+        coai_buf_puts(out, "; resets ");
+        coai__qu_date(out, u->cycle_end_ms);
+        coai_buf_puts(out, " (");
+        coai__qu_rel(out, u->cycle_end_ms, now_ms);
+        coai_buf_putc(out, ')');
+    }
+    return out->err ? -1 : 0;
+}
+/* PART:QUOTA impl end */
+
+/* ======================================================================== */
+/* PART:IMAGE impl                                                          */
+/* ======================================================================== */
+
+static int coai__im_ci_prefix(coai_str s, const char *lit)
+{
+    size_t i, n = strlen(lit);
+    if (s.len < n) return 0;
+    for (i = 0; i < n; i++) {
+        char c = s.ptr[i];
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if (c != lit[i]) return 0;
+    }
+    return 1;
+}
+
+int coai_data_url_parse(coai_str url, coai_str *type, coai_str *payload)
+{
+    size_t i, comma, semi;
+    if (!coai__im_ci_prefix(url, "data:")) return COAI_ERR_INVALID;
+    for (comma = 5; comma < url.len && url.ptr[comma] != ','; comma++) {}
+    if (comma >= url.len) return COAI_ERR_INVALID;
+    /* the last parameter before the comma must be ";base64" (case-insensitive) */
+    if (comma < 5 + 7) return COAI_ERR_INVALID;
+    {
+        coai_str tail;
+        tail.ptr = url.ptr + comma - 7;
+        tail.len = 7;
+        if (!coai__im_ci_prefix(tail, ";base64")) return COAI_ERR_INVALID;
+    }
+    for (semi = 5; semi < comma && url.ptr[semi] != ';'; semi++) {}
+    for (i = 5; i < semi; i++) {
+        unsigned char c = (unsigned char)url.ptr[i];
+        if (c <= ' ' || c >= 0x7f) return COAI_ERR_INVALID;   /* a media type is a token */
+    }
+    type->ptr = url.ptr + 5;
+    type->len = semi - 5;
+    payload->ptr = url.ptr + comma + 1;
+    payload->len = url.len - comma - 1;
+    return 0;
+}
+
+static uint32_t coai__im_be16(const unsigned char *p) { return (uint32_t)p[0] << 8 | p[1]; }
+static uint32_t coai__im_le16(const unsigned char *p) { return (uint32_t)p[1] << 8 | p[0]; }
+static uint32_t coai__im_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* JPEG: walk the marker segments up to the first SOFn (not DHT C4, JPG C8, DAC CC). */
+static void coai__im_jpeg_dims(const unsigned char *p, size_t n, uint32_t *w, uint32_t *h)
+{
+    size_t i = 2;
+    while (i + 4 <= n) {
+        unsigned m;
+        size_t len;
+        if (p[i] != 0xff) return;
+        while (i < n && p[i] == 0xff) i++;   /* fill bytes */
+        if (i >= n) return;
+        m = p[i++];
+        if (m == 0xd8 || m == 0x01 || (m >= 0xd0 && m <= 0xd7)) continue;   /* no length */
+        if (m == 0xd9 || m == 0xda || i + 2 > n) return;    /* end of image, start of scan */
+        len = coai__im_be16(p + i);
+        if (len < 2) return;
+        if (m >= 0xc0 && m <= 0xcf && m != 0xc4 && m != 0xc8 && m != 0xcc) {
+            if (len < 7 || i + 7 > n) return;
+            *h = coai__im_be16(p + i + 3);
+            *w = coai__im_be16(p + i + 5);
+            return;
+        }
+        i += len;
+    }
+}
+
+const char *coai_image_sniff(const unsigned char *p, size_t n, uint32_t *w, uint32_t *h)
+{
+    static const unsigned char png[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
+    uint32_t dw = 0, dh = 0;
+    const char *mime = NULL;
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) {
+        mime = "image/jpeg";
+        coai__im_jpeg_dims(p, n, &dw, &dh);
+    } else if (n >= 8 && memcmp(p, png, 8) == 0) {
+        mime = "image/png";
+        if (n >= 24 && memcmp(p + 12, "IHDR", 4) == 0) {
+            dw = coai__im_be32(p + 16);
+            dh = coai__im_be32(p + 20);
+        }
+    } else if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) {
+        mime = "image/gif";
+        if (n >= 10) {
+            dw = coai__im_le16(p + 6);
+            dh = coai__im_le16(p + 8);
+        }
+    } else if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) {
+        mime = "image/webp";
+        if (n >= 30 && memcmp(p + 12, "VP8 ", 4) == 0 && p[23] == 0x9d && p[24] == 0x01
+            && p[25] == 0x2a) {
+            dw = coai__im_le16(p + 26) & 0x3fff;
+            dh = coai__im_le16(p + 28) & 0x3fff;
+        } else if (n >= 25 && memcmp(p + 12, "VP8L", 4) == 0 && p[20] == 0x2f) {
+            uint32_t b = (uint32_t)p[21] | (uint32_t)p[22] << 8 | (uint32_t)p[23] << 16
+                         | (uint32_t)p[24] << 24;
+            dw = (b & 0x3fff) + 1;
+            dh = ((b >> 14) & 0x3fff) + 1;
+        } else if (n >= 30 && memcmp(p + 12, "VP8X", 4) == 0) {
+            dw = ((uint32_t)p[24] | (uint32_t)p[25] << 8 | (uint32_t)p[26] << 16) + 1;
+            dh = ((uint32_t)p[27] | (uint32_t)p[28] << 8 | (uint32_t)p[29] << 16) + 1;
+        }
+    }
+    /* Dimension is int32 on the wire; a value out of range or half known is no value */
+    if (!dw || !dh || dw > 0x7fffffffu || dh > 0x7fffffffu) dw = dh = 0;
+    if (w) *w = dw;
+    if (h) *h = dh;
+    return mime;
+}
+
+void coai_image_free(coai_image *img)
+{
+    free(img->data);
+    memset(img, 0, sizeof *img);
+}
+
+static int coai__im_bad(coai_error *err, int status, const char *code, const char *param,
+                        const char *fmt, const char *arg)
+{
+    coai_error_set(err, status, "invalid_request_error", code, param, fmt, arg);
+    err->no_retry = 1;
+    return status == 413 ? COAI_ERR_TOO_BIG : COAI_ERR_INVALID;
+}
+
+int coai_image_from_url(coai_image *img, coai_str url, size_t max_bytes, const char *param,
+                        coai_error *err)
+{
+    coai_str type, pl;
+    const char *p = param ? param : "image";
+    memset(img, 0, sizeof *img);
+    if (coai__im_ci_prefix(url, "http://") || coai__im_ci_prefix(url, "https://"))
+        return coai__im_bad(err, 400, "image_url_not_supported", p,
+                            "%s: remote image URLs are not fetched (a proxy that fetches URLs "
+                            "can be abused to reach internal hosts); send the image inline as "
+                            "a data:image/...;base64 URL", p);
+    if (coai_data_url_parse(url, &type, &pl) != 0)
+        return coai__im_bad(err, 400, "invalid_image_url", p,
+                            "%s must be a data: URL with a base64 payload "
+                            "(data:image/png;base64,...)", p);
+    return coai_image_from_base64(img, type, pl, max_bytes, param, err);
+}
+
+int coai_image_from_base64(coai_image *img, coai_str type, coai_str pl, size_t max_bytes,
+                           const char *param, coai_error *err)
+{
+    const char *p = param ? param : "image";
+    char *clean = NULL;
+    size_t i, n, cap;
+    long got;
+    unsigned char h[32];
+    br_sha256_context sc;
+    memset(img, 0, sizeof *img);
+    if (!max_bytes) max_bytes = COAI_MAX_IMAGE_BYTES;
+    if (type.len && !coai__im_ci_prefix(type, "image/"))
+        return coai__im_bad(err, 400, "invalid_image_format", p,
+                            "%s: only images are accepted (JPEG, PNG, GIF or WebP)", p);
+    /* whitespace inside the payload (line-wrapped base64) is skipped */
+    for (i = 0, n = 0; i < pl.len; i++)
+        if (!(pl.ptr[i] == ' ' || pl.ptr[i] == '\n' || pl.ptr[i] == '\r' || pl.ptr[i] == '\t'))
+            n++;
+    /* n base64 characters carry at most n / 4 * 3 + 2 bytes: refuse before decoding */
+    if (n / 4 > max_bytes / 3 + 1) {
+        char lim[64];
+        snprintf(lim, sizeof lim, "%zu", max_bytes);
+        coai_error_set(err, 413, "invalid_request_error", "image_too_large", p,
+                       "%s: the image is larger than the limit of %s bytes", p, lim);
+        err->no_retry = 1;
+        return COAI_ERR_TOO_BIG;
+    }
+    if (n != pl.len) {
+        clean = (char *)malloc(n + 1);
+        if (!clean) goto nomem;
+        for (i = 0, n = 0; i < pl.len; i++)
+            if (!(pl.ptr[i] == ' ' || pl.ptr[i] == '\n' || pl.ptr[i] == '\r'
+                  || pl.ptr[i] == '\t'))
+                clean[n++] = pl.ptr[i];
+        pl.ptr = clean;
+        pl.len = n;
+    }
+    cap = pl.len / 4 * 3 + 3;
+    img->data = (unsigned char *)malloc(cap ? cap : 1);
+    if (!img->data) goto nomem;
+    got = coai_base64_decode(pl.ptr, pl.len, img->data, cap);
+    free(clean);
+    clean = NULL;
+    if (got <= 0) {
+        coai_image_free(img);
+        return coai__im_bad(err, 400, "invalid_image_url", p,
+                            "%s: the base64 payload does not decode (or is empty)", p);
+    }
+    img->len = (size_t)got;
+    if (img->len > max_bytes) {
+        char lim[64];
+        coai_image_free(img);
+        snprintf(lim, sizeof lim, "%zu", max_bytes);
+        coai_error_set(err, 413, "invalid_request_error", "image_too_large", p,
+                       "%s: the image is larger than the limit of %s bytes", p, lim);
+        err->no_retry = 1;
+        return COAI_ERR_TOO_BIG;
+    }
+    img->mime = coai_image_sniff(img->data, img->len, &img->width, &img->height);
+    if (!img->mime) {
+        coai_image_free(img);
+        return coai__im_bad(err, 400, "invalid_image_format", p,
+                            "%s is not a JPEG, PNG, GIF or WebP image", p);
+    }
+    br_sha256_init(&sc);
+    br_sha256_update(&sc, img->data, img->len);
+    br_sha256_out(&sc, h);
+    coai_uuid_format(img->uuid, h);
+    return 0;
+nomem:
+    free(clean);
+    coai_image_free(img);
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+    return COAI_ERR_NOMEM;
+}
+
+/* Core, for every dialect: decode the IMAGE parts of the newest user message into
+ * req->images under the caps. The param names the part: exact for OpenAI Chat
+ * ("messages[2].content[1].image_url.url"), the neutral message/part index otherwise. */
+static int coai__request_images(coai_request *req, const coai_image_limits *lim,
+                                coai_error *err)
+{
+    size_t max_bytes = lim && lim->max_bytes ? lim->max_bytes : COAI_MAX_IMAGE_BYTES;
+    size_t max_count = lim && lim->max_count ? lim->max_count : COAI_MAX_IMAGES;
+    size_t max_total = lim && lim->max_total ? lim->max_total : COAI_MAX_IMAGES_BYTES;
+    size_t mi = coai__last_user(req->messages, req->message_count), k, count = 0, total = 0;
+    const coai_message *m;
+    char p[96];
+    if (mi >= req->message_count) return 0;
+    m = &req->messages[mi];
+    for (k = 0; k < m->part_count; k++) count += m->parts[k].kind == COAI_PART_IMAGE;
+    if (!count) return 0;
+    if (count > max_count) {
+        snprintf(p, sizeof p, "messages[%zu].content", mi);
+        coai_error_set(err, 400, "invalid_request_error", "too_many_images", p,
+                       "%s has %zu images; at most %zu are accepted per request", p, count,
+                       max_count);
+        err->no_retry = 1;
+        return COAI_ERR_INVALID;
+    }
+    req->images = (coai_image *)calloc(count, sizeof *req->images);
+    if (!req->images) {
+        coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+        return COAI_ERR_NOMEM;
+    }
+    for (k = 0; k < m->part_count; k++) {
+        const coai_part *pt = &m->parts[k];
+        coai_image *im = &req->images[req->image_count];
+        int rc;
+        if (pt->kind != COAI_PART_IMAGE) continue;
+        snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", mi, k,
+                 req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+        if (pt->url.len || !pt->data.len)
+            rc = coai_image_from_url(im, pt->url, max_bytes, p, err);
+        else
+            rc = coai_image_from_base64(im, pt->media_type, pt->data, max_bytes, p, err);
+        if (rc < 0) return rc;
+        total += req->images[req->image_count++].len;
+        if (total > max_total) {
+            snprintf(p, sizeof p, "messages[%zu].content", mi);
+            coai_error_set(err, 413, "invalid_request_error", "images_too_large", p,
+                           "%s: the images together are larger than the limit of %zu bytes "
+                           "per request", p, max_total);
+            err->no_retry = 1;
+            return COAI_ERR_TOO_BIG;
+        }
+    }
+    return 0;
+}
+
+int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n)
+{
+    size_t i, start = out->len;
+    for (i = 0; i < n; i++) {
+        const coai_image *im = &images[i];
+        size_t si = coai__pb_open(out, 1), d;
+        coai__pb_str(out, 2, coai_str_c(im->uuid));
+        if (im->width && im->height) {
+            d = coai__pb_open(out, 4);
+            coai__pb_tag(out, 1, 0);
+            coai__pb_varint(out, im->width);
+            coai__pb_tag(out, 2, 0);
+            coai__pb_varint(out, im->height);
+            coai__pb_close(out, d);
+        }
+        coai__pb_str(out, 7, coai_str_c(im->mime));
+        coai__pb_bytes(out, 8, im->data, im->len);
+        coai__pb_close(out, si);
+    }
+    return coai__pb_finish(out, start, COAI_OK);
+}
+/* PART:IMAGE impl end */
 
 #endif /* CURSOR_OAI_IMPLEMENTATION */

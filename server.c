@@ -129,6 +129,7 @@ static struct server {
     coai_url base;                  /* the same URL parsed: auth, models, server config */
     coai_url agent_forced;          /* CURSOR_OAI_AGENT_URL (host[0] == 0: not set) */
     int profile_forced;             /* CURSOR_OAI_PROFILE: PROF_*, or -1 (fallback allowed) */
+    int connect_json;               /* CURSOR_OAI_CONNECT_APPEND=json: BidiAppend as JSON */
     char client_version[160];       /* x-cursor-client-version (client_version_resolve) */
     char client_version_src[PATH_MAX + 64]; /* where it came from, for status and the log */
     const char *api_key;            /* CURSOR_OAI_API_KEY or NULL */
@@ -316,7 +317,7 @@ static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
  * thread ever waits on it (it used to: with a full pipe every connection blocked in write()
  * holding its slot, and SIGTERM could not end the process). Before log_start (start-up
  * messages, one-shot commands) lines are written directly. */
-#define LOG_QUEUE_BYTES (1024 * 1024)   /* queued log bytes; a line past this is dropped */
+#define LOG_QUEUE_BYTES (256 * 1024)    /* queued log bytes (~2,500 lines); more are dropped */
 #define LOG_WRITE_CHUNK (64 * 1024)     /* the writer takes at most this much per write */
 #define LOG_FLUSH_MS 1000               /* exit waits at most this long for queued lines */
 
@@ -793,17 +794,21 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
     coai_buf_putc(b, '\n');
 }
 
+static int pool_spares_locked(void);
+
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
 static void metrics_write(coai_buf *b)
 {
     static const char *const tn[] = { "counter", "gauge", "histogram" };
-    int f, pool, conns;
+    int f, pool, conns, spares;
     size_t i;
     pthread_mutex_lock(&S.lock);
     pool = S.pool_n;
     conns = S.conns;
+    spares = pool_spares_locked();
     pthread_mutex_unlock(&S.lock);
+    metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&MX.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
@@ -1095,6 +1100,7 @@ struct upconn {
     coai_url host;                  /* the host it is connected to (the pool's key) */
     int fd;
     int reused;                     /* taken from the pool */
+    int spare;                      /* opened ahead by spare_thread, not taken yet (metrics) */
     int64_t idle_since;             /* mono ms when parked in the pool */
     int client_fd;                  /* watched while waiting: a client disconnect cancels */
     short client_events;            /* POLLIN until pipelined bytes are seen, then 0 */
@@ -1561,6 +1567,15 @@ static int up_same_host(const coai_url *a, const coai_url *b)
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
+/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+static int pool_spares_locked(void)
+{
+    const struct upconn *u;
+    int n = 0;
+    for (u = S.pool; u; u = u->next) n += u->spare;
+    return n;
+}
+
 /* Background connects: each thread opens spares for its host while more are wanted there. */
 static void *spare_thread(void *arg)
 {
@@ -1573,6 +1588,7 @@ static void *spare_thread(void *arg)
         c = up_connect(h, &e);
         if (c) {
             c->body_done = 1;
+            c->spare = 1;
             pool_park(c);
         } else {
             srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
@@ -1676,6 +1692,7 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
             c->reused = 1;
+            c->spare = 0;
             break;
         }
         up_free(c);
@@ -1949,7 +1966,8 @@ enum {
     UPH_AGENT,          /* 0: RunSSE/BidiAppend, gRPC-web profile (spec 2.1; vectors) */
     UPH_JSON,           /* 1: Connect unary JSON: GetUsableModels, GetServerConfig (spec 2.2) */
     UPH_CONNECT_STREAM, /* RunSSE, Connect profile: application/connect+proto */
-    UPH_CONNECT_UNARY   /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_UNARY,  /* BidiAppend, Connect profile: application/proto */
+    UPH_CONNECT_JSON    /* BidiAppend, Connect profile, CURSOR_OAI_CONNECT_APPEND=json */
 };
 
 /* Build a request head for host hp (NULL: the base URL). kind: UPH_*. The gRPC-web set is
@@ -1965,7 +1983,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
     coai_str tok;
     int json = kind == UPH_JSON;
     if (!hp) hp = &S.base;
-    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY) {
+    if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY || kind == UPH_CONNECT_JSON) {
         coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
                         hp->prefix, path, hp->authority);
         coai_buf_append(h, token, token_len);
@@ -1980,7 +1998,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-request-id: %s\r\n"
                         "content-length: %zu\r\n\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
-                                                   : "application/proto",
+                        : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
                         S.client_version, request_id, body_len);
         return h->err ? -1 : 0;
     }
@@ -2763,7 +2781,7 @@ static const char *cred_health(void)
 /* ======================================================================== */
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS };
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE };
 
 /* The route's label in /metrics and the access log: a fixed text per route (never the
  * client's path, so that label sets stay few). A new route adds a case here. */
@@ -2778,6 +2796,7 @@ static const char *route_label(int route)
     case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
     case ROUTE_RESPONSES: return "/v1/responses";
     case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
+    case ROUTE_USAGE: return "/v1/usage";
     }
     return "other";
 }
@@ -2932,6 +2951,10 @@ static int stream_end(struct conn *c)
 static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 static int handle_response_get(struct conn *c);
+static int handle_usage(struct conn *c);
+
+/* Image caps per request (README: Images); set by configure() from the environment. */
+static coai_image_limits IMG_LIMITS;
 static int handle_count_tokens(struct conn *c);
 
 /* The Origin port that is always same-origin: the listen port on loopback. Behind a
@@ -2999,6 +3022,7 @@ static int route_of(coai_str path)
         || (path.len > 11 && memcmp(path.ptr, "/responses/", 11) == 0
             && !memchr(path.ptr + 11, '/', path.len - 11)))
         return ROUTE_RESPONSE_GET;
+    if (coai_str_eq(path, "/v1/usage")) return ROUTE_USAGE;
     return ROUTE_NONE;
 }
 
@@ -3257,6 +3281,9 @@ static int serve_request(struct conn *c, size_t hl)
     }
     case ROUTE_MODELS:
         handle_models(c);
+        break;
+    case ROUTE_USAGE:
+        handle_usage(c);
         break;
     case ROUTE_METRICS: {
         coai_buf mb = { 0 };
@@ -3745,6 +3772,101 @@ done:
 }
 
 /* ======================================================================== */
+/* Usage: the plan and current-period usage (Cursor's dashboard service)     */
+/* ======================================================================== */
+
+#define PATH_USAGE "/aiserver.v1.DashboardService/GetCurrentPeriodUsage"
+#define PATH_PLAN "/aiserver.v1.DashboardService/GetPlanInfo"
+#define UP_USAGE_MAX (1024 * 1024)   /* largest dashboard answer read */
+
+/* One dashboard call: Connect unary JSON, body "{}", the agent's token; renews an expiring
+ * token first and once more after a 401. 0 with the 2xx body, -1 with *err filled. */
+static int dash_call(const char *path, coai_buf *body, coai_error *err)
+{
+    char rid[37];
+    int status = 0, attempt;
+    uint64_t gen = 0;
+    for (attempt = 0; attempt < 2; attempt++) {
+        coai_error re;
+        int fr;
+        coai_buf_reset(body);
+        body->max = UP_USAGE_MAX;
+        if (uuid_new(rid) < 0) {
+            coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
+            return -1;
+        }
+        if (up_call(path, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
+        if (status >= 200 && status <= 299) break;
+        coai_error_from_http(status, (const char *)body->data, body->len, err);
+        if (err->status != 401 || attempt > 0) return -1;
+        memset(&re, 0, sizeof re);
+        fr = cred_refresh(gen, &re);
+        if (fr == RENEW_NONE) return -1;
+        if (fr == RENEW_FAILED) { *err = re; return -1; }
+    }
+    if (body->err) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "Cursor's usage answer is too large");
+        return -1;
+    }
+    return 0;
+}
+
+/* GetCurrentPeriodUsage (required) + GetPlanInfo (optional: newer accounts only; its
+ * failure only leaves the plan unknown). 0 with *u filled, -1 with *err. */
+static int usage_fetch(coai_quota *u, coai_error *err)
+{
+    coai_buf period = { 0 }, plan = { 0 };
+    coai_error pe;
+    int rc = -1, have_plan;
+    memset(err, 0, sizeof *err);
+    if (cred_ensure(err) < 0) return -1;
+    if (!cred_have()) {
+        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        err->no_retry = 1;
+        return -1;
+    }
+    if (dash_call(PATH_USAGE, &period, err) < 0) {
+        srv_log(LOG_WARN, "GetCurrentPeriodUsage failed: %s", err->message);
+        goto done;
+    }
+    memset(&pe, 0, sizeof pe);
+    have_plan = dash_call(PATH_PLAN, &plan, &pe) == 0;
+    if (!have_plan) srv_log(LOG_DEBUG, "GetPlanInfo failed (plan left unknown): %s", pe.message);
+    if (coai_quota_parse(u, (const char *)period.data, period.len,
+                         have_plan ? (const char *)plan.data : NULL, have_plan ? plan.len : 0)
+        < 0) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "Cursor's usage answer is not a JSON object");
+        goto done;
+    }
+    rc = 0;
+done:
+    coai_buf_free(&period);
+    coai_buf_free(&plan);
+    return rc;
+}
+
+/* GET /v1/usage: the same JSON as `cursor-oai usage --json`. */
+static int handle_usage(struct conn *c)
+{
+    coai_quota u;
+    coai_error e;
+    coai_buf out = { 0 };
+    if (usage_fetch(&u, &e) < 0) {
+        send_coai_error(c, &e);
+    } else if (coai_quota_write_json(&out, &u) < 0) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    } else {
+        send_response(c, 200, "application/json", NULL, out.data, out.len);
+    }
+    coai_buf_free(&out);
+    return 0;
+}
+
+/* ======================================================================== */
 /* Run engine: one OpenAI request = one fresh RunSSE + BidiAppend run        */
 /* ======================================================================== */
 
@@ -3780,6 +3902,14 @@ struct run {
 /* Send what the reply produced. A streaming 200 goes out as it comes (head once, then one
  * chunk per drain); anything else (non-streaming, or an error status) is one Content-Length
  * response once the reply is done. 0 ok, -1 the client is gone. */
+/* x-cursor-model: the Cursor model id that served the request (the response's "model" is
+ * the name the client asked for). Only when it is a safe header value. */
+static void model_header(struct conn *c, coai_buf *h)
+{
+    if (c->model[0] && coai_header_value_ok(coai_str_c(c->model)))
+        coai_buf_printf(h, "x-cursor-model: %s\r\n", c->model);
+}
+
 static int run_flush(struct run *r)
 {
     struct conn *c = r->c;
@@ -3799,6 +3929,7 @@ static int run_flush(struct run *r)
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
+            model_header(c, &h);
             rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
         }
         if (rc == 0 && rp->out.len) {
@@ -3812,6 +3943,7 @@ static int run_flush(struct run *r)
         }
     } else if (done) {
         coai_reply_head(rp, &h);
+        model_header(c, &h);
         rc = h.err ? -1 : send_response(c, st, NULL, (const char *)h.data, rp->out.data,
                                         rp->out.len);
         coai_buf_reset(&rp->out);
@@ -3875,14 +4007,27 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (connect) {      /* Connect unary: no envelope */
+    if (connect && S.connect_json) {
+        /* Connect JSON, as one peer sends it over HTTP/1.1: proto3 JSON of the same
+         * BidiAppendRequest (data is already hex text; int64 as a string) */
+        coai_buf_reset(&body);
+        coai_buf_puts(&body, "{\"data\":\"");
+        coai_hex_append(&body, msg, n);
+        coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
+                        r->request_id, (long long)r->seqno);
+        if (body.err) {
+            coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+            goto done;
+        }
+    } else if (connect) {      /* Connect unary binary: no envelope */
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)r->seqno, n);
     r->seqno++;
-    if (up_call_host(&r->host, PATH_APPEND, connect ? UPH_CONNECT_UNARY : UPH_AGENT, body.data,
+    if (up_call_host(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                     : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                      body.len, r->request_id, r->c->fd, &gen, &status, &resp, &r->err) < 0) {
         if (r->err.status == 499) r->cancelled = 1;
         goto done;
@@ -4475,14 +4620,26 @@ static int handle_chat(struct conn *c)
     r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
     r->last_write = mono_ms();
     if (resp) {
+        /* what coai_request_parse_ex does for the other dialects: lone surrogates -> U+FFFD
+         * before the parse, duplicate keys and images after it */
+        if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
+            coai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse "
+                           "the JSON body of your request: a \\u escape needs four hex digits");
+            send_coai_error(c, &e);
+            goto done;
+        }
         if (responses_parse(c, &rr, &e) < 0) {
             send_coai_error(c, &e);
             goto done;
         }
         req = rr.req;                            /* moved: freed as req below */
         memset(&rr.req, 0, sizeof rr.req);
-    } else if (coai_request_parse(&req, c->dialect, (const char *)c->body.data, c->body.len,
-                                  &e) < 0) {
+        if (coai_request_check(&req, &IMG_LIMITS, &e) < 0) {
+            send_coai_error(c, &e);
+            goto done;
+        }
+    } else if (coai_request_parse_ex(&req, c->dialect, (const char *)c->body.data, c->body.len,
+                                     &IMG_LIMITS, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
@@ -4585,7 +4742,7 @@ static int handle_chat(struct conn *c)
     coai_reply_opts_from_request(&o, &req);
     o.completion_id = coai_str_c(completion_id);
     o.created = (int64_t)time(NULL);
-    o.model = anth ? req.model : model;     /* Anthropic echoes the name it was asked for */
+    o.model = req.model;    /* the name the client asked for (Cursor's id: x-cursor-model) */
     if (!req.session_id.len) o.session_id = coai_str_c(session);
     if (resp) {
         o.echo.ptr = rr.echo.data ? (const char *)rr.echo.data : "";
@@ -4656,9 +4813,13 @@ again:
                     r->request_id, PROFILE_NAME[r->profile], r->err.message,
                     PROFILE_NAME[!r->profile]);
             r->profile = !r->profile;
+            c->fallback = "profile";
+            metric_add(M_FALLBACKS, "kind=\"profile\"", 1);
         } else {
             r->tries |= 2;
             agent_get(&r->host, NULL, 0);
+            c->fallback = "agent_host";
+            metric_add(M_FALLBACKS, "kind=\"agent_host\"", 1);
         }
         if (r->sse) { up_free(r->sse); r->sse = NULL; }
         coai_reply_free(&r->reply);
@@ -5003,6 +5164,7 @@ static const char USAGE[] =
     "       cursor-oai logout               remove the saved login\n"
     "       cursor-oai status               who is logged in, and does Cursor accept it\n"
     "       cursor-oai models               the models this account can use\n"
+    "       cursor-oai usage [--json]       plan, usage this billing period, when it resets\n"
     "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
@@ -5048,6 +5210,9 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
+    "  CURSOR_OAI_MAX_IMAGE_BYTES   largest image in decoded bytes, 413 beyond (5242880)\n"
+    "  CURSOR_OAI_MAX_IMAGES        images per request, 400 beyond (12)\n"
+    "  CURSOR_OAI_MAX_IMAGES_BYTES  all images of a request in bytes, 413 beyond (20971520)\n"
     "  CURSOR_OAI_MODELS_TTL    seconds the model list is cached (300); then served stale\n"
     "                           while one background fetch renews it\n"
     "  CURSOR_OAI_MODELS_WAIT   seconds a request waits for the first model list (15)\n"
@@ -5064,6 +5229,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           grpc-web, with Connect as the fallback)\n"
+    "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  XDG_CONFIG_HOME, HOME    where the credential files are\n"
     "  SSL_CERT_FILE            PEM CA bundle for the upstream (default: the system bundle)\n"
     "  TZ                       time zone reported upstream (else /etc/timezone, /etc/localtime)\n"
@@ -5114,7 +5280,8 @@ static const char STATUS_HELP[] =
     "Shows who is logged in (from the token), when the access token expires, which\n"
     "credentials are used (CURSOR_ACCESS_TOKEN, cursor-oai's file or cursor-agent's), and\n"
     "whether Cursor accepts the token (one GetUsableModels call). A token about to expire is\n"
-    "renewed first, as the server would do. Exit status: 0 logged in and accepted, 1 not\n"
+    "renewed first, as the server would do. Then one line of usage (as 'cursor-oai usage';\n"
+    "not counted in the exit status). Exit status: 0 logged in and accepted, 1 not\n"
     "logged in, rejected, or the check failed.\n";
 
 static const char DOCTOR_HELP[] =
@@ -5133,6 +5300,14 @@ static const char MODELS_HELP[] =
     "Lists the models of this Cursor account: the id to use in requests (as in GET\n"
     "/v1/models), the display name, other accepted names (aliases) and the context window.\n"
     "Exit status: 0 ok, 1 not logged in or the list could not be fetched.\n";
+
+static const char USAGE_HELP[] =
+    "Usage: cursor-oai usage [--json]\n"
+    "\n"
+    "Shows the account's plan, how much of the included usage this billing period is used\n"
+    "and left, on-demand spending, and when the period resets (Cursor's dashboard service:\n"
+    "GetCurrentPeriodUsage and GetPlanInfo). --json prints the object GET /v1/usage returns.\n"
+    "Exit status: 0 ok, 1 not logged in or Cursor did not answer.\n";
 
 static void print_version(void)
 {
@@ -5207,6 +5382,23 @@ static int env_seconds(const char *name, int def, int *out)
         return -1;
     }
     *out = (int)n;
+    return 0;
+}
+
+/* A positive whole number <= max from the environment (def when unset). */
+static int env_count(const char *name, size_t def, size_t max, size_t *out)
+{
+    const char *v = getenv(name);
+    char *end;
+    unsigned long long n;
+    if (!v || !*v) { *out = def; return 0; }
+    errno = 0;
+    n = strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || n == 0 || n > max) {
+        fprintf(stderr, "cursor-oai: %s must be a whole number from 1 to %zu\n", name, max);
+        return -1;
+    }
+    *out = (size_t)n;
     return 0;
 }
 
@@ -5445,6 +5637,15 @@ static int configure(void)
                     "https://host[:port][/path] (https only)\n");
             return -1;
         }
+        const char *ca = getenv("CURSOR_OAI_CONNECT_APPEND");
+        S.connect_json = 0;
+        if (ca && *ca) {
+            if (strcmp(ca, "json") == 0) S.connect_json = 1;
+            else if (strcmp(ca, "proto") != 0) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_CONNECT_APPEND must be proto or json\n");
+                return -1;
+            }
+        }
         S.profile_forced = -1;
         if (pr && *pr) {
             if (strcmp(pr, "grpc-web") == 0) S.profile_forced = PROF_GRPCWEB;
@@ -5482,6 +5683,12 @@ static int configure(void)
         || env_seconds("CURSOR_OAI_MAX_RESPONSE_MB", SRV_REPLY_MAX_MB, &reply_mb)
         || env_seconds("CURSOR_OAI_MAX_INFLIGHT_MB", SRV_INFLIGHT_MAX_MB, &inflight_mb)
         || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
+        return -1;
+    if (env_count("CURSOR_OAI_MAX_IMAGE_BYTES", COAI_MAX_IMAGE_BYTES, SRV_BODY_MAX,
+                  &IMG_LIMITS.max_bytes)
+        || env_count("CURSOR_OAI_MAX_IMAGES", COAI_MAX_IMAGES, 1000, &IMG_LIMITS.max_count)
+        || env_count("CURSOR_OAI_MAX_IMAGES_BYTES", COAI_MAX_IMAGES_BYTES, SRV_BODY_MAX,
+                     &IMG_LIMITS.max_total))
         return -1;
     if (reply_mb > 4096 || inflight_mb > 1048576) {
         fprintf(stderr, "cursor-oai: CURSOR_OAI_MAX_RESPONSE_MB is at most 4096 and "
@@ -6059,6 +6266,18 @@ static int run_status(int argc, char **argv)
         coai_models_parse(&m, (const char *)json.data, json.len);
         printf("Upstream: https://%s%s accepts the token (%zu models)\n", S.up_authority,
                S.up_prefix, m.count);
+        fflush(stdout);
+        {
+            /* one line; a failure here does not change the exit status */
+            coai_quota u;
+            coai_error ue;
+            coai_buf line = { 0 };
+            if (usage_fetch(&u, &ue) == 0 && coai_quota_summary(&line, &u, wall_ms()) == 0)
+                printf("Usage: %s\n", (char *)line.data);
+            else
+                printf("Usage: unavailable (%s)\n", ue.status ? ue.message : "out of memory");
+            coai_buf_free(&line);
+        }
         rc = 0;
     } else if (e.status == 401 || e.status == 403) {
         printf("Upstream: https://%s%s rejected the credentials: %s\nRun 'cursor-oai login'.\n",
@@ -6401,6 +6620,40 @@ static int run_doctor(int argc, char **argv)
     return ok_run ? 0 : 1;
 }
 
+static int run_usage(int argc, char **argv)
+{
+    coai_quota u;
+    coai_error e;
+    coai_buf out = { 0 };
+    int json = 0, i, rc = 1;
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) { json = 1; continue; }
+        {
+            int help = strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0;
+            fputs(USAGE_HELP, help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (cli_setup(1) < 0) return 1;
+    if (cred_load() == CRED_NONE) {
+        fprintf(stderr, "cursor-oai: not logged in; run 'cursor-oai login'\n");
+        return 1;
+    }
+    if (usage_fetch(&u, &e) < 0) {
+        fprintf(stderr, "cursor-oai: cannot read the usage: %s\n", e.message);
+        return 1;
+    }
+    if (json ? coai_quota_write_json(&out, &u) : coai_quota_write_text(&out, &u, wall_ms())) {
+        fprintf(stderr, "cursor-oai: out of memory\n");
+    } else {
+        fwrite(out.data, 1, out.len, stdout);
+        if (json) putchar('\n');
+        rc = 0;
+    }
+    coai_buf_free(&out);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     pthread_mutex_init(&S.lock, NULL);
@@ -6427,6 +6680,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "status") == 0) return run_status(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "models") == 0) return run_models(argc - 2, argv + 2);
     if (argc >= 2 && strcmp(argv[1], "doctor") == 0) return run_doctor(argc - 2, argv + 2);
+    if (argc >= 2 && strcmp(argv[1], "usage") == 0) return run_usage(argc - 2, argv + 2);
     fputs(USAGE, stderr);
     return 2;
 }

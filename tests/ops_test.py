@@ -236,6 +236,15 @@ def t_metrics(tmp, fake, token):
                     "cursor_oai_credential_renewals_total", "cursor_oai_log_lines_dropped_total"):
             check("family %s is described" % fam, "# TYPE %s " % fam in txt)
         eq("no stream open at start", mval(m0, "cursor_oai_open_streams"), 0)
+        # the pool refills itself with a spare connection after a run takes one
+        http(proxy.port, "POST", "/v1/chat/completions", chat_body("scenario:default"),
+             headers=auth)
+        sp = H.wait_for(lambda: mval(metrics(proxy.port, key)[2],
+                                     "cursor_oai_spare_connections") >= 1, 5)
+        _, _, m0, _ = metrics(proxy.port, key)
+        check("a spare upstream connection shows in cursor_oai_spare_connections",
+              sp and mval(m0, "cursor_oai_spare_connections") <= mval(
+                  m0, "cursor_oai_pooled_connections"), m0)
 
         # a stream that takes a while: scraped while it runs
         res = {}
@@ -399,6 +408,24 @@ def t_jsonlog(tmp, fake, token):
         eq("unknown path: 404, path as sent", (dd["status"], dd["path"]), (404, "/v1/nothing"))
     check("the access token is not in the log", token not in "\n".join(lines)
           and token.split(".")[1] not in "\n".join(lines))
+    # a fallback shows in the log and in /metrics: the grpc-web profile refused -> Connect
+    fake.ctl("/config", {"unsupported_profiles": ["grpc-web"]})
+    proxy = H.Proxy(tmp, "jsonlog-fb", fake.url(), fake.ca, token, args=["--log-format", "json"])
+    try:
+        st, _, _ = http(proxy.port, "POST", "/v1/chat/completions",
+                        chat_body("scenario:text_basic"))
+        eq("grpc-web refused upstream: the Connect profile answers, 200", st, 200)
+        _, _, m, _ = metrics(proxy.port)
+        eq("cursor_oai_fallbacks_total{kind=\"profile\"} 1",
+           mval(m, "cursor_oai_fallbacks_total", kind="profile"), 1)
+        time.sleep(0.3)
+    finally:
+        fake.ctl("/config", {"unsupported_profiles": []})
+        proxy.stop()
+    fb = [o for o in (jload(ln) for ln in proxy_log(proxy).splitlines())
+          if isinstance(o, dict) and o.get("msg") == "request"
+          and o.get("route") == "/v1/chat/completions"]
+    eq("the access log names the fallback", [o.get("fallback") for o in fb], ["profile"])
     r = subprocess.run([BIN, "serve", "--log-format", "xml"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=10)
     eq("--log-format xml: exit 2", r.returncode, 2)

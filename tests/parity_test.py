@@ -104,10 +104,14 @@ class Env:
     def reset_config(self):
         self.config(register_delay_s=0.0, min_client_version=None, unsupported_profiles=[],
                     agent_url=None, server_config=None, server_config_status=None,
-                    server_config_seq=[],
+                    server_config_seq=[], unsupported_status=415,
                     agent_host_only=False, runsse_scenario=None, outdated_error=28)
 
     def requests_since(self, n0):
+        # the fake records a RunSSE when its handler returns, which may be just after the
+        # proxy answered the client
+        H.wait_for(lambda: self.fake.ctl("/state")["active_streams"] == 0, 3)
+        time.sleep(0.05)
         return self.fake.ctl("/requests?since=%d" % n0)
 
     def nreq(self):
@@ -447,6 +451,21 @@ def t_profile(E):
            (200, "The answer is 42.", "Let me think about it."))
     finally:
         p.stop()
+    # Connect with JSON BidiAppends (the other encoding one peer uses)
+    n0 = E.nreq()
+    e0 = len(E.errors())
+    p = E.proxy({"CURSOR_OAI_PROFILE": "connect", "CURSOR_OAI_CONNECT_APPEND": "json"})
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("profile: Connect + JSON BidiAppend end to end (KV reply, text)", (st, content(b)),
+           (200, "Hello, world! w\u00f6rld \U0001f30d"))
+        ap = [q for q in E.requests_since(n0) if q["path"].endswith("BidiAppend")]
+        eq("profile: JSON BidiAppends", [(q["headers"].get("content-type"),
+                                          q["decoded"]["append_seqno"]) for q in ap],
+           [("application/json", 0), ("application/json", 1)])
+        eq("profile: no validation errors", E.errors()[e0:], [])
+    finally:
+        p.stop()
     # fallback: a server that answers 415 to grpc-web
     E.config(unsupported_profiles=["grpc-web"])
     n0 = E.nreq()
@@ -464,6 +483,18 @@ def t_profile(E):
         check("profile: the switch is logged", "retrying with connect" in log, log[-800:])
     finally:
         p.stop()
+    # the same with the load balancer's 464
+    E.config(unsupported_status=464)
+    n0 = E.nreq()
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p)
+        eq("profile: 464 on grpc-web -> retried with Connect", (st, content(b),
+                                                              profile_of(E, n0)),
+           (200, "Hello from fake Cursor.", ["grpc-web", "connect"]))
+    finally:
+        p.stop()
+    E.config(unsupported_status=415)
     # forced grpc-web against that server: no fallback, a clear error
     p = E.proxy({"CURSOR_OAI_PROFILE": "grpc-web"})
     try:
@@ -609,7 +640,8 @@ def t_cli(E):
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
     base.update({"HOME": E.tmp, "SSL_CERT_FILE": E.fake.ca, "CURSOR_ACCESS_TOKEN": E.token})
     for var, val in (("CURSOR_OAI_PROFILE", "grpc"), ("CURSOR_OAI_AGENT_URL", "http://x"),
-                     ("CURSOR_OAI_MAX_PROMPT_BYTES", "0"), ("CURSOR_OAI_MAX_PROMPT_BYTES", "1k")):
+                     ("CURSOR_OAI_MAX_PROMPT_BYTES", "0"), ("CURSOR_OAI_MAX_PROMPT_BYTES", "1k"),
+                     ("CURSOR_OAI_CONNECT_APPEND", "xml")):
         r = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:0"], env=dict(base, **{var: val}),
                            capture_output=True, text=True, timeout=20)
         check("cli: %s=%s is refused naming it" % (var, val),

@@ -176,9 +176,21 @@ def t_models(tmp, fake, token):
         note("trickled GetUsableModels cut after %s ms (CURSOR_OAI_UPSTREAM_TIMEOUT=3)" % ms)
         check("the trickling fetch ends at the overall deadline (< 4.5 s)",
               ok and ms < 4500, ms)
-        check("  ... one fetch for all those requests, and no retry after its timeout",
+        check("  ... one fetch for all those requests",
               counters(fake).get("slow_models", 0) - c0 == 1,
               counters(fake).get("slow_models", 0) - c0)
+        # a silent answer on a pooled connection: the call times out at its deadline and is
+        # not sent again on a new connection (that would only double the wait)
+        set_slow(fake, models={"mode": "silent", "max_s": 10})
+        time.sleep(1.3)
+        c0 = counters(fake).get("slow_models", 0)
+        st, b, _ = p.get("/v1/models")
+        time.sleep(4.5)
+        n = counters(fake).get("slow_models", 0) - c0
+        note("silent GetUsableModels on a pooled connection: %d request(s) in 4.5 s "
+             "(CURSOR_OAI_UPSTREAM_TIMEOUT=3)" % n)
+        check("a timed-out call is not retried (1 request), the stale list still served",
+              n == 1 and st == 200, (n, st))
     finally:
         set_slow(fake)
         p.stop()
@@ -640,6 +652,26 @@ def t_auth(tmp, fake, token):
     check("  ... and the login is saved, mode 0600",
           out.returncode == 0 and os.path.exists(os.path.join(shared, "auth.json")) and
           os.stat(os.path.join(shared, "auth.json")).st_mode & 0o777 == 0o600, out.stderr)
+
+    # a renewal call that hangs: the auth call has the same overall deadline
+    home = os.path.join(tmp, "home-slowauth")
+    ours = os.path.join(home, ".config", "cursor-oai", "auth.json")
+    rt2 = "rt_robust_slowauth"
+    fake.ctl("/config", {"refresh_tokens": [rt2], "refresh_delay_s": 12.0})
+    write_json(ours, {"accessToken": jwt(-60), "refreshToken": rt2})
+    p = H.Proxy(tmp, "slowauth", fake.url(), fake.ca, "", extra_env={
+        "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+        "CURSOR_OAI_UPSTREAM_TIMEOUT": "3"})
+    try:
+        (st, b, hd), dt = timed(plain, p, "scenario:default", timeout=20)
+        e = err_of(b) or {}
+        note("token renewal answered after 12 s, CURSOR_OAI_UPSTREAM_TIMEOUT=3: %d after %.2f s:"
+             " %s" % (st, dt, e.get("message")))
+        check("a hanging /auth/refresh ends at the overall deadline (503 within 5 s)",
+              st == 503 and dt < 5, (st, dt, b[:200]))
+    finally:
+        fake.ctl("/config", {"refresh_delay_s": 0.0})
+        p.stop()
 
     # a blank client key
     port = H.free_port()

@@ -178,6 +178,9 @@ static void test_request_errors(void)
     }
 }
 
+/* a 3x2 PNG (images are decoded by the core, so the test needs a real one) */
+#define PNG3X2 "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAIAAAASFvFNAAAAEUlEQVR4nGP4z8AAQTD6PwMAPtUF+6guL00AAAAASUVORK5CYII="
+
 /* The OpenAI dialect fills the same neutral request. */
 static void test_openai_neutral(void)
 {
@@ -186,7 +189,7 @@ static void test_openai_neutral(void)
     const char *body =
         "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":\"D\"},"
         "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":"
-        "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AAAA\"}},{\"type\":"
+        "\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64," PNG3X2 "\"}},{\"type\":"
         "\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null,\"tool_calls\":"
         "[{\"id\":\"sess_S1__call_c\",\"type\":\"function\",\"function\":{\"name\":\"read\","
         "\"arguments\":\"{}\"}}]},{\"role\":\"tool\",\"tool_call_id\":\"sess_S1__call_c\","
@@ -197,7 +200,9 @@ static void test_openai_neutral(void)
         CHECK(q.messages[0].role == COAI_ROLE_SYSTEM);
         CHECK(q.messages[1].role == COAI_ROLE_USER && q.messages[1].part_count == 3
               && q.messages[1].parts[1].kind == COAI_PART_IMAGE
-              && coai_str_eq(q.messages[1].parts[1].url, "data:image/png;base64,AAAA"));
+              && coai_str_eq(q.messages[1].parts[1].url, "data:image/png;base64," PNG3X2));
+        /* the image is decoded for the run (surface: a real PNG; "AAAA" would be a 400) */
+        CHECK(q.image_count == 1 && q.images[0].width == 3 && q.images[0].height == 2);
         CHECK(q.messages[2].role == COAI_ROLE_ASSISTANT && q.messages[2].call_count == 1
               && coai_str_eq(q.messages[2].calls[0].name, "read")
               && coai_str_eq(q.messages[2].calls[0].args, "{}"));

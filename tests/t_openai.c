@@ -174,7 +174,8 @@ static void test_validation(void)
         { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"function\":{\"name\":\"a\","
           "\"parameters\":[]}}]}", COAI_ERR_INVALID, "tools[0].function.parameters" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", COAI_ERR_INVALID, "" },
-        { "{\"messages\":[{\"role\":\"user\",\"content\":\"\\ud800\"}]}", COAI_ERR_JSON, "" },
+        /* a lone surrogate escape is accepted as U+FFFD (t_surface.c); a bad escape is not */
+        { "{\"messages\":[{\"role\":\"user\",\"content\":\"\\uZ800\"}]}", COAI_ERR_JSON, "" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", COAI_ERR_UTF8, "" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", COAI_ERR_UTF8, "" },
     };
@@ -278,6 +279,25 @@ static void test_prompt_vectors(void)
         CHECK(coai_prompt_build(&direct, msgs) == 0);
         CHECK_MEM(direct.data, direct.len, want, strlen(want));
         coai_buf_printf(&body, "{\"model\":\"m\",\"messages\":%s}", ms);
+        if (strstr(ms, "data:image/png;base64,AA\"")) {
+            /* DIFF: the original dropped image parts; we send them, so its placeholder "AA"
+             * (one zero byte, not a PNG) is now a 400 naming the part. With a real PNG in its
+             * place the prompt is the original's and the image is taken. */
+            static const char png[] = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAMAAAAC"
+                "CAIAAAASFvFNAAAAEUlEQVR4nGP4z8AAQTD6PwMAPtUF+6guL00AAAAASUVORK5CYII=";
+            char *at;
+            CHECK(coai_chat_request_parse(&q, (const char *)body.data, body.len, &e)
+                  == COAI_ERR_INVALID);
+            CHECKF(e.status == 400 && strcmp(e.param, "messages[0].content[1].image_url.url")
+                   == 0, "%d %s", e.status, e.param);
+            at = strstr((char *)body.data, "data:image/png;base64,AA\"");
+            coai_buf_reset(&direct);
+            coai_buf_append(&direct, body.data, (size_t)(at - (char *)body.data));
+            coai_buf_puts(&direct, png);
+            coai_buf_puts(&direct, at + strlen("data:image/png;base64,AA"));
+            coai_buf_reset(&body);
+            coai_buf_append(&body, direct.data, direct.len);
+        }
         CHECK(coai_chat_request_parse(&q, (const char *)body.data, body.len, &e) == 0);
         CHECK_MEM(q.prompt.data, q.prompt.len, want, strlen(want));
         coai_chat_request_free(&q);

@@ -5,6 +5,7 @@
  * like the original. Where we deliberately differ the difference is named (DIFF: ...) and
  * OUR behaviour is asserted instead. */
 #define CURSOR_OAI_IMPLEMENTATION
+#include <ctype.h>
 #include "cursor_oai.h"
 #include "test.h"
 #include <cJSON.h>
@@ -314,6 +315,18 @@ static void check_models(const cJSON *root, const coai_models *models)
 
 /* An error that the original sent after its role chunk (HTTP 200) is ours before any byte:
  * a real HTTP status with an OpenAI error body. */
+/* needle in hay, ASCII case ignored (Cursor's own capitalisation varies) */
+static int ci_strstr(const char *hay, const char *needle)
+{
+    size_t n = strlen(hay), m = strlen(needle), i, j;
+    for (i = 0; i + m <= n; i++) {
+        for (j = 0; j < m; j++)
+            if (tolower((unsigned char)hay[i + j]) != tolower((unsigned char)needle[j])) break;
+        if (j == m) return 1;
+    }
+    return 0;
+}
+
 static void expect_http_error(run *x, int status, const char *type, const char *code,
                               const char *needle, int no_retry)
 {
@@ -323,7 +336,7 @@ static void expect_http_error(run *x, int status, const char *type, const char *
     CHECKF(coai_reply_status(&x->r) == status, "status %d", coai_reply_status(&x->r));
     CHECK(strcmp(jstr(e, "type"), type) == 0);
     CHECK(strcmp(jstr(e, "code"), code) == 0);
-    CHECKF(strstr(jstr(e, "message"), needle) != NULL, "message: %s", jstr(e, "message"));
+    CHECKF(ci_strstr(jstr(e, "message"), needle), "message: %s", jstr(e, "message"));
     coai_reply_head(&x->r, &h);
     CHECK(h.data && strstr((char *)h.data, "Content-Type: application/json\r\n") != NULL);
     CHECK(h.data && (strstr((char *)h.data, "x-should-retry: false") != NULL) == no_retry);

@@ -1,5 +1,6 @@
 // Drives the proxy with the official `openai` npm package. Prints one JSON object on stdout.
 // usage: node sdk_openai.mjs <baseURL> <mode> [jsonParams]
+//   jsonParams: {model, messages | prompt, maxRetries, extra: {more request fields}}
 //   modes: version | stream | nonstream | tools | error | error_stream
 import OpenAI from 'openai';
 import { readFileSync } from 'node:fs';
@@ -56,9 +57,10 @@ function errInfo(e) {
 try {
   if (mode === 'stream') {
     Object.assign(out, await collect(await client.chat.completions.create(
-      { model, messages, stream: true })));
+      { model, messages, stream: true, ...(P.extra ?? {}) })));
   } else if (mode === 'nonstream') {
-    const r = await client.chat.completions.create({ model, messages });
+    const r = await client.chat.completions.create({ model, messages, ...(P.extra ?? {}) });
+    out.model = r.model;
     out.content = r.choices[0].message.content;
     out.reasoning = r.choices[0].message.reasoning_content ?? '';
     out.finish = [r.choices[0].finish_reason];

@@ -5,6 +5,7 @@ Serves over real TLS on 127.0.0.1 (TLS 1.2 allowed, for BearSSL clients):
   POST /agent.v1.AgentService/RunSSE            gRPC-web or Connect framed, chunked streaming
   POST /aiserver.v1.BidiService/BidiAppend      gRPC-web unary, or Connect unary binary
   POST /aiserver.v1.AiService/GetUsableModels   Connect unary JSON
+  POST /aiserver.v1.DashboardService/GetCurrentPeriodUsage, .../GetPlanInfo   Connect unary JSON
   POST /aiserver.v1.ServerConfigService/GetServerConfig   Connect unary JSON (agentUrlConfig)
   GET  /auth/poll, POST /auth/refresh, POST /auth/exchange_user_api_key
 and validates requests the way the real server would (auth, content type, checksum, the headers of
@@ -70,6 +71,8 @@ if not os.path.isdir(VECTORS):
 PATH_RUNSSE = "/agent.v1.AgentService/RunSSE"
 PATH_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 PATH_MODELS = "/aiserver.v1.AiService/GetUsableModels"
+PATH_USAGE = "/aiserver.v1.DashboardService/GetCurrentPeriodUsage"
+PATH_PLAN = "/aiserver.v1.DashboardService/GetPlanInfo"
 PATH_SERVER_CONFIG = "/aiserver.v1.ServerConfigService/GetServerConfig"
 CT_GRPCWEB = "application/grpc-web+proto"
 CT_CONNECT = "application/connect+proto"     # Connect streaming (RunSSE, Connect profile)
@@ -99,6 +102,9 @@ DEFAULT_CONFIG = {
     "rotate_refresh": True,        # a used refresh token becomes invalid
     "api_keys": None,              # list of accepted API keys (None: any "key_*" string)
     "models_status": None,         # HTTP status to fail GetUsableModels with
+    "usage_shape": "plan",         # GetCurrentPeriodUsage answer: plan | no_plan | limit_hit
+    "usage_status": None,          # HTTP status to fail GetCurrentPeriodUsage with
+    "plan_status": None,           # HTTP status to fail GetPlanInfo with (None: 404 for no_plan)
     "list_scenarios": True,        # add "scenario:<name>" entries to the model list
     "default_scenario": "default",
     "silent_max_s": 120.0,         # silent_port gives up on a connection after this
@@ -119,7 +125,8 @@ DEFAULT_CONFIG = {
                                    # (or an unparsable one) is rejected as outdated
     "outdated_error": 28,          # 28: resource_exhausted + "Update Required" (2026 form);
                                    # 30: ERROR_OUTDATED_CLIENT, permission_denied (older form)
-    "unsupported_profiles": [],    # "grpc-web" / "connect": answered 415 on RunSSE/BidiAppend
+    "unsupported_profiles": [],    # "grpc-web" / "connect": refused on RunSSE/BidiAppend
+    "unsupported_status": 415,     # ... with this status (464: what a load balancer answers)
     "agent_url": None,             # GetServerConfig's agentUrl/agentnUrl (None: the main
                                    # listener itself; "agent": the agent listener)
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
@@ -745,6 +752,8 @@ def request_profile(req, agent):
         return "grpc-web"
     if ct == (CT_CONNECT if req["path"] == PATH_RUNSSE else CT_PROTO):
         return "connect"
+    if ct == "application/json" and req["path"] == PATH_APPEND:
+        return "connect"        # Connect JSON BidiAppend (one peer's HTTP/1.1 form)
     return None
 
 
@@ -771,6 +780,10 @@ def check_common(conn, req, rec, agent):
         # a test marked this profile unsupported: what a server without it answers; not a
         # validation error of the client
         S.count("profile_rejected_" + prof)
+        st = int(S.config["unsupported_status"])
+        if st != 415:
+            conn.respond(st, b"", ctype="text/plain")
+            return st
         return connect_error(conn, 415, "unknown", "unsupported content-type %r" % ct)
     if prof == "connect" and h.get("connect-protocol-version") != "1":
         S.error("rejected: Connect request without connect-protocol-version: 1",
@@ -810,8 +823,10 @@ def check_common(conn, req, rec, agent):
 # ---------------------------------------------------------------------------------------------
 # endpoints
 
-def append_reply(conn, prof):
-    if prof == "connect":
+def append_reply(conn, prof, as_json=False):
+    if as_json:
+        conn.respond(200, b"{}")                  # empty BidiAppendResponse, Connect JSON
+    elif prof == "connect":
         conn.respond(200, b"", ctype=CT_PROTO)    # empty BidiAppendResponse
     else:
         conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
@@ -829,10 +844,23 @@ def h_append(conn, req, rec):
                      json.dumps(connect_error_details(code, msg, det)))
         return 429
     try:
-        # grpc-web: an envelope; Connect unary: the bare message
-        payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
-        ap = pb.dec_bidi_append(payload)
-    except pb.PBError as e:
+        if req["headers"].get("content-type", "").split(";")[0].strip() == "application/json":
+            # Connect JSON: {"data": hex, "requestId": {"requestId"}, "appendSeqno": "N"}
+            # (proto3 JSON: int64 as a string, 0 may be omitted)
+            j = json.loads(req["body"])
+            if not isinstance(j, dict) or not isinstance(j.get("requestId"), dict):
+                raise pb.PBError("not a BidiAppendRequest JSON object")
+            seq = j.get("appendSeqno", "0")
+            if not isinstance(seq, str) or not seq.isdigit():
+                raise pb.PBError("appendSeqno %r is not an int64 string" % (seq,))
+            ap = {"data_hex": j.get("data"), "request_id": j["requestId"].get("requestId"),
+                  "append_seqno": int(seq)}
+            rec["append_json"] = True
+        else:
+            # grpc-web: an envelope; Connect unary: the bare message
+            payload = pb.unenvelope(req["body"]) if prof == "grpc-web" else req["body"]
+            ap = pb.dec_bidi_append(payload)
+    except (pb.PBError, ValueError) as e:
         S.error("BidiAppend body: %s" % e)
         return connect_error(conn, 400, "invalid_argument", "bad body: %s" % e)
     rec["decoded"] = dict(ap, data_hex=None, data_hex_len=len(ap["data_hex"] or ""))
@@ -891,9 +919,10 @@ def h_append(conn, req, rec):
                 S.error("seqno-0 append before its RunSSE was registered: run dropped",
                         request_id=rid)
                 run.cond.notify_all()
-                append_reply(conn, prof)
+                append_reply(conn, prof, rec.get("append_json"))
                 return 200
             run.run_request = msg
+            check_images(run)
             pick_scenario(run)
         elif msg.get("type") == "run_request":
             S.error("run_request at append_seqno %d" % seq, request_id=rid)
@@ -913,8 +942,84 @@ def h_append(conn, req, rec):
         slow = slow_answer(conn, "append0")
         if slow is not None:
             return slow
-    append_reply(conn, prof)
+    append_reply(conn, prof, rec.get("append_json"))
     return 200
+
+
+def image_facts(data):
+    """(mime, width, height, problem) from the bytes, decoded here independently of the proxy:
+    PNG chunks with CRCs and the zlib image data inflated to exactly height * (1 + width * bpp)
+    bytes; GIF/JPEG/WebP by magic and header."""
+    import struct
+    import zlib
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        pos, w, h, idat, bpp = 8, None, None, b"", None
+        while pos + 12 <= len(data):
+            ln, = struct.unpack(">I", data[pos:pos + 4])
+            typ, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + ln]
+            crc, = struct.unpack(">I", data[pos + 8 + ln:pos + 12 + ln] or b"\0\0\0\0")
+            if len(body) != ln or zlib.crc32(typ + body) & 0xffffffff != crc:
+                return "image/png", w, h, "bad chunk %r" % typ
+            if typ == b"IHDR":
+                w, h, depth, color = struct.unpack(">IIBB", body[:10])
+                bpp = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}.get(color, 0) * max(1, depth // 8)
+            elif typ == b"IDAT":
+                idat += body
+            elif typ == b"IEND":
+                break
+            pos += 12 + ln
+        try:
+            raw = zlib.decompress(idat)
+        except zlib.error as e:
+            return "image/png", w, h, "IDAT does not inflate: %s" % e
+        if w is None or len(raw) != h * (1 + w * bpp):
+            return "image/png", w, h, "pixel data is %d bytes" % len(raw)
+        return "image/png", w, h, None
+    if data[:3] == b"\xff\xd8\xff":
+        return "image/jpeg", None, None, None
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "image/gif", data[6] | data[7] << 8, data[8] | data[9] << 8, None
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp", None, None, None
+    return None, None, None, "not an image Cursor takes"
+
+
+def check_images(run):
+    """What the real server would refuse: blob ids it never saw ("Image not found"), empty or
+    non-image data, a mime type that does not match the bytes, wrong dimensions."""
+    for i, im in enumerate(run.run_request.get("images") or []):
+        if "unexpected_field" in im:
+            S.error("SelectedContext field %d is not selected_images" % im["unexpected_field"],
+                    request_id=run.rid)
+            continue
+        if im["has_blob_id"] or im["has_blob_id_with_data"]:
+            S.error("image %d uses a blob id: Image not found" % i, request_id=run.rid)
+        data = im.pop("_data", None)    # raw bytes stay out of the JSON records
+        if not data:
+            S.error("image %d has no data (field 8)" % i, request_id=run.rid)
+            continue
+        mime, w, h, problem = image_facts(data)
+        if problem:
+            S.error("image %d: %s" % (i, problem), request_id=run.rid)
+        if im["mime_type"] != mime:
+            S.error("image %d: mime_type %r but the bytes are %r" % (i, im["mime_type"], mime),
+                    request_id=run.rid)
+        if w is not None and (im["width"], im["height"]) not in ((w, h), (None, None)):
+            S.error("image %d: dimension %sx%s but the image is %dx%d"
+                    % (i, im["width"], im["height"], w, h), request_id=run.rid)
+        if not UUID_RE.match(im["uuid"]):
+            S.error("image %d: uuid %r is not a UUID" % (i, im["uuid"]), request_id=run.rid)
+
+
+def images_text(run):
+    """The echo_images answer: what arrived, so a client can check it end to end."""
+    ims = run.run_request.get("images") or []
+    parts = []
+    for im in ims:
+        parts.append("%s %sx%s %sB sha256:%s" % (im.get("mime_type"), im.get("width"),
+                                                im.get("height"), im.get("data_len"),
+                                                (im.get("data_sha256") or "-")[:16]))
+    return "IMAGES %d: %s" % (len(ims), "; ".join(parts))
 
 
 def pick_scenario(run):
@@ -1136,6 +1241,8 @@ def _send(ctx, data, split=0):
 def build_frame(st, run):
     """One step -> frame bytes (or None if the op is not a plain frame)."""
     op = st["op"]
+    if op == "images_text":     # what arrived in selected_context (see images_text())
+        return pb.envelope(pb.m_text(images_text(run)))
     if op == "text":
         # text_hex: raw bytes (e.g. half of a UTF-8 character); repeat: one big delta
         t = bytes.fromhex(st["text_hex"]) if "text_hex" in st else st["text"]
@@ -1579,6 +1686,87 @@ def h_server_config(conn, req, rec):
     return 200
 
 
+# Dashboard answers as Connect JSON (int64 as strings, cents as numbers), in the shapes
+# recorded live by usage-meter projects (shared notes: cursor-upstream-extras.md section 2.2).
+CYCLE_START_MS = 1764547200000     # 2025-12-01T00:00:00Z
+CYCLE_END_MS = 1767225600000       # 2026-01-01T00:00:00Z
+USAGE_SHAPES = {
+    "plan": {"billingCycleStart": str(CYCLE_START_MS), "billingCycleEnd": str(CYCLE_END_MS),
+             "planUsage": {"totalSpend": 1234, "includedSpend": 1234, "bonusSpend": 0,
+                           "remaining": 766, "limit": 2000, "autoPercentUsed": 40,
+                           "apiPercentUsed": 75, "totalPercentUsed": 61.7},
+             "spendLimitUsage": {"totalSpend": 0, "individualLimit": 5000, "individualUsed": 0,
+                                 "individualRemaining": 5000, "limitType": "user"},
+             "displayThreshold": 200, "enabled": True,
+             "displayMessage": "You've used 62% of your usage limit",
+             "autoBucketModels": ["default", "composer-1"]},
+    # a free account: no planUsage limit, no spend limit, no plan info
+    "no_plan": {"billingCycleStart": str(CYCLE_START_MS), "billingCycleEnd": str(CYCLE_END_MS),
+                "enabled": False},
+    "limit_hit": {"billingCycleStart": str(CYCLE_START_MS), "billingCycleEnd": str(CYCLE_END_MS),
+                  "planUsage": {"totalSpend": 2000, "includedSpend": 2000, "remaining": 0,
+                                "limit": 2000, "totalPercentUsed": 100},
+                  "enabled": True,
+                  "displayMessage": "You've hit your usage limit"},
+}
+PLAN_INFO = {"planInfo": {"planName": "Pro", "includedAmountCents": 2000, "price": "$20/mo",
+                          "billingCycleEnd": str(CYCLE_END_MS),
+                          "planOwner": "PLAN_OWNER_STRIPE"}}
+
+
+def _dash_request(conn, req, rec, what):
+    """Connect unary JSON with an empty request message, as the real service takes it."""
+    st = check_common(conn, req, rec, False)
+    if st:
+        return st
+    if req["headers"].get("connect-protocol-version") != "1":
+        S.error("%s without connect-protocol-version: 1" % what)
+        return connect_error(conn, 400, "invalid_argument", "missing connect-protocol-version")
+    try:
+        body = json.loads(req["body"] or b"null")
+        if not isinstance(body, dict):
+            raise ValueError("not an object")
+    except ValueError as e:
+        S.error("%s body is not a JSON object: %s" % (what, e))
+        return connect_error(conn, 400, "invalid_argument", "bad JSON body")
+    if body:
+        S.error("%s request has members %s (the request message has no fields)"
+                % (what, sorted(body)))
+        return connect_error(conn, 400, "invalid_argument", "unknown request fields")
+    S.count(what + "_calls")
+    return None
+
+
+def h_usage(conn, req, rec):
+    st = _dash_request(conn, req, rec, "usage")
+    if st:
+        return st
+    if S.config["usage_status"]:
+        code = {401: "unauthenticated", 403: "permission_denied", 429: "resource_exhausted",
+                503: "unavailable"}.get(int(S.config["usage_status"]), "internal")
+        return connect_error(conn, int(S.config["usage_status"]), code, "usage failed")
+    shape = USAGE_SHAPES.get(S.config["usage_shape"])
+    if shape is None:
+        S.error("unknown usage_shape %r" % S.config["usage_shape"])
+        return connect_error(conn, 500, "internal", "unknown usage shape")
+    conn.respond(200, json.dumps(shape))
+    return 200
+
+
+def h_plan(conn, req, rec):
+    st = _dash_request(conn, req, rec, "plan")
+    if st:
+        return st
+    status = S.config["plan_status"]
+    if status is None and S.config["usage_shape"] == "no_plan":
+        status = 404
+    if status:
+        return connect_error(conn, int(status), "not_found" if int(status) == 404 else "internal",
+                             "no plan")
+    conn.respond(200, json.dumps(PLAN_INFO))
+    return 200
+
+
 def issue_tokens():
     now = int(time.time())
     at = pb.make_jwt({"sub": "auth0|fake_" + secrets.token_hex(4), "time": str(now),
@@ -1656,6 +1844,8 @@ ROUTES = {
     PATH_RUNSSE: ("POST", h_runsse),
     PATH_APPEND: ("POST", h_append),
     PATH_MODELS: ("POST", h_models),
+    PATH_USAGE: ("POST", h_usage),
+    PATH_PLAN: ("POST", h_plan),
     PATH_SERVER_CONFIG: ("POST", h_server_config),
     "/auth/poll": ("GET", h_poll),
     "/auth/refresh": ("POST", h_refresh),

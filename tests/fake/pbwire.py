@@ -678,6 +678,31 @@ def dec_client_message(msg):
     return r
 
 
+def dec_selected_images(buf):
+    """SelectedContext -> [SelectedImage summaries]; field numbers as in cursor-agent's schema
+    (1 blob_id | 8 data | 9 blob_id_with_data, 2 uuid, 3 path, 4 dimension, 7 mime_type)."""
+    out = []
+    for fn, wt, v in parse(buf):
+        if fn != 1 or wt != WT_LEN:
+            out.append({"unexpected_field": fn})
+            continue
+        f = parse(v)
+        dim = last(f, 4, WT_LEN)
+        w = h = None
+        if dim is not None:
+            df = parse(dim)
+            w, h = last(df, 1, WT_VARINT), last(df, 2, WT_VARINT)
+        data = last(f, 8, WT_LEN)
+        out.append({"uuid": text(last(f, 2, WT_LEN, b"")), "path": text(last(f, 3, WT_LEN, b"")),
+                    "mime_type": text(last(f, 7, WT_LEN, b"")), "width": w, "height": h,
+                    "_data": data, "data_len": len(data) if data is not None else None,
+                    "data_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+                    "has_blob_id": last(f, 1, WT_LEN) is not None,
+                    "has_blob_id_with_data": last(f, 9, WT_LEN) is not None,
+                    "fields": sorted(set(x for x, _, _ in f))})
+    return out
+
+
 def _dec_run_request(body):
     rr = parse(body)
     r = {"type": "run_request",
@@ -704,6 +729,9 @@ def _dec_run_request(body):
                 r["prompt"] = text(last(mf, 1, WT_LEN, b""))
                 r["message_id"] = text(last(mf, 2, WT_LEN, b""))
                 r["mode"] = last(mf, 4, WT_VARINT, 0)
+                sc = last(mf, 3, WT_LEN)
+                r["has_selected_context"] = sc is not None
+                r["images"] = dec_selected_images(sc) if sc is not None else []
             ctx = last(uf, 2, WT_LEN)
             if ctx is not None:
                 r["has_request_context"] = True

@@ -706,7 +706,7 @@ def server_tests(fake):
                                **{"x-cursor-checksum": pb.checksum(expired)}), body, 401),
         ("non-JWT token", dict(cl.headers(rid), authorization="Bearer abc",
                                **{"x-cursor-checksum": pb.checksum("abc")}), body, 401),
-        ("wrong content type", cl.headers(rid, content_type="application/json"), body, 415),
+        ("wrong content type", cl.headers(rid, content_type="text/plain"), body, 415),
         ("Connect without connect-protocol-version", cl.headers(
             rid, content_type="application/proto"), body[5:], 400),
         ("connect+proto", cl.headers(rid, content_type="application/connect+proto"), body, 415),

@@ -26,7 +26,9 @@ static void fz__check(const coai_status *st, coai_result r)
     fz__field_ok(st->message, sizeof st->message);
     fz__field_ok(st->title, sizeof st->title);
     fz__field_ok(st->detail, sizeof st->detail);
+    fz__field_ok(st->action_required, sizeof st->action_required);
     if (st->retryable < -1 || st->retryable > 1) abort();
+    if (st->expected < -1 || st->expected > 1) abort();
     if (st->error_name && strncmp(st->error_name, "ERROR_", 6) != 0) abort();
     coai_status_describe(st, &b);
     if (b.err || !b.data || strlen((const char *)b.data) != b.len) abort();
