@@ -8315,7 +8315,7 @@ int coai_reply_answer(coai_reply *r, const coai_msg *m)
         if (m->exec.kind != COAI_EXEC_REQUEST_CONTEXT) {
             int mapped;
             memset(&tc, 0, sizeof tc);
-            mapped = coai_exec_map(&m->exec, r->o_.tools, r->o_.tool_count,
+            mapped = coai__exec_map_of(r->o_.dialect)(&m->exec, r->o_.tools, r->o_.tool_count,
                                    r->o_.env ? r->o_.env->workspace : coai_str_c(""), &tc);
             coai_buf_free(&tc.args);
             if (mapped != 0) return 0;           /* a tool call (or no memory): next response */
