@@ -934,7 +934,11 @@ coai_str coai_http_bearer(coai_str authorization);
  *   or an array of parts whose "text" parts are joined with "\n"), assistant
  *   tool_calls, tool_call_id, tools (function name/description/parameters),
  *   tool_choice ("none" = the run gets no tools), stream, stream_options.include_usage,
- *   n (only 1). Every other member is accepted and ignored. A bad request fills
+ *   n (only 1); the fields Cursor has no equivalent for are emulated in the core
+ *   (stop, max_tokens / max_completion_tokens, response_format, tool_choice: see
+ *   coai_reply_opts and README "Request fields"), refused (logprobs, top_logprobs,
+ *   audio output, content parts other than text / image_url / refusal) or accepted and
+ *   ignored (sampling fields, user, metadata ...). A bad request fills
  *   coai_error with 400 invalid_request_error and a param naming the culprit, e.g.
  *   "messages[2].content" or "tools[0].function.name" (names: ^[a-zA-Z0-9_-]{1,64}$).
  *   The prompt is flattened per spec §11.1 (byte-exact with the original, except that
@@ -9039,6 +9043,16 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
     COAI__RS_TYPED("top_p", cJSON_IsNumber(v), "a number")
     COAI__RS_TYPED("user", cJSON_IsString(v), "a string")
     COAI__RS_TYPED("text", cJSON_IsObject(v), "an object")
+    {
+        /* text.format json_object / json_schema: emulated like Chat's response_format */
+        const cJSON *fm = coai__oa_get(v, "format"), *ft = coai__oa_get(fm, "type");
+        if (cJSON_IsString(ft) && (strcmp(ft->valuestring, "json_object") == 0
+                                   || strcmp(ft->valuestring, "json_schema") == 0)) {
+            const cJSON *sch = coai__oa_get(fm, "schema");
+            req->response_json = 1;
+            req->response_schema = cJSON_IsObject(sch) ? sch : NULL;
+        }
+    }
     COAI__RS_TYPED("conversation", 0, "absent (the Conversations API is not supported; use "
                    "previous_response_id or send the items)")
     COAI__RS_TYPED("prompt", 0, "absent (stored prompt templates are not supported)")

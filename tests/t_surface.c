@@ -878,6 +878,17 @@ static void test_other_dialects(void)
            e.message);
     CHECK(q.image_count == 1 && q.images[0].len == 74);
     coai_request_free(&q);
+    /* Responses: text.format json_schema -> the same instruction and non-streaming check */
+    CHECK(fx_start_d(&f, COAI_DIALECT_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"text\":"
+                     "{\"format\":{\"type\":\"json_schema\",\"name\":\"p\",\"schema\":"
+                     "{\"type\":\"object\",\"required\":[\"id\"]}}}}") == 0);
+    CHECK(strstr((char *)f.q.prompt.data, "[Output format: answer with exactly one JSON object")
+          != NULL);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "{\"name\":1}") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    CHECKF(coai_reply_status(&f.r) == 502 && strstr((char *)f.out.data, "invalid_json_output"),
+           "%s", (char *)f.out.data);
+    fx_end(&f);
     /* the in-place helpers server.c uses on the Responses path */
     {
         char body[] = "{\"a\":\"\\ud800x\\ud83d\\ude00\"}";
