@@ -317,7 +317,7 @@ static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
  * thread ever waits on it (it used to: with a full pipe every connection blocked in write()
  * holding its slot, and SIGTERM could not end the process). Before log_start (start-up
  * messages, one-shot commands) lines are written directly. */
-#define LOG_QUEUE_BYTES (1024 * 1024)   /* queued log bytes; a line past this is dropped */
+#define LOG_QUEUE_BYTES (256 * 1024)    /* queued log bytes (~2,500 lines); more are dropped */
 #define LOG_WRITE_CHUNK (64 * 1024)     /* the writer takes at most this much per write */
 #define LOG_FLUSH_MS 1000               /* exit waits at most this long for queued lines */
 
