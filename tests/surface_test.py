@@ -95,7 +95,8 @@ def t_usage(fake, proxy):
     j = jload(body) or {}
     eq("usage no_plan: 200", st, 200)
     eq("usage no_plan: plan/included/limit_reached null",
-       (j.get("plan"), j.get("included"), j.get("limit_reached")), (None, None, None))
+       (j.get("object"), j.get("plan"), j.get("included"), j.get("limit_reached")),
+       ("cursor.usage", None, None, None))
     eq("usage no_plan: resets_at still known", j.get("resets_at"), "2026-01-01T00:00:00Z")
     rc, out, err = cli(proxy, ["usage"])
     check("cursor-oai usage no_plan: says the limit is unknown",
@@ -134,6 +135,8 @@ def t_usage(fake, proxy):
     errs = [e for e in fake.state().get("errors", []) if "usage" in json.dumps(e)
             or "plan" in json.dumps(e)]
     eq("fake saw no malformed dashboard request", errs, [])
+    check("fake answered the dashboard calls", fake.state().get("counters", {}).get("usage_calls",
+                                                                                  0) >= 8)
 
 
 def t_usage_key(tmp, fake, token):
