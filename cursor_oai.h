@@ -29,6 +29,9 @@
  *   COAI_MAX_PB_FIELDS      65536    fields in one decoded message
  *   COAI_MAX_KV_BYTES       64 MiB   per-run KV blob store
  *   COAI_MAX_TOOLS          512      tools per request
+ *   COAI_MAX_IMAGE_BYTES    5 MiB    decoded bytes per image (-> 413; coai_image_limits)
+ *   COAI_MAX_IMAGES         12       images per request (-> 400)
+ *   COAI_MAX_IMAGES_BYTES   20 MiB   decoded image bytes per request (-> 413)
  *   COAI_HTTP_MAX_HEADERS   100      header lines (-> 431)
  *   COAI_HTTP_MAX_LINE      8 KiB    request line (-> 414) / header line (-> 431)
  *   COAI_HTTP_MAX_HEAD      32 KiB   whole request head (-> 431)
