@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
 
-BIN = os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build", "cursor-oai"))
+BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build",
+                                                                   "cursor-oai")))
 NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
 PASS = FAIL = 0
 
