@@ -97,7 +97,8 @@
  *   Adding a dialect: a COAI_DIALECT_* value, a parse function that validates the body,
  *   fills the neutral fields and ends with coai__request_finish(), a coai__writer
  *   (init, begin, delta, tool_call, end, body, error, keepalive), one row in
- *   coai__dialects (PART:DIALECTS impl) and a route in server.c. The OpenAI Chat
+ *   coai__dialects (PART:DIALECTS impl: parser, writer, and the exec mapping -
+ *   coai_exec_map unless its clients need more) and a route in server.c. The OpenAI Chat
  *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
  *   that dialect's parser and wrappers, kept as they were.
  *   The OpenAI Responses dialect (PART:RESPONSES) has two extras around that pattern:
@@ -120,14 +121,16 @@
  *   Output goes into coai_buf (a growable heap buffer with an optional cap, `max`;
  *   on failure it remembers the error and ignores later appends). Objects that own
  *   memory have a _free: coai_buf_free, coai_frame_decoder_free, coai_msg_free,
- *   coai_chat_request_free, coai_models_free, coai_reply_free, coai_creds_free.
+ *   coai_request_free (= coai_chat_request_free), coai_models_free, coai_reply_free,
+ *   coai_creds_free.
  *   Decoders never allocate a length read from the wire before checking it.
  *
  * ERRORS
  *   Parsers return a negative coai_result and never assert on input. Stateful
  *   decoders (coai_frame_decoder, coai_chunked_decoder) keep their first error until
- *   reset. Upstream failures become coai_status (trailers, end-stream) and then an
- *   OpenAI-shaped coai_error (see the ERROR MAPPING table in the OPENAI section).
+ *   reset. Upstream failures become coai_status (trailers, end-stream) and then a
+ *   coai_error (see the ERROR MAPPING table in the OPENAI section), which each dialect
+ *   writes in its own shape and status (coai_error_write_as, coai_error_status_as).
  *
  * TRUST MODEL
  *   Untrusted: every byte from the network, both from clients (HTTP heads, bodies,
@@ -6894,6 +6897,9 @@ typedef struct coai__writer {
 } coai__writer;
 
 static const coai__writer *coai__writer_of(coai_dialect d);
+typedef int (*coai__exec_map_fn)(const coai_exec *ex, const coai_tool *tools, size_t count,
+                                 coai_str workspace, coai_tool_call *tc);
+static coai__exec_map_fn coai__exec_map_of(coai_dialect d);
 static int coai__reply_end(coai_reply *r, coai_finish f);
 
 void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req)
@@ -7501,11 +7507,7 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         return coai__oa_send(r);
     }
     memset(&tc, 0, sizeof tc);
-    m = r->o_.dialect == COAI_DIALECT_RESPONSES
-        ? coai_responses_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
-        : r->o_.dialect == COAI_DIALECT_ANTHROPIC
-        ? coai_anthropic_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc)
-        : coai_exec_map(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
+    m = coai__exec_map_of(r->o_.dialect)(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
         rc = coai__oa_tool_call(r, ex, &tc);
@@ -9799,14 +9801,25 @@ static const coai__writer coai__oa_writer = {
 
 typedef int (*coai__parse_fn)(coai_request *req, const char *body, size_t n, coai_error *err);
 
+/* parser, writer, and how execs map to the dialect's tools (coai_exec_map when the
+ * dialect's clients need nothing special) */
 static const struct {
     coai__parse_fn parse;
     const coai__writer *writer;
+    coai__exec_map_fn exec_map;
 } coai__dialects[COAI_DIALECT_COUNT_] = {
-    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer },
-    /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer },
-    /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer },
+    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer, coai_exec_map },
+    /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer,
+                                     coai_anthropic_exec_map },
+    /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer,
+                                     coai_responses_exec_map },
 };
+
+static coai__exec_map_fn coai__exec_map_of(coai_dialect d)
+{
+    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].exec_map) return coai_exec_map;
+    return coai__dialects[d].exec_map;
+}
 
 static const coai__writer *coai__writer_of(coai_dialect d)
 {

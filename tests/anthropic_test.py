@@ -14,7 +14,8 @@ the way users drive it.
   claude  Claude Code itself (`claude -p --output-format stream-json`, fresh HOME, no network,
           telemetry off, timeout) in a temp workspace: a plain answer; reading a file then
           writing one (the fake scripts the execs, Claude Code runs its Read and Write tools,
-          the file on disk shows it); a thinking answer; a usage-limit error shown as such.
+          the file on disk shows it); a shell command and an ls run by its Bash tool; a
+          thinking answer; a usage-limit error shown as such.
           The request shapes Claude Code sends through the proxy are compared with
           tests/e2e/fixtures/claude-code-<version>-shapes.json (COAI_RECORD_FIXTURES=1 rewrites).
 
@@ -97,6 +98,17 @@ def scenarios(ws, secret):
             {"op": "text", "text": "Reading the input."},
             {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001", "path": inp,
              "wait_reply": 1.0},
+            {"op": "stall", "max_s": 60}]},
+        # Claude Code's Bash runs Cursor's shell exec; an ls exec (no LS tool) goes to Bash too
+        "cc_bash": {"when": [
+            {"prompt_contains": "input.txt", "steps": [      # the ls output came back
+                {"op": "text", "text": "Listed."}] + end},
+            {"prompt_contains": "[Tool result for", "steps": [
+                {"op": "exec", "kind": "ls", "id": 2, "exec_id": "exec-ls-0002", "path": ws,
+                 "wait_reply": 1.0}, {"op": "stall", "max_s": 60}]}], "steps": [
+            {"op": "exec", "kind": "shell_stream", "id": 1, "exec_id": "exec-sh-0001",
+             "command": "printf bash-was-here > ran.txt", "cwd": "/nonexistent",
+             "timeout": 30000, "wait_reply": 1.0},
             {"op": "stall", "max_s": 60}]},
         "an_mcp": {"steps": [
             {"op": "exec", "kind": "mcp", "id": 2, "exec_id": "exec-0002",
@@ -337,6 +349,20 @@ def t_wire(proxy, fake, ws, secret):
     check("ping while Cursor is silent", "ping" in names, names)
     eq("then event: error (idle timeout)", names[-1:], ["error"])
 
+    # stop_sequences and tool_choice through the shared core (emulated there, issue 14)
+    st, b, hd = post(proxy, "/v1/messages", msg("scenario:text_basic", stream=True,
+                                               stop_sequences=[", world"]))
+    ev, bad = sse_events(b)
+    text = "".join(d["delta"].get("text", "") for e, d in ev if e == "content_block_delta")
+    eq("stop_sequences: cut before the match", text, "Hello")
+    eq("stop_reason stop_sequence names it", [d["delta"] for e, d in ev if e == "message_delta"],
+       [{"stop_reason": "stop_sequence", "stop_sequence": ", world"}])
+    st, b, hd = post(proxy, "/v1/messages", msg("scenario:text_basic", tools=[CC_BASH],
+                                               tool_choice={"type": "any"}))
+    p = run_msg(runs_by(fake, "text_basic")[-1]).get("prompt", "")
+    check("tool_choice any reaches Cursor as an instruction", "calling one of the available "
+          "tools" in p, p[-300:])
+
     # model names
     for want_model, body in (
             ("claude-4.5-sonnet", msg("claude-sonnet-4-5-20250929")),
@@ -545,6 +571,24 @@ def t_claude(proxy, fake, ws, secret, tmp):
         want = json.load(open(fx))["requests"]
         check("Claude Code %s still sends the recorded request shapes" % ver, got == want,
               json.dumps({"got": got, "want": want})[:3000])
+
+    # 2b. Cursor's shell exec runs in Claude Code's Bash; its ls exec too (no LS tool)
+    fake.ctl("/config", {"default_scenario": "cc_bash"})
+    try:
+        r = C.run_claude(proxy.base, "Make a marker file, then list the directory.", ws,
+                         model=model, timeout=240, key=KEY)
+    finally:
+        fake.ctl("/config", {"default_scenario": "default"})
+    res = result_of(r)
+    ran = os.path.join(ws, "ran.txt")
+    eq("claude -p Bash task: final answer", (res.get("is_error"), res.get("result")),
+       (False, "Listed.")) or print(r)
+    eq("Claude Code's Bash ran Cursor's command (ran.txt)",
+       open(ran).read() if os.path.exists(ran) else None, "bash-was-here")
+    cmds = [(c.get("input") or {}).get("command") for e in r.jsonl() if e.get("type") == "assistant"
+            for c in (e.get("message") or {}).get("content", []) if c.get("type") == "tool_use"]
+    eq("both execs went to Bash (the ls as a command)", cmds,
+       ["printf bash-was-here > ran.txt", "ls -la -- '%s'" % ws])
 
     # 3. a thinking answer
     fake.ctl("/config", {"default_scenario": "thinking"})

@@ -6,8 +6,9 @@
  *       SSE), C at a time.
  *   loadgen direct  --port P --model M --conc C --count N --ca PEM --token JWT [--expect E]
  *       the floor: what the proxy does upstream, straight against the fake (TLS 1.2 via
- *       BearSSL): RunSSE, then BidiAppend seqno 0 with the run request on a second
- *       connection, then the RunSSE stream. Both connections are kept alive per worker.
+ *       BearSSL): RunSSE and its response head, then BidiAppend seqno 0 with the run request
+ *       on a second connection, then the RunSSE stream. Both connections are kept alive per
+ *       worker (connected before the clock starts).
  *   loadgen hold    --port P --model M --conc N [--ramp K]
  *       N streams through the proxy at once; prints "READY <streaming> <failed>" when every
  *       stream has its first content delta (or failed), then waits for them all to end.
@@ -204,20 +205,16 @@ static int conn_fill(struct conn *c)
 
 typedef int (*body_cb)(void *ctx, const unsigned char *p, size_t n, int64_t t);
 
-/* *t_first: time of the first byte. Returns the status (>= 100), -1 I/O error, -2 bad head.
- * keep: 1 when the connection may carry another request. */
-static int resp_read(struct conn *c, int64_t *t_first, body_cb cb, void *ctx, int *keep)
+/* The response head. *t_first: time of its first byte. Returns the status (>= 100), -1 I/O
+ * error, -2 bad head; rs describes the body that follows. */
+static int resp_head(struct conn *c, int64_t *t_first, coai_http_response *rs)
 {
-    coai_http_response rs;
-    coai_chunked_decoder cd;
     long hl;
     int64_t t = now_ns();
-    uint64_t left = 0;
     *t_first = 0;
-    *keep = 0;
     for (;;) {
         hl = c->rlen > c->roff
-           ? coai_http_parse_response((const char *)c->rbuf + c->roff, c->rlen - c->roff, &rs)
+           ? coai_http_parse_response((const char *)c->rbuf + c->roff, c->rlen - c->roff, rs)
            : COAI_MORE;
         if (hl != COAI_MORE) break;
         if (conn_fill(c) <= 0) return -1;
@@ -227,6 +224,19 @@ static int resp_read(struct conn *c, int64_t *t_first, body_cb cb, void *ctx, in
     if (!*t_first) *t_first = t;
     if (hl <= 0) return -2;
     c->roff += (size_t)hl;
+    return rs->status;
+}
+
+/* The body of the response whose head resp_head read, piece by piece to cb. Returns the
+ * status, -1 I/O error, -2 bad body. keep: 1 when the connection may carry another request. */
+static int resp_body(struct conn *c, const coai_http_response *rsp, body_cb cb, void *ctx,
+                     int *keep)
+{
+    coai_http_response rs = *rsp;
+    coai_chunked_decoder cd;
+    int64_t t = now_ns();
+    uint64_t left = 0;
+    *keep = 0;
     memset(&cd, 0, sizeof cd);
     if (rs.no_body) goto done;
     if (!rs.chunked && rs.content_length < 0) return -2;     /* not used by either server */
@@ -258,6 +268,16 @@ static int resp_read(struct conn *c, int64_t *t_first, body_cb cb, void *ctx, in
 done:
     *keep = rs.keep_alive;
     return rs.status;
+}
+
+/* One whole response: head, then the body to cb. */
+static int resp_read(struct conn *c, int64_t *t_first, body_cb cb, void *ctx, int *keep)
+{
+    coai_http_response rs;
+    int st = resp_head(c, t_first, &rs);
+    *keep = 0;
+    if (st < 0) return st;
+    return resp_body(c, &rs, cb, ctx, keep);
 }
 
 /* ---- per-delta bookkeeping shared by both modes ---- */
@@ -433,8 +453,9 @@ static void direct_stream(struct worker *w, struct rec *r)
     char rid[37], head[8192];
     unsigned char rnd[16];
     coai_buf body = { 0 }, app = { 0 };
+    coai_http_response rs;
     struct stream s;
-    int64_t tf;
+    int64_t tf, tf2;
     int st, keep, hn, i;
     memset(&s, 0, sizeof s);
     s.r = r;
@@ -456,16 +477,19 @@ static void direct_stream(struct worker *w, struct rec *r)
         r->err = "send";
         goto out;
     }
+    /* as the proxy does: the RunSSE head first, then the seqno-0 append */
+    st = resp_head(w->a, &tf, &rs);
+    if (st != 200) { r->err = st < 0 ? "io" : "status"; goto out; }
     hn = up_head(head, sizeof head, "/aiserver.v1.BidiService/BidiAppend", rid, app.len);
     if (conn_write(w->b, head, (size_t)hn) < 0 || conn_write(w->b, app.data, app.len) < 0
         || conn_flush(w->b) < 0) {
         r->err = "send";
         goto out;
     }
-    st = resp_read(w->b, &tf, discard_cb, NULL, &keep);
+    st = resp_read(w->b, &tf2, discard_cb, NULL, &keep);
     if (st != 200) { r->err = st < 0 ? "append_io" : "append_status"; goto out; }
     if (!keep) conn_close(w->b);
-    st = resp_read(w->a, &tf, frame_cb, &s, &keep);
+    st = resp_body(w->a, &rs, frame_cb, &s, &keep);
     r->head = (tf - s.t0) / 1000;
     r->total = (now_ns() - s.t0) / 1000;
     if (st == -1) r->err = "io";
