@@ -491,6 +491,12 @@ def t_fields(fake, proxy):
     st, body, hd = proxy.request("POST", "/v1/messages", '{"model":"m","max_tokens":5,'
                                  '"max_tokens":6,"messages":[{"role":"user","content":"x"}]}')
     eq("Anthropic duplicate key: 400", st, 400)
+    st, body, hd = proxy.request("POST", "/v1/messages/count_tokens", '{"model":"m",'
+                                 '"messages":[{"role":"user","content":"x"}],"messages":[]}')
+    eq("Anthropic count_tokens duplicate key: 400", st, 400)
+    st, body, hd = proxy.request("POST", "/v1/messages/count_tokens", '{"model":"m",'
+                                 '"messages":[{"role":"user","content":"A\\ud800B"}]}')
+    eq("Anthropic count_tokens lone surrogate: accepted", st, 200)
     st, body, hd = proxy.request("POST", "/v1/responses", '{"model":"auto","store":false,'
                                  '"input":"A\\udc00B"}')
     eq("Responses lone surrogate: accepted", st, 200)
