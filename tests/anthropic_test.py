@@ -349,6 +349,20 @@ def t_wire(proxy, fake, ws, secret):
     check("ping while Cursor is silent", "ping" in names, names)
     eq("then event: error (idle timeout)", names[-1:], ["error"])
 
+    # stop_sequences and tool_choice through the shared core (emulated there, issue 14)
+    st, b, hd = post(proxy, "/v1/messages", msg("scenario:text_basic", stream=True,
+                                               stop_sequences=[", world"]))
+    ev, bad = sse_events(b)
+    text = "".join(d["delta"].get("text", "") for e, d in ev if e == "content_block_delta")
+    eq("stop_sequences: cut before the match", text, "Hello")
+    eq("stop_reason stop_sequence names it", [d["delta"] for e, d in ev if e == "message_delta"],
+       [{"stop_reason": "stop_sequence", "stop_sequence": ", world"}])
+    st, b, hd = post(proxy, "/v1/messages", msg("scenario:text_basic", tools=[CC_BASH],
+                                               tool_choice={"type": "any"}))
+    p = run_msg(runs_by(fake, "text_basic")[-1]).get("prompt", "")
+    check("tool_choice any reaches Cursor as an instruction", "calling one of the available "
+          "tools" in p, p[-300:])
+
     # model names
     for want_model, body in (
             ("claude-4.5-sonnet", msg("claude-sonnet-4-5-20250929")),
