@@ -29,6 +29,9 @@
  *   COAI_MAX_PB_FIELDS      65536    fields in one decoded message
  *   COAI_MAX_KV_BYTES       64 MiB   per-run KV blob store
  *   COAI_MAX_TOOLS          512      tools per request
+ *   COAI_MAX_IMAGE_BYTES    5 MiB    decoded bytes per image (-> 413; coai_image_limits)
+ *   COAI_MAX_IMAGES         12       images per request (-> 400)
+ *   COAI_MAX_IMAGES_BYTES   20 MiB   decoded image bytes per request (-> 413)
  *   COAI_HTTP_MAX_HEADERS   100      header lines (-> 431)
  *   COAI_HTTP_MAX_LINE      8 KiB    request line (-> 414) / header line (-> 431)
  *   COAI_HTTP_MAX_HEAD      32 KiB   whole request head (-> 431)
@@ -991,7 +994,11 @@ coai_str coai_http_bearer(coai_str authorization);
  *   or an array of parts whose "text" parts are joined with "\n"), assistant
  *   tool_calls, tool_call_id, tools (function name/description/parameters),
  *   tool_choice ("none" = the run gets no tools), stream, stream_options.include_usage,
- *   n (only 1). Every other member is accepted and ignored. A bad request fills
+ *   n (only 1); the fields Cursor has no equivalent for are emulated in the core
+ *   (stop, max_tokens / max_completion_tokens, response_format, tool_choice: see
+ *   coai_reply_opts and README "Request fields"), refused (logprobs, top_logprobs,
+ *   audio output, content parts other than text / image_url / refusal) or accepted and
+ *   ignored (sampling fields, user, metadata ...). A bad request fills
  *   coai_error with 400 invalid_request_error and a param naming the culprit, e.g.
  *   "messages[2].content" or "tools[0].function.name" (names: ^[a-zA-Z0-9_-]{1,64}$).
  *   The prompt is flattened per spec §11.1 (byte-exact with the original, except that
@@ -1654,6 +1661,15 @@ int coai_image_from_base64(coai_image *img, coai_str type, coai_str base64, size
 void coai_image_free(coai_image *img);
 /* SelectedContext body bytes for images[0..n) (field 1 per image), appended to out. */
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
+/* A tool result with images for an MCP exec (cursor-upstream-extras.md 1.6):
+ * AgentClientMessage{exec_client_message{1 id, 15 exec_id, 11 mcp_result{1 success{
+ * 1 content = [{1 text{1 text}} when text is non-empty, then {2 image{1 data, 2 mime_type}}
+ * per image], 2 is_error (only when set)}}}}. For a dialect that hands tool results back to
+ * a waiting run (held runs); today's flow puts tool results into the next prompt instead.
+ * Same contract as the other exec encoders. */
+int coai_encode_exec_mcp_result_images(coai_buf *out, uint32_t id, coai_str exec_id,
+                                       coai_str text, const coai_image *images, size_t n,
+                                       int is_error);
 /* PART:IMAGE api end */
 
 /* ======================================================================== */
@@ -6239,9 +6255,10 @@ void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
 
 #define COAI__OLD_IMAGE_MARKER "[image omitted: attached to an earlier message]"
 
-/* Text parts joined by "\n". old_images = 1 (a user message before the newest one): each
- * image part becomes COAI__OLD_IMAGE_MARKER, since only the newest user message's images
- * are sent (IMAGE part); 0: images add no text (they travel as selected images). */
+/* Text parts joined by "\n". old_images = 1 (a user message or tool result before the
+ * newest user message): each image part becomes COAI__OLD_IMAGE_MARKER, since only the
+ * current turn's images are sent (IMAGE part); 0: images add no text (they travel as
+ * selected images). */
 static void coai__conv_text(coai_buf *out, const coai_message *m, int old_images)
 {
     size_t i;
@@ -6296,7 +6313,7 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
             coai__oa_put_str(out, m->tool_call_id);
             /* Only dialects with an error flag set it (Anthropic is_error). */
             coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
-            coai__conv_text(out, m, 0);
+            coai__conv_text(out, m, i < last_user || last_user == count);
             any_tool = 1;
             continue;
         }
@@ -9704,6 +9721,16 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
     COAI__RS_TYPED("top_p", cJSON_IsNumber(v), "a number")
     COAI__RS_TYPED("user", cJSON_IsString(v), "a string")
     COAI__RS_TYPED("text", cJSON_IsObject(v), "an object")
+    {
+        /* text.format json_object / json_schema: emulated like Chat's response_format */
+        const cJSON *fm = coai__oa_get(v, "format"), *ft = coai__oa_get(fm, "type");
+        if (cJSON_IsString(ft) && (strcmp(ft->valuestring, "json_object") == 0
+                                   || strcmp(ft->valuestring, "json_schema") == 0)) {
+            const cJSON *sch = coai__oa_get(fm, "schema");
+            req->response_json = 1;
+            req->response_schema = cJSON_IsObject(sch) ? sch : NULL;
+        }
+    }
     COAI__RS_TYPED("conversation", 0, "absent (the Conversations API is not supported; use "
                    "previous_response_id or send the items)")
     COAI__RS_TYPED("prompt", 0, "absent (stored prompt templates are not supported)")
@@ -11318,27 +11345,32 @@ nomem:
     return COAI_ERR_NOMEM;
 }
 
-/* Core, for every dialect: decode the IMAGE parts of the newest user message into
- * req->images under the caps. The param names the part: exact for OpenAI Chat
- * ("messages[2].content[1].image_url.url"), the neutral message/part index otherwise. */
+/* Core, for every dialect: decode the IMAGE parts of the current turn - the newest user
+ * message and the tool results after it (a screenshot a tool returned belongs to the turn
+ * being answered) - into req->images under the caps. The param names the part: exact for
+ * OpenAI Chat ("messages[2].content[1].image_url.url"), the neutral message/part index
+ * otherwise. Images of earlier messages are text markers in the prompt (coai__conv_text). */
 static int coai__request_images(coai_request *req, const coai_image_limits *lim,
                                 coai_error *err)
 {
     size_t max_bytes = lim && lim->max_bytes ? lim->max_bytes : COAI_MAX_IMAGE_BYTES;
     size_t max_count = lim && lim->max_count ? lim->max_count : COAI_MAX_IMAGES;
     size_t max_total = lim && lim->max_total ? lim->max_total : COAI_MAX_IMAGES_BYTES;
-    size_t mi = coai__last_user(req->messages, req->message_count), k, count = 0, total = 0;
-    const coai_message *m;
+    size_t first = coai__last_user(req->messages, req->message_count), i, k, count = 0;
+    size_t total = 0;
     char p[96];
-    if (mi >= req->message_count) return 0;
-    m = &req->messages[mi];
-    for (k = 0; k < m->part_count; k++) count += m->parts[k].kind == COAI_PART_IMAGE;
+    if (first >= req->message_count) return 0;
+    for (i = first; i < req->message_count; i++) {
+        const coai_message *m = &req->messages[i];
+        if (m->role != COAI_ROLE_USER && m->role != COAI_ROLE_TOOL) continue;
+        for (k = 0; k < m->part_count; k++) count += m->parts[k].kind == COAI_PART_IMAGE;
+    }
     if (!count) return 0;
     if (count > max_count) {
-        snprintf(p, sizeof p, "messages[%zu].content", mi);
+        snprintf(p, sizeof p, "messages[%zu].content", first);
         coai_error_set(err, 400, "invalid_request_error", "too_many_images", p,
-                       "%s has %zu images; at most %zu are accepted per request", p, count,
-                       max_count);
+                       "%s: %zu images in the current turn; at most %zu are accepted per "
+                       "request", p, count, max_count);
         err->no_retry = 1;
         return COAI_ERR_INVALID;
     }
@@ -11347,29 +11379,61 @@ static int coai__request_images(coai_request *req, const coai_image_limits *lim,
         coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
         return COAI_ERR_NOMEM;
     }
-    for (k = 0; k < m->part_count; k++) {
-        const coai_part *pt = &m->parts[k];
-        coai_image *im = &req->images[req->image_count];
-        int rc;
-        if (pt->kind != COAI_PART_IMAGE) continue;
-        snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", mi, k,
-                 req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
-        if (pt->url.len || !pt->data.len)
-            rc = coai_image_from_url(im, pt->url, max_bytes, p, err);
-        else
-            rc = coai_image_from_base64(im, pt->media_type, pt->data, max_bytes, p, err);
-        if (rc < 0) return rc;
-        total += req->images[req->image_count++].len;
-        if (total > max_total) {
-            snprintf(p, sizeof p, "messages[%zu].content", mi);
-            coai_error_set(err, 413, "invalid_request_error", "images_too_large", p,
-                           "%s: the images together are larger than the limit of %zu bytes "
-                           "per request", p, max_total);
-            err->no_retry = 1;
-            return COAI_ERR_TOO_BIG;
+    for (i = first; i < req->message_count; i++) {
+        const coai_message *m = &req->messages[i];
+        if (m->role != COAI_ROLE_USER && m->role != COAI_ROLE_TOOL) continue;
+        for (k = 0; k < m->part_count; k++) {
+            const coai_part *pt = &m->parts[k];
+            coai_image *im = &req->images[req->image_count];
+            int rc;
+            if (pt->kind != COAI_PART_IMAGE) continue;
+            snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", i, k,
+                     req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+            if (pt->url.len || !pt->data.len)
+                rc = coai_image_from_url(im, pt->url, max_bytes, p, err);
+            else
+                rc = coai_image_from_base64(im, pt->media_type, pt->data, max_bytes, p, err);
+            if (rc < 0) return rc;
+            total += req->images[req->image_count++].len;
+            if (total > max_total) {
+                snprintf(p, sizeof p, "messages[%zu].content", i);
+                coai_error_set(err, 413, "invalid_request_error", "images_too_large", p,
+                               "%s: the images together are larger than the limit of %zu "
+                               "bytes per request", p, max_total);
+                err->no_retry = 1;
+                return COAI_ERR_TOO_BIG;
+            }
         }
     }
     return 0;
+}
+
+int coai_encode_exec_mcp_result_images(coai_buf *out, uint32_t id, coai_str exec_id,
+                                       coai_str text, const coai_image *images, size_t n,
+                                       int is_error)
+{
+    size_t start = out->len, outer, res, ok, item, x, i;
+    res = coai__exec_open(out, id, exec_id, 11, &outer);
+    ok = coai__pb_open(out, 1);                          /* McpResult.success */
+    if (text.len) {
+        item = coai__pb_open(out, 1);                    /* content: McpToolResultContentItem */
+        x = coai__pb_open(out, 1);                       /* text: McpTextContent */
+        coai__pb_str(out, 1, text);
+        coai__pb_close(out, x);
+        coai__pb_close(out, item);
+    }
+    for (i = 0; i < n; i++) {
+        item = coai__pb_open(out, 1);
+        x = coai__pb_open(out, 2);                       /* image: McpImageContent */
+        coai__pb_bytes(out, 1, images[i].data, images[i].len);
+        coai__pb_str(out, 2, coai_str_c(images[i].mime));
+        coai__pb_close(out, x);
+        coai__pb_close(out, item);
+    }
+    if (is_error) coai__pb_bool(out, 2, 1);
+    coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
 }
 
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n)

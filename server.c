@@ -5995,7 +5995,15 @@ static int handle_count_tokens(struct conn *c)
     coai_error e;
     char out[64];
     int n;
-    if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0)
+    /* the same body rules as every dialect's parse (coai_request_parse_ex): lone surrogates
+     * become U+FFFD, duplicate keys are refused */
+    if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
+        coai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the "
+                       "JSON body of your request: a \\u escape needs four hex digits");
+        return send_coai_error(c, &e);
+    }
+    if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0
+        || coai_request_check(&req, &IMG_LIMITS, &e) < 0)
         return send_coai_error(c, &e);
     n = snprintf(out, sizeof out, "{\"input_tokens\":%lld}",
                  (long long)coai_request_input_tokens(&req));

@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
 
-BIN = os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build", "cursor-oai"))
+BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build",
+                                                                   "cursor-oai")))
 NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
 PASS = FAIL = 0
 
@@ -95,7 +96,8 @@ def t_usage(fake, proxy):
     j = jload(body) or {}
     eq("usage no_plan: 200", st, 200)
     eq("usage no_plan: plan/included/limit_reached null",
-       (j.get("plan"), j.get("included"), j.get("limit_reached")), (None, None, None))
+       (j.get("object"), j.get("plan"), j.get("included"), j.get("limit_reached")),
+       ("cursor.usage", None, None, None))
     eq("usage no_plan: resets_at still known", j.get("resets_at"), "2026-01-01T00:00:00Z")
     rc, out, err = cli(proxy, ["usage"])
     check("cursor-oai usage no_plan: says the limit is unknown",
@@ -134,6 +136,8 @@ def t_usage(fake, proxy):
     errs = [e for e in fake.state().get("errors", []) if "usage" in json.dumps(e)
             or "plan" in json.dumps(e)]
     eq("fake saw no malformed dashboard request", errs, [])
+    check("fake answered the dashboard calls", fake.state().get("counters", {}).get("usage_calls",
+                                                                                  0) >= 8)
 
 
 def t_usage_key(tmp, fake, token):
@@ -279,6 +283,25 @@ def t_images(tmp, fake, proxy, token):
                                           "input_audio": {"data": "AAAA", "format": "wav"}}]}]})
         eq("openai SDK audio part: BadRequestError 400", ((r or {}).get("error") or {}).get("status"),
            400)
+    # the same through the other dialects (core): Anthropic base64 image, Responses input_image
+    b64 = base64.b64encode(png).decode()
+    st, body, hd = proxy.request("POST", "/v1/messages", {
+        "model": "scenario:echo_images", "max_tokens": 100, "messages": [{"role": "user",
+            "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                     "data": b64}},
+                        {"type": "text", "text": "what is it?"}]}]})
+    j = jload(body) or {}
+    eq("Anthropic image block: Cursor got the PNG", (st, [c.get("text") for c in
+                                                       j.get("content") or []]),
+       (200, ["IMAGES 1: " + expect_text(png)]))
+    st, body, hd = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:echo_images", "store": False, "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": data_url(big)},
+            {"type": "input_text", "text": "and this?"}]}]})
+    j = jload(body) or {}
+    texts = [c.get("text") for it in j.get("output") or [] for c in it.get("content") or []]
+    eq("Responses input_image: Cursor got the PNG", (st, texts),
+       (200, ["IMAGES 1: " + expect_text(big)]))
     errs = fake.state().get("errors", [])[errs0:]
     eq("fake: every image decoded and matched its mime type and dimension", errs, [])
     # caps, configured by the environment
@@ -339,6 +362,8 @@ def t_strict(proxy):
 # request fields (README: request fields)
 
 FIELD_SCENARIOS = {
+    "long_text": {"steps": [{"op": "text", "text": "lorem ipsum "}] * 40
+                  + [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     "split_end": {"steps": [{"op": "text", "text": "Hello E"}, {"op": "text", "text": "N"},
                             {"op": "text", "text": "D and the rest"}, {"op": "turn_ended"},
                             {"op": "trailer", "status": 0}]},
@@ -443,6 +468,44 @@ def t_fields(fake, proxy):
     r = sdk(proxy, "nonstream", {"model": "sonnet-4.5", "messages": USER})
     if r is not None:
         eq("openai SDK sees the model it asked for", r.get("model"), "sonnet-4.5")
+    # the same emulations through the other dialects
+    st, body, hd = proxy.request("POST", "/v1/messages", {
+        "model": "scenario:split_end", "max_tokens": 100, "stop_sequences": ["END"],
+        "messages": USER})
+    j = jload(body) or {}
+    eq("Anthropic stop_sequences: cut, stop_reason stop_sequence, the sequence named",
+       (st, [c.get("text") for c in j.get("content") or []], j.get("stop_reason"),
+        j.get("stop_sequence")), (200, ["Hello "], "stop_sequence", "END"))
+    st, body, hd = proxy.request("POST", "/v1/messages", {
+        "model": "scenario:long_text", "max_tokens": 4, "messages": USER})
+    j = jload(body) or {}
+    text = "".join(c.get("text") or "" for c in j.get("content") or [])
+    check("Anthropic max_tokens 4: stop_reason max_tokens, <= 16 characters",
+          st == 200 and j.get("stop_reason") == "max_tokens" and 0 < len(text) <= 16, j)
+    st, body, hd = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:long:200", "store": False, "max_output_tokens": 4, "input": "Hi"})
+    j = jload(body) or {}
+    eq("Responses max_output_tokens: incomplete, reason max_output_tokens",
+       (st, j.get("status"), (j.get("incomplete_details") or {}).get("reason")),
+       (200, "incomplete", "max_output_tokens"))
+    st, body, hd = proxy.request("POST", "/v1/messages", '{"model":"m","max_tokens":5,'
+                                 '"max_tokens":6,"messages":[{"role":"user","content":"x"}]}')
+    eq("Anthropic duplicate key: 400", st, 400)
+    st, body, hd = proxy.request("POST", "/v1/messages/count_tokens", '{"model":"m",'
+                                 '"messages":[{"role":"user","content":"x"}],"messages":[]}')
+    eq("Anthropic count_tokens duplicate key: 400", st, 400)
+    st, body, hd = proxy.request("POST", "/v1/messages/count_tokens", '{"model":"m",'
+                                 '"messages":[{"role":"user","content":"A\\ud800B"}]}')
+    eq("Anthropic count_tokens lone surrogate: accepted", st, 200)
+    st, body, hd = proxy.request("POST", "/v1/responses", '{"model":"auto","store":false,'
+                                 '"input":"A\\udc00B"}')
+    eq("Responses lone surrogate: accepted", st, 200)
+    eq("Responses lone surrogate: U+FFFD in the prompt", last_run_request(fake).get("prompt"),
+       "User: A\ufffdB")
+    st, body, hd = proxy.request("POST", "/v1/responses", '{"model":"auto","input":"x",'
+                                 '"input":"y"}')
+    eq("Responses duplicate key: 400 duplicate_key",
+       (st, ((jload(body) or {}).get("error") or {}).get("code")), (400, "duplicate_key"))
     # ignored fields are accepted
     st, body, hd = proxy.chat("auto", temperature=0.1, top_p=0.5, seed=3, user="u",
                               metadata={"k": "v"}, presence_penalty=0, frequency_penalty=0)

@@ -878,6 +878,61 @@ static void test_other_dialects(void)
            e.message);
     CHECK(q.image_count == 1 && q.images[0].len == 74);
     coai_request_free(&q);
+    /* Responses: text.format json_schema -> the same instruction and non-streaming check */
+    CHECK(fx_start_d(&f, COAI_DIALECT_RESPONSES, "{\"model\":\"m\",\"input\":\"x\",\"text\":"
+                     "{\"format\":{\"type\":\"json_schema\",\"name\":\"p\",\"schema\":"
+                     "{\"type\":\"object\",\"required\":[\"id\"]}}}}") == 0);
+    CHECK(strstr((char *)f.q.prompt.data, "[Output format: answer with exactly one JSON object")
+          != NULL);
+    CHECK(fx_feed(&f, COAI_MSG_TEXT, "{\"name\":1}") == COAI_OK);
+    CHECK(fx_feed(&f, COAI_MSG_TURN_ENDED, "") == COAI_DONE);
+    CHECKF(coai_reply_status(&f.r) == 502 && strstr((char *)f.out.data, "invalid_json_output"),
+           "%s", (char *)f.out.data);
+    fx_end(&f);
+    /* Anthropic: a tool_result image of the current turn is sent; an earlier one is a
+     * marker in the prompt */
+    coai_buf_reset(&b);
+    coai_buf_printf(&b, "{\"model\":\"m\",\"max_tokens\":9,\"messages\":["
+                    "{\"role\":\"user\",\"content\":\"shot 1\"},"
+                    "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
+                    "\"name\":\"shot\",\"input\":{}}]},"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+                    "\"t1\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"base64\","
+                    "\"media_type\":\"image/png\",\"data\":\"%s\"}}]},{\"type\":\"text\","
+                    "\"text\":\"and now?\"}]},"
+                    "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t2\","
+                    "\"name\":\"shot\",\"input\":{}}]},"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+                    "\"t2\",\"content\":[{\"type\":\"image\",\"source\":{\"type\":\"base64\","
+                    "\"media_type\":\"image/png\",\"data\":\"%s\"}}]}]}]}", PNG_B64, PNG_B64);
+    CHECKF(rparse(&q, COAI_DIALECT_ANTHROPIC, (char *)b.data, b.len, &e) == 0, "%s", e.message);
+    CHECKF(q.image_count == 1, "%zu images", q.image_count);
+    CHECKF(strstr((char *)q.prompt.data, "[Tool result for t1]: [image omitted: attached to an "
+                  "earlier message]") != NULL, "%s", (char *)q.prompt.data);
+    CHECKF(strstr((char *)q.prompt.data, "[Tool result for t2]: ") != NULL, "%s",
+           (char *)q.prompt.data);
+    CHECK(strstr((char *)q.prompt.data, "t2]: [image omitted") == NULL);
+    /* McpImageContent for a tool result with images */
+    {
+        coai_buf m = { 0 };
+        const unsigned char *p, *d;
+        size_t n, dn, pos = 0, items = 0;
+        pbw_field fl;
+        CHECK(coai_encode_exec_mcp_result_images(&m, 7, S_("ex-7"), S_("see"), q.images, 1, 0)
+              == COAI_OK);
+        CHECK(pbw_walk(m.data, m.len));
+        /* AgentClientMessage.2 exec_client_message .11 mcp_result .1 success */
+        CHECK(pb_find(m.data, m.len, 2, &p, &n) && pb_find(p, n, 11, &p, &n)
+              && pb_find(p, n, 1, &p, &n));
+        while (pbw_next(p, n, &pos, &fl) == 1) items += fl.num == 1;
+        CHECK(items == 2);
+        pos = 0;
+        CHECK(pbw_next(p, n, &pos, &fl) == 1 && pbw_next(p, n, &pos, &fl) == 1);
+        CHECK(pb_find(fl.p, fl.n, 2, &d, &dn) && pb_find(d, dn, 1, &p, &n) && n == 74
+              && pb_find(d, dn, 2, &p, &n) && n == 9 && memcmp(p, "image/png", 9) == 0);
+        coai_buf_free(&m);
+    }
+    coai_request_free(&q);
     /* the in-place helpers server.c uses on the Responses path */
     {
         char body[] = "{\"a\":\"\\ud800x\\ud83d\\ude00\"}";
