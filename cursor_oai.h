@@ -632,6 +632,14 @@ typedef struct coai_exec_ref {
  * A kind with no result a tool could give (request_context) -> COAI_ERR_INVALID. */
 int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text,
                             int is_error, uint32_t ms, unsigned step);
+/* The same with the images of the tool result (IMAGE part): an MCP exec's success gets
+ * one McpImageContent item per image after its text item (notes: upstream-extras 1.6);
+ * any other kind with n > 0 -> COAI_ERR_INVALID (its result has no place for an image:
+ * send the turn to a fresh run, where the images travel as selected images). n = 0 is
+ * exactly coai_encode_exec_answer. */
+int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_str text,
+                                   const struct coai_image *images, size_t n, int is_error,
+                                   uint32_t ms, unsigned step);
 /* Answer to an InteractionQuery (web search, ask-question, mode switch, Exa search or
  * fetch): AgentClientMessage{6: InteractionResponse{1 id, <query>: {}}} with the result
  * member matching the query's oneof field (2..6). The schema in the spec declares those
@@ -1289,6 +1297,11 @@ size_t coai_request_trailing_tool_ids(const coai_request *req, coai_str *ids, si
  * "\n") to out; *is_error (may be NULL) = the client marked it failed. 0 found, -1 none. */
 int coai_request_tool_result(const coai_request *req, coai_str call_id, coai_buf *out,
                              int *is_error);
+/* The decoded images (req->images) of the newest tool result answering call_id, in
+ * order: *out points into req->images. Returns their count; 0 when it has none or is not
+ * part of the current turn (older images are not decoded: IMAGE part). */
+size_t coai_request_tool_result_images(const coai_request *req, coai_str call_id,
+                                       const struct coai_image **out);
 /* Conversation memory (checkpoint resume): a digest chain over the conversation.
  * out[i] = SHA-256(out[i-1] || canonical(msgs[i])), out[-1] = 32 zero bytes, so out[i]
  * names the history msgs[0..i] exactly. canonical() covers the role, text and image
@@ -4008,12 +4021,20 @@ static void coai__pb_lines(coai_buf *b, unsigned field, coai_str t, int as_file)
 int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text,
                             int is_error, uint32_t ms, unsigned step)
 {
+    return coai_encode_exec_answer_images(out, x, text, NULL, 0, is_error, ms, step);
+}
+
+int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_str text,
+                                   const struct coai_image *images, size_t n, int is_error,
+                                   uint32_t ms, unsigned step)
+{
     size_t start = out->len, outer, res, v, w;
     unsigned last;
     int kind;
-    if (!x) return COAI_ERR_INVALID;
+    if (!x || (n && !images)) return COAI_ERR_INVALID;
     kind = x->kind;
     if (kind == COAI_EXEC_REQUEST_CONTEXT) return COAI_ERR_INVALID;
+    if (n && kind != COAI_EXEC_MCP) return COAI_ERR_INVALID;
     last = kind == COAI_EXEC_SHELL_STREAM ? 3 : 1;
     if (step > last) return COAI_DONE;
     if (step == last) return coai_encode_exec_stream_close(out, x->id);
@@ -4110,14 +4131,24 @@ int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text
         coai__pb_close(out, res);
         break;
     default: {                                           /* MCP and the rest */
-        size_t item, tx;
+        size_t item, tx, i;
         res = coai__pb_open(out, 11);
         v = coai__pb_open(out, 1);
-        item = coai__pb_open(out, 1);
-        tx = coai__pb_open(out, 1);
-        coai__pb_str(out, 1, text);
-        coai__pb_close(out, tx);
-        coai__pb_close(out, item);
+        if (text.len || !n) {                            /* no images: always a text item */
+            item = coai__pb_open(out, 1);
+            tx = coai__pb_open(out, 1);
+            coai__pb_str(out, 1, text);
+            coai__pb_close(out, tx);
+            coai__pb_close(out, item);
+        }
+        for (i = 0; i < n; i++) {
+            item = coai__pb_open(out, 1);                /* content: McpToolResultContentItem */
+            tx = coai__pb_open(out, 2);                  /* image: McpImageContent */
+            coai__pb_bytes(out, 1, images[i].data, images[i].len);
+            coai__pb_str(out, 2, coai_str_c(images[i].mime));
+            coai__pb_close(out, tx);
+            coai__pb_close(out, item);
+        }
         if (is_error) coai__pb_bool(out, 2, 1);
         coai__pb_close(out, v);
         coai__pb_close(out, res);
@@ -6490,6 +6521,35 @@ int coai_request_tool_result(const coai_request *req, coai_str call_id, coai_buf
     }
     if (is_error) *is_error = hit->is_error;
     return out->err ? -1 : 0;
+}
+
+size_t coai_request_tool_result_images(const coai_request *req, coai_str call_id,
+                                       const struct coai_image **out)
+{
+    size_t first = coai__last_user(req->messages, req->message_count), hit = SIZE_MAX;
+    size_t i, k, off = 0, n = 0;
+    *out = NULL;
+    for (i = 0; i < req->message_count; i++) {
+        const coai_message *m = &req->messages[i];
+        if (m->role == COAI_ROLE_TOOL && m->tool_call_id.len == call_id.len
+            && (!call_id.len || memcmp(m->tool_call_id.ptr, call_id.ptr, call_id.len) == 0))
+            hit = i;
+    }
+    if (hit == SIZE_MAX || first >= req->message_count || hit < first) return 0;
+    /* the same walk as the decoder (coai__request_images): user and tool messages of the
+     * current turn, parts in order */
+    for (i = first; i <= hit; i++) {
+        const coai_message *m = &req->messages[i];
+        if (m->role != COAI_ROLE_USER && m->role != COAI_ROLE_TOOL) continue;
+        for (k = 0; k < m->part_count; k++) {
+            if (m->parts[k].kind != COAI_PART_IMAGE) continue;
+            if (i < hit) off++;
+            else n++;
+        }
+    }
+    if (!n || off + n > req->image_count) return 0;
+    *out = req->images + off;
+    return n;
 }
 
 void coai_request_params(const coai_request *req, coai_run_params *p)
@@ -11412,28 +11472,12 @@ int coai_encode_exec_mcp_result_images(coai_buf *out, uint32_t id, coai_str exec
                                        coai_str text, const coai_image *images, size_t n,
                                        int is_error)
 {
-    size_t start = out->len, outer, res, ok, item, x, i;
-    res = coai__exec_open(out, id, exec_id, 11, &outer);
-    ok = coai__pb_open(out, 1);                          /* McpResult.success */
-    if (text.len) {
-        item = coai__pb_open(out, 1);                    /* content: McpToolResultContentItem */
-        x = coai__pb_open(out, 1);                       /* text: McpTextContent */
-        coai__pb_str(out, 1, text);
-        coai__pb_close(out, x);
-        coai__pb_close(out, item);
-    }
-    for (i = 0; i < n; i++) {
-        item = coai__pb_open(out, 1);
-        x = coai__pb_open(out, 2);                       /* image: McpImageContent */
-        coai__pb_bytes(out, 1, images[i].data, images[i].len);
-        coai__pb_str(out, 2, coai_str_c(images[i].mime));
-        coai__pb_close(out, x);
-        coai__pb_close(out, item);
-    }
-    if (is_error) coai__pb_bool(out, 2, 1);
-    coai__pb_close(out, ok);
-    coai__exec_close(out, res, outer);
-    return coai__pb_finish(out, start, COAI_OK);
+    coai_exec_ref x;
+    memset(&x, 0, sizeof x);
+    x.kind = COAI_EXEC_MCP;
+    x.id = id;
+    x.exec_id = exec_id;
+    return coai_encode_exec_answer_images(out, &x, text, images, n, is_error, 0, 0);
 }
 
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n)

@@ -5220,8 +5220,21 @@ static int held_results(struct run *r, char *why, size_t wcap)
     uint32_t ms = (uint32_t)(mono_ms() - r->tools_at);
     coai_buf text = { 0 }, m = { 0 };
     int rc = 0, is_error = 0;
+    const coai_image *imgs;
+    /* Images in a result only an MCP result can carry (McpImageContent); for any other
+     * kind the turn goes to a fresh run, where they travel as selected images. Checked
+     * before anything is sent. */
+    for (i = 0; i < n; i++) {
+        if (calls[i].ref.kind != COAI_EXEC_MCP
+            && coai_request_tool_result_images(&r->req, calls[i].call_id, &imgs)) {
+            snprintf(why, wcap, "the result for %.*s has images, which only an MCP exec's "
+                     "result can carry", (int)calls[i].call_id.len, calls[i].call_id.ptr);
+            return -1;
+        }
+    }
     for (i = 0; i < n && rc == 0; i++) {
         unsigned step;
+        size_t nimg = coai_request_tool_result_images(&r->req, calls[i].call_id, &imgs);
         coai_buf_reset(&text);
         if (coai_request_tool_result(&r->req, calls[i].call_id, &text, &is_error) < 0) {
             snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
@@ -5235,7 +5248,8 @@ static int held_results(struct run *r, char *why, size_t wcap)
             t.ptr = text.data ? (const char *)text.data : "";
             t.len = text.len;
             coai_buf_reset(&m);
-            er = coai_encode_exec_answer(&m, &calls[i].ref, t, is_error, ms, step);
+            er = coai_encode_exec_answer_images(&m, &calls[i].ref, t, imgs, nimg, is_error, ms,
+                                                step);
             if (er == COAI_DONE) break;
             if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
             else if (run_send(r, m.data, m.len) < 0) {

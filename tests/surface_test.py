@@ -334,6 +334,103 @@ def t_images(tmp, fake, proxy, token):
 FAKES = {}
 
 
+# ---------------------------------------------------------------------------------------------
+# images in tool results (Anthropic tool_result image blocks) on a held run
+
+TOOL_IMG_END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
+# a fresh run that replays the history (the fallback) answers with its selected images
+TOOL_IMG_REPLAY = [{"prompt_contains": "[Tool result for", "steps": [{"op": "images_text"}]
+                    + TOOL_IMG_END}]
+TOOL_IMG_SCENARIOS = {
+    "tool_img_mcp": {"when": TOOL_IMG_REPLAY, "steps": [
+        {"op": "exec", "kind": "mcp", "id": 1, "exec_id": "exec-img-1", "tool_name": "screenshot",
+         "args": {"window": "main"}, "tool_call_id": "toolu_img1", "hold": True},
+        {"op": "await_results", "max_s": 60},
+        {"op": "images_from_result", "id": 1},
+        {"op": "text_from_result", "id": 1, "prefix": " TEXT:"}] + TOOL_IMG_END},
+    "tool_img_read": {"when": TOOL_IMG_REPLAY, "steps": [
+        {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-img-r1", "path": "/ws/shot.png",
+         "hold": True},
+        {"op": "await_results", "max_s": 60},
+        {"op": "text", "text": "HELD"}] + TOOL_IMG_END},
+}
+SHOT = {"name": "screenshot", "description": "Screenshot of a window",
+        "input_schema": {"type": "object", "properties": {"window": {"type": "string"}}}}
+READ = {"name": "Read", "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"file_path": {"type": "string"}},
+                         "required": ["file_path"]}}
+
+
+def t_tool_images(fake, proxy):
+    png = make_png(5, 4)
+    b64 = base64.b64encode(png).decode()
+
+    def messages(body):
+        st, b, hd = proxy.request("POST", "/v1/messages", body,
+                                  headers={"anthropic-version": "2023-06-01"}, timeout=60)
+        return st, jload(b) or {}
+
+    def loop(model, tool):
+        k0 = len(runs_of_model(fake, model))
+        msgs = [{"role": "user", "content": "look at it"}]
+        st, j = messages({"model": model, "max_tokens": 100, "messages": msgs, "tools": [tool]})
+        uses = [c for c in j.get("content") or [] if c.get("type") == "tool_use"]
+        if not check("%s: a tool_use first" % model, st == 200 and len(uses) == 1
+                     and j.get("stop_reason") == "tool_use", (st, j)):
+            return None, None
+        msgs += [{"role": "assistant", "content": j["content"]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0]["id"],
+                                               "content": [
+                                                   {"type": "text", "text": "the main window"},
+                                                   {"type": "image", "source": {
+                                                       "type": "base64", "media_type": "image/png",
+                                                       "data": b64}}]}]}]
+        st, j = messages({"model": model, "max_tokens": 100, "messages": msgs, "tools": [tool]})
+        text = "".join(c.get("text", "") for c in j.get("content") or [] if c.get("type") == "text")
+        return (st, text), len(runs_of_model(fake, model)) - k0
+
+    got, runs = loop("scenario:tool_img_mcp", SHOT)
+    if got:
+        eq("MCP tool result with an image: McpImageContent on the held run",
+           got, (200, "IMAGES:1 image/png 5x4 %dB TEXT:the main window" % len(png)))
+        eq("MCP tool result with an image: one upstream run", runs, 1)
+    # the same through the Responses API: function_call_output with an input_image part
+    model = "scenario:tool_img_mcp"
+    k0 = len(runs_of_model(fake, model))
+    tool = {"type": "function", "name": "screenshot", "parameters": SHOT["input_schema"]}
+    inp = [{"type": "message", "role": "user", "content": "look at it"}]
+    st, b, hd = proxy.request("POST", "/v1/responses", {"model": model, "input": inp,
+                                                        "tools": [tool]}, timeout=60)
+    calls = [o for o in (jload(b) or {}).get("output") or [] if o.get("type") == "function_call"]
+    if check("responses: a function_call first", st == 200 and len(calls) == 1, (st, b[:300])):
+        inp += [calls[0], {"type": "function_call_output", "call_id": calls[0]["call_id"],
+                           "output": [{"type": "input_text", "text": "the main window"},
+                                      {"type": "input_image", "image_url": data_url(png)}]}]
+        st, b, hd = proxy.request("POST", "/v1/responses", {"model": model, "input": inp,
+                                                            "tools": [tool]}, timeout=60)
+        j = jload(b) or {}
+        text = "".join(c.get("text", "") for o in j.get("output") or [] if o.get("type") == "message"
+                       for c in o.get("content") or [])
+        eq("responses: function_call_output image as McpImageContent on the held run",
+           (st, text), (200, "IMAGES:1 image/png 5x4 %dB TEXT:the main window" % len(png)))
+        eq("responses: one upstream run", len(runs_of_model(fake, model)) - k0, 1)
+    # a read exec's result has no place for an image: the turn goes to a fresh run, where the
+    # image travels as a selected image
+    got, runs = loop("scenario:tool_img_read", READ)
+    if got:
+        eq("read result with an image: fresh run with the image selected",
+           got, (200, "IMAGES 1: " + expect_text(png)))
+        eq("read result with an image: two upstream runs (held run given up)", runs, 2)
+    def logged():
+        with open(proxy.proc.log_path, errors="replace") as f:
+            return "which only an MCP exec's result can carry; falling back" in f.read()
+    check("the fallback is logged with its reason", H.wait_for(logged, 5))
+
+
+def runs_of_model(fake, model):
+    return [r for r in fake.runs() if r.get("scenario") == model[len("scenario:"):]]
+
+
 def fake_of(proxy):
     return FAKES[proxy.port]
 
@@ -526,12 +623,14 @@ def main():
         scen = {"echo_images": {"steps": [
             {"op": "images_text"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}}
         scen.update(FIELD_SCENARIOS)
+        scen.update(TOOL_IMG_SCENARIOS)
         fake = H.Fake(tmp, scen, token)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
         FAKES[proxy.port] = fake
         for name, fn in [("usage", lambda: t_usage(fake, proxy)),
                          ("usage-key", lambda: t_usage_key(tmp, fake, token)),
                          ("images", lambda: t_images(tmp, fake, proxy, token)),
+                         ("tool-images", lambda: t_tool_images(fake, proxy)),
                          ("strict", lambda: t_strict(proxy)),
                          ("fields", lambda: t_fields(fake, proxy))]:
             if os.environ.get("SURFACE_ONLY") and name not in os.environ["SURFACE_ONLY"].split(","):

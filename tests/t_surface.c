@@ -932,6 +932,37 @@ static void test_other_dialects(void)
               && pb_find(d, dn, 2, &p, &n) && n == 9 && memcmp(p, "image/png", 9) == 0);
         coai_buf_free(&m);
     }
+    /* which images belong to which tool result: t2's (current turn) is req->images[0];
+     * t1's is older (a marker, not decoded); unknown ids have none */
+    {
+        const coai_image *im = NULL;
+        coai_exec_ref x;
+        coai_buf a = { 0 }, c = { 0 };
+        CHECK(coai_request_tool_result_images(&q, S_("t2"), &im) == 1 && im == q.images);
+        CHECK(coai_request_tool_result_images(&q, S_("t1"), &im) == 0 && im == NULL);
+        CHECK(coai_request_tool_result_images(&q, S_("t9"), &im) == 0);
+        /* an exec answer with images: only MCP takes them; n = 0 is the plain answer */
+        memset(&x, 0, sizeof x);
+        x.kind = COAI_EXEC_READ;
+        x.id = 3;
+        x.exec_id = S_("ex-3");
+        x.path = S_("/a.png");
+        CHECK(coai_encode_exec_answer_images(&a, &x, S_("t"), q.images, 1, 0, 5, 0)
+              == COAI_ERR_INVALID && a.len == 0);
+        x.kind = COAI_EXEC_MCP;
+        CHECK(coai_encode_exec_answer_images(&a, &x, S_("t"), q.images, 1, 0, 5, 0) == COAI_OK);
+        CHECK(pbw_walk(a.data, a.len) && a.len > 74);
+        coai_buf_reset(&a);
+        CHECK(coai_encode_exec_answer_images(&a, &x, S_("t"), NULL, 0, 1, 5, 0) == COAI_OK);
+        CHECK(coai_encode_exec_answer(&c, &x, S_("t"), 1, 5, 0) == COAI_OK);
+        CHECK(a.len == c.len && memcmp(a.data, c.data, a.len) == 0);
+        /* the second step is stream_close */
+        coai_buf_reset(&a);
+        CHECK(coai_encode_exec_answer_images(&a, &x, S_("t"), q.images, 1, 0, 5, 1) == COAI_OK);
+        CHECK(coai_encode_exec_answer_images(&a, &x, S_("t"), q.images, 1, 0, 5, 2) == COAI_DONE);
+        coai_buf_free(&a);
+        coai_buf_free(&c);
+    }
     coai_request_free(&q);
     /* the in-place helpers server.c uses on the Responses path */
     {

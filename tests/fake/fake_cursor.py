@@ -1430,10 +1430,31 @@ def check_exec_answer(p, msgs):
 def result_text(msgs):
     out = []
     for m in msgs:
-        if m.get("type") == "exec_result" and m.get("variant") in ("stdout", "stderr", "success",
-                                                                    "error", "failure"):
+        if m.get("type") != "exec_result" or m.get("variant") not in (
+                "stdout", "stderr", "success", "error", "failure"):
+            continue
+        if m.get("mcp_items") is not None:        # an MCP success: its text items
+            out.extend(it["text"] or "" for it in m["mcp_items"] if "text" in it)
+        else:
             out.extend(m.get("strings") or [])
     return "\n".join(x for x in out if x)
+
+
+def result_images(msgs):
+    """McpImageContent items of an MCP result, each checked as the live server would check
+    an image it cannot read (the same facts as selected images): [{mime_type, bytes, problem}]."""
+    out = []
+    for m in msgs:
+        for it in m.get("mcp_items") or []:
+            if "image_hex" not in it:
+                continue
+            data = bytes.fromhex(it["image_hex"])
+            mime, w, h, problem = image_facts(data)
+            if not problem and it["mime_type"] and it["mime_type"] != mime:
+                problem = "mime_type %r but the bytes are %r" % (it["mime_type"], mime)
+            out.append({"mime_type": it["mime_type"], "bytes": len(data), "width": w,
+                        "height": h, "problem": problem})
+    return out
 
 
 def await_results(ctx, max_s, hb_s):
@@ -1481,6 +1502,7 @@ def await_results(ctx, max_s, hb_s):
                 and m.get("kind") != "heartbeat" and m.get("id") == p["id"]]
         why = check_exec_answer(p, mine)
         run.exec_results[str(p["id"])] = {"ok": not why, "why": why, "text": result_text(mine),
+                                          "images": result_images(mine),
                                           "frames": [(m.get("result") or m.get("kind"),
                                                       m.get("variant")) for m in mine],
                                           "local_execution_time_ms": [
@@ -1708,6 +1730,17 @@ def run_step(ctx, st):
     if op == "text_from_result":
         res = run.exec_results.get(str(int(st.get("id", 1))), {})
         _send(ctx, pb.envelope(pb.m_text(st.get("prefix", "") + res.get("text", ""))))
+        ctx.frames += 1
+        return
+    if op == "images_from_result":
+        # what arrived as McpImageContent, so a client can check it end to end
+        res = run.exec_results.get(str(int(st.get("id", 1))), {})
+        ims = res.get("images") or []
+        txt = "IMAGES:%d" % len(ims) + "".join(
+            " %s %sx%s %dB%s" % (i["mime_type"], i["width"] or 0, i["height"] or 0, i["bytes"],
+                                 " BAD(%s)" % i["problem"] if i["problem"] else "")
+            for i in ims)
+        _send(ctx, pb.envelope(pb.m_text(txt)))
         ctx.frames += 1
         return
     if op == "require_heartbeat":

@@ -637,6 +637,22 @@ def dec_client_message(msg):
             if var:
                 r["variant"] = RESULT_VARIANTS.get(name, {}).get(var[-1][0], str(var[-1][0]))
                 r["strings"] = _strings(var[-1][1])
+                if name == "mcp_result" and r["variant"] == "success":
+                    # McpSuccess{1 repeated content{1 text{1 text} | 2 image{1 data, 2 mime}}}
+                    r["mcp_items"] = []
+                    for f2, w2, item in parse(var[-1][1]):
+                        if f2 != 1 or w2 != WT_LEN:
+                            continue
+                        it = parse(item)
+                        im = last(it, 2, WT_LEN)
+                        if im is not None:
+                            imf = parse(im)
+                            r["mcp_items"].append({"image_hex": last(imf, 1, WT_LEN, b"").hex(),
+                                                   "mime_type": text(last(imf, 2, WT_LEN, b""))})
+                        else:
+                            tx = last(it, 1, WT_LEN)
+                            r["mcp_items"].append({"text": text(last(parse(tx), 1, WT_LEN, b""))
+                                                   if tx is not None else None})
                 if name == "shell_stream" and r["variant"] == "exit":
                     ef = parse(var[-1][1])
                     r["exit"] = {"code": last(ef, 1, WT_VARINT, 0),
