@@ -409,6 +409,16 @@ test_mode() {
         done
     done
 
+    # 5b. server.c with every warning as an error, for each compiler it is built with (the
+    #     release build itself compiles third-party code too, so it cannot use -Werror).
+    for cc in gcc clang musl-gcc; do
+        command -v "$cc" >/dev/null 2>&1 || { count "server.c -Werror ($cc)" 0 1 "$cc missing"; continue; }
+        # shellcheck disable=SC2086
+        if run "$cc" -std=c99 -O2 -Wall -Wextra -Werror $DEFS -Iproto -I"$NP" -I"$CJ" \
+            -I"$BR/inc" -c server.c -o "$T/server_$cc.o"
+        then count "server.c -Werror ($cc)" 1 0; else count "server.c -Werror ($cc)" 0 1; fi
+    done
+
     # 6. Release binary: builds, is static, answers --version. A child process, so that
     #    `set -e` stays in force inside it (it is ignored in an `if` condition).
     if run sh ./build.sh _release; then

@@ -1717,12 +1717,6 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     return c;
 }
 
-/* The same on the base URL (CURSOR_API_URL). */
-static struct upconn *up_get(int fresh, int client_fd, coai_error *e)
-{
-    return up_get_host(&S.base, fresh, client_fd, e);
-}
-
 /* Close pooled connections idle for longer than UP_POOL_IDLE_MS (all of them when
  * everything = 1). Called from the accept loop about twice a second. */
 static void pool_prune(int everything)
@@ -2025,14 +2019,6 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
         coai_buf_printf(h, "x-cursor-streaming: true\r\nx-request-id: %s\r\n", request_id);
     coai_buf_printf(h, "content-length: %zu\r\n\r\n", body_len);
     return h->err ? -1 : 0;
-}
-
-/* json = 1: Connect unary JSON, else the gRPC-web RunSSE/BidiAppend set; base URL. */
-static int up_head(coai_buf *h, const char *path, int json, const char *request_id,
-                   const char *token, size_t token_len, size_t body_len)
-{
-    return up_head_host(h, NULL, path, json ? UPH_JSON : UPH_AGENT, request_id, token,
-                        token_len, body_len);
 }
 
 /* One request on a pooled (else new) connection: send head and body, read the response head
@@ -6720,9 +6706,11 @@ static int client_version_resolve(const char *env)
     closedir(d);
     if (bestname[0]) {
         snprintf(S.client_version, sizeof S.client_version, "cli-%s", bestname);
-        snprintf(S.client_version_src, sizeof S.client_version_src,
-                 "installed cursor-agent (%s/%s), newer than the built-in %s", dir, bestname,
-                 SRV_DEFAULT_CLIENT_VERSION);
+        /* a long HOME shortens this description, never the version itself */
+        if (snprintf(S.client_version_src, sizeof S.client_version_src,
+                     "installed cursor-agent (%s/%s), newer than the built-in %s", dir, bestname,
+                     SRV_DEFAULT_CLIENT_VERSION) >= (int)sizeof S.client_version_src)
+            memcpy(S.client_version_src + sizeof S.client_version_src - 4, "...", 4);
     }
     return 0;
 }
