@@ -313,10 +313,14 @@ run_prog() {
     rc=0
     timeout "$TMO" "$@" >"$log.out" 2>"$log.err" </dev/null || rc=$?
     if result_line "$log.out"; then
+        skip=$(grep -h '^skipped:' "$log.out" | head -n 1)
         if [ "$rc" != 0 ] && [ "$RF" = 0 ]; then
             count "$name" "$RP" 1 "exit status $rc"
+        elif [ "$RP" = 0 ] && [ "$RF" = 0 ] && [ -z "$skip" ]; then
+            # a program that checked nothing and did not say why must not pass quietly
+            count "$name" 0 1 "ran no check and printed no 'skipped:' reason"
         else
-            count "$name" "$RP" "$RF" "$(grep -h '^skipped:' "$log.out" | head -n 1)"
+            count "$name" "$RP" "$RF" "$skip"
         fi
     else
         count "$name" 0 1 "no RESULT line, exit status $rc"

@@ -188,8 +188,13 @@ static void build_stream(const cJSON *frames)
 static void test_split_invariance(void)
 {
     run_rec r;
-    size_t *cuts = (size_t *)malloc(g_stream_n * sizeof *cuts), k, bad = 0, badview = 0;
+    size_t *cuts, k, bad = 0, badview = 0;
     unsigned seed = 12345;
+    if (g_stream_n == 0) {          /* the vectors were not found (reported above) */
+        CHECKF(0, "split invariance: no stream to split");
+        return;
+    }
+    cuts = (size_t *)malloc(g_stream_n * sizeof *cuts);
     /* whole */
     run_cuts(g_stream, g_stream_n, NULL, 0, 0, &r);
     CHECKF(same_frames(&r, &g_expect), "whole: %zu frames, end %d", r.n, r.end);
