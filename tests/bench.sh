@@ -2,7 +2,8 @@
 # tests/bench.sh - performance bench of cursor-oai against the fake upstream, loopback only.
 # Normally run as `./build.sh bench [ARGS]` (release build first). Builds the load generator
 # (tests/bench/loadgen.c, gcc -O2, glibc) into build/bench/ and runs tests/bench/bench.py,
-# which prints a table and writes bench/results.json. ARGS go to bench.py (--help), e.g.
+# which prints a table and writes bench/results.json, then tests/bench/toolloop.py (the
+# tool-loop figure: held runs on and off). ARGS go to bench.py (--help), e.g.
 #   ./build.sh bench --compare /path/to/older/cursor-oai --hold-big 9900
 # Env: COAI_BENCH_PROXY  binary to measure (default build/cursor-oai)
 #      COAI_DEPS_DIR     dependency cache (default build/deps), as for build.sh
@@ -25,4 +26,7 @@ gcc -std=c99 -O2 -Wall -Wextra -DPB_ENABLE_MALLOC -DPB_FIELD_32BIT -DCJSON_NESTI
     proto/google/protobuf/struct.pb.c proto/google/protobuf/any.pb.c \
     "$NP/pb_common.c" "$NP/pb_encode.c" "$NP/pb_decode.c" "$CJ/cJSON.c" "$BRLIB" \
     -lpthread -lm -o build/bench/loadgen
-exec /usr/bin/python3 tests/bench/bench.py --loadgen build/bench/loadgen "$@"
+/usr/bin/python3 tests/bench/bench.py --loadgen build/bench/loadgen "$@"
+case " $* " in *" --help "* | *" -h "*) exit 0 ;; esac
+# the tool-loop figure (held runs on and off; also ./build.sh bench-toolloop on its own)
+CURSOR_OAI_BIN=${COAI_BENCH_PROXY:-build/cursor-oai} /usr/bin/python3 tests/bench/toolloop.py
