@@ -3892,6 +3892,8 @@ struct run {
     coai_run_params params;
     char model[128];
     char session[33];               /* tool-call id session part = the run handle */
+    int live;                       /* in H.live (has a handle; may park) */
+    struct run *live_next;
     /* appends: one at a time, so seqnos go 0, 1, 2 ... whoever sends (reader, heartbeats) */
     pthread_mutex_t send_mu;
     int mu_init;
@@ -3960,6 +3962,8 @@ static struct held_state {
     pthread_mutex_t lock;
     struct run *list;               /* parked runs, newest first */
     int n;
+    struct run *live;               /* every run with a handle, parked or not */
+    pthread_cond_t cond;            /* broadcast when a run parks or a live run ends */
     int hollow_streak;              /* hollow continuations in a row */
     int64_t breaker_until;          /* mono ms: no holding before this */
     /* counters (TODO(ops): export on /metrics when its registry is on main) */
@@ -3967,7 +3971,47 @@ static struct held_state {
         expired, evicted, runs_started;
     unsigned long long prompt_bytes;
 } H = { .on = 1, .ttl_s = 1800, .hollow_s = 90, .max = 64, .window_ms = 40,
-        .lock = PTHREAD_MUTEX_INITIALIZER };
+        .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+/* A client can send its tool results the moment it has read the response that asked for
+ * them, which is a little before that response's run is parked: a follow-up whose handle
+ * names a run that still lives waits this long at most for it to park. */
+#define HELD_PARK_WAIT_MS 5000
+
+/* Runs with a handle (r->session) are "live" until freed, parked or not. */
+static void held_live_add(struct run *r)
+{
+    pthread_mutex_lock(&H.lock);
+    if (!r->live) {
+        r->live = 1;
+        r->live_next = H.live;
+        H.live = r;
+    }
+    pthread_mutex_unlock(&H.lock);
+}
+
+static void held_live_del(struct run *r)
+{
+    struct run **pp;
+    if (!r->live) return;
+    pthread_mutex_lock(&H.lock);
+    for (pp = &H.live; *pp; pp = &(*pp)->live_next)
+        if (*pp == r) { *pp = r->live_next; break; }
+    r->live = 0;
+    pthread_cond_broadcast(&H.cond);
+    pthread_mutex_unlock(&H.lock);
+}
+
+/* Under H.lock: a live run, not parked, with this handle. */
+static int held_live_unparked_locked(coai_str session)
+{
+    const struct run *x;
+    for (x = H.live; x; x = x->live_next)
+        if (!x->in_table && session.len == strlen(x->session)
+            && memcmp(session.ptr, x->session, session.len) == 0)
+            return 1;
+    return 0;
+}
 
 #define HB_CLIENT_MS 5000           /* client_heartbeat period (first one 5 s after start) */
 #define HB_EXEC_MS 3000             /* exec heartbeat period per pending exec */
@@ -4286,6 +4330,7 @@ static struct run *run_new(void)
 static void run_free(struct run *r)
 {
     if (!r) return;
+    held_live_del(r);
     run_hb_stop(r);
     if (r->sse) up_free(r->sse);
     r->sse = NULL;
@@ -4818,13 +4863,27 @@ static int held_park(struct run *r)
     r->held_at = mono_ms();
     run_hb_need(r, 1);
     run_hb_execs(r, calls, n);
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, SRV_THREAD_STACK);
+    /* The holder is started under H.lock, together with the insertion: a follow-up that
+     * claims the run (under H.lock) must find r->holder set, or its join would use an
+     * unset thread id (seen: a client that answers within microseconds crashed the
+     * process). The holder takes H.lock only when it ends, so it waits for this. */
     pthread_mutex_lock(&H.lock);
     r->in_table = 1;
     r->h_next = H.list;
     H.list = r;
     H.n++;
-    H.held++;
     metric_gauge_add(M_HELD_RUNS, "", 1);
+    if (pthread_create(&r->holder, &at, held_thread, r) != 0) {
+        held_unlink_locked(r);
+        pthread_mutex_unlock(&H.lock);
+        pthread_attr_destroy(&at);
+        return -1;
+    }
+    r->holder_started = 1;
+    H.held++;
+    pthread_cond_broadcast(&H.cond);            /* a follow-up may be waiting for it */
     if (H.n > H.max) {
         for (x = H.list; x; x = x->h_next)
             if (!x->release_req) evict = x;          /* the oldest not yet asked */
@@ -4835,18 +4894,7 @@ static int held_park(struct run *r)
         }
     }
     pthread_mutex_unlock(&H.lock);
-    pthread_attr_init(&at);
-    pthread_attr_setstacksize(&at, SRV_THREAD_STACK);
-    if (pthread_create(&r->holder, &at, held_thread, r) != 0) {
-        pthread_mutex_lock(&H.lock);
-        held_unlink_locked(r);
-        H.held--;
-        pthread_mutex_unlock(&H.lock);
-        pthread_attr_destroy(&at);
-        return -1;
-    }
     pthread_attr_destroy(&at);
-    r->holder_started = 1;
     srv_log(LOG_INFO, "run %s held for %zu tool call%s (handle %s)", r->request_id, n,
             n == 1 ? "" : "s", r->session);
     return 0;
@@ -4861,13 +4909,22 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
     size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j;
     struct run *r;
     const coai_reply_call *calls;
+    struct timespec until;
     why[0] = 0;
     if (!n) return NULL;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += HELD_PARK_WAIT_MS / 1000;
     pthread_mutex_lock(&H.lock);
-    for (r = H.list; r; r = r->h_next)
-        if (!r->release_req && req->session_id.len == strlen(r->session)
-            && memcmp(req->session_id.ptr, r->session, req->session_id.len) == 0)
+    for (;;) {
+        for (r = H.list; r; r = r->h_next)
+            if (!r->release_req && req->session_id.len == strlen(r->session)
+                && memcmp(req->session_id.ptr, r->session, req->session_id.len) == 0)
+                break;
+        /* the run is still finishing the response that asked for these results */
+        if (r || !req->session_id.len || !held_live_unparked_locked(req->session_id)
+            || pthread_cond_timedwait(&H.cond, &H.lock, &until) != 0)
             break;
+    }
     if (!r) {
         pthread_mutex_unlock(&H.lock);
         snprintf(why, wcap, "no held run for these tool results on this instance");
@@ -5809,6 +5866,7 @@ static int handle_chat(struct conn *c)
             memcpy(r->session, completion_id + strlen(completion_id) - 12, 12), r->session[12] = 0;
         else
             copy_str(r->session, sizeof r->session, r->req.session_id.ptr, r->req.session_id.len);
+        if (H.on) held_live_add(r);
         coai_chat_request_params(&r->req, &r->params);
         r->params.model_id = coai_str_c(r->model);   /* r may be a new run (pass 1) */
         r->params.message_id = coai_str_c(msg_id);

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -655,6 +656,57 @@ def t_memory(tmp, fake, token, ws):
     upstream_clean(fake, n0)
 
 
+def t_fast(tmp, fake, token, ws, secret):
+    """A client that sends its tool results the moment it has read the tool calls (streaming:
+    at `data: [DONE]`, on a connection opened beforehand, as keep-alive pools do): the
+    follow-up can reach the proxy before the run that asked for the results is parked. It
+    must still continue that run, not replay the conversation."""
+    steps = 100
+    fake.ctl("/scenario", {"name": "h_fast", "scenario": {"when": REPLAY, "steps": sum(
+        [[read_exec(i, os.path.join(ws, "hello.txt")), {"op": "await_results", "max_s": 60}]
+         for i in range(1, steps + 1)], []) + [{"op": "text", "text": "FAST DONE"}] + END}})
+    px = H.Proxy(tmp, "fast", fake.url(), fake.ca, token)
+    k0 = len(runs_of(fake, "h_fast"))
+    msgs = [{"role": "user", "content": "fast"}]
+    n = 0
+    final = None
+    socks = []
+    nxt = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+    try:
+        for _ in range(steps + 1):
+            sock, nxt = nxt, socket.create_connection(("127.0.0.1", px.port), timeout=30)
+            socks.append(sock)
+            body = json.dumps({"model": "scenario:h_fast", "messages": msgs, "tools": TOOLS,
+                               "stream": True}).encode()
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                         % (px.port, len(body)) + body)
+            raw = b""
+            while b"data: [DONE]" not in raw:
+                d = sock.recv(65536)
+                if not d:
+                    break
+                raw += d
+            ev = H.parse_sse(H.dechunk(raw.partition(b"\r\n\r\n")[2]))
+            if not ev["tool_calls"]:
+                final = ev["content"] or raw[-300:]
+                break
+            n += 1
+            msgs = msgs + [{"role": "assistant", "content": None, "tool_calls": [
+                {"id": t["id"], "type": "function",
+                 "function": {"name": t["name"], "arguments": t["arguments"]}}
+                for t in ev["tool_calls"]]}] + [
+                {"role": "tool", "tool_call_id": t["id"], "content": secret}
+                for t in ev["tool_calls"]]
+    finally:
+        for x in socks + [nxt]:
+            x.close()
+    eq("fast client: %d tool steps then the answer" % steps, (n, final), (steps, "FAST DONE"))
+    eq("fast client: one upstream run for the whole loop (no follow-up replayed)",
+       len(runs_of(fake, "h_fast")) - k0, 1)
+    px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -682,6 +734,7 @@ def main():
                          ("held", lambda: t_held(tmp, fake, token, ws, secret)),
                          ("fallback", lambda: t_fallback(tmp, fake, token, ws, secret)),
                          ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
+                         ("fast", lambda: t_fast(tmp, fake, token, ws, secret)),
                          ("memory", lambda: t_memory(tmp, fake, token, ws))):
             if only and name not in only:
                 continue
