@@ -795,6 +795,7 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
 }
 
 static int pool_spares_locked(void);
+static void continuation_write(coai_buf *b);
 
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
@@ -838,6 +839,7 @@ static void metrics_write(coai_buf *b)
     metric_gauge_now(b, "cursor_oai_log_lines_dropped_total", "counter",
                      "Log lines dropped because stderr was not being read",
                      (double)log_dropped());
+    continuation_write(b);
 }
 
 /* ======================================================================== */
@@ -3948,7 +3950,7 @@ static struct mem_state {
     struct mem_entry *list;         /* newest first */
     int n, max, ttl_s;
     size_t bytes, max_bytes;
-    unsigned long stored, resumed, resume_failed;  /* TODO(ops): export on /metrics */
+    unsigned long stored, resumed, resume_failed;  /* on /metrics: continuation_write */
 } M = { .lock = PTHREAD_MUTEX_INITIALIZER, .max = 256, .ttl_s = 1800,
         .max_bytes = (size_t)256 * 1024 * 1024 };
 
@@ -3966,7 +3968,7 @@ static struct held_state {
     pthread_cond_t cond;            /* broadcast when a run parks or a live run ends */
     int hollow_streak;              /* hollow continuations in a row */
     int64_t breaker_until;          /* mono ms: no holding before this */
-    /* counters (TODO(ops): export on /metrics when its registry is on main) */
+    /* counters (on /metrics: continuation_write) */
     unsigned long held, continued, fallback_gone, fallback_hollow, fallback_mismatch,
         expired, evicted, runs_started;
     unsigned long long prompt_bytes;
@@ -4011,6 +4013,33 @@ static int held_live_unparked_locked(coai_str session)
             && memcmp(session.ptr, x->session, session.len) == 0)
             return 1;
     return 0;
+}
+
+/* The held-run and conversation-memory counters, read at scrape time (/metrics). */
+static void continuation_write(coai_buf *b)
+{
+    static const char *const name = "cursor_oai_continuation_events_total";
+    unsigned long v[7];
+    static const char *const ev[7] = { "run_held", "run_continued", "held_run_expired",
+                                       "held_run_evicted", "conversation_stored",
+                                       "conversation_resumed", "conversation_resume_failed" };
+    int i;
+    pthread_mutex_lock(&H.lock);
+    v[0] = H.held;
+    v[1] = H.continued;
+    v[2] = H.expired;
+    v[3] = H.evicted;
+    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_lock(&M.lock);
+    v[4] = M.stored;
+    v[5] = M.resumed;
+    v[6] = M.resume_failed;
+    pthread_mutex_unlock(&M.lock);
+    coai_buf_printf(b, "# HELP %s Held runs (parked, continued, expired, evicted) and "
+                    "conversation memory (checkpoints stored, resumed, resumes that fell back)"
+                    "\n# TYPE %s counter\n", name, name);
+    for (i = 0; i < 7; i++)
+        coai_buf_printf(b, "%s{event=\"%s\"} %lu\n", name, ev[i], v[i]);
 }
 
 #define HB_CLIENT_MS 5000           /* client_heartbeat period (first one 5 s after start) */

@@ -209,6 +209,17 @@ def follow_up(msgs, r, ws, results=None):
     return msgs
 
 
+def continuation_events(px):
+    """cursor_oai_continuation_events_total from /metrics: {event: value}."""
+    st, body, _ = px.get("/metrics")
+    out = {}
+    for ln in body.decode().splitlines():
+        if ln.startswith('cursor_oai_continuation_events_total{event="'):
+            k = ln.split('"')[1]
+            out[k] = int(float(ln.rsplit(" ", 1)[1]))
+    return out
+
+
 def runs_of(fake, scenario):
     return [r for r in fake.runs() if r["scenario"] == scenario]
 
@@ -349,7 +360,12 @@ def t_held(tmp, fake, token, ws, secret):
     check("logged why", logged(px, "do not answer every pending tool call"))
     # five steps: one run, each result sent once
     k0 = len(runs_of(fake, "h_five"))
+    ev0 = continuation_events(px)
     rs, _ = loop(px, ws, "scenario:h_five", True)
+    ev1 = continuation_events(px)
+    eq("/metrics: five-step loop held five times and continued five times",
+       (ev1.get("run_held", 0) - ev0.get("run_held", 0),
+        ev1.get("run_continued", 0) - ev0.get("run_continued", 0)), (5, 5))
     eq("five-step loop: five tool calls then the answer", [bool(r["tool_calls"]) for r in rs],
        [True] * 5 + [False])
     eq("five-step loop: final text", rs[-1]["content"], "FIVE DONE")
@@ -629,6 +645,11 @@ def t_memory(tmp, fake, token, ws):
             check("%s: the replay carries the whole history" % what,
                   "User: one" in runs[2]["appends"][0]["message"]["prompt"])
     check("resume failures logged at info", logged(px, "checkpoint resume of conversation", 2))
+    ev = continuation_events(px)
+    eq("/metrics: checkpoint resumes (2 per three-turn chat, 1 each for the rejected "
+       "checkpoint and the missing blob) and resumes that fell back (those 2)",
+       (ev.get("conversation_resumed"), ev.get("conversation_resume_failed")), (6, 2))
+    check("/metrics: conversations stored", ev.get("conversation_stored", 0) >= 6, ev)
     px.stop()
     # another instance does not remember: it replays
     pa = H.Proxy(tmp, "mem-a", fake.url(), fake.ca, token)
