@@ -6212,10 +6212,11 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     return out->err ? -1 : 0;
 }
 
-static int coai__oa_tool_name_ok(const char *s)
+/* A tool name: [A-Za-z0-9_-]{1,max} (OpenAI: 64, Anthropic: 128). */
+static int coai__name_ok(const char *s, size_t max)
 {
     size_t i, n = strlen(s);
-    if (n < 1 || n > 64) return 0;
+    if (n < 1 || n > max) return 0;
     for (i = 0; i < n; i++) {
         char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
@@ -6954,7 +6955,7 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
             if (!cJSON_IsObject(f)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].function.name", i);
             if (!cJSON_IsString(name)) { coai__oa_bad(err, p, "%s is required", p); goto fail; }
-            if (!coai__oa_tool_name_ok(name->valuestring)) {
+            if (!coai__name_ok(name->valuestring, 64)) {
                 coai__oa_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
                 goto fail;
             }
@@ -8522,19 +8523,6 @@ static int coai__an_bad(coai_error *err, const char *fmt, ...)
     return COAI_ERR_INVALID;
 }
 
-static int coai__an_name_ok(const char *s)
-{
-    size_t i, n = strlen(s);
-    if (n < 1 || n > 128) return 0;
-    for (i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
-              || c == '_' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 static int coai__an_type_is(const cJSON *b, const char *type)
 {
     const cJSON *t = coai__oa_get(b, "type");
@@ -8826,7 +8814,7 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
             const cJSON *name = coai__oa_get(t, "name"), *d = coai__oa_get(t, "description");
             const cJSON *sch = coai__oa_get(t, "input_schema"), *ty = coai__oa_get(t, "type");
             if (!cJSON_IsObject(t)) { coai__an_bad(err, "tools.%d: must be an object", i); goto fail; }
-            if (!cJSON_IsString(name) || !coai__an_name_ok(name->valuestring)) {
+            if (!cJSON_IsString(name) || !coai__name_ok(name->valuestring, 128)) {
                 coai__an_bad(err, "tools.%d.name: must match ^[a-zA-Z0-9_-]{1,128}$", i);
                 goto fail;
             }
@@ -9590,7 +9578,7 @@ static int coai__rs_tools(coai__rs_parse *ps, cJSON *root, const cJSON *tools)
         }
         snprintf(p, sizeof p, "tools[%d].name", i - 1);
         if (!cJSON_IsString(name)) return coai__oa_bad(ps->err, p, "%s is required", p);
-        if (!coai__oa_tool_name_ok(name->valuestring))
+        if (!coai__name_ok(name->valuestring, 64))
             return coai__oa_bad(ps->err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
         snprintf(p, sizeof p, "tools[%d].description", i - 1);
         if (d && !cJSON_IsNull(d) && !cJSON_IsString(d))
@@ -9669,41 +9657,14 @@ static int coai__rs_echo(coai_buf *echo, const cJSON *root, const char *key)
     return echo->err ? -1 : 0;
 }
 
-static cJSON *coai__rs_parse_json(const char *body, size_t n, coai_error *err, int *rc)
-{
-    const char *end = NULL;
-    cJSON *root;
-    if (!body) n = 0;
-    if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
-        coai__oa_bad(err, NULL, "The request body is not valid UTF-8 text");
-        *rc = COAI_ERR_UTF8;
-        return NULL;
-    }
-    if (coai__oa_has_nul_escape(body, n)) {
-        coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
-        *rc = COAI_ERR_INVALID;
-        return NULL;
-    }
-    root = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
-    if (root && end) {
-        while (end < body + n && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
-            end++;
-        if (end != body + n) { cJSON_Delete(root); root = NULL; }
-    }
-    if (!root) {
-        coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
-                     "JSON, or nested deeper than the limit)");
-        *rc = COAI_ERR_JSON;
-    }
-    return root;
-}
-
 int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap)
 {
     coai_error e;
-    int rc = 0;
-    cJSON *root = coai__rs_parse_json(body, n, &e, &rc);
-    const cJSON *v = coai__oa_get(root, "previous_response_id");
+    int rc;
+    cJSON *root = NULL;
+    const cJSON *v;
+    coai__json_body(body, n, &root, &e);
+    v = coai__oa_get(root, "previous_response_id");
     if (cap) out[0] = 0;
     if (!root || !v || cJSON_IsNull(v)) rc = 0;
     else if (!cJSON_IsString(v) || strlen(v->valuestring) >= cap) rc = -1;
@@ -9742,16 +9703,12 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
     ps.req = req;
     ps.items = &rr->items;
     ps.err = err;
-    root = coai__rs_parse_json(body, n, err, &rc);
-    if (!root) return rc;
+    rc = coai__json_body(body, n, &root, err);   /* one JSON object, or a 400 */
+    if (rc < 0) return rc;
     req->root_ = root;
     rc = COAI_ERR_INVALID;
     req->thinking = -1;
     rr->store = 1;
-    if (!cJSON_IsObject(root)) {
-        coai__oa_bad(err, NULL, "The request body must be a JSON object");
-        goto fail;
-    }
     v = coai__oa_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
         coai__oa_bad(err, "model", "model must be a string");
@@ -9959,18 +9916,6 @@ static int coai__rs_parse_plain(coai_request *req, const char *body, size_t n, c
 
 /* ---- exec mapping ---- */
 
-/* A shell word: 'text' with every ' as '\''. */
-static void coai__rs_sq(coai_buf *b, coai_str s)
-{
-    size_t i;
-    coai_buf_putc(b, '\'');
-    for (i = 0; i < s.len; i++) {
-        if (s.ptr[i] == '\'') coai_buf_puts(b, "'\\''");
-        else coai_buf_putc(b, s.ptr[i]);
-    }
-    coai_buf_putc(b, '\'');
-}
-
 static const coai_tool *coai__rs_tool(const coai_tool *tools, size_t count, const char *name,
                                       size_t *idx)
 {
@@ -10078,15 +10023,15 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         if (!style) return 0;
         if (ex->kind == COAI_EXEC_DELETE) {
             coai_buf_puts(&cmd, "rm -f -- ");
-            coai__rs_sq(&cmd, ex->path);
+            coai__an_sq(&cmd, ex->path);
         } else {
             /* printf '%s' 'text' > 'path': exact bytes, no heredoc delimiter to collide */
             coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
-            coai__rs_sq(&cmd, ex->path);
+            coai__an_sq(&cmd, ex->path);
             coai_buf_puts(&cmd, ")\" && printf '%s' ");
-            coai__rs_sq(&cmd, ex->content);
+            coai__an_sq(&cmd, ex->content);
             coai_buf_puts(&cmd, " > ");
-            coai__rs_sq(&cmd, ex->path);
+            coai__an_sq(&cmd, ex->path);
         }
         break;
     case COAI_EXEC_READ:
@@ -10095,21 +10040,21 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         if ((m = coai_exec_map(ex, tools, count, workspace, tc)) != 0 || !style) return m;
         if (ex->kind == COAI_EXEC_READ) {
             coai_buf_puts(&cmd, "cat -- ");
-            coai__rs_sq(&cmd, ex->path);
+            coai__an_sq(&cmd, ex->path);
         } else if (ex->kind == COAI_EXEC_LS) {
             coai_buf_puts(&cmd, "ls -la -- ");
-            coai__rs_sq(&cmd, ex->has_path || ex->path.len ? ex->path : workspace.len
+            coai__an_sq(&cmd, ex->has_path || ex->path.len ? ex->path : workspace.len
                                                                            ? workspace
                                                                            : coai_str_c("."));
         } else if (ex->pattern.len) {
             coai_buf_puts(&cmd, "rg -n -e ");
-            coai__rs_sq(&cmd, ex->pattern);
-            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__rs_sq(&cmd, ex->glob); }
-            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__rs_sq(&cmd, ex->path); }
+            coai__an_sq(&cmd, ex->pattern);
+            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__an_sq(&cmd, ex->glob); }
+            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__an_sq(&cmd, ex->path); }
         } else {
             coai_buf_puts(&cmd, "rg --files");
-            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__rs_sq(&cmd, ex->glob); }
-            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__rs_sq(&cmd, ex->path); }
+            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__an_sq(&cmd, ex->glob); }
+            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__an_sq(&cmd, ex->path); }
         }
         break;
     default:
