@@ -3426,31 +3426,25 @@ static void *reject_thread(void *arg)
 #define AGENT_FAIL_TTL_MS 30000     /* a failed GetServerConfig is asked again after this */
 #define MODELS_FAIL_TTL_MS 30000    /* after a failed fetch the upstream is asked again */
 
-/* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
- * 401. 0 with the JSON in body, -1 with *err filled. */
-static int models_fetch(coai_buf *body, coai_error *err)
+/* One Connect unary JSON call on the base URL with body "{}" and the agent's token (model
+ * list, dashboard): once more after a 401, with the token renewed. 0 with the 2xx answer in
+ * body (at most max bytes; larger is a 502 saying too_big), -1 with *err filled. */
+static int up_unary_json(const char *path, size_t max, const char *too_big, coai_buf *body,
+                         coai_error *err)
 {
     char rid[37];
     int status = 0, attempt;
     uint64_t gen = 0;
-    if (cred_ensure(err) < 0) return -1;
-    if (!cred_have()) {
-        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
-                       "No Cursor credentials: run `cursor-oai login` (or set "
-                       "CURSOR_ACCESS_TOKEN)");
-        err->no_retry = 1;
-        return -1;
-    }
     for (attempt = 0; attempt < 2; attempt++) {
         coai_error re;
         int fr;
         coai_buf_reset(body);
-        body->max = UP_MODELS_MAX;
+        body->max = max;
         if (uuid_new(rid) < 0) {
             coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
             return -1;
         }
-        if (up_call(PATH_MODELS, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
+        if (up_call(path, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
         if (status >= 200 && status <= 299) break;
         coai_error_from_http(status, (const char *)body->data, body->len, err);
         if (err->status != 401 || attempt > 0) return -1;
@@ -3460,10 +3454,28 @@ static int models_fetch(coai_buf *body, coai_error *err)
         if (fr == RENEW_FAILED) { *err = re; return -1; }
     }
     if (body->err) {
-        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
-                       "upstream model list too large");
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL, "%s",
+                       too_big);
         return -1;
     }
+    return 0;
+}
+
+/* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
+ * 401. 0 with the JSON in body, -1 with *err filled. */
+static int models_fetch(coai_buf *body, coai_error *err)
+{
+    if (cred_ensure(err) < 0) return -1;
+    if (!cred_have()) {
+        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
+                       "No Cursor credentials: run `cursor-oai login` (or set "
+                       "CURSOR_ACCESS_TOKEN)");
+        err->no_retry = 1;
+        return -1;
+    }
+    if (up_unary_json(PATH_MODELS, UP_MODELS_MAX, "upstream model list too large", body,
+                      err) < 0)
+        return -1;
     {
         coai_models m;
         int pr = coai_models_parse(&m, (const char *)body->data, body->len);
@@ -3771,33 +3783,7 @@ done:
  * token first and once more after a 401. 0 with the 2xx body, -1 with *err filled. */
 static int dash_call(const char *path, coai_buf *body, coai_error *err)
 {
-    char rid[37];
-    int status = 0, attempt;
-    uint64_t gen = 0;
-    for (attempt = 0; attempt < 2; attempt++) {
-        coai_error re;
-        int fr;
-        coai_buf_reset(body);
-        body->max = UP_USAGE_MAX;
-        if (uuid_new(rid) < 0) {
-            coai_error_set(err, 500, "server_error", NULL, NULL, "no randomness available");
-            return -1;
-        }
-        if (up_call(path, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
-        if (status >= 200 && status <= 299) break;
-        coai_error_from_http(status, (const char *)body->data, body->len, err);
-        if (err->status != 401 || attempt > 0) return -1;
-        memset(&re, 0, sizeof re);
-        fr = cred_refresh(gen, &re);
-        if (fr == RENEW_NONE) return -1;
-        if (fr == RENEW_FAILED) { *err = re; return -1; }
-    }
-    if (body->err) {
-        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
-                       "Cursor's usage answer is too large");
-        return -1;
-    }
-    return 0;
+    return up_unary_json(path, UP_USAGE_MAX, "Cursor's usage answer is too large", body, err);
 }
 
 /* GetCurrentPeriodUsage (required) + GetPlanInfo (optional: newer accounts only; its
