@@ -350,7 +350,13 @@ def t_login_browser_flow():
     rc, out2, err2 = cli("login-browser", ["login"], env)
     eq("login with DISPLAY: exit 0", rc, 0)
     url2 = [l.strip() for l in out2.splitlines() if l.strip().startswith("https://cursor.com/")]
-    args = open(marker).read().splitlines() if os.path.exists(marker) else []
+    # the browser is started and not waited for: its marker can come after login returned
+
+    def marker_args():
+        a = open(marker).read().splitlines() if os.path.exists(marker) else []
+        return a if len(a) >= 2 else []
+    H.wait_for(marker_args, 5)
+    args = marker_args()
     check("login with DISPLAY: xdg-open ran with exactly one argument, the URL",
           url2 and args == ["1", url2[0]], (args, url2))
     # no display: no browser even without --no-browser
@@ -358,6 +364,7 @@ def t_login_browser_flow():
     del env["DISPLAY"]
     fake_reset(poll_pending=0)
     rc, out3, _ = cli("login-nodisplay", ["login"], env)
+    time.sleep(0.5)             # as long as a started browser could take to show up
     check("login without a display: no browser", rc == 0 and not os.path.exists(marker))
 
 

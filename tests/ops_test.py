@@ -236,17 +236,18 @@ def t_metrics(tmp, fake, token):
                     "cursor_oai_credential_renewals_total", "cursor_oai_log_lines_dropped_total"):
             check("family %s is described" % fam, "# TYPE %s " % fam in txt)
         eq("no stream open at start", mval(m0, "cursor_oai_open_streams"), 0)
-        # the pool refills itself with a spare connection after a run takes one
-        # (a spare is a connection no run has used yet: the run's own appends may take it
-        # before a scrape sees it, so a few runs are allowed before the gauge must show one)
-        sp = False
-        for _ in range(3):
+        # A spare is a connection no run has used yet. While the pool holds idle connections
+        # none is opened (and a run takes the newest idle one, a spare first), so the
+        # deterministic case is an upstream that closes each RunSSE after its run: the
+        # proxy opens one spare for each connection closed that way, and nothing takes it.
+        fake.ctl("/config", {"runsse_close": True})
+        try:
             http(proxy.port, "POST", "/v1/chat/completions", chat_body("scenario:default"),
                  headers=auth)
             sp = H.wait_for(lambda: mval(metrics(proxy.port, key)[2],
                                          "cursor_oai_spare_connections") >= 1, 5, 0.02)
-            if sp:
-                break
+        finally:
+            fake.ctl("/config", {"runsse_close": False})
         _, _, m0, _ = metrics(proxy.port, key)
         check("a spare upstream connection shows in cursor_oai_spare_connections",
               sp and mval(m0, "cursor_oai_spare_connections") <= mval(
