@@ -208,6 +208,14 @@ static struct server {
     int cli;                        /* a one-shot command: plain messages, no timestamps */
 } S;
 
+/* S.stop is set by the signal handler and read by every thread; S.stop_at by the accept loop
+ * after it and read by runs. Both through atomics (ThreadSanitizer reported the plain
+ * accesses). */
+static int stopping(void)
+{
+    return __atomic_load_n(&S.stop, __ATOMIC_RELAXED) != 0;
+}
+
 enum { CRED_NONE, CRED_ENV, CRED_OURS, CRED_AGENT };
 
 /* ======================================================================== */
@@ -1554,7 +1562,7 @@ static void pool_park(struct upconn *c)
     c->client_fd = -1;
     c->tick = NULL;
     pthread_mutex_lock(&S.lock);
-    if (S.pool_n < UP_POOL_MAX && !S.stop) {
+    if (S.pool_n < UP_POOL_MAX && !stopping()) {
         c->next = S.pool;
         S.pool = c;
         S.pool_n++;
@@ -1598,7 +1606,7 @@ static void *spare_thread(void *arg)
         pthread_mutex_lock(&UPX.lock);
         UPX.spare_done++;
         pthread_cond_broadcast(&UPX.spare_cond);
-        if (!c || S.stop) UPX.spare_want = 0;             /* a failure ends the batch */
+        if (!c || stopping()) UPX.spare_want = 0;             /* a failure ends the batch */
         more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
         if (more) UPX.spare_want--;
         else UPX.spare_busy--;
@@ -1646,7 +1654,7 @@ static void spare_kick(const coai_url *h, int replace)
     int go, n = 0;
     pthread_mutex_lock(&S.lock);
     for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
-    go = !S.stop && UPX.spares;
+    go = !stopping() && UPX.spares;
     pthread_mutex_unlock(&S.lock);
     if (!go) return;
     pthread_mutex_lock(&UPX.lock);
@@ -1752,7 +1760,7 @@ static void up_release(struct upconn *c)
     int replace;
     if (!c) return;
     if (c->body_done && !c->must_close && c->why == UPX_OK && c->rlen == c->roff
-        && c->ra_len == c->ra_off && !S.stop) {
+        && c->ra_len == c->ra_off && !stopping()) {
         pool_park(c);
         return;
     }
@@ -3172,7 +3180,7 @@ static int serve_request(struct conn *c, size_t hl)
     c->bytes = 0;
     c->streaming = 0;
     c->http10 = rq->minor_version == 0;
-    c->keep = rq->keep_alive && !S.stop;
+    c->keep = rq->keep_alive && !stopping();
     route = route_of(rq->path);
     /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
      * errors in Anthropic's shape. */
@@ -3327,7 +3335,7 @@ static void conn_serve(struct conn *c)
             ssize_t k = -2;
             /* wait in short slices so that an idle connection notices a shutdown, and an idle
              * keep-alive connection gives its slot up early when slots run short */
-            while (k == -2 && !S.stop && mono_ms() < idle_end) {
+            while (k == -2 && !stopping() && mono_ms() < idle_end) {
                 int64_t slice = mono_ms() + 1000;
                 if (!first && slots_short()) {
                     int64_t short_end = idle_start + SRV_KEEPALIVE_PRESSURE_MS;
@@ -4097,8 +4105,9 @@ static void run_hb_need(struct run *r, int now_too);
 static int run_tick(void *ctx)
 {
     struct run *r = ctx;
+    int64_t stop_at = __atomic_load_n(&S.stop_at, __ATOMIC_RELAXED);
     if (r->c->dead) return -1;
-    if (S.stop && S.stop_at && mono_ms() - S.stop_at > SRV_SHUTDOWN_GRACE_MS - 2000
+    if (stopping() && stop_at && mono_ms() - stop_at > SRV_SHUTDOWN_GRACE_MS - 2000
         && !r->in_feed && !r->stopping) {
         /* Shutting down: end the run in-band before the process exits under it. */
         coai_error e;
@@ -6091,7 +6100,7 @@ static int handle_count_tokens(struct conn *c)
 static void on_signal(int sig)
 {
     (void)sig;
-    S.stop = 1;
+    __atomic_store_n(&S.stop, 1, __ATOMIC_RELAXED);
 }
 
 static void *reject_thread_counted(void *arg)
@@ -6240,7 +6249,7 @@ static void serve_loop(void)
     pthread_attr_setstacksize(&rattr, 64 * 1024);
     pthread_attr_setdetachstate(&rattr, PTHREAD_CREATE_DETACHED);
     memset(&lg, 0, sizeof lg);
-    while (!S.stop) {
+    while (!stopping()) {
         struct pollfd *pf = lg.pf;
         struct conn *c;
         pthread_t t;
@@ -6994,7 +7003,7 @@ static int run_serve(int argc, char **argv)
                                    : "from GetServerConfig at the first run");
     UPX.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
-    S.stop_at = mono_ms();
+    __atomic_store_n(&S.stop_at, mono_ms(), __ATOMIC_RELAXED);
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
             SRV_SHUTDOWN_GRACE_MS / 1000);
     serve_drain();
@@ -7169,7 +7178,7 @@ static void login_progress_end(struct login_progress *p)
 
 static int login_tick(void *ctx)
 {
-    if (S.stop) return -1;
+    if (stopping()) return -1;
     login_progress_show(ctx, 0);
     return 0;
 }
@@ -7178,7 +7187,7 @@ static int login_tick(void *ctx)
 static int login_sleep(unsigned ms, struct login_progress *p)
 {
     int64_t end = mono_ms() + ms, last = 0;
-    while (!S.stop) {
+    while (!stopping()) {
         int64_t now = mono_ms(), left = end - now;
         if (left <= 0) return 0;
         if (now - last >= 1000) { login_progress_show(p, 0); last = now; }
@@ -7279,7 +7288,7 @@ static int login_browser(int no_browser)
     pr.shown = 0;
     pr.last_line = -1;
     body.max = CRED_AUTH_BODY_MAX;
-    for (attempt = 0; attempt < COAI_LOGIN_MAX_ATTEMPTS && !S.stop; attempt++) {
+    for (attempt = 0; attempt < COAI_LOGIN_MAX_ATTEMPTS && !stopping(); attempt++) {
         coai_error e;
         int status = 0, r;
         memset(&e, 0, sizeof e);
@@ -7287,7 +7296,7 @@ static int login_browser(int no_browser)
         login_progress_show(&pr, 1);
         r = auth_call("GET", (const char *)target.data, "polling /auth/poll", NULL, login_tick,
                       &pr, &status, &body, &e);
-        if (S.stop) break;
+        if (stopping()) break;
         if (r == 0 && status == 404) {
             errors = 0;             /* pending: the user has not finished yet */
         } else if (r == 0 && status >= 200 && status <= 299 && !body.err
@@ -7314,7 +7323,7 @@ static int login_browser(int no_browser)
         if (login_sleep((unsigned)(coai_login_poll_delay_ms(attempt) * scale), &pr) < 0) break;
     }
     login_progress_end(&pr);
-    if (S.stop) {
+    if (stopping()) {
         fprintf(stderr, "cursor-oai: login cancelled; nothing was saved\n");
         rc = 130;
     } else if (got) {
