@@ -933,7 +933,12 @@ def _t_soak(p, fake, deadline):
     th0, rss0 = p.threads(), p.rss_kib()
     c0 = fake.state()["counters"].get("disconnects_mid_stream", 0)
     t0 = time.time()
-    n = batch(N_DISCONNECTS, deadline)
+    # two halves, with the RSS in between in the note
+    n = batch(N_DISCONNECTS // 2, deadline)
+    H.wait_for(lambda: fake.state()["active_streams"] == 0, 30)
+    H.wait_for(lambda: p.fd_split(fake.port)[0] <= other0 and p.threads() <= th0, 20, 0.2)
+    rss_half = p.rss_kib()
+    n += batch(N_DISCONNECTS - N_DISCONNECTS // 2, deadline)
     dt = time.time() - t0
     n_stream = n - n // 10
     check("%d disconnects ran (%d streaming, %d non-streaming) within the budget"
@@ -949,15 +954,19 @@ def _t_soak(p, fake, deadline):
     th1, rss1, hwm = p.threads(), p.rss_kib(), p.status_field("VmHWM")
     note("%d disconnects in %.1f s (%.0f/s, %d parallel clients)" % (n, dt, n / dt, par))
     note("fds other %d -> %d, pooled upstream %d -> %d; threads %d -> %d; "
-         "RSS %d -> %d KiB (peak %d KiB)" % (other0, other1, pooled0, pooled1, th0, th1, rss0,
-                                             rss1, hwm))
+         "RSS %d -> %d -> %d KiB (peak %d KiB)" % (other0, other1, pooled0, pooled1, th0, th1,
+                                                   rss0, rss_half, rss1, hwm))
     check("non-upstream fds back to baseline", other1 <= other0, (other0, other1))
     # a pooled socket per parallel client at most, plus the spares (UP_SPARE_PAR connects
     # under way, UP_SPARE_MIN kept ready): more would mean sockets kept past their run
     check("pooled upstream sockets bounded by the parallel clients plus spares (%d)" % (par + 5),
           pooled1 <= par + 5, pooled1)
     check("threads back to baseline", th1 <= th0, (th0, th1))
-    check("RSS back to baseline (within 2 MiB)", rss1 - rss0 <= 2048, (rss0, rss1))
+    # The allocator keeps and returns memory in steps of a few MiB after a burst (seen: the
+    # same binary ends 0.7 to 3.4 MiB above its baseline, in either half), so the bound is
+    # 6 MiB: a leak of about 630 bytes per disconnect would cross it.
+    check("RSS within 6 MiB of the baseline after %d disconnects" % n, rss1 - rss0 <= 6144,
+          (rss0, rss_half, rss1))
     st, hd, b, s = sse(p, "scenario:echo", "after the soak")
     check("proxy still serves after the soak", st == 200 and s and
           s["content"] == "ECHO:after the soak", (st, b[:200]))
