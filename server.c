@@ -2758,6 +2758,23 @@ static int cred_ensure(coai_error *e)
     return rc;
 }
 
+/* The error for "no credentials at all" (401, not worth a retry). Returns -1. */
+static int cred_missing(coai_error *e)
+{
+    coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
+                   "No Cursor credentials: run `cursor-oai login` (or set "
+                   "CURSOR_ACCESS_TOKEN)");
+    e->no_retry = 1;
+    return -1;
+}
+
+/* cred_ensure, then a token must exist. 0 go ahead, -1 *e. */
+static int cred_require(coai_error *e)
+{
+    if (cred_ensure(e) < 0) return -1;
+    return cred_have() ? 0 : cred_missing(e);
+}
+
 /* "credentials" member of /health. */
 static const char *cred_health(void)
 {
@@ -3473,14 +3490,7 @@ static int up_unary_json(const char *path, size_t max, const char *too_big, coai
  * 401. 0 with the JSON in body, -1 with *err filled. */
 static int models_fetch(coai_buf *body, coai_error *err)
 {
-    if (cred_ensure(err) < 0) return -1;
-    if (!cred_have()) {
-        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
-                       "No Cursor credentials: run `cursor-oai login` (or set "
-                       "CURSOR_ACCESS_TOKEN)");
-        err->no_retry = 1;
-        return -1;
-    }
+    if (cred_require(err) < 0) return -1;
     if (up_unary_json(PATH_MODELS, UP_MODELS_MAX, "upstream model list too large", body,
                       err) < 0)
         return -1;
@@ -3657,12 +3667,7 @@ static int server_config_fetch(coai_url *out, coai_error *e)
     char rid[37];
     int status = 0, rc = -1;
     resp.max = UP_ERR_BODY_MAX;
-    if (!cred_have()) {
-        coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
-                       "No Cursor credentials: run `cursor-oai login` (or set "
-                       "CURSOR_ACCESS_TOKEN)");
-        return -1;
-    }
+    if (!cred_have()) return cred_missing(e);
     if (uuid_new(rid) < 0) {
         coai_error_set(e, 500, "server_error", NULL, NULL, "no randomness available");
         return -1;
@@ -3802,14 +3807,7 @@ static int usage_fetch(coai_quota *u, coai_error *err)
     coai_error pe;
     int rc = -1, have_plan;
     memset(err, 0, sizeof *err);
-    if (cred_ensure(err) < 0) return -1;
-    if (!cred_have()) {
-        coai_error_set(err, 401, "authentication_error", "upstream_auth_failed", NULL,
-                       "No Cursor credentials: run `cursor-oai login` (or set "
-                       "CURSOR_ACCESS_TOKEN)");
-        err->no_retry = 1;
-        return -1;
-    }
+    if (cred_require(err) < 0) return -1;
     if (dash_call(PATH_USAGE, &period, err) < 0) {
         srv_log(LOG_WARN, "GetCurrentPeriodUsage failed: %s", err->message);
         goto done;
@@ -4388,10 +4386,7 @@ static int run_start(struct run *r, int fresh)
     coai_buf head = { 0 }, body = { 0 };
     int rc = -1;
     if (tl == 0) {
-        coai_error_set(&r->err, 401, "authentication_error", "upstream_auth_failed", NULL,
-                       "No Cursor credentials: run `cursor-oai login` (or set "
-                       "CURSOR_ACCESS_TOKEN)");
-        r->err.no_retry = 1;
+        cred_missing(&r->err);
         goto done;
     }
     if (uuid_new(r->request_id) < 0) {
