@@ -725,6 +725,46 @@ def t_fast(tmp, fake, token, ws, secret):
     eq("fast client: %d tool steps then the answer" % steps, (n, final), (steps, "FAST DONE"))
     eq("fast client: one upstream run for the whole loop (no follow-up replayed)",
        len(runs_of(fake, "h_fast")) - k0, 1)
+    # The wait for a run to park has a fallback: a follow-up naming the handle of a run that
+    # is still streaming, and then ends without asking for tools, waits only until that run
+    # ends, then replays (not the full HELD_PARK_WAIT_MS, and never a hang).
+    fake.ctl("/scenario", {"name": "h_live", "scenario": {"when": REPLAY, "steps": [
+        {"op": "text", "text": "slow "}, {"op": "sleep", "s": 1.5},
+        {"op": "text", "text": "end"}] + END}})
+    body = json.dumps({"model": "scenario:h_live", "stream": True,
+                       "messages": [{"role": "user", "content": "live"}]}).encode()
+    sock = socket.create_connection(("127.0.0.1", px.port), timeout=30)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                 % (px.port, len(body)) + body)
+    raw = b""
+    while b'"id":"chatcmpl-' not in raw:
+        d = sock.recv(65536)
+        if not d:
+            break
+        raw += d
+    handle = raw.split(b'"id":"chatcmpl-', 1)[1][:24].decode()[-12:] if b"chatcmpl-" in raw \
+        else "000000000000"
+    call_id = "sess_%s__call_x" % handle
+    t0 = time.time()
+    r = chat(px, {"model": "scenario:h_live", "tools": TOOLS, "messages": [
+        {"role": "user", "content": "live"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function",
+             "function": {"name": "read", "arguments": "{\"path\": \"x\"}"}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": "result"}]}, False)
+    waited = time.time() - t0
+    while b"data: [DONE]" not in raw:
+        d = sock.recv(65536)
+        if not d:
+            break
+        raw += d
+    sock.close()
+    eq("results for a live run that does not park: replayed", r["content"], REPLAYED)
+    check("... after waiting for that run to end (about 1.5 s), well before the 5 s bound",
+          1.0 <= waited < 4.0, "%.2f s" % waited)
+    eq("... the live run itself answered in full",
+       H.parse_sse(H.dechunk(raw.partition(b"\r\n\r\n")[2]))["content"], "slow end")
     px.stop()
 
 
