@@ -1236,6 +1236,7 @@ class StreamCtx:
         self.finished = False
         self.append_cursor = len(run.appends)
         self.pending = []          # execs held for the client (op "exec" with "hold")
+        self.exec_cursor = None    # appends index when the last exec was sent
 
 
 def _send(ctx, data, split=0):
@@ -1682,6 +1683,7 @@ def run_step(ctx, st):
         eid = int(st.get("id", 1))
         fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", "")))
         ctx.append_cursor = len(run.appends)
+        ctx.exec_cursor = ctx.append_cursor
         if st.get("hold"):
             # the client runs this one as a tool: "await_results" waits for its answer
             # expect_kind: the server wants another result type than the exec's (a test of
@@ -1773,7 +1775,9 @@ def run_step(ctx, st):
         # A script that stalls after an exec was written for one run per request: when tool
         # results arrive on the run (a client holding it), it cannot go on, so it ends with
         # an error, and the client is expected to replay the conversation in a fresh run.
-        start = len(run.appends)
+        # Results count from the exec before the stall: a client that answers at once
+        # (within that exec's wait_reply window) sends them before this step starts.
+        start = ctx.exec_cursor if ctx.exec_cursor is not None else len(run.appends)
         r = ctx.conn.wait(float(st.get("max_s", S.config["stall_max_s"])), run.cond,
                           lambda: any(a["message"].get("type") == "exec_result"
                                       for a in run.appends[start:]))
