@@ -299,6 +299,13 @@ result_line() {
 show_log() {   # show_log FILE...: the tail of each, indented, for a failing program
     for lf in "$@"; do
         [ -s "$lf" ] || continue
+        # the failed checks and the test-file lines of any traceback first: a section that
+        # dies early prints its traceback above later checks, out of the tail's reach
+        if grep -q '^FAIL' "$lf"; then
+            say "---- $lf (failed checks; test lines of tracebacks)"
+            grep -E '^FAIL|File ".*/tests/[^"]*", line' "$lf" | cut -c1-300 | head -n 30 \
+                | sed 's/^/    /'
+        fi
         say "---- $lf (last 40 lines)"
         tail -n 40 "$lf" | sed 's/^/    /'
     done
