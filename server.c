@@ -2845,6 +2845,7 @@ struct conn {
     int http10;                     /* HTTP/1.0 client: no chunked encoding */
     int streaming;                  /* a 200 stream head was sent */
     int dead;                       /* a write failed: the client is gone */
+    int linger;                     /* closing after an error answer: drain first */
     coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
@@ -3320,6 +3321,7 @@ static int serve_request(struct conn *c, size_t hl)
 done:
     body_release(c);
     access_log(c);
+    if (!c->keep && c->status >= 400) c->linger = 1;   /* the body may be unread */
     c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
@@ -3389,6 +3391,7 @@ static void conn_serve(struct conn *c)
                        status == 408 ? "timed out reading the request head"
                        : status == 431 ? "request head too large" : "malformed request", NULL);
             access_log(c);
+            c->linger = 1;
             return;
         }
         if (serve_request(c, (size_t)hl) < 0) return;
@@ -3396,10 +3399,25 @@ static void conn_serve(struct conn *c)
     }
 }
 
+#define SRV_LINGER_MS 1000          /* lingering close: the longest drain */
+
+/* Closing with bytes of the client unread makes the close a reset, and a reset can cost the
+ * client the answer just written (its send fails first, or its stack drops what it had not
+ * read). So: stop sending, then read and drop whatever still comes until the client closes,
+ * for SRV_LINGER_MS at most. */
+static void linger_drain(int fd)
+{
+    char sink[4096];
+    int64_t end = mono_ms() + SRV_LINGER_MS;
+    shutdown(fd, SHUT_WR);
+    while (fd_read_until(fd, sink, sizeof sink, end) > 0) {}
+}
+
 static void *conn_thread(void *arg)
 {
     struct conn *c = arg;
     conn_serve(c);
+    if (c->linger && !c->dead) linger_drain(c->fd);
     close(c->fd);
     coai_buf_free(&c->body);
     coai_buf_free(&c->wbuf);
@@ -3429,13 +3447,10 @@ static int reject_answer(char *out, size_t cap)
 static void *reject_thread(void *arg)
 {
     int fd = (int)(intptr_t)arg, n;
-    char head[512], sink[4096];
-    int64_t end;
+    char head[512];
     n = reject_answer(head, sizeof head);
     fd_write_all(fd, head, (size_t)n);
-    shutdown(fd, SHUT_WR);
-    end = mono_ms() + 1000;
-    while (fd_read_until(fd, sink, sizeof sink, end) > 0) {}
+    linger_drain(fd);
     close(fd);
     return NULL;
 }

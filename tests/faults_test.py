@@ -20,6 +20,7 @@ FAULTS_DISCONNECTS (default 10000), FAULTS_KEEP=1 keeps the temp dir, FAULTS_ONL
 only these sections (upstream, client, cap, slow, dead-upstream, soak).
 Prints `RESULT <passed> <failed>` last."""
 
+import http.client
 import json
 import os
 import re
@@ -655,6 +656,23 @@ def t_client(proxy, fake):
             "connection", "").lower() == "close", (hd, b[:200]))
     finally:
         r.close()
+
+    # ... and a client that sends the whole 40 MB body before it reads (http.client, most
+    # SDKs) still reads the 413: the proxy drains what comes after its answer for a moment
+    # (a lingering close) instead of resetting the connection under the upload
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        t0 = time.time()
+        c.request("POST", "/v1/chat/completions", body=b"x" * 40000000,
+                  headers={"Content-Type": "application/json"})
+        rs = c.getresponse()
+        got = (rs.status, err_of(rs.read()) is not None)
+    except OSError as e:
+        got = repr(e)
+    finally:
+        c.close()
+    note("40 MB upload answered 413 early: %r after %.2f s" % (got, time.time() - t0))
+    eq("a 40 MB upload reads the 413 (not a connection reset)", got, (413, True))
 
     # 100,000-deep JSON
     deep = ('{"model":"scenario:echo","messages":' + "[" * 100000 + "]" * 100000
