@@ -344,6 +344,8 @@ def t_reject(tmp, fake, token):
         # client of it got a 200), so it is opened again until the proxy has seated it.
         def seat():
             nonlocal hold
+            if hold is not None:
+                hold._recv(time.time() + 0.05)      # refused meanwhile?
             if hold is None or hold.buf or hold.eof:
                 if hold:
                     hold.close()
