@@ -2845,7 +2845,6 @@ struct conn {
     int http10;                     /* HTTP/1.0 client: no chunked encoding */
     int streaming;                  /* a 200 stream head was sent */
     int dead;                       /* a write failed: the client is gone */
-    int linger;                     /* closing after an error answer: drain first */
     coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     coai_buf body;                  /* request body */
@@ -3321,7 +3320,6 @@ static int serve_request(struct conn *c, size_t hl)
 done:
     body_release(c);
     access_log(c);
-    if (!c->keep && c->status >= 400) c->linger = 1;   /* the body may be unread */
     c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
@@ -3391,7 +3389,6 @@ static void conn_serve(struct conn *c)
                        status == 408 ? "timed out reading the request head"
                        : status == 431 ? "request head too large" : "malformed request", NULL);
             access_log(c);
-            c->linger = 1;
             return;
         }
         if (serve_request(c, (size_t)hl) < 0) return;
@@ -3417,7 +3414,9 @@ static void *conn_thread(void *arg)
 {
     struct conn *c = arg;
     conn_serve(c);
-    if (c->linger && !c->dead) linger_drain(c->fd);
+    /* closed by an error answer (head or body errors, refusals before the body): the
+     * request may be partly unread */
+    if (!c->keep && c->status >= 400 && !c->dead) linger_drain(c->fd);
     close(c->fd);
     coai_buf_free(&c->body);
     coai_buf_free(&c->wbuf);
