@@ -677,6 +677,24 @@ def t_memory(tmp, fake, token, ws):
     upstream_clean(fake, n0)
 
 
+def read_until(sock, raw, until):
+    """raw plus what the socket gives until `until` is in it (or EOF)."""
+    while until not in raw:
+        d = sock.recv(65536)
+        if not d:
+            break
+        raw += d
+    return raw
+
+
+def raw_post(px, sock, body, until):
+    """POST a chat body on an open socket; the bytes read until `until` (or EOF)."""
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                 % (px.port, len(body)) + body)
+    return read_until(sock, b"", until)
+
+
 def t_fast(tmp, fake, token, ws, secret):
     """A client that sends its tool results the moment it has read the tool calls (streaming:
     at `data: [DONE]`, on a connection opened beforehand, as keep-alive pools do): the
@@ -699,15 +717,7 @@ def t_fast(tmp, fake, token, ws, secret):
             socks.append(sock)
             body = json.dumps({"model": "scenario:h_fast", "messages": msgs, "tools": TOOLS,
                                "stream": True}).encode()
-            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                         b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                         % (px.port, len(body)) + body)
-            raw = b""
-            while b"data: [DONE]" not in raw:
-                d = sock.recv(65536)
-                if not d:
-                    break
-                raw += d
+            raw = raw_post(px, sock, body, b"data: [DONE]")
             ev = H.parse_sse(H.dechunk(raw.partition(b"\r\n\r\n")[2]))
             if not ev["tool_calls"]:
                 final = ev["content"] or raw[-300:]
@@ -734,15 +744,7 @@ def t_fast(tmp, fake, token, ws, secret):
     body = json.dumps({"model": "scenario:h_live", "stream": True,
                        "messages": [{"role": "user", "content": "live"}]}).encode()
     sock = socket.create_connection(("127.0.0.1", px.port), timeout=30)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
-                 b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                 % (px.port, len(body)) + body)
-    raw = b""
-    while b'"id":"chatcmpl-' not in raw:
-        d = sock.recv(65536)
-        if not d:
-            break
-        raw += d
+    raw = raw_post(px, sock, body, b'"id":"chatcmpl-')
     handle = raw.split(b'"id":"chatcmpl-', 1)[1][:24].decode()[-12:] if b"chatcmpl-" in raw \
         else "000000000000"
     call_id = "sess_%s__call_x" % handle
@@ -754,11 +756,7 @@ def t_fast(tmp, fake, token, ws, secret):
              "function": {"name": "read", "arguments": "{\"path\": \"x\"}"}}]},
         {"role": "tool", "tool_call_id": call_id, "content": "result"}]}, False)
     waited = time.time() - t0
-    while b"data: [DONE]" not in raw:
-        d = sock.recv(65536)
-        if not d:
-            break
-        raw += d
+    raw = read_until(sock, raw, b"data: [DONE]")
     sock.close()
     eq("results for a live run that does not park: replayed", r["content"], REPLAYED)
     check("... after waiting for that run to end (about 1.5 s), well before the 5 s bound",
