@@ -292,6 +292,12 @@ int coai_creds_parse(const char *json, size_t n, coai_creds *c);
 /* Pretty-printed (2-space) JSON of the non-NULL members, ending in a newline. */
 int coai_creds_format(coai_buf *out, const coai_creds *c);
 void coai_creds_free(coai_creds *c);
+/* The answer of POST /oauth/token (a browser login's renewal):
+ * {"access_token", "id_token", "shouldLogout"}, snake_case. c gets access_token (and
+ * refresh_token if one is ever sent: Cursor's does not rotate, so it is normally absent);
+ * *should_logout is 1 when "shouldLogout" is true (Cursor revoked the login).
+ * 0 when the JSON is an object, -1 otherwise (c cleared, *should_logout 0). */
+int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout);
 
 /* ======================================================================== */
 /* QR: a QR code of the login URL, for logging in from a headless server   */
@@ -2274,6 +2280,19 @@ int coai_creds_parse(const char *json, size_t n, coai_creds *c)
     c->access_token = coai__json_strdup(root, "accessToken");
     c->refresh_token = coai__json_strdup(root, "refreshToken");
     c->api_key = coai__json_strdup(root, "apiKey");
+    cJSON_Delete(root);
+    return 0;
+}
+
+int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout)
+{
+    cJSON *root = cJSON_ParseWithLength(json, n);
+    memset(c, 0, sizeof *c);
+    *should_logout = 0;
+    if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
+    c->access_token = coai__json_strdup(root, "access_token");
+    c->refresh_token = coai__json_strdup(root, "refresh_token");
+    *should_logout = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "shouldLogout"));
     cJSON_Delete(root);
     return 0;
 }

@@ -2161,6 +2161,11 @@ static int auth_call(const char *method, const char *target, const char *what,
 
 enum { RENEW_OK = 0, RENEW_FAILED = -1, RENEW_NONE = -2 };
 
+/* A browser login is renewed the way Cursor's IDE renews it: POST /oauth/token with this
+ * public client id (notes, autumn 2026, 5.7: measured live, a 60-day access token, and the
+ * refresh token does not rotate). /auth/refresh is only tried when /oauth/token answers 404. */
+#define CURSOR_OAUTH_CLIENT_ID "KbZUR41cY7W6zRSdpSUJ7I7mLYBKOCmB"
+
 /* Credential file locations. Ours: $XDG_CONFIG_HOME/cursor-oai/auth.json, else
  * ~/.config/cursor-oai/auth.json. cursor-agent's (read-only fallback): the same with "cursor". */
 static void cred_paths(void)
@@ -2501,16 +2506,116 @@ static void cred_err_login(coai_error *e, const char *what)
     e->no_retry = 1;
 }
 
-/* One renewal call: /auth/exchange_user_api_key when an API key is stored, else /auth/refresh
- * (spec 14.2, 14.3). RENEW_OK with *out filled, else RENEW_FAILED with *e: a 401 when the
- * upstream refused (the user must log in again), a retryable 503 when it could not be asked. */
-static int cred_renew_http(const char *refresh, const char *key, coai_creds *out, coai_error *e)
+/* POST /oauth/token {grant_type: "refresh_token", client_id, refresh_token}: the refresh token
+ * travels in the JSON body, no bearer. Answer {access_token, id_token, shouldLogout}; the
+ * refresh token stays the one sent (it is taken from the answer only if one is ever sent).
+ * RENEW_OK with *out filled; RENEW_NONE when the route answered 404 (the caller may fall back
+ * to /auth/refresh); RENEW_FAILED with *e: 401 refused or revoked (log in again), 503 when
+ * the upstream could not be asked. */
+static int cred_renew_oauth(const char *refresh, coai_creds *out, coai_error *e)
+{
+    coai_buf head = { 0 }, req = { 0 }, body = { 0 };
+    coai_error te;
+    char what[96];
+    int status = 0, logout = 0, rc = RENEW_FAILED;
+    memset(out, 0, sizeof *out);
+    memset(&te, 0, sizeof te);
+    body.max = CRED_AUTH_BODY_MAX;
+    coai_buf_puts(&req, "{\"grant_type\":\"refresh_token\",\"client_id\":\""
+                  CURSOR_OAUTH_CLIENT_ID "\",\"refresh_token\":");
+    coai_json_str_append(&req, refresh, strlen(refresh));
+    coai_buf_puts(&req, "}");
+    coai_buf_printf(&head, "POST %s/oauth/token HTTP/1.1\r\nhost: %s\r\n"
+                    "content-type: application/json\r\naccept: application/json\r\n"
+                    "user-agent: connect-es/1.4.0\r\ncontent-length: %zu\r\n\r\n",
+                    S.up_prefix, S.up_authority, req.len);
+    if (head.err || req.err) {
+        coai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    if (up_exchange(&head, req.data, req.len, "renewing the login through /oauth/token", -1,
+                    NULL, NULL, &status, &body,
+                    &te) < 0) {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Could not renew the Cursor login: %s. The current credentials are "
+                       "kept; try again.", te.message);
+        e->retry_after = 5;
+        goto done;
+    }
+    if (status == 404) { rc = RENEW_NONE; goto done; }
+    if (status >= 200 && status <= 299 && !body.err
+        && coai_oauth_token_parse((const char *)body.data, body.len, out, &logout) == 0) {
+        if (logout) {
+            coai_creds_free(out);
+            coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
+                           "Cursor revoked this login (/oauth/token answered shouldLogout). "
+                           "Log in again: run `cursor-oai login`.");
+            e->no_retry = 1;
+            goto done;
+        }
+        if (out->access_token && strlen(out->access_token) < SRV_TOKEN_MAX
+            && (!out->refresh_token || strlen(out->refresh_token) < SRV_TOKEN_MAX)) {
+            if (!out->refresh_token && !(out->refresh_token = strdup(refresh))) {
+                coai_creds_free(out);
+                coai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                goto done;
+            }
+            rc = RENEW_OK;
+            goto done;
+        }
+    }
+    coai_creds_free(out);
+    snprintf(what, sizeof what, "/oauth/token answered HTTP %d%s", status,
+             status >= 200 && status <= 299 ? " without an access token" : "");
+    if ((status >= 200 && status <= 299) || status == 400 || status == 401 || status == 403) {
+        cred_err_login(e, what);
+    } else {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Could not renew the Cursor login (%s). The current credentials are "
+                       "kept; try again.", what);
+        e->retry_after = 5;
+    }
+done:
+    if (head.data) memset(head.data, 0, head.len);
+    if (req.data) memset(req.data, 0, req.len);
+    if (body.data) memset(body.data, 0, body.len);
+    coai_buf_free(&head);
+    coai_buf_free(&req);
+    coai_buf_free(&body);
+    return rc;
+}
+
+/* One renewal call: /auth/exchange_user_api_key when an API key is stored (spec 14.2), else
+ * /oauth/token, and /auth/refresh (spec 14.3) only when /oauth/token answers 404 and the login
+ * is our own (agent = 1: cursor-agent's login, renewed only by the non-rotating /oauth/token).
+ * RENEW_OK with *out filled, else RENEW_FAILED with *e: a 401 when the upstream refused (the
+ * user must log in again), a retryable 503 when it could not be asked. */
+static int cred_renew_http(const char *refresh, const char *key, int agent, coai_creds *out,
+                           coai_error *e)
 {
     const char *target = key[0] ? "/auth/exchange_user_api_key" : "/auth/refresh";
     coai_buf body = { 0 };
     coai_error te;
     char what[96];
     int status = 0, rc = RENEW_FAILED;
+    if (!key[0]) {
+        rc = cred_renew_oauth(refresh, out, e);
+        if (rc != RENEW_NONE) return rc;
+        rc = RENEW_FAILED;
+        if (agent) {
+            /* /auth/refresh may rotate the refresh token (spec 14.3): that would log
+             * cursor-agent out, so its login is never renewed there. */
+            coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
+                           "The Cursor login comes from cursor-agent's %s and has expired; "
+                           "it can be renewed only through /oauth/token, which answered 404 "
+                           "(the other route could use up cursor-agent's refresh token). Run "
+                           "`cursor-agent login` again, or `cursor-oai login` to give "
+                           "cursor-oai its own login.", S.agent_path);
+            e->no_retry = 1;
+            return rc;
+        }
+        srv_log(LOG_INFO, "/oauth/token answered 404; renewing through /auth/refresh");
+    }
     memset(out, 0, sizeof *out);
     memset(&te, 0, sizeof te);
     body.max = CRED_AUTH_BODY_MAX;
@@ -2556,14 +2661,26 @@ done:
 /* The renewal itself, under the inter-process lock: another process may have renewed while we
  * waited (its tokens are then in our file and are taken instead of spending the refresh token
  * a second time); else one HTTP call, and the new tokens are saved. *saved: 1 written (or
- * taken from the file), 0 the save failed (the tokens then live only in memory). */
-static int cred_renew(const char *old_token, const char *refresh, const char *key,
+ * taken from the file), 0 the save failed (the tokens then live only in memory).
+ * agent = 1 (cursor-agent's login, no API key): one /oauth/token call, nothing is read or
+ * written, no lock: the new token lives in this process's memory only. */
+static int cred_renew(const char *old_token, const char *refresh, const char *key, int agent,
                       coai_creds *out, int *saved, struct file_id *id, coai_error *e)
 {
     coai_creds fc;
     char why[PATH_MAX + 160];
-    int lk = cred_lock(), rc;
+    int lk, rc;
     *saved = 0;
+    if (agent) {
+        rc = cred_renew_http(refresh, key, 1, out, e);
+        metric_add(M_CRED_RENEWALS, rc == RENEW_OK ? "result=\"ok\"" : "result=\"failed\"", 1);
+        if (rc == RENEW_OK && strcmp(out->refresh_token, refresh) != 0)
+            srv_log(LOG_WARN, "/oauth/token answered a new refresh token for cursor-agent's "
+                    "login: if Cursor now rotates them, cursor-agent's own login in %s may no "
+                    "longer renew (then run `cursor-agent login`)", S.agent_path);
+        return rc;
+    }
+    lk = cred_lock();
     if (cred_read_file(S.ours_path, &fc, id, why, sizeof why) == 0) {
         if (strcmp(fc.access_token, old_token) != 0
             && !coai_token_expiring(coai_str_c(fc.access_token), (int64_t)time(NULL),
@@ -2576,7 +2693,7 @@ static int cred_renew(const char *old_token, const char *refresh, const char *ke
         }
         coai_creds_free(&fc);
     }
-    rc = cred_renew_http(refresh, key, out, e);
+    rc = cred_renew_http(refresh, key, 0, out, e);
     metric_add(M_CRED_RENEWALS, rc == RENEW_OK ? "result=\"ok\"" : "result=\"failed\"", 1);
     if (rc == RENEW_OK) {
         if (cred_write_file(out, why, sizeof why) == 0) {
@@ -2601,7 +2718,7 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     char *old = NULL, *rt = NULL, *key = NULL;
     coai_creds nc;
     struct file_id id;
-    int rc, saved = 0;
+    int rc, saved = 0, agent;
     pthread_mutex_lock(&S.lock);
     if (S.cred_gen != seen_gen) { pthread_mutex_unlock(&S.lock); return RENEW_OK; }
     if (S.refreshing) {
@@ -2619,18 +2736,10 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         pthread_mutex_unlock(&S.lock);
         return RENEW_NONE;
     }
-    if (S.cred_src == CRED_AGENT && !S.cred_key[0]) {
-        /* cursor-agent's refresh token is not ours to spend: if Cursor rotates refresh
-         * tokens, using it would leave cursor-agent's own login dead. */
-        coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
-                       "The Cursor login comes from cursor-agent's %s, which cursor-oai only "
-                       "reads (renewing it would use up cursor-agent's refresh token). Run "
-                       "`cursor-agent login` again, or `cursor-oai login` to give cursor-oai "
-                       "its own login.", S.agent_path);
-        e->no_retry = 1;
-        pthread_mutex_unlock(&S.lock);
-        return RENEW_FAILED;
-    }
+    /* cursor-agent's browser login is renewed in memory only, through /oauth/token, whose
+     * refresh token does not rotate (notes, autumn 2026, 5.7): cursor-agent's own token is
+     * not used up, and its file is never written (README, Credentials). */
+    agent = S.cred_src == CRED_AGENT && !S.cred_key[0];
     if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
         *e = S.refresh_err;
         pthread_mutex_unlock(&S.lock);
@@ -2649,12 +2758,20 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         rc = RENEW_FAILED;
     } else {
         srv_log(LOG_INFO, "renewing the Cursor access token (%s)",
-                key[0] ? "API key exchange" : "refresh token");
-        rc = cred_renew(old, rt, key, &nc, &saved, &id, e);
+                key[0] ? "API key exchange" : agent ? "cursor-agent's refresh token, in memory"
+                : "refresh token");
+        rc = cred_renew(old, rt, key, agent, &nc, &saved, &id, e);
     }
 
     pthread_mutex_lock(&S.lock);
-    if (rc == RENEW_OK) {
+    if (rc == RENEW_OK && agent) {
+        /* still cursor-agent's login: its file changing on disk replaces this token */
+        cred_set_locked(&nc, CRED_AGENT);
+        S.persist_failed = 0;
+        S.refresh_failed = 0;
+        S.refresh_block_until = 0;
+        S.cred_bad_gen = 0;
+    } else if (rc == RENEW_OK) {
         cred_set_locked(&nc, CRED_OURS);
         if (saved) S.ours_id = id;
         S.persist_failed = !saved;
@@ -2672,7 +2789,8 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     pthread_cond_broadcast(&S.cred_cv);
     pthread_mutex_unlock(&S.lock);
     if (rc == RENEW_OK) srv_log(LOG_INFO, "Cursor access token renewed%s",
-                                saved ? "" : " (in memory only)");
+                                agent ? " (in memory only; cursor-agent's file left as it is)"
+                                : saved ? "" : " (in memory only)");
     else srv_log(LOG_WARN, "renewing the Cursor access token failed: %s", e->message);
     if (old) { memset(old, 0, strlen(old)); free(old); }
     if (rt) { memset(rt, 0, strlen(rt)); free(rt); }
@@ -2742,8 +2860,7 @@ static int cred_ensure(coai_error *e)
     cred_poll_files();
     cred_persist_retry();
     pthread_mutex_lock(&S.lock);
-    renewable = S.cred_src != CRED_ENV && (S.cred_key[0]
-                                           || (S.refresh[0] && S.cred_src != CRED_AGENT));
+    renewable = S.cred_src != CRED_ENV && (S.cred_key[0] || S.refresh[0]);
     bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
     pthread_mutex_unlock(&S.lock);
     if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
@@ -2773,6 +2890,19 @@ static int cred_require(coai_error *e)
 {
     if (cred_ensure(e) < 0) return -1;
     return cred_have() ? 0 : cred_missing(e);
+}
+
+/* How the current login is renewed, in words (status command, status page). Caller holds
+ * S.lock. */
+static const char *cred_renewal_locked(void)
+{
+    return S.cred_src == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN is used as is)"
+         : S.cred_key[0] ? "by API key exchange (key stored)"
+         : S.refresh[0] && S.cred_src == CRED_AGENT
+           ? "by refresh token through /oauth/token, in memory only (cursor-agent's file is "
+             "never written)"
+         : S.refresh[0] ? "by refresh token through /oauth/token"
+         : "none (log in again when it expires)";
 }
 
 /* "credentials" member of /health. */
@@ -7465,9 +7595,7 @@ static int run_status(int argc, char **argv)
     describe_expiry(buf, sizeof buf, tok);
     printf("Access token: %s\n", buf);
     pthread_mutex_lock(&S.lock);
-    printf("Renewal: %s\n", src == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN is used as is)"
-           : S.cred_key[0] ? "by API key exchange (key stored)"
-           : S.refresh[0] ? "by refresh token" : "none (log in again when it expires)");
+    printf("Renewal: %s\n", cred_renewal_locked());
     pthread_mutex_unlock(&S.lock);
     fflush(stdout);
     memset(&m, 0, sizeof m);
@@ -7732,9 +7860,7 @@ static int run_doctor(int argc, char **argv)
         pthread_mutex_lock(&S.lock);
         doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
                     srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? S.ours_path
-                    : S.agent_path, exp, srcw == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN)"
-                    : S.cred_key[0] ? "by API key" : S.refresh[0] ? "by refresh token"
-                    : "none");
+                    : S.agent_path, exp, cred_renewal_locked());
         pthread_mutex_unlock(&S.lock);
     }
     memset(tok, 0, sizeof tok);

@@ -245,8 +245,11 @@ def chat_text(st, body, stream):
 # ---------------------------------------------------------------------------------------------
 # fake upstream helpers
 
+# /auth/refresh is absent by default here (unconfirmed on the 2026 server): a browser login is
+# renewed through /oauth/token (notes autumn 2026, 5.7); t_oauth_fallback turns it back on.
 FAKE_DEFAULTS = {"accept_any_jwt": True, "poll_pending": 2, "refresh_status": None,
                  "refresh_delay_s": 0.0, "rotate_refresh": True, "api_keys": None,
+                 "oauth_token_route": True, "auth_refresh_route": False,
                  "models_status": None, "access_ttl_s": 3600, "default_scenario": "default"}
 
 
@@ -446,7 +449,7 @@ def t_api_key_login():
     rc, out, err = cli("login-key-bad", ["login", "--api-key", bad], env4)
     check("login with a rejected key: exit 1, says rejected, nothing saved",
           rc == 1 and "rejected" in err and not os.path.exists(ours_path(env4)), (rc, err))
-    # renewal of a stored key is an exchange, not /auth/refresh
+    # renewal of a stored key is an exchange, not /oauth/token nor /auth/refresh
     fake_reset()
     env5 = new_env("apikey-renew")
     write_creds(ours_path(env5), jwt(60), rt("unused"), api_key=key)
@@ -454,8 +457,8 @@ def t_api_key_login():
     try:
         st, b, _ = srv.chat()
         eq("expiring token with a stored API key: chat 200", st, 200)
-        eq("  ... renewed by one exchange call", (count("exchange_calls"),
-                                                 count("refresh_calls")), (1, 0))
+        eq("  ... renewed by one exchange call", (count("exchange_calls"), count("oauth_calls"),
+                                                 count("refresh_calls")), (1, 0, 0))
         d = read_creds(ours_path(env5))
         check("  ... the key stays stored with the new tokens", d.get("apiKey") == key)
     finally:
@@ -480,7 +483,7 @@ def t_status():
     check("status: which file", ours_path(env) in out, out)
     check("status: upstream accepts the token (GetUsableModels)",
           "accepts the token" in out and count("models_calls") == 1, out)
-    eq("status: no renewal for a token valid for days", count("refresh_calls"), 0)
+    eq("status: no renewal for a token valid for days", count("oauth_calls"), 0)
     # expired two hours ago, nothing to renew with: rejected
     env2 = new_env("status-expired")
     write_creds(ours_path(env2), jwt(-(2 * 3600 + 120)))
@@ -536,7 +539,7 @@ def t_status_renews():
     rc, out, err = cli("status-renew", ["status"], env)
     d = read_creds(ours_path(env))
     check("status with a token expiring in 90 s: renews it first (one refresh), exit 0",
-          rc == 0 and count("refresh_calls") == 1 and "renewed" in out
+          rc == 0 and count("oauth_calls") == 1 and "renewed" in out
           and d["accessToken"] != old, (rc, out, err))
 
 
@@ -593,20 +596,25 @@ def t_refresh_before_expiry():
     try:
         st, b, _ = srv.chat()
         eq("token expiring in 2 min: chat 200", st, 200)
-        eq("  ... exactly one refresh call", count("refresh_calls"), 1)
-        rf = reqs("/auth/refresh")
-        check("  ... refresh is POST {} with Bearer <refresh token>",
-              rf and rf[0]["method"] == "POST" and bearer_of(rf[0]) == r0
-              and rf[0]["body_hex"] == "{}".encode().hex(), rf[:1])
+        eq("  ... exactly one /oauth/token call, none to /auth/refresh",
+           (count("oauth_calls"), count("refresh_calls")), (1, 0))
+        rf = reqs("/oauth/token")
+        body = json.loads(bytes.fromhex(rf[0]["body_hex"])) if rf else {}
+        check("  ... POST /oauth/token, JSON {grant_type refresh_token, Cursor's client_id, "
+              "refresh_token}, no bearer", rf and rf[0]["method"] == "POST"
+              and body == {"grant_type": "refresh_token",
+                           "client_id": "KbZUR41cY7W6zRSdpSUJ7I7mLYBKOCmB", "refresh_token": r0}
+              and "authorization" not in (rf[0].get("headers") or {}), rf[:1])
         d = read_creds(ours_path(env))
         runs = reqs("RunSSE", 1)
         check("  ... RunSSE used the new token (the fake's recorded Authorization)",
               runs and all(bearer_of(r) == d["accessToken"] != old for r in runs),
               [bearer_of(r)[:20] for r in runs])
-        check("  ... new tokens saved (rotated refresh token)", d["refreshToken"] != r0)
+        check("  ... new access token saved with the same refresh token (it does not rotate)",
+              d["accessToken"] != old and d["refreshToken"] == r0, list(d))
         eq("  ... file mode still 0600", stat.S_IMODE(os.stat(ours_path(env)).st_mode), 0o600)
         st, b, _ = srv.chat()
-        check("  ... next chat: no further refresh", st == 200 and count("refresh_calls") == 1)
+        check("  ... next chat: no further refresh", st == 200 and count("oauth_calls") == 1)
         eq("  ... /health credentials ok", srv.health().get("credentials"), "ok")
     finally:
         srv.stop()
@@ -629,7 +637,7 @@ def t_refresh_on_401():
             check("upstream rejects the token (401): chat stream=%s still answers 200 with "
                   "text" % stream, chat_text(st, b, stream) == "Hello from fake Cursor.",
                   (st, b[:300]))
-        eq("  ... exactly one refresh call", count("refresh_calls"), 1)
+        eq("  ... exactly one refresh call", count("oauth_calls"), 1)
         runs = reqs("RunSSE", 3)
         d = read_creds(ours_path(env))
         check("  ... first RunSSE with the old token, retried with the new one",
@@ -667,7 +675,7 @@ def t_single_flight():
             t.join(90)
         ok = sum(1 for r in res if r == "Hello from fake Cursor.")
         eq("50 concurrent requests with a rejected token: all 50 succeed", ok, 50)
-        eq("  ... exactly 1 refresh call (single flight)", count("refresh_calls"), 1)
+        eq("  ... exactly 1 refresh call (single flight)", count("oauth_calls"), 1)
     finally:
         srv.stop()
     # the same at the moment of expiry (proactive): 20 requests, one refresh
@@ -691,7 +699,7 @@ def t_single_flight():
         for t in ts:
             t.join(90)
         eq("20 concurrent requests with an expiring token: all 200", res, [200] * 20)
-        eq("  ... exactly 1 refresh call", count("refresh_calls"), 1)
+        eq("  ... exactly 1 refresh call", count("oauth_calls"), 1)
     finally:
         srv.stop()
 
@@ -715,7 +723,7 @@ def t_refresh_rejected():
         eq("  ... x-should-retry: false", h.get("x-should-retry"), "false")
         st2, b2, _ = srv.chat(stream=True)
         eq("  ... streaming request: a real 401 too", st2, 401)
-        eq("  ... backoff: no second refresh call", count("refresh_calls"), 1)
+        eq("  ... backoff: no second refresh call", count("oauth_calls"), 1)
         eq("  ... credentials file untouched", file_bytes(ours_path(env)), before)
         check("  ... /health shows it", "rejected" in srv.health().get("credentials", ""),
               srv.health())
@@ -739,7 +747,7 @@ def t_refresh_unreachable():
               h.get("x-should-retry") != "false", h)
         eq("  ... old credentials kept (file identical)", file_bytes(ours_path(env)), before)
         st, b, h = srv.chat()
-        eq("  ... the next request tries again (2 refresh calls)", (st, count("refresh_calls")),
+        eq("  ... the next request tries again (2 refresh calls)", (st, count("oauth_calls")),
            (503, 2))
         FAKE.ctl("/config", {"refresh_status": None})
         st, b, h = srv.chat()
@@ -789,10 +797,10 @@ def t_after_stream_401():
               st == 200 and s["content"] == "before kv" and len(s["errors"]) == 1
               and s["done"], (st, s))
         eq("  ... no replay: one run, no refresh during it", (len(reqs("RunSSE", 1)),
-                                                            count("refresh_calls")), (1, 0))
+                                                            count("oauth_calls")), (1, 0))
         st, b, _ = srv.chat()
         eq("  ... the next request renews first (1 refresh) and succeeds",
-           (st, count("refresh_calls")), (200, 1))
+           (st, count("oauth_calls")), (200, 1))
     finally:
         srv.stop()
 
@@ -838,7 +846,7 @@ def t_persist_failure():
         try:
             st, b, _ = srv.chat()
             eq("disk full while saving renewed tokens: chat still 200", st, 200)
-            eq("  ... one refresh call", count("refresh_calls"), 1)
+            eq("  ... one refresh call", count("oauth_calls"), 1)
             eq("  ... old file byte-identical", file_bytes(ours_path(env)), before)
             eq("  ... old file still 0600", stat.S_IMODE(os.stat(ours_path(env)).st_mode), 0o600)
             eq("  ... no temporary file left", sorted(n for n in os.listdir(d)
@@ -853,7 +861,7 @@ def t_persist_failure():
             st, b, _ = srv.chat()
             runs = reqs("RunSSE", 2)
             check("  ... next chat uses the in-memory token, no second refresh",
-                  st == 200 and count("refresh_calls") == 1 and len(runs) == 2
+                  st == 200 and count("oauth_calls") == 1 and len(runs) == 2
                   and bearer_of(runs[1]) == bearer_of(runs[0]) != old,
                   [bearer_of(x)[:12] for x in runs])
             # space comes back: the kept tokens are saved on a later request
@@ -862,8 +870,8 @@ def t_persist_failure():
             st, b, _ = srv.chat()
             saved = read_creds(ours_path(env)) if st == 200 else {}
             check("  ... once there is space again, a later request saves the renewed tokens",
-                  len(runs) == 2 and saved.get("accessToken") == bearer_of(runs[1]) and saved.get(
-                      "refreshToken") != r0, (st, list(saved)))
+                  len(runs) == 2 and saved.get("accessToken") == bearer_of(runs[1]) != old
+                  and saved.get("refreshToken") == r0, (st, list(saved)))
             eq("  ... /health ok again", srv.health().get("credentials"), "ok")
             before = file_bytes(ours_path(env))
         finally:
@@ -930,21 +938,125 @@ def t_pickup_login():
               and bearer_of(runs[0]) == envtok)
     finally:
         srv.stop()
-    # only cursor-agent's file: used read-only, and its refresh token is never spent (issue 17
-    # item 9: if Cursor rotates refresh tokens, that would log cursor-agent out)
+    # only cursor-agent's file: read only; its browser login is renewed in memory through
+    # /oauth/token, whose refresh token does not rotate (notes autumn 2026, 5.7), so
+    # cursor-agent's own login stays usable; neither file is written
     fake_reset()
     env = new_env("agentfile")
     r0 = rt("agentfile")
     FAKE.ctl("/config", {"refresh_tokens": [r0]})
-    write_creds(agent_path(env), jwt(60), r0)
+    old = jwt(60)
+    write_creds(agent_path(env), old, r0)
     before = file_bytes(agent_path(env))
     srv = Srv("agentfile", env)
     try:
         st, _, _ = srv.chat()
-        check("cursor-agent's file with an expiring token: chat 200 with it, no renewal",
-              st == 200 and count("refresh_calls") == 0, (st, count("refresh_calls")))
+        runs = reqs("RunSSE", 1)
+        eq("cursor-agent's file with an expiring token: chat 200", st, 200)
+        eq("  ... renewed by one /oauth/token call, never /auth/refresh",
+           (count("oauth_calls"), count("refresh_calls")), (1, 0))
+        check("  ... RunSSE used the renewed token", runs and bearer_of(runs[-1]) not in ("", old),
+              [bearer_of(r)[:12] for r in runs])
         eq("  ... cursor-agent's file untouched", file_bytes(agent_path(env)), before)
         check("  ... nothing written to our file", not os.path.exists(ours_path(env)))
+        st, _, _ = srv.chat()
+        check("  ... next chat: 200, no second renewal", st == 200 and count("oauth_calls") == 1,
+              (st, count("oauth_calls")))
+        eq("  ... /health credentials ok", srv.health().get("credentials"), "ok")
+        check("  ... the log says in memory only", "in memory only" in srv.logtext(),
+              srv.logtext()[-600:])
+        # cursor-agent logs in again while we serve: its new file replaces our in-memory token
+        newer = jwt(7200)
+        write_creds(agent_path(env), newer, r0)
+        got = H.wait_for(lambda: srv.chat()[0] == 200 and bearer_of(reqs("RunSSE")[-1]) == newer,
+                         5, step=0.3)
+        check("  ... a new cursor-agent login on disk is picked up", got)
+    finally:
+        srv.stop()
+    rc, out, err = cli("status-agent-renew", ["status"], env)
+    check("status with cursor-agent's file: renewal in memory only through /oauth/token",
+          "in memory only" in out and "/oauth/token" in out, out)
+    # /oauth/token answers 404: cursor-agent's login is not renewed through /auth/refresh,
+    # which may rotate (and so spend) cursor-agent's refresh token
+    fake_reset(oauth_token_route=False, auth_refresh_route=True)
+    env = new_env("agentfile404")
+    r0 = rt("agentfile404")
+    FAKE.ctl("/config", {"refresh_tokens": [r0]})
+    write_creds(agent_path(env), jwt(-60), r0)
+    before = file_bytes(agent_path(env))
+    srv = Srv("agentfile404", env)
+    try:
+        st, b, _ = srv.chat()
+        msg = jerr(b).get("message", "")
+        check("cursor-agent's login, /oauth/token 404: 401 naming cursor-agent login, "
+              "/auth/refresh never called", st == 401 and "cursor-agent login" in msg
+              and count("refresh_calls") == 0 and count("oauth_calls") == 1,
+              (st, msg, count("refresh_calls")))
+        eq("  ... cursor-agent's file untouched", file_bytes(agent_path(env)), before)
+    finally:
+        srv.stop()
+
+
+def t_oauth_fallback():
+    """/oauth/token answers 404: our own login falls back to /auth/refresh (spec 14.3), and its
+    rotated refresh token is saved."""
+    fake_reset(oauth_token_route=False, auth_refresh_route=True)
+    env = new_env("fallback")
+    old = jwt(90)
+    r0 = rt("fallback")
+    FAKE.ctl("/config", {"refresh_tokens": [r0]})
+    write_creds(ours_path(env), old, r0)
+    srv = Srv("fallback", env)
+    try:
+        st, b, _ = srv.chat()
+        eq("/oauth/token 404: chat 200 through /auth/refresh", st, 200)
+        eq("  ... one /oauth/token call, then one /auth/refresh call",
+           (count("oauth_calls"), count("refresh_calls")), (1, 1))
+        rf = reqs("/auth/refresh")
+        check("  ... /auth/refresh is POST {} with Bearer <refresh token>",
+              rf and bearer_of(rf[0]) == r0 and rf[0]["body_hex"] == "{}".encode().hex(), rf[:1])
+        d = read_creds(ours_path(env))
+        check("  ... the rotated pair is saved", d["accessToken"] != old and d["refreshToken"]
+              != r0, list(d))
+    finally:
+        srv.stop()
+    # both routes answer 404: a retryable 503, nothing lost
+    fake_reset(oauth_token_route=False, auth_refresh_route=False)
+    env = new_env("fallback2")
+    write_creds(ours_path(env), jwt(-60), rt("fallback2"))
+    before = file_bytes(ours_path(env))
+    srv = Srv("fallback2", env)
+    try:
+        st, b, h = srv.chat()
+        check("both renewal routes 404: 503 naming /auth/refresh, file kept",
+              st == 503 and "/auth/refresh" in jerr(b).get("message", "")
+              and file_bytes(ours_path(env)) == before, (st, b[:300]))
+    finally:
+        srv.stop()
+
+
+def t_oauth_revoked():
+    """shouldLogout: true (a revoked refresh token): 401 telling to log in again, no retry, the
+    file left as it is, no second call within the backoff."""
+    fake_reset()
+    env = new_env("revoked")
+    write_creds(ours_path(env), jwt(-60), rt("revoked-unknown"))
+    before = file_bytes(ours_path(env))
+    srv = Srv("revoked", env)
+    try:
+        st, b, h = srv.chat()
+        e = jerr(b)
+        check("/oauth/token says shouldLogout: 401 upstream_auth_expired, 'revoked', "
+              "'log in again'", st == 401 and e.get("code") == "upstream_auth_expired"
+              and "revoked" in e.get("message", "") and "Log in again" in e.get("message", "")
+              and "cursor-oai login" in e.get("message", ""), (st, e))
+        eq("  ... x-should-retry: false", h.get("x-should-retry"), "false")
+        st, b, h = srv.chat()
+        eq("  ... a second request: 401, no second call (backoff)", (st, count("oauth_calls")),
+           (401, 1))
+        eq("  ... file untouched", file_bytes(ours_path(env)), before)
+        check("  ... /health shows it", "rejected" in srv.health().get("credentials", ""),
+              srv.health())
     finally:
         srv.stop()
 
@@ -1074,8 +1186,8 @@ def t_no_secrets():
 TESTS = [t_help, t_login_browser_flow, t_login_ctrl_c, t_login_errors, t_api_key_login,
          t_status, t_status_renews, t_logout, t_models_cli, t_refresh_before_expiry,
          t_refresh_on_401, t_single_flight, t_refresh_rejected, t_refresh_unreachable,
-         t_after_stream_401, t_persist_failure, t_pickup_login, t_models_cache, t_unknown_model,
-         t_no_secrets]
+         t_after_stream_401, t_persist_failure, t_pickup_login, t_oauth_fallback, t_oauth_revoked,
+         t_models_cache, t_unknown_model, t_no_secrets]
 
 
 def main():

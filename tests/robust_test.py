@@ -622,12 +622,14 @@ def jwt(exp_in, sub="auth0|robust"):
 
 
 def t_auth(tmp, fake, token):
-    # cursor-agent's file only, token expired: no renewal with its refresh token
+    # cursor-agent's file only, token expired: renewed in memory through /oauth/token (its
+    # refresh token does not rotate), never through /auth/refresh, and its file is never written
     home = os.path.join(tmp, "home-agent")
     agent = os.path.join(home, ".config", "cursor", "auth.json")
     rt = "rt_robust_agent"
     fake.ctl("/config", {"refresh_tokens": [rt]})
     c0 = counters(fake).get("refresh_calls", 0)
+    o0 = counters(fake).get("oauth_calls", 0)
     write_json(agent, {"accessToken": jwt(-60), "refreshToken": rt})
     before = open(agent, "rb").read()
     p = H.Proxy(tmp, "agent2", fake.url(), fake.ca, "", extra_env={
@@ -636,13 +638,15 @@ def t_auth(tmp, fake, token):
         st, b, hd = plain(p, "scenario:default")
         e = err_of(b) or {}
         calls = counters(fake).get("refresh_calls", 0) - c0
-        note("only cursor-agent's auth.json, token expired: %d, %d renewal call(s): %s"
-             % (st, calls, e.get("message")))
-        check("cursor-agent's refresh token is never spent (0 renewal calls)", calls == 0,
-              calls)
-        check("  ... the client is told to log in (401 naming cursor-agent login / cursor-oai "
-              "login)", st == 401 and "login" in (e.get("message") or ""), (st, b[:300]))
+        ocalls = counters(fake).get("oauth_calls", 0) - o0
+        note("only cursor-agent's auth.json, token expired: %d, %d /oauth/token and %d "
+             "/auth/refresh call(s): %s" % (st, ocalls, calls, e.get("message")))
+        check("cursor-agent's expired login is renewed in memory by one /oauth/token call "
+              "(chat 200), never by /auth/refresh", st == 200 and ocalls == 1 and calls == 0,
+              (st, ocalls, calls, b[:300]))
         check("  ... cursor-agent's file untouched", open(agent, "rb").read() == before)
+        check("  ... no file of ours written",
+              not os.path.exists(os.path.join(home, ".config", "cursor-oai", "auth.json")))
     finally:
         p.stop()
 
@@ -696,7 +700,7 @@ def t_auth(tmp, fake, token):
         e = err_of(b) or {}
         note("token renewal answered after 12 s, CURSOR_OAI_UPSTREAM_TIMEOUT=3: %d after %.2f s:"
              " %s" % (st, dt, e.get("message")))
-        check("a hanging /auth/refresh ends at the overall deadline (503 within 5 s)",
+        check("a hanging renewal call (/oauth/token) ends at the overall deadline (503 within 5 s)",
               st == 503 and dt < 5, (st, dt, b[:200]))
     finally:
         fake.ctl("/config", {"refresh_delay_s": 0.0})

@@ -117,11 +117,46 @@ static void test_creds(void)
     coai_buf_free(&b);
 }
 
+/* The /oauth/token answer (notes autumn 2026, 5.7): snake_case, no refresh token, and
+ * shouldLogout for a revoked login. */
+static void test_oauth_token(void)
+{
+    coai_creds c;
+    int lo = 5;
+    const char *ok = "{\"access_token\":\"eyJ.a.b\",\"id_token\":\"i\",\"shouldLogout\":false}";
+    const char *out = "{\"access_token\":\"\",\"id_token\":\"\",\"shouldLogout\":true}";
+    const char *rot = "{\"access_token\":\"t\",\"refresh_token\":\"r2\"}";
+    const char *camel = "{\"accessToken\":\"t\",\"refreshToken\":\"r\",\"shouldLogout\":1}";
+    CHECK(coai_oauth_token_parse(ok, strlen(ok), &c, &lo) == 0);
+    CHECK(lo == 0 && c.access_token && strcmp(c.access_token, "eyJ.a.b") == 0);
+    CHECK(c.refresh_token == NULL && c.api_key == NULL);
+    coai_creds_free(&c);
+    CHECK(coai_oauth_token_parse(out, strlen(out), &c, &lo) == 0);
+    CHECK(lo == 1 && c.access_token == NULL);
+    coai_creds_free(&c);
+    CHECK(coai_oauth_token_parse(rot, strlen(rot), &c, &lo) == 0);
+    CHECK(lo == 0 && c.refresh_token && strcmp(c.refresh_token, "r2") == 0);
+    coai_creds_free(&c);
+    /* the auth.json spelling is not this answer's; a non-bool shouldLogout is not true */
+    CHECK(coai_oauth_token_parse(camel, strlen(camel), &c, &lo) == 0);
+    CHECK(lo == 0 && c.access_token == NULL && c.refresh_token == NULL);
+    coai_creds_free(&c);
+    lo = 5;
+    CHECK(coai_oauth_token_parse("[true]", 6, &c, &lo) == -1 && lo == 0 && !c.access_token);
+    {
+        const char *inj = "{\"access_token\":\"a\\r\\nX\"}";
+        CHECK(coai_oauth_token_parse(inj, strlen(inj), &c, &lo) == 0);
+    }
+    CHECK(c.access_token == NULL);
+    coai_creds_free(&c);
+}
+
 int main(void)
 {
     test_jwt();
     test_pkce();
     test_delays();
     test_creds();
+    test_oauth_token();
     TEST_END();
 }

@@ -7,7 +7,7 @@ Serves over real TLS on 127.0.0.1 (TLS 1.2 allowed, for BearSSL clients):
   POST /aiserver.v1.AiService/GetUsableModels   Connect unary JSON
   POST /aiserver.v1.DashboardService/GetCurrentPeriodUsage, .../GetPlanInfo   Connect unary JSON
   POST /aiserver.v1.ServerConfigService/GetServerConfig   Connect unary JSON (agentUrlConfig)
-  GET  /auth/poll, POST /auth/refresh, POST /auth/exchange_user_api_key
+  GET  /auth/poll, POST /oauth/token, POST /auth/refresh, POST /auth/exchange_user_api_key
 and validates requests the way the real server would (auth, content type, checksum, the headers of
 spec 2.1, request ids, append_seqno order, run request shape). Every request is recorded.
 Two profiles (issue 10): grpc-web (application/grpc-web+proto both ways, trailers) and Connect
@@ -96,10 +96,13 @@ DEFAULT_CONFIG = {
     "stall_max_s": 600.0,          # "stall" op gives up after this
     "keepalive_idle_s": 120.0,     # idle keep-alive connection timeout
     "poll_pending": 2,             # /auth/poll answers 404 this many times per uuid
-    "refresh_status": None,        # e.g. 401 to make /auth/refresh fail
-    "refresh_delay_s": 0.0,
+    "refresh_status": None,        # e.g. 401 to make /oauth/token and /auth/refresh fail
+    "refresh_delay_s": 0.0,        # both renewal routes answer after this
+    "oauth_token_route": True,     # False: /oauth/token answers 404
+    "auth_refresh_route": True,    # False: /auth/refresh answers 404 (unconfirmed in 2026)
     "access_ttl_s": 3600,          # exp of issued access tokens
-    "rotate_refresh": True,        # a used refresh token becomes invalid
+    "rotate_refresh": True,        # /auth/refresh only: a used refresh token becomes invalid
+                                   # (/oauth/token never rotates: notes autumn 2026, 5.7)
     "api_keys": None,              # list of accepted API keys (None: any "key_*" string)
     "models_status": None,         # HTTP status to fail GetUsableModels with
     "usage_shape": "plan",         # GetCurrentPeriodUsage answer: plan | no_plan | limit_hit
@@ -2050,8 +2053,64 @@ def _auth_post(conn, req, what):
     return tok, None
 
 
+OAUTH_CLIENT_ID = "KbZUR41cY7W6zRSdpSUJ7I7mLYBKOCmB"
+
+
+def h_oauth_token(conn, req, rec):
+    """A browser login's renewal as Cursor's IDE does it (notes autumn 2026, 5.7; upstream-extras
+    2.1): JSON {grant_type: "refresh_token", client_id, refresh_token} -> {access_token, id_token,
+    shouldLogout}. The refresh token does not rotate and is not sent back; an unknown (revoked)
+    one gets shouldLogout: true."""
+    S.count("oauth_calls")
+    if not S.config["oauth_token_route"]:
+        conn.respond(404, "Not Found", ctype="text/plain")
+        return 404
+    ct = req["headers"].get("content-type", "")
+    if ct.split(";")[0].strip().lower() != "application/json":
+        S.error("oauth/token: content-type %r" % ct)
+        return connect_error(conn, 415, "unknown", "unsupported content-type")
+    try:
+        body = json.loads(req["body"].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        body = None
+    if not isinstance(body, dict):
+        S.error("oauth/token: body is not a JSON object")
+        conn.respond(400, json.dumps({"error": "invalid_request"}))
+        return 400
+    if body.get("grant_type") != "refresh_token":
+        S.error("oauth/token: grant_type %r" % body.get("grant_type"))
+        conn.respond(400, json.dumps({"error": "unsupported_grant_type"}))
+        return 400
+    if body.get("client_id") != OAUTH_CLIENT_ID:
+        S.error("oauth/token: client_id %r" % body.get("client_id"))
+        conn.respond(401, json.dumps({"error": "invalid_client"}))
+        return 401
+    rt = body.get("refresh_token")
+    if not isinstance(rt, str) or not rt:
+        S.error("oauth/token: no refresh_token")
+        conn.respond(400, json.dumps({"error": "invalid_request"}))
+        return 400
+    if S.config["refresh_delay_s"]:
+        time.sleep(float(S.config["refresh_delay_s"]))
+    if S.config["refresh_status"]:
+        return connect_error(conn, int(S.config["refresh_status"]), "unauthenticated",
+                             "refresh failed")
+    with S.lock:
+        ok = rt in S.refresh_tokens
+    if not ok:
+        conn.respond(200, json.dumps({"access_token": "", "id_token": "", "shouldLogout": True}))
+        return 200
+    at = issue_tokens()["accessToken"]
+    conn.respond(200, json.dumps({"access_token": at, "id_token": "idt_" + secrets.token_hex(8),
+                                  "shouldLogout": False}))
+    return 200
+
+
 def h_refresh(conn, req, rec):
     S.count("refresh_calls")
+    if not S.config["auth_refresh_route"]:
+        conn.respond(404, "Not Found", ctype="text/plain")
+        return 404
     tok, st = _auth_post(conn, req, "auth/refresh")
     if st:
         return st
@@ -2090,6 +2149,7 @@ ROUTES = {
     PATH_PLAN: ("POST", h_plan),
     PATH_SERVER_CONFIG: ("POST", h_server_config),
     "/auth/poll": ("GET", h_poll),
+    "/oauth/token": ("POST", h_oauth_token),
     "/auth/refresh": ("POST", h_refresh),
     "/auth/exchange_user_api_key": ("POST", h_exchange),
 }

@@ -803,6 +803,30 @@ def server_tests(fake):
     eq("exchange bad key", s, 401)
     s, _ = raw_post(fake, "/nope", b"{}", {})
     eq("unknown path", s, 404)
+    # /oauth/token: the refresh token does not rotate; an unknown one means shouldLogout
+    jc = {"content-type": "application/json"}
+    ok_body = json.dumps({"grant_type": "refresh_token",
+                          "client_id": "KbZUR41cY7W6zRSdpSUJ7I7mLYBKOCmB",
+                          "refresh_token": new["refreshToken"]}).encode()
+    s, b = raw_post(fake, "/oauth/token", ok_body, jc)
+    s2, b2 = raw_post(fake, "/oauth/token", ok_body, jc)
+    j1, j2 = json.loads(b), json.loads(b2)
+    check("oauth/token twice with the same refresh token: two access tokens, no refresh token",
+          s == s2 == 200 and j1["access_token"] and j2["access_token"] and not j1["shouldLogout"]
+          and "refresh_token" not in j1, (s, s2, b2))
+    s, b = raw_post(fake, "/oauth/token", ok_body.replace(new["refreshToken"].encode(), b"rt_x"),
+                    jc)
+    check("oauth/token unknown refresh token: shouldLogout", s == 200 and
+          json.loads(b)["shouldLogout"] is True and not json.loads(b)["access_token"], b)
+    n0 = len(fake.ctl("/state")["errors"])
+    s, _ = raw_post(fake, "/oauth/token", ok_body.replace(b"KbZUR41", b"XbZUR41"), jc)
+    eq("oauth/token wrong client_id: 401, recorded as an error",
+       (s, len(errors_since(fake, n0)) > 0), (401, True))
+    fake.ctl("/config", {"oauth_token_route": False, "auth_refresh_route": False})
+    s, _ = raw_post(fake, "/oauth/token", ok_body, jc)
+    s2, _ = raw_post(fake, "/auth/refresh", b"{}", jh)
+    eq("oauth_token_route / auth_refresh_route off: 404 each", (s, s2), (404, 404))
+    fake.ctl("/config", {"oauth_token_route": True, "auth_refresh_route": True})
 
     # -- wrong certificates
     for port, name in ((fake.info["wrong_host_port"], "wrong host"),

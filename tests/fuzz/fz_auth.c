@@ -1,4 +1,4 @@
-/* fz_auth.c - JWT claims and credential JSON from arbitrary bytes. */
+/* fz_auth.c - JWT claims, credential JSON and the /oauth/token answer from arbitrary bytes. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "../../cursor_oai.h"
 
@@ -26,6 +26,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if ((c.access_token == NULL) != (parsed.access_token == NULL)) abort();
         if (c.access_token && strcmp(c.access_token, parsed.access_token) != 0) abort();
         coai_creds_free(&parsed);
+        coai_creds_free(&c);
+    }
+    {
+        /* the /oauth/token answer: tokens are visible ASCII, the flag 0 or 1 */
+        int lo = 7;
+        size_t i;
+        if (coai_oauth_token_parse((const char *)data, size, &c, &lo) == 0) {
+            for (i = 0; c.access_token && c.access_token[i]; i++)
+                if ((unsigned char)c.access_token[i] < 0x21
+                    || (unsigned char)c.access_token[i] > 0x7e) abort();
+            if (c.api_key) abort();
+        } else if (c.access_token || c.refresh_token) {
+            abort();
+        }
+        if (lo != 0 && lo != 1) abort();
         coai_creds_free(&c);
     }
     coai_buf_free(&b);
