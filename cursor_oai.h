@@ -182,7 +182,8 @@ typedef enum coai_result {
     COAI_ERR_HTTP = -9,        /* malformed HTTP */
     COAI_ERR_TRUNCATED = -10,  /* input ended inside a unit */
     COAI_ERR_STATE = -11,      /* API used in the wrong state (programmer error) */
-    COAI_ERR_UPSTREAM = -12    /* the upstream reported an error (see coai_status) */
+    COAI_ERR_UPSTREAM = -12,   /* the upstream reported an error (see coai_status) */
+    COAI_ERR_H2 = -13          /* HTTP/2 connection error (coai_h2_conn.error has the code) */
 } coai_result;
 
 const char *coai_result_str(int r);
@@ -991,6 +992,355 @@ int coai_http_token_equal(coai_str a, coai_str b);
  * {NULL, 0} when the scheme is not Bearer or the token is empty. */
 coai_str coai_http_bearer(coai_str authorization);
 /* PART:HTTP api end */
+
+/* ======================================================================== */
+/* PART:H2 api (HTTP/2 client: frames, HPACK, one connection, sans-IO)      */
+/* ======================================================================== */
+/* An HTTP/2 client connection (RFC 9113) and its header compression, HPACK (RFC 7541),
+ * without sockets: the caller moves bytes, this part says what they mean and what to
+ * send back. One coai_h2_conn is one connection (after TLS with ALPN "h2"); it carries
+ * many streams, each one request and its response.
+ *
+ * HOW server.c DRIVES A CONNECTION
+ *     coai_h2_conn *c = calloc(1, sizeof *c);     // about 20 KB (stream table, HPACK)
+ *     coai_h2_opts o = {0};                        // all zero: the defaults below
+ *     coai_h2_init(c, &o);                         // queues the preface + our SETTINGS
+ *     for (;;) {
+ *         // 1. Write what the connection has queued: preface, SETTINGS and their acks,
+ *         //    PING acks, WINDOW_UPDATEs, HEADERS, DATA, RST_STREAM, GOAWAY. Partial
+ *         //    writes are fine: say how much went out.
+ *         while ((n = coai_h2_want_write(c, &p)) > 0)
+ *             coai_h2_wrote(c, tls_write(p, n));
+ *         // 2. Read, feed, and take the events those bytes carried.
+ *         n = tls_read(buf, sizeof buf);             // 0 / error: the connection is gone
+ *         coai_h2_feed(c, buf, n);                   // copies; any split of the bytes works
+ *         while ((r = coai_h2_next(c, &ev)) == COAI_OK) switch (ev.type) {
+ *             case COAI_H2_EV_HEADERS:   // ev.status (the response) or ev.trailers;
+ *                                        // ev.headers[0..ev.n_headers), ev.end_stream
+ *             case COAI_H2_EV_DATA:      // ev.data; once the application has *used* the
+ *                 // bytes (written them on), return the window, so a slow consumer
+ *                 // holds the server back instead of growing a buffer:
+ *                 coai_h2_consumed(c, ev.stream, ev.data.len);
+ *             case COAI_H2_EV_RESET:     // the stream is gone (ev.code; ev.local: we reset it)
+ *             case COAI_H2_EV_REFUSED:   // not processed by the server (GOAWAY with a lower
+ *                                        // last id, or REFUSED_STREAM): retry it elsewhere
+ *             case COAI_H2_EV_WINDOW:    // send room grew (ev.stream, 0 = every stream):
+ *                                        // send what was waiting
+ *             case COAI_H2_EV_GOAWAY:    // no new streams here; lower ones still finish
+ *             case COAI_H2_EV_PING_ACK:  // ev.data = the 8 bytes we sent
+ *             case COAI_H2_EV_SETTINGS:  // the server's settings arrived (c->peer)
+ *         }
+ *         if (r < 0) { ... }  // connection error: a GOAWAY is queued (c->error says
+ *                             // which code); write it and close. COAI_MORE: read more.
+ *     }
+ *   A stream (request):
+ *     coai_h2_header h[] = { {COAI_STR_LIT(":method"), COAI_STR_LIT("POST")},
+ *         {COAI_STR_LIT(":scheme"), COAI_STR_LIT("https")}, {":path"...}, {":authority"...},
+ *         {COAI_STR_LIT("content-type"), COAI_STR_LIT("application/connect+proto")} };
+ *     id = coai_h2_open(c, h, 5, 0, my_run);    // > 0: the stream id; 0: the server's
+ *         // concurrent-stream limit is reached (wait for a stream to end, or use another
+ *         // connection); < 0: this connection takes no new streams (GOAWAY, error)
+ *     coai_h2_send_data(c, id, p, n, end, &sent);  // sends what the windows allow now
+ *     room = coai_h2_send_room(c, id);             // what send_data would accept now
+ *         // The rest waits for COAI_H2_EV_WINDOW; reading goes on meanwhile, so a big
+ *         // upload never stops the responses on the same connection.
+ *     coai_h2_send_data(c, id, NULL, 0, 1, &sent); // END_STREAM alone (needs no window)
+ *     coai_h2_reset(c, id, COAI_H2_CANCEL);        // abandon a stream (RST_STREAM)
+ *   The connection:
+ *     coai_h2_ping(c, opaque8);      // every 20 s when idle; the ack comes as an event
+ *     coai_h2_goaway(c, COAI_H2_NO_ERROR);   // polite close: no new streams either way
+ *     coai_h2_active(c)              // open streams (0 and a GOAWAY: time to close)
+ *     coai_h2_free(c);
+ *
+ * EVENT LIFETIMES: ev.headers and ev.data point into the connection and stay valid until
+ *   the next coai_h2_next or coai_h2_feed call. ev.user is the pointer given to
+ *   coai_h2_open. After an event that ends a stream (RESET, REFUSED, or the second side's
+ *   end_stream) the stream id is forgotten; coai_h2_consumed on it still returns the
+ *   connection window.
+ *
+ * WHAT IS CHECKED (server bytes are untrusted): frame sizes against SETTINGS_MAX_FRAME_SIZE,
+ *   frame lengths per type, stream ids (even or idle ids, stream 0 where a stream is
+ *   needed), the first frame being SETTINGS, CONTINUATION sequences (nothing may come
+ *   between; their total is capped by COAI_H2_MAX_HEADER_BLOCK), flow control (a server
+ *   overrunning a window -> FLOW_CONTROL_ERROR; WINDOW_UPDATE past 2^31-1 or of 0), setting
+ *   values, PUSH_PROMISE (we send ENABLE_PUSH=0: PROTOCOL_ERROR), HPACK (any malformed
+ *   block -> COMPRESSION_ERROR), response heads (:status first and alone among
+ *   pseudo-headers, lowercase names, no connection-specific fields, DATA before a head,
+ *   trailers without END_STREAM -> the stream is reset with PROTOCOL_ERROR). Connection
+ *   errors queue a GOAWAY and make coai_h2_next return COAI_ERR_H2 from then on; stream
+ *   errors queue an RST_STREAM and report COAI_H2_EV_RESET with local = 1. PRIORITY and
+ *   frames of unknown types are ignored. 1xx heads are skipped.
+ *
+ * HPACK on its own: coai_hpack_decode (complete: Huffman, dynamic table, size updates,
+ *   header list limit) and coai_hpack_encode (static table + literals without indexing,
+ *   no Huffman: nothing for the server's decoder to remember).
+ */
+
+#ifndef COAI_HPACK_TABLE
+#define COAI_HPACK_TABLE 4096u                 /* our SETTINGS_HEADER_TABLE_SIZE, the most */
+#endif                                         /* a size update may ask (RFC 7541 4.2) */
+#ifndef COAI_H2_MAX_HEADER_LIST
+#define COAI_H2_MAX_HEADER_LIST (64u * 1024u)  /* SETTINGS_MAX_HEADER_LIST_SIZE we send */
+#endif
+#ifndef COAI_H2_MAX_HEADER_BLOCK
+#define COAI_H2_MAX_HEADER_BLOCK (256u * 1024u) /* HEADERS + CONTINUATION bytes (-> GOAWAY) */
+#endif
+#ifndef COAI_H2_MAX_STREAMS
+#define COAI_H2_MAX_STREAMS 256                /* streams one connection tracks at once */
+#endif
+#ifndef COAI_H2_STREAM_WINDOW
+#define COAI_H2_STREAM_WINDOW (256u * 1024u)   /* our SETTINGS_INITIAL_WINDOW_SIZE */
+#endif
+#ifndef COAI_H2_CONN_WINDOW
+#define COAI_H2_CONN_WINDOW (1024u * 1024u)    /* our connection receive window */
+#endif
+
+#define COAI_H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"   /* 24 bytes */
+
+/* Frame types (RFC 9113 6) and flags. */
+enum {
+    COAI_H2_DATA = 0, COAI_H2_HEADERS = 1, COAI_H2_PRIORITY = 2, COAI_H2_RST_STREAM = 3,
+    COAI_H2_SETTINGS = 4, COAI_H2_PUSH_PROMISE = 5, COAI_H2_PING = 6, COAI_H2_GOAWAY = 7,
+    COAI_H2_WINDOW_UPDATE = 8, COAI_H2_CONTINUATION = 9
+};
+enum {
+    COAI_H2_FLAG_END_STREAM = 0x1, COAI_H2_FLAG_ACK = 0x1, COAI_H2_FLAG_END_HEADERS = 0x4,
+    COAI_H2_FLAG_PADDED = 0x8, COAI_H2_FLAG_PRIORITY = 0x20
+};
+/* Settings identifiers (RFC 9113 6.5.2). */
+enum {
+    COAI_H2_SET_HEADER_TABLE_SIZE = 1, COAI_H2_SET_ENABLE_PUSH = 2,
+    COAI_H2_SET_MAX_CONCURRENT_STREAMS = 3, COAI_H2_SET_INITIAL_WINDOW_SIZE = 4,
+    COAI_H2_SET_MAX_FRAME_SIZE = 5, COAI_H2_SET_MAX_HEADER_LIST_SIZE = 6
+};
+/* Error codes (RFC 9113 7), in RST_STREAM and GOAWAY. */
+enum {
+    COAI_H2_NO_ERROR = 0, COAI_H2_PROTOCOL_ERROR = 1, COAI_H2_INTERNAL_ERROR = 2,
+    COAI_H2_FLOW_CONTROL_ERROR = 3, COAI_H2_SETTINGS_TIMEOUT = 4, COAI_H2_STREAM_CLOSED = 5,
+    COAI_H2_FRAME_SIZE_ERROR = 6, COAI_H2_REFUSED_STREAM = 7, COAI_H2_CANCEL = 8,
+    COAI_H2_COMPRESSION_ERROR = 9, COAI_H2_CONNECT_ERROR = 10, COAI_H2_ENHANCE_YOUR_CALM = 11,
+    COAI_H2_INADEQUATE_SECURITY = 12, COAI_H2_HTTP_1_1_REQUIRED = 13
+};
+const char *coai_h2_error_str(uint32_t code);   /* "PROTOCOL_ERROR", ...; "unknown" */
+
+/* One header field. Names are lowercase (HTTP/2 requires it). */
+typedef struct coai_h2_header {
+    coai_str name;
+    coai_str value;
+} coai_h2_header;
+
+/* First field named `name` (exact, lowercase); {NULL, 0} when there is none. */
+coai_str coai_h2_header_find(const coai_h2_header *h, size_t n, const char *name);
+
+/* ---- HPACK ---- */
+
+/* A decoded header list. Zero-init; reused by each decode (memory kept); _free at the end. */
+typedef struct coai_hpack_list {
+    const coai_h2_header *v;    /* v[0..n): views into this list's memory, valid until the
+                                   next decode into it or _free */
+    size_t n;
+    size_t size;                /* RFC 7541 4.1 size: sum of name + value + 32 */
+    coai_buf text;              /* private: the decoded strings */
+    coai_buf offs;              /* private: their offsets while decoding */
+    coai_buf arr;               /* private: v */
+} coai_hpack_list;
+void coai_hpack_list_free(coai_hpack_list *l);
+
+/* The decoder's dynamic table (RFC 7541 2.3.2), in fixed storage. Zero-init is a decoder
+ * for max_size = COAI_HPACK_TABLE; set max_size / max_list before the first decode. */
+typedef struct coai_hpack_entry {
+    uint32_t off;               /* into mem */
+    uint32_t name_len;
+    uint32_t value_len;
+} coai_hpack_entry;
+typedef struct coai_hpack_decoder {
+    size_t max_size;            /* the SETTINGS_HEADER_TABLE_SIZE we sent: size updates above
+                                   it are errors; 0 -> COAI_HPACK_TABLE (also the cap) */
+    size_t max_list;            /* header list size limit; 0 -> COAI_H2_MAX_HEADER_LIST */
+    size_t cap;                 /* current table capacity (the last size update) */
+    size_t size;                /* current table size in RFC octets (entries + 32 each) */
+    size_t count;               /* entries */
+    size_t head;                /* private: ring index of the oldest entry */
+    size_t start, end;          /* private: live bytes of mem */
+    int ready;                  /* private: cap set */
+    int err;                    /* sticky: a COMPRESSION_ERROR happened */
+    coai_hpack_entry ent[COAI_HPACK_TABLE / 32 + 1];
+    unsigned char mem[COAI_HPACK_TABLE];
+} coai_hpack_decoder;
+
+/* Decode one complete header block (all of HEADERS + CONTINUATION fragments) into `out`.
+ *   COAI_OK            out->v[0..n) holds the fields, in order.
+ *   COAI_ERR_TOO_BIG   the list is over max_list. The whole block was still decoded, so the
+ *                      table stays in step with the server's; out is empty. Reset the
+ *                      stream; the connection goes on.
+ *   COAI_ERR_H2        COMPRESSION_ERROR: bad integer, index 0 or out of range, string past
+ *                      the end, bad Huffman (EOS, padding over 7 bits or not all ones), a
+ *                      size update over max_size or after a field, a block ending inside a
+ *                      field. Sticky: the connection must end (GOAWAY COMPRESSION_ERROR).
+ *   COAI_ERR_NOMEM     out of memory. */
+coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, size_t n,
+                              coai_hpack_list *out);
+
+/* Append the block for h[0..n): an indexed field when the static table has name and value,
+ * else a literal without indexing (name indexed when the static table has it), no Huffman.
+ * Names must be non-empty and free of uppercase, and values free of NUL, CR and LF
+ * (-> COAI_ERR_INVALID, nothing appended). 0 ok, or a negative coai_result. */
+int coai_hpack_encode(coai_buf *out, const coai_h2_header *h, size_t n);
+
+/* ---- frames ---- */
+
+typedef struct coai_h2_frame {
+    uint32_t length;            /* payload bytes */
+    uint8_t type;               /* COAI_H2_* */
+    uint8_t flags;
+    uint32_t stream;            /* reserved bit cleared */
+    const unsigned char *payload;  /* into the parsed input */
+} coai_h2_frame;
+
+/* Parse the frame at p[0..n): COAI_OK with *f and *used (9 + length), COAI_MORE when the
+ * frame is not all there, COAI_ERR_TOO_BIG when its length is over max_frame (a
+ * FRAME_SIZE_ERROR), known before the payload arrives. */
+coai_result coai_h2_frame_parse(const unsigned char *p, size_t n, uint32_t max_frame,
+                                coai_h2_frame *f, size_t *used);
+/* Append a frame header and payload (len < 2^24). 0 ok, -1 fail. */
+int coai_h2_frame_append(coai_buf *out, int type, int flags, uint32_t stream,
+                         const void *payload, size_t len);
+
+/* ---- the connection ---- */
+
+typedef struct coai_h2_settings {
+    uint32_t header_table_size;      /* 4096 */
+    uint32_t enable_push;            /* 1 (a server must not send 1) */
+    uint32_t max_concurrent_streams; /* unlimited: 0xffffffff */
+    uint32_t initial_window_size;    /* 65535 */
+    uint32_t max_frame_size;         /* 16384 */
+    uint32_t max_header_list_size;   /* unlimited: 0xffffffff */
+} coai_h2_settings;
+
+typedef struct coai_h2_opts {
+    uint32_t stream_window;     /* receive window per stream; 0 -> COAI_H2_STREAM_WINDOW */
+    uint32_t conn_window;       /* receive window of the connection; 0 -> COAI_H2_CONN_WINDOW */
+    uint32_t max_frame;         /* largest frame we accept, 16384..16777215; 0 -> 16384 */
+    uint32_t max_header_list;   /* 0 -> COAI_H2_MAX_HEADER_LIST */
+    uint32_t max_streams;       /* cap on our open streams, <= COAI_H2_MAX_STREAMS; 0 -> that */
+} coai_h2_opts;
+
+enum {
+    COAI_H2_EV_SETTINGS = 1,    /* the server's SETTINGS were applied (and acked) */
+    COAI_H2_EV_HEADERS,         /* a response head (status) or trailers (trailers = 1) */
+    COAI_H2_EV_DATA,            /* response body bytes (padding removed) */
+    COAI_H2_EV_RESET,           /* the stream was reset: code; local = 1 when by us */
+    COAI_H2_EV_REFUSED,         /* the server did not process the stream: safe to retry */
+    COAI_H2_EV_WINDOW,          /* send room grew on stream (0: the connection's) */
+    COAI_H2_EV_GOAWAY,          /* last_stream, code, data = debug data */
+    COAI_H2_EV_PING_ACK         /* data = the 8 opaque bytes */
+};
+
+typedef struct coai_h2_event {
+    int type;                   /* COAI_H2_EV_* */
+    uint32_t stream;            /* 0 for connection events */
+    void *user;                 /* the stream's pointer from coai_h2_open */
+    int end_stream;             /* HEADERS/DATA: the server finished this stream */
+    int trailers;               /* HEADERS: a trailer block after the response head */
+    int status;                 /* HEADERS: :status (0 for trailers) */
+    const coai_h2_header *headers;  /* HEADERS: the fields, pseudo-header included */
+    size_t n_headers;
+    coai_str data;              /* DATA payload; GOAWAY debug data; PING_ACK opaque */
+    uint32_t code;              /* RESET, REFUSED, GOAWAY: the error code */
+    uint32_t last_stream;       /* GOAWAY */
+    int local;                  /* RESET: 1 when we reset it (the server broke the rules) */
+} coai_h2_event;
+
+enum {
+    COAI_H2_ST_IDLE = 0,        /* free slot */
+    COAI_H2_ST_OPEN,
+    COAI_H2_ST_HALF_CLOSED_LOCAL,   /* we sent END_STREAM */
+    COAI_H2_ST_HALF_CLOSED_REMOTE,  /* the server sent END_STREAM */
+    COAI_H2_ST_CLOSED           /* reported by coai_h2_stream_state for a forgotten id */
+};
+
+typedef struct coai_h2_stream {
+    uint32_t id;                /* 0: free slot */
+    int state;                  /* COAI_H2_ST_* */
+    int head_done;              /* a final (non-1xx) response head arrived */
+    int refused;                /* private: GOAWAY refused it, event pending */
+    int64_t send_window;        /* bytes we may send (may go negative: RFC 9113 6.9.2) */
+    int64_t recv_window;        /* bytes the server may still send */
+    uint32_t unacked;           /* consumed bytes not yet returned by WINDOW_UPDATE */
+    void *user;
+} coai_h2_stream;
+
+typedef struct coai_h2_conn {
+    coai_h2_settings peer;      /* the server's settings (defaults until they arrive) */
+    coai_h2_opts opts;          /* ours, defaults filled in */
+    int error;                  /* the connection error code we sent in GOAWAY; -1 none */
+    int got_settings;           /* the server's first SETTINGS arrived */
+    int settings_acked;         /* the server acked ours */
+    int goaway_in;              /* a GOAWAY arrived: no new streams */
+    int goaway_out;             /* we sent one */
+    uint32_t goaway_last;       /* the lowest last-stream-id the server announced */
+    uint32_t next_id;           /* the id the next stream gets (odd) */
+    uint32_t max_id;            /* the highest id we opened */
+    int64_t send_window;        /* connection window for our DATA */
+    int64_t recv_window;        /* connection window the server may still use */
+    uint32_t unacked;           /* consumed connection bytes not yet returned */
+    uint32_t active;            /* streams in use */
+    coai_h2_stream streams[COAI_H2_MAX_STREAMS];
+    coai_hpack_decoder hpack;
+    coai_hpack_list fields;     /* the last decoded header list */
+    coai_buf in;                /* private: received bytes not parsed yet (from in_off) */
+    size_t in_off;
+    coai_buf out;               /* private: bytes to write (from out_off) */
+    size_t out_off;
+    coai_buf block;             /* private: a header block being assembled */
+    uint32_t block_stream;      /* private: its stream; 0 when none */
+    int block_end_stream;       /* private */
+    int window_event;           /* private: a connection WINDOW event is pending */
+} coai_h2_conn;
+
+/* Set up c (any memory; it is cleared) and queue the preface, our SETTINGS (ENABLE_PUSH
+ * 0, INITIAL_WINDOW_SIZE, MAX_FRAME_SIZE, MAX_HEADER_LIST_SIZE) and the WINDOW_UPDATE that
+ * raises the connection window. o may be NULL. 0 ok, COAI_ERR_NOMEM. */
+int coai_h2_init(coai_h2_conn *c, const coai_h2_opts *o);
+void coai_h2_free(coai_h2_conn *c);
+
+/* Bytes waiting to be written: *p = where they are; returns how many (0: nothing). */
+size_t coai_h2_want_write(coai_h2_conn *c, const unsigned char **p);
+/* n of them went out (n <= what want_write returned). */
+void coai_h2_wrote(coai_h2_conn *c, size_t n);
+
+/* Received bytes, any amount, split anywhere. 0 ok, COAI_ERR_NOMEM. */
+int coai_h2_feed(coai_h2_conn *c, const void *p, size_t n);
+/* The next event: COAI_OK (*ev filled), COAI_MORE (feed more), COAI_ERR_H2 (a connection
+ * error, sticky: GOAWAY with c->error is queued) or COAI_ERR_NOMEM. */
+coai_result coai_h2_next(coai_h2_conn *c, coai_h2_event *ev);
+
+/* Open a stream with request headers h[0..n) (pseudo-headers first, lowercase names).
+ * end_stream 1: no body. Returns the id (> 0), 0 when the server's (or our) limit on open
+ * streams is reached, COAI_ERR_STATE when the connection takes no new streams (GOAWAY either
+ * way, ids used up, an error), COAI_ERR_INVALID for a bad header. */
+long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_stream,
+                  void *user);
+/* How many body bytes stream id may send now (both windows). 0 for an unknown stream. */
+size_t coai_h2_send_room(const coai_h2_conn *c, uint32_t id);
+/* Queue up to n bytes as DATA frames within the windows and the server's frame size;
+ * *sent says how many. end_stream takes effect only when all n were sent. 0 ok,
+ * COAI_ERR_STATE (unknown stream, or its side already ended), COAI_ERR_NOMEM. */
+int coai_h2_send_data(coai_h2_conn *c, uint32_t id, const void *p, size_t n, int end_stream,
+                      size_t *sent);
+/* The application has used n bytes of DATA of stream id: WINDOW_UPDATEs go out once half
+ * a window is due. The connection window is returned even for a forgotten stream. */
+void coai_h2_consumed(coai_h2_conn *c, uint32_t id, size_t n);
+/* RST_STREAM with code; the stream is forgotten (no event). 0 ok, COAI_ERR_STATE. */
+int coai_h2_reset(coai_h2_conn *c, uint32_t id, uint32_t code);
+/* PING with 8 opaque bytes. 0 ok, COAI_ERR_NOMEM. */
+int coai_h2_ping(coai_h2_conn *c, const unsigned char opaque[8]);
+/* GOAWAY (last stream id 0: we accept no server streams) with code; no new streams. */
+int coai_h2_goaway(coai_h2_conn *c, uint32_t code);
+/* Open streams; COAI_H2_ST_* of one (COAI_H2_ST_CLOSED when forgotten or never opened). */
+size_t coai_h2_active(const coai_h2_conn *c);
+int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
+/* PART:H2 api end */
 
 /* ======================================================================== */
 /* PART:OPENAI api (request parse/validate, prompt, tool mapping, SSE)      */
@@ -1860,6 +2210,7 @@ const char *coai_result_str(int r)
     case COAI_ERR_TRUNCATED: return "input ended early";
     case COAI_ERR_STATE: return "API misuse";
     case COAI_ERR_UPSTREAM: return "upstream error";
+    case COAI_ERR_H2: return "HTTP/2 connection error";
     }
     return "unknown result";
 }
@@ -5699,6 +6050,1121 @@ coai_str coai_http_bearer(coai_str authorization)
     return s.len ? s : coai__http_none();
 }
 /* PART:HTTP impl end */
+
+/* ======================================================================== */
+/* PART:H2 impl                                                             */
+/* ======================================================================== */
+
+const char *coai_h2_error_str(uint32_t code)
+{
+    static const char *const names[] = {
+        "NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR",
+        "SETTINGS_TIMEOUT", "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL",
+        "COMPRESSION_ERROR", "CONNECT_ERROR", "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY",
+        "HTTP_1_1_REQUIRED"
+    };
+    return code < sizeof names / sizeof names[0] ? names[code] : "unknown";
+}
+
+coai_str coai_h2_header_find(const coai_h2_header *h, size_t n, const char *name)
+{
+    coai_str none = { NULL, 0 };
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (coai_str_eq(h[i].name, name)) return h[i].value;
+    return none;
+}
+
+/* RFC 7541 Appendix A: the static table, index 1..61. */
+static const char *const coai__hpack_static[61][2] = {
+    {":authority", ""}, {":method", "GET"}, {":method", "POST"}, {":path", "/"},
+    {":path", "/index.html"}, {":scheme", "http"}, {":scheme", "https"}, {":status", "200"},
+    {":status", "204"}, {":status", "206"}, {":status", "304"}, {":status", "400"},
+    {":status", "404"}, {":status", "500"}, {"accept-charset", ""},
+    {"accept-encoding", "gzip, deflate"}, {"accept-language", ""}, {"accept-ranges", ""},
+    {"accept", ""}, {"access-control-allow-origin", ""}, {"age", ""}, {"allow", ""},
+    {"authorization", ""}, {"cache-control", ""}, {"content-disposition", ""},
+    {"content-encoding", ""}, {"content-language", ""}, {"content-length", ""},
+    {"content-location", ""}, {"content-range", ""}, {"content-type", ""}, {"cookie", ""},
+    {"date", ""}, {"etag", ""}, {"expect", ""}, {"expires", ""}, {"from", ""}, {"host", ""},
+    {"if-match", ""}, {"if-modified-since", ""}, {"if-none-match", ""}, {"if-range", ""},
+    {"if-unmodified-since", ""}, {"last-modified", ""}, {"link", ""}, {"location", ""},
+    {"max-forwards", ""}, {"proxy-authenticate", ""}, {"proxy-authorization", ""},
+    {"range", ""}, {"referer", ""}, {"refresh", ""}, {"retry-after", ""}, {"server", ""},
+    {"set-cookie", ""}, {"strict-transport-security", ""}, {"transfer-encoding", ""},
+    {"user-agent", ""}, {"vary", ""}, {"via", ""}, {"www-authenticate", ""}
+};
+
+/* RFC 7541 Appendix B, as the code lengths in bits of symbols 0..256 (256 = EOS). The code
+ * is canonical: sorted by length, then by symbol, each code is the previous one plus one,
+ * shifted left by the growth in length (so 48 '0' = 00000, 49 '1' = 00001, ..., and EOS is
+ * thirty 1 bits). coai__huff_sym lists the symbols in that order and coai__huff_count
+ * how many codes each length has; t_h2.c checks all three agree and that the code is
+ * complete (Kraft sum exactly 1). */
+static const unsigned char coai__huff_len[257] = {
+    13, 23, 28, 28, 28, 28, 28, 28, 28, 24, 30, 28, 28, 30, 28, 28, 28, 28, 28, 28, 28, 28, 30, 28,
+    28, 28, 28, 28, 28, 28, 28, 28, 6, 10, 10, 12, 13, 6, 8, 11, 10, 10, 8, 11, 8, 6, 6, 6,
+    5, 5, 5, 6, 6, 6, 6, 6, 6, 6, 7, 8, 15, 6, 12, 10, 13, 6, 7, 7, 7, 7, 7, 7,
+    7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 8, 7, 8, 13, 19, 13, 14, 6,
+    15, 5, 6, 5, 6, 5, 6, 6, 6, 5, 7, 7, 6, 6, 6, 5, 6, 7, 6, 5, 5, 6, 7, 7,
+    7, 7, 7, 15, 11, 14, 13, 28, 20, 22, 20, 20, 22, 22, 22, 23, 22, 23, 23, 23, 23, 23, 24, 23,
+    24, 24, 22, 23, 24, 23, 23, 23, 23, 21, 22, 23, 22, 23, 23, 24, 22, 21, 20, 22, 22, 23, 23, 21,
+    23, 22, 22, 24, 21, 22, 23, 23, 21, 21, 22, 21, 23, 22, 23, 23, 20, 22, 22, 22, 23, 22, 22, 23,
+    26, 26, 20, 19, 22, 23, 22, 25, 26, 26, 26, 27, 27, 26, 24, 25, 19, 21, 26, 27, 27, 26, 27, 24,
+    21, 21, 26, 26, 28, 27, 27, 27, 20, 24, 20, 21, 22, 21, 21, 23, 22, 22, 25, 25, 24, 24, 26, 23,
+    26, 27, 26, 26, 27, 27, 27, 27, 27, 28, 27, 27, 27, 27, 27, 26, 30
+};
+static const unsigned short coai__huff_count[31] = {
+    0, 0, 0, 0, 0, 10, 26, 32, 6, 0, 5, 3, 2, 6, 2, 3, 0, 0, 0, 3, 8, 13, 26, 29, 12, 4, 15, 19,
+    29, 0, 4
+};
+static const unsigned short coai__huff_sym[257] = {
+    48, 49, 50, 97, 99, 101, 105, 111, 115, 116, 32, 37, 45, 46, 47, 51,
+    52, 53, 54, 55, 56, 57, 61, 65, 95, 98, 100, 102, 103, 104, 108, 109,
+    110, 112, 114, 117, 58, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76,
+    77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 89, 106, 107, 113, 118,
+    119, 120, 121, 122, 38, 42, 44, 59, 88, 90, 33, 34, 40, 41, 63, 39,
+    43, 124, 35, 62, 0, 36, 64, 91, 93, 126, 94, 125, 60, 96, 123, 92,
+    195, 208, 128, 130, 131, 162, 184, 194, 224, 226, 153, 161, 167, 172, 176, 177,
+    179, 209, 216, 217, 227, 229, 230, 129, 132, 133, 134, 136, 146, 154, 156, 160,
+    163, 164, 169, 170, 173, 178, 181, 185, 186, 187, 189, 190, 196, 198, 228, 232,
+    233, 1, 135, 137, 138, 139, 140, 141, 143, 147, 149, 150, 151, 152, 155, 157,
+    158, 165, 166, 168, 174, 175, 180, 182, 183, 188, 191, 197, 231, 239, 9, 142,
+    144, 145, 148, 159, 171, 206, 215, 225, 236, 237, 199, 207, 234, 235, 192, 193,
+    200, 201, 202, 205, 210, 213, 218, 219, 238, 240, 242, 243, 255, 203, 204, 211,
+    212, 214, 221, 222, 223, 241, 244, 245, 246, 247, 248, 250, 251, 252, 253, 254,
+    2, 3, 4, 5, 6, 7, 8, 11, 12, 14, 15, 16, 17, 18, 19, 20,
+    21, 23, 24, 25, 26, 27, 28, 29, 30, 31, 127, 220, 249, 10, 13, 22,
+    256
+};
+
+/* Huffman-decode p[0..n) onto out. Canonical decoding, one bit at a time: within a length,
+ * codes are consecutive, so a code of length `len` is valid when code - first < count.
+ * The string must end on a symbol boundary or inside a code with at most 7 bits, all 1
+ * (a prefix of EOS); EOS itself is an error (RFC 7541 5.2). 0 ok, COAI_ERR_H2, NOMEM. */
+static int coai__huff_decode(coai_buf *out, const unsigned char *p, size_t n)
+{
+    uint32_t code = 0, first = 0;
+    size_t index = 0, i;
+    int len = 0, ones = 1, bit;
+    for (i = 0; i < n; i++) {
+        for (bit = 7; bit >= 0; bit--) {
+            int b = (p[i] >> bit) & 1;
+            uint32_t count;
+            code |= (uint32_t)b;
+            ones &= b;
+            len++;
+            count = coai__huff_count[len];
+            if (code - first < count) {
+                unsigned sym = coai__huff_sym[index + (code - first)];
+                if (sym == 256) return COAI_ERR_H2;
+                if (coai_buf_putc(out, (int)sym) < 0) return COAI_ERR_NOMEM;
+                code = first = 0;
+                index = 0;
+                len = 0;
+                ones = 1;
+                continue;
+            }
+            if (len >= 30) return COAI_ERR_H2;   /* cannot happen with a complete code */
+            index += count;
+            first = (first + count) << 1;
+            code <<= 1;
+        }
+    }
+    if (len > 7 || !ones) return COAI_ERR_H2;
+    return 0;
+}
+
+/* RFC 7541 5.1 integer with an N-bit prefix. Values over 2^31 - 1 are refused (no field
+ * or index of ours comes near; it also bounds the continuation bytes). */
+static int coai__hpack_int(const unsigned char *p, size_t n, size_t *pos, int prefix,
+                           uint32_t *v)
+{
+    uint32_t max = (1u << prefix) - 1, val;
+    int shift = 0;
+    if (*pos >= n) return COAI_ERR_H2;
+    val = p[(*pos)++] & max;
+    if (val < max) { *v = val; return 0; }
+    for (;;) {
+        uint32_t b;
+        if (*pos >= n || shift > 28) return COAI_ERR_H2;
+        b = p[(*pos)++];
+        if ((uint64_t)val + ((uint64_t)(b & 0x7f) << shift) > 0x7fffffffu) return COAI_ERR_H2;
+        val += (b & 0x7f) << shift;
+        shift += 7;
+        if (!(b & 0x80)) break;
+    }
+    *v = val;
+    return 0;
+}
+
+static int coai__hpack_int_put(coai_buf *out, int first_bits, int prefix, uint32_t v)
+{
+    uint32_t max = (1u << prefix) - 1;
+    if (v < max) return coai_buf_putc(out, first_bits | (int)v);
+    if (coai_buf_putc(out, first_bits | (int)max) < 0) return -1;
+    v -= max;
+    while (v >= 128) {
+        if (coai_buf_putc(out, (int)(v & 0x7f) | 0x80) < 0) return -1;
+        v >>= 7;
+    }
+    return coai_buf_putc(out, (int)v);
+}
+
+/* Dynamic table: entries live in d->mem[start..end), oldest first, and in the ring ent[]
+ * from head. Index 1 is the newest. */
+#define COAI__HPACK_SLOTS (COAI_HPACK_TABLE / 32 + 1)
+
+static void coai__hpack_ready(coai_hpack_decoder *d)
+{
+    if (d->ready) return;
+    if (d->max_size == 0 || d->max_size > COAI_HPACK_TABLE) d->max_size = COAI_HPACK_TABLE;
+    if (d->max_list == 0) d->max_list = COAI_H2_MAX_HEADER_LIST;
+    d->cap = d->max_size;
+    d->ready = 1;
+}
+
+static void coai__hpack_evict(coai_hpack_decoder *d, size_t need)
+{
+    while (d->count && d->size + need > d->cap) {
+        coai_hpack_entry *e = &d->ent[d->head];
+        d->size -= (size_t)e->name_len + e->value_len + 32;
+        d->start = e->off + e->name_len + e->value_len;
+        d->head = (d->head + 1) % COAI__HPACK_SLOTS;
+        d->count--;
+    }
+    if (!d->count) d->start = d->end = 0;
+}
+
+/* Insert name + value (which must not point into d->mem). Bigger than the table: the table
+ * is emptied and nothing is added (RFC 7541 4.4). */
+static void coai__hpack_insert(coai_hpack_decoder *d, const char *name, size_t nl,
+                               const char *value, size_t vl)
+{
+    size_t sz = nl + vl + 32, i;
+    coai_hpack_entry *e;
+    if (sz > d->cap) { coai__hpack_evict(d, d->cap + 1); return; }
+    coai__hpack_evict(d, sz);
+    if (d->end + nl + vl > sizeof d->mem) {
+        /* compact: live bytes + this entry fit, since cap <= sizeof mem */
+        memmove(d->mem, d->mem + d->start, d->end - d->start);
+        for (i = 0; i < d->count; i++)
+            d->ent[(d->head + i) % COAI__HPACK_SLOTS].off -= (uint32_t)d->start;
+        d->end -= d->start;
+        d->start = 0;
+    }
+    e = &d->ent[(d->head + d->count) % COAI__HPACK_SLOTS];
+    e->off = (uint32_t)d->end;
+    e->name_len = (uint32_t)nl;
+    e->value_len = (uint32_t)vl;
+    if (nl) memcpy(d->mem + d->end, name, nl);
+    if (vl) memcpy(d->mem + d->end + nl, value, vl);
+    d->end += nl + vl;
+    d->size += sz;
+    d->count++;
+}
+
+/* Name and value of index idx (1-based; static, then dynamic). 0 ok, COAI_ERR_H2. */
+static int coai__hpack_get(const coai_hpack_decoder *d, uint32_t idx, coai_str *name,
+                           coai_str *value)
+{
+    if (idx == 0) return COAI_ERR_H2;
+    if (idx <= 61) {
+        *name = coai_str_c(coai__hpack_static[idx - 1][0]);
+        *value = coai_str_c(coai__hpack_static[idx - 1][1]);
+        return 0;
+    }
+    idx -= 62;
+    if (idx >= d->count) return COAI_ERR_H2;
+    {
+        const coai_hpack_entry *e = &d->ent[(d->head + d->count - 1 - idx) % COAI__HPACK_SLOTS];
+        name->ptr = (const char *)d->mem + e->off;
+        name->len = e->name_len;
+        value->ptr = name->ptr + e->name_len;
+        value->len = e->value_len;
+    }
+    return 0;
+}
+
+typedef struct coai__hoff {
+    size_t name_off, name_len, value_off, value_len;
+} coai__hoff;
+
+/* A string literal (RFC 7541 5.2) appended to text at *off, *len bytes. */
+static int coai__hpack_str(const unsigned char *p, size_t n, size_t *pos, coai_buf *text,
+                           size_t *off, size_t *len)
+{
+    uint32_t l;
+    int huff, r;
+    if (*pos >= n) return COAI_ERR_H2;
+    huff = p[*pos] & 0x80;
+    if ((r = coai__hpack_int(p, n, pos, 7, &l)) < 0) return r;
+    if (l > n - *pos) return COAI_ERR_H2;
+    *off = text->len;
+    if (huff) r = coai__huff_decode(text, p + *pos, l);
+    else r = coai_buf_append(text, p + *pos, l) < 0 ? COAI_ERR_NOMEM : 0;
+    if (r < 0) return r;
+    if (text->err) return COAI_ERR_NOMEM;
+    *pos += l;
+    *len = text->len - *off;
+    return 0;
+}
+
+static int coai__hpack_copy(coai_buf *text, coai_str s, size_t *off)
+{
+    *off = text->len;
+    return coai_buf_append(text, s.ptr, s.len) < 0 ? COAI_ERR_NOMEM : 0;
+}
+
+coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, size_t n,
+                              coai_hpack_list *out)
+{
+    size_t pos = 0, i, size = 0, count = 0;
+    int fields = 0, over = 0, r = 0;
+    coai__hpack_ready(d);
+    out->v = NULL;
+    out->n = 0;
+    out->size = 0;
+    coai_buf_reset(&out->text);
+    coai_buf_reset(&out->offs);
+    coai_buf_reset(&out->arr);
+    if (d->err) return COAI_ERR_H2;
+    while (pos < n) {
+        unsigned b = p[pos];
+        coai__hoff h;
+        coai_str name, value;
+        uint32_t idx;
+        size_t keep = out->text.len;
+        int add = 0;
+        if ((b & 0xe0) == 0x20) {                      /* dynamic table size update */
+            if (fields) { r = COAI_ERR_H2; break; }
+            if ((r = coai__hpack_int(p, n, &pos, 5, &idx)) < 0) break;
+            if (idx > d->max_size) { r = COAI_ERR_H2; break; }
+            d->cap = idx;
+            coai__hpack_evict(d, 0);
+            continue;
+        }
+        fields = 1;
+        if (b & 0x80) {                                /* indexed field */
+            if ((r = coai__hpack_int(p, n, &pos, 7, &idx)) < 0) break;
+            if ((r = coai__hpack_get(d, idx, &name, &value)) < 0) break;
+            if ((r = coai__hpack_copy(&out->text, name, &h.name_off)) < 0) break;
+            if ((r = coai__hpack_copy(&out->text, value, &h.value_off)) < 0) break;
+            h.name_len = name.len;
+            h.value_len = value.len;
+        } else {
+            /* literal: 01 with indexing (6-bit index), 0000 without, 0001 never indexed */
+            int prefix = (b & 0x40) ? 6 : 4;
+            add = (b & 0x40) != 0;
+            if (!add && (b & 0xf0) != 0x00 && (b & 0xf0) != 0x10) { r = COAI_ERR_H2; break; }
+            if ((r = coai__hpack_int(p, n, &pos, prefix, &idx)) < 0) break;
+            if (idx) {
+                if ((r = coai__hpack_get(d, idx, &name, &value)) < 0) break;
+                if ((r = coai__hpack_copy(&out->text, name, &h.name_off)) < 0) break;
+                h.name_len = name.len;
+            } else if ((r = coai__hpack_str(p, n, &pos, &out->text, &h.name_off,
+                                            &h.name_len)) < 0) {
+                break;
+            }
+            if ((r = coai__hpack_str(p, n, &pos, &out->text, &h.value_off, &h.value_len)) < 0)
+                break;
+            if (add)
+                coai__hpack_insert(d, (const char *)out->text.data + h.name_off, h.name_len,
+                                   (const char *)out->text.data + h.value_off, h.value_len);
+        }
+        size += h.name_len + h.value_len + 32;
+        if (over || size > d->max_list) {
+            /* keep decoding (the table must follow the server's) but store nothing more */
+            over = 1;
+            out->text.len = keep;
+            continue;
+        }
+        if (coai_buf_append(&out->offs, &h, sizeof h) < 0) { r = COAI_ERR_NOMEM; break; }
+        count++;
+    }
+    if (r == COAI_ERR_H2) d->err = 1;
+    if (r < 0 || over) {
+        coai_buf_reset(&out->text);
+        coai_buf_reset(&out->offs);
+        return r < 0 ? (coai_result)r : COAI_ERR_TOO_BIG;
+    }
+    if (coai_buf_reserve(&out->arr, count * sizeof(coai_h2_header) + 1) < 0)
+        return COAI_ERR_NOMEM;
+    for (i = 0; i < count; i++) {
+        coai__hoff h;
+        coai_h2_header f;
+        memcpy(&h, out->offs.data + i * sizeof h, sizeof h);
+        f.name.ptr = (const char *)out->text.data + h.name_off;
+        f.name.len = h.name_len;
+        f.value.ptr = (const char *)out->text.data + h.value_off;
+        f.value.len = h.value_len;
+        coai_buf_append(&out->arr, &f, sizeof f);
+    }
+    out->v = (const coai_h2_header *)(void *)out->arr.data;
+    out->n = count;
+    out->size = size;
+    return COAI_OK;
+}
+
+void coai_hpack_list_free(coai_hpack_list *l)
+{
+    coai_buf_free(&l->text);
+    coai_buf_free(&l->offs);
+    coai_buf_free(&l->arr);
+    memset(l, 0, sizeof *l);
+}
+
+int coai_hpack_encode(coai_buf *out, const coai_h2_header *h, size_t n)
+{
+    size_t i, j, start = out->len;
+    for (i = 0; i < n; i++) {
+        const coai_str nm = h[i].name, v = h[i].value;
+        if (nm.len == 0) return COAI_ERR_INVALID;
+        for (j = 0; j < nm.len; j++) {
+            unsigned char ch = (unsigned char)nm.ptr[j];
+            if ((ch >= 'A' && ch <= 'Z') || ch <= 0x20 || ch >= 0x7f) return COAI_ERR_INVALID;
+        }
+        for (j = 0; j < v.len; j++)
+            if (v.ptr[j] == 0 || v.ptr[j] == '\r' || v.ptr[j] == '\n') return COAI_ERR_INVALID;
+    }
+    for (i = 0; i < n; i++) {
+        const coai_str nm = h[i].name, v = h[i].value;
+        uint32_t name_idx = 0, full_idx = 0, k;
+        int rc;
+        for (k = 0; k < 61 && !full_idx; k++) {
+            if (!coai_str_eq(nm, coai__hpack_static[k][0])) continue;
+            if (!name_idx) name_idx = k + 1;
+            if (coai_str_eq(v, coai__hpack_static[k][1])) full_idx = k + 1;
+        }
+        if (full_idx) {
+            rc = coai__hpack_int_put(out, 0x80, 7, full_idx);
+        } else {
+            rc = coai__hpack_int_put(out, 0x00, 4, name_idx);
+            if (rc == 0 && !name_idx) {
+                rc = coai__hpack_int_put(out, 0x00, 7, (uint32_t)nm.len);
+                if (rc == 0) rc = coai_buf_append(out, nm.ptr, nm.len);
+            }
+            if (rc == 0) rc = coai__hpack_int_put(out, 0x00, 7, (uint32_t)v.len);
+            if (rc == 0) rc = coai_buf_append(out, v.ptr, v.len);
+        }
+        if (rc < 0 || out->err) {
+            out->len = start;
+            return COAI_ERR_NOMEM;
+        }
+    }
+    return 0;
+}
+
+/* ---- frames ---- */
+
+static uint32_t coai__be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void coai__put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+coai_result coai_h2_frame_parse(const unsigned char *p, size_t n, uint32_t max_frame,
+                                coai_h2_frame *f, size_t *used)
+{
+    uint32_t len;
+    if (n < 3) return COAI_MORE;
+    len = (uint32_t)p[0] << 16 | (uint32_t)p[1] << 8 | p[2];
+    if (len > max_frame) return COAI_ERR_TOO_BIG;
+    if (n < 9 || n - 9 < len) return COAI_MORE;
+    f->length = len;
+    f->type = p[3];
+    f->flags = p[4];
+    f->stream = coai__be32(p + 5) & 0x7fffffffu;
+    f->payload = p + 9;
+    *used = 9 + (size_t)len;
+    return COAI_OK;
+}
+
+int coai_h2_frame_append(coai_buf *out, int type, int flags, uint32_t stream,
+                         const void *payload, size_t len)
+{
+    unsigned char h[9];
+    if (len > 0xffffffu) return -1;
+    h[0] = (unsigned char)(len >> 16);
+    h[1] = (unsigned char)(len >> 8);
+    h[2] = (unsigned char)len;
+    h[3] = (unsigned char)type;
+    h[4] = (unsigned char)flags;
+    coai__put32(h + 5, stream & 0x7fffffffu);
+    if (coai_buf_append(out, h, 9) < 0) return -1;
+    return len ? coai_buf_append(out, payload, len) : 0;
+}
+
+/* Strip the pad length and padding (PADDED) and, for HEADERS, the priority fields.
+ * -1 when the padding is as long as the payload or longer (PROTOCOL_ERROR). */
+static int coai__h2_unpad(const coai_h2_frame *f, const unsigned char **p, size_t *n)
+{
+    size_t len = f->length, pad = 0;
+    const unsigned char *q = f->payload;
+    if (f->flags & COAI_H2_FLAG_PADDED) {
+        if (len < 1) return -1;
+        pad = q[0];
+        q++;
+        len--;
+    }
+    if (f->type == COAI_H2_HEADERS && (f->flags & COAI_H2_FLAG_PRIORITY)) {
+        if (len < 5) return -1;
+        q += 5;
+        len -= 5;
+    }
+    if (pad > len) return -1;
+    *p = q;
+    *n = len - pad;
+    return 0;
+}
+
+/* ---- the connection ---- */
+
+static int coai__h2_ctl(coai_h2_conn *c, int type, int flags, uint32_t stream,
+                        const void *payload, size_t len)
+{
+    return coai_h2_frame_append(&c->out, type, flags, stream, payload, len) < 0
+        ? COAI_ERR_NOMEM : 0;
+}
+
+static int coai__h2_window_update(coai_h2_conn *c, uint32_t stream, uint32_t inc)
+{
+    unsigned char b[4];
+    coai__put32(b, inc & 0x7fffffffu);
+    return coai__h2_ctl(c, COAI_H2_WINDOW_UPDATE, 0, stream, b, 4);
+}
+
+static int coai__h2_rst(coai_h2_conn *c, uint32_t stream, uint32_t code)
+{
+    unsigned char b[4];
+    coai__put32(b, code);
+    return coai__h2_ctl(c, COAI_H2_RST_STREAM, 0, stream, b, 4);
+}
+
+static int coai__h2_goaway_send(coai_h2_conn *c, uint32_t code)
+{
+    unsigned char b[8];
+    coai__put32(b, 0);          /* no server-initiated stream was ever accepted */
+    coai__put32(b + 4, code);
+    c->goaway_out = 1;
+    return coai__h2_ctl(c, COAI_H2_GOAWAY, 0, 0, b, 8);
+}
+
+/* A connection error: GOAWAY with code, then every coai_h2_next returns COAI_ERR_H2. */
+static coai_result coai__h2_fail(coai_h2_conn *c, uint32_t code)
+{
+    if (c->error < 0) {
+        c->error = (int)code;
+        (void)coai__h2_goaway_send(c, code);
+    }
+    return COAI_ERR_H2;
+}
+
+static coai_h2_stream *coai__h2_find(const coai_h2_conn *c, uint32_t id)
+{
+    size_t i;
+    if (id == 0) return NULL;
+    for (i = 0; i < COAI_H2_MAX_STREAMS; i++)
+        if (c->streams[i].id == id) return (coai_h2_stream *)&c->streams[i];
+    return NULL;
+}
+
+static void coai__h2_forget(coai_h2_conn *c, coai_h2_stream *s)
+{
+    memset(s, 0, sizeof *s);
+    c->active--;
+}
+
+int coai_h2_init(coai_h2_conn *c, const coai_h2_opts *o)
+{
+    unsigned char set[6 * 4], *q = set;
+    coai_h2_opts d;
+    memset(c, 0, sizeof *c);
+    memset(&d, 0, sizeof d);
+    if (o) d = *o;
+    if (!d.stream_window || d.stream_window > 0x7fffffffu) d.stream_window = COAI_H2_STREAM_WINDOW;
+    if (!d.conn_window || d.conn_window > 0x7fffffffu) d.conn_window = COAI_H2_CONN_WINDOW;
+    if (d.conn_window < 65535) d.conn_window = 65535;   /* it can only be raised */
+    if (d.max_frame < 16384 || d.max_frame > 0xffffffu) d.max_frame = 16384;
+    if (!d.max_header_list) d.max_header_list = COAI_H2_MAX_HEADER_LIST;
+    if (!d.max_streams || d.max_streams > COAI_H2_MAX_STREAMS) d.max_streams = COAI_H2_MAX_STREAMS;
+    c->opts = d;
+    c->error = -1;
+    c->peer.header_table_size = 4096;
+    c->peer.enable_push = 1;
+    c->peer.max_concurrent_streams = 0xffffffffu;
+    c->peer.initial_window_size = 65535;
+    c->peer.max_frame_size = 16384;
+    c->peer.max_header_list_size = 0xffffffffu;
+    c->next_id = 1;
+    c->send_window = 65535;
+    c->recv_window = 65535;
+    c->hpack.max_size = COAI_HPACK_TABLE;
+    c->hpack.max_list = d.max_header_list;
+    c->block.max = COAI_H2_MAX_HEADER_BLOCK;
+#define COAI__SET(id, v) (q[0] = 0, q[1] = (unsigned char)(id), coai__put32(q + 2, (v)), q += 6)
+    COAI__SET(COAI_H2_SET_HEADER_TABLE_SIZE, COAI_HPACK_TABLE);
+    COAI__SET(COAI_H2_SET_ENABLE_PUSH, 0);
+    COAI__SET(COAI_H2_SET_INITIAL_WINDOW_SIZE, d.stream_window);
+    if (d.max_frame != 16384) COAI__SET(COAI_H2_SET_MAX_FRAME_SIZE, d.max_frame);
+    COAI__SET(COAI_H2_SET_MAX_HEADER_LIST_SIZE, d.max_header_list);
+#undef COAI__SET
+    if (coai_buf_append(&c->out, COAI_H2_PREFACE, 24) < 0
+        || coai__h2_ctl(c, COAI_H2_SETTINGS, 0, 0, set, (size_t)(q - set)) < 0)
+        return COAI_ERR_NOMEM;
+    if (d.conn_window > 65535) {
+        if (coai__h2_window_update(c, 0, d.conn_window - 65535) < 0) return COAI_ERR_NOMEM;
+        c->recv_window = d.conn_window;
+    }
+    return 0;
+}
+
+void coai_h2_free(coai_h2_conn *c)
+{
+    coai_hpack_list_free(&c->fields);
+    coai_buf_free(&c->in);
+    coai_buf_free(&c->out);
+    coai_buf_free(&c->block);
+}
+
+size_t coai_h2_want_write(coai_h2_conn *c, const unsigned char **p)
+{
+    *p = c->out.data ? c->out.data + c->out_off : NULL;
+    return c->out.len - c->out_off;
+}
+
+void coai_h2_wrote(coai_h2_conn *c, size_t n)
+{
+    if (n > c->out.len - c->out_off) n = c->out.len - c->out_off;
+    c->out_off += n;
+    if (c->out_off == c->out.len) {
+        c->out.len = 0;
+        c->out_off = 0;
+    } else if (c->out_off > 64 * 1024 && c->out_off > c->out.len / 2) {
+        memmove(c->out.data, c->out.data + c->out_off, c->out.len - c->out_off);
+        c->out.len -= c->out_off;
+        c->out_off = 0;
+    }
+}
+
+int coai_h2_feed(coai_h2_conn *c, const void *p, size_t n)
+{
+    if (c->in_off) {
+        memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
+        c->in.len -= c->in_off;
+        c->in_off = 0;
+    }
+    if (n && coai_buf_append(&c->in, p, n) < 0) return COAI_ERR_NOMEM;
+    return 0;
+}
+
+static uint32_t coai__h2_take(size_t n, int64_t room)
+{
+    if (room <= 0) return 0;
+    return (uint64_t)n < (uint64_t)room ? (uint32_t)n : (uint32_t)room;
+}
+
+/* Return window: the application used n bytes (or they were padding). Never more than
+ * was taken, so a wrong count from the caller cannot push a window past what we announced. */
+static int coai__h2_credit(coai_h2_conn *c, coai_h2_stream *s, size_t n)
+{
+    int64_t room;
+    uint32_t full;
+    room = (int64_t)c->opts.conn_window - c->recv_window - (int64_t)c->unacked;
+    c->unacked += coai__h2_take(n, room);
+    if (c->unacked && c->unacked >= c->opts.conn_window / 2 && c->error < 0) {
+        if (coai__h2_window_update(c, 0, c->unacked) < 0) return COAI_ERR_NOMEM;
+        c->recv_window += c->unacked;
+        c->unacked = 0;
+    }
+    if (!s || s->state == COAI_H2_ST_HALF_CLOSED_REMOTE) return 0;
+    /* before our SETTINGS are acked the server still counts with the default window */
+    full = c->settings_acked ? c->opts.stream_window : 65535;
+    room = (int64_t)full - s->recv_window - (int64_t)s->unacked;
+    s->unacked += coai__h2_take(n, room);
+    if (s->unacked && s->unacked >= full / 2 && c->error < 0) {
+        if (coai__h2_window_update(c, s->id, s->unacked) < 0) return COAI_ERR_NOMEM;
+        s->recv_window += s->unacked;
+        s->unacked = 0;
+    }
+    return 0;
+}
+
+void coai_h2_consumed(coai_h2_conn *c, uint32_t id, size_t n)
+{
+    (void)coai__h2_credit(c, coai__h2_find(c, id), n);
+}
+
+static void coai__h2_ev(coai_h2_event *ev, int type, const coai_h2_stream *s, uint32_t id)
+{
+    memset(ev, 0, sizeof *ev);
+    ev->type = type;
+    ev->stream = id;
+    ev->user = s ? s->user : NULL;
+}
+
+/* A stream error: RST_STREAM, the stream forgotten, COAI_H2_EV_RESET (local). */
+static coai_result coai__h2_stream_fail(coai_h2_conn *c, coai_h2_stream *s, uint32_t code,
+                                        coai_h2_event *ev)
+{
+    coai__h2_ev(ev, COAI_H2_EV_RESET, s, s->id);
+    ev->code = code;
+    ev->local = 1;
+    if (coai__h2_rst(c, s->id, code) < 0) return COAI_ERR_NOMEM;
+    coai__h2_forget(c, s);
+    return COAI_OK;
+}
+
+/* The server finished its side of s. Closed on both sides: forgotten. */
+static void coai__h2_remote_end(coai_h2_conn *c, coai_h2_stream *s)
+{
+    if (s->state == COAI_H2_ST_HALF_CLOSED_LOCAL) coai__h2_forget(c, s);
+    else s->state = COAI_H2_ST_HALF_CLOSED_REMOTE;
+}
+
+static int coai__h2_tchar(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '-' || ch == '_'
+        || ch == '.' || ch == '!' || ch == '#' || ch == '$' || ch == '%' || ch == '&'
+        || ch == '\'' || ch == '*' || ch == '+' || ch == '^' || ch == '`' || ch == '|'
+        || ch == '~';
+}
+
+/* RFC 9113 8.2 / 8.3.2: 0 for a well-formed response head (want_status) or trailer block;
+ * *status gets :status. */
+static int coai__h2_head_ok(const coai_h2_header *h, size_t n, int want_status, int *status)
+{
+    size_t i, j;
+    int regular = 0, seen_status = 0;
+    *status = 0;
+    for (i = 0; i < n; i++) {
+        coai_str nm = h[i].name, v = h[i].value;
+        if (nm.len == 0) return -1;
+        for (j = 0; j < v.len; j++) {
+            unsigned char ch = (unsigned char)v.ptr[j];
+            if (ch == 0 || ch == '\r' || ch == '\n') return -1;
+        }
+        if (nm.ptr[0] == ':') {
+            if (regular || !want_status || seen_status || !coai_str_eq(nm, ":status")) return -1;
+            if (v.len != 3) return -1;
+            for (j = 0; j < 3; j++)
+                if (v.ptr[j] < '0' || v.ptr[j] > '9') return -1;
+            *status = (v.ptr[0] - '0') * 100 + (v.ptr[1] - '0') * 10 + (v.ptr[2] - '0');
+            if (*status < 100) return -1;
+            seen_status = 1;
+            continue;
+        }
+        regular = 1;
+        for (j = 0; j < nm.len; j++)
+            if (!coai__h2_tchar((unsigned char)nm.ptr[j])) return -1;
+        if (coai_str_eq(nm, "connection") || coai_str_eq(nm, "keep-alive")
+            || coai_str_eq(nm, "proxy-connection") || coai_str_eq(nm, "transfer-encoding")
+            || coai_str_eq(nm, "upgrade"))
+            return -1;
+    }
+    return want_status && !seen_status ? -1 : 0;
+}
+
+/* A complete header block for stream id arrived (c->block). */
+static coai_result coai__h2_headers_done(coai_h2_conn *c, uint32_t id, int end_stream,
+                                        coai_h2_event *ev)
+{
+    coai_h2_stream *s;
+    coai_result r;
+    int status, trailers;
+    r = coai_hpack_decode(&c->hpack, c->block.data ? c->block.data : (const unsigned char *)"",
+                          c->block.len, &c->fields);
+    coai_buf_reset(&c->block);
+    c->block_stream = 0;
+    if (r == COAI_ERR_H2) return coai__h2_fail(c, COAI_H2_COMPRESSION_ERROR);
+    if (r == COAI_ERR_NOMEM) return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
+    s = coai__h2_find(c, id);
+    if (!s) return COAI_MORE;   /* a stream we reset or forgot: decoded, then dropped */
+    if (r == COAI_ERR_TOO_BIG) return coai__h2_stream_fail(c, s, COAI_H2_PROTOCOL_ERROR, ev);
+    if (s->state == COAI_H2_ST_HALF_CLOSED_REMOTE)
+        return coai__h2_stream_fail(c, s, COAI_H2_STREAM_CLOSED, ev);
+    trailers = s->head_done;
+    if (coai__h2_head_ok(c->fields.v, c->fields.n, !trailers, &status) < 0
+        || (trailers && !end_stream) || (status >= 100 && status < 200 && end_stream))
+        return coai__h2_stream_fail(c, s, COAI_H2_PROTOCOL_ERROR, ev);
+    if (!trailers && status < 200) return COAI_MORE;   /* 1xx: informational, skipped */
+    coai__h2_ev(ev, COAI_H2_EV_HEADERS, s, id);
+    ev->end_stream = end_stream;
+    ev->trailers = trailers;
+    ev->status = status;
+    ev->headers = c->fields.v;
+    ev->n_headers = c->fields.n;
+    s->head_done = 1;
+    if (end_stream) coai__h2_remote_end(c, s);
+    return COAI_OK;
+}
+
+static coai_result coai__h2_settings(coai_h2_conn *c, const coai_h2_frame *f,
+                                     coai_h2_event *ev)
+{
+    size_t i;
+    coai_h2_settings p = c->peer;
+    if (f->stream) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+    if (f->flags & COAI_H2_FLAG_ACK) {
+        if (f->length) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        if (!c->settings_acked) {
+            /* the server now applies our INITIAL_WINDOW_SIZE to the streams it knows */
+            int64_t delta = (int64_t)c->opts.stream_window - 65535;
+            for (i = 0; i < COAI_H2_MAX_STREAMS; i++)
+                if (c->streams[i].id) c->streams[i].recv_window += delta;
+            c->settings_acked = 1;
+        }
+        return COAI_MORE;
+    }
+    if (f->length % 6) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+    for (i = 0; i < f->length; i += 6) {
+        unsigned id = (unsigned)f->payload[i] << 8 | f->payload[i + 1];
+        uint32_t v = coai__be32(f->payload + i + 2);
+        switch (id) {
+        case COAI_H2_SET_HEADER_TABLE_SIZE: p.header_table_size = v; break;
+        case COAI_H2_SET_ENABLE_PUSH:
+            if (v != 0) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+            p.enable_push = v;
+            break;
+        case COAI_H2_SET_MAX_CONCURRENT_STREAMS: p.max_concurrent_streams = v; break;
+        case COAI_H2_SET_INITIAL_WINDOW_SIZE:
+            if (v > 0x7fffffffu) return coai__h2_fail(c, COAI_H2_FLOW_CONTROL_ERROR);
+            p.initial_window_size = v;
+            break;
+        case COAI_H2_SET_MAX_FRAME_SIZE:
+            if (v < 16384 || v > 0xffffffu) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+            p.max_frame_size = v;
+            break;
+        case COAI_H2_SET_MAX_HEADER_LIST_SIZE: p.max_header_list_size = v; break;
+        default: break;   /* unknown settings are ignored */
+        }
+    }
+    if (p.initial_window_size != c->peer.initial_window_size) {
+        int64_t delta = (int64_t)p.initial_window_size - c->peer.initial_window_size;
+        for (i = 0; i < COAI_H2_MAX_STREAMS; i++) {
+            coai_h2_stream *s = &c->streams[i];
+            if (!s->id) continue;
+            if (s->send_window + delta > 0x7fffffff)
+                return coai__h2_fail(c, COAI_H2_FLOW_CONTROL_ERROR);
+            s->send_window += delta;
+        }
+    }
+    c->peer = p;
+    c->got_settings = 1;
+    if (coai__h2_ctl(c, COAI_H2_SETTINGS, COAI_H2_FLAG_ACK, 0, NULL, 0) < 0)
+        return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
+    coai__h2_ev(ev, COAI_H2_EV_SETTINGS, NULL, 0);
+    return COAI_OK;
+}
+
+/* One frame. COAI_OK: *ev is an event; COAI_MORE: nothing to report; < 0: connection error. */
+static coai_result coai__h2_frame(coai_h2_conn *c, const coai_h2_frame *f, coai_h2_event *ev)
+{
+    coai_h2_stream *s;
+    const unsigned char *p;
+    size_t n;
+    int idle = f->stream > c->max_id || (f->stream && !(f->stream & 1));
+    if (c->block_stream && (f->type != COAI_H2_CONTINUATION || f->stream != c->block_stream))
+        return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+    if (!c->got_settings && f->type != COAI_H2_SETTINGS)
+        return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+    switch (f->type) {
+    case COAI_H2_DATA:
+        if (!f->stream || idle) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if ((int64_t)f->length > c->recv_window)
+            return coai__h2_fail(c, COAI_H2_FLOW_CONTROL_ERROR);
+        c->recv_window -= f->length;
+        s = coai__h2_find(c, f->stream);
+        if (!s) {
+            /* closed (we reset or forgot it): the bytes still count for the connection */
+            if (coai__h2_credit(c, NULL, f->length) < 0)
+                return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
+            return COAI_MORE;
+        }
+        if ((int64_t)f->length > s->recv_window) {
+            (void)coai__h2_credit(c, NULL, f->length);
+            return coai__h2_stream_fail(c, s, COAI_H2_FLOW_CONTROL_ERROR, ev);
+        }
+        s->recv_window -= f->length;
+        if (coai__h2_unpad(f, &p, &n) < 0) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (s->state == COAI_H2_ST_HALF_CLOSED_REMOTE) {
+            (void)coai__h2_credit(c, NULL, f->length);
+            return coai__h2_stream_fail(c, s, COAI_H2_STREAM_CLOSED, ev);
+        }
+        if (!s->head_done) {
+            (void)coai__h2_credit(c, NULL, f->length);
+            return coai__h2_stream_fail(c, s, COAI_H2_PROTOCOL_ERROR, ev);
+        }
+        coai__h2_ev(ev, COAI_H2_EV_DATA, s, f->stream);
+        ev->data.ptr = (const char *)p;
+        ev->data.len = n;
+        ev->end_stream = (f->flags & COAI_H2_FLAG_END_STREAM) != 0;
+        /* the pad length byte and the padding are never seen by the application */
+        if (coai__h2_credit(c, s, f->length - n) < 0)
+            return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
+        if (ev->end_stream) coai__h2_remote_end(c, s);
+        return COAI_OK;
+    case COAI_H2_HEADERS:
+        if (!f->stream || idle) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (coai__h2_unpad(f, &p, &n) < 0) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        coai_buf_reset(&c->block);
+        if (coai_buf_append(&c->block, p, n) < 0)
+            return coai__h2_fail(c, COAI_H2_ENHANCE_YOUR_CALM);
+        c->block_end_stream = (f->flags & COAI_H2_FLAG_END_STREAM) != 0;
+        if (!(f->flags & COAI_H2_FLAG_END_HEADERS)) {
+            c->block_stream = f->stream;
+            return COAI_MORE;
+        }
+        return coai__h2_headers_done(c, f->stream, c->block_end_stream, ev);
+    case COAI_H2_CONTINUATION:
+        if (!c->block_stream) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (coai_buf_append(&c->block, f->payload, f->length) < 0)
+            return coai__h2_fail(c, COAI_H2_ENHANCE_YOUR_CALM);
+        if (!(f->flags & COAI_H2_FLAG_END_HEADERS)) return COAI_MORE;
+        return coai__h2_headers_done(c, c->block_stream, c->block_end_stream, ev);
+    case COAI_H2_PRIORITY:
+        if (!f->stream) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (f->length != 5) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        return COAI_MORE;
+    case COAI_H2_RST_STREAM:
+        if (!f->stream || idle) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (f->length != 4) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        s = coai__h2_find(c, f->stream);
+        if (!s) return COAI_MORE;
+        {
+            uint32_t code = coai__be32(f->payload);
+            coai__h2_ev(ev, code == COAI_H2_REFUSED_STREAM ? COAI_H2_EV_REFUSED
+                        : COAI_H2_EV_RESET, s, f->stream);
+            ev->code = code;
+        }
+        coai__h2_forget(c, s);
+        return COAI_OK;
+    case COAI_H2_SETTINGS:
+        return coai__h2_settings(c, f, ev);
+    case COAI_H2_PUSH_PROMISE:
+        return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);   /* we sent ENABLE_PUSH = 0 */
+    case COAI_H2_PING:
+        if (f->stream) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (f->length != 8) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        if (f->flags & COAI_H2_FLAG_ACK) {
+            coai__h2_ev(ev, COAI_H2_EV_PING_ACK, NULL, 0);
+            ev->data.ptr = (const char *)f->payload;
+            ev->data.len = 8;
+            return COAI_OK;
+        }
+        if (coai__h2_ctl(c, COAI_H2_PING, COAI_H2_FLAG_ACK, 0, f->payload, 8) < 0)
+            return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
+        return COAI_MORE;
+    case COAI_H2_GOAWAY: {
+        uint32_t last, i;
+        if (f->stream) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        if (f->length < 8) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        last = coai__be32(f->payload) & 0x7fffffffu;
+        if (!c->goaway_in || last < c->goaway_last) c->goaway_last = last;
+        c->goaway_in = 1;
+        for (i = 0; i < COAI_H2_MAX_STREAMS; i++)
+            if (c->streams[i].id > c->goaway_last) c->streams[i].refused = 1;
+        coai__h2_ev(ev, COAI_H2_EV_GOAWAY, NULL, 0);
+        ev->last_stream = last;
+        ev->code = coai__be32(f->payload + 4);
+        ev->data.ptr = (const char *)f->payload + 8;
+        ev->data.len = f->length - 8;
+        return COAI_OK;
+    }
+    case COAI_H2_WINDOW_UPDATE: {
+        uint32_t inc;
+        if (f->length != 4) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        inc = coai__be32(f->payload) & 0x7fffffffu;
+        if (!f->stream) {
+            if (!inc) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+            if (c->send_window + inc > 0x7fffffff)
+                return coai__h2_fail(c, COAI_H2_FLOW_CONTROL_ERROR);
+            c->send_window += inc;
+            coai__h2_ev(ev, COAI_H2_EV_WINDOW, NULL, 0);
+            return COAI_OK;
+        }
+        if (idle) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+        s = coai__h2_find(c, f->stream);
+        if (!s) return COAI_MORE;
+        if (!inc) return coai__h2_stream_fail(c, s, COAI_H2_PROTOCOL_ERROR, ev);
+        if (s->send_window + inc > 0x7fffffff)
+            return coai__h2_stream_fail(c, s, COAI_H2_FLOW_CONTROL_ERROR, ev);
+        s->send_window += inc;
+        coai__h2_ev(ev, COAI_H2_EV_WINDOW, s, f->stream);
+        return COAI_OK;
+    }
+    default:
+        return COAI_MORE;   /* unknown frame types are ignored (RFC 9113 5.5) */
+    }
+}
+
+coai_result coai_h2_next(coai_h2_conn *c, coai_h2_event *ev)
+{
+    size_t i;
+    memset(ev, 0, sizeof *ev);
+    if (c->error >= 0) return COAI_ERR_H2;
+    /* streams a GOAWAY refused are reported first, one per call */
+    if (c->goaway_in) {
+        for (i = 0; i < COAI_H2_MAX_STREAMS; i++) {
+            coai_h2_stream *s = &c->streams[i];
+            if (s->id && s->refused) {
+                coai__h2_ev(ev, COAI_H2_EV_REFUSED, s, s->id);
+                ev->code = COAI_H2_REFUSED_STREAM;
+                coai__h2_forget(c, s);
+                return COAI_OK;
+            }
+        }
+    }
+    for (;;) {
+        coai_h2_frame f;
+        size_t used;
+        coai_result r;
+        const unsigned char *p = c->in.data ? c->in.data + c->in_off : NULL;
+        size_t n = c->in.len - c->in_off;
+        r = coai_h2_frame_parse(p, n, c->opts.max_frame, &f, &used);
+        if (r == COAI_MORE) return COAI_MORE;
+        if (r < 0) return coai__h2_fail(c, COAI_H2_FRAME_SIZE_ERROR);
+        c->in_off += used;
+        r = coai__h2_frame(c, &f, ev);
+        if (r != COAI_MORE) return r;
+        if (c->error >= 0) return COAI_ERR_H2;
+        memset(ev, 0, sizeof *ev);
+    }
+}
+
+/* Queue header block bytes as HEADERS + CONTINUATION frames of the server's frame size. */
+static int coai__h2_send_block(coai_h2_conn *c, uint32_t id, const unsigned char *p, size_t n,
+                               int end_stream)
+{
+    size_t max = c->peer.max_frame_size, off = 0;
+    int type = COAI_H2_HEADERS;
+    do {
+        size_t k = n - off > max ? max : n - off;
+        int flags = (off + k == n ? COAI_H2_FLAG_END_HEADERS : 0);
+        if (type == COAI_H2_HEADERS && end_stream) flags |= COAI_H2_FLAG_END_STREAM;
+        if (coai_h2_frame_append(&c->out, type, flags, id, p + off, k) < 0) return COAI_ERR_NOMEM;
+        off += k;
+        type = COAI_H2_CONTINUATION;
+    } while (off < n);
+    return 0;
+}
+
+long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_stream,
+                  void *user)
+{
+    coai_h2_stream *s = NULL;
+    coai_buf blk = {0};
+    size_t i, start = c->out.len;
+    uint32_t id;
+    int r;
+    if (c->error >= 0 || c->goaway_in || c->goaway_out || c->next_id > 0x7fffffffu)
+        return COAI_ERR_STATE;
+    if (c->active >= c->opts.max_streams || c->active >= c->peer.max_concurrent_streams)
+        return 0;
+    for (i = 0; i < COAI_H2_MAX_STREAMS; i++)
+        if (!c->streams[i].id) { s = &c->streams[i]; break; }
+    if (!s) return 0;
+    r = coai_hpack_encode(&blk, h, n);
+    if (r == 0) r = coai__h2_send_block(c, c->next_id, blk.data, blk.len, end_stream);
+    coai_buf_free(&blk);
+    if (r < 0) {
+        c->out.len = start;
+        c->out.err = 0;
+        return r;
+    }
+    id = c->next_id;
+    c->next_id += 2;
+    c->max_id = id;
+    memset(s, 0, sizeof *s);
+    s->id = id;
+    s->state = end_stream ? COAI_H2_ST_HALF_CLOSED_LOCAL : COAI_H2_ST_OPEN;
+    s->send_window = c->peer.initial_window_size;
+    s->recv_window = c->settings_acked ? c->opts.stream_window : 65535;
+    s->user = user;
+    c->active++;
+    return (long)id;
+}
+
+size_t coai_h2_send_room(const coai_h2_conn *c, uint32_t id)
+{
+    const coai_h2_stream *s = coai__h2_find(c, id);
+    int64_t w;
+    if (!s || (s->state != COAI_H2_ST_OPEN && s->state != COAI_H2_ST_HALF_CLOSED_REMOTE))
+        return 0;
+    w = s->send_window < c->send_window ? s->send_window : c->send_window;
+    return w > 0 ? (size_t)w : 0;
+}
+
+int coai_h2_send_data(coai_h2_conn *c, uint32_t id, const void *p, size_t n, int end_stream,
+                      size_t *sent)
+{
+    coai_h2_stream *s = coai__h2_find(c, id);
+    size_t room, off = 0;
+    *sent = 0;
+    if (c->error >= 0 || !s
+        || (s->state != COAI_H2_ST_OPEN && s->state != COAI_H2_ST_HALF_CLOSED_REMOTE))
+        return COAI_ERR_STATE;
+    room = coai_h2_send_room(c, id);
+    if (room > n) room = n;
+    while (off < room) {
+        size_t k = room - off > c->peer.max_frame_size ? c->peer.max_frame_size : room - off;
+        int fl = (end_stream && off + k == n) ? COAI_H2_FLAG_END_STREAM : 0;
+        if (coai_h2_frame_append(&c->out, COAI_H2_DATA, fl, id, (const char *)p + off, k) < 0)
+            return COAI_ERR_NOMEM;
+        off += k;
+        s->send_window -= (int64_t)k;
+        c->send_window -= (int64_t)k;
+    }
+    *sent = off;
+    if (end_stream && off == n) {
+        if (n == 0 && coai_h2_frame_append(&c->out, COAI_H2_DATA, COAI_H2_FLAG_END_STREAM, id,
+                                           NULL, 0) < 0)
+            return COAI_ERR_NOMEM;
+        if (s->state == COAI_H2_ST_HALF_CLOSED_REMOTE) coai__h2_forget(c, s);
+        else s->state = COAI_H2_ST_HALF_CLOSED_LOCAL;
+    }
+    return 0;
+}
+
+int coai_h2_reset(coai_h2_conn *c, uint32_t id, uint32_t code)
+{
+    coai_h2_stream *s = coai__h2_find(c, id);
+    if (!s) return COAI_ERR_STATE;
+    if (coai__h2_rst(c, id, code) < 0) return COAI_ERR_NOMEM;
+    /* what the server had in flight for it still counts against the connection window:
+       frames for it are credited back as they arrive */
+    coai__h2_forget(c, s);
+    return 0;
+}
+
+int coai_h2_ping(coai_h2_conn *c, const unsigned char opaque[8])
+{
+    return coai__h2_ctl(c, COAI_H2_PING, 0, 0, opaque, 8);
+}
+
+int coai_h2_goaway(coai_h2_conn *c, uint32_t code)
+{
+    return coai__h2_goaway_send(c, code);
+}
+
+size_t coai_h2_active(const coai_h2_conn *c)
+{
+    return c->active;
+}
+
+int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id)
+{
+    const coai_h2_stream *s = coai__h2_find(c, id);
+    return s ? s->state : COAI_H2_ST_CLOSED;
+}
+/* PART:H2 impl end */
 
 /* ======================================================================== */
 /* PART:OPENAI impl                                                         */
