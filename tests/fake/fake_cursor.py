@@ -19,6 +19,19 @@ never starts: heartbeats only). A second TLS listener ("agent_port") serves the 
 agent host GetServerConfig can name; with agent_host_only a RunSSE elsewhere ends at once with
 the region message. min_client_version rejects older x-cursor-client-version values as outdated.
 
+HTTP/2 (issue 23; python3-h2): both TLS listeners offer ALPN h2 (main: h2 + http/1.1 as api2;
+agent: h2 only, and HTTP/1.1 there is refused at the connection level, as the api5 hosts do).
+POST /agent.v1.AgentService/Run over HTTP/2 is one Connect bidi stream: the request body is the
+client's messages (the run request first, then exec results, KV replies, heartbeats: what
+BidiAppend carries on HTTP/1.1, checked the same way), the response the scenario's frames and a
+Connect end-stream. Run over HTTP/1.1 gets 464 (the load balancer's answer). The fake checks
+the client's side of HTTP/2 (flow-control violations, HPACK errors and too many streams are
+protocol errors h2 raises: recorded; a PING not acknowledged within h2_ping_ack_s: recorded;
+a new stream after our GOAWAY: recorded) and misbehaves on command: ops "goaway" and
+"rst_stream", config h2_goaway_at_start, runsse_scenario with "h2_rst_at_start", a scenario with
+"h2_hold_window" (the stream's receive window never reopens; the connection's does), and any
+stall/sleep step stalls one stream while the others on the connection go on.
+
 Behaviour per run comes from a scenario (a dict of steps, see SCENARIOS and run_steps()), chosen by
 the run request's model id "scenario:<name>" (or "scenario:long:<N>"), else by a queue / default
 set through the control API.
@@ -135,6 +148,16 @@ DEFAULT_CONFIG = {
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
     "server_config_seq": [],       # answers used one per call first (then server_config ...)
     "server_config_status": None,  # HTTP status to fail GetServerConfig with
+    # --- HTTP/2 (issue 23) ---
+    "main_alpn": ["h2", "http/1.1"],  # ALPN of the main listener (api2 speaks both)
+    "agent_alpn": ["h2"],          # ALPN of the agent listener (the api5 hosts: h2 only);
+                                   # ["http/1.1"]: a host/middlebox without h2
+    "agent_http1": False,          # the agent listener serves HTTP/1.1 too (else it refuses
+                                   # it at the connection level: "illegal request line")
+    "h2_max_streams": 100,         # SETTINGS_MAX_CONCURRENT_STREAMS of new connections
+    "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
+    "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer
+    "h2_goaway_at_start": False,   # every new HTTP/2 connection sends GOAWAY(0) at once
     "agent_host_only": False,      # RunSSE anywhere but the agent listener: 200, then an OK
                                    # end with the region message and no frames, then close
 }
@@ -358,6 +381,7 @@ class Run:
         self.registered = False    # the RunSSE registered the run (its 200 head went out)
         self.dropped = False       # a seqno-0 append came before registration: never starts
         self.profile = None        # "grpc-web" or "connect" (RunSSE content type)
+        self.transport = "http1"   # "h2": one Run stream on HTTP/2
 
     def summary(self):
         return {"request_id": self.rid, "scenario": self.scenario_name,
@@ -366,7 +390,7 @@ class Run:
                             for a in self.appends],
                 "append_error": self.append_error, "runsse_count": self.runsse_count,
                 "registered": self.registered, "dropped": self.dropped,
-                "profile": self.profile,
+                "profile": self.profile, "transport": self.transport,
                 "stream": dict(self.stream),
                 "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
                 "exec_results": dict(self.exec_results),
@@ -757,7 +781,8 @@ def request_profile(req, agent):
         return None
     if ct == CT_GRPCWEB:
         return "grpc-web"
-    if ct == (CT_CONNECT if req["path"] == PATH_RUNSSE else CT_PROTO):
+    if ct == (CT_CONNECT if req["path"] in (PATH_RUNSSE, "/agent.v1.AgentService/Run")
+              else CT_PROTO):
         return "connect"
     if ct == "application/json" and req["path"] == PATH_APPEND:
         return "connect"        # Connect JSON BidiAppend (one peer's HTTP/1.1 form)
@@ -1811,6 +1836,24 @@ def run_step(ctx, st):
         if st.get("rst"):
             S.count("rst_sent")
         return
+    if op == "goaway":
+        # HTTP/2: GOAWAY on the run's connection (last_stream_id: this stream unless "below"),
+        # the run itself goes on; on HTTP/1.1 nothing to do
+        if isinstance(conn, H2Stream):
+            conn.hc.goaway(int(st.get("error", 0)), conn.sid - 2 if st.get("below") else None)
+            run.stream["goaway"] = True
+        return
+    if op == "rst_stream":
+        # HTTP/2: RST_STREAM of the run's stream (INTERNAL_ERROR by default); on HTTP/1.1 a
+        # reset connection, the nearest thing
+        ctx.finished = True
+        run.stream["rst_stream"] = True
+        if isinstance(conn, H2Stream):
+            conn.hc.reset_stream(conn.sid, int(st.get("error", 2)))
+            conn.done = True
+        else:
+            conn.abort(rst=True)
+        return
     if op == "end":
         conn.end_chunked()
         ctx.finished = True
@@ -2141,7 +2184,555 @@ def h_exchange(conn, req, rec):
     return 200
 
 
+
+# ---------------------------------------------------------------------------------------------
+# HTTP/2 (issue 23): agent.v1.AgentService/Run as one Connect bidi stream per run
+
+PATH_RUN = "/agent.v1.AgentService/Run"
+
+
+def h_run_http1(conn, req, rec):
+    """The bidi Run over HTTP/1.1: the load balancer's incompatible-protocol answer."""
+    S.count("run_over_http1")
+    conn.respond(464, b"", ctype="text/plain")
+    return 464
+
+
+class H2Stream:
+    """One server stream of an H2Conn, with the interface of Conn that the run scripts use
+    (chunk, end_chunked, wait, peer_closed, abort, respond)."""
+
+    def __init__(self, hc, sid, headers):
+        self.hc = hc
+        self.sid = sid
+        self.cid = hc.cid
+        self.listener = hc.listener
+        self.sock = hc.sock
+        self.headers = headers
+        self.body = b""              # request body bytes not parsed yet
+        self.ended = False           # the client ended its side (END_STREAM)
+        self.reset = False           # the client reset the stream (or the connection died)
+        self.head_sent = False
+        self.done = False            # our side is ended
+        self.closed = False
+        self.close_notify = False
+        self.hold_window = False     # "a window that stays closed": no stream WINDOW_UPDATE
+        self.on_message = None       # callback(bytes) for each request message
+        self.run = None
+
+    # --- the Conn interface
+    def _head(self, status=200, ctype=CT_CONNECT, end=False):
+        self.hc.send_headers(self.sid, [(":status", str(status)), ("content-type", ctype)], end)
+        self.head_sent = True
+        if end:
+            self.done = True
+
+    def respond(self, status, body=b"", ctype="application/json", extra=None, close=False):
+        if isinstance(body, str):
+            body = body.encode()
+        self.hc.send_headers(self.sid, [(":status", str(status)), ("content-type", ctype)]
+                             + [(k.lower(), str(v)) for k, v in (extra or {}).items()],
+                             not body)
+        self.head_sent = True
+        if body:
+            self.hc.send_data(self, body, True)
+        self.done = True
+
+    def start_chunked(self, status=200, ctype=CT_CONNECT, close=False):
+        self._head(status, ctype)
+
+    def chunk(self, data):
+        if not data:
+            return
+        if not self.head_sent:
+            self._head()
+        self.hc.send_data(self, data, False)
+
+    def end_chunked(self):
+        if self.done:
+            return
+        if not self.head_sent:
+            self._head()
+        self.hc.send_data(self, b"", True)
+        self.done = True
+
+    def send(self, data):
+        self.chunk(data)
+
+    def peer_closed(self):
+        return self.reset or self.hc.dead
+
+    def wait(self, seconds, cond=None, pred=None):
+        end = time.time() + seconds
+        while True:
+            if pred is not None:
+                if cond is not None:
+                    with cond:
+                        ok = pred()
+                else:
+                    ok = pred()
+                if ok:
+                    return "pred"
+            if self.peer_closed():
+                return "closed"
+            left = end - time.time()
+            if left <= 0 or S.stop.is_set():
+                return "timeout"
+            if cond is not None:
+                with cond:
+                    cond.wait(min(0.05, left))
+            else:
+                with self.hc.cond:
+                    if not self.peer_closed():
+                        self.hc.cond.wait(min(1.0, left))
+
+    def abort(self, close_notify=False, rst=False):
+        """A script's "close": on HTTP/2 the stream is reset (INTERNAL_ERROR); the other
+        streams of the connection go on."""
+        self.closed = True
+        if not self.done:
+            self.hc.reset_stream(self.sid, 2)
+            self.done = True
+
+
+class H2Conn:
+    def __init__(self, sock, cid, listener):
+        import h2.config
+        import h2.connection
+        import h2.settings
+        self.sock = sock
+        self.cid = cid
+        self.listener = listener
+        cfg = h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
+        self.h = h2.connection.H2Connection(config=cfg)
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.streams = {}
+        self.dead = False
+        self.goaway_sent = None       # last_stream_id of the GOAWAY we sent
+        self.ping_out = {}            # opaque -> time sent
+        self.max_open = 0
+        self.h.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: int(S.config["h2_max_streams"]),
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536})
+        self.h.initiate_connection()
+        self.flush()
+
+    def flush(self):
+        with self.lock:
+            d = self.h.data_to_send()
+            if not d or self.dead:
+                return
+            try:
+                self.sock.settimeout(30)
+                self.sock.sendall(d)
+            except (ssl.SSLError, OSError):
+                self.die("send failed")
+
+    def die(self, why):
+        with self.cond:
+            if not self.dead:
+                self.dead = True
+                self.why = why
+            for st in self.streams.values():
+                st.reset = True
+            self.cond.notify_all()
+
+    def send_headers(self, sid, headers, end):
+        with self.lock:
+            if self.dead or sid not in self.streams or self.streams[sid].reset:
+                raise PeerClosed("stream %d gone" % sid)
+            self.h.send_headers(sid, headers, end_stream=end)
+            self.flush()
+
+    def send_data(self, st, data, end):
+        """DATA within the peer's windows: waits (lock released) for WINDOW_UPDATE."""
+        import h2.exceptions
+        off = 0
+        while True:
+            with self.cond:
+                while True:
+                    if self.dead or st.reset:
+                        raise PeerClosed("stream %d gone" % st.sid)
+                    left = len(data) - off
+                    try:
+                        win = self.h.local_flow_control_window(st.sid)
+                    except h2.exceptions.StreamClosedError:
+                        raise PeerClosed("stream %d closed" % st.sid)
+                    n = min(left, win, self.h.max_outbound_frame_size)
+                    if n > 0 or left == 0:
+                        break
+                    S.count("h2_send_blocked_on_window")
+                    self.cond.wait(1.0)
+                last = off + n == len(data)
+                self.h.send_data(st.sid, data[off:off + n], end_stream=end and last)
+                off += n
+                self.flush()
+                if last:
+                    return
+
+    def reset_stream(self, sid, code):
+        with self.lock:
+            try:
+                self.h.reset_stream(sid, error_code=code)
+            except Exception:
+                pass
+            self.flush()
+            st = self.streams.get(sid)
+            if st:
+                st.reset = True
+            self.cond.notify_all()
+
+    def goaway(self, code=0, last=None):
+        with self.lock:
+            if last is None:
+                last = max(self.streams) if self.streams else 0
+            self.h.close_connection(error_code=code, last_stream_id=last)
+            self.goaway_sent = last
+            self.flush()
+        S.count("h2_goaway_sent")
+
+    def ping(self):
+        with self.lock:
+            op = secrets.token_bytes(8)
+            self.ping_out[op] = time.time()
+            self.h.ping(op)
+            self.flush()
+
+    def serve(self):
+        import h2.events
+        import h2.exceptions
+        S.count("h2_connections")
+        if S.config["h2_goaway_at_start"]:
+            self.goaway(0, 0)
+        ping_s = float(S.config["h2_ping_s"])
+        next_ping = time.time() + ping_s
+        self.sock.settimeout(0.5)
+        while not self.dead and not S.stop.is_set():
+            now = time.time()
+            for op, t in list(self.ping_out.items()):
+                if now - t > float(S.config["h2_ping_ack_s"]):
+                    S.error("h2: PING left unanswered for %.0fs" % (now - t), conn=self.cid)
+                    del self.ping_out[op]
+            if ping_s > 0 and now >= next_ping:
+                self.ping()
+                next_ping = now + ping_s
+            try:
+                d = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except (ssl.SSLError, OSError) as e:
+                self.die(str(e))
+                break
+            if not d:
+                self.die("eof")
+                break
+            with self.cond:
+                try:
+                    events = self.h.receive_data(d)
+                except h2.exceptions.ProtocolError as e:
+                    # a flow-control violation, an HPACK error, too many streams...: what
+                    # the real server answers with a GOAWAY; for the tests, the client's bug
+                    S.error("h2 protocol error from the client: %s: %s"
+                            % (type(e).__name__, e), conn=self.cid)
+                    S.count("h2_protocol_errors")
+                    try:
+                        self.h.close_connection(error_code=1)
+                    except Exception:
+                        pass
+                    self.flush()
+                    self.die("protocol error")
+                    break
+                for ev in events:
+                    self.event(ev)
+                self.flush()
+                self.cond.notify_all()
+        self.die("closed")
+
+    def event(self, ev):
+        import h2.events
+        if isinstance(ev, h2.events.RequestReceived):
+            if self.goaway_sent is not None and ev.stream_id > self.goaway_sent:
+                S.error("h2: new stream %d after GOAWAY(last_stream_id=%d)"
+                        % (ev.stream_id, self.goaway_sent), conn=self.cid)
+                self.h.reset_stream(ev.stream_id, error_code=7)
+                return
+            st = H2Stream(self, ev.stream_id, dict(ev.headers))
+            st.header_order = [k for k, _ in ev.headers]
+            self.streams[ev.stream_id] = st
+            opened = sum(1 for s in self.streams.values() if not (s.done and (s.ended or s.reset)))
+            self.max_open = max(self.max_open, opened)
+            with S.lock:
+                S.counters["h2_max_streams_per_conn"] = max(
+                    S.counters.get("h2_max_streams_per_conn", 0), opened)
+            S.count("h2_streams")
+            threading.Thread(target=h2_stream_main, args=(st,), daemon=True).start()
+        elif isinstance(ev, h2.events.DataReceived):
+            st = self.streams.get(ev.stream_id)
+            n = ev.flow_controlled_length
+            if st is None:
+                return
+            st.body += ev.data
+            if st.hold_window:
+                # keep the stream window closed but the connection's open: the others go on
+                if n:
+                    self.h.increment_flow_control_window(n)
+            elif n:
+                self.h.acknowledge_received_data(n, ev.stream_id)
+            if st.on_message:
+                st.on_message()
+        elif isinstance(ev, h2.events.StreamEnded):
+            st = self.streams.get(ev.stream_id)
+            if st:
+                st.ended = True
+                if st.on_message:
+                    st.on_message()
+        elif isinstance(ev, h2.events.StreamReset):
+            st = self.streams.get(ev.stream_id)
+            if st:
+                st.reset = True
+                S.count("h2_client_resets")
+        elif isinstance(ev, h2.events.PingAckReceived):
+            self.ping_out.pop(ev.ping_data, None)
+            S.count("h2_ping_acks")
+        elif isinstance(ev, h2.events.PingReceived):
+            S.count("h2_pings_received")
+        elif isinstance(ev, h2.events.ConnectionTerminated):
+            S.count("h2_goaway_received")
+            self.die("GOAWAY from the client")
+
+
+def h2_stream_main(st):
+    h = st.headers
+    req = {"method": h.get(":method", ""), "target": h.get(":path", ""),
+           "path": urllib.parse.urlsplit(h.get(":path", "")).path, "query": "",
+           "version": "HTTP/2", "headers": {k: v for k, v in h.items() if not k.startswith(":")},
+           "header_order": st.header_order, "body": b""}
+    # check_common wants a host: HTTP/2 carries it as :authority
+    if ":authority" in h:
+        req["headers"]["host"] = h[":authority"]
+    rec = {"t": time.time(), "conn": st.cid, "listener": st.listener, "h2": True,
+           "stream_id": st.sid, "method": req["method"], "path": req["path"], "query": "",
+           "headers": req["headers"], "header_order": st.header_order, "body_len": 0,
+           "body_hex": None}
+    S.count("requests")
+    S.count("requests " + req["path"])
+    S.count("h2_requests")
+    status = None
+    try:
+        if req["path"] == PATH_RUN and req["method"] == "POST":
+            status = h2_run(st, req, rec)
+        elif req["path"] in ROUTES and ROUTES[req["path"]][1] not in (h_runsse, h_append):
+            # unary calls over HTTP/2: the whole body first
+            end = time.time() + 30
+            while not st.ended and not st.peer_closed() and time.time() < end:
+                with st.hc.cond:
+                    st.hc.cond.wait(0.2)
+            req["body"] = st.body
+            status = ROUTES[req["path"]][1](st, req, rec)
+        else:
+            status = connect_error(st, 404, "unimplemented", "no such path on this host")
+    except PeerClosed:
+        status = 0
+    except Exception as e:
+        traceback.print_exc()
+        S.error("fake internal error (h2): %r" % e, path=req["path"])
+        status = 500
+        st.hc.reset_stream(st.sid, 2)
+    rec["status"] = status
+    S.record(rec)
+    if not st.done and not st.reset:
+        st.end_chunked()
+
+
+def h2_message(st, run, rid, payload):
+    """One AgentClientMessage from the Run request body: what a BidiAppend carries on
+    HTTP/1.1, with the same checks (the first is the run request)."""
+    try:
+        msg = pb.dec_client_message(payload)
+    except (pb.PBError, ValueError) as e:
+        S.error("AgentClientMessage does not parse: %s" % e, request_id=rid)
+        return False
+    with run.cond:
+        seq = run.next_seqno
+        if seq == 0:
+            bad = []
+            if msg.get("type") != "run_request":
+                bad.append("first Run message is %s, not run_request" % msg.get("type"))
+            else:
+                if not msg["has_conversation_state"]:
+                    bad.append("run_request without conversation_state (field 1)")
+                if not msg["has_request_context"]:
+                    bad.append("user_message_action without request_context")
+                if not msg["model_id"]:
+                    bad.append("run_request without model_details.model_id")
+            if bad:
+                for b in bad:
+                    S.error(b, request_id=rid)
+                run.append_error = (400, "invalid_argument", "; ".join(bad))
+                run.cond.notify_all()
+                return False
+            run.run_request = msg
+            check_images(run)
+            pick_scenario(run)
+            st.hold_window = bool((run.scenario or {}).get("h2_hold_window"))
+        elif msg.get("type") == "run_request":
+            S.error("run_request as Run message %d" % seq, request_id=rid)
+        run.next_seqno = seq + 1
+        entry = {"seqno": seq, "t": time.time(), "message": msg, "message_hex": payload.hex(),
+                 "h2": True}
+        run.appends.append(entry)
+        run.cond.notify_all()
+    return True
+
+
+def h2_run(st, req, rec):
+    st_ = check_common(st, req, rec, True)
+    if st_:
+        return st_
+    prof = rec["profile"]
+    if prof != "connect":
+        S.error("Run over HTTP/2 with content type %r" % req["headers"].get("content-type"))
+        return connect_error(st, 415, "unknown", "Run speaks application/connect+proto")
+    rid = req["headers"].get("x-request-id", "")
+    run = S.run(rid)
+    with run.cond:
+        run.runsse_count += 1
+        if run.runsse_count > 1:
+            S.error("second Run for request id %s" % rid)
+            return connect_error(st, 409, "already_exists", "duplicate request id")
+        run.profile = prof
+        run.transport = "h2"
+    rec["decoded"] = {"request_id": rid}
+    parse_err = []
+
+    def on_message():
+        # under hc.cond: cut whole envelopes off the body
+        while len(st.body) >= 5:
+            flags = st.body[0]
+            n = int.from_bytes(st.body[1:5], "big")
+            if len(st.body) < 5 + n:
+                break
+            payload, st.body = st.body[5:5 + n], st.body[5 + n:]
+            if flags & 0x02:
+                # a client end-stream message: clients do not send one
+                S.error("client sent a Connect end-stream frame on Run", request_id=rid)
+                continue
+            if flags & 0x01:
+                S.error("compressed message on Run (the CLI never compresses)", request_id=rid)
+                continue
+            if not h2_message(st, run, rid, payload):
+                parse_err.append(1)
+        if st.ended and st.body:
+            S.error("Run request body ends inside a message", request_id=rid)
+            st.body = b""
+    st.on_message = on_message
+    with st.hc.cond:
+        on_message()
+    if client_outdated(req):
+        code, msg, det = outdated_body()
+        S.count("outdated_rejections")
+        run.stream["ended"] = "outdated_client"
+        st.start_chunked(200, CT_CONNECT)
+        st.chunk(runsse_end(st, prof, CONNECT_CODES.index(code), msg, det))
+        st.end_chunked()
+        return 200
+    if S.config["agent_host_only"] and st.listener != "agent":
+        S.count("region_rejections")
+        run.stream["ended"] = "wrong_region"
+        st.start_chunked(200, CT_CONNECT)
+        st.chunk(pb.end_stream({"metadata": {"x-cursor-message": [REGION_MESSAGE]}}))
+        st.end_chunked()
+        return 200
+    pre = S.config["runsse_scenario"]
+    sc0 = S.scenarios.get(pre, {}) if pre else {}
+    if sc0.get("h2_rst_at_start") is not None:
+        # RST_STREAM before any answer (REFUSED_STREAM by default)
+        S.count("h2_rst_at_start")
+        run.stream["ended"] = "rst_at_start"
+        st.hc.reset_stream(st.sid, int(sc0["h2_rst_at_start"]))
+        return 0
+    if sc0.get("headers_stall"):
+        run.stream["ended"] = "headers_stall"
+        st.wait(float(sc0.get("max_s", S.config["stall_max_s"])))
+        st.abort()
+        return 0
+    raw = sc0.get("runsse_response")
+    if raw:
+        st.respond(int(raw["status"]), raw.get("body", ""),
+                   ctype=raw.get("content_type", "text/html"))
+        return int(raw["status"])
+    fail = sc0.get("runsse_status")
+    if fail:
+        return connect_error(st, fail["status"], fail.get("code", "internal"),
+                             fail.get("message", ""))
+    with run.cond:
+        run.registered = True
+        run.cond.notify_all()
+    st.start_chunked(200, CT_CONNECT)
+    S.count("streams_started")
+    S.stream_delta(1)
+    ctx = StreamCtx(st, run)
+    try:
+        r = st.wait(S.config["append_wait_s"], run.cond,
+                    lambda: run.next_seqno > 0 or run.append_error is not None)
+        if r == "closed":
+            run.stream["ended"] = "client_closed_before_append"
+            raise PeerClosed("closed before the run request")
+        if r == "timeout":
+            S.error("no run request within %.1fs for %s" % (S.config["append_wait_s"], rid))
+            st.chunk(runsse_end(st, prof, 3, "no run request arrived"))
+            st.end_chunked()
+            run.stream["ended"] = "no_append"
+            return 200
+        if run.append_error is not None:
+            status, code, msg = run.append_error
+            st.chunk(runsse_end(st, prof, CONNECT_CODES.index(code)
+                                if code in CONNECT_CODES else 2, msg))
+            st.end_chunked()
+            run.stream["ended"] = "append_rejected"
+            return 200
+        sc = run.scenario or {}
+        rec["scenario"] = run.scenario_name
+        steps = select_steps(sc, run.run_request)
+        run.stream["ended"] = "running"
+        run_steps(ctx, steps)
+        if not ctx.finished:
+            st.end_chunked()
+            ctx.finished = True
+        run.stream["ended"] = "completed"
+        S.count("streams_completed")
+        # the client ends its side once it has read the end: wait a little for it
+        st.wait(5.0, st.hc.cond, lambda: st.ended or st.reset)
+    except PeerClosed as e:
+        if run.stream.get("ended") in (None, "running"):
+            run.stream["ended"] = "client_closed"
+        run.stream["closed_at_step"] = ctx.step
+        run.stream["close_reason"] = str(e)
+        S.count("disconnects")
+        if not ctx.turn_ended:
+            S.count("disconnects_mid_stream")
+    finally:
+        S.stream_delta(-1)
+        run.stream["frames_sent"] = ctx.frames
+        run.stream["bytes_sent"] = ctx.bytes
+        run.stream["turn_ended_sent"] = ctx.turn_ended
+    return 200
+
+
+def serve_h2(sock, cid, listener):
+    hc = H2Conn(sock, cid, listener)
+    try:
+        hc.serve()
+    finally:
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+
 ROUTES = {
+    PATH_RUN: ("POST", h_run_http1),
     PATH_RUNSSE: ("POST", h_runsse),
     PATH_APPEND: ("POST", h_append),
     PATH_MODELS: ("POST", h_models),
@@ -2153,6 +2744,25 @@ ROUTES = {
     "/auth/refresh": ("POST", h_refresh),
     "/auth/exchange_user_api_key": ("POST", h_exchange),
 }
+
+
+def alpn_ctx(ctx, listener):
+    """The listener's context with the ALPN list the config gives it now (cached)."""
+    key = "main_alpn" if listener == "main" else "agent_alpn" if listener == "agent" else None
+    if key is None or not S.config.get(key):
+        return ctx
+    protos = tuple(S.config[key])
+    c = _ALPN_CTX.get((id(ctx), protos))
+    if c is None:
+        c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        c.minimum_version = ssl.TLSVersion.TLSv1_2
+        c.load_cert_chain(*ctx._coai_cert)
+        c.set_alpn_protocols(list(protos))
+        _ALPN_CTX[(id(ctx), protos)] = c
+    return c
+
+
+_ALPN_CTX = {}
 
 
 def handle_conn(raw, addr, listener, ctx):
@@ -2170,7 +2780,7 @@ def handle_conn(raw, addr, listener, ctx):
         pass
     try:
         try:
-            sock = ctx.wrap_socket(raw, server_side=True)
+            sock = alpn_ctx(ctx, listener).wrap_socket(raw, server_side=True)
         except (ssl.SSLError, OSError) as e:
             S.count("tls_handshake_failures")
             S.count("tls_handshake_failures_" + listener)
@@ -2189,6 +2799,24 @@ def handle_conn(raw, addr, listener, ctx):
             S.count("tls_resumed_" + listener)
         t_accept = time.time()
         S.count("tls_version_" + str(sock.version()))
+        alpn = sock.selected_alpn_protocol()
+        S.count("alpn_%s_%s" % (listener, alpn or "none"))
+        if alpn == "h2":
+            serve_h2(sock, cid, listener)
+            return
+        if listener == "agent" and not S.config["agent_http1"]:
+            # the agent hosts speak HTTP/2 only and refuse HTTP/1.1 at the connection level
+            S.count("agent_http1_refused")
+            try:
+                sock.settimeout(5)
+                sock.recv(65536)
+                sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n"
+                             b"Content-Length: 21\r\nConnection: close\r\n\r\n"
+                             b"illegal request line\n")
+            except (ssl.SSLError, OSError):
+                pass
+            Conn(sock, cid, listener).abort()
+            return
         conn = Conn(sock, cid, listener)
         while not S.stop.is_set():
             try:
@@ -2247,6 +2875,7 @@ def make_ctx(cert, key):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(cert, key)
+    ctx._coai_cert = (cert, key)
     return ctx
 
 

@@ -467,6 +467,7 @@ def test_server(tmp):
     fake = Fake(tmp)
     try:
         server_tests(fake)
+        h2_tests(fake, Client(fake, pb.make_jwt({"sub": "t", "exp": int(time.time()) + 3600})))
     finally:
         fake.stop()
 
@@ -959,6 +960,104 @@ def fault_tests(fake, cl):
     check("silent listener saw the peer leave", wait_until(lambda: [
         h for h in fake.ctl("/state")["counters"].get("silent_held", [])
         if h["end"] == "closed" and h["bytes_in"] == 8], 5))
+
+
+def h2_run(fake, cl, model, prompt="User: hi", port=None, n=1, conn=None):
+    """The Run stream over HTTP/2 as the proxy speaks it (python3-h2 as the client):
+    n concurrent runs on one connection. Returns [dict(status, frames, text, end)]."""
+    import h2.connection
+    import h2.config
+    import h2.events
+    ctx = ctx_for(fake.info["ca"])
+    ctx.set_alpn_protocols(["h2"])
+    raw = socket.create_connection(("127.0.0.1", port or fake.info["agent_port"]), timeout=20)
+    s = ctx.wrap_socket(raw, server_hostname="localhost")
+    if s.selected_alpn_protocol() != "h2":
+        s.close()
+        return [{"alpn": s.selected_alpn_protocol()}]
+    h = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True,
+                                                              header_encoding="utf-8"))
+    h.initiate_connection()
+    outs = {}
+    for i in range(n):
+        sid = h.get_next_available_stream_id()
+        rid = str(uuid.uuid4())
+        hd = [(":method", "POST"), (":scheme", "https"), (":authority", "localhost"),
+              (":path", "/agent.v1.AgentService/Run")]
+        hd += [(k, v) for k, v in cl.headers(rid, "application/connect+proto",
+                                             connect_protocol_version="1").items()]
+        h.send_headers(sid, hd)
+        h.send_data(sid, pb.envelope(pb.c_run_request(prompt, model)))
+        outs[sid] = {"rid": rid, "status": None, "body": b"", "frames": [], "text": "",
+                     "end": None, "reset": None}
+    s.sendall(h.data_to_send())
+    left = set(outs)
+    while left:
+        d = s.recv(65536)
+        if not d:
+            break
+        for ev in h.receive_data(d):
+            o = outs.get(getattr(ev, "stream_id", None))
+            if isinstance(ev, h2.events.ResponseReceived):
+                o["status"] = int(dict(ev.headers)[":status"])
+            elif isinstance(ev, h2.events.DataReceived):
+                o["body"] += ev.data
+                h.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded):
+                h.end_stream(ev.stream_id)
+                left.discard(ev.stream_id)
+            elif isinstance(ev, h2.events.StreamReset):
+                o["reset"] = ev.error_code
+                left.discard(ev.stream_id)
+        s.sendall(h.data_to_send())
+    s.close()
+    res = []
+    for o in outs.values():
+        fr = pb.FrameReader()
+        for flags, payload in fr.feed(o["body"]):
+            o["frames"].append((flags, payload))
+            if flags & 0x02:
+                o["end"] = json.loads(payload or b"{}")
+        res.append(o)
+    return res
+
+
+def h2_tests(fake, cl):
+    """Run over HTTP/2 on the agent host; HTTP/1.1 refused there; Run over HTTP/1.1 -> 464."""
+    n0 = len(fake.ctl("/state")["errors"])
+    out = h2_run(fake, cl, "scenario:echo", n=3)
+    eq("h2: three Run streams on one connection answer 200", [o["status"] for o in out],
+       [200, 200, 200])
+    check("h2: each ends with a clean Connect end-stream",
+          all(o["end"] == {} for o in out), [o["end"] for o in out])
+    check("h2: frames arrive", all(len(o["frames"]) >= 4 for o in out),
+          [len(o["frames"]) for o in out])
+    runs = {r["request_id"]: r for r in fake.ctl("/runs")}
+    check("h2: the fake saw the runs as h2 runs",
+          all(runs.get(o["rid"], {}).get("transport") == "h2" for o in out))
+    eq("h2: no validation errors", errors_since(fake, n0), [])
+    # HTTP/1.1 on the agent host: refused at the connection level
+    c = cl.conn(fake.info["agent_port"])
+    try:
+        c.request("POST", "/agent.v1.AgentService/RunSSE", body=b"", headers={})
+        st = c.getresponse().status
+    except (OSError, http.client.HTTPException):
+        st = "closed"
+    check("h2: HTTP/1.1 refused on the agent host", st in (400, "closed"), st)
+    st, _ = raw_post(fake, "/agent.v1.AgentService/Run", b"", cl.headers(str(uuid.uuid4())))
+    eq("h2: bidi Run over HTTP/1.1 -> 464", st, 464)
+    # too many streams: the fake records the client's protocol error
+    fake.ctl("/config", {"h2_max_streams": 2})
+    n1 = len(fake.ctl("/state")["errors"])
+    try:
+        h2_run(fake, cl, "scenario:echo", n=3)
+    except Exception:
+        pass
+    check("h2: a third stream over SETTINGS_MAX_CONCURRENT_STREAMS=2 is a recorded error",
+          any("TooManyStreams" in e["error"] for e in errors_since(fake, n1)),
+          errors_since(fake, n1))
+    fake.ctl("/config", {"h2_max_streams": 100})
+    fake.ctl("/reset", {})
 
 
 def wait_until(f, timeout):
