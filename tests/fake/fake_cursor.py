@@ -20,7 +20,8 @@ agent host GetServerConfig can name; with agent_host_only a RunSSE elsewhere end
 the region message. min_client_version rejects older x-cursor-client-version values as outdated.
 
 HTTP/2 (issue 23; python3-h2): both TLS listeners offer ALPN h2 (main: h2 + http/1.1 as api2;
-agent: h2 only, and HTTP/1.1 there is refused at the connection level, as the api5 hosts do).
+agent: h2 only; with agent_http1 false HTTP/1.1 there is refused at the connection level,
+as the api5 hosts do).
 POST /agent.v1.AgentService/Run over HTTP/2 is one Connect bidi stream: the request body is the
 client's messages (the run request first, then exec results, KV replies, heartbeats: what
 BidiAppend carries on HTTP/1.1, checked the same way), the response the scenario's frames and a
@@ -152,8 +153,9 @@ DEFAULT_CONFIG = {
     "main_alpn": ["h2", "http/1.1"],  # ALPN of the main listener (api2 speaks both)
     "agent_alpn": ["h2"],          # ALPN of the agent listener (the api5 hosts: h2 only);
                                    # ["http/1.1"]: a host/middlebox without h2
-    "agent_http1": False,          # the agent listener serves HTTP/1.1 too (else it refuses
-                                   # it at the connection level: "illegal request line")
+    "agent_http1": True,           # the agent listener serves HTTP/1.1 too (False: it refuses
+                                   # it at the connection level, "illegal request line", as
+                                   # the live api5 hosts do)
     "h2_max_streams": 100,         # SETTINGS_MAX_CONCURRENT_STREAMS of new connections
     "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
     "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer

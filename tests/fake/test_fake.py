@@ -1037,6 +1037,7 @@ def h2_tests(fake, cl):
           all(runs.get(o["rid"], {}).get("transport") == "h2" for o in out))
     eq("h2: no validation errors", errors_since(fake, n0), [])
     # HTTP/1.1 on the agent host: refused at the connection level
+    fake.ctl("/config", {"agent_http1": False})
     c = cl.conn(fake.info["agent_port"])
     try:
         c.request("POST", "/agent.v1.AgentService/RunSSE", body=b"", headers={})
@@ -1044,6 +1045,7 @@ def h2_tests(fake, cl):
     except (OSError, http.client.HTTPException):
         st = "closed"
     check("h2: HTTP/1.1 refused on the agent host", st in (400, "closed"), st)
+    fake.ctl("/config", {"agent_http1": True})
     st, _ = raw_post(fake, "/agent.v1.AgentService/Run", b"", cl.headers(str(uuid.uuid4())))
     eq("h2: bidi Run over HTTP/1.1 -> 464", st, 464)
     # too many streams: the fake records the client's protocol error
