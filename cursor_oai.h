@@ -7342,7 +7342,7 @@ static int coai__oa_is_bare_exhausted(const coai_status *st)
 
 #define COAI__OUTDATED_HINT \
     "Cursor rejected this client version as outdated (x-cursor-client-version): set " \
-    "CURSOR_CLIENT_VERSION to a current cursor-agent build such as cli-2026.08.11-e8db854, " \
+    "CURSOR_CLIENT_VERSION to a current cursor-agent build such as cli-2026.10.01-e373342, " \
     "or update cursor-agent (its newest build under ~/.local/share/cursor-agent/versions is " \
     "used when newer); `cursor-oai status` shows the value in use."
 

@@ -48,7 +48,7 @@
 
 #define SRV_DEFAULT_LISTEN "127.0.0.1:18741"
 #define SRV_DEFAULT_API_URL "https://api2.cursor.sh"
-#define SRV_DEFAULT_CLIENT_VERSION "cli-2026.08.11-e8db854"  /* newest known to work */
+#define SRV_DEFAULT_CLIENT_VERSION "cli-2026.10.01-e373342"  /* newest build seen (Oct 2026) */
 #define SRV_DEFAULT_MAX_CONNS 1024
 #define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
 #define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
@@ -76,6 +76,7 @@
 #define SRV_EMFILE_PAUSE_MS 500                   /* accept() out of descriptors */
 #define SRV_SHUTDOWN_GRACE_MS 10000               /* SIGTERM: wait for in-flight requests */
 #define SRV_MAX_ALLOW 16                          /* --allow-host entries */
+#define SRV_H2ONLY_MAX 8                          /* hosts remembered as HTTP/2-only */
 #define SRV_TOKEN_MAX 8192                        /* access token bytes */
 #define SRV_LOG_LINE 2048                         /* one log message, before escaping */
 #define SRV_LOG_ROOM (SRV_LOG_LINE * 5 / 4 + 16)  /* room for it after redaction (8 -> 10) */
@@ -194,12 +195,19 @@ static struct server {
         int64_t until;              /* mono ms; 0 = free slot */
         coai_error err;
     } quota[SRV_QUOTA_MODELS];
-    coai_url agent;                 /* RunSSE/BidiAppend host (agent_get) */
-    char agent_src[600];            /* where it came from */
-    int64_t agent_at;               /* mono ms it was decided, 0 = not yet */
-    int agent_failed;               /* it is the base URL because GetServerConfig failed */
-    int agent_fetching;             /* a GetServerConfig call is in flight */
-    pthread_cond_t agent_cv;        /* signalled when it ends */
+    /* GetServerConfig's agentUrlConfig host: for an HTTP/2 transport only (agent_h2_get);
+     * HTTP/1.1 runs go to the base URL (run_host_get) */
+    coai_url agent_h2;              /* the host GetServerConfig names (agent_h2_get) */
+    char agent_h2_src[600];         /* where it came from */
+    int64_t agent_h2_at;            /* mono ms it was decided, 0 = not yet */
+    int agent_h2_failed;            /* it is the base URL because GetServerConfig failed */
+    int agent_h2_fetching;          /* a GetServerConfig call is in flight */
+    pthread_cond_t agent_h2_cv;     /* signalled when it ends */
+    struct h2only {                 /* hosts that refused HTTP/1.1 at the connection level */
+        coai_url host;
+        char why[160];              /* how: "a 400 \"illegal request line\"", ... */
+    } h2only[SRV_H2ONLY_MAX];
+    int h2only_n;
     int profile;                    /* PROF_* that worked last (the default first) */
     /* credential file paths, set once before any thread starts */
     char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
@@ -1831,16 +1839,42 @@ static int up_fill(struct upconn *c)
     return 1;
 }
 
-/* Read the response head. 0 ok (c->status and the body framing set), -1 with *e filled.
- * Interim 1xx heads are skipped. */
+/* 1 when the unread response bytes start with an HTTP/2 frame header on stream 0 (SETTINGS
+ * or GOAWAY): what an HTTP/2-only server sends in answer to an HTTP/1.1 request; 2 when
+ * they might still become one (fewer than 9 bytes, the first one 0: never HTTP/1.x). */
+static int up_h2_frame(const struct upconn *c)
+{
+    const unsigned char *b = c->rbuf + c->roff;
+    size_t n = c->rlen - c->roff;
+    uint32_t len;
+    if (n == 0 || b[0] != 0) return 0;
+    if (n < 9) return 2;
+    len = (uint32_t)b[0] << 16 | (uint32_t)b[1] << 8 | b[2];
+    if ((b[5] & 0x7f) | b[6] | b[7] | b[8]) return 0;
+    if (b[3] == 4) return len % 6 == 0;         /* SETTINGS */
+    if (b[3] == 7) return len >= 8;             /* GOAWAY */
+    return 0;
+}
+
+/* Read the response head. 0 ok (c->status and the body framing set), -1 with *e filled
+ * (code upstream_http2_only when the answer is HTTP/2 frames). Interim 1xx heads are
+ * skipped. */
 static int up_read_head(struct upconn *c, coai_error *e, const char *stage)
 {
     int interim = 0;
     for (;;) {
         coai_http_response rs;
-        long hl = c->rlen > c->roff
+        int h2 = up_h2_frame(c);
+        long hl = h2 == 2 ? COAI_MORE : h2 ? 0 : c->rlen > c->roff
                 ? coai_http_parse_response((const char *)c->rbuf + c->roff, c->rlen - c->roff, &rs)
                 : COAI_MORE;
+        if (h2 == 1) {
+            c->must_close = 1;
+            up_err(e, 502, "upstream_http2_only", "https://%s%s answered with HTTP/2 frames "
+                   "instead of an HTTP/1.1 response while %s", c->host.authority,
+                   c->host.prefix, stage);
+            return -1;
+        }
         if (hl == COAI_MORE) {
             int r;
             if (c->rlen - c->roff >= UP_HEAD_MAX) {
@@ -3795,13 +3829,15 @@ serve:
     return rc;
 }
 
-/* ---- Agent host (issue 10 item 2) ------------------------------------------------------
- * RunSSE and BidiAppend go to the agent URL that GetServerConfig names (agentUrlConfig:
- * agentUrl, the privacy backend, since we always send x-ghost-mode: true), cached for the
- * process; auth, models and server config stay on CURSOR_API_URL. CURSOR_OAI_AGENT_URL
- * forces a host. When the call fails or names nothing the base URL is used (asked again
- * after AGENT_FAIL_TTL_MS); agent_invalidate() after a failure on the agent host makes the
- * next run ask again. */
+/* ---- Hosts per HTTP version (issue 10 item 2, issue 24 item 1) ------------------------
+ * HTTP/1.1 runs (RunSSE + BidiAppend) go to the base URL (CURSOR_API_URL: api2 serves
+ * agent.v1.AgentService over HTTP/1.1), or to CURSOR_OAI_AGENT_URL when it is set:
+ * run_host_get(). The host GetServerConfig names (agentUrlConfig.agentUrl, the privacy
+ * backend, since we always send x-ghost-mode: true; *.api5.cursor.sh live) serves HTTP/2
+ * only (cursor-2026-autumn.md 5.1): agent_h2_get() resolves and caches it for an HTTP/2
+ * transport, and `doctor` shows it. A host that refuses HTTP/1.1 at the connection level
+ * (a 400 "illegal request line", a close before any byte, HTTP/2 frames in answer) is
+ * remembered as HTTP/2-only for the process (h2only_add) and skipped by run_host_get(). */
 
 /* One GetServerConfig call. 0 with *out set, 1 the answer names no agent URL, -1 *e. */
 static int server_config_fetch(coai_url *out, coai_error *e)
@@ -3832,9 +3868,11 @@ done:
     return rc;
 }
 
-/* The agent host for a new run into *out (and where it came from into src, when not NULL).
- * Single flight: other threads wait for a call in progress. */
-static void agent_get(coai_url *out, char *src, size_t cap)
+/* The agentUrlConfig host (the HTTP/2 transport's) into *out, and where it came from into
+ * src when not NULL. CURSOR_OAI_AGENT_URL forces it. When GetServerConfig fails or names
+ * nothing it is the base URL (asked again after AGENT_FAIL_TTL_MS). Single flight: other
+ * threads wait for a call in progress. */
+static void agent_h2_get(coai_url *out, char *src, size_t cap)
 {
     coai_url u;
     coai_error e;
@@ -3846,56 +3884,98 @@ static void agent_get(coai_url *out, char *src, size_t cap)
     }
     pthread_mutex_lock(&S.lock);
     for (;;) {
-        if (S.agent_at && (!S.agent_failed || mono_ms() - S.agent_at < AGENT_FAIL_TTL_MS))
+        if (S.agent_h2_at
+            && (!S.agent_h2_failed || mono_ms() - S.agent_h2_at < AGENT_FAIL_TTL_MS))
             goto have;
-        if (!S.agent_fetching) break;
-        pthread_cond_wait(&S.agent_cv, &S.lock);
+        if (!S.agent_h2_fetching) break;
+        pthread_cond_wait(&S.agent_h2_cv, &S.lock);
     }
-    S.agent_fetching = 1;
+    S.agent_h2_fetching = 1;
     pthread_mutex_unlock(&S.lock);
     memset(&e, 0, sizeof e);
     rc = server_config_fetch(&u, &e);
     pthread_mutex_lock(&S.lock);
     if (rc == 0) {
-        S.agent = u;
-        S.agent_failed = 0;
-        snprintf(S.agent_src, sizeof S.agent_src, "named by GetServerConfig");
+        S.agent_h2 = u;
+        S.agent_h2_failed = 0;
+        snprintf(S.agent_h2_src, sizeof S.agent_h2_src, "named by GetServerConfig");
     } else {
-        S.agent = S.base;
-        S.agent_failed = 1;
+        S.agent_h2 = S.base;
+        S.agent_h2_failed = 1;
         if (rc == 1)
-            snprintf(S.agent_src, sizeof S.agent_src,
+            snprintf(S.agent_h2_src, sizeof S.agent_h2_src,
                      "the base URL: GetServerConfig named no agent URL");
         else
-            snprintf(S.agent_src, sizeof S.agent_src,
+            snprintf(S.agent_h2_src, sizeof S.agent_h2_src,
                      "the base URL: GetServerConfig failed: %s", e.message);
     }
-    S.agent_at = mono_ms();
-    S.agent_fetching = 0;
-    pthread_cond_broadcast(&S.agent_cv);
-    *out = S.agent;
-    if (src) snprintf(src, cap, "%s", S.agent_src);
+    S.agent_h2_at = mono_ms();
+    S.agent_h2_fetching = 0;
+    pthread_cond_broadcast(&S.agent_h2_cv);
+    *out = S.agent_h2;
+    if (src) snprintf(src, cap, "%s", S.agent_h2_src);
     {
-        char what[sizeof S.agent_src];
-        snprintf(what, sizeof what, "%s", S.agent_src);
+        char what[sizeof S.agent_h2_src];
+        snprintf(what, sizeof what, "%s", S.agent_h2_src);
         pthread_mutex_unlock(&S.lock);      /* srv_log takes S.lock */
-        srv_log(rc == 0 ? LOG_INFO : LOG_WARN, "agent host https://%s%s (%s)", out->authority,
-                out->prefix, what);
+        srv_log(rc == 0 ? LOG_INFO : LOG_WARN, "HTTP/2 agent host https://%s%s (%s)",
+                out->authority, out->prefix, what);
     }
     return;
 have:
-    *out = S.agent;
-    if (src) snprintf(src, cap, "%s", S.agent_src);
+    *out = S.agent_h2;
+    if (src) snprintf(src, cap, "%s", S.agent_h2_src);
     pthread_mutex_unlock(&S.lock);
 }
 
-/* A run failed on agent host h in a way that says the host may be wrong: ask again. */
-static void agent_invalidate(const coai_url *h)
+/* 1 when host h refused HTTP/1.1 earlier in this process (how, into why when not NULL). */
+static int h2only_has(const coai_url *h, char *why, size_t cap)
 {
-    if (S.agent_forced.host[0]) return;
+    int i, hit = 0;
     pthread_mutex_lock(&S.lock);
-    if (S.agent_at && up_same_host(&S.agent, h)) S.agent_at = 0;
+    for (i = 0; i < S.h2only_n && !hit; i++) {
+        if (!up_same_host(&S.h2only[i].host, h)) continue;
+        hit = 1;
+        if (why) snprintf(why, cap, "%s", S.h2only[i].why);
+    }
     pthread_mutex_unlock(&S.lock);
+    return hit;
+}
+
+/* Remember host h as HTTP/2-only for the process (logged once). */
+static void h2only_add(const coai_url *h, const char *why)
+{
+    int add;
+    if (h2only_has(h, NULL, 0)) return;
+    pthread_mutex_lock(&S.lock);
+    add = S.h2only_n < SRV_H2ONLY_MAX;
+    if (add) {
+        S.h2only[S.h2only_n].host = *h;
+        snprintf(S.h2only[S.h2only_n].why, sizeof S.h2only[0].why, "%s", why);
+        S.h2only_n++;
+    }
+    pthread_mutex_unlock(&S.lock);
+    srv_log(LOG_WARN, "https://%s%s serves HTTP/2 only (it answered an HTTP/1.1 request with "
+            "%s); HTTP/1.1 runs go to the base URL https://%s%s instead", h->authority,
+            h->prefix, why, S.base.authority, S.base.prefix);
+}
+
+/* The host of a new HTTP/1.1 run into *out (where it came from into src when not NULL):
+ * CURSOR_OAI_AGENT_URL unless that host refused HTTP/1.1, else the base URL. */
+static void run_host_get(coai_url *out, char *src, size_t cap)
+{
+    if (S.agent_forced.host[0] && !h2only_has(&S.agent_forced, NULL, 0)) {
+        *out = S.agent_forced;
+        if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
+        return;
+    }
+    *out = S.base;
+    if (!src) return;
+    if (S.agent_forced.host[0])
+        snprintf(src, cap, "the base URL: CURSOR_OAI_AGENT_URL https://%s%s serves HTTP/2 only",
+                 S.agent_forced.authority, S.agent_forced.prefix);
+    else
+        snprintf(src, cap, "the base URL, CURSOR_API_URL");
 }
 
 static int handle_models(struct conn *c)
@@ -4011,7 +4091,8 @@ struct run {
     uint64_t auth_gen;              /* generation of the token the run started with */
     int upstream_401;               /* the upstream rejected the token (HTTP 401) */
     size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
-    coai_url host;                  /* agent host of the run (agent_get) */
+    coai_url host;                  /* host of the run (run_host_get) */
+    char h1_refused[160];           /* the host refused HTTP/1.1: how (run_start), else "" */
     int profile;                    /* PROF_* of this attempt */
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
     int data_frames;                /* RunSSE data frames received */
@@ -4279,14 +4360,32 @@ static int run_tick(void *ctx)
 
 enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST };
 
+/* Case-insensitive search for the NUL-free needle in n bytes of p. */
+static int ci_contains(const void *p, size_t n, const char *needle)
+{
+    const char *s = p;
+    size_t k = strlen(needle), i;
+    if (!s || k == 0 || n < k) return 0;
+    for (i = 0; i + k <= n; i++)
+        if (strncasecmp(s + i, needle, k) == 0) return 1;
+    return 0;
+}
+
 /* An answer that means "this transport profile is not the one the server speaks": 415
  * (content type), 464 (the load balancer's incompatible-protocol status), or an
- * outdated-client / deprecated-request error (issue 10 item 6). */
+ * outdated-client answer that names the profile (its content type or protocol). Never an
+ * ordinary upstream error: a model error (ERROR_DEPRECATED, grpc-status 3/5), a quota
+ * error, a 5xx, or an "Update Required" about the version alone (issue 24 item 2). */
 static int profile_wrong(int http_status, const coai_error *e)
 {
+    static const char *const names[] = { "grpc-web", "connect+proto", "application/proto",
+                                         "content-type", "content type", "protocol" };
+    size_t i;
     if (http_status == 415 || http_status == 464) return 1;
-    if (e->code && strcmp(e->code, "outdated_client") == 0) return 1;
-    return strstr(e->message, "ERROR_DEPRECATED") != NULL;
+    if (!e->code || strcmp(e->code, "outdated_client") != 0) return 0;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (ci_contains(e->message, strlen(e->message), names[i])) return 1;
+    return 0;
 }
 
 /* One AgentClientMessage -> one BidiAppend with the next seqno on the run's agent host, in
@@ -4540,6 +4639,7 @@ static int run_start(struct run *r, int fresh)
     memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
     r->seqno = 0;
     r->http_status = 0;
+    r->h1_refused[0] = 0;
     r->data_frames = 0;
     r->t_start = mono_ms();
     /* Checked right before the run starts: a client that left while this request waited
@@ -4580,6 +4680,10 @@ static int run_start(struct run *r, int fresh)
         if (r->sse->deadline > r->sse->end) r->sse->deadline = r->sse->end;
         up_body_all(r->sse, &eb);
         coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
+        if ((r->sse->status == 400 && ci_contains(eb.data, eb.len, "illegal request line"))
+            || r->sse->status == 505)
+            snprintf(r->h1_refused, sizeof r->h1_refused, r->sse->status == 505
+                     ? "a 505 \"HTTP Version Not Supported\"" : "a 400 \"illegal request line\"");
         coai_buf_free(&eb);
         if (r->err.status == 401) r->upstream_401 = 1;
         goto done;
@@ -4592,6 +4696,10 @@ static int run_start(struct run *r, int fresh)
 retry:
     if (r->err.status == 499) r->cancelled = 1;
     else if (!fresh && r->sse->reused && !r->sse->got_bytes) rc = 1;
+    else if (r->err.code && strcmp(r->err.code, "upstream_http2_only") == 0)
+        snprintf(r->h1_refused, sizeof r->h1_refused, "HTTP/2 frames");
+    else if (!r->sse->reused && !r->sse->got_bytes && r->sse->why == UPX_EOF)
+        snprintf(r->h1_refused, sizeof r->h1_refused, "a close before any byte");
 done:
     if (rc != 0) { up_free(r->sse); r->sse = NULL; }
     memset(token, 0, sizeof token);
@@ -4607,26 +4715,34 @@ static int run_may_switch(struct run *r)
     return S.profile_forced < 0 && !r->cancelled && !(r->tries & 1);
 }
 
-/* The region failure as a 502 naming it; or, when GetServerConfig (asked again) now names
- * another host and nothing reached the client, r->retry = RETRY_HOST. */
+/* The run's host refused HTTP/1.1 at the connection level (r->h1_refused says how; nothing
+ * reached the client): remember it as HTTP/2-only, and start over on the base URL
+ * (RETRY_HOST), or, when the base URL itself refused, fail with an error that says so. */
+static void run_h1_refused(struct run *r)
+{
+    int base = up_same_host(&r->host, &S.base);
+    h2only_add(&r->host, r->h1_refused);
+    if (!base && !(r->tries & 2)) {
+        r->retry = RETRY_HOST;
+        return;
+    }
+    coai_error_set(&r->err, 502, "upstream_error", "upstream_http2_only", NULL,
+                   "https://%s%s serves HTTP/2 only: it refused cursor-oai's HTTP/1.1 request at "
+                   "the connection level (%s). %s", r->host.authority, r->host.prefix,
+                   r->h1_refused, base ? "Set CURSOR_API_URL to a host that serves HTTP/1.1 "
+                   "(the default, https://api2.cursor.sh, does)."
+                   : "Unset CURSOR_OAI_AGENT_URL: runs then go to CURSOR_API_URL.");
+}
+
+/* The region failure as a 502 naming it. An HTTP/1.1 run's host is the base URL or
+ * CURSOR_OAI_AGENT_URL, never GetServerConfig's, so there is no other host to try. */
 static void run_region_error(struct run *r, const char *said, coai_error *e)
 {
-    coai_url now;
-    agent_invalidate(&r->host);
-    if (!(r->tries & 2) && !coai_reply_started(&r->reply)) {
-        agent_get(&now, NULL, 0);
-        if (!up_same_host(&now, &r->host)) {
-            srv_log(LOG_WARN, "run %s: agent host %s ended the run at once; retrying on %s",
-                    r->request_id, r->host.authority, now.authority);
-            r->retry = RETRY_HOST;
-            return;
-        }
-    }
     coai_error_set(e, 502, "upstream_error", "upstream_wrong_region", NULL,
                    "Cursor's agent host https://%s%s accepted the run and closed it at once "
                    "without an answer%s%s%s: this host does not serve your account's region. "
-                   "cursor-oai asks GetServerConfig for the right one; CURSOR_OAI_AGENT_URL "
-                   "forces a host (see `cursor-oai doctor`).", r->host.authority,
+                   "CURSOR_OAI_AGENT_URL forces a host; unset, runs go to CURSOR_API_URL "
+                   "(see `cursor-oai doctor`).", r->host.authority,
                    r->host.prefix, said && said[0] ? " (\"" : "", said ? said : "",
                    said && said[0] ? "\")" : "");
 }
@@ -6115,7 +6231,7 @@ static int handle_chat(struct conn *c)
         pthread_mutex_lock(&S.lock);
         r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
         pthread_mutex_unlock(&S.lock);
-        agent_get(&r->host, NULL, 0);
+        run_host_get(&r->host, NULL, 0);
         for (;;) {
             r->retry = RETRY_NONE;
             for (attempt = 0; attempt < 2; attempt++) {
@@ -6140,14 +6256,11 @@ static int handle_chat(struct conn *c)
                 memset(&r->err, 0, sizeof r->err);
                 r->upstream_401 = 0;
             }
-            if (rc != 0 && !r->cancelled && run_may_switch(r)
-                && profile_wrong(r->http_status, &r->err))
+            if (rc != 0 && !r->cancelled && r->h1_refused[0])
+                run_h1_refused(r);
+            else if (rc != 0 && !r->cancelled && run_may_switch(r)
+                     && profile_wrong(r->http_status, &r->err))
                 r->retry = RETRY_PROFILE;
-            if (rc != 0 && !r->cancelled && r->err.code
-                && (strcmp(r->err.code, "upstream_unreachable") == 0
-                    || strcmp(r->err.code, "upstream_timeout") == 0
-                    || strncmp(r->err.code, "upstream_tls", 12) == 0))
-                agent_invalidate(&r->host);     /* the next run asks GetServerConfig again */
             if (rc == 0) {
                 run_hb_start(r);
                 run_stream(r);
@@ -6164,8 +6277,8 @@ static int handle_chat(struct conn *c)
                 fallback_note(c, "profile");
             } else {
                 r->tries |= 2;
-                agent_get(&r->host, NULL, 0);
-                fallback_note(c, "agent_host");
+                run_host_get(&r->host, NULL, 0);
+                fallback_note(c, "http2_only_host");
             }
             run_hb_stop(r);
             if (r->sse) { up_free(r->sse); r->sse = NULL; }
@@ -6538,9 +6651,10 @@ static const char SERVE_HELP[] =
     "                           once, without a new upstream run (60; 0 = off)\n"
     "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
     "                           conversations get a 400 context_length_exceeded\n"
-    "  CURSOR_OAI_AGENT_URL     agent host for runs (default: the one GetServerConfig names)\n"
+    "  CURSOR_OAI_AGENT_URL     host for runs (default: CURSOR_API_URL; a host that refuses\n"
+    "                           HTTP/1.1 is skipped for the base URL)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
-    "                           grpc-web, with Connect as the fallback)\n"
+    "                           connect, with grpc-web as the fallback)\n"
     "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
     "  CURSOR_OAI_CONTINUATION  on: hold a run across tool calls and resume conversations\n"
     "                           from Cursor's checkpoint; off: one fresh run per request (on)\n"
@@ -6607,10 +6721,12 @@ static const char DOCTOR_HELP[] =
     "Usage: cursor-oai doctor [--model NAME] [--verbose]\n"
     "\n"
     "Checks the whole path to Cursor, one step at a time, and says what to do when a step\n"
-    "fails: the credentials (expiry, renewal), GetServerConfig (the agent host runs go to),\n"
+    "fails: the credentials (expiry, renewal), GetServerConfig (the HTTP/2 agent host),\n"
     "GetUsableModels, and one tiny real run (\"Reply with the word OK.\", model auto or\n"
-    "--model) under each transport profile until one works. Prints the client version and\n"
-    "hosts used and each step's time; never prints a token. --verbose adds the log lines.\n"
+    "--model) under each transport profile until one works (connect first). Prints the\n"
+    "client version, the HTTP version, hosts and profile used and each step's time; names a\n"
+    "host that serves HTTP/2 only, a refused profile and an outdated client version; never\n"
+    "prints a token. --verbose adds the log lines.\n"
     "Uses the same environment as `serve`. Exit status: 0 a run worked, 1 otherwise.\n";
 
 static const char MODELS_HELP[] =
@@ -7134,12 +7250,11 @@ static int run_serve(int argc, char **argv)
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
-    srv_log(LOG_INFO, "client version %s (%s); transport profile %s%s; agent host %s",
+    srv_log(LOG_INFO, "client version %s (%s); transport profile %s%s; HTTP/1.1 runs to %s",
             S.client_version, S.client_version_src, PROFILE_NAME[S.profile],
             S.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
-                                  : " (connect as the fallback)",
-            S.agent_forced.host[0] ? "from CURSOR_OAI_AGENT_URL"
-                                   : "from GetServerConfig at the first run");
+                                  : " (grpc-web as the fallback)",
+            S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
     UPX.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
     __atomic_store_n(&S.stop_at, mono_ms(), __ATOMIC_RELAXED);
@@ -7752,13 +7867,20 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
                       "(its newest build is used automatically).", S.client_version);
     else if (strcmp(code, "upstream_wrong_region") == 0)
         doctor_advice("the agent host https://%s%s does not serve your account's region. "
-                      "Set CURSOR_OAI_AGENT_URL to the right one, or unset it and check what "
-                      "GetServerConfig names.", agent->authority, agent->prefix);
+                      "Set CURSOR_OAI_AGENT_URL to the right one, or unset it (runs then go "
+                      "to CURSOR_API_URL).", agent->authority, agent->prefix);
+    else if (strcmp(code, "upstream_http2_only") == 0)
+        doctor_advice("https://%s%s serves HTTP/2 only and cursor-oai speaks HTTP/1.1: %s",
+                      agent->authority, agent->prefix, S.agent_forced.host[0]
+                      ? "unset CURSOR_OAI_AGENT_URL (runs then go to CURSOR_API_URL)."
+                      : "set CURSOR_API_URL to a host that serves HTTP/1.1 (the default, "
+                      "https://api2.cursor.sh, does).");
     else if (strcmp(code, "upstream_unreachable") == 0 || strcmp(code, "upstream_timeout") == 0
              || strncmp(code, "upstream_tls", 12) == 0)
         doctor_advice("cannot reach https://%s%s: check the network, a proxy or firewall, "
-                      "SSL_CERT_FILE; set CURSOR_OAI_AGENT_URL if the agent host is wrong.",
-                      agent->authority, agent->prefix);
+                      "SSL_CERT_FILE%s.", agent->authority, agent->prefix,
+                      S.agent_forced.host[0] && up_same_host(agent, &S.agent_forced)
+                      ? ", and CURSOR_OAI_AGENT_URL (unset, runs go to CURSOR_API_URL)" : "");
     else if (e->status == 401 || e->status == 403)
         doctor_advice("run `cursor-oai login` again.");
     else if (strcmp(code, "insufficient_quota") == 0)
@@ -7810,7 +7932,8 @@ static int run_doctor(int argc, char **argv)
     coai_models m;
     coai_error e;
     coai_url agent;
-    int i, srcw, ok_run = 0, order[2], norder, failed_cfg;
+    int i, srcw, ok_run = 0, order[2], norder, failed_cfg, refused_said = 0;
+    char why[160];
     for (i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
             model = argv[++i];
@@ -7835,7 +7958,11 @@ static int run_doctor(int argc, char **argv)
     printf("Profiles:       %s\n", S.profile_forced >= 0
            ? (S.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
                                                : "grpc-web only (CURSOR_OAI_PROFILE)")
-           : "grpc-web, then connect");
+           : "connect, then grpc-web");
+    printf("Runs:           HTTP/1.1 to https://%s%s (%s)\n",
+           S.agent_forced.host[0] ? S.agent_forced.authority : S.base.authority,
+           S.agent_forced.host[0] ? S.agent_forced.prefix : S.base.prefix,
+           S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
     fflush(stdout);
 
     /* 1. credentials */
@@ -7871,7 +7998,8 @@ static int run_doctor(int argc, char **argv)
         memset(&e, 0, sizeof e);
         i = server_config_fetch(&named, &e);
         doctor_step(i < 0 ? "WARN" : "OK", "GetServerConfig",
-                    "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s",
+                    "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s "
+                    "(its host is for HTTP/2)",
                     S.agent_forced.authority, S.agent_forced.prefix,
                     i == 0 ? "names https://" : i == 1 ? "names no agent URL" : "failed: ",
                     i == 0 ? named.authority : i == 1 ? "" : e.message,
@@ -7879,19 +8007,17 @@ static int run_doctor(int argc, char **argv)
         if (i < 0) doctor_advise(&e, &S.base);
         agent = S.agent_forced;
     } else {
-        agent_get(&agent, src, sizeof src);
+        agent_h2_get(&agent, src, sizeof src);
         pthread_mutex_lock(&S.lock);
-        failed_cfg = S.agent_failed;
+        failed_cfg = S.agent_h2_failed;
         pthread_mutex_unlock(&S.lock);
-        doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "runs go to https://%s%s (%s)",
-                    agent.authority, agent.prefix, src);
+        doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "HTTP/2 agent host "
+                    "https://%s%s (%s); HTTP/1.1 runs go to the base URL https://%s%s",
+                    agent.authority, agent.prefix, src, S.base.authority, S.base.prefix);
         if (failed_cfg && strstr(src, "outdated"))
             doctor_advice("Cursor refuses the client version %s as outdated: set "
                           "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
                           S.client_version);
-        else if (failed_cfg)
-            doctor_advice("runs fall back to the base URL; if they fail with a region error, "
-                          "set CURSOR_OAI_AGENT_URL.");
     }
 
     /* 3. GetUsableModels */
@@ -7911,8 +8037,8 @@ static int run_doctor(int argc, char **argv)
     if (S.profile_forced >= 0) {
         order[norder++] = S.profile_forced;
     } else {
-        order[norder++] = PROF_GRPCWEB;
         order[norder++] = PROF_CONNECT;
+        order[norder++] = PROF_GRPCWEB;
     }
     for (i = 0; i < norder && !ok_run; i++) {
         coai_buf body = { 0 };
@@ -7922,9 +8048,19 @@ static int run_doctor(int argc, char **argv)
         snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
         S.profile_forced = order[i];    /* exactly this profile, no switching inside */
         S.profile = order[i];
-        agent_get(&agent, NULL, 0);
         doctor_chat(model, &st, &body);
         S.profile_forced = saved;
+        run_host_get(&agent, NULL, 0);  /* where it ended up (a refusing host is skipped) */
+        if (S.agent_forced.host[0] && !refused_said
+            && h2only_has(&S.agent_forced, why, sizeof why)) {
+            refused_said = 1;
+            doctor_step("WARN", "agent host", "https://%s%s serves HTTP/2 only: it answered "
+                        "cursor-oai's HTTP/1.1 request with %s; runs went to the base URL "
+                        "https://%s%s instead", S.agent_forced.authority, S.agent_forced.prefix,
+                        why, S.base.authority, S.base.prefix);
+            doctor_advice("unset CURSOR_OAI_AGENT_URL: cursor-oai speaks HTTP/1.1, and its runs "
+                          "belong on the base URL (CURSOR_API_URL).");
+        }
         j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
         if (st == 200) {
             const cJSON *ch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "choices"),
@@ -7932,8 +8068,9 @@ static int run_doctor(int argc, char **argv)
             const cJSON *msg = cJSON_GetObjectItemCaseSensitive(ch, "message");
             const cJSON *ct = cJSON_GetObjectItemCaseSensitive(msg, "content");
             const char *text = cJSON_IsString(ct) ? ct->valuestring : "";
-            doctor_step("OK", step, "model %s on https://%s%s answered \"%.80s%s\"", model,
-                        agent.authority, agent.prefix, text, strlen(text) > 80 ? "..." : "");
+            doctor_step("OK", step, "model %s, HTTP/1.1 to https://%s%s, answered \"%.80s%s\"",
+                        model, agent.authority, agent.prefix, text,
+                        strlen(text) > 80 ? "..." : "");
             ok_run = 1;
         } else {
             const cJSON *eo = cJSON_GetObjectItemCaseSensitive(j, "error");
@@ -7942,9 +8079,18 @@ static int run_doctor(int argc, char **argv)
             memset(&e, 0, sizeof e);
             coai_error_set(&e, st, "x", cJSON_IsString(ec) ? ec->valuestring : "", NULL, "%s",
                            cJSON_IsString(em) ? em->valuestring : "no answer");
-            doctor_step("FAIL", step, "HTTP %d on https://%s%s: %s [%s]", st, agent.authority,
-                        agent.prefix, e.message, e.code[0] ? e.code : "-");
-            doctor_advise(&e, &agent);
+            doctor_step("FAIL", step, "HTTP %d, HTTP/1.1 to https://%s%s: %s [%s]", st,
+                        agent.authority, agent.prefix, e.message, e.code[0] ? e.code : "-");
+            if (!profile_wrong(strstr(e.message, "answered HTTP 464") ? 464
+                               : strstr(e.message, "answered HTTP 415") ? 415 : 0, &e))
+                doctor_advise(&e, &agent);
+            else
+                doctor_advice("Cursor refused the %s profile (%s): %s", PROFILE_NAME[order[i]],
+                              order[i] == PROF_CONNECT ? "application/connect+proto"
+                              : "application/grpc-web+proto",
+                              S.profile_forced >= 0 ? "unset CURSOR_OAI_PROFILE to let "
+                              "cursor-oai try the other one" : "the other profile is tried "
+                              "next");
         }
         cJSON_Delete(j);
         coai_buf_free(&body);
@@ -7952,8 +8098,8 @@ static int run_doctor(int argc, char **argv)
     if (ok_run) {
         printf("Verdict: OK, Cursor answers through cursor-oai (transport profile %s).\n",
                PROFILE_NAME[S.profile]);
-        if (S.profile_forced < 0 && S.profile == PROF_CONNECT)
-            printf("         Only the connect profile worked: CURSOR_OAI_PROFILE=connect "
+        if (S.profile_forced < 0 && S.profile == PROF_GRPCWEB)
+            printf("         Only the grpc-web profile worked: CURSOR_OAI_PROFILE=grpc-web "
                    "skips the failing first try.\n");
     } else {
         printf("Verdict: FAILED, no run worked (see the advice above).\n");
@@ -8001,9 +8147,9 @@ int main(int argc, char **argv)
     pthread_cond_init(&S.idle, NULL);
     pthread_cond_init(&S.cred_cv, NULL);
     pthread_cond_init(&S.models_cv, NULL);
-    pthread_cond_init(&S.agent_cv, NULL);
+    pthread_cond_init(&S.agent_h2_cv, NULL);
     S.profile_forced = -1;
-    S.profile = PROF_GRPCWEB;
+    S.profile = PROF_CONNECT;       /* Connect first; grpc-web the fallback (issue 24 item 2) */
     S.listen_fd = -1;
     S.log_level = LOG_INFO;
     S.cred_gen = 1;

@@ -415,13 +415,13 @@ def t_jsonlog(tmp, fake, token):
         eq("unknown path: 404, path as sent", (dd["status"], dd["path"]), (404, "/v1/nothing"))
     check("the access token is not in the log", token not in "\n".join(lines)
           and token.split(".")[1] not in "\n".join(lines))
-    # a fallback shows in the log and in /metrics: the grpc-web profile refused -> Connect
-    fake.ctl("/config", {"unsupported_profiles": ["grpc-web"]})
+    # a fallback shows in the log and in /metrics: the Connect profile refused -> grpc-web
+    fake.ctl("/config", {"unsupported_profiles": ["connect"]})
     proxy = H.Proxy(tmp, "jsonlog-fb", fake.url(), fake.ca, token, args=["--log-format", "json"])
     try:
         st, _, _ = http(proxy.port, "POST", "/v1/chat/completions",
                         chat_body("scenario:text_basic"))
-        eq("grpc-web refused upstream: the Connect profile answers, 200", st, 200)
+        eq("Connect refused upstream: the grpc-web profile answers, 200", st, 200)
         _, _, m, _ = metrics(proxy.port)
         eq("cursor_oai_fallbacks_total{kind=\"profile\"} 1",
            mval(m, "cursor_oai_fallbacks_total", kind="profile"), 1)

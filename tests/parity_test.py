@@ -8,9 +8,12 @@ fake upstream modelling what the notes describe.
             installed cursor-agent build (every id form); `status` and the log say which
   outdated  a version floor: "Update Required" (resource_exhausted + error 28) becomes the
             outdated-client error, never a rate limit
-  agent     GetServerConfig's agent host for RunSSE/BidiAppend, the region answer of a wrong
-            host, CURSOR_OAI_AGENT_URL, the fallback to the base URL
-  profile   grpc-web and Connect end to end, the fallback on 415, CURSOR_OAI_PROFILE
+  agent     HTTP/1.1 runs on the base URL, not on GetServerConfig's HTTP/2-only agent host;
+            CURSOR_OAI_AGENT_URL; a host that refuses HTTP/1.1 at the connection level (400
+            "illegal request line", a close, HTTP/2 frames): retried on the base URL and
+            remembered; the region answer of a wrong host
+  profile   Connect first, grpc-web the fallback on 415/464, CURSOR_OAI_PROFILE; a model,
+            quota or 5xx error never switches the profile (one run, at once)
   cap       the prompt-size cap
   doctor    `cursor-oai doctor`: all OK, agent host broken, outdated version floor
   cli       the new variables refused when malformed; doctor's usage
@@ -35,7 +38,7 @@ from harness import pb  # noqa: E402
 
 BIN = os.environ.get("CURSOR_OAI_BIN") or os.path.join(H.ROOT, "build", "cursor-oai")
 ONLY = [x for x in os.environ.get("PARITY_ONLY", "").split(",") if x]
-DEFAULT_VERSION = "cli-2026.08.11-e8db854"
+DEFAULT_VERSION = "cli-2026.10.01-e373342"
 PASS = FAIL = 0
 
 
@@ -103,8 +106,9 @@ class Env:
 
     def reset_config(self):
         self.config(register_delay_s=0.0, min_client_version=None, unsupported_profiles=[],
-                    agent_url=None, server_config=None, server_config_status=None,
+                    agent_url="agent", server_config=None, server_config_status=None,
                     server_config_seq=[], unsupported_status=415,
+                    agent_http1="illegal", min_run_version="2026.10.01-0000000",
                     agent_host_only=False, runsse_scenario=None, outdated_error=28)
 
     def requests_since(self, n0):
@@ -190,8 +194,7 @@ def t_version(E):
         v = versions_of(E, n0)
         eq("version: the built-in default on every call",
            {k: sorted(x) for k, x in v.items()},
-           {k: [DEFAULT_VERSION] for k in ("RunSSE", "BidiAppend", "GetUsableModels",
-                                           "GetServerConfig")})
+           {k: [DEFAULT_VERSION] for k in ("RunSSE", "BidiAppend", "GetUsableModels")})
         log = open(p.proc.log_path).read()
         check("version: start-up log names value and source",
               re.search(r"client version %s \(built-in default\)" % re.escape(DEFAULT_VERSION),
@@ -207,14 +210,14 @@ def t_version(E):
                 os.makedirs(os.path.join(d, n), exist_ok=True)
         return setup
     for names, want, why in (
-            (["2025.11.25-d5b3271", "2026.06.12-01-15-52-7244546", "2026.09.15-03-04-05-abcdef1-lab",
-              "2026.09.15-aaaaaaa", "not-a-version", "2026.10.01-e373342.tmp"],
-             "cli-2026.09.15-03-04-05-abcdef1-lab", "timestamped -lab id newest"),
-            (["2026.09.02-fa0c06e-lab", "2026.08.31-4057e58"], "cli-2026.09.02-fa0c06e-lab",
+            (["2025.11.25-d5b3271", "2026.06.12-01-15-52-7244546", "2026.10.15-03-04-05-abcdef1-lab",
+              "2026.10.15-aaaaaaa", "not-a-version", "2026.11.01-e373342.tmp"],
+             "cli-2026.10.15-03-04-05-abcdef1-lab", "timestamped -lab id newest"),
+            (["2026.10.02-fa0c06e-lab", "2026.08.31-4057e58"], "cli-2026.10.02-fa0c06e-lab",
              "-lab id"),
-            (["2026.08.31-4057e58", "2026.06.12-19-59-36-f6aba9a"], "cli-2026.08.31-4057e58",
+            (["2026.10.09-4057e58", "2026.06.12-19-59-36-f6aba9a"], "cli-2026.10.09-4057e58",
              "plain id"),
-            (["2025.11.25-d5b3271", "2026.07.23-e383d2b"], DEFAULT_VERSION,
+            (["2025.11.25-d5b3271", "2026.09.28-64d2043"], DEFAULT_VERSION,
              "older install: the built-in one")):
         n0 = E.nreq()
         p = E.proxy({"CURSOR_CLIENT_VERSION": ""}, home_setup=agent_dirs(names))
@@ -231,11 +234,12 @@ def t_version(E):
             p.stop()
 
     # CURSOR_CLIENT_VERSION wins; a bare build id gets "cli-"
-    for val, want in (("cli-2026.09.18-9a7762b", "cli-2026.09.18-9a7762b"),
-                      ("2026.09.18-9a7762b", "cli-2026.09.18-9a7762b")):
+    for val, want in (("cli-2026.10.05-9a7762b", "cli-2026.10.05-9a7762b"),
+                      ("2026.10.05-9a7762b", "cli-2026.10.05-9a7762b"),
+                      ("2026.10.05-01-02-03-9a7762b-lab", "cli-2026.10.05-01-02-03-9a7762b-lab")):
         n0 = E.nreq()
         p = E.proxy({"CURSOR_CLIENT_VERSION": val},
-                    home_setup=agent_dirs(["2026.10.01-e373342"]))
+                    home_setup=agent_dirs(["2026.10.20-e373342"]))
         try:
             st, b, _ = chat(p)
             v = versions_of(E, n0)
@@ -247,14 +251,14 @@ def t_version(E):
     # `status` says the value and where it came from
     home = os.path.join(E.tmp, "home-status")
     os.makedirs(os.path.join(home, ".local", "share", "cursor-agent", "versions",
-                             "2026.09.15-d2fe57e"), exist_ok=True)
+                             "2026.10.15-d2fe57e"), exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
     env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
                 "CURSOR_API_URL": E.fake.url(), "SSL_CERT_FILE": E.fake.ca,
                 "CURSOR_ACCESS_TOKEN": E.token})
     r = subprocess.run([BIN, "status"], env=env, capture_output=True, text=True, timeout=60)
     check("version: status names value and source", r.returncode == 0 and
-          "Client version: cli-2026.09.15-d2fe57e (installed cursor-agent" in r.stdout,
+          "Client version: cli-2026.10.15-d2fe57e (installed cursor-agent" in r.stdout,
           (r.returncode, r.stdout, r.stderr))
     env["CURSOR_CLIENT_VERSION"] = "cli-2026.09.18-9a7762b"
     r = subprocess.run([BIN, "status"], env=env, capture_output=True, text=True, timeout=60)
@@ -264,13 +268,28 @@ def t_version(E):
 
 
 def t_outdated(E):
-    # a floor the built-in default passes (today's cli-2025.11.25 does not)
+    # the fake gates runs as the live server does: older than cli-2026.10.01 -> "Update
+    # Required"; the built-in default passes (cli-2026.08.11 did not)
     E.config(min_client_version="2026.08.01-0000000")
     p = E.proxy({"CURSOR_CLIENT_VERSION": ""})
     try:
         st, b, _ = chat(p)
-        eq("outdated: the default version passes a 2026-08-01 floor", (st, content(b)),
+        eq("outdated: the default version passes the run gate (2026-10-01)", (st, content(b)),
            (200, "Hello from fake Cursor."))
+    finally:
+        p.stop()
+    E.reset_config()
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_CLIENT_VERSION": "cli-2026.09.28-64d2043"})
+    try:
+        st, b, _ = chat(p)
+        e = err(b)
+        eq("outdated: a cli-2026.09.28 run -> the outdated-client error from one run",
+           (st, e.get("code"), profile_of(E, n0)), (502, "outdated_client", ["connect"]))
+        check("outdated: Cursor's words (Update Required) and the hint",
+              "Update Required" in e.get("message", "")
+              and "CURSOR_CLIENT_VERSION" in e.get("message", ""), e)
+        eq("outdated: unary calls are not gated", p.request("GET", "/v1/models")[0], 200)
     finally:
         p.stop()
     # a floor above it: the outdated-client error with its hint, never a rate/quota message
@@ -311,11 +330,15 @@ def listeners_of(E, n0):
     return {k: sorted(v) for k, v in out.items()}
 
 
+def runsse_listeners(E, n0):
+    return [(q["listener"], q.get("status") if str(q.get("status", "")).startswith("http1")
+             else "ok") for q in E.requests_since(n0) if q.get("path", "").endswith("RunSSE")]
+
+
 def t_agent(E):
     agent_url = "https://localhost:%d" % E.fake.info["agent_port"]
-    main_url = E.fake.url()
-    # GetServerConfig names the agent listener; RunSSE anywhere else gets the region answer
-    E.config(agent_url="agent", agent_host_only=True)
+    # The fake's GetServerConfig names its agent listener, which (like the live *.api5 hosts)
+    # serves HTTP/2 only: HTTP/1.1 runs belong on the base URL and never go there.
     n0 = E.nreq()
     p = E.proxy()
     try:
@@ -328,26 +351,68 @@ def t_agent(E):
             else:
                 st, b, _ = chat(p)
                 got = content(b)
-            eq("agent: answer via the GetServerConfig host (stream=%s)" % stream, (st, got),
+            eq("agent: answer over HTTP/1.1 on the base URL (stream=%s)" % stream, (st, got),
                (200, "Hello from fake Cursor."))
         ls = listeners_of(E, n0)
-        eq("agent: RunSSE/BidiAppend on the agent host, the rest on the base URL",
-           (ls.get("RunSSE"), ls.get("BidiAppend"), ls.get("GetServerConfig"),
-            ls.get("GetUsableModels")), (["agent"], ["agent"], ["main"], ["main"]))
-        eq("agent: GetServerConfig asked once (cached)",
-           sum(1 for q in E.requests_since(n0) if q["path"].endswith("GetServerConfig")), 1)
-        sc = [q for q in E.requests_since(n0) if q["path"].endswith("GetServerConfig")]
-        sc = sc[0] if sc else {"body_hex": "", "headers": {}}
-        eq("agent: GetServerConfig body", bytes.fromhex(sc["body_hex"]),
-           b'{"telem_enabled":false}')
-        eq("agent: GetServerConfig is Connect JSON", (sc["headers"].get("content-type"),
-                                                      sc["headers"].get(
-                                                          "connect-protocol-version")),
-           ("application/json", "1"))
+        eq("agent: RunSSE/BidiAppend on the base URL, nothing to the HTTP/2-only agent host",
+           (ls.get("RunSSE"), ls.get("BidiAppend"), ls.get("GetUsableModels")),
+           (["main"], ["main"], ["main"]))
+        eq("agent: the agent host refused nothing (never asked)",
+           E.fake.ctl("/state")["counters"].get("http1_refused_agent", 0), 0)
+        log = open(p.proc.log_path).read()
+        check("agent: the start-up log says where HTTP/1.1 runs go",
+              "HTTP/1.1 runs to the base URL" in log, log[-600:])
     finally:
         p.stop()
-    # a wrong host: the region problem, named
-    E.config(server_config={"agentUrlConfig": {"agentUrl": main_url}})
+    # CURSOR_OAI_AGENT_URL forces a host; one that refuses HTTP/1.1 at the connection level is
+    # left for the base URL before anything reached the client, and remembered
+    for mode, how in (("illegal", "illegal request line"), ("close", "a close before any byte"),
+                      ("h2", "HTTP/2 frames")):
+        E.config(agent_http1=mode)
+        n0 = E.nreq()
+        p = E.proxy({"CURSOR_OAI_AGENT_URL": agent_url})
+        try:
+            t0 = time.time()
+            st, b, _ = chat(p)
+            eq("agent: forced host refuses HTTP/1.1 (%s) -> answered via the base URL" % mode,
+               (st, content(b)), (200, "Hello from fake Cursor."))
+            check("agent: ... at once (%s)" % mode, time.time() - t0 < 8, time.time() - t0)
+            eq("agent: RunSSE refused on the agent host, then on the base URL (%s)" % mode,
+               runsse_listeners(E, n0), [("agent", "http1_refused:" + mode), ("main", "ok")])
+            n1 = E.nreq()
+            st, hd, b, _ = H.stream_chat(p.port, {"model": "auto", "stream": True, "messages": [
+                {"role": "user", "content": "hi"}]}, 30)
+            eq("agent: the HTTP/2-only host is remembered: straight to the base URL (%s)" % mode,
+               (st, H.parse_sse(b)["content"] if st == 200 else b, runsse_listeners(E, n1)),
+               (200, "Hello from fake Cursor.", [("main", "ok")]))
+            log = open(p.proc.log_path).read()
+            check("agent: the log says the host serves HTTP/2 only and how (%s)" % mode,
+                  re.search(r"localhost:%d serves HTTP/2 only \(it answered an HTTP/1\.1 "
+                            r"request with [^)]*%s" % (E.fake.info["agent_port"], re.escape(how)),
+                            log), log[-1200:])
+            m = p.request("GET", "/metrics")[1].decode()
+            check("agent: the fallback is counted (%s)" % mode,
+                  'cursor_oai_fallbacks_total{kind="http2_only_host"} 1' in m,
+                  [l for l in m.splitlines() if "fallback" in l])
+        finally:
+            p.stop()
+    # a forced host that serves HTTP/1.1 is used (GetServerConfig is not asked)
+    E.config(agent_http1=True)
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_AGENT_URL": agent_url})
+    try:
+        st, b, _ = chat(p)
+        eq("agent: CURSOR_OAI_AGENT_URL", (st, content(b)), (200, "Hello from fake Cursor."))
+        ls = listeners_of(E, n0)
+        eq("agent: forced host used, no GetServerConfig",
+           (ls.get("RunSSE"), ls.get("BidiAppend"), ls.get("GetServerConfig")),
+           (["agent"], ["agent"], None))
+    finally:
+        p.stop()
+    E.reset_config()
+    # a host that ends every run at once without an answer: the region problem, named, one run
+    E.config(agent_host_only=True)
+    n0 = E.nreq()
     p = E.proxy()
     try:
         for stream in (False, True):
@@ -358,52 +423,12 @@ def t_agent(E):
             else:
                 st, b, _ = chat(p)
             e = err(b)
-            eq("agent: wrong host -> 502 naming the region (stream=%s)" % stream,
-               (st, e.get("code")), (502, "upstream_wrong_region"))
+            eq("agent: a host that ends the run at once -> 502 naming the region (stream=%s)"
+               % stream, (st, e.get("code")), (502, "upstream_wrong_region"))
             check("agent: the message names the region problem and the host",
                   "region" in e.get("message", "") and "localhost" in e.get("message", ""), e)
-    finally:
-        p.stop()
-    # the wrong host first; GetServerConfig asked again after the region answer names the right
-    # one: the same request is retried there (nothing had reached the client)
-    E.config(server_config=None, agent_url="agent", server_config_seq=[
-        {"agentUrlConfig": {"agentUrl": main_url}}])
-    n0 = E.nreq()
-    p = E.proxy()
-    try:
-        st, b, _ = chat(p)
-        eq("agent: region answer -> GetServerConfig again -> retried on the new host",
-           (st, content(b)), (200, "Hello from fake Cursor."))
-        eq("agent: RunSSE on the wrong host, then on the agent host",
-           [q["listener"] for q in E.requests_since(n0) if q["path"].endswith("RunSSE")],
-           ["main", "agent"])
-        st, b, _ = chat(p)
-        eq("agent: the new host is kept", (st, listeners_of(E, n0).get("GetServerConfig"),
-                                           sum(1 for q in E.requests_since(n0)
-                                               if q["path"].endswith("GetServerConfig"))),
-           (200, ["main"], 2))
-    finally:
-        p.stop()
-    # CURSOR_OAI_AGENT_URL forces a host (GetServerConfig is not asked)
-    n0 = E.nreq()
-    p = E.proxy({"CURSOR_OAI_AGENT_URL": agent_url})
-    try:
-        st, b, _ = chat(p)
-        eq("agent: CURSOR_OAI_AGENT_URL", (st, content(b)), (200, "Hello from fake Cursor."))
-        ls = listeners_of(E, n0)
-        eq("agent: forced host used, no GetServerConfig",
-           (ls.get("RunSSE"), ls.get("GetServerConfig")), (["agent"], None))
-    finally:
-        p.stop()
-    # GetServerConfig fails: the base URL (a server without region hosts)
-    E.config(server_config=None, server_config_status=500, agent_host_only=False)
-    n0 = E.nreq()
-    p = E.proxy()
-    try:
-        st, b, _ = chat(p)
-        eq("agent: GetServerConfig failing -> the base URL", (st, content(b)),
-           (200, "Hello from fake Cursor."))
-        eq("agent: RunSSE on the base URL", listeners_of(E, n0).get("RunSSE"), ["main"])
+        eq("agent: one run per request, on the base URL", runsse_listeners(E, n0),
+           [("main", "ok"), ("main", "ok")])
     finally:
         p.stop()
     E.reset_config()
@@ -414,33 +439,30 @@ def profile_of(E, n0, path="RunSSE"):
 
 
 def t_profile(E):
-    # the default is grpc-web, byte-compatible with the vectors' headers
+    # the default is Connect: application/connect+proto RunSSE, application/proto BidiAppend
     n0 = E.nreq()
+    e0 = len(E.errors())
     p = E.proxy()
     try:
         st, b, _ = chat(p, "scenario:text_basic")
-        eq("profile: grpc-web end to end (KV reply, text)", (st, content(b)),
-           (200, "Hello, world! w\u00f6rld \U0001f30d"))
-        eq("profile: grpc-web used", (profile_of(E, n0), sorted(set(profile_of(
-            E, n0, "BidiAppend")))), (["grpc-web"], ["grpc-web"]))
-    finally:
-        p.stop()
-    # Connect forced
-    n0 = E.nreq()
-    p = E.proxy({"CURSOR_OAI_PROFILE": "connect"})
-    try:
-        st, b, _ = chat(p, "scenario:text_basic")
-        eq("profile: Connect end to end (KV reply, text)", (st, content(b)),
+        eq("profile: Connect by default, end to end (KV reply, text)", (st, content(b)),
            (200, "Hello, world! w\u00f6rld \U0001f30d"))
         qs = E.requests_since(n0)
-        rs = [q for q in qs if q["path"].endswith("RunSSE")][0]
+        rs = [q for q in qs if q["path"].endswith("RunSSE")]
         ap = [q for q in qs if q["path"].endswith("BidiAppend")]
         eq("profile: Connect headers on RunSSE",
-           (rs["headers"].get("content-type"), rs["headers"].get("connect-protocol-version"),
-            "x-cursor-checksum" in rs["headers"]), ("application/connect+proto", "1", False))
+           [(q["headers"].get("content-type"), q["headers"].get("connect-protocol-version"),
+             "x-cursor-checksum" in q["headers"]) for q in rs],
+           [("application/connect+proto", "1", False)])
         eq("profile: Connect BidiAppends (seqno 0 + KV reply)",
            [(q["headers"].get("content-type"), q["decoded"]["append_seqno"]) for q in ap],
            [("application/proto", 0), ("application/proto", 1)])
+        eq("profile: nothing compressed (no content-encoding, no compressed flag)",
+           ([q for q in rs + ap if q["headers"].get("content-encoding")
+             or q["headers"].get("connect-content-encoding")
+             or (q["headers"].get("content-type", "").startswith("application/connect")
+                 and int(q["body_hex"][:2], 16) & 1)],
+            E.fake.ctl("/state")["counters"].get("compressed_appends", 0)), ([], 0))
         st, b, hd = chat(p, "scenario:usage_limit")
         eq("profile: Connect end-stream error mapped", (st, err(b).get("code")),
            (429, "insufficient_quota"))
@@ -450,6 +472,18 @@ def t_profile(E):
         s = H.parse_sse(b) if st == 200 else {}
         eq("profile: Connect streaming", (st, s.get("content"), s.get("reasoning")),
            (200, "The answer is 42.", "Let me think about it."))
+        eq("profile: no validation errors", E.errors()[e0:], [])
+    finally:
+        p.stop()
+    # grpc-web forced: the tested fallback (the vectors' byte format)
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_PROFILE": "grpc-web"})
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("profile: grpc-web end to end (KV reply, text)", (st, content(b)),
+           (200, "Hello, world! w\u00f6rld \U0001f30d"))
+        eq("profile: grpc-web used", (profile_of(E, n0), sorted(set(profile_of(
+            E, n0, "BidiAppend")))), (["grpc-web"], ["grpc-web"]))
     finally:
         p.stop()
     # Connect with JSON BidiAppends (the other encoding one peer uses)
@@ -464,24 +498,24 @@ def t_profile(E):
         eq("profile: JSON BidiAppends", [(q["headers"].get("content-type"),
                                           q["decoded"]["append_seqno"]) for q in ap],
            [("application/json", 0), ("application/json", 1)])
-        eq("profile: no validation errors", E.errors()[e0:], [])
+        eq("profile: no validation errors (JSON)", E.errors()[e0:], [])
     finally:
         p.stop()
-    # fallback: a server that answers 415 to grpc-web
-    E.config(unsupported_profiles=["grpc-web"])
+    # fallback: a server that answers 415 to Connect
+    E.config(unsupported_profiles=["connect"])
     n0 = E.nreq()
     p = E.proxy()
     try:
         st, b, _ = chat(p)
-        eq("profile: 415 on grpc-web -> retried with Connect", (st, content(b)),
+        eq("profile: 415 on Connect -> retried with grpc-web", (st, content(b)),
            (200, "Hello from fake Cursor."))
-        eq("profile: first grpc-web, then Connect", profile_of(E, n0), ["grpc-web", "connect"])
+        eq("profile: first Connect, then grpc-web", profile_of(E, n0), ["connect", "grpc-web"])
         n1 = E.nreq()
         st, b, _ = chat(p)
         eq("profile: the working profile is remembered", (st, profile_of(E, n1)),
-           (200, ["connect"]))
+           (200, ["grpc-web"]))
         log = open(p.proc.log_path).read()
-        check("profile: the switch is logged", "retrying with connect" in log, log[-800:])
+        check("profile: the switch is logged", "retrying with grpc-web" in log, log[-800:])
     finally:
         p.stop()
     # the same with the load balancer's 464
@@ -490,48 +524,82 @@ def t_profile(E):
     p = E.proxy()
     try:
         st, b, _ = chat(p)
-        eq("profile: 464 on grpc-web -> retried with Connect", (st, content(b),
-                                                              profile_of(E, n0)),
-           (200, "Hello from fake Cursor.", ["grpc-web", "connect"]))
+        eq("profile: 464 on Connect -> retried with grpc-web", (st, content(b),
+                                                               profile_of(E, n0)),
+           (200, "Hello from fake Cursor.", ["connect", "grpc-web"]))
     finally:
         p.stop()
     E.config(unsupported_status=415)
-    # forced grpc-web against that server: no fallback, a clear error
-    p = E.proxy({"CURSOR_OAI_PROFILE": "grpc-web"})
-    try:
-        st, b, _ = chat(p)
-        check("profile: CURSOR_OAI_PROFILE=grpc-web does not fall back", st == 502 and
-              "415" in err(b).get("message", ""), (st, b[:300]))
-    finally:
-        p.stop()
-    # the old profile as the fallback: Connect refused, grpc-web works
-    E.config(unsupported_profiles=["connect"])
+    # forced Connect against that server: no fallback, a clear error
     p = E.proxy({"CURSOR_OAI_PROFILE": "connect"})
     try:
         st, b, _ = chat(p)
-        check("profile: forced Connect against a grpc-web-only server fails clearly",
-              st == 502, (st, b[:300]))
+        check("profile: CURSOR_OAI_PROFILE=connect does not fall back", st == 502 and
+              "415" in err(b).get("message", ""), (st, b[:300]))
+    finally:
+        p.stop()
+    # the reverse: grpc-web refused, Connect works
+    E.config(unsupported_profiles=["grpc-web"])
+    p = E.proxy({"CURSOR_OAI_PROFILE": "grpc-web"})
+    try:
+        st, b, _ = chat(p)
+        check("profile: forced grpc-web against a Connect-only server fails clearly",
+              st == 502 and "415" in err(b).get("message", ""), (st, b[:300]))
     finally:
         p.stop()
     n0 = E.nreq()
     p = E.proxy()
     try:
         st, b, _ = chat(p, "scenario:text_basic")
-        eq("profile: the old (grpc-web) profile end to end", (st, content(b)),
+        eq("profile: Connect-only server: answered", (st, content(b)),
            (200, "Hello, world! w\u00f6rld \U0001f30d"))
-        eq("profile: only grpc-web asked", profile_of(E, n0), ["grpc-web"])
+        eq("profile: only Connect asked", profile_of(E, n0), ["connect"])
     finally:
         p.stop()
     E.reset_config()
-    # an outdated-client answer also counts as "wrong profile": one retry, then the error
+    # ordinary upstream errors never switch the profile: one run, Cursor's words, at once
+    p = E.proxy()
+    try:
+        for stream in (False, True):
+            n0 = E.nreq()
+            t0 = time.time()
+            if stream:
+                st, hd, b, _ = H.stream_chat(p.port, {"model": "scenario:deprecated_model",
+                                                      "stream": True, "messages": [
+                                                          {"role": "user", "content": "hi"}]}, 30)
+                m = re.search(rb'\{"error":.*\}', b or b"")
+                e = err(m.group(0)) if m else {}
+            else:
+                st, b, _ = chat(p, "scenario:deprecated_model")
+                e = err(b)
+            took = time.time() - t0
+            name = "profile: deprecated model (grpc-status 3 + ERROR_DEPRECATED, stream=%s)" % stream
+            eq(name + ": 404 model_not_found", (st, e.get("code")), (404, "model_not_found"))
+            check(name + ": Cursor's words in the message",
+                  "claude-3.5-sonnet is deprecated" in e.get("message", ""), e)
+            eq(name + ": exactly one run", profile_of(E, n0), ["connect"])
+            check(name + ": at once", took < 5, took)
+        for scen, cfg, want in (("scenario:usage_limit", {}, 429),
+                                ("auto", {"runsse_scenario": "runsse_500"}, None)):
+            E.config(**cfg)
+            n0 = E.nreq()
+            st, b, _ = chat(p, scen)
+            E.config(runsse_scenario=None)
+            check("profile: %s%s -> an error, never the other profile" % (scen, cfg or ""),
+                  st >= 400 and (want is None or st == want)
+                  and set(profile_of(E, n0)) == {"connect"}, (st, b[:300], profile_of(E, n0)))
+    finally:
+        p.stop()
+    E.reset_config()
+    # an outdated-client answer about the version alone: one run, the version error
     E.config(min_client_version="2026.12.01-0000000")
     n0 = E.nreq()
     p = E.proxy({"CURSOR_CLIENT_VERSION": ""})
     try:
         st, b, _ = chat(p)
-        eq("profile: outdated answer -> other profile tried once, then the error",
+        eq("profile: outdated answer -> the version error from one run, no profile switch",
            (st, err(b).get("code"), profile_of(E, n0)),
-           (502, "outdated_client", ["grpc-web", "connect"]))
+           (502, "outdated_client", ["connect"]))
     finally:
         p.stop()
     E.reset_config()
@@ -577,34 +645,51 @@ def line(out, prefix):
 
 def t_doctor(E):
     secrets = (E.token, E.token.split(".")[1])
+    aport = E.fake.info["agent_port"]
     # all OK
     rc, out = doctor(E)
     print("     doctor (all OK):\n" + "\n".join("       " + l for l in out.splitlines()),
           flush=True)
     eq("doctor: all OK exits 0", rc, 0)
-    for step in ("credentials", "GetServerConfig", "GetUsableModels", "run (grpc-web)"):
+    for step in ("credentials", "GetServerConfig", "GetUsableModels", "run (connect)"):
         check("doctor: %s OK" % step, line(out, "OK   " + step), out)
     check("doctor: reports client version and hosts", "Client version: " + DEFAULT_VERSION in out
           and "Base URL:       https://localhost:%d" % E.fake.port in out, out)
+    check("doctor: reports the HTTP version, host and profile of the run",
+          "Runs:           HTTP/1.1 to https://localhost:%d (the base URL)" % E.fake.port in out
+          and any("HTTP/1.1 to https://localhost:%d" % E.fake.port in l
+                  for l in line(out, "OK   run (connect)"))
+          and "transport profile connect" in out, out)
+    check("doctor: GetServerConfig's host is named as the HTTP/2 agent host",
+          any("HTTP/2 agent host https://localhost:%d" % aport in l
+              for l in line(out, "OK   GetServerConfig")), out)
     check("doctor: each step timed", len(re.findall(r"\(\s*\d+ ms\)", out)) >= 4, out)
     check("doctor: never prints a token", not any(x in out for x in secrets))
     check("doctor: the run answered", "answered \"Hello from fake Cursor.\"" in out, out)
-    # the agent host is broken: GetServerConfig names a host where nothing listens
+    # a forced host that serves HTTP/2 only: named in those words, the run on the base URL
+    rc, out = doctor(E, {"CURSOR_OAI_AGENT_URL": "https://localhost:%d" % aport})
+    print("     doctor (HTTP/2-only host):\n" + "\n".join("       " + l
+                                                          for l in out.splitlines()), flush=True)
+    eq("doctor: HTTP/2-only forced host: the run still works (exit 0)", rc, 0)
+    check("doctor: HTTP/2-only forced host: named in those words, with what to do",
+          any("localhost:%d serves HTTP/2 only" % aport in l and "illegal request line" in l
+              for l in line(out, "WARN agent host")) and "unset CURSOR_OAI_AGENT_URL" in out,
+          out)
+    check("doctor: HTTP/2-only forced host: the run went to the base URL",
+          any("HTTP/1.1 to https://localhost:%d" % E.fake.port in l
+              for l in line(out, "OK   run (connect)")), out)
+    # the forced host is down
     dead = H.free_port()
-    E.config(agent_url="https://localhost:%d" % dead)
-    rc, out = doctor(E)
+    rc, out = doctor(E, {"CURSOR_OAI_AGENT_URL": "https://localhost:%d" % dead})
     print("     doctor (agent host down):\n" + "\n".join("       " + l for l in out.splitlines()),
           flush=True)
     eq("doctor: agent host down exits 1", rc, 1)
-    check("doctor: agent host down: GetServerConfig names it",
-          line(out, "OK   GetServerConfig") and ("localhost:%d" % dead) in out, out)
     check("doctor: agent host down: both profiles tried and failed",
           line(out, "FAIL run (grpc-web)") and line(out, "FAIL run (connect)"), out)
     check("doctor: agent host down: the verdict names the unreachable host",
           re.search(r"cannot reach https://localhost:%d" % dead, out), out)
-    # the agent host is the wrong region's
-    E.config(agent_url=None, server_config={"agentUrlConfig": {"agentUrl": E.fake.url()}},
-             agent_host_only=True)
+    # a host that ends the run at once: the region problem
+    E.config(agent_host_only=True)
     rc, out = doctor(E)
     eq("doctor: wrong region exits 1", rc, 1)
     check("doctor: wrong region: the verdict names the region problem",
@@ -624,12 +709,21 @@ def t_doctor(E):
           ("refuses the client version %s as outdated" % DEFAULT_VERSION) in out
           and "CURSOR_CLIENT_VERSION" in out, out)
     E.reset_config()
-    # only Connect works
-    E.config(unsupported_profiles=["grpc-web"])
+    # an old CURSOR_CLIENT_VERSION: only runs are gated
+    rc, out = doctor(E, {"CURSOR_CLIENT_VERSION": "cli-2026.09.28-64d2043"})
+    check("doctor: an old version: the run fails as outdated, with the advice",
+          rc == 1 and line(out, "OK   GetUsableModels")
+          and any("outdated_client" in l for l in line(out, "FAIL run (connect)"))
+          and "refuses the client version cli-2026.09.28-64d2043 as outdated" in out, out)
+    # only grpc-web works
+    E.config(unsupported_profiles=["connect"])
     rc, out = doctor(E)
-    eq("doctor: grpc-web refused, Connect works -> exit 0", rc, 0)
-    check("doctor: grpc-web FAIL, connect OK", line(out, "FAIL run (grpc-web)")
-          and line(out, "OK   run (connect)") and "CURSOR_OAI_PROFILE=connect" in out, out)
+    print("     doctor (Connect refused):\n" + "\n".join("       " + l
+                                                         for l in out.splitlines()), flush=True)
+    eq("doctor: Connect refused, grpc-web works -> exit 0", rc, 0)
+    check("doctor: connect FAIL naming the refused profile, grpc-web OK",
+          line(out, "FAIL run (connect)") and "Cursor refused the connect profile" in out
+          and line(out, "OK   run (grpc-web)") and "CURSOR_OAI_PROFILE=grpc-web" in out, out)
     E.reset_config()
     # not logged in
     rc, out = doctor(E, {"CURSOR_ACCESS_TOKEN": ""})

@@ -23,7 +23,7 @@ import certs  # noqa: E402
 import pbwire as pb  # noqa: E402
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
-CLIENT_VERSION = "cli-2025.11.25-d5b3271"
+CLIENT_VERSION = "cli-2026.10.01-e373342"
 PROCS = []
 
 

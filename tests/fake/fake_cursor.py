@@ -15,13 +15,19 @@ Two profiles (issue 10): grpc-web (application/grpc-web+proto both ways, trailer
 Connect profile needs connect-protocol-version: 1 and may omit x-cursor-checksum.
 Start order as the live server has it: RunSSE registers its run and answers its 200 head at
 once; the seqno-0 append must come after that (one that arrives earlier is lost, and the run
-never starts: heartbeats only). A second TLS listener ("agent_port") serves the same API as the
-agent host GetServerConfig can name; with agent_host_only a RunSSE elsewhere ends at once with
-the region message. min_client_version rejects older x-cursor-client-version values as outdated.
+never starts: heartbeats only). A second TLS listener ("agent_port") is the agent host
+GetServerConfig names by default; like the live *.api5.cursor.sh hosts it serves HTTP/2 only
+and refuses an HTTP/1.1 request at the connection level (agent_http1: a 400 "illegal request
+line", a close before any byte, or HTTP/2 SETTINGS + GOAWAY frames); with agent_http1 true it
+serves the same API over HTTP/1.1. With agent_host_only a RunSSE elsewhere
+ends at once with the region message. min_client_version rejects older x-cursor-client-version
+values as outdated on every call; min_run_version (default 2026.10.01) on RunSSE/BidiAppend
+only, with "Update Required" (resource_exhausted + error 28), as the live server gates runs.
+A compressed outgoing frame is ignored (the run parks), as the live server does.
 
 HTTP/2 (issue 23; python3-h2): both TLS listeners offer ALPN h2 (main: h2 + http/1.1 as api2;
-agent: h2 only; with agent_http1 false HTTP/1.1 there is refused at the connection level,
-as the api5 hosts do).
+agent: h2 only; HTTP/1.1 there is refused at the connection level as the api5 hosts do,
+unless agent_http1 is true).
 POST /agent.v1.AgentService/Run over HTTP/2 is one Connect bidi stream: the request body is the
 client's messages (the run request first, then exec results, KV replies, heartbeats: what
 BidiAppend carries on HTTP/1.1, checked the same way), the response the scenario's frames and a
@@ -139,12 +145,14 @@ DEFAULT_CONFIG = {
                                    # (runsse_status / runsse_response / headers_stall): the
                                    # model is not known yet at that point
     "min_client_version": None,    # e.g. "2026.08.01-0000000": older x-cursor-client-version
+    "min_run_version": "2026.10.01-0000000",   # the same for RunSSE/BidiAppend only (the live
+                                   # server gates runs, not unary calls: autumn notes 5.2)
                                    # (or an unparsable one) is rejected as outdated
     "outdated_error": 28,          # 28: resource_exhausted + "Update Required" (2026 form);
                                    # 30: ERROR_OUTDATED_CLIENT, permission_denied (older form)
     "unsupported_profiles": [],    # "grpc-web" / "connect": refused on RunSSE/BidiAppend
     "unsupported_status": 415,     # ... with this status (464: what a load balancer answers)
-    "agent_url": None,             # GetServerConfig's agentUrl/agentnUrl (None: the main
+    "agent_url": "agent",          # GetServerConfig's agentUrl/agentnUrl (None: the main
                                    # listener itself; "agent": the agent listener)
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
     "server_config_seq": [],       # answers used one per call first (then server_config ...)
@@ -153,9 +161,10 @@ DEFAULT_CONFIG = {
     "main_alpn": ["h2", "http/1.1"],  # ALPN of the main listener (api2 speaks both)
     "agent_alpn": ["h2"],          # ALPN of the agent listener (the api5 hosts: h2 only);
                                    # ["http/1.1"]: a host/middlebox without h2
-    "agent_http1": True,           # the agent listener serves HTTP/1.1 too (False: it refuses
-                                   # it at the connection level, "illegal request line", as
-                                   # the live api5 hosts do)
+    "agent_http1": "illegal",      # how the agent listener answers HTTP/1.1: refused at the
+                                   # connection level as the live api5 hosts do, by "illegal"
+                                   # (a 400 "illegal request line"; also False), "close" (no
+                                   # byte) or "h2" (SETTINGS + GOAWAY frames); True: served
     "h2_max_streams": 100,         # SETTINGS_MAX_CONCURRENT_STREAMS of new connections
     "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
     "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer
@@ -257,6 +266,13 @@ SCENARIOS = {
     "usage_limit_after_text": {"steps": [
         {"op": "text", "text": "partial"},
         {"op": "trailer", "status": 8, "message": "You've hit your usage limit"}]},
+    # a retired model: grpc-status 3 + ERROR_DEPRECATED (40), Cursor's own words in the details
+    "deprecated_model": {"steps": [{"op": "trailer", "status": 3,
+                                    "message": "Model deprecated",
+                                    "details": {"error": 40, "title": "Model deprecated",
+                                                "detail": "claude-3.5-sonnet is deprecated. "
+                                                          "Please switch to a newer model.",
+                                                "is_expected": True}}]},
     "outdated_client": {"steps": [{"op": "trailer", "status": 9, "message": "Outdated client",
                                    "details": {"error": 30, "title": "Update required",
                                                "detail": "Please update Cursor to continue.",
@@ -768,12 +784,14 @@ def connect_error_details(code, message, details):
         "value": base64.b64encode(details).decode().rstrip("=")}]}
 
 
-def client_outdated(req):
-    floor = S.config["min_client_version"]
-    if not floor:
-        return False
+def client_outdated(req, run=False):
+    """The version floor of every call (min_client_version), and for runs (RunSSE and
+    BidiAppend) also min_run_version."""
     got = version_key(req["headers"].get("x-cursor-client-version", ""))
-    return got is None or got < version_key(floor)
+    for floor in (S.config["min_client_version"], S.config["min_run_version"] if run else None):
+        if floor and (got is None or got < version_key(floor)):
+            return True
+    return False
 
 
 def request_profile(req, agent):
@@ -871,12 +889,25 @@ def h_append(conn, req, rec):
     if st:
         return st
     prof = rec["profile"]
-    if client_outdated(req):
+    if client_outdated(req, run=True):
         code, msg, det = outdated_body()
         S.count("outdated_rejections")
         conn.respond(429 if code == "resource_exhausted" else 403,
                      json.dumps(connect_error_details(code, msg, det)))
         return 429
+    enc = req["headers"].get("content-encoding") or req["headers"].get("grpc-encoding") or ""
+    if (enc and enc.lower() != "identity") or (prof == "grpc-web" and req["body"][:1]
+                                                and req["body"][0] & 1):
+        # a compressed message: the live server ignores it (a live report: gzip "is ignored
+        # ... and the turn parks"); acknowledged, never delivered
+        S.error("compressed BidiAppend (%s): ignored, the run parks"
+                % (enc or "grpc-web compressed flag"))
+        S.count("compressed_appends")
+        if prof == "grpc-web":
+            conn.respond(200, pb.envelope(b"") + pb.trailer(0), ctype=CT_GRPCWEB)
+        else:
+            conn.respond(200, b"", ctype=CT_PROTO)
+        return 200
     try:
         if req["headers"].get("content-type", "").split(";")[0].strip() == "application/json":
             # Connect JSON: {"data": hex, "requestId": {"requestId"}, "appendSeqno": "N"}
@@ -1117,7 +1148,7 @@ def h_runsse(conn, req, rec):
             S.error("second RunSSE for request id %s" % rid)
             return connect_error(conn, 409, "already_exists", "duplicate request id")
         run.profile = prof
-    if client_outdated(req):
+    if client_outdated(req, run=True):
         # decided before the run exists: a stream that ends at once with the error
         code, msg, det = outdated_body()
         S.count("outdated_rejections")
@@ -2806,20 +2837,12 @@ def handle_conn(raw, addr, listener, ctx):
         if alpn == "h2":
             serve_h2(sock, cid, listener)
             return
-        if listener == "agent" and not S.config["agent_http1"]:
-            # the agent hosts speak HTTP/2 only and refuse HTTP/1.1 at the connection level
-            S.count("agent_http1_refused")
-            try:
-                sock.settimeout(5)
-                sock.recv(65536)
-                sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n"
-                             b"Content-Length: 21\r\nConnection: close\r\n\r\n"
-                             b"illegal request line\n")
-            except (ssl.SSLError, OSError):
-                pass
-            Conn(sock, cid, listener).abort()
-            return
         conn = Conn(sock, cid, listener)
+        mode = S.config["agent_http1"]
+        if listener == "agent" and mode is not True:
+            # the agent hosts speak HTTP/2 only and refuse HTTP/1.1 at the connection level
+            refuse_http1(conn, mode or "illegal", listener, t_accept)
+            return
         while not S.stop.is_set():
             try:
                 req = conn.read_request()
@@ -2871,6 +2894,47 @@ def handle_conn(raw, addr, listener, ctx):
         with S.lock:
             S.open_connections -= 1
         S.count("connections_closed")
+
+
+H2_SETTINGS = bytes([0, 0, 6, 4, 0, 0, 0, 0, 0]) + struct.pack(">HI", 3, 100)
+
+
+def h2_goaway(debug):
+    """An HTTP/2 GOAWAY frame on stream 0: last stream 0, PROTOCOL_ERROR, debug text."""
+    payload = struct.pack(">II", 0, 1) + debug
+    return struct.pack(">I", len(payload))[1:] + bytes([7, 0, 0, 0, 0, 0]) + payload
+
+
+def refuse_http1(conn, mode, listener, t_accept):
+    """An HTTP/2-only host (the live *.api5.cursor.sh agent hosts) given an HTTP/1.1 request:
+    refused at the connection level, then the connection is closed. Recorded like a request
+    (status "http1_refused:<mode>"), counted as http1_refused_<listener>. mode: "illegal"
+    (a 400 "illegal request line"), "close" (no byte) or "h2" (SETTINGS + GOAWAY)."""
+    try:
+        req = conn.read_request()
+    except (ValueError, PeerClosed):
+        req = None
+    except socket.timeout:
+        req = None
+    rec = {"t": time.time(), "conn": conn.cid, "listener": listener,
+           "conn_age_s": time.time() - t_accept, "status": "http1_refused:" + mode}
+    if req:
+        rec.update({"method": req["method"], "path": req["path"], "query": req["query"],
+                    "headers": req["headers"], "header_order": req["header_order"],
+                    "body_len": len(req["body"]), "body_hex": None})
+    else:
+        rec.update({"method": None, "path": "", "headers": {}, "body_len": 0})
+    S.count("http1_refused_" + listener)
+    S.record(rec)
+    try:
+        if mode == "illegal":
+            conn.send(b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                      b"content-length: 20\r\nconnection: close\r\n\r\nillegal request line")
+        elif mode == "h2":
+            conn.send(H2_SETTINGS + h2_goaway(b"illegal request line"))
+    except PeerClosed:
+        pass
+    conn.abort(close_notify=True)
 
 
 def make_ctx(cert, key):

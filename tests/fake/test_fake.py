@@ -336,7 +336,7 @@ class Client:
     def headers(self, rid, ctype="application/grpc-web+proto", **over):
         h = {"authorization": "Bearer " + self.token, "content-type": ctype,
              "user-agent": "connect-es/1.4.0", "x-cursor-checksum": pb.checksum(self.token),
-             "x-cursor-client-version": "cli-2025.11.25-d5b3271", "x-cursor-client-type": "cli",
+             "x-cursor-client-version": "cli-2026.10.01-e373342", "x-cursor-client-type": "cli",
              "x-cursor-timezone": "UTC", "x-ghost-mode": "true", "x-cursor-streaming": "true",
              "x-request-id": rid}
         for k, v in over.items():
@@ -677,6 +677,7 @@ def server_tests(fake):
 
     # -- transport/framing fault scenarios and listeners (tests/faults_test.py uses them)
     fault_tests(fake, cl)
+    autumn_tests(fake, cl)
 
     # -- GetUsableModels
     rid = str(uuid.uuid4())
@@ -1059,6 +1060,98 @@ def h2_tests(fake, cl):
           any("TooManyStreams" in e["error"] for e in errors_since(fake, n1)),
           errors_since(fake, n1))
     fake.ctl("/config", {"h2_max_streams": 100})
+    fake.ctl("/reset", {})
+
+
+def raw_tls_exchange(fake, port, data):
+    """Send raw bytes over TLS to a listener; everything it answers until it closes."""
+    s = ctx_for(fake.info["ca"]).wrap_socket(socket.create_connection(("127.0.0.1", port),
+                                                                      timeout=10),
+                                             server_hostname="localhost")
+    s.sendall(data)
+    got = b""
+    try:
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            got += d
+    except (ssl.SSLError, OSError):
+        pass
+    s.close()
+    return got
+
+
+def autumn_tests(fake, cl):
+    """Issue 24: the agent host serves HTTP/2 only; runs are version-gated; a deprecated model;
+    compressed appends are ignored."""
+    rid = str(uuid.uuid4())
+    body = pb.envelope(pb.c_bidi_request_id(rid))
+    req = ("POST /agent.v1.AgentService/RunSSE HTTP/1.1\r\nhost: localhost\r\n" + "".join(
+        "%s: %s\r\n" % kv for kv in cl.headers(rid).items())
+        + "content-length: %d\r\n\r\n" % len(body)).encode() + body
+    port = fake.info["agent_port"]
+    n0 = fake.ctl("/state")["counters"].get("http1_refused_agent", 0)
+    got = raw_tls_exchange(fake, port, req)
+    check("agent host: HTTP/1.1 refused with 400 illegal request line (default)",
+          got.startswith(b"HTTP/1.1 400 ") and got.endswith(b"illegal request line"), got[:200])
+    fake.ctl("/config", {"agent_http1": "close"})
+    eq("agent host: HTTP/1.1 refused by a close before any byte", raw_tls_exchange(
+        fake, port, req), b"")
+    fake.ctl("/config", {"agent_http1": "h2"})
+    got = raw_tls_exchange(fake, port, req)
+    check("agent host: HTTP/1.1 answered with HTTP/2 SETTINGS + GOAWAY frames",
+          len(got) >= 18 and got[3] == 4 and got[5:9] == b"\0\0\0\0"
+          and got[9 + got[2]:][3:4] == b"\x07" and got.endswith(b"illegal request line"),
+          got[:80])
+    eq("agent host: refusals counted", fake.ctl("/state")["counters"].get(
+        "http1_refused_agent", 0) - n0, 3)
+    fake.ctl("/config", {"agent_http1": True})
+    eq("agent host: with agent_http1 true it serves HTTP/1.1", raw_post(
+        fake, "/aiserver.v1.AiService/GetUsableModels", b"{}", cl.headers(
+            str(uuid.uuid4()), "application/json", connect_protocol_version="1",
+            x_cursor_streaming=None), port=port)[0], 200)
+    fake.ctl("/config", {"agent_http1": "illegal"})
+    # runs older than cli-2026.10.01 get "Update Required"; unary calls are not gated
+    old = cl.headers(str(uuid.uuid4()), x_cursor_client_version="cli-2026.09.28-64d2043")
+    r = raw_post(fake, "/agent.v1.AgentService/RunSSE",
+                 pb.envelope(pb.c_bidi_request_id(old["x-request-id"])), old)
+    fr = pb.FrameReader().feed(r[1])
+    tr = pb.parse_trailer(fr[-1][1]) if fr and fr[-1][0] & 0x80 else {}
+    check("version gate: a cli-2026.09.28 run ends with resource_exhausted + Update Required",
+          r[0] == 200 and tr.get("grpc-status") == "8"
+          and b"Update Required" in base64.b64decode(tr.get("grpc-status-details-bin", "") +
+                                                     "=="), (r, tr))
+    eq("version gate: unary calls are not gated", raw_post(
+        fake, "/aiserver.v1.AiService/GetUsableModels", b"{}", cl.headers(
+            str(uuid.uuid4()), "application/json", connect_protocol_version="1",
+            x_cursor_streaming=None, x_cursor_client_version="cli-2026.09.28-64d2043"))[0], 200)
+    for v in ("cli-2026.10.01-e373342-lab", "cli-2026.10.02-01-15-52-7244546"):
+        cl2 = Client(fake, cl.token)
+        cl2.headers = (lambda h: lambda rid, ctype="application/grpc-web+proto", **o: h(
+            rid, ctype, **dict({"x_cursor_client_version": v}, **o)))(cl.headers)
+        eq("version gate: %s passes" % v, cl2.run("scenario:default")["text"],
+           "Hello from fake Cursor.")
+    # a deprecated model: grpc-status 3 + ERROR_DEPRECATED
+    out = cl.run("scenario:deprecated_model")
+    tr = out.get("trailer") or {}
+    check("deprecated_model: grpc-status 3 with ERROR_DEPRECATED (40) details",
+          tr.get("grpc-status") == "3" and base64.b64decode(
+              tr.get("grpc-status-details-bin", "") + "==").find(b"deprecated") >= 0, out)
+    # a compressed append is ignored: the run never starts (heartbeats only)
+    e0 = len(fake.ctl("/state")["errors"])
+    rid = str(uuid.uuid4())
+    c = cl.conn()
+    c.request("POST", "/agent.v1.AgentService/RunSSE",
+              body=pb.envelope(pb.c_bidi_request_id(rid)), headers=cl.headers(rid))
+    r = c.getresponse()
+    msg = pb.envelope(pb.c_bidi_append(pb.c_run_request("User: hi", "scenario:default"), rid, 0))
+    st, _ = cl.append(rid, None, 0, raw=bytes([1]) + msg[1:])
+    c.close()
+    check("compressed append: acknowledged, ignored, recorded as an error",
+          r.status == 200 and st == 200 and any("compressed BidiAppend" in e.get("error", "")
+                                                 for e in fake.ctl("/state")["errors"][e0:]),
+          fake.ctl("/state")["errors"][e0:])
     fake.ctl("/reset", {})
 
 
