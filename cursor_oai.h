@@ -6584,7 +6584,7 @@ static void coai__h2_forget(coai_h2_conn *c, coai_h2_stream *s)
 
 int coai_h2_init(coai_h2_conn *c, const coai_h2_opts *o)
 {
-    unsigned char set[6 * 4], *q = set;
+    unsigned char set[6 * 6], *q = set;
     coai_h2_opts d;
     memset(c, 0, sizeof *c);
     memset(&d, 0, sizeof d);

@@ -545,6 +545,951 @@ static void test_hpack_encode(void)
     coai_buf_free(&out);
 }
 
+/* ---- frames ------------------------------------------------------------------------- */
+
+static void test_frames(void)
+{
+    static const int types[] = { COAI_H2_DATA, COAI_H2_HEADERS, COAI_H2_PRIORITY,
+                                 COAI_H2_RST_STREAM, COAI_H2_SETTINGS, COAI_H2_PUSH_PROMISE,
+                                 COAI_H2_PING, COAI_H2_GOAWAY, COAI_H2_WINDOW_UPDATE,
+                                 COAI_H2_CONTINUATION, 0xfa };
+    coai_buf b = {0};
+    coai_h2_frame f;
+    size_t used, i, k;
+    unsigned char pay[300];
+    for (i = 0; i < sizeof pay; i++) pay[i] = (unsigned char)(i * 7);
+    for (i = 0; i < sizeof types / sizeof types[0]; i++) {
+        coai_buf_reset(&b);
+        CHECK(coai_h2_frame_append(&b, types[i], 0x2d, 0x80000000u | (uint32_t)(i * 2 + 1),
+                                   pay, i * 20) == 0);
+        CHECK(b.len == 9 + i * 20);
+        CHECK(coai_h2_frame_parse(place(b.data, b.len), b.len, 16384, &f, &used) == COAI_OK);
+        CHECK(used == b.len && f.type == types[i] && f.flags == 0x2d && f.length == i * 20
+              && f.stream == i * 2 + 1 && memcmp(f.payload, pay, i * 20) == 0);
+        /* every prefix: more */
+        for (k = 0; k < b.len; k++)
+            CHECK(coai_h2_frame_parse(place(b.data, k), k, 16384, &f, &used) == COAI_MORE);
+    }
+    /* the length is checked as soon as it is known: 3 bytes */
+    coai_buf_reset(&b);
+    CHECK(coai_h2_frame_append(&b, COAI_H2_DATA, 0, 1, pay, 101) == 0);
+    CHECK(coai_h2_frame_parse(place(b.data, 3), 3, 100, &f, &used) == COAI_ERR_TOO_BIG);
+    CHECK(coai_h2_frame_parse(place(b.data, 2), 2, 100, &f, &used) == COAI_MORE);
+    CHECK(coai_h2_frame_parse(place(b.data, b.len), b.len, 101, &f, &used) == COAI_OK);
+    /* padding and priority fields */
+    {
+        unsigned char p[32];
+        const unsigned char *q;
+        size_t n;
+        p[0] = 3;                                          /* pad length */
+        memcpy(p + 1, "\x80\0\0\x05\x10", 5);              /* exclusive, dep 5, weight */
+        memcpy(p + 6, "abc", 3);
+        memset(p + 9, 0, 3);
+        f.type = COAI_H2_HEADERS;
+        f.flags = COAI_H2_FLAG_PADDED | COAI_H2_FLAG_PRIORITY;
+        f.payload = place(p, 12);
+        f.length = 12;
+        CHECK(coai__h2_unpad(&f, &q, &n) == 0 && n == 3 && memcmp(q, "abc", 3) == 0);
+        f.flags = COAI_H2_FLAG_PRIORITY;
+        f.payload = place(p + 1, 8);
+        f.length = 8;
+        CHECK(coai__h2_unpad(&f, &q, &n) == 0 && n == 3 && memcmp(q, "abc", 3) == 0);
+        f.type = COAI_H2_DATA;                             /* DATA has no priority fields */
+        f.flags = COAI_H2_FLAG_PADDED | COAI_H2_FLAG_PRIORITY;
+        f.payload = place(p, 12);
+        f.length = 12;
+        CHECK(coai__h2_unpad(&f, &q, &n) == 0 && n == 8);
+        p[0] = 11;                                         /* padding = all the rest: ok */
+        f.payload = place(p, 12);
+        CHECK(coai__h2_unpad(&f, &q, &n) == 0 && n == 0);
+        p[0] = 12;                                         /* longer than the rest */
+        f.payload = place(p, 12);
+        CHECK(coai__h2_unpad(&f, &q, &n) == -1);
+        f.length = 0;
+        f.payload = place(p, 0);
+        CHECK(coai__h2_unpad(&f, &q, &n) == -1);           /* PADDED without the length */
+        f.type = COAI_H2_HEADERS;
+        f.flags = COAI_H2_FLAG_PRIORITY;
+        f.length = 4;
+        f.payload = place(p, 4);
+        CHECK(coai__h2_unpad(&f, &q, &n) == -1);           /* priority fields cut */
+    }
+    coai_buf_free(&b);
+}
+
+/* ---- the connection: a scripted server ----------------------------------------------- */
+
+/* Server-side frame builders. */
+static void sf(coai_buf *b, int type, int flags, uint32_t stream, const void *p, size_t n)
+{
+    coai_h2_frame_append(b, type, flags, stream, p, n);
+}
+
+static void s_settings(coai_buf *b, const uint32_t *kv, size_t pairs)
+{
+    unsigned char p[64];
+    size_t i;
+    for (i = 0; i < pairs; i++) {
+        p[i * 6] = 0;
+        p[i * 6 + 1] = (unsigned char)kv[2 * i];
+        coai__put32(p + i * 6 + 2, kv[2 * i + 1]);
+    }
+    sf(b, COAI_H2_SETTINGS, 0, 0, p, pairs * 6);
+}
+
+static void s_u32(coai_buf *b, int type, uint32_t stream, uint32_t v)
+{
+    unsigned char p[4];
+    coai__put32(p, v);
+    sf(b, type, 0, stream, p, 4);
+}
+
+static void s_goaway(coai_buf *b, uint32_t last, uint32_t code, const char *debug)
+{
+    unsigned char p[64];
+    coai__put32(p, last);
+    coai__put32(p + 4, code);
+    memcpy(p + 8, debug, strlen(debug));
+    sf(b, COAI_H2_GOAWAY, 0, 0, p, 8 + strlen(debug));
+}
+
+/* HEADERS (END_HEADERS) with fields "name: value" separated by '\n'. */
+static void s_headers(coai_buf *b, uint32_t stream, int flags, const char *lines)
+{
+    coai_h2_header h[16];
+    coai_buf blk = {0};
+    char tmp[1024], *p = tmp, *nl;
+    size_t n = 0;
+    snprintf(tmp, sizeof tmp, "%s", lines);
+    while (*p && n < 16) {
+        char *c;
+        nl = strchr(p, '\n');
+        if (nl) *nl = 0;
+        c = strstr(p + 1, ": ");
+        *c = 0;
+        h[n].name = coai_str_c(p);
+        h[n].value = coai_str_c(c + 2);
+        n++;
+        if (!nl) break;
+        p = nl + 1;
+    }
+    /* the library's encoder when it accepts the fields, else raw literals (uppercase...) */
+    if (coai_hpack_encode(&blk, h, n) != 0) {
+        size_t i;
+        coai_buf_reset(&blk);
+        for (i = 0; i < n; i++) {
+            coai_buf_putc(&blk, 0);
+            coai__hpack_int_put(&blk, 0, 7, (uint32_t)h[i].name.len);
+            coai_buf_append(&blk, h[i].name.ptr, h[i].name.len);
+            coai__hpack_int_put(&blk, 0, 7, (uint32_t)h[i].value.len);
+            coai_buf_append(&blk, h[i].value.ptr, h[i].value.len);
+        }
+    }
+    sf(b, COAI_H2_HEADERS, flags | COAI_H2_FLAG_END_HEADERS, stream, blk.data, blk.len);
+    coai_buf_free(&blk);
+}
+
+/* The events of one run, flattened to text so runs can be compared. */
+typedef struct evlog {
+    char text[8192];
+    size_t len;
+    int count;
+    coai_h2_event last;
+    char last_data[20000];
+} evlog;
+
+static void log_ev(evlog *g, const coai_h2_event *e)
+{
+    static const char *const names[] = { "?", "SETTINGS", "HEADERS", "DATA", "RESET", "REFUSED",
+                                         "WINDOW", "GOAWAY", "PING_ACK" };
+    size_t i;
+    char *o = g->text + g->len;
+    size_t room = sizeof g->text - g->len;
+    int w = snprintf(o, room, "%s %u", names[e->type], e->stream);
+    if (e->type == COAI_H2_EV_HEADERS) {
+        w += snprintf(o + w, room - (size_t)w, " status=%d%s%s", e->status,
+                      e->trailers ? " trailers" : "", e->end_stream ? " end" : "");
+        for (i = 0; i < e->n_headers; i++)
+            w += snprintf(o + w, room - (size_t)w, " [%.*s: %.*s]",
+                          (int)e->headers[i].name.len, e->headers[i].name.ptr,
+                          (int)e->headers[i].value.len, e->headers[i].value.ptr);
+    } else if (e->type == COAI_H2_EV_DATA || e->type == COAI_H2_EV_PING_ACK
+               || e->type == COAI_H2_EV_GOAWAY) {
+        w += snprintf(o + w, room - (size_t)w, " len=%zu%s '%.*s'", e->data.len,
+                      e->end_stream ? " end" : "", (int)(e->data.len > 40 ? 40 : e->data.len),
+                      e->data.ptr);
+    }
+    if (e->type == COAI_H2_EV_RESET || e->type == COAI_H2_EV_REFUSED
+        || e->type == COAI_H2_EV_GOAWAY)
+        w += snprintf(o + w, room - (size_t)w, " code=%u%s", e->code, e->local ? " local" : "");
+    if (e->type == COAI_H2_EV_GOAWAY) w += snprintf(o + w, room - (size_t)w, " last=%u",
+                                                    e->last_stream);
+    w += snprintf(o + w, room - (size_t)w, "\n");
+    g->len += (size_t)w;
+    g->count++;
+    g->last = *e;
+    if (e->data.len <= sizeof g->last_data && e->data.len)
+        memcpy(g->last_data, e->data.ptr, e->data.len);
+}
+
+/* Feed bytes (whole, or one at a time when split) and collect every event. Returns the
+ * last result of coai_h2_next. */
+static coai_result feed(coai_h2_conn *c, coai_buf *in, int split, evlog *g)
+{
+    coai_result r = COAI_MORE;
+    size_t off = 0, step;
+    memset(g, 0, sizeof *g);
+    do {
+        coai_h2_event ev;
+        step = split ? 1 : in->len;
+        if (step > in->len - off) step = in->len - off;
+        /* each piece before the guard page */
+        CHECK(coai_h2_feed(c, place(in->data ? in->data + off : NULL, step), step) == 0);
+        off += step;
+        while ((r = coai_h2_next(c, &ev)) == COAI_OK) log_ev(g, &ev);
+    } while (off < in->len && r >= 0);
+    coai_buf_reset(in);
+    return r;
+}
+
+/* Client output as frames, consumed. */
+typedef struct outlog {
+    coai_h2_frame f[64];
+    unsigned char mem[70000];
+    size_t n;
+    int preface;
+} outlog;
+
+static void take(coai_h2_conn *c, outlog *o)
+{
+    const unsigned char *p;
+    size_t n = coai_h2_want_write(c, &p), off = 0, used;
+    memset(o, 0, sizeof *o);
+    if (n > sizeof o->mem) { CHECK(!"output too big"); coai_h2_wrote(c, n); return; }
+    if (n) memcpy(o->mem, p, n);
+    if (n >= 24 && memcmp(o->mem, COAI_H2_PREFACE, 24) == 0) { o->preface = 1; off = 24; }
+    while (off < n && o->n < 64
+           && coai_h2_frame_parse(o->mem + off, n - off, 0xffffff, &o->f[o->n], &used) == 0) {
+        o->n++;
+        off += used;
+    }
+    CHECK(off == n);
+    coai_h2_wrote(c, n);
+}
+
+static int has_frame(const outlog *o, int type, uint32_t stream, int flags, uint32_t u32)
+{
+    size_t i;
+    for (i = 0; i < o->n; i++) {
+        const coai_h2_frame *f = &o->f[i];
+        if (f->type != type || f->stream != stream || (flags >= 0 && f->flags != flags))
+            continue;
+        if (type == COAI_H2_WINDOW_UPDATE || type == COAI_H2_RST_STREAM)
+            if (f->length != 4 || coai__be32(f->payload) != u32) continue;
+        if (type == COAI_H2_GOAWAY)
+            if (f->length < 8 || coai__be32(f->payload + 4) != u32) continue;
+        return 1;
+    }
+    return 0;
+}
+
+static const coai_h2_header req[] = {
+    { COAI_STR_LIT(":method"), COAI_STR_LIT("POST") },
+    { COAI_STR_LIT(":scheme"), COAI_STR_LIT("https") },
+    { COAI_STR_LIT(":path"), COAI_STR_LIT("/agent.v1.AgentService/Run") },
+    { COAI_STR_LIT(":authority"), COAI_STR_LIT("agentn.example") },
+    { COAI_STR_LIT("content-type"), COAI_STR_LIT("application/connect+proto") }
+};
+
+/* A connection past the preface exchange: server SETTINGS (kv pairs) sent and ours acked. */
+static void conn_up(coai_h2_conn *c, const coai_h2_opts *o, const uint32_t *kv, size_t pairs)
+{
+    coai_buf in = {0};
+    evlog *g = malloc(sizeof *g);
+    outlog *out = malloc(sizeof *out);
+    CHECK(coai_h2_init(c, o) == 0);
+    take(c, out);
+    s_settings(&in, kv, pairs);
+    sf(&in, COAI_H2_SETTINGS, COAI_H2_FLAG_ACK, 0, NULL, 0);
+    CHECK(feed(c, &in, 0, g) == COAI_MORE && g->count == 1
+          && g->last.type == COAI_H2_EV_SETTINGS);
+    take(c, out);
+    CHECK(out->n == 1 && has_frame(out, COAI_H2_SETTINGS, 0, COAI_H2_FLAG_ACK, 0));
+    coai_buf_free(&in);
+    free(g);
+    free(out);
+}
+
+static void test_conn_init(void)
+{
+    static coai_h2_conn c;
+    static outlog o;
+    coai_h2_opts opts;
+    const coai_h2_frame *s;
+    CHECK(coai_h2_init(&c, NULL) == 0);
+    take(&c, &o);
+    CHECK(o.preface && o.n == 2);
+    s = &o.f[0];
+    CHECK(s->type == COAI_H2_SETTINGS && s->flags == 0 && s->stream == 0 && s->length == 24);
+    CHECK(memcmp(s->payload, "\0\x01\0\0\x10\0" "\0\x02\0\0\0\0" "\0\x04\0\x04\0\0"
+                 "\0\x06\0\x01\0\0", 24) == 0);
+    CHECK(has_frame(&o, COAI_H2_WINDOW_UPDATE, 0, 0, COAI_H2_CONN_WINDOW - 65535));
+    CHECK(coai_h2_want_write(&c, &o.f[0].payload) == 0);
+    coai_h2_free(&c);
+    /* options: a bigger frame size is announced; a small connection window sends no update */
+    memset(&opts, 0, sizeof opts);
+    opts.max_frame = 65536;
+    opts.conn_window = 65535;
+    opts.stream_window = 1000;
+    CHECK(coai_h2_init(&c, &opts) == 0);
+    take(&c, &o);
+    CHECK(o.preface && o.n == 1 && o.f[0].length == 30);
+    CHECK(memcmp(o.f[0].payload + 12, "\0\x04\0\0\x03\xe8" "\0\x05\0\x01\0\0", 12) == 0);
+    coai_h2_free(&c);
+}
+
+static void test_conn_exchange(int split)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    static outlog o;
+    coai_buf in = {0};
+    const uint32_t set[] = { COAI_H2_SET_MAX_CONCURRENT_STREAMS, 2,
+                             COAI_H2_SET_INITIAL_WINDOW_SIZE, 100, 0x99, 7 };
+    char body[250];
+    size_t sent;
+    long id1, id3;
+    coai_hpack_decoder d;
+    coai_hpack_list l = {0};
+    memset(body, 'b', sizeof body);
+    conn_up(&c, NULL, set, 3);
+    CHECK(c.peer.max_concurrent_streams == 2 && c.peer.initial_window_size == 100);
+    id1 = coai_h2_open(&c, req, 5, 0, &g);
+    id3 = coai_h2_open(&c, req, 5, 1, NULL);
+    CHECK(id1 == 1 && id3 == 3);
+    CHECK(coai_h2_open(&c, req, 5, 0, NULL) == 0);          /* the server allows 2 */
+    CHECK(coai_h2_active(&c) == 2);
+    CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_OPEN);
+    CHECK(coai_h2_stream_state(&c, 3) == COAI_H2_ST_HALF_CLOSED_LOCAL);
+    take(&c, &o);
+    CHECK(o.n == 2 && o.f[0].type == COAI_H2_HEADERS && o.f[0].stream == 1
+          && o.f[0].flags == COAI_H2_FLAG_END_HEADERS);
+    CHECK(o.f[1].stream == 3
+          && o.f[1].flags == (COAI_H2_FLAG_END_HEADERS | COAI_H2_FLAG_END_STREAM));
+    memset(&d, 0, sizeof d);
+    CHECK(coai_hpack_decode(&d, o.f[0].payload, o.f[0].length, &l) == COAI_OK && l.n == 5
+          && str_is(l.v[2].value, "/agent.v1.AgentService/Run"));
+    coai_hpack_list_free(&l);
+    /* DATA within the stream window (100) */
+    CHECK(coai_h2_send_room(&c, 1) == 100 && coai_h2_send_room(&c, 3) == 0);
+    CHECK(coai_h2_send_data(&c, 1, body, 250, 1, &sent) == 0 && sent == 100);
+    CHECK(coai_h2_send_room(&c, 1) == 0 && coai_h2_stream_state(&c, 1) == COAI_H2_ST_OPEN);
+    CHECK(coai_h2_send_data(&c, 3, body, 1, 0, &sent) == COAI_ERR_STATE && sent == 0);
+    take(&c, &o);
+    CHECK(o.n == 1 && o.f[0].type == COAI_H2_DATA && o.f[0].length == 100 && o.f[0].flags == 0);
+    /* the server opens the window by 60 */
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 1, 60);
+    CHECK(feed(&c, &in, split, &g) == COAI_MORE && g.count == 1
+          && g.last.type == COAI_H2_EV_WINDOW && g.last.stream == 1 && g.last.user == &g);
+    CHECK(coai_h2_send_room(&c, 1) == 60);
+    CHECK(coai_h2_send_data(&c, 1, body + 100, 150, 1, &sent) == 0 && sent == 60);
+    CHECK(c.send_window == 65535 - 160);
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 1, 1000);
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 0, 5);
+    CHECK(feed(&c, &in, split, &g) == COAI_MORE && g.count == 2
+          && g.last.type == COAI_H2_EV_WINDOW && g.last.stream == 0);
+    CHECK(coai_h2_send_data(&c, 1, body + 160, 90, 1, &sent) == 0 && sent == 90);
+    CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_HALF_CLOSED_LOCAL);
+    take(&c, &o);
+    CHECK(o.n == 2 && o.f[1].length == 90 && o.f[1].flags == COAI_H2_FLAG_END_STREAM);
+    CHECK(coai_h2_send_data(&c, 1, NULL, 0, 1, &sent) == COAI_ERR_STATE);
+    /* the response: HEADERS (padded, with priority) + CONTINUATION, padded DATA, trailers */
+    {
+        coai_buf blk = {0};
+        coai_h2_header rh[3];
+        unsigned char p[200];
+        size_t n;
+        rh[0] = H(":status", "200");
+        rh[1] = H("content-type", "application/connect+proto");
+        rh[2] = H("x-long", "0123456789012345678901234567890123456789");
+        coai_hpack_encode(&blk, rh, 3);
+        p[0] = 4;
+        memcpy(p + 1, "\0\0\0\x03\x20", 5);
+        memcpy(p + 6, blk.data, 10);
+        memset(p + 16, 0, 4);
+        sf(&in, COAI_H2_HEADERS, COAI_H2_FLAG_PADDED | COAI_H2_FLAG_PRIORITY, 1, p, 20);
+        sf(&in, COAI_H2_CONTINUATION, 0, 1, blk.data + 10, 5);
+        sf(&in, 0x42, 0, 0, "ignored", 7);                   /* unknown type: ignored ... */
+        coai_buf_free(&blk);
+        CHECK(feed(&c, &in, split, &g) == COAI_ERR_H2);      /* ... but not inside a block */
+        CHECK(c.error == COAI_H2_PROTOCOL_ERROR);
+        coai_h2_free(&c);
+        conn_up(&c, NULL, set, 3);
+        CHECK(coai_h2_open(&c, req, 5, 1, &g) == 1);
+        take(&c, &o);
+        sf(&in, COAI_H2_PRIORITY, 0, 1, "\0\0\0\0\x10", 5);   /* ignored */
+        sf(&in, 0x42, 0, 0, "ignored", 7);
+        sf(&in, COAI_H2_HEADERS, COAI_H2_FLAG_PADDED | COAI_H2_FLAG_PRIORITY, 1, p, 20);
+        coai_hpack_encode(&blk, rh, 3);
+        sf(&in, COAI_H2_CONTINUATION, 0, 1, blk.data + 10, 5);
+        sf(&in, COAI_H2_CONTINUATION, COAI_H2_FLAG_END_HEADERS, 1, blk.data + 15,
+           blk.len - 15);
+        coai_buf_free(&blk);
+        p[0] = 3;
+        memcpy(p + 1, "hello", 5);
+        memset(p + 6, 0, 3);
+        sf(&in, COAI_H2_DATA, COAI_H2_FLAG_PADDED, 1, p, 9);
+        sf(&in, COAI_H2_DATA, 0, 1, "world", 5);
+        s_headers(&in, 1, COAI_H2_FLAG_END_STREAM, "grpc-status: 0\ngrpc-message: ok");
+        n = in.len;
+        CHECK(n > 0);
+        CHECK(feed(&c, &in, split, &g) == COAI_MORE && g.count == 4);
+        CHECK(strcmp(g.text,
+                     "HEADERS 1 status=200 [:status: 200] [content-type: application/connect+proto]"
+                     " [x-long: 0123456789012345678901234567890123456789]\n"
+                     "DATA 1 len=5 'hello'\n"
+                     "DATA 1 len=5 'world'\n"
+                     "HEADERS 1 status=0 trailers end [grpc-status: 0] [grpc-message: ok]\n")
+              == 0);
+        if (g.count != 4) fprintf(stderr, "%s", g.text);
+        CHECK(g.last.user == &g && coai_h2_active(&c) == 0);
+        CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_CLOSED);
+        /* padding (4 bytes) was returned at once; the 10 data bytes when consumed */
+        coai_h2_consumed(&c, 1, 10);
+        CHECK(c.unacked == 14 && c.recv_window == COAI_H2_CONN_WINDOW - 14);
+        take(&c, &o);
+        CHECK(o.n == 0);
+    }
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+}
+
+static void test_conn_recv_flow(void)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    static outlog o;
+    coai_buf in = {0};
+    coai_h2_opts opts;
+    char big[1200];
+    int k;
+    memset(big, 'x', sizeof big);
+    memset(&opts, 0, sizeof opts);
+    opts.stream_window = 1000;
+    opts.conn_window = 65535;
+    conn_up(&c, &opts, NULL, 0);
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1);
+    CHECK(c.streams[0].recv_window == 1000);
+    take(&c, &o);
+    s_headers(&in, 1, 0, ":status: 200");
+    sf(&in, COAI_H2_DATA, 0, 1, big, 600);
+    sf(&in, COAI_H2_DATA, 0, 1, big, 400);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 3);
+    take(&c, &o);
+    CHECK(o.n == 0);                    /* nothing consumed yet: no window comes back */
+    coai_h2_consumed(&c, 1, 499);
+    take(&c, &o);
+    CHECK(o.n == 0);
+    coai_h2_consumed(&c, 1, 1);         /* half the stream window */
+    take(&c, &o);
+    CHECK(o.n == 1 && has_frame(&o, COAI_H2_WINDOW_UPDATE, 1, 0, 500));
+    /* a caller returning more than it got cannot inflate the window */
+    coai_h2_consumed(&c, 1, 100000);
+    take(&c, &o);
+    CHECK(o.n == 1 && has_frame(&o, COAI_H2_WINDOW_UPDATE, 1, 0, 500));
+    CHECK(c.streams[0].recv_window == 1000 && c.streams[0].unacked == 0);
+    /* connection: 1000 of 65535 taken and returned as consumed? only at half (32767) */
+    CHECK(c.recv_window == 65535 - 1000 && c.unacked == 1000);
+    /* the server overruns the stream window: the stream is reset, the connection goes on */
+    sf(&in, COAI_H2_DATA, 0, 1, big, 1001);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1
+          && g.last.type == COAI_H2_EV_RESET && g.last.local
+          && g.last.code == COAI_H2_FLOW_CONTROL_ERROR);
+    take(&c, &o);
+    CHECK(has_frame(&o, COAI_H2_RST_STREAM, 1, 0, COAI_H2_FLOW_CONTROL_ERROR));
+    /* DATA still in flight for the reset stream: dropped, counted for the connection */
+    sf(&in, COAI_H2_DATA, 0, 1, big, 1000);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 0);
+    CHECK(c.recv_window == 65535 - 3001 && c.unacked == 3001);
+    /* DATA for forgotten streams is returned to the connection, so it never stalls */
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 3);
+    s_headers(&in, 3, 0, ":status: 200");
+    while (in.len < 70000) sf(&in, COAI_H2_DATA, 0, 3, big, 1000);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 3 && c.error == -1);
+    take(&c, &o);
+    CHECK(has_frame(&o, COAI_H2_RST_STREAM, 3, 0, COAI_H2_FLOW_CONTROL_ERROR));
+    CHECK(has_frame(&o, COAI_H2_WINDOW_UPDATE, 0, 0, 33001));
+    coai_h2_free(&c);
+    /* the connection window overrun (streams within theirs): GOAWAY FLOW_CONTROL_ERROR */
+    memset(&opts, 0, sizeof opts);
+    opts.stream_window = 200000;
+    opts.conn_window = 65535;
+    conn_up(&c, &opts, NULL, 0);
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1);
+    s_headers(&in, 1, 0, ":status: 200");
+    for (k = 0; k < 66; k++) sf(&in, COAI_H2_DATA, 0, 1, big, 1000);
+    CHECK(feed(&c, &in, 0, &g) == COAI_ERR_H2 && c.error == COAI_H2_FLOW_CONTROL_ERROR);
+    CHECK(g.count == 66);               /* the head and 65 DATA frames fit in 65535 */
+    take(&c, &o);
+    CHECK(has_frame(&o, COAI_H2_GOAWAY, 0, 0, COAI_H2_FLOW_CONTROL_ERROR));
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+
+    /* a slow consumer: the server stops at the window; consuming lets it go on */
+    memset(&opts, 0, sizeof opts);
+    opts.stream_window = 1000;
+    conn_up(&c, &opts, NULL, 0);
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1);
+    take(&c, &o);
+    s_headers(&in, 1, 0, ":status: 200");
+    sf(&in, COAI_H2_DATA, 0, 1, big, 1000);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 2);
+    CHECK(c.streams[0].recv_window == 0);
+    take(&c, &o);
+    CHECK(o.n == 0);
+    coai_h2_consumed(&c, 1, 1000);
+    take(&c, &o);
+    CHECK(o.n == 1 && has_frame(&o, COAI_H2_WINDOW_UPDATE, 1, 0, 1000));
+    coai_h2_free(&c);
+
+    /* before our SETTINGS are acked a stream gets the default 65535; the ack applies ours */
+    {
+        const uint32_t none[] = { 0, 0 };
+        CHECK(coai_h2_init(&c, &opts) == 0);
+        take(&c, &o);
+        s_settings(&in, none, 0);
+        CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1);
+        CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1 && c.streams[0].recv_window == 65535);
+        s_headers(&in, 1, 0, ":status: 200");
+        sf(&in, COAI_H2_DATA, 0, 1, big, 1200);              /* fine before the ack */
+        sf(&in, COAI_H2_SETTINGS, COAI_H2_FLAG_ACK, 0, NULL, 0);
+        CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 2);
+        CHECK(c.settings_acked && c.streams[0].recv_window == 1000 - 1200);
+        coai_h2_consumed(&c, 1, 1200);
+        take(&c, &o);
+        CHECK(has_frame(&o, COAI_H2_WINDOW_UPDATE, 1, 0, 1200));
+        CHECK(c.streams[0].recv_window == 1000);
+        coai_h2_free(&c);
+    }
+    coai_buf_free(&in);
+}
+
+static void test_conn_send_flow(void)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    static outlog o;
+    coai_buf in = {0};
+    static char big[70000];
+    const uint32_t set[] = { COAI_H2_SET_INITIAL_WINDOW_SIZE, 100 };
+    size_t sent, i;
+    conn_up(&c, NULL, set, 1);
+    CHECK(coai_h2_open(&c, req, 5, 0, NULL) == 1);
+    CHECK(coai_h2_send_data(&c, 1, big, 100, 0, &sent) == 0 && sent == 100);
+    /* the server lowers the initial window: the stream's window goes negative */
+    {
+        const uint32_t s2[] = { COAI_H2_SET_INITIAL_WINDOW_SIZE, 50 };
+        s_settings(&in, s2, 1);
+    }
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1);
+    CHECK(c.streams[0].send_window == -50 && coai_h2_send_room(&c, 1) == 0);
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 1, 60);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1);
+    CHECK(coai_h2_send_room(&c, 1) == 10);
+    {
+        const uint32_t s3[] = { COAI_H2_SET_INITIAL_WINDOW_SIZE, 0x7fffffff };
+        s_settings(&in, s3, 1);
+    }
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1);
+    /* now the connection window (65535 - 100) is the limit */
+    CHECK(coai_h2_send_room(&c, 1) == 65435);
+    take(&c, &o);
+    CHECK(coai_h2_send_data(&c, 1, big, sizeof big, 1, &sent) == 0 && sent == 65435);
+    CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_OPEN);   /* not all sent: no END_STREAM */
+    take(&c, &o);
+    CHECK(o.n == 4);
+    for (i = 0; i < o.n; i++) CHECK(o.f[i].type == COAI_H2_DATA && o.f[i].length <= 16384
+                                    && o.f[i].flags == 0);
+    /* a window that would pass 2^31 - 1: stream -> RST, connection -> GOAWAY */
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 1, 0x7fffffff);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1 && g.last.type == COAI_H2_EV_RESET
+          && g.last.code == COAI_H2_FLOW_CONTROL_ERROR && g.last.local);
+    take(&c, &o);
+    CHECK(has_frame(&o, COAI_H2_RST_STREAM, 1, 0, COAI_H2_FLOW_CONTROL_ERROR));
+    CHECK(coai_h2_send_data(&c, 1, big, 1, 0, &sent) == COAI_ERR_STATE);
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 0, 0x7fffffff);     /* 0 + 2^31 - 1: the most */
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1 && c.send_window == 0x7fffffff);
+    s_u32(&in, COAI_H2_WINDOW_UPDATE, 0, 1);
+    CHECK(feed(&c, &in, 0, &g) == COAI_ERR_H2 && c.error == COAI_H2_FLOW_CONTROL_ERROR);
+    coai_h2_free(&c);
+    /* a header block over the server's frame size goes out as HEADERS + CONTINUATION */
+    conn_up(&c, NULL, NULL, 0);
+    {
+        coai_h2_header h[6];
+        static char v[40000];
+        coai_hpack_decoder d;
+        coai_hpack_list l = {0};
+        coai_buf blk = {0};
+        memcpy(h, req, sizeof req);
+        memset(v, 'v', sizeof v - 1);
+        h[5] = H("x-big", v);
+        CHECK(coai_h2_open(&c, h, 6, 1, NULL) == 1);
+        take(&c, &o);
+        CHECK(o.n == 3 && o.f[0].type == COAI_H2_HEADERS && o.f[0].length == 16384
+              && o.f[0].flags == COAI_H2_FLAG_END_STREAM);
+        CHECK(o.f[1].type == COAI_H2_CONTINUATION && o.f[1].flags == 0 && o.f[1].stream == 1);
+        CHECK(o.f[2].type == COAI_H2_CONTINUATION
+              && o.f[2].flags == COAI_H2_FLAG_END_HEADERS);
+        for (i = 0; i < 3; i++) coai_buf_append(&blk, o.f[i].payload, o.f[i].length);
+        memset(&d, 0, sizeof d);
+        d.max_list = 100000;
+        CHECK(coai_hpack_decode(&d, blk.data, blk.len, &l) == COAI_OK && l.n == 6
+              && l.v[5].value.len == sizeof v - 1);
+        coai_hpack_list_free(&l);
+        coai_buf_free(&blk);
+        /* a bad header: nothing sent, no stream used */
+        h[0] = H(":Method", "POST");
+        CHECK(coai_h2_open(&c, h, 1, 1, NULL) == COAI_ERR_INVALID);
+        CHECK(coai_h2_want_write(&c, &o.f[0].payload) == 0 && c.next_id == 3);
+    }
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+}
+
+static void test_conn_ping_goaway_rst(void)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    static outlog o;
+    coai_buf in = {0};
+    size_t i;
+    conn_up(&c, NULL, NULL, 0);
+    /* the server's PING is answered at once, ours comes back as an event */
+    sf(&in, COAI_H2_PING, 0, 0, "12345678", 8);
+    CHECK(feed(&c, &in, 1, &g) == COAI_MORE && g.count == 0);
+    take(&c, &o);
+    CHECK(o.n == 1 && o.f[0].type == COAI_H2_PING && o.f[0].flags == COAI_H2_FLAG_ACK
+          && memcmp(o.f[0].payload, "12345678", 8) == 0);
+    CHECK(coai_h2_ping(&c, (const unsigned char *)"abcdefgh") == 0);
+    take(&c, &o);
+    CHECK(o.n == 1 && o.f[0].type == COAI_H2_PING && o.f[0].flags == 0);
+    sf(&in, COAI_H2_PING, COAI_H2_FLAG_ACK, 0, "abcdefgh", 8);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1
+          && g.last.type == COAI_H2_EV_PING_ACK && memcmp(g.last_data, "abcdefgh", 8) == 0);
+    /* RST_STREAM: CANCEL -> RESET, REFUSED_STREAM -> REFUSED; frames after it are dropped */
+    for (i = 0; i < 5; i++) CHECK(coai_h2_open(&c, req, 5, 1, &c) == (long)(1 + 2 * i));
+    s_u32(&in, COAI_H2_RST_STREAM, 1, COAI_H2_CANCEL);
+    s_u32(&in, COAI_H2_RST_STREAM, 3, COAI_H2_REFUSED_STREAM);
+    s_headers(&in, 1, 0, ":status: 200");
+    sf(&in, COAI_H2_DATA, 0, 3, "late", 4);
+    s_u32(&in, COAI_H2_RST_STREAM, 3, COAI_H2_CANCEL);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE);
+    CHECK(strcmp(g.text, "RESET 1 code=8\nREFUSED 3 code=7\n") == 0);
+    CHECK(g.last.user == &c && coai_h2_active(&c) == 3);
+    /* our reset */
+    CHECK(coai_h2_reset(&c, 5, COAI_H2_CANCEL) == 0 && coai_h2_active(&c) == 2);
+    CHECK(coai_h2_reset(&c, 5, COAI_H2_CANCEL) == COAI_ERR_STATE);
+    take(&c, &o);
+    CHECK(has_frame(&o, COAI_H2_RST_STREAM, 5, 0, COAI_H2_CANCEL));
+    /* GOAWAY last 7: 7 finishes, 9 is refused, no new streams */
+    s_goaway(&in, 7, COAI_H2_NO_ERROR, "bye");
+    s_headers(&in, 7, COAI_H2_FLAG_END_STREAM, ":status: 200\ngrpc-status: 0");
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE);
+    CHECK(strcmp(g.text, "GOAWAY 0 len=3 'bye' code=0 last=7\nREFUSED 9 code=7\n"
+                 "HEADERS 7 status=200 end [:status: 200] [grpc-status: 0]\n") == 0);
+    if (g.count != 3) fprintf(stderr, "%s", g.text);
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == COAI_ERR_STATE);
+    CHECK(coai_h2_active(&c) == 0);
+    /* a second GOAWAY cannot raise the last id */
+    s_goaway(&in, 100, COAI_H2_NO_ERROR, "");
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1 && c.goaway_last == 7);
+    /* our GOAWAY */
+    CHECK(coai_h2_goaway(&c, COAI_H2_NO_ERROR) == 0);
+    take(&c, &o);
+    CHECK(has_frame(&o, COAI_H2_GOAWAY, 0, 0, COAI_H2_NO_ERROR) && c.error == -1);
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+}
+
+/* A stream error: the stream is reset with code, the connection goes on. */
+static void stream_err(const char *what, void (*build)(coai_buf *), uint32_t code)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    static outlog o;
+    coai_buf in = {0};
+    coai_result r;
+    char want[100];
+    conn_up(&c, NULL, NULL, 0);
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1 && coai_h2_open(&c, req, 5, 1, NULL) == 3);
+    take(&c, &o);
+    build(&in);
+    s_headers(&in, 3, COAI_H2_FLAG_END_STREAM, ":status: 204");
+    r = feed(&c, &in, 0, &g);
+    snprintf(want, sizeof want, "RESET 1 code=%u local\nHEADERS 3 status=204 end "
+             "[:status: 204]\n", code);
+    CHECKF(r == COAI_MORE && g.len >= strlen(want)
+           && strcmp(g.text + g.len - strlen(want), want) == 0, "%s: %d\n%s", what, (int)r,
+           g.text);
+    take(&c, &o);
+    CHECKF(has_frame(&o, COAI_H2_RST_STREAM, 1, 0, code), "%s", what);
+    CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_CLOSED);
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+}
+
+static void b_upper(coai_buf *b) { s_headers(b, 1, 0, ":status: 200\nContent-Type: x"); }
+static void b_nostatus(coai_buf *b) { s_headers(b, 1, 0, "content-type: x"); }
+static void b_status2(coai_buf *b) { s_headers(b, 1, 0, ":status: 200\n:status: 200"); }
+static void b_status_late(coai_buf *b) { s_headers(b, 1, 0, "a: b\n:status: 200"); }
+static void b_status_bad(coai_buf *b) { s_headers(b, 1, 0, ":status: 2x0"); }
+static void b_pseudo(coai_buf *b) { s_headers(b, 1, 0, ":status: 200\n:path: /"); }
+static void b_conn_hdr(coai_buf *b) { s_headers(b, 1, 0, ":status: 200\nconnection: close"); }
+static void b_data_first(coai_buf *b) { sf(b, COAI_H2_DATA, 0, 1, "x", 1); }
+static void b_trailers_open(coai_buf *b)
+{
+    s_headers(b, 1, 0, ":status: 200");
+    s_headers(b, 1, 0, "grpc-status: 0");
+}
+static void b_trailers_pseudo(coai_buf *b)
+{
+    s_headers(b, 1, 0, ":status: 200");
+    s_headers(b, 1, COAI_H2_FLAG_END_STREAM, ":status: 200");
+}
+static void b_wu_zero(coai_buf *b) { s_u32(b, COAI_H2_WINDOW_UPDATE, 1, 0); }
+static void b_1xx_end(coai_buf *b) { s_headers(b, 1, COAI_H2_FLAG_END_STREAM, ":status: 103"); }
+
+static void test_conn_stream_errors(void)
+{
+    stream_err("uppercase name", b_upper, COAI_H2_PROTOCOL_ERROR);
+    stream_err("no :status", b_nostatus, COAI_H2_PROTOCOL_ERROR);
+    stream_err("two :status", b_status2, COAI_H2_PROTOCOL_ERROR);
+    stream_err(":status after a field", b_status_late, COAI_H2_PROTOCOL_ERROR);
+    stream_err(":status not 3 digits", b_status_bad, COAI_H2_PROTOCOL_ERROR);
+    stream_err("request pseudo-header", b_pseudo, COAI_H2_PROTOCOL_ERROR);
+    stream_err("connection header", b_conn_hdr, COAI_H2_PROTOCOL_ERROR);
+    stream_err("DATA before HEADERS", b_data_first, COAI_H2_PROTOCOL_ERROR);
+    stream_err("trailers without END_STREAM", b_trailers_open, COAI_H2_PROTOCOL_ERROR);
+    stream_err("pseudo-header in trailers", b_trailers_pseudo, COAI_H2_PROTOCOL_ERROR);
+    stream_err("WINDOW_UPDATE 0", b_wu_zero, COAI_H2_PROTOCOL_ERROR);
+    stream_err("1xx with END_STREAM", b_1xx_end, COAI_H2_PROTOCOL_ERROR);
+    /* frames after the server's END_STREAM while ours is open: STREAM_CLOSED */
+    {
+        static coai_h2_conn c;
+        static evlog g;
+        static outlog o;
+        coai_buf in = {0};
+        size_t sent;
+        conn_up(&c, NULL, NULL, 0);
+        CHECK(coai_h2_open(&c, req, 5, 0, NULL) == 1);
+        s_headers(&in, 1, COAI_H2_FLAG_END_STREAM, ":status: 200\ngrpc-status: 0");
+        CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1 && g.last.end_stream
+              && !g.last.trailers);
+        CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_HALF_CLOSED_REMOTE);
+        CHECK(coai_h2_send_data(&c, 1, "x", 1, 0, &sent) == 0 && sent == 1);
+        sf(&in, COAI_H2_DATA, 0, 1, "late", 4);
+        CHECK(feed(&c, &in, 0, &g) == COAI_MORE && strcmp(g.text, "RESET 1 code=5 local\n") == 0);
+        take(&c, &o);
+        CHECK(has_frame(&o, COAI_H2_RST_STREAM, 1, 0, COAI_H2_STREAM_CLOSED));
+        /* and when we end ours too, the stream is closed and forgotten */
+        CHECK(coai_h2_open(&c, req, 5, 0, NULL) == 3);
+        s_headers(&in, 3, COAI_H2_FLAG_END_STREAM, ":status: 200");
+        CHECK(feed(&c, &in, 0, &g) == COAI_MORE && g.count == 1);
+        CHECK(coai_h2_send_data(&c, 3, NULL, 0, 1, &sent) == 0 && coai_h2_active(&c) == 0);
+        take(&c, &o);
+        CHECK(o.n == 2 && o.f[1].type == COAI_H2_DATA && o.f[1].length == 0
+              && o.f[1].flags == COAI_H2_FLAG_END_STREAM);
+        coai_h2_free(&c);
+        coai_buf_free(&in);
+    }
+    /* 1xx heads are skipped; a HEADERS for a forgotten stream still feeds the table */
+    {
+        static coai_h2_conn c;
+        static evlog g;
+        coai_buf in = {0}, blk = {0};
+        conn_up(&c, NULL, NULL, 0);
+        CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1 && coai_h2_open(&c, req, 5, 1, NULL) == 3);
+        CHECK(coai_h2_reset(&c, 1, COAI_H2_CANCEL) == 0);
+        s_headers(&in, 3, 0, ":status: 100");
+        /* stream 1 (reset): ":status: 200" + "x-k: v" with indexing */
+        coai_buf_append(&blk, "\x88\x40\x03x-k\x01v", 8);
+        sf(&in, COAI_H2_HEADERS, COAI_H2_FLAG_END_HEADERS, 1, blk.data, blk.len);
+        sf(&in, COAI_H2_HEADERS, COAI_H2_FLAG_END_HEADERS, 3, "\x88\xbe", 2);
+        CHECK(feed(&c, &in, 0, &g) == COAI_MORE);
+        CHECK(strcmp(g.text, "HEADERS 3 status=200 [:status: 200] [x-k: v]\n") == 0);
+        coai_h2_free(&c);
+        coai_buf_free(&in);
+        coai_buf_free(&blk);
+    }
+}
+
+/* A connection error: GOAWAY with code, COAI_ERR_H2 from then on. */
+static void conn_err(const char *what, void (*build)(coai_buf *), uint32_t code, int up)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    static outlog o;
+    coai_buf in = {0};
+    coai_h2_event ev;
+    coai_result r;
+    if (up) {
+        conn_up(&c, NULL, NULL, 0);
+        CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1);
+    } else {
+        CHECK(coai_h2_init(&c, NULL) == 0);
+    }
+    take(&c, &o);
+    build(&in);
+    r = feed(&c, &in, 0, &g);
+    CHECKF(r == COAI_ERR_H2 && c.error == (int)code, "%s: r %d error %d", what, (int)r,
+           c.error);
+    take(&c, &o);
+    CHECKF(o.n >= 1 && o.f[o.n - 1].type == COAI_H2_GOAWAY
+           && coai__be32(o.f[o.n - 1].payload + 4) == code, "%s", what);
+    CHECK(coai_h2_next(&c, &ev) == COAI_ERR_H2);              /* sticky */
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == COAI_ERR_STATE);
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+}
+
+static void e_not_settings(coai_buf *b) { sf(b, COAI_H2_PING, 0, 0, "12345678", 8); }
+static void e_push(coai_buf *b) { sf(b, COAI_H2_PUSH_PROMISE, COAI_H2_FLAG_END_HEADERS, 1,
+                                     "\0\0\0\x02\x82", 5); }
+static void e_data0(coai_buf *b) { sf(b, COAI_H2_DATA, 0, 0, "x", 1); }
+static void e_idle(coai_buf *b) { s_headers(b, 5, 0, ":status: 200"); }
+static void e_even(coai_buf *b) { s_headers(b, 2, 0, ":status: 200"); }
+static void e_data_idle(coai_buf *b) { sf(b, COAI_H2_DATA, 0, 9, "x", 1); }
+static void e_big(coai_buf *b) { static char x[16385]; sf(b, COAI_H2_DATA, 0, 1, x, sizeof x); }
+static void e_hpack(coai_buf *b) { sf(b, COAI_H2_HEADERS, COAI_H2_FLAG_END_HEADERS, 1, "\x80", 1); }
+static void e_cont_alone(coai_buf *b) { sf(b, COAI_H2_CONTINUATION, 4, 1, "\x88", 1); }
+static void e_cont_other(coai_buf *b)
+{
+    sf(b, COAI_H2_HEADERS, 0, 1, "\x88", 1);
+    sf(b, COAI_H2_CONTINUATION, 4, 3, "", 0);
+}
+static void e_cont_flood(coai_buf *b)
+{
+    static char x[16384];
+    size_t i;
+    sf(b, COAI_H2_HEADERS, 0, 1, "\x88", 1);
+    for (i = 0; i < COAI_H2_MAX_HEADER_BLOCK / sizeof x + 1; i++)
+        sf(b, COAI_H2_CONTINUATION, 0, 1, x, sizeof x);
+}
+static void e_wu0(coai_buf *b) { s_u32(b, COAI_H2_WINDOW_UPDATE, 0, 0); }
+static void e_wu_len(coai_buf *b) { sf(b, COAI_H2_WINDOW_UPDATE, 0, 0, "\0\0\0\1\0", 5); }
+static void e_wu_idle(coai_buf *b) { s_u32(b, COAI_H2_WINDOW_UPDATE, 11, 1); }
+static void e_push_on(coai_buf *b)
+{
+    const uint32_t kv[] = { COAI_H2_SET_ENABLE_PUSH, 1 };
+    s_settings(b, kv, 1);
+}
+static void e_set_len(coai_buf *b) { sf(b, COAI_H2_SETTINGS, 0, 0, "\0\x03\0\0\0", 5); }
+static void e_set_stream(coai_buf *b) { sf(b, COAI_H2_SETTINGS, 0, 1, "", 0); }
+static void e_set_ack_len(coai_buf *b) { sf(b, COAI_H2_SETTINGS, 1, 0, "\0\x03\0\0\0\x01", 6); }
+static void e_set_window(coai_buf *b)
+{
+    const uint32_t kv[] = { COAI_H2_SET_INITIAL_WINDOW_SIZE, 0x80000000u };
+    s_settings(b, kv, 1);
+}
+static void e_set_frame(coai_buf *b)
+{
+    const uint32_t kv[] = { COAI_H2_SET_MAX_FRAME_SIZE, 16383 };
+    s_settings(b, kv, 1);
+}
+static void e_set_frame_hi(coai_buf *b)
+{
+    const uint32_t kv[] = { COAI_H2_SET_MAX_FRAME_SIZE, 0x1000000 };
+    s_settings(b, kv, 1);
+}
+static void e_ping_len(coai_buf *b) { sf(b, COAI_H2_PING, 0, 0, "1234567", 7); }
+static void e_ping_stream(coai_buf *b) { sf(b, COAI_H2_PING, 0, 1, "12345678", 8); }
+static void e_rst0(coai_buf *b) { s_u32(b, COAI_H2_RST_STREAM, 0, 0); }
+static void e_rst_len(coai_buf *b) { sf(b, COAI_H2_RST_STREAM, 0, 1, "\0\0\0", 3); }
+static void e_rst_idle(coai_buf *b) { s_u32(b, COAI_H2_RST_STREAM, 3, 0); }
+static void e_goaway_stream(coai_buf *b) { sf(b, COAI_H2_GOAWAY, 0, 1, "\0\0\0\0\0\0\0\0", 8); }
+static void e_goaway_len(coai_buf *b) { sf(b, COAI_H2_GOAWAY, 0, 0, "\0\0\0\0\0\0\0", 7); }
+static void e_prio0(coai_buf *b) { sf(b, COAI_H2_PRIORITY, 0, 0, "\0\0\0\0\0", 5); }
+static void e_prio_len(coai_buf *b) { sf(b, COAI_H2_PRIORITY, 0, 1, "\0\0\0\0", 4); }
+static void e_pad(coai_buf *b)
+{
+    sf(b, COAI_H2_HEADERS, COAI_H2_FLAG_PADDED | COAI_H2_FLAG_END_HEADERS, 1, "\x05\x88", 2);
+}
+static void e_data_pad(coai_buf *b)
+{
+    s_headers(b, 1, 0, ":status: 200");
+    sf(b, COAI_H2_DATA, COAI_H2_FLAG_PADDED, 1, "\x02x", 2);
+}
+static void e_http1(coai_buf *b) { coai_buf_puts(b, "HTTP/1.1 400 Bad Request\r\n\r\n"); }
+
+static void test_conn_errors(void)
+{
+    conn_err("first frame not SETTINGS", e_not_settings, COAI_H2_PROTOCOL_ERROR, 0);
+    conn_err("an HTTP/1.1 answer", e_http1, COAI_H2_FRAME_SIZE_ERROR, 0);
+    conn_err("PUSH_PROMISE", e_push, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("DATA on stream 0", e_data0, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("HEADERS on an idle stream", e_idle, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("HEADERS on an even stream", e_even, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("DATA on an idle stream", e_data_idle, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("frame over SETTINGS_MAX_FRAME_SIZE", e_big, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("bad HPACK", e_hpack, COAI_H2_COMPRESSION_ERROR, 1);
+    conn_err("CONTINUATION alone", e_cont_alone, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("CONTINUATION of another stream", e_cont_other, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("CONTINUATION flood", e_cont_flood, COAI_H2_ENHANCE_YOUR_CALM, 1);
+    conn_err("WINDOW_UPDATE 0 on the connection", e_wu0, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("WINDOW_UPDATE length 5", e_wu_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("WINDOW_UPDATE on an idle stream", e_wu_idle, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("SETTINGS_ENABLE_PUSH 1", e_push_on, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("SETTINGS length 5", e_set_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("SETTINGS on a stream", e_set_stream, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("SETTINGS ack with a payload", e_set_ack_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("SETTINGS_INITIAL_WINDOW_SIZE 2^31", e_set_window, COAI_H2_FLOW_CONTROL_ERROR, 1);
+    conn_err("SETTINGS_MAX_FRAME_SIZE 16383", e_set_frame, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("SETTINGS_MAX_FRAME_SIZE 2^24", e_set_frame_hi, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("PING length 7", e_ping_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("PING on a stream", e_ping_stream, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("RST_STREAM on stream 0", e_rst0, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("RST_STREAM length 3", e_rst_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("RST_STREAM on an idle stream", e_rst_idle, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("GOAWAY on a stream", e_goaway_stream, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("GOAWAY length 7", e_goaway_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("PRIORITY on stream 0", e_prio0, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("PRIORITY length 4", e_prio_len, COAI_H2_FRAME_SIZE_ERROR, 1);
+    conn_err("HEADERS padding too long", e_pad, COAI_H2_PROTOCOL_ERROR, 1);
+    conn_err("DATA padding too long", e_data_pad, COAI_H2_PROTOCOL_ERROR, 1);
+}
+
+/* The same exchange fed whole and one byte at a time gives the same events. */
+static void test_conn_split(void)
+{
+    static coai_h2_conn a, b;
+    static evlog ga, gb;
+    coai_buf in = {0}, in2 = {0};
+    const uint32_t set[] = { COAI_H2_SET_MAX_CONCURRENT_STREAMS, 10 };
+    int k;
+    conn_up(&a, NULL, set, 1);
+    conn_up(&b, NULL, set, 1);
+    for (k = 0; k < 3; k++) {
+        CHECK(coai_h2_open(&a, req, 5, 1, NULL) == 1 + 2 * k);
+        CHECK(coai_h2_open(&b, req, 5, 1, NULL) == 1 + 2 * k);
+    }
+    s_headers(&in, 1, 0, ":status: 200\ncontent-type: application/grpc");
+    sf(&in, COAI_H2_DATA, 0, 1, "abc", 3);
+    s_headers(&in, 3, COAI_H2_FLAG_END_STREAM, ":status: 404");
+    sf(&in, COAI_H2_PING, 0, 0, "pingpong", 8);
+    sf(&in, COAI_H2_DATA, COAI_H2_FLAG_END_STREAM, 1, "def", 3);
+    s_u32(&in, COAI_H2_RST_STREAM, 5, COAI_H2_INTERNAL_ERROR);
+    s_goaway(&in, 5, COAI_H2_NO_ERROR, "done");
+    coai_buf_append(&in2, in.data, in.len);
+    CHECK(feed(&a, &in, 0, &ga) == COAI_MORE);
+    CHECK(feed(&b, &in2, 1, &gb) == COAI_MORE);
+    CHECK(ga.count == 6 && strcmp(ga.text, gb.text) == 0);
+    if (ga.count != 6 || strcmp(ga.text, gb.text)) fprintf(stderr, "%s---\n%s", ga.text, gb.text);
+    coai_h2_free(&a);
+    coai_h2_free(&b);
+    coai_buf_free(&in);
+    coai_buf_free(&in2);
+}
+
 int main(void)
 {
     guard_init();
@@ -558,5 +1503,15 @@ int main(void)
     test_hpack_list_limit();
     test_hpack_table_model();
     test_hpack_encode();
+    test_frames();
+    test_conn_init();
+    test_conn_exchange(0);
+    test_conn_exchange(1);
+    test_conn_recv_flow();
+    test_conn_send_flow();
+    test_conn_ping_goaway_rst();
+    test_conn_stream_errors();
+    test_conn_errors();
+    test_conn_split();
     TEST_END();
 }
