@@ -46,7 +46,7 @@ BEARSSL_SHA=102a625bd8f6155260867a50c508df8d8c3f796985dd744df1a68e5cd1a79004
 # What a release or debug build needs; test, fuzz and bench add the second list.
 PACKAGES_BUILD="gcc libc6-dev make binutils xz-utils dpkg-dev musl-tools protobuf-compiler python3
 python3-protobuf file ca-certificates debian-archive-keyring"
-PACKAGES_TEST="clang libclang-rt-14-dev openssl zbar-tools python3-h2"
+PACKAGES_TEST="clang libclang-rt-14-dev openssl zbar-tools python3-h2 chromium nginx"
 PACKAGES="$PACKAGES_BUILD $PACKAGES_TEST"
 
 SRC_LIST=/etc/apt/sources.list.d/cursor-oai-src.sources

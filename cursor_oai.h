@@ -157,7 +157,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define COAI_VERSION "0.1.0"
+/* The one version string: --version, the start-up line, doctor and the status page. */
+#define COAI_VERSION "0.3.0-dev"
 
 #ifdef __cplusplus
 extern "C" {

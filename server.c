@@ -2958,7 +2958,36 @@ static const char *cred_health(void)
 /* ======================================================================== */
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
-       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE };
+       ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE, ROUTE_STATUS_PAGE,
+       ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS };
+
+/* Every path the server answers: route_of() matches only these, and `serve --help` lists
+ * them all (tests/status_test.py reads this table and asks the server each path). A path
+ * ending in "{id}" matches any one non-empty segment there. A new route is a line here. */
+static const struct route_def {
+    int route;
+    const char *method;
+    const char *path;
+    const char *what;
+} ROUTE_TABLE[] = {
+    { ROUTE_CHAT, "POST", "/v1/chat/completions", "OpenAI Chat Completions" },
+    { ROUTE_CHAT, "POST", "/chat/completions", "the same, without /v1" },
+    { ROUTE_RESPONSES, "POST", "/v1/responses", "OpenAI Responses" },
+    { ROUTE_RESPONSES, "POST", "/responses", "the same, without /v1" },
+    { ROUTE_RESPONSE_GET, "GET", "/v1/responses/{id}", "a stored Responses answer" },
+    { ROUTE_RESPONSE_GET, "GET", "/responses/{id}", "the same, without /v1" },
+    { ROUTE_MESSAGES, "POST", "/v1/messages", "Anthropic Messages" },
+    { ROUTE_COUNT_TOKENS, "POST", "/v1/messages/count_tokens", "Anthropic token count" },
+    { ROUTE_MODELS, "GET", "/v1/models", "the account's models (OpenAI or Anthropic shape)" },
+    { ROUTE_MODELS, "GET", "/models", "the same, without /v1" },
+    { ROUTE_USAGE, "GET", "/v1/usage", "plan and usage this billing period (JSON)" },
+    { ROUTE_HEALTH, "GET", "/health", "liveness and credential state (no API key needed)" },
+    { ROUTE_METRICS, "GET", "/metrics", "Prometheus metrics" },
+    { ROUTE_STATUS_PAGE, "GET", "/", "the status page (HTML, for a browser)" },
+    { ROUTE_STATUS_JSON, "GET", "/status.json", "the status page's figures (JSON)" },
+    { ROUTE_STATUS_JS, "GET", "/status.js", "the status page's script" },
+    { ROUTE_STATUS_CSS, "GET", "/status.css", "the status page's style sheet" },
+};
 
 /* The route's label in /metrics and the access log: a fixed text per route (never the
  * client's path, so that label sets stay few). A new route adds a case here. */
@@ -2974,6 +3003,10 @@ static const char *route_label(int route)
     case ROUTE_RESPONSES: return "/v1/responses";
     case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
     case ROUTE_USAGE: return "/v1/usage";
+    case ROUTE_STATUS_PAGE: return "/";
+    case ROUTE_STATUS_JSON: return "/status.json";
+    case ROUTE_STATUS_JS: return "/status.js";
+    case ROUTE_STATUS_CSS: return "/status.css";
     }
     return "other";
 }
@@ -3011,6 +3044,8 @@ struct conn {
     int dead;                       /* a write failed: the client is gone */
     coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
+    int64_t tok_in, tok_out;        /* the run's token counts (status page) */
+    char errmsg[200];               /* the error's message sent to the client (status page) */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t reserved;                /* request bytes counted in S.inflight for this request */
@@ -3051,6 +3086,7 @@ static int send_error_ex(struct conn *c, const coai_error *e, const char *extra)
     coai_buf b = { 0 }, h = { 0 };
     int r;
     if (e->status == 499) { c->status = 499; c->dead = 1; return -1; }
+    copy_str(c->errmsg, sizeof c->errmsg, e->message, strlen(e->message));
     if (extra) coai_buf_puts(&h, extra);
     if (e->no_retry) coai_buf_puts(&h, "x-should-retry: false\r\n");
     if (e->retry_after > 0) coai_buf_printf(&h, "Retry-After: %d\r\n", e->retry_after);
@@ -3129,6 +3165,10 @@ static int handle_models(struct conn *c);
 static int handle_chat(struct conn *c);
 static int handle_response_get(struct conn *c);
 static int handle_usage(struct conn *c);
+static void status_note_request(const struct conn *c, int64_t ms);
+static int status_access(const coai_http_request *rq, int route);
+static int status_key_query(const coai_http_request *rq, int route);
+static int handle_status(struct conn *c, int route, int key_q);
 
 /* Image caps per request (README: Images); set by configure() from the environment. */
 static coai_image_limits IMG_LIMITS;
@@ -3179,27 +3219,24 @@ static size_t allowed_names(coai_str *out, size_t cap)
 
 static int route_is_post(int route)
 {
-    return route == ROUTE_CHAT || route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
-           || route == ROUTE_RESPONSES;
+    size_t i;
+    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
+        if (ROUTE_TABLE[i].route == route) return strcmp(ROUTE_TABLE[i].method, "POST") == 0;
+    return 0;
 }
 
+/* The route of a request path, from ROUTE_TABLE only. */
 static int route_of(coai_str path)
 {
-    if (coai_str_eq(path, "/v1/chat/completions") || coai_str_eq(path, "/chat/completions"))
-        return ROUTE_CHAT;
-    if (coai_str_eq(path, "/v1/models") || coai_str_eq(path, "/models")) return ROUTE_MODELS;
-    if (coai_str_eq(path, "/health")) return ROUTE_HEALTH;
-    if (coai_str_eq(path, "/v1/messages")) return ROUTE_MESSAGES;          /* Anthropic */
-    if (coai_str_eq(path, "/v1/messages/count_tokens")) return ROUTE_COUNT_TOKENS;
-    if (coai_str_eq(path, "/metrics")) return ROUTE_METRICS;
-    if (coai_str_eq(path, "/v1/responses") || coai_str_eq(path, "/responses"))
-        return ROUTE_RESPONSES;                                           /* OpenAI Responses */
-    if ((path.len > 14 && memcmp(path.ptr, "/v1/responses/", 14) == 0
-         && !memchr(path.ptr + 14, '/', path.len - 14))
-        || (path.len > 11 && memcmp(path.ptr, "/responses/", 11) == 0
-            && !memchr(path.ptr + 11, '/', path.len - 11)))
-        return ROUTE_RESPONSE_GET;
-    if (coai_str_eq(path, "/v1/usage")) return ROUTE_USAGE;
+    size_t i;
+    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++) {
+        const char *p = ROUTE_TABLE[i].path, *id = strstr(p, "{id}");
+        size_t n = id ? (size_t)(id - p) : strlen(p);
+        if (!id && coai_str_eq(path, p)) return ROUTE_TABLE[i].route;
+        if (id && path.len > n && memcmp(path.ptr, p, n) == 0
+            && !memchr(path.ptr + n, '/', path.len - n))
+            return ROUTE_TABLE[i].route;
+    }
     return ROUTE_NONE;
 }
 
@@ -3311,6 +3348,9 @@ static void access_log(struct conn *c)
     metric_observe(M_DURATION, labels, (double)ms / 1000.0);
     if (c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", -1);
     c->streaming = 0;
+    status_note_request(c, ms);
+    c->tok_in = c->tok_out = 0;
+    c->errmsg[0] = 0;
     if (S.log_level < LOG_INFO) return;
     if (log_json) {
         coai_buf b = { 0 };
@@ -3349,7 +3389,7 @@ static int serve_request(struct conn *c, size_t hl)
     coai_http_request *rq = &c->rq;
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, st, is_post, is_get;
+    int route, st, is_post, is_get, key_q;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
@@ -3416,11 +3456,17 @@ static int serve_request(struct conn *c, size_t hl)
         && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))
         /* Anthropic clients (Claude Code) send the key as x-api-key */
         && !coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
-                                                       "x-api-key"), coai_str_c(S.api_key))) {
+                                                       "x-api-key"), coai_str_c(S.api_key))
+        /* the status page: its cookie, or /?key= once (a browser cannot send a header) */
+        && !status_access(rq, route)) {
         c->keep = 0;
         send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
-                   "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or "
-                   "'x-api-key: <key>'.",
+                   route == ROUTE_STATUS_PAGE || route == ROUTE_STATUS_JSON
+                   ? "This server needs its API key: open /?key=<CURSOR_OAI_API_KEY> once in "
+                     "this browser (the key is then kept in a cookie), or send "
+                     "'Authorization: Bearer <key>'."
+                   : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or "
+                     "'x-api-key: <key>'.",
                    "WWW-Authenticate: Bearer\r\n");
         goto done;
     }
@@ -3433,6 +3479,7 @@ static int serve_request(struct conn *c, size_t hl)
     if (rq->expect_continue && (rq->chunked || rq->content_length > 0) && c->in_len == hl
         && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
         goto done;
+    key_q = status_key_query(rq, route);      /* the head's views end with read_body */
     st = read_body(c, hl);
     if (st) {
         c->keep = 0;
@@ -3476,6 +3523,9 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     case ROUTE_RESPONSE_GET:
         handle_response_get(c);
+        break;
+    case ROUTE_STATUS_PAGE: case ROUTE_STATUS_JSON: case ROUTE_STATUS_JS: case ROUTE_STATUS_CSS:
+        handle_status(c, route, key_q);
         break;
     default:
         handle_chat(c);
@@ -4067,6 +4117,667 @@ static int handle_usage(struct conn *c)
         send_response(c, 200, "application/json", NULL, out.data, out.len);
     }
     coai_buf_free(&out);
+    return 0;
+}
+
+/* ======================================================================== */
+/* Status page: GET /, /status.json, /status.js, /status.css                 */
+/* ======================================================================== */
+
+/* One small page for a person: who is logged in, what the upstream side uses, this period's
+ * usage, the models, live figures (the same counters as /metrics) and the last requests. The
+ * page is static; its script polls /status.json. Nothing a client sent reaches the page
+ * unescaped: the JSON escapes <, > and & as well, and the script inserts text only with
+ * textContent. No token, prompt or tool content is ever part of it. The page loads nothing
+ * but these routes (Content-Security-Policy default-src 'self', no inline script).
+ * Access: the same as the API routes. With CURSOR_OAI_API_KEY set, a browser opens /?key=KEY
+ * once: the answer is a redirect to / that sets an HttpOnly, SameSite=Strict cookie holding
+ * HMAC-SHA256(key, "cursor-oai status page") (never the key; the same for every instance
+ * sharing the key), which then stands for the key on these four routes only. */
+
+#define STATUS_RING 50                  /* requests kept for the page */
+#define STATUS_USAGE_TTL_MS 60000       /* the usage call at most this often */
+#define STATUS_COOKIE "cursor_oai_status"
+
+static const char STATUS_HTML[] =
+    "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    "<meta name=\"viewport\" content=\"width=device-width\">"
+    "<meta name=\"referrer\" content=\"no-referrer\">"
+    "<title>cursor-oai</title><link rel=\"icon\" href=\"data:,\">"
+    "<link rel=\"stylesheet\" href=\"/status.css\"></head>\n<body>\n"
+    "<header><h1>cursor-oai <span id=\"version\"></span></h1>"
+    "<span id=\"updated\">loading</span></header>\n<main>\n"
+    "<section id=\"login\"><h2>Login</h2><dl id=\"login-dl\"></dl></section>\n"
+    "<section id=\"upstream\"><h2>Upstream</h2><dl id=\"upstream-dl\"></dl></section>\n"
+    "<section id=\"usage\"><h2>Usage this billing period</h2>"
+    "<progress id=\"usage-bar\" max=\"100\" value=\"0\"></progress>"
+    "<p id=\"usage-text\"></p></section>\n"
+    "<section id=\"live\"><h2>Live</h2><dl id=\"live-dl\"></dl>"
+    "<h3>Errors by kind</h3><ul id=\"errors\"></ul>"
+    "<h3>Fallbacks</h3><ul id=\"fallbacks\"></ul></section>\n"
+    "<section id=\"models\"><h2>Models</h2><p id=\"models-list\"></p></section>\n"
+    "<section id=\"requests\"><h2>Last requests</h2><table><thead><tr><th>time (UTC)</th>"
+    "<th>API</th><th>model</th><th>status</th><th>ms</th><th>tokens in/out</th>"
+    "<th>fallback</th><th>error</th></tr></thead><tbody id=\"req-body\"></tbody></table>"
+    "</section>\n</main>\n"
+    "<noscript>This page needs JavaScript; /status.json has the same figures.</noscript>\n"
+    "<script src=\"/status.js\"></script>\n</body></html>\n";
+
+static const char STATUS_JS[] =
+    "\"use strict\";\n"
+    "(function () {\n"
+    "  function $(id) { return document.getElementById(id); }\n"
+    "  function el(tag, text, cls) {\n"
+    "    var e = document.createElement(tag);\n"
+    "    if (text !== undefined && text !== null) e.textContent = String(text);\n"
+    "    if (cls) e.className = cls;\n"
+    "    return e;\n"
+    "  }\n"
+    "  function dl(id, rows) {\n"
+    "    var d = $(id);\n"
+    "    d.replaceChildren();\n"
+    "    rows.forEach(function (r) {\n"
+    "      d.appendChild(el(\"dt\", r[0]));\n"
+    "      d.appendChild(el(\"dd\", r[1] === null || r[1] === undefined ? \"-\" : r[1], r[2]));\n"
+    "    });\n"
+    "  }\n"
+    "  function list(id, items, empty) {\n"
+    "    var u = $(id);\n"
+    "    u.replaceChildren();\n"
+    "    if (!items.length) u.appendChild(el(\"li\", empty, \"dim\"));\n"
+    "    items.forEach(function (i) { u.appendChild(el(\"li\", i.kind + \": \" + i.count)); });\n"
+    "  }\n"
+    "  function secs(v) { return v === null ? \"-\" : v.toFixed(2) + \" s\"; }\n"
+    "  function render(s) {\n"
+    "    var l = s.login, u = s.upstream, g = s.usage, v = s.live;\n"
+    "    $(\"version\").textContent = s.version;\n"
+    "    $(\"updated\").textContent = \"updated \" + new Date(s.now_ms).toISOString().slice(11, 19)"
+    " + \" UTC\";\n"
+    "    dl(\"login-dl\", [[\"state\", l.state, l.state === \"ok\" ? \"good\" : \"bad\"],\n"
+    "      [\"who\", l.who], [\"credentials\", l.source], [\"token\", l.expires],\n"
+    "      [\"renewal\", l.renewal]]);\n"
+    "    dl(\"upstream-dl\", [[\"base URL\", u.base], [\"client version\", u.client_version +"
+    " \" (\" + u.client_version_src + \")\"],\n"
+    "      [\"transport\", u.transport],\n"
+    "      [\"profile\", u.profile + \" (\" + u.profile_note + \")\"],\n"
+    "      [\"run host\", u.agent_host + \" (\" + u.agent_src + \")\"],\n"
+    "      [\"HTTP/2 agent host\", u.agent_h2]]);\n"
+    "    $(\"usage-bar\").value = g.percent === null ? 0 : Math.min(100, g.percent);\n"
+    "    $(\"usage-text\").textContent = g.state === \"ok\" ? (g.percent === null ? \"\" :"
+    " g.percent.toFixed(1) + \"% used. \") + g.summary\n"
+    "      : g.state === \"loading\" ? \"asking Cursor...\" : \"unavailable: \" + g.error;\n"
+    "    dl(\"live-dl\", [[\"model API requests\", v.requests], [\"answered with an error\","
+    " v.errors],\n"
+    "      [\"open streams\", v.open_streams], [\"held runs\", v.held_runs],\n"
+    "      [\"first token p50\", secs(v.first_token_p50_s)], [\"first token p95\","
+    " secs(v.first_token_p95_s)]]);\n"
+    "    list(\"errors\", v.errors_by_kind, \"none\");\n"
+    "    list(\"fallbacks\", v.fallbacks, \"none\");\n"
+    "    $(\"models-list\").textContent = s.models.length ? s.models.join(\", \") :"
+    " \"(not fetched yet)\";\n"
+    "    var tb = $(\"req-body\");\n"
+    "    tb.replaceChildren();\n"
+    "    s.requests.forEach(function (r) {\n"
+    "      var tr = el(\"tr\", null, r.status >= 400 || r.error ? \"failed\" : \"\");\n"
+    "      [new Date(r.time_ms).toISOString().slice(11, 19), r.api, r.model || \"-\", r.status,\n"
+    "       r.duration_ms, r.tokens_in + \" / \" + r.tokens_out, r.fallback || \"\","
+    " r.error || \"\"]\n"
+    "        .forEach(function (x) { tr.appendChild(el(\"td\", x)); });\n"
+    "      tb.appendChild(tr);\n"
+    "    });\n"
+    "    document.body.setAttribute(\"data-loaded\", \"1\");\n"
+    "  }\n"
+    "  function tick() {\n"
+    "    fetch(\"/status.json\", { cache: \"no-store\", credentials: \"same-origin\" })\n"
+    "      .then(function (r) { if (!r.ok) throw new Error(\"HTTP \" + r.status);"
+    " return r.json(); })\n"
+    "      .then(render)\n"
+    "      .catch(function (e) { $(\"updated\").textContent = \"not updated: \" + e.message; })\n"
+    "      .then(function () { setTimeout(tick, 2000); });\n"
+    "  }\n"
+    "  tick();\n"
+    "})();\n";
+
+static const char STATUS_CSS[] =
+    "body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}\n"
+    "header{display:flex;justify-content:space-between;align-items:baseline;"
+    "padding:8px 16px;background:#1b1f24;color:#fff}\n"
+    "h1{font-size:18px;margin:0}h2{font-size:15px;margin:0 0 6px}h3{font-size:13px;"
+    "margin:8px 0 2px}\n"
+    "main{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:10px;"
+    "padding:10px}\n"
+    "section{background:#fff;border:1px solid #d8dde3;border-radius:6px;padding:8px 12px;"
+    "overflow:auto}\n"
+    "#requests{grid-column:1/-1}\n"
+    "dl{display:grid;grid-template-columns:max-content 1fr;gap:2px 10px;margin:0}"
+    "dt{color:#57606a}dd{margin:0;word-break:break-word}\n"
+    "progress{width:100%;height:14px}ul{margin:0;padding-left:18px}\n"
+    "table{border-collapse:collapse;width:100%;font-size:12px}"
+    "th,td{text-align:left;padding:2px 6px;border-bottom:1px solid #eee;"
+    "overflow-wrap:anywhere}\n"
+    "th,td:nth-child(1),td:nth-child(2),td:nth-child(4),td:nth-child(5),td:nth-child(6)"
+    "{white-space:nowrap}\n"
+    "tr.failed td{background:#fff0f0}.good{color:#1a7f37}.bad{color:#cf222e}.dim{color:#888}\n";
+
+/* What the upstream side uses now: one accessor, so a new transport or host logic only has
+ * to fill it in (the status page shows whatever this says). */
+struct upstream_view {
+    char base[600];
+    char client_version[160];
+    char client_version_src[PATH_MAX + 64];
+    char transport[64];
+    char profile[32];
+    char profile_note[96];
+    char agent_host[600];           /* where runs go now */
+    char agent_src[700];
+    char agent_h2[1300];            /* GetServerConfig's host (the HTTP/2 transport's) */
+};
+
+static void run_host_get(coai_url *out, char *src, size_t cap);
+
+static void upstream_view_get(struct upstream_view *v)
+{
+    coai_url run;
+    memset(v, 0, sizeof *v);
+    run_host_get(&run, v->agent_src, sizeof v->agent_src);     /* takes S.lock itself */
+    snprintf(v->agent_host, sizeof v->agent_host, "https://%s%s", run.authority, run.prefix);
+    pthread_mutex_lock(&S.lock);
+    snprintf(v->base, sizeof v->base, "https://%s%s", S.up_authority, S.up_prefix);
+    snprintf(v->client_version, sizeof v->client_version, "%s", S.client_version);
+    snprintf(v->client_version_src, sizeof v->client_version_src, "%s", S.client_version_src);
+    snprintf(v->transport, sizeof v->transport, "HTTP/1.1 (TLS)");
+    snprintf(v->profile, sizeof v->profile, "%s", PROFILE_NAME[S.profile]);
+    snprintf(v->profile_note, sizeof v->profile_note, "%s",
+             S.profile_forced >= 0 ? "CURSOR_OAI_PROFILE, no fallback"
+                                   : "the one that worked last; the other is the fallback");
+    if (S.agent_h2_at)
+        snprintf(v->agent_h2, sizeof v->agent_h2, "https://%s%s (%s)", S.agent_h2.authority,
+                 S.agent_h2.prefix, S.agent_h2_src);
+    else
+        snprintf(v->agent_h2, sizeof v->agent_h2, "not asked yet");
+    pthread_mutex_unlock(&S.lock);
+}
+
+/* The last STATUS_RING requests, written where the access log is. */
+struct status_req {
+    int64_t time_ms;
+    int status;
+    int64_t duration_ms;
+    int64_t tok_in, tok_out;
+    const char *api;                /* static */
+    const char *fallback;           /* static or NULL */
+    char model[128];
+    char error[200];
+};
+
+static struct {
+    pthread_mutex_t mu;
+    struct status_req r[STATUS_RING];
+    unsigned next, count;
+    /* the cached usage (STATUS_USAGE_TTL_MS; one call at a time) */
+    int usage_state;                /* 0 never asked, 1 ok, 2 failed */
+    int usage_fetching;
+    int64_t usage_at;               /* mono ms of the last answer */
+    int64_t usage_wall;             /* wall ms of the last answer */
+    coai_quota usage;
+    char usage_error[300];
+} SP = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } }, 0, 0, 0, 0,
+         0, 0, { 0 }, { 0 } };
+
+/* Called by access_log for every request but the status page's own, /health and /metrics
+ * (pollers would push everything else out). */
+static void status_note_request(const struct conn *c, int64_t ms)
+{
+    struct status_req *q;
+    if (c->route == ROUTE_HEALTH || c->route == ROUTE_METRICS || c->route == ROUTE_STATUS_PAGE
+        || c->route == ROUTE_STATUS_JSON || c->route == ROUTE_STATUS_JS
+        || c->route == ROUTE_STATUS_CSS)
+        return;
+    pthread_mutex_lock(&SP.mu);
+    q = &SP.r[SP.next];
+    SP.next = (SP.next + 1) % STATUS_RING;
+    if (SP.count < STATUS_RING) SP.count++;
+    q->time_ms = wall_ms();
+    q->status = c->status;
+    q->duration_ms = ms;
+    q->tok_in = c->tok_in;
+    q->tok_out = c->tok_out;
+    q->api = c->route == ROUTE_NONE ? "-" : route_dialect(c->route);
+    if (strcmp(q->api, "none") == 0) q->api = route_label(c->route);
+    q->fallback = c->fallback;
+    copy_str(q->model, sizeof q->model, c->model, strlen(c->model));
+    copy_str(q->error, sizeof q->error, c->errmsg, strlen(c->errmsg));
+    pthread_mutex_unlock(&SP.mu);
+}
+
+/* A JSON string for the page: JSON escaping, and <, > and & as \u00XX as well, so that the
+ * text is inert even where something took it for HTML. */
+static void status_json_str(coai_buf *b, const char *s)
+{
+    coai_buf t = { 0 };
+    size_t i;
+    if (!s) { coai_buf_puts(b, "null"); return; }
+    coai_json_str_append(&t, s, strlen(s));
+    if (t.err) { b->err = 1; coai_buf_free(&t); return; }
+    for (i = 0; i < t.len; i++) {
+        unsigned char ch = t.data[i];
+        if (ch == '<' || ch == '>' || ch == '&') coai_buf_printf(b, "\\u%04x", ch);
+        else coai_buf_putc(b, (char)ch);
+    }
+    coai_buf_free(&t);
+}
+
+/* The value of label `name` in a series' label text into out ("" when absent). */
+static void status_label(const char *labels, const char *name, char *out, size_t cap)
+{
+    char key[40];
+    const char *p, *e;
+    snprintf(key, sizeof key, "%s=\"", name);
+    out[0] = 0;
+    p = strstr(labels, key);
+    if (!p || (p != labels && p[-1] != ',')) return;
+    p += strlen(key);
+    e = strchr(p, '"');
+    if (e) copy_str(out, cap, p, (size_t)(e - p));
+}
+
+/* Quantile q of the merged histogram (linear inside a bucket, as Prometheus estimates it);
+ * -1 without observations. Under MX.mu. */
+static double status_quantile(const uint64_t *buckets, uint64_t count, double q)
+{
+    double rank = q * (double)count, lo = 0, prev = 0;
+    int i;
+    if (!count) return -1;
+    for (i = 0; i < METRIC_BUCKETS; i++) {
+        if ((double)buckets[i] >= rank) {
+            double inb = (double)buckets[i] - prev;
+            return lo + (METRIC_BOUNDS[i] - lo) * (inb > 0 ? (rank - prev) / inb : 1);
+        }
+        lo = METRIC_BOUNDS[i];
+        prev = (double)buckets[i];
+    }
+    return METRIC_BOUNDS[METRIC_BUCKETS - 1];
+}
+
+/* A {"kind","count"} list entry, merged by kind (n entries in use, at most cap). */
+struct status_kind { char kind[120]; double count; };
+
+static void status_kind_add(struct status_kind *k, size_t *n, size_t cap, const char *kind,
+                            double v)
+{
+    size_t i;
+    for (i = 0; i < *n; i++)
+        if (strcmp(k[i].kind, kind) == 0) { k[i].count += v; return; }
+    if (*n == cap) return;
+    copy_str(k[*n].kind, sizeof k[*n].kind, kind, strlen(kind));
+    k[*n].count = v;
+    (*n)++;
+}
+
+static void status_kinds_json(coai_buf *b, const struct status_kind *k, size_t n)
+{
+    size_t i;
+    coai_buf_putc(b, '[');
+    for (i = 0; i < n; i++) {
+        coai_buf_puts(b, i ? ",{\"kind\":" : "{\"kind\":");
+        status_json_str(b, k[i].kind);
+        coai_buf_puts(b, ",\"count\":");
+        metric_number(b, k[i].count);
+        coai_buf_putc(b, '}');
+    }
+    coai_buf_putc(b, ']');
+}
+
+/* "live": read from the /metrics families. */
+static void status_live_json(coai_buf *b)
+{
+    struct status_kind errs[32], fbs[32];
+    size_t ne = 0, nf = 0, i;
+    uint64_t buckets[METRIC_BUCKETS], count = 0;
+    double requests = 0, errors = 0, streams = 0, held = 0, p50, p95;
+    char v[100], d[40];
+    int j;
+    memset(buckets, 0, sizeof buckets);
+    pthread_mutex_lock(&MX.mu);
+    for (i = 0; i < MX.n[M_REQUESTS]; i++) {
+        const struct metric_series *s = &MX.s[M_REQUESTS][i];
+        status_label(s->labels, "dialect", d, sizeof d);
+        status_label(s->labels, "status", v, sizeof v);
+        if (!d[0] || strcmp(d, "none") == 0) continue;      /* model APIs only */
+        requests += s->value;
+        if (atoi(v) >= 400) {
+            char kind[120];
+            errors += s->value;
+            snprintf(kind, sizeof kind, "HTTP %s", v);
+            status_kind_add(errs, &ne, 32, kind, s->value);
+        }
+    }
+    for (i = 0; i < MX.n[M_UPSTREAM_RUNS]; i++) {
+        const struct metric_series *s = &MX.s[M_UPSTREAM_RUNS][i];
+        char kind[120];
+        status_label(s->labels, "outcome", v, sizeof v);
+        if (!v[0] || strcmp(v, "ok") == 0) continue;
+        snprintf(kind, sizeof kind, "run %s", v);
+        status_kind_add(errs, &ne, 32, kind, s->value);
+    }
+    for (i = 0; i < MX.n[M_FALLBACKS]; i++) {
+        status_label(MX.s[M_FALLBACKS][i].labels, "kind", v, sizeof v);
+        status_kind_add(fbs, &nf, 32, v[0] ? v : "other", MX.s[M_FALLBACKS][i].value);
+    }
+    for (i = 0; i < MX.n[M_OPEN_STREAMS]; i++) streams += MX.s[M_OPEN_STREAMS][i].value;
+    for (i = 0; i < MX.n[M_HELD_RUNS]; i++) held += MX.s[M_HELD_RUNS][i].value;
+    for (i = 0; i < MX.n[M_FIRST_TOKEN]; i++) {
+        count += MX.s[M_FIRST_TOKEN][i].count;
+        for (j = 0; j < METRIC_BUCKETS; j++) buckets[j] += MX.s[M_FIRST_TOKEN][i].buckets[j];
+    }
+    p50 = status_quantile(buckets, count, 0.5);
+    p95 = status_quantile(buckets, count, 0.95);
+    pthread_mutex_unlock(&MX.mu);
+    coai_buf_puts(b, "{\"requests\":");
+    metric_number(b, requests);
+    coai_buf_puts(b, ",\"errors\":");
+    metric_number(b, errors);
+    coai_buf_puts(b, ",\"open_streams\":");
+    metric_number(b, streams);
+    coai_buf_puts(b, ",\"held_runs\":");
+    metric_number(b, held);
+    coai_buf_printf(b, ",\"first_token_count\":%llu,\"first_token_p50_s\":",
+                    (unsigned long long)count);
+    if (p50 < 0) coai_buf_puts(b, "null"); else coai_buf_printf(b, "%.3f", p50);
+    coai_buf_puts(b, ",\"first_token_p95_s\":");
+    if (p95 < 0) coai_buf_puts(b, "null"); else coai_buf_printf(b, "%.3f", p95);
+    coai_buf_puts(b, ",\"errors_by_kind\":");
+    status_kinds_json(b, errs, ne);
+    coai_buf_puts(b, ",\"fallbacks\":");
+    status_kinds_json(b, fbs, nf);
+    coai_buf_putc(b, '}');
+}
+
+/* "usage": from the cache; a stale or missing one is fetched by this request when no other
+ * fetch runs (others answer with what is cached), so page refreshes never multiply the
+ * upstream calls: at most one per STATUS_USAGE_TTL_MS (and per failure). */
+static void status_usage_json(coai_buf *b)
+{
+    int fetch = 0, state;
+    coai_quota u;
+    coai_error e;
+    coai_buf line = { 0 };
+    double pct = -1;
+    pthread_mutex_lock(&SP.mu);
+    /* a failure is asked again sooner (a login may have arrived meanwhile) */
+    if (!SP.usage_fetching && (!SP.usage_at || mono_ms() - SP.usage_at
+                               >= (SP.usage_state == 2 ? STATUS_USAGE_TTL_MS / 6
+                                                       : STATUS_USAGE_TTL_MS))) {
+        SP.usage_fetching = 1;
+        fetch = 1;
+    }
+    pthread_mutex_unlock(&SP.mu);
+    if (fetch) {
+        int rc = usage_fetch(&u, &e);
+        pthread_mutex_lock(&SP.mu);
+        SP.usage_fetching = 0;
+        SP.usage_at = mono_ms();
+        SP.usage_wall = wall_ms();
+        if (rc == 0) { SP.usage = u; SP.usage_state = 1; }
+        else {
+            SP.usage_state = 2;
+            copy_str(SP.usage_error, sizeof SP.usage_error, e.message, strlen(e.message));
+        }
+        pthread_mutex_unlock(&SP.mu);
+    }
+    pthread_mutex_lock(&SP.mu);
+    state = SP.usage_state;
+    u = SP.usage;
+    coai_buf_puts(b, "{\"state\":");
+    coai_buf_puts(b, state == 1 ? "\"ok\"" : state == 2 ? "\"error\"" : "\"loading\"");
+    coai_buf_printf(b, ",\"fetched_ms\":%lld,\"error\":", (long long)SP.usage_wall);
+    status_json_str(b, state == 2 ? SP.usage_error : NULL);
+    pthread_mutex_unlock(&SP.mu);
+    if (state == 1) {
+        pct = u.percent_used;
+        if (pct < 0 && u.limit_cents > 0) pct = 100.0 * (double)u.used_cents
+                                                / (double)u.limit_cents;
+        coai_quota_summary(&line, &u, wall_ms());
+    }
+    coai_buf_puts(b, ",\"percent\":");
+    if (pct < 0) coai_buf_puts(b, "null"); else coai_buf_printf(b, "%.1f", pct);
+    coai_buf_puts(b, ",\"summary\":");
+    status_json_str(b, line.data && !line.err ? (const char *)line.data : state == 1 ? "" : NULL);
+    coai_buf_putc(b, '}');
+    coai_buf_free(&line);
+}
+
+static void describe_identity(char *out, size_t cap, const char *token);
+static void describe_expiry(char *out, size_t cap, const char *token);
+
+static void status_json(struct conn *c, coai_buf *b)
+{
+    char tok[SRV_TOKEN_MAX], who[400], exp[200], src[PATH_MAX + 64], renewal[200];
+    const char *health;
+    struct upstream_view v;
+    coai_buf mj = { 0 };
+    coai_models m;
+    coai_error e;
+    unsigned i, n, at;
+    int have;
+    /* login: the token itself never leaves this function */
+    have = cred_token(tok, sizeof tok, NULL) > 0;
+    if (have) {
+        describe_identity(who, sizeof who, tok);
+        describe_expiry(exp, sizeof exp, tok);
+    }
+    memset(tok, 0, sizeof tok);
+    health = cred_health();
+    pthread_mutex_lock(&S.lock);
+    snprintf(src, sizeof src, "%s", S.cred_src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
+             : S.cred_src == CRED_OURS ? S.ours_path
+             : S.cred_src == CRED_AGENT ? S.agent_path : "none");
+    if (S.cred_src == CRED_AGENT) snprintf(src + strlen(src), sizeof src - strlen(src),
+                                           " (cursor-agent's, read only)");
+    snprintf(renewal, sizeof renewal, "%s", cred_renewal_locked());
+    pthread_mutex_unlock(&S.lock);
+    coai_buf_puts(b, "{\"version\":");
+    status_json_str(b, COAI_VERSION);
+    coai_buf_printf(b, ",\"now_ms\":%lld,\"login\":{\"state\":", (long long)wall_ms());
+    status_json_str(b, have ? health : "missing");
+    coai_buf_puts(b, ",\"who\":");
+    status_json_str(b, have ? who : NULL);
+    coai_buf_puts(b, ",\"source\":");
+    status_json_str(b, src);
+    coai_buf_puts(b, ",\"expires\":");
+    status_json_str(b, have ? exp : NULL);
+    coai_buf_puts(b, ",\"renewal\":");
+    status_json_str(b, renewal);
+    upstream_view_get(&v);
+    coai_buf_puts(b, "},\"upstream\":{\"base\":");
+    status_json_str(b, v.base);
+    coai_buf_puts(b, ",\"client_version\":");
+    status_json_str(b, v.client_version);
+    coai_buf_puts(b, ",\"client_version_src\":");
+    status_json_str(b, v.client_version_src);
+    coai_buf_puts(b, ",\"transport\":");
+    status_json_str(b, v.transport);
+    coai_buf_puts(b, ",\"profile\":");
+    status_json_str(b, v.profile);
+    coai_buf_puts(b, ",\"profile_note\":");
+    status_json_str(b, v.profile_note);
+    coai_buf_puts(b, ",\"agent_host\":");
+    status_json_str(b, v.agent_host);
+    coai_buf_puts(b, ",\"agent_src\":");
+    status_json_str(b, v.agent_src);
+    coai_buf_puts(b, ",\"agent_h2\":");
+    status_json_str(b, v.agent_h2);
+    coai_buf_puts(b, "},\"usage\":");
+    status_usage_json(b);
+    /* models: the cached list (a stale one is renewed in the background by models_get) */
+    coai_buf_puts(b, ",\"models\":[");
+    memset(&m, 0, sizeof m);
+    memset(&e, 0, sizeof e);
+    if (have && models_get(&mj, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) == 0
+        && coai_models_parse(&m, (const char *)mj.data, mj.len) == 0) {
+        for (i = 0; i < m.count; i++) {
+            char id[160];
+            copy_str(id, sizeof id, m.items[i].id.ptr, m.items[i].id.len);
+            if (i) coai_buf_putc(b, ',');
+            status_json_str(b, id);
+        }
+    }
+    coai_models_free(&m);
+    coai_buf_free(&mj);
+    coai_buf_puts(b, "],\"live\":");
+    status_live_json(b);
+    /* the last requests, newest first */
+    coai_buf_puts(b, ",\"requests\":[");
+    pthread_mutex_lock(&SP.mu);
+    n = SP.count;
+    for (i = 0; i < n; i++) {
+        const struct status_req *q;
+        at = (SP.next + STATUS_RING - 1 - i) % STATUS_RING;
+        q = &SP.r[at];
+        coai_buf_printf(b, "%s{\"time_ms\":%lld,\"api\":", i ? "," : "", (long long)q->time_ms);
+        status_json_str(b, q->api);
+        coai_buf_puts(b, ",\"model\":");
+        status_json_str(b, q->model[0] ? q->model : NULL);
+        coai_buf_printf(b, ",\"status\":%d,\"duration_ms\":%lld,\"tokens_in\":%lld,"
+                        "\"tokens_out\":%lld,\"fallback\":", q->status,
+                        (long long)q->duration_ms, (long long)q->tok_in, (long long)q->tok_out);
+        status_json_str(b, q->fallback);
+        coai_buf_puts(b, ",\"error\":");
+        status_json_str(b, q->error[0] ? q->error : NULL);
+        coai_buf_putc(b, '}');
+    }
+    pthread_mutex_unlock(&SP.mu);
+    coai_buf_puts(b, "]}\n");
+}
+
+/* The cookie value that stands for the API key: hex HMAC-SHA256(key, fixed text). */
+static void status_cookie_value(char out[65])
+{
+    static const char msg[] = "cursor-oai status page";
+    br_hmac_key_context kc;
+    br_hmac_context hc;
+    unsigned char mac[32];
+    int i;
+    br_hmac_key_init(&kc, &br_sha256_vtable, S.api_key, strlen(S.api_key));
+    br_hmac_init(&hc, &kc, 0);
+    br_hmac_update(&hc, msg, sizeof msg - 1);
+    br_hmac_out(&hc, mac);
+    for (i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    memset(&kc, 0, sizeof kc);
+    memset(&hc, 0, sizeof hc);
+}
+
+/* The value of query parameter `name` in the request target (not decoded), or empty. */
+static coai_str status_query(const coai_http_request *rq, const char *name)
+{
+    coai_str r = { NULL, 0 };
+    const char *q = memchr(rq->target.ptr, '?', rq->target.len), *end;
+    size_t nl = strlen(name);
+    if (!q) return r;
+    end = rq->target.ptr + rq->target.len;
+    for (q++; q < end;) {
+        const char *amp = memchr(q, '&', (size_t)(end - q));
+        const char *pe = amp ? amp : end;
+        if ((size_t)(pe - q) > nl && memcmp(q, name, nl) == 0 && q[nl] == '=') {
+            r.ptr = q + nl + 1;
+            r.len = (size_t)(pe - r.ptr);
+            return r;
+        }
+        q = amp ? amp + 1 : end;
+    }
+    return r;
+}
+
+/* With CURSOR_OAI_API_KEY set: 1 when a status route's request carries the page's cookie,
+ * or (the page itself) a ?key= that is the key. */
+static int status_access(const coai_http_request *rq, int route)
+{
+    char want[65];
+    coai_str h, k;
+    const char *p, *end;
+    int ok = 0;
+    if (route != ROUTE_STATUS_PAGE && route != ROUTE_STATUS_JSON && route != ROUTE_STATUS_JS
+        && route != ROUTE_STATUS_CSS)
+        return 0;
+    if (route == ROUTE_STATUS_PAGE) {
+        k = status_query(rq, "key");
+        if (k.ptr && coai_http_token_equal(k, coai_str_c(S.api_key))) return 1;
+    }
+    h = coai_http_header_get(rq->headers, rq->header_count, "cookie");
+    if (!h.ptr) return 0;
+    status_cookie_value(want);
+    end = h.ptr + h.len;
+    for (p = h.ptr; p < end && !ok;) {
+        const char *semi = memchr(p, ';', (size_t)(end - p)), *pe = semi ? semi : end;
+        size_t nl = sizeof STATUS_COOKIE - 1;
+        while (p < pe && *p == ' ') p++;
+        if ((size_t)(pe - p) > nl && memcmp(p, STATUS_COOKIE, nl) == 0 && p[nl] == '=') {
+            coai_str v;
+            v.ptr = p + nl + 1;
+            v.len = (size_t)(pe - v.ptr);
+            ok = coai_http_token_equal(v, coai_str_c(want));
+        }
+        p = semi ? semi + 1 : end;
+    }
+    memset(want, 0, sizeof want);
+    return ok;
+}
+
+#define STATUS_HEADERS \
+    "Content-Security-Policy: default-src 'self'; script-src 'self'; style-src 'self'; " \
+    "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; " \
+    "frame-ancestors 'none'\r\nX-Content-Type-Options: nosniff\r\nReferrer-Policy: " \
+    "no-referrer\r\nX-Frame-Options: DENY\r\nCache-Control: no-store\r\n"
+
+/* With ?key= on the page's address: 2 it is the API key, 1 it is not (or no key is set), 0
+ * none. Read before the body is, while the head's views are valid. */
+static int status_key_query(const coai_http_request *rq, int route)
+{
+    coai_str k;
+    if (route != ROUTE_STATUS_PAGE) return 0;
+    k = status_query(rq, "key");
+    if (!k.ptr) return 0;
+    return S.api_key && coai_http_token_equal(k, coai_str_c(S.api_key)) ? 2 : 1;
+}
+
+/* GET /, /status.json, /status.js, /status.css (access already checked). key_q: what
+ * status_key_query said. */
+static int handle_status(struct conn *c, int route, int key_q)
+{
+    coai_buf b = { 0 };
+    if (key_q) {
+        /* drop the key from the address bar and the history; the cookie stands for it */
+        char cookie[65], h[400];
+        h[0] = 0;
+        if (key_q == 2) {
+            status_cookie_value(cookie);
+            snprintf(h, sizeof h, "Set-Cookie: " STATUS_COOKIE "=%s; Path=/; HttpOnly; "
+                     "SameSite=Strict\r\n", cookie);
+            memset(cookie, 0, sizeof cookie);
+        }
+        copy_str(h + strlen(h), sizeof h - strlen(h), "Location: /\r\n" STATUS_HEADERS,
+                 strlen("Location: /\r\n" STATUS_HEADERS));
+        send_response(c, 303, "text/plain; charset=utf-8", h, "see /\n", 6);
+        memset(h, 0, sizeof h);
+        return 0;
+    }
+    switch (route) {
+    case ROUTE_STATUS_PAGE:
+        return send_response(c, 200, "text/html; charset=utf-8", STATUS_HEADERS, STATUS_HTML,
+                             sizeof STATUS_HTML - 1);
+    case ROUTE_STATUS_JS:
+        return send_response(c, 200, "text/javascript; charset=utf-8", STATUS_HEADERS,
+                             STATUS_JS, sizeof STATUS_JS - 1);
+    case ROUTE_STATUS_CSS:
+        return send_response(c, 200, "text/css; charset=utf-8", STATUS_HEADERS, STATUS_CSS,
+                             sizeof STATUS_CSS - 1);
+    default:
+        break;
+    }
+    status_json(c, &b);
+    if (b.err) send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    else send_response(c, 200, "application/json", STATUS_HEADERS, b.data, b.len);
+    coai_buf_free(&b);
     return 0;
 }
 
@@ -5485,6 +6196,11 @@ static void run_finish(struct run *r)
         metric_add(M_UPSTREAM_RUNS, lb, 1);
         memset(&u, 0, sizeof u);
         coai_reply_usage(&r->reply, &u);
+        c->tok_in = (int64_t)u.input_tokens;
+        c->tok_out = (int64_t)u.output_tokens;
+        if (r->reply.error.status && !c->errmsg[0])
+            copy_str(c->errmsg, sizeof c->errmsg, r->reply.error.message,
+                     strlen(r->reply.error.message));
         metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
         snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
         metric_add(M_TOKENS, lb, (double)u.input_tokens);
@@ -6618,8 +7334,8 @@ static const char SERVE_HELP[] =
     "  1. CURSOR_ACCESS_TOKEN (used as is, never renewed)\n"
     "  2. $XDG_CONFIG_HOME/cursor-oai/auth.json (default ~/.config/cursor-oai/auth.json),\n"
     "     written by 'cursor-oai login'; a login done while serving is picked up within 1 s\n"
-    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only and never renewed with its\n"
-    "     refresh token (that token is cursor-agent's): log in again when it expires\n"
+    "  3. cursor-agent's own ~/.config/cursor/auth.json, read only: its browser login is\n"
+    "     renewed in memory only, through /oauth/token (that refresh token does not rotate)\n"
     "  A token that expires within 5 minutes, or that Cursor rejects before anything was\n"
     "  streamed, is renewed once (refresh token, or API key exchange) and the request retried;\n"
     "  renewed tokens are saved to file 2 (never to cursor-agent's file).\n"
@@ -6670,6 +7386,18 @@ static const char SERVE_HELP[] =
     "SIGTERM, SIGINT, SIGHUP and SIGQUIT stop the server gracefully (streams end with an\n"
     "error event and [DONE]; at most 10 s).\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
+
+/* SERVE_HELP, then every route of ROUTE_TABLE (so the help cannot miss one). */
+static void serve_help(FILE *f)
+{
+    size_t i;
+    fputs(SERVE_HELP, f);
+    fputs("\nRoutes (with CURSOR_OAI_API_KEY set, all but /health need the key; the status "
+          "page\nat / takes it once as /?key=KEY and keeps it in a cookie):\n", f);
+    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
+        fprintf(f, "  %-4s %-26s %s\n", ROUTE_TABLE[i].method, ROUTE_TABLE[i].path,
+                ROUTE_TABLE[i].what);
+}
 
 static const char LOGIN_HELP[] =
     "Usage: cursor-oai login [--no-browser]\n"
@@ -6921,7 +7649,7 @@ static int parse_serve_args(int argc, char **argv)
         const char *a = argv[i], *v = NULL, *eq;
         char name[32];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(SERVE_HELP, stdout);
+            serve_help(stdout);
             return 0;
         }
         if (strncmp(a, "--", 2) != 0) goto usage;
@@ -6994,7 +7722,8 @@ static int parse_serve_args(int argc, char **argv)
     }
     return -1;
 usage:
-    fprintf(stderr, "cursor-oai: unknown argument '%s'\n\n%s", argv[i], SERVE_HELP);
+    fprintf(stderr, "cursor-oai: unknown argument '%s'\n\n", argv[i]);
+    serve_help(stderr);
     return 2;
 }
 
@@ -8158,7 +8887,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(USAGE, stdout);
         fputs("\n", stdout);
-        fputs(SERVE_HELP, stdout);
+        serve_help(stdout);
         return 0;
     }
     if (argc >= 2 && strcmp(argv[1], "serve") == 0) return run_serve(argc - 2, argv + 2);
