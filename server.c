@@ -2123,10 +2123,12 @@ static int up_exchange(const coai_buf *head, const void *req, size_t req_len, co
 }
 
 /* One unary call with the current access token (spec 2.1/2.2 headers). *gen (may be NULL)
- * gets the generation of the token used. 0 with *status set, -1 with *e filled. */
-static int up_call_host(const coai_url *hp, const char *path, int kind, const void *req,
-                        size_t req_len, const char *request_id, int client_fd, uint64_t *gen,
-                        int *status, coai_buf *body, coai_error *e)
+ * gets the generation of the token used. tick (may be NULL) is called about once a second
+ * while waiting; -1 from it cancels the call. 0 with *status set, -1 with *e filled. */
+static int up_call_host_tick(const coai_url *hp, const char *path, int kind, const void *req,
+                             size_t req_len, const char *request_id, int client_fd,
+                             int (*tick)(void *), void *tick_ctx, uint64_t *gen, int *status,
+                             coai_buf *body, coai_error *e)
 {
     char token[SRV_TOKEN_MAX];
     size_t tl = cred_token(token, sizeof token, gen);
@@ -2135,13 +2137,21 @@ static int up_call_host(const coai_url *hp, const char *path, int kind, const vo
     if (up_head_host(&head, hp, path, kind, request_id, token, tl, req_len)) {
         up_err(e, 500, "server_error", "out of memory");
     } else {
-        rc = up_exchange_host(hp, &head, req, req_len, path, client_fd, NULL, NULL, status,
-                              body, e);
+        rc = up_exchange_host(hp, &head, req, req_len, path, client_fd, tick, tick_ctx,
+                              status, body, e);
     }
     memset(token, 0, sizeof token);
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
     return rc;
+}
+
+static int up_call_host(const coai_url *hp, const char *path, int kind, const void *req,
+                        size_t req_len, const char *request_id, int client_fd, uint64_t *gen,
+                        int *status, coai_buf *body, coai_error *e)
+{
+    return up_call_host_tick(hp, path, kind, req, req_len, request_id, client_fd, NULL, NULL,
+                             gen, status, body, e);
 }
 
 /* On the base URL: json = 1 Connect unary JSON, else the gRPC-web agent set. */
@@ -4824,7 +4834,8 @@ struct run {
     char session[33];               /* tool-call id session part = the run handle */
     int live;                       /* in H.live (has a handle; may park) */
     struct run *live_next;
-    /* appends: one at a time, so seqnos go 0, 1, 2 ... whoever sends (reader, heartbeats) */
+    /* appends: seqnos go 0, 1, 2 ... whoever sends (reader, heartbeats); send_mu guards the
+     * seqno only, never a call in flight */
     pthread_mutex_t send_mu;
     int mu_init;
     /* heartbeats (issue 10 item 4): their own thread, never waited on by the reader */
@@ -4836,6 +4847,8 @@ struct run {
     uint32_t hb_ids[64];            /* execs whose results the client is producing */
     size_t hb_n;
     unsigned hb_sent, hb_exec_sent, hb_failed;
+    unsigned hb_streak;             /* heartbeats failed in a row (atomic: the holder reads it) */
+    int64_t hb_resume;              /* mono ms: after a failure, no heartbeat before this */
     /* holding (issue 11) */
     int64_t tools_at;               /* mono ms the tool calls went to the client */
     int64_t held_at;                /* mono ms the run was parked */
@@ -5102,17 +5115,22 @@ static int profile_wrong(int http_status, const coai_error *e)
 /* One AgentClientMessage -> one BidiAppend with the next seqno on the run's agent host, in
  * the run's profile (gRPC-web: an envelope; Connect: the bare BidiAppendRequest as
  * application/proto). Every message the proxy
- * sends upstream goes through here (reader replies, tool results, heartbeats): appends are
- * serialised by send_mu, so seqnos stay 0, 1, 2 ... without gaps whatever the mix.
- * client_fd (or -1) is watched for a disconnect; failures go to *err. */
+ * sends upstream goes through here (reader replies, tool results, heartbeats). The seqno is
+ * taken and the body encoded under send_mu, so seqnos stay 0, 1, 2 ... without gaps whatever
+ * the mix; the call itself runs without the lock, so an append that stalls (a heartbeat on
+ * a stuck connection) never holds up the next one (issue 22 item 2). Appends are
+ * independent unary calls that carry their seqno, as a peer's fire-and-forget heartbeats
+ * are (cursor-2026-clients.md 2). client_fd (or -1) is watched for a disconnect; tick (may
+ * be NULL) is called about once a second and cancels with -1; failures go to *err. */
 static int run_append(struct run *r, const unsigned char *msg, size_t n, int client_fd,
-                      coai_error *err, int *cancelled)
+                      int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
 {
     coai_buf body = { 0 }, resp = { 0 };
-    int status = 0, rc = -1, connect = r->profile == PROF_CONNECT;
+    int status = 0, rc = -1, connect = r->profile == PROF_CONNECT, locked = 0;
     uint64_t gen = 0;
+    int64_t seqno;
     resp.max = UP_ERR_BODY_MAX;
-    if (r->mu_init) pthread_mutex_lock(&r->send_mu);
+    if (r->mu_init) { pthread_mutex_lock(&r->send_mu); locked = 1; }
     if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
         || body.err) {
         coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -5127,20 +5145,22 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
         coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
                         r->request_id, (long long)r->seqno);
         if (body.err) {
-            coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+            coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
             goto done;
         }
     } else if (connect) {      /* Connect unary binary: no envelope */
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
+    seqno = r->seqno++;
+    if (locked) { pthread_mutex_unlock(&r->send_mu); locked = 0; }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
-            (long long)r->seqno, n);
-    r->seqno++;
-    if (up_call_host(&r->host, PATH_APPEND, !connect ? UPH_AGENT
-                     : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
-                     body.len, r->request_id, client_fd, &gen, &status, &resp, err) < 0) {
-        if (err->status == 499 && cancelled) *cancelled = 1;
+            (long long)seqno, n);
+    if (up_call_host_tick(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                          : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
+                          body.len, r->request_id, client_fd, tick, tick_ctx, &gen, &status,
+                          &resp, err) < 0) {
+        if (err->status == 499 && cancelled && !r->hollow_hit) *cancelled = 1;
         goto done;
     }
     if (status < 200 || status > 299) {
@@ -5148,17 +5168,37 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
         coai_error_from_http(status, (const char *)resp.data, resp.len, err);
         if (err->status == 401) {
             /* seqno 0: handle_chat renews and retries; later: the next request renews */
-            r->upstream_401 = 1;
+            __atomic_store_n(&r->upstream_401, 1, __ATOMIC_RELAXED);
             cred_mark_rejected(gen);
         }
         goto done;
     }
     rc = 0;
 done:
-    if (r->mu_init) pthread_mutex_unlock(&r->send_mu);
+    if (locked) pthread_mutex_unlock(&r->send_mu);
     coai_buf_free(&body);
     coai_buf_free(&resp);
     return rc;
+}
+
+/* The tick of a reply the reader sends while a client waits: the bounds of the request go
+ * on while the append waits for Cursor. A follow-up's hollow deadline cancels it (the
+ * caller falls back); a committed stream that has been quiet gets its keepalive, between
+ * events only (nothing half-written in the reply's buffer). */
+static int run_send_tick(void *ctx)
+{
+    struct run *r = ctx;
+    struct conn *c = r->c;
+    if (!c || c->dead) return -1;
+    if (r->hollow_until) {
+        if (mono_ms() < r->hollow_until) return 0;
+        r->hollow_hit = 1;
+        return -1;
+    }
+    if (!c->streaming || r->reply.out.len || coai_reply_done(&r->reply)) return 0;
+    if (mono_ms() - r->last_write < (int64_t)S.keepalive_s * 1000) return 0;
+    if (coai_reply_keepalive(&r->reply) < 0) return -1;
+    return run_flush(r);
 }
 
 /* coai_reply's upstream sink (the reader's replies), sent inline before the next frame is
@@ -5166,10 +5206,31 @@ done:
 static int run_send(void *user, const unsigned char *msg, size_t n)
 {
     struct run *r = user;
-    return run_append(r, msg, n, r->c ? r->c->fd : -1, &r->err, &r->cancelled);
+    if (!r->c) return run_append(r, msg, n, -1, NULL, NULL, &r->err, &r->cancelled);
+    return run_append(r, msg, n, r->c->fd, run_send_tick, r, &r->err, &r->cancelled);
 }
 
 /* ---- heartbeats ---- */
+
+/* A heartbeat in flight gives up as soon as the run stops wanting heartbeats (run_hb_stop
+ * waits for this thread). */
+static int run_hb_tick(void *ctx)
+{
+    struct run *r = ctx;
+    return __atomic_load_n(&r->hb_stop, __ATOMIC_RELAXED) ? -1 : 0;
+}
+
+/* One heartbeat append; 0 sent, -1 failed. */
+static int run_hb_send(struct run *r, coai_buf *m)
+{
+    coai_error e;
+    memset(&e, 0, sizeof e);
+    if (m->err || !m->len || run_append(r, m->data, m->len, -1, run_hb_tick, r, &e, NULL) < 0) {
+        srv_log(LOG_DEBUG, "run %s: heartbeat failed: %s", r->request_id, e.message);
+        return -1;
+    }
+    return 0;
+}
 
 static void *run_hb_thread(void *arg)
 {
@@ -5179,7 +5240,9 @@ static void *run_hb_thread(void *arg)
         int64_t now = mono_ms(), next = r->hb_last + HB_CLIENT_MS;
         struct timespec ts;
         if (r->hb_n && r->hb_exec_last + HB_EXEC_MS < next) next = r->hb_exec_last + HB_EXEC_MS;
+        if (next < r->hb_resume) next = r->hb_resume;
         if (now >= next) {
+            int failed = 0;
             int client = now >= r->hb_last + HB_CLIENT_MS;
             uint32_t ids[64];
             size_t i, n = 0;
@@ -5192,29 +5255,32 @@ static void *run_hb_thread(void *arg)
             pthread_mutex_unlock(&r->hb_mu);
             if (client) {
                 coai_buf m = { 0 };
-                coai_error e;
-                memset(&e, 0, sizeof e);
-                if (coai_encode_client_heartbeat(&m) != COAI_OK
-                    || run_append(r, m.data, m.len, -1, &e, NULL) < 0) {
-                    r->hb_failed++;
-                    srv_log(LOG_DEBUG, "run %s: heartbeat failed: %s", r->request_id, e.message);
-                } else {
-                    r->hb_sent++;
-                }
+                if (coai_encode_client_heartbeat(&m) != COAI_OK) m.err = 1;
+                if (run_hb_send(r, &m) < 0) failed = 1;
+                else r->hb_sent++;
                 coai_buf_free(&m);
             }
-            for (i = 0; i < n; i++) {
+            /* after a failure the rest waits for the back-off too */
+            for (i = 0; i < n && !failed && !run_hb_tick(r); i++) {
                 coai_buf m = { 0 };
-                coai_error e;
-                memset(&e, 0, sizeof e);
-                if (coai_encode_exec_heartbeat(&m, ids[i]) != COAI_OK
-                    || run_append(r, m.data, m.len, -1, &e, NULL) < 0)
-                    r->hb_failed++;
-                else
-                    r->hb_exec_sent++;
+                if (coai_encode_exec_heartbeat(&m, ids[i]) != COAI_OK) m.err = 1;
+                if (run_hb_send(r, &m) < 0) failed = 1;
+                else r->hb_exec_sent++;
                 coai_buf_free(&m);
             }
             pthread_mutex_lock(&r->hb_mu);
+            if (failed) {
+                /* Back off (5, 10, 20, then 40 s after the failure), never back to back:
+                 * a stalled append endpoint gets a heartbeat now and then, not a queue of
+                 * them, and the next one is due a whole period after this one gave up. */
+                unsigned k = __atomic_add_fetch(&r->hb_streak, 1, __ATOMIC_RELAXED);
+                r->hb_failed++;
+                now = mono_ms();
+                r->hb_resume = now + ((int64_t)HB_CLIENT_MS << (k < 4 ? k - 1 : 3));
+                r->hb_last = r->hb_exec_last = now;
+            } else {
+                __atomic_store_n(&r->hb_streak, 0, __ATOMIC_RELAXED);
+            }
             continue;
         }
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -5241,7 +5307,7 @@ static void run_hb_thread_start(struct run *r)
 {
     pthread_attr_t at;
     if (r->hb_started || !r->hb_open) return;
-    r->hb_stop = 0;
+    __atomic_store_n(&r->hb_stop, 0, __ATOMIC_RELAXED);
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 256 * 1024);
     if (pthread_create(&r->hb_thread, &at, run_hb_thread, r) == 0) r->hb_started = 1;
@@ -5262,7 +5328,7 @@ static void run_hb_stop(struct run *r)
     r->hb_open = 0;
     if (!r->hb_started) return;
     pthread_mutex_lock(&r->hb_mu);
-    r->hb_stop = 1;
+    __atomic_store_n(&r->hb_stop, 1, __ATOMIC_RELAXED);
     pthread_cond_signal(&r->hb_cv);
     pthread_mutex_unlock(&r->hb_mu);
     pthread_join(r->hb_thread, NULL);
@@ -5773,8 +5839,8 @@ static void *held_thread(void *arg)
                      H.ttl_s);
             goto dead;
         }
-        if (r->hb_failed > 2) {
-            snprintf(why, sizeof why, "heartbeats to Cursor fail");
+        if (__atomic_load_n(&r->hb_streak, __ATOMIC_RELAXED) > 2) {
+            snprintf(why, sizeof why, "heartbeats to Cursor fail (3 in a row)");
             goto dead;
         }
         if (!up_readable(r->sse, 0)) {
@@ -6324,6 +6390,10 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->sse->io_timeout_ms = 0;
     r->sse->deadline = mono_ms() + r->idle_ms;
     ncalls = coai_reply_calls(&r->reply, NULL);
+    /* The hollow bound counts from here: sending the results is part of it (an append
+     * endpoint that stalls ends in a fallback within it, not after one upstream timeout
+     * per result). */
+    r->hollow_until = mono_ms() + (int64_t)H.hollow_s * 1000;
     if (held_results(r, why, sizeof why) == 0 && coai_reply_continue(&r->reply, &o) < 0)
         snprintf(why, sizeof why, "out of memory");
     if (why[0]) {
@@ -6337,7 +6407,6 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     }
     run_hb_execs(r, NULL, 0);
     r->hold_errors = 1;             /* a failure before the first byte falls back instead */
-    r->hollow_until = mono_ms() + (int64_t)H.hollow_s * 1000;
     /* the idle timer must not end a hollow run before the hollow check can fall back */
     if (r->sse->deadline < r->hollow_until + 2000) r->sse->deadline = r->hollow_until + 2000;
     srv_log(LOG_INFO, "run %s continued with %zu tool result%s after %lld ms", r->request_id,

@@ -112,6 +112,8 @@ DEFAULT_CONFIG = {
     "require_checksum": True,
     "client_version": None,        # exact x-cursor-client-version required when set
     "append_wait_s": 15.0,         # RunSSE waits this long for the seqno-0 append
+    "append_gap_s": 5.0,           # an append that overtook an earlier seqno waits this long
+                                   # for the gap to fill, then is refused as out of order
     "kv_wait_s": 5.0,              # set_blob/get_blob answer deadline
     "stall_max_s": 600.0,          # "stall" op gives up after this
     "keepalive_idle_s": 120.0,     # idle keep-alive connection timeout
@@ -953,6 +955,15 @@ def h_append(conn, req, rec):
         if run.profile and prof != run.profile:
             S.error("BidiAppend profile %s differs from the run's %s" % (prof, run.profile),
                     request_id=rid)
+        if seq > run.next_seqno:
+            # Appends are independent unary calls that carry their seqno; a later one can
+            # overtake an earlier one still on its way (a peer sends heartbeats
+            # fire-and-forget, cursor-2026-clients.md 2). The run takes them in seqno order:
+            # this one waits for the gap to fill, and a gap that never fills is an error.
+            end = time.time() + S.config["append_gap_s"]
+            S.count("appends_overtaking")
+            while seq > run.next_seqno and time.time() < end:
+                run.cond.wait(min(0.05, max(0.0, end - time.time())))
         if seq != run.next_seqno:
             S.error("append_seqno %d out of order (expected %d)" % (seq, run.next_seqno),
                     request_id=rid)
@@ -1003,6 +1014,18 @@ def h_append(conn, req, rec):
     if fail and int(fail.get("seqno", 0)) == seq:
         return connect_error(conn, fail["status"], fail.get("code", "internal"),
                              fail.get("message", ""))
+    stall = (run.scenario or {}).get("append_stall")
+    if stall and seq >= int(stall.get("min_seqno", 1)) and (
+            not stall.get("types") or msg.get("type") in stall["types"]
+            or "%s/%s" % (msg.get("type"), msg.get("kind")) in stall["types"]):
+        # The append was taken (the run has it), but its answer does not come: a stalled
+        # BidiAppend endpoint or connection, until the client gives up.
+        S.count("appends_stalled")
+        entry["stalled"] = True
+        r = conn.wait(float(stall.get("s", 300)))
+        entry["stall_result"] = r
+        if r == "closed":
+            return 499
     if seq == 0:
         slow = slow_answer(conn, "append0")
         if slow is not None:

@@ -1,0 +1,307 @@
+#!/usr/bin/python3
+"""The second independent probe's findings (issue 22), end to end: build/cursor-oai (or
+$CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
+fix. Prints `RESULT <passed> <failed>` last.
+  tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow"""
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import harness as H  # noqa: E402
+from harness import pb  # noqa: E402
+
+if os.environ.get("CURSOR_OAI_BIN"):
+    H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
+
+PASS = FAIL = 0
+SECTION = "-"
+
+
+def check(name, cond, detail=""):
+    global PASS, FAIL
+    if cond:
+        PASS += 1
+        print("ok   [%s] %s" % (SECTION, name), flush=True)
+    else:
+        FAIL += 1
+        print("FAIL [%s] %s %s" % (SECTION, name, detail), flush=True)
+    return bool(cond)
+
+
+def eq(name, got, want):
+    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+
+REPLAYED = "REPLAYED: answered from the flattened history."
+END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
+REPLAY = [{"prompt_contains": "[Tool result for", "steps": [
+    {"op": "text", "text": REPLAYED}] + END}]
+HEARTBEATS = ["client_heartbeat", "exec_control/heartbeat"]
+
+
+def read_exec(i, path):
+    return {"op": "exec", "kind": "read", "id": i, "exec_id": "exec-read-%04d" % i,
+            "path": path, "hold": True}
+
+
+def held_read(f, **extra):
+    sc = {"when": REPLAY, "steps": [
+        {"op": "text", "text": "Reading."}, read_exec(1, f),
+        {"op": "await_results", "max_s": 120},
+        {"op": "text_from_result", "id": 1, "prefix": "GOT:"}] + END}
+    sc.update(extra)
+    return sc
+
+
+def scenarios(ws):
+    f = os.path.join(ws, "hello.txt")
+    return {
+        # item 2: heartbeat appends whose answers never come; every append after seqno 0
+        "hb_stall": held_read(f, append_stall={"types": HEARTBEATS, "s": 300}),
+        "hb_stall_all": held_read(f, append_stall={"s": 300}),
+        "hb_kv_stall": {"append_stall": {"s": 300}, "steps": [
+            {"op": "text", "text": "start"}, {"op": "sleep", "s": 6.5},
+            {"op": "kv_set_blob", "id": 1, "data": "x", "timeout": 60},
+            {"op": "text", "text": " after"}] + END},
+    }
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "read", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+
+
+def chat(px, body, timeout=120):
+    """Non-streaming chat -> dict(status, content, tool_calls, finish, t, raw)."""
+    t0 = time.time()
+    try:
+        st, raw, hd = px.request("POST", "/v1/chat/completions", body, timeout=timeout)
+    except OSError as e:
+        st, raw, hd = 0, ("no answer: %s" % e).encode(), {}
+    out = {"status": st, "content": "", "tool_calls": [], "finish": None,
+           "t": time.time() - t0, "raw": raw, "headers": hd}
+    try:
+        j = json.loads(raw)
+        m = j["choices"][0]["message"]
+        out["content"] = m.get("content") or ""
+        out["finish"] = j["choices"][0]["finish_reason"]
+        out["tool_calls"] = m.get("tool_calls") or []
+    except (ValueError, KeyError, IndexError, TypeError):
+        pass
+    return out
+
+
+def follow_up(msgs, r, content):
+    msgs = list(msgs)
+    msgs.append({"role": "assistant", "content": r["content"] or None,
+                 "tool_calls": r["tool_calls"]})
+    for t in r["tool_calls"]:
+        msgs.append({"role": "tool", "tool_call_id": t["id"], "content": content})
+    return msgs
+
+
+def timed_stream(port, body, timeout):
+    """POST a streaming chat; -> (raw bytes, [(t, nbytes)] per recv, total seconds)."""
+    b = json.dumps(body).encode()
+    head = ("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            "Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (port, len(b))).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    t0 = time.time()
+    got, times = b"", []
+    try:
+        s.sendall(head + b)
+        while time.time() - t0 < timeout:
+            try:
+                d = s.recv(65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            got += d
+            times.append((time.time() - t0, len(d)))
+    finally:
+        s.close()
+    return got, times, time.time() - t0
+
+
+def runs_of(fake, scenario):
+    return [r for r in fake.runs() if r["scenario"] == scenario]
+
+
+def appends_of(run, typ, kind=None):
+    return [a for a in run["appends"] if a["message"].get("type") == typ
+            and (kind is None or a["message"].get("kind") == kind)]
+
+
+def heartbeat_appends(run):
+    return appends_of(run, "client_heartbeat") + appends_of(run, "exec_control", "heartbeat")
+
+
+def wait_stalled_heartbeat(fake, scenario, k0, timeout=20):
+    """Wait until the newest run of the scenario has a heartbeat append that stalls."""
+    def f():
+        rs = runs_of(fake, scenario)[k0:]
+        return rs and any(a.get("stalled") for a in heartbeat_appends(rs[-1]))
+    return H.wait_for(f, timeout, step=0.2)
+
+
+def log_of(px):
+    return open(px.proc.log_path, encoding="utf-8", errors="replace").read()
+
+
+# ---------------------------------------------------------------------------------------------
+# item 2: heartbeat appends hold no lock across the call, back off, and no bound waits for them
+
+MSGS = [{"role": "user", "content": "read it"}]
+
+
+def t_hb_results(tmp, fake, token, ws, secret):
+    """A stalled heartbeat does not hold up the tool results of a held run."""
+    msgs = MSGS
+    px = H.Proxy(tmp, "hb", fake.url(), fake.ca, token, extra_env={
+        "CURSOR_OAI_UPSTREAM_TIMEOUT": "40", "CURSOR_OAI_HOLLOW_TIMEOUT": "60",
+        "CURSOR_OAI_IDLE_TIMEOUT": "120"})
+    k0 = len(runs_of(fake, "hb_stall"))
+    msgs = [{"role": "user", "content": "read it"}]
+    r1 = chat(px, {"model": "scenario:hb_stall", "messages": msgs, "tools": TOOLS})
+    check("held run: a tool call", r1["tool_calls"], r1["raw"][:300])
+    check("a heartbeat append went out and stalls",
+          wait_stalled_heartbeat(fake, "hb_stall", k0))
+    time.sleep(1.0)
+    r2 = chat(px, {"model": "scenario:hb_stall", "tools": TOOLS,
+                   "messages": follow_up(msgs, r1, "The secret word is %s." % secret)}, 60)
+    check("the tool results went out at once, beside the stalled heartbeat (%.1f s; the "
+          "heartbeat's call has a 40 s deadline)" % r2["t"], r2["t"] < 12, r2["raw"][:300])
+    check("... and the held run answered with them (no replay)",
+          r2["content"].startswith("GOT:") and secret in r2["content"], r2["content"][:200])
+    runs = runs_of(fake, "hb_stall")[k0:]
+    eq("one upstream run", len(runs), 1)
+    if runs:
+        eq("seqnos 0, 1, 2 ... without gaps", sorted(a["seqno"] for a in runs[0]["appends"]),
+           list(range(len(runs[0]["appends"]))))
+    px.stop()
+
+
+def t_hb_backoff(tmp, fake, token, ws, secret):
+    """A failed heartbeat backs off instead of retrying back to back."""
+    msgs = MSGS
+    px = H.Proxy(tmp, "hb-backoff", fake.url(), fake.ca, token, extra_env={
+        "CURSOR_OAI_UPSTREAM_TIMEOUT": "4", "CURSOR_OAI_IDLE_TIMEOUT": "120"})
+    k0 = len(runs_of(fake, "hb_stall"))
+    r1 = chat(px, {"model": "scenario:hb_stall", "messages": msgs, "tools": TOOLS})
+    check("held run: a tool call", r1["tool_calls"], r1["raw"][:300])
+    time.sleep(28)
+    runs = runs_of(fake, "hb_stall")[k0:]
+    if check("the held run was recorded", runs):
+        t0 = runs[0]["appends"][0]["t"]
+        ts = sorted(a["t"] - t0 for a in heartbeat_appends(runs[0]) if a["t"] - t0 < 27)
+        gaps = [b - a for a, b in zip(ts, ts[1:])]
+        check("heartbeats that time out (4 s) back off: each next one at least a period "
+              "after the last gave up (arrivals %s)" % ["%.1f" % t for t in ts],
+              len(ts) >= 2 and min(gaps) >= 8.0)
+        check("... so at most 4 went out in 27 s (back to back: 7 or more)", len(ts) <= 4,
+              len(ts))
+    check("three failed heartbeats in a row release the held run",
+          H.wait_for(lambda: "heartbeats to Cursor fail" in log_of(px), 20))
+    px.stop()
+
+
+def t_hb_keepalive(tmp, fake, token, ws, secret):
+    """A committed stream keeps its keepalives while a reply to Cursor waits."""
+    msgs = MSGS
+    px = H.Proxy(tmp, "hb-keepalive", fake.url(), fake.ca, token, extra_env={
+        "CURSOR_OAI_UPSTREAM_TIMEOUT": "15", "CURSOR_OAI_KEEPALIVE": "2",
+        "CURSOR_OAI_IDLE_TIMEOUT": "120"})
+    raw, times, total = timed_stream(px.port, {"model": "scenario:hb_kv_stall", "stream": True,
+                                               "messages": msgs}, 90)
+    ts = [t for t, _ in times]
+    gaps = [b - a for a, b in zip(ts, ts[1:])]
+    check("stream: no silence longer than the keepalive bound (2 s) plus slack while the "
+          "KV answer's append stalls (longest gap %.1f s)" % max(gaps or [0]),
+          gaps and max(gaps) < 6.0, times)
+    check("stream: ended within the append's deadline plus slack (%.1f s)" % total,
+          total < 45 and raw.endswith(b"0\r\n\r\n"), raw[-200:])
+    check("stream: the failed append is an in-band error, not a normal stop",
+          b'"error"' in raw, raw[-300:])
+    px.stop()
+
+
+def t_hb_hollow(tmp, fake, token, ws, secret):
+    """A held run's follow-up when every append stalls: the hollow bound holds."""
+    msgs = MSGS
+    px = H.Proxy(tmp, "hb-hollow", fake.url(), fake.ca, token, extra_env={
+        "CURSOR_OAI_UPSTREAM_TIMEOUT": "30", "CURSOR_OAI_HOLLOW_TIMEOUT": "8",
+        "CURSOR_OAI_IDLE_TIMEOUT": "120"})
+    k0 = len(runs_of(fake, "hb_stall_all"))
+    r1 = chat(px, {"model": "scenario:hb_stall_all", "messages": msgs, "tools": TOOLS})
+    check("held run: a tool call", r1["tool_calls"], r1["raw"][:300])
+    check("a heartbeat append went out and stalls",
+          wait_stalled_heartbeat(fake, "hb_stall_all", k0))
+    r2 = chat(px, {"model": "scenario:hb_stall_all", "tools": TOOLS,
+                   "messages": follow_up(msgs, r1, "The secret word is %s." % secret)}, 90)
+    check("follow-up answered within CURSOR_OAI_HOLLOW_TIMEOUT (8 s) plus a replay "
+          "(%.1f s; the append deadline is 30 s)" % r2["t"], r2["t"] < 20, r2["raw"][:300])
+    eq("... by the replayed conversation", r2["content"], REPLAYED)
+    px.stop()
+
+
+def main():
+    global SECTION
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    only = set(x for x in a.only.split(",") if x)
+    if not os.path.exists(H.proxy_cmd()[0]):
+        print("skipped: %s missing (build it first)" % H.proxy_cmd()[0])
+        print("RESULT 0 0")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="coai-probe-")
+    ws = os.path.join(tmp, "workspace")
+    os.makedirs(ws)
+    secret = "otter-" + os.urandom(4).hex()
+    with open(os.path.join(ws, "hello.txt"), "w") as f:
+        f.write("The secret word is %s.\n" % secret)
+    token = pb.make_jwt({"sub": "auth0|probe", "exp": int(time.time()) + 7200,
+                         "type": "session"})
+    try:
+        fake = H.Fake(tmp, scenarios(ws), token,
+                      config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
+        for name, fn in (("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
+                         ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow)):
+            if only and name not in only:
+                continue
+            SECTION = name
+            t0 = time.time()
+            try:
+                fn(tmp, fake, token, ws, secret)
+            except Exception:
+                check("section ran to the end", False, traceback.format_exc())
+            print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
+    except Exception:
+        check("suite setup", False, traceback.format_exc())
+    finally:
+        H.cleanup()
+        if FAIL or a.keep:
+            print("logs kept in %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("RESULT %d %d" % (PASS, FAIL), flush=True)
+    return 0 if FAIL == 0 else 1
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "probe_test"
+    sys.exit(main())
