@@ -36,6 +36,12 @@
  *   COAI_HTTP_MAX_LINE      8 KiB    request line (-> 414) / header line (-> 431)
  *   COAI_HTTP_MAX_HEAD      32 KiB   whole request head (-> 431)
  *   COAI_HTTP_MAX_BODY      32 MiB   request body (-> 413; enforced by the caller)
+ *   COAI_HPACK_TABLE        4096     HPACK dynamic table we allow (SETTINGS_HEADER_TABLE_SIZE)
+ *   COAI_H2_MAX_HEADER_LIST 64 KiB   decoded response head (SETTINGS_MAX_HEADER_LIST_SIZE)
+ *   COAI_H2_MAX_HEADER_BLOCK 256 KiB HEADERS + CONTINUATION bytes (-> ENHANCE_YOUR_CALM)
+ *   COAI_H2_MAX_STREAMS     256      streams one HTTP/2 connection tracks
+ *   COAI_H2_STREAM_WINDOW   256 KiB  HTTP/2 receive window per stream
+ *   COAI_H2_CONN_WINDOW     1 MiB    HTTP/2 receive window per connection
  *   Tests rebuild with small values to reach the edges.
  *
  * QUICK START 1: an OpenAI request body -> the BidiAppend body that starts a run
@@ -108,6 +114,24 @@
  *   before falling back to coai_exec_map(); coai_reply_response() and
  *   coai_reply_output_items() give the caller the finished response to store.
  *
+ * HTTP/2 (PART:H2)
+ *   A client connection (RFC 9113) with HPACK (RFC 7541), sans-IO like the rest: the caller
+ *   owns the socket and TLS (ALPN "h2"), this part owns the protocol.
+ *       coai_h2_init(c, &opts);                  // preface + SETTINGS queued
+ *       id = coai_h2_open(c, hdrs, n, 0, run);   // a stream: HEADERS queued
+ *       coai_h2_send_data(c, id, p, n, end, &sent);  // as much as the windows allow
+ *       write(coai_h2_want_write(c, &p) bytes at p); coai_h2_wrote(c, written);
+ *       coai_h2_feed(c, received, n);
+ *       while (coai_h2_next(c, &ev) == COAI_OK)  // HEADERS (status, trailers), DATA,
+ *           ...;                                 // RESET, REFUSED, WINDOW, GOAWAY, PING_ACK
+ *       coai_h2_consumed(c, id, n);              // window back once DATA was used
+ *   Flow control both ways, SETTINGS, PING answers, RST_STREAM, GOAWAY (higher streams
+ *   reported as refused, to retry elsewhere) and every protocol check are inside; a
+ *   connection error queues its GOAWAY and returns COAI_ERR_H2. The PART's opening comment
+ *   has the whole loop. coai_hpack_decode / coai_hpack_encode work on their own too. The
+ *   connection never allocates except its byte buffers (input, output, one header block,
+ *   one decoded list): the stream table and the HPACK table are fixed arrays inside it.
+ *
  * CONVENTIONS
  *   - coai_result: 0 is success, COAI_MORE (1) "feed me more", COAI_DONE (2) "finished";
  *     errors are negative; coai_result_str() names each. Functions documented as
@@ -122,24 +146,26 @@
  *   on failure it remembers the error and ignores later appends). Objects that own
  *   memory have a _free: coai_buf_free, coai_frame_decoder_free, coai_msg_free,
  *   coai_request_free (= coai_chat_request_free), coai_models_free, coai_reply_free,
- *   coai_creds_free.
+ *   coai_creds_free, coai_h2_free, coai_hpack_list_free.
  *   Decoders never allocate a length read from the wire before checking it.
  *
  * ERRORS
  *   Parsers return a negative coai_result and never assert on input. Stateful
- *   decoders (coai_frame_decoder, coai_chunked_decoder) keep their first error until
- *   reset. Upstream failures become coai_status (trailers, end-stream) and then a
- *   coai_error (see the ERROR MAPPING table in the OPENAI section), which each dialect
+ *   decoders (coai_frame_decoder, coai_chunked_decoder, coai_hpack_decoder, coai_h2_conn)
+ *   keep their first error until reset (an HTTP/2 connection: until it is freed).
+ *   Upstream failures become coai_status (trailers, end-stream) and then a coai_error
+ *   (see the ERROR MAPPING table in the OPENAI section), which each dialect
  *   writes in its own shape and status (coai_error_write_as, coai_error_status_as).
  *
  * TRUST MODEL
  *   Untrusted: every byte from the network, both from clients (HTTP heads, bodies,
- *   JSON) and from the upstream (frames, protobuf, trailers, JSON). For those we
- *   promise: no out-of-bounds access, no unbounded allocation (caps above), no
- *   recursion deeper than COAI_MAX_VALUE_DEPTH (nanopb is never handed a recursive
- *   type), valid UTF-8 in everything we emit (invalid input bytes become U+FFFD), and
- *   a result code instead of a crash. Every parser has a libFuzzer target in
- *   tests/fuzz/. Trusted: the caller's arguments (NULL where not allowed is a bug).
+ *   JSON) and from the upstream (HTTP/2 frames and HPACK, envelopes, protobuf,
+ *   trailers, JSON). For those we promise: no out-of-bounds access, no unbounded
+ *   allocation (caps above), no recursion deeper than COAI_MAX_VALUE_DEPTH (nanopb is
+ *   never handed a recursive type), valid UTF-8 in everything we emit (invalid input
+ *   bytes become U+FFFD), and a result code instead of a crash. Every parser has a
+ *   libFuzzer target in tests/fuzz/. Trusted: the caller's arguments (NULL where not
+ *   allowed is a bug).
  *   Nothing in here executes anything: exec requests become tool calls or refusals.
  *
  * THREADS
@@ -1003,7 +1029,7 @@ coai_str coai_http_bearer(coai_str authorization);
  * many streams, each one request and its response.
  *
  * HOW server.c DRIVES A CONNECTION
- *     coai_h2_conn *c = calloc(1, sizeof *c);     // about 20 KB (stream table, HPACK)
+ *     coai_h2_conn *c = calloc(1, sizeof *c);     // about 18 KB (stream table, HPACK)
  *     coai_h2_opts o = {0};                        // all zero: the defaults below
  *     coai_h2_init(c, &o);                         // queues the preface + our SETTINGS
  *     for (;;) {
@@ -1047,10 +1073,16 @@ coai_str coai_http_bearer(coai_str authorization);
  *         // upload never stops the responses on the same connection.
  *     coai_h2_send_data(c, id, NULL, 0, 1, &sent); // END_STREAM alone (needs no window)
  *     coai_h2_reset(c, id, COAI_H2_CANCEL);        // abandon a stream (RST_STREAM)
+ *   A stream is forgotten once both sides ended (or on a reset): after the server's
+ *   end_stream, end ours too (send_data with end_stream) or reset it, or its slot stays
+ *   taken. A gRPC/Connect "trailers-only" answer is one HEADERS event with a status and
+ *   end_stream (trailers = 0); trailers after a body come as trailers = 1.
  *   The connection:
  *     coai_h2_ping(c, opaque8);      // every 20 s when idle; the ack comes as an event
  *     coai_h2_goaway(c, COAI_H2_NO_ERROR);   // polite close: no new streams either way
  *     coai_h2_active(c)              // open streams (0 and a GOAWAY: time to close)
+ *     c->settings_acked              // 0 long after init: the server ignores us
+ *                                    // (coai_h2_goaway(c, COAI_H2_SETTINGS_TIMEOUT))
  *     coai_h2_free(c);
  *
  * EVENT LIFETIMES: ev.headers and ev.data point into the connection and stay valid until
@@ -6657,6 +6689,7 @@ void coai_h2_wrote(coai_h2_conn *c, size_t n)
 
 int coai_h2_feed(coai_h2_conn *c, const void *p, size_t n)
 {
+    if (c->error >= 0) return 0;        /* nothing more is read after a connection error */
     if (c->in_off) {
         memmove(c->in.data, c->in.data + c->in_off, c->in.len - c->in_off);
         c->in.len -= c->in_off;

@@ -259,7 +259,8 @@ static void test_rfc_c2(void)
     coai_hpack_list_free(&l);
 }
 
-static const char *const req1 = ":method: GET\n:scheme: http\n:path: /\n:authority: www.example.com";
+static const char *const req1 = ":method: GET\n:scheme: http\n:path: /\n"
+                                ":authority: www.example.com";
 static const char *const req2 = ":method: GET\n:scheme: http\n:path: /\n:authority: www.example.com"
                                 "\ncache-control: no-cache";
 static const char *const req3 = ":method: GET\n:scheme: https\n:path: /index.html\n"
