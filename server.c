@@ -4868,6 +4868,8 @@ struct run {
     int resumed;                    /* started from a remembered checkpoint */
     unsigned char hist[32];         /* digest of the request's history (conversation memory) */
     int hist_ok;                    /* hist is set (the messages themselves may be gone) */
+    unsigned char park_hist[32];    /* held: digest of the history that parked the run; a
+                                     * follow-up must carry it before its tool calls */
     size_t prompt_units;            /* the prompt's size for usage, once the prompt is gone */
     int hold_errors;                /* an error before the first byte is not sent (a
                                      * resumed run falls back to a replay instead) */
@@ -5895,6 +5897,18 @@ out:
 
 /* Park a run that ended its response with tool calls. 0 parked (the table owns r now),
  * -1 not parked (the caller closes it). */
+/* The digest (coai_conversation_digests) of msgs[0..n-1], in place. */
+static void conv_digest(const coai_message *msgs, size_t n, unsigned char out[32])
+{
+    unsigned char d[32];
+    size_t i;
+    memset(out, 0, 32);
+    for (i = 0; i < n; i++) {
+        coai_conversation_digest_next(out, &msgs[i], d);
+        memcpy(out, d, 32);
+    }
+}
+
 static int held_park(struct run *r)
 {
     pthread_attr_t at;
@@ -5902,6 +5916,11 @@ static int held_park(struct run *r)
     size_t n = coai_reply_calls(&r->reply, &calls);
     struct run *evict = NULL, *x;
     if (!n || !r->sse || r->held_dead) return -1;
+    /* The run belongs to this conversation: a follow-up continues it only with this history
+     * before the assistant's tool calls (issue 22 item 4). */
+    if (r->req.message_count) conv_digest(r->req.messages, r->req.message_count, r->park_hist);
+    else if (r->hist_ok) memcpy(r->park_hist, r->hist, 32);
+    else return -1;
     if (r->wake[0] < 0) {
         if (pipe(r->wake) < 0) { r->wake[0] = r->wake[1] = -1; return -1; }
         fcntl(r->wake[0], F_SETFL, O_NONBLOCK);
@@ -5957,17 +5976,23 @@ static int held_park(struct run *r)
 }
 
 /* The held run whose pending tool calls the request's trailing tool messages answer
- * exactly. Taken out of the table and stopped; NULL with *why filled when there is none. */
+ * exactly, parked by the history the request carries before them (everything up to the
+ * assistant message(s) that made the calls). Taken out of the table and stopped; NULL with
+ * *why filled when there is none. */
 static struct run *held_claim(const coai_chat_request *req, const char *model, char *why,
                               size_t wcap)
 {
     coai_str ids[64];
-    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j;
+    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j, p;
     struct run *r;
     const coai_reply_call *calls;
     struct timespec until;
+    unsigned char hist[32];
     why[0] = 0;
     if (!n) return NULL;
+    for (p = req->message_count; p > 0 && req->messages[p - 1].role == COAI_ROLE_TOOL; p--) {}
+    while (p > 0 && req->messages[p - 1].role == COAI_ROLE_ASSISTANT) p--;
+    conv_digest(req->messages, p, hist);
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += HELD_PARK_WAIT_MS / 1000;
     pthread_mutex_lock(&H.lock);
@@ -6005,6 +6030,14 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
     if (strcmp(model, r->model) != 0) {
         pthread_mutex_unlock(&H.lock);
         snprintf(why, wcap, "another model (%.60s, the held run has %.60s)", model, r->model);
+        return NULL;
+    }
+    if (memcmp(hist, r->park_hist, 32) != 0) {
+        /* another conversation's results, or an edited history: the run stays held for
+         * the request that carries its own history */
+        pthread_mutex_unlock(&H.lock);
+        snprintf(why, wcap, "the history before the tool calls is not the one that asked "
+                 "for them (edited, or another conversation)");
         return NULL;
     }
     held_unlink_locked(r);

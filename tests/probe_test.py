@@ -2,7 +2,8 @@
 """The second independent probe's findings (issue 22), end to end: build/cursor-oai (or
 $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
 fix. Prints `RESULT <passed> <failed>` last.
-  tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow"""
+  tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
+  held_bind"""
 
 import argparse
 import json
@@ -69,6 +70,7 @@ def scenarios(ws):
         # item 2: heartbeat appends whose answers never come; every append after seqno 0
         "hb_stall": held_read(f, append_stall={"types": HEARTBEATS, "s": 300}),
         "hb_stall_all": held_read(f, append_stall={"s": 300}),
+        "bind": held_read(f),
         "hb_kv_stall": {"append_stall": {"s": 300}, "steps": [
             {"op": "text", "text": "start"}, {"op": "sleep", "s": 6.5},
             {"op": "kv_set_blob", "id": 1, "data": "x", "timeout": 60},
@@ -257,6 +259,39 @@ def t_hb_hollow(tmp, fake, token, ws, secret):
     px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# item 4: a held run is bound to the history that parked it
+
+def t_held_bind(tmp, fake, token, ws, secret):
+    px = H.Proxy(tmp, "bind", fake.url(), fake.ca, token, extra_env={
+        "CURSOR_OAI_IDLE_TIMEOUT": "30", "CURSOR_OAI_HOLLOW_TIMEOUT": "20"})
+    for kind in ("foreign", "edited", "none"):
+        k0 = len(runs_of(fake, "bind"))
+        msgs = [{"role": "user", "content": "read the file for conversation A"}]
+        r1 = chat(px, {"model": "scenario:bind", "messages": msgs, "tools": TOOLS})
+        if not check("%s: a held tool call" % kind, r1["tool_calls"], r1["raw"][:300]):
+            continue
+        rightful = follow_up(msgs, r1, "The secret word is %s." % secret)
+        if kind == "foreign":
+            other = follow_up([{"role": "user", "content": "conversation B, not A"}], r1,
+                              "TAKEOVER")
+        elif kind == "edited":
+            other = follow_up([{"role": "user", "content": "read the file for conversation A "
+                                "(edited)"}], r1, "TAKEOVER")
+        else:
+            other = follow_up([], r1, "TAKEOVER")
+        r = chat(px, {"model": "scenario:bind", "messages": other, "tools": TOOLS})
+        eq("%s history with the held run's tool-call ids: replayed in a fresh run, not "
+           "continued" % kind, r["content"], REPLAYED)
+        r = chat(px, {"model": "scenario:bind", "messages": rightful, "tools": TOOLS})
+        check("%s: the conversation that parked the run still continues it" % kind,
+              r["content"].startswith("GOT:") and secret in r["content"], r["content"][:200])
+        runs = [x for x in runs_of(fake, "bind")[k0:]
+                if "TAKEOVER" in json.dumps(x.get("exec_results") or {})]
+        eq("%s: the other request's result never reached the held run" % kind, len(runs), 0)
+    px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -280,7 +315,8 @@ def main():
         fake = H.Fake(tmp, scenarios(ws), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         for name, fn in (("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
-                         ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow)):
+                         ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
+                         ("held_bind", t_held_bind)):
             if only and name not in only:
                 continue
             SECTION = name
