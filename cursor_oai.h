@@ -1018,6 +1018,15 @@ int coai_http_token_equal(coai_str a, coai_str b);
 /* The token of "Bearer <token>" (scheme case-insensitive, spaces trimmed);
  * {NULL, 0} when the scheme is not Bearer or the token is empty. */
 coai_str coai_http_bearer(coai_str authorization);
+
+/* The value of query parameter `name` in a request target ("/p?a=1&key=v"): a view into
+ * target, not percent-decoded; an empty value has ptr set and len 0. {NULL, 0} when the
+ * target has no such parameter (or no query). The first one wins. */
+coai_str coai_http_query_param(coai_str target, const char *name);
+
+/* The value of cookie `name` in a Cookie header value ("a=1; name=v"): a view, spaces
+ * around the pair trimmed; {NULL, 0} when absent. The first one wins. */
+coai_str coai_http_cookie(coai_str header, const char *name);
 /* PART:HTTP api end */
 
 /* ======================================================================== */
@@ -6081,6 +6090,36 @@ coai_str coai_http_bearer(coai_str authorization)
         return coai__http_none();
     s = coai__http_trim(coai__http_str(s.ptr + 7, s.len - 7));
     return s.len ? s : coai__http_none();
+}
+
+/* One "name=value" list (query: '&', cookies: ';' with spaces trimmed): the value of name. */
+static coai_str coai__http_pair_get(const char *p, const char *end, char sep, int trim,
+                                    const char *name)
+{
+    size_t nl = strlen(name);
+    while (p < end) {
+        const char *e = (const char *)memchr(p, sep, (size_t)(end - p)), *pe = e ? e : end;
+        coai_str pair = coai__http_str(p, (size_t)(pe - p));
+        if (trim) pair = coai__http_trim(pair);
+        if (nl && pair.len > nl && memcmp(pair.ptr, name, nl) == 0 && pair.ptr[nl] == '=')
+            return coai__http_str(pair.ptr + nl + 1, pair.len - nl - 1);
+        p = e ? e + 1 : end;
+    }
+    return coai__http_none();
+}
+
+coai_str coai_http_query_param(coai_str target, const char *name)
+{
+    const char *q;
+    if (!target.ptr || !(q = (const char *)memchr(target.ptr, '?', target.len)))
+        return coai__http_none();
+    return coai__http_pair_get(q + 1, target.ptr + target.len, '&', 0, name);
+}
+
+coai_str coai_http_cookie(coai_str header, const char *name)
+{
+    if (!header.ptr) return coai__http_none();
+    return coai__http_pair_get(header.ptr, header.ptr + header.len, ';', 1, name);
 }
 /* PART:HTTP impl end */
 

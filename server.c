@@ -4677,58 +4677,25 @@ static void status_cookie_value(char out[65])
     memset(&hc, 0, sizeof hc);
 }
 
-/* The value of query parameter `name` in the request target (not decoded), or empty. */
-static coai_str status_query(const coai_http_request *rq, const char *name)
-{
-    coai_str r = { NULL, 0 };
-    const char *q = memchr(rq->target.ptr, '?', rq->target.len), *end;
-    size_t nl = strlen(name);
-    if (!q) return r;
-    end = rq->target.ptr + rq->target.len;
-    for (q++; q < end;) {
-        const char *amp = memchr(q, '&', (size_t)(end - q));
-        const char *pe = amp ? amp : end;
-        if ((size_t)(pe - q) > nl && memcmp(q, name, nl) == 0 && q[nl] == '=') {
-            r.ptr = q + nl + 1;
-            r.len = (size_t)(pe - r.ptr);
-            return r;
-        }
-        q = amp ? amp + 1 : end;
-    }
-    return r;
-}
-
 /* With CURSOR_OAI_API_KEY set: 1 when a status route's request carries the page's cookie,
  * or (the page itself) a ?key= that is the key. */
 static int status_access(const coai_http_request *rq, int route)
 {
     char want[65];
-    coai_str h, k;
-    const char *p, *end;
-    int ok = 0;
+    coai_str v;
+    int ok;
     if (route != ROUTE_STATUS_PAGE && route != ROUTE_STATUS_JSON && route != ROUTE_STATUS_JS
         && route != ROUTE_STATUS_CSS)
         return 0;
-    if (route == ROUTE_STATUS_PAGE) {
-        k = status_query(rq, "key");
-        if (k.ptr && coai_http_token_equal(k, coai_str_c(S.api_key))) return 1;
-    }
-    h = coai_http_header_get(rq->headers, rq->header_count, "cookie");
-    if (!h.ptr) return 0;
+    if (route == ROUTE_STATUS_PAGE
+        && coai_http_token_equal(coai_http_query_param(rq->target, "key"),
+                                 coai_str_c(S.api_key)))
+        return 1;
+    v = coai_http_cookie(coai_http_header_get(rq->headers, rq->header_count, "cookie"),
+                         STATUS_COOKIE);
+    if (!v.ptr) return 0;
     status_cookie_value(want);
-    end = h.ptr + h.len;
-    for (p = h.ptr; p < end && !ok;) {
-        const char *semi = memchr(p, ';', (size_t)(end - p)), *pe = semi ? semi : end;
-        size_t nl = sizeof STATUS_COOKIE - 1;
-        while (p < pe && *p == ' ') p++;
-        if ((size_t)(pe - p) > nl && memcmp(p, STATUS_COOKIE, nl) == 0 && p[nl] == '=') {
-            coai_str v;
-            v.ptr = p + nl + 1;
-            v.len = (size_t)(pe - v.ptr);
-            ok = coai_http_token_equal(v, coai_str_c(want));
-        }
-        p = semi ? semi + 1 : end;
-    }
+    ok = coai_http_token_equal(v, coai_str_c(want));
     memset(want, 0, sizeof want);
     return ok;
 }
@@ -4745,7 +4712,7 @@ static int status_key_query(const coai_http_request *rq, int route)
 {
     coai_str k;
     if (route != ROUTE_STATUS_PAGE) return 0;
-    k = status_query(rq, "key");
+    k = coai_http_query_param(rq->target, "key");
     if (!k.ptr) return 0;
     return S.api_key && coai_http_token_equal(k, coai_str_c(S.api_key)) ? 2 : 1;
 }

@@ -821,6 +821,23 @@ static void test_auth(void)
     CHECK(coai_http_bearer(S("")).ptr == NULL);
     CHECK(coai_http_bearer(coai__http_none()).ptr == NULL);
 
+    /* the status page's ?key= and its cookie */
+    CHECK(view_is(coai_http_query_param(S("/?key=abc"), "key"), "abc"));
+    CHECK(view_is(coai_http_query_param(S("/?a=1&key=abc&key=x"), "key"), "abc"));
+    CHECK(view_is(coai_http_query_param(S("/?key="), "key"), ""));
+    CHECK(coai_http_query_param(S("/?key="), "key").ptr != NULL);
+    CHECK(coai_http_query_param(S("/?akey=abc"), "key").ptr == NULL);
+    CHECK(coai_http_query_param(S("/?key"), "key").ptr == NULL);
+    CHECK(coai_http_query_param(S("/key=abc"), "key").ptr == NULL);
+    CHECK(coai_http_query_param(S("/?"), "key").ptr == NULL);
+    CHECK(coai_http_query_param(coai__http_none(), "key").ptr == NULL);
+    CHECK(view_is(coai_http_cookie(S("sid=1"), "sid"), "1"));
+    CHECK(view_is(coai_http_cookie(S("a=b;  sid=xyz ; c=d"), "sid"), "xyz"));
+    CHECK(view_is(coai_http_cookie(S("asid=1; sid=2"), "sid"), "2"));
+    CHECK(coai_http_cookie(S("a=b; sidx=2"), "sid").ptr == NULL);
+    CHECK(coai_http_cookie(S(""), "sid").ptr == NULL);
+    CHECK(coai_http_cookie(coai__http_none(), "sid").ptr == NULL);
+
     /* scenario 9, through the parser */
     REQ_OK("POST / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sk-local-0123456789abcdef"
            "   \r\n\r\n");

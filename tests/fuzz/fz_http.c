@@ -1,5 +1,6 @@
 /* fz_http.c - libFuzzer target for the HTTP part: the request head parser, the chunked
- * decoder and the response head parser, each run on the whole input and checked against
+ * decoder, the response head parser, query parameters and cookies, each run on the whole
+ * input and checked against
  * its own properties (prefixes agree with the whole, any split of a chunked body decodes
  * to the same bytes, views stay inside the input). Any violation aborts. */
 #define CURSOR_OAI_IMPLEMENTATION
@@ -169,6 +170,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         (void)coai_http_is_json(s);
         (void)coai_http_bearer(s);
+        {   /* query parameters and cookies: views inside the input, after the name */
+            coai_str q = coai_http_query_param(s, "key"), k = coai_http_cookie(s, "sid");
+            FZ_ASSERT(fz_inside(q, (const char *)data, size));
+            FZ_ASSERT(fz_inside(k, (const char *)data, size));
+            FZ_ASSERT(!q.ptr || (q.ptr - (const char *)data >= 5 && q.ptr[-1] == '='
+                                 && memcmp(q.ptr - 4, "key", 3) == 0));
+            FZ_ASSERT(!k.ptr || (k.ptr - (const char *)data >= 4 && k.ptr[-1] == '='
+                                 && memcmp(k.ptr - 4, "sid", 3) == 0));
+            FZ_ASSERT(!q.ptr || !memchr(q.ptr, '&', q.len));
+            FZ_ASSERT(!k.ptr || !memchr(k.ptr, ';', k.len));
+        }
     }
     return 0;
 }
