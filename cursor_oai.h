@@ -674,13 +674,25 @@ int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text
 int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_str text,
                                    const struct coai_image *images, size_t n, int is_error,
                                    uint32_t ms, unsigned step);
-/* Answer to an InteractionQuery (web search, ask-question, mode switch, Exa search or
- * fetch): AgentClientMessage{6: InteractionResponse{1 id, <query>: {}}} with the result
- * member matching the query's oneof field (2..6). The schema in the spec declares those
- * result messages empty, so this answer approves nothing and carries no data: it only
- * keeps the turn from waiting on a question no OpenAI client can see. Unknown query
- * kinds give COAI_ERR_INVALID. */
+/* Answer to an InteractionQuery: AgentClientMessage{6: InteractionResponse{1 id,
+ * <query>: {}}} with the result member matching the query's oneof field: 2 web search,
+ * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 9 the unnamed
+ * hosted web fetch (approved by an empty response), 12 generate image; 8 setup VM
+ * environment gets {success {}} (notes 2026-autumn §5.5). Other kinds up to 63 get the
+ * empty response too: an unanswered query hangs the turn. It carries no data: it only
+ * keeps the turn from waiting on a question no client can see. Kinds outside 2..63 give
+ * COAI_ERR_INVALID. */
 int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query);
+/* McpStateExecResult.success{servers} for mcp_state_exec_args (exec 36), then the caller
+ * sends stream_close: one server {1 server_name "Cursor Tools", 2 server_identifier
+ * "cursor-tools", 5 tools = the run request's McpToolDefinitions, 7 status "ready"} when
+ * there are tools and server_ids is empty or names "cursor-tools"; else no server. */
+int coai_encode_exec_mcp_state(coai_buf *out, uint32_t id, coai_str exec_id,
+                               const coai_tool *tools, size_t tool_count,
+                               char *const *server_ids, size_t server_id_count);
+/* An empty result of an exec kind (the precheck variants 41-43), in the result field
+ * coai_exec_result_field(kind); then stream_close. Kinds outside 2-54 -> COAI_ERR_INVALID. */
+int coai_encode_exec_empty_result(coai_buf *out, uint32_t id, coai_str exec_id, int kind);
 
 /* Exec results: AgentClientMessage{exec_client_message{1 id, 15 exec_id (when
  * non-empty), <result>}}. */
@@ -744,8 +756,17 @@ typedef enum coai_exec_kind {
     COAI_EXEC_FETCH = 20,
     COAI_EXEC_RECORD_SCREEN = 21,
     COAI_EXEC_COMPUTER_USE = 22,
-    COAI_EXEC_MCP_STATE = 36    /* mcp_state_exec_args: never mapped, answered with a throw */
+    COAI_EXEC_MCP_STATE = 36,   /* mcp_state_exec_args: answered with McpStateExecResult */
+    COAI_EXEC_PRECHECK_FIRST = 41, /* 41-43: precheck variants, answered with an empty */
+    COAI_EXEC_PRECHECK_LAST = 43   /* result of the same number */
+    /* Any other args member arrives with kind = its field number (answered with a throw).
+     * The envelope fields 1, 15, 19 (span_context) and 55 are never a kind. */
 } coai_exec_kind;
+
+/* The ExecClientMessage field number that carries the result of an exec kind: the same
+ * number for 2-44 and 53-54, 45-51 -> 46-52, 52 -> 55 (notes 2026-autumn §5.3); 0 for
+ * kinds outside 2-54. */
+unsigned coai_exec_result_field(int kind);
 
 /* An exec request. Views point into storage owned by the coai_msg that holds it. */
 typedef struct coai_exec {
@@ -765,7 +786,22 @@ typedef struct coai_exec {
     coai_str provider;          /* mcp: provider_identifier */
     coai_str tool_call_id;      /* shell/read/write/ls/grep/mcp tool_call_id when sent */
     coai_str args_json;         /* mcp: args as compact JSON, members in wire order */
+    int32_t timeout;            /* shell: ShellArgs.timeout (3), as sent */
+    int timeout_behavior;       /* shell: 13 (2 = put the command in the background) */
+    uint64_t hard_timeout_ms;   /* shell: 14, 0 = none */
+    coai_str description;       /* shell: 15, the model's description of the command */
+    int close_stdin;            /* shell: 17 */
+    coai_str run_conversation_id, run_request_id;   /* shell: 21, 23 */
+    int accept_hook_contexts;   /* envelope field 55 (a bool on every 2026-10 exec) */
+    char *const *server_ids;    /* mcp_state: server_identifiers (NUL-terminated copies) */
+    size_t server_id_count;     /* 0: every server */
 } coai_exec;
+
+/* TurnEndedUpdate's token counts (fields 1-5; all 0 and present 0 when it had none). */
+typedef struct coai_turn_usage {
+    int64_t input, output, cache_read, cache_write, reasoning;
+    int present;                /* at least one of the five fields arrived */
+} coai_turn_usage;
 
 typedef enum coai_msg_kind {
     COAI_MSG_NONE = 0,          /* nothing we act on (unknown or empty message) */
@@ -777,14 +813,14 @@ typedef enum coai_msg_kind {
     COAI_MSG_TOOL_COMPLETED,    /* tool, call_id */
     COAI_MSG_TOOL_PARTIAL,      /* tool, call_id, text = args_text_delta */
     COAI_MSG_HEARTBEAT,
-    COAI_MSG_TURN_ENDED,
+    COAI_MSG_TURN_ENDED,        /* turn: the token counts when Cursor sent them */
     COAI_MSG_STEP,              /* step_started / summaries / other informational updates */
     COAI_MSG_CHECKPOINT,        /* value = used_tokens, value2 = max_tokens (0 if absent) */
     COAI_MSG_EXEC,              /* exec */
     COAI_MSG_EXEC_ABORT,        /* id */
     COAI_MSG_KV_GET,            /* id, blob_id */
     COAI_MSG_KV_SET,            /* id, blob_id, blob_data */
-    COAI_MSG_QUERY              /* id, query (InteractionQuery oneof field number) */
+    COAI_MSG_QUERY              /* id, query (InteractionQuery oneof field number, 2-63) */
 } coai_msg_kind;
 
 /* One decoded AgentServerMessage. Zero-init before first use; views stay valid
@@ -804,6 +840,9 @@ typedef struct coai_msg {
     coai_str raw;               /* CHECKPOINT: the ConversationStateStructure bytes;
                                  * KV_GET/KV_SET: KvServerMessage.metadata (field 4) */
     int has_raw;                /* KV: metadata was present (even empty) */
+    int no_blob_data;           /* KV_SET: the set_blob had no blob_data field at all */
+    int64_t value3;             /* STEP 17 (step_completed): step_duration_ms */
+    coai_turn_usage turn;       /* TURN_ENDED */
     void *priv_;                /* private decode storage */
     coai_buf scratch_;          /* private */
 } coai_msg;
@@ -831,7 +870,10 @@ typedef struct coai_msg {
  *   STEP                 value = InteractionUpdate field number: 6 user_message_appended,
  *                        9 summary, 10 summary_started, 11 summary_completed,
  *                        12 shell_output_delta, 15 tool_call_delta, 16 step_started
- *                        (then value2 = step_id). Informational only.
+ *                        (then value2 = step_id), 17 step_completed (value2 = step_id,
+ *                        value3 = step_duration_ms). Informational only.
+ *   TURN_ENDED           turn = TurnEndedUpdate's input, output, cache-read, cache-write
+ *                        and reasoning token counts (present = any of them arrived)
  *   CHECKPOINT           value = used_tokens, value2 = max_tokens (0 when absent)
  *   EXEC                 exec.kind/id/exec_id plus the kind's fields (see coai_exec);
  *                        has_path: grep path / ls path present on the wire (even if "").
@@ -841,9 +883,14 @@ typedef struct coai_msg {
  *                        "" and "__proto__" keys dropped, empty Value -> member dropped /
  *                        null in a list, a leading UTF-8 BOM of a string is dropped like
  *                        TextDecoder does). Kinds without fields (request_context,
- *                        diagnostics, ...) only set kind/id/exec_id.
+ *                        diagnostics, ...) only set kind/id/exec_id. shell: also timeout,
+ *                        timeout_behavior, hard_timeout_ms, description, close_stdin.
+ *                        mcp_state: server_ids. An args member we do not know (any
+ *                        length-delimited field but 1, 15, 19, 55) gives kind = its number.
+ *                        accept_hook_contexts = envelope field 55.
  *   EXEC_ABORT           id
- *   KV_GET / KV_SET      id, blob_id, KV_SET: blob_data (raw bytes, exact length);
+ *   KV_GET / KV_SET      id, blob_id, KV_SET: blob_data (raw bytes, exact length) and
+ *                        no_blob_data (a set_blob may come without data: ack it);
  *                        raw/has_raw = the opaque metadata (field 4) to echo back
  *   CHECKPOINT (also)    raw = the whole ConversationStateStructure, for a later
  *                        AgentRunRequest.conversation_state (checkpoint resume)
@@ -1467,9 +1514,15 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   exec becomes the response's tool call and ends the run. An exec no client tool
  *   matches is refused upstream (exec reject, plus stream_close when the reject is a
  *   result) and nothing is ever executed locally. request_context execs get a
- *   request_context result + stream_close. Heartbeats, checkpoints, tool-call
+ *   request_context result + stream_close; mcp_state_exec_args (36) McpStateExecResult.
+ *   success with the request's tools as one server (coai_encode_exec_mcp_state) and the
+ *   precheck execs 41-43 an empty result, each + stream_close; an exec kind we do not
+ *   know a throw + stream_close. KV: a set_blob without data is acked and stores
+ *   nothing; a get_blob whose key is not stored and is not a 32-byte digest gets the key
+ *   as its data (what the CLI does). Heartbeats, checkpoints, tool-call
  *   announcements, step updates and exec aborts never end a turn and write nothing.
- *   interaction_query messages (web search, ask-question, mode switch ...) are
+ *   interaction_query messages (web search, ask-question, mode switch, Exa, create-plan,
+ *   VM set-up, hosted web fetch, image generation, any other kind) are
  *   answered at once with an empty InteractionResponse of the matching kind
  *   (coai_encode_interaction_response; the original never answered, and a turn could
  *   wait on them); they are counted in coai_reply.queries. Should the upstream still
@@ -1482,7 +1535,11 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   [A-Za-z0-9], at most 32 characters. The session id is the one found in the
  *   request's history (coai_chat_request.session_id) or one the caller makes up (12 hex).
  *
- *   Usage: completion_tokens = sum of token_delta when any arrived, else
+ *   Usage: Cursor's own counts when turn_ended carried them (TurnEndedUpdate 1-5:
+ *   input, output, cache-read, cache-write, reasoning): prompt_tokens = input +
+ *   cache-read + cache-write (Cursor counts them apart, as Anthropic does), cached =
+ *   cache-read, completion_tokens = output, reasoning = min(reasoning, output). Else
+ *   estimates: completion_tokens = sum of token_delta when any arrived, else
  *   ceil(UTF-16 units of the emitted content + reasoning + tool call / 4);
  *   prompt_tokens = checkpoint used_tokens - completion_tokens when a checkpoint
  *   reported more than that, else ceil(UTF-16 units of the prompt / 4).
@@ -1836,9 +1893,14 @@ typedef enum coai_finish {
 
 /* Token counts of a reply. input_tokens counts the whole prompt, cached parts included;
  * cache_* are the parts of it Cursor reported as read from / written to its cache (0 when
- * unknown). Writers that list them separately (Anthropic) subtract them from input. */
+ * unknown). Writers that list them separately (Anthropic) subtract them from input.
+ * reasoning_tokens is the part of output_tokens Cursor reported as reasoning (0 when
+ * unknown); reported = 1 when the counts are Cursor's own (TurnEndedUpdate), 0 when they
+ * are estimates. */
 typedef struct coai_usage {
     int64_t input_tokens, output_tokens, cache_read_tokens, cache_write_tokens;
+    int64_t reasoning_tokens;
+    int reported;
 } coai_usage;
 
 typedef struct coai_reply {
@@ -1885,6 +1947,7 @@ typedef struct coai_reply {
     coai_buf hold_;            /* text held back while it may start a stop sequence */
     int stop_hit_;             /* index of the stop sequence that ended the reply, or -1 */
     int limit_hit_;            /* the reply was cut at max_tokens */
+    coai_turn_usage turn_;     /* TurnEndedUpdate's token counts, when it had them */
 } coai_reply;
 
 /* 0 ok; COAI_ERR_INVALID (missing ids), COAI_ERR_NOMEM. Free with coai_reply_free. */
@@ -2023,9 +2086,11 @@ void coai_iso8601(char out[21], int64_t ms);
  * cursor-agent itself sends; notes: cursor-upstream-extras.md section 1). Only data: URLs
  * with base64 payloads are taken: the proxy never fetches a URL (that would make it an SSRF
  * tool), so http(s) URLs get a 400 that says so. The type comes from the magic bytes (JPEG,
- * PNG, GIF, WebP; anything else is a 400), never from the URL's declared type; width and
- * height from the header when it is cheap to read (PNG IHDR, GIF screen, WebP VP8/VP8L/VP8X,
- * JPEG SOFn), else left unknown (0, and the dimension field is omitted). The uuid is derived
+ * PNG, GIF, WebP, BMP; anything else is a 400), never from the URL's declared type; width
+ * and height from the header when it is cheap to read (PNG IHDR, GIF screen, WebP
+ * VP8/VP8L/VP8X, JPEG SOFn, BMP DIB header), else left unknown (0, and the dimension field
+ * is omitted). A run request with images sets AgentRunRequest.client_supports_inline_images
+ * (19): Cursor ignores inline image data without it (notes 2026-autumn §5.8). The uuid is derived
  * from SHA-256 of the bytes, so the same image gets the same id in every request. */
 
 #ifndef COAI_MAX_IMAGE_BYTES
@@ -2041,7 +2106,8 @@ void coai_iso8601(char out[21], int64_t ms);
 typedef struct coai_image {
     unsigned char *data;       /* decoded bytes (heap; coai_image_free) */
     size_t len;
-    const char *mime;          /* static: "image/jpeg", "image/png", "image/gif", "image/webp" */
+    const char *mime;          /* static: "image/jpeg", "image/png", "image/gif", "image/webp",
+                                * "image/bmp" */
     uint32_t width, height;    /* from the header; 0 = unknown */
     char uuid[37];             /* SelectedImage.uuid, from SHA-256 of the bytes */
 } coai_image;
@@ -4193,6 +4259,8 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p)
         coai__pb_bytes(out, 2, p->blob_values[i].ptr, p->blob_values[i].len);
         coai__pb_close(out, m);
     }
+    if (p->image_count && p->images)
+        coai__pb_bool(out, 19, 1);                       /* client_supports_inline_images */
     coai__pb_close(out, top);
     return coai__pb_finish(out, start, r);
 }
@@ -4284,11 +4352,13 @@ int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason)
 
 int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query)
 {
-    size_t start = out->len, resp;
-    if (query < 2 || query > 6) return COAI_ERR_INVALID;
+    size_t start = out->len, resp, q;
+    if (query < 2 || query > 63) return COAI_ERR_INVALID;
     resp = coai__pb_open(out, 6);
     coai__pb_u32(out, 1, id);
-    coai__pb_close(out, coai__pb_open(out, (unsigned)query));
+    q = coai__pb_open(out, (unsigned)query);
+    if (query == 8) coai__pb_close(out, coai__pb_open(out, 1));   /* success {} */
+    coai__pb_close(out, q);
     coai__pb_close(out, resp);
     return coai__pb_finish(out, start, COAI_OK);
 }
@@ -4349,6 +4419,44 @@ int coai_encode_exec_request_context(coai_buf *out, uint32_t id, coai_str exec_i
     coai__pb_close(out, e);
     coai__pb_close(out, rc);
     coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_mcp_state(coai_buf *out, uint32_t id, coai_str exec_id,
+                               const coai_tool *tools, size_t tool_count,
+                               char *const *server_ids, size_t server_id_count)
+{
+    size_t start = out->len, outer, res, ok, srv, m, i;
+    int r = COAI_OK, ours = server_id_count == 0;
+    if (tool_count && !tools) return COAI_ERR_INVALID;
+    for (i = 0; i < server_id_count && !ours; i++)
+        ours = server_ids && server_ids[i] && strcmp(server_ids[i], COAI__TOOLS_ID) == 0;
+    res = coai__exec_open(out, id, exec_id, 36, &outer);
+    ok = coai__pb_open(out, 1);                          /* success */
+    if (ours && tool_count) {
+        srv = coai__pb_open(out, 1);                     /* servers[0] */
+        coai__pb_lit(out, 1, "Cursor Tools");            /* as in McpDescriptor */
+        coai__pb_lit(out, 2, COAI__TOOLS_ID);
+        for (i = 0; i < tool_count && r == COAI_OK; i++) {
+            m = coai__pb_open(out, 5);
+            r = coai__pb_tool(out, &tools[i]);
+            coai__pb_close(out, m);
+        }
+        coai__pb_lit(out, 7, "ready");
+        coai__pb_close(out, srv);
+    }
+    coai__pb_close(out, ok);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, r);
+}
+
+int coai_encode_exec_empty_result(coai_buf *out, uint32_t id, coai_str exec_id, int kind)
+{
+    size_t start = out->len, outer, res;
+    unsigned field = coai_exec_result_field(kind);
+    if (!field) return COAI_ERR_INVALID;
+    res = coai__exec_open(out, id, exec_id, field, &outer);
     coai__exec_close(out, res, outer);
     return coai__pb_finish(out, start, COAI_OK);
 }
@@ -4660,6 +4768,9 @@ typedef struct coai__dec {
         agent_v1_ToolCallCompletedUpdate completed;
         agent_v1_PartialToolCallUpdate partial;
         agent_v1_StepStartedUpdate step;
+        agent_v1_StepCompletedUpdate step_done;
+        agent_v1_TurnEndedUpdate turn;
+        agent_v1_McpStateExecArgs mcp_state;
         agent_v1_ShellArgs shell;
         agent_v1_WriteArgs write;
         agent_v1_DeleteArgs del;
@@ -4752,6 +4863,17 @@ static coai_result coai__pb_scan(const pb_byte_t *p, size_t n)
     while ((k = coai__pb_next(&r, &f)) > 0)
         if (++count > COAI_MAX_PB_FIELDS) return COAI_ERR_TOO_BIG;
     return k < 0 ? COAI_ERR_PROTO : COAI_OK;
+}
+
+/* 1 if the (already validated) message has a field numbered lo..hi. */
+static int coai__pb_scan_has(const pb_byte_t *p, size_t n, uint32_t lo, uint32_t hi)
+{
+    coai__pbr r;
+    coai__pbf f;
+    coai__pbr_init(&r, p, n);
+    while (coai__pb_next(&r, &f) > 0)
+        if (f.num >= lo && f.num <= hi) return 1;
+    return 0;
 }
 
 /* Decode a fixed-shape leaf message with nanopb into d->u (already zeroed). */
@@ -5073,6 +5195,7 @@ static void coai__msg_clear(coai_msg *m)
     m->exec.content = m->exec.pattern = m->exec.glob = m->exec.url = e;
     m->exec.mcp_name = m->exec.tool_name = m->exec.provider = e;
     m->exec.tool_call_id = m->exec.args_json = e;
+    m->exec.description = m->exec.run_conversation_id = m->exec.run_request_id = e;
 }
 
 static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf *top)
@@ -5083,7 +5206,7 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
     coai_result res;
     coai__pbr_init(&r, top->p, top->n);
     while ((k = coai__pb_next(&r, &f)) > 0) {
-        if (f.num < 1 || f.num > 16) continue;
+        if (f.num < 1 || f.num > 17) continue;
         if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
         mem = f;
         have = 1;
@@ -5139,7 +5262,24 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
         m->kind = COAI_MSG_TOOL_PARTIAL;
         break;
     case 13: m->kind = COAI_MSG_HEARTBEAT; break;
-    case 14: m->kind = COAI_MSG_TURN_ENDED; break;
+    case 14:
+        if ((res = coai__leaf(d, agent_v1_TurnEndedUpdate_fields, &mem)) != COAI_OK) return res;
+        m->turn.input = d->u.turn.input_tokens;
+        m->turn.output = d->u.turn.output_tokens;
+        m->turn.cache_read = d->u.turn.cache_read_tokens;
+        m->turn.cache_write = d->u.turn.cache_write_tokens;
+        m->turn.reasoning = d->u.turn.reasoning_tokens;
+        m->turn.present = coai__pb_scan_has(mem.p, mem.n, 1, 5);
+        m->kind = COAI_MSG_TURN_ENDED;
+        break;
+    case 17:
+        res = coai__leaf(d, agent_v1_StepCompletedUpdate_fields, &mem);
+        if (res != COAI_OK) return res;
+        m->value2 = (int64_t)d->u.step_done.step_id;
+        m->value3 = d->u.step_done.step_duration_ms;
+        m->value = 17;
+        m->kind = COAI_MSG_STEP;
+        break;
     case 16:
         if ((res = coai__leaf(d, agent_v1_StepStartedUpdate_fields, &mem)) != COAI_OK) return res;
         m->value2 = (int64_t)d->u.step.step_id;
@@ -5155,14 +5295,25 @@ static coai_result coai__interaction(coai_msg *m, coai__dec *d, const coai__pbf 
     return COAI_OK;
 }
 
+/* Every length-delimited field of ExecServerMessage but the envelope's (15 exec_id,
+ * 19 span_context; 1 id and 55 are varints) is an args member of the oneof: 2 for the
+ * members we decode (a wrong wire type there is malformed), 1 for the others. */
 static int coai__exec_member(uint32_t num)
 {
     switch (num) {
     case 2: case 3: case 4: case 5: case 7: case 8: case 9: case 10: case 11: case 14:
     case 16: case 17: case 18: case 20: case 21: case 22: case 36:
-        return 1;
+        return 2;
     }
-    return 0;
+    return num >= 2 && num != 15 && num != 19 && num != 55;
+}
+
+unsigned coai_exec_result_field(int kind)
+{
+    if (kind < 2 || kind > 54) return 0;
+    if (kind >= 45 && kind <= 51) return (unsigned)kind + 1;
+    if (kind == 52) return 55;
+    return (unsigned)kind;
 }
 
 static coai_result coai__exec(coai_msg *m, coai__dec *d, const coai__pbf *top)
@@ -5182,8 +5333,14 @@ static coai_result coai__exec(coai_msg *m, coai__dec *d, const coai__pbf *top)
             if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
             xid = f;
             have_xid = 1;
+        } else if (f.num == 55) {
+            if (f.wt != PB_WT_VARINT) return COAI_ERR_PROTO;
+            x->accept_hook_contexts = f.v != 0;
         } else if (coai__exec_member(f.num)) {
-            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+            if (f.wt != PB_WT_STRING) {
+                if (coai__exec_member(f.num) == 2) return COAI_ERR_PROTO;
+                continue;
+            }
             mem = f;
             have = 1;
         }
@@ -5197,6 +5354,19 @@ static coai_result coai__exec(coai_msg *m, coai__dec *d, const coai__pbf *top)
         x->command = coai_str_c(d->u.shell.command);
         x->cwd = coai_str_c(d->u.shell.working_directory);
         x->tool_call_id = coai_str_c(d->u.shell.tool_call_id);
+        x->timeout = d->u.shell.timeout;
+        x->timeout_behavior = d->u.shell.timeout_behavior;
+        x->hard_timeout_ms = d->u.shell.hard_timeout;
+        x->description = coai_str_c(d->u.shell.description);
+        x->close_stdin = d->u.shell.close_stdin;
+        x->run_conversation_id = coai_str_c(d->u.shell.conversation_id);
+        x->run_request_id = coai_str_c(d->u.shell.request_id);
+        break;
+    case COAI_EXEC_MCP_STATE:
+        if ((res = coai__leaf(d, agent_v1_McpStateExecArgs_fields, &mem)) != COAI_OK) return res;
+        x->server_ids = d->u.mcp_state.server_identifiers;
+        x->server_id_count = d->u.mcp_state.server_identifiers
+                             ? d->u.mcp_state.server_identifiers_count : 0;
         break;
     case COAI_EXEC_WRITE:
         if ((res = coai__leaf(d, agent_v1_WriteArgs_fields, &mem)) != COAI_OK) return res;
@@ -5311,6 +5481,7 @@ static coai_result coai__kv(coai_msg *m, coai__dec *d, const coai__pbf *top)
         if ((res = coai__leaf(d, agent_v1_SetBlobArgs_fields, &mem)) != COAI_OK) return res;
         m->blob_id = coai__bytes_view(d->u.set_blob.blob_id);
         m->blob_data = coai__bytes_view(d->u.set_blob.blob_data);
+        m->no_blob_data = d->u.set_blob.blob_data == NULL;
         m->kind = COAI_MSG_KV_SET;
     }
     m->id = id;
@@ -5375,8 +5546,12 @@ static coai_result coai__query(coai_msg *m, const coai__pbf *top)
         if (f.num == 1) {
             if (f.wt != PB_WT_VARINT) return COAI_ERR_PROTO;
             m->id = (uint32_t)f.v;
-        } else if (f.num >= 2 && f.num <= 6) {
-            if (f.wt != PB_WT_STRING) return COAI_ERR_PROTO;
+        } else if (f.num >= 2 && f.num <= 63) {
+            /* 2-9 and 12 are known; any other kind is answered the same way */
+            if (f.wt != PB_WT_STRING) {
+                if (f.num <= 12) return COAI_ERR_PROTO;
+                continue;
+            }
             m->query = (int)f.num;
         }
     }
@@ -8813,6 +8988,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     static const char *const n_write[] = { "write", "write_file", "create_file", NULL };
     static const char *const p_command[] = { "command", "cmd", NULL };
     static const char *const p_desc[] = { "description", NULL };
+    static const char *const p_timeout[] = { "timeout", "timeout_ms", NULL };
     static const char *const p_cwd[] = { "cwd", "workdir", "working_directory", "directory",
                                          NULL };
     static const char *const p_file[] = { "filePath", "file_path", "path", "filename",
@@ -8836,7 +9012,9 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         t = &tools[idx];
         coai_buf_putc(b, '{');
         coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
-        coai__oa_shell_desc(&d, ex->command);
+        /* Cursor's own description of the command (ShellArgs 15) when it sent one */
+        if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);
+        else coai__oa_shell_desc(&d, ex->command);
         if (coai__oa_may(t, p_desc)) {
             coai_str ds;
             ds.ptr = d.data ? (const char *)d.data : "";
@@ -8847,6 +9025,12 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         coai_buf_free(&d);
         if (ex->cwd.len && coai__oa_may(t, p_cwd))
             coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
+        /* ShellArgs.hard_timeout (ms) to a tool that declares a timeout in ms (Claude Code's
+         * Bash and OpenCode's bash: timeout; Codex: timeout_ms) */
+        if (ex->hard_timeout_ms > 0 && ex->hard_timeout_ms < 100000000000ULL
+            && coai__oa_has_param(t, p_timeout))
+            coai_buf_printf(b, ",\"%s\":%llu", coai__oa_param(t, p_timeout),
+                            (unsigned long long)ex->hard_timeout_ms);
         break;
     case COAI_EXEC_READ:
         if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
@@ -9039,6 +9223,7 @@ int coai_reply_continue(coai_reply *r, const coai_reply_opts *o)
     r->completion_units_ = 0;
     r->token_sum_ = 0;
     r->have_token_delta_ = r->status_ok_ = 0;
+    memset(&r->turn_, 0, sizeof r->turn_);
     r->queries = r->rejected = 0;
     r->finish_ = COAI_FINISH_STOP;
     r->block_ = r->block_open_ = 0;
@@ -9166,9 +9351,29 @@ static void coai__oa_chunk_end(coai_reply *r, const char *finish)
     coai_buf_puts(&r->out, "}\n\n");
 }
 
+static int64_t coai__oa_tokn(int64_t v)
+{
+    return v > 0 && v < 1000000000000LL ? v : 0;
+}
+
 void coai_reply_usage(const coai_reply *r, coai_usage *u)
 {
     int64_t c, p;
+    const coai_turn_usage *t = &r->turn_;
+    if (t->present && (coai__oa_tokn(t->input) || coai__oa_tokn(t->output))) {
+        c = coai__oa_tokn(t->output);
+        if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;
+        u->cache_read_tokens = coai__oa_tokn(t->cache_read);
+        u->cache_write_tokens = coai__oa_tokn(t->cache_write);
+        u->input_tokens = coai__oa_tokn(t->input) + u->cache_read_tokens
+                          + u->cache_write_tokens;
+        u->output_tokens = c;
+        u->reasoning_tokens = coai__oa_tokn(t->reasoning) < c ? coai__oa_tokn(t->reasoning) : c;
+        u->reported = 1;
+        return;
+    }
+    u->reasoning_tokens = 0;
+    u->reported = 0;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
     if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;   /* what was sent */
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
@@ -9184,8 +9389,13 @@ static void coai__oa_usage(const coai_reply *r, coai_buf *b)
     coai_usage u;
     coai_reply_usage(r, &u);
     coai_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
-                    "\"total_tokens\":%lld}", (long long)u.input_tokens,
+                    "\"total_tokens\":%lld", (long long)u.input_tokens,
                     (long long)u.output_tokens, (long long)(u.input_tokens + u.output_tokens));
+    if (u.reported)   /* Cursor's own counts: the cached and reasoning parts too */
+        coai_buf_printf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%lld},"
+                        "\"completion_tokens_details\":{\"reasoning_tokens\":%lld}",
+                        (long long)u.cache_read_tokens, (long long)u.reasoning_tokens);
+    coai_buf_putc(b, '}');
 }
 
 static void coai__oa_w_begin(coai_reply *r)
@@ -9721,6 +9931,25 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
         return coai__oa_send(r);
     }
+    if (ex->kind == COAI_EXEC_MCP_STATE
+        || (ex->kind >= COAI_EXEC_PRECHECK_FIRST && ex->kind <= COAI_EXEC_PRECHECK_LAST)) {
+        /* Since 2026-09 Grok asks for the MCP server state before it calls a tool: a throw
+         * leaves the tools "unavailable". Prechecks want an empty result. */
+        coai_buf_reset(&r->scratch_);
+        if (ex->kind == COAI_EXEC_MCP_STATE)
+            rc = coai_encode_exec_mcp_state(&r->scratch_, ex->id, ex->exec_id, r->o_.tools,
+                                            r->o_.tools ? r->o_.tool_count : 0,
+                                            ex->server_ids, ex->server_id_count);
+        else
+            rc = coai_encode_exec_empty_result(&r->scratch_, ex->id, ex->exec_id,
+                                               (int)ex->kind);
+        if (rc != COAI_OK) return rc == COAI_ERR_NOMEM ? coai__oa_fail_nomem(r)
+                                                      : coai__oa_throw(r, ex);
+        if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+        coai_buf_reset(&r->scratch_);
+        coai_encode_exec_stream_close(&r->scratch_, ex->id);
+        return coai__oa_send(r);
+    }
     memset(&tc, 0, sizeof tc);
     m = coai__exec_map_of(r->o_.dialect)(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
@@ -9852,7 +10081,15 @@ static coai_reply_kv *coai__oa_kv_find(coai_reply *r, coai_str id)
 
 static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
 {
-    coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    coai_reply_kv *e;
+    if (m->no_blob_data) {
+        /* set_blob with a blob_id and no blob_data (seen live, notes 2026-autumn §5.4):
+         * acked; nothing to store, and a blob already stored under that id stays. */
+        coai_buf_reset(&r->scratch_);
+        coai_encode_kv_set_result_meta(&r->scratch_, m->id, m->raw, m->has_raw);
+        return coai__oa_send(r);
+    }
+    e = coai__oa_kv_find(r, m->blob_id);
     size_t need = m->blob_id.len + m->blob_data.len + COAI__OA_KV_OVERHEAD;
     size_t freed = e ? e->id_len + e->n + COAI__OA_KV_OVERHEAD : 0;
     unsigned char *mem;
@@ -9922,6 +10159,15 @@ int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data)
 static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
 {
     const coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    if (!e && m->blob_id.len != 32) {
+        /* A key that is not a 32-byte digest names no stored blob: the CLI answers with
+         * the key itself as the data; an empty answer fails the run (notes 2026-autumn
+         * §5.4). */
+        coai_buf_reset(&r->scratch_);
+        coai_encode_kv_get_result_meta(&r->scratch_, m->id, m->blob_id.ptr, m->blob_id.len, 1,
+                                       m->raw, m->has_raw);
+        return coai__oa_send(r);
+    }
     if (!e) r->kv_misses_++;
     coai_buf_reset(&r->scratch_);
     coai_encode_kv_get_result_meta(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
@@ -9990,7 +10236,9 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
         }
         return COAI_OK;
     case COAI_MSG_CHECKPOINT: return coai__oa_checkpoint(r, m);
-    case COAI_MSG_TURN_ENDED: return coai__oa_finish(r);
+    case COAI_MSG_TURN_ENDED:
+        if (m->turn.present) r->turn_ = m->turn;
+        return coai__oa_finish(r);
     case COAI_MSG_EXEC: return coai__oa_exec(r, &m->exec);
     case COAI_MSG_KV_SET: return coai__oa_kv_set(r, m);
     case COAI_MSG_KV_GET: return coai__oa_kv_get(r, m);
@@ -11556,7 +11804,17 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     case COAI_EXEC_SHELL_STREAM:
         if (!style) break;
         tc->tool = idx;
-        return coai__rs_shell_args(&tc->args, style, ex->command, ex->cwd, workspace);
+        m = coai__rs_shell_args(&tc->args, style, ex->command, ex->cwd, workspace);
+        if (m > 0 && ex->hard_timeout_ms > 0 && ex->hard_timeout_ms < 100000000000ULL
+            && tc->args.len && coai__oa_get(coai__oa_get(tools[idx].parameters, "properties"),
+                                            "timeout_ms")) {
+            /* Cursor's hard timeout (ShellArgs 14, ms) where Codex's tool takes one */
+            tc->args.len--;                                  /* the closing brace */
+            coai_buf_printf(&tc->args, ",\"timeout_ms\":%llu}",
+                            (unsigned long long)ex->hard_timeout_ms);
+            if (tc->args.err) m = -1;
+        }
+        return m;
     case COAI_EXEC_WRITE:
     case COAI_EXEC_DELETE:
         ap = coai__rs_tool(tools, count, "apply_patch", &aidx);
@@ -11663,10 +11921,11 @@ static void coai__rs_ev_item(coai_reply *r, const char *type, const char *prefix
     coai_buf_printf(&r->out, ",\"output_index\":%d", r->rs_index_);
 }
 
-static int64_t coai__rs_reasoning_tokens(const coai_reply *r, int64_t out)
+static int64_t coai__rs_reasoning_tokens(const coai_reply *r, const coai_usage *u)
 {
     int64_t n = (int64_t)((r->rs_reason_units_ + 3) / 4);
-    return n < out ? n : out;
+    if (u->reported) return u->reasoning_tokens;
+    return n < u->output_tokens ? n : u->output_tokens;
 }
 
 static void coai__rs_usage(const coai_reply *r, coai_buf *b)
@@ -11677,7 +11936,7 @@ static void coai__rs_usage(const coai_reply *r, coai_buf *b)
                     "\"output_tokens\":%lld,\"output_tokens_details\":{\"reasoning_tokens\":%lld},"
                     "\"total_tokens\":%lld}", (long long)u.input_tokens,
                     (long long)u.cache_read_tokens, (long long)u.output_tokens,
-                    (long long)coai__rs_reasoning_tokens(r, u.output_tokens),
+                    (long long)coai__rs_reasoning_tokens(r, &u),
                     (long long)(u.input_tokens + u.output_tokens));
 }
 
@@ -12792,6 +13051,21 @@ const char *coai_image_sniff(const unsigned char *p, size_t n, uint32_t *w, uint
             dw = ((uint32_t)p[24] | (uint32_t)p[25] << 8 | (uint32_t)p[26] << 16) + 1;
             dh = ((uint32_t)p[27] | (uint32_t)p[28] << 8 | (uint32_t)p[29] << 16) + 1;
         }
+    } else if (n >= 26 && p[0] == 'B' && p[1] == 'M') {
+        /* BMP: "BM" is a weak magic, so the DIB header size must be a known one too */
+        uint32_t dib = coai__im_le16(p + 14) | (uint32_t)coai__im_le16(p + 16) << 16;
+        if (dib == 12) {                             /* BITMAPCOREHEADER: 16-bit sizes */
+            mime = "image/bmp";
+            dw = coai__im_le16(p + 18);
+            dh = coai__im_le16(p + 20);
+        } else if (dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108
+                   || dib == 124) {
+            uint32_t bw = coai__im_le16(p + 18) | (uint32_t)coai__im_le16(p + 20) << 16;
+            uint32_t bh = coai__im_le16(p + 22) | (uint32_t)coai__im_le16(p + 24) << 16;
+            mime = "image/bmp";
+            dw = bw;
+            dh = bh & 0x80000000u ? 0u - bh : bh;   /* negative height: top-down rows */
+        }
     }
     /* Dimension is int32 on the wire; a value out of range or half known is no value */
     if (!dw || !dh || dw > 0x7fffffffu || dh > 0x7fffffffu) dw = dh = 0;
@@ -12845,7 +13119,7 @@ int coai_image_from_base64(coai_image *img, coai_str type, coai_str pl, size_t m
     if (!max_bytes) max_bytes = COAI_MAX_IMAGE_BYTES;
     if (type.len && !coai__im_ci_prefix(type, "image/"))
         return coai__im_bad(err, 400, "invalid_image_format", p,
-                            "%s: only images are accepted (JPEG, PNG, GIF or WebP)", p);
+                            "%s: only images are accepted (JPEG, PNG, GIF, WebP or BMP)", p);
     /* whitespace inside the payload (line-wrapped base64) is skipped */
     for (i = 0, n = 0; i < pl.len; i++)
         if (!(pl.ptr[i] == ' ' || pl.ptr[i] == '\n' || pl.ptr[i] == '\r' || pl.ptr[i] == '\t'))
@@ -12894,7 +13168,7 @@ int coai_image_from_base64(coai_image *img, coai_str type, coai_str pl, size_t m
     if (!img->mime) {
         coai_image_free(img);
         return coai__im_bad(err, 400, "invalid_image_format", p,
-                            "%s is not a JPEG, PNG, GIF or WebP image", p);
+                            "%s is not a JPEG, PNG, GIF, WebP or BMP image", p);
     }
     br_sha256_init(&sc);
     br_sha256_update(&sc, img->data, img->len);

@@ -18,6 +18,9 @@ PB_BIND(agent_v1_ClientHeartbeat, agent_v1_ClientHeartbeat, AUTO)
 PB_BIND(agent_v1_AgentServerMessage, agent_v1_AgentServerMessage, AUTO)
 
 
+PB_BIND(agent_v1_TtftBreakdown, agent_v1_TtftBreakdown, AUTO)
+
+
 PB_BIND(agent_v1_AgentRunRequest, agent_v1_AgentRunRequest, 2)
 
 
@@ -135,10 +138,13 @@ PB_BIND(agent_v1_UserMessageAppendedUpdate, agent_v1_UserMessageAppendedUpdate, 
 PB_BIND(agent_v1_StepStartedUpdate, agent_v1_StepStartedUpdate, AUTO)
 
 
+PB_BIND(agent_v1_StepCompletedUpdate, agent_v1_StepCompletedUpdate, AUTO)
+
+
 PB_BIND(agent_v1_ToolCall, agent_v1_ToolCall, 2)
 
 
-PB_BIND(agent_v1_ShellToolCall, agent_v1_ShellToolCall, AUTO)
+PB_BIND(agent_v1_ShellToolCall, agent_v1_ShellToolCall, 2)
 
 
 PB_BIND(agent_v1_McpToolCall, agent_v1_McpToolCall, AUTO)
@@ -181,6 +187,9 @@ PB_BIND(agent_v1_InteractionQuery, agent_v1_InteractionQuery, AUTO)
 
 
 PB_BIND(agent_v1_InteractionResponse, agent_v1_InteractionResponse, AUTO)
+
+
+PB_BIND(agent_v1_SetupVmEnvironmentResponse, agent_v1_SetupVmEnvironmentResponse, AUTO)
 
 
 PB_BIND(agent_v1_ExecServerMessage, agent_v1_ExecServerMessage, AUTO)
@@ -537,9 +546,6 @@ PB_BIND(agent_v1_BedrockCredentials, agent_v1_BedrockCredentials, AUTO)
 PB_BIND(agent_v1_ComputerUseArgs, agent_v1_ComputerUseArgs, AUTO)
 
 
-PB_BIND(agent_v1_McpStateExecArgs, agent_v1_McpStateExecArgs, AUTO)
-
-
 PB_BIND(agent_v1_ComputerUseResult, agent_v1_ComputerUseResult, AUTO)
 
 
@@ -645,9 +651,6 @@ PB_BIND(agent_v1_SemSearchToolCall, agent_v1_SemSearchToolCall, AUTO)
 PB_BIND(agent_v1_ShellCommandAction, agent_v1_ShellCommandAction, AUTO)
 
 
-PB_BIND(agent_v1_ShellCommandParsingResult, agent_v1_ShellCommandParsingResult, AUTO)
-
-
 PB_BIND(agent_v1_SkillOptions, agent_v1_SkillOptions, AUTO)
 
 
@@ -685,6 +688,45 @@ PB_BIND(agent_v1_WebSearchRequestResponse, agent_v1_WebSearchRequestResponse, AU
 
 
 PB_BIND(agent_v1_WebSearchToolCall, agent_v1_WebSearchToolCall, AUTO)
+
+
+PB_BIND(agent_v1_CreatePlanRequestQuery, agent_v1_CreatePlanRequestQuery, AUTO)
+
+
+PB_BIND(agent_v1_CreatePlanRequestResponse, agent_v1_CreatePlanRequestResponse, AUTO)
+
+
+PB_BIND(agent_v1_SetupVmEnvironmentRequestQuery, agent_v1_SetupVmEnvironmentRequestQuery, AUTO)
+
+
+PB_BIND(agent_v1_SetupVmEnvironmentSuccess, agent_v1_SetupVmEnvironmentSuccess, AUTO)
+
+
+PB_BIND(agent_v1_WebFetchRequestQuery, agent_v1_WebFetchRequestQuery, AUTO)
+
+
+PB_BIND(agent_v1_WebFetchRequestResponse, agent_v1_WebFetchRequestResponse, AUTO)
+
+
+PB_BIND(agent_v1_GenerateImageRequestQuery, agent_v1_GenerateImageRequestQuery, AUTO)
+
+
+PB_BIND(agent_v1_GenerateImageRequestResponse, agent_v1_GenerateImageRequestResponse, AUTO)
+
+
+PB_BIND(agent_v1_McpStateExecArgs, agent_v1_McpStateExecArgs, AUTO)
+
+
+PB_BIND(agent_v1_McpStateExecResult, agent_v1_McpStateExecResult, AUTO)
+
+
+PB_BIND(agent_v1_McpStateSuccess, agent_v1_McpStateSuccess, AUTO)
+
+
+PB_BIND(agent_v1_McpStateServer, agent_v1_McpStateServer, AUTO)
+
+
+PB_BIND(agent_v1_ShellCommandParsingResult, agent_v1_ShellCommandParsingResult, AUTO)
 
 
 

@@ -33,6 +33,10 @@ typedef struct _agent_v1_ClientHeartbeat {
     char dummy_field;
 } agent_v1_ClientHeartbeat;
 
+typedef struct _agent_v1_TtftBreakdown {
+    char dummy_field;
+} agent_v1_TtftBreakdown;
+
 /* One KV blob handed to the server up front (YYE: {bytes id = 1, bytes value = 2}). */
 typedef struct _agent_v1_PreFetchedBlob {
     pb_bytes_array_t *id;
@@ -166,9 +170,13 @@ typedef struct _agent_v1_HeartbeatUpdate {
     char dummy_field;
 } agent_v1_HeartbeatUpdate;
 
-/* Empty message; typically arrives as InteractionUpdate bytes 72 00. */
+/* Typically arrives as InteractionUpdate bytes 72 00; since 2026 with the turn's token counts. */
 typedef struct _agent_v1_TurnEndedUpdate {
-    char dummy_field;
+    int64_t input_tokens; /* R: usage */
+    int64_t output_tokens; /* R */
+    int64_t cache_read_tokens; /* R */
+    int64_t cache_write_tokens; /* R */
+    int64_t reasoning_tokens; /* R */
 } agent_v1_TurnEndedUpdate;
 
 typedef struct _agent_v1_ToolCallStartedUpdate {
@@ -205,6 +213,11 @@ typedef struct _agent_v1_SummaryCompletedUpdate {
 typedef struct _agent_v1_StepStartedUpdate {
     uint64_t step_id;
 } agent_v1_StepStartedUpdate;
+
+typedef struct _agent_v1_StepCompletedUpdate {
+    uint64_t step_id; /* R */
+    int64_t step_duration_ms; /* R */
+} agent_v1_StepCompletedUpdate;
 
 typedef struct _agent_v1_ReadToolArgs {
     char *path;
@@ -908,10 +921,6 @@ typedef struct _agent_v1_ComputerUseArgs {
     char dummy_field;
 } agent_v1_ComputerUseArgs;
 
-typedef struct _agent_v1_McpStateExecArgs {
-    char dummy_field;
-} agent_v1_McpStateExecArgs;
-
 typedef struct _agent_v1_ComputerUseResult {
     char dummy_field;
 } agent_v1_ComputerUseResult;
@@ -1184,73 +1193,6 @@ typedef struct _agent_v1_ShellCommandAction {
     char dummy_field;
 } agent_v1_ShellCommandAction;
 
-typedef struct _agent_v1_ShellCommandParsingResult {
-    char dummy_field;
-} agent_v1_ShellCommandParsingResult;
-
-typedef struct _agent_v1_ShellArgs {
-    char *command; /* R */
-    char *working_directory; /* R (-> "cwd") */
-    int32_t timeout;
-    char *tool_call_id;
-    pb_size_t simple_commands_count;
-    char **simple_commands;
-    bool has_input_redirect;
-    bool has_output_redirect;
-    bool has_parsing_result;
-    agent_v1_ShellCommandParsingResult parsing_result;
-    bool has_requested_sandbox_policy;
-    agent_v1_SandboxPolicy requested_sandbox_policy;
-    bool has_file_output_threshold_bytes;
-    uint64_t file_output_threshold_bytes;
-    bool is_background;
-    bool skip_approval;
-} agent_v1_ShellArgs;
-
-typedef struct _agent_v1_ShellToolCall {
-    bool has_args;
-    agent_v1_ShellArgs args;
-    bool has_result;
-    agent_v1_ShellResult result;
-} agent_v1_ShellToolCall;
-
-typedef struct _agent_v1_BackgroundShellSpawnArgs {
-    char *command;
-    char *working_directory;
-    char *tool_call_id;
-    bool has_parsing_result;
-    agent_v1_ShellCommandParsingResult parsing_result;
-    bool has_sandbox_policy;
-    agent_v1_SandboxPolicy sandbox_policy;
-} agent_v1_BackgroundShellSpawnArgs;
-
-typedef struct _agent_v1_ExecServerMessage {
-    uint32_t id; /* R: echo in ExecClientMessage.id and ExecClientStreamClose.id */
-    pb_size_t which_message;
-    union {
-        agent_v1_ShellArgs shell_args; /* R -> OpenAI tool "bash" */
-        agent_v1_WriteArgs write_args; /* R -> OpenAI tool "write" */
-        agent_v1_DeleteArgs delete_args; /* decl: ignored by the original (no answer) */
-        agent_v1_GrepArgs grep_args; /* R -> "grep" or "glob" */
-        agent_v1_ReadArgs read_args; /* R -> "read" */
-        agent_v1_LsArgs ls_args; /* R -> "list" */
-        agent_v1_DiagnosticsArgs diagnostics_args; /* decl: ignored */
-        agent_v1_RequestContextArgs request_context_args; /* R: skipped (never answered) by the OpenAI handler */
-        agent_v1_McpArgs mcp_args; /* R -> original OpenAI tool name */
-        agent_v1_ShellArgs shell_stream_args; /* R -> treated exactly like shell_args */
-        agent_v1_BackgroundShellSpawnArgs background_shell_spawn_args; /* decl: ignored */
-        agent_v1_ListMcpResourcesExecArgs list_mcp_resources_exec_args; /* decl: ignored */
-        agent_v1_ReadMcpResourceExecArgs read_mcp_resource_exec_args; /* decl: ignored */
-        agent_v1_FetchArgs fetch_args; /* decl: ignored */
-        agent_v1_RecordScreenArgs record_screen_args; /* decl: ignored */
-        agent_v1_ComputerUseArgs computer_use_args; /* decl: ignored */
-        agent_v1_McpStateExecArgs mcp_state_exec_args; /* R: answered with throw + stream_close (OMR: heartbeats only until answered) */
-    } message;
-    char *exec_id; /* R: echoed in ExecClientMessage.exec_id when non-empty */
-    bool has_span_context;
-    agent_v1_SpanContext span_context; /* decl */
-} agent_v1_ExecServerMessage;
-
 typedef struct _agent_v1_SkillOptions {
     char dummy_field;
 } agent_v1_SkillOptions;
@@ -1313,31 +1255,6 @@ typedef struct _agent_v1_RequestContextResult {
     } result;
 } agent_v1_RequestContextResult;
 
-typedef struct _agent_v1_ExecClientMessage {
-    uint32_t id; /* W */
-    pb_size_t which_message;
-    union {
-        agent_v1_ShellResult shell_result; /* W (built-in exec mode only) */
-        agent_v1_WriteResult write_result; /* W (built-in exec mode only) */
-        agent_v1_DeleteResult delete_result;
-        agent_v1_GrepResult grep_result; /* W (built-in exec mode only) */
-        agent_v1_ReadResult read_result; /* W (built-in mode and edit-flow internal read) */
-        agent_v1_LsResult ls_result; /* W (built-in mode; see LsSuccess caveat) */
-        agent_v1_DiagnosticsResult diagnostics_result;
-        agent_v1_RequestContextResult request_context_result; /* W (helper exists; not used by the OpenAI handler) */
-        agent_v1_McpResult mcp_result; /* W (helper exists; unreachable in the OpenAI flow) */
-        agent_v1_ShellStream shell_stream; /* decl: the CLI answers shell_stream_args with this; the original never does */
-        agent_v1_BackgroundShellSpawnResult background_shell_spawn_result;
-        agent_v1_ListMcpResourcesExecResult list_mcp_resources_exec_result;
-        agent_v1_ReadMcpResourceExecResult read_mcp_resource_exec_result;
-        agent_v1_FetchResult fetch_result;
-        agent_v1_RecordScreenResult record_screen_result;
-        agent_v1_ComputerUseResult computer_use_result;
-    } message;
-    char *exec_id; /* W (only if the server sent one) */
-    uint32_t local_execution_time_ms; /* W: on every exec result (the CLI writes it; 0 is omitted) */
-} agent_v1_ExecClientMessage;
-
 typedef struct _agent_v1_StartPlanAction {
     char dummy_field;
 } agent_v1_StartPlanAction;
@@ -1379,10 +1296,12 @@ typedef struct _agent_v1_AgentRunRequest {
     agent_v1_RequestedModel requested_model; /* decl (2026 peers) */
     bool has_exclude_workspace_context;
     bool exclude_workspace_context; /* decl (2026 peers) */
+    char *conversation_group_id; /* decl (CLI 09-17 capture) */
     pb_size_t pre_fetched_blobs_count;
     struct _agent_v1_PreFetchedBlob *pre_fetched_blobs; /* W: stored KV blobs on a checkpoint resume */
+    char *dev_raw_model_slug; /* decl */
     bool has_client_supports_inline_images;
-    bool client_supports_inline_images; /* decl (tag unverified; not sent) */
+    bool client_supports_inline_images; /* W: true whenever images are sent (notes 2026-autumn §5.8) */
     char *run_id; /* decl (OAK) */
 } agent_v1_AgentRunRequest;
 
@@ -1447,6 +1366,7 @@ typedef struct _agent_v1_InteractionUpdate {
         agent_v1_TurnEndedUpdate turn_ended; /* R: END OF TURN */
         agent_v1_ToolCallDeltaUpdate tool_call_delta;
         agent_v1_StepStartedUpdate step_started;
+        agent_v1_StepCompletedUpdate step_completed; /* R (informational) */
     } message;
 } agent_v1_InteractionUpdate;
 
@@ -1463,6 +1383,47 @@ typedef struct _agent_v1_WebSearchRequestQuery {
     agent_v1_WebSearchArgs args;
 } agent_v1_WebSearchRequestQuery;
 
+typedef struct _agent_v1_WebSearchRequestResponse {
+    char dummy_field;
+} agent_v1_WebSearchRequestResponse;
+
+typedef struct _agent_v1_WebSearchToolCall {
+    char dummy_field;
+} agent_v1_WebSearchToolCall;
+
+typedef struct _agent_v1_CreatePlanRequestQuery {
+    char dummy_field;
+} agent_v1_CreatePlanRequestQuery;
+
+typedef struct _agent_v1_CreatePlanRequestResponse {
+    char dummy_field;
+} agent_v1_CreatePlanRequestResponse;
+
+typedef struct _agent_v1_SetupVmEnvironmentRequestQuery {
+    char dummy_field;
+} agent_v1_SetupVmEnvironmentRequestQuery;
+
+typedef struct _agent_v1_SetupVmEnvironmentSuccess {
+    char dummy_field;
+} agent_v1_SetupVmEnvironmentSuccess;
+
+typedef struct _agent_v1_SetupVmEnvironmentResponse {
+    bool has_success;
+    agent_v1_SetupVmEnvironmentSuccess success;
+} agent_v1_SetupVmEnvironmentResponse;
+
+typedef struct _agent_v1_WebFetchRequestQuery {
+    char dummy_field;
+} agent_v1_WebFetchRequestQuery;
+
+typedef struct _agent_v1_WebFetchRequestResponse {
+    char dummy_field;
+} agent_v1_WebFetchRequestResponse;
+
+typedef struct _agent_v1_GenerateImageRequestQuery {
+    char dummy_field;
+} agent_v1_GenerateImageRequestQuery;
+
 typedef struct _agent_v1_InteractionQuery {
     uint32_t id; /* R */
     pb_size_t which_query;
@@ -1472,25 +1433,16 @@ typedef struct _agent_v1_InteractionQuery {
         agent_v1_SwitchModeRequestQuery switch_mode_request_query;
         agent_v1_ExaSearchRequestQuery exa_search_request_query;
         agent_v1_ExaFetchRequestQuery exa_fetch_request_query;
+        agent_v1_CreatePlanRequestQuery create_plan_request_query;
+        agent_v1_SetupVmEnvironmentRequestQuery setup_vm_environment_request_query;
+        agent_v1_WebFetchRequestQuery web_fetch_request_query; /* unnamed upstream: a hosted web fetch */
+        agent_v1_GenerateImageRequestQuery generate_image_request_query;
     } query;
 } agent_v1_InteractionQuery;
 
-/* Every server->client message. One per gRPC-web data frame of the RunSSE response. */
-typedef struct _agent_v1_AgentServerMessage {
-    pb_size_t which_message;
-    union {
-        agent_v1_InteractionUpdate interaction_update; /* R */
-        agent_v1_ExecServerMessage exec_server_message; /* R */
-        agent_v1_ConversationStateStructure conversation_checkpoint_update; /* R (only noted; NOT end of turn) */
-        agent_v1_KvServerMessage kv_server_message; /* R */
-        agent_v1_ExecServerControlMessage exec_server_control_message; /* R (abort; only logged) */
-        agent_v1_InteractionQuery interaction_query; /* R (type detected, never answered) */
-    } message;
-} agent_v1_AgentServerMessage;
-
-typedef struct _agent_v1_WebSearchRequestResponse {
+typedef struct _agent_v1_GenerateImageRequestResponse {
     char dummy_field;
-} agent_v1_WebSearchRequestResponse;
+} agent_v1_GenerateImageRequestResponse;
 
 typedef struct _agent_v1_InteractionResponse {
     uint32_t id;
@@ -1501,8 +1453,55 @@ typedef struct _agent_v1_InteractionResponse {
         agent_v1_SwitchModeRequestResponse switch_mode_request_response;
         agent_v1_ExaSearchRequestResponse exa_search_request_response;
         agent_v1_ExaFetchRequestResponse exa_fetch_request_response;
+        agent_v1_CreatePlanRequestResponse create_plan_request_response;
+        agent_v1_SetupVmEnvironmentResponse setup_vm_environment_response; /* W: {success {}} */
+        agent_v1_WebFetchRequestResponse web_fetch_request_response;
+        agent_v1_GenerateImageRequestResponse generate_image_request_response;
     } result;
 } agent_v1_InteractionResponse;
+
+typedef struct _agent_v1_McpStateExecArgs {
+    pb_size_t server_identifiers_count;
+    char **server_identifiers; /* R: answer only these servers (empty: all) */
+} agent_v1_McpStateExecArgs;
+
+typedef struct _agent_v1_McpStateSuccess {
+    pb_size_t servers_count;
+    struct _agent_v1_McpStateServer *servers; /* W: one, "cursor-tools", when it is asked for */
+} agent_v1_McpStateSuccess;
+
+typedef struct _agent_v1_McpStateExecResult {
+    pb_size_t which_result;
+    union {
+        agent_v1_McpStateSuccess success; /* W */
+    } result;
+} agent_v1_McpStateExecResult;
+
+typedef struct _agent_v1_ExecClientMessage {
+    uint32_t id; /* W */
+    pb_size_t which_message;
+    union {
+        agent_v1_ShellResult shell_result; /* W (built-in exec mode only) */
+        agent_v1_WriteResult write_result; /* W (built-in exec mode only) */
+        agent_v1_DeleteResult delete_result;
+        agent_v1_GrepResult grep_result; /* W (built-in exec mode only) */
+        agent_v1_ReadResult read_result; /* W (built-in mode and edit-flow internal read) */
+        agent_v1_LsResult ls_result; /* W (built-in mode; see LsSuccess caveat) */
+        agent_v1_DiagnosticsResult diagnostics_result;
+        agent_v1_RequestContextResult request_context_result; /* W (helper exists; not used by the OpenAI handler) */
+        agent_v1_McpResult mcp_result; /* W (helper exists; unreachable in the OpenAI flow) */
+        agent_v1_ShellStream shell_stream; /* decl: the CLI answers shell_stream_args with this; the original never does */
+        agent_v1_BackgroundShellSpawnResult background_shell_spawn_result;
+        agent_v1_ListMcpResourcesExecResult list_mcp_resources_exec_result;
+        agent_v1_ReadMcpResourceExecResult read_mcp_resource_exec_result;
+        agent_v1_FetchResult fetch_result;
+        agent_v1_RecordScreenResult record_screen_result;
+        agent_v1_ComputerUseResult computer_use_result;
+        agent_v1_McpStateExecResult mcp_state_exec_result; /* W: answers mcp_state_exec_args */
+    } message;
+    char *exec_id; /* W (only if the server sent one) */
+    uint32_t local_execution_time_ms; /* W: on every exec result (the CLI writes it; 0 is omitted) */
+} agent_v1_ExecClientMessage;
 
 /* Every client->server message. Sent hex-encoded inside aiserver.v1.BidiAppendRequest.data. */
 typedef struct _agent_v1_AgentClientMessage {
@@ -1518,9 +1517,50 @@ typedef struct _agent_v1_AgentClientMessage {
     } message;
 } agent_v1_AgentClientMessage;
 
-typedef struct _agent_v1_WebSearchToolCall {
-    char dummy_field;
-} agent_v1_WebSearchToolCall;
+typedef struct _agent_v1_McpStateServer {
+    char *server_name; /* W: "Cursor Tools" */
+    char *server_identifier; /* W: "cursor-tools" */
+    pb_size_t tools_count;
+    struct _agent_v1_McpToolDefinition *tools; /* W: the request's tools */
+    char *status; /* W: "ready" */
+} agent_v1_McpStateServer;
+
+typedef struct _agent_v1_ShellCommandParsingResult {
+    pb_size_t executable_commands_count;
+    pb_bytes_array_t **executable_commands; /* decl (opaque) */
+} agent_v1_ShellCommandParsingResult;
+
+typedef struct _agent_v1_ShellArgs {
+    char *command; /* R */
+    char *working_directory; /* R (-> "cwd") */
+    int32_t timeout;
+    char *tool_call_id;
+    pb_size_t simple_commands_count;
+    char **simple_commands;
+    bool has_input_redirect;
+    bool has_output_redirect;
+    bool has_parsing_result;
+    agent_v1_ShellCommandParsingResult parsing_result;
+    bool has_requested_sandbox_policy;
+    agent_v1_SandboxPolicy requested_sandbox_policy;
+    bool has_file_output_threshold_bytes;
+    uint64_t file_output_threshold_bytes;
+    bool is_background;
+    bool skip_approval;
+    int32_t timeout_behavior; /* R: 2 = background the command at the timeout */
+    uint64_t hard_timeout; /* R: ms */
+    char *description; /* R: the model's one-line description of the command */
+    bool close_stdin; /* R */
+    char *conversation_id; /* R */
+    char *request_id; /* R */
+} agent_v1_ShellArgs;
+
+typedef struct _agent_v1_ShellToolCall {
+    bool has_args;
+    agent_v1_ShellArgs args;
+    bool has_result;
+    agent_v1_ShellResult result;
+} agent_v1_ShellToolCall;
 
 typedef struct _agent_v1_ToolCall {
     pb_size_t which_tool;
@@ -1554,6 +1594,59 @@ typedef struct _agent_v1_ToolCall {
     } tool;
 } agent_v1_ToolCall;
 
+typedef struct _agent_v1_BackgroundShellSpawnArgs {
+    char *command;
+    char *working_directory;
+    char *tool_call_id;
+    bool has_parsing_result;
+    agent_v1_ShellCommandParsingResult parsing_result;
+    bool has_sandbox_policy;
+    agent_v1_SandboxPolicy sandbox_policy;
+} agent_v1_BackgroundShellSpawnArgs;
+
+typedef struct _agent_v1_ExecServerMessage {
+    uint32_t id; /* R: echo in ExecClientMessage.id and ExecClientStreamClose.id */
+    pb_size_t which_message;
+    union {
+        agent_v1_ShellArgs shell_args; /* R -> OpenAI tool "bash" */
+        agent_v1_WriteArgs write_args; /* R -> OpenAI tool "write" */
+        agent_v1_DeleteArgs delete_args; /* decl: ignored by the original (no answer) */
+        agent_v1_GrepArgs grep_args; /* R -> "grep" or "glob" */
+        agent_v1_ReadArgs read_args; /* R -> "read" */
+        agent_v1_LsArgs ls_args; /* R -> "list" */
+        agent_v1_DiagnosticsArgs diagnostics_args; /* decl: ignored */
+        agent_v1_RequestContextArgs request_context_args; /* R: skipped (never answered) by the OpenAI handler */
+        agent_v1_McpArgs mcp_args; /* R -> original OpenAI tool name */
+        agent_v1_ShellArgs shell_stream_args; /* R -> treated exactly like shell_args */
+        agent_v1_BackgroundShellSpawnArgs background_shell_spawn_args; /* decl: ignored */
+        agent_v1_ListMcpResourcesExecArgs list_mcp_resources_exec_args; /* decl: ignored */
+        agent_v1_ReadMcpResourceExecArgs read_mcp_resource_exec_args; /* decl: ignored */
+        agent_v1_FetchArgs fetch_args; /* decl: ignored */
+        agent_v1_RecordScreenArgs record_screen_args; /* decl: ignored */
+        agent_v1_ComputerUseArgs computer_use_args; /* decl: ignored */
+        agent_v1_McpStateExecArgs mcp_state_exec_args; /* R: answered with McpStateExecResult.success (our tools as one server) */
+    } message;
+    char *exec_id; /* R: echoed in ExecClientMessage.exec_id when non-empty */
+    bool has_span_context;
+    agent_v1_SpanContext span_context; /* decl: envelope field, not an exec */
+    bool has_accept_hook_additional_contexts;
+    bool accept_hook_additional_contexts; /* decl: envelope field on every 2026-10 exec */
+} agent_v1_ExecServerMessage;
+
+/* Every server->client message. One per gRPC-web data frame of the RunSSE response. */
+typedef struct _agent_v1_AgentServerMessage {
+    pb_size_t which_message;
+    union {
+        agent_v1_InteractionUpdate interaction_update; /* R */
+        agent_v1_ExecServerMessage exec_server_message; /* R */
+        agent_v1_ConversationStateStructure conversation_checkpoint_update; /* R (only noted; NOT end of turn) */
+        agent_v1_KvServerMessage kv_server_message; /* R */
+        agent_v1_ExecServerControlMessage exec_server_control_message; /* R (abort; only logged) */
+        agent_v1_InteractionQuery interaction_query; /* R (answered with an empty response of its kind) */
+        agent_v1_TtftBreakdown ttft_breakdown; /* decl (2026-09: time-to-first-token breakdown; ignored) */
+    } message;
+} agent_v1_AgentServerMessage;
+
 
 #ifdef __cplusplus
 extern "C" {
@@ -1563,6 +1656,7 @@ extern "C" {
 #define _agent_v1_AgentMode_MIN agent_v1_AgentMode_AGENT_MODE_UNSPECIFIED
 #define _agent_v1_AgentMode_MAX agent_v1_AgentMode_AGENT_MODE_TRIAGE
 #define _agent_v1_AgentMode_ARRAYSIZE ((agent_v1_AgentMode)(agent_v1_AgentMode_AGENT_MODE_TRIAGE+1))
+
 
 
 
@@ -1794,12 +1888,26 @@ extern "C" {
 
 
 
+
+
+
+
+
+
+
+
+
+
+
+
+
 /* Initializer values for message structs */
 #define agent_v1_BidiRequestId_init_default      {NULL}
 #define agent_v1_AgentClientMessage_init_default {0, {agent_v1_AgentRunRequest_init_default}}
 #define agent_v1_ClientHeartbeat_init_default    {0}
 #define agent_v1_AgentServerMessage_init_default {0, {agent_v1_InteractionUpdate_init_default}}
-#define agent_v1_AgentRunRequest_init_default    {false, agent_v1_ConversationStateStructure_init_default, false, agent_v1_ConversationAction_init_default, false, agent_v1_ModelDetails_init_default, false, agent_v1_McpTools_init_default, NULL, false, agent_v1_McpFileSystemOptions_init_default, false, agent_v1_SkillOptions_init_default, NULL, false, agent_v1_RequestedModel_init_default, false, 0, 0, NULL, false, 0, NULL}
+#define agent_v1_TtftBreakdown_init_default      {0}
+#define agent_v1_AgentRunRequest_init_default    {false, agent_v1_ConversationStateStructure_init_default, false, agent_v1_ConversationAction_init_default, false, agent_v1_ModelDetails_init_default, false, agent_v1_McpTools_init_default, NULL, false, agent_v1_McpFileSystemOptions_init_default, false, agent_v1_SkillOptions_init_default, NULL, false, agent_v1_RequestedModel_init_default, false, 0, NULL, 0, NULL, NULL, false, 0, NULL}
 #define agent_v1_PreFetchedBlob_init_default     {NULL, NULL}
 #define agent_v1_RequestedModel_init_default     {NULL, 0, 0, NULL}
 #define agent_v1_RequestedModelParameter_init_default {NULL, NULL}
@@ -1827,7 +1935,7 @@ extern "C" {
 #define agent_v1_ThinkingCompletedUpdate_init_default {0}
 #define agent_v1_TokenDeltaUpdate_init_default   {0}
 #define agent_v1_HeartbeatUpdate_init_default    {0}
-#define agent_v1_TurnEndedUpdate_init_default    {0}
+#define agent_v1_TurnEndedUpdate_init_default    {0, 0, 0, 0, 0}
 #define agent_v1_ToolCallStartedUpdate_init_default {NULL, {{NULL}, NULL}, NULL}
 #define agent_v1_ToolCallCompletedUpdate_init_default {NULL, {{NULL}, NULL}, NULL}
 #define agent_v1_PartialToolCallUpdate_init_default {NULL, {{NULL}, NULL}, NULL, NULL}
@@ -1838,6 +1946,7 @@ extern "C" {
 #define agent_v1_ShellOutputDeltaUpdate_init_default {0, {agent_v1_ShellStreamStdout_init_default}}
 #define agent_v1_UserMessageAppendedUpdate_init_default {false, agent_v1_UserMessage_init_default}
 #define agent_v1_StepStartedUpdate_init_default  {0}
+#define agent_v1_StepCompletedUpdate_init_default {0, 0}
 #define agent_v1_ToolCall_init_default           {0, {agent_v1_ShellToolCall_init_default}}
 #define agent_v1_ShellToolCall_init_default      {false, agent_v1_ShellArgs_init_default, false, agent_v1_ShellResult_init_default}
 #define agent_v1_McpToolCall_init_default        {false, agent_v1_McpArgs_init_default, false, agent_v1_McpResult_init_default}
@@ -1854,7 +1963,8 @@ extern "C" {
 #define agent_v1_ApplyAgentDiffArgs_init_default {NULL}
 #define agent_v1_InteractionQuery_init_default   {0, 0, {agent_v1_WebSearchRequestQuery_init_default}}
 #define agent_v1_InteractionResponse_init_default {0, 0, {agent_v1_WebSearchRequestResponse_init_default}}
-#define agent_v1_ExecServerMessage_init_default  {0, 0, {agent_v1_ShellArgs_init_default}, NULL, false, agent_v1_SpanContext_init_default}
+#define agent_v1_SetupVmEnvironmentResponse_init_default {false, agent_v1_SetupVmEnvironmentSuccess_init_default}
+#define agent_v1_ExecServerMessage_init_default  {0, 0, {agent_v1_ShellArgs_init_default}, NULL, false, agent_v1_SpanContext_init_default, false, 0}
 #define agent_v1_ExecClientMessage_init_default  {0, 0, {agent_v1_ShellResult_init_default}, NULL, 0}
 #define agent_v1_ExecClientControlMessage_init_default {0, {agent_v1_ExecClientStreamClose_init_default}}
 #define agent_v1_ExecClientHeartbeat_init_default {0}
@@ -1863,7 +1973,7 @@ extern "C" {
 #define agent_v1_ExecServerControlMessage_init_default {0, {agent_v1_ExecServerAbort_init_default}}
 #define agent_v1_ExecServerAbort_init_default    {0}
 #define agent_v1_SpanContext_init_default        {NULL, NULL, false, 0, NULL}
-#define agent_v1_ShellArgs_init_default          {NULL, NULL, 0, NULL, 0, NULL, 0, 0, false, agent_v1_ShellCommandParsingResult_init_default, false, agent_v1_SandboxPolicy_init_default, false, 0, 0, 0}
+#define agent_v1_ShellArgs_init_default          {NULL, NULL, 0, NULL, 0, NULL, 0, 0, false, agent_v1_ShellCommandParsingResult_init_default, false, agent_v1_SandboxPolicy_init_default, false, 0, 0, 0, 0, 0, NULL, 0, NULL, NULL}
 #define agent_v1_ShellResult_init_default        {0, {agent_v1_ShellSuccess_init_default}, false, agent_v1_SandboxPolicy_init_default, false, 0, NULL}
 #define agent_v1_ShellSuccess_init_default       {NULL, NULL, 0, NULL, NULL, NULL, 0, false, agent_v1_OutputLocation_init_default, false, 0, NULL}
 #define agent_v1_ShellFailure_init_default       {NULL, NULL, 0, NULL, NULL, NULL, 0, false, agent_v1_OutputLocation_init_default, NULL}
@@ -1972,7 +2082,6 @@ extern "C" {
 #define agent_v1_BackgroundShellSpawnResult_init_default {0}
 #define agent_v1_BedrockCredentials_init_default {0}
 #define agent_v1_ComputerUseArgs_init_default    {0}
-#define agent_v1_McpStateExecArgs_init_default   {0}
 #define agent_v1_ComputerUseResult_init_default  {0}
 #define agent_v1_ComputerUseToolCall_init_default {0}
 #define agent_v1_CreatePlanToolCall_init_default {0}
@@ -2008,7 +2117,6 @@ extern "C" {
 #define agent_v1_SelectedContext_init_default    {0}
 #define agent_v1_SemSearchToolCall_init_default  {0}
 #define agent_v1_ShellCommandAction_init_default {0}
-#define agent_v1_ShellCommandParsingResult_init_default {0}
 #define agent_v1_SkillOptions_init_default       {0}
 #define agent_v1_StartPlanAction_init_default    {0}
 #define agent_v1_SummarizeAction_init_default    {0}
@@ -2022,11 +2130,25 @@ extern "C" {
 #define agent_v1_WebSearchArgs_init_default      {0}
 #define agent_v1_WebSearchRequestResponse_init_default {0}
 #define agent_v1_WebSearchToolCall_init_default  {0}
+#define agent_v1_CreatePlanRequestQuery_init_default {0}
+#define agent_v1_CreatePlanRequestResponse_init_default {0}
+#define agent_v1_SetupVmEnvironmentRequestQuery_init_default {0}
+#define agent_v1_SetupVmEnvironmentSuccess_init_default {0}
+#define agent_v1_WebFetchRequestQuery_init_default {0}
+#define agent_v1_WebFetchRequestResponse_init_default {0}
+#define agent_v1_GenerateImageRequestQuery_init_default {0}
+#define agent_v1_GenerateImageRequestResponse_init_default {0}
+#define agent_v1_McpStateExecArgs_init_default   {0, NULL}
+#define agent_v1_McpStateExecResult_init_default {0, {agent_v1_McpStateSuccess_init_default}}
+#define agent_v1_McpStateSuccess_init_default    {0, NULL}
+#define agent_v1_McpStateServer_init_default     {NULL, NULL, 0, NULL, NULL}
+#define agent_v1_ShellCommandParsingResult_init_default {0, NULL}
 #define agent_v1_BidiRequestId_init_zero         {NULL}
 #define agent_v1_AgentClientMessage_init_zero    {0, {agent_v1_AgentRunRequest_init_zero}}
 #define agent_v1_ClientHeartbeat_init_zero       {0}
 #define agent_v1_AgentServerMessage_init_zero    {0, {agent_v1_InteractionUpdate_init_zero}}
-#define agent_v1_AgentRunRequest_init_zero       {false, agent_v1_ConversationStateStructure_init_zero, false, agent_v1_ConversationAction_init_zero, false, agent_v1_ModelDetails_init_zero, false, agent_v1_McpTools_init_zero, NULL, false, agent_v1_McpFileSystemOptions_init_zero, false, agent_v1_SkillOptions_init_zero, NULL, false, agent_v1_RequestedModel_init_zero, false, 0, 0, NULL, false, 0, NULL}
+#define agent_v1_TtftBreakdown_init_zero         {0}
+#define agent_v1_AgentRunRequest_init_zero       {false, agent_v1_ConversationStateStructure_init_zero, false, agent_v1_ConversationAction_init_zero, false, agent_v1_ModelDetails_init_zero, false, agent_v1_McpTools_init_zero, NULL, false, agent_v1_McpFileSystemOptions_init_zero, false, agent_v1_SkillOptions_init_zero, NULL, false, agent_v1_RequestedModel_init_zero, false, 0, NULL, 0, NULL, NULL, false, 0, NULL}
 #define agent_v1_PreFetchedBlob_init_zero        {NULL, NULL}
 #define agent_v1_RequestedModel_init_zero        {NULL, 0, 0, NULL}
 #define agent_v1_RequestedModelParameter_init_zero {NULL, NULL}
@@ -2054,7 +2176,7 @@ extern "C" {
 #define agent_v1_ThinkingCompletedUpdate_init_zero {0}
 #define agent_v1_TokenDeltaUpdate_init_zero      {0}
 #define agent_v1_HeartbeatUpdate_init_zero       {0}
-#define agent_v1_TurnEndedUpdate_init_zero       {0}
+#define agent_v1_TurnEndedUpdate_init_zero       {0, 0, 0, 0, 0}
 #define agent_v1_ToolCallStartedUpdate_init_zero {NULL, {{NULL}, NULL}, NULL}
 #define agent_v1_ToolCallCompletedUpdate_init_zero {NULL, {{NULL}, NULL}, NULL}
 #define agent_v1_PartialToolCallUpdate_init_zero {NULL, {{NULL}, NULL}, NULL, NULL}
@@ -2065,6 +2187,7 @@ extern "C" {
 #define agent_v1_ShellOutputDeltaUpdate_init_zero {0, {agent_v1_ShellStreamStdout_init_zero}}
 #define agent_v1_UserMessageAppendedUpdate_init_zero {false, agent_v1_UserMessage_init_zero}
 #define agent_v1_StepStartedUpdate_init_zero     {0}
+#define agent_v1_StepCompletedUpdate_init_zero   {0, 0}
 #define agent_v1_ToolCall_init_zero              {0, {agent_v1_ShellToolCall_init_zero}}
 #define agent_v1_ShellToolCall_init_zero         {false, agent_v1_ShellArgs_init_zero, false, agent_v1_ShellResult_init_zero}
 #define agent_v1_McpToolCall_init_zero           {false, agent_v1_McpArgs_init_zero, false, agent_v1_McpResult_init_zero}
@@ -2081,7 +2204,8 @@ extern "C" {
 #define agent_v1_ApplyAgentDiffArgs_init_zero    {NULL}
 #define agent_v1_InteractionQuery_init_zero      {0, 0, {agent_v1_WebSearchRequestQuery_init_zero}}
 #define agent_v1_InteractionResponse_init_zero   {0, 0, {agent_v1_WebSearchRequestResponse_init_zero}}
-#define agent_v1_ExecServerMessage_init_zero     {0, 0, {agent_v1_ShellArgs_init_zero}, NULL, false, agent_v1_SpanContext_init_zero}
+#define agent_v1_SetupVmEnvironmentResponse_init_zero {false, agent_v1_SetupVmEnvironmentSuccess_init_zero}
+#define agent_v1_ExecServerMessage_init_zero     {0, 0, {agent_v1_ShellArgs_init_zero}, NULL, false, agent_v1_SpanContext_init_zero, false, 0}
 #define agent_v1_ExecClientMessage_init_zero     {0, 0, {agent_v1_ShellResult_init_zero}, NULL, 0}
 #define agent_v1_ExecClientControlMessage_init_zero {0, {agent_v1_ExecClientStreamClose_init_zero}}
 #define agent_v1_ExecClientHeartbeat_init_zero   {0}
@@ -2090,7 +2214,7 @@ extern "C" {
 #define agent_v1_ExecServerControlMessage_init_zero {0, {agent_v1_ExecServerAbort_init_zero}}
 #define agent_v1_ExecServerAbort_init_zero       {0}
 #define agent_v1_SpanContext_init_zero           {NULL, NULL, false, 0, NULL}
-#define agent_v1_ShellArgs_init_zero             {NULL, NULL, 0, NULL, 0, NULL, 0, 0, false, agent_v1_ShellCommandParsingResult_init_zero, false, agent_v1_SandboxPolicy_init_zero, false, 0, 0, 0}
+#define agent_v1_ShellArgs_init_zero             {NULL, NULL, 0, NULL, 0, NULL, 0, 0, false, agent_v1_ShellCommandParsingResult_init_zero, false, agent_v1_SandboxPolicy_init_zero, false, 0, 0, 0, 0, 0, NULL, 0, NULL, NULL}
 #define agent_v1_ShellResult_init_zero           {0, {agent_v1_ShellSuccess_init_zero}, false, agent_v1_SandboxPolicy_init_zero, false, 0, NULL}
 #define agent_v1_ShellSuccess_init_zero          {NULL, NULL, 0, NULL, NULL, NULL, 0, false, agent_v1_OutputLocation_init_zero, false, 0, NULL}
 #define agent_v1_ShellFailure_init_zero          {NULL, NULL, 0, NULL, NULL, NULL, 0, false, agent_v1_OutputLocation_init_zero, NULL}
@@ -2199,7 +2323,6 @@ extern "C" {
 #define agent_v1_BackgroundShellSpawnResult_init_zero {0}
 #define agent_v1_BedrockCredentials_init_zero    {0}
 #define agent_v1_ComputerUseArgs_init_zero       {0}
-#define agent_v1_McpStateExecArgs_init_zero      {0}
 #define agent_v1_ComputerUseResult_init_zero     {0}
 #define agent_v1_ComputerUseToolCall_init_zero   {0}
 #define agent_v1_CreatePlanToolCall_init_zero    {0}
@@ -2235,7 +2358,6 @@ extern "C" {
 #define agent_v1_SelectedContext_init_zero       {0}
 #define agent_v1_SemSearchToolCall_init_zero     {0}
 #define agent_v1_ShellCommandAction_init_zero    {0}
-#define agent_v1_ShellCommandParsingResult_init_zero {0}
 #define agent_v1_SkillOptions_init_zero          {0}
 #define agent_v1_StartPlanAction_init_zero       {0}
 #define agent_v1_SummarizeAction_init_zero       {0}
@@ -2249,6 +2371,19 @@ extern "C" {
 #define agent_v1_WebSearchArgs_init_zero         {0}
 #define agent_v1_WebSearchRequestResponse_init_zero {0}
 #define agent_v1_WebSearchToolCall_init_zero     {0}
+#define agent_v1_CreatePlanRequestQuery_init_zero {0}
+#define agent_v1_CreatePlanRequestResponse_init_zero {0}
+#define agent_v1_SetupVmEnvironmentRequestQuery_init_zero {0}
+#define agent_v1_SetupVmEnvironmentSuccess_init_zero {0}
+#define agent_v1_WebFetchRequestQuery_init_zero  {0}
+#define agent_v1_WebFetchRequestResponse_init_zero {0}
+#define agent_v1_GenerateImageRequestQuery_init_zero {0}
+#define agent_v1_GenerateImageRequestResponse_init_zero {0}
+#define agent_v1_McpStateExecArgs_init_zero      {0, NULL}
+#define agent_v1_McpStateExecResult_init_zero    {0, {agent_v1_McpStateSuccess_init_zero}}
+#define agent_v1_McpStateSuccess_init_zero       {0, NULL}
+#define agent_v1_McpStateServer_init_zero        {NULL, NULL, 0, NULL, NULL}
+#define agent_v1_ShellCommandParsingResult_init_zero {0, NULL}
 
 /* Field tags (for use in manual encoding/decoding) */
 #define agent_v1_BidiRequestId_request_id_tag    1
@@ -2305,6 +2440,11 @@ extern "C" {
 #define agent_v1_ThinkingDeltaUpdate_text_tag    1
 #define agent_v1_ThinkingCompletedUpdate_thinking_duration_ms_tag 1
 #define agent_v1_TokenDeltaUpdate_tokens_tag     1
+#define agent_v1_TurnEndedUpdate_input_tokens_tag 1
+#define agent_v1_TurnEndedUpdate_output_tokens_tag 2
+#define agent_v1_TurnEndedUpdate_cache_read_tokens_tag 3
+#define agent_v1_TurnEndedUpdate_cache_write_tokens_tag 4
+#define agent_v1_TurnEndedUpdate_reasoning_tokens_tag 5
 #define agent_v1_ToolCallStartedUpdate_call_id_tag 1
 #define agent_v1_ToolCallStartedUpdate_tool_call_tag 2
 #define agent_v1_ToolCallStartedUpdate_model_call_id_tag 3
@@ -2317,6 +2457,8 @@ extern "C" {
 #define agent_v1_PartialToolCallUpdate_model_call_id_tag 4
 #define agent_v1_SummaryUpdate_summary_tag       1
 #define agent_v1_StepStartedUpdate_step_id_tag   1
+#define agent_v1_StepCompletedUpdate_step_id_tag 1
+#define agent_v1_StepCompletedUpdate_step_duration_ms_tag 2
 #define agent_v1_ReadToolArgs_path_tag           1
 #define agent_v1_ReadToolArgs_offset_tag         2
 #define agent_v1_ReadToolArgs_limit_tag          3
@@ -2644,45 +2786,6 @@ extern "C" {
 #define agent_v1_UserMessage_best_of_n_group_id_tag 6
 #define agent_v1_UserMessage_try_use_best_of_n_promotion_tag 7
 #define agent_v1_UserMessageAppendedUpdate_user_message_tag 1
-#define agent_v1_ShellArgs_command_tag           1
-#define agent_v1_ShellArgs_working_directory_tag 2
-#define agent_v1_ShellArgs_timeout_tag           3
-#define agent_v1_ShellArgs_tool_call_id_tag      4
-#define agent_v1_ShellArgs_simple_commands_tag   5
-#define agent_v1_ShellArgs_has_input_redirect_tag 6
-#define agent_v1_ShellArgs_has_output_redirect_tag 7
-#define agent_v1_ShellArgs_parsing_result_tag    8
-#define agent_v1_ShellArgs_requested_sandbox_policy_tag 9
-#define agent_v1_ShellArgs_file_output_threshold_bytes_tag 10
-#define agent_v1_ShellArgs_is_background_tag     11
-#define agent_v1_ShellArgs_skip_approval_tag     12
-#define agent_v1_ShellToolCall_args_tag          1
-#define agent_v1_ShellToolCall_result_tag        2
-#define agent_v1_BackgroundShellSpawnArgs_command_tag 1
-#define agent_v1_BackgroundShellSpawnArgs_working_directory_tag 2
-#define agent_v1_BackgroundShellSpawnArgs_tool_call_id_tag 3
-#define agent_v1_BackgroundShellSpawnArgs_parsing_result_tag 4
-#define agent_v1_BackgroundShellSpawnArgs_sandbox_policy_tag 5
-#define agent_v1_ExecServerMessage_id_tag        1
-#define agent_v1_ExecServerMessage_shell_args_tag 2
-#define agent_v1_ExecServerMessage_write_args_tag 3
-#define agent_v1_ExecServerMessage_delete_args_tag 4
-#define agent_v1_ExecServerMessage_grep_args_tag 5
-#define agent_v1_ExecServerMessage_read_args_tag 7
-#define agent_v1_ExecServerMessage_ls_args_tag   8
-#define agent_v1_ExecServerMessage_diagnostics_args_tag 9
-#define agent_v1_ExecServerMessage_request_context_args_tag 10
-#define agent_v1_ExecServerMessage_mcp_args_tag  11
-#define agent_v1_ExecServerMessage_shell_stream_args_tag 14
-#define agent_v1_ExecServerMessage_background_shell_spawn_args_tag 16
-#define agent_v1_ExecServerMessage_list_mcp_resources_exec_args_tag 17
-#define agent_v1_ExecServerMessage_read_mcp_resource_exec_args_tag 18
-#define agent_v1_ExecServerMessage_fetch_args_tag 20
-#define agent_v1_ExecServerMessage_record_screen_args_tag 21
-#define agent_v1_ExecServerMessage_computer_use_args_tag 22
-#define agent_v1_ExecServerMessage_mcp_state_exec_args_tag 36
-#define agent_v1_ExecServerMessage_exec_id_tag   15
-#define agent_v1_ExecServerMessage_span_context_tag 19
 #define agent_v1_RequestContext_rules_tag        2
 #define agent_v1_RequestContext_env_tag          4
 #define agent_v1_RequestContext_repository_info_tag 6
@@ -2706,25 +2809,6 @@ extern "C" {
 #define agent_v1_RequestContextResult_success_tag 1
 #define agent_v1_RequestContextResult_error_tag  2
 #define agent_v1_RequestContextResult_rejected_tag 3
-#define agent_v1_ExecClientMessage_id_tag        1
-#define agent_v1_ExecClientMessage_shell_result_tag 2
-#define agent_v1_ExecClientMessage_write_result_tag 3
-#define agent_v1_ExecClientMessage_delete_result_tag 4
-#define agent_v1_ExecClientMessage_grep_result_tag 5
-#define agent_v1_ExecClientMessage_read_result_tag 7
-#define agent_v1_ExecClientMessage_ls_result_tag 8
-#define agent_v1_ExecClientMessage_diagnostics_result_tag 9
-#define agent_v1_ExecClientMessage_request_context_result_tag 10
-#define agent_v1_ExecClientMessage_mcp_result_tag 11
-#define agent_v1_ExecClientMessage_shell_stream_tag 14
-#define agent_v1_ExecClientMessage_background_shell_spawn_result_tag 16
-#define agent_v1_ExecClientMessage_list_mcp_resources_exec_result_tag 17
-#define agent_v1_ExecClientMessage_read_mcp_resource_exec_result_tag 18
-#define agent_v1_ExecClientMessage_fetch_result_tag 20
-#define agent_v1_ExecClientMessage_record_screen_result_tag 21
-#define agent_v1_ExecClientMessage_computer_use_result_tag 22
-#define agent_v1_ExecClientMessage_exec_id_tag   15
-#define agent_v1_ExecClientMessage_local_execution_time_ms_tag 39
 #define agent_v1_ConversationAction_user_message_action_tag 1
 #define agent_v1_ConversationAction_resume_action_tag 2
 #define agent_v1_ConversationAction_cancel_action_tag 3
@@ -2743,7 +2827,9 @@ extern "C" {
 #define agent_v1_AgentRunRequest_custom_system_prompt_tag 8
 #define agent_v1_AgentRunRequest_requested_model_tag 9
 #define agent_v1_AgentRunRequest_exclude_workspace_context_tag 12
+#define agent_v1_AgentRunRequest_conversation_group_id_tag 16
 #define agent_v1_AgentRunRequest_pre_fetched_blobs_tag 17
+#define agent_v1_AgentRunRequest_dev_raw_model_slug_tag 18
 #define agent_v1_AgentRunRequest_client_supports_inline_images_tag 19
 #define agent_v1_AgentRunRequest_run_id_tag      25
 #define agent_v1_SwitchModeRequestQuery_args_tag 1
@@ -2768,25 +2854,52 @@ extern "C" {
 #define agent_v1_InteractionUpdate_turn_ended_tag 14
 #define agent_v1_InteractionUpdate_tool_call_delta_tag 15
 #define agent_v1_InteractionUpdate_step_started_tag 16
+#define agent_v1_InteractionUpdate_step_completed_tag 17
 #define agent_v1_WebSearchRequestQuery_args_tag  1
+#define agent_v1_SetupVmEnvironmentResponse_success_tag 1
 #define agent_v1_InteractionQuery_id_tag         1
 #define agent_v1_InteractionQuery_web_search_request_query_tag 2
 #define agent_v1_InteractionQuery_ask_question_interaction_query_tag 3
 #define agent_v1_InteractionQuery_switch_mode_request_query_tag 4
 #define agent_v1_InteractionQuery_exa_search_request_query_tag 5
 #define agent_v1_InteractionQuery_exa_fetch_request_query_tag 6
-#define agent_v1_AgentServerMessage_interaction_update_tag 1
-#define agent_v1_AgentServerMessage_exec_server_message_tag 2
-#define agent_v1_AgentServerMessage_conversation_checkpoint_update_tag 3
-#define agent_v1_AgentServerMessage_kv_server_message_tag 4
-#define agent_v1_AgentServerMessage_exec_server_control_message_tag 5
-#define agent_v1_AgentServerMessage_interaction_query_tag 7
+#define agent_v1_InteractionQuery_create_plan_request_query_tag 7
+#define agent_v1_InteractionQuery_setup_vm_environment_request_query_tag 8
+#define agent_v1_InteractionQuery_web_fetch_request_query_tag 9
+#define agent_v1_InteractionQuery_generate_image_request_query_tag 12
 #define agent_v1_InteractionResponse_id_tag      1
 #define agent_v1_InteractionResponse_web_search_request_response_tag 2
 #define agent_v1_InteractionResponse_ask_question_interaction_response_tag 3
 #define agent_v1_InteractionResponse_switch_mode_request_response_tag 4
 #define agent_v1_InteractionResponse_exa_search_request_response_tag 5
 #define agent_v1_InteractionResponse_exa_fetch_request_response_tag 6
+#define agent_v1_InteractionResponse_create_plan_request_response_tag 7
+#define agent_v1_InteractionResponse_setup_vm_environment_response_tag 8
+#define agent_v1_InteractionResponse_web_fetch_request_response_tag 9
+#define agent_v1_InteractionResponse_generate_image_request_response_tag 12
+#define agent_v1_McpStateExecArgs_server_identifiers_tag 1
+#define agent_v1_McpStateSuccess_servers_tag     1
+#define agent_v1_McpStateExecResult_success_tag  1
+#define agent_v1_ExecClientMessage_id_tag        1
+#define agent_v1_ExecClientMessage_shell_result_tag 2
+#define agent_v1_ExecClientMessage_write_result_tag 3
+#define agent_v1_ExecClientMessage_delete_result_tag 4
+#define agent_v1_ExecClientMessage_grep_result_tag 5
+#define agent_v1_ExecClientMessage_read_result_tag 7
+#define agent_v1_ExecClientMessage_ls_result_tag 8
+#define agent_v1_ExecClientMessage_diagnostics_result_tag 9
+#define agent_v1_ExecClientMessage_request_context_result_tag 10
+#define agent_v1_ExecClientMessage_mcp_result_tag 11
+#define agent_v1_ExecClientMessage_shell_stream_tag 14
+#define agent_v1_ExecClientMessage_background_shell_spawn_result_tag 16
+#define agent_v1_ExecClientMessage_list_mcp_resources_exec_result_tag 17
+#define agent_v1_ExecClientMessage_read_mcp_resource_exec_result_tag 18
+#define agent_v1_ExecClientMessage_fetch_result_tag 20
+#define agent_v1_ExecClientMessage_record_screen_result_tag 21
+#define agent_v1_ExecClientMessage_computer_use_result_tag 22
+#define agent_v1_ExecClientMessage_mcp_state_exec_result_tag 36
+#define agent_v1_ExecClientMessage_exec_id_tag   15
+#define agent_v1_ExecClientMessage_local_execution_time_ms_tag 39
 #define agent_v1_AgentClientMessage_run_request_tag 1
 #define agent_v1_AgentClientMessage_exec_client_message_tag 2
 #define agent_v1_AgentClientMessage_kv_client_message_tag 3
@@ -2794,6 +2907,31 @@ extern "C" {
 #define agent_v1_AgentClientMessage_exec_client_control_message_tag 5
 #define agent_v1_AgentClientMessage_interaction_response_tag 6
 #define agent_v1_AgentClientMessage_client_heartbeat_tag 7
+#define agent_v1_McpStateServer_server_name_tag  1
+#define agent_v1_McpStateServer_server_identifier_tag 2
+#define agent_v1_McpStateServer_tools_tag        5
+#define agent_v1_McpStateServer_status_tag       7
+#define agent_v1_ShellCommandParsingResult_executable_commands_tag 2
+#define agent_v1_ShellArgs_command_tag           1
+#define agent_v1_ShellArgs_working_directory_tag 2
+#define agent_v1_ShellArgs_timeout_tag           3
+#define agent_v1_ShellArgs_tool_call_id_tag      4
+#define agent_v1_ShellArgs_simple_commands_tag   5
+#define agent_v1_ShellArgs_has_input_redirect_tag 6
+#define agent_v1_ShellArgs_has_output_redirect_tag 7
+#define agent_v1_ShellArgs_parsing_result_tag    8
+#define agent_v1_ShellArgs_requested_sandbox_policy_tag 9
+#define agent_v1_ShellArgs_file_output_threshold_bytes_tag 10
+#define agent_v1_ShellArgs_is_background_tag     11
+#define agent_v1_ShellArgs_skip_approval_tag     12
+#define agent_v1_ShellArgs_timeout_behavior_tag  13
+#define agent_v1_ShellArgs_hard_timeout_tag      14
+#define agent_v1_ShellArgs_description_tag       15
+#define agent_v1_ShellArgs_close_stdin_tag       17
+#define agent_v1_ShellArgs_conversation_id_tag   21
+#define agent_v1_ShellArgs_request_id_tag        23
+#define agent_v1_ShellToolCall_args_tag          1
+#define agent_v1_ShellToolCall_result_tag        2
 #define agent_v1_ToolCall_shell_tool_call_tag    1
 #define agent_v1_ToolCall_delete_tool_call_tag   3
 #define agent_v1_ToolCall_glob_tool_call_tag     4
@@ -2820,6 +2958,39 @@ extern "C" {
 #define agent_v1_ToolCall_generate_image_tool_call_tag 28
 #define agent_v1_ToolCall_record_screen_tool_call_tag 29
 #define agent_v1_ToolCall_computer_use_tool_call_tag 30
+#define agent_v1_BackgroundShellSpawnArgs_command_tag 1
+#define agent_v1_BackgroundShellSpawnArgs_working_directory_tag 2
+#define agent_v1_BackgroundShellSpawnArgs_tool_call_id_tag 3
+#define agent_v1_BackgroundShellSpawnArgs_parsing_result_tag 4
+#define agent_v1_BackgroundShellSpawnArgs_sandbox_policy_tag 5
+#define agent_v1_ExecServerMessage_id_tag        1
+#define agent_v1_ExecServerMessage_shell_args_tag 2
+#define agent_v1_ExecServerMessage_write_args_tag 3
+#define agent_v1_ExecServerMessage_delete_args_tag 4
+#define agent_v1_ExecServerMessage_grep_args_tag 5
+#define agent_v1_ExecServerMessage_read_args_tag 7
+#define agent_v1_ExecServerMessage_ls_args_tag   8
+#define agent_v1_ExecServerMessage_diagnostics_args_tag 9
+#define agent_v1_ExecServerMessage_request_context_args_tag 10
+#define agent_v1_ExecServerMessage_mcp_args_tag  11
+#define agent_v1_ExecServerMessage_shell_stream_args_tag 14
+#define agent_v1_ExecServerMessage_background_shell_spawn_args_tag 16
+#define agent_v1_ExecServerMessage_list_mcp_resources_exec_args_tag 17
+#define agent_v1_ExecServerMessage_read_mcp_resource_exec_args_tag 18
+#define agent_v1_ExecServerMessage_fetch_args_tag 20
+#define agent_v1_ExecServerMessage_record_screen_args_tag 21
+#define agent_v1_ExecServerMessage_computer_use_args_tag 22
+#define agent_v1_ExecServerMessage_mcp_state_exec_args_tag 36
+#define agent_v1_ExecServerMessage_exec_id_tag   15
+#define agent_v1_ExecServerMessage_span_context_tag 19
+#define agent_v1_ExecServerMessage_accept_hook_additional_contexts_tag 55
+#define agent_v1_AgentServerMessage_interaction_update_tag 1
+#define agent_v1_AgentServerMessage_exec_server_message_tag 2
+#define agent_v1_AgentServerMessage_conversation_checkpoint_update_tag 3
+#define agent_v1_AgentServerMessage_kv_server_message_tag 4
+#define agent_v1_AgentServerMessage_exec_server_control_message_tag 5
+#define agent_v1_AgentServerMessage_interaction_query_tag 7
+#define agent_v1_AgentServerMessage_ttft_breakdown_tag 8
 
 /* Struct field encoding specification for nanopb */
 #define agent_v1_BidiRequestId_FIELDLIST(X, a) \
@@ -2856,7 +3027,8 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,exec_server_message,message.exec_ser
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,conversation_checkpoint_update,message.conversation_checkpoint_update),   3) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,kv_server_message,message.kv_server_message),   4) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,exec_server_control_message,message.exec_server_control_message),   5) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_query,message.interaction_query),   7)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_query,message.interaction_query),   7) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,ttft_breakdown,message.ttft_breakdown),   8)
 #define agent_v1_AgentServerMessage_CALLBACK NULL
 #define agent_v1_AgentServerMessage_DEFAULT NULL
 #define agent_v1_AgentServerMessage_message_interaction_update_MSGTYPE agent_v1_InteractionUpdate
@@ -2865,6 +3037,12 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,interaction_query,message.interactio
 #define agent_v1_AgentServerMessage_message_kv_server_message_MSGTYPE agent_v1_KvServerMessage
 #define agent_v1_AgentServerMessage_message_exec_server_control_message_MSGTYPE agent_v1_ExecServerControlMessage
 #define agent_v1_AgentServerMessage_message_interaction_query_MSGTYPE agent_v1_InteractionQuery
+#define agent_v1_AgentServerMessage_message_ttft_breakdown_MSGTYPE agent_v1_TtftBreakdown
+
+#define agent_v1_TtftBreakdown_FIELDLIST(X, a) \
+
+#define agent_v1_TtftBreakdown_CALLBACK NULL
+#define agent_v1_TtftBreakdown_DEFAULT NULL
 
 #define agent_v1_AgentRunRequest_FIELDLIST(X, a) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  conversation_state,   1) \
@@ -2877,7 +3055,9 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  skill_options,     7) \
 X(a, POINTER,  OPTIONAL, STRING,   custom_system_prompt,   8) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  requested_model,   9) \
 X(a, STATIC,   OPTIONAL, BOOL,     exclude_workspace_context,  12) \
+X(a, POINTER,  OPTIONAL, STRING,   conversation_group_id,  16) \
 X(a, POINTER,  REPEATED, MESSAGE,  pre_fetched_blobs,  17) \
+X(a, POINTER,  OPTIONAL, STRING,   dev_raw_model_slug,  18) \
 X(a, STATIC,   OPTIONAL, BOOL,     client_supports_inline_images,  19) \
 X(a, POINTER,  OPTIONAL, STRING,   run_id,           25)
 #define agent_v1_AgentRunRequest_CALLBACK NULL
@@ -3118,7 +3298,8 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,shell_output_delta,message.shell_out
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,heartbeat,message.heartbeat),  13) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,turn_ended,message.turn_ended),  14) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,tool_call_delta,message.tool_call_delta),  15) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,step_started,message.step_started),  16)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,step_started,message.step_started),  16) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,step_completed,message.step_completed),  17)
 #define agent_v1_InteractionUpdate_CALLBACK NULL
 #define agent_v1_InteractionUpdate_DEFAULT NULL
 #define agent_v1_InteractionUpdate_message_text_delta_MSGTYPE agent_v1_TextDeltaUpdate
@@ -3137,6 +3318,7 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,step_started,message.step_started), 
 #define agent_v1_InteractionUpdate_message_turn_ended_MSGTYPE agent_v1_TurnEndedUpdate
 #define agent_v1_InteractionUpdate_message_tool_call_delta_MSGTYPE agent_v1_ToolCallDeltaUpdate
 #define agent_v1_InteractionUpdate_message_step_started_MSGTYPE agent_v1_StepStartedUpdate
+#define agent_v1_InteractionUpdate_message_step_completed_MSGTYPE agent_v1_StepCompletedUpdate
 
 #define agent_v1_TextDeltaUpdate_FIELDLIST(X, a) \
 X(a, POINTER,  SINGULAR, STRING,   text,              1)
@@ -3164,7 +3346,11 @@ X(a, STATIC,   SINGULAR, INT32,    tokens,            1)
 #define agent_v1_HeartbeatUpdate_DEFAULT NULL
 
 #define agent_v1_TurnEndedUpdate_FIELDLIST(X, a) \
-
+X(a, STATIC,   SINGULAR, INT64,    input_tokens,      1) \
+X(a, STATIC,   SINGULAR, INT64,    output_tokens,     2) \
+X(a, STATIC,   SINGULAR, INT64,    cache_read_tokens,   3) \
+X(a, STATIC,   SINGULAR, INT64,    cache_write_tokens,   4) \
+X(a, STATIC,   SINGULAR, INT64,    reasoning_tokens,   5)
 #define agent_v1_TurnEndedUpdate_CALLBACK NULL
 #define agent_v1_TurnEndedUpdate_DEFAULT NULL
 
@@ -3238,6 +3424,12 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  user_message,      1)
 X(a, STATIC,   SINGULAR, UINT64,   step_id,           1)
 #define agent_v1_StepStartedUpdate_CALLBACK NULL
 #define agent_v1_StepStartedUpdate_DEFAULT NULL
+
+#define agent_v1_StepCompletedUpdate_FIELDLIST(X, a) \
+X(a, STATIC,   SINGULAR, UINT64,   step_id,           1) \
+X(a, STATIC,   SINGULAR, INT64,    step_duration_ms,   2)
+#define agent_v1_StepCompletedUpdate_CALLBACK NULL
+#define agent_v1_StepCompletedUpdate_DEFAULT NULL
 
 #define agent_v1_ToolCall_FIELDLIST(X, a) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (tool,shell_tool_call,tool.shell_tool_call),   1) \
@@ -3397,7 +3589,11 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (query,web_search_request_query,query.web_sea
 X(a, STATIC,   ONEOF,    MESSAGE,  (query,ask_question_interaction_query,query.ask_question_interaction_query),   3) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (query,switch_mode_request_query,query.switch_mode_request_query),   4) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (query,exa_search_request_query,query.exa_search_request_query),   5) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (query,exa_fetch_request_query,query.exa_fetch_request_query),   6)
+X(a, STATIC,   ONEOF,    MESSAGE,  (query,exa_fetch_request_query,query.exa_fetch_request_query),   6) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (query,create_plan_request_query,query.create_plan_request_query),   7) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (query,setup_vm_environment_request_query,query.setup_vm_environment_request_query),   8) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (query,web_fetch_request_query,query.web_fetch_request_query),   9) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (query,generate_image_request_query,query.generate_image_request_query),  12)
 #define agent_v1_InteractionQuery_CALLBACK NULL
 #define agent_v1_InteractionQuery_DEFAULT NULL
 #define agent_v1_InteractionQuery_query_web_search_request_query_MSGTYPE agent_v1_WebSearchRequestQuery
@@ -3405,6 +3601,10 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (query,exa_fetch_request_query,query.exa_fetc
 #define agent_v1_InteractionQuery_query_switch_mode_request_query_MSGTYPE agent_v1_SwitchModeRequestQuery
 #define agent_v1_InteractionQuery_query_exa_search_request_query_MSGTYPE agent_v1_ExaSearchRequestQuery
 #define agent_v1_InteractionQuery_query_exa_fetch_request_query_MSGTYPE agent_v1_ExaFetchRequestQuery
+#define agent_v1_InteractionQuery_query_create_plan_request_query_MSGTYPE agent_v1_CreatePlanRequestQuery
+#define agent_v1_InteractionQuery_query_setup_vm_environment_request_query_MSGTYPE agent_v1_SetupVmEnvironmentRequestQuery
+#define agent_v1_InteractionQuery_query_web_fetch_request_query_MSGTYPE agent_v1_WebFetchRequestQuery
+#define agent_v1_InteractionQuery_query_generate_image_request_query_MSGTYPE agent_v1_GenerateImageRequestQuery
 
 #define agent_v1_InteractionResponse_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1) \
@@ -3412,7 +3612,11 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (result,web_search_request_response,result.we
 X(a, STATIC,   ONEOF,    MESSAGE,  (result,ask_question_interaction_response,result.ask_question_interaction_response),   3) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (result,switch_mode_request_response,result.switch_mode_request_response),   4) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (result,exa_search_request_response,result.exa_search_request_response),   5) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (result,exa_fetch_request_response,result.exa_fetch_request_response),   6)
+X(a, STATIC,   ONEOF,    MESSAGE,  (result,exa_fetch_request_response,result.exa_fetch_request_response),   6) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (result,create_plan_request_response,result.create_plan_request_response),   7) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (result,setup_vm_environment_response,result.setup_vm_environment_response),   8) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (result,web_fetch_request_response,result.web_fetch_request_response),   9) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (result,generate_image_request_response,result.generate_image_request_response),  12)
 #define agent_v1_InteractionResponse_CALLBACK NULL
 #define agent_v1_InteractionResponse_DEFAULT NULL
 #define agent_v1_InteractionResponse_result_web_search_request_response_MSGTYPE agent_v1_WebSearchRequestResponse
@@ -3420,6 +3624,16 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (result,exa_fetch_request_response,result.exa
 #define agent_v1_InteractionResponse_result_switch_mode_request_response_MSGTYPE agent_v1_SwitchModeRequestResponse
 #define agent_v1_InteractionResponse_result_exa_search_request_response_MSGTYPE agent_v1_ExaSearchRequestResponse
 #define agent_v1_InteractionResponse_result_exa_fetch_request_response_MSGTYPE agent_v1_ExaFetchRequestResponse
+#define agent_v1_InteractionResponse_result_create_plan_request_response_MSGTYPE agent_v1_CreatePlanRequestResponse
+#define agent_v1_InteractionResponse_result_setup_vm_environment_response_MSGTYPE agent_v1_SetupVmEnvironmentResponse
+#define agent_v1_InteractionResponse_result_web_fetch_request_response_MSGTYPE agent_v1_WebFetchRequestResponse
+#define agent_v1_InteractionResponse_result_generate_image_request_response_MSGTYPE agent_v1_GenerateImageRequestResponse
+
+#define agent_v1_SetupVmEnvironmentResponse_FIELDLIST(X, a) \
+X(a, STATIC,   OPTIONAL, MESSAGE,  success,           1)
+#define agent_v1_SetupVmEnvironmentResponse_CALLBACK NULL
+#define agent_v1_SetupVmEnvironmentResponse_DEFAULT NULL
+#define agent_v1_SetupVmEnvironmentResponse_success_MSGTYPE agent_v1_SetupVmEnvironmentSuccess
 
 #define agent_v1_ExecServerMessage_FIELDLIST(X, a) \
 X(a, STATIC,   SINGULAR, UINT32,   id,                1) \
@@ -3441,7 +3655,8 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  span_context,     19) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,fetch_args,message.fetch_args),  20) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,record_screen_args,message.record_screen_args),  21) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_args,message.computer_use_args),  22) \
-X(a, STATIC,   ONEOF,    MESSAGE,  (message,mcp_state_exec_args,message.mcp_state_exec_args),  36)
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,mcp_state_exec_args,message.mcp_state_exec_args),  36) \
+X(a, STATIC,   OPTIONAL, BOOL,     accept_hook_additional_contexts,  55)
 #define agent_v1_ExecServerMessage_CALLBACK NULL
 #define agent_v1_ExecServerMessage_DEFAULT NULL
 #define agent_v1_ExecServerMessage_message_shell_args_MSGTYPE agent_v1_ShellArgs
@@ -3482,6 +3697,7 @@ X(a, STATIC,   ONEOF,    MESSAGE,  (message,read_mcp_resource_exec_result,messag
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,fetch_result,message.fetch_result),  20) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,record_screen_result,message.record_screen_result),  21) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,computer_use_result,message.computer_use_result),  22) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (message,mcp_state_exec_result,message.mcp_state_exec_result),  36) \
 X(a, STATIC,   SINGULAR, UINT32,   local_execution_time_ms,  39)
 #define agent_v1_ExecClientMessage_CALLBACK NULL
 #define agent_v1_ExecClientMessage_DEFAULT NULL
@@ -3501,6 +3717,7 @@ X(a, STATIC,   SINGULAR, UINT32,   local_execution_time_ms,  39)
 #define agent_v1_ExecClientMessage_message_fetch_result_MSGTYPE agent_v1_FetchResult
 #define agent_v1_ExecClientMessage_message_record_screen_result_MSGTYPE agent_v1_RecordScreenResult
 #define agent_v1_ExecClientMessage_message_computer_use_result_MSGTYPE agent_v1_ComputerUseResult
+#define agent_v1_ExecClientMessage_message_mcp_state_exec_result_MSGTYPE agent_v1_McpStateExecResult
 
 #define agent_v1_ExecClientControlMessage_FIELDLIST(X, a) \
 X(a, STATIC,   ONEOF,    MESSAGE,  (message,stream_close,message.stream_close),   1) \
@@ -3561,7 +3778,13 @@ X(a, STATIC,   OPTIONAL, MESSAGE,  parsing_result,    8) \
 X(a, STATIC,   OPTIONAL, MESSAGE,  requested_sandbox_policy,   9) \
 X(a, STATIC,   OPTIONAL, UINT64,   file_output_threshold_bytes,  10) \
 X(a, STATIC,   SINGULAR, BOOL,     is_background,    11) \
-X(a, STATIC,   SINGULAR, BOOL,     skip_approval,    12)
+X(a, STATIC,   SINGULAR, BOOL,     skip_approval,    12) \
+X(a, STATIC,   SINGULAR, INT32,    timeout_behavior,  13) \
+X(a, STATIC,   SINGULAR, UINT64,   hard_timeout,     14) \
+X(a, POINTER,  SINGULAR, STRING,   description,      15) \
+X(a, STATIC,   SINGULAR, BOOL,     close_stdin,      17) \
+X(a, POINTER,  SINGULAR, STRING,   conversation_id,  21) \
+X(a, POINTER,  SINGULAR, STRING,   request_id,       23)
 #define agent_v1_ShellArgs_CALLBACK NULL
 #define agent_v1_ShellArgs_DEFAULT NULL
 #define agent_v1_ShellArgs_parsing_result_MSGTYPE agent_v1_ShellCommandParsingResult
@@ -4377,11 +4600,6 @@ X(a, POINTER,  SINGULAR, STRING,   name,              1)
 #define agent_v1_ComputerUseArgs_CALLBACK NULL
 #define agent_v1_ComputerUseArgs_DEFAULT NULL
 
-#define agent_v1_McpStateExecArgs_FIELDLIST(X, a) \
-
-#define agent_v1_McpStateExecArgs_CALLBACK NULL
-#define agent_v1_McpStateExecArgs_DEFAULT NULL
-
 #define agent_v1_ComputerUseResult_FIELDLIST(X, a) \
 
 #define agent_v1_ComputerUseResult_CALLBACK NULL
@@ -4557,11 +4775,6 @@ X(a, POINTER,  SINGULAR, STRING,   name,              1)
 #define agent_v1_ShellCommandAction_CALLBACK NULL
 #define agent_v1_ShellCommandAction_DEFAULT NULL
 
-#define agent_v1_ShellCommandParsingResult_FIELDLIST(X, a) \
-
-#define agent_v1_ShellCommandParsingResult_CALLBACK NULL
-#define agent_v1_ShellCommandParsingResult_DEFAULT NULL
-
 #define agent_v1_SkillOptions_FIELDLIST(X, a) \
 
 #define agent_v1_SkillOptions_CALLBACK NULL
@@ -4627,10 +4840,82 @@ X(a, POINTER,  SINGULAR, STRING,   name,              1)
 #define agent_v1_WebSearchToolCall_CALLBACK NULL
 #define agent_v1_WebSearchToolCall_DEFAULT NULL
 
+#define agent_v1_CreatePlanRequestQuery_FIELDLIST(X, a) \
+
+#define agent_v1_CreatePlanRequestQuery_CALLBACK NULL
+#define agent_v1_CreatePlanRequestQuery_DEFAULT NULL
+
+#define agent_v1_CreatePlanRequestResponse_FIELDLIST(X, a) \
+
+#define agent_v1_CreatePlanRequestResponse_CALLBACK NULL
+#define agent_v1_CreatePlanRequestResponse_DEFAULT NULL
+
+#define agent_v1_SetupVmEnvironmentRequestQuery_FIELDLIST(X, a) \
+
+#define agent_v1_SetupVmEnvironmentRequestQuery_CALLBACK NULL
+#define agent_v1_SetupVmEnvironmentRequestQuery_DEFAULT NULL
+
+#define agent_v1_SetupVmEnvironmentSuccess_FIELDLIST(X, a) \
+
+#define agent_v1_SetupVmEnvironmentSuccess_CALLBACK NULL
+#define agent_v1_SetupVmEnvironmentSuccess_DEFAULT NULL
+
+#define agent_v1_WebFetchRequestQuery_FIELDLIST(X, a) \
+
+#define agent_v1_WebFetchRequestQuery_CALLBACK NULL
+#define agent_v1_WebFetchRequestQuery_DEFAULT NULL
+
+#define agent_v1_WebFetchRequestResponse_FIELDLIST(X, a) \
+
+#define agent_v1_WebFetchRequestResponse_CALLBACK NULL
+#define agent_v1_WebFetchRequestResponse_DEFAULT NULL
+
+#define agent_v1_GenerateImageRequestQuery_FIELDLIST(X, a) \
+
+#define agent_v1_GenerateImageRequestQuery_CALLBACK NULL
+#define agent_v1_GenerateImageRequestQuery_DEFAULT NULL
+
+#define agent_v1_GenerateImageRequestResponse_FIELDLIST(X, a) \
+
+#define agent_v1_GenerateImageRequestResponse_CALLBACK NULL
+#define agent_v1_GenerateImageRequestResponse_DEFAULT NULL
+
+#define agent_v1_McpStateExecArgs_FIELDLIST(X, a) \
+X(a, POINTER,  REPEATED, STRING,   server_identifiers,   1)
+#define agent_v1_McpStateExecArgs_CALLBACK NULL
+#define agent_v1_McpStateExecArgs_DEFAULT NULL
+
+#define agent_v1_McpStateExecResult_FIELDLIST(X, a) \
+X(a, STATIC,   ONEOF,    MESSAGE,  (result,success,result.success),   1)
+#define agent_v1_McpStateExecResult_CALLBACK NULL
+#define agent_v1_McpStateExecResult_DEFAULT NULL
+#define agent_v1_McpStateExecResult_result_success_MSGTYPE agent_v1_McpStateSuccess
+
+#define agent_v1_McpStateSuccess_FIELDLIST(X, a) \
+X(a, POINTER,  REPEATED, MESSAGE,  servers,           1)
+#define agent_v1_McpStateSuccess_CALLBACK NULL
+#define agent_v1_McpStateSuccess_DEFAULT NULL
+#define agent_v1_McpStateSuccess_servers_MSGTYPE agent_v1_McpStateServer
+
+#define agent_v1_McpStateServer_FIELDLIST(X, a) \
+X(a, POINTER,  SINGULAR, STRING,   server_name,       1) \
+X(a, POINTER,  SINGULAR, STRING,   server_identifier,   2) \
+X(a, POINTER,  REPEATED, MESSAGE,  tools,             5) \
+X(a, POINTER,  SINGULAR, STRING,   status,            7)
+#define agent_v1_McpStateServer_CALLBACK NULL
+#define agent_v1_McpStateServer_DEFAULT NULL
+#define agent_v1_McpStateServer_tools_MSGTYPE agent_v1_McpToolDefinition
+
+#define agent_v1_ShellCommandParsingResult_FIELDLIST(X, a) \
+X(a, POINTER,  REPEATED, BYTES,    executable_commands,   2)
+#define agent_v1_ShellCommandParsingResult_CALLBACK NULL
+#define agent_v1_ShellCommandParsingResult_DEFAULT NULL
+
 extern const pb_msgdesc_t agent_v1_BidiRequestId_msg;
 extern const pb_msgdesc_t agent_v1_AgentClientMessage_msg;
 extern const pb_msgdesc_t agent_v1_ClientHeartbeat_msg;
 extern const pb_msgdesc_t agent_v1_AgentServerMessage_msg;
+extern const pb_msgdesc_t agent_v1_TtftBreakdown_msg;
 extern const pb_msgdesc_t agent_v1_AgentRunRequest_msg;
 extern const pb_msgdesc_t agent_v1_PreFetchedBlob_msg;
 extern const pb_msgdesc_t agent_v1_RequestedModel_msg;
@@ -4670,6 +4955,7 @@ extern const pb_msgdesc_t agent_v1_SummaryCompletedUpdate_msg;
 extern const pb_msgdesc_t agent_v1_ShellOutputDeltaUpdate_msg;
 extern const pb_msgdesc_t agent_v1_UserMessageAppendedUpdate_msg;
 extern const pb_msgdesc_t agent_v1_StepStartedUpdate_msg;
+extern const pb_msgdesc_t agent_v1_StepCompletedUpdate_msg;
 extern const pb_msgdesc_t agent_v1_ToolCall_msg;
 extern const pb_msgdesc_t agent_v1_ShellToolCall_msg;
 extern const pb_msgdesc_t agent_v1_McpToolCall_msg;
@@ -4686,6 +4972,7 @@ extern const pb_msgdesc_t agent_v1_ApplyAgentDiffToolCall_msg;
 extern const pb_msgdesc_t agent_v1_ApplyAgentDiffArgs_msg;
 extern const pb_msgdesc_t agent_v1_InteractionQuery_msg;
 extern const pb_msgdesc_t agent_v1_InteractionResponse_msg;
+extern const pb_msgdesc_t agent_v1_SetupVmEnvironmentResponse_msg;
 extern const pb_msgdesc_t agent_v1_ExecServerMessage_msg;
 extern const pb_msgdesc_t agent_v1_ExecClientMessage_msg;
 extern const pb_msgdesc_t agent_v1_ExecClientControlMessage_msg;
@@ -4804,7 +5091,6 @@ extern const pb_msgdesc_t agent_v1_AzureCredentials_msg;
 extern const pb_msgdesc_t agent_v1_BackgroundShellSpawnResult_msg;
 extern const pb_msgdesc_t agent_v1_BedrockCredentials_msg;
 extern const pb_msgdesc_t agent_v1_ComputerUseArgs_msg;
-extern const pb_msgdesc_t agent_v1_McpStateExecArgs_msg;
 extern const pb_msgdesc_t agent_v1_ComputerUseResult_msg;
 extern const pb_msgdesc_t agent_v1_ComputerUseToolCall_msg;
 extern const pb_msgdesc_t agent_v1_CreatePlanToolCall_msg;
@@ -4840,7 +5126,6 @@ extern const pb_msgdesc_t agent_v1_SandboxPolicy_msg;
 extern const pb_msgdesc_t agent_v1_SelectedContext_msg;
 extern const pb_msgdesc_t agent_v1_SemSearchToolCall_msg;
 extern const pb_msgdesc_t agent_v1_ShellCommandAction_msg;
-extern const pb_msgdesc_t agent_v1_ShellCommandParsingResult_msg;
 extern const pb_msgdesc_t agent_v1_SkillOptions_msg;
 extern const pb_msgdesc_t agent_v1_StartPlanAction_msg;
 extern const pb_msgdesc_t agent_v1_SummarizeAction_msg;
@@ -4854,12 +5139,26 @@ extern const pb_msgdesc_t agent_v1_UpdateTodosToolCall_msg;
 extern const pb_msgdesc_t agent_v1_WebSearchArgs_msg;
 extern const pb_msgdesc_t agent_v1_WebSearchRequestResponse_msg;
 extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
+extern const pb_msgdesc_t agent_v1_CreatePlanRequestQuery_msg;
+extern const pb_msgdesc_t agent_v1_CreatePlanRequestResponse_msg;
+extern const pb_msgdesc_t agent_v1_SetupVmEnvironmentRequestQuery_msg;
+extern const pb_msgdesc_t agent_v1_SetupVmEnvironmentSuccess_msg;
+extern const pb_msgdesc_t agent_v1_WebFetchRequestQuery_msg;
+extern const pb_msgdesc_t agent_v1_WebFetchRequestResponse_msg;
+extern const pb_msgdesc_t agent_v1_GenerateImageRequestQuery_msg;
+extern const pb_msgdesc_t agent_v1_GenerateImageRequestResponse_msg;
+extern const pb_msgdesc_t agent_v1_McpStateExecArgs_msg;
+extern const pb_msgdesc_t agent_v1_McpStateExecResult_msg;
+extern const pb_msgdesc_t agent_v1_McpStateSuccess_msg;
+extern const pb_msgdesc_t agent_v1_McpStateServer_msg;
+extern const pb_msgdesc_t agent_v1_ShellCommandParsingResult_msg;
 
 /* Defines for backwards compatibility with code written before nanopb-0.4.0 */
 #define agent_v1_BidiRequestId_fields &agent_v1_BidiRequestId_msg
 #define agent_v1_AgentClientMessage_fields &agent_v1_AgentClientMessage_msg
 #define agent_v1_ClientHeartbeat_fields &agent_v1_ClientHeartbeat_msg
 #define agent_v1_AgentServerMessage_fields &agent_v1_AgentServerMessage_msg
+#define agent_v1_TtftBreakdown_fields &agent_v1_TtftBreakdown_msg
 #define agent_v1_AgentRunRequest_fields &agent_v1_AgentRunRequest_msg
 #define agent_v1_PreFetchedBlob_fields &agent_v1_PreFetchedBlob_msg
 #define agent_v1_RequestedModel_fields &agent_v1_RequestedModel_msg
@@ -4899,6 +5198,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ShellOutputDeltaUpdate_fields &agent_v1_ShellOutputDeltaUpdate_msg
 #define agent_v1_UserMessageAppendedUpdate_fields &agent_v1_UserMessageAppendedUpdate_msg
 #define agent_v1_StepStartedUpdate_fields &agent_v1_StepStartedUpdate_msg
+#define agent_v1_StepCompletedUpdate_fields &agent_v1_StepCompletedUpdate_msg
 #define agent_v1_ToolCall_fields &agent_v1_ToolCall_msg
 #define agent_v1_ShellToolCall_fields &agent_v1_ShellToolCall_msg
 #define agent_v1_McpToolCall_fields &agent_v1_McpToolCall_msg
@@ -4915,6 +5215,7 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ApplyAgentDiffArgs_fields &agent_v1_ApplyAgentDiffArgs_msg
 #define agent_v1_InteractionQuery_fields &agent_v1_InteractionQuery_msg
 #define agent_v1_InteractionResponse_fields &agent_v1_InteractionResponse_msg
+#define agent_v1_SetupVmEnvironmentResponse_fields &agent_v1_SetupVmEnvironmentResponse_msg
 #define agent_v1_ExecServerMessage_fields &agent_v1_ExecServerMessage_msg
 #define agent_v1_ExecClientMessage_fields &agent_v1_ExecClientMessage_msg
 #define agent_v1_ExecClientControlMessage_fields &agent_v1_ExecClientControlMessage_msg
@@ -5033,7 +5334,6 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_BackgroundShellSpawnResult_fields &agent_v1_BackgroundShellSpawnResult_msg
 #define agent_v1_BedrockCredentials_fields &agent_v1_BedrockCredentials_msg
 #define agent_v1_ComputerUseArgs_fields &agent_v1_ComputerUseArgs_msg
-#define agent_v1_McpStateExecArgs_fields &agent_v1_McpStateExecArgs_msg
 #define agent_v1_ComputerUseResult_fields &agent_v1_ComputerUseResult_msg
 #define agent_v1_ComputerUseToolCall_fields &agent_v1_ComputerUseToolCall_msg
 #define agent_v1_CreatePlanToolCall_fields &agent_v1_CreatePlanToolCall_msg
@@ -5069,7 +5369,6 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_SelectedContext_fields &agent_v1_SelectedContext_msg
 #define agent_v1_SemSearchToolCall_fields &agent_v1_SemSearchToolCall_msg
 #define agent_v1_ShellCommandAction_fields &agent_v1_ShellCommandAction_msg
-#define agent_v1_ShellCommandParsingResult_fields &agent_v1_ShellCommandParsingResult_msg
 #define agent_v1_SkillOptions_fields &agent_v1_SkillOptions_msg
 #define agent_v1_StartPlanAction_fields &agent_v1_StartPlanAction_msg
 #define agent_v1_SummarizeAction_fields &agent_v1_SummarizeAction_msg
@@ -5083,6 +5382,19 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_WebSearchArgs_fields &agent_v1_WebSearchArgs_msg
 #define agent_v1_WebSearchRequestResponse_fields &agent_v1_WebSearchRequestResponse_msg
 #define agent_v1_WebSearchToolCall_fields &agent_v1_WebSearchToolCall_msg
+#define agent_v1_CreatePlanRequestQuery_fields &agent_v1_CreatePlanRequestQuery_msg
+#define agent_v1_CreatePlanRequestResponse_fields &agent_v1_CreatePlanRequestResponse_msg
+#define agent_v1_SetupVmEnvironmentRequestQuery_fields &agent_v1_SetupVmEnvironmentRequestQuery_msg
+#define agent_v1_SetupVmEnvironmentSuccess_fields &agent_v1_SetupVmEnvironmentSuccess_msg
+#define agent_v1_WebFetchRequestQuery_fields &agent_v1_WebFetchRequestQuery_msg
+#define agent_v1_WebFetchRequestResponse_fields &agent_v1_WebFetchRequestResponse_msg
+#define agent_v1_GenerateImageRequestQuery_fields &agent_v1_GenerateImageRequestQuery_msg
+#define agent_v1_GenerateImageRequestResponse_fields &agent_v1_GenerateImageRequestResponse_msg
+#define agent_v1_McpStateExecArgs_fields &agent_v1_McpStateExecArgs_msg
+#define agent_v1_McpStateExecResult_fields &agent_v1_McpStateExecResult_msg
+#define agent_v1_McpStateSuccess_fields &agent_v1_McpStateSuccess_msg
+#define agent_v1_McpStateServer_fields &agent_v1_McpStateServer_msg
+#define agent_v1_ShellCommandParsingResult_fields &agent_v1_ShellCommandParsingResult_msg
 
 /* Maximum encoded size of messages (where known) */
 /* agent_v1_BidiRequestId_size depends on runtime parameters */
@@ -5232,7 +5544,12 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 /* agent_v1_GetDefaultModelForCliResponse_size depends on runtime parameters */
 /* agent_v1_NameAgentRequest_size depends on runtime parameters */
 /* agent_v1_NameAgentResponse_size depends on runtime parameters */
-#define AGENT_V1_AGENT_PB_H_MAX_SIZE             agent_v1_ConversationTokenDetails_size
+/* agent_v1_McpStateExecArgs_size depends on runtime parameters */
+/* agent_v1_McpStateExecResult_size depends on runtime parameters */
+/* agent_v1_McpStateSuccess_size depends on runtime parameters */
+/* agent_v1_McpStateServer_size depends on runtime parameters */
+/* agent_v1_ShellCommandParsingResult_size depends on runtime parameters */
+#define AGENT_V1_AGENT_PB_H_MAX_SIZE             agent_v1_TurnEndedUpdate_size
 #define agent_v1_ApiKeyCredentials_size          0
 #define agent_v1_ApplyAgentDiffResult_size       0
 #define agent_v1_AskQuestionArgs_size            0
@@ -5248,6 +5565,8 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ComputerUseResult_size          0
 #define agent_v1_ComputerUseToolCall_size        0
 #define agent_v1_ConversationTokenDetails_size   12
+#define agent_v1_CreatePlanRequestQuery_size     0
+#define agent_v1_CreatePlanRequestResponse_size  0
 #define agent_v1_CreatePlanToolCall_size         0
 #define agent_v1_CursorRule_size                 0
 #define agent_v1_DebugModeConfig_size            0
@@ -5265,6 +5584,8 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ExecServerControlMessage_size   8
 #define agent_v1_ExecutePlanAction_size          0
 #define agent_v1_FetchToolCall_size              0
+#define agent_v1_GenerateImageRequestQuery_size  0
+#define agent_v1_GenerateImageRequestResponse_size 0
 #define agent_v1_GenerateImageToolCall_size      0
 #define agent_v1_GetDefaultModelForCliRequest_size 0
 #define agent_v1_GitRepoInfo_size                0
@@ -5272,10 +5593,9 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_GrepFileCount_size              0
 #define agent_v1_GrepFileMatch_size              0
 #define agent_v1_HeartbeatUpdate_size            0
-#define agent_v1_InteractionResponse_size        8
+#define agent_v1_InteractionResponse_size        10
 #define agent_v1_ListMcpResourcesExecResult_size 0
 #define agent_v1_ListMcpResourcesToolCall_size   0
-#define agent_v1_McpStateExecArgs_size           0
 #define agent_v1_ReadLintsToolCall_size          0
 #define agent_v1_ReadMcpResourceExecResult_size  0
 #define agent_v1_ReadMcpResourceToolCall_size    0
@@ -5288,11 +5608,14 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_SandboxPolicy_size              0
 #define agent_v1_SelectedContext_size            0
 #define agent_v1_SemSearchToolCall_size          0
+#define agent_v1_SetupVmEnvironmentRequestQuery_size 0
+#define agent_v1_SetupVmEnvironmentResponse_size 2
+#define agent_v1_SetupVmEnvironmentSuccess_size  0
 #define agent_v1_ShellCommandAction_size         0
-#define agent_v1_ShellCommandParsingResult_size  0
 #define agent_v1_ShellStreamStart_size           2
 #define agent_v1_SkillOptions_size               0
 #define agent_v1_StartPlanAction_size            0
+#define agent_v1_StepCompletedUpdate_size        22
 #define agent_v1_StepStartedUpdate_size          11
 #define agent_v1_SummarizeAction_size            0
 #define agent_v1_SummaryCompletedUpdate_size     0
@@ -5307,8 +5630,11 @@ extern const pb_msgdesc_t agent_v1_WebSearchToolCall_msg;
 #define agent_v1_ThinkingDetails_size            0
 #define agent_v1_TokenDeltaUpdate_size           11
 #define agent_v1_ToolCallDelta_size              0
-#define agent_v1_TurnEndedUpdate_size            0
+#define agent_v1_TtftBreakdown_size              0
+#define agent_v1_TurnEndedUpdate_size            55
 #define agent_v1_UpdateTodosToolCall_size        0
+#define agent_v1_WebFetchRequestQuery_size       0
+#define agent_v1_WebFetchRequestResponse_size    0
 #define agent_v1_WebSearchArgs_size              0
 #define agent_v1_WebSearchRequestQuery_size      2
 #define agent_v1_WebSearchRequestResponse_size   0

@@ -70,11 +70,12 @@ def scenarios(ws):
         "p_heartbeat": {"steps": [{"op": "require_heartbeat", "within_s": 8},
                                   {"op": "text", "text": "alive"}] + END},
         # issue 10 item 5: execs no tool matches -> throw + stream_close, or the turn stalls
+        # (mcp_state_exec_args wants its own result since 2026-09: issue 24, autumn_test.py)
         "p_unmapped": {"steps": [
             {"op": "exec", "kind": "delete", "id": 11, "exec_id": "exec-del-11",
              "args_hex": "0a022f78", "expect": "throw", "wait_reply": 3},
-            {"op": "exec", "kind": "mcp_state", "id": 12, "exec_id": "exec-ms-12",
-             "expect": "throw", "wait_reply": 3},
+            {"op": "exec", "kind": "subagent", "id": 12, "exec_id": "exec-sa-12",
+             "args_hex": "0a0178", "expect": "throw", "wait_reply": 3},
             {"op": "exec", "kind": "computer_use", "id": 13, "expect": "throw", "wait_reply": 3},
             {"op": "text", "text": "carried on"}] + END},
         "p_kvmeta": {"steps": [
@@ -267,7 +268,7 @@ def t_parity(tmp, fake, token, ws):
     del t0
     r = chat(px, {"model": "scenario:p_unmapped", "tools": TOOLS[:1], "messages": [
         {"role": "user", "content": "hi"}]}, False)
-    eq("execs no tool matches (delete, mcp_state_exec_args, computer use): turn goes on",
+    eq("execs no tool matches (delete, subagent, computer use): turn goes on",
        r["content"], "carried on")
     run = runs_of(fake, "p_unmapped")[-1]
     for i in (11, 12, 13):

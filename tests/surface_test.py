@@ -170,6 +170,16 @@ def data_url(b, mime="image/png"):
     return "data:%s;base64,%s" % (mime, base64.b64encode(b).decode())
 
 
+def make_bmp(w, h):
+    """A 24-bit bottom-up BMP (BITMAPINFOHEADER), rows padded to 4 bytes."""
+    row = (w * 3 + 3) & ~3
+    pix = b"".join(bytes((x * 50 % 256, y * 70 % 256, 200)) * 1 for y in range(h)
+                   for x in range(w))
+    rows = b"".join(pix[y * w * 3:(y + 1) * w * 3] + b"\0" * (row - w * 3) for y in range(h))
+    dib = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 14 + 40 + len(rows), 0, 0, 54) + dib + rows
+
+
 def expect_text(png):
     import hashlib
     return "image/png %dx%d %dB sha256:%s" % (struct.unpack(">I", png[16:20])[0],
@@ -232,6 +242,26 @@ def t_images(tmp, fake, proxy, token):
        (1, [2, 4, 7, 8], 3, 2))
     eq("run request: the prompt has no marker for the current image", rr.get("prompt"),
        "User: What is in this image?")
+    # issue 24 item 8: Cursor ignores inline image data unless the run request says the
+    # client supports it (AgentRunRequest.client_supports_inline_images = 19)
+    eq("run request with images: client_supports_inline_images (19) = true",
+       rr.get("client_supports_inline_images"), 1)
+    # BMP is one of the types Cursor takes (png/jpeg/gif/webp/bmp)
+    bmp = make_bmp(4, 3)
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "bmp?"},
+                                     {"type": "image_url", "image_url": {"url": data_url(
+                                         bmp, "image/bmp")}}]}]})
+    j = jload(text) or {}
+    import hashlib
+    eq("BMP image: accepted, Cursor got its bytes, type and size",
+       (code, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+       (200, "IMAGES 1: image/bmp 4x3 %dB sha256:%s" % (len(bmp),
+                                                         hashlib.sha256(bmp).hexdigest()[:16])))
+    code, text = curl_chat(proxy, {"model": "scenario:echo_images", "messages": [
+        {"role": "user", "content": "no image"}]})
+    eq("run request without images: no client_supports_inline_images",
+       last_run_request(fake).get("client_supports_inline_images"), None)
     # streaming, two images, curl
     msgs2 = [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": data_url(png)}},

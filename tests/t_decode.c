@@ -656,10 +656,11 @@ static void exec_variants(coai_msg *m)
             coai_buf_free(&b);
         }
     }
-    /* unknown exec member -> NONE; exec_id with a NUL keeps its length */
+    /* an exec member we do not know -> EXEC with kind = its field number (answered with a
+     * throw); exec_id with a NUL keeps its length */
     pw_str(&a, 1, "x");
     b = exec_msg(1, "a\0b", 30, &a);
-    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_NONE);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_EXEC && x->kind == 30);
     coai_buf_free(&b);
     {
         coai_buf e = { 0 };
@@ -992,6 +993,115 @@ static void fast_path_equivalence(coai_msg *m)
     free(big);
 }
 
+/* Issue 24 items 5 and 9: the fields the 2026-08/10 captures carry. */
+static void autumn_fields(coai_msg *m)
+{
+    coai_buf a = { 0 }, b = { 0 }, s = { 0 };
+    const coai_exec *x = &m->exec;
+    /* TurnEndedUpdate 1-5 */
+    pw_uv(&s, 1, 12000); pw_uv(&s, 2, 345); pw_uv(&s, 3, 7000); pw_uv(&s, 4, 250);
+    pw_uv(&s, 5, 120);
+    b = iu(14, &s);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_TURN_ENDED && m->turn.present
+          && m->turn.input == 12000 && m->turn.output == 345 && m->turn.cache_read == 7000
+          && m->turn.cache_write == 250 && m->turn.reasoning == 120);
+    all_trunc(&b, "turn_ended tokens");
+    coai_buf_free(&b);
+    b = iu(14, &s);                                  /* the bare 72 00 form */
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_TURN_ENDED && !m->turn.present
+          && m->turn.input == 0);
+    coai_buf_free(&b);
+    pw_uv(&s, 1, (uint64_t)-5);                      /* int64 -5 as a 10-byte varint */
+    b = iu(14, &s);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->turn.present && m->turn.input == -5);
+    coai_buf_free(&b);
+    pw_str(&s, 1, "x");                              /* wrong wire type: malformed */
+    b = iu(14, &s);
+    CHECK(dec_buf(m, &b) == COAI_ERR_PROTO && m->kind == COAI_MSG_NONE);
+    coai_buf_free(&b);
+    /* InteractionUpdate 17 step_completed */
+    pw_uv(&s, 1, 4); pw_uv(&s, 2, 1834);
+    b = iu(17, &s);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_STEP && m->value == 17
+          && m->value2 == 4 && m->value3 == 1834);
+    coai_buf_free(&b);
+    /* ShellArgs 13, 14, 15, 17, 21, 23 (and 3) */
+    pw_str(&a, 1, "sleep 100"); pw_str(&a, 2, "/w"); pw_uv(&a, 3, 30000);
+    pw_uv(&a, 13, 2); pw_uv(&a, 14, 600000); pw_str(&a, 15, "Wait for the build");
+    pw_uv(&a, 17, 1); pw_str(&a, 21, "conv-1"); pw_str(&a, 23, "req-1");
+    { coai_buf pr = { 0 }, ec = { 0 };            /* parsing_result{2 executable_commands} */
+      pw_str(&ec, 1, "sleep"); pw_sub(&pr, 2, &ec); pw_sub(&a, 8, &pr); }
+    {   /* envelope field 55 (a bool) and 19 (span_context) are not exec members */
+        coai_buf sp = { 0 };
+        pw_uv(&b, 1, 9);
+        pw_sub(&b, 14, &a);
+        pw_str(&b, 15, "e9");
+        pw_str(&sp, 1, "trace"); pw_sub(&b, 19, &sp);
+        pw_uv(&b, 55, 1);
+        pw_wrap(&b, 2);
+    }
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_EXEC
+          && x->kind == COAI_EXEC_SHELL_STREAM && x->id == 9 && str_is(x->command, "sleep 100")
+          && x->timeout == 30000 && x->timeout_behavior == 2 && x->hard_timeout_ms == 600000
+          && str_is(x->description, "Wait for the build") && x->close_stdin == 1
+          && str_is(x->run_conversation_id, "conv-1") && str_is(x->run_request_id, "req-1")
+          && x->accept_hook_contexts == 1);
+    all_trunc(&b, "shell args 2026");
+    coai_buf_free(&b);
+    /* McpStateExecArgs 1 server_identifiers */
+    pw_str(&a, 1, "cursor-tools"); pw_str(&a, 1, "other");
+    b = exec_msg(36, "e36", 36, &a);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_EXEC && x->kind == COAI_EXEC_MCP_STATE
+          && x->server_id_count == 2 && strcmp(x->server_ids[0], "cursor-tools") == 0
+          && strcmp(x->server_ids[1], "other") == 0);
+    coai_buf_free(&b);
+    b = exec_msg(37, NULL, 36, &a);                  /* empty args: every server */
+    CHECK(dec_buf(m, &b) == COAI_OK && x->kind == COAI_EXEC_MCP_STATE && x->server_id_count == 0);
+    coai_buf_free(&b);
+    /* precheck 41-43 and an exec made only of envelope fields */
+    b = exec_msg(41, "p", 42, &a);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_EXEC && x->kind == 42);
+    coai_buf_free(&b);
+    pw_uv(&b, 1, 5); pw_str(&s, 1, "t"); pw_sub(&b, 19, &s); pw_uv(&b, 55, 1);
+    pw_wrap(&b, 2);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_NONE);
+    coai_buf_free(&b);
+    /* a varint at 55 is the envelope bool; a string there is not an exec either */
+    pw_uv(&b, 1, 5); pw_str(&b, 55, "zz");
+    pw_wrap(&b, 2);
+    CHECK(dec_buf(m, &b) == COAI_ERR_PROTO);
+    coai_buf_free(&b);
+    /* interaction queries 7, 8, 9, 12 (and an unknown 20); a varint at 9 is malformed */
+    {
+        static const uint32_t kinds[] = { 7, 8, 9, 12, 20 };
+        size_t i;
+        for (i = 0; i < sizeof kinds / sizeof *kinds; i++) {
+            pw_uv(&b, 1, 70 + i);
+            pw_len(&b, kinds[i], "", 0);
+            pw_wrap(&b, 7);
+            CHECKF(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_QUERY
+                   && m->query == (int)kinds[i] && m->id == 70 + i, "query %u", kinds[i]);
+            coai_buf_free(&b);
+        }
+        pw_uv(&b, 1, 1); pw_uv(&b, 9, 1);
+        pw_wrap(&b, 7);
+        CHECK(dec_buf(m, &b) == COAI_ERR_PROTO);
+        coai_buf_free(&b);
+    }
+    /* set_blob without blob_data; with an empty one */
+    pw_len(&s, 1, "k", 1);
+    pw_uv(&b, 1, 3); pw_sub(&b, 3, &s); pw_wrap(&b, 4);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_KV_SET && m->no_blob_data
+          && m->blob_data.len == 0);
+    coai_buf_free(&b);
+    pw_len(&s, 1, "k", 1); pw_len(&s, 2, "", 0);
+    pw_uv(&b, 1, 3); pw_sub(&b, 3, &s); pw_wrap(&b, 4);
+    CHECK(dec_buf(m, &b) == COAI_OK && m->kind == COAI_MSG_KV_SET && !m->no_blob_data);
+    coai_buf_free(&b);
+    coai_buf_free(&a);
+    coai_buf_free(&s);
+}
+
 int main(void)
 {
     coai_msg m = { 0 };
@@ -1004,6 +1114,7 @@ int main(void)
     interaction_variants(&m);
     exec_variants(&m);
     other_variants(&m);
+    autumn_fields(&m);
     mcp_args_json(&m);
     nesting(&m, 2, 0, COAI_OK);
     nesting(&m, COAI_MAX_VALUE_DEPTH, 0, COAI_OK);

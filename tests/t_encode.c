@@ -855,7 +855,20 @@ static void test_interaction_response(void)
     CHECK_MEM(b.data, b.len, "\x32\x05\x08\xac\x02\x22\x00", 7);
     coai_buf_reset(&b);
     CHECK(coai_encode_interaction_response(&b, 1, 1) == COAI_ERR_INVALID && b.len == 0);
-    CHECK(coai_encode_interaction_response(&b, 1, 7) == COAI_ERR_INVALID && b.len == 0);
+    CHECK(coai_encode_interaction_response(&b, 1, 64) == COAI_ERR_INVALID && b.len == 0);
+    /* issue 24 item 5: 7 create plan, 9 the unnamed web fetch, 12 generate image get an
+     * empty response; 8 setup VM environment an empty success */
+    CHECK(coai_encode_interaction_response(&b, 1, 7) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x32\x04\x08\x01\x3a\x00", 6);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_interaction_response(&b, 2, 8) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x32\x06\x08\x02\x42\x02\x0a\x00", 8);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_interaction_response(&b, 3, 9) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x32\x04\x08\x03\x4a\x00", 6);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_interaction_response(&b, 4, 12) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x32\x04\x08\x04\x62\x00", 6);
     coai_buf_free(&b);
 }
 
@@ -935,8 +948,70 @@ static void test_parity_messages(void)
     coai_buf_free(&b);
 }
 
+static const void *has_bytes(const void *hay, size_t n, const void *needle, size_t m)
+{
+    const unsigned char *h = (const unsigned char *)hay;
+    size_t i;
+    for (i = 0; h && m <= n && i + m <= n; i++)
+        if (memcmp(h + i, needle, m) == 0) return h + i;
+    return NULL;
+}
+
+/* Issue 24 item 5: McpStateExecResult, empty precheck results, the result-number shift. */
+static void test_mcp_state(void)
+{
+    coai_buf b = { 0 };
+    coai_tool t[2];
+    char *ids_ours[2], *ids_other[1];
+    memset(t, 0, sizeof t);
+    t[0].name = coai_str_c("a");
+    ids_ours[0] = (char *)"x";
+    ids_ours[1] = (char *)"cursor-tools";
+    ids_other[0] = (char *)"other";
+    /* the Value of a NULL schema is {"type":"object","properties":{}}: checked elsewhere;
+     * here a tool with an empty Value would not do, so compare the frame around it */
+    CHECK(coai_encode_exec_mcp_state(&b, 7, coai_str_c("e36"), t, 1, NULL, 0) == COAI_OK);
+    CHECK(b.len > 20 && b.data[0] == 0x12);
+    {
+        /* AgentClientMessage.2 exec_client_message{1 id 7, 15 exec_id, 36 {1 {1 server{1, 2,
+         * 5 tool, 7 "ready"}}}} */
+        const char *hay = (const char *)b.data;
+        CHECK(has_bytes(hay, b.len, "\x0a\x0c" "Cursor Tools" "\x12\x0c" "cursor-tools", 28) != NULL);
+        CHECK(has_bytes(hay, b.len, "\x3a\x05" "ready", 7) != NULL);
+        CHECK(has_bytes(hay, b.len, "\x2a\x01" "a", 3) != NULL);
+        CHECK(has_bytes(hay, b.len, "\xa2\x02", 2) != NULL);     /* field 36, wire type 2 */
+    }
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_mcp_state(&b, 7, coai_str_c(""), t, 1, ids_ours, 2) == COAI_OK);
+    CHECK(has_bytes(b.data, b.len, "ready", 5) != NULL);
+    coai_buf_reset(&b);
+    /* asked for another server only, or no tools: success with no server */
+    CHECK(coai_encode_exec_mcp_state(&b, 7, coai_str_c(""), t, 1, ids_other, 1) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x12\x07\x08\x07\xa2\x02\x02\x0a\x00", 9);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_mcp_state(&b, 7, coai_str_c(""), NULL, 0, NULL, 0) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x12\x07\x08\x07\xa2\x02\x02\x0a\x00", 9);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_mcp_state(&b, 7, coai_str_c(""), NULL, 1, NULL, 0)
+          == COAI_ERR_INVALID && b.len == 0);
+    /* empty results: 41-43 at their own number; the shift for 45-52 */
+    CHECK(coai_encode_exec_empty_result(&b, 3, coai_str_c("p"), 41) == COAI_OK);
+    CHECK_MEM(b.data, b.len, "\x12\x08\x08\x03\x7a\x01p\xca\x02\x00", 10);
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_empty_result(&b, 3, coai_str_c(""), 1) == COAI_ERR_INVALID);
+    CHECK(coai_encode_exec_empty_result(&b, 3, coai_str_c(""), 56) == COAI_ERR_INVALID);
+    CHECK(b.len == 0);
+    CHECK(coai_exec_result_field(2) == 2 && coai_exec_result_field(36) == 36);
+    CHECK(coai_exec_result_field(44) == 44 && coai_exec_result_field(45) == 46);
+    CHECK(coai_exec_result_field(51) == 52 && coai_exec_result_field(52) == 55);
+    CHECK(coai_exec_result_field(53) == 53 && coai_exec_result_field(54) == 54);
+    CHECK(coai_exec_result_field(55) == 0 && coai_exec_result_field(1) == 0);
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
+    test_mcp_state();
     test_client_messages();
     test_run_request_vectors();
     test_e2e();

@@ -614,31 +614,55 @@ static void test_sse_tool_call(void)
     CHECK(s.all.len >= 9 && s.all.data[1] == 0x2a && s.all.data[3] == 0x12);
     CHECK(s.all.data[5] == 0x08 && s.all.data[6] == 3 && s.all.data[7] == 0x12);
     CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x03", 7) == 0);
-    /* Any other kind (here computer use, and mcp_state_exec_args) gets the same pair. */
+    /* Any other kind (here computer use) gets the same pair. */
     m.exec.kind = COAI_EXEC_COMPUTER_USE;
     m.exec.id = 4;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
     CHECK(s.count == 4 && r.rejected == 2);
     CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x04", 7) == 0);
+    /* mcp_state_exec_args (36) gets McpStateExecResult.success (issue 24 item 5): the two
+     * tools as one server, status "ready"; then stream_close. An unknown kind (28) a throw. */
     m.exec.kind = COAI_EXEC_MCP_STATE;
     m.exec.id = 8;
-    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    CHECK(s.count == 6 && r.rejected == 3);
+    {
+        size_t at = s.all.len, k, found = 0;
+        CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+        CHECK(s.count == 6 && r.rejected == 2);
+        /* [len] 12 <n> 08 08 a2 02 ... */
+        CHECK(s.all.len > at + 12 && s.all.data[at + 1] == 0x12);
+        for (k = at; k + 7 <= s.all.len; k++)
+            if (memcmp(s.all.data + k, "\x3a\x05ready", 7) == 0) found++;
+        CHECK(found == 1);
+        for (k = at, found = 0; k + 17 <= s.all.len; k++)
+            if (memcmp(s.all.data + k, "cursor-tools-read", 17) == 0) found++;
+        CHECK(found == 1);
+    }
     CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x08", 7) == 0);
+    m.exec.kind = (coai_exec_kind)28;
+    m.exec.id = 9;
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+    CHECK(s.count == 8 && r.rejected == 3);
+    CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x09", 7) == 0);
+    m.exec.kind = (coai_exec_kind)42;                /* precheck: an empty result */
+    m.exec.id = 10;
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+    CHECK(s.count == 10 && r.rejected == 3);
+    CHECK(memcmp(s.all.data + s.all.len - 7 - 8, "\x07\x12\x05\x08\x0a\xd2\x02\x00", 8) == 0);
     /* request_context: result + stream_close, no output. */
     m.exec.kind = COAI_EXEC_REQUEST_CONTEXT;
     m.exec.id = 5;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    CHECK(s.count == 8 && r.rejected == 3);
+    CHECK(s.count == 12 && r.rejected == 3);
     m = msg_kind(COAI_MSG_QUERY);
     m.query = 3;
     m.id = 7;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 1);
     /* answered with an empty ask-question response: {6: {1: 7, 3: {}}}, no client output */
-    CHECK(s.count == 9);
+    CHECK(s.count == 13);
     CHECK(s.all.len >= 6 && memcmp(s.all.data + s.all.len - 6, "\x32\x04\x08\x07\x1a\x00", 6) == 0);
-    m.query = 9;                                /* a kind the schema does not have */
-    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 9);
+    m.query = 9;                     /* the unnamed hosted web fetch: approved, empty */
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 14);
+    CHECK(memcmp(s.all.data + s.all.len - 6, "\x32\x04\x08\x07\x4a\x00", 6) == 0);
     m = msg_kind(COAI_MSG_EXEC);
     m.exec.kind = COAI_EXEC_SHELL_STREAM;
     m.exec.id = 1;
@@ -647,7 +671,7 @@ static void test_sse_tool_call(void)
     m.exec.cwd = coai_str_c("/home/user/project");
     m.exec.tool_call_id = coai_str_c("toolu_01SHELL");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
-    CHECK(s.count == 9);                        /* the mapped exec is not answered */
+    CHECK(s.count == 14);                       /* the mapped exec is not answered */
     CHECK(coai_reply_tool_called(&r) == 1);     /* the upstream run is left waiting */
     CHECK_MEM(r.out.data, r.out.len, want, strlen(want));
     CHECK(sse_check(&r.out, &done) == 5 && done);
@@ -899,10 +923,36 @@ static void test_kv(void)
     m.blob_id = coai_str_c("id-2");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
     CHECK(s.count == 3);
+    /* a key that is not a 32-byte digest and is not stored: the key is the data (issue 24
+     * item 5) */
     CHECK_MEM(s.all.data, s.all.len,
               "\x06\x1a\x04\x08\x01\x1a\x00"
               "\x0b\x1a\x09\x08\x02\x12\x05\x0a\x03" "abc"
-              "\x06\x1a\x04\x08\x03\x12\x00", 26);
+              "\x0c\x1a\x0a\x08\x03\x12\x06\x0a\x04" "id-2", 32);
+    CHECK(r.kv_misses_ == 0);
+    {   /* a 32-byte key not stored: a miss, answered without data */
+        static const char key[32] = "0123456789abcdef0123456789abcdef";
+        m.id = 6;
+        m.blob_id.ptr = key;
+        m.blob_id.len = 32;
+        CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+        CHECK(s.count == 4 && r.kv_misses_ == 1);
+        CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x1a\x04\x08\x06\x12\x00", 7) == 0);
+    }
+    /* set_blob without data: acked, the stored blob stays */
+    m = msg_kind(COAI_MSG_KV_SET);
+    m.id = 11;
+    m.blob_id = coai_str_c("id-1");
+    m.no_blob_data = 1;
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && s.count == 5);
+    CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x1a\x04\x08\x0b\x1a\x00", 7) == 0);
+    m = msg_kind(COAI_MSG_KV_GET);
+    m.id = 12;
+    m.blob_id = coai_str_c("id-1");
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && s.count == 6);
+    CHECK(memcmp(s.all.data + s.all.len - 11, "\x0a\x1a\x08\x08\x0c\x12\x04\x0a\x02" "ab", 11)
+          == 0 || memcmp(s.all.data + s.all.len - 12, "\x0b\x1a\x09\x08\x0c\x12\x05\x0a\x03" "abc",
+                         12) == 0);
     /* overwrite with new data */
     m = msg_kind(COAI_MSG_KV_SET);
     m.id = 4;
@@ -1206,8 +1256,119 @@ static void test_models(void)
     coai_models_free(&m);
 }
 
+/* Issue 24 item 9: Cursor's own token counts (TurnEndedUpdate 1-5) in every dialect's
+ * usage, and a shell's description and hard timeout passed to tools that take them. */
+static void test_turn_usage(void)
+{
+    static const coai_dialect ds[] = { COAI_DIALECT_OPENAI_CHAT, COAI_DIALECT_ANTHROPIC,
+                                       COAI_DIALECT_RESPONSES };
+    size_t i;
+    for (i = 0; i < 3; i++) {
+        coai_reply r;
+        sink s;
+        coai_msg m;
+        coai_usage u;
+        coai_reply_opts o;
+        cJSON *j, *us;
+        memset(&o, 0, sizeof o);
+        memset(&s, 0, sizeof s);
+        o.dialect = ds[i];
+        o.completion_id = coai_str_c("id-1");
+        o.model = coai_str_c("m");
+        o.prompt = coai_str_c("User: hi");
+        o.send = sink_send;
+        o.send_user = &s;
+        CHECK(coai_reply_init(&r, &o) == 0);
+        m = msg_text(COAI_MSG_THINKING, "hmm", 3);
+        coai_reply_feed_msg(&r, &m);
+        m = msg_text(COAI_MSG_TEXT, "Hello", 5);
+        coai_reply_feed_msg(&r, &m);
+        m = msg_kind(COAI_MSG_TURN_ENDED);
+        m.turn.input = 1200; m.turn.output = 40; m.turn.cache_read = 7000;
+        m.turn.cache_write = 300; m.turn.reasoning = 25; m.turn.present = 1;
+        CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+        coai_reply_usage(&r, &u);
+        CHECK(u.reported && u.input_tokens == 8500 && u.output_tokens == 40
+              && u.cache_read_tokens == 7000 && u.cache_write_tokens == 300
+              && u.reasoning_tokens == 25);
+        coai_buf_putc(&r.out, 0);
+        j = cJSON_Parse((const char *)r.out.data);
+        CHECKF(j != NULL, "dialect %d: %s", (int)ds[i], (const char *)r.out.data);
+        us = cJSON_GetObjectItem(j, "usage");
+        if (ds[i] == COAI_DIALECT_OPENAI_CHAT) {
+            CHECK(cJSON_GetObjectItem(us, "prompt_tokens")->valueint == 8500);
+            CHECK(cJSON_GetObjectItem(us, "completion_tokens")->valueint == 40);
+            CHECK(cJSON_GetObjectItem(us, "total_tokens")->valueint == 8540);
+            CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "prompt_tokens_details"),
+                                      "cached_tokens")->valueint == 7000);
+            CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "completion_tokens_details"),
+                                      "reasoning_tokens")->valueint == 25);
+        } else if (ds[i] == COAI_DIALECT_ANTHROPIC) {
+            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 1200);
+            CHECK(cJSON_GetObjectItem(us, "cache_read_input_tokens")->valueint == 7000);
+            CHECK(cJSON_GetObjectItem(us, "cache_creation_input_tokens")->valueint == 300);
+            CHECK(cJSON_GetObjectItem(us, "output_tokens")->valueint == 40);
+        } else {
+            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 8500);
+            CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "input_tokens_details"),
+                                      "cached_tokens")->valueint == 7000);
+            CHECK(cJSON_GetObjectItem(us, "output_tokens")->valueint == 40);
+            CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "output_tokens_details"),
+                                      "reasoning_tokens")->valueint == 25);
+        }
+        cJSON_Delete(j);
+        coai_reply_free(&r);
+        coai_buf_free(&s.all);
+    }
+    {   /* reasoning is part of output: never more than it; a turn_ended without counts
+         * keeps the estimates */
+        coai_reply r;
+        sink s;
+        coai_msg m;
+        coai_usage u;
+        reply_setup(&r, &s, 0, 0, NULL, 0);
+        m = msg_kind(COAI_MSG_TURN_ENDED);
+        m.turn.input = 10; m.turn.output = 5; m.turn.reasoning = 9; m.turn.present = 1;
+        coai_reply_feed_msg(&r, &m);
+        coai_reply_usage(&r, &u);
+        CHECK(u.reported && u.reasoning_tokens == 5 && u.input_tokens == 10);
+        coai_reply_free(&r);
+        coai_buf_free(&s.all);
+        reply_setup(&r, &s, 0, 0, NULL, 0);
+        m = msg_kind(COAI_MSG_TURN_ENDED);
+        coai_reply_feed_msg(&r, &m);
+        coai_reply_usage(&r, &u);
+        CHECK(!u.reported && u.input_tokens == 8 && u.cache_read_tokens == 0);
+        coai_reply_free(&r);
+        coai_buf_free(&s.all);
+    }
+    {   /* shell: Cursor's description and hard timeout */
+        coai_exec ex;
+        coai_tool t[1];
+        cJSON *cc = schema("{\"type\":\"object\",\"properties\":{\"command\":{},"
+                           "\"timeout\":{\"type\":\"number\"},\"description\":{}},"
+                           "\"additionalProperties\":false}");
+        cJSON *plain = schema("{\"properties\":{\"command\":{}},\"additionalProperties\":false}");
+        memset(&ex, 0, sizeof ex);
+        memset(t, 0, sizeof t);
+        ex.kind = COAI_EXEC_SHELL_STREAM;
+        ex.command = coai_str_c("make test");
+        ex.description = coai_str_c("Run the tests");
+        ex.hard_timeout_ms = 120000;
+        t[0].name = coai_str_c("Bash");
+        t[0].parameters = cc;
+        check_map(&ex, t, 1, 1, "Bash", "{\"command\":\"make test\",\"description\":"
+                  "\"Run the tests\",\"timeout\":120000}", __LINE__);
+        t[0].parameters = plain;                     /* a tool that takes neither */
+        check_map(&ex, t, 1, 1, "Bash", "{\"command\":\"make test\"}", __LINE__);
+        cJSON_Delete(cc);
+        cJSON_Delete(plain);
+    }
+}
+
 int main(void)
 {
+    test_turn_usage();
     test_validation();
     test_request_fields();
     test_prompt_vectors();

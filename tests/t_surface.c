@@ -306,6 +306,28 @@ static void test_sniff(void)
     CHECK(strcmp(coai_image_sniff(vp8x, sizeof vp8x, &w, &h), "image/webp") == 0);
     CHECKF(w == 1024 && h == 512, "%u x %u", w, h);
     CHECK(coai_image_sniff((const unsigned char *)"BM\x00\x00", 4, &w, &h) == NULL);
+    {   /* BMP (issue 24 item 8): BITMAPINFOHEADER, a top-down one, a core header; "BM" with
+         * an unknown DIB header size is not taken */
+        unsigned char bmp[58];
+        memset(bmp, 0, sizeof bmp);
+        memcpy(bmp, "BM", 2);
+        bmp[2] = sizeof bmp;
+        bmp[10] = 54;
+        bmp[14] = 40;                                    /* DIB header size */
+        bmp[18] = 2; bmp[22] = 3;                        /* 2 x 3 */
+        bmp[26] = 1; bmp[28] = 24;
+        CHECK(strcmp(coai_image_sniff(bmp, sizeof bmp, &w, &h), "image/bmp") == 0);
+        CHECKF(w == 2 && h == 3, "%u x %u", w, h);
+        bmp[22] = 0xfd; bmp[23] = bmp[24] = bmp[25] = 0xff;   /* height -3: top-down */
+        CHECK(strcmp(coai_image_sniff(bmp, sizeof bmp, &w, &h), "image/bmp") == 0 && h == 3);
+        memset(bmp + 14, 0, 12);
+        bmp[14] = 12; bmp[18] = 7; bmp[20] = 5;          /* BITMAPCOREHEADER: 7 x 5 */
+        CHECK(strcmp(coai_image_sniff(bmp, sizeof bmp, &w, &h), "image/bmp") == 0);
+        CHECKF(w == 7 && h == 5, "%u x %u", w, h);
+        bmp[14] = 41;
+        CHECK(coai_image_sniff(bmp, sizeof bmp, &w, &h) == NULL);
+        CHECK(coai_image_sniff(bmp, 25, &w, &h) == NULL);
+    }
     CHECK(coai_image_sniff((const unsigned char *)"%PDF-1.4", 8, NULL, NULL) == NULL);
     CHECK(coai_image_sniff(png, 0, &w, &h) == NULL && w == 0);
 }
@@ -365,6 +387,16 @@ static int pb_find(const unsigned char *p, size_t n, uint32_t num, const unsigne
     return 0;
 }
 
+/* The value of varint field num, or -1 when absent. */
+static int64_t pb_varint_of(const unsigned char *p, size_t n, uint32_t num)
+{
+    size_t pos = 0;
+    pbw_field f;
+    while (pbw_next(p, n, &pos, &f) == 1)
+        if (f.num == num && f.wire == 0) return (int64_t)f.v;
+    return -1;
+}
+
 static void test_image_request(void)
 {
     coai_chat_request q;
@@ -394,6 +426,9 @@ static void test_image_request(void)
     rp.message_id = S_("11111111-1111-4111-8111-111111111111");
     CHECK(rp.image_count == 2);
     CHECK(coai_encode_run_request(&msg, &rp) == COAI_OK);
+    /* AgentRunRequest.client_supports_inline_images (19) = true: Cursor ignores inline image
+     * data without it (issue 24 item 8) */
+    CHECK(pb_find(msg.data, msg.len, 1, &p, &n) && pb_varint_of(p, n, 19) == 1);
     /* AgentClientMessage.1 run_request .2 action .1 user_message_action .1 user_message .3 */
     CHECK(pbw_walk(msg.data, msg.len));
     CHECK(pb_find(msg.data, msg.len, 1, &p, &n) && pb_find(p, n, 2, &p, &n)
@@ -427,6 +462,7 @@ static void test_image_request(void)
     CHECK(coai_encode_run_request(&msg, &rp) == COAI_OK);
     CHECK(pb_find(msg.data, msg.len, 1, &p, &n) && pb_find(p, n, 2, &p, &n)
           && pb_find(p, n, 1, &p, &n) && pb_find(p, n, 1, &p, &n) && !pb_find(p, n, 3, &p, &n));
+    CHECK(pb_find(msg.data, msg.len, 1, &p, &n) && pb_varint_of(p, n, 19) == -1);
     coai_buf_free(&msg);
     coai_chat_request_free(&q);
 

@@ -398,6 +398,9 @@ class Run:
         self.exec_results = {}     # held execs: {"ok", "why", "text", "frames"} per exec id
         self.checkpoints_sent = [] # ConversationStateStructure bytes (hex) of each checkpoint
         self.kv_replies = {}
+        self.exec_checks = {}      # exec id -> "ok" or why an exec 36 / precheck answer failed
+        self.query_replies = {}    # query id -> the interaction_response (None: unanswered)
+        self.attempt = 0           # this run is the n-th run of its scenario (1-based)
         self.registered = False    # the RunSSE registered the run (its 200 head went out)
         self.dropped = False       # a seqno-0 append came before registration: never starts
         self.profile = None        # "grpc-web" or "connect" (RunSSE content type)
@@ -415,7 +418,13 @@ class Run:
                 "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
                 "exec_results": dict(self.exec_results),
                 "checkpoints_sent": list(self.checkpoints_sent),
-                "kv_replies": {str(k): v for k, v in self.kv_replies.items()}}
+                "kv_replies": {str(k): v for k, v in self.kv_replies.items()},
+                "exec_checks": dict(self.exec_checks),
+                "query_replies": dict(self.query_replies), "attempt": self.attempt,
+                "conversation_id": (self.run_request or {}).get("conversation_id"),
+                "prompt": (self.run_request or {}).get("prompt"),
+                "client_supports_inline_images":
+                    (self.run_request or {}).get("client_supports_inline_images")}
 
 
 class State:
@@ -437,6 +446,7 @@ class State:
             self.requests = []
             self.errors = []
             self.runs = {}
+            self.attempts = {}         # scenario name -> runs that picked it since the reset
             self.active_streams = 0
             self.max_active_streams = 0
             self.open_connections = 0
@@ -1069,6 +1079,14 @@ def image_facts(data):
         return "image/gif", data[6] | data[7] << 8, data[8] | data[9] << 8, None
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "image/webp", None, None, None
+    if data[:2] == b"BM" and len(data) >= 26:
+        # BMP (allowed since 2026: png/jpeg/gif/webp/bmp, notes 2026-autumn §5.8)
+        dib, = struct.unpack("<I", data[14:18])
+        if dib == 12:
+            w, h = struct.unpack("<HH", data[18:22])
+        else:
+            w, h = struct.unpack("<ii", data[18:26])
+        return "image/bmp", w, abs(h), None
     return None, None, None, "not an image Cursor takes"
 
 
@@ -1100,8 +1118,12 @@ def check_images(run):
 
 
 def images_text(run):
-    """The echo_images answer: what arrived, so a client can check it end to end."""
+    """The echo_images answer: what arrived, so a client can check it end to end. Cursor
+    ignores inline image data unless the run request sets client_supports_inline_images (19)
+    (notes 2026-autumn §5.8): without it the model sees no image."""
     ims = run.run_request.get("images") or []
+    if ims and not run.run_request.get("client_supports_inline_images"):
+        return "IMAGES 0: ignored (%d inline, client_supports_inline_images not set)" % len(ims)
     parts = []
     for im in ims:
         parts.append("%s %sx%s %sB sha256:%s" % (im.get("mime_type"), im.get("width"),
@@ -1122,6 +1144,9 @@ def pick_scenario(run):
         if name is None:
             name = S.config["default_scenario"]
     run.scenario_name = name
+    with S.lock:
+        S.attempts[name] = S.attempts.get(name, 0) + 1
+        run.attempt = S.attempts[name]
     if name.startswith("long:") and name[5:].isdigit():
         run.scenario = long_scenario(int(name[5:]))
     elif name in S.scenarios:
@@ -1262,7 +1287,7 @@ def h_runsse(conn, req, rec):
                 S.error("scenario %r decides the RunSSE answer: select it with the "
                         "runsse_scenario config, not the model" % run.scenario_name,
                         request_id=rid)
-        steps = select_steps(sc, run.run_request)
+        steps = select_steps(sc, run.run_request, run.attempt)
         run.stream["ended"] = "running"
         run_steps(ctx, steps)
         if not ctx.finished:
@@ -1293,7 +1318,7 @@ def h_runsse(conn, req, rec):
     return 200
 
 
-def select_steps(sc, rr):
+def select_steps(sc, rr, attempt=None):
     prompt = (rr or {}).get("prompt") or ""
     has_tools = bool((rr or {}).get("tools") or (rr or {}).get("mcp_tools"))
     for w in sc.get("when", []):
@@ -1304,6 +1329,9 @@ def select_steps(sc, rr):
         # resumed: the run request carries a non-empty conversation_state (a checkpoint)
         resumed = bool((rr or {}).get("conversation_state_hex"))
         if "resumed" in w and bool(w["resumed"]) != resumed:
+            continue
+        # attempt: the n-th run of this scenario since the last reset (1-based)
+        if "attempt" in w and int(w["attempt"]) != (attempt or 0):
             continue
         return w.get("steps", [])
     return sc.get("steps", SCENARIOS["default"]["steps"])
@@ -1350,7 +1378,10 @@ def build_frame(st, run):
     if op == "heartbeat":
         return pb.envelope(pb.m_heartbeat())
     if op == "turn_ended":
-        return pb.envelope(pb.m_turn_ended())
+        # tokens: [input, output, cache_read, cache_write, reasoning] (2026 TurnEndedUpdate)
+        return pb.envelope(pb.m_turn_ended(st.get("tokens")))
+    if op == "step_completed":
+        return pb.envelope(pb.m_step_completed(int(st.get("id", 1)), int(st.get("ms", 0))))
     if op == "step_started":
         return pb.envelope(pb.m_step_started(int(st.get("id", 1))))
     if op == "checkpoint":
@@ -1415,7 +1446,12 @@ def exec_args(st):
     k = st["kind"]
     if k in ("shell", "shell_stream"):
         return pb.a_shell(st.get("command", ""), st.get("cwd", ""), int(st.get("timeout", 0)),
-                          st.get("tool_call_id", ""))
+                          st.get("tool_call_id", ""), int(st.get("timeout_behavior", 0)),
+                          int(st.get("hard_timeout", 0)), st.get("description", ""),
+                          bool(st.get("close_stdin")), st.get("conversation_id", ""),
+                          st.get("request_id", ""))
+    if k == "mcp_state":
+        return pb.a_mcp_state(st.get("server_identifiers", ()))
     if k == "read":
         return pb.a_read(st.get("path", ""), st.get("tool_call_id", ""))
     if k == "ls":
@@ -1621,6 +1657,52 @@ def exec_expect_throw(ctx, eid, wait_s):
         S.count("exec_throws_ok")
 
 
+def exec_expect_result(ctx, st, eid, wait_s):
+    """mcp_state_exec_args (36) wants McpStateExecResult.success{servers} and the precheck
+    variants (41-43) an empty result of their own number, each then stream_close; anything
+    else (a throw, silence) leaves the turn waiting: heartbeats only (notes 2026-autumn §4,
+    §5.3-5.4; a throw on 36 leaves the model's MCP tools "unavailable")."""
+    run = ctx.run
+    got = []
+
+    def done(m):
+        if m.get("type") in ("exec_result", "exec_control") and m.get("id") == eid:
+            if m not in got:
+                got.append(m)
+            return m.get("type") == "exec_control" and m.get("kind") == "stream_close"
+        return False
+    wait_append(ctx, done, wait_s)
+    run.exec_replies[eid] = got
+    kinds = [(m.get("type"), m.get("result") or m.get("kind")) for m in got]
+    fn = pb.EXEC_FIELD[st["kind"]] if isinstance(st["kind"], str) else int(st["kind"])
+    want = pb.EXEC_RESULT_NAMES.get(fn)
+    why = ""
+    if kinds != [("exec_result", want), ("exec_control", "stream_close")]:
+        why = "answered with %r, not %s + stream_close" % (kinds, want)
+    elif st["expect"] == "empty_result" and got[0].get("result_hex") != "":
+        why = "precheck result is not empty: %r" % got[0].get("result_hex")
+    elif st["expect"] == "mcp_state":
+        servers = got[0].get("servers")
+        tools = [t["tool_name"] for t in run.run_request.get("mcp_tools") or []]
+        ids = st.get("server_identifiers") or []
+        want_srv = bool(tools) and (not ids or "cursor-tools" in ids)
+        if servers is None:
+            why = "McpStateExecResult without success"
+        elif not want_srv and servers:
+            why = "servers listed that were not asked for: %r" % servers
+        elif want_srv and (len(servers) != 1 or servers[0]["server_identifier"] != "cursor-tools"
+                           or servers[0]["status"] != "ready"
+                           or [t["tool_name"] for t in servers[0]["tools"]] != tools):
+            why = "servers %r do not list the run's tools %r as one ready server" % (servers,
+                                                                                     tools)
+    run.exec_checks[str(eid)] = why or "ok"
+    if why:
+        S.error("exec %d: %s" % (eid, why), request_id=run.rid)
+        stall(ctx, "exec %d: %s" % (eid, why))
+    else:
+        S.count("exec_results_ok")
+
+
 def run_steps(ctx, steps):
     for st in steps:
         if ctx.finished:
@@ -1765,7 +1847,8 @@ def run_step(ctx, st):
         return
     if op == "exec":
         eid = int(st.get("id", 1))
-        fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", "")))
+        fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", ""),
+                                   envelope=bool(st.get("envelope"))))
         ctx.append_cursor = len(run.appends)
         ctx.exec_cursor = ctx.append_cursor
         if st.get("hold"):
@@ -1778,6 +1861,9 @@ def run_step(ctx, st):
         ctx.frames += 1
         if st.get("expect") == "throw":
             exec_expect_throw(ctx, eid, float(st.get("wait_reply", 5)))
+            return
+        if st.get("expect") in ("mcp_state", "empty_result"):
+            exec_expect_result(ctx, st, eid, float(st.get("wait_reply", 5)))
             return
         wr = st.get("wait_reply")
         if not wr:
@@ -1802,11 +1888,19 @@ def run_step(ctx, st):
         ctx.frames += 1
         a = wait_append(ctx, lambda m: m.get("type") == "interaction_response"
                         and m.get("id") == qid, float(st["wait_reply"]))
+        run.query_replies[str(qid)] = a["message"] if a else None
         if a is None:
+            # live: an unanswered query hangs the stream (notes 2026-autumn §5.5)
             S.error("no interaction_response for query id %d" % qid, request_id=run.rid)
+            return stall(ctx, "interaction query %d (%s) never answered" % (qid, kind))
         elif a["message"].get("kind") != kind:
             S.error("interaction_response for query id %d has kind %r, expected %r"
                     % (qid, a["message"].get("kind"), kind), request_id=run.rid)
+            return stall(ctx, "interaction query %d answered with the wrong kind" % qid)
+        elif kind == "setup_vm_environment" and a["message"].get("body_hex") != "0a00":
+            S.error("setup_vm_environment answered %r, not {success {}}"
+                    % a["message"].get("body_hex"), request_id=run.rid)
+            return stall(ctx, "setup_vm_environment not acked with success")
         else:
             S.count("interaction_responses")
         return

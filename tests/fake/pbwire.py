@@ -353,8 +353,18 @@ def m_heartbeat():
     return _iu(13, b"")
 
 
-def m_turn_ended():
-    return _iu(14, b"")
+def m_turn_ended(tokens=None):
+    """TurnEndedUpdate; tokens = [input, output, cache_read, cache_write, reasoning] (fields
+    1-5, as the 2026 server sends them) or None for the bare 72 00."""
+    body = b""
+    for i, n in enumerate(tokens or ()):
+        if n is not None:
+            body += o_varint(i + 1, int(n))
+    return _iu(14, body)
+
+
+def m_step_completed(step_id, ms):
+    return _iu(17, o_varint(1, step_id) + o_varint(2, ms))
 
 
 def m_step_started(step_id):
@@ -400,12 +410,23 @@ def m_kv_get_blob(kv_id, blob_id, metadata=None):
 EXEC_FIELD = {"shell": 2, "write": 3, "delete": 4, "grep": 5, "read": 7, "ls": 8,
               "diagnostics": 9, "request_context": 10, "mcp": 11, "shell_stream": 14,
               "background_shell_spawn": 16, "fetch": 20, "computer_use": 22,
-              "mcp_state": 36}
+              "subagent": 28, "mcp_state": 36, "precheck_41": 41, "precheck_42": 42,
+              "precheck_43": 43}
 
 
-def a_shell(command, working_directory="", timeout=0, tool_call_id=""):
+def a_shell(command, working_directory="", timeout=0, tool_call_id="", timeout_behavior=0,
+            hard_timeout=0, description="", close_stdin=False, conversation_id="",
+            request_id=""):
+    """ShellArgs; 13-23 as the 2026-10 server sends them."""
     return (o_str(1, command) + o_str(2, working_directory) + o_varint(3, timeout)
-            + o_str(4, tool_call_id))
+            + o_str(4, tool_call_id) + o_varint(13, timeout_behavior)
+            + o_varint(14, hard_timeout) + o_str(15, description) + o_varint(17, close_stdin)
+            + o_str(21, conversation_id) + o_str(23, request_id))
+
+
+def a_mcp_state(server_identifiers=()):
+    """McpStateExecArgs {1 repeated server_identifiers}."""
+    return b"".join(f_bytes(1, x) for x in server_identifiers)
 
 
 def a_write(path, file_text="", tool_call_id="", return_file_content_after_write=False):
@@ -450,10 +471,14 @@ def a_request_context(notes_session_id=None, workspace_id=None):
     return out
 
 
-def m_exec(exec_id_num, kind, args, exec_id=""):
-    """ExecServerMessage {1 id, <kind field> args, 15 exec_id} in field-number order."""
+def m_exec(exec_id_num, kind, args, exec_id="", envelope=False):
+    """ExecServerMessage {1 id, <kind field> args, 15 exec_id} in field-number order;
+    envelope: also 19 span_context and 55 accept_hook_additional_contexts (2026-10)."""
     fn = EXEC_FIELD[kind] if isinstance(kind, str) else int(kind)
     parts = [(1, o_varint(1, exec_id_num)), (fn, f_bytes(fn, args)), (15, o_str(15, exec_id))]
+    if envelope:
+        parts += [(19, f_bytes(19, o_str(1, "trace-1") + o_str(2, "span-1"))),
+                  (55, f_varint(55, 1))]
     parts.sort(key=lambda p: p[0])
     return f_bytes(2, b"".join(p[1] for p in parts))
 
@@ -463,7 +488,8 @@ def m_exec_abort(exec_id_num):
 
 
 INTERACTION_QUERY_FIELD = {"web_search": 2, "ask_question": 3, "switch_mode": 4, "exa_search": 5,
-                           "exa_fetch": 6}
+                           "exa_fetch": 6, "create_plan": 7, "setup_vm_environment": 8,
+                           "web_fetch": 9, "generate_image": 12}
 
 
 def m_interaction_query(qid, kind="web_search", body=b""):
@@ -555,7 +581,9 @@ def dec_bidi_append(payload):
 EXEC_RESULT_NAMES = {2: "shell_result", 3: "write_result", 4: "delete_result", 5: "grep_result",
                      7: "read_result", 8: "ls_result", 9: "diagnostics_result",
                      10: "request_context_result", 11: "mcp_result", 14: "shell_stream",
-                     16: "background_shell_spawn_result", 20: "fetch_result"}
+                     16: "background_shell_spawn_result", 20: "fetch_result",
+                     28: "subagent_result", 36: "mcp_state_exec_result", 41: "precheck_41",
+                     42: "precheck_42", 43: "precheck_43"}
 RESULT_VARIANTS = {
     "shell_result": {1: "success", 2: "failure", 3: "timeout", 4: "rejected", 5: "spawn_error",
                      7: "permission_denied"},
@@ -633,7 +661,21 @@ def dec_client_message(msg):
             name = EXEC_RESULT_NAMES[f]
             r["result"] = name
             inner = parse(v)
+            r["result_hex"] = v.hex()
             var = [(f2, v2) for f2, w2, v2 in inner if w2 == WT_LEN]
+            if name == "mcp_state_exec_result":
+                # McpStateExecResult{1 success{1 servers[{1 name, 2 identifier, 5 tools, 7 status}]}}
+                r["servers"] = None
+                ok = last(inner, 1, WT_LEN)
+                if ok is not None:
+                    r["servers"] = []
+                    for sv in fields_of(parse(ok), 1, WT_LEN):
+                        sf = parse(sv)
+                        r["servers"].append({
+                            "server_name": text(last(sf, 1, WT_LEN, b"")),
+                            "server_identifier": text(last(sf, 2, WT_LEN, b"")),
+                            "tools": _tool_defs(fields_of(sf, 5, WT_LEN)),
+                            "status": text(last(sf, 7, WT_LEN, b""))})
             if var:
                 r["variant"] = RESULT_VARIANTS.get(name, {}).get(var[-1][0], str(var[-1][0]))
                 r["strings"] = _strings(var[-1][1])
@@ -707,6 +749,8 @@ def dec_client_message(msg):
         kinds = [k for k, f in INTERACTION_QUERY_FIELD.items() if last(b, f, WT_LEN) is not None]
         r = {"type": "interaction_response", "id": last(b, 1, WT_VARINT, 0),
              "kind": kinds[0] if len(kinds) == 1 else None}
+        if r["kind"] is not None:
+            r["body_hex"] = last(b, INTERACTION_QUERY_FIELD[r["kind"]], WT_LEN).hex()
     r.update(extra)
     return r
 
@@ -746,6 +790,7 @@ def _dec_run_request(body):
          "mcp_instructions": [], "has_mcp_file_system_options": last(rr, 6, WT_LEN) is not None}
     cs = last(rr, 1, WT_LEN)
     r["conversation_state_hex"] = cs.hex() if cs is not None else None
+    r["client_supports_inline_images"] = last(rr, 19, WT_VARINT)
     r["pre_fetched_blobs"] = []
     for pf in fields_of(rr, 17, WT_LEN):
         pff = parse(pf)

@@ -1,5 +1,5 @@
 /* fz_imghdr.c - image headers from any bytes (coai_image_sniff: JPEG marker walk, PNG IHDR,
- * GIF screen, WebP VP8/VP8L/VP8X). Properties: no read outside the input (replay puts it in
+ * GIF screen, WebP VP8/VP8L/VP8X, BMP DIB header). Properties: no read outside the input (replay puts it in
  * an exactly sized heap block), dimensions are both known or both 0 and fit an int32, the
  * type agrees with the magic bytes, and a prefix never reports different dimensions than the
  * whole input once both know them. */
@@ -20,6 +20,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (m && strcmp(m, "image/gif") == 0 && (size < 6 || data[0] != 'G')) abort();
     if (m && strcmp(m, "image/webp") == 0 && (size < 12 || data[0] != 'R')) abort();
+    if (m && strcmp(m, "image/bmp") == 0 && (size < 26 || data[0] != 'B' || data[1] != 'M'))
+        abort();
     m2 = coai_image_sniff(data, half, &w2, &h2);
     if (m2 && m2 != m) abort();
     if (m2 && w2 && (w2 != w || h2 != h)) abort();

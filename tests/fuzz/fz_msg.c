@@ -9,7 +9,8 @@ static unsigned fz_touch(const coai_msg *m)
                             &m->exec.command, &m->exec.cwd, &m->exec.path, &m->exec.content,
                             &m->exec.pattern, &m->exec.glob, &m->exec.url, &m->exec.mcp_name,
                             &m->exec.tool_name, &m->exec.provider, &m->exec.tool_call_id,
-                            &m->exec.args_json };
+                            &m->exec.args_json, &m->exec.description,
+                            &m->exec.run_conversation_id, &m->exec.run_request_id };
     unsigned s = 0;
     size_t i, j;
     for (i = 0; i < sizeof v / sizeof *v; i++) {
@@ -17,6 +18,12 @@ static unsigned fz_touch(const coai_msg *m)
         for (j = 0; j < v[i]->len; j++) s += (unsigned char)v[i]->ptr[j];
     }
     if (m->kind < COAI_MSG_NONE || m->kind > COAI_MSG_QUERY) __builtin_trap();
+    /* mcp_state server identifiers: count and NUL-terminated copies agree */
+    if (m->exec.server_id_count && !m->exec.server_ids) __builtin_trap();
+    for (i = 0; i < m->exec.server_id_count; i++) {
+        if (!m->exec.server_ids[i]) __builtin_trap();
+        s += (unsigned)strlen(m->exec.server_ids[i]);
+    }
     return s;
 }
 

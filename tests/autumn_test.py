@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""autumn_test.py - what Cursor asks and says since September 2026 (issue 24 items 5, 6, 9):
+build/cursor-oai (or $CURSOR_OAI_BIN) against the fake upstream, which stalls a turn (heartbeats
+only) when an exec 36, a precheck or an interaction query goes unanswered, sends the error
+strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
+
+  exec      mcp_state_exec_args (36) -> McpStateExecResult.success with the request's tools,
+            filtered by server_identifiers; prechecks 41-43 -> empty results; an unknown exec
+            (28) -> throw; envelope fields 19 and 55 are not execs; a shell's description and
+            hard timeout reach the client's tool
+  query     interaction queries 2-9 and 12 answered (8 with an empty success)
+  kv        set_blob without data acked; get_blob of a key that is not a 32-byte digest
+  usage     TurnEndedUpdate's tokens in OpenAI chat, Anthropic and Responses usage
+  errors    the live error strings -> status, code and Cursor's words
+  replay    Conversation data missing / blob missing -> a new conversation, replayed once
+
+Env: CURSOR_OAI_BIN. Prints `RESULT <passed> <failed>` last.
+  tests/autumn_test.py [--only a,b] [--keep]"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import harness as H  # noqa: E402
+from harness import pb  # noqa: E402
+
+if os.environ.get("CURSOR_OAI_BIN"):
+    H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
+
+PASS = FAIL = 0
+SECTION = "-"
+END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                            "parameters": {"type": "object", "properties": {
+                                                "city": {"type": "string"}}}}},
+         {"type": "function", "function": {"name": "Bash", "description": "Run a command",
+                                            "parameters": {"type": "object", "properties": {
+                                                "command": {"type": "string"},
+                                                "timeout": {"type": "number"},
+                                                "description": {"type": "string"}},
+                                                "required": ["command"],
+                                                "additionalProperties": False}}}]
+TOKENS = [1200, 40, 7000, 300, 25]     # input, output, cache read, cache write, reasoning
+
+
+def check(name, cond, detail=""):
+    global PASS, FAIL
+    if cond:
+        PASS += 1
+        print("ok   [%s] %s" % (SECTION, name), flush=True)
+    else:
+        FAIL += 1
+        print("FAIL [%s] %s %s" % (SECTION, name, str(detail)[:1500]), flush=True)
+    return bool(cond)
+
+
+def eq(name, got, want):
+    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+
+def jload(b):
+    try:
+        return json.loads(b)
+    except (ValueError, TypeError):
+        return None
+
+
+def err_trailer(status, message, error=None, title="", detail="", retryable=None):
+    st = {"op": "trailer", "status": status, "message": message}
+    if error is not None:
+        st["details"] = {"error": error, "title": title, "detail": detail,
+                         "is_retryable": retryable}
+    return [st]
+
+
+def scenarios():
+    q = lambda i, k: {"op": "interaction_query", "id": i, "kind": k, "wait_reply": 5}
+    return {
+        "a_exec": {"steps": [
+            {"op": "exec", "kind": "mcp_state", "id": 36, "exec_id": "exec-36",
+             "expect": "mcp_state", "wait_reply": 5, "envelope": True},
+            {"op": "exec", "kind": "mcp_state", "id": 37, "exec_id": "exec-37",
+             "server_identifiers": ["cursor-tools"], "expect": "mcp_state", "wait_reply": 5},
+            {"op": "exec", "kind": "mcp_state", "id": 38, "server_identifiers": ["github"],
+             "expect": "mcp_state", "wait_reply": 5},
+            {"op": "exec", "kind": "precheck_41", "id": 41, "exec_id": "exec-41",
+             "args_hex": "0a0131", "expect": "empty_result", "wait_reply": 5, "envelope": True},
+            {"op": "exec", "kind": "precheck_42", "id": 42, "expect": "empty_result",
+             "wait_reply": 5},
+            {"op": "exec", "kind": "precheck_43", "id": 43, "expect": "empty_result",
+             "wait_reply": 5},
+            {"op": "exec", "kind": "subagent", "id": 28, "args_hex": "0a0178", "expect": "throw",
+             "wait_reply": 5, "envelope": True},
+            {"op": "text", "text": "all answered"}] + END},
+        "a_shell": {"steps": [
+            {"op": "exec", "kind": "shell_stream", "id": 5, "exec_id": "exec-sh-5",
+             "command": "make test", "cwd": "/w", "timeout_behavior": 2, "hard_timeout": 120000,
+             "description": "Run the test suite", "close_stdin": True,
+             "conversation_id": "conv-x", "request_id": "req-x", "envelope": True},
+            {"op": "sleep", "s": 30}]},
+        "a_query": {"steps": [q(2, "web_search"), q(3, "ask_question"), q(4, "switch_mode"),
+                              q(5, "exa_search"), q(6, "exa_fetch"), q(7, "create_plan"),
+                              q(8, "setup_vm_environment"), q(9, "web_fetch"),
+                              q(12, "generate_image"),
+                              {"op": "text", "text": "queries answered"}] + END},
+        "a_kv": {"steps": [
+            {"op": "kv_set_blob", "id": 1, "data": "stored-value"},
+            {"op": "kv_set_blob", "id": 2, "blob_id_hex": "11" * 32, "data": ""},
+            {"op": "kv_get_blob", "id": 3, "data_of": "stored-value", "expect": "stored-value"},
+            {"op": "kv_get_blob", "id": 4, "blob_id_hex": b"notes/plan.md".hex(),
+             "expect": "notes/plan.md", "on_missing": "failed_precondition: empty blob"},
+            {"op": "text", "text": "kv ok"}] + END},
+        "a_usage": {"steps": [{"op": "thinking", "text": "hmm"}, {"op": "text", "text": "Hi"},
+                              {"op": "step_completed", "id": 1, "ms": 1834},
+                              {"op": "turn_ended", "tokens": TOKENS},
+                              {"op": "trailer", "status": 0}]},
+    }
+
+
+def chat(px, body, stream=False):
+    body = dict(body, stream=stream)
+    if stream:
+        st, hd, raw, _ = H.stream_chat(px.port, body, timeout=60)
+        return st, H.parse_sse(raw), raw
+    st, raw, hd = px.request("POST", "/v1/chat/completions", body, timeout=60)
+    return st, jload(raw) or {}, raw
+
+
+def runs_of(fake, scenario):
+    return [r for r in fake.runs() if r["scenario"] == scenario]
+
+
+def upstream_clean(fake, n0):
+    errs = fake.state()["errors"][n0:]
+    check("fake upstream saw no protocol/validation errors", not errs, errs[:5])
+
+
+def t_exec(fake, px):
+    n0 = len(fake.state()["errors"])
+    st, j, raw = chat(px, {"model": "scenario:a_exec", "tools": TOOLS,
+                           "messages": [{"role": "user", "content": "hi"}]})
+    eq("exec 36, prechecks 41-43 and an unknown exec answered: the turn goes on",
+       (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+       (200, "all answered"))
+    run = (runs_of(fake, "a_exec") or [{}])[-1]
+    eq("exec 36 (no filter), 36 for cursor-tools, 36 for another server, 41-43: answered",
+       run.get("exec_checks"), {"36": "ok", "37": "ok", "38": "ok", "41": "ok", "42": "ok",
+                                "43": "ok"})
+    rep = run.get("exec_replies", {}).get("36") or [{}]
+    srv = (rep[0].get("servers") or [{}])[0]
+    eq("exec 36: one server cursor-tools, ready, with the request's two tools",
+       (srv.get("server_name"), srv.get("server_identifier"), srv.get("status"),
+        [t["tool_name"] for t in srv.get("tools") or []]),
+       ("Cursor Tools", "cursor-tools", "ready", ["get_weather", "Bash"]))
+    eq("exec 36 for another server only: success with no server",
+       (run.get("exec_replies", {}).get("38") or [{}])[0].get("servers"), [])
+    eq("unknown exec 28 (with envelope fields 19 and 55): throw + stream_close",
+       [(m.get("type"), m.get("kind")) for m in run.get("exec_replies", {}).get("28") or []],
+       [("exec_control", "throw"), ("exec_control", "stream_close")])
+    check("the run did not stall", "stalled" not in run.get("stream", {}), run.get("stream"))
+    upstream_clean(fake, n0)
+    # a shell's description and hard timeout reach a client tool that takes them
+    st, j, raw = chat(px, {"model": "scenario:a_shell", "tools": TOOLS,
+                           "messages": [{"role": "user", "content": "test it"}]})
+    calls = ((j.get("choices") or [{}])[0].get("message") or {}).get("tool_calls") or [{}]
+    fn = calls[0].get("function") or {}
+    eq("shell exec with description (15) and hard_timeout (14): Bash tool call",
+       (st, fn.get("name"), jload(fn.get("arguments"))),
+       (200, "Bash", {"command": "make test", "description": "Run the test suite",
+                      "timeout": 120000}))
+
+
+def t_query(fake, px):
+    n0 = len(fake.state()["errors"])
+    st, j, raw = chat(px, {"model": "scenario:a_query",
+                           "messages": [{"role": "user", "content": "hi"}]}, stream=True)
+    eq("interaction queries 2-9 and 12 answered: the turn goes on", (st, j["content"]),
+       (200, "queries answered"))
+    run = (runs_of(fake, "a_query") or [{}])[-1]
+    got = {k: (v or {}).get("kind") for k, v in (run.get("query_replies") or {}).items()}
+    eq("each query answered with its own kind", got,
+       {"2": "web_search", "3": "ask_question", "4": "switch_mode", "5": "exa_search",
+        "6": "exa_fetch", "7": "create_plan", "8": "setup_vm_environment", "9": "web_fetch",
+        "12": "generate_image"})
+    eq("setup_vm_environment acked with an empty success",
+       ((run.get("query_replies") or {}).get("8") or {}).get("body_hex"), "0a00")
+    upstream_clean(fake, n0)
+
+
+def t_kv(fake, px):
+    n0 = len(fake.state()["errors"])
+    st, j, raw = chat(px, {"model": "scenario:a_kv",
+                           "messages": [{"role": "user", "content": "hi"}]})
+    eq("set_blob without data acked; get_blob of a non-digest key gets the key back",
+       (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+       (200, "kv ok"))
+    run = (runs_of(fake, "a_kv") or [{}])[-1]
+    kr = run.get("kv_replies") or {}
+    eq("set_blob without data: set_blob_result, no error",
+       ((kr.get("2") or {}).get("kind"), (kr.get("2") or {}).get("error")),
+       ("set_blob_result", None))
+    eq("get_blob 'notes/plan.md': the key as data", (kr.get("4") or {}).get("blob_data_hex"),
+       b"notes/plan.md".hex())
+    upstream_clean(fake, n0)
+
+
+def t_usage(fake, px):
+    inp, out, cr, cw, rs = TOKENS
+    for stream in (False, True):
+        body = {"model": "scenario:a_usage", "messages": [{"role": "user", "content": "hi"}]}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+            st, hd, raw, _ = H.stream_chat(px.port, dict(body, stream=True), timeout=60)
+            u = None
+            for ln in raw.decode().split("\n"):
+                if ln.startswith("data: {"):
+                    ev = json.loads(ln[6:])
+                    if ev.get("usage"):
+                        u = ev["usage"]
+        else:
+            st, j, raw = chat(px, body)
+            u = j.get("usage")
+        eq("OpenAI chat usage (%s): Cursor's counts, cached and reasoning tokens"
+           % ("stream" if stream else "non-stream"),
+           (st, u),
+           (200, {"prompt_tokens": inp + cr + cw, "completion_tokens": out,
+                  "total_tokens": inp + cr + cw + out,
+                  "prompt_tokens_details": {"cached_tokens": cr},
+                  "completion_tokens_details": {"reasoning_tokens": rs}}))
+    st, raw, hd = px.request("POST", "/v1/messages", {
+        "model": "scenario:a_usage", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}]})
+    u = (jload(raw) or {}).get("usage")
+    eq("Anthropic usage: input without the cached parts, cache read and creation", (st, u),
+       (200, {"input_tokens": inp, "cache_creation_input_tokens": cw,
+              "cache_read_input_tokens": cr, "output_tokens": out}))
+    st, raw, hd = px.request("POST", "/v1/responses", {
+        "model": "scenario:a_usage", "store": False, "input": "hi"})
+    u = (jload(raw) or {}).get("usage") or {}
+    eq("Responses usage: input_tokens_details.cached_tokens, output_tokens_details."
+       "reasoning_tokens", (st, u.get("input_tokens"), u.get("input_tokens_details"),
+                            u.get("output_tokens"), u.get("output_tokens_details")),
+       (200, inp + cr + cw, {"cached_tokens": cr}, out, {"reasoning_tokens": rs}))
+
+
+def main():
+    global SECTION
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    only = set(x for x in a.only.split(",") if x)
+    if not os.path.exists(H.proxy_cmd()[0]):
+        print("skipped: %s missing (build it first)" % H.proxy_cmd()[0])
+        print("RESULT 0 0")
+        return 0
+    tmp = tempfile.mkdtemp(prefix="coai-autumn-")
+    token = pb.make_jwt({"sub": "auth0|autumn", "exp": int(time.time()) + 7200,
+                         "type": "session"})
+    try:
+        fake = H.Fake(tmp, scenarios(), token,
+                      config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
+        px = H.Proxy(tmp, "autumn", fake.url(), fake.ca, token,
+                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20"})
+        for name, fn in (("exec", lambda: t_exec(fake, px)),
+                         ("query", lambda: t_query(fake, px)),
+                         ("kv", lambda: t_kv(fake, px)),
+                         ("usage", lambda: t_usage(fake, px))):
+            if only and name not in only:
+                continue
+            SECTION = name
+            t0 = time.time()
+            try:
+                fn()
+            except Exception:
+                check("section ran to the end", False, traceback.format_exc())
+            print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
+    except Exception:
+        check("suite setup", False, traceback.format_exc())
+    finally:
+        H.cleanup()
+        if FAIL or a.keep:
+            print("logs kept in %s" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("RESULT %d %d" % (PASS, FAIL), flush=True)
+    return 0 if FAIL == 0 else 1
+
+
+if __name__ == "__main__":
+    threading.current_thread().name = "autumn_test"
+    sys.exit(main())
