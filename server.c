@@ -4821,6 +4821,7 @@ struct run {
     int64_t held_at;                /* mono ms the run was parked */
     int64_t hollow_until;           /* follow-up: no visible progress by then -> fall back */
     int hollow_hit;
+    int ended_empty;                /* follow-up: Cursor ended the run cleanly, nothing shown */
     int held_dead;                  /* the held run cannot continue: held_why says why */
     char held_why[160];
     coai_buf leftover;              /* body bytes read past the end of the response */
@@ -5530,6 +5531,16 @@ static int run_frame(struct run *r, const coai_frame *f)
             run_region_error(r, st.message, &e);
             if (r->retry) return COAI_DONE;
             return coai_reply_feed_error(&r->reply, &e);
+        }
+        if (st.code == 0 && r->hollow_until && !coai_reply_started(&r->reply)
+            && !coai_reply_tools_pending(&r->reply)) {
+            /* A continued run that Cursor ends cleanly right after the tool results, with
+             * no text, no tool call and no turn end: not an answer (an empty stop reads as
+             * "done" to an agent). Nothing has reached the client: fall back, as a hollow
+             * run does (issue 22 item 3). */
+            r->hollow_hit = 1;
+            r->ended_empty = 1;
+            return COAI_DONE;
         }
         if (st.code != 0 && !coai_reply_started(&r->reply) && run_may_switch(r)) {
             coai_error e;
@@ -6381,6 +6392,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->sent_all = 0;
     r->cancelled = 0;
     r->hollow_hit = 0;
+    r->ended_empty = 0;
     r->last_write = mono_ms();
     memset(&r->err, 0, sizeof r->err);
     r->sse->client_fd = c->fd;
@@ -6434,13 +6446,17 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
         if (rc == COAI_OK && !r->cancelled) run_stream(r);
     }
     if (r->hollow_hit && !coai_reply_started(&r->reply)) {
-        srv_log(LOG_INFO, "held run %s showed no progress within CURSOR_OAI_HOLLOW_TIMEOUT "
-                "(%d s) after the tool results; falling back to a fresh run", r->request_id,
-                H.hollow_s);
+        if (r->ended_empty)
+            srv_log(LOG_INFO, "held run %s ended right after the tool results without an "
+                    "answer; falling back to a fresh run", r->request_id);
+        else
+            srv_log(LOG_INFO, "held run %s showed no progress within CURSOR_OAI_HOLLOW_TIMEOUT "
+                    "(%d s) after the tool results; falling back to a fresh run", r->request_id,
+                    H.hollow_s);
         pthread_mutex_lock(&H.lock);
         H.fallback_hollow++;
         pthread_mutex_unlock(&H.lock);
-        fallback_note(c, "held_run_hollow");
+        fallback_note(c, r->ended_empty ? "held_run_empty" : "held_run_hollow");
         held_breaker(1);
         run_free(r);
         return 1;

@@ -3,7 +3,7 @@
 $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
-  held_bind"""
+  held_bind,held_empty"""
 
 import argparse
 import json
@@ -71,6 +71,10 @@ def scenarios(ws):
         "hb_stall": held_read(f, append_stall={"types": HEARTBEATS, "s": 300}),
         "hb_stall_all": held_read(f, append_stall={"s": 300}),
         "bind": held_read(f),
+        # item 3: Cursor ends the held run cleanly right after the results: no text, no turn end
+        "empty_end": {"when": REPLAY, "steps": [
+            {"op": "text", "text": "Reading."}, read_exec(1, f),
+            {"op": "await_results", "max_s": 60}, {"op": "trailer", "status": 0}]},
         "hb_kv_stall": {"append_stall": {"s": 300}, "steps": [
             {"op": "text", "text": "start"}, {"op": "sleep", "s": 6.5},
             {"op": "kv_set_blob", "id": 1, "data": "x", "timeout": 60},
@@ -292,6 +296,98 @@ def t_held_bind(tmp, fake, token, ws, secret):
     px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# item 3: a held run that ends with nothing after the results is not an empty answer
+
+def metric_values(px, name):
+    st, body, _ = px.get("/metrics")
+    out = {}
+    for ln in body.decode().splitlines():
+        if ln.startswith(name + "{"):
+            out[ln.split("{", 1)[1].split("}", 1)[0]] = float(ln.rsplit(" ", 1)[1])
+    return out
+
+
+def t_held_empty(tmp, fake, token, ws, secret):
+    ah = {"anthropic-version": "2023-06-01"}
+    px = None
+    for dialect, stream in (("chat", False), ("chat", True), ("messages", False),
+                            ("responses", False)):
+        name = "%s%s" % (dialect, " stream" if stream else "")
+        if px:
+            px.stop()     # a fresh proxy each time: 3 in a row open the hollow breaker
+        px = H.Proxy(tmp, "empty-" + name.replace(" ", "-"), fake.url(), fake.ca, token,
+                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "30",
+                                "CURSOR_OAI_HOLLOW_TIMEOUT": "20"})
+        ev0 = metric_values(px, "cursor_oai_continuation_events_total")
+        fb0 = metric_values(px, "cursor_oai_fallbacks_total")
+        k0 = len(runs_of(fake, "empty_end"))
+        if dialect == "chat":
+            msgs = [{"role": "user", "content": "read it"}]
+            r1 = chat(px, {"model": "scenario:empty_end", "messages": msgs, "tools": TOOLS})
+            if not check("%s: a held tool call" % name, r1["tool_calls"], r1["raw"][:300]):
+                continue
+            body = {"model": "scenario:empty_end", "tools": TOOLS, "stream": stream,
+                    "messages": follow_up(msgs, r1, "The secret word is %s." % secret)}
+            if stream:
+                raw, _, _ = timed_stream(px.port, body, 60)
+                sse = H.parse_sse(H.dechunk(raw.partition(b"\r\n\r\n")[2]))
+                text, finish = sse["content"], sse["finish"]
+            else:
+                r2 = chat(px, body)
+                text, finish = r2["content"], [r2["finish"]]
+        elif dialect == "messages":
+            tools = [{"name": "read", "input_schema": {
+                "type": "object", "properties": {"path": {"type": "string"}}}}]
+            first = {"model": "scenario:empty_end", "max_tokens": 100, "tools": tools,
+                     "messages": [{"role": "user", "content": "read it"}]}
+            st, b, _ = px.request("POST", "/v1/messages", first, headers=ah)
+            j = json.loads(b)
+            use = [c for c in j.get("content", []) if c.get("type") == "tool_use"]
+            if not check("%s: a held tool call" % name, use, b[:300]):
+                continue
+            second = dict(first, messages=first["messages"] + [
+                {"role": "assistant", "content": j["content"]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0]["id"],
+                                              "content": "The secret word is %s." % secret}]}])
+            st, b, _ = px.request("POST", "/v1/messages", second, headers=ah, timeout=60)
+            j = json.loads(b)
+            text = "".join(c.get("text", "") for c in j.get("content", []))
+            finish = [j.get("stop_reason")]
+        else:
+            tools = [{"type": "function", "name": "read", "parameters": {
+                "type": "object", "properties": {"path": {"type": "string"}}}}]
+            inp = [{"role": "user", "content": "read it"}]
+            first = {"model": "scenario:empty_end", "tools": tools, "input": inp, "store": False}
+            st, b, _ = px.request("POST", "/v1/responses", first)
+            j = json.loads(b)
+            calls = [o for o in j.get("output", []) if o.get("type") == "function_call"]
+            if not check("%s: a held tool call" % name, calls, b[:300]):
+                continue
+            second = dict(first, input=inp + [
+                {"type": "function_call", "call_id": calls[0]["call_id"],
+                 "name": calls[0]["name"], "arguments": calls[0]["arguments"]},
+                {"type": "function_call_output", "call_id": calls[0]["call_id"],
+                 "output": "The secret word is %s." % secret}])
+            st, b, _ = px.request("POST", "/v1/responses", second, timeout=60)
+            j = json.loads(b)
+            text = "".join(c.get("text", "") for o in j.get("output", [])
+                           if o.get("type") == "message" for c in o.get("content", []))
+            finish = [j.get("status")]
+        eq("%s: a held run ended cleanly right after the results is not an empty answer: "
+           "the conversation is replayed (finish %s)" % (name, finish), text, REPLAYED)
+        ev = metric_values(px, "cursor_oai_continuation_events_total")
+        fb = metric_values(px, "cursor_oai_fallbacks_total")
+        k = 'event="run_continued"'
+        eq("%s: not counted as run_continued" % name, ev.get(k, 0) - ev0.get(k, 0), 0)
+        k = 'kind="held_run_empty"'
+        eq("%s: counted as a fallback (held_run_empty)" % name, fb.get(k, 0) - fb0.get(k, 0),
+           1)
+        eq("%s: the held run and the replay" % name, len(runs_of(fake, "empty_end")[k0:]), 2)
+    if px:
+        px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -316,7 +412,7 @@ def main():
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         for name, fn in (("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
                          ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
-                         ("held_bind", t_held_bind)):
+                         ("held_bind", t_held_bind), ("held_empty", t_held_empty)):
             if only and name not in only:
                 continue
             SECTION = name
