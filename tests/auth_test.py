@@ -1059,6 +1059,9 @@ def t_oauth_revoked():
               srv.health())
     finally:
         srv.stop()
+    rc, out, err = cli("doctor-revoked", ["doctor"], env)
+    check("doctor names the revoked login and says to log in again",
+          rc != 0 and "revoked" in out and "cursor-oai login" in out, (rc, out[-800:]))
 
 
 # ---------------------------------------------------------------------------------------------

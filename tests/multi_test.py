@@ -269,6 +269,11 @@ def main():
                 m1[first]["continued"] - m0[first]["continued"]), (1, 0))
             eq("  ... two upstream runs (the held one and the replay)", len(fake.runs()) - runs0,
                2)
+            st, body, _ = inst[second].get("/status.json")
+            fb = {f["kind"]: f["count"] for f in json.loads(body)["live"]["fallbacks"]} \
+                if st == 200 else {}
+            check("  ... the status page of %s lists the fallback" % second,
+                  fb.get("no_held_run", 0) >= 1, (st, fb))
 
         errs = fake.state()["errors"][n0:]
         check("the fake upstream saw no protocol errors", not errs, errs[:5])
