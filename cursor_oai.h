@@ -1634,6 +1634,7 @@ typedef enum coai_dialect {
     COAI_DIALECT_OPENAI_CHAT = 0,   /* POST /v1/chat/completions (zero-init default) */
     COAI_DIALECT_ANTHROPIC = 1,     /* POST /v1/messages */
     COAI_DIALECT_RESPONSES = 2,     /* POST /v1/responses (OpenAI Responses) */
+    COAI_DIALECT_GEMINI = 3,        /* POST /v1beta/models/{model}:generateContent (Gemini) */
     COAI_DIALECT_COUNT_             /* private: number of dialects */
 } coai_dialect;
 
@@ -1673,6 +1674,10 @@ typedef struct coai_message {
     size_t call_count;
     coai_str tool_call_id;     /* TOOL: the call this result answers */
     int is_error;              /* TOOL: the tool failed */
+    int has_exit;              /* TOOL: the client reported how a command ended: */
+    int exit_code;             /*   its exit code */
+    coai_str output;           /*   and its output (the result text without the client's
+                                *   framing); parts keep the whole result */
 } coai_message;
 
 typedef enum coai_tool_choice {
@@ -1688,7 +1693,7 @@ typedef enum coai_tool_choice {
 typedef struct coai_request {
     coai_dialect dialect;      /* which parser filled it (which writer answers it) */
     coai_str model;            /* as requested; "auto" when missing, null or "" */
-    int stream;                /* stream: true */
+    int stream;                /* stream: true (Gemini: 2 = the JSON-array stream) */
     int include_usage;         /* OpenAI stream_options.include_usage (only when streaming) */
     int tools_disabled;        /* tool_choice "none": tools parsed but not used */
     coai_tool *tools;          /* heap array, views into the tree; NULL when none used */
@@ -1837,7 +1842,8 @@ typedef int (*coai_upstream_fn)(void *user, const unsigned char *msg, size_t n);
 
 typedef struct coai_reply_opts {
     coai_dialect dialect;      /* the writer: OpenAI chat (0, default), Anthropic, ... */
-    int stream;                /* SSE (1) or one JSON object (0) */
+    int stream;                /* SSE (1) or one JSON object (0); 2: a streamed JSON array
+                                * (Gemini's streamGenerateContent without alt=sse) */
     int include_usage;         /* stream_options.include_usage */
     coai_str completion_id;    /* "chatcmpl-<hex>" (OpenAI), "msg_<..>" (Anthropic) */
     int64_t created;           /* unix seconds */
@@ -1941,7 +1947,7 @@ typedef struct coai_reply {
     unsigned kv_misses_;
     int64_t rs_seq_;           /* Responses: next sequence_number */
     int rs_index_, rs_open_;   /* Responses: output_index of the open/next item, its kind */
-    size_t rs_reason_units_;   /* Responses: reasoning text length (reasoning_tokens) */
+    size_t rs_reason_units_;   /* Responses, Gemini: reasoning text length (reasoning tokens) */
     coai_buf rs_items_;        /* Responses: finished output items, joined by ',' */
     coai_buf rs_final_;        /* Responses: the final response object */
     coai_buf hold_;            /* text held back while it may start a stop sequence */
@@ -2272,6 +2278,98 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
 coai_str coai_reply_response(const coai_reply *r);
 coai_str coai_reply_output_items(const coai_reply *r);
 /* PART:RESPONSES api end */
+
+/* ======================================================================== */
+/* PART:GEMINI api (Gemini API: request parser, exec mapping, writer)       */
+/* ======================================================================== */
+/* The Gemini API dialect (POST /v1beta/models/{model}:generateContent and
+ * :streamGenerateContent, what Gemini CLI and the google-genai SDKs speak) on the neutral
+ * core. It is the worked example of DIALECTS in the header comment: a parser, a writer, an
+ * exec mapping and a route; what else it needed is listed under "CORE ADDITIONS".
+ *
+ * REQUEST (coai_gemini_parse; the table's parser, coai_request_parse(COAI_DIALECT_GEMINI),
+ *   is the same with model "auto" and no stream): the model and the stream flag come from
+ *   the URL, not the body. contents (role "user" / "model" / "function"; parts: text,
+ *   text with thought: true (-> THINKING), inlineData {mimeType, data} (-> IMAGE),
+ *   functionCall {id, name, args} (model: -> coai_call), functionResponse {id, name,
+ *   response} (-> a TOOL message: response.output, else response.error (is_error), else
+ *   response.content, else the response as JSON); thoughtSignature, videoMetadata and
+ *   executableCode / codeExecutionResult are accepted, the last two as text),
+ *   systemInstruction (parts or a string), tools[].functionDeclarations (name,
+ *   description, parametersJsonSchema or parameters - Gemini's OpenAPI types such as
+ *   "OBJECT" are lowercased in place; googleSearch, codeExecution and other built-in tools
+ *   are left out), toolConfig.functionCallingConfig (mode AUTO / ANY / NONE / VALIDATED,
+ *   allowedFunctionNames: only those tools; ANY with one name = that tool),
+ *   generationConfig (maxOutputTokens, stopSequences, thinkingConfig: thinkingBudget 0 =
+ *   off, includeThoughts, thinkingLevel; responseMimeType application/json with
+ *   responseSchema / responseJsonSchema = a JSON answer; candidateCount > 1 is refused;
+ *   temperature, topP, topK, seed, penalties ... accepted and not used), safetySettings
+ *   and labels (accepted). cachedContent is refused (there is no server-side cache).
+ *   Ids: a functionCall / functionResponse without an id gets its name as id, so that a
+ *   call and its result still pair up. Gemini CLI's run_shell_command result
+ *   ("<untrusted_context>\nOutput: ...\nExit Code: N\nProcess Group PGID: ..." - the exit
+ *   code line only when non-zero, stdout and stderr merged by its pty) is read into the
+ *   TOOL message's output and exit_code (has_exit); the text part keeps the whole result.
+ *
+ * REPLY (writer COAI_DIALECT_GEMINI; opts.stream: 1 = SSE "data: {...}\r\n\r\n" (alt=sse),
+ *   2 = one JSON array written element by element (streamGenerateContent without alt))
+ *   Each chunk is a GenerateContentResponse: candidates[0].content {role "model", parts},
+ *   index 0, usageMetadata (promptTokenCount, candidatesTokenCount, totalTokenCount,
+ *   thoughtsTokenCount, cachedContentTokenCount when Cursor reported a cache read),
+ *   modelVersion (the resolved model), responseId (opts.completion_id). Text deltas are
+ *   {"text"} parts, reasoning {"text","thought":true}; the function calls of a response go
+ *   in the last chunk ({"functionCall":{"id","name","args"}}, ids as in coai_reply), which
+ *   carries finishReason STOP (MAX_TOKENS for an output limit); an answer that ends
+ *   without calls ends with an empty text part carrying the finishReason. Keepalives are a
+ *   bare "\r\n" (Gemini's SDK reads "^\s*data: " and would stall on an SSE comment). A
+ *   committed error is a chunk {"error":{"code","message","status"}}. Non-streaming: one
+ *   GenerateContentResponse with every part.
+ *
+ * ERRORS (coai_error_write_as / coai_error_status_as with COAI_DIALECT_GEMINI)
+ *   {"error":{"code":<HTTP status>,"message","status":"INVALID_ARGUMENT" | "UNAUTHENTICATED"
+ *   | "PERMISSION_DENIED" | "NOT_FOUND" | "RESOURCE_EXHAUSTED" | "CANCELLED" | "INTERNAL" |
+ *   "UNAVAILABLE" | "DEADLINE_EXCEEDED","details":[...]}}. A usage limit (code
+ *   insufficient_quota) is a 429 whose message ends in "(limit: 0 ...)" and whose details
+ *   hold an ErrorInfo {reason "USAGE_LIMIT_EXHAUSTED", domain "cursor.com"} and a
+ *   QuotaFailure: Gemini CLI treats a 429 message with "limit: 0" as a terminal quota error
+ *   and shows it at once instead of retrying (measured: README "Gemini CLI"). A rate limit
+ *   carries RetryInfo {retryDelay} from retry_after.
+ *
+ * CORE ADDITIONS this dialect needed (everything else is the table row and the route):
+ *   - coai_message.has_exit / exit_code / output: a tool result can say how a command
+ *     ended; coai_request_tool_exit() reads it and coai_encode_exec_shell_answer() sends it
+ *     to Cursor as the CLI would (stdout and the real exit code) instead of text + is_error.
+ *   - coai_reply_opts.stream = 2 (the JSON-array stream) and coai_reply_head's content type
+ *     for it; coai_error_write_as / _status_as learned Google's shape.
+ *   - the model and the stream flag come from the URL (coai_gemini_parse's arguments). */
+
+/* model: as in the URL ("models/" prefix allowed; empty -> "auto"); copied. stream: 0, 1
+ * SSE, 2 JSON array. Same contract as coai_request_parse. */
+int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str model,
+                      int stream, coai_error *err);
+/* Map an exec to Gemini CLI's tools: shell -> run_shell_command {command, description,
+ * dir_path}, read -> read_file {file_path}, write -> write_file {file_path, content}, grep
+ * with a file glob -> grep_search {pattern, dir_path, include_pattern}, ls -> list_directory
+ * {dir_path}, a glob -> glob {pattern, dir_path}; through coai_exec_map's name and
+ * parameter matching, and like coai_anthropic_exec_map a shell command for an exec no
+ * dedicated tool takes (delete: rm -f). Same contract as coai_exec_map. */
+int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                         coai_str workspace, coai_tool_call *tc);
+/* 1 and *output / *exit_code when the newest result for call_id reported how its command
+ * ended (has_exit), 0 otherwise. */
+int coai_request_tool_exit(const coai_request *req, coai_str call_id, coai_str *output,
+                           int *exit_code);
+/* A shell exec's answer with the command's real exit code, step by step like
+ * coai_encode_exec_answer: SHELL shell_result{success (exit 0) | failure{command, cwd,
+ * exit_code, stdout = output}}, stream_close; SHELL_STREAM start, stdout{output},
+ * exit{code, cwd, ms}, stream_close. Other kinds: COAI_ERR_INVALID. */
+int coai_encode_exec_shell_answer(coai_buf *out, const coai_exec_ref *x, coai_str output,
+                                  int exit_code, uint32_t ms, unsigned step);
+/* GET /v1beta/models: {"models":[{"name":"models/<id>","baseModelId","version",
+ * "displayName","inputTokenLimit","outputTokenLimit","supportedGenerationMethods",
+ * "thinking"}...]}; one = non-NULL: just that model's object. 0 ok, -1 fail. */
+int coai_models_write_gemini(coai_buf *out, const coai_models *m, const coai_model *one);
+/* PART:GEMINI api end */
 
 #ifdef __cplusplus
 }
@@ -9308,7 +9406,8 @@ int coai_reply_status(const coai_reply *r) { return r->status_ ? r->status_ : 20
 
 int coai_reply_head(const coai_reply *r, coai_buf *out)
 {
-    int sse = r->o_.stream && coai_reply_status(r) == 200;
+    /* stream 2: Gemini's JSON-array stream (streamGenerateContent without alt=sse) */
+    int sse = r->o_.stream && r->o_.stream != 2 && coai_reply_status(r) == 200;
     coai_buf_puts(out, sse ? "Content-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                            : "Content-Type: application/json\r\n");
     if (r->error.status && r->error.no_retry) coai_buf_puts(out, "x-should-retry: false\r\n");
@@ -12288,6 +12387,907 @@ static const coai__writer coai__rs_writer = {
 /* PART:RESPONSES impl end */
 
 /* ======================================================================== */
+/* PART:GEMINI impl (Gemini API: parser, exec mapping, writer)              */
+/* ======================================================================== */
+
+/* ---- request ---- */
+
+static int coai__gm_bad(coai_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
+    va_end(ap);
+    err->no_retry = 1;
+    return COAI_ERR_INVALID;
+}
+
+/* Gemini's Schema (OpenAPI subset) spells types "OBJECT", "STRING" ...: JSON schema, which
+ * Cursor reads, has them lowercase. Rewritten in place (the tree is the request's). */
+static void coai__gm_lower_types(cJSON *j, int depth)
+{
+    cJSON *c;
+    if (!j || depth > COAI_MAX_VALUE_DEPTH) return;
+    if (cJSON_IsObject(j)) {
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(t) && t->valuestring) {
+            char *p;
+            for (p = t->valuestring; *p; p++)
+                if (*p >= 'A' && *p <= 'Z') *p = (char)(*p - 'A' + 'a');
+        }
+    }
+    for (c = j->child; c; c = c->next) coai__gm_lower_types(c, depth + 1);
+}
+
+static int coai__gm_starts(coai_str s, size_t at, const char *lit)
+{
+    size_t n = strlen(lit);
+    return at + n <= s.len && memcmp(s.ptr + at, lit, n) == 0;
+}
+
+/* Gemini CLI's run_shell_command result: "Output: <out>" then, each on its own line and
+ * in this order when present, "Error: ", "Exit Code: ", "Signal: ", "Background PIDs: ",
+ * "Process Group PGID: " (optionally inside <untrusted_context>). 1 with the output and
+ * the exit code (0 when the line is absent: the tool writes it only when non-zero); 0 when
+ * the text is not that shape, or names a spawn error or a signal (then there is no exit
+ * code to report: the result goes as it is). */
+static int coai__gm_shell_result(coai_str t, coai_str *output, int *exit_code)
+{
+    static const char *const sect[] = { "Process Group PGID: ", "Background PIDs: ",
+                                        "Signal: ", "Exit Code: ", "Error: " };
+    size_t end, k;
+    long code = 0;
+    int have_code = 0;
+    if (coai__gm_starts(t, 0, "<untrusted_context>\n")) {
+        static const char tail[] = "\n</untrusted_context>";
+        size_t tl = sizeof tail - 1;
+        if (t.len < 20 + tl || memcmp(t.ptr + t.len - tl, tail, tl) != 0) return 0;
+        t.ptr += 20;
+        t.len -= 20 + tl;
+    }
+    if (!coai__gm_starts(t, 0, "Output: ")) return 0;
+    end = t.len;
+    for (k = 0; k < 5; k++) {
+        size_t ls = end;                         /* start of the last line before end */
+        while (ls > 0 && t.ptr[ls - 1] != '\n') ls--;
+        if (ls == 0 || !coai__gm_starts(t, ls, sect[k])) continue;
+        if (k == 2 || k == 4) return 0;          /* a signal or a spawn error */
+        if (k == 3) {
+            size_t i = ls + strlen(sect[k]);
+            int neg = 0, digits = 0;
+            if (i < end && t.ptr[i] == '-') { neg = 1; i++; }
+            for (; i < end && t.ptr[i] >= '0' && t.ptr[i] <= '9' && code < 100000000; i++) {
+                code = code * 10 + (t.ptr[i] - '0');
+                digits++;
+            }
+            if (!digits || i != end) return 0;
+            if (neg) code = -code;
+            have_code = 1;
+        }
+        end = ls - 1;                            /* drop the line and its '\n' */
+    }
+    output->ptr = t.ptr + 8;
+    output->len = end > 8 ? end - 8 : 0;
+    if (output->len == 7 && memcmp(output->ptr, "(empty)", 7) == 0) output->len = 0;
+    *exit_code = have_code ? (int)code : 0;
+    return 1;
+}
+
+/* The text of a functionResponse.response: output, else error (is_error), else content,
+ * else the whole object as JSON. */
+static coai_str coai__gm_response_text(coai_request *req, const cJSON *resp, int *is_error)
+{
+    const cJSON *v;
+    *is_error = 0;
+    if (cJSON_IsString(v = coai__oa_get(resp, "output"))) return coai__oa_jstr(v);
+    if (cJSON_IsString(v = coai__oa_get(resp, "error"))) { *is_error = 1; return coai__oa_jstr(v); }
+    if (cJSON_IsString(v = coai__oa_get(resp, "content"))) return coai__oa_jstr(v);
+    if (cJSON_IsString(resp)) return coai__oa_jstr(resp);
+    if (!resp || cJSON_IsNull(resp)) return coai_str_c("");
+    return coai__req_own(req, cJSON_PrintUnformatted(resp));
+}
+
+/* One content -> messages appended at out[*k] (a user content's functionResponse parts
+ * each become a TOOL message; its other parts one USER message after them). */
+static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_message *out,
+                            size_t *k, coai_error *err)
+{
+    const cJSON *role = coai__oa_get(c, "role"), *parts = coai__oa_get(c, "parts"), *p;
+    coai_role r = COAI_ROLE_USER;
+    coai_message *cur = NULL;
+    coai_part *ps;
+    coai_call *calls = NULL;
+    size_t np, pn = 0;
+    int j = 0;
+    if (!cJSON_IsObject(c)) return coai__gm_bad(err, "contents[%d]: must be an object", i);
+    if (role && !cJSON_IsNull(role)) {
+        if (!cJSON_IsString(role))
+            return coai__gm_bad(err, "contents[%d].role: must be a string", i);
+        if (strcmp(role->valuestring, "model") == 0) r = COAI_ROLE_ASSISTANT;
+        else if (strcmp(role->valuestring, "user") != 0
+                 && strcmp(role->valuestring, "function") != 0)
+            return coai__gm_bad(err, "contents[%d].role: Please use a valid role: user, model.",
+                                i);
+    }
+    if (!cJSON_IsArray(parts))
+        return coai__gm_bad(err, "contents[%d].parts: must be a list of parts", i);
+    np = (size_t)cJSON_GetArraySize(parts);
+    ps = (coai_part *)coai__req_alloc(req, np * sizeof *ps);
+    if (r == COAI_ROLE_ASSISTANT) calls = (coai_call *)coai__req_alloc(req, np * sizeof *calls);
+    if (!ps || (r == COAI_ROLE_ASSISTANT && !calls)) return COAI_ERR_NOMEM;
+    cJSON_ArrayForEach(p, parts) {
+        const cJSON *v;
+        if (!cJSON_IsObject(p))
+            return coai__gm_bad(err, "contents[%d].parts[%d]: must be an object", i, j);
+        if ((v = coai__oa_get(p, "functionResponse")) != NULL) {
+            const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
+            coai_message *tm;
+            coai_part *tp;
+            coai_str out_text;
+            int code;
+            if (r == COAI_ROLE_ASSISTANT)
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse: belongs in "
+                                    "a user content", i, j);
+            if (!cJSON_IsObject(v) || !cJSON_IsString(name))
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.name: "
+                                    "required", i, j);
+            tp = (coai_part *)coai__req_alloc(req, sizeof *tp);
+            if (!tp) return COAI_ERR_NOMEM;
+            tm = &out[(*k)++];
+            cur = NULL;
+            tm->role = COAI_ROLE_TOOL;
+            tm->tool_call_id = cJSON_IsString(id) && id->valuestring[0] ? coai__oa_jstr(id)
+                                                                        : coai__oa_jstr(name);
+            tp->text = coai__gm_response_text(req, coai__oa_get(v, "response"), &tm->is_error);
+            tm->parts = tp;
+            tm->part_count = 1;
+            if (!tm->is_error && strcmp(name->valuestring, "run_shell_command") == 0
+                && coai__gm_shell_result(tp->text, &out_text, &code)) {
+                tm->has_exit = 1;
+                tm->exit_code = code;
+                tm->output = out_text;
+            }
+            j++;
+            continue;
+        }
+        if (!cur) {
+            cur = &out[(*k)++];
+            cur->role = r;
+            cur->parts = ps + pn;
+            if (r == COAI_ROLE_ASSISTANT) cur->calls = calls;
+        }
+        if (cJSON_IsString(v = coai__oa_get(p, "text"))) {
+            const cJSON *th = coai__oa_get(p, "thought");
+            if (th && !cJSON_IsNull(th) && !cJSON_IsBool(th))
+                return coai__gm_bad(err, "contents[%d].parts[%d].thought: must be a boolean",
+                                    i, j);
+            ps[pn].kind = cJSON_IsTrue(th) ? COAI_PART_THINKING : COAI_PART_TEXT;
+            ps[pn++].text = coai__oa_jstr(v);
+            cur->part_count++;
+        } else if ((v = coai__oa_get(p, "inlineData")) != NULL) {
+            const cJSON *mt = coai__oa_get(v, "mimeType"), *d = coai__oa_get(v, "data");
+            if (r == COAI_ROLE_ASSISTANT)
+                return coai__gm_bad(err, "contents[%d].parts[%d].inlineData: images belong in "
+                                    "a user content", i, j);
+            if (!cJSON_IsString(mt) || !cJSON_IsString(d))
+                return coai__gm_bad(err, "contents[%d].parts[%d].inlineData: needs string "
+                                    "mimeType and data", i, j);
+            ps[pn].kind = COAI_PART_IMAGE;
+            ps[pn].media_type = coai__oa_jstr(mt);
+            ps[pn++].data = coai__oa_jstr(d);
+            cur->part_count++;
+        } else if ((v = coai__oa_get(p, "functionCall")) != NULL) {
+            const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
+            const cJSON *args = coai__oa_get(v, "args");
+            coai_call *cl;
+            if (r != COAI_ROLE_ASSISTANT)
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionCall: belongs in a "
+                                    "model content", i, j);
+            if (!cJSON_IsObject(v) || !cJSON_IsString(name))
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionCall.name: required",
+                                    i, j);
+            if (args && !cJSON_IsNull(args) && !cJSON_IsObject(args))
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionCall.args: must be an "
+                                    "object", i, j);
+            cl = &calls[cur->call_count++];
+            cl->id = cJSON_IsString(id) && id->valuestring[0] ? coai__oa_jstr(id)
+                                                             : coai__oa_jstr(name);
+            cl->name = coai__oa_jstr(name);
+            cl->args = cJSON_IsObject(args) ? coai__req_own(req, cJSON_PrintUnformatted(args))
+                                            : coai_str_c("{}");
+        } else if ((v = coai__oa_get(p, "executableCode")) != NULL
+                   || (v = coai__oa_get(p, "codeExecutionResult")) != NULL) {
+            const cJSON *t = coai__oa_get(v, "code");
+            if (!t) t = coai__oa_get(v, "output");
+            if (cJSON_IsString(t)) {
+                ps[pn++].text = coai__oa_jstr(t);
+                cur->part_count++;
+            }
+        } else if (coai__oa_get(p, "fileData")) {
+            return coai__gm_bad(err, "contents[%d].parts[%d].fileData: file URIs are not "
+                                "supported (send the bytes as inlineData)", i, j);
+        } else if (!coai__oa_get(p, "thoughtSignature") && !coai__oa_get(p, "videoMetadata")
+                   && !coai__oa_get(p, "thought")) {
+            return coai__gm_bad(err, "contents[%d].parts[%d]: unsupported part (expected text, "
+                                "inlineData, functionCall or functionResponse)", i, j);
+        }
+        j++;
+    }
+    return 0;
+}
+
+/* The tools of the request: functionDeclarations only (built-in tools run at Google). */
+static int coai__gm_tools(coai_request *req, cJSON *tools, coai_error *err)
+{
+    cJSON *t, *f;
+    size_t count = 0, q = 0;
+    int i = 0;
+    if (!tools || cJSON_IsNull(tools)) return 0;
+    if (!cJSON_IsArray(tools)) return coai__gm_bad(err, "tools: must be a list");
+    cJSON_ArrayForEach(t, tools) {
+        cJSON *fd = cJSON_IsObject(t) ? cJSON_GetObjectItemCaseSensitive(t, "functionDeclarations")
+                                      : NULL;
+        if (!cJSON_IsObject(t)) return coai__gm_bad(err, "tools[%d]: must be an object", i);
+        if (fd && !cJSON_IsNull(fd) && !cJSON_IsArray(fd))
+            return coai__gm_bad(err, "tools[%d].functionDeclarations: must be a list", i);
+        if (cJSON_IsArray(fd)) count += (size_t)cJSON_GetArraySize(fd);
+        i++;
+    }
+    if (count > COAI_MAX_TOOLS)
+        return coai__gm_bad(err, "tools: at most %d function declarations are supported",
+                            COAI_MAX_TOOLS);
+    if (!count) return 0;
+    req->tools = (coai_tool *)calloc(count, sizeof *req->tools);
+    if (!req->tools) return COAI_ERR_NOMEM;
+    i = 0;
+    cJSON_ArrayForEach(t, tools) {
+        cJSON *fd = cJSON_GetObjectItemCaseSensitive(t, "functionDeclarations");
+        int j = 0;
+        if (!cJSON_IsArray(fd)) { i++; continue; }
+        cJSON_ArrayForEach(f, fd) {
+            const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
+            cJSON *sch = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f,
+                                                                       "parametersJsonSchema")
+                                           : NULL;
+            if (!cJSON_IsObject(f))
+                return coai__gm_bad(err, "tools[%d].functionDeclarations[%d]: must be an "
+                                    "object", i, j);
+            if (!cJSON_IsString(name) || !coai__name_ok(name->valuestring, 128))
+                return coai__gm_bad(err, "tools[%d].functionDeclarations[%d].name: must match "
+                                    "^[a-zA-Z0-9_-]{1,128}$", i, j);
+            if (d && !cJSON_IsNull(d) && !cJSON_IsString(d))
+                return coai__gm_bad(err, "tools[%d].functionDeclarations[%d].description: "
+                                    "must be a string", i, j);
+            if (!sch || cJSON_IsNull(sch)) {
+                sch = cJSON_GetObjectItemCaseSensitive(f, "parameters");
+                if (cJSON_IsObject(sch)) coai__gm_lower_types(sch, 0);
+            }
+            if (sch && !cJSON_IsNull(sch) && !cJSON_IsObject(sch))
+                return coai__gm_bad(err, "tools[%d].functionDeclarations[%d].parameters: must "
+                                    "be an object", i, j);
+            req->tools[q].name = coai__oa_jstr(name);
+            req->tools[q].description = coai__oa_jstr(d);
+            req->tools[q++].parameters = cJSON_IsObject(sch) ? sch : NULL;
+            j++;
+        }
+        i++;
+    }
+    req->tool_count = q;
+    return 0;
+}
+
+/* toolConfig.functionCallingConfig: mode and allowedFunctionNames. */
+static int coai__gm_tool_config(coai_request *req, const cJSON *tc, coai_error *err)
+{
+    const cJSON *fc = coai__oa_get(tc, "functionCallingConfig"), *mode, *names, *nm;
+    const char *m;
+    size_t i, q = 0;
+    if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc))
+        return coai__gm_bad(err, "toolConfig: must be an object");
+    if (!fc || cJSON_IsNull(fc)) return 0;
+    if (!cJSON_IsObject(fc))
+        return coai__gm_bad(err, "toolConfig.functionCallingConfig: must be an object");
+    mode = coai__oa_get(fc, "mode");
+    m = cJSON_IsString(mode) ? mode->valuestring : "AUTO";
+    if (mode && !cJSON_IsNull(mode) && !cJSON_IsString(mode))
+        return coai__gm_bad(err, "toolConfig.functionCallingConfig.mode: must be a string");
+    if (strcmp(m, "AUTO") == 0 || strcmp(m, "MODE_UNSPECIFIED") == 0
+        || strcmp(m, "VALIDATED") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_AUTO;
+    else if (strcmp(m, "ANY") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
+    else if (strcmp(m, "NONE") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
+    else
+        return coai__gm_bad(err, "toolConfig.functionCallingConfig.mode: expected AUTO, ANY, "
+                            "NONE or VALIDATED");
+    names = coai__oa_get(fc, "allowedFunctionNames");
+    if (!names || cJSON_IsNull(names)) return 0;
+    if (!cJSON_IsArray(names))
+        return coai__gm_bad(err, "toolConfig.functionCallingConfig.allowedFunctionNames: must "
+                            "be a list of names");
+    cJSON_ArrayForEach(nm, names)
+        if (!cJSON_IsString(nm))
+            return coai__gm_bad(err, "toolConfig.functionCallingConfig.allowedFunctionNames: "
+                                "must be a list of names");
+    /* only the allowed tools are offered */
+    for (i = 0; i < req->tool_count; i++) {
+        int ok = 0;
+        cJSON_ArrayForEach(nm, names)
+            if (coai_str_eq(req->tools[i].name, nm->valuestring)) ok = 1;
+        if (ok) req->tools[q++] = req->tools[i];
+    }
+    req->tool_count = q;
+    if (req->tool_choice == COAI_TOOL_CHOICE_ANY && q == 1) {
+        req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+        req->tool_choice_name = req->tools[0].name;
+    }
+    return 0;
+}
+
+static int coai__gm_gen_config(coai_request *req, cJSON *g, coai_error *err)
+{
+    const cJSON *v, *tc;
+    if (!g || cJSON_IsNull(g)) return 0;
+    if (!cJSON_IsObject(g)) return coai__gm_bad(err, "generationConfig: must be an object");
+    v = coai__oa_get(g, "maxOutputTokens");
+    if (v && !cJSON_IsNull(v) && coai__oa_count(v, &req->max_tokens) < 0)
+        return coai__gm_bad(err, "generationConfig.maxOutputTokens: must be an integer >= 1");
+    v = coai__oa_get(g, "candidateCount");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
+        return coai__gm_bad(err, "generationConfig.candidateCount: only 1 is supported");
+    v = coai__oa_get(g, "stopSequences");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *e;
+        size_t q = 0;
+        coai_str *st;
+        if (!cJSON_IsArray(v))
+            return coai__gm_bad(err, "generationConfig.stopSequences: must be a list");
+        st = (coai_str *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *st);
+        if (!st) return COAI_ERR_NOMEM;
+        cJSON_ArrayForEach(e, v) {
+            if (!cJSON_IsString(e))
+                return coai__gm_bad(err, "generationConfig.stopSequences[%d]: must be a string",
+                                    (int)q);
+            if (e->valuestring[0]) st[q++] = coai__oa_jstr(e);
+        }
+        req->stop = q ? st : NULL;
+        req->stop_count = q;
+    }
+    tc = coai__oa_get(g, "thinkingConfig");
+    if (tc && !cJSON_IsNull(tc)) {
+        const cJSON *b = coai__oa_get(tc, "thinkingBudget"), *lv = coai__oa_get(tc, "thinkingLevel");
+        if (!cJSON_IsObject(tc))
+            return coai__gm_bad(err, "generationConfig.thinkingConfig: must be an object");
+        if (b && !cJSON_IsNull(b)) {
+            if (!cJSON_IsNumber(b) || b->valuedouble < -1 || b->valuedouble > 1e9)
+                return coai__gm_bad(err, "generationConfig.thinkingConfig.thinkingBudget: must "
+                                    "be an integer >= -1");
+            req->thinking = b->valuedouble != 0;
+            if (b->valuedouble > 0) req->thinking_budget = (int64_t)b->valuedouble;
+        } else if (cJSON_IsString(lv)) {
+            req->thinking = 1;
+        }
+    }
+    v = coai__oa_get(g, "responseMimeType");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "application/json") == 0) {
+        cJSON *s = cJSON_GetObjectItemCaseSensitive(g, "responseJsonSchema");
+        if (!cJSON_IsObject(s)) {
+            s = cJSON_GetObjectItemCaseSensitive(g, "responseSchema");
+            if (cJSON_IsObject(s)) coai__gm_lower_types(s, 0);
+        }
+        req->response_json = 1;
+        req->response_schema = cJSON_IsObject(s) ? s : NULL;
+    } else if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
+        return coai__gm_bad(err, "generationConfig.responseMimeType: must be a string");
+    }
+    return 0;
+}
+
+int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str model,
+                      int stream, coai_error *err)
+{
+    cJSON *root;
+    const cJSON *contents, *c, *v;
+    coai_message *out;
+    size_t cap = 1, k = 0;
+    int rc, i = 0;
+    char *mc;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
+    req->root_ = root;
+    req->dialect = COAI_DIALECT_GEMINI;
+    req->thinking = -1;
+    req->stream = stream == 2 ? 2 : stream ? 1 : 0;
+    if (model.len > 7 && memcmp(model.ptr, "models/", 7) == 0) { model.ptr += 7; model.len -= 7; }
+    if (!model.len) model = coai_str_c("auto");
+    mc = (char *)coai__req_alloc(req, model.len + 1);
+    if (!mc) goto nomem;
+    memcpy(mc, model.ptr, model.len);
+    req->model.ptr = mc;
+    req->model.len = model.len;
+    rc = COAI_ERR_INVALID;
+    if (coai__oa_get(root, "cachedContent")) {
+        coai__gm_bad(err, "cachedContent: cached contents are not supported (send the contents "
+                     "themselves)");
+        goto fail;
+    }
+    contents = coai__oa_get(root, "contents");
+    if (!cJSON_IsArray(contents) || cJSON_GetArraySize(contents) == 0) {
+        coai__gm_bad(err, "contents: required (a non-empty list of contents)");
+        goto fail;
+    }
+    cJSON_ArrayForEach(c, contents) {
+        const cJSON *p = coai__oa_get(c, "parts");
+        cap += 1 + (size_t)(cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0);
+    }
+    out = (coai_message *)coai__req_alloc(req, cap * sizeof *out);
+    if (!out) goto nomem;
+    v = coai__oa_get(root, "systemInstruction");
+    if (cJSON_IsString(v)) {
+        coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
+        if (!p) goto nomem;
+        p->text = coai__oa_jstr(v);
+        out[k].role = COAI_ROLE_SYSTEM;
+        out[k].parts = p;
+        out[k++].part_count = 1;
+    } else if (cJSON_IsObject(v)) {
+        const cJSON *parts = coai__oa_get(v, "parts"), *b;
+        coai_part *p;
+        size_t q = 0;
+        if (!cJSON_IsArray(parts)) {
+            coai__gm_bad(err, "systemInstruction.parts: must be a list of text parts");
+            goto fail;
+        }
+        p = (coai_part *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(parts) * sizeof *p);
+        if (!p) goto nomem;
+        cJSON_ArrayForEach(b, parts) {
+            if (!cJSON_IsString(coai__oa_get(b, "text"))) {
+                coai__gm_bad(err, "systemInstruction.parts[%d]: only text parts are supported",
+                             (int)q);
+                goto fail;
+            }
+            p[q++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+        }
+        out[k].role = COAI_ROLE_SYSTEM;
+        out[k].parts = p;
+        out[k++].part_count = q;
+    } else if (v && !cJSON_IsNull(v)) {
+        coai__gm_bad(err, "systemInstruction: must be a content with text parts");
+        goto fail;
+    }
+    cJSON_ArrayForEach(c, contents) {
+        if ((rc = coai__gm_content(req, c, i++, out, &k, err)) != 0) {
+            if (rc == COAI_ERR_NOMEM) goto nomem;
+            goto fail;
+        }
+    }
+    rc = COAI_ERR_INVALID;
+    req->messages = out;
+    req->message_count = k;
+    if ((rc = coai__gm_tools(req, cJSON_GetObjectItemCaseSensitive(root, "tools"), err)) != 0
+        || (rc = coai__gm_tool_config(req, coai__oa_get(root, "toolConfig"), err)) != 0
+        || (rc = coai__gm_gen_config(req, cJSON_GetObjectItemCaseSensitive(root,
+                                                                         "generationConfig"),
+                                     err)) != 0) {
+        if (rc == COAI_ERR_NOMEM) goto nomem;
+        goto fail;
+    }
+    if (!req->tool_count) { free(req->tools); req->tools = NULL; }
+    /* safetySettings, labels, serviceTier ...: accepted, nothing to do on Cursor's side */
+    if (req->mem_.err || coai__request_finish(req)) goto nomem;
+    return 0;
+nomem:
+    rc = COAI_ERR_NOMEM;
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_request_free(req);
+    return rc;
+}
+
+/* The table's parser: no URL, so the model is "auto" and there is no stream. */
+static int coai__gm_parse_plain(coai_request *req, const char *body, size_t n, coai_error *err)
+{
+    return coai_gemini_parse(req, body, n, coai_str_c(""), 0, err);
+}
+
+int coai_request_tool_exit(const coai_request *req, coai_str call_id, coai_str *output,
+                           int *exit_code)
+{
+    const coai_message *hit = NULL;
+    size_t i;
+    for (i = 0; i < req->message_count; i++) {
+        const coai_message *m = &req->messages[i];
+        if (m->role == COAI_ROLE_TOOL && m->tool_call_id.len == call_id.len
+            && (!call_id.len || memcmp(m->tool_call_id.ptr, call_id.ptr, call_id.len) == 0))
+            hit = m;
+    }
+    if (!hit || !hit->has_exit) return 0;
+    *output = hit->output;
+    *exit_code = hit->exit_code;
+    return 1;
+}
+
+int coai_encode_exec_shell_answer(coai_buf *out, const coai_exec_ref *x, coai_str output,
+                                  int exit_code, uint32_t ms, unsigned step)
+{
+    size_t start = out->len, outer, res, v;
+    unsigned last;
+    if (!x || (x->kind != COAI_EXEC_SHELL && x->kind != COAI_EXEC_SHELL_STREAM))
+        return COAI_ERR_INVALID;
+    last = x->kind == COAI_EXEC_SHELL_STREAM ? 3 : 1;
+    if (step > last) return COAI_DONE;
+    if (step == last) return coai_encode_exec_stream_close(out, x->id);
+    if (x->kind == COAI_EXEC_SHELL)
+        return coai_encode_exec_shell_result(out, x->id, x->exec_id, x->command, x->cwd,
+                                             exit_code, output, coai_str_c(""),
+                                             (int32_t)(ms > 0x7fffffffu ? 0x7fffffffu : ms));
+    outer = coai__pb_open(out, 2);                       /* exec_client_message */
+    coai__pb_u32(out, 1, x->id);
+    coai__pb_str(out, 15, x->exec_id);
+    res = coai__pb_open(out, 14);                        /* shell_stream */
+    if (step == 0) {
+        coai__pb_close(out, coai__pb_open(out, 4));      /* start{} */
+    } else if (step == 1) {
+        v = coai__pb_open(out, 1);                       /* stdout */
+        coai__pb_str(out, 1, output);
+        coai__pb_close(out, v);
+    } else {
+        v = coai__pb_open(out, 3);                       /* exit */
+        coai__pb_u32(out, 1, (uint32_t)exit_code);
+        coai__pb_str(out, 2, x->cwd);
+        coai__pb_u32(out, 6, ms);
+        coai__pb_close(out, v);
+    }
+    coai__pb_close(out, res);
+    coai__pb_u32(out, 39, ms);                           /* local_execution_time_ms */
+    coai__pb_close(out, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+/* ---- exec mapping ---- */
+
+int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                         coai_str workspace, coai_tool_call *tc)
+{
+    static const char *const n_grep[] = { "grep_search", "search_file_content", "grep", NULL };
+    static const char *const p_include[] = { "include_pattern", "include", NULL };
+    static const char *const p_pattern[] = { "pattern", NULL };
+    static const char *const p_dir[] = { "dir_path", "path", NULL };
+    static const char *const n_shell[] = { "run_shell_command", "shell", "bash", NULL };
+    static const char *const p_command[] = { "command", "cmd", NULL };
+    static const char *const p_desc[] = { "description", NULL };
+    size_t idx = 0;
+    int m;
+    if (!tools) count = 0;
+    /* a regex search restricted by a file glob: Gemini CLI's grep takes include_pattern */
+    if (ex->kind == COAI_EXEC_GREP && ex->glob.len && ex->pattern.len
+        && coai__oa_find_tool(tools, count, n_grep, &idx)
+        && coai__oa_has_param(&tools[idx], p_include)) {
+        const coai_tool *t = &tools[idx];
+        coai_buf *b = &tc->args;
+        coai_buf_reset(b);
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
+        if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_dir))
+            coai__oa_arg(b, coai__oa_param(t, p_dir), ex->path);
+        coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
+        coai_buf_putc(b, '}');
+        tc->tool = idx;
+        return b->err ? -1 : 1;
+    }
+    if ((ex->kind == COAI_EXEC_SHELL || ex->kind == COAI_EXEC_SHELL_STREAM)
+        && coai__oa_find_tool(tools, count, n_shell, &idx)) {
+        /* run_shell_command {command, description, dir_path}: Cursor's cwd is a directory of
+         * the proxy's workspace; Gemini CLI refuses a dir_path outside its own, so the
+         * workspace itself is left out (Gemini CLI's root) and a directory under it goes as
+         * a relative path */
+        const coai_tool *t = &tools[idx];
+        coai_buf *b = &tc->args, d = { 0 };
+        coai_str cwd = ex->cwd, ds;
+        coai_buf_reset(b);
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
+        if (coai__oa_has_param(t, p_desc)) {
+            coai__oa_shell_desc(&d, ex->command);
+            ds.ptr = d.data ? (const char *)d.data : "";
+            ds.len = d.len;
+            coai__oa_arg(b, coai__oa_param(t, p_desc), ds);
+            if (d.err) b->err = 1;
+            coai_buf_free(&d);
+        }
+        while (workspace.len > 1 && workspace.ptr[workspace.len - 1] == '/') workspace.len--;
+        while (cwd.len > 1 && cwd.ptr[cwd.len - 1] == '/') cwd.len--;
+        if (workspace.len && cwd.len >= workspace.len
+            && memcmp(cwd.ptr, workspace.ptr, workspace.len) == 0
+            && (cwd.len == workspace.len || cwd.ptr[workspace.len] == '/')) {
+            cwd.ptr += workspace.len;
+            cwd.len -= workspace.len;
+            while (cwd.len && cwd.ptr[0] == '/') { cwd.ptr++; cwd.len--; }
+        }
+        if (cwd.len && coai__oa_has_param(t, p_dir))
+            coai__oa_arg(b, coai__oa_param(t, p_dir), cwd);
+        coai_buf_putc(b, '}');
+        tc->tool = idx;
+        return b->err ? -1 : 1;
+    }
+    m = coai_anthropic_exec_map(ex, tools, count, workspace, tc);
+    return m;
+}
+
+/* ---- models ---- */
+
+static void coai__gm_model(coai_buf *out, const coai_model *it)
+{
+    coai_str id = it->display_id.len ? it->display_id : it->id;
+    coai_str name = it->display_name.len ? it->display_name : id;
+    uint32_t ctx = 0, outl = 0;
+    coai_model_limits(it->id, &ctx, &outl);
+    coai_buf nm = { 0 };
+    coai_buf_puts(&nm, "models/");
+    coai_buf_append(&nm, id.ptr, id.len);
+    coai_buf_puts(out, "{\"name\":");
+    coai_json_str_append(out, nm.data ? (const char *)nm.data : "", nm.len);
+    if (nm.err) out->err = 1;
+    coai_buf_free(&nm);
+    coai_buf_puts(out, ",\"baseModelId\":");
+    coai_json_str_append(out, id.ptr, id.len);
+    coai_buf_puts(out, ",\"version\":\"cursor\",\"displayName\":");
+    coai_json_str_append(out, name.ptr, name.len);
+    coai_buf_printf(out, ",\"description\":\"A Cursor model through cursor-oai\","
+                    "\"inputTokenLimit\":%lu,\"outputTokenLimit\":%lu,"
+                    "\"supportedGenerationMethods\":[\"generateContent\","
+                    "\"streamGenerateContent\",\"countTokens\"],\"thinking\":true}",
+                    (unsigned long)ctx, (unsigned long)outl);
+}
+
+int coai_models_write_gemini(coai_buf *out, const coai_models *m, const coai_model *one)
+{
+    size_t i;
+    if (one) {
+        coai__gm_model(out, one);
+        return out->err ? -1 : 0;
+    }
+    coai_buf_puts(out, "{\"models\":[");
+    for (i = 0; m && i < m->count; i++) {
+        if (i) coai_buf_putc(out, ',');
+        coai__gm_model(out, &m->items[i]);
+    }
+    coai_buf_puts(out, "]}");
+    return out->err ? -1 : 0;
+}
+
+/* ---- errors ---- */
+
+static const char *coai__gm_status_name(int st)
+{
+    switch (st) {
+    case 400: case 413: case 415: return "INVALID_ARGUMENT";
+    case 401: return "UNAUTHENTICATED";
+    case 403: return "PERMISSION_DENIED";
+    case 404: case 405: return "NOT_FOUND";
+    case 408: case 504: return "DEADLINE_EXCEEDED";
+    case 409: return "ABORTED";
+    case 429: return "RESOURCE_EXHAUSTED";
+    case 499: return "CANCELLED";
+    case 501: return "UNIMPLEMENTED";
+    case 503: return "UNAVAILABLE";
+    default: return st >= 400 && st < 500 ? "FAILED_PRECONDITION" : "INTERNAL";
+    }
+}
+
+static int coai__gm_error_write(coai_buf *out, const coai_error *e)
+{
+    int st = e->status ? e->status : 500;
+    int quota = e->code && strcmp(e->code, "insufficient_quota") == 0;
+    coai_buf_printf(out, "{\"error\":{\"code\":%d,\"message\":", st);
+    if (quota) {
+        /* "limit: 0" is what Gemini CLI reads as a quota that retrying will not bring back */
+        coai_buf m = { 0 };
+        coai_buf_puts(&m, e->message);
+        coai_buf_puts(&m, " (Cursor usage quota, limit: 0 remaining in this period)");
+        coai_json_str_append(out, m.data ? (const char *)m.data : "", m.len);
+        if (m.err) out->err = 1;
+        coai_buf_free(&m);
+    } else {
+        coai__oa_json_cstr(out, e->message);
+    }
+    coai_buf_printf(out, ",\"status\":\"%s\"", coai__gm_status_name(st));
+    if (quota)
+        coai_buf_puts(out, ",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc.ErrorInfo\","
+                      "\"reason\":\"USAGE_LIMIT_EXHAUSTED\",\"domain\":\"cursor.com\","
+                      "\"metadata\":{\"quota_limit\":\"CursorUsage\"}},"
+                      "{\"@type\":\"type.googleapis.com/google.rpc.QuotaFailure\","
+                      "\"violations\":[{\"subject\":\"cursor-account\",\"description\":"
+                      "\"Cursor plan usage limit\",\"quotaId\":\"CursorUsage\"}]}]");
+    else if (st == 429 && e->retry_after > 0)
+        coai_buf_printf(out, ",\"details\":[{\"@type\":\"type.googleapis.com/google.rpc."
+                        "RetryInfo\",\"retryDelay\":\"%ds\"}]", e->retry_after);
+    return coai_buf_puts(out, "}}");
+}
+
+/* ---- the Gemini writer ---- */
+
+static void coai__gm_w_init(coai_reply *r)
+{
+    (void)r;                   /* every chunk is written whole: nothing to prepare */
+}
+
+static void coai__gm_usage(const coai_reply *r, coai_buf *b)
+{
+    coai_usage u;
+    int64_t th = (int64_t)((r->rs_reason_units_ + 3) / 4), cand;
+    coai_reply_usage(r, &u);
+    if (th > u.output_tokens) th = u.output_tokens;
+    cand = u.output_tokens - th;
+    coai_buf_printf(b, "\"usageMetadata\":{\"promptTokenCount\":%lld,"
+                    "\"candidatesTokenCount\":%lld,\"totalTokenCount\":%lld",
+                    (long long)u.input_tokens, (long long)cand,
+                    (long long)(u.input_tokens + u.output_tokens));
+    if (th) coai_buf_printf(b, ",\"thoughtsTokenCount\":%lld", (long long)th);
+    if (u.cache_read_tokens)
+        coai_buf_printf(b, ",\"cachedContentTokenCount\":%lld", (long long)u.cache_read_tokens);
+    coai_buf_putc(b, '}');
+}
+
+/* The start of one chunk of the stream, up to and including "parts":[ */
+static void coai__gm_chunk_begin(coai_reply *r)
+{
+    if (r->o_.stream == 2) { if (r->block_++) coai_buf_putc(&r->out, ','); }
+    else coai_buf_puts(&r->out, "data: ");
+    coai_buf_puts(&r->out, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
+}
+
+static void coai__gm_tail(coai_reply *r, coai_buf *b, const char *finish)
+{
+    coai_buf_puts(b, "]},");
+    if (finish) coai_buf_printf(b, "\"finishReason\":\"%s\",", finish);
+    coai_buf_puts(b, "\"index\":0}],");
+    coai__gm_usage(r, b);
+    coai_buf_puts(b, ",\"modelVersion\":");
+    coai_json_str_append(b, r->o_.model.ptr, r->o_.model.len);
+    coai_buf_puts(b, ",\"responseId\":");
+    coai_json_str_append(b, r->o_.completion_id.ptr, r->o_.completion_id.len);
+    coai_buf_putc(b, '}');
+}
+
+static void coai__gm_chunk_end(coai_reply *r, const char *finish)
+{
+    coai__gm_tail(r, &r->out, finish);
+    if (r->o_.stream != 2) coai_buf_puts(&r->out, "\r\n\r\n");
+}
+
+static void coai__gm_w_begin(coai_reply *r)
+{
+    if (r->o_.stream == 2) coai_buf_putc(&r->out, '[');
+}
+
+/* A JSON string with U+2028 / U+2029 escaped: Gemini's SDK finds each event with a
+ * JavaScript regex whose "." stops at those two characters, so a raw one in a text would
+ * leave the event unread (and the stream stalled). */
+static void coai__gm_json_str(coai_buf *b, const char *s, size_t n)
+{
+    size_t i, from = 0;
+    coai_buf_putc(b, '"');
+    for (i = 0; i + 2 < n; i++) {
+        if ((unsigned char)s[i] == 0xe2 && (unsigned char)s[i + 1] == 0x80
+            && ((unsigned char)s[i + 2] == 0xa8 || (unsigned char)s[i + 2] == 0xa9)) {
+            coai_buf tmp = { 0 };
+            coai_json_str_append(&tmp, s + from, i - from);
+            if (tmp.len >= 2) coai_buf_append(b, tmp.data + 1, tmp.len - 2);
+            if (tmp.err) b->err = 1;
+            coai_buf_free(&tmp);
+            coai_buf_puts(b, (unsigned char)s[i + 2] == 0xa8 ? "\\u2028" : "\\u2029");
+            from = i + 3;
+            i += 2;
+        }
+    }
+    {
+        coai_buf tmp = { 0 };
+        coai_json_str_append(&tmp, s + from, n - from);
+        if (tmp.len >= 2) coai_buf_append(b, tmp.data + 1, tmp.len - 2);
+        if (tmp.err) b->err = 1;
+        coai_buf_free(&tmp);
+    }
+    coai_buf_putc(b, '"');
+}
+
+static void coai__gm_text_part(coai_buf *b, int thought, const char *s, size_t n)
+{
+    coai_buf_puts(b, "{\"text\":");
+    coai__gm_json_str(b, s, n);
+    coai_buf_puts(b, thought ? ",\"thought\":true}" : "}");
+}
+
+static void coai__gm_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    if (ch) r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+    coai__gm_chunk_begin(r);
+    coai__gm_text_part(&r->out, ch, s, n);
+    coai__gm_chunk_end(r, NULL);
+}
+
+static void coai__gm_w_tool_call(coai_reply *r)
+{
+    (void)r;                   /* the calls go out together in the last chunk (w_end) */
+}
+
+static void coai__gm_calls(const coai_reply *r, coai_buf *b, int n)
+{
+    size_t i;
+    for (i = 0; i < r->ncalls_; i++) {
+        const coai_reply_call *c = &r->calls_[i];
+        if (n++) coai_buf_putc(b, ',');
+        coai_buf_puts(b, "{\"functionCall\":{\"id\":");
+        coai_json_str_append(b, c->call_id.ptr, c->call_id.len);
+        coai_buf_puts(b, ",\"name\":");
+        coai_json_str_append(b, c->tool.ptr, c->tool.len);
+        coai_buf_puts(b, ",\"args\":");
+        if (c->args.len) coai_buf_append(b, c->args.ptr, c->args.len);
+        else coai_buf_puts(b, "{}");
+        coai_buf_puts(b, "}}");
+    }
+}
+
+static const char *coai__gm_finish(coai_finish f)
+{
+    return f == COAI_FINISH_LENGTH ? "MAX_TOKENS" : "STOP";
+}
+
+static void coai__gm_w_end(coai_reply *r, coai_finish f)
+{
+    coai__gm_chunk_begin(r);
+    if (r->has_tool_call_) coai__gm_calls(r, &r->out, 0);
+    else coai_buf_puts(&r->out, "{\"text\":\"\"}");
+    coai__gm_chunk_end(r, coai__gm_finish(f));
+    if (r->o_.stream == 2) coai_buf_puts(&r->out, "]");
+}
+
+static void coai__gm_w_body(coai_reply *r, coai_finish f)
+{
+    coai_buf *o = &r->out;
+    int n = 0;
+    coai_buf_puts(o, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
+    if (r->reasoning_.len) {
+        r->rs_reason_units_ = coai__oa_utf16_len((const char *)r->reasoning_.data,
+                                                 r->reasoning_.len);
+        coai__gm_text_part(o, 1, (const char *)r->reasoning_.data, r->reasoning_.len);
+        n++;
+    }
+    if (r->content_.len || (!n && !r->has_tool_call_)) {
+        if (n++) coai_buf_putc(o, ',');
+        coai__gm_text_part(o, 0, r->content_.data ? (const char *)r->content_.data : "",
+                           r->content_.len);
+    }
+    if (r->has_tool_call_) coai__gm_calls(r, o, n);
+    coai__gm_tail(r, o, coai__gm_finish(f));
+}
+
+static void coai__gm_w_error(coai_reply *r)
+{
+    if (r->o_.stream == 2) {
+        if (r->block_++) coai_buf_putc(&r->out, ',');
+        coai__gm_error_write(&r->out, &r->error);
+        coai_buf_putc(&r->out, ']');
+    } else {
+        coai_buf_puts(&r->out, "data: ");
+        coai__gm_error_write(&r->out, &r->error);
+        coai_buf_puts(&r->out, "\r\n\r\n");
+    }
+}
+
+static void coai__gm_w_keepalive(coai_reply *r)
+{
+    /* white space between events: Gemini's SDK skips it before "data: " (a ": comment"
+     * line would stop its parser for good), and JSON allows it between array elements */
+    coai_buf_puts(&r->out, "\r\n");
+}
+
+static const coai__writer coai__gm_writer = {
+    coai__gm_w_init, coai__gm_w_begin, coai__gm_w_delta, coai__gm_w_tool_call,
+    coai__gm_w_end, coai__gm_w_body, coai__gm_w_error, coai__gm_w_keepalive
+};
+/* PART:GEMINI impl end */
+
+/* ======================================================================== */
 /* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
 /* ======================================================================== */
 
@@ -12310,6 +13310,8 @@ static const struct {
                                      coai_anthropic_exec_map },
     /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer,
                                      coai_responses_exec_map },
+    /* COAI_DIALECT_GEMINI */      { coai__gm_parse_plain, &coai__gm_writer,
+                                     coai_gemini_exec_map },
 };
 
 static coai__exec_map_fn coai__exec_map_of(coai_dialect d)
@@ -12522,6 +13524,7 @@ int coai_error_status_as(const coai_error *e, coai_dialect d)
 
 int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
 {
+    if (d == COAI_DIALECT_GEMINI) return coai__gm_error_write(out, e);
     if (d != COAI_DIALECT_ANTHROPIC) return coai_error_write(out, e);
     coai_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
     coai__oa_json_cstr(out, coai__an_error_type(e));

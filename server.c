@@ -2969,11 +2969,14 @@ static const char *cred_health(void)
 
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
        ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE, ROUTE_STATUS_PAGE,
-       ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS };
+       ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS, ROUTE_GEMINI, ROUTE_GEMINI_COUNT,
+       ROUTE_GEMINI_MODELS };
 
 /* Every path the server answers: route_of() matches only these, and `serve --help` lists
- * them all (tests/status_test.py reads this table and asks the server each path). A path
- * ending in "{id}" matches any one non-empty segment there. A new route is a line here. */
+ * them all (tests/status_test.py reads this table and asks the server each path). A
+ * placeholder ("{id}", "{model}") matches one non-empty segment, up to the text after it
+ * ("{model}:countTokens": the segment is what comes before ":countTokens", so a model name
+ * may hold a ':'); the first row that matches wins. A new route is a line here. */
 static const struct route_def {
     int route;
     const char *method;
@@ -2988,6 +2991,12 @@ static const struct route_def {
     { ROUTE_RESPONSE_GET, "GET", "/responses/{id}", "the same, without /v1" },
     { ROUTE_MESSAGES, "POST", "/v1/messages", "Anthropic Messages" },
     { ROUTE_COUNT_TOKENS, "POST", "/v1/messages/count_tokens", "Anthropic token count" },
+    { ROUTE_GEMINI, "POST", "/v1beta/models/{model}:generateContent", "Gemini API" },
+    { ROUTE_GEMINI, "POST", "/v1beta/models/{model}:streamGenerateContent",
+      "Gemini API, streamed (?alt=sse: SSE, else a JSON array)" },
+    { ROUTE_GEMINI_COUNT, "POST", "/v1beta/models/{model}:countTokens", "Gemini token count" },
+    { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models", "the account's models (Gemini shape)" },
+    { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models/{model}", "one model (Gemini shape)" },
     { ROUTE_MODELS, "GET", "/v1/models", "the account's models (OpenAI or Anthropic shape)" },
     { ROUTE_MODELS, "GET", "/models", "the same, without /v1" },
     { ROUTE_USAGE, "GET", "/v1/usage", "plan and usage this billing period (JSON)" },
@@ -3017,6 +3026,9 @@ static const char *route_label(int route)
     case ROUTE_STATUS_JSON: return "/status.json";
     case ROUTE_STATUS_JS: return "/status.js";
     case ROUTE_STATUS_CSS: return "/status.css";
+    case ROUTE_GEMINI: return "/v1beta/models/{model}:generateContent";
+    case ROUTE_GEMINI_COUNT: return "/v1beta/models/{model}:countTokens";
+    case ROUTE_GEMINI_MODELS: return "/v1beta/models";
     }
     return "other";
 }
@@ -3029,6 +3041,7 @@ static const char *route_dialect(int route)
     case ROUTE_CHAT: return "openai-chat";
     case ROUTE_MESSAGES: case ROUTE_COUNT_TOKENS: return "anthropic";
     case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: return "openai-responses";
+    case ROUTE_GEMINI: case ROUTE_GEMINI_COUNT: case ROUTE_GEMINI_MODELS: return "gemini";
     }
     return "none";
 }
@@ -3056,6 +3069,9 @@ struct conn {
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     int64_t tok_in, tok_out;        /* the run's token counts (status page) */
     char errmsg[200];               /* the error's message sent to the client (status page) */
+    char gm_model[256];             /* Gemini routes: the model named in the URL, or "" */
+    int gm_stream;                  /* Gemini: 0 generateContent, 1 SSE (alt=sse), 2 the
+                                     * JSON-array stream (streamGenerateContent without alt) */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t reserved;                /* request bytes counted in S.inflight for this request */
@@ -3235,19 +3251,76 @@ static int route_is_post(int route)
     return 0;
 }
 
+/* The last ':' of p[0..n) (a model name may hold one: "scenario:x:generateContent"). */
+static const char *last_colon(const char *p, size_t n)
+{
+    while (n > 0) if (p[--n] == ':') return p + n;
+    return NULL;
+}
+
 /* The route of a request path, from ROUTE_TABLE only. */
 static int route_of(coai_str path)
 {
     size_t i;
     for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++) {
-        const char *p = ROUTE_TABLE[i].path, *id = strstr(p, "{id}");
-        size_t n = id ? (size_t)(id - p) : strlen(p);
-        if (!id && coai_str_eq(path, p)) return ROUTE_TABLE[i].route;
-        if (id && path.len > n && memcmp(path.ptr, p, n) == 0
-            && !memchr(path.ptr + n, '/', path.len - n))
+        const char *p = ROUTE_TABLE[i].path, *lb = strchr(p, '{');
+        const char *suf = lb ? strchr(lb, '}') : NULL;
+        size_t n = lb ? (size_t)(lb - p) : strlen(p), sl;
+        if (!lb || !suf) {
+            if (coai_str_eq(path, p)) return ROUTE_TABLE[i].route;
+            continue;
+        }
+        sl = strlen(++suf);
+        if (path.len > n + sl && memcmp(path.ptr, p, n) == 0
+            && memcmp(path.ptr + path.len - sl, suf, sl) == 0
+            && !memchr(path.ptr + n, '/', path.len - n - sl))
             return ROUTE_TABLE[i].route;
     }
     return ROUTE_NONE;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* The value of query parameter `name` in a request target ("/p?a=1&b=2"), percent-decoded
+ * into out (NUL-terminated). 1 found, 0 absent, -1 too long or badly encoded. */
+static int query_param(coai_str target, const char *name, char *out, size_t cap)
+{
+    const char *q = memchr(target.ptr, '?', target.len), *end = target.ptr + target.len;
+    size_t nl = strlen(name);
+    if (!q) return 0;
+    for (q++; q < end;) {
+        const char *amp = memchr(q, '&', (size_t)(end - q)), *e = amp ? amp : end;
+        if ((size_t)(e - q) > nl && memcmp(q, name, nl) == 0 && q[nl] == '=') {
+            const char *v = q + nl + 1;
+            size_t k = 0;
+            while (v < e) {
+                int c = (unsigned char)*v++;
+                if (c == '%') {
+                    int hi, lo;
+                    if (e - v < 2) return -1;
+                    hi = hexval(v[0]);
+                    lo = hexval(v[1]);
+                    if (hi < 0 || lo < 0) return -1;
+                    c = hi * 16 + lo;
+                    v += 2;
+                } else if (c == '+') {
+                    c = ' ';
+                }
+                if (k + 1 >= cap) return -1;
+                out[k++] = (char)c;
+            }
+            out[k] = 0;
+            return 1;
+        }
+        q = e + (e < end);
+    }
+    return 0;
 }
 
 /* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
@@ -3393,6 +3466,24 @@ static void access_log(struct conn *c)
             c->run_id, c->fallback ? " fallback=" : "", c->fallback ? c->fallback : "");
 }
 
+/* The API key of a request, as any dialect's clients send it: "Authorization: Bearer", or
+ * x-api-key (Anthropic: Claude Code), x-goog-api-key or, on the Gemini routes only, the ?key=
+ * parameter (the status page has its own ?key= rule: status_access). */
+static int key_ok(const coai_http_request *rq, int route)
+{
+    char qk[SRV_TOKEN_MAX];
+    coai_str want = coai_str_c(S.api_key);
+    return coai_http_token_equal(coai_http_bearer(rq->authorization), want)
+           || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
+                                                         "x-api-key"), want)
+           || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
+                                                         "x-goog-api-key"), want)
+           || ((route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
+                || route == ROUTE_GEMINI_MODELS)
+               && query_param(rq->target, "key", qk, sizeof qk) == 1
+               && coai_http_token_equal(coai_str_c(qk), want));
+}
+
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
 static int serve_request(struct conn *c, size_t hl)
 {
@@ -3418,7 +3509,42 @@ static int serve_request(struct conn *c, size_t hl)
     c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
                  || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
                  ? COAI_DIALECT_ANTHROPIC
-                 : route == ROUTE_RESPONSES ? COAI_DIALECT_RESPONSES : COAI_DIALECT_OPENAI_CHAT;
+                 : route == ROUTE_RESPONSES ? COAI_DIALECT_RESPONSES
+                 : route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
+                   || route == ROUTE_GEMINI_MODELS
+                   || (rq->path.len >= 8 && memcmp(rq->path.ptr, "/v1beta/", 8) == 0)
+                 ? COAI_DIALECT_GEMINI
+                 : COAI_DIALECT_OPENAI_CHAT;
+    c->gm_model[0] = 0;
+    c->gm_stream = 0;
+    if (c->dialect == COAI_DIALECT_GEMINI && rq->path.len > 15) {
+        /* copied now (the head's views die when the body is read): the model of the URL
+         * (percent-decoded) and the stream mode */
+        char alt[16];
+        const char *p = rq->path.ptr + 15, *end = rq->path.ptr + rq->path.len;
+        const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
+                            ? last_colon(p, (size_t)(end - p)) : NULL;
+        size_t k = 0;
+        coai_str mt = { p, (size_t)((colon ? colon : end) - p) };
+        while (mt.len && k + 1 < sizeof c->gm_model) {
+            int ch = (unsigned char)*mt.ptr, hi, lo;
+            if (ch == '%' && mt.len >= 3 && (hi = hexval(mt.ptr[1])) >= 0
+                && (lo = hexval(mt.ptr[2])) >= 0) {
+                ch = hi * 16 + lo;
+                mt.ptr += 2;
+                mt.len -= 2;
+            }
+            if (ch < 0x20 || ch == 0x7f) break;       /* never a control byte in a name */
+            c->gm_model[k++] = (char)ch;
+            mt.ptr++;
+            mt.len--;
+        }
+        c->gm_model[k] = 0;
+        if (colon && (size_t)(end - colon - 1) == 21 && memcmp(colon + 1, "streamGenerateContent",
+                                                               21) == 0)
+            c->gm_stream = query_param(rq->target, "alt", alt, sizeof alt) == 1
+                           && strcmp(alt, "sse") == 0 ? 1 : 2;
+    }
     is_post = coai_str_eq(rq->method, "POST");
     is_get = coai_str_eq(rq->method, "GET");
     {   /* copied now: the head's views die when the body is read */
@@ -3462,11 +3588,7 @@ static int serve_request(struct conn *c, size_t hl)
                    "Content-Type must be application/json", NULL);
         goto done;
     }
-    if (S.api_key && route != ROUTE_HEALTH
-        && !coai_http_token_equal(coai_http_bearer(rq->authorization), coai_str_c(S.api_key))
-        /* Anthropic clients (Claude Code) send the key as x-api-key */
-        && !coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
-                                                       "x-api-key"), coai_str_c(S.api_key))
+    if (S.api_key && route != ROUTE_HEALTH && !key_ok(rq, route)
         /* the status page: its cookie, or /?key= once (a browser cannot send a header) */
         && !status_access(rq, route)) {
         c->keep = 0;
@@ -3475,8 +3597,8 @@ static int serve_request(struct conn *c, size_t hl)
                    ? "This server needs its API key: open /?key=<CURSOR_OAI_API_KEY> once in "
                      "this browser (the key is then kept in a cookie), or send "
                      "'Authorization: Bearer <key>'."
-                   : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>' or "
-                     "'x-api-key: <key>'.",
+                   : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>', "
+                     "'x-api-key: <key>', 'x-goog-api-key: <key>' or '?key=<key>'.",
                    "WWW-Authenticate: Bearer\r\n");
         goto done;
     }
@@ -3529,7 +3651,11 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     }
     case ROUTE_COUNT_TOKENS:
+    case ROUTE_GEMINI_COUNT:
         handle_count_tokens(c);
+        break;
+    case ROUTE_GEMINI_MODELS:
+        handle_models(c);
         break;
     case ROUTE_RESPONSE_GET:
         handle_response_get(c);
@@ -4054,8 +4180,35 @@ static int handle_models(struct conn *c)
                    "upstream model list is not valid JSON", NULL);
         goto done;
     }
-    if ((c->dialect == COAI_DIALECT_ANTHROPIC
+    if (c->dialect == COAI_DIALECT_GEMINI && c->gm_model[0]) {
+        /* GET /v1beta/models/{model}: one of the account's models (modelId, display id or
+         * an alias), else Gemini's 404 */
+        coai_str want = coai_str_c(c->gm_model);
+        const coai_model *hit = NULL;
+        size_t i, j;
+        if (want.len > 7 && memcmp(want.ptr, "models/", 7) == 0) { want.ptr += 7; want.len -= 7; }
+        for (i = 0; i < m.count && !hit; i++) {
+            coai_str a;
+            if (coai_str_eq(m.items[i].id, want.ptr)
+                || coai_str_eq(m.items[i].display_id, want.ptr))
+                hit = &m.items[i];
+            for (j = 0; !hit && coai_model_alias(&m.items[i], j, &a) == 0; j++)
+                if (coai_str_eq(a, want.ptr)) hit = &m.items[i];
+        }
+        if (!hit) {
+            char msg[360];
+            snprintf(msg, sizeof msg, "models/%s is not found for API version v1beta (not a "
+                     "model of this Cursor account; GET /v1beta/models lists them)", want.ptr);
+            send_error(c, 404, "invalid_request_error", "model_not_found", NULL, msg, NULL);
+            goto done;
+        }
+        if (coai_models_write_gemini(&out, &m, hit) < 0) {
+            send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+            goto done;
+        }
+    } else if ((c->dialect == COAI_DIALECT_ANTHROPIC
          ? coai_models_write_anthropic(&out, &m, (int64_t)time(NULL))
+         : c->dialect == COAI_DIALECT_GEMINI ? coai_models_write_gemini(&out, &m, NULL)
          : coai_models_write_list(&out, &m, (int64_t)time(NULL))) < 0 || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
@@ -6358,13 +6511,19 @@ static int held_results(struct run *r, char *why, size_t wcap)
             break;
         }
         for (step = 0; rc == 0; step++) {
-            coai_str t;
-            int er;
+            coai_str t, outp;
+            int er, code;
             t.ptr = text.data ? (const char *)text.data : "";
             t.len = text.len;
             coai_buf_reset(&m);
-            er = coai_encode_exec_answer_images(&m, &calls[i].ref, t, imgs, nimg, is_error, ms,
-                                                step);
+            /* a shell result that says how the command ended (Gemini CLI): its output and
+             * real exit code, as Cursor's CLI reports them */
+            if ((calls[i].ref.kind == COAI_EXEC_SHELL || calls[i].ref.kind == COAI_EXEC_SHELL_STREAM)
+                && coai_request_tool_exit(&r->req, calls[i].call_id, &outp, &code))
+                er = coai_encode_exec_shell_answer(&m, &calls[i].ref, outp, code, ms, step);
+            else
+                er = coai_encode_exec_answer_images(&m, &calls[i].ref, t, imgs, nimg, is_error,
+                                                    ms, step);
             if (er == COAI_DONE) break;
             if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
             else if (run_send(r, m.data, m.len) < 0) {
@@ -6772,6 +6931,18 @@ static int run_parse(struct conn *c, struct run *r, coai_error *e)
         r->req = r->rr.req;                      /* moved: freed as req */
         memset(&r->rr.req, 0, sizeof r->rr.req);
         if (coai_request_check(&r->req, &IMG_LIMITS, e) < 0) return -1;
+    } else if (c->dialect == COAI_DIALECT_GEMINI) {
+        /* the model and the stream flag are in the URL; the same body rules as
+         * coai_request_parse_ex */
+        if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
+            coai_error_set(e, 400, "invalid_request_error", NULL, NULL, "We could not parse "
+                           "the JSON body of your request: a \\u escape needs four hex digits");
+            return -1;
+        }
+        if (coai_gemini_parse(&r->req, (const char *)c->body.data, c->body.len,
+                              coai_str_c(c->gm_model), c->gm_stream, e) < 0
+            || coai_request_check(&r->req, &IMG_LIMITS, e) < 0)
+            return -1;
     } else if (coai_request_parse_ex(&r->req, c->dialect, (const char *)c->body.data,
                                      c->body.len, &IMG_LIMITS, e) < 0) {
         return -1;
@@ -6858,7 +7029,8 @@ static int handle_chat(struct conn *c)
      * hex are the session id */
     {
         int resp = c->dialect == COAI_DIALECT_RESPONSES;
-        const char *pre = anth ? "msg_" : resp ? "resp_" : "chatcmpl-";
+        const char *pre = anth ? "msg_" : resp ? "resp_"
+                          : c->dialect == COAI_DIALECT_GEMINI ? "" : "chatcmpl-";
         size_t pl = strlen(pre);
         memcpy(completion_id, pre, pl);
         for (i = 0, k = (int)pl; u[i] && k < (int)pl + (resp ? 32 : 24); i++)
@@ -7136,6 +7308,22 @@ static int handle_count_tokens(struct conn *c)
         coai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the "
                        "JSON body of your request: a \\u escape needs four hex digits");
         return send_coai_error(c, &e);
+    }
+    if (c->dialect == COAI_DIALECT_GEMINI) {
+        /* {"contents": ...} or {"generateContentRequest": {...}} (the model in the URL) */
+        cJSON *root = cJSON_ParseWithLength((const char *)c->body.data, c->body.len);
+        cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "generateContentRequest");
+        char *txt = cJSON_IsObject(inner) ? cJSON_PrintUnformatted(inner) : NULL;
+        int rc = txt ? coai_gemini_parse(&req, txt, strlen(txt), coai_str_c(c->gm_model), 0, &e)
+                     : coai_gemini_parse(&req, (const char *)c->body.data, c->body.len,
+                                         coai_str_c(c->gm_model), 0, &e);
+        free(txt);
+        cJSON_Delete(root);
+        if (rc < 0 || coai_request_check(&req, &IMG_LIMITS, &e) < 0) return send_coai_error(c, &e);
+        n = snprintf(out, sizeof out, "{\"totalTokens\":%lld}",
+                     (long long)coai_request_input_tokens(&req));
+        coai_request_free(&req);
+        return send_response(c, 200, "application/json", NULL, out, (size_t)n);
     }
     if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0
         || coai_request_check(&req, &IMG_LIMITS, &e) < 0)

