@@ -3473,7 +3473,9 @@ static int key_ok(const coai_http_request *rq, int route)
 {
     char qk[SRV_TOKEN_MAX];
     coai_str want = coai_str_c(S.api_key);
-    return coai_http_token_equal(coai_http_bearer(rq->authorization), want)
+    int ok;
+    qk[0] = 0;
+    ok = coai_http_token_equal(coai_http_bearer(rq->authorization), want)
            || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
                                                          "x-api-key"), want)
            || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
@@ -3482,6 +3484,8 @@ static int key_ok(const coai_http_request *rq, int route)
                 || route == ROUTE_GEMINI_MODELS)
                && query_param(rq->target, "key", qk, sizeof qk) == 1
                && coai_http_token_equal(coai_str_c(qk), want));
+    memset(qk, 0, sizeof qk);                    /* no copy of a key stays on the stack */
+    return ok;
 }
 
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
