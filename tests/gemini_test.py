@@ -84,6 +84,12 @@ def scenarios(ws, secret):
                                 "message": "You've hit your usage limit",
                                 "details": {"error": 10, "title": "Usage limit",
                                             "detail": "You've hit your usage limit"}}]},
+        # the same for Gemini CLI (its own model name: the wire section's request latched
+        # gm_usage, and this one must meet the upstream's error, not the latch)
+        "gm_usage_cli": {"steps": [{"op": "trailer", "status": 8,
+                                    "message": "You've hit your usage limit",
+                                    "details": {"error": 10, "title": "Usage limit",
+                                                "detail": "You've hit your usage limit"}}]},
         "gm_rate": {"steps": [{"op": "trailer", "status": 8, "message": "rate limited",
                                "details": {"error": 8, "title": "Rate limited",
                                            "detail": "Too many requests"}}]},
@@ -331,13 +337,14 @@ def t_gemini(proxy, fake, tmp):
           r.rc == 0 and "exit=3" in (answer(r) or "") and len(runs) == 1, (len(runs), r))
 
     # 4. a usage limit is shown within 10 s (no retries)
-    k0 = len(runs_by(fake, "gm_usage"))
-    r = C.run_gemini(proxy.base, "Say hello.", ws, model="scenario:gm_usage", key=KEY,
+    k0 = len(runs_by(fake, "gm_usage_cli"))
+    r = C.run_gemini(proxy.base, "Say hello.", ws, model="scenario:gm_usage_cli", key=KEY,
                      timeout=120)
     txt = r.text() + r.err()
-    check("gemini: a usage limit is shown within 10 s (%.1f s, %d upstream runs)"
-          % (r.secs, len(runs_by(fake, "gm_usage")) - k0),
-          r.rc != 0 and r.secs < 10 and "usage limit" in txt, r)
+    n = len(runs_by(fake, "gm_usage_cli")) - k0
+    check("gemini: a usage limit from the upstream is shown within 10 s, no retry (%.1f s, %d "
+          "upstream run)" % (r.secs, n),
+          r.rc != 0 and r.secs < 10 and "usage limit" in txt and n == 1, r)
 
 
 def main():
