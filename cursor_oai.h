@@ -13114,8 +13114,10 @@ static void coai__gm_w_init(coai_reply *r)
 static void coai__gm_usage(const coai_reply *r, coai_buf *b)
 {
     coai_usage u;
-    int64_t th = (int64_t)((r->rs_reason_units_ + 3) / 4), cand;
+    int64_t th, cand;
     coai_reply_usage(r, &u);
+    /* Cursor's reasoning count when it sent one, else the estimate from the thought text */
+    th = u.reported ? u.reasoning_tokens : (int64_t)((r->rs_reason_units_ + 3) / 4);
     if (th > u.output_tokens) th = u.output_tokens;
     cand = u.output_tokens - th;
     coai_buf_printf(b, "\"usageMetadata\":{\"promptTokenCount\":%lld,"
