@@ -3287,42 +3287,6 @@ static int hexval(int c)
     return -1;
 }
 
-/* The value of query parameter `name` in a request target ("/p?a=1&b=2"), percent-decoded
- * into out (NUL-terminated). 1 found, 0 absent, -1 too long or badly encoded. */
-static int query_param(coai_str target, const char *name, char *out, size_t cap)
-{
-    const char *q = memchr(target.ptr, '?', target.len), *end = target.ptr + target.len;
-    size_t nl = strlen(name);
-    if (!q) return 0;
-    for (q++; q < end;) {
-        const char *amp = memchr(q, '&', (size_t)(end - q)), *e = amp ? amp : end;
-        if ((size_t)(e - q) > nl && memcmp(q, name, nl) == 0 && q[nl] == '=') {
-            const char *v = q + nl + 1;
-            size_t k = 0;
-            while (v < e) {
-                int c = (unsigned char)*v++;
-                if (c == '%') {
-                    int hi, lo;
-                    if (e - v < 2) return -1;
-                    hi = hexval(v[0]);
-                    lo = hexval(v[1]);
-                    if (hi < 0 || lo < 0) return -1;
-                    c = hi * 16 + lo;
-                    v += 2;
-                } else if (c == '+') {
-                    c = ' ';
-                }
-                if (k + 1 >= cap) return -1;
-                out[k++] = (char)c;
-            }
-            out[k] = 0;
-            return 1;
-        }
-        q = e + (e < end);
-    }
-    return 0;
-}
-
 /* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
 static int64_t body_deadline(int64_t body_end)
 {
@@ -3471,21 +3435,15 @@ static void access_log(struct conn *c)
  * parameter (the status page has its own ?key= rule: status_access). */
 static int key_ok(const coai_http_request *rq, int route)
 {
-    char qk[SRV_TOKEN_MAX];
     coai_str want = coai_str_c(S.api_key);
-    int ok;
-    qk[0] = 0;
-    ok = coai_http_token_equal(coai_http_bearer(rq->authorization), want)
+    return coai_http_token_equal(coai_http_bearer(rq->authorization), want)
            || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
                                                          "x-api-key"), want)
            || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
                                                          "x-goog-api-key"), want)
            || ((route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                 || route == ROUTE_GEMINI_MODELS)
-               && query_param(rq->target, "key", qk, sizeof qk) == 1
-               && coai_http_token_equal(coai_str_c(qk), want));
-    memset(qk, 0, sizeof qk);                    /* no copy of a key stays on the stack */
-    return ok;
+               && coai_http_token_equal(coai_http_query_param(rq->target, "key"), want));
 }
 
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
@@ -3524,7 +3482,6 @@ static int serve_request(struct conn *c, size_t hl)
     if (c->dialect == COAI_DIALECT_GEMINI && rq->path.len > 15) {
         /* copied now (the head's views die when the body is read): the model of the URL
          * (percent-decoded) and the stream mode */
-        char alt[16];
         const char *p = rq->path.ptr + 15, *end = rq->path.ptr + rq->path.len;
         const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                             ? last_colon(p, (size_t)(end - p)) : NULL;
@@ -3546,8 +3503,7 @@ static int serve_request(struct conn *c, size_t hl)
         c->gm_model[k] = 0;
         if (colon && (size_t)(end - colon - 1) == 21 && memcmp(colon + 1, "streamGenerateContent",
                                                                21) == 0)
-            c->gm_stream = query_param(rq->target, "alt", alt, sizeof alt) == 1
-                           && strcmp(alt, "sse") == 0 ? 1 : 2;
+            c->gm_stream = coai_str_eq(coai_http_query_param(rq->target, "alt"), "sse") ? 1 : 2;
     }
     is_post = coai_str_eq(rq->method, "POST");
     is_get = coai_str_eq(rq->method, "GET");
