@@ -51,6 +51,10 @@
 #define SRV_DEFAULT_CLIENT_VERSION "cli-2026.10.01-e373342"  /* newest build seen (Oct 2026) */
 #define SRV_DEFAULT_MAX_CONNS 1024
 #define SRV_DEFAULT_IDLE_TIMEOUT_S 300  /* CURSOR_OAI_IDLE_TIMEOUT: no upstream progress */
+/* Run watchdog (issue 24 item 7; one peer's live-tested bounds): no inbound frame at all for
+ * this long, or nothing but heartbeats and checkpoints for this long, fails the turn. */
+#define SRV_DEFAULT_SILENCE_S 30        /* CURSOR_OAI_SILENCE_TIMEOUT */
+#define SRV_DEFAULT_HB_ONLY_S 90        /* CURSOR_OAI_HEARTBEAT_TIMEOUT */
 #define SRV_DEFAULT_KEEPALIVE_S 15      /* CURSOR_OAI_KEEPALIVE: ": keepalive" period */
 #define SRV_DEFAULT_QUOTA_LATCH_S 60    /* CURSOR_OAI_QUOTA_LATCH: usage-limit error remembered */
 #define SRV_QUOTA_MODELS 8              /* models whose usage-limit error is remembered at once */
@@ -143,6 +147,8 @@ static struct server {
     int allow_unauth;               /* --allow-unauthenticated: no key off loopback */
     int max_conns;                  /* --max-conns */
     int idle_timeout_s;             /* CURSOR_OAI_IDLE_TIMEOUT */
+    int silence_s;                  /* CURSOR_OAI_SILENCE_TIMEOUT: no frame at all */
+    int hb_only_s;                  /* CURSOR_OAI_HEARTBEAT_TIMEOUT: heartbeats/checkpoints only */
     int keepalive_s;                /* CURSOR_OAI_KEEPALIVE */
     int64_t up_call_ms;             /* CURSOR_OAI_UPSTREAM_TIMEOUT: whole unary upstream call */
     int64_t models_wait_ms;         /* CURSOR_OAI_MODELS_WAIT: cold-start wait for the list */
@@ -278,6 +284,36 @@ static int uuid_new(char out[37])
     coai_uuid_format(out, rnd);
     return 0;
 }
+
+/* x-blob-encryption-key: 32 random bytes as lowercase hex, one per process, as the CLI sends
+ * it on RunSSE and BidiAppend (cursor-2026-autumn.md 5.2). "" when no randomness. */
+static char blob_key_hex[65];
+static pthread_once_t blob_key_once = PTHREAD_ONCE_INIT;
+
+static void blob_key_init(void)
+{
+    static const char hx[] = "0123456789abcdef";
+    unsigned char k[32];
+    size_t i;
+    if (random_fill(k, sizeof k)) return;
+    for (i = 0; i < sizeof k; i++) {
+        blob_key_hex[2 * i] = hx[k[i] >> 4];
+        blob_key_hex[2 * i + 1] = hx[k[i] & 15];
+    }
+    blob_key_hex[64] = 0;
+    memset(k, 0, sizeof k);
+}
+
+static const char *blob_key(void)
+{
+    pthread_once(&blob_key_once, blob_key_init);
+    return blob_key_hex;
+}
+
+/* x-original-request-id of the client request whose RunSSE/BidiAppend this thread is
+ * writing: the id of its first run, kept across retries (a new profile or host gets a new
+ * x-request-id). Set around those calls by run_start and run_append; NULL elsewhere. */
+static __thread const char *up_orig_rid;
 
 static void copy_str(char *dst, size_t cap, const char *src, size_t n)
 {
@@ -2012,7 +2048,9 @@ enum {
  * the original's, byte for byte. The Connect set is what the current CLI sends: no
  * x-cursor-checksum or x-cursor-timezone (its interceptor has neither, and the live server
  * accepts requests without the checksum; cursor-upstream-extras.md 3.2/3.4),
- * connect-protocol-version: 1, connect-es/1.6.1. The token goes into `h` and nowhere else. */
+ * connect-protocol-version: 1, connect-es/1.6.1, and since autumn 2026 (cursor-2026-autumn.md
+ * 5.2) x-original-request-id (up_orig_rid) and x-blob-encryption-key (blob_key). The token
+ * goes into `h` and nowhere else. */
 static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int kind,
                         const char *request_id, const char *token, size_t token_len,
                         size_t body_len)
@@ -2034,10 +2072,12 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-ghost-mode: true\r\n"
                         "x-cursor-streaming: true\r\n"
                         "x-request-id: %s\r\n"
-                        "content-length: %zu\r\n\r\n",
+                        "x-original-request-id: %s\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
                         : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
-                        S.client_version, request_id, body_len);
+                        S.client_version, request_id, up_orig_rid ? up_orig_rid : request_id);
+        if (blob_key()[0]) coai_buf_printf(h, "x-blob-encryption-key: %s\r\n", blob_key());
+        coai_buf_printf(h, "content-length: %zu\r\n\r\n", body_len);
         return h->err ? -1 : 0;
     }
     tok.ptr = token;
@@ -4878,6 +4918,7 @@ static int handle_status(struct conn *c, int route, int key_q)
 struct run {
     struct conn *c;                 /* the client (NULL while the run is held) */
     char request_id[37];            /* x-request-id and BidiRequestId of the run */
+    char orig_id[37];               /* x-original-request-id: the first run's request_id */
     int64_t seqno;                  /* next BidiAppend append_seqno (under send_mu) */
     coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
     struct upconn *sse;             /* the RunSSE connection */
@@ -4933,6 +4974,8 @@ struct run {
     int64_t tools_at;               /* mono ms the tool calls went to the client */
     int64_t held_at;                /* mono ms the run was parked */
     int64_t hollow_until;           /* follow-up: no visible progress by then -> fall back */
+    int64_t last_frame;             /* mono ms: the last inbound frame (watchdog) */
+    int64_t last_progress;          /* mono ms: the last frame not a heartbeat/checkpoint */
     int hollow_hit;
     int ended_empty;                /* follow-up: Cursor ended the run cleanly, nothing shown */
     int held_dead;                  /* the held run cannot continue: held_why says why */
@@ -5239,13 +5282,17 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
     if (locked) { pthread_mutex_unlock(&r->send_mu); locked = 0; }
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
             (long long)seqno, n);
-    if (up_call_host_tick(&r->host, PATH_APPEND, !connect ? UPH_AGENT
-                          : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
-                          body.len, r->request_id, client_fd, tick, tick_ctx, &gen, &status,
-                          &resp, err) < 0) {
+    up_orig_rid = r->orig_id[0] ? r->orig_id : NULL;
+    rc = up_call_host_tick(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+                           : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
+                           body.len, r->request_id, client_fd, tick, tick_ctx, &gen, &status,
+                           &resp, err);
+    up_orig_rid = NULL;
+    if (rc < 0) {
         if (err->status == 499 && cancelled && !r->hollow_hit) *cancelled = 1;
         goto done;
     }
+    rc = -1;
     if (status < 200 || status > 299) {
         if (err == &r->err) r->http_status = status;
         coai_error_from_http(status, (const char *)resp.data, resp.len, err);
@@ -5477,6 +5524,51 @@ static void run_free(struct run *r)
     free(r);
 }
 
+/* ---- run watchdog (issue 24 item 7) ----
+ * While a response waits for Cursor, r->sse->deadline is the earliest of: the last inbound
+ * frame + CURSOR_OAI_SILENCE_TIMEOUT, and the last frame that was neither a heartbeat nor a
+ * checkpoint + CURSOR_OAI_HEARTBEAT_TIMEOUT (or CURSOR_OAI_IDLE_TIMEOUT when shorter). A held
+ * run's follow-up starts the clock again (run_watch_start) and its hollow check comes first. */
+static void run_deadline(struct run *r)
+{
+    int64_t hb = (int64_t)S.hb_only_s * 1000, d;
+    if (r->idle_ms < hb) hb = r->idle_ms;
+    d = r->last_frame + (int64_t)S.silence_s * 1000;
+    if (r->last_progress + hb < d) d = r->last_progress + hb;
+    if (r->hollow_until && d < r->hollow_until + 2000)
+        d = r->hollow_until + 2000;                     /* the hollow check comes first */
+    r->sse->deadline = d;
+}
+
+static void run_watch_start(struct run *r)
+{
+    r->last_frame = r->last_progress = mono_ms();
+    run_deadline(r);
+}
+
+/* The watchdog fired: the error that says which bound, fed to the reply. */
+static int run_watch_fail(struct run *r)
+{
+    coai_error e;
+    int64_t now = mono_ms();
+    if (now - r->last_frame >= (int64_t)S.silence_s * 1000)
+        coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
+                       "Cursor sent nothing for %lld s, not even a heartbeat "
+                       "(CURSOR_OAI_SILENCE_TIMEOUT is %d s): the connection to Cursor is "
+                       "stuck; try again", (long long)((now - r->last_frame) / 1000),
+                       S.silence_s);
+    else if ((int64_t)S.hb_only_s * 1000 <= r->idle_ms)
+        coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
+                       "Cursor sent nothing but heartbeats and checkpoints for %lld s "
+                       "(CURSOR_OAI_HEARTBEAT_TIMEOUT is %d s): the turn is stuck on Cursor's "
+                       "side; try again", (long long)((now - r->last_progress) / 1000),
+                       S.hb_only_s);
+    else
+        return coai_reply_fail_timeout(&r->reply);      /* CURSOR_OAI_IDLE_TIMEOUT */
+    srv_log(LOG_WARN, "run %s: %s", r->request_id, e.message);
+    return coai_reply_feed_error(&r->reply, &e);
+}
+
 /* RunSSE request, its response head, then BidiAppend seqno 0 (awaited). The append waits
  * for the head: the server registers the run when it answers the RunSSE, and an append
  * that races ahead of that is lost (cursor-2026-clients.md 7.1; issue 10 item 3).
@@ -5497,6 +5589,7 @@ static int run_start(struct run *r, int fresh)
         goto done;
     }
     memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
+    if (!r->orig_id[0]) memcpy(r->orig_id, r->request_id, sizeof r->orig_id);
     r->seqno = 0;
     r->http_status = 0;
     r->h1_refused[0] = 0;
@@ -5509,13 +5602,17 @@ static int run_start(struct run *r, int fresh)
         r->cancelled = 1;
         goto done;
     }
-    if (coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
-        || up_head_host(&head, &r->host, PATH_RUNSSE,
-                        r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
-                        r->request_id, token, tl, body.len) < 0) {
+    up_orig_rid = r->orig_id;
+    rc = coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
+         || up_head_host(&head, &r->host, PATH_RUNSSE,
+                         r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
+                         r->request_id, token, tl, body.len) < 0 ? -1 : 0;
+    up_orig_rid = NULL;
+    if (rc < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
+    rc = -1;
     r->sse = up_get_host(&r->host, fresh, r->c->fd, &r->err);
     if (!r->sse) goto done;
     srv_log(LOG_DEBUG, "run %s: RunSSE to %s (%s) on a %s connection", r->request_id,
@@ -5527,7 +5624,7 @@ static int run_start(struct run *r, int fresh)
     r->sse->tick = run_tick;
     r->sse->tick_ctx = r;
     r->sse->io_timeout_ms = 0;
-    r->sse->deadline = mono_ms() + r->idle_ms;
+    run_watch_start(r);
     if (up_read_head(r->sse, &r->err, "waiting for the RunSSE response") < 0) goto retry;
     r->t_head = mono_ms();
     if (r->sse->status < 200 || r->sse->status > 299) {
@@ -5683,11 +5780,11 @@ static int run_frame(struct run *r, const coai_frame *f)
                        "undecodable upstream message (%s)", coai_result_str(rc));
         return coai_reply_feed_error(&r->reply, &e);
     }
-    if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE) {
-        r->sse->deadline = mono_ms() + r->idle_ms;      /* progress */
-        if (r->hollow_until && r->sse->deadline < r->hollow_until + 2000)
-            r->sse->deadline = r->hollow_until + 2000;  /* the hollow check comes first */
-    }
+    r->last_frame = mono_ms();
+    if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE
+        && r->msg.kind != COAI_MSG_CHECKPOINT)
+        r->last_progress = r->last_frame;               /* progress */
+    run_deadline(r);
     /* A non-streaming answer is held in memory until its end: cap it (streaming sends each
      * piece on and keeps nothing). */
     if (!r->stream && r->msg.kind != COAI_MSG_HEARTBEAT) {
@@ -5715,8 +5812,10 @@ static int run_frame(struct run *r, const coai_frame *f)
         if (run_backlog_add(r, f) < 0) r->held_dead = 1;
     }
     if (r->hollow_until && (coai_reply_started(&r->reply) || coai_reply_tools_pending(&r->reply)
-                            || coai_reply_done(&r->reply)))
+                            || coai_reply_done(&r->reply))) {
         r->hollow_until = 0;                    /* visible progress: not hollow */
+        run_deadline(r);                        /* the watchdog alone from now on */
+    }
     return rc;
 }
 
@@ -5772,7 +5871,7 @@ static void run_stream(struct run *r)
             }
             if (now >= r->sse->deadline) {
                 r->in_feed = 1;
-                rc = coai_reply_fail_timeout(&r->reply);
+                rc = run_watch_fail(r);
                 r->in_feed = 0;
                 break;
             }
@@ -5805,7 +5904,7 @@ static void run_stream(struct run *r)
             } else if (r->sse->why == UPX_CANCELLED) {
                 if (!r->hollow_hit) r->cancelled = 1;
             } else if (r->sse->why == UPX_TIMEOUT) {
-                rc = coai_reply_fail_timeout(&r->reply);
+                rc = run_watch_fail(r);
             } else {
                 up_io_error(r->sse, &e, "reading the RunSSE stream");
                 rc = coai_reply_feed_error(&r->reply, &e);
@@ -6519,7 +6618,6 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->sse->tick = run_tick;
     r->sse->tick_ctx = r;
     r->sse->io_timeout_ms = 0;
-    r->sse->deadline = mono_ms() + r->idle_ms;
     ncalls = coai_reply_calls(&r->reply, NULL);
     /* The hollow bound counts from here: sending the results is part of it (an append
      * endpoint that stalls ends in a fallback within it, not after one upstream timeout
@@ -6538,8 +6636,8 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     }
     run_hb_execs(r, NULL, 0);
     r->hold_errors = 1;             /* a failure before the first byte falls back instead */
-    /* the idle timer must not end a hollow run before the hollow check can fall back */
-    if (r->sse->deadline < r->hollow_until + 2000) r->sse->deadline = r->hollow_until + 2000;
+    /* the watchdog starts again for this response; the hollow check comes first */
+    run_watch_start(r);
     srv_log(LOG_INFO, "run %s continued with %zu tool result%s after %lld ms", r->request_id,
             ncalls, ncalls == 1 ? "" : "s", (long long)(mono_ms() - r->tools_at));
     /* What arrived while the run was held comes first. */
@@ -7583,6 +7681,10 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_LOG_FORMAT    same as --log-format\n"
     "  CURSOR_OAI_ALLOW_HOSTS   comma-separated names, the same as repeating --allow-host\n"
     "  CURSOR_OAI_IDLE_TIMEOUT  seconds without upstream progress before a run fails (300)\n"
+    "  CURSOR_OAI_SILENCE_TIMEOUT  seconds without any frame from Cursor, not even a\n"
+    "                           heartbeat, before a run fails (30)\n"
+    "  CURSOR_OAI_HEARTBEAT_TIMEOUT  seconds of nothing but heartbeats and checkpoints before\n"
+    "                           a run fails (90)\n"
     "  CURSOR_OAI_KEEPALIVE     seconds between ': keepalive' SSE comments (15)\n"
     "  CURSOR_OAI_MAX_IMAGE_BYTES   largest image in decoded bytes, 413 beyond (5242880)\n"
     "  CURSOR_OAI_MAX_IMAGES        images per request, 400 beyond (12)\n"
@@ -8097,6 +8199,8 @@ static int configure(void)
     }
     S.api_key = key && *key ? key : NULL;
     if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
+        || env_seconds("CURSOR_OAI_SILENCE_TIMEOUT", SRV_DEFAULT_SILENCE_S, &S.silence_s)
+        || env_seconds("CURSOR_OAI_HEARTBEAT_TIMEOUT", SRV_DEFAULT_HB_ONLY_S, &S.hb_only_s)
         || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
         || env_seconds("CURSOR_OAI_UPSTREAM_TIMEOUT", UP_CALL_TIMEOUT_S, &up_call)

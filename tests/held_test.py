@@ -5,7 +5,8 @@ and the fake upstream, which holds a run open after an exec, checks the results 
 ids, stream_close), stalls like the live server when they are wrong, and can go hollow or
 close a held run. Every fallback (held run -> fresh replayed run) has a check here that fails
 when the fallback is removed. Prints `RESULT <passed> <failed>` last.
-  tests/held_test.py [--only a,b] [--keep]   sections: parity,held,fallback,clients,memory"""
+  tests/held_test.py [--only a,b] [--keep]
+  sections: parity,held,fallback,clients,fast,memory,watchdog"""
 
 import argparse
 import json
@@ -114,6 +115,23 @@ def scenarios(ws):
             {"op": "text", "text": "never"}] + END},
         "h_close": {"when": REPLAY, "steps": [read_exec(1, f), {"op": "sleep", "s": 0.3},
                                               {"op": "close"}]},
+        # issue 24 item 7: turn_ended on a stream Cursor keeps open; a run that goes silent
+        # or sends nothing but heartbeats (and checkpoints), also on a held run's follow-up
+        "w_te_open": {"steps": [{"op": "text", "text": "done here"}, {"op": "turn_ended"},
+                                hold_hb]},
+        "w_silent": {"steps": [{"op": "text", "text": "partial"}, {"op": "sleep", "s": 60}]},
+        "w_ckpt": {"steps": [{"op": "repeat", "n": 100000, "interval": 0.2, "steps": [
+            {"op": "heartbeat"}, {"op": "checkpoint", "used_tokens": 10}]}]},
+        "w_held_te_open": {"when": REPLAY, "steps": [
+            read_exec(1, f), {"op": "await_results", "max_s": 60},
+            {"op": "text_from_result", "id": 1, "prefix": "GOT:"}, {"op": "turn_ended"},
+            hold_hb]},
+        "w_held_hb": {"when": REPLAY, "steps": [
+            read_exec(1, f), {"op": "await_results", "max_s": 60},
+            {"op": "text", "text": "working on it"}, hold_hb]},
+        "w_held_silent": {"when": REPLAY, "steps": [
+            read_exec(1, f), {"op": "await_results", "max_s": 60},
+            {"op": "text", "text": "working on it"}, {"op": "sleep", "s": 60}]},
         # conversation memory: a checkpoint per turn; a resumed run reads the stored blob
         "m_chat": {"when": [{"resumed": True, "steps": [
             {"op": "kv_get_blob", "id": 5, "data_of": "turn-state", "expect": "turn-state"},
@@ -767,6 +785,72 @@ def t_fast(tmp, fake, token, ws, secret):
     px.stop()
 
 
+def t_watchdog(tmp, fake, token, ws, secret):
+    """turn_ended ends the response though Cursor keeps the stream open; no inbound frame for
+    CURSOR_OAI_SILENCE_TIMEOUT, or only heartbeats/checkpoints for CURSOR_OAI_HEARTBEAT_TIMEOUT,
+    fails the turn with an error that says which (set small here: 3 s and 5 s; the idle
+    timeout is far away at 120 s, so only the new bounds can end these runs in time)."""
+    n0 = len(fake.state()["errors"])
+    px = H.Proxy(tmp, "watchdog", fake.url(), fake.ca, token, extra_env={
+        "CURSOR_OAI_IDLE_TIMEOUT": "120", "CURSOR_OAI_SILENCE_TIMEOUT": "3",
+        "CURSOR_OAI_HEARTBEAT_TIMEOUT": "5", "CURSOR_OAI_HOLLOW_TIMEOUT": "30"})
+    try:
+        for stream in (False, True):
+            r = chat(px, {"model": "scenario:w_te_open", "messages": [
+                {"role": "user", "content": "hi"}]}, stream)
+            check("stream=%s: turn_ended on a stream kept open ends the response at once"
+                  % stream, r["status"] == 200 and r["content"] == "done here"
+                  and r["finish"] == ["stop"] and r["t"] < 3, r)
+        silence = "not even a heartbeat (CURSOR_OAI_SILENCE_TIMEOUT is 3 s)"
+        hbonly = "nothing but heartbeats and checkpoints for 5 s (CURSOR_OAI_HEARTBEAT_TIMEOUT"
+        for model, want, lo, hi in (("scenario:stall_first", silence, 2.5, 10),
+                                    ("scenario:w_silent", silence, 2.5, 10),
+                                    ("scenario:heartbeats_only", hbonly, 4.5, 12),
+                                    ("scenario:w_ckpt", hbonly, 4.5, 12)):
+            for stream in (False, True):
+                if stream:      # the raw answer: an error before any byte is a plain 504
+                    t0 = time.time()
+                    st, hd, raw, _ = H.stream_chat(px.port, {"model": model, "stream": True,
+                                                             "messages": [{"role": "user",
+                                                                           "content": "hi"}]},
+                                                   timeout=60)
+                    r = {"status": st, "t": time.time() - t0, "raw": raw[-600:]}
+                    text = raw.decode("utf-8", "replace")
+                else:
+                    r = chat(px, {"model": model, "messages": [
+                        {"role": "user", "content": "hi"}]}, stream)
+                    text = str(r["errors"])
+                check("stream=%s: %s fails in %.0f-%.0f s saying so (took %.1f s)"
+                      % (stream, model, lo, hi, r["t"]), lo <= r["t"] <= hi and want in text
+                      and (stream or r["status"] == 504), r)
+        # a held run's follow-up (a non-streaming one that has shown nothing falls back to a
+        # fresh run at CURSOR_OAI_HOLLOW_TIMEOUT instead: the fallback section tests that)
+        for stream in (False, True):
+            rs, _ = loop(px, ws, "scenario:w_held_te_open", stream, steps_max=2)
+            check("stream=%s: held follow-up: turn_ended on an open stream ends it at once"
+                  % stream, len(rs) == 2 and rs[-1]["content"].startswith("GOT:")
+                  and rs[-1]["finish"] == ["stop"] and rs[-1]["t"] < 3, rs[-1:])
+            for model, want in (("scenario:w_held_hb", hbonly),
+                                ("scenario:w_held_silent", silence)):
+                if not stream:
+                    continue
+                rs, _ = loop(px, ws, model, stream, steps_max=2)
+                text = str(rs[-1]["errors"])
+                check("stream=%s: held follow-up %s fails saying so (took %.1f s)"
+                      % (stream, model, rs[-1]["t"]), len(rs) == 2 and want in text
+                      and 2.5 <= rs[-1]["t"] <= 12, rs[-1:])
+        check("the watchdog is logged", logged(px, "not even a heartbeat")
+              and logged(px, "nothing but heartbeats and checkpoints"))
+    finally:
+        px.stop()
+    r = subprocess.run([H.proxy_cmd()[0], "serve", "--listen", "127.0.0.1:0"],
+                       env=dict(os.environ, CURSOR_OAI_SILENCE_TIMEOUT="0"),
+                       capture_output=True, text=True, timeout=20)
+    check("CURSOR_OAI_SILENCE_TIMEOUT=0 is refused naming it",
+          r.returncode == 1 and "CURSOR_OAI_SILENCE_TIMEOUT" in r.stderr, r)
+    upstream_clean(fake, n0)
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -795,7 +879,8 @@ def main():
                          ("fallback", lambda: t_fallback(tmp, fake, token, ws, secret)),
                          ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
                          ("fast", lambda: t_fast(tmp, fake, token, ws, secret)),
-                         ("memory", lambda: t_memory(tmp, fake, token, ws))):
+                         ("memory", lambda: t_memory(tmp, fake, token, ws)),
+                         ("watchdog", lambda: t_watchdog(tmp, fake, token, ws, secret))):
             if only and name not in only:
                 continue
             SECTION = name

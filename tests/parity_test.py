@@ -379,6 +379,12 @@ def t_agent(E):
             check("agent: ... at once (%s)" % mode, time.time() - t0 < 8, time.time() - t0)
             eq("agent: RunSSE refused on the agent host, then on the base URL (%s)" % mode,
                runsse_listeners(E, n0), [("agent", "http1_refused:" + mode), ("main", "ok")])
+            hs = [q["headers"] for q in E.requests_since(n0)
+                  if q.get("path", "").endswith("RunSSE")]
+            check("agent: the retry keeps x-original-request-id, with a new x-request-id (%s)"
+                  % mode, len(hs) == 2 and hs[0].get("x-original-request-id")
+                  == hs[1].get("x-original-request-id") == hs[0].get("x-request-id")
+                  != hs[1].get("x-request-id"), hs)
             n1 = E.nreq()
             st, hd, b, _ = H.stream_chat(p.port, {"model": "auto", "stream": True, "messages": [
                 {"role": "user", "content": "hi"}]}, 30)
@@ -457,6 +463,19 @@ def t_profile(E):
         eq("profile: Connect BidiAppends (seqno 0 + KV reply)",
            [(q["headers"].get("content-type"), q["decoded"]["append_seqno"]) for q in ap],
            [("application/proto", 0), ("application/proto", 1)])
+        hk = [q["headers"].get("x-blob-encryption-key") for q in rs + ap]
+        check("profile: x-blob-encryption-key (32 random bytes as hex) on RunSSE and every "
+              "BidiAppend", len(set(hk)) == 1 and re.match(r"^[0-9a-f]{64}$", hk[0] or ""), hk)
+        eq("profile: x-original-request-id on RunSSE and every BidiAppend: the run's id",
+           [q["headers"].get("x-original-request-id") for q in rs + ap],
+           [rs[0]["headers"].get("x-request-id")] * len(rs + ap))
+        n1 = E.nreq()
+        chat(p, "scenario:text_basic")
+        q2 = [q for q in E.requests_since(n1) if q["path"].endswith(("RunSSE", "BidiAppend"))]
+        check("profile: one blob key per process, a new original id per request",
+              q2 and all(q["headers"].get("x-blob-encryption-key") == hk[0] for q in q2)
+              and q2[0]["headers"].get("x-original-request-id") not in (
+                  None, rs[0]["headers"].get("x-original-request-id")), q2[:1])
         eq("profile: nothing compressed (no content-encoding, no compressed flag)",
            ([q for q in rs + ap if q["headers"].get("content-encoding")
              or q["headers"].get("connect-content-encoding")
@@ -498,6 +517,8 @@ def t_profile(E):
         eq("profile: JSON BidiAppends", [(q["headers"].get("content-type"),
                                           q["decoded"]["append_seqno"]) for q in ap],
            [("application/json", 0), ("application/json", 1)])
+        k2 = ap[0]["headers"].get("x-blob-encryption-key") if ap else None
+        check("profile: another process, another blob key", k2 and k2 != hk[0], (k2, hk[0]))
         eq("profile: no validation errors (JSON)", E.errors()[e0:], [])
     finally:
         p.stop()
