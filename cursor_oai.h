@@ -113,6 +113,26 @@
  *   coai_responses_exec_map() maps execs onto Codex's tools (exec_command, apply_patch)
  *   before falling back to coai_exec_map(); coai_reply_response() and
  *   coai_reply_output_items() give the caller the finished response to store.
+ *   Worked example, the fourth dialect: the Gemini API (PART:GEMINI, what Gemini CLI
+ *   speaks). 1. COAI_DIALECT_GEMINI. 2. The parser coai_gemini_parse(): contents/parts ->
+ *   coai_message (text, thought -> THINKING, inlineData -> IMAGE, functionCall -> coai_call,
+ *   functionResponse -> a TOOL message), systemInstruction -> SYSTEM, functionDeclarations
+ *   -> coai_tool, toolConfig -> tool_choice, generationConfig -> max_tokens / stop /
+ *   thinking / response_json, then coai__request_finish(). 3. The writer coai__gm_writer:
+ *   each delta one GenerateContentResponse chunk, the function calls and finishReason in
+ *   the last one, usageMetadata from coai_reply_usage(). 4. The exec mapping
+ *   coai_gemini_exec_map() (run_shell_command's dir_path, grep_search's include_pattern,
+ *   then coai_anthropic_exec_map's shell fallbacks). 5. The table row
+ *       { coai__gm_parse_plain, &coai__gm_writer, coai_gemini_exec_map }
+ *   and the routes (server.c ROUTE_TABLE: /v1beta/models/{model}:generateContent ...).
+ *   What the pattern did not cover, and the core gained for it: the model and the stream
+ *   flag live in the URL (coai_gemini_parse takes them; the table's parser uses "auto"), a
+ *   third stream framing (coai_reply_opts.stream = 2: a JSON array; coai_reply_head),
+ *   Google's error shape in coai_error_write_as / _status_as, and a tool result that says
+ *   how a command ended (coai_message.has_exit / exit_code / output, read from Gemini CLI's
+ *   shell result; coai_request_tool_exit + coai_encode_exec_shell_answer send Cursor the
+ *   real exit code). The commit rule, KV store, held runs, prompt and usage were reused
+ *   untouched.
  *
  * HTTP/2 (PART:H2)
  *   A client connection (RFC 9113) with HPACK (RFC 7541), sans-IO like the rest: the caller
@@ -2310,6 +2330,8 @@ coai_str coai_reply_output_items(const coai_reply *r);
  *   ("<untrusted_context>\nOutput: ...\nExit Code: N\nProcess Group PGID: ..." - the exit
  *   code line only when non-zero, stdout and stderr merged by its pty) is read into the
  *   TOOL message's output and exit_code (has_exit); the text part keeps the whole result.
+ *   One that ended without an exit code (a signal, a spawn error, cancelled, timed out) is
+ *   a failed result (is_error).
  *
  * REPLY (writer COAI_DIALECT_GEMINI; opts.stream: 1 = SSE "data: {...}\r\n\r\n" (alt=sse),
  *   2 = one JSON array written element by element (streamGenerateContent without alt))
@@ -12429,8 +12451,9 @@ static int coai__gm_starts(coai_str s, size_t at, const char *lit)
  * in this order when present, "Error: ", "Exit Code: ", "Signal: ", "Background PIDs: ",
  * "Process Group PGID: " (optionally inside <untrusted_context>). 1 with the output and
  * the exit code (0 when the line is absent: the tool writes it only when non-zero); 0 when
- * the text is not that shape, or names a spawn error or a signal (then there is no exit
- * code to report: the result goes as it is). */
+ * the text is not that shape; -1 when it names a spawn error or a signal, or says the
+ * command was cancelled or timed out (no exit code to report: the result goes as a failed
+ * one, text as it is). */
 static int coai__gm_shell_result(coai_str t, coai_str *output, int *exit_code)
 {
     static const char *const sect[] = { "Process Group PGID: ", "Background PIDs: ",
@@ -12445,13 +12468,15 @@ static int coai__gm_shell_result(coai_str t, coai_str *output, int *exit_code)
         t.ptr += 20;
         t.len -= 20 + tl;
     }
+    if (coai__gm_starts(t, 0, "Command was ") || coai__gm_starts(t, 0, "Command timed out"))
+        return -1;
     if (!coai__gm_starts(t, 0, "Output: ")) return 0;
     end = t.len;
     for (k = 0; k < 5; k++) {
         size_t ls = end;                         /* start of the last line before end */
         while (ls > 0 && t.ptr[ls - 1] != '\n') ls--;
         if (ls == 0 || !coai__gm_starts(t, ls, sect[k])) continue;
-        if (k == 2 || k == 4) return 0;          /* a signal or a spawn error */
+        if (k == 2 || k == 4) return -1;         /* a signal or a spawn error */
         if (k == 3) {
             size_t i = ls + strlen(sect[k]);
             int neg = 0, digits = 0;
@@ -12541,11 +12566,15 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             tp->text = coai__gm_response_text(req, coai__oa_get(v, "response"), &tm->is_error);
             tm->parts = tp;
             tm->part_count = 1;
-            if (!tm->is_error && strcmp(name->valuestring, "run_shell_command") == 0
-                && coai__gm_shell_result(tp->text, &out_text, &code)) {
-                tm->has_exit = 1;
-                tm->exit_code = code;
-                tm->output = out_text;
+            if (!tm->is_error && strcmp(name->valuestring, "run_shell_command") == 0) {
+                int sr = coai__gm_shell_result(tp->text, &out_text, &code);
+                if (sr > 0) {
+                    tm->has_exit = 1;
+                    tm->exit_code = code;
+                    tm->output = out_text;
+                } else if (sr < 0) {
+                    tm->is_error = 1;        /* ended without an exit code: a failure */
+                }
             }
             j++;
             continue;
@@ -12987,7 +13016,9 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
         coai_buf_putc(b, '{');
         coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
         if (coai__oa_has_param(t, p_desc)) {
-            coai__oa_shell_desc(&d, ex->command);
+            /* Cursor's own description of the command (ShellArgs 15) when it sent one */
+            if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);
+            else coai__oa_shell_desc(&d, ex->command);
             ds.ptr = d.data ? (const char *)d.data : "";
             ds.len = d.len;
             coai__oa_arg(b, coai__oa_param(t, p_desc), ds);

@@ -84,6 +84,8 @@ static void test_request(void)
     coai_request_free(&q);
 }
 
+static int SHELL_ERR;   /* the last shell_of's TOOL message is_error */
+
 static int shell_of(const char *text, coai_str *out, int *code)
 {
     coai_request q;
@@ -100,6 +102,7 @@ static int shell_of(const char *text, coai_str *out, int *code)
         return -1;
     }
     r = coai_request_tool_exit(&q, coai_str_c("c"), out, code);
+    SHELL_ERR = q.messages[0].is_error;
     if (r) {
         snprintf(keep, sizeof keep, "%.*s", (int)out->len, out->ptr);
         out->ptr = keep;
@@ -123,10 +126,15 @@ static void test_shell_results(void)
     /* a line inside the output that looks like a section stays output */
     CHECK(shell_of("Output: Exit Code: 5\nreal\nExit Code: 1", &o, &c) == 1 && c == 1
           && coai_str_eq(o, "Exit Code: 5\nreal"));
-    /* a signal or a spawn error: no exit code to report -> the text goes as it is */
-    CHECK(shell_of("Output: x\nSignal: 9\nProcess Group PGID: 9", &o, &c) == 0);
-    CHECK(shell_of("Output: \nError: spawn bash ENOENT\nExit Code: 1", &o, &c) == 0);
-    CHECK(shell_of("Command was cancelled by user before it could complete.", &o, &c) == 0);
+    CHECK(shell_of("Output: x\nExit Code: 3", &o, &c) == 1 && !SHELL_ERR);
+    /* a signal, a spawn error, a cancel: no exit code to report -> the text goes as a failure */
+    CHECK(shell_of("Output: x\nSignal: 9\nProcess Group PGID: 9", &o, &c) == 0 && SHELL_ERR);
+    CHECK(shell_of("Output: \nError: spawn bash ENOENT\nExit Code: 1", &o, &c) == 0 && SHELL_ERR);
+    CHECK(shell_of("Command was cancelled by user before it could complete.", &o, &c) == 0
+          && SHELL_ERR);
+    CHECK(shell_of("Command was automatically cancelled because it exceeded the timeout", &o,
+                   &c) == 0 && SHELL_ERR);
+    CHECK(shell_of("Something else", &o, &c) == 0 && !SHELL_ERR);
     CHECK(shell_of("Output: x\nExit Code: 3x", &o, &c) == 0);
     CHECK(shell_of("<untrusted_context>\nOutput: x", &o, &c) == 0);
 }
@@ -396,6 +404,10 @@ static void test_exec_map(void)
     CHECK(map(&ex, t, n, a, sizeof a, &k) == 1 && k == 2);
     CHECKF(strcmp(a, "{\"command\":\"ls\",\"description\":\"Execute shell command: ls\"}") == 0,
            "%s", a);
+    ex.description = coai_str_c("List the files");
+    CHECK(map(&ex, t, n, a, sizeof a, &k) == 1
+          && strcmp(a, "{\"command\":\"ls\",\"description\":\"List the files\"}") == 0);
+    ex.description = coai_str_c("");
     ex.cwd = coai_str_c("/proxy/ws/src/");
     CHECK(map(&ex, t, n, a, sizeof a, &k) == 1);
     CHECKF(strstr(a, ",\"dir_path\":\"src\"}") != NULL, "%s", a);
