@@ -7725,12 +7725,14 @@ static const char SERVE_HELP[] =
 /* SERVE_HELP, then every route of ROUTE_TABLE (so the help cannot miss one). */
 static void serve_help(FILE *f)
 {
-    size_t i;
+    size_t i, w = 0;
     fputs(SERVE_HELP, f);
+    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
+        if (strlen(ROUTE_TABLE[i].path) > w) w = strlen(ROUTE_TABLE[i].path);
     fputs("\nRoutes (with CURSOR_OAI_API_KEY set, all but /health need the key; the status "
           "page\nat / takes it once as /?key=KEY and keeps it in a cookie):\n", f);
     for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
-        fprintf(f, "  %-4s %-26s %s\n", ROUTE_TABLE[i].method, ROUTE_TABLE[i].path,
+        fprintf(f, "  %-4s %-*s  %s\n", ROUTE_TABLE[i].method, (int)w, ROUTE_TABLE[i].path,
                 ROUTE_TABLE[i].what);
 }
 
