@@ -90,6 +90,10 @@ def scenarios(ws, secret):
                                     "message": "You've hit your usage limit",
                                     "details": {"error": 10, "title": "Usage limit",
                                                 "detail": "You've hit your usage limit"}}]},
+        # Cursor silent for a while before the answer: keepalives go out meanwhile
+        "gm_slow": {"steps": [{"op": "text", "text": "Thinking slowly."},
+                              {"op": "sleep", "s": 3.5},
+                              {"op": "text", "text": " Done after the pause."}] + END},
         "gm_rate": {"steps": [{"op": "trailer", "status": 8, "message": "rate limited",
                                "details": {"error": 8, "title": "Rate limited",
                                            "detail": "Too many requests"}}]},
@@ -171,6 +175,12 @@ def t_wire(proxy, fake, ws):
           "".join(p["text"] for p in ps if not p.get("thought")) == "The answer is 42." and
           ch[-1]["candidates"][0].get("finishReason") == "STOP" and
           ch[-1]["usageMetadata"].get("thoughtsTokenCount", 0) > 0, (st, b[:800]))
+    st, b, h = gm(proxy, "scenario:gm_slow", "streamGenerateContent", user("hi"), "?alt=sse")
+    check("SSE keepalives while Cursor is silent are bare CRLFs between events (Gemini's SDK "
+          "reads '^\\s*data: ' and would stop at an SSE comment)",
+          st == 200 and b"}\r\n\r\n\r\n" in b and b": keepalive" not in b and
+          "".join(p.get("text", "") for p in parts_of(sse(b))) ==
+          "Thinking slowly. Done after the pause.", (st, b[:600]))
     st, b, h = gm(proxy, "scenario:text_basic", "streamGenerateContent", user("hi"))
     arr = json.loads(b) if st == 200 else None
     check("streamGenerateContent without alt=sse: one JSON array of responses "
@@ -290,6 +300,10 @@ def t_gemini(proxy, fake, tmp):
     # 1. read then write, one held run
     for name, sc in scenarios(ws, secret).items():
         fake.ctl("/scenario", {"name": name, "scenario": sc})
+    # 0. keepalives in the SSE stream do not stall Gemini CLI's parser
+    r = C.run_gemini(proxy.base, "Take your time.", ws, model="scenario:gm_slow", key=KEY)
+    check("gemini -p: an answer with keepalives in between (Cursor silent 3.5 s)",
+          r.rc == 0 and answer(r) == "Thinking slowly. Done after the pause.", r)
     k0 = len(runs_by(fake, "gm_rw"))
     r = C.run_gemini(proxy.base, "Copy notes.txt into out.txt.", ws, model="scenario:gm_rw",
                      key=KEY, timeout=240)
