@@ -41,7 +41,8 @@
  *   COAI_H2_MAX_HEADER_BLOCK 256 KiB HEADERS + CONTINUATION bytes (-> ENHANCE_YOUR_CALM)
  *   COAI_H2_MAX_STREAMS     256      streams one HTTP/2 connection tracks
  *   COAI_H2_STREAM_WINDOW   256 KiB  HTTP/2 receive window per stream
- *   COAI_H2_CONN_WINDOW     1 MiB    HTTP/2 receive window per connection
+ *   (the HTTP/2 connection window defaults to streams x stream window: no stream's
+ *   unread data ever holds back another's)
  *   Tests rebuild with small values to reach the edges.
  *
  * QUICK START 1: an OpenAI request body -> the BidiAppend body that starts a run
@@ -1200,9 +1201,6 @@ coai_str coai_http_cookie(coai_str header, const char *name);
 #ifndef COAI_H2_STREAM_WINDOW
 #define COAI_H2_STREAM_WINDOW (256u * 1024u)   /* our SETTINGS_INITIAL_WINDOW_SIZE */
 #endif
-#ifndef COAI_H2_CONN_WINDOW
-#define COAI_H2_CONN_WINDOW (1024u * 1024u)    /* our connection receive window */
-#endif
 
 #define COAI_H2_PREFACE "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"   /* 24 bytes */
 
@@ -1328,7 +1326,9 @@ typedef struct coai_h2_settings {
 
 typedef struct coai_h2_opts {
     uint32_t stream_window;     /* receive window per stream; 0 -> COAI_H2_STREAM_WINDOW */
-    uint32_t conn_window;       /* receive window of the connection; 0 -> COAI_H2_CONN_WINDOW */
+    uint32_t conn_window;       /* receive window of the connection; 0 -> max_streams *
+                                   stream_window (at most 2^31 - 1), so that a stream whose
+                                   reader stalls never stalls the others */
     uint32_t max_frame;         /* largest frame we accept, 16384..16777215; 0 -> 16384 */
     uint32_t max_header_list;   /* 0 -> COAI_H2_MAX_HEADER_LIST */
     uint32_t max_streams;       /* cap on our open streams, <= COAI_H2_MAX_STREAMS; 0 -> that */
@@ -6957,11 +6957,14 @@ int coai_h2_init(coai_h2_conn *c, const coai_h2_opts *o)
     memset(&d, 0, sizeof d);
     if (o) d = *o;
     if (!d.stream_window || d.stream_window > 0x7fffffffu) d.stream_window = COAI_H2_STREAM_WINDOW;
-    if (!d.conn_window || d.conn_window > 0x7fffffffu) d.conn_window = COAI_H2_CONN_WINDOW;
+    if (!d.max_streams || d.max_streams > COAI_H2_MAX_STREAMS) d.max_streams = COAI_H2_MAX_STREAMS;
+    if (!d.conn_window || d.conn_window > 0x7fffffffu) {
+        uint64_t w = (uint64_t)d.max_streams * d.stream_window;
+        d.conn_window = w > 0x7fffffffu ? 0x7fffffffu : (uint32_t)w;
+    }
     if (d.conn_window < 65535) d.conn_window = 65535;   /* it can only be raised */
     if (d.max_frame < 16384 || d.max_frame > 0xffffffu) d.max_frame = 16384;
     if (!d.max_header_list) d.max_header_list = COAI_H2_MAX_HEADER_LIST;
-    if (!d.max_streams || d.max_streams > COAI_H2_MAX_STREAMS) d.max_streams = COAI_H2_MAX_STREAMS;
     c->opts = d;
     c->error = -1;
     c->peer.header_table_size = 4096;

@@ -11,7 +11,7 @@
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-#define ARENA (1024u * 1024u)
+#define ARENA (4u * 1024u * 1024u)
 static unsigned char *arena;
 
 static void guard_init(void)
@@ -834,7 +834,8 @@ static void test_conn_init(void)
     CHECK(s->type == COAI_H2_SETTINGS && s->flags == 0 && s->stream == 0 && s->length == 24);
     CHECK(memcmp(s->payload, "\0\x01\0\0\x10\0" "\0\x02\0\0\0\0" "\0\x04\0\x04\0\0"
                  "\0\x06\0\x01\0\0", 24) == 0);
-    CHECK(has_frame(&o, COAI_H2_WINDOW_UPDATE, 0, 0, COAI_H2_CONN_WINDOW - 65535));
+    CHECK(has_frame(&o, COAI_H2_WINDOW_UPDATE, 0, 0,
+                    COAI_H2_MAX_STREAMS * COAI_H2_STREAM_WINDOW - 65535));
     CHECK(coai_h2_want_write(&c, &o.f[0].payload) == 0);
     coai_h2_free(&c);
     /* options: a bigger frame size is announced; a small connection window sends no update */
@@ -957,7 +958,8 @@ static void test_conn_exchange(int split)
         CHECK(coai_h2_stream_state(&c, 1) == COAI_H2_ST_CLOSED);
         /* padding (4 bytes) was returned at once; the 10 data bytes when consumed */
         coai_h2_consumed(&c, 1, 10);
-        CHECK(c.unacked == 14 && c.recv_window == COAI_H2_CONN_WINDOW - 14);
+        CHECK(c.unacked == 14
+              && c.recv_window == COAI_H2_MAX_STREAMS * COAI_H2_STREAM_WINDOW - 14);
         take(&c, &o);
         CHECK(o.n == 0);
     }
@@ -1033,6 +1035,29 @@ static void test_conn_recv_flow(void)
     CHECK(g.count == 66);               /* the head and 65 DATA frames fit in 65535 */
     take(&c, &o);
     CHECK(has_frame(&o, COAI_H2_GOAWAY, 0, 0, COAI_H2_FLOW_CONTROL_ERROR));
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+
+    /* streams whose readers stall fill their own windows, never the connection's: with the
+       default connection window, every stream can still get its whole window */
+    memset(&opts, 0, sizeof opts);
+    opts.stream_window = 300000;
+    opts.max_streams = 4;
+    conn_up(&c, &opts, NULL, 0);
+    CHECK(c.opts.conn_window == 1200000);
+    for (k = 0; k < 4; k++) {
+        static char chunk[16384];
+        int left = 300000;
+        CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1 + 2 * k);
+        s_headers(&in, (uint32_t)(1 + 2 * k), 0, ":status: 200");
+        while (left > 0) {
+            int m = left > 16384 ? 16384 : left;
+            sf(&in, COAI_H2_DATA, 0, (uint32_t)(1 + 2 * k), chunk, (size_t)m);
+            left -= m;
+        }
+    }
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && c.error == -1 && c.recv_window == 0);
+    CHECK(g.count == 4 * (1 + 19));
     coai_h2_free(&c);
     coai_buf_free(&in);
 
