@@ -1565,7 +1565,27 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   reported more than that, else ceil(UTF-16 units of the prompt / 4).
  *
  * ERROR MAPPING (coai_error_from_status / coai_error_from_http)
- *   ERROR_* details (aiserver ErrorDetails) take precedence over the status code.
+ *   ERROR_* details (aiserver ErrorDetails) take precedence over the status code, and
+ *   Cursor's own words of 2026-08..10 (notes 2026-autumn §4) over both:
+ *   "not available in your country or region", "... in your region", unsupported_region
+ *                                                          -> 403 permission_error /
+ *                                                              unsupported_region, no retry
+ *   "High Load" / "high demand"                            -> 429 requests / model_overloaded,
+ *                                          no retry (try another model; never a usage limit)
+ *   "unpaid invoice"                                       -> 429 insufficient_quota, no retry
+ *   "model channel not available"                          -> 503 upstream_unavailable,
+ *                                                              Retry-After 5
+ *   "Conversation data missing", "blob missing", "Blob not found"
+ *                                          -> 502 upstream_error / conversation_lost (the
+ *                                          caller replays once as a new conversation)
+ *   deadline_exceeded "Timeout waiting for next item."     -> 504 upstream_timeout, saying the
+ *                                          request_context answer never arrived
+ *   permission_denied naming the client version            -> the outdated_client row below
+ *   A bare resource_exhausted that reaches a coai_reply is decided by the prompt's size:
+ *   under COAI_EXHAUSTED_SMALL_TOKENS (16000) 400 model_not_available (param "model"),
+ *   from COAI_EXHAUSTED_LARGE_TOKENS (100000) 400 context_length_exceeded.
+ *   coai_error_from_http_call(): a not_found of a unary call names the call (502
+ *   upstream_not_found).
  *   "no retry" sets coai_error.no_retry: send "x-should-retry: false".
  *
  *   upstream signal                                  -> HTTP type / code
@@ -1640,6 +1660,11 @@ void coai_error_from_status(const coai_status *st, coai_error *e);
 /* Map a non-2xx HTTP answer of RunSSE/BidiAppend; body may be Connect JSON
  * {"code","message"} or anything else (at most 200 sanitized characters are quoted). */
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e);
+/* The same for a unary call that is not a run (GetUsableModels, GetCurrentPeriodUsage,
+ * GetServerConfig ...): a not_found (HTTP 404, Connect not_found) names the call, `call` (its
+ * path), as 502 upstream_error / upstream_not_found instead of blaming a model. */
+void coai_error_from_http_call(int upstream_status, const char *body, size_t n,
+                               const char *call, coai_error *e);
 
 /* ---- The dialect-neutral request ------------------------------------------------
  * Every client API ("dialect") is parsed into one coai_request: the conversation
@@ -7711,6 +7736,79 @@ static int coai__oa_is_bare_exhausted(const coai_status *st)
     return 1;
 }
 
+/* The errors Cursor sends since 2026-08, recognised by their own words (notes
+ * 2026-autumn §4; the strings are the ones users saw live). code: the gRPC code (0 when not
+ * known); t[0..n): Cursor's text (message, title, detail), quoted in e's message. Returns 1
+ * when it filled *e. Checked before the status-code rows: "blob missing [not_found]" is no
+ * unknown model, "High Load" (ERROR_RESOURCE_EXHAUSTED) no usage limit. */
+static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *e)
+{
+    int q = (int)(n > 300 ? 300 : n);
+    if (coai__oa_ci_contains(t, n, "conversation data missing")
+        || coai__oa_ci_contains(t, n, "blob missing")
+        || coai__oa_ci_contains(t, n, "blob not found")) {
+        coai_error_set(e, 502, "upstream_error", "conversation_lost", NULL,
+                       "Cursor lost this conversation's stored state and could not continue it "
+                       "(Cursor said: %.*s); cursor-oai replays the whole conversation once as a "
+                       "new one, and that failed too. Send the request again.", q, t);
+        return 1;
+    }
+    if (coai__oa_ci_contains(t, n, "not available in your country or region")
+        || coai__oa_ci_contains(t, n, "not available in your region")
+        || coai__oa_ci_contains(t, n, "unsupported_region")
+        || coai__oa_ci_contains(t, n, "unsupported region")) {
+        coai_error_set(e, 403, "permission_error", "unsupported_region", NULL,
+                       "Cursor does not serve this model where your request comes from "
+                       "(Cursor said: %.*s). Pick another model; retrying will not help.", q, t);
+        e->no_retry = 1;
+        return 1;
+    }
+    if (coai__oa_ci_contains(t, n, "high load") || coai__oa_ci_contains(t, n, "high demand")) {
+        /* capacity shed for one model: another model works now, the same request would add
+         * to the flood (not a usage limit: never latched) */
+        coai_error_set(e, 429, "requests", "model_overloaded", NULL,
+                       "Cursor is overloaded for this model right now; try another model "
+                       "(Cursor said: %.*s)", q, t);
+        e->no_retry = 1;
+        return 1;
+    }
+    if (coai__oa_ci_contains(t, n, "unpaid invoice")) {
+        coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
+                       "Cursor refuses requests until an invoice is paid (Cursor said: %.*s)",
+                       q, t);
+        e->no_retry = 1;
+        return 1;
+    }
+    if (coai__oa_ci_contains(t, n, "model channel not available")) {
+        coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
+                       "Cursor's provider channel for this model is down for the moment; retry "
+                       "shortly or use another model (Cursor said: %.*s)", q, t);
+        e->retry_after = 5;
+        return 1;
+    }
+    if (code == 4 && coai__oa_ci_contains(t, n, "timeout waiting for next item")) {
+        coai_error_set(e, 504, "server_error", "upstream_timeout", NULL,
+                       "Cursor waited for this client's answer to its request_context question "
+                       "and it never arrived (Cursor said: %.*s); the BidiAppend that carries it "
+                       "was lost. Retry; if it keeps happening, run `cursor-oai doctor`.", q, t);
+        return 1;
+    }
+    return 0;
+}
+
+/* permission_denied for the client's identity (a desktop or stale version on Run, notes
+ * 2026-autumn §5.2): the outdated-client error, not an access problem of the account. */
+static int coai__oa_identity_denied(int code, const char *t, size_t n)
+{
+    return code == 7 && (coai__oa_ci_contains(t, n, "client version")
+                         || coai__oa_ci_contains(t, n, "client-version")
+                         || coai__oa_ci_contains(t, n, "x-cursor-client")
+                         || coai__oa_ci_contains(t, n, "client type")
+                         || coai__oa_ci_contains(t, n, "unsupported client")
+                         || coai__oa_ci_contains(t, n, "update your client")
+                         || coai__oa_ci_contains(t, n, "update cursor"));
+}
+
 #define COAI__OUTDATED_HINT \
     "Cursor rejected this client version as outdated (x-cursor-client-version): set " \
     "CURSOR_CLIENT_VERSION to a current cursor-agent build such as cli-2026.10.01-e373342, " \
@@ -7728,7 +7826,9 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
      * "(grpc-status N, ERROR_NAME)"), the same text the logs get. */
     coai_status_describe(st, &desc);
     what = desc.err || !desc.data ? "Cursor reported an error" : (const char *)desc.data;
-    if (coai__oa_is_outdated(st)) {
+    if (coai__oa_autumn_error(code, what, strlen(what), e)) {
+        /* recognised by Cursor's words (above) */
+    } else if (coai__oa_is_outdated(st) || coai__oa_identity_denied(code, what, strlen(what))) {
         /* never a rate limit or quota message, whatever the status code says */
         coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
                        COAI__OUTDATED_HINT " Cursor said: %s", what);
@@ -7885,6 +7985,22 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
     quota = coai__oa_ci_contains(msg, msg_len, "usage")
             || coai__oa_ci_contains(msg, msg_len, "quota")
             || coai__oa_ci_contains(msg, msg_len, "billing");
+    {
+        int gc = strcmp(ccode, "permission_denied") == 0 || upstream_status == 403 ? 7
+                 : strcmp(ccode, "deadline_exceeded") == 0 ? 4 : 0;
+        if (coai__oa_autumn_error(gc, msg, msg_len, e)) {
+            cJSON_Delete(j);
+            return;
+        }
+        if (coai__oa_identity_denied(gc, msg, msg_len)) {
+            coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
+                           COAI__OUTDATED_HINT " Cursor said (HTTP %d): %.*s", upstream_status,
+                           (int)(msg_len > 200 ? 200 : msg_len), msg);
+            e->no_retry = 1;
+            cJSON_Delete(j);
+            return;
+        }
+    }
     if (upstream_status == 401 || strcmp(ccode, "unauthenticated") == 0) {
         coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
                        "Cursor rejected the credentials (HTTP %d); log in again: ",
@@ -7930,6 +8046,24 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
     }
     coai__oa_error_append(e, msg, msg_len);
     cJSON_Delete(j);
+}
+
+void coai_error_from_http_call(int upstream_status, const char *body, size_t n,
+                               const char *call, coai_error *e)
+{
+    static const char prefix[] = "The model does not exist or is not available on Cursor: ";
+    char said[sizeof ((coai_error *)0)->message];
+    coai_error_from_http(upstream_status, body, n, e);
+    if (!(upstream_status == 404 || (e->code && strcmp(e->code, "model_not_found") == 0)))
+        return;
+    if (strncmp(e->message, prefix, sizeof prefix - 1) == 0)
+        snprintf(said, sizeof said, "%s", e->message + sizeof prefix - 1);
+    else
+        snprintf(said, sizeof said, "%s", e->message);
+    coai_error_set(e, 502, "upstream_error", "upstream_not_found", NULL,
+                   "Cursor does not serve %s at this address (HTTP %d, not found): %s",
+                   call && *call ? call : "this call", upstream_status, said);
+    e->no_retry = 1;
 }
 
 /* ---- request parsing ----------------------------------------------------- */
@@ -9538,10 +9672,45 @@ static void coai__oa_commit(coai_reply *r)
     if (r->o_.stream) r->w_->begin(r);
 }
 
+#ifndef COAI_EXHAUSTED_SMALL_TOKENS
+#define COAI_EXHAUSTED_SMALL_TOKENS 16000     /* a bare resource_exhausted below: plan-gated */
+#endif
+#ifndef COAI_EXHAUSTED_LARGE_TOKENS
+#define COAI_EXHAUSTED_LARGE_TOKENS 100000    /* ... at or above: the conversation is too big */
+#endif
+
+/* A bare resource_exhausted (no details, no tokens) is context overflow unless the request
+ * was small, and then a model the plan does not allow (notes 2026-autumn §4, a ~20-token
+ * prompt got it live): classified by the prompt's estimated size; in between it stays the
+ * ambiguous error. */
+static void coai__oa_exhausted_by_size(const coai_reply *r, coai_error *e)
+{
+    int64_t tok = (int64_t)((r->prompt_units_ + 3) / 4);
+    char said[sizeof ((coai_error *)0)->message];
+    const char *w = strstr(e->message, "Cursor said: ");
+    snprintf(said, sizeof said, "%s", w ? w + 13 : "resource_exhausted");
+    if (tok < COAI_EXHAUSTED_SMALL_TOKENS) {
+        coai_error_set(e, 400, "invalid_request_error", "model_not_available", "model",
+                       "Cursor answered resource_exhausted without details to a small request "
+                       "(about %lld tokens): the model is most likely not available on your "
+                       "Cursor plan (e.g. a fast or max variant). Try another model. Cursor "
+                       "said: %s", (long long)tok, said);
+        e->no_retry = 1;
+    } else if (tok >= COAI_EXHAUSTED_LARGE_TOKENS) {
+        coai_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
+                       "Cursor answered resource_exhausted without details to a conversation "
+                       "of about %lld tokens: it is too large for the model. Shorten or compact "
+                       "it. Cursor said: %s", (long long)tok, said);
+        e->no_retry = 1;
+    }
+}
+
 static int coai__oa_fail(coai_reply *r, const coai_error *e)
 {
     if (r->done_) return COAI_DONE;
     r->error = *e;
+    if (r->error.code && strcmp(r->error.code, "upstream_resource_exhausted") == 0)
+        coai__oa_exhausted_by_size(r, &r->error);
     if (!r->error.status) r->error.status = 502;
     if (!r->error.type) r->error.type = "upstream_error";
     if (!r->committed_) {

@@ -3835,7 +3835,7 @@ static int up_unary_json(const char *path, size_t max, const char *too_big, coai
         }
         if (up_call(path, 1, "{}", 2, rid, -1, &gen, &status, body, err) < 0) return -1;
         if (status >= 200 && status <= 299) break;
-        coai_error_from_http(status, (const char *)body->data, body->len, err);
+        coai_error_from_http_call(status, (const char *)body->data, body->len, path, err);
         if (err->status != 401 || attempt > 0) return -1;
         memset(&re, 0, sizeof re);
         fr = cred_refresh(gen, &re);
@@ -4042,7 +4042,8 @@ static int server_config_fetch(coai_url *out, coai_error *e)
                      &status, &resp, e) < 0)
         goto done;
     if (status < 200 || status > 299) {
-        coai_error_from_http(status, (const char *)resp.data, resp.len, e);
+        coai_error_from_http_call(status, (const char *)resp.data, resp.len, PATH_SERVER_CONFIG,
+                                  e);
         goto done;
     }
     rc = coai_server_config_agent_url((const char *)resp.data, resp.len, 1, out);
@@ -4939,7 +4940,8 @@ struct run {
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
     int data_frames;                /* RunSSE data frames received */
     int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
-    int tries;                      /* 1: the other profile was tried; 2: another host was */
+    int tries;                      /* 1: the other profile was tried; 2: another host was;
+                                     * 4: the conversation was reset (RETRY_CONV) */
     int64_t t_start, t_head;        /* mono ms: run_start entered; RunSSE head arrived */
     coai_frame_decoder frames;
     coai_msg msg;
@@ -5208,7 +5210,7 @@ static int run_tick(void *ctx)
     return run_flush(r);
 }
 
-enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST };
+enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV };
 
 /* Case-insensitive search for the NUL-free needle in n bytes of p. */
 static int ci_contains(const void *p, size_t n, const char *needle)
@@ -5717,6 +5719,42 @@ static int run_backlog_add(struct run *r, const coai_frame *f)
     return r->backlog.err ? -1 : 0;
 }
 
+/* Cursor lost the conversation ("Conversation data missing", "blob missing"): before anything
+ * reached the client, a fresh run that is not a checkpoint resume (that one falls back to a
+ * replay of its own) starts over once as a new conversation with the whole history
+ * (r->retry = RETRY_CONV, 1). 0: let the error through. */
+static int run_conv_lost(struct run *r, const coai_status *st)
+{
+    coai_error e;
+    if (r->resumed || (r->tries & 4) || coai_reply_started(&r->reply)) return 0;
+    coai_error_from_status(st, &e);
+    if (!e.code || strcmp(e.code, "conversation_lost") != 0) return 0;
+    r->err = e;
+    r->retry = RETRY_CONV;
+    return 1;
+}
+
+/* A new conversation id for the run request in run_msg (AgentRunRequest.conversation_id,
+ * field 5 = 2a 24 + the 36 characters: the same length, so no enclosing length changes).
+ * 0 ok, -1 when run_msg does not hold the old id. */
+static int run_new_conversation(struct run *r)
+{
+    unsigned char pat[38];
+    char nid[37];
+    size_t i;
+    if (strlen(r->conv_id) != 36 || r->run_msg.len < sizeof pat || uuid_new(nid) < 0) return -1;
+    pat[0] = 0x2a;
+    pat[1] = 0x24;
+    memcpy(pat + 2, r->conv_id, 36);
+    for (i = 0; i + sizeof pat <= r->run_msg.len; i++) {
+        if (memcmp(r->run_msg.data + i, pat, sizeof pat) != 0) continue;
+        memcpy(r->run_msg.data + i + 2, nid, 36);
+        memcpy(r->conv_id, nid, 37);
+        return 0;
+    }
+    return -1;
+}
+
 /* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
 static int run_frame(struct run *r, const coai_frame *f)
 {
@@ -5761,6 +5799,7 @@ static int run_frame(struct run *r, const coai_frame *f)
                 return COAI_DONE;
             }
         }
+        if (st.code != 0 && run_conv_lost(r, &st)) return COAI_DONE;
         return coai_reply_feed_status(&r->reply, &st);
     }
     if (r->data_frames++ == 0) {
@@ -7292,6 +7331,9 @@ static int handle_chat(struct conn *c)
             else if (rc != 0 && !r->cancelled && run_may_switch(r)
                      && profile_wrong(r->http_status, &r->err))
                 r->retry = RETRY_PROFILE;
+            else if (rc != 0 && !r->cancelled && !r->resumed && !(r->tries & 4) && r->err.code
+                     && strcmp(r->err.code, "conversation_lost") == 0)
+                r->retry = RETRY_CONV;
             if (rc == 0) {
                 run_hb_start(r);
                 run_stream(r);
@@ -7306,6 +7348,20 @@ static int handle_chat(struct conn *c)
                         PROFILE_NAME[!r->profile]);
                 r->profile = !r->profile;
                 fallback_note(c, "profile");
+            } else if (r->retry == RETRY_CONV) {
+                char old[37];
+                r->tries |= 4;
+                copy_str(old, sizeof old, r->conv_id, strlen(r->conv_id));
+                if (run_new_conversation(r) < 0) {
+                    r->in_feed = 1;
+                    coai_reply_feed_error(&r->reply, &r->err);
+                    r->in_feed = 0;
+                    break;
+                }
+                srv_log(LOG_WARN, "run %s: Cursor lost conversation %s (%s); replaying the "
+                        "whole conversation once as %s", r->request_id, old, r->err.message,
+                        r->conv_id);
+                fallback_note(c, "conversation_reset");
             } else {
                 r->tries |= 2;
                 run_host_get(&r->host, NULL, 0);
@@ -8955,7 +9011,8 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
         doctor_advice("your Cursor plan's usage is used up; check it in Cursor.");
     else if (strcmp(code, "rate_limit_exceeded") == 0)
         doctor_advice("rate limited: try again in a minute.");
-    else if (strcmp(code, "upstream_resource_exhausted") == 0 || e->status == 404)
+    else if (strcmp(code, "upstream_resource_exhausted") == 0
+             || strcmp(code, "model_not_available") == 0 || e->status == 404)
         doctor_advice("try another model: doctor --model NAME (see `cursor-oai models`).");
     else
         doctor_advice("run with --verbose and attach the output to a bug report.");

@@ -252,6 +252,105 @@ def t_usage(fake, px):
        (200, inp + cr + cw, {"cached_tokens": cr}, out, {"reasoning_tokens": rs}))
 
 
+def err_of(px, model, text="hi"):
+    st, j, raw = chat(px, {"model": model, "messages": [{"role": "user", "content": text}]})
+    return st, (j.get("error") or {})
+
+
+def t_errors(fake, px):
+    n0 = len(fake.state()["errors"])
+    runs0 = len(fake.runs())
+    cases = [
+        ("geo block (ERROR_OPENAI, internal)", "scenario:live_geo_internal", 403,
+         "unsupported_region", "not available in your country or region"),
+        ("geo block (permission_denied)", "scenario:live_geo_denied", 403, "unsupported_region",
+         "Model not available in your region"),
+        ("High Load: 429 suggesting another model", "scenario:live_high_load", 429,
+         "model_overloaded", "high demand for Cursor Grok 4.5"),
+        ("unpaid invoice: 429 with the text", "scenario:live_unpaid_invoice", 429,
+         "insufficient_quota", "unpaid invoice"),
+        ("model channel not available: retryable 503", "scenario:live_channel_down", 503,
+         "upstream_unavailable", "model channel not available"),
+        ("permission_denied for the client identity: the client-version error",
+         "scenario:live_identity_denied", 502, "outdated_client", "Unsupported client version"),
+        ("bare resource_exhausted on a small request: the model is not on the plan",
+         "scenario:live_bare_exhausted", 400, "model_not_available", "plan"),
+        ("deadline_exceeded 'Timeout waiting for next item.': the request_context answer",
+         "scenario:live_next_item", 504, "upstream_timeout", "request_context"),
+    ]
+    for name, model, status, code, words in cases:
+        st, e = err_of(px, model)
+        check("%s -> %d %s" % (name, status, code),
+              st == status and e.get("code") == code and words in (e.get("message") or ""),
+              (st, e))
+    st, raw, hd = px.request("POST", "/v1/chat/completions", {
+        "model": "scenario:live_geo_internal", "messages": [{"role": "user", "content": "x"}]})
+    eq("geo block: x-should-retry: false", hd.get("x-should-retry"), "false")
+    # High Load is not a usage limit: a second request asks Cursor again (no latch)
+    before = len(runs_of(fake, "live_high_load"))
+    st, e = err_of(px, "scenario:live_high_load")
+    eq("High Load again: a new upstream run, not a latched answer",
+       (st, len(runs_of(fake, "live_high_load")) - before), (429, 1))
+    st, raw, hd = px.request("POST", "/v1/chat/completions", {
+        "model": "scenario:live_channel_down", "messages": [{"role": "user", "content": "x"}]})
+    check("model channel down: Retry-After, no x-should-retry: false",
+          hd.get("retry-after") and hd.get("x-should-retry") != "false", hd)
+    # a bare resource_exhausted on a large conversation is the context limit
+    st, e = err_of(px, "scenario:live_bare_exhausted", "word " * 110000)
+    eq("bare resource_exhausted on a ~140k-token conversation: context_length_exceeded",
+       (st, e.get("code")), (400, "context_length_exceeded"))
+    del runs0
+    upstream_clean(fake, n0)
+
+
+def t_replay(fake, px):
+    n0 = len(fake.state()["errors"])
+    msgs = [{"role": "user", "content": "first question"},
+            {"role": "assistant", "content": "first answer"},
+            {"role": "user", "content": "second question"}]
+    for scen, what in (("live_conv_missing", "Conversation data missing"),
+                       ("live_blob_missing", "blob missing [not_found]")):
+        fake.ctl("/reset", {})
+        st, j, raw = chat(px, {"model": "scenario:" + scen, "messages": msgs})
+        eq("%s: the client still gets its answer" % what,
+           (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+           (200, "ECHO:second question"))
+        rs = runs_of(fake, scen)
+        eq("%s: two runs, the second a new conversation" % what,
+           (len(rs), len(set(r.get("conversation_id") for r in rs))), (2, 2))
+        if len(rs) == 2:
+            eq("%s: the replay carries the full history" % what, rs[1].get("prompt"),
+               rs[0].get("prompt"))
+            check("%s: ... which has every message" % what,
+                  "first answer" in (rs[1].get("prompt") or ""), rs[1].get("prompt"))
+    fake.ctl("/reset", {})
+    st, j, raw = chat(px, {"model": "scenario:live_conv_missing_always", "messages": msgs},
+                      stream=True)
+    ev = j
+    eq("lost twice: replayed once only (two runs), then Cursor's words to the client",
+       (st, len(runs_of(fake, "live_conv_missing_always"))), (502, 2))
+    check("lost twice: the error says so", b"conversation_lost" in raw
+          and b"Conversation data missing" in raw, raw[:400])
+    del ev
+    upstream_clean(fake, n0)
+
+
+def t_unary(fake, px):
+    fake.ctl("/config", {"usage_status": 404})
+    st, body, hd = px.get("/v1/usage")
+    e = (jload(body) or {}).get("error") or {}
+    check("usage against a server without the dashboard route: names the call, not a model",
+          st == 502 and e.get("code") == "upstream_not_found"
+          and "GetCurrentPeriodUsage" in (e.get("message") or "")
+          and "model" not in (e.get("message") or "").lower(), (st, e))
+    p = subprocess.run(H.proxy_cmd() + ["usage"], env=px.env, capture_output=True, text=True,
+                       timeout=30, cwd=px.cwd)
+    check("cursor-oai usage: exit 1 naming GetCurrentPeriodUsage",
+          p.returncode == 1 and "GetCurrentPeriodUsage" in p.stderr
+          and "does not exist" not in p.stderr, p.stdout + p.stderr)
+    fake.ctl("/config", {"usage_status": None})
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -274,7 +373,10 @@ def main():
         for name, fn in (("exec", lambda: t_exec(fake, px)),
                          ("query", lambda: t_query(fake, px)),
                          ("kv", lambda: t_kv(fake, px)),
-                         ("usage", lambda: t_usage(fake, px))):
+                         ("usage", lambda: t_usage(fake, px)),
+                         ("errors", lambda: t_errors(fake, px)),
+                         ("replay", lambda: t_replay(fake, px)),
+                         ("unary", lambda: t_unary(fake, px))):
             if only and name not in only:
                 continue
             SECTION = name

@@ -218,8 +218,127 @@ static void test_bare_exhausted(void)
     CHECK(e.status == 429 && e.retry_after == 10);
 }
 
+/* One status: code, message, ErrorDetails error number (0: none), title. */
+static void mk(coai_status *st, int code, const char *msg, int error, const char *title)
+{
+    coai__status_init(st);
+    st->code = code;
+    st->error = error;
+    st->error_name = coai_error_details_name(error);
+    snprintf(st->message, sizeof st->message, "%s", msg);
+    snprintf(st->title, sizeof st->title, "%s", title);
+}
+
+/* Issue 24 item 6: the errors Cursor sends since 2026-08, each with Cursor's words. */
+static void test_autumn_errors(void)
+{
+    coai_status st;
+    coai_error e;
+    /* geo blocks: 403, no retry, whatever the code says */
+    mk(&st, 13, "This model is not available in your country or region", 13, "");
+    coai_error_from_status(&st, &e);
+    CHECKF(e.status == 403 && strcmp(e.code, "unsupported_region") == 0 && e.no_retry
+           && strstr(e.message, "not available in your country or region"), "%d %s", e.status,
+           e.message);
+    mk(&st, 7, "Model not available in your region", 29, "");
+    coai_error_from_status(&st, &e);
+    CHECK(e.status == 403 && strcmp(e.code, "unsupported_region") == 0);
+    coai_error_from_http(403, "{\"code\":\"permission_denied\",\"message\":\"unsupported_region\"}",
+                         58, &e);
+    CHECKF(e.status == 403 && strcmp(e.code, "unsupported_region") == 0, "%s", e.code);
+    /* High Load: 429 suggesting another model, never the usage-limit code (not latched) */
+    mk(&st, 8, "High Load \xe2\x80\x94 We're experiencing high demand for Cursor Grok 4.5. Please "
+       "switch to Auto", 41, "High Load");
+    coai_error_from_status(&st, &e);
+    CHECKF(e.status == 429 && strcmp(e.code, "model_overloaded") == 0 && e.no_retry
+           && strstr(e.message, "another model") && strstr(e.message, "Grok 4.5"), "%d %s %s",
+           e.status, e.code, e.message);
+    coai_error_from_http(429, "{\"code\":\"resource_exhausted\",\"message\":\"High Load: We're "
+                         "experiencing high demand\"}", 83, &e);
+    CHECKF(e.status == 429 && strcmp(e.code, "model_overloaded") == 0, "%s", e.code);
+    /* unpaid invoice: 429 with the text */
+    mk(&st, 8, "You have an unpaid invoice. Please pay it to continue.", 50, "");
+    coai_error_from_status(&st, &e);
+    CHECK(e.status == 429 && strcmp(e.code, "insufficient_quota") == 0
+          && strstr(e.message, "unpaid invoice"));
+    /* model channel down: retryable 503 */
+    mk(&st, 14, "model channel not available", 0, "");
+    coai_error_from_status(&st, &e);
+    CHECK(e.status == 503 && e.retry_after > 0 && !e.no_retry
+          && strstr(e.message, "model channel not available"));
+    mk(&st, 13, "ERROR_PROVIDER_ERROR: model channel not available [unavailable]", 0, "");
+    coai_error_from_status(&st, &e);
+    CHECK(e.status == 503);
+    /* permission_denied for the client identity: the client-version error */
+    mk(&st, 7, "Unsupported client version for this endpoint", 0, "");
+    coai_error_from_status(&st, &e);
+    CHECKF(strcmp(e.code, "outdated_client") == 0 && strstr(e.message, "CURSOR_CLIENT_VERSION")
+           && strstr(e.message, "Unsupported client version"), "%s", e.code);
+    coai_error_from_http(403, "{\"code\":\"permission_denied\",\"message\":\"invalid client "
+                         "version 0.18.0\"}", 70, &e);
+    CHECKF(strcmp(e.code, "outdated_client") == 0, "%s", e.code);
+    mk(&st, 7, "Team admin disabled this model", 0, "");          /* other denials stay 403 */
+    coai_error_from_status(&st, &e);
+    CHECK(e.status == 403 && strcmp(e.code, "upstream_permission_denied") == 0);
+    /* the conversation lost server-side: its own code (the caller replays once) */
+    mk(&st, 5, "blob missing", 0, "");
+    coai_error_from_status(&st, &e);
+    CHECKF(e.status == 502 && strcmp(e.code, "conversation_lost") == 0
+           && strstr(e.message, "blob missing"), "%d %s", e.status, e.code);
+    mk(&st, 13, "Conversation data missing", 0, "");
+    coai_error_from_status(&st, &e);
+    CHECK(strcmp(e.code, "conversation_lost") == 0);
+    /* deadline_exceeded waiting for the request_context answer */
+    mk(&st, 4, "Timeout waiting for next item.", 0, "");
+    coai_error_from_status(&st, &e);
+    CHECKF(e.status == 504 && strstr(e.message, "request_context")
+           && strstr(e.message, "Timeout waiting for next item."), "%s", e.message);
+    mk(&st, 4, "deadline exceeded", 0, "");                       /* other timeouts as before */
+    coai_error_from_status(&st, &e);
+    CHECK(e.status == 504 && !strstr(e.message, "request_context"));
+}
+
+static int no_send(void *user, const unsigned char *msg, size_t n)
+{
+    (void)user; (void)msg; (void)n;
+    return 0;
+}
+
+/* A bare resource_exhausted classified by the request's size. */
+static void test_exhausted_by_size(void)
+{
+    static const int64_t sizes[] = { 80, 200000, 1000000 };   /* prompt UTF-16 units */
+    static const char *const codes[] = { "model_not_available", "upstream_resource_exhausted",
+                                         "context_length_exceeded" };
+    size_t i;
+    for (i = 0; i < 3; i++) {
+        coai_reply r;
+        coai_reply_opts o;
+        coai_status st;
+        char *p = (char *)malloc((size_t)sizes[i] + 1);
+        memset(p, 'a', (size_t)sizes[i]);
+        p[sizes[i]] = 0;
+        memset(&o, 0, sizeof o);
+        o.completion_id = coai_str_c("c");
+        o.model = coai_str_c("m");
+        o.prompt.ptr = p;
+        o.prompt.len = (size_t)sizes[i];
+        o.send = no_send;
+        CHECK(coai_reply_init(&r, &o) == 0);
+        CHECK(coai_trailer_parse("grpc-status: 8\r\n", 16, &st) == COAI_OK);
+        CHECK(coai_reply_feed_status(&r, &st) == COAI_DONE);
+        CHECKF(r.error.status == 400 && strcmp(r.error.code, codes[i]) == 0, "%lld units: %s",
+               (long long)sizes[i], r.error.code);
+        CHECK(r.error.no_retry && r.error.retry_after == 0);
+        coai_reply_free(&r);
+        free(p);
+    }
+}
+
 int main(void)
 {
+    test_autumn_errors();
+    test_exhausted_by_size();
     test_versions();
     test_server_config();
     test_outdated();

@@ -406,11 +406,11 @@ static void replay(const char *name, const coai_models *models_all)
         CHECK(strstr(x.r.error.message, "Your Cursor client is outdated") != NULL);
         exact = 0;
     } else if (strcmp(name, "error_session_path") == 0) {
-        /* DIFF: a bare grpc-status 8 (no message, no ErrorDetails) is ambiguous (conversation
-         * too large, or a model the plan does not allow; issue 10 item 7): 400 saying so,
-         * never a usage-limit claim, no Retry-After. */
-        expect_http_error(&x, 400, "invalid_request_error", "upstream_resource_exhausted",
-                          "ambiguous", 1);
+        /* DIFF: a bare grpc-status 8 (no message, no ErrorDetails) is conversation overflow
+         * or a model the plan does not allow; a small request means the second (issue 24
+         * item 6): 400 saying so, never a usage-limit claim, no Retry-After. */
+        expect_http_error(&x, 400, "invalid_request_error", "model_not_available",
+                          "not available on your Cursor plan", 1);
         CHECK(x.r.error.retry_after == 0);
         exact = 0;
     } else if (strcmp(name, "error_usage_limit") == 0
@@ -426,11 +426,11 @@ static void replay(const char *name, const coai_models *models_all)
                           1);
         exact = 0;
     } else if (strcmp(name, "non_stream_error") == 0) {
-        /* DIFF: the original answers 500 server_error; the bare grpc-status 8 is ambiguous
-         * (see error_session_path): 400 upstream_resource_exhausted. */
+        /* DIFF: the original answers 500 server_error; the bare grpc-status 8 on a small
+         * request (see error_session_path): 400 model_not_available. */
         CHECK(jget(resp, "status")->valueint == 500);
-        expect_http_error(&x, 400, "invalid_request_error", "upstream_resource_exhausted",
-                          "ambiguous", 1);
+        expect_http_error(&x, 400, "invalid_request_error", "model_not_available",
+                          "not available on your Cursor plan", 1);
         exact = 0;
     } else if (strcmp(name, "text_basic") == 0) {
         /* DIFF 1: thinking_delta becomes a reasoning_content chunk (the original dropped it).

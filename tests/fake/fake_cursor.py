@@ -340,6 +340,41 @@ SCENARIOS = {
         "code": "resource_exhausted", "message": "You've hit your usage limit"}}}]},
     "frame_over_cap": {"steps": [{"op": "raw_frame", "flags": 0, "pad": 16 * 1024 * 1024 + 1},
                                  {"op": "stall", "max_s": 30}]},
+    # --- the errors users saw live since 2026-08 (notes 2026-autumn §4), Cursor's own words ---
+    "live_geo_internal": {"steps": [{"op": "trailer", "status": 13, "message":
+        "This model is not available in your country or region", "details": {
+            "error": 13, "title": "", "detail": "This model is not available in your country "
+                                                "or region"}}]},
+    "live_geo_denied": {"steps": [{"op": "trailer", "status": 7, "message":
+        "Model not available in your region", "details": {"error": 29, "title": "",
+                                                          "detail": ""}}]},
+    "live_high_load": {"steps": [{"op": "trailer", "status": 8, "message": "High Load",
+                                  "details": {"error": 41, "title": "High Load", "detail":
+                                      "We're experiencing high demand for Cursor Grok 4.5. "
+                                      "Please switch to Auto or try again later."}}]},
+    "live_unpaid_invoice": {"steps": [{"op": "trailer", "status": 8, "message":
+        "You have an unpaid invoice. Please pay it to continue.", "details": {
+            "error": 50, "title": "", "detail": "You have an unpaid invoice. Please pay it to "
+                                                "continue."}}]},
+    "live_channel_down": {"steps": [{"op": "trailer", "status": 14, "message":
+        "ERROR_PROVIDER_ERROR: model channel not available", "details": {
+            "error": 0, "title": "", "detail": "model channel not available",
+            "is_retryable": True}}]},
+    "live_identity_denied": {"steps": [{"op": "trailer", "status": 7, "message":
+        "Unsupported client version for this endpoint"}]},
+    "live_bare_exhausted": {"steps": [{"op": "trailer", "status": 8}]},
+    "live_next_item": {"steps": [{"op": "heartbeat"}, {"op": "heartbeat"},
+                                 {"op": "trailer", "status": 4,
+                                  "message": "Timeout waiting for next item."}]},
+    # the server lost the conversation: the first run of the scenario fails, the next answers
+    "live_conv_missing": {"when": [{"attempt": 1, "steps": [
+        {"op": "trailer", "status": 13, "message": "Conversation data missing"}]}],
+        "steps": [{"op": "echo"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "live_blob_missing": {"when": [{"attempt": 1, "steps": [
+        {"op": "trailer", "status": 5, "message": "blob missing"}]}],
+        "steps": [{"op": "echo"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "live_conv_missing_always": {"steps": [
+        {"op": "trailer", "status": 13, "message": "Conversation data missing"}]},
 }
 
 
@@ -2208,9 +2243,12 @@ def h_usage(conn, req, rec):
     if st:
         return st
     if S.config["usage_status"]:
-        code = {401: "unauthenticated", 403: "permission_denied", 429: "resource_exhausted",
-                503: "unavailable"}.get(int(S.config["usage_status"]), "internal")
-        return connect_error(conn, int(S.config["usage_status"]), code, "usage failed")
+        code = {401: "unauthenticated", 403: "permission_denied", 404: "not_found",
+                429: "resource_exhausted", 503: "unavailable"}.get(int(S.config["usage_status"]),
+                                                                     "internal")
+        # 404: a server without the dashboard route answers not_found
+        return connect_error(conn, int(S.config["usage_status"]), code,
+                             "no such route" if code == "not_found" else "usage failed")
     shape = USAGE_SHAPES.get(S.config["usage_shape"])
     if shape is None:
         S.error("unknown usage_shape %r" % S.config["usage_shape"])
