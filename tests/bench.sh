@@ -3,7 +3,9 @@
 # Normally run as `./build.sh bench [ARGS]` (release build first). Builds the load generator
 # (tests/bench/loadgen.c, gcc -O2, glibc) into build/bench/ and runs tests/bench/bench.py,
 # which prints a table and writes bench/results.json, then tests/bench/toolloop.py (the
-# tool-loop figure: held runs on and off). ARGS go to bench.py (--help), e.g.
+# tool-loop figure: held runs on and off). bench.py measures the binary in both transport
+# profiles side by side (connect, grpc-web) unless --compare or --one-profile. ARGS go to
+# bench.py (--help), e.g.
 #   ./build.sh bench --compare /path/to/older/cursor-oai --hold-big 9900
 # Env: COAI_BENCH_PROXY  binary to measure (default build/cursor-oai)
 #      COAI_DEPS_DIR     dependency cache (default build/deps), as for build.sh

@@ -1,8 +1,11 @@
 #!/usr/bin/python3
 """Performance bench of cursor-oai (run by tests/bench.sh, i.e. ./build.sh bench).
 
-Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy (and with
---compare a second proxy binary, measured in the same run), then drives them with
+Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy twice, once per
+transport profile (CURSOR_OAI_PROFILE=connect, the default, and grpc-web: what Connect-first
+costs, side by side), or with --compare a second proxy binary instead (each in its default
+profile), or with --one-profile the proxy once; all measured in the same run, then drives them
+with
 build/bench/loadgen. The default shapes are realistic: one text delta per gRPC-web frame per
 HTTP chunk per TLS record per write, unpaced and paced; 64 deltas per write only as a secondary
 line. Each figure is measured with the fake keeping RunSSE connections alive ("keep") and
@@ -112,6 +115,7 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="coai-bench-")
         self.res = {"runs": {}, "notes": []}
         self.proxies = {}           # label -> Popen (with .port)
+        self.label_env = {}         # label -> extra environment of that proxy
         self.fake = None
 
     # -- processes ---------------------------------------------------------------------------
@@ -132,14 +136,18 @@ class Bench:
         env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
                     "CURSOR_API_URL": self.fake.url(), "SSL_CERT_FILE": self.fake.ca,
                     "CURSOR_ACCESS_TOKEN": self.token, "CURSOR_CLIENT_VERSION": H.CLIENT_VERSION,
-                    "CURSOR_OAI_IDLE_TIMEOUT": "300", "TZ": "UTC"})
+                    "CURSOR_OAI_IDLE_TIMEOUT": "300", "TZ": "UTC",
+                    # the held streams are quiet upstream (no heartbeats) for up to
+                    # --hold-big-s: not the run watchdog's business here
+                    "CURSOR_OAI_SILENCE_TIMEOUT": "3600"})
         return env
 
     def start_proxy(self, label, path):
         port = H.free_port()
         args = [path, "serve", "--listen", "127.0.0.1:%d" % port, "--max-conns", "30000"]
-        p = H.spawn(args, os.path.join(self.tmp, "proxy-%s.log" % label), env=self.proxy_env(),
-                    cwd=self.tmp)
+        env = self.proxy_env()
+        env.update(self.label_env.get(label, {}))
+        p = H.spawn(args, os.path.join(self.tmp, "proxy-%s.log" % label), env=env, cwd=self.tmp)
         p.port = port
         ok = H.wait_for(lambda: p.poll() is not None or self.health(port), 15)
         if not ok or p.poll() is not None:
@@ -329,7 +337,16 @@ class Bench:
         if R["machine"]["loadavg_start"] > 0.5:
             say("note: load average %.2f before the bench: other work on this machine skews "
                 "the figures" % R["machine"]["loadavg_start"])
-        labels = [("new", a.proxy)] + ([("old", a.compare)] if a.compare else [])
+        if a.compare:
+            labels = [("new", a.proxy), ("old", a.compare)]
+        elif a.one_profile:
+            labels = [("new", a.proxy)]
+        else:       # the same binary in each transport profile (issue 24: Connect first)
+            labels = [("connect", a.proxy), ("grpcweb", a.proxy)]
+            self.label_env = {"connect": {"CURSOR_OAI_PROFILE": "connect"},
+                              "grpcweb": {"CURSOR_OAI_PROFILE": "grpc-web"}}
+        R["labels"] = [lb for lb, _ in labels]
+        R["label_env"] = self.label_env
         R["proxy_binaries"] = dict(labels)
         R["binary_bytes"] = {k: os.path.getsize(v) for k, v in labels}
         R["params"] = {"deltas": DELTAS, "pace1_s": PACE1_S, "paced64": PACED64,
@@ -346,6 +363,14 @@ class Bench:
             R.setdefault("idle_rss_kb", {})[label] = proc_status(p.pid, "VmRSS")
             say("proxy %s on 127.0.0.1:%d (pid %d), idle VmRSS %d KB"
                 % (label, p.port, p.pid, R["idle_rss_kb"][label]))
+        R["profiles_seen"] = {}
+        for lb, _ in labels:    # what each proxy really sent (the fake records the profile)
+            self.run_streams(lb, "bench_short", 1, 1, 20)     # resets the fake first
+            time.sleep(0.3)     # the fake records a RunSSE when its handler returns
+            R["profiles_seen"][lb] = sorted({q.get("profile") or "-" for q in self.fake.ctl(
+                "/requests?since=0") if q["path"].endswith(("RunSSE", "BidiAppend"))})
+            say("proxy %s: RunSSE/BidiAppend profiles seen upstream: %s"
+                % (lb, ", ".join(R["profiles_seen"][lb])))
         every = ["direct"] + [l for l, _ in labels]
         for close in (0, 1):
             self.set_close(close)
@@ -386,7 +411,7 @@ class Bench:
         R["hold"] = {}
         for lb, _ in labels:
             sizes = [(64, "bench_hold"), (a.hold, "bench_hold")]
-            if a.hold_big and lb == "new":
+            if a.hold_big and lb == labels[0][0]:
                 sizes.append((a.hold_big, "bench_hold_big"))
             for n, sc in sizes:
                 k = "%s_%d" % (lb, n)
@@ -448,7 +473,7 @@ class Bench:
                     s["rss_per_stream_kb_%d" % n] = h.get("rss_per_stream_kb")
             s["idle_rss_kb"] = R["idle_rss_kb"][lb]
             s["binary_kb"] = R["binary_bytes"][lb] / 1024.0
-        s = R["summary"]["new"]
+        s = R["summary"][labels[0][0]]
         R["verdict"] = {}
         for k, (t, f) in TARGETS.items():
             for cb in ("keep", "close"):
@@ -467,6 +492,11 @@ class Bench:
         L.append("realistic shapes: one delta per frame per HTTP chunk per TLS record per write; "
                  "%d-delta answers unpaced and paced every %.1f ms (1 stream), %d-delta answers "
                  "every %.0f ms (64 streams)" % (DELTAS, PACE1_S * 1e3, PACED64, PACE64_S * 1e3))
+        if R.get("label_env"):
+            L.append("columns: the same binary per transport profile (%s); profiles seen "
+                     "upstream: %s" % (", ".join("%s = %s" % (k, " ".join(
+                         "%s=%s" % kv for kv in v.items())) for k, v in R["label_env"].items()),
+                         json.dumps(R.get("profiles_seen"))))
         L.append("keep = the fake keeps RunSSE connections alive; close = it closes each after "
                  "its run. added = proxy - direct (BearSSL client straight to the fake, same run)")
         L.append("first token: 20-delta answers (100 one at a time, 256 64 at a time, after a "
@@ -475,9 +505,10 @@ class Bench:
         L.append("load average at start %.2f; per-run load averages in results.json"
                  % m["loadavg_start"])
         L.append("")
+        w = max([9] + [len(lb) + 6 for lb in labels])
         hdr = "%-46s" % "figure"
         for lb in labels:
-            hdr += " %9s %9s" % (lb + " keep", lb + " close")
+            hdr += " %*s %*s" % (w, lb + " keep", w, lb + " close")
         hdr += "  target"
         L.append(hdr)
         rows = [
@@ -507,17 +538,18 @@ class Bench:
             for lb in labels:
                 for cb in ("keep", "close"):
                     v = R["summary"][lb].get(key + "_" + cb)
-                    line += " %9s" % (fmt % v if v is not None else "-")
+                    line += " %*s" % (w, fmt % v if v is not None else "-")
             t = TARGETS.get(key)
             line += "  " + (t[0] if t else "")
             L.append(line)
         L.append("")
-        L.append("%-46s" % "secondary / other" + "".join(" %19s" % lb for lb in labels))
+        L.append("%-46s" % "secondary / other" + "".join(" %*s" % (2 * w + 1, lb)
+                                                         for lb in labels))
 
         def orow(name, key, fmt):
             L.append("%-46s" % name + "".join(
-                " %19s" % (fmt % R["summary"][lb][key] if R["summary"][lb].get(key) is not None
-                           else "-") for lb in labels))
+                " %*s" % (2 * w + 1, fmt % R["summary"][lb][key]
+                          if R["summary"][lb].get(key) is not None else "-") for lb in labels))
         orow("CPU per answer, 64 deltas per write, 1 (ms)", "cpu_ms_per_answer_long64_c1", "%.2f")
         orow("added first token, 64 per write, 1 (ms)", "added_ttfb_p50_ms_long64_c1", "%.3f")
         for n in sorted({h["n"] for h in R["hold"].values()}):
@@ -578,6 +610,9 @@ def main():
     ap.add_argument("--compare", default=os.environ.get("COAI_BENCH_COMPARE"),
                     help="a second proxy binary measured in the same run (e.g. the previous "
                     "release)")
+    ap.add_argument("--one-profile", action="store_true",
+                    help="measure the proxy in its default profile only (not connect and "
+                    "grpc-web side by side)")
     ap.add_argument("--n1", type=int, default=20, help="unpaced answers one at a time")
     ap.add_argument("--n64", type=int, default=128, help="paced answers 64 at a time")
     ap.add_argument("--paced", type=int, default=5, help="paced answers one at a time")

@@ -442,7 +442,7 @@ static int up_head(char *out, size_t cap, const char *path, const char *rid, siz
                     "POST %s HTTP/1.1\r\nhost: localhost:%d\r\nauthorization: Bearer %s\r\n"
                     "content-type: application/grpc-web+proto\r\n"
                     "user-agent: connect-es/1.4.0\r\nx-cursor-checksum: %s\r\n"
-                    "x-cursor-client-version: cli-2025.11.25-d5b3271\r\n"
+                    "x-cursor-client-version: cli-2026.10.01-e373342\r\n"
                     "x-cursor-client-type: cli\r\nx-cursor-timezone: UTC\r\n"
                     "x-ghost-mode: true\r\nx-cursor-streaming: true\r\nx-request-id: %s\r\n"
                     "content-length: %zu\r\n\r\n", path, G.port, G.token, cs, rid, len);
