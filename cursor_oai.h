@@ -664,7 +664,15 @@ typedef struct coai_exec_ref {
     int kind;                   /* coai_exec_kind */
     uint32_t id;
     coai_str exec_id, command, cwd, path;
+    int64_t write_lines, write_size; /* write: lines and bytes of the file_text asked for */
+    int exit_trap;              /* shell: the command carries COAI_EXIT_TRAP (its result ends
+                                 * with the exit code line) */
 } coai_exec_ref;
+/* What an OpenAI-chat client's `bash` tool with a `workdir` parameter (OpenCode, Kilo Code:
+ * results without an exit code) runs before Cursor's command: stderr joins stdout (those
+ * clients merge the two anyway; one pipe keeps the order) and at the shell's exit it prints
+ * "\n[exit code: N]\n", which coai_exec_outcome_parse takes back out of the result. */
+#define COAI_EXIT_TRAP "exec 2>&1; trap 'printf \"\\n[exit code: %d]\\n\" \"$?\"' EXIT"
 /* The CLI's answer to an exec the client ran as a tool, one AgentClientMessage per
  * step (0, 1, 2 ...): appends step `step` and returns COAI_OK, or COAI_DONE (nothing
  * appended) after the last one. `text` is the client's tool output; is_error marks a
@@ -695,6 +703,38 @@ int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text
 int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_str text,
                                    const struct coai_image *images, size_t n, int is_error,
                                    uint32_t ms, unsigned step);
+/* A client tool's result in the fields Cursor's CLI reports (what coai_exec_outcome_parse
+ * reads out of each client's result text; zero-init + out = text is the raw result).
+ * Views point into the text given to the parser or into own_. */
+typedef struct coai_exec_outcome {
+    int is_error;              /* the tool failed: error result / shell failure */
+    int has_exit;              /* shells: the client reported the exit code */
+    int exit_code;             /* valid when has_exit */
+    coai_str out;              /* read: the file's bytes; shell: stdout (stdout and stderr
+                                * together where the client merges them); else the text */
+    coai_str err;              /* shell: stderr where the client reports it apart; the error
+                                * text of an error result */
+    int has_total;             /* read: the client said how many lines the file has */
+    int64_t total_lines;
+    int truncated;             /* read: the client showed only part of the file */
+    const char *shape;         /* the layout recognised ("codex-exec", "claude-read", ...) or
+                                * "raw" */
+    coai_buf own_;             /* rebuilt text (line numbers removed) */
+} coai_exec_outcome;
+/* coai_encode_exec_answer_images with the result's fields given apart:
+ *   SHELL_STREAM  start, stdout{out} (when out is non-empty or err is empty), stderr{err}
+ *                 (when non-empty), exit{code = exit_code when has_exit, else is_error ? 1
+ *                 : 0}, stream_close
+ *   SHELL         success (exit 0) | failure{exit_code, stdout out, stderr err}
+ *   READ          success{path, content out, total_lines (the client's count when
+ *                 has_total, else out's lines), file_size = out's bytes, truncated} |
+ *                 error{path, err or out}
+ *   WRITE         success{path, lines_created/file_size of x->write_lines/write_size} |
+ *                 error{path, err or out}
+ *   others        as coai_encode_exec_answer_images with out (err or out when is_error). */
+int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_exec_outcome *o,
+                             const struct coai_image *images, size_t n, uint32_t ms,
+                             unsigned step);
 /* Answer to an InteractionQuery: AgentClientMessage{6: InteractionResponse{1 id,
  * <query>: {}}} with the result member matching the query's oneof field: 2 web search,
  * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 9 the unnamed
@@ -1881,6 +1921,37 @@ typedef struct coai_tool_call {
  * without path (may be empty). */
 int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count,
                   coai_str workspace, coai_tool_call *tc);
+
+/* Read a client tool's result the way that client writes it, into the fields Cursor's CLI
+ * reports (coai_encode_exec_outcome sends them). tool: the client's tool the exec was
+ * mapped to (names compare ignoring case and separators); text, is_error: the result as
+ * the client sent it. Each layout is recognised whole, only for the tools that write it,
+ * and otherwise the text stays as it is (o->shape "raw", out = text, or err = text when
+ * is_error); README "Tool results" lists what is taken from where:
+ *   shell layer (any exec kind mapped onto a shell tool):
+ *     exec_command  Codex: [Chunk ID: h\n]Wall time: s seconds\n(Process exited with code
+ *                   N | Process running with session ID N)\n[Original token count: n\n]
+ *                   Output:\n<stdout+stderr>
+ *     shell, shell_command, local_shell, apply_patch   Codex: Exit code: N\nWall time: s
+ *                   seconds\n[Total output lines: n\n]Output:\n<output>
+ *     run_shell_command   Qwen Code: Command: c\nDirectory: d\nOutput: o\nError: e\n
+ *                   Exit Code: N\nSignal: s\nProcess Group PGID: p[\n...] ("(empty)" = no
+ *                   output, "(none)" = no code)
+ *     bash with is_error   Claude Code: Exit code N[\n<stdout+stderr>]
+ *     then: SHELL kinds take exit code and output; READ / LS / GREP / WRITE mapped onto the
+ *     shell fail when the code is not 0 (grep's 1 with no output: no matches).
+ *   read tools:
+ *     read (Claude Code's Read)   "N\t" line numbers from 1 ("     N\t" and "→" spellings
+ *                   too) removed; its empty-file notice -> empty content
+ *     read (OpenCode, Kilo Code)  <path>p</path>\n<type>file</type>\n<content>\n1: ...
+ *                   \n\n(End of file - total N lines)\n</content> (and its "Showing lines"
+ *                   footers: truncated) -> the lines, each ended with \n
+ *     any read tool   exactly "File not found: <the path asked for>" -> a read error
+ * Returns 0, or -1 on memory failure (o is then the raw result). Free with
+ * coai_exec_outcome_free (frees own_ only). */
+int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
+                            coai_str text, int is_error);
+void coai_exec_outcome_free(coai_exec_outcome *o);
 
 /* Called with one serialized AgentClientMessage for the upstream; non-zero = failure. */
 typedef int (*coai_upstream_fn)(void *user, const unsigned char *msg, size_t n);
@@ -4693,31 +4764,62 @@ int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_s
                                    const struct coai_image *images, size_t n, int is_error,
                                    uint32_t ms, unsigned step)
 {
+    coai_exec_outcome o;
+    memset(&o, 0, sizeof o);
+    o.is_error = is_error != 0;
+    if (is_error) o.err = text;
+    else o.out = text;
+    o.shape = "raw";
+    return coai_encode_exec_outcome(out, x, &o, images, n, ms, step);
+}
+
+int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_exec_outcome *o,
+                             const struct coai_image *images, size_t n, uint32_t ms,
+                             unsigned step)
+{
     size_t start = out->len, outer, res, v, w;
-    unsigned last;
-    int kind;
-    if (!x || (n && !images)) return COAI_ERR_INVALID;
+    unsigned last, frame = 0;
+    int kind, is_error, code;
+    coai_str text;
+    if (!x || !o || (n && !images)) return COAI_ERR_INVALID;
     kind = x->kind;
+    is_error = o->is_error;
+    text = is_error && o->err.len ? o->err : o->out;
+    code = o->has_exit ? o->exit_code : is_error ? 1 : 0;
     if (kind == COAI_EXEC_REQUEST_CONTEXT) return COAI_ERR_INVALID;
     if (n && kind != COAI_EXEC_MCP) return COAI_ERR_INVALID;
-    last = kind == COAI_EXEC_SHELL_STREAM ? 3 : 1;
-    if (step > last) return COAI_DONE;
-    if (step == last) return coai_encode_exec_stream_close(out, x->id);
+    if (kind == COAI_EXEC_SHELL_STREAM) {
+        /* frames: 0 start, 1 stdout, 2 stderr, 3 exit; the ones with nothing to say are
+         * skipped (one of stdout / stderr is always sent, as the CLI does) */
+        unsigned frames[5], nf = 0;
+        frames[nf++] = 0;
+        if (o->out.len || (!o->err.len && !is_error)) frames[nf++] = 1;
+        if (o->err.len || (!o->out.len && is_error)) frames[nf++] = 2;
+        frames[nf++] = 3;
+        last = nf;
+        if (step > last) return COAI_DONE;
+        if (step == last) return coai_encode_exec_stream_close(out, x->id);
+        frame = frames[step];
+    } else {
+        last = 1;
+        if (step > last) return COAI_DONE;
+        if (step == last) return coai_encode_exec_stream_close(out, x->id);
+    }
     outer = coai__pb_open(out, 2);                       /* exec_client_message */
     coai__pb_u32(out, 1, x->id);
     coai__pb_str(out, 15, x->exec_id);
     switch (kind) {
     case COAI_EXEC_SHELL_STREAM:
         res = coai__pb_open(out, 14);                    /* shell_stream */
-        if (step == 0) {
+        if (frame == 0) {
             coai__pb_close(out, coai__pb_open(out, 4));  /* start{} */
-        } else if (step == 1) {
-            v = coai__pb_open(out, is_error ? 2 : 1);    /* stderr / stdout */
-            coai__pb_str(out, 1, text);
+        } else if (frame == 1 || frame == 2) {
+            v = coai__pb_open(out, frame);               /* stdout / stderr */
+            coai__pb_str(out, 1, frame == 1 ? o->out : o->err);
             coai__pb_close(out, v);
         } else {
             v = coai__pb_open(out, 3);                   /* exit */
-            coai__pb_u32(out, 1, is_error ? 1 : 0);
+            coai__pb_u32(out, 1, (uint32_t)code);
             coai__pb_str(out, 2, x->cwd);
             coai__pb_u32(out, 6, ms);                    /* aborted = false: omitted */
             coai__pb_close(out, v);
@@ -4726,9 +4828,8 @@ int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_s
         break;
     case COAI_EXEC_SHELL:
         res = coai__pb_open(out, 2);
-        v = coai__pb_open(out, is_error ? 2 : 1);
-        coai__pb_shell_body(out, x->command, x->cwd, is_error ? 1 : 0,
-                            is_error ? coai_str_c("") : text, is_error ? text : coai_str_c(""),
+        v = coai__pb_open(out, code == 0 && !is_error ? 1 : 2);
+        coai__pb_shell_body(out, x->command, x->cwd, code, o->out, o->err,
                             (int32_t)(ms > 0x7fffffffu ? 0x7fffffffu : ms));
         coai__pb_close(out, v);
         coai__pb_close(out, res);
@@ -4740,9 +4841,11 @@ int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_s
         if (is_error) {
             coai__pb_str(out, 2, text);
         } else {
-            coai__pb_str(out, 2, text);
-            coai__pb_i32(out, 3, (int32_t)coai__lines(text, 0));
-            if (text.len) { coai__pb_tag(out, 4, 0); coai__pb_varint(out, text.len); }
+            int64_t tl = o->has_total ? o->total_lines : (int64_t)coai__lines(o->out, 0);
+            coai__pb_str(out, 2, o->out);
+            coai__pb_i32(out, 3, (int32_t)(tl > 0x7fffffff ? 0x7fffffff : tl));
+            if (o->out.len) { coai__pb_tag(out, 4, 0); coai__pb_varint(out, o->out.len); }
+            if (o->truncated) coai__pb_bool(out, 6, 1);
         }
         coai__pb_close(out, v);
         coai__pb_close(out, res);
@@ -4751,8 +4854,14 @@ int coai_encode_exec_answer_images(coai_buf *out, const coai_exec_ref *x, coai_s
         res = coai__pb_open(out, 3);
         v = coai__pb_open(out, is_error ? 5 : 1);
         coai__pb_str(out, 1, x->path);
-        if (is_error) coai__pb_str(out, 2, text);
-        else coai__pb_i32(out, 2, (int32_t)coai__lines(text, 0));
+        if (is_error) {
+            coai__pb_str(out, 2, text);
+        } else {
+            coai__pb_i32(out, 2, (int32_t)(x->write_lines > 0x7fffffff ? 0x7fffffff
+                                                                       : x->write_lines));
+            coai__pb_i32(out, 3, (int32_t)(x->write_size > 0x7fffffff ? 0x7fffffff
+                                                                      : x->write_size));
+        }
         coai__pb_close(out, v);
         coai__pb_close(out, res);
         break;
@@ -9356,6 +9465,453 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     return b->err ? -1 : 1;
 }
 
+/* A shell exec that a chat client's `bash` tool runs under COAI_EXIT_TRAP: OpenCode's bash
+ * (Kilo Code's is the same), known by its `workdir` parameter. */
+static int coai__oa_traps_exit(coai_dialect d, int kind, const coai_tool *t)
+{
+    static const char *const p_workdir[] = { "workdir", NULL };
+    return d == COAI_DIALECT_OPENAI_CHAT
+        && (kind == COAI_EXEC_SHELL || kind == COAI_EXEC_SHELL_STREAM)
+        && coai__oa_name_like(t->name, coai_str_c("bash")) && coai__oa_has_param(t, p_workdir);
+}
+
+/* The OpenAI chat dialect's exec mapping: coai_exec_map, then a shell command for
+ * OpenCode's `bash` tool gets COAI_EXIT_TRAP in front (a line of its own), so that the exit code, which
+ * OpenCode's and Kilo Code's results leave out, comes back with the output. */
+static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                                  coai_str workspace, coai_tool_call *tc)
+{
+    int m = coai_exec_map(ex, tools, count, workspace, tc);
+    cJSON *a, *it;
+    coai_buf cmd = { 0 };
+    char *txt;
+    if (m != 1 || !coai__oa_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
+                                       &tools[tc->tool]))
+        return m;
+    a = cJSON_ParseWithLength((const char *)tc->args.data, tc->args.len);
+    if (!a) return -1;
+    cJSON_ArrayForEach(it, a) {               /* the member holding the command */
+        if (cJSON_IsString(it) && strlen(it->valuestring) == ex->command.len
+            && memcmp(it->valuestring, ex->command.ptr, ex->command.len) == 0)
+            break;
+    }
+    if (!it) { cJSON_Delete(a); return m; }
+    coai_buf_puts(&cmd, COAI_EXIT_TRAP "\n");
+    coai_buf_append(&cmd, ex->command.ptr, ex->command.len);
+    coai_buf_putc(&cmd, 0);
+    txt = NULL;
+    if (!cmd.err && cJSON_SetValuestring(it, (const char *)cmd.data))
+        txt = cJSON_PrintUnformatted(a);
+    coai_buf_free(&cmd);
+    cJSON_Delete(a);
+    if (!txt) return -1;
+    coai_buf_reset(&tc->args);
+    coai_buf_puts(&tc->args, txt);
+    cJSON_free(txt);
+    return tc->args.err ? -1 : 1;
+}
+
+/* ---- tool results as Cursor's CLI reports them ------------------------------ */
+
+/* s[*at..] starts with lit: advance past it. */
+static int coai__rs_lit(coai_str s, size_t *at, const char *lit)
+{
+    size_t n = strlen(lit);
+    if (s.len - *at < n || memcmp(s.ptr + *at, lit, n) != 0) return 0;
+    *at += n;
+    return 1;
+}
+
+/* A decimal integer (with '-' when neg) at s[*at]: advance past it. */
+static int coai__rs_int(coai_str s, size_t *at, int neg, int64_t *v)
+{
+    size_t i = *at;
+    int minus = 0, digits = 0;
+    int64_t x = 0;
+    if (neg && i < s.len && s.ptr[i] == '-') { minus = 1; i++; }
+    while (i < s.len && s.ptr[i] >= '0' && s.ptr[i] <= '9' && digits < 12) {
+        x = x * 10 + (s.ptr[i++] - '0');
+        digits++;
+    }
+    if (!digits || (i < s.len && s.ptr[i] >= '0' && s.ptr[i] <= '9')) return 0;
+    *v = minus ? -x : x;
+    *at = i;
+    return 1;
+}
+
+/* One or more characters of set (a NUL-terminated list) at s[*at]: advance past them. */
+static int coai__rs_span(coai_str s, size_t *at, const char *set)
+{
+    size_t i = *at;
+    while (i < s.len && s.ptr[i] && strchr(set, s.ptr[i])) i++;
+    if (i == *at) return 0;
+    *at = i;
+    return 1;
+}
+
+static coai_str coai__rs_tail(coai_str s, size_t at)
+{
+    coai_str t;
+    t.ptr = s.ptr + at;
+    t.len = s.len - at;
+    return t;
+}
+
+static int coai__rs_exit(coai_exec_outcome *o, int64_t code)
+{
+    if (code < -2147483647 || code > 2147483647) return 0;
+    o->has_exit = 1;
+    o->exit_code = (int)code;
+    return 1;
+}
+
+/* Codex exec_command: [Chunk ID: h\n]Wall time: s seconds\n(Process exited with code N |
+ * Process running with session ID N)\n[Original token count: n\n]Output:\n */
+static int coai__rs_codex_exec(coai_exec_outcome *o, coai_str t)
+{
+    size_t at = 0;
+    int64_t v = 0, code = 0;
+    int has = 0;
+    if (coai__rs_lit(t, &at, "Chunk ID: ")
+        && !(coai__rs_span(t, &at, "0123456789abcdefABCDEF-") && coai__rs_lit(t, &at, "\n")))
+        return 0;
+    if (!coai__rs_lit(t, &at, "Wall time: ") || !coai__rs_span(t, &at, "0123456789.")
+        || !coai__rs_lit(t, &at, " seconds\n"))
+        return 0;
+    if (coai__rs_lit(t, &at, "Process exited with code ")) {
+        if (!coai__rs_int(t, &at, 1, &code)) return 0;
+        has = 1;
+    } else if (!coai__rs_lit(t, &at, "Process running with session ID ")
+               || !coai__rs_int(t, &at, 0, &v)) {
+        return 0;
+    }
+    if (!coai__rs_lit(t, &at, "\n")) return 0;
+    if (coai__rs_lit(t, &at, "Original token count: ")
+        && !(coai__rs_int(t, &at, 0, &v) && coai__rs_lit(t, &at, "\n")))
+        return 0;
+    if (!coai__rs_lit(t, &at, "Output:\n")) return 0;
+    if (has && !coai__rs_exit(o, code)) return 0;
+    o->out = coai__rs_tail(t, at);
+    o->shape = "codex-exec";
+    return 1;
+}
+
+/* Codex shell / apply_patch: Exit code: N\nWall time: s seconds\n[Total output lines: n\n]
+ * Output:\n */
+static int coai__rs_codex_shell(coai_exec_outcome *o, coai_str t)
+{
+    size_t at = 0;
+    int64_t code = 0, v = 0;
+    if (!coai__rs_lit(t, &at, "Exit code: ") || !coai__rs_int(t, &at, 1, &code)
+        || !coai__rs_lit(t, &at, "\nWall time: ") || !coai__rs_span(t, &at, "0123456789.")
+        || !coai__rs_lit(t, &at, " seconds\n"))
+        return 0;
+    if (coai__rs_lit(t, &at, "Total output lines: ")
+        && !(coai__rs_int(t, &at, 0, &v) && coai__rs_lit(t, &at, "\n")))
+        return 0;
+    if (!coai__rs_lit(t, &at, "Output:\n") || !coai__rs_exit(o, code)) return 0;
+    o->out = coai__rs_tail(t, at);
+    o->shape = "codex-shell";
+    return 1;
+}
+
+/* The last occurrence of "\n" lit in t[0..end) whose line is whole; (size_t)-1 if none. */
+static size_t coai__rs_rfind(coai_str t, size_t end, const char *lit)
+{
+    size_t n = strlen(lit), i;
+    if (end > t.len) end = t.len;
+    for (i = end; i-- > 0;)
+        if (t.ptr[i] == '\n' && end - i - 1 >= n && memcmp(t.ptr + i + 1, lit, n) == 0)
+            return i;
+    return (size_t)-1;
+}
+
+/* Qwen Code run_shell_command: [Command: c\n]Directory: d\nOutput: o\nError: e\n
+ * Exit Code: N|(none)\nSignal: s\nProcess Group PGID: p[\n<appended notes>] */
+static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
+{
+    size_t at = 0, d, ob, eb, xb, sb, pb_, i;
+    int64_t code = 0;
+    int has = 0;
+    coai_str rest;
+    if (coai__rs_lit(t, &at, "Command: ")) {
+        /* the command may span lines: its end is the first "\nDirectory: " line */
+        d = (size_t)-1;
+        for (i = at; i < t.len; i++)
+            if (t.ptr[i] == '\n' && t.len - i - 1 >= 11
+                && memcmp(t.ptr + i + 1, "Directory: ", 11) == 0) { d = i + 1; break; }
+        if (d == (size_t)-1) return 0;
+        at = d;
+    }
+    if (!coai__rs_lit(t, &at, "Directory: ")) return 0;
+    while (at < t.len && t.ptr[at] != '\n') at++;
+    if (!coai__rs_lit(t, &at, "\nOutput: ")) return 0;
+    ob = at;
+    /* the footer, searched from the end: PGID, Signal, Exit Code, Error lines in order */
+    pb_ = coai__rs_rfind(t, t.len, "Process Group PGID: ");
+    if (pb_ == (size_t)-1 || pb_ < ob) return 0;
+    sb = coai__rs_rfind(t, pb_, "Signal: ");
+    if (sb == (size_t)-1 || sb < ob) return 0;
+    for (i = sb + 1; i < pb_; i++) if (t.ptr[i] == '\n') return 0;
+    xb = coai__rs_rfind(t, sb, "Exit Code: ");
+    if (xb == (size_t)-1 || xb < ob) return 0;
+    at = xb + 12;
+    if (coai__rs_int(t, &at, 1, &code)) has = 1;
+    else if (!coai__rs_lit(t, &at, "(none)")) return 0;
+    if (at != sb) return 0;
+    eb = coai__rs_rfind(t, xb, "Error: ");
+    if (eb == (size_t)-1 || eb + 1 < ob) return 0;
+    if (has && !coai__rs_exit(o, code)) return 0;
+    rest.ptr = t.ptr + ob;
+    rest.len = eb - ob;
+    if (coai_str_eq(rest, "(empty)")) rest.len = 0;
+    o->out = rest;
+    /* "Error: " is a spawn failure (not stderr, which is merged into the output) */
+    rest.ptr = t.ptr + eb + 8;
+    rest.len = xb - (eb + 8);
+    if (!coai_str_eq(rest, "(none)") && rest.len) {
+        o->err = rest;
+        if (!has) o->is_error = 1;
+    }
+    o->shape = "qwen-shell";
+    return 1;
+}
+
+/* Claude Code Bash error result: Exit code N[\n<output>] */
+static int coai__rs_claude_bash(coai_exec_outcome *o, coai_str t)
+{
+    size_t at = 0;
+    int64_t code = 0;
+    if (!coai__rs_lit(t, &at, "Exit code ") || !coai__rs_int(t, &at, 1, &code)) return 0;
+    if (at < t.len && !coai__rs_lit(t, &at, "\n")) return 0;
+    if (!coai__rs_exit(o, code)) return 0;
+    o->out = coai__rs_tail(t, at);
+    o->shape = "claude-bash";
+    return 1;
+}
+
+/* A bash result ending with the line COAI_EXIT_TRAP prints: ...\n[exit code: N]\n */
+static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
+{
+    size_t i, at;
+    int64_t code = 0;
+    if (t.len < 16 || t.ptr[t.len - 1] != '\n' || t.ptr[t.len - 2] != ']') return 0;
+    for (i = t.len - 2; i > 0 && t.ptr[i - 1] != '\n'; i--) {}
+    if (i == 0) return 0;
+    at = i;
+    if (!coai__rs_lit(t, &at, "[exit code: ") || !coai__rs_int(t, &at, 1, &code)
+        || !coai__rs_lit(t, &at, "]\n") || at != t.len || !coai__rs_exit(o, code))
+        return 0;
+    o->out.ptr = t.ptr;
+    o->out.len = i - 1;                         /* the "\n" the trap prints first */
+    o->shape = "exit-trap";
+    return 1;
+}
+
+/* Claude Code Read: "N\t" (or "     N\t", or "N→") before every line, numbered from 1.
+ * The lines are copied into own_ without the numbers; a last line that is empty is
+ * where the file's final newline was. */
+static int coai__rs_claude_read(coai_exec_outcome *o, coai_str t)
+{
+    static const char empty[] = "<system-reminder>Warning: the file exists but the contents "
+                                "are empty.</system-reminder>";
+    size_t at = 0, end = t.len, r;
+    int64_t want = 1, n = 0;
+    int sep = 0;            /* 1 tab, 2 arrow */
+    coai_buf *b = &o->own_;
+    if (coai_str_eq(t, empty)) {
+        o->out.ptr = "";
+        o->out.len = 0;
+        o->has_total = 1;
+        o->total_lines = 0;
+        o->shape = "claude-read";
+        return 1;
+    }
+    /* a system reminder Claude Code may append after a blank line */
+    r = coai__rs_rfind(t, t.len, "<system-reminder>");
+    if (r != (size_t)-1 && r > 0 && t.ptr[r - 1] == '\n') {
+        size_t e = t.len;
+        while (e > r && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == ' ')) e--;
+        if (e - r >= 18 && memcmp(t.ptr + e - 18, "</system-reminder>", 18) == 0) end = r - 1;
+    }
+    if (!end) return 0;
+    coai_buf_reset(b);
+    while (at < end) {
+        size_t s0;
+        while (at < end && t.ptr[at] == ' ') at++;
+        if (!coai__rs_int(t, &at, 0, &n) || n != want) return 0;
+        if (at < end && t.ptr[at] == '\t' && sep != 2) { sep = 1; at++; }
+        else if (end - at >= 3 && memcmp(t.ptr + at, "\xe2\x86\x92", 3) == 0 && sep != 1) {
+            sep = 2;
+            at += 3;
+        } else {
+            return 0;
+        }
+        s0 = at;
+        while (at < end && t.ptr[at] != '\n') at++;
+        coai_buf_append(b, t.ptr + s0, at - s0);
+        if (at < end) { coai_buf_putc(b, '\n'); at++; }
+        want++;
+    }
+    if (b->err) return -1;
+    o->out.ptr = b->data ? (const char *)b->data : "";
+    o->out.len = b->len;
+    o->shape = "claude-read";
+    return 1;
+}
+
+/* OpenCode / Kilo Code read: <path>p</path>\n<type>file</type>\n<content>\n[1: l\n2: l\n...
+ * \n]\n(footer)\n</content> */
+static int coai__rs_oc_read(coai_exec_outcome *o, coai_str t)
+{
+    size_t at = 0, fb, fe, le, hdr;
+    int64_t want = 1, n = 0, total = 0, v = 0;
+    coai_buf *b = &o->own_;
+    coai_str foot;
+    if (!coai__rs_lit(t, &at, "<path>")) return 0;
+    while (at < t.len && t.ptr[at] != '\n') at++;
+    if (at < 13 || memcmp(t.ptr + at - 7, "</path>", 7) != 0) return 0;
+    if (!coai__rs_lit(t, &at, "\n<type>file</type>\n<content>\n")) return 0;
+    hdr = at;
+    if (t.len - at < 11 || memcmp(t.ptr + t.len - 11, "\n</content>", 11) != 0) return 0;
+    fe = t.len - 11;
+    /* the footer: the text after the last blank line before </content> */
+    fb = (size_t)-1;
+    for (le = fe; le-- > at;)
+        if (t.ptr[le] == '\n' && (le == at || t.ptr[le - 1] == '\n')) { fb = le + 1; break; }
+    if (fb == (size_t)-1 && fe > at && t.ptr[at] == '(') fb = at;   /* no lines at all */
+    if (fb == (size_t)-1) return 0;
+    foot.ptr = t.ptr + fb;
+    foot.len = fe - fb;
+    at = 0;
+    if (coai__rs_lit(foot, &at, "(End of file - total ")) {
+        if (!coai__rs_int(foot, &at, 0, &total) || !coai__rs_lit(foot, &at, " lines)")
+            || at != foot.len)
+            return 0;
+        o->has_total = 1;
+        o->total_lines = total;
+    } else if (coai__rs_lit(foot, &at, "(Showing lines ")) {
+        if (!coai__rs_int(foot, &at, 0, &v) || !coai__rs_lit(foot, &at, "-")
+            || !coai__rs_int(foot, &at, 0, &v))
+            return 0;
+        if (coai__rs_lit(foot, &at, " of ")) {
+            if (!coai__rs_int(foot, &at, 0, &total)) return 0;
+            o->has_total = 1;
+            o->total_lines = total;
+        }
+        if (!coai__rs_lit(foot, &at, ". Use offset=") || !coai__rs_int(foot, &at, 0, &v)
+            || !coai__rs_lit(foot, &at, " to continue.)") || at != foot.len)
+            return 0;
+        o->truncated = 1;
+    } else if (coai__rs_lit(foot, &at, "(Output capped at ")) {
+        o->truncated = 1;           /* its size label and range: not needed */
+    } else {
+        return 0;
+    }
+    /* the numbered lines: t[hdr .. fb - 2), the "\n\n" before the footer excluded */
+    at = hdr;
+    le = fb >= hdr + 2 ? fb - 2 : hdr;
+    coai_buf_reset(b);
+    while (at < le) {
+        size_t s0;
+        if (!coai__rs_int(t, &at, 0, &n) || n != want || !coai__rs_lit(t, &at, ": ")) return 0;
+        s0 = at;
+        while (at < le && t.ptr[at] != '\n') at++;
+        coai_buf_append(b, t.ptr + s0, at - s0);
+        coai_buf_putc(b, '\n');
+        if (at < le) at++;
+        want++;
+    }
+    if (b->err) return -1;
+    o->out.ptr = b->data ? (const char *)b->data : "";
+    o->out.len = b->len;
+    o->shape = "opencode-read";
+    return 1;
+}
+
+static int coai__rs_tool_is(coai_str tool, const char *const *names)
+{
+    size_t k;
+    for (k = 0; names[k]; k++)
+        if (coai__oa_name_like(tool, coai_str_c(names[k]))) return 1;
+    return 0;
+}
+
+/* o back to the raw result r, keeping the rebuilt-text buffer for reuse */
+static void coai__rs_back(coai_exec_outcome *o, const coai_exec_outcome *r)
+{
+    coai_buf keep = o->own_;
+    *o = *r;
+    o->own_ = keep;
+}
+
+void coai_exec_outcome_free(coai_exec_outcome *o)
+{
+    if (o) coai_buf_free(&o->own_);
+}
+
+int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
+                            coai_str text, int is_error)
+{
+    static const char *const n_codex_exec[] = { "exec_command", NULL };
+    static const char *const n_codex_shell[] = { "shell", "shell_command", "local_shell",
+                                                 "apply_patch", NULL };
+    static const char *const n_qwen[] = { "run_shell_command", NULL };
+    static const char *const n_bash[] = { "bash", NULL };
+    static const char *const n_read[] = { "read", NULL };
+    coai_exec_outcome raw;
+    coai_str body;
+    int kind = x ? x->kind : 0, shell = 0, rc = 0;
+    coai_buf keep = o->own_;
+    memset(o, 0, sizeof *o);
+    o->own_ = keep;
+    coai_buf_reset(&o->own_);
+    o->is_error = is_error != 0;
+    if (is_error) o->err = text;
+    else o->out = text;
+    o->shape = "raw";
+    raw = *o;
+#define COAI__RS_IS(list) (coai__rs_tool_is(tool, list))
+    /* the shell layer */
+    o->err.len = 0;
+    if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
+    else if (COAI__RS_IS(n_codex_shell)) shell = coai__rs_codex_shell(o, text);
+    else if (COAI__RS_IS(n_qwen)) shell = coai__rs_qwen(o, text);
+    else if (is_error && COAI__RS_IS(n_bash)) shell = coai__rs_claude_bash(o, text);
+    else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rs_trap(o, text);
+    if (!shell) coai__rs_back(o, &raw);
+    if (shell) {
+        o->is_error = o->is_error || (o->has_exit && o->exit_code != 0);
+        body = o->out;
+        if (kind == COAI_EXEC_SHELL || kind == COAI_EXEC_SHELL_STREAM) return 0;
+        if (kind == COAI_EXEC_GREP && o->has_exit && o->exit_code == 1 && !body.len)
+            o->is_error = 0;                    /* grep / rg: no matches */
+        if (o->is_error) {
+            o->err = body.len ? body : o->err;
+            if (!o->err.len) o->err = text;
+            o->out.len = 0;
+        }
+        return 0;
+    }
+    if (is_error || kind != COAI_EXEC_READ) return 0;
+    /* read tools */
+    if (text.len > 16 && memcmp(text.ptr, "File not found: ", 16) == 0 && x
+        && text.len - 16 == x->path.len && memcmp(text.ptr + 16, x->path.ptr, x->path.len) == 0) {
+        o->is_error = 1;
+        o->err = text;
+        o->out.len = 0;
+        o->shape = "not-found";
+        return 0;
+    }
+    if (COAI__RS_IS(n_read)) {
+        rc = coai__rs_oc_read(o, text);
+        if (rc == 0) { coai__rs_back(o, &raw); rc = coai__rs_claude_read(o, text); }
+        if (rc <= 0) coai__rs_back(o, &raw);
+    }
+#undef COAI__RS_IS
+    return rc < 0 ? -1 : 0;
+}
+
 /* ---- coai_reply ---------------------------------------------------------- */
 
 struct coai_reply_kv {
@@ -10134,6 +10690,10 @@ static int coai__oa_call_add(coai_reply *r, const coai_exec *ex)
     }
     c->ref.kind = (int)ex->kind;
     c->ref.id = ex->id;
+    if (ex->kind == COAI_EXEC_WRITE) {
+        c->ref.write_lines = (int64_t)coai__lines(ex->content, 0);
+        c->ref.write_size = (int64_t)ex->content.len;
+    }
     r->ncalls_++;
     return 0;
 }
@@ -10157,6 +10717,8 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
     coai_buf_append(&r->tc_args_, tc->args.data, tc->args.len);
     if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__oa_fail_nomem(r);
     if (coai__oa_call_add(r, ex) < 0) return coai__oa_fail_nomem(r);
+    r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__oa_traps_exit(r->o_.dialect, (int)ex->kind,
+                                                                  t);
     r->has_tool_call_ = 1;
     r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
                             + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
@@ -13510,7 +14072,8 @@ static const struct {
     const coai__writer *writer;
     coai__exec_map_fn exec_map;
 } coai__dialects[COAI_DIALECT_COUNT_] = {
-    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer, coai_exec_map },
+    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer,
+                                     coai__oa_chat_exec_map },
     /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer,
                                      coai_anthropic_exec_map },
     /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer,

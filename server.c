@@ -6585,8 +6585,10 @@ static int held_results(struct run *r, char *why, size_t wcap)
     size_t n = coai_reply_calls(&r->reply, &calls), i;
     uint32_t ms = (uint32_t)(mono_ms() - r->tools_at);
     coai_buf text = { 0 }, m = { 0 };
+    coai_exec_outcome oc;
     int rc = 0, is_error = 0;
     const coai_image *imgs;
+    memset(&oc, 0, sizeof oc);
     /* Images in a result only an MCP result can carry (McpImageContent); for any other
      * kind the turn goes to a fresh run, where they travel as selected images. Checked
      * before anything is sent. */
@@ -6601,6 +6603,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
     for (i = 0; i < n && rc == 0; i++) {
         unsigned step;
         size_t nimg = coai_request_tool_result_images(&r->req, calls[i].call_id, &imgs);
+        coai_str t;
         coai_buf_reset(&text);
         if (coai_request_tool_result(&r->req, calls[i].call_id, &text, &is_error) < 0) {
             snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
@@ -6608,11 +6611,21 @@ static int held_results(struct run *r, char *why, size_t wcap)
             rc = -1;
             break;
         }
+        /* the result as Cursor's CLI reports it: each client's own layout read out */
+        t.ptr = text.data ? (const char *)text.data : "";
+        t.len = text.len;
+        if (coai_exec_outcome_parse(&oc, &calls[i].ref, calls[i].tool, t, is_error) < 0) {
+            snprintf(why, wcap, "out of memory reading a tool result");
+            rc = -1;
+            break;
+        }
+        srv_log(LOG_DEBUG, "result for %.*s (%.*s): %s%s, exit %s%d", (int)calls[i].call_id.len,
+                calls[i].call_id.ptr, (int)calls[i].tool.len, calls[i].tool.ptr, oc.shape,
+                oc.is_error ? " error" : "", oc.has_exit ? "" : "unknown/", oc.has_exit
+                ? oc.exit_code : oc.is_error);
         for (step = 0; rc == 0; step++) {
-            coai_str t, outp;
+            coai_str outp;
             int er, code;
-            t.ptr = text.data ? (const char *)text.data : "";
-            t.len = text.len;
             coai_buf_reset(&m);
             /* a shell result that says how the command ended (Gemini CLI): its output and
              * real exit code, as Cursor's CLI reports them */
@@ -6620,8 +6633,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
                 && coai_request_tool_exit(&r->req, calls[i].call_id, &outp, &code))
                 er = coai_encode_exec_shell_answer(&m, &calls[i].ref, outp, code, ms, step);
             else
-                er = coai_encode_exec_answer_images(&m, &calls[i].ref, t, imgs, nimg, is_error,
-                                                    ms, step);
+                er = coai_encode_exec_outcome(&m, &calls[i].ref, &oc, imgs, nimg, ms, step);
             if (er == COAI_DONE) break;
             if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
             else if (run_send(r, m.data, m.len) < 0) {
@@ -6632,6 +6644,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
     }
     coai_buf_free(&text);
     coai_buf_free(&m);
+    coai_exec_outcome_free(&oc);
     return rc;
 }
 
