@@ -9002,6 +9002,23 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
                       "CURSOR_CLIENT_VERSION to a current cursor-agent build (e.g. "
                       SRV_DEFAULT_CLIENT_VERSION " or newer), or update cursor-agent "
                       "(its newest build is used automatically).", S.client_version);
+    else if (strcmp(code, "unsupported_region") == 0)
+        doctor_advice("Cursor does not serve this model in your country or region: try "
+                      "another model (doctor --model NAME; see `cursor-oai models`).");
+    else if (strcmp(code, "model_overloaded") == 0)
+        doctor_advice("Cursor is shedding load for this model (High Load): try another model "
+                      "(doctor --model NAME) or try again later.");
+    else if (strcmp(code, "conversation_lost") == 0)
+        doctor_advice("Cursor lost the conversation and the replay as a new one failed too: "
+                      "run doctor again; if it repeats, attach its --verbose output to a bug "
+                      "report.");
+    else if (strcmp(code, "upstream_timeout") == 0 && strstr(e->message, "request_context"))
+        doctor_advice("Cursor never got cursor-oai's answer to its first question (a lost "
+                      "BidiAppend): run doctor again; if it repeats, attach its --verbose "
+                      "output to a bug report.");
+    else if (strcmp(code, "insufficient_quota") == 0 && strstr(e->message, "invoice"))
+        doctor_advice("Cursor holds requests until an open invoice is paid: pay it in "
+                      "Cursor's dashboard.");
     else if (strcmp(code, "upstream_wrong_region") == 0)
         doctor_advice("the agent host https://%s%s does not serve your account's region. "
                       "Set CURSOR_OAI_AGENT_URL to the right one, or unset it (runs then go "

@@ -335,6 +335,27 @@ def t_replay(fake, px):
     upstream_clean(fake, n0)
 
 
+def t_doctor(fake, px, tmp, token):
+    """`cursor-oai doctor --model M` names each failure in words a user can act on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    home = os.path.join(tmp, "home-doctor")
+    os.makedirs(home, exist_ok=True)
+    env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+                "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca,
+                "CURSOR_ACCESS_TOKEN": token, "CURSOR_CLIENT_VERSION": H.CLIENT_VERSION,
+                "CURSOR_OAI_IDLE_TIMEOUT": "5"})
+    for scen, words in (("live_geo_denied", "in your country or region: try another model"),
+                        ("live_high_load", "High Load): try another model"),
+                        ("live_unpaid_invoice", "open invoice is paid"),
+                        ("live_next_item", "answer to its first question"),
+                        ("live_conv_missing_always", "replay as a new one failed too")):
+        r = subprocess.run(H.proxy_cmd() + ["doctor", "--model", "scenario:" + scen], env=env,
+                           capture_output=True, text=True, timeout=120)
+        out = r.stdout + r.stderr
+        check("doctor --model scenario:%s: exit 1, says what to do" % scen,
+              r.returncode != 0 and words in out and token not in out, out[-1500:])
+
+
 def t_unary(fake, px):
     fake.ctl("/config", {"usage_status": 404})
     st, body, hd = px.get("/v1/usage")
@@ -376,7 +397,8 @@ def main():
                          ("usage", lambda: t_usage(fake, px)),
                          ("errors", lambda: t_errors(fake, px)),
                          ("replay", lambda: t_replay(fake, px)),
-                         ("unary", lambda: t_unary(fake, px))):
+                         ("unary", lambda: t_unary(fake, px)),
+                         ("doctor", lambda: t_doctor(fake, px, tmp, token))):
             if only and name not in only:
                 continue
             SECTION = name
