@@ -9023,7 +9023,8 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
         doctor_advice("the agent host https://%s%s does not serve your account's region. "
                       "Set CURSOR_OAI_AGENT_URL to the right one, or unset it (runs then go "
                       "to CURSOR_API_URL).", agent->authority, agent->prefix);
-    else if (strcmp(code, "upstream_http2_only") == 0)
+    else if (strcmp(code, "upstream_http2_only") == 0
+             || strstr(e->message, "illegal request line"))
         doctor_advice("https://%s%s serves HTTP/2 only and cursor-oai speaks HTTP/1.1: %s",
                       agent->authority, agent->prefix, S.agent_forced.host[0]
                       ? "unset CURSOR_OAI_AGENT_URL (runs then go to CURSOR_API_URL)."

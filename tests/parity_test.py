@@ -699,6 +699,13 @@ def t_doctor(E):
     check("doctor: HTTP/2-only forced host: the run went to the base URL",
           any("HTTP/1.1 to https://localhost:%d" % E.fake.port in l
               for l in line(out, "OK   run (connect)")), out)
+    # the base URL itself serves HTTP/2 only: nowhere left to go, said in those words
+    rc, out = doctor(E, {"CURSOR_API_URL": "https://localhost:%d" % aport})
+    check("doctor: an HTTP/2-only base URL: the runs fail naming it, with what to do",
+          rc == 1 and all("localhost:%d serves HTTP/2 only" % aport in l
+                          and "upstream_http2_only" in l for l in line(out, "FAIL run"))
+          and len(line(out, "FAIL run")) == 2 and "set CURSOR_API_URL to a host that serves "
+          "HTTP/1.1" in out and not line(out, "     -> run with --verbose"), out)
     # the forced host is down
     dead = H.free_port()
     rc, out = doctor(E, {"CURSOR_OAI_AGENT_URL": "https://localhost:%d" % dead})
