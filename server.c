@@ -4979,6 +4979,7 @@ struct run {
     int64_t last_frame;             /* mono ms: the last inbound frame (watchdog) */
     int64_t last_progress;          /* mono ms: the last frame not a heartbeat/checkpoint */
     int hollow_hit;
+    int stored;                     /* Responses: this answer is in the response store */
     int ended_empty;                /* follow-up: Cursor ended the run cleanly, nothing shown */
     int held_dead;                  /* the held run cannot continue: held_why says why */
     char held_why[160];
@@ -5128,6 +5129,20 @@ static void model_header(struct conn *c, coai_buf *h)
         coai_buf_printf(h, "x-cursor-model: %s\r\n", c->model);
 }
 
+static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_str out);
+
+/* Responses with store: the answer goes into the store before its last byte goes out, so
+ * a client that chains previous_response_id the moment it has read it finds it. */
+static void run_store(struct run *r)
+{
+    if (r->stored || !r->resp || !r->rr.store || !coai_reply_done(&r->reply)
+        || r->reply.error.status)
+        return;
+    r->stored = 1;
+    rstore_put(r->completion_id, coai_reply_response(&r->reply), &r->rr.items,
+               coai_reply_output_items(&r->reply));
+}
+
 static int run_flush(struct run *r)
 {
     struct conn *c = r->c;
@@ -5146,6 +5161,7 @@ static int run_flush(struct run *r)
         snprintf(lb, sizeof lb, "dialect=\"%s\"", route_dialect(c->route));
         metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
     }
+    if (done) run_store(r);
     if (st == 200 && r->stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
@@ -6497,7 +6513,6 @@ static void fallback_note(struct conn *c, const char *kind)
 }
 
 static void quota_remember(const char *model, const coai_error *e);
-static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_str out);
 
 /* The end of a response: hold the run (it asked for tools), or drain and close it. */
 static void run_finish(struct run *r)
@@ -6538,9 +6553,7 @@ static void run_finish(struct run *r)
         metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
         quota_remember(c->model, &r->reply.error);
     }
-    if (r->resp && r->rr.store && coai_reply_done(&r->reply) && !r->reply.error.status)
-        rstore_put(r->completion_id, coai_reply_response(&r->reply), &r->rr.items,
-                   coai_reply_output_items(&r->reply));
+    run_store(r);
     if (r->reply.error.status)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
                 r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
@@ -6663,6 +6676,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->cancelled = 0;
     r->hollow_hit = 0;
     r->ended_empty = 0;
+    r->stored = 0;
     r->last_write = mono_ms();
     memset(&r->err, 0, sizeof r->err);
     r->sse->client_fd = c->fd;

@@ -3,11 +3,12 @@
 $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
-  held_bind,held_empty"""
+  held_bind,held_empty,store_race"""
 
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -71,6 +72,8 @@ def scenarios(ws):
         "hb_stall": held_read(f, append_stall={"types": HEARTBEATS, "s": 300}),
         "hb_stall_all": held_read(f, append_stall={"s": 300}),
         "bind": held_read(f),
+        "short": {"steps": [{"op": "text", "text": "ok"}] + END},
+        "big": {"steps": [{"op": "text", "text": "lorem ipsum " * 100000}] + END},
         # item 3: Cursor ends the held run cleanly right after the results: no text, no turn end
         "empty_end": {"when": REPLAY, "steps": [
             {"op": "text", "text": "Reading."}, read_exec(1, f),
@@ -388,6 +391,107 @@ def t_held_empty(tmp, fake, token, ws, secret):
         px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# item 5: a stored Responses answer is in the store before its last byte goes out
+
+def raw_post(port, path, body, timeout=30):
+    """One POST on a fresh connection, read to the end -> (status, body bytes)."""
+    b = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(("POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json"
+                   "\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                   % (path, port, len(b))).encode() + b)
+        buf = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+    finally:
+        s.close()
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    st = int(head.split()[1]) if len(head.split()) > 1 else 0
+    if b"chunked" in head.lower():
+        rest = H.dechunk(rest)
+    return st, rest
+
+
+def post_bytes(port, path, body):
+    b = json.dumps(body).encode()
+    return ("POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+            "Content-Length: %d\r\n\r\n" % (path, port, len(b))).encode() + b
+
+
+def read_response(s):
+    """Read one HTTP response (Content-Length or chunked) as fast as possible -> raw bytes."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        d = s.recv(1 << 20)
+        if not d:
+            return buf
+        buf += d
+    head = buf.split(b"\r\n\r\n", 1)[0].lower()
+    m = re.search(rb"content-length: *(\d+)", head)
+    want = len(head) + 4 + int(m.group(1)) if m else None
+    while True:
+        if want is not None and len(buf) >= want:
+            return buf
+        if want is None and buf.endswith(b"\r\n0\r\n\r\n"):
+            return buf
+        d = s.recv(1 << 20)
+        if not d:
+            return buf
+        buf += d
+
+
+def t_store_race(tmp, fake, token, ws, secret):
+    # A large answer (about 1.2 MB) takes a moment to store; the client chains on a connection
+    # it opened beforehand, the instant the last byte of the answer is in.
+    px = H.Proxy(tmp, "store", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_MAX_PROMPT_BYTES": "8388608",
+                            "CURSOR_OAI_IDLE_TIMEOUT": "60"})
+    chains, pairs = 4, 8
+    bad, done = [], []
+
+    def chain(ci):
+        for i in range(pairs):
+            stream = (i + ci) % 2 == 1
+            s1 = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+            s2 = socket.create_connection(("127.0.0.1", px.port), timeout=60)
+            try:
+                s1.sendall(post_bytes(px.port, "/v1/responses", {
+                    "model": "scenario:big", "input": "chain %d pair %d" % (ci, i),
+                    "stream": stream}))
+                raw = read_response(s1)
+                m = re.search(rb'"id":"(resp_[0-9a-f]+)"', raw[:4096])
+                if not raw.startswith(b"HTTP/1.1 200") or not m:
+                    bad.append((ci, i, raw[:200]))
+                    continue
+                s2.sendall(post_bytes(px.port, "/v1/responses", {
+                    "model": "scenario:short", "input": "and now?",
+                    "previous_response_id": m.group(1).decode()}))
+                raw = read_response(s2)
+                if not raw.startswith(b"HTTP/1.1 200"):
+                    bad.append((ci, i, raw[-200:]))
+                else:
+                    done.append(1)
+            finally:
+                s1.close()
+                s2.close()
+
+    th = [threading.Thread(target=chain, args=(i,)) for i in range(chains)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(300)
+    check("%d x %d large answers (streaming and not), each chained by previous_response_id "
+          "the instant its last byte was read: every one found (%d of %d)"
+          % (chains, pairs, len(done), chains * pairs), not bad and len(done) == chains * pairs,
+          bad[:3])
+    px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -412,7 +516,8 @@ def main():
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         for name, fn in (("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
                          ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
-                         ("held_bind", t_held_bind), ("held_empty", t_held_empty)):
+                         ("held_bind", t_held_bind), ("held_empty", t_held_empty),
+                         ("store_race", t_store_race)):
             if only and name not in only:
                 continue
             SECTION = name
