@@ -7686,9 +7686,11 @@ static size_t coai__oa_clean_copy(char *dst, size_t pos, size_t cap, const char 
     while (i < n && pos + 1 < cap) {
         int k = coai__utf8_seq(p + i, n - i);
         if (k <= 0) { i++; continue; }
-        if (k == 1 && (p[i] < 0x20 || p[i] == 0x7f)) {
+        if ((k == 1 && (p[i] < 0x20 || p[i] == 0x7f))
+            || (k == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0)) {
+            /* C0, DEL and C1 controls (U+0080..U+009F) */
             if (pos + 1 < cap && pos > 0 && dst[pos - 1] != ' ') dst[pos++] = ' ';
-            i++;
+            i += (size_t)k;
             continue;
         }
         if (pos + (size_t)k >= cap) break;

@@ -189,6 +189,15 @@ static void test_exec_map(void)
     map_check("[{\"type\":\"function\",\"name\":\"shell_command\"}]", &ex, "", "shell_command",
               "{\"command\":\"ls -la\",\"workdir\":\"/srv/proxy-ws\"}");
     map_check("[{\"type\":\"function\",\"name\":\"get_weather\"}]", &ex, "", NULL, NULL);
+    /* Cursor's hard timeout (ShellArgs 14, ms) where the tool takes timeout_ms (issue 24
+     * item 9); a tool without it does not get one */
+    ex.hard_timeout_ms = 90000;
+    map_check("[{\"type\":\"function\",\"name\":\"shell\",\"parameters\":{\"type\":\"object\","
+              "\"properties\":{\"command\":{\"type\":\"array\"},\"timeout_ms\":{}}}}]", &ex,
+              "/srv/proxy-ws", "shell",
+              "{\"command\":[\"bash\",\"-lc\",\"ls -la\"],\"timeout_ms\":90000}");
+    map_check(CODEX_TOOLS "]", &ex, "/srv/proxy-ws", "exec_command", "{\"cmd\":\"ls -la\"}");
+    ex.hard_timeout_ms = 0;
     /* writes: apply_patch (Add File), else the shell */
     memset(&ex, 0, sizeof ex);
     ex.kind = COAI_EXEC_WRITE;

@@ -1,7 +1,8 @@
 /* fz_trailer.c - trailer text, Connect end-stream JSON and google.rpc.Status bytes. The
  * input is used three ways: as a trailer block, as end-stream JSON, and (base64-wrapped) as
  * grpc-status-details-bin and as an end-stream ErrorDetails value. Every outcome must leave a
- * clean coai_status (valid UTF-8, no control characters, NUL-terminated fields). */
+ * clean coai_status (valid UTF-8, no control characters, NUL-terminated fields), and the
+ * error each maps to (coai_error_from_status, _from_http, _from_http_call) a clean message. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "../../cursor_oai.h"
 
@@ -19,9 +20,20 @@ static void fz__field_ok(const char *s, size_t cap)
     }
 }
 
+/* The error a status maps to (Cursor's words matched in it, notes 2026-autumn §4): a real
+ * HTTP status, a clean message. */
+static void fz__error_ok(const coai_error *e)
+{
+    if (e->status && (e->status < 400 || e->status > 599)) abort();
+    fz__field_ok(e->message, sizeof e->message);
+}
+
 static void fz__check(const coai_status *st, coai_result r)
 {
     coai_buf b = { 0 };
+    coai_error e;
+    coai_error_from_status(st, &e);
+    fz__error_ok(&e);
     if (r > 0) abort();
     fz__field_ok(st->message, sizeof st->message);
     fz__field_ok(st->title, sizeof st->title);
@@ -49,6 +61,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fz__check(&st, r);
     r = coai_end_stream_parse(copy, size, &st);
     fz__check(&st, r);
+    {   /* the same bytes as a unary call's error body */
+        coai_error e;
+        coai_error_from_http(403, (const char *)copy, size, &e);
+        fz__error_ok(&e);
+        coai_error_from_http_call(404, (const char *)copy, size, "/aiserver.v1.X/Y", &e);
+        fz__error_ok(&e);
+        if (strcmp(e.code, "upstream_not_found") != 0) abort();
+    }
 
     coai_buf_puts(&t, "grpc-status: 3\r\ngrpc-status-details-bin: ");
     coai_base64_append(&t, copy, size, 0);
