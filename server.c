@@ -6820,6 +6820,26 @@ static int prompt_cap_check(size_t len, coai_error *e)
     return -1;
 }
 
+/* After models_get resolved `want` into c->model for a Gemini API request: a Gemini model name
+ * the account does not have ("gemini-2.5-flash-lite": Gemini CLI's default and its side tasks
+ * ask for those) runs on Cursor's "auto"; any other name is used as resolved. */
+static void gemini_model(struct conn *c, const coai_buf *json, coai_str want)
+{
+    coai_models m;
+    size_t i;
+    int found = 0;
+    if (want.len < 7 || strncasecmp(want.ptr, "gemini-", 7) != 0) return;
+    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return;
+    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
+    if (!found) {
+        coai_str a = coai_models_resolve(&m, coai_str_c("auto"));
+        srv_log(LOG_DEBUG, "Gemini model '%.*s' is not one of the account's: using '%.*s' (auto)",
+                (int)want.len, want.ptr, (int)a.len, a.ptr);
+        copy_str(c->model, sizeof c->model, a.ptr, a.len);
+    }
+    coai_models_free(&m);
+}
+
 /* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
  * word (opus, sonnet, haiku: every Claude name of that family) -> the model to use. Exact
  * entries win over family ones. 1 and out filled when an entry applies. */
@@ -7093,6 +7113,7 @@ static int handle_chat(struct conn *c)
     struct mem_hit hit;
     char completion_id[40], msg_id[37], conv_id[37], u[37], mapped[128];
     int attempt, rc = -1, i, k, pass, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
+    int gem = c->dialect == COAI_DIALECT_GEMINI;
     memset(&o, 0, sizeof o);
     memset(&hit, 0, sizeof hit);
     memset(&e, 0, sizeof e);
@@ -7109,14 +7130,14 @@ static int handle_chat(struct conn *c)
         goto done;
     }
     want = r->req.model;
-    if (anth && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
+    if ((anth || gem) && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
+    if (models_get(anth || gem ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
                    c->fd) < 0) {
         if (e.status == 499) goto done;                 /* the client left meanwhile */
         int unreachable = e.status == 504
@@ -7132,6 +7153,8 @@ static int handle_chat(struct conn *c)
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)want.len, want.ptr);
         copy_str(c->model, sizeof c->model, want.ptr, want.len);
+    } else if (gem) {
+        gemini_model(c, &mjson, want);
     } else if (anth && claude_model(c, &mjson, want, r->req.thinking == 1) < 0) {
         goto done;                                      /* not_found_error sent */
     }

@@ -210,6 +210,15 @@ def t_wire(proxy, fake, ws):
           "functionResponse, thoughtSignature) are accepted; results reach the prompt",
           res == [200] * len(rec) and "[Called tool: run_shell_command(" in p and
           "Exit Code: 3" in p, (res, p[-800:]))
+    # model names: a Gemini name the account lacks runs on Cursor's auto (Gemini CLI's
+    # default and its side tasks ask for those); one it has (gemini-3-pro) is used as is
+    got = []
+    for name in ("gemini-2.5-flash-lite", "gemini-3-pro"):
+        st, b, h = gm(proxy, name, "generateContent", user("hi"))
+        got.append((st, fake.runs()[-1].get("model_id") if fake.runs() else None))
+    check("model names: gemini-2.5-flash-lite (not the account's) -> auto (the fake's "
+          "'default'); gemini-3-pro (the account's) as is",
+          got == [(200, "default"), (200, "gemini-3-pro")], got)
     st, b, h = gm(proxy, "scenario:text_basic", "countTokens", user("hello there"))
     check("countTokens -> totalTokens", st == 200 and json.loads(b).get("totalTokens", 0) > 0, b)
     st, b, h = gm(proxy, "scenario:text_basic", "countTokens",
