@@ -129,11 +129,10 @@
  *   What the pattern did not cover, and the core gained for it: the model and the stream
  *   flag live in the URL (coai_gemini_parse takes them; the table's parser uses "auto"), a
  *   third stream framing (coai_reply_opts.stream = 2: a JSON array; coai_reply_head),
- *   Google's error shape in coai_error_write_as / _status_as, and a tool result that says
- *   how a command ended (coai_message.has_exit / exit_code / output, read from Gemini CLI's
- *   shell result; coai_request_tool_exit + coai_encode_exec_shell_answer send Cursor the
- *   real exit code). The commit rule, KV store, held runs, prompt and usage were reused
- *   untouched.
+ *   and Google's error shape in coai_error_write_as / _status_as. Gemini CLI's own result
+ *   layout (its shell result: output and exit code) is one more entry of the client
+ *   layouts coai_exec_outcome_parse reads, as for every client. The commit rule, KV store,
+ *   held runs, prompt and usage were reused untouched.
  *
  * HTTP/2 (PART:H2)
  *   A client connection (RFC 9113) with HPACK (RFC 7541), sans-IO like the rest: the caller
@@ -1759,10 +1758,6 @@ typedef struct coai_message {
     size_t call_count;
     coai_str tool_call_id;     /* TOOL: the call this result answers */
     int is_error;              /* TOOL: the tool failed */
-    int has_exit;              /* TOOL: the client reported how a command ended: */
-    int exit_code;             /*   its exit code */
-    coai_str output;           /*   and its output (the result text without the client's
-                                *   framing); parts keep the whole result */
 } coai_message;
 
 typedef enum coai_tool_choice {
@@ -1937,6 +1932,11 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count
  *     run_shell_command   Qwen Code: Command: c\nDirectory: d\nOutput: o\nError: e\n
  *                   Exit Code: N\nSignal: s\nProcess Group PGID: p[\n...] ("(empty)" = no
  *                   output, "(none)" = no code)
+ *                 or Gemini CLI: [<untrusted_context>\n]Output: o\n[Error: e\n][Exit Code: N\n]
+ *                   [Signal: s\n][Background PIDs: ...\n][Process Group PGID: p][\n
+ *                   </untrusted_context>] (no Exit Code line = 0; Error / Signal, or
+ *                   "Command was cancelled ..." / "... automatically cancelled ...": a
+ *                   failure, text as stderr)
  *     bash with is_error   Claude Code: Exit code N[\n<stdout+stderr>]
  *     then: SHELL kinds take exit code and output; READ / LS / GREP / WRITE mapped onto the
  *     shell fail when the code is not 0 (grep's 1 with no output: no matches).
@@ -2422,12 +2422,12 @@ coai_str coai_reply_output_items(const coai_reply *r);
  *   temperature, topP, topK, seed, penalties ... accepted and not used), safetySettings
  *   and labels (accepted). cachedContent is refused (there is no server-side cache).
  *   Ids: a functionCall / functionResponse without an id gets its name as id, so that a
- *   call and its result still pair up. Gemini CLI's run_shell_command result
- *   ("<untrusted_context>\nOutput: ...\nExit Code: N\nProcess Group PGID: ..." - the exit
- *   code line only when non-zero, stdout and stderr merged by its pty) is read into the
- *   TOOL message's output and exit_code (has_exit); the text part keeps the whole result.
- *   One that ended without an exit code (a signal, a spawn error, cancelled, timed out) is
- *   a failed result (is_error).
+ *   call and its result still pair up. Results keep the client's text; what goes to Cursor
+ *   is read out of it by coai_exec_outcome_parse, which knows Gemini CLI's
+ *   run_shell_command result ("<untrusted_context>\nOutput: ...\nExit Code: N\nProcess
+ *   Group PGID: ..." - the exit code line only when non-zero, stdout and stderr merged by
+ *   its pty): output and exit code; one that ended without an exit code (a signal, a spawn
+ *   error, cancelled by the user or at its timeout) is a failure with the text as stderr.
  *
  * REPLY (writer COAI_DIALECT_GEMINI; opts.stream: 1 = SSE "data: {...}\r\n\r\n" (alt=sse),
  *   2 = one JSON array written element by element (streamGenerateContent without alt))
@@ -2454,9 +2454,8 @@ coai_str coai_reply_output_items(const coai_reply *r);
  *   carries RetryInfo {retryDelay} from retry_after.
  *
  * CORE ADDITIONS this dialect needed (everything else is the table row and the route):
- *   - coai_message.has_exit / exit_code / output: a tool result can say how a command
- *     ended; coai_request_tool_exit() reads it and coai_encode_exec_shell_answer() sends it
- *     to Cursor as the CLI would (stdout and the real exit code) instead of text + is_error.
+ *   - Gemini CLI's shell layout in coai_exec_outcome_parse (the per-client result table;
+ *     coai__gm_outcome), the same kind of entry every client has there.
  *   - coai_reply_opts.stream = 2 (the JSON-array stream) and coai_reply_head's content type
  *     for it; coai_error_write_as / _status_as learned Google's shape.
  *   - the model and the stream flag come from the URL (coai_gemini_parse's arguments). */
@@ -2473,16 +2472,6 @@ int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str mo
  * dedicated tool takes (delete: rm -f). Same contract as coai_exec_map. */
 int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                          coai_str workspace, coai_tool_call *tc);
-/* 1 and *output / *exit_code when the newest result for call_id reported how its command
- * ended (has_exit), 0 otherwise. */
-int coai_request_tool_exit(const coai_request *req, coai_str call_id, coai_str *output,
-                           int *exit_code);
-/* A shell exec's answer with the command's real exit code, step by step like
- * coai_encode_exec_answer: SHELL shell_result{success (exit 0) | failure{command, cwd,
- * exit_code, stdout = output}}, stream_close; SHELL_STREAM start, stdout{output},
- * exit{code, cwd, ms}, stream_close. Other kinds: COAI_ERR_INVALID. */
-int coai_encode_exec_shell_answer(coai_buf *out, const coai_exec_ref *x, coai_str output,
-                                  int exit_code, uint32_t ms, unsigned step);
 /* GET /v1beta/models: {"models":[{"name":"models/<id>","baseModelId","version",
  * "displayName","inputTokenLimit","outputTokenLimit","supportedGenerationMethods",
  * "thinking"}...]}; one = non-NULL: just that model's object. 0 ok, -1 fail. */
@@ -9852,6 +9841,8 @@ void coai_exec_outcome_free(coai_exec_outcome *o)
     if (o) coai_buf_free(&o->own_);
 }
 
+static int coai__gm_outcome(coai_exec_outcome *o, coai_str t);   /* PART:GEMINI */
+
 int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
                             coai_str text, int is_error)
 {
@@ -9878,7 +9869,10 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     o->err.len = 0;
     if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
     else if (COAI__RS_IS(n_codex_shell)) shell = coai__rs_codex_shell(o, text);
-    else if (COAI__RS_IS(n_qwen)) shell = coai__rs_qwen(o, text);
+    else if (COAI__RS_IS(n_qwen)) {
+        shell = coai__rs_qwen(o, text);
+        if (!shell) { coai__rs_back(o, &raw); o->err.len = 0; shell = coai__gm_outcome(o, text); }
+    }
     else if (is_error && COAI__RS_IS(n_bash)) shell = coai__rs_claude_bash(o, text);
     else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rs_trap(o, text);
     if (!shell) coai__rs_back(o, &raw);
@@ -13188,8 +13182,8 @@ static int coai__gm_starts(coai_str s, size_t at, const char *lit)
  * "Process Group PGID: " (optionally inside <untrusted_context>). 1 with the output and
  * the exit code (0 when the line is absent: the tool writes it only when non-zero); 0 when
  * the text is not that shape; -1 when it names a spawn error or a signal, or says the
- * command was cancelled or timed out (no exit code to report: the result goes as a failed
- * one, text as it is). */
+ * command was cancelled (by the user or at its timeout: no exit code to report, the result
+ * goes as a failed one, text as it is). */
 static int coai__gm_shell_result(coai_str t, coai_str *output, int *exit_code)
 {
     static const char *const sect[] = { "Process Group PGID: ", "Background PIDs: ",
@@ -13204,7 +13198,8 @@ static int coai__gm_shell_result(coai_str t, coai_str *output, int *exit_code)
         t.ptr += 20;
         t.len -= 20 + tl;
     }
-    if (coai__gm_starts(t, 0, "Command was ") || coai__gm_starts(t, 0, "Command timed out"))
+    if (coai__gm_starts(t, 0, "Command was "))  /* "... cancelled by user ...", "...
+                                                 * automatically cancelled ... timeout" */
         return -1;
     if (!coai__gm_starts(t, 0, "Output: ")) return 0;
     end = t.len;
@@ -13231,6 +13226,27 @@ static int coai__gm_shell_result(coai_str t, coai_str *output, int *exit_code)
     output->len = end > 8 ? end - 8 : 0;
     if (output->len == 7 && memcmp(output->ptr, "(empty)", 7) == 0) output->len = 0;
     *exit_code = have_code ? (int)code : 0;
+    return 1;
+}
+
+/* Gemini CLI's run_shell_command result as coai_exec_outcome_parse reads it: output and exit
+ * code, or (a signal, a spawn error, cancelled) a failure with the text as stderr.
+ * 1 when it is Gemini CLI's layout, 0 otherwise (o untouched). */
+static int coai__gm_outcome(coai_exec_outcome *o, coai_str t)
+{
+    coai_str out;
+    int code = 0, sr = coai__gm_shell_result(t, &out, &code);
+    if (sr == 0) return 0;
+    if (sr > 0) {
+        o->has_exit = 1;
+        o->exit_code = code;
+        o->out = out;
+    } else {
+        o->is_error = 1;
+        o->out.len = 0;
+        o->err = t;
+    }
+    o->shape = "gemini-shell";
     return 1;
 }
 
@@ -13284,8 +13300,6 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
             coai_message *tm;
             coai_part *tp;
-            coai_str out_text;
-            int code;
             if (r == COAI_ROLE_ASSISTANT)
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse: belongs in "
                                     "a user content", i, j);
@@ -13302,16 +13316,6 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             tp->text = coai__gm_response_text(req, coai__oa_get(v, "response"), &tm->is_error);
             tm->parts = tp;
             tm->part_count = 1;
-            if (!tm->is_error && strcmp(name->valuestring, "run_shell_command") == 0) {
-                int sr = coai__gm_shell_result(tp->text, &out_text, &code);
-                if (sr > 0) {
-                    tm->has_exit = 1;
-                    tm->exit_code = code;
-                    tm->output = out_text;
-                } else if (sr < 0) {
-                    tm->is_error = 1;        /* ended without an exit code: a failure */
-                }
-            }
             j++;
             continue;
         }
@@ -13652,60 +13656,6 @@ fail:
 static int coai__gm_parse_plain(coai_request *req, const char *body, size_t n, coai_error *err)
 {
     return coai_gemini_parse(req, body, n, coai_str_c(""), 0, err);
-}
-
-int coai_request_tool_exit(const coai_request *req, coai_str call_id, coai_str *output,
-                           int *exit_code)
-{
-    const coai_message *hit = NULL;
-    size_t i;
-    for (i = 0; i < req->message_count; i++) {
-        const coai_message *m = &req->messages[i];
-        if (m->role == COAI_ROLE_TOOL && m->tool_call_id.len == call_id.len
-            && (!call_id.len || memcmp(m->tool_call_id.ptr, call_id.ptr, call_id.len) == 0))
-            hit = m;
-    }
-    if (!hit || !hit->has_exit) return 0;
-    *output = hit->output;
-    *exit_code = hit->exit_code;
-    return 1;
-}
-
-int coai_encode_exec_shell_answer(coai_buf *out, const coai_exec_ref *x, coai_str output,
-                                  int exit_code, uint32_t ms, unsigned step)
-{
-    size_t start = out->len, outer, res, v;
-    unsigned last;
-    if (!x || (x->kind != COAI_EXEC_SHELL && x->kind != COAI_EXEC_SHELL_STREAM))
-        return COAI_ERR_INVALID;
-    last = x->kind == COAI_EXEC_SHELL_STREAM ? 3 : 1;
-    if (step > last) return COAI_DONE;
-    if (step == last) return coai_encode_exec_stream_close(out, x->id);
-    if (x->kind == COAI_EXEC_SHELL)
-        return coai_encode_exec_shell_result(out, x->id, x->exec_id, x->command, x->cwd,
-                                             exit_code, output, coai_str_c(""),
-                                             (int32_t)(ms > 0x7fffffffu ? 0x7fffffffu : ms));
-    outer = coai__pb_open(out, 2);                       /* exec_client_message */
-    coai__pb_u32(out, 1, x->id);
-    coai__pb_str(out, 15, x->exec_id);
-    res = coai__pb_open(out, 14);                        /* shell_stream */
-    if (step == 0) {
-        coai__pb_close(out, coai__pb_open(out, 4));      /* start{} */
-    } else if (step == 1) {
-        v = coai__pb_open(out, 1);                       /* stdout */
-        coai__pb_str(out, 1, output);
-        coai__pb_close(out, v);
-    } else {
-        v = coai__pb_open(out, 3);                       /* exit */
-        coai__pb_u32(out, 1, (uint32_t)exit_code);
-        coai__pb_str(out, 2, x->cwd);
-        coai__pb_u32(out, 6, ms);
-        coai__pb_close(out, v);
-    }
-    coai__pb_close(out, res);
-    coai__pb_u32(out, 39, ms);                           /* local_execution_time_ms */
-    coai__pb_close(out, outer);
-    return coai__pb_finish(out, start, COAI_OK);
 }
 
 /* ---- exec mapping ---- */

@@ -6637,16 +6637,9 @@ static int held_results(struct run *r, char *why, size_t wcap)
                 oc.is_error ? " error" : "", oc.has_exit ? "" : "unknown/", oc.has_exit
                 ? oc.exit_code : oc.is_error);
         for (step = 0; rc == 0; step++) {
-            coai_str outp;
-            int er, code;
+            int er;
             coai_buf_reset(&m);
-            /* a shell result that says how the command ended (Gemini CLI): its output and
-             * real exit code, as Cursor's CLI reports them */
-            if ((calls[i].ref.kind == COAI_EXEC_SHELL || calls[i].ref.kind == COAI_EXEC_SHELL_STREAM)
-                && coai_request_tool_exit(&r->req, calls[i].call_id, &outp, &code))
-                er = coai_encode_exec_shell_answer(&m, &calls[i].ref, outp, code, ms, step);
-            else
-                er = coai_encode_exec_outcome(&m, &calls[i].ref, &oc, imgs, nimg, ms, step);
+            er = coai_encode_exec_outcome(&m, &calls[i].ref, &oc, imgs, nimg, ms, step);
             if (er == COAI_DONE) break;
             if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
             else if (run_send(r, m.data, m.len) < 0) {

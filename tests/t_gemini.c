@@ -31,8 +31,8 @@ static void test_request(void)
 {
     coai_request q;
     coai_error e;
-    coai_str out;
-    int code = -1;
+    coai_buf res = { 0 };
+    int iserr = -1;
     const char *body =
         "{\"contents\":["
         "{\"role\":\"user\",\"parts\":[{\"text\":\"<session_context>ws</session_context>\"},"
@@ -74,9 +74,14 @@ static void test_request(void)
     CHECK(q.thinking == -1);
     /* the thought went in as THINKING, not prompt text */
     CHECK(!strstr((const char *)q.prompt.data, "plan"));
-    CHECK(coai_request_tool_exit(&q, coai_str_c("sess_ab12__call_x1"), &out, &code) == 1);
-    CHECK(code == 3 && coai_str_eq(out, "oops"));
-    CHECK(coai_request_tool_exit(&q, coai_str_c("read_file"), &out, &code) == 0);
+    /* the results keep the client's text (coai_exec_outcome_parse reads it later) */
+    CHECK(coai_request_tool_result(&q, coai_str_c("sess_ab12__call_x1"), &res, &iserr) == 0
+          && iserr == 0 && strncmp((const char *)res.data, "<untrusted_context>\nOutput: oops", 32)
+          == 0);
+    coai_buf_reset(&res);
+    CHECK(coai_request_tool_result(&q, coai_str_c("read_file"), &res, &iserr) == 0 && iserr == 1
+          && strcmp((const char *)res.data, "no such file") == 0);
+    coai_buf_free(&res);
     coai_request_free(&q);
     /* the table's parser: model "auto", no stream */
     CHECK(coai_request_parse(&q, COAI_DIALECT_GEMINI, body, strlen(body), &e) == 0);
@@ -84,31 +89,30 @@ static void test_request(void)
     coai_request_free(&q);
 }
 
-static int SHELL_ERR;   /* the last shell_of's TOOL message is_error */
+static int SHELL_ERR;   /* the last shell_of's outcome is_error */
+static char SHELL_ERRTXT[512];
 
+/* Gemini CLI's run_shell_command result read the way held runs read it: 1 with the output
+ * and exit code, 0 when no exit code came out (SHELL_ERR: a failure). */
 static int shell_of(const char *text, coai_str *out, int *code)
 {
-    coai_request q;
-    coai_error e;
-    coai_buf b = { 0 };
-    int r;
     static char keep[512];
-    coai_buf_puts(&b, "{\"contents\":[{\"role\":\"user\",\"parts\":[{\"functionResponse\":"
-                  "{\"id\":\"c\",\"name\":\"run_shell_command\",\"response\":{\"output\":");
-    coai_json_str_append(&b, text, strlen(text));
-    coai_buf_puts(&b, "}}}]}]}");
-    if (coai_gemini_parse(&q, (const char *)b.data, b.len, coai_str_c("m"), 0, &e) != 0) {
-        coai_buf_free(&b);
+    coai_exec_outcome o;
+    coai_exec_ref x;
+    int r;
+    memset(&o, 0, sizeof o);
+    memset(&x, 0, sizeof x);
+    x.kind = COAI_EXEC_SHELL_STREAM;
+    if (coai_exec_outcome_parse(&o, &x, coai_str_c("run_shell_command"), coai_str_c(text), 0))
         return -1;
-    }
-    r = coai_request_tool_exit(&q, coai_str_c("c"), out, code);
-    SHELL_ERR = q.messages[0].is_error;
-    if (r) {
-        snprintf(keep, sizeof keep, "%.*s", (int)out->len, out->ptr);
-        out->ptr = keep;
-    }
-    coai_request_free(&q);
-    coai_buf_free(&b);
+    r = o.has_exit;
+    *code = o.exit_code;
+    snprintf(keep, sizeof keep, "%.*s", (int)o.out.len, o.out.ptr ? o.out.ptr : "");
+    snprintf(SHELL_ERRTXT, sizeof SHELL_ERRTXT, "%.*s", (int)o.err.len, o.err.ptr ? o.err.ptr : "");
+    out->ptr = keep;
+    out->len = strlen(keep);
+    SHELL_ERR = o.is_error;
+    coai_exec_outcome_free(&o);
     return r;
 }
 
@@ -117,7 +121,8 @@ static void test_shell_results(void)
     coai_str o;
     int c = -9;
     CHECK(shell_of("<untrusted_context>\nOutput: hi\nnotes.txt\nProcess Group PGID: 1\n"
-                   "</untrusted_context>", &o, &c) == 1 && c == 0 && coai_str_eq(o, "hi\nnotes.txt"));
+                   "</untrusted_context>", &o, &c) == 1 && c == 0
+          && coai_str_eq(o, "hi\nnotes.txt"));
     CHECK(shell_of("Output: a\nExit Code: 3\nProcess Group PGID: 9", &o, &c) == 1 && c == 3
           && coai_str_eq(o, "a"));
     CHECK(shell_of("Output: (empty)\nExit Code: 127", &o, &c) == 1 && c == 127 && o.len == 0);
@@ -126,14 +131,19 @@ static void test_shell_results(void)
     /* a line inside the output that looks like a section stays output */
     CHECK(shell_of("Output: Exit Code: 5\nreal\nExit Code: 1", &o, &c) == 1 && c == 1
           && coai_str_eq(o, "Exit Code: 5\nreal"));
-    CHECK(shell_of("Output: x\nExit Code: 3", &o, &c) == 1 && !SHELL_ERR);
+    CHECK(shell_of("Output: x\nExit Code: 3", &o, &c) == 1 && SHELL_ERR && coai_str_eq(o, "x"));
+    CHECK(shell_of("Output: x\nProcess Group PGID: 4", &o, &c) == 1 && !SHELL_ERR && c == 0);
     /* a signal, a spawn error, a cancel: no exit code to report -> the text goes as a failure */
-    CHECK(shell_of("Output: x\nSignal: 9\nProcess Group PGID: 9", &o, &c) == 0 && SHELL_ERR);
+    CHECK(shell_of("Output: x\nSignal: 9\nProcess Group PGID: 9", &o, &c) == 0 && SHELL_ERR
+          && strstr(SHELL_ERRTXT, "Signal: 9"));
     CHECK(shell_of("Output: \nError: spawn bash ENOENT\nExit Code: 1", &o, &c) == 0 && SHELL_ERR);
     CHECK(shell_of("Command was cancelled by user before it could complete.", &o, &c) == 0
           && SHELL_ERR);
     CHECK(shell_of("Command was automatically cancelled because it exceeded the timeout", &o,
                    &c) == 0 && SHELL_ERR);
+    /* Qwen Code's own timeout text is not Gemini CLI's: left as it is */
+    CHECK(shell_of("Command timed out after 5ms before it could complete.", &o, &c) == 0
+          && !SHELL_ERR);
     CHECK(shell_of("Something else", &o, &c) == 0 && !SHELL_ERR);
     CHECK(shell_of("Output: x\nExit Code: 3x", &o, &c) == 0);
     CHECK(shell_of("<untrusted_context>\nOutput: x", &o, &c) == 0);
@@ -143,7 +153,8 @@ static void test_options(void)
 {
     coai_request q;
     coai_error e;
-    const char *tools = "\"tools\":[{\"functionDeclarations\":[{\"name\":\"a\"},{\"name\":\"b\"}]}]";
+    const char *tools = "\"tools\":[{\"functionDeclarations\":[{\"name\":\"a\"},"
+                        "{\"name\":\"b\"}]}]";
     char body[1024];
     snprintf(body, sizeof body, "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],%s,"
              "\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"NONE\"}}}", tools);
@@ -157,7 +168,8 @@ static void test_options(void)
     coai_request_free(&q);
     snprintf(body, sizeof body, "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],%s,"
              "\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"ANY\"}}}", tools);
-    CHECK(parse(&q, body, 0, &e) == 0 && q.tool_count == 2 && q.tool_choice == COAI_TOOL_CHOICE_ANY);
+    CHECK(parse(&q, body, 0, &e) == 0 && q.tool_count == 2
+          && q.tool_choice == COAI_TOOL_CHOICE_ANY);
     coai_request_free(&q);
     CHECK(parse(&q, "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],\"generationConfig\":"
                 "{\"thinkingConfig\":{\"thinkingBudget\":0},\"responseMimeType\":"
@@ -439,7 +451,8 @@ static void test_exec_map(void)
     ex.kind = COAI_EXEC_LS;
     ex.path = coai_str_c("/w");
     ex.has_path = 1;
-    CHECK(map(&ex, t, n, a, sizeof a, &k) == 1 && k == 5 && strcmp(a, "{\"dir_path\":\"/w\"}") == 0);
+    CHECK(map(&ex, t, n, a, sizeof a, &k) == 1 && k == 5
+          && strcmp(a, "{\"dir_path\":\"/w\"}") == 0);
     /* no delete tool: the shell does it */
     memset(&ex, 0, sizeof ex);
     ex.kind = COAI_EXEC_DELETE;
@@ -471,42 +484,43 @@ static int pb_path(const uint8_t *p, size_t n, const uint32_t *f, size_t depth, 
 static void test_shell_answer(void)
 {
     coai_exec_ref x;
+    coai_exec_outcome oc;
     coai_buf b = { 0 };
     uint64_t v = 99;
     const uint8_t *s;
     size_t sn = 0;
-    static const uint32_t fail_code[] = { 2, 2, 2, 3 };   /* exec > shell_result > failure > exit */
-    static const uint32_t fail_out[] = { 2, 2, 2, 5 };
-    static const uint32_t ok_code[] = { 2, 2, 1 };
+    unsigned step;
+    int got_exit = 0;
     static const uint32_t st_exit[] = { 2, 14, 3, 1 };    /* shell_stream > exit > code */
     static const uint32_t st_out[] = { 2, 14, 1, 1 };     /* shell_stream > stdout > data */
+    static const uint32_t fail_code[] = { 2, 2, 2, 3 };   /* shell_result > failure > exit */
+    static const uint32_t fail_out[] = { 2, 2, 2, 5 };
+    const char *res = "<untrusted_context>\nOutput: oops\nExit Code: 3\nProcess Group PGID: 7\n"
+                      "</untrusted_context>";
     memset(&x, 0, sizeof x);
-    x.kind = COAI_EXEC_SHELL;
+    memset(&oc, 0, sizeof oc);
+    x.kind = COAI_EXEC_SHELL_STREAM;
     x.id = 5;
     x.exec_id = coai_str_c("e5");
     x.command = coai_str_c("exit 3");
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c("oops"), 3, 10, 0) == COAI_OK);
-    CHECK(pbw_walk(b.data, b.len));
+    CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("run_shell_command"), coai_str_c(res), 0)
+          == 0);
+    CHECK(strcmp(oc.shape, "gemini-shell") == 0 && oc.has_exit && oc.exit_code == 3);
+    for (step = 0; step < 6; step++) {
+        coai_buf_reset(&b);
+        if (coai_encode_exec_outcome(&b, &x, &oc, NULL, 0, 10, step) != COAI_OK) break;
+        CHECK(pbw_walk(b.data, b.len));
+        if (pb_path(b.data, b.len, st_exit, 4, &v, NULL, NULL)) got_exit = (int)v;
+        if (pb_path(b.data, b.len, st_out, 4, NULL, &s, &sn))
+            CHECK(sn == 4 && memcmp(s, "oops", 4) == 0);
+    }
+    CHECK(got_exit == 3);                       /* the real code, not 0 or 1 */
+    x.kind = COAI_EXEC_SHELL;
+    coai_buf_reset(&b);
+    CHECK(coai_encode_exec_outcome(&b, &x, &oc, NULL, 0, 10, 0) == COAI_OK);
     CHECK(pb_path(b.data, b.len, fail_code, 4, &v, NULL, NULL) && v == 3);
     CHECK(pb_path(b.data, b.len, fail_out, 4, NULL, &s, &sn) && sn == 4 && !memcmp(s, "oops", 4));
-    coai_buf_reset(&b);
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c("ok"), 0, 10, 0) == COAI_OK);
-    /* exit 0: the success variant (proto3 leaves the zero exit code out) */
-    CHECK(pb_path(b.data, b.len, ok_code, 3, NULL, &s, &sn) == 1);
-    CHECK(pb_path(b.data, b.len, fail_code, 3, NULL, &s, &sn) == 0);
-    coai_buf_reset(&b);
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c(""), 0, 10, 1) == COAI_OK);  /* close */
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c(""), 0, 10, 2) == COAI_DONE);
-    coai_buf_reset(&b);
-    x.kind = COAI_EXEC_SHELL_STREAM;
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c("out"), 42, 10, 1) == COAI_OK);
-    CHECK(pb_path(b.data, b.len, st_out, 4, NULL, &s, &sn) && sn == 3 && !memcmp(s, "out", 3));
-    coai_buf_reset(&b);
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c("out"), 42, 10, 2) == COAI_OK);
-    CHECK(pb_path(b.data, b.len, st_exit, 4, &v, NULL, NULL) && v == 42);
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c(""), 0, 10, 4) == COAI_DONE);
-    x.kind = COAI_EXEC_READ;
-    CHECK(coai_encode_exec_shell_answer(&b, &x, coai_str_c(""), 0, 10, 0) == COAI_ERR_INVALID);
+    coai_exec_outcome_free(&oc);
     coai_buf_free(&b);
 }
 

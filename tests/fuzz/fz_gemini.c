@@ -1,10 +1,10 @@
 /* fz_gemini.c - any bytes as a Gemini API body (generateContent / streamGenerateContent, model
- * from the URL -> request and prompt, or a clean 4xx error in Google's shape), the newest tool
- * result's reported shell outcome, and the same bytes as model text / thinking and as a
- * functionCall's arguments through the Gemini writer in its three shapes (JSON object, SSE,
- * JSON array). Every JSON text written must parse and be valid UTF-8; every SSE event must be
- * "data: <JSON>\r\n\r\n" (bare "\r\n" keepalives allowed); the array stream must parse as one
- * JSON array. */
+ * from the URL -> request and prompt, or a clean 4xx error in Google's shape), each tool result
+ * read as Gemini CLI's shell result (coai_exec_outcome_parse), and the same bytes as model
+ * text / thinking and as a functionCall's arguments through the Gemini writer in its three
+ * shapes (JSON object, SSE, JSON array). Every JSON text written must parse and be valid
+ * UTF-8; every SSE event must be "data: <JSON>\r\n\r\n" (bare "\r\n" keepalives allowed);
+ * the array stream must parse as one JSON array. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "cursor_oai.h"
 #include <cJSON.h>
@@ -52,16 +52,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (p.tool_count && !p.tools) abort();
         if (!q.model.len || q.session_id.len > 32 || q.stream != (int)(size % 3)) abort();
         for (i = 0; i < q.message_count; i++) {
+            /* each result read as Gemini CLI's shell result would be on a held run */
             const coai_message *m = &q.messages[i];
-            coai_str out;
-            int code;
-            if (m->has_exit && (m->role != COAI_ROLE_TOOL || !m->part_count
-                                || m->output.len > m->parts[0].text.len))
-                abort();
-            if (m->role == COAI_ROLE_TOOL
-                && coai_request_tool_exit(&q, m->tool_call_id, &out, &code)
-                && coai_utf8_valid_prefix(out.ptr, out.len) != out.len)
-                abort();
+            coai_exec_outcome oc;
+            coai_exec_ref x;
+            if (m->role != COAI_ROLE_TOOL || !m->part_count) continue;
+            memset(&oc, 0, sizeof oc);
+            memset(&x, 0, sizeof x);
+            x.kind = COAI_EXEC_SHELL_STREAM;
+            if (coai_exec_outcome_parse(&oc, &x, coai_str_c("run_shell_command"),
+                                        m->parts[0].text, m->is_error) == 0) {
+                if (coai_utf8_valid_prefix(oc.out.ptr ? oc.out.ptr : "", oc.out.len) != oc.out.len
+                    || oc.out.len > m->parts[0].text.len || oc.err.len > m->parts[0].text.len)
+                    abort();
+            }
+            coai_exec_outcome_free(&oc);
         }
     } else {
         if (rc >= 0 || e.status < 400 || !e.message[0]) abort();
