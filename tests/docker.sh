@@ -25,7 +25,7 @@ MAX_SIZE=$((2 * 1024 * 1024))
 TAG=coai-test-$$
 WORK=$ROOT/build/docker-test
 KEY=test-client-key-$$-$RANDOM
-CLIENT_VERSION=cli-2025.11.25-d5b3271
+CLIENT_VERSION=cli-2026.10.01-14929f9    # the newest build seen; not the default (the variable must reach the run)
 
 PASS=0 FAIL=0
 ok() { PASS=$((PASS + 1)); echo "ok   - $*"; }
