@@ -462,16 +462,27 @@ test_mode() {
         esac
     done
 
+    # 7b. The key suites again with HTTP/2 to the fake (the suites above run HTTP/1.1 RunSSE +
+    #     BidiAppend: tests/e2e/harness.py, COAI_TEST_TRANSPORT). The suites whose checks are
+    #     about the three client dialects, held runs and errors get the second pass (about
+    #     5 minutes on 2 cores); parity_test, faults_test, robust_test, auth_test and ops_test
+    #     check HTTP/1.1 records (RunSSE heads, BidiAppend seqnos, pooled connections) or do
+    #     not depend on the transport; h2_test.py covers HTTP/2's own behaviour above.
+    for s in held_test.py surface_test.py anthropic_test.py responses_test.py; do
+        [ -f "tests/$s" ] || continue
+        run_prog "$s (HTTP/2)" "$T/log/h2_$s" env COAI_TEST_TRANSPORT=h2 "$PY" "tests/$s"
+    done
+
     # 8. The run engine under ASan/UBSan: server.c built with the sanitizers (glibc), then the
-    #    held-run and surface suites again against it. A report aborts the proxy, and the
-    #    suite fails with it.
+    #    held-run, surface and HTTP/2 suites again against it. A report aborts the proxy, and
+    #    the suite fails with it.
     # shellcheck disable=SC2086
     if run gcc -std=c99 -g -O1 $SAN $DEFS -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" server.c $PB_C \
         $LIB_C "$BR_GCC/build/libbearssl.a" -lpthread -lm -o "$T/cursor-oai-asan"; then
         asan_saved=$ASAN_OPTIONS
         export E2E_PROXY_CMD="[\"$T/cursor-oai-asan\"]"
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-        for s in held_test.py surface_test.py; do
+        for s in held_test.py surface_test.py h2_test.py; do
             run_prog "$s (ASan/UBSan server)" "$T/log/asan_$s" "$PY" "tests/$s"
         done
         unset E2E_PROXY_CMD

@@ -1,10 +1,35 @@
 /* server.c - cursor-oai: an OpenAI-compatible HTTP/1.1 server that talks to Cursor's Agent
- * backend over HTTPS (BearSSL).
+ * backend over HTTPS (BearSSL), over HTTP/2 or HTTP/1.1.
  *
  * This file only moves bytes: client sockets <-> cursor_oai.h <-> TLS sockets. Every parser
- * (HTTP heads, chunked bodies, envelopes, protobuf, JSON, OpenAI logic) lives in the header,
- * where it is tested and fuzzed. Threads: one detached thread per client connection; shared
- * state (connection count, TLS pool, model cache, credentials) sits behind S.lock.
+ * (HTTP heads, chunked bodies, envelopes, protobuf, JSON, OpenAI logic, HTTP/2 frames and
+ * HPACK) lives in the header, where it is tested and fuzzed. Threads: one detached thread per
+ * client connection, one I/O thread per HTTP/2 connection to Cursor, a heartbeat thread per
+ * long run, a holder thread per held run; shared state (connection count, TLS pool, model
+ * cache, credentials) sits behind S.lock.
+ *
+ * MAP, in the order a request travels (each name is a section heading below: search for it)
+ *
+ *   Listener                       accept, the connection slots, 503 when full, shutdown
+ *   Client connections: requests   read the head and body, route (serve_request), access log
+ *   Models / Usage                 GET /v1/models, /usage: unary calls to Cursor
+ *   Run engine                     POST /v1/chat/completions, /v1/messages, /v1/responses:
+ *                                  handle_chat parses, maps the model, builds the run request
+ *                                  (or resumes a remembered conversation), then runs it:
+ *     Transports                   tr_open / tr_send / tr_body / tr_close: the only way the
+ *                                  engine reaches Cursor; tr_choose picks HTTP/2 or HTTP/1.1,
+ *                                  a failure before the first byte falls back to HTTP/1.1
+ *     run_stream / run_frame       Cursor's messages -> coai_reply (the dialect's writer)
+ *     heartbeats                   client and exec heartbeats on their own thread
+ *   Held runs                      a run that asked for tools waits for the next request
+ *   Client connections: responses  what coai_reply produced goes to the client (run_flush)
+ *   Upstream TLS connections       HTTP/1.1: BearSSL sockets, the pool, spares, unary calls,
+ *                                  RunSSE + BidiAppend
+ *   HTTP/2 connections             one multiplexed connection per host, its I/O thread, the
+ *                                  streams the Run transport opens
+ *   Credentials                    the token: memory, files, renewal (every upstream call)
+ *   Metrics, Logging               GET /metrics, the log writer
+ *   Configuration and command line, Commands   serve's settings; login, status, doctor ...
  */
 #define _GNU_SOURCE
 #define CURSOR_OAI_IMPLEMENTATION
@@ -39,6 +64,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -672,6 +698,7 @@ enum {
     M_TOKENS,               /* counter {model, kind}: kind in, out, cached */
     M_CRED_RENEWALS,        /* counter {result}: ok, failed */
     M_QUOTA_LATCHED,        /* counter: answers given by the quota latch, without a run */
+    M_TRANSPORT_RUNS,       /* counter {transport}: upstream runs by transport (h2, http1) */
     M__COUNT
 };
 
@@ -701,6 +728,8 @@ static const struct metric_family {
     { "cursor_oai_credential_renewals_total", MT_COUNTER, "Access token renewals, by result" },
     { "cursor_oai_quota_latched_total", MT_COUNTER, "Requests answered with a remembered "
       "usage-limit error, without an upstream run" },
+    { "cursor_oai_transport_runs_total", MT_COUNTER, "Upstream runs by the transport that "
+      "carried them (h2: one HTTP/2 Run stream; http1: RunSSE + BidiAppend)" },
 };
 
 #define METRIC_SERIES_MAX 256       /* series per family; more land in overflow="true" */
@@ -848,6 +877,7 @@ static void metric_gauge_now(coai_buf *b, const char *name, const char *type,
 
 static int pool_spares_locked(void);
 static void continuation_write(coai_buf *b);
+static void h2_metrics_write(coai_buf *b);
 
 /* The whole exposition. Families without a series yet show a zero series when they have
  * no labels, else only their HELP/TYPE lines. */
@@ -892,6 +922,7 @@ static void metrics_write(coai_buf *b)
                      "Log lines dropped because stderr was not being read",
                      (double)log_dropped());
     continuation_write(b);
+    h2_metrics_write(b);
 }
 
 /* ======================================================================== */
@@ -1502,8 +1533,13 @@ static void up_sess_put(const coai_url *h, const br_ssl_session_parameters *sp)
     pthread_mutex_unlock(&UPX.lock);
 }
 
-/* Open a new verified TLS 1.2 connection to host h. NULL with *e filled on failure. */
-static struct upconn *up_connect(const coai_url *h, coai_error *e)
+/* ALPN offers for an HTTP/2 connection: h2 first; http/1.1 so a server without h2 says so
+ * by choosing it (BearSSL keeps the pointer: static). */
+static const char *UP_ALPN_H2[] = { "h2", "http/1.1" };
+
+/* Open a new verified TLS 1.2 connection to host h (h2: offering ALPN h2, for the HTTP/2
+ * transport). NULL with *e filled on failure. */
+static struct upconn *up_connect_alpn(const coai_url *h, int h2, coai_error *e)
 {
     struct addrinfo hints, *res = NULL, *ai;
     struct upconn *c = NULL;
@@ -1546,6 +1582,7 @@ static struct upconn *up_connect(const coai_url *h, coai_error *e)
     br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
     br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
     br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
+    if (h2) br_ssl_engine_set_protocol_names(&c->sc.eng, UP_ALPN_H2, 2);
     resume = up_sess_get(h, &sp);
     if (resume) br_ssl_engine_set_session_parameters(&c->sc.eng, &sp);
     /* The real host name, always: it is both the SNI and the name the certificate must match
@@ -1586,6 +1623,11 @@ tls_fail:
     }
     up_free(c);
     return NULL;
+}
+
+static struct upconn *up_connect(const coai_url *h, coai_error *e)
+{
+    return up_connect_alpn(h, 0, e);
 }
 
 /* A pooled connection is usable only if the server has sent nothing since (no EOF, no
@@ -2228,6 +2270,813 @@ static int auth_call(const char *method, const char *target, const char *what,
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
     return rc;
+}
+
+/* ======================================================================== */
+/* HTTP/2 connections (issue 23): one multiplexed TLS connection per host   */
+/* ======================================================================== */
+/* The HTTP/2 transport's sockets and threads; frames, flow control and HPACK are the
+ * header's (PART:H2, coai_h2_conn). Two objects:
+ *
+ *   h2c (connection)  one per host while it has room. Its I/O thread alone drives the
+ *                     BearSSL engine on a non-blocking socket: it writes what coai_h2_conn
+ *                     queued, feeds what arrives and hands the events to the streams
+ *                     (SETTINGS and PING acks go out by themselves), PINGs after
+ *                     H2_PING_IDLE_MS of silence and gives up when the ack does not come.
+ *                     Others only call coai_h2_* under hc->mu and wake the thread.
+ *   h2s (stream)      one run. Its thread writes messages (waiting for window without
+ *                     holding anything the I/O thread needs: a big tool result never stops
+ *                     the reading of the connection) and reads what arrived; an eventfd per
+ *                     stream wakes it, so it waits like an HTTP/1.1 read (client socket,
+ *                     deadline, a tick once a second).
+ *
+ * Concurrent runs share a connection up to the server's SETTINGS_MAX_CONCURRENT_STREAMS;
+ * beyond that a second connection opens (one connect per host at a time: the others wait
+ * and share it). After GOAWAY a connection takes no new streams; those below its last id
+ * finish. Our receive windows: H2_STREAM_WINDOW per stream, returned as its reader
+ * consumes, so a stalled run holds back only itself; the connection's is larger than all
+ * stream windows together, so it never binds first. */
+
+#define H2_STREAM_WINDOW (256u * 1024u)   /* our SETTINGS_INITIAL_WINDOW_SIZE */
+#define H2_PING_IDLE_MS 20000             /* PING after this long without a frame (as the CLI) */
+#define H2_PING_DEAD_MS 20000             /* ... and give the connection up when unanswered */
+#define H2_IDLE_CLOSE_MS 300000           /* close a connection without streams after this */
+#define H2_SETTINGS_WAIT_MS 10000         /* the server's SETTINGS after our preface */
+
+struct h2s;
+
+struct h2c {
+    struct h2c *next;               /* H2C.list */
+    struct upconn *up;              /* fd + BearSSL engine: the I/O thread's alone */
+    coai_url host;
+    pthread_mutex_t mu;             /* core and everything below */
+    pthread_cond_t cv;              /* SETTINGS arrived, the connection failed */
+    pthread_t th;
+    int wake[2];                    /* a byte: the core has something to write */
+    coai_h2_conn *core;
+    int open;                       /* streams counted against the server's limit */
+    int got_settings;
+    int goaway;                     /* no new streams */
+    int dead;                       /* failed or closed: every stream fails */
+    char why[160];
+    int refs;                       /* streams + the list */
+    int64_t last_rx, last_use, ping_at;
+    unsigned char ping_data[8];
+    int ping_out;
+    struct h2s *streams;            /* ours, for failing them all at once */
+};
+
+struct h2s {
+    struct h2s *next;               /* hc->streams */
+    struct h2c *hc;
+    uint32_t id;
+    int counted;                    /* holds one of hc->open */
+    int status;                     /* :status of the response head, 0 before it */
+    int ended;                      /* the server ended its side */
+    int reset;                      /* RST_STREAM (rst_code), refused, or a dead connection */
+    uint32_t rst_code;
+    int refused;                    /* the server never processed it (GOAWAY, REFUSED_STREAM) */
+    int local_end;                  /* we ended our side */
+    int blocked;                    /* its writer waits for window */
+    coai_buf in;                    /* DATA received, not yet handed out */
+    coai_buf taken;                 /* the bytes handed to the reader last */
+    int sig;                        /* eventfd: readable when something arrived (the reader) */
+    int wsig;                       /* eventfd: window opened or the stream failed (a writer) */
+    int body_done;                  /* the reader saw the end */
+    int got_bytes;
+    /* waits, as struct upconn's (up_wait) */
+    int64_t deadline;
+    int64_t progress_ms;            /* > 0: window coming back pushes deadline this far */
+    int why;                        /* UPX_* of the last failure */
+    int client_fd;
+    short client_events;
+    int64_t last_tick;
+    int (*tick)(void *);
+    void *tick_ctx;
+};
+
+static struct h2c_state {
+    pthread_mutex_t lock;           /* the list; taken before an hc->mu, never after */
+    pthread_cond_t cond;            /* a connect ended, a slot freed */
+    struct h2c *list;
+    int connecting;                 /* connections being opened */
+    unsigned long opened, streams, goaways, pings, ping_timeouts;   /* atomics */
+} H2C = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static void h2c_wake(struct h2c *hc)
+{
+    if (write(hc->wake[1], "w", 1) < 0) {}
+}
+
+/* Wake s's reader; and its writer, which also needs to hear of a failure. */
+static void h2s_signal(struct h2s *s)
+{
+    uint64_t one = 1;
+    if (s->sig >= 0 && write(s->sig, &one, sizeof one) < 0) {}
+    if (s->blocked && s->wsig >= 0 && write(s->wsig, &one, sizeof one) < 0) {}
+}
+
+/* Wake s's writer (window). */
+static void h2s_wsignal(struct h2s *s)
+{
+    uint64_t one = 1;
+    if (s->wsig >= 0 && write(s->wsig, &one, sizeof one) < 0) {}
+}
+
+/* What a writer's wait for window watches (its own client socket and tick: a heartbeat's
+ * are not the reader's). */
+struct h2w {
+    int client_fd;                  /* -1: none */
+    int (*tick)(void *);            /* NULL: none; -1 cancels */
+    void *tick_ctx;
+    int64_t last_tick;
+    int why;                        /* UPX_* of a failed wait */
+};
+
+/* Under hc->mu: the connection is finished; every stream fails. */
+static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
+{
+    struct h2s *s;
+    va_list ap;
+    if (hc->dead) return;
+    hc->dead = 1;
+    va_start(ap, fmt);
+    vsnprintf(hc->why, sizeof hc->why, fmt, ap);
+    va_end(ap);
+    for (s = hc->streams; s; s = s->next) {
+        if (!s->ended) {
+            s->reset = 1;
+            if (!s->status && !s->got_bytes) s->refused = 1;
+        }
+        h2s_signal(s);
+    }
+    pthread_cond_broadcast(&hc->cv);
+}
+
+static void h2c_unref(struct h2c *hc)
+{
+    int last;
+    pthread_mutex_lock(&hc->mu);
+    last = --hc->refs == 0;
+    pthread_mutex_unlock(&hc->mu);
+    if (!last) return;
+    pthread_join(hc->th, NULL);
+    up_free(hc->up);
+    close(hc->wake[0]);
+    close(hc->wake[1]);
+    coai_h2_free(hc->core);
+    free(hc->core);
+    pthread_cond_destroy(&hc->cv);
+    pthread_mutex_destroy(&hc->mu);
+    free(hc);
+}
+
+/* Under hc->mu: one event of the core. */
+static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
+{
+    struct h2s *s = ev->user, *x;
+    switch (ev->type) {
+    case COAI_H2_EV_SETTINGS:
+        hc->got_settings = 1;
+        pthread_cond_broadcast(&hc->cv);
+        break;
+    case COAI_H2_EV_HEADERS:
+        if (!s) break;
+        if (!ev->trailers && !s->status) s->status = ev->status;
+        if (ev->end_stream) s->ended = 1;
+        h2s_signal(s);
+        break;
+    case COAI_H2_EV_DATA:
+        if (!s) { coai_h2_consumed(hc->core, ev->stream, ev->data.len); break; }
+        s->got_bytes = 1;
+        coai_buf_append(&s->in, ev->data.ptr, ev->data.len);
+        if (s->in.err) {
+            coai_h2_reset(hc->core, ev->stream, COAI_H2_INTERNAL_ERROR);
+            s->reset = 1;
+        }
+        if (ev->end_stream) s->ended = 1;
+        h2s_signal(s);
+        break;
+    case COAI_H2_EV_RESET:
+    case COAI_H2_EV_REFUSED:
+        if (!s) break;
+        s->reset = 1;
+        s->rst_code = ev->code;
+        if (ev->type == COAI_H2_EV_REFUSED || (!s->status && !s->got_bytes)) s->refused = 1;
+        h2s_signal(s);
+        break;
+    case COAI_H2_EV_WINDOW:
+        for (x = hc->streams; x; x = x->next)
+            if (x->blocked && (ev->stream == 0 || x->id == ev->stream)) h2s_wsignal(x);
+        break;
+    case COAI_H2_EV_GOAWAY:
+        if (!hc->goaway)
+            srv_log(LOG_INFO, "HTTP/2 %s: GOAWAY (last stream %u, %s): new runs go to a new "
+                    "connection", hc->host.authority, ev->last_stream,
+                    coai_h2_error_str(ev->code));
+        hc->goaway = 1;
+        __atomic_add_fetch(&H2C.goaways, 1, __ATOMIC_RELAXED);
+        break;
+    case COAI_H2_EV_PING_ACK:
+        if (hc->ping_out && ev->data.len == 8 && memcmp(ev->data.ptr, hc->ping_data, 8) == 0)
+            hc->ping_out = 0;
+        break;
+    default:
+        break;
+    }
+}
+
+/* The I/O thread: the only user of hc->up's socket and engine. */
+static void *h2c_thread(void *arg)
+{
+    struct h2c *hc = arg;
+    br_ssl_engine_context *eng = &hc->up->sc.eng;
+    int fd = hc->up->fd, want_out = 0;
+    pthread_mutex_lock(&hc->mu);
+    for (;;) {
+        unsigned st;
+        struct pollfd pf[2];
+        int64_t now = mono_ms();
+        int pr;
+        /* TLS bytes the handshake read ahead (up_low_read's buffer) go in first: the
+         * server's first records often come with its last handshake message */
+        while (hc->up->ra_off < hc->up->ra_len
+               && (br_ssl_engine_current_state(eng) & BR_SSL_RECVREC)) {
+            size_t n, k = hc->up->ra_len - hc->up->ra_off;
+            unsigned char *b = br_ssl_engine_recvrec_buf(eng, &n);
+            if (k > n) k = n;
+            memcpy(b, hc->up->ra + hc->up->ra_off, k);
+            hc->up->ra_off += k;
+            br_ssl_engine_recvrec_ack(eng, k);
+        }
+        /* decrypted bytes -> the core -> events */
+        while (!hc->dead && ((st = br_ssl_engine_current_state(eng)) & BR_SSL_RECVAPP)) {
+            size_t n;
+            coai_h2_event ev;
+            coai_result r;
+            unsigned char *b = br_ssl_engine_recvapp_buf(eng, &n);
+            if (coai_h2_feed(hc->core, b, n) < 0) { h2c_fail_locked(hc, "out of memory"); break; }
+            br_ssl_engine_recvapp_ack(eng, n);
+            hc->last_rx = now;
+            while ((r = coai_h2_next(hc->core, &ev)) == COAI_OK) h2c_event(hc, &ev);
+            if (r == COAI_ERR_H2)
+                h2c_fail_locked(hc, "HTTP/2 protocol error by the server (%s)",
+                                coai_h2_error_str((uint32_t)hc->core->error));
+            else if (r < 0 && r != COAI_MORE)
+                h2c_fail_locked(hc, "%s", coai_result_str(r));
+        }
+        if (br_ssl_engine_current_state(eng) == BR_SSL_CLOSED) {
+            int err = br_ssl_engine_last_error(eng);
+            if (err == BR_ERR_OK) {
+                h2c_fail_locked(hc, "the server closed the connection");
+            } else {
+                char what[128];
+                int v = 0;
+                tls_err_text(err, what, sizeof what, &v);
+                h2c_fail_locked(hc, "TLS error: %s", what);
+            }
+        }
+        /* timers */
+        if (!hc->dead) {
+            if (hc->ping_out && now - hc->ping_at > H2_PING_DEAD_MS) {
+                h2c_fail_locked(hc, "PING unanswered for %d s", H2_PING_DEAD_MS / 1000);
+                __atomic_add_fetch(&H2C.ping_timeouts, 1, __ATOMIC_RELAXED);
+            } else if (!hc->ping_out && now - hc->last_rx >= H2_PING_IDLE_MS) {
+                if (random_fill(hc->ping_data, 8) < 0) memset(hc->ping_data, 0x5a, 8);
+                coai_h2_ping(hc->core, hc->ping_data);
+                hc->ping_out = 1;
+                hc->ping_at = now;
+                __atomic_add_fetch(&H2C.pings, 1, __ATOMIC_RELAXED);
+            }
+            if (!hc->streams && !hc->open && now - hc->last_use > H2_IDLE_CLOSE_MS) {
+                coai_h2_goaway(hc->core, COAI_H2_NO_ERROR);
+                hc->goaway = 1;
+                h2c_fail_locked(hc, "idle for %d s", H2_IDLE_CLOSE_MS / 1000);
+            }
+        }
+        /* the core's bytes -> engine */
+        for (;;) {
+            const unsigned char *p;
+            size_t k = coai_h2_want_write(hc->core, &p), room;
+            unsigned char *b;
+            if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
+                if (!k) br_ssl_engine_flush(eng, 0);
+                break;
+            }
+            b = br_ssl_engine_sendapp_buf(eng, &room);
+            if (k > room) k = room;
+            memcpy(b, p, k);
+            br_ssl_engine_sendapp_ack(eng, k);
+            coai_h2_wrote(hc->core, k);
+        }
+        /* records -> socket */
+        want_out = 0;
+        while ((st = br_ssl_engine_current_state(eng)) & BR_SSL_SENDREC) {
+            size_t n;
+            unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
+            ssize_t w = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); continue; }
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
+            h2c_fail_locked(hc, "send failed: %s", strerror(errno));
+            break;
+        }
+        if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
+        pthread_mutex_unlock(&hc->mu);
+        pf[0].fd = fd;
+        pf[0].events = (short)(POLLIN | (want_out ? POLLOUT : 0));
+        pf[0].revents = 0;
+        pf[1].fd = hc->wake[0];
+        pf[1].events = POLLIN;
+        pf[1].revents = 0;
+        pr = poll(pf, 2, hc->dead ? 200 : 1000);
+        pthread_mutex_lock(&hc->mu);
+        if (pr < 0 && errno != EINTR) { h2c_fail_locked(hc, "poll failed"); break; }
+        if (pr > 0 && pf[1].revents) {
+            char junk[64];
+            while (read(hc->wake[0], junk, sizeof junk) > 0) {}
+        }
+        if (hc->dead && pr == 0) break;     /* the last bytes (a GOAWAY) could not go out */
+        if (pr > 0 && (pf[0].revents & (POLLIN | POLLERR | POLLHUP))) {
+            for (;;) {
+                size_t n;
+                unsigned char *b;
+                ssize_t r;
+                if (!(br_ssl_engine_current_state(eng) & BR_SSL_RECVREC)) break;
+                b = br_ssl_engine_recvrec_buf(eng, &n);
+                r = recv(fd, b, n, MSG_DONTWAIT);
+                if (r > 0) { br_ssl_engine_recvrec_ack(eng, (size_t)r); continue; }
+                if (r < 0 && errno == EINTR) continue;
+                if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+                hc->up->why = UPX_EOF;
+                if (r == 0) h2c_fail_locked(hc, "the server closed the connection");
+                else h2c_fail_locked(hc, "recv failed: %s", strerror(errno));
+                break;
+            }
+        }
+    }
+    if (!hc->dead) h2c_fail_locked(hc, "closed");
+    hc->up->why = UPX_IO;                   /* no close_notify attempt on the way out */
+    pthread_mutex_unlock(&hc->mu);
+    pthread_mutex_lock(&H2C.lock);
+    {
+        struct h2c **pp;
+        for (pp = &H2C.list; *pp; pp = &(*pp)->next)
+            if (*pp == hc) { *pp = hc->next; break; }
+    }
+    pthread_cond_broadcast(&H2C.cond);
+    pthread_mutex_unlock(&H2C.lock);
+    srv_log(LOG_DEBUG, "HTTP/2 connection to %s ended: %s", hc->host.authority, hc->why);
+    h2c_unref(hc);                          /* the list's reference */
+    return NULL;
+}
+
+/* A new connection to h: TLS with ALPN h2, the preface, the server's SETTINGS. NULL with
+ * *e filled; e->code "upstream_no_h2" when the server did not choose h2 in ALPN. */
+static struct h2c *h2c_open(const coai_url *h, coai_error *e)
+{
+    struct h2c *hc;
+    const char *alpn;
+    pthread_attr_t at;
+    coai_h2_opts o;
+    int64_t end;
+    struct upconn *up = up_connect_alpn(h, 1, e);
+    if (!up) return NULL;
+    alpn = br_ssl_engine_get_selected_protocol(&up->sc.eng);
+    if (!alpn || strcmp(alpn, "h2") != 0) {
+        coai_error_set(e, 502, "upstream_error", "upstream_no_h2", NULL,
+                       "https://%s%s did not choose HTTP/2 in ALPN (%s)", h->authority,
+                       h->prefix, alpn ? alpn : "no protocol chosen");
+        up_free(up);
+        return NULL;
+    }
+    memset(&o, 0, sizeof o);
+    o.stream_window = H2_STREAM_WINDOW;
+    o.conn_window = H2_STREAM_WINDOW * COAI_H2_MAX_STREAMS;   /* never binds before them */
+    hc = calloc(1, sizeof *hc);
+    if (hc) hc->core = calloc(1, sizeof *hc->core);
+    if (!hc || !hc->core || pipe(hc->wake) < 0) {
+        if (hc) free(hc->core);
+        free(hc);
+        up_free(up);
+        coai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    fcntl(hc->wake[0], F_SETFL, O_NONBLOCK);
+    fcntl(hc->wake[1], F_SETFL, O_NONBLOCK);
+    pthread_mutex_init(&hc->mu, NULL);
+    pthread_cond_init(&hc->cv, NULL);
+    hc->up = up;
+    hc->host = *h;
+    hc->last_rx = hc->last_use = mono_ms();
+    hc->refs = 2;                           /* the thread/list + the caller */
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, 256 * 1024);
+    if (coai_h2_init(hc->core, &o) < 0 || pthread_create(&hc->th, &at, h2c_thread, hc) != 0) {
+        pthread_attr_destroy(&at);
+        close(hc->wake[0]);
+        close(hc->wake[1]);
+        coai_h2_free(hc->core);
+        free(hc->core);
+        up_free(up);
+        pthread_cond_destroy(&hc->cv);
+        pthread_mutex_destroy(&hc->mu);
+        free(hc);
+        coai_error_set(e, 500, "server_error", NULL, NULL, "cannot start an HTTP/2 connection");
+        return NULL;
+    }
+    pthread_attr_destroy(&at);
+    pthread_mutex_lock(&H2C.lock);
+    hc->next = H2C.list;                    /* listed now: the thread unlists it at its end */
+    H2C.list = hc;
+    pthread_mutex_unlock(&H2C.lock);
+    h2c_wake(hc);
+    end = mono_ms() + H2_SETTINGS_WAIT_MS;
+    pthread_mutex_lock(&hc->mu);
+    while (!hc->got_settings && !hc->dead && mono_ms() < end) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&hc->cv, &hc->mu, &ts);
+    }
+    if (!hc->got_settings || hc->dead || hc->goaway) {
+        coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
+                       "the HTTP/2 connection to %s failed before its first stream: %s",
+                       h->authority, hc->dead ? hc->why : hc->goaway ? "GOAWAY at once"
+                       : "no SETTINGS from the server");
+        h2c_fail_locked(hc, "unusable");
+        pthread_mutex_unlock(&hc->mu);
+        h2c_wake(hc);
+        h2c_unref(hc);
+        return NULL;
+    }
+    pthread_mutex_unlock(&hc->mu);
+    __atomic_add_fetch(&H2C.opened, 1, __ATOMIC_RELAXED);
+    srv_log(LOG_DEBUG, "HTTP/2 connection to %s up (the server allows %u streams)",
+            h->authority, hc->core->peer.max_concurrent_streams);
+    return hc;                              /* with the caller's reference */
+}
+
+/* Under hc->mu: room for one more stream on hc. */
+static int h2c_room_locked(const struct h2c *hc)
+{
+    uint32_t max = hc->core->peer.max_concurrent_streams;
+    if (max > COAI_H2_MAX_STREAMS) max = COAI_H2_MAX_STREAMS;
+    return !hc->dead && !hc->goaway && hc->got_settings && (uint32_t)hc->open < max
+           && hc->core->next_id < 0x7ffffff0u;
+}
+
+/* A connection to h with room for a stream: its slot taken (hc->open) and a reference
+ * held. An existing one, else a new one; while one is being opened, the others wait for
+ * it and share it. fresh: a new one in any case. NULL with *e filled. */
+static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
+{
+    struct h2c *hc;
+    pthread_mutex_lock(&H2C.lock);
+    for (;;) {
+        for (hc = fresh ? NULL : H2C.list; hc; hc = hc->next) {
+            int ok;
+            if (!up_same_host(&hc->host, h)) continue;
+            pthread_mutex_lock(&hc->mu);
+            ok = h2c_room_locked(hc);
+            if (ok) { hc->open++; hc->refs++; hc->last_use = mono_ms(); }
+            pthread_mutex_unlock(&hc->mu);
+            if (ok) {
+                pthread_mutex_unlock(&H2C.lock);
+                return hc;
+            }
+        }
+        if (fresh || !H2C.connecting) break;
+        pthread_cond_wait(&H2C.cond, &H2C.lock);
+    }
+    H2C.connecting++;
+    pthread_mutex_unlock(&H2C.lock);
+    hc = h2c_open(h, e);
+    if (hc) {
+        pthread_mutex_lock(&hc->mu);
+        hc->open++;                         /* the caller's reference is the stream's */
+        pthread_mutex_unlock(&hc->mu);
+    }
+    pthread_mutex_lock(&H2C.lock);
+    H2C.connecting--;
+    pthread_cond_broadcast(&H2C.cond);
+    pthread_mutex_unlock(&H2C.lock);
+    return hc;
+}
+
+/* Wait for eventfd fd, watching a client socket (-1: none), the deadline and a tick
+ * (called about once a second; -1 cancels), as up_wait does. 0 woken, -1 *why set. */
+static int h2_wait(int fd, int64_t deadline, int client_fd, short *client_events,
+                   int (*tick)(void *), void *tick_ctx, int64_t *last_tick, int *why)
+{
+    for (;;) {
+        struct pollfd pf[2];
+        int64_t now = mono_ms(), left = deadline - now;
+        int n = 1, r;
+        if (tick && now - *last_tick >= 1000) {
+            *last_tick = now;
+            if (tick(tick_ctx) < 0) { *why = UPX_CANCELLED; return -1; }
+        }
+        if (left <= 0) { *why = UPX_TIMEOUT; return -1; }
+        pf[0].fd = fd;
+        pf[0].events = POLLIN;
+        pf[0].revents = 0;
+        if (client_fd >= 0 && *client_events) {
+            pf[1].fd = client_fd;
+            pf[1].events = *client_events;
+            pf[1].revents = 0;
+            n = 2;
+        }
+        r = poll(pf, (nfds_t)n, left > 1000 ? 1000 : (int)left);
+        if (r < 0 && errno == EINTR) { *last_tick = 0; continue; }
+        if (r < 0) { *why = UPX_IO; return -1; }
+        if (n == 2 && pf[1].revents) {
+            char b;
+            ssize_t k;
+            if (pf[1].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+                *why = UPX_CANCELLED;
+                return -1;
+            }
+            k = recv(client_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                *why = UPX_CANCELLED;
+                return -1;
+            }
+            *client_events = 0;             /* pipelined bytes: stop watching for them */
+        }
+        if (pf[0].revents) {
+            uint64_t v;
+            if (read(fd, &v, sizeof v) < 0) {}
+            return 0;
+        }
+    }
+}
+
+/* The reader's wait on s: its eventfd, client, deadline and tick. */
+static int h2s_wait(struct h2s *s)
+{
+    return h2_wait(s->sig, s->deadline, s->client_fd, &s->client_events, s->tick, s->tick_ctx,
+                   &s->last_tick, &s->why);
+}
+
+/* A new stream to h with its request head queued (no END_STREAM: the body follows).
+ * NULL with *e filled (e->code upstream_no_h2 / upstream_h2_failed / up_connect's). */
+static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t nh, int fresh,
+                            coai_error *e)
+{
+    struct h2c *hc = h2c_get(h, fresh, e);
+    struct h2s *s;
+    long id = -1;
+    if (!hc) return NULL;
+    s = calloc(1, sizeof *s);
+    if (s) {
+        s->sig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        s->wsig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (s->sig < 0 || s->wsig < 0) {
+            if (s->sig >= 0) close(s->sig);
+            if (s->wsig >= 0) close(s->wsig);
+            s->sig = -1;
+        }
+    }
+    pthread_mutex_lock(&hc->mu);
+    if (s && s->sig >= 0 && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
+    if (id <= 0) {
+        coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
+                       "no HTTP/2 stream to %s: %s", h->authority,
+                       !s || s->sig < 0 ? "out of memory" : hc->dead ? hc->why
+                       : id == 0 ? "the server's stream limit" : "the connection is going away");
+        hc->open--;
+        pthread_mutex_unlock(&hc->mu);
+        if (s && s->sig >= 0) { close(s->sig); close(s->wsig); }
+        free(s);
+        h2c_unref(hc);
+        return NULL;
+    }
+    s->hc = hc;
+    s->id = (uint32_t)id;
+    s->counted = 1;
+    s->client_fd = -1;
+    s->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+    s->next = hc->streams;
+    hc->streams = s;
+    pthread_mutex_unlock(&hc->mu);
+    h2c_wake(hc);
+    __atomic_add_fetch(&H2C.streams, 1, __ATOMIC_RELAXED);
+    return s;
+}
+
+/* Send n bytes on s as DATA (end: with END_STREAM), within the windows: waits for window
+ * (the connection's reading goes on meanwhile). 0 ok, -1 s->why. */
+static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int end)
+{
+    struct h2c *hc = s->hc;
+    const unsigned char *b = p;
+    size_t off = 0;
+    pthread_mutex_lock(&hc->mu);
+    for (;;) {
+        size_t room, sent = 0;
+        if (s->reset || hc->dead || s->local_end) {
+            pthread_mutex_unlock(&hc->mu);
+            w->why = UPX_IO;
+            return -1;
+        }
+        room = coai_h2_send_room(hc->core, s->id);
+        if (room == 0 && off < n) {
+            short ev = POLLIN;
+            int64_t deadline = s->deadline;
+            s->blocked = 1;
+            pthread_mutex_unlock(&hc->mu);
+            h2c_wake(hc);
+            if (h2_wait(s->wsig, deadline, w->client_fd, &ev, w->tick, w->tick_ctx,
+                        &w->last_tick, &w->why) < 0) {
+                pthread_mutex_lock(&hc->mu);
+                s->blocked = 0;
+                pthread_mutex_unlock(&hc->mu);
+                return -1;
+            }
+            pthread_mutex_lock(&hc->mu);
+            s->blocked = 0;
+            /* window came back: the server is reading, which is progress */
+            if (s->progress_ms && coai_h2_send_room(hc->core, s->id) > 0
+                && s->deadline < mono_ms() + s->progress_ms)
+                s->deadline = mono_ms() + s->progress_ms;
+            continue;
+        }
+        if (room > n - off) room = n - off;
+        if (coai_h2_send_data(hc->core, s->id, b + off, room, end && off + room == n,
+                              &sent) < 0) {
+            pthread_mutex_unlock(&hc->mu);
+            w->why = UPX_IO;
+            return -1;
+        }
+        off += sent;
+        if (off == n) break;
+        pthread_mutex_unlock(&hc->mu);
+        h2c_wake(hc);
+        pthread_mutex_lock(&hc->mu);
+    }
+    if (end) s->local_end = 1;
+    pthread_mutex_unlock(&hc->mu);
+    h2c_wake(hc);
+    return 0;
+}
+
+/* The response head of s: 0 when :status arrived (s->status), -1 s->why (a reset or a
+ * refusal before it: s->reset, s->refused). */
+static int h2s_head(struct h2s *s)
+{
+    for (;;) {
+        int st, bad;
+        pthread_mutex_lock(&s->hc->mu);
+        st = s->status;
+        bad = s->reset || (s->ended && !st);
+        pthread_mutex_unlock(&s->hc->mu);
+        if (st) return 0;
+        if (bad) { s->why = UPX_IO; return -1; }
+        if (h2s_wait(s) < 0) return -1;
+    }
+}
+
+/* The next bytes of s's response body: > 0 bytes at *p (valid until the next call), 0 the
+ * end, -1 failed (s->why; s->reset for a reset stream or a dead connection). */
+static long h2s_body(struct h2s *s, const unsigned char **p)
+{
+    struct h2c *hc = s->hc;
+    for (;;) {
+        pthread_mutex_lock(&hc->mu);
+        if (s->in.len) {
+            coai_buf t = s->taken;
+            s->taken = s->in;
+            s->in = t;
+            coai_buf_reset(&s->in);
+            coai_h2_consumed(hc->core, s->id, s->taken.len);    /* the window goes back */
+            pthread_mutex_unlock(&hc->mu);
+            h2c_wake(hc);
+            *p = s->taken.data;
+            return (long)s->taken.len;
+        }
+        if (s->ended) {
+            pthread_mutex_unlock(&hc->mu);
+            s->body_done = 1;
+            return 0;
+        }
+        if (s->reset || hc->dead) {
+            pthread_mutex_unlock(&hc->mu);
+            s->why = UPX_IO;
+            return -1;
+        }
+        pthread_mutex_unlock(&hc->mu);
+        if (h2s_wait(s) < 0) return -1;
+    }
+}
+
+/* 1 when s has body bytes (or its end) without waiting, else waits up to ms for them. */
+static int h2s_readable(struct h2s *s, int ms)
+{
+    struct pollfd pf;
+    int r;
+    pthread_mutex_lock(&s->hc->mu);
+    r = s->in.len || s->ended || s->reset || s->hc->dead;
+    pthread_mutex_unlock(&s->hc->mu);
+    if (r || ms <= 0) return r;
+    pf.fd = s->sig;
+    pf.events = POLLIN;
+    pf.revents = 0;
+    do r = poll(&pf, 1, ms); while (r < 0 && errno == EINTR);
+    if (r <= 0) return 0;
+    pthread_mutex_lock(&s->hc->mu);
+    r = s->in.len || s->ended || s->reset || s->hc->dead;
+    pthread_mutex_unlock(&s->hc->mu);
+    return r;
+}
+
+/* Why s failed, for error messages. */
+static void h2s_failure(struct h2s *s, char *out, size_t cap)
+{
+    pthread_mutex_lock(&s->hc->mu);
+    if (s->hc->dead)
+        snprintf(out, cap, "the HTTP/2 connection to %s failed: %s", s->hc->host.authority,
+                 s->hc->why);
+    else if (s->refused)
+        snprintf(out, cap, "%s refused the stream (%s)", s->hc->host.authority,
+                 s->hc->goaway ? "GOAWAY" : coai_h2_error_str(s->rst_code));
+    else if (s->reset)
+        snprintf(out, cap, "%s reset the stream (RST_STREAM %s)", s->hc->host.authority,
+                 coai_h2_error_str(s->rst_code));
+    else
+        snprintf(out, cap, "the HTTP/2 stream ended");
+    pthread_mutex_unlock(&s->hc->mu);
+}
+
+/* Close s: END_STREAM when the server is done and we are not, else RST_STREAM(CANCEL)
+ * unless it is over; its slot on the connection is freed. */
+static void h2s_close(struct h2s *s)
+{
+    struct h2c *hc;
+    struct h2s **pp;
+    if (!s) return;
+    hc = s->hc;
+    pthread_mutex_lock(&hc->mu);
+    if (!s->reset && !hc->dead) {
+        size_t sent;
+        if (!s->ended) coai_h2_reset(hc->core, s->id, COAI_H2_CANCEL);
+        else if (!s->local_end) coai_h2_send_data(hc->core, s->id, NULL, 0, 1, &sent);
+    }
+    if (s->counted) { s->counted = 0; hc->open--; hc->last_use = mono_ms(); }
+    for (pp = &hc->streams; *pp; pp = &(*pp)->next)
+        if (*pp == s) { *pp = s->next; break; }
+    pthread_mutex_unlock(&hc->mu);
+    h2c_wake(hc);
+    pthread_mutex_lock(&H2C.lock);
+    pthread_cond_broadcast(&H2C.cond);
+    pthread_mutex_unlock(&H2C.lock);
+    close(s->sig);
+    close(s->wsig);
+    coai_buf_free(&s->in);
+    coai_buf_free(&s->taken);
+    free(s);
+    h2c_unref(hc);
+}
+
+/* HTTP/2 connections open now and the streams on them (/metrics, the bench). */
+static void h2c_counts(int *conns, int *streams);
+
+/* The HTTP/2 side of /metrics, read at scrape time. */
+static void h2_metrics_write(coai_buf *b)
+{
+    int conns, streams;
+    h2c_counts(&conns, &streams);
+    metric_gauge_now(b, "cursor_oai_h2_connections", "gauge",
+                     "HTTP/2 connections to Cursor open now", conns);
+    metric_gauge_now(b, "cursor_oai_h2_streams", "gauge",
+                     "Run streams open on them", streams);
+    metric_gauge_now(b, "cursor_oai_h2_connections_opened_total", "counter",
+                     "HTTP/2 connections opened (each one TLS handshake)",
+                     (double)__atomic_load_n(&H2C.opened, __ATOMIC_RELAXED));
+    metric_gauge_now(b, "cursor_oai_h2_streams_opened_total", "counter",
+                     "Run streams opened", (double)__atomic_load_n(&H2C.streams,
+                                                                   __ATOMIC_RELAXED));
+    metric_gauge_now(b, "cursor_oai_h2_goaways_total", "counter",
+                     "GOAWAY frames received", (double)__atomic_load_n(&H2C.goaways,
+                                                                       __ATOMIC_RELAXED));
+    metric_gauge_now(b, "cursor_oai_h2_pings_total", "counter", "PINGs sent on idle "
+                     "connections", (double)__atomic_load_n(&H2C.pings, __ATOMIC_RELAXED));
+}
+
+
+static void h2c_counts(int *conns, int *streams)
+{
+    struct h2c *hc;
+    *conns = *streams = 0;
+    pthread_mutex_lock(&H2C.lock);
+    for (hc = H2C.list; hc; hc = hc->next) {
+        pthread_mutex_lock(&hc->mu);
+        if (!hc->dead) { (*conns)++; *streams += hc->open; }
+        pthread_mutex_unlock(&hc->mu);
+    }
+    pthread_mutex_unlock(&H2C.lock);
 }
 
 /* ======================================================================== */
@@ -3098,6 +3947,7 @@ struct conn {
     const char *fallback;           /* static name of a fallback this request took, or NULL:
                                      * set it where one is taken (access log "fallback"), and
                                      * count it: metric_add(M_FALLBACKS, "kind=\"...\"", 1) */
+    const char *transport;          /* "h2" / "http1": the transport of its upstream run */
     int first_seen;                 /* the first answer byte went out (first-token metric) */
     int status;                     /* status sent */
     size_t bytes;                   /* body bytes sent */
@@ -3454,6 +4304,9 @@ static void access_log(struct conn *c)
                         c->bytes);
         if (c->run_id[0]) coai_json_str_append(&b, c->run_id, strlen(c->run_id));
         else coai_buf_puts(&b, "null");
+        coai_buf_puts(&b, ",\"transport\":");
+        if (c->transport) coai_json_str_append(&b, c->transport, strlen(c->transport));
+        else coai_buf_puts(&b, "null");
         coai_buf_puts(&b, ",\"fallback\":");
         if (c->fallback) coai_json_str_append(&b, c->fallback, strlen(c->fallback));
         else coai_buf_puts(&b, "null");
@@ -3465,9 +4318,11 @@ static void access_log(struct conn *c)
         coai_buf_free(&b);
         return;
     }
-    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub%s%s%s%s", c->method, c->path, c->status,
-            c->model[0] ? c->model : "-", (long long)ms, c->bytes, c->run_id[0] ? " run=" : "",
-            c->run_id, c->fallback ? " fallback=" : "", c->fallback ? c->fallback : "");
+    srv_log(LOG_INFO, "%s %s %d model=%s %lldms %zub%s%s%s%s%s%s", c->method, c->path,
+            c->status, c->model[0] ? c->model : "-", (long long)ms, c->bytes,
+            c->run_id[0] ? " run=" : "", c->run_id, c->transport ? " transport=" : "",
+            c->transport ? c->transport : "", c->fallback ? " fallback=" : "",
+            c->fallback ? c->fallback : "");
 }
 
 /* The API key of a request, as any dialect's clients send it: "Authorization: Bearer", or
@@ -3498,6 +4353,7 @@ static int serve_request(struct conn *c, size_t hl)
     c->model[0] = 0;
     c->run_id[0] = 0;
     c->fallback = NULL;
+    c->transport = NULL;
     c->first_seen = 0;
     c->route = route_of(rq->path);
     c->status = 0;
@@ -3734,6 +4590,7 @@ static void conn_serve(struct conn *c)
             c->model[0] = 0;
             c->run_id[0] = 0;
             c->fallback = NULL;
+            c->transport = NULL;
             c->route = ROUTE_NONE;
             send_error(c, status ? status : 400, "invalid_request_error", NULL, NULL,
                        status == 408 ? "timed out reading the request head"
@@ -4916,13 +5773,18 @@ static int handle_status(struct conn *c, int route, int key_q)
 /* Run engine: one OpenAI request = one fresh RunSSE + BidiAppend run        */
 /* ======================================================================== */
 
+enum { TR_HTTP1, TR_H2 };           /* transports (see tr_open) */
+
 struct run {
     struct conn *c;                 /* the client (NULL while the run is held) */
     char request_id[37];            /* x-request-id and BidiRequestId of the run */
     char orig_id[37];               /* x-original-request-id: the first run's request_id */
     int64_t seqno;                  /* next BidiAppend append_seqno (under send_mu) */
     coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
-    struct upconn *sse;             /* the RunSSE connection */
+    struct upconn *sse;             /* TR_HTTP1: the RunSSE connection */
+    int tr;                         /* TR_HTTP1 / TR_H2: the transport of this attempt */
+    struct h2s *h2;                 /* TR_H2: the Run stream */
+    int tr_fail;                    /* the attempt failed in the transport, before any answer */
     int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
     int64_t last_write;             /* mono ms of the last byte sent to the client */
     int stream;                     /* the client asked for SSE */
@@ -4941,7 +5803,8 @@ struct run {
     int data_frames;                /* RunSSE data frames received */
     int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
     int tries;                      /* 1: the other profile was tried; 2: another host was;
-                                     * 4: the conversation was reset (RETRY_CONV) */
+                                     * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
+                                     * after HTTP/2 (RETRY_TRANSPORT) */
     int64_t t_start, t_head;        /* mono ms: run_start entered; RunSSE head arrived */
     coai_frame_decoder frames;
     coai_msg msg;
@@ -5226,7 +6089,12 @@ static int run_tick(void *ctx)
     return run_flush(r);
 }
 
-enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV };
+enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV, RETRY_TRANSPORT };
+static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client_fd,
+                   int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled);
+static int up_readable(struct upconn *c, int ms);
+static void tr_close(struct run *r, int clean);
+static int64_t *tr_deadline(struct run *r);
 
 /* Case-insensitive search for the NUL-free needle in n bytes of p. */
 static int ci_contains(const void *p, size_t n, const char *needle)
@@ -5354,8 +6222,8 @@ static int run_send_tick(void *ctx)
 static int run_send(void *user, const unsigned char *msg, size_t n)
 {
     struct run *r = user;
-    if (!r->c) return run_append(r, msg, n, -1, NULL, NULL, &r->err, &r->cancelled);
-    return run_append(r, msg, n, r->c->fd, run_send_tick, r, &r->err, &r->cancelled);
+    if (!r->c) return tr_send(r, msg, n, -1, NULL, NULL, &r->err, &r->cancelled);
+    return tr_send(r, msg, n, r->c->fd, run_send_tick, r, &r->err, &r->cancelled);
 }
 
 /* ---- heartbeats ---- */
@@ -5373,7 +6241,7 @@ static int run_hb_send(struct run *r, coai_buf *m)
 {
     coai_error e;
     memset(&e, 0, sizeof e);
-    if (m->err || !m->len || run_append(r, m->data, m->len, -1, run_hb_tick, r, &e, NULL) < 0) {
+    if (m->err || !m->len || tr_send(r, m->data, m->len, -1, run_hb_tick, r, &e, NULL) < 0) {
         srv_log(LOG_DEBUG, "run %s: heartbeat failed: %s", r->request_id, e.message);
         return -1;
     }
@@ -5522,8 +6390,7 @@ static void run_free(struct run *r)
     if (!r) return;
     held_live_del(r);
     run_hb_stop(r);
-    if (r->sse) up_free(r->sse);
-    r->sse = NULL;
+    tr_close(r, 0);
     coai_reply_free(&r->reply);
     coai_msg_free(&r->msg);
     coai_frame_decoder_free(&r->frames);
@@ -5543,7 +6410,7 @@ static void run_free(struct run *r)
 }
 
 /* ---- run watchdog (issue 24 item 7) ----
- * While a response waits for Cursor, r->sse->deadline is the earliest of: the last inbound
+ * While a response waits for Cursor, its transport's deadline is the earliest of: the last inbound
  * frame + CURSOR_OAI_SILENCE_TIMEOUT, and the last frame that was neither a heartbeat nor a
  * checkpoint + CURSOR_OAI_HEARTBEAT_TIMEOUT (or CURSOR_OAI_IDLE_TIMEOUT when shorter). A held
  * run's follow-up starts the clock again (run_watch_start) and its hollow check comes first. */
@@ -5555,7 +6422,7 @@ static void run_deadline(struct run *r)
     if (r->last_progress + hb < d) d = r->last_progress + hb;
     if (r->hollow_until && d < r->hollow_until + 2000)
         d = r->hollow_until + 2000;                     /* the hollow check comes first */
-    r->sse->deadline = d;
+    *tr_deadline(r) = d;
 }
 
 static void run_watch_start(struct run *r)
@@ -5687,7 +6554,332 @@ done:
 /* The other profile may still be tried for this request: none forced, not tried yet. */
 static int run_may_switch(struct run *r)
 {
-    return S.profile_forced < 0 && !r->cancelled && !(r->tries & 1);
+    return S.profile_forced < 0 && !r->cancelled && !(r->tries & 1) && r->tr == TR_HTTP1;
+}
+
+/* ---- Transports (issue 23): how a run reaches Cursor ------------------------------------
+ * The run engine (run_stream, the holder, heartbeats, tool results, fallbacks) talks to the
+ * upstream run through these calls only, whatever carries it:
+ *
+ *   tr_open(r, fresh)      start: the run request goes out, the response head comes back
+ *   tr_send(r, msg, n,..)  one AgentClientMessage to the run (tool results, KV and query
+ *                          replies, heartbeats; serialised by r->send_mu)
+ *   tr_body(r, &p)         the next bytes of Cursor's messages (Connect / gRPC-web frames)
+ *   tr_readable(r, ms), tr_buffered(r), tr_fd(r)   would tr_body answer without waiting
+ *   tr_watch(r, fd, tick)  the client socket and the tick a wait watches; tr_deadline(r)
+ *   tr_close(r, clean)     end our side (clean: the body was read to its end)
+ *
+ * TR_HTTP1: RunSSE (one long response) + one BidiAppend request per message, on the
+ *           pooled HTTP/1.1 connections (run_start, run_append).
+ * TR_H2:    one agent.v1.AgentService/Run stream, Connect bidi: the messages are the
+ *           request body, Cursor's the response, on a shared HTTP/2 connection
+ *           (h2_run_start, h2_run_send).
+ * Which one a run uses: tr_choose() (CURSOR_OAI_TRANSPORT, else HTTP/2 unless it failed
+ * lately: TR.h1_until). */
+
+/* After an HTTP/2 failure, HTTP/1.1 for this long (CURSOR_OAI_H2_REPROBE seconds), then
+ * HTTP/2 again. 10 minutes: what fails HTTP/2 (a proxy or middlebox without it, an
+ * h2-less host) rarely changes within minutes, and each failed try costs a run one more
+ * connection attempt before its first byte; a server that only had a bad moment (GOAWAY,
+ * a reset at the start) gets HTTP/2 back within the same 10 minutes, as the breaker of held
+ * runs does (HELD_BREAKER_MS). */
+#define TR_REPROBE_MS (10 * 60 * 1000)
+#define PATH_RUN "/agent.v1.AgentService/Run"
+
+static const char *const TR_NAME[2] = { "http1", "h2" };
+
+static struct tr_state {
+    pthread_mutex_t lock;
+    int forced;                     /* CURSOR_OAI_TRANSPORT: TR_*, or -1 (choose) */
+    int reprobe_ms;                 /* CURSOR_OAI_H2_REPROBE */
+    int64_t h1_until;               /* mono ms: HTTP/2 failed before a first byte; until then
+                                     * runs use HTTP/1.1 (0: HTTP/2) */
+    char why[200];                  /* that failure */
+    unsigned long fallbacks;
+} TR = { .lock = PTHREAD_MUTEX_INITIALIZER, .forced = -1, .reprobe_ms = TR_REPROBE_MS };
+
+/* The transport for a new run. */
+static int tr_choose(void)
+{
+    int t;
+    pthread_mutex_lock(&TR.lock);
+    t = TR.forced >= 0 ? TR.forced
+      : TR.h1_until && mono_ms() < TR.h1_until ? TR_HTTP1 : TR_H2;
+    pthread_mutex_unlock(&TR.lock);
+    return t;
+}
+
+/* HTTP/2 failed before anything reached a client: HTTP/1.1 for TR_REPROBE_MS. */
+static void tr_h2_failed(const char *why)
+{
+    pthread_mutex_lock(&TR.lock);
+    TR.h1_until = mono_ms() + TR.reprobe_ms;
+    TR.fallbacks++;
+    snprintf(TR.why, sizeof TR.why, "%s", why);
+    pthread_mutex_unlock(&TR.lock);
+    srv_log(LOG_WARN, "HTTP/2 to Cursor failed (%s): runs use HTTP/1.1 (RunSSE + BidiAppend) "
+            "for the next %d s, then HTTP/2 is tried again", why, TR.reprobe_ms / 1000);
+}
+
+/* An HTTP/2 run answered: HTTP/2 works (again). */
+static void tr_h2_worked(void)
+{
+    int was;
+    pthread_mutex_lock(&TR.lock);
+    was = TR.h1_until != 0;
+    TR.h1_until = 0;
+    pthread_mutex_unlock(&TR.lock);
+    if (was) srv_log(LOG_INFO, "HTTP/2 to Cursor works again");
+}
+
+static int tr_is_open(const struct run *r)
+{
+    return r->tr == TR_H2 ? r->h2 != NULL : r->sse != NULL;
+}
+
+static int64_t *tr_deadline(struct run *r)
+{
+    return r->h2 ? &r->h2->deadline : &r->sse->deadline;
+}
+
+static int tr_why(const struct run *r)
+{
+    return r->h2 ? r->h2->why : r->sse->why;
+}
+
+/* What a wait on the run watches: the client socket (-1: none) and the tick. */
+static void tr_watch(struct run *r, int client_fd, int (*tick)(void *))
+{
+    if (r->h2) {
+        r->h2->client_fd = client_fd;
+        r->h2->client_events = POLLIN;
+        r->h2->tick = tick;
+        r->h2->tick_ctx = tick ? r : NULL;
+    } else {
+        r->sse->client_fd = client_fd;
+        r->sse->client_events = POLLIN;
+        r->sse->tick = tick;
+        r->sse->tick_ctx = tick ? r : NULL;
+        r->sse->io_timeout_ms = 0;
+    }
+}
+
+static long tr_body(struct run *r, const unsigned char **p)
+{
+    return r->h2 ? h2s_body(r->h2, p) : up_body(r->sse, p);
+}
+
+static int tr_readable(struct run *r, int ms)
+{
+    return r->h2 ? h2s_readable(r->h2, ms) : up_readable(r->sse, ms);
+}
+
+static int tr_buffered(struct run *r)
+{
+    return r->h2 ? 0 : up_buffered(r->sse);
+}
+
+/* A descriptor that becomes readable when tr_body has something (the holder polls it). */
+static int tr_fd(const struct run *r)
+{
+    return r->h2 ? r->h2->sig : r->sse->fd;
+}
+
+/* The read failure of the run as an error. */
+static void tr_io_error(struct run *r, coai_error *e, const char *stage)
+{
+    char why[200];
+    if (!r->h2) {
+        up_io_error(r->sse, e, stage);
+        return;
+    }
+    h2s_failure(r->h2, why, sizeof why);
+    if (r->h2->got_bytes)       /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
+        up_err(e, 502, "upstream_truncated", "upstream ended the stream while %s: %s", stage,
+               why);
+    else
+        up_err(e, 502, "upstream_unreachable", "upstream failed while %s: %s", stage, why);
+}
+
+/* The read side ended cleanly and completely. */
+static int tr_body_done(const struct run *r)
+{
+    return r->h2 ? r->h2->body_done : r->sse->body_done;
+}
+
+/* End the upstream side of the run. clean: its response was read to the end (an HTTP/1.1
+ * connection may go back to the pool). */
+static void tr_close(struct run *r, int clean)
+{
+    if (r->h2) {
+        h2s_close(r->h2);
+        r->h2 = NULL;
+    }
+    if (r->sse) {
+        if (clean && r->sse->body_done) up_release(r->sse);
+        else up_free(r->sse);
+        r->sse = NULL;
+    }
+}
+
+/* One AgentClientMessage on the run's Run stream: a Connect envelope (flags 0, u32 length)
+ * of it as request body, under send_mu (a heartbeat never lands inside a tool result). */
+static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int client_fd,
+                       int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
+{
+    struct h2w w;
+    unsigned char h[5];
+    int rc;
+    if (!r->h2) {
+        coai_error_set(err, 502, "upstream_error", "upstream_closed", NULL,
+                       "the upstream run is closed");
+        return -1;
+    }
+    h[0] = 0;
+    h[1] = (unsigned char)(n >> 24); h[2] = (unsigned char)(n >> 16);
+    h[3] = (unsigned char)(n >> 8); h[4] = (unsigned char)n;
+    w.client_fd = client_fd;
+    w.tick = tick;
+    w.tick_ctx = tick_ctx;
+    w.why = UPX_OK;
+    w.last_tick = mono_ms();
+    /* one message at a time: its bytes must not interleave with another's on the stream
+     * (a writer waits here only while the stream has no window, when no other could send) */
+    if (r->mu_init) pthread_mutex_lock(&r->send_mu);
+    rc = h2s_write(r->h2, &w, h, 5, 0);
+    if (rc == 0) rc = h2s_write(r->h2, &w, msg, n, 0);
+    if (r->mu_init) pthread_mutex_unlock(&r->send_mu);
+    if (rc < 0) {
+        if (w.why == UPX_CANCELLED) {
+            up_err(err, 499, "client_closed", "client went away");
+            if (cancelled) *cancelled = 1;
+        } else if (w.why == UPX_TIMEOUT) {
+            up_err(err, 504, "upstream_timeout", "the HTTP/2 flow-control window of the run "
+                   "stayed closed: Cursor read nothing of the message");
+        } else {
+            tr_io_error(r, err, "sending to the Run stream");
+        }
+        return -1;
+    }
+    srv_log(LOG_DEBUG, "run %s: message (%zu bytes) on the Run stream", r->request_id, n);
+    return 0;
+}
+
+static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client_fd,
+                   int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
+{
+    if (r->tr == TR_H2) return h2_run_send(r, msg, n, client_fd, tick, tick_ctx, err, cancelled);
+    return run_append(r, msg, n, client_fd, tick, tick_ctx, err, cancelled);
+}
+
+/* HTTP/2: open the Run stream on the run's host, send the run request as its first message,
+ * wait for the response head. 0 ok, 1 retry on a fresh connection (the stream was refused
+ * on a shared one), -1 r->err filled (r->tr_fail: a transport failure before any answer,
+ * which HTTP/1.1 may not have). */
+static int h2_run_start(struct run *r, int fresh)
+{
+    char token[SRV_TOKEN_MAX], auth[SRV_TOKEN_MAX + 8], path[256];
+    size_t tl = cred_token(token, sizeof token, &r->auth_gen);
+    coai_h2_header hs[13];
+    size_t nh = 0;
+    int rc = -1;
+    r->tr_fail = 0;
+    if (tl == 0) {
+        cred_missing(&r->err);
+        goto done;
+    }
+    if (uuid_new(r->request_id) < 0) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
+        goto done;
+    }
+    memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
+    r->seqno = 0;
+    r->http_status = 0;
+    r->data_frames = 0;
+    r->t_start = mono_ms();
+    if (r->c->dead || fd_client_gone(r->c->fd)) {
+        up_err(&r->err, 499, "client_closed", "client went away before the run started");
+        r->cancelled = 1;
+        goto done;
+    }
+    snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
+    snprintf(path, sizeof path, "%s%s", r->host.prefix, PATH_RUN);
+#define H2H(n, v) (hs[nh].name = coai_str_c(n), hs[nh].value = coai_str_c(v), nh++)
+    H2H(":method", "POST");
+    H2H(":scheme", "https");
+    H2H(":path", path);
+    H2H(":authority", r->host.authority);
+    H2H("authorization", auth);
+    H2H("content-type", "application/connect+proto");
+    H2H("user-agent", "connect-es/1.6.1");
+    H2H("connect-protocol-version", "1");
+    H2H("x-cursor-client-version", S.client_version);
+    H2H("x-cursor-client-type", "cli");
+    H2H("x-ghost-mode", "true");
+    H2H("x-cursor-streaming", "true");
+    H2H("x-request-id", r->request_id);
+#undef H2H
+    r->h2 = h2s_open(&r->host, hs, nh, fresh, &r->err);
+    memset(auth, 0, sizeof auth);
+    if (!r->h2) {
+        r->tr_fail = r->err.status != 500;
+        goto done;
+    }
+    tr_watch(r, r->c->fd, run_tick);
+    run_watch_start(r);
+    r->h2->progress_ms = (int64_t)S.silence_s * 1000 < r->idle_ms ? (int64_t)S.silence_s * 1000
+                                                                   : r->idle_ms;
+    srv_log(LOG_DEBUG, "run %s: Run stream %u to %s", r->request_id, r->h2->id,
+            r->host.authority);
+    if (h2_run_send(r, r->run_msg.data, r->run_msg.len, r->c->fd, run_send_tick, r, &r->err,
+                    &r->cancelled) < 0) {
+        if (r->err.status != 499 && r->err.status != 504) r->tr_fail = 1;
+        goto done;
+    }
+    if (h2s_head(r->h2) < 0) {
+        if (r->h2->why == UPX_CANCELLED) {
+            up_err(&r->err, 499, "client_closed", "client went away");
+            r->cancelled = 1;
+        } else if (r->h2->why == UPX_TIMEOUT) {
+            up_err(&r->err, 504, "upstream_timeout", "no answer to the Run stream within the "
+                   "idle timeout");
+        } else {
+            /* a refusal on a shared connection (GOAWAY just now): once more on a new one */
+            if (!fresh && r->h2->refused && !r->h2->hc->dead) rc = 1;
+            tr_io_error(r, &r->err, "starting the Run stream");
+            r->tr_fail = 1;
+        }
+        goto done;
+    }
+    r->t_head = mono_ms();
+    if (r->h2->status != 200) {
+        coai_buf eb = { 0 };
+        const unsigned char *p;
+        long n;
+        r->http_status = r->h2->status;
+        r->h2->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        while ((n = h2s_body(r->h2, &p)) > 0 && eb.len < UP_ERR_BODY_MAX)
+            coai_buf_append(&eb, p, (size_t)n);
+        coai_error_from_http(r->h2->status, (const char *)eb.data, eb.len, &r->err);
+        coai_buf_free(&eb);
+        if (r->err.status == 401) r->upstream_401 = 1;
+        /* the load balancer's "not this protocol" and HTTP-version answers */
+        if (r->http_status == 464 || r->http_status == 505 || r->http_status == 426)
+            r->tr_fail = 1;
+        goto done;
+    }
+    srv_log(LOG_DEBUG, "run %s: Run head after %lld ms", r->request_id,
+            (long long)(r->t_head - r->t_start));
+    rc = 0;
+done:
+    if (rc != 0 && r->h2) { h2s_close(r->h2); r->h2 = NULL; }
+    memset(token, 0, sizeof token);
+    return rc;
+}
+
+static int tr_open(struct run *r, int fresh)
+{
+    return r->tr == TR_H2 ? h2_run_start(r, fresh) : run_start(r, fresh);
 }
 
 /* The run's host refused HTTP/1.1 at the connection level (r->h1_refused says how; nothing
@@ -5822,8 +7014,10 @@ static int run_frame(struct run *r, const coai_frame *f)
         int changed;
         pthread_mutex_lock(&S.lock);
         changed = S.profile != r->profile;
-        S.profile = r->profile;         /* the profile that worked, for the next runs */
+        if (r->tr == TR_HTTP1)
+            S.profile = r->profile;     /* the profile that worked, for the next runs */
         pthread_mutex_unlock(&S.lock);
+        if (r->tr == TR_H2) tr_h2_worked();
         if (changed)
             srv_log(LOG_INFO, "transport profile %s works; using it from now on",
                     PROFILE_NAME[r->profile]);
@@ -5924,18 +7118,18 @@ static void run_stream(struct run *r)
                 if (!r->hollow_hit) r->cancelled = 1;   /* hollow: the caller falls back */
                 return;
             }
-            if (now >= r->sse->deadline) {
+            if (now >= *tr_deadline(r)) {
                 r->in_feed = 1;
                 rc = run_watch_fail(r);
                 r->in_feed = 0;
                 break;
             }
         }
-        if (coai_reply_tools_pending(&r->reply) && !up_readable(r->sse, H.window_ms)) {
+        if (coai_reply_tools_pending(&r->reply) && !tr_readable(r, H.window_ms)) {
             rc = coai_reply_end_tools(&r->reply);       /* the quiet window is over */
             break;
         }
-        n = up_body(r->sse, &p);
+        n = tr_body(r, &p);
         if (n <= 0) {
             coai_error e;
             memset(&e, 0, sizeof e);
@@ -5956,13 +7150,23 @@ static void run_stream(struct run *r)
                     rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
                                 : coai_reply_feed_eof(&r->reply);
                 }
-            } else if (r->sse->why == UPX_CANCELLED) {
+            } else if (tr_why(r) == UPX_CANCELLED) {
                 if (!r->hollow_hit) r->cancelled = 1;
-            } else if (r->sse->why == UPX_TIMEOUT) {
+            } else if (tr_why(r) == UPX_TIMEOUT) {
                 rc = run_watch_fail(r);
             } else {
-                up_io_error(r->sse, &e, "reading the RunSSE stream");
-                rc = coai_reply_feed_error(&r->reply, &e);
+                tr_io_error(r, &e, r->tr == TR_H2 ? "reading the Run stream"
+                                                  : "reading the RunSSE stream");
+                if (r->tr == TR_H2 && r->data_frames == 0 && !coai_reply_started(&r->reply)
+                    && TR.forced < 0 && !(r->tries & 8)) {
+                    /* reset or refused before Cursor said anything: HTTP/1.1 instead */
+                    r->err = e;
+                    r->tr_fail = 1;
+                    r->retry = RETRY_TRANSPORT;
+                    rc = COAI_DONE;
+                } else {
+                    rc = coai_reply_feed_error(&r->reply, &e);
+                }
             }
             r->in_feed = 0;
             break;
@@ -5993,7 +7197,7 @@ static void run_stream(struct run *r)
         /* What has arrived leaves now, in one write: every delta is still its own SSE
          * event, and nothing waits for upstream input that is not already here (records
          * already read ahead are decoded first, then written together). */
-        if (up_buffered(r->sse))
+        if (tr_buffered(r))
             continue;
         if (run_flush(r) < 0) { r->cancelled = 1; return; }
     }
@@ -6090,8 +7294,8 @@ static void *held_thread(void *arg)
             snprintf(why, sizeof why, "heartbeats to Cursor fail (3 in a row)");
             goto dead;
         }
-        if (!up_readable(r->sse, 0)) {
-            pf[0].fd = r->sse->fd; pf[0].events = POLLIN; pf[0].revents = 0;
+        if (!tr_readable(r, 0)) {
+            pf[0].fd = tr_fd(r); pf[0].events = POLLIN; pf[0].revents = 0;
             pf[1].fd = r->wake[0]; pf[1].events = POLLIN; pf[1].revents = 0;
             pr = poll(pf, 2, (int)(ttl_end - now > 1000 ? 1000 : ttl_end - now));
             if (pr < 0 && errno != EINTR) { snprintf(why, sizeof why, "poll failed"); goto dead; }
@@ -6100,9 +7304,8 @@ static void *held_thread(void *arg)
         {
             const unsigned char *p;
             long n;
-            r->sse->deadline = ttl_end + 1000;
-            r->sse->io_timeout_ms = 0;
-            n = up_body(r->sse, &p);
+            *tr_deadline(r) = ttl_end + 1000;
+            n = tr_body(r, &p);
             if (n <= 0) {
                 snprintf(why, sizeof why, "Cursor closed the held run (%s)",
                          n == 0 ? "end of body" : "connection lost");
@@ -6160,7 +7363,7 @@ static int held_park(struct run *r)
     const coai_reply_call *calls;
     size_t n = coai_reply_calls(&r->reply, &calls);
     struct run *evict = NULL, *x;
-    if (!n || !r->sse || r->held_dead) return -1;
+    if (!n || !tr_is_open(r) || r->held_dead) return -1;
     /* The run belongs to this conversation: a follow-up continues it only with this history
      * before the assistant's tool calls (issue 22 item 4). */
     if (r->req.message_count) conv_digest(r->req.messages, r->req.message_count, r->park_hist);
@@ -6177,9 +7380,7 @@ static int held_park(struct run *r)
     r->release_req = 0;
     r->held_why[0] = 0;
     r->c = NULL;
-    r->sse->client_fd = -1;
-    r->sse->tick = NULL;
-    r->sse->tick_ctx = NULL;
+    tr_watch(r, -1, NULL);
     r->held_at = mono_ms();
     run_hb_need(r, 1);
     run_hb_execs(r, calls, n);
@@ -6537,6 +7738,8 @@ static void run_finish(struct run *r)
                             : "ok";
         snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
         metric_add(M_UPSTREAM_RUNS, lb, 1);
+        snprintf(lb, sizeof lb, "transport=\"%s\"", TR_NAME[r->tr]);
+        metric_add(M_TRANSPORT_RUNS, lb, 1);
         memset(&u, 0, sizeof u);
         coai_reply_usage(&r->reply, &u);
         c->tok_in = (int64_t)u.input_tokens;
@@ -6561,7 +7764,7 @@ static void run_finish(struct run *r)
     if (!r->cancelled && !c->dead && coai_reply_done(&r->reply) && !r->reply.error.status
         && !coai_reply_tool_called(&r->reply))
         mem_store(r);
-    if (r->sse && !r->cancelled && !c->dead && coai_reply_tool_called(&r->reply)
+    if (tr_is_open(r) && !r->cancelled && !c->dead && coai_reply_tool_called(&r->reply)
         && !r->reply.error.status && held_enabled()) {
         r->tools_at = mono_ms();
         if (held_park(r) == 0) return;
@@ -6573,20 +7776,15 @@ static void run_finish(struct run *r)
      * request) and the RunSSE connection can go back to the pool. Not after a tool call:
      * that upstream run is still open, waiting for a result it will never get. */
     run_hb_stop(r);
-    if (r->sse && !r->cancelled && !r->sse->body_done && coai_reply_done(&r->reply)
+    if (tr_is_open(r) && !r->cancelled && !tr_body_done(r) && coai_reply_done(&r->reply)
         && !r->reply.error.status && !coai_reply_tool_called(&r->reply)) {
         const unsigned char *p;
-        r->sse->tick = NULL;
-        r->sse->io_timeout_ms = 0;
-        r->sse->deadline = mono_ms() + RUNSSE_DRAIN_MS;
-        while (up_body(r->sse, &p) > 0) {}
+        tr_watch(r, -1, NULL);
+        *tr_deadline(r) = mono_ms() + RUNSSE_DRAIN_MS;
+        while (tr_body(r, &p) > 0) {}
     }
     /* A RunSSE connection is reused only when its body was read to the framed end. */
-    if (r->sse) {
-        if (r->cancelled || !r->sse->body_done) up_free(r->sse);
-        else up_release(r->sse);
-        r->sse = NULL;
-    }
+    tr_close(r, !r->cancelled);
     run_free(r);
 }
 
@@ -6663,6 +7861,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     size_t i, ncalls;
     run_reply_opts(r, &o, completion_id);
     r->c = c;
+    c->transport = TR_NAME[r->tr];
     r->stream = r->req.stream;
     r->answer_bytes = 0;
     r->sent_all = 0;
@@ -6672,11 +7871,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->stored = 0;
     r->last_write = mono_ms();
     memset(&r->err, 0, sizeof r->err);
-    r->sse->client_fd = c->fd;
-    r->sse->client_events = POLLIN;
-    r->sse->tick = run_tick;
-    r->sse->tick_ctx = r;
-    r->sse->io_timeout_ms = 0;
+    tr_watch(r, c->fd, run_tick);
     ncalls = coai_reply_calls(&r->reply, NULL);
     /* The hollow bound counts from here: sending the results is part of it (an append
      * endpoint that stalls ends in a fallback within it, not after one upstream timeout
@@ -7344,18 +8539,21 @@ static int handle_chat(struct conn *c)
         pthread_mutex_lock(&S.lock);
         r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
         pthread_mutex_unlock(&S.lock);
-        run_host_get(&r->host, NULL, 0);
+        r->tr = tr_choose();
+        if (r->tr == TR_H2) agent_h2_get(&r->host, NULL, 0);
+        else run_host_get(&r->host, NULL, 0);
         for (;;) {
             r->retry = RETRY_NONE;
+            c->transport = TR_NAME[r->tr];
             for (attempt = 0; attempt < 2; attempt++) {
                 coai_error re;
                 int fr;
-                rc = run_start(r, 0);
+                rc = tr_open(r, 0);
                 if (rc == 1) {
-                    srv_log(LOG_DEBUG, "pooled connection was dead before RunSSE answered; "
-                            "retrying");
+                    srv_log(LOG_DEBUG, "the upstream connection was dead or going away before "
+                            "the run answered; retrying on a new one");
                     memset(&r->err, 0, sizeof r->err);
-                    rc = run_start(r, 1);
+                    rc = tr_open(r, 1);
                 }
                 /* A 401 before anything reached the client: renew once (single flight) and
                  * run again with the new token. */
@@ -7377,6 +8575,9 @@ static int handle_chat(struct conn *c)
             else if (rc != 0 && !r->cancelled && !r->resumed && !(r->tries & 4) && r->err.code
                      && strcmp(r->err.code, "conversation_lost") == 0)
                 r->retry = RETRY_CONV;
+            if (rc != 0 && !r->cancelled && r->tr == TR_H2 && r->tr_fail && TR.forced < 0
+                && !(r->tries & 8))
+                r->retry = RETRY_TRANSPORT;
             if (rc == 0) {
                 run_hb_start(r);
                 run_stream(r);
@@ -7384,7 +8585,15 @@ static int handle_chat(struct conn *c)
             if (!(r->retry && !r->cancelled && !coai_reply_started(&r->reply))) break;
             /* Nothing reached the client: start over once with the other profile, or on
              * the host GetServerConfig names now. */
-            if (r->retry == RETRY_PROFILE) {
+            if (r->retry == RETRY_TRANSPORT) {
+                /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1,
+                 * and HTTP/1.1 for the next runs too (tr_h2_failed) */
+                r->tries |= 8;
+                tr_h2_failed(r->err.message);
+                r->tr = TR_HTTP1;
+                run_host_get(&r->host, NULL, 0);
+                fallback_note(c, "http1");
+            } else if (r->retry == RETRY_PROFILE) {
                 r->tries |= 1;
                 srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
                         r->request_id, PROFILE_NAME[r->profile], r->err.message,
@@ -7411,7 +8620,7 @@ static int handle_chat(struct conn *c)
                 fallback_note(c, "http2_only_host");
             }
             run_hb_stop(r);
-            if (r->sse) { up_free(r->sse); r->sse = NULL; }
+            tr_close(r, 0);
             coai_reply_free(&r->reply);
             coai_frame_decoder_free(&r->frames);
             memset(&r->err, 0, sizeof r->err);
@@ -7806,6 +9015,9 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           connect, with grpc-web as the fallback)\n"
     "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
+    "  CURSOR_OAI_TRANSPORT     h2 or http1: use only this transport to Cursor (default auto:\n"
+    "                           HTTP/2, with HTTP/1.1 RunSSE + BidiAppend as the fallback)\n"
+    "  CURSOR_OAI_H2_REPROBE    seconds HTTP/1.1 is used after HTTP/2 failed (600)\n"
     "  CURSOR_OAI_CONTINUATION  on: hold a run across tool calls and resume conversations\n"
     "                           from Cursor's checkpoint; off: one fresh run per request (on)\n"
     "  CURSOR_OAI_HELD_RUN_TTL  seconds a held run waits for its tool results (1800)\n"
@@ -8281,6 +9493,22 @@ static int configure(void)
             }
             S.profile = S.profile_forced;
         }
+        {
+            const char *tv = getenv("CURSOR_OAI_TRANSPORT");
+            int rp;
+            TR.forced = -1;
+            if (env_seconds("CURSOR_OAI_H2_REPROBE", TR_REPROBE_MS / 1000, &rp) < 0) return -1;
+            TR.reprobe_ms = rp * 1000;
+            if (tv && *tv && strcmp(tv, "auto") != 0) {
+                if (strcmp(tv, "h2") == 0) TR.forced = TR_H2;
+                else if (strcmp(tv, "http1") == 0) TR.forced = TR_HTTP1;
+                else {
+                    fprintf(stderr, "cursor-oai: CURSOR_OAI_TRANSPORT must be h2, http1 or "
+                            "auto\n");
+                    return -1;
+                }
+            }
+        }
     }
     if (client_version_resolve(cv) < 0) {
         fprintf(stderr, "cursor-oai: CURSOR_CLIENT_VERSION must be printable ASCII (e.g. "
@@ -8417,8 +9645,11 @@ static int run_serve(int argc, char **argv)
             strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
             strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
             S.tas_n, S.ca_file, S.timezone);
-    srv_log(LOG_INFO, "client version %s (%s); transport profile %s%s; HTTP/1.1 runs to %s",
-            S.client_version, S.client_version_src, PROFILE_NAME[S.profile],
+    srv_log(LOG_INFO, "client version %s (%s); transport %s; profile %s%s; HTTP/1.1 runs to %s",
+            S.client_version, S.client_version_src,
+            TR.forced >= 0 ? (TR.forced == TR_H2 ? "HTTP/2 (CURSOR_OAI_TRANSPORT, no fallback)"
+                                                 : "HTTP/1.1 (CURSOR_OAI_TRANSPORT)")
+                           : "HTTP/2 (HTTP/1.1 as the fallback)", PROFILE_NAME[S.profile],
             S.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
                                   : " (grpc-web as the fallback)",
             S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");

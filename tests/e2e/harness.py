@@ -230,6 +230,13 @@ class Fake:
 # ---------------------------------------------------------------------------------------------
 # the proxy under test
 
+# The transport the proxies under test use to reach the fake: COAI_TEST_TRANSPORT=h2|http1|auto
+# (build.sh test runs the key suites once per transport). Unset: http1, the transport most
+# suites' checks of the fake's records (RunSSE heads, BidiAppend seqnos) were written for;
+# h2_test.py covers the product's default (auto: HTTP/2, HTTP/1.1 as the fallback).
+TRANSPORT = os.environ.get("COAI_TEST_TRANSPORT") or "http1"
+
+
 def proxy_cmd():
     """build/cursor-oai, or E2E_PROXY_CMD (a JSON argv list, for harness self-validation)."""
     if os.environ.get("E2E_PROXY_CMD"):
@@ -253,6 +260,8 @@ class Proxy:
             "CURSOR_CLIENT_VERSION": CLIENT_VERSION,
             "CURSOR_OAI_IDLE_TIMEOUT": "2", "CURSOR_OAI_KEEPALIVE": "1",
         })
+        # the transport to Cursor for this pass of the suites (TRANSPORT)
+        env["CURSOR_OAI_TRANSPORT"] = TRANSPORT
         env.update(extra_env or {})
         self.env = env
         self.token = token

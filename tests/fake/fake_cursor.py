@@ -2526,6 +2526,7 @@ class H2Conn:
         self.streams = {}
         self.dead = False
         self.goaway_sent = None       # last_stream_id of the GOAWAY we sent
+        self.goaway_seen = False      # the client acked the PING sent after it
         self.ping_out = {}            # opaque -> time sent
         self.max_open = 0
         self.h.local_settings = h2.settings.Settings(client=False, initial_values={
@@ -2600,11 +2601,25 @@ class H2Conn:
             self.cond.notify_all()
 
     def goaway(self, code=0, last=None):
+        """GOAWAY written as raw bytes (h2's close_connection would end every stream at once:
+        a real server lets the streams up to last_stream_id finish), then a PING: once its
+        ACK is back the client has read the GOAWAY, and a new stream after that is its bug
+        (one sent before it could not know)."""
+        from hyperframe.frame import GoAwayFrame
         with self.lock:
             if last is None:
                 last = max(self.streams) if self.streams else 0
-            self.h.close_connection(error_code=code, last_stream_id=last)
+            f = GoAwayFrame(0)
+            f.last_stream_id = last
+            f.error_code = code
+            d = self.h.data_to_send() + f.serialize()
             self.goaway_sent = last
+            try:
+                self.sock.settimeout(30)
+                self.sock.sendall(d)
+            except (ssl.SSLError, OSError):
+                self.die("send failed")
+            self.h.ping(b"goaway!!")
             self.flush()
         S.count("h2_goaway_sent")
 
@@ -2623,7 +2638,6 @@ class H2Conn:
             self.goaway(0, 0)
         ping_s = float(S.config["h2_ping_s"])
         next_ping = time.time() + ping_s
-        self.sock.settimeout(0.5)
         while not self.dead and not S.stop.is_set():
             now = time.time()
             for op, t in list(self.ping_out.items()):
@@ -2633,11 +2647,19 @@ class H2Conn:
             if ping_s > 0 and now >= next_ping:
                 self.ping()
                 next_ping = now + ping_s
+            # wait in poll(), not in a socket timeout: writers set the socket's timeout
             try:
+                if not self.sock.pending():
+                    pl = select.poll()
+                    pl.register(self.sock, select.POLLIN)
+                    if not pl.poll(500):
+                        continue
                 d = self.sock.recv(65536)
             except socket.timeout:
                 continue
-            except (ssl.SSLError, OSError) as e:
+            except ssl.SSLWantReadError:
+                continue
+            except (ssl.SSLError, OSError, ValueError) as e:
                 self.die(str(e))
                 break
             if not d:
@@ -2669,8 +2691,10 @@ class H2Conn:
         import h2.events
         if isinstance(ev, h2.events.RequestReceived):
             if self.goaway_sent is not None and ev.stream_id > self.goaway_sent:
-                S.error("h2: new stream %d after GOAWAY(last_stream_id=%d)"
-                        % (ev.stream_id, self.goaway_sent), conn=self.cid)
+                if self.goaway_seen:
+                    S.error("h2: new stream %d after GOAWAY(last_stream_id=%d)"
+                            % (ev.stream_id, self.goaway_sent), conn=self.cid)
+                S.count("h2_refused_after_goaway")
                 self.h.reset_stream(ev.stream_id, error_code=7)
                 return
             st = H2Stream(self, ev.stream_id, dict(ev.headers))
@@ -2709,6 +2733,8 @@ class H2Conn:
                 st.reset = True
                 S.count("h2_client_resets")
         elif isinstance(ev, h2.events.PingAckReceived):
+            if ev.ping_data == b"goaway!!":
+                self.goaway_seen = True
             self.ping_out.pop(ev.ping_data, None)
             S.count("h2_ping_acks")
         elif isinstance(ev, h2.events.PingReceived):
@@ -2791,7 +2817,7 @@ def h2_message(st, run, rid, payload):
             run.run_request = msg
             check_images(run)
             pick_scenario(run)
-            st.hold_window = bool((run.scenario or {}).get("h2_hold_window"))
+            st.hold_window = st.hold_window or bool((run.scenario or {}).get("h2_hold_window"))
         elif msg.get("type") == "run_request":
             S.error("run_request as Run message %d" % seq, request_id=rid)
         run.next_seqno = seq + 1
@@ -2862,6 +2888,8 @@ def h2_run(st, req, rec):
         return 200
     pre = S.config["runsse_scenario"]
     sc0 = S.scenarios.get(pre, {}) if pre else {}
+    if sc0.get("h2_hold_window"):
+        st.hold_window = True       # from the first byte: the run request itself may not fit
     if sc0.get("h2_rst_at_start") is not None:
         # RST_STREAM before any answer (REFUSED_STREAM by default)
         S.count("h2_rst_at_start")
@@ -2981,12 +3009,15 @@ def alpn_ctx(ctx, listener):
 _ALPN_CTX = {}
 
 
+CONN_IDS = __import__("itertools").count(1)
+
+
 def handle_conn(raw, addr, listener, ctx):
     S.count("connections_accepted")
     S.count("connections_accepted_" + listener)
     with S.lock:
         S.open_connections += 1
-        cid = S.counters["connections_accepted"]
+        cid = next(CONN_IDS)         # unique for the process, across /reset
     raw.settimeout(10)
     try:
         # as real servers do: without it a kept-alive stream's first small write waits for the

@@ -1,0 +1,397 @@
+#!/usr/bin/python3
+"""The HTTP/2 transport (issue 23), end to end: build/cursor-oai against the fake upstream
+speaking HTTP/2 (python3-h2), which checks the proxy's side of the protocol (flow control,
+HPACK, stream limits, PING) and misbehaves on command. Each check here fails when the
+behaviour it names is removed:
+  mux        concurrent runs share one connection; past the server's stream limit a second
+             connection opens (the fake records a stream over its limit as an error)
+  goaway     GOAWAY in the middle of a run: the run finishes, the next one opens a new
+             connection (a stream after GOAWAY is an error in the fake)
+  rst        RST_STREAM in the middle of a run: an error for the client, no hang
+  stall      one stream stalls while another on the same connection goes on
+  window     a stream whose window stays closed: its run fails after the idle timeout, the
+             others on the connection go on, and the proxy never overruns the window
+  fallback   no h2 in ALPN / RST_STREAM at the start / GOAWAY at the start: the same request
+             over HTTP/1.1 RunSSE + BidiAppend, remembered for the next runs, HTTP/2 again
+             after CURSOR_OAI_H2_REPROBE; CURSOR_OAI_TRANSPORT=h2 forbids the fallback
+  ping       the fake's PINGs are answered
+Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+import shutil
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import harness as H  # noqa: E402
+from harness import pb  # noqa: E402
+
+if os.environ.get("CURSOR_OAI_BIN"):
+    H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
+
+PASS = FAIL = 0
+
+
+def check(name, cond, detail=""):
+    global PASS, FAIL
+    if cond:
+        PASS += 1
+        print("ok   " + name)
+    else:
+        FAIL += 1
+        print("FAIL " + name + (" " + str(detail)[:1500] if detail != "" else ""))
+
+
+def eq(name, got, want):
+    check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+
+SCEN = {
+    "slow_echo": {"steps": [{"op": "sleep", "s": 1.5}, {"op": "echo"}, {"op": "turn_ended"},
+                            {"op": "trailer", "status": 0}]},
+    "goaway_mid": {"steps": [{"op": "text", "text": "before "}, {"op": "goaway"},
+                             {"op": "sleep", "s": 0.5}, {"op": "text", "text": "after"},
+                             {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "rst_mid": {"steps": [{"op": "text", "text": "partial "}, {"op": "sleep", "s": 0.3},
+                          {"op": "rst_stream", "error": 2}]},
+    "stall_one": {"steps": [{"op": "text", "text": "stalling"}, {"op": "sleep", "s": 30},
+                            {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    "rst_start": {"h2_rst_at_start": 7},
+    "hold_window": {"h2_hold_window": True},
+    "quick": {"steps": [{"op": "text", "text": "quick answer"}, {"op": "turn_ended"},
+                        {"op": "trailer", "status": 0}]},
+}
+
+
+def content(body):
+    try:
+        return json.loads(body)["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
+def err_code(body):
+    try:
+        return json.loads(body)["error"].get("code")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def errors(fake, n0=0):
+    return fake.state()["errors"][n0:]
+
+
+def counters(fake):
+    return fake.state()["counters"]
+
+
+def reset(fake, **cfg):
+    fake.ctl("/reset", {})
+    base = {"main_alpn": ["h2", "http/1.1"], "agent_alpn": ["h2"], "h2_max_streams": 100,
+            "h2_goaway_at_start": False, "runsse_scenario": None, "h2_ping_s": 10.0,
+            "h2_ping_ack_s": 10.0}
+    base.update(cfg)
+    fake.ctl("/config", base)
+
+
+def transports(fake):
+    return [r.get("transport") for r in fake.runs()]
+
+
+def log_lines(px, needle, want=None):
+    """Lines of the proxy's log with needle (waiting up to 5 s for one with want: the
+    access log line is written after the response)."""
+    out = []
+
+    def read():
+        out[:] = []
+        try:
+            with open(px.proc.log_path, errors="replace") as f:
+                out.extend(l for l in f if needle in l)
+        except OSError:
+            pass
+        return want is None or any(want in l for l in out)
+    H.wait_for(read, 5)
+    return out
+
+
+def run_conns(fake):
+    """The fake's connection ids that carried Run streams since the last reset."""
+    return sorted({r["conn"] for r in fake.ctl("/requests?since=0")
+                   if r.get("path") == "/agent.v1.AgentService/Run"})
+
+
+def par(fns):
+    out = [None] * len(fns)
+
+    def one(i):
+        try:
+            out[i] = fns[i]()
+        except Exception as e:  # recorded as the result
+            out[i] = e
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(fns))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+def t_mux(fake, px):
+    reset(fake)
+    res = par([lambda i=i: px.chat("scenario:slow_echo", "mux %d" % i, timeout=60)
+               for i in range(8)])
+    eq("mux: 8 concurrent runs answer 200", [r[0] for r in res], [200] * 8)
+    eq("mux: each gets its own answer", [content(r[1]) for r in res],
+       ["ECHO:mux %d" % i for i in range(8)])
+    c = counters(fake)
+    eq("mux: all 8 on HTTP/2", transports(fake), ["h2"] * 8)
+    eq("mux: one HTTP/2 connection for all of them", len(run_conns(fake)), 1)
+    check("mux: streams ran concurrently on it", c.get("h2_max_streams_per_conn", 0) >= 4, c)
+    check("mux: at most one HTTP/2 handshake for all of them",
+          c.get("alpn_main_h2", 0) <= 1, c.get("alpn_main_h2"))
+    eq("mux: no protocol errors", errors(fake), [])
+    # the server allows 2 streams per connection: 6 runs need 3 connections, never a third
+    # stream on one (the fake records that as TooManyStreams)
+    reset(fake, h2_max_streams=2)
+    px2 = H.Proxy(fake.dir, "limit", fake.url(), fake.ca, TOKEN)
+    try:
+        res = par([lambda i=i: px2.chat("scenario:slow_echo", "lim %d" % i, timeout=60)
+                   for i in range(6)])
+        eq("limit: 6 concurrent runs answer 200", [r[0] for r in res], [200] * 6)
+        c = counters(fake)
+        check("limit: more connections opened past SETTINGS_MAX_CONCURRENT_STREAMS=2",
+              len(run_conns(fake)) >= 3, run_conns(fake))
+        check("limit: never more than 2 streams on a connection",
+              c.get("h2_max_streams_per_conn", 0) <= 2, c.get("h2_max_streams_per_conn"))
+        eq("limit: no protocol errors", errors(fake), [])
+    finally:
+        px2.stop()
+
+
+def t_goaway(fake, px):
+    reset(fake)
+    st, body, _ = px.chat("scenario:goaway_mid", "g")
+    eq("goaway: the run that saw GOAWAY finishes", (st, content(body)), (200, "before after"))
+    st, body, _ = px.chat("scenario:quick", "next")
+    eq("goaway: the next run answers", (st, content(body)), (200, "quick answer"))
+    c = counters(fake)
+    eq("goaway: the next run went to a new connection", len(run_conns(fake)), 2)
+    eq("goaway: the fake sent one GOAWAY", c.get("h2_goaway_sent"), 1)
+    eq("goaway: no stream after GOAWAY, no protocol errors", errors(fake), [])
+
+
+def t_rst(fake, px):
+    reset(fake)
+    t0 = time.time()
+    st, hd, raw, _ = H.stream_chat(px.port, {"model": "scenario:rst_mid", "stream": True,
+                                             "messages": [{"role": "user", "content": "r"}]},
+                                   timeout=30)
+    ev = H.parse_sse(raw)
+    check("rst: the streamed part arrived", "partial" in ev["content"], ev)
+    check("rst: RST_STREAM mid-run ends the stream with an error event", len(ev["errors"]) == 1
+          and "RST_STREAM" in (ev["errors"][0].get("message") or ""), ev["errors"])
+    check("rst: no hang (%.1f s)" % (time.time() - t0), time.time() - t0 < 10)
+    eq("rst: not retried over HTTP/1.1 once bytes reached the client", transports(fake), ["h2"])
+    st, body, _ = px.chat("scenario:quick", "after rst")
+    eq("rst: the connection serves the next run", (st, content(body)), (200, "quick answer"))
+    eq("rst: ... on the same connection", len(run_conns(fake)), 1)
+
+
+def t_stall(fake, px):
+    reset(fake)
+    out = {}
+
+    def stalled():
+        t = time.time()
+        out["a"] = H.stream_chat(px.port, {"model": "scenario:stall_one", "stream": True,
+                                          "messages": [{"role": "user", "content": "a"}]},
+                                 timeout=60)
+        out["ta"] = time.time() - t
+    th = threading.Thread(target=stalled)
+    th.start()
+    time.sleep(1.0)
+    t = time.time()
+    res = [px.chat("scenario:quick", "b%d" % i) for i in range(3)]
+    tb = time.time() - t
+    eq("stall: runs next to a stalled stream answer", [(r[0], content(r[1])) for r in res],
+       [(200, "quick answer")] * 3)
+    check("stall: ... without waiting for it (%.1f s)" % tb, tb < 5)
+    th.join(60)
+    ev = H.parse_sse(out["a"][2])
+    check("stall: the stalled run ends with the idle timeout, not a hang",
+          ev["errors"] and out["ta"] < 30, (ev["errors"], out.get("ta")))
+    c = counters(fake)
+    eq("stall: all on one HTTP/2 connection", len(run_conns(fake)), 1)
+    eq("stall: no protocol errors", errors(fake), [])
+
+
+def t_window(fake, px):
+    # the stream's receive window stays closed from its first byte: a prompt bigger than
+    # the 65,535-byte initial window can never be sent whole
+    reset(fake, runsse_scenario="hold_window")
+    big = "W" * 200000
+    out = {}
+
+    def blocked():
+        t = time.time()
+        out["r"] = px.chat("scenario:quick", big, timeout=60)
+        out["t"] = time.time() - t
+    th = threading.Thread(target=blocked)
+    th.start()
+    time.sleep(1.0)
+    fake.ctl("/config", {"runsse_scenario": None})
+    st, body, _ = px.chat("scenario:quick", "small")
+    eq("window: a run next to a blocked stream answers", (st, content(body)),
+       (200, "quick answer"))
+    th.join(60)
+    st = out["r"][0]
+    check("window: the blocked run fails (504) instead of hanging or overrunning the window",
+          st == 504 and out["t"] < 30, (st, out["r"][1][:300], out.get("t")))
+    c = counters(fake)
+    eq("window: one connection", len(run_conns(fake)), 1)
+    eq("window: no flow-control violation or other protocol error", errors(fake), [])
+
+
+def t_fallback(fake):
+    # 1. no h2 in ALPN: the request goes over HTTP/1.1, and so do the next ones
+    reset(fake, main_alpn=["http/1.1"])
+    px = H.Proxy(fake.dir, "fb-alpn", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_H2_REPROBE": "4"})
+    try:
+        st, body, _ = px.chat("scenario:quick", "alpn")
+        eq("fallback alpn: the request is answered", (st, content(body)), (200, "quick answer"))
+        eq("fallback alpn: over HTTP/1.1", transports(fake), ["http1"])
+        check("fallback alpn: the access log says fallback=http1",
+              any("fallback=http1" in l and "transport=http1" in l
+                  for l in log_lines(px, "POST /v1/chat/completions", "fallback=http1")),
+              log_lines(px, "POST /v1/chat/completions"))
+        fake.ctl("/config", {"main_alpn": ["h2", "http/1.1"]})
+        h0 = counters(fake).get("alpn_main_h2", 0)
+        st, body, _ = px.chat("scenario:quick", "remembered")
+        eq("fallback alpn: the choice is remembered: the next run goes straight to HTTP/1.1",
+           (st, transports(fake)[-1], counters(fake).get("alpn_main_h2", 0) - h0),
+           (200, "http1", 0))
+        time.sleep(4.5)
+        st, body, _ = px.chat("scenario:quick", "reprobe")
+        eq("fallback alpn: after CURSOR_OAI_H2_REPROBE HTTP/2 is tried again",
+           (st, transports(fake)[-1]), (200, "h2"))
+        m = px.get("/metrics")[1].decode()
+        check("metrics: runs by transport", 'cursor_oai_transport_runs_total{transport="h2"}'
+              in m and 'cursor_oai_transport_runs_total{transport="http1"}' in m,
+              [l for l in m.splitlines() if "transport" in l])
+        check("metrics: the fallback is counted", 'kind="http1"' in m)
+    finally:
+        px.stop()
+    # 2. RST_STREAM (REFUSED_STREAM) at the start
+    reset(fake, runsse_scenario="rst_start")
+    px = H.Proxy(fake.dir, "fb-rst", fake.url(), fake.ca, TOKEN)
+    try:
+        st, body, _ = px.chat("scenario:quick", "rst at start")
+        eq("fallback rst: answered over HTTP/1.1", (st, content(body), transports(fake)[-1]),
+           (200, "quick answer", "http1"))
+        check("fallback rst: the HTTP/2 attempts were reset at the start (one retry on a new "
+              "connection for REFUSED_STREAM)", counters(fake).get("h2_rst_at_start") in (1, 2),
+              counters(fake))
+    finally:
+        px.stop()
+    # 3. GOAWAY at the start of every new connection
+    reset(fake, h2_goaway_at_start=True)
+    px = H.Proxy(fake.dir, "fb-goaway", fake.url(), fake.ca, TOKEN)
+    try:
+        st, body, _ = px.chat("scenario:quick", "goaway at start")
+        eq("fallback goaway: answered over HTTP/1.1", (st, content(body), transports(fake)[-1:]),
+           (200, "quick answer", ["http1"]))
+        eq("fallback goaway: no stream was opened after the GOAWAY", errors(fake), [])
+    finally:
+        px.stop()
+    # 4. forced HTTP/2: no fallback, a clear error
+    reset(fake, main_alpn=["http/1.1"])
+    px = H.Proxy(fake.dir, "forced", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_TRANSPORT": "h2"})
+    try:
+        st, body, _ = px.chat("scenario:quick", "forced")
+        eq("forced h2: no fallback: 502 upstream_no_h2", (st, err_code(body)),
+           (502, "upstream_no_h2"))
+        eq("forced h2: no HTTP/1.1 run", transports(fake), [])
+    finally:
+        px.stop()
+    # 5. forced HTTP/1.1
+    reset(fake)
+    px = H.Proxy(fake.dir, "forced1", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_TRANSPORT": "http1"})
+    try:
+        st, body, _ = px.chat("scenario:quick", "http1")
+        eq("forced http1: RunSSE + BidiAppend", (st, transports(fake)), (200, ["http1"]))
+        eq("forced http1: no HTTP/2 connection", counters(fake).get("h2_connections"), None)
+    finally:
+        px.stop()
+
+
+def t_ping(fake):
+    reset(fake, h2_ping_s=0.5, h2_ping_ack_s=3.0)
+    px = H.Proxy(fake.dir, "ping", fake.url(), fake.ca, TOKEN)
+    try:
+        H.stream_chat(px.port, {"model": "scenario:stall_one", "stream": True,
+                                "messages": [{"role": "user", "content": "p"}]}, timeout=30)
+        c = counters(fake)
+        check("ping: the fake's PINGs were answered", c.get("h2_ping_acks", 0) >= 2, c)
+        eq("ping: none left unanswered", errors(fake), [])
+    finally:
+        px.stop()
+
+
+TOKEN = None
+
+
+def main():
+    global TOKEN
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    only = [x for x in a.only.split(",") if x]
+    tmp = tempfile.mkdtemp(prefix="coai-h2-")
+    TOKEN = pb.make_jwt({"sub": "auth0|h2", "exp": int(time.time()) + 7200, "type": "session"})
+    fake = px = None
+    try:
+        fake = H.Fake(tmp, SCEN, TOKEN)
+        fake.dir = tmp
+        px = H.Proxy(tmp, "main", fake.url(), fake.ca, TOKEN,
+                     extra_env={"CURSOR_OAI_TRANSPORT": "auto"})
+        for name, fn in [("mux", lambda: t_mux(fake, px)), ("goaway", lambda: t_goaway(fake, px)),
+                         ("rst", lambda: t_rst(fake, px)), ("stall", lambda: t_stall(fake, px)),
+                         ("window", lambda: t_window(fake, px)),
+                         ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake))]:
+            if only and name not in only:
+                continue
+            t0 = time.time()
+            try:
+                fn()
+            except Exception:
+                check("section %s ran without an exception" % name, False,
+                      traceback.format_exc())
+            print("     [%s] section took %.1f s" % (name, time.time() - t0))
+    finally:
+        if px:
+            px.stop()
+        if fake:
+            fake.stop()
+        H.cleanup()
+        if FAIL == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print("kept " + tmp)
+    print("RESULT %d %d" % (PASS, FAIL))
+    return 1 if FAIL else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
