@@ -2422,7 +2422,9 @@ static void h2c_unref(struct h2c *hc)
     last = --hc->refs == 0;
     pthread_mutex_unlock(&hc->mu);
     if (!last) return;
-    pthread_join(hc->th, NULL);
+    /* the I/O thread may drop the last reference itself, on its way out */
+    if (pthread_equal(pthread_self(), hc->th)) pthread_detach(hc->th);
+    else pthread_join(hc->th, NULL);
     up_free(hc->up);
     close(hc->wake[0]);
     close(hc->wake[1]);
@@ -2556,32 +2558,40 @@ static void *h2c_thread(void *arg)
                 h2c_fail_locked(hc, "idle for %d s", H2_IDLE_CLOSE_MS / 1000);
             }
         }
-        /* the core's bytes -> engine */
+        /* the core's bytes -> engine -> socket, until all is out or the socket is full
+         * (the engine takes about one record at a time: loop, do not wait for a poll) */
+        want_out = 0;
         for (;;) {
-            const unsigned char *p;
-            size_t k = coai_h2_want_write(hc->core, &p), room;
-            unsigned char *b;
-            if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
-                if (!k) br_ssl_engine_flush(eng, 0);
+            int moved = 0;
+            for (;;) {
+                const unsigned char *p;
+                size_t k = coai_h2_want_write(hc->core, &p), room;
+                unsigned char *b;
+                if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
+                    if (!k) br_ssl_engine_flush(eng, 0);
+                    break;
+                }
+                b = br_ssl_engine_sendapp_buf(eng, &room);
+                if (k > room) k = room;
+                memcpy(b, p, k);
+                br_ssl_engine_sendapp_ack(eng, k);
+                coai_h2_wrote(hc->core, k);
+                moved = 1;
+            }
+            while ((st = br_ssl_engine_current_state(eng)) & BR_SSL_SENDREC) {
+                size_t n;
+                unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
+                ssize_t w = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); moved = 1; continue; }
+                if (w < 0 && errno == EINTR) continue;
+                if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
+                hc->up->why = UPX_IO;
+                h2c_fail_locked(hc, "send failed: %s", strerror(errno));
                 break;
             }
-            b = br_ssl_engine_sendapp_buf(eng, &room);
-            if (k > room) k = room;
-            memcpy(b, p, k);
-            br_ssl_engine_sendapp_ack(eng, k);
-            coai_h2_wrote(hc->core, k);
-        }
-        /* records -> socket */
-        want_out = 0;
-        while ((st = br_ssl_engine_current_state(eng)) & BR_SSL_SENDREC) {
-            size_t n;
-            unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
-            ssize_t w = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); continue; }
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
-            h2c_fail_locked(hc, "send failed: %s", strerror(errno));
-            break;
+            if (want_out || !moved || hc->up->why != UPX_OK
+                || br_ssl_engine_current_state(eng) == BR_SSL_CLOSED)
+                break;
         }
         if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
         pthread_mutex_unlock(&hc->mu);
@@ -10349,7 +10359,8 @@ static int run_doctor(int argc, char **argv)
     coai_models m;
     coai_error e;
     coai_url agent;
-    int i, srcw, ok_run = 0, order[2], norder, failed_cfg, refused_said = 0;
+    int i, srcw, ok_run = 0, ok_h2 = 0, ok_h1 = 0, order[2], norder, failed_cfg,
+        refused_said = 0;
     char why[160];
     for (i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
@@ -10449,7 +10460,46 @@ static int run_doctor(int argc, char **argv)
     coai_models_free(&m);
     coai_buf_free(&json);
 
-    /* 4. one tiny run per profile until one works */
+    /* 4a. one tiny run over HTTP/2 (exactly: no fallback inside) */
+    if (TR.forced != TR_HTTP1) {
+        coai_buf body = { 0 };
+        int st, saved = TR.forced;
+        coai_url h2host;
+        cJSON *j;
+        TR.forced = TR_H2;
+        doctor_chat(model, &st, &body);
+        TR.forced = saved;
+        agent_h2_get(&h2host, NULL, 0);
+        j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+        if (st == 200) {
+            ok_h2 = 1;
+            doctor_step("OK", "run (HTTP/2)", "model %s, one Run stream to https://%s%s",
+                        model, h2host.authority, h2host.prefix);
+        } else {
+            const cJSON *em = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+            doctor_step(TR.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)", "HTTP %d, "
+                        "HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
+                        cJSON_IsString(em) ? em->valuestring : "no answer");
+            if (TR.forced == TR_H2)
+                doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
+                              "it, or fix what blocks HTTP/2 (a proxy or middlebox without it)");
+            else
+                doctor_advice("runs fall back to HTTP/1.1 RunSSE + BidiAppend (tried next); "
+                              "a proxy or middlebox without HTTP/2 is the usual cause");
+        }
+        cJSON_Delete(j);
+        coai_buf_free(&body);
+    }
+    if (TR.forced == TR_H2) {
+        ok_run = ok_h2;
+        goto runs_done;
+    }
+
+    /* 4b. one tiny run per profile over HTTP/1.1 until one works */
+    {
+        int saved_tr = TR.forced;
+        TR.forced = TR_HTTP1;
     norder = 0;
     if (S.profile_forced >= 0) {
         order[norder++] = S.profile_forced;
@@ -10512,10 +10562,22 @@ static int run_doctor(int argc, char **argv)
         cJSON_Delete(j);
         coai_buf_free(&body);
     }
+        ok_h1 = ok_run;
+        TR.forced = saved_tr;
+        ok_run = ok_run || ok_h2;
+    }
+runs_done:
     if (ok_run) {
-        printf("Verdict: OK, Cursor answers through cursor-oai (transport profile %s).\n",
-               PROFILE_NAME[S.profile]);
-        if (S.profile_forced < 0 && S.profile == PROF_GRPCWEB)
+        if (TR.forced == TR_H2)
+            printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "
+                   "(CURSOR_OAI_TRANSPORT=h2).\n");
+        else
+            printf("Verdict: OK, Cursor answers through cursor-oai: HTTP/2 %s, HTTP/1.1 %s "
+                   "(transport profile %s); runs use %s.\n",
+                   TR.forced == TR_HTTP1 ? "not tried" : ok_h2 ? "works" : "FAILED",
+                   ok_h1 ? "works" : "FAILED", PROFILE_NAME[S.profile],
+                   ok_h2 && TR.forced != TR_HTTP1 ? "HTTP/2" : "HTTP/1.1");
+        if (S.profile_forced < 0 && S.profile == PROF_GRPCWEB && ok_h1)
             printf("         Only the grpc-web profile worked: CURSOR_OAI_PROFILE=grpc-web "
                    "skips the failing first try.\n");
     } else {

@@ -15,6 +15,7 @@ behaviour it names is removed:
              over HTTP/1.1 RunSSE + BidiAppend, remembered for the next runs, HTTP/2 again
              after CURSOR_OAI_H2_REPROBE; CURSOR_OAI_TRANSPORT=h2 forbids the fallback
   ping       the fake's PINGs are answered
+  doctor     `cursor-oai doctor` tries both transports and says which works
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
 import argparse
@@ -31,6 +32,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
+
+# the product's default transport choice (HTTP/2, HTTP/1.1 as the fallback) for every proxy
+# here, whatever pass of the suites this is
+H.TRANSPORT = "auto"
 
 if os.environ.get("CURSOR_OAI_BIN"):
     H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
@@ -85,6 +90,10 @@ def err_code(body):
 
 def errors(fake, n0=0):
     return fake.state()["errors"][n0:]
+
+
+def h2_handshakes(c):
+    return c.get("alpn_main_h2", 0) + c.get("alpn_agent_h2", 0)
 
 
 def counters(fake):
@@ -157,7 +166,7 @@ def t_mux(fake, px):
     eq("mux: one HTTP/2 connection for all of them", len(run_conns(fake)), 1)
     check("mux: streams ran concurrently on it", c.get("h2_max_streams_per_conn", 0) >= 4, c)
     check("mux: at most one HTTP/2 handshake for all of them",
-          c.get("alpn_main_h2", 0) <= 1, c.get("alpn_main_h2"))
+          h2_handshakes(c) <= 1, h2_handshakes(c))
     eq("mux: no protocol errors", errors(fake), [])
     # the server allows 2 streams per connection: 6 runs need 3 connections, never a third
     # stream on one (the fake records that as TooManyStreams)
@@ -263,7 +272,7 @@ def t_window(fake, px):
 
 def t_fallback(fake):
     # 1. no h2 in ALPN: the request goes over HTTP/1.1, and so do the next ones
-    reset(fake, main_alpn=["http/1.1"])
+    reset(fake, main_alpn=["http/1.1"], agent_alpn=["http/1.1"])
     px = H.Proxy(fake.dir, "fb-alpn", fake.url(), fake.ca, TOKEN,
                  extra_env={"CURSOR_OAI_H2_REPROBE": "4"})
     try:
@@ -274,11 +283,11 @@ def t_fallback(fake):
               any("fallback=http1" in l and "transport=http1" in l
                   for l in log_lines(px, "POST /v1/chat/completions", "fallback=http1")),
               log_lines(px, "POST /v1/chat/completions"))
-        fake.ctl("/config", {"main_alpn": ["h2", "http/1.1"]})
-        h0 = counters(fake).get("alpn_main_h2", 0)
+        fake.ctl("/config", {"main_alpn": ["h2", "http/1.1"], "agent_alpn": ["h2"]})
+        h0 = h2_handshakes(counters(fake))
         st, body, _ = px.chat("scenario:quick", "remembered")
         eq("fallback alpn: the choice is remembered: the next run goes straight to HTTP/1.1",
-           (st, transports(fake)[-1], counters(fake).get("alpn_main_h2", 0) - h0),
+           (st, transports(fake)[-1], h2_handshakes(counters(fake)) - h0),
            (200, "http1", 0))
         time.sleep(4.5)
         st, body, _ = px.chat("scenario:quick", "reprobe")
@@ -314,7 +323,7 @@ def t_fallback(fake):
     finally:
         px.stop()
     # 4. forced HTTP/2: no fallback, a clear error
-    reset(fake, main_alpn=["http/1.1"])
+    reset(fake, main_alpn=["http/1.1"], agent_alpn=["http/1.1"])
     px = H.Proxy(fake.dir, "forced", fake.url(), fake.ca, TOKEN,
                  extra_env={"CURSOR_OAI_TRANSPORT": "h2"})
     try:
@@ -334,6 +343,37 @@ def t_fallback(fake):
         eq("forced http1: no HTTP/2 connection", counters(fake).get("h2_connections"), None)
     finally:
         px.stop()
+
+
+def doctor(fake, env):
+    import subprocess
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
+    home = os.path.join(fake.dir, "home-doctor")
+    os.makedirs(home, exist_ok=True)
+    e.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
+              "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca,
+              "CURSOR_ACCESS_TOKEN": TOKEN, "CURSOR_OAI_IDLE_TIMEOUT": "3"})
+    e.update(env)
+    r = subprocess.run(H.proxy_cmd() + ["doctor"], env=e, capture_output=True, text=True,
+                       timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+def t_doctor(fake):
+    reset(fake)
+    rc, out = doctor(fake, {})
+    check("doctor: both transports tried and named",
+          rc == 0 and "OK   run (HTTP/2)" in out and "HTTP/2 works, HTTP/1.1 works" in out
+          and "runs use HTTP/2" in out, out)
+    reset(fake, main_alpn=["http/1.1"], agent_alpn=["http/1.1"])
+    rc, out = doctor(fake, {})
+    check("doctor: no h2 in ALPN: HTTP/2 fails, HTTP/1.1 works, runs use HTTP/1.1",
+          rc == 0 and "WARN run (HTTP/2)" in out and "did not choose HTTP/2" in out
+          and "HTTP/2 FAILED, HTTP/1.1 works" in out and "runs use HTTP/1.1" in out, out)
+    rc, out = doctor(fake, {"CURSOR_OAI_TRANSPORT": "h2"})
+    check("doctor: forced HTTP/2 without h2: fails with the advice", rc == 1
+          and "FAIL run (HTTP/2)" in out and "CURSOR_OAI_TRANSPORT=h2" in out, out)
+    reset(fake)
 
 
 def t_ping(fake):
@@ -369,7 +409,8 @@ def main():
         for name, fn in [("mux", lambda: t_mux(fake, px)), ("goaway", lambda: t_goaway(fake, px)),
                          ("rst", lambda: t_rst(fake, px)), ("stall", lambda: t_stall(fake, px)),
                          ("window", lambda: t_window(fake, px)),
-                         ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake))]:
+                         ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
+                         ("doctor", lambda: t_doctor(fake))]:
             if only and name not in only:
                 continue
             t0 = time.time()

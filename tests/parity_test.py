@@ -653,7 +653,8 @@ def doctor(E, env=None, args=()):
     os.makedirs(home, exist_ok=True)
     e.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
               "CURSOR_API_URL": E.fake.url(), "SSL_CERT_FILE": E.fake.ca,
-              "CURSOR_ACCESS_TOKEN": E.token, "CURSOR_OAI_IDLE_TIMEOUT": "3"})
+              "CURSOR_ACCESS_TOKEN": E.token, "CURSOR_OAI_IDLE_TIMEOUT": "3",
+              "CURSOR_OAI_TRANSPORT": H.TRANSPORT})
     e.update(env or {})
     r = subprocess.run([BIN, "doctor"] + list(args), env=e, capture_output=True, text=True,
                        timeout=120)

@@ -1,18 +1,19 @@
 #!/usr/bin/python3
 """Performance bench of cursor-oai (run by tests/bench.sh, i.e. ./build.sh bench).
 
-Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy twice, once per
-transport profile (CURSOR_OAI_PROFILE=connect, the default, and grpc-web: what Connect-first
-costs, side by side), or with --compare a second proxy binary instead (each in its default
-profile), or with --one-profile the proxy once; all measured in the same run, then drives them
-with
-build/bench/loadgen. The default shapes are realistic: one text delta per gRPC-web frame per
+Starts the fake Cursor upstream (tests/fake, TLS on 127.0.0.1) and the proxy three times:
+over HTTP/2 (CURSOR_OAI_TRANSPORT=h2, the default: one Run stream per answer on a shared
+connection) and over HTTP/1.1 RunSSE + BidiAppend in each transport profile
+(CURSOR_OAI_PROFILE=connect, the HTTP/1.1 default, and grpc-web), side by side; or with
+--compare a second proxy binary instead (each with its defaults), or with --one-profile the
+proxy once; all measured in the same run, then drives them with build/bench/loadgen. The default shapes are realistic: one text delta per gRPC-web frame per
 HTTP chunk per TLS record per write, unpaced and paced; 64 deltas per write only as a secondary
 line. Each figure is measured with the fake keeping RunSSE connections alive ("keep") and
 closing each after its run ("close", the fake's runsse_close). Every latency is also measured
 straight against the fake (the floor, "direct") in the same run. System calls per delta come
 from strace -c -f attached to the proxy for one extra answer. Prints a table and writes
-bench/results.json. Loopback only; bounded in time (2-4 minutes; --hold-big adds one more).
+bench/results.json. Loopback only; bounded in time (6-12 minutes; --hold-big adds one more).
+"keep"/"close" only change the fake's HTTP/1.1 connections (an HTTP/2 run ends its stream).
 """
 
 import argparse
@@ -233,7 +234,7 @@ class Bench:
             "wall_s": r["wall_us"] / 1e6,
             "deltas": sum(x[3] for x in r["streams"]),
             "bytes": sum(x[4] for x in r["streams"]),
-            "handshakes": c.get("tls_handshakes_main", 0),
+            "handshakes": c.get("tls_handshakes", 0),     # every listener (h2: the agent's)
             "upstream_requests": c.get("requests", 0),
             "proxy_cpu_s": proc_cpu_s(p.pid) - cpu_p0 if p else None,
             "fake_cpu_s": proc_cpu_s(self.fake_pid) - cpu_f0,
@@ -290,7 +291,8 @@ class Bench:
                     "rss_kb": proc_status(p.pid, "VmRSS"),
                     "threads": proc_status(p.pid, "Threads"),
                     "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
-                    "fake_active": self.fake.state()["active_streams"]}
+                    "fake_active": self.fake.state()["active_streams"],
+                    "upstream_conns": self.fake.state()["open_connections"]}
         r = self.loadgen("hold", "--port", p.port, "--model", "scenario:" + scenario,
                          "--conc", n, "--expect", 2, "--ramp", self.a.ramp,
                          timeout=self.a.hold_big_s + 600, on_ready=on_ready)
@@ -303,7 +305,8 @@ class Bench:
                "fake_max_active": st["max_active_streams"],
                "fake_validation_errors": len(st["errors"]),
                "fake_tls_failures": st["counters"].get("tls_handshake_failures", 0),
-               "handshakes": st["counters"].get("tls_handshakes_main", 0),
+               "handshakes": st["counters"].get("tls_handshakes", 0),
+               "upstream_conns": r.get("upstream_conns"),
                "loadavg": loadavg()}
         if out["rss_kb"] is not None:
             out["rss_per_stream_kb"] = (out["rss_kb"] - rss0) / float(n)
@@ -341,10 +344,13 @@ class Bench:
             labels = [("new", a.proxy), ("old", a.compare)]
         elif a.one_profile:
             labels = [("new", a.proxy)]
-        else:       # the same binary in each transport profile (issue 24: Connect first)
-            labels = [("connect", a.proxy), ("grpcweb", a.proxy)]
-            self.label_env = {"connect": {"CURSOR_OAI_PROFILE": "connect"},
-                              "grpcweb": {"CURSOR_OAI_PROFILE": "grpc-web"}}
+        else:       # the same binary over HTTP/2 and in each HTTP/1.1 transport profile
+            labels = [("h2", a.proxy), ("connect", a.proxy), ("grpcweb", a.proxy)]
+            self.label_env = {"h2": {"CURSOR_OAI_TRANSPORT": "h2"},
+                              "connect": {"CURSOR_OAI_TRANSPORT": "http1",
+                                          "CURSOR_OAI_PROFILE": "connect"},
+                              "grpcweb": {"CURSOR_OAI_TRANSPORT": "http1",
+                                          "CURSOR_OAI_PROFILE": "grpc-web"}}
         R["labels"] = [lb for lb, _ in labels]
         R["label_env"] = self.label_env
         R["proxy_binaries"] = dict(labels)
@@ -417,10 +423,11 @@ class Bench:
                 k = "%s_%d" % (lb, n)
                 R["hold"][k] = h = self.hold(lb, n, sc)
                 say("hold %-10s errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
-                    "%s fds, fake saw %s open (max %s), load %.2f"
+                    "%s fds, fake saw %s open (max %s), %s upstream connections, %d handshakes, "
+                    "load %.2f"
                     % (k, h["errors"] or 0, h["ramp_s"] or -1, h["rss_kb"], h["rss_before_kb"],
                        h["threads"], h["fds"], h["fake_active"], h["fake_max_active"],
-                       h["loadavg"]))
+                       h["upstream_conns"], h["handshakes"], h["loadavg"]))
         R["idle_rss_end_kb"] = {lb: proc_status(self.proxies[lb].pid, "VmRSS")
                                 for lb, _ in labels}
         self.summarize(labels)
@@ -471,6 +478,8 @@ class Bench:
                                                                h["n_errors"])
                     s["hold_%d_ok" % n] = h["n_errors"] == 0 and h["fake_max_active"] == n
                     s["rss_per_stream_kb_%d" % n] = h.get("rss_per_stream_kb")
+                    s["upstream_conns_%d" % n] = h.get("upstream_conns")
+                    s["handshakes_per_stream_%d" % n] = h["handshakes"] / float(n)
             s["idle_rss_kb"] = R["idle_rss_kb"][lb]
             s["binary_kb"] = R["binary_bytes"][lb] / 1024.0
         s = R["summary"][labels[0][0]]
@@ -555,6 +564,9 @@ class Bench:
         for n in sorted({h["n"] for h in R["hold"].values()}):
             orow("streams held at once (%d)" % n, "hold_%d" % n, "%s")
             orow("VmRSS per open stream, %d open (KB)" % n, "rss_per_stream_kb_%d" % n, "%.1f")
+            orow("upstream TLS connections, %d open" % n, "upstream_conns_%d" % n, "%s")
+            orow("TLS handshakes per stream, %d open" % n, "handshakes_per_stream_%d" % n,
+                 "%.3f")
         orow("idle VmRSS (KB)", "idle_rss_kb", "%d")
         orow("binary size (KB)", "binary_kb", "%.0f")
         L.append("start-up: exec -> /health answered %.2f ms (p50)" % R["startup_ms"])

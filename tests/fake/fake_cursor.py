@@ -2871,7 +2871,7 @@ def h2_run(st, req, rec):
     st.on_message = on_message
     with st.hc.cond:
         on_message()
-    if client_outdated(req):
+    if client_outdated(req, run=True):
         code, msg, det = outdated_body()
         S.count("outdated_rejections")
         run.stream["ended"] = "outdated_client"
