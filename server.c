@@ -3007,13 +3007,13 @@ static void h2s_failure(struct h2s *s, char *out, size_t cap)
 {
     pthread_mutex_lock(&s->hc->mu);
     if (s->hc->dead)
-        snprintf(out, cap, "the HTTP/2 connection to %s failed: %s", s->hc->host.authority,
+        snprintf(out, cap, "the HTTP/2 connection to %.60s failed: %.100s", s->hc->host.authority,
                  s->hc->why);
     else if (s->refused)
-        snprintf(out, cap, "%s refused the stream (%s)", s->hc->host.authority,
+        snprintf(out, cap, "%.60s refused the stream (%.30s)", s->hc->host.authority,
                  s->hc->goaway ? "GOAWAY" : coai_h2_error_str(s->rst_code));
     else if (s->reset)
-        snprintf(out, cap, "%s reset the stream (RST_STREAM %s)", s->hc->host.authority,
+        snprintf(out, cap, "%.60s reset the stream (RST_STREAM %.30s)", s->hc->host.authority,
                  coai_h2_error_str(s->rst_code));
     else
         snprintf(out, cap, "the HTTP/2 stream ended");
@@ -6625,7 +6625,7 @@ static void tr_h2_failed(const char *why)
     pthread_mutex_lock(&TR.lock);
     TR.h1_until = mono_ms() + TR.reprobe_ms;
     TR.fallbacks++;
-    snprintf(TR.why, sizeof TR.why, "%s", why);
+    copy_str(TR.why, sizeof TR.why, why, strlen(why));
     pthread_mutex_unlock(&TR.lock);
     srv_log(LOG_WARN, "HTTP/2 to Cursor failed (%s): runs use HTTP/1.1 (RunSSE + BidiAppend) "
             "for the next %d s, then HTTP/2 is tried again", why, TR.reprobe_ms / 1000);
@@ -6788,7 +6788,7 @@ static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client
  * which HTTP/1.1 may not have). */
 static int h2_run_start(struct run *r, int fresh)
 {
-    char token[SRV_TOKEN_MAX], auth[SRV_TOKEN_MAX + 8], path[256];
+    char token[SRV_TOKEN_MAX], auth[SRV_TOKEN_MAX + 8], path[320];
     size_t tl = cred_token(token, sizeof token, &r->auth_gen);
     coai_h2_header hs[13];
     size_t nh = 0;
@@ -6813,7 +6813,7 @@ static int h2_run_start(struct run *r, int fresh)
         goto done;
     }
     snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
-    snprintf(path, sizeof path, "%s%s", r->host.prefix, PATH_RUN);
+    snprintf(path, sizeof path, "%.256s%s", r->host.prefix, PATH_RUN);
 #define H2H(n, v) (hs[nh].name = coai_str_c(n), hs[nh].value = coai_str_c(v), nh++)
     H2H(":method", "POST");
     H2H(":scheme", "https");
