@@ -2948,6 +2948,8 @@ def h2_run(st, req, rec):
         S.count("streams_completed")
         # the client ends its side once it has read the end: wait a little for it
         st.wait(5.0, st.hc.cond, lambda: st.ended or st.reset)
+        run.stream["client_end"] = "end_stream" if st.ended else "reset" if st.reset \
+            else "none"
     except PeerClosed as e:
         if run.stream.get("ended") in (None, "running"):
             run.stream["ended"] = "client_closed"
