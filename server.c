@@ -2982,24 +2982,30 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
     }
 }
 
-/* 1 when s has body bytes (or its end) without waiting, else waits up to ms for them. */
+/* 1 when s has body bytes (or its end) without waiting, else waits up to ms for them.
+ * The eventfd is drained before each look: a wake-up that brought nothing to read (or was
+ * read already) must not end a wait early, nor make a poll on tr_fd() spin. */
 static int h2s_readable(struct h2s *s, int ms)
 {
-    struct pollfd pf;
-    int r;
-    pthread_mutex_lock(&s->hc->mu);
-    r = s->in.len || s->ended || s->reset || s->hc->dead;
-    pthread_mutex_unlock(&s->hc->mu);
-    if (r || ms <= 0) return r;
-    pf.fd = s->sig;
-    pf.events = POLLIN;
-    pf.revents = 0;
-    do r = poll(&pf, 1, ms); while (r < 0 && errno == EINTR);
-    if (r <= 0) return 0;
-    pthread_mutex_lock(&s->hc->mu);
-    r = s->in.len || s->ended || s->reset || s->hc->dead;
-    pthread_mutex_unlock(&s->hc->mu);
-    return r;
+    int64_t end = mono_ms() + ms;
+    for (;;) {
+        struct pollfd pf;
+        uint64_t v;
+        int r;
+        int64_t left;
+        if (read(s->sig, &v, sizeof v) < 0) {}
+        pthread_mutex_lock(&s->hc->mu);
+        r = s->in.len || s->ended || s->reset || s->hc->dead;
+        pthread_mutex_unlock(&s->hc->mu);
+        if (r) return 1;
+        left = end - mono_ms();
+        if (left <= 0) return 0;
+        pf.fd = s->sig;
+        pf.events = POLLIN;
+        pf.revents = 0;
+        do r = poll(&pf, 1, (int)left); while (r < 0 && errno == EINTR);
+        if (r <= 0) return 0;
+    }
 }
 
 /* Why s failed, for error messages. */
@@ -7310,6 +7316,7 @@ static void *held_thread(void *arg)
             pr = poll(pf, 2, (int)(ttl_end - now > 1000 ? 1000 : ttl_end - now));
             if (pr < 0 && errno != EINTR) { snprintf(why, sizeof why, "poll failed"); goto dead; }
             if (pr <= 0 || (pf[1].revents && !pf[0].revents)) continue;
+            if (!tr_readable(r, 0)) continue;   /* a wake-up with nothing to read */
         }
         {
             const unsigned char *p;

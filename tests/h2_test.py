@@ -14,7 +14,7 @@ behaviour it names is removed:
   fallback   no h2 in ALPN / RST_STREAM at the start / GOAWAY at the start: the same request
              over HTTP/1.1 RunSSE + BidiAppend, remembered for the next runs, HTTP/2 again
              after CURSOR_OAI_H2_REPROBE; CURSOR_OAI_TRANSPORT=h2 forbids the fallback
-  ping       the fake's PINGs are answered
+  ping       the fake's PINGs are answered; the proxy PINGs a connection idle for 20 s
   doctor     `cursor-oai doctor` tries both transports and says which works
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
@@ -391,6 +391,13 @@ def t_ping(fake):
         c = counters(fake)
         check("ping: the fake's PINGs were answered", c.get("h2_ping_acks", 0) >= 2, c)
         eq("ping: none left unanswered", errors(fake), [])
+        # the proxy's own PING after 20 s of silence on an idle connection
+        fake.ctl("/config", {"h2_ping_s": 0})
+        time.sleep(1.0)
+        p0 = counters(fake).get("h2_pings_received", 0)
+        H.wait_for(lambda: counters(fake).get("h2_pings_received", 0) > p0, 26, step=0.5)
+        check("ping: the proxy PINGs a connection idle for 20 s",
+              counters(fake).get("h2_pings_received", 0) > p0, counters(fake))
     finally:
         px.stop()
 

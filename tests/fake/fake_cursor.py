@@ -2644,6 +2644,7 @@ class H2Conn:
                 if now - t > float(S.config["h2_ping_ack_s"]):
                     S.error("h2: PING left unanswered for %.0fs" % (now - t), conn=self.cid)
                     del self.ping_out[op]
+            ping_s = float(S.config["h2_ping_s"])      # the config may change meanwhile
             if ping_s > 0 and now >= next_ping:
                 self.ping()
                 next_ping = now + ping_s
