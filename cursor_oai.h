@@ -2027,7 +2027,7 @@ typedef struct coai_usage {
 
 typedef struct coai_reply {
     coai_buf out;              /* client body bytes to send; the caller drains it */
-    unsigned queries;          /* interaction_query messages seen (never answered) */
+    unsigned queries;          /* interaction_query messages seen (each answered) */
     unsigned rejected;         /* exec requests refused upstream */
     coai_error error;          /* the error that ended the run, status 0 if none */
     /* private */

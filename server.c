@@ -7880,6 +7880,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->c = c;
     c->transport = TR_NAME[r->tr];
     r->stream = r->req.stream;
+    r->tries |= 4;      /* a follow-up never resets the conversation: its failure falls back */
     r->answer_bytes = 0;
     r->sent_all = 0;
     r->cancelled = 0;

@@ -119,6 +119,14 @@ def scenarios():
             {"op": "kv_get_blob", "id": 4, "blob_id_hex": b"notes/plan.md".hex(),
              "expect": "notes/plan.md", "on_missing": "failed_precondition: empty blob"},
             {"op": "text", "text": "kv ok"}] + END},
+        # a held run (issue 11) whose continuation Cursor cannot find: the follow-up falls back
+        # to a fresh run with the whole conversation (never a reset inside the held run)
+        "a_held_lost": {"when": [{"prompt_contains": "[Tool result for", "steps": [
+            {"op": "text", "text": "REPLAYED"}] + END}], "steps": [
+            {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-1", "path": "/w/a.txt",
+             "hold": True},
+            {"op": "await_results", "max_s": 30},
+            {"op": "trailer", "status": 13, "message": "Conversation data missing"}]},
         "a_usage": {"steps": [{"op": "thinking", "text": "hmm"}, {"op": "text", "text": "Hi"},
                               {"op": "step_completed", "id": 1, "ms": 1834},
                               {"op": "turn_ended", "tokens": TOKENS},
@@ -323,6 +331,21 @@ def t_replay(fake, px):
                rs[0].get("prompt"))
             check("%s: ... which has every message" % what,
                   "first answer" in (rs[1].get("prompt") or ""), rs[1].get("prompt"))
+    # a held run's follow-up that Cursor lost: the fallback replays it in a fresh run
+    read_tool = [{"type": "function", "function": {"name": "read", "parameters": {
+        "type": "object", "properties": {"filePath": {"type": "string"}}}}}]
+    m1 = [{"role": "user", "content": "read it"}]
+    st, j, raw = chat(px, {"model": "scenario:a_held_lost", "tools": read_tool, "messages": m1})
+    calls = ((j.get("choices") or [{}])[0].get("message") or {}).get("tool_calls") or []
+    check("held run: a tool call first", st == 200 and len(calls) == 1, j)
+    if calls:
+        m2 = m1 + [{"role": "assistant", "content": None, "tool_calls": calls},
+                   {"role": "tool", "tool_call_id": calls[0]["id"], "content": "file text"}]
+        st, j, raw = chat(px, {"model": "scenario:a_held_lost", "tools": read_tool,
+                               "messages": m2})
+        eq("held run lost by Cursor after the results: the follow-up still gets its answer",
+           (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+           (200, "REPLAYED"))
     fake.ctl("/reset", {})
     st, j, raw = chat(px, {"model": "scenario:live_conv_missing_always", "messages": msgs},
                       stream=True)
