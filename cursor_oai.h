@@ -29,6 +29,10 @@
  *   COAI_MAX_PB_FIELDS      65536    fields in one decoded message
  *   COAI_MAX_KV_BYTES       64 MiB   per-run KV blob store
  *   COAI_MAX_TOOLS          512      tools per request
+ *   COAI_MAX_MESSAGES       10000    messages per request, every dialect (-> 400)
+ *   COAI_MAX_JSON_VALUES    500000   JSON values in a request body (-> 400; the caller
+ *                                    checks coai_json_values before parsing)
+ *   COAI_JSON_VALUE_COST    160      bytes a parsed JSON value costs at most (for budgets)
  *   COAI_MAX_IMAGE_BYTES    5 MiB    decoded bytes per image (-> 413; coai_image_limits)
  *   COAI_MAX_IMAGES         12       images per request (-> 400)
  *   COAI_MAX_IMAGES_BYTES   20 MiB   decoded image bytes per request (-> 413)
@@ -1675,6 +1679,20 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
 #ifndef COAI_MAX_TOOLS
 #define COAI_MAX_TOOLS 512                        /* tools[] entries accepted per request */
 #endif
+#ifndef COAI_MAX_MESSAGES
+#define COAI_MAX_MESSAGES 10000                   /* messages per request (coai_request_check) */
+#endif
+#ifndef COAI_MAX_JSON_VALUES
+#define COAI_MAX_JSON_VALUES 500000               /* JSON values per request body */
+#endif
+#ifndef COAI_JSON_VALUE_COST
+#define COAI_JSON_VALUE_COST 160                  /* heap bytes one parsed value may take */
+#endif
+/* The number of JSON values in s[0..n) (objects, arrays, strings, numbers, literals; keys
+ * are not values), exact for valid JSON nested up to 256 deep, counted without allocating.
+ * What parsing a body costs is about n + coai_json_values() * COAI_JSON_VALUE_COST bytes:
+ * a caller budgets with that and refuses over COAI_MAX_JSON_VALUES before parsing. */
+size_t coai_json_values(const char *s, size_t n);
 
 /* An OpenAI-shaped error. Zero-init is "no error" (status 0). */
 typedef struct coai_error {
@@ -14159,10 +14177,60 @@ long coai_json_fix_surrogates(char *body, size_t n)
     return (long)fixed;
 }
 
+size_t coai_json_values(const char *s, size_t n)
+{
+    unsigned char arr[256];            /* 1: the container at this depth is an array */
+    size_t depth = 0, count = 0, i;
+    int in_str = 0, opened = 0;
+    for (i = 0; i < n; i++) {
+        char ch = s[i];
+        if (in_str) {
+            if (ch == '\\') i++;
+            else if (ch == '"') in_str = 0;
+            continue;
+        }
+        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') continue;
+        if (opened) {                  /* the first element of an array that is not empty */
+            opened = 0;
+            if (ch != ']') count++;
+        }
+        switch (ch) {
+        case '"': in_str = 1; break;
+        case '[': if (depth < sizeof arr) arr[depth] = 1; depth++; opened = 1; break;
+        case '{': if (depth < sizeof arr) arr[depth] = 0; depth++; break;
+        case ']': case '}': if (depth) depth--; break;
+        case ':': count++; break;      /* an object member's value */
+        case ',': if (depth && depth <= sizeof arr && arr[depth - 1]) count++; break;
+        default: break;
+        }
+    }
+    return n ? count + 1 : 0;          /* + the top-level value */
+}
+
+/* The parameter that holds a dialect's messages, for errors. */
+static const char *coai__messages_param(coai_dialect d)
+{
+    if (d == COAI_DIALECT_RESPONSES) return "input";
+    if (d == COAI_DIALECT_GEMINI) return "contents";
+    return "messages";
+}
+
 int coai_request_check(coai_request *req, const coai_image_limits *lim, coai_error *err)
 {
     int nomem = 0, rc;
-    const char *dup = coai__json_dup_key(req->root_, &nomem);
+    const char *dup;
+    if (req->message_count > COAI_MAX_MESSAGES) {
+        /* one bound for every dialect, on the messages as parsed (a system prompt and each
+         * tool result count as one) */
+        const char *param = coai__messages_param(req->dialect);
+        coai_error_set(err, 400, "invalid_request_error", "too_many_messages", param,
+                       "%s: the conversation has %zu messages; at most %d are accepted in one "
+                       "request", param, req->message_count, COAI_MAX_MESSAGES);
+        err->no_retry = 1;
+        coai_request_free(req);
+        return COAI_ERR_INVALID;
+    }
+    dup = coai__json_dup_key(req->root_, &nomem);
     if (dup) {
         char key[64];
         coai__oa_clean_copy(key, 0, sizeof key, dup, strlen(dup));

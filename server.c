@@ -194,6 +194,7 @@ static struct server {
     int conns;                      /* client connections being served */
     int rejecting;                  /* 503 answers in flight */
     size_t inflight;                /* request body bytes reserved by requests being served */
+    int parse_over;                 /* requests whose parse was admitted over the budget */
     struct upconn *pool;            /* idle TLS connections */
     int pool_n;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
@@ -3981,6 +3982,7 @@ struct conn {
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t reserved;                /* request bytes counted in S.inflight for this request */
+    int parse_over;                 /* this request's parse was admitted over the budget */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
 };
@@ -4217,13 +4219,37 @@ static int body_reserve(struct conn *c, size_t n)
     return ok ? 0 : -1;
 }
 
+/* Raise this request's reservation to n, its body plus what parsing it takes. Within the
+ * budget, or over it for one request at a time (each body already read would otherwise wait
+ * for the others' and all be refused): the budget is exceeded by at most one parse
+ * (COAI_MAX_JSON_VALUES * COAI_JSON_VALUE_COST). 0 ok, -1 over the budget. */
+static int parse_reserve(struct conn *c, size_t n)
+{
+    int ok;
+    if (n <= c->reserved) return 0;
+    pthread_mutex_lock(&S.lock);
+    ok = S.inflight == c->reserved || S.inflight - c->reserved + n <= S.inflight_max;
+    if (!ok && !S.parse_over) {
+        ok = 1;
+        S.parse_over = c->parse_over = 1;
+    }
+    if (ok) {
+        S.inflight += n - c->reserved;
+        c->reserved = n;
+    }
+    pthread_mutex_unlock(&S.lock);
+    return ok ? 0 : -1;
+}
+
 static void body_release(struct conn *c)
 {
     if (!c->reserved) return;
     pthread_mutex_lock(&S.lock);
     S.inflight -= c->reserved;
+    if (c->parse_over) S.parse_over = 0;
     pthread_mutex_unlock(&S.lock);
     c->reserved = 0;
+    c->parse_over = 0;
 }
 
 /* Read the request body into c->body. The head is in[0..hl); body bytes already received
@@ -4498,6 +4524,27 @@ static int serve_request(struct conn *c, size_t hl)
         else
             c->status = st;
         goto done;
+    }
+    if (c->body.len) {
+        /* What parsing will take, not only the body's bytes, counts against the in-flight
+         * budget: a body of tiny JSON values costs many times its size (issue 22 item 6). */
+        size_t nv = coai_json_values((const char *)c->body.data, c->body.len);
+        if (nv > COAI_MAX_JSON_VALUES) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "the request body has %zu JSON values; at most %d are "
+                     "accepted in one request", nv, COAI_MAX_JSON_VALUES);
+            c->keep = 0;
+            send_error(c, 400, "invalid_request_error", "too_many_json_values", NULL, msg,
+                       NULL);
+            goto done;
+        }
+        if (parse_reserve(c, c->body.len + nv * COAI_JSON_VALUE_COST) < 0) {
+            c->keep = 0;
+            send_error(c, 503, "server_error", "server_is_overloaded", NULL,
+                       "too many request bytes in flight, counting what parsing them takes "
+                       "(CURSOR_OAI_MAX_INFLIGHT_MB); retry later", NULL);
+            goto done;
+        }
     }
     switch (route) {
     case ROUTE_HEALTH: {
@@ -7667,7 +7714,7 @@ static size_t mem_u32(const unsigned char *p)
 static int mem_find(const coai_request *req, const char *model, struct mem_hit *hit)
 {
     size_t n = req->message_count, k, j, at;
-    unsigned char (*dg)[32];
+    unsigned char key[32];
     struct mem_entry *e = NULL, **pp;
     int64_t now = mono_ms();
     memset(hit, 0, sizeof *hit);
@@ -7686,25 +7733,25 @@ static int mem_find(const coai_request *req, const char *model, struct mem_hit *
     }
     if (!M.list) { pthread_mutex_unlock(&M.lock); return 0; }
     pthread_mutex_unlock(&M.lock);
-    dg = malloc(n * sizeof *dg);
-    if (!dg) return 0;
-    coai_conversation_digests(req->messages, n, dg);
+    /* A key names a history that ends with the answer it remembers, and only new user
+     * messages may follow it: the one candidate is the history up to the last message that
+     * is not a user's, which must be an answer. Found in one pass, digested outside the
+     * lock; under it only the (at most M.max) keys are compared (issue 22 item 1: this was
+     * a digest per message and a scan of every key per message, under M.lock). */
+    for (k = n; k > 0 && req->messages[k - 1].role == COAI_ROLE_USER; k--) {}
+    if (k == 0 || k == n || req->messages[k - 1].role != COAI_ROLE_ASSISTANT) return 0;
+    conv_digest(req->messages, k, key);
     pthread_mutex_lock(&M.lock);
-    for (k = n - 1; k >= 1 && !e; k--) {
-        for (j = k; j < n && req->messages[j].role == COAI_ROLE_USER; j++) {}
-        if (j < n) break;                           /* only new user messages may follow */
-        for (e = M.list; e; e = e->next)
-            if (memcmp(e->key, dg[k - 1], 32) == 0 && strcmp(e->model, model) == 0) break;
-        if (e) hit->k = k;
-    }
+    for (e = M.list; e; e = e->next)
+        if (memcmp(e->key, key, 32) == 0 && strcmp(e->model, model) == 0) break;
     if (e) {
+        hit->k = k;
         coai_buf_append(&hit->state, e->state.data, e->state.len);
         coai_buf_append(&hit->blobs, e->blobs.data, e->blobs.len);
         hit->nblobs = e->nblobs;
         memcpy(hit->conv_id, e->conv_id, sizeof hit->conv_id);
     }
     pthread_mutex_unlock(&M.lock);
-    free(dg);
     if (!e) return 0;
     hit->ids = calloc(hit->nblobs + 1, sizeof *hit->ids);
     hit->vals = calloc(hit->nblobs + 1, sizeof *hit->vals);

@@ -3,7 +3,7 @@
 $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
-  held_bind,held_empty,store_race"""
+  held_bind,held_empty,store_race,limits,budget"""
 
 import argparse
 import json
@@ -73,6 +73,7 @@ def scenarios(ws):
         "hb_stall_all": held_read(f, append_stall={"s": 300}),
         "bind": held_read(f),
         "short": {"steps": [{"op": "text", "text": "ok"}] + END},
+        "remember": {"steps": [{"op": "checkpoint"}, {"op": "text", "text": "noted"}] + END},
         "big": {"steps": [{"op": "text", "text": "lorem ipsum " * 100000}] + END},
         # item 3: Cursor ends the held run cleanly right after the results: no text, no turn end
         "empty_end": {"when": REPLAY, "steps": [
@@ -492,6 +493,128 @@ def t_store_race(tmp, fake, token, ws, secret):
     px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# items 1 and 6: one message bound for every dialect; the lookup is linear and outside the lock;
+# what parsing takes counts against the in-flight budget
+
+MAX_MESSAGES = 10000
+MAX_VALUES = 500000
+
+
+def many_messages(n):
+    return [{"role": "user", "content": "x"}] * n
+
+
+def t_limits(tmp, fake, token, ws, secret):
+    px = H.Proxy(tmp, "limits", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "60"})
+    ah = {"anthropic-version": "2023-06-01"}
+    n = MAX_MESSAGES + 1
+    cases = [
+        ("chat", "/v1/chat/completions", {"model": "scenario:short",
+                                          "messages": many_messages(n)}, "messages"),
+        ("messages", "/v1/messages", {"model": "scenario:short", "max_tokens": 10,
+                                      "messages": many_messages(n)}, "messages"),
+        ("count_tokens", "/v1/messages/count_tokens", {"model": "scenario:short",
+                                                       "messages": many_messages(n)},
+         "messages"),
+        ("responses", "/v1/responses", {"model": "scenario:short",
+                                        "input": many_messages(n)}, "input"),
+        ("gemini", "/v1beta/models/scenario:short:generateContent",
+         {"contents": [{"role": "user", "parts": [{"text": "x"}]}] * n}, "contents"),
+    ]
+    for name, path, body, param in cases:
+        hd = ah if path.startswith("/v1/messages") else {}
+        st, b, _ = px.request("POST", path, body, headers=hd, timeout=60)
+        txt = b.decode(errors="replace")
+        check("%s: %d messages -> 400 naming the bound of %d (%s)"
+              % (name, n, MAX_MESSAGES, txt[:160]),
+              st == 400 and str(MAX_MESSAGES) in txt and param in txt, (st, txt[:300]))
+        body = json.loads(json.dumps(body))
+        for k in ("messages", "input", "contents"):
+            if k in body:
+                body[k] = body[k][:MAX_MESSAGES - 1]
+        st, b, _ = px.request("POST", path, body, headers=hd, timeout=60)
+        check("%s: %d messages are accepted" % (name, MAX_MESSAGES - 1), st == 200,
+              (st, b[:300]))
+    # a remembered conversation makes every multi-message request look its history up
+    r = chat(px, {"model": "scenario:remember", "messages": [{"role": "user", "content": "a"}]})
+    eq("a conversation is remembered", r["content"], "noted")
+    big = json.dumps({"model": "scenario:short", "messages": many_messages(300000)})
+    res = {}
+
+    def send_big():
+        t0 = time.time()
+        try:
+            st, b, _ = px.request("POST", "/v1/chat/completions", big, timeout=90)
+        except OSError as e:
+            st, b = 0, str(e).encode()
+        res["big"] = (st, b[:300], time.time() - t0)
+
+    th = threading.Thread(target=send_big)
+    th.start()
+    small = []
+    t0 = time.time()
+    while time.time() - t0 < 8 and (th.is_alive() or not small):
+        # small multi-message requests while the big one is parsed and looked up
+        small.append(chat(px, {"model": "scenario:short", "messages": [
+            {"role": "user", "content": "a"}, {"role": "assistant", "content": "noted"},
+            {"role": "user", "content": "b"}]}, 90))
+        time.sleep(0.3)
+    th.join(100)
+    r = max(small, key=lambda x: x["t"])
+    st, b, dt = res.get("big", (0, b"", 0))
+    check("a 9 MB body of 300,000 messages is refused at once, by one of the bounds "
+          "(%.1f s): %s" % (dt, b[:120]),
+          st == 400 and (str(MAX_MESSAGES).encode() in b or str(MAX_VALUES).encode() in b)
+          and dt < 10, (st, b))
+    check("%d small multi-message requests sent meanwhile are not held up (slowest %.1f s)"
+          % (len(small), r["t"]), all(x["content"] == "ok" for x in small) and r["t"] < 5,
+          r["raw"][:200])
+    px.stop()
+
+
+def vm_hwm_kib(pid):
+    for ln in open("/proc/%d/status" % pid):
+        if ln.startswith("VmHWM:"):
+            return int(ln.split()[1])
+    return 0
+
+
+def t_budget(tmp, fake, token, ws, secret):
+    # Eight concurrent bodies of about 8 MB of tiny JSON values (empty messages), with a
+    # 64 MiB in-flight budget: parsed, each would take many times its size.
+    px = H.Proxy(tmp, "budget", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_MAX_INFLIGHT_MB": "64", "CURSOR_OAI_IDLE_TIMEOUT": "60"})
+    base = vm_hwm_kib(px.proc.pid)
+    body = json.dumps({"model": "scenario:short",
+                       "messages": [{"role": "user", "content": ""}] * 166000},
+                      separators=(",", ":"))
+    stats = []
+
+    def one():
+        try:
+            st, b, _ = px.request("POST", "/v1/chat/completions", body, timeout=120)
+        except OSError as e:
+            st, b = 0, str(e).encode()
+        stats.append((st, b[:160]))
+
+    th = [threading.Thread(target=one) for _ in range(8)]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join(150)
+    peak = vm_hwm_kib(px.proc.pid)
+    check("8 concurrent %.1f MB bodies of empty messages, budget 64 MiB: peak RSS %d MiB "
+          "(start %d MiB) stays under 64 MiB + one parse over it + the bodies read (200 MiB)"
+          % (len(body) / 1e6, peak >> 10, base >> 10), peak - base < 200 * 1024,
+          (peak, base))
+    check("every answer is a 400 or a 503 with Retry-After (%s)"
+          % sorted(set(s for s, _ in stats)),
+          len(stats) == 8 and all(s in (400, 503) for s, _ in stats), stats[:3])
+    px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -517,7 +640,8 @@ def main():
         for name, fn in (("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
                          ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
                          ("held_bind", t_held_bind), ("held_empty", t_held_empty),
-                         ("store_race", t_store_race)):
+                         ("store_race", t_store_race), ("limits", t_limits),
+                         ("budget", t_budget)):
             if only and name not in only:
                 continue
             SECTION = name
