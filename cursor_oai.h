@@ -8517,6 +8517,28 @@ static int coai__request_instructions(coai_request *req)
     return b->err ? -1 : 0;
 }
 
+/* The tool_choice rule of every dialect: a named tool must be one of the request's tools
+ * (otherwise the prompt would ask for a tool the client never offered). 0 ok, else
+ * COAI_ERR_INVALID with a 400 on `param`. */
+static int coai__tool_choice_check(const coai_request *req, const char *param,
+                                   coai_error *err)
+{
+    size_t i;
+    if (req->tool_choice != COAI_TOOL_CHOICE_TOOL) return 0;
+    for (i = 0; i < req->tool_count; i++)
+        if (req->tools[i].name.len == req->tool_choice_name.len
+            && (!req->tool_choice_name.len
+                || memcmp(req->tools[i].name.ptr, req->tool_choice_name.ptr,
+                          req->tool_choice_name.len) == 0))
+            return 0;
+    coai_error_set(err, 400, "invalid_request_error", "invalid_value", param,
+                   "%s names the tool '%.*s', which is not in tools", param,
+                   (int)(req->tool_choice_name.len > 64 ? 64 : req->tool_choice_name.len),
+                   req->tool_choice_name.ptr ? req->tool_choice_name.ptr : "");
+    err->no_retry = 1;
+    return COAI_ERR_INVALID;
+}
+
 /* What every parser does last: the session id of the newest "sess_<S>__call_" id in
  * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
 static int coai__request_finish(coai_request *req)
@@ -9090,17 +9112,8 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
         req->tool_choice = COAI_TOOL_CHOICE_ANY;
     else if (cJSON_IsObject(v)) {
-        size_t k;
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
         req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
-        for (k = 0; k < req->tool_count; k++)
-            if (coai__oa_str_same(req->tools[k].name, req->tool_choice_name)) break;
-        if (k == req->tool_count) {
-            coai__oa_bad(err, "tool_choice", "tool_choice names the function '%.64s', which is "
-                         "not in tools", req->tool_choice_name.ptr ? req->tool_choice_name.ptr
-                                                                   : "");
-            goto fail;
-        }
     } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
                                           && strcmp(v->valuestring, "auto") == 0)) {
         coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
@@ -9110,6 +9123,7 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
     if ((rc = coai__oa_fields(req, root, err)) < 0) goto fail;
     rc = COAI_ERR_INVALID;
     req->thinking = -1;
+    if (coai__tool_choice_check(req, "tool_choice", err)) goto fail;
     if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
         rc = COAI_ERR_NOMEM;
         goto nomem;
@@ -11567,6 +11581,7 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
     }
     /* temperature, top_p, top_k, context_management, output_config, service_tier,
      * container, mcp_servers ...: accepted, nothing to do on Cursor's side. */
+    if ((rc = coai__tool_choice_check(req, "tool_choice", err)) != 0) goto fail;
     if (req->mem_.err || coai__request_finish(req)) goto nomem;
     return 0;
 nomem:
@@ -12561,6 +12576,7 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
         req->message_count = ps.msgs.len / sizeof *ms;
     }
     coai_buf_free(&ps.msgs);
+    if ((rc = coai__tool_choice_check(req, "tool_choice", err)) != 0) goto fail;
     if (rr->items.err || rr->echo.err || coai__request_finish(req)) goto nomem;
     req->dialect = COAI_DIALECT_RESPONSES;
     return 0;
@@ -13660,6 +13676,7 @@ int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str mo
     }
     if (!req->tool_count) { free(req->tools); req->tools = NULL; }
     /* safetySettings, labels, serviceTier ...: accepted, nothing to do on Cursor's side */
+    if ((rc = coai__tool_choice_check(req, "toolConfig", err)) != 0) goto fail;
     if (req->mem_.err || coai__request_finish(req)) goto nomem;
     return 0;
 nomem:

@@ -3,7 +3,8 @@
 $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
-  held_bind,held_empty,store_race,limits,budget"""
+  held_bind,held_empty,store_race,limits,budget,
+  tool_choice"""
 
 import argparse
 import json
@@ -615,6 +616,43 @@ def t_budget(tmp, fake, token, ws, secret):
     px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# item 7: one tool_choice rule for every dialect
+
+def t_tool_choice(tmp, fake, token, ws, secret):
+    px = H.Proxy(tmp, "toolchoice", fake.url(), fake.ca, token)
+    ah = {"anthropic-version": "2023-06-01"}
+    user = [{"role": "user", "content": "hi"}]
+    for name in ("read", "nosuchtool"):
+        known = name == "read"
+        cases = [
+            ("chat", "/v1/chat/completions", {}, {
+                "model": "scenario:short", "messages": user, "tools": TOOLS,
+                "tool_choice": {"type": "function", "function": {"name": name}}}),
+            ("messages", "/v1/messages", ah, {
+                "model": "scenario:short", "max_tokens": 10, "messages": user,
+                "tools": [{"name": "read", "input_schema": {"type": "object"}}],
+                "tool_choice": {"type": "tool", "name": name}}),
+            ("responses", "/v1/responses", {}, {
+                "model": "scenario:short", "input": "hi",
+                "tools": [{"type": "function", "name": "read",
+                           "parameters": {"type": "object"}}],
+                "tool_choice": {"type": "function", "name": name}}),
+        ]
+        for dialect, path, hd, body in cases:
+            st, b, _ = px.request("POST", path, body, headers=hd)
+            txt = b.decode(errors="replace")
+            if known:
+                check("%s: tool_choice naming one of the tools is accepted" % dialect,
+                      st == 200, (st, txt[:200]))
+            else:
+                check("%s: tool_choice naming a tool that is not in tools -> 400 (%s)"
+                      % (dialect, txt[:140]),
+                      st == 400 and "tool_choice" in txt and "nosuchtool" in txt,
+                      (st, txt[:300]))
+    px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -641,7 +679,7 @@ def main():
                          ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
                          ("held_bind", t_held_bind), ("held_empty", t_held_empty),
                          ("store_race", t_store_race), ("limits", t_limits),
-                         ("budget", t_budget)):
+                         ("budget", t_budget), ("tool_choice", t_tool_choice)):
             if only and name not in only:
                 continue
             SECTION = name

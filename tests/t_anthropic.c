@@ -99,9 +99,21 @@ static void test_request(void)
     CHECK(q.tool_choice == COAI_TOOL_CHOICE_NONE && q.tools_disabled && q.tool_count == 0);
     coai_request_free(&q);
     CHECK(parse(&q, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":"
-                "\"hi\"}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"a\"}}", &e) == 0);
-    CHECK(q.tool_choice == COAI_TOOL_CHOICE_TOOL && coai_str_eq(q.tool_choice_name, "a"));
+                "\"hi\"}],\"tools\":[{\"name\":\"b\",\"input_schema\":{}},{\"name\":\"a\","
+                "\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"a\"}}",
+                &e) == 0);
+    CHECK(q.tool_choice == COAI_TOOL_CHOICE_TOOL && coai_str_eq(q.tool_choice_name, "a")
+          && q.tool_count == 1 && coai_str_eq(q.tools[0].name, "a"));
     coai_request_free(&q);
+    /* a name that is not among the tools: refused, as in every dialect (it used to reach
+     * the prompt as "call the tool ..." with another tool's name) */
+    CHECK(parse(&q, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":"
+                "\"hi\"}],\"tools\":[{\"name\":\"b\",\"input_schema\":{}}],\"tool_choice\":"
+                "{\"type\":\"tool\",\"name\":\"a\"}}", &e) == COAI_ERR_INVALID
+          && e.status == 400 && e.param && strcmp(e.param, "tool_choice") == 0);
+    CHECK(parse(&q, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":"
+                "\"hi\"}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"a\"}}", &e)
+          == COAI_ERR_INVALID && e.status == 400);
     /* count_tokens: no max_tokens needed, never a stream */
     {
         const char *cb = "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\","

@@ -117,6 +117,9 @@ static void test_errors(void)
     bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"a b\"}]}", "tools[0].name");
     bad("{\"input\":\"x\",\"tools\":[{\"type\":\"quantum\"}]}", "tools[0].type");
     bad("{\"input\":\"x\",\"tool_choice\":\"sometimes\"}", "tool_choice");
+    /* a named tool must be one of the tools (the rule every dialect shares) */
+    bad("{\"input\":\"x\",\"tools\":[{\"type\":\"function\",\"name\":\"a\"}],"
+        "\"tool_choice\":{\"type\":\"function\",\"name\":\"zz\"}}", "tool_choice");
     bad("{\"input\":\"x\",\"reasoning\":{\"effort\":\"extreme\"}}", "reasoning.effort");
     bad("{\"input\":\"x\",\"max_output_tokens\":0}", "max_output_tokens");
     bad("{\"input\":\"x\",\"max_output_tokens\":1.5}", "max_output_tokens");
