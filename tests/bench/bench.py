@@ -105,6 +105,32 @@ def proc_status(pid, key):
     return -1
 
 
+def upstream_sockets(pid, ports):
+    """TCP connections of process pid whose remote port is one of ports (the fake's
+    listeners): the upstream connections the proxy holds. Read from /proc, so nothing the
+    fake's counters reset can change it."""
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            t = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if t.startswith("socket:["):
+            inodes.add(t[8:-1])
+    n = 0
+    for tab in ("/proc/%d/net/tcp" % pid, "/proc/%d/net/tcp6" % pid):
+        try:
+            with open(tab) as f:
+                next(f)
+                for line in f:
+                    x = line.split()
+                    if x[9] in inodes and x[3] == "01" and int(x[2].rsplit(":", 1)[1], 16) in ports:
+                        n += 1
+        except OSError:
+            pass
+    return n
+
+
 def children_cpu_s():
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
@@ -129,6 +155,10 @@ class Bench:
         sc["bench_hold_big"] = hold_scenario(self.a.hold_big_s)
         self.fake = H.Fake(self.tmp, scenarios=sc, token=self.token)
         self.fake_pid = self.fake.info["pid"]
+
+    def fake_ports(self):
+        return {v for k, v in self.fake.info.items() if k.endswith("port") and
+                isinstance(v, int) and k != "control_port"}
 
     def proxy_env(self):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
@@ -292,7 +322,7 @@ class Bench:
                     "threads": proc_status(p.pid, "Threads"),
                     "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
                     "fake_active": self.fake.state()["active_streams"],
-                    "upstream_conns": self.fake.state()["open_connections"]}
+                    "upstream_conns": upstream_sockets(p.pid, self.fake_ports())}
         r = self.loadgen("hold", "--port", p.port, "--model", "scenario:" + scenario,
                          "--conc", n, "--expect", 2, "--ramp", self.a.ramp,
                          timeout=self.a.hold_big_s + 600, on_ready=on_ready)
