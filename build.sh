@@ -485,6 +485,9 @@ test_mode() {
         for s in held_test.py surface_test.py h2_test.py; do
             run_prog "$s (ASan/UBSan server)" "$T/log/asan_$s" "$PY" "tests/$s"
         done
+        # held runs over HTTP/2: the holder, heartbeats and tool results on a Run stream
+        run_prog "held_test.py (ASan/UBSan server, HTTP/2)" "$T/log/asan_h2_held_test.py" \
+            env COAI_TEST_TRANSPORT=h2 "$PY" tests/held_test.py
         unset E2E_PROXY_CMD
         export ASAN_OPTIONS="$asan_saved"
     else
