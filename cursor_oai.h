@@ -32,7 +32,7 @@
  *   COAI_MAX_MESSAGES       10000    messages per request, every dialect (-> 400)
  *   COAI_MAX_JSON_VALUES    500000   JSON values in a request body (-> 400; the caller
  *                                    checks coai_json_values before parsing)
- *   COAI_JSON_VALUE_COST    160      bytes a parsed JSON value costs at most (for budgets)
+ *   COAI_JSON_VALUE_COST    200      bytes a parsed JSON value costs at most (for budgets)
  *   COAI_MAX_IMAGE_BYTES    5 MiB    decoded bytes per image (-> 413; coai_image_limits)
  *   COAI_MAX_IMAGES         12       images per request (-> 400)
  *   COAI_MAX_IMAGES_BYTES   20 MiB   decoded image bytes per request (-> 413)
@@ -1686,7 +1686,8 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
 #define COAI_MAX_JSON_VALUES 500000               /* JSON values per request body */
 #endif
 #ifndef COAI_JSON_VALUE_COST
-#define COAI_JSON_VALUE_COST 160                  /* heap bytes one parsed value may take */
+#define COAI_JSON_VALUE_COST 200                  /* heap bytes one parsed value may take
+                                                   * (measured: 168 for empty messages) */
 #endif
 /* The number of JSON values in s[0..n) (objects, arrays, strings, numbers, literals; keys
  * are not values), exact for valid JSON nested up to 256 deep, counted without allocating.
@@ -2399,6 +2400,7 @@ void coai_responses_request_free(coai_responses_request *rr);
 /* previous_response_id of a body, copied NUL-terminated into out: 1 found, 0 not given
  * (or the body is not an object: the parser reports that), -1 not a string or too long. */
 int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap);
+/* (-2: the key is in the body twice; the caller answers duplicate_key as for any key) */
 /* Map an exec to a Responses client's tools: shell -> exec_command {cmd, workdir} (Codex),
  * shell_command {command, workdir}, shell {command: [bash, -lc, cmd]} when its schema
  * declares an array, else coai_exec_map's names; write -> apply_patch ("*** Add File"),
@@ -12353,10 +12355,17 @@ int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap
     int rc;
     cJSON *root = NULL;
     const cJSON *v;
+    int seen = 0;
     coai__json_body(body, n, &root, &e);
     v = coai__oa_get(root, "previous_response_id");
     if (cap) out[0] = 0;
-    if (!root || !v || cJSON_IsNull(v)) rc = 0;
+    if (root) {
+        const cJSON *m;
+        for (m = root->child; m; m = m->next)
+            if (m->string && strcmp(m->string, "previous_response_id") == 0) seen++;
+    }
+    if (seen > 1) rc = -2;             /* the key twice: which one counts is ambiguous */
+    else if (!root || !v || cJSON_IsNull(v)) rc = 0;
     else if (!cJSON_IsString(v) || strlen(v->valuestring) >= cap) rc = -1;
     else { memcpy(out, v->valuestring, strlen(v->valuestring) + 1); rc = out[0] ? 1 : 0; }
     cJSON_Delete(root);
@@ -12431,6 +12440,13 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
     {
         /* text.format json_object / json_schema: emulated like Chat's response_format */
         const cJSON *fm = coai__oa_get(v, "format"), *ft = coai__oa_get(fm, "type");
+        if (cJSON_IsString(ft) && strcmp(ft->valuestring, "json_schema") == 0
+            && !cJSON_IsObject(coai__oa_get(fm, "schema"))) {
+            /* OpenAI requires the schema; without it the answer could never be checked */
+            coai__oa_bad(err, "text.format.schema", "text.format.schema must be an object "
+                         "(the JSON schema) when text.format.type is 'json_schema'");
+            goto fail;
+        }
         if (cJSON_IsString(ft) && (strcmp(ft->valuestring, "json_object") == 0
                                    || strcmp(ft->valuestring, "json_schema") == 0)) {
             const cJSON *sch = coai__oa_get(fm, "schema");

@@ -1862,25 +1862,27 @@ static void up_io_error(struct upconn *c, coai_error *e, const char *stage)
 {
     char what[256];
     int verify = 0, err = br_ssl_engine_last_error(&c->sc.eng);
+    /* a stage is a phrase ("reading a response body") or a path: "while calling /a/b" */
+    const char *call = stage[0] == '/' ? "calling " : "";
     switch (c->why) {
     case UPX_CANCELLED:
-        up_err(e, 499, "client_closed", "client went away while %s", stage);
+        up_err(e, 499, "client_closed", "client went away while %s%s", call, stage);
         return;
     case UPX_TIMEOUT:
-        up_err(e, 504, "upstream_timeout", "upstream timed out while %s", stage);
+        up_err(e, 504, "upstream_timeout", "upstream timed out while %s%s", call, stage);
         return;
     case UPX_EOF:
-        up_err(e, 502, "upstream_truncated", "upstream closed the connection while %s",
-                  stage);
+        up_err(e, 502, "upstream_truncated", "upstream closed the connection while %s%s",
+               call, stage);
         return;
     default:
         break;
     }
     if (err != BR_ERR_OK && err != BR_ERR_IO) {
         tls_err_text(err, what, sizeof what, &verify);
-        up_err(e, 502, "upstream_tls_error", "%s while %s", what, stage);
+        up_err(e, 502, "upstream_tls_error", "%s while %s%s", what, call, stage);
     } else {
-        up_err(e, 502, "upstream_unreachable", "upstream I/O error while %s", stage);
+        up_err(e, 502, "upstream_unreachable", "upstream I/O error while %s%s", call, stage);
     }
 }
 
@@ -5975,6 +5977,7 @@ static struct held_state {
  * them, which is a little before that response's run is parked: a follow-up whose handle
  * names a run that still lives waits this long at most for it to park. */
 #define HELD_PARK_WAIT_MS 5000
+#define HELD_RUNS_CAP 1024          /* largest CURSOR_OAI_HELD_RUNS_MAX */
 
 /* Runs with a handle (r->session) are "live" until freed, parked or not. */
 static void held_live_add(struct run *r)
@@ -8265,6 +8268,14 @@ static int responses_parse(struct conn *c, coai_responses_request *rr, coai_erro
     int k = coai_responses_previous_id((const char *)c->body.data, c->body.len, prev,
                                        sizeof prev), rc;
     memset(e, 0, sizeof *e);
+    if (k == -2) {
+        coai_error_set(e, 400, "invalid_request_error", "duplicate_key", "previous_response_id",
+                       "The request body has the key 'previous_response_id' twice in one "
+                       "object; duplicate keys are refused (JSON parsers disagree about which "
+                       "one counts)");
+        e->no_retry = 1;
+        return -1;
+    }
     if (k < 0) {
         coai_error_set(e, 400, "invalid_request_error", NULL, "previous_response_id",
                        "previous_response_id must be a string of at most %d characters",
@@ -9499,7 +9510,7 @@ static int client_version_resolve(const char *env)
 static int held_configure(void)
 {
     const char *v = getenv("CURSOR_OAI_CONTINUATION");
-    int cap = 0, win = 0;
+    size_t cap = 0, win = 0;
     if (v && *v) {
         if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false")) H.on = 0;
         else if (!strcmp(v, "on") || !strcmp(v, "1") || !strcmp(v, "true")) H.on = 1;
@@ -9510,11 +9521,13 @@ static int held_configure(void)
     }
     if (env_seconds("CURSOR_OAI_HELD_RUN_TTL", 1800, &H.ttl_s)
         || env_seconds("CURSOR_OAI_HOLLOW_TIMEOUT", 90, &H.hollow_s)
-        || env_seconds("CURSOR_OAI_HELD_RUNS_MAX", 64, &cap)
-        || env_seconds("CURSOR_OAI_TOOL_WINDOW_MS", 40, &win))
+        /* counts and milliseconds, not seconds: each held run keeps two threads and an
+         * upstream connection, and a window is a pause before every tool-call answer */
+        || env_count("CURSOR_OAI_HELD_RUNS_MAX", 64, HELD_RUNS_CAP, &cap)
+        || env_count("CURSOR_OAI_TOOL_WINDOW_MS", 40, 5000, &win))
         return -1;
-    H.max = cap;
-    H.window_ms = win;
+    H.max = (int)cap;
+    H.window_ms = (int)win;
     return 0;
 }
 

@@ -4,7 +4,7 @@ $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
   held_bind,held_empty,store_race,limits,budget,
-  tool_choice"""
+  tool_choice,small"""
 
 import argparse
 import json
@@ -653,6 +653,59 @@ def t_tool_choice(tmp, fake, token, ws, secret):
     px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# item 8: the small items
+
+def t_small(tmp, fake, token, ws, secret):
+    import subprocess
+    # CURSOR_OAI_HELD_RUNS_MAX / CURSOR_OAI_TOOL_WINDOW_MS are a count and milliseconds, with
+    # their own bounds (they were read as seconds up to 604,800)
+    for env, val in (("CURSOR_OAI_HELD_RUNS_MAX", "604800"), ("CURSOR_OAI_HELD_RUNS_MAX", "1025"),
+                     ("CURSOR_OAI_TOOL_WINDOW_MS", "86400")):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("CURSOR_")}
+        e.update({"HOME": tmp, "CURSOR_ACCESS_TOKEN": token, env: val,
+                  "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca})
+        try:
+            p = subprocess.run(H.proxy_cmd() + ["serve", "--listen", "127.0.0.1:0"], env=e,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+            rc, err = p.returncode, p.stderr.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            rc, err = None, "still running after 10 s (accepted)"
+        check("%s=%s is refused at start-up, naming the bound (%s)" % (env, val, err.strip()[:100]),
+              rc in (1, 2) and env in err and ("1024" in err or "5000" in err), (rc, err[:300]))
+    px = H.Proxy(tmp, "small", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "1024", "CURSOR_OAI_TOOL_WINDOW_MS": "5000",
+                            "CURSOR_OAI_UPSTREAM_TIMEOUT": "2", "CURSOR_OAI_MODELS_WAIT": "10"})
+    check("CURSOR_OAI_HELD_RUNS_MAX=1024 and CURSOR_OAI_TOOL_WINDOW_MS=5000 are accepted",
+          px.get("/health")[0] == 200)
+    # two previous_response_id keys: duplicate_key, not "not found"
+    raw = '{"model":"scenario:short","input":"hi","previous_response_id":"resp_a",' \
+          '"previous_response_id":"resp_b"}'
+    st, b, _ = px.request("POST", "/v1/responses", raw)
+    check("two previous_response_id keys -> 400 duplicate_key (%s)" % b[:120],
+          st == 400 and b'"duplicate_key"' in b and b"previous_response_id" in b, (st, b[:300]))
+    # text.format json_schema without a schema: 400, not a run that fails 502
+    st, b, _ = px.request("POST", "/v1/responses", {
+        "model": "scenario:short", "input": "hi",
+        "text": {"format": {"type": "json_schema", "name": "x"}}})
+    check("text.format json_schema without schema -> 400 on text.format.schema (%s)" % b[:120],
+          st == 400 and b"text.format.schema" in b, (st, b[:300]))
+    px.stop()
+    # the wording of an upstream timeout on a unary call (a proxy started while the model
+    # list does not answer)
+    fake.ctl("/config", {"slow": {"models": {"mode": "silent", "max_s": 8}}})
+    try:
+        px = H.Proxy(tmp, "small-timeout", fake.url(), fake.ca, token,
+                     extra_env={"CURSOR_OAI_UPSTREAM_TIMEOUT": "2",
+                                "CURSOR_OAI_MODELS_WAIT": "10"})
+        st, b, _ = px.request("GET", "/v1/models", None, timeout=30)
+    finally:
+        fake.ctl("/config", {"slow": None})
+    check("a unary call that times out: 'upstream timed out while calling /aiserver...' (%s)"
+          % b[:160], st == 504 and b"timed out while calling /aiserver" in b, (st, b[:300]))
+    px.stop()
+
+
 def main():
     global SECTION
     ap = argparse.ArgumentParser()
@@ -679,7 +732,8 @@ def main():
                          ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
                          ("held_bind", t_held_bind), ("held_empty", t_held_empty),
                          ("store_race", t_store_race), ("limits", t_limits),
-                         ("budget", t_budget), ("tool_choice", t_tool_choice)):
+                         ("budget", t_budget), ("tool_choice", t_tool_choice),
+                         ("small", t_small)):
             if only and name not in only:
                 continue
             SECTION = name
