@@ -464,11 +464,13 @@ test_mode() {
 
     # 7b. The key suites again with HTTP/2 to the fake (the suites above run HTTP/1.1 RunSSE +
     #     BidiAppend: tests/e2e/harness.py, COAI_TEST_TRANSPORT). The suites whose checks are
-    #     about the three client dialects, held runs and errors get the second pass (about
-    #     5 minutes on 2 cores); parity_test, faults_test, robust_test, auth_test and ops_test
-    #     check HTTP/1.1 records (RunSSE heads, BidiAppend seqnos, pooled connections) or do
-    #     not depend on the transport; h2_test.py covers HTTP/2's own behaviour above.
-    for s in held_test.py surface_test.py anthropic_test.py responses_test.py; do
+    #     about the client dialects (OpenAI, Anthropic, Responses, Gemini), held runs and
+    #     Cursor's errors (autumn_test) get the second pass (about 6-7 minutes on 2 cores);
+    #     parity_test, faults_test, robust_test, auth_test and ops_test check HTTP/1.1 records
+    #     (RunSSE heads, BidiAppend seqnos, pooled connections) or do not depend on the
+    #     transport; h2_test.py covers HTTP/2's own behaviour above.
+    for s in held_test.py surface_test.py anthropic_test.py responses_test.py autumn_test.py \
+             gemini_test.py; do
         [ -f "tests/$s" ] || continue
         run_prog "$s (HTTP/2)" "$T/log/h2_$s" env COAI_TEST_TRANSPORT=h2 "$PY" "tests/$s"
     done

@@ -2939,7 +2939,7 @@ def h2_run(st, req, rec):
             return 200
         sc = run.scenario or {}
         rec["scenario"] = run.scenario_name
-        steps = select_steps(sc, run.run_request)
+        steps = select_steps(sc, run.run_request, run.attempt)
         run.stream["ended"] = "running"
         run_steps(ctx, steps)
         if not ctx.finished:
