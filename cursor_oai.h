@@ -12389,7 +12389,7 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
                                           "store", "tool_choice", "parallel_tool_calls",
                                           "reasoning", "max_output_tokens", "prompt_cache_key",
                                           "temperature", "top_p", "text", "truncation", "user",
-                                          "service_tier", NULL };
+                                          "service_tier", "tools", NULL };
     coai_request *req = &rr->req;
     coai__rs_parse ps;
     cJSON *root, *hist = NULL;
@@ -12498,6 +12498,11 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
 #undef COAI__RS_TYPED
     for (i = 0; echoed[i]; i++)
         if (coai__rs_echo(&rr->echo, root, echoed[i])) { ps.nomem = 1; goto nomem; }
+    /* the tool fields a Response object always carries (OpenAI's defaults when not given) */
+    if (!coai__oa_get(root, "tools")) coai_buf_puts(&rr->echo, ",\"tools\":[]");
+    if (!coai__oa_get(root, "tool_choice")) coai_buf_puts(&rr->echo, ",\"tool_choice\":\"auto\"");
+    if (!coai__oa_get(root, "parallel_tool_calls"))
+        coai_buf_puts(&rr->echo, ",\"parallel_tool_calls\":true");
     /* instructions: the system message; not carried over by previous_response_id */
     v = coai__oa_get(root, "instructions");
     if (cJSON_IsString(v) && v->valuestring[0]) {

@@ -131,6 +131,10 @@ def t_raw(proxy):
               done["usage"]["output_tokens_details"]["reasoning_tokens"] > 0 and
               done.get("metadata") == {"k": "v"} and [o["type"] for o in done["output"]] ==
               ["reasoning", "message"], done)
+        check("completed response: the tool fields OpenAI always echoes, with its defaults "
+              "when none were given", done.get("tools") == [] and
+              done.get("tool_choice") == "auto" and done.get("parallel_tool_calls") is True,
+              {k: done.get(k) for k in ("tools", "tool_choice", "parallel_tool_calls")})
     # Codex-shaped request: developer messages, namespace + web_search tools, custom tool
     fx = C.HERE + "/fixtures/codex-%s-exec-gpt-5.5.json" % C.version("@openai/codex")
     body = json.load(open(fx))["requests"][0]["body"]
@@ -138,6 +142,12 @@ def t_raw(proxy):
     st, b, h = proxy.request("POST", "/v1/responses", body)
     check("Codex's recorded request (developer messages, namespace, web_search, tool_search, "
           "custom apply_patch) is accepted", st == 200 and b"Hello, world" in b, (st, b[:500]))
+    done = [j for _, j in sse_events(b) if j["type"] == "response.completed"] if st == 200 else []
+    check("Codex's request: the response object echoes its tools, tool_choice and "
+          "parallel_tool_calls as sent", done and done[0]["response"].get("tools") ==
+          body["tools"] and done[0]["response"].get("tool_choice") == body.get("tool_choice",
+          "auto") and done[0]["response"].get("parallel_tool_calls") ==
+          body.get("parallel_tool_calls", True), done[0]["response"] if done else b[:300])
     # Codex's recorded three-turn task: function_call + function_call_output, custom_tool_call
     # + custom_tool_call_output as Codex sends them back
     fx = C.HERE + "/fixtures/codex-%s-task-gpt-5.5.json" % C.version("@openai/codex")
@@ -238,6 +248,7 @@ def t_sdk(proxy, ws):
 # Codex CLI
 
 def workspace(tmp):
+    os.makedirs(os.path.join(C.DIR, "homes"), exist_ok=True)
     ws = tempfile.mkdtemp(prefix="codex-ws-", dir=os.path.join(C.DIR, "homes"))
     subprocess.run(["git", "init", "-q", ws], check=True)
     with open(os.path.join(ws, "notes.txt"), "w") as f:

@@ -66,6 +66,9 @@ static void test_parse(void)
     CHECK(coai_str_eq(rr.req.session_id, "abc123"));
     CHECK(coai_str_eq(rr.req.conversation_key, "thread-1"));
     CHECK(rr.store == 0 && rr.req.stream == 1);
+    /* the Response object echoes the tools as given, like OpenAI's */
+    CHECKF(strstr((const char *)rr.echo.data, ",\"tools\":[{\"type\":\"function\"") != NULL,
+           "%.*s", (int)rr.echo.len, (const char *)rr.echo.data);
     coai_responses_request_free(&rr);
     /* history from previous_response_id goes first; instructions are the request's own */
     rc = parse(&rr, "{\"input\":\"second\",\"previous_response_id\":\"resp_1\","
@@ -78,6 +81,10 @@ static void test_parse(void)
            "%s", prompt(&rr));
     CHECK(coai_str_eq(rr.previous_response_id, "resp_1"));
     CHECK(strstr((const char *)rr.echo.data, "\"previous_response_id\":\"resp_1\"") != NULL);
+    /* no tool fields given: OpenAI's defaults, as its Response object always has them */
+    CHECKF(strstr((const char *)rr.echo.data, ",\"tools\":[],\"tool_choice\":\"auto\","
+                  "\"parallel_tool_calls\":true") != NULL, "%.*s", (int)rr.echo.len,
+           (const char *)rr.echo.data);
     coai_responses_request_free(&rr);
     {
         char id[48];
