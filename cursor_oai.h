@@ -338,7 +338,8 @@ typedef struct coai_creds {
     char *api_key;
 } coai_creds;
 
-/* 0 when the JSON is an object (members may still be absent), -1 otherwise.
+/* 0 when the JSON is an object (members may still be absent), -1 otherwise, -2 when a
+ * string holds a \u0000 escape (it would cut a token short without a word).
  * Only non-empty string members are taken; c is cleared first. */
 int coai_creds_parse(const char *json, size_t n, coai_creds *c);
 /* Pretty-printed (2-space) JSON of the non-NULL members, ending in a newline. */
@@ -2956,10 +2957,14 @@ static char *coai__json_strdup(const cJSON *obj, const char *key)
     return s;
 }
 
+static int coai__oa_has_nul_escape(const char *s, size_t n);
+
 int coai_creds_parse(const char *json, size_t n, coai_creds *c)
 {
-    cJSON *root = cJSON_ParseWithLength(json, n);
+    cJSON *root;
     memset(c, 0, sizeof *c);
+    if (json && coai__oa_has_nul_escape(json, n)) return -2;
+    root = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
     c->access_token = coai__json_strdup(root, "accessToken");
     c->refresh_token = coai__json_strdup(root, "refreshToken");

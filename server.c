@@ -3178,7 +3178,7 @@ static int cred_read_file(const char *path, coai_creds *c, struct file_id *id, c
     struct stat st;
     char *buf = NULL;
     size_t len = 0;
-    int fd, rc = -1;
+    int fd, rc = -1, fd_r;
     memset(c, 0, sizeof *c);
     file_id_of(path, id);       /* what cred_poll_files() compares against (lstat) */
     /* O_NOFOLLOW: a symlink planted in place of the file is not followed */
@@ -3216,8 +3216,9 @@ static int cred_read_file(const char *path, coai_creds *c, struct file_id *id, c
         snprintf(why, cap, "%s contains a NUL byte (refused)", path);
         goto done;
     }
-    if (coai_creds_parse(buf, len, c) < 0) {
-        snprintf(why, cap, "%s is not a JSON object", path);
+    if ((fd_r = coai_creds_parse(buf, len, c)) < 0) {
+        snprintf(why, cap, fd_r == -2 ? "%s has a \\u0000 escape in a string (refused: it "
+                 "would cut a token short)" : "%s is not a JSON object", path);
         goto done;
     }
     if (!c->access_token) {

@@ -673,6 +673,20 @@ def t_small(tmp, fake, token, ws, secret):
             rc, err = None, "still running after 10 s (accepted)"
         check("%s=%s is refused at start-up, naming the bound (%s)" % (env, val, err.strip()[:100]),
               rc in (1, 2) and env in err and ("1024" in err or "5000" in err), (rc, err[:300]))
+    # a \u0000 escape in auth.json would cut the token short without a word: refused
+    cfg = os.path.join(tmp, "home-nulcred", ".config", "cursor-oai")
+    os.makedirs(cfg, exist_ok=True)
+    with open(os.path.join(cfg, "auth.json"), "w") as f:
+        f.write('{"accessToken": "%s\\u0000tail"}' % token)
+    os.chmod(os.path.join(cfg, "auth.json"), 0o600)
+    px = H.Proxy(tmp, "nulcred", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_ACCESS_TOKEN": ""})
+    st, b, _ = px.get("/health")
+    check("auth.json with a \\u0000 escape in the token: not used (%s)" % b[:80],
+          b'"credentials":"missing"' in b, b[:200])
+    check("... and the log says why",
+          H.wait_for(lambda: "u0000 escape" in log_of(px), 5), H.tail(px.proc.log_path)[-400:])
+    px.stop()
     px = H.Proxy(tmp, "small", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "1024", "CURSOR_OAI_TOOL_WINDOW_MS": "5000",
                             "CURSOR_OAI_UPSTREAM_TIMEOUT": "2", "CURSOR_OAI_MODELS_WAIT": "10"})

@@ -101,6 +101,15 @@ static void test_creds(void)
     coai_creds_free(&c);
     CHECK(c.access_token == NULL);
     CHECK(coai_creds_parse("[]", 2, &c) == -1);
+    /* a \u0000 escape would cut the token short without a word: refused */
+    {
+        const char *nul = "{\"accessToken\":\"abc\\u0000def\"}";
+        const char *bs = "{\"accessToken\":\"abc\\\\u0000\"}";   /* a backslash, then "u0000" */
+        CHECK(coai_creds_parse(nul, strlen(nul), &c) == -2 && !c.access_token);
+        CHECK(coai_creds_parse(bs, strlen(bs), &c) == 0 && c.access_token
+              && strcmp(c.access_token, "abc\\u0000") == 0);
+        coai_creds_free(&c);
+    }
     CHECK(coai_creds_parse("{\"accessToken\":", 15, &c) == -1);
     CHECK(coai_creds_parse("{\"accessToken\":\"\",\"apiKey\":5}", 29, &c) == 0);
     CHECK(c.access_token == NULL && c.api_key == NULL);
