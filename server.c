@@ -578,6 +578,12 @@ static void log_escape_text(char *out, size_t cap, size_t *o, const char *msg, s
                    && (unsigned char)msg[i + 1] <= 0x9f) {
             unsigned char d = (unsigned char)msg[++i];
             memcpy(e, "\\u00", 4); e[4] = hex[d >> 4]; e[5] = hex[d & 15]; el = 6;
+        } else if (c == 0xe2 && i + 2 < n && (unsigned char)msg[i + 1] == 0x80
+                   && ((unsigned char)msg[i + 2] == 0xa8 || (unsigned char)msg[i + 2] == 0xa9)) {
+            /* U+2028 / U+2029: line ends to many readers (JavaScript, editors) */
+            memcpy(e, (unsigned char)msg[i + 2] == 0xa8 ? "\\u2028" : "\\u2029", 6);
+            el = 6;
+            i += 2;
         } else {
             e[0] = (char)c; el = 1;
         }
@@ -628,6 +634,23 @@ static size_t log_line_format(char *out, size_t cap, int level, const char *msg,
             if (!b.err && b.len < cap - 1 - o) { memcpy(out + o, b.data, b.len); o += b.len; }
             else { memcpy(out + o, "\"msg\":\"(line too long)\"}", 25); o += 25; }
             coai_buf_free(&b);
+        }
+    }
+    if (log_json) {
+        /* U+2028 / U+2029 inside the JSON strings: escaped (valid JSON either way, and a
+         * line end to JavaScript and to many log tools) */
+        size_t i;
+        char tmp[8];
+        for (i = 0; i < o; i++) {
+            if (i + 2 < o && (unsigned char)out[i] == 0xe2 && (unsigned char)out[i + 1] == 0x80
+                && ((unsigned char)out[i + 2] == 0xa8 || (unsigned char)out[i + 2] == 0xa9)
+                && o + 3 < cap - 1) {
+                memcpy(tmp, (unsigned char)out[i + 2] == 0xa8 ? "\\u2028" : "\\u2029", 6);
+                memmove(out + i + 6, out + i + 3, o - i - 3);
+                memcpy(out + i, tmp, 6);
+                o += 3;
+                i += 5;
+            }
         }
     }
     out[o++] = '\n';

@@ -692,6 +692,19 @@ def t_small(tmp, fake, token, ws, secret):
                             "CURSOR_OAI_UPSTREAM_TIMEOUT": "2", "CURSOR_OAI_MODELS_WAIT": "10"})
     check("CURSOR_OAI_HELD_RUNS_MAX=1024 and CURSOR_OAI_TOOL_WINDOW_MS=5000 are accepted",
           px.get("/health")[0] == 200)
+    # U+2028 / U+2029 from a client never reach a log line raw, in either format
+    for fmt in ("text", "json"):
+        lp = H.Proxy(tmp, "ls-" + fmt, fake.url(), fake.ca, token,
+                     args=["--log-format", fmt])
+        lp.request("POST", "/v1/chat/completions", {
+            "model": "scenario:short\u2028forged line\u2029x",
+            "messages": [{"role": "user", "content": "hi"}]})
+        time.sleep(0.5)
+        lp.stop()
+        raw = open(lp.proc.log_path, "rb").read()
+        check("%s log: U+2028/U+2029 escaped, never raw" % fmt,
+              b"\xe2\x80\xa8" not in raw and b"\xe2\x80\xa9" not in raw
+              and b"\\u2028" in raw, raw[-300:])
     # two previous_response_id keys: duplicate_key, not "not found"
     raw = '{"model":"scenario:short","input":"hi","previous_response_id":"resp_a",' \
           '"previous_response_id":"resp_b"}'
