@@ -9311,24 +9311,57 @@ static int coai__oa_find_tool(const coai_tool *tools, size_t count, const char *
     return 0;
 }
 
-/* The client's parameter name for a logical argument: the first candidate its schema
- * declares, else the first candidate (the original's name). */
+/* The schema's own spelling of a parameter named like one of cands: a candidate it declares
+ * exactly (in the candidates' order), else a declared name that differs from a candidate
+ * only in case and the separators '_', '-', '.', ' ' (filepath, FilePath, file-path for
+ * filePath), as tool names match. NULL when none. */
+static const char *coai__oa_prop(const coai_tool *t, const char *const *cands)
+{
+    const cJSON *props = coai__oa_get(t->parameters, "properties"), *p;
+    size_t k;
+    if (!cJSON_IsObject(props)) return NULL;
+    for (k = 0; cands[k]; k++)
+        if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return cands[k];
+    for (k = 0; cands[k]; k++)
+        cJSON_ArrayForEach(p, props)
+            if (p->string && coai__oa_name_like(coai_str_c(p->string), coai_str_c(cands[k])))
+                return p->string;
+    return NULL;
+}
+
+/* The client's parameter name for a logical argument: coai__oa_prop, else the first
+ * candidate (the original's name). */
 static const char *coai__oa_param(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *props = coai__oa_get(t->parameters, "properties");
-    size_t k;
-    for (k = 0; cands[k] && cJSON_IsObject(props); k++)
-        if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return cands[k];
-    return cands[0];
+    const char *p = coai__oa_prop(t, cands);
+    return p ? p : cands[0];
+}
+
+/* The same for a tool's one main argument (a read's path, a shell's command): when the
+ * schema names none of the candidates but requires exactly one parameter, a string, that
+ * is the one (the meaning is not in doubt: the tool takes nothing else it needs). */
+static const char *coai__oa_param_main(const coai_tool *t, const char *const *cands)
+{
+    const cJSON *req = coai__oa_get(t->parameters, "required"), *props, *r, *pr, *ty;
+    const char *only = NULL, *p = coai__oa_prop(t, cands);
+    int n = 0;
+    if (p) return p;
+    props = coai__oa_get(t->parameters, "properties");
+    if (!cJSON_IsArray(req) || !cJSON_IsObject(props)) return cands[0];
+    cJSON_ArrayForEach(r, req) {
+        if (!cJSON_IsString(r)) return cands[0];
+        pr = cJSON_GetObjectItemCaseSensitive(props, r->valuestring);
+        ty = pr ? cJSON_GetObjectItemCaseSensitive(pr, "type") : NULL;
+        if (!cJSON_IsString(ty) || strcmp(ty->valuestring, "string") != 0) return cands[0];
+        only = r->valuestring;
+        n++;
+    }
+    return n == 1 ? only : cands[0];
 }
 
 static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *props = coai__oa_get(t->parameters, "properties");
-    size_t k;
-    for (k = 0; cands[k] && cJSON_IsObject(props); k++)
-        if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return 1;
-    return 0;
+    return coai__oa_prop(t, cands) != NULL;
 }
 
 /* An optional member (description, cwd, path) the client's schema does not declare goes
@@ -9407,7 +9440,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         if (!coai__oa_find_tool(tools, count, n_shell, &idx)) return 0;
         t = &tools[idx];
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
+        coai__oa_arg(b, coai__oa_param_main(t, p_command), ex->command);
         /* Cursor's own description of the command (ShellArgs 15) when it sent one */
         if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);
         else coai__oa_shell_desc(&d, ex->command);
@@ -9431,7 +9464,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     case COAI_EXEC_READ:
         if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param(&tools[idx], p_file), ex->path);
+        coai__oa_arg(b, coai__oa_param_main(&tools[idx], p_file), ex->path);
         break;
     case COAI_EXEC_LS:
         if (!coai__oa_find_tool(tools, count, n_list, &idx)) return 0;
@@ -9707,17 +9740,33 @@ static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
     return 1;
 }
 
-/* Claude Code Bash error result: Exit code N[\n<output>] */
+static size_t coai__rs_reminder(coai_str t);
+
+/* Claude Code Bash error result: Exit code N[\n<output>], a system reminder after it
+ * removed */
 static int coai__rs_claude_bash(coai_exec_outcome *o, coai_str t)
 {
     size_t at = 0;
     int64_t code = 0;
+    t.len = coai__rs_reminder(t);
     if (!coai__rs_lit(t, &at, "Exit code ") || !coai__rs_int(t, &at, 1, &code)) return 0;
     if (at < t.len && !coai__rs_lit(t, &at, "\n")) return 0;
     if (!coai__rs_exit(o, code)) return 0;
     o->out = coai__rs_tail(t, at);
     o->shape = "claude-bash";
     return 1;
+}
+
+/* Where t's text ends before a system reminder Claude Code appends to a tool result
+ * ("\n\n<system-reminder>\n...\n</system-reminder>", trailing blanks allowed): t.len when
+ * there is none. */
+static size_t coai__rs_reminder(coai_str t)
+{
+    size_t r = coai__rs_rfind(t, t.len, "<system-reminder>"), e = t.len;
+    if (r == (size_t)-1 || r == 0 || t.ptr[r - 1] != '\n') return t.len;
+    while (e > r && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == ' ')) e--;
+    if (e - r < 18 || memcmp(t.ptr + e - 18, "</system-reminder>", 18) != 0) return t.len;
+    return r - 1;
 }
 
 /* A bash result ending with the line COAI_EXIT_TRAP prints: ...\n[exit code: N]\n */
@@ -9745,7 +9794,7 @@ static int coai__rs_claude_read(coai_exec_outcome *o, coai_str t)
 {
     static const char empty[] = "<system-reminder>Warning: the file exists but the contents "
                                 "are empty.</system-reminder>";
-    size_t at = 0, end = t.len, r;
+    size_t at = 0, end;
     int64_t want = 1, n = 0;
     int sep = 0;            /* 1 tab, 2 arrow */
     coai_buf *b = &o->own_;
@@ -9758,18 +9807,15 @@ static int coai__rs_claude_read(coai_exec_outcome *o, coai_str t)
         return 1;
     }
     /* a system reminder Claude Code may append after a blank line */
-    r = coai__rs_rfind(t, t.len, "<system-reminder>");
-    if (r != (size_t)-1 && r > 0 && t.ptr[r - 1] == '\n') {
-        size_t e = t.len;
-        while (e > r && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == ' ')) e--;
-        if (e - r >= 18 && memcmp(t.ptr + e - 18, "</system-reminder>", 18) == 0) end = r - 1;
-    }
+    end = coai__rs_reminder(t);
     if (!end) return 0;
     coai_buf_reset(b);
     while (at < end) {
         size_t s0;
         while (at < end && t.ptr[at] == ' ') at++;
         if (!coai__rs_int(t, &at, 0, &n) || n != want) return 0;
+        if (at == end && want > 1) break;       /* "N" alone last: an empty last line whose
+                                                 * tab went with the text's trailing blanks */
         if (at < end && t.ptr[at] == '\t' && sep != 2) { sep = 1; at++; }
         else if (end - at >= 3 && memcmp(t.ptr + at, "\xe2\x86\x92", 3) == 0 && sep != 1) {
             sep = 2;
@@ -9914,6 +9960,12 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     }
     else if (is_error && COAI__RS_IS(n_bash)) shell = coai__rs_claude_bash(o, text);
     else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rs_trap(o, text);
+    else if (COAI__RS_IS(n_bash) && coai__rs_reminder(text) < text.len) {
+        /* Claude Code's Bash success: the output, its system reminder removed; no code */
+        o->out.len = coai__rs_reminder(text);
+        o->shape = "claude-bash";
+        shell = 1;
+    }
     if (!shell) coai__rs_back(o, &raw);
     if (shell) {
         o->is_error = o->is_error || (o->has_exit && o->exit_code != 0);
@@ -14347,6 +14399,13 @@ static const char *coai__an_error_type(const coai_error *e)
 int coai_error_status_as(const coai_error *e, coai_dialect d)
 {
     int st = e->status ? e->status : 500;
+    /* A usage limit to a Chat Completions client: 402. Qwen Code, Kilo Code and OpenCode
+     * retry every 429 whatever x-should-retry says (measured: README "How errors look"), a
+     * 402 they show at once; the OpenAI SDKs do not retry it either and keep the body's
+     * type / code insufficient_quota. */
+    if (d == COAI_DIALECT_OPENAI_CHAT && st == 429 && e->code
+        && strcmp(e->code, "insufficient_quota") == 0)
+        return 402;
     if (d != COAI_DIALECT_ANTHROPIC) return st;
     if (st == 503) return 529;
     if (st >= 500 && st != 529) return 500;

@@ -275,7 +275,7 @@ def t_errors(fake, px):
          "Model not available in your region"),
         ("High Load: 429 suggesting another model", "scenario:live_high_load", 429,
          "model_overloaded", "high demand for Cursor Grok 4.5"),
-        ("unpaid invoice: 429 with the text", "scenario:live_unpaid_invoice", 429,
+        ("unpaid invoice: 402 with the text", "scenario:live_unpaid_invoice", 402,
          "insufficient_quota", "unpaid invoice"),
         ("model channel not available: retryable 503", "scenario:live_channel_down", 503,
          "upstream_unavailable", "model channel not available"),

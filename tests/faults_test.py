@@ -367,7 +367,8 @@ def t_upstream(proxy, fake):
             st, hd, b, s = sse(proxy, "scenario:end_stream_quota_first")
         else:
             st, hd, b = plain(proxy, "scenario:end_stream_quota_first")
-        e = before_output("end-stream resource_exhausted first" + tag, st, hd, b, 429)
+        # a usage limit to a Chat Completions client is a 402 (issue 25 item 6)
+        e = before_output("end-stream resource_exhausted first" + tag, st, hd, b, 402)
         eq("end-stream quota: type" + tag, e.get("type"), "insufficient_quota")
         eq("end-stream quota: x-should-retry false" + tag, hd.get("x-should-retry"), "false")
     st, hd, b, s = sse(proxy, "scenario:end_stream_auth_first")

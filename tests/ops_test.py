@@ -280,7 +280,7 @@ def t_metrics(tmp, fake, token):
         http(proxy.port, "GET", "/nope", headers=auth)
         st, _, _ = http(proxy.port, "POST", "/v1/chat/completions",
                         chat_body("scenario:usage_limit"), headers=auth)
-        eq("usage limit: 429", st, 429)
+        eq("usage limit: 402 (Chat Completions)", st, 402)
         st, _, _ = http(proxy.port, "POST", "/v1/chat/completions",
                         chat_body("scenario:default"))
         eq("chat without the key: 401", st, 401)
@@ -295,7 +295,7 @@ def t_metrics(tmp, fake, token):
         R = "cursor_oai_requests_total"
         chat = dict(route="/v1/chat/completions", dialect="openai-chat")
         eq("requests: chat 200 +4", d(R, status="200", **chat), 4)
-        eq("requests: chat 429 +1", d(R, status="429", **chat), 1)
+        eq("requests: chat 402 +1 (the usage limit)", d(R, status="402", **chat), 1)
         eq("requests: chat 401 +1", d(R, status="401", **chat), 1)
         eq("requests: /v1/models 200 +1", d(R, route="/v1/models", dialect="none", status="200"),
            1)
@@ -454,8 +454,8 @@ def t_quota(tmp, fake, token):
             dt = time.time() - t0
             runs = len([r for r in fake.runs() if r["scenario"] == "usage_limit"]) - n0
             what = "latch %s" % (latch or "default (60 s)")
-            eq("%s: all six answers 429 insufficient_quota, x-should-retry false" % what,
-               set(answers), {(429, "insufficient_quota", "false")})
+            eq("%s: all six answers 402 insufficient_quota, x-should-retry false" % what,
+               set(answers), {(402, "insufficient_quota", "false")})
             eq("%s: upstream runs for the burst of 1 + 5 retries" % what, runs, want_runs)
             note("%s: six answers in %.0f ms" % (what, dt * 1000))
             if not latch:

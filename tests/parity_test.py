@@ -484,7 +484,7 @@ def t_profile(E):
             E.fake.ctl("/state")["counters"].get("compressed_appends", 0)), ([], 0))
         st, b, hd = chat(p, "scenario:usage_limit")
         eq("profile: Connect end-stream error mapped", (st, err(b).get("code")),
-           (429, "insufficient_quota"))
+           (402, "insufficient_quota"))
         st, hd, b, _ = H.stream_chat(p.port, {"model": "scenario:thinking", "stream": True,
                                               "messages": [{"role": "user",
                                                             "content": "hi"}]}, 30)
@@ -600,7 +600,7 @@ def t_profile(E):
                   "claude-3.5-sonnet is deprecated" in e.get("message", ""), e)
             eq(name + ": exactly one run", profile_of(E, n0), ["connect"])
             check(name + ": at once", took < 5, took)
-        for scen, cfg, want in (("scenario:usage_limit", {}, 429),
+        for scen, cfg, want in (("scenario:usage_limit", {}, 402),
                                 ("auto", {"runsse_scenario": "runsse_500"}, None)):
             E.config(**cfg)
             n0 = E.nreq()

@@ -221,8 +221,8 @@ def t_browser(tmp, fake, token):
         st, _, _ = chat(p.port, "scenario:default", PROMPT)
         eq("a chat that works", st, 200)
         st, b, _ = chat(p.port, "scenario:usage_limit")
-        failed_msg = json.loads(b)["error"]["message"] if st == 429 else None
-        eq("a chat that fails (usage limit, 429)", st, 429)
+        failed_msg = json.loads(b)["error"]["message"] if st == 402 else None
+        eq("a chat that fails (usage limit, 402)", st, 402)
         st, b, _ = chat(p.port, HOSTILE)
         check("a chat whose model name is an HTML element", st in (200, 400, 404), (st, b[:200]))
         n_err = 1 + (st >= 400)       # the usage limit, and the hostile name if it was refused
@@ -261,11 +261,11 @@ def t_browser(tmp, fake, token):
               % n_err, m and m.group(1) == "3"
               and "<dt>answered with an error</dt><dd>%d</dd>" % n_err in dom
               and re.search(r"first token p95</dt><dd>[0-9.]+ s", dom), dom[dom.find('id="live"'):][:700])
-        check("  ... errors by kind: HTTP 429", "<li>HTTP 429: 1</li>" in dom)
+        check("  ... errors by kind: HTTP 402", "<li>HTTP 402: 1</li>" in dom)
         rows = re.findall(r"<tr( class=\"failed\")?>(.*?)</tr>", dom[dom.find('id="req-body"'):])
         fails = [x for c, x in rows if c and "scenario:usage_limit" in x]
         check("  ... the failed request with its status and Cursor's message",
-              fails and "<td>429</td>" in fails[0] and failed_msg
+              fails and "<td>402</td>" in fails[0] and failed_msg
               and failed_msg.replace("'", "&#39;") in fails[0].replace("'", "&#39;"),
               (failed_msg, rows))
         esc = HOSTILE.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

@@ -749,7 +749,11 @@ static void test_non_stream(void)
         strcpy(st.message, "You've hit your usage limit");
         CHECK(coai_reply_feed_status(&r, &st) == COAI_DONE);
     }
-    CHECK(coai_reply_status(&r) == 429);
+    /* a usage limit, to a Chat Completions client: 402 (issue 25 item 6); the error keeps
+     * its 429 for the other dialects */
+    CHECK(coai_reply_status(&r) == 402 && r.error.status == 429);
+    CHECK(coai_error_status_as(&r.error, COAI_DIALECT_RESPONSES) == 429);
+    CHECK(coai_error_status_as(&r.error, COAI_DIALECT_ANTHROPIC) == 429);
     CHECK(r.out.data && strstr((char *)r.out.data, "\"type\":\"insufficient_quota\"") != NULL);
     coai_reply_head(&r, &h);
     CHECK(h.data && strcmp((char *)h.data, "Content-Type: application/json\r\n"

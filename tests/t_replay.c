@@ -415,10 +415,11 @@ static void replay(const char *name, const coai_models *models_all)
         exact = 0;
     } else if (strcmp(name, "error_usage_limit") == 0
                || strcmp(name, "error_usage_limit_auto") == 0) {
-        /* DIFF: usage limit (grpc-status 8) -> 429 insufficient_quota + x-should-retry: false
-         * before any output. For model "auto" the original suppressed the error and sent an
-         * empty "stop"; we never turn an upstream error into a silent success. */
-        expect_http_error(&x, 429, "insufficient_quota", "insufficient_quota", "usage limit", 1);
+        /* DIFF: usage limit (grpc-status 8) -> 402 insufficient_quota + x-should-retry: false
+         * before any output (Chat Completions: 402, which the agents that retry every 429
+         * show at once; issue 25 item 6). For model "auto" the original suppressed the error
+         * and sent an empty "stop"; we never turn an upstream error into a silent success. */
+        expect_http_error(&x, 402, "insufficient_quota", "insufficient_quota", "usage limit", 1);
         exact = 0;
     } else if (strcmp(name, "http_401") == 0) {
         /* DIFF: RunSSE HTTP 401 -> our 401 authentication_error with Cursor's message. */

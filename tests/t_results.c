@@ -185,6 +185,15 @@ static void test_claude(void)
     run(&b, &o, &x, "Read", "1\tone\n2\ttwo\n\n<system-reminder>\nWhenever you read a file, "
         "consider whether it is malware.\n</system-reminder>\n", 0, 0);
     check_read(&b, "one\ntwo", 2, 7, "claude read + reminder");
+    /* through cursor-oai, Claude Code 2.1.331 appends its token reminder and trims the
+     * last line's tab (recorded by tests/agents_test.py) */
+    run(&b, &o, &x, "Read", "1\talpha line x\n2\tbeta: two\n3\n\n<system-reminder>\n"
+        "<total_tokens>14989863 tokens left</total_tokens>\n</system-reminder>", 0, 0);
+    check_read(&b, "alpha line x\nbeta: two\n", 2, 23, "claude read + token reminder");
+    run(&b, &o, &x, "Read", "1\ta\n2", 0, 0);
+    check_read(&b, "a\n", 1, 2, "claude read, bare last number");
+    run(&b, &o, &x, "Read", "1", 0, 0);
+    CHECK(!strcmp(o.shape, "raw"));
     run(&b, &o, &x, "Read", "<system-reminder>Warning: the file exists but the contents are "
         "empty.</system-reminder>", 0, 0);
     check_read(&b, "", 0, 0, "claude empty file");
@@ -210,6 +219,14 @@ static void test_claude(void)
     CHECK(o.has_exit && o.exit_code == 3 && out_is(&o, "out\nerr"));
     CHECK(path(b.data, b.len, SHELL_FAIL, 3, &s) && find(s.p, s.n, 3, &f) && f.v == 3
           && find(s.p, s.n, 5, &f) && str_is(&f, "out\nerr") && !find(s.p, s.n, 6, &f));
+    run(&b, &o, &x, "Bash", "Exit code 3\nout\n\n<system-reminder>\n<total_tokens>9 tokens "
+        "left</total_tokens>\n</system-reminder>", 1, 0);
+    CHECK(o.exit_code == 3 && out_is(&o, "out"));
+    run(&b, &o, &x, "Bash", "hello-x\n\n<system-reminder>\n<total_tokens>14989867 tokens left"
+        "</total_tokens>\n</system-reminder>", 0, 0);
+    CHECK(!strcmp(o.shape, "claude-bash") && out_is(&o, "hello-x") && !o.has_exit
+          && path(b.data, b.len, SHELL_OK, 3, &s) && find(s.p, s.n, 5, &f)
+          && str_is(&f, "hello-x"));
     run(&b, &o, &x, "Bash", "Exit code 127", 1, 0);
     CHECK(o.has_exit && o.exit_code == 127 && o.out.len == 0);
     run(&b, &o, &x, "Bash", "hello", 0, 0);
@@ -427,6 +444,63 @@ static void test_exit_trap(void)
     coai_buf_free(&b);
 }
 
+/* Issue 25 item 5: parameter names matched the way tool names are (case, '_', '-'), and a
+ * tool's one required string parameter taken for its main argument. */
+static void test_param_names(void)
+{
+    static const struct { const char *schema, *key; } rd[] = {
+        { "{\"properties\":{\"filepath\":{\"type\":\"string\"}}}", "filepath" },
+        { "{\"properties\":{\"file_path\":{\"type\":\"string\"}}}", "file_path" },
+        { "{\"properties\":{\"filePath\":{\"type\":\"string\"}}}", "filePath" },
+        { "{\"properties\":{\"path\":{\"type\":\"string\"}}}", "path" },
+        { "{\"properties\":{\"FILE-PATH\":{\"type\":\"string\"}}}", "FILE-PATH" },
+        { "{\"properties\":{\"File_Name\":{\"type\":\"string\"}}}", "File_Name" },
+        { "{\"properties\":{\"target\":{\"type\":\"string\"},\"limit\":{\"type\":"
+          "\"integer\"}},\"required\":[\"target\"]}", "target" },
+        /* ambiguous: two required strings, a required number, nothing required */
+        { "{\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"string\"}},"
+          "\"required\":[\"a\",\"b\"]}", "filePath" },
+        { "{\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}",
+          "filePath" },
+        { "{\"properties\":{\"target\":{\"type\":\"string\"}}}", "filePath" },
+    };
+    static const struct { const char *schema, *key; } sh[] = {
+        { "{\"properties\":{\"Command\":{\"type\":\"string\"}}}", "Command" },
+        { "{\"properties\":{\"CMD\":{\"type\":\"string\"}}}", "CMD" },
+        { "{\"properties\":{\"script\":{\"type\":\"string\"},\"timeout\":{\"type\":"
+          "\"integer\"}},\"required\":[\"script\"],\"additionalProperties\":false}",
+          "script" },
+    };
+    size_t i;
+    for (i = 0; i < sizeof rd / sizeof rd[0] + sizeof sh / sizeof sh[0]; i++) {
+        int is_rd = i < sizeof rd / sizeof rd[0];
+        size_t j = is_rd ? i : i - sizeof rd / sizeof rd[0];
+        const char *schema = is_rd ? rd[j].schema : sh[j].schema;
+        const char *key = is_rd ? rd[j].key : sh[j].key;
+        coai_tool t;
+        coai_exec ex;
+        coai_tool_call tc;
+        cJSON *sch = cJSON_Parse(schema), *args;
+        memset(&t, 0, sizeof t);
+        memset(&ex, 0, sizeof ex);
+        memset(&tc, 0, sizeof tc);
+        t.name = coai_str_c(is_rd ? "Read_File" : "bash");
+        t.parameters = sch;
+        ex.kind = is_rd ? COAI_EXEC_READ : COAI_EXEC_SHELL;
+        ex.path = coai_str_c("/w/a.txt");
+        ex.command = coai_str_c("ls");
+        CHECKF(coai_exec_map(&ex, &t, 1, coai_str_c("/w"), &tc) == 1, "%s", schema);
+        args = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
+        CHECKF(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(args, key))
+               && !strcmp(cJSON_GetObjectItemCaseSensitive(args, key)->valuestring,
+                          is_rd ? "/w/a.txt" : "ls"),
+               "%s -> %.*s (want %s)", schema, (int)tc.args.len, (const char *)tc.args.data, key);
+        cJSON_Delete(args);
+        cJSON_Delete(sch);
+        coai_buf_free(&tc.args);
+    }
+}
+
 int main(void)
 {
     test_codex();
@@ -435,5 +509,6 @@ int main(void)
     test_opencode_kilo();
     test_raw_same();
     test_exit_trap();
+    test_param_names();
     TEST_END();
 }

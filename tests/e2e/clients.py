@@ -397,11 +397,14 @@ def run_qwen(base_url, prompt, cwd, model="cursor-model", timeout=120, args=(), 
 def _oc_like(binary, cfg_name, env_prefix, base_url, prompt, cwd, model, timeout, args, key,
              home, env_extra):
     home = home or fresh_home()
+    # the small model writes the session title: a scripted model of the fake gets a plain one,
+    # so that the task's own scenario runs once
+    small = "scenario:default" if model.startswith("scenario:") else model
     cfg = {"$schema": "https://opencode.ai/config.json",
            "provider": {"coai": {"npm": "@ai-sdk/openai-compatible", "name": "cursor-oai",
                                  "options": {"baseURL": base_url, "apiKey": key},
-                                 "models": {model: {"name": model}}}},
-           "model": "coai/" + model, "small_model": "coai/" + model,
+                                 "models": {model: {"name": model}, small: {"name": small}}}},
+           "model": "coai/" + model, "small_model": "coai/" + small,
            "autoupdate": False, "share": "disabled",
            "permission": {"edit": "allow", "bash": "allow", "webfetch": "deny"}}
     with open(os.path.join(cwd, cfg_name), "w") as f:
@@ -656,7 +659,17 @@ class Recorder:
                     rec.turns += 1
                 else:
                     turn = {"text": rec.script[-1].get("text", "recorded")}
-                if p.endswith("/responses"):
+                if "error" in turn:     # {"error": [status, body, {header: value}]}
+                    status, ebody, eh = turn["error"]
+                    data = json.dumps(ebody).encode()
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in (eh or {}).items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                elif p.endswith("/responses"):
                     self._send(200, "text/event-stream", _responses_sse(model, turn, rec.turns))
                 elif p.endswith("/messages/count_tokens"):
                     self._send(200, "application/json", b'{"input_tokens":1}')

@@ -284,7 +284,7 @@ def t_sdk(proxy, fake, ws, secret):
     n0 = len(runs_by(fake, "usage_limit_sdk"))
     r = node("error", base, {"model": "scenario:usage_limit_sdk", "maxRetries": 2})
     e = r.get("error") or {}
-    eq("sdk usage limit -> 429", e.get("status"), 429)
+    eq("sdk usage limit -> 402", e.get("status"), 402)
     eq("sdk usage limit code", e.get("code"), "insufficient_quota")
     eq("sdk did not retry (x-should-retry: false)", len(runs_by(fake, "usage_limit_sdk")) - n0,
        1)
@@ -359,7 +359,7 @@ def t_faults(proxy, fake):
     for stream in (True, False):
         st, hd, b, s = sse(proxy, "scenario:usage_limit", stream=stream)
         e = (jload(b) or {}).get("error") or {}
-        eq("usage limit stream=%s -> 429" % stream, st, 429)
+        eq("usage limit stream=%s -> 402" % stream, st, 402)
         eq("usage limit stream=%s type/code" % stream, (e.get("type"), e.get("code")),
            ("insufficient_quota", "insufficient_quota"))
         eq("usage limit stream=%s x-should-retry" % stream, hd.get("x-should-retry"), "false")

@@ -442,7 +442,7 @@ class Run:
         self.transport = "http1"   # "h2": one Run stream on HTTP/2
 
     def summary(self):
-        return {"request_id": self.rid, "scenario": self.scenario_name,
+        return {"request_id": self.rid, "scenario": self.scenario_name, "created": self.created,
                 "model_id": (self.run_request or {}).get("model_id"),
                 "appends": [{k: v for k, v in a.items() if k != "message_hex"}
                             for a in self.appends],
@@ -1613,6 +1613,42 @@ def result_outcome(msgs):
     return out
 
 
+def result_fields(msgs):
+    """The typed fields of one exec's answer (pbwire.RESULT_FIELDS), a shell stream's frames
+    joined: stdout / stderr concatenated, exit_code from its exit frame; plus "variant" (the
+    result's success / failure / error) and "result"."""
+    out = {}
+    for m in msgs:
+        if m.get("type") != "exec_result":
+            continue
+        f = m.get("fields") or {}
+        if m.get("result") == "shell_stream":
+            for k in ("stdout", "stderr"):
+                if k in f:
+                    out[k] = out.get(k, "") + f[k]
+            if m.get("variant") == "exit":
+                out["exit_code"] = (m.get("exit") or {}).get("code", 0)
+                out["variant"] = "success" if out["exit_code"] == 0 else "failure"
+        else:
+            out.update(f)
+            out["variant"] = m.get("variant")
+        out["result"] = m.get("result")
+    return out
+
+
+class _Blank(dict):
+    def __missing__(self, k):
+        return ""
+
+
+def from_result(run, spec):
+    """spec {"id": N, "template": "...{field}..."}: the template filled from exec N's result
+    fields (result_fields; a missing field is empty). How the scripted model "reads" a
+    result: what it writes or answers next is built from what the proxy sent."""
+    res = run.exec_results.get(str(int(spec.get("id", 1))), {})
+    return spec.get("template", "{content}").format_map(_Blank(res.get("fields") or {}))
+
+
 def result_images(msgs):
     """McpImageContent items of an MCP result, each checked as the live server would check
     an image it cannot read (the same facts as selected images): [{mime_type, bytes, problem}]."""
@@ -1675,6 +1711,7 @@ def await_results(ctx, max_s, hb_s):
                 and m.get("kind") != "heartbeat" and m.get("id") == p["id"]]
         why = check_exec_answer(p, mine)
         run.exec_results[str(p["id"])] = {"ok": not why, "why": why, "text": result_text(mine),
+                                          "fields": result_fields(mine),
                                           "images": result_images(mine),
                                           "outcome": result_outcome(mine),
                                           "frames": [(m.get("result") or m.get("kind"),
@@ -1900,6 +1937,8 @@ def run_step(ctx, st):
         return
     if op == "exec":
         eid = int(st.get("id", 1))
+        if "file_text_from" in st:          # a write whose text comes from an earlier result
+            st = dict(st, file_text=from_result(run, st["file_text_from"]))
         fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", ""),
                                    envelope=bool(st.get("envelope"))))
         ctx.append_cursor = len(run.appends)
@@ -1959,6 +1998,10 @@ def run_step(ctx, st):
         return
     if op == "await_results":
         await_results(ctx, float(st.get("max_s", 120)), float(st.get("heartbeat_s", 1.0)))
+        return
+    if op == "text_from_fields":
+        _send(ctx, pb.envelope(pb.m_text(from_result(run, st))))
+        ctx.frames += 1
         return
     if op == "text_from_result":
         res = run.exec_results.get(str(int(st.get("id", 1))), {})

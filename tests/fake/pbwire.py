@@ -600,6 +600,23 @@ RESULT_VARIANTS = {
 }
 
 
+# (result, variant) -> {field number: (name, kind)} for the fields the CLI writes
+_SHELL_BODY = {1: ("command", "str"), 2: ("cwd", "str"), 3: ("exit_code", "i32"),
+               5: ("stdout", "str"), 6: ("stderr", "str")}
+RESULT_FIELDS = {
+    ("shell_result", "success"): _SHELL_BODY, ("shell_result", "failure"): _SHELL_BODY,
+    ("read_result", "success"): {1: ("path", "str"), 2: ("content", "str"),
+                                 3: ("total_lines", "i32"), 4: ("file_size", "i64"),
+                                 6: ("truncated", "bool")},
+    ("read_result", "error"): {1: ("path", "str"), 2: ("error", "str")},
+    ("write_result", "success"): {1: ("path", "str"), 2: ("lines_created", "i32"),
+                                  3: ("file_size", "i32")},
+    ("write_result", "error"): {1: ("path", "str"), 2: ("error", "str")},
+    ("shell_stream", "stdout"): {1: ("stdout", "str")},
+    ("shell_stream", "stderr"): {1: ("stderr", "str")},
+}
+
+
 def _strings(buf, depth=0):
     """Best-effort list of printable strings inside a sub-message (for recording only)."""
     out = []
@@ -711,6 +728,20 @@ def dec_client_message(msg):
                                  "file_size": last(rf, 4, WT_VARINT, 0)}
                 if name == "shell_stream" and r["variant"] in ("stdout", "stderr"):
                     r["data"] = text(last(parse(var[-1][1]), 1, WT_LEN, b""))
+                # the typed fields Cursor's model reads (issue 25: results as the CLI sends them)
+                ff = RESULT_FIELDS.get((name, r["variant"]))
+                if ff:
+                    vf = parse(var[-1][1])
+                    r["fields"] = {}
+                    for num, (fname, kind) in ff.items():
+                        if kind == "str":
+                            raw = last(vf, num, WT_LEN)
+                            r["fields"][fname] = text(raw) if raw is not None else ""
+                        else:
+                            v = last(vf, num, WT_VARINT, 0)
+                            if kind == "i32" and v >= 1 << 63:
+                                v -= 1 << 64
+                            r["fields"][fname] = v
                 if name == "shell_stream" and r["variant"] == "exit":
                     ef = parse(var[-1][1])
                     r["exit"] = {"code": last(ef, 1, WT_VARINT, 0),

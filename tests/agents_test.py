@@ -1,0 +1,292 @@
+#!/usr/bin/python3
+"""Coding agents doing real work through cursor-oai (issue 25), end to end: build/cursor-oai
+between the real programs and the fake Cursor upstream, which scripts the model. For each of
+Claude Code, Codex, Qwen Code, Kilo Code and OpenCode (fresh HOME, telemetry and update checks
+off, closed proxy: tests/e2e/clients.py):
+
+  rw      Cursor reads input.txt (the client's read tool), then writes out.txt with what the
+          read result said (the client's write tool); the bytes on disk must be the input's
+          bytes, and the read result the fake received must carry them with the right
+          total_lines / file_size (no header, no line numbers)
+  shell   a command whose output the answer quotes: the fake receives stdout, exit 0
+  fail    a command that prints to stdout and stderr and exits 3: the fake receives exit
+          code 3 (a shell failure) and the answer reports it
+  usage   a Cursor usage limit: the client shows the limit message within 10 s
+
+Each task is one upstream run with continuation on (held runs): the answer is composed by the
+fake from the typed result fields it received, so a result sent the old way fails here.
+Prints `RESULT <passed> <failed>` last. AGENTS_ONLY=claude,codex,qwen,kilo,opencode picks
+clients; AGENTS_TASKS=rw,shell,fail,usage picks tasks.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import harness as H  # noqa: E402
+import pbwire as pb  # noqa: E402
+import clients as C  # noqa: E402
+
+PASSED = FAILED = 0
+SECTION = ""
+KEY = "sk-agents-" + uuid.uuid4().hex[:8]
+USAGE_LIMIT_S = 10.0
+END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
+
+
+def check(name, cond, detail=""):
+    global PASSED, FAILED
+    if cond:
+        PASSED += 1
+        print("ok   [%s] %s" % (SECTION, name), flush=True)
+    else:
+        FAILED += 1
+        print("FAIL [%s] %s %s" % (SECTION, name, str(detail)[:3000]), flush=True)
+    return bool(cond)
+
+
+def eq(name, got, want):
+    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+
+INPUT = "alpha line %s\nbeta: two\n"
+
+
+def scenarios(ws, secret):
+    inp, out = os.path.join(ws, "input.txt"), os.path.join(ws, "out.txt")
+    sh = {"op": "exec", "kind": "shell_stream", "cwd": ws, "timeout": 30000, "hold": True}
+    return {
+        "ag_rw": {"steps": [
+            {"op": "text", "text": "Reading input.txt."},
+            {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-1", "path": inp,
+             "hold": True},
+            {"op": "await_results", "max_s": 120},
+            {"op": "exec", "kind": "write", "id": 2, "exec_id": "exec-write-2", "path": out,
+             "file_text_from": {"id": 1, "template": "{content}"}, "hold": True},
+            {"op": "await_results", "max_s": 120},
+            {"op": "text_from_fields", "id": 1,
+             "template": "RW-DONE read {total_lines} lines {file_size} bytes"}] + END},
+        "ag_shell": {"steps": [
+            dict(sh, id=1, exec_id="exec-sh-1", command="echo hello-%s" % secret),
+            {"op": "await_results", "max_s": 120},
+            {"op": "text_from_fields", "id": 1,
+             "template": "SHELL-OUT[{stdout}] EXIT[{exit_code}]"}] + END},
+        "ag_fail": {"steps": [
+            dict(sh, id=1, exec_id="exec-sh-1",
+                 command="echo out-%s; echo err-%s >&2; exit 3" % (secret, secret)),
+            {"op": "await_results", "max_s": 120},
+            {"op": "text_from_fields", "id": 1,
+             "template": "FAILED EXIT[{exit_code}] {variant}"}] + END},
+        "ag_usage": {"steps": [{"op": "trailer", "status": 8,
+                                "message": "You've hit your usage limit",
+                                "details": {"error": 10, "title": "Usage limit",
+                                            "detail": "You've hit your usage limit"}}]},
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the clients
+
+def _texts(o, out):
+    """Every string under a "text" or "result" key of a JSON tree (an agent's answer)."""
+    if isinstance(o, dict):
+        for k, v in o.items():
+            if k in ("text", "result") and isinstance(v, str):
+                out.append(v)
+            else:
+                _texts(v, out)
+    elif isinstance(o, list):
+        for v in o:
+            _texts(v, out)
+    return out
+
+
+def answer(r):
+    """The client's visible answer text (its JSON output's text / result strings)."""
+    out = []
+    for line in r.text().splitlines():
+        line = line.strip()
+        if line.startswith(("{", "[")):
+            try:
+                _texts(json.loads(line), out)
+            except ValueError:
+                pass
+    try:
+        _texts(json.loads(r.text()), out)          # Qwen Code: one JSON array
+    except ValueError:
+        pass
+    return "\n".join(out)
+
+
+def make_clients(proxy):
+    root, v1 = proxy.base, proxy.base + "/v1"
+    return {
+        # Claude Code names Claude models; the fake's default scenario picks the task
+        "claude": {"run": lambda prompt, ws, model, t: C.run_claude(
+            root, prompt, ws, model="claude-sonnet-4-5-20250929", timeout=t, key=KEY),
+            "by_default": True, "version": "@anthropic-ai/claude-code"},
+        "codex": {"run": lambda prompt, ws, model, t: C.run_codex(
+            v1, prompt, ws, model=model, timeout=t, key=KEY), "version": "@openai/codex"},
+        "qwen": {"run": lambda prompt, ws, model, t: C.run_qwen(
+            v1, prompt, ws, model=model, timeout=t, key=KEY), "version": "@qwen-code/qwen-code"},
+        "kilo": {"run": lambda prompt, ws, model, t: C.run_kilo(
+            v1, prompt, ws, model=model, timeout=t, key=KEY),
+            "version": "@kilocode/cli-linux-x64"},
+        "opencode": {"run": lambda prompt, ws, model, t: C.run_opencode(
+            v1, prompt, ws, model=model, timeout=t, key=KEY), "version": None},
+    }
+
+
+def runs_of(fake, scenario, n0):
+    return [r for r in fake.runs()[n0:] if r["scenario"] == scenario]
+
+
+def run_task(fake, cl, name, scenario, prompt, ws, timeout=240):
+    n0 = len(fake.runs())
+    if cl.get("by_default"):
+        fake.ctl("/config", {"default_scenario": scenario})
+    try:
+        t0 = time.time()
+        r = cl["run"](prompt, ws, "scenario:" + scenario, timeout)
+        r.wall = time.time() - t0
+    finally:
+        if cl.get("by_default"):
+            fake.ctl("/config", {"default_scenario": "default"})
+    runs = runs_of(fake, scenario, n0)
+    print("     %s %s: rc %s, %.1f s, %d upstream run(s)" % (name, scenario, r.rc, r.wall,
+                                                          len(runs)), flush=True)
+    return r, runs
+
+
+def t_client(name, cl, proxy, fake, tmp, secret, tasks):
+    ws = tempfile.mkdtemp(prefix="ws-%s-" % name, dir=tmp)
+    inp = os.path.join(ws, "input.txt")
+    data = INPUT % secret
+    with open(inp, "w") as f:
+        f.write(data)
+    sc = scenarios(ws, secret)
+    for n, s in sc.items():
+        fake.ctl("/scenario", {"name": n, "scenario": s})
+
+    if "rw" in tasks:
+        r, runs = run_task(fake, cl, name, "ag_rw", "Copy input.txt to out.txt.", ws)
+        outp = os.path.join(ws, "out.txt")
+        got = open(outp).read() if os.path.exists(outp) else None
+        eq("rw: out.txt holds input.txt's bytes (written by the client's own tool)", got, data) \
+            or print(r)
+        eq("rw: one upstream run", len(runs), 1)
+        res = (runs[-1]["exec_results"] if runs else {})
+        f1 = (res.get("1") or {}).get("fields") or {}
+        eq("rw: the read result Cursor got: the file's bytes, total_lines, file_size",
+           (f1.get("variant"), f1.get("content"), f1.get("total_lines"), f1.get("file_size")),
+           ("success", data, 2, len(data.encode())))
+        f2 = (res.get("2") or {}).get("fields") or {}
+        eq("rw: the write result: lines_created, file_size",
+           (f2.get("variant"), f2.get("lines_created"), f2.get("file_size")),
+           ("success", 2, len(data.encode())))
+        check("rw: the answer quotes what Cursor got", "RW-DONE read 2 lines %d bytes"
+              % len(data.encode()) in answer(r), answer(r)[-800:] or r)
+
+    if "shell" in tasks:
+        r, runs = run_task(fake, cl, name, "ag_shell", "Say hello from the shell.", ws)
+        eq("shell: one upstream run", len(runs), 1)
+        f1 = ((runs[-1]["exec_results"] if runs else {}).get("1") or {}).get("fields") or {}
+        want = "hello-%s" % secret
+        check("shell: Cursor got the command's output as stdout and exit 0",
+              f1.get("stdout", "").rstrip("\n") == want and f1.get("exit_code") == 0
+              and f1.get("variant") == "success", f1)
+        check("shell: the answer quotes the real output",
+              "SHELL-OUT[%s" % want in answer(r) and "EXIT[0]" in answer(r),
+              answer(r)[-800:] or r)
+
+    if "fail" in tasks:
+        r, runs = run_task(fake, cl, name, "ag_fail", "Run the failing command.", ws)
+        eq("fail: one upstream run", len(runs), 1)
+        f1 = ((runs[-1]["exec_results"] if runs else {}).get("1") or {}).get("fields") or {}
+        both = f1.get("stdout", "") + f1.get("stderr", "")
+        check("fail: Cursor got exit code 3 as a failure, with both output lines",
+              f1.get("exit_code") == 3 and f1.get("variant") == "failure"
+              and "out-%s" % secret in both and "err-%s" % secret in both
+              and "Exit" not in both and "Chunk ID" not in both, f1)
+        check("fail: the answer reports the real exit code",
+              "FAILED EXIT[3] failure" in answer(r), answer(r)[-800:] or r)
+
+    if "usage" in tasks:
+        # a scenario of its own per client: the proxy's quota latch (per model) would answer
+        # a second client without asking the fake
+        fake.ctl("/scenario", {"name": "ag_usage_" + name, "scenario": sc["ag_usage"]})
+        t0 = time.time()
+        r, runs = run_task(fake, cl, name, "ag_usage_" + name, "Say hello.", ws, timeout=90)
+        t_end = t0 + r.wall
+        # from the request that met the limit to the client's exit with the message (the
+        # program's own start-up, 30 s for Kilo Code on a loaded machine, is not the wait)
+        wait = t_end - runs[0]["created"] if runs else r.wall
+        txt = (r.text() + r.err()).lower()
+        # Codex shows its own words for insufficient_quota: "Quota exceeded. Check your plan"
+        shown = "usage limit" in txt or "quota exceeded" in txt
+        check("usage: the limit message shows (%.1f s after the request, %d upstream run)"
+              % (wait, len(runs)), shown and len(runs) == 1, r)
+        check("usage: within %.0f s of the request (%.1f s; %.1f s with start-up)"
+              % (USAGE_LIMIT_S, wait, r.wall), shown and wait <= USAGE_LIMIT_S, r)
+
+
+def main():
+    global SECTION
+    only = [x for x in os.environ.get("AGENTS_ONLY", "").split(",") if x]
+    tasks = set(x for x in os.environ.get("AGENTS_TASKS", "rw,shell,fail,usage").split(",")
+                if x)
+    if not os.path.exists(H.proxy_cmd()[0]):
+        print("skipped: no build/cursor-oai\nRESULT 0 0")
+        return 0
+    try:
+        C.ensure()
+    except C.Unavailable as e:
+        check("clients install from the npm registry", False, e)
+        print("RESULT %d %d" % (PASSED, FAILED))
+        return 1
+    # under build/clients/homes: Codex refuses its helper links under /tmp
+    os.makedirs(os.path.join(C.DIR, "homes"), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="coai-agents-", dir=os.path.join(C.DIR, "homes"))
+    secret = "otter-" + uuid.uuid4().hex[:8]
+    token = pb.make_jwt({"sub": "auth0|e2e", "exp": int(time.time()) + 7200, "type": "session"})
+    try:
+        fake = H.Fake(tmp, {}, token, config={"client_version": H.CLIENT_VERSION})
+        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
+                        extra_env={"CURSOR_OAI_API_KEY": KEY})
+        clients = make_clients(proxy)
+        for name, cl in clients.items():
+            if only and name not in only:
+                continue
+            SECTION = name
+            if name == "opencode" and not os.path.exists(C.OPENCODE):
+                check("OpenCode installed in build/npm (tests/e2e_run.sh installs it)", False,
+                      C.OPENCODE)
+                continue
+            n0 = len(fake.state()["errors"])
+            try:
+                t_client(name, cl, proxy, fake, tmp, secret, tasks)
+            except Exception:
+                check("section ran to the end", False, traceback.format_exc())
+            errs = fake.state()["errors"][n0:]
+            check("fake upstream saw no protocol/validation errors", not errs,
+                  json.dumps(errs)[:2000])
+        SECTION = "final"
+        log = open(proxy.proc.log_path, "rb").read()
+        check("the API key never appears in the proxy log", KEY.encode() not in log, "")
+        check("proxy still running", proxy.proc.poll() is None, H.tail(proxy.proc.log_path))
+    finally:
+        H.cleanup()
+    if FAILED == 0:
+        C.forget_homes()
+    print("RESULT %d %d" % (PASSED, FAILED))
+    return 0 if FAILED == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
