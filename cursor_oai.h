@@ -1996,6 +1996,9 @@ typedef struct coai_reply_opts {
                                 * execs are collected (parallel tool calls) until the
                                 * caller's quiet window ends with coai_reply_end_tools() */
     coai_str echo;             /* Responses: ,"k":v members added to the response object */
+    int rs_compact;            /* Responses compaction (coai_responses_request.compact): 1 the
+                                * answer is one "compaction" output item, 2 and the body is
+                                * a response.compaction object (POST /responses/compact) */
     /* Emulated request fields (Cursor has none of them); zero = off. */
     const coai_str *stop;      /* stop sequences: the text is cut before the first match,
                                 * across deltas; finish STOP_SEQUENCE */
@@ -2381,12 +2384,20 @@ int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t cre
  * and passes the stored items as `history`.
  * The reply (writer COAI_DIALECT_RESPONSES): the semantic stream events with
  * sequence_number, or one response object; coai_reply_response() gives the final object
- * and coai_reply_output_items() the output items for the caller's store. */
+ * and coai_reply_output_items() the output items for the caller's store.
+ * Compaction (Codex's long sessions): an input ending in a compaction_trigger item, or a
+ * POST /responses/compact body (coai_responses_compact_parse), becomes a run asked for a
+ * summary with no tools; the writer (coai_reply_opts.rs_compact) answers with one
+ * "compaction" item carrying the summary, and a compaction item sent back becomes a user
+ * message (COAI_RESPONSES_COMPACT_PROMPT and its neighbours below). */
 
 typedef struct coai_responses_request {
     coai_request req;              /* the neutral request (dialect COAI_DIALECT_RESPONSES) */
     coai_str previous_response_id; /* "" when not given */
     int store;                     /* store: true (OpenAI's default) or false */
+    int compact;                   /* 1 the input ended in a compaction_trigger item, 2 a
+                                    * /responses/compact body: the run is asked for a summary
+                                    * (COAI_RESPONSES_COMPACT_PROMPT) with no tools */
     coai_buf items;                /* history + this input as Responses items, JSON objects
                                     * joined by ',' (what a stored response remembers) */
     coai_buf echo;                 /* ,"k":v members echoed in the response object */
@@ -2398,6 +2409,26 @@ typedef struct coai_responses_request {
 int coai_responses_request_parse(coai_responses_request *rr, const char *body, size_t n,
                                  coai_str history, coai_error *err);
 void coai_responses_request_free(coai_responses_request *rr);
+/* The same for a POST /v1/responses/compact body (model, input, instructions,
+ * previous_response_id; tools and the rest accepted): rr->compact = 2, not streamed, not
+ * stored. Set coai_reply_opts.rs_compact = rr->compact for the writer. */
+int coai_responses_compact_parse(coai_responses_request *rr, const char *body, size_t n,
+                                 coai_str history, coai_error *err);
+/* Compaction through Cursor: the conversation goes to a run with this request appended as
+ * the last user message and no tools; the answer's text is the summary. It comes back as
+ * {"type":"compaction","encrypted_content":COAI_RESPONSES_COMPACT_TAG + summary} (plain
+ * text: Cursor has nothing to encrypt it with), which a later request's input turns into a
+ * user message COAI_RESPONSES_SUMMARY_INTRO + summary. */
+#define COAI_RESPONSES_COMPACT_PROMPT \
+    "Context compaction: the conversation above is about to be replaced by a summary, and " \
+    "whoever continues the work will see only that summary. Write it now: the user's goals " \
+    "and requests, what has been done (files read, created or changed, commands run and " \
+    "what they showed), decisions and constraints, open problems and the next steps. Keep " \
+    "exact names, paths, values and error messages that matter. Do not call any tools; " \
+    "answer with the summary only."
+#define COAI_RESPONSES_COMPACT_TAG "cursor-oai compaction summary v1\n"
+#define COAI_RESPONSES_SUMMARY_INTRO \
+    "Summary of the conversation so far (it replaces the earlier messages):\n"
 /* previous_response_id of a body, copied NUL-terminated into out: 1 found, 0 not given
  * (or the body is not an object: the parser reports that), -1 not a string or too long. */
 int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap);
@@ -12095,6 +12126,7 @@ typedef struct coai__rs_parse {
     coai_buf *items;      /* the store's item list */
     coai_error *err;
     int nomem;
+    int trigger;          /* a compaction_trigger item was seen */
 } coai__rs_parse;
 
 static coai_message *coai__rs_msg(coai__rs_parse *ps, coai_role role)
@@ -12190,7 +12222,7 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
         "web_search_call", "file_search_call", "image_generation_call", "code_interpreter_call",
         "tool_search_call", "tool_search_output", "mcp_call", "mcp_list_tools",
         "mcp_approval_request", "mcp_approval_response", "computer_call",
-        "computer_call_output", "compaction", NULL };
+        "computer_call_output", NULL };
     char p[160];
     const cJSON *ty = coai__oa_get(it, "type"), *role = coai__oa_get(it, "role");
     const char *t;
@@ -12279,6 +12311,34 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
         }
         m->parts = parts;
         m->part_count = k;
+        return 0;
+    }
+    if (strcmp(t, "compaction_trigger") == 0) {  /* Codex's remote compaction (v2) */
+        ps->trigger = 1;
+        return 0;
+    }
+    if (strcmp(t, "compaction") == 0 || strcmp(t, "compaction_summary") == 0) {
+        /* a summary this proxy wrote: a user message; anyone else's is opaque */
+        const cJSON *ec = coai__oa_get(it, "encrypted_content");
+        size_t tl = sizeof COAI_RESPONSES_COMPACT_TAG - 1, il;
+        coai_part *pt;
+        char *txt;
+        snprintf(p, sizeof p, "%s.encrypted_content", where);
+        if (!cJSON_IsString(ec) || strncmp(ec->valuestring, COAI_RESPONSES_COMPACT_TAG, tl))
+            return coai__oa_bad(ps->err, p, "%s is not a summary cursor-oai wrote (another "
+                                "server's compaction is encrypted for that server only): "
+                                "start a new session, or send the conversation itself", p);
+        il = sizeof COAI_RESPONSES_SUMMARY_INTRO - 1;
+        m = coai__rs_msg(ps, COAI_ROLE_USER);
+        pt = (coai_part *)coai__req_alloc(ps->req, sizeof *pt);
+        txt = (char *)coai__req_alloc(ps->req, il + strlen(ec->valuestring + tl) + 1);
+        if (!m || !pt || !txt) { ps->nomem = 1; return -1; }
+        memcpy(txt, COAI_RESPONSES_SUMMARY_INTRO, il);
+        strcpy(txt + il, ec->valuestring + tl);
+        pt->text.ptr = txt;
+        pt->text.len = strlen(txt);
+        m->parts = pt;
+        m->part_count = 1;
         return 0;
     }
     if (coai__rs_in(t, skipped)) return 0;
@@ -12437,8 +12497,23 @@ void coai_responses_request_free(coai_responses_request *rr)
     memset(rr, 0, sizeof *rr);
 }
 
+static int coai__rs_parse_body(coai_responses_request *rr, const char *body, size_t n,
+                               coai_str history, int compact, coai_error *err);
+
 int coai_responses_request_parse(coai_responses_request *rr, const char *body, size_t n,
                                  coai_str history, coai_error *err)
+{
+    return coai__rs_parse_body(rr, body, n, history, 0, err);
+}
+
+int coai_responses_compact_parse(coai_responses_request *rr, const char *body, size_t n,
+                                 coai_str history, coai_error *err)
+{
+    return coai__rs_parse_body(rr, body, n, history, 2, err);
+}
+
+static int coai__rs_parse_body(coai_responses_request *rr, const char *body, size_t n,
+                               coai_str history, int compact, coai_error *err)
 {
     static const char *const efforts[] = { "none", "minimal", "low", "medium", "high", "xhigh",
                                            NULL };
@@ -12646,6 +12721,16 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
         coai__oa_bad(err, "tool_choice", "tool_choice must be a string or an object");
         goto fail;
     }
+    if (compact || ps.trigger) {
+        /* compaction: one more user message asking for the summary */
+        coai_message *m = coai__rs_msg(&ps, COAI_ROLE_USER);
+        coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
+        if (!m || !pt) { ps.nomem = 1; goto nomem; }
+        pt->text = coai_str_c(COAI_RESPONSES_COMPACT_PROMPT);
+        m->parts = pt;
+        m->part_count = 1;
+        rr->compact = compact ? compact : 1;
+    }
     {
         coai_message *ms = (coai_message *)coai__req_alloc(req, ps.msgs.len);
         if (!ms || ps.msgs.err) { ps.nomem = 1; goto nomem; }
@@ -12655,6 +12740,14 @@ int coai_responses_request_parse(coai_responses_request *rr, const char *body, s
     }
     coai_buf_free(&ps.msgs);
     if ((rc = coai__tool_choice_check(req, "tool_choice", err)) != 0) goto fail;
+    if (rr->compact) {              /* a summary, in one answer: no tools */
+        free(req->tools);
+        req->tools = NULL;
+        req->tool_count = 0;
+        req->tools_disabled = 1;
+        req->tool_choice = COAI_TOOL_CHOICE_NONE;
+        if (rr->compact == 2) { req->stream = 0; rr->store = 0; }
+    }
     if (rr->items.err || rr->echo.err || coai__request_finish(req)) goto nomem;
     req->dialect = COAI_DIALECT_RESPONSES;
     return 0;
@@ -13030,10 +13123,30 @@ static void coai__rs_close(coai_reply *r)
     r->rs_index_++;
 }
 
+/* Compaction: the summary (the answer's text) as one "compaction" output item. */
+static void coai__rs_compaction_item(coai_reply *r, coai_buf *b)
+{
+    coai_buf t = { 0 };
+    coai_buf_puts(b, "{\"id\":");
+    coai__rs_item_id(r, b, "cmp_", r->rs_index_);
+    coai_buf_puts(b, ",\"type\":\"compaction\",\"encrypted_content\":");
+    coai_buf_puts(&t, COAI_RESPONSES_COMPACT_TAG);
+    coai_buf_append(&t, r->content_.data, r->content_.len);
+    coai_json_str_append(b, t.data ? (const char *)t.data : "", t.len);
+    coai_buf_putc(b, '}');
+    if (t.err) b->err = 1;
+    coai_buf_free(&t);
+}
+
 static void coai__rs_w_delta(coai_reply *r, int ch, const char *s, size_t n)
 {
     int k = ch ? COAI__RS_REASONING : COAI__RS_MESSAGE;
     coai_buf empty = { 0 };
+    if (r->o_.rs_compact) {         /* the summary is sent whole, as one item at the end */
+        if (ch) r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+        coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
+        return;
+    }
     if (r->rs_open_ != k) {
         coai__rs_close(r);
         r->rs_open_ = k;
@@ -13146,6 +13259,21 @@ static void coai__rs_w_tool_call(coai_reply *r)
 static void coai__rs_w_end(coai_reply *r, coai_finish f)
 {
     coai__rs_close(r);
+    if (r->o_.rs_compact) {
+        coai_buf item = { 0 };
+        coai__rs_compaction_item(r, &item);
+        coai__rs_ev(r, "response.output_item.added");
+        coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_);
+        coai_buf_append(&r->out, item.data, item.len);
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__rs_ev(r, "response.output_item.done");
+        coai_buf_printf(&r->out, ",\"output_index\":%d,\"item\":", r->rs_index_++);
+        coai_buf_append(&r->out, item.data, item.len);
+        coai_buf_puts(&r->out, "}\n\n");
+        coai__rs_add_item(r, &item);
+        if (item.err) r->out.err = 1;
+        coai_buf_free(&item);
+    }
     coai_buf_reset(&r->rs_final_);
     coai__rs_object(r, &r->rs_final_, 1, f);
     coai__rs_ev(r, f == COAI_FINISH_LENGTH ? "response.incomplete" : "response.completed");
@@ -13162,6 +13290,29 @@ static void coai__rs_w_body(coai_reply *r, coai_finish f)
     coai_buf item = { 0 };
     r->rs_reason_units_ = coai__oa_utf16_len(r->reasoning_.data ? (const char *)r->reasoning_.data
                                                                  : "", r->reasoning_.len);
+    if (r->o_.rs_compact) {
+        coai__rs_compaction_item(r, &item);
+        coai__rs_add_item(r, &item);
+        r->rs_index_++;
+        coai_buf_reset(&r->rs_final_);
+        if (r->o_.rs_compact == 2) {        /* POST /responses/compact: its own object */
+            coai_buf *b = &r->rs_final_;
+            coai_buf_puts(b, "{\"id\":");
+            coai_json_str_append(b, r->o_.completion_id.ptr, r->o_.completion_id.len);
+            coai_buf_printf(b, ",\"object\":\"response.compaction\",\"created_at\":%lld,"
+                            "\"output\":[", (long long)r->o_.created);
+            coai_buf_append(b, r->rs_items_.data, r->rs_items_.len);
+            coai_buf_puts(b, "],\"usage\":");
+            coai__rs_usage(r, b);
+            coai_buf_putc(b, '}');
+        } else {
+            coai__rs_object(r, &r->rs_final_, 1, f);
+        }
+        coai_buf_append(&r->out, r->rs_final_.data, r->rs_final_.len);
+        if (item.err || r->rs_final_.err || r->rs_items_.err) r->out.err = 1;
+        coai_buf_free(&item);
+        return;
+    }
     if (r->reasoning_.len) {
         coai__rs_text_item(r, &item, COAI__RS_REASONING, &r->reasoning_, r->rs_index_++,
                            "completed");

@@ -3902,7 +3902,7 @@ static const char *cred_health(void)
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
        ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE, ROUTE_STATUS_PAGE,
        ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS, ROUTE_GEMINI, ROUTE_GEMINI_COUNT,
-       ROUTE_GEMINI_MODELS };
+       ROUTE_GEMINI_MODELS, ROUTE_RESPONSES_COMPACT };
 
 /* Every path the server answers: route_of() matches only these, and `serve --help` lists
  * them all (tests/status_test.py reads this table and asks the server each path). A
@@ -3919,6 +3919,9 @@ static const struct route_def {
     { ROUTE_CHAT, "POST", "/chat/completions", "the same, without /v1" },
     { ROUTE_RESPONSES, "POST", "/v1/responses", "OpenAI Responses" },
     { ROUTE_RESPONSES, "POST", "/responses", "the same, without /v1" },
+    { ROUTE_RESPONSES_COMPACT, "POST", "/v1/responses/compact",
+      "Responses compaction: the conversation summarised by one run" },
+    { ROUTE_RESPONSES_COMPACT, "POST", "/responses/compact", "the same, without /v1" },
     { ROUTE_RESPONSE_GET, "GET", "/v1/responses/{id}", "a stored Responses answer" },
     { ROUTE_RESPONSE_GET, "GET", "/responses/{id}", "the same, without /v1" },
     { ROUTE_MESSAGES, "POST", "/v1/messages", "Anthropic Messages" },
@@ -3953,6 +3956,7 @@ static const char *route_label(int route)
     case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
     case ROUTE_RESPONSES: return "/v1/responses";
     case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
+    case ROUTE_RESPONSES_COMPACT: return "/v1/responses/compact";
     case ROUTE_USAGE: return "/v1/usage";
     case ROUTE_STATUS_PAGE: return "/";
     case ROUTE_STATUS_JSON: return "/status.json";
@@ -3972,7 +3976,8 @@ static const char *route_dialect(int route)
     switch (route) {
     case ROUTE_CHAT: return "openai-chat";
     case ROUTE_MESSAGES: case ROUTE_COUNT_TOKENS: return "anthropic";
-    case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: return "openai-responses";
+    case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: case ROUTE_RESPONSES_COMPACT:
+        return "openai-responses";
     case ROUTE_GEMINI: case ROUTE_GEMINI_COUNT: case ROUTE_GEMINI_MODELS: return "gemini";
     }
     return "none";
@@ -4435,7 +4440,8 @@ static int serve_request(struct conn *c, size_t hl)
     c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
                  || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
                  ? COAI_DIALECT_ANTHROPIC
-                 : route == ROUTE_RESPONSES ? COAI_DIALECT_RESPONSES
+                 : route == ROUTE_RESPONSES || route == ROUTE_RESPONSES_COMPACT
+                 ? COAI_DIALECT_RESPONSES
                  : route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                    || route == ROUTE_GEMINI_MODELS
                    || (rq->path.len >= 8 && memcmp(rq->path.ptr, "/v1beta/", 8) == 0)
@@ -7633,6 +7639,7 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     if (r->resp) {
         o->echo.ptr = r->rr.echo.data ? (const char *)r->rr.echo.data : "";
         o->echo.len = r->rr.echo.len;
+        o->rs_compact = r->rr.compact;
     }
     copy_str(r->completion_id, sizeof r->completion_id, completion_id, strlen(completion_id));
 }
@@ -8321,7 +8328,9 @@ static int responses_parse(struct conn *c, coai_responses_request *rr, coai_erro
         h.ptr = (const char *)hist.data;
         h.len = hist.len;
     }
-    rc = coai_responses_request_parse(rr, (const char *)c->body.data, c->body.len, h, e);
+    rc = c->route == ROUTE_RESPONSES_COMPACT
+         ? coai_responses_compact_parse(rr, (const char *)c->body.data, c->body.len, h, e)
+         : coai_responses_request_parse(rr, (const char *)c->body.data, c->body.len, h, e);
     coai_buf_free(&hist);
     return rc < 0 ? -1 : 0;
 }

@@ -65,6 +65,9 @@ def scenarios(ws_hint, proxy_ws):
     compact = {"when": [
         {"prompt_contains": "CONTEXT CHECKPOINT COMPACTION", "steps": fin([
             {"op": "text", "text": "SUMMARY-42: the echo ran."}])},
+        # OpenAI's provider: Codex's compaction_trigger, cursor-oai's summary request
+        {"prompt_contains": "Context compaction:", "steps": fin([
+            {"op": "text", "text": "SUMMARY-42: the echo ran."}])},
         {"prompt_contains": "SUMMARY-42", "steps": fin([
             {"op": "text", "text": "Finished after compaction."}])}],
         "steps": [
@@ -73,6 +76,10 @@ def scenarios(ws_hint, proxy_ws):
             {"op": "stall", "max_s": 30}]}
     return {
         "codex_task": task,
+        # answers whether the run was given tools (compaction runs get none)
+        "cmp_tools": {"when": [{"has_tools": True, "steps": fin([
+            {"op": "text", "text": "TOOLS-SEEN"}])}],
+            "steps": fin([{"op": "text", "text": "Summary: NO-TOOLS."}])},
         "codex_compact": compact,
         "rs_tools": {"when": [{"prompt_contains": "[Tool result for", "steps": fin([
             {"op": "text", "text": "The file says: done."}])}], "steps": [
@@ -86,6 +93,112 @@ def scenarios(ws_hint, proxy_ws):
         "quota": {"steps": [{"op": "trailer", "status": 8,
                              "message": "You've hit your usage limit"}]},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# compaction: POST /responses/compact and Codex's compaction_trigger item
+
+COMPACT_TAG = "cursor-oai compaction summary v1\n"
+
+
+def t_compact(proxy, fake):
+    conv = [{"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": "Build the parser. KEEP-ME-311"}]},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Parser built."}]},
+        {"type": "function_call", "call_id": "c1", "name": "exec_command",
+         "arguments": "{\"cmd\":\"ls\"}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.c"}]
+    tools = [{"type": "function", "name": "exec_command", "parameters": {
+        "type": "object", "properties": {"cmd": {"type": "string"}}}}]
+    for path in ("/v1/responses/compact", "/responses/compact"):
+        st, b, h = proxy.request("POST", path, {
+            "model": "scenario:cmp_tools", "instructions": "You are Codex.", "input": conv,
+            "tools": tools, "parallel_tool_calls": True})
+        j = json.loads(b) if st == 200 else {}
+        out = j.get("output") or []
+        check("%s: a response.compaction object whose output is one compaction item with "
+              "the run's answer as the summary, and usage" % path,
+              st == 200 and j.get("object") == "response.compaction" and
+              j.get("id", "").startswith("resp_") and len(out) == 1 and
+              out[0].get("type") == "compaction" and
+              out[0].get("encrypted_content", "") == COMPACT_TAG + "Summary: NO-TOOLS." and
+              j.get("usage", {}).get("input_tokens", 0) > 0, (st, b[:600]))
+        last = fake.runs()[-1] if fake.runs() else {}
+        pr = last.get("prompt") or ""
+        check("%s: the run got the whole conversation, then the request for a summary "
+              "(and no tools: the answer above)" % path, "KEEP-ME-311" in pr and "a.c" in pr
+              and pr.find("Context compaction:") > pr.find("a.c") > pr.find("KEEP-ME-311"),
+              pr[-600:])
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:cmp_tools", "input": conv, "tools": tools, "stream": False})
+    check("(control: the same conversation as a normal request does give the run tools)",
+          st == 200 and b"TOOLS-SEEN" in b, (st, b[:300]))
+    summary = out[0]["encrypted_content"] if out else COMPACT_TAG + "none"
+    # Codex 0.169 (OpenAI's provider): a normal streamed request whose input ends in a
+    # compaction_trigger item; it takes exactly one "compaction" output item
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:cmp_tools", "input": conv + [{"type": "compaction_trigger"}],
+        "tools": tools, "stream": True, "store": False})
+    ev = sse_events(b) if st == 200 else []
+    done_items = [j["item"] for _, j in ev if j["type"] == "response.output_item.done"]
+    fin_ = [j["response"] for _, j in ev if j["type"] == "response.completed"]
+    check("compaction_trigger: the stream has exactly one output item, a compaction item "
+          "with the summary, and response.completed lists it",
+          st == 200 and [i["type"] for i in done_items] == ["compaction"] and
+          done_items[0]["encrypted_content"] == COMPACT_TAG + "Summary: NO-TOOLS." and
+          fin_ and fin_[0]["output"] == done_items and
+          not any(j["type"].startswith("response.output_text") for _, j in ev),
+          [j["type"] for _, j in ev] or (st, b[:400]))
+    last = fake.runs()[-1] if fake.runs() else {}
+    pr = last.get("prompt") or ""
+    check("compaction_trigger: the run was asked for the summary after the conversation",
+          pr.find("Context compaction:") > pr.find("KEEP-ME-311") >= 0, pr[-300:])
+    # the summary sent back as the history: a user message the run sees
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:text_basic", "stream": False, "input": [
+            {"type": "compaction", "encrypted_content": summary},
+            {"type": "message", "role": "user", "content": "Go on."}]})
+    pr = (fake.runs()[-1].get("prompt") or "") if fake.runs() else ""
+    check("a compaction item sent back reaches the run as the summary of the conversation",
+          st == 200 and "Summary of the conversation so far" in pr and
+          summary[len(COMPACT_TAG):] in pr and "Go on." in pr, (st, b[:300], pr[-400:]))
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:text_basic", "input": [
+            {"type": "compaction", "encrypted_content": "gAAAAABopaque"},
+            {"type": "message", "role": "user", "content": "Go on."}]})
+    j = json.loads(b) if b.startswith(b"{") else {}
+    check("another server's (encrypted) compaction item: 400 in the Responses error shape",
+          st == 400 and j.get("error", {}).get("param") == "input[0].encrypted_content" and
+          "cursor-oai" in j["error"].get("message", ""), (st, b[:300]))
+    st, b, h = proxy.request("POST", "/v1/responses/compact", {"model": "scenario:text_basic"})
+    j = json.loads(b) if b.startswith(b"{") else {}
+    check("/responses/compact without input: 400 in the Responses error shape",
+          st == 400 and j.get("error", {}).get("type") == "invalid_request_error", (st, b[:300]))
+    # the real Codex with OpenAI's own provider pointed at cursor-oai: its remote compaction
+    # (compaction_trigger) when the session passes its token limit, then the session goes on
+    # from the summary
+    ws = workspace(None)
+    home = C.fresh_home()
+    ch = os.path.join(home, ".codex")
+    os.makedirs(ch, exist_ok=True)
+    with open(os.path.join(ch, "config.toml"), "w") as f:
+        f.write('model = "scenario:codex_compact"\nmodel_provider = "openai"\n'
+                'openai_base_url = "%s/v1"\ncheck_for_update_on_startup = false\n'
+                'model_auto_compact_token_limit = 1000\n\n[analytics]\nenabled = false\n'
+                % proxy.base)
+    env = C.clean_env(home)
+    env.update({"CODEX_HOME": ch, "OPENAI_API_KEY": "sk-test", "RUST_LOG": "error"})
+    n0 = len(fake.runs())
+    r = C.run([C.NODE, C.CODEX, "exec", "--json", "--skip-git-repo-check",
+               "--dangerously-bypass-approvals-and-sandbox", "--color", "never", "Run echo."],
+              env, ws, 240)
+    prompts = [q.get("prompt") or "" for q in fake.runs()[n0:]]
+    check("codex exec (OpenAI's provider): its remote compaction (compaction_trigger) runs "
+          "through cursor-oai and the session goes on from the summary",
+          r.rc == 0 and [i.get("text") for i in items(r, "agent_message")][-1:] ==
+          ["Finished after compaction."] and any("Context compaction:" in p for p in prompts)
+          and "SUMMARY-42" in prompts[-1], (r, [p[-200:] for p in prompts]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -361,7 +474,8 @@ def main():
                               "default_scenario": "codex_task"})
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
         for name, fn in (("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
-                         ("codex", lambda: t_codex(proxy, fake, tmp, False))):
+                         ("codex", lambda: t_codex(proxy, fake, tmp, False)),
+                         ("compact", lambda: t_compact(proxy, fake))):
             if only and name not in only:
                 continue
             print("--- %s" % name)

@@ -447,6 +447,90 @@ static void test_writer_errors(void)
     coai_responses_request_free(&rr);
 }
 
+/* Compaction: Codex's compaction_trigger item (a streamed response with one compaction
+ * item), POST /responses/compact (a response.compaction object), a summary sent back. */
+static void test_compaction(void)
+{
+    coai_responses_request rr;
+    coai_reply r;
+    coai_reply_opts o;
+    coai_error e;
+    cJSON *evs, *j, *out;
+    const char *tools = ",\"tools\":[{\"type\":\"function\",\"name\":\"exec_command\","
+                        "\"parameters\":{\"type\":\"object\"}}]";
+    char body[512];
+    int n = 0, i;
+    snprintf(body, sizeof body, "{\"stream\":true,\"input\":[{\"type\":\"message\",\"role\":"
+             "\"user\",\"content\":\"fix it\"},{\"type\":\"compaction_trigger\"}]%s}", tools);
+    reply_start(&r, &rr, body, 1);
+    CHECK(rr.compact == 1 && rr.req.tool_count == 0 && rr.req.stream == 1);
+    CHECK(strstr(prompt(&rr), "User: fix it\n\nUser: Context compaction:") != NULL);
+    r.o_.rs_compact = rr.compact;      /* what the server sets from rr.compact */
+    feed_text(&r, COAI_MSG_THINKING, "hmm");
+    feed_text(&r, COAI_MSG_TEXT, "Sum");
+    feed_text(&r, COAI_MSG_TEXT, "mary \"x\"");
+    feed_text(&r, COAI_MSG_TURN_ENDED, "");
+    coai_reply_feed_eof(&r);
+    evs = events(&r.out);
+    for (i = 0; i < cJSON_GetArraySize(evs); i++) {
+        const char *t = ev_type(evs, i);
+        CHECKF(!strstr(t, "output_text") && !strstr(t, "reasoning_summary"), "%s", t);
+        if (!strcmp(t, "response.output_item.done")) {
+            j = cJSON_GetObjectItem(cJSON_GetArrayItem(evs, i), "item");
+            CHECK(!strcmp(cJSON_GetObjectItem(j, "type")->valuestring, "compaction"));
+            CHECK(!strcmp(cJSON_GetObjectItem(j, "encrypted_content")->valuestring,
+                          COAI_RESPONSES_COMPACT_TAG "Summary \"x\""));
+            n++;
+        }
+    }
+    CHECK(n == 1);
+    CHECK(!strcmp(ev_type(evs, cJSON_GetArraySize(evs) - 1), "response.completed"));
+    cJSON_Delete(evs);
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+    /* POST /responses/compact: not streamed even when asked, no tools, not stored */
+    snprintf(body, sizeof body, "{\"model\":\"gpt-5\",\"stream\":true,\"input\":\"hello\"%s}",
+             tools);
+    CHECK(coai_responses_compact_parse(&rr, body, strlen(body), coai_str_c(""), &e) == 0);
+    CHECK(rr.compact == 2 && rr.req.stream == 0 && rr.req.tool_count == 0 && rr.store == 0);
+    memset(&o, 0, sizeof o);
+    coai_reply_opts_from_request(&o, &rr.req);
+    o.completion_id = coai_str_c("resp_abc");
+    o.model = coai_str_c("gpt-5");
+    o.created = 1700000000;
+    o.send = sink;
+    o.rs_compact = rr.compact;
+    CHECK(coai_reply_init(&r, &o) == 0);
+    feed_text(&r, COAI_MSG_TEXT, "S1");
+    feed_text(&r, COAI_MSG_TURN_ENDED, "");
+    coai_reply_feed_eof(&r);
+    j = cJSON_ParseWithLength((const char *)r.out.data, r.out.len);
+    CHECKF(j != NULL, "%.*s", (int)r.out.len, (const char *)r.out.data);
+    CHECK(!strcmp(cJSON_GetObjectItem(j, "object")->valuestring, "response.compaction"));
+    CHECK(!strcmp(cJSON_GetObjectItem(j, "id")->valuestring, "resp_abc"));
+    CHECK(cJSON_GetObjectItem(j, "created_at")->valueint == 1700000000);
+    out = cJSON_GetObjectItem(j, "output");
+    CHECK(cJSON_GetArraySize(out) == 1);
+    CHECK(!strcmp(cJSON_GetObjectItem(cJSON_GetArrayItem(out, 0), "encrypted_content")
+                  ->valuestring, COAI_RESPONSES_COMPACT_TAG "S1"));
+    CHECK(cJSON_GetObjectItem(j, "usage") != NULL);
+    cJSON_Delete(j);
+    coai_reply_free(&r);
+    coai_responses_request_free(&rr);
+    /* the summary sent back: a user message; another server's compaction: a 400 */
+    CHECK(parse(&rr, "{\"input\":[{\"type\":\"compaction\",\"encrypted_content\":"
+                "\"cursor-oai compaction summary v1\\nS1\"},{\"role\":\"user\",\"content\":"
+                "\"go on\"}]}", "", &e) == 0);
+    CHECKF(strcmp(prompt(&rr), "User: " COAI_RESPONSES_SUMMARY_INTRO "S1\n\nUser: go on") == 0,
+           "%s", prompt(&rr));
+    CHECK(rr.compact == 0);
+    coai_responses_request_free(&rr);
+    CHECK(parse(&rr, "{\"input\":[{\"type\":\"compaction\",\"encrypted_content\":\"gAAA\"}]}",
+                "", &e) < 0);
+    CHECK(e.status == 400 && !strcmp(e.param, "input[0].encrypted_content"));
+    coai_responses_request_free(&rr);
+}
+
 int main(void)
 {
     test_parse();
@@ -455,5 +539,6 @@ int main(void)
     test_writer_stream();
     test_writer_tool_calls();
     test_writer_errors();
+    test_compaction();
     TEST_END();
 }

@@ -1,7 +1,8 @@
 /* fz_responses.c - any bytes as an OpenAI Responses request body (and as the stored history
  * of previous_response_id), then, for a request that parses, a reply driven by the bytes
  * after a "\n--\n" marker: text / reasoning deltas and execs mapped onto the request's
- * tools (coai_responses_exec_map), streaming and not. Every error body, tool argument and
+ * tools (coai_responses_exec_map), streaming and not; the same bytes as a /responses/compact
+ * body (coai_responses_compact_parse). Every error body, tool argument and
  * response object must be valid JSON and UTF-8; every SSE event's data must be JSON. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "cursor_oai.h"
@@ -70,6 +71,7 @@ static void drive(coai_responses_request *rr, int stream, const uint8_t *p, cons
     o.send = sink;
     o.echo.ptr = rr->echo.data ? (const char *)rr->echo.data : "";
     o.echo.len = rr->echo.len;
+    o.rs_compact = rr->compact;
     if (coai_reply_init(&r, &o) < 0) return;
     while (p < end && rc >= 0 && rc != COAI_DONE) {
         uint8_t op = *p++;
@@ -151,6 +153,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         coai_error_write_as(&b, &e, COAI_DIALECT_RESPONSES);
         if (!b.err) must_json((const char *)b.data, b.len);
         coai_buf_reset(&b);
+    }
+    coai_responses_request_free(&rr);
+    /* The same bytes as a POST /responses/compact body (answered non-streamed). */
+    rc = coai_responses_compact_parse(&rr, (const char *)data, body_n, none, &e);
+    if (rc == 0) {
+        if (rr.compact != 2 || rr.req.stream || rr.req.tool_count) abort();
+        if (mark) drive(&rr, 0, mark, data + size);
+    } else if (rc >= 0 || e.status < 400 || !e.message[0]) {
+        abort();
     }
     coai_responses_request_free(&rr);
     /* The same bytes as the stored history of previous_response_id. */
