@@ -12826,6 +12826,9 @@ static int coai__rs_shell_args(coai_buf *b, int style, coai_str cmd, coai_str cw
     return b->err ? -1 : 1;
 }
 
+/* The most content one argument of the shell fallback carries (Linux: 128 KiB each). */
+#define COAI__RS_ARG_CHUNK (96u * 1024u)
+
 /* A patch that writes content to path: every line "+"-prefixed (the last line gets its
  * newline, as apply_patch writes whole lines). */
 static void coai__rs_add_patch(coai_buf *b, coai_str path, coai_str content)
@@ -12896,6 +12899,40 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         if (ex->kind == COAI_EXEC_DELETE) {
             coai_buf_puts(&cmd, "rm -f -- ");
             coai__an_sq(&cmd, ex->path);
+        } else if (style == 3 && ex->content.len > COAI__RS_ARG_CHUNK) {
+            /* Linux takes at most 128 KiB in one argument (MAX_ARG_STRLEN): a bigger file
+             * goes as several arguments after the script, printed back to back */
+            size_t i = 0;
+            coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
+            coai__an_sq(&cmd, ex->path);
+            coai_buf_puts(&cmd, ")\" && printf '%s' \"$@\" > ");
+            coai__an_sq(&cmd, ex->path);
+            coai_buf_puts(&tc->args, "{\"command\":[\"bash\",\"-lc\",");
+            coai_json_str_append(&tc->args, (const char *)cmd.data, cmd.len);
+            coai_buf_puts(&tc->args, ",\"cursor-oai-write\"");
+            while (i < ex->content.len) {
+                size_t n = ex->content.len - i;
+                if (n > COAI__RS_ARG_CHUNK) {
+                    n = COAI__RS_ARG_CHUNK;     /* never inside a UTF-8 sequence */
+                    while (n > 1 && ((unsigned char)ex->content.ptr[i + n] & 0xc0) == 0x80) n--;
+                }
+                coai_buf_putc(&tc->args, ',');
+                coai_json_str_append(&tc->args, ex->content.ptr + i, n);
+                i += n;
+            }
+            coai_buf_putc(&tc->args, ']');
+            {
+                coai_str cwd = ex->cwd;
+                if (cwd.len == workspace.len
+                    && (!cwd.len || memcmp(cwd.ptr, workspace.ptr, cwd.len) == 0))
+                    cwd.len = 0;
+                if (cwd.len) coai__oa_arg(&tc->args, "workdir", cwd);
+            }
+            coai_buf_putc(&tc->args, '}');
+            tc->tool = idx;
+            m = cmd.err || tc->args.err ? -1 : 1;
+            coai_buf_free(&cmd);
+            return m;
         } else {
             /* printf '%s' 'text' > 'path': exact bytes, no heredoc delimiter to collide */
             coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");

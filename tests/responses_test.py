@@ -28,6 +28,10 @@ import pbwire as pb  # noqa: E402
 
 PASSED = FAILED = 0
 MARK_A, MARK_B = "CONTENT-ALPHA-5d1", "CONTENT-BETA-9e4"
+# 200 KiB of text with quotes: over the kernel's 128 KiB limit on one command-line argument
+BIG_MARK = "BIG-WRITE-7f3"
+BIG_TEXT = BIG_MARK + "\n" + "".join("line %05d: it's \"quoted\" $HOME `x` \\ %s\n" % (i, "z" * 40)
+                                      for i in range(2600))
 
 
 def check(name, ok, detail=""):
@@ -74,8 +78,17 @@ def scenarios(ws_hint, proxy_ws):
             {"op": "exec", "kind": "shell_stream", "id": 1, "exec_id": "exec-shell-0009",
              "command": "echo hi", "cwd": proxy_ws, "timeout": 30000, "wait_reply": 1.0},
             {"op": "stall", "max_s": 30}]}
+    # A write over Linux's 128 KiB limit on one argument (MAX_ARG_STRLEN): once the write is
+    # in the prompt the model answers.
+    big = {"when": [
+        {"prompt_contains": BIG_MARK, "steps": fin([{"op": "text", "text": "Wrote big.txt."}])}],
+        "steps": [
+            {"op": "exec", "kind": "write", "id": 3, "exec_id": "exec-write-0003",
+             "path": "big.txt", "file_text": BIG_TEXT, "wait_reply": 1.0},
+            {"op": "stall", "max_s": 60}]}
     return {
         "codex_task": task,
+        "codex_big": big,
         # answers whether the run was given tools (compaction runs get none)
         "cmp_tools": {"when": [{"has_tools": True, "steps": fin([
             {"op": "text", "text": "TOOLS-SEEN"}])}],
@@ -453,6 +466,25 @@ def t_codex(proxy, fake, tmp, record):
         del reqs
 
 
+def t_codex_big(proxy, fake, tmp):
+    """A Cursor write of more than 128 KiB through Codex's apply_patch (a model name Codex
+    knows). Its shell tool cannot take one: one exec_command is one argument (README)."""
+    base = proxy.base + "/v1"
+    for label, model in (("apply_patch", "gpt-5.5"),):
+        ws = workspace(tmp)
+        for _ in range(2):          # the write's run, and the one after its result
+            fake.ctl("/next_scenario", {"name": "codex_big"})
+        r = C.run_codex(base, "Write the big file.", ws, model=model, timeout=240)
+        path = os.path.join(ws, "big.txt")
+        now = open(path).read() if os.path.exists(path) else None
+        check("codex big write (%s): all %d bytes of a write over 128 KiB reach the disk"
+              % (label, len(BIG_TEXT)), now == BIG_TEXT,
+              (None if now is None else (len(now), now[:80], now[-80:]), r))
+        check("codex big write (%s): final answer" % label,
+              r.rc == 0 and [i.get("text") for i in items(r, "agent_message")][-1:] ==
+              ["Wrote big.txt."], r)
+
+
 def main():
     only = set(x for x in os.environ.get("RESPONSES_ONLY", "").split(",") if x)
     try:
@@ -475,6 +507,7 @@ def main():
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
         for name, fn in (("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
                          ("codex", lambda: t_codex(proxy, fake, tmp, False)),
+                         ("codex_big", lambda: t_codex_big(proxy, fake, tmp)),
                          ("compact", lambda: t_compact(proxy, fake))):
             if only and name not in only:
                 continue

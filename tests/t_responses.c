@@ -531,6 +531,53 @@ static void test_compaction(void)
     coai_responses_request_free(&rr);
 }
 
+/* A write over Linux's 128 KiB per-argument limit through the array-form shell tool: the
+ * content as several arguments after the script, each under the limit, never splitting a
+ * UTF-8 sequence, together the exact bytes. */
+static void test_big_write(void)
+{
+    coai_responses_request rr;
+    coai_tool_call tc;
+    coai_tool *t = tools_of(&rr, "[{\"type\":\"function\",\"name\":\"shell\",\"parameters\":"
+                            "{\"type\":\"object\",\"properties\":{\"command\":{\"type\":"
+                            "\"array\"}}}}]");
+    coai_exec ex;
+    coai_buf content = { 0 }, joined = { 0 };
+    cJSON *j, *cmd, *a;
+    int m, i, n;
+    for (i = 0; content.len < 300 * 1024; i++)     /* 3-byte and 4-byte UTF-8 throughout */
+        coai_buf_printf(&content, "line %d: it's \"q\" $HOME \xe2\x82\xac \xf0\x9f\x8c\x8d\n", i);
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_WRITE;
+    ex.path = coai_str_c("out dir/big.txt");
+    ex.content.ptr = (const char *)content.data;
+    ex.content.len = content.len;
+    memset(&tc, 0, sizeof tc);
+    m = coai_responses_exec_map(&ex, t, rr.req.tool_count, coai_str_c(""), &tc);
+    CHECK(m == 1);
+    j = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
+    cmd = cJSON_GetObjectItem(j, "command");
+    n = cJSON_GetArraySize(cmd);
+    CHECKF(n >= 7, "%d arguments", n);
+    CHECK(!strcmp(cJSON_GetArrayItem(cmd, 0)->valuestring, "bash"));
+    CHECK(!strcmp(cJSON_GetArrayItem(cmd, 1)->valuestring, "-lc"));
+    CHECKF(!strcmp(cJSON_GetArrayItem(cmd, 2)->valuestring, "mkdir -p -- \"$(dirname -- "
+                   "'out dir/big.txt')\" && printf '%s' \"$@\" > 'out dir/big.txt'"), "%s",
+           cJSON_GetArrayItem(cmd, 2)->valuestring);
+    for (i = 4; i < n; i++) {
+        a = cJSON_GetArrayItem(cmd, i);
+        CHECK(strlen(a->valuestring) < 128 * 1024);
+        CHECK(((unsigned char)a->valuestring[0] & 0xc0) != 0x80);
+        coai_buf_puts(&joined, a->valuestring);
+    }
+    CHECK(joined.len == content.len && !memcmp(joined.data, content.data, content.len));
+    cJSON_Delete(j);
+    coai_buf_free(&tc.args);
+    coai_buf_free(&content);
+    coai_buf_free(&joined);
+    coai_responses_request_free(&rr);
+}
+
 int main(void)
 {
     test_parse();
@@ -540,5 +587,6 @@ int main(void)
     test_writer_tool_calls();
     test_writer_errors();
     test_compaction();
+    test_big_write();
     TEST_END();
 }
