@@ -589,7 +589,7 @@ bench)
     export COAI_BENCH_BRLIB="$BR_GCC/build/libbearssl.a"
     if [ -x tests/bench.sh ]; then run ./tests/bench.sh "$@"; else run sh tests/bench.sh "$@"; fi
     ;;
-bench-toolloop)   # held runs vs one run per request on a five-step tool loop (tests/bench/toolloop.py)
+bench-toolloop)   # held runs vs one run per request, five-step tool loop, both transports (tests/bench/toolloop.py)
     deps; release
     CURSOR_OAI_BIN="$BUILD/cursor-oai" run "$PY" tests/bench/toolloop.py "$@"
     ;;

@@ -376,6 +376,8 @@ class Bench:
             labels = [("new", a.proxy)]
         else:       # the same binary over HTTP/2 and in each HTTP/1.1 transport profile
             labels = [("h2", a.proxy), ("connect", a.proxy), ("grpcweb", a.proxy)]
+            if a.hold_only:     # memory and connections per transport: h2 and connect
+                labels = labels[:2]
             self.label_env = {"h2": {"CURSOR_OAI_TRANSPORT": "h2"},
                               "connect": {"CURSOR_OAI_TRANSPORT": "http1",
                                           "CURSOR_OAI_PROFILE": "connect"},
@@ -399,6 +401,41 @@ class Bench:
             R.setdefault("idle_rss_kb", {})[label] = proc_status(p.pid, "VmRSS")
             say("proxy %s on 127.0.0.1:%d (pid %d), idle VmRSS %d KB"
                 % (label, p.port, p.pid, R["idle_rss_kb"][label]))
+        R["strace"] = {}
+        if not a.hold_only:
+            self.answers(labels)
+        R["hold"] = {}
+        for lb, _ in labels:
+            sizes = [(64, "bench_hold"), (a.hold, "bench_hold")]
+            if a.hold_big and (lb == labels[0][0] or lb == "connect"):
+                n = a.hold_big
+                # HTTP/1.1: a client and an upstream socket per stream
+                if self.label_env.get(lb, {}).get("CURSOR_OAI_TRANSPORT") == "http1":
+                    cap = (resource.getrlimit(resource.RLIMIT_NOFILE)[1] - 100) // 2
+                    if n > cap:
+                        say("hold %s: %d streams instead of %d (HTTP/1.1 holds two sockets "
+                            "per stream; hard RLIMIT_NOFILE %d)" % (
+                                lb, cap, n, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+                        R["notes"].append("%s: --hold-big capped at %d by RLIMIT_NOFILE"
+                                          % (lb, cap))
+                        n = cap
+                sizes.append((n, "bench_hold_big"))
+            for n, sc in sizes:
+                k = "%s_%d" % (lb, n)
+                R["hold"][k] = h = self.hold(lb, n, sc)
+                say("hold %-10s errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
+                    "%s fds, fake saw %s open (max %s), %s upstream connections, %d handshakes, "
+                    "load %.2f"
+                    % (k, h["errors"] or 0, h["ramp_s"] or -1, h["rss_kb"], h["rss_before_kb"],
+                       h["threads"], h["fds"], h["fake_active"], h["fake_max_active"],
+                       h["upstream_conns"], h["handshakes"], h["loadavg"]))
+        R["idle_rss_end_kb"] = {lb: proc_status(self.proxies[lb].pid, "VmRSS")
+                                for lb, _ in labels}
+        self.summarize(labels)
+
+    def answers(self, labels):
+        """The answer figures (CPU, first token, latency, system calls) for every label."""
+        a, R = self.a, self.res
         R["profiles_seen"] = {}
         for lb, _ in labels:    # what each proxy really sent (the fake records the profile)
             self.run_streams(lb, "bench_short", 1, 1, 20)     # resets the fake first
@@ -431,7 +468,6 @@ class Bench:
         self.set_close(0)
         for lb in every:
             self.go("%s_long64_c1_keep" % lb, lb, "bench_long64", 1, a.n1 * 2, DELTAS)
-        R["strace"] = {}
         if not a.no_strace and shutil.which("strace"):
             for close in (0, 1):
                 self.set_close(close)
@@ -444,30 +480,13 @@ class Bench:
                             k, x["per_delta"], ", ".join("%s %.2f" % kv for kv in
                                                          list(x["per_delta_by_call"].items())[:5])))
             self.set_close(0)
-        R["hold"] = {}
-        for lb, _ in labels:
-            sizes = [(64, "bench_hold"), (a.hold, "bench_hold")]
-            if a.hold_big and lb == labels[0][0]:
-                sizes.append((a.hold_big, "bench_hold_big"))
-            for n, sc in sizes:
-                k = "%s_%d" % (lb, n)
-                R["hold"][k] = h = self.hold(lb, n, sc)
-                say("hold %-10s errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
-                    "%s fds, fake saw %s open (max %s), %s upstream connections, %d handshakes, "
-                    "load %.2f"
-                    % (k, h["errors"] or 0, h["ramp_s"] or -1, h["rss_kb"], h["rss_before_kb"],
-                       h["threads"], h["fds"], h["fake_active"], h["fake_max_active"],
-                       h["upstream_conns"], h["handshakes"], h["loadavg"]))
-        R["idle_rss_end_kb"] = {lb: proc_status(self.proxies[lb].pid, "VmRSS")
-                                for lb, _ in labels}
-        self.summarize(labels)
 
     def summarize(self, labels):
         R, runs = self.res, self.res["runs"]
         R["summary"] = {}
         for lb, _ in labels:
             s = R["summary"][lb] = {}
-            for cb in ("keep", "close"):
+            for cb in (("keep", "close") if runs else ()):     # none with --hold-only
                 u1, p1, p64, u64 = (runs["%s_%s_%s" % (lb, x, cb)] for x in
                                     ("unpaced_c1", "paced_c1", "paced_c64", "unpaced_c64"))
                 d1, dp1, dp64 = (runs["direct_%s_%s" % (x, cb)] for x in
@@ -498,9 +517,12 @@ class Bench:
                     s["syscalls_per_delta_paced_" + cb] = R["strace"][k]["per_delta"]
                     s["syscalls_per_delta_unpaced_" + cb] = \
                         R["strace"]["%s_unpaced_%s" % (lb, cb)]["per_delta"]
-            s["cpu_ms_per_answer_long64_c1"] = runs["%s_long64_c1_keep" % lb]["cpu_ms_per_answer"]
-            s["added_ttfb_p50_ms_long64_c1"] = (runs["%s_long64_c1_keep" % lb]["ttfb_p50_ms"]
-                                                - runs["direct_long64_c1_keep"]["ttfb_p50_ms"])
+            if runs:
+                s["cpu_ms_per_answer_long64_c1"] = \
+                    runs["%s_long64_c1_keep" % lb]["cpu_ms_per_answer"]
+                s["added_ttfb_p50_ms_long64_c1"] = (
+                    runs["%s_long64_c1_keep" % lb]["ttfb_p50_ms"]
+                    - runs["direct_long64_c1_keep"]["ttfb_p50_ms"])
             for key, h in R["hold"].items():
                 if key.startswith(lb + "_"):
                     n = h["n"]
@@ -669,6 +691,9 @@ def main():
                     help="how long each of the --hold-big streams stays open upstream")
     ap.add_argument("--ramp", type=int, default=200,
                     help="hold: at most this many streams starting at a time")
+    ap.add_argument("--hold-only", action="store_true",
+                    help="only the holds (64, --hold, --hold-big streams open), over HTTP/2 and "
+                    "HTTP/1.1 (connect): memory, connections and handshakes per stream")
     ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
     ap.add_argument("--startup-runs", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))

@@ -5,8 +5,10 @@ one run. For each: upstream runs started, bytes of prompt sent upstream (the run
 user messages) plus bytes of tool results sent as exec results, and the time from each
 follow-up request to its first token. The fake models Cursor's run start-up with a fixed
 delay (--startup-ms, default 1500 ms; the original's authors measured 3-6 s live), so the
-numbers show what a held run saves, not live latencies.
-  tests/bench/toolloop.py [--steps 5] [--startup-ms 1500] [--result-kb 4]
+numbers show what a held run saves, not live latencies. Both loops run over each transport
+to Cursor (--transports, default both: HTTP/1.1 RunSSE + BidiAppend, and the HTTP/2 Run
+stream), so the tool-result-to-next-token latency of a held run is shown side by side.
+  tests/bench/toolloop.py [--steps 5] [--startup-ms 1500] [--result-kb 4] [--transports http1,h2]
 Uses $CURSOR_OAI_BIN or build/cursor-oai. Prints a table; exit 0 when both loops finished."""
 
 import argparse
@@ -105,7 +107,13 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--startup-ms", type=int, default=1500)
     ap.add_argument("--result-kb", type=int, default=4)
+    ap.add_argument("--transports", default="http1,h2",
+                    help="comma-separated CURSOR_OAI_TRANSPORT values to run (http1, h2)")
     a = ap.parse_args()
+    transports = [t for t in a.transports.split(",") if t]
+    for t in transports:
+        if t not in ("http1", "h2"):
+            ap.error("--transports: %r is not http1 or h2" % t)
     tmp = tempfile.mkdtemp(prefix="coai-toolloop-")
     ws = os.path.join(tmp, "ws")
     os.makedirs(ws)
@@ -116,9 +124,10 @@ def main():
     rows, ok = [], True
     try:
         fake = H.Fake(tmp, {"bench_loop": scenario(ws, a.steps, a.startup_ms)}, token)
-        for mode in ("on", "off"):
-            px = H.Proxy(tmp, mode, fake.url(), fake.ca, token,
+        for tr, mode in [(t, m) for t in transports for m in ("on", "off")]:
+            px = H.Proxy(tmp, tr + "-" + mode, fake.url(), fake.ca, token,
                          extra_env={"CURSOR_OAI_CONTINUATION": mode,
+                                    "CURSOR_OAI_TRANSPORT": tr,
                                     "CURSOR_OAI_IDLE_TIMEOUT": "120"})
             n0 = len(fake.runs())
             final, ttft = loop(px, ws, a.steps)
@@ -128,8 +137,9 @@ def main():
             results = sum(len(("\n".join(x.get("strings") or [])).encode())
                           for r in runs for x in (ap_["message"] for ap_ in r["appends"])
                           if x.get("type") == "exec_result")
-            ok = ok and final == "LOOP DONE"
-            rows.append((mode, len(runs), prompt, results, ttft, final))
+            used = set(r.get("transport") for r in runs)
+            ok = ok and final == "LOOP DONE" and used == {tr}
+            rows.append((tr, mode, len(runs), prompt, results, ttft, final, used))
             px.stop()
         fake.stop()
     finally:
@@ -137,14 +147,17 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print("tool loop: %d steps, %d KiB per tool result, modeled run start-up %d ms"
           % (a.steps, a.result_kb, a.startup_ms))
-    print("%-14s %6s %14s %14s %28s %10s" % ("continuation", "runs", "prompt bytes",
-                                              "result bytes", "follow-up TTFT (median/max)",
-                                              "finished"))
-    for mode, n, prompt, results, ttft, final in rows:
+    print("%-9s %-14s %6s %14s %14s %28s %10s" % ("transport", "continuation", "runs",
+                                                   "prompt bytes", "result bytes",
+                                                   "follow-up TTFT (median/max)", "finished"))
+    for tr, mode, n, prompt, results, ttft, final, used in rows:
         med = statistics.median(ttft) if ttft else 0
-        print("%-14s %6d %14d %14d %20.0f / %5.0f ms %10s" % (
-            mode, n, prompt, results, med * 1000, (max(ttft) if ttft else 0) * 1000,
+        print("%-9s %-14s %6d %14d %14d %20.0f / %5.0f ms %10s" % (
+            tr, mode, n, prompt, results, med * 1000, (max(ttft) if ttft else 0) * 1000,
             "yes" if final == "LOOP DONE" else "NO"))
+        if used != {tr}:
+            print("  the fake saw these transports instead of %s: %s" % (tr, sorted(
+                str(u) for u in used)))
     print("(TTFT: from sending a follow-up with tool results to its first content or tool-call "
           "chunk; prompt bytes: user messages of the run requests; result bytes: tool output "
           "sent as exec results on a held run)")
