@@ -184,6 +184,9 @@ class Srv:
         self.port = H.free_port()
         self.log = os.path.join(TMP, "proxy-%s.log" % name)
         self.env = env
+        # the transport of this pass (HTTP/1.1 unless COAI_TEST_TRANSPORT says otherwise): the
+        # checks below read the tokens the fake recorded on RunSSE and BidiAppend
+        env.setdefault("CURSOR_OAI_TRANSPORT", H.TRANSPORT)
         self.proc = H.spawn([BIN, "serve", "--listen", "127.0.0.1:%d" % self.port], self.log,
                             env=env, cwd=TMP)
         ok = H.wait_for(lambda: self.proc.poll() is not None or self.get("/health")[0] == 200,

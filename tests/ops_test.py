@@ -396,7 +396,7 @@ def t_jsonlog(tmp, fake, token):
     reqs = reqs[1:]     # the harness's /health probe
     eq("one request object per request", len(reqs), 4)
     keys = {"time", "level", "msg", "method", "path", "route", "dialect", "status", "model",
-            "duration_ms", "bytes", "run_id", "fallback"}
+            "duration_ms", "bytes", "run_id", "transport", "fallback"}
     check("request objects carry every field", all(set(o) == keys for o in reqs),
           [sorted(set(o) ^ keys) for o in reqs])
     if len(reqs) == 4:
@@ -410,6 +410,10 @@ def t_jsonlog(tmp, fake, token):
             isinstance(o["duration_ms"], int) and isinstance(o["bytes"], int) and o["bytes"] > 0
             for o in (a, b)), (a, b))
         eq("fallback null", (a["fallback"], b["fallback"]), (None, None))
+        want_tr = H.TRANSPORT if H.TRANSPORT != "auto" else "h2"
+        eq("transport of each run as the harness set it; none for requests without a run",
+           (a["transport"], b["transport"], c["transport"], dd["transport"]),
+           (want_tr, want_tr, None, None))
         eq("malformed head: 400 logged with route other", (c["status"], c["route"],
                                                           c["run_id"]), (400, "other", None))
         eq("unknown path: 404, path as sent", (dd["status"], dd["path"]), (404, "/v1/nothing"))
