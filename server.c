@@ -8481,8 +8481,9 @@ static int handle_chat(struct conn *c)
             if (u[i] != '-') completion_id[k++] = u[i];
         completion_id[k] = 0;
     }
-    /* Tool results for a run this instance holds: continue that run (issue 11). */
-    if (H.on && r->req.has_tool_messages) {
+    /* Tool results for a run this instance holds: continue that run (issue 11). Not for a
+     * compaction request: its summary needs a run of its own, with the summary request. */
+    if (H.on && r->req.has_tool_messages && !r->rr.compact) {
         char why[200];
         struct run *h = held_claim(&r->req, r->model, why, sizeof why);
         if (h) {
