@@ -262,8 +262,13 @@ def t_window(fake, px):
         out["t"] = time.time() - t
     th = threading.Thread(target=blocked)
     th.start()
-    time.sleep(1.0)
+    # the scenario applies to the streams opened while it is set: clear it only once the
+    # blocked run's stream has taken it (a fixed sleep lost that race on a loaded machine:
+    # the stream opened after the reset and was answered 200)
+    held = H.wait_for(lambda: counters(fake).get("h2_hold_window_streams", 0) >= 1, 30)
     fake.ctl("/config", {"runsse_scenario": None})
+    check("window: the blocked run's stream was opened with its window held", held,
+          counters(fake))
     st, body, _ = px.chat("scenario:quick", "small")
     eq("window: a run next to a blocked stream answers", (st, content(body)),
        (200, "quick answer"))

@@ -2934,6 +2934,7 @@ def h2_run(st, req, rec):
     sc0 = S.scenarios.get(pre, {}) if pre else {}
     if sc0.get("h2_hold_window"):
         st.hold_window = True       # from the first byte: the run request itself may not fit
+        S.count("h2_hold_window_streams")
     if sc0.get("h2_rst_at_start") is not None:
         # RST_STREAM before any answer (REFUSED_STREAM by default)
         S.count("h2_rst_at_start")
