@@ -169,8 +169,10 @@ class Bench:
                     "CURSOR_ACCESS_TOKEN": self.token, "CURSOR_CLIENT_VERSION": H.CLIENT_VERSION,
                     "CURSOR_OAI_IDLE_TIMEOUT": "300", "TZ": "UTC",
                     # the held streams are quiet upstream (no heartbeats) for up to
-                    # --hold-big-s: not the run watchdog's business here
-                    "CURSOR_OAI_SILENCE_TIMEOUT": "3600"})
+                    # --hold-big-s: not the run watchdog's business here (over HTTP/2
+                    # the fake sends heartbeats on them)
+                    "CURSOR_OAI_SILENCE_TIMEOUT": "3600",
+                    "CURSOR_OAI_HEARTBEAT_TIMEOUT": "3600"})
         return env
 
     def start_proxy(self, label, path):
