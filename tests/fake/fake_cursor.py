@@ -2744,6 +2744,14 @@ class H2Conn:
             st = H2Stream(self, ev.stream_id, dict(ev.headers))
             st.header_order = [k for k, _ in ev.headers]
             self.streams[ev.stream_id] = st
+            # a window held "from the first byte" is decided here, on the connection's own
+            # thread: the stream's thread starts later, and DATA read before then would
+            # already have been acknowledged (the window reopened) on a loaded machine
+            pre = S.config["runsse_scenario"]
+            if (urllib.parse.urlsplit(st.headers.get(":path", "")).path == PATH_RUN
+                    and pre and S.scenarios.get(pre, {}).get("h2_hold_window")):
+                st.hold_window = True
+                S.count("h2_hold_window_streams")
             opened = sum(1 for s in self.streams.values() if not (s.done and (s.ended or s.reset)))
             self.max_open = max(self.max_open, opened)
             with S.lock:
@@ -2932,9 +2940,6 @@ def h2_run(st, req, rec):
         return 200
     pre = S.config["runsse_scenario"]
     sc0 = S.scenarios.get(pre, {}) if pre else {}
-    if sc0.get("h2_hold_window"):
-        st.hold_window = True       # from the first byte: the run request itself may not fit
-        S.count("h2_hold_window_streams")
     if sc0.get("h2_rst_at_start") is not None:
         # RST_STREAM before any answer (REFUSED_STREAM by default)
         S.count("h2_rst_at_start")
