@@ -281,7 +281,9 @@ note() { SUMMARY="$SUMMARY$*
 "; }
 count() {   # count NAME PASSED FAILED [COMMENT]
     PASS=$((PASS + $2)); FAIL=$((FAIL + $3))
-    note "$(printf '%-34s %5d passed, %d failed%s' "$1" "$2" "$3" "${4:+  ($4)}")"
+    note "$(printf '%-34s %5d passed, %d failed%s%s' "$1" "$2" "$3" "${SECS:+  [$SECS s]}" \
+        "${4:+  ($4)}")"
+    SECS=
 }
 isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
 
@@ -317,8 +319,9 @@ TMO=${COAI_TEST_TIMEOUT:-600}
 run_prog() {
     name=$1 log=$2; shift 2
     show "$@" ">$log.out" "2>$log.err"
-    rc=0
+    rc=0 t0=$(date +%s)
     timeout "$TMO" "$@" >"$log.out" 2>"$log.err" </dev/null || rc=$?
+    SECS=$(( $(date +%s) - t0 ))
     if result_line "$log.out"; then
         skip=$(grep -h '^skipped:' "$log.out" | head -n 1)
         if [ "$rc" != 0 ] && [ "$RF" = 0 ]; then
