@@ -8288,6 +8288,26 @@ static const cJSON *coai__oa_last_user(const cJSON *messages)
     return last;
 }
 
+/* Opens one part of a prompt: a blank line after the parts before it, then the label. */
+static void coai__prompt_part(coai_buf *out, int *nparts, const char *label)
+{
+    if ((*nparts)++) coai_buf_puts(out, "\n\n");
+    coai_buf_puts(out, label);
+}
+
+/* The end of a prompt (coai_prompt_build, coai_conversation_prompt): the request to go on
+ * after tool results, then `t` (the scratch buffer for assistant texts) is freed. */
+static int coai__prompt_end(coai_buf *out, coai_buf *t, int nparts, int any_tool)
+{
+    if (any_tool)
+        coai__prompt_part(out, &nparts,
+                          "\nBased on the tool results above, please continue your response:");
+    if (t->err) out->err = 1;
+    coai_buf_free(t);
+    if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
+    return out->err ? -1 : 0;
+}
+
 int coai_prompt_build(coai_buf *out, const cJSON *messages)
 {
     const cJSON *m, *last_user;
@@ -8308,14 +8328,12 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
         /* user and tool texts go straight into out: a temporary copy of a big message
          * would cost its size once more at the peak */
         if (coai__oa_role_is(m, "user")) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "User: ");
+            coai__prompt_part(out, &nparts, "User: ");
             coai__oa_content_text(out, coai__oa_get(m, "content"), m != last_user);
             continue;
         }
         if (coai__oa_role_is(m, "tool")) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
+            coai__prompt_part(out, &nparts, "[Tool result for ");
             coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
             coai_buf_puts(out, "]: ");
             coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
@@ -8328,8 +8346,7 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
                 int first = 1;
-                if (nparts++) coai_buf_puts(out, "\n\n");
-                coai_buf_puts(out, "Assistant: ");
+                coai__prompt_part(out, &nparts, "Assistant: ");
                 if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
                 cJSON_ArrayForEach(c, calls) {
                     const cJSON *f = coai__oa_get(c, "function");
@@ -8342,20 +8359,12 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                     first = 0;
                 }
             } else if (t.len) {
-                if (nparts++) coai_buf_puts(out, "\n\n");
-                coai_buf_puts(out, "Assistant: ");
+                coai__prompt_part(out, &nparts, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
         }
     }
-    if (any_tool) {
-        if (nparts++) coai_buf_puts(out, "\n\n");
-        coai_buf_puts(out, "\nBased on the tool results above, please continue your response:");
-    }
-    if (t.err) out->err = 1;
-    coai_buf_free(&t);
-    if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
-    return out->err ? -1 : 0;
+    return coai__prompt_end(out, &t, nparts, any_tool);
 }
 
 /* A tool name: [A-Za-z0-9_-]{1,max} (OpenAI: 64, Anthropic: 128). */
@@ -8480,14 +8489,12 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
         /* user and tool texts go straight into out: a temporary copy of a big message
          * would cost its size once more at the peak */
         if (m->role == COAI_ROLE_USER) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "User: ");
+            coai__prompt_part(out, &nparts, "User: ");
             coai__conv_text(out, m, i != last_user);
             continue;
         }
         if (m->role == COAI_ROLE_TOOL) {
-            if (nparts++) coai_buf_puts(out, "\n\n");
-            coai_buf_puts(out, "[Tool result for ");
+            coai__prompt_part(out, &nparts, "[Tool result for ");
             coai__oa_put_str(out, m->tool_call_id);
             /* Only dialects with an error flag set it (Anthropic is_error). */
             coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
@@ -8499,8 +8506,7 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
         coai__conv_text(&t, m, 0);
         if (m->role == COAI_ROLE_ASSISTANT) {
             if (m->call_count) {
-                if (nparts++) coai_buf_puts(out, "\n\n");
-                coai_buf_puts(out, "Assistant: ");
+                coai__prompt_part(out, &nparts, "Assistant: ");
                 if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
                 for (j = 0; j < m->call_count; j++) {
                     if (j) coai_buf_putc(out, '\n');
@@ -8511,20 +8517,12 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
                     coai_buf_puts(out, ")]");
                 }
             } else if (t.len) {
-                if (nparts++) coai_buf_puts(out, "\n\n");
-                coai_buf_puts(out, "Assistant: ");
+                coai__prompt_part(out, &nparts, "Assistant: ");
                 coai_buf_append(out, t.data, t.len);
             }
         }
     }
-    if (any_tool) {
-        if (nparts++) coai_buf_puts(out, "\n\n");
-        coai_buf_puts(out, "\nBased on the tool results above, please continue your response:");
-    }
-    if (t.err) out->err = 1;
-    coai_buf_free(&t);
-    if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
-    return out->err ? -1 : 0;
+    return coai__prompt_end(out, &t, nparts, any_tool);
 }
 
 /* Requests Cursor has no field for, asked for in words at the end of the prompt (best
