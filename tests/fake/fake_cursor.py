@@ -699,39 +699,23 @@ class Conn:
         return False
 
     def wait(self, seconds, cond=None, pred=None):
-        """Sleep up to `seconds`, waking early when the peer closes or pred() is true.
-        Returns 'closed', 'pred' or 'timeout'."""
-        end = time.time() + seconds
-        while True:
-            if pred is not None:
-                if cond is not None:
-                    with cond:
-                        ok = pred()
-                else:
-                    ok = pred()
-                if ok:
-                    return "pred"
-            if self.peer_closed():
-                return "closed"
-            left = end - time.time()
-            if left <= 0 or S.stop.is_set():
-                return "timeout"
-            if cond is not None:
-                with cond:
-                    cond.wait(min(0.05, left))
-            elif left > 0.05:
-                # a long quiet wait (a held stream): sleep in poll() until the peer closes or
-                # sends, instead of waking every 50 ms (1,000 held streams waking 20 times a
-                # second keep the interpreter busy and starve new TLS handshakes past the
-                # proxy's 10 s connect deadline)
-                try:
-                    pl = select.poll()
-                    pl.register(self.sock, select.POLLIN)
-                    pl.poll(min(30.0, left) * 1000)
-                except (OSError, ValueError):
-                    time.sleep(0.05)
-            else:
-                time.sleep(left)
+        return wait_peer(self, seconds, cond, pred)
+
+    def idle(self, left):
+        """wait_peer's sleep when no condition is given: up to `left` seconds."""
+        if left > 0.05:
+            # a long quiet wait (a held stream): sleep in poll() until the peer closes or
+            # sends, instead of waking every 50 ms (1,000 held streams waking 20 times a
+            # second keep the interpreter busy and starve new TLS handshakes past the
+            # proxy's 10 s connect deadline)
+            try:
+                pl = select.poll()
+                pl.register(self.sock, select.POLLIN)
+                pl.poll(min(30.0, left) * 1000)
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        else:
+            time.sleep(left)
 
     def abort(self, close_notify=False, rst=False):
         self.closed = True
@@ -749,6 +733,32 @@ class Conn:
             self.sock.close()
         except OSError:
             pass
+
+
+def wait_peer(peer, seconds, cond=None, pred=None):
+    """A run script's wait on a Conn or an H2Stream: sleep up to `seconds`, waking early when
+    the peer closes or pred() is true (evaluated under `cond` when given; without `cond` the
+    transport's own idle() sleeps). Returns 'closed', 'pred' or 'timeout'."""
+    end = time.time() + seconds
+    while True:
+        if pred is not None:
+            if cond is not None:
+                with cond:
+                    ok = pred()
+            else:
+                ok = pred()
+            if ok:
+                return "pred"
+        if peer.peer_closed():
+            return "closed"
+        left = end - time.time()
+        if left <= 0 or S.stop.is_set():
+            return "timeout"
+        if cond is not None:
+            with cond:
+                cond.wait(min(0.05, left))
+        else:
+            peer.idle(left)
 
 
 def rst_close(sock):
@@ -2522,28 +2532,14 @@ class H2Stream:
         return self.reset or self.hc.dead
 
     def wait(self, seconds, cond=None, pred=None):
-        end = time.time() + seconds
-        while True:
-            if pred is not None:
-                if cond is not None:
-                    with cond:
-                        ok = pred()
-                else:
-                    ok = pred()
-                if ok:
-                    return "pred"
-            if self.peer_closed():
-                return "closed"
-            left = end - time.time()
-            if left <= 0 or S.stop.is_set():
-                return "timeout"
-            if cond is not None:
-                with cond:
-                    cond.wait(min(0.05, left))
-            else:
-                with self.hc.cond:
-                    if not self.peer_closed():
-                        self.hc.cond.wait(min(1.0, left))
+        return wait_peer(self, seconds, cond, pred)
+
+    def idle(self, left):
+        """wait_peer's sleep when no condition is given: until the connection's thread
+        signals a frame (a reset, the connection's end), at most a second."""
+        with self.hc.cond:
+            if not self.peer_closed():
+                self.hc.cond.wait(min(1.0, left))
 
     def abort(self, close_notify=False, rst=False):
         """A script's "close": on HTTP/2 the stream is reset (INTERNAL_ERROR); the other
