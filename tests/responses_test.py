@@ -188,6 +188,34 @@ def t_compact(proxy, fake):
     j = json.loads(b) if b.startswith(b"{") else {}
     check("/responses/compact without input: 400 in the Responses error shape",
           st == 400 and j.get("error", {}).get("type") == "invalid_request_error", (st, b[:300]))
+    # a compaction_trigger request that carries the results of a call a held run waits for:
+    # its summary needs a run of its own (continued on the held run, the summary request never
+    # reaches Cursor and the held run's stall ends in a fallback)
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:codex_compact", "input": "Run echo.", "tools": tools,
+        "stream": False})
+    calls = [i for i in (json.loads(b).get("output") or []) if i.get("type") == "function_call"] \
+        if st == 200 else []
+    check("(held run for the compaction: a call of exec_command)", len(calls) == 1, (st, b[:300]))
+    if calls:
+        m0, n0 = continued(proxy), len(fake.runs())
+        st, b, h = proxy.request("POST", "/v1/responses", {
+            "model": "scenario:codex_compact", "tools": tools, "stream": True, "store": False,
+            "input": [{"type": "message", "role": "user", "content": "Run echo."},
+                      {k: calls[0][k] for k in ("type", "call_id", "name", "arguments")},
+                      {"type": "function_call_output", "call_id": calls[0]["call_id"],
+                       "output": "hi"},
+                      {"type": "compaction_trigger"}]}, timeout=120)
+        ev = sse_events(b) if st == 200 else []
+        done_items = [j["item"] for _, j in ev if j["type"] == "response.output_item.done"]
+        prompts = [q.get("prompt") or "" for q in fake.runs()[n0:]]
+        check("compaction_trigger with a held run's tool results: not continued on the held "
+              "run; a run of its own was asked for the summary and answered it",
+              continued(proxy) == m0 and len(prompts) == 1 and "Context compaction:" in
+              prompts[0] and [i["type"] for i in done_items] == ["compaction"] and
+              done_items[0]["encrypted_content"] == COMPACT_TAG + "SUMMARY-42: the echo ran.",
+              (continued(proxy) - m0, [p[-200:] for p in prompts],
+               [j["type"] for _, j in ev] or (st, b[:400])))
     # the real Codex with OpenAI's own provider pointed at cursor-oai: its remote compaction
     # (compaction_trigger) when the session passes its token limit, then the session goes on
     # from the summary
@@ -212,6 +240,15 @@ def t_compact(proxy, fake):
           r.rc == 0 and [i.get("text") for i in items(r, "agent_message")][-1:] ==
           ["Finished after compaction."] and any("Context compaction:" in p for p in prompts)
           and "SUMMARY-42" in prompts[-1], (r, [p[-200:] for p in prompts]))
+
+
+def continued(proxy):
+    """The proxy's count of held runs continued (/metrics)."""
+    st, body, _ = proxy.get("/metrics")
+    for ln in body.decode().splitlines():
+        if ln.startswith('cursor_oai_continuation_events_total{event="run_continued"}'):
+            return int(float(ln.rsplit(" ", 1)[-1]))
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,7 +505,33 @@ def t_codex(proxy, fake, tmp, record):
 
 def t_codex_big(proxy, fake, tmp):
     """A Cursor write of more than 128 KiB through Codex's apply_patch (a model name Codex
-    knows). Its shell tool cannot take one: one exec_command is one argument (README)."""
+    knows). Its shell tool cannot take one: one exec_command is one argument (README). A
+    client whose shell tool takes an argv (the array form) gets the write as several
+    arguments, each under Linux's 128 KiB limit: its call is run here the way such a client
+    runs it (execve of the argv) and must write the file byte for byte."""
+    ws = tempfile.mkdtemp(prefix="argv-ws-", dir=tmp)
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:codex_big", "stream": False, "input": "Write the big file.",
+        "tools": [{"type": "function", "name": "shell", "parameters": {
+            "type": "object", "properties": {
+                "command": {"type": "array", "items": {"type": "string"}},
+                "workdir": {"type": "string"}}, "required": ["command"]}}]}, timeout=120)
+    calls = [i for i in (json.loads(b).get("output") or []) if i.get("type") == "function_call"] \
+        if st == 200 else []
+    argv = json.loads(calls[0]["arguments"]).get("command") if len(calls) == 1 else None
+    check("codex big write (shell, array form): one call of the shell tool whose argv "
+          "carries every argument under 128 KiB", isinstance(argv, list) and argv and
+          calls[0]["name"] == "shell" and all(isinstance(x, str) for x in argv) and
+          max(len(x.encode()) for x in argv) < 128 * 1024, (st, b[:300]))
+    try:
+        ran = subprocess.run(argv, cwd=ws, capture_output=True, timeout=60) if argv else None
+    except OSError as e:        # E2BIG: one argument over MAX_ARG_STRLEN
+        ran = e
+    path = os.path.join(ws, "big.txt")
+    now = open(path).read() if os.path.exists(path) else None
+    check("codex big write (shell, array form): the argv run as a client runs it writes all "
+          "%d bytes" % len(BIG_TEXT), now == BIG_TEXT,
+          (ran, None if now is None else (len(now), now[:80], now[-80:])))
     base = proxy.base + "/v1"
     for label, model in (("apply_patch", "gpt-5.5"),):
         ws = workspace(tmp)
