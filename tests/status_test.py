@@ -17,8 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
+import traceback
 import http.client
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -31,30 +30,12 @@ if not os.access(BIN, os.X_OK):
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import harness as H  # noqa: E402
 
-PASSED = 0
-FAILED = 0
+S = H.Suite("status", section=None, limit=1500, below=True)
+check, eq = S.check, S.eq
 KEY = "sk-status-" + os.urandom(8).hex()
 HOSTILE = "<img src=x onerror=\"document.body.setAttribute('data-xss','1')\">"
 PROMPT = "PROMPT-NEVER-SHOWN-" + os.urandom(4).hex()
 CHROMIUM = os.environ.get("CHROMIUM", "chromium")
-
-
-def check(name, cond, detail=None):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("ok   %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s" % name)
-        if detail is not None:
-            print("     " + str(detail)[:1500].replace("\n", "\n     "))
-    sys.stdout.flush()
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "got %r, want %r" % (got, want))
 
 
 def header_version():
@@ -291,28 +272,16 @@ def t_browser(tmp, fake, token):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="coai-status-")
-    token = H.pb.make_jwt({"sub": "auth0|status_page", "email": "status@example.com",
-                           "exp": int(time.time()) + 7200, "type": "session"})
+    tmp = S.make_tmp()
+    token = H.session_token("auth0|status_page", email="status@example.com")
     os.environ["E2E_PROXY_CMD"] = json.dumps([BIN])
     try:
         fake = H.Fake(tmp, None, token, config={"list_scenarios": False})
-        for t in (t_version_and_routes, t_page_access, t_browser):
-            print("--- %s" % t.__name__)
-            try:
-                t(tmp, fake, token)
-            except Exception as e:  # noqa: BLE001 - a crashed section is a failure
-                import traceback
-                traceback.print_exc()
-                check("%s ran to the end" % t.__name__, False, repr(e))
-    finally:
-        H.cleanup()
-    if FAILED == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        print("logs kept in %s" % tmp)
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+        S.sections([(t.__name__, lambda t=t: t(tmp, fake, token))
+                    for t in (t_version_and_routes, t_page_access, t_browser)], timed=False)
+    except Exception:
+        check("suite setup", False, traceback.format_exc())
+    return S.finish()
 
 
 if __name__ == "__main__":

@@ -8,12 +8,15 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import traceback
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -474,3 +477,113 @@ def dechunk(b):
             return out
         out += b[:n]
         b = b[n + 2:]
+
+
+# ---------------------------------------------------------------------------------------------
+# a test program's frame: its tally of checks, its temporary directory, its sections
+
+END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]    # a fake scenario's clean end
+# a scenario's branch for a replayed conversation (a held run's fallback: a fresh run whose
+# prompt carries the tool results)
+REPLAYED = "REPLAYED: answered from the flattened history."
+REPLAY = [{"prompt_contains": "[Tool result for", "steps": [
+    {"op": "text", "text": REPLAYED}] + END}]
+
+
+def session_token(sub, **claims):
+    """A Cursor session JWT for the fake (two hours)."""
+    c = {"sub": sub, "exp": int(time.time()) + 7200, "type": "session"}
+    c.update(claims)
+    return pb.make_jwt(c)
+
+
+class Suite:
+    """One test program: check() and eq() print a line per check and count it; finish()
+    stops what the harness started and prints the `RESULT <passed> <failed>` line build.sh
+    reads. section: the tag each line carries ("[name] "), None for none; limit: how much of a
+    failure's detail is printed; below: the detail goes on its own indented lines."""
+
+    def __init__(self, name, section="-", limit=None, below=False):
+        self.name = name
+        self.section = section
+        self.limit = limit
+        self.below = below
+        self.passed = self.failed = 0
+        self.tmp = None
+
+    def check(self, name, cond, detail=""):
+        tag = "" if self.section is None else "[%s] " % self.section
+        if cond:
+            self.passed += 1
+            print("ok   %s%s" % (tag, name), flush=True)
+            return bool(cond)
+        self.failed += 1
+        if self.below:
+            print("FAIL %s%s" % (tag, name))
+            if detail is not None:
+                print("     " + str(detail)[:self.limit].replace("\n", "\n     "))
+            sys.stdout.flush()
+        else:
+            print("FAIL %s%s %s" % (tag, name, str(detail)[:self.limit]), flush=True)
+        return bool(cond)
+
+    def eq(self, name, got, want):
+        if self.below:
+            return self.check(name, got == want, "got %r, want %r" % (got, want))
+        return self.check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+    def binary_missing(self):
+        """True, after saying so, when the proxy under test is not built."""
+        exe = proxy_cmd()[0]
+        if os.path.exists(exe):
+            return False
+        print("skipped: %s missing (build it first)" % exe)
+        print("RESULT 0 0", flush=True)
+        return True
+
+    def make_tmp(self, parent=None):
+        self.tmp = tempfile.mkdtemp(prefix="coai-%s-" % self.name, dir=parent)
+        return self.tmp
+
+    def workspace(self, secret=None):
+        """tmp/workspace; with a secret, hello.txt says it."""
+        ws = os.path.join(self.tmp, "workspace")
+        os.makedirs(ws)
+        if secret is not None:
+            with open(os.path.join(ws, "hello.txt"), "w") as f:
+                f.write("The secret word is %s.\n" % secret)
+        return ws
+
+    def sections(self, table, only=(), timed=True):
+        """Run (name, fn) in order, those named in `only` when it is not empty; a section
+        that raises is one failed check. timed: each section's time is printed after it."""
+        for name, fn in table:
+            if only and name not in only:
+                continue
+            if self.section is None:
+                print("--- %s" % name, flush=True)
+            else:
+                self.section = name
+            t0 = time.time()
+            try:
+                fn()
+            except Exception:   # noqa: BLE001 - a crashed section is a failure
+                self.check("section ran to the end" if self.section is not None
+                           else "%s ran to the end" % name, False, traceback.format_exc())
+            if timed:
+                print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
+
+    def result(self):
+        print("RESULT %d %d" % (self.passed, self.failed), flush=True)
+        return 0 if self.failed == 0 else 1
+
+    def finish(self, keep=False):
+        """cleanup(), then the temporary directory is removed, or kept (and named) when a
+        check failed or `keep`; prints RESULT and returns the exit status."""
+        cleanup()
+        if self.tmp:
+            if self.failed or keep:
+                print("logs kept in %s" % self.tmp)
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+        return self.result()
