@@ -20,25 +20,21 @@ Env: CURSOR_OAI_BIN. Prints `RESULT <passed> <failed>` last.
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
-import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
-from harness import pb  # noqa: E402
 
 if os.environ.get("CURSOR_OAI_BIN"):
     H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
 
-PASS = FAIL = 0
-SECTION = "-"
-END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
+S = H.Suite("autumn", limit=1500)
+check, eq = S.check, S.eq
+END = H.END
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
                                             "parameters": {"type": "object", "properties": {
                                                 "city": {"type": "string"}}}}},
@@ -50,21 +46,6 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                 "required": ["command"],
                                                 "additionalProperties": False}}}]
 TOKENS = [1200, 40, 7000, 300, 25]     # input, output, cache read, cache write, reasoning
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   [%s] %s" % (SECTION, name), flush=True)
-    else:
-        FAIL += 1
-        print("FAIL [%s] %s %s" % (SECTION, name, str(detail)[:1500]), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
 
 
 def jload(b):
@@ -396,51 +377,31 @@ def t_unary(fake, px):
 
 
 def main():
-    global SECTION
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     only = set(x for x in a.only.split(",") if x)
-    if not os.path.exists(H.proxy_cmd()[0]):
-        print("skipped: %s missing (build it first)" % H.proxy_cmd()[0])
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
-    tmp = tempfile.mkdtemp(prefix="coai-autumn-")
-    token = pb.make_jwt({"sub": "auth0|autumn", "exp": int(time.time()) + 7200,
-                         "type": "session"})
+    tmp = S.make_tmp()
+    token = H.session_token("auth0|autumn")
     try:
         fake = H.Fake(tmp, scenarios(), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         px = H.Proxy(tmp, "autumn", fake.url(), fake.ca, token,
                      extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20"})
-        for name, fn in (("exec", lambda: t_exec(fake, px)),
-                         ("query", lambda: t_query(fake, px)),
-                         ("kv", lambda: t_kv(fake, px)),
-                         ("usage", lambda: t_usage(fake, px)),
-                         ("errors", lambda: t_errors(fake, px)),
-                         ("replay", lambda: t_replay(fake, px)),
-                         ("unary", lambda: t_unary(fake, px)),
-                         ("doctor", lambda: t_doctor(fake, px, tmp, token))):
-            if only and name not in only:
-                continue
-            SECTION = name
-            t0 = time.time()
-            try:
-                fn()
-            except Exception:
-                check("section ran to the end", False, traceback.format_exc())
-            print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
+        S.sections((("exec", lambda: t_exec(fake, px)),
+                    ("query", lambda: t_query(fake, px)),
+                    ("kv", lambda: t_kv(fake, px)),
+                    ("usage", lambda: t_usage(fake, px)),
+                    ("errors", lambda: t_errors(fake, px)),
+                    ("replay", lambda: t_replay(fake, px)),
+                    ("unary", lambda: t_unary(fake, px)),
+                    ("doctor", lambda: t_doctor(fake, px, tmp, token))), only)
     except Exception:
         check("suite setup", False, traceback.format_exc())
-    finally:
-        H.cleanup()
-        if FAIL or a.keep:
-            print("logs kept in %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (PASS, FAIL), flush=True)
-    return 0 if FAIL == 0 else 1
+    return S.finish(a.keep)
 
 
 if __name__ == "__main__":
