@@ -6,14 +6,11 @@ fix. Prints `RESULT <passed> <failed>` last.
   held_bind,held_empty,store_race,limits,budget,
   tool_choice,small"""
 
-import argparse
 import json
 import os
 import re
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -21,34 +18,13 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
-from harness import pb  # noqa: E402
 
 if os.environ.get("CURSOR_OAI_BIN"):
     H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
 
-PASS = FAIL = 0
-SECTION = "-"
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   [%s] %s" % (SECTION, name), flush=True)
-    else:
-        FAIL += 1
-        print("FAIL [%s] %s %s" % (SECTION, name, detail), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
-
-
-REPLAYED = "REPLAYED: answered from the flattened history."
-END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
-REPLAY = [{"prompt_contains": "[Tool result for", "steps": [
-    {"op": "text", "text": REPLAYED}] + END}]
+S = H.Suite("probe")
+check, eq = S.check, S.eq
+END, REPLAY, REPLAYED = H.END, H.REPLAY, H.REPLAYED
 HEARTBEATS = ["client_heartbeat", "exec_control/heartbeat"]
 
 
@@ -738,52 +714,26 @@ def t_small(tmp, fake, token, ws, secret):
 
 
 def main():
-    global SECTION
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
-    only = set(x for x in a.only.split(",") if x)
-    if not os.path.exists(H.proxy_cmd()[0]):
-        print("skipped: %s missing (build it first)" % H.proxy_cmd()[0])
-        print("RESULT 0 0")
+    only, keep = S.options()
+    if S.binary_missing():
         return 0
-    tmp = tempfile.mkdtemp(prefix="coai-probe-")
-    ws = os.path.join(tmp, "workspace")
-    os.makedirs(ws)
+    tmp = S.make_tmp()
     secret = "otter-" + os.urandom(4).hex()
-    with open(os.path.join(ws, "hello.txt"), "w") as f:
-        f.write("The secret word is %s.\n" % secret)
-    token = pb.make_jwt({"sub": "auth0|probe", "exp": int(time.time()) + 7200,
-                         "type": "session"})
+    ws = S.workspace(secret)
+    token = H.session_token("auth0|probe")
     try:
         fake = H.Fake(tmp, scenarios(ws), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
-        for name, fn in (("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
-                         ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
-                         ("held_bind", t_held_bind), ("held_empty", t_held_empty),
-                         ("store_race", t_store_race), ("limits", t_limits),
-                         ("budget", t_budget), ("tool_choice", t_tool_choice),
-                         ("small", t_small)):
-            if only and name not in only:
-                continue
-            SECTION = name
-            t0 = time.time()
-            try:
-                fn(tmp, fake, token, ws, secret)
-            except Exception:
-                check("section ran to the end", False, traceback.format_exc())
-            print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
+        S.sections([(name, lambda fn=fn: fn(tmp, fake, token, ws, secret)) for name, fn in (
+            ("hb_results", t_hb_results), ("hb_backoff", t_hb_backoff),
+            ("hb_keepalive", t_hb_keepalive), ("hb_hollow", t_hb_hollow),
+            ("held_bind", t_held_bind), ("held_empty", t_held_empty),
+            ("store_race", t_store_race), ("limits", t_limits),
+            ("budget", t_budget), ("tool_choice", t_tool_choice),
+            ("small", t_small))], only)
     except Exception:
         check("suite setup", False, traceback.format_exc())
-    finally:
-        H.cleanup()
-        if FAIL or a.keep:
-            print("logs kept in %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (PASS, FAIL), flush=True)
-    return 0 if FAIL == 0 else 1
+    return S.finish(keep)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Everything started here is registered in PROCS and killed by cleanup() (atexit + SIGTERM/SIGINT),
 and every wait is bounded."""
 
+import argparse
 import atexit
 import http.client
 import json
@@ -531,6 +532,15 @@ class Suite:
         if self.below:
             return self.check(name, got == want, "got %r, want %r" % (got, want))
         return self.check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+    def options(self):
+        """The command line of a suite with sections: --only a,b and --keep (the temporary
+        directory stays). Returns (only, keep)."""
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--only", default="")
+        ap.add_argument("--keep", action="store_true")
+        a = ap.parse_args()
+        return set(x for x in a.only.split(",") if x), a.keep
 
     def binary_missing(self):
         """True, after saying so, when the proxy under test is not built."""
