@@ -17,7 +17,6 @@ strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
 Env: CURSOR_OAI_BIN. Prints `RESULT <passed> <failed>` last.
   tests/autumn_test.py [--only a,b] [--keep]"""
 
-import argparse
 import json
 import os
 import subprocess
@@ -377,11 +376,7 @@ def t_unary(fake, px):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
-    only = set(x for x in a.only.split(",") if x)
+    only, keep = S.options()
     if S.binary_missing():
         return 0
     tmp = S.make_tmp()
@@ -401,7 +396,7 @@ def main():
                     ("doctor", lambda: t_doctor(fake, px, tmp, token))), only)
     except Exception:
         check("suite setup", False, traceback.format_exc())
-    return S.finish(a.keep)
+    return S.finish(keep)
 
 
 if __name__ == "__main__":
