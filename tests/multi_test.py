@@ -20,8 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import uuid
 import http.client
 
@@ -34,26 +32,8 @@ import held_test as HT  # noqa: E402  (the held-run scenarios, tools and tool ru
 BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build", "cursor-oai")))
 NGINX = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
 EXAMPLE = os.path.join(H.ROOT, "examples", "nginx-cursor-oai.conf")
-PASSED = 0
-FAILED = 0
-
-
-def check(name, cond, detail=None):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("ok   %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s" % name)
-        if detail is not None:
-            print("     " + str(detail)[:1500].replace("\n", "\n     "))
-    sys.stdout.flush()
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "got %r, want %r" % (got, want))
+S = H.Suite("multi", section=None, limit=1500, below=True)
+check, eq = S.check, S.eq
 
 
 def start_nginx(tmp, a_port, b_port):
@@ -166,17 +146,12 @@ def main():
             check("nginx installed (build.sh installs it with the test packages)", False, NGINX)
         else:
             print("skipped: nginx not installed")
-        print("RESULT %d %d" % (PASSED, FAILED))
-        return 1 if FAILED else 0
+        return S.result()
     H.proxy_cmd = lambda: [BIN]
-    tmp = tempfile.mkdtemp(prefix="coai-multi-")
-    ws = os.path.join(tmp, "workspace")
-    os.makedirs(ws)
+    tmp = S.make_tmp()
     secret = "otter-" + os.urandom(4).hex()
-    with open(os.path.join(ws, "hello.txt"), "w") as f:
-        f.write("The secret word is %s.\n" % secret)
-    token = H.pb.make_jwt({"sub": "auth0|multi", "exp": int(time.time()) + 7200,
-                           "type": "session"})
+    ws = S.workspace(secret)
+    token = H.session_token("auth0|multi")
     try:
         fake = H.Fake(tmp, HT.scenarios(ws), token, config={"client_version": H.CLIENT_VERSION})
         n0 = len(fake.state()["errors"])
@@ -202,7 +177,7 @@ def main():
         check("nginx spreads addresses over both instances (consistent hash)",
               addrs["a"] and addrs["b"], by_addr)
         if not (addrs["a"] and addrs["b"]):
-            return 1
+            return S.finish()
 
         def other(x):
             return "b" if x == "a" else "a"
@@ -285,14 +260,7 @@ def main():
         import traceback
         traceback.print_exc()
         check("suite ran to the end", False, repr(e))
-    finally:
-        H.cleanup()
-    if FAILED == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        print("logs kept in %s" % tmp)
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+    return S.finish()
 
 
 if __name__ == "__main__":
