@@ -5870,42 +5870,15 @@ static int handle_status(struct conn *c, int route, int key_q)
 
 enum { TR_HTTP1, TR_H2 };           /* transports (see tr_open) */
 
-struct run {
-    struct conn *c;                 /* the client (NULL while the run is held) */
-    char request_id[37];            /* x-request-id and BidiRequestId of the run */
-    char orig_id[37];               /* x-original-request-id: the first run's request_id */
-    int64_t seqno;                  /* next BidiAppend append_seqno (under send_mu) */
-    coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
-    struct upconn *sse;             /* TR_HTTP1: the RunSSE connection */
-    int tr;                         /* TR_HTTP1 / TR_H2: the transport of this attempt */
-    struct h2s *h2;                 /* TR_H2: the Run stream */
-    int tr_fail;                    /* the attempt failed in the transport, before any answer */
-    int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
-    int64_t last_write;             /* mono ms of the last byte sent to the client */
-    int stream;                     /* the client asked for SSE */
-    int sent_all;                   /* the whole response was written */
-    int in_feed;                    /* inside a coai_reply_feed_* call (no keepalive) */
-    int cancelled;                  /* the client went away */
-    int stopping;                   /* ended by shutdown */
-    coai_error err;                 /* failure of run_start / an append */
-    uint64_t auth_gen;              /* generation of the token the run started with */
-    int upstream_401;               /* the upstream rejected the token (HTTP 401) */
-    size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
-    coai_url host;                  /* host of the run (run_host_get) */
-    char h1_refused[160];           /* the host refused HTTP/1.1: how (run_start), else "" */
-    int profile;                    /* PROF_* of this attempt */
-    int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
-    int data_frames;                /* RunSSE data frames received */
-    int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
-    int tries;                      /* 1: the other profile was tried; 2: another host was;
-                                     * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
-                                     * after HTTP/2 (RETRY_TRANSPORT) */
-    int64_t t_start, t_head;        /* mono ms: run_start entered; RunSSE head arrived */
-    coai_frame_decoder frames;
-    coai_msg msg;
-    coai_reply reply;
-    /* what the reply's views point into: owned by the run, since a held run outlives the
-     * request that started it (replaced by each follow-up request) */
+/* One upstream run and the responses it produces. A run has one owner at a time: the client
+ * connection's thread while it serves a request (handle_chat, held_continue), the holder thread
+ * while the run is parked (held_thread), then the request that claims it (held_claim joins the
+ * holder first). Besides the owner only the heartbeat thread touches it (run_hb_thread: r->hb,
+ * and tr_send), and other requests look at r->held's table links under H.lock. */
+
+/* The request the run answers. The reply's views point into it, so the run owns it (a held
+ * run outlives the request that started it); each follow-up replaces it. Owner only. */
+struct run_in {
     coai_chat_request req;
     coai_responses_request rr;      /* Responses: store flag, items, echo (req moved out) */
     int resp;                       /* the request is a Responses one */
@@ -5913,51 +5886,119 @@ struct run {
     coai_run_params params;
     char model[128];
     char session[33];               /* tool-call id session part = the run handle */
-    int live;                       /* in H.live (has a handle; may park) */
-    struct run *live_next;
-    /* appends: seqnos go 0, 1, 2 ... whoever sends (reader, heartbeats); send_mu guards the
-     * seqno only, never a call in flight */
+    /* conversation memory (issue 11) */
+    char conv_id[37];               /* AgentRunRequest.conversation_id, kept across steps */
+    int resumed;                    /* started from a remembered checkpoint */
+    unsigned char hist[32];         /* digest of the request's history (conversation memory) */
+    int hist_ok;                    /* hist is set (the messages themselves may be gone) */
+    size_t prompt_units;            /* the prompt's size for usage, once the prompt is gone */
+};
+
+/* The upstream side: the transport of the current attempt and what reads from it. Owner only,
+ * through the tr_* calls; the heartbeat thread only sends (tr_send), and send_mu orders the
+ * seqnos of all senders (it guards the seqno only, never a call in flight). */
+struct run_up {
+    int tr;                         /* TR_HTTP1 / TR_H2: the transport of this attempt */
+    struct upconn *sse;             /* TR_HTTP1: the RunSSE connection */
+    struct h2s *h2;                 /* TR_H2: the Run stream */
+    coai_url host;                  /* host of the run (run_host_get) */
+    int profile;                    /* PROF_* of this attempt */
+    char request_id[37];            /* x-request-id and BidiRequestId of the run */
+    char orig_id[37];               /* x-original-request-id: the first run's request_id */
+    coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
+    uint64_t auth_gen;              /* generation of the token the run started with */
     pthread_mutex_t send_mu;
-    int mu_init;
-    /* heartbeats (issue 10 item 4): their own thread, never waited on by the reader */
-    pthread_mutex_t hb_mu;
-    pthread_cond_t hb_cv;
-    pthread_t hb_thread;
-    int hb_started, hb_stop, hb_open;
-    int64_t hb_last, hb_exec_last;  /* mono ms of the last client / exec heartbeat */
-    uint32_t hb_ids[64];            /* execs whose results the client is producing */
-    size_t hb_n;
-    unsigned hb_sent, hb_exec_sent, hb_failed;
-    unsigned hb_streak;             /* heartbeats failed in a row (atomic: the holder reads it) */
-    int64_t hb_resume;              /* mono ms: after a failure, no heartbeat before this */
-    /* holding (issue 11) */
-    int64_t tools_at;               /* mono ms the tool calls went to the client */
-    int64_t held_at;                /* mono ms the run was parked */
-    int64_t hollow_until;           /* follow-up: no visible progress by then -> fall back */
-    int64_t last_frame;             /* mono ms: the last inbound frame (watchdog) */
+    int64_t seqno;                  /* next BidiAppend append_seqno (under send_mu) */
+    coai_frame_decoder frames;
+    coai_msg msg;
+    int data_frames;                /* data frames received */
+    int64_t t_start, t_head;        /* mono ms: the attempt started; its response head came */
+    /* the watchdog (run_deadline) */
+    int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
+    int64_t last_frame;             /* mono ms: the last inbound frame */
     int64_t last_progress;          /* mono ms: the last frame not a heartbeat/checkpoint */
-    int hollow_hit;
+};
+
+/* How attempts failed and which fallbacks were taken (handle_chat's retry loop). Owner only;
+ * upstream_401 is also set by a heartbeat's append (atomic). */
+struct run_fb {
+    int tr_fail;                    /* the attempt failed in the transport, before any answer */
+    int upstream_401;               /* the upstream rejected the token (HTTP 401) */
+    char h1_refused[160];           /* the host refused HTTP/1.1: how (run_start), else "" */
+    int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
+    int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
+    int tries;                      /* 1: the other profile was tried; 2: another host was;
+                                     * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
+                                     * after HTTP/2 (RETRY_TRANSPORT) */
+};
+
+/* The client side: what went out to the client of the current response (run_flush). The
+ * thread serving the request only. */
+struct run_out {
+    int stream;                     /* the client asked for SSE */
+    int sent_all;                   /* the whole response was written */
+    int in_feed;                    /* inside a coai_reply_feed_* call (no keepalive) */
+    int cancelled;                  /* the client went away */
+    int stopping;                   /* ended by shutdown */
+    int hold_errors;                /* an error before the first byte is not sent (a
+                                     * resumed run falls back to a replay instead) */
+    int64_t last_write;             /* mono ms of the last byte sent to the client */
+    size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
     int stored;                     /* Responses: this answer is in the response store */
-    int ended_empty;                /* follow-up: Cursor ended the run cleanly, nothing shown */
-    int held_dead;                  /* the held run cannot continue: held_why says why */
-    char held_why[160];
+};
+
+/* Heartbeats (issue 10 item 4): their own thread, never waited on by the reader. last,
+ * exec_last, ids, n and resume under mu; stop and streak atomic (the holder reads streak);
+ * open, started and thread belong to the owner; the counters to the heartbeat thread. */
+struct run_hb {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int started, stop, open;
+    int64_t last, exec_last;        /* mono ms of the last client / exec heartbeat */
+    uint32_t ids[64];               /* execs whose results the client is producing */
+    size_t n;
+    unsigned sent, exec_sent, failed;
+    unsigned streak;                /* heartbeats failed in a row */
+    int64_t resume;                 /* mono ms: after a failure, no heartbeat before this */
+};
+
+/* Holding (issue 11): parked between a response with tool calls and the follow-up that
+ * carries their results. in_table, release_req, next, live and live_next under H.lock; the
+ * rest belongs to the holder thread while parked, to the owner otherwise. */
+struct run_held {
+    int64_t tools_at;               /* mono ms the tool calls went to the client */
+    int64_t at;                     /* mono ms the run was parked */
+    unsigned char park_hist[32];    /* digest of the history that parked the run; a
+                                     * follow-up must carry it before its tool calls */
+    int dead;                       /* the held run cannot continue: why says why */
+    char why[160];
     coai_buf leftover;              /* body bytes read past the end of the response */
     coai_buf backlog;               /* frames (flags byte + u32 length + payload) kept for
                                      * the next response while held */
     int wake[2];                    /* the holder polls wake[0]; a byte = stop holding */
     pthread_t holder;
     int holder_started, in_table, release_req;
-    struct run *h_next;
-    /* conversation memory (issue 11) */
-    char conv_id[37];               /* AgentRunRequest.conversation_id, kept across steps */
-    int resumed;                    /* started from a remembered checkpoint */
-    unsigned char hist[32];         /* digest of the request's history (conversation memory) */
-    int hist_ok;                    /* hist is set (the messages themselves may be gone) */
-    unsigned char park_hist[32];    /* held: digest of the history that parked the run; a
-                                     * follow-up must carry it before its tool calls */
-    size_t prompt_units;            /* the prompt's size for usage, once the prompt is gone */
-    int hold_errors;                /* an error before the first byte is not sent (a
-                                     * resumed run falls back to a replay instead) */
+    struct run *next;               /* H.list */
+    int live;                       /* in H.live (has a handle; may park) */
+    struct run *live_next;
+    /* the follow-up */
+    int64_t hollow_until;           /* no visible progress by then -> fall back */
+    int hollow_hit;
+    int ended_empty;                /* Cursor ended the run cleanly, nothing shown */
+};
+
+struct run {
+    struct conn *c;                 /* the client (NULL while the run is held) */
+    coai_reply reply;               /* Cursor's messages -> the client's dialect */
+    coai_error err;                 /* failure of tr_open / a tr_send */
+    int mu_init;                    /* up.send_mu, hb.mu and hb.cv exist */
+    struct run_in in;
+    struct run_up up;
+    struct run_fb fb;
+    struct run_out out;
+    struct run_hb hb;
+    struct run_held held;
 };
 
 /* Conversation memory: Cursor's latest checkpoint per conversation, keyed by the digest of
@@ -6009,13 +6050,13 @@ static struct held_state {
 #define HELD_PARK_WAIT_MS 5000
 #define HELD_RUNS_CAP 1024          /* largest CURSOR_OAI_HELD_RUNS_MAX */
 
-/* Runs with a handle (r->session) are "live" until freed, parked or not. */
+/* Runs with a handle (r->in.session) are "live" until freed, parked or not. */
 static void held_live_add(struct run *r)
 {
     pthread_mutex_lock(&H.lock);
-    if (!r->live) {
-        r->live = 1;
-        r->live_next = H.live;
+    if (!r->held.live) {
+        r->held.live = 1;
+        r->held.live_next = H.live;
         H.live = r;
     }
     pthread_mutex_unlock(&H.lock);
@@ -6024,11 +6065,11 @@ static void held_live_add(struct run *r)
 static void held_live_del(struct run *r)
 {
     struct run **pp;
-    if (!r->live) return;
+    if (!r->held.live) return;
     pthread_mutex_lock(&H.lock);
-    for (pp = &H.live; *pp; pp = &(*pp)->live_next)
-        if (*pp == r) { *pp = r->live_next; break; }
-    r->live = 0;
+    for (pp = &H.live; *pp; pp = &(*pp)->held.live_next)
+        if (*pp == r) { *pp = r->held.live_next; break; }
+    r->held.live = 0;
     pthread_cond_broadcast(&H.cond);
     pthread_mutex_unlock(&H.lock);
 }
@@ -6037,9 +6078,9 @@ static void held_live_del(struct run *r)
 static int held_live_unparked_locked(coai_str session)
 {
     const struct run *x;
-    for (x = H.live; x; x = x->live_next)
-        if (!x->in_table && session.len == strlen(x->session)
-            && memcmp(session.ptr, x->session, session.len) == 0)
+    for (x = H.live; x; x = x->held.live_next)
+        if (!x->held.in_table && session.len == strlen(x->in.session)
+            && memcmp(session.ptr, x->in.session, session.len) == 0)
             return 1;
     return 0;
 }
@@ -6094,11 +6135,11 @@ static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_st
  * a client that chains previous_response_id the moment it has read it finds it. */
 static void run_store(struct run *r)
 {
-    if (r->stored || !r->resp || !r->rr.store || !coai_reply_done(&r->reply)
+    if (r->out.stored || !r->in.resp || !r->in.rr.store || !coai_reply_done(&r->reply)
         || r->reply.error.status)
         return;
-    r->stored = 1;
-    rstore_put(r->completion_id, coai_reply_response(&r->reply), &r->rr.items,
+    r->out.stored = 1;
+    rstore_put(r->in.completion_id, coai_reply_response(&r->reply), &r->in.rr.items,
                coai_reply_output_items(&r->reply));
 }
 
@@ -6110,10 +6151,10 @@ static int run_flush(struct run *r)
     int st, done, rc = 0;
     if (!c) return 0;
     if (c->dead) return -1;
-    if (r->sent_all || !coai_reply_started(rp)) return 0;
+    if (r->out.sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
     done = coai_reply_done(rp);
-    if (r->hold_errors && st != 200) return 0;  /* the caller falls back and answers */
+    if (r->out.hold_errors && st != 200) return 0;  /* the caller falls back and answers */
     if (st == 200 && !c->first_seen) {
         char lb[64];
         c->first_seen = 1;
@@ -6121,7 +6162,7 @@ static int run_flush(struct run *r)
         metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
     }
     if (done) run_store(r);
-    if (st == 200 && r->stream) {
+    if (st == 200 && r->out.stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
             model_header(c, &h);
@@ -6130,10 +6171,10 @@ static int run_flush(struct run *r)
         if (rc == 0 && rp->out.len) {
             rc = stream_write(c, rp->out.data, rp->out.len);
             coai_buf_reset(&rp->out);
-            r->last_write = mono_ms();
+            r->out.last_write = mono_ms();
         }
         if (rc == 0 && done) {
-            r->sent_all = 1;
+            r->out.sent_all = 1;
             rc = stream_end(c);
         }
     } else if (done) {
@@ -6142,7 +6183,7 @@ static int run_flush(struct run *r)
         rc = h.err ? -1 : send_response(c, st, NULL, (const char *)h.data, rp->out.data,
                                         rp->out.len);
         coai_buf_reset(&rp->out);
-        r->sent_all = 1;
+        r->out.sent_all = 1;
     }
     coai_buf_free(&h);
     return rc;
@@ -6158,29 +6199,29 @@ static int run_tick(void *ctx)
     int64_t stop_at = __atomic_load_n(&S.stop_at, __ATOMIC_RELAXED);
     if (r->c->dead) return -1;
     if (stopping() && stop_at && mono_ms() - stop_at > SRV_SHUTDOWN_GRACE_MS - 2000
-        && !r->in_feed && !r->stopping) {
+        && !r->out.in_feed && !r->out.stopping) {
         /* Shutting down: end the run in-band before the process exits under it. */
         coai_error e;
         coai_error_set(&e, 503, "server_error", "server_shutting_down", NULL,
                        "the proxy is shutting down");
         e.retry_after = 1;
-        r->stopping = 1;
-        r->in_feed = 1;
+        r->out.stopping = 1;
+        r->out.in_feed = 1;
         coai_reply_feed_error(&r->reply, &e);
-        r->in_feed = 0;
+        r->out.in_feed = 0;
         run_flush(r);
         return -1;
     }
     run_hb_need(r, 0);
-    if (r->hollow_until) {
+    if (r->held.hollow_until) {
         /* A continued run that has shown nothing yet: the client sees nothing either (no
          * keepalive commits it), so a hollow run can still fall back to a fresh one. */
-        if (mono_ms() < r->hollow_until) return 0;
-        r->hollow_hit = 1;
+        if (mono_ms() < r->held.hollow_until) return 0;
+        r->held.hollow_hit = 1;
         return -1;
     }
-    if (r->in_feed || !r->c->streaming || coai_reply_done(&r->reply)) return 0;
-    if (mono_ms() - r->last_write < (int64_t)S.keepalive_s * 1000) return 0;
+    if (r->out.in_feed || !r->c->streaming || coai_reply_done(&r->reply)) return 0;
+    if (mono_ms() - r->out.last_write < (int64_t)S.keepalive_s * 1000) return 0;
     if (coai_reply_keepalive(&r->reply) < 0) return -1;
     return run_flush(r);
 }
@@ -6234,12 +6275,12 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
                       int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
 {
     coai_buf body = { 0 }, resp = { 0 };
-    int status = 0, rc = -1, connect = r->profile == PROF_CONNECT, locked = 0;
+    int status = 0, rc = -1, connect = r->up.profile == PROF_CONNECT, locked = 0;
     uint64_t gen = 0;
     int64_t seqno;
     resp.max = UP_ERR_BODY_MAX;
-    if (r->mu_init) { pthread_mutex_lock(&r->send_mu); locked = 1; }
-    if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->request_id), r->seqno) < 0
+    if (r->mu_init) { pthread_mutex_lock(&r->up.send_mu); locked = 1; }
+    if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->up.request_id), r->up.seqno) < 0
         || body.err) {
         coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
@@ -6251,7 +6292,7 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
         coai_buf_puts(&body, "{\"data\":\"");
         coai_hex_append(&body, msg, n);
         coai_buf_printf(&body, "\",\"requestId\":{\"requestId\":\"%s\"},\"appendSeqno\":\"%lld\"}",
-                        r->request_id, (long long)r->seqno);
+                        r->up.request_id, (long long)r->up.seqno);
         if (body.err) {
             coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
             goto done;
@@ -6260,34 +6301,34 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
         memmove(body.data, body.data + 5, body.len - 5);
         body.len -= 5;
     }
-    seqno = r->seqno++;
-    if (locked) { pthread_mutex_unlock(&r->send_mu); locked = 0; }
-    srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->request_id,
+    seqno = r->up.seqno++;
+    if (locked) { pthread_mutex_unlock(&r->up.send_mu); locked = 0; }
+    srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->up.request_id,
             (long long)seqno, n);
-    up_orig_rid = r->orig_id[0] ? r->orig_id : NULL;
-    rc = up_call_host_tick(&r->host, PATH_APPEND, !connect ? UPH_AGENT
+    up_orig_rid = r->up.orig_id[0] ? r->up.orig_id : NULL;
+    rc = up_call_host_tick(&r->up.host, PATH_APPEND, !connect ? UPH_AGENT
                            : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
-                           body.len, r->request_id, client_fd, tick, tick_ctx, &gen, &status,
+                           body.len, r->up.request_id, client_fd, tick, tick_ctx, &gen, &status,
                            &resp, err);
     up_orig_rid = NULL;
     if (rc < 0) {
-        if (err->status == 499 && cancelled && !r->hollow_hit) *cancelled = 1;
+        if (err->status == 499 && cancelled && !r->held.hollow_hit) *cancelled = 1;
         goto done;
     }
     rc = -1;
     if (status < 200 || status > 299) {
-        if (err == &r->err) r->http_status = status;
+        if (err == &r->err) r->fb.http_status = status;
         coai_error_from_http(status, (const char *)resp.data, resp.len, err);
         if (err->status == 401) {
             /* seqno 0: handle_chat renews and retries; later: the next request renews */
-            __atomic_store_n(&r->upstream_401, 1, __ATOMIC_RELAXED);
+            __atomic_store_n(&r->fb.upstream_401, 1, __ATOMIC_RELAXED);
             cred_mark_rejected(gen);
         }
         goto done;
     }
     rc = 0;
 done:
-    if (locked) pthread_mutex_unlock(&r->send_mu);
+    if (locked) pthread_mutex_unlock(&r->up.send_mu);
     coai_buf_free(&body);
     coai_buf_free(&resp);
     return rc;
@@ -6302,13 +6343,13 @@ static int run_send_tick(void *ctx)
     struct run *r = ctx;
     struct conn *c = r->c;
     if (!c || c->dead) return -1;
-    if (r->hollow_until) {
-        if (mono_ms() < r->hollow_until) return 0;
-        r->hollow_hit = 1;
+    if (r->held.hollow_until) {
+        if (mono_ms() < r->held.hollow_until) return 0;
+        r->held.hollow_hit = 1;
         return -1;
     }
     if (!c->streaming || r->reply.out.len || coai_reply_done(&r->reply)) return 0;
-    if (mono_ms() - r->last_write < (int64_t)S.keepalive_s * 1000) return 0;
+    if (mono_ms() - r->out.last_write < (int64_t)S.keepalive_s * 1000) return 0;
     if (coai_reply_keepalive(&r->reply) < 0) return -1;
     return run_flush(r);
 }
@@ -6318,8 +6359,8 @@ static int run_send_tick(void *ctx)
 static int run_send(void *user, const unsigned char *msg, size_t n)
 {
     struct run *r = user;
-    if (!r->c) return tr_send(r, msg, n, -1, NULL, NULL, &r->err, &r->cancelled);
-    return tr_send(r, msg, n, r->c->fd, run_send_tick, r, &r->err, &r->cancelled);
+    if (!r->c) return tr_send(r, msg, n, -1, NULL, NULL, &r->err, &r->out.cancelled);
+    return tr_send(r, msg, n, r->c->fd, run_send_tick, r, &r->err, &r->out.cancelled);
 }
 
 /* ---- heartbeats ---- */
@@ -6329,7 +6370,7 @@ static int run_send(void *user, const unsigned char *msg, size_t n)
 static int run_hb_tick(void *ctx)
 {
     struct run *r = ctx;
-    return __atomic_load_n(&r->hb_stop, __ATOMIC_RELAXED) ? -1 : 0;
+    return __atomic_load_n(&r->hb.stop, __ATOMIC_RELAXED) ? -1 : 0;
 }
 
 /* One heartbeat append; 0 sent, -1 failed. */
@@ -6338,7 +6379,7 @@ static int run_hb_send(struct run *r, coai_buf *m)
     coai_error e;
     memset(&e, 0, sizeof e);
     if (m->err || !m->len || tr_send(r, m->data, m->len, -1, run_hb_tick, r, &e, NULL) < 0) {
-        srv_log(LOG_DEBUG, "run %s: heartbeat failed: %s", r->request_id, e.message);
+        srv_log(LOG_DEBUG, "run %s: heartbeat failed: %s", r->up.request_id, e.message);
         return -1;
     }
     return 0;
@@ -6347,29 +6388,29 @@ static int run_hb_send(struct run *r, coai_buf *m)
 static void *run_hb_thread(void *arg)
 {
     struct run *r = arg;
-    pthread_mutex_lock(&r->hb_mu);
-    while (!r->hb_stop) {
-        int64_t now = mono_ms(), next = r->hb_last + HB_CLIENT_MS;
+    pthread_mutex_lock(&r->hb.mu);
+    while (!r->hb.stop) {
+        int64_t now = mono_ms(), next = r->hb.last + HB_CLIENT_MS;
         struct timespec ts;
-        if (r->hb_n && r->hb_exec_last + HB_EXEC_MS < next) next = r->hb_exec_last + HB_EXEC_MS;
-        if (next < r->hb_resume) next = r->hb_resume;
+        if (r->hb.n && r->hb.exec_last + HB_EXEC_MS < next) next = r->hb.exec_last + HB_EXEC_MS;
+        if (next < r->hb.resume) next = r->hb.resume;
         if (now >= next) {
             int failed = 0;
-            int client = now >= r->hb_last + HB_CLIENT_MS;
+            int client = now >= r->hb.last + HB_CLIENT_MS;
             uint32_t ids[64];
             size_t i, n = 0;
-            if (r->hb_n && now >= r->hb_exec_last + HB_EXEC_MS) {
-                n = r->hb_n;
-                memcpy(ids, r->hb_ids, n * sizeof ids[0]);
-                r->hb_exec_last = now;
+            if (r->hb.n && now >= r->hb.exec_last + HB_EXEC_MS) {
+                n = r->hb.n;
+                memcpy(ids, r->hb.ids, n * sizeof ids[0]);
+                r->hb.exec_last = now;
             }
-            if (client) r->hb_last = now;
-            pthread_mutex_unlock(&r->hb_mu);
+            if (client) r->hb.last = now;
+            pthread_mutex_unlock(&r->hb.mu);
             if (client) {
                 coai_buf m = { 0 };
                 if (coai_encode_client_heartbeat(&m) != COAI_OK) m.err = 1;
                 if (run_hb_send(r, &m) < 0) failed = 1;
-                else r->hb_sent++;
+                else r->hb.sent++;
                 coai_buf_free(&m);
             }
             /* after a failure the rest waits for the back-off too */
@@ -6377,21 +6418,21 @@ static void *run_hb_thread(void *arg)
                 coai_buf m = { 0 };
                 if (coai_encode_exec_heartbeat(&m, ids[i]) != COAI_OK) m.err = 1;
                 if (run_hb_send(r, &m) < 0) failed = 1;
-                else r->hb_exec_sent++;
+                else r->hb.exec_sent++;
                 coai_buf_free(&m);
             }
-            pthread_mutex_lock(&r->hb_mu);
+            pthread_mutex_lock(&r->hb.mu);
             if (failed) {
                 /* Back off (5, 10, 20, then 40 s after the failure), never back to back:
                  * a stalled append endpoint gets a heartbeat now and then, not a queue of
                  * them, and the next one is due a whole period after this one gave up. */
-                unsigned k = __atomic_add_fetch(&r->hb_streak, 1, __ATOMIC_RELAXED);
-                r->hb_failed++;
+                unsigned k = __atomic_add_fetch(&r->hb.streak, 1, __ATOMIC_RELAXED);
+                r->hb.failed++;
                 now = mono_ms();
-                r->hb_resume = now + ((int64_t)HB_CLIENT_MS << (k < 4 ? k - 1 : 3));
-                r->hb_last = r->hb_exec_last = now;
+                r->hb.resume = now + ((int64_t)HB_CLIENT_MS << (k < 4 ? k - 1 : 3));
+                r->hb.last = r->hb.exec_last = now;
             } else {
-                __atomic_store_n(&r->hb_streak, 0, __ATOMIC_RELAXED);
+                __atomic_store_n(&r->hb.streak, 0, __ATOMIC_RELAXED);
             }
             continue;
         }
@@ -6401,9 +6442,9 @@ static void *run_hb_thread(void *arg)
             ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
             ts.tv_nsec = (long)(ns % 1000000000);
         }
-        pthread_cond_timedwait(&r->hb_cv, &r->hb_mu, &ts);
+        pthread_cond_timedwait(&r->hb.cv, &r->hb.mu, &ts);
     }
-    pthread_mutex_unlock(&r->hb_mu);
+    pthread_mutex_unlock(&r->hb.mu);
     return NULL;
 }
 
@@ -6411,19 +6452,19 @@ static void *run_hb_thread(void *arg)
  * the thread that sends them starts only when the first one comes near (run_hb_need). */
 static void run_hb_start(struct run *r)
 {
-    r->hb_last = r->hb_exec_last = mono_ms();
-    r->hb_open = 1;
+    r->hb.last = r->hb.exec_last = mono_ms();
+    r->hb.open = 1;
 }
 
 static void run_hb_thread_start(struct run *r)
 {
     pthread_attr_t at;
-    if (r->hb_started || !r->hb_open) return;
-    __atomic_store_n(&r->hb_stop, 0, __ATOMIC_RELAXED);
+    if (r->hb.started || !r->hb.open) return;
+    __atomic_store_n(&r->hb.stop, 0, __ATOMIC_RELAXED);
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, 256 * 1024);
-    if (pthread_create(&r->hb_thread, &at, run_hb_thread, r) == 0) r->hb_started = 1;
-    else srv_log(LOG_WARN, "run %s: no heartbeat thread: %s", r->request_id, strerror(errno));
+    if (pthread_create(&r->hb.thread, &at, run_hb_thread, r) == 0) r->hb.started = 1;
+    else srv_log(LOG_WARN, "run %s: no heartbeat thread: %s", r->up.request_id, strerror(errno));
     pthread_attr_destroy(&at);
 }
 
@@ -6431,20 +6472,20 @@ static void run_hb_thread_start(struct run *r)
  * thread a second before the first heartbeat is due. */
 static void run_hb_need(struct run *r, int now_too)
 {
-    if (!r->hb_open || r->hb_started) return;
-    if (now_too || mono_ms() - r->hb_last >= HB_CLIENT_MS - 1500) run_hb_thread_start(r);
+    if (!r->hb.open || r->hb.started) return;
+    if (now_too || mono_ms() - r->hb.last >= HB_CLIENT_MS - 1500) run_hb_thread_start(r);
 }
 
 static void run_hb_stop(struct run *r)
 {
-    r->hb_open = 0;
-    if (!r->hb_started) return;
-    pthread_mutex_lock(&r->hb_mu);
-    __atomic_store_n(&r->hb_stop, 1, __ATOMIC_RELAXED);
-    pthread_cond_signal(&r->hb_cv);
-    pthread_mutex_unlock(&r->hb_mu);
-    pthread_join(r->hb_thread, NULL);
-    r->hb_started = 0;
+    r->hb.open = 0;
+    if (!r->hb.started) return;
+    pthread_mutex_lock(&r->hb.mu);
+    __atomic_store_n(&r->hb.stop, 1, __ATOMIC_RELAXED);
+    pthread_cond_signal(&r->hb.cv);
+    pthread_mutex_unlock(&r->hb.mu);
+    pthread_join(r->hb.thread, NULL);
+    r->hb.started = 0;
 }
 
 /* Exec heartbeats for the tool calls the client now runs (n = 0: none pending). */
@@ -6452,29 +6493,29 @@ static void run_hb_execs(struct run *r, const coai_reply_call *calls, size_t n)
 {
     size_t i;
     if (!r->mu_init) return;
-    pthread_mutex_lock(&r->hb_mu);
-    r->hb_n = 0;
-    for (i = 0; i < n && r->hb_n < sizeof r->hb_ids / sizeof r->hb_ids[0]; i++)
-        r->hb_ids[r->hb_n++] = calls[i].ref.id;
-    r->hb_exec_last = mono_ms();
-    pthread_cond_signal(&r->hb_cv);
-    pthread_mutex_unlock(&r->hb_mu);
+    pthread_mutex_lock(&r->hb.mu);
+    r->hb.n = 0;
+    for (i = 0; i < n && r->hb.n < sizeof r->hb.ids / sizeof r->hb.ids[0]; i++)
+        r->hb.ids[r->hb.n++] = calls[i].ref.id;
+    r->hb.exec_last = mono_ms();
+    pthread_cond_signal(&r->hb.cv);
+    pthread_mutex_unlock(&r->hb.mu);
 }
 
 static struct run *run_new(void)
 {
     struct run *r = calloc(1, sizeof *r);
     if (!r) return NULL;
-    r->wake[0] = r->wake[1] = -1;
-    if (pthread_mutex_init(&r->send_mu, NULL) == 0) {
-        if (pthread_mutex_init(&r->hb_mu, NULL) == 0) {
-            if (pthread_cond_init(&r->hb_cv, NULL) == 0) {
+    r->held.wake[0] = r->held.wake[1] = -1;
+    if (pthread_mutex_init(&r->up.send_mu, NULL) == 0) {
+        if (pthread_mutex_init(&r->hb.mu, NULL) == 0) {
+            if (pthread_cond_init(&r->hb.cv, NULL) == 0) {
                 r->mu_init = 1;
                 return r;
             }
-            pthread_mutex_destroy(&r->hb_mu);
+            pthread_mutex_destroy(&r->hb.mu);
         }
-        pthread_mutex_destroy(&r->send_mu);
+        pthread_mutex_destroy(&r->up.send_mu);
     }
     free(r);
     return NULL;
@@ -6488,19 +6529,19 @@ static void run_free(struct run *r)
     run_hb_stop(r);
     tr_close(r, 0);
     coai_reply_free(&r->reply);
-    coai_msg_free(&r->msg);
-    coai_frame_decoder_free(&r->frames);
-    coai_buf_free(&r->run_msg);
-    coai_buf_free(&r->leftover);
-    coai_buf_free(&r->backlog);
-    coai_chat_request_free(&r->req);
-    coai_responses_request_free(&r->rr);
-    if (r->wake[0] >= 0) close(r->wake[0]);
-    if (r->wake[1] >= 0) close(r->wake[1]);
+    coai_msg_free(&r->up.msg);
+    coai_frame_decoder_free(&r->up.frames);
+    coai_buf_free(&r->up.run_msg);
+    coai_buf_free(&r->held.leftover);
+    coai_buf_free(&r->held.backlog);
+    coai_chat_request_free(&r->in.req);
+    coai_responses_request_free(&r->in.rr);
+    if (r->held.wake[0] >= 0) close(r->held.wake[0]);
+    if (r->held.wake[1] >= 0) close(r->held.wake[1]);
     if (r->mu_init) {
-        pthread_cond_destroy(&r->hb_cv);
-        pthread_mutex_destroy(&r->hb_mu);
-        pthread_mutex_destroy(&r->send_mu);
+        pthread_cond_destroy(&r->hb.cv);
+        pthread_mutex_destroy(&r->hb.mu);
+        pthread_mutex_destroy(&r->up.send_mu);
     }
     free(r);
 }
@@ -6513,17 +6554,17 @@ static void run_free(struct run *r)
 static void run_deadline(struct run *r)
 {
     int64_t hb = (int64_t)S.hb_only_s * 1000, d;
-    if (r->idle_ms < hb) hb = r->idle_ms;
-    d = r->last_frame + (int64_t)S.silence_s * 1000;
-    if (r->last_progress + hb < d) d = r->last_progress + hb;
-    if (r->hollow_until && d < r->hollow_until + 2000)
-        d = r->hollow_until + 2000;                     /* the hollow check comes first */
+    if (r->up.idle_ms < hb) hb = r->up.idle_ms;
+    d = r->up.last_frame + (int64_t)S.silence_s * 1000;
+    if (r->up.last_progress + hb < d) d = r->up.last_progress + hb;
+    if (r->held.hollow_until && d < r->held.hollow_until + 2000)
+        d = r->held.hollow_until + 2000;                /* the hollow check comes first */
     *tr_deadline(r) = d;
 }
 
 static void run_watch_start(struct run *r)
 {
-    r->last_frame = r->last_progress = mono_ms();
+    r->up.last_frame = r->up.last_progress = mono_ms();
     run_deadline(r);
 }
 
@@ -6532,21 +6573,21 @@ static int run_watch_fail(struct run *r)
 {
     coai_error e;
     int64_t now = mono_ms();
-    if (now - r->last_frame >= (int64_t)S.silence_s * 1000)
+    if (now - r->up.last_frame >= (int64_t)S.silence_s * 1000)
         coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
                        "Cursor sent nothing for %lld s, not even a heartbeat "
                        "(CURSOR_OAI_SILENCE_TIMEOUT is %d s): the connection to Cursor is "
-                       "stuck; try again", (long long)((now - r->last_frame) / 1000),
+                       "stuck; try again", (long long)((now - r->up.last_frame) / 1000),
                        S.silence_s);
-    else if ((int64_t)S.hb_only_s * 1000 <= r->idle_ms)
+    else if ((int64_t)S.hb_only_s * 1000 <= r->up.idle_ms)
         coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
                        "Cursor sent nothing but heartbeats and checkpoints for %lld s "
                        "(CURSOR_OAI_HEARTBEAT_TIMEOUT is %d s): the turn is stuck on Cursor's "
-                       "side; try again", (long long)((now - r->last_progress) / 1000),
+                       "side; try again", (long long)((now - r->up.last_progress) / 1000),
                        S.hb_only_s);
     else
         return coai_reply_fail_timeout(&r->reply);      /* CURSOR_OAI_IDLE_TIMEOUT */
-    srv_log(LOG_WARN, "run %s: %s", r->request_id, e.message);
+    srv_log(LOG_WARN, "run %s: %s", r->up.request_id, e.message);
     return coai_reply_feed_error(&r->reply, &e);
 }
 
@@ -6558,88 +6599,89 @@ static int run_watch_fail(struct run *r)
 static int run_start(struct run *r, int fresh)
 {
     char token[SRV_TOKEN_MAX];
-    size_t tl = cred_token(token, sizeof token, &r->auth_gen);
+    size_t tl = cred_token(token, sizeof token, &r->up.auth_gen);
     coai_buf head = { 0 }, body = { 0 };
     int rc = -1;
     if (tl == 0) {
         cred_missing(&r->err);
         goto done;
     }
-    if (uuid_new(r->request_id) < 0) {
+    if (uuid_new(r->up.request_id) < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
         goto done;
     }
-    memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
-    if (!r->orig_id[0]) memcpy(r->orig_id, r->request_id, sizeof r->orig_id);
-    r->seqno = 0;
-    r->http_status = 0;
-    r->h1_refused[0] = 0;
-    r->data_frames = 0;
-    r->t_start = mono_ms();
+    memcpy(r->c->run_id, r->up.request_id, sizeof r->c->run_id);
+    if (!r->up.orig_id[0]) memcpy(r->up.orig_id, r->up.request_id, sizeof r->up.orig_id);
+    r->up.seqno = 0;
+    r->fb.http_status = 0;
+    r->fb.h1_refused[0] = 0;
+    r->up.data_frames = 0;
+    r->up.t_start = mono_ms();
     /* Checked right before the run starts: a client that left while this request waited
      * (for the model list, a renewal, a slot) must not cost a run and its prompt. */
     if (r->c->dead || fd_client_gone(r->c->fd)) {
         up_err(&r->err, 499, "client_closed", "client went away before the run started");
-        r->cancelled = 1;
+        r->out.cancelled = 1;
         goto done;
     }
-    up_orig_rid = r->orig_id;
-    rc = coai_encode_run_body(&body, coai_str_c(r->request_id)) < 0
-         || up_head_host(&head, &r->host, PATH_RUNSSE,
-                         r->profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
-                         r->request_id, token, tl, body.len) < 0 ? -1 : 0;
+    up_orig_rid = r->up.orig_id;
+    rc = coai_encode_run_body(&body, coai_str_c(r->up.request_id)) < 0
+         || up_head_host(&head, &r->up.host, PATH_RUNSSE,
+                         r->up.profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
+                         r->up.request_id, token, tl, body.len) < 0 ? -1 : 0;
     up_orig_rid = NULL;
     if (rc < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
     rc = -1;
-    r->sse = up_get_host(&r->host, fresh, r->c->fd, &r->err);
-    if (!r->sse) goto done;
-    srv_log(LOG_DEBUG, "run %s: RunSSE to %s (%s) on a %s connection", r->request_id,
-            r->host.authority, PROFILE_NAME[r->profile], r->sse->reused ? "pooled" : "new");
-    if (up_send(r->sse, &head, body.data, body.len) < 0) {
-        up_io_error(r->sse, &r->err, "sending RunSSE");
+    r->up.sse = up_get_host(&r->up.host, fresh, r->c->fd, &r->err);
+    if (!r->up.sse) goto done;
+    srv_log(LOG_DEBUG, "run %s: RunSSE to %s (%s) on a %s connection", r->up.request_id,
+            r->up.host.authority, PROFILE_NAME[r->up.profile],
+            r->up.sse->reused ? "pooled" : "new");
+    if (up_send(r->up.sse, &head, body.data, body.len) < 0) {
+        up_io_error(r->up.sse, &r->err, "sending RunSSE");
         goto retry;
     }
-    r->sse->tick = run_tick;
-    r->sse->tick_ctx = r;
-    r->sse->io_timeout_ms = 0;
+    r->up.sse->tick = run_tick;
+    r->up.sse->tick_ctx = r;
+    r->up.sse->io_timeout_ms = 0;
     run_watch_start(r);
-    if (up_read_head(r->sse, &r->err, "waiting for the RunSSE response") < 0) goto retry;
-    r->t_head = mono_ms();
-    if (r->sse->status < 200 || r->sse->status > 299) {
+    if (up_read_head(r->up.sse, &r->err, "waiting for the RunSSE response") < 0) goto retry;
+    r->up.t_head = mono_ms();
+    if (r->up.sse->status < 200 || r->up.sse->status > 299) {
         coai_buf eb = { 0 };
         eb.max = UP_ERR_BODY_MAX;
-        r->http_status = r->sse->status;
-        r->sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
-        r->sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
-        r->sse->end = mono_ms() + S.up_call_ms;
-        if (r->sse->deadline > r->sse->end) r->sse->deadline = r->sse->end;
-        up_body_all(r->sse, &eb);
-        coai_error_from_http(r->sse->status, (const char *)eb.data, eb.len, &r->err);
-        if ((r->sse->status == 400 && ci_contains(eb.data, eb.len, "illegal request line"))
-            || r->sse->status == 505)
-            snprintf(r->h1_refused, sizeof r->h1_refused, r->sse->status == 505
+        r->fb.http_status = r->up.sse->status;
+        r->up.sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
+        r->up.sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        r->up.sse->end = mono_ms() + S.up_call_ms;
+        if (r->up.sse->deadline > r->up.sse->end) r->up.sse->deadline = r->up.sse->end;
+        up_body_all(r->up.sse, &eb);
+        coai_error_from_http(r->up.sse->status, (const char *)eb.data, eb.len, &r->err);
+        if ((r->up.sse->status == 400 && ci_contains(eb.data, eb.len, "illegal request line"))
+            || r->up.sse->status == 505)
+            snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused, r->up.sse->status == 505
                      ? "a 505 \"HTTP Version Not Supported\"" : "a 400 \"illegal request line\"");
         coai_buf_free(&eb);
-        if (r->err.status == 401) r->upstream_401 = 1;
+        if (r->err.status == 401) r->fb.upstream_401 = 1;
         goto done;
     }
-    srv_log(LOG_DEBUG, "run %s: RunSSE head after %lld ms; BidiAppend seqno 0", r->request_id,
-            (long long)(r->t_head - r->t_start));
-    if (run_send(r, r->run_msg.data, r->run_msg.len) < 0) goto done;
+    srv_log(LOG_DEBUG, "run %s: RunSSE head after %lld ms; BidiAppend seqno 0", r->up.request_id,
+            (long long)(r->up.t_head - r->up.t_start));
+    if (run_send(r, r->up.run_msg.data, r->up.run_msg.len) < 0) goto done;
     rc = 0;
     goto done;
 retry:
-    if (r->err.status == 499) r->cancelled = 1;
-    else if (!fresh && r->sse->reused && !r->sse->got_bytes) rc = 1;
+    if (r->err.status == 499) r->out.cancelled = 1;
+    else if (!fresh && r->up.sse->reused && !r->up.sse->got_bytes) rc = 1;
     else if (r->err.code && strcmp(r->err.code, "upstream_http2_only") == 0)
-        snprintf(r->h1_refused, sizeof r->h1_refused, "HTTP/2 frames");
-    else if (!r->sse->reused && !r->sse->got_bytes && r->sse->why == UPX_EOF)
-        snprintf(r->h1_refused, sizeof r->h1_refused, "a close before any byte");
+        snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused, "HTTP/2 frames");
+    else if (!r->up.sse->reused && !r->up.sse->got_bytes && r->up.sse->why == UPX_EOF)
+        snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused, "a close before any byte");
 done:
-    if (rc != 0) { up_free(r->sse); r->sse = NULL; }
+    if (rc != 0) { up_free(r->up.sse); r->up.sse = NULL; }
     memset(token, 0, sizeof token);
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
@@ -6650,7 +6692,7 @@ done:
 /* The other profile may still be tried for this request: none forced, not tried yet. */
 static int run_may_switch(struct run *r)
 {
-    return S.profile_forced < 0 && !r->cancelled && !(r->tries & 1) && r->tr == TR_HTTP1;
+    return S.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1) && r->up.tr == TR_HTTP1;
 }
 
 /* ---- Transports (issue 23): how a run reaches Cursor ------------------------------------
@@ -6659,7 +6701,7 @@ static int run_may_switch(struct run *r)
  *
  *   tr_open(r, fresh)      start: the run request goes out, the response head comes back
  *   tr_send(r, msg, n,..)  one AgentClientMessage to the run (tool results, KV and query
- *                          replies, heartbeats; serialised by r->send_mu)
+ *                          replies, heartbeats; serialised by r->up.send_mu)
  *   tr_body(r, &p)         the next bytes of Cursor's messages (Connect / gRPC-web frames)
  *   tr_readable(r, ms), tr_buffered(r), tr_fd(r)   would tr_body answer without waiting
  *   tr_watch(r, fd, tick)  the client socket and the tick a wait watches; tr_deadline(r)
@@ -6730,67 +6772,67 @@ static void tr_h2_worked(void)
 
 static int tr_is_open(const struct run *r)
 {
-    return r->tr == TR_H2 ? r->h2 != NULL : r->sse != NULL;
+    return r->up.tr == TR_H2 ? r->up.h2 != NULL : r->up.sse != NULL;
 }
 
 static int64_t *tr_deadline(struct run *r)
 {
-    return r->h2 ? &r->h2->deadline : &r->sse->deadline;
+    return r->up.h2 ? &r->up.h2->deadline : &r->up.sse->deadline;
 }
 
 static int tr_why(const struct run *r)
 {
-    return r->h2 ? r->h2->why : r->sse->why;
+    return r->up.h2 ? r->up.h2->why : r->up.sse->why;
 }
 
 /* What a wait on the run watches: the client socket (-1: none) and the tick. */
 static void tr_watch(struct run *r, int client_fd, int (*tick)(void *))
 {
-    if (r->h2) {
-        r->h2->client_fd = client_fd;
-        r->h2->client_events = POLLIN;
-        r->h2->tick = tick;
-        r->h2->tick_ctx = tick ? r : NULL;
+    if (r->up.h2) {
+        r->up.h2->client_fd = client_fd;
+        r->up.h2->client_events = POLLIN;
+        r->up.h2->tick = tick;
+        r->up.h2->tick_ctx = tick ? r : NULL;
     } else {
-        r->sse->client_fd = client_fd;
-        r->sse->client_events = POLLIN;
-        r->sse->tick = tick;
-        r->sse->tick_ctx = tick ? r : NULL;
-        r->sse->io_timeout_ms = 0;
+        r->up.sse->client_fd = client_fd;
+        r->up.sse->client_events = POLLIN;
+        r->up.sse->tick = tick;
+        r->up.sse->tick_ctx = tick ? r : NULL;
+        r->up.sse->io_timeout_ms = 0;
     }
 }
 
 static long tr_body(struct run *r, const unsigned char **p)
 {
-    return r->h2 ? h2s_body(r->h2, p) : up_body(r->sse, p);
+    return r->up.h2 ? h2s_body(r->up.h2, p) : up_body(r->up.sse, p);
 }
 
 static int tr_readable(struct run *r, int ms)
 {
-    return r->h2 ? h2s_readable(r->h2, ms) : up_readable(r->sse, ms);
+    return r->up.h2 ? h2s_readable(r->up.h2, ms) : up_readable(r->up.sse, ms);
 }
 
 static int tr_buffered(struct run *r)
 {
-    return r->h2 ? 0 : up_buffered(r->sse);
+    return r->up.h2 ? 0 : up_buffered(r->up.sse);
 }
 
 /* A descriptor that becomes readable when tr_body has something (the holder polls it). */
 static int tr_fd(const struct run *r)
 {
-    return r->h2 ? r->h2->sig : r->sse->fd;
+    return r->up.h2 ? r->up.h2->sig : r->up.sse->fd;
 }
 
 /* The read failure of the run as an error. */
 static void tr_io_error(struct run *r, coai_error *e, const char *stage)
 {
     char why[200];
-    if (!r->h2) {
-        up_io_error(r->sse, e, stage);
+    if (!r->up.h2) {
+        up_io_error(r->up.sse, e, stage);
         return;
     }
-    h2s_failure(r->h2, why, sizeof why);
-    if (r->h2->got_bytes)       /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
+    h2s_failure(r->up.h2, why, sizeof why);
+    if (r->up.h2->got_bytes)    /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
         up_err(e, 502, "upstream_truncated", "upstream ended the stream while %s: %s", stage,
                why);
     else
@@ -6800,21 +6842,21 @@ static void tr_io_error(struct run *r, coai_error *e, const char *stage)
 /* The read side ended cleanly and completely. */
 static int tr_body_done(const struct run *r)
 {
-    return r->h2 ? r->h2->body_done : r->sse->body_done;
+    return r->up.h2 ? r->up.h2->body_done : r->up.sse->body_done;
 }
 
 /* End the upstream side of the run. clean: its response was read to the end (an HTTP/1.1
  * connection may go back to the pool). */
 static void tr_close(struct run *r, int clean)
 {
-    if (r->h2) {
-        h2s_close(r->h2);
-        r->h2 = NULL;
+    if (r->up.h2) {
+        h2s_close(r->up.h2);
+        r->up.h2 = NULL;
     }
-    if (r->sse) {
-        if (clean && r->sse->body_done) up_release(r->sse);
-        else up_free(r->sse);
-        r->sse = NULL;
+    if (r->up.sse) {
+        if (clean && r->up.sse->body_done) up_release(r->up.sse);
+        else up_free(r->up.sse);
+        r->up.sse = NULL;
     }
 }
 
@@ -6826,7 +6868,7 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
     struct h2w w;
     unsigned char h[5];
     int rc;
-    if (!r->h2) {
+    if (!r->up.h2) {
         coai_error_set(err, 502, "upstream_error", "upstream_closed", NULL,
                        "the upstream run is closed");
         return -1;
@@ -6841,10 +6883,10 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
     w.last_tick = mono_ms();
     /* one message at a time: its bytes must not interleave with another's on the stream
      * (a writer waits here only while the stream has no window, when no other could send) */
-    if (r->mu_init) pthread_mutex_lock(&r->send_mu);
-    rc = h2s_write(r->h2, &w, h, 5, 0);
-    if (rc == 0) rc = h2s_write(r->h2, &w, msg, n, 0);
-    if (r->mu_init) pthread_mutex_unlock(&r->send_mu);
+    if (r->mu_init) pthread_mutex_lock(&r->up.send_mu);
+    rc = h2s_write(r->up.h2, &w, h, 5, 0);
+    if (rc == 0) rc = h2s_write(r->up.h2, &w, msg, n, 0);
+    if (r->mu_init) pthread_mutex_unlock(&r->up.send_mu);
     if (rc < 0) {
         if (w.why == UPX_CANCELLED) {
             up_err(err, 499, "client_closed", "client went away");
@@ -6857,54 +6899,54 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
         }
         return -1;
     }
-    srv_log(LOG_DEBUG, "run %s: message (%zu bytes) on the Run stream", r->request_id, n);
+    srv_log(LOG_DEBUG, "run %s: message (%zu bytes) on the Run stream", r->up.request_id, n);
     return 0;
 }
 
 static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client_fd,
                    int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
 {
-    if (r->tr == TR_H2) return h2_run_send(r, msg, n, client_fd, tick, tick_ctx, err, cancelled);
+    if (r->up.tr == TR_H2) return h2_run_send(r, msg, n, client_fd, tick, tick_ctx, err, cancelled);
     return run_append(r, msg, n, client_fd, tick, tick_ctx, err, cancelled);
 }
 
 /* HTTP/2: open the Run stream on the run's host, send the run request as its first message,
  * wait for the response head. 0 ok, 1 retry on a fresh connection (the stream was refused
- * on a shared one), -1 r->err filled (r->tr_fail: a transport failure before any answer,
+ * on a shared one), -1 r->err filled (r->fb.tr_fail: a transport failure before any answer,
  * which HTTP/1.1 may not have). */
 static int h2_run_start(struct run *r, int fresh)
 {
     char token[SRV_TOKEN_MAX], auth[SRV_TOKEN_MAX + 8], path[320];
-    size_t tl = cred_token(token, sizeof token, &r->auth_gen);
+    size_t tl = cred_token(token, sizeof token, &r->up.auth_gen);
     coai_h2_header hs[13];
     size_t nh = 0;
     int rc = -1;
-    r->tr_fail = 0;
+    r->fb.tr_fail = 0;
     if (tl == 0) {
         cred_missing(&r->err);
         goto done;
     }
-    if (uuid_new(r->request_id) < 0) {
+    if (uuid_new(r->up.request_id) < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
         goto done;
     }
-    memcpy(r->c->run_id, r->request_id, sizeof r->c->run_id);
-    r->seqno = 0;
-    r->http_status = 0;
-    r->data_frames = 0;
-    r->t_start = mono_ms();
+    memcpy(r->c->run_id, r->up.request_id, sizeof r->c->run_id);
+    r->up.seqno = 0;
+    r->fb.http_status = 0;
+    r->up.data_frames = 0;
+    r->up.t_start = mono_ms();
     if (r->c->dead || fd_client_gone(r->c->fd)) {
         up_err(&r->err, 499, "client_closed", "client went away before the run started");
-        r->cancelled = 1;
+        r->out.cancelled = 1;
         goto done;
     }
     snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
-    snprintf(path, sizeof path, "%.256s%s", r->host.prefix, PATH_RUN);
+    snprintf(path, sizeof path, "%.256s%s", r->up.host.prefix, PATH_RUN);
 #define H2H(n, v) (hs[nh].name = coai_str_c(n), hs[nh].value = coai_str_c(v), nh++)
     H2H(":method", "POST");
     H2H(":scheme", "https");
     H2H(":path", path);
-    H2H(":authority", r->host.authority);
+    H2H(":authority", r->up.host.authority);
     H2H("authorization", auth);
     H2H("content-type", "application/connect+proto");
     H2H("user-agent", "connect-es/1.6.1");
@@ -6913,86 +6955,86 @@ static int h2_run_start(struct run *r, int fresh)
     H2H("x-cursor-client-type", "cli");
     H2H("x-ghost-mode", "true");
     H2H("x-cursor-streaming", "true");
-    H2H("x-request-id", r->request_id);
+    H2H("x-request-id", r->up.request_id);
 #undef H2H
-    r->h2 = h2s_open(&r->host, hs, nh, fresh, &r->err);
+    r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
     memset(auth, 0, sizeof auth);
-    if (!r->h2) {
-        r->tr_fail = r->err.status != 500;
+    if (!r->up.h2) {
+        r->fb.tr_fail = r->err.status != 500;
         goto done;
     }
     tr_watch(r, r->c->fd, run_tick);
     run_watch_start(r);
-    r->h2->progress_ms = (int64_t)S.silence_s * 1000 < r->idle_ms ? (int64_t)S.silence_s * 1000
-                                                                   : r->idle_ms;
-    srv_log(LOG_DEBUG, "run %s: Run stream %u to %s", r->request_id, r->h2->id,
-            r->host.authority);
-    if (h2_run_send(r, r->run_msg.data, r->run_msg.len, r->c->fd, run_send_tick, r, &r->err,
-                    &r->cancelled) < 0) {
-        if (r->err.status != 499 && r->err.status != 504) r->tr_fail = 1;
+    r->up.h2->progress_ms = (int64_t)S.silence_s * 1000 < r->up.idle_ms
+                            ? (int64_t)S.silence_s * 1000 : r->up.idle_ms;
+    srv_log(LOG_DEBUG, "run %s: Run stream %u to %s", r->up.request_id, r->up.h2->id,
+            r->up.host.authority);
+    if (h2_run_send(r, r->up.run_msg.data, r->up.run_msg.len, r->c->fd, run_send_tick, r, &r->err,
+                    &r->out.cancelled) < 0) {
+        if (r->err.status != 499 && r->err.status != 504) r->fb.tr_fail = 1;
         goto done;
     }
-    if (h2s_head(r->h2) < 0) {
-        if (r->h2->why == UPX_CANCELLED) {
+    if (h2s_head(r->up.h2) < 0) {
+        if (r->up.h2->why == UPX_CANCELLED) {
             up_err(&r->err, 499, "client_closed", "client went away");
-            r->cancelled = 1;
-        } else if (r->h2->why == UPX_TIMEOUT) {
+            r->out.cancelled = 1;
+        } else if (r->up.h2->why == UPX_TIMEOUT) {
             up_err(&r->err, 504, "upstream_timeout", "no answer to the Run stream within the "
                    "idle timeout");
         } else {
             /* a refusal on a shared connection (GOAWAY just now): once more on a new one */
-            if (!fresh && r->h2->refused && !r->h2->hc->dead) rc = 1;
+            if (!fresh && r->up.h2->refused && !r->up.h2->hc->dead) rc = 1;
             tr_io_error(r, &r->err, "starting the Run stream");
-            r->tr_fail = 1;
+            r->fb.tr_fail = 1;
         }
         goto done;
     }
-    r->t_head = mono_ms();
-    if (r->h2->status != 200) {
+    r->up.t_head = mono_ms();
+    if (r->up.h2->status != 200) {
         coai_buf eb = { 0 };
         const unsigned char *p;
         long n;
-        r->http_status = r->h2->status;
-        r->h2->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
-        while ((n = h2s_body(r->h2, &p)) > 0 && eb.len < UP_ERR_BODY_MAX)
+        r->fb.http_status = r->up.h2->status;
+        r->up.h2->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
+        while ((n = h2s_body(r->up.h2, &p)) > 0 && eb.len < UP_ERR_BODY_MAX)
             coai_buf_append(&eb, p, (size_t)n);
-        coai_error_from_http(r->h2->status, (const char *)eb.data, eb.len, &r->err);
+        coai_error_from_http(r->up.h2->status, (const char *)eb.data, eb.len, &r->err);
         coai_buf_free(&eb);
-        if (r->err.status == 401) r->upstream_401 = 1;
+        if (r->err.status == 401) r->fb.upstream_401 = 1;
         /* the load balancer's "not this protocol" and HTTP-version answers */
-        if (r->http_status == 464 || r->http_status == 505 || r->http_status == 426)
-            r->tr_fail = 1;
+        if (r->fb.http_status == 464 || r->fb.http_status == 505 || r->fb.http_status == 426)
+            r->fb.tr_fail = 1;
         goto done;
     }
-    srv_log(LOG_DEBUG, "run %s: Run head after %lld ms", r->request_id,
-            (long long)(r->t_head - r->t_start));
+    srv_log(LOG_DEBUG, "run %s: Run head after %lld ms", r->up.request_id,
+            (long long)(r->up.t_head - r->up.t_start));
     rc = 0;
 done:
-    if (rc != 0 && r->h2) { h2s_close(r->h2); r->h2 = NULL; }
+    if (rc != 0 && r->up.h2) { h2s_close(r->up.h2); r->up.h2 = NULL; }
     memset(token, 0, sizeof token);
     return rc;
 }
 
 static int tr_open(struct run *r, int fresh)
 {
-    return r->tr == TR_H2 ? h2_run_start(r, fresh) : run_start(r, fresh);
+    return r->up.tr == TR_H2 ? h2_run_start(r, fresh) : run_start(r, fresh);
 }
 
-/* The run's host refused HTTP/1.1 at the connection level (r->h1_refused says how; nothing
+/* The run's host refused HTTP/1.1 at the connection level (r->fb.h1_refused says how; nothing
  * reached the client): remember it as HTTP/2-only, and start over on the base URL
  * (RETRY_HOST), or, when the base URL itself refused, fail with an error that says so. */
 static void run_h1_refused(struct run *r)
 {
-    int base = up_same_host(&r->host, &S.base);
-    h2only_add(&r->host, r->h1_refused);
-    if (!base && !(r->tries & 2)) {
-        r->retry = RETRY_HOST;
+    int base = up_same_host(&r->up.host, &S.base);
+    h2only_add(&r->up.host, r->fb.h1_refused);
+    if (!base && !(r->fb.tries & 2)) {
+        r->fb.retry = RETRY_HOST;
         return;
     }
     coai_error_set(&r->err, 502, "upstream_error", "upstream_http2_only", NULL,
                    "https://%s%s serves HTTP/2 only: it refused cursor-oai's HTTP/1.1 request at "
-                   "the connection level (%s). %s", r->host.authority, r->host.prefix,
-                   r->h1_refused, base ? "Set CURSOR_API_URL to a host that serves HTTP/1.1 "
+                   "the connection level (%s). %s", r->up.host.authority, r->up.host.prefix,
+                   r->fb.h1_refused, base ? "Set CURSOR_API_URL to a host that serves HTTP/1.1 "
                    "(the default, https://api2.cursor.sh, does)."
                    : "Unset CURSOR_OAI_AGENT_URL: runs then go to CURSOR_API_URL.");
 }
@@ -7005,8 +7047,8 @@ static void run_region_error(struct run *r, const char *said, coai_error *e)
                    "Cursor's agent host https://%s%s accepted the run and closed it at once "
                    "without an answer%s%s%s: this host does not serve your account's region. "
                    "CURSOR_OAI_AGENT_URL forces a host; unset, runs go to CURSOR_API_URL "
-                   "(see `cursor-oai doctor`).", r->host.authority,
-                   r->host.prefix, said && said[0] ? " (\"" : "", said ? said : "",
+                   "(see `cursor-oai doctor`).", r->up.host.authority,
+                   r->up.host.prefix, said && said[0] ? " (\"" : "", said ? said : "",
                    said && said[0] ? "\")" : "");
 }
 
@@ -7014,27 +7056,27 @@ static void run_region_error(struct run *r, const char *said, coai_error *e)
 static int run_backlog_add(struct run *r, const coai_frame *f)
 {
     unsigned char h[5];
-    if (r->backlog.len + f->len + 5 > HELD_BACKLOG_MAX) return -1;
+    if (r->held.backlog.len + f->len + 5 > HELD_BACKLOG_MAX) return -1;
     h[0] = (unsigned char)f->flags;
     h[1] = (unsigned char)(f->len >> 24); h[2] = (unsigned char)(f->len >> 16);
     h[3] = (unsigned char)(f->len >> 8); h[4] = (unsigned char)f->len;
-    coai_buf_append(&r->backlog, h, 5);
-    coai_buf_append(&r->backlog, f->data, f->len);
-    return r->backlog.err ? -1 : 0;
+    coai_buf_append(&r->held.backlog, h, 5);
+    coai_buf_append(&r->held.backlog, f->data, f->len);
+    return r->held.backlog.err ? -1 : 0;
 }
 
 /* Cursor lost the conversation ("Conversation data missing", "blob missing"): before anything
  * reached the client, a fresh run that is not a checkpoint resume (that one falls back to a
  * replay of its own) starts over once as a new conversation with the whole history
- * (r->retry = RETRY_CONV, 1). 0: let the error through. */
+ * (r->fb.retry = RETRY_CONV, 1). 0: let the error through. */
 static int run_conv_lost(struct run *r, const coai_status *st)
 {
     coai_error e;
-    if (r->resumed || (r->tries & 4) || coai_reply_started(&r->reply)) return 0;
+    if (r->in.resumed || (r->fb.tries & 4) || coai_reply_started(&r->reply)) return 0;
     coai_error_from_status(st, &e);
     if (!e.code || strcmp(e.code, "conversation_lost") != 0) return 0;
     r->err = e;
-    r->retry = RETRY_CONV;
+    r->fb.retry = RETRY_CONV;
     return 1;
 }
 
@@ -7046,14 +7088,15 @@ static int run_new_conversation(struct run *r)
     unsigned char pat[38];
     char nid[37];
     size_t i;
-    if (strlen(r->conv_id) != 36 || r->run_msg.len < sizeof pat || uuid_new(nid) < 0) return -1;
+    if (strlen(r->in.conv_id) != 36 || r->up.run_msg.len < sizeof pat || uuid_new(nid) < 0)
+        return -1;
     pat[0] = 0x2a;
     pat[1] = 0x24;
-    memcpy(pat + 2, r->conv_id, 36);
-    for (i = 0; i + sizeof pat <= r->run_msg.len; i++) {
-        if (memcmp(r->run_msg.data + i, pat, sizeof pat) != 0) continue;
-        memcpy(r->run_msg.data + i + 2, nid, 36);
-        memcpy(r->conv_id, nid, 37);
+    memcpy(pat + 2, r->in.conv_id, 36);
+    for (i = 0; i + sizeof pat <= r->up.run_msg.len; i++) {
+        if (memcmp(r->up.run_msg.data + i, pat, sizeof pat) != 0) continue;
+        memcpy(r->up.run_msg.data + i + 2, nid, 36);
+        memcpy(r->in.conv_id, nid, 37);
         return 0;
     }
     return -1;
@@ -7068,30 +7111,30 @@ static int run_frame(struct run *r, const coai_frame *f)
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
-        if (st.code == 16) cred_mark_rejected(r->auth_gen);     /* UNAUTHENTICATED */
-        srv_log(LOG_DEBUG, "run %s: %s status %d", r->request_id,
+        if (st.code == 16) cred_mark_rejected(r->up.auth_gen);  /* UNAUTHENTICATED */
+        srv_log(LOG_DEBUG, "run %s: %s status %d", r->up.request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
         if (coai_reply_tools_pending(&r->reply)) {
             /* The run ended right after asking for tools: answer the client with the tool
              * calls; the run cannot be held (run_stream sees the end). */
             return coai_reply_end_tools(&r->reply);
         }
-        if (st.code == 0 && st.error == 0 && r->data_frames == 0) {
+        if (st.code == 0 && st.error == 0 && r->up.data_frames == 0) {
             /* HTTP 200, then an immediate clean end without a single message: what the
              * wrong regional agent host answers (cursor-2026-clients.md 6). */
             coai_error e;
             run_region_error(r, st.message, &e);
-            if (r->retry) return COAI_DONE;
+            if (r->fb.retry) return COAI_DONE;
             return coai_reply_feed_error(&r->reply, &e);
         }
-        if (st.code == 0 && r->hollow_until && !coai_reply_started(&r->reply)
+        if (st.code == 0 && r->held.hollow_until && !coai_reply_started(&r->reply)
             && !coai_reply_tools_pending(&r->reply)) {
             /* A continued run that Cursor ends cleanly right after the tool results, with
              * no text, no tool call and no turn end: not an answer (an empty stop reads as
              * "done" to an agent). Nothing has reached the client: fall back, as a hollow
              * run does (issue 22 item 3). */
-            r->hollow_hit = 1;
-            r->ended_empty = 1;
+            r->held.hollow_hit = 1;
+            r->held.ended_empty = 1;
             return COAI_DONE;
         }
         if (st.code != 0 && !coai_reply_started(&r->reply) && run_may_switch(r)) {
@@ -7099,42 +7142,42 @@ static int run_frame(struct run *r, const coai_frame *f)
             coai_error_from_status(&st, &e);
             if (profile_wrong(0, &e)) {
                 r->err = e;
-                r->retry = RETRY_PROFILE;
+                r->fb.retry = RETRY_PROFILE;
                 return COAI_DONE;
             }
         }
         if (st.code != 0 && run_conv_lost(r, &st)) return COAI_DONE;
         return coai_reply_feed_status(&r->reply, &st);
     }
-    if (r->data_frames++ == 0) {
+    if (r->up.data_frames++ == 0) {
         int changed;
         pthread_mutex_lock(&S.lock);
-        changed = S.profile != r->profile;
-        if (r->tr == TR_HTTP1)
-            S.profile = r->profile;     /* the profile that worked, for the next runs */
+        changed = S.profile != r->up.profile;
+        if (r->up.tr == TR_HTTP1)
+            S.profile = r->up.profile;  /* the profile that worked, for the next runs */
         pthread_mutex_unlock(&S.lock);
-        if (r->tr == TR_H2) tr_h2_worked();
+        if (r->up.tr == TR_H2) tr_h2_worked();
         if (changed)
             srv_log(LOG_INFO, "transport profile %s works; using it from now on",
-                    PROFILE_NAME[r->profile]);
+                    PROFILE_NAME[r->up.profile]);
     }
-    rc = coai_msg_decode(&r->msg, f->data, f->len);
+    rc = coai_msg_decode(&r->up.msg, f->data, f->len);
     if (rc < 0) {
         coai_error e;
         coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
                        "undecodable upstream message (%s)", coai_result_str(rc));
         return coai_reply_feed_error(&r->reply, &e);
     }
-    r->last_frame = mono_ms();
-    if (r->msg.kind != COAI_MSG_HEARTBEAT && r->msg.kind != COAI_MSG_NONE
-        && r->msg.kind != COAI_MSG_CHECKPOINT)
-        r->last_progress = r->last_frame;               /* progress */
+    r->up.last_frame = mono_ms();
+    if (r->up.msg.kind != COAI_MSG_HEARTBEAT && r->up.msg.kind != COAI_MSG_NONE
+        && r->up.msg.kind != COAI_MSG_CHECKPOINT)
+        r->up.last_progress = r->up.last_frame;         /* progress */
     run_deadline(r);
     /* A non-streaming answer is held in memory until its end: cap it (streaming sends each
      * piece on and keeps nothing). */
-    if (!r->stream && r->msg.kind != COAI_MSG_HEARTBEAT) {
-        r->answer_bytes += f->len;
-        if (r->answer_bytes > S.reply_max) {
+    if (!r->out.stream && r->up.msg.kind != COAI_MSG_HEARTBEAT) {
+        r->out.answer_bytes += f->len;
+        if (r->out.answer_bytes > S.reply_max) {
             coai_error e;
             coai_error_set(&e, 502, "upstream_error", "response_too_large", NULL,
                            "the answer is larger than %zu MiB, the limit for non-streaming "
@@ -7143,22 +7186,23 @@ static int run_frame(struct run *r, const coai_frame *f)
             return coai_reply_feed_error(&r->reply, &e);
         }
     }
-    if (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING)
-        srv_log(LOG_DEBUG, "run %s: %s %.*s", r->request_id,
-                r->msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
-                (int)(r->msg.text.len > 200 ? 200 : r->msg.text.len), r->msg.text.ptr);
+    if (r->up.msg.kind == COAI_MSG_TEXT || r->up.msg.kind == COAI_MSG_THINKING)
+        srv_log(LOG_DEBUG, "run %s: %s %.*s", r->up.request_id,
+                r->up.msg.kind == COAI_MSG_TEXT ? "text" : "thinking",
+                (int)(r->up.msg.text.len > 200 ? 200 : r->up.msg.text.len), r->up.msg.text.ptr);
     pending = coai_reply_tools_pending(&r->reply);
-    rc = coai_reply_feed_msg(&r->reply, &r->msg);
+    rc = coai_reply_feed_msg(&r->reply, &r->up.msg);
     if (pending && rc == COAI_DONE
-        && (r->msg.kind == COAI_MSG_TEXT || r->msg.kind == COAI_MSG_THINKING
-            || r->msg.kind == COAI_MSG_TURN_ENDED)) {
+        && (r->up.msg.kind == COAI_MSG_TEXT || r->up.msg.kind == COAI_MSG_THINKING
+            || r->up.msg.kind == COAI_MSG_TURN_ENDED)) {
         /* It ended the tool batch without being consumed: it belongs to the next response
          * of the held run. */
-        if (run_backlog_add(r, f) < 0) r->held_dead = 1;
+        if (run_backlog_add(r, f) < 0) r->held.dead = 1;
     }
-    if (r->hollow_until && (coai_reply_started(&r->reply) || coai_reply_tools_pending(&r->reply)
-                            || coai_reply_done(&r->reply))) {
-        r->hollow_until = 0;                    /* visible progress: not hollow */
+    if (r->held.hollow_until && (coai_reply_started(&r->reply)
+                                 || coai_reply_tools_pending(&r->reply)
+                                 || coai_reply_done(&r->reply))) {
+        r->held.hollow_until = 0;               /* visible progress: not hollow */
         run_deadline(r);                        /* the watchdog alone from now on */
     }
     return rc;
@@ -7195,7 +7239,7 @@ static int up_readable(struct upconn *c, int ms)
 
 /* Read RunSSE frames until the reply is done, the upstream ends or fails, or the client
  * leaves. Tool calls (batch_tools) are collected until H.window_ms pass without another
- * frame. Bytes read past the end of a tool-call response are kept in r->leftover. */
+ * frame. Bytes read past the end of a tool-call response are kept in r->held.leftover. */
 static void run_stream(struct run *r)
 {
     int rc = COAI_OK;
@@ -7211,13 +7255,13 @@ static void run_stream(struct run *r)
             int64_t now = mono_ms();
             next_check = now + 1000;
             if (fd_client_gone(r->c->fd) || run_tick(r) < 0) {
-                if (!r->hollow_hit) r->cancelled = 1;   /* hollow: the caller falls back */
+                if (!r->held.hollow_hit) r->out.cancelled = 1;   /* hollow: the caller falls back */
                 return;
             }
             if (now >= *tr_deadline(r)) {
-                r->in_feed = 1;
+                r->out.in_feed = 1;
                 rc = run_watch_fail(r);
-                r->in_feed = 0;
+                r->out.in_feed = 0;
                 break;
             }
         }
@@ -7229,52 +7273,52 @@ static void run_stream(struct run *r)
         if (n <= 0) {
             coai_error e;
             memset(&e, 0, sizeof e);
-            r->in_feed = 1;
+            r->out.in_feed = 1;
             if (coai_reply_tools_pending(&r->reply)) {
                 rc = coai_reply_end_tools(&r->reply);   /* the run is over: no holding */
-                r->held_dead = 1;
+                r->held.dead = 1;
             } else if (n == 0) {
-                rc = coai_frame_finish(&r->frames);
+                rc = coai_frame_finish(&r->up.frames);
                 if (rc < 0)
                     up_err(&e, 502, "upstream_truncated",
                            "upstream body ended inside a frame");
-                if (rc >= 0 && r->data_frames == 0) {
+                if (rc >= 0 && r->up.data_frames == 0) {
                     /* an empty 200 body: the wrong-region answer without even a trailer */
                     run_region_error(r, NULL, &e);
-                    rc = r->retry ? COAI_DONE : coai_reply_feed_error(&r->reply, &e);
+                    rc = r->fb.retry ? COAI_DONE : coai_reply_feed_error(&r->reply, &e);
                 } else {
                     rc = rc < 0 ? coai_reply_feed_error(&r->reply, &e)
                                 : coai_reply_feed_eof(&r->reply);
                 }
             } else if (tr_why(r) == UPX_CANCELLED) {
-                if (!r->hollow_hit) r->cancelled = 1;
+                if (!r->held.hollow_hit) r->out.cancelled = 1;
             } else if (tr_why(r) == UPX_TIMEOUT) {
                 rc = run_watch_fail(r);
             } else {
-                tr_io_error(r, &e, r->tr == TR_H2 ? "reading the Run stream"
-                                                  : "reading the RunSSE stream");
-                if (r->tr == TR_H2 && r->data_frames == 0 && !coai_reply_started(&r->reply)
-                    && TR.forced < 0 && !(r->tries & 8)) {
+                tr_io_error(r, &e, r->up.tr == TR_H2 ? "reading the Run stream"
+                                                     : "reading the RunSSE stream");
+                if (r->up.tr == TR_H2 && r->up.data_frames == 0 && !coai_reply_started(&r->reply)
+                    && TR.forced < 0 && !(r->fb.tries & 8)) {
                     /* reset or refused before Cursor said anything: HTTP/1.1 instead */
                     r->err = e;
-                    r->tr_fail = 1;
-                    r->retry = RETRY_TRANSPORT;
+                    r->fb.tr_fail = 1;
+                    r->fb.retry = RETRY_TRANSPORT;
                     rc = COAI_DONE;
                 } else {
                     rc = coai_reply_feed_error(&r->reply, &e);
                 }
             }
-            r->in_feed = 0;
+            r->out.in_feed = 0;
             break;
         }
         while (n > 0 && rc == COAI_OK) {
             size_t used = 0;
             coai_frame f;
-            int fr = coai_frame_feed(&r->frames, p, (size_t)n, &used, &f);
+            int fr = coai_frame_feed(&r->up.frames, p, (size_t)n, &used, &f);
             p += used;
             n -= (long)used;
             if (fr == COAI_MORE) break;
-            r->in_feed = 1;
+            r->out.in_feed = 1;
             if (fr < 0) {
                 coai_error e;
                 coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
@@ -7283,21 +7327,21 @@ static void run_stream(struct run *r)
             } else {
                 rc = run_frame(r, &f);
             }
-            r->in_feed = 0;
-            if (r->cancelled) return;
+            r->out.in_feed = 0;
+            if (r->out.cancelled) return;
         }
         if (n > 0 && coai_reply_tool_called(&r->reply)) {
-            coai_buf_reset(&r->leftover);
-            coai_buf_append(&r->leftover, p, (size_t)n);   /* for the holder */
+            coai_buf_reset(&r->held.leftover);
+            coai_buf_append(&r->held.leftover, p, (size_t)n);   /* for the holder */
         }
         /* What has arrived leaves now, in one write: every delta is still its own SSE
          * event, and nothing waits for upstream input that is not already here (records
          * already read ahead are decoded first, then written together). */
         if (tr_buffered(r))
             continue;
-        if (run_flush(r) < 0) { r->cancelled = 1; return; }
+        if (run_flush(r) < 0) { r->out.cancelled = 1; return; }
     }
-    if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+    if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
 }
 
 /* ======================================================================== */
@@ -7310,25 +7354,25 @@ static void run_stream(struct run *r)
  * pending tool calls takes it over, sends the results as the CLI does and streams what
  * the run says next. Anything that goes wrong falls back to a fresh run. */
 
-/* A frame while held: answered, kept for later, or the end of holding (-1, held_why). */
+/* A frame while held: answered, kept for later, or the end of holding (-1, held.why). */
 static int held_frame(struct run *r, const coai_frame *f)
 {
     int a;
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
-        snprintf(r->held_why, sizeof r->held_why, "Cursor ended the run while it was held");
+        snprintf(r->held.why, sizeof r->held.why, "Cursor ended the run while it was held");
         return -1;
     }
-    if (coai_msg_decode(&r->msg, f->data, f->len) < 0) {
-        snprintf(r->held_why, sizeof r->held_why, "undecodable message while held");
+    if (coai_msg_decode(&r->up.msg, f->data, f->len) < 0) {
+        snprintf(r->held.why, sizeof r->held.why, "undecodable message while held");
         return -1;
     }
-    a = coai_reply_answer(&r->reply, &r->msg);
+    a = coai_reply_answer(&r->reply, &r->up.msg);
     if (a < 0) {
-        snprintf(r->held_why, sizeof r->held_why, "a reply could not be delivered while held");
+        snprintf(r->held.why, sizeof r->held.why, "a reply could not be delivered while held");
         return -1;
     }
     if (a == 0 && run_backlog_add(r, f) < 0) {
-        snprintf(r->held_why, sizeof r->held_why, "too much output while held");
+        snprintf(r->held.why, sizeof r->held.why, "too much output while held");
         return -1;
     }
     return 0;
@@ -7339,12 +7383,12 @@ static int held_bytes(struct run *r, const unsigned char *p, size_t n)
     while (n > 0) {
         size_t used = 0;
         coai_frame f;
-        int fr = coai_frame_feed(&r->frames, p, n, &used, &f);
+        int fr = coai_frame_feed(&r->up.frames, p, n, &used, &f);
         p += used;
         n -= used;
         if (fr == COAI_MORE) break;
         if (fr < 0) {
-            snprintf(r->held_why, sizeof r->held_why, "bad framing while held");
+            snprintf(r->held.why, sizeof r->held.why, "bad framing while held");
             return -1;
         }
         if (held_frame(r, &f) < 0) return -1;
@@ -7355,30 +7399,32 @@ static int held_bytes(struct run *r, const unsigned char *p, size_t n)
 static void held_unlink_locked(struct run *r)
 {
     struct run **pp;
-    for (pp = &H.list; *pp; pp = &(*pp)->h_next)
+    for (pp = &H.list; *pp; pp = &(*pp)->held.next)
         if (*pp == r) {
-            *pp = r->h_next;
+            *pp = r->held.next;
             H.n--;
             metric_gauge_add(M_HELD_RUNS, "", -1);
             break;
         }
-    r->in_table = 0;
-    r->h_next = NULL;
+    r->held.in_table = 0;
+    r->held.next = NULL;
 }
 
 static void *held_thread(void *arg)
 {
     struct run *r = arg;
-    int64_t ttl_end = r->held_at + (int64_t)H.ttl_s * 1000;
+    int64_t ttl_end = r->held.at + (int64_t)H.ttl_s * 1000;
     char why[160] = "";
-    if (r->leftover.len && held_bytes(r, r->leftover.data, r->leftover.len) < 0) goto dead;
-    coai_buf_free(&r->leftover);
+    if (r->held.leftover.len
+        && held_bytes(r, r->held.leftover.data, r->held.leftover.len) < 0)
+        goto dead;
+    coai_buf_free(&r->held.leftover);
     for (;;) {
         struct pollfd pf[2];
         int64_t now = mono_ms();
         int pr, stop;
         pthread_mutex_lock(&H.lock);
-        stop = r->release_req;
+        stop = r->held.release_req;
         pthread_mutex_unlock(&H.lock);
         if (stop) break;
         if (now >= ttl_end) {
@@ -7386,13 +7432,13 @@ static void *held_thread(void *arg)
                      H.ttl_s);
             goto dead;
         }
-        if (__atomic_load_n(&r->hb_streak, __ATOMIC_RELAXED) > 2) {
+        if (__atomic_load_n(&r->hb.streak, __ATOMIC_RELAXED) > 2) {
             snprintf(why, sizeof why, "heartbeats to Cursor fail (3 in a row)");
             goto dead;
         }
         if (!tr_readable(r, 0)) {
             pf[0].fd = tr_fd(r); pf[0].events = POLLIN; pf[0].revents = 0;
-            pf[1].fd = r->wake[0]; pf[1].events = POLLIN; pf[1].revents = 0;
+            pf[1].fd = r->held.wake[0]; pf[1].events = POLLIN; pf[1].revents = 0;
             pr = poll(pf, 2, (int)(ttl_end - now > 1000 ? 1000 : ttl_end - now));
             if (pr < 0 && errno != EINTR) { snprintf(why, sizeof why, "poll failed"); goto dead; }
             if (pr <= 0 || (pf[1].revents && !pf[0].revents)) continue;
@@ -7413,20 +7459,20 @@ static void *held_thread(void *arg)
     }
     goto out;
 dead:
-    r->held_dead = 1;
-    if (why[0]) snprintf(r->held_why, sizeof r->held_why, "%s", why);
+    r->held.dead = 1;
+    if (why[0]) snprintf(r->held.why, sizeof r->held.why, "%s", why);
 out:
     pthread_mutex_lock(&H.lock);
-    if (r->in_table) {
+    if (r->held.in_table) {
         /* Nobody claimed it: it leaves the table and ends here. */
         held_unlink_locked(r);
         pthread_mutex_unlock(&H.lock);
-        if (r->release_req) {
-            srv_log(LOG_INFO, "held run %s released (more than %d held runs)", r->request_id,
+        if (r->held.release_req) {
+            srv_log(LOG_INFO, "held run %s released (more than %d held runs)", r->up.request_id,
                     H.max);
         } else {
-            srv_log(LOG_INFO, "held run %s released: %s", r->request_id, r->held_why);
-            if (strstr(r->held_why, "HELD_RUN_TTL")) {
+            srv_log(LOG_INFO, "held run %s released: %s", r->up.request_id, r->held.why);
+            if (strstr(r->held.why, "HELD_RUN_TTL")) {
                 pthread_mutex_lock(&H.lock);
                 H.expired++;
                 pthread_mutex_unlock(&H.lock);
@@ -7460,25 +7506,26 @@ static int held_park(struct run *r)
     const coai_reply_call *calls;
     size_t n = coai_reply_calls(&r->reply, &calls);
     struct run *evict = NULL, *x;
-    if (!n || !tr_is_open(r) || r->held_dead) return -1;
+    if (!n || !tr_is_open(r) || r->held.dead) return -1;
     /* The run belongs to this conversation: a follow-up continues it only with this history
      * before the assistant's tool calls (issue 22 item 4). */
-    if (r->req.message_count) conv_digest(r->req.messages, r->req.message_count, r->park_hist);
-    else if (r->hist_ok) memcpy(r->park_hist, r->hist, 32);
+    if (r->in.req.message_count)
+        conv_digest(r->in.req.messages, r->in.req.message_count, r->held.park_hist);
+    else if (r->in.hist_ok) memcpy(r->held.park_hist, r->in.hist, 32);
     else return -1;
-    if (r->wake[0] < 0) {
-        if (pipe(r->wake) < 0) { r->wake[0] = r->wake[1] = -1; return -1; }
-        fcntl(r->wake[0], F_SETFL, O_NONBLOCK);
-        fcntl(r->wake[1], F_SETFL, O_NONBLOCK);
+    if (r->held.wake[0] < 0) {
+        if (pipe(r->held.wake) < 0) { r->held.wake[0] = r->held.wake[1] = -1; return -1; }
+        fcntl(r->held.wake[0], F_SETFL, O_NONBLOCK);
+        fcntl(r->held.wake[1], F_SETFL, O_NONBLOCK);
     } else {
         char junk[16];
-        while (read(r->wake[0], junk, sizeof junk) > 0) {}   /* a claim's wake-up byte */
+        while (read(r->held.wake[0], junk, sizeof junk) > 0) {}   /* a claim's wake-up byte */
     }
-    r->release_req = 0;
-    r->held_why[0] = 0;
+    r->held.release_req = 0;
+    r->held.why[0] = 0;
     r->c = NULL;
     tr_watch(r, -1, NULL);
-    r->held_at = mono_ms();
+    r->held.at = mono_ms();
     run_hb_need(r, 1);
     run_hb_execs(r, calls, n);
     pthread_attr_init(&at);
@@ -7488,33 +7535,33 @@ static int held_park(struct run *r)
      * unset thread id (seen: a client that answers within microseconds crashed the
      * process). The holder takes H.lock only when it ends, so it waits for this. */
     pthread_mutex_lock(&H.lock);
-    r->in_table = 1;
-    r->h_next = H.list;
+    r->held.in_table = 1;
+    r->held.next = H.list;
     H.list = r;
     H.n++;
     metric_gauge_add(M_HELD_RUNS, "", 1);
-    if (pthread_create(&r->holder, &at, held_thread, r) != 0) {
+    if (pthread_create(&r->held.holder, &at, held_thread, r) != 0) {
         held_unlink_locked(r);
         pthread_mutex_unlock(&H.lock);
         pthread_attr_destroy(&at);
         return -1;
     }
-    r->holder_started = 1;
+    r->held.holder_started = 1;
     H.held++;
     pthread_cond_broadcast(&H.cond);            /* a follow-up may be waiting for it */
     if (H.n > H.max) {
-        for (x = H.list; x; x = x->h_next)
-            if (!x->release_req) evict = x;          /* the oldest not yet asked */
+        for (x = H.list; x; x = x->held.next)
+            if (!x->held.release_req) evict = x;     /* the oldest not yet asked */
         if (evict && evict != r) {
-            evict->release_req = 1;
+            evict->held.release_req = 1;
             H.evicted++;
-            if (write(evict->wake[1], "x", 1) < 0) {}
+            if (write(evict->held.wake[1], "x", 1) < 0) {}
         }
     }
     pthread_mutex_unlock(&H.lock);
     pthread_attr_destroy(&at);
-    srv_log(LOG_INFO, "run %s held for %zu tool call%s (handle %s)", r->request_id, n,
-            n == 1 ? "" : "s", r->session);
+    srv_log(LOG_INFO, "run %s held for %zu tool call%s (handle %s)", r->up.request_id, n,
+            n == 1 ? "" : "s", r->in.session);
     return 0;
 }
 
@@ -7540,9 +7587,9 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
     until.tv_sec += HELD_PARK_WAIT_MS / 1000;
     pthread_mutex_lock(&H.lock);
     for (;;) {
-        for (r = H.list; r; r = r->h_next)
-            if (!r->release_req && req->session_id.len == strlen(r->session)
-                && memcmp(req->session_id.ptr, r->session, req->session_id.len) == 0)
+        for (r = H.list; r; r = r->held.next)
+            if (!r->held.release_req && req->session_id.len == strlen(r->in.session)
+                && memcmp(req->session_id.ptr, r->in.session, req->session_id.len) == 0)
                 break;
         /* the run is still finishing the response that asked for these results */
         if (r || !req->session_id.len || !held_live_unparked_locked(req->session_id)
@@ -7570,12 +7617,12 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
             return NULL;
         }
     }
-    if (strcmp(model, r->model) != 0) {
+    if (strcmp(model, r->in.model) != 0) {
         pthread_mutex_unlock(&H.lock);
-        snprintf(why, wcap, "another model (%.60s, the held run has %.60s)", model, r->model);
+        snprintf(why, wcap, "another model (%.60s, the held run has %.60s)", model, r->in.model);
         return NULL;
     }
-    if (memcmp(hist, r->park_hist, 32) != 0) {
+    if (memcmp(hist, r->held.park_hist, 32) != 0) {
         /* another conversation's results, or an edited history: the run stays held for
          * the request that carries its own history */
         pthread_mutex_unlock(&H.lock);
@@ -7584,13 +7631,13 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
         return NULL;
     }
     held_unlink_locked(r);
-    r->release_req = 1;                     /* the holder stops; not in the table: claimed */
+    r->held.release_req = 1;                /* the holder stops; not in the table: claimed */
     pthread_mutex_unlock(&H.lock);
-    if (write(r->wake[1], "x", 1) < 0) {}
-    pthread_join(r->holder, NULL);
-    r->holder_started = 0;
-    if (r->held_dead) {
-        snprintf(why, wcap, "%s", r->held_why[0] ? r->held_why : "the held run ended");
+    if (write(r->held.wake[1], "x", 1) < 0) {}
+    pthread_join(r->held.holder, NULL);
+    r->held.holder_started = 0;
+    if (r->held.dead) {
+        snprintf(why, wcap, "%s", r->held.why[0] ? r->held.why : "the held run ended");
         run_free(r);
         return NULL;
     }
@@ -7625,23 +7672,23 @@ static int held_enabled(void)
 static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *completion_id)
 {
     memset(o, 0, sizeof *o);
-    coai_reply_opts_from_request(o, &r->req);
+    coai_reply_opts_from_request(o, &r->in.req);
     o->completion_id = coai_str_c(completion_id);
     o->created = (int64_t)time(NULL);
-    o->model = r->req.model;   /* the name the client asked for (Cursor's id: x-cursor-model) */
-    o->session_id = coai_str_c(r->session);
-    o->env = &r->params;
+    o->model = r->in.req.model;   /* the name the client asked for (Cursor's id: x-cursor-model) */
+    o->session_id = coai_str_c(r->in.session);
+    o->env = &r->in.params;
     o->send = run_send;
     o->send_user = r;
     /* parallel tool calls only when the client allows them (parallel_tool_calls: false) */
-    o->batch_tools = H.on && !(r->req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
-                                   r->req.root_, "parallel_tool_calls")));
-    if (r->resp) {
-        o->echo.ptr = r->rr.echo.data ? (const char *)r->rr.echo.data : "";
-        o->echo.len = r->rr.echo.len;
-        o->rs_compact = r->rr.compact;
+    o->batch_tools = H.on && !(r->in.req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+                                   r->in.req.root_, "parallel_tool_calls")));
+    if (r->in.resp) {
+        o->echo.ptr = r->in.rr.echo.data ? (const char *)r->in.rr.echo.data : "";
+        o->echo.len = r->in.rr.echo.len;
+        o->rs_compact = r->in.rr.compact;
     }
-    copy_str(r->completion_id, sizeof r->completion_id, completion_id, strlen(completion_id));
+    copy_str(r->in.completion_id, sizeof r->in.completion_id, completion_id, strlen(completion_id));
 }
 
 static void mem_entry_free(struct mem_entry *e)
@@ -7668,16 +7715,16 @@ static void mem_store(struct run *r)
     coai_message am;
     coai_part ap;
     struct mem_entry *e, **pp, *old = NULL;
-    size_t i, n = r->req.message_count;
+    size_t i, n = r->in.req.message_count;
     int cut = 0;
-    if (!H.on || !cp.len || (!n && !r->hist_ok) || !r->conv_id[0]) return;
+    if (!H.on || !cp.len || (!n && !r->in.hist_ok) || !r->in.conv_id[0]) return;
     text = coai_reply_text(&r->reply, &cut);
     if (cut) return;
     e = calloc(1, sizeof *e);
     dg = malloc((n ? n : 1) * sizeof *dg);
     if (!e || !dg) { free(e); free(dg); return; }
-    if (n) coai_conversation_digests(r->req.messages, n, dg);
-    else memcpy(dg[0], r->hist, 32), n = 1;
+    if (n) coai_conversation_digests(r->in.req.messages, n, dg);
+    else memcpy(dg[0], r->in.hist, 32), n = 1;
     memset(&am, 0, sizeof am);
     memset(&ap, 0, sizeof ap);
     am.role = COAI_ROLE_ASSISTANT;
@@ -7687,8 +7734,8 @@ static void mem_store(struct run *r)
     am.part_count = 1;
     coai_conversation_digest_next(dg[n - 1], &am, e->key);
     free(dg);
-    copy_str(e->model, sizeof e->model, r->model, strlen(r->model));
-    copy_str(e->conv_id, sizeof e->conv_id, r->conv_id, strlen(r->conv_id));
+    copy_str(e->model, sizeof e->model, r->in.model, strlen(r->in.model));
+    copy_str(e->conv_id, sizeof e->conv_id, r->in.conv_id, strlen(r->in.conv_id));
     coai_buf_append(&e->state, cp.ptr, cp.len);
     for (i = 0; i < coai_reply_kv_count(&r->reply); i++) {
         coai_str id, data;
@@ -7817,26 +7864,26 @@ static void quota_remember(const char *model, const coai_error *e);
 static void run_finish(struct run *r)
 {
     struct conn *c = r->c;
-    if (r->cancelled || c->dead) {
+    if (r->out.cancelled || c->dead) {
         c->dead = 1;
         if (!c->status) c->status = 499;
-        if (!r->stopping)
-            srv_log(LOG_INFO, "client went away; upstream run %s closed", r->request_id);
+        if (!r->out.stopping)
+            srv_log(LOG_INFO, "client went away; upstream run %s closed", r->up.request_id);
     } else if (!coai_reply_done(&r->reply)) {
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
-    if (r->request_id[0]) {
+    if (r->up.request_id[0]) {
         /* one upstream run (or more, after a retry: counted once, by how it ended) */
         char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
         coai_usage u;
-        const char *outcome = r->cancelled || c->dead ? "client_gone"
+        const char *outcome = r->out.cancelled || c->dead ? "client_gone"
                             : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code
                                                        : "error")
                             : "ok";
         snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
         metric_add(M_UPSTREAM_RUNS, lb, 1);
-        snprintf(lb, sizeof lb, "transport=\"%s\"", TR_NAME[r->tr]);
+        snprintf(lb, sizeof lb, "transport=\"%s\"", TR_NAME[r->up.tr]);
         metric_add(M_TRANSPORT_RUNS, lb, 1);
         memset(&u, 0, sizeof u);
         coai_reply_usage(&r->reply, &u);
@@ -7857,24 +7904,24 @@ static void run_finish(struct run *r)
     run_store(r);
     if (r->reply.error.status)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
-                r->request_id[0] ? r->request_id : "(not started)", r->reply.error.status,
+                r->up.request_id[0] ? r->up.request_id : "(not started)", r->reply.error.status,
                 r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
-    if (!r->cancelled && !c->dead && coai_reply_done(&r->reply) && !r->reply.error.status
+    if (!r->out.cancelled && !c->dead && coai_reply_done(&r->reply) && !r->reply.error.status
         && !coai_reply_tool_called(&r->reply))
         mem_store(r);
-    if (tr_is_open(r) && !r->cancelled && !c->dead && coai_reply_tool_called(&r->reply)
+    if (tr_is_open(r) && !r->out.cancelled && !c->dead && coai_reply_tool_called(&r->reply)
         && !r->reply.error.status && held_enabled()) {
-        r->tools_at = mono_ms();
+        r->held.tools_at = mono_ms();
         if (held_park(r) == 0) return;
-        srv_log(LOG_INFO, "run %s not held: %s", r->request_id,
-                r->held_dead ? "Cursor ended it with the tool calls" : "cannot park it");
+        srv_log(LOG_INFO, "run %s not held: %s", r->up.request_id,
+                r->held.dead ? "Cursor ended it with the tool calls" : "cannot park it");
     }
     /* After a normal end only the trailer and the chunked terminator are left: read them
      * (for at most RUNSSE_DRAIN_MS, so a slow upstream never delays this client's next
      * request) and the RunSSE connection can go back to the pool. Not after a tool call:
      * that upstream run is still open, waiting for a result it will never get. */
     run_hb_stop(r);
-    if (tr_is_open(r) && !r->cancelled && !tr_body_done(r) && coai_reply_done(&r->reply)
+    if (tr_is_open(r) && !r->out.cancelled && !tr_body_done(r) && coai_reply_done(&r->reply)
         && !r->reply.error.status && !coai_reply_tool_called(&r->reply)) {
         const unsigned char *p;
         tr_watch(r, -1, NULL);
@@ -7882,7 +7929,7 @@ static void run_finish(struct run *r)
         while (tr_body(r, &p) > 0) {}
     }
     /* A RunSSE connection is reused only when its body was read to the framed end. */
-    tr_close(r, !r->cancelled);
+    tr_close(r, !r->out.cancelled);
     run_free(r);
 }
 
@@ -7892,7 +7939,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
 {
     const coai_reply_call *calls;
     size_t n = coai_reply_calls(&r->reply, &calls), i;
-    uint32_t ms = (uint32_t)(mono_ms() - r->tools_at);
+    uint32_t ms = (uint32_t)(mono_ms() - r->held.tools_at);
     coai_buf text = { 0 }, m = { 0 };
     coai_exec_outcome oc;
     int rc = 0, is_error = 0;
@@ -7903,7 +7950,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
      * before anything is sent. */
     for (i = 0; i < n; i++) {
         if (calls[i].ref.kind != COAI_EXEC_MCP
-            && coai_request_tool_result_images(&r->req, calls[i].call_id, &imgs)) {
+            && coai_request_tool_result_images(&r->in.req, calls[i].call_id, &imgs)) {
             snprintf(why, wcap, "the result for %.*s has images, which only an MCP exec's "
                      "result can carry", (int)calls[i].call_id.len, calls[i].call_id.ptr);
             return -1;
@@ -7911,10 +7958,10 @@ static int held_results(struct run *r, char *why, size_t wcap)
     }
     for (i = 0; i < n && rc == 0; i++) {
         unsigned step;
-        size_t nimg = coai_request_tool_result_images(&r->req, calls[i].call_id, &imgs);
+        size_t nimg = coai_request_tool_result_images(&r->in.req, calls[i].call_id, &imgs);
         coai_str t;
         coai_buf_reset(&text);
-        if (coai_request_tool_result(&r->req, calls[i].call_id, &text, &is_error) < 0) {
+        if (coai_request_tool_result(&r->in.req, calls[i].call_id, &text, &is_error) < 0) {
             snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
                      calls[i].call_id.ptr);
             rc = -1;
@@ -7959,27 +8006,27 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     size_t i, ncalls;
     run_reply_opts(r, &o, completion_id);
     r->c = c;
-    c->transport = TR_NAME[r->tr];
-    r->stream = r->req.stream;
-    r->tries |= 4;      /* a follow-up never resets the conversation: its failure falls back */
-    r->answer_bytes = 0;
-    r->sent_all = 0;
-    r->cancelled = 0;
-    r->hollow_hit = 0;
-    r->ended_empty = 0;
-    r->stored = 0;
-    r->last_write = mono_ms();
+    c->transport = TR_NAME[r->up.tr];
+    r->out.stream = r->in.req.stream;
+    r->fb.tries |= 4;   /* a follow-up never resets the conversation: its failure falls back */
+    r->out.answer_bytes = 0;
+    r->out.sent_all = 0;
+    r->out.cancelled = 0;
+    r->held.hollow_hit = 0;
+    r->held.ended_empty = 0;
+    r->out.stored = 0;
+    r->out.last_write = mono_ms();
     memset(&r->err, 0, sizeof r->err);
     tr_watch(r, c->fd, run_tick);
     ncalls = coai_reply_calls(&r->reply, NULL);
     /* The hollow bound counts from here: sending the results is part of it (an append
      * endpoint that stalls ends in a fallback within it, not after one upstream timeout
      * per result). */
-    r->hollow_until = mono_ms() + (int64_t)H.hollow_s * 1000;
+    r->held.hollow_until = mono_ms() + (int64_t)H.hollow_s * 1000;
     if (held_results(r, why, sizeof why) == 0 && coai_reply_continue(&r->reply, &o) < 0)
         snprintf(why, sizeof why, "out of memory");
     if (why[0]) {
-        srv_log(LOG_INFO, "held run %s: %s; falling back to a fresh run", r->request_id, why);
+        srv_log(LOG_INFO, "held run %s: %s; falling back to a fresh run", r->up.request_id, why);
         pthread_mutex_lock(&H.lock);
         H.fallback_gone++;
         pthread_mutex_unlock(&H.lock);
@@ -7988,16 +8035,16 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
         return 1;
     }
     run_hb_execs(r, NULL, 0);
-    r->hold_errors = 1;             /* a failure before the first byte falls back instead */
+    r->out.hold_errors = 1;         /* a failure before the first byte falls back instead */
     /* the watchdog starts again for this response; the hollow check comes first */
     run_watch_start(r);
-    srv_log(LOG_INFO, "run %s continued with %zu tool result%s after %lld ms", r->request_id,
-            ncalls, ncalls == 1 ? "" : "s", (long long)(mono_ms() - r->tools_at));
+    srv_log(LOG_INFO, "run %s continued with %zu tool result%s after %lld ms", r->up.request_id,
+            ncalls, ncalls == 1 ? "" : "s", (long long)(mono_ms() - r->held.tools_at));
     /* What arrived while the run was held comes first. */
     {
-        coai_buf bl = r->backlog;
+        coai_buf bl = r->held.backlog;
         int rc = COAI_OK;
-        memset(&r->backlog, 0, sizeof r->backlog);
+        memset(&r->held.backlog, 0, sizeof r->held.backlog);
         for (i = 0; i + 5 <= bl.len && rc == COAI_OK;) {
             coai_frame f;
             size_t n = (size_t)bl.data[i + 1] << 24 | (size_t)bl.data[i + 2] << 16
@@ -8006,35 +8053,35 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
             f.flags = bl.data[i];
             f.data = bl.data + i + 5;
             f.len = n;
-            r->in_feed = 1;
+            r->out.in_feed = 1;
             rc = run_frame(r, &f);
-            r->in_feed = 0;
+            r->out.in_feed = 0;
             i += 5 + n;
         }
         coai_buf_free(&bl);
-        if (run_flush(r) < 0) r->cancelled = 1;
-        if (rc == COAI_OK && !r->cancelled) run_stream(r);
+        if (run_flush(r) < 0) r->out.cancelled = 1;
+        if (rc == COAI_OK && !r->out.cancelled) run_stream(r);
     }
-    if (r->hollow_hit && !coai_reply_started(&r->reply)) {
-        if (r->ended_empty)
+    if (r->held.hollow_hit && !coai_reply_started(&r->reply)) {
+        if (r->held.ended_empty)
             srv_log(LOG_INFO, "held run %s ended right after the tool results without an "
-                    "answer; falling back to a fresh run", r->request_id);
+                    "answer; falling back to a fresh run", r->up.request_id);
         else
             srv_log(LOG_INFO, "held run %s showed no progress within CURSOR_OAI_HOLLOW_TIMEOUT "
-                    "(%d s) after the tool results; falling back to a fresh run", r->request_id,
+                    "(%d s) after the tool results; falling back to a fresh run", r->up.request_id,
                     H.hollow_s);
         pthread_mutex_lock(&H.lock);
         H.fallback_hollow++;
         pthread_mutex_unlock(&H.lock);
-        fallback_note(c, r->ended_empty ? "held_run_empty" : "held_run_hollow");
+        fallback_note(c, r->held.ended_empty ? "held_run_empty" : "held_run_hollow");
         held_breaker(1);
         run_free(r);
         return 1;
     }
-    if (!r->cancelled && !c->dead && coai_reply_done(&r->reply)
+    if (!r->out.cancelled && !c->dead && coai_reply_done(&r->reply)
         && coai_reply_status(&r->reply) != 200) {
         srv_log(LOG_INFO, "held run %s failed after the tool results (%s); falling back to a "
-                "fresh run", r->request_id, r->reply.error.message);
+                "fresh run", r->up.request_id, r->reply.error.message);
         pthread_mutex_lock(&H.lock);
         H.fallback_gone++;
         pthread_mutex_unlock(&H.lock);
@@ -8042,9 +8089,9 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
         run_free(r);
         return 1;
     }
-    r->hold_errors = 0;
-    if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
-    r->hollow_until = 0;
+    r->out.hold_errors = 0;
+    if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
+    r->held.hollow_until = 0;
     held_breaker(0);
     pthread_mutex_lock(&H.lock);
     H.continued++;
@@ -8356,11 +8403,11 @@ static int handle_response_get(struct conn *c)
     return r;
 }
 
-/* Parse the request body into r->req (and r->rr for Responses). 0 ok, -1 with *e. */
+/* Parse the request body into r->in.req (and r->in.rr for Responses). 0 ok, -1 with *e. */
 static int run_parse(struct conn *c, struct run *r, coai_error *e)
 {
-    r->resp = c->dialect == COAI_DIALECT_RESPONSES;
-    if (r->resp) {
+    r->in.resp = c->dialect == COAI_DIALECT_RESPONSES;
+    if (r->in.resp) {
         /* what coai_request_parse_ex does for the other dialects: lone surrogates -> U+FFFD
          * before the parse, duplicate keys and images after it */
         if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
@@ -8368,10 +8415,10 @@ static int run_parse(struct conn *c, struct run *r, coai_error *e)
                            "the JSON body of your request: a \\u escape needs four hex digits");
             return -1;
         }
-        if (responses_parse(c, &r->rr, e) < 0) return -1;
-        r->req = r->rr.req;                      /* moved: freed as req */
-        memset(&r->rr.req, 0, sizeof r->rr.req);
-        if (coai_request_check(&r->req, &IMG_LIMITS, e) < 0) return -1;
+        if (responses_parse(c, &r->in.rr, e) < 0) return -1;
+        r->in.req = r->in.rr.req;                /* moved: freed as req */
+        memset(&r->in.rr.req, 0, sizeof r->in.rr.req);
+        if (coai_request_check(&r->in.req, &IMG_LIMITS, e) < 0) return -1;
     } else if (c->dialect == COAI_DIALECT_GEMINI) {
         /* the model and the stream flag are in the URL; the same body rules as
          * coai_request_parse_ex */
@@ -8380,23 +8427,23 @@ static int run_parse(struct conn *c, struct run *r, coai_error *e)
                            "the JSON body of your request: a \\u escape needs four hex digits");
             return -1;
         }
-        if (coai_gemini_parse(&r->req, (const char *)c->body.data, c->body.len,
+        if (coai_gemini_parse(&r->in.req, (const char *)c->body.data, c->body.len,
                               coai_str_c(c->gm_model), c->gm_stream, e) < 0
-            || coai_request_check(&r->req, &IMG_LIMITS, e) < 0)
+            || coai_request_check(&r->in.req, &IMG_LIMITS, e) < 0)
             return -1;
-    } else if (coai_request_parse_ex(&r->req, c->dialect, (const char *)c->body.data,
+    } else if (coai_request_parse_ex(&r->in.req, c->dialect, (const char *)c->body.data,
                                      c->body.len, &IMG_LIMITS, e) < 0) {
         return -1;
     }
     /* A model name is sent upstream whole or not at all: a cut one would name another model
      * (or end inside a UTF-8 character). */
-    if (r->req.model.len >= sizeof c->model) {
+    if (r->in.req.model.len >= sizeof c->model) {
         coai_error_set(e, 400, "invalid_request_error", "invalid_value", "model",
                        "model: the model name is longer than %zu bytes", sizeof c->model - 1);
         return -1;
     }
     /* (Responses: the parser took prompt_cache_key when no header names a session) */
-    if (c->convkey[0] || !r->resp) r->req.conversation_key = coai_str_c(c->convkey);
+    if (c->convkey[0] || !r->in.resp) r->in.req.conversation_key = coai_str_c(c->convkey);
     return 0;
 }
 
@@ -8419,14 +8466,14 @@ static int handle_chat(struct conn *c)
         return -1;
     }
     r->c = c;
-    r->stream = 0;
-    r->idle_ms = (int64_t)S.idle_timeout_s * 1000;
-    r->last_write = mono_ms();
+    r->out.stream = 0;
+    r->up.idle_ms = (int64_t)S.idle_timeout_s * 1000;
+    r->out.last_write = mono_ms();
     if (run_parse(c, r, &e) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
-    want = r->req.model;
+    want = r->in.req.model;
     if ((anth || gem) && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
@@ -8452,11 +8499,11 @@ static int handle_chat(struct conn *c)
         copy_str(c->model, sizeof c->model, want.ptr, want.len);
     } else if (gem) {
         gemini_model(c, &mjson, want);
-    } else if (anth && claude_model(c, &mjson, want, r->req.thinking == 1) < 0) {
+    } else if (anth && claude_model(c, &mjson, want, r->in.req.thinking == 1) < 0) {
         goto done;                                      /* not_found_error sent */
     }
-    copy_str(r->model, sizeof r->model, c->model, strlen(c->model));
-    r->stream = r->req.stream;
+    copy_str(r->in.model, sizeof r->in.model, c->model, strlen(c->model));
+    r->out.stream = r->in.req.stream;
     if (quota_latched(c->model, &e)) {
         c->fallback = "quota_latch";
         metric_add(M_QUOTA_LATCHED, "", 1);
@@ -8483,26 +8530,26 @@ static int handle_chat(struct conn *c)
     }
     /* Tool results for a run this instance holds: continue that run (issue 11). Not for a
      * compaction request: its summary needs a run of its own, with the summary request. */
-    if (H.on && r->req.has_tool_messages && !r->rr.compact) {
+    if (H.on && r->in.req.has_tool_messages && !r->in.rr.compact) {
         char why[200];
-        struct run *h = held_claim(&r->req, r->model, why, sizeof why);
+        struct run *h = held_claim(&r->in.req, r->in.model, why, sizeof why);
         if (h) {
-            coai_chat_request_free(&h->req);
-            h->req = r->req;                    /* the follow-up's request moves over */
-            memset(&r->req, 0, sizeof r->req);
-            coai_responses_request_free(&h->rr);
-            h->rr = r->rr;
-            memset(&r->rr, 0, sizeof r->rr);
-            h->resp = r->resp;
-            h->params.tools = h->req.tools;     /* the client's tools as sent this time */
-            h->params.tool_count = h->req.tool_count;
+            coai_chat_request_free(&h->in.req);
+            h->in.req = r->in.req;              /* the follow-up's request moves over */
+            memset(&r->in.req, 0, sizeof r->in.req);
+            coai_responses_request_free(&h->in.rr);
+            h->in.rr = r->in.rr;
+            memset(&r->in.rr, 0, sizeof r->in.rr);
+            h->in.resp = r->in.resp;
+            h->in.params.tools = h->in.req.tools;     /* the client's tools as sent this time */
+            h->in.params.tool_count = h->in.req.tool_count;
             if (held_continue(c, h, completion_id) == 0) goto done;
             /* fallen back: held_continue freed h, and with it the request; parse again */
             if (run_parse(c, r, &e) < 0) {
                 send_coai_error(c, &e);
                 goto done;
             }
-        } else if (why[0] && r->req.session_id.len) {
+        } else if (why[0] && r->in.req.session_id.len) {
             pthread_mutex_lock(&H.lock);
             H.fallback_mismatch++;
             pthread_mutex_unlock(&H.lock);
@@ -8517,10 +8564,10 @@ static int handle_chat(struct conn *c)
     /* A fresh run: from a remembered checkpoint when the request only adds user messages
      * to a conversation this instance remembers, else (or when that fails before anything
      * reached the client) with the whole conversation flattened. */
-    if (mem_find(&r->req, r->model, &hit)) {
+    if (mem_find(&r->in.req, r->in.model, &hit)) {
         size_t j;
-        for (j = hit.k; j < r->req.message_count; j++) {
-            const coai_message *m = &r->req.messages[j];
+        for (j = hit.k; j < r->in.req.message_count; j++) {
+            const coai_message *m = &r->in.req.messages[j];
             size_t q;
             for (q = 0; q < m->part_count; q++) {
                 if (m->parts[q].kind != COAI_PART_TEXT) continue;
@@ -8543,100 +8590,103 @@ static int handle_chat(struct conn *c)
             M.resume_failed++;
             pthread_mutex_unlock(&M.lock);
             n2->c = c;
-            n2->idle_ms = r->idle_ms;
-            n2->last_write = mono_ms();
-            n2->req = r->req;
-            memset(&r->req, 0, sizeof r->req);
-            n2->rr = r->rr;
-            memset(&r->rr, 0, sizeof r->rr);
-            n2->resp = r->resp;
+            n2->up.idle_ms = r->up.idle_ms;
+            n2->out.last_write = mono_ms();
+            n2->in.req = r->in.req;
+            memset(&r->in.req, 0, sizeof r->in.req);
+            n2->in.rr = r->in.rr;
+            memset(&r->in.rr, 0, sizeof r->in.rr);
+            n2->in.resp = r->in.resp;
             fallback_note(c, "checkpoint_resume_failed");
-            copy_str(n2->model, sizeof n2->model, r->model, strlen(r->model));
+            copy_str(n2->in.model, sizeof n2->in.model, r->in.model, strlen(r->in.model));
             run_free(r);
             r = n2;
-            r->stream = r->req.stream;
+            r->out.stream = r->in.req.stream;
         }
         /* With continuation the tool-call ids carry a new handle for the run (the last 12
          * hex digits of the completion id); without it the session id of the history is
          * kept, as before. */
-        if (H.on || !r->req.session_id.len)
-            memcpy(r->session, completion_id + strlen(completion_id) - 12, 12), r->session[12] = 0;
+        if (H.on || !r->in.req.session_id.len)
+            memcpy(r->in.session, completion_id + strlen(completion_id) - 12, 12),
+                r->in.session[12] = 0;
         else
-            copy_str(r->session, sizeof r->session, r->req.session_id.ptr, r->req.session_id.len);
+            copy_str(r->in.session, sizeof r->in.session, r->in.req.session_id.ptr,
+                     r->in.req.session_id.len);
         if (H.on) held_live_add(r);
-        coai_chat_request_params(&r->req, &r->params);
-        r->params.model_id = coai_str_c(r->model);   /* r may be a new run (pass 1) */
-        r->params.message_id = coai_str_c(msg_id);
-        copy_str(r->conv_id, sizeof r->conv_id, conv_id, strlen(conv_id));
+        coai_chat_request_params(&r->in.req, &r->in.params);
+        r->in.params.model_id = coai_str_c(r->in.model);   /* r may be a new run (pass 1) */
+        r->in.params.message_id = coai_str_c(msg_id);
+        copy_str(r->in.conv_id, sizeof r->in.conv_id, conv_id, strlen(conv_id));
         if (pass == 0) {
             /* only the new part goes upstream; Cursor has the rest in its checkpoint */
-            r->resumed = r->hold_errors = 1;
-            copy_str(r->conv_id, sizeof r->conv_id, hit.conv_id, strlen(hit.conv_id));
-            r->params.prompt.ptr = (const char *)delta.data;
-            r->params.prompt.len = delta.len;
-            r->params.conversation_state.ptr = (const char *)hit.state.data;
-            r->params.conversation_state.len = hit.state.len;
-            r->params.blob_ids = hit.ids;
-            r->params.blob_values = hit.vals;
-            r->params.blob_count = hit.nblobs;
+            r->in.resumed = r->out.hold_errors = 1;
+            copy_str(r->in.conv_id, sizeof r->in.conv_id, hit.conv_id, strlen(hit.conv_id));
+            r->in.params.prompt.ptr = (const char *)delta.data;
+            r->in.params.prompt.len = delta.len;
+            r->in.params.conversation_state.ptr = (const char *)hit.state.data;
+            r->in.params.conversation_state.len = hit.state.len;
+            r->in.params.blob_ids = hit.ids;
+            r->in.params.blob_values = hit.vals;
+            r->in.params.blob_count = hit.nblobs;
             srv_log(LOG_INFO, "conversation %s resumed from its checkpoint (%zu bytes, %zu "
-                    "blobs): %zu bytes of new message instead of %zu of history", r->conv_id,
-                    hit.state.len, hit.nblobs, delta.len, r->req.prompt.len);
+                    "blobs): %zu bytes of new message instead of %zu of history", r->in.conv_id,
+                    hit.state.len, hit.nblobs, delta.len, r->in.req.prompt.len);
         }
         /* The UserMessage text is final here: over the cap it is refused, never sent blindly
          * (the upstream would fail it with a bare invalid_argument); a resumed conversation
          * sends only its new part. */
-        if (prompt_cap_check(r->params.prompt.len, &e) < 0) {
+        if (prompt_cap_check(r->in.params.prompt.len, &e) < 0) {
             send_coai_error(c, &e);
             goto done;
         }
-        r->params.conversation_id = coai_str_c(r->conv_id);
-        r->params.workspace = coai_str_c(S.workspace);
-        r->params.time_zone = coai_str_c(S.timezone);
-        coai_buf_reset(&r->run_msg);
-        if (coai_encode_run_request(&r->run_msg, &r->params) < 0 || r->run_msg.err) {
+        r->in.params.conversation_id = coai_str_c(r->in.conv_id);
+        r->in.params.workspace = coai_str_c(S.workspace);
+        r->in.params.time_zone = coai_str_c(S.timezone);
+        coai_buf_reset(&r->up.run_msg);
+        if (coai_encode_run_request(&r->up.run_msg, &r->in.params) < 0 || r->up.run_msg.err) {
             send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request",
                        NULL);
             goto done;
         }
         /* stack strings and the hit's copies: nothing reads them after the run request */
-        r->params.message_id = coai_str_c("");
-        r->params.conversation_state = coai_str_c("");
-        r->params.blob_ids = r->params.blob_values = NULL;
-        r->params.blob_count = 0;
-        if (pass == 0) coai_chat_request_params(&r->req, &r->params);   /* usage: whole prompt */
+        r->in.params.message_id = coai_str_c("");
+        r->in.params.conversation_state = coai_str_c("");
+        r->in.params.blob_ids = r->in.params.blob_values = NULL;
+        r->in.params.blob_count = 0;
+        if (pass == 0)
+            coai_chat_request_params(&r->in.req, &r->in.params);    /* usage: whole prompt */
         srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-                r->params.tool_count, r->params.prompt.len,
-                (int)(r->params.prompt.len > 500 ? 500 : r->params.prompt.len),
-                r->params.prompt.ptr);
+                r->in.params.tool_count, r->in.params.prompt.len,
+                (int)(r->in.params.prompt.len > 500 ? 500 : r->in.params.prompt.len),
+                r->in.params.prompt.ptr);
         pthread_mutex_lock(&H.lock);
         H.runs_started++;
-        H.prompt_bytes += pass == 0 ? delta.len : r->params.prompt.len;
+        H.prompt_bytes += pass == 0 ? delta.len : r->in.params.prompt.len;
         pthread_mutex_unlock(&H.lock);
         run_reply_opts(r, &o, completion_id);
         if (coai_reply_init(&r->reply, &o) < 0) {
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
-        if (pass == 1 && r->req.message_count) {
+        if (pass == 1 && r->in.req.message_count) {
             /* The conversation lives on in run_msg: the prompt and the messages of the tree
              * go now (robust: a big request costs little more than its size), after the
              * history digest conversation memory needs is taken. The tool definitions stay:
              * the reply's views point into them. */
-            unsigned char (*dg)[32] = malloc(r->req.message_count * sizeof *dg);
+            unsigned char (*dg)[32] = malloc(r->in.req.message_count * sizeof *dg);
             if (dg && H.on) {
-                coai_conversation_digests(r->req.messages, r->req.message_count, dg);
-                memcpy(r->hist, dg[r->req.message_count - 1], 32);
-                r->hist_ok = 1;
+                coai_conversation_digests(r->in.req.messages, r->in.req.message_count, dg);
+                memcpy(r->in.hist, dg[r->in.req.message_count - 1], 32);
+                r->in.hist_ok = 1;
             }
             free(dg);
-            r->prompt_units = r->reply.prompt_units_;
+            r->in.prompt_units = r->reply.prompt_units_;
             r->reply.o_.prompt = o.prompt = coai_str_c("");
-            coai_buf_free(&r->req.prompt);
-            r->params.prompt = coai_str_c("");
-            r->req.messages = NULL;
-            r->req.message_count = 0;
-            cJSON_DeleteItemFromObjectCaseSensitive(r->req.root_, "messages");
+            coai_buf_free(&r->in.req.prompt);
+            r->in.params.prompt = coai_str_c("");
+            r->in.req.messages = NULL;
+            r->in.req.message_count = 0;
+            cJSON_DeleteItemFromObjectCaseSensitive(r->in.req.root_, "messages");
         }
         if (pass == 0) {
             size_t j;
@@ -8647,14 +8697,14 @@ static int handle_chat(struct conn *c)
             pthread_mutex_unlock(&M.lock);
         }
         pthread_mutex_lock(&S.lock);
-        r->profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
+        r->up.profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
         pthread_mutex_unlock(&S.lock);
-        r->tr = tr_choose();
-        if (r->tr == TR_H2) agent_h2_get(&r->host, NULL, 0);
-        else run_host_get(&r->host, NULL, 0);
+        r->up.tr = tr_choose();
+        if (r->up.tr == TR_H2) agent_h2_get(&r->up.host, NULL, 0);
+        else run_host_get(&r->up.host, NULL, 0);
         for (;;) {
-            r->retry = RETRY_NONE;
-            c->transport = TR_NAME[r->tr];
+            r->fb.retry = RETRY_NONE;
+            c->transport = TR_NAME[r->up.tr];
             for (attempt = 0; attempt < 2; attempt++) {
                 coai_error re;
                 int fr;
@@ -8667,95 +8717,95 @@ static int handle_chat(struct conn *c)
                 }
                 /* A 401 before anything reached the client: renew once (single flight) and
                  * run again with the new token. */
-                if (rc == 0 || r->cancelled || !r->upstream_401 || attempt > 0) break;
+                if (rc == 0 || r->out.cancelled || !r->fb.upstream_401 || attempt > 0) break;
                 memset(&re, 0, sizeof re);
-                fr = cred_refresh(r->auth_gen, &re);
+                fr = cred_refresh(r->up.auth_gen, &re);
                 if (fr == RENEW_NONE) break;
                 if (fr == RENEW_FAILED) { r->err = re; break; }
                 srv_log(LOG_INFO, "upstream rejected the access token; retrying with the "
                         "renewed one");
                 memset(&r->err, 0, sizeof r->err);
-                r->upstream_401 = 0;
+                r->fb.upstream_401 = 0;
             }
-            if (rc != 0 && !r->cancelled && r->h1_refused[0])
+            if (rc != 0 && !r->out.cancelled && r->fb.h1_refused[0])
                 run_h1_refused(r);
-            else if (rc != 0 && !r->cancelled && run_may_switch(r)
-                     && profile_wrong(r->http_status, &r->err))
-                r->retry = RETRY_PROFILE;
-            else if (rc != 0 && !r->cancelled && !r->resumed && !(r->tries & 4) && r->err.code
-                     && strcmp(r->err.code, "conversation_lost") == 0)
-                r->retry = RETRY_CONV;
-            if (rc != 0 && !r->cancelled && r->tr == TR_H2 && r->tr_fail && TR.forced < 0
-                && !(r->tries & 8))
-                r->retry = RETRY_TRANSPORT;
+            else if (rc != 0 && !r->out.cancelled && run_may_switch(r)
+                     && profile_wrong(r->fb.http_status, &r->err))
+                r->fb.retry = RETRY_PROFILE;
+            else if (rc != 0 && !r->out.cancelled && !r->in.resumed && !(r->fb.tries & 4)
+                     && r->err.code && strcmp(r->err.code, "conversation_lost") == 0)
+                r->fb.retry = RETRY_CONV;
+            if (rc != 0 && !r->out.cancelled && r->up.tr == TR_H2 && r->fb.tr_fail && TR.forced < 0
+                && !(r->fb.tries & 8))
+                r->fb.retry = RETRY_TRANSPORT;
             if (rc == 0) {
                 run_hb_start(r);
                 run_stream(r);
             }
-            if (!(r->retry && !r->cancelled && !coai_reply_started(&r->reply))) break;
+            if (!(r->fb.retry && !r->out.cancelled && !coai_reply_started(&r->reply))) break;
             /* Nothing reached the client: start over once with the other profile, or on
              * the host GetServerConfig names now. */
-            if (r->retry == RETRY_TRANSPORT) {
+            if (r->fb.retry == RETRY_TRANSPORT) {
                 /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1,
                  * and HTTP/1.1 for the next runs too (tr_h2_failed) */
-                r->tries |= 8;
+                r->fb.tries |= 8;
                 tr_h2_failed(r->err.message);
-                r->tr = TR_HTTP1;
-                run_host_get(&r->host, NULL, 0);
+                r->up.tr = TR_HTTP1;
+                run_host_get(&r->up.host, NULL, 0);
                 fallback_note(c, "http1");
-            } else if (r->retry == RETRY_PROFILE) {
-                r->tries |= 1;
+            } else if (r->fb.retry == RETRY_PROFILE) {
+                r->fb.tries |= 1;
                 srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
-                        r->request_id, PROFILE_NAME[r->profile], r->err.message,
-                        PROFILE_NAME[!r->profile]);
-                r->profile = !r->profile;
+                        r->up.request_id, PROFILE_NAME[r->up.profile], r->err.message,
+                        PROFILE_NAME[!r->up.profile]);
+                r->up.profile = !r->up.profile;
                 fallback_note(c, "profile");
-            } else if (r->retry == RETRY_CONV) {
+            } else if (r->fb.retry == RETRY_CONV) {
                 char old[37];
-                r->tries |= 4;
-                copy_str(old, sizeof old, r->conv_id, strlen(r->conv_id));
+                r->fb.tries |= 4;
+                copy_str(old, sizeof old, r->in.conv_id, strlen(r->in.conv_id));
                 if (run_new_conversation(r) < 0) {
-                    r->in_feed = 1;
+                    r->out.in_feed = 1;
                     coai_reply_feed_error(&r->reply, &r->err);
-                    r->in_feed = 0;
+                    r->out.in_feed = 0;
                     break;
                 }
                 srv_log(LOG_WARN, "run %s: Cursor lost conversation %s (%s); replaying the "
-                        "whole conversation once as %s", r->request_id, old, r->err.message,
-                        r->conv_id);
+                        "whole conversation once as %s", r->up.request_id, old, r->err.message,
+                        r->in.conv_id);
                 fallback_note(c, "conversation_reset");
             } else {
-                r->tries |= 2;
-                run_host_get(&r->host, NULL, 0);
+                r->fb.tries |= 2;
+                run_host_get(&r->up.host, NULL, 0);
                 fallback_note(c, "http2_only_host");
             }
             run_hb_stop(r);
             tr_close(r, 0);
             coai_reply_free(&r->reply);
-            coai_frame_decoder_free(&r->frames);
+            coai_frame_decoder_free(&r->up.frames);
             memset(&r->err, 0, sizeof r->err);
-            r->upstream_401 = 0;
+            r->fb.upstream_401 = 0;
             if (coai_reply_init(&r->reply, &o) < 0) {
                 send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
                 goto done;
             }
-            if (r->prompt_units) r->reply.prompt_units_ = r->prompt_units;   /* prompt gone */
+            if (r->in.prompt_units) r->reply.prompt_units_ = r->in.prompt_units;   /* prompt gone */
             if (pass == 0) {
                 size_t j;
                 for (j = 0; j < hit.nblobs; j++)
                     coai_reply_kv_put(&r->reply, hit.ids[j], hit.vals[j]);
             }
         }
-        if (rc != 0 && !r->cancelled) {
-            r->in_feed = 1;
+        if (rc != 0 && !r->out.cancelled) {
+            r->out.in_feed = 1;
             coai_reply_feed_error(&r->reply, &r->err);
-            r->in_feed = 0;
+            r->out.in_feed = 0;
         }
-        if (pass == 0 && !r->cancelled && !c->dead && coai_reply_done(&r->reply)
+        if (pass == 0 && !r->out.cancelled && !c->dead && coai_reply_done(&r->reply)
             && coai_reply_status(&r->reply) != 200)
             continue;                               /* nothing was sent: replay */
-        r->hold_errors = 0;
-        if (!r->cancelled && run_flush(r) < 0) r->cancelled = 1;
+        r->out.hold_errors = 0;
+        if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
         break;
     }
     mem_hit_free(&hit);
