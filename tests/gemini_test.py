@@ -17,7 +17,6 @@ Prints `RESULT <passed> <failed>` last.  GEMINI_ONLY=wire,gemini picks sections.
 import http.client
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,23 +28,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import clients as C  # noqa: E402
 import harness as H  # noqa: E402
-import pbwire as pb  # noqa: E402
 
-PASSED = FAILED = 0
+S = H.Suite("gemini", section=None, limit=4000)
+check = S.check
 KEY = "gm-local-" + uuid.uuid4().hex[:8]
 FIX = os.path.join(HERE, "e2e", "fixtures")
-END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
-
-
-def check(name, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print("ok   %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s %s" % (name, str(detail)[:4000]))
-    return ok
+END = H.END
 
 
 def scenarios(ws, secret):
@@ -376,37 +364,24 @@ def main():
         C.ensure(log=print)
     except C.Unavailable as e:
         check("clients install from the npm registry", False, e)
-        print("RESULT %d %d" % (PASSED, FAILED))
-        return 1
-    tmp = tempfile.mkdtemp(prefix="coai-gemini-")
-    ws = os.path.join(tmp, "workspace")
-    os.makedirs(ws)
-    token = pb.make_jwt({"sub": "auth0|e2e", "exp": int(time.time()) + 7200, "type": "session"})
+        return S.result()
+    tmp = S.make_tmp()
+    ws = S.workspace()
+    token = H.session_token("auth0|e2e")
     try:
         fake = H.Fake(tmp, scenarios(ws, "wire"), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
                         extra_env={"CURSOR_OAI_API_KEY": KEY, "CURSOR_OAI_IDLE_TIMEOUT": "20"})
-        for name, fn in (("wire", lambda: t_wire(proxy, fake, ws)),
-                         ("gemini", lambda: t_gemini(proxy, fake, tmp))):
-            if only and name not in only:
-                continue
-            print("--- %s" % name)
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - a crashed section is a failure
-                check("%s ran to the end" % name, False, traceback.format_exc())
+        S.sections((("wire", lambda: t_wire(proxy, fake, ws)),
+                    ("gemini", lambda: t_gemini(proxy, fake, tmp))), only, timed=False)
         errs = fake.state()["errors"]
         check("fake upstream saw no protocol errors", not errs, errs)
-    finally:
-        H.cleanup()
-    if FAILED == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except Exception:
+        check("suite setup", False, traceback.format_exc())
+    if S.failed == 0:
         C.forget_homes()
-    else:
-        print("logs kept in %s" % tmp)
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+    return S.finish()
 
 
 if __name__ == "__main__":
