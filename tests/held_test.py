@@ -8,14 +8,12 @@ when the fallback is removed. Prints `RESULT <passed> <failed>` last.
   tests/held_test.py [--only a,b] [--keep]
   sections: parity,held,fallback,clients,fast,memory,watchdog"""
 
-import argparse
 import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -23,7 +21,6 @@ import traceback
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
-from harness import pb  # noqa: E402
 
 if os.environ.get("CURSOR_OAI_BIN"):
     H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
@@ -31,29 +28,9 @@ if os.environ.get("CURSOR_OAI_BIN"):
 NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
 NODE = shutil.which("node") or "node"
 OPENCODE = os.path.join(NPM, "node_modules", ".bin", "opencode")
-PASS = FAIL = 0
-SECTION = "-"
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   [%s] %s" % (SECTION, name), flush=True)
-    else:
-        FAIL += 1
-        print("FAIL [%s] %s %s" % (SECTION, name, detail), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
-
-
-REPLAYED = "REPLAYED: answered from the flattened history."
-END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
-REPLAY = [{"prompt_contains": "[Tool result for", "steps": [
-    {"op": "text", "text": REPLAYED}] + END}]
+S = H.Suite("held")
+check, eq = S.check, S.eq
+END, REPLAY, REPLAYED = H.END, H.REPLAY, H.REPLAYED
 
 
 def read_exec(i, path, **kw):
@@ -852,54 +829,28 @@ def t_watchdog(tmp, fake, token, ws, secret):
 
 
 def main():
-    global SECTION
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="")
-    ap.add_argument("--keep", action="store_true")
-    a = ap.parse_args()
-    only = set(x for x in a.only.split(",") if x)
-    if not os.path.exists(H.proxy_cmd()[0]):
-        print("skipped: %s missing (build it first)" % H.proxy_cmd()[0])
-        print("RESULT 0 0")
+    only, keep = S.options()
+    if S.binary_missing():
         return 0
-    tmp = tempfile.mkdtemp(prefix="coai-held-")
-    ws = os.path.join(tmp, "workspace")
-    os.makedirs(ws)
+    tmp = S.make_tmp()
     secret = "lynx-" + os.urandom(4).hex()
-    with open(os.path.join(ws, "hello.txt"), "w") as f:
-        f.write("The secret word is %s.\n" % secret)
+    ws = S.workspace(secret)
     with open(os.path.join(ws, "notes.txt"), "w") as f:
         f.write("notes-%s\n" % secret)
-    token = pb.make_jwt({"sub": "auth0|held", "exp": int(time.time()) + 7200, "type": "session"})
+    token = H.session_token("auth0|held")
     try:
         fake = H.Fake(tmp, scenarios(ws), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
-        for name, fn in (("parity", lambda: t_parity(tmp, fake, token, ws)),
-                         ("held", lambda: t_held(tmp, fake, token, ws, secret)),
-                         ("fallback", lambda: t_fallback(tmp, fake, token, ws, secret)),
-                         ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
-                         ("fast", lambda: t_fast(tmp, fake, token, ws, secret)),
-                         ("memory", lambda: t_memory(tmp, fake, token, ws)),
-                         ("watchdog", lambda: t_watchdog(tmp, fake, token, ws, secret))):
-            if only and name not in only:
-                continue
-            SECTION = name
-            t0 = time.time()
-            try:
-                fn()
-            except Exception:
-                check("section ran to the end", False, traceback.format_exc())
-            print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
+        S.sections((("parity", lambda: t_parity(tmp, fake, token, ws)),
+                    ("held", lambda: t_held(tmp, fake, token, ws, secret)),
+                    ("fallback", lambda: t_fallback(tmp, fake, token, ws, secret)),
+                    ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
+                    ("fast", lambda: t_fast(tmp, fake, token, ws, secret)),
+                    ("memory", lambda: t_memory(tmp, fake, token, ws)),
+                    ("watchdog", lambda: t_watchdog(tmp, fake, token, ws, secret))), only)
     except Exception:
         check("suite setup", False, traceback.format_exc())
-    finally:
-        H.cleanup()
-        if FAIL or a.keep:
-            print("logs kept in %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (PASS, FAIL), flush=True)
-    return 0 if FAIL == 0 else 1
+    return S.finish(keep)
 
 
 if __name__ == "__main__":
