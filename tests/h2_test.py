@@ -37,9 +37,6 @@ from harness import pb  # noqa: E402
 # here, whatever pass of the suites this is
 H.TRANSPORT = "auto"
 
-if os.environ.get("CURSOR_OAI_BIN"):
-    H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
-
 PASS = FAIL = 0
 
 

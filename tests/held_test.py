@@ -22,9 +22,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 
-if os.environ.get("CURSOR_OAI_BIN"):
-    H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
-
 NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
 NODE = shutil.which("node") or "node"
 OPENCODE = os.path.join(NPM, "node_modules", ".bin", "opencode")

@@ -19,9 +19,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 
-if os.environ.get("CURSOR_OAI_BIN"):
-    H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
-
 S = H.Suite("probe")
 check, eq = S.check, S.eq
 END, REPLAY, REPLAYED = H.END, H.REPLAY, H.REPLAYED

@@ -242,11 +242,14 @@ TRANSPORT = os.environ.get("COAI_TEST_TRANSPORT") or "http1"
 
 
 def proxy_cmd():
-    """build/cursor-oai, or E2E_PROXY_CMD (a JSON argv list, for harness self-validation)."""
+    """The proxy under test: E2E_PROXY_CMD (a JSON argv list: build.sh's ASan/UBSan pass,
+    harness self-validation), else $CURSOR_OAI_BIN, else build/cursor-oai."""
     if os.environ.get("E2E_PROXY_CMD"):
         # relative paths are relative to the repo root (the proxy runs in a temp cwd)
         return [os.path.join(ROOT, a) if not os.path.isabs(a) and os.path.exists(
             os.path.join(ROOT, a)) else a for a in json.loads(os.environ["E2E_PROXY_CMD"])]
+    if os.environ.get("CURSOR_OAI_BIN"):
+        return [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]
     return [os.path.join(ROOT, "build", "cursor-oai")]
 
 
