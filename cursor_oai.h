@@ -621,6 +621,19 @@ typedef struct coai_run_params {
  * schema), COAI_ERR_TOO_BIG (schema deeper than COAI_MAX_VALUE_DEPTH), COAI_ERR_NOMEM. */
 int coai_encode_run_request(coai_buf *out, const coai_run_params *p);
 
+/* The run request msg[0..n) (an AgentClientMessage{run_request}, as coai_encode_run_request
+ * wrote it) again, with AgentRunRequest.conversation_id = conversation_id: what a caller
+ * needs to start a lost conversation over once its inputs are gone. The message is walked
+ * field by field, never searched for bytes: every other field is copied as it is, the new
+ * id goes where the encoder puts it (before the first field above 5), and the enclosing
+ * length is written again, so an id of any length and a prompt that holds the old id's
+ * bytes both come out right. For an encoded p: the result equals coai_encode_run_request
+ * of p with the new id. Errors: COAI_ERR_INVALID (an empty id, NULL msg with n > 0),
+ * COAI_ERR_PROTO (msg is not exactly one well-formed run_request: bad tags or lengths, a
+ * second run_request, a conversation_id that is not length-delimited), COAI_ERR_NOMEM. */
+int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t n,
+                                         coai_str conversation_id);
+
 /* google.protobuf.Value of a cJSON tree (spec §6.2), with the original's quirks:
  * object members in JavaScript order (canonical array-index keys "0".."4294967294"
  * ascending first, then the others in document order; a duplicated key keeps its
@@ -5173,6 +5186,52 @@ static int coai__pb_scan_has(const pb_byte_t *p, size_t n, uint32_t lo, uint32_t
     while (coai__pb_next(&r, &f) > 0)
         if (f.num >= lo && f.num <= hi) return 1;
     return 0;
+}
+
+/* coai_encode_run_request_conversation (PART:ENCODE api; here for the field reader above).
+ * Copies the bytes a field took, tag included: [*at, where the reader is now). */
+static void coai__pb_copy_field(coai_buf *out, const coai__pbr *r, const pb_byte_t *at)
+{
+    coai_buf_append(out, at, (size_t)((r->end - r->s.bytes_left) - at));
+}
+
+int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t n,
+                                         coai_str conversation_id)
+{
+    const pb_byte_t *p = (const pb_byte_t *)msg, *at;
+    coai__pbr top, rr;
+    coai__pbf f, g;
+    size_t start = out->len, body;
+    int k, j, seen = 0, put, r = COAI_OK;
+    if (!conversation_id.len || !conversation_id.ptr || (!p && n)) return COAI_ERR_INVALID;
+    coai__pbr_init(&top, p, n);
+    for (;;) {
+        at = top.end - top.s.bytes_left;
+        if ((k = coai__pb_next(&top, &f)) <= 0) break;
+        if (f.num != 1) {                                /* not the run request: as it is */
+            coai__pb_copy_field(out, &top, at);
+            continue;
+        }
+        if (f.wt != PB_WT_STRING || seen++) { r = COAI_ERR_PROTO; break; }
+        body = coai__pb_open(out, 1);
+        put = 0;
+        coai__pbr_init(&rr, f.p, f.n);
+        for (;;) {
+            const pb_byte_t *gat = rr.end - rr.s.bytes_left;
+            if ((j = coai__pb_next(&rr, &g)) <= 0) break;
+            if (g.num == 5 && g.wt != PB_WT_STRING) { j = -1; break; }
+            if (!put && g.num >= 5) {
+                coai__pb_str(out, 5, conversation_id);
+                put = 1;
+            }
+            if (g.num != 5) coai__pb_copy_field(out, &rr, gat);   /* every old id goes */
+        }
+        if (j < 0) { r = COAI_ERR_PROTO; break; }
+        if (!put) coai__pb_str(out, 5, conversation_id);
+        coai__pb_close(out, body);
+    }
+    if (r == COAI_OK && (k < 0 || !seen)) r = COAI_ERR_PROTO;
+    return coai__pb_finish(out, start, r);
 }
 
 /* Decode a fixed-shape leaf message with nanopb into d->u (already zeroed). */

@@ -7080,26 +7080,23 @@ static int run_conv_lost(struct run *r, const coai_status *st)
     return 1;
 }
 
-/* A new conversation id for the run request in run_msg (AgentRunRequest.conversation_id,
- * field 5 = 2a 24 + the 36 characters: the same length, so no enclosing length changes).
- * 0 ok, -1 when run_msg does not hold the old id. */
+/* A new conversation id for the run request in run_msg: the header encodes it again with the
+ * new AgentRunRequest.conversation_id (its inputs, the prompt above all, are gone by now).
+ * 0 ok, -1 when that fails (run_msg is kept as it was). */
 static int run_new_conversation(struct run *r)
 {
-    unsigned char pat[38];
+    coai_buf nb = { 0 };
     char nid[37];
-    size_t i;
-    if (strlen(r->in.conv_id) != 36 || r->up.run_msg.len < sizeof pat || uuid_new(nid) < 0)
+    if (uuid_new(nid) < 0
+        || coai_encode_run_request_conversation(&nb, r->up.run_msg.data, r->up.run_msg.len,
+                                                coai_str_c(nid)) < 0) {
+        coai_buf_free(&nb);
         return -1;
-    pat[0] = 0x2a;
-    pat[1] = 0x24;
-    memcpy(pat + 2, r->in.conv_id, 36);
-    for (i = 0; i + sizeof pat <= r->up.run_msg.len; i++) {
-        if (memcmp(r->up.run_msg.data + i, pat, sizeof pat) != 0) continue;
-        memcpy(r->up.run_msg.data + i + 2, nid, 36);
-        memcpy(r->in.conv_id, nid, 37);
-        return 0;
     }
-    return -1;
+    coai_buf_free(&r->up.run_msg);
+    r->up.run_msg = nb;
+    memcpy(r->in.conv_id, nid, 37);
+    return 0;
 }
 
 /* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */

@@ -1009,8 +1009,124 @@ static void test_mcp_state(void)
     coai_buf_free(&b);
 }
 
+/* coai_encode_run_request_conversation: a run request encoded with id A, given id B, equals
+ * the run request encoded with id B, whatever the prompt holds and however long the ids are
+ * (a byte search for 2a 24 + a 36-character id got both wrong). */
+static int conv_same(const coai_run_params *p0, const char *a, const char *b, const char *what)
+{
+    coai_run_params p = *p0;
+    coai_buf ea = { 0 }, eb = { 0 }, got = { 0 };
+    int ok;
+    p.conversation_id = S(a);
+    ok = coai_encode_run_request(&ea, &p) == COAI_OK;
+    p.conversation_id = S(b);
+    ok = ok && coai_encode_run_request(&eb, &p) == COAI_OK;
+    coai_buf_puts(&got, "kept");                 /* it appends */
+    ok = ok && coai_encode_run_request_conversation(&got, ea.data, ea.len, S(b)) == COAI_OK
+         && got.len == eb.len + 4 && memcmp(got.data, "kept", 4) == 0
+         && memcmp(got.data + 4, eb.data, eb.len) == 0 && parses_as_acm(got.data + 4, eb.len);
+    if (!ok) fprintf(stderr, "run request conversation: %s (%zu bytes, want %zu)\n", what,
+                     got.len > 4 ? got.len - 4 : 0, eb.len);
+    coai_buf_free(&ea);
+    coai_buf_free(&eb);
+    coai_buf_free(&got);
+    return ok;
+}
+
+static void test_run_request_conversation(void)
+{
+    static const char A[] = "0f6d3c1e-52a4-4c3b-9d3e-2b5c8f1a7e90";
+    static const char B[] = "7c2e9a41-0b6f-4d1a-8e55-93d0c4b2f716";
+    coai_run_params p;
+    coai_tool t;
+    coai_buf big = { 0 }, prompt = { 0 }, ea = { 0 }, out = { 0 };
+    static const unsigned char junk[] = { 0x0a, 0x05, 0x2a, 0x24, 0x41 };
+    size_t i;
+    memset(&p, 0, sizeof p);
+    memset(&t, 0, sizeof t);
+    t.name = S("get_weather");
+    t.description = S("Weather");
+    p.model_id = S("gpt-5");
+    p.message_id = S("11111111-2222-3333-4444-555555555555");
+    p.workspace = S("/w");
+    p.time_zone = S("UTC");
+    CHECK(conv_same(&p, A, B, "no tools"));
+    p.tools = &t;
+    p.tool_count = 1;
+    CHECK(conv_same(&p, A, B, "a tool (fields 4 and 6 around the id)"));
+    /* the prompt holds the id's own bytes, ahead of the real field: only field 5 changes */
+    coai_buf_puts(&prompt, "user: look at this *$");
+    coai_buf_puts(&prompt, A);
+    coai_buf_puts(&prompt, " and this: \x2a\x24");
+    coai_buf_puts(&prompt, A);
+    p.prompt.ptr = (const char *)prompt.data;
+    p.prompt.len = prompt.len;
+    CHECK(conv_same(&p, A, B, "a prompt with 2a 24 + the old id"));
+    /* ids of other lengths, both ways, and across a length's varint boundary (the run
+     * request body around 16384 bytes: its length takes 2 bytes before, 3 after) */
+    CHECK(conv_same(&p, "c1", B, "a short old id"));
+    CHECK(conv_same(&p, A, "conv-with-a-much-longer-id-than-a-uuid-0123456789", "a long new id"));
+    for (i = 0; i < 16500; i++) coai_buf_putc(&big, 'a' + (int)(i % 26));
+    for (i = 16200; i < 16450; i += 10) {
+        p.prompt.ptr = (const char *)big.data;
+        p.prompt.len = i;
+        CHECK(conv_same(&p, "x", A, "varint growth"));
+        CHECK(conv_same(&p, A, "x", "varint shrink"));
+    }
+    /* checkpoint fields and pre_fetched_blobs (field 17) after the id */
+    {
+        coai_str ids[1], vals[1];
+        ids[0] = S("blob-1");
+        vals[0] = S("value");
+        p.prompt = S("q");
+        p.conversation_state = S("\x0a\x02hi");
+        p.blob_ids = ids;
+        p.blob_values = vals;
+        p.blob_count = 1;
+        CHECK(conv_same(&p, A, B, "checkpoint and blobs"));
+        p.blob_count = 0;
+        p.conversation_state = S("");
+    }
+    /* errors: nothing appended */
+    p.conversation_id = S(A);
+    CHECK(coai_encode_run_request(&ea, &p) == COAI_OK);
+    coai_buf_puts(&out, "x");
+    CHECK(coai_encode_run_request_conversation(&out, ea.data, ea.len, S("")) == COAI_ERR_INVALID);
+    CHECK(coai_encode_run_request_conversation(&out, NULL, 3, S(B)) == COAI_ERR_INVALID);
+    CHECK(coai_encode_run_request_conversation(&out, ea.data, ea.len - 1, S(B)) == COAI_ERR_PROTO);
+    CHECK(coai_encode_run_request_conversation(&out, NULL, 0, S(B)) == COAI_ERR_PROTO);
+    CHECK(coai_encode_run_request_conversation(&out, junk, sizeof junk, S(B)) == COAI_ERR_PROTO);
+    coai_buf_append(&big, ea.data, ea.len);      /* two run requests */
+    coai_buf_append(&big, ea.data, ea.len);
+    CHECK(coai_encode_run_request_conversation(&out, big.data + 16500, big.len - 16500, S(B))
+          == COAI_ERR_PROTO);
+    {
+        /* conversation_id as a varint */
+        static const unsigned char v5[] = { 0x0a, 0x02, 0x28, 0x01 };
+        static const unsigned char ok5[] = { 0x0a, 0x00 };
+        CHECK(coai_encode_run_request_conversation(&out, v5, sizeof v5, S(B)) == COAI_ERR_PROTO);
+        CHECK(out.len == 1);
+        /* a bare run request gets the id */
+        CHECK(coai_encode_run_request_conversation(&out, ok5, sizeof ok5, S("id")) == COAI_OK);
+        CHECK_MEM(out.data + 1, out.len - 1, "\x0a\x04\x2a\x02id", 6);
+    }
+    {
+        static const unsigned char two[] = { 0x10, 0x07, 0x0a, 0x09, 0x2a, 0x02, 'o', 'l',
+                                             0x2a, 0x01, 'z', 0x38, 0x01 };
+        coai_buf_reset(&out);
+        /* old ids all go, the new one goes where the first was; other fields stay */
+        CHECK(coai_encode_run_request_conversation(&out, two, sizeof two, S("n")) == COAI_OK);
+        CHECK_MEM(out.data, out.len, "\x10\x07\x0a\x05\x2a\x01n\x38\x01", 9);
+    }
+    coai_buf_free(&big);
+    coai_buf_free(&prompt);
+    coai_buf_free(&ea);
+    coai_buf_free(&out);
+}
+
 int main(void)
 {
+    test_run_request_conversation();
     test_mcp_state();
     test_client_messages();
     test_run_request_vectors();
