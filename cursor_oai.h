@@ -1484,9 +1484,14 @@ coai_result coai_h2_next(coai_h2_conn *c, coai_h2_event *ev);
 /* Open a stream with request headers h[0..n) (pseudo-headers first, lowercase names).
  * end_stream 1: no body. Returns the id (> 0), 0 when the server's (or our) limit on open
  * streams is reached, COAI_ERR_STATE when the connection takes no new streams (GOAWAY either
- * way, ids used up, an error), COAI_ERR_INVALID for a bad header. */
+ * way, ids used up, an error), COAI_ERR_INVALID for a bad header or a list over the server's
+ * SETTINGS_MAX_HEADER_LIST_SIZE (nothing is sent then: a server may refuse the whole
+ * connection for it). */
 long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_stream,
                   void *user);
+/* The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2:
+ * each field's name and value lengths plus 32). */
+size_t coai_h2_header_list_size(const coai_h2_header *h, size_t n);
 /* How many body bytes stream id may send now (both windows). 0 for an unknown stream. */
 size_t coai_h2_send_room(const coai_h2_conn *c, uint32_t id);
 /* Queue up to n bytes as DATA frames within the windows and the server's frame size;
@@ -7665,6 +7670,13 @@ static int coai__h2_send_block(coai_h2_conn *c, uint32_t id, const unsigned char
     return 0;
 }
 
+size_t coai_h2_header_list_size(const coai_h2_header *h, size_t n)
+{
+    size_t i, sz = 0;
+    for (i = 0; i < n; i++) sz += h[i].name.len + h[i].value.len + 32;
+    return sz;
+}
+
 long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_stream,
                   void *user)
 {
@@ -7675,6 +7687,7 @@ long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_st
     int r;
     if (c->error >= 0 || c->goaway_in || c->goaway_out || c->next_id > 0x7fffffffu)
         return COAI_ERR_STATE;
+    if (coai_h2_header_list_size(h, n) > c->peer.max_header_list_size) return COAI_ERR_INVALID;
     if (c->active >= c->opts.max_streams || c->active >= c->peer.max_concurrent_streams)
         return 0;
     for (i = 0; i < COAI_H2_MAX_STREAMS; i++)

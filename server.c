@@ -2417,6 +2417,7 @@ struct h2w {
     void *tick_ctx;
     int64_t last_tick;
     int why;                        /* UPX_* of a failed wait */
+    int64_t end;                    /* 0, or the whole write's deadline (mono ms) */
 };
 
 /* Under hc->mu: the connection is finished; every stream fails. */
@@ -2878,11 +2879,20 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     }
     pthread_mutex_lock(&hc->mu);
     if (s && s->sig >= 0 && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
-    if (id <= 0) {
+    if (id == COAI_ERR_INVALID
+        && coai_h2_header_list_size(hs, nh) > hc->core->peer.max_header_list_size) {
+        coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
+                       "no HTTP/2 stream to %s: the request head (%zu bytes) is over the "
+                       "server's SETTINGS_MAX_HEADER_LIST_SIZE (%u bytes); not sent",
+                       h->authority, coai_h2_header_list_size(hs, nh),
+                       (unsigned)hc->core->peer.max_header_list_size);
+    } else if (id <= 0) {
         coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
                        "no HTTP/2 stream to %s: %s", h->authority,
                        !s || s->sig < 0 ? "out of memory" : hc->dead ? hc->why
                        : id == 0 ? "the server's stream limit" : "the connection is going away");
+    }
+    if (id <= 0) {
         hc->open--;
         pthread_mutex_unlock(&hc->mu);
         if (s && s->sig >= 0) { close(s->sig); close(s->wsig); }
@@ -2921,7 +2931,7 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
         room = coai_h2_send_room(hc->core, s->id);
         if (room == 0 && off < n) {
             short ev = POLLIN;
-            int64_t deadline = s->deadline;
+            int64_t deadline = w->end && w->end < s->deadline ? w->end : s->deadline;
             s->blocked = 1;
             pthread_mutex_unlock(&hc->mu);
             h2c_wake(hc);
@@ -6884,6 +6894,9 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
     /* one message at a time: its bytes must not interleave with another's on the stream
      * (a writer waits here only while the stream has no window, when no other could send) */
     if (r->mu_init) pthread_mutex_lock(&r->up.send_mu);
+    /* a message is HTTP/1.1's BidiAppend call: the same whole-call deadline
+     * (CURSOR_OAI_UPSTREAM_TIMEOUT), however long the stream's own read deadline is */
+    w.end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     rc = h2s_write(r->up.h2, &w, h, 5, 0);
     if (rc == 0) rc = h2s_write(r->up.h2, &w, msg, n, 0);
     if (r->mu_init) pthread_mutex_unlock(&r->up.send_mu);

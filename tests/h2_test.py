@@ -11,6 +11,10 @@ behaviour it names is removed:
   stall      one stream stalls while another on the same connection goes on
   window     a stream whose window stays closed: its run fails after the idle timeout, the
              others on the connection go on, and the proxy never overruns the window
+  held_window  a held run's tool result that the window never lets out: it fails at the
+             message's deadline (CURSOR_OAI_UPSTREAM_TIMEOUT) and the follow-up falls back to
+             a fresh run; the others on the connection go on
+  header_list  the server's SETTINGS_MAX_HEADER_LIST_SIZE: a head over it is never sent
   fallback   no h2 in ALPN / RST_STREAM at the start / GOAWAY at the start: the same request
              over HTTP/1.1 RunSSE + BidiAppend, remembered for the next runs, HTTP/2 again
              after CURSOR_OAI_H2_REPROBE; CURSOR_OAI_TRANSPORT=h2 forbids the fallback
@@ -48,6 +52,7 @@ def check(name, cond, detail=""):
     else:
         FAIL += 1
         print("FAIL " + name + (" " + str(detail)[:1500] if detail != "" else ""))
+    return bool(cond)
 
 
 def eq(name, got, want):
@@ -66,6 +71,18 @@ SCEN = {
                             {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     "rst_start": {"h2_rst_at_start": 7},
     "hold_window": {"h2_hold_window": True},
+    # a held run (a read, then the results awaited) whose stream window stays closed once its
+    # run request is in: a tool result bigger than what is left of the window never goes out
+    "held_window": {"h2_hold_window": True, "when": [
+        {"prompt_contains": "[Tool result for", "steps": [
+            {"op": "text", "text": "REPLAYED"}, {"op": "turn_ended"},
+            {"op": "trailer", "status": 0}]}],
+        "steps": [{"op": "text", "text": "Reading."},
+                  {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001",
+                   "path": "/tmp/held-window.txt", "hold": True},
+                  {"op": "await_results", "max_s": 120},
+                  {"op": "text_from_result", "id": 1, "prefix": "GOT:"},
+                  {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     "quick": {"steps": [{"op": "text", "text": "quick answer"}, {"op": "turn_ended"},
                         {"op": "trailer", "status": 0}]},
 }
@@ -101,7 +118,7 @@ def reset(fake, **cfg):
     fake.ctl("/reset", {})
     base = {"main_alpn": ["h2", "http/1.1"], "agent_alpn": ["h2"], "h2_max_streams": 100,
             "h2_goaway_at_start": False, "runsse_scenario": None, "h2_ping_s": 10.0,
-            "h2_ping_ack_s": 10.0}
+            "h2_ping_ack_s": 10.0, "h2_max_header_list": 65536}
     base.update(cfg)
     fake.ctl("/config", base)
 
@@ -278,6 +295,120 @@ def t_window(fake, px):
     eq("window: no flow-control violation or other protocol error", errors(fake), [])
 
 
+READ_TOOL = [{"type": "function", "function": {
+    "name": "read", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+
+
+def t_held_window(fake):
+    """A held run's tool result blocked by a stream window that stays closed: sending it
+    fails at the message's deadline (CURSOR_OAI_UPSTREAM_TIMEOUT, as a BidiAppend call over
+    HTTP/1.1), said in the log, and the follow-up falls back to a fresh run; never a hang,
+    and the connection's other streams go on meanwhile."""
+    reset(fake)
+    px = H.Proxy(fake.dir, "heldwin", fake.url(), fake.ca, TOKEN, extra_env={
+        "CURSOR_OAI_TRANSPORT": "h2", "CURSOR_OAI_UPSTREAM_TIMEOUT": "4",
+        "CURSOR_OAI_HOLLOW_TIMEOUT": "60", "CURSOR_OAI_IDLE_TIMEOUT": "120"})
+    try:
+        msgs = [{"role": "user", "content": "read it"}]
+        st, b, _ = px.request("POST", "/v1/chat/completions", {
+            "model": "scenario:held_window", "messages": msgs, "tools": READ_TOOL}, timeout=60)
+        m = (json.loads(b).get("choices") or [{}])[0].get("message", {}) if st == 200 else {}
+        calls = m.get("tool_calls") or []
+        if not check("held window: the held run asked for a read", st == 200 and calls,
+                     (st, b[:300])):
+            return
+        msgs = msgs + [{"role": "assistant", "content": m.get("content"), "tool_calls": calls}]
+        msgs += [{"role": "tool", "tool_call_id": c["id"], "content": "R" * 200000}
+                 for c in calls]
+        held0 = counters(fake).get("h2_hold_window_bytes", 0)
+        out = {}
+
+        def follow():
+            t = time.time()
+            out["r"] = px.request("POST", "/v1/chat/completions", {
+                "model": "scenario:held_window", "messages": msgs, "tools": READ_TOOL},
+                timeout=90)
+            out["t"] = time.time() - t
+        th = threading.Thread(target=follow)
+        th.start()
+        # the result's first 30 KB are in the held window: the rest of it waits for window
+        blocked = H.wait_for(lambda: counters(fake).get("h2_hold_window_bytes", 0) - held0
+                             >= 30000, 30)
+        check("held window: the tool result filled the stream's held window", blocked,
+              counters(fake))
+        t = time.time()
+        st2, b2, _ = px.chat("scenario:quick", "next to it", timeout=30)
+        t2 = time.time() - t
+        pending = "r" not in out
+        check("held window: a run next to the blocked result answers at once (%.1f s)" % t2,
+              (st2, content(b2)) == (200, "quick answer") and t2 < 3 and pending,
+              (st2, b2[:200], t2, pending))
+        th.join(90)
+        r = out.get("r") or (0, b"", {})
+        eq("held window: the follow-up falls back to a fresh run (the replayed history)",
+           (r[0], content(r[1])), (200, "REPLAYED"))
+        check("held window: ... once the result's deadline (4 s) passed, not a hang (%.1f s)"
+              % out.get("t", -1), 3.5 <= out.get("t", 99) < 15, out.get("t"))
+        lines = log_lines(px, "sending a tool result failed", "window")
+        check("held window: the log says the window stayed closed and that it falls back",
+              any("flow-control window" in l and "falling back to a fresh run" in l
+                  for l in lines), lines)
+        eq("held window: one connection for all the runs", len(run_conns(fake, 3)), 1)
+        eq("held window: no protocol error", errors(fake), [])
+    finally:
+        px.stop()
+
+
+def t_header_list(fake):
+    """The server's SETTINGS_MAX_HEADER_LIST_SIZE: a request head over it never goes out
+    (the fake, as python3-h2 does, takes one as a protocol error of the connection). With
+    HTTP/2 forced the run fails at once naming the limit; with the default choice it goes
+    over HTTP/1.1 instead; a head within the limit is sent as before."""
+    reset(fake, h2_max_header_list=600)
+    px = H.Proxy(fake.dir, "hlist", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_TRANSPORT": "h2"})
+    try:
+        t = time.time()
+        st, b, _ = px.chat("scenario:quick", "x", timeout=30)
+        dt = time.time() - t
+        msg = ""
+        try:
+            msg = json.loads(b)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            pass
+        print("     [header_list] forced HTTP/2: %d after %.1f s: %s" % (st, dt, b[:300]))
+        check("header list: forced HTTP/2, a head over the server's limit: 502 at once (%.1f s)"
+              % dt, st == 502 and dt < 5, (st, b[:300]))
+        check("header list: ... the message names the limit and both sizes",
+              "SETTINGS_MAX_HEADER_LIST_SIZE" in msg and "600" in msg, msg)
+        eq("header list: ... nothing over the limit reached the server", errors(fake), [])
+    finally:
+        px.stop()
+    px = H.Proxy(fake.dir, "hlist-auto", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_TRANSPORT": "auto"})
+    try:
+        st, b, _ = px.chat("scenario:quick", "y", timeout=30)
+        eq("header list: the default transport choice answers over HTTP/1.1",
+           (st, content(b), transports(fake)[-1:]), (200, "quick answer", ["http1"]))
+        eq("header list: ... nothing over the limit reached the server", errors(fake), [])
+    finally:
+        px.stop()
+    # a limit the head fits in: HTTP/2 as usual
+    reset(fake, h2_max_header_list=4096)
+    px = H.Proxy(fake.dir, "hlist-fits", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_TRANSPORT": "h2"})
+    try:
+        st, b, _ = px.chat("scenario:quick", "z", timeout=30)
+        eq("header list: a head within the limit goes over HTTP/2",
+           (st, content(b), transports(fake)[-1:]), (200, "quick answer", ["h2"]))
+        eq("header list: ... no protocol error", errors(fake), [])
+    finally:
+        px.stop()
+    reset(fake)
+
+
 def t_fallback(fake):
     # 1. no h2 in ALPN: the request goes over HTTP/1.1, and so do the next ones
     reset(fake, main_alpn=["http/1.1"], agent_alpn=["http/1.1"])
@@ -424,6 +555,8 @@ def main():
         for name, fn in [("mux", lambda: t_mux(fake, px)), ("goaway", lambda: t_goaway(fake, px)),
                          ("rst", lambda: t_rst(fake, px)), ("stall", lambda: t_stall(fake, px)),
                          ("window", lambda: t_window(fake, px)),
+                         ("held_window", lambda: t_held_window(fake)),
+                         ("header_list", lambda: t_header_list(fake)),
                          ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
                          ("doctor", lambda: t_doctor(fake))]:
             if only and name not in only:

@@ -119,6 +119,7 @@ def new_proxy(tmp, fake, token, name, env=None, args=None):
 
 
 SCENARIOS = {
+    "hold_window": {"h2_hold_window": True},
     # text, then heartbeats as fast as the fake can write them (no progress, no output)
     "hb_flood": {"steps": [
         {"op": "text", "text": "before the flood"},
@@ -259,6 +260,8 @@ def t_models(tmp, fake, token):
 # 3. BidiAppend deadline, heartbeat flood
 
 def t_append(tmp, fake, token):
+    if H.TRANSPORT == "h2":
+        return t_append_h2(tmp, fake, token)
     set_slow(fake, append0={"mode": "trickle", "interval_s": 0.5, "max_s": 25})
     p = new_proxy(tmp, fake, token, "append", {"CURSOR_OAI_UPSTREAM_TIMEOUT": "3",
                                                "CURSOR_OAI_IDLE_TIMEOUT": "60"})
@@ -271,6 +274,28 @@ def t_append(tmp, fake, token):
               st == 504 and dt < 5, (st, dt, b[:300]))
     finally:
         set_slow(fake)
+        p.stop()
+
+
+def t_append_h2(tmp, fake, token):
+    """HTTP/2 has no BidiAppend call: the run request is the Run stream's first message. Its
+    counterpart of an append whose answer never ends is a stream whose window stays closed
+    from the first byte, with a prompt bigger than the initial window: the run request can
+    never go out whole, and the run ends at the call deadline."""
+    fake.ctl("/config", {"runsse_scenario": "hold_window"})
+    p = new_proxy(tmp, fake, token, "append", {"CURSOR_OAI_UPSTREAM_TIMEOUT": "3",
+                                               "CURSOR_OAI_IDLE_TIMEOUT": "60"})
+    try:
+        (st, hd, b, s), dt = timed(sse, p, "scenario:default", "W" * 200000, timeout=20)
+        e = err_of(b) or {}
+        note("run request held by a closed HTTP/2 window: stream request got %d after %.2f s: "
+             "%s" % (st, dt, e.get("message")))
+        check("run request held by a closed HTTP/2 window: 504 at the overall deadline (< 5 s)",
+              st == 504 and dt < 5, (st, dt, b[:300]))
+        check("  ... the fake held that stream's window", counters(fake).get(
+            "h2_hold_window_streams", 0) >= 1, counters(fake))
+    finally:
+        fake.ctl("/config", {"runsse_scenario": None})
         p.stop()
 
 

@@ -1485,6 +1485,29 @@ static void test_conn_errors(void)
 }
 
 /* The same exchange fed whole and one byte at a time gives the same events. */
+/* The server's SETTINGS_MAX_HEADER_LIST_SIZE: a head over it is not sent (nothing queued, no
+ * stream id used); one that fits exactly is. req[] counts 115 bytes + 5 x 32 = 275. */
+static void test_conn_header_list(void)
+{
+    static coai_h2_conn c;
+    static outlog o;
+    const uint32_t small[] = { COAI_H2_SET_MAX_HEADER_LIST_SIZE, 274 };
+    const uint32_t exact[] = { COAI_H2_SET_MAX_HEADER_LIST_SIZE, 275 };
+    CHECK(coai_h2_header_list_size(req, 5) == 275);
+    conn_up(&c, NULL, small, 1);
+    CHECK(c.peer.max_header_list_size == 274);
+    CHECK(coai_h2_open(&c, req, 5, 0, NULL) == COAI_ERR_INVALID);
+    take(&c, &o);
+    CHECK(o.n == 0 && coai_h2_active(&c) == 0);
+    CHECK(coai_h2_open(&c, req, 4, 0, NULL) == 1);          /* without content-type: fits */
+    coai_h2_free(&c);
+    conn_up(&c, NULL, exact, 1);
+    CHECK(coai_h2_open(&c, req, 5, 0, NULL) == 1);
+    take(&c, &o);
+    CHECK(o.n == 1 && o.f[0].type == COAI_H2_HEADERS);
+    coai_h2_free(&c);
+}
+
 static void test_conn_split(void)
 {
     static coai_h2_conn a, b;
@@ -1539,5 +1562,6 @@ int main(void)
     test_conn_stream_errors();
     test_conn_errors();
     test_conn_split();
+    test_conn_header_list();
     TEST_END();
 }

@@ -171,6 +171,8 @@ DEFAULT_CONFIG = {
     "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
     "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer
     "h2_goaway_at_start": False,   # every new HTTP/2 connection sends GOAWAY(0) at once
+    "h2_max_header_list": 65536,   # SETTINGS_MAX_HEADER_LIST_SIZE of new connections (a
+                                   # request head over it is a protocol error: python3-h2's)
     "agent_host_only": False,      # RunSSE anywhere but the agent listener: 200, then an OK
                                    # end with the region message and no frames, then close
 }
@@ -424,6 +426,8 @@ class Run:
         self.next_seqno = 0
         self.run_request = None    # summary of the seqno-0 message
         self.append_error = None   # (status, code, message) if an append was rejected
+        self.h2_reject = None      # (code, message): a Run message rejected (HTTP/2), the
+                                   # stream ends with that error
         self.scenario_name = None
         self.scenario = None
         self.runsse_count = 0
@@ -1535,10 +1539,16 @@ def wait_append(ctx, pred, timeout):
                 found.append(a)
                 return True
         return False
-    r = ctx.conn.wait(timeout, ctx.run.cond, check)
+    r = ctx.conn.wait(timeout, ctx.run.cond, lambda: check() or ctx.run.h2_reject is not None)
     if r == "closed":
         raise PeerClosed("closed while waiting for an append")
+    if ctx.run.h2_reject is not None and not found:
+        raise H2Rejected()
     return found[0] if found else None
+
+
+class H2Rejected(Exception):
+    """A message on an HTTP/2 Run stream was rejected: the stream ends with the error."""
 
 
 def stall(ctx, why, max_s=None):
@@ -1807,6 +1817,8 @@ def run_steps(ctx, steps):
     for st in steps:
         if ctx.finished:
             return
+        if ctx.run.h2_reject is not None:
+            raise H2Rejected()
         run_step(ctx, st)
         ctx.step += 1
 
@@ -2570,7 +2582,7 @@ class H2Conn:
         self.max_open = 0
         self.h.local_settings = h2.settings.Settings(client=False, initial_values={
             h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: int(S.config["h2_max_streams"]),
-            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 65536})
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: int(S.config["h2_max_header_list"])})
         self.h.initiate_connection()
         self.flush()
 
@@ -2765,6 +2777,7 @@ class H2Conn:
                 # keep the stream window closed but the connection's open: the others go on
                 if n:
                     self.h.increment_flow_control_window(n)
+                    S.count("h2_hold_window_bytes", n)
             elif n:
                 self.h.acknowledge_received_data(n, ev.stream_id)
             if st.on_message:
@@ -2787,6 +2800,12 @@ class H2Conn:
             S.count("h2_ping_acks")
         elif isinstance(ev, h2.events.PingReceived):
             S.count("h2_pings_received")
+        elif isinstance(ev, h2.events.SettingsAcknowledged):
+            # our SETTINGS took effect: from now on a request head over our
+            # MAX_HEADER_LIST_SIZE is refused (python3-h2 applies it only when the value
+            # changes, and ours was the initial one)
+            self.h.decoder.max_header_list_size = int(
+                self.h.local_settings.max_header_list_size)
         elif isinstance(ev, h2.events.ConnectionTerminated):
             S.count("h2_goaway_received")
             self.die("GOAWAY from the client")
@@ -2871,6 +2890,17 @@ def h2_message(st, run, rid, payload):
         run.next_seqno = seq + 1
         entry = {"seqno": seq, "t": time.time(), "message": msg, "message_hex": payload.hex(),
                  "h2": True}
+        # append_status: what HTTP/1.1 answers to that BidiAppend; on the Run stream the
+        # server ends the stream with the error instead (a bidi stream's only way to refuse
+        # one of its messages), and the message is not taken
+        fail = (run.scenario or {}).get("append_status")
+        if fail and int(fail.get("seqno", 0)) == seq:
+            entry["rejected_with"] = fail["status"]
+            run.h2_reject = (fail.get("code", "internal"), fail.get("message", ""))
+            S.count("h2_messages_rejected")
+            run.appends.append(entry)
+            run.cond.notify_all()
+            return True
         run.appends.append(entry)
         run.cond.notify_all()
     return True
@@ -2986,7 +3016,16 @@ def h2_run(st, req, rec):
         rec["scenario"] = run.scenario_name
         steps = select_steps(sc, run.run_request, run.attempt)
         run.stream["ended"] = "running"
-        run_steps(ctx, steps)
+        try:
+            run_steps(ctx, steps)
+        except H2Rejected:
+            code, msg = run.h2_reject
+            st.chunk(runsse_end(st, prof, CONNECT_CODES.index(code)
+                                if code in CONNECT_CODES else 2, msg))
+            ctx.finished = True
+            st.end_chunked()
+            run.stream["ended"] = "message_rejected"
+            return 200
         if not ctx.finished:
             st.end_chunked()
             ctx.finished = True
