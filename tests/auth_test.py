@@ -609,7 +609,7 @@ def t_refresh_before_expiry():
                            "client_id": "KbZUR41cY7W6zRSdpSUJ7I7mLYBKOCmB", "refresh_token": r0}
               and "authorization" not in (rf[0].get("headers") or {}), rf[:1])
         d = read_creds(ours_path(env))
-        runs = reqs("RunSSE", 1)
+        runs = reqs(H.RUN_PATH, 1)
         check("  ... RunSSE used the new token (the fake's recorded Authorization)",
               runs and all(bearer_of(r) == d["accessToken"] != old for r in runs),
               [bearer_of(r)[:20] for r in runs])
@@ -641,7 +641,7 @@ def t_refresh_on_401():
                   "text" % stream, chat_text(st, b, stream) == "Hello from fake Cursor.",
                   (st, b[:300]))
         eq("  ... exactly one refresh call", count("oauth_calls"), 1)
-        runs = reqs("RunSSE", 3)
+        runs = reqs(H.RUN_PATH, 3)
         d = read_creds(ours_path(env))
         check("  ... first RunSSE with the old token, retried with the new one",
               len(runs) == 3 and bearer_of(runs[0]) == old and runs[0]["status"] == 401
@@ -779,7 +779,7 @@ def t_refresh_unreachable():
     srv = Srv("unreach3", env)
     try:
         st, b, h = srv.chat()
-        runs = reqs("RunSSE", 1)
+        runs = reqs(H.RUN_PATH, 1)
         check("early renewal fails, token still valid for 2 min: chat 200 with the old token",
               st == 200 and runs and bearer_of(runs[0]) == old, (st, b[:200]))
     finally:
@@ -799,7 +799,7 @@ def t_after_stream_401():
         check("401 after text was streamed: 200 + partial text + error event + [DONE]",
               st == 200 and s["content"] == "before kv" and len(s["errors"]) == 1
               and s["done"], (st, s))
-        eq("  ... no replay: one run, no refresh during it", (len(reqs("RunSSE", 1)),
+        eq("  ... no replay: one run, no refresh during it", (len(reqs(H.RUN_PATH, 1)),
                                                             count("oauth_calls")), (1, 0))
         st, b, _ = srv.chat()
         eq("  ... the next request renews first (1 refresh) and succeeds",
@@ -862,7 +862,7 @@ def t_persist_failure():
             eq("  ... /health says not persisted", srv.health().get("credentials"),
                "not persisted")
             st, b, _ = srv.chat()
-            runs = reqs("RunSSE", 2)
+            runs = reqs(H.RUN_PATH, 2)
             check("  ... next chat uses the in-memory token, no second refresh",
                   st == 200 and count("oauth_calls") == 1 and len(runs) == 2
                   and bearer_of(runs[1]) == bearer_of(runs[0]) != old,
@@ -936,7 +936,7 @@ def t_pickup_login():
     srv = Srv("envwins", env)
     try:
         st, _, _ = srv.chat()
-        runs = reqs("RunSSE", 1)
+        runs = reqs(H.RUN_PATH, 1)
         check("CURSOR_ACCESS_TOKEN overrides the credentials file", st == 200 and runs
               and bearer_of(runs[0]) == envtok)
     finally:
@@ -954,7 +954,7 @@ def t_pickup_login():
     srv = Srv("agentfile", env)
     try:
         st, _, _ = srv.chat()
-        runs = reqs("RunSSE", 1)
+        runs = reqs(H.RUN_PATH, 1)
         eq("cursor-agent's file with an expiring token: chat 200", st, 200)
         eq("  ... renewed by one /oauth/token call, never /auth/refresh",
            (count("oauth_calls"), count("refresh_calls")), (1, 0))
@@ -971,7 +971,7 @@ def t_pickup_login():
         # cursor-agent logs in again while we serve: its new file replaces our in-memory token
         newer = jwt(7200)
         write_creds(agent_path(env), newer, r0)
-        got = H.wait_for(lambda: srv.chat()[0] == 200 and bearer_of(reqs("RunSSE")[-1]) == newer,
+        got = H.wait_for(lambda: srv.chat()[0] == 200 and bearer_of(reqs(H.RUN_PATH)[-1]) == newer,
                          5, step=0.3)
         check("  ... a new cursor-agent login on disk is picked up", got)
     finally:

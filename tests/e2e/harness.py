@@ -239,6 +239,9 @@ class Fake:
 # suites' checks of the fake's records (RunSSE heads, BidiAppend seqnos) were written for;
 # h2_test.py covers the product's default (auto: HTTP/2, HTTP/1.1 as the fallback).
 TRANSPORT = os.environ.get("COAI_TEST_TRANSPORT") or "http1"
+# The suffix of a run's recorded path in the fake: RunSSE on HTTP/1.1, the Run stream on HTTP/2
+# (whose messages the fake records as the appends of HTTP/1.1, without BidiAppend calls)
+RUN_PATH = "RunSSE" if TRANSPORT == "http1" else "/Run"
 
 
 def proxy_cmd():

@@ -471,6 +471,18 @@ def t_spare(tmp, fake, token):
             check("Connection: close upstream, request %d: complete" % i,
                   st == 200 and s["done"] and not s["errors"] and "stop" in s["finish"], s)
         c1 = fake.state()["counters"]
+        if H.TRANSPORT == "h2":
+            # HTTP/2's counterpart: no pool of connections to refill; every run is a stream of
+            # the one connection the first run opened, so requests 1-5 meet no handshake
+            def runs():
+                return [r for r in fake.ctl("/requests")[n_req:] if r["path"].endswith("/Run")]
+            H.wait_for(lambda: len(runs()) >= 6, 10)
+            rs = runs()
+            check("HTTP/2: requests 0-5 are Run streams of one connection (no handshake on "
+                  "the way to the first token of requests 1-5)",
+                  len(rs) == 6 and len({r["conn"] for r in rs}) == 1,
+                  [(r["conn"], r.get("stream_id")) for r in rs])
+            return
         late = []
         n_up = 0
         for r in fake.ctl("/requests")[n_req:]:
