@@ -30,29 +30,13 @@ import uuid
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
-import pbwire as pb  # noqa: E402
 import clients as C  # noqa: E402
 
-PASSED = FAILED = 0
-SECTION = ""
+S = H.Suite("agents", section="", limit=3000)
+check, eq = S.check, S.eq
 KEY = "sk-agents-" + uuid.uuid4().hex[:8]
 USAGE_LIMIT_S = 10.0
-END = [{"op": "turn_ended"}, {"op": "trailer", "status": 0}]
-
-
-def check(name, cond, detail=""):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("ok   [%s] %s" % (SECTION, name), flush=True)
-    else:
-        FAILED += 1
-        print("FAIL [%s] %s %s" % (SECTION, name, str(detail)[:3000]), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+END = H.END
 
 
 INPUT = "alpha line %s\nbeta: two\n"
@@ -237,24 +221,21 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
 
 
 def main():
-    global SECTION
     only = [x for x in os.environ.get("AGENTS_ONLY", "").split(",") if x]
     tasks = set(x for x in os.environ.get("AGENTS_TASKS", "rw,shell,fail,usage").split(",")
                 if x)
-    if not os.path.exists(H.proxy_cmd()[0]):
-        print("skipped: no build/cursor-oai\nRESULT 0 0")
+    if S.binary_missing():
         return 0
     try:
         C.ensure()
     except C.Unavailable as e:
         check("clients install from the npm registry", False, e)
-        print("RESULT %d %d" % (PASSED, FAILED))
-        return 1
+        return S.result()
     # under build/clients/homes: Codex refuses its helper links under /tmp
     os.makedirs(os.path.join(C.DIR, "homes"), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="coai-agents-", dir=os.path.join(C.DIR, "homes"))
+    tmp = S.make_tmp(os.path.join(C.DIR, "homes"))
     secret = "otter-" + uuid.uuid4().hex[:8]
-    token = pb.make_jwt({"sub": "auth0|e2e", "exp": int(time.time()) + 7200, "type": "session"})
+    token = H.session_token("auth0|e2e")
     try:
         fake = H.Fake(tmp, {}, token, config={"client_version": H.CLIENT_VERSION})
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
@@ -263,7 +244,7 @@ def main():
         for name, cl in clients.items():
             if only and name not in only:
                 continue
-            SECTION = name
+            S.section = name
             if name == "opencode" and not os.path.exists(C.OPENCODE):
                 check("OpenCode installed in build/npm (tests/e2e_run.sh installs it)", False,
                       C.OPENCODE)
@@ -276,16 +257,15 @@ def main():
             errs = fake.state()["errors"][n0:]
             check("fake upstream saw no protocol/validation errors", not errs,
                   json.dumps(errs)[:2000])
-        SECTION = "final"
+        S.section = "final"
         log = open(proxy.proc.log_path, "rb").read()
         check("the API key never appears in the proxy log", KEY.encode() not in log, "")
         check("proxy still running", proxy.proc.poll() is None, H.tail(proxy.proc.log_path))
     finally:
         H.cleanup()
-    if FAILED == 0:
+    if S.failed == 0:
         C.forget_homes()
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+    return S.result()
 
 
 if __name__ == "__main__":
