@@ -8457,43 +8457,58 @@ static int run_parse(struct conn *c, struct run *r, coai_error *e)
     return 0;
 }
 
-static int handle_chat(struct conn *c)
-{
-    struct run *r = run_new();
+/* ---- handle_chat: one chat request, in the order it is served ----
+ *   chat_model     the body parsed into the run, the model resolved, a usage limit latched
+ *   chat_ids       the completion id (its last 12 hex digits: the run's handle), the message
+ *                  and conversation ids
+ *   chat_held      tool results for a run this instance holds: held_continue serves them
+ *   chat_memory    a remembered checkpoint the request extends (conversation memory)
+ *   then one pass (0: resume the checkpoint; 1: the whole conversation, or a replay of a
+ *   resume that failed before the client saw a byte: chat_replay):
+ *   chat_request   the run's handle and parameters, the prompt cap, the AgentRunRequest
+ *   chat_reply     the dialect's writer, the profile, the transport and its host
+ *   chat_run       run_open + run_stream; a fallback that starts over (chat_fallback)
+ *   chat_answer    what is left goes out
+ *   run_finish     park the run (tool calls) or close it; metrics, memory, the log */
+
+/* What one request keeps while handle_chat serves it. */
+struct chat {
+    struct conn *c;
+    struct run *r;                  /* the run serving it (a replay replaces it) */
     coai_reply_opts o;
+    struct mem_hit hit;             /* the remembered checkpoint pass 0 resumes */
+    coai_buf delta;                 /* the new user messages that go with it */
+    char completion_id[40], msg_id[37], conv_id[37];
+    int pass;                       /* 0: resume the checkpoint, 1: the whole conversation */
+    int rc;                         /* the last run_open: 0 opened, -1 r->err says why */
+};
+
+/* The body parsed into r->in, the model resolved through the account's list into c->model
+ * and r->in.model (CURSOR_OAI_MODEL_MAP, Claude and Gemini names). 0 go on, -1 answered. */
+static int chat_model(struct conn *c, struct run *r)
+{
     coai_error e;
     coai_str want;
-    coai_buf mjson = { 0 }, delta = { 0 };
-    struct mem_hit hit;
-    char completion_id[40], msg_id[37], conv_id[37], u[37], mapped[128];
-    int attempt, rc = -1, i, k, pass, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
+    coai_buf mjson = { 0 };
+    char mapped[128];
+    int rc = -1, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     int gem = c->dialect == COAI_DIALECT_GEMINI;
-    memset(&o, 0, sizeof o);
-    memset(&hit, 0, sizeof hit);
     memset(&e, 0, sizeof e);
-    if (!r) {
-        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-        return -1;
-    }
-    r->c = c;
-    r->out.stream = 0;
-    r->up.idle_ms = (int64_t)S.idle_timeout_s * 1000;
-    r->out.last_write = mono_ms();
     if (run_parse(c, r, &e) < 0) {
         send_coai_error(c, &e);
-        goto done;
+        return -1;
     }
     want = r->in.req.model;
     if ((anth || gem) && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
         send_coai_error(c, &e);
-        goto done;
+        return -1;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
     if (models_get(anth || gem ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
                    c->fd) < 0) {
-        if (e.status == 499) goto done;                 /* the client left meanwhile */
+        if (e.status == 499) goto out;                  /* the client left meanwhile */
         int unreachable = e.status == 504
                           || (e.code && (strcmp(e.code, "upstream_unreachable") == 0
                                          || strncmp(e.code, "upstream_tls", 12) == 0));
@@ -8502,7 +8517,7 @@ static int handle_chat(struct conn *c)
              * timeout): the run would fail the same way after another connect timeout. A
              * remembered failure is not reused here: the upstream may be back. */
             send_coai_error(c, &e);
-            goto done;
+            goto out;
         }
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)want.len, want.ptr);
@@ -8510,324 +8525,450 @@ static int handle_chat(struct conn *c)
     } else if (gem) {
         gemini_model(c, &mjson, want);
     } else if (anth && claude_model(c, &mjson, want, r->in.req.thinking == 1) < 0) {
-        goto done;                                      /* not_found_error sent */
+        goto out;                                       /* not_found_error sent */
     }
     copy_str(r->in.model, sizeof r->in.model, c->model, strlen(c->model));
     r->out.stream = r->in.req.stream;
-    if (quota_latched(c->model, &e)) {
-        c->fallback = "quota_latch";
-        metric_add(M_QUOTA_LATCHED, "", 1);
-        srv_log(LOG_DEBUG, "usage limit of %s remembered: answered without an upstream run",
-                c->model);
-        send_error_ex(c, &e, NULL);
-        goto done;
-    }
-    if (uuid_new(u) < 0 || uuid_new(msg_id) < 0 || uuid_new(conv_id) < 0) {
+    rc = 0;
+out:
+    coai_buf_free(&mjson);
+    return rc;
+}
+
+/* A usage limit Cursor reported for the model lately is the answer, without a run
+ * (quota_latched). 0 go on, -1 answered. */
+static int chat_quota(struct conn *c)
+{
+    coai_error e;
+    memset(&e, 0, sizeof e);
+    if (!quota_latched(c->model, &e)) return 0;
+    c->fallback = "quota_latch";
+    metric_add(M_QUOTA_LATCHED, "", 1);
+    srv_log(LOG_DEBUG, "usage limit of %s remembered: answered without an upstream run",
+            c->model);
+    send_error_ex(c, &e, NULL);
+    return -1;
+}
+
+/* The ids of the response: chatcmpl-<24 hex> (Anthropic: msg_<24 hex>, Responses:
+ * resp_<32 hex>), whose last 12 hex are the session id; the message and conversation ids of
+ * the run request. 0 ok, -1 answered. */
+static int chat_ids(struct chat *x)
+{
+    struct conn *c = x->c;
+    char u[37];
+    int i, k;
+    int resp = c->dialect == COAI_DIALECT_RESPONSES;
+    const char *pre = c->dialect == COAI_DIALECT_ANTHROPIC ? "msg_" : resp ? "resp_"
+                      : c->dialect == COAI_DIALECT_GEMINI ? "" : "chatcmpl-";
+    size_t pl = strlen(pre);
+    if (uuid_new(u) < 0 || uuid_new(x->msg_id) < 0 || uuid_new(x->conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
-        goto done;
+        return -1;
     }
-    /* chatcmpl-<24 hex> (Anthropic: msg_<24 hex>, Responses: resp_<32 hex>); its last 12
-     * hex are the session id */
-    {
-        int resp = c->dialect == COAI_DIALECT_RESPONSES;
-        const char *pre = anth ? "msg_" : resp ? "resp_"
-                          : c->dialect == COAI_DIALECT_GEMINI ? "" : "chatcmpl-";
-        size_t pl = strlen(pre);
-        memcpy(completion_id, pre, pl);
-        for (i = 0, k = (int)pl; u[i] && k < (int)pl + (resp ? 32 : 24); i++)
-            if (u[i] != '-') completion_id[k++] = u[i];
-        completion_id[k] = 0;
-    }
-    /* Tool results for a run this instance holds: continue that run (issue 11). Not for a
-     * compaction request: its summary needs a run of its own, with the summary request. */
-    if (H.on && r->in.req.has_tool_messages && !r->in.rr.compact) {
-        char why[200];
-        struct run *h = held_claim(&r->in.req, r->in.model, why, sizeof why);
-        if (h) {
-            coai_chat_request_free(&h->in.req);
-            h->in.req = r->in.req;              /* the follow-up's request moves over */
-            memset(&r->in.req, 0, sizeof r->in.req);
-            coai_responses_request_free(&h->in.rr);
-            h->in.rr = r->in.rr;
-            memset(&r->in.rr, 0, sizeof r->in.rr);
-            h->in.resp = r->in.resp;
-            h->in.params.tools = h->in.req.tools;     /* the client's tools as sent this time */
-            h->in.params.tool_count = h->in.req.tool_count;
-            if (held_continue(c, h, completion_id) == 0) goto done;
-            /* fallen back: held_continue freed h, and with it the request; parse again */
-            if (run_parse(c, r, &e) < 0) {
-                send_coai_error(c, &e);
-                goto done;
-            }
-        } else if (why[0] && r->in.req.session_id.len) {
-            pthread_mutex_lock(&H.lock);
-            H.fallback_mismatch++;
-            pthread_mutex_unlock(&H.lock);
-            fallback_note(c, "no_held_run");
-            srv_log(LOG_INFO, "tool results: %s; replaying the conversation in a fresh run",
-                    why);
-        }
-    }
-    /* The tree owns everything now (a held-run fallback above parsed the body again): the
-     * body goes. */
-    coai_buf_free(&c->body);
-    /* A fresh run: from a remembered checkpoint when the request only adds user messages
-     * to a conversation this instance remembers, else (or when that fails before anything
-     * reached the client) with the whole conversation flattened. */
-    if (mem_find(&r->in.req, r->in.model, &hit)) {
-        size_t j;
-        for (j = hit.k; j < r->in.req.message_count; j++) {
-            const coai_message *m = &r->in.req.messages[j];
-            size_t q;
-            for (q = 0; q < m->part_count; q++) {
-                if (m->parts[q].kind != COAI_PART_TEXT) continue;
-                if (delta.len) coai_buf_puts(&delta, "\n\n");
-                coai_buf_append(&delta, m->parts[q].text.ptr, m->parts[q].text.len);
-            }
-        }
-        if (!delta.len || delta.err) mem_hit_free(&hit);
-    }
-    for (pass = hit.state.len ? 0 : 1; pass < 2; pass++) {
-        if (pass == 1 && hit.state.len) {
-            /* the resumed run failed before the client saw a byte: replay in a new run */
-            struct run *n2 = run_new();
-            if (!n2) { send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-                       goto done; }
-            srv_log(LOG_INFO, "checkpoint resume of conversation %s failed (%s); replaying "
-                    "the conversation in a fresh run", hit.conv_id,
-                    r->reply.error.status ? r->reply.error.message : "no answer");
-            pthread_mutex_lock(&M.lock);
-            M.resume_failed++;
-            pthread_mutex_unlock(&M.lock);
-            n2->c = c;
-            n2->up.idle_ms = r->up.idle_ms;
-            n2->out.last_write = mono_ms();
-            n2->in.req = r->in.req;
-            memset(&r->in.req, 0, sizeof r->in.req);
-            n2->in.rr = r->in.rr;
-            memset(&r->in.rr, 0, sizeof r->in.rr);
-            n2->in.resp = r->in.resp;
-            fallback_note(c, "checkpoint_resume_failed");
-            copy_str(n2->in.model, sizeof n2->in.model, r->in.model, strlen(r->in.model));
-            run_free(r);
-            r = n2;
-            r->out.stream = r->in.req.stream;
-        }
-        /* With continuation the tool-call ids carry a new handle for the run (the last 12
-         * hex digits of the completion id); without it the session id of the history is
-         * kept, as before. */
-        if (H.on || !r->in.req.session_id.len)
-            memcpy(r->in.session, completion_id + strlen(completion_id) - 12, 12),
-                r->in.session[12] = 0;
-        else
-            copy_str(r->in.session, sizeof r->in.session, r->in.req.session_id.ptr,
-                     r->in.req.session_id.len);
-        if (H.on) held_live_add(r);
-        coai_chat_request_params(&r->in.req, &r->in.params);
-        r->in.params.model_id = coai_str_c(r->in.model);   /* r may be a new run (pass 1) */
-        r->in.params.message_id = coai_str_c(msg_id);
-        copy_str(r->in.conv_id, sizeof r->in.conv_id, conv_id, strlen(conv_id));
-        if (pass == 0) {
-            /* only the new part goes upstream; Cursor has the rest in its checkpoint */
-            r->in.resumed = r->out.hold_errors = 1;
-            copy_str(r->in.conv_id, sizeof r->in.conv_id, hit.conv_id, strlen(hit.conv_id));
-            r->in.params.prompt.ptr = (const char *)delta.data;
-            r->in.params.prompt.len = delta.len;
-            r->in.params.conversation_state.ptr = (const char *)hit.state.data;
-            r->in.params.conversation_state.len = hit.state.len;
-            r->in.params.blob_ids = hit.ids;
-            r->in.params.blob_values = hit.vals;
-            r->in.params.blob_count = hit.nblobs;
-            srv_log(LOG_INFO, "conversation %s resumed from its checkpoint (%zu bytes, %zu "
-                    "blobs): %zu bytes of new message instead of %zu of history", r->in.conv_id,
-                    hit.state.len, hit.nblobs, delta.len, r->in.req.prompt.len);
-        }
-        /* The UserMessage text is final here: over the cap it is refused, never sent blindly
-         * (the upstream would fail it with a bare invalid_argument); a resumed conversation
-         * sends only its new part. */
-        if (prompt_cap_check(r->in.params.prompt.len, &e) < 0) {
-            send_coai_error(c, &e);
-            goto done;
-        }
-        r->in.params.conversation_id = coai_str_c(r->in.conv_id);
-        r->in.params.workspace = coai_str_c(S.workspace);
-        r->in.params.time_zone = coai_str_c(S.timezone);
-        coai_buf_reset(&r->up.run_msg);
-        if (coai_encode_run_request(&r->up.run_msg, &r->in.params) < 0 || r->up.run_msg.err) {
-            send_error(c, 500, "server_error", NULL, NULL, "cannot encode the run request",
-                       NULL);
-            goto done;
-        }
-        /* stack strings and the hit's copies: nothing reads them after the run request */
-        r->in.params.message_id = coai_str_c("");
-        r->in.params.conversation_state = coai_str_c("");
-        r->in.params.blob_ids = r->in.params.blob_values = NULL;
-        r->in.params.blob_count = 0;
-        if (pass == 0)
-            coai_chat_request_params(&r->in.req, &r->in.params);    /* usage: whole prompt */
-        srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", c->model,
-                r->in.params.tool_count, r->in.params.prompt.len,
-                (int)(r->in.params.prompt.len > 500 ? 500 : r->in.params.prompt.len),
-                r->in.params.prompt.ptr);
-        pthread_mutex_lock(&H.lock);
-        H.runs_started++;
-        H.prompt_bytes += pass == 0 ? delta.len : r->in.params.prompt.len;
-        pthread_mutex_unlock(&H.lock);
-        run_reply_opts(r, &o, completion_id);
-        if (coai_reply_init(&r->reply, &o) < 0) {
-            send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-            goto done;
-        }
-        if (pass == 1 && r->in.req.message_count) {
-            /* The conversation lives on in run_msg: the prompt and the messages of the tree
-             * go now (robust: a big request costs little more than its size), after the
-             * history digest conversation memory needs is taken. The tool definitions stay:
-             * the reply's views point into them. */
-            unsigned char (*dg)[32] = malloc(r->in.req.message_count * sizeof *dg);
-            if (dg && H.on) {
-                coai_conversation_digests(r->in.req.messages, r->in.req.message_count, dg);
-                memcpy(r->in.hist, dg[r->in.req.message_count - 1], 32);
-                r->in.hist_ok = 1;
-            }
-            free(dg);
-            r->in.prompt_units = r->reply.prompt_units_;
-            r->reply.o_.prompt = o.prompt = coai_str_c("");
-            coai_buf_free(&r->in.req.prompt);
-            r->in.params.prompt = coai_str_c("");
-            r->in.req.messages = NULL;
-            r->in.req.message_count = 0;
-            cJSON_DeleteItemFromObjectCaseSensitive(r->in.req.root_, "messages");
-        }
-        if (pass == 0) {
-            size_t j;
-            for (j = 0; j < hit.nblobs; j++)      /* served on get_blob */
-                coai_reply_kv_put(&r->reply, hit.ids[j], hit.vals[j]);
-            pthread_mutex_lock(&M.lock);
-            M.resumed++;
-            pthread_mutex_unlock(&M.lock);
-        }
-        pthread_mutex_lock(&S.lock);
-        r->up.profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
-        pthread_mutex_unlock(&S.lock);
-        r->up.tr = tr_choose();
-        if (r->up.tr == TR_H2) agent_h2_get(&r->up.host, NULL, 0);
-        else run_host_get(&r->up.host, NULL, 0);
-        for (;;) {
-            r->fb.retry = RETRY_NONE;
-            c->transport = TR_NAME[r->up.tr];
-            for (attempt = 0; attempt < 2; attempt++) {
-                coai_error re;
-                int fr;
-                rc = tr_open(r, 0);
-                if (rc == 1) {
-                    srv_log(LOG_DEBUG, "the upstream connection was dead or going away before "
-                            "the run answered; retrying on a new one");
-                    memset(&r->err, 0, sizeof r->err);
-                    rc = tr_open(r, 1);
-                }
-                /* A 401 before anything reached the client: renew once (single flight) and
-                 * run again with the new token. */
-                if (rc == 0 || r->out.cancelled || !r->fb.upstream_401 || attempt > 0) break;
-                memset(&re, 0, sizeof re);
-                fr = cred_refresh(r->up.auth_gen, &re);
-                if (fr == RENEW_NONE) break;
-                if (fr == RENEW_FAILED) { r->err = re; break; }
-                srv_log(LOG_INFO, "upstream rejected the access token; retrying with the "
-                        "renewed one");
-                memset(&r->err, 0, sizeof r->err);
-                r->fb.upstream_401 = 0;
-            }
-            if (rc != 0 && !r->out.cancelled && r->fb.h1_refused[0])
-                run_h1_refused(r);
-            else if (rc != 0 && !r->out.cancelled && run_may_switch(r)
-                     && profile_wrong(r->fb.http_status, &r->err))
-                r->fb.retry = RETRY_PROFILE;
-            else if (rc != 0 && !r->out.cancelled && !r->in.resumed && !(r->fb.tries & 4)
-                     && r->err.code && strcmp(r->err.code, "conversation_lost") == 0)
-                r->fb.retry = RETRY_CONV;
-            if (rc != 0 && !r->out.cancelled && r->up.tr == TR_H2 && r->fb.tr_fail && TR.forced < 0
-                && !(r->fb.tries & 8))
-                r->fb.retry = RETRY_TRANSPORT;
-            if (rc == 0) {
-                run_hb_start(r);
-                run_stream(r);
-            }
-            if (!(r->fb.retry && !r->out.cancelled && !coai_reply_started(&r->reply))) break;
-            /* Nothing reached the client: start over once with the other profile, or on
-             * the host GetServerConfig names now. */
-            if (r->fb.retry == RETRY_TRANSPORT) {
-                /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1,
-                 * and HTTP/1.1 for the next runs too (tr_h2_failed) */
-                r->fb.tries |= 8;
-                tr_h2_failed(r->err.message);
-                r->up.tr = TR_HTTP1;
-                run_host_get(&r->up.host, NULL, 0);
-                fallback_note(c, "http1");
-            } else if (r->fb.retry == RETRY_PROFILE) {
-                r->fb.tries |= 1;
-                srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
-                        r->up.request_id, PROFILE_NAME[r->up.profile], r->err.message,
-                        PROFILE_NAME[!r->up.profile]);
-                r->up.profile = !r->up.profile;
-                fallback_note(c, "profile");
-            } else if (r->fb.retry == RETRY_CONV) {
-                char old[37];
-                r->fb.tries |= 4;
-                copy_str(old, sizeof old, r->in.conv_id, strlen(r->in.conv_id));
-                if (run_new_conversation(r) < 0) {
-                    r->out.in_feed = 1;
-                    coai_reply_feed_error(&r->reply, &r->err);
-                    r->out.in_feed = 0;
-                    break;
-                }
-                srv_log(LOG_WARN, "run %s: Cursor lost conversation %s (%s); replaying the "
-                        "whole conversation once as %s", r->up.request_id, old, r->err.message,
-                        r->in.conv_id);
-                fallback_note(c, "conversation_reset");
-            } else {
-                r->fb.tries |= 2;
-                run_host_get(&r->up.host, NULL, 0);
-                fallback_note(c, "http2_only_host");
-            }
-            run_hb_stop(r);
-            tr_close(r, 0);
-            coai_reply_free(&r->reply);
-            coai_frame_decoder_free(&r->up.frames);
-            memset(&r->err, 0, sizeof r->err);
-            r->fb.upstream_401 = 0;
-            if (coai_reply_init(&r->reply, &o) < 0) {
-                send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-                goto done;
-            }
-            if (r->in.prompt_units) r->reply.prompt_units_ = r->in.prompt_units;   /* prompt gone */
-            if (pass == 0) {
-                size_t j;
-                for (j = 0; j < hit.nblobs; j++)
-                    coai_reply_kv_put(&r->reply, hit.ids[j], hit.vals[j]);
-            }
-        }
-        if (rc != 0 && !r->out.cancelled) {
-            r->out.in_feed = 1;
-            coai_reply_feed_error(&r->reply, &r->err);
-            r->out.in_feed = 0;
-        }
-        if (pass == 0 && !r->out.cancelled && !c->dead && coai_reply_done(&r->reply)
-            && coai_reply_status(&r->reply) != 200)
-            continue;                               /* nothing was sent: replay */
-        r->out.hold_errors = 0;
-        if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
-        break;
-    }
-    mem_hit_free(&hit);
-    coai_buf_free(&delta);
-    coai_buf_free(&mjson);
-    run_finish(r);
+    memcpy(x->completion_id, pre, pl);
+    for (i = 0, k = (int)pl; u[i] && k < (int)pl + (resp ? 32 : 24); i++)
+        if (u[i] != '-') x->completion_id[k++] = u[i];
+    x->completion_id[k] = 0;
     return 0;
-done:
-    mem_hit_free(&hit);
-    coai_buf_free(&delta);
-    coai_buf_free(&mjson);
+}
+
+/* Tool results for a run this instance holds: continue that run (issue 11). Not for a
+ * compaction request: its summary needs a run of its own, with the summary request.
+ * 0 answered (by the held run, or an error), 1 go on with a fresh run. */
+static int chat_held(struct chat *x)
+{
+    struct conn *c = x->c;
+    struct run *r = x->r, *h;
+    char why[200];
+    coai_error e;
+    if (!H.on || !r->in.req.has_tool_messages || r->in.rr.compact) return 1;
+    h = held_claim(&r->in.req, r->in.model, why, sizeof why);
+    if (h) {
+        coai_chat_request_free(&h->in.req);
+        h->in.req = r->in.req;              /* the follow-up's request moves over */
+        memset(&r->in.req, 0, sizeof r->in.req);
+        coai_responses_request_free(&h->in.rr);
+        h->in.rr = r->in.rr;
+        memset(&r->in.rr, 0, sizeof r->in.rr);
+        h->in.resp = r->in.resp;
+        h->in.params.tools = h->in.req.tools;     /* the client's tools as sent this time */
+        h->in.params.tool_count = h->in.req.tool_count;
+        if (held_continue(c, h, x->completion_id) == 0) return 0;
+        /* fallen back: held_continue freed h, and with it the request; parse again */
+        memset(&e, 0, sizeof e);
+        if (run_parse(c, r, &e) < 0) {
+            send_coai_error(c, &e);
+            return 0;
+        }
+    } else if (why[0] && r->in.req.session_id.len) {
+        pthread_mutex_lock(&H.lock);
+        H.fallback_mismatch++;
+        pthread_mutex_unlock(&H.lock);
+        fallback_note(c, "no_held_run");
+        srv_log(LOG_INFO, "tool results: %s; replaying the conversation in a fresh run", why);
+    }
+    return 1;
+}
+
+/* A fresh run: from a remembered checkpoint when the request only adds user messages to a
+ * conversation this instance remembers (x->hit, x->delta), else (or when that fails before
+ * anything reached the client) with the whole conversation flattened. */
+static void chat_memory(struct chat *x)
+{
+    struct run *r = x->r;
+    size_t j;
+    /* The tree owns everything now (a held-run fallback parsed the body again): the body
+     * goes. */
+    coai_buf_free(&x->c->body);
+    if (!mem_find(&r->in.req, r->in.model, &x->hit)) return;
+    for (j = x->hit.k; j < r->in.req.message_count; j++) {
+        const coai_message *m = &r->in.req.messages[j];
+        size_t q;
+        for (q = 0; q < m->part_count; q++) {
+            if (m->parts[q].kind != COAI_PART_TEXT) continue;
+            if (x->delta.len) coai_buf_puts(&x->delta, "\n\n");
+            coai_buf_append(&x->delta, m->parts[q].text.ptr, m->parts[q].text.len);
+        }
+    }
+    if (!x->delta.len || x->delta.err) mem_hit_free(&x->hit);
+}
+
+/* The resumed run failed before the client saw a byte: the request moves to a new run that
+ * replays the whole conversation. 0 ok, -1 answered. */
+static int chat_replay(struct chat *x)
+{
+    struct run *r = x->r, *n2 = run_new();
+    if (!n2) {
+        send_error(x->c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        return -1;
+    }
+    srv_log(LOG_INFO, "checkpoint resume of conversation %s failed (%s); replaying "
+            "the conversation in a fresh run", x->hit.conv_id,
+            r->reply.error.status ? r->reply.error.message : "no answer");
+    pthread_mutex_lock(&M.lock);
+    M.resume_failed++;
+    pthread_mutex_unlock(&M.lock);
+    n2->c = x->c;
+    n2->up.idle_ms = r->up.idle_ms;
+    n2->out.last_write = mono_ms();
+    n2->in.req = r->in.req;
+    memset(&r->in.req, 0, sizeof r->in.req);
+    n2->in.rr = r->in.rr;
+    memset(&r->in.rr, 0, sizeof r->in.rr);
+    n2->in.resp = r->in.resp;
+    fallback_note(x->c, "checkpoint_resume_failed");
+    copy_str(n2->in.model, sizeof n2->in.model, r->in.model, strlen(r->in.model));
     run_free(r);
+    x->r = r = n2;
+    r->out.stream = r->in.req.stream;
+    return 0;
+}
+
+/* The run request of this pass into r->up.run_msg: the run's handle, its parameters (pass
+ * 0: only the new messages, on the remembered checkpoint), the prompt cap. 0 ok, -1
+ * answered. */
+static int chat_request(struct chat *x)
+{
+    struct run *r = x->r;
+    coai_run_params *p = &r->in.params;
+    coai_error e;
+    /* With continuation the tool-call ids carry a new handle for the run (the last 12
+     * hex digits of the completion id); without it the session id of the history is
+     * kept, as before. */
+    if (H.on || !r->in.req.session_id.len)
+        memcpy(r->in.session, x->completion_id + strlen(x->completion_id) - 12, 12),
+            r->in.session[12] = 0;
+    else
+        copy_str(r->in.session, sizeof r->in.session, r->in.req.session_id.ptr,
+                 r->in.req.session_id.len);
+    if (H.on) held_live_add(r);
+    coai_chat_request_params(&r->in.req, p);
+    p->model_id = coai_str_c(r->in.model);      /* r may be a new run (pass 1) */
+    p->message_id = coai_str_c(x->msg_id);
+    copy_str(r->in.conv_id, sizeof r->in.conv_id, x->conv_id, strlen(x->conv_id));
+    if (x->pass == 0) {
+        /* only the new part goes upstream; Cursor has the rest in its checkpoint */
+        r->in.resumed = r->out.hold_errors = 1;
+        copy_str(r->in.conv_id, sizeof r->in.conv_id, x->hit.conv_id, strlen(x->hit.conv_id));
+        p->prompt.ptr = (const char *)x->delta.data;
+        p->prompt.len = x->delta.len;
+        p->conversation_state.ptr = (const char *)x->hit.state.data;
+        p->conversation_state.len = x->hit.state.len;
+        p->blob_ids = x->hit.ids;
+        p->blob_values = x->hit.vals;
+        p->blob_count = x->hit.nblobs;
+        srv_log(LOG_INFO, "conversation %s resumed from its checkpoint (%zu bytes, %zu "
+                "blobs): %zu bytes of new message instead of %zu of history", r->in.conv_id,
+                x->hit.state.len, x->hit.nblobs, x->delta.len, r->in.req.prompt.len);
+    }
+    /* The UserMessage text is final here: over the cap it is refused, never sent blindly
+     * (the upstream would fail it with a bare invalid_argument); a resumed conversation
+     * sends only its new part. */
+    if (prompt_cap_check(p->prompt.len, &e) < 0) {
+        send_coai_error(x->c, &e);
+        return -1;
+    }
+    p->conversation_id = coai_str_c(r->in.conv_id);
+    p->workspace = coai_str_c(S.workspace);
+    p->time_zone = coai_str_c(S.timezone);
+    coai_buf_reset(&r->up.run_msg);
+    if (coai_encode_run_request(&r->up.run_msg, p) < 0 || r->up.run_msg.err) {
+        send_error(x->c, 500, "server_error", NULL, NULL, "cannot encode the run request",
+                   NULL);
+        return -1;
+    }
+    /* stack strings and the hit's copies: nothing reads them after the run request */
+    p->message_id = coai_str_c("");
+    p->conversation_state = coai_str_c("");
+    p->blob_ids = p->blob_values = NULL;
+    p->blob_count = 0;
+    if (x->pass == 0) coai_chat_request_params(&r->in.req, p);     /* usage: whole prompt */
+    srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", x->c->model,
+            p->tool_count, p->prompt.len, (int)(p->prompt.len > 500 ? 500 : p->prompt.len),
+            p->prompt.ptr);
+    pthread_mutex_lock(&H.lock);
+    H.runs_started++;
+    H.prompt_bytes += x->pass == 0 ? x->delta.len : p->prompt.len;
+    pthread_mutex_unlock(&H.lock);
+    return 0;
+}
+
+/* Pass 0: the checkpoint's blobs, served on get_blob. */
+static void chat_blobs(struct chat *x)
+{
+    size_t j;
+    if (x->pass != 0) return;
+    for (j = 0; j < x->hit.nblobs; j++)
+        coai_reply_kv_put(&x->r->reply, x->hit.ids[j], x->hit.vals[j]);
+}
+
+/* The dialect's writer for the response, then where the run goes: the transport profile,
+ * the transport (tr_choose) and its host. 0 ok, -1 answered. */
+static int chat_reply(struct chat *x)
+{
+    struct run *r = x->r;
+    run_reply_opts(r, &x->o, x->completion_id);
+    if (coai_reply_init(&r->reply, &x->o) < 0) {
+        send_error(x->c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        return -1;
+    }
+    if (x->pass == 1 && r->in.req.message_count) {
+        /* The conversation lives on in run_msg: the prompt and the messages of the tree
+         * go now (robust: a big request costs little more than its size), after the
+         * history digest conversation memory needs is taken. The tool definitions stay:
+         * the reply's views point into them. */
+        unsigned char (*dg)[32] = malloc(r->in.req.message_count * sizeof *dg);
+        if (dg && H.on) {
+            coai_conversation_digests(r->in.req.messages, r->in.req.message_count, dg);
+            memcpy(r->in.hist, dg[r->in.req.message_count - 1], 32);
+            r->in.hist_ok = 1;
+        }
+        free(dg);
+        r->in.prompt_units = r->reply.prompt_units_;
+        r->reply.o_.prompt = x->o.prompt = coai_str_c("");
+        coai_buf_free(&r->in.req.prompt);
+        r->in.params.prompt = coai_str_c("");
+        r->in.req.messages = NULL;
+        r->in.req.message_count = 0;
+        cJSON_DeleteItemFromObjectCaseSensitive(r->in.req.root_, "messages");
+    }
+    if (x->pass == 0) {
+        chat_blobs(x);
+        pthread_mutex_lock(&M.lock);
+        M.resumed++;
+        pthread_mutex_unlock(&M.lock);
+    }
+    pthread_mutex_lock(&S.lock);
+    r->up.profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
+    pthread_mutex_unlock(&S.lock);
+    r->up.tr = tr_choose();
+    if (r->up.tr == TR_H2) agent_h2_get(&r->up.host, NULL, 0);
+    else run_host_get(&r->up.host, NULL, 0);
+    return 0;
+}
+
+/* Open the run (tr_open), once more on a new connection when a pooled one was dead or going
+ * away, and once more when the upstream rejected the token before anything reached the
+ * client (renewed once, single flight). 0 open, -1 r->err says why. */
+static int run_open(struct run *r)
+{
+    int attempt, rc = -1;
+    for (attempt = 0; attempt < 2; attempt++) {
+        coai_error re;
+        int fr;
+        rc = tr_open(r, 0);
+        if (rc == 1) {
+            srv_log(LOG_DEBUG, "the upstream connection was dead or going away before "
+                    "the run answered; retrying on a new one");
+            memset(&r->err, 0, sizeof r->err);
+            rc = tr_open(r, 1);
+        }
+        /* A 401 before anything reached the client: renew once (single flight) and
+         * run again with the new token. */
+        if (rc == 0 || r->out.cancelled || !r->fb.upstream_401 || attempt > 0) break;
+        memset(&re, 0, sizeof re);
+        fr = cred_refresh(r->up.auth_gen, &re);
+        if (fr == RENEW_NONE) break;
+        if (fr == RENEW_FAILED) { r->err = re; break; }
+        srv_log(LOG_INFO, "upstream rejected the access token; retrying with the "
+                "renewed one");
+        memset(&r->err, 0, sizeof r->err);
+        r->fb.upstream_401 = 0;
+    }
+    return rc;
+}
+
+/* The open failed (rc != 0) before anything reached the client: which fallback may start
+ * over (r->fb.retry; run_stream sets it too, for what it finds in the answer). */
+static void run_open_failed(struct run *r, int rc)
+{
+    if (rc == 0 || r->out.cancelled) return;
+    if (r->fb.h1_refused[0])
+        run_h1_refused(r);
+    else if (run_may_switch(r) && profile_wrong(r->fb.http_status, &r->err))
+        r->fb.retry = RETRY_PROFILE;
+    else if (!r->in.resumed && !(r->fb.tries & 4) && r->err.code
+             && strcmp(r->err.code, "conversation_lost") == 0)
+        r->fb.retry = RETRY_CONV;
+    if (r->up.tr == TR_H2 && r->fb.tr_fail && TR.forced < 0 && !(r->fb.tries & 8))
+        r->fb.retry = RETRY_TRANSPORT;
+}
+
+/* Feed an error to the reply (no keepalive meanwhile). */
+static void run_feed_error(struct run *r, const coai_error *e)
+{
+    r->out.in_feed = 1;
+    coai_reply_feed_error(&r->reply, e);
+    r->out.in_feed = 0;
+}
+
+/* Nothing reached the client and r->fb.retry names a fallback: take it (each at most once
+ * per request: r->fb.tries). 0 start over, -1 the conversation could not be reset (its
+ * error is fed to the reply). */
+static int chat_fallback(struct chat *x)
+{
+    struct run *r = x->r;
+    if (r->fb.retry == RETRY_TRANSPORT) {
+        /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1,
+         * and HTTP/1.1 for the next runs too (tr_h2_failed) */
+        r->fb.tries |= 8;
+        tr_h2_failed(r->err.message);
+        r->up.tr = TR_HTTP1;
+        run_host_get(&r->up.host, NULL, 0);
+        fallback_note(x->c, "http1");
+    } else if (r->fb.retry == RETRY_PROFILE) {
+        r->fb.tries |= 1;
+        srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
+                r->up.request_id, PROFILE_NAME[r->up.profile], r->err.message,
+                PROFILE_NAME[!r->up.profile]);
+        r->up.profile = !r->up.profile;
+        fallback_note(x->c, "profile");
+    } else if (r->fb.retry == RETRY_CONV) {
+        char old[37];
+        r->fb.tries |= 4;
+        copy_str(old, sizeof old, r->in.conv_id, strlen(r->in.conv_id));
+        if (run_new_conversation(r) < 0) {
+            run_feed_error(r, &r->err);
+            return -1;
+        }
+        srv_log(LOG_WARN, "run %s: Cursor lost conversation %s (%s); replaying the "
+                "whole conversation once as %s", r->up.request_id, old, r->err.message,
+                r->in.conv_id);
+        fallback_note(x->c, "conversation_reset");
+    } else {
+        r->fb.tries |= 2;
+        run_host_get(&r->up.host, NULL, 0);
+        fallback_note(x->c, "http2_only_host");
+    }
+    return 0;
+}
+
+/* Start over: the attempt's upstream side and reply go, a new reply begins. 0 ok, -1
+ * answered. */
+static int chat_restart(struct chat *x)
+{
+    struct run *r = x->r;
+    run_hb_stop(r);
+    tr_close(r, 0);
+    coai_reply_free(&r->reply);
+    coai_frame_decoder_free(&r->up.frames);
+    memset(&r->err, 0, sizeof r->err);
+    r->fb.upstream_401 = 0;
+    if (coai_reply_init(&r->reply, &x->o) < 0) {
+        send_error(x->c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        return -1;
+    }
+    if (r->in.prompt_units) r->reply.prompt_units_ = r->in.prompt_units;   /* prompt gone */
+    chat_blobs(x);
+    return 0;
+}
+
+/* Run it: open, stream Cursor's answer to the client, and while nothing has reached the
+ * client, start over on a fallback. 0 done (x->rc: the last open), -1 answered. */
+static int chat_run(struct chat *x)
+{
+    struct run *r = x->r;
+    for (;;) {
+        r->fb.retry = RETRY_NONE;
+        x->c->transport = TR_NAME[r->up.tr];
+        x->rc = run_open(r);
+        run_open_failed(r, x->rc);
+        if (x->rc == 0) {
+            run_hb_start(r);
+            run_stream(r);
+        }
+        if (!(r->fb.retry && !r->out.cancelled && !coai_reply_started(&r->reply))) return 0;
+        /* Nothing reached the client: start over once with the other profile, or on
+         * the host GetServerConfig names now. */
+        if (chat_fallback(x) < 0) return 0;
+        if (chat_restart(x) < 0) return -1;
+    }
+}
+
+/* The end of a pass: a failed open answers with its error; a resumed run that failed before
+ * the client saw a byte is replayed (1); else what is left goes out (0). */
+static int chat_answer(struct chat *x)
+{
+    struct run *r = x->r;
+    if (x->rc != 0 && !r->out.cancelled) run_feed_error(r, &r->err);
+    if (x->pass == 0 && !r->out.cancelled && !x->c->dead && coai_reply_done(&r->reply)
+        && coai_reply_status(&r->reply) != 200)
+        return 1;                                   /* nothing was sent: replay */
+    r->out.hold_errors = 0;
+    if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
+    return 0;
+}
+
+static int handle_chat(struct conn *c)
+{
+    struct chat x;
+    int served = 0;
+    memset(&x, 0, sizeof x);
+    x.c = c;
+    x.r = run_new();
+    if (!x.r) {
+        send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+        return -1;
+    }
+    x.r->c = c;
+    x.r->out.stream = 0;
+    x.r->up.idle_ms = (int64_t)S.idle_timeout_s * 1000;
+    x.r->out.last_write = mono_ms();
+    if (chat_model(c, x.r) == 0 && chat_quota(c) == 0 && chat_ids(&x) == 0
+        && chat_held(&x) == 1) {
+        chat_memory(&x);
+        for (x.pass = x.hit.state.len ? 0 : 1; x.pass < 2; x.pass++) {
+            if ((x.pass == 1 && x.hit.state.len && chat_replay(&x) < 0)
+                || chat_request(&x) < 0 || chat_reply(&x) < 0 || chat_run(&x) < 0)
+                break;
+            if (chat_answer(&x) == 0) { served = 1; break; }
+        }
+    }
+    mem_hit_free(&x.hit);
+    coai_buf_free(&x.delta);
+    if (served) run_finish(x.r);
+    else run_free(x.r);
     return 0;
 }
 
