@@ -765,6 +765,41 @@ def wait_peer(peer, seconds, cond=None, pred=None):
             peer.idle(left)
 
 
+def first_message_problems(msg, what):
+    """What the live server refuses in a run's first message (`what` names it): anything but
+    a run request, or one without a conversation state, request context or model id."""
+    if msg.get("type") != "run_request":
+        return ["%s is %s, not run_request" % (what, msg.get("type"))]
+    bad = []
+    if not msg["has_conversation_state"]:
+        bad.append("run_request without conversation_state (field 1)")
+    if not msg["has_request_context"]:
+        bad.append("user_message_action without request_context")
+    if not msg["model_id"]:
+        bad.append("run_request without model_details.model_id")
+    return bad
+
+
+def stream_peer_closed(ctx, e):
+    """A run's stream (either transport) the client closed: recorded on run.stream."""
+    run = ctx.run
+    if run.stream.get("ended") in (None, "running"):
+        run.stream["ended"] = "client_closed"
+    run.stream["closed_at_step"] = ctx.step
+    run.stream["close_reason"] = str(e)
+    S.count("disconnects")
+    if not ctx.turn_ended:
+        S.count("disconnects_mid_stream")
+
+
+def stream_done(ctx):
+    """A run's stream is over, however it ended: what was sent, on run.stream."""
+    S.stream_delta(-1)
+    ctx.run.stream["frames_sent"] = ctx.frames
+    ctx.run.stream["bytes_sent"] = ctx.bytes
+    ctx.run.stream["turn_ended_sent"] = ctx.turn_ended
+
+
 def rst_close(sock):
     """Close with SO_LINGER 0: the peer gets a TCP RST instead of a FIN (a crashed server,
     a middlebox killing the connection)."""
@@ -1028,16 +1063,7 @@ def h_append(conn, req, rec):
                     request_id=rid)
             return connect_error(conn, 400, "invalid_argument", "append_seqno out of order")
         if seq == 0:
-            bad = []
-            if msg.get("type") != "run_request":
-                bad.append("seqno 0 is %s, not run_request" % msg.get("type"))
-            else:
-                if not msg["has_conversation_state"]:
-                    bad.append("run_request without conversation_state (field 1)")
-                if not msg["has_request_context"]:
-                    bad.append("user_message_action without request_context")
-                if not msg["model_id"]:
-                    bad.append("run_request without model_details.model_id")
+            bad = first_message_problems(msg, "seqno 0")
             if bad:
                 for b in bad:
                     S.error(b, request_id=rid)
@@ -1351,19 +1377,10 @@ def h_runsse(conn, req, rec):
         run.stream["ended"] = "completed"
         S.count("streams_completed")
     except PeerClosed as e:
-        if run.stream.get("ended") in (None, "running"):
-            run.stream["ended"] = "client_closed"
-        run.stream["closed_at_step"] = ctx.step
-        run.stream["close_reason"] = str(e)
-        S.count("disconnects")
-        if not ctx.turn_ended:
-            S.count("disconnects_mid_stream")
+        stream_peer_closed(ctx, e)
         conn.abort()
     finally:
-        S.stream_delta(-1)
-        run.stream["frames_sent"] = ctx.frames
-        run.stream["bytes_sent"] = ctx.bytes
-        run.stream["turn_ended_sent"] = ctx.turn_ended
+        stream_done(ctx)
     return 200
 
 
@@ -1746,10 +1763,9 @@ def await_results(ctx, max_s, hb_s):
     S.count("held_results_ok")
 
 
-def exec_expect_throw(ctx, eid, wait_s):
-    """An exec the client cannot run: the CLI sends throw{id} then stream_close{id}; the
-    live server waits (heartbeats only) for anything else (notes §1, §4)."""
-    run = ctx.run
+def exec_replies(ctx, eid, wait_s):
+    """The client's answers to exec eid (results and controls, in order) until its
+    stream_close or wait_s; kept in run.exec_replies."""
     got = []
 
     def done(m):
@@ -1759,7 +1775,14 @@ def exec_expect_throw(ctx, eid, wait_s):
             return m.get("type") == "exec_control" and m.get("kind") == "stream_close"
         return False
     wait_append(ctx, done, wait_s)
-    run.exec_replies[eid] = got
+    ctx.run.exec_replies[eid] = got
+    return got
+
+
+def exec_expect_throw(ctx, eid, wait_s):
+    """An exec the client cannot run: the CLI sends throw{id} then stream_close{id}; the
+    live server waits (heartbeats only) for anything else (notes §1, §4)."""
+    got = exec_replies(ctx, eid, wait_s)
     kinds = [(m.get("type"), m.get("kind")) for m in got]
     if kinds != [("exec_control", "throw"), ("exec_control", "stream_close")]:
         stall(ctx, "exec %d answered with %r, not throw + stream_close" % (eid, kinds))
@@ -1773,16 +1796,7 @@ def exec_expect_result(ctx, st, eid, wait_s):
     else (a throw, silence) leaves the turn waiting: heartbeats only (notes 2026-autumn §4,
     §5.3-5.4; a throw on 36 leaves the model's MCP tools "unavailable")."""
     run = ctx.run
-    got = []
-
-    def done(m):
-        if m.get("type") in ("exec_result", "exec_control") and m.get("id") == eid:
-            if m not in got:
-                got.append(m)
-            return m.get("type") == "exec_control" and m.get("kind") == "stream_close"
-        return False
-    wait_append(ctx, done, wait_s)
-    run.exec_replies[eid] = got
+    got = exec_replies(ctx, eid, wait_s)
     kinds = [(m.get("type"), m.get("result") or m.get("kind")) for m in got]
     fn = pb.EXEC_FIELD[st["kind"]] if isinstance(st["kind"], str) else int(st["kind"])
     want = pb.EXEC_RESULT_NAMES.get(fn)
@@ -2865,16 +2879,7 @@ def h2_message(st, run, rid, payload):
     with run.cond:
         seq = run.next_seqno
         if seq == 0:
-            bad = []
-            if msg.get("type") != "run_request":
-                bad.append("first Run message is %s, not run_request" % msg.get("type"))
-            else:
-                if not msg["has_conversation_state"]:
-                    bad.append("run_request without conversation_state (field 1)")
-                if not msg["has_request_context"]:
-                    bad.append("user_message_action without request_context")
-                if not msg["model_id"]:
-                    bad.append("run_request without model_details.model_id")
+            bad = first_message_problems(msg, "first Run message")
             if bad:
                 for b in bad:
                     S.error(b, request_id=rid)
@@ -3036,18 +3041,9 @@ def h2_run(st, req, rec):
         run.stream["client_end"] = "end_stream" if st.ended else "reset" if st.reset \
             else "none"
     except PeerClosed as e:
-        if run.stream.get("ended") in (None, "running"):
-            run.stream["ended"] = "client_closed"
-        run.stream["closed_at_step"] = ctx.step
-        run.stream["close_reason"] = str(e)
-        S.count("disconnects")
-        if not ctx.turn_ended:
-            S.count("disconnects_mid_stream")
+        stream_peer_closed(ctx, e)
     finally:
-        S.stream_delta(-1)
-        run.stream["frames_sent"] = ctx.frames
-        run.stream["bytes_sent"] = ctx.bytes
-        run.stream["turn_ended_sent"] = ctx.turn_ended
+        stream_done(ctx)
     return 200
 
 
