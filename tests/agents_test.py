@@ -232,8 +232,7 @@ def main():
         check("clients install from the npm registry", False, e)
         return S.result()
     # under build/clients/homes: Codex refuses its helper links under /tmp
-    os.makedirs(os.path.join(C.DIR, "homes"), exist_ok=True)
-    tmp = S.make_tmp(os.path.join(C.DIR, "homes"))
+    tmp = S.make_tmp(C.homes())
     secret = "otter-" + uuid.uuid4().hex[:8]
     token = H.session_token("auth0|e2e")
     try:

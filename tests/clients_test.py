@@ -32,7 +32,7 @@ def check(name, ok, detail=""):
 
 
 def workspace():
-    d = tempfile.mkdtemp(prefix="ws-", dir=os.path.join(C.DIR, "homes"))
+    d = tempfile.mkdtemp(prefix="ws-", dir=C.homes())
     subprocess.run(["git", "init", "-q", d], check=True)
     return d
 

@@ -271,8 +271,7 @@ def t_wire(proxy, fake, ws):
 # Gemini CLI
 
 def workspace(secret):
-    os.makedirs(os.path.join(C.DIR, "homes"), exist_ok=True)
-    ws = tempfile.mkdtemp(prefix="gemini-ws-", dir=os.path.join(C.DIR, "homes"))
+    ws = tempfile.mkdtemp(prefix="gemini-ws-", dir=C.homes())
     subprocess.run(["git", "init", "-q", ws], check=True)
     with open(os.path.join(ws, "notes.txt"), "w") as f:
         f.write("secret %s\nsecond line\n" % secret)

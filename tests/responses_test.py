@@ -411,8 +411,7 @@ def t_sdk(proxy, ws):
 # Codex CLI
 
 def workspace(tmp):
-    os.makedirs(os.path.join(C.DIR, "homes"), exist_ok=True)
-    ws = tempfile.mkdtemp(prefix="codex-ws-", dir=os.path.join(C.DIR, "homes"))
+    ws = tempfile.mkdtemp(prefix="codex-ws-", dir=C.homes())
     subprocess.run(["git", "init", "-q", ws], check=True)
     with open(os.path.join(ws, "notes.txt"), "w") as f:
         f.write(MARK_A + "\n")

@@ -241,17 +241,25 @@ def run(argv, env, cwd, timeout, stdin=b""):
     return Result(p.returncode, out, err, time.time() - t0, timed_out)
 
 
+def homes():
+    """This process's directory for client HOMEs and workspaces, under build/clients/homes
+    (Codex refuses to create its helper links under /tmp, a warning only). One per process:
+    suites running at once share build/clients, and forget_homes() removes only its own."""
+    d = os.path.join(DIR, "homes", "p%d" % os.getpid())
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 def fresh_home(parent=None):
-    """A new empty HOME. Codex refuses to create its helper links under /tmp (a warning only),
-    so by default homes live under build/clients/homes."""
-    base = parent or os.path.join(DIR, "homes")
+    """A new empty HOME (in homes() unless parent is given)."""
+    base = parent or homes()
     os.makedirs(base, exist_ok=True)
     return tempfile.mkdtemp(prefix="home-", dir=base)
 
 
 def forget_homes():
-    """Remove the HOMEs and workspaces fresh_home() made (call at the end of a suite)."""
-    shutil.rmtree(os.path.join(DIR, "homes"), ignore_errors=True)
+    """Remove this process's HOMEs and workspaces (call at the end of a suite)."""
+    shutil.rmtree(os.path.join(DIR, "homes", "p%d" % os.getpid()), ignore_errors=True)
 
 
 CODEX_KEY_ENV = "CURSOR_OAI_API_KEY"
@@ -717,8 +725,7 @@ GEMINI_TASK = [{"call": ["read_file", {"file_path": "notes.txt"}]},
 def _record_main(which, out, prompt, model="cursor-model", script=None):
     ensure(log=print)
     rec = Recorder(script=script)
-    os.makedirs(os.path.join(DIR, "homes"), exist_ok=True)
-    ws = tempfile.mkdtemp(prefix="rec-ws-", dir=os.path.join(DIR, "homes"))
+    ws = tempfile.mkdtemp(prefix="rec-ws-", dir=homes())
     subprocess.run(["git", "init", "-q", ws])
     with open(os.path.join(ws, "notes.txt"), "w") as f:
         f.write("old\n")
