@@ -1649,6 +1649,11 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   coai_error_from_http_call(): a not_found of a unary call names the call (502
  *   upstream_not_found).
  *   "no retry" sets coai_error.no_retry: send "x-should-retry: false".
+ *   coai_error.kind names the rows a program acts on apart from their code: "unpaid
+ *   invoice" (COAI_ERRK_UNPAID_INVOICE), the "Timeout waiting for next item." row
+ *   (COAI_ERRK_CONTEXT_UNANSWERED), and in coai_error_from_http an HTTP 400 "illegal request
+ *   line" or an HTTP 505 (COAI_ERRK_HTTP1_REFUSED); coai_error.upstream_status is the HTTP
+ *   status coai_error_from_http*() mapped.
  *
  *   upstream signal                                  -> HTTP type / code
  *   ERROR_FREE/PRO_USER_USAGE_LIMIT (9, 10),
@@ -1714,6 +1719,18 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  * a caller budgets with that and refuses over COAI_MAX_JSON_VALUES before parsing. */
 size_t coai_json_values(const char *s, size_t n);
 
+/* What an error is when its code alone does not say (coai_error.kind). Programs decide on
+ * these and on coai_error.upstream_status, never on the message: its words are for people
+ * and may change. */
+typedef enum coai_error_kind {
+    COAI_ERRK_NONE = 0,
+    COAI_ERRK_UNPAID_INVOICE = 1,     /* insufficient_quota: an open invoice, not a used-up plan */
+    COAI_ERRK_CONTEXT_UNANSWERED = 2, /* upstream_timeout: Cursor's request_context question
+                                       * got no answer ("Timeout waiting for next item.") */
+    COAI_ERRK_HTTP1_REFUSED = 3       /* the host refused HTTP/1.1 (HTTP 400 "illegal request
+                                       * line", HTTP 505): it serves HTTP/2 only */
+} coai_error_kind;
+
 /* An OpenAI-shaped error. Zero-init is "no error" (status 0). */
 typedef struct coai_error {
     int status;                /* HTTP status (400, 401, 404, 429, 502 ...); 0 = no error */
@@ -1723,10 +1740,13 @@ typedef struct coai_error {
     char message[512];         /* valid UTF-8, no control characters */
     int no_retry;              /* 1: send "x-should-retry: false" */
     int retry_after;           /* seconds for "Retry-After", 0 = none */
+    int upstream_status;       /* the upstream answer's HTTP status coai_error_from_http*()
+                                * mapped (e.g. 415, 464), 0 = none (not an HTTP answer) */
+    coai_error_kind kind;      /* COAI_ERRK_*, set by the mapping below */
 } coai_error;
 
 /* Fill every field (message printf-style; cut at a UTF-8 boundary, control bytes
- * dropped). param/code may be NULL. */
+ * dropped; upstream_status and kind 0). param/code may be NULL. */
 void coai_error_set(coai_error *e, int status, const char *type, const char *code,
                     const char *param, const char *fmt, ...);
 /* Append {"error":{"message":..,"type":..,"param":..,"code":..}}. 0 ok, -1 fail. */
@@ -1735,7 +1755,8 @@ int coai_error_write(coai_buf *out, const coai_error *e);
  * code 0 and no error detail sets e->status = 0 (not an error). */
 void coai_error_from_status(const coai_status *st, coai_error *e);
 /* Map a non-2xx HTTP answer of RunSSE/BidiAppend; body may be Connect JSON
- * {"code","message"} or anything else (at most 200 sanitized characters are quoted). */
+ * {"code","message"} or anything else (at most 200 sanitized characters are quoted).
+ * e->upstream_status = upstream_status. */
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e);
 /* The same for a unary call that is not a run (GetUsableModels, GetCurrentPeriodUsage,
  * GetServerConfig ...): a not_found (HTTP 404, Connect not_found) names the call, `call` (its
@@ -7829,6 +7850,8 @@ static void coai__oa_error_vset(coai_error *e, int status, const char *type, con
     e->code = code;
     e->no_retry = 0;
     e->retry_after = 0;
+    e->upstream_status = 0;
+    e->kind = COAI_ERRK_NONE;
     e->param[0] = 0;
     if (param) coai__oa_clean_copy(e->param, 0, sizeof e->param, param, strlen(param));
     n = vsnprintf(tmp, sizeof tmp, fmt, ap);
@@ -8005,6 +8028,7 @@ static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *
                        "Cursor refuses requests until an invoice is paid (Cursor said: %.*s)",
                        q, t);
         e->no_retry = 1;
+        e->kind = COAI_ERRK_UNPAID_INVOICE;
         return 1;
     }
     if (coai__oa_ci_contains(t, n, "model channel not available")) {
@@ -8019,6 +8043,7 @@ static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *
                        "Cursor waited for this client's answer to its request_context question "
                        "and it never arrived (Cursor said: %.*s); the BidiAppend that carries it "
                        "was lost. Retry; if it keeps happening, run `cursor-oai doctor`.", q, t);
+        e->kind = COAI_ERRK_CONTEXT_UNANSWERED;
         return 1;
     }
     return 0;
@@ -8159,7 +8184,22 @@ static size_t coai__oa_strip_markup(const char *s, size_t n, char *out, size_t c
     return o;
 }
 
+static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
+                               coai_error *e);
+
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e)
+{
+    coai__oa_from_http(upstream_status, body, n, e);
+    e->upstream_status = upstream_status;
+    /* a server that speaks HTTP/2 only, in its own words (cursor-2026-autumn.md 5.1) */
+    if (upstream_status == 505
+        || (upstream_status == 400 && body
+            && coai__oa_ci_contains(body, n > 512 ? 512 : n, "illegal request line")))
+        e->kind = COAI_ERRK_HTTP1_REFUSED;
+}
+
+static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
+                               coai_error *e)
 {
     char text[201];
     const char *ccode = "", *msg = NULL;
@@ -8292,6 +8332,7 @@ void coai_error_from_http_call(int upstream_status, const char *body, size_t n,
                    "Cursor does not serve %s at this address (HTTP %d, not found): %s",
                    call && *call ? call : "this call", upstream_status, said);
     e->no_retry = 1;
+    e->upstream_status = upstream_status;
 }
 
 /* ---- request parsing ----------------------------------------------------- */

@@ -4017,6 +4017,8 @@ struct conn {
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
     int64_t tok_in, tok_out;        /* the run's token counts (status page) */
     char errmsg[200];               /* the error's message sent to the client (status page) */
+    coai_error err;                 /* the error sent to the client: `doctor` decides on its
+                                     * code, kind and upstream_status, not on its words */
     char gm_model[256];             /* Gemini routes: the model named in the URL, or "" */
     int gm_stream;                  /* Gemini: 0 generateContent, 1 SSE (alt=sse), 2 the
                                      * JSON-array stream (streamGenerateContent without alt) */
@@ -4062,6 +4064,7 @@ static int send_error_ex(struct conn *c, const coai_error *e, const char *extra)
     int r;
     if (e->status == 499) { c->status = 499; c->dead = 1; return -1; }
     copy_str(c->errmsg, sizeof c->errmsg, e->message, strlen(e->message));
+    c->err = *e;
     if (extra) coai_buf_puts(&h, extra);
     if (e->no_retry) coai_buf_puts(&h, "x-should-retry: false\r\n");
     if (e->retry_after > 0) coai_buf_printf(&h, "Retry-After: %d\r\n", e->retry_after);
@@ -4371,6 +4374,7 @@ static void access_log(struct conn *c)
     status_note_request(c, ms);
     c->tok_in = c->tok_out = 0;
     c->errmsg[0] = 0;
+    memset(&c->err, 0, sizeof c->err);
     if (S.log_level < LOG_INFO) return;
     if (log_json) {
         coai_buf b = { 0 };
@@ -7902,6 +7906,7 @@ static void run_finish(struct run *r)
         if (r->reply.error.status && !c->errmsg[0])
             copy_str(c->errmsg, sizeof c->errmsg, r->reply.error.message,
                      strlen(r->reply.error.message));
+        if (r->reply.error.status && !c->err.status) c->err = r->reply.error;
         metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
         snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
         metric_add(M_TOKENS, lb, (double)u.input_tokens);
@@ -10567,7 +10572,7 @@ static void doctor_advice(const char *fmt, ...)
     fflush(stdout);
 }
 
-/* What to do about an error a step got, by its code. */
+/* What to do about an error a step got, by its code and kind (never by its message). */
 static void doctor_advise(const coai_error *e, const coai_url *agent)
 {
     const char *code = e->code ? e->code : "";
@@ -10586,19 +10591,18 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
         doctor_advice("Cursor lost the conversation and the replay as a new one failed too: "
                       "run doctor again; if it repeats, attach its --verbose output to a bug "
                       "report.");
-    else if (strcmp(code, "upstream_timeout") == 0 && strstr(e->message, "request_context"))
+    else if (e->kind == COAI_ERRK_CONTEXT_UNANSWERED)
         doctor_advice("Cursor never got cursor-oai's answer to its first question (a lost "
                       "BidiAppend): run doctor again; if it repeats, attach its --verbose "
                       "output to a bug report.");
-    else if (strcmp(code, "insufficient_quota") == 0 && strstr(e->message, "invoice"))
+    else if (e->kind == COAI_ERRK_UNPAID_INVOICE)
         doctor_advice("Cursor holds requests until an open invoice is paid: pay it in "
                       "Cursor's dashboard.");
     else if (strcmp(code, "upstream_wrong_region") == 0)
         doctor_advice("the agent host https://%s%s does not serve your account's region. "
                       "Set CURSOR_OAI_AGENT_URL to the right one, or unset it (runs then go "
                       "to CURSOR_API_URL).", agent->authority, agent->prefix);
-    else if (strcmp(code, "upstream_http2_only") == 0
-             || strstr(e->message, "illegal request line"))
+    else if (strcmp(code, "upstream_http2_only") == 0 || e->kind == COAI_ERRK_HTTP1_REFUSED)
         doctor_advice("https://%s%s serves HTTP/2 only and cursor-oai speaks HTTP/1.1: %s",
                       agent->authority, agent->prefix, S.agent_forced.host[0]
                       ? "unset CURSOR_OAI_AGENT_URL (runs then go to CURSOR_API_URL)."
@@ -10623,8 +10627,9 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
         doctor_advice("run with --verbose and attach the output to a bug report.");
 }
 
-/* One chat through handle_chat. *status = HTTP status, body = the response body. */
-static void doctor_chat(const char *model, int *status, coai_buf *body)
+/* One chat through handle_chat. *status = HTTP status, body = the response body, *err = the
+ * error it sent (status 0: none, or it sent no error of its own). */
+static void doctor_chat(const char *model, int *status, coai_buf *body, coai_error *err)
 {
     struct conn *c = calloc(1, sizeof *c);
     int sv[2];
@@ -10632,6 +10637,7 @@ static void doctor_chat(const char *model, int *status, coai_buf *body)
     coai_buf raw = { 0 };
     ssize_t n;
     *status = 0;
+    memset(err, 0, sizeof *err);
     if (!c || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) { free(c); return; }
     c->fd = sv[0];
     c->t0 = mono_ms();
@@ -10640,6 +10646,7 @@ static void doctor_chat(const char *model, int *status, coai_buf *body)
     coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
                   "\"Reply with the word OK.\"}]}");
     handle_chat(c);
+    *err = c->err;
     close(sv[0]);
     while ((n = read(sv[1], buf, sizeof buf)) > 0) coai_buf_append(&raw, buf, (size_t)n);
     close(sv[1]);
@@ -10768,9 +10775,10 @@ static int run_doctor(int argc, char **argv)
         coai_buf body = { 0 };
         int st, saved = TR.forced;
         coai_url h2host;
+        coai_error he;
         cJSON *j;
         TR.forced = TR_H2;
-        doctor_chat(model, &st, &body);
+        doctor_chat(model, &st, &body, &he);
         TR.forced = saved;
         agent_h2_get(&h2host, NULL, 0);
         j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
@@ -10812,13 +10820,14 @@ static int run_doctor(int argc, char **argv)
     }
     for (i = 0; i < norder && !ok_run; i++) {
         coai_buf body = { 0 };
+        coai_error ce;
         int st, saved = S.profile_forced;
         char step[32];
         cJSON *j;
         snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
         S.profile_forced = order[i];    /* exactly this profile, no switching inside */
         S.profile = order[i];
-        doctor_chat(model, &st, &body);
+        doctor_chat(model, &st, &body, &ce);
         S.profile_forced = saved;
         run_host_get(&agent, NULL, 0);  /* where it ended up (a refusing host is skipped) */
         if (S.agent_forced.host[0] && !refused_said
@@ -10847,12 +10856,15 @@ static int run_doctor(int argc, char **argv)
             const cJSON *em = cJSON_GetObjectItemCaseSensitive(eo, "message");
             const cJSON *ec = cJSON_GetObjectItemCaseSensitive(eo, "code");
             memset(&e, 0, sizeof e);
-            coai_error_set(&e, st, "x", cJSON_IsString(ec) ? ec->valuestring : "", NULL, "%s",
-                           cJSON_IsString(em) ? em->valuestring : "no answer");
+            if (ce.status)      /* the error itself: its fields decide, its words are shown */
+                e = ce;
+            else
+                coai_error_set(&e, st, "x", cJSON_IsString(ec) ? ec->valuestring : "", NULL,
+                               "%s", cJSON_IsString(em) ? em->valuestring : "no answer");
             doctor_step("FAIL", step, "HTTP %d, HTTP/1.1 to https://%s%s: %s [%s]", st,
-                        agent.authority, agent.prefix, e.message, e.code[0] ? e.code : "-");
-            if (!profile_wrong(strstr(e.message, "answered HTTP 464") ? 464
-                               : strstr(e.message, "answered HTTP 415") ? 415 : 0, &e))
+                        agent.authority, agent.prefix, e.message,
+                        e.code && e.code[0] ? e.code : "-");
+            if (!profile_wrong(e.upstream_status, &e))
                 doctor_advise(&e, &agent);
             else
                 doctor_advice("Cursor refused the %s profile (%s): %s", PROFILE_NAME[order[i]],

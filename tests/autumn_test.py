@@ -104,6 +104,15 @@ def scenarios():
              "hold": True},
             {"op": "await_results", "max_s": 30},
             {"op": "trailer", "status": 13, "message": "Conversation data missing"}]},
+        # errors whose words hold what doctor's advice once keyed on: its advice follows the
+        # error's code and kind, never such words
+        "a_words_invoice": {"steps": err_trailer(
+            8, "You've hit your usage limit; the details are on your invoice")},
+        "a_words_context": {"steps": err_trailer(
+            4, "deadline passed while building request_context")},
+        "a_words_464": {"steps": err_trailer(
+            13, "the load balancer answered HTTP 464 to another client")},
+        "a_words_h1": {"steps": err_trailer(13, "illegal request line in a tool's output")},
         "a_usage": {"steps": [{"op": "thinking", "text": "hmm"}, {"op": "text", "text": "Hi"},
                               {"op": "step_completed", "id": 1, "ms": 1834},
                               {"op": "turn_ended", "tokens": TOKENS},
@@ -354,6 +363,17 @@ def t_doctor(fake, px, tmp, token):
         out = r.stdout + r.stderr
         check("doctor --model scenario:%s: exit 1, says what to do" % scen,
               r.returncode != 0 and words in out and token not in out, out[-1500:])
+    # the same words inside other errors: the advice does not follow them
+    for scen, words, not_words in (
+            ("a_words_invoice", "plan's usage is used up", "open invoice"),
+            ("a_words_context", "cannot reach", "first question"),
+            ("a_words_464", "attach the output to a bug report", "refused the"),
+            ("a_words_h1", "attach the output to a bug report", "serves HTTP/2 only")):
+        r = subprocess.run(H.proxy_cmd() + ["doctor", "--model", "scenario:" + scen], env=env,
+                           capture_output=True, text=True, timeout=120)
+        out = r.stdout + r.stderr
+        check("doctor --model scenario:%s: advice by the error's code and kind, not its words"
+              % scen, r.returncode != 0 and words in out and not_words not in out, out[-1500:])
 
 
 def t_unary(fake, px):

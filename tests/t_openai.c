@@ -1070,6 +1070,63 @@ static void test_kv(void)
 
 /* ---- error mapping --------------------------------------------------------- */
 
+/* coai_error.kind and .upstream_status come from the mapping, so that a program (doctor)
+ * decides on them and never on the message's words. */
+static void test_error_kind(void)
+{
+    static const char invoice_like[] = "You've hit your usage limit; the details are on your "
+                                       "invoice";
+    coai_status st;
+    coai_error e;
+    memset(&st, 0, sizeof st);
+    st.retryable = -1;
+    st.code = 8;
+    strcpy(st.message, "unpaid invoice: please pay it");
+    coai_error_from_status(&st, &e);
+    CHECK(e.code && strcmp(e.code, "insufficient_quota") == 0
+          && e.kind == COAI_ERRK_UNPAID_INVOICE && e.upstream_status == 0);
+    /* a usage limit whose words mention an invoice is a used-up plan, not an open invoice */
+    strcpy(st.message, invoice_like);
+    coai_error_from_status(&st, &e);
+    CHECKF(e.code && strcmp(e.code, "insufficient_quota") == 0 && e.kind == COAI_ERRK_NONE
+           && strstr(e.message, "invoice"), "%d %s", (int)e.kind, e.message);
+    st.code = 4;
+    strcpy(st.message, "Timeout waiting for next item.");
+    coai_error_from_status(&st, &e);
+    CHECK(e.code && strcmp(e.code, "upstream_timeout") == 0
+          && e.kind == COAI_ERRK_CONTEXT_UNANSWERED);
+    /* another timeout that names request_context in its words */
+    strcpy(st.message, "deadline passed while building request_context");
+    coai_error_from_status(&st, &e);
+    CHECKF(e.code && strcmp(e.code, "upstream_timeout") == 0 && e.kind == COAI_ERRK_NONE
+           && strstr(e.message, "request_context"), "%d %s", (int)e.kind, e.message);
+    st.code = 13;
+    strcpy(st.message, "illegal request line");
+    coai_error_from_status(&st, &e);
+    CHECK(e.kind == COAI_ERRK_NONE && e.upstream_status == 0);
+    /* HTTP answers: the status is carried, whatever the words */
+    coai_error_from_http(464, "", 0, &e);
+    CHECK(e.status == 502 && e.upstream_status == 464 && e.kind == COAI_ERRK_NONE);
+    coai_error_from_http(415, "{\"code\":\"unknown\",\"message\":\"nope\"}", 35, &e);
+    CHECK(e.upstream_status == 415);
+    coai_error_from_http(500, "proxy said: answered HTTP 464 earlier", 37, &e);
+    CHECK(e.upstream_status == 500 && strstr(e.message, "answered HTTP 464"));
+    coai_error_from_http(400, "Illegal Request Line", 20, &e);
+    CHECK(e.upstream_status == 400 && e.kind == COAI_ERRK_HTTP1_REFUSED);
+    coai_error_from_http(505, "", 0, &e);
+    CHECK(e.kind == COAI_ERRK_HTTP1_REFUSED);
+    coai_error_from_http(502, "illegal request line", 20, &e);
+    CHECK(e.kind == COAI_ERRK_NONE);
+    coai_error_from_http(429, "{\"code\":\"resource_exhausted\",\"message\":\"unpaid invoice\"}", 56,
+                         &e);
+    CHECK(e.kind == COAI_ERRK_UNPAID_INVOICE && e.upstream_status == 429);
+    coai_error_from_http_call(404, "", 0, "/x.Svc/Call", &e);
+    CHECK(e.code && strcmp(e.code, "upstream_not_found") == 0 && e.upstream_status == 404);
+    /* coai_error_set fills every field */
+    coai_error_set(&e, 500, "server_error", NULL, NULL, "x");
+    CHECK(e.upstream_status == 0 && e.kind == COAI_ERRK_NONE);
+}
+
 static void test_error_mapping(void)
 {
     static const struct { int code, err; const char *name; int status; const char *type;
@@ -1385,6 +1442,7 @@ int main(void)
     test_utf8();
     test_kv();
     test_error_mapping();
+    test_error_kind();
     test_models();
     TEST_END();
 }
