@@ -2328,6 +2328,8 @@ static int auth_call(const char *method, const char *target, const char *what,
 #define H2_PING_DEAD_MS 20000             /* ... and give the connection up when unanswered */
 #define H2_IDLE_CLOSE_MS 300000           /* close a connection without streams after this */
 #define H2_SETTINGS_WAIT_MS 10000         /* the server's SETTINGS after our preface */
+#define H2_CONNECT_PAR 4                  /* connections being opened at once, at most ... */
+#define H2_CONNECT_SHARE 100              /* ... one more per this many runs waiting for one */
 
 struct h2s;
 
@@ -2350,6 +2352,7 @@ struct h2c {
     unsigned char ping_data[8];
     int ping_out;
     struct h2s *streams;            /* ours, for failing them all at once */
+    int pend;                       /* some stream has s->pend set */
 };
 
 struct h2s {
@@ -2367,9 +2370,12 @@ struct h2s {
     coai_buf in;                    /* DATA received, not yet handed out */
     coai_buf taken;                 /* the bytes handed to the reader last */
     int sig;                        /* eventfd: readable when something arrived (the reader) */
-    int wsig;                       /* eventfd: window opened or the stream failed (a writer) */
+    int wsig;                       /* eventfd: window opened or the stream failed (a writer);
+                                     * -1 until a writer first waits for window (a descriptor
+                                     * fewer per stream: 10,000 held runs) */
     int body_done;                  /* the reader saw the end */
     int got_bytes;
+    int pend;                       /* DATA arrived in this pass of the I/O thread: signal */
     /* waits, as struct upconn's (up_wait) */
     int64_t deadline;
     int64_t progress_ms;            /* > 0: window coming back pushes deadline this far */
@@ -2386,6 +2392,7 @@ static struct h2c_state {
     pthread_cond_t cond;            /* a connect ended, a slot freed */
     struct h2c *list;
     int connecting;                 /* connections being opened */
+    int waiting;                    /* runs waiting in h2c_get for one of them */
     unsigned long opened, streams, goaways, pings, ping_timeouts;   /* atomics */
 } H2C = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
@@ -2486,7 +2493,9 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
             s->reset = 1;
         }
         if (ev->end_stream) s->ended = 1;
-        h2s_signal(s);
+        /* one wake-up per stream for all the DATA of one read (h2c_signal_pending) */
+        s->pend = 1;
+        hc->pend = 1;
         break;
     case COAI_H2_EV_RESET:
     case COAI_H2_EV_REFUSED:
@@ -2517,45 +2526,66 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
     }
 }
 
+/* Under hc->mu: wake the readers of the streams that got DATA since the last call. */
+static void h2c_signal_pending(struct h2c *hc)
+{
+    struct h2s *s;
+    if (!hc->pend) return;
+    hc->pend = 0;
+    for (s = hc->streams; s; s = s->next)
+        if (s->pend) {
+            s->pend = 0;
+            h2s_signal(s);
+        }
+}
+
 /* The I/O thread: the only user of hc->up's socket and engine. */
 static void *h2c_thread(void *arg)
 {
     struct h2c *hc = arg;
     br_ssl_engine_context *eng = &hc->up->sc.eng;
-    int fd = hc->up->fd, want_out = 0;
+    int fd = hc->up->fd, want_out = 0, ra_empty, more;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         unsigned st;
         struct pollfd pf[2];
         int64_t now = mono_ms();
         int pr;
-        /* TLS bytes the handshake read ahead (up_low_read's buffer) go in first: the
-         * server's first records often come with its last handshake message */
-        while (hc->up->ra_off < hc->up->ra_len
-               && (br_ssl_engine_current_state(eng) & BR_SSL_RECVREC)) {
-            size_t n, k = hc->up->ra_len - hc->up->ra_off;
-            unsigned char *b = br_ssl_engine_recvrec_buf(eng, &n);
-            if (k > n) k = n;
-            memcpy(b, hc->up->ra + hc->up->ra_off, k);
-            hc->up->ra_off += k;
-            br_ssl_engine_recvrec_ack(eng, k);
+        /* TLS bytes read ahead (by the handshake, then by one recv() per wake-up below:
+         * BearSSL asks for a record's 5-byte header, then its body) go into the engine
+         * record by record, each record's plaintext to the core */
+        for (;;) {
+            while (hc->up->ra_off < hc->up->ra_len
+                   && (br_ssl_engine_current_state(eng) & BR_SSL_RECVREC)) {
+                size_t n, k = hc->up->ra_len - hc->up->ra_off;
+                unsigned char *b = br_ssl_engine_recvrec_buf(eng, &n);
+                if (k > n) k = n;
+                memcpy(b, hc->up->ra + hc->up->ra_off, k);
+                hc->up->ra_off += k;
+                br_ssl_engine_recvrec_ack(eng, k);
+            }
+            if (hc->dead || !(br_ssl_engine_current_state(eng) & BR_SSL_RECVAPP)) break;
+            /* decrypted bytes -> the core -> events */
+            while (!hc->dead && ((st = br_ssl_engine_current_state(eng)) & BR_SSL_RECVAPP)) {
+                size_t n;
+                coai_h2_event ev;
+                coai_result r;
+                unsigned char *b = br_ssl_engine_recvapp_buf(eng, &n);
+                if (coai_h2_feed(hc->core, b, n) < 0) {
+                    h2c_fail_locked(hc, "out of memory");
+                    break;
+                }
+                br_ssl_engine_recvapp_ack(eng, n);
+                hc->last_rx = now;
+                while ((r = coai_h2_next(hc->core, &ev)) == COAI_OK) h2c_event(hc, &ev);
+                if (r == COAI_ERR_H2)
+                    h2c_fail_locked(hc, "HTTP/2 protocol error by the server (%s)",
+                                    coai_h2_error_str((uint32_t)hc->core->error));
+                else if (r < 0 && r != COAI_MORE)
+                    h2c_fail_locked(hc, "%s", coai_result_str(r));
+            }
         }
-        /* decrypted bytes -> the core -> events */
-        while (!hc->dead && ((st = br_ssl_engine_current_state(eng)) & BR_SSL_RECVAPP)) {
-            size_t n;
-            coai_h2_event ev;
-            coai_result r;
-            unsigned char *b = br_ssl_engine_recvapp_buf(eng, &n);
-            if (coai_h2_feed(hc->core, b, n) < 0) { h2c_fail_locked(hc, "out of memory"); break; }
-            br_ssl_engine_recvapp_ack(eng, n);
-            hc->last_rx = now;
-            while ((r = coai_h2_next(hc->core, &ev)) == COAI_OK) h2c_event(hc, &ev);
-            if (r == COAI_ERR_H2)
-                h2c_fail_locked(hc, "HTTP/2 protocol error by the server (%s)",
-                                coai_h2_error_str((uint32_t)hc->core->error));
-            else if (r < 0 && r != COAI_MORE)
-                h2c_fail_locked(hc, "%s", coai_result_str(r));
-        }
+        h2c_signal_pending(hc);
         if (br_ssl_engine_current_state(eng) == BR_SSL_CLOSED) {
             int err = br_ssl_engine_last_error(eng);
             if (err == BR_ERR_OK) {
@@ -2621,14 +2651,21 @@ static void *h2c_thread(void *arg)
                 break;
         }
         if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
+        /* read again without a poll when the last recv() filled the buffer */
+        ra_empty = hc->up->ra_off == hc->up->ra_len;
+        more = ra_empty && hc->up->ra_more;
         pthread_mutex_unlock(&hc->mu);
         pf[0].fd = fd;
-        pf[0].events = (short)(POLLIN | (want_out ? POLLOUT : 0));
+        pf[0].events = (short)((ra_empty ? POLLIN : 0) | (want_out ? POLLOUT : 0));
         pf[0].revents = 0;
         pf[1].fd = hc->wake[0];
         pf[1].events = POLLIN;
         pf[1].revents = 0;
-        pr = poll(pf, 2, hc->dead ? 200 : 1000);
+        pr = poll(pf, 2, more ? 0 : hc->dead ? 200 : 1000);
+        if (more && pr == 0) {
+            pr = 1;
+            pf[0].revents = POLLIN;
+        }
         pthread_mutex_lock(&hc->mu);
         if (pr < 0 && errno != EINTR) { h2c_fail_locked(hc, "poll failed"); break; }
         if (pr > 0 && pf[1].revents) {
@@ -2636,21 +2673,21 @@ static void *h2c_thread(void *arg)
             while (read(hc->wake[0], junk, sizeof junk) > 0) {}
         }
         if (hc->dead && pr == 0) break;     /* the last bytes (a GOAWAY) could not go out */
-        if (pr > 0 && (pf[0].revents & (POLLIN | POLLERR | POLLHUP))) {
-            for (;;) {
-                size_t n;
-                unsigned char *b;
-                ssize_t r;
-                if (!(br_ssl_engine_current_state(eng) & BR_SSL_RECVREC)) break;
-                b = br_ssl_engine_recvrec_buf(eng, &n);
-                r = recv(fd, b, n, MSG_DONTWAIT);
-                if (r > 0) { br_ssl_engine_recvrec_ack(eng, (size_t)r); continue; }
-                if (r < 0 && errno == EINTR) continue;
-                if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (pr > 0 && (pf[0].revents & (POLLIN | POLLERR | POLLHUP))
+            && hc->up->ra_off == hc->up->ra_len) {
+            /* whatever has arrived, in one recv() (the top of the loop feeds the engine) */
+            ssize_t r;
+            hc->up->ra_off = hc->up->ra_len = 0;
+            hc->up->ra_more = 0;
+            do r = recv(fd, hc->up->ra, sizeof hc->up->ra, MSG_DONTWAIT);
+            while (r < 0 && errno == EINTR);
+            if (r > 0) {
+                hc->up->ra_len = (size_t)r;
+                hc->up->ra_more = (size_t)r == sizeof hc->up->ra;
+            } else if (!(r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) {
                 hc->up->why = UPX_EOF;
                 if (r == 0) h2c_fail_locked(hc, "the server closed the connection");
                 else h2c_fail_locked(hc, "recv failed: %s", strerror(errno));
-                break;
             }
         }
     }
@@ -2767,7 +2804,10 @@ static int h2c_room_locked(const struct h2c *hc)
 
 /* A connection to h with room for a stream: its slot taken (hc->open) and a reference
  * held. An existing one, else a new one; while one is being opened, the others wait for
- * it and share it. fresh: a new one in any case. NULL with *e filled. */
+ * it and share it, unless more are waiting than the connections being opened will take
+ * (H2_CONNECT_SHARE each, the usual SETTINGS_MAX_CONCURRENT_STREAMS; at most
+ * H2_CONNECT_PAR at once): 10,000 runs starting together do not wait for 100 handshakes
+ * one after the other. fresh: a new one in any case. NULL with *e filled. */
 static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
 {
     struct h2c *hc;
@@ -2786,7 +2826,12 @@ static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
             }
         }
         if (fresh || !H2C.connecting) break;
+        if (H2C.connecting < H2_CONNECT_PAR
+            && H2C.waiting >= H2C.connecting * H2_CONNECT_SHARE)
+            break;
+        H2C.waiting++;
         pthread_cond_wait(&H2C.cond, &H2C.lock);
+        H2C.waiting--;
     }
     H2C.connecting++;
     pthread_mutex_unlock(&H2C.lock);
@@ -2870,12 +2915,7 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     s = calloc(1, sizeof *s);
     if (s) {
         s->sig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        s->wsig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (s->sig < 0 || s->wsig < 0) {
-            if (s->sig >= 0) close(s->sig);
-            if (s->wsig >= 0) close(s->wsig);
-            s->sig = -1;
-        }
+        s->wsig = -1;
     }
     pthread_mutex_lock(&hc->mu);
     if (s && s->sig >= 0 && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
@@ -2895,7 +2935,7 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     if (id <= 0) {
         hc->open--;
         pthread_mutex_unlock(&hc->mu);
-        if (s && s->sig >= 0) { close(s->sig); close(s->wsig); }
+        if (s && s->sig >= 0) close(s->sig);
         free(s);
         h2c_unref(hc);
         return NULL;
@@ -2932,6 +2972,11 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
         if (room == 0 && off < n) {
             short ev = POLLIN;
             int64_t deadline = w->end && w->end < s->deadline ? w->end : s->deadline;
+            if (s->wsig < 0 && (s->wsig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+                pthread_mutex_unlock(&hc->mu);
+                w->why = UPX_IO;
+                return -1;
+            }
             s->blocked = 1;
             pthread_mutex_unlock(&hc->mu);
             h2c_wake(hc);
@@ -2994,12 +3039,15 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
         pthread_mutex_lock(&hc->mu);
         if (s->in.len) {
             coai_buf t = s->taken;
+            const unsigned char *q;
+            int wake;
             s->taken = s->in;
             s->in = t;
             coai_buf_reset(&s->in);
             coai_h2_consumed(hc->core, s->id, s->taken.len);    /* the window goes back */
+            wake = coai_h2_want_write(hc->core, &q) > 0;        /* a WINDOW_UPDATE is due */
             pthread_mutex_unlock(&hc->mu);
-            h2c_wake(hc);
+            if (wake) h2c_wake(hc);
             *p = s->taken.data;
             return (long)s->taken.len;
         }
@@ -3085,7 +3133,7 @@ static void h2s_close(struct h2s *s)
     pthread_cond_broadcast(&H2C.cond);
     pthread_mutex_unlock(&H2C.lock);
     close(s->sig);
-    close(s->wsig);
+    if (s->wsig >= 0) close(s->wsig);
     coai_buf_free(&s->in);
     coai_buf_free(&s->taken);
     free(s);
