@@ -3,9 +3,10 @@
 # Normally run as `./build.sh bench [ARGS]` (release build first). Builds the load generator
 # (tests/bench/loadgen.c, gcc -O2, glibc) into build/bench/ and runs tests/bench/bench.py,
 # which prints a table and writes bench/results.json, then tests/bench/toolloop.py (the
-# tool-loop figure: held runs on and off). bench.py measures the binary in both transport
-# profiles side by side (connect, grpc-web) unless --compare or --one-profile. ARGS go to
-# bench.py (--help), e.g.
+# tool-loop figure: held runs on and off), then HTTP/2 against HTTP/1.1 in one table.
+# bench.py measures the binary over HTTP/2 and in both HTTP/1.1 transport profiles side by
+# side (connect, grpc-web) unless --compare or --one-profile. ARGS go to bench.py (--help),
+# e.g.
 #   ./build.sh bench --compare /path/to/older/cursor-oai --hold-big 9900
 # Env: COAI_BENCH_PROXY  binary to measure (default build/cursor-oai)
 #      COAI_DEPS_DIR     dependency cache (default build/deps), as for build.sh
@@ -31,4 +32,10 @@ gcc -std=c99 -O2 -Wall -Wextra -DPB_ENABLE_MALLOC -DPB_FIELD_32BIT -DCJSON_NESTI
 /usr/bin/python3 tests/bench/bench.py --loadgen build/bench/loadgen "$@"
 case " $* " in *" --help "* | *" -h "*) exit 0 ;; esac
 # the tool-loop figure (held runs on and off; also ./build.sh bench-toolloop on its own)
-CURSOR_OAI_BIN=${COAI_BENCH_PROXY:-build/cursor-oai} /usr/bin/python3 tests/bench/toolloop.py
+CURSOR_OAI_BIN=${COAI_BENCH_PROXY:-build/cursor-oai} /usr/bin/python3 tests/bench/toolloop.py \
+    --json build/bench/toolloop.json
+# both transports side by side, in one table (from bench/results.json and the tool loop)
+case " $* " in
+*" --compare "* | *" --one-profile "* | *" --out "*) ;;
+*) /usr/bin/python3 tests/bench/bench.py --summary build/bench/toolloop.json ;;
+esac

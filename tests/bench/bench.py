@@ -37,16 +37,39 @@ DELTAS = 2000           # text deltas per answer (unpaced and paced at 1 stream)
 PACE1_S = 0.0005        # paced, 1 stream: one delta every 0.5 ms (a 2,000-delta answer: 1 s)
 PACED64 = 200           # paced, 64 streams: deltas per answer ...
 PACE64_S = 0.010        # ... one every 10 ms each (a model-like 100 tokens/s; 6,400 deltas/s)
-HOLD_S = 12.0           # how long a held stream stays open upstream
+HOLD_S = 300.0          # the longest a held stream stays open upstream (the bench releases
+                        # them all once it has measured them open)
 CLK = os.sysconf("SC_CLK_TCK")
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def hold_scenario(secs):
-    """a stream that stays open: one delta, then quiet, then the end"""
-    return {"steps": [{"op": "text", "text": "held"}, {"op": "sleep", "s": secs},
+    """a stream that stays open: one delta, then quiet (the fake's "hold": no byte, one
+    poll or Event per stream) until the bench's POST /release (or secs), then the end"""
+    return {"steps": [{"op": "text", "text": "held"}, {"op": "hold", "max_s": secs},
                       {"op": "text", "text": " done"}, {"op": "turn_ended"},
                       {"op": "trailer", "status": 0}]}
+
+
+def raise_nofile(want):
+    """Soft and hard RLIMIT_NOFILE up to want (raising the hard limit needs root or
+    CAP_SYS_RESOURCE; bounded by fs.nr_open); the fake, the proxies and the load generator
+    inherit it. Returns the limits in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        with open("/proc/sys/fs/nr_open") as f:
+            want = min(want, int(f.read()))
+    except (OSError, ValueError):
+        pass
+    if hard != resource.RLIM_INFINITY and hard < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+        except (ValueError, OSError):
+            pass
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
 SCENARIOS = {
@@ -155,6 +178,9 @@ class Bench:
         sc["bench_hold_big"] = hold_scenario(self.a.hold_big_s)
         self.fake = H.Fake(self.tmp, scenarios=sc, token=self.token)
         self.fake_pid = self.fake.info["pid"]
+        # the fake PINGs every HTTP/2 connection; with 10,000 streams held on two cores its
+        # own interpreter can take longer than the usual 10 s to see an answer
+        self.fake.ctl("/config", {"h2_ping_ack_s": 60.0})
 
     def fake_ports(self):
         return {v for k, v in self.fake.info.items() if k.endswith("port") and
@@ -167,7 +193,7 @@ class Bench:
         env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
                     "CURSOR_API_URL": self.fake.url(), "SSL_CERT_FILE": self.fake.ca,
                     "CURSOR_ACCESS_TOKEN": self.token, "CURSOR_CLIENT_VERSION": H.CLIENT_VERSION,
-                    "CURSOR_OAI_IDLE_TIMEOUT": "300", "TZ": "UTC",
+                    "CURSOR_OAI_IDLE_TIMEOUT": "3600", "TZ": "UTC",
                     # the held streams are quiet upstream (no heartbeats) for up to
                     # --hold-big-s: not the run watchdog's business here (over HTTP/2
                     # the fake sends heartbeats on them)
@@ -313,18 +339,25 @@ class Bench:
     def hold(self, label, n, scenario):
         """n streams open at once through the proxy: errors, VmRSS while they are all open."""
         p = self.proxies[label]
+        # the last hold's streams gone at the fake (it waits a little for each client's
+        # END_STREAM) before its counters restart
+        H.wait_for(lambda: self.fake.state()["active_streams"] <= 0, 60)
         self.fake.ctl("/reset", {})
         time.sleep(0.3)
         rss0 = proc_status(p.pid, "VmRSS")
+        threads0 = proc_status(p.pid, "Threads")
+        fds0 = len(os.listdir("/proc/%d/fd" % p.pid))
 
         def on_ready(ok, failed, secs):
             time.sleep(0.2)
-            return {"ready": ok, "failed_before_ready": failed, "ramp_s": secs,
-                    "rss_kb": proc_status(p.pid, "VmRSS"),
-                    "threads": proc_status(p.pid, "Threads"),
-                    "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
-                    "fake_active": self.fake.state()["active_streams"],
-                    "upstream_conns": upstream_sockets(p.pid, self.fake_ports())}
+            m = {"ready": ok, "failed_before_ready": failed, "ramp_s": secs,
+                 "rss_kb": proc_status(p.pid, "VmRSS"),
+                 "threads": proc_status(p.pid, "Threads"),
+                 "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
+                 "fake_active": self.fake.state()["active_streams"],
+                 "upstream_conns": upstream_sockets(p.pid, self.fake_ports())}
+            self.fake.ctl("/release", {})       # measured: every held stream ends now
+            return m
         r = self.loadgen("hold", "--port", p.port, "--model", "scenario:" + scenario,
                          "--conc", n, "--expect", 2, "--ramp", self.a.ramp,
                          timeout=self.a.hold_big_s + 600, on_ready=on_ready)
@@ -332,6 +365,7 @@ class Bench:
         out = {"label": label, "n": n, "rss_before_kb": rss0, "errors": r["errors"],
                "n_errors": sum(r["errors"].values()), "ready": r.get("ready"),
                "ramp_s": r.get("ramp_s"), "rss_kb": r.get("rss_kb"),
+               "threads_before": threads0, "fds_before": fds0,
                "threads": r.get("threads"), "fds": r.get("fds"),
                "fake_active": r.get("fake_active"),
                "fake_max_active": st["max_active_streams"],
@@ -342,6 +376,8 @@ class Bench:
                "loadavg": loadavg()}
         if out["rss_kb"] is not None:
             out["rss_per_stream_kb"] = (out["rss_kb"] - rss0) / float(n)
+            out["threads_per_stream"] = (out["threads"] - threads0) / float(n)
+            out["fds_per_stream"] = (out["fds"] - fds0) / float(n)
         return out
 
     def startup(self, path):
@@ -366,9 +402,12 @@ class Bench:
 
     def run(self):
         a, R = self.a, self.res
+        # HTTP/1.1 holds two sockets per stream in the proxy (client, upstream) and the
+        # fake one per stream plus its BidiAppend connections: room for 10,000 and more
+        nofile = raise_nofile(4 * max(a.hold, a.hold_big) + 4096)
         R["machine"] = {"cpus": os.cpu_count(), "cpu": cpu_model(), "kernel": platform.release(),
                         "python": platform.python_version(), "loadavg_start": loadavg(),
-                        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}
+                        "nofile": nofile}
         if R["machine"]["loadavg_start"] > 0.5:
             say("note: load average %.2f before the bench: other work on this machine skews "
                 "the figures" % R["machine"]["loadavg_start"])
@@ -408,7 +447,7 @@ class Bench:
             self.answers(labels)
         R["hold"] = {}
         for lb, _ in labels:
-            sizes = [(64, "bench_hold"), (a.hold, "bench_hold")]
+            sizes = [(64, "bench_hold"), (a.hold, "bench_hold")] if a.hold > 0 else []
             if a.hold_big and (lb == labels[0][0] or lb == "connect"):
                 n = a.hold_big
                 # HTTP/1.1: a client and an upstream socket per stream
@@ -532,6 +571,9 @@ class Bench:
                                                                h["n_errors"])
                     s["hold_%d_ok" % n] = h["n_errors"] == 0 and h["fake_max_active"] == n
                     s["rss_per_stream_kb_%d" % n] = h.get("rss_per_stream_kb")
+                    s["threads_per_stream_%d" % n] = h.get("threads_per_stream")
+                    s["fds_per_stream_%d" % n] = h.get("fds_per_stream")
+                    s["ramp_s_%d" % n] = h.get("ramp_s")
                     s["upstream_conns_%d" % n] = h.get("upstream_conns")
                     s["handshakes_per_stream_%d" % n] = h["handshakes"] / float(n)
             s["idle_rss_kb"] = R["idle_rss_kb"][lb]
@@ -618,6 +660,11 @@ class Bench:
         for n in sorted({h["n"] for h in R["hold"].values()}):
             orow("streams held at once (%d)" % n, "hold_%d" % n, "%s")
             orow("VmRSS per open stream, %d open (KB)" % n, "rss_per_stream_kb_%d" % n, "%.1f")
+            orow("proxy threads per open stream, %d open" % n, "threads_per_stream_%d" % n,
+                 "%.2f")
+            orow("proxy descriptors per open stream, %d open" % n, "fds_per_stream_%d" % n,
+                 "%.2f")
+            orow("seconds to open all %d" % n, "ramp_s_%d" % n, "%.1f")
             orow("upstream TLS connections, %d open" % n, "upstream_conns_%d" % n, "%s")
             orow("TLS handshakes per stream, %d open" % n, "handshakes_per_stream_%d" % n,
                  "%.3f")
@@ -634,6 +681,56 @@ class Bench:
         L.append("stream errors: %s; fake validation errors: %d"
                  % (json.dumps(errs) if errs else "none", val))
         return "\n".join(L)
+
+
+def transport_table(res, loops):
+    """The two transports side by side (issue 23): the h2 and connect columns of a default
+    run's results.json, and the held-run row of toolloop.py --json."""
+    S = res.get("summary", {})
+    h2, h1 = S.get("h2"), S.get("connect")
+    if h2 is None or h1 is None:
+        return "(no HTTP/2 and HTTP/1.1 columns in these results: --compare or --one-profile)"
+    L = ["", "HTTP/2 against HTTP/1.1 (the same binary, CURSOR_OAI_TRANSPORT=h2 / http1 "
+         "with the connect profile; keep = the fake keeps HTTP/1.1 connections alive)",
+         "%-58s %20s %20s" % ("figure", "HTTP/2", "HTTP/1.1")]
+
+    def f(v, fmt):
+        return fmt % v if v is not None else "-"
+
+    def row(name, key, fmt, keys=("keep",)):
+        a = " / ".join(f(h2.get(key + ("_" + k if k else "")), fmt) for k in keys)
+        b = " / ".join(f(h1.get(key + ("_" + k if k else "")), fmt) for k in keys)
+        L.append("%-58s %20s %20s" % (name, a, b))
+    row("added first token p50, 1 stream (ms)", "added_ttfb_p50_ms_c1", "%.2f")
+    row("added first token p50, 64 streams (ms)", "added_ttfb_p50_ms_c64", "%.2f")
+    row("proxy CPU per delta, paced, 1 / 64 streams (us)", "cpu_us_per_delta_paced", "%.1f",
+        ("c1_keep", "c64_keep"))
+    row("proxy CPU per 2,000-delta answer, unpaced, 1 / 64 (ms)", "cpu_ms_per_answer_unpaced",
+        "%.2f", ("c1_keep", "c64_keep"))
+    row("system calls per delta, paced / unpaced", "syscalls_per_delta", "%.2f",
+        ("paced_keep", "unpaced_keep"))
+    row("upstream handshakes per request, 1 / 64 (keep)", "handshakes_per_request_short",
+        "%.2f", ("c1_keep", "c64_keep"))
+    row("upstream handshakes per request, 1 / 64 (close)", "handshakes_per_request_short",
+        "%.2f", ("c1_close", "c64_close"))
+    med = {}
+    for x in loops or []:
+        if x["continuation"] == "on" and x["ttft_ms"]:
+            med[x["transport"]] = sorted(x["ttft_ms"])[len(x["ttft_ms"]) // 2]
+    L.append("%-58s %20s %20s" % ("tool result -> next token, held run, median (ms)",
+                                  f(med.get("h2"), "%.1f"), f(med.get("http1"), "%.1f")))
+    for n in sorted({h["n"] for h in res.get("hold", {}).values()}):
+        if n < 1000 and any(h["n"] >= 1000 for h in res["hold"].values()):
+            continue
+        row("streams held at once, %d: open / errors" % n, "hold_%d" % n, "%s", ("",))
+        row("  VmRSS per stream (KB)", "rss_per_stream_kb_%d" % n, "%.1f", ("",))
+        row("  threads per stream", "threads_per_stream_%d" % n, "%.2f", ("",))
+        row("  descriptors per stream", "fds_per_stream_%d" % n, "%.2f", ("",))
+        row("  upstream TLS connections", "upstream_conns_%d" % n, "%s", ("",))
+        row("  seconds to open them all", "ramp_s_%d" % n, "%.1f", ("",))
+    L.append("load average at the start %.2f (2 cores shared with other work: absolute times "
+             "are noisy)" % res["machine"]["loadavg_start"])
+    return "\n".join(L)
 
 
 def loadavg():
@@ -686,11 +783,13 @@ def main():
                     help="short answers one at a time (first-token figures)")
     ap.add_argument("--short64", type=int, default=256,
                     help="short answers 64 at a time (first-token figures)")
-    ap.add_argument("--hold", type=int, default=1000, help="streams held at once (default 1000)")
+    ap.add_argument("--hold", type=int, default=1000,
+                    help="streams held at once (default 1000; 64 are held first; 0: no holds)")
     ap.add_argument("--hold-big", type=int, default=0,
                     help="also hold this many streams at once (e.g. 10000; 0: skip)")
-    ap.add_argument("--hold-big-s", type=float, default=60.0,
-                    help="how long each of the --hold-big streams stays open upstream")
+    ap.add_argument("--hold-big-s", type=float, default=600.0,
+                    help="the longest each held stream stays open upstream (the bench ends "
+                    "them once measured)")
     ap.add_argument("--ramp", type=int, default=200,
                     help="hold: at most this many streams starting at a time")
     ap.add_argument("--hold-only", action="store_true",
@@ -699,7 +798,19 @@ def main():
     ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
     ap.add_argument("--startup-runs", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
+    ap.add_argument("--summary", metavar="TOOLLOOP_JSON",
+                    help="measure nothing: print HTTP/2 against HTTP/1.1 from --out and "
+                    "toolloop.py --json's file (tests/bench.sh does, after both)")
     a = ap.parse_args()
+    if a.summary:
+        with open(a.out) as f:
+            res = json.load(f)
+        loops = None
+        if os.path.exists(a.summary):
+            with open(a.summary) as f:
+                loops = json.load(f)
+        print(transport_table(res, loops))
+        return
     a.proxy = os.path.abspath(a.proxy)
     if a.compare:
         a.compare = os.path.abspath(a.compare)

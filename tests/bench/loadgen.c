@@ -14,7 +14,9 @@
  *       stream has its first content delta (or failed), then waits for them all to end.
  *       --ramp K: at most K streams are between "connect" and "first delta" at a time (the
  *       others wait their turn), so that opening 10,000 streams measures the proxy, not a
- *       10,000-deep queue of TLS handshakes in the single-threaded fake.
+ *       10,000-deep queue of TLS handshakes in the single-threaded fake. All streams are
+ *       driven by one thread (epoll): threads are bounded machine-wide by pid_max (32,768
+ *       here), and the proxy and the fake need theirs.
  *   loadgen startup --bin PROXY --port P --count R
  *       R times: fork+exec "PROXY serve --listen 127.0.0.1:P" (environment inherited), time
  *       until a TCP connect succeeds and until GET /health answers, VmRSS at that point.
@@ -44,6 +46,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,6 +55,7 @@
 #define LG_RBUF 65536
 #define LG_MAX_LAT 2000000          /* per-delta latency samples kept */
 #define LG_IO_TIMEOUT_S 60
+#define LG_HOLD_IDLE_S 900           /* hold: give up after this long without an event */
 
 enum { M_PROXY, M_DIRECT, M_HOLD, M_STARTUP };
 
@@ -532,6 +536,190 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* ---- hold mode: every stream on one thread (epoll), so that 10,000 held streams cost the
+ * load generator 10,000 sockets, not 10,000 threads (the machine's pid_max bounds threads
+ * across the proxy, the fake and this) ---- */
+
+struct hs {
+    int fd, phase;                  /* HS_* */
+    size_t sent;                    /* request bytes written */
+    int64_t t0;
+    coai_buf in;                    /* the whole response so far (a held answer is small) */
+    int head_done, status;
+};
+
+enum { HS_WAIT, HS_CONNECTING, HS_READING, HS_DONE };
+
+static int hold_count(const coai_buf *b, size_t from, const char *pat)
+{
+    size_t n = strlen(pat);
+    int k = 0;
+    const unsigned char *p = b->data + from, *end = b->data + b->len;
+    while (p + n <= end) {
+        const unsigned char *q = memmem(p, (size_t)(end - p), pat, n);
+        if (!q) break;
+        k++;
+        p = q + n;
+    }
+    return k;
+}
+
+static void hold_end(struct hs *h, struct rec *r, const char *err, int *starting)
+{
+    if (h->phase == HS_DONE) return;
+    if (!err && h->status != 200) err = "status";
+    if (!err && memmem(h->in.data, h->in.len, "{\"error\":", 9)) err = "error_event";
+    if (!err && !memmem(h->in.data, h->in.len, "data: [DONE]", 12)) err = "no_done";
+    if (!err && G.expect && r->events != G.expect) err = "delta_count";
+    r->err = err;
+    r->total = (now_ns() - h->t0) / 1000;
+    if (r->events == 0) {           /* never got going: its ramp slot, and READY's count */
+        (*starting)--;
+        atomic_fetch_add(&G.failed, 1);
+    }
+    if (h->fd >= 0) close(h->fd);
+    h->fd = -1;
+    h->phase = HS_DONE;
+    coai_buf_free(&h->in);
+}
+
+/* Bytes arrived on h: the head's status, content deltas (each "content":" of an SSE event,
+ * as sse_cb counts them), the end (the terminating chunk). */
+static void hold_feed(struct hs *h, struct rec *r, int *starting)
+{
+    int total;
+    if (!h->head_done) {
+        if (!memmem(h->in.data, h->in.len, "\r\n\r\n", 4)) return;
+        h->head_done = 1;
+        r->head = (now_ns() - h->t0) / 1000;
+        if (h->in.len > 12 && !memcmp(h->in.data, "HTTP/1.1 ", 9))
+            h->status = atoi((const char *)h->in.data + 9);
+    }
+    total = hold_count(&h->in, 0, "\"content\":\"");
+    if (total > r->events) {
+        if (r->events == 0) {
+            r->ttfb = (now_ns() - h->t0) / 1000;
+            (*starting)--;
+            atomic_fetch_add(&G.ready, 1);
+        }
+        r->events = total;
+    }
+    if (h->in.len >= 5 && !memcmp(h->in.data + h->in.len - 5, "0\r\n\r\n", 5))
+        hold_end(h, r, NULL, starting);
+}
+
+static int hold_mode(void)
+{
+    struct hs *hs = calloc((size_t)G.count, sizeof *hs);
+    struct epoll_event *evs = calloc(1024, sizeof *evs);
+    char head[256];
+    int ep = epoll_create1(EPOLL_CLOEXEC), hn, next = 0, done = 0, starting = 0, i;
+    int ready_said = 0;
+    int64_t last_progress = now_ns();
+    if (!hs || !evs || ep < 0) die("hold: out of memory");
+    hn = snprintf(head, sizeof head, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                  "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                  G.port, G.body_len, G.body);
+    if (hn <= 0 || (size_t)hn >= sizeof head) die("hold: request too long");
+    for (i = 0; i < G.count; i++) {
+        hs[i].fd = -1;
+        R[i].head = R[i].ttfb = R[i].total = -1;
+    }
+    while (done < G.count) {
+        int n, j;
+        /* start streams while fewer than --ramp are between connect and first delta */
+        while (next < G.count && (!ramp_k || starting < ramp_k)) {
+            struct hs *h = &hs[next];
+            struct sockaddr_in a;
+            struct epoll_event ev;
+            int one = 1;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_port = htons((uint16_t)G.port);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            starting++;
+            h->t0 = now_ns();
+            h->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+            if (h->fd >= 0) setsockopt(h->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            if (h->fd < 0 || (connect(h->fd, (struct sockaddr *)&a, sizeof a) < 0
+                              && errno != EINPROGRESS)) {
+                hold_end(h, &R[next], "connect", &starting);
+                done++;
+                next++;
+                continue;
+            }
+            h->phase = HS_CONNECTING;
+            ev.events = EPOLLOUT | EPOLLIN;
+            ev.data.u32 = (uint32_t)next;
+            if (epoll_ctl(ep, EPOLL_CTL_ADD, h->fd, &ev) < 0) die("epoll_ctl");
+            next++;
+        }
+        if (!ready_said && next == G.count
+            && atomic_load(&G.ready) + atomic_load(&G.failed) >= G.count) {
+            fprintf(stderr, "READY %d %d %.3f\n", atomic_load(&G.ready), atomic_load(&G.failed),
+                    (double)(now_ns() - G.t_start) / 1e9);
+            fflush(stderr);
+            ready_said = 1;
+        }
+        if (done >= G.count) break;
+        n = epoll_wait(ep, evs, 1024, 1000);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) die("epoll_wait");
+        if (n > 0) last_progress = now_ns();
+        else if (now_ns() - last_progress > (int64_t)LG_HOLD_IDLE_S * 1000000000) {
+            for (i = 0; i < G.count; i++)
+                if (hs[i].phase != HS_DONE && hs[i].phase != HS_WAIT) {
+                    hold_end(&hs[i], &R[i], "timeout", &starting);
+                    done++;
+                }
+            break;
+        }
+        for (j = 0; j < n; j++) {
+            int idx = (int)evs[j].data.u32;
+            struct hs *h = &hs[idx];
+            struct rec *r = &R[idx];
+            if (h->phase == HS_CONNECTING && (evs[j].events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+                ssize_t w = send(h->fd, head + h->sent, (size_t)hn - h->sent, MSG_NOSIGNAL);
+                if (w < 0 && (errno == EAGAIN || errno == EINPROGRESS)) continue;
+                if (w < 0) { hold_end(h, r, "connect", &starting); done++; continue; }
+                h->sent += (size_t)w;
+                if (h->sent == (size_t)hn) {
+                    struct epoll_event ev;
+                    h->phase = HS_READING;
+                    ev.events = EPOLLIN;
+                    ev.data.u32 = (uint32_t)idx;
+                    epoll_ctl(ep, EPOLL_CTL_MOD, h->fd, &ev);
+                }
+                continue;
+            }
+            if (h->phase == HS_READING && (evs[j].events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+                unsigned char b[16384];
+                ssize_t k = recv(h->fd, b, sizeof b, 0);
+                if (k < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+                if (k <= 0) {           /* the end: fine after [DONE] (Connection: close) */
+                    hold_end(h, r, k == 0 && h->in.len
+                             && memmem(h->in.data, h->in.len, "data: [DONE]", 12) ? NULL : "io",
+                             &starting);
+                    done++;
+                    continue;
+                }
+                r->bytes += k;
+                if (coai_buf_append(&h->in, b, (size_t)k) < 0 || h->in.len > (1u << 20)) {
+                    hold_end(h, r, "too_big", &starting);
+                    done++;
+                    continue;
+                }
+                hold_feed(h, r, &starting);
+                if (h->phase == HS_DONE) done++;
+            }
+        }
+    }
+    close(ep);
+    free(evs);
+    free(hs);
+    return 0;
+}
+
 /* ---- trust anchors (PEM file -> BearSSL anchors) ---- */
 
 struct ta_ctx {
@@ -779,6 +967,11 @@ int main(int argc, char **argv)
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, G.mode == M_DIRECT ? 256 * 1024 : 128 * 1024);
     G.t_start = now_ns();
+    if (G.mode == M_HOLD) {
+        hold_mode();
+        G.conc = 1;
+        goto report;
+    }
     for (i = 0; i < G.conc; i++) {
         ws[i].a = calloc(1, sizeof *ws[i].a);
         ws[i].b = G.mode == M_DIRECT ? calloc(1, sizeof *ws[i].b) : NULL;
@@ -801,6 +994,7 @@ int main(int argc, char **argv)
         fflush(stderr);
     }
     for (i = 0; i < G.conc; i++) pthread_join(th[i], NULL);
+report:
     wall = now_ns() - G.t_start;
     printf("{\"mode\":\"%s\",\"conc\":%d,\"count\":%d,\"wall_us\":%lld,\"streams\":[",
            argv[1], G.conc, G.count, (long long)(wall / 1000));

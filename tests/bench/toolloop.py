@@ -109,6 +109,7 @@ def main():
     ap.add_argument("--result-kb", type=int, default=4)
     ap.add_argument("--transports", default="http1,h2",
                     help="comma-separated CURSOR_OAI_TRANSPORT values to run (http1, h2)")
+    ap.add_argument("--json", help="also write the rows to this file (bench.py --summary)")
     a = ap.parse_args()
     transports = [t for t in a.transports.split(",") if t]
     for t in transports:
@@ -158,6 +159,12 @@ def main():
         if used != {tr}:
             print("  the fake saw these transports instead of %s: %s" % (tr, sorted(
                 str(u) for u in used)))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([{"transport": tr, "continuation": mode, "runs": n, "prompt_bytes": prompt,
+                        "result_bytes": results, "ttft_ms": [x * 1000 for x in ttft],
+                        "finished": final == "LOOP DONE"}
+                       for tr, mode, n, prompt, results, ttft, final, used in rows], f)
     print("(TTFT: from sending a follow-up with tool results to its first content or tool-call "
           "chunk; prompt bytes: user messages of the run requests; result bytes: tool output "
           "sent as exec results on a held run)")

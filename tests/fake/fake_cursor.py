@@ -51,6 +51,7 @@ Control API: plain HTTP on 127.0.0.1:<control port> (JSON):
   POST /scenario         {"name": n, "scenario": {...}} register a scenario
   POST /next_scenario    {"name": n} queue a scenario for the next run that does not pick one
   POST /config           merge into the config (see DEFAULT_CONFIG)
+  POST /release          end every "hold" step waiting now (the bench's held streams)
   POST /shutdown
 
 Fault listeners (plain TCP, no TLS; ports in the ready file): rst_handshake_port reads the
@@ -477,7 +478,24 @@ class State:
         self.poll_counts = {}
         self.stop = threading.Event()
         self.ports = {}
+        # "hold" steps (the bench's held streams): POST /release ends them all at once
+        self.hold_gen = 0
+        self.release_pipe = os.pipe()   # readable once released: each waiter polls it
+        self.held = set()               # Events of the HTTP/2 streams in a hold step
         self.reset()
+
+    def release_holds(self):
+        """End every "hold" step waiting now (POST /release). A new pipe serves the next
+        holds; the old one stays readable (and open: a waiter may be about to poll it)."""
+        with self.lock:
+            self.hold_gen += 1
+            w = self.release_pipe[1]
+            self.release_pipe = os.pipe()
+            held, self.held = self.held, set()
+        os.write(w, b"x")
+        for ev in held:
+            ev.set()
+        return len(held)
 
     def reset(self):
         with self.lock:
@@ -720,6 +738,28 @@ class Conn:
                 time.sleep(0.05)
         else:
             time.sleep(left)
+
+    def hold(self, seconds):
+        """A "hold" step: quiet until POST /release, the peer closes or `seconds` pass, in
+        one poll() on the socket and the release pipe (10,000 held streams cost nothing
+        until they end). Returns 'closed', 'released' or 'timeout'."""
+        end = time.time() + seconds
+        with S.lock:
+            gen, rel = S.hold_gen, S.release_pipe[0]
+        while S.hold_gen == gen:
+            if self.peer_closed():
+                return "closed"
+            left = end - time.time()
+            if left <= 0 or S.stop.is_set():
+                return "timeout"
+            try:
+                pl = select.poll()
+                pl.register(self.sock, select.POLLIN)
+                pl.register(rel, select.POLLIN)
+                pl.poll(min(30.0, left) * 1000)
+            except (OSError, ValueError):
+                time.sleep(0.05)
+        return "released"
 
     def abort(self, close_notify=False, rst=False):
         self.closed = True
@@ -2091,6 +2131,13 @@ def run_step(ctx, st):
         if ctx.conn.wait(float(st.get("s", 0.1))) == "closed":
             raise PeerClosed("closed during sleep")
         return
+    if op == "hold":
+        # quiet (no byte, no heartbeat) until POST /release or max_s: the bench's held streams
+        r = ctx.conn.hold(float(st.get("max_s", 600)))
+        if r == "closed":
+            raise PeerClosed("closed during hold")
+        S.count("holds_" + r)
+        return
     if op == "stall":
         # A script that stalls after an exec was written for one run per request: when tool
         # results arrive on the run (a client holding it), it cannot go on, so it ends with
@@ -2514,6 +2561,7 @@ class H2Stream:
         self.hold_window = False     # "a window that stays closed": no stream WINDOW_UPDATE
         self.on_message = None       # callback(bytes) for each request message
         self.run = None
+        self.hold_ev = None          # set when a "hold" step must look again (reset, release)
 
     # --- the Conn interface
     def _head(self, status=200, ctype=CT_CONNECT, end=False):
@@ -2567,6 +2615,33 @@ class H2Stream:
             if not self.peer_closed():
                 self.hc.cond.wait(min(1.0, left))
 
+    def hold(self, seconds):
+        """A "hold" step: quiet until POST /release, a reset or `seconds` pass, waiting on an
+        Event of its own (not the connection's condition, which every frame read wakes: 100
+        held streams per connection woken by each client heartbeat starve the interpreter)."""
+        end = time.time() + seconds
+        ev = self.hold_ev = threading.Event()
+        with S.lock:
+            gen = S.hold_gen
+            S.held.add(ev)
+        try:
+            while S.hold_gen == gen:
+                if self.peer_closed():
+                    return "closed"
+                left = end - time.time()
+                if left <= 0 or S.stop.is_set():
+                    return "timeout"
+                ev.wait(min(30.0, left))
+            return "released"
+        finally:
+            with S.lock:
+                S.held.discard(ev)
+
+    def wake_hold(self):
+        ev = self.hold_ev
+        if ev is not None:
+            ev.set()
+
     def abort(self, close_notify=False, rst=False):
         """A script's "close": on HTTP/2 the stream is reset (INTERNAL_ERROR); the other
         streams of the connection go on."""
@@ -2618,6 +2693,7 @@ class H2Conn:
                 self.why = why
             for st in self.streams.values():
                 st.reset = True
+                st.wake_hold()
             self.cond.notify_all()
 
     def send_headers(self, sid, headers, end):
@@ -2663,6 +2739,7 @@ class H2Conn:
             st = self.streams.get(sid)
             if st:
                 st.reset = True
+                st.wake_hold()
             self.cond.notify_all()
 
     def goaway(self, code=0, last=None):
@@ -2806,6 +2883,7 @@ class H2Conn:
             st = self.streams.get(ev.stream_id)
             if st:
                 st.reset = True
+                st.wake_hold()
                 S.count("h2_client_resets")
         elif isinstance(ev, h2.events.PingAckReceived):
             if ev.ping_data == b"goaway!!":
@@ -3391,6 +3469,8 @@ class Ctl(BaseHTTPRequestHandler):
                 else:
                     S.config[k] = v
             return self._json({"ok": True})
+        if self.path == "/release":
+            return self._json({"ok": True, "h2_streams": S.release_holds()})
         if self.path == "/shutdown":
             self._json({"ok": True})
             S.stop.set()
