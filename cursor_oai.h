@@ -684,6 +684,9 @@ typedef struct coai_exec_ref {
     int64_t write_lines, write_size; /* write: lines and bytes of the file_text asked for */
     int exit_trap;              /* shell: the command carries COAI_EXIT_TRAP (its result ends
                                  * with the exit code line) */
+    unsigned part, parts;       /* a write split over several tool calls (parts > 1): this
+                                 * call is part `part` (0-based); Cursor gets one result for
+                                 * all of them (coai_exec_part_answers) */
 } coai_exec_ref;
 /* What an OpenAI-chat client's `bash` tool with a `workdir` parameter (OpenCode, Kilo Code:
  * results without an exit code) runs before Cursor's command: stderr joins stdout (those
@@ -1967,6 +1970,11 @@ int coai_model_alias(const coai_model *m, size_t i, coai_str *out);
 typedef struct coai_tool_call {
     size_t tool;               /* index into the client's tools */
     coai_buf args;             /* arguments JSON text (compact) */
+    unsigned part;             /* in: which call of a split exec to map (0 = the first) */
+    unsigned parts;            /* out: how many calls the exec takes (0 or 1: one). A write
+                                * too big for one argument of a one-string shell tool
+                                * (Linux: 128 KiB) takes several: map it again with part
+                                * 1, 2 ... parts-1 for the others' arguments */
 } coai_tool_call;
 
 /* Map an exec to one of the client's tools (spec §8.2 plus schema-driven renaming).
@@ -2011,6 +2019,12 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count
 int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
                             coai_str text, int is_error);
 void coai_exec_outcome_free(coai_exec_outcome *o);
+/* Whether a call's outcome is what Cursor gets for its exec. One exec split over several
+ * calls (x->parts > 1, a big write: coai_tool_call.parts) gets one result: the first
+ * failing part's outcome, else the last part's. Ask for each call in order with the
+ * outcome's is_error; *failed is the caller's state for the group (part 0 resets it).
+ * Returns 1 (send this outcome) or 0 (leave it out); 1 for every call that is not split. */
+int coai_exec_part_answers(const coai_exec_ref *x, int is_error, int *failed);
 
 /* Called with one serialized AgentClientMessage for the upstream; non-zero = failure. */
 typedef int (*coai_upstream_fn)(void *user, const unsigned char *msg, size_t n);
@@ -2477,7 +2491,12 @@ int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap
  * declares an array, else coai_exec_map's names; write -> apply_patch ("*** Add File"),
  * delete -> apply_patch ("*** Delete File"), else a shell command; read / ls / grep ->
  * a dedicated tool via coai_exec_map, else a shell command (cat, ls -la, rg). Custom
- * (freeform) tools get {"input": text}. Same contract as coai_exec_map. */
+ * (freeform) tools get {"input": text}. Same contract as coai_exec_map. A write through
+ * exec_command or shell_command (one string: Linux takes 128 KiB in one argument) that
+ * does not fit one command is split: tc->parts calls of COAI_WRITE_PART_BYTES each, as
+ * base64, into a staging directory beside the target, the whole file renamed into place
+ * by the call that completes it (the array-form shell takes the content as several
+ * arguments of one call instead). */
 int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             coai_str workspace, coai_tool_call *tc);
 /* The final response object (valid once the reply is done without error; empty view
@@ -10068,6 +10087,15 @@ void coai_exec_outcome_free(coai_exec_outcome *o)
     if (o) coai_buf_free(&o->own_);
 }
 
+int coai_exec_part_answers(const coai_exec_ref *x, int is_error, int *failed)
+{
+    if (!x || x->parts <= 1) return 1;
+    if (x->part == 0) *failed = 0;
+    if (*failed) return 0;
+    if (is_error) { *failed = 1; return 1; }
+    return x->part + 1 >= x->parts;
+}
+
 static int coai__gm_outcome(coai_exec_outcome *o, coai_str t);   /* PART:GEMINI */
 
 int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
@@ -10109,6 +10137,20 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         shell = 1;
     }
     if (!shell) coai__rs_back(o, &raw);
+    if (x && x->parts > 1 && (!shell || !o->has_exit || o->exit_code != 0 || o->is_error)) {
+        /* a part of a split write counts as done only with exit code 0: a refused command
+         * or one still running says nothing good about the file. Its text (which can
+         * quote the whole command, base64 and all) is cut to 4 KiB. */
+        coai_str e = shell && o->out.len ? o->out : text;
+        if (e.len > 4096) {
+            e.len = 4096;
+            while (e.len && ((unsigned char)e.ptr[e.len] & 0xc0) == 0x80) e.len--;
+        }
+        o->is_error = 1;
+        o->err = e;
+        o->out.len = 0;
+        return 0;
+    }
     if (shell) {
         o->is_error = o->is_error || (o->has_exit && o->exit_code != 0);
         body = o->out;
@@ -10940,6 +10982,7 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
     b = ex->kind == COAI_EXEC_MCP ? ex->tool_call_id : ex->exec_id;
     if (!coai__oa_alnum_append(id, b, 32) && !coai__oa_alnum_append(id, ex->exec_id, 32))
         coai_buf_printf(id, "%lu", (unsigned long)ex->id);
+    if (tc->parts > 1) coai_buf_printf(id, "_part%u", tc->part + 1);
     coai_buf_reset(&r->tc_name_);
     coai_buf_append(&r->tc_name_, t->name.ptr, t->name.len);
     coai_buf_reset(&r->tc_args_);
@@ -10948,6 +10991,10 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
     if (coai__oa_call_add(r, ex) < 0) return coai__oa_fail_nomem(r);
     r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__oa_traps_exit(r->o_.dialect, (int)ex->kind,
                                                                   t);
+    if (tc->parts > 1) {
+        r->calls_[r->ncalls_ - 1].ref.part = tc->part;
+        r->calls_[r->ncalls_ - 1].ref.parts = tc->parts;
+    }
     r->has_tool_call_ = 1;
     r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
                             + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
@@ -10956,7 +11003,8 @@ static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_too
         r->w_->tool_call(r);
     }
     r->tools_open_ = 1;
-    if (r->o_.batch_tools) return coai__oa_out_result(r);
+    /* a split exec's calls go out together, whatever batch_tools says */
+    if (r->o_.batch_tools || tc->part + 1 < tc->parts) return coai__oa_out_result(r);
     return coai_reply_end_tools(r);
 }
 
@@ -11039,6 +11087,13 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
         rc = coai__oa_tool_call(r, ex, &tc);
+        /* an exec split over several calls (a big write): the others, in order */
+        while (rc == COAI_OK && tc.part + 1 < tc.parts) {
+            tc.part++;
+            m = coai__exec_map_of(r->o_.dialect)(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
+            if (m <= 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
+            rc = coai__oa_tool_call(r, ex, &tc);
+        }
         coai_buf_free(&tc.args);
         return rc;
     }
@@ -12939,6 +12994,61 @@ static int coai__rs_shell_args(coai_buf *b, int style, coai_str cmd, coai_str cw
 
 /* The most content one argument of the shell fallback carries (Linux: 128 KiB each). */
 #define COAI__RS_ARG_CHUNK (96u * 1024u)
+/* The bytes of a write one call of a one-string shell tool carries when the write is
+ * split: 64 KiB, 87,384 as base64, so the command stays near 86 KiB, well under Linux's
+ * 128 KiB for one argument (MAX_ARG_STRLEN) with the script and the `bash -lc` around it. */
+#ifndef COAI_WRITE_PART_BYTES
+#define COAI_WRITE_PART_BYTES (64u * 1024u)
+#endif
+
+/* Would `printf '%s' 'content' > 'path'` pass one argument's limit? */
+static int coai__rs_write_fits(coai_str path, coai_str content)
+{
+    size_t i, q = content.len + path.len * 4 + 256;
+    for (i = 0; i < content.len; i++)
+        if (content.ptr[i] == '\'') q += 3;
+    return q <= COAI__RS_ARG_CHUNK;
+}
+
+/* The command of call k (0-based) of n that a split write makes. Each call decodes its
+ * part (base64: any bytes) into a staging directory beside the target and renames it into
+ * place there; whichever call finds every part present (the last one when the client runs
+ * them in order, any one when it runs them at once) takes the directory's lock, joins the
+ * parts and renames the whole file onto the target: the target is never half-written. The
+ * staging directory is named by a hash of the path and the content, so a retry finds only
+ * parts of the same bytes. */
+static void coai__rs_write_part(coai_buf *cmd, coai_str path, coai_str content, unsigned k,
+                                unsigned n)
+{
+    uint64_t h = 1469598103934665603ULL;            /* FNV-1a over path, NUL, content */
+    size_t i, at = (size_t)k * COAI_WRITE_PART_BYTES, len = content.len - at;
+    unsigned j;
+    for (i = 0; i < path.len; i++) { h ^= (unsigned char)path.ptr[i]; h *= 1099511628211ULL; }
+    h *= 1099511628211ULL;
+    for (i = 0; i < content.len; i++) {
+        h ^= (unsigned char)content.ptr[i];
+        h *= 1099511628211ULL;
+    }
+    if (len > COAI_WRITE_PART_BYTES) len = COAI_WRITE_PART_BYTES;
+    coai_buf_printf(cmd, "# cursor-oai: write part %u of %u\nset -e\np=", k + 1, n);
+    coai__an_sq(cmd, path);
+    coai_buf_printf(cmd, "\nd=$(dirname -- \"$p\")\nmkdir -p -- \"$d\"\n"
+                    "s=\"$d/.cursor-oai-write-%016llx-%u\"\nmkdir -p -- \"$s\"\n"
+                    "printf '%%s' '", (unsigned long long)h, n);
+    coai_base64_append(cmd, content.ptr + at, len, 0);
+    coai_buf_printf(cmd, "' | base64 -d > \"$s/%u.tmp\"\nmv -- \"$s/%u.tmp\" \"$s/%u\"\n"
+                    "for i in", k + 1, k + 1, k + 1);
+    for (j = 1; j <= n; j++) coai_buf_printf(cmd, " %u", j);
+    /* no rm -f / -r: Codex refuses such commands ("rm -f style commands are not
+     * permitted"), so the parts go one by one and the directories with rmdir */
+    coai_buf_puts(cmd, "; do [ -e \"$s/$i\" ] || exit 0; done\n"
+                  "mkdir -- \"$s/lock\" 2>/dev/null || exit 0\nfor i in");
+    for (j = 1; j <= n; j++) coai_buf_printf(cmd, " %u", j);
+    coai_buf_puts(cmd, "; do cat -- \"$s/$i\"; done > \"$s/all\"\n"
+                  "mv -- \"$s/all\" \"$p\"\nfor i in");
+    for (j = 1; j <= n; j++) coai_buf_printf(cmd, " %u", j);
+    coai_buf_puts(cmd, "; do rm -- \"$s/$i\"; done\nrmdir -- \"$s/lock\" \"$s\"");
+}
 
 /* A patch that writes content to path: every line "+"-prefixed (the last line gets its
  * newline, as apply_patch writes whole lines). */
@@ -13007,7 +13117,14 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         if (ex->kind == COAI_EXEC_WRITE && (m = coai_exec_map(ex, tools, count, workspace, tc)))
             return m;
         if (!style) return 0;
-        if (ex->kind == COAI_EXEC_DELETE) {
+        if (ex->kind == COAI_EXEC_WRITE && style != 3
+            && !coai__rs_write_fits(ex->path, ex->content)) {
+            /* one string per call (exec_command, shell_command): several calls */
+            size_t n = (ex->content.len + COAI_WRITE_PART_BYTES - 1) / COAI_WRITE_PART_BYTES;
+            tc->parts = (unsigned)n;
+            if (tc->part >= tc->parts) return -1;
+            coai__rs_write_part(&cmd, ex->path, ex->content, tc->part, tc->parts);
+        } else if (ex->kind == COAI_EXEC_DELETE) {
             coai_buf_puts(&cmd, "rm -f -- ");
             coai__an_sq(&cmd, ex->path);
         } else if (style == 3 && ex->content.len > COAI__RS_ARG_CHUNK) {

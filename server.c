@@ -6558,7 +6558,8 @@ static void run_hb_execs(struct run *r, const coai_reply_call *calls, size_t n)
     pthread_mutex_lock(&r->hb.mu);
     r->hb.n = 0;
     for (i = 0; i < n && r->hb.n < sizeof r->hb.ids / sizeof r->hb.ids[0]; i++)
-        r->hb.ids[r->hb.n++] = calls[i].ref.id;
+        if (calls[i].ref.part == 0)             /* a split write's calls: one exec */
+            r->hb.ids[r->hb.n++] = calls[i].ref.id;
     r->hb.exec_last = mono_ms();
     pthread_cond_signal(&r->hb.cv);
     pthread_mutex_unlock(&r->hb.mu);
@@ -8005,7 +8006,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
     uint32_t ms = (uint32_t)(mono_ms() - r->held.tools_at);
     coai_buf text = { 0 }, m = { 0 };
     coai_exec_outcome oc;
-    int rc = 0, is_error = 0;
+    int rc = 0, is_error = 0, part_failed = 0;
     const coai_image *imgs;
     memset(&oc, 0, sizeof oc);
     /* Images in a result only an MCP result can carry (McpImageContent); for any other
@@ -8042,6 +8043,8 @@ static int held_results(struct run *r, char *why, size_t wcap)
                 calls[i].call_id.ptr, (int)calls[i].tool.len, calls[i].tool.ptr, oc.shape,
                 oc.is_error ? " error" : "", oc.has_exit ? "" : "unknown/", oc.has_exit
                 ? oc.exit_code : oc.is_error);
+        /* a write split over several calls answers Cursor once */
+        if (!coai_exec_part_answers(&calls[i].ref, oc.is_error, &part_failed)) continue;
         for (step = 0; rc == 0; step++) {
             int er;
             coai_buf_reset(&m);

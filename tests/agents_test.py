@@ -12,11 +12,16 @@ off, closed proxy: tests/e2e/clients.py):
   fail    a command that prints to stdout and stderr and exits 3: the fake receives exit
           code 3 (a shell failure) and the answer reports it
   usage   a Cursor usage limit: the client shows the limit message within 10 s
+  big     Cursor writes big.txt, over 200 KiB (no trailing newline, quotes, `$`, UTF-8):
+          the bytes on disk must be Cursor's, and the fake gets one write result with the
+          right lines_created / file_size. Codex with a model it does not know offers no
+          apply_patch: the write goes through exec_command (one string per call, Linux's
+          128 KiB per argument), split by cursor-oai into several calls
 
 Each task is one upstream run with continuation on (held runs): the answer is composed by the
 fake from the typed result fields it received, so a result sent the old way fails here.
 Prints `RESULT <passed> <failed>` last. AGENTS_ONLY=claude,codex,qwen,kilo,opencode picks
-clients; AGENTS_TASKS=rw,shell,fail,usage picks tasks.
+clients; AGENTS_TASKS=rw,shell,fail,usage,big picks tasks.
 """
 
 import json
@@ -40,6 +45,13 @@ END = H.END
 
 
 INPUT = "alpha line %s\nbeta: two\n"
+
+
+def big_text(secret):
+    """Over 200 KiB: quotes, `$`, backslashes and UTF-8 on every line, no trailing newline."""
+    lines = ["%05d %s it's \"q\" $HOME `x` \\ %% caf\u00e9 \u20ac \U0001f30d %s"
+             % (i, secret, "z" * (i % 37)) for i in range(3200)]
+    return "\n".join(lines)
 
 
 def scenarios(ws, secret):
@@ -67,6 +79,13 @@ def scenarios(ws, secret):
             {"op": "await_results", "max_s": 120},
             {"op": "text_from_fields", "id": 1,
              "template": "FAILED EXIT[{exit_code}] {variant}"}] + END},
+        "ag_big": {"steps": [
+            {"op": "text", "text": "Writing big.txt."},
+            {"op": "exec", "kind": "write", "id": 1, "exec_id": "exec-big-1",
+             "path": os.path.join(ws, "big.txt"), "file_text": big_text(secret), "hold": True},
+            {"op": "await_results", "max_s": 180},
+            {"op": "text_from_fields", "id": 1,
+             "template": "BIG-DONE {variant} {lines_created} lines {file_size} bytes"}] + END},
         "ag_usage": {"steps": [{"op": "trailer", "status": 8,
                                 "message": "You've hit your usage limit",
                                 "details": {"error": 10, "title": "Usage limit",
@@ -201,6 +220,41 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
         check("fail: the answer reports the real exit code",
               "FAILED EXIT[3] failure" in answer(r), answer(r)[-800:] or r)
 
+    if "big" in tasks:
+        data = big_text(secret)
+        raw = data.encode()
+        r, runs = run_task(fake, cl, name, "ag_big", "Write big.txt.", ws, timeout=300)
+        p = os.path.join(ws, "big.txt")
+        got = open(p, "rb").read() if os.path.exists(p) else None
+        check("big: big.txt holds Cursor's %d bytes" % len(raw), got == raw,
+              (None if got is None else (len(got), got[:60], got[-60:]), r))
+        eq("big: one upstream run", len(runs), 1)
+        res = runs[-1]["exec_results"] if runs else {}
+        f1 = (res.get("1") or {}).get("fields") or {}
+        eq("big: one write result: success, lines_created, file_size",
+           (f1.get("variant"), f1.get("lines_created"), f1.get("file_size"), sorted(res)),
+           ("success", data.count("\n") + 1, len(raw), ["1"]))
+        check("big: the answer quotes what Cursor got", "BIG-DONE success %d lines %d bytes"
+              % (data.count("\n") + 1, len(raw)) in answer(r), answer(r)[-800:] or r)
+        if name == "codex":
+            # which tool Codex ran: exec_command, several calls, each under the limit
+            cmds = []
+            for line in r.text().splitlines():
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                it = ev.get("item") or {}
+                if ev.get("type") == "item.completed" and it.get("type") == "command_execution":
+                    cmds.append(it.get("command") or "")
+            parts = [c for c in cmds if "cursor-oai: write part" in c]
+            check("big: Codex ran the write as %d exec_command calls, each under 128 KiB"
+                  % len(parts), len(parts) == (len(raw) + 65535) // 65536
+                  and all(len(c.encode()) < 128 * 1024 for c in parts),
+                  [(len(c), c[:120]) for c in cmds])
+            stray = [x for x in os.listdir(ws) if x.startswith(".cursor-oai-write")]
+            eq("big: no staging directory left", stray, [])
+
     if "usage" in tasks:
         # a scenario of its own per client: the proxy's quota latch (per model) would answer
         # a second client without asking the fake
@@ -222,7 +276,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
 
 def main():
     only = [x for x in os.environ.get("AGENTS_ONLY", "").split(",") if x]
-    tasks = set(x for x in os.environ.get("AGENTS_TASKS", "rw,shell,fail,usage").split(",")
+    tasks = set(x for x in os.environ.get("AGENTS_TASKS", "rw,shell,fail,usage,big").split(",")
                 if x)
     if S.binary_missing():
         return 0

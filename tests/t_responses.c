@@ -1,10 +1,15 @@
 /* t_responses.c - the OpenAI Responses dialect: request parsing into the neutral request,
  * validation errors, previous_response_id history, the Codex exec mapping, and the writer
  * (stream events with sequence numbers, non-stream object, tool calls, errors). */
+#define _POSIX_C_SOURCE 200809L
 #define CURSOR_OAI_IMPLEMENTATION
 #include "cursor_oai.h"
 #include "test.h"
 #include <cJSON.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int parse(coai_responses_request *rr, const char *body, const char *hist, coai_error *e)
 {
@@ -578,6 +583,274 @@ static void test_big_write(void)
     coai_responses_request_free(&rr);
 }
 
+/* Run cmd as `bash -lc cmd` (one argument, as Codex's exec_command does) in dir: the exit
+ * status, or -1 when it could not run (E2BIG: the argument was over Linux's limit). */
+static int run_bash(const char *dir, const char *cmd)
+{
+    int st;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        if (chdir(dir) != 0) _exit(126);
+        execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st)) return -1;
+    return WEXITSTATUS(st) == 127 ? -1 : WEXITSTATUS(st);
+}
+
+/* The one command a split write's call k runs (its exec_command "cmd"), malloc'd. */
+static char *part_cmd(const coai_exec *ex, coai_tool *t, size_t nt, unsigned k,
+                      unsigned *parts)
+{
+    coai_tool_call tc;
+    cJSON *j;
+    char *c = NULL;
+    memset(&tc, 0, sizeof tc);
+    tc.part = k;
+    if (coai_responses_exec_map(ex, t, nt, coai_str_c(""), &tc) == 1) {
+        j = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
+        if (cJSON_IsString(cJSON_GetObjectItem(j, "cmd")))
+            c = strdup(cJSON_GetObjectItem(j, "cmd")->valuestring);
+        cJSON_Delete(j);
+    }
+    *parts = tc.parts;
+    coai_buf_free(&tc.args);
+    return c;
+}
+
+/* The directory holds exactly one entry, named name (no staging directory left). */
+static int only_entry(const char *dir, const char *name)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0, found = 0;
+    if (!d) return 0;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        n++;
+        if (!strcmp(e->d_name, name)) found = 1;
+    }
+    closedir(d);
+    return n == 1 && found;
+}
+
+/* A write over 128 KiB through Codex's exec_command (one string, run as bash -lc <cmd>):
+ * several calls, each command well under Linux's 128 KiB for one argument; run by bash in
+ * order, in reverse order, or with a part failing, the target is either the exact bytes
+ * (any bytes: quotes, NUL, invalid UTF-8, no trailing newline) or untouched. */
+static void test_split_write(void)
+{
+    coai_responses_request rr;
+    coai_tool *t = tools_of(&rr, CODEX_TOOLS "]");
+    coai_exec ex;
+    coai_buf content = { 0 };
+    char dir[] = "/tmp/t_responses_splitXXXXXX", path[300], sub[300];
+    char *cmds[16];
+    unsigned parts = 0, p2, k;
+    size_t i, got_len = 0;
+    char *got;
+    for (i = 0; content.len < 200 * 1024 + 7; i++) {
+        coai_buf_printf(&content, "line %lu: it's \"q\" $HOME `x` \\ %% \xe2\x82\xac\n",
+                        (unsigned long)i);
+        if (i % 97 == 0) coai_buf_append(&content, "\0\xff\xfe", 3);
+    }
+    coai_buf_puts(&content, "no newline at the end");
+    memset(&ex, 0, sizeof ex);
+    ex.kind = COAI_EXEC_WRITE;
+    ex.id = 5;
+    ex.exec_id = coai_str_c("exec-big-5");
+    ex.path = coai_str_c("out dir/it's big.txt");
+    ex.content.ptr = (const char *)content.data;
+    ex.content.len = content.len;
+    /* the old single command was over the limit: E2BIG */
+    cmds[0] = part_cmd(&ex, t, rr.req.tool_count, 0, &parts);
+    CHECKF(parts == (content.len + 65535) / 65536 && parts >= 4, "%u parts", parts);
+    CHECK(cmds[0] != NULL);
+    for (k = 1; k < parts && k < 16; k++) {
+        cmds[k] = part_cmd(&ex, t, rr.req.tool_count, k, &p2);
+        CHECK(cmds[k] != NULL && p2 == parts);
+    }
+    for (k = 0; k < parts && k < 16; k++)
+        CHECKF(cmds[k] && strlen(cmds[k]) < 100 * 1024, "part %u: %zu bytes", k,
+               cmds[k] ? strlen(cmds[k]) : 0);
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/out dir/it's big.txt", dir);
+    snprintf(sub, sizeof sub, "%s/out dir", dir);
+    /* in order: each call exits 0, the last one puts the file in place */
+    for (k = 0; k < parts && k < 16; k++) {
+        int rc = cmds[k] ? run_bash(dir, cmds[k]) : -1;
+        CHECKF(rc == 0, "part %u exit %d", k, rc);
+        if (k + 1 < parts) CHECK(access(path, F_OK) != 0);    /* not half-written */
+    }
+    got = test_read_file(path, &got_len);
+    CHECK(got != NULL);
+    if (got) CHECK_MEM(got, got_len, content.data, content.len);
+    free(got);
+    CHECK(only_entry(sub, "it's big.txt"));
+    /* in reverse order (a client running them at once): the same bytes */
+    CHECK(unlink(path) == 0);
+    for (k = parts; k-- > 0;) CHECK(k >= 16 || (cmds[k] && run_bash(dir, cmds[k]) == 0));
+    got = test_read_file(path, &got_len);
+    CHECK(got != NULL);
+    if (got) CHECK_MEM(got, got_len, content.data, content.len);
+    free(got);
+    CHECK(only_entry(sub, "it's big.txt"));
+    /* a part that fails (its staging file cannot be written): the old file stays whole */
+    {
+        char blocker[400], old[] = "old contents\n";
+        FILE *f = fopen(path, "wb");
+        int fail_rc;
+        CHECK(f && fwrite(old, 1, sizeof old - 1, f) == sizeof old - 1);
+        if (f) fclose(f);
+        CHECK(run_bash(dir, cmds[0]) == 0);
+        /* a directory where part 2's staging file goes: writing it fails */
+        {
+            char *s0 = strstr(cmds[1], "s=\""), *e0 = s0 ? strstr(s0, "\"\n") : NULL;
+            const char *stage = s0 ? s0 + 3 : "";
+            size_t sl = e0 ? (size_t)(e0 - stage) : 0;
+            /* "$d/.cursor-oai-write-..." with $d = out dir */
+            snprintf(blocker, sizeof blocker, "%s/out dir%.*s/2.tmp", dir,
+                     (int)(sl > 2 ? sl - 2 : 0), stage + 2);
+        }
+        CHECKF(mkdir(blocker, 0700) == 0, "%s", blocker);
+        fail_rc = run_bash(dir, cmds[1]);
+        CHECKF(fail_rc > 0, "exit %d", fail_rc);
+        for (k = 2; k < parts && k < 16; k++) CHECK(run_bash(dir, cmds[k]) == 0);
+        got = test_read_file(path, &got_len);
+        CHECK(got && got_len == sizeof old - 1 && !memcmp(got, old, got_len));
+        free(got);
+    }
+    {
+        char rm[400];
+        snprintf(rm, sizeof rm, "rm -rf -- '%s'", dir);
+        CHECK(run_bash("/", rm) == 0);
+    }
+    /* a write that fits one command stays one call */
+    ex.content = coai_str_c("small\n");
+    free(part_cmd(&ex, t, rr.req.tool_count, 0, &p2));
+    CHECK(p2 == 0);
+    for (k = 0; k < parts && k < 16; k++) free(cmds[k]);
+    coai_buf_free(&content);
+    coai_responses_request_free(&rr);
+}
+
+/* The reply: one Cursor write -> that many function_call items in one response (streamed or
+ * not, parallel tool calls allowed or not), each its own call id, all for the one exec; and
+ * the one result Cursor gets: the first failing part's, else the last part's. */
+static void test_split_write_reply(void)
+{
+    coai_responses_request rr;
+    coai_reply r;
+    coai_msg m;
+    coai_buf content = { 0 };
+    const coai_reply_call *calls;
+    size_t n, i;
+    int stream, failed = 0;
+    while (content.len < 150 * 1024) coai_buf_puts(&content, "0123456789abcdef\n");
+    for (stream = 0; stream < 2; stream++) {
+        reply_start(&r, &rr, stream ? "{\"input\":\"x\",\"stream\":true,\"tools\":" CODEX_TOOLS
+                    "]}" : "{\"input\":\"x\",\"tools\":" CODEX_TOOLS "]}", stream);
+        memset(&m, 0, sizeof m);
+        m.kind = COAI_MSG_EXEC;
+        m.exec.kind = COAI_EXEC_WRITE;
+        m.exec.id = 9;
+        m.exec.exec_id = coai_str_c("exec-9");
+        m.exec.path = coai_str_c("big.txt");
+        m.exec.content.ptr = (const char *)content.data;
+        m.exec.content.len = content.len;
+        CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+        CHECK(coai_reply_tool_called(&r));
+        n = coai_reply_calls(&r, &calls);
+        CHECKF(n == 3, "%zu calls", n);
+        for (i = 0; i < n; i++) {
+            char want[64];
+            snprintf(want, sizeof want, "sess_respabc__call_exec9_part%zu", i + 1);
+            CHECKF(calls[i].call_id.len == strlen(want)
+                   && !memcmp(calls[i].call_id.ptr, want, strlen(want)), "%.*s",
+                   (int)calls[i].call_id.len, calls[i].call_id.ptr);
+            CHECK(calls[i].ref.id == 9 && calls[i].ref.part == i && calls[i].ref.parts == 3);
+            CHECK(calls[i].ref.kind == COAI_EXEC_WRITE
+                  && calls[i].ref.write_size == (int64_t)content.len);
+            CHECK(coai_str_eq(calls[i].tool, "exec_command"));
+        }
+        {
+            coai_str items = coai_reply_output_items(&r);
+            size_t c = 0;
+            const char *p = items.ptr;
+            while (p && (p = strstr(p, "\"type\":\"function_call\"")) != NULL) { c++; p++; }
+            CHECKF(c == 3, "%zu function_call items", c);
+        }
+        coai_reply_free(&r);
+        coai_responses_request_free(&rr);
+    }
+    /* the one result: all parts succeed -> the last part's outcome only */
+    {
+        coai_exec_ref x;
+        coai_exec_outcome oc;
+        const char *ok = "Chunk ID: a1\nWall time: 0.01 seconds\nProcess exited with code 0\n"
+                         "Output:\n";
+        const char *bad = "Chunk ID: a2\nWall time: 0.01 seconds\nProcess exited with code 1\n"
+                          "Output:\nmv: cannot move: No space left on device\n";
+        int sent[3], k;
+        memset(&x, 0, sizeof x);
+        memset(&oc, 0, sizeof oc);
+        x.kind = COAI_EXEC_WRITE;
+        x.parts = 3;
+        for (k = 0; k < 3; k++) {
+            x.part = (unsigned)k;
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"), coai_str_c(ok),
+                                          0) == 0);
+            sent[k] = coai_exec_part_answers(&x, oc.is_error, &failed);
+        }
+        CHECK(sent[0] == 0 && sent[1] == 0 && sent[2] == 1);
+        /* part 2 of 3 fails: its outcome (the error) is the one sent, nothing after it */
+        for (k = 0; k < 3; k++) {
+            x.part = (unsigned)k;
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
+                                          coai_str_c(k == 1 ? bad : ok), 0) == 0);
+            sent[k] = coai_exec_part_answers(&x, oc.is_error, &failed);
+            if (k == 1) {
+                CHECK(oc.is_error && oc.exit_code == 1 && oc.out.len == 0);
+                CHECK(oc.err.len && strstr(oc.err.ptr, "No space left") != NULL);
+            }
+        }
+        CHECK(sent[0] == 0 && sent[1] == 1 && sent[2] == 0);
+        /* both the first and the last fail: the first only */
+        for (k = 0; k < 3; k++) {
+            x.part = (unsigned)k;
+            sent[k] = coai_exec_part_answers(&x, k != 1, &failed);
+        }
+        CHECK(sent[0] == 1 && sent[1] == 0 && sent[2] == 0);
+        /* a part Codex refused to run (no exit code, the command quoted): a failure, its
+         * text cut to 4 KiB; the same text for a call that is not split stays as it is */
+        {
+            coai_buf rej = { 0 };
+            coai_buf_puts(&rej, "exec_command failed: CreateProcess { message: \"Rejected(\\\"`");
+            while (rej.len < 90000) coai_buf_puts(&rej, "QUJDREVGR0g=");
+            coai_buf_puts(&rej, "` rejected: rm -f style commands are not permitted\") }");
+            x.part = 0;
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
+                                          coai_str_c((const char *)rej.data), 0) == 0);
+            CHECK(oc.is_error && oc.err.len == 4096 && oc.out.len == 0);
+            CHECK(!memcmp(oc.err.ptr, "exec_command failed", 19));
+            CHECK(coai_exec_part_answers(&x, oc.is_error, &failed) == 1);
+            x.parts = 0;
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
+                                          coai_str_c((const char *)rej.data), 0) == 0);
+            CHECK(!oc.is_error && oc.out.len == rej.len);
+            x.parts = 3;
+            coai_buf_free(&rej);
+        }
+        /* a call that is not split: always */
+        x.parts = 0; x.part = 0;
+        CHECK(coai_exec_part_answers(&x, 0, &failed) == 1);
+        CHECK(coai_exec_part_answers(&x, 1, &failed) == 1);
+        coai_exec_outcome_free(&oc);
+    }
+    coai_buf_free(&content);
+}
+
 int main(void)
 {
     test_parse();
@@ -588,5 +861,7 @@ int main(void)
     test_writer_errors();
     test_compaction();
     test_big_write();
+    test_split_write();
+    test_split_write_reply();
     TEST_END();
 }
