@@ -48,8 +48,9 @@ INPUT = "alpha line %s\nbeta: two\n"
 
 
 def big_text(secret):
-    """Over 200 KiB: quotes, `$`, backslashes and UTF-8 on every line, no trailing newline."""
-    lines = ["%05d %s it's \"q\" $HOME `x` \\ %% caf\u00e9 \u20ac \U0001f30d %s"
+    """Over 200 KiB: quotes, `$`, backslashes and UTF-8 on every line, no trailing newline
+    (and no trailing blanks: Claude Code's Write removes them from each line)."""
+    lines = ["%05d %s it's \"q\" $HOME `x` \\ %% %s caf\u00e9 \u20ac \U0001f30d"
              % (i, secret, "z" * (i % 37)) for i in range(3200)]
     return "\n".join(lines)
 
@@ -226,6 +227,9 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
         r, runs = run_task(fake, cl, name, "ag_big", "Write big.txt.", ws, timeout=300)
         p = os.path.join(ws, "big.txt")
         got = open(p, "rb").read() if os.path.exists(p) else None
+        if got is not None and got != raw:
+            open(p + ".want", "wb").write(raw)
+            print("     kept %s and %s.want" % (p, p))
         check("big: big.txt holds Cursor's %d bytes" % len(raw), got == raw,
               (None if got is None else (len(got), got[:60], got[-60:]), r))
         eq("big: one upstream run", len(runs), 1)

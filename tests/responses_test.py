@@ -547,6 +547,124 @@ def t_codex_big(proxy, fake, tmp):
               ["Wrote big.txt."], r)
 
 
+EXEC_TOOL = {"type": "function", "name": "exec_command", "parameters": {
+    "type": "object", "properties": {"cmd": {"type": "string"}, "workdir": {"type": "string"},
+                                     "yield_time_ms": {"type": "number"}},
+    "required": ["cmd"], "additionalProperties": False}}
+
+
+def eq(name, got, want):
+    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+
+
+def codex_out(code, text=""):
+    """Codex 0.169's exec_command result layout."""
+    return ("Chunk ID: 5e1f\nWall time: 0.0123 seconds\nProcess exited with code %d\n"
+            "Original token count: %d\nOutput:\n%s" % (code, len(text) // 4, text))
+
+
+def t_split(proxy, fake, tmp):
+    """A write over 128 KiB through exec_command (one string per call), over raw HTTP with
+    Codex's request shapes: several calls in one response (parallel tool calls off too),
+    each under the limit; run by bash they write the file; the results, sent back together,
+    continue the held run, which gets ONE write result (the first failing call's error when
+    one fails); the same results sent again (the held run is gone) replay in a fresh run."""
+    fake.ctl("/scenario", {"name": "split_held", "scenario": {
+        "when": [{"prompt_contains": "[Tool result for", "steps": [
+            {"op": "text", "text": "REPLAYED"}, {"op": "turn_ended"},
+            {"op": "trailer", "status": 0}]}],
+        "steps": [
+            {"op": "text", "text": "Writing."},
+            {"op": "exec", "kind": "write", "id": 1, "exec_id": "exec-split-1",
+             "path": "big.txt", "file_text": BIG_TEXT, "hold": True},
+            {"op": "await_results", "max_s": 120},
+            {"op": "text_from_fields", "id": 1,
+             "template": "SPLIT {variant} {lines_created} {file_size} ERR[{error}]"},
+            {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}})
+    raw = BIG_TEXT.encode()
+    nparts = (len(raw) + 65535) // 65536
+    ws = tempfile.mkdtemp(prefix="split-ws-", dir=tmp)
+
+    def first(parallel):
+        n0 = len(fake.runs())
+        st, b, h = proxy.request("POST", "/v1/responses", {
+            "model": "scenario:split_held", "stream": False, "store": False,
+            "input": [{"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Write the big file."}]}],
+            "tools": [EXEC_TOOL], "parallel_tool_calls": parallel}, timeout=120)
+        out = json.loads(b).get("output") or [] if st == 200 else []
+        return st, b, out, n0
+
+    def follow(out, outputs):
+        calls = [i for i in out if i.get("type") == "function_call"]
+        inp = [{"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "Write the big file."}]}]
+        inp += [i for i in out if i.get("type") in ("message", "function_call")]
+        inp += [{"type": "function_call_output", "call_id": c["call_id"], "output": o}
+                for c, o in zip(calls, outputs)]
+        st, b, h = proxy.request("POST", "/v1/responses", {
+            "model": "scenario:split_held", "stream": False, "store": False, "input": inp,
+            "tools": [EXEC_TOOL]}, timeout=120)
+        txt = "".join(c.get("text", "") for i in (json.loads(b).get("output") or [])
+                      if i.get("type") == "message" for c in i.get("content") or []) \
+            if st == 200 else b[:300]
+        return st, txt, inp
+
+    # parallel tool calls allowed and not: the calls go out together either way
+    for parallel in (True, False):
+        st, b, out, n0 = first(parallel)
+        calls = [i for i in out if i.get("type") == "function_call"]
+        args = [json.loads(c["arguments"]) for c in calls]
+        check("split (parallel_tool_calls %s): %d exec_command calls in one response, each "
+              "command under 128 KiB, distinct call ids" % (parallel, nparts),
+              st == 200 and len(calls) == nparts and nparts >= 3
+              and all(c["name"] == "exec_command" for c in calls)
+              and all(len(a.get("cmd", "").encode()) < 100 * 1024 for a in args)
+              and len(set(c["call_id"] for c in calls)) == nparts, (st, b[:400]))
+        if len(calls) != nparts:
+            return
+        # run as Codex runs them: bash -lc <cmd>, one argument, in order
+        outputs = []
+        for a in args:
+            p = subprocess.run(["bash", "-lc", a["cmd"]], cwd=ws, capture_output=True,
+                               timeout=60)
+            outputs.append(codex_out(p.returncode, (p.stdout + p.stderr).decode()))
+        path = os.path.join(ws, "big.txt")
+        got = open(path, "rb").read() if os.path.exists(path) else None
+        check("split: run by bash, the calls write all %d bytes" % len(raw), got == raw,
+              None if got is None else (len(got), got[:60]))
+        os.unlink(path) if os.path.exists(path) else None
+        st, txt, inp = follow(out, outputs)
+        want = "SPLIT success %d %d ERR[]" % (BIG_TEXT.count("\n"), len(raw))
+        eq("split: the results continue the held run; Cursor got one write result", (st, txt),
+           (200, want))
+        runs = [r for r in fake.runs()[n0:] if r["scenario"] == "split_held"]
+        res = runs[0]["exec_results"] if runs else {}
+        eq("split: one upstream run, one exec answered", (len(runs), sorted(res)), (1, ["1"]))
+    # part 2 fails: its error is the write result
+    st, b, out, n0 = first(True)
+    outs = [codex_out(0)] * nparts
+    outs[1] = codex_out(1, "base64: invalid input\n")
+    st, txt, inp = follow(out, outs)
+    check("split: a failing part: Cursor got the write error with its output", st == 200 and
+          txt.startswith("SPLIT error") and "base64: invalid input" in txt
+          and "ERR[]" not in txt, (st, txt))
+    # the same results again: no held run for them now, a fresh run with the conversation
+    n1 = len(fake.runs())
+    st, b, h = proxy.request("POST", "/v1/responses", {
+        "model": "scenario:split_held", "stream": False, "store": False, "input": inp,
+        "tools": [EXEC_TOOL]}, timeout=120)
+    txt = "".join(c.get("text", "") for i in (json.loads(b).get("output") or [])
+                  if i.get("type") == "message" for c in i.get("content") or []) \
+        if st == 200 else b[:300]
+    runs = [r for r in fake.runs()[n1:] if r["scenario"] == "split_held"]
+    prompt = (runs[0].get("prompt") if runs else "") or ""
+    check("split: replayed in a fresh run whose prompt carries every call's result",
+          (st, txt) == (200, "REPLAYED") and len(runs) == 1
+          and all(c["call_id"] in prompt for c in out if c.get("type") == "function_call"),
+          (st, txt, len(runs), prompt[:300]))
+
+
 def main():
     only = set(x for x in os.environ.get("RESPONSES_ONLY", "").split(",") if x)
     try:
@@ -570,6 +688,7 @@ def main():
         for name, fn in (("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
                          ("codex", lambda: t_codex(proxy, fake, tmp, False)),
                          ("codex_big", lambda: t_codex_big(proxy, fake, tmp)),
+                         ("split", lambda: t_split(proxy, fake, tmp)),
                          ("compact", lambda: t_compact(proxy, fake))):
             if only and name not in only:
                 continue
