@@ -13014,40 +13014,46 @@ static int coai__rs_write_fits(coai_str path, coai_str content)
  * part (base64: any bytes) into a staging directory beside the target and renames it into
  * place there; whichever call finds every part present (the last one when the client runs
  * them in order, any one when it runs them at once) takes the directory's lock, joins the
- * parts and renames the whole file onto the target: the target is never half-written. The
- * staging directory is named by a hash of the path and the content, so a retry finds only
- * parts of the same bytes. */
-static void coai__rs_write_part(coai_buf *cmd, coai_str path, coai_str content, unsigned k,
-                                unsigned n)
+ * parts and renames the whole file onto the target: the target is never half-written. A
+ * call that fails removes the staging directory (parts of later calls can stay behind).
+ * The directory is named by a hash of the exec id, path and content: another write, or
+ * another exec writing the same bytes, never meets its parts. No rm -f / -r anywhere:
+ * Codex refuses such commands ("rm -f style commands are not permitted"). */
+static void coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
+                                coai_str content, unsigned k, unsigned n)
 {
-    uint64_t h = 1469598103934665603ULL;            /* FNV-1a over path, NUL, content */
+    uint64_t h = 1469598103934665603ULL;     /* FNV-1a over exec id, path, content */
+    const coai_str in[3] = { exec_id, path, content };
     size_t i, at = (size_t)k * COAI_WRITE_PART_BYTES, len = content.len - at;
-    unsigned j;
-    for (i = 0; i < path.len; i++) { h ^= (unsigned char)path.ptr[i]; h *= 1099511628211ULL; }
-    h *= 1099511628211ULL;
-    for (i = 0; i < content.len; i++) {
-        h ^= (unsigned char)content.ptr[i];
-        h *= 1099511628211ULL;
+    unsigned j, x;
+    for (x = 0; x < 3; x++) {
+        for (i = 0; i < in[x].len; i++) {
+            h ^= (unsigned char)in[x].ptr[i];
+            h *= 1099511628211ULL;
+        }
+        h *= 1099511628211ULL;               /* a separator */
     }
     if (len > COAI_WRITE_PART_BYTES) len = COAI_WRITE_PART_BYTES;
     coai_buf_printf(cmd, "# cursor-oai: write part %u of %u\nset -e\np=", k + 1, n);
     coai__an_sq(cmd, path);
     coai_buf_printf(cmd, "\nd=$(dirname -- \"$p\")\nmkdir -p -- \"$d\"\n"
-                    "s=\"$d/.cursor-oai-write-%016llx-%u\"\nmkdir -p -- \"$s\"\n"
-                    "printf '%%s' '", (unsigned long long)h, n);
+                    "s=\"$d/.cursor-oai-write-%016llx-%u\"\nall=\"", (unsigned long long)h, n);
+    for (j = 1; j <= n; j++) coai_buf_printf(cmd, j > 1 ? " %u" : "%u", j);
+    coai_buf_puts(cmd, "\"\nmkdir -p -- \"$s\"\n"
+                  "trap 'st=$?; if [ \"$st\" -ne 0 ]; then for i in $all; do "
+                  "rm -- \"$s/$i\" \"$s/$i.tmp\" 2>/dev/null || :; done; "
+                  "rm -- \"$s/all\" 2>/dev/null || :; "
+                  "rmdir -- \"$s/lock\" \"$s\" 2>/dev/null || :; fi; exit \"$st\"' EXIT\n"
+                  "printf '%s' '");
     coai_base64_append(cmd, content.ptr + at, len, 0);
-    coai_buf_printf(cmd, "' | base64 -d > \"$s/%u.tmp\"\nmv -- \"$s/%u.tmp\" \"$s/%u\"\n"
-                    "for i in", k + 1, k + 1, k + 1);
-    for (j = 1; j <= n; j++) coai_buf_printf(cmd, " %u", j);
-    /* no rm -f / -r: Codex refuses such commands ("rm -f style commands are not
-     * permitted"), so the parts go one by one and the directories with rmdir */
-    coai_buf_puts(cmd, "; do [ -e \"$s/$i\" ] || exit 0; done\n"
-                  "mkdir -- \"$s/lock\" 2>/dev/null || exit 0\nfor i in");
-    for (j = 1; j <= n; j++) coai_buf_printf(cmd, " %u", j);
-    coai_buf_puts(cmd, "; do cat -- \"$s/$i\"; done > \"$s/all\"\n"
-                  "mv -- \"$s/all\" \"$p\"\nfor i in");
-    for (j = 1; j <= n; j++) coai_buf_printf(cmd, " %u", j);
-    coai_buf_puts(cmd, "; do rm -- \"$s/$i\"; done\nrmdir -- \"$s/lock\" \"$s\"");
+    coai_buf_printf(cmd, "' | base64 -d > \"$s/%u.tmp\"\nmv -- \"$s/%u.tmp\" \"$s/%u\"\n",
+                    k + 1, k + 1, k + 1);
+    coai_buf_puts(cmd, "for i in $all; do [ -e \"$s/$i\" ] || exit 0; done\n"
+                  "mkdir -- \"$s/lock\" 2>/dev/null || exit 0\n"
+                  "for i in $all; do cat -- \"$s/$i\"; done > \"$s/all\"\n"
+                  "if [ -d \"$p\" ]; then echo \"$p: is a directory\" >&2; exit 1; fi\n"
+                  "mv -- \"$s/all\" \"$p\"\n"
+                  "for i in $all; do rm -- \"$s/$i\"; done\nrmdir -- \"$s/lock\" \"$s\"");
 }
 
 /* A patch that writes content to path: every line "+"-prefixed (the last line gets its
@@ -13123,7 +13129,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
             size_t n = (ex->content.len + COAI_WRITE_PART_BYTES - 1) / COAI_WRITE_PART_BYTES;
             tc->parts = (unsigned)n;
             if (tc->part >= tc->parts) return -1;
-            coai__rs_write_part(&cmd, ex->path, ex->content, tc->part, tc->parts);
+            coai__rs_write_part(&cmd, ex->exec_id, ex->path, ex->content, tc->part, tc->parts);
         } else if (ex->kind == COAI_EXEC_DELETE) {
             coai_buf_puts(&cmd, "rm -f -- ");
             coai__an_sq(&cmd, ex->path);

@@ -649,6 +649,12 @@ def t_split(proxy, fake, tmp):
     check("split: a failing part: Cursor got the write error with its output", st == 200 and
           txt.startswith("SPLIT error") and "base64: invalid input" in txt
           and "ERR[]" not in txt, (st, txt))
+    # results for only some of the calls (no API allows that, a client could still send
+    # it): the held run does not take them, the conversation replays in a fresh run
+    st, b, out2, n0 = first(True)
+    st, txt, inp2 = follow(out2, [codex_out(0)])          # the first call's result only
+    eq("split: results for one call of %d: replayed, not a held run's write result" % nparts,
+       (st, txt), (200, "REPLAYED"))
     # the same results again: no held run for them now, a fresh run with the conversation
     n1 = len(fake.runs())
     st, b, h = proxy.request("POST", "/v1/responses", {

@@ -592,6 +592,7 @@ static int run_bash(const char *dir, const char *cmd)
     if (pid < 0) return -1;
     if (pid == 0) {
         if (chdir(dir) != 0) _exit(126);
+        if (!freopen("/dev/null", "w", stderr)) _exit(126);  /* a failing part's message */
         execl("/bin/bash", "bash", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -721,10 +722,49 @@ static void test_split_write(void)
         CHECK(got && got_len == sizeof old - 1 && !memcmp(got, old, got_len));
         free(got);
     }
+    /* joining fails (the target is a directory): the last part fails, and once the
+     * directory is gone the same calls again write the file (the lock was released) */
+    {
+        char rm[400];
+        int rc;
+        snprintf(rm, sizeof rm, "rm -rf -- '%s/out dir'", dir);
+        CHECK(run_bash("/", rm) == 0);
+        CHECK(mkdir(sub, 0700) == 0 && mkdir(path, 0700) == 0);
+        for (k = 0; k + 1 < parts && k < 16; k++) CHECK(run_bash(dir, cmds[k]) == 0);
+        rc = k < 16 ? run_bash(dir, cmds[k]) : -1;
+        CHECKF(rc > 0, "exit %d", rc);
+        CHECK(only_entry(sub, "it's big.txt"));    /* the failed call removed the parts */
+        CHECK(rmdir(path) == 0);
+        for (k = 0; k < parts && k < 16; k++) CHECK(run_bash(dir, cmds[k]) == 0);
+        got = test_read_file(path, &got_len);
+        CHECK(got != NULL);
+        if (got) CHECK_MEM(got, got_len, content.data, content.len);
+        free(got);
+        CHECK(only_entry(sub, "it's big.txt"));
+    }
     {
         char rm[400];
         snprintf(rm, sizeof rm, "rm -rf -- '%s'", dir);
         CHECK(run_bash("/", rm) == 0);
+    }
+    /* shell_command {command} (older Codex) takes one string too: the same calls */
+    {
+        coai_responses_request r2;
+        coai_tool *t2 = tools_of(&r2, "[{\"type\":\"function\",\"name\":\"shell_command\","
+                                 "\"parameters\":{\"type\":\"object\",\"properties\":{"
+                                 "\"command\":{\"type\":\"string\"}}}}]");
+        coai_tool_call tc;
+        cJSON *j;
+        memset(&tc, 0, sizeof tc);
+        tc.part = 1;
+        CHECK(coai_responses_exec_map(&ex, t2, r2.req.tool_count, coai_str_c(""), &tc) == 1);
+        CHECK(tc.parts == parts);
+        j = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
+        CHECK(cJSON_IsString(cJSON_GetObjectItem(j, "command"))
+              && cmds[1] && !strcmp(cJSON_GetObjectItem(j, "command")->valuestring, cmds[1]));
+        cJSON_Delete(j);
+        coai_buf_free(&tc.args);
+        coai_responses_request_free(&r2);
     }
     /* a write that fits one command stays one call */
     ex.content = coai_str_c("small\n");
