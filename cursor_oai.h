@@ -10107,6 +10107,7 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     static const char *const n_qwen[] = { "run_shell_command", NULL };
     static const char *const n_bash[] = { "bash", NULL };
     static const char *const n_read[] = { "read", NULL };
+    static const char *const n_patch[] = { "apply_patch", NULL };
     coai_exec_outcome raw;
     coai_str body;
     int kind = x ? x->kind : 0, shell = 0, rc = 0;
@@ -10142,6 +10143,21 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
          * or one still running says nothing good about the file. Its text (which can
          * quote the whole command, base64 and all) is cut to 4 KiB. */
         coai_str e = shell && o->out.len ? o->out : text;
+        if (e.len > 4096) {
+            e.len = 4096;
+            while (e.len && ((unsigned char)e.ptr[e.len] & 0xc0) == 0x80) e.len--;
+        }
+        o->is_error = 1;
+        o->err = e;
+        o->out.len = 0;
+        return 0;
+    }
+    if (!shell && kind == COAI_EXEC_WRITE && (COAI__RS_IS(n_codex_exec)
+                                              || (COAI__RS_IS(n_codex_shell)
+                                                  && !COAI__RS_IS(n_patch)))) {
+        /* a write Codex's shell ran comes back in its layout; any other text (Codex refused
+         * the command or could not start it: "exec_command failed: ...") wrote nothing */
+        coai_str e = text;
         if (e.len > 4096) {
             e.len = 4096;
             while (e.len && ((unsigned char)e.ptr[e.len] & 0xc0) == 0x80) e.len--;

@@ -863,7 +863,7 @@ static void test_split_write_reply(void)
         }
         CHECK(sent[0] == 1 && sent[1] == 0 && sent[2] == 0);
         /* a part Codex refused to run (no exit code, the command quoted): a failure, its
-         * text cut to 4 KiB; the same text for a call that is not split stays as it is */
+         * text cut to 4 KiB ... */
         {
             coai_buf rej = { 0 };
             coai_buf_puts(&rej, "exec_command failed: CreateProcess { message: \"Rejected(\\\"`");
@@ -878,7 +878,20 @@ static void test_split_write_reply(void)
             x.parts = 0;
             CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
                                           coai_str_c((const char *)rej.data), 0) == 0);
+            CHECK(oc.is_error && oc.err.len == 4096 && oc.out.len == 0);
+            /* ... which is a failure for any write through Codex's shell, split or not
+             * (before: a success), and stays text for a shell exec or a write tool */
+            x.kind = COAI_EXEC_SHELL;
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
+                                          coai_str_c((const char *)rej.data), 0) == 0);
             CHECK(!oc.is_error && oc.out.len == rej.len);
+            x.kind = COAI_EXEC_WRITE;
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("shell_command"),
+                                          coai_str_c("exec failed"), 0) == 0);
+            CHECK(oc.is_error && oc.err.len == 11);
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("write"),
+                                          coai_str_c("Wrote big.txt"), 0) == 0);
+            CHECK(!oc.is_error && oc.out.len == 13);
             x.parts = 3;
             coai_buf_free(&rej);
         }
