@@ -239,6 +239,7 @@ static struct server {
     struct h2only {                 /* hosts that refused HTTP/1.1 at the connection level */
         coai_url host;
         char why[160];              /* how: "a 400 \"illegal request line\"", ... */
+        int64_t at;                 /* mono ms of the last refusal (H2ONLY_REPROBE_MS) */
     } h2only[SRV_H2ONLY_MAX];
     int h2only_n;
     int profile;                    /* PROF_* that worked last (the default first) */
@@ -5037,7 +5038,18 @@ serve:
  * only (cursor-2026-autumn.md 5.1): agent_h2_get() resolves and caches it for an HTTP/2
  * transport, and `doctor` shows it. A host that refuses HTTP/1.1 at the connection level
  * (a 400 "illegal request line", a close before any byte, HTTP/2 frames in answer) is
- * remembered as HTTP/2-only for the process (h2only_add) and skipped by run_host_get(). */
+ * remembered as HTTP/2-only (h2only_add) and skipped by run_host_get() for
+ * CURSOR_OAI_H2ONLY_REPROBE seconds, then tried again. */
+
+/* How long a host that refused HTTP/1.1 is skipped before a run tries it again (10 minutes,
+ * CURSOR_OAI_H2ONLY_REPROBE). The live HTTP/2-only hosts stay so, and a try costs a run one
+ * refused connection before it goes to the base URL (the client never sees it), so a
+ * re-probe is cheap but pointless often; a refusal that was a moment's trouble (a close
+ * before any byte while a proxy or load balancer restarted) or a host that now serves
+ * HTTP/1.1 gets its runs back within the same 10 minutes, not at the next restart, as
+ * HTTP/2 does after it failed (CURSOR_OAI_H2_REPROBE). */
+#define H2ONLY_REPROBE_MS (10 * 60 * 1000)
+static int h2only_reprobe_ms = H2ONLY_REPROBE_MS;
 
 /* One GetServerConfig call. 0 with *out set, 1 the answer names no agent URL, -1 *e. */
 static int server_config_fetch(coai_url *out, coai_error *e)
@@ -5129,36 +5141,53 @@ have:
     pthread_mutex_unlock(&S.lock);
 }
 
-/* 1 when host h refused HTTP/1.1 earlier in this process (how, into why when not NULL). */
+/* The entry of host h in S.h2only, or -1. Under S.lock. */
+static int h2only_find(const coai_url *h)
+{
+    int i;
+    for (i = 0; i < S.h2only_n; i++)
+        if (up_same_host(&S.h2only[i].host, h)) return i;
+    return -1;
+}
+
+/* 1 when host h refused HTTP/1.1 less than h2only_reprobe_ms ago (how, into why when not
+ * NULL); after that it is tried again. */
 static int h2only_has(const coai_url *h, char *why, size_t cap)
 {
-    int i, hit = 0;
+    int i, hit;
     pthread_mutex_lock(&S.lock);
-    for (i = 0; i < S.h2only_n && !hit; i++) {
-        if (!up_same_host(&S.h2only[i].host, h)) continue;
-        hit = 1;
-        if (why) snprintf(why, cap, "%s", S.h2only[i].why);
-    }
+    i = h2only_find(h);
+    hit = i >= 0 && mono_ms() - S.h2only[i].at < h2only_reprobe_ms;
+    if (hit && why) snprintf(why, cap, "%s", S.h2only[i].why);
     pthread_mutex_unlock(&S.lock);
     return hit;
 }
 
-/* Remember host h as HTTP/2-only for the process (logged once). */
+/* Remember host h as HTTP/2-only for h2only_reprobe_ms (logged once per refusal that is not
+ * already remembered: the first, and each re-probe refused again). */
 static void h2only_add(const coai_url *h, const char *why)
 {
-    int add;
-    if (h2only_has(h, NULL, 0)) return;
+    int i, again = 0;
+    int64_t now = mono_ms();
     pthread_mutex_lock(&S.lock);
-    add = S.h2only_n < SRV_H2ONLY_MAX;
-    if (add) {
-        S.h2only[S.h2only_n].host = *h;
-        snprintf(S.h2only[S.h2only_n].why, sizeof S.h2only[0].why, "%s", why);
-        S.h2only_n++;
+    i = h2only_find(h);
+    if (i >= 0 && now - S.h2only[i].at < h2only_reprobe_ms) {
+        pthread_mutex_unlock(&S.lock);      /* a concurrent run said it already */
+        return;
+    }
+    if (i >= 0) again = 1;
+    else if (S.h2only_n < SRV_H2ONLY_MAX) i = S.h2only_n++;
+    if (i >= 0) {
+        S.h2only[i].host = *h;
+        snprintf(S.h2only[i].why, sizeof S.h2only[0].why, "%s", why);
+        S.h2only[i].at = now;
     }
     pthread_mutex_unlock(&S.lock);
     srv_log(LOG_WARN, "https://%s%s serves HTTP/2 only (it answered an HTTP/1.1 request with "
-            "%s); HTTP/1.1 runs go to the base URL https://%s%s instead", h->authority,
-            h->prefix, why, S.base.authority, S.base.prefix);
+            "%s%s); HTTP/1.1 runs go to the base URL https://%s%s instead for the next %d s, "
+            "then it is tried again", h->authority, h->prefix, why,
+            again ? ", again after a re-probe" : "", S.base.authority, S.base.prefix,
+            h2only_reprobe_ms / 1000);
 }
 
 /* The host of a new HTTP/1.1 run into *out (where it came from into src when not NULL):
@@ -9379,6 +9408,7 @@ static const char SERVE_HELP[] =
     "                           conversations get a 400 context_length_exceeded\n"
     "  CURSOR_OAI_AGENT_URL     host for runs (default: CURSOR_API_URL; a host that refuses\n"
     "                           HTTP/1.1 is skipped for the base URL)\n"
+    "  CURSOR_OAI_H2ONLY_REPROBE  seconds before such a host is tried again (600)\n"
     "  CURSOR_OAI_PROFILE       grpc-web or connect: use only this transport profile (default:\n"
     "                           connect, with grpc-web as the fallback)\n"
     "  CURSOR_OAI_CONNECT_APPEND  proto (default) or json: BidiAppend body in the Connect profile\n"
@@ -9868,6 +9898,9 @@ static int configure(void)
             TR.forced = -1;
             if (env_seconds("CURSOR_OAI_H2_REPROBE", TR_REPROBE_MS / 1000, &rp) < 0) return -1;
             TR.reprobe_ms = rp * 1000;
+            if (env_seconds("CURSOR_OAI_H2ONLY_REPROBE", H2ONLY_REPROBE_MS / 1000, &rp) < 0)
+                return -1;
+            h2only_reprobe_ms = rp * 1000;
             if (tv && *tv && strcmp(tv, "auto") != 0) {
                 if (strcmp(tv, "h2") == 0) TR.forced = TR_H2;
                 else if (strcmp(tv, "http1") == 0) TR.forced = TR_HTTP1;

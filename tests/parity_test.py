@@ -11,7 +11,8 @@ fake upstream modelling what the notes describe.
   agent     HTTP/1.1 runs on the base URL, not on GetServerConfig's HTTP/2-only agent host;
             CURSOR_OAI_AGENT_URL; a host that refuses HTTP/1.1 at the connection level (400
             "illegal request line", a close, HTTP/2 frames): retried on the base URL and
-            remembered; the region answer of a wrong host
+            remembered for CURSOR_OAI_H2ONLY_REPROBE, then tried again; the region answer
+            of a wrong host
   profile   Connect first, grpc-web the fallback on 415/464, CURSOR_OAI_PROFILE; a model,
             quota or 5xx error never switches the profile (one run, at once)
   cap       the prompt-size cap
@@ -339,6 +340,67 @@ def runsse_listeners(E, n0):
              else "ok") for q in E.requests_since(n0) if q.get("path", "").endswith("RunSSE")]
 
 
+def poll_runsse(E, p, first, timeout=90):
+    """Chats until a RunSSE's first try is `first` (a listener, or a (listener, status) pair)
+    (timeout: None): its listeners, the answer and when it ran."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        n0 = E.nreq()
+        t = time.time()
+        st, b, _ = chat(p)
+        ls = runsse_listeners(E, n0)
+        if ls and (ls[0] == first or ls[0][0] == first):
+            return ls, (st, content(b)), t
+        time.sleep(0.3)
+    return None
+
+
+def t_reprobe(E, agent_url, secs):
+    E.config(agent_http1="illegal")
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_AGENT_URL": agent_url, "CURSOR_OAI_H2ONLY_REPROBE": str(secs)})
+    try:
+        t0 = time.time()
+        st, b, _ = chat(p)
+        eq("reprobe: the forced host refuses HTTP/1.1 -> the base URL",
+           (st, content(b), runsse_listeners(E, n0)),
+           (200, "Hello from fake Cursor.", [("agent", "http1_refused:illegal"), ("main", "ok")]))
+        n1 = E.nreq()
+        t1 = time.time()
+        st, b, _ = chat(p)
+        if time.time() - t0 < secs - 0.5:       # a loaded machine may need longer than secs
+            eq("reprobe: within the interval, straight to the base URL",
+               (st, runsse_listeners(E, n1)), (200, [("main", "ok")]))
+        else:
+            print("     (the interval passed before the second chat ended: %.1f s; its check "
+                  "is left out)" % (time.time() - t1), flush=True)
+        got = poll_runsse(E, p, "agent")
+        check("reprobe: after %d s the host is tried again" % secs, got is not None)
+        if got:
+            ls, ans, t = got
+            eq("reprobe: refused again -> the base URL, the client still answered",
+               (ls, ans), ([("agent", "http1_refused:illegal"), ("main", "ok")],
+                           (200, "Hello from fake Cursor.")))
+            check("reprobe: ... not before the interval", t - t0 >= secs, t - t0)
+        log = open(p.proc.log_path).read()
+        check("reprobe: the log says so", "again after a re-probe" in log
+              and "for the next %d s, then it is tried again" % secs in log, log[-1200:])
+        # the host serves HTTP/1.1 now: after the interval it gets the runs back (a spare
+        # connection the proxy opened while the host still refused may be refused once more:
+        # the fake decides when it accepts, then one more interval passes)
+        E.config(agent_http1=True)
+        got = poll_runsse(E, p, ("agent", "ok"), timeout=120)
+        check("reprobe: a host that serves HTTP/1.1 by then is used again", got is not None
+              and got[0] == [("agent", "ok")] and got[1] == (200, "Hello from fake Cursor."),
+              got)
+        m = p.request("GET", "/metrics")[1].decode()
+        n = re.search(r'cursor_oai_fallbacks_total\{kind="http2_only_host"\} (\d+)', m)
+        check("reprobe: each refusal is a counted fallback", n and int(n.group(1)) >= 2,
+              [l for l in m.splitlines() if "fallback" in l])
+    finally:
+        p.stop()
+
+
 def t_agent(E):
     agent_url = "https://localhost:%d" % E.fake.info["agent_port"]
     # The fake's GetServerConfig names its agent listener, which (like the live *.api5 hosts)
@@ -419,6 +481,9 @@ def t_agent(E):
            (["agent"], ["agent"], None))
     finally:
         p.stop()
+    # ... remembered for CURSOR_OAI_H2ONLY_REPROBE seconds only (short here), then tried again:
+    # refused again, it is remembered again; serving HTTP/1.1 by then, it gets the runs back
+    t_reprobe(E, agent_url, 6)
     E.reset_config()
     # a host that ends every run at once without an answer: the region problem, named, one run
     E.config(agent_host_only=True)
