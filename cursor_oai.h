@@ -2362,7 +2362,7 @@ int coai_encode_exec_mcp_result_images(coai_buf *out, uint32_t id, coai_str exec
  *   a string or text/image blocks, is_error -> a TOOL message; a user message's other
  *   blocks become a USER message around it), thinking (-> a THINKING part),
  *   redacted_thinking / server_tool_use / web_search_tool_result (ignored), document
- *   with a text source (-> text)), tools (name ^[a-zA-Z0-9_-]{1,128}$, description,
+ *   with a text source (-> text, also in a tool_result; another source is a 400)), tools (name ^[a-zA-Z0-9_-]{1,128}$, description,
  *   input_schema; tools with a "type" other than "custom" are Anthropic-run tools and
  *   are left out, as are defer_loading tools), tool_choice (auto, any, tool + name,
  *   none), stop_sequences, thinking (enabled + budget_tokens, adaptive, disabled ->
@@ -2518,8 +2518,9 @@ coai_str coai_reply_output_items(const coai_reply *r);
  *   the URL, not the body. contents (role "user" / "model" / "function"; parts: text,
  *   text with thought: true (-> THINKING), inlineData {mimeType, data} (-> IMAGE),
  *   functionCall {id, name, args} (model: -> coai_call), functionResponse {id, name,
- *   response} (-> a TOOL message: response.output, else response.error (is_error), else
- *   response.content, else the response as JSON); thoughtSignature, videoMetadata and
+ *   response, parts} (-> a TOOL message: response.output, else response.error (is_error),
+ *   else response.content, else the response as JSON; parts' inlineData -> its images);
+ *   thoughtSignature, videoMetadata and
  *   executableCode / codeExecutionResult are accepted, the last two as text),
  *   systemInstruction (parts or a string), tools[].functionDeclarations (name,
  *   description, parametersJsonSchema or parameters - Gemini's OpenAPI types such as
@@ -8707,6 +8708,23 @@ static int coai__tool_choice_check(const coai_request *req, const char *param,
     return COAI_ERR_INVALID;
 }
 
+/* The stop-sequence rule of every dialect: at most `max` sequences, each API's documented
+ * bound (Chat Completions 4, Gemini 5; Anthropic documents none: COAI_MAX_STOP_SEQUENCES).
+ * Every sequence is searched for in the held-back text on each delta, so the count is the
+ * cost. count is the array's size before anything is read. 0 ok, else COAI_ERR_INVALID with
+ * a 400 on `param` naming the bound. */
+#ifndef COAI_MAX_STOP_SEQUENCES
+#define COAI_MAX_STOP_SEQUENCES 64
+#endif
+static int coai__stops_check(size_t count, size_t max, const char *param, coai_error *err)
+{
+    if (count <= max) return 0;
+    coai_error_set(err, 400, "invalid_request_error", "too_many_stop_sequences", param,
+                   "%s: %zu stop sequences; at most %zu are accepted", param, count, max);
+    err->no_retry = 1;
+    return COAI_ERR_INVALID;
+}
+
 /* What every parser does last: the session id of the newest "sess_<S>__call_" id in
  * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
 static int coai__request_finish(coai_request *req)
@@ -9105,7 +9123,7 @@ static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err
         int count = cJSON_IsString(v) ? 1 : cJSON_GetArraySize(v), k = 0;
         coai_str *st;
         const cJSON *it;
-        if (count > 4) return coai__oa_bad(err, "stop", "stop takes at most 4 sequences");
+        if (coai__stops_check((size_t)count, 4, "stop", err)) return COAI_ERR_INVALID;
         st = (coai_str *)coai__req_alloc(req, (size_t)(count ? count : 1) * sizeof *st);
         if (!st) return COAI_ERR_NOMEM;
         for (it = cJSON_IsString(v) ? v : v->child; it; it = cJSON_IsString(v) ? NULL : it->next) {
@@ -11490,6 +11508,21 @@ static int coai__an_type_is(const cJSON *b, const char *type)
     return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
 }
 
+/* A document block -> a TEXT part: only a text source can reach Cursor (its agent takes a
+ * prompt and images; a base64 PDF, a url or a file id would be lost), so every other source
+ * is a 400 naming the block, in a message and in a tool_result alike. */
+static int coai__an_document(const cJSON *b, coai_part *p, const char *path, coai_error *err)
+{
+    const cJSON *src = coai__oa_get(b, "source");
+    if (!coai__an_type_is(src, "text") || !cJSON_IsString(coai__oa_get(src, "data")))
+        return coai__an_bad(err, "%s: only documents with a text source "
+                            "({\"type\":\"text\",\"data\"}) are supported; a PDF, url or "
+                            "file source cannot be sent to Cursor", path);
+    p->kind = COAI_PART_TEXT;
+    p->text = coai__oa_jstr(coai__oa_get(src, "data"));
+    return 0;
+}
+
 /* An image block -> an IMAGE part. path names the block in messages. */
 static int coai__an_image(const cJSON *b, coai_part *p, const char *path, coai_error *err)
 {
@@ -11594,11 +11627,15 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                     } else if (coai__an_type_is(e, "image")) {
                         int rc = coai__an_image(e, &tp[q++], p2, err);
                         if (rc) return rc;
+                    } else if (coai__an_type_is(e, "document")) {
+                        int rc = coai__an_document(e, &tp[q++], p2, err);
+                        if (rc) return rc;
                     } else if (!cJSON_IsObject(e) || !cJSON_IsString(coai__oa_get(e, "type"))) {
                         return coai__an_bad(err, "%s: must be an object with a string 'type'",
                                             p2);
                     }
-                    /* other kinds (documents, tool references) carry nothing for Cursor */
+                    /* other kinds (tool references, search results) carry nothing for
+                     * Cursor */
                 }
                 tm->parts = tp;
                 tm->part_count = q;
@@ -11652,12 +11689,9 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                    || strcmp(ty, "web_search_tool_result") == 0) {
             /* Encrypted or server-side history: nothing Cursor could use. */
         } else if (strcmp(ty, "document") == 0) {
-            const cJSON *src = coai__oa_get(b, "source");
-            if (!coai__an_type_is(src, "text") || !cJSON_IsString(coai__oa_get(src, "data")))
-                return coai__an_bad(err, "%s: only documents with a text source are supported",
-                                    path);
+            int rc;
             cur->part_count++;
-            parts[pn++].text = coai__oa_jstr(coai__oa_get(src, "data"));
+            if ((rc = coai__an_document(b, &parts[pn++], path, err)) != 0) return rc;
         } else {
             return coai__an_bad(err, "%s.type: unsupported content block type '%s'", path, ty);
         }
@@ -11821,6 +11855,9 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
         size_t q = 0;
         coai_str *st;
         if (!cJSON_IsArray(v)) { coai__an_bad(err, "stop_sequences: Input should be a list"); goto fail; }
+        if (coai__stops_check((size_t)cJSON_GetArraySize(v), COAI_MAX_STOP_SEQUENCES,
+                              "stop_sequences", err))
+            goto fail;
         st = (coai_str *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *st);
         if (!st) goto nomem;
         cJSON_ArrayForEach(e, v) {
@@ -13848,15 +13885,21 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             return coai__gm_bad(err, "contents[%d].parts[%d]: must be an object", i, j);
         if ((v = coai__oa_get(p, "functionResponse")) != NULL) {
             const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
+            const cJSON *fps = coai__oa_get(v, "parts"), *fp;
             coai_message *tm;
             coai_part *tp;
+            size_t nfp = 1;
             if (r == COAI_ROLE_ASSISTANT)
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse: belongs in "
                                     "a user content", i, j);
             if (!cJSON_IsObject(v) || !cJSON_IsString(name))
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.name: "
                                     "required", i, j);
-            tp = (coai_part *)coai__req_alloc(req, sizeof *tp);
+            if (fps && !cJSON_IsNull(fps) && !cJSON_IsArray(fps))
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.parts: must "
+                                    "be a list", i, j);
+            if (cJSON_IsArray(fps)) nfp += (size_t)cJSON_GetArraySize(fps);
+            tp = (coai_part *)coai__req_alloc(req, nfp * sizeof *tp);
             if (!tp) return COAI_ERR_NOMEM;
             tm = &out[(*k)++];
             cur = NULL;
@@ -13866,6 +13909,24 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             tp->text = coai__gm_response_text(req, coai__oa_get(v, "response"), &tm->is_error);
             tm->parts = tp;
             tm->part_count = 1;
+            /* multimodal function responses: inlineData parts are the result's images (the
+             * core decodes or checks them like any other image) */
+            if (cJSON_IsArray(fps)) {
+                int q = 0;
+                cJSON_ArrayForEach(fp, fps) {
+                    const cJSON *d = coai__oa_get(fp, "inlineData");
+                    const cJSON *mt = coai__oa_get(d, "mimeType"), *dd = coai__oa_get(d, "data");
+                    if (!cJSON_IsObject(d) || !cJSON_IsString(mt) || !cJSON_IsString(dd))
+                        return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse."
+                                            "parts[%d]: expected inlineData with string "
+                                            "mimeType and data (file URIs are not supported)",
+                                            i, j, q);
+                    tp[tm->part_count].kind = COAI_PART_IMAGE;
+                    tp[tm->part_count].media_type = coai__oa_jstr(mt);
+                    tp[tm->part_count++].data = coai__oa_jstr(dd);
+                    q++;
+                }
+            }
             j++;
             continue;
         }
@@ -14060,6 +14121,9 @@ static int coai__gm_gen_config(coai_request *req, cJSON *g, coai_error *err)
         coai_str *st;
         if (!cJSON_IsArray(v))
             return coai__gm_bad(err, "generationConfig.stopSequences: must be a list");
+        if (coai__stops_check((size_t)cJSON_GetArraySize(v), 5,
+                              "generationConfig.stopSequences", err))
+            return COAI_ERR_INVALID;
         st = (coai_str *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(v) * sizeof *st);
         if (!st) return COAI_ERR_NOMEM;
         cJSON_ArrayForEach(e, v) {
@@ -15513,6 +15577,56 @@ nomem:
     return COAI_ERR_NOMEM;
 }
 
+/* Whether an image that is checked but not sent would decode: the same checks as
+ * coai_image_from_url / coai_image_from_base64 (a data: URL, an image/ type when one is
+ * declared, base64 that decodes, a known image type by its magic bytes) without decoding it
+ * all (its bytes are never sent, so no size cap applies). A remote URL is refused as
+ * coai_image_from_url refuses it. 0 ok, else the same 400. */
+static int coai__image_check(const coai_part *pt, const char *p, coai_error *err)
+{
+    coai_str type = pt->media_type, pl = pt->data;
+    char head[64];
+    unsigned char raw[48];
+    size_t i, n = 0, hn = 0, end;
+    long got;
+    if (pt->url.len || !pt->data.len) {
+        if (coai__im_ci_prefix(pt->url, "http://") || coai__im_ci_prefix(pt->url, "https://"))
+            return coai__im_bad(err, 400, "image_url_not_supported", p,
+                                "%s: remote image URLs are not fetched (a proxy that fetches "
+                                "URLs can be abused to reach internal hosts); send the image "
+                                "inline as a data:image/...;base64 URL", p);
+        if (coai_data_url_parse(pt->url, &type, &pl) != 0)
+            return coai__im_bad(err, 400, "invalid_image_url", p,
+                                "%s must be a data: URL with a base64 payload "
+                                "(data:image/png;base64,...)", p);
+    }
+    if (type.len && !coai__im_ci_prefix(type, "image/"))
+        return coai__im_bad(err, 400, "invalid_image_format", p,
+                            "%s: only images are accepted (JPEG, PNG, GIF, WebP or BMP)", p);
+    /* what coai_base64_decode accepts: trailing '=' dropped, then only the alphabet, and a
+     * length that is not 1 mod 4 (whitespace skipped as coai_image_from_base64 does) */
+    for (end = pl.len; end > 0; end--) {
+        char c = pl.ptr[end - 1];
+        if (!(c == '=' || c == ' ' || c == '\n' || c == '\r' || c == '\t')) break;
+    }
+    for (i = 0; i < end; i++) {
+        unsigned char c = (unsigned char)pl.ptr[i];
+        if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+        if (coai__b64val(c) < 0) { n = 0; break; }
+        if (hn < sizeof head) head[hn++] = (char)c;
+        n++;
+    }
+    got = n && n % 4 != 1 ? coai_base64_decode(head, hn - (hn < n ? hn % 4 : 0), raw,
+                                                sizeof raw) : -1;
+    if (got <= 0)
+        return coai__im_bad(err, 400, "invalid_image_url", p,
+                            "%s: the base64 payload does not decode (or is empty)", p);
+    if (!coai_image_sniff(raw, (size_t)got, NULL, NULL))
+        return coai__im_bad(err, 400, "invalid_image_format", p,
+                            "%s is not a JPEG, PNG, GIF, WebP or BMP image", p);
+    return 0;
+}
+
 /* Core, for every dialect: decode the IMAGE parts of the current turn - the newest user
  * message and the tool results after it (a screenshot a tool returned belongs to the turn
  * being answered) - into req->images under the caps. The param names the part: exact for
@@ -15527,6 +15641,22 @@ static int coai__request_images(coai_request *req, const coai_image_limits *lim,
     size_t first = coai__last_user(req->messages, req->message_count), i, k, count = 0;
     size_t total = 0;
     char p[96];
+    /* One rule for every dialect: an image of the current turn that does not decode is a
+     * 400. A request without a user message (tool results sent on their own, as a Responses
+     * client may) is all current turn: its images are checked too, though, as in the
+     * prompt, they stay text markers (coai_conversation_prompt). Images of earlier turns are
+     * never checked: one broken old image must not break every later turn. */
+    for (i = 0; first >= req->message_count && i < req->message_count; i++) {
+        const coai_message *m = &req->messages[i];
+        if (m->role != COAI_ROLE_USER && m->role != COAI_ROLE_TOOL) continue;
+        for (k = 0; k < m->part_count; k++) {
+            int rc;
+            if (m->parts[k].kind != COAI_PART_IMAGE) continue;
+            snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", i, k,
+                     req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+            if ((rc = coai__image_check(&m->parts[k], p, err)) != 0) return rc;
+        }
+    }
     if (first >= req->message_count) return 0;
     for (i = first; i < req->message_count; i++) {
         const coai_message *m = &req->messages[i];

@@ -4,7 +4,7 @@ $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
   held_bind,held_empty,store_race,limits,budget,
-  tool_choice,small"""
+  tool_choice,small,dialect_rules"""
 
 import json
 import os
@@ -732,6 +732,164 @@ H2_NONE = {
 }
 
 
+# ---------------------------------------------------------------------------------------------
+# item 8: refusals that differed by dialect, one rule each in the core
+
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5"
+       "ErkJggg==")
+
+
+def image_cases(data):
+    """Per dialect: (name, path, body, current) with the base64 `data` as an image: in a tool
+    result of the current turn (current = True) or in an earlier turn."""
+    url = "data:image/png;base64," + data
+    an_img = {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                          "data": data}}
+    gm_img = {"inlineData": {"mimeType": "image/png", "data": data}}
+    rs_tools = [{"type": "function", "name": "read", "parameters": {"type": "object"}}]
+    an_tools = [{"name": "read", "input_schema": {"type": "object"}}]
+    an_result = [{"role": "user", "content": "look"},
+                 {"role": "assistant", "content": [{"type": "tool_use", "id": "c1",
+                                                    "name": "read", "input": {}}]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                               "content": [an_img]}]}]
+    gm_result = [{"role": "user", "parts": [{"text": "look"}]},
+                 {"role": "model", "parts": [{"functionCall": {"name": "read", "args": {}}}]},
+                 {"role": "user", "parts": [{"functionResponse": {
+                     "name": "read", "response": {"output": "a screenshot"},
+                     "parts": [gm_img]}}]}]
+    gm = "/v1beta/models/scenario:short:generateContent"
+    return [
+        ("chat, a user message of the current turn", "/v1/chat/completions", {
+            "model": "scenario:short", "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}]},
+         True),
+        ("responses, a function_call_output (tool results on their own)", "/v1/responses", {
+            "model": "scenario:short", "tools": rs_tools, "input": [
+                {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1",
+                 "output": [{"type": "input_image", "image_url": url}]}]}, True),
+        ("responses, a function_call_output after the user message", "/v1/responses", {
+            "model": "scenario:short", "tools": rs_tools, "input": [
+                {"role": "user", "content": "look"},
+                {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1",
+                 "output": [{"type": "input_image", "image_url": url}]}]}, True),
+        ("messages, a tool_result", "/v1/messages", {
+            "model": "scenario:short", "max_tokens": 10, "tools": an_tools,
+            "messages": an_result}, True),
+        ("gemini, a functionResponse's parts", gm, {
+            "tools": [{"functionDeclarations": [{"name": "read"}]}], "contents": gm_result},
+         True),
+        ("chat, an earlier user message", "/v1/chat/completions", {
+            "model": "scenario:short", "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]},
+                {"role": "assistant", "content": "seen"}, {"role": "user", "content": "hi"}]},
+         False),
+        ("messages, an earlier tool_result", "/v1/messages", {
+            "model": "scenario:short", "max_tokens": 10, "tools": an_tools,
+            "messages": an_result + [{"role": "assistant", "content": "seen"},
+                                     {"role": "user", "content": "hi"}]}, False),
+        ("gemini, an earlier functionResponse", gm, {
+            "tools": [{"functionDeclarations": [{"name": "read"}]}],
+            "contents": gm_result + [{"role": "model", "parts": [{"text": "seen"}]},
+                                     {"role": "user", "parts": [{"text": "hi"}]}]}, False),
+    ]
+
+
+def t_dialect_rules(tmp, fake, token, ws, secret):
+    px = H.Proxy(tmp, "dialect", fake.url(), fake.ca, token)
+    ah = {"anthropic-version": "2023-06-01"}
+
+    def post(path, body):
+        st, b, _ = px.request("POST", path, body,
+                              headers=ah if path.startswith("/v1/messages") else {})
+        return st, b.decode(errors="replace")
+
+    # (b) one rule for every dialect: an image of the current turn (a user message or a tool
+    # result) that does not decode is a 400 naming the part; an earlier turn's images are
+    # text markers, never checked (one broken old image must not break every later turn)
+    bad = {"undecodable base64": image_cases("!!!not-base64"),
+           "base64 that is not an image": image_cases("aGVsbG8gd29ybGQsIG5vdCBhbiBpbWFnZQ==")}
+    good = [(name, post(path, body)) for name, path, body, _ in image_cases(PNG)]
+    good = [(n, st, t[:160]) for n, (st, t) in good if st != 200]
+    for what, cases in bad.items():
+        res = [(name, cur) + post(path, body) for name, path, body, cur in cases]
+        wrong = [(n, st, t[:160]) for n, cur, st, t in res
+                 if ((st != 400 or "messages[" not in t or "content[" not in t
+                      or not ("does not decode" in t or "is not a JPEG" in t)) if cur
+                     else st != 200)]
+        check("%s: a 400 naming the part in the current turn of every dialect (%s), a text "
+              "marker in an earlier turn (%s); a PNG that decodes is accepted in all of them"
+              % (what, ", ".join(n for n, c, _, _ in res if c),
+                 ", ".join(n for n, c, _, _ in res if not c)), not wrong and not good,
+              wrong + good)
+    # (a) Anthropic documents: a text source is inlined, in a message and in a tool_result;
+    # any other source is a 400 naming the block, in both places
+    def an_doc(src, in_result):
+        doc = {"type": "document", "source": src}
+        if not in_result:
+            return {"model": "scenario:short", "max_tokens": 10, "messages": [
+                {"role": "user", "content": [doc, {"type": "text", "text": "summarise"}]}]}
+        return {"model": "scenario:short", "max_tokens": 10,
+                "tools": [{"name": "read", "input_schema": {"type": "object"}}], "messages": [
+                    {"role": "user", "content": "read it"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "c1",
+                                                       "name": "read", "input": {}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1",
+                                                  "content": [doc]}]}]}
+    words = []
+    for in_result in (False, True):
+        words.append("doc-" + os.urandom(4).hex())
+        k0 = len(runs_of(fake, "short"))
+        st, txt = post("/v1/messages", an_doc({"type": "text", "media_type": "text/plain",
+                                               "data": "The word is %s." % words[-1]},
+                                              in_result))
+        runs = runs_of(fake, "short")[k0:]
+        words[-1] = (st, words[-1] in ((runs[-1]["prompt"] or "") if runs else ""), txt[:200])
+    check("a document with a text source, in a user message and in a tool_result: accepted, "
+          "its text in the prompt (%s)" % words, all(w[0] == 200 and w[1] for w in words),
+          words)
+    for src in ({"type": "base64", "media_type": "application/pdf", "data": "JVBERi0xLjQK"},
+                {"type": "url", "url": "https://example.com/a.pdf"},
+                {"type": "file", "file_id": "file_011"}):
+        res = []
+        for in_result, part in ((False, "messages.0.content.0"),
+                                (True, "messages.2.content.0.content.0")):
+            st, txt = post("/v1/messages", an_doc(src, in_result))
+            res.append((st, part in txt, txt[:150]))
+        check("a document with a %s source -> 400 naming the block, in a user message and "
+              "in a tool_result (%s)" % (src["type"], res),
+              all(st == 400 and named and "text source" in t for st, named, t in res), res)
+    # (c) stop sequences: each API's documented bound (Anthropic documents none: 64)
+    user = [{"role": "user", "content": "hi"}]
+    cases = [
+        ("chat", "/v1/chat/completions", 4, "stop", lambda n: {
+            "model": "scenario:short", "messages": user, "stop": ["s%d" % i for i in range(n)]}),
+        ("messages", "/v1/messages", 64, "stop_sequences", lambda n: {
+            "model": "scenario:short", "max_tokens": 10, "messages": user,
+            "stop_sequences": ["s%d" % i for i in range(n)]}),
+        ("gemini", "/v1beta/models/scenario:short:generateContent", 5,
+         "generationConfig.stopSequences", lambda n: {
+             "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+             "generationConfig": {"stopSequences": ["s%d" % i for i in range(n)]}}),
+    ]
+    for name, path, bound, param, mk in cases:
+        st0, txt0 = post(path, mk(bound))
+        res = [(n,) + post(path, mk(n)) for n in (bound + 1, 1000)]
+        check("%s: %d stop sequences accepted; %d and 1000 -> 400 in the dialect's shape "
+              "naming %s, the count and the bound (%s)"
+              % (name, bound, bound + 1, param, res[0][2][:140]),
+              st0 == 200 and all(
+                  st == 400 and "%s: %d stop sequences; at most %d are accepted"
+                  % (param, n, bound) in t
+                  and ('"type":"error"' in t if name == "messages" else
+                       '"INVALID_ARGUMENT"' in t if name == "gemini" else
+                       '"param":"%s"' % param in t) for n, st, t in res),
+              (st0, txt0[:200], res))
+    px.stop()
+
+
 def main():
     only, keep = S.options()
     if S.binary_missing():
@@ -753,7 +911,8 @@ def main():
             ("held_bind", t_held_bind), ("held_empty", t_held_empty),
             ("store_race", t_store_race), ("limits", t_limits),
             ("budget", t_budget), ("tool_choice", t_tool_choice),
-            ("small", t_small)) if not (H.TRANSPORT == "h2" and name in H2_NONE)], only)
+            ("small", t_small), ("dialect_rules", t_dialect_rules))
+            if not (H.TRANSPORT == "h2" and name in H2_NONE)], only)
     except Exception:
         check("suite setup", False, traceback.format_exc())
     return S.finish(keep)
