@@ -5310,13 +5310,87 @@ done:
     return rc;
 }
 
+/* The usage answer the server keeps, shared by GET /v1/usage and the status page: one
+ * upstream fetch at a time (single flight). A caller takes the kept answer when it is young
+ * enough for it, else waits for the fetch under way or starts one; callers that waited get
+ * that fetch's answer, error included. GET /v1/usage reuses an answer for
+ * CURSOR_OAI_USAGE_TTL seconds (10; 0: only callers at the same moment share one fetch)
+ * and never reuses an error; the status page reuses one for 60 s, an error for 10 s. The
+ * fetch itself is bounded by the unary call's deadline (CURSOR_OAI_UPSTREAM_TIMEOUT). */
+#define USAGE_TTL_DEFAULT_S 10
+#define USAGE_TTL_MAX_S 3600
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t done;            /* broadcast when a fetch ends (gen changes) */
+    int64_t ttl_ms;                 /* CURSOR_OAI_USAGE_TTL, for GET /v1/usage */
+    int state;                      /* 0 never asked, 1 ok, 2 failed */
+    int fetching;
+    uint64_t gen;                   /* fetches ended */
+    int64_t at;                     /* mono ms of the last answer */
+    int64_t wall;                   /* wall ms of the last answer */
+    coai_quota u;
+    coai_error err;
+} UC = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, USAGE_TTL_DEFAULT_S * 1000, 0, 0,
+         0, 0, 0, { 0 }, { 0 } };
+
+/* The usage answer no older than max_ms (an error: err_max_ms). wait = 0: never block (the
+ * status page): a missing or old answer starts a fetch when none runs, and what is kept is
+ * returned meanwhile. Returns the state (0 nothing yet, 1 ok with *u, 2 failed with *e);
+ * *wall = when it was fetched. */
+static int usage_get(int64_t max_ms, int64_t err_max_ms, int wait, coai_quota *u,
+                     coai_error *e, int64_t *wall)
+{
+    int fetch = 0, state;
+    uint64_t gen;
+    pthread_mutex_lock(&UC.mu);
+    gen = UC.gen;
+    for (;;) {
+        int64_t age = mono_ms() - UC.at;
+        if (UC.state && age < (UC.state == 2 ? err_max_ms : max_ms)) break;   /* young */
+        if (UC.gen != gen) break;          /* the fetch this caller waited for has ended */
+        if (!UC.fetching) {
+            UC.fetching = 1;
+            fetch = 1;
+            break;
+        }
+        if (!wait) break;
+        pthread_cond_wait(&UC.done, &UC.mu);
+    }
+    pthread_mutex_unlock(&UC.mu);
+    if (fetch) {
+        coai_quota nu;
+        coai_error ne;
+        int rc;
+        memset(&nu, 0, sizeof nu);
+        rc = usage_fetch(&nu, &ne);
+        pthread_mutex_lock(&UC.mu);
+        UC.fetching = 0;
+        UC.gen++;
+        UC.at = mono_ms();
+        UC.wall = wall_ms();
+        if (rc == 0) { UC.u = nu; UC.state = 1; }
+        else { UC.err = ne; UC.state = 2; }
+        pthread_cond_broadcast(&UC.done);
+        pthread_mutex_unlock(&UC.mu);
+    }
+    pthread_mutex_lock(&UC.mu);
+    state = UC.state;
+    if (state == 1) *u = UC.u;
+    if (state == 2) *e = UC.err;
+    *wall = UC.wall;
+    pthread_mutex_unlock(&UC.mu);
+    return state;
+}
+
 /* GET /v1/usage: the same JSON as `cursor-oai usage --json`. */
 static int handle_usage(struct conn *c)
 {
     coai_quota u;
     coai_error e;
     coai_buf out = { 0 };
-    if (usage_fetch(&u, &e) < 0) {
+    int64_t wall;
+    if (usage_get(UC.ttl_ms, 0, 1, &u, &e, &wall) != 1) {
         send_coai_error(c, &e);
     } else if (coai_quota_write_json(&out, &u) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
@@ -5521,15 +5595,7 @@ static struct {
     pthread_mutex_t mu;
     struct status_req r[STATUS_RING];
     unsigned next, count;
-    /* the cached usage (STATUS_USAGE_TTL_MS; one call at a time) */
-    int usage_state;                /* 0 never asked, 1 ok, 2 failed */
-    int usage_fetching;
-    int64_t usage_at;               /* mono ms of the last answer */
-    int64_t usage_wall;             /* wall ms of the last answer */
-    coai_quota usage;
-    char usage_error[300];
-} SP = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } }, 0, 0, 0, 0,
-         0, 0, { 0 }, { 0 } };
+} SP = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } }, 0, 0 };
 
 /* Called by access_log for every request but the status page's own, /health and /metrics
  * (pollers would push everything else out). */
@@ -5700,46 +5766,26 @@ static void status_live_json(coai_buf *b)
     coai_buf_putc(b, '}');
 }
 
-/* "usage": from the cache; a stale or missing one is fetched by this request when no other
- * fetch runs (others answer with what is cached), so page refreshes never multiply the
- * upstream calls: at most one per STATUS_USAGE_TTL_MS (and per failure). */
+/* "usage": the answer the server keeps (usage_get); a stale or missing one is fetched by
+ * this request when no other fetch runs (others answer with what is kept), so page refreshes
+ * never multiply the upstream calls: at most one per STATUS_USAGE_TTL_MS (and per failure),
+ * and none while GET /v1/usage has fetched more recently. */
 static void status_usage_json(coai_buf *b)
 {
-    int fetch = 0, state;
+    int state;
     coai_quota u;
     coai_error e;
     coai_buf line = { 0 };
     double pct = -1;
-    pthread_mutex_lock(&SP.mu);
+    int64_t wall = 0;
+    memset(&u, 0, sizeof u);
+    memset(&e, 0, sizeof e);
     /* a failure is asked again sooner (a login may have arrived meanwhile) */
-    if (!SP.usage_fetching && (!SP.usage_at || mono_ms() - SP.usage_at
-                               >= (SP.usage_state == 2 ? STATUS_USAGE_TTL_MS / 6
-                                                       : STATUS_USAGE_TTL_MS))) {
-        SP.usage_fetching = 1;
-        fetch = 1;
-    }
-    pthread_mutex_unlock(&SP.mu);
-    if (fetch) {
-        int rc = usage_fetch(&u, &e);
-        pthread_mutex_lock(&SP.mu);
-        SP.usage_fetching = 0;
-        SP.usage_at = mono_ms();
-        SP.usage_wall = wall_ms();
-        if (rc == 0) { SP.usage = u; SP.usage_state = 1; }
-        else {
-            SP.usage_state = 2;
-            copy_str(SP.usage_error, sizeof SP.usage_error, e.message, strlen(e.message));
-        }
-        pthread_mutex_unlock(&SP.mu);
-    }
-    pthread_mutex_lock(&SP.mu);
-    state = SP.usage_state;
-    u = SP.usage;
+    state = usage_get(STATUS_USAGE_TTL_MS, STATUS_USAGE_TTL_MS / 6, 0, &u, &e, &wall);
     coai_buf_puts(b, "{\"state\":");
     coai_buf_puts(b, state == 1 ? "\"ok\"" : state == 2 ? "\"error\"" : "\"loading\"");
-    coai_buf_printf(b, ",\"fetched_ms\":%lld,\"error\":", (long long)SP.usage_wall);
-    status_json_str(b, state == 2 ? SP.usage_error : NULL);
-    pthread_mutex_unlock(&SP.mu);
+    coai_buf_printf(b, ",\"fetched_ms\":%lld,\"error\":", (long long)wall);
+    status_json_str(b, state == 2 ? e.message : NULL);
     if (state == 1) {
         pct = u.percent_used;
         if (pct < 0 && u.limit_cents > 0) pct = 100.0 * (double)u.used_cents
@@ -9404,6 +9450,8 @@ static const char SERVE_HELP[] =
     "                           to models of the Cursor account\n"
     "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
     "                           once, without a new upstream run (60; 0 = off)\n"
+    "  CURSOR_OAI_USAGE_TTL     seconds GET /v1/usage reuses Cursor's usage answer (10; 0 =\n"
+    "                           only requests at the same moment share one call)\n"
     "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
     "                           conversations get a 400 context_length_exceeded\n"
     "  CURSOR_OAI_AGENT_URL     host for runs (default: CURSOR_API_URL; a host that refuses\n"
@@ -9972,6 +10020,19 @@ static int configure(void)
             }
         }
         S.quota_latch_s = (int)q;
+        ql = getenv("CURSOR_OAI_USAGE_TTL");
+        q = USAGE_TTL_DEFAULT_S;
+        if (ql && *ql) {
+            errno = 0;
+            q = strtol(ql, &end, 10);
+            if (errno || *end || q < 0 || q > USAGE_TTL_MAX_S) {
+                fprintf(stderr, "cursor-oai: CURSOR_OAI_USAGE_TTL must be a number of seconds "
+                        "(0..%d; 0: only requests at the same moment share one call)\n",
+                        USAGE_TTL_MAX_S);
+                return -1;
+            }
+        }
+        UC.ttl_ms = (int64_t)q * 1000;
     }
     if (held_configure() < 0) return -1;
     S.ca_file = ca_bundle_path();

@@ -402,7 +402,8 @@ def main():
         fake = H.Fake(tmp, scenarios(), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         px = H.Proxy(tmp, "autumn", fake.url(), fake.ca, token,
-                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20"})
+                     # each GET /v1/usage asks Cursor: the checks change its answer
+                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_USAGE_TTL": "0"})
         S.sections((("exec", lambda: t_exec(fake, px)),
                     ("query", lambda: t_query(fake, px)),
                     ("kv", lambda: t_kv(fake, px)),

@@ -4,7 +4,7 @@ $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary
 fix. Prints `RESULT <passed> <failed>` last.
   tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
   held_bind,held_empty,store_race,limits,budget,
-  tool_choice,small,dialect_rules"""
+  tool_choice,small,dialect_rules,usage"""
 
 import json
 import os
@@ -890,6 +890,98 @@ def t_dialect_rules(tmp, fake, token, ws, secret):
     px.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# item 8: concurrent GET /v1/usage share one upstream call; the answer is kept for a short
+# while (CURSOR_OAI_USAGE_TTL), an error is not kept
+
+def usage_calls(fake):
+    return fake.state().get("counters", {}).get("usage_calls", 0)
+
+
+def t_usage(tmp, fake, token, ws, secret):
+    ttl = 5
+    px = H.Proxy(tmp, "usage", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_USAGE_TTL": str(ttl)})
+    n = 100
+
+    def burst():
+        go = threading.Event()
+        res = []
+
+        def one():
+            go.wait(30)
+            try:
+                st, b, _ = px.get("/v1/usage")
+            except OSError as e:
+                st, b = 0, str(e).encode()
+            res.append((st, b))
+
+        u0 = usage_calls(fake)
+        th = [threading.Thread(target=one) for _ in range(n)]
+        for t in th:
+            t.start()
+        go.set()
+        for t in th:
+            t.join(120)
+        return usage_calls(fake) - u0, res
+
+    fake.ctl("/config", {"usage_status": None, "usage_delay_s": 1.5})
+    try:
+        du, res = burst()
+        bodies = set(b for _, b in res)
+        check("%d concurrent GET /v1/usage (the dashboard answering in 1.5 s): %d upstream "
+              "call(s), every answer a 200 with the same body; the token never in the log"
+              % (n, du), du <= 2 and len(res) == n and all(st == 200 for st, _ in res)
+              and len(bodies) == 1 and token not in log_of(px),
+              (du, sorted(set(st for st, _ in res)), len(bodies)))
+        fake.ctl("/config", {"usage_delay_s": 0})
+        # within the TTL the kept answer is used (by /v1/usage and by the status page); after
+        # it one new call goes upstream
+        u1 = usage_calls(fake)
+        st1, _, _ = px.get("/v1/usage")
+        st2, _, _ = px.get("/status.json")
+        kept = usage_calls(fake) - u1
+        time.sleep(ttl + 0.5)                         # the TTL runs out
+        st3, _, _ = px.get("/v1/usage")
+        st4, _, _ = px.get("/v1/usage")
+        after = usage_calls(fake) - u1 - kept
+        check("within CURSOR_OAI_USAGE_TTL=%d s: no new call (GET /v1/usage, /status.json: %d); "
+              "after it: exactly one for two GETs (%d)" % (ttl, kept, after),
+              (st1, st2, st3, st4) == (200, 200, 200, 200) and kept == 0 and after == 1,
+              (st1, st2, st3, st4, kept, after))
+        # an error is shared by the callers that waited for it, and not kept
+        time.sleep(ttl + 0.5)
+        fake.ctl("/config", {"usage_status": 503, "usage_delay_s": 1.5})
+        du, res = burst()
+        fake.ctl("/config", {"usage_status": None, "usage_delay_s": 0})
+        u2 = usage_calls(fake)
+        st6, _, _ = px.get("/v1/usage")
+        check("%d concurrent GETs while the dashboard fails (503 in 1.5 s): %d upstream call(s), "
+              "every answer the 503; the next GET asks again and gets 200 (%d, %d new call)"
+              % (n, du, st6, usage_calls(fake) - u2),
+              du <= 2 and len(res) == n and all(st == 503 for st, _ in res) and st6 == 200
+              and usage_calls(fake) - u2 == 1,
+              (du, sorted(set(st for st, _ in res)), st6))
+    finally:
+        fake.ctl("/config", {"usage_status": None, "usage_delay_s": 0})
+    px.stop()
+    # the knob has bounds
+    for val in ("-1", "3601", "abc"):
+        e = {k: v for k, v in os.environ.items() if not k.startswith("CURSOR_")}
+        e.update({"HOME": tmp, "CURSOR_ACCESS_TOKEN": token, "CURSOR_OAI_USAGE_TTL": val,
+                  "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca})
+        import subprocess
+        try:
+            p = subprocess.run(H.proxy_cmd() + ["serve", "--listen", "127.0.0.1:0"], env=e,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+            rc, err = p.returncode, p.stderr.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            rc, err = None, "still running after 10 s (accepted)"
+        check("CURSOR_OAI_USAGE_TTL=%s is refused at start-up, naming the bound (%s)"
+              % (val, err.strip()[:90]), rc in (1, 2) and "CURSOR_OAI_USAGE_TTL" in err
+              and "3600" in err, (rc, err[:300]))
+
+
 def main():
     only, keep = S.options()
     if S.binary_missing():
@@ -911,7 +1003,7 @@ def main():
             ("held_bind", t_held_bind), ("held_empty", t_held_empty),
             ("store_race", t_store_race), ("limits", t_limits),
             ("budget", t_budget), ("tool_choice", t_tool_choice),
-            ("small", t_small), ("dialect_rules", t_dialect_rules))
+            ("small", t_small), ("dialect_rules", t_dialect_rules), ("usage", t_usage))
             if not (H.TRANSPORT == "h2" and name in H2_NONE)], only)
     except Exception:
         check("suite setup", False, traceback.format_exc())

@@ -658,7 +658,10 @@ def main():
         scen.update(FIELD_SCENARIOS)
         scen.update(TOOL_IMG_SCENARIOS)
         fake = H.Fake(tmp, scen, token)
-        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
+        # CURSOR_OAI_USAGE_TTL=0: each GET /v1/usage asks Cursor (the checks change the
+        # fake's usage answer between GETs)
+        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
+                        extra_env={"CURSOR_OAI_USAGE_TTL": "0"})
         FAKES[proxy.port] = fake
         for name, fn in [("usage", lambda: t_usage(fake, proxy)),
                          ("usage-key", lambda: t_usage_key(tmp, fake, token)),

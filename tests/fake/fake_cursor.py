@@ -131,6 +131,7 @@ DEFAULT_CONFIG = {
     "usage_shape": "plan",         # GetCurrentPeriodUsage answer: plan | no_plan | limit_hit
     "usage_status": None,          # HTTP status to fail GetCurrentPeriodUsage with
     "plan_status": None,           # HTTP status to fail GetPlanInfo with (None: 404 for no_plan)
+    "usage_delay_s": 0.0,          # GetCurrentPeriodUsage answers after this (a slow dashboard)
     "list_scenarios": True,        # add "scenario:<name>" entries to the model list
     "default_scenario": "default",
     "silent_max_s": 120.0,         # silent_port gives up on a connection after this
@@ -2368,6 +2369,8 @@ def h_usage(conn, req, rec):
     st = _dash_request(conn, req, rec, "usage")
     if st:
         return st
+    if S.config["usage_delay_s"]:
+        time.sleep(float(S.config["usage_delay_s"]))
     if S.config["usage_status"]:
         code = {401: "unauthenticated", 403: "permission_denied", 404: "not_found",
                 429: "resource_exhausted", 503: "unavailable"}.get(int(S.config["usage_status"]),
