@@ -6082,6 +6082,7 @@ struct run_out {
     int64_t last_write;             /* mono ms of the last byte sent to the client */
     size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
     int stored;                     /* Responses: this answer is in the response store */
+    int remembered;                 /* this answer is in conversation memory (mem_store) */
 };
 
 /* Heartbeats (issue 10 item 4): their own thread, never waited on by the reader. last,
@@ -6280,6 +6281,8 @@ static void run_store(struct run *r)
                coai_reply_output_items(&r->reply));
 }
 
+static void mem_store(struct run *r);
+
 static int run_flush(struct run *r)
 {
     struct conn *c = r->c;
@@ -6298,7 +6301,14 @@ static int run_flush(struct run *r)
         snprintf(lb, sizeof lb, "dialect=\"%s\"", route_dialect(c->route));
         metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
     }
+    /* Stored and remembered before the last byte goes out: a client that sends its next
+     * turn the moment it has read this answer finds it (previous_response_id, memory). */
     if (done) run_store(r);
+    if (done && st == 200 && !r->reply.error.status && !coai_reply_tool_called(rp)
+        && !r->out.remembered) {
+        r->out.remembered = 1;
+        mem_store(r);
+    }
     if (st == 200 && r->out.stream) {
         if (!c->streaming) {
             coai_reply_head(rp, &h);
@@ -8046,8 +8056,10 @@ static void run_finish(struct run *r)
                 r->up.request_id[0] ? r->up.request_id : "(not started)", r->reply.error.status,
                 r->reply.error.code ? r->reply.error.code : "-", r->reply.error.message);
     if (!r->out.cancelled && !c->dead && coai_reply_done(&r->reply) && !r->reply.error.status
-        && !coai_reply_tool_called(&r->reply))
+        && !coai_reply_tool_called(&r->reply) && !r->out.remembered) {
+        r->out.remembered = 1;
         mem_store(r);
+    }
     if (tr_is_open(r) && !r->out.cancelled && !c->dead && coai_reply_tool_called(&r->reply)
         && !r->reply.error.status && held_enabled()) {
         r->held.tools_at = mono_ms();
