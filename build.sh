@@ -8,6 +8,8 @@
 #   ./build.sh fuzz [SECS]   libFuzzer every tests/fuzz/fz_*.c for SECS seconds each (default 60)
 #   ./build.sh deps          install packages, fetch + verify + unpack deps, build BearSSL
 #   ./build.sh bench [ARGS]  release build, then tests/bench.sh ARGS
+#   ./build.sh bench-probe22 release build, then tests/bench/probe22.py (figures for big
+#                            bodies, stalled BidiAppends and peak RSS; prints, judges nothing)
 #   ./build.sh docker        release build, Debian's docker.io when missing (root), then
 #                            tests/docker.sh (the container test that `test` runs last)
 #   ./build.sh clean         remove build/ except the dependency cache build/deps
@@ -595,6 +597,10 @@ bench)
 bench-toolloop)   # held runs vs one run per request, five-step tool loop, both transports (tests/bench/toolloop.py)
     deps; release
     CURSOR_OAI_BIN="$BUILD/cursor-oai" run "$PY" tests/bench/toolloop.py "$@"
+    ;;
+bench-probe22)    # the second probe's figures: big bodies, stalled appends, peak RSS (tests/bench/probe22.py)
+    deps; release
+    CURSOR_OAI_BIN="$BUILD/cursor-oai" run "$PY" tests/bench/probe22.py "$@"
     ;;
 docker)
     deps; release; ensure_docker
