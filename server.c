@@ -13,16 +13,27 @@
  *   Listener                       accept, the connection slots, 503 when full, shutdown
  *   Client connections: requests   read the head and body, route (serve_request), access log
  *   Models / Usage                 GET /v1/models, /usage: unary calls to Cursor
- *   Run engine                     POST /v1/chat/completions, /v1/messages, /v1/responses:
- *                                  handle_chat parses, maps the model, builds the run request
- *                                  (or resumes a remembered conversation), then runs it:
+ *   Chat requests                  POST /v1/chat/completions, /v1/messages, /v1/responses,
+ *                                  Gemini's generateContent: handle_chat, whose steps are
+ *                                  listed there in order (parse and model, a held run to
+ *                                  continue, a checkpoint to resume, the run request, the
+ *                                  run and its fallbacks, the answer)
+ *   Run engine                     struct run and its parts (in, up, fb, out, hb, held), and
+ *                                  what runs it:
  *     Transports                   tr_open / tr_send / tr_body / tr_close: the only way the
- *                                  engine reaches Cursor; tr_choose picks HTTP/2 or HTTP/1.1,
+ *                                  engine reaches Cursor; tr_pick picks HTTP/2 or HTTP/1.1,
  *                                  a failure before the first byte falls back to HTTP/1.1
- *     run_stream / run_frame       Cursor's messages -> coai_reply (the dialect's writer)
+ *                                  (tr_fall_back)
+ *     run_stream / run_frame       Cursor's messages -> coai_reply (the dialect's writer);
+ *                                  run_flush hands what it wrote to the client
  *     heartbeats                   client and exec heartbeats on their own thread
- *   Held runs                      a run that asked for tools waits for the next request
- *   Client connections: responses  what coai_reply produced goes to the client (run_flush)
+ *   Held runs                      a response with tool calls parks its run (run_finish,
+ *                                  held_park, held_thread); the request with the results
+ *                                  takes it over (held_claim, held_continue) or falls back
+ *   Conversation memory            Cursor's checkpoint per conversation (mem_store), resumed
+ *                                  by the next turn (mem_find, chat_memory)
+ *   Client connections: responses  send_response, stream_begin / stream_write: the bytes
+ *                                  run_flush hands over go to the client
  *   Upstream TLS connections       HTTP/1.1: BearSSL sockets, the pool, spares, unary calls,
  *                                  RunSSE + BidiAppend
  *   HTTP/2 connections             one multiplexed connection per host, its I/O thread, the
@@ -6002,7 +6013,7 @@ static int handle_status(struct conn *c, int route, int key_q)
 }
 
 /* ======================================================================== */
-/* Run engine: one OpenAI request = one fresh RunSSE + BidiAppend run        */
+/* Run engine: struct run, its transports, run_stream, heartbeats           */
 /* ======================================================================== */
 
 enum { TR_HTTP1, TR_H2 };           /* transports (see tr_open) */
@@ -6334,6 +6345,21 @@ static int run_flush(struct run *r)
     }
     coai_buf_free(&h);
     return rc;
+}
+
+/* The response failed and nothing of it reached the client (out.hold_errors held the error
+ * back): the caller falls back (a replay, or a fresh run for a held run's follow-up). */
+static int run_failed_unsent(const struct run *r)
+{
+    return !r->out.cancelled && !r->c->dead && coai_reply_done(&r->reply)
+           && coai_reply_status(&r->reply) != 200;
+}
+
+/* No fallback any more: errors go out too, and whatever is left of the response. */
+static void run_flush_rest(struct run *r)
+{
+    r->out.hold_errors = 0;
+    if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
 }
 
 /* Called about once a second while waiting on the upstream: keepalive comments for a
@@ -6744,34 +6770,10 @@ static int run_watch_fail(struct run *r)
  * that races ahead of that is lost (cursor-2026-clients.md 7.1; issue 10 item 3).
  * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
  * -1 r->err filled. */
-static int run_start(struct run *r, int fresh)
+static int run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
-    char token[SRV_TOKEN_MAX];
-    size_t tl = cred_token(token, sizeof token, &r->up.auth_gen);
     coai_buf head = { 0 }, body = { 0 };
-    int rc = -1;
-    if (tl == 0) {
-        cred_missing(&r->err);
-        goto done;
-    }
-    if (uuid_new(r->up.request_id) < 0) {
-        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
-        goto done;
-    }
-    memcpy(r->c->run_id, r->up.request_id, sizeof r->c->run_id);
-    if (!r->up.orig_id[0]) memcpy(r->up.orig_id, r->up.request_id, sizeof r->up.orig_id);
-    r->up.seqno = 0;
-    r->fb.http_status = 0;
-    r->fb.h1_refused[0] = 0;
-    r->up.data_frames = 0;
-    r->up.t_start = mono_ms();
-    /* Checked right before the run starts: a client that left while this request waited
-     * (for the model list, a renewal, a slot) must not cost a run and its prompt. */
-    if (r->c->dead || fd_client_gone(r->c->fd)) {
-        up_err(&r->err, 499, "client_closed", "client went away before the run started");
-        r->out.cancelled = 1;
-        goto done;
-    }
+    int rc;
     up_orig_rid = r->up.orig_id;
     rc = coai_encode_run_body(&body, coai_str_c(r->up.request_id)) < 0
          || up_head_host(&head, &r->up.host, PATH_RUNSSE,
@@ -6830,7 +6832,6 @@ retry:
         snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused, "a close before any byte");
 done:
     if (rc != 0) { up_free(r->up.sse); r->up.sse = NULL; }
-    memset(token, 0, sizeof token);
     if (head.data) memset(head.data, 0, head.len);
     coai_buf_free(&head);
     coai_buf_free(&body);
@@ -6854,6 +6855,10 @@ static int run_may_switch(struct run *r)
  *   tr_readable(r, ms), tr_buffered(r), tr_fd(r)   would tr_body answer without waiting
  *   tr_watch(r, fd, tick)  the client socket and the tick a wait watches; tr_deadline(r)
  *   tr_close(r, clean)     end our side (clean: the body was read to its end)
+ *   tr_pick(r)             the transport of a new run and its host; tr_may_fall_back(r),
+ *                          tr_fall_back(r): HTTP/1.1 after HTTP/2 failed before an answer;
+ *                          tr_answered(r): the first message came, what carried it works
+ *   tr_io_error, tr_read_error, tr_why, tr_body_done, tr_is_open   how a read ended
  *
  * TR_HTTP1: RunSSE (one long response) + one BidiAppend request per message, on the
  *           pooled HTTP/1.1 connections (run_start, run_append).
@@ -6861,7 +6866,8 @@ static int run_may_switch(struct run *r)
  *           request body, Cursor's the response, on a shared HTTP/2 connection
  *           (h2_run_start, h2_run_send).
  * Which one a run uses: tr_choose() (CURSOR_OAI_TRANSPORT, else HTTP/2 unless it failed
- * lately: TR.h1_until). */
+ * lately: TR.h1_until). Nothing outside these calls asks which transport a run has, except
+ * to name it (c->transport, metrics, the HTTP/1.1-only profile switch: run_may_switch). */
 
 /* After an HTTP/2 failure, HTTP/1.1 for this long (CURSOR_OAI_H2_REPROBE seconds), then
  * HTTP/2 again. 10 minutes: what fails HTTP/2 (a proxy or middlebox without it, an
@@ -6916,6 +6922,47 @@ static void tr_h2_worked(void)
     TR.h1_until = 0;
     pthread_mutex_unlock(&TR.lock);
     if (was) srv_log(LOG_INFO, "HTTP/2 to Cursor works again");
+}
+
+/* The transport of a new run (tr_choose) and its host. */
+static void tr_pick(struct run *r)
+{
+    r->up.tr = tr_choose();
+    if (r->up.tr == TR_H2) agent_h2_get(&r->up.host, NULL, 0);
+    else run_host_get(&r->up.host, NULL, 0);
+}
+
+/* HTTP/1.1 may still be tried for this request: an HTTP/2 run, the transport not forced
+ * (CURSOR_OAI_TRANSPORT), no fallback to HTTP/1.1 yet. */
+static int tr_may_fall_back(const struct run *r)
+{
+    return r->up.tr == TR_H2 && TR.forced < 0 && !(r->fb.tries & 8);
+}
+
+/* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1, and HTTP/1.1 for
+ * the next runs too (tr_h2_failed). */
+static void tr_fall_back(struct run *r)
+{
+    r->fb.tries |= 8;
+    tr_h2_failed(r->err.message);
+    r->up.tr = TR_HTTP1;
+    run_host_get(&r->up.host, NULL, 0);
+}
+
+/* The run's first message came: what carried it works (HTTP/1.1: its profile is the one for
+ * the next runs; HTTP/2: tr_h2_worked). */
+static void tr_answered(struct run *r)
+{
+    int changed;
+    pthread_mutex_lock(&S.lock);
+    changed = S.profile != r->up.profile;
+    if (r->up.tr == TR_HTTP1)
+        S.profile = r->up.profile;      /* the profile that worked, for the next runs */
+    pthread_mutex_unlock(&S.lock);
+    if (r->up.tr == TR_H2) tr_h2_worked();
+    if (changed)
+        srv_log(LOG_INFO, "transport profile %s works; using it from now on",
+                PROFILE_NAME[r->up.profile]);
 }
 
 static int tr_is_open(const struct run *r)
@@ -6985,6 +7032,12 @@ static void tr_io_error(struct run *r, coai_error *e, const char *stage)
                why);
     else
         up_err(e, 502, "upstream_unreachable", "upstream failed while %s: %s", stage, why);
+}
+
+/* A read of the run's answer failed: the error, naming the stream. */
+static void tr_read_error(struct run *r, coai_error *e)
+{
+    tr_io_error(r, e, r->up.tr == TR_H2 ? "reading the Run stream" : "reading the RunSSE stream");
 }
 
 /* The read side ended cleanly and completely. */
@@ -7065,32 +7118,12 @@ static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client
  * wait for the response head. 0 ok, 1 retry on a fresh connection (the stream was refused
  * on a shared one), -1 r->err filled (r->fb.tr_fail: a transport failure before any answer,
  * which HTTP/1.1 may not have). */
-static int h2_run_start(struct run *r, int fresh)
+static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
-    char token[SRV_TOKEN_MAX], auth[SRV_TOKEN_MAX + 8], path[320];
-    size_t tl = cred_token(token, sizeof token, &r->up.auth_gen);
+    char auth[SRV_TOKEN_MAX + 8], path[320];
     coai_h2_header hs[13];
     size_t nh = 0;
     int rc = -1;
-    r->fb.tr_fail = 0;
-    if (tl == 0) {
-        cred_missing(&r->err);
-        goto done;
-    }
-    if (uuid_new(r->up.request_id) < 0) {
-        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
-        goto done;
-    }
-    memcpy(r->c->run_id, r->up.request_id, sizeof r->c->run_id);
-    r->up.seqno = 0;
-    r->fb.http_status = 0;
-    r->up.data_frames = 0;
-    r->up.t_start = mono_ms();
-    if (r->c->dead || fd_client_gone(r->c->fd)) {
-        up_err(&r->err, 499, "client_closed", "client went away before the run started");
-        r->out.cancelled = 1;
-        goto done;
-    }
     snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
     snprintf(path, sizeof path, "%.256s%s", r->up.host.prefix, PATH_RUN);
 #define H2H(n, v) (hs[nh].name = coai_str_c(n), hs[nh].value = coai_str_c(v), nh++)
@@ -7162,13 +7195,46 @@ static int h2_run_start(struct run *r, int fresh)
     rc = 0;
 done:
     if (rc != 0 && r->up.h2) { h2s_close(r->up.h2); r->up.h2 = NULL; }
-    memset(token, 0, sizeof token);
     return rc;
 }
 
+/* Start the attempt on its transport: the token, a new request id, the attempt's counters
+ * again and the client checked once more, then run_start (HTTP/1.1) or h2_run_start
+ * (HTTP/2). 0 ok, 1 retry on a fresh connection, -1 r->err filled. */
 static int tr_open(struct run *r, int fresh)
 {
-    return r->up.tr == TR_H2 ? h2_run_start(r, fresh) : run_start(r, fresh);
+    char token[SRV_TOKEN_MAX];
+    size_t tl;
+    int rc = -1, h2 = r->up.tr == TR_H2;
+    if (h2) r->fb.tr_fail = 0;
+    tl = cred_token(token, sizeof token, &r->up.auth_gen);
+    if (tl == 0) {
+        cred_missing(&r->err);
+        goto done;
+    }
+    if (uuid_new(r->up.request_id) < 0) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "no randomness available");
+        goto done;
+    }
+    memcpy(r->c->run_id, r->up.request_id, sizeof r->c->run_id);
+    /* x-original-request-id is a header of HTTP/1.1 calls (up_head_host) */
+    if (!h2 && !r->up.orig_id[0]) memcpy(r->up.orig_id, r->up.request_id, sizeof r->up.orig_id);
+    r->up.seqno = 0;
+    r->fb.http_status = 0;
+    if (!h2) r->fb.h1_refused[0] = 0;
+    r->up.data_frames = 0;
+    r->up.t_start = mono_ms();
+    /* Checked right before the run starts: a client that left while this request waited
+     * (for the model list, a renewal, a slot) must not cost a run and its prompt. */
+    if (r->c->dead || fd_client_gone(r->c->fd)) {
+        up_err(&r->err, 499, "client_closed", "client went away before the run started");
+        r->out.cancelled = 1;
+        goto done;
+    }
+    rc = h2 ? h2_run_start(r, fresh, token, tl) : run_start(r, fresh, token, tl);
+done:
+    memset(token, 0, sizeof token);
+    return rc;
 }
 
 /* The run's host refused HTTP/1.1 at the connection level (r->fb.h1_refused says how; nothing
@@ -7297,18 +7363,7 @@ static int run_frame(struct run *r, const coai_frame *f)
         if (st.code != 0 && run_conv_lost(r, &st)) return COAI_DONE;
         return coai_reply_feed_status(&r->reply, &st);
     }
-    if (r->up.data_frames++ == 0) {
-        int changed;
-        pthread_mutex_lock(&S.lock);
-        changed = S.profile != r->up.profile;
-        if (r->up.tr == TR_HTTP1)
-            S.profile = r->up.profile;  /* the profile that worked, for the next runs */
-        pthread_mutex_unlock(&S.lock);
-        if (r->up.tr == TR_H2) tr_h2_worked();
-        if (changed)
-            srv_log(LOG_INFO, "transport profile %s works; using it from now on",
-                    PROFILE_NAME[r->up.profile]);
-    }
+    if (r->up.data_frames++ == 0) tr_answered(r);
     rc = coai_msg_decode(&r->up.msg, f->data, f->len);
     if (rc < 0) {
         coai_error e;
@@ -7443,10 +7498,9 @@ static void run_stream(struct run *r)
             } else if (tr_why(r) == UPX_TIMEOUT) {
                 rc = run_watch_fail(r);
             } else {
-                tr_io_error(r, &e, r->up.tr == TR_H2 ? "reading the Run stream"
-                                                     : "reading the RunSSE stream");
-                if (r->up.tr == TR_H2 && r->up.data_frames == 0 && !coai_reply_started(&r->reply)
-                    && TR.forced < 0 && !(r->fb.tries & 8)) {
+                tr_read_error(r, &e);
+                if (tr_may_fall_back(r) && r->up.data_frames == 0
+                    && !coai_reply_started(&r->reply)) {
                     /* reset or refused before Cursor said anything: HTTP/1.1 instead */
                     r->err = e;
                     r->fb.tr_fail = 1;
@@ -7839,6 +7893,10 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     copy_str(r->in.completion_id, sizeof r->in.completion_id, completion_id, strlen(completion_id));
 }
 
+/* ======================================================================== */
+/* Conversation memory (issue 11): checkpoints the next turn resumes        */
+/* ======================================================================== */
+
 static void mem_entry_free(struct mem_entry *e)
 {
     coai_buf_free(&e->state);
@@ -7998,6 +8056,10 @@ static int mem_find(const coai_request *req, const char *model, struct mem_hit *
     return 1;
 }
 
+/* ======================================================================== */
+/* Held runs: the end of a response (run_finish), the follow-up             */
+/* ======================================================================== */
+
 static void fallback_note(struct conn *c, const char *kind)
 {
     char lb[64];
@@ -8150,13 +8212,51 @@ static int held_results(struct run *r, char *why, size_t wcap)
     return rc;
 }
 
+/* The follow-up falls back to a fresh run (nothing reached the client): counted, noted, the
+ * held run closed. 1 (held_continue's "fall back"). */
+static int held_fall_back(struct run *r, unsigned long *counter, const char *kind)
+{
+    pthread_mutex_lock(&H.lock);
+    (*counter)++;
+    pthread_mutex_unlock(&H.lock);
+    fallback_note(r->c, kind);
+    run_free(r);
+    return 1;
+}
+
+/* The frames that arrived while the run was held, fed to the new response and flushed.
+ * The coai_reply_feed_* result of the last one (COAI_OK: none ended it). */
+static int held_backlog(struct run *r)
+{
+    coai_buf bl = r->held.backlog;
+    int rc = COAI_OK;
+    size_t i;
+    memset(&r->held.backlog, 0, sizeof r->held.backlog);
+    for (i = 0; i + 5 <= bl.len && rc == COAI_OK;) {
+        coai_frame f;
+        size_t n = (size_t)bl.data[i + 1] << 24 | (size_t)bl.data[i + 2] << 16
+                   | (size_t)bl.data[i + 3] << 8 | bl.data[i + 4];
+        memset(&f, 0, sizeof f);
+        f.flags = bl.data[i];
+        f.data = bl.data + i + 5;
+        f.len = n;
+        r->out.in_feed = 1;
+        rc = run_frame(r, &f);
+        r->out.in_feed = 0;
+        i += 5 + n;
+    }
+    coai_buf_free(&bl);
+    if (run_flush(r) < 0) r->out.cancelled = 1;
+    return rc;
+}
+
 /* Serve the request on the held run r. 0 served (r is parked again or closed), 1 fall back
  * to a fresh run (nothing reached the client; r is closed). */
 static int held_continue(struct conn *c, struct run *r, const char *completion_id)
 {
     coai_reply_opts o;
     char why[200] = "";
-    size_t i, ncalls;
+    size_t ncalls;
     run_reply_opts(r, &o, completion_id);
     r->c = c;
     c->transport = TR_NAME[r->up.tr];
@@ -8180,12 +8280,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
         snprintf(why, sizeof why, "out of memory");
     if (why[0]) {
         srv_log(LOG_INFO, "held run %s: %s; falling back to a fresh run", r->up.request_id, why);
-        pthread_mutex_lock(&H.lock);
-        H.fallback_gone++;
-        pthread_mutex_unlock(&H.lock);
-        fallback_note(c, "held_run_failed");
-        run_free(r);
-        return 1;
+        return held_fall_back(r, &H.fallback_gone, "held_run_failed");
     }
     run_hb_execs(r, NULL, 0);
     r->out.hold_errors = 1;         /* a failure before the first byte falls back instead */
@@ -8194,27 +8289,7 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     srv_log(LOG_INFO, "run %s continued with %zu tool result%s after %lld ms", r->up.request_id,
             ncalls, ncalls == 1 ? "" : "s", (long long)(mono_ms() - r->held.tools_at));
     /* What arrived while the run was held comes first. */
-    {
-        coai_buf bl = r->held.backlog;
-        int rc = COAI_OK;
-        memset(&r->held.backlog, 0, sizeof r->held.backlog);
-        for (i = 0; i + 5 <= bl.len && rc == COAI_OK;) {
-            coai_frame f;
-            size_t n = (size_t)bl.data[i + 1] << 24 | (size_t)bl.data[i + 2] << 16
-                       | (size_t)bl.data[i + 3] << 8 | bl.data[i + 4];
-            memset(&f, 0, sizeof f);
-            f.flags = bl.data[i];
-            f.data = bl.data + i + 5;
-            f.len = n;
-            r->out.in_feed = 1;
-            rc = run_frame(r, &f);
-            r->out.in_feed = 0;
-            i += 5 + n;
-        }
-        coai_buf_free(&bl);
-        if (run_flush(r) < 0) r->out.cancelled = 1;
-        if (rc == COAI_OK && !r->out.cancelled) run_stream(r);
-    }
+    if (held_backlog(r) == COAI_OK && !r->out.cancelled) run_stream(r);
     if (r->held.hollow_hit && !coai_reply_started(&r->reply)) {
         if (r->held.ended_empty)
             srv_log(LOG_INFO, "held run %s ended right after the tool results without an "
@@ -8223,27 +8298,16 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
             srv_log(LOG_INFO, "held run %s showed no progress within CURSOR_OAI_HOLLOW_TIMEOUT "
                     "(%d s) after the tool results; falling back to a fresh run", r->up.request_id,
                     H.hollow_s);
-        pthread_mutex_lock(&H.lock);
-        H.fallback_hollow++;
-        pthread_mutex_unlock(&H.lock);
-        fallback_note(c, r->held.ended_empty ? "held_run_empty" : "held_run_hollow");
         held_breaker(1);
-        run_free(r);
-        return 1;
+        return held_fall_back(r, &H.fallback_hollow,
+                              r->held.ended_empty ? "held_run_empty" : "held_run_hollow");
     }
-    if (!r->out.cancelled && !c->dead && coai_reply_done(&r->reply)
-        && coai_reply_status(&r->reply) != 200) {
+    if (run_failed_unsent(r)) {
         srv_log(LOG_INFO, "held run %s failed after the tool results (%s); falling back to a "
                 "fresh run", r->up.request_id, r->reply.error.message);
-        pthread_mutex_lock(&H.lock);
-        H.fallback_gone++;
-        pthread_mutex_unlock(&H.lock);
-        fallback_note(c, "held_run_failed");
-        run_free(r);
-        return 1;
+        return held_fall_back(r, &H.fallback_gone, "held_run_failed");
     }
-    r->out.hold_errors = 0;
-    if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
+    run_flush_rest(r);
     r->held.hollow_until = 0;
     held_breaker(0);
     pthread_mutex_lock(&H.lock);
@@ -8252,6 +8316,10 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     run_finish(r);
     return 0;
 }
+
+/* ======================================================================== */
+/* Chat requests: handle_chat, from the request to the run and back         */
+/* ======================================================================== */
 
 /* Quota latch. AI SDK and OpenCode retry a 429 insufficient_quota whatever x-should-retry
  * says (OpenCode: 9 upstream runs and 73 s before the user saw the error), and a Cursor usage
@@ -8925,9 +8993,7 @@ static int chat_reply(struct chat *x)
     pthread_mutex_lock(&S.lock);
     r->up.profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
     pthread_mutex_unlock(&S.lock);
-    r->up.tr = tr_choose();
-    if (r->up.tr == TR_H2) agent_h2_get(&r->up.host, NULL, 0);
-    else run_host_get(&r->up.host, NULL, 0);
+    tr_pick(r);
     return 0;
 }
 
@@ -8974,8 +9040,7 @@ static void run_open_failed(struct run *r, int rc)
     else if (!r->in.resumed && !(r->fb.tries & 4) && r->err.code
              && strcmp(r->err.code, "conversation_lost") == 0)
         r->fb.retry = RETRY_CONV;
-    if (r->up.tr == TR_H2 && r->fb.tr_fail && TR.forced < 0 && !(r->fb.tries & 8))
-        r->fb.retry = RETRY_TRANSPORT;
+    if (r->fb.tr_fail && tr_may_fall_back(r)) r->fb.retry = RETRY_TRANSPORT;
 }
 
 /* Feed an error to the reply (no keepalive meanwhile). */
@@ -8993,12 +9058,7 @@ static int chat_fallback(struct chat *x)
 {
     struct run *r = x->r;
     if (r->fb.retry == RETRY_TRANSPORT) {
-        /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1,
-         * and HTTP/1.1 for the next runs too (tr_h2_failed) */
-        r->fb.tries |= 8;
-        tr_h2_failed(r->err.message);
-        r->up.tr = TR_HTTP1;
-        run_host_get(&r->up.host, NULL, 0);
+        tr_fall_back(r);
         fallback_note(x->c, "http1");
     } else if (r->fb.retry == RETRY_PROFILE) {
         r->fb.tries |= 1;
@@ -9075,11 +9135,8 @@ static int chat_answer(struct chat *x)
 {
     struct run *r = x->r;
     if (x->rc != 0 && !r->out.cancelled) run_feed_error(r, &r->err);
-    if (x->pass == 0 && !r->out.cancelled && !x->c->dead && coai_reply_done(&r->reply)
-        && coai_reply_status(&r->reply) != 200)
-        return 1;                                   /* nothing was sent: replay */
-    r->out.hold_errors = 0;
-    if (!r->out.cancelled && run_flush(r) < 0) r->out.cancelled = 1;
+    if (x->pass == 0 && run_failed_unsent(r)) return 1;    /* nothing was sent: replay */
+    run_flush_rest(r);
     return 0;
 }
 
