@@ -317,13 +317,22 @@ show_log() {   # show_log FILE...: the tail of each, indented, for a failing pro
 
 TMO=${COAI_TEST_TIMEOUT:-600}
 
-# run_prog NAME LOGBASE CMD...: run from the repo root, count its RESULT line.
-run_prog() {
-    name=$1 log=$2; shift 2
-    show "$@" ">$log.out" "2>$log.err"
-    rc=0 t0=$(date +%s)
-    timeout "$TMO" "$@" >"$log.out" 2>"$log.err" </dev/null || rc=$?
-    SECS=$(( $(date +%s) - t0 ))
+# run_exec LOGBASE CMD...: run from the repo root within the time limit; its output goes to
+# LOGBASE.out and .err, its exit status to LOGBASE.rc and its seconds to LOGBASE.secs.
+run_exec() {
+    rl=$1; shift
+    show "$@" ">$rl.out" "2>$rl.err"
+    rrc=0 rt0=$(date +%s)
+    timeout "$TMO" "$@" >"$rl.out" 2>"$rl.err" </dev/null || rrc=$?
+    echo "$rrc" >"$rl.rc"
+    echo $(( $(date +%s) - rt0 )) >"$rl.secs"
+}
+
+# run_tally NAME LOGBASE: count the RESULT line of what run_exec left in LOGBASE.*
+run_tally() {
+    name=$1 log=$2
+    rc=$(cat "$log.rc" 2>/dev/null || echo "none")
+    SECS=$(cat "$log.secs" 2>/dev/null || true)
     if result_line "$log.out"; then
         skip=$(grep -h '^skipped:' "$log.out" | head -n 1)
         if [ "$rc" != 0 ] && [ "$RF" = 0 ]; then
@@ -338,6 +347,24 @@ run_prog() {
         count "$name" 0 1 "no RESULT line, exit status $rc"
     fi
     if [ "$rc" != 0 ] || [ "$RF" != 0 ]; then show_log "$log.err" "$log.out"; fi
+}
+
+# run_prog NAME LOGBASE CMD...: run from the repo root, count its RESULT line.
+run_prog() {
+    pn=$1 pl=$2; shift 2
+    run_exec "$pl" "$@"
+    run_tally "$pn" "$pl"
+}
+
+# exec_suite LOGBASE SCRIPT [NAME=VALUE...]: run_exec of an end-to-end script through its
+# interpreter (a lost executable bit must never skip a suite), with that environment.
+exec_suite() {
+    el=$1 es=$2; shift 2
+    case $es in
+    *.py) run_exec "$el" env "$@" "$PY" "$es" ;;
+    *) if head -n 1 "$es" | grep -q bash; then run_exec "$el" env "$@" bash "$es"
+       else run_exec "$el" env "$@" sh "$es"; fi ;;
+    esac
 }
 
 cc_test() {    # cc_test OUT SRC...: strict C99 + sanitizers, linked with the test libs
@@ -451,33 +478,42 @@ test_mode() {
             "$T/examples" "$NP" "$CJ" "$BR_GCC" "$BR_GCC/build/libbearssl.a"
     fi
 
-    # 7. End-to-end scripts against the release binary.
+    # 7. End-to-end scripts against the release binary, each once per transport to Cursor
+    #    (tests/e2e/harness.py, COAI_TEST_TRANSPORT): HTTP/1.1 (RunSSE + BidiAppend) here, and
+    #    HTTP/2 (the Run stream) in a second lane beside it. The suites mostly wait on
+    #    sockets, timers and the fake, so two lanes on two cores take little more than one;
+    #    they share no port (each proxy and fake binds its own), no temporary directory and no
+    #    client HOME (tests/e2e/clients.py: one directory per process). The HTTP/2 lane runs
+    #    in reverse order, so the two passes of one suite never run at once (e2e_run.sh, the
+    #    first here, installs the npm clients the last of that lane then uses). Not in the
+    #    HTTP/2 lane: h2_test.py (the product's own choice between the two transports) and
+    #    docker.sh (the image runs with that default choice, HTTP/2 first).
     export CURSOR_OAI_BIN="$BUILD/cursor-oai"
     ensure_docker
+    H2_SUITES=
+    for s in tests/e2e_*.sh tests/*_test.py; do
+        case $s in tests/h2_test.py) continue ;; esac
+        [ -f "$s" ] && H2_SUITES="$s $H2_SUITES"
+    done
+    (
+        for s in $H2_SUITES; do
+            exec_suite "$T/log/h2_$(basename "$s")" "$s" COAI_TEST_TRANSPORT=h2
+        done
+    ) &
+    h2_lane=$!
     # tests/docker.sh builds and runs the image; it prints "skipped: <reason>" when no
     # docker daemon can be used (it starts dockerd itself when installed and root).
     for s in tests/e2e_*.sh tests/*_test.py tests/docker.sh; do
         [ -f "$s" ] || continue
         name=$(basename "$s")
-        # Run through the interpreter: a lost executable bit must never skip a suite.
-        case "$s" in
-        *.py) run_prog "$name" "$T/log/$name" "$PY" "$s" ;;
-        *) if head -n 1 "$s" | grep -q bash; then run_prog "$name" "$T/log/$name" bash "$s"
-           else run_prog "$name" "$T/log/$name" sh "$s"; fi ;;
-        esac
+        exec_suite "$T/log/$name" "$s" COAI_TEST_TRANSPORT=http1
+        run_tally "$name" "$T/log/$name"
     done
-
-    # 7b. The key suites again with HTTP/2 to the fake (the suites above run HTTP/1.1 RunSSE +
-    #     BidiAppend: tests/e2e/harness.py, COAI_TEST_TRANSPORT). The suites whose checks are
-    #     about the client dialects (OpenAI, Anthropic, Responses, Gemini), held runs and
-    #     Cursor's errors (autumn_test) get the second pass (about 6-7 minutes on 2 cores);
-    #     parity_test, faults_test, robust_test, auth_test and ops_test check HTTP/1.1 records
-    #     (RunSSE heads, BidiAppend seqnos, pooled connections) or do not depend on the
-    #     transport; h2_test.py covers HTTP/2's own behaviour above.
-    for s in held_test.py surface_test.py anthropic_test.py responses_test.py autumn_test.py \
-             gemini_test.py; do
-        [ -f "tests/$s" ] || continue
-        run_prog "$s (HTTP/2)" "$T/log/h2_$s" env COAI_TEST_TRANSPORT=h2 "$PY" "tests/$s"
+    t_wait=$(date +%s)
+    wait "$h2_lane" || true
+    say "HTTP/2 lane: waited $(( $(date +%s) - t_wait )) s for it after the HTTP/1.1 lane"
+    for s in $H2_SUITES; do
+        run_tally "$(basename "$s") (HTTP/2)" "$T/log/h2_$(basename "$s")"
     done
 
     # 8. The run engine under ASan/UBSan: server.c built with the sanitizers (glibc), then the

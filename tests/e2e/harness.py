@@ -235,7 +235,7 @@ class Fake:
 # the proxy under test
 
 # The transport the proxies under test use to reach the fake: COAI_TEST_TRANSPORT=h2|http1|auto
-# (build.sh test runs the key suites once per transport). Unset: http1, the transport most
+# (build.sh test runs every suite once per transport). Unset: http1, the transport most
 # suites' checks of the fake's records (RunSSE heads, BidiAppend seqnos) were written for;
 # h2_test.py covers the product's default (auto: HTTP/2, HTTP/1.1 as the fallback).
 TRANSPORT = os.environ.get("COAI_TEST_TRANSPORT") or "http1"
