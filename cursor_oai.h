@@ -5008,6 +5008,29 @@ int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_e
         coai__pb_close(out, v);
         coai__pb_close(out, res);
         break;
+    case COAI_EXEC_DELETE: {
+        /* success{path, deleted_file, file_size}: the size the command printed before it
+         * removed the file (wc -c), which Cursor needs (a 0 stalls its turn: notes
+         * 2026-autumn §4); error{path, error} */
+        int64_t sz = 0;
+        size_t i = 0;
+        while (i < o->out.len && (o->out.ptr[i] == ' ' || o->out.ptr[i] == '\t')) i++;
+        while (i < o->out.len && o->out.ptr[i] >= '0' && o->out.ptr[i] <= '9'
+               && sz < ((int64_t)1 << 56))
+            sz = sz * 10 + (o->out.ptr[i++] - '0');
+        res = coai__pb_open(out, 4);
+        v = coai__pb_open(out, is_error ? 7 : 1);
+        coai__pb_str(out, 1, x->path);
+        if (is_error) {
+            coai__pb_str(out, 2, text);
+        } else {
+            coai__pb_str(out, 2, x->path);
+            if (sz) { coai__pb_tag(out, 3, 0); coai__pb_varint(out, (uint64_t)sz); }
+        }
+        coai__pb_close(out, v);
+        coai__pb_close(out, res);
+        break;
+    }
     default: {                                           /* MCP and the rest */
         size_t item, tx, i;
         res = coai__pb_open(out, 11);
@@ -10170,11 +10193,11 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         o->out.len = 0;
         return 0;
     }
-    if (!shell && kind == COAI_EXEC_WRITE && (COAI__RS_IS(n_codex_exec)
-                                              || (COAI__RS_IS(n_codex_shell)
-                                                  && !COAI__RS_IS(n_patch)))) {
-        /* a write Codex's shell ran comes back in its layout; any other text (Codex refused
-         * the command or could not start it: "exec_command failed: ...") wrote nothing */
+    if (!shell && (kind == COAI_EXEC_WRITE || kind == COAI_EXEC_DELETE)
+        && (COAI__RS_IS(n_codex_exec) || (COAI__RS_IS(n_codex_shell) && !COAI__RS_IS(n_patch)))) {
+        /* a write or delete Codex's shell ran comes back in its layout; any other text (Codex
+         * refused the command or could not start it: "exec_command failed: ...") did
+         * nothing */
         coai_str e = text;
         if (e.len > 4096) {
             e.len = 4096;
@@ -11925,6 +11948,17 @@ static void coai__an_sq(coai_buf *b, coai_str s)
     coai_buf_putc(b, '\'');
 }
 
+/* Cursor's delete through a shell tool: the file's size first (its delete result carries
+ * it), then the removal. Not rm -f: Codex refuses it ("rm -f style commands are not
+ * permitted"), and a missing file is an error, as Cursor's own delete reports it. */
+static void coai__delete_cmd(coai_buf *cmd, coai_str path)
+{
+    coai_buf_puts(cmd, "wc -c < ");
+    coai__an_sq(cmd, path);
+    coai_buf_puts(cmd, " && rm -- ");
+    coai__an_sq(cmd, path);
+}
+
 int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             coai_str workspace, coai_tool_call *tc)
 {
@@ -11939,8 +11973,7 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         /* no path: the client's own directory (the proxy's workspace is not where it runs) */
         coai__an_sq(&cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
     } else if (ex->kind == COAI_EXEC_DELETE) {
-        coai_buf_puts(&cmd, "rm -f -- ");
-        coai__an_sq(&cmd, ex->path);
+        coai__delete_cmd(&cmd, ex->path);
     } else if (ex->pattern.len) {
         coai_buf_puts(&cmd, "grep -rnE ");
         if (ex->glob.len) {
@@ -13184,8 +13217,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
             if (tc->part >= tc->parts) return -1;
             coai__rs_write_part(&cmd, ex->exec_id, ex->path, ex->content, tc->part, tc->parts);
         } else if (ex->kind == COAI_EXEC_DELETE) {
-            coai_buf_puts(&cmd, "rm -f -- ");
-            coai__an_sq(&cmd, ex->path);
+            coai__delete_cmd(&cmd, ex->path);
         } else if (style == 3 && ex->content.len > COAI__RS_ARG_CHUNK) {
             /* Linux takes at most 128 KiB in one argument (MAX_ARG_STRLEN): a bigger file
              * goes as several arguments after the script, printed back to back */

@@ -21,7 +21,7 @@ off, closed proxy: tests/e2e/clients.py):
 Each task is one upstream run with continuation on (held runs): the answer is composed by the
 fake from the typed result fields it received, so a result sent the old way fails here.
 Prints `RESULT <passed> <failed>` last. AGENTS_ONLY=claude,codex,qwen,kilo,opencode picks
-clients; AGENTS_TASKS=rw,shell,fail,usage,big picks tasks.
+clients; AGENTS_TASKS=rw,shell,fail,usage,big,del picks tasks.
 """
 
 import json
@@ -87,6 +87,14 @@ def scenarios(ws, secret):
             {"op": "await_results", "max_s": 180},
             {"op": "text_from_fields", "id": 1,
              "template": "BIG-DONE {variant} {lines_created} lines {file_size} bytes"}] + END},
+        "ag_del": {"steps": [
+            {"op": "text", "text": "Deleting gone.txt."},
+            # DeleteArgs {1 path}: the file's path, as Cursor sends it
+            {"op": "exec", "kind": "delete", "id": 1, "exec_id": "exec-del-1",
+             "args_hex": ("0a" + "%02x" % len(os.path.join(ws, "gone.txt").encode())
+                          + os.path.join(ws, "gone.txt").encode().hex()), "hold": True},
+            {"op": "await_results", "max_s": 120},
+            {"op": "text_from_fields", "id": 1, "template": "DEL-DONE {variant}"}] + END},
         "ag_usage": {"steps": [{"op": "trailer", "status": 8,
                                 "message": "You've hit your usage limit",
                                 "details": {"error": 10, "title": "Usage limit",
@@ -268,6 +276,24 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
             stray = [x for x in os.listdir(ws) if x.startswith(".cursor-oai-write")]
             eq("big: no staging directory left", stray, [])
 
+    if "del" in tasks and name in ("codex", "claude"):
+        # Cursor's delete through the shell tool (Codex refuses rm -f; the result is a
+        # delete_result with the file's size, never an mcp_result, on which the turn stalls)
+        gone = os.path.join(ws, "gone.txt")
+        with open(gone, "w") as f:
+            f.write("to be deleted %s\n" % secret)
+        size = os.path.getsize(gone)
+        r, runs = run_task(fake, cl, name, "ag_del", "Delete gone.txt.", ws)
+        check("del: gone.txt is deleted (by the client's own tool)", not os.path.exists(gone), r)
+        eq("del: one upstream run", len(runs), 1)
+        res = (runs[-1]["exec_results"] if runs else {}).get("1") or {}
+        f1 = res.get("fields") or {}
+        eq("del: Cursor got a delete result: success, the file's size",
+           (res.get("ok"), f1.get("variant"), f1.get("file_size")),
+           (True, "success", size))
+        check("del: the answer quotes it", "DEL-DONE success" in answer(r),
+              answer(r)[-800:] or r)
+
     if "usage" in tasks:
         # a scenario of its own per client: the proxy's quota latch (per model) would answer
         # a second client without asking the fake
@@ -289,7 +315,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
 
 def main():
     only = [x for x in os.environ.get("AGENTS_ONLY", "").split(",") if x]
-    tasks = set(x for x in os.environ.get("AGENTS_TASKS", "rw,shell,fail,usage,big").split(",")
+    tasks = set(x for x in os.environ.get("AGENTS_TASKS", "rw,shell,fail,usage,big,del").split(",")
                 if x)
     if S.binary_missing():
         return 0

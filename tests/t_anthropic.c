@@ -601,7 +601,7 @@ static void test_anthropic_exec(void)
         { COAI_EXEC_GREP, "/w", "TODO|FIXME", "", "grep -rnE -e 'TODO|FIXME' -- '/w'" },
         { COAI_EXEC_GREP, "", "it's", "*.c", "grep -rnE --include='*.c' -e 'it'\\''s' -- '.'" },
         { COAI_EXEC_GREP, "/w", "", "src/**/*.ts", "find '/w' -type f -name '*.ts'" },
-        { COAI_EXEC_DELETE, "/w/old.txt", "", "", "rm -f -- '/w/old.txt'" },
+        { COAI_EXEC_DELETE, "/w/old.txt", "", "", "wc -c < '/w/old.txt' && rm -- '/w/old.txt'" },
     };
     size_t i;
     memset(t, 0, sizeof t);

@@ -458,7 +458,8 @@ static void test_exec_map(void)
     ex.kind = COAI_EXEC_DELETE;
     ex.path = coai_str_c("/w/old.txt");
     CHECK(map(&ex, t, n, a, sizeof a, &k) == 1 && k == 2);
-    CHECKF(strstr(a, "\"command\":\"rm -f -- '/w/old.txt'\"") != NULL, "%s", a);
+    CHECKF(strstr(a, "\"command\":\"wc -c < '/w/old.txt' && rm -- '/w/old.txt'\"") != NULL,
+           "%s", a);
 }
 
 /* ---- the shell answer with the real exit code ------------------------------------------ */

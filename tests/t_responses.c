@@ -227,7 +227,8 @@ static void test_exec_map(void)
     ex.kind = COAI_EXEC_DELETE;
     map_check(CODEX_TOOLS APPLY_PATCH "]", &ex, "", "apply_patch",
               "{\"input\":\"*** Begin Patch\\n*** Delete File: a/b.txt\\n*** End Patch\\n\"}");
-    map_check(CODEX_TOOLS "]", &ex, "", "exec_command", "{\"cmd\":\"rm -f -- 'a/b.txt'\"}");
+    map_check(CODEX_TOOLS "]", &ex, "", "exec_command",
+              "{\"cmd\":\"wc -c < 'a/b.txt' && rm -- 'a/b.txt'\"}");
     /* reads and searches: a dedicated tool first, else the shell */
     memset(&ex, 0, sizeof ex);
     ex.kind = COAI_EXEC_READ;
@@ -881,6 +882,10 @@ static void test_split_write_reply(void)
             CHECK(oc.is_error && oc.err.len == 4096 && oc.out.len == 0);
             /* ... which is a failure for any write through Codex's shell, split or not
              * (before: a success), and stays text for a shell exec or a write tool */
+            x.kind = COAI_EXEC_DELETE;        /* a refused delete deleted nothing */
+            CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
+                                          coai_str_c((const char *)rej.data), 0) == 0);
+            CHECK(oc.is_error && oc.err.len == 4096 && oc.out.len == 0);
             x.kind = COAI_EXEC_SHELL;
             CHECK(coai_exec_outcome_parse(&oc, &x, coai_str_c("exec_command"),
                                           coai_str_c((const char *)rej.data), 0) == 0);

@@ -501,8 +501,44 @@ static void test_param_names(void)
     }
 }
 
+/* Cursor's delete through a shell tool (wc -c < PATH && rm -- PATH): a delete_result (field
+ * 4, never an mcp_result: Cursor's turn waits for the delete's own result), success with the
+ * size the command printed (a 0 stalls the turn), else error{path, error}. */
+static void test_delete(void)
+{
+    static const uint32_t ok[] = { 2, 4, 1 }, bad[] = { 2, 4, 7 }, mcp[] = { 2, 11 };
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x = ref(COAI_EXEC_DELETE, "/WORKSPACE/gone.txt", "");
+    pbw_field s, f;
+    memset(&o, 0, sizeof o);
+    run(&b, &o, &x, "exec_command", "Chunk ID: 1\nWall time: 0.0 seconds\nProcess exited with "
+        "code 0\nOriginal token count: 1\nOutput:\n14\n", 0, 0);
+    CHECK(!o.is_error && path(b.data, b.len, ok, 3, &s) && !path(b.data, b.len, mcp, 2, &f));
+    CHECK(find(s.p, s.n, 1, &f) && str_is(&f, "/WORKSPACE/gone.txt"));
+    CHECK(find(s.p, s.n, 2, &f) && str_is(&f, "/WORKSPACE/gone.txt"));
+    CHECK(find(s.p, s.n, 3, &f) && f.v == 14);
+    run(&b, &o, &x, "Bash", "     2048", 0, 0);          /* macOS wc pads with blanks */
+    CHECK(path(b.data, b.len, ok, 3, &s) && find(s.p, s.n, 3, &f) && f.v == 2048);
+    /* a missing file: the shell's failure is the delete's error */
+    run(&b, &o, &x, "exec_command", "Chunk ID: 1\nWall time: 0.0 seconds\nProcess exited with "
+        "code 1\nOriginal token count: 9\nOutput:\nbash: /WORKSPACE/gone.txt: No such file or "
+        "directory\n", 0, 0);
+    CHECK(o.is_error && path(b.data, b.len, bad, 3, &s));
+    CHECK(find(s.p, s.n, 1, &f) && str_is(&f, "/WORKSPACE/gone.txt"));
+    {
+        char t[256] = { 0 };
+        CHECK(find(s.p, s.n, 2, &f) && f.n < sizeof t);
+        memcpy(t, f.p, f.n < sizeof t - 1 ? f.n : sizeof t - 1);
+        CHECK(strstr(t, "gone.txt: No such file or directory") != NULL);
+    }
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
+    test_delete();
     test_codex();
     test_claude();
     test_qwen();

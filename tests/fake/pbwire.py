@@ -592,6 +592,8 @@ RESULT_VARIANTS = {
     "write_result": {1: "success", 3: "permission_denied", 4: "no_space", 5: "error",
                      6: "rejected"},
     "ls_result": {1: "success", 2: "error", 3: "rejected"},
+    "delete_result": {1: "success", 2: "file_not_found", 3: "not_file", 4: "permission_denied",
+                      5: "file_busy", 6: "rejected", 7: "error"},
     "grep_result": {1: "success", 2: "error"},
     "mcp_result": {1: "success", 2: "error", 3: "rejected", 4: "permission_denied"},
     "request_context_result": {1: "success", 2: "error", 3: "rejected"},
@@ -612,6 +614,9 @@ RESULT_FIELDS = {
     ("write_result", "success"): {1: ("path", "str"), 2: ("lines_created", "i32"),
                                   3: ("file_size", "i32")},
     ("write_result", "error"): {1: ("path", "str"), 2: ("error", "str")},
+    ("delete_result", "success"): {1: ("path", "str"), 2: ("deleted_file", "str"),
+                                   3: ("file_size", "i64")},
+    ("delete_result", "error"): {1: ("path", "str"), 2: ("error", "str")},
     ("shell_stream", "stdout"): {1: ("stdout", "str")},
     ("shell_stream", "stderr"): {1: ("stderr", "str")},
 }
