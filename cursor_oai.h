@@ -10139,6 +10139,20 @@ int coai_exec_part_answers(const coai_exec_ref *x, int is_error, int *failed)
 
 static int coai__gm_outcome(coai_exec_outcome *o, coai_str t);   /* PART:GEMINI */
 
+/* o is a failure whose error is e, cut to 4 KiB on a UTF-8 boundary (a refused command's
+ * text can quote the whole command, base64 and all) */
+static int coai__rs_failed(coai_exec_outcome *o, coai_str e)
+{
+    if (e.len > 4096) {
+        e.len = 4096;
+        while (e.len && ((unsigned char)e.ptr[e.len] & 0xc0) == 0x80) e.len--;
+    }
+    o->is_error = 1;
+    o->err = e;
+    o->out.len = 0;
+    return 0;
+}
+
 int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
                             coai_str text, int is_error)
 {
@@ -10183,30 +10197,14 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         /* a part of a split write counts as done only with exit code 0: a refused command
          * or one still running says nothing good about the file. Its text (which can
          * quote the whole command, base64 and all) is cut to 4 KiB. */
-        coai_str e = shell && o->out.len ? o->out : text;
-        if (e.len > 4096) {
-            e.len = 4096;
-            while (e.len && ((unsigned char)e.ptr[e.len] & 0xc0) == 0x80) e.len--;
-        }
-        o->is_error = 1;
-        o->err = e;
-        o->out.len = 0;
-        return 0;
+        return coai__rs_failed(o, shell && o->out.len ? o->out : text);
     }
     if (!shell && (kind == COAI_EXEC_WRITE || kind == COAI_EXEC_DELETE)
         && (COAI__RS_IS(n_codex_exec) || (COAI__RS_IS(n_codex_shell) && !COAI__RS_IS(n_patch)))) {
         /* a write or delete Codex's shell ran comes back in its layout; any other text (Codex
          * refused the command or could not start it: "exec_command failed: ...") did
          * nothing */
-        coai_str e = text;
-        if (e.len > 4096) {
-            e.len = 4096;
-            while (e.len && ((unsigned char)e.ptr[e.len] & 0xc0) == 0x80) e.len--;
-        }
-        o->is_error = 1;
-        o->err = e;
-        o->out.len = 0;
-        return 0;
+        return coai__rs_failed(o, text);
     }
     if (shell) {
         o->is_error = o->is_error || (o->has_exit && o->exit_code != 0);

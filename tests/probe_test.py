@@ -644,21 +644,27 @@ def t_tool_choice(tmp, fake, token, ws, secret):
 # ---------------------------------------------------------------------------------------------
 # item 8: the small items
 
-def t_small(tmp, fake, token, ws, secret):
+def serve_with(tmp, fake, token, env, val):
+    """`serve` started with env=val: (exit status, stderr); None while still running after 10 s
+    (the value was accepted)."""
     import subprocess
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CURSOR_")}
+    e.update({"HOME": tmp, "CURSOR_ACCESS_TOKEN": token, env: val,
+              "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca})
+    try:
+        p = subprocess.run(H.proxy_cmd() + ["serve", "--listen", "127.0.0.1:0"], env=e,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
+        return p.returncode, p.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        return None, "still running after 10 s (accepted)"
+
+
+def t_small(tmp, fake, token, ws, secret):
     # CURSOR_OAI_HELD_RUNS_MAX / CURSOR_OAI_TOOL_WINDOW_MS are a count and milliseconds, with
     # their own bounds (they were read as seconds up to 604,800)
     for env, val in (("CURSOR_OAI_HELD_RUNS_MAX", "604800"), ("CURSOR_OAI_HELD_RUNS_MAX", "1025"),
                      ("CURSOR_OAI_TOOL_WINDOW_MS", "86400")):
-        e = {k: v for k, v in os.environ.items() if not k.startswith("CURSOR_")}
-        e.update({"HOME": tmp, "CURSOR_ACCESS_TOKEN": token, env: val,
-                  "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca})
-        try:
-            p = subprocess.run(H.proxy_cmd() + ["serve", "--listen", "127.0.0.1:0"], env=e,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
-            rc, err = p.returncode, p.stderr.decode(errors="replace")
-        except subprocess.TimeoutExpired:
-            rc, err = None, "still running after 10 s (accepted)"
+        rc, err = serve_with(tmp, fake, token, env, val)
         check("%s=%s is refused at start-up, naming the bound (%s)" % (env, val, err.strip()[:100]),
               rc in (1, 2) and env in err and ("1024" in err or "5000" in err), (rc, err[:300]))
     # a \u0000 escape in auth.json would cut the token short without a word: refused
@@ -967,16 +973,7 @@ def t_usage(tmp, fake, token, ws, secret):
     px.stop()
     # the knob has bounds
     for val in ("-1", "3601", "abc"):
-        e = {k: v for k, v in os.environ.items() if not k.startswith("CURSOR_")}
-        e.update({"HOME": tmp, "CURSOR_ACCESS_TOKEN": token, "CURSOR_OAI_USAGE_TTL": val,
-                  "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca})
-        import subprocess
-        try:
-            p = subprocess.run(H.proxy_cmd() + ["serve", "--listen", "127.0.0.1:0"], env=e,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=10)
-            rc, err = p.returncode, p.stderr.decode(errors="replace")
-        except subprocess.TimeoutExpired:
-            rc, err = None, "still running after 10 s (accepted)"
+        rc, err = serve_with(tmp, fake, token, "CURSOR_OAI_USAGE_TTL", val)
         check("CURSOR_OAI_USAGE_TTL=%s is refused at start-up, naming the bound (%s)"
               % (val, err.strip()[:90]), rc in (1, 2) and "CURSOR_OAI_USAGE_TTL" in err
               and "3600" in err, (rc, err[:300]))

@@ -602,13 +602,17 @@ def t_split(proxy, fake, tmp):
         inp += [i for i in out if i.get("type") in ("message", "function_call")]
         inp += [{"type": "function_call_output", "call_id": c["call_id"], "output": o}
                 for c, o in zip(calls, outputs)]
+        st, txt = send(inp)
+        return st, txt, inp
+
+    def send(inp):
         st, b, h = proxy.request("POST", "/v1/responses", {
             "model": "scenario:split_held", "stream": False, "store": False, "input": inp,
             "tools": [EXEC_TOOL]}, timeout=120)
         txt = "".join(c.get("text", "") for i in (json.loads(b).get("output") or [])
                       if i.get("type") == "message" for c in i.get("content") or []) \
             if st == 200 else b[:300]
-        return st, txt, inp
+        return st, txt
 
     # parallel tool calls allowed and not: the calls go out together either way
     for parallel in (True, False):
@@ -657,12 +661,7 @@ def t_split(proxy, fake, tmp):
        (st, txt), (200, "REPLAYED"))
     # the same results again: no held run for them now, a fresh run with the conversation
     n1 = len(fake.runs())
-    st, b, h = proxy.request("POST", "/v1/responses", {
-        "model": "scenario:split_held", "stream": False, "store": False, "input": inp,
-        "tools": [EXEC_TOOL]}, timeout=120)
-    txt = "".join(c.get("text", "") for i in (json.loads(b).get("output") or [])
-                  if i.get("type") == "message" for c in i.get("content") or []) \
-        if st == 200 else b[:300]
+    st, txt = send(inp)
     runs = [r for r in fake.runs()[n1:] if r["scenario"] == "split_held"]
     prompt = (runs[0].get("prompt") if runs else "") or ""
     check("split: replayed in a fresh run whose prompt carries every call's result",
