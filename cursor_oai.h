@@ -9736,13 +9736,15 @@ static int coai__oa_traps_exit(coai_dialect d, int kind, const coai_tool *t)
 {
     static const char *const p_workdir[] = { "workdir", NULL };
     return d == COAI_DIALECT_OPENAI_CHAT
-        && (kind == COAI_EXEC_SHELL || kind == COAI_EXEC_SHELL_STREAM)
+        && (kind == COAI_EXEC_SHELL || kind == COAI_EXEC_SHELL_STREAM || kind == COAI_EXEC_DELETE)
         && coai__oa_name_like(t->name, coai_str_c("bash")) && coai__oa_has_param(t, p_workdir);
 }
 
 /* The OpenAI chat dialect's exec mapping: coai_exec_map, then a shell command for
  * OpenCode's `bash` tool gets COAI_EXIT_TRAP in front (a line of its own), so that the exit code, which
  * OpenCode's and Kilo Code's results leave out, comes back with the output. */
+static void coai__delete_cmd(coai_buf *cmd, coai_str path);   /* PART:ANTHROPIC */
+
 static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                                   coai_str workspace, coai_tool_call *tc)
 {
@@ -9750,6 +9752,23 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
     cJSON *a, *it;
     coai_buf cmd = { 0 };
     char *txt;
+    if (m == 0 && ex->kind == COAI_EXEC_DELETE && ex->path.len) {
+        /* no delete tool (Qwen Code, Kilo Code, OpenCode have none): the client's shell
+         * tool, as over the Messages API, the file's size printed first for the result */
+        coai_exec sh;
+        coai__delete_cmd(&cmd, ex->path);
+        if (cmd.err) { coai_buf_free(&cmd); return -1; }
+        memset(&sh, 0, sizeof sh);
+        sh.kind = COAI_EXEC_SHELL;
+        sh.id = ex->id;
+        sh.exec_id = ex->exec_id;
+        sh.tool_call_id = ex->tool_call_id;
+        sh.command.ptr = (const char *)cmd.data;
+        sh.command.len = cmd.len;
+        m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
+        coai_buf_free(&cmd);
+        return m;
+    }
     if (m != 1 || !coai__oa_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
                                        &tools[tc->tool]))
         return m;

@@ -276,7 +276,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
             stray = [x for x in os.listdir(ws) if x.startswith(".cursor-oai-write")]
             eq("big: no staging directory left", stray, [])
 
-    if "del" in tasks and name in ("codex", "claude"):
+    if "del" in tasks:
         # Cursor's delete through the shell tool (Codex refuses rm -f; the result is a
         # delete_result with the file's size, never an mcp_result, on which the turn stalls)
         gone = os.path.join(ws, "gone.txt")

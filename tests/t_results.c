@@ -536,8 +536,81 @@ static void test_delete(void)
     coai_buf_free(&b);
 }
 
+/* A delete in Chat Completions, whose clients have no delete tool (Qwen Code, Kilo Code,
+ * OpenCode): their shell tool gets wc -c + rm (under the exit trap for OpenCode's and Kilo
+ * Code's bash), and the trap's result is a delete_result with the size; no shell tool: no
+ * call (the exec is refused). Before, every delete there was refused. */
+static void test_chat_delete(void)
+{
+    static const char *const names[] = { "bash", "run_shell_command", "read" };
+    static const uint32_t ok[] = { 2, 4, 1 }, bad[] = { 2, 4, 7 };
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x;
+    pbw_field s, f;
+    size_t i;
+    cJSON *sch = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"command\":{\"type\":"
+                             "\"string\"},\"workdir\":{\"type\":\"string\"}},"
+                             "\"required\":[\"command\"]}");
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < 3; i++) {
+        coai_reply r;
+        coai_reply_opts op;
+        coai_tool t;
+        coai_msg m;
+        const coai_reply_call *calls;
+        cJSON *args, *cmd;
+        memset(&t, 0, sizeof t);
+        t.name = coai_str_c(names[i]);
+        t.parameters = i < 2 ? sch : NULL;
+        memset(&op, 0, sizeof op);
+        op.dialect = COAI_DIALECT_OPENAI_CHAT;
+        op.completion_id = coai_str_c("chatcmpl-1");
+        op.model = coai_str_c("m");
+        op.tools = &t;
+        op.tool_count = 1;
+        op.session_id = coai_str_c("030303030303");
+        op.send = send_nothing;
+        coai_reply_init(&r, &op);
+        memset(&m, 0, sizeof m);
+        m.kind = COAI_MSG_EXEC;
+        m.exec.kind = COAI_EXEC_DELETE;
+        m.exec.id = 2;
+        m.exec.path = coai_str_c("/w/gone.txt");
+        coai_reply_feed_msg(&r, &m);
+        if (i == 2) {
+            CHECKF(coai_reply_calls(&r, &calls) == 0, "%s", names[i]);
+            coai_reply_free(&r);
+            continue;
+        }
+        CHECKF(coai_reply_calls(&r, &calls) == 1, "%s", names[i]);
+        if (coai_reply_calls(&r, &calls) != 1) { coai_reply_free(&r); continue; }
+        args = cJSON_ParseWithLength(calls[0].args.ptr, calls[0].args.len);
+        cmd = cJSON_GetObjectItemCaseSensitive(args, "command");
+        CHECKF(cJSON_IsString(cmd) && strstr(cmd->valuestring, "wc -c < '/w/gone.txt' && rm -- "
+               "'/w/gone.txt'") != NULL && (i == 1) == !strstr(cmd->valuestring, COAI_EXIT_TRAP),
+               "%s: %s", names[i], cJSON_IsString(cmd) ? cmd->valuestring : "?");
+        CHECKF(calls[0].ref.kind == COAI_EXEC_DELETE && calls[0].ref.exit_trap == (i == 0),
+               "%s", names[i]);
+        cJSON_Delete(args);
+        coai_reply_free(&r);
+    }
+    cJSON_Delete(sch);
+    /* the trap's result (OpenCode, Kilo Code): the size; a failed rm: the delete's error */
+    x = ref(COAI_EXEC_DELETE, "/w/gone.txt", "");
+    x.exit_trap = 1;
+    run(&b, &o, &x, "bash", "14\n\n[exit code: 0]\n", 0, 0);
+    CHECK(!o.is_error && path(b.data, b.len, ok, 3, &s) && find(s.p, s.n, 3, &f) && f.v == 14);
+    run(&b, &o, &x, "bash", "bash: /w/gone.txt: No such file or directory\n\n[exit code: 1]\n",
+        0, 0);
+    CHECK(o.is_error && path(b.data, b.len, bad, 3, &s));
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
+    test_chat_delete();
     test_delete();
     test_codex();
     test_claude();
