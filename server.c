@@ -8307,12 +8307,14 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
                 "fresh run", r->up.request_id, r->reply.error.message);
         return held_fall_back(r, &H.fallback_gone, "held_run_failed");
     }
-    run_flush_rest(r);
-    r->held.hollow_until = 0;
-    held_breaker(0);
+    /* Counted before the rest of the answer goes out: a client that reads /metrics the
+     * moment it has the answer sees the run it continued. */
     pthread_mutex_lock(&H.lock);
     H.continued++;
     pthread_mutex_unlock(&H.lock);
+    run_flush_rest(r);
+    r->held.hollow_until = 0;
+    held_breaker(0);
     run_finish(r);
     return 0;
 }
