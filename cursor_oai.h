@@ -9745,6 +9745,19 @@ static int coai__oa_traps_exit(coai_dialect d, int kind, const coai_tool *t)
  * OpenCode's and Kilo Code's results leave out, comes back with the output. */
 static void coai__delete_cmd(coai_buf *cmd, coai_str path);   /* PART:ANTHROPIC */
 
+/* sh: a shell exec running cmd in ex's place (same id, exec id, tool call id); cmd stays the
+ * caller's */
+static void coai__exec_as_shell(coai_exec *sh, const coai_exec *ex, const coai_buf *cmd)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->kind = COAI_EXEC_SHELL;
+    sh->id = ex->id;
+    sh->exec_id = ex->exec_id;
+    sh->tool_call_id = ex->tool_call_id;
+    sh->command.ptr = (const char *)cmd->data;
+    sh->command.len = cmd->len;
+}
+
 static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                                   coai_str workspace, coai_tool_call *tc)
 {
@@ -9758,13 +9771,7 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
         coai_exec sh;
         coai__delete_cmd(&cmd, ex->path);
         if (cmd.err) { coai_buf_free(&cmd); return -1; }
-        memset(&sh, 0, sizeof sh);
-        sh.kind = COAI_EXEC_SHELL;
-        sh.id = ex->id;
-        sh.exec_id = ex->exec_id;
-        sh.tool_call_id = ex->tool_call_id;
-        sh.command.ptr = (const char *)cmd.data;
-        sh.command.len = cmd.len;
+        coai__exec_as_shell(&sh, ex, &cmd);
         m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
         coai_buf_free(&cmd);
         return m;
@@ -12017,13 +12024,7 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     }
     if (cmd.err) { coai_buf_free(&cmd); return -1; }
     /* the command goes to the client's shell tool like a shell exec would */
-    memset(&sh, 0, sizeof sh);
-    sh.kind = COAI_EXEC_SHELL;
-    sh.id = ex->id;
-    sh.exec_id = ex->exec_id;
-    sh.tool_call_id = ex->tool_call_id;
-    sh.command.ptr = (const char *)cmd.data;
-    sh.command.len = cmd.len;
+    coai__exec_as_shell(&sh, ex, &cmd);
     m = coai_exec_map(&sh, tools, count, workspace, tc);
     coai_buf_free(&cmd);
     return m;

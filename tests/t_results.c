@@ -362,6 +362,23 @@ static int send_nothing(void *u, const unsigned char *m, size_t n)
     return 0;
 }
 
+/* A reply in dialect d whose client offers the one tool t, and an exec message m to feed it */
+static void reply_with_tool(coai_reply *r, coai_reply_opts *op, const coai_tool *t,
+                            coai_dialect d, coai_msg *m)
+{
+    memset(op, 0, sizeof *op);
+    op->dialect = d;
+    op->completion_id = coai_str_c("chatcmpl-1");
+    op->model = coai_str_c("m");
+    op->tools = t;
+    op->tool_count = 1;
+    op->session_id = coai_str_c("030303030303");
+    op->send = send_nothing;
+    coai_reply_init(r, op);
+    memset(m, 0, sizeof *m);
+    m->kind = COAI_MSG_EXEC;
+}
+
 /* The bash tool of an OpenAI-chat client (OpenCode, Kilo Code: no exit code in the result)
  * runs Cursor's command under COAI_EXIT_TRAP; the result's last line gives the code. */
 static void test_exit_trap(void)
@@ -392,18 +409,8 @@ static void test_exit_trap(void)
             memset(&t, 0, sizeof t);
             t.name = coai_str_c(names[i]);
             t.parameters = sch;
-            memset(&op, 0, sizeof op);
-            op.dialect = dl[d == 2 ? 0 : d];
             if (d == 2) t.parameters = NULL;    /* a bash without workdir: no trap */
-            op.completion_id = coai_str_c("chatcmpl-1");
-            op.model = coai_str_c("m");
-            op.tools = &t;
-            op.tool_count = 1;
-            op.session_id = coai_str_c("030303030303");
-            op.send = send_nothing;
-            coai_reply_init(&r, &op);
-            memset(&m, 0, sizeof m);
-            m.kind = COAI_MSG_EXEC;
+            reply_with_tool(&r, &op, &t, dl[d == 2 ? 0 : d], &m);
             m.exec.kind = COAI_EXEC_SHELL_STREAM;
             m.exec.id = 2;
             m.exec.command = coai_str_c("echo 'a b'; exit 3");
@@ -563,17 +570,7 @@ static void test_chat_delete(void)
         memset(&t, 0, sizeof t);
         t.name = coai_str_c(names[i]);
         t.parameters = i < 2 ? sch : NULL;
-        memset(&op, 0, sizeof op);
-        op.dialect = COAI_DIALECT_OPENAI_CHAT;
-        op.completion_id = coai_str_c("chatcmpl-1");
-        op.model = coai_str_c("m");
-        op.tools = &t;
-        op.tool_count = 1;
-        op.session_id = coai_str_c("030303030303");
-        op.send = send_nothing;
-        coai_reply_init(&r, &op);
-        memset(&m, 0, sizeof m);
-        m.kind = COAI_MSG_EXEC;
+        reply_with_tool(&r, &op, &t, COAI_DIALECT_OPENAI_CHAT, &m);
         m.exec.kind = COAI_EXEC_DELETE;
         m.exec.id = 2;
         m.exec.path = coai_str_c("/w/gone.txt");
