@@ -26,6 +26,7 @@ clients; AGENTS_TASKS=rw,shell,fail,usage,big,del picks tasks.
 
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -159,6 +160,42 @@ def runs_of(fake, scenario, n0):
     return [r for r in fake.runs()[n0:] if r["scenario"] == scenario]
 
 
+def qwen_lost_output(name, r):
+    """1 when Qwen Code's own record of the task (its JSON output) shows a command result with
+    no output at all. Qwen Code 0.24.4 (childProcessFallback in its shell service) settles a
+    command on the child's exit event, before the pipe's last data is read: on a loaded
+    machine a fast command's output is lost in the client itself (seen in CI: `echo` gave ''
+    with exit 0). What the proxy did with the result is then not what is being tested."""
+    if name != "qwen":
+        return 0
+    try:
+        items = json.loads(r.text())
+    except ValueError:
+        return 0
+    for ev in items if isinstance(items, list) else []:
+        content = ((ev.get("message") or {}).get("content")) if isinstance(ev, dict) else None
+        for c in content if isinstance(content, list) else []:
+            # its display text: the output, else "" (exit 0) or "Command exited with code: N"
+            shown = str(c.get("content") or "").strip() if isinstance(c, dict) else "?"
+            if isinstance(c, dict) and c.get("type") == "tool_result" and (shown in ("", "(empty)") or re.match(
+                    r"Command exited with code: \d+$", shown)):
+                return 1
+    return 0
+
+
+def run_task_once_more(fake, cl, name, scenario, prompt, ws, again=None):
+    """run_task, and once more when the client itself lost a command's output
+    (qwen_lost_output); again() restores the workspace first. The second try counts."""
+    r, runs = run_task(fake, cl, name, scenario, prompt, ws)
+    if qwen_lost_output(name, r):
+        print("     %s lost the command's output itself (its tool result is empty): once more"
+              % name, flush=True)
+        if again:
+            again()
+        r, runs = run_task(fake, cl, name, scenario, prompt, ws)
+    return r, runs
+
+
 def run_task(fake, cl, name, scenario, prompt, ws, timeout=240):
     n0 = len(fake.runs())
     if cl.get("by_default"):
@@ -206,7 +243,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
               % len(data.encode()) in answer(r), answer(r)[-800:] or r)
 
     if "shell" in tasks:
-        r, runs = run_task(fake, cl, name, "ag_shell", "Say hello from the shell.", ws)
+        r, runs = run_task_once_more(fake, cl, name, "ag_shell", "Say hello from the shell.", ws)
         eq("shell: one upstream run", len(runs), 1)
         f1 = ((runs[-1]["exec_results"] if runs else {}).get("1") or {}).get("fields") or {}
         want = "hello-%s" % secret
@@ -218,7 +255,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
               answer(r)[-800:] or r)
 
     if "fail" in tasks:
-        r, runs = run_task(fake, cl, name, "ag_fail", "Run the failing command.", ws)
+        r, runs = run_task_once_more(fake, cl, name, "ag_fail", "Run the failing command.", ws)
         eq("fail: one upstream run", len(runs), 1)
         f1 = ((runs[-1]["exec_results"] if runs else {}).get("1") or {}).get("fields") or {}
         both = f1.get("stdout", "") + f1.get("stderr", "")
@@ -280,10 +317,13 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
         # Cursor's delete through the shell tool (Codex refuses rm -f; the result is a
         # delete_result with the file's size, never an mcp_result, on which the turn stalls)
         gone = os.path.join(ws, "gone.txt")
-        with open(gone, "w") as f:
-            f.write("to be deleted %s\n" % secret)
+
+        def make_gone():
+            with open(gone, "w") as f:
+                f.write("to be deleted %s\n" % secret)
+        make_gone()
         size = os.path.getsize(gone)
-        r, runs = run_task(fake, cl, name, "ag_del", "Delete gone.txt.", ws)
+        r, runs = run_task_once_more(fake, cl, name, "ag_del", "Delete gone.txt.", ws, make_gone)
         check("del: gone.txt is deleted (by the client's own tool)", not os.path.exists(gone), r)
         eq("del: one upstream run", len(runs), 1)
         res = (runs[-1]["exec_results"] if runs else {}).get("1") or {}
