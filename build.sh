@@ -279,6 +279,7 @@ ensure_docker() {
 PASS=0
 FAIL=0
 SUMMARY=
+FAILED_LOGS=
 note() { SUMMARY="$SUMMARY$*
 "; }
 count() {   # count NAME PASSED FAILED [COMMENT]
@@ -346,7 +347,27 @@ run_tally() {
     else
         count "$name" 0 1 "no RESULT line, exit status $rc"
     fi
-    if [ "$rc" != 0 ] || [ "$RF" != 0 ]; then show_log "$log.err" "$log.out"; fi
+    if [ "$rc" != 0 ] || [ "$RF" != 0 ]; then
+        show_log "$log.err" "$log.out"
+        FAILED_LOGS="$FAILED_LOGS$log.out|$name
+"
+    fi
+}
+
+# The failed checks of every failing program again, just above the summary: the logs above
+# are far apart, and a reader of only the end of the output still sees which checks failed.
+failed_digest() {
+    [ -n "$FAILED_LOGS" ] || return 0
+    say ""
+    say "==== failed checks"
+    printf '%s' "$FAILED_LOGS" | while IFS='|' read -r lf nm; do
+        say "-- $nm"
+        if grep -q '^FAIL' "$lf" 2>/dev/null; then
+            grep '^FAIL' "$lf" | cut -c1-240 | head -n 12 | sed 's/^/    /'
+        else
+            tail -n 3 "$lf" 2>/dev/null | cut -c1-240 | sed 's/^/    /'
+        fi
+    done
 }
 
 # run_prog NAME LOGBASE CMD...: run from the repo root, count its RESULT line.
@@ -484,12 +505,20 @@ test_mode() {
     #    sockets, timers and the fake, so two lanes on two cores take little more than one;
     #    they share no port (each proxy and fake binds its own), no temporary directory and no
     #    client HOME (tests/e2e/clients.py: one directory per process). The HTTP/2 lane runs
-    #    in reverse order, so the two passes of one suite never run at once (e2e_run.sh, the
-    #    first here, installs the npm clients the last of that lane then uses). Not in the
+    #    in reverse order, so the two passes of one suite never run at once. Not in the
     #    HTTP/2 lane: h2_test.py (the product's own choice between the two transports) and
     #    docker.sh (the image runs with that default choice, HTTP/2 first).
     export CURSOR_OAI_BIN="$BUILD/cursor-oai"
     ensure_docker
+    # Both npm client sets before the lanes start: a suite early in one lane must never find
+    # them half-installed by the other lane (it would skip its client checks). A failure here
+    # is not counted on its own: the suites that need the clients fail and say why.
+    run_exec "$T/log/npm_clients" sh tests/e2e_run.sh --install-only
+    [ "$(cat "$T/log/npm_clients.rc")" = 0 ] || { say "note: npm clients for e2e_run.sh:"; \
+        show_log "$T/log/npm_clients.out"; }
+    run_exec "$T/log/agent_clients" "$PY" tests/e2e/clients.py install
+    [ "$(cat "$T/log/agent_clients.rc")" = 0 ] || { say "note: agent CLIs (build/clients):"; \
+        show_log "$T/log/agent_clients.out"; }
     H2_SUITES=
     for s in tests/e2e_*.sh tests/*_test.py; do
         case $s in tests/h2_test.py) continue ;; esac
@@ -537,6 +566,7 @@ test_mode() {
         count "server.c ASan/UBSan build" 0 1
     fi
 
+    failed_digest
     say ""
     say "==== summary"
     printf '%s' "$SUMMARY"

@@ -5557,7 +5557,7 @@ struct upstream_view {
     char base[600];
     char client_version[160];
     char client_version_src[PATH_MAX + 64];
-    char transport[64];
+    char transport[320];            /* tr_describe */
     char profile[32];
     char profile_note[96];
     char agent_host[600];           /* where runs go now */
@@ -5566,6 +5566,7 @@ struct upstream_view {
 };
 
 static void run_host_get(coai_url *out, char *src, size_t cap);
+static void tr_describe(char *out, size_t cap);
 
 static void upstream_view_get(struct upstream_view *v)
 {
@@ -5573,11 +5574,11 @@ static void upstream_view_get(struct upstream_view *v)
     memset(v, 0, sizeof *v);
     run_host_get(&run, v->agent_src, sizeof v->agent_src);     /* takes S.lock itself */
     snprintf(v->agent_host, sizeof v->agent_host, "https://%s%s", run.authority, run.prefix);
+    tr_describe(v->transport, sizeof v->transport);                 /* takes TR.lock */
     pthread_mutex_lock(&S.lock);
     snprintf(v->base, sizeof v->base, "https://%s%s", S.up_authority, S.up_prefix);
     snprintf(v->client_version, sizeof v->client_version, "%s", S.client_version);
     snprintf(v->client_version_src, sizeof v->client_version_src, "%s", S.client_version_src);
-    snprintf(v->transport, sizeof v->transport, "HTTP/1.1 (TLS)");
     snprintf(v->profile, sizeof v->profile, "%s", PROFILE_NAME[S.profile]);
     snprintf(v->profile_note, sizeof v->profile_note, "%s",
              S.profile_forced >= 0 ? "CURSOR_OAI_PROFILE, no fallback"
@@ -6899,6 +6900,25 @@ static int tr_choose(void)
       : TR.h1_until && mono_ms() < TR.h1_until ? TR_HTTP1 : TR_H2;
     pthread_mutex_unlock(&TR.lock);
     return t;
+}
+
+/* What new runs use now, in words (the status page): HTTP/2 with its fallback, HTTP/1.1
+ * while HTTP/2 is out after a failure (why, and for how long), or the forced one. */
+static void tr_describe(char *out, size_t cap)
+{
+    int64_t left;
+    pthread_mutex_lock(&TR.lock);
+    left = TR.h1_until ? TR.h1_until - mono_ms() : 0;
+    if (TR.forced == TR_H2)
+        snprintf(out, cap, "HTTP/2 (CURSOR_OAI_TRANSPORT=h2, no fallback)");
+    else if (TR.forced == TR_HTTP1)
+        snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend (CURSOR_OAI_TRANSPORT=http1)");
+    else if (left > 0)
+        snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend for %lld s more, then HTTP/2 again "
+                 "(HTTP/2 failed: %s)", (long long)(left + 999) / 1000, TR.why);
+    else
+        snprintf(out, cap, "HTTP/2 (HTTP/1.1 as the fallback)");
+    pthread_mutex_unlock(&TR.lock);
 }
 
 /* HTTP/2 failed before anything reached a client: HTTP/1.1 for TR_REPROBE_MS. */

@@ -3,6 +3,8 @@
 # fake Cursor upstream. Prints `RESULT <passed> <failed>` as its last line.
 #   tests/e2e_run.sh [--quick] [--only curl,sdk,opencode,tunnel,faults,tls,spare,load]
 #                    [--harness-only]
+#   tests/e2e_run.sh --install-only   only install the npm clients (build.sh test does this
+#                                     before its two lanes start)
 # Env: E2E_PROXY_CMD='["argv", "..."]' runs another proxy command instead of build/cursor-oai
 # (used to validate the harness itself); E2E_TIMEOUT (seconds, default 1500).
 set -u
@@ -10,8 +12,11 @@ cd "$(dirname "$0")/.." || exit 1
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
 
-harness_only=0
-for a in "$@"; do [ "$a" = "--harness-only" ] && harness_only=1; done
+harness_only=0 install_only=0
+for a in "$@"; do
+    [ "$a" = "--harness-only" ] && harness_only=1
+    [ "$a" = "--install-only" ] && install_only=1
+done
 if [ $harness_only = 0 ] && [ -z "${E2E_PROXY_CMD:-}" ] && [ ! -x build/cursor-oai ]; then
     echo "skipped: build/cursor-oai missing (build it first)"
     echo "RESULT 0 0"
@@ -34,6 +39,10 @@ if [ "$(cat "$NPM_DIR/.stamp" 2>/dev/null)" != "$stamp" ] || \
         exit 1
     fi
     echo "$stamp" > "$NPM_DIR/.stamp"
+fi
+if [ $install_only = 1 ]; then
+    echo "npm clients ready in $NPM_DIR"
+    exit 0
 fi
 
 work=$(mktemp -d /tmp/coai-e2e-run.XXXXXX)

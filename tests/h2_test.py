@@ -428,10 +428,17 @@ def t_fallback(fake):
         eq("fallback alpn: the choice is remembered: the next run goes straight to HTTP/1.1",
            (st, transports(fake)[-1], h2_handshakes(counters(fake)) - h0),
            (200, "http1", 0))
+        tr = json.loads(px.get("/status.json")[1])["upstream"]["transport"]
+        check("fallback alpn: the status page says HTTP/1.1 for now, why, and when HTTP/2 "
+              "comes back", tr.startswith("HTTP/1.1: RunSSE + BidiAppend for ")
+              and "then HTTP/2 again (HTTP/2 failed: " in tr, tr)
         time.sleep(4.5)
         st, body, _ = px.chat("scenario:quick", "reprobe")
         eq("fallback alpn: after CURSOR_OAI_H2_REPROBE HTTP/2 is tried again",
            (st, transports(fake)[-1]), (200, "h2"))
+        eq("fallback alpn: ... and the status page says HTTP/2 again",
+           json.loads(px.get("/status.json")[1])["upstream"]["transport"],
+           "HTTP/2 (HTTP/1.1 as the fallback)")
         # the proxy counts a run when it is done with it, which can be just after the client
         # has the whole answer: poll
         want = ['cursor_oai_transport_runs_total{transport="%s"}' % t for t in ("h2", "http1")]

@@ -38,6 +38,13 @@ PROMPT = "PROMPT-NEVER-SHOWN-" + os.urandom(4).hex()
 CHROMIUM = os.environ.get("CHROMIUM", "chromium")
 
 
+# what the page says new runs use, by the transport the suite's proxies are given
+# (harness: CURSOR_OAI_TRANSPORT=COAI_TEST_TRANSPORT)
+TRANSPORT_SHOWN = {"http1": "HTTP/1.1: RunSSE + BidiAppend (CURSOR_OAI_TRANSPORT=http1)",
+                   "h2": "HTTP/2 (CURSOR_OAI_TRANSPORT=h2, no fallback)",
+                   "auto": "HTTP/2 (HTTP/1.1 as the fallback)"}
+
+
 def header_version():
     with open(os.path.join(ROOT, "cursor_oai.h")) as f:
         m = re.search(r'#define COAI_VERSION "([^"]+)"', f.read())
@@ -230,7 +237,7 @@ def t_browser(tmp, fake, token):
               "status@example.com (auth0|status_page)" in dom and "expires in" in dom
               and "CURSOR_ACCESS_TOKEN is used as is" in dom)
         check("  ... upstream: client version, transport, profile, agent host",
-              H.CLIENT_VERSION in dom and "HTTP/1.1" in dom
+              H.CLIENT_VERSION in dom and TRANSPORT_SHOWN[H.TRANSPORT] in dom
               and re.search(r"<dt>profile</dt><dd>(grpc-web|connect)", dom)
               and "<dt>run host</dt><dd>https://" in dom and "<dt>HTTP/2 agent host</dt>" in dom)
         m = re.search(r'<progress id="usage-bar" max="100" value="([0-9.]+)"', dom)
