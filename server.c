@@ -10933,7 +10933,9 @@ static int run_doctor(int argc, char **argv)
            ? (S.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
                                                : "grpc-web only (CURSOR_OAI_PROFILE)")
            : "connect, then grpc-web");
-    printf("Runs:           HTTP/1.1 to https://%s%s (%s)\n",
+    tr_describe(buf, sizeof buf);
+    printf("Transport:      %s\n", buf);
+    printf("HTTP/1.1 runs:  https://%s%s (%s)\n",
            S.agent_forced.host[0] ? S.agent_forced.authority : S.base.authority,
            S.agent_forced.host[0] ? S.agent_forced.prefix : S.base.prefix,
            S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");

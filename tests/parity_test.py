@@ -751,7 +751,8 @@ def t_doctor(E):
     check("doctor: reports client version and hosts", "Client version: " + DEFAULT_VERSION in out
           and "Base URL:       https://localhost:%d" % E.fake.port in out, out)
     check("doctor: reports the HTTP version, host and profile of the run",
-          "Runs:           HTTP/1.1 to https://localhost:%d (the base URL)" % E.fake.port in out
+          "Transport:      HTTP/1.1: RunSSE + BidiAppend (CURSOR_OAI_TRANSPORT=http1)" in out
+          and "HTTP/1.1 runs:  https://localhost:%d (the base URL)" % E.fake.port in out
           and any("HTTP/1.1 to https://localhost:%d" % E.fake.port in l
                   for l in line(out, "OK   run (connect)"))
           and "transport profile connect" in out, out)
