@@ -5492,7 +5492,7 @@ static const char STATUS_JS[] =
     " \" (\" + u.client_version_src + \")\"],\n"
     "      [\"transport\", u.transport],\n"
     "      [\"profile\", u.profile + \" (\" + u.profile_note + \")\"],\n"
-    "      [\"run host\", u.agent_host + \" (\" + u.agent_src + \")\"],\n"
+    "      [\"HTTP/1.1 run host\", u.agent_host + \" (\" + u.agent_src + \")\"],\n"
     "      [\"HTTP/2 agent host\", u.agent_h2]]);\n"
     "    $(\"usage-bar\").value = g.percent === null ? 0 : Math.min(100, g.percent);\n"
     "    $(\"usage-text\").textContent = g.state === \"ok\" ? (g.percent === null ? \"\" :"

@@ -246,7 +246,7 @@ def t_browser(tmp, fake, token):
         check("  ... upstream: client version, transport, profile, agent host",
               H.CLIENT_VERSION in dom and TRANSPORT_SHOWN[H.TRANSPORT] in dom
               and re.search(r"<dt>profile</dt><dd>(grpc-web|connect)", dom)
-              and "<dt>run host</dt><dd>https://" in dom and "<dt>HTTP/2 agent host</dt>" in dom)
+              and "<dt>HTTP/1.1 run host</dt><dd>https://" in dom and "<dt>HTTP/2 agent host</dt>" in dom)
         m = re.search(r'<progress id="usage-bar" max="100" value="([0-9.]+)"', dom)
         check("  ... the usage bar has the period's figure (61.7% in the fake's plan)",
               m and abs(float(m.group(1)) - 61.7) < 0.05, m and m.group(0))
