@@ -11570,6 +11570,35 @@ static int coai__an_document(const cJSON *b, coai_part *p, const char *path, coa
     return 0;
 }
 
+/* A search_result block ({source, title, content: [text blocks]}, as a tool's result or a
+ * user's block) -> one TEXT part: "title (source)" and the texts, a line each. */
+static int coai__an_search_result(coai_request *req, const cJSON *b, coai_part *p,
+                                  const char *path, coai_error *err)
+{
+    const cJSON *src = coai__oa_get(b, "source"), *title = coai__oa_get(b, "title");
+    const cJSON *content = coai__oa_get(b, "content"), *e;
+    size_t n, at;
+    char *t;
+    if (!cJSON_IsString(src) || !cJSON_IsString(title) || !cJSON_IsArray(content))
+        return coai__an_bad(err, "%s: a search_result needs string source and title and a "
+                            "content list of text blocks", path);
+    n = strlen(title->valuestring) + strlen(src->valuestring) + 4;
+    cJSON_ArrayForEach(e, content) {
+        if (!coai__an_type_is(e, "text") || !cJSON_IsString(coai__oa_get(e, "text")))
+            return coai__an_bad(err, "%s.content: only text blocks ({\"type\":\"text\","
+                                "\"text\"}) are allowed", path);
+        n += strlen(coai__oa_get(e, "text")->valuestring) + 1;
+    }
+    t = (char *)malloc(n + 1);
+    if (!t) return COAI_ERR_NOMEM;
+    at = (size_t)sprintf(t, "%s (%s)", title->valuestring, src->valuestring);
+    cJSON_ArrayForEach(e, content)
+        at += (size_t)sprintf(t + at, "\n%s", coai__oa_get(e, "text")->valuestring);
+    p->kind = COAI_PART_TEXT;
+    p->text = coai__req_own(req, t);
+    return req->mem_.err ? COAI_ERR_NOMEM : 0;
+}
+
 /* An image block -> an IMAGE part. path names the block in messages. */
 static int coai__an_image(const cJSON *b, coai_part *p, const char *path, coai_error *err)
 {
@@ -11677,12 +11706,14 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                     } else if (coai__an_type_is(e, "document")) {
                         int rc = coai__an_document(e, &tp[q++], p2, err);
                         if (rc) return rc;
+                    } else if (coai__an_type_is(e, "search_result")) {
+                        int rc = coai__an_search_result(req, e, &tp[q++], p2, err);
+                        if (rc) return rc;
                     } else if (!cJSON_IsObject(e) || !cJSON_IsString(coai__oa_get(e, "type"))) {
                         return coai__an_bad(err, "%s: must be an object with a string 'type'",
                                             p2);
                     }
-                    /* other kinds (tool references, search results) carry nothing for
-                     * Cursor */
+                    /* other kinds (tool references) carry nothing for Cursor */
                 }
                 tm->parts = tp;
                 tm->part_count = q;
@@ -11739,6 +11770,10 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
             int rc;
             cur->part_count++;
             if ((rc = coai__an_document(b, &parts[pn++], path, err)) != 0) return rc;
+        } else if (strcmp(ty, "search_result") == 0) {
+            int rc;
+            cur->part_count++;
+            if ((rc = coai__an_search_result(req, b, &parts[pn++], path, err)) != 0) return rc;
         } else {
             return coai__an_bad(err, "%s.type: unsupported content block type '%s'", path, ty);
         }

@@ -165,6 +165,13 @@ static void test_request_errors(void)
           "\"role\":\"user\",\"content\":\"x\"}]}", COAI_ERR_INVALID, "system.0" },
         { "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
           "\"stop_sequences\":[1]}", COAI_ERR_INVALID, "stop_sequences.0" },
+        { "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+          "\"search_result\",\"source\":\"s\",\"content\":[]}]}]}", COAI_ERR_INVALID,
+          "messages.0.content.0: a search_result needs string source and title" },
+        { "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+          "\"tool_result\",\"tool_use_id\":\"a\",\"content\":[{\"type\":\"search_result\","
+          "\"source\":\"s\",\"title\":\"t\",\"content\":[{\"type\":\"image\"}]}]}]}]}",
+          COAI_ERR_INVALID, "only text blocks" },
         { "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"\\u0000\"}]}",
           COAI_ERR_INVALID, "u0000" },
     };
@@ -698,9 +705,38 @@ static void test_models(void)
     coai_buf_free(&b);
 }
 
+/* search_result blocks (a search tool's result, or a user's block): their text reaches
+ * Cursor as "title (source)" and the texts, a line each */
+static void test_search_result(void)
+{
+    coai_request q;
+    coai_error e;
+    const char *body =
+        "{\"model\":\"m\",\"max_tokens\":100,\"messages\":["
+        "{\"role\":\"user\",\"content\":[{\"type\":\"search_result\",\"source\":"
+        "\"https://docs.example/a\",\"title\":\"Doc A\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"alpha\"}]},{\"type\":\"text\",\"text\":\"Search.\"}]},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
+        "\"name\":\"find\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\","
+        "\"content\":[{\"type\":\"search_result\",\"source\":\"kb://7\",\"title\":\"Seven\","
+        "\"content\":[{\"type\":\"text\",\"text\":\"line one\"},{\"type\":\"text\","
+        "\"text\":\"line two\"}],\"citations\":{\"enabled\":true}},"
+        "{\"type\":\"tool_reference\",\"tool_name\":\"X\"}]}]}]}";
+    CHECKF(parse(&q, body, &e) == 0, "%s", e.message);
+    CHECKF(q.prompt.data && strstr((const char *)q.prompt.data, "User: Doc A "
+           "(https://docs.example/a)\nalpha"), "%.*s", (int)q.prompt.len,
+           (const char *)q.prompt.data);
+    CHECKF(q.prompt.data && strstr((const char *)q.prompt.data, "[Tool result for t1]: Seven "
+           "(kb://7)\nline one\nline two"), "%.*s", (int)q.prompt.len,
+           (const char *)q.prompt.data);
+    coai_request_free(&q);
+}
+
 int main(void)
 {
     test_request();
+    test_search_result();
     test_request_errors();
     test_openai_neutral();
     test_stream();
