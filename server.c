@@ -6095,6 +6095,7 @@ struct run_out {
     size_t answer_bytes;            /* non-streaming: upstream message bytes buffered so far */
     int stored;                     /* Responses: this answer is in the response store */
     int remembered;                 /* this answer is in conversation memory (mem_store) */
+    int counted;                    /* this response is in the run metrics (run_count) */
 };
 
 /* Heartbeats (issue 10 item 4): their own thread, never waited on by the reader. last,
@@ -6136,6 +6137,7 @@ struct run_held {
     int64_t hollow_until;           /* no visible progress by then -> fall back */
     int hollow_hit;
     int ended_empty;                /* Cursor ended the run cleanly, nothing shown */
+    int continuing;                 /* the response continues a held run (run_continued) */
 };
 
 struct run {
@@ -6294,6 +6296,7 @@ static void run_store(struct run *r)
 }
 
 static void mem_store(struct run *r);
+static void run_count(struct run *r);
 
 static int run_flush(struct run *r)
 {
@@ -6313,9 +6316,11 @@ static int run_flush(struct run *r)
         snprintf(lb, sizeof lb, "dialect=\"%s\"", route_dialect(c->route));
         metric_observe(M_FIRST_TOKEN, lb, (double)(mono_ms() - c->t0) / 1000.0);
     }
-    /* Stored and remembered before the last byte goes out: a client that sends its next
-     * turn the moment it has read this answer finds it (previous_response_id, memory). */
+    /* Stored, remembered and counted before the last byte goes out: a client that sends
+     * its next turn (or reads /metrics) the moment it has read this answer finds it
+     * (previous_response_id, memory, the run's metrics). */
     if (done) run_store(r);
+    if (done) run_count(r);
     if (done && st == 200 && !r->reply.error.status && !coai_reply_tool_called(rp)
         && !r->out.remembered) {
         r->out.remembered = 1;
@@ -8090,6 +8095,50 @@ static void fallback_note(struct conn *c, const char *kind)
 
 static void quota_remember(const char *model, const coai_error *e);
 
+/* The run's metrics: upstream runs by outcome and by transport, tokens, run_continued, and
+ * the figures the access log and the status page take from the connection. Once per
+ * response, before its last byte goes out (run_flush), so that a client that reads /metrics
+ * the moment it has the answer finds it counted; run_finish counts a response that never
+ * got that far (the client went away first). */
+static void run_count(struct run *r)
+{
+    struct conn *c = r->c;
+    char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
+    coai_usage u;
+    const char *outcome;
+    if (r->out.counted || !r->up.request_id[0]) return;
+    /* one upstream run (or more, after a retry: counted once, by how it ended) */
+    r->out.counted = 1;
+    outcome = r->out.cancelled || c->dead ? "client_gone"
+            : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code : "error")
+            : "ok";
+    snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
+    metric_add(M_UPSTREAM_RUNS, lb, 1);
+    snprintf(lb, sizeof lb, "transport=\"%s\"", TR_NAME[r->up.tr]);
+    metric_add(M_TRANSPORT_RUNS, lb, 1);
+    memset(&u, 0, sizeof u);
+    coai_reply_usage(&r->reply, &u);
+    c->tok_in = (int64_t)u.input_tokens;
+    c->tok_out = (int64_t)u.output_tokens;
+    if (r->reply.error.status && !c->errmsg[0])
+        copy_str(c->errmsg, sizeof c->errmsg, r->reply.error.message,
+                 strlen(r->reply.error.message));
+    if (r->reply.error.status && !c->err.status) c->err = r->reply.error;
+    metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
+    snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
+    metric_add(M_TOKENS, lb, (double)u.input_tokens);
+    snprintf(lb, sizeof lb, "%s,kind=\"out\"", ml);
+    metric_add(M_TOKENS, lb, (double)u.output_tokens);
+    snprintf(lb, sizeof lb, "%s,kind=\"cached\"", ml);
+    metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
+    quota_remember(c->model, &r->reply.error);
+    if (r->held.continuing) {
+        pthread_mutex_lock(&H.lock);
+        H.continued++;
+        pthread_mutex_unlock(&H.lock);
+    }
+}
+
 /* The end of a response: hold the run (it asked for tools), or drain and close it. */
 static void run_finish(struct run *r)
 {
@@ -8103,35 +8152,7 @@ static void run_finish(struct run *r)
         /* Should not happen: the reply always ends on eof/error. Close rather than hang. */
         c->keep = 0;
     }
-    if (r->up.request_id[0]) {
-        /* one upstream run (or more, after a retry: counted once, by how it ended) */
-        char lb[METRIC_LABELS_MAX], ml[METRIC_VALUE_MAX * 2 + 16];
-        coai_usage u;
-        const char *outcome = r->out.cancelled || c->dead ? "client_gone"
-                            : r->reply.error.status ? (r->reply.error.code ? r->reply.error.code
-                                                       : "error")
-                            : "ok";
-        snprintf(lb, sizeof lb, "outcome=\"%s\"", outcome);
-        metric_add(M_UPSTREAM_RUNS, lb, 1);
-        snprintf(lb, sizeof lb, "transport=\"%s\"", TR_NAME[r->up.tr]);
-        metric_add(M_TRANSPORT_RUNS, lb, 1);
-        memset(&u, 0, sizeof u);
-        coai_reply_usage(&r->reply, &u);
-        c->tok_in = (int64_t)u.input_tokens;
-        c->tok_out = (int64_t)u.output_tokens;
-        if (r->reply.error.status && !c->errmsg[0])
-            copy_str(c->errmsg, sizeof c->errmsg, r->reply.error.message,
-                     strlen(r->reply.error.message));
-        if (r->reply.error.status && !c->err.status) c->err = r->reply.error;
-        metric_label(ml, sizeof ml, "model", c->model, strlen(c->model));
-        snprintf(lb, sizeof lb, "%s,kind=\"in\"", ml);
-        metric_add(M_TOKENS, lb, (double)u.input_tokens);
-        snprintf(lb, sizeof lb, "%s,kind=\"out\"", ml);
-        metric_add(M_TOKENS, lb, (double)u.output_tokens);
-        snprintf(lb, sizeof lb, "%s,kind=\"cached\"", ml);
-        metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
-        quota_remember(c->model, &r->reply.error);
-    }
+    run_count(r);
     run_store(r);
     if (r->reply.error.status)
         srv_log(LOG_WARN, "run %s failed: %d %s: %s",
@@ -8288,6 +8309,8 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->held.hollow_hit = 0;
     r->held.ended_empty = 0;
     r->out.stored = 0;
+    r->out.counted = 0;
+    r->held.continuing = 1;         /* run_count: run_continued */
     r->out.last_write = mono_ms();
     memset(&r->err, 0, sizeof r->err);
     tr_watch(r, c->fd, run_tick);
@@ -8327,11 +8350,6 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
                 "fresh run", r->up.request_id, r->reply.error.message);
         return held_fall_back(r, &H.fallback_gone, "held_run_failed");
     }
-    /* Counted before the rest of the answer goes out: a client that reads /metrics the
-     * moment it has the answer sees the run it continued. */
-    pthread_mutex_lock(&H.lock);
-    H.continued++;
-    pthread_mutex_unlock(&H.lock);
     run_flush_rest(r);
     r->held.hollow_until = 0;
     held_breaker(0);

@@ -202,10 +202,7 @@ def main():
                   and secret in r2["content"], r2)
             eq("%s: one upstream run for the loop" % hdr,
                len(HT.runs_of(fake, "h_read")) - runs0, 1)
-            # the proxy counts a continued run as it finishes it, which may be just after the
-            # client has the last byte: wait for the count rather than read it once
-            if x in inst:
-                H.wait_for(lambda: metrics(inst[x])["continued"] - m0[x]["continued"] >= 1, 10)
+            # read once: the proxy counts a run before the answer's last byte goes out
             m1 = {k: metrics(v) for k, v in inst.items()}
             if x in inst:
                 eq("%s: /metrics of %s: held once, continued once, no fallback" % (hdr, x),
@@ -223,7 +220,6 @@ def main():
             check("no session header, address %s: both requests on %s, the held run answered"
                   % (src, side), r2 and name.get(r1["instance"]) == side
                   and name.get(r2["instance"]) == side and secret in r2["content"], (r1, r2))
-            H.wait_for(lambda: metrics(inst[side])["continued"] - m0["continued"] >= 1, 10)
             m1 = metrics(inst[side])
             eq("  ... one upstream run, continued on %s" % side,
                (len(HT.runs_of(fake, "h_read")) - runs0, m1["continued"] - m0["continued"]),
