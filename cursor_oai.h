@@ -737,6 +737,8 @@ typedef struct coai_exec_outcome {
     int has_total;             /* read: the client said how many lines the file has */
     int64_t total_lines;
     int truncated;             /* read: the client showed only part of the file */
+    int has_size;              /* delete: the output was the file's size (wc -c) */
+    int64_t file_size;         /* valid when has_size */
     const char *shape;         /* the layout recognised ("codex-exec", "claude-read", ...) or
                                 * "raw" */
     coai_buf own_;             /* rebuilt text (line numbers removed) */
@@ -750,6 +752,8 @@ typedef struct coai_exec_outcome {
  *                 has_total, else out's lines), file_size = out's bytes, truncated} |
  *                 error{path, err or out}
  *   WRITE         success{path, lines_created/file_size of x->write_lines/write_size} |
+ *                 error{path, err or out}
+ *   DELETE        success{path, deleted_file = path, file_size when has_size and not 0} |
  *                 error{path, err or out}
  *   others        as coai_encode_exec_answer_images with out (err or out when is_error). */
 int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_exec_outcome *o,
@@ -2014,6 +2018,9 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count
  *                   \n\n(End of file - total N lines)\n</content> (and its "Showing lines"
  *                   footers: truncated) -> the lines, each ended with \n
  *     any read tool   exactly "File not found: <the path asked for>" -> a read error
+ *   delete (any tool, after the shell layer): a success whose output is a number alone on
+ *     its first line (what `wc -c < PATH` prints; blanks before it too; at most 2^53) ->
+ *     has_size, file_size
  * Returns 0, or -1 on memory failure (o is then the raw result). Free with
  * coai_exec_outcome_free (frees own_ only). */
 int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_str tool,
@@ -5010,14 +5017,8 @@ int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_e
         break;
     case COAI_EXEC_DELETE: {
         /* success{path, deleted_file, file_size}: the size the command printed before it
-         * removed the file (wc -c), which Cursor needs (a 0 stalls its turn: notes
-         * 2026-autumn §4); error{path, error} */
-        int64_t sz = 0;
-        size_t i = 0;
-        while (i < o->out.len && (o->out.ptr[i] == ' ' || o->out.ptr[i] == '\t')) i++;
-        while (i < o->out.len && o->out.ptr[i] >= '0' && o->out.ptr[i] <= '9'
-               && sz < ((int64_t)1 << 56))
-            sz = sz * 10 + (o->out.ptr[i++] - '0');
+         * removed the file (wc -c; coai_exec_outcome_parse reads it), which Cursor needs (a
+         * 0 stalls its turn: notes 2026-autumn §4); error{path, error} */
         res = coai__pb_open(out, 4);
         v = coai__pb_open(out, is_error ? 7 : 1);
         coai__pb_str(out, 1, x->path);
@@ -5025,7 +5026,10 @@ int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_e
             coai__pb_str(out, 2, text);
         } else {
             coai__pb_str(out, 2, x->path);
-            if (sz) { coai__pb_tag(out, 3, 0); coai__pb_varint(out, (uint64_t)sz); }
+            if (o->has_size && o->file_size) {
+                coai__pb_tag(out, 3, 0);
+                coai__pb_varint(out, (uint64_t)o->file_size);
+            }
         }
         coai__pb_close(out, v);
         coai__pb_close(out, res);
@@ -10165,6 +10169,27 @@ int coai_exec_part_answers(const coai_exec_ref *x, int is_error, int *failed)
 
 static int coai__gm_outcome(coai_exec_outcome *o, coai_str t);   /* PART:GEMINI */
 
+/* A delete's success: the size `wc -c < PATH` printed before the rm (blanks first on some
+ * systems), a number alone on its line. Anything else (no output, text, a number past
+ * 2^53) sets no size. */
+static void coai__rs_delete_size(coai_exec_outcome *o)
+{
+    const char *p = o->out.ptr;
+    size_t i = 0, n = o->out.len, d = 0;
+    int64_t v = 0;
+    if (o->is_error) return;
+    while (i < n && (p[i] == ' ' || p[i] == '\t')) i++;
+    for (; i < n && p[i] >= '0' && p[i] <= '9'; i++, d++) {
+        if (v > ((int64_t)1 << 53) / 10) return;
+        v = v * 10 + (p[i] - '0');
+    }
+    if (!d || v > ((int64_t)1 << 53)) return;
+    while (i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r')) i++;
+    if (i < n && p[i] != '\n') return;
+    o->has_size = 1;
+    o->file_size = v;
+}
+
 /* o is a failure whose error is e, cut to 4 KiB on a UTF-8 boundary (a refused command's
  * text can quote the whole command, base64 and all) */
 static int coai__rs_failed(coai_exec_outcome *o, coai_str e)
@@ -10243,8 +10268,10 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
             if (!o->err.len) o->err = text;
             o->out.len = 0;
         }
+        if (kind == COAI_EXEC_DELETE) coai__rs_delete_size(o);
         return 0;
     }
+    if (kind == COAI_EXEC_DELETE) coai__rs_delete_size(o);
     if (is_error || kind != COAI_EXEC_READ) return 0;
     /* read tools */
     if (text.len > 16 && memcmp(text.ptr, "File not found: ", 16) == 0 && x

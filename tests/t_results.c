@@ -525,13 +525,32 @@ static void test_delete(void)
     CHECK(find(s.p, s.n, 1, &f) && str_is(&f, "/WORKSPACE/gone.txt"));
     CHECK(find(s.p, s.n, 2, &f) && str_is(&f, "/WORKSPACE/gone.txt"));
     CHECK(find(s.p, s.n, 3, &f) && f.v == 14);
+    CHECK(o.has_size && o.file_size == 14);
     run(&b, &o, &x, "Bash", "     2048", 0, 0);          /* macOS wc pads with blanks */
+    CHECK(o.has_size && o.file_size == 2048);
     CHECK(path(b.data, b.len, ok, 3, &s) && find(s.p, s.n, 3, &f) && f.v == 2048);
+    run(&b, &o, &x, "Bash", "\t 7\r\n", 0, 0);
+    CHECK(o.has_size && o.file_size == 7);
+    run(&b, &o, &x, "Bash", "0\n", 0, 0);                 /* an empty file */
+    CHECK(o.has_size && o.file_size == 0);
+    /* the parse sets the size only for a number alone on its line, at most 2^53 */
+    {
+        static const char *const none[] = { "", "\n", "deleted", "14abc\n", "-3\n", "1 4\n",
+                                            "99999999999999999999999\n", "9007199254740993\n" };
+        size_t i;
+        for (i = 0; i < sizeof none / sizeof none[0]; i++) {
+            run(&b, &o, &x, "Bash", none[i], 0, 0);
+            CHECKF(!o.has_size && !o.is_error, "no size in %s", none[i]);
+            CHECKF(path(b.data, b.len, ok, 3, &s) && !find(s.p, s.n, 3, &f), "%s", none[i]);
+        }
+        run(&b, &o, &x, "Bash", "9007199254740992\n", 0, 0);
+        CHECK(o.has_size && o.file_size == (int64_t)1 << 53);
+    }
     /* a missing file: the shell's failure is the delete's error */
     run(&b, &o, &x, "exec_command", "Chunk ID: 1\nWall time: 0.0 seconds\nProcess exited with "
         "code 1\nOriginal token count: 9\nOutput:\nbash: /WORKSPACE/gone.txt: No such file or "
         "directory\n", 0, 0);
-    CHECK(o.is_error && path(b.data, b.len, bad, 3, &s));
+    CHECK(o.is_error && !o.has_size && path(b.data, b.len, bad, 3, &s));
     CHECK(find(s.p, s.n, 1, &f) && str_is(&f, "/WORKSPACE/gone.txt"));
     {
         char t[256] = { 0 };
