@@ -753,8 +753,11 @@ typedef struct coai_exec_outcome {
  *                 error{path, err or out}
  *   WRITE         success{path, lines_created/file_size of x->write_lines/write_size} |
  *                 error{path, err or out}
- *   DELETE        success{path, deleted_file = path, file_size when has_size and not 0} |
- *                 error{path, err or out}
+ *   DELETE        success{path, deleted_file = path, file_size} when has_size and
+ *                 file_size > 0 | error{path, err or out} when is_error | else (no size, or
+ *                 0: Cursor's turn stalls on a success without a size) error{path, a
+ *                 sentence saying the file was deleted (empty, or its size not reported), or
+ *                 that an empty result does not confirm the delete}
  *   others        as coai_encode_exec_answer_images with out (err or out when is_error). */
 int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_exec_outcome *o,
                              const struct coai_image *images, size_t n, uint32_t ms,
@@ -5017,19 +5020,37 @@ int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_e
         break;
     case COAI_EXEC_DELETE: {
         /* success{path, deleted_file, file_size}: the size the command printed before it
-         * removed the file (wc -c; coai_exec_outcome_parse reads it), which Cursor needs (a
-         * 0 stalls its turn: notes 2026-autumn §4); error{path, error} */
+         * removed the file (wc -c; coai_exec_outcome_parse reads it). Cursor's turn stalls
+         * on a success whose file_size is 0, which on the wire is also a success without
+         * one (notes 2026-autumn §4), so a delete the tool reports no size for, or an empty
+         * file's, goes as error{path, error} whose text says what happened: the model reads
+         * it and the turn goes on. A failure: error{path, error}. */
+        int sized = !is_error && o->has_size && o->file_size > 0;
+        size_t i = 0;
+        while (i < o->out.len && (o->out.ptr[i] == ' ' || o->out.ptr[i] == '\t'
+                                  || o->out.ptr[i] == '\r' || o->out.ptr[i] == '\n'))
+            i++;                                         /* blanks only: said nothing */
         res = coai__pb_open(out, 4);
-        v = coai__pb_open(out, is_error ? 7 : 1);
+        v = coai__pb_open(out, sized ? 1 : 7);
         coai__pb_str(out, 1, x->path);
-        if (is_error) {
+        if (sized) {
+            coai__pb_str(out, 2, x->path);
+            coai__pb_tag(out, 3, 0);
+            coai__pb_varint(out, (uint64_t)o->file_size);
+        } else if (is_error) {
             coai__pb_str(out, 2, text);
         } else {
-            coai__pb_str(out, 2, x->path);
-            if (o->has_size && o->file_size) {
-                coai__pb_tag(out, 3, 0);
-                coai__pb_varint(out, (uint64_t)o->file_size);
-            }
+            w = coai__pb_open(out, 2);
+            coai_buf_append(out, x->path.ptr, x->path.len);
+            if (o->has_size)
+                coai_buf_puts(out, " was deleted (it was empty: 0 bytes).");
+            else if (i < o->out.len || (o->has_exit && o->exit_code == 0))
+                coai_buf_puts(out, " was deleted; the client's tool did not report its size.");
+            else
+                coai_buf_puts(out, ": the client's tool returned no output, neither the "
+                                   "file's size nor an error, so the delete is not confirmed; "
+                                   "check whether the file still exists.");
+            coai__pb_close(out, w);
         }
         coai__pb_close(out, v);
         coai__pb_close(out, res);

@@ -480,6 +480,48 @@ def t_clients(tmp, fake, token, ws, secret):
         check("curl: the follow-up continued the held run", secret in s2["content"]
               and s2["content"].startswith("GOT:"), s2)
         eq("curl: one upstream run", len(runs_of(fake, "h_read")) - k0, 1)
+    # curl, Cursor's delete through the bash tool (wc -c < PATH && rm -- PATH). Cursor's turn
+    # stalls on a delete_result success without file_size (a 0 is the same bytes; the fake
+    # stalls like it): a result with no size (an empty tool message: a client that lost its
+    # command's output) or an empty file's 0 goes as delete_result.error with a sentence
+    gone = os.path.join(ws, "gone.txt")
+    fake.ctl("/scenario", {"name": "h_del", "scenario": {"when": REPLAY, "steps": [
+        {"op": "exec", "kind": "delete", "id": 1, "exec_id": "exec-del-1", "hold": True,
+         "args_hex": "0a%02x" % len(gone.encode()) + gone.encode().hex()},
+        {"op": "await_results", "max_s": 60},
+        {"op": "text_from_fields", "id": 1, "template": "DEL {variant}: {error}"}] + END}})
+    for what, text, lost, want in (
+            ("size", "to be deleted\n", False, ("success", 14, "")),
+            ("no output", "to be deleted\n", True, ("error", 0, "returned no output, neither "
+                                                  "the file's size nor an error, so the "
+                                                  "delete is not confirmed")),
+            ("empty file", "", False, ("error", 0, "gone.txt was deleted (it was empty"))):
+        with open(gone, "w") as fh:
+            fh.write(text)
+        k0 = len(runs_of(fake, "h_del"))
+        msgs = [{"role": "user", "content": "delete it"}]
+        s = curl({"model": "scenario:h_del", "messages": msgs, "tools": TOOLS, "stream": True})
+        tc = s["tool_calls"][0] if s["tool_calls"] else {}
+        if not check("curl delete, %s: a bash call running wc -c and rm" % what,
+                     tc.get("name") == "bash" and "wc -c < " in tc.get("arguments", ""), s):
+            continue
+        r = {"content": s["content"], "tool_calls": s["tool_calls"]}
+        if lost:
+            msgs = follow_up(msgs, r, ws, results=set())
+            msgs.append({"role": "tool", "tool_call_id": tc["id"], "content": ""})
+        else:
+            msgs = follow_up(msgs, r, ws)
+        s2 = curl({"model": "scenario:h_del", "messages": msgs, "tools": TOOLS, "stream": True})
+        runs = runs_of(fake, "h_del")[k0:]
+        f1 = ((runs[0]["exec_results"] if runs else {}).get("1") or {}).get("fields") or {}
+        eq("curl delete, %s: Cursor got delete_result %s" % (what, want[0]),
+           (f1.get("result"), f1.get("variant"), f1.get("file_size", 0)),
+           ("delete_result", want[0], want[1]))
+        check("curl delete, %s: ... whose text says so" % what, want[2] in f1.get("error", ""),
+              f1)
+        check("curl delete, %s: the turn went on (no stall, one run): %s" % (what, want[0]),
+              len(runs) == 1 and "stalled" not in runs[0]["stream"]
+              and s2["content"].startswith("DEL %s: " % want[0]), (s2, runs and runs[0]["stream"]))
     # the openai SDK: a three-step tool loop
     if os.path.isdir(os.path.join(NPM, "node_modules", "openai")):
         script = os.path.join(NPM, "sdk_toolloop.mjs")

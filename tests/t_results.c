@@ -508,9 +508,23 @@ static void test_param_names(void)
     }
 }
 
+/* Whether b is a delete_result.error{path p, error containing want} */
+static int delete_error_says(const coai_buf *b, const char *p, const char *want)
+{
+    static const uint32_t bad[] = { 2, 4, 7 };
+    pbw_field s, f;
+    char t[512] = { 0 };
+    if (!path(b->data, b->len, bad, 3, &s) || !find(s.p, s.n, 1, &f) || !str_is(&f, p)
+        || !find(s.p, s.n, 2, &f) || f.n >= sizeof t)
+        return 0;
+    memcpy(t, f.p, f.n);
+    return strstr(t, want) != NULL;
+}
+
 /* Cursor's delete through a shell tool (wc -c < PATH && rm -- PATH): a delete_result (field
  * 4, never an mcp_result: Cursor's turn waits for the delete's own result), success with the
- * size the command printed (a 0 stalls the turn), else error{path, error}. */
+ * size the command printed, else error{path, error}. A success without a size, or with 0
+ * (Cursor's turn stalls on both), goes as error{path, text saying what happened}. */
 static void test_delete(void)
 {
     static const uint32_t ok[] = { 2, 4, 1 }, bad[] = { 2, 4, 7 }, mcp[] = { 2, 11 };
@@ -532,8 +546,10 @@ static void test_delete(void)
     run(&b, &o, &x, "Bash", "\t 7\r\n", 0, 0);
     CHECK(o.has_size && o.file_size == 7);
     run(&b, &o, &x, "Bash", "0\n", 0, 0);                 /* an empty file */
-    CHECK(o.has_size && o.file_size == 0);
-    /* the parse sets the size only for a number alone on its line, at most 2^53 */
+    CHECK(o.has_size && o.file_size == 0 && !path(b.data, b.len, ok, 3, &s));
+    CHECK(delete_error_says(&b, "/WORKSPACE/gone.txt", "gone.txt was deleted (it was empty"));
+    /* the parse sets the size only for a number alone on its line, at most 2^53; without
+     * one the delete is not sent as a success */
     {
         static const char *const none[] = { "", "\n", "deleted", "14abc\n", "-3\n", "1 4\n",
                                             "99999999999999999999999\n", "9007199254740993\n" };
@@ -541,11 +557,23 @@ static void test_delete(void)
         for (i = 0; i < sizeof none / sizeof none[0]; i++) {
             run(&b, &o, &x, "Bash", none[i], 0, 0);
             CHECKF(!o.has_size && !o.is_error, "no size in %s", none[i]);
-            CHECKF(path(b.data, b.len, ok, 3, &s) && !find(s.p, s.n, 3, &f), "%s", none[i]);
+            CHECKF(!path(b.data, b.len, ok, 3, &s) && delete_error_says(
+                       &b, "/WORKSPACE/gone.txt", i < 2 ? "returned no output, neither the "
+                       "file's size nor an error, so the delete is not confirmed"
+                       : "gone.txt was deleted; the client's tool did not report its size"),
+                   "%s", none[i]);
         }
         run(&b, &o, &x, "Bash", "9007199254740992\n", 0, 0);
         CHECK(o.has_size && o.file_size == (int64_t)1 << 53);
+        CHECK(path(b.data, b.len, ok, 3, &s) && find(s.p, s.n, 3, &f)
+              && f.v == (uint64_t)1 << 53);
     }
+    /* Codex's exec_command with exit code 0 and no output (the size lost): deleted */
+    run(&b, &o, &x, "exec_command", "Chunk ID: 1\nWall time: 0.0 seconds\nProcess exited with "
+        "code 0\nOriginal token count: 0\nOutput:\n", 0, 0);
+    CHECK(!o.is_error && !o.has_size
+          && delete_error_says(&b, "/WORKSPACE/gone.txt", "was deleted; the client's tool did "
+                               "not report its size"));
     /* a missing file: the shell's failure is the delete's error */
     run(&b, &o, &x, "exec_command", "Chunk ID: 1\nWall time: 0.0 seconds\nProcess exited with "
         "code 1\nOriginal token count: 9\nOutput:\nbash: /WORKSPACE/gone.txt: No such file or "

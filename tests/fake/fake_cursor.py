@@ -1658,6 +1658,12 @@ def check_exec_answer(p, msgs):
     if body[0].get("result") != want:
         return "mis-typed result %r for a %s exec (want %s)" % (body[0].get("result"), kind,
                                                                  want)
+    if want == "delete_result" and body[0].get("variant") == "success" \
+            and not (body[0].get("fields") or {}).get("file_size"):
+        # notes 2026-autumn §4: a delete result with file_size 0 stalls the turn. A 0 and no
+        # file_size are the same bytes, and nothing tells an empty file's genuine 0 apart
+        # from a size nobody reported, so every success without a size stalls here.
+        return "delete_result success without file_size (0 stalls the live turn)"
     return ""
 
 
