@@ -4072,6 +4072,7 @@ struct conn {
     int keep;                       /* keep the connection open after this response */
     int http10;                     /* HTTP/1.0 client: no chunked encoding */
     int streaming;                  /* a 200 stream head was sent */
+    int counted;                    /* request_count done for this request */
     int dead;                       /* a write failed: the client is gone */
     coai_dialect dialect;           /* the API of this request: error shapes, parser, writer */
     char convkey[128];              /* x-claude-code-session-id (conversation key), or "" */
@@ -4097,8 +4098,10 @@ static int conn_write(struct conn *c, const void *p, size_t n)
     return 0;
 }
 
+static void request_count(struct conn *c);
+
 /* A complete response with a Content-Length body. extra: more header lines, each ending in
- * CRLF (or NULL). */
+ * CRLF (or NULL). The request is counted before it goes out (request_count). */
 static int send_response(struct conn *c, int status, const char *ctype, const char *extra,
                          const void *body, size_t n)
 {
@@ -4109,10 +4112,11 @@ static int send_response(struct conn *c, int status, const char *ctype, const ch
     coai_buf_printf(&h, "Content-Length: %zu\r\n%sConnection: %s\r\n\r\n", n, extra ? extra : "",
                     c->keep ? "keep-alive" : "close");
     if (n) coai_buf_append(&h, body, n);
-    r = h.err ? -1 : conn_write(c, h.data, h.len);
-    coai_buf_free(&h);
     c->status = status;
     c->bytes += n;
+    request_count(c);
+    r = h.err ? -1 : conn_write(c, h.data, h.len);
+    coai_buf_free(&h);
     return r;
 }
 
@@ -4189,8 +4193,10 @@ static int stream_write(struct conn *c, const void *p, size_t n)
     return conn_write(c, c->wbuf.data, c->wbuf.len);
 }
 
+/* The end of a stream body, counted before it goes out (request_count). */
 static int stream_end(struct conn *c)
 {
+    request_count(c);
     if (c->http10) { c->keep = 0; return 0; }
     return conn_write(c, "0\r\n\r\n", 5);
 }
@@ -4416,14 +4422,17 @@ static int read_body(struct conn *c, size_t hl)
     return 0;
 }
 
-/* The end of one request: its metrics and its access-log line (text, or one JSON object
- * with --log-format json). Client-supplied values (method, path, model) are escaped by the
- * logger in text mode and by JSON string escaping here. */
-static void access_log(struct conn *c)
+/* One request in the metrics and the status page's list: once, as its response's last
+ * bytes are about to go out (send_response, stream_end), so that a client that reads
+ * /metrics or /status.json the moment it has the answer finds it there; access_log counts
+ * one that ended otherwise (an error mid-stream, a client gone). */
+static void request_count(struct conn *c)
 {
     int64_t ms = mono_ms() - c->t0;
     char labels[METRIC_LABELS_MAX];
     const char *route = route_label(c->route), *dialect = route_dialect(c->route);
+    if (c->counted) return;
+    c->counted = 1;
     snprintf(labels, sizeof labels, "route=\"%s\",dialect=\"%s\",status=\"%d\"", route, dialect,
              c->status);
     metric_add(M_REQUESTS, labels, 1);
@@ -4432,6 +4441,18 @@ static void access_log(struct conn *c)
     if (c->streaming) metric_gauge_add(M_OPEN_STREAMS, "", -1);
     c->streaming = 0;
     status_note_request(c, ms);
+}
+
+/* The end of one request: its access-log line (text, or one JSON object with --log-format
+ * json), and its metrics if request_count has not taken them yet. Client-supplied values
+ * (method, path, model) are escaped by the logger in text mode and by JSON string escaping
+ * here. */
+static void access_log(struct conn *c)
+{
+    int64_t ms = mono_ms() - c->t0;
+    const char *route = route_label(c->route), *dialect = route_dialect(c->route);
+    request_count(c);
+    c->counted = 0;                 /* the next request on this connection */
     c->tok_in = c->tok_out = 0;
     c->errmsg[0] = 0;
     memset(&c->err, 0, sizeof c->err);
@@ -6332,6 +6353,7 @@ static int run_flush(struct run *r)
             model_header(c, &h);
             rc = h.err ? -1 : stream_begin(c, (const char *)h.data);
         }
+        if (rc == 0 && done) request_count(c);     /* before the end event goes out */
         if (rc == 0 && rp->out.len) {
             rc = stream_write(c, rp->out.data, rp->out.len);
             coai_buf_reset(&rp->out);

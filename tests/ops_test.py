@@ -378,6 +378,67 @@ def t_metrics(tmp, fake, token):
             proxy.stop()
 
 
+def t_at_once(tmp, fake, token):
+    """A client that reads /metrics or /status.json the moment it has its answer (the answer
+    read by its length, or an SSE stream up to its end event, on a kept-alive connection, as
+    SDKs read) finds that request counted and listed. N of each, on both kinds of answer."""
+    import http.client
+    n = int(os.environ.get("OPS_AT_ONCE", "150"))
+    proxy = H.Proxy(tmp, "at-once", fake.url(), fake.ca, token)
+    late = {"json": 0, "sse": 0}
+    listed_late = 0
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        want = 0
+        for i in range(n):
+            for kind in ("json", "sse"):
+                c.request("POST", "/v1/chat/completions", json.dumps(chat_body(
+                    "scenario:default", "at-once %d" % i, stream=kind == "sse")),
+                    {"Content-Type": "application/json"})
+                r = c.getresponse()
+                if kind == "json":
+                    r.read()
+                else:
+                    buf = b""
+                    while b"data: [DONE]" not in buf:
+                        k = r.read1(65536)
+                        if not k:
+                            break
+                        buf += k
+                want += 1
+                m = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+                m.request("GET", "/metrics")
+                txt = m.getresponse().read().decode()
+                m.close()
+                got = sum(float(ln.rsplit(" ", 1)[1]) for ln in txt.splitlines()
+                          if ln.startswith("cursor_oai_requests_total{")
+                          and 'route="/v1/chat/completions"' in ln and 'status="200"' in ln)
+                if got < want:
+                    late[kind] += 1
+                if kind == "sse":
+                    r.read()                # the chunked terminator: the connection is reused
+        c.close()
+        for i in range(n // 5):
+            model = "at-once-%d-%s" % (i, os.urandom(3).hex())
+            c = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+            c.request("POST", "/v1/chat/completions", json.dumps(chat_body(model)),
+                      {"Content-Type": "application/json"})
+            c.getresponse().read()
+            s2 = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+            s2.request("GET", "/status.json")
+            body = s2.getresponse().read().decode()
+            s2.close()
+            c.close()
+            if model not in body:
+                listed_late += 1
+    finally:
+        proxy.stop()
+    eq("/metrics read the moment the answer is in: every request counted (%d answers, %d "
+       "streams)" % (n, n), late, {"json": 0, "sse": 0})
+    eq("/status.json read the moment the answer is in: every request listed (%d)" % (n // 5),
+       listed_late, 0)
+
+
 def t_jsonlog(tmp, fake, token):
     proxy = H.Proxy(tmp, "jsonlog", fake.url(), fake.ca, token, args=["--log-format", "json"])
     try:
@@ -670,7 +731,8 @@ def main():
     token = pb.make_jwt({"sub": "auth0|ops", "exp": int(time.time()) + 7200, "type": "session"})
     try:
         fake = H.Fake(tmp, ops_scenarios(), token, config={"client_version": H.CLIENT_VERSION})
-        for name, fn in (("tunnel", t_tunnel), ("metrics", t_metrics), ("jsonlog", t_jsonlog),
+        for name, fn in (("tunnel", t_tunnel), ("metrics", t_metrics), ("at_once", t_at_once),
+                         ("jsonlog", t_jsonlog),
                          ("quota", t_quota), ("forging", t_forging), ("stderr", t_stderr)):
             if ONLY and name not in ONLY:
                 continue
