@@ -13201,11 +13201,17 @@ static int coai__rs_write_fits(coai_str path, coai_str content)
  * part (base64: any bytes) into a staging directory beside the target and renames it into
  * place there; whichever call finds every part present (the last one when the client runs
  * them in order, any one when it runs them at once) takes the directory's lock, joins the
- * parts and renames the whole file onto the target: the target is never half-written. A
- * call that fails removes the staging directory (parts of later calls can stay behind).
- * The directory is named by a hash of the exec id, path and content: another write, or
- * another exec writing the same bytes, never meets its parts. No rm -f / -r anywhere:
- * Codex refuses such commands ("rm -f style commands are not permitted"). */
+ * parts and renames the whole file onto the target: the target is never half-written.
+ * A call that fails marks the set failed, and each part already there becomes a mark that
+ * its call ran; a call that finds the set failed (before or after writing its part) fails
+ * too, the same way; the call that fails with every call's mark present removes the marks
+ * and the directory. Failing calls take turns (a mkdir mutex; one whose directory is gone
+ * has nothing left to do). So a failed set leaves nothing once every call has run, in
+ * order, in reverse or at once (a call the client never runs leaves the others' parts or
+ * marks). The directory is
+ * named by a hash of the exec id, path and content: another write, or another exec
+ * writing the same bytes, never meets its parts. No rm -f / -r anywhere: Codex refuses
+ * such commands ("rm -f style commands are not permitted"). */
 static void coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
                                 coai_str content, unsigned k, unsigned n)
 {
@@ -13224,18 +13230,31 @@ static void coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
     coai_buf_printf(cmd, "# cursor-oai: write part %u of %u\nset -e\np=", k + 1, n);
     coai__an_sq(cmd, path);
     coai_buf_printf(cmd, "\nd=$(dirname -- \"$p\")\nmkdir -p -- \"$d\"\n"
-                    "s=\"$d/.cursor-oai-write-%016llx-%u\"\nall=\"", (unsigned long long)h, n);
+                    "s=\"$d/.cursor-oai-write-%016llx-%u\"\nk=%u\nall=\"",
+                    (unsigned long long)h, n, k + 1);
     for (j = 1; j <= n; j++) coai_buf_printf(cmd, j > 1 ? " %u" : "%u", j);
+    /* on failure, one call at a time (the mutex mx; none once the directory is gone):
+     * the set is failed, parts present become their calls' marks, this call's mark; the
+     * call that finds every mark removes the marks and the directory */
     coai_buf_puts(cmd, "\"\nmkdir -p -- \"$s\"\n"
-                  "trap 'st=$?; if [ \"$st\" -ne 0 ]; then for i in $all; do "
-                  "rm -- \"$s/$i\" \"$s/$i.tmp\" 2>/dev/null || :; done; "
-                  "rm -- \"$s/all\" 2>/dev/null || :; "
-                  "rmdir -- \"$s/lock\" \"$s\" 2>/dev/null || :; fi; exit \"$st\"' EXIT\n"
-                  "printf '%s' '");
+                  "trap 'st=$?; if [ \"$st\" -ne 0 ]; then t=0; "
+                  "until mkdir -- \"$s/mx\" 2>/dev/null; do "
+                  "[ -d \"$s\" ] && [ \"$t\" -lt 30 ] || exit \"$st\"; t=$((t+1)); sleep 1; "
+                  "done; : > \"$s/failed\"; "
+                  "for i in $all; do if [ -e \"$s/$i\" ]; then : > \"$s/ran$i\"; "
+                  "rm -- \"$s/$i\" 2>/dev/null || :; fi; done; "
+                  "rm -- \"$s/$k.tmp\" \"$s/all\" 2>/dev/null || :; "
+                  "rmdir -- \"$s/lock\" 2>/dev/null || :; : > \"$s/ran$k\"; ok=1; "
+                  "for i in $all; do [ -e \"$s/ran$i\" ] || ok=0; done; "
+                  "if [ \"$ok\" = 1 ]; then for i in $all; do rm -- \"$s/ran$i\"; done; "
+                  "rm -- \"$s/failed\"; rmdir -- \"$s/mx\" \"$s\" 2>/dev/null || :; "
+                  "else rmdir -- \"$s/mx\" 2>/dev/null || :; fi; fi; exit \"$st\"' EXIT\n"
+                  "failed() { if [ -e \"$s/failed\" ]; then "
+                  "echo \"cursor-oai: another part of this write failed\" >&2; exit 1; fi; }\n"
+                  "failed\nprintf '%s' '");
     coai_base64_append(cmd, content.ptr + at, len, 0);
-    coai_buf_printf(cmd, "' | base64 -d > \"$s/%u.tmp\"\nmv -- \"$s/%u.tmp\" \"$s/%u\"\n",
-                    k + 1, k + 1, k + 1);
-    coai_buf_puts(cmd, "for i in $all; do [ -e \"$s/$i\" ] || exit 0; done\n"
+    coai_buf_puts(cmd, "' | base64 -d > \"$s/$k.tmp\"\nmv -- \"$s/$k.tmp\" \"$s/$k\"\nfailed\n"
+                  "for i in $all; do [ -e \"$s/$i\" ] || exit 0; done\n"
                   "mkdir -- \"$s/lock\" 2>/dev/null || exit 0\n"
                   "for i in $all; do cat -- \"$s/$i\"; done > \"$s/all\"\n"
                   "if [ -d \"$p\" ]; then echo \"$p: is a directory\" >&2; exit 1; fi\n"

@@ -718,10 +718,48 @@ static void test_split_write(void)
         CHECKF(mkdir(blocker, 0700) == 0, "%s", blocker);
         fail_rc = run_bash(dir, cmds[1]);
         CHECKF(fail_rc > 0, "exit %d", fail_rc);
-        for (k = 2; k < parts && k < 16; k++) CHECK(run_bash(dir, cmds[k]) == 0);
+        /* the calls after it find the set failed and fail too */
+        for (k = 2; k < parts && k < 16; k++) CHECK(run_bash(dir, cmds[k]) > 0);
         got = test_read_file(path, &got_len);
         CHECK(got && got_len == sizeof old - 1 && !memcmp(got, old, got_len));
         free(got);
+        /* nothing of the set is left but the blocker (which no rm -- can remove) */
+        CHECK(rmdir(blocker) == 0);
+        *strrchr(blocker, '/') = 0;
+        CHECKF(rmdir(blocker) == 0, "%s not empty", blocker);
+        CHECK(only_entry(sub, "it's big.txt"));
+    }
+    /* a part whose command fails (its base64 -d, here false), in order, in reverse order,
+     * first or last: the calls after it fail too, and once every call has run no staging
+     * directory is left; the old file stays whole */
+    {
+        static const char old[] = "old contents\n";
+        unsigned fail, rev;
+        for (rev = 0; rev < 2; rev++)
+            for (fail = 0; fail < parts && fail < 16; fail++) {
+                FILE *f = fopen(path, "wb");
+                unsigned n;
+                CHECK(f && fwrite(old, 1, sizeof old - 1, f) == sizeof old - 1);
+                if (f) fclose(f);
+                for (n = 0; n < parts && n < 16; n++) {
+                    unsigned c = rev ? parts - 1 - n : n;
+                    char *cmd = cmds[c] ? strdup(cmds[c]) : NULL, *b64;
+                    int rc;
+                    if (cmd && c == fail && (b64 = strstr(cmd, "| base64 -d >")) != NULL)
+                        memcpy(b64, "| false    ", 11);        /* same length */
+                    rc = cmd ? run_bash(dir, cmd) : -1;
+                    CHECKF(rev ? (n + 1 < parts - fail ? rc == 0 : rc > 0)
+                           : (n < fail ? rc == 0 : rc > 0),
+                           "fail %u rev %u call %u: exit %d", fail, rev, c, rc);
+                    free(cmd);
+                }
+                got = test_read_file(path, &got_len);
+                CHECKF(got && got_len == sizeof old - 1 && !memcmp(got, old, got_len),
+                       "fail %u rev %u: the old file", fail, rev);
+                free(got);
+                CHECKF(only_entry(sub, "it's big.txt"), "fail %u rev %u: no staging left",
+                       fail, rev);
+            }
     }
     /* joining fails (the target is a directory): the last part fails, and once the
      * directory is gone the same calls again write the file (the lock was released) */
