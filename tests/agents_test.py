@@ -175,10 +175,12 @@ def qwen_lost_output(name, r):
     for ev in items if isinstance(items, list) else []:
         content = ((ev.get("message") or {}).get("content")) if isinstance(ev, dict) else None
         for c in content if isinstance(content, list) else []:
-            # its display text: the output, else "" (exit 0) or "Command exited with code: N"
+            # its display text: the output; with none, "" or "Command exited with code: N",
+            # or the text the model gets ("Command: ...\nOutput: (empty)\n...", seen in CI)
             shown = str(c.get("content") or "").strip() if isinstance(c, dict) else "?"
-            if isinstance(c, dict) and c.get("type") == "tool_result" and (shown in ("", "(empty)") or re.match(
-                    r"Command exited with code: \d+$", shown)):
+            if isinstance(c, dict) and c.get("type") == "tool_result" and (
+                    shown in ("", "(empty)") or "\nOutput: (empty)\n" in shown
+                    or re.match(r"Command exited with code: \d+$", shown)):
                 return 1
     return 0
 
