@@ -75,7 +75,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -2324,9 +2323,15 @@ static int auth_call(const char *method, const char *target, const char *what,
  *                     Others only call coai_h2_* under hc->mu and wake the thread.
  *   h2s (stream)      one run. Its thread writes messages (waiting for window without
  *                     holding anything the I/O thread needs: a big tool result never stops
- *                     the reading of the connection) and reads what arrived; an eventfd per
- *                     stream wakes it, so it waits like an HTTP/1.1 read (client socket,
- *                     deadline, a tick once a second).
+ *                     the reading of the connection) and reads what arrived. A stream owns
+ *                     no descriptor (10,000 held runs fit in 20,000): the I/O thread sets a
+ *                     flag and signals the stream's condition variable under hc->mu (cv
+ *                     for the reader, wcv for a writer waiting for window). A waiter sleeps
+ *                     on it in slices of at most a second and between them looks at its
+ *                     client socket without blocking (a disconnect is seen within about a
+ *                     second), the deadline and the tick, as an HTTP/1.1 read does. A held
+ *                     run's holder, which also waits for its claim, names a pipe the I/O
+ *                     thread writes a byte to as well (h2s_notify).
  *
  * Concurrent runs share a connection up to the server's SETTINGS_MAX_CONCURRENT_STREAMS;
  * beyond that a second connection opens (one connect per host at a time: the others wait
@@ -2381,10 +2386,10 @@ struct h2s {
     int blocked;                    /* its writer waits for window */
     coai_buf in;                    /* DATA received, not yet handed out */
     coai_buf taken;                 /* the bytes handed to the reader last */
-    int sig;                        /* eventfd: readable when something arrived (the reader) */
-    int wsig;                       /* eventfd: window opened or the stream failed (a writer);
-                                     * -1 until a writer first waits for window (a descriptor
-                                     * fewer per stream: 10,000 held runs) */
+    pthread_cond_t cv;              /* the reader's: sig set (something arrived) */
+    pthread_cond_t wcv;             /* a writer's: wsig set (window opened, the stream failed) */
+    int sig, wsig;                  /* set by the I/O thread, cleared by the waiter */
+    int notify;                     /* -1, or a held run's pipe: a byte when sig is set */
     int body_done;                  /* the reader saw the end */
     int got_bytes;
     int pend;                       /* DATA arrived in this pass of the I/O thread: signal */
@@ -2413,19 +2418,20 @@ static void h2c_wake(struct h2c *hc)
     if (write(hc->wake[1], "w", 1) < 0) {}
 }
 
-/* Wake s's reader; and its writer, which also needs to hear of a failure. */
-static void h2s_signal(struct h2s *s)
-{
-    uint64_t one = 1;
-    if (s->sig >= 0 && write(s->sig, &one, sizeof one) < 0) {}
-    if (s->blocked && s->wsig >= 0 && write(s->wsig, &one, sizeof one) < 0) {}
-}
-
-/* Wake s's writer (window). */
+/* Under hc->mu: wake s's writer (window). */
 static void h2s_wsignal(struct h2s *s)
 {
-    uint64_t one = 1;
-    if (s->wsig >= 0 && write(s->wsig, &one, sizeof one) < 0) {}
+    s->wsig = 1;
+    pthread_cond_signal(&s->wcv);
+}
+
+/* Under hc->mu: wake s's reader; and its writer, which also needs to hear of a failure. */
+static void h2s_signal(struct h2s *s)
+{
+    s->sig = 1;
+    pthread_cond_signal(&s->cv);
+    if (s->notify >= 0 && write(s->notify, "s", 1) < 0) {}     /* full: a byte is there */
+    if (s->blocked) h2s_wsignal(s);
 }
 
 /* What a writer's wait for window watches (its own client socket and tick: a heartbeat's
@@ -2860,59 +2866,70 @@ static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
     return hc;
 }
 
-/* Wait for eventfd fd, watching a client socket (-1: none), the deadline and a tick
- * (called about once a second; -1 cancels), as up_wait does. 0 woken, -1 *why set. */
-static int h2_wait(int fd, int64_t deadline, int client_fd, short *client_events,
-                   int (*tick)(void *), void *tick_ctx, int64_t *last_tick, int *why)
+/* Wait, under nothing, until *flag (hc->mu's, signalled on cv) is set, watching a client
+ * socket (-1: none; looked at between slices of at most a second), the deadline and a tick
+ * (called about once a second; -1 cancels), as up_wait does. 0 woken (*flag cleared), -1
+ * *why set. */
+static int h2_wait(struct h2c *hc, pthread_cond_t *cv, int *flag, int64_t deadline,
+                   int client_fd, short *client_events, int (*tick)(void *), void *tick_ctx,
+                   int64_t *last_tick, int *why)
 {
     for (;;) {
-        struct pollfd pf[2];
         int64_t now = mono_ms(), left = deadline - now;
-        int n = 1, r;
+        int got;
+        pthread_mutex_lock(&hc->mu);
+        got = *flag;
+        *flag = 0;
+        pthread_mutex_unlock(&hc->mu);
+        if (got) return 0;
         if (tick && now - *last_tick >= 1000) {
             *last_tick = now;
             if (tick(tick_ctx) < 0) { *why = UPX_CANCELLED; return -1; }
         }
         if (left <= 0) { *why = UPX_TIMEOUT; return -1; }
-        pf[0].fd = fd;
-        pf[0].events = POLLIN;
-        pf[0].revents = 0;
         if (client_fd >= 0 && *client_events) {
-            pf[1].fd = client_fd;
-            pf[1].events = *client_events;
-            pf[1].revents = 0;
-            n = 2;
-        }
-        r = poll(pf, (nfds_t)n, left > 1000 ? 1000 : (int)left);
-        if (r < 0 && errno == EINTR) { *last_tick = 0; continue; }
-        if (r < 0) { *why = UPX_IO; return -1; }
-        if (n == 2 && pf[1].revents) {
-            char b;
-            ssize_t k;
-            if (pf[1].revents & (POLLERR | POLLHUP | POLLNVAL)) {
-                *why = UPX_CANCELLED;
-                return -1;
+            struct pollfd pf;
+            pf.fd = client_fd;
+            pf.events = *client_events;
+            pf.revents = 0;
+            if (poll(&pf, 1, 0) > 0 && pf.revents) {
+                char b;
+                ssize_t k;
+                if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) {
+                    *why = UPX_CANCELLED;
+                    return -1;
+                }
+                k = recv(client_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (k == 0
+                    || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                    *why = UPX_CANCELLED;
+                    return -1;
+                }
+                *client_events = 0;         /* pipelined bytes: stop watching for them */
             }
-            k = recv(client_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                *why = UPX_CANCELLED;
-                return -1;
-            }
-            *client_events = 0;             /* pipelined bytes: stop watching for them */
         }
-        if (pf[0].revents) {
-            uint64_t v;
-            if (read(fd, &v, sizeof v) < 0) {}
-            return 0;
+        pthread_mutex_lock(&hc->mu);
+        if (!*flag) {
+            struct timespec ts;
+            int64_t ms = left > 1000 ? 1000 : left, ns;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ns = (int64_t)ts.tv_nsec + ms * 1000000;
+            ts.tv_sec += (time_t)(ns / 1000000000);
+            ts.tv_nsec = (long)(ns % 1000000000);
+            pthread_cond_timedwait(cv, &hc->mu, &ts);
         }
+        got = *flag;
+        *flag = 0;
+        pthread_mutex_unlock(&hc->mu);
+        if (got) return 0;
     }
 }
 
-/* The reader's wait on s: its eventfd, client, deadline and tick. */
+/* The reader's wait on s: its condition variable, client, deadline and tick. */
 static int h2s_wait(struct h2s *s)
 {
-    return h2_wait(s->sig, s->deadline, s->client_fd, &s->client_events, s->tick, s->tick_ctx,
-                   &s->last_tick, &s->why);
+    return h2_wait(s->hc, &s->cv, &s->sig, s->deadline, s->client_fd, &s->client_events,
+                   s->tick, s->tick_ctx, &s->last_tick, &s->why);
 }
 
 /* A new stream to h with its request head queued (no END_STREAM: the body follows).
@@ -2925,12 +2942,15 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     long id = -1;
     if (!hc) return NULL;
     s = calloc(1, sizeof *s);
-    if (s) {
-        s->sig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        s->wsig = -1;
+    if (s && pthread_cond_init(&s->cv, NULL) != 0) { free(s); s = NULL; }
+    if (s && pthread_cond_init(&s->wcv, NULL) != 0) {
+        pthread_cond_destroy(&s->cv);
+        free(s);
+        s = NULL;
     }
+    if (s) s->notify = -1;
     pthread_mutex_lock(&hc->mu);
-    if (s && s->sig >= 0 && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
+    if (s && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
     if (id == COAI_ERR_INVALID
         && coai_h2_header_list_size(hs, nh) > hc->core->peer.max_header_list_size) {
         coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
@@ -2941,14 +2961,17 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     } else if (id <= 0) {
         coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
                        "no HTTP/2 stream to %s: %s", h->authority,
-                       !s || s->sig < 0 ? "out of memory" : hc->dead ? hc->why
+                       !s ? "out of memory" : hc->dead ? hc->why
                        : id == 0 ? "the server's stream limit" : "the connection is going away");
     }
     if (id <= 0) {
         hc->open--;
         pthread_mutex_unlock(&hc->mu);
-        if (s && s->sig >= 0) close(s->sig);
-        free(s);
+        if (s) {
+            pthread_cond_destroy(&s->cv);
+            pthread_cond_destroy(&s->wcv);
+            free(s);
+        }
         h2c_unref(hc);
         return NULL;
     }
@@ -2984,16 +3007,12 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
         if (room == 0 && off < n) {
             short ev = POLLIN;
             int64_t deadline = w->end && w->end < s->deadline ? w->end : s->deadline;
-            if (s->wsig < 0 && (s->wsig = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
-                pthread_mutex_unlock(&hc->mu);
-                w->why = UPX_IO;
-                return -1;
-            }
             s->blocked = 1;
+            s->wsig = 0;
             pthread_mutex_unlock(&hc->mu);
             h2c_wake(hc);
-            if (h2_wait(s->wsig, deadline, w->client_fd, &ev, w->tick, w->tick_ctx,
-                        &w->last_tick, &w->why) < 0) {
+            if (h2_wait(hc, &s->wcv, &s->wsig, deadline, w->client_fd, &ev, w->tick,
+                        w->tick_ctx, &w->last_tick, &w->why) < 0) {
                 pthread_mutex_lock(&hc->mu);
                 s->blocked = 0;
                 pthread_mutex_unlock(&hc->mu);
@@ -3033,6 +3052,7 @@ static int h2s_head(struct h2s *s)
     for (;;) {
         int st, bad;
         pthread_mutex_lock(&s->hc->mu);
+        s->sig = 0;                         /* what wakes the reader is looked at now */
         st = s->status;
         bad = s->reset || (s->ended && !st);
         pthread_mutex_unlock(&s->hc->mu);
@@ -3049,6 +3069,7 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
     struct h2c *hc = s->hc;
     for (;;) {
         pthread_mutex_lock(&hc->mu);
+        s->sig = 0;                         /* what wakes the reader is looked at now */
         if (s->in.len) {
             coai_buf t = s->taken;
             const unsigned char *q;
@@ -3078,30 +3099,37 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
     }
 }
 
-/* 1 when s has body bytes (or its end) without waiting, else waits up to ms for them.
- * The eventfd is drained before each look: a wake-up that brought nothing to read (or was
- * read already) must not end a wait early, nor make a poll on tr_fd() spin. */
+/* 1 when s has body bytes (or its end) without waiting, else waits up to ms for them. */
 static int h2s_readable(struct h2s *s, int ms)
 {
+    struct h2c *hc = s->hc;
     int64_t end = mono_ms() + ms;
+    int r;
+    pthread_mutex_lock(&hc->mu);
     for (;;) {
-        struct pollfd pf;
-        uint64_t v;
-        int r;
-        int64_t left;
-        if (read(s->sig, &v, sizeof v) < 0) {}
-        pthread_mutex_lock(&s->hc->mu);
-        r = s->in.len || s->ended || s->reset || s->hc->dead;
-        pthread_mutex_unlock(&s->hc->mu);
-        if (r) return 1;
+        struct timespec ts;
+        int64_t left, ns;
+        s->sig = 0;
+        r = s->in.len || s->ended || s->reset || hc->dead;
         left = end - mono_ms();
-        if (left <= 0) return 0;
-        pf.fd = s->sig;
-        pf.events = POLLIN;
-        pf.revents = 0;
-        do r = poll(&pf, 1, (int)left); while (r < 0 && errno == EINTR);
-        if (r <= 0) return 0;
+        if (r || left <= 0) break;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ns = (int64_t)ts.tv_nsec + left * 1000000;
+        ts.tv_sec += (time_t)(ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_cond_timedwait(&s->cv, &hc->mu, &ts);
     }
+    pthread_mutex_unlock(&hc->mu);
+    return r;
+}
+
+/* A held run's holder: fd (a pipe's write end, non-blocking; -1: none) gets a byte
+ * whenever the reader is woken, so the holder polls it with its other wake-ups. */
+static void h2s_notify(struct h2s *s, int fd)
+{
+    pthread_mutex_lock(&s->hc->mu);
+    s->notify = fd;
+    pthread_mutex_unlock(&s->hc->mu);
 }
 
 /* Why s failed, for error messages. */
@@ -3144,8 +3172,8 @@ static void h2s_close(struct h2s *s)
     pthread_mutex_lock(&H2C.lock);
     pthread_cond_broadcast(&H2C.cond);
     pthread_mutex_unlock(&H2C.lock);
-    close(s->sig);
-    if (s->wsig >= 0) close(s->wsig);
+    pthread_cond_destroy(&s->cv);
+    pthread_cond_destroy(&s->wcv);
     coai_buf_free(&s->in);
     coai_buf_free(&s->taken);
     free(s);
@@ -6880,7 +6908,8 @@ static int run_may_switch(struct run *r)
  *   tr_send(r, msg, n,..)  one AgentClientMessage to the run (tool results, KV and query
  *                          replies, heartbeats; serialised by r->up.send_mu)
  *   tr_body(r, &p)         the next bytes of Cursor's messages (Connect / gRPC-web frames)
- *   tr_readable(r, ms), tr_buffered(r), tr_fd(r)   would tr_body answer without waiting
+ *   tr_readable(r, ms), tr_buffered(r), tr_notify(r, fd)   would tr_body answer without
+ *                          waiting; a descriptor the holder polls for it
  *   tr_watch(r, fd, tick)  the client socket and the tick a wait watches; tr_deadline(r)
  *   tr_close(r, clean)     end our side (clean: the body was read to its end)
  *   tr_pick(r)             the transport of a new run and its host; tr_may_fall_back(r),
@@ -7059,10 +7088,15 @@ static int tr_buffered(struct run *r)
     return r->up.h2 ? 0 : up_buffered(r->up.sse);
 }
 
-/* A descriptor that becomes readable when tr_body has something (the holder polls it). */
-static int tr_fd(const struct run *r)
+/* A descriptor that becomes readable when tr_body may have something (the holder polls
+ * it): HTTP/1.1's socket; over HTTP/2, where a stream has no descriptor of its own, pipe
+ * (the holder's, write end wfd) gets a byte then (wfd -1: no more). -1 when pipe is the
+ * one to poll. */
+static int tr_notify(struct run *r, int wfd)
 {
-    return r->up.h2 ? r->up.h2->sig : r->up.sse->fd;
+    if (!r->up.h2) return r->up.sse->fd;
+    h2s_notify(r->up.h2, wfd);
+    return -1;
 }
 
 /* The read failure of the run as an error. */
@@ -7664,14 +7698,20 @@ static void *held_thread(void *arg)
     struct run *r = arg;
     int64_t ttl_end = r->held.at + (int64_t)H.ttl_s * 1000;
     char why[160] = "";
+    int up_fd = -1;
     if (r->held.leftover.len
         && held_bytes(r, r->held.leftover.data, r->held.leftover.len) < 0)
         goto dead;
     coai_buf_free(&r->held.leftover);
+    up_fd = tr_notify(r, r->held.wake[1]);
     for (;;) {
         struct pollfd pf[2];
         int64_t now = mono_ms();
-        int pr, stop;
+        int pr, stop, np = 0;
+        if (up_fd < 0) {                    /* HTTP/2: the stream's wake-ups come in the pipe */
+            char junk[64];
+            while (read(r->held.wake[0], junk, sizeof junk) > 0) {}
+        }
         pthread_mutex_lock(&H.lock);
         stop = r->held.release_req;
         pthread_mutex_unlock(&H.lock);
@@ -7686,12 +7726,13 @@ static void *held_thread(void *arg)
             goto dead;
         }
         if (!tr_readable(r, 0)) {
-            pf[0].fd = tr_fd(r); pf[0].events = POLLIN; pf[0].revents = 0;
-            pf[1].fd = r->held.wake[0]; pf[1].events = POLLIN; pf[1].revents = 0;
-            pr = poll(pf, 2, (int)(ttl_end - now > 1000 ? 1000 : ttl_end - now));
+            if (up_fd >= 0) {
+                pf[np].fd = up_fd; pf[np].events = POLLIN; pf[np].revents = 0; np++;
+            }
+            pf[np].fd = r->held.wake[0]; pf[np].events = POLLIN; pf[np].revents = 0; np++;
+            pr = poll(pf, (nfds_t)np, (int)(ttl_end - now > 1000 ? 1000 : ttl_end - now));
             if (pr < 0 && errno != EINTR) { snprintf(why, sizeof why, "poll failed"); goto dead; }
-            if (pr <= 0 || (pf[1].revents && !pf[0].revents)) continue;
-            if (!tr_readable(r, 0)) continue;   /* a wake-up with nothing to read */
+            continue;       /* the top looks again: a claim, the TTL, something to read */
         }
         {
             const unsigned char *p;
@@ -7711,6 +7752,7 @@ dead:
     r->held.dead = 1;
     if (why[0]) snprintf(r->held.why, sizeof r->held.why, "%s", why);
 out:
+    if (r->up.h2) h2s_notify(r->up.h2, -1);     /* the pipe may close after the claim */
     pthread_mutex_lock(&H.lock);
     if (r->held.in_table) {
         /* Nobody claimed it: it leaves the table and ends here. */

@@ -20,6 +20,8 @@ behaviour it names is removed:
              after CURSOR_OAI_H2_REPROBE; CURSOR_OAI_TRANSPORT=h2 forbids the fallback
   ping       the fake's PINGs are answered; the proxy PINGs a connection idle for 20 s
   doctor     `cursor-oai doctor` tries both transports and says which works
+  fds        a run open over HTTP/2 costs the proxy one descriptor (the client's socket),
+             none of its own: 10,000 streams fit in a 20,000-descriptor limit
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
 import argparse
@@ -83,6 +85,10 @@ SCEN = {
                   {"op": "await_results", "max_s": 120},
                   {"op": "text_from_result", "id": 1, "prefix": "GOT:"},
                   {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+    # one delta, then quiet until POST /release (the bench's held streams)
+    "held_quiet": {"steps": [{"op": "text", "text": "held"}, {"op": "hold", "max_s": 90},
+                             {"op": "text", "text": " done"}, {"op": "turn_ended"},
+                             {"op": "trailer", "status": 0}]},
     "quick": {"steps": [{"op": "text", "text": "quick answer"}, {"op": "turn_ended"},
                         {"op": "trailer", "status": 0}]},
 }
@@ -543,6 +549,54 @@ def t_ping(fake):
         px.stop()
 
 
+def t_fds(fake):
+    reset(fake)
+    px = H.Proxy(fake.dir, "fds", fake.url(), fake.ca, TOKEN)
+    n, out, ths = 20, {}, []
+
+    def fds():
+        return len(os.listdir("/proc/%d/fd" % px.proc.pid))
+
+    def one(i):
+        out[i] = H.stream_chat(px.port, {"model": "scenario:held_quiet", "stream": True,
+                                         "messages": [{"role": "user", "content": "f%d" % i}]},
+                               timeout=120)
+
+    def start(i):
+        t = threading.Thread(target=one, args=(i,))
+        t.start()
+        ths.append(t)
+
+    def active():
+        return fake.state()["active_streams"]
+    try:
+        # the first run opens the connection (its socket, its I/O thread's wake pipe)
+        start(0)
+        ok = H.wait_for(lambda: active() >= 1, 30)
+        check("fds: the first held stream is open at the fake", ok, fake.state())
+        time.sleep(0.5)
+        f0 = fds()
+        for i in range(1, n + 1):
+            start(i)
+        ok = H.wait_for(lambda: active() >= n + 1, 60)
+        check("fds: %d more held streams open at the fake" % n, ok, fake.state())
+        H.wait_for(lambda: fds() - f0 >= n, 10)
+        time.sleep(0.5)
+        f1 = fds()
+        check("fds: %d held HTTP/2 streams cost the proxy %d descriptors (one each: the "
+              "client's socket)" % (n, f1 - f0), n <= f1 - f0 <= n + 2, (f0, f1))
+    finally:
+        fake.ctl("/release", {})
+        for t in ths:
+            t.join(60)
+        px.stop()
+    eq("fds: every held stream ended with its answer",
+       sorted(H.parse_sse(out.get(i, (0, 0, b""))[2])["content"] for i in range(n + 1)),
+       ["held done"] * (n + 1))
+    eq("fds: all on one HTTP/2 connection", len(run_conns(fake, n + 1)), 1)
+    eq("fds: no protocol errors", errors(fake), [])
+
+
 TOKEN = None
 
 
@@ -566,7 +620,7 @@ def main():
                          ("held_window", lambda: t_held_window(fake)),
                          ("header_list", lambda: t_header_list(fake)),
                          ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
-                         ("doctor", lambda: t_doctor(fake))]:
+                         ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake))]:
             if only and name not in only:
                 continue
             t0 = time.time()
