@@ -855,6 +855,8 @@ def t_persist_failure():
             eq("  ... no temporary file left", sorted(n for n in os.listdir(d)
                                                       if n not in ("filler", "auth.json.lock")),
                ["auth.json"])
+            # the log's writer thread may write the line just after the answer: wait for it
+            H.wait_for(lambda: "cannot save credentials" in srv.logtext(), 10)
             log = srv.logtext()
             check("  ... a loud log line naming the file and the error", "cannot save "
                   "credentials" in log and "No space left" in log and "memory only" in log,
@@ -966,6 +968,7 @@ def t_pickup_login():
         check("  ... next chat: 200, no second renewal", st == 200 and count("oauth_calls") == 1,
               (st, count("oauth_calls")))
         eq("  ... /health credentials ok", srv.health().get("credentials"), "ok")
+        H.wait_for(lambda: "in memory only" in srv.logtext(), 10)     # the log's writer thread
         check("  ... the log says in memory only", "in memory only" in srv.logtext(),
               srv.logtext()[-600:])
         # cursor-agent logs in again while we serve: its new file replaces our in-memory token
