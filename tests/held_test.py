@@ -524,8 +524,7 @@ def t_clients(tmp, fake, token, ws, secret):
               and s2["content"].startswith("DEL %s: " % want[0]), (s2, runs and runs[0]["stream"]))
     # the openai SDK: a three-step tool loop
     if os.path.isdir(os.path.join(NPM, "node_modules", "openai")):
-        script = os.path.join(NPM, "sdk_toolloop.mjs")
-        shutil.copyfile(os.path.join(HERE, "e2e", "sdk_toolloop.mjs"), script)
+        script = H.stage_script(os.path.join(HERE, "e2e", "sdk_toolloop.mjs"), NPM)
         fake.ctl("/scenario", {"name": "h_sdk3", "scenario": {"when": REPLAY, "steps": [
             read_exec(1, os.path.join(ws, "hello.txt")), {"op": "await_results"},
             read_exec(2, os.path.join(ws, "notes.txt")), {"op": "await_results"},

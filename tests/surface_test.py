@@ -209,10 +209,9 @@ def curl_chat(proxy, body, extra=()):
 
 
 def sdk(proxy, mode, params):
-    script = os.path.join(NPM, "sdk_openai.mjs")
     if not os.path.isdir(os.path.join(NPM, "node_modules", "openai")):
         return None
-    shutil.copyfile(os.path.join(H.HERE, "sdk_openai.mjs"), script)
+    script = H.stage_script(os.path.join(H.HERE, "sdk_openai.mjs"), NPM)
     r = subprocess.run(["node", script, proxy.base + "/v1", mode, json.dumps(params)],
                        capture_output=True, text=True, timeout=90, cwd=NPM)
     try:

@@ -460,8 +460,12 @@ def run_node(script, args=(), timeout=90, env_extra=None):
     """Run a .mjs/.js script with Node 24 such that `import "openai"` / `"@anthropic-ai/sdk"`
     resolve to build/clients (ESM resolves next to the script, so a copy is run from there).
     Returns Result."""
+    # lanes run side by side: write a copy of our own and rename it over the shared name, so
+    # that no other lane's node reads a file being truncated
     dst = os.path.join(DIR, os.path.basename(script))
-    shutil.copyfile(script, dst)
+    tmp = "%s.%d.tmp" % (dst, os.getpid())
+    shutil.copyfile(script, tmp)
+    os.replace(tmp, dst)
     home = fresh_home()
     env = clean_env(home)
     env.update(env_extra or {})

@@ -31,6 +31,19 @@ CLIENT_VERSION = "cli-2026.10.01-e373342"
 PROCS = []
 
 
+def stage_script(src, dst_dir):
+    """Copy a Node script next to node_modules (ESM resolves packages from the script's own
+    folder) and return its path. The copy is written under a name of its own and renamed over
+    the destination, because test lanes run side by side and share the folder: a plain copy
+    truncates the file another lane's node may be reading at that moment (an empty script, no
+    output: one failed check in CI)."""
+    dst = os.path.join(dst_dir, os.path.basename(src))
+    tmp = "%s.%d.%d.tmp" % (dst, os.getpid(), threading.get_ident())
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+    return dst
+
+
 def cleanup():
     for p in reversed(PROCS):
         if p.poll() is None:

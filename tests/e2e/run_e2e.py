@@ -111,8 +111,7 @@ def suite_scenarios(ws):
 
 def node(mode, base, params=None, timeout=90):
     # ESM resolves 'openai' next to the script, so run a copy that lives in the npm dir
-    script = os.path.join(NPM, "sdk_openai.mjs")
-    shutil.copyfile(os.path.join(H.HERE, "sdk_openai.mjs"), script)
+    script = H.stage_script(os.path.join(H.HERE, "sdk_openai.mjs"), NPM)
     r = subprocess.run([NODE, script, base, mode,
                         json.dumps(params or {})], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=timeout, cwd=NPM,
