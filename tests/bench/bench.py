@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -159,6 +160,34 @@ def children_cpu_s():
     return ru.ru_utime + ru.ru_stime
 
 
+class H2Hold:
+    """tests/bench/h2hold.py: the HTTP/2 agent host of the big hold over HTTP/2 (one asyncio
+    loop instead of the fake's thread per stream); the control calls of H.Fake."""
+
+    def __init__(self, tmp, cert_dir):
+        self.info_path = os.path.join(tmp, "h2hold.json")
+        self.proc = H.spawn([H.PY, os.path.join(HERE, "h2hold.py"), "--cert-dir", cert_dir,
+                             "--info", self.info_path], os.path.join(tmp, "h2hold.log"))
+        if not H.wait_for(lambda: os.path.exists(self.info_path) or self.proc.poll() is not None,
+                          20) or not os.path.exists(self.info_path):
+            raise RuntimeError("h2hold did not start:\n" + H.tail(self.proc.log_path))
+        with open(self.info_path) as f:
+            self.info = json.load(f)
+        self.port = self.info["port"]
+
+    def url(self):
+        return "https://localhost:%d" % self.port
+
+    def ctl(self, path, body=None):
+        url = "http://127.0.0.1:%d%s" % (self.info["control_port"], path)
+        data = json.dumps(body).encode() if body is not None else None
+        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as r:
+            return json.loads(r.read())
+
+    def state(self):
+        return self.ctl("/state")
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
@@ -167,6 +196,7 @@ class Bench:
         self.proxies = {}           # label -> Popen (with .port)
         self.label_env = {}         # label -> extra environment of that proxy
         self.fake = None
+        self.h2hold = None
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -336,13 +366,17 @@ class Bench:
                 "per_delta_by_call": {k: v / float(max(1, deltas)) for k, v in
                                       sorted(calls.items(), key=lambda kv: -kv[1])}}
 
-    def hold(self, label, n, scenario):
-        """n streams open at once through the proxy: errors, VmRSS while they are all open."""
+    def hold(self, label, n, scenario, up=None, dwell=0.0):
+        """n streams open at once through the proxy: errors, VmRSS while they are all open.
+        up: the upstream that holds the streams (the fake unless given); dwell: seconds they
+        stay open after that first measure, measured again at the end (every run's heartbeat
+        then runs: one message per stream every 5 s, and the upstream's PINGs)."""
         p = self.proxies[label]
+        up = up or self.fake
         # the last hold's streams gone at the fake (it waits a little for each client's
         # END_STREAM) before its counters restart
-        H.wait_for(lambda: self.fake.state()["active_streams"] <= 0, 60)
-        self.fake.ctl("/reset", {})
+        H.wait_for(lambda: up.state()["active_streams"] <= 0, 60)
+        up.ctl("/reset", {})
         time.sleep(0.3)
         rss0 = proc_status(p.pid, "VmRSS")
         threads0 = proc_status(p.pid, "Threads")
@@ -355,12 +389,24 @@ class Bench:
                  "rss_kb": proc_status(p.pid, "VmRSS"),
                  "threads": proc_status(p.pid, "Threads"),
                  "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
-                 "upstream_conns": upstream_sockets(p.pid, self.fake_ports())}
+                 "upstream_conns": upstream_sockets(p.pid, self.fake_ports() | {up.port})}
+            if dwell > 0:
+                u0, c0 = up.state(), proc_cpu_s(p.pid)
+                time.sleep(dwell)
+                u1, c1 = up.state(), proc_cpu_s(p.pid)
+                m["dwell"] = {"s": dwell, "rss_kb": proc_status(p.pid, "VmRSS"),
+                              "threads": proc_status(p.pid, "Threads"),
+                              "fds": len(os.listdir("/proc/%d/fd" % p.pid)),
+                              "active": u1["active_streams"]}
+                for k in ("messages", "pings_sent", "ping_acks"):
+                    m["dwell"][k] = u1["counters"].get(k, 0) - u0["counters"].get(k, 0)
+                m["dwell"]["ping_ack_max_s"] = u1.get("ping_ack_max_s")
+                m["dwell"]["proxy_cpu_pct"] = 100.0 * (c1 - c0) / dwell
             for i in range(8):
                 try:
                     if "fake_active" not in m:
-                        m["fake_active"] = self.fake.state()["active_streams"]
-                    self.fake.ctl("/release", {})   # measured: every held stream ends now
+                        m["fake_active"] = up.state()["active_streams"]
+                    up.ctl("/release", {})   # measured: every held stream ends now
                     break
                 except OSError as e:
                     say("hold %s_%d: the fake's control port: %s (try %d of 8)"
@@ -369,8 +415,8 @@ class Bench:
         r = self.loadgen("hold", "--port", p.port, "--model", "scenario:" + scenario,
                          "--conc", n, "--expect", 2, "--ramp", self.a.ramp,
                          timeout=self.a.hold_big_s + 600, on_ready=on_ready)
-        st = H.wait_for(self.fake.state, 120) or {"max_active_streams": None, "errors": [],
-                                                  "counters": {}}
+        st = H.wait_for(up.state, 120) or {"max_active_streams": None, "errors": [],
+                                           "counters": {}}
         out = {"label": label, "n": n, "rss_before_kb": rss0, "errors": r["errors"],
                "n_errors": sum(r["errors"].values()), "ready": r.get("ready"),
                "ramp_s": r.get("ramp_s"), "rss_kb": r.get("rss_kb"),
@@ -382,11 +428,21 @@ class Bench:
                "fake_tls_failures": st["counters"].get("tls_handshake_failures", 0),
                "handshakes": st["counters"].get("tls_handshakes", 0),
                "upstream_conns": r.get("upstream_conns"),
+               "upstream": "h2hold" if up is not self.fake else "fake",
+               "dwell": r.get("dwell"),
                "loadavg": loadavg()}
+        if up is not self.fake:
+            out["upstream_state"] = st
         if out["rss_kb"] is not None:
             out["rss_per_stream_kb"] = (out["rss_kb"] - rss0) / float(n)
             out["threads_per_stream"] = (out["threads"] - threads0) / float(n)
             out["fds_per_stream"] = (out["fds"] - fds0) / float(n)
+        d = out["dwell"]
+        if d:
+            d["rss_per_stream_kb"] = (d["rss_kb"] - rss0) / float(n)
+            d["threads_per_stream"] = (d["threads"] - threads0) / float(n)
+            d["fds_per_stream"] = (d["fds"] - fds0) / float(n)
+            d["messages_per_s"] = d["messages"] / d["s"]
         return out
 
     def startup(self, path):
@@ -478,13 +534,46 @@ class Bench:
                 sizes.append((n, "bench_hold_big"))
             for n, sc in sizes:
                 k = "%s_%d" % (lb, n)
-                R["hold"][k] = h = self.hold(lb, n, sc)
+                plb, up = lb, None
+                if sc == "bench_hold_big" and a.big_upstream == "h2hold" and self.label_env.get(
+                        lb, {}).get("CURSOR_OAI_TRANSPORT", "h2") == "h2":
+                    # the fake cannot keep this many HTTP/2 streams (h2hold.py says why): its
+                    # unary calls still answer, the Run streams go to h2hold
+                    if not self.h2hold:
+                        self.h2hold = H2Hold(self.tmp, os.path.join(self.fake.dir, "certs"))
+                        say("h2hold (the big hold's HTTP/2 agent host) on 127.0.0.1:%d"
+                            % self.h2hold.port)
+                    up, plb = self.h2hold, lb + "_big"
+                    self.label_env[plb] = dict(self.label_env.get(lb, {}),
+                                               CURSOR_OAI_AGENT_URL=self.h2hold.url())
+                    if plb not in self.proxies:
+                        self.start_proxy(plb, dict(labels)[lb])
+                        time.sleep(0.3)
+                R["hold"][k] = h = self.hold(plb, n, sc, up,
+                                             a.hold_big_dwell if up is not None else 0.0)
                 say("hold %-10s errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
                     "%s fds, fake saw %s open (max %s), %s upstream connections, %d handshakes, "
                     "load %.2f"
                     % (k, h["errors"] or 0, h["ramp_s"] or -1, h["rss_kb"], h["rss_before_kb"],
                        h["threads"], h["fds"], h["fake_active"], h["fake_max_active"],
                        h["upstream_conns"], h["handshakes"], h["loadavg"]))
+                if "upstream_state" in h:
+                    u = h["upstream_state"]
+                    say("hold %-10s h2hold: %d runs on %d connections, %d messages from the "
+                        "proxy, %d PINGs answered of %d sent (slowest %.3f s), errors %s"
+                        % (k, u["counters"]["runs"], u["counters"]["tls_handshakes"],
+                           u["counters"]["messages"], u["counters"]["ping_acks"],
+                           u["counters"]["pings_sent"], u["ping_ack_max_s"],
+                           u["errors"][:3] or 0))
+                d = h.get("dwell")
+                if d:
+                    say("hold %-10s after %.0f s more: %d still open, VmRSS %.1f KB, %.2f threads, "
+                        "%.2f descriptors per stream; %.0f messages/s from the proxy; PINGs "
+                        "answered %d of %d (slowest %.3f s); proxy CPU %.1f %%"
+                        % (k, d["s"], d["active"], d["rss_per_stream_kb"],
+                           d["threads_per_stream"], d["fds_per_stream"], d["messages_per_s"],
+                           d["ping_acks"], d["pings_sent"], d["ping_ack_max_s"] or 0,
+                           d["proxy_cpu_pct"]))
         R["idle_rss_end_kb"] = {lb: proc_status(self.proxies[lb].pid, "VmRSS")
                                 for lb, _ in labels}
         self.summarize(labels)
@@ -805,6 +894,13 @@ def main():
     ap.add_argument("--hold-big-s", type=float, default=600.0,
                     help="the longest each held stream stays open upstream (the bench ends "
                     "them once measured)")
+    ap.add_argument("--big-upstream", choices=("h2hold", "fake"), default="h2hold",
+                    help="who holds --hold-big's streams over HTTP/2: tests/bench/h2hold.py "
+                    "(default: one asyncio loop) or the test fake (a thread per stream: "
+                    "too slow for 10,000 on 2 cores)")
+    ap.add_argument("--hold-big-dwell", type=float, default=30.0,
+                    help="with h2hold: keep the big hold open this many seconds more and "
+                    "measure again (heartbeats and PINGs running)")
     ap.add_argument("--ramp", type=int, default=200,
                     help="hold: at most this many streams starting at a time")
     ap.add_argument("--hold-only", action="store_true",
