@@ -12,7 +12,7 @@ line. Each figure is measured with the fake keeping RunSSE connections alive ("k
 closing each after its run ("close", the fake's runsse_close). Every latency is also measured
 straight against the fake (the floor, "direct") in the same run. System calls per delta come
 from strace -c -f attached to the proxy for one extra answer. Prints a table and writes
-bench/results.json. Loopback only; bounded in time (6-12 minutes; --hold-big adds one more).
+bench/results.json. Loopback only; bounded in time (8-14 minutes, the big hold included).
 "keep"/"close" only change the fake's HTTP/1.1 connections (an HTTP/2 run ends its stream).
 """
 
@@ -160,17 +160,17 @@ def children_cpu_s():
     return ru.ru_utime + ru.ru_stime
 
 
-class H2Hold:
-    """tests/bench/h2hold.py: the HTTP/2 agent host of the big hold over HTTP/2 (one asyncio
-    loop instead of the fake's thread per stream); the control calls of H.Fake."""
+class HoldHost:
+    """tests/bench/holdhost.py: the agent host of the big hold, HTTP/2 and HTTP/1.1 (Connect)
+    on one asyncio loop instead of the fake's thread per stream; the control calls of H.Fake."""
 
     def __init__(self, tmp, cert_dir):
-        self.info_path = os.path.join(tmp, "h2hold.json")
-        self.proc = H.spawn([H.PY, os.path.join(HERE, "h2hold.py"), "--cert-dir", cert_dir,
-                             "--info", self.info_path], os.path.join(tmp, "h2hold.log"))
+        self.info_path = os.path.join(tmp, "holdhost.json")
+        self.proc = H.spawn([H.PY, os.path.join(HERE, "holdhost.py"), "--cert-dir", cert_dir,
+                             "--info", self.info_path], os.path.join(tmp, "holdhost.log"))
         if not H.wait_for(lambda: os.path.exists(self.info_path) or self.proc.poll() is not None,
                           20) or not os.path.exists(self.info_path):
-            raise RuntimeError("h2hold did not start:\n" + H.tail(self.proc.log_path))
+            raise RuntimeError("holdhost did not start:\n" + H.tail(self.proc.log_path))
         with open(self.info_path) as f:
             self.info = json.load(f)
         self.port = self.info["port"]
@@ -196,7 +196,7 @@ class Bench:
         self.proxies = {}           # label -> Popen (with .port)
         self.label_env = {}         # label -> extra environment of that proxy
         self.fake = None
-        self.h2hold = None
+        self.holdhost = None
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -428,7 +428,8 @@ class Bench:
                "fake_tls_failures": st["counters"].get("tls_handshake_failures", 0),
                "handshakes": st["counters"].get("tls_handshakes", 0),
                "upstream_conns": r.get("upstream_conns"),
-               "upstream": "h2hold" if up is not self.fake else "fake",
+               "upstream": "holdhost" if up is not self.fake else "fake",
+               "big": scenario == "bench_hold_big",
                "dwell": r.get("dwell"),
                "loadavg": loadavg()}
         if up is not self.fake:
@@ -520,32 +521,37 @@ class Bench:
                 # 2,000 a second at 10,000 streams; 1,000 descriptors left for them, and
                 # 1,000 for the rest, found short at 9,900: 19,992 in use). Over HTTP/2 a
                 # stream costs the client's socket only.
+                hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
                 if self.label_env.get(lb, {}).get("CURSOR_OAI_TRANSPORT") == "http1":
-                    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
                     cap = (hard - 2000) // 2 // 100 * 100
-                    if n > cap:
-                        say("hold %s: %d streams instead of %d: HTTP/1.1 holds two sockets "
-                            "per stream (client, RunSSE) and the heartbeats' BidiAppend "
-                            "connections; the hard RLIMIT_NOFILE is %d (2,000 left for the "
-                            "rest)" % (lb, cap, n, hard))
-                        R["notes"].append("%s: --hold-big capped at %d by RLIMIT_NOFILE"
-                                          % (lb, cap))
-                        n = cap
+                    why = ("HTTP/1.1 holds two sockets per stream (client, RunSSE) and the "
+                           "heartbeats' BidiAppend connections; the hard RLIMIT_NOFILE is %d "
+                           "(2,000 left for the rest)" % hard)
+                else:
+                    cap = (hard - 1000) // 100 * 100
+                    why = ("an HTTP/2 stream holds the client's socket; the hard "
+                           "RLIMIT_NOFILE is %d (1,000 left for the rest)" % hard)
+                if n > cap:
+                    say("hold %s: %d streams instead of %d: %s" % (lb, cap, n, why))
+                    R["notes"].append("%s: --hold-big capped at %d by RLIMIT_NOFILE"
+                                      % (lb, cap))
+                    n = cap
                 sizes.append((n, "bench_hold_big"))
             for n, sc in sizes:
                 k = "%s_%d" % (lb, n)
                 plb, up = lb, None
-                if sc == "bench_hold_big" and a.big_upstream == "h2hold" and self.label_env.get(
-                        lb, {}).get("CURSOR_OAI_TRANSPORT", "h2") == "h2":
-                    # the fake cannot keep this many HTTP/2 streams (h2hold.py says why): its
-                    # unary calls still answer, the Run streams go to h2hold
-                    if not self.h2hold:
-                        self.h2hold = H2Hold(self.tmp, os.path.join(self.fake.dir, "certs"))
-                        say("h2hold (the big hold's HTTP/2 agent host) on 127.0.0.1:%d"
-                            % self.h2hold.port)
-                    up, plb = self.h2hold, lb + "_big"
-                    self.label_env[plb] = dict(self.label_env.get(lb, {}),
-                                               CURSOR_OAI_AGENT_URL=self.h2hold.url())
+                le = self.label_env.get(lb, {})
+                if sc == "bench_hold_big" and a.big_upstream == "holdhost" and (
+                        le.get("CURSOR_OAI_TRANSPORT", "h2") == "h2"
+                        or le.get("CURSOR_OAI_PROFILE") == "connect"):
+                    # the fake cannot keep this many runs (holdhost.py says why): it still
+                    # answers the unary calls, the runs go to holdhost
+                    if not self.holdhost:
+                        self.holdhost = HoldHost(self.tmp, os.path.join(self.fake.dir, "certs"))
+                        say("holdhost (the big hold's agent host) on 127.0.0.1:%d"
+                            % self.holdhost.port)
+                    up, plb = self.holdhost, lb + "_big"
+                    self.label_env[plb] = dict(le, CURSOR_OAI_AGENT_URL=self.holdhost.url())
                     if plb not in self.proxies:
                         self.start_proxy(plb, dict(labels)[lb])
                         time.sleep(0.3)
@@ -559,7 +565,7 @@ class Bench:
                        h["upstream_conns"], h["handshakes"], h["loadavg"]))
                 if "upstream_state" in h:
                     u = h["upstream_state"]
-                    say("hold %-10s h2hold: %d runs on %d connections, %d messages from the "
+                    say("hold %-10s holdhost: %d runs on %d connections, %d messages from the "
                         "proxy, %d PINGs answered of %d sent (slowest %.3f s), errors %s"
                         % (k, u["counters"]["runs"], u["counters"]["tls_handshakes"],
                            u["counters"]["messages"], u["counters"]["ping_acks"],
@@ -671,15 +677,28 @@ class Bench:
             for key, h in R["hold"].items():
                 if key.startswith(lb + "_"):
                     n = h["n"]
-                    s["hold_%d" % n] = "%d open, %d errors" % (h["fake_max_active"] or 0,
-                                                               h["n_errors"])
-                    s["hold_%d_ok" % n] = h["n_errors"] == 0 and h["fake_max_active"] == n
-                    s["rss_per_stream_kb_%d" % n] = h.get("rss_per_stream_kb")
-                    s["threads_per_stream_%d" % n] = h.get("threads_per_stream")
-                    s["fds_per_stream_%d" % n] = h.get("fds_per_stream")
-                    s["ramp_s_%d" % n] = h.get("ramp_s")
-                    s["upstream_conns_%d" % n] = h.get("upstream_conns")
-                    s["handshakes_per_stream_%d" % n] = h["handshakes"] / float(n)
+                    if h.get("big"):    # its own rows: the n may differ per transport (caps)
+                        s["hold_big"] = "%d of %d open, %d errors" % (
+                            h["fake_max_active"] or 0, n, h["n_errors"])
+                        s["hold_big_ok"] = h["n_errors"] == 0 and h["fake_max_active"] == n
+                        s["handshakes_big"] = h["handshakes"]
+                        d = h.get("dwell") or {}
+                        s["dwell_rss_per_stream_kb_big"] = d.get("rss_per_stream_kb")
+                        s["dwell_threads_per_stream_big"] = d.get("threads_per_stream")
+                        s["dwell_messages_per_s_big"] = d.get("messages_per_s")
+                        s["dwell_proxy_cpu_pct_big"] = d.get("proxy_cpu_pct")
+                        n = "big"
+                    else:
+                        s["hold_%d" % n] = "%d open, %d errors" % (h["fake_max_active"] or 0,
+                                                                   h["n_errors"])
+                        s["hold_%d_ok" % n] = h["n_errors"] == 0 and h["fake_max_active"] == n
+                    n = str(n)
+                    s["rss_per_stream_kb_%s" % n] = h.get("rss_per_stream_kb")
+                    s["threads_per_stream_%s" % n] = h.get("threads_per_stream")
+                    s["fds_per_stream_%s" % n] = h.get("fds_per_stream")
+                    s["ramp_s_%s" % n] = h.get("ramp_s")
+                    s["upstream_conns_%s" % n] = h.get("upstream_conns")
+                    s["handshakes_per_stream_%s" % n] = h["handshakes"] / float(h["n"])
             s["idle_rss_kb"] = R["idle_rss_kb"][lb]
             s["binary_kb"] = R["binary_bytes"][lb] / 1024.0
         s = R["summary"][labels[0][0]]
@@ -761,17 +780,29 @@ class Bench:
                           if R["summary"][lb].get(key) is not None else "-") for lb in labels))
         orow("CPU per answer, 64 deltas per write, 1 (ms)", "cpu_ms_per_answer_long64_c1", "%.2f")
         orow("added first token, 64 per write, 1 (ms)", "added_ttfb_p50_ms_long64_c1", "%.3f")
-        for n in sorted({h["n"] for h in R["hold"].values()}):
-            orow("streams held at once (%d)" % n, "hold_%d" % n, "%s")
-            orow("VmRSS per open stream, %d open (KB)" % n, "rss_per_stream_kb_%d" % n, "%.1f")
-            orow("proxy threads per open stream, %d open" % n, "threads_per_stream_%d" % n,
+        for n in hold_sizes(R):
+            at = "all" if n == "big" else n
+            orow("streams held at once (%s)" % ("big hold" if n == "big" else n), "hold_" + n,
+                 "%s")
+            orow("VmRSS per open stream, %s open (KB)" % at, "rss_per_stream_kb_" + n, "%.1f")
+            orow("proxy threads per open stream, %s open" % at, "threads_per_stream_" + n,
                  "%.2f")
-            orow("proxy descriptors per open stream, %d open" % n, "fds_per_stream_%d" % n,
+            orow("proxy descriptors per open stream, %s open" % at, "fds_per_stream_" + n,
                  "%.2f")
-            orow("seconds to open all %d" % n, "ramp_s_%d" % n, "%.1f")
-            orow("upstream TLS connections, %d open" % n, "upstream_conns_%d" % n, "%s")
-            orow("TLS handshakes per stream, %d open" % n, "handshakes_per_stream_%d" % n,
+            orow("seconds to open all %s" % ("of them" if n == "big" else n), "ramp_s_" + n,
+                 "%.1f")
+            orow("upstream TLS connections, %s open" % at, "upstream_conns_" + n, "%s")
+            orow("TLS handshakes per stream, %s open" % at, "handshakes_per_stream_" + n,
                  "%.3f")
+            if n == "big":
+                orow("TLS handshakes during the big hold",
+                     "handshakes_big", "%s")
+                orow("VmRSS per stream, %.0f s later (KB)" % self.a.hold_big_dwell,
+                     "dwell_rss_per_stream_kb_big", "%.1f")
+                orow("proxy threads per stream, %.0f s later" % self.a.hold_big_dwell,
+                     "dwell_threads_per_stream_big", "%.2f")
+                orow("heartbeats a second upstream, then", "dwell_messages_per_s_big", "%.0f")
+                orow("proxy CPU, then (% of one core)", "dwell_proxy_cpu_pct_big", "%.1f")
         orow("idle VmRSS (KB)", "idle_rss_kb", "%d")
         orow("binary size (KB)", "binary_kb", "%.0f")
         L.append("start-up: exec -> /health answered %.2f ms (p50)" % R["startup_ms"])
@@ -823,18 +854,31 @@ def transport_table(res, loops):
             med[x["transport"]] = sorted(x["ttft_ms"])[len(x["ttft_ms"]) // 2]
     L.append("%-58s %20s %20s" % ("tool result -> next token, held run, median (ms)",
                                   f(med.get("h2"), "%.1f"), f(med.get("http1"), "%.1f")))
-    for n in sorted({h["n"] for h in res.get("hold", {}).values()}):
-        if n < 1000 and any(h["n"] >= 1000 for h in res["hold"].values()):
+    for n in hold_sizes(res):
+        if n != "big" and int(n) < 1000:
             continue
-        row("streams held at once, %d: open / errors" % n, "hold_%d" % n, "%s", ("",))
-        row("  VmRSS per stream (KB)", "rss_per_stream_kb_%d" % n, "%.1f", ("",))
-        row("  threads per stream", "threads_per_stream_%d" % n, "%.2f", ("",))
-        row("  descriptors per stream", "fds_per_stream_%d" % n, "%.2f", ("",))
-        row("  upstream TLS connections", "upstream_conns_%d" % n, "%s", ("",))
-        row("  seconds to open them all", "ramp_s_%d" % n, "%.1f", ("",))
+        row("streams held at once, %s: open / errors" % ("the big hold" if n == "big" else n),
+            "hold_" + n, "%s", ("",))
+        row("  VmRSS per stream (KB)", "rss_per_stream_kb_" + n, "%.1f", ("",))
+        row("  threads per stream", "threads_per_stream_" + n, "%.2f", ("",))
+        row("  descriptors per stream", "fds_per_stream_" + n, "%.2f", ("",))
+        row("  upstream TLS connections", "upstream_conns_" + n, "%s", ("",))
+        row("  seconds to open them all", "ramp_s_" + n, "%.1f", ("",))
+        if n == "big":
+            row("  TLS handshakes during the hold", "handshakes_big", "%s", ("",))
+            row("  VmRSS per stream with heartbeats running (KB)", "dwell_rss_per_stream_kb_big",
+                "%.1f", ("",))
+            row("  heartbeats a second upstream", "dwell_messages_per_s_big", "%.0f", ("",))
     L.append("load average at the start %.2f (2 cores shared with other work: absolute times "
              "are noisy)" % res["machine"]["loadavg_start"])
     return "\n".join(L)
+
+
+def hold_sizes(res):
+    """The hold rows of a results.json: "64", "1000", ... then "big" (--hold-big)."""
+    hs = res.get("hold", {}).values()
+    return [str(n) for n in sorted({h["n"] for h in hs if not h.get("big")})] + \
+        (["big"] if any(h.get("big") for h in hs) else [])
 
 
 def loadavg():
@@ -889,17 +933,18 @@ def main():
                     help="short answers 64 at a time (first-token figures)")
     ap.add_argument("--hold", type=int, default=1000,
                     help="streams held at once (default 1000; 64 are held first; 0: no holds)")
-    ap.add_argument("--hold-big", type=int, default=0,
-                    help="also hold this many streams at once (e.g. 10000; 0: skip)")
+    ap.add_argument("--hold-big", type=int, default=10000,
+                    help="also hold this many streams at once over HTTP/2 and HTTP/1.1 "
+                    "(Connect), each capped by RLIMIT_NOFILE (default 10000; 0: skip)")
     ap.add_argument("--hold-big-s", type=float, default=600.0,
                     help="the longest each held stream stays open upstream (the bench ends "
                     "them once measured)")
-    ap.add_argument("--big-upstream", choices=("h2hold", "fake"), default="h2hold",
-                    help="who holds --hold-big's streams over HTTP/2: tests/bench/h2hold.py "
-                    "(default: one asyncio loop) or the test fake (a thread per stream: "
-                    "too slow for 10,000 on 2 cores)")
+    ap.add_argument("--big-upstream", choices=("holdhost", "fake"), default="holdhost",
+                    help="who holds --hold-big's runs over HTTP/2 and HTTP/1.1 (Connect): "
+                    "tests/bench/holdhost.py (default: one asyncio loop) or the test fake (a "
+                    "thread per stream: too slow for 10,000 on 2 cores)")
     ap.add_argument("--hold-big-dwell", type=float, default=30.0,
-                    help="with h2hold: keep the big hold open this many seconds more and "
+                    help="with holdhost: keep the big hold open this many seconds more and "
                     "measure again (heartbeats and PINGs running)")
     ap.add_argument("--ramp", type=int, default=200,
                     help="hold: at most this many streams starting at a time")

@@ -1,21 +1,25 @@
 #!/usr/bin/python3
-"""A bench-only HTTP/2 agent host for `./build.sh bench --hold-big N`: many held Run streams.
+"""A bench-only agent host for `./build.sh bench --hold-big N`: many held runs, both transports.
 
-The test fake (tests/fake/fake_cursor.py) gives every HTTP/2 stream a thread and checks every
-message in depth; on a 2-core machine it cannot keep 10,000 Run streams open while the proxy
-sends them 2,000 heartbeats a second (its PING answers came too late and the runs failed).
-This host does one thing, for the memory-per-stream figure: it serves
-`/agent.v1.AgentService/Run` over TLS + HTTP/2 on one asyncio loop (python3-h2, as the fake),
-answers each Run request with one text delta ("held"), holds the stream open until POST
-/release, then sends " done", the turn's end and Connect's end-stream message. It checks what
-it can afford to check on every stream (path, content type, connect-protocol-version, a bearer
-token, Connect envelopes that are neither compressed nor end-stream from the client), records
-anything else as an error, PINGs each connection every --ping-s seconds and records the slowest
-acknowledgement. The fake still serves every unary call; the proxy is pointed here with
-CURSOR_OAI_AGENT_URL.
+The test fake (tests/fake/fake_cursor.py) gives every stream a thread and checks every message
+in depth; on a 2-core machine it cannot keep 10,000 runs open while the proxy sends them 2,000
+heartbeats a second (over HTTP/2 its PING answers came too late and the runs failed; over
+HTTP/1.1 it ran at load 1,400 and lost 113 of 9,000). This host does one thing, for the
+memory-per-stream figure, on one asyncio loop with TLS (the fake's certificates):
+- HTTP/2 (python3-h2, as the fake): `/agent.v1.AgentService/Run`, the run request and the
+  heartbeats as Connect messages on the request body;
+- HTTP/1.1, the Connect profile: `RunSSE` (a chunked Connect stream) and `BidiAppend` (Connect
+  unary binary; the run request is the first append of a request id, heartbeats the others).
+Each run gets one text delta ("held") once its run request is in, stays open until POST
+/release, then gets " done", the turn's end and Connect's end-stream message. The host checks
+what it can afford to check on every request (path, content type, connect-protocol-version, a
+bearer token, x-request-id, Connect envelopes neither compressed nor end-stream from the
+client), records anything else as an error, PINGs each HTTP/2 connection every --ping-s seconds
+and records the slowest acknowledgement. The fake still serves every other call; the proxy is
+pointed here with CURSOR_OAI_AGENT_URL.
 
 Control (plain HTTP on 127.0.0.1, the fake's shape): GET /state, POST /reset, POST /release,
-POST /shutdown. Usage: h2hold.py --cert-dir DIR --info FILE [--max-streams 100]
+POST /shutdown. Usage: holdhost.py --cert-dir DIR --info FILE [--max-streams 100]
 """
 import argparse
 import asyncio
@@ -36,7 +40,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "fake"))
 import pbwire as pb  # noqa: E402
 
 RUN_PATH = "/agent.v1.AgentService/Run"
+RUNSSE_PATH = "/agent.v1.AgentService/RunSSE"
+APPEND_PATH = "/aiserver.v1.BidiService/BidiAppend"
 CT = "application/connect+proto"
+CT_UNARY = "application/proto"
 HELD = pb.envelope(pb.m_text("held"))
 DONE = pb.envelope(pb.m_text(" done")) + pb.envelope(pb.m_turn_ended()) + pb.end_stream({})
 
@@ -52,7 +59,8 @@ class State:
         self.errors = []
         self.c = {"tls_handshakes": 0, "tls_handshake_failures": 0, "runs": 0,
                   "messages": 0, "message_bytes": 0, "pings_sent": 0, "ping_acks": 0,
-                  "client_resets": 0, "released": 0}
+                  "client_resets": 0, "released": 0, "http1_connections": 0, "appends": 0}
+        self.h1_runs = {}            # x-request-id -> H1Conn holding its RunSSE
         self.ping_ack_max_s = 0.0
 
     def error(self, why):
@@ -99,7 +107,12 @@ class Conn(asyncio.Protocol):
         S.conns.add(self)
         S.c["tls_handshakes"] += 1
         if tr.get_extra_info("ssl_object").selected_alpn_protocol() != "h2":
-            S.error("a connection without h2 in ALPN")
+            # HTTP/1.1 (RunSSE + BidiAppend): the rest of this connection is H1's
+            self.h1 = H1(tr)
+            self.data_received = self.h1.data_received
+            self.release = self.h1.release
+            return
+        self.h1 = None
         self.h.initiate_connection()
         self.flush()
         if self.ping_s > 0:
@@ -107,6 +120,9 @@ class Conn(asyncio.Protocol):
 
     def connection_lost(self, exc):
         S.conns.discard(self)
+        if self.h1:
+            self.h1.lost()
+            return
         if self.ticker:
             self.ticker.cancel()
         for st in self.streams.values():
@@ -251,6 +267,119 @@ class Conn(asyncio.Protocol):
             S.active -= 1
 
 
+class H1:
+    """One HTTP/1.1 connection: requests one after another (keep-alive), each a RunSSE whose
+    answer stays open, or a BidiAppend answered at once."""
+
+    def __init__(self, tr):
+        self.tr = tr
+        self.buf = b""
+        self.run = None             # (request id, answered, held) of the RunSSE open here
+        S.c["http1_connections"] += 1
+
+    def data_received(self, data):
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self.buf) > 65536:
+                    self.fail("a request head over 64 KiB")
+                return
+            lines = self.buf[:end].decode("latin-1").split("\r\n")
+            try:
+                method, path, _ = lines[0].split(" ", 2)
+            except ValueError:
+                return self.fail("request line %r" % lines[0][:60])
+            hd = {}
+            for ln in lines[1:]:
+                k, _, v = ln.partition(":")
+                hd[k.strip().lower()] = v.strip()
+            if "chunked" in hd.get("transfer-encoding", "").lower():
+                return self.fail("a chunked request body (the proxy sends Content-Length)")
+            n = int(hd.get("content-length", "0") or 0)
+            if len(self.buf) < end + 4 + n:
+                return
+            body = self.buf[end + 4:end + 4 + n]
+            self.buf = self.buf[end + 4 + n:]
+            self.request(method, path, hd, body)
+            if self.tr.is_closing():
+                return
+
+    def fail(self, why):
+        S.error(why)
+        self.tr.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        self.tr.close()
+
+    def request(self, method, path, hd, body):
+        rid = hd.get("x-request-id", "")
+        why = None
+        if method != "POST" or path not in (RUNSSE_PATH, APPEND_PATH):
+            why = "%s %s (this host serves RunSSE and BidiAppend only)" % (method, path)
+        elif hd.get("content-type") != (CT if path == RUNSSE_PATH else CT_UNARY):
+            why = "content-type %r on %s" % (hd.get("content-type"), path)
+        elif hd.get("connect-protocol-version") != "1":
+            why = "no connect-protocol-version: 1"
+        elif not hd.get("authorization", "").startswith("Bearer "):
+            why = "no bearer token"
+        elif not rid:
+            why = "no x-request-id"
+        if why:
+            return self.fail(why)
+        if path == RUNSSE_PATH:
+            if self.run:
+                return self.fail("a request on a connection whose RunSSE is still open")
+            if rid in S.h1_runs:
+                return self.fail("a second RunSSE for request id %s" % rid)
+            try:
+                got = pb.dec_bidi_request_id(pb.unenvelope(body))
+            except pb.PBError as e:
+                return self.fail("RunSSE body: %s" % e)
+            if got != rid:
+                return self.fail("RunSSE request id %r, header %r" % (got, rid))
+            self.run = [rid, False, True]
+            S.h1_runs[rid] = self
+            S.c["runs"] += 1
+            S.active += 1
+            S.max_active = max(S.max_active, S.active)
+            self.tr.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + CT.encode()
+                          + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+            return
+        try:
+            ap = pb.dec_bidi_append(body)
+        except pb.PBError as e:
+            return self.fail("BidiAppend body: %s" % e)
+        if ap["request_id"] != rid or ap["append_seqno"] is None:
+            return self.fail("BidiAppendRequest request id %r / seqno %r (header %r)"
+                             % (ap["request_id"], ap["append_seqno"], rid))
+        self.tr.write(b"HTTP/1.1 200 OK\r\nContent-Type: " + CT_UNARY.encode()
+                      + b"\r\nContent-Length: 0\r\n\r\n")
+        S.c["appends"] += 1
+        S.c["messages"] += 1
+        S.c["message_bytes"] += len(body)
+        owner = S.h1_runs.get(rid)
+        if owner and not owner.run[1]:      # the run request is in: the first delta
+            owner.run[1] = True
+            owner.chunk(HELD)
+
+    def chunk(self, data):
+        if not self.tr.is_closing():
+            self.tr.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+    def release(self):
+        if self.run and self.run[1] and self.run[2]:
+            self.run[2] = False
+            S.c["released"] += 1
+            self.chunk(DONE)
+            self.tr.write(b"0\r\n\r\n")
+            self.lost()
+
+    def lost(self):
+        if self.run:
+            S.h1_runs.pop(self.run[0], None)
+            S.active -= 1
+            self.run = None
+
+
 # -- control ---------------------------------------------------------------------------------
 
 async def control(reader, writer):
@@ -268,8 +397,11 @@ async def control(reader, writer):
         if path == "/state":
             out = S.snapshot()
         elif path == "/reset" and method == "POST":
+            runs = S.h1_runs
             S.reset()
-            S.active = sum(1 for c in S.conns for st in c.streams.values() if st.open)
+            S.h1_runs = runs
+            S.active = sum(1 for c in S.conns if not c.h1 for st in c.streams.values()
+                           if st.open) + len(runs)
         elif path == "/release" and method == "POST":
             for c in list(S.conns):
                 c.release()
@@ -303,7 +435,7 @@ async def main():
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(os.path.join(a.cert_dir, "server.pem"),
                         os.path.join(a.cert_dir, "server.key"))
-    ctx.set_alpn_protocols(["h2"])
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
     loop = asyncio.get_running_loop()
 
     def on_error(lp, c):
