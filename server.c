@@ -281,6 +281,42 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The moment `ms` milliseconds after t (ms < 0: t itself), tv_nsec kept below a second. */
+static struct timespec ts_after_ms(struct timespec t, int64_t ms)
+{
+    int64_t ns;
+    if (ms < 0) ms = 0;
+    ns = (int64_t)t.tv_nsec + (ms % 1000) * 1000000;
+    t.tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+    t.tv_nsec = (long)(ns % 1000000000);
+    return t;
+}
+
+/* Every condition variable waited on with a deadline counts it on CLOCK_MONOTONIC, so that a
+ * step of the wall clock (NTP, a date set by hand) neither ends the wait early nor stretches
+ * it. Such a variable is made here, never with PTHREAD_COND_INITIALIZER: 0 or an errno. */
+static int cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t a;
+    int r = pthread_condattr_init(&a);
+    if (r) return r;
+    r = pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    if (!r) r = pthread_cond_init(cv, &a);
+    pthread_condattr_destroy(&a);
+    return r;
+}
+
+/* Wait on cv (made by cond_init_mono; mu held) at most ms milliseconds from now:
+ * pthread_cond_timedwait's result, ETIMEDOUT at once when ms <= 0. */
+static int cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms)
+{
+    struct timespec ts;
+    if (ms <= 0) return ETIMEDOUT;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts = ts_after_ms(ts, ms);
+    return pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static int64_t wall_ms(void)
 {
     struct timespec ts;
@@ -414,15 +450,14 @@ static const char *const LOG_NAMES[] = { "error", "warn", "info", "debug" };
 static struct logq {
     pthread_mutex_t mu;
     pthread_cond_t more;            /* lines queued */
-    pthread_cond_t empty;           /* the writer has nothing left */
+    pthread_cond_t empty;           /* the writer has nothing left (monotonic: sync_init) */
     char *ring;                     /* LOG_QUEUE_BYTES bytes once started */
     size_t head, len;               /* queued bytes: ring[head..head+len) modulo the size */
     int started;                    /* the writer thread runs */
     int busy;                       /* the writer is inside write() */
     uint64_t dropped;               /* lines dropped because the queue was full */
     uint64_t reported;              /* of those, how many the log has mentioned */
-} LQ = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-         NULL, 0, 0, 0, 0, 0, 0 };
+} LQ = { .mu = PTHREAD_MUTEX_INITIALIZER, .more = PTHREAD_COND_INITIALIZER };
 
 static int log_json;                /* --log-format json: every line is one JSON object */
 
@@ -506,12 +541,10 @@ static void log_start(void)
 /* Before exit: give the writer up to LOG_FLUSH_MS to write what is queued. */
 static void log_flush(void)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += LOG_FLUSH_MS / 1000;
+    int64_t end = mono_ms() + LOG_FLUSH_MS;
     pthread_mutex_lock(&LQ.mu);
     while (LQ.started && (LQ.len > 0 || LQ.busy || LQ.dropped != LQ.reported)
-           && pthread_cond_timedwait(&LQ.empty, &LQ.mu, &until) == 0) {}
+           && cond_wait_ms(&LQ.empty, &LQ.mu, end - mono_ms()) == 0) {}
     pthread_mutex_unlock(&LQ.mu);
 }
 
@@ -1520,10 +1553,10 @@ static struct {
     int spare_want;                 /* more spares wanted once a thread is free ... */
     coai_url want_host;             /* ... to this host */
     uint64_t spare_done;            /* background connects finished (either way) */
-    pthread_cond_t spare_cond;      /* signalled when one finishes */
+    pthread_cond_t spare_cond;      /* signalled when one finishes (monotonic: sync_init) */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER, .spare_cond = PTHREAD_COND_INITIALIZER };
+} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
@@ -1742,17 +1775,13 @@ static void *spare_thread(void *arg)
  * finishes, since it started earlier than a connect begun now would. 1 one finished. */
 static int spare_wait(void)
 {
-    struct timespec until;
+    int64_t end = mono_ms() + UP_SPARE_WAIT_MS;
     uint64_t seen;
     int done = 0;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)(UP_SPARE_WAIT_MS % 1000) * 1000000L;
-    until.tv_sec += UP_SPARE_WAIT_MS / 1000 + until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&UPX.lock);
     seen = UPX.spare_done;
     while (UPX.spare_busy > 0 && UPX.spare_done == seen)
-        if (pthread_cond_timedwait(&UPX.spare_cond, &UPX.lock, &until) != 0) break;
+        if (cond_wait_ms(&UPX.spare_cond, &UPX.lock, end - mono_ms()) != 0) break;
     done = UPX.spare_done != seen;
     pthread_mutex_unlock(&UPX.lock);
     return done;
@@ -2760,7 +2789,16 @@ static struct h2c *h2c_open(const coai_url *h, coai_error *e)
     fcntl(hc->wake[0], F_SETFL, O_NONBLOCK);
     fcntl(hc->wake[1], F_SETFL, O_NONBLOCK);
     pthread_mutex_init(&hc->mu, NULL);
-    pthread_cond_init(&hc->cv, NULL);
+    if (cond_init_mono(&hc->cv) != 0) {
+        close(hc->wake[0]);
+        close(hc->wake[1]);
+        free(hc->core);
+        up_free(up);
+        pthread_mutex_destroy(&hc->mu);
+        free(hc);
+        coai_error_set(e, 500, "server_error", NULL, NULL, "cannot start an HTTP/2 connection");
+        return NULL;
+    }
     hc->up = up;
     hc->host = *h;
     hc->last_rx = hc->last_use = mono_ms();
@@ -2788,12 +2826,8 @@ static struct h2c *h2c_open(const coai_url *h, coai_error *e)
     h2c_wake(hc);
     end = mono_ms() + H2_SETTINGS_WAIT_MS;
     pthread_mutex_lock(&hc->mu);
-    while (!hc->got_settings && !hc->dead && mono_ms() < end) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&hc->cv, &hc->mu, &ts);
-    }
+    while (!hc->got_settings && !hc->dead && mono_ms() < end)
+        cond_wait_ms(&hc->cv, &hc->mu, 1000);
     if (!hc->got_settings || hc->dead || hc->goaway) {
         coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
                        "the HTTP/2 connection to %s failed before its first stream: %s",
@@ -2914,14 +2948,9 @@ static int h2_wait(struct h2c *hc, pthread_cond_t *cv, int *flag, int64_t deadli
         }
         pthread_mutex_lock(&hc->mu);
         if (!*flag) {
-            struct timespec ts;
-            int64_t ms = left > slice ? slice : left, ns;
+            int64_t ms = left > slice ? slice : left;
             if (slice < 1000) slice = slice * 2 > 1000 ? 1000 : slice * 2;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ns = (int64_t)ts.tv_nsec + ms * 1000000;
-            ts.tv_sec += (time_t)(ns / 1000000000);
-            ts.tv_nsec = (long)(ns % 1000000000);
-            pthread_cond_timedwait(cv, &hc->mu, &ts);
+            cond_wait_ms(cv, &hc->mu, ms);
         }
         got = *flag;
         *flag = 0;
@@ -2947,8 +2976,8 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     long id = -1;
     if (!hc) return NULL;
     s = calloc(1, sizeof *s);
-    if (s && pthread_cond_init(&s->cv, NULL) != 0) { free(s); s = NULL; }
-    if (s && pthread_cond_init(&s->wcv, NULL) != 0) {
+    if (s && cond_init_mono(&s->cv) != 0) { free(s); s = NULL; }
+    if (s && cond_init_mono(&s->wcv) != 0) {
         pthread_cond_destroy(&s->cv);
         free(s);
         s = NULL;
@@ -3112,17 +3141,12 @@ static int h2s_readable(struct h2s *s, int ms)
     int r;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
-        struct timespec ts;
-        int64_t left, ns;
+        int64_t left;
         s->sig = 0;
         r = s->in.len || s->ended || s->reset || hc->dead;
         left = end - mono_ms();
         if (r || left <= 0) break;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ns = (int64_t)ts.tv_nsec + left * 1000000;
-        ts.tv_sec += (time_t)(ns / 1000000000);
-        ts.tv_nsec = (long)(ns % 1000000000);
-        pthread_cond_timedwait(&s->cv, &hc->mu, &ts);
+        cond_wait_ms(&s->cv, &hc->mu, left);
     }
     pthread_mutex_unlock(&hc->mu);
     return r;
@@ -5025,7 +5049,6 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
     seq0 = S.models_seq;
     for (;;) {
         int64_t now = mono_ms(), left;
-        struct timespec until;
         if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
         if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
         if (!S.models_fetching) {
@@ -5057,11 +5080,7 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
         }
         /* wait in slices of at most a second to notice a client that left */
         left = wait_end - now < 1000 ? wait_end - now : 1000;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += (time_t)(left / 1000);
-        until.tv_nsec += (long)(left % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
-        pthread_cond_timedwait(&S.models_cv, &S.lock, &until);
+        cond_wait_ms(&S.models_cv, &S.lock, left);
         if (fd_client_gone(client_fd)) {
             pthread_mutex_unlock(&S.lock);
             coai_error_set(err, 499, "server_error", "client_closed", NULL,
@@ -6240,7 +6259,8 @@ static struct held_state {
     struct run *list;               /* parked runs, newest first */
     int n;
     struct run *live;               /* every run with a handle, parked or not */
-    pthread_cond_t cond;            /* broadcast when a run parks or a live run ends */
+    pthread_cond_t cond;            /* broadcast when a run parks or a live run ends
+                                     * (monotonic: sync_init) */
     int hollow_streak;              /* hollow continuations in a row */
     int64_t breaker_until;          /* mono ms: no holding before this */
     /* counters (on /metrics: continuation_write) */
@@ -6248,7 +6268,7 @@ static struct held_state {
         expired, evicted, runs_started;
     unsigned long long prompt_bytes;
 } H = { .on = 1, .ttl_s = 1800, .hollow_s = 90, .max = 64, .window_ms = 40,
-        .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+        .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* A client can send its tool results the moment it has read the response that asked for
  * them, which is a little before that response's run is parked: a follow-up whose handle
@@ -6625,7 +6645,6 @@ static void *run_hb_thread(void *arg)
     pthread_mutex_lock(&r->hb.mu);
     while (!r->hb.stop) {
         int64_t now = mono_ms(), next = r->hb.last + HB_CLIENT_MS;
-        struct timespec ts;
         if (r->hb.n && r->hb.exec_last + HB_EXEC_MS < next) next = r->hb.exec_last + HB_EXEC_MS;
         if (next < r->hb.resume) next = r->hb.resume;
         if (now >= next) {
@@ -6670,13 +6689,7 @@ static void *run_hb_thread(void *arg)
             }
             continue;
         }
-        clock_gettime(CLOCK_REALTIME, &ts);
-        {
-            int64_t wait = next - now, ns = (int64_t)ts.tv_nsec + (wait % 1000) * 1000000;
-            ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
-            ts.tv_nsec = (long)(ns % 1000000000);
-        }
-        pthread_cond_timedwait(&r->hb.cv, &r->hb.mu, &ts);
+        cond_wait_ms(&r->hb.cv, &r->hb.mu, next - now);
     }
     pthread_mutex_unlock(&r->hb.mu);
     return NULL;
@@ -6744,7 +6757,7 @@ static struct run *run_new(void)
     r->held.wake[0] = r->held.wake[1] = -1;
     if (pthread_mutex_init(&r->up.send_mu, NULL) == 0) {
         if (pthread_mutex_init(&r->hb.mu, NULL) == 0) {
-            if (pthread_cond_init(&r->hb.cv, NULL) == 0) {
+            if (cond_init_mono(&r->hb.cv) == 0) {
                 r->mu_init = 1;
                 return r;
             }
@@ -7872,15 +7885,14 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
     size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j, p;
     struct run *r;
     const coai_reply_call *calls;
-    struct timespec until;
+    int64_t end;
     unsigned char hist[32];
     why[0] = 0;
     if (!n) return NULL;
     for (p = req->message_count; p > 0 && req->messages[p - 1].role == COAI_ROLE_TOOL; p--) {}
     while (p > 0 && req->messages[p - 1].role == COAI_ROLE_ASSISTANT) p--;
     conv_digest(req->messages, p, hist);
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += HELD_PARK_WAIT_MS / 1000;
+    end = mono_ms() + HELD_PARK_WAIT_MS;
     pthread_mutex_lock(&H.lock);
     for (;;) {
         for (r = H.list; r; r = r->held.next)
@@ -7889,7 +7901,7 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
                 break;
         /* the run is still finishing the response that asked for these results */
         if (r || !req->session_id.len || !held_live_unparked_locked(req->session_id)
-            || pthread_cond_timedwait(&H.cond, &H.lock, &until) != 0)
+            || cond_wait_ms(&H.cond, &H.lock, end - mono_ms()) != 0)
             break;
     }
     if (!r) {
@@ -9541,14 +9553,12 @@ static void serve_loop(void)
 /* After SIGTERM: stop accepting, give in-flight requests a grace period. */
 static void serve_drain(void)
 {
-    struct timespec until;
+    int64_t end = mono_ms() + SRV_SHUTDOWN_GRACE_MS;
     int left;
     close(S.listen_fd);
     pool_prune(1);
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += SRV_SHUTDOWN_GRACE_MS / 1000;
     pthread_mutex_lock(&S.lock);
-    while (S.conns > 0 && pthread_cond_timedwait(&S.idle, &S.lock, &until) == 0) {}
+    while (S.conns > 0 && cond_wait_ms(&S.idle, &S.lock, end - mono_ms()) == 0) {}
     left = S.conns;
     pthread_mutex_unlock(&S.lock);
     if (left > 0) srv_log(LOG_WARN, "exiting with %d connection(s) still open", left);
@@ -11260,13 +11270,23 @@ static int run_usage(int argc, char **argv)
     return rc;
 }
 
-int main(int argc, char **argv)
+/* The process-wide locks and condition variables; those waited on with a deadline on
+ * CLOCK_MONOTONIC (cond_init_mono). Before anything else runs: 0 or -1. */
+static int sync_init(void)
 {
     pthread_mutex_init(&S.lock, NULL);
-    pthread_cond_init(&S.idle, NULL);
     pthread_cond_init(&S.cred_cv, NULL);
-    pthread_cond_init(&S.models_cv, NULL);
     pthread_cond_init(&S.agent_h2_cv, NULL);
+    return cond_init_mono(&S.idle) || cond_init_mono(&S.models_cv) || cond_init_mono(&LQ.empty)
+        || cond_init_mono(&UPX.spare_cond) || cond_init_mono(&H.cond) ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (sync_init() < 0) {
+        fputs("cursor-oai: cannot set up a condition variable on the monotonic clock\n", stderr);
+        return 1;
+    }
     S.profile_forced = -1;
     S.profile = PROF_CONNECT;       /* Connect first; grpc-web the fallback (issue 24 item 2) */
     S.listen_fd = -1;
