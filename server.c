@@ -6211,6 +6211,7 @@ struct run_held {
     int hollow_hit;
     int ended_empty;                /* Cursor ended the run cleanly, nothing shown */
     int continuing;                 /* the response continues a held run (run_continued) */
+    int counted;                    /* run_held taken for this response, not parked yet */
 };
 
 struct run {
@@ -6371,6 +6372,8 @@ static void run_store(struct run *r)
 
 static void mem_store(struct run *r);
 static void run_count(struct run *r);
+static void held_count(struct run *r);
+static void held_uncount(struct run *r);
 
 static int run_flush(struct run *r)
 {
@@ -6395,6 +6398,7 @@ static int run_flush(struct run *r)
      * (previous_response_id, memory, the run's metrics). */
     if (done) run_store(r);
     if (done) run_count(r);
+    if (done && st == 200) held_count(r);
     if (done && st == 200 && !r->reply.error.status && !coai_reply_tool_called(rp)
         && !r->out.remembered) {
         r->out.remembered = 1;
@@ -6773,6 +6777,7 @@ static struct run *run_new(void)
 static void run_free(struct run *r)
 {
     if (!r) return;
+    held_uncount(r);                /* counted, then never parked (run_finish not reached) */
     held_live_del(r);
     run_hb_stop(r);
     tr_close(r, 0);
@@ -7809,12 +7814,62 @@ static void conv_digest(const coai_message *msgs, size_t n, unsigned char out[32
     }
 }
 
+/* The holder's wake-up pipe, made once per run: 0, -1 no pipe. */
+static int held_pipe(struct run *r)
+{
+    if (r->held.wake[0] >= 0) return 0;
+    if (pipe(r->held.wake) < 0) { r->held.wake[0] = r->held.wake[1] = -1; return -1; }
+    fcntl(r->held.wake[0], F_SETFL, O_NONBLOCK);
+    fcntl(r->held.wake[1], F_SETFL, O_NONBLOCK);
+    return 0;
+}
+
+static int held_enabled(void);
+
+/* Whether run_finish will park r (its response ended with tool calls), made as sure as can
+ * be before the response's last byte goes out: what can fail (the wake-up pipe) is done
+ * here. Left to fail after it: that last write, and starting the holder thread. 0 ready. */
+static int held_ready(struct run *r)
+{
+    struct conn *c = r->c;
+    if (!c || c->dead || r->out.cancelled || !tr_is_open(r) || r->held.dead
+        || !coai_reply_tool_called(&r->reply) || r->reply.error.status
+        || !coai_reply_calls(&r->reply, NULL) || (!r->in.req.message_count && !r->in.hist_ok)
+        || !held_enabled())
+        return -1;
+    return held_pipe(r);
+}
+
+/* run_held is counted before the response's last byte goes out (run_flush), like the
+ * run's other metrics, so that a client that reads /metrics the moment it has the tool
+ * calls finds the run held; held_park then does not count it again. A run counted here
+ * that is not parked after all (the client left during that write, no holder thread) is
+ * taken off again by held_uncount. */
+static void held_count(struct run *r)
+{
+    if (r->held.counted || held_ready(r) < 0) return;
+    pthread_mutex_lock(&H.lock);
+    H.held++;
+    pthread_mutex_unlock(&H.lock);
+    r->held.counted = 1;
+}
+
+static void held_uncount(struct run *r)
+{
+    if (!r->held.counted) return;
+    r->held.counted = 0;
+    pthread_mutex_lock(&H.lock);
+    H.held--;
+    pthread_mutex_unlock(&H.lock);
+}
+
 static int held_park(struct run *r)
 {
     pthread_attr_t at;
     const coai_reply_call *calls;
     size_t n = coai_reply_calls(&r->reply, &calls);
     struct run *evict = NULL, *x;
+    char junk[16];
     if (!n || !tr_is_open(r) || r->held.dead) return -1;
     /* The run belongs to this conversation: a follow-up continues it only with this history
      * before the assistant's tool calls (issue 22 item 4). */
@@ -7822,14 +7877,8 @@ static int held_park(struct run *r)
         conv_digest(r->in.req.messages, r->in.req.message_count, r->held.park_hist);
     else if (r->in.hist_ok) memcpy(r->held.park_hist, r->in.hist, 32);
     else return -1;
-    if (r->held.wake[0] < 0) {
-        if (pipe(r->held.wake) < 0) { r->held.wake[0] = r->held.wake[1] = -1; return -1; }
-        fcntl(r->held.wake[0], F_SETFL, O_NONBLOCK);
-        fcntl(r->held.wake[1], F_SETFL, O_NONBLOCK);
-    } else {
-        char junk[16];
-        while (read(r->held.wake[0], junk, sizeof junk) > 0) {}   /* a claim's wake-up byte */
-    }
+    if (held_pipe(r) < 0) return -1;
+    while (read(r->held.wake[0], junk, sizeof junk) > 0) {}      /* a claim's wake-up byte */
     r->held.release_req = 0;
     r->held.why[0] = 0;
     r->c = NULL;
@@ -7856,7 +7905,8 @@ static int held_park(struct run *r)
         return -1;
     }
     r->held.holder_started = 1;
-    H.held++;
+    if (!r->held.counted) H.held++;             /* it could not be told before (held_count) */
+    r->held.counted = 0;
     pthread_cond_broadcast(&H.cond);            /* a follow-up may be waiting for it */
     if (H.n > H.max) {
         for (x = H.list; x; x = x->held.next)
@@ -8251,6 +8301,7 @@ static void run_finish(struct run *r)
         srv_log(LOG_INFO, "run %s not held: %s", r->up.request_id,
                 r->held.dead ? "Cursor ended it with the tool calls" : "cannot park it");
     }
+    held_uncount(r);                            /* not parked: not held */
     /* After a normal end only the trailer and the chunked terminator are left: read them
      * (for at most RUNSSE_DRAIN_MS, so a slow upstream never delays this client's next
      * request) and the RunSSE connection can go back to the pool. Not after a tool call:

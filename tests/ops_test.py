@@ -7,6 +7,9 @@ server for real depends on:
               for the allowed names, foreign names still refused, --allow-host NAME:PORT pins
   metrics     GET /metrics (Prometheus text), protected like /v1/*, scraped while a stream
               runs and after: the counters move as they should
+  at_once     /metrics and /status.json read the moment an answer is in: the request counted
+  held_at_once  /metrics read the moment a tool-call answer is in: its parked run counted in
+              run_held (OPS_HELD_AT_ONCE answers and streams, default 300)
   jsonlog     --log-format json: one JSON object per line, one per request, with its fields
   quota       the quota latch: a burst of retries after a usage-limit error makes one run
   forging     control characters in every client value that reaches a log: one line each
@@ -439,6 +442,71 @@ def t_at_once(tmp, fake, token):
        listed_late, 0)
 
 
+READ_TOOL = [{"type": "function", "function": {
+    "name": "read", "description": "Read a file",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                   "required": ["path"]}}}]
+
+
+def t_held_at_once(tmp, fake, token):
+    """The same for run_held: a client that reads /metrics the moment it has a tool-call answer
+    (whose run the proxy parks) finds the run counted, N times over answers and streams; and
+    the counter ends equal to the runs the log says were held (none counted twice, none that
+    was not parked)."""
+    import http.client
+    n = int(os.environ.get("OPS_HELD_AT_ONCE", "300"))
+    proxy = H.Proxy(tmp, "held-at-once", fake.url(), fake.ca, token,
+                    extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "8"})
+
+    def held(port):
+        m = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        m.request("GET", "/metrics")
+        txt = m.getresponse().read().decode()
+        m.close()
+        return sum(float(ln.rsplit(" ", 1)[1]) for ln in txt.splitlines()
+                   if ln.startswith('cursor_oai_continuation_events_total{event="run_held"}'))
+
+    late = {"json": 0, "sse": 0}
+    no_tool = 0
+    want = 0
+    try:
+        base = held(proxy.port)
+        c = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        for i in range(n):
+            kind = "sse" if i % 2 else "json"
+            c.request("POST", "/v1/chat/completions", json.dumps(dict(chat_body(
+                "scenario:ops_held", "held at once %d %s" % (i, os.urandom(3).hex()),
+                stream=kind == "sse"), tools=READ_TOOL)), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            if kind == "json":
+                buf = r.read()
+            else:
+                buf = b""
+                while b"data: [DONE]" not in buf:
+                    k = r.read1(65536)
+                    if not k:
+                        break
+                    buf += k
+            if b"tool_calls" not in buf:
+                no_tool += 1
+            want += 1
+            if held(proxy.port) - base < want:
+                late[kind] += 1
+            if kind == "sse":
+                r.read()                    # the chunked terminator: the connection is reused
+        c.close()
+        logged = lambda: len(re.findall(r"run \S+ held for 1 tool call", proxy_log(proxy)))
+        H.wait_for(lambda: logged() >= n, 15)
+        final = held(proxy.port) - base
+        parked = logged()
+    finally:
+        proxy.stop()
+    eq("every answer asked for the tool (%d)" % n, no_tool, 0)
+    eq("/metrics read the moment a tool-call answer is in: its run counted held (%d answers, "
+       "%d streams)" % (n - n // 2, n // 2), late, {"json": 0, "sse": 0})
+    eq("run_held equals the runs the log says were held", (final, parked), (n, n))
+
+
 def t_jsonlog(tmp, fake, token):
     proxy = H.Proxy(tmp, "jsonlog", fake.url(), fake.ca, token, args=["--log-format", "json"])
     try:
@@ -708,10 +776,16 @@ def t_stderr(tmp, fake, token):
 
 
 def ops_scenarios():
-    return {"ops_slow": {"steps": [
-        {"op": "text", "text": "first"}, {"op": "sleep", "s": 1.2},
-        {"op": "text", "text": " second"}, {"op": "token_delta", "tokens": 2},
-        {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}}
+    return {
+        "ops_slow": {"steps": [
+            {"op": "text", "text": "first"}, {"op": "sleep", "s": 1.2},
+            {"op": "text", "text": " second"}, {"op": "token_delta", "tokens": 2},
+            {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
+        # a read the client is asked to run: the run waits for its result (held_at_once)
+        "ops_held": {"steps": [
+            {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001",
+             "path": "/nonexistent/ops.txt", "hold": True},
+            {"op": "await_results", "max_s": 120}, {"op": "text", "text": "never"}] + H.END}}
 
 
 def on_alarm(signum, frame):
@@ -732,6 +806,7 @@ def main():
     try:
         fake = H.Fake(tmp, ops_scenarios(), token, config={"client_version": H.CLIENT_VERSION})
         for name, fn in (("tunnel", t_tunnel), ("metrics", t_metrics), ("at_once", t_at_once),
+                         ("held_at_once", t_held_at_once),
                          ("jsonlog", t_jsonlog),
                          ("quota", t_quota), ("forging", t_forging), ("stderr", t_stderr)):
             if ONLY and name not in ONLY:
