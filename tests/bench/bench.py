@@ -12,7 +12,7 @@ line. Each figure is measured with the fake keeping RunSSE connections alive ("k
 closing each after its run ("close", the fake's runsse_close). Every latency is also measured
 straight against the fake (the floor, "direct") in the same run. System calls per delta come
 from strace -c -f attached to the proxy for one extra answer. Prints a table and writes
-bench/results.json. Loopback only; bounded in time (8-14 minutes, the big hold included).
+bench/results.json. Loopback only; bounded in time (6-10 minutes, the big hold included).
 "keep"/"close" only change the fake's HTTP/1.1 connections (an HTTP/2 run ends its stream).
 """
 
