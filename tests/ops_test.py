@@ -381,6 +381,20 @@ def t_metrics(tmp, fake, token):
             proxy.stop()
 
 
+def read_answer(r, kind):
+    """The whole answer as a client reads it on a kept-alive connection: a JSON body, or a
+    stream up to its [DONE] (read as it comes, not to the connection's end)."""
+    if kind == "json":
+        return r.read()
+    buf = b""
+    while b"data: [DONE]" not in buf:
+        k = r.read1(65536)
+        if not k:
+            break
+        buf += k
+    return buf
+
+
 def t_at_once(tmp, fake, token):
     """A client that reads /metrics or /status.json the moment it has its answer (the answer
     read by its length, or an SSE stream up to its end event, on a kept-alive connection, as
@@ -399,15 +413,7 @@ def t_at_once(tmp, fake, token):
                     "scenario:default", "at-once %d" % i, stream=kind == "sse")),
                     {"Content-Type": "application/json"})
                 r = c.getresponse()
-                if kind == "json":
-                    r.read()
-                else:
-                    buf = b""
-                    while b"data: [DONE]" not in buf:
-                        k = r.read1(65536)
-                        if not k:
-                            break
-                        buf += k
+                read_answer(r, kind)
                 want += 1
                 m = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
                 m.request("GET", "/metrics")
@@ -478,15 +484,7 @@ def t_held_at_once(tmp, fake, token):
                 "scenario:ops_held", "held at once %d %s" % (i, os.urandom(3).hex()),
                 stream=kind == "sse"), tools=READ_TOOL)), {"Content-Type": "application/json"})
             r = c.getresponse()
-            if kind == "json":
-                buf = r.read()
-            else:
-                buf = b""
-                while b"data: [DONE]" not in buf:
-                    k = r.read1(65536)
-                    if not k:
-                        break
-                    buf += k
+            buf = read_answer(r, kind)
             if b"tool_calls" not in buf:
                 no_tool += 1
             want += 1
