@@ -600,6 +600,32 @@ def t_fds(fake):
     eq("fds: no protocol errors", errors(fake), [])
 
 
+def t_agent_url(fake):
+    """CURSOR_OAI_AGENT_URL forces the HTTP/2 Run host too, not only HTTP/1.1's: with
+    GetServerConfig naming a host where nothing listens, forced HTTP/2 fails without it and
+    answers with it, the Run stream on the host it names."""
+    dead = "https://localhost:1"
+    reset(fake, server_config={"agentUrlConfig": {"agentUrl": dead, "agentnUrl": dead}})
+    got = {}
+    for name, env in (("without", {}), ("with", {"CURSOR_OAI_AGENT_URL": fake.url("agent_port")})):
+        px = H.Proxy(fake.dir, "agent_url_" + name, fake.url(), fake.ca, TOKEN,
+                     extra_env=dict(env, CURSOR_OAI_TRANSPORT="h2"))
+        try:
+            got[name] = px.chat("scenario:slow_echo", "agent url " + name, timeout=60)
+        finally:
+            px.stop()
+    check("agent_url: forced HTTP/2 to the host GetServerConfig names (nothing listens): an "
+          "error", got["without"][0] >= 500, got["without"][:2])
+    eq("agent_url: with CURSOR_OAI_AGENT_URL: 200 and the answer",
+       (got["with"][0], content(got["with"][1])), (200, "ECHO:agent url with"))
+    H.wait_for(lambda: len(run_conns(fake, 1)) >= 1, 10)
+    runs = [r for r in fake.ctl("/requests?since=0")
+            if r.get("path") == "/agent.v1.AgentService/Run"]
+    eq("agent_url: the Run stream went to the host it names, over HTTP/2",
+       [(r.get("listener"), r.get("h2")) for r in runs], [("agent", True)])
+    reset(fake, server_config=None)
+
+
 TOKEN = None
 
 
@@ -623,7 +649,8 @@ def main():
                          ("held_window", lambda: t_held_window(fake)),
                          ("header_list", lambda: t_header_list(fake)),
                          ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
-                         ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake))]:
+                         ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake)),
+                         ("agent_url", lambda: t_agent_url(fake))]:
             if only and name not in only:
                 continue
             t0 = time.time()
