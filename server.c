@@ -5121,7 +5121,8 @@ serve:
  * backend, since we always send x-ghost-mode: true; *.api5.cursor.sh live) serves HTTP/2
  * only (cursor-2026-autumn.md 5.1): agent_h2_get() resolves and caches it for an HTTP/2
  * transport, and `doctor` shows it. A host that refuses HTTP/1.1 at the connection level
- * (a 400 "illegal request line", a close before any byte, HTTP/2 frames in answer) is
+ * (a 400 "illegal request line", a close before any byte, HTTP/2 frames in answer, a 464
+ * from a host that is not the base URL) is
  * remembered as HTTP/2-only (h2only_add) and skipped by run_host_get() for
  * CURSOR_OAI_H2ONLY_REPROBE seconds, then tried again. */
 
@@ -6893,6 +6894,13 @@ static int run_start(struct run *r, int fresh, const char *token, size_t tl)
             || r->up.sse->status == 505)
             snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused, r->up.sse->status == 505
                      ? "a 505 \"HTTP Version Not Supported\"" : "a 400 \"illegal request line\"");
+        /* 464 is what Cursor's load balancer answers HTTP/1.1 on an HTTP/2-only route
+         * (cursor-2026-autumn.md 4): from a host other than the base URL it means that host is
+         * HTTP/2-only, so the run moves to the base URL. From the base URL itself it stays the
+         * wrong-profile answer of issue 24 (profile_wrong), the tested fallback. */
+        else if (r->up.sse->status == 464 && !up_same_host(&r->up.host, &S.base))
+            snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused,
+                     "a 464, the load balancer's answer to HTTP/1.1 on an HTTP/2-only route");
         coai_buf_free(&eb);
         if (r->err.status == 401) r->fb.upstream_401 = 1;
         goto done;

@@ -433,7 +433,7 @@ def t_agent(E):
     # CURSOR_OAI_AGENT_URL forces a host; one that refuses HTTP/1.1 at the connection level is
     # left for the base URL before anything reached the client, and remembered
     for mode, how in (("illegal", "illegal request line"), ("close", "a close before any byte"),
-                      ("h2", "HTTP/2 frames")):
+                      ("h2", "HTTP/2 frames"), ("464", "a 464")):
         E.config(agent_http1=mode)
         n0 = E.nreq()
         p = E.proxy({"CURSOR_OAI_AGENT_URL": agent_url})

@@ -168,7 +168,8 @@ DEFAULT_CONFIG = {
     "agent_http1": "illegal",      # how the agent listener answers HTTP/1.1: refused at the
                                    # connection level as the live api5 hosts do, by "illegal"
                                    # (a 400 "illegal request line"; also False), "close" (no
-                                   # byte) or "h2" (SETTINGS + GOAWAY frames); True: served
+                                   # byte), "h2" (SETTINGS + GOAWAY frames) or "464" (the load
+                                   # balancer's answer); True: served
     "h2_max_streams": 100,         # SETTINGS_MAX_CONCURRENT_STREAMS of new connections
     "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
     "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer
@@ -3299,7 +3300,8 @@ def refuse_http1(conn, mode, listener, t_accept):
     """An HTTP/2-only host (the live *.api5.cursor.sh agent hosts) given an HTTP/1.1 request:
     refused at the connection level, then the connection is closed. Recorded like a request
     (status "http1_refused:<mode>"), counted as http1_refused_<listener>. mode: "illegal"
-    (a 400 "illegal request line"), "close" (no byte) or "h2" (SETTINGS + GOAWAY)."""
+    (a 400 "illegal request line"), "close" (no byte), "h2" (SETTINGS + GOAWAY) or "464" (the
+    load balancer's incompatible-protocol status, an empty body, as reported live)."""
     try:
         req = conn.read_request()
     except (ValueError, PeerClosed):
@@ -3322,6 +3324,9 @@ def refuse_http1(conn, mode, listener, t_accept):
                       b"content-length: 20\r\nconnection: close\r\n\r\nillegal request line")
         elif mode == "h2":
             conn.send(H2_SETTINGS + h2_goaway(b"illegal request line"))
+        elif mode == "464":     # the AWS load balancer in front of the agent hosts
+            conn.send(b"HTTP/1.1 464 \r\nserver: awselb/2.0\r\ncontent-length: 0\r\n"
+                      b"connection: close\r\n\r\n")
     except PeerClosed:
         pass
     conn.abort(close_notify=True)
