@@ -446,6 +446,41 @@ class Bench:
             d["messages_per_s"] = d["messages"] / d["s"]
         return out
 
+    def ttfb_fast(self):
+        """First token through the proxy over HTTP/2 and HTTP/1.1 (connect) with the runs
+        answered by holdhost.py --answer-deltas 20 (one asyncio loop, no fake in the run path):
+        how much of HTTP/2's slower first token at 64 streams is the proxy's. Prints only."""
+        a = self.a
+        self.start_fake()
+        cdir = os.path.join(self.fake.dir, "certs")
+        info = os.path.join(self.tmp, "answerhost.json")
+        H.spawn([H.PY, os.path.join(HERE, "holdhost.py"), "--cert-dir", cdir, "--info", info,
+                 "--answer-deltas", "20"], os.path.join(self.tmp, "answerhost.log"))
+        if not H.wait_for(lambda: os.path.exists(info), 20):
+            raise RuntimeError("holdhost --answer-deltas did not start")
+        with open(info) as f:
+            url = "https://localhost:%d" % json.load(f)["port"]
+        self.label_env = {"h2": {"CURSOR_OAI_TRANSPORT": "h2", "CURSOR_OAI_AGENT_URL": url},
+                          "connect": {"CURSOR_OAI_TRANSPORT": "http1",
+                                      "CURSOR_OAI_PROFILE": "connect",
+                                      "CURSOR_OAI_AGENT_URL": url}}
+        for lb in ("h2", "connect"):
+            self.start_proxy(lb, a.proxy)
+        time.sleep(0.3)
+        say("first token, 20-delta answers from holdhost (load %.2f at the start)" % loadavg())
+        for conc, count in ((1, a.short1), (8, a.short64), (64, a.short64), (64, a.short64)):
+            for lb in ("h2", "connect"):
+                p = self.proxies[lb]
+                c0 = proc_cpu_s(p.pid)
+                r = self.loadgen("proxy", "--port", p.port, "--model", "auto", "--conc", conc,
+                                 "--count", count, "--expect", 20)
+                cpu = proc_cpu_s(p.pid) - c0
+                tt = [x[1] / 1000.0 for x in r["streams"] if x[2] >= 0 and x[1] >= 0]
+                say("%-8s %2d at once, %4d answers: first token p50 %7.2f ms, p99 %7.2f ms, "
+                    "errors %s, proxy CPU %.2f ms per answer, load %.2f"
+                    % (lb, conc, count, pct(tt, 50) or -1, pct(tt, 99) or -1,
+                       r["errors"] or 0, 1000.0 * cpu / count, loadavg()))
+
     def startup(self, path):
         env = self.proxy_env()
         port = H.free_port()
@@ -952,6 +987,10 @@ def main():
                     help="only the holds (64, --hold, --hold-big streams open), over HTTP/2 and "
                     "HTTP/1.1 (connect): memory, connections and handshakes per stream")
     ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
+    ap.add_argument("--ttfb-fast", action="store_true",
+                    help="only: first token over HTTP/2 and HTTP/1.1 with holdhost.py answering "
+                    "the runs (no fake in the run path), 1, 8 and 64 at once (--short1, --short64 "
+                    "answers); prints figures")
     ap.add_argument("--startup-runs", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
     ap.add_argument("--summary", metavar="TOOLLOOP_JSON",
@@ -971,6 +1010,12 @@ def main():
     if a.compare:
         a.compare = os.path.abspath(a.compare)
     b = Bench(a)
+    if a.ttfb_fast:
+        try:
+            b.ttfb_fast()
+        finally:
+            H.cleanup()
+        return
     t0 = time.time()
     try:
         b.run()

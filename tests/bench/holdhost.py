@@ -46,6 +46,7 @@ CT = "application/connect+proto"
 CT_UNARY = "application/proto"
 HELD = pb.envelope(pb.m_text("held"))
 DONE = pb.envelope(pb.m_text(" done")) + pb.envelope(pb.m_turn_ended()) + pb.end_stream({})
+ANSWER = None       # --answer-deltas N: every run answered at once (N deltas, the end), no hold
 
 
 class State:
@@ -225,6 +226,12 @@ class Conn(asyncio.Protocol):
             if not st.answered:     # the run request: headers and the first delta
                 st.answered = st.held = True
                 self.h.send_headers(st.sid, [(":status", "200"), ("content-type", CT)])
+                if ANSWER:
+                    st.held = False
+                    self.send(st, ANSWER, True)
+                    self.close_stream(st)
+                    del self.streams[st.sid]
+                    return
                 self.send(st, HELD, False)
 
     def send(self, st, data, end):
@@ -359,6 +366,11 @@ class H1:
         owner = S.h1_runs.get(rid)
         if owner and not owner.run[1]:      # the run request is in: the first delta
             owner.run[1] = True
+            if ANSWER:
+                owner.chunk(ANSWER)
+                owner.tr.write(b"0\r\n\r\n")
+                owner.lost()
+                return
             owner.chunk(HELD)
 
     def chunk(self, data):
@@ -424,13 +436,19 @@ STOP = None
 
 
 async def main():
-    global STOP
+    global STOP, ANSWER
     ap = argparse.ArgumentParser()
     ap.add_argument("--cert-dir", required=True)
     ap.add_argument("--info", required=True)
     ap.add_argument("--max-streams", type=int, default=100)
     ap.add_argument("--ping-s", type=float, default=10.0)
+    ap.add_argument("--answer-deltas", type=int, default=0,
+                    help="answer every run at once with this many one-character deltas and the "
+                    "end, instead of holding it (a first-token figure without the fake)")
     a = ap.parse_args()
+    if a.answer_deltas > 0:
+        ANSWER = b"".join(pb.envelope(pb.m_text("s")) for _ in range(a.answer_deltas)) + \
+            pb.envelope(pb.m_turn_ended()) + pb.end_stream({})
     STOP = asyncio.Event()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(os.path.join(a.cert_dir, "server.pem"),
