@@ -134,7 +134,7 @@ def transports(fake):
 
 
 def log_lines(px, needle, want=None):
-    """Lines of the proxy's log with needle (waiting up to 5 s for one with want: the
+    """Lines of the proxy's log with needle (waiting up to 20 s for one with want: the
     access log line is written after the response)."""
     out = []
 
@@ -146,7 +146,7 @@ def log_lines(px, needle, want=None):
         except OSError:
             pass
         return want is None or any(want in l for l in out)
-    H.wait_for(read, 5)
+    H.wait_for(read, 20)
     return out
 
 

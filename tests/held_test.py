@@ -224,7 +224,7 @@ def log_of(px):
 def logged(px, text, n=1):
     """The proxy logged text (at least n times); log lines are written by a queue, so wait a
     little for them."""
-    return H.wait_for(lambda: log_of(px).count(text) >= n, 5)
+    return H.wait_for(lambda: log_of(px).count(text) >= n, 20)
 
 
 def appends_of(run, typ, kind=None):
@@ -398,7 +398,7 @@ def t_fallback(tmp, fake, token, ws, secret):
     eq("closed held run: replayed", rs[-1]["content"], REPLAYED)
     check("closed held run logged", H.wait_for(
         lambda: "Cursor closed the held run" in log_of(px)
-        or "Cursor ended the run while it was held" in log_of(px), 5))
+        or "Cursor ended the run while it was held" in log_of(px), 20))
     px.stop()
     # the circuit breaker: after 3 hollow continuations runs are not held
     px = H.Proxy(tmp, "breaker", fake.url(), fake.ca, token, extra_env=env)

@@ -200,10 +200,9 @@ def t_version(E):
            {k: [DEFAULT_VERSION] for k in (
                ("/Run", "GetUsableModels", "GetServerConfig") if H.TRANSPORT == "h2"
                else ("RunSSE", "BidiAppend", "GetUsableModels"))})
-        log = open(p.proc.log_path).read()
-        check("version: start-up log names value and source",
-              re.search(r"client version %s \(built-in default\)" % re.escape(DEFAULT_VERSION),
-                        log), log[-600:])
+        pat = r"client version %s \(built-in default\)" % re.escape(DEFAULT_VERSION)
+        log = H.wait_log(p.proc.log_path, lambda t: re.search(pat, t))
+        check("version: start-up log names value and source", re.search(pat, log), log[-600:])
     finally:
         p.stop()
 
@@ -231,10 +230,10 @@ def t_version(E):
             v = versions_of(E, n0)
             eq("version: %s -> %s" % (why, want), (st, sorted(set().union(*v.values()))),
                (200, [want]))
-            log = open(p.proc.log_path).read()
             src = "installed cursor-agent" if want != DEFAULT_VERSION else "built-in default"
-            check("version: log says %s (%s)" % (src, why),
-                  ("client version %s (%s" % (want, src)) in log, log[-600:])
+            line = "client version %s (%s" % (want, src)
+            log = H.wait_log(p.proc.log_path, lambda t: line in t)
+            check("version: log says %s (%s)" % (src, why), line in log, log[-600:])
         finally:
             p.stop()
 
@@ -382,9 +381,10 @@ def t_reprobe(E, agent_url, secs):
                (ls, ans), ([("agent", "http1_refused:illegal"), ("main", "ok")],
                            (200, "Hello from fake Cursor.")))
             check("reprobe: ... not before the interval", t - t0 >= secs, t - t0)
-        log = open(p.proc.log_path).read()
-        check("reprobe: the log says so", "again after a re-probe" in log
-              and "for the next %d s, then it is tried again" % secs in log, log[-1200:])
+        said = lambda t: ("again after a re-probe" in t
+                          and "for the next %d s, then it is tried again" % secs in t)
+        log = H.wait_log(p.proc.log_path, said)
+        check("reprobe: the log says so", said(log), log[-1200:])
         # the host serves HTTP/1.1 now: after the interval it gets the runs back (a spare
         # connection the proxy opened while the host still refused may be refused once more:
         # the fake decides when it accepts, then one more interval passes)
@@ -425,7 +425,7 @@ def t_agent(E):
            (["main"], ["main"], ["main"]))
         eq("agent: the agent host refused nothing (never asked)",
            E.fake.ctl("/state")["counters"].get("http1_refused_agent", 0), 0)
-        log = open(p.proc.log_path).read()
+        log = H.wait_log(p.proc.log_path, lambda t: "HTTP/1.1 runs to the base URL" in t)
         check("agent: the start-up log says where HTTP/1.1 runs go",
               "HTTP/1.1 runs to the base URL" in log, log[-600:])
     finally:
@@ -457,11 +457,11 @@ def t_agent(E):
             eq("agent: the HTTP/2-only host is remembered: straight to the base URL (%s)" % mode,
                (st, H.parse_sse(b)["content"] if st == 200 else b, runsse_listeners(E, n1)),
                (200, "Hello from fake Cursor.", [("main", "ok")]))
-            log = open(p.proc.log_path).read()
+            pat = (r"localhost:%d serves HTTP/2 only \(it answered an HTTP/1\.1 request with "
+                   r"[^)]*%s" % (E.fake.info["agent_port"], re.escape(how)))
+            log = H.wait_log(p.proc.log_path, lambda t: re.search(pat, t))
             check("agent: the log says the host serves HTTP/2 only and how (%s)" % mode,
-                  re.search(r"localhost:%d serves HTTP/2 only \(it answered an HTTP/1\.1 "
-                            r"request with [^)]*%s" % (E.fake.info["agent_port"], re.escape(how)),
-                            log), log[-1200:])
+                  re.search(pat, log), log[-1200:])
             m = p.request("GET", "/metrics")[1].decode()
             check("agent: the fallback is counted (%s)" % mode,
                   'cursor_oai_fallbacks_total{kind="http2_only_host"} 1' in m,
@@ -604,7 +604,7 @@ def t_profile(E):
         st, b, _ = chat(p)
         eq("profile: the working profile is remembered", (st, profile_of(E, n1)),
            (200, ["grpc-web"]))
-        log = open(p.proc.log_path).read()
+        log = H.wait_log(p.proc.log_path, lambda t: "retrying with grpc-web" in t)
         check("profile: the switch is logged", "retrying with grpc-web" in log, log[-800:])
     finally:
         p.stop()

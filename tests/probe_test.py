@@ -679,7 +679,7 @@ def t_small(tmp, fake, token, ws, secret):
     check("auth.json with a \\u0000 escape in the token: not used (%s)" % b[:80],
           b'"credentials":"missing"' in b, b[:200])
     check("... and the log says why",
-          H.wait_for(lambda: "u0000 escape" in log_of(px), 5), H.tail(px.proc.log_path)[-400:])
+          H.wait_for(lambda: "u0000 escape" in log_of(px), 20), H.tail(px.proc.log_path)[-400:])
     px.stop()
     px = H.Proxy(tmp, "small", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "1024", "CURSOR_OAI_TOOL_WINDOW_MS": "5000",

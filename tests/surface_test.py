@@ -453,7 +453,7 @@ def t_tool_images(fake, proxy):
     def logged():
         with open(proxy.proc.log_path, errors="replace") as f:
             return "which only an MCP exec's result can carry; falling back" in f.read()
-    check("the fallback is logged with its reason", H.wait_for(logged, 5))
+    check("the fallback is logged with its reason", H.wait_for(logged, 20))
 
 
 def runs_of_model(fake, model):

@@ -115,6 +115,18 @@ def tail(path, n=3000):
         return ""
 
 
+def wait_log(path, pred, timeout=20):
+    """The text of a log file once pred(text) holds, or at the timeout: the proxy writes its
+    log through a queue, a moment after what it reports (the answer may be out before)."""
+    text = [""]
+
+    def read():
+        text[0] = tail(path, 10 ** 8)
+        return pred(text[0])
+    wait_for(read, timeout)
+    return text[0]
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -288,9 +300,21 @@ class Proxy:
         env.update(extra_env or {})
         self.env = env
         self.token = token
-        args = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port] + list(args or [])
-        self.proc = spawn(args, os.path.join(tmp, "proxy-%s.log" % name), env=env, cwd=self.cwd)
-        ok = wait_for(lambda: self.proc.poll() is not None or self.get("/health")[0] == 200, 15)
+        # The port free_port() saw free can be taken before the proxy binds it (the other
+        # transport's lane runs the same suite at the same time, and any outgoing connection
+        # may get it as its local port): then start again on another one.
+        for attempt in range(5):
+            cmd = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port] + list(
+                args or [])
+            self.proc = spawn(cmd, os.path.join(tmp, "proxy-%s.log" % name), env=env,
+                              cwd=self.cwd)
+            ok = wait_for(lambda: self.proc.poll() is not None
+                          or self.get("/health")[0] == 200, 15)
+            if (attempt == 4 or self.proc.poll() is None
+                    or "cannot listen on" not in tail(self.proc.log_path)):
+                break
+            PROCS.remove(self.proc) if self.proc in PROCS else None
+            self.port = free_port()
         if not ok or self.proc.poll() is not None:
             raise RuntimeError("proxy %s did not become healthy:\n%s"
                                % (name, tail(self.proc.log_path)))
