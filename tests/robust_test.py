@@ -249,8 +249,8 @@ def t_models(tmp, fake, token):
             e = err_of(b) or {}
             note("GetUsableModels answering with %s: /v1/models %d after %.2f s: %s"
                  % (what, st, dt, e.get("message")))
-            check("GetUsableModels with %s: 502 within 5 s (not the 15 s deadline)" % what,
-                  st == 502 and dt < 5, (st, dt, b[:200]))
+            check("GetUsableModels with %s: 502 within 10 s (not the 15 s deadline)" % what,
+                  st == 502 and dt < 10, (st, dt, b[:200]))
         finally:
             set_slow(fake)
             p.stop()
@@ -270,8 +270,8 @@ def t_append(tmp, fake, token):
         e = err_of(b) or {}
         note("seqno-0 BidiAppend answer trickling: stream request got %d after %.2f s: %s"
              % (st, dt, e.get("message")))
-        check("trickling BidiAppend answer: 504 at the overall deadline (< 5 s)",
-              st == 504 and dt < 5, (st, dt, b[:300]))
+        check("trickling BidiAppend answer: 504 at the overall deadline (3 s; < 10 s, the "
+              "trickle lasts 25 s)", st == 504 and dt < 10, (st, dt, b[:300]))
     finally:
         set_slow(fake)
         p.stop()
@@ -290,8 +290,8 @@ def t_append_h2(tmp, fake, token):
         e = err_of(b) or {}
         note("run request held by a closed HTTP/2 window: stream request got %d after %.2f s: "
              "%s" % (st, dt, e.get("message")))
-        check("run request held by a closed HTTP/2 window: 504 at the overall deadline (< 5 s)",
-              st == 504 and dt < 5, (st, dt, b[:300]))
+        check("run request held by a closed HTTP/2 window: 504 at the overall deadline (3 s; "
+              "< 10 s, the idle timeout is 60 s)", st == 504 and dt < 10, (st, dt, b[:300]))
         check("  ... the fake held that stream's window", counters(fake).get(
             "h2_hold_window_streams", 0) >= 1, counters(fake))
     finally:
@@ -443,12 +443,12 @@ def t_keepalive(tmp, fake, token):
             c.getresponse().read()
             conns.append(c)
         t0 = time.time()
-        ok = H.wait_for(lambda: p.get("/health")[0] == 200, 8, step=0.25)
+        ok = H.wait_for(lambda: p.get("/health")[0] == 200, 30, step=0.25)
         dt = time.time() - t0
         note("4 idle keep-alive connections on --max-conns 4: a new client served after "
              "%.2f s" % dt)
-        check("idle keep-alive connections give their slots up under pressure (< 4 s, not "
-              "75 s)", ok and dt < 4, dt)
+        check("idle keep-alive connections give their slots up under pressure (< 20 s, not "
+              "75 s)", ok and dt < 20, dt)
     finally:
         for c in conns:
             c.close()
@@ -562,12 +562,21 @@ def t_memory(tmp, fake, token):
         hold.send(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
                    "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                    % (p.port, len(big))).encode() + big[:1000])
-        time.sleep(0.5)
+        # Nothing shows when the proxy has read A's head and reserved its body (no log line,
+        # no metric), and on a loaded machine that can take longer than any fixed pause: a
+        # B sent before it is rightly admitted (200, alone in the budget), so send B until
+        # it meets the reservation, for at most 15 s (A's body deadline is further off)
         body_b = chat_body("scenario:default", "b" * 400000, False)
-        st, b, hd = p.request("POST", "/v1/chat/completions", body_b, timeout=10)
+        tries, end = 0, time.time() + 15
+        while True:
+            time.sleep(0.3)
+            tries += 1
+            st, b, hd = p.request("POST", "/v1/chat/completions", body_b, timeout=10)
+            if st != 200 or time.time() > end:
+                break
         e = err_of(b) or {}
-        note("1 MiB in-flight budget, 0.9 MB held: a 0.4 MB request got %d Retry-After %s: %s"
-             % (st, hd.get("retry-after"), e.get("message")))
+        note("1 MiB in-flight budget, 0.9 MB held: a 0.4 MB request got %d Retry-After %s "
+             "(try %d): %s" % (st, hd.get("retry-after"), tries, e.get("message")))
         check("request bytes over the in-flight budget: 503 with Retry-After",
               st == 503 and hd.get("retry-after"), (st, hd, b[:200]))
         hold.send(big[1000:])
@@ -685,7 +694,7 @@ def t_auth(tmp, fake, token):
         "HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config")})
     try:
         st, b, hd = plain(p, "scenario:default")
-        log = H.tail(p.proc.log_path, 20000)
+        log = H.wait_log(p.proc.log_path, lambda t: "NUL" in t)
         note("auth.json with a NUL inside the access token: chat %d; log: %s"
              % (st, [ln for ln in log.splitlines() if "NUL" in ln][:1]))
         check("a NUL inside a token is refused (chat 401, the log says NUL), not cut short",
@@ -725,8 +734,9 @@ def t_auth(tmp, fake, token):
         e = err_of(b) or {}
         note("token renewal answered after 12 s, CURSOR_OAI_UPSTREAM_TIMEOUT=3: %d after %.2f s:"
              " %s" % (st, dt, e.get("message")))
-        check("a hanging renewal call (/oauth/token) ends at the overall deadline (503 within 5 s)",
-              st == 503 and dt < 5, (st, dt, b[:200]))
+        check("a hanging renewal call (/oauth/token) ends at the overall deadline (3 s; 503 "
+              "within 9 s, the renewal answers after 12 s)", st == 503 and dt < 9,
+              (st, dt, b[:200]))
     finally:
         fake.ctl("/config", {"refresh_delay_s": 0.0})
         p.stop()
