@@ -465,7 +465,9 @@ def t_dead_upstreams(tmp, fake, token):
             dt = time.time() - t0
             e = before_output("RST during the TLS handshake (stream=%s)" % stream, st, hd, b,
                               502)
-            check("RST in handshake: fails fast (< 3 s)", dt < 3, dt)
+            # fast: not the 10 s connect timeout a silent upstream costs (the margin is for a
+            # loaded machine)
+            check("RST in handshake: fails fast (< 6 s)", dt < 6, dt)
             check("RST in handshake: the message names the TLS stage",
                   re.search(r"tls|handshake", e.get("message", ""), re.I), e)
             note("RST in handshake: %.2fs %s" % (dt, e.get("message")))
@@ -548,8 +550,8 @@ def t_client(proxy, fake):
                "Expect: 100-continue\r\n\r\n" % (port, len(body)))
         ok = r.read_until(b"\r\n\r\n", 3)
         dt = time.time() - t0
-        check("Expect: 100-continue answered within 0.5 s", ok and r.buf.startswith(
-            b"HTTP/1.1 100") and dt < 0.5, (dt, r.buf[:80]))
+        check("Expect: 100-continue answered within 2 s", ok and r.buf.startswith(
+            b"HTTP/1.1 100") and dt < 2, (dt, r.buf[:80]))
         note("100 Continue after %.1f ms" % (dt * 1000))
         r.send(body)
         st, hd, b = r.response(20)
@@ -652,7 +654,8 @@ def t_client(proxy, fake):
         st, hd, b = r.response(5)
         dt = time.time() - t0
         eq("Content-Length 40000000 -> 413 without the body", st, 413)
-        check("413 at once (< 1 s)", dt < 1, dt)
+        # at once: not after waiting for a body that never comes (30 s between reads)
+        check("413 at once (< 3 s)", dt < 3, dt)
         check("413: JSON error, Connection: close", err_of(b) and hd.get(
             "connection", "").lower() == "close", (hd, b[:200]))
     finally:
@@ -682,7 +685,9 @@ def t_client(proxy, fake):
     st, b, hd = proxy.request("POST", "/v1/chat/completions", deep, timeout=10)
     dt = time.time() - t0
     eq("100,000-deep JSON -> 400", st, 400)
-    check("100,000-deep JSON: quick (< 1 s) JSON error", dt < 1 and err_of(b), (dt, b[:200]))
+    # quick: work linear in the depth (a quadratic parse of 200,000 brackets takes minutes);
+    # 3 s leaves room for the sanitizer build on a loaded machine
+    check("100,000-deep JSON: quick (< 3 s) JSON error", dt < 3 and err_of(b), (dt, b[:200]))
     note("deep JSON: %.0f ms: %s" % (dt * 1000, (err_of(b) or {}).get("message")))
 
     # tools[0].function.parameters nested 60 deep: forwarded intact
@@ -863,8 +868,19 @@ def t_cap(tmp, fake, token):
     p = H.Proxy(tmp, "cap", fake.url(), fake.ca, token, args=["--max-conns", "20"])
     held = []
     try:
-        time.sleep(0.3)  # the readiness probe's connection has gone
-        for i in range(20):
+        # the readiness probe's connection must be gone (its slot freed) before the 20 are
+        # counted: the first held connection asks /metrics until it is the only one
+        r = Raw(p.port)
+        held.append((r, 0))
+
+        def alone():
+            r.send(req_bytes("GET", "/metrics", p.port))
+            m = re.search(rb"^cursor_oai_client_connections (\d+)", r.response(5)[2], re.M)
+            return m and int(m.group(1)) == 1
+        check("cap: the readiness probe's connection is gone", H.wait_for(alone, 20, 0.1))
+        r.send(req_bytes("GET", "/health", p.port))
+        held[0] = (r, r.response(5)[0])
+        for i in range(19):
             r = Raw(p.port)
             r.send(req_bytes("GET", "/health", p.port))
             held.append((r, r.response(5)[0]))
@@ -880,7 +896,9 @@ def t_cap(tmp, fake, token):
                 "code")))
             r.close()
         eq("connections 21-25 -> 503", [o[0] for o in over], [503] * 5)
-        check("503 answered at once (< 0.5 s)", all(o[1] < 0.5 for o in over), over)
+        # at once, not when a slot frees (none does: waiting would end at the 5 s read
+        # timeout); 2 s leaves room for a loaded machine
+        check("503 answered at once (< 2 s)", all(o[1] < 2 for o in over), over)
         check("503 carries Retry-After and an OpenAI error", all(
             o[2] and o[3] for o in over), over)
         note("over the cap: %s" % [(o[0], "%.0fms" % (o[1] * 1000), o[2], o[3]) for o in over])
@@ -895,7 +913,7 @@ def t_cap(tmp, fake, token):
             r.close()
         held = held[5:]
         t0 = time.time()
-        ok = H.wait_for(lambda: p.get("/health")[0] == 200, 5, 0.05)
+        ok = H.wait_for(lambda: p.get("/health")[0] == 200, 20, 0.05)
         check("/health answers once slots are free", ok, time.time() - t0)
         note("/health back %.0f ms after freeing slots" % ((time.time() - t0) * 1000))
         for r, _ in held:
