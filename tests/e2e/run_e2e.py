@@ -13,6 +13,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -463,8 +464,18 @@ def t_spare(tmp, fake, token):
         c0 = fake.state()["counters"]
         n_req = len(fake.ctl("/requests"))
         sent = []
+
+        def idle_upstream():
+            """Idle connections to the fake in the proxy's pool (spares included)."""
+            m = re.search(rb"^cursor_oai_pooled_connections (\d+)", p.get("/metrics")[1], re.M)
+            return int(m.group(1)) if m else 0
         for i in range(6):
+            # the spare opened for run i must be in the pool before request i goes out (a
+            # fixed pause loses that race on a loaded machine): one for the RunSSE the fake
+            # closed, plus the BidiAppend connection back in the pool
             time.sleep(0.3)
+            if i and H.TRANSPORT == "http1":
+                H.wait_for(lambda: idle_upstream() >= 2, 10, 0.05)
             sent.append(time.time())
             st, hd, b, s = sse(p, "scenario:text_basic")
             check("Connection: close upstream, request %d: complete" % i,
