@@ -391,7 +391,9 @@ def t_login_ctrl_c():
     text = H.tail(log, 10 ** 6)
     OUTPUTS.append(("login ctrl-c", text))
     eq("Ctrl-C during login: exit 130", rc, 130)
-    check("Ctrl-C during login: stops within 3 s", dt < 3, dt)
+    # promptly, not when the login ends (it would poll on: the fake answers pending); 6 s of
+    # the 10 s wait leaves room for a loaded machine
+    check("Ctrl-C during login: stops within 6 s", dt < 6, dt)
     check("Ctrl-C during login: says nothing was saved", "cancelled" in text, text[-300:])
     check("Ctrl-C during login: no credentials file, no temporary file",
           not os.path.exists(ours_path(env)) and (not os.path.isdir(ours_dir(env)) or not [
