@@ -361,7 +361,7 @@ def t_login_browser_flow():
     def marker_args():
         a = open(marker).read().splitlines() if os.path.exists(marker) else []
         return a if len(a) >= 2 else []
-    H.wait_for(marker_args, 5)
+    H.wait_for(marker_args, 20)
     args = marker_args()
     check("login with DISPLAY: xdg-open ran with exactly one argument, the URL",
           url2 and args == ["1", url2[0]], (args, url2))
@@ -915,7 +915,7 @@ def t_pickup_login():
         TOKENS.add(key)
         rc, out, err = cli("login-pickup", ["login", "--api-key", key], env)
         eq("  ... login while serving: exit 0", rc, 0)
-        got = H.wait_for(lambda: srv.chat()[0] == 200, 5, step=0.3)
+        got = H.wait_for(lambda: srv.chat()[0] == 200, 20, step=0.3)
         check("  ... the running server picks the login up without a restart", got)
         st, _, _ = srv.chat(model="sonnet-4.5")
         runs = FAKE.runs()
@@ -923,12 +923,12 @@ def t_pickup_login():
               "not kept): sonnet-4.5 -> claude-4.5-sonnet", st == 200 and runs
               and runs[-1]["model_id"] == "claude-4.5-sonnet", [r["model_id"] for r in runs])
         rc, out, err = cli("logout-pickup", ["logout"], env)
-        gone = H.wait_for(lambda: srv.chat()[0] == 401, 5, step=0.3)
+        gone = H.wait_for(lambda: srv.chat()[0] == 401, 20, step=0.3)
         check("  ... and a logout too (401 again)", gone)
         # a browser login into the same running server
         fake_reset(poll_pending=1)
         rc, out, err = cli("login-pickup2", ["login", "--no-browser"], env)
-        got = H.wait_for(lambda: srv.chat()[0] == 200, 5, step=0.3)
+        got = H.wait_for(lambda: srv.chat()[0] == 200, 20, step=0.3)
         check("  ... a browser login is picked up as well", rc == 0 and got)
     finally:
         srv.stop()

@@ -436,7 +436,7 @@ def t_fallback(tmp, fake, token, ws, secret):
     eq("off: the follow-up replays", rs[-1]["content"], REPLAYED)
     runs = runs_of(fake, "h_parallel")[k0:]
     eq("off: two upstream runs", len(runs), 2)
-    H.wait_for(lambda: runs_of(fake, "h_parallel")[k0]["stream"].get("ended") != "running", 5)
+    H.wait_for(lambda: runs_of(fake, "h_parallel")[k0]["stream"].get("ended") != "running", 20)
     runs = runs_of(fake, "h_parallel")[k0:]
     check("off: the first run was closed, not held", runs and runs[0]["stream"].get("ended")
           in ("client_closed", "completed"), runs and runs[0]["stream"])

@@ -249,7 +249,7 @@ def t_metrics(tmp, fake, token):
             http(proxy.port, "POST", "/v1/chat/completions", chat_body("scenario:default"),
                  headers=auth)
             sp = H.wait_for(lambda: mval(metrics(proxy.port, key)[2],
-                                         "cursor_oai_h2_connections") == 1, 5, 0.02)
+                                         "cursor_oai_h2_connections") == 1, 20, 0.02)
             _, _, m0, _ = metrics(proxy.port, key)
             check("the run's HTTP/2 connection shows in cursor_oai_h2_connections", sp, m0)
         else:
@@ -258,7 +258,7 @@ def t_metrics(tmp, fake, token):
                 http(proxy.port, "POST", "/v1/chat/completions", chat_body("scenario:default"),
                      headers=auth)
                 sp = H.wait_for(lambda: mval(metrics(proxy.port, key)[2],
-                                             "cursor_oai_spare_connections") >= 1, 5, 0.02)
+                                             "cursor_oai_spare_connections") >= 1, 20, 0.02)
             finally:
                 fake.ctl("/config", {"runsse_close": False})
             _, _, m0, _ = metrics(proxy.port, key)

@@ -527,7 +527,7 @@ def t_signals(tmp, fake, token):
         proc.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         check("under nohup (SIGHUP ignored by the parent) SIGHUP leaves the server running",
-              up and proc.poll() is None and H.wait_for(health, 3), proc.poll())
+              up and proc.poll() is None and H.wait_for(health, 10), proc.poll())
     finally:
         proc.kill()
         proc.wait()

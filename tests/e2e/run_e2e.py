@@ -443,7 +443,7 @@ def t_tls(tmp, fake, token):
             # the fake counts a failed handshake after the proxy has given up on it: the
             # proxy may have answered first
             H.wait_for(lambda: fake.state()["counters"].get(
-                "tls_handshake_failures_" + name, 0) >= 1, 3)
+                "tls_handshake_failures_" + name, 0) >= 1, 15)
             c = fake.state()["counters"]
             check("%s: handshake refused by the proxy" % name,
                   c.get("tls_handshake_failures_" + name, 0) >= 1, c)
