@@ -114,9 +114,15 @@ class Env:
 
     def requests_since(self, n0):
         # the fake records a RunSSE when its handler returns, which may be just after the
-        # proxy answered the client
-        H.wait_for(lambda: self.fake.ctl("/state")["active_streams"] == 0, 3)
-        time.sleep(0.05)
+        # proxy answered the client (and after the stream left active_streams): wait until
+        # every request it has counted ("requests", at the start of its handler) is recorded
+        # (the HTTP/1.1 refusals of an HTTP/2-only host are recorded without that count)
+        def settled():
+            s = self.fake.ctl("/state")
+            c = s["counters"]
+            refused = sum(v for k, v in c.items() if k.startswith("http1_refused_"))
+            return s["active_streams"] == 0 and c.get("requests", 0) + refused <= s["n_requests"]
+        H.wait_for(settled, 10)
         return self.fake.ctl("/requests?since=%d" % n0)
 
     def nreq(self):
