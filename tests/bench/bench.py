@@ -27,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -178,14 +177,9 @@ class HoldHost:
     def url(self):
         return "https://localhost:%d" % self.port
 
-    def ctl(self, path, body=None):
-        url = "http://127.0.0.1:%d%s" % (self.info["control_port"], path)
-        data = json.dumps(body).encode() if body is not None else None
-        with urllib.request.urlopen(urllib.request.Request(url, data=data), timeout=30) as r:
-            return json.loads(r.read())
-
-    def state(self):
-        return self.ctl("/state")
+    # the fake's control calls: they need only self.info["control_port"]
+    ctl = H.Fake.ctl
+    state = H.Fake.state
 
 
 class Bench:
