@@ -7834,16 +7834,21 @@ static int held_pipe(struct run *r)
 
 static int held_enabled(void);
 
-/* Whether run_finish will park r (its response ended with tool calls), made as sure as can
- * be before the response's last byte goes out: what can fail (the wake-up pipe) is done
+/* Whether r's response asks for tools and its run is one to park: the one rule run_finish
+ * parks by and held_count counts by. */
+static int held_wanted(struct run *r)
+{
+    return r->c && !r->c->dead && !r->out.cancelled && tr_is_open(r)
+        && coai_reply_tool_called(&r->reply) && !r->reply.error.status && held_enabled();
+}
+
+/* Whether run_finish will park r, made as sure as can be before the response's last byte
+ * goes out: held_park's own conditions checked and what can fail (the wake-up pipe) done
  * here. Left to fail after it: that last write, and starting the holder thread. 0 ready. */
 static int held_ready(struct run *r)
 {
-    struct conn *c = r->c;
-    if (!c || c->dead || r->out.cancelled || !tr_is_open(r) || r->held.dead
-        || !coai_reply_tool_called(&r->reply) || r->reply.error.status
-        || !coai_reply_calls(&r->reply, NULL) || (!r->in.req.message_count && !r->in.hist_ok)
-        || !held_enabled())
+    if (!held_wanted(r) || r->held.dead || !coai_reply_calls(&r->reply, NULL)
+        || (!r->in.req.message_count && !r->in.hist_ok))
         return -1;
     return held_pipe(r);
 }
@@ -8302,8 +8307,7 @@ static void run_finish(struct run *r)
         r->out.remembered = 1;
         mem_store(r);
     }
-    if (tr_is_open(r) && !r->out.cancelled && !c->dead && coai_reply_tool_called(&r->reply)
-        && !r->reply.error.status && held_enabled()) {
+    if (held_wanted(r)) {
         r->held.tools_at = mono_ms();
         if (held_park(r) == 0) return;
         srv_log(LOG_INFO, "run %s not held: %s", r->up.request_id,
