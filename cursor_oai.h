@@ -1982,6 +1982,12 @@ typedef struct coai_tool_call {
                                 * too big for one argument of a one-string shell tool
                                 * (Linux: 128 KiB) takes several: map it again with part
                                 * 1, 2 ... parts-1 for the others' arguments */
+    uint64_t salt;             /* in: random bytes, the same for every call of one exec:
+                                * names a split write's staging directory (0: named by
+                                * the exec id and path alone, which anyone can predict) */
+    const char *refusal;       /* out, when the map returns 0: why the exec cannot go to
+                                * the client's tools (a sentence for Cursor; a static
+                                * string), NULL when no tool matches it */
 } coai_tool_call;
 
 /* Map an exec to one of the client's tools (spec §8.2 plus schema-driven renaming).
@@ -2072,6 +2078,8 @@ typedef struct coai_reply_opts {
     int json_check;            /* non-streaming: the answer must be a JSON object (```json
                                 * fences are removed), else a 502 invalid_json_output */
     const struct cJSON *json_schema; /* its top-level "required" members are checked */
+    uint64_t write_salt;       /* random bytes for this response (coai_tool_call.salt): the
+                                * staging directory of a split write is named with them */
 } coai_reply_opts;
 
 /* Copy dialect, stream, include_usage, tools, session_id and prompt from a parsed
@@ -2419,8 +2427,10 @@ int coai_models_resolve_claude(const coai_models *m, coai_str requested, int wan
 /* Map an exec to a Messages client's tools: coai_exec_map, and when the client has no
  * dedicated tool for an ls, grep (with or without a file glob) or delete exec (a current
  * Claude Code offers only Bash, Read, Write, Edit and its own agent tools), the same work as
- * a command for its shell tool: ls -la, grep -rnE [--include], find -name, rm -f (arguments
- * quoted for a POSIX shell). Same contract as coai_exec_map. */
+ * a command for its shell tool: ls -la, grep -rnE [--include], find -name, wc -c && rm
+ * (every path, pattern and glob through the one quoting layer: one literal word each, a
+ * path never read as an option; a NUL in one: 0 and tc->refusal). Same contract as
+ * coai_exec_map. */
 int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             coai_str workspace, coai_tool_call *tc);
 /* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
@@ -2506,7 +2516,11 @@ int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap
  * does not fit one command is split: tc->parts calls of COAI_WRITE_PART_BYTES each, as
  * base64, into a staging directory beside the target, the whole file renamed into place
  * by the call that completes it (the array-form shell takes the content as several
- * arguments of one call instead). */
+ * arguments of one call instead); tc->salt names the staging directory. A path or
+ * content apply_patch could read as more than it is (a line break, a control byte, white
+ * space at either end, a directive's start; CR or another line separator in the content)
+ * never goes into a patch: the shell does it, or with no shell tool the map returns 0
+ * with tc->refusal. */
 int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             coai_str workspace, coai_tool_call *tc);
 /* The final response object (valid once the reply is done without error; empty view
@@ -9661,6 +9675,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     coai_buf d = { 0 };
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
+    tc->refusal = NULL;
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
     case COAI_EXEC_SHELL_STREAM:
@@ -9768,7 +9783,11 @@ static int coai__oa_traps_exit(coai_dialect d, int kind, const coai_tool *t)
 /* The OpenAI chat dialect's exec mapping: coai_exec_map, then a shell command for
  * OpenCode's `bash` tool gets COAI_EXIT_TRAP in front (a line of its own), so that the exit code, which
  * OpenCode's and Kilo Code's results leave out, comes back with the output. */
-static void coai__delete_cmd(coai_buf *cmd, coai_str path);   /* PART:ANTHROPIC */
+static int coai__delete_cmd(coai_buf *cmd, coai_str path);    /* PART:ANTHROPIC */
+/* What Cursor is told when a path or pattern cannot go into a command (the quoting layer,
+ * PART:ANTHROPIC: coai__sh_arg) */
+#define COAI__SH_REFUSAL "This tool call cannot be run here: its path or pattern holds a " \
+    "NUL byte, which no file name or command argument can contain. Use a path without one."
 
 /* sh: a shell exec running cmd in ex's place (same id, exec id, tool call id); cmd stays the
  * caller's */
@@ -9794,7 +9813,11 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
         /* no delete tool (Qwen Code, Kilo Code, OpenCode have none): the client's shell
          * tool, as over the Messages API, the file's size printed first for the result */
         coai_exec sh;
-        coai__delete_cmd(&cmd, ex->path);
+        if (coai__delete_cmd(&cmd, ex->path) < 0) {
+            coai_buf_free(&cmd);
+            tc->refusal = COAI__SH_REFUSAL;
+            return 0;
+        }
         if (cmd.err) { coai_buf_free(&cmd); return -1; }
         coai__exec_as_shell(&sh, ex, &cmd);
         m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
@@ -11162,12 +11185,13 @@ static void coai__oa_w_tool_call(coai_reply *r)
 /* Nothing is ever run on the proxy host: an exec no client tool matches gets what the
  * CLI sends for an exec it cannot run, throw{id, error} then stream_close{id} (notes
  * §1: YYE, PIC, senpi); the model reads the error and carries on. */
-static int coai__oa_throw(coai_reply *r, const coai_exec *ex)
+/* why: the sentence Cursor gets (NULL: no matching tool) */
+static int coai__oa_throw(coai_reply *r, const coai_exec *ex, const char *why)
 {
     int rc;
     r->rejected++;
     coai_buf_reset(&r->scratch_);
-    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(
+    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(why ? why :
         "This tool is not available here: the client did not provide a matching tool. "
         "Use one of the provided tools instead."));
     if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
@@ -11205,13 +11229,14 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
             rc = coai_encode_exec_empty_result(&r->scratch_, ex->id, ex->exec_id,
                                                (int)ex->kind);
         if (rc != COAI_OK) return rc == COAI_ERR_NOMEM ? coai__oa_fail_nomem(r)
-                                                      : coai__oa_throw(r, ex);
+                                                      : coai__oa_throw(r, ex, NULL);
         if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
         coai_buf_reset(&r->scratch_);
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
         return coai__oa_send(r);
     }
     memset(&tc, 0, sizeof tc);
+    tc.salt = r->o_.write_salt;
     m = coai__exec_map_of(r->o_.dialect)(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
     if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
     if (m > 0) {
@@ -11227,7 +11252,7 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         return rc;
     }
     coai_buf_free(&tc.args);
-    return coai__oa_throw(r, ex);
+    return coai__oa_throw(r, ex, tc.refusal);
 }
 
 /* ---- KV store and the §9 assistant-text fallback ---- */
@@ -12043,27 +12068,65 @@ int coai_anthropic_count_parse(coai_request *req, const char *body, size_t n, co
 
 /* ---- exec mapping ------------------------------------------------------------- */
 
-/* 'text' for a POSIX shell */
-static void coai__an_sq(coai_buf *b, coai_str s)
+/* ---- the one quoting layer ---------------------------------------------------
+ * Every command the proxy writes for a client's shell tool (ls, find, grep, rg, cat, wc,
+ * rm, mkdir, dirname, printf, the split write's script) takes Cursor's text - paths,
+ * patterns, globs, file contents - only through these three functions; nothing else
+ * writes such text into a command. Each appends exactly one shell word that stands for
+ * exactly the bytes given:
+ *   coai__sh_arg   a literal string argument: single-quoted for a POSIX shell (a quote
+ *                  as '\''), so $(...), `...`, globs, spaces, newlines and CR are text;
+ *   coai__sh_opt   an option and its value in one word (--include='*.c'): the value is
+ *                  never read as an option, whatever it starts with;
+ *   coai__sh_path  a path operand: coai__sh_arg with ./ in front of a relative path that
+ *                  starts with - or with one of find's expression words ( ) ! , - so
+ *                  -delete, --help or ! are file names for every program, find (which has
+ *                  no --) included; the callers also write -- where the program takes it.
+ * A pattern goes after -e / -name (an option's argument), never as an operand.
+ * Each returns 0, or -1 with nothing written for text holding a NUL byte, which no
+ * argument of a command can carry (the callers refuse the exec: COAI__SH_REFUSAL). */
+/* 'prefix + s' (prefix: plain text without a quote) */
+static int coai__sh_quote(coai_buf *b, const char *prefix, coai_str s)
 {
     size_t i;
+    if (s.len && memchr(s.ptr, 0, s.len)) return -1;
     coai_buf_putc(b, '\'');
+    coai_buf_puts(b, prefix);
     for (i = 0; i < s.len; i++) {
         if (s.ptr[i] == '\'') coai_buf_puts(b, "'\\''");
         else coai_buf_putc(b, s.ptr[i]);
     }
     coai_buf_putc(b, '\'');
+    return 0;
+}
+
+static int coai__sh_arg(coai_buf *b, coai_str s)
+{
+    return coai__sh_quote(b, "", s);
+}
+
+static int coai__sh_opt(coai_buf *b, const char *opt, coai_str value)
+{
+    if (value.len && memchr(value.ptr, 0, value.len)) return -1;
+    coai_buf_puts(b, opt);
+    return coai__sh_quote(b, "", value);
+}
+
+static int coai__sh_path(coai_buf *b, coai_str path)
+{
+    return coai__sh_quote(b, path.len && strchr("-()!,", path.ptr[0]) ? "./" : "", path);
 }
 
 /* Cursor's delete through a shell tool: the file's size first (its delete result carries
  * it), then the removal. Not rm -f: Codex refuses it ("rm -f style commands are not
- * permitted"), and a missing file is an error, as Cursor's own delete reports it. */
-static void coai__delete_cmd(coai_buf *cmd, coai_str path)
+ * permitted"), and a missing file is an error, as Cursor's own delete reports it.
+ * 0, or -1 for a path no command can carry (coai__sh_arg). */
+static int coai__delete_cmd(coai_buf *cmd, coai_str path)
 {
     coai_buf_puts(cmd, "wc -c < ");
-    coai__an_sq(cmd, path);
+    if (coai__sh_path(cmd, path) < 0) return -1;
     coai_buf_puts(cmd, " && rm -- ");
-    coai__an_sq(cmd, path);
+    return coai__sh_path(cmd, path);
 }
 
 int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
@@ -12071,27 +12134,26 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
 {
     coai_exec sh;
     coai_buf cmd = { 0 };
-    int m = coai_exec_map(ex, tools, count, workspace, tc);
+    int m = coai_exec_map(ex, tools, count, workspace, tc), bad = 0;
     if (m != 0) return m;
     if (ex->kind != COAI_EXEC_LS && ex->kind != COAI_EXEC_GREP && ex->kind != COAI_EXEC_DELETE)
         return 0;
     if (ex->kind == COAI_EXEC_LS) {
         coai_buf_puts(&cmd, "ls -la -- ");
         /* no path: the client's own directory (the proxy's workspace is not where it runs) */
-        coai__an_sq(&cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
+        bad |= coai__sh_path(&cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
     } else if (ex->kind == COAI_EXEC_DELETE) {
-        coai__delete_cmd(&cmd, ex->path);
+        bad |= coai__delete_cmd(&cmd, ex->path);
     } else if (ex->pattern.len) {
         coai_buf_puts(&cmd, "grep -rnE ");
         if (ex->glob.len) {
-            coai_buf_puts(&cmd, "--include=");
-            coai__an_sq(&cmd, ex->glob);
+            bad |= coai__sh_opt(&cmd, "--include=", ex->glob);
             coai_buf_putc(&cmd, ' ');
         }
         coai_buf_puts(&cmd, "-e ");
-        coai__an_sq(&cmd, ex->pattern);
+        bad |= coai__sh_arg(&cmd, ex->pattern);
         coai_buf_puts(&cmd, " -- ");
-        coai__an_sq(&cmd, ex->path.len ? ex->path : coai_str_c("."));
+        bad |= coai__sh_path(&cmd, ex->path.len ? ex->path : coai_str_c("."));
     } else {
         /* a file glob: find matches its last path segment (src/x/y.ts -> y.ts) */
         coai_str g = ex->glob;
@@ -12101,10 +12163,11 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
             if (g.ptr[i] == '/') slash = g.ptr + i;
         if (slash) { g.len -= (size_t)(slash + 1 - g.ptr); g.ptr = slash + 1; }
         coai_buf_puts(&cmd, "find ");
-        coai__an_sq(&cmd, ex->path.len ? ex->path : coai_str_c("."));
+        bad |= coai__sh_path(&cmd, ex->path.len ? ex->path : coai_str_c("."));
         coai_buf_puts(&cmd, " -type f -name ");
-        coai__an_sq(&cmd, g);
+        bad |= coai__sh_arg(&cmd, g);
     }
+    if (bad) { coai_buf_free(&cmd); tc->refusal = COAI__SH_REFUSAL; return 0; }
     if (cmd.err) { coai_buf_free(&cmd); return -1; }
     /* the command goes to the client's shell tool like a shell exec would */
     coai__exec_as_shell(&sh, ex, &cmd);
@@ -13197,6 +13260,25 @@ static int coai__rs_write_fits(coai_str path, coai_str content)
     return q <= COAI__RS_ARG_CHUNK;
 }
 
+/* POSIX cksum of p: CRC-32 (polynomial 0x04C11DB7, most significant bit first) over the
+ * bytes, then over the length (least significant byte first, no more bytes than it
+ * needs), complemented: the first number `cksum < FILE` prints, the second being n. */
+static uint32_t coai__cksum(const unsigned char *p, size_t n)
+{
+    uint32_t t[256], c;
+    size_t i;
+    unsigned j;
+    for (i = 0; i < 256; i++) {
+        c = (uint32_t)i << 24;
+        for (j = 0; j < 8; j++) c = c & 0x80000000u ? (c << 1) ^ 0x04C11DB7u : c << 1;
+        t[i] = c;
+    }
+    c = 0;
+    for (i = 0; i < n; i++) c = (c << 8) ^ t[(c >> 24) ^ p[i]];
+    for (i = n; i; i >>= 8) c = (c << 8) ^ t[(c >> 24) ^ (i & 0xff)];
+    return ~c;
+}
+
 /* The command of call k (0-based) of n that a split write makes. Each call decodes its
  * part (base64: any bytes) into a staging directory beside the target and renames it into
  * place there; whichever call finds every part present (the last one when the client runs
@@ -13208,18 +13290,25 @@ static int coai__rs_write_fits(coai_str path, coai_str content)
  * and the directory. Failing calls take turns (a mkdir mutex; one whose directory is gone
  * has nothing left to do). So a failed set leaves nothing once every call has run, in
  * order, in reverse or at once (a call the client never runs leaves the others' parts or
- * marks). The directory is
- * named by a hash of the exec id, path and content: another write, or another exec
- * writing the same bytes, never meets its parts. No rm -f / -r anywhere: Codex refuses
- * such commands ("rm -f style commands are not permitted"). */
-static void coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
-                                coai_str content, unsigned k, unsigned n)
+ * marks). The directory is named by salt (random bytes the caller chose for this exec,
+ * the same for all its calls) and a hash of the exec id and path: another write never
+ * meets its parts, and nobody can name it before the calls run. What is already there is
+ * not trusted: a staging path that is a symlink, not a directory or not the user's own is
+ * refused before anything is written into it (nor does the failure path touch it); every
+ * file is written with noclobber (set -C: no existing file is overwritten, no symlink
+ * followed to a new one); the joined file must be a regular file, not a symlink, with
+ * the POSIX cksum and size of the whole content, or it is not renamed onto the target
+ * (a planted or changed part fails the write). No rm -f / -r anywhere: Codex refuses
+ * such commands ("rm -f style commands are not permitted"). 0, or -1 for a path no
+ * command can carry (coai__sh_path). */
+static int coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
+                               coai_str content, unsigned k, unsigned n, uint64_t salt)
 {
-    uint64_t h = 1469598103934665603ULL;     /* FNV-1a over exec id, path, content */
-    const coai_str in[3] = { exec_id, path, content };
+    uint64_t h = 1469598103934665603ULL;     /* FNV-1a over exec id and path */
+    const coai_str in[2] = { exec_id, path };
     size_t i, at = (size_t)k * COAI_WRITE_PART_BYTES, len = content.len - at;
     unsigned j, x;
-    for (x = 0; x < 3; x++) {
+    for (x = 0; x < 2; x++) {
         for (i = 0; i < in[x].len; i++) {
             h ^= (unsigned char)in[x].ptr[i];
             h *= 1099511628211ULL;
@@ -13228,23 +13317,30 @@ static void coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
     }
     if (len > COAI_WRITE_PART_BYTES) len = COAI_WRITE_PART_BYTES;
     coai_buf_printf(cmd, "# cursor-oai: write part %u of %u\nset -e\np=", k + 1, n);
-    coai__an_sq(cmd, path);
+    if (coai__sh_path(cmd, path) < 0) return -1;
     coai_buf_printf(cmd, "\nd=$(dirname -- \"$p\")\nmkdir -p -- \"$d\"\n"
-                    "s=\"$d/.cursor-oai-write-%016llx-%u\"\nk=%u\nall=\"",
-                    (unsigned long long)h, n, k + 1);
+                    "s=\"$d/.cursor-oai-write-%016llx%016llx-%u\"\nk=%u\nall=\"",
+                    (unsigned long long)salt, (unsigned long long)h, n, k + 1);
     for (j = 1; j <= n; j++) coai_buf_printf(cmd, j > 1 ? " %u" : "%u", j);
+    /* the staging directory: made here (mode 700) or found, and used only when it is a
+     * directory of this user's own and no symlink */
+    coai_buf_puts(cmd, "\"\nmkdir -m 700 -- \"$s\" 2>/dev/null || :\n"
+                  "if [ -L \"$s\" ] || [ ! -d \"$s\" ] || [ ! -O \"$s\" ]; then "
+                  "echo \"cursor-oai: $s is not a directory of this user's own: not used\" >&2; "
+                  "exit 1; fi\nset -C\n");
     /* on failure, one call at a time (the mutex mx; none once the directory is gone):
      * the set is failed, parts present become their calls' marks, this call's mark; the
      * call that finds every mark removes the marks and the directory */
-    coai_buf_puts(cmd, "\"\nmkdir -p -- \"$s\"\n"
-                  "trap 'st=$?; if [ \"$st\" -ne 0 ]; then t=0; "
+    coai_buf_puts(cmd, "trap 'st=$?; if [ \"$st\" -ne 0 ]; then t=0; "
                   "until mkdir -- \"$s/mx\" 2>/dev/null; do "
                   "[ -d \"$s\" ] && [ \"$t\" -lt 30 ] || exit \"$st\"; t=$((t+1)); sleep 1; "
-                  "done; : > \"$s/failed\"; "
-                  "for i in $all; do if [ -e \"$s/$i\" ]; then : > \"$s/ran$i\"; "
+                  "done; { : > \"$s/failed\"; } 2>/dev/null || :; "
+                  "for i in $all; do if [ -e \"$s/$i\" ]; then "
+                  "{ : > \"$s/ran$i\"; } 2>/dev/null || :; "
                   "rm -- \"$s/$i\" 2>/dev/null || :; fi; done; "
                   "rm -- \"$s/$k.tmp\" \"$s/all\" 2>/dev/null || :; "
-                  "rmdir -- \"$s/lock\" 2>/dev/null || :; : > \"$s/ran$k\"; ok=1; "
+                  "rmdir -- \"$s/lock\" 2>/dev/null || :; "
+                  "{ : > \"$s/ran$k\"; } 2>/dev/null || :; ok=1; "
                   "for i in $all; do [ -e \"$s/ran$i\" ] || ok=0; done; "
                   "if [ \"$ok\" = 1 ]; then for i in $all; do rm -- \"$s/ran$i\"; done; "
                   "rm -- \"$s/failed\"; rmdir -- \"$s/mx\" \"$s\" 2>/dev/null || :; "
@@ -13257,13 +13353,70 @@ static void coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
                   "for i in $all; do [ -e \"$s/$i\" ] || exit 0; done\n"
                   "mkdir -- \"$s/lock\" 2>/dev/null || exit 0\n"
                   "for i in $all; do cat -- \"$s/$i\"; done > \"$s/all\"\n"
-                  "if [ -d \"$p\" ]; then echo \"$p: is a directory\" >&2; exit 1; fi\n"
+                  "if [ -L \"$s/all\" ] || [ ! -f \"$s/all\" ]; then "
+                  "echo \"cursor-oai: $s/all is not a regular file: not used\" >&2; exit 1; fi\n"
+                  "set -- $(cksum < \"$s/all\")\n");
+    coai_buf_printf(cmd, "if [ \"$1 $2\" != \"%lu %lu\" ]; then echo \"cursor-oai: the parts "
+                    "joined are not this write's bytes: not used\" >&2; exit 1; fi\n",
+                    (unsigned long)coai__cksum((const unsigned char *)content.ptr, content.len),
+                    (unsigned long)content.len);
+    coai_buf_puts(cmd, "if [ -d \"$p\" ]; then echo \"$p: is a directory\" >&2; exit 1; fi\n"
                   "mv -- \"$s/all\" \"$p\"\n"
                   "for i in $all; do rm -- \"$s/$i\"; done\nrmdir -- \"$s/lock\" \"$s\"");
+    return 0;
 }
 
+/* Can an apply_patch patch carry this exec as it is? apply_patch reads the patch line by
+ * line, and Codex's parser trims each line (Unicode white space) before it looks for a
+ * directive (*** Add File:, *** Delete File:, *** Update File:, *** Move to:, *** End
+ * Patch, @@): so a path with a line break (LF, or CR, VT, FF, FS/GS/RS, NEL, U+2028/9,
+ * which other readers split on) could add directives of its own; any other control byte
+ * or white space at either end would change the path; one that starts like a directive
+ * (*** or @@) is kept out too. The content goes as "+" lines, one per LF: a line
+ * separator other than LF (CR above all) or a NUL in it could be read differently. */
+static int coai__rs_patch_text_ok(coai_str s, int is_path)
+{
+    static const char *const ws[] = { "\xc2\xa0", "\xe1\x9a\x80", "\xe2\x80\xaf",
+                                       "\xe2\x81\x9f", "\xe3\x80\x80", NULL };
+    const unsigned char *p = (const unsigned char *)s.ptr;
+    size_t i, k;
+    for (i = 0; i < s.len; i++) {
+        if (p[i] == '\n' ? is_path
+                         : p[i] == '\r' || p[i] == 0 || p[i] == 0x0b || p[i] == 0x0c
+                               || (p[i] >= 0x1c && p[i] <= 0x1e)
+                               || (is_path && (p[i] < 0x20 || p[i] == 0x7f)))
+            return 0;
+        if (p[i] == 0xc2 && i + 1 < s.len && p[i + 1] == 0x85) return 0;            /* NEL */
+        if (p[i] == 0xe2 && i + 2 < s.len && p[i + 1] == 0x80
+            && (p[i + 2] == 0xa8 || p[i + 2] == 0xa9))
+            return 0;                                                    /* U+2028, U+2029 */
+    }
+    if (!is_path) return 1;
+    if (!s.len || p[0] == ' ' || p[s.len - 1] == ' ') return 0;
+    if ((s.len >= 3 && !memcmp(p, "***", 3)) || (s.len >= 2 && !memcmp(p, "@@", 2))) return 0;
+    for (k = 0; ws[k]; k++) {                      /* Unicode white space at either end */
+        size_t n = strlen(ws[k]);
+        if (s.len >= n && (!memcmp(p, ws[k], n) || !memcmp(p + s.len - n, ws[k], n)))
+            return 0;
+    }
+    /* U+2000..U+200A at either end */
+    if (s.len >= 3 && p[0] == 0xe2 && p[1] == 0x80 && p[2] <= 0x8a) return 0;
+    if (s.len >= 3 && p[s.len - 3] == 0xe2 && p[s.len - 2] == 0x80 && p[s.len - 1] <= 0x8a)
+        return 0;
+    return 1;
+}
+
+/* What Cursor is told when a write or delete cannot go into a patch and the client has no
+ * shell tool to do it with */
+#define COAI__RS_PATCH_REFUSAL "This file cannot be written or deleted here: its path (or " \
+    "content) holds a line break, a control character, white space at either end or text " \
+    "that starts like a patch directive, which the client's apply_patch would read as " \
+    "part of the patch, and the client has no shell tool to do it with instead. Use a " \
+    "plain path."
+
 /* A patch that writes content to path: every line "+"-prefixed (the last line gets its
- * newline, as apply_patch writes whole lines). */
+ * newline, as apply_patch writes whole lines). path and content passed
+ * coai__rs_patch_text_ok. */
 static void coai__rs_add_patch(coai_buf *b, coai_str path, coai_str content)
 {
     size_t i = 0;
@@ -13287,9 +13440,10 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     coai_buf cmd = { 0 };
     const coai_tool *ap;
     size_t idx = 0, aidx = 0;
-    int style, m;
+    int style, m, bad = 0, nul;
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
+    tc->refusal = NULL;
     style = coai__rs_shell(tools, count, &idx);
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
@@ -13310,7 +13464,8 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     case COAI_EXEC_WRITE:
     case COAI_EXEC_DELETE:
         ap = coai__rs_tool(tools, count, "apply_patch", &aidx);
-        if (ap) {
+        if (ap && coai__rs_patch_text_ok(ex->path, 1)
+            && (ex->kind != COAI_EXEC_WRITE || coai__rs_patch_text_ok(ex->content, 0))) {
             if (ex->kind == COAI_EXEC_WRITE) {
                 coai__rs_add_patch(&cmd, ex->path, ex->content);
             } else {
@@ -13326,26 +13481,49 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
             coai_buf_free(&cmd);
             return m;
         }
+        /* a path or content apply_patch cannot carry as it is (coai__rs_patch_text_ok):
+         * the shell, or a refusal */
         if (ex->kind == COAI_EXEC_WRITE && (m = coai_exec_map(ex, tools, count, workspace, tc)))
             return m;
-        if (!style) return 0;
-        if (ex->kind == COAI_EXEC_WRITE && style != 3
-            && !coai__rs_write_fits(ex->path, ex->content)) {
-            /* one string per call (exec_command, shell_command): several calls */
+        if (!style) {
+            if (ap) tc->refusal = COAI__RS_PATCH_REFUSAL;
+            return 0;
+        }
+        nul = ex->kind == COAI_EXEC_WRITE && ex->content.len
+              && memchr(ex->content.ptr, 0, ex->content.len) != NULL;
+        if (ex->kind == COAI_EXEC_WRITE
+            && ((style != 3 && !coai__rs_write_fits(ex->path, ex->content))
+                || (nul && ex->content.len > COAI_WRITE_PART_BYTES))) {
+            /* one string per call (exec_command, shell_command), or bytes no argument can
+             * carry (a NUL): several calls, each part as base64 */
             size_t n = (ex->content.len + COAI_WRITE_PART_BYTES - 1) / COAI_WRITE_PART_BYTES;
             tc->parts = (unsigned)n;
             if (tc->part >= tc->parts) return -1;
-            coai__rs_write_part(&cmd, ex->exec_id, ex->path, ex->content, tc->part, tc->parts);
+            bad |= coai__rs_write_part(&cmd, ex->exec_id, ex->path, ex->content, tc->part,
+                                       tc->parts, tc->salt);
         } else if (ex->kind == COAI_EXEC_DELETE) {
-            coai__delete_cmd(&cmd, ex->path);
+            bad |= coai__delete_cmd(&cmd, ex->path);
+        } else if (nul) {
+            /* a NUL (no argument can carry it): the bytes as base64, decoded into place */
+            coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
+            bad |= coai__sh_path(&cmd, ex->path);
+            coai_buf_puts(&cmd, ")\" && printf '%s' '");
+            coai_base64_append(&cmd, ex->content.ptr, ex->content.len, 0);
+            coai_buf_puts(&cmd, "' | base64 -d > ");
+            bad |= coai__sh_path(&cmd, ex->path);
         } else if (style == 3 && ex->content.len > COAI__RS_ARG_CHUNK) {
             /* Linux takes at most 128 KiB in one argument (MAX_ARG_STRLEN): a bigger file
              * goes as several arguments after the script, printed back to back */
             size_t i = 0;
             coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
-            coai__an_sq(&cmd, ex->path);
+            bad |= coai__sh_path(&cmd, ex->path);
             coai_buf_puts(&cmd, ")\" && printf '%s' \"$@\" > ");
-            coai__an_sq(&cmd, ex->path);
+            bad |= coai__sh_path(&cmd, ex->path);
+            if (bad) {
+                coai_buf_free(&cmd);
+                tc->refusal = COAI__SH_REFUSAL;
+                return 0;
+            }
             coai_buf_puts(&tc->args, "{\"command\":[\"bash\",\"-lc\",");
             coai_json_str_append(&tc->args, (const char *)cmd.data, cmd.len);
             coai_buf_puts(&tc->args, ",\"cursor-oai-write\"");
@@ -13375,11 +13553,11 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         } else {
             /* printf '%s' 'text' > 'path': exact bytes, no heredoc delimiter to collide */
             coai_buf_puts(&cmd, "mkdir -p -- \"$(dirname -- ");
-            coai__an_sq(&cmd, ex->path);
+            bad |= coai__sh_path(&cmd, ex->path);
             coai_buf_puts(&cmd, ")\" && printf '%s' ");
-            coai__an_sq(&cmd, ex->content);
+            bad |= coai__sh_arg(&cmd, ex->content);
             coai_buf_puts(&cmd, " > ");
-            coai__an_sq(&cmd, ex->path);
+            bad |= coai__sh_path(&cmd, ex->path);
         }
         break;
     case COAI_EXEC_READ:
@@ -13388,26 +13566,34 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         if ((m = coai_exec_map(ex, tools, count, workspace, tc)) != 0 || !style) return m;
         if (ex->kind == COAI_EXEC_READ) {
             coai_buf_puts(&cmd, "cat -- ");
-            coai__an_sq(&cmd, ex->path);
+            bad |= coai__sh_path(&cmd, ex->path);
         } else if (ex->kind == COAI_EXEC_LS) {
             coai_buf_puts(&cmd, "ls -la -- ");
-            coai__an_sq(&cmd, ex->has_path || ex->path.len ? ex->path : workspace.len
+            bad |= coai__sh_path(&cmd, ex->has_path || ex->path.len ? ex->path : workspace.len
                                                                            ? workspace
                                                                            : coai_str_c("."));
-        } else if (ex->pattern.len) {
-            coai_buf_puts(&cmd, "rg -n -e ");
-            coai__an_sq(&cmd, ex->pattern);
-            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__an_sq(&cmd, ex->glob); }
-            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__an_sq(&cmd, ex->path); }
         } else {
-            coai_buf_puts(&cmd, "rg --files");
-            if (ex->glob.len) { coai_buf_puts(&cmd, " -g "); coai__an_sq(&cmd, ex->glob); }
-            if (ex->path.len) { coai_buf_puts(&cmd, " -- "); coai__an_sq(&cmd, ex->path); }
+            /* the pattern and the glob as option arguments (-e, --glob=), the path after -- */
+            if (ex->pattern.len) {
+                coai_buf_puts(&cmd, "rg -n -e ");
+                bad |= coai__sh_arg(&cmd, ex->pattern);
+            } else {
+                coai_buf_puts(&cmd, "rg --files");
+            }
+            if (ex->glob.len) {
+                coai_buf_putc(&cmd, ' ');
+                bad |= coai__sh_opt(&cmd, "--glob=", ex->glob);
+            }
+            if (ex->path.len) {
+                coai_buf_puts(&cmd, " -- ");
+                bad |= coai__sh_path(&cmd, ex->path);
+            }
         }
         break;
     default:
         return coai_exec_map(ex, tools, count, workspace, tc);
     }
+    if (bad) { coai_buf_free(&cmd); tc->refusal = COAI__SH_REFUSAL; return 0; }
     if (!cmd.len) { coai_buf_free(&cmd); return coai_exec_map(ex, tools, count, workspace, tc); }
     tc->tool = idx;
     m = cmd.err ? -1 : coai__rs_shell_args(&tc->args, style, coai__rs_view(&cmd), ex->cwd,

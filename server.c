@@ -8046,6 +8046,9 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     coai_reply_opts_from_request(o, &r->in.req);
     o->completion_id = coai_str_c(completion_id);
     o->created = (int64_t)time(NULL);
+    /* names a split write's staging directory (coai_tool_call.salt): nobody can name it
+     * before the calls run; without randomness it stays 0 (named by the exec alone) */
+    if (random_fill(&o->write_salt, sizeof o->write_salt) < 0) o->write_salt = 0;
     o->model = r->in.req.model;   /* the name the client asked for (Cursor's id: x-cursor-model) */
     o->session_id = coai_str_c(r->in.session);
     o->env = &r->in.params;

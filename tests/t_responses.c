@@ -245,10 +245,10 @@ static void test_exec_map(void)
     ex.glob = coai_str_c("*.c");
     ex.path = coai_str_c("src");
     map_check(CODEX_TOOLS "]", &ex, "", "exec_command",
-              "{\"cmd\":\"rg -n -e 'TODO' -g '*.c' -- 'src'\"}");
+              "{\"cmd\":\"rg -n -e 'TODO' --glob='*.c' -- 'src'\"}");
     ex.pattern = coai_str_c("");
     map_check(CODEX_TOOLS "]", &ex, "", "exec_command",
-              "{\"cmd\":\"rg --files -g '*.c' -- 'src'\"}");
+              "{\"cmd\":\"rg --files --glob='*.c' -- 'src'\"}");
     /* an MCP exec for a client tool by name */
     memset(&ex, 0, sizeof ex);
     ex.kind = COAI_EXEC_MCP;
