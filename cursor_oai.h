@@ -191,6 +191,23 @@
  *   libFuzzer target in tests/fuzz/. Trusted: the caller's arguments (NULL where not
  *   allowed is a bug).
  *   Nothing in here executes anything: exec requests become tool calls or refusals.
+ *   What a hostile upstream can make the client do through them: what its exec asks, with
+ *   the client's own tools, under the client's own permissions. Where we write a command
+ *   for a client's shell tool ourselves (ls, grep, rg, find, cat, wc + rm, mkdir/printf/
+ *   base64, the split write's script), Cursor's paths, patterns, globs and contents reach
+ *   it only through one quoting layer (coai__sh_arg, coai__sh_opt, coai__sh_path): one
+ *   single-quoted word each, exactly its bytes; a path one literal path (-- where the
+ *   program takes it, ./ before a relative path starting with - ( ) ! , so find too reads
+ *   it as a path), a pattern only as an option's argument, a NUL refused (tc->refusal). So
+ *   a generated command does the one operation it names on that one path, nothing else;
+ *   each stays under 128 KiB (a bigger write: 64 KiB parts). apply_patch never gets a path
+ *   or content its grammar could read as more (line breaks, control bytes, white space at
+ *   either end, a directive's start; CR in content): the shell, or a refusal. A split
+ *   write's staging directory is named with the caller's random salt, refused when it is
+ *   a symlink, no directory or not the user's own; parts are written with noclobber and
+ *   the joined file must be a regular file with the content's cksum before it replaces the
+ *   target. Paths are not confined to the workspace (../x is honoured): the client runs
+ *   its tools in its own permission model, and the proxy runs nothing on its own host.
  *
  * THREADS
  *   No global mutable state of ours: separate objects may be used from separate
