@@ -741,6 +741,64 @@ done:
     coai_buf_free(&content);
 }
 
+/* ---- the refusal reaches Cursor ------------------------------------------------------- */
+
+static int sink_send(void *user, const unsigned char *msg, size_t n)
+{
+    coai_buf_append((coai_buf *)user, msg, n);
+    return 0;
+}
+
+static int has_bytes(const coai_buf *b, const char *text)
+{
+    size_t i, n = strlen(text);
+    for (i = 0; b->data && i + n <= b->len; i++)
+        if (!memcmp(b->data + i, text, n)) return 1;
+    return 0;
+}
+
+/* An exec the quoting layer or the patch rule refuses: Cursor gets a throw with the
+ * sentence saying why, not "not available" */
+static void test_refusal_sent(void)
+{
+    static const struct { int m; coai_exec_kind kind; const char *path; size_t len;
+                          const char *says; } cases[] = {
+        { M_ANTHROPIC, COAI_EXEC_DELETE, "a\0b", 3, "NUL byte" },
+        { M_CHAT, COAI_EXEC_DELETE, "a\0b", 3, "NUL byte" },
+        { M_EXEC_COMMAND, COAI_EXEC_READ, "a\0b", 3, "NUL byte" },
+        { M_PATCH_ONLY, COAI_EXEC_DELETE, "x\n*** Add File: y", 0, "apply_patch" },
+    };
+    size_t i;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        coai_reply r;
+        coai_reply_opts o;
+        coai_buf out = { 0 };
+        coai_msg msg;
+        memset(&o, 0, sizeof o);
+        o.dialect = m_dialect(cases[i].m);
+        o.stream = 1;
+        o.completion_id = coai_str_c("x");
+        o.model = coai_str_c("m");
+        o.tools = tools[cases[i].m];
+        o.tool_count = tool_n[cases[i].m];
+        o.session_id = coai_str_c("s");
+        o.send = sink_send;
+        o.send_user = &out;
+        if (coai_reply_init(&r, &o) != 0) { CHECK(0); continue; }
+        memset(&msg, 0, sizeof msg);
+        msg.kind = COAI_MSG_EXEC;
+        msg.exec.kind = cases[i].kind;
+        msg.exec.id = 3;
+        msg.exec.path.ptr = cases[i].path;
+        msg.exec.path.len = cases[i].len ? cases[i].len : strlen(cases[i].path);
+        msg.exec.has_path = 1;
+        CHECK(coai_reply_feed_msg(&r, &msg) == COAI_OK);
+        CHECKF(r.rejected == 1 && has_bytes(&out, cases[i].says), "case %lu", (unsigned long)i);
+        coai_reply_free(&r);
+        coai_buf_free(&out);
+    }
+}
+
 /* ---- main ---------------------------------------------------------------------------- */
 
 int main(void)
@@ -761,6 +819,7 @@ int main(void)
     test_hostile_patterns();
     test_patch_injection();
     test_split_staging();
+    test_refusal_sent();
     rm_tree(base);
     cJSON_Delete(p_cmd);
     cJSON_Delete(p_command);
