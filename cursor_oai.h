@@ -196,6 +196,12 @@
  *   allowed is a bug).
  *   Nothing in here executes anything: exec requests become tool calls or refusals.
  *
+ *   HTTP/2 bounds against a hostile server (PART:H2, FLOODS): more than 1000 PING/SETTINGS
+ *   acks it has not read, 1000 empty DATA frames in a row, or a header block decoding to
+ *   over 1 MiB ends the connection with GOAWAY ENHANCE_YOUR_CALM, and past the header list
+ *   limit no field is copied; the caller stops reading while a connection has more than
+ *   64 KiB to write (server.c), so a flood that is never read costs about that much.
+ *
  * THREADS
  *   No global mutable state of ours: separate objects may be used from separate
  *   threads. Caveats from dependencies: cJSON records its last parse error in a
