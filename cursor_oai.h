@@ -45,7 +45,7 @@
  *   COAI_H2_MAX_HEADER_BLOCK 256 KiB HEADERS + CONTINUATION bytes (-> ENHANCE_YOUR_CALM)
  *   COAI_H2_MAX_HEADER_WORK 1 MiB    bytes one header block may decode to, kept or not
  *   COAI_H2_MAX_OUTBOUND_ACK 1000    PING/SETTINGS acks queued and not yet written
- *   COAI_H2_MAX_EMPTY_FRAMES 1000    empty DATA frames in a row (these three: the
+ *   COAI_H2_MAX_EMPTY_FRAMES 1000    DATA frames in a row with no byte (these three: the
  *                                    connection ends with GOAWAY ENHANCE_YOUR_CALM)
  *   COAI_H2_MAX_STREAMS     256      streams one HTTP/2 connection tracks
  *   COAI_H2_STREAM_WINDOW   256 KiB  HTTP/2 receive window per stream
@@ -1262,7 +1262,8 @@ coai_str coai_http_cookie(coai_str header, const char *name);
  *   an ack. A server that sends them faster than it reads the acks, so that more than
  *   COAI_H2_MAX_OUTBOUND_ACK of them wait in the output at once (queued and not all reported
  *   by coai_h2_wrote), gets GOAWAY ENHANCE_YOUR_CALM, as do more than
- *   COAI_H2_MAX_EMPTY_FRAMES empty DATA frames in a row (no bytes, no END_STREAM) and a
+ *   COAI_H2_MAX_EMPTY_FRAMES empty DATA frames in a row (no bytes but padding, no
+ *   END_STREAM) and a
  *   header block that decodes to over COAI_H2_MAX_HEADER_WORK bytes; c->error_why says
  *   which. What else the output holds is bounded by the caller: stop reading while
  *   coai_h2_want_write reports more than a few dozen KB, so a server that does not read
@@ -7660,8 +7661,10 @@ static coai_result coai__h2_frame(coai_h2_conn *c, const coai_h2_frame *f, coai_
         return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
     if (!c->got_settings && f->type != COAI_H2_SETTINGS)
         return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
-    /* empty DATA frames in a row cost work and carry nothing (CVE-2019-9518) */
-    if (f->type != COAI_H2_DATA || f->length || (f->flags & COAI_H2_FLAG_END_STREAM))
+    /* DATA frames without a byte (padding aside) or END_STREAM cost work and carry
+     * nothing: many in a row are a flood (CVE-2019-9518) */
+    if (f->type != COAI_H2_DATA || (f->flags & COAI_H2_FLAG_END_STREAM)
+        || coai__h2_unpad(f, &p, &n) < 0 || n)
         c->empty_in = 0;
     else if (++c->empty_in > COAI_H2_MAX_EMPTY_FRAMES)
         return coai__h2_calm(c, "flooded empty DATA frames");

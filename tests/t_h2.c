@@ -1589,7 +1589,7 @@ static void ack_flood(int type)
 /* Empty DATA frames in a row (CVE-2019-9518): one more than COAI_H2_MAX_EMPTY_FRAMES ends
  * the connection; a frame with bytes between them starts the count again. Each is an
  * event, so they are fed here without the event log. */
-static coai_result empty_run(size_t gap)
+static coai_result empty_run(size_t gap, int padded)
 {
     static coai_h2_conn c;
     coai_buf in = {0};
@@ -1602,7 +1602,10 @@ static coai_result empty_run(size_t gap)
     coai_h2_wrote(&c, coai_h2_want_write(&c, &p));
     s_headers(&in, 1, 0, ":status: 200");
     for (i = 0; i < 2 * COAI_H2_MAX_EMPTY_FRAMES + 1; i++)
-        sf(&in, COAI_H2_DATA, 0, 1, "x", i == gap);
+        if (padded)     /* a pad length, then only padding: no byte of data either */
+            sf(&in, COAI_H2_DATA, COAI_H2_FLAG_PADDED, 1, i == gap ? "\2xpp" : "\3ppp", 4);
+        else
+            sf(&in, COAI_H2_DATA, 0, 1, "x", i == gap);
     CHECK(coai_h2_feed(&c, in.data, in.len) == 0);
     while ((r = coai_h2_next(&c, &ev)) == COAI_OK) events++;
     if (r == COAI_ERR_H2) {
@@ -1643,10 +1646,12 @@ static void test_conn_floods(void)
 {
     ack_flood(COAI_H2_PING);
     ack_flood(COAI_H2_SETTINGS);
-    CHECK(empty_run(2 * COAI_H2_MAX_EMPTY_FRAMES + 5) == COAI_ERR_H2);   /* no gap */
-    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES - 1) == COAI_ERR_H2);    /* 1001 after it */
-    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES) == COAI_MORE);          /* 1000 either side */
-    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES + 1) == COAI_ERR_H2);    /* 1001 before it */
+    CHECK(empty_run(2 * COAI_H2_MAX_EMPTY_FRAMES + 5, 0) == COAI_ERR_H2);   /* no gap */
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES - 1, 0) == COAI_ERR_H2);    /* 1001 after it */
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES, 0) == COAI_MORE);          /* 1000 either side */
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES + 1, 0) == COAI_ERR_H2);    /* 1001 before it */
+    CHECK(empty_run(2 * COAI_H2_MAX_EMPTY_FRAMES + 5, 1) == COAI_ERR_H2);
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES, 1) == COAI_MORE);
     conn_err("HPACK index flood", e_hpack_flood, COAI_H2_ENHANCE_YOUR_CALM, 1);
 }
 
