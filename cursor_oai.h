@@ -1263,9 +1263,8 @@ coai_str coai_http_cookie(coai_str header, const char *name);
  *   COAI_H2_MAX_OUTBOUND_ACK of them wait in the output at once (queued and not all reported
  *   by coai_h2_wrote), gets GOAWAY ENHANCE_YOUR_CALM, as do more than
  *   COAI_H2_MAX_EMPTY_FRAMES empty DATA frames in a row (no bytes but padding, no
- *   END_STREAM) and a
- *   header block that decodes to over COAI_H2_MAX_HEADER_WORK bytes; c->error_why says
- *   which. What else the output holds is bounded by the caller: stop reading while
+ *   END_STREAM) and a header block that decodes to over COAI_H2_MAX_HEADER_WORK bytes;
+ *   c->error_why says which. What else the output holds is bounded by the caller: stop reading while
  *   coai_h2_want_write reports more than a few dozen KB, so a server that does not read
  *   cannot make the connection buffer what it sends us.
  *
