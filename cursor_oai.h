@@ -43,6 +43,10 @@
  *   COAI_HPACK_TABLE        4096     HPACK dynamic table we allow (SETTINGS_HEADER_TABLE_SIZE)
  *   COAI_H2_MAX_HEADER_LIST 64 KiB   decoded response head (SETTINGS_MAX_HEADER_LIST_SIZE)
  *   COAI_H2_MAX_HEADER_BLOCK 256 KiB HEADERS + CONTINUATION bytes (-> ENHANCE_YOUR_CALM)
+ *   COAI_H2_MAX_HEADER_WORK 1 MiB    bytes one header block may decode to, kept or not
+ *   COAI_H2_MAX_OUTBOUND_ACK 1000    PING/SETTINGS acks queued and not yet written
+ *   COAI_H2_MAX_EMPTY_FRAMES 1000    DATA frames in a row with no byte (these three: the
+ *                                    connection ends with GOAWAY ENHANCE_YOUR_CALM)
  *   COAI_H2_MAX_STREAMS     256      streams one HTTP/2 connection tracks
  *   COAI_H2_STREAM_WINDOW   256 KiB  HTTP/2 receive window per stream
  *   (the HTTP/2 connection window defaults to streams x stream window: no stream's
@@ -208,6 +212,12 @@
  *   the joined file must be a regular file with the content's cksum before it replaces the
  *   target. Paths are not confined to the workspace (../x is honoured): the client runs
  *   its tools in its own permission model, and the proxy runs nothing on its own host.
+ *
+ *   HTTP/2 bounds against a hostile server (PART:H2, FLOODS): more than 1000 PING/SETTINGS
+ *   acks it has not read, 1000 empty DATA frames in a row, or a header block decoding to
+ *   over 1 MiB ends the connection with GOAWAY ENHANCE_YOUR_CALM, and past the header list
+ *   limit no field is copied; the caller stops reading while a connection has more than
+ *   64 KiB to write (server.c), so a flood that is never read costs about that much.
  *
  * THREADS
  *   No global mutable state of ours: separate objects may be used from separate
@@ -1265,6 +1275,16 @@ coai_str coai_http_cookie(coai_str header, const char *name);
  *   errors queue an RST_STREAM and report COAI_H2_EV_RESET with local = 1. PRIORITY and
  *   frames of unknown types are ignored. 1xx heads are skipped.
  *
+ * FLOODS (CVE-2019-9512/9515/9518, as nghttp2 bounds them): every PING and SETTINGS queues
+ *   an ack. A server that sends them faster than it reads the acks, so that more than
+ *   COAI_H2_MAX_OUTBOUND_ACK of them wait in the output at once (queued and not all reported
+ *   by coai_h2_wrote), gets GOAWAY ENHANCE_YOUR_CALM, as do more than
+ *   COAI_H2_MAX_EMPTY_FRAMES empty DATA frames in a row (no bytes but padding, no
+ *   END_STREAM) and a header block that decodes to over COAI_H2_MAX_HEADER_WORK bytes;
+ *   c->error_why says which. What else the output holds is bounded by the caller: stop reading while
+ *   coai_h2_want_write reports more than a few dozen KB, so a server that does not read
+ *   cannot make the connection buffer what it sends us.
+ *
  * HPACK on its own: coai_hpack_decode (complete: Huffman, dynamic table, size updates,
  *   header list limit) and coai_hpack_encode (static table + literals without indexing,
  *   no Huffman: nothing for the server's decoder to remember).
@@ -1278,6 +1298,15 @@ coai_str coai_http_cookie(coai_str header, const char *name);
 #endif
 #ifndef COAI_H2_MAX_HEADER_BLOCK
 #define COAI_H2_MAX_HEADER_BLOCK (256u * 1024u) /* HEADERS + CONTINUATION bytes (-> GOAWAY) */
+#endif
+#ifndef COAI_H2_MAX_HEADER_WORK
+#define COAI_H2_MAX_HEADER_WORK (1024u * 1024u) /* decoded bytes per header block (-> GOAWAY) */
+#endif
+#ifndef COAI_H2_MAX_OUTBOUND_ACK
+#define COAI_H2_MAX_OUTBOUND_ACK 1000          /* acks queued, not yet written (-> GOAWAY) */
+#endif
+#ifndef COAI_H2_MAX_EMPTY_FRAMES
+#define COAI_H2_MAX_EMPTY_FRAMES 1000          /* empty DATA frames in a row (-> GOAWAY) */
 #endif
 #ifndef COAI_H2_MAX_STREAMS
 #define COAI_H2_MAX_STREAMS 256                /* streams one connection tracks at once */
@@ -1348,13 +1377,16 @@ typedef struct coai_hpack_decoder {
     size_t max_size;            /* the SETTINGS_HEADER_TABLE_SIZE we sent: size updates above
                                    it are errors; 0 -> COAI_HPACK_TABLE (also the cap) */
     size_t max_list;            /* header list size limit; 0 -> COAI_H2_MAX_HEADER_LIST */
+    size_t max_work;            /* bytes one block may decode to (names and values, kept or
+                                   not); 0 -> COAI_H2_MAX_HEADER_WORK */
     size_t cap;                 /* current table capacity (the last size update) */
     size_t size;                /* current table size in RFC octets (entries + 32 each) */
     size_t count;               /* entries */
     size_t head;                /* private: ring index of the oldest entry */
     size_t start, end;          /* private: live bytes of mem */
     int ready;                  /* private: cap set */
-    int err;                    /* sticky: a COMPRESSION_ERROR happened */
+    int err;                    /* sticky: 1 a COMPRESSION_ERROR happened, 2 a block decoded
+                                   to over max_work bytes (ENHANCE_YOUR_CALM) */
     coai_hpack_entry ent[COAI_HPACK_TABLE / 32 + 1];
     unsigned char mem[COAI_HPACK_TABLE];
 } coai_hpack_decoder;
@@ -1363,11 +1395,15 @@ typedef struct coai_hpack_decoder {
  *   COAI_OK            out->v[0..n) holds the fields, in order.
  *   COAI_ERR_TOO_BIG   the list is over max_list. The whole block was still decoded, so the
  *                      table stays in step with the server's; out is empty. Reset the
- *                      stream; the connection goes on.
- *   COAI_ERR_H2        COMPRESSION_ERROR: bad integer, index 0 or out of range, string past
- *                      the end, bad Huffman (EOS, padding over 7 bits or not all ones), a
- *                      size update over max_size or after a field, a block ending inside a
- *                      field. Sticky: the connection must end (GOAWAY COMPRESSION_ERROR).
+ *                      stream; the connection goes on. Past the limit a field costs no copy
+ *                      (an indexed one is only looked up); literals are still decoded, and
+ *                      those with incremental indexing enter the table.
+ *   COAI_ERR_H2        COMPRESSION_ERROR (d->err 1): bad integer, index 0 or out of range,
+ *                      string past the end, bad Huffman (EOS, padding over 7 bits or not all
+ *                      ones), a size update over max_size or after a field, a block ending
+ *                      inside a field. Or (d->err 2) the block decoded to over max_work
+ *                      bytes, kept or not: a server making us copy a 4 KB table entry per
+ *                      2 bytes it sends (ENHANCE_YOUR_CALM). Sticky: the connection must end.
  *   COAI_ERR_NOMEM     out of memory. */
 coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, size_t n,
                               coai_hpack_list *out);
@@ -1467,6 +1503,8 @@ typedef struct coai_h2_conn {
     coai_h2_settings peer;      /* the server's settings (defaults until they arrive) */
     coai_h2_opts opts;          /* ours, defaults filled in */
     int error;                  /* the connection error code we sent in GOAWAY; -1 none */
+    const char *error_why;      /* static text when the code alone does not say what the
+                                   server did (a flood: ENHANCE_YOUR_CALM); else NULL */
     int got_settings;           /* the server's first SETTINGS arrived */
     int settings_acked;         /* the server acked ours */
     int goaway_in;              /* a GOAWAY arrived: no new streams */
@@ -1489,6 +1527,10 @@ typedef struct coai_h2_conn {
     uint32_t block_stream;      /* private: its stream; 0 when none */
     int block_end_stream;       /* private */
     int window_event;           /* private: a connection WINDOW event is pending */
+    uint32_t acks_out;          /* private: PING/SETTINGS acks queued, not all written */
+    uint64_t out_done;          /* private: bytes written so far (coai_h2_wrote) */
+    uint64_t ack_end;           /* private: where the newest ack ends, counted as out_done */
+    uint32_t empty_in;          /* private: empty DATA frames in a row */
 } coai_h2_conn;
 
 /* Set up c (any memory; it is cleared) and queue the preface, our SETTINGS (ENABLE_PUSH
@@ -6950,6 +6992,7 @@ static void coai__hpack_ready(coai_hpack_decoder *d)
     if (d->ready) return;
     if (d->max_size == 0 || d->max_size > COAI_HPACK_TABLE) d->max_size = COAI_HPACK_TABLE;
     if (d->max_list == 0) d->max_list = COAI_H2_MAX_HEADER_LIST;
+    if (d->max_work == 0) d->max_work = COAI_H2_MAX_HEADER_WORK;
     d->cap = d->max_size;
     d->ready = 1;
 }
@@ -7020,9 +7063,11 @@ typedef struct coai__hoff {
     size_t name_off, name_len, value_off, value_len;
 } coai__hoff;
 
-/* A string literal (RFC 7541 5.2) appended to text at *off, *len bytes. */
+/* A string literal (RFC 7541 5.2) appended to text at *off, *len bytes. keep 0: the
+ * string is not wanted (a list over its limit): a plain one is only stepped over (*len is
+ * its length, nothing appended); a Huffman one is still decoded, to be checked. */
 static int coai__hpack_str(const unsigned char *p, size_t n, size_t *pos, coai_buf *text,
-                           size_t *off, size_t *len)
+                           size_t *off, size_t *len, int keep)
 {
     uint32_t l;
     int huff, r;
@@ -7031,6 +7076,11 @@ static int coai__hpack_str(const unsigned char *p, size_t n, size_t *pos, coai_b
     if ((r = coai__hpack_int(p, n, pos, 7, &l)) < 0) return r;
     if (l > n - *pos) return COAI_ERR_H2;
     *off = text->len;
+    if (!keep && !huff) {
+        *pos += l;
+        *len = l;
+        return 0;
+    }
     if (huff) r = coai__huff_decode(text, p + *pos, l);
     else r = coai_buf_append(text, p + *pos, l) < 0 ? COAI_ERR_NOMEM : 0;
     if (r < 0) return r;
@@ -7049,7 +7099,7 @@ static int coai__hpack_copy(coai_buf *text, coai_str s, size_t *off)
 coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, size_t n,
                               coai_hpack_list *out)
 {
-    size_t pos = 0, i, size = 0, count = 0;
+    size_t pos = 0, i, size = 0, count = 0, work = 0;
     int fields = 0, over = 0, r = 0;
     coai__hpack_ready(d);
     out->v = NULL;
@@ -7061,7 +7111,7 @@ coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, siz
     if (d->err) return COAI_ERR_H2;
     while (pos < n) {
         unsigned b = p[pos];
-        coai__hoff h;
+        coai__hoff h = {0, 0, 0, 0};
         coai_str name, value;
         uint32_t idx;
         size_t keep = out->text.len;
@@ -7078,30 +7128,39 @@ coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, siz
         if (b & 0x80) {                                /* indexed field */
             if ((r = coai__hpack_int(p, n, &pos, 7, &idx)) < 0) break;
             if ((r = coai__hpack_get(d, idx, &name, &value)) < 0) break;
-            if ((r = coai__hpack_copy(&out->text, name, &h.name_off)) < 0) break;
-            if ((r = coai__hpack_copy(&out->text, value, &h.value_off)) < 0) break;
             h.name_len = name.len;
             h.value_len = value.len;
+            /* over the limit: counted, never copied (the table does not change) */
+            if (!over && size + name.len + value.len + 32 <= d->max_list) {
+                if ((r = coai__hpack_copy(&out->text, name, &h.name_off)) < 0) break;
+                if ((r = coai__hpack_copy(&out->text, value, &h.value_off)) < 0) break;
+            }
         } else {
-            /* literal: 01 with indexing (6-bit index), 0000 without, 0001 never indexed */
-            int prefix = (b & 0x40) ? 6 : 4;
+            /* literal: 01 with indexing (6-bit index), 0000 without, 0001 never indexed.
+             * One with indexing is decoded whole even past the limit: the table needs it. */
+            int prefix = (b & 0x40) ? 6 : 4, want;
             add = (b & 0x40) != 0;
+            want = add || !over;
             if (!add && (b & 0xf0) != 0x00 && (b & 0xf0) != 0x10) { r = COAI_ERR_H2; break; }
             if ((r = coai__hpack_int(p, n, &pos, prefix, &idx)) < 0) break;
             if (idx) {
                 if ((r = coai__hpack_get(d, idx, &name, &value)) < 0) break;
-                if ((r = coai__hpack_copy(&out->text, name, &h.name_off)) < 0) break;
                 h.name_len = name.len;
+                if (want && (r = coai__hpack_copy(&out->text, name, &h.name_off)) < 0) break;
             } else if ((r = coai__hpack_str(p, n, &pos, &out->text, &h.name_off,
-                                            &h.name_len)) < 0) {
+                                            &h.name_len, want)) < 0) {
                 break;
             }
-            if ((r = coai__hpack_str(p, n, &pos, &out->text, &h.value_off, &h.value_len)) < 0)
+            if ((r = coai__hpack_str(p, n, &pos, &out->text, &h.value_off, &h.value_len,
+                                     want)) < 0)
                 break;
             if (add)
                 coai__hpack_insert(d, (const char *)out->text.data + h.name_off, h.name_len,
                                    (const char *)out->text.data + h.value_off, h.value_len);
         }
+        /* what this block made us copy or decode, kept or not, is bounded */
+        work += out->text.len - keep;
+        if (work > d->max_work) { r = COAI_ERR_H2; d->err = 2; break; }
         size += h.name_len + h.value_len + 32;
         if (over || size > d->max_list) {
             /* keep decoding (the table must follow the server's) but store nothing more */
@@ -7112,7 +7171,7 @@ coai_result coai_hpack_decode(coai_hpack_decoder *d, const unsigned char *p, siz
         if (coai_buf_append(&out->offs, &h, sizeof h) < 0) { r = COAI_ERR_NOMEM; break; }
         count++;
     }
-    if (r == COAI_ERR_H2) d->err = 1;
+    if (r == COAI_ERR_H2 && !d->err) d->err = 1;
     if (r < 0 || over) {
         coai_buf_reset(&out->text);
         coai_buf_reset(&out->offs);
@@ -7297,6 +7356,26 @@ static coai_result coai__h2_fail(coai_h2_conn *c, uint32_t code)
     return COAI_ERR_H2;
 }
 
+/* The server made us work or buffer past a bound: ENHANCE_YOUR_CALM, saying why. */
+static coai_result coai__h2_calm(coai_h2_conn *c, const char *why)
+{
+    if (c->error < 0) c->error_why = why;
+    return coai__h2_fail(c, COAI_H2_ENHANCE_YOUR_CALM);
+}
+
+/* Queue a PING or SETTINGS ack, unless COAI_H2_MAX_OUTBOUND_ACK of them wait unwritten
+ * already: the server sends them faster than it reads the answers (CVE-2019-9512/9515). */
+static coai_result coai__h2_ack(coai_h2_conn *c, int type, const void *payload, size_t len)
+{
+    if (c->acks_out >= COAI_H2_MAX_OUTBOUND_ACK)
+        return coai__h2_calm(c, "flooded control frames: PING/SETTINGS acks unread");
+    if (coai__h2_ctl(c, type, COAI_H2_FLAG_ACK, 0, payload, len) < 0)
+        return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
+    c->acks_out++;
+    c->ack_end = c->out_done + (c->out.len - c->out_off);
+    return COAI_MORE;
+}
+
 static coai_h2_stream *coai__h2_find(const coai_h2_conn *c, uint32_t id)
 {
     size_t i;
@@ -7377,6 +7456,8 @@ void coai_h2_wrote(coai_h2_conn *c, size_t n)
 {
     if (n > c->out.len - c->out_off) n = c->out.len - c->out_off;
     c->out_off += n;
+    c->out_done += n;
+    if (c->out_done >= c->ack_end) c->acks_out = 0;     /* the newest ack went: all did */
     if (c->out_off == c->out.len) {
         c->out.len = 0;
         c->out_off = 0;
@@ -7517,6 +7598,8 @@ static coai_result coai__h2_headers_done(coai_h2_conn *c, uint32_t id, int end_s
                           c->block.len, &c->fields);
     coai_buf_reset(&c->block);
     c->block_stream = 0;
+    if (r == COAI_ERR_H2 && c->hpack.err == 2)
+        return coai__h2_calm(c, "sent an HPACK block decoding to far more than it holds");
     if (r == COAI_ERR_H2) return coai__h2_fail(c, COAI_H2_COMPRESSION_ERROR);
     if (r == COAI_ERR_NOMEM) return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
     s = coai__h2_find(c, id);
@@ -7590,10 +7673,9 @@ static coai_result coai__h2_settings(coai_h2_conn *c, const coai_h2_frame *f,
             s->send_window += delta;
         }
     }
+    if (coai__h2_ack(c, COAI_H2_SETTINGS, NULL, 0) < 0) return COAI_ERR_H2;
     c->peer = p;
     c->got_settings = 1;
-    if (coai__h2_ctl(c, COAI_H2_SETTINGS, COAI_H2_FLAG_ACK, 0, NULL, 0) < 0)
-        return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
     coai__h2_ev(ev, COAI_H2_EV_SETTINGS, NULL, 0);
     return COAI_OK;
 }
@@ -7609,6 +7691,13 @@ static coai_result coai__h2_frame(coai_h2_conn *c, const coai_h2_frame *f, coai_
         return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
     if (!c->got_settings && f->type != COAI_H2_SETTINGS)
         return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
+    /* DATA frames without a byte (padding aside) or END_STREAM cost work and carry
+     * nothing: many in a row are a flood (CVE-2019-9518) */
+    if (f->type != COAI_H2_DATA || (f->flags & COAI_H2_FLAG_END_STREAM)
+        || coai__h2_unpad(f, &p, &n) < 0 || n)
+        c->empty_in = 0;
+    else if (++c->empty_in > COAI_H2_MAX_EMPTY_FRAMES)
+        return coai__h2_calm(c, "flooded empty DATA frames");
     switch (f->type) {
     case COAI_H2_DATA:
         if (!f->stream || idle) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);
@@ -7693,9 +7782,7 @@ static coai_result coai__h2_frame(coai_h2_conn *c, const coai_h2_frame *f, coai_
             ev->data.len = 8;
             return COAI_OK;
         }
-        if (coai__h2_ctl(c, COAI_H2_PING, COAI_H2_FLAG_ACK, 0, f->payload, 8) < 0)
-            return coai__h2_fail(c, COAI_H2_INTERNAL_ERROR);
-        return COAI_MORE;
+        return coai__h2_ack(c, COAI_H2_PING, f->payload, 8);
     case COAI_H2_GOAWAY: {
         uint32_t last, i;
         if (f->stream) return coai__h2_fail(c, COAI_H2_PROTOCOL_ERROR);

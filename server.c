@@ -2377,6 +2377,7 @@ static int auth_call(const char *method, const char *target, const char *what,
 #define H2_CONNECT_PAR 4                  /* connections being opened at once, at most ... */
 #define H2_CONNECT_SHARE 100              /* ... one more per this many runs waiting for one */
 #define H2_SLICE_MS 20                    /* a stream's first wait before a look at its client */
+#define H2_OUT_MAX (64u * 1024u)          /* no reading while the core has more to write */
 
 struct h2s;
 
@@ -2592,7 +2593,7 @@ static void *h2c_thread(void *arg)
 {
     struct h2c *hc = arg;
     br_ssl_engine_context *eng = &hc->up->sc.eng;
-    int fd = hc->up->fd, want_out = 0, ra_empty, more;
+    int fd = hc->up->fd, want_out = 0, rd, more;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         unsigned st;
@@ -2626,7 +2627,14 @@ static void *h2c_thread(void *arg)
                 br_ssl_engine_recvapp_ack(eng, n);
                 hc->last_rx = now;
                 while ((r = coai_h2_next(hc->core, &ev)) == COAI_OK) h2c_event(hc, &ev);
-                if (r == COAI_ERR_H2)
+                if (r == COAI_ERR_H2 && hc->core->error_why) {
+                    /* a flood: the core's bound, not a broken server */
+                    srv_log(LOG_WARN, "HTTP/2 %s: the server %s: GOAWAY %s",
+                            hc->host.authority, hc->core->error_why,
+                            coai_h2_error_str((uint32_t)hc->core->error));
+                    h2c_fail_locked(hc, "the server %s (GOAWAY %s)", hc->core->error_why,
+                                    coai_h2_error_str((uint32_t)hc->core->error));
+                } else if (r == COAI_ERR_H2)
                     h2c_fail_locked(hc, "HTTP/2 protocol error by the server (%s)",
                                     coai_h2_error_str((uint32_t)hc->core->error));
                 else if (r < 0 && r != COAI_MORE)
@@ -2699,12 +2707,19 @@ static void *h2c_thread(void *arg)
                 break;
         }
         if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
-        /* read again without a poll when the last recv() filled the buffer */
-        ra_empty = hc->up->ra_off == hc->up->ra_len;
-        more = ra_empty && hc->up->ra_more;
+        /* read again without a poll when the last recv() filled the buffer. Backpressure:
+         * no reading while the core holds more than H2_OUT_MAX to write (acks, window
+         * updates: what reading makes it queue), so a server that does not read what we
+         * send cannot make us buffer it; POLLOUT brings us back once it drains. */
+        {
+            const unsigned char *q;
+            rd = hc->up->ra_off == hc->up->ra_len;
+            if (coai_h2_want_write(hc->core, &q) > H2_OUT_MAX) rd = 0;
+        }
+        more = rd && hc->up->ra_more;
         pthread_mutex_unlock(&hc->mu);
         pf[0].fd = fd;
-        pf[0].events = (short)((ra_empty ? POLLIN : 0) | (want_out ? POLLOUT : 0));
+        pf[0].events = (short)((rd ? POLLIN : 0) | (want_out ? POLLOUT : 0));
         pf[0].revents = 0;
         pf[1].fd = hc->wake[0];
         pf[1].events = POLLIN;

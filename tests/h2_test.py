@@ -22,6 +22,11 @@ behaviour it names is removed:
   doctor     `cursor-oai doctor` tries both transports and says which works
   fds        a run open over HTTP/2 costs the proxy one descriptor (the client's socket),
              none of its own: 10,000 streams fit in a 20,000-descriptor limit
+  flood      a server that floods PINGs / empty SETTINGS without reading the acks
+             (CVE-2019-9512/9515): the proxy's peak RSS grows by under 64 MB, it cuts the
+             connection off (GOAWAY ENHANCE_YOUR_CALM) before the flood's 160 MB are out,
+             and the run gets an error in its API's shape (502; Anthropic's api_error 500) saying
+             the host flooded control frames
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
 import argparse
@@ -91,6 +96,9 @@ SCEN = {
                              {"op": "trailer", "status": 0}]},
     "quick": {"steps": [{"op": "text", "text": "quick answer"}, {"op": "turn_ended"},
                         {"op": "trailer", "status": 0}]},
+    # once the Run's response head is out, 160 MB of PINGs / empty SETTINGS and no reading
+    "flood_ping": {"h2_flood": {"frame": "ping", "bytes": 160 << 20, "max_s": 30}},
+    "flood_settings": {"h2_flood": {"frame": "settings", "bytes": 160 << 20, "max_s": 30}},
 }
 
 
@@ -626,6 +634,59 @@ def t_agent_url(fake):
     reset(fake, server_config=None)
 
 
+def vm_kb(pid, key):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return -1
+
+
+def t_flood(fake):
+    for kind, api in (("ping", "chat"), ("settings", "messages")):
+        reset(fake, runsse_scenario="flood_" + kind)
+        px = H.Proxy(fake.dir, "flood_" + kind, fake.url(), fake.ca, TOKEN,
+                     extra_env={"CURSOR_OAI_TRANSPORT": "h2",
+                                # the run waits as long as the flood may last
+                                "CURSOR_OAI_IDLE_TIMEOUT": "60"})
+        try:
+            hwm0 = vm_kb(px.proc.pid, "VmHWM")
+            if api == "chat":
+                st, body, _ = px.chat("scenario:quick", "flood " + kind, timeout=90)
+            else:
+                st, body, _ = px.request("POST", "/v1/messages", {
+                    "model": "scenario:quick", "max_tokens": 100,
+                    "messages": [{"role": "user", "content": "flood " + kind}]}, timeout=90)
+            grew = (vm_kb(px.proc.pid, "VmHWM") - hwm0) // 1024
+        finally:
+            px.stop()
+        # the fake's flood ends once its writes fail (or at its bytes / max_s)
+        H.wait_for(lambda: counters(fake).get("h2_flood_cut")
+                   or counters(fake).get("h2_flood_done"), 40)
+        c = counters(fake)
+        try:
+            j = json.loads(body)
+        except ValueError:
+            j = {}
+        msg = (j.get("error") or {}).get("message", "") if isinstance(j, dict) else ""
+        shape = (isinstance(j.get("error"), dict) and "code" in j["error"]) if api == "chat" \
+            else (j.get("type") == "error" and isinstance(j.get("error"), dict)
+                  and j["error"].get("type") == "api_error")
+        # Anthropic's shape answers every upstream failure with api_error 500 (README)
+        eq("flood %s: the run is a %s" % (kind, "502" if api == "chat" else "500 api_error"),
+           st, 502 if api == "chat" else 500)
+        check("flood %s: in the %s API's error shape, saying the host flooded control frames "
+              "and that the proxy sent ENHANCE_YOUR_CALM" % (kind, api),
+              shape and "flooded control frames" in msg and "ENHANCE_YOUR_CALM" in msg, body)
+        check("flood %s: the proxy's peak RSS grew by under 64 MB (%d MB)" % (kind, grew),
+              grew < 64, grew)
+        check("flood %s: the proxy cut the connection off before the flood's 160 MB were "
+              "out (%.1f MB sent)" % (kind, c.get("h2_flood_bytes", 0) / 1048576.0),
+              c.get("h2_flood_cut") == 1 and not c.get("h2_flood_done")
+              and c.get("h2_flood_bytes", 0) < 160 << 20, c)
+    reset(fake)
+
+
 TOKEN = None
 
 
@@ -650,7 +711,8 @@ def main():
                          ("header_list", lambda: t_header_list(fake)),
                          ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
                          ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake)),
-                         ("agent_url", lambda: t_agent_url(fake))]:
+                         ("agent_url", lambda: t_agent_url(fake)),
+                         ("flood", lambda: t_flood(fake))]:
             if only and name not in only:
                 continue
             t0 = time.time()

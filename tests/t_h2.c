@@ -427,6 +427,63 @@ static void test_hpack_list_limit(void)
     coai_hpack_list_free(&l);
 }
 
+/* A block of 2-byte literals with incremental indexing whose name is a 4000-byte table
+ * entry: each copies the name and puts it back in the table, so 2 bytes cost 8 KB of
+ * copying. Past the header list limit that work is still bounded per block (max_work);
+ * 1-byte indexes to the entry cost nothing once over the limit, and the table stays in step
+ * with the server's. */
+static void big_entry(coai_buf *b)
+{
+    static char name[4000];
+    memset(name, 'n', sizeof name);
+    coai_buf_putc(b, 0x40);                          /* literal with indexing, new name */
+    coai__hpack_int_put(b, 0, 7, (uint32_t)sizeof name);
+    coai_buf_append(b, name, sizeof name);
+    coai_buf_putc(b, 0);                             /* empty value */
+}
+
+static void test_hpack_flood(void)
+{
+    static coai_hpack_decoder d;
+    coai_hpack_list l = {0};
+    coai_buf blk = {0};
+    size_t i;
+    coai_result r;
+    memset(&d, 0, sizeof d);
+    big_entry(&blk);
+    CHECK(coai_hpack_decode(&d, place(blk.data, blk.len), blk.len, &l) == COAI_OK && l.n == 1);
+    CHECK(d.count == 1 && d.size == 4032);
+    /* 64 Ki indexes of it (256 MB to copy): over the list limit, and within a 200 KB budget
+     * because nothing past the limit is copied; the stream fails, the table is as it was */
+    coai_buf_reset(&blk);
+    for (i = 0; i < 65536; i++) coai_buf_putc(&blk, 0xbe);
+    d.max_work = 200 * 1024;
+    r = coai_hpack_decode(&d, place(blk.data, blk.len), blk.len, &l);
+    CHECKF(r == COAI_ERR_TOO_BIG && !d.err && l.n == 0, "r %d err %d", (int)r, d.err);
+    CHECK(d.count == 1 && d.size == 4032);
+    CHECK(coai_hpack_decode(&d, place("\xbe", 1), 1, &l) == COAI_OK && l.n == 1
+          && l.v[0].name.len == 4000 && l.v[0].value.len == 0);
+    /* 64 Ki literals re-indexing it (1 GB of copying and table churn): past max_work the
+     * decoder stops, a connection error (ENHANCE_YOUR_CALM below), not a stream error */
+    d.max_work = COAI_H2_MAX_HEADER_WORK;
+    coai_buf_reset(&blk);
+    for (i = 0; i < 65536; i++) { coai_buf_putc(&blk, 0x7e); coai_buf_putc(&blk, 0); }
+    r = coai_hpack_decode(&d, place(blk.data, blk.len), blk.len, &l);
+    CHECKF(r == COAI_ERR_H2 && d.err == 2 && l.n == 0, "r %d err %d", (int)r, d.err);
+    /* it stopped once the budget was spent: the table holds the last re-indexed copy */
+    CHECK(d.count == 1 && d.size == 4032);
+    CHECK(coai_hpack_decode(&d, place("\x82", 1), 1, &l) == COAI_ERR_H2);   /* sticky */
+    /* the same fields under the limit decode as before (a fresh decoder, 8 of them) */
+    memset(&d, 0, sizeof d);
+    coai_buf_reset(&blk);
+    big_entry(&blk);
+    for (i = 0; i < 8; i++) { coai_buf_putc(&blk, 0x7e); coai_buf_putc(&blk, 0); }
+    CHECK(coai_hpack_decode(&d, place(blk.data, blk.len), blk.len, &l) == COAI_OK
+          && l.n == 9 && l.v[8].name.len == 4000 && d.count == 1 && d.size == 4032);
+    coai_buf_free(&blk);
+    coai_hpack_list_free(&l);
+}
+
 /* The table against a plain model across many inserts of varied sizes (wrap, compaction,
  * eviction) and size updates. */
 static void test_hpack_table_model(void)
@@ -1484,6 +1541,122 @@ static void test_conn_errors(void)
     conn_err("DATA padding too long", e_data_pad, COAI_H2_PROTOCOL_ERROR, 1);
 }
 
+/* PING and SETTINGS floods (CVE-2019-9512/9515): acks the server does not read are counted;
+ * one more than COAI_H2_MAX_OUTBOUND_ACK waiting is ENHANCE_YOUR_CALM. Once all are written
+ * the count starts again. */
+static void ack_flood(int type)
+{
+    static coai_h2_conn c;
+    static evlog g;
+    coai_buf in = {0};
+    const unsigned char *p;
+    size_t i, n;
+    coai_result r;
+    coai_h2_frame f;
+    size_t used;
+    conn_up(&c, NULL, NULL, 0);
+    for (i = 0; i < COAI_H2_MAX_OUTBOUND_ACK; i++)
+        sf(&in, type, 0, 0, type == COAI_H2_PING ? "12345678" : NULL, type == COAI_H2_PING ? 8 : 0);
+    CHECK(feed(&c, &in, 0, &g) == COAI_MORE && c.error == -1);
+    /* all written but the last byte: the newest ack is still waiting */
+    n = coai_h2_want_write(&c, &p);
+    CHECK(n == COAI_H2_MAX_OUTBOUND_ACK * (type == COAI_H2_PING ? 17u : 9u));
+    coai_h2_wrote(&c, n - 1);
+    sf(&in, type, 0, 0, type == COAI_H2_PING ? "12345678" : NULL, type == COAI_H2_PING ? 8 : 0);
+    r = feed(&c, &in, 0, &g);
+    CHECKF(r == COAI_ERR_H2 && c.error == COAI_H2_ENHANCE_YOUR_CALM, "r %d error %d", (int)r,
+           c.error);
+    CHECK(c.error_why && strstr(c.error_why, "flooded control frames"));
+    /* what is queued: the last byte of the last ack, then the GOAWAY (no ack for it) */
+    n = coai_h2_want_write(&c, &p);
+    CHECK(n == 1 + 17 && coai_h2_frame_parse(p + 1, n - 1, 0xffffff, &f, &used) == COAI_OK
+          && f.type == COAI_H2_GOAWAY && coai__be32(f.payload + 4) == COAI_H2_ENHANCE_YOUR_CALM);
+    coai_h2_free(&c);
+    /* a server that reads its acks is never cut off */
+    conn_up(&c, NULL, NULL, 0);
+    for (i = 0; i < 3 * COAI_H2_MAX_OUTBOUND_ACK; i++) {
+        sf(&in, type, 0, 0, type == COAI_H2_PING ? "12345678" : NULL,
+           type == COAI_H2_PING ? 8 : 0);
+        if ((i + 1) % COAI_H2_MAX_OUTBOUND_ACK == 0) {
+            CHECK(feed(&c, &in, 0, &g) == COAI_MORE);
+            n = coai_h2_want_write(&c, &p);
+            coai_h2_wrote(&c, n);
+        }
+    }
+    CHECK(c.error == -1 && c.error_why == NULL);
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+}
+
+/* Empty DATA frames in a row (CVE-2019-9518): one more than COAI_H2_MAX_EMPTY_FRAMES ends
+ * the connection; a frame with bytes between them starts the count again. Each is an
+ * event, so they are fed here without the event log. */
+static coai_result empty_run(size_t gap, int padded)
+{
+    static coai_h2_conn c;
+    coai_buf in = {0};
+    coai_h2_event ev;
+    coai_result r;
+    size_t i, events = 0;
+    const unsigned char *p;
+    conn_up(&c, NULL, NULL, 0);
+    CHECK(coai_h2_open(&c, req, 5, 1, NULL) == 1);
+    coai_h2_wrote(&c, coai_h2_want_write(&c, &p));
+    s_headers(&in, 1, 0, ":status: 200");
+    for (i = 0; i < 2 * COAI_H2_MAX_EMPTY_FRAMES + 1; i++)
+        if (padded)     /* a pad length, then only padding: no byte of data either */
+            sf(&in, COAI_H2_DATA, COAI_H2_FLAG_PADDED, 1, i == gap ? "\2xpp" : "\3ppp", 4);
+        else
+            sf(&in, COAI_H2_DATA, 0, 1, "x", i == gap);
+    CHECK(coai_h2_feed(&c, in.data, in.len) == 0);
+    while ((r = coai_h2_next(&c, &ev)) == COAI_OK) events++;
+    if (r == COAI_ERR_H2) {
+        size_t n = coai_h2_want_write(&c, &p);
+        coai_h2_frame f;
+        size_t used;
+        CHECK(events >= 1 + COAI_H2_MAX_EMPTY_FRAMES && c.error == COAI_H2_ENHANCE_YOUR_CALM
+              && c.error_why && strstr(c.error_why, "empty DATA"));
+        CHECK(n == 17 && coai_h2_frame_parse(p, n, 0xffffff, &f, &used) == COAI_OK
+              && f.type == COAI_H2_GOAWAY);
+    } else {
+        CHECK(events == 2 + 2 * COAI_H2_MAX_EMPTY_FRAMES && c.error == -1);
+    }
+    coai_h2_free(&c);
+    coai_buf_free(&in);
+    return r;
+}
+
+/* The HPACK flood above inside a connection: HEADERS + CONTINUATION of 32 Ki re-indexing
+ * literals (256 MB of copying) -> ENHANCE_YOUR_CALM, not a stream reset after the work. */
+static void e_hpack_flood(coai_buf *b)
+{
+    coai_buf blk = {0};
+    size_t i, off = 0;
+    int type = COAI_H2_HEADERS;
+    big_entry(&blk);
+    for (i = 0; i < 32768; i++) { coai_buf_putc(&blk, 0x7e); coai_buf_putc(&blk, 0); }
+    while (off < blk.len) {
+        size_t k = blk.len - off > 16384 ? 16384 : blk.len - off;
+        sf(b, type, off + k == blk.len ? COAI_H2_FLAG_END_HEADERS : 0, 1, blk.data + off, k);
+        off += k;
+        type = COAI_H2_CONTINUATION;
+    }
+    coai_buf_free(&blk);
+}
+
+static void test_conn_floods(void)
+{
+    ack_flood(COAI_H2_PING);
+    ack_flood(COAI_H2_SETTINGS);
+    CHECK(empty_run(2 * COAI_H2_MAX_EMPTY_FRAMES + 5, 0) == COAI_ERR_H2);   /* no gap */
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES - 1, 0) == COAI_ERR_H2);    /* 1001 after it */
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES, 0) == COAI_MORE);          /* 1000 either side */
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES + 1, 0) == COAI_ERR_H2);    /* 1001 before it */
+    CHECK(empty_run(2 * COAI_H2_MAX_EMPTY_FRAMES + 5, 1) == COAI_ERR_H2);
+    CHECK(empty_run(COAI_H2_MAX_EMPTY_FRAMES, 1) == COAI_MORE);
+    conn_err("HPACK index flood", e_hpack_flood, COAI_H2_ENHANCE_YOUR_CALM, 1);
+}
+
 /* The same exchange fed whole and one byte at a time gives the same events. */
 /* The server's SETTINGS_MAX_HEADER_LIST_SIZE: a head over it is not sent (nothing queued, no
  * stream id used); one that fits exactly is. req[] counts 115 bytes + 5 x 32 = 275. */
@@ -1563,5 +1736,7 @@ int main(void)
     test_conn_errors();
     test_conn_split();
     test_conn_header_list();
+    test_hpack_flood();
+    test_conn_floods();
     TEST_END();
 }

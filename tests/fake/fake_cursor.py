@@ -35,9 +35,11 @@ Connect end-stream. Run over HTTP/1.1 gets 464 (the load balancer's answer). The
 the client's side of HTTP/2 (flow-control violations, HPACK errors and too many streams are
 protocol errors h2 raises: recorded; a PING not acknowledged within h2_ping_ack_s: recorded;
 a new stream after our GOAWAY: recorded) and misbehaves on command: ops "goaway" and
-"rst_stream", config h2_goaway_at_start, runsse_scenario with "h2_rst_at_start", a scenario with
-"h2_hold_window" (the stream's receive window never reopens; the connection's does), and any
-stall/sleep step stalls one stream while the others on the connection go on.
+"rst_stream", config h2_goaway_at_start, runsse_scenario with "h2_rst_at_start" or "h2_flood"
+(once the response head is out: PINGs or empty SETTINGS written without reading the acks, up to
+"bytes" / "max_s", then the connection is closed), a scenario with "h2_hold_window" (the stream's
+receive window never reopens; the connection's does), and any stall/sleep step stalls one stream
+while the others on the connection go on.
 
 Behaviour per run comes from a scenario (a dict of steps, see SCENARIOS and run_steps()), chosen by
 the run request's model id "scenario:<name>" (or "scenario:long:<N>"), else by a queue / default
@@ -2775,6 +2777,41 @@ class H2Conn:
             self.flush()
         S.count("h2_goaway_sent")
 
+    def flood(self, cfg):
+        """CVE-2019-9512/9515 from the server's side: frames the client must ack (PING, or
+        empty SETTINGS), written as raw bytes while holding the lock, so the reader thread
+        reads at most once meanwhile (it needs the lock to go on): the acks pile up at the
+        client. Ends at cfg["bytes"] or cfg["max_s"], or when the client cuts the connection
+        off; then the connection is closed either way. Returns the bytes written."""
+        if cfg.get("frame", "ping") == "ping":
+            one = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"flood!!!"
+        else:
+            one = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+        chunk = one * (65536 // len(one))
+        limit = int(cfg.get("bytes", 64 << 20))
+        end = time.time() + float(cfg.get("max_s", 20))
+        sent, cut = 0, False
+        with self.lock:
+            self.flush()
+            while sent < limit and time.time() < end and not self.dead:
+                try:
+                    self.sock.settimeout(max(0.1, end - time.time()))
+                    self.sock.sendall(chunk)
+                except socket.timeout:
+                    break                      # the client stopped reading: max_s is up
+                except (ssl.SSLError, OSError):
+                    cut = True                 # the client closed the connection
+                    break
+                sent += len(chunk)
+        S.count("h2_flood_bytes", sent)
+        S.count("h2_flood_cut" if cut else "h2_flood_done")
+        self.die("flood over")
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        return sent
+
     def ping(self):
         with self.lock:
             op = secrets.token_bytes(8)
@@ -3089,6 +3126,10 @@ def h2_run(st, req, rec):
         run.registered = True
         run.cond.notify_all()
     st.start_chunked(200, CT_CONNECT)
+    if sc0.get("h2_flood"):
+        run.stream["ended"] = "flood"
+        st.hc.flood(sc0["h2_flood"])
+        return 200
     S.count("streams_started")
     S.stream_delta(1)
     ctx = StreamCtx(st, run)
