@@ -6279,11 +6279,14 @@ static void coai__unk_walk(coai__unk_ctx *c, const coai__known *k, const pb_byte
     coai__pbr r;
     coai__pbf f;
     pb_field_iter_t it;
+    /* one iterator per message: pb_field_iter_find goes on from where it stopped, so
+     * fields in declaration order cost a step each */
+    int any = pb_field_iter_begin(&it, k->desc, NULL);
     coai__pbr_init(&r, p, n);
     while (coai__pb_next(&r, &f) > 0) {
         const coai__known *sub;
         int exp;
-        if (!coai__field_of(k->desc, f.num, &it)) {
+        if (!any || !pb_field_iter_find(&it, f.num)) {
             if (f.num >= k->extra_lo && f.num <= k->extra_hi && k->extra_lo) continue;
             coai__unk_add(c, k->name, k->oneof && f.wt == PB_WT_STRING ? k->oneof : "field",
                           f.num, (int)f.wt, -1);
@@ -6299,13 +6302,34 @@ static void coai__unk_walk(coai__unk_ctx *c, const coai__known *k, const pb_byte
     }
 }
 
+/* 1 for the message most of a stream is, a text or thinking delta with one field at each
+ * level ({1: {1|4: {1: text}}}, what coai__fast_delta takes): all of it is declared. */
+static int coai__unk_plain_delta(const pb_byte_t *p, size_t n)
+{
+    int level;
+    for (level = 0; level < 3; level++) {
+        size_t i = 1, len = 0;
+        unsigned shift = 0;
+        if (n < 2 || (p[0] != 0x0a && !(level == 1 && p[0] == 0x22))) return 0;
+        do {                                /* the length: it must end exactly at n */
+            if (i >= n || shift > 28) return 0;
+            len |= (size_t)(p[i] & 0x7f) << shift;
+            shift += 7;
+        } while (p[i++] & 0x80);
+        if (len != n - i) return 0;
+        p += i;
+        n = len;
+    }
+    return 1;
+}
+
 size_t coai_msg_unknowns(const void *p, size_t n, coai_unknown *out, size_t max)
 {
     coai__unk_ctx c;
     c.out = out;
     c.max = out ? max : 0;
     c.count = 0;
-    if (!p || !n) return 0;
+    if (!p || !n || coai__unk_plain_delta((const pb_byte_t *)p, n)) return 0;
     coai__unk_walk(&c, &coai__known_msgs[0], (const pb_byte_t *)p, n, 0);
     return c.count;
 }

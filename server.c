@@ -6431,6 +6431,8 @@ struct run_held {
     coai_buf leftover;              /* body bytes read past the end of the response */
     coai_buf backlog;               /* frames (flags byte + u32 length + payload) kept for
                                      * the next response while held */
+    int replaying;                  /* run_frame is fed the backlog: counted and captured
+                                     * already (held_frame) */
     int wake[2];                    /* the holder polls wake[0]; a byte = stop holding */
     pthread_t holder;
     int holder_started, in_table, release_req;
@@ -7669,8 +7671,8 @@ static int run_frame(struct run *r, const coai_frame *f)
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
-        wn_status(&st);
-        if (cap_on()) cap_frame(f);
+        if (!r->held.replaying) wn_status(&st);
+        if (cap_on() && !r->held.replaying) cap_frame(f);
         if (st.code == 16) cred_mark_rejected(r->up.auth_gen);  /* UNAUTHENTICATED */
         srv_log(LOG_DEBUG, "run %s: %s status %d", r->up.request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
@@ -7710,8 +7712,8 @@ static int run_frame(struct run *r, const coai_frame *f)
         return coai_reply_feed_status(&r->reply, &st);
     }
     if (r->up.data_frames++ == 0) tr_answered(r);
-    wn_msg(f->data, f->len);
-    if (cap_on()) cap_frame(f);
+    if (!r->held.replaying) wn_msg(f->data, f->len);
+    if (cap_on() && !r->held.replaying) cap_frame(f);
     rc = coai_msg_decode(&r->up.msg, f->data, f->len);
     if (rc < 0) {
         coai_error e;
@@ -8664,7 +8666,9 @@ static int held_backlog(struct run *r)
         f.data = bl.data + i + 5;
         f.len = n;
         r->out.in_feed = 1;
+        r->held.replaying = 1;
         rc = run_frame(r, &f);
+        r->held.replaying = 0;
         r->out.in_feed = 0;
         i += 5 + n;
     }

@@ -69,6 +69,14 @@ def scenarios():
     return {
         "wn_plain": {"steps": plain + END},
         "wn_unknown": {"steps": unknown},
+        # a frame that comes while the run is held (after the tool call's response ended) is
+        # kept for the next response and fed to it then: counted once all the same
+        "wn_held": {"steps": [
+            dict(tool, tool_name="probe"),
+            {"op": "text", "text": "while held ",
+             "unknown": [{"at": [], "field": 48, "wire": 0}]},
+            {"op": "await_results", "max_s": 60},
+            {"op": "text", "text": "done"}] + END},
         "wn_error": {"steps": [
             {"op": "text", "text": "partial"},
             {"op": "end_stream", "json": {"error": {
@@ -141,6 +149,34 @@ def t_errors(fake, px):
     for words, labels in ERROR_KINDS:
         eq("logged once: %s" % words, log_count(px, LOG_WORDS + words), 1)
         eq("/metrics: %s" % labels, metric(px, labels), 2)
+
+
+def t_held(fake, px):
+    words = "AgentServerMessage field 48 (wire type 0)"
+    tools = [{"type": "function", "function": {"name": "probe", "description": "a probe",
+                                               "parameters": {"type": "object",
+                                                              "properties": {}}}}]
+    msgs = [{"role": "user", "content": "use probe"}]
+    st, body, _ = px.request("POST", "/v1/chat/completions", {
+        "model": "scenario:wn_held", "stream": False, "tools": tools, "messages": msgs})
+    try:
+        m = json.loads(body)["choices"][0]["message"]
+        call = m["tool_calls"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        check("held: the tool call comes back", False, body[:500])
+        return
+    # the frame after the tool call has been read (held, or before the run was parked)
+    check("held: the frame after the tool call is read",
+          H.wait_for(lambda: log_count(px, LOG_WORDS + words) > 0, 10), "")
+    st, body, _ = px.request("POST", "/v1/chat/completions", {
+        "model": "scenario:wn_held", "stream": False, "tools": tools, "messages": msgs + [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "fine"}]})
+    check("held: the follow-up answers", st == 200 and "done" in (content(body) or ""),
+          body[:500])
+    eq("held: logged once", log_count(px, LOG_WORDS + words), 1)
+    eq("held: counted once, not again when the kept frame is fed to the next response",
+       metric(px, 'message="AgentServerMessage",field="48"'), 1)
 
 
 def t_status(fake, px):
@@ -232,6 +268,7 @@ def main():
                      extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "10"})
         S.sections((("messages", lambda: t_messages(fake, px)),
                     ("errors", lambda: t_errors(fake, px)),
+                    ("held", lambda: t_held(fake, px)),
                     ("status", lambda: t_status(fake, px)),
                     ("doctor", lambda: t_doctor(fake, tmp, token)),
                     ("capture", lambda: t_capture(fake, tmp, token))), only)
