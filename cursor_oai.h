@@ -484,6 +484,8 @@ typedef struct coai_status {
     char detail[1024];         /* CustomErrorDetails.detail (+ "key: value" additional info) */
     int expected;              /* ErrorDetails.is_expected: -1 unknown, 0, 1 */
     char action_required[64];  /* CustomErrorDetails.analytics_metadata(10).action_required */
+    char unknown_code[40];     /* a Connect code string this build does not know, or "" */
+    char unknown_detail[96];   /* the first detail type other than aiserver.v1.ErrorDetails */
 } coai_status;
 
 /* ---- Envelopes ----
@@ -1016,6 +1018,53 @@ typedef struct coai_msg {
 coai_result coai_msg_decode(coai_msg *m, const void *p, size_t n);
 /* Free everything m owns; m is zero again afterwards (reusable). */
 void coai_msg_free(coai_msg *m);
+
+/* ---- What this version does not know (issue 30 item 3) ----
+ * Cursor changes its protocol every few weeks. These report what a message or an error
+ * carried that this build's schema (the .proto files, plus the exec kinds 41-43 the decoder
+ * answers without a declaration) does not declare, so the caller can count it and say so.
+ * Nothing here changes what coai_msg_decode does with the same bytes. */
+typedef struct coai_unknown {
+    const char *message;        /* static: the message it came in ("AgentServerMessage",
+                                 * "ExecServerMessage", ...), or "error" for an error's
+                                 * code or detail */
+    const char *what;           /* static: "field", or for a oneof: "message kind", "update
+                                 * kind", "exec kind", "query kind", "tool call kind", ...;
+                                 * for errors: "code", "ErrorDetails.error", "detail type" */
+    uint32_t field;             /* field number (protobuf), or the numeric code (errors) */
+    int wire;                   /* its wire type 0-5; -1 for errors */
+    int expected_wire;          /* a declared field that came with another wire type: the
+                                 * one this build expects; else -1 */
+    char name[72];              /* errors: the code or type as sent (printable ASCII, cut);
+                                 * else "" */
+} coai_unknown;
+
+/* Walk one AgentServerMessage (a 0x00 envelope's payload) through every message
+ * coai_msg_decode reads and note each field whose number the schema does not declare, or
+ * that came with a wire type the schema does not allow for it. Fills up to max records
+ * (a (message, field, wire) seen twice in one message is reported once) and returns how
+ * many it found (can exceed max: past max, a repeat may be counted again). Never reads outside [p, p+n);
+ * malformed bytes end the walk quietly (coai_msg_decode reports them). No allocation. */
+size_t coai_msg_unknowns(const void *p, size_t n, coai_unknown *out, size_t max);
+
+/* The same for a parsed trailer or end-stream: a status or Connect code outside the ones
+ * this build names, an ErrorDetails.error value past coai_error_details_name's table, and
+ * a detail type other than aiserver.v1.ErrorDetails (st->unknown_code/_detail). */
+size_t coai_status_unknowns(const coai_status *st, coai_unknown *out, size_t max);
+
+/* The redacted shape of a protobuf message, for a transcript that is safe to publish:
+ * field numbers, wire types and lengths, never a byte of a string, never a value.
+ * message: the type's name ("AgentServerMessage", "AgentClientMessage", or NULL when
+ * not known; then every length-delimited field is guessed). Grammar:
+ *   shape  := NAME? "{" (field (" " field)*)? "}"
+ *   field  := "!"? NUM "/" WIRE ("[" LEN "]" shape?)?
+ * "!" marks a field the schema does not declare; a length-delimited field is followed by
+ * its shape when the schema says it is a message, or, when the schema does not know it,
+ * when it parses as a message and does not read as text. Declared strings and bytes are
+ * never opened. Output stops at max_out bytes with "..." (0: no limit); depth 24.
+ * Returns COAI_OK, COAI_ERR_PROTO (the shape of what parsed, then "?"), COAI_ERR_NOMEM. */
+coai_result coai_pb_shape(coai_buf *out, const char *message, const void *p, size_t n,
+                          size_t max_out);
 /* PART:DECODE api end */
 
 /* ======================================================================== */
@@ -2693,6 +2742,7 @@ int coai_models_write_gemini(coai_buf *out, const coai_models *m, const coai_mod
 
 #include <bearssl.h>
 #include <cJSON.h>
+#include <pb_common.h>
 #include <pb_decode.h>
 #include <pb_encode.h>
 #include "agent.pb.h"
@@ -3793,6 +3843,17 @@ void coai_frame_decoder_free(coai_frame_decoder *d)
 
 /* ---- status text ---- */
 
+/* Printable ASCII of s (at most cap-1 bytes; anything else becomes '?') into dst, once:
+ * a dst that already holds something is kept (the first one seen wins). */
+static void coai__ascii_note(char *dst, size_t cap, const char *s)
+{
+    size_t i;
+    if (!s || dst[0] || cap == 0) return;
+    for (i = 0; s[i] && i + 1 < cap; i++)
+        dst[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+    dst[i] = 0;
+}
+
 static void coai__status_init(coai_status *st)
 {
     memset(st, 0, sizeof *st);
@@ -3980,6 +4041,8 @@ static coai_result coai__status_details(const char *b64, size_t n, coai_status *
             coai__field_set(st->message, sizeof st->message, s.message, strlen(s.message));
         for (i = 0; i < s.details_count; i++) {
             const google_protobuf_Any *a = &s.details[i];
+            if (!coai__ends_with(a->type_url, "aiserver.v1.ErrorDetails"))
+                coai__ascii_note(st->unknown_detail, sizeof st->unknown_detail, a->type_url);
             if (!coai__ends_with(a->type_url, "aiserver.v1.ErrorDetails") || !a->value) continue;
             if (coai__error_details_decode(a->value->bytes, a->value->size, st) < 0)
                 r = COAI_ERR_PROTO;
@@ -4107,6 +4170,8 @@ static coai_result coai__connect_error_fill(const cJSON *err, coai_status *st)
         st->code = coai__connect_code(code->valuestring);
     else
         r = COAI_ERR_INVALID;
+    if (cJSON_IsString(code) && coai__connect_code(code->valuestring) <= 0)
+        coai__ascii_note(st->unknown_code, sizeof st->unknown_code, code->valuestring);
     if (cJSON_IsString(msg)) coai__field_cstr(st->message, sizeof st->message, msg->valuestring);
     details = cJSON_GetObjectItemCaseSensitive(err, "details");
     if (!cJSON_IsArray(details)) details = NULL;
@@ -4117,7 +4182,10 @@ static coai_result coai__connect_error_fill(const cJSON *err, coai_status *st)
         size_t vn;
         long len;
         if (!cJSON_IsString(type) || !cJSON_IsString(value)) continue;
-        if (!coai__ends_with(type->valuestring, "aiserver.v1.ErrorDetails")) continue;
+        if (!coai__ends_with(type->valuestring, "aiserver.v1.ErrorDetails")) {
+            coai__ascii_note(st->unknown_detail, sizeof st->unknown_detail, type->valuestring);
+            continue;
+        }
         vn = strlen(value->valuestring);
         if (vn / 4 > COAI_MAX_STATUS_DETAILS / 3 + 1) { r = COAI_ERR_TOO_BIG; continue; }
         raw = (unsigned char *)malloc(vn / 4 * 3 + 3);
@@ -6166,6 +6234,302 @@ void coai_msg_free(coai_msg *m)
     }
     coai_buf_free(&m->scratch_);
     memset(m, 0, sizeof *m);
+}
+/* --- what this version does not know (coai_msg_unknowns, coai_pb_shape) --- */
+
+/* The messages coai_msg_decode reads, by descriptor: their names, and what a field the
+ * schema does not declare is called in each (a oneof's members are its "kinds"). Only
+ * these are walked for coai_msg_unknowns; coai_pb_shape names them. */
+typedef struct coai__known {
+    const pb_msgdesc_t *desc;
+    const char *name;
+    const char *oneof;            /* what an undeclared length-delimited field is, or NULL */
+    uint32_t extra_lo, extra_hi;  /* undeclared numbers the decoder handles anyway */
+} coai__known;
+
+static const coai__known coai__known_msgs[] = {
+    { agent_v1_AgentServerMessage_fields, "AgentServerMessage", "message kind", 0, 0 },
+    { agent_v1_InteractionUpdate_fields, "InteractionUpdate", "update kind", 0, 0 },
+    { agent_v1_TextDeltaUpdate_fields, "TextDeltaUpdate", NULL, 0, 0 },
+    { agent_v1_ThinkingDeltaUpdate_fields, "ThinkingDeltaUpdate", NULL, 0, 0 },
+    { agent_v1_ThinkingCompletedUpdate_fields, "ThinkingCompletedUpdate", NULL, 0, 0 },
+    { agent_v1_TokenDeltaUpdate_fields, "TokenDeltaUpdate", NULL, 0, 0 },
+    { agent_v1_ToolCallStartedUpdate_fields, "ToolCallStartedUpdate", NULL, 0, 0 },
+    { agent_v1_ToolCallCompletedUpdate_fields, "ToolCallCompletedUpdate", NULL, 0, 0 },
+    { agent_v1_PartialToolCallUpdate_fields, "PartialToolCallUpdate", NULL, 0, 0 },
+    { agent_v1_ToolCall_fields, "ToolCall", "tool call kind", 0, 0 },
+    { agent_v1_TurnEndedUpdate_fields, "TurnEndedUpdate", NULL, 0, 0 },
+    { agent_v1_StepStartedUpdate_fields, "StepStartedUpdate", NULL, 0, 0 },
+    { agent_v1_StepCompletedUpdate_fields, "StepCompletedUpdate", NULL, 0, 0 },
+    { agent_v1_ExecServerMessage_fields, "ExecServerMessage", "exec kind", 41, 43 },
+    { agent_v1_ShellArgs_fields, "ShellArgs", NULL, 0, 0 },
+    { agent_v1_WriteArgs_fields, "WriteArgs", NULL, 0, 0 },
+    { agent_v1_DeleteArgs_fields, "DeleteArgs", NULL, 0, 0 },
+    { agent_v1_GrepArgs_fields, "GrepArgs", NULL, 0, 0 },
+    { agent_v1_ReadArgs_fields, "ReadArgs", NULL, 0, 0 },
+    { agent_v1_LsArgs_fields, "LsArgs", NULL, 0, 0 },
+    { agent_v1_McpArgs_fields, "McpArgs", NULL, 0, 0 },
+    { agent_v1_FetchArgs_fields, "FetchArgs", NULL, 0, 0 },
+    { agent_v1_McpStateExecArgs_fields, "McpStateExecArgs", NULL, 0, 0 },
+    { agent_v1_ConversationStateStructure_fields, "ConversationStateStructure", NULL, 0, 0 },
+    { agent_v1_ConversationTokenDetails_fields, "ConversationTokenDetails", NULL, 0, 0 },
+    { agent_v1_KvServerMessage_fields, "KvServerMessage", "kv kind", 0, 0 },
+    { agent_v1_GetBlobArgs_fields, "GetBlobArgs", NULL, 0, 0 },
+    { agent_v1_SetBlobArgs_fields, "SetBlobArgs", NULL, 0, 0 },
+    { agent_v1_ExecServerControlMessage_fields, "ExecServerControlMessage", "control kind",
+      0, 0 },
+    { agent_v1_ExecServerAbort_fields, "ExecServerAbort", NULL, 0, 0 },
+    { agent_v1_InteractionQuery_fields, "InteractionQuery", "query kind", 0, 0 },
+    /* client messages: named in a capture's shapes only */
+    { agent_v1_AgentClientMessage_fields, "AgentClientMessage", NULL, 0, 0 },
+    { agent_v1_AgentRunRequest_fields, "AgentRunRequest", NULL, 0, 0 },
+    { agent_v1_ConversationAction_fields, "ConversationAction", NULL, 0, 0 },
+    { agent_v1_ExecClientMessage_fields, "ExecClientMessage", NULL, 0, 0 },
+    { agent_v1_ExecClientControlMessage_fields, "ExecClientControlMessage", NULL, 0, 0 },
+    { agent_v1_KvClientMessage_fields, "KvClientMessage", NULL, 0, 0 },
+    { agent_v1_InteractionResponse_fields, "InteractionResponse", NULL, 0, 0 },
+};
+#define COAI__KNOWN_SERVER 31     /* the entries above the client ones */
+
+static const coai__known *coai__known_of(const pb_msgdesc_t *desc, size_t upto)
+{
+    size_t i;
+    for (i = 0; i < upto; i++)
+        if (coai__known_msgs[i].desc == desc) return &coai__known_msgs[i];
+    return NULL;
+}
+
+/* The declared field numbered num in desc: 1 and *it set, or 0. */
+static int coai__field_of(const pb_msgdesc_t *desc, uint32_t num, pb_field_iter_t *it)
+{
+    return pb_field_iter_begin(it, desc, NULL) && pb_field_iter_find(it, num);
+}
+
+/* The wire type a declared field takes; a repeated scalar may also come packed (2). */
+static int coai__wire_ok(const pb_field_iter_t *it, int wt)
+{
+    int want;
+    switch (PB_LTYPE(it->type)) {
+    case PB_LTYPE_FIXED32: want = PB_WT_32BIT; break;
+    case PB_LTYPE_FIXED64: want = PB_WT_64BIT; break;
+    case PB_LTYPE_BYTES: case PB_LTYPE_STRING: case PB_LTYPE_SUBMESSAGE:
+    case PB_LTYPE_SUBMSG_W_CB: case PB_LTYPE_FIXED_LENGTH_BYTES: want = PB_WT_STRING; break;
+    default: want = PB_WT_VARINT; break;
+    }
+    if (wt == want) return -1;
+    if (wt == PB_WT_STRING && PB_HTYPE(it->type) == PB_HTYPE_REPEATED) return -1;
+    return want;
+}
+
+typedef struct coai__unk_ctx {
+    coai_unknown *out;
+    size_t max, count;
+} coai__unk_ctx;
+
+static void coai__unk_add(coai__unk_ctx *c, const char *message, const char *what,
+                          uint32_t field, int wire, int expected)
+{
+    size_t i, k = c->count < c->max ? c->count : c->max;
+    for (i = 0; i < k; i++)
+        if (c->out[i].message == message && c->out[i].what == what
+            && c->out[i].field == field && c->out[i].wire == wire)
+            return;
+    if (c->count < c->max) {
+        coai_unknown *u = &c->out[c->count];
+        memset(u, 0, sizeof *u);
+        u->message = message;
+        u->what = what;
+        u->field = field;
+        u->wire = wire;
+        u->expected_wire = expected;
+    }
+    c->count++;
+}
+
+static void coai__unk_walk(coai__unk_ctx *c, const coai__known *k, const pb_byte_t *p,
+                           size_t n, int depth)
+{
+    coai__pbr r;
+    coai__pbf f;
+    pb_field_iter_t it;
+    /* one iterator per message: pb_field_iter_find goes on from where it stopped, so
+     * fields in declaration order cost a step each */
+    int any = pb_field_iter_begin(&it, k->desc, NULL);
+    coai__pbr_init(&r, p, n);
+    while (coai__pb_next(&r, &f) > 0) {
+        const coai__known *sub;
+        int exp;
+        if (!any || !pb_field_iter_find(&it, f.num)) {
+            if (f.num >= k->extra_lo && f.num <= k->extra_hi && k->extra_lo) continue;
+            coai__unk_add(c, k->name, k->oneof && f.wt == PB_WT_STRING ? k->oneof : "field",
+                          f.num, (int)f.wt, -1);
+            continue;
+        }
+        if ((exp = coai__wire_ok(&it, (int)f.wt)) >= 0) {
+            coai__unk_add(c, k->name, "field", f.num, (int)f.wt, exp);
+            continue;
+        }
+        if (f.wt != PB_WT_STRING || !it.submsg_desc || depth >= 16) continue;
+        sub = coai__known_of(it.submsg_desc, COAI__KNOWN_SERVER);
+        if (sub) coai__unk_walk(c, sub, f.p, f.n, depth + 1);
+    }
+}
+
+/* 1 for the message most of a stream is, a text or thinking delta with one field at each
+ * level ({1: {1|4: {1: text}}}, what coai__fast_delta takes): all of it is declared. */
+static int coai__unk_plain_delta(const pb_byte_t *p, size_t n)
+{
+    int level;
+    for (level = 0; level < 3; level++) {
+        size_t i = 1, len = 0;
+        unsigned shift = 0;
+        if (n < 2 || (p[0] != 0x0a && !(level == 1 && p[0] == 0x22))) return 0;
+        do {                                /* the length: it must end exactly at n */
+            if (i >= n || shift > 28) return 0;
+            len |= (size_t)(p[i] & 0x7f) << shift;
+            shift += 7;
+        } while (p[i++] & 0x80);
+        if (len != n - i) return 0;
+        p += i;
+        n = len;
+    }
+    return 1;
+}
+
+size_t coai_msg_unknowns(const void *p, size_t n, coai_unknown *out, size_t max)
+{
+    coai__unk_ctx c;
+    c.out = out;
+    c.max = out ? max : 0;
+    c.count = 0;
+    if (!p || !n || coai__unk_plain_delta((const pb_byte_t *)p, n)) return 0;
+    coai__unk_walk(&c, &coai__known_msgs[0], (const pb_byte_t *)p, n, 0);
+    return c.count;
+}
+
+size_t coai_status_unknowns(const coai_status *st, coai_unknown *out, size_t max)
+{
+    coai__unk_ctx c;
+    c.out = out;
+    c.max = out ? max : 0;
+    c.count = 0;
+    if (!st) return 0;
+    if (st->code < 0 || st->code > 16)
+        coai__unk_add(&c, "error", "code", (uint32_t)st->code, -1, -1);
+    if (st->unknown_code[0]) {
+        coai__unk_add(&c, "error", "code", 0, -1, -1);
+        if (c.count <= c.max)
+            coai__ascii_note(c.out[c.count - 1].name, sizeof c.out[0].name, st->unknown_code);
+    }
+    if (st->error && !coai_error_details_name(st->error))
+        coai__unk_add(&c, "error", "ErrorDetails.error", (uint32_t)st->error, -1, -1);
+    if (st->unknown_detail[0]) {
+        coai__unk_add(&c, "error", "detail type", 0, -1, -1);
+        if (c.count <= c.max)
+            coai__ascii_note(c.out[c.count - 1].name, sizeof c.out[0].name,
+                             st->unknown_detail);
+    }
+    return c.count;
+}
+
+/* Whether an undeclared length-delimited payload reads as text: valid printable UTF-8
+ * (tab, LF and CR allowed). Such a payload is never opened, even when it also parses as
+ * protobuf ("hi" does: field 13, varint 0x69). */
+static int coai__looks_text(const pb_byte_t *p, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (p[i] < 0x20 && p[i] != '\t' && p[i] != '\n' && p[i] != '\r') return 0;
+    return coai_utf8_valid_prefix((const char *)p, n) == n;
+}
+
+typedef struct coai__shape_ctx {
+    coai_buf *out;
+    size_t start, max;
+    int cut;
+} coai__shape_ctx;
+
+static int coai__shape_room(coai__shape_ctx *c)
+{
+    if (c->cut) return 0;
+    if (c->max && c->out->len - c->start > c->max) {
+        coai_buf_puts(c->out, "...");
+        c->cut = 1;
+        return 0;
+    }
+    return 1;
+}
+
+/* 1: the bytes are a well-formed message at every level that would be opened. */
+static int coai__shape_parses(const pb_byte_t *p, size_t n)
+{
+    coai__pbr r;
+    coai__pbf f;
+    int k;
+    size_t count = 0;
+    if (!n) return 0;
+    coai__pbr_init(&r, p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0)
+        if (++count > COAI_MAX_PB_FIELDS) return 0;
+    return k == 0;
+}
+
+static coai_result coai__shape(coai__shape_ctx *c, const pb_msgdesc_t *desc,
+                               const pb_byte_t *p, size_t n, int depth)
+{
+    coai__pbr r;
+    coai__pbf f;
+    pb_field_iter_t it;
+    int k, first = 1;
+    const coai__known *kn = desc ? coai__known_of(desc, sizeof coai__known_msgs
+                                                   / sizeof coai__known_msgs[0]) : NULL;
+    if (kn) coai_buf_puts(c->out, kn->name);
+    coai_buf_putc(c->out, '{');
+    coai__pbr_init(&r, p, n);
+    while ((k = coai__pb_next(&r, &f)) > 0) {
+        int declared = desc && coai__field_of(desc, f.num, &it);
+        if (!coai__shape_room(c)) return COAI_OK;
+        coai_buf_printf(c->out, "%s%s%lu/%d", first ? "" : " ", declared ? "" : "!",
+                        (unsigned long)f.num, (int)f.wt);
+        first = 0;
+        if (f.wt != PB_WT_STRING) continue;
+        coai_buf_printf(c->out, "[%lu]", (unsigned long)f.n);
+        if (depth >= 24 || !f.n) continue;
+        if (declared) {
+            if (it.submsg_desc && coai__wire_ok(&it, (int)f.wt) < 0
+                && coai__shape_parses(f.p, f.n))
+                coai__shape(c, it.submsg_desc, f.p, f.n, depth + 1);
+        } else if (coai__shape_parses(f.p, f.n) && !coai__looks_text(f.p, f.n)) {
+            coai__shape(c, NULL, f.p, f.n, depth + 1);
+        }
+        if (c->cut) return COAI_OK;
+    }
+    if (k < 0) {
+        coai_buf_puts(c->out, first ? "?" : " ?");
+        coai_buf_putc(c->out, '}');
+        return COAI_ERR_PROTO;
+    }
+    coai_buf_putc(c->out, '}');
+    return COAI_OK;
+}
+
+coai_result coai_pb_shape(coai_buf *out, const char *message, const void *p, size_t n,
+                          size_t max_out)
+{
+    coai__shape_ctx c;
+    const pb_msgdesc_t *desc = NULL;
+    coai_result r;
+    size_t i;
+    if (!out || (!p && n)) return COAI_ERR_INVALID;
+    for (i = 0; message && i < sizeof coai__known_msgs / sizeof coai__known_msgs[0]; i++)
+        if (strcmp(coai__known_msgs[i].name, message) == 0) desc = coai__known_msgs[i].desc;
+    c.out = out;
+    c.start = out->len;
+    c.max = max_out;
+    c.cut = 0;
+    r = coai__shape(&c, desc, (const pb_byte_t *)p, n, 0);
+    if (out->err) return COAI_ERR_NOMEM;
+    return r;
 }
 /* PART:DECODE impl end */
 

@@ -767,6 +767,7 @@ enum {
     M_CRED_RENEWALS,        /* counter {result}: ok, failed */
     M_QUOTA_LATCHED,        /* counter: answers given by the quota latch, without a run */
     M_TRANSPORT_RUNS,       /* counter {transport}: upstream runs by transport (h2, http1) */
+    M_WIRE_UNKNOWN,         /* counter {message, field}: what Cursor sent that we do not know */
     M__COUNT
 };
 
@@ -798,6 +799,8 @@ static const struct metric_family {
       "usage-limit error, without an upstream run" },
     { "cursor_oai_transport_runs_total", MT_COUNTER, "Upstream runs by the transport that "
       "carried them (h2: one HTTP/2 Run stream; http1: RunSSE + BidiAppend)" },
+    { "cursor_oai_wire_unknown_total", MT_COUNTER, "Things Cursor sent that this version does "
+      "not know, by message and field (field number, or the error code or detail type)" },
 };
 
 #define METRIC_SERIES_MAX 256       /* series per family; more land in overflow="true" */
@@ -991,6 +994,218 @@ static void metrics_write(coai_buf *b)
                      (double)log_dropped());
     continuation_write(b);
     h2_metrics_write(b);
+}
+
+/* ======================================================================== */
+/* What Cursor sent that this version does not know (issue 30 item 3)       */
+/* ======================================================================== */
+/* The header finds them (coai_msg_unknowns, coai_status_unknowns); here they are counted in
+ * a fixed table (WN_MAX kinds, then one "others" count), each kind logged once, the first
+ * time, and shown on /metrics, the status page and by doctor. */
+
+#define WN_MAX 64
+
+struct wn_entry {
+    char what[200];                 /* the words a user pastes into a report */
+    uint64_t count;
+};
+
+static struct {
+    pthread_mutex_t mu;
+    struct wn_entry e[WN_MAX];
+    size_t n;
+    uint64_t others;
+} WN = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, 0 } }, 0, 0 };
+
+static void wn_note(const coai_unknown *u)
+{
+    char what[200], ml[METRIC_LABELS_MAX], fl[160], fv[120];
+    size_t i;
+    int first = 0, other = 0;
+    if (u->wire >= 0) {
+        snprintf(fv, sizeof fv, "%lu", (unsigned long)u->field);
+        if (u->expected_wire >= 0)
+            snprintf(what, sizeof what, "%s %s %lu (wire type %d, this version expects %d)",
+                     u->message, u->what, (unsigned long)u->field, u->wire, u->expected_wire);
+        else
+            snprintf(what, sizeof what, "%s %s %lu (wire type %d)", u->message, u->what,
+                     (unsigned long)u->field, u->wire);
+    } else if (u->name[0]) {
+        snprintf(fv, sizeof fv, "%s %s", u->what, u->name);
+        snprintf(what, sizeof what, "%s %s \"%s\"", u->message, u->what, u->name);
+    } else {
+        snprintf(fv, sizeof fv, "%s %lu", u->what, (unsigned long)u->field);
+        snprintf(what, sizeof what, "%s %s %lu", u->message, u->what, (unsigned long)u->field);
+    }
+    pthread_mutex_lock(&WN.mu);
+    for (i = 0; i < WN.n && strcmp(WN.e[i].what, what) != 0; i++) {}
+    if (i < WN.n) {
+        WN.e[i].count++;
+    } else if (WN.n < WN_MAX) {
+        copy_str(WN.e[WN.n].what, sizeof WN.e[0].what, what, strlen(what));
+        WN.e[WN.n++].count = 1;
+        first = 1;
+    } else {
+        other = WN.others++ == 0;
+    }
+    pthread_mutex_unlock(&WN.mu);
+    if (first)
+        srv_log(LOG_WARN, "cursor sent something this version does not know: %s; please "
+                "report it with 'cursor-oai doctor'", what);
+    else if (other)
+        srv_log(LOG_WARN, "cursor sent more kinds of things this version does not know than "
+                "it keeps apart (%d): the rest are counted together", WN_MAX);
+    if (i < WN_MAX) {
+        metric_label(ml, sizeof ml, "message", u->message, strlen(u->message));
+        metric_label(fl, sizeof fl, "field", fv, strlen(fv));
+        snprintf(ml + strlen(ml), sizeof ml - strlen(ml), ",%s", fl);
+    } else {
+        snprintf(ml, sizeof ml, "message=\"others\",field=\"others\"");
+    }
+    metric_add(M_WIRE_UNKNOWN, ml, 1);
+}
+
+/* One server message (a data frame's payload): note what it holds that we do not know. */
+static void wn_msg(const void *p, size_t n)
+{
+    coai_unknown u[8];
+    size_t k = coai_msg_unknowns(p, n, u, 8), i;
+    for (i = 0; i < k && i < 8; i++) wn_note(&u[i]);
+}
+
+static void wn_status(const coai_status *st)
+{
+    coai_unknown u[4];
+    size_t k = coai_status_unknowns(st, u, 4), i;
+    for (i = 0; i < k && i < 4; i++) wn_note(&u[i]);
+}
+
+/* The list for people: "what (count)" joined by "; ", with the others; "" when none. */
+static void wn_describe(coai_buf *b)
+{
+    size_t i;
+    pthread_mutex_lock(&WN.mu);
+    for (i = 0; i < WN.n; i++)
+        coai_buf_printf(b, "%s%s (%llu)", i ? "; " : "", WN.e[i].what,
+                        (unsigned long long)WN.e[i].count);
+    if (WN.others)
+        coai_buf_printf(b, "%sother kinds (%llu)", WN.n ? "; " : "",
+                        (unsigned long long)WN.others);
+    pthread_mutex_unlock(&WN.mu);
+}
+
+/* ---- doctor --capture: a redacted transcript of one run ----
+ * Every request head (values only for the headers on the allowlist below), every message
+ * each way as its redacted shape (coai_pb_shape: field numbers, wire types, lengths), every
+ * frame's size and the time since the capture began. No prompt, answer, token or key. */
+
+static struct {
+    pthread_mutex_t mu;
+    FILE *f;
+    int64_t t0;
+} CAP = { PTHREAD_MUTEX_INITIALIZER, NULL, 0 };
+
+static int cap_on(void)
+{
+    return __atomic_load_n(&CAP.f, __ATOMIC_ACQUIRE) != NULL;
+}
+
+static void cap_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void cap_line(const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&CAP.mu);
+    if (CAP.f) {
+        fprintf(CAP.f, "%7lld ms  ", (long long)(mono_ms() - CAP.t0));
+        va_start(ap, fmt);
+        vfprintf(CAP.f, fmt, ap);
+        va_end(ap);
+        fputc('\n', CAP.f);
+    }
+    pthread_mutex_unlock(&CAP.mu);
+}
+
+/* A header's value is written only when its name is one of these; any other value becomes
+ * its length (authorization, cookies, keys, checksums, ids). */
+static void cap_header(const char *name, size_t nl, const char *value, size_t vl)
+{
+    static const char *const shown[] = {
+        ":method", ":scheme", ":path", ":authority", "host", "content-type", "user-agent",
+        "connect-protocol-version", "connect-accept-encoding", "connect-content-encoding",
+        "accept", "accept-encoding", "te", "x-cursor-client-version", "x-cursor-client-type",
+        "x-ghost-mode", "x-cursor-streaming", "content-length", "connect-timeout-ms"
+    };
+    size_t i;
+    for (i = 0; i < sizeof shown / sizeof *shown; i++)
+        if (strlen(shown[i]) == nl && strncasecmp(shown[i], name, nl) == 0) {
+            cap_line("    %.*s: %.*s", (int)nl, name, (int)(vl > 300 ? 300 : vl), value);
+            return;
+        }
+    cap_line("    %.*s: <redacted, %zu bytes>", (int)nl, name, vl);
+}
+
+/* An HTTP/1.1 request head as up_send writes it. */
+static void cap_head_http1(const coai_buf *head)
+{
+    const char *p = (const char *)head->data, *end = p + head->len, *nl, *c;
+    int first = 1;
+    while (p && p < end && (nl = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        size_t n = (size_t)(nl - p);
+        if (n && p[n - 1] == '\r') n--;
+        if (!n) break;
+        if (first) {
+            const char *sp = memchr(p, ' ', n), *sp2 = sp ? memchr(sp + 1, ' ',
+                                                                   n - (size_t)(sp + 1 - p)) : NULL;
+            cap_line("request  HTTP/1.1 %.*s", sp2 ? (int)(sp2 - p) : 0, p);
+            first = 0;
+        } else if ((c = memchr(p, ':', n)) != NULL) {
+            const char *v = c + 1;
+            while (v < p + n && *v == ' ') v++;
+            cap_header(p, (size_t)(c - p), v, (size_t)(p + n - v));
+        }
+        p = nl + 1;
+    }
+}
+
+static void cap_head_h2(const coai_h2_header *hs, size_t nh)
+{
+    size_t i;
+    cap_line("request  HTTP/2 stream");
+    for (i = 0; i < nh; i++)
+        cap_header(hs[i].name.ptr, hs[i].name.len, hs[i].value.ptr, hs[i].value.len);
+}
+
+/* One message we send (an AgentClientMessage), before any envelope. */
+static void cap_client(const unsigned char *msg, size_t n)
+{
+    coai_buf b = { 0 };
+    coai_pb_shape(&b, "AgentClientMessage", msg, n, 4096);
+    coai_buf_putc(&b, 0);
+    cap_line("C>S  %6zu bytes  %s", n, b.err ? "(no memory)" : (const char *)b.data);
+    coai_buf_free(&b);
+}
+
+/* One frame Cursor sent: a message's shape, or the status a trailer carries (its code and
+ * error name: the message text stays out). */
+static void cap_frame(const coai_frame *f)
+{
+    coai_buf b = { 0 };
+    coai_status st;
+    if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
+        if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
+        else coai_end_stream_parse(f->data, f->len, &st);
+        cap_line("S>C  %6zu bytes  %s: status %d (%s)%s%s", f->len,
+                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code,
+                 coai_grpc_status_name(st.code), st.error_name ? ", " : "",
+                 st.error_name ? st.error_name : "");
+        return;
+    }
+    coai_pb_shape(&b, "AgentServerMessage", f->data, f->len, 4096);
+    coai_buf_putc(&b, 0);
+    cap_line("S>C  %6zu bytes  flags %u  %s", f->len, (unsigned)f->flags,
+             b.err ? "(no memory)" : (const char *)b.data);
+    coai_buf_free(&b);
 }
 
 /* ======================================================================== */
@@ -1955,6 +2170,7 @@ static int up_send(struct upconn *c, const coai_buf *head, const void *body, siz
     c->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
     if (c->end && c->deadline > c->end) c->deadline = c->end;
     c->io_timeout_ms = 0;
+    if (cap_on()) cap_head_http1(head);
     if (br_sslio_write_all(&c->io, head->data, head->len) < 0) return -1;
     if (blen && br_sslio_write_all(&c->io, body, blen) < 0) return -1;
     return br_sslio_flush(&c->io);
@@ -2989,6 +3205,7 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
     struct h2c *hc = h2c_get(h, fresh, e);
     struct h2s *s;
     long id = -1;
+    if (cap_on()) cap_head_h2(hs, nh);
     if (!hc) return NULL;
     s = calloc(1, sizeof *s);
     if (s && cond_init_mono(&s->cv) != 0) { free(s); s = NULL; }
@@ -5537,6 +5754,7 @@ static const char STATUS_HTML[] =
     "<h3>Errors by kind</h3><ul id=\"errors\"></ul>"
     "<h3>Fallbacks</h3><ul id=\"fallbacks\"></ul></section>\n"
     "<section id=\"models\"><h2>Models</h2><p id=\"models-list\"></p></section>\n"
+    "<section id=\"wire\"><h2>Cursor's protocol</h2><p id=\"wire-text\"></p></section>\n"
     "<section id=\"requests\"><h2>Last requests</h2><table><thead><tr><th>time (UTC)</th>"
     "<th>API</th><th>model</th><th>status</th><th>ms</th><th>tokens in/out</th>"
     "<th>fallback</th><th>error</th></tr></thead><tbody id=\"req-body\"></tbody></table>"
@@ -5596,6 +5814,10 @@ static const char STATUS_JS[] =
     "    list(\"fallbacks\", v.fallbacks, \"none\");\n"
     "    $(\"models-list\").textContent = s.models.length ? s.models.join(\", \") :"
     " \"(not fetched yet)\";\n"
+    "    $(\"wire-text\").textContent = s.wire_unknown ? \"Cursor sent things this version"
+    " does not know: \" + s.wire_unknown + \". Please report them (cursor-oai doctor"
+    " --capture FILE writes a transcript that is safe to attach).\" : \"Nothing Cursor sent"
+    " was unknown to this version.\";\n"
     "    var tb = $(\"req-body\");\n"
     "    tb.replaceChildren();\n"
     "    s.requests.forEach(function (r) {\n"
@@ -5980,6 +6202,14 @@ static void status_json(struct conn *c, coai_buf *b)
     coai_buf_free(&mj);
     coai_buf_puts(b, "],\"live\":");
     status_live_json(b);
+    {
+        coai_buf w = { 0 };
+        wn_describe(&w);
+        coai_buf_putc(&w, 0);
+        coai_buf_puts(b, ",\"wire_unknown\":");
+        status_json_str(b, w.err || w.len < 2 ? NULL : (const char *)w.data);
+        coai_buf_free(&w);
+    }
     /* the last requests, newest first */
     coai_buf_puts(b, ",\"requests\":[");
     pthread_mutex_lock(&SP.mu);
@@ -6216,6 +6446,8 @@ struct run_held {
     coai_buf leftover;              /* body bytes read past the end of the response */
     coai_buf backlog;               /* frames (flags byte + u32 length + payload) kept for
                                      * the next response while held */
+    int replaying;                  /* run_frame is fed the backlog: counted and captured
+                                     * already (held_frame) */
     int wake[2];                    /* the holder polls wake[0]; a byte = stop holding */
     pthread_t holder;
     int holder_started, in_table, release_req;
@@ -6553,6 +6785,7 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
     uint64_t gen = 0;
     int64_t seqno;
     resp.max = UP_ERR_BODY_MAX;
+    if (cap_on()) cap_client(msg, n);
     if (r->mu_init) { pthread_mutex_lock(&r->up.send_mu); locked = 1; }
     if (coai_encode_bidi_append(&body, msg, n, coai_str_c(r->up.request_id), r->up.seqno) < 0
         || body.err) {
@@ -7201,6 +7434,7 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
                        "the upstream run is closed");
         return -1;
     }
+    if (cap_on()) cap_client(msg, n);
     h[0] = 0;
     h[1] = (unsigned char)(n >> 24); h[2] = (unsigned char)(n >> 16);
     h[3] = (unsigned char)(n >> 8); h[4] = (unsigned char)n;
@@ -7452,6 +7686,8 @@ static int run_frame(struct run *r, const coai_frame *f)
     if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
         if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
         else coai_end_stream_parse(f->data, f->len, &st);
+        if (!r->held.replaying) wn_status(&st);
+        if (cap_on() && !r->held.replaying) cap_frame(f);
         if (st.code == 16) cred_mark_rejected(r->up.auth_gen);  /* UNAUTHENTICATED */
         srv_log(LOG_DEBUG, "run %s: %s status %d", r->up.request_id,
                 f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
@@ -7491,6 +7727,8 @@ static int run_frame(struct run *r, const coai_frame *f)
         return coai_reply_feed_status(&r->reply, &st);
     }
     if (r->up.data_frames++ == 0) tr_answered(r);
+    if (!r->held.replaying) wn_msg(f->data, f->len);
+    if (cap_on() && !r->held.replaying) cap_frame(f);
     rc = coai_msg_decode(&r->up.msg, f->data, f->len);
     if (rc < 0) {
         coai_error e;
@@ -7691,6 +7929,8 @@ static int held_frame(struct run *r, const coai_frame *f)
         snprintf(r->held.why, sizeof r->held.why, "Cursor ended the run while it was held");
         return -1;
     }
+    wn_msg(f->data, f->len);
+    if (cap_on()) cap_frame(f);
     if (coai_msg_decode(&r->up.msg, f->data, f->len) < 0) {
         snprintf(r->held.why, sizeof r->held.why, "undecodable message while held");
         return -1;
@@ -8444,7 +8684,9 @@ static int held_backlog(struct run *r)
         f.data = bl.data + i + 5;
         f.len = n;
         r->out.in_feed = 1;
+        r->held.replaying = 1;
         rc = run_frame(r, &f);
+        r->held.replaying = 0;
         r->out.in_feed = 0;
         i += 5 + n;
     }
@@ -9808,7 +10050,7 @@ static const char STATUS_HELP[] =
     "logged in, rejected, or the check failed.\n";
 
 static const char DOCTOR_HELP[] =
-    "Usage: cursor-oai doctor [--model NAME] [--verbose]\n"
+    "Usage: cursor-oai doctor [--model NAME] [--capture FILE] [--verbose]\n"
     "\n"
     "Checks the whole path to Cursor, one step at a time, and says what to do when a step\n"
     "fails: the credentials (expiry, renewal), GetServerConfig (the HTTP/2 agent host),\n"
@@ -9816,7 +10058,13 @@ static const char DOCTOR_HELP[] =
     "--model) under each transport profile until one works (connect first). Prints the\n"
     "client version, the HTTP version, hosts and profile used and each step's time; names a\n"
     "host that serves HTTP/2 only, a refused profile and an outdated client version; never\n"
-    "prints a token. --verbose adds the log lines.\n"
+    "prints a token. --verbose adds the log lines. Lists anything Cursor sent that this\n"
+    "version does not know.\n"
+    "--capture FILE: then one more turn, with one tool call (a harmless tool the model is\n"
+    "asked to call), written to FILE as a redacted transcript: each request's headers (the\n"
+    "values of authorization, cookies, keys and ids left out), each message's field numbers,\n"
+    "wire types and sizes each way, and timings; no prompt, answer, token or key. Safe to\n"
+    "attach to a bug report.\n"
     "Uses the same environment as `serve`. Exit status: 0 a run worked, 1 otherwise.\n";
 
 static const char MODELS_HELP[] =
@@ -11042,8 +11290,10 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
 }
 
 /* One chat through handle_chat. *status = HTTP status, body = the response body, *err = the
- * error it sent (status 0: none, or it sent no error of its own). */
-static void doctor_chat(const char *model, int *status, coai_buf *body, coai_error *err)
+ * error it sent (status 0: none, or it sent no error of its own). json: the request body
+ * (NULL: the plain "Reply with the word OK." to model). */
+static void doctor_post(const char *model, const char *json, int *status, coai_buf *body,
+                        coai_error *err)
 {
     struct conn *c = calloc(1, sizeof *c);
     int sv[2];
@@ -11055,10 +11305,14 @@ static void doctor_chat(const char *model, int *status, coai_buf *body, coai_err
     if (!c || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) { free(c); return; }
     c->fd = sv[0];
     c->t0 = mono_ms();
-    coai_buf_printf(&c->body, "{\"model\":");
-    coai_json_str_append(&c->body, model, strlen(model));
-    coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\",\"content\":"
-                  "\"Reply with the word OK.\"}]}");
+    if (json) {
+        coai_buf_puts(&c->body, json);
+    } else {
+        coai_buf_printf(&c->body, "{\"model\":");
+        coai_json_str_append(&c->body, model, strlen(model));
+        coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\","
+                      "\"content\":\"Reply with the word OK.\"}]}");
+    }
     handle_chat(c);
     *err = c->err;
     close(sv[0]);
@@ -11075,6 +11329,103 @@ static void doctor_chat(const char *model, int *status, coai_buf *body, coai_err
     free(c);
 }
 
+/* doctor --capture FILE: one tiny turn with one tool call (a harmless tool the model is asked
+ * to call once, answered with a canned result), every frame of it written to FILE in its
+ * redacted form (see CAP). 0 written, -1 not (said on stdout). */
+static int doctor_capture(const char *model, const char *path)
+{
+    static const char tool[] = "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"doctor_probe\",\"description\":\"A harmless probe of cursor-oai doctor: returns "
+        "the word ready.\",\"parameters\":{\"type\":\"object\",\"properties\":{}}}}]";
+    static const char ask[] = "Call the doctor_probe tool once, with no arguments, then "
+        "reply with the word OK.";
+    coai_buf req = { 0 }, body = { 0 };
+    coai_error e;
+    int st = 0, fd, calls = 0, st2 = 0;
+    char id[128] = "";
+    cJSON *j = NULL;
+    const cJSON *tc;
+    FILE *f;
+    fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (!f) {
+        if (fd >= 0) close(fd);
+        doctor_step("FAIL", "capture", "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "# cursor-oai %s doctor --capture: one turn with one tool call, redacted.\n"
+            "# No prompt, answer, tool argument, token or key is in this file: request headers\n"
+            "# show their values only for a fixed list of harmless names, and each message is\n"
+            "# its shape: NAME{FIELD/WIRE[LENGTH]{...} ...}, '!' = a field this version does\n"
+            "# not know. C>S: sent to Cursor, S>C: received; times since the capture began.\n"
+            "# transport: ", COAI_VERSION);
+    {
+        char tb[400];
+        tr_describe(tb, sizeof tb);
+        fprintf(f, "%s\n", tb);
+    }
+    pthread_mutex_lock(&CAP.mu);
+    CAP.t0 = mono_ms();
+    __atomic_store_n(&CAP.f, f, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&CAP.mu);
+    cap_line("turn 1: the model is asked to call doctor_probe");
+    coai_buf_puts(&req, "{\"model\":");
+    coai_json_str_append(&req, model, strlen(model));
+    coai_buf_printf(&req, ",\"stream\":false,%s,\"messages\":[{\"role\":\"user\",\"content\":"
+                    "\"%s\"}]}", tool, ask);
+    coai_buf_putc(&req, 0);
+    doctor_post(model, req.err ? "" : (const char *)req.data, &st, &body, &e);
+    j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+    tc = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(
+        cJSON_GetObjectItemCaseSensitive(j, "choices"), 0), "message"), "tool_calls");
+    calls = cJSON_GetArraySize(tc);
+    if (st == 200 && calls > 0) {
+        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(tc, 0), "id");
+        if (cJSON_IsString(cid)) copy_str(id, sizeof id, cid->valuestring,
+                                          strlen(cid->valuestring));
+    }
+    if (id[0]) {
+        /* turn 2: the tool's canned result, as a client sends it back */
+        char *calls_json = cJSON_PrintUnformatted(tc);
+        cap_line("turn 2: the tool result goes back");
+        coai_buf_reset(&req);
+        coai_buf_puts(&req, "{\"model\":");
+        coai_json_str_append(&req, model, strlen(model));
+        coai_buf_printf(&req, ",\"stream\":false,%s,\"messages\":[{\"role\":\"user\","
+                        "\"content\":\"%s\"},{\"role\":\"assistant\",\"content\":null,"
+                        "\"tool_calls\":%s},{\"role\":\"tool\",\"tool_call_id\":", tool, ask,
+                        calls_json ? calls_json : "[]");
+        coai_json_str_append(&req, id, strlen(id));
+        coai_buf_puts(&req, ",\"content\":\"ready\"}]}");
+        coai_buf_putc(&req, 0);
+        free(calls_json);
+        coai_buf_free(&body);
+        doctor_post(model, req.err ? "" : (const char *)req.data, &st2, &body, &e);
+    }
+    cap_line("end");
+    pthread_mutex_lock(&CAP.mu);
+    __atomic_store_n(&CAP.f, (FILE *)NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&CAP.mu);
+    cJSON_Delete(j);
+    coai_buf_free(&req);
+    coai_buf_free(&body);
+    if (fclose(f) != 0) {
+        doctor_step("FAIL", "capture", "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (st != 200)
+        doctor_step("WARN", "capture", "written to %s, but the turn failed (HTTP %d)", path, st);
+    else if (!id[0])
+        doctor_step("WARN", "capture", "written to %s; the model answered without calling the "
+                    "tool", path);
+    else
+        doctor_step("OK", "capture", "written to %s: one tool call (HTTP %d), then its result "
+                    "(HTTP %d)", path, st, st2);
+    printf("     -> %s holds no prompt, answer, token or key: attach it to a bug report.\n",
+           path);
+    return 0;
+}
+
 static int run_doctor(int argc, char **argv)
 {
     char tok[SRV_TOKEN_MAX], buf[400], src[700];
@@ -11086,9 +11437,12 @@ static int run_doctor(int argc, char **argv)
     int i, srcw, ok_run = 0, ok_h2 = 0, ok_h1 = 0, order[2], norder, failed_cfg,
         refused_said = 0;
     char why[160];
+    const char *capture = NULL;
     for (i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
             model = argv[++i];
+        } else if (strcmp(argv[i], "--capture") == 0 && i + 1 < argc) {
+            capture = argv[++i];
         } else if (strcmp(argv[i], "--verbose") == 0) {
             continue;
         } else {
@@ -11194,7 +11548,7 @@ static int run_doctor(int argc, char **argv)
         coai_error he;
         cJSON *j;
         TR.forced = TR_H2;
-        doctor_chat(model, &st, &body, &he);
+        doctor_post(model, NULL, &st, &body, &he);
         TR.forced = saved;
         agent_h2_get(&h2host, NULL, 0);
         j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
@@ -11243,7 +11597,7 @@ static int run_doctor(int argc, char **argv)
         snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
         S.profile_forced = order[i];    /* exactly this profile, no switching inside */
         S.profile = order[i];
-        doctor_chat(model, &st, &body, &ce);
+        doctor_post(model, NULL, &st, &body, &ce);
         S.profile_forced = saved;
         run_host_get(&agent, NULL, 0);  /* where it ended up (a refusing host is skipped) */
         if (S.agent_forced.host[0] && !refused_said
@@ -11298,6 +11652,21 @@ static int run_doctor(int argc, char **argv)
         ok_run = ok_run || ok_h2;
     }
 runs_done:
+    if (capture) doctor_capture(model, capture);
+    {
+        coai_buf w = { 0 };
+        wn_describe(&w);
+        coai_buf_putc(&w, 0);
+        if (w.len > 1 && !w.err) {
+            doctor_step("WARN", "wire", "Cursor sent things this version does not know: %s",
+                        (const char *)w.data);
+            doctor_advice("please report them: open an issue with this output and the file "
+                          "`cursor-oai doctor --capture FILE` writes (it is redacted).");
+        } else {
+            doctor_step("OK", "wire", "nothing Cursor sent was unknown to this version");
+        }
+        coai_buf_free(&w);
+    }
     if (ok_run) {
         if (TR.forced == TR_H2)
             printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "

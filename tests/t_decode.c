@@ -1102,6 +1102,178 @@ static void autumn_fields(coai_msg *m)
     coai_buf_free(&s);
 }
 
+/* ---- issue 30 item 3: what this version does not know ---- */
+
+static int buf_is(const coai_buf *b, const char *lit)
+{
+    return b->len == strlen(lit) && memcmp(b->data, lit, b->len) == 0;
+}
+
+static size_t unk_of(const coai_buf *b, coai_unknown *u, size_t max)
+{
+    return coai_msg_unknowns(b->data, b->len, u, max);
+}
+
+/* {1: {1: {1: text, extra...}}}: a text delta; extra fields appended at the level asked. */
+static void unk_text(coai_buf *b, const char *text, int level, uint32_t f, int wt)
+{
+    coai_buf leaf = { 0 }, upd = { 0 };
+    memset(b, 0, sizeof *b);
+    pw_str(&leaf, 1, text);
+    if (level == 2) { if (wt == 2) pw_str(&leaf, f, "zz"); else pw_uv(&leaf, f, 7); }
+    pw_sub(&upd, 1, &leaf);
+    if (level == 1) { if (wt == 2) pw_str(&upd, f, ""); else pw_uv(&upd, f, 7); }
+    pw_sub(b, 1, &upd);
+    if (level == 0) { if (wt == 2) pw_str(b, f, "\x08\x01"); else pw_uv(b, f, 7); }
+}
+
+static void unknowns(coai_msg *m)
+{
+    coai_unknown u[8];
+    coai_buf b = { 0 }, e = { 0 }, x = { 0 }, s = { 0 };
+    size_t k;
+    char *plain;
+
+    /* nothing unknown in a plain delta, nor in a decoded exec with its envelope fields */
+    unk_text(&b, "hello", -1, 0, 0);
+    CHECK(unk_of(&b, u, 8) == 0);
+    plain = (char *)malloc(b.len);
+    memcpy(plain, b.data, b.len);
+    CHECK(coai_msg_decode(m, plain, b.len) == COAI_OK && m->kind == COAI_MSG_TEXT);
+    CHECK(coai_str_eq(m->text, "hello"));
+    coai_buf_free(&b);
+    free(plain);
+
+    /* an undeclared AgentServerMessage member: a "message kind", its number and wire type */
+    unk_text(&b, "hello", 0, 47, 2);
+    k = unk_of(&b, u, 8);
+    CHECKF(k == 1 && strcmp(u[0].message, "AgentServerMessage") == 0
+           && strcmp(u[0].what, "message kind") == 0 && u[0].field == 47 && u[0].wire == 2
+           && u[0].expected_wire == -1 && u[0].name[0] == 0, "k=%zu", k);
+    /* ...and the decoder does the same as without it */
+    CHECK(coai_msg_decode(m, b.data, b.len) == COAI_OK && m->kind == COAI_MSG_TEXT
+          && coai_str_eq(m->text, "hello"));
+    coai_buf_free(&b);
+
+    /* an undeclared InteractionUpdate kind; an undeclared scalar there is a "field" */
+    unk_text(&b, "hello", 1, 40, 2);
+    k = unk_of(&b, u, 8);
+    CHECK(k == 1 && strcmp(u[0].message, "InteractionUpdate") == 0
+          && strcmp(u[0].what, "update kind") == 0 && u[0].field == 40);
+    coai_buf_free(&b);
+    unk_text(&b, "hello", 1, 41, 0);
+    CHECK(unk_of(&b, u, 8) == 1 && strcmp(u[0].what, "field") == 0 && u[0].wire == 0);
+    coai_buf_free(&b);
+
+    /* an undeclared field of a leaf the decoder reads, and the text still decodes */
+    unk_text(&b, "hello", 2, 9, 0);
+    CHECK(unk_of(&b, u, 8) == 1 && strcmp(u[0].message, "TextDeltaUpdate") == 0
+          && u[0].field == 9 && u[0].wire == 0);
+    CHECK(coai_msg_decode(m, b.data, b.len) == COAI_OK && coai_str_eq(m->text, "hello"));
+    coai_buf_free(&b);
+
+    /* a declared field with another wire type: TurnEndedUpdate.input_tokens as bytes */
+    pw_str(&x, 1, "ab");
+    pw_sub(&e, 14, &x);
+    pw_sub(&b, 1, &e);
+    CHECK(unk_of(&b, u, 8) == 1 && strcmp(u[0].message, "TurnEndedUpdate") == 0
+          && u[0].field == 1 && u[0].wire == 2 && u[0].expected_wire == 0);
+    coai_buf_free(&b);
+
+    /* exec kinds: 60 is not known, 41-43 are (answered without a declaration); the same
+     * unknown twice in one message is one record */
+    pw_uv(&e, 1, 3);
+    pw_str(&e, 60, "\x0a\x01q");
+    pw_str(&e, 60, "");
+    pw_str(&e, 42, "");
+    pw_uv(&e, 55, 1);
+    pw_sub(&b, 2, &e);
+    k = unk_of(&b, u, 8);
+    CHECKF(k == 1 && strcmp(u[0].message, "ExecServerMessage") == 0
+           && strcmp(u[0].what, "exec kind") == 0 && u[0].field == 60, "k=%zu", k);
+    coai_buf_free(&b);
+
+    /* an interaction query kind the schema does not declare (13), next to a known one */
+    pw_uv(&e, 1, 5);
+    pw_str(&e, 13, "");
+    pw_sub(&b, 7, &e);
+    CHECK(unk_of(&b, u, 8) == 1 && strcmp(u[0].what, "query kind") == 0 && u[0].field == 13);
+    CHECK(coai_msg_decode(m, b.data, b.len) == COAI_OK && m->kind == COAI_MSG_QUERY
+          && m->query == 13);
+    coai_buf_free(&b);
+
+    /* more than max: the count goes on, the records stop */
+    {
+        uint32_t f;
+        for (f = 100; f < 110; f++) pw_uv(&b, f, 1);
+        CHECK(unk_of(&b, u, 3) == 10 && u[2].field == 102);
+        CHECK(coai_msg_unknowns(b.data, b.len, NULL, 0) == 10);
+        coai_buf_free(&b);
+    }
+    /* malformed bytes end the walk without a record past them */
+    CHECK(coai_msg_unknowns("\x0a\x09\x0a", 3, u, 8) == 0);
+    CHECK(coai_msg_unknowns(NULL, 0, u, 8) == 0);
+
+    /* the redacted shape: numbers, wire types, lengths; never a string's bytes */
+    unk_text(&b, "s3cret prompt", 2, 9, 0);
+    pw_str(&b, 47, "another s3cret");
+    CHECK(coai_pb_shape(&s, "AgentServerMessage", b.data, b.len, 0) == COAI_OK);
+    CHECKF(s.len && buf_is(&s, "AgentServerMessage{1/2[19]InteractionUpdate{1/2[17]"
+                                "TextDeltaUpdate{1/2[13] !9/0}} !47/2[14]}"),
+           "%.*s", (int)s.len, (const char *)s.data);
+    coai_buf_free(&s);
+    /* an undeclared field that parses as a message is opened, text that parses is not */
+    coai_buf_free(&b);
+    pw_str(&b, 3, "hi");                          /* 'h' 'i' = field 13, varint 0x69 */
+    pw_str(&b, 4, "\x08\x01\x12\x02" "ab");
+    CHECK(coai_pb_shape(&s, NULL, b.data, b.len, 0) == COAI_OK);
+    CHECKF(s.len && buf_is(&s, "{!3/2[2] !4/2[6]{!1/0 !2/2[2]}}"),
+           "%.*s", (int)s.len, (const char *)s.data);
+    coai_buf_free(&s);
+    /* malformed: what parsed, then "?"; a cap ends with "..." */
+    CHECK(coai_pb_shape(&s, "AgentServerMessage", "\x08\x01\x0a\x05", 4, 0) == COAI_ERR_PROTO);
+    CHECKF(s.len && buf_is(&s, "AgentServerMessage{1/0 ?}"),
+           "%.*s", (int)s.len, (const char *)s.data);
+    coai_buf_free(&s);
+    {
+        uint32_t f;
+        for (f = 1; f < 200; f++) pw_uv(&b, 900, 1);
+        CHECK(coai_pb_shape(&s, NULL, b.data, b.len, 40) == COAI_OK);
+        CHECKF(s.len >= 40 && s.len < 60 && memcmp(s.data + s.len - 3, "...", 3) == 0,
+               "%.*s", (int)s.len, (const char *)s.data);
+        coai_buf_free(&s);
+        coai_buf_free(&b);
+    }
+    coai_buf_free(&x);
+    coai_buf_free(&e);
+}
+
+static void status_unknowns(void)
+{
+    static const char js[] =
+        "{\"error\":{\"code\":\"brand_new\",\"message\":\"m\",\"details\":["
+        "{\"type\":\"google.rpc.Fresh\",\"value\":\"AA==\"},"
+        "{\"type\":\"aiserver.v1.ErrorDetails\",\"value\":\"CL8H\"}]}}";
+    coai_status st;
+    coai_unknown u[8];
+    size_t k;
+    /* CL8H = ErrorDetails{error: 959}: a value past the names this build has */
+    CHECK(coai_end_stream_parse(js, sizeof js - 1, &st) == COAI_ERR_INVALID);
+    k = coai_status_unknowns(&st, u, 8);
+    CHECKF(k == 3, "k=%zu", k);
+    CHECK(k >= 1 && strcmp(u[0].what, "code") == 0 && strcmp(u[0].name, "brand_new") == 0
+          && u[0].wire == -1);
+    CHECK(k >= 2 && strcmp(u[1].what, "ErrorDetails.error") == 0 && u[1].field == 959);
+    CHECK(k >= 3 && strcmp(u[2].what, "detail type") == 0
+          && strcmp(u[2].name, "google.rpc.Fresh") == 0);
+    /* known codes and details: nothing */
+    CHECK(coai_end_stream_parse("{\"error\":{\"code\":\"unavailable\"}}", 32, &st) == COAI_OK);
+    CHECK(coai_status_unknowns(&st, u, 8) == 0);
+    /* a grpc-status past 16 */
+    CHECK(coai_trailer_parse("grpc-status: 17\r\n", 17, &st) == COAI_OK);
+    CHECK(coai_status_unknowns(&st, u, 8) == 1 && u[0].field == 17);
+}
+
 int main(void)
 {
     coai_msg m = { 0 };
@@ -1124,6 +1296,8 @@ int main(void)
     nesting(&m, 5000, 1, COAI_ERR_PROTO);
     malformed(&m);
     fast_path_equivalence(&m);
+    unknowns(&m);
+    status_unknowns();
     coai_msg_free(&m);
     CHECK(m.priv_ == NULL && m.scratch_.data == NULL);
     coai_msg_free(&m);                   /* twice is harmless */

@@ -1471,8 +1471,31 @@ def _send(ctx, data, split=0):
 
 
 def build_frame(st, run):
-    """One step -> frame bytes (or None if the op is not a plain frame)."""
+    """One step -> frame bytes (or None if the op is not a plain frame). A step may carry
+    "unknown": [{"at": [field numbers], "field": N, "wire": W}, ...]: fields this product's
+    schema does not declare, added to its message where `at` leads (a data frame only)."""
+    return with_unknown(st, _build_frame(st, run))
+
+
+def with_unknown(st, fr):
+    """fr (a data frame, or None) with the step's "unknown" fields added."""
+    if fr is not None and st.get("unknown") and fr[:1] == b"\x00":
+        msg = fr[5:]
+        for u in st["unknown"]:
+            msg = pb.add_unknown(msg, list(u.get("at", [])), int(u["field"]),
+                                 int(u.get("wire", 0)))
+        fr = pb.envelope(msg)
+    return fr
+
+
+def _build_frame(st, run):
     op = st["op"]
+    if op == "variant":
+        # a oneof member the product does not know: {"at": [1], "field": 40} is an
+        # InteractionUpdate kind 40; "id" sets field 1 (ExecServerMessage, InteractionQuery)
+        return pb.envelope(pb.m_variant(list(st.get("at", [])), int(st["field"]),
+                                        bytes.fromhex(st.get("body_hex", "")),
+                                        st.get("id")))
     if op == "images_text":     # what arrived in selected_context (see images_text())
         return pb.envelope(pb.m_text(images_text(run)))
     if op == "text":
@@ -2025,8 +2048,9 @@ def run_step(ctx, st):
         eid = int(st.get("id", 1))
         if "file_text_from" in st:          # a write whose text comes from an earlier result
             st = dict(st, file_text=from_result(run, st["file_text_from"]))
-        fr = pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st), st.get("exec_id", ""),
-                                   envelope=bool(st.get("envelope"))))
+        fr = with_unknown(st, pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st),
+                                                    st.get("exec_id", ""),
+                                                    envelope=bool(st.get("envelope")))))
         ctx.append_cursor = len(run.appends)
         ctx.exec_cursor = ctx.append_cursor
         if st.get("hold"):

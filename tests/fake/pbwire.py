@@ -960,3 +960,57 @@ def make_jwt(payload):
         return _b64url(json.dumps(o, separators=(",", ":")).encode())
     return seg({"alg": "HS256", "typ": "JWT"}) + "." + seg(payload) + "." + _b64url(
         b"fake-signature")
+
+
+# ---- unknown content (issue 30 item 3: a product that notices when Cursor changes) ----
+
+def f_unknown(fn, wt):
+    """A field of any wire type with a harmless value: varint 7, fixed64/fixed32 zeros,
+    length-delimited {1: 1} (parses as a message)."""
+    if wt == WT_VARINT:
+        return f_varint(fn, 7)
+    if wt == WT_I64:
+        return tag(fn, WT_I64) + bytes(8)
+    if wt == WT_I32:
+        return tag(fn, WT_I32) + bytes(4)
+    return f_bytes(fn, f_varint(1, 1))
+
+
+def encode(fields):
+    """parse()'s list back to bytes (field order kept)."""
+    out = b""
+    for fn, wt, v in fields:
+        if wt == WT_VARINT:
+            out += f_varint(fn, v)
+        elif wt == WT_LEN:
+            out += f_bytes(fn, v)
+        elif wt == WT_I64:
+            out += tag(fn, WT_I64) + struct.pack("<Q", v)
+        else:
+            out += tag(fn, WT_I32) + struct.pack("<I", v)
+    return out
+
+
+def add_unknown(msg, at, fn, wt):
+    """msg with one more field (fn, wt) in the sub-message reached through the field
+    numbers `at` (each the last length-delimited occurrence; [] = msg itself), every
+    enclosing length rewritten. A decoder that skips unknown fields reads the same."""
+    if not at:
+        return bytes(msg) + f_unknown(fn, wt)
+    fields = parse(msg)
+    for i in range(len(fields) - 1, -1, -1):
+        f, w, v = fields[i]
+        if f == at[0] and w == WT_LEN:
+            fields[i] = (f, w, add_unknown(v, at[1:], fn, wt))
+            return encode(fields)
+    raise PBError("no field %d to add an unknown field into" % at[0])
+
+
+def m_variant(at, fn, body=b"", id_field=None):
+    """An AgentServerMessage whose innermost message (reached through the field numbers
+    `at`) holds only the oneof member fn this schema does not know (body as its bytes), and
+    the id field 1 = id_field when given (ExecServerMessage, InteractionQuery)."""
+    inner = (f_varint(1, id_field) if id_field is not None else b"") + f_bytes(fn, body)
+    for f in reversed(at):
+        inner = f_bytes(f, inner)
+    return inner
