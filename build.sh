@@ -440,6 +440,7 @@ arm64_mode_tests() {
     A=$T/arm64
     run mkdir -p "$A/lib" "$A/log"
     if run sh ./build.sh _release_arm64; then
+        SECS=$(( $(date +%s) - a0 ))
         count "release build (arm64)" 1 0
     else
         count "release build (arm64)" 0 1
@@ -455,6 +456,7 @@ arm64_mode_tests() {
 
     # The unit tests: the libraries once, then the programs $JOBS at a time (the compiler is
     # most of this step's time), then each under the emulator.
+    u0=$(date +%s)
     ALIBS=
     for src in $LIB_C $PB_C; do
         o=$A/lib/$(basename "$src" .c).o
@@ -496,7 +498,7 @@ arm64_mode_tests() {
             show_log "$A/log/$name.err" "$A/log/$name.out"
         fi
     done
-    SECS=
+    SECS=$(( $(date +%s) - u0 ))
     count "t_*.c (arm64, qemu)" "$up" "$uf" "${ubad:+failing:$ubad}"
 
     run_prog "arm64_e2e.py (arm64, qemu)" "$A/log/e2e_http1" \
