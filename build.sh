@@ -2,8 +2,10 @@
 # build.sh - build, test and fuzz cursor-oai. Plain POSIX sh; prints every command it runs.
 #
 #   ./build.sh               release: fully static musl binary build/cursor-oai
+#   ./build.sh arm64         the same for linux/arm64, cross-built: build/cursor-oai-arm64
 #   ./build.sh test          ASan/UBSan unit tests, fuzz corpus replay, header and release
-#                            checks, e2e scripts
+#                            checks, the arm64 binary under qemu-aarch64-static, e2e scripts
+#   ./build.sh test-arm64    only test's arm64 step (release builds of both, then the checks)
 #   ./build.sh debug         dynamic glibc -g -O0 build (for valgrind): build/cursor-oai-debug
 #   ./build.sh fuzz [SECS]   libFuzzer every tests/fuzz/fz_*.c for SECS seconds each (default 60)
 #   ./build.sh deps          install packages, fetch + verify + unpack deps, build BearSSL
@@ -48,8 +50,16 @@ BEARSSL_SHA=102a625bd8f6155260867a50c508df8d8c3f796985dd744df1a68e5cd1a79004
 # What a release or debug build needs; test, fuzz and bench add the second list.
 PACKAGES_BUILD="gcc libc6-dev make binutils xz-utils dpkg-dev musl-tools protobuf-compiler python3
 python3-protobuf file ca-certificates debian-archive-keyring"
-PACKAGES_TEST="clang libclang-rt-14-dev openssl zbar-tools python3-h2 chromium nginx"
+PACKAGES_TEST="clang libclang-rt-14-dev openssl zbar-tools python3-h2 chromium nginx
+qemu-user-static"
 PACKAGES="$PACKAGES_BUILD $PACKAGES_TEST"
+# The linux/arm64 cross build (`arm64`, and `test`, which runs that binary under
+# qemu-aarch64-static): Debian's cross compiler, and musl for arm64 through multiarch (it brings
+# /usr/bin/aarch64-linux-musl-gcc, the cross compiler with musl's specs, as musl-gcc is for
+# the native one). ensure_packages adds the arm64 architecture to dpkg for it.
+PACKAGES_ARM64="gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu musl-dev:arm64"
+A64_CC=aarch64-linux-musl-gcc
+QEMU_A64=qemu-aarch64-static
 
 SRC_LIST=/etc/apt/sources.list.d/cursor-oai-src.sources
 PY=/usr/bin/python3
@@ -59,6 +69,7 @@ NP=$DEPS/nanopb-$NANOPB_VER
 BR=$DEPS/bearssl-$BEARSSL_VER
 BR_MUSL=$DEPS/bearssl-$BEARSSL_VER-musl     # built with musl-gcc, for the static binary
 BR_GCC=$DEPS/bearssl-$BEARSSL_VER-gcc       # built with gcc -g, for debug/test/fuzz builds
+BR_MUSL_A64=$DEPS/bearssl-$BEARSSL_VER-musl-arm64   # the same as BR_MUSL, for linux/arm64
 
 DEFS="-DPB_ENABLE_MALLOC -DPB_FIELD_32BIT -DCJSON_NESTING_LIMIT=64"
 PROTOS="agent.proto aiserver.proto google/rpc/status.proto google/protobuf/struct.proto
@@ -108,6 +119,13 @@ ensure_packages() {
     done
     [ -z "$missing" ] && return 0
     is_root || die "missing Debian packages:$missing (run as root: apt-get install$missing)"
+    # arm64 packages (musl-dev:arm64) need the architecture in dpkg, then fresh package lists
+    case $missing in *:arm64*)
+        if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+            run dpkg --add-architecture arm64
+            APT_UPDATED=0
+        fi ;;
+    esac
     apt_update_once
     # shellcheck disable=SC2086
     run env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing
@@ -182,15 +200,15 @@ fetch_src() {
     run mv "$dir.tmp" "$dir"
 }
 
-# build_bearssl DEST CC CFLAGS: a private copy of the BearSSL tree, built with `make lib`.
+# build_bearssl DEST CC CFLAGS [AR]: a private copy of the BearSSL tree, built with `make lib`.
 build_bearssl() {
-    dest=$1 cc=$2 cflags=$3
+    dest=$1 cc=$2 cflags=$3 ar=${4:-ar}
     stamp="$BEARSSL_SHA $cc $cflags"
     if [ -f "$dest/.coai-ok" ] && [ "$(cat "$dest/.coai-ok")" = "$stamp" ] \
         && [ -f "$dest/build/libbearssl.a" ]; then return 0; fi
     run rm -rf "$dest"
     run cp -a "$BR" "$dest"
-    run make -s -C "$dest" -j"$JOBS" CONF=Unix CC="$cc" AR=ar CFLAGS="$cflags" lib
+    run make -s -C "$dest" -j"$JOBS" CONF=Unix CC="$cc" AR="$ar" CFLAGS="$cflags" lib
     printf '%s\n' "$stamp" > "$dest/.coai-ok"
 }
 
@@ -205,6 +223,10 @@ bearssl_musl() {
     build_bearssl "$BR_MUSL" musl-gcc "-W -Wall -Os -ffunction-sections -fdata-sections"
 }
 bearssl_gcc() { build_bearssl "$BR_GCC" gcc "-W -Wall -O1 -g -fPIC"; }
+bearssl_musl_a64() {
+    build_bearssl "$BR_MUSL_A64" "$A64_CC" "-W -Wall -Os -ffunction-sections -fdata-sections" \
+        aarch64-linux-gnu-ar
+}
 
 INC="-I. -Iproto -I$NP -I$CJ -I$BR/inc"
 LIB_C="$NP/pb_common.c $NP/pb_encode.c $NP/pb_decode.c $CJ/cJSON.c"
@@ -232,17 +254,31 @@ regen_protos() {
     say "generated code: proto/*.pb.[ch] match the regenerated copies"
 }
 
-release() {
+# static_binary CC BEARSSL_BUILD OUT [FILE_ARCH]: the release binary, fully static, for the
+# architecture CC compiles for (`file` must name FILE_ARCH when given).
+static_binary() {
+    scc=$1 sbr=$2 out=$3 arch=$4
     [ -f server.c ] || die "server.c not found"
-    bearssl_musl
     run mkdir -p "$BUILD"
     # shellcheck disable=SC2086
-    run musl-gcc -static -Os -ffunction-sections -fdata-sections -Wl,--gc-sections -s $DEFS \
-        -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" server.c $PB_C $LIB_C "$BR_MUSL/build/libbearssl.a" \
-        -lpthread -o "$BUILD/cursor-oai"
-    run file "$BUILD/cursor-oai"
-    file "$BUILD/cursor-oai" | grep -q 'statically linked' || die "$BUILD/cursor-oai is not static"
-    run ls -l "$BUILD/cursor-oai"
+    run "$scc" -static -Os -ffunction-sections -fdata-sections -Wl,--gc-sections -s $DEFS \
+        -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" server.c $PB_C $LIB_C "$sbr/build/libbearssl.a" \
+        -lpthread -o "$out"
+    run file "$out"
+    file "$out" | grep -q 'statically linked' || die "$out is not static"
+    [ -z "$arch" ] || file "$out" | grep -q "$arch" || die "$out is not an $arch binary"
+    run ls -l "$out"
+}
+
+release() {
+    bearssl_musl
+    static_binary musl-gcc "$BR_MUSL" "$BUILD/cursor-oai" ""
+}
+
+# linux/arm64 on this x86-64 machine: Debian's cross compiler with musl for arm64, no emulation.
+release_arm64() {
+    bearssl_musl_a64
+    static_binary "$A64_CC" "$BR_MUSL_A64" "$BUILD/cursor-oai-arm64" 'ARM aarch64'
 }
 
 debug() {
@@ -395,6 +431,83 @@ cc_test() {    # cc_test OUT SRC...: strict C99 + sanitizers, linked with the te
         "$BR_GCC/build/libbearssl.a" -lm -lpthread -o "$out"
 }
 
+# 6c of test_mode: the linux/arm64 binary, run under qemu-aarch64-static (user-mode emulation,
+# called directly: no binfmt registration). Its static/size/--version checks, the unit tests
+# built by the cross compiler (plain C, so no sanitizers: those stay with the native pass) and
+# tests/arm64_e2e.py once per transport to the fake.
+arm64_mode_tests() {
+    a0=$(date +%s)
+    A=$T/arm64
+    run mkdir -p "$A/lib" "$A/log"
+    if run sh ./build.sh _release_arm64; then
+        SECS=$(( $(date +%s) - a0 ))
+        count "release build (arm64)" 1 0
+    else
+        count "release build (arm64)" 0 1
+        return 0
+    fi
+    run_prog "check_static (arm64, qemu)" "$A/log/check_static" \
+        sh tests/check_static.sh "$BUILD/cursor-oai-arm64" arm64
+    s86=$(wc -c <"$BUILD/cursor-oai" 2>/dev/null || echo 0)
+    sa64=$(wc -c <"$BUILD/cursor-oai-arm64")
+    note "$(printf '%-34s x86-64 %d bytes (%d KiB), arm64 %d bytes (%d KiB); limit 700 KiB' \
+        "release binary sizes" "$s86" $(( (s86 + 1023) / 1024 )) "$sa64" \
+        $(( (sa64 + 1023) / 1024 )))"
+
+    # The unit tests: the libraries once, then the programs $JOBS at a time (the compiler is
+    # most of this step's time), then each under the emulator.
+    u0=$(date +%s)
+    ALIBS=
+    for src in $LIB_C $PB_C; do
+        o=$A/lib/$(basename "$src" .c).o
+        # shellcheck disable=SC2086
+        run "$A64_CC" -std=c99 -O1 $DEFS $INC -c "$src" -o "$o"
+        ALIBS="$ALIBS $o"
+    done
+    nbg=0
+    for src in tests/t_*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        # shellcheck disable=SC2086
+        set -- "$A64_CC" -static -std=c99 -O1 -Wall -Wextra -Werror $DEFS $INC "$src" $ALIBS \
+            "$BR_MUSL_A64/build/libbearssl.a" -lm -lpthread -o "$A/$name"
+        show "$@" ">$A/log/$name.cc" "2>&1" "&"
+        "$@" >"$A/log/$name.cc" 2>&1 &
+        nbg=$((nbg + 1))
+        if [ "$nbg" -ge "$JOBS" ]; then wait; nbg=0; fi
+    done
+    wait
+    up=0 uf=0 ubad=
+    for src in tests/t_*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        if [ ! -x "$A/$name" ]; then
+            uf=$((uf + 1)) ubad="$ubad $name(does not compile)"
+            show_log "$A/log/$name.cc"
+            continue
+        fi
+        run_exec "$A/log/$name" "$QEMU_A64" "$A/$name"
+        urc=$(cat "$A/log/$name.rc")
+        if result_line "$A/log/$name.out" && [ "$urc" = 0 ] && [ "$RF" = 0 ]; then
+            up=$((up + RP))
+        else
+            up=$((up + ${RP:-0})) uf=$((uf + ${RF:-0}))
+            # a crash or a missing RESULT line counts as one failure, like run_tally's
+            if [ "${RF:-0}" = 0 ]; then uf=$((uf + 1)); fi
+            ubad="$ubad $name(exit status $urc)"
+            show_log "$A/log/$name.err" "$A/log/$name.out"
+        fi
+    done
+    SECS=$(( $(date +%s) - u0 ))
+    count "t_*.c (arm64, qemu)" "$up" "$uf" "${ubad:+failing:$ubad}"
+
+    run_prog "arm64_e2e.py (arm64, qemu)" "$A/log/e2e_http1" \
+        env COAI_TEST_TRANSPORT=http1 "$PY" tests/arm64_e2e.py
+    run_prog "arm64_e2e.py (arm64, qemu, HTTP/2)" "$A/log/e2e_h2" \
+        env COAI_TEST_TRANSPORT=h2 "$PY" tests/arm64_e2e.py
+    say "arm64 step: $(( $(date +%s) - a0 )) s"
+}
+
 test_mode() {
     T=$BUILD/test
     run rm -rf "$T"
@@ -475,7 +588,7 @@ test_mode() {
 
     # 5b. server.c with every warning as an error, for each compiler it is built with (the
     #     release build itself compiles third-party code too, so it cannot use -Werror).
-    for cc in gcc clang musl-gcc; do
+    for cc in gcc clang musl-gcc "$A64_CC"; do
         command -v "$cc" >/dev/null 2>&1 || { count "server.c -Werror ($cc)" 0 1 "$cc missing"; continue; }
         # shellcheck disable=SC2086
         if run "$cc" -std=c99 -O2 -Wall -Wextra -Werror $DEFS -Iproto -I"$NP" -I"$CJ" \
@@ -491,6 +604,9 @@ test_mode() {
     else
         count "release build" 0 1
     fi
+
+    # 6c. The linux/arm64 binary under qemu-aarch64-static (arm64_mode_tests above).
+    arm64_mode_tests
 
     # 6b. The vendoring example: examples/translate.c built from copied files only, as
     #     examples/README.md says, and run on its recorded sample (one test).
@@ -644,11 +760,27 @@ case $mode in
 release) PACKAGES=$PACKAGES_BUILD; deps
     regen_protos || say "warning: committed generated code differs"; release ;;
 _release) release ;;   # internal: used by test mode after deps
+arm64) PACKAGES="$PACKAGES_BUILD $PACKAGES_ARM64"; deps
+    regen_protos || say "warning: committed generated code differs"; release_arm64 ;;
+_release_arm64) release_arm64 ;;   # internal: used by test mode after deps
+test-arm64)   # only test's arm64 step (6c), after the x86-64 release build it compares sizes with
+    PACKAGES="$PACKAGES_BUILD $PACKAGES_ARM64 qemu-user-static python3-h2"; deps
+    T=$BUILD/test-arm64
+    run rm -rf "$T"
+    export COAI_VECTORS="${COAI_VECTORS:-../shared/spec/vectors}"
+    release
+    arm64_mode_tests
+    failed_digest
+    printf '%s' "$SUMMARY"
+    say "$PASS passed, $FAIL failed"
+    [ "$FAIL" = 0 ]
+    ;;
 debug) PACKAGES=$PACKAGES_BUILD; deps
     regen_protos || say "warning: committed generated code differs"; debug ;;
-test) deps; test_mode ;;
+test) PACKAGES="$PACKAGES $PACKAGES_ARM64"; deps; test_mode ;;
 fuzz) deps; fuzz_mode "$@" ;;
-deps) deps; bearssl_musl; bearssl_gcc; say "dependencies ready in $DEPS" ;;
+deps) PACKAGES="$PACKAGES $PACKAGES_ARM64"; deps; bearssl_musl; bearssl_gcc; bearssl_musl_a64
+    say "dependencies ready in $DEPS" ;;
 bench)
     if [ ! -f tests/bench.sh ]; then
         say "bench: not yet available (tests/bench.sh is missing)"
@@ -685,6 +817,6 @@ clean)
     fi
     say "kept the dependency cache $DEPS (rm -rf it to refetch)"
     ;;
--h | --help | help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' ;;
-*) die "unknown mode '$mode' (release, test, debug, fuzz [SECS], deps, bench, clean)" ;;
+-h | --help | help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' ;;
+*) die "unknown mode '$mode' (release, arm64, test, debug, fuzz [SECS], deps, bench, clean)" ;;
 esac

@@ -10,6 +10,8 @@
 #      COAI_DOCKER_BUILD_TIMEOUT  seconds for `docker build` (default 1800)
 #      COAI_DOCKER_LOCK_WAIT      seconds to wait for another run of this test on the same
 #                                 machine (default 1200; it would share or stop our dockerd)
+#      COAI_DOCKER_ARM64=1        also build the linux/arm64 image (docker buildx, no
+#                                 emulation) and check the binary in it (section 8)
 # Everything it starts (containers, volumes, the fake, a dockerd it had to start) is removed
 # again, also on failure or interrupt. The base image is kept.
 set -u
@@ -44,12 +46,16 @@ d() { timeout -k 5 "${DT:-120}" docker "$@"; }   # every docker call is bounded
 # ---------------------------------------------------------------------------------------------
 # Cleanup: exactly what this run created.
 
-DOCKERD_PID='' FAKE_PID='' CONTAINERS='' VOLUMES='' BUILT=0
+DOCKERD_PID='' FAKE_PID='' CONTAINERS='' VOLUMES='' BUILT=0 BUILT_A64=0
+IMAGE_A64=cursor-oai:test-arm64
 # shellcheck disable=SC2317   # called from the EXIT trap
 cleanup() {
     trap - EXIT INT TERM
     for c in $CONTAINERS; do DT=30 d rm -f -v "$c" >/dev/null 2>&1; done
     for v in $VOLUMES; do DT=30 d volume rm -f "$v" >/dev/null 2>&1; done
+    if [ "$BUILT_A64" = 1 ] && [ "${COAI_DOCKER_KEEP:-0}" != 1 ]; then
+        DT=60 d rmi -f "$IMAGE_A64" >/dev/null 2>&1
+    fi
     if [ "$BUILT" = 1 ] && [ "${COAI_DOCKER_KEEP:-0}" != 1 ]; then
         DT=60 d rmi -f "$IMAGE" >/dev/null 2>&1
         # The legacy builder leaves the builder stage as an untagged image (~1.5 GB with the
@@ -348,6 +354,49 @@ if DT=60 d run -d --name "$TAG-pub" -p "127.0.0.1::18741" -e CURSOR_OAI_API_KEY=
 else
     cat "$WORK/pub.err"
     bad "container with a published port started"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# 8. The linux/arm64 image (COAI_DOCKER_ARM64=1): the Dockerfile's build stage runs on this
+#    machine and cross-compiles (./build.sh arm64), so no emulation is needed to build it. It
+#    cannot run here without binfmt emulation: its binary is copied out of the image and
+#    checked with tests/check_static.sh (static, AArch64, size, --version under
+#    qemu-aarch64-static). Needs docker buildx (BuildKit sets TARGETARCH; the classic builder
+#    would build for this machine whatever --platform says).
+
+if [ "${COAI_DOCKER_ARM64:-0}" = 1 ]; then
+    if ! DT=20 d buildx version >/dev/null 2>&1; then
+        echo "arm64 image: skipped (docker buildx is not installed)"
+    else
+        echo "+ docker buildx build --platform linux/arm64 --load" \
+             "--build-arg BUILDER_IMAGE=$BASE -t $IMAGE_A64 . (log build/docker-build-arm64.log)"
+        t0=$(date +%s)
+        BUILT_A64=1
+        if DT=${COAI_DOCKER_BUILD_TIMEOUT:-1800} d buildx build --platform linux/arm64 --load \
+                --build-arg "BUILDER_IMAGE=$BASE" -t "$IMAGE_A64" . \
+                >build/docker-build-arm64.log 2>&1; then
+            ok "arm64 image: docker buildx build ($(( $(date +%s) - t0 )) s)"
+            arch=$(DT=20 d image inspect -f '{{.Os}}/{{.Architecture}}' "$IMAGE_A64")
+            check "arm64 image: platform linux/arm64 (got $arch)" test "$arch" = linux/arm64
+            CONTAINERS="$CONTAINERS $TAG-a64"
+            rm -f "$WORK/cursor-oai-arm64"
+            if DT=30 d create --name "$TAG-a64" --platform linux/arm64 "$IMAGE_A64" \
+                    >/dev/null 2>&1 \
+                && DT=30 d cp "$TAG-a64:/cursor-oai" "$WORK/cursor-oai-arm64" >/dev/null; then
+                rc=0
+                out=$(sh tests/check_static.sh "$WORK/cursor-oai-arm64" arm64 2>&1) || rc=$?
+                # shellcheck disable=SC2001
+                echo "$out" | sed 's/^/    | /'
+                check "arm64 image: /cursor-oai passes tests/check_static.sh arm64" \
+                    test "$rc" = 0
+            else
+                bad "arm64 image: /cursor-oai copied out of a container"
+            fi
+        else
+            tail -n 30 build/docker-build-arm64.log
+            bad "arm64 image: docker buildx build ($(( $(date +%s) - t0 )) s)"
+        fi
+    fi
 fi
 
 finish
