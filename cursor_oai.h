@@ -1628,9 +1628,9 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   request's history (coai_chat_request.session_id) or one the caller makes up (12 hex).
  *
  *   Usage: Cursor's own counts when turn_ended carried them (TurnEndedUpdate 1-5:
- *   input, output, cache-read, cache-write, reasoning): prompt_tokens = input +
- *   cache-read + cache-write (Cursor counts them apart, as Anthropic does), cached =
- *   cache-read, completion_tokens = output, reasoning = min(reasoning, output). Else
+ *   input, output, cache-read, cache-write, reasoning): prompt_tokens = input (Cursor's
+ *   input already counts the cached tokens, as OpenAI does), cached = cache-read,
+ *   completion_tokens = output, reasoning = min(reasoning, output). Else
  *   estimates: completion_tokens = sum of token_delta when any arrived, else
  *   ceil(UTF-16 units of the emitted content + reasoning + tool call / 4);
  *   prompt_tokens = checkpoint used_tokens - completion_tokens when a checkpoint
@@ -2101,14 +2101,18 @@ typedef enum coai_finish {
 
 /* Token counts of a reply. input_tokens counts the whole prompt, cached parts included;
  * cache_* are the parts of it Cursor reported as read from / written to its cache (0 when
- * unknown). Writers that list them separately (Anthropic) subtract them from input.
- * reasoning_tokens is the part of output_tokens Cursor reported as reasoning (0 when
- * unknown); reported = 1 when the counts are Cursor's own (TurnEndedUpdate), 0 when they
- * are estimates. */
+ * unknown). Cursor's TurnEndedUpdate input already contains them, as OpenAI counts (two
+ * live frames: input 11,490 with cache read 11,392; 24,034 with 20,014), so input_tokens is
+ * that input as sent. Writers that list them separately (Anthropic) subtract them from input
+ * (never below 0). reasoning_tokens is the part of output_tokens Cursor reported as reasoning
+ * (0 when unknown); reported = 1 when the counts are Cursor's own (TurnEndedUpdate), 0 when
+ * they are estimates. cache_over_input = 1 when Cursor's cache read exceeds its input (a
+ * server that counts the other way): the raw figures are kept, and the caller may log it. */
 typedef struct coai_usage {
     int64_t input_tokens, output_tokens, cache_read_tokens, cache_write_tokens;
     int64_t reasoning_tokens;
     int reported;
+    int cache_over_input;
 } coai_usage;
 
 typedef struct coai_reply {
@@ -10579,8 +10583,8 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
         if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;
         u->cache_read_tokens = coai__oa_tokn(t->cache_read);
         u->cache_write_tokens = coai__oa_tokn(t->cache_write);
-        u->input_tokens = coai__oa_tokn(t->input) + u->cache_read_tokens
-                          + u->cache_write_tokens;
+        u->input_tokens = coai__oa_tokn(t->input);       /* the cached parts included */
+        u->cache_over_input = u->cache_read_tokens > u->input_tokens;
         u->output_tokens = c;
         u->reasoning_tokens = coai__oa_tokn(t->reasoning) < c ? coai__oa_tokn(t->reasoning) : c;
         u->reported = 1;
@@ -10588,6 +10592,7 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
     }
     u->reasoning_tokens = 0;
     u->reported = 0;
+    u->cache_over_input = 0;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
     if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;   /* what was sent */
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
@@ -12249,15 +12254,17 @@ static void coai__an_w_init(coai_reply *r)
     coai_json_str_append(&r->prefix_, r->o_.model.ptr, r->o_.model.len);
 }
 
-/* Anthropic counts input without the cached parts (coai_reply_usage keeps them <= input).
- * at_start: message_start, before any output was counted. */
+/* Anthropic counts input without the cached parts: input - cache read - cache write, never
+ * below 0. at_start: message_start, before any output was counted. */
 static void coai__an_usage(const coai_reply *r, coai_buf *b, int at_start)
 {
     coai_usage u;
+    int64_t in;
     coai_reply_usage(r, &u);
+    in = u.input_tokens - u.cache_read_tokens - u.cache_write_tokens;
     coai_buf_printf(b, "{\"input_tokens\":%lld,\"cache_creation_input_tokens\":%lld,"
                     "\"cache_read_input_tokens\":%lld,\"output_tokens\":%lld}",
-                    (long long)(u.input_tokens - u.cache_read_tokens - u.cache_write_tokens),
+                    (long long)(in > 0 ? in : 0),
                     (long long)u.cache_write_tokens, (long long)u.cache_read_tokens,
                     (long long)(at_start ? 0 : u.output_tokens));
 }

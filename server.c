@@ -8262,6 +8262,14 @@ static void run_count(struct run *r)
     metric_add(M_TRANSPORT_RUNS, lb, 1);
     memset(&u, 0, sizeof u);
     coai_reply_usage(&r->reply, &u);
+    if (u.reported && u.cache_over_input) {
+        static int said;        /* once per process: it is how the server counts, not a run */
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            srv_log(LOG_WARN, "Cursor reported a cache read (%lld tokens) larger than the "
+                    "turn's input (%lld): it seems to count cached tokens apart from input; "
+                    "usage shows the raw figures (logged once)", (long long)u.cache_read_tokens,
+                    (long long)u.input_tokens);
+    }
     c->tok_in = (int64_t)u.input_tokens;
     c->tok_out = (int64_t)u.output_tokens;
     if (r->reply.error.status && !c->errmsg[0])

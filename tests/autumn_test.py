@@ -10,7 +10,8 @@ strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
             hard timeout reach the client's tool
   query     interaction queries 2-9 and 12 answered (8 with an empty success)
   kv        set_blob without data acked; get_blob of a key that is not a 32-byte digest
-  usage     TurnEndedUpdate's tokens in OpenAI chat, Anthropic and Responses usage
+  usage     TurnEndedUpdate's tokens (a live frame's) in OpenAI chat, Anthropic, Responses and
+            Gemini usage: Cursor's input already counts the cached tokens
   errors    the live error strings -> status, code and Cursor's words
   replay    Conversation data missing / blob missing -> a new conversation, replayed once
 
@@ -41,7 +42,12 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                 "description": {"type": "string"}},
                                                 "required": ["command"],
                                                 "additionalProperties": False}}}]
-TOKENS = [1200, 40, 7000, 300, 25]     # input, output, cache read, cache write, reasoning
+# input, output, cache read, cache write, reasoning. The input and cache read of a live
+# TurnEndedUpdate (late-autumn notes, item 1: input 11,490 / cache read 11,392): Cursor's input
+# already contains the cached tokens, as OpenAI counts them
+TOKENS = [11490, 40, 11392, 0, 25]
+TOKENS_W = [24034, 612, 20014, 1500, 0]  # the second live frame's input and cache read + a write
+TOKENS_OVER = [100, 10, 5000, 0, 0]      # a cache read over the input: raw figures, logged once
 
 
 def jload(b):
@@ -117,6 +123,12 @@ def scenarios():
                               {"op": "step_completed", "id": 1, "ms": 1834},
                               {"op": "turn_ended", "tokens": TOKENS},
                               {"op": "trailer", "status": 0}]},
+        "a_usage_w": {"steps": [{"op": "text", "text": "Hi"},
+                                {"op": "turn_ended", "tokens": TOKENS_W},
+                                {"op": "trailer", "status": 0}]},
+        "a_usage_over": {"steps": [{"op": "text", "text": "Hi"},
+                                   {"op": "turn_ended", "tokens": TOKENS_OVER},
+                                   {"op": "trailer", "status": 0}]},
     }
 
 
@@ -226,16 +238,17 @@ def t_usage(fake, px):
         eq("OpenAI chat usage (%s): Cursor's counts, cached and reasoning tokens"
            % ("stream" if stream else "non-stream"),
            (st, u),
-           (200, {"prompt_tokens": inp + cr + cw, "completion_tokens": out,
-                  "total_tokens": inp + cr + cw + out,
+           (200, {"prompt_tokens": inp, "completion_tokens": out,
+                  "total_tokens": inp + out,
                   "prompt_tokens_details": {"cached_tokens": cr},
                   "completion_tokens_details": {"reasoning_tokens": rs}}))
     st, raw, hd = px.request("POST", "/v1/messages", {
         "model": "scenario:a_usage", "max_tokens": 100,
         "messages": [{"role": "user", "content": "hi"}]})
     u = (jload(raw) or {}).get("usage")
-    eq("Anthropic usage: input without the cached parts, cache read and creation", (st, u),
-       (200, {"input_tokens": inp, "cache_creation_input_tokens": cw,
+    eq("Anthropic usage: input without the cached parts (11,490 - 11,392), cache read and "
+       "creation", (st, u),
+       (200, {"input_tokens": inp - cr - cw, "cache_creation_input_tokens": cw,
               "cache_read_input_tokens": cr, "output_tokens": out}))
     st, raw, hd = px.request("POST", "/v1/responses", {
         "model": "scenario:a_usage", "store": False, "input": "hi"})
@@ -243,7 +256,46 @@ def t_usage(fake, px):
     eq("Responses usage: input_tokens_details.cached_tokens, output_tokens_details."
        "reasoning_tokens", (st, u.get("input_tokens"), u.get("input_tokens_details"),
                             u.get("output_tokens"), u.get("output_tokens_details")),
-       (200, inp + cr + cw, {"cached_tokens": cr}, out, {"reasoning_tokens": rs}))
+       (200, inp, {"cached_tokens": cr}, out, {"reasoning_tokens": rs}))
+    st, raw, hd = px.request("POST", "/v1beta/models/scenario:a_usage:generateContent", {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    u = (jload(raw) or {}).get("usageMetadata") or {}
+    eq("Gemini usageMetadata: promptTokenCount = input, cachedContentTokenCount = cache read",
+       (st, u.get("promptTokenCount"), u.get("cachedContentTokenCount"),
+        u.get("totalTokenCount")), (200, inp, cr, inp + out))
+    # a cache write too: Anthropic's input is what neither the read nor the write covers
+    inp, out, cr, cw, rs = TOKENS_W
+    st, j, raw = chat(px, {"model": "scenario:a_usage_w",
+                           "messages": [{"role": "user", "content": "hi"}]})
+    u = j.get("usage") or {}
+    eq("OpenAI chat usage with a cache write: prompt_tokens = input, cached = cache read",
+       (st, u.get("prompt_tokens"), (u.get("prompt_tokens_details") or {}).get("cached_tokens")),
+       (200, inp, cr))
+    st, raw, hd = px.request("POST", "/v1/messages", {
+        "model": "scenario:a_usage_w", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}]})
+    u = (jload(raw) or {}).get("usage")
+    eq("Anthropic usage with a cache write: input - cache read - cache write", (st, u),
+       (200, {"input_tokens": inp - cr - cw, "cache_creation_input_tokens": cw,
+              "cache_read_input_tokens": cr, "output_tokens": out}))
+    # a server that counts the other way: raw figures, Anthropic's input 0, logged once
+    inp, out, cr, cw, rs = TOKENS_OVER
+    for _ in range(2):
+        st, j, raw = chat(px, {"model": "scenario:a_usage_over",
+                               "messages": [{"role": "user", "content": "hi"}]})
+    u = j.get("usage") or {}
+    eq("cache read over the input: OpenAI chat keeps the raw figures",
+       (st, u.get("prompt_tokens"), (u.get("prompt_tokens_details") or {}).get("cached_tokens")),
+       (200, inp, cr))
+    st, raw, hd = px.request("POST", "/v1/messages", {
+        "model": "scenario:a_usage_over", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}]})
+    u = (jload(raw) or {}).get("usage") or {}
+    eq("cache read over the input: Anthropic input_tokens never below 0",
+       (st, u.get("input_tokens"), u.get("cache_read_input_tokens")), (200, 0, cr))
+    log = H.wait_for(lambda: open(px.proc.log_path, errors="replace").read().count(
+        "larger than the turn's input") or None, 10)
+    eq("cache read over the input: logged once for three runs", log, 1)
 
 
 def err_of(px, model, text="hi"):

@@ -1345,34 +1345,36 @@ static void test_turn_usage(void)
         m = msg_text(COAI_MSG_TEXT, "Hello", 5);
         coai_reply_feed_msg(&r, &m);
         m = msg_kind(COAI_MSG_TURN_ENDED);
-        m.turn.input = 1200; m.turn.output = 40; m.turn.cache_read = 7000;
+        /* Cursor's input counts the cached tokens (the live frames: input 11,490 with
+         * cache read 11,392): input as sent, Anthropic's without the cached parts */
+        m.turn.input = 11490; m.turn.output = 40; m.turn.cache_read = 11092;
         m.turn.cache_write = 300; m.turn.reasoning = 25; m.turn.present = 1;
         CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
         coai_reply_usage(&r, &u);
-        CHECK(u.reported && u.input_tokens == 8500 && u.output_tokens == 40
-              && u.cache_read_tokens == 7000 && u.cache_write_tokens == 300
-              && u.reasoning_tokens == 25);
+        CHECK(u.reported && u.input_tokens == 11490 && u.output_tokens == 40
+              && u.cache_read_tokens == 11092 && u.cache_write_tokens == 300
+              && u.reasoning_tokens == 25 && !u.cache_over_input);
         coai_buf_putc(&r.out, 0);
         j = cJSON_Parse((const char *)r.out.data);
         CHECKF(j != NULL, "dialect %d: %s", (int)ds[i], (const char *)r.out.data);
         us = cJSON_GetObjectItem(j, "usage");
         if (ds[i] == COAI_DIALECT_OPENAI_CHAT) {
-            CHECK(cJSON_GetObjectItem(us, "prompt_tokens")->valueint == 8500);
+            CHECK(cJSON_GetObjectItem(us, "prompt_tokens")->valueint == 11490);
             CHECK(cJSON_GetObjectItem(us, "completion_tokens")->valueint == 40);
-            CHECK(cJSON_GetObjectItem(us, "total_tokens")->valueint == 8540);
+            CHECK(cJSON_GetObjectItem(us, "total_tokens")->valueint == 11530);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "prompt_tokens_details"),
-                                      "cached_tokens")->valueint == 7000);
+                                      "cached_tokens")->valueint == 11092);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "completion_tokens_details"),
                                       "reasoning_tokens")->valueint == 25);
         } else if (ds[i] == COAI_DIALECT_ANTHROPIC) {
-            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 1200);
-            CHECK(cJSON_GetObjectItem(us, "cache_read_input_tokens")->valueint == 7000);
+            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 98);
+            CHECK(cJSON_GetObjectItem(us, "cache_read_input_tokens")->valueint == 11092);
             CHECK(cJSON_GetObjectItem(us, "cache_creation_input_tokens")->valueint == 300);
             CHECK(cJSON_GetObjectItem(us, "output_tokens")->valueint == 40);
         } else {
-            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 8500);
+            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 11490);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "input_tokens_details"),
-                                      "cached_tokens")->valueint == 7000);
+                                      "cached_tokens")->valueint == 11092);
             CHECK(cJSON_GetObjectItem(us, "output_tokens")->valueint == 40);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "output_tokens_details"),
                                       "reasoning_tokens")->valueint == 25);
@@ -1393,6 +1395,17 @@ static void test_turn_usage(void)
         coai_reply_feed_msg(&r, &m);
         coai_reply_usage(&r, &u);
         CHECK(u.reported && u.reasoning_tokens == 5 && u.input_tokens == 10);
+        coai_reply_free(&r);
+        coai_buf_free(&s.all);
+        /* a cache read over the input (a server that counts it apart): the raw figures,
+         * flagged; Anthropic's input never below 0 */
+        reply_setup(&r, &s, 0, 0, NULL, 0);
+        m = msg_kind(COAI_MSG_TURN_ENDED);
+        m.turn.input = 100; m.turn.output = 5; m.turn.cache_read = 5000; m.turn.present = 1;
+        coai_reply_feed_msg(&r, &m);
+        coai_reply_usage(&r, &u);
+        CHECK(u.reported && u.input_tokens == 100 && u.cache_read_tokens == 5000
+              && u.cache_over_input);
         coai_reply_free(&r);
         coai_buf_free(&s.all);
         reply_setup(&r, &s, 0, 0, NULL, 0);
