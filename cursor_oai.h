@@ -762,13 +762,23 @@ typedef struct coai_exec_outcome {
 int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_exec_outcome *o,
                              const struct coai_image *images, size_t n, uint32_t ms,
                              unsigned step);
+/* The reason given with a refused interaction query or exec (a model reads it). */
+#ifndef COAI_QUERY_REFUSAL
+#define COAI_QUERY_REFUSAL "Not available through this API client (cursor-oai): there is no " \
+    "user here to approve it and no access to the user's accounts or environment. Carry on " \
+    "without it."
+#endif
 /* Answer to an InteractionQuery: AgentClientMessage{6: InteractionResponse{1 id,
- * <query>: {}}} with the result member matching the query's oneof field: 2 web search,
- * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 9 the unnamed
- * hosted web fetch (approved by an empty response), 12 generate image; 8 setup VM
- * environment gets {success {}} (notes 2026-autumn §5.5). Other kinds up to 63 get the
- * empty response too: an unanswered query hangs the turn. It carries no data: it only
- * keeps the turn from waiting on a question no client can see. Kinds outside 2..63 give
+ * <query>: {...}}} with the result member matching the query's oneof field: 2 web search,
+ * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 12 generate
+ * image: {}; 8 setup VM environment: {success {}} (notes 2026-autumn §5.5). Where the
+ * response has a typed outcome (notes 2026-late-autumn N3) it is set, since an empty one
+ * is neither yes nor no: 9 web_fetch_request: approved {} (Cursor fetches the page on its
+ * own servers, nothing runs here; the autumn answer approved it too, untyped);
+ * 10 pr_management: rejected(3){reason}; 11 mcp_auth: rejected(2){reason};
+ * 13 replace_env_args: failure(2){error_message}; 14 connect_scm: rejected(2){reason};
+ * reasons in words a model can read (COAI_QUERY_REFUSAL). Other kinds up to 63 get the
+ * empty response: an unanswered query hangs the turn. Kinds outside 2..63 give
  * COAI_ERR_INVALID. */
 int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query);
 /* McpStateExecResult.success{servers} for mcp_state_exec_args (exec 36), then the caller
@@ -781,6 +791,14 @@ int coai_encode_exec_mcp_state(coai_buf *out, uint32_t id, coai_str exec_id,
 /* An empty result of an exec kind (the precheck variants 41-43), in the result field
  * coai_exec_result_field(kind); then stream_close. Kinds outside 2-54 -> COAI_ERR_INVALID. */
 int coai_encode_exec_empty_result(coai_buf *out, uint32_t id, coai_str exec_id, int kind);
+/* A precheck result (41 shell, 42 MCP, 43 web fetch allowlist): {1 allowlisted} (false is
+ * the empty result: "not allowlisted"); then stream_close. Other kinds -> COAI_ERR_INVALID. */
+int coai_encode_exec_precheck(coai_buf *out, uint32_t id, coai_str exec_id, int kind,
+                              int allowlisted);
+/* subagent_result(28).error(2){2 error = reason} for subagent_args (exec 28, a Task /
+ * subagent request the proxy cannot run); then stream_close. */
+int coai_encode_exec_subagent_error(coai_buf *out, uint32_t id, coai_str exec_id,
+                                    coai_str reason);
 
 /* Exec results: AgentClientMessage{exec_client_message{1 id, 15 exec_id (when
  * non-empty), <result>}}. */
@@ -844,6 +862,7 @@ typedef enum coai_exec_kind {
     COAI_EXEC_FETCH = 20,
     COAI_EXEC_RECORD_SCREEN = 21,
     COAI_EXEC_COMPUTER_USE = 22,
+    COAI_EXEC_SUBAGENT = 28,    /* subagent_args: answered with a typed SubagentError */
     COAI_EXEC_MCP_STATE = 36,   /* mcp_state_exec_args: answered with McpStateExecResult */
     COAI_EXEC_PRECHECK_FIRST = 41, /* 41-43: precheck variants, answered with an empty */
     COAI_EXEC_PRECHECK_LAST = 43   /* result of the same number */
@@ -855,6 +874,10 @@ typedef enum coai_exec_kind {
  * number for 2-44 and 53-54, 45-51 -> 46-52, 52 -> 55 (notes 2026-autumn §5.3); 0 for
  * kinds outside 2-54. */
 unsigned coai_exec_result_field(int kind);
+/* The ExecServerMessage args member name of an exec kind where the schema (proto/agent.proto)
+ * or the late-autumn notes (N5, N13) give one, e.g. 28 "subagent_args", 45 "pi_read_args";
+ * NULL otherwise. */
+const char *coai_exec_kind_name(int kind);
 
 /* An exec request. Views point into storage owned by the coai_msg that holds it. */
 typedef struct coai_exec {
@@ -1607,15 +1630,17 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   matches is refused upstream (exec reject, plus stream_close when the reject is a
  *   result) and nothing is ever executed locally. request_context execs get a
  *   request_context result + stream_close; mcp_state_exec_args (36) McpStateExecResult.
- *   success with the request's tools as one server (coai_encode_exec_mcp_state) and the
- *   precheck execs 41-43 an empty result, each + stream_close; an exec kind we do not
- *   know a throw + stream_close. KV: a set_blob without data is acked and stores
+ *   success with the request's tools as one server (coai_encode_exec_mcp_state), the
+ *   precheck execs 41-43 their result with allowlisted (41 no, 42 and 43 yes), subagent_args
+ *   (28) a typed SubagentError, each + stream_close; an exec kind we do not know a throw
+ *   (naming the kind where coai_exec_kind_name knows it) + stream_close. KV: a set_blob without data is acked and stores
  *   nothing; a get_blob whose key is not stored and is not a 32-byte digest gets the key
  *   as its data (what the CLI does). Heartbeats, checkpoints, tool-call
  *   announcements, step updates and exec aborts never end a turn and write nothing.
  *   interaction_query messages (web search, ask-question, mode switch, Exa, create-plan,
- *   VM set-up, hosted web fetch, image generation, any other kind) are
- *   answered at once with an empty InteractionResponse of the matching kind
+ *   VM set-up, hosted web fetch, image generation, PR management, MCP auth, env
+ *   replacement, SCM connect, any other kind) are answered at once with an
+ *   InteractionResponse of the matching kind, typed where the schema has an outcome
  *   (coai_encode_interaction_response; the original never answered, and a turn could
  *   wait on them); they are counted in coai_reply.queries. Should the upstream still
  *   stall, the caller's idle timeout ends the run (coai_reply_fail_timeout).
@@ -4686,12 +4711,20 @@ int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason)
 
 int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query)
 {
-    size_t start = out->len, resp, q;
+    size_t start = out->len, resp, q, v;
+    /* the typed outcome: {9 approved(1)}, {10 rejected(3)}, {11, 14 rejected(2)},
+     * {13 failure(2)}, each with the reason as its field 1 (10, 11, 13, 14) */
+    unsigned outcome = query == 8 || query == 9 ? 1 : query == 10 ? 3
+                     : query == 11 || query == 13 || query == 14 ? 2 : 0;
     if (query < 2 || query > 63) return COAI_ERR_INVALID;
     resp = coai__pb_open(out, 6);
     coai__pb_u32(out, 1, id);
     q = coai__pb_open(out, (unsigned)query);
-    if (query == 8) coai__pb_close(out, coai__pb_open(out, 1));   /* success {} */
+    if (outcome) {
+        v = coai__pb_open(out, outcome);
+        if (query >= 10) coai__pb_str(out, 1, coai_str_c(COAI_QUERY_REFUSAL));
+        coai__pb_close(out, v);
+    }
     coai__pb_close(out, q);
     coai__pb_close(out, resp);
     return coai__pb_finish(out, start, COAI_OK);
@@ -4791,6 +4824,30 @@ int coai_encode_exec_empty_result(coai_buf *out, uint32_t id, coai_str exec_id, 
     unsigned field = coai_exec_result_field(kind);
     if (!field) return COAI_ERR_INVALID;
     res = coai__exec_open(out, id, exec_id, field, &outer);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_precheck(coai_buf *out, uint32_t id, coai_str exec_id, int kind,
+                              int allowlisted)
+{
+    size_t start = out->len, outer, res;
+    if (kind < COAI_EXEC_PRECHECK_FIRST || kind > COAI_EXEC_PRECHECK_LAST)
+        return COAI_ERR_INVALID;
+    res = coai__exec_open(out, id, exec_id, coai_exec_result_field(kind), &outer);
+    if (allowlisted) coai__pb_u32(out, 1, 1);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_subagent_error(coai_buf *out, uint32_t id, coai_str exec_id,
+                                    coai_str reason)
+{
+    size_t start = out->len, outer, res, err;
+    res = coai__exec_open(out, id, exec_id, COAI_EXEC_SUBAGENT, &outer);
+    err = coai__pb_open(out, 2);                          /* error */
+    coai__pb_str(out, 2, reason);                         /* error (agent_id 1: none) */
+    coai__pb_close(out, err);
     coai__exec_close(out, res, outer);
     return coai__pb_finish(out, start, COAI_OK);
 }
@@ -5762,6 +5819,27 @@ static int coai__exec_member(uint32_t num)
         return 2;
     }
     return num >= 2 && num != 15 && num != 19 && num != 55;
+}
+
+const char *coai_exec_kind_name(int kind)
+{
+    static const char *const low[] = {   /* 2..22: proto/agent.proto */
+        "shell_args", "write_args", "delete_args", "grep_args", NULL, "read_args", "ls_args",
+        "diagnostics_args", "request_context_args", "mcp_args", NULL, NULL,
+        "shell_stream_args", NULL, "background_shell_spawn_args",
+        "list_mcp_resources_exec_args", "read_mcp_resource_exec_args", NULL, "fetch_args",
+        "record_screen_args", "computer_use_args" };
+    static const char *const high[] = {  /* 36..54: notes 2026-late-autumn N5, N13 */
+        "mcp_state_exec_args", NULL, "smart_mode_classifier_args", NULL,
+        "canvas_diagnostics_args", "shell_allowlist_precheck_args",
+        "mcp_allowlist_precheck_args", "web_fetch_allowlist_precheck_args",
+        "git_diff_request", "pi_read_args", "pi_bash_args", "pi_edit_args", "pi_write_args",
+        "pi_grep_args", "pi_find_args", "pi_ls_args", "mini_swe_agent_bash_args",
+        "conversation_search", "agent_store_conflict" };
+    if (kind >= 2 && kind <= 22) return low[kind - 2];
+    if (kind == COAI_EXEC_SUBAGENT) return "subagent_args";
+    if (kind >= 36 && kind <= 54) return high[kind - 36];
+    return NULL;
 }
 
 unsigned coai_exec_result_field(int kind)
@@ -11170,11 +11248,14 @@ static void coai__oa_w_tool_call(coai_reply *r)
 static int coai__oa_throw(coai_reply *r, const coai_exec *ex)
 {
     int rc;
+    const char *name = coai_exec_kind_name((int)ex->kind);
+    char why[200];
     r->rejected++;
     coai_buf_reset(&r->scratch_);
-    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(
-        "This tool is not available here: the client did not provide a matching tool. "
-        "Use one of the provided tools instead."));
+    snprintf(why, sizeof why, "This tool%s%s%s is not available here: the client has no "
+             "matching tool. Use one of the provided tools instead.",
+             name ? " (" : "", name ? name : "", name ? ")" : "");
+    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(why));
     if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
     coai_buf_reset(&r->scratch_);
     coai_encode_exec_stream_close(&r->scratch_, ex->id);
@@ -11197,18 +11278,27 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
         return coai__oa_send(r);
     }
-    if (ex->kind == COAI_EXEC_MCP_STATE
+    if (ex->kind == COAI_EXEC_MCP_STATE || ex->kind == COAI_EXEC_SUBAGENT
         || (ex->kind >= COAI_EXEC_PRECHECK_FIRST && ex->kind <= COAI_EXEC_PRECHECK_LAST)) {
         /* Since 2026-09 Grok asks for the MCP server state before it calls a tool: a throw
-         * leaves the tools "unavailable". Prechecks want an empty result. */
+         * leaves the tools "unavailable". Prechecks carry allowlisted (an empty result is
+         * "no", notes 2026-late-autumn N13): the MCP one (42) yes, the tools are the client's
+         * own; the web fetch one (43) yes, as the SDK answers (Cursor fetches, not this
+         * host); the shell one (41) no. A subagent request (28) gets a typed SubagentError,
+         * not a throw (N5: the throw broke PIC's turns, its #42). */
         coai_buf_reset(&r->scratch_);
         if (ex->kind == COAI_EXEC_MCP_STATE)
             rc = coai_encode_exec_mcp_state(&r->scratch_, ex->id, ex->exec_id, r->o_.tools,
                                             r->o_.tools ? r->o_.tool_count : 0,
                                             ex->server_ids, ex->server_id_count);
-        else
-            rc = coai_encode_exec_empty_result(&r->scratch_, ex->id, ex->exec_id,
-                                               (int)ex->kind);
+        else if (ex->kind == COAI_EXEC_SUBAGENT) {
+            r->rejected++;
+            rc = coai_encode_exec_subagent_error(&r->scratch_, ex->id, ex->exec_id, coai_str_c(
+                "Subagents are not available through this API client (cursor-oai). Do the "
+                "task yourself with the provided tools."));
+        } else
+            rc = coai_encode_exec_precheck(&r->scratch_, ex->id, ex->exec_id, (int)ex->kind,
+                                           ex->kind != 41);
         if (rc != COAI_OK) return rc == COAI_ERR_NOMEM ? coai__oa_fail_nomem(r)
                                                       : coai__oa_throw(r, ex);
         if ((rc = coai__oa_send(r)) != COAI_OK) return rc;

@@ -5,10 +5,12 @@ only) when an exec 36, a precheck or an interaction query goes unanswered, sends
 strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
 
   exec      mcp_state_exec_args (36) -> McpStateExecResult.success with the request's tools,
-            filtered by server_identifiers; prechecks 41-43 -> empty results; an unknown exec
-            (28) -> throw; envelope fields 19 and 55 are not execs; a shell's description and
-            hard timeout reach the client's tool
-  query     interaction queries 2-9 and 12 answered (8 with an empty success)
+            filtered by server_identifiers; prechecks 41-43 -> allowlisted no/yes/yes; subagent
+            (28) -> a typed SubagentError; an exec without a tool (45, 52) -> a throw naming
+            it; envelope fields 19 and 55 are not execs; a shell's description and hard
+            timeout reach the client's tool
+  query     interaction queries 2-14 answered (8 with an empty success; 9 approved; 10, 11,
+            13, 14 refused with a reason)
   kv        set_blob without data acked; get_blob of a key that is not a 32-byte digest
   usage     TurnEndedUpdate's tokens (a live frame's) in OpenAI chat, Anthropic, Responses and
             Gemini usage: Cursor's input already counts the cached tokens
@@ -76,13 +78,18 @@ def scenarios():
             {"op": "exec", "kind": "mcp_state", "id": 38, "server_identifiers": ["github"],
              "expect": "mcp_state", "wait_reply": 5},
             {"op": "exec", "kind": "precheck_41", "id": 41, "exec_id": "exec-41",
-             "args_hex": "0a0131", "expect": "empty_result", "wait_reply": 5, "envelope": True},
-            {"op": "exec", "kind": "precheck_42", "id": 42, "expect": "empty_result",
-             "wait_reply": 5},
-            {"op": "exec", "kind": "precheck_43", "id": 43, "expect": "empty_result",
-             "wait_reply": 5},
-            {"op": "exec", "kind": "subagent", "id": 28, "args_hex": "0a0178", "expect": "throw",
+             "args_hex": "0a0131", "expect": "precheck", "allowlisted": False,
              "wait_reply": 5, "envelope": True},
+            {"op": "exec", "kind": "precheck_42", "id": 42, "expect": "precheck",
+             "allowlisted": True, "wait_reply": 5},
+            {"op": "exec", "kind": "precheck_43", "id": 43, "expect": "precheck",
+             "allowlisted": True, "wait_reply": 5},
+            {"op": "exec", "kind": "subagent", "id": 28, "args_hex": "0a0178",
+             "expect": "subagent_error", "wait_reply": 5, "envelope": True},
+            {"op": "exec", "kind": "pi_read", "id": 45, "args_hex": "0a0178", "expect": "throw",
+             "wait_reply": 5},
+            {"op": "exec", "kind": "mini_swe_agent_bash", "id": 52, "args_hex": "0a0178",
+             "expect": "throw", "wait_reply": 5},
             {"op": "text", "text": "all answered"}] + END},
         "a_shell": {"steps": [
             {"op": "exec", "kind": "shell_stream", "id": 5, "exec_id": "exec-sh-5",
@@ -93,7 +100,8 @@ def scenarios():
         "a_query": {"steps": [q(2, "web_search"), q(3, "ask_question"), q(4, "switch_mode"),
                               q(5, "exa_search"), q(6, "exa_fetch"), q(7, "create_plan"),
                               q(8, "setup_vm_environment"), q(9, "web_fetch"),
-                              q(12, "generate_image"),
+                              q(12, "generate_image"), q(10, "pr_management"),
+                              q(11, "mcp_auth"), q(13, "replace_env"), q(14, "connect_scm"),
                               {"op": "text", "text": "queries answered"}] + END},
         "a_kv": {"steps": [
             {"op": "kv_set_blob", "id": 1, "data": "stored-value"},
@@ -158,9 +166,10 @@ def t_exec(fake, px):
        (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
        (200, "all answered"))
     run = (runs_of(fake, "a_exec") or [{}])[-1]
-    eq("exec 36 (no filter), 36 for cursor-tools, 36 for another server, 41-43: answered",
+    eq("exec 36 (no filter), 36 for cursor-tools, 36 for another server, prechecks 41 (shell: "
+       "not allowlisted), 42 (MCP) and 43 (web fetch) allowlisted, 28 a SubagentError",
        run.get("exec_checks"), {"36": "ok", "37": "ok", "38": "ok", "41": "ok", "42": "ok",
-                                "43": "ok"})
+                                "43": "ok", "28": "ok"})
     rep = run.get("exec_replies", {}).get("36") or [{}]
     srv = (rep[0].get("servers") or [{}])[0]
     eq("exec 36: one server cursor-tools, ready, with the request's two tools",
@@ -169,9 +178,18 @@ def t_exec(fake, px):
        ("Cursor Tools", "cursor-tools", "ready", ["get_weather", "Bash"]))
     eq("exec 36 for another server only: success with no server",
        (run.get("exec_replies", {}).get("38") or [{}])[0].get("servers"), [])
-    eq("unknown exec 28 (with envelope fields 19 and 55): throw + stream_close",
-       [(m.get("type"), m.get("kind")) for m in run.get("exec_replies", {}).get("28") or []],
-       [("exec_control", "throw"), ("exec_control", "stream_close")])
+    sa = run.get("exec_replies", {}).get("28") or [{}]
+    eq("subagent exec 28 (with envelope fields 19 and 55): subagent_result.error with a "
+       "reason, then stream_close",
+       [(m.get("type"), m.get("result") or m.get("kind"), m.get("variant")) for m in sa],
+       [("exec_result", "subagent_result", "error"), ("exec_control", "stream_close", None)])
+    check("the subagent error says to do the task with the provided tools",
+          "provided tools" in "".join(sa[0].get("strings") or []), sa[0])
+    for eid, name in (("45", "pi_read_args"), ("52", "mini_swe_agent_bash_args")):
+        rep = run.get("exec_replies", {}).get(eid) or [{}]
+        eq("exec %s (%s): throw naming it, then stream_close" % (eid, name),
+           [(m.get("type"), m.get("kind"), name in (m.get("error") or "")) for m in rep],
+           [("exec_control", "throw", True), ("exec_control", "stream_close", False)])
     check("the run did not stall", "stalled" not in run.get("stream", {}), run.get("stream"))
     upstream_clean(fake, n0)
     # a shell's description and hard timeout reach a client tool that takes them
@@ -189,14 +207,24 @@ def t_query(fake, px):
     n0 = len(fake.state()["errors"])
     st, j, raw = chat(px, {"model": "scenario:a_query",
                            "messages": [{"role": "user", "content": "hi"}]}, stream=True)
-    eq("interaction queries 2-9 and 12 answered: the turn goes on", (st, j["content"]),
+    eq("interaction queries 2-14 answered: the turn goes on", (st, j["content"]),
        (200, "queries answered"))
     run = (runs_of(fake, "a_query") or [{}])[-1]
     got = {k: (v or {}).get("kind") for k, v in (run.get("query_replies") or {}).items()}
     eq("each query answered with its own kind", got,
        {"2": "web_search", "3": "ask_question", "4": "switch_mode", "5": "exa_search",
         "6": "exa_fetch", "7": "create_plan", "8": "setup_vm_environment", "9": "web_fetch",
-        "12": "generate_image"})
+        "12": "generate_image", "10": "pr_management", "11": "mcp_auth", "13": "replace_env",
+        "14": "connect_scm"})
+    qr = run.get("query_replies") or {}
+    eq("typed outcomes: web fetch approved (Cursor fetches, nothing runs here); PR management, "
+       "MCP auth, SCM connect rejected; env replacement failed",
+       {k: (qr.get(k) or {}).get("outcome") for k in ("9", "10", "11", "13", "14")},
+       {"9": "approved", "10": "rejected", "11": "rejected", "13": "failure",
+        "14": "rejected"})
+    reasons = [(qr.get(k) or {}).get("reason") or "" for k in ("10", "11", "13", "14")]
+    check("each refusal has a reason a model can read",
+          all("cursor-oai" in r and "Carry on" in r for r in reasons), reasons)
     eq("setup_vm_environment acked with an empty success",
        ((run.get("query_replies") or {}).get("8") or {}).get("body_hex"), "0a00")
     upstream_clean(fake, n0)

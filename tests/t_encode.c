@@ -864,9 +864,25 @@ static void test_interaction_response(void)
     CHECK(coai_encode_interaction_response(&b, 2, 8) == COAI_OK);
     CHECK_MEM(b.data, b.len, "\x32\x06\x08\x02\x42\x02\x0a\x00", 8);
     coai_buf_reset(&b);
+    /* late-autumn N3: typed outcomes. 9 web fetch approved {}; 10 rejected(3){reason};
+     * 11, 14 rejected(2){reason}; 13 failure(2){error_message} */
     CHECK(coai_encode_interaction_response(&b, 3, 9) == COAI_OK);
-    CHECK_MEM(b.data, b.len, "\x32\x04\x08\x03\x4a\x00", 6);
+    CHECK_MEM(b.data, b.len, "\x32\x06\x08\x03\x4a\x02\x0a\x00", 8);
     coai_buf_reset(&b);
+    {
+        static const int q[4] = { 10, 11, 13, 14 };
+        static const unsigned char v[4] = { 0x1a, 0x12, 0x12, 0x12 };
+        size_t n = strlen(COAI_QUERY_REFUSAL), i;
+        for (i = 0; i < 4; i++) {
+            CHECK(coai_encode_interaction_response(&b, 5, q[i]) == COAI_OK);
+            /* 32 <n:2 bytes> 08 05 <q> <n:2> <v> <n> 0a <n> reason */
+            CHECK(b.len > n && b.data[0] == 0x32 && (b.data[1] & 0x80) && b.data[3] == 0x08
+                  && b.data[4] == 5 && b.data[5] == (unsigned char)(q[i] << 3 | 2));
+            CHECK(memcmp(b.data + b.len - n, COAI_QUERY_REFUSAL, n) == 0);
+            CHECK(memchr(b.data + 6, v[i], 4) != NULL);
+            coai_buf_reset(&b);
+        }
+    }
     CHECK(coai_encode_interaction_response(&b, 4, 12) == COAI_OK);
     CHECK_MEM(b.data, b.len, "\x32\x04\x08\x04\x62\x00", 6);
     coai_buf_free(&b);

@@ -1839,8 +1839,9 @@ def exec_expect_throw(ctx, eid, wait_s):
 
 
 def exec_expect_result(ctx, st, eid, wait_s):
-    """mcp_state_exec_args (36) wants McpStateExecResult.success{servers} and the precheck
-    variants (41-43) an empty result of their own number, each then stream_close; anything
+    """mcp_state_exec_args (36) wants McpStateExecResult.success{servers}, the precheck
+    variants (41-43) a result of their own number (empty, or {allowlisted}), subagent_args
+    (28) SubagentResult.error{reason}, each then stream_close; anything
     else (a throw, silence) leaves the turn waiting: heartbeats only (notes 2026-autumn §4,
     §5.3-5.4; a throw on 36 leaves the model's MCP tools "unavailable")."""
     run = ctx.run
@@ -1853,6 +1854,18 @@ def exec_expect_result(ctx, st, eid, wait_s):
         why = "answered with %r, not %s + stream_close" % (kinds, want)
     elif st["expect"] == "empty_result" and got[0].get("result_hex") != "":
         why = "precheck result is not empty: %r" % got[0].get("result_hex")
+    elif st["expect"] == "precheck":
+        # {1 allowlisted}: empty is "no" (notes 2026-late-autumn N13); a script says which
+        # answer it takes: an unexpected one would take the live run down another path
+        # (an approval), so the fake waits there
+        want_hex = "0801" if st.get("allowlisted") else ""
+        if got[0].get("result_hex") != want_hex:
+            why = "precheck answered %r, want allowlisted=%s (%r)" % (
+                got[0].get("result_hex"), bool(st.get("allowlisted")), want_hex)
+    elif st["expect"] == "subagent_error":
+        # SubagentResult.error{2 error}: a reason the model reads (N5)
+        if got[0].get("variant") != "error" or not "".join(got[0].get("strings") or []):
+            why = "subagent_result is not an error with a reason: %r" % got[0]
     elif st["expect"] == "mcp_state":
         servers = got[0].get("servers")
         tools = [t["tool_name"] for t in run.run_request.get("mcp_tools") or []]
@@ -2038,7 +2051,7 @@ def run_step(ctx, st):
         if st.get("expect") == "throw":
             exec_expect_throw(ctx, eid, float(st.get("wait_reply", 5)))
             return
-        if st.get("expect") in ("mcp_state", "empty_result"):
+        if st.get("expect") in ("mcp_state", "empty_result", "precheck", "subagent_error"):
             exec_expect_result(ctx, st, eid, float(st.get("wait_reply", 5)))
             return
         wr = st.get("wait_reply")
@@ -2077,6 +2090,13 @@ def run_step(ctx, st):
             S.error("setup_vm_environment answered %r, not {success {}}"
                     % a["message"].get("body_hex"), request_id=run.rid)
             return stall(ctx, "setup_vm_environment not acked with success")
+        elif kind in pb.QUERY_OUTCOMES and a["message"].get("outcome") is None:
+            # a response with a typed outcome (notes 2026-late-autumn N3) left empty is
+            # neither yes nor no: the server waits for one (heartbeats only)
+            S.error("%s answered with an empty response (no outcome)" % kind,
+                    request_id=run.rid)
+            return stall(ctx, "interaction query %d (%s) answered without an outcome"
+                         % (qid, kind))
         else:
             S.count("interaction_responses")
         return
