@@ -429,6 +429,27 @@ int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b);
  * -1 when it is not a JSON object. */
 int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out);
 
+/* GetServerConfigResponse.http2_config (field 7; Connect JSON "http2Config", the enum's name
+ * or its number), notes 2026-late-autumn N2. The official SDK obeys it: FORCE_ALL_DISABLED and
+ * FORCE_BIDI_DISABLED -> HTTP/1.1 RunSSE + BidiAppend; FORCE_ALL_ENABLED and
+ * FORCE_BIDI_ENABLED -> HTTP/2 Run; otherwise HTTP/2 with the HTTP/1.1 fallback. */
+enum {
+    COAI_H2CFG_UNSPECIFIED = 0,
+    COAI_H2CFG_FORCE_ALL_DISABLED = 1,
+    COAI_H2CFG_FORCE_ALL_ENABLED = 2,
+    COAI_H2CFG_FORCE_BIDI_DISABLED = 3,
+    COAI_H2CFG_FORCE_BIDI_ENABLED = 4
+};
+/* The answer's http2_config: 1-4, or 0 when it is absent, UNSPECIFIED, a value this version
+ * does not know, or the answer is not a JSON object. Names are matched with or without the
+ * enum's "HTTP2_CONFIG_" prefix. */
+int coai_server_config_http2(const char *json, size_t n);
+/* "FORCE_ALL_DISABLED" ... for 1-4, "UNSPECIFIED" otherwise. */
+const char *coai_http2_config_name(int v);
+/* What the value asks of runs: 1 HTTP/1.1 only (1, 3), 2 HTTP/2 only (2, 4), 0 HTTP/2 with
+ * the HTTP/1.1 fallback (anything else). */
+int coai_http2_config_transport(int v);
+
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
@@ -3636,6 +3657,42 @@ int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coa
     }
     cJSON_Delete(root);
     return rc;
+}
+
+static const char *const coai__h2cfg_names[5] = {
+    "UNSPECIFIED", "FORCE_ALL_DISABLED", "FORCE_ALL_ENABLED", "FORCE_BIDI_DISABLED",
+    "FORCE_BIDI_ENABLED" };
+
+const char *coai_http2_config_name(int v)
+{
+    return coai__h2cfg_names[v >= 1 && v <= 4 ? v : 0];
+}
+
+int coai_http2_config_transport(int v)
+{
+    return v == COAI_H2CFG_FORCE_ALL_DISABLED || v == COAI_H2CFG_FORCE_BIDI_DISABLED ? 1
+         : v == COAI_H2CFG_FORCE_ALL_ENABLED || v == COAI_H2CFG_FORCE_BIDI_ENABLED ? 2 : 0;
+}
+
+int coai_server_config_http2(const char *json, size_t n)
+{
+    cJSON *root, *v;
+    int out = 0, i;
+    root = json ? cJSON_ParseWithLength(json, n) : NULL;
+    v = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "http2Config") : NULL;
+    if (!v && cJSON_IsObject(root))     /* the proto name, as some JSON encoders keep it */
+        v = cJSON_GetObjectItemCaseSensitive(root, "http2_config");
+    if (cJSON_IsNumber(v)) {
+        if (v->valuedouble >= 1 && v->valuedouble <= 4) out = (int)v->valuedouble;
+        if ((double)out != v->valuedouble) out = 0;
+    } else if (cJSON_IsString(v)) {
+        const char *nm = v->valuestring;
+        if (strncmp(nm, "HTTP2_CONFIG_", 13) == 0) nm += 13;
+        for (i = 1; i <= 4; i++)
+            if (strcmp(nm, coai__h2cfg_names[i]) == 0) out = i;
+    }
+    cJSON_Delete(root);
+    return out;
 }
 
 /* ======================================================================== */

@@ -161,6 +161,8 @@ DEFAULT_CONFIG = {
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
     "server_config_seq": [],       # answers used one per call first (then server_config ...)
     "server_config_status": None,  # HTTP status to fail GetServerConfig with
+    "http2_config": None,          # GetServerConfig's http2_config (late-autumn notes N2): 0-4
+                                   # (sent as the enum's name) or a verbatim JSON value
     # --- HTTP/2 (issue 23) ---
     "main_alpn": ["h2", "http/1.1"],  # ALPN of the main listener (api2 speaks both)
     "agent_alpn": ["h2"],          # ALPN of the agent listener (the api5 hosts: h2 only);
@@ -996,8 +998,8 @@ def check_common(conn, req, rec, agent):
         missing.append("x-cursor-client-type=%r" % h.get("x-cursor-client-type"))
     if h.get("x-ghost-mode") not in ("true", "false"):
         missing.append("x-ghost-mode=%r" % h.get("x-ghost-mode"))
-    if agent and h.get("x-cursor-streaming") != "true":
-        missing.append("x-cursor-streaming=%r" % h.get("x-cursor-streaming"))
+    # x-cursor-streaming is not required: the CLI sends it on RunSSE only and its HTTP/2 Run
+    # goes without (late-autumn notes N6, section 3); the headers are recorded for the tests
     rid = h.get("x-request-id", "")
     if not UUID_RE.match(rid):
         missing.append("x-request-id=%r (want a lowercase UUID v4)" % rid)
@@ -2335,10 +2337,19 @@ def h_server_config(conn, req, rec):
         url = "https://localhost:%d" % S.ports["port"]
     elif url == "agent":
         url = "https://localhost:%d" % S.ports["agent_port"]
-    conn.respond(200, json.dumps({"agentUrlConfig": {"agentUrl": url, "agentnUrl": url},
-                                  "chatConfig": {}, "isDevDoNotUseForSecretThingsBecauseCanBe"
-                                  "SpoofedByUsersWithProxies": False}))
+    ans = {"agentUrlConfig": {"agentUrl": url, "agentnUrl": url}, "chatConfig": {},
+           "isDevDoNotUseForSecretThingsBecauseCanBeSpoofedByUsersWithProxies": False}
+    if S.config["http2_config"] is not None:
+        # GetServerConfigResponse.http2_config (field 7): Connect JSON writes the enum's name
+        v = S.config["http2_config"]
+        ans["http2Config"] = ("HTTP2_CONFIG_" + HTTP2_CONFIG[v]) if isinstance(v, int) \
+            and 0 <= v < len(HTTP2_CONFIG) else v
+    conn.respond(200, json.dumps(ans))
     return 200
+
+
+HTTP2_CONFIG = ["UNSPECIFIED", "FORCE_ALL_DISABLED", "FORCE_ALL_ENABLED", "FORCE_BIDI_DISABLED",
+                "FORCE_BIDI_ENABLED"]
 
 
 # Dashboard answers as Connect JSON (int64 as strings, cents as numbers), in the shapes
