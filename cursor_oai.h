@@ -654,6 +654,13 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p);
  * second run_request, a conversation_id that is not length-delimited), COAI_ERR_NOMEM. */
 int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t n,
                                          coai_str conversation_id);
+/* The run request msg[0..n) again with AgentRunRequest.conversation_state (field 1) carrying
+ * ConversationStateStructure.mode (10) = mode (1: AGENT): what Cursor wants after "Conversation
+ * state is required" (notes 2026-late-autumn N7, C8: the first turn sets mode AGENT). The
+ * state's other fields are kept (a checkpoint's too), an old mode goes; a missing state field
+ * is added first. Walked field by field as coai_encode_run_request_conversation; the same
+ * errors (COAI_ERR_INVALID for mode <= 0). */
+int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode);
 
 /* google.protobuf.Value of a cJSON tree (spec §6.2), with the original's quirks:
  * object members in JavaScript order (canonical array-index keys "0".."4294967294"
@@ -5446,6 +5453,64 @@ int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t 
     return coai__pb_finish(out, start, r);
 }
 
+int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode)
+{
+    const pb_byte_t *p = (const pb_byte_t *)msg, *at;
+    coai__pbr top, rr, sr;
+    coai__pbf f, g, h;
+    size_t start = out->len, body, st;
+    int k, j, i, seen = 0, put, r = COAI_OK;
+    if (mode <= 0 || (!p && n)) return COAI_ERR_INVALID;
+    coai__pbr_init(&top, p, n);
+    for (;;) {
+        at = top.end - top.s.bytes_left;
+        if ((k = coai__pb_next(&top, &f)) <= 0) break;
+        if (f.num != 1) {                                /* not the run request: as it is */
+            coai__pb_copy_field(out, &top, at);
+            continue;
+        }
+        if (f.wt != PB_WT_STRING || seen++) { r = COAI_ERR_PROTO; break; }
+        body = coai__pb_open(out, 1);
+        put = 0;
+        coai__pbr_init(&rr, f.p, f.n);
+        for (;;) {
+            const pb_byte_t *gat = rr.end - rr.s.bytes_left;
+            if ((j = coai__pb_next(&rr, &g)) <= 0) break;
+            if (g.num != 1) {
+                if (!put) {                              /* no state field: one first */
+                    st = coai__pb_open(out, 1);
+                    coai__pb_u32(out, 10, (uint32_t)mode);
+                    coai__pb_close(out, st);
+                    put = 1;
+                }
+                coai__pb_copy_field(out, &rr, gat);
+                continue;
+            }
+            if (g.wt != PB_WT_STRING || put) { j = -1; break; }
+            st = coai__pb_open(out, 1);
+            coai__pbr_init(&sr, g.p, g.n);
+            for (;;) {
+                const pb_byte_t *hat = sr.end - sr.s.bytes_left;
+                if ((i = coai__pb_next(&sr, &h)) <= 0) break;
+                if (h.num != 10) coai__pb_copy_field(out, &sr, hat);   /* an old mode goes */
+            }
+            if (i < 0) { j = -1; break; }
+            coai__pb_u32(out, 10, (uint32_t)mode);
+            coai__pb_close(out, st);
+            put = 1;
+        }
+        if (j < 0) { r = COAI_ERR_PROTO; break; }
+        if (!put) {
+            st = coai__pb_open(out, 1);
+            coai__pb_u32(out, 10, (uint32_t)mode);
+            coai__pb_close(out, st);
+        }
+        coai__pb_close(out, body);
+    }
+    if (r == COAI_OK && (k < 0 || !seen)) r = COAI_ERR_PROTO;
+    return coai__pb_finish(out, start, r);
+}
+
 /* Decode a fixed-shape leaf message with nanopb into d->u (already zeroed). */
 static coai_result coai__leaf(coai__dec *d, const pb_msgdesc_t *desc, const coai__pbf *f)
 {
@@ -8202,6 +8267,24 @@ static int coai__oa_is_bare_exhausted(const coai_status *st)
 static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *e)
 {
     int q = (int)(n > 300 ? 300 : n);
+    /* late-autumn notes N15 (YYE, live): a tool schema Cursor cannot take, on the first
+     * turn ("Connect error 502: parse binary: invalid end group tag"); the reply names the
+     * tool where it can tell (coai__oa_tool_schema) */
+    if (coai__oa_ci_contains(t, n, "invalid end group tag")) {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read one of the tool schemas (Cursor said: %.*s). "
+                       "Simplify the tool's parameters schema or leave that tool out.", q, t);
+        e->no_retry = 1;
+        return 1;
+    }
+    /* N7, C8: a run request without a conversation state; the caller sends it again once
+     * with ConversationStateStructure.mode = AGENT */
+    if (coai__oa_ci_contains(t, n, "conversation state is required")) {
+        coai_error_set(e, 502, "upstream_error", "conversation_state_required", NULL,
+                       "Cursor wanted the conversation state (Cursor said: %.*s); cursor-oai "
+                       "sent it once more with mode AGENT, and that failed too.", q, t);
+        return 1;
+    }
     if (coai__oa_ci_contains(t, n, "conversation data missing")
         || coai__oa_ci_contains(t, n, "blob missing")
         || coai__oa_ci_contains(t, n, "blob not found")) {
@@ -10801,12 +10884,87 @@ static void coai__oa_exhausted_by_size(const coai_reply *r, coai_error *e)
     }
 }
 
+/* 1 when a JSON schema has more than plain typed properties: a reference, a combinator or
+ * conditional, pattern properties, or nesting past 8 levels (what Cursor's tool-schema reader
+ * is likeliest to choke on). *why: the first such keyword. */
+static int coai__schema_unusual(const cJSON *s, int depth, const char **why)
+{
+    static const char *const kw[] = { "$ref", "$defs", "definitions", "anyOf", "oneOf",
+                                      "allOf", "not", "if", "patternProperties",
+                                      "dependentSchemas", "$dynamicRef" };
+    const cJSON *c;
+    size_t i;
+    if (depth > 8) { *why = "nesting deeper than 8 levels"; return 1; }
+    if (cJSON_IsObject(s))
+        for (i = 0; i < sizeof kw / sizeof kw[0]; i++)
+            if (cJSON_GetObjectItemCaseSensitive(s, kw[i])) { *why = kw[i]; return 1; }
+    if (cJSON_IsObject(s) || cJSON_IsArray(s))
+        for (c = s->child; c; c = c->next)
+            if (coai__schema_unusual(c, depth + 1, why)) return 1;
+    return 0;
+}
+
+/* invalid_tool_schema: name the tool when the request tells which: its only tool, or the
+ * only one whose schema is unusual (coai__schema_unusual); else "one of the N". A request
+ * without tools: Cursor could not parse the request itself, a 502. */
+static void coai__oa_tool_schema(const coai_reply *r, coai_error *e)
+{
+    size_t i, n = r->o_.tools ? r->o_.tool_count : 0, odd = 0, which = 0;
+    const char *why = NULL, *w;
+    char said[300];
+    const char *p = strstr(e->message, "(Cursor said: ");
+    size_t sl = 0;
+    if (p) {                   /* up to the mapper's own words after Cursor's */
+        const char *q;
+        p += 14;
+        q = strstr(p, "). Simplify the tool's parameters schema");
+        sl = q ? (size_t)(q - p) : strlen(p);
+    }
+    snprintf(said, sizeof said, "%.*s", (int)(sl < sizeof said ? sl : sizeof said - 1),
+             p ? p : "");
+    for (i = 0; i < n; i++) {
+        w = NULL;
+        if (r->o_.tools[i].parameters
+            && coai__schema_unusual(r->o_.tools[i].parameters, 0, &w)) {
+            if (!odd++) { which = i; why = w; }
+        }
+    }
+    if (!n) {
+        coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
+                       "Cursor could not parse cursor-oai's run request (Cursor said: %s)",
+                       said);
+    } else if (n == 1) {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read the parameters schema of the tool \"%.*s\" "
+                       "(Cursor said: %s). Simplify that schema%s%s%s or leave the tool out.",
+                       (int)(r->o_.tools[0].name.len > 64 ? 64 : r->o_.tools[0].name.len),
+                       r->o_.tools[0].name.ptr, said, why ? " (it uses " : "",
+                       why ? why : "", why ? ")" : "");
+    } else if (odd == 1) {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read one of the %zu tool schemas (Cursor said: %s); "
+                       "the likeliest is the tool \"%.*s\", the only one whose parameters "
+                       "schema uses %s. Simplify that schema or leave the tool out.", n, said,
+                       (int)(r->o_.tools[which].name.len > 64 ? 64
+                             : r->o_.tools[which].name.len),
+                       r->o_.tools[which].name.ptr, why);
+    } else {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read one of the %zu tool schemas (Cursor said: %s). "
+                       "Simplify the tools' parameters schemas (references, anyOf/oneOf, deep "
+                       "nesting) or send fewer tools.", n, said);
+    }
+    e->no_retry = 1;
+}
+
 static int coai__oa_fail(coai_reply *r, const coai_error *e)
 {
     if (r->done_) return COAI_DONE;
     r->error = *e;
     if (r->error.code && strcmp(r->error.code, "upstream_resource_exhausted") == 0)
         coai__oa_exhausted_by_size(r, &r->error);
+    if (r->error.code && strcmp(r->error.code, "invalid_tool_schema") == 0)
+        coai__oa_tool_schema(r, &r->error);
     if (!r->error.status) r->error.status = 502;
     if (!r->error.type) r->error.type = "upstream_error";
     if (!r->committed_) {

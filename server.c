@@ -2395,6 +2395,8 @@ struct h2c {
     int open;                       /* streams counted against the server's limit */
     int got_settings;
     int goaway;                     /* no new streams */
+    uint32_t goaway_code;           /* its error code (COAI_H2_HTTP_1_1_REQUIRED: see
+                                     * h2_run_start) */
     int dead;                       /* failed or closed: every stream fails */
     char why[160];
     int refs;                       /* streams + the list */
@@ -2566,6 +2568,7 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
                     "connection", hc->host.authority, ev->last_stream,
                     coai_h2_error_str(ev->code));
         hc->goaway = 1;
+        if (ev->code) hc->goaway_code = ev->code;
         __atomic_add_fetch(&H2C.goaways, 1, __ATOMIC_RELAXED);
         break;
     case COAI_H2_EV_PING_ACK:
@@ -6173,7 +6176,8 @@ struct run_fb {
     int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
     int tries;                      /* 1: the other profile was tried; 2: another host was;
                                      * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
-                                     * after HTTP/2 (RETRY_TRANSPORT) */
+                                     * after HTTP/2 (RETRY_TRANSPORT); 16: sent again with
+                                     * the state's mode AGENT (RETRY_STATE) */
 };
 
 /* The client side: what went out to the client of the current response (run_flush). The
@@ -6506,7 +6510,7 @@ static int run_tick(void *ctx)
     return run_flush(r);
 }
 
-enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV, RETRY_TRANSPORT };
+enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV, RETRY_TRANSPORT, RETRY_STATE };
 static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client_fd,
                    int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled);
 static int up_readable(struct upconn *c, int ms);
@@ -7345,8 +7349,12 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
             up_err(&r->err, 504, "upstream_timeout", "no answer to the Run stream within the "
                    "idle timeout");
         } else {
-            /* a refusal on a shared connection (GOAWAY just now): once more on a new one */
-            if (!fresh && r->up.h2->refused && !r->up.h2->hc->dead) rc = 1;
+            /* a refusal on a shared connection (GOAWAY just now): once more on a new one;
+             * not when it said HTTP_1_1_REQUIRED (late-autumn notes N15: the 464 path, so
+             * HTTP/1.1 at once) */
+            int h11 = r->up.h2->rst_code == COAI_H2_HTTP_1_1_REQUIRED
+                      || r->up.h2->hc->goaway_code == COAI_H2_HTTP_1_1_REQUIRED;
+            if (!fresh && r->up.h2->refused && !r->up.h2->hc->dead && !h11) rc = 1;
             tr_io_error(r, &r->err, "starting the Run stream");
             r->fb.tr_fail = 1;
         }
@@ -7468,8 +7476,14 @@ static int run_backlog_add(struct run *r, const coai_frame *f)
 static int run_conv_lost(struct run *r, const coai_status *st)
 {
     coai_error e;
-    if (r->in.resumed || (r->fb.tries & 4) || coai_reply_started(&r->reply)) return 0;
+    if (coai_reply_started(&r->reply)) return 0;
     coai_error_from_status(st, &e);
+    if (e.code && strcmp(e.code, "conversation_state_required") == 0 && !(r->fb.tries & 16)) {
+        r->err = e;                     /* late-autumn N7/C8: once more with mode AGENT */
+        r->fb.retry = RETRY_STATE;
+        return 1;
+    }
+    if (r->in.resumed || (r->fb.tries & 4)) return 0;
     if (!e.code || strcmp(e.code, "conversation_lost") != 0) return 0;
     r->err = e;
     r->fb.retry = RETRY_CONV;
@@ -9299,6 +9313,9 @@ static void run_open_failed(struct run *r, int rc)
     else if (!r->in.resumed && !(r->fb.tries & 4) && r->err.code
              && strcmp(r->err.code, "conversation_lost") == 0)
         r->fb.retry = RETRY_CONV;
+    else if (!(r->fb.tries & 16) && r->err.code
+             && strcmp(r->err.code, "conversation_state_required") == 0)
+        r->fb.retry = RETRY_STATE;
     if (r->fb.tr_fail && tr_may_fall_back(r)) r->fb.retry = RETRY_TRANSPORT;
 }
 
@@ -9338,6 +9355,20 @@ static int chat_fallback(struct chat *x)
                 "whole conversation once as %s", r->up.request_id, old, r->err.message,
                 r->in.conv_id);
         fallback_note(x->c, "conversation_reset");
+    } else if (r->fb.retry == RETRY_STATE) {
+        coai_buf nb = { 0 };
+        r->fb.tries |= 16;
+        if (coai_encode_run_request_state_mode(&nb, r->up.run_msg.data, r->up.run_msg.len,
+                                               1) != COAI_OK) {
+            coai_buf_free(&nb);
+            run_feed_error(r, &r->err);
+            return -1;
+        }
+        coai_buf_free(&r->up.run_msg);
+        r->up.run_msg = nb;
+        srv_log(LOG_WARN, "run %s: Cursor wants the conversation state (%s); sending the run "
+                "once more with its mode AGENT", r->up.request_id, r->err.message);
+        fallback_note(x->c, "conversation_state");
     } else {
         r->fb.tries |= 2;
         run_host_get(&r->up.host, NULL, 0);

@@ -15,6 +15,8 @@ strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
   usage     TurnEndedUpdate's tokens (a live frame's) in OpenAI chat, Anthropic, Responses and
             Gemini usage: Cursor's input already counts the cached tokens
   errors    the live error strings -> status, code and Cursor's words
+  live_errors  "parse binary: invalid end group tag" -> 400 naming the tool schema;
+            "Conversation state is required" -> once more with the state's mode AGENT
   replay    Conversation data missing / blob missing -> a new conversation, replayed once
 
 Env: CURSOR_OAI_BIN. Prints `RESULT <passed> <failed>` last.
@@ -131,6 +133,15 @@ def scenarios():
                               {"op": "step_completed", "id": 1, "ms": 1834},
                               {"op": "turn_ended", "tokens": TOKENS},
                               {"op": "trailer", "status": 0}]},
+        # late-autumn notes N15: a tool schema Cursor cannot read (YYE, live)
+        "a_schema_tag": {"steps": err_trailer(
+            13, "Connect error 502: parse binary: invalid end group tag")},
+        # N7, C8: a server that wants ConversationStateStructure.mode = AGENT in the state
+        "a_state": {"when": [{"state_mode_not": 1, "steps": err_trailer(
+            3, "Conversation state is required [invalid_argument]")}],
+            "steps": [{"op": "echo"}] + END},
+        "a_state_always": {"steps": err_trailer(
+            3, "Conversation state is required [invalid_argument]")},
         "a_usage_w": {"steps": [{"op": "text", "text": "Hi"},
                                 {"op": "turn_ended", "tokens": TOKENS_W},
                                 {"op": "trailer", "status": 0}]},
@@ -377,6 +388,61 @@ def t_errors(fake, px):
     upstream_clean(fake, n0)
 
 
+SCHEMA_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "edit_graph", "parameters": {
+        "type": "object", "properties": {"node": {"anyOf": [{"type": "string"},
+                                                            {"$ref": "#/$defs/n"}]}},
+        "$defs": {"n": {"type": "object"}}}}},
+    {"type": "function", "function": {"name": "ls", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+def t_live_errors(fake, px):
+    """The errors seen live that were misread (late-autumn notes N15, N7/C8)."""
+    n0 = len(fake.state()["errors"])
+    runs0 = len(runs_of(fake, "a_schema_tag"))
+    # "parse binary: invalid end group tag": a 400 naming the tool Cursor could not take
+    st, j, raw = chat(px, {"model": "scenario:a_schema_tag", "tools": SCHEMA_TOOLS,
+                           "messages": [{"role": "user", "content": "hi"}]})
+    e = j.get("error") or {}
+    check("invalid end group tag: 400 invalid_tool_schema naming the one unusual schema "
+          "(edit_graph: anyOf/$ref)", st == 400 and e.get("code") == "invalid_tool_schema"
+          and '"edit_graph"' in (e.get("message") or "")
+          and "invalid end group tag" in (e.get("message") or ""), (st, e))
+    st, j, raw = chat(px, {"model": "scenario:a_schema_tag", "tools": SCHEMA_TOOLS[:1],
+                           "messages": [{"role": "user", "content": "hi"}]})
+    e = j.get("error") or {}
+    check("invalid end group tag, one tool: 400 naming it", st == 400
+          and e.get("code") == "invalid_tool_schema"
+          and '"get_weather"' in (e.get("message") or ""), (st, e))
+    st, j, raw = chat(px, {"model": "scenario:a_schema_tag", "tools": SCHEMA_TOOLS[::2],
+                           "messages": [{"role": "user", "content": "hi"}]})
+    e = j.get("error") or {}
+    check("invalid end group tag, two plain tools: 400 saying one of the 2 tool schemas",
+          st == 400 and e.get("code") == "invalid_tool_schema"
+          and "one of the 2 tool schemas" in (e.get("message") or ""), (st, e))
+    eq("invalid end group tag: never retried (one run per request)",
+       len(runs_of(fake, "a_schema_tag")) - runs0, 3)
+    # "Conversation state is required": once more with the state's mode AGENT
+    st, j, raw = chat(px, {"model": "scenario:a_state",
+                           "messages": [{"role": "user", "content": "state please"}]})
+    eq("Conversation state is required: answered after one more run",
+       (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+       (200, "ECHO:state please"))
+    rs = runs_of(fake, "a_state")
+    eq("... whose conversation_state sets mode AGENT (field 10 = 1); the first had none",
+       [r.get("conversation_state_hex") for r in rs[-2:]], ["", "5001"])
+    k0 = len(runs_of(fake, "a_state_always"))
+    st, j, raw = chat(px, {"model": "scenario:a_state_always",
+                           "messages": [{"role": "user", "content": "hi"}]})
+    eq("Conversation state is required twice: 502 conversation_state_required after two runs",
+       (st, (j.get("error") or {}).get("code"), len(runs_of(fake, "a_state_always")) - k0),
+       (502, "conversation_state_required", 2))
+    upstream_clean(fake, n0)
+
+
 def t_replay(fake, px):
     n0 = len(fake.state()["errors"])
     msgs = [{"role": "user", "content": "first question"},
@@ -489,6 +555,7 @@ def main():
                     ("kv", lambda: t_kv(fake, px)),
                     ("usage", lambda: t_usage(fake, px)),
                     ("errors", lambda: t_errors(fake, px)),
+                    ("live_errors", lambda: t_live_errors(fake, px)),
                     ("replay", lambda: t_replay(fake, px)),
                     ("unary", lambda: t_unary(fake, px)),
                     ("doctor", lambda: t_doctor(fake, px, tmp, token))), only)

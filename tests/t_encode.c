@@ -1049,6 +1049,45 @@ static int conv_same(const coai_run_params *p0, const char *a, const char *b, co
     return ok;
 }
 
+/* coai_encode_run_request_state_mode: the run request with state st0, given mode 1, equals
+ * the one encoded with state st1 (late-autumn notes N7/C8: "Conversation state is required") */
+static int state_same(const char *st0, size_t n0, const char *st1, size_t n1)
+{
+    coai_run_params p;
+    coai_buf ea = { 0 }, eb = { 0 }, got = { 0 };
+    int ok;
+    memset(&p, 0, sizeof p);
+    p.model_id = S("gpt-5");
+    p.message_id = S("11111111-2222-3333-4444-555555555555");
+    p.prompt = S("User: hi");
+    p.conversation_id = S("0f6d3c1e-52a4-4c3b-9d3e-2b5c8f1a7e90");
+    p.conversation_state.ptr = st0;
+    p.conversation_state.len = n0;
+    ok = coai_encode_run_request(&ea, &p) == COAI_OK;
+    p.conversation_state.ptr = st1;
+    p.conversation_state.len = n1;
+    ok = ok && coai_encode_run_request(&eb, &p) == COAI_OK;
+    ok = ok && coai_encode_run_request_state_mode(&got, ea.data, ea.len, 1) == COAI_OK
+         && got.len == eb.len && memcmp(got.data, eb.data, eb.len) == 0;
+    coai_buf_free(&ea);
+    coai_buf_free(&eb);
+    coai_buf_free(&got);
+    return ok;
+}
+
+static void test_run_request_state_mode(void)
+{
+    coai_buf out = { 0 };
+    static const unsigned char junk[] = { 0x0a, 0x05, 0x0a, 0x24, 0x41 };
+    CHECK(state_same("", 0, "\x50\x01", 2));                          /* empty: mode only */
+    CHECK(state_same("\x0a\x02{}", 4, "\x0a\x02{}\x50\x01", 6));      /* a checkpoint kept */
+    CHECK(state_same("\x50\x02\x0a\x02{}", 6, "\x0a\x02{}\x50\x01", 6));   /* old mode goes */
+    CHECK(coai_encode_run_request_state_mode(&out, junk, sizeof junk, 1) == COAI_ERR_PROTO
+          && out.len == 0);
+    CHECK(coai_encode_run_request_state_mode(&out, junk, sizeof junk, 0) == COAI_ERR_INVALID);
+    coai_buf_free(&out);
+}
+
 static void test_run_request_conversation(void)
 {
     static const char A[] = "0f6d3c1e-52a4-4c3b-9d3e-2b5c8f1a7e90";
@@ -1143,6 +1182,7 @@ static void test_run_request_conversation(void)
 int main(void)
 {
     test_run_request_conversation();
+    test_run_request_state_mode();
     test_mcp_state();
     test_client_messages();
     test_run_request_vectors();

@@ -175,7 +175,8 @@ DEFAULT_CONFIG = {
     "h2_max_streams": 100,         # SETTINGS_MAX_CONCURRENT_STREAMS of new connections
     "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
     "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer
-    "h2_goaway_at_start": False,   # every new HTTP/2 connection sends GOAWAY(0) at once
+    "h2_goaway_at_start": False,   # every new HTTP/2 connection sends GOAWAY(0) at once (a
+                                   # number: GOAWAY with that error code, 13 HTTP_1_1_REQUIRED)
     "h2_max_header_list": 65536,   # SETTINGS_MAX_HEADER_LIST_SIZE of new connections (a
                                    # request head over it is a protocol error: python3-h2's)
     "agent_host_only": False,      # RunSSE anywhere but the agent listener: 200, then an OK
@@ -466,6 +467,8 @@ class Run:
                 "exec_checks": dict(self.exec_checks),
                 "query_replies": dict(self.query_replies), "attempt": self.attempt,
                 "conversation_id": (self.run_request or {}).get("conversation_id"),
+                "conversation_state_hex":
+                    (self.run_request or {}).get("conversation_state_hex"),
                 "prompt": (self.run_request or {}).get("prompt"),
                 "client_supports_inline_images":
                     (self.run_request or {}).get("client_supports_inline_images")}
@@ -1443,6 +1446,18 @@ def select_steps(sc, rr, attempt=None):
         # attempt: the n-th run of this scenario since the last reset (1-based)
         if "attempt" in w and int(w["attempt"]) != (attempt or 0):
             continue
+        # state_mode_not: the conversation_state does not set ConversationStateStructure.mode
+        # (10) to this value: what a server that wants "mode: AGENT" on a first turn refuses
+        # with "Conversation state is required" (late-autumn notes N7, C8)
+        if "state_mode_not" in w:
+            cs = bytes.fromhex((rr or {}).get("conversation_state_hex") or "")
+            try:
+                mode = pb.last(pb.parse(cs), 10, pb.WT_VARINT)
+            except Exception:
+                mode = None
+            if mode == int(w["state_mode_not"]):
+                continue
+        return w.get("steps", [])
         return w.get("steps", [])
     return sc.get("steps", SCENARIOS["default"]["steps"])
 
@@ -2818,7 +2833,9 @@ class H2Conn:
         import h2.exceptions
         S.count("h2_connections")
         if S.config["h2_goaway_at_start"]:
-            self.goaway(0, 0)
+            # True: NO_ERROR; a number: that error code (13: HTTP_1_1_REQUIRED)
+            v = S.config["h2_goaway_at_start"]
+            self.goaway(0 if v is True else int(v), 0)
         ping_s = float(S.config["h2_ping_s"])
         next_ping = time.time() + ping_s
         while not self.dead and not S.stop.is_set():
