@@ -124,6 +124,9 @@ DEFAULT_CONFIG = {
     "oauth_token_route": True,     # False: /oauth/token answers 404
     "auth_refresh_route": True,    # False: /auth/refresh answers 404 (unconfirmed in 2026)
     "access_ttl_s": 3600,          # exp of issued access tokens
+    "oauth_rotate": False,         # /oauth/token rotates too: a new refresh_token in the
+                                   # answer, the used one invalid (late-autumn notes N16: "Cursor
+                                   # sometimes rotates refresh_token"; not seen live)
     "rotate_refresh": True,        # /auth/refresh only: a used refresh token becomes invalid
                                    # (/oauth/token never rotates: notes autumn 2026, 5.7)
     "api_keys": None,              # list of accepted API keys (None: any "key_*" string)
@@ -2541,9 +2544,17 @@ def h_oauth_token(conn, req, rec):
     if not ok:
         conn.respond(200, json.dumps({"access_token": "", "id_token": "", "shouldLogout": True}))
         return 200
-    at = issue_tokens()["accessToken"]
-    conn.respond(200, json.dumps({"access_token": at, "id_token": "idt_" + secrets.token_hex(8),
-                                  "shouldLogout": False}))
+    pair = issue_tokens()
+    ans = {"access_token": pair["accessToken"], "id_token": "idt_" + secrets.token_hex(8),
+           "shouldLogout": False}
+    if S.config["oauth_rotate"]:
+        ans["refresh_token"] = pair["refreshToken"]
+        with S.lock:
+            S.refresh_tokens.discard(rt)
+    else:
+        with S.lock:
+            S.refresh_tokens.discard(pair["refreshToken"])   # never handed out
+    conn.respond(200, json.dumps(ans))
     return 200
 
 
