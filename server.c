@@ -6875,6 +6875,33 @@ static int run_watch_fail(struct run *r)
  * that races ahead of that is lost (cursor-2026-clients.md 7.1; issue 10 item 3).
  * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
  * -1 r->err filled. */
+/* The header names the last run head carried, per transport (TR_HTTP1: RunSSE, TR_H2: Run),
+ * for `doctor`; never a value. Under S.lock. */
+static char run_head_names[2][400];
+
+/* Remember the names of an HTTP/1.1 head (after its request line, up to the empty line). */
+static void run_head_note_h1(const coai_buf *head)
+{
+    const char *p = head->data ? memchr(head->data, '\n', head->len) : NULL;
+    const char *end = head->data ? (const char *)head->data + head->len : NULL;
+    char out[sizeof run_head_names[0]];
+    size_t n = 0;
+    while (p && ++p < end && *p != '\r' && *p != '\n') {
+        const char *c = memchr(p, ':', (size_t)(end - p)), *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!c || !nl || c > nl) break;
+        if (n + (size_t)(c - p) + 3 < sizeof out) {
+            if (n) { out[n++] = ','; out[n++] = ' '; }
+            memcpy(out + n, p, (size_t)(c - p));
+            n += (size_t)(c - p);
+        }
+        p = nl;
+    }
+    out[n] = 0;
+    pthread_mutex_lock(&S.lock);
+    memcpy(run_head_names[TR_HTTP1], out, n + 1);
+    pthread_mutex_unlock(&S.lock);
+}
+
 static int run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
     coai_buf head = { 0 }, body = { 0 };
@@ -6889,6 +6916,7 @@ static int run_start(struct run *r, int fresh, const char *token, size_t tl)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
+    run_head_note_h1(&head);
     rc = -1;
     r->up.sse = up_get_host(&r->up.host, fresh, r->c->fd, &r->err);
     if (!r->up.sse) goto done;
@@ -7324,6 +7352,20 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
     H2H("x-original-request-id", r->up.orig_id[0] ? r->up.orig_id : r->up.request_id);
     if (blob_key()[0]) H2H("x-blob-encryption-key", blob_key());
 #undef H2H
+    {   /* the names, for doctor */
+        char names[sizeof run_head_names[0]];
+        size_t i, k = 0;
+        for (i = 0; i < nh; i++) {
+            if (hs[i].name.ptr[0] == ':' || k + hs[i].name.len + 3 >= sizeof names) continue;
+            if (k) { names[k++] = ','; names[k++] = ' '; }
+            memcpy(names + k, hs[i].name.ptr, hs[i].name.len);
+            k += hs[i].name.len;
+        }
+        names[k] = 0;
+        pthread_mutex_lock(&S.lock);
+        memcpy(run_head_names[TR_H2], names, k + 1);
+        pthread_mutex_unlock(&S.lock);
+    }
     r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
     memset(auth, 0, sizeof auth);
     if (!r->up.h2) {
@@ -11394,6 +11436,17 @@ static int run_doctor(int argc, char **argv)
         ok_run = ok_run || ok_h2;
     }
 runs_done:
+    {   /* the header names each transport's run carried (values are never shown) */
+        int t;
+        for (t = TR_H2; t >= TR_HTTP1; t--) {
+            char names[sizeof run_head_names[0]];
+            pthread_mutex_lock(&S.lock);
+            memcpy(names, run_head_names[t], sizeof names);
+            pthread_mutex_unlock(&S.lock);
+            if (names[0])
+                doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
+        }
+    }
     if (ok_run) {
         if (TR.forced == TR_H2)
             printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "

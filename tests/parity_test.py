@@ -916,6 +916,14 @@ def t_headers(E):
         eq("headers: no validation errors", E.errors()[e0:], [])
     finally:
         p.stop()
+    # doctor names the header set its run sent (names only, never a value)
+    rc, out = doctor(E)
+    step = "OK   Run headers" if H.TRANSPORT == "h2" else "OK   RunSSE headers"
+    ln = line(out, step)
+    check("doctor: the %s line lists the names the run sent, no values" % step[5:],
+          ln and "x-original-request-id" in ln[0] and "x-blob-encryption-key" in ln[0]
+          and ("x-cursor-streaming" in ln[0]) == (H.TRANSPORT != "h2")
+          and E.token not in out and "Bearer" not in ln[0], out)
 
 
 def run_transports(E, n0):
