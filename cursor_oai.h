@@ -456,6 +456,27 @@ int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b);
  * -1 when it is not a JSON object. */
 int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out);
 
+/* GetServerConfigResponse.http2_config (field 7; Connect JSON "http2Config", the enum's name
+ * or its number), notes 2026-late-autumn N2. The official SDK obeys it: FORCE_ALL_DISABLED and
+ * FORCE_BIDI_DISABLED -> HTTP/1.1 RunSSE + BidiAppend; FORCE_ALL_ENABLED and
+ * FORCE_BIDI_ENABLED -> HTTP/2 Run; otherwise HTTP/2 with the HTTP/1.1 fallback. */
+enum {
+    COAI_H2CFG_UNSPECIFIED = 0,
+    COAI_H2CFG_FORCE_ALL_DISABLED = 1,
+    COAI_H2CFG_FORCE_ALL_ENABLED = 2,
+    COAI_H2CFG_FORCE_BIDI_DISABLED = 3,
+    COAI_H2CFG_FORCE_BIDI_ENABLED = 4
+};
+/* The answer's http2_config: 1-4, or 0 when it is absent, UNSPECIFIED, a value this version
+ * does not know, or the answer is not a JSON object. Names are matched with or without the
+ * enum's "HTTP2_CONFIG_" prefix. */
+int coai_server_config_http2(const char *json, size_t n);
+/* "FORCE_ALL_DISABLED" ... for 1-4, "UNSPECIFIED" otherwise. */
+const char *coai_http2_config_name(int v);
+/* What the value asks of runs: 1 HTTP/1.1 only (1, 3), 2 HTTP/2 only (2, 4), 0 HTTP/2 with
+ * the HTTP/1.1 fallback (anything else). */
+int coai_http2_config_transport(int v);
+
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
 /* ======================================================================== */
@@ -662,6 +683,13 @@ int coai_encode_run_request(coai_buf *out, const coai_run_params *p);
  * second run_request, a conversation_id that is not length-delimited), COAI_ERR_NOMEM. */
 int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t n,
                                          coai_str conversation_id);
+/* The run request msg[0..n) again with AgentRunRequest.conversation_state (field 1) carrying
+ * ConversationStateStructure.mode (10) = mode (1: AGENT): what Cursor wants after "Conversation
+ * state is required" (notes 2026-late-autumn N7, C8: the first turn sets mode AGENT). The
+ * state's other fields are kept (a checkpoint's too), an old mode goes; a missing state field
+ * is added first. Walked field by field as coai_encode_run_request_conversation; the same
+ * errors (COAI_ERR_INVALID for mode <= 0). */
+int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode);
 
 /* google.protobuf.Value of a cJSON tree (spec §6.2), with the original's quirks:
  * object members in JavaScript order (canonical array-index keys "0".."4294967294"
@@ -791,13 +819,23 @@ typedef struct coai_exec_outcome {
 int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_exec_outcome *o,
                              const struct coai_image *images, size_t n, uint32_t ms,
                              unsigned step);
+/* The reason given with a refused interaction query or exec (a model reads it). */
+#ifndef COAI_QUERY_REFUSAL
+#define COAI_QUERY_REFUSAL "Not available through this API client (cursor-oai): there is no " \
+    "user here to approve it and no access to the user's accounts or environment. Carry on " \
+    "without it."
+#endif
 /* Answer to an InteractionQuery: AgentClientMessage{6: InteractionResponse{1 id,
- * <query>: {}}} with the result member matching the query's oneof field: 2 web search,
- * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 9 the unnamed
- * hosted web fetch (approved by an empty response), 12 generate image; 8 setup VM
- * environment gets {success {}} (notes 2026-autumn §5.5). Other kinds up to 63 get the
- * empty response too: an unanswered query hangs the turn. It carries no data: it only
- * keeps the turn from waiting on a question no client can see. Kinds outside 2..63 give
+ * <query>: {...}}} with the result member matching the query's oneof field: 2 web search,
+ * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 12 generate
+ * image: {}; 8 setup VM environment: {success {}} (notes 2026-autumn §5.5). Where the
+ * response has a typed outcome (notes 2026-late-autumn N3) it is set, since an empty one
+ * is neither yes nor no: 9 web_fetch_request: approved {} (Cursor fetches the page on its
+ * own servers, nothing runs here; the autumn answer approved it too, untyped);
+ * 10 pr_management: rejected(3){reason}; 11 mcp_auth: rejected(2){reason};
+ * 13 replace_env_args: failure(2){error_message}; 14 connect_scm: rejected(2){reason};
+ * reasons in words a model can read (COAI_QUERY_REFUSAL). Other kinds up to 63 get the
+ * empty response: an unanswered query hangs the turn. Kinds outside 2..63 give
  * COAI_ERR_INVALID. */
 int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query);
 /* McpStateExecResult.success{servers} for mcp_state_exec_args (exec 36), then the caller
@@ -810,6 +848,14 @@ int coai_encode_exec_mcp_state(coai_buf *out, uint32_t id, coai_str exec_id,
 /* An empty result of an exec kind (the precheck variants 41-43), in the result field
  * coai_exec_result_field(kind); then stream_close. Kinds outside 2-54 -> COAI_ERR_INVALID. */
 int coai_encode_exec_empty_result(coai_buf *out, uint32_t id, coai_str exec_id, int kind);
+/* A precheck result (41 shell, 42 MCP, 43 web fetch allowlist): {1 allowlisted} (false is
+ * the empty result: "not allowlisted"); then stream_close. Other kinds -> COAI_ERR_INVALID. */
+int coai_encode_exec_precheck(coai_buf *out, uint32_t id, coai_str exec_id, int kind,
+                              int allowlisted);
+/* subagent_result(28).error(2){2 error = reason} for subagent_args (exec 28, a Task /
+ * subagent request the proxy cannot run); then stream_close. */
+int coai_encode_exec_subagent_error(coai_buf *out, uint32_t id, coai_str exec_id,
+                                    coai_str reason);
 
 /* Exec results: AgentClientMessage{exec_client_message{1 id, 15 exec_id (when
  * non-empty), <result>}}. */
@@ -873,6 +919,7 @@ typedef enum coai_exec_kind {
     COAI_EXEC_FETCH = 20,
     COAI_EXEC_RECORD_SCREEN = 21,
     COAI_EXEC_COMPUTER_USE = 22,
+    COAI_EXEC_SUBAGENT = 28,    /* subagent_args: answered with a typed SubagentError */
     COAI_EXEC_MCP_STATE = 36,   /* mcp_state_exec_args: answered with McpStateExecResult */
     COAI_EXEC_PRECHECK_FIRST = 41, /* 41-43: precheck variants, answered with an empty */
     COAI_EXEC_PRECHECK_LAST = 43   /* result of the same number */
@@ -884,6 +931,10 @@ typedef enum coai_exec_kind {
  * number for 2-44 and 53-54, 45-51 -> 46-52, 52 -> 55 (notes 2026-autumn §5.3); 0 for
  * kinds outside 2-54. */
 unsigned coai_exec_result_field(int kind);
+/* The ExecServerMessage args member name of an exec kind where the schema (proto/agent.proto)
+ * or the late-autumn notes (N5, N13) give one, e.g. 28 "subagent_args", 45 "pi_read_args";
+ * NULL otherwise. */
+const char *coai_exec_kind_name(int kind);
 
 /* An exec request. Views point into storage owned by the coai_msg that holds it. */
 typedef struct coai_exec {
@@ -1715,15 +1766,17 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   matches is refused upstream (exec reject, plus stream_close when the reject is a
  *   result) and nothing is ever executed locally. request_context execs get a
  *   request_context result + stream_close; mcp_state_exec_args (36) McpStateExecResult.
- *   success with the request's tools as one server (coai_encode_exec_mcp_state) and the
- *   precheck execs 41-43 an empty result, each + stream_close; an exec kind we do not
- *   know a throw + stream_close. KV: a set_blob without data is acked and stores
+ *   success with the request's tools as one server (coai_encode_exec_mcp_state), the
+ *   precheck execs 41-43 their result with allowlisted (41 no, 42 and 43 yes), subagent_args
+ *   (28) a typed SubagentError, each + stream_close; an exec kind we do not know a throw
+ *   (naming the kind where coai_exec_kind_name knows it) + stream_close. KV: a set_blob without data is acked and stores
  *   nothing; a get_blob whose key is not stored and is not a 32-byte digest gets the key
  *   as its data (what the CLI does). Heartbeats, checkpoints, tool-call
  *   announcements, step updates and exec aborts never end a turn and write nothing.
  *   interaction_query messages (web search, ask-question, mode switch, Exa, create-plan,
- *   VM set-up, hosted web fetch, image generation, any other kind) are
- *   answered at once with an empty InteractionResponse of the matching kind
+ *   VM set-up, hosted web fetch, image generation, PR management, MCP auth, env
+ *   replacement, SCM connect, any other kind) are answered at once with an
+ *   InteractionResponse of the matching kind, typed where the schema has an outcome
  *   (coai_encode_interaction_response; the original never answered, and a turn could
  *   wait on them); they are counted in coai_reply.queries. Should the upstream still
  *   stall, the caller's idle timeout ends the run (coai_reply_fail_timeout).
@@ -1736,9 +1789,9 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   request's history (coai_chat_request.session_id) or one the caller makes up (12 hex).
  *
  *   Usage: Cursor's own counts when turn_ended carried them (TurnEndedUpdate 1-5:
- *   input, output, cache-read, cache-write, reasoning): prompt_tokens = input +
- *   cache-read + cache-write (Cursor counts them apart, as Anthropic does), cached =
- *   cache-read, completion_tokens = output, reasoning = min(reasoning, output). Else
+ *   input, output, cache-read, cache-write, reasoning): prompt_tokens = input (Cursor's
+ *   input already counts the cached tokens, as OpenAI does), cached = cache-read,
+ *   completion_tokens = output, reasoning = min(reasoning, output). Else
  *   estimates: completion_tokens = sum of token_delta when any arrived, else
  *   ceil(UTF-16 units of the emitted content + reasoning + tool call / 4);
  *   prompt_tokens = checkpoint used_tokens - completion_tokens when a checkpoint
@@ -2217,14 +2270,18 @@ typedef enum coai_finish {
 
 /* Token counts of a reply. input_tokens counts the whole prompt, cached parts included;
  * cache_* are the parts of it Cursor reported as read from / written to its cache (0 when
- * unknown). Writers that list them separately (Anthropic) subtract them from input.
- * reasoning_tokens is the part of output_tokens Cursor reported as reasoning (0 when
- * unknown); reported = 1 when the counts are Cursor's own (TurnEndedUpdate), 0 when they
- * are estimates. */
+ * unknown). Cursor's TurnEndedUpdate input already contains them, as OpenAI counts (two
+ * live frames: input 11,490 with cache read 11,392; 24,034 with 20,014), so input_tokens is
+ * that input as sent. Writers that list them separately (Anthropic) subtract them from input
+ * (never below 0). reasoning_tokens is the part of output_tokens Cursor reported as reasoning
+ * (0 when unknown); reported = 1 when the counts are Cursor's own (TurnEndedUpdate), 0 when
+ * they are estimates. cache_over_input = 1 when Cursor's cache read exceeds its input (a
+ * server that counts the other way): the raw figures are kept, and the caller may log it. */
 typedef struct coai_usage {
     int64_t input_tokens, output_tokens, cache_read_tokens, cache_write_tokens;
     int64_t reasoning_tokens;
     int reported;
+    int cache_over_input;
 } coai_usage;
 
 typedef struct coai_reply {
@@ -3732,6 +3789,42 @@ int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coa
     return rc;
 }
 
+static const char *const coai__h2cfg_names[5] = {
+    "UNSPECIFIED", "FORCE_ALL_DISABLED", "FORCE_ALL_ENABLED", "FORCE_BIDI_DISABLED",
+    "FORCE_BIDI_ENABLED" };
+
+const char *coai_http2_config_name(int v)
+{
+    return coai__h2cfg_names[v >= 1 && v <= 4 ? v : 0];
+}
+
+int coai_http2_config_transport(int v)
+{
+    return v == COAI_H2CFG_FORCE_ALL_DISABLED || v == COAI_H2CFG_FORCE_BIDI_DISABLED ? 1
+         : v == COAI_H2CFG_FORCE_ALL_ENABLED || v == COAI_H2CFG_FORCE_BIDI_ENABLED ? 2 : 0;
+}
+
+int coai_server_config_http2(const char *json, size_t n)
+{
+    cJSON *root, *v;
+    int out = 0, i;
+    root = json ? cJSON_ParseWithLength(json, n) : NULL;
+    v = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "http2Config") : NULL;
+    if (!v && cJSON_IsObject(root))     /* the proto name, as some JSON encoders keep it */
+        v = cJSON_GetObjectItemCaseSensitive(root, "http2_config");
+    if (cJSON_IsNumber(v)) {
+        if (v->valuedouble >= 1 && v->valuedouble <= 4) out = (int)v->valuedouble;
+        if ((double)out != v->valuedouble) out = 0;
+    } else if (cJSON_IsString(v)) {
+        const char *nm = v->valuestring;
+        if (strncmp(nm, "HTTP2_CONFIG_", 13) == 0) nm += 13;
+        for (i = 1; i <= 4; i++)
+            if (strcmp(nm, coai__h2cfg_names[i]) == 0) out = i;
+    }
+    cJSON_Delete(root);
+    return out;
+}
+
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
 /* ======================================================================== */
@@ -4823,12 +4916,20 @@ int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason)
 
 int coai_encode_interaction_response(coai_buf *out, uint32_t id, int query)
 {
-    size_t start = out->len, resp, q;
+    size_t start = out->len, resp, q, v;
+    /* the typed outcome: {9 approved(1)}, {10 rejected(3)}, {11, 14 rejected(2)},
+     * {13 failure(2)}, each with the reason as its field 1 (10, 11, 13, 14) */
+    unsigned outcome = query == 8 || query == 9 ? 1 : query == 10 ? 3
+                     : query == 11 || query == 13 || query == 14 ? 2 : 0;
     if (query < 2 || query > 63) return COAI_ERR_INVALID;
     resp = coai__pb_open(out, 6);
     coai__pb_u32(out, 1, id);
     q = coai__pb_open(out, (unsigned)query);
-    if (query == 8) coai__pb_close(out, coai__pb_open(out, 1));   /* success {} */
+    if (outcome) {
+        v = coai__pb_open(out, outcome);
+        if (query >= 10) coai__pb_str(out, 1, coai_str_c(COAI_QUERY_REFUSAL));
+        coai__pb_close(out, v);
+    }
     coai__pb_close(out, q);
     coai__pb_close(out, resp);
     return coai__pb_finish(out, start, COAI_OK);
@@ -4928,6 +5029,30 @@ int coai_encode_exec_empty_result(coai_buf *out, uint32_t id, coai_str exec_id, 
     unsigned field = coai_exec_result_field(kind);
     if (!field) return COAI_ERR_INVALID;
     res = coai__exec_open(out, id, exec_id, field, &outer);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_precheck(coai_buf *out, uint32_t id, coai_str exec_id, int kind,
+                              int allowlisted)
+{
+    size_t start = out->len, outer, res;
+    if (kind < COAI_EXEC_PRECHECK_FIRST || kind > COAI_EXEC_PRECHECK_LAST)
+        return COAI_ERR_INVALID;
+    res = coai__exec_open(out, id, exec_id, coai_exec_result_field(kind), &outer);
+    if (allowlisted) coai__pb_u32(out, 1, 1);
+    coai__exec_close(out, res, outer);
+    return coai__pb_finish(out, start, COAI_OK);
+}
+
+int coai_encode_exec_subagent_error(coai_buf *out, uint32_t id, coai_str exec_id,
+                                    coai_str reason)
+{
+    size_t start = out->len, outer, res, err;
+    res = coai__exec_open(out, id, exec_id, COAI_EXEC_SUBAGENT, &outer);
+    err = coai__pb_open(out, 2);                          /* error */
+    coai__pb_str(out, 2, reason);                         /* error (agent_id 1: none) */
+    coai__pb_close(out, err);
     coai__exec_close(out, res, outer);
     return coai__pb_finish(out, start, COAI_OK);
 }
@@ -5469,6 +5594,64 @@ int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t 
     return coai__pb_finish(out, start, r);
 }
 
+int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode)
+{
+    const pb_byte_t *p = (const pb_byte_t *)msg, *at;
+    coai__pbr top, rr, sr;
+    coai__pbf f, g, h;
+    size_t start = out->len, body, st;
+    int k, j, i, seen = 0, put, r = COAI_OK;
+    if (mode <= 0 || (!p && n)) return COAI_ERR_INVALID;
+    coai__pbr_init(&top, p, n);
+    for (;;) {
+        at = top.end - top.s.bytes_left;
+        if ((k = coai__pb_next(&top, &f)) <= 0) break;
+        if (f.num != 1) {                                /* not the run request: as it is */
+            coai__pb_copy_field(out, &top, at);
+            continue;
+        }
+        if (f.wt != PB_WT_STRING || seen++) { r = COAI_ERR_PROTO; break; }
+        body = coai__pb_open(out, 1);
+        put = 0;
+        coai__pbr_init(&rr, f.p, f.n);
+        for (;;) {
+            const pb_byte_t *gat = rr.end - rr.s.bytes_left;
+            if ((j = coai__pb_next(&rr, &g)) <= 0) break;
+            if (g.num != 1) {
+                if (!put) {                              /* no state field: one first */
+                    st = coai__pb_open(out, 1);
+                    coai__pb_u32(out, 10, (uint32_t)mode);
+                    coai__pb_close(out, st);
+                    put = 1;
+                }
+                coai__pb_copy_field(out, &rr, gat);
+                continue;
+            }
+            if (g.wt != PB_WT_STRING || put) { j = -1; break; }
+            st = coai__pb_open(out, 1);
+            coai__pbr_init(&sr, g.p, g.n);
+            for (;;) {
+                const pb_byte_t *hat = sr.end - sr.s.bytes_left;
+                if ((i = coai__pb_next(&sr, &h)) <= 0) break;
+                if (h.num != 10) coai__pb_copy_field(out, &sr, hat);   /* an old mode goes */
+            }
+            if (i < 0) { j = -1; break; }
+            coai__pb_u32(out, 10, (uint32_t)mode);
+            coai__pb_close(out, st);
+            put = 1;
+        }
+        if (j < 0) { r = COAI_ERR_PROTO; break; }
+        if (!put) {
+            st = coai__pb_open(out, 1);
+            coai__pb_u32(out, 10, (uint32_t)mode);
+            coai__pb_close(out, st);
+        }
+        coai__pb_close(out, body);
+    }
+    if (r == COAI_OK && (k < 0 || !seen)) r = COAI_ERR_PROTO;
+    return coai__pb_finish(out, start, r);
+}
+
 /* Decode a fixed-shape leaf message with nanopb into d->u (already zeroed). */
 static coai_result coai__leaf(coai__dec *d, const pb_msgdesc_t *desc, const coai__pbf *f)
 {
@@ -5899,6 +6082,27 @@ static int coai__exec_member(uint32_t num)
         return 2;
     }
     return num >= 2 && num != 15 && num != 19 && num != 55;
+}
+
+const char *coai_exec_kind_name(int kind)
+{
+    static const char *const low[] = {   /* 2..22: proto/agent.proto */
+        "shell_args", "write_args", "delete_args", "grep_args", NULL, "read_args", "ls_args",
+        "diagnostics_args", "request_context_args", "mcp_args", NULL, NULL,
+        "shell_stream_args", NULL, "background_shell_spawn_args",
+        "list_mcp_resources_exec_args", "read_mcp_resource_exec_args", NULL, "fetch_args",
+        "record_screen_args", "computer_use_args" };
+    static const char *const high[] = {  /* 36..54: notes 2026-late-autumn N5, N13 */
+        "mcp_state_exec_args", NULL, "smart_mode_classifier_args", NULL,
+        "canvas_diagnostics_args", "shell_allowlist_precheck_args",
+        "mcp_allowlist_precheck_args", "web_fetch_allowlist_precheck_args",
+        "git_diff_request", "pi_read_args", "pi_bash_args", "pi_edit_args", "pi_write_args",
+        "pi_grep_args", "pi_find_args", "pi_ls_args", "mini_swe_agent_bash_args",
+        "conversation_search", "agent_store_conflict" };
+    if (kind >= 2 && kind <= 22) return low[kind - 2];
+    if (kind == COAI_EXEC_SUBAGENT) return "subagent_args";
+    if (kind >= 36 && kind <= 54) return high[kind - 36];
+    return NULL;
 }
 
 unsigned coai_exec_result_field(int kind)
@@ -8545,6 +8749,24 @@ static int coai__oa_is_bare_exhausted(const coai_status *st)
 static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *e)
 {
     int q = (int)(n > 300 ? 300 : n);
+    /* late-autumn notes N15 (YYE, live): a tool schema Cursor cannot take, on the first
+     * turn ("Connect error 502: parse binary: invalid end group tag"); the reply names the
+     * tool where it can tell (coai__oa_tool_schema) */
+    if (coai__oa_ci_contains(t, n, "invalid end group tag")) {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read one of the tool schemas (Cursor said: %.*s). "
+                       "Simplify the tool's parameters schema or leave that tool out.", q, t);
+        e->no_retry = 1;
+        return 1;
+    }
+    /* N7, C8: a run request without a conversation state; the caller sends it again once
+     * with ConversationStateStructure.mode = AGENT */
+    if (coai__oa_ci_contains(t, n, "conversation state is required")) {
+        coai_error_set(e, 502, "upstream_error", "conversation_state_required", NULL,
+                       "Cursor wanted the conversation state (Cursor said: %.*s); cursor-oai "
+                       "sent it once more with mode AGENT, and that failed too.", q, t);
+        return 1;
+    }
     if (coai__oa_ci_contains(t, n, "conversation data missing")
         || coai__oa_ci_contains(t, n, "blob missing")
         || coai__oa_ci_contains(t, n, "blob not found")) {
@@ -11070,8 +11292,8 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
         if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;
         u->cache_read_tokens = coai__oa_tokn(t->cache_read);
         u->cache_write_tokens = coai__oa_tokn(t->cache_write);
-        u->input_tokens = coai__oa_tokn(t->input) + u->cache_read_tokens
-                          + u->cache_write_tokens;
+        u->input_tokens = coai__oa_tokn(t->input);       /* the cached parts included */
+        u->cache_over_input = u->cache_read_tokens > u->input_tokens;
         u->output_tokens = c;
         u->reasoning_tokens = coai__oa_tokn(t->reasoning) < c ? coai__oa_tokn(t->reasoning) : c;
         u->reported = 1;
@@ -11079,6 +11301,7 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
     }
     u->reasoning_tokens = 0;
     u->reported = 0;
+    u->cache_over_input = 0;
     c = r->have_token_delta_ ? r->token_sum_ : (int64_t)((r->completion_units_ + 3) / 4);
     if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;   /* what was sent */
     p = r->used_tokens_ > c ? r->used_tokens_ - c : (int64_t)((r->prompt_units_ + 3) / 4);
@@ -11152,12 +11375,87 @@ static void coai__oa_exhausted_by_size(const coai_reply *r, coai_error *e)
     }
 }
 
+/* 1 when a JSON schema has more than plain typed properties: a reference, a combinator or
+ * conditional, pattern properties, or nesting past 8 levels (what Cursor's tool-schema reader
+ * is likeliest to choke on). *why: the first such keyword. */
+static int coai__schema_unusual(const cJSON *s, int depth, const char **why)
+{
+    static const char *const kw[] = { "$ref", "$defs", "definitions", "anyOf", "oneOf",
+                                      "allOf", "not", "if", "patternProperties",
+                                      "dependentSchemas", "$dynamicRef" };
+    const cJSON *c;
+    size_t i;
+    if (depth > 8) { *why = "nesting deeper than 8 levels"; return 1; }
+    if (cJSON_IsObject(s))
+        for (i = 0; i < sizeof kw / sizeof kw[0]; i++)
+            if (cJSON_GetObjectItemCaseSensitive(s, kw[i])) { *why = kw[i]; return 1; }
+    if (cJSON_IsObject(s) || cJSON_IsArray(s))
+        for (c = s->child; c; c = c->next)
+            if (coai__schema_unusual(c, depth + 1, why)) return 1;
+    return 0;
+}
+
+/* invalid_tool_schema: name the tool when the request tells which: its only tool, or the
+ * only one whose schema is unusual (coai__schema_unusual); else "one of the N". A request
+ * without tools: Cursor could not parse the request itself, a 502. */
+static void coai__oa_tool_schema(const coai_reply *r, coai_error *e)
+{
+    size_t i, n = r->o_.tools ? r->o_.tool_count : 0, odd = 0, which = 0;
+    const char *why = NULL, *w;
+    char said[300];
+    const char *p = strstr(e->message, "(Cursor said: ");
+    size_t sl = 0;
+    if (p) {                   /* up to the mapper's own words after Cursor's */
+        const char *q;
+        p += 14;
+        q = strstr(p, "). Simplify the tool's parameters schema");
+        sl = q ? (size_t)(q - p) : strlen(p);
+    }
+    snprintf(said, sizeof said, "%.*s", (int)(sl < sizeof said ? sl : sizeof said - 1),
+             p ? p : "");
+    for (i = 0; i < n; i++) {
+        w = NULL;
+        if (r->o_.tools[i].parameters
+            && coai__schema_unusual(r->o_.tools[i].parameters, 0, &w)) {
+            if (!odd++) { which = i; why = w; }
+        }
+    }
+    if (!n) {
+        coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
+                       "Cursor could not parse cursor-oai's run request (Cursor said: %s)",
+                       said);
+    } else if (n == 1) {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read the parameters schema of the tool \"%.*s\" "
+                       "(Cursor said: %s). Simplify that schema%s%s%s or leave the tool out.",
+                       (int)(r->o_.tools[0].name.len > 64 ? 64 : r->o_.tools[0].name.len),
+                       r->o_.tools[0].name.ptr, said, why ? " (it uses " : "",
+                       why ? why : "", why ? ")" : "");
+    } else if (odd == 1) {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read one of the %zu tool schemas (Cursor said: %s); "
+                       "the likeliest is the tool \"%.*s\", the only one whose parameters "
+                       "schema uses %s. Simplify that schema or leave the tool out.", n, said,
+                       (int)(r->o_.tools[which].name.len > 64 ? 64
+                             : r->o_.tools[which].name.len),
+                       r->o_.tools[which].name.ptr, why);
+    } else {
+        coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
+                       "Cursor could not read one of the %zu tool schemas (Cursor said: %s). "
+                       "Simplify the tools' parameters schemas (references, anyOf/oneOf, deep "
+                       "nesting) or send fewer tools.", n, said);
+    }
+    e->no_retry = 1;
+}
+
 static int coai__oa_fail(coai_reply *r, const coai_error *e)
 {
     if (r->done_) return COAI_DONE;
     r->error = *e;
     if (r->error.code && strcmp(r->error.code, "upstream_resource_exhausted") == 0)
         coai__oa_exhausted_by_size(r, &r->error);
+    if (r->error.code && strcmp(r->error.code, "invalid_tool_schema") == 0)
+        coai__oa_tool_schema(r, &r->error);
     if (!r->error.status) r->error.status = 502;
     if (!r->error.type) r->error.type = "upstream_error";
     if (!r->committed_) {
@@ -11657,11 +11955,17 @@ static void coai__oa_w_tool_call(coai_reply *r)
 static int coai__oa_throw(coai_reply *r, const coai_exec *ex, const char *why)
 {
     int rc;
+    const char *name = coai_exec_kind_name((int)ex->kind);
+    char buf[200];
     r->rejected++;
     coai_buf_reset(&r->scratch_);
-    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(why ? why :
-        "This tool is not available here: the client did not provide a matching tool. "
-        "Use one of the provided tools instead."));
+    if (!why) {
+        snprintf(buf, sizeof buf, "This tool%s%s%s is not available here: the client has no "
+                 "matching tool. Use one of the provided tools instead.",
+                 name ? " (" : "", name ? name : "", name ? ")" : "");
+        why = buf;
+    }
+    coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(why));
     if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
     coai_buf_reset(&r->scratch_);
     coai_encode_exec_stream_close(&r->scratch_, ex->id);
@@ -11684,18 +11988,27 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
         return coai__oa_send(r);
     }
-    if (ex->kind == COAI_EXEC_MCP_STATE
+    if (ex->kind == COAI_EXEC_MCP_STATE || ex->kind == COAI_EXEC_SUBAGENT
         || (ex->kind >= COAI_EXEC_PRECHECK_FIRST && ex->kind <= COAI_EXEC_PRECHECK_LAST)) {
         /* Since 2026-09 Grok asks for the MCP server state before it calls a tool: a throw
-         * leaves the tools "unavailable". Prechecks want an empty result. */
+         * leaves the tools "unavailable". Prechecks carry allowlisted (an empty result is
+         * "no", notes 2026-late-autumn N13): the MCP one (42) yes, the tools are the client's
+         * own; the web fetch one (43) yes, as the SDK answers (Cursor fetches, not this
+         * host); the shell one (41) no. A subagent request (28) gets a typed SubagentError,
+         * not a throw (N5: the throw broke PIC's turns, its #42). */
         coai_buf_reset(&r->scratch_);
         if (ex->kind == COAI_EXEC_MCP_STATE)
             rc = coai_encode_exec_mcp_state(&r->scratch_, ex->id, ex->exec_id, r->o_.tools,
                                             r->o_.tools ? r->o_.tool_count : 0,
                                             ex->server_ids, ex->server_id_count);
-        else
-            rc = coai_encode_exec_empty_result(&r->scratch_, ex->id, ex->exec_id,
-                                               (int)ex->kind);
+        else if (ex->kind == COAI_EXEC_SUBAGENT) {
+            r->rejected++;
+            rc = coai_encode_exec_subagent_error(&r->scratch_, ex->id, ex->exec_id, coai_str_c(
+                "Subagents are not available through this API client (cursor-oai). Do the "
+                "task yourself with the provided tools."));
+        } else
+            rc = coai_encode_exec_precheck(&r->scratch_, ex->id, ex->exec_id, (int)ex->kind,
+                                           ex->kind != 41);
         if (rc != COAI_OK) return rc == COAI_ERR_NOMEM ? coai__oa_fail_nomem(r)
                                                       : coai__oa_throw(r, ex, NULL);
         if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
@@ -12780,15 +13093,17 @@ static void coai__an_w_init(coai_reply *r)
     coai_json_str_append(&r->prefix_, r->o_.model.ptr, r->o_.model.len);
 }
 
-/* Anthropic counts input without the cached parts (coai_reply_usage keeps them <= input).
- * at_start: message_start, before any output was counted. */
+/* Anthropic counts input without the cached parts: input - cache read - cache write, never
+ * below 0. at_start: message_start, before any output was counted. */
 static void coai__an_usage(const coai_reply *r, coai_buf *b, int at_start)
 {
     coai_usage u;
+    int64_t in;
     coai_reply_usage(r, &u);
+    in = u.input_tokens - u.cache_read_tokens - u.cache_write_tokens;
     coai_buf_printf(b, "{\"input_tokens\":%lld,\"cache_creation_input_tokens\":%lld,"
                     "\"cache_read_input_tokens\":%lld,\"output_tokens\":%lld}",
-                    (long long)(u.input_tokens - u.cache_read_tokens - u.cache_write_tokens),
+                    (long long)(in > 0 ? in : 0),
                     (long long)u.cache_write_tokens, (long long)u.cache_read_tokens,
                     (long long)(at_start ? 0 : u.output_tokens));
 }

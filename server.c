@@ -2394,12 +2394,15 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-cursor-client-version: %s\r\n"
                         "x-cursor-client-type: cli\r\n"
                         "x-ghost-mode: true\r\n"
-                        "x-cursor-streaming: true\r\n"
+                        "%s"
                         "x-request-id: %s\r\n"
                         "x-original-request-id: %s\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
                         : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
-                        S.client_version, request_id, up_orig_rid ? up_orig_rid : request_id);
+                        S.client_version,
+                        /* RunSSE only, as the CLI and the SDK (late-autumn notes C5, N7) */
+                        kind == UPH_CONNECT_STREAM ? "x-cursor-streaming: true\r\n" : "",
+                        request_id, up_orig_rid ? up_orig_rid : request_id);
         if (blob_key()[0]) coai_buf_printf(h, "x-blob-encryption-key: %s\r\n", blob_key());
         coai_buf_printf(h, "content-length: %zu\r\n\r\n", body_len);
         return h->err ? -1 : 0;
@@ -2609,6 +2612,8 @@ struct h2c {
     int open;                       /* streams counted against the server's limit */
     int got_settings;
     int goaway;                     /* no new streams */
+    uint32_t goaway_code;           /* its error code (COAI_H2_HTTP_1_1_REQUIRED: see
+                                     * h2_run_start) */
     int dead;                       /* failed or closed: every stream fails */
     char why[160];
     int refs;                       /* streams + the list */
@@ -2780,6 +2785,7 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
                     "connection", hc->host.authority, ev->last_stream,
                     coai_h2_error_str(ev->code));
         hc->goaway = 1;
+        if (ev->code) hc->goaway_code = ev->code;
         __atomic_add_fetch(&H2C.goaways, 1, __ATOMIC_RELAXED);
         break;
     case COAI_H2_EV_PING_ACK:
@@ -5368,8 +5374,14 @@ serve:
 #define H2ONLY_REPROBE_MS (10 * 60 * 1000)
 static int h2only_reprobe_ms = H2ONLY_REPROBE_MS;
 
-/* One GetServerConfig call. 0 with *out set, 1 the answer names no agent URL, -1 *e. */
-static int server_config_fetch(coai_url *out, coai_error *e)
+/* GetServerConfig's http2_config (COAI_H2CFG_*), -1 while no answer has been read (never
+ * with CURSOR_OAI_AGENT_URL: GetServerConfig is then not asked). tr_choose() obeys it unless
+ * CURSOR_OAI_TRANSPORT is set. Atomic: written by agent_h2_get, read by every run. */
+static int srv_h2cfg = -1;
+
+/* One GetServerConfig call. 0 with *out set, 1 the answer names no agent URL, -1 *e. When
+ * the answer was read (0, 1), *h2cfg is its http2_config. */
+static int server_config_fetch(coai_url *out, int *h2cfg, coai_error *e)
 {
     static const char body[] = "{\"telem_enabled\":false}";
     coai_buf resp = { 0 };
@@ -5390,6 +5402,7 @@ static int server_config_fetch(coai_url *out, coai_error *e)
         goto done;
     }
     rc = coai_server_config_agent_url((const char *)resp.data, resp.len, 1, out);
+    *h2cfg = coai_server_config_http2((const char *)resp.data, resp.len);
     if (rc < 0)
         coai_error_set(e, 502, "upstream_error", "upstream_protocol_error", NULL,
                        "GetServerConfig answered something that is not a JSON object");
@@ -5406,7 +5419,7 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
 {
     coai_url u;
     coai_error e;
-    int rc;
+    int rc, h2cfg = -1, was;
     if (S.agent_forced.host[0]) {
         *out = S.agent_forced;
         if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
@@ -5423,7 +5436,18 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
     S.agent_h2_fetching = 1;
     pthread_mutex_unlock(&S.lock);
     memset(&e, 0, sizeof e);
-    rc = server_config_fetch(&u, &e);
+    rc = server_config_fetch(&u, &h2cfg, &e);
+    was = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
+    if (rc >= 0 && h2cfg != was) {
+        __atomic_store_n(&srv_h2cfg, h2cfg, __ATOMIC_RELAXED);
+        if (h2cfg > 0 || was > 0)
+            srv_log(LOG_INFO, "GetServerConfig: http2_config=%s%s",
+                    coai_http2_config_name(h2cfg), coai_http2_config_transport(h2cfg) == 1
+                    ? ": runs use HTTP/1.1 (RunSSE + BidiAppend), as Cursor's SDK does"
+                    : coai_http2_config_transport(h2cfg) == 2
+                    ? ": runs use HTTP/2 without the HTTP/1.1 fallback, as Cursor's SDK does"
+                    : ": runs use HTTP/2 with the HTTP/1.1 fallback");
+    }
     pthread_mutex_lock(&S.lock);
     if (rc == 0) {
         S.agent_h2 = u;
@@ -6397,7 +6421,8 @@ struct run_fb {
     int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
     int tries;                      /* 1: the other profile was tried; 2: another host was;
                                      * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
-                                     * after HTTP/2 (RETRY_TRANSPORT) */
+                                     * after HTTP/2 (RETRY_TRANSPORT); 16: sent again with
+                                     * the state's mode AGENT (RETRY_STATE) */
 };
 
 /* The client side: what went out to the client of the current response (run_flush). The
@@ -6732,7 +6757,7 @@ static int run_tick(void *ctx)
     return run_flush(r);
 }
 
-enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV, RETRY_TRANSPORT };
+enum { RETRY_NONE, RETRY_PROFILE, RETRY_HOST, RETRY_CONV, RETRY_TRANSPORT, RETRY_STATE };
 static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client_fd,
                    int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled);
 static int up_readable(struct upconn *c, int ms);
@@ -7098,6 +7123,33 @@ static int run_watch_fail(struct run *r)
  * that races ahead of that is lost (cursor-2026-clients.md 7.1; issue 10 item 3).
  * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
  * -1 r->err filled. */
+/* The header names the last run head carried, per transport (TR_HTTP1: RunSSE, TR_H2: Run),
+ * for `doctor`; never a value. Under S.lock. */
+static char run_head_names[2][400];
+
+/* Remember the names of an HTTP/1.1 head (after its request line, up to the empty line). */
+static void run_head_note_h1(const coai_buf *head)
+{
+    const char *p = head->data ? memchr(head->data, '\n', head->len) : NULL;
+    const char *end = head->data ? (const char *)head->data + head->len : NULL;
+    char out[sizeof run_head_names[0]];
+    size_t n = 0;
+    while (p && ++p < end && *p != '\r' && *p != '\n') {
+        const char *c = memchr(p, ':', (size_t)(end - p)), *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!c || !nl || c > nl) break;
+        if (n + (size_t)(c - p) + 3 < sizeof out) {
+            if (n) { out[n++] = ','; out[n++] = ' '; }
+            memcpy(out + n, p, (size_t)(c - p));
+            n += (size_t)(c - p);
+        }
+        p = nl;
+    }
+    out[n] = 0;
+    pthread_mutex_lock(&S.lock);
+    memcpy(run_head_names[TR_HTTP1], out, n + 1);
+    pthread_mutex_unlock(&S.lock);
+}
+
 static int run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
     coai_buf head = { 0 }, body = { 0 };
@@ -7112,6 +7164,7 @@ static int run_start(struct run *r, int fresh, const char *token, size_t tl)
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
+    run_head_note_h1(&head);
     rc = -1;
     r->up.sse = up_get_host(&r->up.host, fresh, r->c->fd, &r->err);
     if (!r->up.sse) goto done;
@@ -7226,15 +7279,45 @@ static struct tr_state {
     unsigned long fallbacks;
 } TR = { .lock = PTHREAD_MUTEX_INITIALIZER, .forced = -1, .reprobe_ms = TR_REPROBE_MS };
 
-/* The transport for a new run. */
+/* What GetServerConfig's http2_config asks of runs (coai_http2_config_transport: 1 HTTP/1.1,
+ * 2 HTTP/2 only, 0 HTTP/2 with the fallback); 0 while not known. */
+static int tr_h2cfg_wants(void)
+{
+    return coai_http2_config_transport(__atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED));
+}
+
+/* The transport for a new run: CURSOR_OAI_TRANSPORT, else GetServerConfig's http2_config
+ * (late-autumn notes N2, as the SDK obeys it), else HTTP/2 unless it failed lately. */
 static int tr_choose(void)
 {
-    int t;
+    int t, cfg = tr_h2cfg_wants();
     pthread_mutex_lock(&TR.lock);
     t = TR.forced >= 0 ? TR.forced
+      : cfg == 1 ? TR_HTTP1 : cfg == 2 ? TR_H2
       : TR.h1_until && mono_ms() < TR.h1_until ? TR_HTTP1 : TR_H2;
     pthread_mutex_unlock(&TR.lock);
     return t;
+}
+
+/* Which setting decided the transport of new runs, in words: "(CURSOR_OAI_TRANSPORT)",
+ * "(server config http2_config=NAME)" or "(default)"; with the transport itself before it
+ * (`doctor`). */
+static void tr_decision(char *out, size_t cap)
+{
+    int cfg = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
+    int w = coai_http2_config_transport(cfg);
+    if (TR.forced >= 0)
+        snprintf(out, cap, "%s (CURSOR_OAI_TRANSPORT)", TR.forced == TR_H2
+                 ? "HTTP/2 Run, no fallback" : "HTTP/1.1 RunSSE + BidiAppend");
+    else if (w)
+        snprintf(out, cap, "%s (server config http2_config=%s)", w == 1
+                 ? "HTTP/1.1 RunSSE + BidiAppend" : "HTTP/2 Run, no fallback",
+                 coai_http2_config_name(cfg));
+    else
+        snprintf(out, cap, "HTTP/2 Run with the HTTP/1.1 fallback (default%s)",
+                 cfg == 0 ? ": server config http2_config=UNSPECIFIED"
+                 : S.agent_forced.host[0] ? "; GetServerConfig is not asked with "
+                   "CURSOR_OAI_AGENT_URL" : "");
 }
 
 /* What new runs use now, in words (the status page): HTTP/2 with its fallback, HTTP/1.1
@@ -7242,12 +7325,19 @@ static int tr_choose(void)
 static void tr_describe(char *out, size_t cap)
 {
     int64_t left;
+    int cfg = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
     pthread_mutex_lock(&TR.lock);
     left = TR.h1_until ? TR.h1_until - mono_ms() : 0;
     if (TR.forced == TR_H2)
         snprintf(out, cap, "HTTP/2 (CURSOR_OAI_TRANSPORT=h2, no fallback)");
     else if (TR.forced == TR_HTTP1)
         snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend (CURSOR_OAI_TRANSPORT=http1)");
+    else if (coai_http2_config_transport(cfg) == 1)
+        snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend (server config http2_config=%s)",
+                 coai_http2_config_name(cfg));
+    else if (coai_http2_config_transport(cfg) == 2)
+        snprintf(out, cap, "HTTP/2 (server config http2_config=%s, no fallback)",
+                 coai_http2_config_name(cfg));
     else if (left > 0)
         snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend for %lld s more, then HTTP/2 again "
                  "(HTTP/2 failed: %s)", (long long)(left + 999) / 1000, TR.why);
@@ -7279,19 +7369,24 @@ static void tr_h2_worked(void)
     if (was) srv_log(LOG_INFO, "HTTP/2 to Cursor works again");
 }
 
-/* The transport of a new run (tr_choose) and its host. */
+/* The transport of a new run (tr_choose) and its host. Unless CURSOR_OAI_TRANSPORT decides,
+ * GetServerConfig is asked first (agent_h2_get, cached): its http2_config may decide. */
 static void tr_pick(struct run *r)
 {
+    int asked = TR.forced < 0;
+    if (asked) agent_h2_get(&r->up.host, NULL, 0);
     r->up.tr = tr_choose();
-    if (r->up.tr == TR_H2) agent_h2_get(&r->up.host, NULL, 0);
+    if (r->up.tr == TR_H2) { if (!asked) agent_h2_get(&r->up.host, NULL, 0); }
     else run_host_get(&r->up.host, NULL, 0);
 }
 
 /* HTTP/1.1 may still be tried for this request: an HTTP/2 run, the transport not forced
- * (CURSOR_OAI_TRANSPORT), no fallback to HTTP/1.1 yet. */
+ * (CURSOR_OAI_TRANSPORT, or GetServerConfig's http2_config FORCE_*_ENABLED), no fallback to
+ * HTTP/1.1 yet. */
 static int tr_may_fall_back(const struct run *r)
 {
-    return r->up.tr == TR_H2 && TR.forced < 0 && !(r->fb.tries & 8);
+    return r->up.tr == TR_H2 && TR.forced < 0 && tr_h2cfg_wants() != 2
+           && !(r->fb.tries & 8);
 }
 
 /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1, and HTTP/1.1 for
@@ -7482,7 +7577,7 @@ static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client
 static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
     char auth[SRV_TOKEN_MAX + 8], path[320];
-    coai_h2_header hs[13];
+    coai_h2_header hs[14];
     size_t nh = 0;
     int rc = -1;
     snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
@@ -7499,9 +7594,27 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
     H2H("x-cursor-client-version", S.client_version);
     H2H("x-cursor-client-type", "cli");
     H2H("x-ghost-mode", "true");
-    H2H("x-cursor-streaming", "true");
+    /* as the CLI's Run (late-autumn notes N6, section 3): the run's first id and the blob key
+     * as on HTTP/1.1; no x-cursor-streaming (RunSSE only); no connect-accept-encoding (a
+     * compressed frame from Cursor is not read) */
     H2H("x-request-id", r->up.request_id);
+    H2H("x-original-request-id", r->up.orig_id[0] ? r->up.orig_id : r->up.request_id);
+    if (blob_key()[0]) H2H("x-blob-encryption-key", blob_key());
 #undef H2H
+    {   /* the names, for doctor */
+        char names[sizeof run_head_names[0]];
+        size_t i, k = 0;
+        for (i = 0; i < nh; i++) {
+            if (hs[i].name.ptr[0] == ':' || k + hs[i].name.len + 3 >= sizeof names) continue;
+            if (k) { names[k++] = ','; names[k++] = ' '; }
+            memcpy(names + k, hs[i].name.ptr, hs[i].name.len);
+            k += hs[i].name.len;
+        }
+        names[k] = 0;
+        pthread_mutex_lock(&S.lock);
+        memcpy(run_head_names[TR_H2], names, k + 1);
+        pthread_mutex_unlock(&S.lock);
+    }
     r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
     memset(auth, 0, sizeof auth);
     if (!r->up.h2) {
@@ -7527,8 +7640,12 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
             up_err(&r->err, 504, "upstream_timeout", "no answer to the Run stream within the "
                    "idle timeout");
         } else {
-            /* a refusal on a shared connection (GOAWAY just now): once more on a new one */
-            if (!fresh && r->up.h2->refused && !r->up.h2->hc->dead) rc = 1;
+            /* a refusal on a shared connection (GOAWAY just now): once more on a new one;
+             * not when it said HTTP_1_1_REQUIRED (late-autumn notes N15: the 464 path, so
+             * HTTP/1.1 at once) */
+            int h11 = r->up.h2->rst_code == COAI_H2_HTTP_1_1_REQUIRED
+                      || r->up.h2->hc->goaway_code == COAI_H2_HTTP_1_1_REQUIRED;
+            if (!fresh && r->up.h2->refused && !r->up.h2->hc->dead && !h11) rc = 1;
             tr_io_error(r, &r->err, "starting the Run stream");
             r->fb.tr_fail = 1;
         }
@@ -7578,8 +7695,8 @@ static int tr_open(struct run *r, int fresh)
         goto done;
     }
     memcpy(r->c->run_id, r->up.request_id, sizeof r->c->run_id);
-    /* x-original-request-id is a header of HTTP/1.1 calls (up_head_host) */
-    if (!h2 && !r->up.orig_id[0]) memcpy(r->up.orig_id, r->up.request_id, sizeof r->up.orig_id);
+    /* x-original-request-id: the first run's id, on both transports */
+    if (!r->up.orig_id[0]) memcpy(r->up.orig_id, r->up.request_id, sizeof r->up.orig_id);
     r->up.seqno = 0;
     r->fb.http_status = 0;
     if (!h2) r->fb.h1_refused[0] = 0;
@@ -7650,8 +7767,14 @@ static int run_backlog_add(struct run *r, const coai_frame *f)
 static int run_conv_lost(struct run *r, const coai_status *st)
 {
     coai_error e;
-    if (r->in.resumed || (r->fb.tries & 4) || coai_reply_started(&r->reply)) return 0;
+    if (coai_reply_started(&r->reply)) return 0;
     coai_error_from_status(st, &e);
+    if (e.code && strcmp(e.code, "conversation_state_required") == 0 && !(r->fb.tries & 16)) {
+        r->err = e;                     /* late-autumn N7/C8: once more with mode AGENT */
+        r->fb.retry = RETRY_STATE;
+        return 1;
+    }
+    if (r->in.resumed || (r->fb.tries & 4)) return 0;
     if (!e.code || strcmp(e.code, "conversation_lost") != 0) return 0;
     r->err = e;
     r->fb.retry = RETRY_CONV;
@@ -8520,6 +8643,14 @@ static void run_count(struct run *r)
     metric_add(M_TRANSPORT_RUNS, lb, 1);
     memset(&u, 0, sizeof u);
     coai_reply_usage(&r->reply, &u);
+    if (u.reported && u.cache_over_input) {
+        static int said;        /* once per process: it is how the server counts, not a run */
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            srv_log(LOG_WARN, "Cursor reported a cache read (%lld tokens) larger than the "
+                    "turn's input (%lld): it seems to count cached tokens apart from input; "
+                    "usage shows the raw figures (logged once)", (long long)u.cache_read_tokens,
+                    (long long)u.input_tokens);
+    }
     c->tok_in = (int64_t)u.input_tokens;
     c->tok_out = (int64_t)u.output_tokens;
     if (r->reply.error.status && !c->errmsg[0])
@@ -9484,6 +9615,9 @@ static void run_open_failed(struct run *r, int rc)
     else if (!r->in.resumed && !(r->fb.tries & 4) && r->err.code
              && strcmp(r->err.code, "conversation_lost") == 0)
         r->fb.retry = RETRY_CONV;
+    else if (!(r->fb.tries & 16) && r->err.code
+             && strcmp(r->err.code, "conversation_state_required") == 0)
+        r->fb.retry = RETRY_STATE;
     if (r->fb.tr_fail && tr_may_fall_back(r)) r->fb.retry = RETRY_TRANSPORT;
 }
 
@@ -9523,6 +9657,20 @@ static int chat_fallback(struct chat *x)
                 "whole conversation once as %s", r->up.request_id, old, r->err.message,
                 r->in.conv_id);
         fallback_note(x->c, "conversation_reset");
+    } else if (r->fb.retry == RETRY_STATE) {
+        coai_buf nb = { 0 };
+        r->fb.tries |= 16;
+        if (coai_encode_run_request_state_mode(&nb, r->up.run_msg.data, r->up.run_msg.len,
+                                               1) != COAI_OK) {
+            coai_buf_free(&nb);
+            run_feed_error(r, &r->err);
+            return -1;
+        }
+        coai_buf_free(&r->up.run_msg);
+        r->up.run_msg = nb;
+        srv_log(LOG_WARN, "run %s: Cursor wants the conversation state (%s); sending the run "
+                "once more with its mode AGENT", r->up.request_id, r->err.message);
+        fallback_note(x->c, "conversation_state");
     } else {
         r->fb.tries |= 2;
         run_host_get(&r->up.host, NULL, 0);
@@ -11503,8 +11651,9 @@ static int run_doctor(int argc, char **argv)
     /* 2. GetServerConfig */
     if (S.agent_forced.host[0]) {
         coai_url named;
+        int h2cfg_unused;
         memset(&e, 0, sizeof e);
-        i = server_config_fetch(&named, &e);
+        i = server_config_fetch(&named, &h2cfg_unused, &e);
         doctor_step(i < 0 ? "WARN" : "OK", "GetServerConfig",
                     "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s "
                     "(its host is for HTTP/2)",
@@ -11526,6 +11675,13 @@ static int run_doctor(int argc, char **argv)
             doctor_advice("Cursor refuses the client version %s as outdated: set "
                           "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
                           S.client_version);
+    }
+
+    /* 2b. which transport runs take, and what decided it */
+    {
+        char dec[300];
+        tr_decision(dec, sizeof dec);
+        doctor_step("OK", "transport", "%s", dec);
     }
 
     /* 3. GetUsableModels */
@@ -11667,6 +11823,17 @@ runs_done:
         }
         coai_buf_free(&w);
     }
+    {   /* the header names each transport's run carried (values are never shown) */
+        int t;
+        for (t = TR_H2; t >= TR_HTTP1; t--) {
+            char names[sizeof run_head_names[0]];
+            pthread_mutex_lock(&S.lock);
+            memcpy(names, run_head_names[t], sizeof names);
+            pthread_mutex_unlock(&S.lock);
+            if (names[0])
+                doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
+        }
+    }
     if (ok_run) {
         if (TR.forced == TR_H2)
             printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "
@@ -11676,7 +11843,8 @@ runs_done:
                    "(transport profile %s); runs use %s.\n",
                    TR.forced == TR_HTTP1 ? "not tried" : ok_h2 ? "works" : "FAILED",
                    ok_h1 ? "works" : "FAILED", PROFILE_NAME[S.profile],
-                   ok_h2 && TR.forced != TR_HTTP1 ? "HTTP/2" : "HTTP/1.1");
+                   ok_h2 && TR.forced != TR_HTTP1 && tr_h2cfg_wants() != 1
+                   ? "HTTP/2" : "HTTP/1.1");
         if (S.profile_forced < 0 && S.profile == PROF_GRPCWEB && ok_h1)
             printf("         Only the grpc-web profile worked: CURSOR_OAI_PROFILE=grpc-web "
                    "skips the failing first try.\n");

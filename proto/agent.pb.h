@@ -1435,8 +1435,11 @@ typedef struct _agent_v1_InteractionQuery {
         agent_v1_ExaFetchRequestQuery exa_fetch_request_query;
         agent_v1_CreatePlanRequestQuery create_plan_request_query;
         agent_v1_SetupVmEnvironmentRequestQuery setup_vm_environment_request_query;
-        agent_v1_WebFetchRequestQuery web_fetch_request_query; /* unnamed upstream: a hosted web fetch */
-        agent_v1_GenerateImageRequestQuery generate_image_request_query;
+        agent_v1_WebFetchRequestQuery web_fetch_request_query; /* a hosted web fetch: approved(1) {} */
+        agent_v1_GenerateImageRequestQuery generate_image_request_query; /* late-autumn N3, answered by hand with typed outcomes (coai_encode_interaction_response):
+     10 pr_management_request_query -> rejected(3){1 reason}; 11 mcp_auth_request_query ->
+     rejected(2){1 reason}; 13 replace_env_args -> failure(2){1 error_message};
+     14 connect_scm_request_query -> rejected(2){1 reason} */
     } query;
 } agent_v1_InteractionQuery;
 

@@ -251,7 +251,8 @@ def chat_text(st, body, stream):
 # /auth/refresh is absent by default here (unconfirmed on the 2026 server): a browser login is
 # renewed through /oauth/token (notes autumn 2026, 5.7); t_oauth_fallback turns it back on.
 FAKE_DEFAULTS = {"accept_any_jwt": True, "poll_pending": 2, "refresh_status": None,
-                 "refresh_delay_s": 0.0, "rotate_refresh": True, "api_keys": None,
+                 "refresh_delay_s": 0.0, "rotate_refresh": True, "oauth_rotate": False,
+                 "api_keys": None,
                  "oauth_token_route": True, "auth_refresh_route": False,
                  "models_status": None, "access_ttl_s": 3600, "default_scenario": "default"}
 
@@ -621,6 +622,43 @@ def t_refresh_before_expiry():
         st, b, _ = srv.chat()
         check("  ... next chat: no further refresh", st == 200 and count("oauth_calls") == 1)
         eq("  ... /health credentials ok", srv.health().get("credentials"), "ok")
+    finally:
+        srv.stop()
+
+
+def t_oauth_rotated():
+    """/oauth/token that returns a new refresh_token (late-autumn notes N16: "Cursor sometimes
+    rotates refresh_token"; the used one is then spent): it is saved in auth.json, and the next
+    renewal uses it."""
+    fake_reset(oauth_rotate=True, access_ttl_s=90)
+    env = new_env("rotated")
+    old = jwt(90)
+    r0 = rt("rotated")
+    FAKE.ctl("/config", {"refresh_tokens": [r0]})
+    write_creds(ours_path(env), old, r0)
+    srv = Srv("rotated", env)
+    try:
+        st, b, _ = srv.chat()
+        # each renewed token lives 90 s, so the proxy renews again before it expires
+        check("rotating /oauth/token: chat 200 after a renewal", st == 200
+              and count("oauth_calls") >= 1, (st, count("oauth_calls")))
+        d = read_creds(ours_path(env))
+        check("  ... the new refresh token is saved in auth.json (the old one is spent)",
+              d.get("refreshToken") not in (None, r0)
+              and d.get("refreshToken", "").startswith("rt_") and d["accessToken"] != old,
+              list(d))
+        eq("  ... file mode still 0600", stat.S_IMODE(os.stat(ours_path(env)).st_mode), 0o600)
+        r1 = d.get("refreshToken")
+        # the new access token expires within 2 minutes too: the next chat renews again, with
+        # the token the last renewal returned (a spent one gets shouldLogout: the chat fails)
+        st, b, _ = srv.chat()
+        rf = reqs("/oauth/token")
+        sent = [json.loads(bytes.fromhex(q["body_hex"])).get("refresh_token") for q in rf]
+        d2 = read_creds(ours_path(env))
+        check("  ... every renewal sends the token the one before returned, and works",
+              st == 200 and len(sent) >= 2 and sent[0] == r0 and r1 in sent[1:]
+              and len(set(sent)) == len(sent) and d2.get("refreshToken") not in sent,
+              (st, sent, d2.get("refreshToken")))
     finally:
         srv.stop()
 
@@ -1196,6 +1234,7 @@ def t_no_secrets():
 
 TESTS = [t_help, t_login_browser_flow, t_login_ctrl_c, t_login_errors, t_api_key_login,
          t_status, t_status_renews, t_logout, t_models_cli, t_refresh_before_expiry,
+         t_oauth_rotated,
          t_refresh_on_401, t_single_flight, t_refresh_rejected, t_refresh_unreachable,
          t_after_stream_401, t_persist_failure, t_pickup_login, t_oauth_fallback, t_oauth_revoked,
          t_models_cache, t_unknown_model, t_no_secrets]

@@ -5,13 +5,18 @@ only) when an exec 36, a precheck or an interaction query goes unanswered, sends
 strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
 
   exec      mcp_state_exec_args (36) -> McpStateExecResult.success with the request's tools,
-            filtered by server_identifiers; prechecks 41-43 -> empty results; an unknown exec
-            (28) -> throw; envelope fields 19 and 55 are not execs; a shell's description and
-            hard timeout reach the client's tool
-  query     interaction queries 2-9 and 12 answered (8 with an empty success)
+            filtered by server_identifiers; prechecks 41-43 -> allowlisted no/yes/yes; subagent
+            (28) -> a typed SubagentError; an exec without a tool (45, 52) -> a throw naming
+            it; envelope fields 19 and 55 are not execs; a shell's description and hard
+            timeout reach the client's tool
+  query     interaction queries 2-14 answered (8 with an empty success; 9 approved; 10, 11,
+            13, 14 refused with a reason)
   kv        set_blob without data acked; get_blob of a key that is not a 32-byte digest
-  usage     TurnEndedUpdate's tokens in OpenAI chat, Anthropic and Responses usage
+  usage     TurnEndedUpdate's tokens (a live frame's) in OpenAI chat, Anthropic, Responses and
+            Gemini usage: Cursor's input already counts the cached tokens
   errors    the live error strings -> status, code and Cursor's words
+  live_errors  "parse binary: invalid end group tag" -> 400 naming the tool schema;
+            "Conversation state is required" -> once more with the state's mode AGENT
   replay    Conversation data missing / blob missing -> a new conversation, replayed once
 
 Env: CURSOR_OAI_BIN. Prints `RESULT <passed> <failed>` last.
@@ -41,7 +46,12 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                 "description": {"type": "string"}},
                                                 "required": ["command"],
                                                 "additionalProperties": False}}}]
-TOKENS = [1200, 40, 7000, 300, 25]     # input, output, cache read, cache write, reasoning
+# input, output, cache read, cache write, reasoning. The input and cache read of a live
+# TurnEndedUpdate (late-autumn notes, item 1: input 11,490 / cache read 11,392): Cursor's input
+# already contains the cached tokens, as OpenAI counts them
+TOKENS = [11490, 40, 11392, 0, 25]
+TOKENS_W = [24034, 612, 20014, 1500, 0]  # the second live frame's input and cache read + a write
+TOKENS_OVER = [100, 10, 5000, 0, 0]      # a cache read over the input: raw figures, logged once
 
 
 def jload(b):
@@ -70,13 +80,18 @@ def scenarios():
             {"op": "exec", "kind": "mcp_state", "id": 38, "server_identifiers": ["github"],
              "expect": "mcp_state", "wait_reply": 5},
             {"op": "exec", "kind": "precheck_41", "id": 41, "exec_id": "exec-41",
-             "args_hex": "0a0131", "expect": "empty_result", "wait_reply": 5, "envelope": True},
-            {"op": "exec", "kind": "precheck_42", "id": 42, "expect": "empty_result",
-             "wait_reply": 5},
-            {"op": "exec", "kind": "precheck_43", "id": 43, "expect": "empty_result",
-             "wait_reply": 5},
-            {"op": "exec", "kind": "subagent", "id": 28, "args_hex": "0a0178", "expect": "throw",
+             "args_hex": "0a0131", "expect": "precheck", "allowlisted": False,
              "wait_reply": 5, "envelope": True},
+            {"op": "exec", "kind": "precheck_42", "id": 42, "expect": "precheck",
+             "allowlisted": True, "wait_reply": 5},
+            {"op": "exec", "kind": "precheck_43", "id": 43, "expect": "precheck",
+             "allowlisted": True, "wait_reply": 5},
+            {"op": "exec", "kind": "subagent", "id": 28, "args_hex": "0a0178",
+             "expect": "subagent_error", "wait_reply": 5, "envelope": True},
+            {"op": "exec", "kind": "pi_read", "id": 45, "args_hex": "0a0178", "expect": "throw",
+             "wait_reply": 5},
+            {"op": "exec", "kind": "mini_swe_agent_bash", "id": 52, "args_hex": "0a0178",
+             "expect": "throw", "wait_reply": 5},
             {"op": "text", "text": "all answered"}] + END},
         "a_shell": {"steps": [
             {"op": "exec", "kind": "shell_stream", "id": 5, "exec_id": "exec-sh-5",
@@ -87,7 +102,8 @@ def scenarios():
         "a_query": {"steps": [q(2, "web_search"), q(3, "ask_question"), q(4, "switch_mode"),
                               q(5, "exa_search"), q(6, "exa_fetch"), q(7, "create_plan"),
                               q(8, "setup_vm_environment"), q(9, "web_fetch"),
-                              q(12, "generate_image"),
+                              q(12, "generate_image"), q(10, "pr_management"),
+                              q(11, "mcp_auth"), q(13, "replace_env"), q(14, "connect_scm"),
                               {"op": "text", "text": "queries answered"}] + END},
         "a_kv": {"steps": [
             {"op": "kv_set_blob", "id": 1, "data": "stored-value"},
@@ -117,6 +133,21 @@ def scenarios():
                               {"op": "step_completed", "id": 1, "ms": 1834},
                               {"op": "turn_ended", "tokens": TOKENS},
                               {"op": "trailer", "status": 0}]},
+        # late-autumn notes N15: a tool schema Cursor cannot read (YYE, live)
+        "a_schema_tag": {"steps": err_trailer(
+            13, "Connect error 502: parse binary: invalid end group tag")},
+        # N7, C8: a server that wants ConversationStateStructure.mode = AGENT in the state
+        "a_state": {"when": [{"state_mode_not": 1, "steps": err_trailer(
+            3, "Conversation state is required [invalid_argument]")}],
+            "steps": [{"op": "echo"}] + END},
+        "a_state_always": {"steps": err_trailer(
+            3, "Conversation state is required [invalid_argument]")},
+        "a_usage_w": {"steps": [{"op": "text", "text": "Hi"},
+                                {"op": "turn_ended", "tokens": TOKENS_W},
+                                {"op": "trailer", "status": 0}]},
+        "a_usage_over": {"steps": [{"op": "text", "text": "Hi"},
+                                   {"op": "turn_ended", "tokens": TOKENS_OVER},
+                                   {"op": "trailer", "status": 0}]},
     }
 
 
@@ -146,9 +177,10 @@ def t_exec(fake, px):
        (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
        (200, "all answered"))
     run = (runs_of(fake, "a_exec") or [{}])[-1]
-    eq("exec 36 (no filter), 36 for cursor-tools, 36 for another server, 41-43: answered",
+    eq("exec 36 (no filter), 36 for cursor-tools, 36 for another server, prechecks 41 (shell: "
+       "not allowlisted), 42 (MCP) and 43 (web fetch) allowlisted, 28 a SubagentError",
        run.get("exec_checks"), {"36": "ok", "37": "ok", "38": "ok", "41": "ok", "42": "ok",
-                                "43": "ok"})
+                                "43": "ok", "28": "ok"})
     rep = run.get("exec_replies", {}).get("36") or [{}]
     srv = (rep[0].get("servers") or [{}])[0]
     eq("exec 36: one server cursor-tools, ready, with the request's two tools",
@@ -157,9 +189,18 @@ def t_exec(fake, px):
        ("Cursor Tools", "cursor-tools", "ready", ["get_weather", "Bash"]))
     eq("exec 36 for another server only: success with no server",
        (run.get("exec_replies", {}).get("38") or [{}])[0].get("servers"), [])
-    eq("unknown exec 28 (with envelope fields 19 and 55): throw + stream_close",
-       [(m.get("type"), m.get("kind")) for m in run.get("exec_replies", {}).get("28") or []],
-       [("exec_control", "throw"), ("exec_control", "stream_close")])
+    sa = run.get("exec_replies", {}).get("28") or [{}]
+    eq("subagent exec 28 (with envelope fields 19 and 55): subagent_result.error with a "
+       "reason, then stream_close",
+       [(m.get("type"), m.get("result") or m.get("kind"), m.get("variant")) for m in sa],
+       [("exec_result", "subagent_result", "error"), ("exec_control", "stream_close", None)])
+    check("the subagent error says to do the task with the provided tools",
+          "provided tools" in "".join(sa[0].get("strings") or []), sa[0])
+    for eid, name in (("45", "pi_read_args"), ("52", "mini_swe_agent_bash_args")):
+        rep = run.get("exec_replies", {}).get(eid) or [{}]
+        eq("exec %s (%s): throw naming it, then stream_close" % (eid, name),
+           [(m.get("type"), m.get("kind"), name in (m.get("error") or "")) for m in rep],
+           [("exec_control", "throw", True), ("exec_control", "stream_close", False)])
     check("the run did not stall", "stalled" not in run.get("stream", {}), run.get("stream"))
     upstream_clean(fake, n0)
     # a shell's description and hard timeout reach a client tool that takes them
@@ -177,14 +218,24 @@ def t_query(fake, px):
     n0 = len(fake.state()["errors"])
     st, j, raw = chat(px, {"model": "scenario:a_query",
                            "messages": [{"role": "user", "content": "hi"}]}, stream=True)
-    eq("interaction queries 2-9 and 12 answered: the turn goes on", (st, j["content"]),
+    eq("interaction queries 2-14 answered: the turn goes on", (st, j["content"]),
        (200, "queries answered"))
     run = (runs_of(fake, "a_query") or [{}])[-1]
     got = {k: (v or {}).get("kind") for k, v in (run.get("query_replies") or {}).items()}
     eq("each query answered with its own kind", got,
        {"2": "web_search", "3": "ask_question", "4": "switch_mode", "5": "exa_search",
         "6": "exa_fetch", "7": "create_plan", "8": "setup_vm_environment", "9": "web_fetch",
-        "12": "generate_image"})
+        "12": "generate_image", "10": "pr_management", "11": "mcp_auth", "13": "replace_env",
+        "14": "connect_scm"})
+    qr = run.get("query_replies") or {}
+    eq("typed outcomes: web fetch approved (Cursor fetches, nothing runs here); PR management, "
+       "MCP auth, SCM connect rejected; env replacement failed",
+       {k: (qr.get(k) or {}).get("outcome") for k in ("9", "10", "11", "13", "14")},
+       {"9": "approved", "10": "rejected", "11": "rejected", "13": "failure",
+        "14": "rejected"})
+    reasons = [(qr.get(k) or {}).get("reason") or "" for k in ("10", "11", "13", "14")]
+    check("each refusal has a reason a model can read",
+          all("cursor-oai" in r and "Carry on" in r for r in reasons), reasons)
     eq("setup_vm_environment acked with an empty success",
        ((run.get("query_replies") or {}).get("8") or {}).get("body_hex"), "0a00")
     upstream_clean(fake, n0)
@@ -226,16 +277,17 @@ def t_usage(fake, px):
         eq("OpenAI chat usage (%s): Cursor's counts, cached and reasoning tokens"
            % ("stream" if stream else "non-stream"),
            (st, u),
-           (200, {"prompt_tokens": inp + cr + cw, "completion_tokens": out,
-                  "total_tokens": inp + cr + cw + out,
+           (200, {"prompt_tokens": inp, "completion_tokens": out,
+                  "total_tokens": inp + out,
                   "prompt_tokens_details": {"cached_tokens": cr},
                   "completion_tokens_details": {"reasoning_tokens": rs}}))
     st, raw, hd = px.request("POST", "/v1/messages", {
         "model": "scenario:a_usage", "max_tokens": 100,
         "messages": [{"role": "user", "content": "hi"}]})
     u = (jload(raw) or {}).get("usage")
-    eq("Anthropic usage: input without the cached parts, cache read and creation", (st, u),
-       (200, {"input_tokens": inp, "cache_creation_input_tokens": cw,
+    eq("Anthropic usage: input without the cached parts (11,490 - 11,392), cache read and "
+       "creation", (st, u),
+       (200, {"input_tokens": inp - cr - cw, "cache_creation_input_tokens": cw,
               "cache_read_input_tokens": cr, "output_tokens": out}))
     st, raw, hd = px.request("POST", "/v1/responses", {
         "model": "scenario:a_usage", "store": False, "input": "hi"})
@@ -243,7 +295,46 @@ def t_usage(fake, px):
     eq("Responses usage: input_tokens_details.cached_tokens, output_tokens_details."
        "reasoning_tokens", (st, u.get("input_tokens"), u.get("input_tokens_details"),
                             u.get("output_tokens"), u.get("output_tokens_details")),
-       (200, inp + cr + cw, {"cached_tokens": cr}, out, {"reasoning_tokens": rs}))
+       (200, inp, {"cached_tokens": cr}, out, {"reasoning_tokens": rs}))
+    st, raw, hd = px.request("POST", "/v1beta/models/scenario:a_usage:generateContent", {
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    u = (jload(raw) or {}).get("usageMetadata") or {}
+    eq("Gemini usageMetadata: promptTokenCount = input, cachedContentTokenCount = cache read",
+       (st, u.get("promptTokenCount"), u.get("cachedContentTokenCount"),
+        u.get("totalTokenCount")), (200, inp, cr, inp + out))
+    # a cache write too: Anthropic's input is what neither the read nor the write covers
+    inp, out, cr, cw, rs = TOKENS_W
+    st, j, raw = chat(px, {"model": "scenario:a_usage_w",
+                           "messages": [{"role": "user", "content": "hi"}]})
+    u = j.get("usage") or {}
+    eq("OpenAI chat usage with a cache write: prompt_tokens = input, cached = cache read",
+       (st, u.get("prompt_tokens"), (u.get("prompt_tokens_details") or {}).get("cached_tokens")),
+       (200, inp, cr))
+    st, raw, hd = px.request("POST", "/v1/messages", {
+        "model": "scenario:a_usage_w", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}]})
+    u = (jload(raw) or {}).get("usage")
+    eq("Anthropic usage with a cache write: input - cache read - cache write", (st, u),
+       (200, {"input_tokens": inp - cr - cw, "cache_creation_input_tokens": cw,
+              "cache_read_input_tokens": cr, "output_tokens": out}))
+    # a server that counts the other way: raw figures, Anthropic's input 0, logged once
+    inp, out, cr, cw, rs = TOKENS_OVER
+    for _ in range(2):
+        st, j, raw = chat(px, {"model": "scenario:a_usage_over",
+                               "messages": [{"role": "user", "content": "hi"}]})
+    u = j.get("usage") or {}
+    eq("cache read over the input: OpenAI chat keeps the raw figures",
+       (st, u.get("prompt_tokens"), (u.get("prompt_tokens_details") or {}).get("cached_tokens")),
+       (200, inp, cr))
+    st, raw, hd = px.request("POST", "/v1/messages", {
+        "model": "scenario:a_usage_over", "max_tokens": 100,
+        "messages": [{"role": "user", "content": "hi"}]})
+    u = (jload(raw) or {}).get("usage") or {}
+    eq("cache read over the input: Anthropic input_tokens never below 0",
+       (st, u.get("input_tokens"), u.get("cache_read_input_tokens")), (200, 0, cr))
+    log = H.wait_for(lambda: open(px.proc.log_path, errors="replace").read().count(
+        "larger than the turn's input") or None, 10)
+    eq("cache read over the input: logged once for three runs", log, 1)
 
 
 def err_of(px, model, text="hi"):
@@ -294,6 +385,61 @@ def t_errors(fake, px):
     eq("bare resource_exhausted on a ~140k-token conversation: context_length_exceeded",
        (st, e.get("code")), (400, "context_length_exceeded"))
     del runs0
+    upstream_clean(fake, n0)
+
+
+SCHEMA_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}},
+    {"type": "function", "function": {"name": "edit_graph", "parameters": {
+        "type": "object", "properties": {"node": {"anyOf": [{"type": "string"},
+                                                            {"$ref": "#/$defs/n"}]}},
+        "$defs": {"n": {"type": "object"}}}}},
+    {"type": "function", "function": {"name": "ls", "parameters": {
+        "type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+def t_live_errors(fake, px):
+    """The errors seen live that were misread (late-autumn notes N15, N7/C8)."""
+    n0 = len(fake.state()["errors"])
+    runs0 = len(runs_of(fake, "a_schema_tag"))
+    # "parse binary: invalid end group tag": a 400 naming the tool Cursor could not take
+    st, j, raw = chat(px, {"model": "scenario:a_schema_tag", "tools": SCHEMA_TOOLS,
+                           "messages": [{"role": "user", "content": "hi"}]})
+    e = j.get("error") or {}
+    check("invalid end group tag: 400 invalid_tool_schema naming the one unusual schema "
+          "(edit_graph: anyOf/$ref)", st == 400 and e.get("code") == "invalid_tool_schema"
+          and '"edit_graph"' in (e.get("message") or "")
+          and "invalid end group tag" in (e.get("message") or ""), (st, e))
+    st, j, raw = chat(px, {"model": "scenario:a_schema_tag", "tools": SCHEMA_TOOLS[:1],
+                           "messages": [{"role": "user", "content": "hi"}]})
+    e = j.get("error") or {}
+    check("invalid end group tag, one tool: 400 naming it", st == 400
+          and e.get("code") == "invalid_tool_schema"
+          and '"get_weather"' in (e.get("message") or ""), (st, e))
+    st, j, raw = chat(px, {"model": "scenario:a_schema_tag", "tools": SCHEMA_TOOLS[::2],
+                           "messages": [{"role": "user", "content": "hi"}]})
+    e = j.get("error") or {}
+    check("invalid end group tag, two plain tools: 400 saying one of the 2 tool schemas",
+          st == 400 and e.get("code") == "invalid_tool_schema"
+          and "one of the 2 tool schemas" in (e.get("message") or ""), (st, e))
+    eq("invalid end group tag: never retried (one run per request)",
+       len(runs_of(fake, "a_schema_tag")) - runs0, 3)
+    # "Conversation state is required": once more with the state's mode AGENT
+    st, j, raw = chat(px, {"model": "scenario:a_state",
+                           "messages": [{"role": "user", "content": "state please"}]})
+    eq("Conversation state is required: answered after one more run",
+       (st, ((j.get("choices") or [{}])[0].get("message") or {}).get("content")),
+       (200, "ECHO:state please"))
+    rs = runs_of(fake, "a_state")
+    eq("... whose conversation_state sets mode AGENT (field 10 = 1); the first had none",
+       [r.get("conversation_state_hex") for r in rs[-2:]], ["", "5001"])
+    k0 = len(runs_of(fake, "a_state_always"))
+    st, j, raw = chat(px, {"model": "scenario:a_state_always",
+                           "messages": [{"role": "user", "content": "hi"}]})
+    eq("Conversation state is required twice: 502 conversation_state_required after two runs",
+       (st, (j.get("error") or {}).get("code"), len(runs_of(fake, "a_state_always")) - k0),
+       (502, "conversation_state_required", 2))
     upstream_clean(fake, n0)
 
 
@@ -409,6 +555,7 @@ def main():
                     ("kv", lambda: t_kv(fake, px)),
                     ("usage", lambda: t_usage(fake, px)),
                     ("errors", lambda: t_errors(fake, px)),
+                    ("live_errors", lambda: t_live_errors(fake, px)),
                     ("replay", lambda: t_replay(fake, px)),
                     ("unary", lambda: t_unary(fake, px)),
                     ("doctor", lambda: t_doctor(fake, px, tmp, token))), only)

@@ -77,6 +77,7 @@ SCEN = {
     "stall_one": {"steps": [{"op": "text", "text": "stalling"}, {"op": "sleep", "s": 30},
                             {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     "rst_start": {"h2_rst_at_start": 7},
+    "rst_start_h11": {"h2_rst_at_start": 13},
     "hold_window": {"h2_hold_window": True},
     # a held run (a read, then the results awaited) whose stream window stays closed once its
     # run request is in: a tool result bigger than what is left of the window never goes out
@@ -474,6 +475,30 @@ def t_fallback(fake):
         check("fallback rst: the HTTP/2 attempts were reset at the start (one retry on a new "
               "connection for REFUSED_STREAM)", counters(fake).get("h2_rst_at_start") in (1, 2),
               counters(fake))
+    finally:
+        px.stop()
+    # 2b. RST_STREAM HTTP_1_1_REQUIRED at the start (late-autumn notes N15): the 464 path,
+    # HTTP/1.1 at once (no second HTTP/2 try on a new connection, as for REFUSED_STREAM)
+    reset(fake, runsse_scenario="rst_start_h11")
+    px = H.Proxy(fake.dir, "fb-rst-h11", fake.url(), fake.ca, TOKEN)
+    try:
+        st, body, _ = px.chat("scenario:quick", "rst h11 at start")
+        eq("fallback HTTP_1_1_REQUIRED (RST_STREAM): answered over HTTP/1.1, one HTTP/2 try",
+           (st, content(body), transports(fake), counters(fake).get("h2_rst_at_start")),
+           (200, "quick answer", ["h2", "http1"], 1))
+        tr = json.loads(px.get("/status.json")[1])["upstream"]["transport"]
+        check("fallback HTTP_1_1_REQUIRED: the status page names it", "HTTP_1_1_REQUIRED" in tr,
+              tr)
+    finally:
+        px.stop()
+    # 2c. GOAWAY HTTP_1_1_REQUIRED on every new connection
+    reset(fake, h2_goaway_at_start=13)
+    px = H.Proxy(fake.dir, "fb-goaway-h11", fake.url(), fake.ca, TOKEN)
+    try:
+        st, body, _ = px.chat("scenario:quick", "goaway h11 at start")
+        eq("fallback HTTP_1_1_REQUIRED (GOAWAY): answered over HTTP/1.1",
+           (st, content(body), transports(fake)), (200, "quick answer", ["http1"]))
+        eq("fallback HTTP_1_1_REQUIRED (GOAWAY): no stream was opened after it", errors(fake), [])
     finally:
         px.stop()
     # 3. GOAWAY at the start of every new connection

@@ -49,7 +49,7 @@ def scenarios(ws):
         "p_unmapped": {"steps": [
             {"op": "exec", "kind": "delete", "id": 11, "exec_id": "exec-del-11",
              "args_hex": "0a022f78", "expect": "throw", "wait_reply": 3},
-            {"op": "exec", "kind": "subagent", "id": 12, "exec_id": "exec-sa-12",
+            {"op": "exec", "kind": "pi_read", "id": 12, "exec_id": "exec-pi-12",
              "args_hex": "0a0178", "expect": "throw", "wait_reply": 3},
             {"op": "exec", "kind": "computer_use", "id": 13, "expect": "throw", "wait_reply": 3},
             {"op": "text", "text": "carried on"}] + END},
@@ -260,7 +260,7 @@ def t_parity(tmp, fake, token, ws):
     del t0
     r = chat(px, {"model": "scenario:p_unmapped", "tools": TOOLS[:1], "messages": [
         {"role": "user", "content": "hi"}]}, False)
-    eq("execs no tool matches (delete, subagent, computer use): turn goes on",
+    eq("execs no tool matches (delete, pi_read, computer use): turn goes on",
        r["content"], "carried on")
     run = runs_of(fake, "p_unmapped")[-1]
     for i in (11, 12, 13):

@@ -18,6 +18,9 @@ fake upstream modelling what the notes describe.
   cap       the prompt-size cap
   doctor    `cursor-oai doctor`: all OK, agent host broken, outdated version floor
   cli       the new variables refused when malformed; doctor's usage
+  headers   the run's header set per transport, as the CLI sends it (late-autumn notes §3)
+  h2cfg     GetServerConfig's http2_config decides the transport; CURSOR_OAI_TRANSPORT wins;
+            the status page and doctor say which decided
 
 Env: CURSOR_OAI_BIN (default build/cursor-oai), PARITY_ONLY=a,b (sections above).
 Prints `RESULT <passed> <failed>` last."""
@@ -110,7 +113,8 @@ class Env:
                     agent_url="agent", server_config=None, server_config_status=None,
                     server_config_seq=[], unsupported_status=415,
                     agent_http1="illegal", min_run_version="2026.10.01-0000000",
-                    agent_host_only=False, runsse_scenario=None, outdated_error=28)
+                    agent_host_only=False, runsse_scenario=None, outdated_error=28,
+                    http2_config=None, agent_alpn=["h2"])
 
     def requests_since(self, n0):
         # the fake records a RunSSE when its handler returns, which may be just after the
@@ -865,9 +869,130 @@ def t_cli(E):
     check("cli: --help lists doctor", "cursor-oai doctor" in r.stdout, r.stdout)
 
 
+# The header set of a run as the CLI sends it (late-autumn notes N6 and section 3), without the
+# pseudo-headers (the fake records HTTP/2's :authority as host). The proxy never reads a
+# compressed frame, so it sends no connect-accept-encoding; it compresses nothing either.
+RUN_HEADERS_H2 = ["authorization", "connect-protocol-version", "content-type", "host",
+                  "user-agent", "x-blob-encryption-key", "x-cursor-client-type",
+                  "x-cursor-client-version", "x-ghost-mode", "x-original-request-id",
+                  "x-request-id"]
+
+
+def t_headers(E):
+    """The run's header set per transport: x-original-request-id and x-blob-encryption-key on
+    both; x-cursor-streaming on RunSSE only (not on BidiAppend, not on the HTTP/2 Run)."""
+    n0 = E.nreq()
+    e0 = len(E.errors())
+    p = E.proxy()
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("headers: the run answers", (st, content(b)),
+           (200, "Hello, world! w\u00f6rld \U0001f30d"))
+        qs = E.requests_since(n0)
+        runs = [q for q in qs if q["path"].endswith(H.RUN_PATH)]
+        ap = [q for q in qs if q["path"].endswith("BidiAppend")]
+        check("headers: one run", len(runs) == 1, [q["path"] for q in qs])
+        h = runs[0]["headers"] if runs else {}
+        check("headers (%s): x-original-request-id = the run's x-request-id, on the run and "
+              "every BidiAppend" % H.TRANSPORT, all(
+                  q["headers"].get("x-original-request-id") == h.get("x-request-id") is not None
+                  for q in runs + ap), [q["headers"] for q in runs + ap])
+        check("headers (%s): x-blob-encryption-key (64 hex) on the run and every BidiAppend"
+              % H.TRANSPORT, all(re.match(r"^[0-9a-f]{64}$", q["headers"].get(
+                  "x-blob-encryption-key") or "") for q in runs + ap),
+              [q["headers"].get("x-blob-encryption-key") for q in runs + ap])
+        check("headers (%s): no connect-accept-encoding, no (connect-)content-encoding, no te"
+              % H.TRANSPORT, not any(k in q["headers"] for q in runs + ap for k in (
+                  "connect-accept-encoding", "connect-content-encoding", "content-encoding",
+                  "te")), [q["headers"] for q in runs + ap])
+        if H.TRANSPORT == "h2":
+            eq("headers (h2): the Run's header set is the CLI's (no x-cursor-streaming)",
+               sorted(h), RUN_HEADERS_H2)
+        else:
+            eq("headers (http1): x-cursor-streaming on RunSSE only, not on BidiAppend",
+               ([q["headers"].get("x-cursor-streaming") for q in runs],
+                [q["headers"].get("x-cursor-streaming") for q in ap]),
+               (["true"], [None] * len(ap)))
+        eq("headers: no validation errors", E.errors()[e0:], [])
+    finally:
+        p.stop()
+    # doctor names the header set its run sent (names only, never a value)
+    rc, out = doctor(E)
+    step = "OK   Run headers" if H.TRANSPORT == "h2" else "OK   RunSSE headers"
+    ln = line(out, step)
+    check("doctor: the %s line lists the names the run sent, no values" % step[5:],
+          ln and "x-original-request-id" in ln[0] and "x-blob-encryption-key" in ln[0]
+          and ("x-cursor-streaming" in ln[0]) == (H.TRANSPORT != "h2")
+          and E.token not in out and "Bearer" not in ln[0], out)
+
+
+def run_transports(E, n0):
+    """The transport of each run since n0: "http1" (RunSSE) or "h2" (Run)."""
+    return ["http1" if q["path"].endswith("RunSSE") else "h2" for q in E.requests_since(n0)
+            if q["path"].endswith(("RunSSE", "/Run"))]
+
+
+def t_h2cfg(E):
+    """GetServerConfig's http2_config decides the transport as the SDK obeys it (1, 3:
+    HTTP/1.1; 2, 4: HTTP/2 without the fallback); CURSOR_OAI_TRANSPORT still wins; the status
+    page and doctor say which decided."""
+    auto = {"CURSOR_OAI_TRANSPORT": "auto"}
+    for v, want in ((1, "http1"), (3, "http1"), (2, "h2"), (4, "h2")):
+        name = ["", "FORCE_ALL_DISABLED", "FORCE_ALL_ENABLED", "FORCE_BIDI_DISABLED",
+                "FORCE_BIDI_ENABLED"][v]
+        E.config(http2_config=v)
+        n0 = E.nreq()
+        p = E.proxy(auto)
+        try:
+            st, b, _ = chat(p, "scenario:text_basic")
+            eq("http2_config=%s: the run goes over %s" % (name, want),
+               (st, run_transports(E, n0)), (200, [want]))
+            tr = jload(p.get("/status.json")[1])["upstream"]["transport"]
+            check("http2_config=%s: the status page says the server config decided" % name,
+                  "server config http2_config=" + name in tr, tr)
+        finally:
+            p.stop()
+        rc, out = doctor(E, auto)
+        check("http2_config=%s: doctor says the transport and that the server config decided"
+              % name, any(("HTTP/1.1" if want == "http1" else "HTTP/2") in l
+                          and "(server config http2_config=%s)" % name in l
+                          for l in line(out, "OK   transport")), out)
+    # FORCE_ALL_ENABLED: no fallback to HTTP/1.1 when HTTP/2 fails (an agent host without h2)
+    E.config(http2_config=2, agent_alpn=["http/1.1"], agent_http1=True)
+    n0 = E.nreq()
+    p = E.proxy(auto)
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        check("http2_config=FORCE_ALL_ENABLED and HTTP/2 fails: an error, no HTTP/1.1 run",
+              st >= 500 and "http1" not in run_transports(E, n0), (st, b[:300]))
+    finally:
+        p.stop()
+    E.config(http2_config=None, agent_alpn=["h2"], agent_http1="illegal")
+    # CURSOR_OAI_TRANSPORT wins over the server config
+    E.config(http2_config=1)
+    n0 = E.nreq()
+    p = E.proxy({"CURSOR_OAI_TRANSPORT": "h2"})
+    try:
+        st, b, _ = chat(p, "scenario:text_basic")
+        eq("CURSOR_OAI_TRANSPORT=h2 wins over http2_config=FORCE_ALL_DISABLED",
+           (st, run_transports(E, n0)), (200, ["h2"]))
+    finally:
+        p.stop()
+    rc, out = doctor(E, {"CURSOR_OAI_TRANSPORT": "h2"})
+    check("doctor: the transport was decided by CURSOR_OAI_TRANSPORT",
+          any("(CURSOR_OAI_TRANSPORT)" in l for l in line(out, "OK   transport")), out)
+    # no http2_config: the default
+    E.config(http2_config=None)
+    rc, out = doctor(E, auto)
+    check("doctor: without http2_config the default decides (HTTP/2 with the fallback)",
+          any("HTTP/2" in l and "(default" in l for l in line(out, "OK   transport")), out)
+    E.reset_config()
+
+
 SECTIONS = [("order", t_order), ("order-cost", t_order_cost), ("version", t_version),
             ("outdated", t_outdated), ("agent", t_agent), ("profile", t_profile),
-            ("cap", t_cap), ("doctor", t_doctor), ("cli", t_cli)]
+            ("cap", t_cap), ("doctor", t_doctor), ("cli", t_cli), ("headers", t_headers),
+            ("h2cfg", t_h2cfg)]
 
 # Sections about HTTP/1.1 runs only (RunSSE + BidiAppend), with no HTTP/2 counterpart here
 H2_NONE = {

@@ -864,9 +864,25 @@ static void test_interaction_response(void)
     CHECK(coai_encode_interaction_response(&b, 2, 8) == COAI_OK);
     CHECK_MEM(b.data, b.len, "\x32\x06\x08\x02\x42\x02\x0a\x00", 8);
     coai_buf_reset(&b);
+    /* late-autumn N3: typed outcomes. 9 web fetch approved {}; 10 rejected(3){reason};
+     * 11, 14 rejected(2){reason}; 13 failure(2){error_message} */
     CHECK(coai_encode_interaction_response(&b, 3, 9) == COAI_OK);
-    CHECK_MEM(b.data, b.len, "\x32\x04\x08\x03\x4a\x00", 6);
+    CHECK_MEM(b.data, b.len, "\x32\x06\x08\x03\x4a\x02\x0a\x00", 8);
     coai_buf_reset(&b);
+    {
+        static const int q[4] = { 10, 11, 13, 14 };
+        static const unsigned char v[4] = { 0x1a, 0x12, 0x12, 0x12 };
+        size_t n = strlen(COAI_QUERY_REFUSAL), i;
+        for (i = 0; i < 4; i++) {
+            CHECK(coai_encode_interaction_response(&b, 5, q[i]) == COAI_OK);
+            /* 32 <n:2 bytes> 08 05 <q> <n:2> <v> <n> 0a <n> reason */
+            CHECK(b.len > n && b.data[0] == 0x32 && (b.data[1] & 0x80) && b.data[3] == 0x08
+                  && b.data[4] == 5 && b.data[5] == (unsigned char)(q[i] << 3 | 2));
+            CHECK(memcmp(b.data + b.len - n, COAI_QUERY_REFUSAL, n) == 0);
+            CHECK(memchr(b.data + 6, v[i], 4) != NULL);
+            coai_buf_reset(&b);
+        }
+    }
     CHECK(coai_encode_interaction_response(&b, 4, 12) == COAI_OK);
     CHECK_MEM(b.data, b.len, "\x32\x04\x08\x04\x62\x00", 6);
     coai_buf_free(&b);
@@ -1033,6 +1049,45 @@ static int conv_same(const coai_run_params *p0, const char *a, const char *b, co
     return ok;
 }
 
+/* coai_encode_run_request_state_mode: the run request with state st0, given mode 1, equals
+ * the one encoded with state st1 (late-autumn notes N7/C8: "Conversation state is required") */
+static int state_same(const char *st0, size_t n0, const char *st1, size_t n1)
+{
+    coai_run_params p;
+    coai_buf ea = { 0 }, eb = { 0 }, got = { 0 };
+    int ok;
+    memset(&p, 0, sizeof p);
+    p.model_id = S("gpt-5");
+    p.message_id = S("11111111-2222-3333-4444-555555555555");
+    p.prompt = S("User: hi");
+    p.conversation_id = S("0f6d3c1e-52a4-4c3b-9d3e-2b5c8f1a7e90");
+    p.conversation_state.ptr = st0;
+    p.conversation_state.len = n0;
+    ok = coai_encode_run_request(&ea, &p) == COAI_OK;
+    p.conversation_state.ptr = st1;
+    p.conversation_state.len = n1;
+    ok = ok && coai_encode_run_request(&eb, &p) == COAI_OK;
+    ok = ok && coai_encode_run_request_state_mode(&got, ea.data, ea.len, 1) == COAI_OK
+         && got.len == eb.len && memcmp(got.data, eb.data, eb.len) == 0;
+    coai_buf_free(&ea);
+    coai_buf_free(&eb);
+    coai_buf_free(&got);
+    return ok;
+}
+
+static void test_run_request_state_mode(void)
+{
+    coai_buf out = { 0 };
+    static const unsigned char junk[] = { 0x0a, 0x05, 0x0a, 0x24, 0x41 };
+    CHECK(state_same("", 0, "\x50\x01", 2));                          /* empty: mode only */
+    CHECK(state_same("\x0a\x02{}", 4, "\x0a\x02{}\x50\x01", 6));      /* a checkpoint kept */
+    CHECK(state_same("\x50\x02\x0a\x02{}", 6, "\x0a\x02{}\x50\x01", 6));   /* old mode goes */
+    CHECK(coai_encode_run_request_state_mode(&out, junk, sizeof junk, 1) == COAI_ERR_PROTO
+          && out.len == 0);
+    CHECK(coai_encode_run_request_state_mode(&out, junk, sizeof junk, 0) == COAI_ERR_INVALID);
+    coai_buf_free(&out);
+}
+
 static void test_run_request_conversation(void)
 {
     static const char A[] = "0f6d3c1e-52a4-4c3b-9d3e-2b5c8f1a7e90";
@@ -1127,6 +1182,7 @@ static void test_run_request_conversation(void)
 int main(void)
 {
     test_run_request_conversation();
+    test_run_request_state_mode();
     test_mcp_state();
     test_client_messages();
     test_run_request_vectors();

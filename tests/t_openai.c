@@ -638,31 +638,55 @@ static void test_sse_tool_call(void)
         CHECK(found == 1);
     }
     CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x08", 7) == 0);
-    m.exec.kind = (coai_exec_kind)28;
+    m.exec.kind = (coai_exec_kind)28;   /* subagent: subagent_result.error{2 reason} */
     m.exec.id = 9;
-    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    CHECK(s.count == 8 && r.rejected == 3);
+    {
+        size_t at = s.all.len;
+        CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+        CHECK(s.count == 8 && r.rejected == 3);
+        /* [len] 12 <n> 08 09 e2 01 <n> 12 <n> 12 <n> "Subagents ..." */
+        CHECK(s.all.len > at + 14 && s.all.data[at + 1] == 0x12 && s.all.data[at + 3] == 0x08
+              && s.all.data[at + 4] == 9 && s.all.data[at + 5] == 0xe2
+              && s.all.data[at + 6] == 0x01 && s.all.data[at + 8] == 0x12
+              && s.all.data[at + 10] == 0x12 && memcmp(s.all.data + at + 12, "Subagents", 9) == 0);
+    }
     CHECK(memcmp(s.all.data + s.all.len - 7, "\x06\x2a\x04\x0a\x02\x08\x09", 7) == 0);
-    m.exec.kind = (coai_exec_kind)42;                /* precheck: an empty result */
+    m.exec.kind = (coai_exec_kind)42;                /* MCP precheck: allowlisted: true */
     m.exec.id = 10;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
     CHECK(s.count == 10 && r.rejected == 3);
-    CHECK(memcmp(s.all.data + s.all.len - 7 - 8, "\x07\x12\x05\x08\x0a\xd2\x02\x00", 8) == 0);
+    CHECK(memcmp(s.all.data + s.all.len - 7 - 10,
+                 "\x09\x12\x07\x08\x0a\xd2\x02\x02\x08\x01", 10) == 0);
+    m.exec.kind = (coai_exec_kind)41;                /* shell precheck: empty (not listed) */
+    m.exec.id = 11;
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+    CHECK(s.count == 12 && r.rejected == 3);
+    CHECK(memcmp(s.all.data + s.all.len - 7 - 8, "\x07\x12\x05\x08\x0b\xca\x02\x00", 8) == 0);
+    m.exec.kind = (coai_exec_kind)45;                /* pi_read_args: a throw naming it */
+    m.exec.id = 12;
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
+    CHECK(s.count == 14 && r.rejected == 4);
+    {
+        size_t k, found = 0;
+        for (k = 0; k + 21 <= s.all.len; k++)
+            if (memcmp(s.all.data + k, "This tool (pi_read_args)", 21) == 0) found++;
+        CHECK(found == 1);
+    }
     /* request_context: result + stream_close, no output. */
     m.exec.kind = COAI_EXEC_REQUEST_CONTEXT;
     m.exec.id = 5;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK);
-    CHECK(s.count == 12 && r.rejected == 3);
+    CHECK(s.count == 16 && r.rejected == 4);
     m = msg_kind(COAI_MSG_QUERY);
     m.query = 3;
     m.id = 7;
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 1);
     /* answered with an empty ask-question response: {6: {1: 7, 3: {}}}, no client output */
-    CHECK(s.count == 13);
+    CHECK(s.count == 17);
     CHECK(s.all.len >= 6 && memcmp(s.all.data + s.all.len - 6, "\x32\x04\x08\x07\x1a\x00", 6) == 0);
-    m.query = 9;                     /* the unnamed hosted web fetch: approved, empty */
-    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 14);
-    CHECK(memcmp(s.all.data + s.all.len - 6, "\x32\x04\x08\x07\x4a\x00", 6) == 0);
+    m.query = 9;                     /* the hosted web fetch: approved {} */
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_OK && r.queries == 2 && s.count == 18);
+    CHECK(memcmp(s.all.data + s.all.len - 8, "\x32\x06\x08\x07\x4a\x02\x0a\x00", 8) == 0);
     m = msg_kind(COAI_MSG_EXEC);
     m.exec.kind = COAI_EXEC_SHELL_STREAM;
     m.exec.id = 1;
@@ -671,7 +695,7 @@ static void test_sse_tool_call(void)
     m.exec.cwd = coai_str_c("/home/user/project");
     m.exec.tool_call_id = coai_str_c("toolu_01SHELL");
     CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
-    CHECK(s.count == 14);                       /* the mapped exec is not answered */
+    CHECK(s.count == 18);                       /* the mapped exec is not answered */
     CHECK(coai_reply_tool_called(&r) == 1);     /* the upstream run is left waiting */
     CHECK_MEM(r.out.data, r.out.len, want, strlen(want));
     CHECK(sse_check(&r.out, &done) == 5 && done);
@@ -1345,34 +1369,36 @@ static void test_turn_usage(void)
         m = msg_text(COAI_MSG_TEXT, "Hello", 5);
         coai_reply_feed_msg(&r, &m);
         m = msg_kind(COAI_MSG_TURN_ENDED);
-        m.turn.input = 1200; m.turn.output = 40; m.turn.cache_read = 7000;
+        /* Cursor's input counts the cached tokens (the live frames: input 11,490 with
+         * cache read 11,392): input as sent, Anthropic's without the cached parts */
+        m.turn.input = 11490; m.turn.output = 40; m.turn.cache_read = 11092;
         m.turn.cache_write = 300; m.turn.reasoning = 25; m.turn.present = 1;
         CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
         coai_reply_usage(&r, &u);
-        CHECK(u.reported && u.input_tokens == 8500 && u.output_tokens == 40
-              && u.cache_read_tokens == 7000 && u.cache_write_tokens == 300
-              && u.reasoning_tokens == 25);
+        CHECK(u.reported && u.input_tokens == 11490 && u.output_tokens == 40
+              && u.cache_read_tokens == 11092 && u.cache_write_tokens == 300
+              && u.reasoning_tokens == 25 && !u.cache_over_input);
         coai_buf_putc(&r.out, 0);
         j = cJSON_Parse((const char *)r.out.data);
         CHECKF(j != NULL, "dialect %d: %s", (int)ds[i], (const char *)r.out.data);
         us = cJSON_GetObjectItem(j, "usage");
         if (ds[i] == COAI_DIALECT_OPENAI_CHAT) {
-            CHECK(cJSON_GetObjectItem(us, "prompt_tokens")->valueint == 8500);
+            CHECK(cJSON_GetObjectItem(us, "prompt_tokens")->valueint == 11490);
             CHECK(cJSON_GetObjectItem(us, "completion_tokens")->valueint == 40);
-            CHECK(cJSON_GetObjectItem(us, "total_tokens")->valueint == 8540);
+            CHECK(cJSON_GetObjectItem(us, "total_tokens")->valueint == 11530);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "prompt_tokens_details"),
-                                      "cached_tokens")->valueint == 7000);
+                                      "cached_tokens")->valueint == 11092);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "completion_tokens_details"),
                                       "reasoning_tokens")->valueint == 25);
         } else if (ds[i] == COAI_DIALECT_ANTHROPIC) {
-            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 1200);
-            CHECK(cJSON_GetObjectItem(us, "cache_read_input_tokens")->valueint == 7000);
+            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 98);
+            CHECK(cJSON_GetObjectItem(us, "cache_read_input_tokens")->valueint == 11092);
             CHECK(cJSON_GetObjectItem(us, "cache_creation_input_tokens")->valueint == 300);
             CHECK(cJSON_GetObjectItem(us, "output_tokens")->valueint == 40);
         } else {
-            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 8500);
+            CHECK(cJSON_GetObjectItem(us, "input_tokens")->valueint == 11490);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "input_tokens_details"),
-                                      "cached_tokens")->valueint == 7000);
+                                      "cached_tokens")->valueint == 11092);
             CHECK(cJSON_GetObjectItem(us, "output_tokens")->valueint == 40);
             CHECK(cJSON_GetObjectItem(cJSON_GetObjectItem(us, "output_tokens_details"),
                                       "reasoning_tokens")->valueint == 25);
@@ -1393,6 +1419,17 @@ static void test_turn_usage(void)
         coai_reply_feed_msg(&r, &m);
         coai_reply_usage(&r, &u);
         CHECK(u.reported && u.reasoning_tokens == 5 && u.input_tokens == 10);
+        coai_reply_free(&r);
+        coai_buf_free(&s.all);
+        /* a cache read over the input (a server that counts it apart): the raw figures,
+         * flagged; Anthropic's input never below 0 */
+        reply_setup(&r, &s, 0, 0, NULL, 0);
+        m = msg_kind(COAI_MSG_TURN_ENDED);
+        m.turn.input = 100; m.turn.output = 5; m.turn.cache_read = 5000; m.turn.present = 1;
+        coai_reply_feed_msg(&r, &m);
+        coai_reply_usage(&r, &u);
+        CHECK(u.reported && u.input_tokens == 100 && u.cache_read_tokens == 5000
+              && u.cache_over_input);
         coai_reply_free(&r);
         coai_buf_free(&s.all);
         reply_setup(&r, &s, 0, 0, NULL, 0);

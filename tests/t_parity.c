@@ -92,6 +92,33 @@ static void test_server_config(void)
     CHECK(agent("", 1, NULL, NULL) == -1);
 }
 
+/* http2_config (field 7, late-autumn N2): name or number; anything else is the default */
+static int h2cfg(const char *json)
+{
+    return coai_server_config_http2(json, strlen(json));
+}
+
+static void test_server_config_http2(void)
+{
+    CHECK(h2cfg("{\"http2Config\":\"HTTP2_CONFIG_FORCE_ALL_DISABLED\"}") == 1);
+    CHECK(h2cfg("{\"http2Config\":\"FORCE_ALL_ENABLED\"}") == 2);
+    CHECK(h2cfg("{\"http2Config\":\"HTTP2_CONFIG_FORCE_BIDI_DISABLED\",\"agentUrlConfig\":{}}")
+          == 3);
+    CHECK(h2cfg("{\"http2Config\":4}") == 4);
+    CHECK(h2cfg("{\"http2_config\":3}") == 3);
+    CHECK(h2cfg("{\"http2Config\":\"HTTP2_CONFIG_UNSPECIFIED\"}") == 0);
+    CHECK(h2cfg("{\"http2Config\":5}") == 0);
+    CHECK(h2cfg("{\"http2Config\":1.5}") == 0);
+    CHECK(h2cfg("{\"http2Config\":\"HTTP2_CONFIG_SOMETHING_NEW\"}") == 0);
+    CHECK(h2cfg("{\"http2Config\":null}") == 0);
+    CHECK(h2cfg("{}") == 0 && h2cfg("[]") == 0 && h2cfg("not json") == 0 && h2cfg("") == 0);
+    CHECK(coai_http2_config_transport(1) == 1 && coai_http2_config_transport(3) == 1);
+    CHECK(coai_http2_config_transport(2) == 2 && coai_http2_config_transport(4) == 2);
+    CHECK(coai_http2_config_transport(0) == 0 && coai_http2_config_transport(9) == 0);
+    CHECK(strcmp(coai_http2_config_name(3), "FORCE_BIDI_DISABLED") == 0
+          && strcmp(coai_http2_config_name(-1), "UNSPECIFIED") == 0);
+}
+
 /* ErrorDetails{1: error, 2: CustomErrorDetails{1 title, 2 detail, 10 {1 action}}, 3: true} */
 static size_t error_details(unsigned char *out, int error, const char *title, const char *detail,
                             const char *action)
@@ -341,6 +368,7 @@ int main(void)
     test_exhausted_by_size();
     test_versions();
     test_server_config();
+    test_server_config_http2();
     test_outdated();
     test_bare_exhausted();
     TEST_END();

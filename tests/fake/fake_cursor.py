@@ -126,6 +126,9 @@ DEFAULT_CONFIG = {
     "oauth_token_route": True,     # False: /oauth/token answers 404
     "auth_refresh_route": True,    # False: /auth/refresh answers 404 (unconfirmed in 2026)
     "access_ttl_s": 3600,          # exp of issued access tokens
+    "oauth_rotate": False,         # /oauth/token rotates too: a new refresh_token in the
+                                   # answer, the used one invalid (late-autumn notes N16: "Cursor
+                                   # sometimes rotates refresh_token"; not seen live)
     "rotate_refresh": True,        # /auth/refresh only: a used refresh token becomes invalid
                                    # (/oauth/token never rotates: notes autumn 2026, 5.7)
     "api_keys": None,              # list of accepted API keys (None: any "key_*" string)
@@ -163,6 +166,8 @@ DEFAULT_CONFIG = {
     "server_config": None,         # verbatim GetServerConfig JSON answer (overrides agent_url)
     "server_config_seq": [],       # answers used one per call first (then server_config ...)
     "server_config_status": None,  # HTTP status to fail GetServerConfig with
+    "http2_config": None,          # GetServerConfig's http2_config (late-autumn notes N2): 0-4
+                                   # (sent as the enum's name) or a verbatim JSON value
     # --- HTTP/2 (issue 23) ---
     "main_alpn": ["h2", "http/1.1"],  # ALPN of the main listener (api2 speaks both)
     "agent_alpn": ["h2"],          # ALPN of the agent listener (the api5 hosts: h2 only);
@@ -175,7 +180,8 @@ DEFAULT_CONFIG = {
     "h2_max_streams": 100,         # SETTINGS_MAX_CONCURRENT_STREAMS of new connections
     "h2_ping_s": 10.0,             # the fake PINGs every connection this often (0: never)
     "h2_ping_ack_s": 10.0,         # ... and records an error when the ACK takes longer
-    "h2_goaway_at_start": False,   # every new HTTP/2 connection sends GOAWAY(0) at once
+    "h2_goaway_at_start": False,   # every new HTTP/2 connection sends GOAWAY(0) at once (a
+                                   # number: GOAWAY with that error code, 13 HTTP_1_1_REQUIRED)
     "h2_max_header_list": 65536,   # SETTINGS_MAX_HEADER_LIST_SIZE of new connections (a
                                    # request head over it is a protocol error: python3-h2's)
     "agent_host_only": False,      # RunSSE anywhere but the agent listener: 200, then an OK
@@ -466,6 +472,8 @@ class Run:
                 "exec_checks": dict(self.exec_checks),
                 "query_replies": dict(self.query_replies), "attempt": self.attempt,
                 "conversation_id": (self.run_request or {}).get("conversation_id"),
+                "conversation_state_hex":
+                    (self.run_request or {}).get("conversation_state_hex"),
                 "prompt": (self.run_request or {}).get("prompt"),
                 "client_supports_inline_images":
                     (self.run_request or {}).get("client_supports_inline_images")}
@@ -998,8 +1006,8 @@ def check_common(conn, req, rec, agent):
         missing.append("x-cursor-client-type=%r" % h.get("x-cursor-client-type"))
     if h.get("x-ghost-mode") not in ("true", "false"):
         missing.append("x-ghost-mode=%r" % h.get("x-ghost-mode"))
-    if agent and h.get("x-cursor-streaming") != "true":
-        missing.append("x-cursor-streaming=%r" % h.get("x-cursor-streaming"))
+    # x-cursor-streaming is not required: the CLI sends it on RunSSE only and its HTTP/2 Run
+    # goes without (late-autumn notes N6, section 3); the headers are recorded for the tests
     rid = h.get("x-request-id", "")
     if not UUID_RE.match(rid):
         missing.append("x-request-id=%r (want a lowercase UUID v4)" % rid)
@@ -1443,6 +1451,18 @@ def select_steps(sc, rr, attempt=None):
         # attempt: the n-th run of this scenario since the last reset (1-based)
         if "attempt" in w and int(w["attempt"]) != (attempt or 0):
             continue
+        # state_mode_not: the conversation_state does not set ConversationStateStructure.mode
+        # (10) to this value: what a server that wants "mode: AGENT" on a first turn refuses
+        # with "Conversation state is required" (late-autumn notes N7, C8)
+        if "state_mode_not" in w:
+            cs = bytes.fromhex((rr or {}).get("conversation_state_hex") or "")
+            try:
+                mode = pb.last(pb.parse(cs), 10, pb.WT_VARINT)
+            except Exception:
+                mode = None
+            if mode == int(w["state_mode_not"]):
+                continue
+        return w.get("steps", [])
         return w.get("steps", [])
     return sc.get("steps", SCENARIOS["default"]["steps"])
 
@@ -1864,8 +1884,9 @@ def exec_expect_throw(ctx, eid, wait_s):
 
 
 def exec_expect_result(ctx, st, eid, wait_s):
-    """mcp_state_exec_args (36) wants McpStateExecResult.success{servers} and the precheck
-    variants (41-43) an empty result of their own number, each then stream_close; anything
+    """mcp_state_exec_args (36) wants McpStateExecResult.success{servers}, the precheck
+    variants (41-43) a result of their own number (empty, or {allowlisted}), subagent_args
+    (28) SubagentResult.error{reason}, each then stream_close; anything
     else (a throw, silence) leaves the turn waiting: heartbeats only (notes 2026-autumn §4,
     §5.3-5.4; a throw on 36 leaves the model's MCP tools "unavailable")."""
     run = ctx.run
@@ -1878,6 +1899,18 @@ def exec_expect_result(ctx, st, eid, wait_s):
         why = "answered with %r, not %s + stream_close" % (kinds, want)
     elif st["expect"] == "empty_result" and got[0].get("result_hex") != "":
         why = "precheck result is not empty: %r" % got[0].get("result_hex")
+    elif st["expect"] == "precheck":
+        # {1 allowlisted}: empty is "no" (notes 2026-late-autumn N13); a script says which
+        # answer it takes: an unexpected one would take the live run down another path
+        # (an approval), so the fake waits there
+        want_hex = "0801" if st.get("allowlisted") else ""
+        if got[0].get("result_hex") != want_hex:
+            why = "precheck answered %r, want allowlisted=%s (%r)" % (
+                got[0].get("result_hex"), bool(st.get("allowlisted")), want_hex)
+    elif st["expect"] == "subagent_error":
+        # SubagentResult.error{2 error}: a reason the model reads (N5)
+        if got[0].get("variant") != "error" or not "".join(got[0].get("strings") or []):
+            why = "subagent_result is not an error with a reason: %r" % got[0]
     elif st["expect"] == "mcp_state":
         servers = got[0].get("servers")
         tools = [t["tool_name"] for t in run.run_request.get("mcp_tools") or []]
@@ -2064,7 +2097,7 @@ def run_step(ctx, st):
         if st.get("expect") == "throw":
             exec_expect_throw(ctx, eid, float(st.get("wait_reply", 5)))
             return
-        if st.get("expect") in ("mcp_state", "empty_result"):
+        if st.get("expect") in ("mcp_state", "empty_result", "precheck", "subagent_error"):
             exec_expect_result(ctx, st, eid, float(st.get("wait_reply", 5)))
             return
         wr = st.get("wait_reply")
@@ -2103,6 +2136,13 @@ def run_step(ctx, st):
             S.error("setup_vm_environment answered %r, not {success {}}"
                     % a["message"].get("body_hex"), request_id=run.rid)
             return stall(ctx, "setup_vm_environment not acked with success")
+        elif kind in pb.QUERY_OUTCOMES and a["message"].get("outcome") is None:
+            # a response with a typed outcome (notes 2026-late-autumn N3) left empty is
+            # neither yes nor no: the server waits for one (heartbeats only)
+            S.error("%s answered with an empty response (no outcome)" % kind,
+                    request_id=run.rid)
+            return stall(ctx, "interaction query %d (%s) answered without an outcome"
+                         % (qid, kind))
         else:
             S.count("interaction_responses")
         return
@@ -2341,10 +2381,19 @@ def h_server_config(conn, req, rec):
         url = "https://localhost:%d" % S.ports["port"]
     elif url == "agent":
         url = "https://localhost:%d" % S.ports["agent_port"]
-    conn.respond(200, json.dumps({"agentUrlConfig": {"agentUrl": url, "agentnUrl": url},
-                                  "chatConfig": {}, "isDevDoNotUseForSecretThingsBecauseCanBe"
-                                  "SpoofedByUsersWithProxies": False}))
+    ans = {"agentUrlConfig": {"agentUrl": url, "agentnUrl": url}, "chatConfig": {},
+           "isDevDoNotUseForSecretThingsBecauseCanBeSpoofedByUsersWithProxies": False}
+    if S.config["http2_config"] is not None:
+        # GetServerConfigResponse.http2_config (field 7): Connect JSON writes the enum's name
+        v = S.config["http2_config"]
+        ans["http2Config"] = ("HTTP2_CONFIG_" + HTTP2_CONFIG[v]) if isinstance(v, int) \
+            and 0 <= v < len(HTTP2_CONFIG) else v
+    conn.respond(200, json.dumps(ans))
     return 200
+
+
+HTTP2_CONFIG = ["UNSPECIFIED", "FORCE_ALL_DISABLED", "FORCE_ALL_ENABLED", "FORCE_BIDI_DISABLED",
+                "FORCE_BIDI_ENABLED"]
 
 
 # Dashboard answers as Connect JSON (int64 as strings, cents as numbers), in the shapes
@@ -2521,9 +2570,17 @@ def h_oauth_token(conn, req, rec):
     if not ok:
         conn.respond(200, json.dumps({"access_token": "", "id_token": "", "shouldLogout": True}))
         return 200
-    at = issue_tokens()["accessToken"]
-    conn.respond(200, json.dumps({"access_token": at, "id_token": "idt_" + secrets.token_hex(8),
-                                  "shouldLogout": False}))
+    pair = issue_tokens()
+    ans = {"access_token": pair["accessToken"], "id_token": "idt_" + secrets.token_hex(8),
+           "shouldLogout": False}
+    if S.config["oauth_rotate"]:
+        ans["refresh_token"] = pair["refreshToken"]
+        with S.lock:
+            S.refresh_tokens.discard(rt)
+    else:
+        with S.lock:
+            S.refresh_tokens.discard(pair["refreshToken"])   # never handed out
+    conn.respond(200, json.dumps(ans))
     return 200
 
 
@@ -2848,7 +2905,9 @@ class H2Conn:
         import h2.exceptions
         S.count("h2_connections")
         if S.config["h2_goaway_at_start"]:
-            self.goaway(0, 0)
+            # True: NO_ERROR; a number: that error code (13: HTTP_1_1_REQUIRED)
+            v = S.config["h2_goaway_at_start"]
+            self.goaway(0 if v is True else int(v), 0)
         ping_s = float(S.config["h2_ping_s"])
         next_ping = time.time() + ping_s
         while not self.dead and not S.stop.is_set():

@@ -411,7 +411,7 @@ EXEC_FIELD = {"shell": 2, "write": 3, "delete": 4, "grep": 5, "read": 7, "ls": 8
               "diagnostics": 9, "request_context": 10, "mcp": 11, "shell_stream": 14,
               "background_shell_spawn": 16, "fetch": 20, "computer_use": 22,
               "subagent": 28, "mcp_state": 36, "precheck_41": 41, "precheck_42": 42,
-              "precheck_43": 43}
+              "precheck_43": 43, "pi_read": 45, "mini_swe_agent_bash": 52}
 
 
 def a_shell(command, working_directory="", timeout=0, tool_call_id="", timeout_behavior=0,
@@ -489,7 +489,16 @@ def m_exec_abort(exec_id_num):
 
 INTERACTION_QUERY_FIELD = {"web_search": 2, "ask_question": 3, "switch_mode": 4, "exa_search": 5,
                            "exa_fetch": 6, "create_plan": 7, "setup_vm_environment": 8,
-                           "web_fetch": 9, "generate_image": 12}
+                           "web_fetch": 9, "pr_management": 10, "mcp_auth": 11,
+                           "generate_image": 12, "replace_env": 13, "connect_scm": 14}
+# The typed outcomes of the responses that have one (notes 2026-late-autumn N3): kind ->
+# {field: name}; those marked with a reason carry it as their field 1.
+QUERY_OUTCOMES = {"setup_vm_environment": {1: "success"},
+                  "web_fetch": {1: "approved", 2: "rejected"},
+                  "pr_management": {3: "rejected"},
+                  "mcp_auth": {1: "approved", 2: "rejected"},
+                  "replace_env": {1: "success", 2: "failure"},
+                  "connect_scm": {1: "approved", 2: "rejected", 3: "failed"}}
 
 
 def m_interaction_query(qid, kind="web_search", body=b""):
@@ -595,6 +604,7 @@ RESULT_VARIANTS = {
     "delete_result": {1: "success", 2: "file_not_found", 3: "not_file", 4: "permission_denied",
                       5: "file_busy", 6: "rejected", 7: "error"},
     "grep_result": {1: "success", 2: "error"},
+    "subagent_result": {1: "success", 2: "error"},
     "mcp_result": {1: "success", 2: "error", 3: "rejected", 4: "permission_denied"},
     "request_context_result": {1: "success", 2: "error", 3: "rejected"},
     "shell_stream": {1: "stdout", 2: "stderr", 3: "exit", 4: "start", 5: "rejected",
@@ -802,7 +812,13 @@ def dec_client_message(msg):
         r = {"type": "interaction_response", "id": last(b, 1, WT_VARINT, 0),
              "kind": kinds[0] if len(kinds) == 1 else None}
         if r["kind"] is not None:
-            r["body_hex"] = last(b, INTERACTION_QUERY_FIELD[r["kind"]], WT_LEN).hex()
+            body = last(b, INTERACTION_QUERY_FIELD[r["kind"]], WT_LEN)
+            r["body_hex"] = body.hex()
+            # the typed outcome ("approved", "rejected", ...; None: empty) and its reason
+            oc = [(f2, v2) for f2, w2, v2 in parse(body) if w2 == WT_LEN]
+            names = QUERY_OUTCOMES.get(r["kind"], {})
+            r["outcome"] = names.get(oc[-1][0], str(oc[-1][0])) if oc else None
+            r["reason"] = text(last(parse(oc[-1][1]), 1, WT_LEN, b"")) if oc else None
     r.update(extra)
     return r
 
