@@ -1070,10 +1070,11 @@ coai_result coai_msg_decode(coai_msg *m, const void *p, size_t n);
 /* Free everything m owns; m is zero again afterwards (reusable). */
 void coai_msg_free(coai_msg *m);
 
-/* ---- What this version does not know (issue 30 item 3) ----
+/* ---- What this version does not know ----
  * Cursor changes its protocol every few weeks. These report what a message or an error
- * carried that this build's schema (the .proto files, plus the exec kinds 41-43 the decoder
- * answers without a declaration) does not declare, so the caller can count it and say so.
+ * carried that this build's schema (the .proto files, plus the exec kinds and interaction
+ * queries the product answers or names without a declaration: coai_exec_kind_name, queries
+ * 10, 11, 13, 14) does not declare, so the caller can count it and say so.
  * Nothing here changes what coai_msg_decode does with the same bytes. */
 typedef struct coai_unknown {
     const char *message;        /* static: the message it came in ("AgentServerMessage",
@@ -6448,50 +6449,58 @@ typedef struct coai__known {
     const pb_msgdesc_t *desc;
     const char *name;
     const char *oneof;            /* what an undeclared length-delimited field is, or NULL */
-    uint32_t extra_lo, extra_hi;  /* undeclared numbers the decoder handles anyway */
+    int (*extra)(uint32_t num);   /* undeclared numbers the product handles anyway */
 } coai__known;
 
+/* Exec kinds the decoder answers or names without a schema entry (28, 38-54: late-autumn
+ * N5, N13) and the interaction queries answered by hand (10, 11, 13, 14: N3). */
+static int coai__exec_extra(uint32_t num) { return coai_exec_kind_name((int)num) != NULL; }
+static int coai__query_extra(uint32_t num)
+{
+    return num == 10 || num == 11 || num == 13 || num == 14;
+}
+
 static const coai__known coai__known_msgs[] = {
-    { agent_v1_AgentServerMessage_fields, "AgentServerMessage", "message kind", 0, 0 },
-    { agent_v1_InteractionUpdate_fields, "InteractionUpdate", "update kind", 0, 0 },
-    { agent_v1_TextDeltaUpdate_fields, "TextDeltaUpdate", NULL, 0, 0 },
-    { agent_v1_ThinkingDeltaUpdate_fields, "ThinkingDeltaUpdate", NULL, 0, 0 },
-    { agent_v1_ThinkingCompletedUpdate_fields, "ThinkingCompletedUpdate", NULL, 0, 0 },
-    { agent_v1_TokenDeltaUpdate_fields, "TokenDeltaUpdate", NULL, 0, 0 },
-    { agent_v1_ToolCallStartedUpdate_fields, "ToolCallStartedUpdate", NULL, 0, 0 },
-    { agent_v1_ToolCallCompletedUpdate_fields, "ToolCallCompletedUpdate", NULL, 0, 0 },
-    { agent_v1_PartialToolCallUpdate_fields, "PartialToolCallUpdate", NULL, 0, 0 },
-    { agent_v1_ToolCall_fields, "ToolCall", "tool call kind", 0, 0 },
-    { agent_v1_TurnEndedUpdate_fields, "TurnEndedUpdate", NULL, 0, 0 },
-    { agent_v1_StepStartedUpdate_fields, "StepStartedUpdate", NULL, 0, 0 },
-    { agent_v1_StepCompletedUpdate_fields, "StepCompletedUpdate", NULL, 0, 0 },
-    { agent_v1_ExecServerMessage_fields, "ExecServerMessage", "exec kind", 41, 43 },
-    { agent_v1_ShellArgs_fields, "ShellArgs", NULL, 0, 0 },
-    { agent_v1_WriteArgs_fields, "WriteArgs", NULL, 0, 0 },
-    { agent_v1_DeleteArgs_fields, "DeleteArgs", NULL, 0, 0 },
-    { agent_v1_GrepArgs_fields, "GrepArgs", NULL, 0, 0 },
-    { agent_v1_ReadArgs_fields, "ReadArgs", NULL, 0, 0 },
-    { agent_v1_LsArgs_fields, "LsArgs", NULL, 0, 0 },
-    { agent_v1_McpArgs_fields, "McpArgs", NULL, 0, 0 },
-    { agent_v1_FetchArgs_fields, "FetchArgs", NULL, 0, 0 },
-    { agent_v1_McpStateExecArgs_fields, "McpStateExecArgs", NULL, 0, 0 },
-    { agent_v1_ConversationStateStructure_fields, "ConversationStateStructure", NULL, 0, 0 },
-    { agent_v1_ConversationTokenDetails_fields, "ConversationTokenDetails", NULL, 0, 0 },
-    { agent_v1_KvServerMessage_fields, "KvServerMessage", "kv kind", 0, 0 },
-    { agent_v1_GetBlobArgs_fields, "GetBlobArgs", NULL, 0, 0 },
-    { agent_v1_SetBlobArgs_fields, "SetBlobArgs", NULL, 0, 0 },
+    { agent_v1_AgentServerMessage_fields, "AgentServerMessage", "message kind", NULL },
+    { agent_v1_InteractionUpdate_fields, "InteractionUpdate", "update kind", NULL },
+    { agent_v1_TextDeltaUpdate_fields, "TextDeltaUpdate", NULL, NULL },
+    { agent_v1_ThinkingDeltaUpdate_fields, "ThinkingDeltaUpdate", NULL, NULL },
+    { agent_v1_ThinkingCompletedUpdate_fields, "ThinkingCompletedUpdate", NULL, NULL },
+    { agent_v1_TokenDeltaUpdate_fields, "TokenDeltaUpdate", NULL, NULL },
+    { agent_v1_ToolCallStartedUpdate_fields, "ToolCallStartedUpdate", NULL, NULL },
+    { agent_v1_ToolCallCompletedUpdate_fields, "ToolCallCompletedUpdate", NULL, NULL },
+    { agent_v1_PartialToolCallUpdate_fields, "PartialToolCallUpdate", NULL, NULL },
+    { agent_v1_ToolCall_fields, "ToolCall", "tool call kind", NULL },
+    { agent_v1_TurnEndedUpdate_fields, "TurnEndedUpdate", NULL, NULL },
+    { agent_v1_StepStartedUpdate_fields, "StepStartedUpdate", NULL, NULL },
+    { agent_v1_StepCompletedUpdate_fields, "StepCompletedUpdate", NULL, NULL },
+    { agent_v1_ExecServerMessage_fields, "ExecServerMessage", "exec kind", coai__exec_extra },
+    { agent_v1_ShellArgs_fields, "ShellArgs", NULL, NULL },
+    { agent_v1_WriteArgs_fields, "WriteArgs", NULL, NULL },
+    { agent_v1_DeleteArgs_fields, "DeleteArgs", NULL, NULL },
+    { agent_v1_GrepArgs_fields, "GrepArgs", NULL, NULL },
+    { agent_v1_ReadArgs_fields, "ReadArgs", NULL, NULL },
+    { agent_v1_LsArgs_fields, "LsArgs", NULL, NULL },
+    { agent_v1_McpArgs_fields, "McpArgs", NULL, NULL },
+    { agent_v1_FetchArgs_fields, "FetchArgs", NULL, NULL },
+    { agent_v1_McpStateExecArgs_fields, "McpStateExecArgs", NULL, NULL },
+    { agent_v1_ConversationStateStructure_fields, "ConversationStateStructure", NULL, NULL },
+    { agent_v1_ConversationTokenDetails_fields, "ConversationTokenDetails", NULL, NULL },
+    { agent_v1_KvServerMessage_fields, "KvServerMessage", "kv kind", NULL },
+    { agent_v1_GetBlobArgs_fields, "GetBlobArgs", NULL, NULL },
+    { agent_v1_SetBlobArgs_fields, "SetBlobArgs", NULL, NULL },
     { agent_v1_ExecServerControlMessage_fields, "ExecServerControlMessage", "control kind",
-      0, 0 },
-    { agent_v1_ExecServerAbort_fields, "ExecServerAbort", NULL, 0, 0 },
-    { agent_v1_InteractionQuery_fields, "InteractionQuery", "query kind", 0, 0 },
+      NULL },
+    { agent_v1_ExecServerAbort_fields, "ExecServerAbort", NULL, NULL },
+    { agent_v1_InteractionQuery_fields, "InteractionQuery", "query kind", coai__query_extra },
     /* client messages: named in a capture's shapes only */
-    { agent_v1_AgentClientMessage_fields, "AgentClientMessage", NULL, 0, 0 },
-    { agent_v1_AgentRunRequest_fields, "AgentRunRequest", NULL, 0, 0 },
-    { agent_v1_ConversationAction_fields, "ConversationAction", NULL, 0, 0 },
-    { agent_v1_ExecClientMessage_fields, "ExecClientMessage", NULL, 0, 0 },
-    { agent_v1_ExecClientControlMessage_fields, "ExecClientControlMessage", NULL, 0, 0 },
-    { agent_v1_KvClientMessage_fields, "KvClientMessage", NULL, 0, 0 },
-    { agent_v1_InteractionResponse_fields, "InteractionResponse", NULL, 0, 0 },
+    { agent_v1_AgentClientMessage_fields, "AgentClientMessage", NULL, NULL },
+    { agent_v1_AgentRunRequest_fields, "AgentRunRequest", NULL, NULL },
+    { agent_v1_ConversationAction_fields, "ConversationAction", NULL, NULL },
+    { agent_v1_ExecClientMessage_fields, "ExecClientMessage", NULL, NULL },
+    { agent_v1_ExecClientControlMessage_fields, "ExecClientControlMessage", NULL, NULL },
+    { agent_v1_KvClientMessage_fields, "KvClientMessage", NULL, NULL },
+    { agent_v1_InteractionResponse_fields, "InteractionResponse", NULL, NULL },
 };
 #define COAI__KNOWN_SERVER 31     /* the entries above the client ones */
 
@@ -6564,7 +6573,7 @@ static void coai__unk_walk(coai__unk_ctx *c, const coai__known *k, const pb_byte
         const coai__known *sub;
         int exp;
         if (!any || !pb_field_iter_find(&it, f.num)) {
-            if (f.num >= k->extra_lo && f.num <= k->extra_hi && k->extra_lo) continue;
+            if (k->extra && k->extra(f.num)) continue;
             coai__unk_add(c, k->name, k->oneof && f.wt == PB_WT_STRING ? k->oneof : "field",
                           f.num, (int)f.wt, -1);
             continue;

@@ -1193,13 +1193,31 @@ static void unknowns(coai_msg *m)
            && strcmp(u[0].what, "exec kind") == 0 && u[0].field == 60, "k=%zu", k);
     coai_buf_free(&b);
 
-    /* an interaction query kind the schema does not declare (13), next to a known one */
+    /* an interaction query kind nothing declares (20), next to a known one */
+    pw_uv(&e, 1, 5);
+    pw_str(&e, 20, "");
+    pw_sub(&b, 7, &e);
+    CHECK(unk_of(&b, u, 8) == 1 && strcmp(u[0].what, "query kind") == 0 && u[0].field == 20);
+    CHECK(coai_msg_decode(m, b.data, b.len) == COAI_OK && m->kind == COAI_MSG_QUERY
+          && m->query == 20);
+    coai_buf_free(&b);
+
+    /* the kinds answered by hand without a schema entry are known: query 13 (a typed
+     * failure), exec 28 (a typed subagent error) and exec 45 (named in its throw) */
     pw_uv(&e, 1, 5);
     pw_str(&e, 13, "");
     pw_sub(&b, 7, &e);
-    CHECK(unk_of(&b, u, 8) == 1 && strcmp(u[0].what, "query kind") == 0 && u[0].field == 13);
-    CHECK(coai_msg_decode(m, b.data, b.len) == COAI_OK && m->kind == COAI_MSG_QUERY
-          && m->query == 13);
+    CHECK(unk_of(&b, u, 8) == 0);
+    coai_buf_free(&b);
+    pw_uv(&e, 1, 6);
+    pw_str(&e, 28, "");
+    pw_sub(&b, 2, &e);
+    CHECK(unk_of(&b, u, 8) == 0);
+    coai_buf_free(&b);
+    pw_uv(&e, 1, 7);
+    pw_str(&e, 45, "");
+    pw_sub(&b, 2, &e);
+    CHECK(unk_of(&b, u, 8) == 0);
     coai_buf_free(&b);
 
     /* more than max: the count goes on, the records stop */
