@@ -1968,6 +1968,8 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested);
 /* {"object":"list","data":[{"id","object":"model","created","owned_by",
  *  "context_length","max_output_tokens"}...]}. 0 ok, -1 fail. */
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created);
+/* One model as GET /v1/models/{model} answers it (an item of that list). 0, -1 no memory. */
+int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t created);
 /* Context window and output limit of a Cursor model id (spec §13 table). */
 void coai_model_limits(coai_str id, uint32_t *context_tokens, uint32_t *output_tokens);
 /* The i-th string alias of a model (a view into the parsed tree). 0 ok, -1 no such alias. */
@@ -9469,31 +9471,42 @@ int coai_model_alias(const coai_model *m, size_t i, coai_str *out)
     return -1;
 }
 
+/* One model in OpenAI's shape (an item of the list, GET /v1/models/{model}). */
+static void coai__oa_model_obj(coai_buf *out, const coai_model *it, int64_t created)
+{
+    coai_str id = it->display_id.len ? it->display_id : it->id;
+    coai_str who = it->display_name.len ? it->display_name : id;
+    const char *owner = "cursor";
+    uint32_t ctx, outp;
+    if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
+        || coai__oa_str_has(who, "sonnet"))
+        owner = "anthropic";
+    else if (coai__oa_str_has(who, "gpt")) owner = "openai";
+    else if (coai__oa_str_has(who, "gemini")) owner = "google";
+    else if (coai__oa_str_has(who, "grok")) owner = "xai";
+    coai_model_limits(id, &ctx, &outp);
+    coai_buf_puts(out, "{\"id\":");
+    coai_json_str_append(out, id.ptr, id.len);
+    coai_buf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"%s\","
+                    "\"context_length\":%lu,\"max_output_tokens\":%lu}",
+                    (long long)created, owner, (unsigned long)ctx, (unsigned long)outp);
+}
+
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
 {
     size_t i;
     coai_buf_puts(out, "{\"object\":\"list\",\"data\":[");
     for (i = 0; m && i < m->count; i++) {
-        const coai_model *it = &m->items[i];
-        coai_str id = it->display_id.len ? it->display_id : it->id;
-        coai_str who = it->display_name.len ? it->display_name : id;
-        const char *owner = "cursor";
-        uint32_t ctx, outp;
-        if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
-            || coai__oa_str_has(who, "sonnet"))
-            owner = "anthropic";
-        else if (coai__oa_str_has(who, "gpt")) owner = "openai";
-        else if (coai__oa_str_has(who, "gemini")) owner = "google";
-        else if (coai__oa_str_has(who, "grok")) owner = "xai";
-        coai_model_limits(id, &ctx, &outp);
         if (i) coai_buf_putc(out, ',');
-        coai_buf_puts(out, "{\"id\":");
-        coai_json_str_append(out, id.ptr, id.len);
-        coai_buf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"%s\","
-                        "\"context_length\":%lu,\"max_output_tokens\":%lu}",
-                        (long long)created, owner, (unsigned long)ctx, (unsigned long)outp);
+        coai__oa_model_obj(out, &m->items[i], created);
     }
     return coai_buf_puts(out, "]}");
+}
+
+int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t created)
+{
+    coai__oa_model_obj(out, one, created);
+    return out->err ? -1 : 0;
 }
 
 /* ---- exec -> tool call mapping --------------------------------------------- */
@@ -9995,21 +10008,6 @@ static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
 
 static size_t coai__rs_reminder(coai_str t);
 
-/* Claude Code Bash error result: Exit code N[\n<output>], a system reminder after it
- * removed */
-static int coai__rs_claude_bash(coai_exec_outcome *o, coai_str t)
-{
-    size_t at = 0;
-    int64_t code = 0;
-    t.len = coai__rs_reminder(t);
-    if (!coai__rs_lit(t, &at, "Exit code ") || !coai__rs_int(t, &at, 1, &code)) return 0;
-    if (at < t.len && !coai__rs_lit(t, &at, "\n")) return 0;
-    if (!coai__rs_exit(o, code)) return 0;
-    o->out = coai__rs_tail(t, at);
-    o->shape = "claude-bash";
-    return 1;
-}
-
 /* Where t's text ends before a system reminder Claude Code appends to a tool result
  * ("\n\n<system-reminder>\n...\n</system-reminder>", trailing blanks allowed): t.len when
  * there is none. */
@@ -10038,6 +10036,184 @@ static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
     o->out.len = i - 1;                         /* the "\n" the trap prints first */
     o->shape = "exit-trap";
     return 1;
+}
+
+/* ---- any client's exit code: one generic recogniser ---------------------------------
+ * A shell result of any client whose first or last line names the exit code in one of the
+ * common phrasings is split into output and code; the line (and the newline that parts it
+ * from the output) is removed. The line must be the phrase alone, at most 96 bytes:
+ *   [optional words: process command cmd shell program the a an exited finished completed
+ *   failed ended terminated returned with non zero nonzero error] KEY [: | = | is] N
+ *   [the KEY again, as a closing tag]
+ * KEY is "exit code", "exit status", "exit value", "return code", "returncode", "exitcode",
+ * "rc", "exit", or "code" / "status" right after "with"; words split at '_', '-' and
+ * camelCase, any case; around it only blanks and [ ] ( ) { } < > / : = " ' * ` , . ; # | .
+ * "rc" and a bare "exit" count only in brackets or with ':' / '=' ("(exit 3)", "rc=3"; a
+ * script's last line "exit 3" is content). So "Exit code: 3", "[exit code: 3]",
+ * "<exit_code>3</exit_code>", "Process exited with code 3", "exited with status 3",
+ * "return code: 3", "(exit 3)", "{\"exit_code\": 3}" are codes; a line in the middle, or a
+ * last line with any other word ("the tests exited with code 0 in CI"), is output. The
+ * last line is tried first, then the first. A whole result that is one JSON object with an
+ * integer exit_code / exitCode / exit_status / returncode / return_code member and string
+ * output / stdout (and stderr) members is read the same way. Anything else: no code. */
+
+/* t (one line, no '\n') is a code line: *code set. */
+static int coai__rs_code_line(coai_str t, int64_t *code)
+{
+    static const char *const fill[] = { "process", "command", "cmd", "shell", "program",
+                                        "the", "a", "an", "exited", "finished", "completed",
+                                        "failed", "ended", "terminated", "returned", "with",
+                                        "non", "zero", "nonzero", "error", NULL };
+    static const char *const keys[][2] = { { "exit", "code" }, { "exit", "status" },
+                                           { "exit", "value" }, { "return", "code" },
+                                           { "returncode", NULL }, { "exitcode", NULL },
+                                           { "rc", NULL }, { "exit", NULL }, { "code", NULL },
+                                           { "status", NULL } };
+    char w[12][16];
+    size_t nw = 0, before = (size_t)-1, i = 0, k, kn = 0, j;
+    int num = 0, sep = 0, wrap = 0, ki = -1;
+    int64_t v = 0;
+    while (t.len && (t.ptr[t.len - 1] == ' ' || t.ptr[t.len - 1] == '\t'
+                     || t.ptr[t.len - 1] == '\r'))
+        t.len--;
+    if (!t.len || t.len > 96) return 0;
+    while (i < t.len) {
+        unsigned char ch = (unsigned char)t.ptr[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
+            size_t n = 0;
+            if (nw == 12) return 0;
+            do {
+                char lc = (char)(t.ptr[i] | 0x20);
+                if (n == 15) return 0;
+                w[nw][n++] = lc;
+                i++;
+            } while (i < t.len && ((t.ptr[i] >= 'a' && t.ptr[i] <= 'z')
+                                   || (t.ptr[i] >= 'A' && t.ptr[i] <= 'Z' && n
+                                       && !(t.ptr[i - 1] >= 'a' && t.ptr[i - 1] <= 'z'))));
+            w[nw++][n] = 0;
+        } else if ((ch >= '0' && ch <= '9') || (ch == '-' && i + 1 < t.len
+                                                 && t.ptr[i + 1] >= '0' && t.ptr[i + 1] <= '9')) {
+            if (num++) return 0;
+            if (!coai__rs_int(t, &i, 1, &v)) return 0;
+            if (i < t.len && ((t.ptr[i] | 0x20) >= 'a' && (t.ptr[i] | 0x20) <= 'z')) return 0;
+            before = nw;
+        } else if (ch == ' ' || ch == '\t' || ch == '_' || ch == '-' || ch == '/' || ch == '"'
+                   || ch == '\'' || ch == '*' || ch == '`' || ch == ',' || ch == '.'
+                   || ch == ';' || ch == '#' || ch == '|' || ch == '}' || ch == ')'
+                   || ch == ']' || ch == '>') {
+            i++;
+        } else if (ch == '[' || ch == '(' || ch == '{' || ch == '<') {
+            wrap = 1;
+            i++;
+        } else if (ch == ':' || ch == '=') {
+            sep = 1;
+            i++;
+        } else {
+            return 0;
+        }
+    }
+    if (!num || !before) return 0;
+    /* "is" as the separator: "exit code is 3" */
+    if (before >= 2 && !strcmp(w[before - 1], "is")) {
+        for (j = before - 1; j + 1 < nw; j++) memcpy(w[j], w[j + 1], sizeof w[j]);
+        nw--;
+        before--;
+        sep = 1;
+    }
+    for (k = 0; k < sizeof keys / sizeof keys[0] && ki < 0; k++) {
+        kn = keys[k][1] ? 2 : 1;
+        if (before < kn || strcmp(w[before - kn], keys[k][0])
+            || (kn == 2 && strcmp(w[before - 1], keys[k][1])))
+            continue;
+        ki = (int)k;
+    }
+    if (ki < 0) return 0;
+    if ((ki == 6 || ki == 7) && !wrap && !sep) return 0;             /* rc, exit */
+    if ((ki == 8 || ki == 9) && (before < 2 || strcmp(w[before - 2], "with"))) return 0;
+    for (j = 0; j + kn < before; j++) {
+        for (k = 0; fill[k] && strcmp(w[j], fill[k]); k++) {}
+        if (!fill[k]) return 0;
+    }
+    /* after the number: nothing, or the key again (a closing tag) */
+    if (nw != before && (nw - before != kn || strcmp(w[before], w[before - kn])
+                         || (kn == 2 && strcmp(w[before + 1], w[before - 1]))))
+        return 0;
+    *code = v;
+    return 1;
+}
+
+/* A whole result that is one JSON object with an exit code and output members. */
+static int coai__rs_json_exit(coai_exec_outcome *o, coai_str t)
+{
+    static const char *const kc[] = { "exit_code", "exitCode", "exit_status", "exitStatus",
+                                      "returncode", "return_code", "returnCode", NULL };
+    static const char *const ko[] = { "output", "stdout", NULL };
+    const cJSON *c = NULL, *out = NULL, *err;
+    cJSON *j;
+    size_t k;
+    int ok = 0;
+    while (t.len && (t.ptr[t.len - 1] == '\n' || t.ptr[t.len - 1] == ' '
+                     || t.ptr[t.len - 1] == '\r'))
+        t.len--;
+    if (t.len < 2 || t.ptr[0] != '{' || t.ptr[t.len - 1] != '}') return 0;
+    j = cJSON_ParseWithLength(t.ptr, t.len);
+    if (!j) return 0;
+    for (k = 0; kc[k] && !c; k++) c = cJSON_GetObjectItemCaseSensitive(j, kc[k]);
+    for (k = 0; ko[k] && !out; k++) out = cJSON_GetObjectItemCaseSensitive(j, ko[k]);
+    err = cJSON_GetObjectItemCaseSensitive(j, "stderr");
+    if (cJSON_IsNumber(c) && c->valuedouble == (double)(int64_t)c->valuedouble
+        && (!out || cJSON_IsString(out)) && (!err || cJSON_IsString(err)) && (out || err)
+        && coai__rs_exit(o, (int64_t)c->valuedouble)) {
+        coai_buf *b = &o->own_;
+        size_t no = out ? strlen(out->valuestring) : 0, ne = err ? strlen(err->valuestring) : 0;
+        coai_buf_reset(b);
+        if (no) coai_buf_append(b, out->valuestring, no);
+        if (ne) coai_buf_append(b, err->valuestring, ne);
+        if (b->err) { cJSON_Delete(j); return -1; }
+        o->out.ptr = b->data ? (const char *)b->data : "";
+        o->out.len = no;
+        o->err.ptr = o->out.ptr + no;
+        o->err.len = ne;
+        o->shape = "json-exit";
+        ok = 1;
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* The generic recogniser over t[0..end) (a Claude Code system reminder after end is never
+ * output): 1 with o's code and output, 0 when no line names a code. */
+static int coai__rs_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
+{
+    size_t e = end, b, f;
+    int64_t code = 0;
+    coai_str line;
+    int r = coai__rs_json_exit(o, t);
+    if (r) return r;
+    /* the last line: trailing blank lines skipped */
+    while (e && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == '\r' || t.ptr[e - 1] == ' '))
+        e--;
+    for (b = e; b && t.ptr[b - 1] != '\n'; b--) {}
+    line.ptr = t.ptr + b;
+    line.len = e - b;
+    if (coai__rs_code_line(line, &code) && coai__rs_exit(o, code)) {
+        o->out.ptr = t.ptr;
+        o->out.len = b ? b - 1 : 0;                 /* the newline before the line */
+        if (o->out.len && t.ptr[o->out.len - 1] == '\r') o->out.len--;
+        o->shape = "exit-line";
+        return 1;
+    }
+    /* the first line */
+    for (f = 0; f < end && t.ptr[f] != '\n'; f++) {}
+    line.ptr = t.ptr;
+    line.len = f;
+    if (coai__rs_code_line(line, &code) && coai__rs_exit(o, code)) {
+        o->out.ptr = t.ptr + (f < end ? f + 1 : end);
+        o->out.len = end - (size_t)(o->out.ptr - t.ptr);
+        o->shape = "exit-line";
+        return 1;
+    }
+    return 0;
 }
 
 /* Claude Code Read: "N\t" (or "     N\t", or "N→") before every line, numbered from 1.
@@ -10256,10 +10432,21 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         shell = coai__rs_qwen(o, text);
         if (!shell) { coai__rs_back(o, &raw); o->err.len = 0; shell = coai__gm_outcome(o, text); }
     }
-    else if (is_error && COAI__RS_IS(n_bash)) shell = coai__rs_claude_bash(o, text);
     else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rs_trap(o, text);
-    else if (COAI__RS_IS(n_bash) && coai__rs_reminder(text) < text.len) {
+    if (!shell && kind != COAI_EXEC_READ && kind != COAI_EXEC_MCP && !(x && x->exit_trap)
+        && !COAI__RS_IS(n_codex_exec) && !COAI__RS_IS(n_codex_shell)) {
+        /* any other client (Codex's tools have a whole layout of their own, and a text
+         * outside it is not a result of theirs): a first or last line naming the exit
+         * code, in any phrasing */
+        coai__rs_back(o, &raw);
+        o->err.len = 0;
+        shell = coai__rs_exit_line(o, text, coai__rs_reminder(text));
+        if (shell < 0) { coai__rs_back(o, &raw); return -1; }
+    }
+    if (!shell && !is_error && COAI__RS_IS(n_bash) && coai__rs_reminder(text) < text.len) {
         /* Claude Code's Bash success: the output, its system reminder removed; no code */
+        coai__rs_back(o, &raw);
+        o->err.len = 0;
         o->out.len = coai__rs_reminder(text);
         o->shape = "claude-bash";
         shell = 1;
