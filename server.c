@@ -4029,7 +4029,7 @@ static const char *cred_health(void)
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
        ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE, ROUTE_STATUS_PAGE,
        ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS, ROUTE_GEMINI, ROUTE_GEMINI_COUNT,
-       ROUTE_GEMINI_MODELS, ROUTE_RESPONSES_COMPACT };
+       ROUTE_GEMINI_MODELS, ROUTE_RESPONSES_COMPACT, ROUTE_MODEL_GET };
 
 /* Every path the server answers: route_of() matches only these, and `serve --help` lists
  * them all (tests/status_test.py reads this table and asks the server each path). A
@@ -4059,7 +4059,16 @@ static const struct route_def {
     { ROUTE_GEMINI_COUNT, "POST", "/v1beta/models/{model}:countTokens", "Gemini token count" },
     { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models", "the account's models (Gemini shape)" },
     { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models/{model}", "one model (Gemini shape)" },
-    { ROUTE_MODELS, "GET", "/v1/models", "the account's models (OpenAI or Anthropic shape)" },
+    { ROUTE_GEMINI, "POST", "/v1/models/{model}:generateContent",
+      "Gemini API on its stable path (the same as /v1beta)" },
+    { ROUTE_GEMINI, "POST", "/v1/models/{model}:streamGenerateContent",
+      "the same, streamed" },
+    { ROUTE_GEMINI_COUNT, "POST", "/v1/models/{model}:countTokens",
+      "Gemini token count, stable path" },
+    { ROUTE_MODEL_GET, "GET", "/v1/models/{model}",
+      "one model: Gemini shape with a Google key (x-goog-api-key, ?key=), else OpenAI's" },
+    { ROUTE_MODELS, "GET", "/v1/models",
+      "the account's models (OpenAI, Anthropic or, with a Google key, Gemini shape)" },
     { ROUTE_MODELS, "GET", "/models", "the same, without /v1" },
     { ROUTE_USAGE, "GET", "/v1/usage", "plan and usage this billing period (JSON)" },
     { ROUTE_HEALTH, "GET", "/health", "liveness and credential state (no API key needed)" },
@@ -4077,6 +4086,7 @@ static const char *route_label(int route)
     switch (route) {
     case ROUTE_CHAT: return "/v1/chat/completions";
     case ROUTE_MODELS: return "/v1/models";
+    case ROUTE_MODEL_GET: return "/v1/models/{model}";
     case ROUTE_HEALTH: return "/health";
     case ROUTE_METRICS: return "/metrics";
     case ROUTE_MESSAGES: return "/v1/messages";
@@ -4566,6 +4576,34 @@ static int key_ok(const coai_http_request *rq, int route)
                && coai_http_token_equal(coai_http_query_param(rq->target, "key"), want));
 }
 
+/* A request from a Google client: its key as Google's SDKs send it (x-goog-api-key, ?key=) or
+ * their x-goog-api-client header, and no anthropic-version. */
+static int google_client(const coai_http_request *rq)
+{
+    return !coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
+           && (coai_http_header_get(rq->headers, rq->header_count, "x-goog-api-key").ptr
+               || coai_http_header_get(rq->headers, rq->header_count, "x-goog-api-client").ptr
+               || coai_http_query_param(rq->target, "key").ptr);
+}
+
+/* The length of "/v1beta/models/" or "/v1/models/" at the start of path, else 0. */
+static size_t models_prefix(coai_str path)
+{
+    if (path.len >= 15 && memcmp(path.ptr, "/v1beta/models/", 15) == 0) return 15;
+    if (path.len >= 11 && memcmp(path.ptr, "/v1/models/", 11) == 0) return 11;
+    return 0;
+}
+
+/* A path outside the table that is Google's: anything under /v1beta/, a model method under
+ * /v1/models/ ("x:embedContent"), or anything under /v1/ from a Google client. */
+static int google_path(const coai_http_request *rq)
+{
+    coai_str p = rq->path;
+    if (p.len >= 8 && memcmp(p.ptr, "/v1beta/", 8) == 0) return 1;
+    if (models_prefix(p) == 11 && memchr(p.ptr + 11, ':', p.len - 11)) return 1;
+    return p.len >= 4 && memcmp(p.ptr, "/v1/", 4) == 0 && google_client(rq);
+}
+
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
 static int serve_request(struct conn *c, size_t hl)
 {
@@ -4573,6 +4611,7 @@ static int serve_request(struct conn *c, size_t hl)
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
     int route, st, is_post, is_get, key_q;
+    size_t pfx;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
@@ -4587,8 +4626,17 @@ static int serve_request(struct conn *c, size_t hl)
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !stopping();
     route = route_of(rq->path);
+    /* /v1/models is both OpenAI's (and Anthropic's) model list and, on Google's stable path,
+     * Gemini's: a request with a Google key (x-goog-api-key, ?key=, or a Google SDK's
+     * x-goog-api-client) and no anthropic-version gets Gemini's; so does GET
+     * /v1/models/{model}, which is OpenAI's one-model answer otherwise. */
+    if ((route == ROUTE_MODELS || route == ROUTE_MODEL_GET) && google_client(rq))
+        route = ROUTE_GEMINI_MODELS;
+    c->route = route;
     /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
-     * errors in Anthropic's shape. */
+     * errors in Anthropic's shape. Gemini's routes, and any other path under /v1beta/, or
+     * under /v1/ from a Google client or naming a model method (/v1/models/x:embedContent),
+     * get Google's. */
     c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
                  || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
                  ? COAI_DIALECT_ANTHROPIC
@@ -4596,15 +4644,18 @@ static int serve_request(struct conn *c, size_t hl)
                  ? COAI_DIALECT_RESPONSES
                  : route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                    || route == ROUTE_GEMINI_MODELS
-                   || (rq->path.len >= 8 && memcmp(rq->path.ptr, "/v1beta/", 8) == 0)
+                   || ((route == ROUTE_NONE || (route == ROUTE_MODEL_GET
+                                                && !coai_str_eq(rq->method, "GET")))
+                       && google_path(rq))
                  ? COAI_DIALECT_GEMINI
                  : COAI_DIALECT_OPENAI_CHAT;
     c->gm_model[0] = 0;
     c->gm_stream = 0;
-    if (c->dialect == COAI_DIALECT_GEMINI && rq->path.len > 15) {
+    if ((c->dialect == COAI_DIALECT_GEMINI || route == ROUTE_MODEL_GET)
+        && (pfx = models_prefix(rq->path)) > 0 && rq->path.len > pfx) {
         /* copied now (the head's views die when the body is read): the model of the URL
          * (percent-decoded) and the stream mode */
-        const char *p = rq->path.ptr + 15, *end = rq->path.ptr + rq->path.len;
+        const char *p = rq->path.ptr + pfx, *end = rq->path.ptr + rq->path.len;
         const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                             ? last_colon(p, (size_t)(end - p)) : NULL;
         size_t k = 0;
@@ -4649,7 +4700,11 @@ static int serve_request(struct conn *c, size_t hl)
                    "cross-origin requests are not allowed", NULL);
         goto done;
     }
-    if (route == ROUTE_NONE) {
+    if (route == ROUTE_NONE || (c->dialect == COAI_DIALECT_GEMINI
+                                && ((route_is_post(route) && !is_post)
+                                    || (!route_is_post(route) && !is_get)))) {
+        /* (Google answers a method its path does not have, /v1/models/x:embedContent, with
+         * 404 NOT_FOUND, not 405) */
         char msg[200];
         c->keep = 0;
         snprintf(msg, sizeof msg, "Unknown request URL: %s %s", c->method, c->path);
@@ -4739,6 +4794,7 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     }
     case ROUTE_MODELS:
+    case ROUTE_MODEL_GET:
         handle_models(c);
         break;
     case ROUTE_USAGE:
@@ -5309,13 +5365,17 @@ static int handle_models(struct conn *c)
                    "upstream model list is not valid JSON", NULL);
         goto done;
     }
-    if (c->dialect == COAI_DIALECT_GEMINI && c->gm_model[0]) {
-        /* GET /v1beta/models/{model}: one of the account's models (modelId, display id or
-         * an alias), else Gemini's 404 */
+    if (c->gm_model[0]) {
+        /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
+         * (modelId, display id or an alias), in Gemini's shape or OpenAI's, else a 404 */
         coai_str want = coai_str_c(c->gm_model);
         const coai_model *hit = NULL;
+        int gem = c->dialect == COAI_DIALECT_GEMINI;
         size_t i, j;
-        if (want.len > 7 && memcmp(want.ptr, "models/", 7) == 0) { want.ptr += 7; want.len -= 7; }
+        if (gem && want.len > 7 && memcmp(want.ptr, "models/", 7) == 0) {
+            want.ptr += 7;
+            want.len -= 7;
+        }
         for (i = 0; i < m.count && !hit; i++) {
             coai_str a;
             if (coai_str_eq(m.items[i].id, want.ptr)
@@ -5326,12 +5386,19 @@ static int handle_models(struct conn *c)
         }
         if (!hit) {
             char msg[360];
-            snprintf(msg, sizeof msg, "models/%s is not found for API version v1beta (not a "
-                     "model of this Cursor account; GET /v1beta/models lists them)", want.ptr);
+            if (gem)
+                snprintf(msg, sizeof msg, "models/%s is not found for API version %s (not a "
+                         "model of this Cursor account; GET %s lists them)", want.ptr,
+                         c->path[2] == '1' && c->path[3] == '/' ? "v1" : "v1beta",
+                         c->path[2] == '1' && c->path[3] == '/' ? "/v1/models" : "/v1beta/models");
+            else
+                snprintf(msg, sizeof msg, "The model '%s' does not exist (not a model of this "
+                         "Cursor account; GET /v1/models lists them)", want.ptr);
             send_error(c, 404, "invalid_request_error", "model_not_found", NULL, msg, NULL);
             goto done;
         }
-        if (coai_models_write_gemini(&out, &m, hit) < 0) {
+        if ((gem ? coai_models_write_gemini(&out, &m, hit)
+                 : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
