@@ -8478,6 +8478,8 @@ static void coai__prompt_part(coai_buf *out, int *nparts, const char *label)
     coai_buf_puts(out, label);
 }
 
+static coai_str coai__oa_call_name(const cJSON *c);
+static coai_str coai__oa_call_args(const cJSON *c);
 /* The end of a prompt (coai_prompt_build, coai_conversation_prompt): the request to go on
  * after tool results, then `t` (the scratch buffer for assistant texts) is freed. */
 static int coai__prompt_end(coai_buf *out, coai_buf *t, int nparts, int any_tool)
@@ -8532,12 +8534,11 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai__prompt_part(out, &nparts, "Assistant: ");
                 if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
                 cJSON_ArrayForEach(c, calls) {
-                    const cJSON *f = coai__oa_get(c, "function");
                     if (!first) coai_buf_putc(out, '\n');
                     coai_buf_puts(out, "[Called tool: ");
-                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "name")));
+                    coai__oa_put_str(out, coai__oa_call_name(c));
                     coai_buf_putc(out, '(');
-                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "arguments")));
+                    coai__oa_put_str(out, coai__oa_call_args(c));
                     coai_buf_puts(out, ")]");
                     first = 0;
                 }
@@ -8602,6 +8603,29 @@ static void *coai__req_alloc(coai_request *req, size_t n)
     if (!p) return NULL;
     if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return NULL; }
     return p;
+}
+
+/* A Chat Completions tool call of the history: a function call ({"type":"function",
+ * "function":{name, arguments}}) or a custom tool's ({"type":"custom","custom":{name,
+ * input}}, its input the raw text). */
+static int coai__oa_call_custom(const cJSON *c)
+{
+    const cJSON *t = coai__oa_get(c, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, "custom") == 0;
+}
+
+static coai_str coai__oa_call_name(const cJSON *c)
+{
+    return coai__oa_jstr(coai__oa_get(coai__oa_get(c, coai__oa_call_custom(c) ? "custom"
+                                                                             : "function"),
+                                      "name"));
+}
+
+static coai_str coai__oa_call_args(const cJSON *c)
+{
+    int cu = coai__oa_call_custom(c);
+    return coai__oa_jstr(coai__oa_get(coai__oa_get(c, cu ? "custom" : "function"),
+                                      cu ? "input" : "arguments"));
 }
 
 void coai_request_free(coai_request *req)
@@ -8986,10 +9010,9 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
                 req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
             if (!cs) return -1;
             cJSON_ArrayForEach(c, calls) {
-                const cJSON *f = coai__oa_get(c, "function");
                 cs[k].id = coai__oa_jstr(coai__oa_get(c, "id"));
-                cs[k].name = coai__oa_jstr(coai__oa_get(f, "name"));
-                cs[k++].args = coai__oa_jstr(coai__oa_get(f, "arguments"));
+                cs[k].name = coai__oa_call_name(c);
+                cs[k++].args = coai__oa_call_args(c);
             }
             o->calls = cs;
             o->call_count = k;
@@ -8997,6 +9020,61 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
     }
     req->messages = out;
     req->message_count = n;
+    return 0;
+}
+
+/* A custom (freeform) tool of Chat Completions, as the Responses dialect takes one: Cursor
+ * sees a function with one string "input" (the schema kept in root), the grammar of its
+ * format, if any, in the description. 0, COAI_ERR_INVALID (err set), COAI_ERR_NOMEM. */
+static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, const cJSON *f,
+                                const char *path, coai_error *err)
+{
+    const cJSON *def = coai__oa_get(f, "definition"), *syn = coai__oa_get(f, "syntax");
+    const cJSON *gr = coai__oa_get(f, "grammar");
+    cJSON *keep, *schema, *props, *in, *rq;
+    coai_buf db = { 0 };
+    char *p;
+    if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
+        return coai__oa_bad(err, path, "%s must be an object", path);
+    if (cJSON_IsObject(gr)) {           /* Chat's {"type":"grammar","grammar":{definition, syntax}} */
+        def = coai__oa_get(gr, "definition");
+        syn = coai__oa_get(gr, "syntax");
+    }
+    coai__oa_put_str(&db, o->description);
+    if (db.len) coai_buf_puts(&db, "\n\n");
+    coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
+    if (cJSON_IsString(def)) {
+        coai_buf_puts(&db, " It must match this ");
+        coai__oa_put_str(&db, coai__oa_jstr(syn));
+        coai_buf_puts(&db, " grammar:\n");
+        coai__oa_put_str(&db, coai__oa_jstr(def));
+    }
+    p = db.err ? NULL : (char *)coai__req_alloc(req, db.len + 1);
+    if (!p) { coai_buf_free(&db); return COAI_ERR_NOMEM; }
+    if (db.len) memcpy(p, db.data, db.len);
+    o->description.ptr = p;
+    o->description.len = db.len;
+    coai_buf_free(&db);
+    o->freeform = 1;
+    keep = cJSON_GetObjectItemCaseSensitive(root, "\x01coai_custom_schemas");
+    if (!keep) {
+        keep = cJSON_CreateArray();
+        if (!keep || !cJSON_AddItemToObject(root, "\x01coai_custom_schemas", keep)) {
+            cJSON_Delete(keep);
+            return COAI_ERR_NOMEM;
+        }
+    }
+    schema = cJSON_CreateObject();
+    if (!schema || !cJSON_AddItemToArray(keep, schema)) { cJSON_Delete(schema); return COAI_ERR_NOMEM; }
+    rq = cJSON_CreateArray();
+    if (!rq || !cJSON_AddItemToObject(schema, "required", rq)) { cJSON_Delete(rq); return COAI_ERR_NOMEM; }
+    if (!cJSON_AddStringToObject(schema, "type", "object")
+        || !(props = cJSON_AddObjectToObject(schema, "properties"))
+        || !(in = cJSON_AddObjectToObject(props, "input"))
+        || !cJSON_AddStringToObject(in, "type", "string")
+        || !cJSON_AddItemToArray(rq, cJSON_CreateString("input")))
+        return COAI_ERR_NOMEM;
+    o->parameters = schema;
     return 0;
 }
 
@@ -9064,16 +9142,20 @@ static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
         snprintf(p, sizeof p, "messages[%d].tool_calls", i);
         if (!cJSON_IsArray(calls)) return coai__oa_bad(err, p, "%s must be an array", p);
         cJSON_ArrayForEach(c, calls) {
-            const cJSON *f = coai__oa_get(c, "function"), *a = coai__oa_get(f, "arguments");
+            int cu = coai__oa_call_custom(c);
+            const cJSON *f = coai__oa_get(c, cu ? "custom" : "function");
+            const cJSON *a = coai__oa_get(f, cu ? "input" : "arguments");
             const cJSON *id = coai__oa_get(c, "id");
+            const char *fn = cu ? "custom" : "function";
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
             if (!cJSON_IsObject(c)) return coai__oa_bad(err, p, "%s must be an object", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
             if (id && !cJSON_IsString(id)) return coai__oa_bad(err, p, "%s must be a string", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.name", i, j);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.name", i, j, fn);
             if (!cJSON_IsString(coai__oa_get(f, "name")))
                 return coai__oa_bad(err, p, "%s must be a string", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.arguments", i, j);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.%s", i, j, fn,
+                     cu ? "input" : "arguments");
             if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
                 return coai__oa_bad(err, p, "%s must be a string", p);
             j++;
@@ -9307,37 +9389,48 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         }
         i = 0;
         cJSON_ArrayForEach(t, tools) {
-            const cJSON *f = coai__oa_get(t, "function"), *ty = coai__oa_get(t, "type");
+            const cJSON *ty = coai__oa_get(t, "type");
+            int cu = cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0;
+            const char *fn = cu ? "custom" : "function";
+            const cJSON *f = coai__oa_get(t, fn);
             const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
             const cJSON *params = coai__oa_get(f, "parameters");
             snprintf(p, sizeof p, "tools[%d]", i);
             if (!cJSON_IsObject(t)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].type", i);
-            if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
-                coai__oa_bad(err, p, "%s must be 'function'", p);
+            if (ty && !cu && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
+                coai__oa_bad(err, p, "%s must be 'function' or 'custom'", p);
                 goto fail;
             }
-            snprintf(p, sizeof p, "tools[%d].function", i);
+            snprintf(p, sizeof p, "tools[%d].%s", i, fn);
             if (!cJSON_IsObject(f)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
-            snprintf(p, sizeof p, "tools[%d].function.name", i);
+            snprintf(p, sizeof p, "tools[%d].%s.name", i, fn);
             if (!cJSON_IsString(name)) { coai__oa_bad(err, p, "%s is required", p); goto fail; }
             if (!coai__name_ok(name->valuestring, 64)) {
                 coai__oa_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
                 goto fail;
             }
-            snprintf(p, sizeof p, "tools[%d].function.description", i);
+            snprintf(p, sizeof p, "tools[%d].%s.description", i, fn);
             if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
                 coai__oa_bad(err, p, "%s must be a string", p);
                 goto fail;
             }
-            snprintf(p, sizeof p, "tools[%d].function.parameters", i);
-            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
+            snprintf(p, sizeof p, "tools[%d].%s.parameters", i, fn);
+            if (!cu && params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
                 coai__oa_bad(err, p, "%s must be an object", p);
                 goto fail;
             }
             req->tools[i].name = coai__oa_jstr(name);
             req->tools[i].description = coai__oa_jstr(d);
             req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
+            if (cu) {
+                snprintf(p, sizeof p, "tools[%d].custom.format", i);
+                rc = coai__oa_custom_tool(req, root, &req->tools[i], coai__oa_get(f, "format"),
+                                          p, err);
+                if (rc == COAI_ERR_NOMEM) goto nomem;
+                if (rc) goto fail;
+                rc = COAI_ERR_INVALID;
+            }
             i++;
         }
         req->tool_count = (size_t)count;
@@ -9349,7 +9442,8 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         req->tool_choice = COAI_TOOL_CHOICE_ANY;
     else if (cJSON_IsObject(v)) {
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
-        req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
+        req->tool_choice_name = coai__oa_jstr(coai__oa_get(
+            coai__oa_get(v, coai__oa_call_custom(v) ? "custom" : "function"), "name"));
     } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
                                           && strcmp(v->valuestring, "auto") == 0)) {
         coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
@@ -11118,6 +11212,33 @@ static const char *coai__oa_finish_name(coai_finish f)
     }
 }
 
+/* A tool call's type and body in a Chat Completions message or chunk: ,"type":"function",
+ * "function":{name, arguments}, or for a custom (freeform) tool of the request ,"type":
+ * "custom","custom":{name, input} with the input as the raw text (the "input" string of
+ * the arguments Cursor's model gave). */
+static void coai__oa_call_out(coai_reply *r, coai_buf *o, coai_str name, coai_str args)
+{
+    size_t i;
+    int cu = 0;
+    for (i = 0; r->o_.tools && i < r->o_.tool_count && !cu; i++)
+        cu = r->o_.tools[i].freeform && r->o_.tools[i].name.len == name.len
+             && memcmp(r->o_.tools[i].name.ptr, name.ptr, name.len) == 0;
+    coai_buf_puts(o, cu ? ",\"type\":\"custom\",\"custom\":{\"name\":"
+                        : ",\"type\":\"function\",\"function\":{\"name\":");
+    coai_json_str_append(o, name.ptr, name.len);
+    coai_buf_puts(o, cu ? ",\"input\":" : ",\"arguments\":");
+    if (cu) {
+        cJSON *j = cJSON_ParseWithLength(args.ptr, args.len);
+        const cJSON *in = coai__oa_get(j, "input");
+        if (cJSON_IsString(in)) coai_json_str_append(o, in->valuestring, strlen(in->valuestring));
+        else coai_json_str_append(o, args.ptr, args.len);
+        cJSON_Delete(j);
+    } else {
+        coai_json_str_append(o, args.ptr, args.len);
+    }
+    coai_buf_putc(o, '}');
+}
+
 static void coai__oa_w_body(coai_reply *r, coai_finish f)
 {
     coai_buf *o = &r->out;
@@ -11139,11 +11260,8 @@ static void coai__oa_w_body(coai_reply *r, coai_finish f)
             if (i) coai_buf_putc(o, ',');
             coai_buf_puts(o, "{\"id\":");
             coai_json_str_append(o, c->call_id.ptr, c->call_id.len);
-            coai_buf_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
-            coai_json_str_append(o, c->tool.ptr, c->tool.len);
-            coai_buf_puts(o, ",\"arguments\":");
-            coai_json_str_append(o, c->args.ptr, c->args.len);
-            coai_buf_puts(o, "}}");
+            coai__oa_call_out(r, o, c->tool, c->args);
+            coai_buf_putc(o, '}');
         }
         coai_buf_putc(o, ']');
     }
@@ -11338,11 +11456,15 @@ static void coai__oa_w_tool_call(coai_reply *r)
     coai_buf_printf(&r->out, "{\"tool_calls\":[{\"index\":%lu,\"id\":",
                     (unsigned long)(r->ncalls_ ? r->ncalls_ - 1 : 0));
     coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
-    coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
-    coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
-    coai_buf_puts(&r->out, ",\"arguments\":");
-    coai_json_str_append(&r->out, (const char *)r->tc_args_.data, r->tc_args_.len);
-    coai_buf_puts(&r->out, "}}]}");
+    {
+        coai_str name, args;
+        name.ptr = (const char *)r->tc_name_.data;
+        name.len = r->tc_name_.len;
+        args.ptr = (const char *)r->tc_args_.data;
+        args.len = r->tc_args_.len;
+        coai__oa_call_out(r, &r->out, name, args);
+    }
+    coai_buf_puts(&r->out, "}]}");
     coai__oa_chunk_end(r, NULL);
 }
 
