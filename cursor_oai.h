@@ -8565,20 +8565,29 @@ static int coai__name_ok(const char *s, size_t max)
     return 1;
 }
 
-/* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32), or an empty view. */
+/* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32) wherever it stands in the id (a
+ * client may prefix, wrap or extend the ids it was given: "call_sess_S__call_B",
+ * "fc-sess_S__call_B-1"), or an empty view. */
 static coai_str coai__oa_session_of(coai_str id)
 {
     coai_str s = { "", 0 };
-    size_t i = 5;
-    if (id.len < 5 || memcmp(id.ptr, "sess_", 5) != 0) return s;
-    while (i < id.len) {
-        char c = id.ptr[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) break;
-        i++;
+    size_t at, i;
+    for (at = 0; at + 5 <= id.len; at++) {
+        if (memcmp(id.ptr + at, "sess_", 5) != 0) continue;
+        i = at + 5;
+        while (i < id.len) {
+            char c = id.ptr[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+                break;
+            i++;
+        }
+        if (i == at + 5 || i - at - 5 > 32 || id.len - i < 7
+            || memcmp(id.ptr + i, "__call_", 7) != 0)
+            continue;
+        s.ptr = id.ptr + at + 5;
+        s.len = i - at - 5;
+        return s;
     }
-    if (i == 5 || i - 5 > 32 || id.len - i < 7 || memcmp(id.ptr + i, "__call_", 7) != 0) return s;
-    s.ptr = id.ptr + 5;
-    s.len = i - 5;
     return s;
 }
 

@@ -6280,6 +6280,10 @@ struct run_held {
     int ended_empty;                /* Cursor ended the run cleanly, nothing shown */
     int continuing;                 /* the response continues a held run (run_continued) */
     int counted;                    /* run_held taken for this response, not parked yet */
+    coai_str cids[64];              /* the follow-up's id for each pending call, as the
+                                     * client rewrote it (views into in.req); ncids 0: the
+                                     * ids came back as given */
+    size_t ncids;
 };
 
 struct run {
@@ -8008,19 +8012,73 @@ static int held_park(struct run *r)
  * exactly, parked by the history the request carries before them (everything up to the
  * assistant message(s) that made the calls). Taken out of the table and stopped; NULL with
  * *why filled when there is none. */
+/* id holds the call id c: equal, or c inside it (a client that prefixes or wraps ids) */
+static int id_holds(coai_str id, coai_str c)
+{
+    size_t i;
+    if (!c.len || id.len < c.len) return 0;
+    for (i = 0; i + c.len <= id.len; i++)
+        if (memcmp(id.ptr + i, c.ptr, c.len) == 0) return 1;
+    return 0;
+}
+
+/* The follow-up's id for each of the n pending calls of a held run, into cid: the same id, an
+ * id that holds it (prefixed, wrapped), or else, when the client re-numbered them all, the
+ * assistant message's calls in the order they were given (acalls, na of them), each answered
+ * by a result. 0, or -1 when they do not pair one to one. */
+static int held_pair_ids(const coai_reply_call *calls, size_t n, const coai_str *ids,
+                         const coai_call *acalls, size_t na, coai_str *cid)
+{
+    size_t i, j, k;
+    int exact = 1;
+    for (i = 0; i < n && exact; i++) {
+        for (j = 0, k = n; j < n; j++) {
+            if (ids[j].len == calls[i].call_id.len
+                && memcmp(ids[j].ptr, calls[i].call_id.ptr, ids[j].len) == 0) { k = j; break; }
+            if (k == n && id_holds(ids[j], calls[i].call_id)) k = j;
+        }
+        if (k == n) exact = 0;
+        else cid[i] = ids[k];
+    }
+    if (!exact) {
+        /* re-numbered: by position in the assistant message that carried them */
+        if (na != n) return -1;
+        for (i = 0; i < n; i++) {
+            for (j = 0; j < n; j++)
+                if (ids[j].len == acalls[i].id.len
+                    && memcmp(ids[j].ptr, acalls[i].id.ptr, ids[j].len) == 0)
+                    break;
+            if (j == n) return -1;
+            cid[i] = acalls[i].id;
+        }
+    }
+    for (i = 0; i < n; i++)              /* one result for each call */
+        for (j = i + 1; j < n; j++)
+            if (cid[i].len == cid[j].len && memcmp(cid[i].ptr, cid[j].ptr, cid[i].len) == 0)
+                return -1;
+    return 0;
+}
+
 static struct run *held_claim(const coai_chat_request *req, const char *model, char *why,
                               size_t wcap)
 {
-    coai_str ids[64];
-    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j, p;
-    struct run *r;
+    coai_str ids[64], cid[64];
+    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, p, na = 0, a0;
+    struct run *r, *q;
     const coai_reply_call *calls;
+    const coai_call *acalls = NULL;
     int64_t end;
     unsigned char hist[32];
     why[0] = 0;
     if (!n) return NULL;
     for (p = req->message_count; p > 0 && req->messages[p - 1].role == COAI_ROLE_TOOL; p--) {}
-    while (p > 0 && req->messages[p - 1].role == COAI_ROLE_ASSISTANT) p--;
+    /* the assistant message that carried the calls (the last one with calls) */
+    for (a0 = p; a0 > 0 && req->messages[a0 - 1].role == COAI_ROLE_ASSISTANT; a0--)
+        if (!acalls && req->messages[a0 - 1].call_count) {
+            acalls = req->messages[a0 - 1].calls;
+            na = req->messages[a0 - 1].call_count;
+        }
+    p = a0;
     conv_digest(req->messages, p, hist);
     end = mono_ms() + HELD_PARK_WAIT_MS;
     pthread_mutex_lock(&H.lock);
@@ -8035,6 +8093,15 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
             break;
     }
     if (!r) {
+        /* ids without the run's handle (a client that re-numbers them): the one run held on
+         * this very history */
+        for (q = H.list; q; q = q->held.next)
+            if (!q->held.release_req && memcmp(hist, q->held.park_hist, 32) == 0) {
+                if (r) { r = NULL; break; }          /* two: neither is surely this one */
+                r = q;
+            }
+    }
+    if (!r) {
         pthread_mutex_unlock(&H.lock);
         snprintf(why, wcap, "no held run for these tool results on this instance");
         return NULL;
@@ -8044,16 +8111,10 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
         snprintf(why, wcap, "the tool results do not answer every pending tool call");
         return NULL;
     }
-    for (i = 0; i < n; i++) {
-        for (j = 0; j < n; j++)
-            if (ids[j].len == calls[i].call_id.len
-                && memcmp(ids[j].ptr, calls[i].call_id.ptr, ids[j].len) == 0)
-                break;
-        if (j == n) {
-            pthread_mutex_unlock(&H.lock);
-            snprintf(why, wcap, "the tool results do not answer the pending tool calls");
-            return NULL;
-        }
+    if (held_pair_ids(calls, n, ids, acalls, na, cid) < 0) {
+        pthread_mutex_unlock(&H.lock);
+        snprintf(why, wcap, "the tool results do not answer the pending tool calls");
+        return NULL;
     }
     if (strcmp(model, r->in.model) != 0) {
         pthread_mutex_unlock(&H.lock);
@@ -8079,6 +8140,9 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
         run_free(r);
         return NULL;
     }
+    /* the client's ids for the results (views into req, which moves to r->in.req) */
+    for (i = 0; i < n; i++) r->held.cids[i] = cid[i];
+    r->held.ncids = n;
     return r;
 }
 
@@ -8400,6 +8464,9 @@ static void run_finish(struct run *r)
 
 /* The tool output the request carries for a call id, into out (is_error: never set by
  * OpenAI chat; kept for the dialects that have it). */
+/* The follow-up's id of pending call i (the client may have rewritten it: held_claim). */
+#define HELD_CID(r, calls, i) ((i) < (r)->held.ncids ? (r)->held.cids[i] : (calls)[i].call_id)
+
 static int held_results(struct run *r, char *why, size_t wcap)
 {
     const coai_reply_call *calls;
@@ -8415,7 +8482,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
      * before anything is sent. */
     for (i = 0; i < n; i++) {
         if (calls[i].ref.kind != COAI_EXEC_MCP
-            && coai_request_tool_result_images(&r->in.req, calls[i].call_id, &imgs)) {
+            && coai_request_tool_result_images(&r->in.req, HELD_CID(r, calls, i), &imgs)) {
             snprintf(why, wcap, "the result for %.*s has images, which only an MCP exec's "
                      "result can carry", (int)calls[i].call_id.len, calls[i].call_id.ptr);
             return -1;
@@ -8423,10 +8490,10 @@ static int held_results(struct run *r, char *why, size_t wcap)
     }
     for (i = 0; i < n && rc == 0; i++) {
         unsigned step;
-        size_t nimg = coai_request_tool_result_images(&r->in.req, calls[i].call_id, &imgs);
+        size_t nimg = coai_request_tool_result_images(&r->in.req, HELD_CID(r, calls, i), &imgs);
         coai_str t;
         coai_buf_reset(&text);
-        if (coai_request_tool_result(&r->in.req, calls[i].call_id, &text, &is_error) < 0) {
+        if (coai_request_tool_result(&r->in.req, HELD_CID(r, calls, i), &text, &is_error) < 0) {
             snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
                      calls[i].call_id.ptr);
             rc = -1;
@@ -8461,6 +8528,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
     coai_buf_free(&text);
     coai_buf_free(&m);
     coai_exec_outcome_free(&oc);
+    r->held.ncids = 0;                      /* the next park has calls of its own */
     return rc;
 }
 
