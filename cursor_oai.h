@@ -2130,6 +2130,8 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested);
 /* {"object":"list","data":[{"id","object":"model","created","owned_by",
  *  "context_length","max_output_tokens"}...]}. 0 ok, -1 fail. */
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created);
+/* One model as GET /v1/models/{model} answers it (an item of that list). 0, -1 no memory. */
+int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t created);
 /* Context window and output limit of a Cursor model id (spec §13 table). */
 void coai_model_limits(coai_str id, uint32_t *context_tokens, uint32_t *output_tokens);
 /* The i-th string alias of a model (a view into the parsed tree). 0 ok, -1 no such alias. */
@@ -9189,6 +9191,8 @@ static void coai__prompt_part(coai_buf *out, int *nparts, const char *label)
     coai_buf_puts(out, label);
 }
 
+static coai_str coai__oa_call_name(const cJSON *c);
+static coai_str coai__oa_call_args(const cJSON *c);
 /* The end of a prompt (coai_prompt_build, coai_conversation_prompt): the request to go on
  * after tool results, then `t` (the scratch buffer for assistant texts) is freed. */
 static int coai__prompt_end(coai_buf *out, coai_buf *t, int nparts, int any_tool)
@@ -9243,12 +9247,11 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 coai__prompt_part(out, &nparts, "Assistant: ");
                 if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
                 cJSON_ArrayForEach(c, calls) {
-                    const cJSON *f = coai__oa_get(c, "function");
                     if (!first) coai_buf_putc(out, '\n');
                     coai_buf_puts(out, "[Called tool: ");
-                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "name")));
+                    coai__oa_put_str(out, coai__oa_call_name(c));
                     coai_buf_putc(out, '(');
-                    coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(f, "arguments")));
+                    coai__oa_put_str(out, coai__oa_call_args(c));
                     coai_buf_puts(out, ")]");
                     first = 0;
                 }
@@ -9275,20 +9278,29 @@ static int coai__name_ok(const char *s, size_t max)
     return 1;
 }
 
-/* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32), or an empty view. */
+/* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32) wherever it stands in the id (a
+ * client may prefix, wrap or extend the ids it was given: "call_sess_S__call_B",
+ * "fc-sess_S__call_B-1"), or an empty view. */
 static coai_str coai__oa_session_of(coai_str id)
 {
     coai_str s = { "", 0 };
-    size_t i = 5;
-    if (id.len < 5 || memcmp(id.ptr, "sess_", 5) != 0) return s;
-    while (i < id.len) {
-        char c = id.ptr[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) break;
-        i++;
+    size_t at, i;
+    for (at = 0; at + 5 <= id.len; at++) {
+        if (memcmp(id.ptr + at, "sess_", 5) != 0) continue;
+        i = at + 5;
+        while (i < id.len) {
+            char c = id.ptr[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+                break;
+            i++;
+        }
+        if (i == at + 5 || i - at - 5 > 32 || id.len - i < 7
+            || memcmp(id.ptr + i, "__call_", 7) != 0)
+            continue;
+        s.ptr = id.ptr + at + 5;
+        s.len = i - at - 5;
+        return s;
     }
-    if (i == 5 || i - 5 > 32 || id.len - i < 7 || memcmp(id.ptr + i, "__call_", 7) != 0) return s;
-    s.ptr = id.ptr + 5;
-    s.len = i - 5;
     return s;
 }
 
@@ -9313,6 +9325,29 @@ static void *coai__req_alloc(coai_request *req, size_t n)
     if (!p) return NULL;
     if (coai_buf_append(&req->mem_, &p, sizeof p)) { free(p); return NULL; }
     return p;
+}
+
+/* A Chat Completions tool call of the history: a function call ({"type":"function",
+ * "function":{name, arguments}}) or a custom tool's ({"type":"custom","custom":{name,
+ * input}}, its input the raw text). */
+static int coai__oa_call_custom(const cJSON *c)
+{
+    const cJSON *t = coai__oa_get(c, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, "custom") == 0;
+}
+
+static coai_str coai__oa_call_name(const cJSON *c)
+{
+    return coai__oa_jstr(coai__oa_get(coai__oa_get(c, coai__oa_call_custom(c) ? "custom"
+                                                                             : "function"),
+                                      "name"));
+}
+
+static coai_str coai__oa_call_args(const cJSON *c)
+{
+    int cu = coai__oa_call_custom(c);
+    return coai__oa_jstr(coai__oa_get(coai__oa_get(c, cu ? "custom" : "function"),
+                                      cu ? "input" : "arguments"));
 }
 
 void coai_request_free(coai_request *req)
@@ -9697,10 +9732,9 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
                 req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
             if (!cs) return -1;
             cJSON_ArrayForEach(c, calls) {
-                const cJSON *f = coai__oa_get(c, "function");
                 cs[k].id = coai__oa_jstr(coai__oa_get(c, "id"));
-                cs[k].name = coai__oa_jstr(coai__oa_get(f, "name"));
-                cs[k++].args = coai__oa_jstr(coai__oa_get(f, "arguments"));
+                cs[k].name = coai__oa_call_name(c);
+                cs[k++].args = coai__oa_call_args(c);
             }
             o->calls = cs;
             o->call_count = k;
@@ -9708,6 +9742,61 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
     }
     req->messages = out;
     req->message_count = n;
+    return 0;
+}
+
+/* A custom (freeform) tool of Chat Completions, as the Responses dialect takes one: Cursor
+ * sees a function with one string "input" (the schema kept in root), the grammar of its
+ * format, if any, in the description. 0, COAI_ERR_INVALID (err set), COAI_ERR_NOMEM. */
+static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, const cJSON *f,
+                                const char *path, coai_error *err)
+{
+    const cJSON *def = coai__oa_get(f, "definition"), *syn = coai__oa_get(f, "syntax");
+    const cJSON *gr = coai__oa_get(f, "grammar");
+    cJSON *keep, *schema, *props, *in, *rq;
+    coai_buf db = { 0 };
+    char *p;
+    if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
+        return coai__oa_bad(err, path, "%s must be an object", path);
+    if (cJSON_IsObject(gr)) {           /* Chat's {"type":"grammar","grammar":{definition, syntax}} */
+        def = coai__oa_get(gr, "definition");
+        syn = coai__oa_get(gr, "syntax");
+    }
+    coai__oa_put_str(&db, o->description);
+    if (db.len) coai_buf_puts(&db, "\n\n");
+    coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
+    if (cJSON_IsString(def)) {
+        coai_buf_puts(&db, " It must match this ");
+        coai__oa_put_str(&db, coai__oa_jstr(syn));
+        coai_buf_puts(&db, " grammar:\n");
+        coai__oa_put_str(&db, coai__oa_jstr(def));
+    }
+    p = db.err ? NULL : (char *)coai__req_alloc(req, db.len + 1);
+    if (!p) { coai_buf_free(&db); return COAI_ERR_NOMEM; }
+    if (db.len) memcpy(p, db.data, db.len);
+    o->description.ptr = p;
+    o->description.len = db.len;
+    coai_buf_free(&db);
+    o->freeform = 1;
+    keep = cJSON_GetObjectItemCaseSensitive(root, "\x01coai_custom_schemas");
+    if (!keep) {
+        keep = cJSON_CreateArray();
+        if (!keep || !cJSON_AddItemToObject(root, "\x01coai_custom_schemas", keep)) {
+            cJSON_Delete(keep);
+            return COAI_ERR_NOMEM;
+        }
+    }
+    schema = cJSON_CreateObject();
+    if (!schema || !cJSON_AddItemToArray(keep, schema)) { cJSON_Delete(schema); return COAI_ERR_NOMEM; }
+    rq = cJSON_CreateArray();
+    if (!rq || !cJSON_AddItemToObject(schema, "required", rq)) { cJSON_Delete(rq); return COAI_ERR_NOMEM; }
+    if (!cJSON_AddStringToObject(schema, "type", "object")
+        || !(props = cJSON_AddObjectToObject(schema, "properties"))
+        || !(in = cJSON_AddObjectToObject(props, "input"))
+        || !cJSON_AddStringToObject(in, "type", "string")
+        || !cJSON_AddItemToArray(rq, cJSON_CreateString("input")))
+        return COAI_ERR_NOMEM;
+    o->parameters = schema;
     return 0;
 }
 
@@ -9775,16 +9864,20 @@ static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
         snprintf(p, sizeof p, "messages[%d].tool_calls", i);
         if (!cJSON_IsArray(calls)) return coai__oa_bad(err, p, "%s must be an array", p);
         cJSON_ArrayForEach(c, calls) {
-            const cJSON *f = coai__oa_get(c, "function"), *a = coai__oa_get(f, "arguments");
+            int cu = coai__oa_call_custom(c);
+            const cJSON *f = coai__oa_get(c, cu ? "custom" : "function");
+            const cJSON *a = coai__oa_get(f, cu ? "input" : "arguments");
             const cJSON *id = coai__oa_get(c, "id");
+            const char *fn = cu ? "custom" : "function";
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
             if (!cJSON_IsObject(c)) return coai__oa_bad(err, p, "%s must be an object", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
             if (id && !cJSON_IsString(id)) return coai__oa_bad(err, p, "%s must be a string", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.name", i, j);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.name", i, j, fn);
             if (!cJSON_IsString(coai__oa_get(f, "name")))
                 return coai__oa_bad(err, p, "%s must be a string", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].function.arguments", i, j);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.%s", i, j, fn,
+                     cu ? "input" : "arguments");
             if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
                 return coai__oa_bad(err, p, "%s must be a string", p);
             j++;
@@ -10018,37 +10111,48 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         }
         i = 0;
         cJSON_ArrayForEach(t, tools) {
-            const cJSON *f = coai__oa_get(t, "function"), *ty = coai__oa_get(t, "type");
+            const cJSON *ty = coai__oa_get(t, "type");
+            int cu = cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0;
+            const char *fn = cu ? "custom" : "function";
+            const cJSON *f = coai__oa_get(t, fn);
             const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
             const cJSON *params = coai__oa_get(f, "parameters");
             snprintf(p, sizeof p, "tools[%d]", i);
             if (!cJSON_IsObject(t)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].type", i);
-            if (ty && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
-                coai__oa_bad(err, p, "%s must be 'function'", p);
+            if (ty && !cu && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
+                coai__oa_bad(err, p, "%s must be 'function' or 'custom'", p);
                 goto fail;
             }
-            snprintf(p, sizeof p, "tools[%d].function", i);
+            snprintf(p, sizeof p, "tools[%d].%s", i, fn);
             if (!cJSON_IsObject(f)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
-            snprintf(p, sizeof p, "tools[%d].function.name", i);
+            snprintf(p, sizeof p, "tools[%d].%s.name", i, fn);
             if (!cJSON_IsString(name)) { coai__oa_bad(err, p, "%s is required", p); goto fail; }
             if (!coai__name_ok(name->valuestring, 64)) {
                 coai__oa_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
                 goto fail;
             }
-            snprintf(p, sizeof p, "tools[%d].function.description", i);
+            snprintf(p, sizeof p, "tools[%d].%s.description", i, fn);
             if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
                 coai__oa_bad(err, p, "%s must be a string", p);
                 goto fail;
             }
-            snprintf(p, sizeof p, "tools[%d].function.parameters", i);
-            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
+            snprintf(p, sizeof p, "tools[%d].%s.parameters", i, fn);
+            if (!cu && params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
                 coai__oa_bad(err, p, "%s must be an object", p);
                 goto fail;
             }
             req->tools[i].name = coai__oa_jstr(name);
             req->tools[i].description = coai__oa_jstr(d);
             req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
+            if (cu) {
+                snprintf(p, sizeof p, "tools[%d].custom.format", i);
+                rc = coai__oa_custom_tool(req, root, &req->tools[i], coai__oa_get(f, "format"),
+                                          p, err);
+                if (rc == COAI_ERR_NOMEM) goto nomem;
+                if (rc) goto fail;
+                rc = COAI_ERR_INVALID;
+            }
             i++;
         }
         req->tool_count = (size_t)count;
@@ -10060,7 +10164,8 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         req->tool_choice = COAI_TOOL_CHOICE_ANY;
     else if (cJSON_IsObject(v)) {
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
-        req->tool_choice_name = coai__oa_jstr(coai__oa_get(coai__oa_get(v, "function"), "name"));
+        req->tool_choice_name = coai__oa_jstr(coai__oa_get(
+            coai__oa_get(v, coai__oa_call_custom(v) ? "custom" : "function"), "name"));
     } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
                                           && strcmp(v->valuestring, "auto") == 0)) {
         coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
@@ -10182,31 +10287,42 @@ int coai_model_alias(const coai_model *m, size_t i, coai_str *out)
     return -1;
 }
 
+/* One model in OpenAI's shape (an item of the list, GET /v1/models/{model}). */
+static void coai__oa_model_obj(coai_buf *out, const coai_model *it, int64_t created)
+{
+    coai_str id = it->display_id.len ? it->display_id : it->id;
+    coai_str who = it->display_name.len ? it->display_name : id;
+    const char *owner = "cursor";
+    uint32_t ctx, outp;
+    if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
+        || coai__oa_str_has(who, "sonnet"))
+        owner = "anthropic";
+    else if (coai__oa_str_has(who, "gpt")) owner = "openai";
+    else if (coai__oa_str_has(who, "gemini")) owner = "google";
+    else if (coai__oa_str_has(who, "grok")) owner = "xai";
+    coai_model_limits(id, &ctx, &outp);
+    coai_buf_puts(out, "{\"id\":");
+    coai_json_str_append(out, id.ptr, id.len);
+    coai_buf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"%s\","
+                    "\"context_length\":%lu,\"max_output_tokens\":%lu}",
+                    (long long)created, owner, (unsigned long)ctx, (unsigned long)outp);
+}
+
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
 {
     size_t i;
     coai_buf_puts(out, "{\"object\":\"list\",\"data\":[");
     for (i = 0; m && i < m->count; i++) {
-        const coai_model *it = &m->items[i];
-        coai_str id = it->display_id.len ? it->display_id : it->id;
-        coai_str who = it->display_name.len ? it->display_name : id;
-        const char *owner = "cursor";
-        uint32_t ctx, outp;
-        if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
-            || coai__oa_str_has(who, "sonnet"))
-            owner = "anthropic";
-        else if (coai__oa_str_has(who, "gpt")) owner = "openai";
-        else if (coai__oa_str_has(who, "gemini")) owner = "google";
-        else if (coai__oa_str_has(who, "grok")) owner = "xai";
-        coai_model_limits(id, &ctx, &outp);
         if (i) coai_buf_putc(out, ',');
-        coai_buf_puts(out, "{\"id\":");
-        coai_json_str_append(out, id.ptr, id.len);
-        coai_buf_printf(out, ",\"object\":\"model\",\"created\":%lld,\"owned_by\":\"%s\","
-                        "\"context_length\":%lu,\"max_output_tokens\":%lu}",
-                        (long long)created, owner, (unsigned long)ctx, (unsigned long)outp);
+        coai__oa_model_obj(out, &m->items[i], created);
     }
     return coai_buf_puts(out, "]}");
+}
+
+int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t created)
+{
+    coai__oa_model_obj(out, one, created);
+    return out->err ? -1 : 0;
 }
 
 /* ---- exec -> tool call mapping --------------------------------------------- */
@@ -10717,21 +10833,6 @@ static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
 
 static size_t coai__rs_reminder(coai_str t);
 
-/* Claude Code Bash error result: Exit code N[\n<output>], a system reminder after it
- * removed */
-static int coai__rs_claude_bash(coai_exec_outcome *o, coai_str t)
-{
-    size_t at = 0;
-    int64_t code = 0;
-    t.len = coai__rs_reminder(t);
-    if (!coai__rs_lit(t, &at, "Exit code ") || !coai__rs_int(t, &at, 1, &code)) return 0;
-    if (at < t.len && !coai__rs_lit(t, &at, "\n")) return 0;
-    if (!coai__rs_exit(o, code)) return 0;
-    o->out = coai__rs_tail(t, at);
-    o->shape = "claude-bash";
-    return 1;
-}
-
 /* Where t's text ends before a system reminder Claude Code appends to a tool result
  * ("\n\n<system-reminder>\n...\n</system-reminder>", trailing blanks allowed): t.len when
  * there is none. */
@@ -10760,6 +10861,184 @@ static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
     o->out.len = i - 1;                         /* the "\n" the trap prints first */
     o->shape = "exit-trap";
     return 1;
+}
+
+/* ---- any client's exit code: one generic recogniser ---------------------------------
+ * A shell result of any client whose first or last line names the exit code in one of the
+ * common phrasings is split into output and code; the line (and the newline that parts it
+ * from the output) is removed. The line must be the phrase alone, at most 96 bytes:
+ *   [optional words: process command cmd shell program the a an exited finished completed
+ *   failed ended terminated returned with non zero nonzero error] KEY [: | = | is] N
+ *   [the KEY again, as a closing tag]
+ * KEY is "exit code", "exit status", "exit value", "return code", "returncode", "exitcode",
+ * "rc", "exit", or "code" / "status" right after "with"; words split at '_', '-' and
+ * camelCase, any case; around it only blanks and [ ] ( ) { } < > / : = " ' * ` , . ; # | .
+ * "rc" and a bare "exit" count only in brackets or with ':' / '=' ("(exit 3)", "rc=3"; a
+ * script's last line "exit 3" is content). So "Exit code: 3", "[exit code: 3]",
+ * "<exit_code>3</exit_code>", "Process exited with code 3", "exited with status 3",
+ * "return code: 3", "(exit 3)", "{\"exit_code\": 3}" are codes; a line in the middle, or a
+ * last line with any other word ("the tests exited with code 0 in CI"), is output. The
+ * last line is tried first, then the first. A whole result that is one JSON object with an
+ * integer exit_code / exitCode / exit_status / returncode / return_code member and string
+ * output / stdout (and stderr) members is read the same way. Anything else: no code. */
+
+/* t (one line, no '\n') is a code line: *code set. */
+static int coai__rs_code_line(coai_str t, int64_t *code)
+{
+    static const char *const fill[] = { "process", "command", "cmd", "shell", "program",
+                                        "the", "a", "an", "exited", "finished", "completed",
+                                        "failed", "ended", "terminated", "returned", "with",
+                                        "non", "zero", "nonzero", "error", NULL };
+    static const char *const keys[][2] = { { "exit", "code" }, { "exit", "status" },
+                                           { "exit", "value" }, { "return", "code" },
+                                           { "returncode", NULL }, { "exitcode", NULL },
+                                           { "rc", NULL }, { "exit", NULL }, { "code", NULL },
+                                           { "status", NULL } };
+    char w[12][16];
+    size_t nw = 0, before = (size_t)-1, i = 0, k, kn = 0, j;
+    int num = 0, sep = 0, wrap = 0, ki = -1;
+    int64_t v = 0;
+    while (t.len && (t.ptr[t.len - 1] == ' ' || t.ptr[t.len - 1] == '\t'
+                     || t.ptr[t.len - 1] == '\r'))
+        t.len--;
+    if (!t.len || t.len > 96) return 0;
+    while (i < t.len) {
+        unsigned char ch = (unsigned char)t.ptr[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) {
+            size_t n = 0;
+            if (nw == 12) return 0;
+            do {
+                char lc = (char)(t.ptr[i] | 0x20);
+                if (n == 15) return 0;
+                w[nw][n++] = lc;
+                i++;
+            } while (i < t.len && ((t.ptr[i] >= 'a' && t.ptr[i] <= 'z')
+                                   || (t.ptr[i] >= 'A' && t.ptr[i] <= 'Z' && n
+                                       && !(t.ptr[i - 1] >= 'a' && t.ptr[i - 1] <= 'z'))));
+            w[nw++][n] = 0;
+        } else if ((ch >= '0' && ch <= '9') || (ch == '-' && i + 1 < t.len
+                                                 && t.ptr[i + 1] >= '0' && t.ptr[i + 1] <= '9')) {
+            if (num++) return 0;
+            if (!coai__rs_int(t, &i, 1, &v)) return 0;
+            if (i < t.len && ((t.ptr[i] | 0x20) >= 'a' && (t.ptr[i] | 0x20) <= 'z')) return 0;
+            before = nw;
+        } else if (ch == ' ' || ch == '\t' || ch == '_' || ch == '-' || ch == '/' || ch == '"'
+                   || ch == '\'' || ch == '*' || ch == '`' || ch == ',' || ch == '.'
+                   || ch == ';' || ch == '#' || ch == '|' || ch == '}' || ch == ')'
+                   || ch == ']' || ch == '>') {
+            i++;
+        } else if (ch == '[' || ch == '(' || ch == '{' || ch == '<') {
+            wrap = 1;
+            i++;
+        } else if (ch == ':' || ch == '=') {
+            sep = 1;
+            i++;
+        } else {
+            return 0;
+        }
+    }
+    if (!num || !before) return 0;
+    /* "is" as the separator: "exit code is 3" */
+    if (before >= 2 && !strcmp(w[before - 1], "is")) {
+        for (j = before - 1; j + 1 < nw; j++) memcpy(w[j], w[j + 1], sizeof w[j]);
+        nw--;
+        before--;
+        sep = 1;
+    }
+    for (k = 0; k < sizeof keys / sizeof keys[0] && ki < 0; k++) {
+        kn = keys[k][1] ? 2 : 1;
+        if (before < kn || strcmp(w[before - kn], keys[k][0])
+            || (kn == 2 && strcmp(w[before - 1], keys[k][1])))
+            continue;
+        ki = (int)k;
+    }
+    if (ki < 0) return 0;
+    if ((ki == 6 || ki == 7) && !wrap && !sep) return 0;             /* rc, exit */
+    if ((ki == 8 || ki == 9) && (before < 2 || strcmp(w[before - 2], "with"))) return 0;
+    for (j = 0; j + kn < before; j++) {
+        for (k = 0; fill[k] && strcmp(w[j], fill[k]); k++) {}
+        if (!fill[k]) return 0;
+    }
+    /* after the number: nothing, or the key again (a closing tag) */
+    if (nw != before && (nw - before != kn || strcmp(w[before], w[before - kn])
+                         || (kn == 2 && strcmp(w[before + 1], w[before - 1]))))
+        return 0;
+    *code = v;
+    return 1;
+}
+
+/* A whole result that is one JSON object with an exit code and output members. */
+static int coai__rs_json_exit(coai_exec_outcome *o, coai_str t)
+{
+    static const char *const kc[] = { "exit_code", "exitCode", "exit_status", "exitStatus",
+                                      "returncode", "return_code", "returnCode", NULL };
+    static const char *const ko[] = { "output", "stdout", NULL };
+    const cJSON *c = NULL, *out = NULL, *err;
+    cJSON *j;
+    size_t k;
+    int ok = 0;
+    while (t.len && (t.ptr[t.len - 1] == '\n' || t.ptr[t.len - 1] == ' '
+                     || t.ptr[t.len - 1] == '\r'))
+        t.len--;
+    if (t.len < 2 || t.ptr[0] != '{' || t.ptr[t.len - 1] != '}') return 0;
+    j = cJSON_ParseWithLength(t.ptr, t.len);
+    if (!j) return 0;
+    for (k = 0; kc[k] && !c; k++) c = cJSON_GetObjectItemCaseSensitive(j, kc[k]);
+    for (k = 0; ko[k] && !out; k++) out = cJSON_GetObjectItemCaseSensitive(j, ko[k]);
+    err = cJSON_GetObjectItemCaseSensitive(j, "stderr");
+    if (cJSON_IsNumber(c) && c->valuedouble == (double)(int64_t)c->valuedouble
+        && (!out || cJSON_IsString(out)) && (!err || cJSON_IsString(err)) && (out || err)
+        && coai__rs_exit(o, (int64_t)c->valuedouble)) {
+        coai_buf *b = &o->own_;
+        size_t no = out ? strlen(out->valuestring) : 0, ne = err ? strlen(err->valuestring) : 0;
+        coai_buf_reset(b);
+        if (no) coai_buf_append(b, out->valuestring, no);
+        if (ne) coai_buf_append(b, err->valuestring, ne);
+        if (b->err) { cJSON_Delete(j); return -1; }
+        o->out.ptr = b->data ? (const char *)b->data : "";
+        o->out.len = no;
+        o->err.ptr = o->out.ptr + no;
+        o->err.len = ne;
+        o->shape = "json-exit";
+        ok = 1;
+    }
+    cJSON_Delete(j);
+    return ok;
+}
+
+/* The generic recogniser over t[0..end) (a Claude Code system reminder after end is never
+ * output): 1 with o's code and output, 0 when no line names a code. */
+static int coai__rs_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
+{
+    size_t e = end, b, f;
+    int64_t code = 0;
+    coai_str line;
+    int r = coai__rs_json_exit(o, t);
+    if (r) return r;
+    /* the last line: trailing blank lines skipped */
+    while (e && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == '\r' || t.ptr[e - 1] == ' '))
+        e--;
+    for (b = e; b && t.ptr[b - 1] != '\n'; b--) {}
+    line.ptr = t.ptr + b;
+    line.len = e - b;
+    if (coai__rs_code_line(line, &code) && coai__rs_exit(o, code)) {
+        o->out.ptr = t.ptr;
+        o->out.len = b ? b - 1 : 0;                 /* the newline before the line */
+        if (o->out.len && t.ptr[o->out.len - 1] == '\r') o->out.len--;
+        o->shape = "exit-line";
+        return 1;
+    }
+    /* the first line */
+    for (f = 0; f < end && t.ptr[f] != '\n'; f++) {}
+    line.ptr = t.ptr;
+    line.len = f;
+    if (coai__rs_code_line(line, &code) && coai__rs_exit(o, code)) {
+        o->out.ptr = t.ptr + (f < end ? f + 1 : end);
+        o->out.len = end - (size_t)(o->out.ptr - t.ptr);
+        o->shape = "exit-line";
+        return 1;
+    }
+    return 0;
 }
 
 /* Claude Code Read: "N\t" (or "     N\t", or "N→") before every line, numbered from 1.
@@ -10978,10 +11257,21 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         shell = coai__rs_qwen(o, text);
         if (!shell) { coai__rs_back(o, &raw); o->err.len = 0; shell = coai__gm_outcome(o, text); }
     }
-    else if (is_error && COAI__RS_IS(n_bash)) shell = coai__rs_claude_bash(o, text);
     else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rs_trap(o, text);
-    else if (COAI__RS_IS(n_bash) && coai__rs_reminder(text) < text.len) {
+    if (!shell && kind != COAI_EXEC_READ && kind != COAI_EXEC_MCP && !(x && x->exit_trap)
+        && !COAI__RS_IS(n_codex_exec) && !COAI__RS_IS(n_codex_shell)) {
+        /* any other client (Codex's tools have a whole layout of their own, and a text
+         * outside it is not a result of theirs): a first or last line naming the exit
+         * code, in any phrasing */
+        coai__rs_back(o, &raw);
+        o->err.len = 0;
+        shell = coai__rs_exit_line(o, text, coai__rs_reminder(text));
+        if (shell < 0) { coai__rs_back(o, &raw); return -1; }
+    }
+    if (!shell && !is_error && COAI__RS_IS(n_bash) && coai__rs_reminder(text) < text.len) {
         /* Claude Code's Bash success: the output, its system reminder removed; no code */
+        coai__rs_back(o, &raw);
+        o->err.len = 0;
         o->out.len = coai__rs_reminder(text);
         o->shape = "claude-bash";
         shell = 1;
@@ -11729,6 +12019,33 @@ static const char *coai__oa_finish_name(coai_finish f)
     }
 }
 
+/* A tool call's type and body in a Chat Completions message or chunk: ,"type":"function",
+ * "function":{name, arguments}, or for a custom (freeform) tool of the request ,"type":
+ * "custom","custom":{name, input} with the input as the raw text (the "input" string of
+ * the arguments Cursor's model gave). */
+static void coai__oa_call_out(coai_reply *r, coai_buf *o, coai_str name, coai_str args)
+{
+    size_t i;
+    int cu = 0;
+    for (i = 0; r->o_.tools && i < r->o_.tool_count && !cu; i++)
+        cu = r->o_.tools[i].freeform && r->o_.tools[i].name.len == name.len
+             && memcmp(r->o_.tools[i].name.ptr, name.ptr, name.len) == 0;
+    coai_buf_puts(o, cu ? ",\"type\":\"custom\",\"custom\":{\"name\":"
+                        : ",\"type\":\"function\",\"function\":{\"name\":");
+    coai_json_str_append(o, name.ptr, name.len);
+    coai_buf_puts(o, cu ? ",\"input\":" : ",\"arguments\":");
+    if (cu) {
+        cJSON *j = cJSON_ParseWithLength(args.ptr, args.len);
+        const cJSON *in = coai__oa_get(j, "input");
+        if (cJSON_IsString(in)) coai_json_str_append(o, in->valuestring, strlen(in->valuestring));
+        else coai_json_str_append(o, args.ptr, args.len);
+        cJSON_Delete(j);
+    } else {
+        coai_json_str_append(o, args.ptr, args.len);
+    }
+    coai_buf_putc(o, '}');
+}
+
 static void coai__oa_w_body(coai_reply *r, coai_finish f)
 {
     coai_buf *o = &r->out;
@@ -11750,11 +12067,8 @@ static void coai__oa_w_body(coai_reply *r, coai_finish f)
             if (i) coai_buf_putc(o, ',');
             coai_buf_puts(o, "{\"id\":");
             coai_json_str_append(o, c->call_id.ptr, c->call_id.len);
-            coai_buf_puts(o, ",\"type\":\"function\",\"function\":{\"name\":");
-            coai_json_str_append(o, c->tool.ptr, c->tool.len);
-            coai_buf_puts(o, ",\"arguments\":");
-            coai_json_str_append(o, c->args.ptr, c->args.len);
-            coai_buf_puts(o, "}}");
+            coai__oa_call_out(r, o, c->tool, c->args);
+            coai_buf_putc(o, '}');
         }
         coai_buf_putc(o, ']');
     }
@@ -11949,11 +12263,15 @@ static void coai__oa_w_tool_call(coai_reply *r)
     coai_buf_printf(&r->out, "{\"tool_calls\":[{\"index\":%lu,\"id\":",
                     (unsigned long)(r->ncalls_ ? r->ncalls_ - 1 : 0));
     coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
-    coai_buf_puts(&r->out, ",\"type\":\"function\",\"function\":{\"name\":");
-    coai_json_str_append(&r->out, (const char *)r->tc_name_.data, r->tc_name_.len);
-    coai_buf_puts(&r->out, ",\"arguments\":");
-    coai_json_str_append(&r->out, (const char *)r->tc_args_.data, r->tc_args_.len);
-    coai_buf_puts(&r->out, "}}]}");
+    {
+        coai_str name, args;
+        name.ptr = (const char *)r->tc_name_.data;
+        name.len = r->tc_name_.len;
+        args.ptr = (const char *)r->tc_args_.data;
+        args.len = r->tc_args_.len;
+        coai__oa_call_out(r, &r->out, name, args);
+    }
+    coai_buf_puts(&r->out, "}]}");
     coai__oa_chunk_end(r, NULL);
 }
 

@@ -4267,7 +4267,7 @@ static const char *cred_health(void)
 enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE_COUNT_TOKENS,
        ROUTE_RESPONSES, ROUTE_RESPONSE_GET, ROUTE_METRICS, ROUTE_USAGE, ROUTE_STATUS_PAGE,
        ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS, ROUTE_GEMINI, ROUTE_GEMINI_COUNT,
-       ROUTE_GEMINI_MODELS, ROUTE_RESPONSES_COMPACT };
+       ROUTE_GEMINI_MODELS, ROUTE_RESPONSES_COMPACT, ROUTE_MODEL_GET };
 
 /* Every path the server answers: route_of() matches only these, and `serve --help` lists
  * them all (tests/status_test.py reads this table and asks the server each path). A
@@ -4297,7 +4297,16 @@ static const struct route_def {
     { ROUTE_GEMINI_COUNT, "POST", "/v1beta/models/{model}:countTokens", "Gemini token count" },
     { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models", "the account's models (Gemini shape)" },
     { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models/{model}", "one model (Gemini shape)" },
-    { ROUTE_MODELS, "GET", "/v1/models", "the account's models (OpenAI or Anthropic shape)" },
+    { ROUTE_GEMINI, "POST", "/v1/models/{model}:generateContent",
+      "Gemini API on its stable path (the same as /v1beta)" },
+    { ROUTE_GEMINI, "POST", "/v1/models/{model}:streamGenerateContent",
+      "the same, streamed" },
+    { ROUTE_GEMINI_COUNT, "POST", "/v1/models/{model}:countTokens",
+      "Gemini token count, stable path" },
+    { ROUTE_MODEL_GET, "GET", "/v1/models/{model}",
+      "one model: Gemini shape with a Google key (x-goog-api-key, ?key=), else OpenAI's" },
+    { ROUTE_MODELS, "GET", "/v1/models",
+      "the account's models (OpenAI, Anthropic or, with a Google key, Gemini shape)" },
     { ROUTE_MODELS, "GET", "/models", "the same, without /v1" },
     { ROUTE_USAGE, "GET", "/v1/usage", "plan and usage this billing period (JSON)" },
     { ROUTE_HEALTH, "GET", "/health", "liveness and credential state (no API key needed)" },
@@ -4315,6 +4324,7 @@ static const char *route_label(int route)
     switch (route) {
     case ROUTE_CHAT: return "/v1/chat/completions";
     case ROUTE_MODELS: return "/v1/models";
+    case ROUTE_MODEL_GET: return "/v1/models/{model}";
     case ROUTE_HEALTH: return "/health";
     case ROUTE_METRICS: return "/metrics";
     case ROUTE_MESSAGES: return "/v1/messages";
@@ -4804,6 +4814,34 @@ static int key_ok(const coai_http_request *rq, int route)
                && coai_http_token_equal(coai_http_query_param(rq->target, "key"), want));
 }
 
+/* A request from a Google client: its key as Google's SDKs send it (x-goog-api-key, ?key=) or
+ * their x-goog-api-client header, and no anthropic-version. */
+static int google_client(const coai_http_request *rq)
+{
+    return !coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
+           && (coai_http_header_get(rq->headers, rq->header_count, "x-goog-api-key").ptr
+               || coai_http_header_get(rq->headers, rq->header_count, "x-goog-api-client").ptr
+               || coai_http_query_param(rq->target, "key").ptr);
+}
+
+/* The length of "/v1beta/models/" or "/v1/models/" at the start of path, else 0. */
+static size_t models_prefix(coai_str path)
+{
+    if (path.len >= 15 && memcmp(path.ptr, "/v1beta/models/", 15) == 0) return 15;
+    if (path.len >= 11 && memcmp(path.ptr, "/v1/models/", 11) == 0) return 11;
+    return 0;
+}
+
+/* A path outside the table that is Google's: anything under /v1beta/, a model method under
+ * /v1/models/ ("x:embedContent"), or anything under /v1/ from a Google client. */
+static int google_path(const coai_http_request *rq)
+{
+    coai_str p = rq->path;
+    if (p.len >= 8 && memcmp(p.ptr, "/v1beta/", 8) == 0) return 1;
+    if (models_prefix(p) == 11 && memchr(p.ptr + 11, ':', p.len - 11)) return 1;
+    return p.len >= 4 && memcmp(p.ptr, "/v1/", 4) == 0 && google_client(rq);
+}
+
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
 static int serve_request(struct conn *c, size_t hl)
 {
@@ -4811,6 +4849,7 @@ static int serve_request(struct conn *c, size_t hl)
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
     int route, st, is_post, is_get, key_q;
+    size_t pfx;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
@@ -4825,8 +4864,17 @@ static int serve_request(struct conn *c, size_t hl)
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !stopping();
     route = route_of(rq->path);
+    /* /v1/models is both OpenAI's (and Anthropic's) model list and, on Google's stable path,
+     * Gemini's: a request with a Google key (x-goog-api-key, ?key=, or a Google SDK's
+     * x-goog-api-client) and no anthropic-version gets Gemini's; so does GET
+     * /v1/models/{model}, which is OpenAI's one-model answer otherwise. */
+    if ((route == ROUTE_MODELS || route == ROUTE_MODEL_GET) && google_client(rq))
+        route = ROUTE_GEMINI_MODELS;
+    c->route = route;
     /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
-     * errors in Anthropic's shape. */
+     * errors in Anthropic's shape. Gemini's routes, and any other path under /v1beta/, or
+     * under /v1/ from a Google client or naming a model method (/v1/models/x:embedContent),
+     * get Google's. */
     c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
                  || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
                  ? COAI_DIALECT_ANTHROPIC
@@ -4834,15 +4882,18 @@ static int serve_request(struct conn *c, size_t hl)
                  ? COAI_DIALECT_RESPONSES
                  : route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                    || route == ROUTE_GEMINI_MODELS
-                   || (rq->path.len >= 8 && memcmp(rq->path.ptr, "/v1beta/", 8) == 0)
+                   || ((route == ROUTE_NONE || (route == ROUTE_MODEL_GET
+                                                && !coai_str_eq(rq->method, "GET")))
+                       && google_path(rq))
                  ? COAI_DIALECT_GEMINI
                  : COAI_DIALECT_OPENAI_CHAT;
     c->gm_model[0] = 0;
     c->gm_stream = 0;
-    if (c->dialect == COAI_DIALECT_GEMINI && rq->path.len > 15) {
+    if ((c->dialect == COAI_DIALECT_GEMINI || route == ROUTE_MODEL_GET)
+        && (pfx = models_prefix(rq->path)) > 0 && rq->path.len > pfx) {
         /* copied now (the head's views die when the body is read): the model of the URL
          * (percent-decoded) and the stream mode */
-        const char *p = rq->path.ptr + 15, *end = rq->path.ptr + rq->path.len;
+        const char *p = rq->path.ptr + pfx, *end = rq->path.ptr + rq->path.len;
         const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                             ? last_colon(p, (size_t)(end - p)) : NULL;
         size_t k = 0;
@@ -4887,7 +4938,11 @@ static int serve_request(struct conn *c, size_t hl)
                    "cross-origin requests are not allowed", NULL);
         goto done;
     }
-    if (route == ROUTE_NONE) {
+    if (route == ROUTE_NONE || (c->dialect == COAI_DIALECT_GEMINI
+                                && ((route_is_post(route) && !is_post)
+                                    || (!route_is_post(route) && !is_get)))) {
+        /* (Google answers a method its path does not have, /v1/models/x:embedContent, with
+         * 404 NOT_FOUND, not 405) */
         char msg[200];
         c->keep = 0;
         snprintf(msg, sizeof msg, "Unknown request URL: %s %s", c->method, c->path);
@@ -4977,6 +5032,7 @@ static int serve_request(struct conn *c, size_t hl)
         break;
     }
     case ROUTE_MODELS:
+    case ROUTE_MODEL_GET:
         handle_models(c);
         break;
     case ROUTE_USAGE:
@@ -5565,13 +5621,17 @@ static int handle_models(struct conn *c)
                    "upstream model list is not valid JSON", NULL);
         goto done;
     }
-    if (c->dialect == COAI_DIALECT_GEMINI && c->gm_model[0]) {
-        /* GET /v1beta/models/{model}: one of the account's models (modelId, display id or
-         * an alias), else Gemini's 404 */
+    if (c->gm_model[0]) {
+        /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
+         * (modelId, display id or an alias), in Gemini's shape or OpenAI's, else a 404 */
         coai_str want = coai_str_c(c->gm_model);
         const coai_model *hit = NULL;
+        int gem = c->dialect == COAI_DIALECT_GEMINI;
         size_t i, j;
-        if (want.len > 7 && memcmp(want.ptr, "models/", 7) == 0) { want.ptr += 7; want.len -= 7; }
+        if (gem && want.len > 7 && memcmp(want.ptr, "models/", 7) == 0) {
+            want.ptr += 7;
+            want.len -= 7;
+        }
         for (i = 0; i < m.count && !hit; i++) {
             coai_str a;
             if (coai_str_eq(m.items[i].id, want.ptr)
@@ -5582,12 +5642,19 @@ static int handle_models(struct conn *c)
         }
         if (!hit) {
             char msg[360];
-            snprintf(msg, sizeof msg, "models/%s is not found for API version v1beta (not a "
-                     "model of this Cursor account; GET /v1beta/models lists them)", want.ptr);
+            if (gem)
+                snprintf(msg, sizeof msg, "models/%s is not found for API version %s (not a "
+                         "model of this Cursor account; GET %s lists them)", want.ptr,
+                         c->path[2] == '1' && c->path[3] == '/' ? "v1" : "v1beta",
+                         c->path[2] == '1' && c->path[3] == '/' ? "/v1/models" : "/v1beta/models");
+            else
+                snprintf(msg, sizeof msg, "The model '%s' does not exist (not a model of this "
+                         "Cursor account; GET /v1/models lists them)", want.ptr);
             send_error(c, 404, "invalid_request_error", "model_not_found", NULL, msg, NULL);
             goto done;
         }
-        if (coai_models_write_gemini(&out, &m, hit) < 0) {
+        if ((gem ? coai_models_write_gemini(&out, &m, hit)
+                 : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
         }
@@ -6485,6 +6552,10 @@ struct run_held {
     int ended_empty;                /* Cursor ended the run cleanly, nothing shown */
     int continuing;                 /* the response continues a held run (run_continued) */
     int counted;                    /* run_held taken for this response, not parked yet */
+    coai_str cids[64];              /* the follow-up's id for each pending call, as the
+                                     * client rewrote it (views into in.req); ncids 0: the
+                                     * ids came back as given */
+    size_t ncids;
 };
 
 struct run {
@@ -8319,19 +8390,73 @@ static int held_park(struct run *r)
  * exactly, parked by the history the request carries before them (everything up to the
  * assistant message(s) that made the calls). Taken out of the table and stopped; NULL with
  * *why filled when there is none. */
+/* id holds the call id c: equal, or c inside it (a client that prefixes or wraps ids) */
+static int id_holds(coai_str id, coai_str c)
+{
+    size_t i;
+    if (!c.len || id.len < c.len) return 0;
+    for (i = 0; i + c.len <= id.len; i++)
+        if (memcmp(id.ptr + i, c.ptr, c.len) == 0) return 1;
+    return 0;
+}
+
+/* The follow-up's id for each of the n pending calls of a held run, into cid: the same id, an
+ * id that holds it (prefixed, wrapped), or else, when the client re-numbered them all, the
+ * assistant message's calls in the order they were given (acalls, na of them), each answered
+ * by a result. 0, or -1 when they do not pair one to one. */
+static int held_pair_ids(const coai_reply_call *calls, size_t n, const coai_str *ids,
+                         const coai_call *acalls, size_t na, coai_str *cid)
+{
+    size_t i, j, k;
+    int exact = 1;
+    for (i = 0; i < n && exact; i++) {
+        for (j = 0, k = n; j < n; j++) {
+            if (ids[j].len == calls[i].call_id.len
+                && memcmp(ids[j].ptr, calls[i].call_id.ptr, ids[j].len) == 0) { k = j; break; }
+            if (k == n && id_holds(ids[j], calls[i].call_id)) k = j;
+        }
+        if (k == n) exact = 0;
+        else cid[i] = ids[k];
+    }
+    if (!exact) {
+        /* re-numbered: by position in the assistant message that carried them */
+        if (na != n) return -1;
+        for (i = 0; i < n; i++) {
+            for (j = 0; j < n; j++)
+                if (ids[j].len == acalls[i].id.len
+                    && memcmp(ids[j].ptr, acalls[i].id.ptr, ids[j].len) == 0)
+                    break;
+            if (j == n) return -1;
+            cid[i] = acalls[i].id;
+        }
+    }
+    for (i = 0; i < n; i++)              /* one result for each call */
+        for (j = i + 1; j < n; j++)
+            if (cid[i].len == cid[j].len && memcmp(cid[i].ptr, cid[j].ptr, cid[i].len) == 0)
+                return -1;
+    return 0;
+}
+
 static struct run *held_claim(const coai_chat_request *req, const char *model, char *why,
                               size_t wcap)
 {
-    coai_str ids[64];
-    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, j, p;
-    struct run *r;
+    coai_str ids[64], cid[64];
+    size_t n = coai_request_trailing_tool_ids(req, ids, 64), i, p, na = 0, a0;
+    struct run *r, *q;
     const coai_reply_call *calls;
+    const coai_call *acalls = NULL;
     int64_t end;
     unsigned char hist[32];
     why[0] = 0;
     if (!n) return NULL;
     for (p = req->message_count; p > 0 && req->messages[p - 1].role == COAI_ROLE_TOOL; p--) {}
-    while (p > 0 && req->messages[p - 1].role == COAI_ROLE_ASSISTANT) p--;
+    /* the assistant message that carried the calls (the last one with calls) */
+    for (a0 = p; a0 > 0 && req->messages[a0 - 1].role == COAI_ROLE_ASSISTANT; a0--)
+        if (!acalls && req->messages[a0 - 1].call_count) {
+            acalls = req->messages[a0 - 1].calls;
+            na = req->messages[a0 - 1].call_count;
+        }
+    p = a0;
     conv_digest(req->messages, p, hist);
     end = mono_ms() + HELD_PARK_WAIT_MS;
     pthread_mutex_lock(&H.lock);
@@ -8346,6 +8471,15 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
             break;
     }
     if (!r) {
+        /* ids without the run's handle (a client that re-numbers them): the one run held on
+         * this very history */
+        for (q = H.list; q; q = q->held.next)
+            if (!q->held.release_req && memcmp(hist, q->held.park_hist, 32) == 0) {
+                if (r) { r = NULL; break; }          /* two: neither is surely this one */
+                r = q;
+            }
+    }
+    if (!r) {
         pthread_mutex_unlock(&H.lock);
         snprintf(why, wcap, "no held run for these tool results on this instance");
         return NULL;
@@ -8355,16 +8489,10 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
         snprintf(why, wcap, "the tool results do not answer every pending tool call");
         return NULL;
     }
-    for (i = 0; i < n; i++) {
-        for (j = 0; j < n; j++)
-            if (ids[j].len == calls[i].call_id.len
-                && memcmp(ids[j].ptr, calls[i].call_id.ptr, ids[j].len) == 0)
-                break;
-        if (j == n) {
-            pthread_mutex_unlock(&H.lock);
-            snprintf(why, wcap, "the tool results do not answer the pending tool calls");
-            return NULL;
-        }
+    if (held_pair_ids(calls, n, ids, acalls, na, cid) < 0) {
+        pthread_mutex_unlock(&H.lock);
+        snprintf(why, wcap, "the tool results do not answer the pending tool calls");
+        return NULL;
     }
     if (strcmp(model, r->in.model) != 0) {
         pthread_mutex_unlock(&H.lock);
@@ -8390,6 +8518,9 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
         run_free(r);
         return NULL;
     }
+    /* the client's ids for the results (views into req, which moves to r->in.req) */
+    for (i = 0; i < n; i++) r->held.cids[i] = cid[i];
+    r->held.ncids = n;
     return r;
 }
 
@@ -8722,6 +8853,9 @@ static void run_finish(struct run *r)
 
 /* The tool output the request carries for a call id, into out (is_error: never set by
  * OpenAI chat; kept for the dialects that have it). */
+/* The follow-up's id of pending call i (the client may have rewritten it: held_claim). */
+#define HELD_CID(r, calls, i) ((i) < (r)->held.ncids ? (r)->held.cids[i] : (calls)[i].call_id)
+
 static int held_results(struct run *r, char *why, size_t wcap)
 {
     const coai_reply_call *calls;
@@ -8737,7 +8871,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
      * before anything is sent. */
     for (i = 0; i < n; i++) {
         if (calls[i].ref.kind != COAI_EXEC_MCP
-            && coai_request_tool_result_images(&r->in.req, calls[i].call_id, &imgs)) {
+            && coai_request_tool_result_images(&r->in.req, HELD_CID(r, calls, i), &imgs)) {
             snprintf(why, wcap, "the result for %.*s has images, which only an MCP exec's "
                      "result can carry", (int)calls[i].call_id.len, calls[i].call_id.ptr);
             return -1;
@@ -8745,10 +8879,10 @@ static int held_results(struct run *r, char *why, size_t wcap)
     }
     for (i = 0; i < n && rc == 0; i++) {
         unsigned step;
-        size_t nimg = coai_request_tool_result_images(&r->in.req, calls[i].call_id, &imgs);
+        size_t nimg = coai_request_tool_result_images(&r->in.req, HELD_CID(r, calls, i), &imgs);
         coai_str t;
         coai_buf_reset(&text);
-        if (coai_request_tool_result(&r->in.req, calls[i].call_id, &text, &is_error) < 0) {
+        if (coai_request_tool_result(&r->in.req, HELD_CID(r, calls, i), &text, &is_error) < 0) {
             snprintf(why, wcap, "no result for %.*s", (int)calls[i].call_id.len,
                      calls[i].call_id.ptr);
             rc = -1;
@@ -8783,6 +8917,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
     coai_buf_free(&text);
     coai_buf_free(&m);
     coai_exec_outcome_free(&oc);
+    r->held.ncids = 0;                      /* the next park has calls of its own */
     return rc;
 }
 

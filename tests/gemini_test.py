@@ -11,7 +11,11 @@
           (what Cursor got for the read is the file's bytes; the written file is checked on
           disk), a shell command whose answer quotes its real output, a failing command whose
           exit code reaches Cursor as the real one, and a usage limit shown within 10 s.
-Prints `RESULT <passed> <failed>` last.  GEMINI_ONLY=wire,gemini picks sections.
+  stable  the same API on Google's stable path (/v1/models/{model}:generateContent,
+          :streamGenerateContent, :countTokens, GET /v1/models[/{model}] with a Google key),
+          OpenAI's /v1/models beside it (a Bearer key), and unknown URLs under /v1beta/ and
+          /v1/ from a Google client answered 404 NOT_FOUND in Google's error shape
+Prints `RESULT <passed> <failed>` last.  GEMINI_ONLY=wire,stable,gemini picks sections.
 """
 
 import http.client
@@ -268,6 +272,91 @@ def t_wire(proxy, fake, ws):
 
 
 # ---------------------------------------------------------------------------------------------
+# the stable path (/v1)
+
+def gerr(st, b):
+    """(status, error.code, error.status) of a Google-shaped error answer, else (st, None)."""
+    try:
+        e = json.loads(b)["error"]
+        return st, e.get("code"), e.get("status"), isinstance(e.get("message"), str)
+    except (ValueError, KeyError, TypeError):
+        return st, None, None, False
+
+
+def t_stable(proxy, fake):
+    def g1(model, action, body, query="", headers=None):
+        h = {"x-goog-api-key": KEY}
+        h.update(headers or {})
+        return req(proxy, "POST", "/v1/models/%s:%s%s" % (model, action, query), body, h)
+    n0 = len(fake.runs())
+    st, b, h = g1("scenario:text_basic", "generateContent", user("hi"))
+    j = json.loads(b) if st == 200 else {}
+    cand = (j.get("candidates") or [{}])[0]
+    check("POST /v1/models/{model}:generateContent: a Gemini response (text, STOP, usage)",
+          st == 200 and "".join(p.get("text", "") for p in cand.get("content", {})
+                                .get("parts", [])) == "Hello, world! w\u00f6rld \U0001f30d"
+          and cand.get("finishReason") == "STOP" and j.get("usageMetadata"), (st, b[:400]))
+    check("... on one Cursor run", len(fake.runs()) == n0 + 1, len(fake.runs()) - n0)
+    st, b, h = g1("scenario:thinking", "streamGenerateContent", user("think"), "?alt=sse")
+    ps = parts_of(sse(b)) if st == 200 else []
+    check("POST /v1/models/{model}:streamGenerateContent?alt=sse: SSE with thought and text",
+          st == 200 and h.get("content-type", "").startswith("text/event-stream") and
+          "".join(p["text"] for p in ps if not p.get("thought")) == "The answer is 42.",
+          (st, b[:400]))
+    st, b, h = g1("scenario:text_basic", "streamGenerateContent", user("hi"))
+    arr = json.loads(b) if st == 200 else None
+    check("... without alt=sse: a JSON array", isinstance(arr, list) and
+          arr[-1]["candidates"][0]["finishReason"] == "STOP", (st, b[:300]))
+    st, b, h = g1("scenario:text_basic", "countTokens", user("hello there"))
+    check("POST /v1/models/{model}:countTokens -> totalTokens",
+          st == 200 and json.loads(b).get("totalTokens", 0) > 0, (st, b[:300]))
+    st, b, h = req(proxy, "GET", "/v1/models", headers={"x-goog-api-key": KEY})
+    ms = json.loads(b).get("models", []) if st == 200 else []
+    check("GET /v1/models with x-goog-api-key: Gemini's list (models/<id>, methods)",
+          ms and all(m["name"].startswith("models/") and "generateContent" in
+                     m["supportedGenerationMethods"] for m in ms), (st, b[:300]))
+    st, b, h = req(proxy, "GET", "/v1/models?key=" + KEY)
+    check("GET /v1/models?key=: Gemini's list", st == 200 and "models" in json.loads(b),
+          (st, b[:300]))
+    st, b, h = req(proxy, "GET", "/v1/models", headers={"Authorization": "Bearer " + KEY})
+    j = json.loads(b) if st == 200 else {}
+    check("GET /v1/models with a Bearer key: still OpenAI's list",
+          j.get("object") == "list" and j.get("data") and "models" not in j, (st, b[:300]))
+    if ms:
+        one = ms[0]["name"]
+        st, b, h = req(proxy, "GET", "/v1/" + one, headers={"x-goog-api-key": KEY})
+        check("GET /v1/models/{model} with a Google key: that model in Gemini's shape",
+              st == 200 and json.loads(b).get("name") == one, (st, b[:300]))
+        oid = j["data"][0]["id"] if j.get("data") else "x"
+        st, b, h = req(proxy, "GET", "/v1/models/" + oid,
+                       headers={"Authorization": "Bearer " + KEY})
+        o = json.loads(b) if st == 200 else {}
+        check("GET /v1/models/{model} with a Bearer key: OpenAI's model object",
+              o.get("id") == oid and o.get("object") == "model", (st, b[:300]))
+    st, b, h = req(proxy, "GET", "/v1/models/no-such-model", headers={"x-goog-api-key": KEY})
+    check("GET /v1/models/<unknown> with a Google key: 404 NOT_FOUND in Google's shape",
+          gerr(st, b) == (404, 404, "NOT_FOUND", True), (st, b[:300]))
+    # unknown URLs under either prefix: Google's error shape
+    for method, path, hd in (
+            ("POST", "/v1/models/scenario:text_basic:embedContent", {"x-goog-api-key": KEY}),
+            ("POST", "/v1/models/scenario:text_basic:embedContent",
+             {"Authorization": "Bearer " + KEY}),
+            ("GET", "/v1/cachedContents", {"x-goog-api-key": KEY}),
+            ("GET", "/v1/files?key=" + KEY, {}),
+            ("POST", "/v1beta/models/x:batchEmbedContents", {"x-goog-api-key": KEY}),
+            ("GET", "/v1beta/tunedModels", {"x-goog-api-key": KEY})):
+        st, b, h = req(proxy, method, path, {} if method == "POST" else None, hd)
+        check("%s %s (%s): 404 {error:{code:404,message,status:NOT_FOUND}}"
+              % (method, path.split("?")[0], ",".join(hd) or "?key="),
+              gerr(st, b) == (404, 404, "NOT_FOUND", True), (st, b[:300]))
+    # an OpenAI client's unknown URL under /v1 keeps OpenAI's shape
+    st, b, h = req(proxy, "GET", "/v1/no-such-thing", headers={"Authorization": "Bearer " + KEY})
+    e = json.loads(b).get("error", {}) if b else {}
+    check("an OpenAI client's unknown /v1 URL: 404 in OpenAI's shape (code unknown_url)",
+          st == 404 and e.get("code") == "unknown_url" and e.get("type"), (st, b[:300]))
+
+
+# ---------------------------------------------------------------------------------------------
 # Gemini CLI
 
 def workspace(secret):
@@ -373,6 +462,7 @@ def main():
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
                         extra_env={"CURSOR_OAI_API_KEY": KEY, "CURSOR_OAI_IDLE_TIMEOUT": "20"})
         S.sections((("wire", lambda: t_wire(proxy, fake, ws)),
+                    ("stable", lambda: t_stable(proxy, fake)),
                     ("gemini", lambda: t_gemini(proxy, fake, tmp))), only, timed=False)
         errs = fake.state()["errors"]
         check("fake upstream saw no protocol errors", not errs, errs)

@@ -6,7 +6,7 @@ ids, stream_close), stalls like the live server when they are wrong, and can go 
 close a held run. Every fallback (held run -> fresh replayed run) has a check here that fails
 when the fallback is removed. Prints `RESULT <passed> <failed>` last.
   tests/held_test.py [--only a,b] [--keep]
-  sections: parity,held,fallback,clients,fast,memory,watchdog"""
+  sections: parity,held,ids,fallback,clients,fast,memory,watchdog"""
 
 import json
 import os
@@ -366,6 +366,68 @@ def t_held(tmp, fake, token, ws, secret):
     eq("five-step loop: one upstream run", len(runs), 1)
     if runs:
         eq("five-step loop: each result sent once", len(appends_of(runs[0], "exec_result")), 5)
+    upstream_clean(fake, n0)
+    px.stop()
+
+
+# issue 31 item 4: clients that rewrite the tool-call ids they were given
+REWRITES = (("prefix call_<id>", lambda orig, k: "call_" + orig),
+            ("wrap fc-<id>-1", lambda orig, k: "fc-%s-1" % orig),
+            ("re-number tool_<n>", lambda orig, k: "tool_%d" % k))
+
+
+def loop_rewritten(px, ws, model, stream, rw, steps_max=8):
+    """A tool loop whose client answers each call under an id of its own (rw(orig, n)), and
+    keeps that id in its history: -> responses."""
+    msgs = [{"role": "user", "content": "go"}]
+    out, n = [], 0
+    for _ in range(steps_max):
+        r = chat(px, {"model": model, "messages": msgs, "tools": TOOLS}, stream)
+        out.append(r)
+        if not r["tool_calls"]:
+            break
+        calls = []
+        for t in r["tool_calls"]:
+            calls.append(dict(t, id=rw(t["id"], n)))
+            n += 1
+        msgs = follow_up(msgs, dict(r, tool_calls=calls), ws)
+    return out
+
+
+def t_ids(tmp, fake, token, ws, secret):
+    n0 = len(fake.state()["errors"])
+    px = H.Proxy(tmp, "ids", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_HOLLOW_TIMEOUT": "10"})
+    for i, (name, rw) in enumerate(REWRITES):
+        stream = i % 2 == 0
+        k0 = len(runs_of(fake, "h_parallel"))
+        rs = loop_rewritten(px, ws, "scenario:h_parallel", stream, rw)
+        c = rs[-1]["content"]
+        check("%s (stream=%s): three parallel calls, every result reached the held run"
+              % (name, stream), len(rs) == 2 and secret in c and "R2:" in c and
+              "hello.txt" in c.split("R3:")[-1], c)
+        eq("%s (stream=%s): the loop on ONE Cursor run" % (name, stream),
+           len(runs_of(fake, "h_parallel")) - k0, 1)
+        k0 = len(runs_of(fake, "h_five"))
+        rs = loop_rewritten(px, ws, "scenario:h_five", not stream, rw)
+        eq("%s (stream=%s): five steps, each continued: the answer" % (name, not stream),
+           ([bool(r["tool_calls"]) for r in rs], rs[-1]["content"]),
+           ([True] * 5 + [False], "FIVE DONE"))
+        eq("%s (stream=%s): the five-step loop on ONE Cursor run" % (name, not stream),
+           len(runs_of(fake, "h_five")) - k0, 1)
+    # re-numbered ids with results in another order than the calls: still paired by the
+    # assistant message, each result to its own exec
+    k0 = len(runs_of(fake, "h_parallel"))
+    msgs = [{"role": "user", "content": "go"}]
+    r = chat(px, {"model": "scenario:h_parallel", "messages": msgs, "tools": TOOLS}, False)
+    calls = [dict(t, id="x%d" % (9 - k)) for k, t in enumerate(r["tool_calls"])]
+    f = follow_up(msgs, dict(r, tool_calls=calls), ws)
+    f = f[:2] + list(reversed(f[2:]))
+    r2 = chat(px, {"model": "scenario:h_parallel", "messages": f, "tools": TOOLS}, False)
+    c = r2["content"]
+    check("re-numbered, results in reverse order: each result reached its own exec",
+          secret in c.split("R2:")[0] and "hello.txt" in c.split("R3:")[-1], c)
+    eq("... on ONE Cursor run", len(runs_of(fake, "h_parallel")) - k0, 1)
     upstream_clean(fake, n0)
     px.stop()
 
@@ -881,6 +943,7 @@ def main():
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         S.sections((("parity", lambda: t_parity(tmp, fake, token, ws)),
                     ("held", lambda: t_held(tmp, fake, token, ws, secret)),
+                    ("ids", lambda: t_ids(tmp, fake, token, ws, secret)),
                     ("fallback", lambda: t_fallback(tmp, fake, token, ws, secret)),
                     ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
                     ("fast", lambda: t_fast(tmp, fake, token, ws, secret)),

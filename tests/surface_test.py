@@ -640,6 +640,69 @@ def t_fields(fake, proxy):
                               metadata={"k": "v"}, presence_penalty=0, frequency_penalty=0)
     eq("temperature/top_p/seed/user/metadata: accepted (ignored)", st, 200)
 
+
+# ---------------------------------------------------------------------------------------------
+# custom (freeform) tools on Chat Completions (issue 31 item 5)
+
+PATCH = "*** Begin Patch\n*** Add File: a.txt\n+\"quoted\" line\n*** End Patch"
+CUSTOM_SCENARIOS = {
+    "custom_tool": {"steps": [
+        {"op": "exec", "kind": "mcp", "id": 1, "exec_id": "exec-ct-1", "tool_name": "apply_patch",
+         "args": {"input": PATCH}, "tool_call_id": "toolu_ct1", "hold": True},
+        {"op": "await_results", "max_s": 60},
+        {"op": "text_from_result", "id": 1, "prefix": "RESULT:"}] + TOOL_IMG_END},
+}
+CUSTOM_TOOL = {"type": "custom", "custom": {"name": "apply_patch",
+                                            "description": "Apply a patch to files",
+                                            "format": {"type": "text"}}}
+
+
+def t_custom(fake, proxy):
+    model = "scenario:custom_tool"
+
+    def chat(body):
+        st, b, hd = proxy.request("POST", "/v1/chat/completions", body, timeout=60)
+        return st, b
+
+    k0 = len(runs_of_model(fake, model))
+    msgs = [{"role": "user", "content": "add a.txt"}]
+    st, b = chat({"model": model, "messages": msgs, "tools": [CUSTOM_TOOL], "stream": True})
+    deltas = [tc for ln in b.decode("utf-8", "replace").splitlines()
+              if ln.startswith("data: {")
+              for ch in json.loads(ln[6:]).get("choices", [])
+              for tc in (ch.get("delta") or {}).get("tool_calls") or []]
+    eq("streamed: a custom tool is accepted (200, not 400 'must be function')", st, 200)
+    ok = (len(deltas) == 1 and deltas[0].get("type") == "custom" and
+          deltas[0].get("custom") == {"name": "apply_patch", "input": PATCH} and
+          "function" not in deltas[0])
+    check("streamed: the call is a delta {type: custom, custom: {name, input: the raw text}}",
+          ok, b[:800])
+    if deltas:
+        call = {"id": deltas[0].get("id"), "type": "custom", "custom": deltas[0].get("custom")}
+        st, b = chat({"model": model, "messages": msgs + [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": "Patched a.txt"}],
+            "tools": [CUSTOM_TOOL]})
+        j = jload(b) or {}
+        content = ((j.get("choices") or [{}])[0].get("message") or {}).get("content")
+        eq("the custom call and its result back in the history: Cursor got the result",
+           (st, content), (200, "RESULT:Patched a.txt"))
+    eq("... the whole loop on ONE Cursor run", len(runs_of_model(fake, model)) - k0, 1)
+    # the official openai SDK, non-streamed, its own message sent back as it returned it
+    k0 = len(runs_of_model(fake, model))
+    r = sdk(proxy, "custom", {"model": model, "prompt": "add a.txt", "result": "Done!"})
+    if r is None:
+        check("openai npm SDK installed (build/npm)", False, "run tests/e2e_run.sh --install-only")
+        return
+    tcs = (r.get("first") or {}).get("toolCalls") or []
+    check("openai SDK: message.tool_calls[0] is {type: custom, custom: {name, input}}",
+          len(tcs) == 1 and tcs[0].get("type") == "custom" and
+          tcs[0].get("custom") == {"name": "apply_patch", "input": PATCH} and
+          (r.get("first") or {}).get("finish") == "tool_calls", r)
+    eq("openai SDK: the result reaches Cursor and the answer comes back, on one run",
+       ((r.get("second") or {}).get("content"), len(runs_of_model(fake, model)) - k0),
+       ("RESULT:Done!", 1))
+
 # ---------------------------------------------------------------------------------------------
 
 def main():
@@ -656,6 +719,7 @@ def main():
             {"op": "images_text"}, {"op": "turn_ended"}, {"op": "trailer", "status": 0}]}}
         scen.update(FIELD_SCENARIOS)
         scen.update(TOOL_IMG_SCENARIOS)
+        scen.update(CUSTOM_SCENARIOS)
         fake = H.Fake(tmp, scen, token)
         # CURSOR_OAI_USAGE_TTL=0: each GET /v1/usage asks Cursor (the checks change the
         # fake's usage answer between GETs)
@@ -667,7 +731,8 @@ def main():
                          ("images", lambda: t_images(tmp, fake, proxy, token)),
                          ("tool-images", lambda: t_tool_images(fake, proxy)),
                          ("strict", lambda: t_strict(proxy)),
-                         ("fields", lambda: t_fields(fake, proxy))]:
+                         ("fields", lambda: t_fields(fake, proxy)),
+                         ("custom", lambda: t_custom(fake, proxy))]:
             if os.environ.get("SURFACE_ONLY") and name not in os.environ["SURFACE_ONLY"].split(","):
                 continue
             try:

@@ -1464,6 +1464,141 @@ static void test_turn_usage(void)
     }
 }
 
+/* needle in hay (memmem is not C99) */
+static int has_bytes(const void *hay, size_t n, const char *needle, size_t k)
+{
+    size_t i;
+    for (i = 0; hay && i + k <= n; i++)
+        if (memcmp((const char *)hay + i, needle, k) == 0) return 1;
+    return 0;
+}
+
+/* Issue 31 item 5: custom (freeform) tools on Chat Completions, as the Responses dialect
+ * takes them: accepted (not 400 "must be 'function'"), offered to Cursor as a function with
+ * one string "input" (the grammar in the description), a call to one answered as
+ * {"type":"custom","custom":{name, input}} (the raw text) in the message and in the stream's
+ * delta, and such calls accepted back in the history. */
+static void test_custom_tools(void)
+{
+    static const char body[] =
+        "{\"model\":\"gpt-5\",\"messages\":["
+        "{\"role\":\"user\",\"content\":\"patch it\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\","
+        "\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\",\"input\":\"*** Begin Patch\\n"
+        "*** End Patch\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"Done!\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+        "{\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\",\"description\":\"Edit "
+        "files.\",\"format\":{\"type\":\"grammar\",\"grammar\":{\"syntax\":\"lark\","
+        "\"definition\":\"start: PATCH\"}}}},"
+        "{\"type\":\"custom\",\"custom\":{\"name\":\"free\"}}]}";
+    coai_request q;
+    coai_error e;
+    coai_reply r;
+    sink s;
+    coai_msg m;
+    const cJSON *in;
+    coai_buf pb = { 0 };
+    memset(&e, 0, sizeof e);
+    CHECK(coai_chat_request_parse(&q, body, strlen(body), &e) == 0);
+    CHECKF(q.tool_count == 3, "%s", e.message);
+    if (q.tool_count != 3) { coai_request_free(&q); return; }
+    CHECK(!q.tools[0].freeform && q.tools[1].freeform && q.tools[2].freeform);
+    CHECK(coai_str_eq(q.tools[1].name, "apply_patch") && coai_str_eq(q.tools[2].name, "free"));
+    CHECK(q.tools[1].description.len > 12
+          && !memcmp(q.tools[1].description.ptr, "Edit files.\n\n", 13)
+          && has_bytes(q.tools[1].description.ptr, q.tools[1].description.len,
+                    "lark grammar:\nstart: PATCH", 26));
+    in = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(
+        q.tools[2].parameters, "properties"), "input");
+    CHECK(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(in, "type"))
+          && !strcmp(cJSON_GetObjectItemCaseSensitive(in, "type")->valuestring, "string"));
+    {   /* tool_choice naming a custom tool: only that tool is offered */
+        static const char tc[] = "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":"
+            "\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"custom\",\"custom\":"
+            "{\"name\":\"apply_patch\"}}],\"tool_choice\":{\"type\":\"custom\",\"custom\":"
+            "{\"name\":\"apply_patch\"}}}";
+        coai_request c;
+        CHECK(coai_chat_request_parse(&c, tc, strlen(tc), &e) == 0);
+        CHECK(c.tool_choice == COAI_TOOL_CHOICE_TOOL && c.tool_count == 1
+              && coai_str_eq(c.tools[0].name, "apply_patch") && c.tools[0].freeform);
+        coai_request_free(&c);
+    }
+    /* the history: the custom call's input is its arguments */
+    CHECK(q.message_count == 3 && q.messages[1].call_count == 1
+          && coai_str_eq(q.messages[1].calls[0].name, "apply_patch")
+          && coai_str_eq(q.messages[1].calls[0].args, "*** Begin Patch\n*** End Patch")
+          && coai_str_eq(q.messages[2].tool_call_id, "call_1"));
+    CHECK(coai_prompt_build(&pb, cJSON_GetObjectItemCaseSensitive(q.root_, "messages")) == 0);
+    CHECK(pb.data && has_bytes(pb.data, pb.len, "[Called tool: apply_patch(*** Begin Patch\n*** "
+                            "End Patch)]", 48));
+    coai_buf_free(&pb);
+    /* a bad custom tool: its object missing, a name missing, a format not an object */
+    {
+        static const char *const bad[][2] = {
+            { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"custom\"}]}",
+              "tools[0].custom" },
+            { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"custom\",\"custom\":"
+              "{}}]}", "tools[0].custom.name" },
+            { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"custom\",\"custom\":"
+              "{\"name\":\"x\",\"format\":3}}]}", "tools[0].custom.format" },
+            { "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"type\":\"custom\","
+              "\"custom\":{\"name\":\"x\",\"input\":3}}]}]}",
+              "messages[0].tool_calls[0].custom.input" },
+            { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"type\":\"web\"}]}",
+              "tools[0].type" } };
+        size_t i;
+        for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            coai_request b;
+            memset(&e, 0, sizeof e);
+            CHECKF(coai_chat_request_parse(&b, bad[i][0], strlen(bad[i][0]), &e)
+                   == COAI_ERR_INVALID && !strcmp(e.param, bad[i][1]),
+                   "%zu: %s", i, e.param);
+            coai_request_free(&b);
+        }
+    }
+    /* Cursor calls the custom tool (an MCP call with {"input": ...}): non-stream message */
+    reply_setup(&r, &s, 0, 0, q.tools, q.tool_count);
+    m = msg_kind(COAI_MSG_EXEC);
+    m.exec.kind = COAI_EXEC_MCP;
+    m.exec.id = 2;
+    m.exec.exec_id = coai_str_c("exec-mcp-0002");
+    m.exec.tool_name = coai_str_c("apply_patch");
+    m.exec.tool_call_id = coai_str_c("toolu_01P");
+    m.exec.args_json = coai_str_c("{\"input\":\"*** Begin Patch\\n\\\"q\\\"\"}");
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+    {
+        static const char w[] = "\"tool_calls\":[{\"id\":\"sess_030303030303__call_toolu01P\","
+            "\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\",\"input\":\"*** Begin Patch"
+            "\\n\\\"q\\\"\"}}]";
+        CHECKF(r.out.data && has_bytes(r.out.data, r.out.len, w, strlen(w)), "%.*s",
+               (int)r.out.len, r.out.data ? (const char *)r.out.data : "");
+    }
+    coai_reply_free(&r);
+    coai_buf_free(&s.all);
+    /* the same streamed: the delta's tool call is the custom shape; a function tool's stays */
+    reply_setup(&r, &s, 1, 0, q.tools, q.tool_count);
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+    {
+        static const char w[] = "{\"tool_calls\":[{\"index\":0,\"id\":\"sess_030303030303__call_"
+            "toolu01P\",\"type\":\"custom\",\"custom\":{\"name\":\"apply_patch\",\"input\":\"*** "
+            "Begin Patch\\n\\\"q\\\"\"}}]}";
+        CHECKF(r.out.data && has_bytes(r.out.data, r.out.len, w, strlen(w)), "%.*s",
+               (int)r.out.len, r.out.data ? (const char *)r.out.data : "");
+    }
+    coai_reply_free(&r);
+    coai_buf_free(&s.all);
+    reply_setup(&r, &s, 1, 0, q.tools, q.tool_count);
+    m.exec.tool_name = coai_str_c("get_weather");
+    m.exec.args_json = coai_str_c("{\"input\":\"x\"}");
+    CHECK(coai_reply_feed_msg(&r, &m) == COAI_DONE);
+    CHECK(r.out.data && has_bytes(r.out.data, r.out.len, "\"type\":\"function\",\"function\":{\"name"
+                               "\":\"get_weather\",\"arguments\":\"{\\\"input\\\":\\\"x\\\"}\"}", 78));
+    coai_reply_free(&r);
+    coai_buf_free(&s.all);
+    coai_request_free(&q);
+}
+
 int main(void)
 {
     test_turn_usage();
@@ -1473,6 +1608,7 @@ int main(void)
     test_exec_map();
     test_sse_text();
     test_sse_usage();
+    test_custom_tools();
     test_sse_tool_call();
     test_non_stream();
     test_commit_errors();

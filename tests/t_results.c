@@ -236,8 +236,11 @@ static void test_claude(void)
     run(&b, &o, &x, "Bash", "Command timed out after 2m 0.0s", 1, 0);
     CHECK(!strcmp(o.shape, "raw") && path(b.data, b.len, SHELL_FAIL, 3, &s)
           && find(s.p, s.n, 3, &f) && f.v == 1 && find(s.p, s.n, 6, &f));
-    /* success text that looks like the error layout is output */
+    /* a first line naming the code counts in a success result too (the generic rule: any
+     * client's first or last line "Exit code N"); a line in the middle does not */
     run(&b, &o, &x, "Bash", "Exit code 3\nx", 0, 0);
+    CHECK(!strcmp(o.shape, "exit-line") && o.has_exit && o.exit_code == 3 && out_is(&o, "x"));
+    run(&b, &o, &x, "Bash", "a\nExit code 3\nx", 0, 0);
     CHECK(!strcmp(o.shape, "raw") && !o.has_exit);
     coai_exec_outcome_free(&o);
     coai_buf_free(&b);
@@ -442,9 +445,13 @@ static void test_exit_trap(void)
     CHECK(!o.has_exit && !strcmp(o.shape, "raw"));
     run(&b, &o, &x, "bash", "x\n[exit code: 0]", 0, 0);
     CHECK(!o.has_exit);
-    /* without the trap in the command, the same text is output */
+    /* without the trap in the command, the same last line is a code all the same (the
+     * generic rule); a line of that form before other output is not */
     x.exit_trap = 0;
     run(&b, &o, &x, "bash", "out\n\n[exit code: 3]\n", 0, 0);
+    CHECK(o.has_exit && o.exit_code == 3 && out_is(&o, "out\n")
+          && path(b.data, b.len, SHELL_FAIL, 3, &s));
+    run(&b, &o, &x, "bash", "a\n[exit code: 3]\nmore\n", 0, 0);
     CHECK(!o.has_exit && path(b.data, b.len, SHELL_OK, 3, &s));
     cJSON_Delete(sch);
     coai_exec_outcome_free(&o);
@@ -652,6 +659,91 @@ static void test_chat_delete(void)
     coai_buf_free(&b);
 }
 
+/* Issue 31 item 3: the exit code of any client's result, in layouts no client here writes:
+ * a first or last line naming it, any common phrasing, bracketed or tagged; a JSON object.
+ * Each (text, is_error) -> (has code, code, output). */
+static void test_generic_exit(void)
+{
+    static const struct { const char *text; int is_error, has, code; const char *out; } v[] = {
+        /* trailers */
+        { "hello\nexit code: 3", 0, 1, 3, "hello" },
+        { "hello\nExit code 3\n", 0, 1, 3, "hello" },
+        { "hello\n[exit code: 3]", 0, 1, 3, "hello" },
+        { "hello\n[Exit Code 3]\n\n", 0, 1, 3, "hello" },
+        { "hello\n<exit_code>3</exit_code>\n", 0, 1, 3, "hello" },
+        { "hello\n<exitCode>3</exitCode>", 0, 1, 3, "hello" },
+        { "hello\nProcess exited with code 3\n", 1, 1, 3, "hello" },
+        { "hello\n(process exited with status 3)", 0, 1, 3, "hello" },
+        { "hello\ncommand failed with exit code 3.", 0, 1, 3, "hello" },
+        { "hello\nreturn code: 3", 0, 1, 3, "hello" },
+        { "hello\nreturncode=3", 0, 1, 3, "hello" },
+        { "hello\n(exit 3)", 0, 1, 3, "hello" },
+        { "hello\n[rc=3]", 0, 1, 3, "hello" },
+        { "hello\n\"exit_code\": 3", 0, 1, 3, "hello" },
+        { "hello\n{\"exit_code\": 3}\n", 0, 1, 3, "hello" },
+        { "hello\n**Exit status:** 3", 0, 1, 3, "hello" },
+        { "hello\nEXIT_CODE=0", 0, 1, 0, "hello" },
+        { "hello\nThe exit code is 3", 0, 1, 3, "hello" },
+        { "line1\r\nline2\r\nexit code: 2\r\n", 0, 1, 2, "line1\r\nline2" },
+        { "out\nexit code: -1", 0, 1, -1, "out" },
+        /* headers */
+        { "Exit status: 4\nsome output\nmore", 0, 1, 4, "some output\nmore" },
+        { "[exit code: 4]\nx\n", 1, 1, 4, "x\n" },
+        { "<exit_code>0</exit_code>\nok", 0, 1, 0, "ok" },
+        { "Return code 2", 1, 1, 2, "" },
+        /* a whole JSON object */
+        { "{\"stdout\": \"a\\nb\\n\", \"stderr\": \"\", \"exit_code\": 3}", 0, 1, 3, "a\nb\n" },
+        { "{\"output\":\"x\",\"exitCode\":0}\n", 0, 1, 0, "x" },
+        /* not a code: content */
+        { "hello", 0, 0, 0, "hello" },
+        { "a\nexit code 5 was expected\nb", 0, 0, 0, "a\nexit code 5 was expected\nb" },
+        { "a\nExit code: 5\nb\n", 0, 0, 0, "a\nExit code: 5\nb\n" },
+        { "#!/bin/sh\necho hi\nexit 3\n", 0, 0, 0, "#!/bin/sh\necho hi\nexit 3\n" },
+        { "the tests exited with code 0 in CI", 0, 0, 0, "the tests exited with code 0 in CI" },
+        { "results\ncode 3", 0, 0, 0, "results\ncode 3" },
+        { "results\nstatus: 3", 0, 0, 0, "results\nstatus: 3" },
+        { "x\nexit code: 3 (SIGQUIT)", 0, 0, 0, "x\nexit code: 3 (SIGQUIT)" },
+        { "x\nexit code: 3 and 4", 0, 0, 0, "x\nexit code: 3 and 4" },
+        { "x\nexit code: 3s", 0, 0, 0, "x\nexit code: 3s" },
+        { "x\nexit code: 99999999999999", 0, 0, 0, "x\nexit code: 99999999999999" },
+        { "x\n<exit_code>3</return_code>", 0, 0, 0, "x\n<exit_code>3</return_code>" },
+        { "x\nexit code: \xc3\xa9 3", 0, 0, 0, "x\nexit code: \xc3\xa9 3" },
+        { "{\"exit_code\": 3}", 0, 1, 3, "" },       /* the code line alone: no output */
+        { "{\"output\": \"x\", \"exit_code\": 1.5}", 0, 0, 0,
+          "{\"output\": \"x\", \"exit_code\": 1.5}" },
+    };
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x = ref(COAI_EXEC_SHELL, "", "make test");
+    size_t i;
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+        run(&b, &o, &x, "run_commands", v[i].text, v[i].is_error, 0);
+        CHECKF(o.has_exit == v[i].has && (!v[i].has || o.exit_code == v[i].code)
+               && (v[i].is_error && !v[i].has ? o.err.len == strlen(v[i].out)
+                   : out_is(&o, v[i].out)),
+               "%zu: %s -> has %d code %d out '%.*s'", i, v[i].text, o.has_exit, o.exit_code,
+               (int)o.out.len, o.out.ptr);
+        CHECKF(o.is_error == (v[i].is_error || (v[i].has && v[i].code != 0)), "%zu error", i);
+    }
+    /* unknown text passes byte for byte, exit 0: the shell result's stdout is the text */
+    {
+        pbw_field s, f;
+        run(&b, &o, &x, "run_commands", "a\nExit code: 5\nb\n", 0, 0);
+        CHECK(path(b.data, b.len, SHELL_OK, 3, &s) && find(s.p, s.n, 5, &f)
+              && str_is(&f, "a\nExit code: 5\nb\n") && !find(s.p, s.n, 3, &f));
+        run(&b, &o, &x, "run_commands", "compiling\n[exit code: 3]\n", 0, 0);
+        CHECK(path(b.data, b.len, SHELL_FAIL, 3, &s) && find(s.p, s.n, 3, &f) && f.v == 3
+              && find(s.p, s.n, 5, &f) && str_is(&f, "compiling"));
+    }
+    /* a read tool's content is never cut, whatever its last line */
+    x = ref(COAI_EXEC_READ, "/WORKSPACE/log.txt", "");
+    run(&b, &o, &x, "read_files", "build log\nexit code: 3\n", 0, 0);
+    CHECK(!o.has_exit && out_is(&o, "build log\nexit code: 3\n"));
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 int main(void)
 {
     test_chat_delete();
@@ -662,6 +754,7 @@ int main(void)
     test_opencode_kilo();
     test_raw_same();
     test_exit_trap();
+    test_generic_exit();
     test_param_names();
     TEST_END();
 }

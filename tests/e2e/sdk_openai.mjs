@@ -1,7 +1,7 @@
 // Drives the proxy with the official `openai` npm package. Prints one JSON object on stdout.
 // usage: node sdk_openai.mjs <baseURL> <mode> [jsonParams]
 //   jsonParams: {model, messages | prompt, maxRetries, extra: {more request fields}}
-//   modes: version | stream | nonstream | tools | error | error_stream
+//   modes: version | stream | nonstream | tools | custom | error | error_stream
 import OpenAI from 'openai';
 import { readFileSync } from 'node:fs';
 import { VERSION } from 'openai/version';
@@ -90,6 +90,20 @@ try {
       { role: 'tool', tool_call_id: call.id, content: result }];
     out.second = await collect(await client.chat.completions.create(
       { model, messages: follow, tools, stream: true }));
+  } else if (mode === 'custom') {
+    // A custom (freeform) tool: the call comes back as {type: 'custom', custom: {name, input}};
+    // the assistant message is sent back as the SDK returned it, with the tool's result.
+    const tools = [{ type: 'custom', custom: { name: 'apply_patch',
+                                               description: 'Apply a patch to files',
+                                               format: { type: 'text' } } }];
+    const r = await client.chat.completions.create({ model, messages, tools });
+    const msg = r.choices[0].message;
+    out.first = { finish: r.choices[0].finish_reason, toolCalls: msg.tool_calls ?? [] };
+    if ((msg.tool_calls ?? []).length !== 1) done(out);
+    const follow = [...messages, msg,
+      { role: 'tool', tool_call_id: msg.tool_calls[0].id, content: P.result ?? 'Done!' }];
+    const r2 = await client.chat.completions.create({ model, messages: follow, tools });
+    out.second = { content: r2.choices[0].message.content, finish: r2.choices[0].finish_reason };
   } else if (mode === 'error' || mode === 'error_stream') {
     try {
       if (mode === 'error') {
