@@ -4354,14 +4354,6 @@ static int route_of(coai_str path)
     return ROUTE_NONE;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
 static int64_t body_deadline(int64_t body_end)
 {
@@ -4572,7 +4564,7 @@ static int serve_request(struct conn *c, size_t hl)
     coai_http_request *rq = &c->rq;
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, st, is_post, is_get, key_q;
+    int route, st, is_post, is_get, key_q, gm_bad = 0;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
@@ -4607,22 +4599,9 @@ static int serve_request(struct conn *c, size_t hl)
         const char *p = rq->path.ptr + 15, *end = rq->path.ptr + rq->path.len;
         const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                             ? last_colon(p, (size_t)(end - p)) : NULL;
-        size_t k = 0;
         coai_str mt = { p, (size_t)((colon ? colon : end) - p) };
-        while (mt.len && k + 1 < sizeof c->gm_model) {
-            int ch = (unsigned char)*mt.ptr, hi, lo;
-            if (ch == '%' && mt.len >= 3 && (hi = hexval(mt.ptr[1])) >= 0
-                && (lo = hexval(mt.ptr[2])) >= 0) {
-                ch = hi * 16 + lo;
-                mt.ptr += 2;
-                mt.len -= 2;
-            }
-            if (ch < 0x20 || ch == 0x7f) break;       /* never a control byte in a name */
-            c->gm_model[k++] = (char)ch;
-            mt.ptr++;
-            mt.len--;
-        }
-        c->gm_model[k] = 0;
+        /* a control byte in the name, or one too long: a 400 below, never a shorter name */
+        gm_bad = coai_gemini_url_model(mt, c->gm_model, sizeof c->gm_model) < 0;
         if (colon && (size_t)(end - colon - 1) == 21 && memcmp(colon + 1, "streamGenerateContent",
                                                                21) == 0)
             c->gm_stream = coai_str_eq(coai_http_query_param(rq->target, "alt"), "sse") ? 1 : 2;
@@ -4682,6 +4661,13 @@ static int serve_request(struct conn *c, size_t hl)
                    : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>', "
                      "'x-api-key: <key>', 'x-goog-api-key: <key>' or '?key=<key>'.",
                    "WWW-Authenticate: Bearer\r\n");
+        goto done;
+    }
+    if (gm_bad) {
+        c->keep = 0;
+        send_error(c, 400, "invalid_request_error", "invalid_model", NULL,
+                   "the model name in the URL holds a control character or is longer than 255 "
+                   "bytes", NULL);
         goto done;
     }
     if (rq->content_length > (int64_t)SRV_BODY_MAX) {

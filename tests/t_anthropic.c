@@ -733,11 +733,40 @@ static void test_search_result(void)
     coai_request_free(&q);
 }
 
+/* issue 29: an image error names the Anthropic block it came from (a tool_result's image was
+ * "messages[2].content[0]" - the neutral message, not the client's message 1) */
+static void test_image_paths(void)
+{
+    static const struct { const char *body, *param; } c[] = {
+        { "{\"model\":\"m\",\"max_tokens\":5,\"system\":\"s\",\"messages\":[{\"role\":\"user\","
+          "\"content\":\"look\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\","
+          "\"id\":\"t1\",\"name\":\"read\",\"input\":{}}]},{\"role\":\"user\",\"content\":["
+          "{\"type\":\"text\",\"text\":\"here\"},{\"type\":\"tool_result\",\"tool_use_id\":\"t1\","
+          "\"content\":[{\"type\":\"text\",\"text\":\"r\"},{\"type\":\"image\",\"source\":{"
+          "\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"AAAA\"}}]}]}]}",
+          "messages.2.content.1.content.1.source" },
+        { "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":["
+          "{\"type\":\"text\",\"text\":\"x\"},{\"type\":\"image\",\"source\":{\"type\":\"base64\","
+          "\"media_type\":\"image/png\",\"data\":\"bm90IGFuIGltYWdl\"}}]}]}",
+          "messages.0.content.1.source" },
+    };
+    size_t i;
+    for (i = 0; i < sizeof c / sizeof c[0]; i++) {
+        coai_request q;
+        coai_error e;
+        int rc = parse(&q, c[i].body, &e);
+        CHECKF(rc < 0 && !strcmp(e.param, c[i].param) && strstr(e.message, c[i].param)
+               && !strstr(e.message, "messages["), "%d %s: %s", rc, e.param, e.message);
+        if (rc == 0) coai_request_free(&q);
+    }
+}
+
 int main(void)
 {
     test_request();
     test_search_result();
     test_request_errors();
+    test_image_paths();
     test_openai_neutral();
     test_stream();
     test_tool_use();
