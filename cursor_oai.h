@@ -349,7 +349,9 @@ void coai_creds_free(coai_creds *c);
  * {"access_token", "id_token", "shouldLogout"}, snake_case. c gets access_token (and
  * refresh_token if one is ever sent: Cursor's does not rotate, so it is normally absent);
  * *should_logout is 1 when "shouldLogout" is true (Cursor revoked the login).
- * 0 when the JSON is an object, -1 otherwise (c cleared, *should_logout 0). */
+ * 0 when the JSON is an object, -1 otherwise (c cleared, *should_logout 0), -2 (c cleared)
+ * when a string holds a \u0000 escape, as coai_creds_parse: a token cut short there would
+ * be taken as a renewed login. */
 int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout);
 
 /* ======================================================================== */
@@ -3083,9 +3085,11 @@ int coai_creds_parse(const char *json, size_t n, coai_creds *c)
 
 int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout)
 {
-    cJSON *root = cJSON_ParseWithLength(json, n);
+    cJSON *root;
     memset(c, 0, sizeof *c);
     *should_logout = 0;
+    if (json && coai__oa_has_nul_escape(json, n)) return -2;
+    root = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
     c->access_token = coai__json_strdup(root, "access_token");
     c->refresh_token = coai__json_strdup(root, "refresh_token");

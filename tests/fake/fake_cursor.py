@@ -122,6 +122,7 @@ DEFAULT_CONFIG = {
     "refresh_status": None,        # e.g. 401 to make /oauth/token and /auth/refresh fail
     "refresh_delay_s": 0.0,        # both renewal routes answer after this
     "oauth_token_route": True,     # False: /oauth/token answers 404
+    "oauth_token_nul": False,      # True: /oauth/token's access_token holds a \u0000 escape
     "auth_refresh_route": True,    # False: /auth/refresh answers 404 (unconfirmed in 2026)
     "access_ttl_s": 3600,          # exp of issued access tokens
     "rotate_refresh": True,        # /auth/refresh only: a used refresh token becomes invalid
@@ -2496,6 +2497,8 @@ def h_oauth_token(conn, req, rec):
         conn.respond(200, json.dumps({"access_token": "", "id_token": "", "shouldLogout": True}))
         return 200
     at = issue_tokens()["accessToken"]
+    if S.config["oauth_token_nul"]:
+        at = at[:10] + "\x00" + at[10:]      # json.dumps writes it as \u0000
     conn.respond(200, json.dumps({"access_token": at, "id_token": "idt_" + secrets.token_hex(8),
                                   "shouldLogout": False}))
     return 200
