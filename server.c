@@ -2431,6 +2431,8 @@ struct h2s {
     int reset;                      /* RST_STREAM (rst_code), refused, or a dead connection */
     uint32_t rst_code;
     int refused;                    /* the server never processed it (GOAWAY, REFUSED_STREAM) */
+    int local_reset;                /* the reset was ours (rst_code): the server broke HTTP/2
+                                     * on the stream, or we ran out of memory for it */
     int local_end;                  /* we ended our side */
     int blocked;                    /* its writer waits for window */
     coai_buf in;                    /* DATA received, not yet handed out */
@@ -2558,6 +2560,8 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         if (s->in.err) {
             coai_h2_reset(hc->core, ev->stream, COAI_H2_INTERNAL_ERROR);
             s->reset = 1;
+            s->local_reset = 1;
+            s->rst_code = COAI_H2_INTERNAL_ERROR;
         }
         if (ev->end_stream) s->ended = 1;
         /* one wake-up per stream for all the DATA of one read (h2c_signal_pending) */
@@ -2569,7 +2573,10 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         if (!s) break;
         s->reset = 1;
         s->rst_code = ev->code;
-        if (ev->type == COAI_H2_EV_REFUSED || (!s->status && !s->got_bytes)) s->refused = 1;
+        /* a reset of ours (the server broke HTTP/2 on the stream) is not a refusal */
+        s->local_reset = ev->type == COAI_H2_EV_RESET && ev->local;
+        if (ev->type == COAI_H2_EV_REFUSED || (!s->local_reset && !s->status && !s->got_bytes))
+            s->refused = 1;
         h2s_signal(s);
         break;
     case COAI_H2_EV_WINDOW:
@@ -3187,6 +3194,10 @@ static void h2s_failure(struct h2s *s, char *out, size_t cap)
     if (s->hc->dead)
         snprintf(out, cap, "the HTTP/2 connection to %.60s failed: %.100s", s->hc->host.authority,
                  s->hc->why);
+    else if (s->local_reset)
+        snprintf(out, cap, "the proxy reset the stream (RST_STREAM %.30s): %s",
+                 coai_h2_error_str(s->rst_code), s->rst_code == COAI_H2_INTERNAL_ERROR
+                 ? "out of memory for its data" : "the server broke HTTP/2 on it");
     else if (s->refused)
         snprintf(out, cap, "%.60s refused the stream (%.30s)", s->hc->host.authority,
                  s->hc->goaway ? "GOAWAY" : coai_h2_error_str(s->rst_code));
@@ -3196,6 +3207,19 @@ static void h2s_failure(struct h2s *s, char *out, size_t cap)
     else
         snprintf(out, cap, "the HTTP/2 stream ended");
     pthread_mutex_unlock(&s->hc->mu);
+}
+
+/* 1 when s failed because the server broke HTTP/2: a stream error we reset it for, or a
+ * connection error (h2c_fail_locked's "HTTP/2 protocol error by the server"). */
+static int h2s_protocol_fault(struct h2s *s)
+{
+    static const char pe[] = "HTTP/2 protocol error";
+    int f;
+    pthread_mutex_lock(&s->hc->mu);
+    f = (s->local_reset && s->rst_code != COAI_H2_INTERNAL_ERROR)
+        || (s->hc->dead && strncmp(s->hc->why, pe, sizeof pe - 1) == 0);
+    pthread_mutex_unlock(&s->hc->mu);
+    return f;
 }
 
 /* Close s: END_STREAM when the server is done and we are not, else RST_STREAM(CANCEL)
@@ -7170,7 +7194,10 @@ static void tr_io_error(struct run *r, coai_error *e, const char *stage)
         return;
     }
     h2s_failure(r->up.h2, why, sizeof why);
-    if (r->up.h2->got_bytes)    /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
+    if (h2s_protocol_fault(r->up.h2))    /* not unreachable: it answered, breaking HTTP/2 */
+        up_err(e, 502, "upstream_protocol_error", "upstream broke HTTP/2 while %s: %s", stage,
+               why);
+    else if (r->up.h2->got_bytes)   /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
         up_err(e, 502, "upstream_truncated", "upstream ended the stream while %s: %s", stage,
                why);
     else
