@@ -2547,6 +2547,11 @@ coai_str coai_reply_output_items(const coai_reply *r);
  *   responseSchema / responseJsonSchema = a JSON answer; candidateCount > 1 is refused;
  *   temperature, topP, topK, seed, penalties ... accepted and not used), safetySettings
  *   and labels (accepted). cachedContent is refused (there is no server-side cache).
+ *   Google's own 400s are kept: an allowedFunctionNames entry no declaration has, a second
+ *   declaration of a name, a non-object functionResponse.response, a functionResponse
+ *   content not right after a model content with a functionCall, a non-object
+ *   responseSchema / responseJsonSchema, a responseMimeType outside Google's list. An image
+ *   error names the Gemini field (coai_part.path: "contents[i].parts[j].inlineData").
  *   Ids: a functionCall / functionResponse without an id gets its name as id, so that a
  *   call and its result still pair up. Results keep the client's text; what goes to Cursor
  *   is read out of it by coai_exec_outcome_parse, which knows Gemini CLI's

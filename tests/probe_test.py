@@ -827,11 +827,22 @@ def t_dialect_rules(tmp, fake, token, ws, secret):
     good = [(n, st, t[:160]) for n, (st, t) in good if st != 200]
     for what, cases in bad.items():
         res = [(name, cur) + post(path, body) for name, path, body, cur in cases]
+        # the client's own field path (issue 29: it was the neutral messages[i].content[k])
+        field = {"chat, a user message of the current turn":
+                 "messages[0].content[0].image_url.url",
+                 "responses, a function_call_output (tool results on their own)":
+                 "input[1].output[0].image_url",
+                 "responses, a function_call_output after the user message":
+                 "input[2].output[0].image_url",
+                 "messages, a tool_result": "messages.2.content.0.content.0.source",
+                 "gemini, a functionResponse's parts":
+                 "contents[2].parts[0].functionResponse.parts[0].inlineData"}
         wrong = [(n, st, t[:160]) for n, cur, st, t in res
-                 if ((st != 400 or "messages[" not in t or "content[" not in t
+                 if ((st != 400 or field.get(n, "?") not in t
                       or not ("does not decode" in t or "is not a JPEG" in t)) if cur
                      else st != 200)]
-        check("%s: a 400 naming the part in the current turn of every dialect (%s), a text "
+        check("%s: a 400 naming the part by the client's own field in the current turn of "
+              "every dialect (%s), a text "
               "marker in an earlier turn (%s); a PNG that decodes is accepted in all of them"
               % (what, ", ".join(n for n, c, _, _ in res if c),
                  ", ".join(n for n, c, _, _ in res if not c)), not wrong and not good,
