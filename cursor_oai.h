@@ -376,7 +376,9 @@ void coai_creds_free(coai_creds *c);
  * {"access_token", "id_token", "shouldLogout"}, snake_case. c gets access_token (and
  * refresh_token if one is ever sent: Cursor's does not rotate, so it is normally absent);
  * *should_logout is 1 when "shouldLogout" is true (Cursor revoked the login).
- * 0 when the JSON is an object, -1 otherwise (c cleared, *should_logout 0). */
+ * 0 when the JSON is an object, -1 otherwise (c cleared, *should_logout 0), -2 (c cleared)
+ * when a string holds a \u0000 escape, as coai_creds_parse: a token cut short there would
+ * be taken as a renewed login. */
 int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout);
 
 /* ======================================================================== */
@@ -1972,6 +1974,9 @@ typedef struct coai_part {
     coai_str media_type;       /* IMAGE: e.g. "image/png"; may be empty */
     coai_str data;             /* IMAGE: base64 bytes; empty when url is used */
     coai_str url;              /* IMAGE: URL as given (data: URLs included); may be empty */
+    const char *path;          /* IMAGE: the client's own field path for error messages
+                                * ("contents[0].parts[1].inlineData"); NULL = the neutral
+                                * "messages[i].content[k]" */
 } coai_part;
 
 /* A tool call the assistant made earlier in the conversation. */
@@ -2724,6 +2729,11 @@ coai_str coai_reply_output_items(const coai_reply *r);
  *   responseSchema / responseJsonSchema = a JSON answer; candidateCount > 1 is refused;
  *   temperature, topP, topK, seed, penalties ... accepted and not used), safetySettings
  *   and labels (accepted). cachedContent is refused (there is no server-side cache).
+ *   Google's own 400s are kept: an allowedFunctionNames entry no declaration has, a second
+ *   declaration of a name, a non-object functionResponse.response, a functionResponse
+ *   content not right after a model content with a functionCall, a non-object
+ *   responseSchema / responseJsonSchema, a responseMimeType outside Google's list. An image
+ *   error names the Gemini field (coai_part.path: "contents[i].parts[j].inlineData").
  *   Ids: a functionCall / functionResponse without an id gets its name as id, so that a
  *   call and its result still pair up. Results keep the client's text; what goes to Cursor
  *   is read out of it by coai_exec_outcome_parse, which knows Gemini CLI's
@@ -2767,6 +2777,11 @@ coai_str coai_reply_output_items(const coai_reply *r);
  * SSE, 2 JSON array. Same contract as coai_request_parse. */
 int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str model,
                       int stream, coai_error *err);
+/* The model segment of a Gemini URL (between "/v1beta/models/" and the method's ':'),
+ * percent-decoded into out[cap] (NUL-terminated). 0 ok; -1 when a decoded byte is a control
+ * byte (a model name never holds one: "%00" or "%0d%0a" would otherwise cut or split it) or
+ * the name does not fit: a 400, never a shorter name. */
+int coai_gemini_url_model(coai_str seg, char *out, size_t cap);
 /* Map an exec to Gemini CLI's tools: shell -> run_shell_command {command, description,
  * dir_path}, read -> read_file {file_path}, write -> write_file {file_path, content}, grep
  * with a file glob -> grep_search {pattern, dir_path, include_pattern}, ls -> list_directory
@@ -3258,9 +3273,11 @@ int coai_creds_parse(const char *json, size_t n, coai_creds *c)
 
 int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout)
 {
-    cJSON *root = cJSON_ParseWithLength(json, n);
+    cJSON *root;
     memset(c, 0, sizeof *c);
     *should_logout = 0;
+    if (json && coai__oa_has_nul_escape(json, n)) return -2;
+    root = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
     c->access_token = coai__json_strdup(root, "access_token");
     c->refresh_token = coai__json_strdup(root, "refresh_token");
@@ -9350,6 +9367,23 @@ static coai_str coai__oa_call_args(const cJSON *c)
                                       cu ? "input" : "arguments"));
 }
 
+/* A part's field path for error messages (coai_part.path), printed into request memory;
+ * NULL (the neutral path is used) when out of memory, which the parse then reports. */
+static const char *coai__req_path(coai_request *req, const char *fmt, ...)
+{
+    char tmp[160], *p;
+    size_t n;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    n = strlen(tmp) + 1;
+    p = (char *)coai__req_alloc(req, n);
+    if (!p) { req->mem_.err = 1; return NULL; }
+    memcpy(p, tmp, n);
+    return p;
+}
+
 void coai_request_free(coai_request *req)
 {
     size_t i, k = req->mem_.len / sizeof(void *);
@@ -12781,10 +12815,12 @@ static int coai__an_search_result(coai_request *req, const cJSON *b, coai_part *
 }
 
 /* An image block -> an IMAGE part. path names the block in messages. */
-static int coai__an_image(const cJSON *b, coai_part *p, const char *path, coai_error *err)
+static int coai__an_image(coai_request *req, const cJSON *b, coai_part *p, const char *path,
+                          coai_error *err)
 {
     const cJSON *src = coai__oa_get(b, "source");
     p->kind = COAI_PART_IMAGE;
+    p->path = coai__req_path(req, "%s.source", path);
     if (coai__an_type_is(src, "base64")) {
         const cJSON *mt = coai__oa_get(src, "media_type"), *d = coai__oa_get(src, "data");
         if (!cJSON_IsString(mt) || !cJSON_IsString(d))
@@ -12882,7 +12918,7 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                             return coai__an_bad(err, "%s.text: Field required", p2);
                         tp[q++].text = coai__oa_jstr(coai__oa_get(e, "text"));
                     } else if (coai__an_type_is(e, "image")) {
-                        int rc = coai__an_image(e, &tp[q++], p2, err);
+                        int rc = coai__an_image(req, e, &tp[q++], p2, err);
                         if (rc) return rc;
                     } else if (coai__an_type_is(e, "document")) {
                         int rc = coai__an_document(e, &tp[q++], p2, err);
@@ -12921,7 +12957,7 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
             if (r == COAI_ROLE_ASSISTANT)
                 return coai__an_bad(err, "%s: image blocks belong in user messages", path);
             cur->part_count++;
-            rc = coai__an_image(b, &parts[pn++], path, err);
+            rc = coai__an_image(req, b, &parts[pn++], path, err);
             if (rc) return rc;
         } else if (strcmp(ty, "thinking") == 0) {
             if (!cJSON_IsString(coai__oa_get(b, "thinking")))
@@ -13712,6 +13748,8 @@ static int coai__rs_content(coai__rs_parse *ps, coai_message *m, const cJSON *co
                                     "supported: send the image as a data: URL)", p);
             }
             parts[k].kind = COAI_PART_IMAGE;
+            parts[k].path = coai__req_path(ps->req, "%s.%s[%u].image_url", where, field,
+                                           (unsigned)k);
             parts[k].url = coai__oa_jstr(u);
         } else {
             return coai__oa_bad(ps->err, p, "Unsupported content part type '%s' in %s "
@@ -14098,6 +14136,27 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
     {
         /* text.format json_object / json_schema: emulated like Chat's response_format */
         const cJSON *fm = coai__oa_get(v, "format"), *ft = coai__oa_get(fm, "type");
+        if (fm && !cJSON_IsNull(fm) && !cJSON_IsObject(fm)) {
+            coai__oa_bad(err, "text.format", "Invalid type for 'text.format': expected an "
+                         "object, but got %s instead.", cJSON_IsString(fm) ? "a string"
+                         : cJSON_IsArray(fm) ? "an array" : "a scalar");
+            goto fail;
+        }
+        if (cJSON_IsObject(fm) && !cJSON_IsString(ft)) {
+            coai__oa_bad(err, "text.format.type", "Missing required parameter: "
+                         "'text.format.type' (a string: 'text', 'json_object' or "
+                         "'json_schema').");
+            goto fail;
+        }
+        if (cJSON_IsString(ft) && strcmp(ft->valuestring, "text") != 0
+            && strcmp(ft->valuestring, "json_object") != 0
+            && strcmp(ft->valuestring, "json_schema") != 0) {
+            /* OpenAI's answer to any other type (a 400 before the run, not a plain answer) */
+            coai__oa_bad(err, "text.format.type", "Invalid value: '%.64s'. Supported values "
+                         "are: 'text', 'json_object', and 'json_schema'.", ft->valuestring);
+            err->code = "invalid_value";
+            goto fail;
+        }
         if (cJSON_IsString(ft) && strcmp(ft->valuestring, "json_schema") == 0
             && !cJSON_IsObject(coai__oa_get(fm, "schema"))) {
             /* OpenAI requires the schema; without it the answer could never be checked */
@@ -15294,7 +15353,6 @@ static coai_str coai__gm_response_text(coai_request *req, const cJSON *resp, int
     if (cJSON_IsString(v = coai__oa_get(resp, "output"))) return coai__oa_jstr(v);
     if (cJSON_IsString(v = coai__oa_get(resp, "error"))) { *is_error = 1; return coai__oa_jstr(v); }
     if (cJSON_IsString(v = coai__oa_get(resp, "content"))) return coai__oa_jstr(v);
-    if (cJSON_IsString(resp)) return coai__oa_jstr(resp);
     if (!resp || cJSON_IsNull(resp)) return coai_str_c("");
     return coai__req_own(req, cJSON_PrintUnformatted(resp));
 }
@@ -15333,7 +15391,7 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             return coai__gm_bad(err, "contents[%d].parts[%d]: must be an object", i, j);
         if ((v = coai__oa_get(p, "functionResponse")) != NULL) {
             const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
-            const cJSON *fps = coai__oa_get(v, "parts"), *fp;
+            const cJSON *fps = coai__oa_get(v, "parts"), *fp, *rv;
             coai_message *tm;
             coai_part *tp;
             size_t nfp = 1;
@@ -15346,6 +15404,12 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             if (fps && !cJSON_IsNull(fps) && !cJSON_IsArray(fps))
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.parts: must "
                                     "be a list", i, j);
+            rv = coai__oa_get(v, "response");
+            if (rv && !cJSON_IsNull(rv) && !cJSON_IsObject(rv))
+                /* Google's Struct: a string, number or list is refused (INVALID_ARGUMENT) */
+                return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.response: "
+                                    "must be a JSON object (put a text result in "
+                                    "{\"output\": ...})", i, j);
             if (cJSON_IsArray(fps)) nfp += (size_t)cJSON_GetArraySize(fps);
             tp = (coai_part *)coai__req_alloc(req, nfp * sizeof *tp);
             if (!tp) return COAI_ERR_NOMEM;
@@ -15354,7 +15418,7 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             tm->role = COAI_ROLE_TOOL;
             tm->tool_call_id = cJSON_IsString(id) && id->valuestring[0] ? coai__oa_jstr(id)
                                                                         : coai__oa_jstr(name);
-            tp->text = coai__gm_response_text(req, coai__oa_get(v, "response"), &tm->is_error);
+            tp->text = coai__gm_response_text(req, rv, &tm->is_error);
             tm->parts = tp;
             tm->part_count = 1;
             /* multimodal function responses: inlineData parts are the result's images (the
@@ -15370,6 +15434,9 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
                                             "mimeType and data (file URIs are not supported)",
                                             i, j, q);
                     tp[tm->part_count].kind = COAI_PART_IMAGE;
+                    tp[tm->part_count].path = coai__req_path(req, "contents[%d].parts[%d]."
+                                                             "functionResponse.parts[%d]."
+                                                             "inlineData", i, j, q);
                     tp[tm->part_count].media_type = coai__oa_jstr(mt);
                     tp[tm->part_count++].data = coai__oa_jstr(dd);
                     q++;
@@ -15401,6 +15468,7 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
                 return coai__gm_bad(err, "contents[%d].parts[%d].inlineData: needs string "
                                     "mimeType and data", i, j);
             ps[pn].kind = COAI_PART_IMAGE;
+            ps[pn].path = coai__req_path(req, "contents[%d].parts[%d].inlineData", i, j);
             ps[pn].media_type = coai__oa_jstr(mt);
             ps[pn++].data = coai__oa_jstr(d);
             cur->part_count++;
@@ -15442,6 +15510,20 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
         j++;
     }
     return 0;
+}
+
+/* The index of the first part of content c with the key, or -1 (none, or c is not a
+ * content with a parts list). */
+static int coai__gm_find_part(const cJSON *c, const char *key)
+{
+    const cJSON *parts = coai__oa_get(c, "parts"), *p;
+    int j = 0;
+    if (!cJSON_IsArray(parts)) return -1;
+    cJSON_ArrayForEach(p, parts) {
+        if (coai__oa_get(p, key)) return j;
+        j++;
+    }
+    return -1;
 }
 
 /* The tools of the request: functionDeclarations only (built-in tools run at Google). */
@@ -15493,6 +15575,14 @@ static int coai__gm_tools(coai_request *req, cJSON *tools, coai_error *err)
             if (sch && !cJSON_IsNull(sch) && !cJSON_IsObject(sch))
                 return coai__gm_bad(err, "tools[%d].functionDeclarations[%d].parameters: must "
                                     "be an object", i, j);
+            {   /* Google refuses a second declaration of a name (INVALID_ARGUMENT) */
+                size_t e;
+                for (e = 0; e < q; e++)
+                    if (coai_str_eq(req->tools[e].name, name->valuestring))
+                        return coai__gm_bad(err, "tools[%d].functionDeclarations[%d].name: "
+                                            "Duplicate function declaration found: %.64s", i,
+                                            j, name->valuestring);
+            }
             req->tools[q].name = coai__oa_jstr(name);
             req->tools[q].description = coai__oa_jstr(d);
             req->tools[q++].parameters = cJSON_IsObject(sch) ? sch : NULL;
@@ -15532,10 +15622,23 @@ static int coai__gm_tool_config(coai_request *req, const cJSON *tc, coai_error *
     if (!cJSON_IsArray(names))
         return coai__gm_bad(err, "toolConfig.functionCallingConfig.allowedFunctionNames: must "
                             "be a list of names");
-    cJSON_ArrayForEach(nm, names)
+    q = 0;
+    cJSON_ArrayForEach(nm, names) {
+        int found = 0;
         if (!cJSON_IsString(nm))
             return coai__gm_bad(err, "toolConfig.functionCallingConfig.allowedFunctionNames: "
                                 "must be a list of names");
+        for (i = 0; i < req->tool_count && !found; i++)
+            found = coai_str_eq(req->tools[i].name, nm->valuestring);
+        /* as Google (and the other dialects for their named tool): a name that no function
+         * declaration has is a 400, never a request whose tools silently vanish */
+        if (!found)
+            return coai__gm_bad(err, "toolConfig.functionCallingConfig.allowedFunctionNames[%d]: "
+                                "'%.64s' is not the name of a function declaration in tools",
+                                (int)q, nm->valuestring);
+        q++;
+    }
+    q = 0;
     /* only the allowed tools are offered */
     for (i = 0; i < req->tool_count; i++) {
         int ok = 0;
@@ -15548,6 +15651,16 @@ static int coai__gm_tool_config(coai_request *req, const cJSON *tc, coai_error *
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
         req->tool_choice_name = req->tools[0].name;
     }
+    return 0;
+}
+
+static int coai__gm_mime_known(const char *m)
+{
+    static const char *const known[] = { "text/plain", "application/json", "application/xml",
+                                         "application/yaml", "text/x.enum", NULL };
+    size_t i;
+    for (i = 0; known[i]; i++)
+        if (strcmp(m, known[i]) == 0) return 1;
     return 0;
 }
 
@@ -15598,7 +15711,25 @@ static int coai__gm_gen_config(coai_request *req, cJSON *g, coai_error *err)
             req->thinking = 1;
         }
     }
+    {   /* a schema that is not an object is Google's 400, before any run */
+        static const char *const sk[] = { "responseSchema", "responseJsonSchema" };
+        size_t q;
+        for (q = 0; q < 2; q++) {
+            const cJSON *s = coai__oa_get(g, sk[q]);
+            if (s && !cJSON_IsNull(s) && !cJSON_IsObject(s))
+                return coai__gm_bad(err, "generationConfig.%s: must be an object (a schema)",
+                                    sk[q]);
+        }
+    }
     v = coai__oa_get(g, "responseMimeType");
+    if (cJSON_IsString(v) && v->valuestring[0]
+        && !coai__gm_mime_known(v->valuestring))
+        /* Google's list; text/plain is the default, application/json a JSON answer, the
+         * others are answered as text */
+        return coai__gm_bad(err, "generationConfig.responseMimeType: allowed mimetypes are "
+                            "`text/plain`, `application/json`, `application/xml`, "
+                            "`application/yaml` and `text/x.enum` (got '%.64s')",
+                            v->valuestring);
     if (cJSON_IsString(v) && strcmp(v->valuestring, "application/json") == 0) {
         cJSON *s = cJSON_GetObjectItemCaseSensitive(g, "responseJsonSchema");
         if (!cJSON_IsObject(s)) {
@@ -15685,6 +15816,24 @@ int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str mo
         coai__gm_bad(err, "systemInstruction: must be a content with text parts");
         goto fail;
     }
+    {   /* Google's turn rule: a content with functionResponse parts comes right after a
+         * model content with functionCall parts (else 400 INVALID_ARGUMENT) */
+        const cJSON *prev = NULL;
+        int fr;
+        cJSON_ArrayForEach(c, contents) {
+            if ((fr = coai__gm_find_part(c, "functionResponse")) >= 0
+                && coai__gm_find_part(prev, "functionCall") < 0) {
+                coai__gm_bad(err, "contents[%d].parts[%d].functionResponse: Please ensure that "
+                             "function response turn comes immediately after a function call "
+                             "turn (%s)", i, fr, i ? "the content before it has no functionCall"
+                                                   : "it is the first content");
+                goto fail;
+            }
+            prev = c;
+            i++;
+        }
+        i = 0;
+    }
     cJSON_ArrayForEach(c, contents) {
         if ((rc = coai__gm_content(req, c, i++, out, &k, err)) != 0) {
             if (rc == COAI_ERR_NOMEM) goto nomem;
@@ -15713,6 +15862,33 @@ nomem:
 fail:
     coai_request_free(req);
     return rc;
+}
+
+static int coai__gm_hex(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+int coai_gemini_url_model(coai_str seg, char *out, size_t cap)
+{
+    size_t i, k = 0;
+    if (!cap) return -1;
+    out[0] = 0;
+    for (i = 0; i < seg.len; i++) {
+        int ch = (unsigned char)seg.ptr[i], hi, lo;
+        if (ch == '%' && i + 2 < seg.len && (hi = coai__gm_hex(seg.ptr[i + 1])) >= 0
+            && (lo = coai__gm_hex(seg.ptr[i + 2])) >= 0) {
+            ch = hi * 16 + lo;
+            i += 2;
+        }
+        if (ch < 0x20 || ch == 0x7f || k + 1 >= cap) { out[0] = 0; return -1; }
+        out[k++] = (char)ch;
+    }
+    out[k] = 0;
+    return 0;
 }
 
 /* The table's parser: no URL, so the model is "auto" and there is no stream. */
@@ -17080,6 +17256,16 @@ static int coai__image_check(const coai_part *pt, const char *p, coai_error *err
  * being answered) - into req->images under the caps. The param names the part: exact for
  * OpenAI Chat ("messages[2].content[1].image_url.url"), the neutral message/part index
  * otherwise. Images of earlier messages are text markers in the prompt (coai__conv_text). */
+/* The name of image part pt (message i, part k) in an error: the client's own field path
+ * when the dialect's parser recorded one, else the neutral index (exact for OpenAI Chat). */
+static void coai__image_path(const coai_request *req, const coai_part *pt, size_t i, size_t k,
+                             char *p, size_t cap)
+{
+    if (pt->path) snprintf(p, cap, "%s", pt->path);
+    else snprintf(p, cap, "messages[%zu].content[%zu]%s", i, k,
+                  req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+}
+
 static int coai__request_images(coai_request *req, const coai_image_limits *lim,
                                 coai_error *err)
 {
@@ -17088,7 +17274,7 @@ static int coai__request_images(coai_request *req, const coai_image_limits *lim,
     size_t max_total = lim && lim->max_total ? lim->max_total : COAI_MAX_IMAGES_BYTES;
     size_t first = coai__last_user(req->messages, req->message_count), i, k, count = 0;
     size_t total = 0;
-    char p[96];
+    char p[160];
     /* One rule for every dialect: an image of the current turn that does not decode is a
      * 400. A request without a user message (tool results sent on their own, as a Responses
      * client may) is all current turn: its images are checked too, though, as in the
@@ -17100,8 +17286,7 @@ static int coai__request_images(coai_request *req, const coai_image_limits *lim,
         for (k = 0; k < m->part_count; k++) {
             int rc;
             if (m->parts[k].kind != COAI_PART_IMAGE) continue;
-            snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", i, k,
-                     req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+            coai__image_path(req, m->parts + k, i, k, p, sizeof p);
             if ((rc = coai__image_check(&m->parts[k], p, err)) != 0) return rc;
         }
     }
@@ -17133,8 +17318,7 @@ static int coai__request_images(coai_request *req, const coai_image_limits *lim,
             coai_image *im = &req->images[req->image_count];
             int rc;
             if (pt->kind != COAI_PART_IMAGE) continue;
-            snprintf(p, sizeof p, "messages[%zu].content[%zu]%s", i, k,
-                     req->dialect == COAI_DIALECT_OPENAI_CHAT ? ".image_url.url" : "");
+            coai__image_path(req, pt, i, k, p, sizeof p);
             if (pt->url.len || !pt->data.len)
                 rc = coai_image_from_url(im, pt->url, max_bytes, p, err);
             else

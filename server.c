@@ -681,20 +681,39 @@ static size_t log_line_format(char *out, size_t cap, int level, const char *msg,
         }
     }
     if (log_json) {
-        /* U+2028 / U+2029 inside the JSON strings: escaped (valid JSON either way, and a
-         * line end to JavaScript and to many log tools) */
+        /* U+2028 / U+2029 and the C1 controls U+0080..U+009F (U+0085 NEL among them) inside
+         * the JSON strings: escaped as the text log escapes them (valid JSON either way, and
+         * a line end to JavaScript and to many log tools). 0xc2 is never a continuation
+         * byte, so c2 80..9f is always one of those characters. With no room left for the
+         * escape, the character becomes spaces: never raw. */
+        static const char hex[] = "0123456789abcdef";
         size_t i;
         char tmp[8];
         for (i = 0; i < o; i++) {
-            if (i + 2 < o && (unsigned char)out[i] == 0xe2 && (unsigned char)out[i + 1] == 0x80
-                && ((unsigned char)out[i + 2] == 0xa8 || (unsigned char)out[i + 2] == 0xa9)
-                && o + 3 < cap - 1) {
+            unsigned char c0 = (unsigned char)out[i];
+            size_t from = 0;
+            if (i + 2 < o && c0 == 0xe2 && (unsigned char)out[i + 1] == 0x80
+                && ((unsigned char)out[i + 2] == 0xa8 || (unsigned char)out[i + 2] == 0xa9)) {
                 memcpy(tmp, (unsigned char)out[i + 2] == 0xa8 ? "\\u2028" : "\\u2029", 6);
-                memmove(out + i + 6, out + i + 3, o - i - 3);
-                memcpy(out + i, tmp, 6);
-                o += 3;
-                i += 5;
+                from = 3;
+            } else if (i + 1 < o && c0 == 0xc2 && (unsigned char)out[i + 1] >= 0x80
+                       && (unsigned char)out[i + 1] <= 0x9f) {
+                unsigned char d = (unsigned char)out[i + 1];
+                memcpy(tmp, "\\u00", 4);
+                tmp[4] = hex[d >> 4];
+                tmp[5] = hex[d & 15];
+                from = 2;
             }
+            if (!from) continue;
+            if (o + 6 - from >= cap - 1) {
+                memset(out + i, ' ', from);
+                i += from - 1;
+                continue;
+            }
+            memmove(out + i + 6, out + i + from, o - i - from);
+            memcpy(out + i, tmp, 6);
+            o += 6 - from;
+            i += 5;
         }
     }
     out[o++] = '\n';
@@ -2634,6 +2653,8 @@ struct h2s {
     int reset;                      /* RST_STREAM (rst_code), refused, or a dead connection */
     uint32_t rst_code;
     int refused;                    /* the server never processed it (GOAWAY, REFUSED_STREAM) */
+    int local_reset;                /* the reset was ours (rst_code): the server broke HTTP/2
+                                     * on the stream, or we ran out of memory for it */
     int local_end;                  /* we ended our side */
     int blocked;                    /* its writer waits for window */
     coai_buf in;                    /* DATA received, not yet handed out */
@@ -2761,6 +2782,8 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         if (s->in.err) {
             coai_h2_reset(hc->core, ev->stream, COAI_H2_INTERNAL_ERROR);
             s->reset = 1;
+            s->local_reset = 1;
+            s->rst_code = COAI_H2_INTERNAL_ERROR;
         }
         if (ev->end_stream) s->ended = 1;
         /* one wake-up per stream for all the DATA of one read (h2c_signal_pending) */
@@ -2772,7 +2795,10 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         if (!s) break;
         s->reset = 1;
         s->rst_code = ev->code;
-        if (ev->type == COAI_H2_EV_REFUSED || (!s->status && !s->got_bytes)) s->refused = 1;
+        /* a reset of ours (the server broke HTTP/2 on the stream) is not a refusal */
+        s->local_reset = ev->type == COAI_H2_EV_RESET && ev->local;
+        if (ev->type == COAI_H2_EV_REFUSED || (!s->local_reset && !s->status && !s->got_bytes))
+            s->refused = 1;
         h2s_signal(s);
         break;
     case COAI_H2_EV_WINDOW:
@@ -3406,6 +3432,10 @@ static void h2s_failure(struct h2s *s, char *out, size_t cap)
     if (s->hc->dead)
         snprintf(out, cap, "the HTTP/2 connection to %.60s failed: %.100s", s->hc->host.authority,
                  s->hc->why);
+    else if (s->local_reset)
+        snprintf(out, cap, "the proxy reset the stream (RST_STREAM %.30s): %s",
+                 coai_h2_error_str(s->rst_code), s->rst_code == COAI_H2_INTERNAL_ERROR
+                 ? "out of memory for its data" : "the server broke HTTP/2 on it");
     else if (s->refused)
         snprintf(out, cap, "%.60s refused the stream (%.30s)", s->hc->host.authority,
                  s->hc->goaway ? "GOAWAY" : coai_h2_error_str(s->rst_code));
@@ -3415,6 +3445,19 @@ static void h2s_failure(struct h2s *s, char *out, size_t cap)
     else
         snprintf(out, cap, "the HTTP/2 stream ended");
     pthread_mutex_unlock(&s->hc->mu);
+}
+
+/* 1 when s failed because the server broke HTTP/2: a stream error we reset it for, or a
+ * connection error (h2c_fail_locked's "HTTP/2 protocol error by the server"). */
+static int h2s_protocol_fault(struct h2s *s)
+{
+    static const char pe[] = "HTTP/2 protocol error";
+    int f;
+    pthread_mutex_lock(&s->hc->mu);
+    f = (s->local_reset && s->rst_code != COAI_H2_INTERNAL_ERROR)
+        || (s->hc->dead && strncmp(s->hc->why, pe, sizeof pe - 1) == 0);
+    pthread_mutex_unlock(&s->hc->mu);
+    return f;
 }
 
 /* Close s: END_STREAM when the server is done and we are not, else RST_STREAM(CANCEL)
@@ -3857,8 +3900,8 @@ static int cred_renew_oauth(const char *refresh, coai_creds *out, coai_error *e)
 {
     coai_buf head = { 0 }, req = { 0 }, body = { 0 };
     coai_error te;
-    char what[96];
-    int status = 0, logout = 0, rc = RENEW_FAILED;
+    char what[160];
+    int status = 0, logout = 0, rc = RENEW_FAILED, prc = 0;
     memset(out, 0, sizeof *out);
     memset(&te, 0, sizeof te);
     body.max = CRED_AUTH_BODY_MAX;
@@ -3885,7 +3928,8 @@ static int cred_renew_oauth(const char *refresh, coai_creds *out, coai_error *e)
     }
     if (status == 404) { rc = RENEW_NONE; goto done; }
     if (status >= 200 && status <= 299 && !body.err
-        && coai_oauth_token_parse((const char *)body.data, body.len, out, &logout) == 0) {
+        && (prc = coai_oauth_token_parse((const char *)body.data, body.len, out,
+                                         &logout)) == 0) {
         if (logout) {
             coai_creds_free(out);
             coai_error_set(e, 401, "authentication_error", "upstream_auth_expired", NULL,
@@ -3907,7 +3951,9 @@ static int cred_renew_oauth(const char *refresh, coai_creds *out, coai_error *e)
     }
     coai_creds_free(out);
     snprintf(what, sizeof what, "/oauth/token answered HTTP %d%s", status,
-             status >= 200 && status <= 299 ? " without an access token" : "");
+             prc == -2 ? " with a \\u0000 escape in a string (refused: it would cut the token "
+                         "short)"
+             : status >= 200 && status <= 299 ? " without an access token" : "");
     if ((status >= 200 && status <= 299) || status == 400 || status == 401 || status == 403) {
         cred_err_login(e, what);
     } else {
@@ -4602,14 +4648,6 @@ static int route_of(coai_str path)
     return ROUTE_NONE;
 }
 
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
 /* Deadline of the next body read: the gap limit, but never past the whole-body deadline. */
 static int64_t body_deadline(int64_t body_end)
 {
@@ -4837,8 +4875,9 @@ static size_t models_prefix(coai_str path)
 static int google_path(const coai_http_request *rq)
 {
     coai_str p = rq->path;
+    size_t k = models_prefix(p);
     if (p.len >= 8 && memcmp(p.ptr, "/v1beta/", 8) == 0) return 1;
-    if (models_prefix(p) == 11 && memchr(p.ptr + 11, ':', p.len - 11)) return 1;
+    if (k == 11 && p.len > k && memchr(p.ptr + k, ':', p.len - k)) return 1;
     return p.len >= 4 && memcmp(p.ptr, "/v1/", 4) == 0 && google_client(rq);
 }
 
@@ -4848,7 +4887,7 @@ static int serve_request(struct conn *c, size_t hl)
     coai_http_request *rq = &c->rq;
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, st, is_post, is_get, key_q;
+    int route, st, is_post, is_get, key_q, gm_bad = 0;
     size_t pfx;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
@@ -4896,22 +4935,9 @@ static int serve_request(struct conn *c, size_t hl)
         const char *p = rq->path.ptr + pfx, *end = rq->path.ptr + rq->path.len;
         const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
                             ? last_colon(p, (size_t)(end - p)) : NULL;
-        size_t k = 0;
         coai_str mt = { p, (size_t)((colon ? colon : end) - p) };
-        while (mt.len && k + 1 < sizeof c->gm_model) {
-            int ch = (unsigned char)*mt.ptr, hi, lo;
-            if (ch == '%' && mt.len >= 3 && (hi = hexval(mt.ptr[1])) >= 0
-                && (lo = hexval(mt.ptr[2])) >= 0) {
-                ch = hi * 16 + lo;
-                mt.ptr += 2;
-                mt.len -= 2;
-            }
-            if (ch < 0x20 || ch == 0x7f) break;       /* never a control byte in a name */
-            c->gm_model[k++] = (char)ch;
-            mt.ptr++;
-            mt.len--;
-        }
-        c->gm_model[k] = 0;
+        /* a control byte in the name, or one too long: a 400 below, never a shorter name */
+        gm_bad = coai_gemini_url_model(mt, c->gm_model, sizeof c->gm_model) < 0;
         if (colon && (size_t)(end - colon - 1) == 21 && memcmp(colon + 1, "streamGenerateContent",
                                                                21) == 0)
             c->gm_stream = coai_str_eq(coai_http_query_param(rq->target, "alt"), "sse") ? 1 : 2;
@@ -4975,6 +5001,13 @@ static int serve_request(struct conn *c, size_t hl)
                    : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>', "
                      "'x-api-key: <key>', 'x-goog-api-key: <key>' or '?key=<key>'.",
                    "WWW-Authenticate: Bearer\r\n");
+        goto done;
+    }
+    if (gm_bad) {
+        c->keep = 0;
+        send_error(c, 400, "invalid_request_error", "invalid_model", NULL,
+                   "the model name in the URL holds a control character or is longer than 255 "
+                   "bytes", NULL);
         goto done;
     }
     if (rq->content_length > (int64_t)SRV_BODY_MAX) {
@@ -5723,10 +5756,14 @@ done:
  * enough for it, else waits for the fetch under way or starts one; callers that waited get
  * that fetch's answer, error included. GET /v1/usage reuses an answer for
  * CURSOR_OAI_USAGE_TTL seconds (10; 0: only callers at the same moment share one fetch)
- * and never reuses an error; the status page reuses one for 60 s, an error for 10 s. The
- * fetch itself is bounded by the unary call's deadline (CURSOR_OAI_UPSTREAM_TIMEOUT). */
+ * and an error for USAGE_ERR_TTL_MS (3 s; never longer than the TTL): a burst of requests
+ * against a failing dashboard makes one upstream call, not one per request that arrives
+ * after the last failure (issue 29); the status page reuses an answer for 60 s, an error
+ * for 10 s. The fetch itself is bounded by the unary call's deadline
+ * (CURSOR_OAI_UPSTREAM_TIMEOUT). */
 #define USAGE_TTL_DEFAULT_S 10
 #define USAGE_TTL_MAX_S 3600
+#define USAGE_ERR_TTL_MS 3000
 
 static struct {
     pthread_mutex_t mu;
@@ -5798,7 +5835,8 @@ static int handle_usage(struct conn *c)
     coai_error e;
     coai_buf out = { 0 };
     int64_t wall;
-    if (usage_get(UC.ttl_ms, 0, 1, &u, &e, &wall) != 1) {
+    if (usage_get(UC.ttl_ms, UC.ttl_ms < USAGE_ERR_TTL_MS ? UC.ttl_ms : USAGE_ERR_TTL_MS, 1, &u,
+                  &e, &wall) != 1) {
         send_coai_error(c, &e);
     } else if (coai_quota_write_json(&out, &u) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
@@ -5820,13 +5858,16 @@ static int handle_usage(struct conn *c)
  * textContent. No token, prompt or tool content is ever part of it. The page loads nothing
  * but these routes (Content-Security-Policy default-src 'self', no inline script).
  * Access: the same as the API routes. With CURSOR_OAI_API_KEY set, a browser opens /?key=KEY
- * once: the answer is a redirect to / that sets an HttpOnly, SameSite=Strict cookie holding
- * HMAC-SHA256(key, "cursor-oai status page") (never the key; the same for every instance
- * sharing the key), which then stands for the key on these four routes only. */
+ * once: the answer is a redirect to / that sets an HttpOnly, SameSite=Strict cookie
+ * "EXPIRY.MAC": EXPIRY the Unix time 12 hours on (STATUS_COOKIE_TTL_S, also its Max-Age),
+ * MAC hex HMAC-SHA256(key, "cursor-oai status page\n" EXPIRY) (never the key; any instance
+ * sharing the key accepts it), which then stands for the key on these four routes only,
+ * until EXPIRY: the server checks it, whatever the browser keeps. */
 
 #define STATUS_RING 50                  /* requests kept for the page */
 #define STATUS_USAGE_TTL_MS 60000       /* the usage call at most this often */
 #define STATUS_COOKIE "cursor_oai_status"
+#define STATUS_COOKIE_TTL_S 43200       /* 12 h: then /?key= again */
 
 static const char STATUS_HTML[] =
     "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -6325,17 +6366,19 @@ static void status_json(struct conn *c, coai_buf *b)
     coai_buf_puts(b, "]}\n");
 }
 
-/* The cookie value that stands for the API key: hex HMAC-SHA256(key, fixed text). */
-static void status_cookie_value(char out[65])
+/* The cookie's MAC for an expiry (Unix seconds): hex HMAC-SHA256(key, fixed text "\n" exp). */
+static void status_cookie_value(long long exp, char out[65])
 {
-    static const char msg[] = "cursor-oai status page";
+    static const char msg[] = "cursor-oai status page\n";
+    char es[24];
     br_hmac_key_context kc;
     br_hmac_context hc;
     unsigned char mac[32];
-    int i;
+    int i, en = snprintf(es, sizeof es, "%lld", exp);
     br_hmac_key_init(&kc, &br_sha256_vtable, S.api_key, strlen(S.api_key));
     br_hmac_init(&hc, &kc, 0);
     br_hmac_update(&hc, msg, sizeof msg - 1);
+    br_hmac_update(&hc, es, (size_t)en);
     br_hmac_out(&hc, mac);
     for (i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
     memset(&kc, 0, sizeof kc);
@@ -6347,7 +6390,9 @@ static void status_cookie_value(char out[65])
 static int status_access(const coai_http_request *rq, int route)
 {
     char want[65];
-    coai_str v;
+    coai_str v, mac;
+    long long exp = 0, now;
+    size_t i;
     int ok;
     if (route != ROUTE_STATUS_PAGE && route != ROUTE_STATUS_JSON && route != ROUTE_STATUS_JS
         && route != ROUTE_STATUS_CSS)
@@ -6359,8 +6404,18 @@ static int status_access(const coai_http_request *rq, int route)
     v = coai_http_cookie(coai_http_header_get(rq->headers, rq->header_count, "cookie"),
                          STATUS_COOKIE);
     if (!v.ptr) return 0;
-    status_cookie_value(want);
-    ok = coai_http_token_equal(v, coai_str_c(want));
+    /* "EXPIRY.MAC": the MAC of that expiry, and the expiry still ahead (and no further
+     * ahead than one cookie's life: a clock set back cannot stretch it) */
+    for (i = 0; i < v.len && i < 18 && v.ptr[i] >= '0' && v.ptr[i] <= '9'; i++)
+        exp = exp * 10 + (v.ptr[i] - '0');
+    now = wall_ms() / 1000;
+    if (i == 0 || i >= v.len || v.ptr[i] != '.' || exp <= now
+        || exp > now + STATUS_COOKIE_TTL_S + 300)
+        return 0;
+    mac.ptr = v.ptr + i + 1;
+    mac.len = v.len - i - 1;
+    status_cookie_value(exp, want);
+    ok = coai_http_token_equal(mac, coai_str_c(want));
     memset(want, 0, sizeof want);
     return ok;
 }
@@ -6392,9 +6447,10 @@ static int handle_status(struct conn *c, int route, int key_q)
         char cookie[65], h[400];
         h[0] = 0;
         if (key_q == 2) {
-            status_cookie_value(cookie);
-            snprintf(h, sizeof h, "Set-Cookie: " STATUS_COOKIE "=%s; Path=/; HttpOnly; "
-                     "SameSite=Strict\r\n", cookie);
+            long long exp = wall_ms() / 1000 + STATUS_COOKIE_TTL_S;
+            status_cookie_value(exp, cookie);
+            snprintf(h, sizeof h, "Set-Cookie: " STATUS_COOKIE "=%lld.%s; Path=/; Max-Age=%d; "
+                     "HttpOnly; SameSite=Strict\r\n", exp, cookie, STATUS_COOKIE_TTL_S);
             memset(cookie, 0, sizeof cookie);
         }
         copy_str(h + strlen(h), sizeof h - strlen(h), "Location: /\r\n" STATUS_HEADERS,
@@ -7553,7 +7609,10 @@ static void tr_io_error(struct run *r, coai_error *e, const char *stage)
         return;
     }
     h2s_failure(r->up.h2, why, sizeof why);
-    if (r->up.h2->got_bytes)    /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
+    if (h2s_protocol_fault(r->up.h2))    /* not unreachable: it answered, breaking HTTP/2 */
+        up_err(e, 502, "upstream_protocol_error", "upstream broke HTTP/2 while %s: %s", stage,
+               why);
+    else if (r->up.h2->got_bytes)   /* cut in the middle of the answer, as an EOF on HTTP/1.1 */
         up_err(e, 502, "upstream_truncated", "upstream ended the stream while %s: %s", stage,
                why);
     else
@@ -8909,7 +8968,13 @@ static int held_results(struct run *r, char *why, size_t wcap)
             if (er == COAI_DONE) break;
             if (er != COAI_OK || m.err) { snprintf(why, wcap, "cannot encode a result"); rc = -1; }
             else if (run_send(r, m.data, m.len) < 0) {
-                snprintf(why, wcap, "sending a tool result failed: %.120s", r->err.message);
+                /* the hollow bound cancels the send as a departed client would: say which */
+                if (r->held.hollow_hit)
+                    snprintf(why, wcap, "Cursor took no tool result within "
+                             "CURSOR_OAI_HOLLOW_TIMEOUT (%d s)", H.hollow_s);
+                else
+                    snprintf(why, wcap, "sending a tool result failed: %.120s",
+                             r->err.message);
                 rc = -1;
             }
         }
@@ -8993,6 +9058,10 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
         snprintf(why, sizeof why, "out of memory");
     if (why[0]) {
         srv_log(LOG_INFO, "held run %s: %s; falling back to a fresh run", r->up.request_id, why);
+        if (r->held.hollow_hit) {       /* a hollow continuation, as one that shows nothing */
+            held_breaker(1);
+            return held_fall_back(r, &H.fallback_hollow, "held_run_hollow");
+        }
         return held_fall_back(r, &H.fallback_gone, "held_run_failed");
     }
     run_hb_execs(r, NULL, 0);
@@ -10245,7 +10314,8 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
     "                           once, without a new upstream run (60; 0 = off)\n"
     "  CURSOR_OAI_USAGE_TTL     seconds GET /v1/usage reuses Cursor's usage answer (10; 0 =\n"
-    "                           only requests at the same moment share one call)\n"
+    "                           only requests at the same moment share one call); an\n"
+    "                           error is reused for 3 s (at most this TTL)\n"
     "  CURSOR_OAI_MAX_PROMPT_BYTES  largest flattened prompt sent upstream (1048576); longer\n"
     "                           conversations get a 400 context_length_exceeded\n"
     "  CURSOR_OAI_AGENT_URL     host for runs (default: CURSOR_API_URL; a host that refuses\n"

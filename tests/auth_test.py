@@ -1081,6 +1081,32 @@ def t_oauth_fallback():
         srv.stop()
 
 
+def t_oauth_nul():
+    """issue 29: an /oauth/token answer whose access_token holds a \\u0000 escape is refused as
+    auth.json's is (it was cut there and logged as renewed): 401 naming the escape, the file left
+    as it is, nothing logged as renewed."""
+    fake_reset(oauth_token_nul=True)
+    env = new_env("oauthnul")
+    r0 = rt("oauthnul")
+    FAKE.ctl("/config", {"refresh_tokens": [r0]})
+    write_creds(ours_path(env), jwt(-60), r0)
+    before = file_bytes(ours_path(env))
+    srv = Srv("oauthnul", env)
+    try:
+        st, b, h = srv.chat()
+        e = jerr(b)
+        check("/oauth/token with a \\u0000 in the access token: 401 naming the escape, one call",
+              st == 401 and "u0000" in e.get("message", "") and count("oauth_calls") == 1,
+              (st, e, count("oauth_calls")))
+        eq("  ... file untouched", file_bytes(ours_path(env)), before)
+        log = open(srv.log, encoding="utf-8", errors="replace").read()
+        check("  ... nothing logged as renewed, the failure names the escape",
+              "access token renewed" not in log and "u0000" in log, log[-600:])
+    finally:
+        srv.stop()
+        fake_reset()
+
+
 def t_oauth_revoked():
     """shouldLogout: true (a revoked refresh token): 401 telling to log in again, no retry, the
     file left as it is, no second call within the backoff."""
@@ -1237,7 +1263,7 @@ TESTS = [t_help, t_login_browser_flow, t_login_ctrl_c, t_login_errors, t_api_key
          t_oauth_rotated,
          t_refresh_on_401, t_single_flight, t_refresh_rejected, t_refresh_unreachable,
          t_after_stream_401, t_persist_failure, t_pickup_login, t_oauth_fallback, t_oauth_revoked,
-         t_models_cache, t_unknown_model, t_no_secrets]
+         t_oauth_nul, t_models_cache, t_unknown_model, t_no_secrets]
 
 
 def main():

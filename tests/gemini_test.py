@@ -249,6 +249,32 @@ def t_wire(proxy, fake, ws):
                   {"contents": [{"role": "model", "parts": [{"functionResponse": {
                       "name": "x", "response": {}}}]}]})
     check("a functionResponse in a model content -> 400", st == 400, (st, b))
+    # issue 29: Google's 400s before any run (each used to run, or to run cut short)
+    nruns = len(fake.runs())
+    bad = []
+    for what, model, body in [
+            ("a %00 in the URL's model", "%00", user("hi")),
+            ("a CR LF in the URL's model", "a%0d%0aX", user("hi")),
+            ("allowedFunctionNames naming an undeclared function", "scenario:text_basic",
+             dict(user("hi"), tools=[{"functionDeclarations": [{"name": "read"}]}],
+                  toolConfig={"functionCallingConfig": {"mode": "ANY",
+                                                        "allowedFunctionNames": ["rm"]}})),
+            ("a string responseSchema", "scenario:text_basic",
+             dict(user("hi"), generationConfig={"responseMimeType": "application/json",
+                                                "responseSchema": "x"})),
+            ("an unknown responseMimeType", "scenario:text_basic",
+             dict(user("hi"), generationConfig={"responseMimeType": "text/csv"}))]:
+        st, b, h = gm(proxy, model, "generateContent", body)
+        try:
+            e = json.loads(b).get("error", {})
+        except ValueError:
+            e = {}
+        if st != 400 or e.get("status") != "INVALID_ARGUMENT":
+            bad.append((what, st, b[:300]))
+    check("Google's 400 INVALID_ARGUMENT, no upstream run: a control byte in the URL's model "
+          "(it was cut there), allowedFunctionNames naming no declared function (the tools "
+          "vanished), a non-object responseSchema (a late 502), an unknown responseMimeType",
+          not bad and len(fake.runs()) == nruns, (bad, len(fake.runs()) - nruns))
     st, b, h = gm(proxy, "scenario:text_basic", "fooContent", user("hi"))
     check("an unknown action -> a NOT_FOUND error in Google's shape (405: the path names a "
           "model, which only GET reads)", st in (404, 405) and json.loads(b)["error"]["status"]

@@ -78,6 +78,10 @@ SCEN = {
                             {"op": "turn_ended"}, {"op": "trailer", "status": 0}]},
     "rst_start": {"h2_rst_at_start": 7},
     "rst_start_h11": {"h2_rst_at_start": 13},
+    # issue 29: frames that break HTTP/2 (written raw by the fake)
+    "bad_stream_mid": {"steps": [{"op": "text", "text": "partial "}, {"op": "sleep", "s": 0.3},
+                                 {"op": "h2_bad_frame", "kind": "stream"}]},
+    "bad_conn_start": {"steps": [{"op": "h2_bad_frame", "kind": "conn"}]},
     "hold_window": {"h2_hold_window": True},
     # a held run (a read, then the results awaited) whose stream window stays closed once its
     # run request is in: a tool result bigger than what is left of the window never goes out
@@ -248,6 +252,41 @@ def t_rst(fake, px):
     st, body, _ = px.chat("scenario:quick", "after rst")
     eq("rst: the connection serves the next run", (st, content(body)), (200, "quick answer"))
     eq("rst: ... on the same connection", len(run_conns(fake, 2)), 1)
+
+
+def t_bad_frames(fake, px):
+    """issue 29: a server that breaks HTTP/2 is reported as that: upstream_protocol_error, and
+    a stream the proxy reset itself is not called the server's reset or refusal."""
+    reset(fake)
+    st, hd, raw, _ = H.stream_chat(px.port, {"model": "scenario:bad_stream_mid", "stream": True,
+                                             "messages": [{"role": "user", "content": "b"}]},
+                                   timeout=30)
+    ev = H.parse_sse(raw)
+    e = ev["errors"][0] if len(ev["errors"]) == 1 else {}
+    check("bad frame on the stream mid-run: an error event coded upstream_protocol_error that "
+          "says the proxy reset the stream (not that the server did)",
+          "partial" in ev["content"] and e.get("code") == "upstream_protocol_error"
+          and "the proxy reset the stream (RST_STREAM PROTOCOL_ERROR)" in e.get("message", ""),
+          ev["errors"])
+    st, body, _ = px.chat("scenario:quick", "after the bad frame")
+    eq("bad frame on the stream: the next run answers", (st, content(body)),
+       (200, "quick answer"))
+    # a connection error before any answer, HTTP/2 forced (no fallback to hide it)
+    reset(fake)
+    p2 = H.Proxy(fake.dir, "badconn", fake.url(), fake.ca, TOKEN,
+                 extra_env={"CURSOR_OAI_TRANSPORT": "h2"})
+    try:
+        st, body, _ = p2.chat("scenario:bad_conn_start", "c")
+        try:
+            e = json.loads(body).get("error", {})
+        except ValueError:
+            e = {}
+        check("a connection-level protocol error before the answer: 502 upstream_protocol_error "
+              "(not upstream_unreachable) naming it", st == 502
+              and e.get("code") == "upstream_protocol_error"
+              and "HTTP/2 protocol error by the server" in e.get("message", ""), (st, body[:400]))
+    finally:
+        p2.stop()
 
 
 def t_stall(fake, px):
@@ -731,6 +770,7 @@ def main():
                      extra_env={"CURSOR_OAI_TRANSPORT": "auto"})
         for name, fn in [("mux", lambda: t_mux(fake, px)), ("goaway", lambda: t_goaway(fake, px)),
                          ("rst", lambda: t_rst(fake, px)), ("stall", lambda: t_stall(fake, px)),
+                         ("bad_frames", lambda: t_bad_frames(fake, px)),
                          ("window", lambda: t_window(fake, px)),
                          ("held_window", lambda: t_held_window(fake)),
                          ("header_list", lambda: t_header_list(fake)),

@@ -582,6 +582,20 @@ def t_jsonlog(tmp, fake, token):
           if isinstance(o, dict) and o.get("msg") == "request"
           and o.get("route") == "/v1/chat/completions"]
     eq("the access log names the fallback", [o.get("fallback") for o in fb], [kind])
+    # issue 29: U+0085 (NEL) and the other C1 controls, U+2028 and U+2029 are escaped in the
+    # JSON log as in the text log; the raw characters are line ends to many log readers
+    proxy = H.Proxy(tmp, "jsonlog-c1", fake.url(), fake.ca, token, args=["--log-format", "json"])
+    try:
+        http(proxy.port, "POST", "/v1/chat/completions",
+             chat_body("auto\u0085nel\u009bcsi\u2028ls"))
+        H.wait_for(lambda: "nel" in proxy_log(proxy), 20)
+    finally:
+        proxy.stop()
+    raw = open(proxy.proc.log_path, "rb").read()
+    check("JSON log: U+0085, U+009B and U+2028 escaped, never raw",
+          b"\xc2\x85" not in raw and b"\xc2\x9b" not in raw and b"\xe2\x80\xa8" not in raw
+          and b"\\u0085nel\\u009bcsi\\u2028ls" in raw,
+          [ln for ln in raw.splitlines() if b"nel" in ln][:2])
     r = subprocess.run([BIN, "serve", "--log-format", "xml"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=10)
     eq("--log-format xml: exit 2", r.returncode, 2)

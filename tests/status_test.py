@@ -11,12 +11,15 @@ browser checks fail when running as root (where build.sh would have installed it
 reported as skipped otherwise.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import traceback
 import http.client
 
@@ -182,6 +185,19 @@ def t_page_access(tmp, fake, token):
         st, b, _ = req(p.port, "GET", "/status.json", None, {"Cookie": forged})
         check("a forged cookie (last digit changed): 401", forged != cookie and st == 401,
               (st, forged[-4:], cookie[-4:]))
+        # issue 29: the cookie lasts 12 hours, in the browser (Max-Age) and on the server
+        # (its expiry is inside the MAC: "EXPIRY.hex HMAC-SHA256(key, text \\n EXPIRY)")
+        check("  ... the cookie has Max-Age=43200 (12 h)", "Max-Age=43200" in ck, ck)
+
+        def cookie_for(exp):
+            mac = hmac.new(KEY.encode(), b"cursor-oai status page\n" + str(exp).encode(),
+                           hashlib.sha256).hexdigest()
+            return "cursor_oai_status=%d.%s" % (exp, mac)
+        now = int(time.time())
+        res = [req(p.port, "GET", "/status.json", None, {"Cookie": cookie_for(exp)})[0]
+               for exp in (now + 3600, now - 5, now + 30 * 86400)]
+        eq("a cookie made with the key: 200 while its expiry is ahead, 401 once it is past, "
+           "401 for an expiry further ahead than 12 h", res, [200, 401, 401])
         st, b, _ = req(p.port, "GET", "/status.json", None, {"Authorization": "Bearer " + KEY})
         eq("Bearer <key> opens /status.json too (scripts)", st, 200)
         st, b, _ = req(p.port, "GET", "/", None, {"Cookie": cookie, "Host": "evil.example"})

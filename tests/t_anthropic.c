@@ -733,11 +733,69 @@ static void test_search_result(void)
     coai_request_free(&q);
 }
 
+/* issue 29: the README's rule for document blocks, held to: a text source is inlined as text
+ * (in a message and in a tool_result), any other source is a 400 naming the block */
+static void test_document(void)
+{
+    coai_request q;
+    coai_error e;
+    const char *body =
+        "{\"model\":\"m\",\"max_tokens\":100,\"messages\":["
+        "{\"role\":\"user\",\"content\":[{\"type\":\"document\",\"source\":{\"type\":\"text\","
+        "\"media_type\":\"text/plain\",\"data\":\"DOC-BODY-1\"},\"title\":\"t\"},"
+        "{\"type\":\"text\",\"text\":\"Summarise.\"}]},"
+        "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t1\","
+        "\"name\":\"fetch\",\"input\":{}}]},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t1\","
+        "\"content\":[{\"type\":\"document\",\"source\":{\"type\":\"text\",\"data\":"
+        "\"DOC-BODY-2\"}}]}]}]}";
+    CHECKF(parse(&q, body, &e) == 0, "%s", e.message);
+    CHECKF(q.prompt.data && strstr((const char *)q.prompt.data, "User: DOC-BODY-1\nSummarise.")
+           && strstr((const char *)q.prompt.data, "[Tool result for t1]: DOC-BODY-2"), "%.*s",
+           (int)q.prompt.len, (const char *)q.prompt.data);
+    coai_request_free(&q);
+    CHECK(parse(&q, "{\"model\":\"m\",\"max_tokens\":1,\"messages\":[{\"role\":\"user\","
+                "\"content\":[{\"type\":\"text\",\"text\":\"x\"},{\"type\":\"document\","
+                "\"source\":{\"type\":\"base64\",\"media_type\":\"application/pdf\",\"data\":"
+                "\"JVBERi0=\"}}]}]}", &e) == COAI_ERR_INVALID && e.status == 400
+          && strstr(e.message, "messages.0.content.1: only documents with a text source"));
+}
+
+/* issue 29: an image error names the Anthropic block it came from (a tool_result's image was
+ * "messages[2].content[0]" - the neutral message, not the client's message 1) */
+static void test_image_paths(void)
+{
+    static const struct { const char *body, *param; } c[] = {
+        { "{\"model\":\"m\",\"max_tokens\":5,\"system\":\"s\",\"messages\":[{\"role\":\"user\","
+          "\"content\":\"look\"},{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\","
+          "\"id\":\"t1\",\"name\":\"read\",\"input\":{}}]},{\"role\":\"user\",\"content\":["
+          "{\"type\":\"text\",\"text\":\"here\"},{\"type\":\"tool_result\",\"tool_use_id\":\"t1\","
+          "\"content\":[{\"type\":\"text\",\"text\":\"r\"},{\"type\":\"image\",\"source\":{"
+          "\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"AAAA\"}}]}]}]}",
+          "messages.2.content.1.content.1.source" },
+        { "{\"model\":\"m\",\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":["
+          "{\"type\":\"text\",\"text\":\"x\"},{\"type\":\"image\",\"source\":{\"type\":\"base64\","
+          "\"media_type\":\"image/png\",\"data\":\"bm90IGFuIGltYWdl\"}}]}]}",
+          "messages.0.content.1.source" },
+    };
+    size_t i;
+    for (i = 0; i < sizeof c / sizeof c[0]; i++) {
+        coai_request q;
+        coai_error e;
+        int rc = parse(&q, c[i].body, &e);
+        CHECKF(rc < 0 && !strcmp(e.param, c[i].param) && strstr(e.message, c[i].param)
+               && !strstr(e.message, "messages["), "%d %s: %s", rc, e.param, e.message);
+        if (rc == 0) coai_request_free(&q);
+    }
+}
+
 int main(void)
 {
     test_request();
     test_search_result();
+    test_document();
     test_request_errors();
+    test_image_paths();
     test_openai_neutral();
     test_stream();
     test_tool_use();

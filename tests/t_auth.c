@@ -136,8 +136,13 @@ static void test_oauth_token(void)
     const char *out = "{\"access_token\":\"\",\"id_token\":\"\",\"shouldLogout\":true}";
     const char *rot = "{\"access_token\":\"t\",\"refresh_token\":\"r2\"}";
     const char *camel = "{\"accessToken\":\"t\",\"refreshToken\":\"r\",\"shouldLogout\":1}";
+    const char *nul = "{\"access_token\":\"eyJ.a\\u0000.b\",\"shouldLogout\":false}";
     CHECK(coai_oauth_token_parse(ok, strlen(ok), &c, &lo) == 0);
     CHECK(lo == 0 && c.access_token && strcmp(c.access_token, "eyJ.a.b") == 0);
+    coai_creds_free(&c);
+    /* issue 29: a \u0000 escape is refused as in auth.json (it cut the token to "eyJ.a",
+     * taken as a renewed login) */
+    CHECK(coai_oauth_token_parse(nul, strlen(nul), &c, &lo) == -2 && !c.access_token);
     CHECK(c.refresh_token == NULL && c.api_key == NULL);
     coai_creds_free(&c);
     CHECK(coai_oauth_token_parse(out, strlen(out), &c, &lo) == 0);

@@ -206,6 +206,114 @@ static void test_options(void)
     coai_request_free(&q);
 }
 
+/* ---- issue 29: Google's 400s, and errors that name the client's own fields ------------- */
+
+/* body must parse and then fail coai_request_check (the image decoding) with the param
+ * and the message naming want */
+static void image_error_names(const char *body, const char *want)
+{
+    coai_request q;
+    coai_error e;
+    int rc = parse(&q, body, 0, &e);
+    CHECKF(rc == 0, "parse %d: %s", rc, e.message);
+    if (rc) return;
+    rc = coai_request_check(&q, NULL, &e);
+    CHECKF(rc < 0 && strcmp(e.param, want) == 0 && strstr(e.message, want)
+           && !strstr(e.message, "messages["), "%d param '%s' message '%s'", rc, e.param,
+           e.message);
+    if (rc == 0) coai_request_free(&q);
+}
+
+static void refused(const char *body, const char *want)
+{
+    coai_request q;
+    coai_error e;
+    int rc = parse(&q, body, 0, &e);
+    CHECKF(rc == COAI_ERR_INVALID && e.status == 400 && strstr(e.message, want),
+           "rc %d message '%s' (wanted '%s')", rc, rc ? e.message : "", want);
+    if (rc == 0) coai_request_free(&q);
+}
+
+static void test_google_rules(void)
+{
+    coai_request q;
+    coai_error e;
+    char out[256];
+    const char *U = "{\"contents\":[{\"parts\":[{\"text\":\"x\"}]}],";
+    char body[1024];
+    /* allowedFunctionNames naming an undeclared function (the tools used to vanish) */
+    snprintf(body, sizeof body, "%s\"tools\":[{\"functionDeclarations\":[{\"name\":\"a\"}]}],"
+             "\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"ANY\","
+             "\"allowedFunctionNames\":[\"a\",\"nope\"]}}}", U);
+    refused(body, "allowedFunctionNames[1]: 'nope' is not the name of a function declaration");
+    snprintf(body, sizeof body, "%s\"toolConfig\":{\"functionCallingConfig\":{\"mode\":\"ANY\","
+             "\"allowedFunctionNames\":[\"a\"]}}}", U);
+    refused(body, "'a' is not the name of a function declaration");
+    /* duplicate declaration names */
+    snprintf(body, sizeof body, "%s\"tools\":[{\"functionDeclarations\":[{\"name\":\"a\"}]},"
+             "{\"functionDeclarations\":[{\"name\":\"b\"},{\"name\":\"a\"}]}]}", U);
+    refused(body, "tools[1].functionDeclarations[1].name: Duplicate function declaration "
+                  "found: a");
+    /* functionResponse.response must be an object (Google's Struct) */
+    refused("{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"f\"}}]},"
+            "{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"name\":\"f\",\"response\":"
+            "\"done\"}}]}]}", "contents[1].parts[0].functionResponse.response: must be a JSON "
+            "object");
+    refused("{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"f\"}}]},"
+            "{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"name\":\"f\",\"response\":"
+            "[1]}}]}]}", "functionResponse.response: must be a JSON object");
+    /* a functionResponse with no function call turn right before it */
+    refused("{\"contents\":[{\"role\":\"user\",\"parts\":[{\"functionResponse\":{\"name\":\"f\","
+            "\"response\":{}}}]}]}", "contents[0].parts[0].functionResponse: Please ensure "
+            "that function response turn comes immediately after a function call turn");
+    refused("{\"contents\":[{\"role\":\"model\",\"parts\":[{\"functionCall\":{\"name\":\"f\"}}]},"
+            "{\"role\":\"user\",\"parts\":[{\"text\":\"hi\"}]},{\"role\":\"user\",\"parts\":"
+            "[{\"text\":\"t\"},{\"functionResponse\":{\"name\":\"f\",\"response\":{}}}]}]}",
+            "contents[2].parts[1].functionResponse: Please ensure");
+    /* ... and the proper order still parses */
+    CHECK(parse(&q, "{\"contents\":[{\"parts\":[{\"text\":\"go\"}]},{\"role\":\"model\","
+                "\"parts\":[{\"functionCall\":{\"name\":\"f\"}}]},{\"role\":\"user\",\"parts\":"
+                "[{\"functionResponse\":{\"name\":\"f\",\"response\":{\"output\":\"ok\"}}}]}]}",
+                0, &e) == 0 && q.message_count == 3);
+    coai_request_free(&q);
+    /* responseSchema that is not an object: 400 before the run */
+    snprintf(body, sizeof body, "%s\"generationConfig\":{\"responseMimeType\":"
+             "\"application/json\",\"responseSchema\":\"x\"}}", U);
+    refused(body, "generationConfig.responseSchema: must be an object");
+    snprintf(body, sizeof body, "%s\"generationConfig\":{\"responseJsonSchema\":[1]}}", U);
+    refused(body, "generationConfig.responseJsonSchema: must be an object");
+    /* responseMimeType outside Google's list */
+    snprintf(body, sizeof body, "%s\"generationConfig\":{\"responseMimeType\":"
+             "\"application/jsonx\"}}", U);
+    refused(body, "generationConfig.responseMimeType: allowed mimetypes are");
+    snprintf(body, sizeof body, "%s\"generationConfig\":{\"responseMimeType\":"
+             "\"text/plain\"}}", U);
+    CHECK(parse(&q, body, 0, &e) == 0 && !q.response_json);
+    coai_request_free(&q);
+    /* image errors name Gemini's fields, not the neutral messages[0].content[0] */
+    image_error_names("{\"contents\":[{\"parts\":[{\"inlineData\":{\"mimeType\":\"image/png\","
+                      "\"data\":\"AAAA\"}}]}]}", "contents[0].parts[0].inlineData");
+    image_error_names("{\"contents\":[{\"parts\":[{\"text\":\"go\"}]},{\"role\":\"model\","
+                      "\"parts\":[{\"functionCall\":{\"name\":\"f\"}}]},{\"role\":\"user\","
+                      "\"parts\":[{\"text\":\"see\"},{\"functionResponse\":{\"name\":\"f\","
+                      "\"response\":{},\"parts\":[{\"inlineData\":{\"mimeType\":\"image/png\","
+                      "\"data\":\"bm90IGFuIGltYWdl\"}}]}}]}]}",
+                      "contents[2].parts[1].functionResponse.parts[0].inlineData");
+    /* the model of the URL: a control byte or an overlong name is refused, not cut */
+    CHECK(coai_gemini_url_model(coai_str_c("gemini-2.5-pro"), out, sizeof out) == 0
+          && strcmp(out, "gemini-2.5-pro") == 0);
+    CHECK(coai_gemini_url_model(coai_str_c("a%3Ab%2f"), out, sizeof out) == 0
+          && strcmp(out, "a:b/") == 0);
+    CHECK(coai_gemini_url_model(coai_str_c("%00"), out, sizeof out) < 0 && !out[0]);
+    CHECK(coai_gemini_url_model(coai_str_c("a%0d%0aX"), out, sizeof out) < 0);
+    CHECK(coai_gemini_url_model(coai_str_c("a\tb"), out, sizeof out) < 0);
+    CHECK(coai_gemini_url_model(coai_str_c("a%7F"), out, sizeof out) < 0);
+    CHECK(coai_gemini_url_model(coai_str_c("abcd"), out, 4) < 0
+          && coai_gemini_url_model(coai_str_c("abc"), out, 4) == 0);
+    CHECK(coai_gemini_url_model(coai_str_c("50%"), out, sizeof out) == 0
+          && strcmp(out, "50%") == 0);
+}
+
 /* ---- errors ---------------------------------------------------------------------------- */
 
 static void test_errors(void)
@@ -553,6 +661,7 @@ int main(void)
     test_request();
     test_shell_results();
     test_options();
+    test_google_rules();
     test_errors();
     test_writer();
     test_exec_map();

@@ -112,6 +112,49 @@ static void bad(const char *body, const char *param)
     coai_responses_request_free(&rr);
 }
 
+/* issue 29: an image error names the Responses field it came from (a function_call_output's
+ * image used to be "messages[1].content[0]"), and text.format.type is one of OpenAI's */
+static void test_issue29(void)
+{
+    static const struct { const char *body, *param; } img[] = {
+        { "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"read\","
+          "\"arguments\":\"{}\"},{\"type\":\"function_call_output\",\"call_id\":\"c1\","
+          "\"output\":[{\"type\":\"input_image\",\"image_url\":\"data:image/png;base64,AAAA\"}]}]}",
+          "input[1].output[0].image_url" },
+        { "{\"input\":[{\"role\":\"system\",\"content\":\"s\"},{\"role\":\"user\",\"content\":["
+          "{\"type\":\"input_text\",\"text\":\"x\"},{\"type\":\"input_image\",\"image_url\":"
+          "\"data:image/png;base64,bm90IGFuIGltYWdl\"}]}]}", "input[1].content[1].image_url" },
+    };
+    size_t i;
+    for (i = 0; i < sizeof img / sizeof img[0]; i++) {
+        coai_responses_request rr;
+        coai_error e;
+        int rc = parse(&rr, img[i].body, "", &e);
+        CHECKF(rc == 0, "%s", e.message);
+        if (rc) continue;
+        rc = coai_request_check(&rr.req, NULL, &e);
+        CHECKF(rc < 0 && !strcmp(e.param, img[i].param) && strstr(e.message, img[i].param)
+               && !strstr(e.message, "messages["), "%d %s: %s", rc, e.param, e.message);
+        coai_responses_request_free(&rr);
+    }
+    bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "text.format.type");
+    bad("{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"json\"}}}", "text.format.type");
+    bad("{\"input\":\"x\",\"text\":{\"format\":{}}}", "text.format.type");
+    bad("{\"input\":\"x\",\"text\":{\"format\":\"json_object\"}}", "text.format");
+    {
+        coai_responses_request rr;
+        coai_error e;
+        CHECK(parse(&rr, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"text\"}}}", "", &e)
+              == 0 && !rr.req.response_json);
+        coai_responses_request_free(&rr);
+        CHECK(parse(&rr, "{\"input\":\"x\",\"text\":{\"format\":{\"type\":\"xml\"}}}", "", &e)
+              < 0 && e.code && !strcmp(e.code, "invalid_value")
+              && strstr(e.message, "Invalid value: 'xml'. Supported values are: 'text', "
+                        "'json_object', and 'json_schema'."));
+        coai_responses_request_free(&rr);
+    }
+}
+
 static void test_errors(void)
 {
     bad("{\"model\":\"m\"}", "input");
@@ -951,6 +994,7 @@ int main(void)
 {
     test_parse();
     test_errors();
+    test_issue29();
     test_exec_map();
     test_writer_stream();
     test_writer_tool_calls();

@@ -124,6 +124,7 @@ DEFAULT_CONFIG = {
     "refresh_status": None,        # e.g. 401 to make /oauth/token and /auth/refresh fail
     "refresh_delay_s": 0.0,        # both renewal routes answer after this
     "oauth_token_route": True,     # False: /oauth/token answers 404
+    "oauth_token_nul": False,      # True: /oauth/token's access_token holds a \u0000 escape
     "auth_refresh_route": True,    # False: /auth/refresh answers 404 (unconfirmed in 2026)
     "access_ttl_s": 3600,          # exp of issued access tokens
     "oauth_rotate": False,         # /oauth/token rotates too: a new refresh_token in the
@@ -2256,6 +2257,24 @@ def run_step(ctx, st):
             conn.hc.goaway(int(st.get("error", 0)), conn.sid - 2 if st.get("below") else None)
             run.stream["goaway"] = True
         return
+    if op == "h2_bad_frame":
+        # HTTP/2 only: a frame that breaks the protocol, written raw (the h2 library would
+        # refuse to): "stream" = WINDOW_UPDATE with increment 0 on the run's stream (a stream
+        # error: the client resets the stream), "conn" = DATA on stream 0 (a connection error)
+        ctx.finished = True
+        run.stream["h2_bad_frame"] = st.get("kind", "stream")
+        if isinstance(conn, H2Stream):
+            if st.get("kind", "stream") == "conn":
+                frame = bytes.fromhex("000000000000000000")
+            else:
+                frame = bytes.fromhex("00000408000000000000000000")
+                frame = frame[:5] + conn.sid.to_bytes(4, "big") + frame[9:]
+            S.count("h2_bad_frames")
+            conn.hc.raw(frame)
+            conn.done = True
+        else:
+            conn.abort(rst=True)
+        return
     if op == "rst_stream":
         # HTTP/2: RST_STREAM of the run's stream (INTERNAL_ERROR by default); on HTTP/1.1 a
         # reset connection, the nearest thing
@@ -2571,7 +2590,10 @@ def h_oauth_token(conn, req, rec):
         conn.respond(200, json.dumps({"access_token": "", "id_token": "", "shouldLogout": True}))
         return 200
     pair = issue_tokens()
-    ans = {"access_token": pair["accessToken"], "id_token": "idt_" + secrets.token_hex(8),
+    at = pair["accessToken"]
+    if S.config["oauth_token_nul"]:
+        at = at[:10] + "\x00" + at[10:]      # json.dumps writes it as \u0000
+    ans = {"access_token": at, "id_token": "idt_" + secrets.token_hex(8),
            "shouldLogout": False}
     if S.config["oauth_rotate"]:
         ans["refresh_token"] = pair["refreshToken"]
@@ -2821,6 +2843,17 @@ class H2Conn:
                 self.flush()
                 if last:
                     return
+
+    def raw(self, frame):
+        """Bytes written as they are after what the h2 library has queued (a frame it would
+        never write itself)."""
+        with self.lock:
+            d = self.h.data_to_send() + frame
+            try:
+                self.sock.settimeout(30)
+                self.sock.sendall(d)
+            except (ssl.SSLError, OSError):
+                self.die("send failed")
 
     def reset_stream(self, sid, code):
         with self.lock:
