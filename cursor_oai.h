@@ -5575,16 +5575,20 @@ static void coai__pb_copy_field(coai_buf *out, const coai__pbr *r, const pb_byte
     coai_buf_append(out, at, (size_t)((r->end - r->s.bytes_left) - at));
 }
 
-int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t n,
-                                         coai_str conversation_id)
+/* Copy a client message with its run request (AgentClientMessage field 1, exactly one)
+ * rewritten: body writes the AgentRunRequest's fields from rr into out (-1: malformed);
+ * every other field is copied as it is. */
+typedef int (*coai__run_body_fn)(coai_buf *out, coai__pbr *rr, const void *ctx);
+
+static int coai__run_request_rewrite(coai_buf *out, const void *msg, size_t n,
+                                     coai__run_body_fn body, const void *ctx)
 {
-    const pb_byte_t *p = (const pb_byte_t *)msg, *at;
+    const pb_byte_t *at;
     coai__pbr top, rr;
-    coai__pbf f, g;
-    size_t start = out->len, body;
-    int k, j, seen = 0, put, r = COAI_OK;
-    if (!conversation_id.len || !conversation_id.ptr || (!p && n)) return COAI_ERR_INVALID;
-    coai__pbr_init(&top, p, n);
+    coai__pbf f;
+    size_t start = out->len, b;
+    int k, seen = 0, r = COAI_OK;
+    coai__pbr_init(&top, (const pb_byte_t *)msg, n);
     for (;;) {
         at = top.end - top.s.bytes_left;
         if ((k = coai__pb_next(&top, &f)) <= 0) break;
@@ -5593,83 +5597,92 @@ int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t 
             continue;
         }
         if (f.wt != PB_WT_STRING || seen++) { r = COAI_ERR_PROTO; break; }
-        body = coai__pb_open(out, 1);
-        put = 0;
+        b = coai__pb_open(out, 1);
         coai__pbr_init(&rr, f.p, f.n);
-        for (;;) {
-            const pb_byte_t *gat = rr.end - rr.s.bytes_left;
-            if ((j = coai__pb_next(&rr, &g)) <= 0) break;
-            if (g.num == 5 && g.wt != PB_WT_STRING) { j = -1; break; }
-            if (!put && g.num >= 5) {
-                coai__pb_str(out, 5, conversation_id);
-                put = 1;
-            }
-            if (g.num != 5) coai__pb_copy_field(out, &rr, gat);   /* every old id goes */
-        }
-        if (j < 0) { r = COAI_ERR_PROTO; break; }
-        if (!put) coai__pb_str(out, 5, conversation_id);
-        coai__pb_close(out, body);
+        if (body(out, &rr, ctx) < 0) { r = COAI_ERR_PROTO; break; }
+        coai__pb_close(out, b);
     }
     if (r == COAI_OK && (k < 0 || !seen)) r = COAI_ERR_PROTO;
     return coai__pb_finish(out, start, r);
 }
 
-int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode)
+/* the conversation id (5) replaced: every old one goes, the new one before field 5's place */
+static int coai__run_body_conversation(coai_buf *out, coai__pbr *rr, const void *ctx)
 {
-    const pb_byte_t *p = (const pb_byte_t *)msg, *at;
-    coai__pbr top, rr, sr;
-    coai__pbf f, g, h;
-    size_t start = out->len, body, st;
-    int k, j, i, seen = 0, put, r = COAI_OK;
-    if (mode <= 0 || (!p && n)) return COAI_ERR_INVALID;
-    coai__pbr_init(&top, p, n);
+    const coai_str *id = (const coai_str *)ctx;
+    coai__pbf g;
+    int j, put = 0;
     for (;;) {
-        at = top.end - top.s.bytes_left;
-        if ((k = coai__pb_next(&top, &f)) <= 0) break;
-        if (f.num != 1) {                                /* not the run request: as it is */
-            coai__pb_copy_field(out, &top, at);
-            continue;
-        }
-        if (f.wt != PB_WT_STRING || seen++) { r = COAI_ERR_PROTO; break; }
-        body = coai__pb_open(out, 1);
-        put = 0;
-        coai__pbr_init(&rr, f.p, f.n);
-        for (;;) {
-            const pb_byte_t *gat = rr.end - rr.s.bytes_left;
-            if ((j = coai__pb_next(&rr, &g)) <= 0) break;
-            if (g.num != 1) {
-                if (!put) {                              /* no state field: one first */
-                    st = coai__pb_open(out, 1);
-                    coai__pb_u32(out, 10, (uint32_t)mode);
-                    coai__pb_close(out, st);
-                    put = 1;
-                }
-                coai__pb_copy_field(out, &rr, gat);
-                continue;
-            }
-            if (g.wt != PB_WT_STRING || put) { j = -1; break; }
-            st = coai__pb_open(out, 1);
-            coai__pbr_init(&sr, g.p, g.n);
-            for (;;) {
-                const pb_byte_t *hat = sr.end - sr.s.bytes_left;
-                if ((i = coai__pb_next(&sr, &h)) <= 0) break;
-                if (h.num != 10) coai__pb_copy_field(out, &sr, hat);   /* an old mode goes */
-            }
-            if (i < 0) { j = -1; break; }
-            coai__pb_u32(out, 10, (uint32_t)mode);
-            coai__pb_close(out, st);
+        const pb_byte_t *gat = rr->end - rr->s.bytes_left;
+        if ((j = coai__pb_next(rr, &g)) <= 0) break;
+        if (g.num == 5 && g.wt != PB_WT_STRING) return -1;
+        if (!put && g.num >= 5) {
+            coai__pb_str(out, 5, *id);
             put = 1;
         }
-        if (j < 0) { r = COAI_ERR_PROTO; break; }
-        if (!put) {
-            st = coai__pb_open(out, 1);
-            coai__pb_u32(out, 10, (uint32_t)mode);
-            coai__pb_close(out, st);
-        }
-        coai__pb_close(out, body);
+        if (g.num != 5) coai__pb_copy_field(out, rr, gat);
     }
-    if (r == COAI_OK && (k < 0 || !seen)) r = COAI_ERR_PROTO;
-    return coai__pb_finish(out, start, r);
+    if (j < 0) return -1;
+    if (!put) coai__pb_str(out, 5, *id);
+    return 0;
+}
+
+int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t n,
+                                         coai_str conversation_id)
+{
+    if (!conversation_id.len || !conversation_id.ptr || (!msg && n)) return COAI_ERR_INVALID;
+    return coai__run_request_rewrite(out, msg, n, coai__run_body_conversation,
+                                     &conversation_id);
+}
+
+/* the state (1) with its mode (10) set: an old mode goes; no state field: one first */
+static int coai__run_body_state_mode(coai_buf *out, coai__pbr *rr, const void *ctx)
+{
+    uint32_t mode = *(const uint32_t *)ctx;
+    coai__pbr sr;
+    coai__pbf g, h;
+    size_t st;
+    int j, i, put = 0;
+    for (;;) {
+        const pb_byte_t *gat = rr->end - rr->s.bytes_left;
+        if ((j = coai__pb_next(rr, &g)) <= 0) break;
+        if (g.num != 1) {
+            if (!put) {
+                st = coai__pb_open(out, 1);
+                coai__pb_u32(out, 10, mode);
+                coai__pb_close(out, st);
+                put = 1;
+            }
+            coai__pb_copy_field(out, rr, gat);
+            continue;
+        }
+        if (g.wt != PB_WT_STRING || put) return -1;
+        st = coai__pb_open(out, 1);
+        coai__pbr_init(&sr, g.p, g.n);
+        for (;;) {
+            const pb_byte_t *hat = sr.end - sr.s.bytes_left;
+            if ((i = coai__pb_next(&sr, &h)) <= 0) break;
+            if (h.num != 10) coai__pb_copy_field(out, &sr, hat);   /* an old mode goes */
+        }
+        if (i < 0) return -1;
+        coai__pb_u32(out, 10, mode);
+        coai__pb_close(out, st);
+        put = 1;
+    }
+    if (j < 0) return -1;
+    if (!put) {
+        st = coai__pb_open(out, 1);
+        coai__pb_u32(out, 10, mode);
+        coai__pb_close(out, st);
+    }
+    return 0;
+}
+
+int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode)
+{
+    uint32_t m = (uint32_t)mode;
+    if (mode <= 0 || (!msg && n)) return COAI_ERR_INVALID;
+    return coai__run_request_rewrite(out, msg, n, coai__run_body_state_mode, &m);
 }
 
 /* Decode a fixed-shape leaf message with nanopb into d->u (already zeroed). */
