@@ -260,8 +260,11 @@ static_binary() {
     scc=$1 sbr=$2 out=$3 arch=$4
     [ -f server.c ] || die "server.c not found"
     run mkdir -p "$BUILD"
+    # No unwind tables: plain C that never unwinds (musl's thread cancellation does not
+    # either); they cost 37 KB on x86-64 and 65 KB on arm64 (measured 2026-11-28).
     # shellcheck disable=SC2086
-    run "$scc" -static -Os -ffunction-sections -fdata-sections -Wl,--gc-sections -s $DEFS \
+    run "$scc" -static -Os -ffunction-sections -fdata-sections -fno-asynchronous-unwind-tables \
+        -fno-unwind-tables -Wl,--gc-sections -s $DEFS \
         -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" server.c $PB_C $LIB_C "$sbr/build/libbearssl.a" \
         -lpthread -o "$out"
     run file "$out"
