@@ -8529,9 +8529,10 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
             || cond_wait_ms(&H.cond, &H.lock, end - mono_ms()) != 0)
             break;
     }
-    if (!r) {
-        /* ids without the run's handle (a client that re-numbers them): the one run held on
-         * this very history */
+    if (!r && !req->session_id.len) {
+        /* ids without any run's handle (a client that re-numbers them): the one run held on
+         * this very history. Not when the ids name a run: one this instance does not hold is
+         * another instance's (or gone), and replaying is right there (multi_test). */
         for (q = H.list; q; q = q->held.next)
             if (!q->held.release_req && memcmp(hist, q->held.park_hist, 32) == 0) {
                 if (r) { r = NULL; break; }          /* two: neither is surely this one */
