@@ -6701,13 +6701,16 @@ static void held_live_del(struct run *r)
     pthread_mutex_unlock(&H.lock);
 }
 
-/* Under H.lock: a live run, not parked, with this handle. */
-static int held_live_unparked_locked(coai_str session)
+/* Under H.lock: a live run, not parked, with this handle; with no handle (a client that
+ * re-numbers the ids), one asked with this history (hist: what it will park on). */
+static int held_live_unparked_locked(coai_str session, const unsigned char *hist)
 {
     const struct run *x;
     for (x = H.live; x; x = x->held.live_next)
-        if (!x->held.in_table && session.len == strlen(x->in.session)
-            && memcmp(session.ptr, x->in.session, session.len) == 0)
+        if (!x->held.in_table
+            && (session.len ? session.len == strlen(x->in.session)
+                                  && memcmp(session.ptr, x->in.session, session.len) == 0
+                            : x->in.hist_ok && memcmp(x->in.hist, hist, 32) == 0))
             return 1;
     return 0;
 }
@@ -8520,24 +8523,26 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
     end = mono_ms() + HELD_PARK_WAIT_MS;
     pthread_mutex_lock(&H.lock);
     for (;;) {
-        for (r = H.list; r; r = r->held.next)
-            if (!r->held.release_req && req->session_id.len == strlen(r->in.session)
-                && memcmp(req->session_id.ptr, r->in.session, req->session_id.len) == 0)
-                break;
+        r = NULL;
+        if (req->session_id.len) {
+            for (r = H.list; r; r = r->held.next)
+                if (!r->held.release_req && req->session_id.len == strlen(r->in.session)
+                    && memcmp(req->session_id.ptr, r->in.session, req->session_id.len) == 0)
+                    break;
+        } else {
+            /* ids without any run's handle (a client that re-numbers them): the one run held
+             * on this very history. Not when the ids name a run: one this instance does not
+             * hold is another instance's (or gone), and replaying is right there. */
+            for (q = H.list; q; q = q->held.next)
+                if (!q->held.release_req && memcmp(hist, q->held.park_hist, 32) == 0) {
+                    if (r) { r = NULL; break; }      /* two: neither is surely this one */
+                    r = q;
+                }
+        }
         /* the run is still finishing the response that asked for these results */
-        if (r || !req->session_id.len || !held_live_unparked_locked(req->session_id)
+        if (r || !held_live_unparked_locked(req->session_id, hist)
             || cond_wait_ms(&H.cond, &H.lock, end - mono_ms()) != 0)
             break;
-    }
-    if (!r && !req->session_id.len) {
-        /* ids without any run's handle (a client that re-numbers them): the one run held on
-         * this very history. Not when the ids name a run: one this instance does not hold is
-         * another instance's (or gone), and replaying is right there (multi_test). */
-        for (q = H.list; q; q = q->held.next)
-            if (!q->held.release_req && memcmp(hist, q->held.park_hist, 32) == 0) {
-                if (r) { r = NULL; break; }          /* two: neither is surely this one */
-                r = q;
-            }
     }
     if (!r) {
         pthread_mutex_unlock(&H.lock);
@@ -9752,8 +9757,10 @@ static int chat_reply(struct chat *x)
         unsigned char (*dg)[32] = malloc(r->in.req.message_count * sizeof *dg);
         if (dg && H.on) {
             coai_conversation_digests(r->in.req.messages, r->in.req.message_count, dg);
+            pthread_mutex_lock(&H.lock);        /* held_claim reads it for a live run */
             memcpy(r->in.hist, dg[r->in.req.message_count - 1], 32);
             r->in.hist_ok = 1;
+            pthread_mutex_unlock(&H.lock);
         }
         free(dg);
         r->in.prompt_units = r->reply.prompt_units_;
