@@ -225,6 +225,333 @@
  *   global (harmless, never read here); coai_checksum_bucket() follows TZ via
  *   localtime_r, so change TZ only before starting threads.
  *
+ * WIRE AND DIALECT NOTES (what server.c and this header send Cursor, and why)
+ *   These notes were the README's protocol sections; a user of the proxy does not need them,
+ *   a developer changing the wire does. Field and kind numbers are agent.proto's.
+ *
+ *   Client version. x-cursor-client-version is the same on every call: CURSOR_CLIENT_VERSION
+ *   when set; else cli-<newest build> of an installed cursor-agent
+ *   (~/.local/share/cursor-agent/versions/<build>) when it is newer than the built-in
+ *   cli-2026.10.01-e373342; else the built-in one. Build ids of every form cursor-agent has
+ *   used are read (2026.10.01-e373342, 2026.06.12-01-15-52-7244546, either with -lab); a bare
+ *   build id gets the cli- prefix. Cursor answers a build it thinks too old with "Update
+ *   Required" (also as resource_exhausted, or permission_denied naming the version): the
+ *   outdated_client error, never a rate limit.
+ *
+ *   Two transports. HTTP/2 (the default, as cursor-agent): a run is one
+ *   agent.v1.AgentService/Run stream (Connect bidi, application/connect+proto) to the agent
+ *   host GetServerConfig names (*.api5.cursor.sh live, HTTP/2 only). The run request, tool
+ *   results, KV answers and heartbeats are messages on the request body; Cursor's messages
+ *   come back on the response body. Runs to one host share one TLS connection (ALPN h2) up to
+ *   the server's SETTINGS_MAX_CONCURRENT_STREAMS, then a second one opens; after a GOAWAY new
+ *   runs take a new connection while the old one finishes its streams; an idle connection is
+ *   PINGed every 20 s and dropped when no answer comes. HTTP/1.1 (cursor-agent's
+ *   useHttp1ForAgent): RunSSE plus one BidiAppend request per message, to CURSOR_API_URL
+ *   (api2.cursor.sh serves the agent service over HTTP/1.1), never to the HTTP/2-only host.
+ *   Which one: CURSOR_OAI_TRANSPORT when set; else GetServerConfig's http2_config (field 7),
+ *   as Cursor's own SDK obeys it: FORCE_ALL_DISABLED and FORCE_BIDI_DISABLED -> HTTP/1.1;
+ *   FORCE_ALL_ENABLED and FORCE_BIDI_ENABLED -> HTTP/2 with no fallback; anything else
+ *   (unspecified, absent, unknown, or CURSOR_OAI_AGENT_URL set so GetServerConfig is not
+ *   asked) -> HTTP/2 with the fallback. The log says when the value changes; doctor's
+ *   transport line and the status page say what decided ("(server config
+ *   http2_config=FORCE_ALL_DISABLED)", "(CURSOR_OAI_TRANSPORT)", "(default)").
+ *   Fallback: an HTTP/2 failure before a byte reached the client (no h2 in ALPN, GOAWAY or
+ *   RST_STREAM at the start, HTTP 464, a connection error) retries the request over HTTP/1.1.
+ *   RST_STREAM or GOAWAY with HTTP_1_1_REQUIRED (met from Cursor by another client, treated
+ *   like a 464) goes there at once, without the second HTTP/2 try on a new connection that a
+ *   refused stream gets. Runs then stay on HTTP/1.1 for CURSOR_OAI_H2_REPROBE seconds (600:
+ *   what breaks HTTP/2, a proxy or a middlebox, rarely changes sooner, and each try costs a
+ *   failing run one more connect). After the first byte nothing is retried.
+ *
+ *   HTTP/1.1 hosts. CURSOR_OAI_AGENT_URL forces the run host. A host that refuses HTTP/1.1 at
+ *   the connection level (400 "illegal request line", a close before any byte, HTTP/2 frames
+ *   in answer, or a 464 from a host other than CURSOR_API_URL: Cursor's load balancer answers
+ *   HTTP/1.1 on an HTTP/2-only route so) has the run retried on CURSOR_API_URL before the
+ *   client saw a byte, and is remembered as HTTP/2-only for CURSOR_OAI_H2ONLY_REPROBE seconds
+ *   (600; the fallback kind http2_only_host). The live HTTP/2-only hosts stay so, and each try
+ *   costs one refused connect; a refusal that was a moment's trouble gets its runs back
+ *   without a restart. When CURSOR_API_URL itself refuses: 502 upstream_http2_only. A host
+ *   that accepts a run and closes it at once with no answer (a wrong region's) is a 502
+ *   upstream_wrong_region, never an empty answer.
+ *
+ *   Start order (HTTP/1.1). The run request (BidiAppend seqno 0) goes out only after the
+ *   RunSSE response head has arrived: Cursor loses an append that comes before its run is
+ *   registered.
+ *
+ *   Transport profiles (HTTP/1.1). connect, what every 2026 client and cursor-agent send, is
+ *   the default: RunSSE as application/connect+proto with connect-protocol-version: 1,
+ *   BidiAppend as application/proto, no x-cursor-checksum (the CLI sends none; the live server
+ *   accepts that). grpc-web (application/grpc-web+proto on both calls, with
+ *   x-cursor-checksum; what the protocol vectors fix byte for byte) is the fallback. Outgoing
+ *   frames are never compressed (Cursor ignores a compressed one and the turn parks). Only an
+ *   answer that means "wrong profile" switches: HTTP 415, 464 from CURSOR_API_URL, or an
+ *   outdated-client answer naming the content type or protocol, before the client saw a
+ *   byte; the run is retried once with the other profile, which is then used from then on.
+ *   An ordinary error (retired model, usage limit, 5xx, outdated version) is answered from
+ *   the one run. CURSOR_OAI_PROFILE forces one profile with no fallback.
+ *   CURSOR_OAI_CONNECT_APPEND=json sends the Connect BidiAppend as Connect JSON,
+ *   {"data":hex,"requestId":{...},"appendSeqno":"N"} with application/json, as one peer does.
+ *
+ *   Run headers, as cursor-agent sends them (names captured from CLI 2026.08.11):
+ *   x-blob-encryption-key (32 random bytes as hex, one per process) and x-original-request-id
+ *   (the first attempt's id, kept when a run is retried with another profile, host or
+ *   transport) on Run, RunSSE and BidiAppend; x-cursor-streaming: true on RunSSE only; no
+ *   connect-accept-encoding (compressed frames are not read); no te. The HTTP/2 Run set is
+ *   authorization, content-type, user-agent, connect-protocol-version,
+ *   x-cursor-client-version, x-cursor-client-type, x-ghost-mode, x-request-id,
+ *   x-original-request-id, x-blob-encryption-key. The grpc-web profile keeps the original
+ *   client's set.
+ *
+ *   Heartbeats and seqnos. While a run is open: client_heartbeat every 5 s (the first 5 s after
+ *   the start) and, while the client runs a tool, an exec heartbeat per pending call every 3 s,
+ *   as the current CLI does. They go out from their own thread and never hold up an answer.
+ *   Every message to Cursor (replies, results, heartbeats) takes the next append_seqno, so the
+ *   sequence is 0, 1, 2, ... whatever the mix. On a held run a heartbeat is its own append: one
+ *   that hangs holds up neither results nor answers; a failed one is retried after 5, 10, 20,
+ *   then every 40 s; three failures in a row release the run.
+ *
+ *   Turn end and silence. turn_ended ends the client's response even when Cursor keeps the
+ *   stream open. Cursor sends a heartbeat about every 10 s. No frame at all for
+ *   CURSOR_OAI_SILENCE_TIMEOUT, or only heartbeats and checkpoints for
+ *   CURSOR_OAI_HEARTBEAT_TIMEOUT, fails the run with 504 upstream_timeout naming the bound.
+ *
+ *   What Cursor asks, answered in kind (nothing runs on the proxy's host). An exec no client
+ *   tool matches gets what the CLI sends for one it cannot run: throw{id, error} then
+ *   stream_close{id} (Cursor reads the error and goes on; an unanswered exec leaves the turn
+ *   waiting on heartbeats); the throw names the exec kind where known (pi_read_args ...
+ *   mini_swe_agent_bash_args, 44-54). request_context gets the workspace, OS, shell and time
+ *   zone, then stream_close. The MCP-state question (exec 36, asked by Grok models since
+ *   September 2026 before a tool call) gets the client's tools as one MCP server,
+ *   "cursor-tools", status ready (a refusal leaves the tools "unavailable"). Precheck execs
+ *   carry allowlisted (an empty result means no): MCP (42) and web fetch (43) yes, shell (41)
+ *   no. A subagent request (exec 28) gets a typed SubagentError (a throw broke other clients'
+ *   turns). Interaction queries get a response of their own kind, typed where the schema has
+ *   an outcome: hosted web fetch (9) approved (Cursor fetches on its own servers), PR
+ *   management (10), MCP authorisation (11) and SCM connection (14) rejected, environment
+ *   replacement (13) failure, each with a reason a model can read, VM set-up (8) success, the
+ *   others (web search, ask-question, mode switch, Exa search and fetch, create-plan, image
+ *   generation) an empty response at once. KV requests are answered as the CLI answers them:
+ *   a set_blob without data is acknowledged; a get_blob whose key is not a 32-byte digest gets
+ *   the key back as its data; a blob this process does not have is "not found", not empty.
+ *
+ *   Errors seen live that need more than a status. "parse binary: invalid end group tag"
+ *   (Cursor could not read a tool schema) is a 400 invalid_tool_schema naming the tool when
+ *   the request tells which (its only tool, or the only one using $ref, anyOf and the like),
+ *   else "one of the N tool schemas". "Conversation state is required" gets the run sent once
+ *   more with ConversationStateStructure.mode (field 10) = AGENT, then a 502
+ *   conversation_state_required. "Conversation data missing" / "blob missing": replayed once
+ *   as a new conversation, then 502 conversation_lost. A bare resource_exhausted is judged by
+ *   the request's size at 4 characters a token: under 16k model_not_available, 100k and over
+ *   context_length_exceeded, between upstream_resource_exhausted. grpc-status 3 with
+ *   ERROR_DEPRECATED is a retired model: 404 model_not_found at once, not retried.
+ *
+ *   Conversation state and memory. A run request carries an empty state and the flattened
+ *   conversation (mode AGENT after the error above), or, when the conversation resumes, Cursor's
+ *   own checkpoint; structured turns are never built here (Cursor resets a large structured
+ *   history sent without a checkpoint, and peers disagree on how to build one). After a final
+ *   answer server.c keeps the latest conversation_checkpoint_update, the conversation_id and
+ *   the KV blobs the run stored, keyed by the digest of the history the client will send next
+ *   (its messages plus the answer; thinking left out, since clients differ in echoing it). A
+ *   request that extends it by user messages only starts with that checkpoint as
+ *   conversation_state, the same conversation_id, the blobs as pre_fetched_blobs (and served on
+ *   get_blob), and only the new messages as the user message. The lookup digests the history
+ *   up to its last message that is not a user's, once, and compares only the remembered keys
+ *   under the lock. Bounds: 256 conversations, 256 MiB, 30 minutes each, memory only. A
+ *   resumed run that fails before the client saw a byte (checkpoint rejected, a blob asked for
+ *   that is not here) is replayed flattened.
+ *
+ *   Held runs on the wire. Each tool result goes back the way the CLI sends it: a shell as a
+ *   stream (start, output, exit, stream_close); shell, read, write, ls and grep as their typed
+ *   results; an MCP tool as mcp_result; each followed by stream_close, with Cursor's own exec
+ *   ids. A result with images goes as McpImageContent items after its text (MCP tools only;
+ *   Cursor's read/shell/ls/grep results have no place for an image, so such a turn starts a
+ *   fresh run). No peer has recorded the model seeing an McpImageContent image live.
+ *
+ *   Images on the wire. Raw bytes in UserMessage.selected_context.selected_images, the type read
+ *   from the bytes, width and height from the header when cheap, an id derived from the bytes
+ *   (the same image, the same id, every time). A run request with images sets
+ *   client_supports_inline_images: Cursor ignores inline image data without it. Only the
+ *   current turn's images are sent: re-sending old ones made Cursor answer "Image not found".
+ *   Cursor seems to cap one user message near 1 MiB (a peer's live observation).
+ *
+ *   Token counts. Cursor ends a turn with input, output, cache read, cache write and reasoning
+ *   counts; its input already contains the cache read, as OpenAI counts it (the two live
+ *   TurnEndedUpdates published as test data: input 11,490 with cache read 11,392; input
+ *   24,034 with cache read 20,014). So OpenAI chat prompt_tokens, Responses input_tokens and
+ *   Gemini promptTokenCount are Cursor's input, the cached_tokens / cachedContentTokenCount
+ *   its cache read; Anthropic input_tokens is input - cache read - cache write (never below 0),
+ *   with cache_read_input_tokens and cache_creation_input_tokens beside it (for the first frame:
+ *   11,490 and 11,392 against Anthropic 98). Adding the cache on top of the input, as an earlier
+ *   version did, doubled what Claude Code and Codex thought their context held, and they
+ *   compacted far too early. Reasoning counts as output. A cache read larger than the input is
+ *   passed on as it came, logged once. A turn without counts (one ending in a tool call, an
+ *   older server) is estimated: Cursor's running count or the checkpoint's, else 4 characters
+ *   a token, with no *_details in OpenAI chat usage.
+ *
+ *   Client result layouts (coai_exec_outcome_parse). A result goes to Cursor in the fields its
+ *   CLI fills: a read as the file's bytes with total_lines and file_size; a shell as stdout,
+ *   stderr and the exit code. Each layout is read only for the tool that writes it and only
+ *   when all of it matches.
+ *     Codex exec_command: "Chunk ID / Wall time / Process exited with code N / Original token
+ *       count / Output:" -> exit N, output as stdout (stderr merged by Codex); a read, ls or
+ *       grep run as cat / ls / rg: the output as content, non-zero an error (grep's 1 with no
+ *       output: no matches); "Process running with session ID": output, no code; a write whose
+ *       result is not in this layout ("exec_command failed: ...") is a failed write, its text
+ *       (cut to 4 KiB) the error. Codex shell and apply_patch: "Exit code: N / Wall time /
+ *       Output:", the same (a failed patch is a failed write). The calls of one split write: one
+ *       write result once all have answered: lines_created / file_size of Cursor's content
+ *       when every call exited 0, else the first failing call's output (no exit 0 - refused,
+ *       still running - is a failure).
+ *     Claude Code Read: "1<TAB>line" (older "     1<TAB>line", "1->line" with an arrow) -> the
+ *       lines without numbers; the empty-file notice -> empty content; lines it cut at 2000
+ *       characters stay cut. Bash: success is the output without its trailing newline; is_error
+ *       "Exit code N\n..." -> exit N; stdout and stderr merged; an error without that line (a
+ *       timeout) -> exit 1, the text as stderr.
+ *     Qwen Code run_shell_command: "Command / Directory / Output / Error / Exit Code / Signal /
+ *       Process Group PGID" -> exit N (none when signalled), output as stdout, a spawn Error as
+ *       stderr. read_file: as it is; "File not found: <path>" is a read error.
+ *     Gemini CLI run_shell_command: "<untrusted_context> Output / [Error] / [Exit Code: N] /
+ *       [Signal] / [Background PIDs] / Process Group PGID </untrusted_context>" (the code line
+ *       only when non-zero) -> exit N or 0, output as stdout (its pseudo-terminal merges
+ *       stderr); Error, Signal or "Command was (automatically) cancelled" -> failure, exit 1,
+ *       the text as stderr. read_file: as it is, with its truncation notice.
+ *     OpenCode and Kilo Code read: "<path> <type>file</type> <content> 1: ... (End of file -
+ *       total N lines)" -> the lines, each ending in a newline, total_lines N; "Showing lines"
+ *       footers mark it truncated. bash: the output has no exit code, so Cursor's command goes
+ *       to that bash (known by its workdir parameter) after
+ *       exec 2>&1; trap 'printf "\n[exit code: %d]\n" "$?"' EXIT
+ *       and the last line gives the code; without it (output cut, the command's own trap):
+ *       success with the text.
+ *     Any client, Cursor's delete through its shell: wc -c < PATH && rm -- PATH -> a
+ *       delete_result with the size wc printed, or the shell's failure. Cursor's turn stalls on
+ *       a success whose file_size is 0 (on the wire the same as a success without one), so an
+ *       empty file, or a result with no size (Qwen Code once lost a command's output), goes as
+ *       the delete's error with a sentence saying the file was deleted (empty, or its size not
+ *       reported) or, for an empty result, that the delete is not confirmed.
+ *     Any client, write / Write / write_file: lines_created / file_size of Cursor's content;
+ *       errors only where the client marks them (is_error).
+ *     Any other shell tool (the generic rule): a first or last line that is only an exit-code
+ *       phrase - Exit code: 3, Exit code 3, [exit code: 3], <exit_code>3</exit_code>, Process
+ *       exited with code 3, exited with status 3, return code: 3, returncode=3, (exit 3),
+ *       {"exit_code": 3}, The exit code is 3; any case, _ - or camelCase spellings - is the
+ *       code, and the line (with the newline before it) is removed; the last line is tried
+ *       first. So is a whole result that is one JSON object with an integer exit_code (exitCode,
+ *       exit_status, returncode, return_code) and string output / stdout (and stderr). Never a
+ *       middle line, a line with other words ("exited with code 0 in CI", "exit code: 3
+ *       (SIGQUIT)"), or a bare "exit 3" / "rc 3" outside brackets. Output whose own last line
+ *       is such a phrase (cat build.log) is taken as the code. Anything else: the text as it
+ *       is, exit 0 (stderr when is_error).
+ *
+ *   Codex writes (coai_responses_exec_map). Codex offers apply_patch only for model names it
+ *   knows; writes then go as "*** Add File:" with the whole content, deletes as "*** Delete
+ *   File:". A path apply_patch could read as more than one path (a line break or other control
+ *   character, white space at either end, a start like *** or @@) or content with a CR or
+ *   another line separator never goes into a patch: the shell instead, else a refusal saying
+ *   why. Through the shell: printf '%s' '<content>' > '<path>' (content with a NUL as base64
+ *   through base64 -d). Linux takes at most 128 KiB in one argument: the array-form shell tool
+ *   gets a bigger file as several arguments of at most 96 KiB after the script
+ *   (printf '%s' "$@" > '<path>'); exec_command and shell_command take one string, so a write
+ *   over about 96 KiB becomes several calls in one response, each carrying 64 KiB of content
+ *   as base64 (a command of about 86 KiB with bash -lc around it) decoded into a staging
+ *   directory beside the target, .cursor-oai-write-<salt><hash>-<n>, the salt 8 random bytes
+ *   drawn per response. The call that finds every part joins them, renames the file onto the
+ *   target and removes the directory, so the target is never half-written. A failing call
+ *   marks the set failed; later calls fail without writing, and the last removes the
+ *   directory (a call Codex never runs leaves the others' parts). A staging path that is a
+ *   symlink, not a directory or not the user's is refused before anything is written; parts
+ *   are written with noclobber (set -C); the joined file must be a regular file with the POSIX
+ *   cksum and size of the whole content before the rename. Codex refuses rm -f / rm -r, so the
+ *   scripts remove parts one by one with rm -- and rmdir. Tested with the real Codex writing
+ *   249 KiB through four exec_command calls (agents_test task big) and a delete (task del).
+ *   Codex shell mapping: exec_command {cmd, workdir} (current), shell_command {command} or
+ *   shell {command: ["bash", "-lc", cmd]} (older); reads, listings and searches use a
+ *   dedicated tool when offered, else cat -- '<path>', ls -la -- '<path>',
+ *   rg -n -e '<pattern>' [--glob='<glob>'] -- '<path>', rg --files --glob='<glob>'. A workdir
+ *   is passed only when Cursor names a directory other than the proxy's workspace.
+ *   Remote compaction (Codex with model_provider "openai" pointed at the proxy): a request
+ *   whose input ends in a compaction_trigger item is run with a summary request appended as
+ *   the last user message and no tools; the answer's text is the one compaction item's
+ *   encrypted_content, plain text after the line "cursor-oai compaction summary v1" (Cursor
+ *   has nothing to encrypt it with). Sent back, it reaches Cursor as a user message "Summary of
+ *   the conversation so far ...". A compaction item written by another server is a 400. POST
+ *   /v1/responses/compact does the same run and answers {"object": "response.compaction",
+ *   "output": [the item], "usage": ...} (OpenAI also keeps the user messages in output; the
+ *   summary covers them).
+ *
+ *   Responses dialect (PART:RESPONSES). Read: instructions; input as a string or items
+ *   (message with input_text / output_text / refusal / input_image parts; function_call,
+ *   function_call_output, custom_tool_call, custom_tool_call_output, reasoning items sent back,
+ *   which stay reasoning and are not prompt); tools (function and custom tools: a custom tool
+ *   goes to Cursor as a function with one string "input", its calls come back as
+ *   custom_tool_call items); tool_choice; parallel_tool_calls (one call per response);
+ *   reasoning; include; store; max_output_tokens; metadata (echoed); prompt_cache_key;
+ *   sampling fields accepted, unused. The response echoes tools, tool_choice and
+ *   parallel_tool_calls as sent (OpenAI's defaults [], "auto", true otherwise). Stream:
+ *   event:/data: pairs with sequence_number - response.created, response.in_progress,
+ *   response.output_item.added/.done, response.content_part.added/.done,
+ *   response.output_text.delta/.done, thinking as a reasoning item with
+ *   response.reasoning_summary_part.* and response.reasoning_summary_text.delta/.done,
+ *   response.function_call_arguments.delta/.done or response.custom_tool_call_input.delta/
+ *   .done, then response.completed or response.incomplete with usage (reasoning tokens
+ *   estimated from the thinking text); a failure after the first byte ends it with
+ *   response.failed (the error in response.error). Stored responses: the newest 256, at most
+ *   64 MiB together, stored before the answer's last byte goes out.
+ *
+ *   Anthropic dialect (PART:ANTHROPIC). Read: system (string or text blocks; cache_control
+ *   ignored); messages (user, assistant, and system entries as Claude Code sends them; text,
+ *   image, tool_use, tool_result with is_error, thinking / redacted_thinking sent back,
+ *   document with a text source, search_result as its title, source and texts); tools
+ *   (input_schema; tools with a type such as web_search_* and defer_loading tools are not
+ *   offered to Cursor); tool_choice auto / any / tool / none; thinking; stop_sequences;
+ *   max_tokens (required, as Anthropic requires it); metadata; context_management,
+ *   output_config, temperature and other members ignored. An unknown block type is a 400.
+ *   Stream: message_start, content_block_* for text, thinking (closed with a signature_delta)
+ *   and tool_use (its input in one input_json_delta), message_delta with stop_reason and
+ *   usage, message_stop, ping while Cursor is silent, event: error after the first byte.
+ *   count_tokens returns the estimate a reply reports when Cursor sends no count.
+ *
+ *   Gemini dialect (PART:GEMINI). Read: contents (user / model; text, thought, inlineData,
+ *   functionCall / functionResponse with or without id), systemInstruction,
+ *   tools[].functionDeclarations (parametersJsonSchema or parameters; googleSearch and other
+ *   built-in tools not offered), toolConfig.functionCallingConfig (AUTO, ANY, NONE,
+ *   allowedFunctionNames), generationConfig (maxOutputTokens, stopSequences at most 5,
+ *   responseMimeType application/json with responseSchema emulated, thinkingConfig.
+ *   thinkingBudget 0 = thinking off, sampling ignored). Answers carry usageMetadata
+ *   (promptTokenCount, candidatesTokenCount, thoughtsTokenCount, cachedContentTokenCount,
+ *   totalTokenCount), finishReason, modelVersion (Cursor's model) and responseId. Refused
+ *   with 400 INVALID_ARGUMENT before any run, as Google refuses them: fileData parts,
+ *   cachedContent, candidateCount > 1, an allowedFunctionNames entry naming no declaration, a
+ *   name declared twice, a functionResponse.response that is not an object, a
+ *   functionResponse turn not right after a functionCall turn, a responseSchema /
+ *   responseJsonSchema that is not an object, a responseMimeType outside text/plain,
+ *   application/json, application/xml, application/yaml, text/x.enum (all but json answered as
+ *   text), a model name in the URL with a control character or over 255 bytes. Gemini CLI's
+ *   shell tool gets dir_path (relative to the workspace, only for a directory under it),
+ *   grep_search include_pattern for a file glob; its replace is never used (edits arrive as
+ *   whole-file writes); its web_fetch and google_web_search are not Cursor tools. Google's
+ *   stable path (/v1/models/{model}:...) is served too; /v1/models answers Gemini's list to a
+ *   request with a Google key (x-goog-api-key, ?key=, or x-goog-api-client) and no
+ *   anthropic-version. Unknown URLs under /v1beta/, a model method under /v1/models/
+ *   (:embedContent) and unknown /v1/ URLs from a Google client get Google's 404 NOT_FOUND.
+ *   A usage limit is 429 RESOURCE_EXHAUSTED whose message ends in "(Cursor usage quota, limit:
+ *   0 remaining in this period)" with ErrorInfo and QuotaFailure details: Gemini CLI treats a
+ *   429 saying "limit: 0" as a quota waiting will not restore and shows it at once (0.61.0:
+ *   the message after 3.5-5.4 s, one run; without those words it retried past a 120 s timeout).
+ *
+ *   Login renewal. A browser login is renewed as Cursor's IDE does: POST /oauth/token
+ *   {grant_type: "refresh_token", client_id, refresh_token}; the answer is a new access token
+ *   (about 60 days) and the same refresh token, which does not rotate. shouldLogout: true means
+ *   revoked: requests get a 401 saying to log in again. /auth/refresh is tried only when
+ *   /oauth/token answers 404. An API-key login is renewed by exchanging the key again (tokens
+ *   last about an hour). cursor-agent's browser login is renewed too, in memory only, through
+ *   /oauth/token and never /auth/refresh (which may rotate and would log cursor-agent out);
+ *   neither file is written. That is safe because the /oauth/token refresh token was measured
+ *   live (2026-09-02) as durable and non-rotating, and other clients renew the same way;
+ *   should /oauth/token ever send back a different refresh token, the log warns that
+ *   cursor-agent may need "cursor-agent login". A cursor-agent file holding an API key has the
+ *   key exchanged and the new tokens saved to cursor-oai's own file. Renewals of several
+ *   instances on one host run under a file lock.
+ *
  * LICENSE AND SOURCES: written for cursor-oai; the protocol facts come from
  * cursor-protocol.md, whose vectors the tests check byte for byte.
  */
