@@ -483,7 +483,7 @@
  *   function_call_output, custom_tool_call, custom_tool_call_output, reasoning items sent back,
  *   which stay reasoning and are not prompt); tools (function and custom tools: a custom tool
  *   goes to Cursor as a function with one string "input", its calls come back as
- *   custom_tool_call items); tool_choice; parallel_tool_calls (one call per response);
+ *   custom_tool_call items); tool_choice; parallel_tool_calls (a boolean, not used);
  *   reasoning; include; store; max_output_tokens; metadata (echoed); prompt_cache_key;
  *   sampling fields accepted, unused. The response echoes tools, tool_choice and
  *   parallel_tool_calls as sent (OpenAI's defaults [], "auto", true otherwise). Stream:
