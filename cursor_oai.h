@@ -372,7 +372,21 @@
  *   (the same image, the same id, every time). A run request with images sets
  *   client_supports_inline_images: Cursor ignores inline image data without it. Only the
  *   current turn's images are sent: re-sending old ones made Cursor answer "Image not found".
- *   Cursor seems to cap one user message near 1 MiB (a peer's live observation).
+ *   Cursor seems to cap one user message near 1 MiB (a peer's live observation). Tool results
+ *   sent with no user message at all (a Responses client may) are all current turn: their
+ *   images are checked too, and stay text markers in the prompt.
+ *
+ *   Request-field emulation (the core, every dialect). response_format / text.format JSON: the
+ *   prompt asks for one JSON object (with the schema); without streaming the answer is checked
+ *   (``` fences removed; an object with the schema's top-level required members), else 502
+ *   invalid_json_output; streams are not checked; a text.format whose type is not text,
+ *   json_object or json_schema is 400 invalid_value, as OpenAI answers. Stop sequences: text
+ *   that could still become a match is held back across deltas. Token limits: output (text and
+ *   reasoning) is cut when Cursor's count, else 4 UTF-16 units a token, reaches the limit;
+ *   usage reports the limit; of max_tokens and max_completion_tokens the smaller counts.
+ *   Prompt size: a conversation flattening to more than CURSOR_OAI_MAX_PROMPT_BYTES is a 400
+ *   context_length_exceeded naming both sizes, on which Codex and OpenCode compact their
+ *   history.
  *
  *   Token counts. Cursor ends a turn with input, output, cache read, cache write and reasoning
  *   counts; its input already contains the cache read, as OpenAI counts it (the two live
@@ -461,7 +475,9 @@
  *   symlink, not a directory or not the user's is refused before anything is written; parts
  *   are written with noclobber (set -C); the joined file must be a regular file with the POSIX
  *   cksum and size of the whole content before the rename. Codex refuses rm -f / rm -r, so the
- *   scripts remove parts one by one with rm -- and rmdir. Tested with the real Codex writing
+ *   scripts remove parts one by one with rm -- and rmdir. A delete of a missing file is an
+ *   error, as Cursor's own delete reports it; a delete Codex refused to run is a failed
+ *   delete, never a success. Tested with the real Codex writing
  *   249 KiB through four exec_command calls (agents_test task big) and a delete (task del).
  *   Codex shell mapping: exec_command {cmd, workdir} (current), shell_command {command} or
  *   shell {command: ["bash", "-lc", cmd]} (older); reads, listings and searches use a
@@ -495,9 +511,15 @@
  *   .done, then response.completed or response.incomplete with usage (reasoning tokens
  *   estimated from the thinking text); a failure after the first byte ends it with
  *   response.failed (the error in response.error). Stored responses: the newest 256, at most
- *   64 MiB together, stored before the answer's last byte goes out.
+ *   64 MiB together, stored before the answer's last byte goes out (a client may chain on it
+ *   the moment it has read it). previous_response_id puts the stored input and output items
+ *   before the new input; instructions are not carried over, as at OpenAI. Tool-call ids are
+ *   the function_call items' call_id, in the chat format, and come back in
+ *   function_call_output.
  *
- *   Anthropic dialect (PART:ANTHROPIC). Read: system (string or text blocks; cache_control
+ *   Anthropic dialect (PART:ANTHROPIC). Query strings (?beta=true) are ignored;
+ *   anthropic-version and anthropic-beta are accepted; x-claude-code-session-id is kept as the
+ *   conversation key. Read: system (string or text blocks; cache_control
  *   ignored); messages (user, assistant, and system entries as Claude Code sends them; text,
  *   image, tool_use, tool_result with is_error, thinking / redacted_thinking sent back,
  *   document with a text source, search_result as its title, source and texts); tools
