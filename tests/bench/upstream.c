@@ -10,10 +10,10 @@
  *
  * What a run gets is chosen by the run request's model id "scenario:<name>", looked up among
  * the --scenario options:
- *   --scenario NAME=N,INTERVAL_US,STAMP,TEXT   N text deltas "TEXT" (STAMP 1: each prefixed
+ *   --scenario NAME=N,INTERVAL_US,STAMP,TEXT[,BATCH]  N text deltas "TEXT" (STAMP 1: each prefixed
  *        "@T<CLOCK_MONOTONIC ns>;" at its send time), one every INTERVAL_US (0: as fast as the
  *        connection takes them), then turn_ended and the protocol's end (Connect end-stream {}
- *        or a gRPC-web trailer grpc-status: 0)
+ *        or a gRPC-web trailer grpc-status: 0); BATCH (1-64, default 1) deltas per write
  *   --scenario NAME=hold                       one delta "held", then nothing until POST
  *        /release, then " done", turn_ended, the end
  * Any other model: 20 deltas "s", unpaced. Every delta is one envelope in one DATA frame (one
@@ -65,7 +65,7 @@ enum { R_WAIT, R_RUN, R_HOLD, R_DONE };
 
 struct scen {
     char name[64], text[64];
-    int n, stamp, hold;
+    int n, stamp, hold, batch;
     int64_t interval_ns;
 };
 
@@ -323,6 +323,8 @@ static int conn_flush(struct conn *c)
             if (!c->want_out) { c->want_out = 1; ep_mod(c); }
             return 0;
         }
+        error_note("%s write failed: ssl error %d errno %d", c->state == C_H2 ? "HTTP/2" : "HTTP/1.1",
+                   n, errno);
         c->closing = 1;
         return -1;
     }
@@ -469,7 +471,7 @@ static void run_emit(struct run *r, const unsigned char *p, size_t n, int last)
         buf_add(&r->pend, p, n);
         if (last) r->eof = 1;
         nghttp2_session_resume_data(c->h2, r->sid);
-        if (nghttp2_session_send(c->h2) != 0) c->closing = 1;
+        if (nghttp2_session_send(c->h2) != 0) { error_note("nghttp2_session_send failed"); c->closing = 1; }
     } else {
         char h[16];
         int hn = snprintf(h, sizeof h, "%zx\r\n", n);
@@ -497,13 +499,16 @@ static void run_finish_h1(struct run *r)
 /* The next thing a running answer sends: a delta, or the end. */
 static void run_step(struct run *r)
 {
-    unsigned char o[256];
-    size_t n;
+    unsigned char o[64 * 160 + 64];
+    size_t n = 0;
+    int k;
     const struct scen *sc = r->sc;
     if (r->sent < sc->n) {
-        n = env_delta(o, sc);
-        r->sent++;
-        G.c.deltas++;
+        for (k = 0; k < sc->batch && r->sent < sc->n; k++) {   /* BATCH deltas per write */
+            n += env_delta(o + n, sc);
+            r->sent++;
+            G.c.deltas++;
+        }
         if (r->sent < sc->n || sc->hold) {
             run_emit(r, o, n, 0);
             if (sc->hold) { r->state = R_HOLD; return; }
@@ -533,8 +538,7 @@ static void run_release(struct run *r)
 {
     unsigned char o[256];
     size_t n;
-    static const struct scen done = { "", " done", 1, 0, 0, 0 };
-    n = env_text(o, done.text, strlen(done.text));
+    n = env_text(o, " done", 5);
     n += env_end(o + n, r->profile);
     r->state = R_DONE;
     G.c.released++;
@@ -596,7 +600,10 @@ static int h2_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
 static int h2_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *u)
 {
     struct conn *c = u;
-    if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK) && c->ping_at) {
+    if (f->hd.type == NGHTTP2_GOAWAY) {
+        error_note("GOAWAY from the client: error code %u, last stream %d",
+                   f->goaway.error_code, f->goaway.last_stream_id);
+    } else if (f->hd.type == NGHTTP2_PING && (f->hd.flags & NGHTTP2_FLAG_ACK) && c->ping_at) {
         double dt = (double)(now_ns() - c->ping_at) / 1e9;
         G.c.ping_acks++;
         if (dt > G.ping_ack_max_s) G.ping_ack_max_s = dt;
@@ -923,20 +930,31 @@ static void conn_event(struct conn *c, uint32_t ev)
         if (n <= 0) {
             int e = SSL_get_error(c->ssl, n);
             if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) break;
+            if (e != SSL_ERROR_ZERO_RETURN && !(e == SSL_ERROR_SYSCALL && errno == 0))
+                error_note("%s read failed: ssl error %d errno %d: %s (run %s)",
+                           c->state == C_H2 ? "HTTP/2" : "HTTP/1.1", e, errno,
+                           ERR_error_string(ERR_get_error(), NULL), c->run ? "open" : "none");
             c->closing = 1;
             return;
         }
         if (c->state == C_H2) {
-            if (nghttp2_session_mem_recv(c->h2, b, (size_t)n) < 0) { c->closing = 1; return; }
+            ssize_t rv = nghttp2_session_mem_recv(c->h2, b, (size_t)n);
+            if (rv < 0) {
+                error_note("HTTP/2 from the client: %s", nghttp2_strerror((int)rv));
+                c->closing = 1;
+                return;
+            }
         } else {
             buf_add(&c->in, b, (size_t)n);
         }
     }
     if (c->state == C_H2) {
-        if (nghttp2_session_send(c->h2) != 0) c->closing = 1;
+        if (nghttp2_session_send(c->h2) != 0) { error_note("nghttp2_session_send failed"); c->closing = 1; }
         conn_flush(c);
-        if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2))
+        if (!nghttp2_session_want_read(c->h2) && !nghttp2_session_want_write(c->h2)) {
+            error_note("HTTP/2 session over (GOAWAY)");
             c->closing = 1;
+        }
     } else {
         h1_read(c);
     }
@@ -1171,10 +1189,14 @@ static void parse_scenario(const char *arg)
     if (!strcmp(eq + 1, "hold")) {
         s->hold = 1;
         s->n = 1;
+        s->batch = 1;
         strcpy(s->text, "held");
         return;
     }
-    if (sscanf(eq + 1, "%d,%ld,%d,%63s", &s->n, &us, &s->stamp, text) != 4) die("bad --scenario");
+    s->batch = 1;
+    if (sscanf(eq + 1, "%d,%ld,%d,%63[^,],%d", &s->n, &us, &s->stamp, text, &s->batch) < 4
+        || s->batch < 1 || s->batch > 64)
+        die("bad --scenario");
     s->interval_ns = us * 1000;
     strcpy(s->text, text);
 }
@@ -1191,6 +1213,7 @@ int main(int argc, char **argv)
     G.max_streams = 100;
     G.ping_s = 10;
     G.dflt.n = 20;
+    G.dflt.batch = 1;
     strcpy(G.dflt.text, "s");
     for (i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--cert-dir")) cdir = argv[i + 1];
@@ -1230,6 +1253,7 @@ int main(int argc, char **argv)
     SSL_CTX_set_mode(G.ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER
                      | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_alpn_select_cb(G.ctx, alpn_cb, NULL);
+    SSL_CTX_set_options(G.ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);  /* clients that just close */
     G.ep = epoll_create1(EPOLL_CLOEXEC);
     lfd = listen_on(&port);
     cfd = listen_on(&cport);
