@@ -1281,7 +1281,10 @@ int main(int argc, char **argv)
         for (j = 0; j < n; j++) {
             int kind = *(int *)evs[j].data.ptr;
             if (kind == K_LISTEN) {
-                for (;;) {
+                int acc;
+                /* at most 64 a turn: a backlog of handshakes must not starve the runs and the
+                 * control port (the listener stays readable for the rest) */
+                for (acc = 0; acc < 64; acc++) {
                     int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), one = 1;
                     if (fd < 0) break;
                     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
