@@ -1254,6 +1254,7 @@ int main(int argc, char **argv)
                      | SSL_MODE_RELEASE_BUFFERS);
     SSL_CTX_set_alpn_select_cb(G.ctx, alpn_cb, NULL);
     SSL_CTX_set_options(G.ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);  /* clients that just close */
+    SSL_CTX_set_read_ahead(G.ctx, 1);  /* one read() for many records, not two per record */
     G.ep = epoll_create1(EPOLL_CLOEXEC);
     lfd = listen_on(&port);
     cfd = listen_on(&cport);
