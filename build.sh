@@ -790,6 +790,9 @@ bench)
         exit 1
     fi
     deps; release; bearssl_gcc
+    # the bench's C upstream and floors (tests/bench/upstream.c, floor_h*.c) only: the product
+    # stays dependency-free
+    PACKAGES="libnghttp2-dev libssl-dev"; ensure_packages
     # the load generator links the glibc BearSSL build and the same nanopb/cJSON sources
     export COAI_BENCH_NP="$NP" COAI_BENCH_CJ="$CJ" COAI_BENCH_BR="$BR"
     export COAI_BENCH_BRLIB="$BR_GCC/build/libbearssl.a"

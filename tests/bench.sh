@@ -4,6 +4,9 @@
 # (tests/bench/loadgen.c, gcc -O2, glibc) into build/bench/ and runs tests/bench/bench.py,
 # which prints a table and writes bench/results.json, then tests/bench/toolloop.py (the
 # tool-loop figure: held runs on and off), then HTTP/2 against HTTP/1.1 in one table.
+# Every run is answered by tests/bench/upstream.c (C, libnghttp2 + OpenSSL; the Python fake keeps
+# the unary calls; bench.py --upstream fake: the fake answers everything), and the floors
+# tests/bench/floor_h2.c / floor_h1.c are measured beside the proxy ("÷ floor" columns).
 # bench.py measures the binary over HTTP/2 and in both HTTP/1.1 transport profiles side by
 # side (connect, grpc-web) unless --compare or --one-profile. ARGS go to bench.py (--help),
 # e.g.
@@ -29,6 +32,10 @@ gcc -std=c99 -O2 -Wall -Wextra -DPB_ENABLE_MALLOC -DPB_FIELD_32BIT -DCJSON_NESTI
     proto/google/protobuf/struct.pb.c proto/google/protobuf/any.pb.c \
     "$NP/pb_common.c" "$NP/pb_encode.c" "$NP/pb_decode.c" "$CJ/cJSON.c" "$BRLIB" \
     -lpthread -lm -o build/bench/loadgen
+# the C upstream and the two floors (issue 32): Debian's libnghttp2-dev and libssl-dev, bench only
+for p in upstream floor_h2 floor_h1; do
+    gcc -std=c99 -O2 -Wall -Wextra tests/bench/$p.c -lnghttp2 -lssl -lcrypto -o build/bench/$p
+done
 /usr/bin/python3 tests/bench/bench.py --loadgen build/bench/loadgen "$@"
 case " $* " in *" --help "* | *" -h "*) exit 0 ;; esac
 # the tool-loop figure (held runs on and off; also ./build.sh bench-toolloop on its own)

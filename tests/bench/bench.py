@@ -182,6 +182,47 @@ class HoldHost:
     state = H.Fake.state
 
 
+def upstream_args(scenarios):
+    """tests/bench/upstream.c's --scenario options for the bench's scenarios: N deltas of TEXT,
+    every INTERVAL_US, stamped or not, BATCH per write; or a held run."""
+    out = []
+    for name, sc in sorted(scenarios.items()):
+        steps = sc["steps"]
+        if any(x["op"] == "hold" for x in steps):
+            out += ["--scenario", "%s=hold" % name]
+            continue
+        lg = [x for x in steps if x["op"] == "long"][0]
+        out += ["--scenario", "%s=%d,%d,%d,%s,%d" % (
+            name, lg["n"], int(round(float(lg.get("interval", 0)) * 1e6)),
+            1 if lg.get("stamp") else 0, lg.get("text", "x").replace(",", " "),
+            max(1, min(64, int(lg.get("batch", 64)))))]
+    return out
+
+
+class UpstreamC:
+    """tests/bench/upstream.c (build/bench/upstream): the agent host of every run in C, HTTP/2
+    and HTTP/1.1 (Connect and gRPC-web), one epoll thread; the fake keeps the unary calls. The
+    control calls of H.Fake (the same shape)."""
+
+    def __init__(self, tmp, cert_dir, binary, scenarios):
+        self.info_path = os.path.join(tmp, "upstream.json")
+        self.proc = H.spawn([binary, "--cert-dir", cert_dir, "--info", self.info_path]
+                            + upstream_args(scenarios), os.path.join(tmp, "upstream.log"))
+        if not H.wait_for(lambda: os.path.exists(self.info_path) or self.proc.poll() is not None,
+                          20) or not os.path.exists(self.info_path):
+            raise RuntimeError("upstream did not start:\n" + H.tail(self.proc.log_path))
+        with open(self.info_path) as f:
+            self.info = json.load(f)
+        self.port = self.info["port"]
+        self.pid = self.info["pid"]
+
+    def url(self):
+        return "https://localhost:%d" % self.port
+
+    ctl = H.Fake.ctl
+    state = H.Fake.state
+
+
 class Bench:
     def __init__(self, args):
         self.a = args
@@ -191,6 +232,8 @@ class Bench:
         self.label_env = {}         # label -> extra environment of that proxy
         self.fake = None
         self.holdhost = None
+        self.up = None              # UpstreamC with --upstream c
+        self.floors = []            # labels of the floor proxies started
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -205,6 +248,33 @@ class Bench:
         # the fake PINGs every HTTP/2 connection; with 10,000 streams held on two cores its
         # own interpreter can take longer than the usual 10 s to see an answer
         self.fake.ctl("/config", {"h2_ping_ack_s": 60.0})
+        if self.a.upstream == "c":
+            self.up = UpstreamC(self.tmp, os.path.join(self.fake.dir, "certs"), self.a.upstream_bin,
+                                sc)
+            say("C upstream (every run) on 127.0.0.1:%d (pid %d); the fake answers the unary "
+                "calls" % (self.up.port, self.up.pid))
+
+    def start_floor(self, label, binary):
+        """A floor proxy (tests/bench/floor_h1.c, floor_h2.c) in front of the C upstream."""
+        port = H.free_port()
+        p = H.spawn([binary, "--listen", str(port), "--upstream-port", str(self.up.port),
+                     "--ca", self.fake.ca, "--token", self.token],
+                    os.path.join(self.tmp, "%s.log" % label))
+        p.port = port
+        ok = H.wait_for(lambda: p.poll() is not None or self._connects(port), 15)
+        if not ok or p.poll() is not None:
+            raise RuntimeError("%s did not start:\n%s" % (label, H.tail(p.log_path)))
+        self.proxies[label] = p
+        self.floors.append(label)
+        return p
+
+    def _connects(self, port):
+        import socket
+        try:
+            socket.create_connection(("127.0.0.1", port), 1).close()
+            return True
+        except OSError:
+            return False
 
     def fake_ports(self):
         return {v for k, v in self.fake.info.items() if k.endswith("port") and
@@ -223,6 +293,8 @@ class Bench:
                     # the fake sends heartbeats on them)
                     "CURSOR_OAI_SILENCE_TIMEOUT": "3600",
                     "CURSOR_OAI_HEARTBEAT_TIMEOUT": "3600"})
+        if self.up:                 # every run to the C upstream, the unary calls to the fake
+            env["CURSOR_OAI_AGENT_URL"] = self.up.url()
         return env
 
     def start_proxy(self, label, path):
@@ -280,6 +352,8 @@ class Bench:
 
     def set_close(self, close):
         self.fake.ctl("/config", {"runsse_close": bool(close)})
+        if self.up:
+            self.up.ctl("/config", {"runsse_close": bool(close)})
 
     # -- measurements ------------------------------------------------------------------------
 
@@ -287,9 +361,12 @@ class Bench:
         """One loadgen run (label "direct" = straight against the fake, else through that
         proxy) with the CPU of every process and the fake's counters around it."""
         self.fake.ctl("/reset", {})
+        if self.up:
+            self.up.ctl("/reset", {})
         p = self.proxies.get(label)
         cpu_p0, cpu_f0, cpu_l0 = proc_cpu_s(p.pid) if p else 0, proc_cpu_s(self.fake_pid), \
             children_cpu_s()
+        cpu_u0 = proc_cpu_s(self.up.pid) if self.up else 0
         la = loadavg()
         t0 = time.time()
         model = "scenario:" + scenario
@@ -297,12 +374,19 @@ class Bench:
             r = self.loadgen("proxy", "--port", p.port, "--model", model, "--conc", conc,
                              "--count", count, "--expect", expect)
         else:
-            r = self.loadgen("direct", "--port", self.fake.port, "--model", model,
+            r = self.loadgen("direct", "--port", self.up.port if self.up else self.fake.port,
+                             "--model", model,
                              "--conc", conc, "--count", count, "--expect", expect,
                              "--ca", self.fake.ca, "--token", self.token)
         wall = time.time() - t0
+        cpu_u = proc_cpu_s(self.up.pid) - cpu_u0 if self.up else None
         st = self.fake.state()
-        c = st["counters"]
+        c = dict(st["counters"])
+        if self.up:                 # the runs' host: its handshakes and requests count
+            ust = self.up.state()
+            for k in ("tls_handshakes", "requests"):
+                c[k] = c.get(k, 0) + ust["counters"].get(k, 0)
+            st["errors"] = st["errors"] + ust["errors"]
         ok = [x for x in r["streams"] if x[2] >= 0]
         lists = {"ttfb": [x[1] / 1000.0 for x in ok if x[1] >= 0],
                  "head": [x[0] / 1000.0 for x in ok if x[0] >= 0],
@@ -320,6 +404,8 @@ class Bench:
             "upstream_requests": c.get("requests", 0),
             "proxy_cpu_s": proc_cpu_s(p.pid) - cpu_p0 if p else None,
             "fake_cpu_s": proc_cpu_s(self.fake_pid) - cpu_f0,
+            "upstream_cpu_s": cpu_u,
+            "upstream_cores": cpu_u / wall if cpu_u is not None and wall > 0 else None,
             "loadgen_cpu_s": children_cpu_s() - cpu_l0,
             "wall_outer_s": wall,
         }
@@ -512,7 +598,7 @@ class Bench:
             labels = [("new", a.proxy)]
         else:       # the same binary over HTTP/2 and in each HTTP/1.1 transport profile
             labels = [("h2", a.proxy), ("connect", a.proxy), ("grpcweb", a.proxy)]
-            if a.hold_only:     # memory and connections per transport: h2 and connect
+            if a.hold_only or a.no_grpcweb:     # h2 and connect only
                 labels = labels[:2]
             self.label_env = {"h2": {"CURSOR_OAI_TRANSPORT": "h2"},
                               "connect": {"CURSOR_OAI_TRANSPORT": "http1",
@@ -537,6 +623,13 @@ class Bench:
             R.setdefault("idle_rss_kb", {})[label] = proc_status(p.pid, "VmRSS")
             say("proxy %s on 127.0.0.1:%d (pid %d), idle VmRSS %d KB"
                 % (label, p.port, p.pid, R["idle_rss_kb"][label]))
+        if self.up and not a.hold_only and not a.no_floors:
+            for fl, fb in (("floor_h2", a.floor_h2), ("floor_h1", a.floor_h1)):
+                if fb and os.path.exists(fb):
+                    p = self.start_floor(fl, fb)
+                    say("floor %s on 127.0.0.1:%d (pid %d)" % (fl, p.port, p.pid))
+        R["floors"] = list(self.floors)
+        R["upstream"] = "c" if self.up else "fake"
         R["strace"] = {}
         if not a.hold_only:
             self.answers(labels)
@@ -568,9 +661,11 @@ class Bench:
                 sizes.append((n, "bench_hold_big"))
             for n, sc in sizes:
                 k = "%s_%d" % (lb, n)
-                plb, up = lb, None
+                plb, up = lb, self.up
                 le = self.label_env.get(lb, {})
-                if sc == "bench_hold_big" and a.big_upstream == "holdhost" and (
+                if self.up:
+                    pass            # the C upstream holds every run
+                elif sc == "bench_hold_big" and a.big_upstream == "holdhost" and (
                         le.get("CURSOR_OAI_TRANSPORT", "h2") == "h2"
                         or le.get("CURSOR_OAI_PROFILE") == "connect"):
                     # the fake cannot keep this many runs (holdhost.py says why): it still
@@ -585,7 +680,8 @@ class Bench:
                         self.start_proxy(plb, dict(labels)[lb])
                         time.sleep(0.3)
                 R["hold"][k] = h = self.hold(plb, n, sc, up,
-                                             a.hold_big_dwell if up is not None else 0.0)
+                                             a.hold_big_dwell if up is not None and
+                                             sc == "bench_hold_big" else 0.0)
                 say("hold %-10s errors %s, ramp %.1f s, VmRSS %s KB (before %d KB), %s threads, "
                     "%s fds, fake saw %s open (max %s), %s upstream connections, %d handshakes, "
                     "load %.2f"
@@ -617,17 +713,18 @@ class Bench:
         """The answer figures (CPU, first token, latency, system calls) for every label."""
         a, R = self.a, self.res
         R["profiles_seen"] = {}
-        for lb, _ in labels:    # what each proxy really sent (the fake records the profile)
+        for lb, _ in labels if not self.up else ():     # the fake records the profile
             self.run_streams(lb, "bench_short", 1, 1, 20)     # resets the fake first
             time.sleep(0.3)     # the fake records a RunSSE when its handler returns
             R["profiles_seen"][lb] = sorted({q.get("profile") or "-" for q in self.fake.ctl(
                 "/requests?since=0") if q["path"].endswith(("RunSSE", "BidiAppend"))})
             say("proxy %s: RunSSE/BidiAppend profiles seen upstream: %s"
                 % (lb, ", ".join(R["profiles_seen"][lb])))
-        every = ["direct"] + [l for l, _ in labels]
         for close in (0, 1):
             self.set_close(close)
             cb = "close" if close else "keep"
+            # the floors are measured with kept-alive upstream connections only
+            every = ["direct"] + [l for l, _ in labels] + (self.floors if not close else [])
             for lb in every:    # warm-up: model list cached, pools filled, pages touched
                 self.run_streams(lb, "bench_unpaced", 1, 3, DELTAS)
             for lb in every:
@@ -646,6 +743,7 @@ class Bench:
                 self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
                 self.go("%s_unpaced_c64_%s" % (lb, cb), lb, "bench_unpaced", 64, 64, DELTAS)
         self.set_close(0)
+        every = ["direct"] + [l for l, _ in labels]
         for lb in every:
             self.go("%s_long64_c1_keep" % lb, lb, "bench_long64", 1, a.n1 * 2, DELTAS)
         if not a.no_strace and shutil.which("strace"):
@@ -730,6 +828,34 @@ class Bench:
                     s["handshakes_per_stream_%s" % n] = h["handshakes"] / float(h["n"])
             s["idle_rss_kb"] = R["idle_rss_kb"][lb]
             s["binary_kb"] = R["binary_bytes"][lb] / 1024.0
+        R["upstream_busy"] = sorted(k for k, r in runs.items()
+                                    if (r.get("upstream_cores") or 0) > 0.5)
+        for fl in self.floors:      # the floors: the keep figures only
+            s = R["summary"][fl] = {}
+            u1, p1, p64, u64, s1, s64 = (runs.get("%s_%s_keep" % (fl, x)) for x in (
+                "unpaced_c1", "paced_c1", "paced_c64", "unpaced_c64", "short_c1", "short_c64"))
+            ds1, ds64 = runs.get("direct_short_c1_keep"), runs.get("direct_short_c64_keep")
+            if p1:
+                s["cpu_us_per_delta_paced_c1_keep"] = p1["cpu_us_per_delta"]
+            if p64:
+                s["cpu_us_per_delta_paced_c64_keep"] = p64["cpu_us_per_delta"]
+            if u1:
+                s["cpu_ms_per_answer_unpaced_c1_keep"] = u1["cpu_ms_per_answer"]
+            if u64:
+                s["cpu_ms_per_answer_unpaced_c64_keep"] = u64["cpu_ms_per_answer"]
+            if s1:
+                s["ttfb_p50_ms_c1_keep"] = s1["ttfb_p50_ms"]
+            if s64:
+                s["ttfb_p50_ms_c64_keep"] = s64["ttfb_p50_ms"]
+            if s1 and ds1:
+                s["added_ttfb_p50_ms_c1_keep"] = s1["ttfb_p50_ms"] - ds1["ttfb_p50_ms"]
+            if s64 and ds64:
+                s["added_ttfb_p50_ms_c64_keep"] = s64["ttfb_p50_ms"] - ds64["ttfb_p50_ms"]
+        for lb in list(R["summary"]):
+            for x in ("paced_c1", "paced_c64", "unpaced_c1", "unpaced_c64"):
+                r = runs.get("%s_%s_keep" % (lb, x))
+                if r and r.get("upstream_cores") is not None:
+                    R["summary"][lb]["upstream_cores_%s_keep" % x] = r["upstream_cores"]
         s = R["summary"][labels[0][0]]
         R["verdict"] = {}
         for k, (t, f) in TARGETS.items():
@@ -742,7 +868,7 @@ class Bench:
     def table(self):
         R, runs = self.res, self.res["runs"]
         m = R["machine"]
-        labels = list(R["summary"].keys())
+        labels = [lb for lb in R["summary"].keys() if lb not in R.get("floors", ())]
         L = []
         L.append("cursor-oai bench: %d CPUs (%s), Linux %s, loopback, fake upstream in Python %s"
                  % (m["cpus"], m["cpu"], m["kernel"], m["python"]))
@@ -836,6 +962,9 @@ class Bench:
         orow("binary size (KB)", "binary_kb", "%.0f")
         L.append("start-up: exec -> /health answered %.2f ms (p50)" % R["startup_ms"])
         L.append("")
+        if R.get("upstream_busy"):
+            L.append("upstream over half a core (its figures say less about the proxy): %s"
+                     % ", ".join(R["upstream_busy"]))
         for k, v in R["verdict"].items():
             if not v["ok"]:
                 L.append("MISSED: %s = %.3f (target %s)" % (k, v["value"], v["target"]))
@@ -903,6 +1032,78 @@ def transport_table(res, loops):
     return "\n".join(L)
 
 
+def floor_table(res):
+    """Issue 32's table: each transport beside its floor (tests/bench/floor_h2.c on libnghttp2,
+    floor_h1.c on plain sockets + OpenSSL, both in front of the same C upstream), the ratios, the
+    targets, and the upstream's own CPU."""
+    S = res.get("summary", {})
+    h2, h1 = S.get("h2"), S.get("connect")
+    f2, f1 = S.get("floor_h2", {}), S.get("floor_h1", {})
+    if h2 is None or h1 is None:
+        return ""
+
+    def f(v, fmt):
+        return fmt % v if v is not None else "-"
+
+    def ratio(a, b):
+        return a / b if a is not None and b not in (None, 0) else None
+    L = ["", "Per transport against its floor (keep-alive upstream; upstream: %s)"
+         % ("tests/bench/upstream.c" if res.get("upstream") == "c" else "the Python fake"),
+         "%-44s %8s %8s %8s %8s %8s %8s %8s  %s" % (
+             "figure", "HTTP/2", "floor", "÷ floor", "HTTP/1.1", "floor", "÷ floor", "h2÷h1",
+             "issue 32 target (h2)")]
+    rows = [
+        ("proxy CPU per delta, paced, 1 stream (us)", "cpu_us_per_delta_paced_c1_keep", "%.1f",
+         "<= h1, <= 1.15x floor", lambda r, rf: r <= 1.0 and (rf is None or rf <= 1.15)),
+        ("proxy CPU per delta, paced, 64 streams (us)", "cpu_us_per_delta_paced_c64_keep",
+         "%.1f", "<= 0.8x h1, <= 1.15x floor",
+         lambda r, rf: r <= 0.8 and (rf is None or rf <= 1.15)),
+        ("proxy CPU per 2,000-delta answer, unpaced, 1 (ms)", "cpu_ms_per_answer_unpaced_c1_keep",
+         "%.2f", "<= 1.2x h1", lambda r, rf: r <= 1.2),
+        ("proxy CPU per 2,000-delta answer, unpaced, 64 (ms)",
+         "cpu_ms_per_answer_unpaced_c64_keep", "%.2f", "", None),
+        # first token through each (20-delta answers); "added" subtracts the same direct run
+        # from HTTP/2 and HTTP/1.1, so h2 <= h1 reads the same on either
+        ("first token p50, 1 stream (ms)", "ttfb_p50_ms_c1_keep", "%.2f", "<= h1",
+         lambda r, rf: r <= 1.0),
+        ("first token p50, 64 streams (ms)", "ttfb_p50_ms_c64_keep", "%.2f", "<= h1",
+         lambda r, rf: r <= 1.0),
+        ("added first token p50, 1 stream (ms)", "added_ttfb_p50_ms_c1_keep", "%.2f", "", None),
+        ("added first token p50, 64 streams (ms)", "added_ttfb_p50_ms_c64_keep", "%.2f", "", None),
+    ]
+    for name, key, fmt, target, ok in rows:
+        a, b, fa, fb = h2.get(key), h1.get(key), f2.get(key), f1.get(key)
+        r, ra, rb = ratio(a, b), ratio(a, fa), ratio(b, fb)
+        if "added" in key:
+            r = ra = rb = None      # an added time can be at or under zero: no ratio
+            verdict = ""
+        else:
+            verdict = ("ok" if ok(r, ra) else "MISSED") if ok and r is not None else ""
+        L.append("%-44s %8s %8s %8s %8s %8s %8s %8s  %s %s" % (
+            name, f(a, fmt), f(fa, fmt), f(ra, "%.2fx"), f(b, fmt), f(fb, fmt), f(rb, "%.2fx"),
+            f(r, "%.2fx"), target, verdict))
+    for n in hold_sizes(res):
+        if n != "big" and int(n) < 1000:
+            continue
+        a, b = h2.get("rss_per_stream_kb_" + n), h1.get("rss_per_stream_kb_" + n)
+        L.append("%-44s %8s %8s %8s %8s %8s %8s %8s  %s" % (
+            "VmRSS per held stream, %s (KB)" % ("the big hold" if n == "big" else n),
+            f(a, "%.1f"), "", "", f(b, "%.1f"), "", "", f(ratio(a, b), "%.2fx"), "<= 50 KB"))
+    L.append("%-44s %8s %8s %8s %8s" % (
+        "upstream CPU, paced 1 / 64, unpaced 1 / 64 (cores)", "", "", "", ""))
+    for lb, s_ in (("HTTP/2", h2), ("HTTP/1.1", h1), ("floor_h2", f2), ("floor_h1", f1)):
+        L.append("  %-10s %s" % (lb, " / ".join(f(s_.get("upstream_cores_%s_keep" % x), "%.2f")
+                                               for x in ("paced_c1", "paced_c64", "unpaced_c1",
+                                                         "unpaced_c64"))))
+    busy = res.get("upstream_busy")
+    L.append("runs whose upstream used more than half a core: %s"
+             % (", ".join(busy) if busy else "none"))
+    las = [r["loadavg"] for r in res.get("runs", {}).values() if "loadavg" in r]
+    L.append("load average: %.2f at the start, %.2f-%.2f at the runs' starts (2 cores shared)"
+             % (res["machine"]["loadavg_start"], min(las) if las else 0, max(las) if las else 0))
+    return "\n".join(L)
+
+
 def hold_sizes(res):
     """The hold rows of a results.json: "64", "1000", ... then "big" (--hold-big)."""
     hs = res.get("hold", {}).values()
@@ -935,7 +1136,10 @@ def brief(r):
                 if r.get("lat_p50_ms") is not None else "",
                 (", CPU %.1f us/delta %.2f ms/answer" % (r["cpu_us_per_delta"],
                                                           r["cpu_ms_per_answer"]))
-                if r.get("cpu_us_per_delta") is not None else "", r["loadavg"]))
+                if r.get("cpu_us_per_delta") is not None else "", r["loadavg"])
+            + ("" if r.get("upstream_cores") is None else ", upstream CPU %.2f cores%s" % (
+                r["upstream_cores"], " UPSTREAM OVER HALF A CORE" if r["upstream_cores"] > 0.5
+                else "")))
 
 
 def say(s):
@@ -985,6 +1189,16 @@ def main():
                     help="only: first token over HTTP/2 and HTTP/1.1 with holdhost.py answering "
                     "the runs (no fake in the run path), 1, 8 and 64 at once (--short1, --short64 "
                     "answers); prints figures")
+    ap.add_argument("--upstream", choices=("c", "fake"), default="c",
+                    help="who answers the runs: tests/bench/upstream.c (default; the fake keeps "
+                    "the unary calls) or the Python fake (the bench before issue 32)")
+    ap.add_argument("--upstream-bin", default=os.path.join(ROOT, "build", "bench", "upstream"))
+    ap.add_argument("--floor-h2", default=os.path.join(ROOT, "build", "bench", "floor_h2"))
+    ap.add_argument("--floor-h1", default=os.path.join(ROOT, "build", "bench", "floor_h1"))
+    ap.add_argument("--no-grpcweb", action="store_true",
+                    help="measure HTTP/2 and HTTP/1.1 (Connect) only, not the grpc-web profile")
+    ap.add_argument("--no-floors", action="store_true",
+                    help="do not measure the floor proxies (tests/bench/floor_h1.c, floor_h2.c)")
     ap.add_argument("--startup-runs", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
     ap.add_argument("--summary", metavar="TOOLLOOP_JSON",
@@ -999,6 +1213,7 @@ def main():
             with open(a.summary) as f:
                 loops = json.load(f)
         print(transport_table(res, loops))
+        print(floor_table(res))
         return
     a.proxy = os.path.abspath(a.proxy)
     if a.compare:
@@ -1020,6 +1235,9 @@ def main():
     tab = b.table()
     print(tab)
     b.res["table"] = tab.split("\n")
+    ft = floor_table(b.res)
+    print(ft)
+    b.res["floor_table"] = ft.split("\n")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(b.res, f, indent=1, sort_keys=True)
