@@ -428,15 +428,20 @@ print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"]
                       for m in json.load(sys.stdin)["manifests"])))')
             check "two-architecture image: the manifest list holds linux/amd64 and linux/arm64" \
                 test "$plats" = "linux/amd64 linux/arm64"
-            for id in $(b images -q --no-trunc | sort | comm -13 <(echo "$before") -); do
-                arch=$(b inspect --type image -f '{{.OCIv1.Architecture}}' "$id" 2>/dev/null)
-                case "$arch" in amd64|arm64) ;; *) continue ;; esac
-                c=$(b from -q "$id" 2>/dev/null) && mnt=$(b mount "$c" 2>/dev/null) \
+            new=$(b images -q --no-trunc | sort -u | comm -13 <(echo "$before") -)
+            for arch in amd64 arm64; do
+                id='' c='' user=''
+                for i in $new; do
+                    [ "$(b inspect --type image -f '{{.OCIv1.Architecture}}' "$i" 2>/dev/null)" = "$arch" ] \
+                        && { id=$i; break; }
+                done
+                rm -f "$WORK/cursor-oai-image-$arch"
+                [ -n "$id" ] && c=$(b from -q "$id" 2>/dev/null) && mnt=$(b mount "$c" 2>/dev/null) \
                     && cp "$mnt/cursor-oai" "$WORK/cursor-oai-image-$arch" \
                     && user=$(b inspect --type image -f '{{.OCIv1.Config.User}}' "$id")
-                [ -n "${c:-}" ] && { b umount "$c" >/dev/null 2>&1; b rm "$c" >/dev/null 2>&1; }
+                [ -n "$c" ] && { b umount "$c" >/dev/null 2>&1; b rm "$c" >/dev/null 2>&1; }
                 if [ -f "$WORK/cursor-oai-image-$arch" ]; then
-                    check "$arch image: runs as 10001:10001 (got ${user:-})" test "${user:-}" = 10001:10001
+                    check "$arch image: runs as 10001:10001 (got $user)" test "$user" = 10001:10001
                     check_static_out "$arch image" "$WORK/cursor-oai-image-$arch" \
                         "$([ "$arch" = arm64 ] && echo arm64)"
                 else
