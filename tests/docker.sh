@@ -10,8 +10,9 @@
 #      COAI_DOCKER_BUILD_TIMEOUT  seconds for `docker build` (default 1800)
 #      COAI_DOCKER_LOCK_WAIT      seconds to wait for another run of this test on the same
 #                                 machine (default 1200; it would share or stop our dockerd)
-#      COAI_DOCKER_ARM64=1        also build the linux/arm64 image (docker buildx, no
-#                                 emulation) and check the binary in it (section 8)
+#      COAI_DOCKER_ARM64=1        also build the image for linux/amd64 and linux/arm64 in one
+#                                 command (docker buildx, else Debian's buildah; no emulation)
+#                                 and check the binary in each (section 8)
 # Everything it starts (containers, volumes, the fake, a dockerd it had to start) is removed
 # again, also on failure or interrupt. The base image is kept.
 set -u
@@ -357,45 +358,107 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
-# 8. The linux/arm64 image (COAI_DOCKER_ARM64=1): the Dockerfile's build stage runs on this
-#    machine and cross-compiles (./build.sh arm64), so no emulation is needed to build it. It
-#    cannot run here without binfmt emulation: its binary is copied out of the image and
-#    checked with tests/check_static.sh (static, AArch64, size, --version under
-#    qemu-aarch64-static). Needs docker buildx (BuildKit sets TARGETARCH; the classic builder
-#    would build for this machine whatever --platform says).
+# 8. Both architectures from the Dockerfile (COAI_DOCKER_ARM64=1): the build stage runs on this
+#    machine and cross-compiles for the target (./build.sh arm64), so building needs no
+#    emulation. With docker buildx: `docker buildx build --platform linux/arm64 --load`. Without
+#    it (Debian bookworm has no docker-buildx package): Debian's buildah, which reads the same
+#    Dockerfile with the same BUILDPLATFORM/TARGETARCH arguments, builds linux/amd64 and
+#    linux/arm64 in ONE command into a manifest list, as `docker buildx build --platform
+#    linux/amd64,linux/arm64` does. The arm64 image cannot run here without binfmt emulation:
+#    each binary is copied out and checked with tests/check_static.sh (static, its
+#    architecture, size, --version; the arm64 one under qemu-aarch64-static).
 
-if [ "${COAI_DOCKER_ARM64:-0}" = 1 ]; then
-    if ! DT=20 d buildx version >/dev/null 2>&1; then
-        echo "arm64 image: skipped (docker buildx is not installed)"
-    else
-        echo "+ docker buildx build --platform linux/arm64 --load" \
-             "--build-arg BUILDER_IMAGE=$BASE -t $IMAGE_A64 . (log build/docker-build-arm64.log)"
-        t0=$(date +%s)
-        BUILT_A64=1
-        if DT=${COAI_DOCKER_BUILD_TIMEOUT:-1800} d buildx build --platform linux/arm64 --load \
-                --build-arg "BUILDER_IMAGE=$BASE" -t "$IMAGE_A64" . \
-                >build/docker-build-arm64.log 2>&1; then
-            ok "arm64 image: docker buildx build ($(( $(date +%s) - t0 )) s)"
-            arch=$(DT=20 d image inspect -f '{{.Os}}/{{.Architecture}}' "$IMAGE_A64")
-            check "arm64 image: platform linux/arm64 (got $arch)" test "$arch" = linux/arm64
-            CONTAINERS="$CONTAINERS $TAG-a64"
-            rm -f "$WORK/cursor-oai-arm64"
-            if DT=30 d create --name "$TAG-a64" --platform linux/arm64 "$IMAGE_A64" \
-                    >/dev/null 2>&1 \
-                && DT=30 d cp "$TAG-a64:/cursor-oai" "$WORK/cursor-oai-arm64" >/dev/null; then
-                rc=0
-                out=$(sh tests/check_static.sh "$WORK/cursor-oai-arm64" arm64 2>&1) || rc=$?
-                # shellcheck disable=SC2001
-                echo "$out" | sed 's/^/    | /'
-                check "arm64 image: /cursor-oai passes tests/check_static.sh arm64" \
-                    test "$rc" = 0
-            else
-                bad "arm64 image: /cursor-oai copied out of a container"
-            fi
+check_static_out() {   # check_static_out LABEL FILE [arm64]
+    rc=0
+    out=$(sh tests/check_static.sh "$2" ${3:-} 2>&1) || rc=$?
+    # shellcheck disable=SC2001
+    echo "$out" | sed 's/^/    | /'
+    check "$1: /cursor-oai passes tests/check_static.sh ${3:-}" test "$rc" = 0
+}
+
+A64_LOG=build/docker-build-arm64.log
+if [ "${COAI_DOCKER_ARM64:-0}" = 1 ] && DT=20 d buildx version >/dev/null 2>&1; then
+    echo "+ docker buildx build --platform linux/arm64 --load" \
+         "--build-arg BUILDER_IMAGE=$BASE -t $IMAGE_A64 . (log $A64_LOG)"
+    t0=$(date +%s)
+    BUILT_A64=1
+    if DT=${COAI_DOCKER_BUILD_TIMEOUT:-1800} d buildx build --platform linux/arm64 --load \
+            --build-arg "BUILDER_IMAGE=$BASE" -t "$IMAGE_A64" . >"$A64_LOG" 2>&1; then
+        ok "arm64 image: docker buildx build ($(( $(date +%s) - t0 )) s)"
+        arch=$(DT=20 d image inspect -f '{{.Os}}/{{.Architecture}}' "$IMAGE_A64")
+        check "arm64 image: platform linux/arm64 (got $arch)" test "$arch" = linux/arm64
+        CONTAINERS="$CONTAINERS $TAG-a64"
+        rm -f "$WORK/cursor-oai-arm64"
+        if DT=30 d create --name "$TAG-a64" --platform linux/arm64 "$IMAGE_A64" >/dev/null 2>&1 \
+            && DT=30 d cp "$TAG-a64:/cursor-oai" "$WORK/cursor-oai-arm64" >/dev/null; then
+            check_static_out "arm64 image" "$WORK/cursor-oai-arm64" arm64
         else
-            tail -n 30 build/docker-build-arm64.log
-            bad "arm64 image: docker buildx build ($(( $(date +%s) - t0 )) s)"
+            bad "arm64 image: /cursor-oai copied out of a container"
         fi
+    else
+        tail -n 30 "$A64_LOG"
+        bad "arm64 image: docker buildx build ($(( $(date +%s) - t0 )) s)"
+    fi
+elif [ "${COAI_DOCKER_ARM64:-0}" = 1 ]; then
+    if ! command -v buildah >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        echo "+ apt-get install buildah (docker buildx is not installed)"
+        DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -q buildah \
+            >build/buildah-install.log 2>&1 || tail -n 5 build/buildah-install.log
+    fi
+    if ! command -v buildah >/dev/null 2>&1; then
+        bad "two-architecture image: neither docker buildx nor buildah is installed"
+    else
+        b() { timeout -k 5 "${DT:-120}" buildah "$@"; }
+        MULTI=localhost/cursor-oai:test-multi-$$
+        : >"$A64_LOG"
+        # buildah keeps its own image store: the builder base comes over from dockerd.
+        if ! b inspect --type image "docker.io/$BASE" >/dev/null 2>&1; then
+            DT=600 b pull -q "docker-daemon:$BASE" >/dev/null 2>>"$A64_LOG"
+        fi
+        before=$(b images -a -q --no-trunc 2>/dev/null | sort)
+        echo "+ buildah build --platform linux/amd64,linux/arm64 --manifest $MULTI" \
+             "--build-arg BUILDER_IMAGE=docker.io/$BASE . (log $A64_LOG)"
+        t0=$(date +%s)
+        if DT=${COAI_DOCKER_BUILD_TIMEOUT:-1800} b build --platform linux/amd64,linux/arm64 \
+                --manifest "$MULTI" --build-arg "BUILDER_IMAGE=docker.io/$BASE" . \
+                >>"$A64_LOG" 2>&1; then
+            ok "two-architecture image: one buildah build ($(( $(date +%s) - t0 )) s)"
+            plats=$(b manifest inspect "$MULTI" | "$PY" -c 'import json,sys
+print(" ".join(sorted(m["platform"]["os"] + "/" + m["platform"]["architecture"]
+                      for m in json.load(sys.stdin)["manifests"])))')
+            check "two-architecture image: the manifest list holds linux/amd64 and linux/arm64" \
+                test "$plats" = "linux/amd64 linux/arm64"
+            new=$(b images -q --no-trunc | sort -u | comm -13 <(echo "$before") -)
+            for arch in amd64 arm64; do
+                id='' c='' user=''
+                for i in $new; do
+                    [ "$(b inspect --type image -f '{{.OCIv1.Architecture}}' "$i" 2>/dev/null)" = "$arch" ] \
+                        && { id=$i; break; }
+                done
+                rm -f "$WORK/cursor-oai-image-$arch"
+                [ -n "$id" ] && c=$(b from -q "$id" 2>/dev/null) && mnt=$(b mount "$c" 2>/dev/null) \
+                    && cp "$mnt/cursor-oai" "$WORK/cursor-oai-image-$arch" \
+                    && user=$(b inspect --type image -f '{{.OCIv1.Config.User}}' "$id")
+                [ -n "$c" ] && { b umount "$c" >/dev/null 2>&1; b rm "$c" >/dev/null 2>&1; }
+                if [ -f "$WORK/cursor-oai-image-$arch" ]; then
+                    check "$arch image: runs as 10001:10001 (got $user)" test "$user" = 10001:10001
+                    check_static_out "$arch image" "$WORK/cursor-oai-image-$arch" \
+                        "$([ "$arch" = arm64 ] && echo arm64)"
+                else
+                    bad "$arch image: /cursor-oai copied out of the image"
+                fi
+                rm -f "$WORK/cursor-oai-image-$arch"
+            done
+        else
+            tail -n 30 "$A64_LOG"
+            bad "two-architecture image: one buildah build ($(( $(date +%s) - t0 )) s)"
+        fi
+        # Remove exactly what this build added (the manifest list, the per-architecture images
+        # and their intermediate layers), and keep the base.
+        b manifest rm "$MULTI" >/dev/null 2>&1
+        for id in $(b images -a -q --no-trunc 2>/dev/null | sort | comm -13 <(echo "$before") -); do
+            b rmi -f "$id" >/dev/null 2>&1
+        done
     fi
 fi
 
