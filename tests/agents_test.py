@@ -372,8 +372,11 @@ def main():
     token = H.session_token("auth0|e2e")
     try:
         fake = H.Fake(tmp, {}, token, config={"client_version": H.CLIENT_VERSION})
+        # the tasks script Cursor's native execs (read, write, shell, ...) and check their
+        # mapping onto each agent's tools: cursor mode's (in client mode, the default, a run
+        # with tools gets none; tests/tools_header_test.py covers it)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
-                        extra_env={"CURSOR_OAI_API_KEY": KEY})
+                        extra_env={"CURSOR_OAI_API_KEY": KEY, "CURSOR_OAI_TOOL_MODE": "cursor"})
         clients = make_clients(proxy)
         for name, cl in clients.items():
             if only and name not in only:

@@ -361,9 +361,12 @@ def t_held_window(fake):
     HTTP/1.1), said in the log, and the follow-up falls back to a fresh run; never a hang,
     and the connection's other streams go on meanwhile."""
     reset(fake)
+    # CURSOR_OAI_TOOL_MODE=cursor: the scenario's tool call is a native read exec (in client
+    # mode, the default, a run with tools gets none; tests/tools_header_test.py covers it)
     px = H.Proxy(fake.dir, "heldwin", fake.url(), fake.ca, TOKEN, extra_env={
         "CURSOR_OAI_TRANSPORT": "h2", "CURSOR_OAI_UPSTREAM_TIMEOUT": "4",
-        "CURSOR_OAI_HOLLOW_TIMEOUT": "60", "CURSOR_OAI_IDLE_TIMEOUT": "120"})
+        "CURSOR_OAI_HOLLOW_TIMEOUT": "60", "CURSOR_OAI_IDLE_TIMEOUT": "120",
+        "CURSOR_OAI_TOOL_MODE": "cursor"})
     try:
         msgs = [{"role": "user", "content": "read it"}]
         st, b, _ = px.request("POST", "/v1/chat/completions", {

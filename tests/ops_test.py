@@ -461,8 +461,10 @@ def t_held_at_once(tmp, fake, token):
     was not parked)."""
     import http.client
     n = int(os.environ.get("OPS_HELD_AT_ONCE", "300"))
+    # CURSOR_OAI_TOOL_MODE=cursor: the tool call is a native read exec (in client mode, the
+    # default, a run with tools gets none; tests/tools_header_test.py covers it)
     proxy = H.Proxy(tmp, "held-at-once", fake.url(), fake.ca, token,
-                    extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "8"})
+                    extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "8", "CURSOR_OAI_TOOL_MODE": "cursor"})
 
     def held(port):
         m = http.client.HTTPConnection("127.0.0.1", port, timeout=30)

@@ -723,8 +723,11 @@ def main():
         fake = H.Fake(tmp, scen, token)
         # CURSOR_OAI_USAGE_TTL=0: each GET /v1/usage asks Cursor (the checks change the
         # fake's usage answer between GETs)
+        # CURSOR_OAI_TOOL_MODE=cursor: tool-images sends a native read exec with tools present
+        # and checks its fallback (in client mode, the default, a run with tools gets none;
+        # tests/tools_header_test.py covers MCP results with images in that mode)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
-                        extra_env={"CURSOR_OAI_USAGE_TTL": "0"})
+                        extra_env={"CURSOR_OAI_USAGE_TTL": "0", "CURSOR_OAI_TOOL_MODE": "cursor"})
         FAKES[proxy.port] = fake
         for name, fn in [("usage", lambda: t_usage(fake, proxy)),
                          ("usage-key", lambda: t_usage_key(tmp, fake, token)),
