@@ -937,6 +937,34 @@ unsigned coai_exec_result_field(int kind);
  * or the late-autumn notes (N5, N13) give one, e.g. 28 "subagent_args", 45 "pi_read_args";
  * NULL otherwise. */
 const char *coai_exec_kind_name(int kind);
+/* 1 when an exec of this kind is one of Cursor's own tool calls, the model's work that a
+ * client's tool does (shell, shell_stream, background shell, read, write, delete, ls, grep,
+ * diagnostics, fetch, record_screen, computer_use, subagent, the Pi tools 45-51, the
+ * mini-SWE-agent shell 52); 0 for MCP (11), the CLI's own plumbing (request_context,
+ * mcp_state, MCP resources, prechecks, the classifier ...) and any kind not listed. These
+ * are what x-cursor-agent-allowed-tools hides (coai_run_tools_header). */
+int coai_exec_is_native_tool(int kind);
+
+/* Who owns the tools of a run (issue 31 item 1; late-autumn notes N1).
+ *   COAI_TOOLS_CLIENT (default): a run whose request carries tools tells Cursor, with the
+ *     request header x-cursor-agent-allowed-tools: mcp_tool_call,get_mcp_tools_tool_call on
+ *     every call of the run (RunSSE, each BidiAppend, the HTTP/2 Run), that its model may
+ *     use only MCP tools: the client's tools, sent as AgentRunRequest.mcp_tools. The model
+ *     calls them by their own names with their own arguments (an mcp exec), and none of
+ *     Cursor's own tools.
+ *   COAI_TOOLS_CURSOR: no such header; Cursor's model also has its own tools (native execs),
+ *     which are mapped onto the client's tools (coai_exec_map). */
+typedef enum coai_tool_mode { COAI_TOOLS_CLIENT = 0, COAI_TOOLS_CURSOR = 1 } coai_tool_mode;
+/* "client" or "cursor" (exactly) -> *mode and 0; a NULL/empty view -> COAI_TOOLS_CLIENT and
+ * 0; anything else -1 (*mode untouched). */
+int coai_tool_mode_parse(coai_str s, coai_tool_mode *mode);
+/* The allowed-tools header of a run in `mode` whose request carries tool_count tools (the
+ * count after tool_choice "none", coai_request.tool_count): 1 with *name and *value set
+ * (static text, lower-case name, no CR/LF) when the run carries it, i.e. in client mode with
+ * at least one tool; else 0 with both set to empty views. The one place that decides it:
+ * every transport's head takes it from here. NULL name/value are allowed. */
+int coai_run_tools_header(coai_tool_mode mode, size_t tool_count, coai_str *name,
+                          coai_str *value);
 
 /* An exec request. Views point into storage owned by the coai_msg that holds it. */
 typedef struct coai_exec {
@@ -6136,6 +6164,38 @@ const char *coai_exec_kind_name(int kind)
     if (kind == COAI_EXEC_SUBAGENT) return "subagent_args";
     if (kind >= 36 && kind <= 54) return high[kind - 36];
     return NULL;
+}
+
+int coai_exec_is_native_tool(int kind)
+{
+    switch (kind) {
+    case COAI_EXEC_SHELL: case COAI_EXEC_WRITE: case COAI_EXEC_DELETE: case COAI_EXEC_GREP:
+    case COAI_EXEC_READ: case COAI_EXEC_LS: case COAI_EXEC_DIAGNOSTICS:
+    case COAI_EXEC_SHELL_STREAM: case COAI_EXEC_BACKGROUND_SHELL: case COAI_EXEC_FETCH:
+    case COAI_EXEC_RECORD_SCREEN: case COAI_EXEC_COMPUTER_USE: case COAI_EXEC_SUBAGENT:
+        return 1;
+    default:
+        return kind >= 45 && kind <= 52;    /* pi_read .. pi_ls, mini_swe_agent_bash (N5) */
+    }
+}
+
+int coai_tool_mode_parse(coai_str s, coai_tool_mode *mode)
+{
+    if (!s.ptr || !s.len) { *mode = COAI_TOOLS_CLIENT; return 0; }
+    if (s.len == 6 && memcmp(s.ptr, "client", 6) == 0) { *mode = COAI_TOOLS_CLIENT; return 0; }
+    if (s.len == 6 && memcmp(s.ptr, "cursor", 6) == 0) { *mode = COAI_TOOLS_CURSOR; return 0; }
+    return -1;
+}
+
+int coai_run_tools_header(coai_tool_mode mode, size_t tool_count, coai_str *name,
+                          coai_str *value)
+{
+    /* cursor2api's caller-owned value (notes N1): MCP calls, and the MCP tool listing the
+     * model may use to see them */
+    int on = mode == COAI_TOOLS_CLIENT && tool_count > 0;
+    if (name) *name = coai_str_c(on ? "x-cursor-agent-allowed-tools" : "");
+    if (value) *value = coai_str_c(on ? "mcp_tool_call,get_mcp_tools_tool_call" : "");
+    return on;
 }
 
 unsigned coai_exec_result_field(int kind)

@@ -389,6 +389,14 @@ static const char *blob_key(void)
  * x-request-id). Set around those calls by run_start and run_append; NULL elsewhere. */
 static __thread const char *up_orig_rid;
 
+/* CURSOR_OAI_TOOL_MODE (issue 31 item 1): client (default) or cursor; set once by configure. */
+static coai_tool_mode tool_mode;
+
+/* The allowed-tools header (name, value; empty name: none) of the run whose RunSSE/BidiAppend
+ * this thread is writing: the run's own (struct run_up.tools_hdr), set around those calls by
+ * run_start and run_append like up_orig_rid; NULL elsewhere. */
+static __thread const coai_str *up_tools_hdr;
+
 static void copy_str(char *dst, size_t cap, const char *src, size_t n)
 {
     if (cap == 0) return;
@@ -787,6 +795,7 @@ enum {
     M_QUOTA_LATCHED,        /* counter: answers given by the quota latch, without a run */
     M_TRANSPORT_RUNS,       /* counter {transport}: upstream runs by transport (h2, http1) */
     M_WIRE_UNKNOWN,         /* counter {message, field}: what Cursor sent that we do not know */
+    M_NATIVE_DESPITE,       /* counter: native execs on runs that sent the tools header */
     M__COUNT
 };
 
@@ -820,6 +829,9 @@ static const struct metric_family {
       "carried them (h2: one HTTP/2 Run stream; http1: RunSSE + BidiAppend)" },
     { "cursor_oai_wire_unknown_total", MT_COUNTER, "Things Cursor sent that this version does "
       "not know, by message and field (field number, or the error code or detail type)" },
+    { "cursor_oai_native_exec_despite_tools_header_total", MT_COUNTER, "Cursor's own tool "
+      "calls (native execs) on runs that asked for the client's tools only "
+      "(x-cursor-agent-allowed-tools); mapped to the client's tools all the same" },
 };
 
 #define METRIC_SERIES_MAX 256       /* series per family; more land in overflow="true" */
@@ -1000,7 +1012,7 @@ static void metrics_write(coai_buf *b)
         }
         if (MX.n[f] == 0 && mf->type != MT_HISTOGRAM
             && (f == M_OPEN_STREAMS || f == M_HELD_RUNS || f == M_SPARE_CONNS
-                || f == M_QUOTA_LATCHED))
+                || f == M_QUOTA_LATCHED || f == M_NATIVE_DESPITE))
             coai_buf_printf(b, "%s 0\n", mf->name);
     }
     pthread_mutex_unlock(&MX.mu);
@@ -1113,6 +1125,67 @@ static void wn_describe(coai_buf *b)
     pthread_mutex_unlock(&WN.mu);
 }
 
+/* ---- Caller-owned tools (issue 31 item 1): did Cursor honour the tools header? ----
+ * Runs that sent x-cursor-agent-allowed-tools, and Cursor's own tool calls (native execs)
+ * that came on them all the same: those go through the native mapping as in cursor mode,
+ * and are counted here (/metrics, the status page, doctor), the first one logged. */
+
+static struct {
+    pthread_mutex_t mu;
+    uint64_t runs;                  /* runs whose calls carried the header */
+    uint64_t native;                /* native execs on such runs */
+} TH = { PTHREAD_MUTEX_INITIALIZER, 0, 0 };
+
+static void th_note_run(void)
+{
+    pthread_mutex_lock(&TH.mu);
+    TH.runs++;
+    pthread_mutex_unlock(&TH.mu);
+}
+
+static void th_note_native(int kind, const char *request_id)
+{
+    const char *name = coai_exec_kind_name(kind);
+    uint64_t n;
+    pthread_mutex_lock(&TH.mu);
+    n = ++TH.native;
+    pthread_mutex_unlock(&TH.mu);
+    metric_add(M_NATIVE_DESPITE, "", 1);
+    if (n == 1)
+        srv_log(LOG_WARN, "run %s: Cursor sent its own tool call %s (exec %d) although the run "
+                "asked for the client's tools only (x-cursor-agent-allowed-tools); it is "
+                "mapped to the client's tools as in CURSOR_OAI_TOOL_MODE=cursor. Further ones "
+                "are counted on /metrics (cursor_oai_native_exec_despite_tools_header_total), "
+                "not logged", request_id, name ? name : "?", kind);
+}
+
+/* "Cursor honoured the tools header: ..." for people (status page, doctor). 1 when the
+ * answer is no (a native exec came despite the header), else 0. */
+static int th_describe(char *out, size_t cap)
+{
+    uint64_t runs, native;
+    pthread_mutex_lock(&TH.mu);
+    runs = TH.runs;
+    native = TH.native;
+    pthread_mutex_unlock(&TH.mu);
+    if (tool_mode == COAI_TOOLS_CURSOR)
+        snprintf(out, cap, "Cursor honoured the tools header: not sent "
+                 "(CURSOR_OAI_TOOL_MODE=cursor: Cursor's own tool calls are mapped to the "
+                 "client's tools)");
+    else if (native)
+        snprintf(out, cap, "Cursor honoured the tools header: no (%llu native exec%s came on "
+                 "%llu run%s that sent it; mapped to the client's tools)",
+                 (unsigned long long)native, native == 1 ? "" : "s", (unsigned long long)runs,
+                 runs == 1 ? "" : "s");
+    else if (runs)
+        snprintf(out, cap, "Cursor honoured the tools header: yes (0 native execs on %llu "
+                 "run%s that sent it)", (unsigned long long)runs, runs == 1 ? "" : "s");
+    else
+        snprintf(out, cap, "Cursor honoured the tools header: not known yet (no run with "
+                 "tools so far; 0 native execs)");
+    return native != 0;
+}
+
 /* ---- doctor --capture: a redacted transcript of one run ----
  * Every request head (values only for the headers on the allowlist below), every message
  * each way as its redacted shape (coai_pb_shape: field numbers, wire types, lengths), every
@@ -1153,7 +1226,8 @@ static void cap_header(const char *name, size_t nl, const char *value, size_t vl
         ":method", ":scheme", ":path", ":authority", "host", "content-type", "user-agent",
         "connect-protocol-version", "connect-accept-encoding", "connect-content-encoding",
         "accept", "accept-encoding", "te", "x-cursor-client-version", "x-cursor-client-type",
-        "x-ghost-mode", "x-cursor-streaming", "content-length", "connect-timeout-ms"
+        "x-ghost-mode", "x-cursor-streaming", "content-length", "connect-timeout-ms",
+        "x-cursor-agent-allowed-tools"
     };
     size_t i;
     for (i = 0; i < sizeof shown / sizeof *shown; i++)
@@ -2423,6 +2497,9 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         kind == UPH_CONNECT_STREAM ? "x-cursor-streaming: true\r\n" : "",
                         request_id, up_orig_rid ? up_orig_rid : request_id);
         if (blob_key()[0]) coai_buf_printf(h, "x-blob-encryption-key: %s\r\n", blob_key());
+        if (up_tools_hdr && up_tools_hdr[0].len)
+            coai_buf_printf(h, "%.*s: %.*s\r\n", (int)up_tools_hdr[0].len, up_tools_hdr[0].ptr,
+                            (int)up_tools_hdr[1].len, up_tools_hdr[1].ptr);
         coai_buf_printf(h, "content-length: %zu\r\n\r\n", body_len);
         return h->err ? -1 : 0;
     }
@@ -2447,6 +2524,9 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "connect-protocol-version: 1\r\n", request_id);
     else
         coai_buf_printf(h, "x-cursor-streaming: true\r\nx-request-id: %s\r\n", request_id);
+    if (!json && up_tools_hdr && up_tools_hdr[0].len)
+        coai_buf_printf(h, "%.*s: %.*s\r\n", (int)up_tools_hdr[0].len, up_tools_hdr[0].ptr,
+                        (int)up_tools_hdr[1].len, up_tools_hdr[1].ptr);
     coai_buf_printf(h, "content-length: %zu\r\n\r\n", body_len);
     return h->err ? -1 : 0;
 }
@@ -5886,7 +5966,8 @@ static const char STATUS_HTML[] =
     "<h3>Errors by kind</h3><ul id=\"errors\"></ul>"
     "<h3>Fallbacks</h3><ul id=\"fallbacks\"></ul></section>\n"
     "<section id=\"models\"><h2>Models</h2><p id=\"models-list\"></p></section>\n"
-    "<section id=\"wire\"><h2>Cursor's protocol</h2><p id=\"wire-text\"></p></section>\n"
+    "<section id=\"wire\"><h2>Cursor's protocol</h2><p id=\"wire-text\"></p>"
+    "<p id=\"tools-text\"></p></section>\n"
     "<section id=\"requests\"><h2>Last requests</h2><table><thead><tr><th>time (UTC)</th>"
     "<th>API</th><th>model</th><th>status</th><th>ms</th><th>tokens in/out</th>"
     "<th>fallback</th><th>error</th></tr></thead><tbody id=\"req-body\"></tbody></table>"
@@ -5950,6 +6031,7 @@ static const char STATUS_JS[] =
     " does not know: \" + s.wire_unknown + \". Please report them (cursor-oai doctor"
     " --capture FILE writes a transcript that is safe to attach).\" : \"Nothing Cursor sent"
     " was unknown to this version.\";\n"
+    "    $(\"tools-text\").textContent = s.tools.text;\n"
     "    var tb = $(\"req-body\");\n"
     "    tb.replaceChildren();\n"
     "    s.requests.forEach(function (r) {\n"
@@ -6342,6 +6424,23 @@ static void status_json(struct conn *c, coai_buf *b)
         status_json_str(b, w.err || w.len < 2 ? NULL : (const char *)w.data);
         coai_buf_free(&w);
     }
+    {
+        char th[300];
+        uint64_t native, runs;
+        int no = th_describe(th, sizeof th);
+        pthread_mutex_lock(&TH.mu);
+        native = TH.native;
+        runs = TH.runs;
+        pthread_mutex_unlock(&TH.mu);
+        coai_buf_printf(b, ",\"tools\":{\"mode\":\"%s\",\"honoured\":%s,"
+                        "\"native_despite_header\":%llu,\"text\":",
+                        tool_mode == COAI_TOOLS_CURSOR ? "cursor" : "client",
+                        tool_mode == COAI_TOOLS_CURSOR ? "null" : no ? "false"
+                        : runs ? "true" : "null",
+                        (unsigned long long)native);
+        status_json_str(b, th);
+        coai_buf_putc(b, '}');
+    }
     /* the last requests, newest first */
     coai_buf_puts(b, ",\"requests\":[");
     pthread_mutex_lock(&SP.mu);
@@ -6520,6 +6619,9 @@ struct run_up {
     int profile;                    /* PROF_* of this attempt */
     char request_id[37];            /* x-request-id and BidiRequestId of the run */
     char orig_id[37];               /* x-original-request-id: the first run's request_id */
+    coai_str tools_hdr[2];          /* allowed-tools header name, value (coai_run_tools_header;
+                                     * empty name: none): set with the run request, sent on
+                                     * every call of the run */
     coai_buf run_msg;               /* AgentClientMessage{run_request} (seqno 0) */
     uint64_t auth_gen;              /* generation of the token the run started with */
     pthread_mutex_t send_mu;
@@ -6968,11 +7070,13 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
     srv_log(LOG_DEBUG, "run %s: BidiAppend seqno %lld (%zu bytes)", r->up.request_id,
             (long long)seqno, n);
     up_orig_rid = r->up.orig_id[0] ? r->up.orig_id : NULL;
+    up_tools_hdr = r->up.tools_hdr;
     rc = up_call_host_tick(&r->up.host, PATH_APPEND, !connect ? UPH_AGENT
                            : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                            body.len, r->up.request_id, client_fd, tick, tick_ctx, &gen, &status,
                            &resp, err);
     up_orig_rid = NULL;
+    up_tools_hdr = NULL;
     if (rc < 0) {
         if (err->status == 499 && cancelled && !r->held.hollow_hit) *cancelled = 1;
         goto done;
@@ -7285,11 +7389,13 @@ static int run_start(struct run *r, int fresh, const char *token, size_t tl)
     coai_buf head = { 0 }, body = { 0 };
     int rc;
     up_orig_rid = r->up.orig_id;
+    up_tools_hdr = r->up.tools_hdr;
     rc = coai_encode_run_body(&body, coai_str_c(r->up.request_id)) < 0
          || up_head_host(&head, &r->up.host, PATH_RUNSSE,
                          r->up.profile == PROF_CONNECT ? UPH_CONNECT_STREAM : UPH_AGENT,
                          r->up.request_id, token, tl, body.len) < 0 ? -1 : 0;
     up_orig_rid = NULL;
+    up_tools_hdr = NULL;
     if (rc < 0) {
         coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
@@ -7710,7 +7816,7 @@ static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client
 static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
     char auth[SRV_TOKEN_MAX + 8], path[320];
-    coai_h2_header hs[14];
+    coai_h2_header hs[15];
     size_t nh = 0;
     int rc = -1;
     snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
@@ -7734,6 +7840,11 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
     H2H("x-original-request-id", r->up.orig_id[0] ? r->up.orig_id : r->up.request_id);
     if (blob_key()[0]) H2H("x-blob-encryption-key", blob_key());
 #undef H2H
+    if (r->up.tools_hdr[0].len) {       /* caller-owned tools (coai_run_tools_header) */
+        hs[nh].name = r->up.tools_hdr[0];
+        hs[nh].value = r->up.tools_hdr[1];
+        nh++;
+    }
     {   /* the names, for doctor */
         char names[sizeof run_head_names[0]];
         size_t i, k = 0;
@@ -7992,6 +8103,9 @@ static int run_frame(struct run *r, const coai_frame *f)
                        "undecodable upstream message (%s)", coai_result_str(rc));
         return coai_reply_feed_error(&r->reply, &e);
     }
+    if (r->up.msg.kind == COAI_MSG_EXEC && r->up.tools_hdr[0].len && !r->held.replaying
+        && coai_exec_is_native_tool(r->up.msg.exec.kind))
+        th_note_native(r->up.msg.exec.kind, r->up.request_id);
     r->up.last_frame = mono_ms();
     if (r->up.msg.kind != COAI_MSG_HEARTBEAT && r->up.msg.kind != COAI_MSG_NONE
         && r->up.msg.kind != COAI_MSG_CHECKPOINT)
@@ -8191,6 +8305,9 @@ static int held_frame(struct run *r, const coai_frame *f)
         snprintf(r->held.why, sizeof r->held.why, "undecodable message while held");
         return -1;
     }
+    if (r->up.msg.kind == COAI_MSG_EXEC && r->up.tools_hdr[0].len
+        && coai_exec_is_native_tool(r->up.msg.exec.kind))
+        th_note_native(r->up.msg.exec.kind, r->up.request_id);
     a = coai_reply_answer(&r->reply, &r->up.msg);
     if (a < 0) {
         snprintf(r->held.why, sizeof r->held.why, "a reply could not be delivered while held");
@@ -9709,6 +9826,10 @@ static int chat_request(struct chat *x)
     p->workspace = coai_str_c(S.workspace);
     p->time_zone = coai_str_c(S.timezone);
     coai_buf_reset(&r->up.run_msg);
+    /* the run's tool ownership goes with its run request: every call of the run says it */
+    if (coai_run_tools_header(tool_mode, p->tool_count, &r->up.tools_hdr[0],
+                              &r->up.tools_hdr[1]))
+        th_note_run();
     if (coai_encode_run_request(&r->up.run_msg, p) < 0 || r->up.run_msg.err) {
         send_error(x->c, 500, "server_error", NULL, NULL, "cannot encode the run request",
                    NULL);
@@ -10335,6 +10456,9 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_TRANSPORT     h2 or http1: use only this transport to Cursor (default auto:\n"
     "                           HTTP/2, with HTTP/1.1 RunSSE + BidiAppend as the fallback)\n"
     "  CURSOR_OAI_H2_REPROBE    seconds HTTP/1.1 is used after HTTP/2 failed (600)\n"
+    "  CURSOR_OAI_TOOL_MODE     client (default): a request's tools are the only tools\n"
+    "                           Cursor's model gets (x-cursor-agent-allowed-tools); cursor:\n"
+    "                           it also has Cursor's own, mapped to the client's tools\n"
     "  CURSOR_OAI_CONTINUATION  on: hold a run across tool calls and resume conversations\n"
     "                           from Cursor's checkpoint; off: one fresh run per request (on)\n"
     "  CURSOR_OAI_HELD_RUN_TTL  seconds a held run waits for its tool results (1800)\n"
@@ -10836,6 +10960,14 @@ static int configure(void)
                     return -1;
                 }
             }
+        }
+    }
+    {
+        const char *tm = getenv("CURSOR_OAI_TOOL_MODE");
+        if (coai_tool_mode_parse(coai_str_c(tm), &tool_mode) < 0) {
+            fprintf(stderr, "cursor-oai: CURSOR_OAI_TOOL_MODE must be client or cursor (got "
+                    "\"%.40s\")\n", tm);
+            return -1;
         }
     }
     if (client_version_resolve(cv) < 0) {
@@ -11671,6 +11803,13 @@ static void doctor_post(const char *model, const char *json, int *status, coai_b
     } else {
         coai_buf_printf(&c->body, "{\"model\":");
         coai_json_str_append(&c->body, model, strlen(model));
+        /* in client mode the probe carries one harmless tool, so that its run sends the
+         * tools header as a client's run does (and doctor sees whether Cursor honours it) */
+        if (tool_mode == COAI_TOOLS_CLIENT)
+            coai_buf_puts(&c->body, ",\"tools\":[{\"type\":\"function\",\"function\":{"
+                          "\"name\":\"doctor_probe\",\"description\":\"A harmless probe of "
+                          "cursor-oai doctor: returns the word ready.\",\"parameters\":{"
+                          "\"type\":\"object\",\"properties\":{}}}}]");
         coai_buf_puts(&c->body, ",\"stream\":false,\"messages\":[{\"role\":\"user\","
                       "\"content\":\"Reply with the word OK.\"}]}");
     }
@@ -12035,6 +12174,17 @@ runs_done:
             doctor_step("OK", "wire", "nothing Cursor sent was unknown to this version");
         }
         coai_buf_free(&w);
+    }
+    {   /* caller-owned tools: did Cursor keep to the client's tools on doctor's runs? */
+        char th[300];
+        if (th_describe(th, sizeof th)) {
+            doctor_step("WARN", "tools", "%s", th);
+            doctor_advice("Cursor's own tool calls still work (mapped to the client's tools, "
+                          "as with CURSOR_OAI_TOOL_MODE=cursor); please report it with this "
+                          "output.");
+        } else {
+            doctor_step("OK", "tools", "%s", th);
+        }
     }
     {   /* the header names each transport's run carried (values are never shown) */
         int t;

@@ -644,7 +644,11 @@ def main():
             "CURSOR_OAI_API_KEY": KEY,
             "CURSOR_OAI_MODEL_MAP": "claude-opus-4-1-20250805=gpt-5.1-codex",
             # each usage-limit check here must reach the fake (the latch has its own tests)
-            "CURSOR_OAI_QUOTA_LATCH": "0"})
+            "CURSOR_OAI_QUOTA_LATCH": "0",
+            # the scenarios send Cursor's native execs (shell, read, ...) with tools present
+            # and check their mapping: cursor mode's (in client mode, the default, a run with
+            # tools gets none; tests/tools_header_test.py covers it)
+            "CURSOR_OAI_TOOL_MODE": "cursor"})
         sections = [("wire", lambda: t_wire(proxy, fake, ws, secret)),
                     ("sdk", lambda: t_sdk(proxy, fake, ws, secret)),
                     ("claude", lambda: t_claude(proxy, fake, ws, secret, tmp))]

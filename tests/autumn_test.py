@@ -549,7 +549,12 @@ def main():
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         px = H.Proxy(tmp, "autumn", fake.url(), fake.ca, token,
                      # each GET /v1/usage asks Cursor: the checks change its answer
-                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_USAGE_TTL": "0"})
+                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_USAGE_TTL": "0",
+                                # the exec and replay scenarios send Cursor's native execs
+                                # (shell, read, subagent, the Pi tools) with tools present:
+                                # cursor mode (in client mode, the default, a run with tools
+                                # gets none; tests/tools_header_test.py covers it)
+                                "CURSOR_OAI_TOOL_MODE": "cursor"})
         S.sections((("exec", lambda: t_exec(fake, px)),
                     ("query", lambda: t_query(fake, px)),
                     ("kv", lambda: t_kv(fake, px)),

@@ -485,8 +485,12 @@ def main():
     try:
         fake = H.Fake(tmp, scenarios(ws, "wire"), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
+        # the scenarios send Cursor's native execs (ls, read, write, shell) with tools present
+        # and check their mapping: cursor mode's (in client mode, the default, a run with
+        # tools gets none; tests/tools_header_test.py covers it)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
-                        extra_env={"CURSOR_OAI_API_KEY": KEY, "CURSOR_OAI_IDLE_TIMEOUT": "20"})
+                        extra_env={"CURSOR_OAI_API_KEY": KEY, "CURSOR_OAI_IDLE_TIMEOUT": "20",
+                                   "CURSOR_OAI_TOOL_MODE": "cursor"})
         S.sections((("wire", lambda: t_wire(proxy, fake, ws)),
                     ("stable", lambda: t_stable(proxy, fake)),
                     ("gemini", lambda: t_gemini(proxy, fake, tmp))), only, timed=False)

@@ -26,6 +26,16 @@ NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
 NODE = shutil.which("node") or "node"
 OPENCODE = os.path.join(NPM, "node_modules", ".bin", "opencode")
 S = H.Suite("held")
+
+
+# The suite scripts Cursor's native execs (shell, read, write, ...) with tools present: that is
+# CURSOR_OAI_TOOL_MODE=cursor, the mode that maps them; in client mode (the default) a run with
+# tools gets none (the fake refuses such a step). tests/tools_header_test.py covers client mode.
+def Proxy(*a, **kw):
+    kw["extra_env"] = dict(kw.get("extra_env") or {}, CURSOR_OAI_TOOL_MODE="cursor")
+    return H.Proxy(*a, **kw)
+
+
 check, eq = S.check, S.eq
 END, REPLAY, REPLAYED = H.END, H.REPLAY, H.REPLAYED
 
@@ -241,7 +251,7 @@ def upstream_clean(fake, n0):
 
 def t_parity(tmp, fake, token, ws):
     n0 = len(fake.state()["errors"])
-    px = H.Proxy(tmp, "parity", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "parity", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20"})
     t0 = time.time()
     r = chat(px, {"model": "scenario:p_heartbeat", "messages": [
@@ -295,7 +305,7 @@ def loop(px, ws, model, stream, first_msg="go", pause=0.0, steps_max=8):
 
 def t_held(tmp, fake, token, ws, secret):
     n0 = len(fake.state()["errors"])
-    px = H.Proxy(tmp, "held", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "held", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_HOLLOW_TIMEOUT": "10"})
     for stream in (False, True):
         k0 = len(runs_of(fake, "h_read"))
@@ -396,7 +406,7 @@ def loop_rewritten(px, ws, model, stream, rw, steps_max=8):
 
 def t_ids(tmp, fake, token, ws, secret):
     n0 = len(fake.state()["errors"])
-    px = H.Proxy(tmp, "ids", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "ids", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_HOLLOW_TIMEOUT": "10"})
     for i, (name, rw) in enumerate(REWRITES):
         stream = i % 2 == 0
@@ -435,7 +445,7 @@ def t_ids(tmp, fake, token, ws, secret):
 def t_fallback(tmp, fake, token, ws, secret):
     n0 = len(fake.state()["errors"])
     env = {"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_HOLLOW_TIMEOUT": "2"}
-    px = H.Proxy(tmp, "fb", fake.url(), fake.ca, token, extra_env=env)
+    px = Proxy(tmp, "fb", fake.url(), fake.ca, token, extra_env=env)
 
     def two_steps(p, model, stream=False, pause=0.0):
         rs, _ = loop(p, ws, model, stream, pause=pause, steps_max=2)
@@ -463,7 +473,7 @@ def t_fallback(tmp, fake, token, ws, secret):
         or "Cursor ended the run while it was held" in log_of(px), 20))
     px.stop()
     # the circuit breaker: after 3 hollow continuations runs are not held
-    px = H.Proxy(tmp, "breaker", fake.url(), fake.ca, token, extra_env=env)
+    px = Proxy(tmp, "breaker", fake.url(), fake.ca, token, extra_env=env)
     for i in range(3):
         two_steps(px, "scenario:h_hollow")
     check("breaker: logged after 3 hollow continuations", logged(
@@ -474,7 +484,7 @@ def t_fallback(tmp, fake, token, ws, secret):
     eq("breaker open: two runs", len(runs_of(fake, "h_read")) - k0, 2)
     px.stop()
     # TTL and cap
-    px = H.Proxy(tmp, "ttl", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "ttl", fake.url(), fake.ca, token,
                  extra_env=dict(env, CURSOR_OAI_HELD_RUN_TTL="2", CURSOR_OAI_HELD_RUNS_MAX="1"))
     rs = two_steps(px, "scenario:h_read", pause=3.5)
     eq("TTL passed: replayed", rs[-1]["content"], REPLAYED)
@@ -490,7 +500,7 @@ def t_fallback(tmp, fake, token, ws, secret):
     check("release logged", logged(px, "more than 1 held runs"))
     px.stop()
     # CURSOR_OAI_CONTINUATION=off: one fresh run per request, exactly as before
-    px = H.Proxy(tmp, "off", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "off", fake.url(), fake.ca, token,
                  extra_env=dict(env, CURSOR_OAI_CONTINUATION="off"))
     k0 = len(runs_of(fake, "h_parallel"))
     rs = two_steps(px, "scenario:h_parallel", stream=True)
@@ -506,8 +516,8 @@ def t_fallback(tmp, fake, token, ws, secret):
                                                                     "heartbeat"))
     px.stop()
     # scale-out: the follow-up reaches an instance that does not hold the run
-    pa = H.Proxy(tmp, "inst-a", fake.url(), fake.ca, token, extra_env=env)
-    pb_ = H.Proxy(tmp, "inst-b", fake.url(), fake.ca, token, extra_env=env)
+    pa = Proxy(tmp, "inst-a", fake.url(), fake.ca, token, extra_env=env)
+    pb_ = Proxy(tmp, "inst-b", fake.url(), fake.ca, token, extra_env=env)
     msgs = [{"role": "user", "content": "two instances"}]
     r = chat(pa, {"model": "scenario:h_read", "messages": msgs, "tools": TOOLS}, True)
     r2 = chat(pb_, {"model": "scenario:h_read", "messages": follow_up(msgs, r, ws),
@@ -522,7 +532,7 @@ def t_fallback(tmp, fake, token, ws, secret):
 
 def t_clients(tmp, fake, token, ws, secret):
     n0 = len(fake.state()["errors"])
-    px = H.Proxy(tmp, "clients", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "clients", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20", "CURSOR_OAI_HOLLOW_TIMEOUT": "20"})
     # curl, streaming, two steps
     k0 = len(runs_of(fake, "h_read"))
@@ -692,7 +702,7 @@ def turns(px, model, texts, stream, edit_first=None):
 
 def t_memory(tmp, fake, token, ws):
     n0 = len(fake.state()["errors"])
-    px = H.Proxy(tmp, "mem", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "mem", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "20"})
     for stream in (False, True):
         k0 = len(runs_of(fake, "m_chat"))
@@ -748,8 +758,8 @@ def t_memory(tmp, fake, token, ws):
     check("/metrics: conversations stored", ev.get("conversation_stored", 0) >= 6, ev)
     px.stop()
     # another instance does not remember: it replays
-    pa = H.Proxy(tmp, "mem-a", fake.url(), fake.ca, token)
-    pb_ = H.Proxy(tmp, "mem-b", fake.url(), fake.ca, token)
+    pa = Proxy(tmp, "mem-a", fake.url(), fake.ca, token)
+    pb_ = Proxy(tmp, "mem-b", fake.url(), fake.ca, token)
     msgs = [{"role": "user", "content": "instance one"}]
     r = chat(pa, {"model": "scenario:m_chat", "messages": msgs}, False)
     msgs += [{"role": "assistant", "content": r["content"]},
@@ -762,7 +772,7 @@ def t_memory(tmp, fake, token, ws):
         0]["message"]["conversation_state_hex"], runs and runs[0]["appends"][0]["message"])
     pa.stop()
     pb_.stop()
-    px = H.Proxy(tmp, "mem-off", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "mem-off", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_CONTINUATION": "off"})
     k0 = len(runs_of(fake, "m_chat"))
     turns(px, "scenario:m_chat", ["x", "y"], False)
@@ -800,7 +810,7 @@ def t_fast(tmp, fake, token, ws, secret):
     fake.ctl("/scenario", {"name": "h_fast", "scenario": {"when": REPLAY, "steps": sum(
         [[read_exec(i, os.path.join(ws, "hello.txt")), {"op": "await_results", "max_s": 60}]
          for i in range(1, steps + 1)], []) + [{"op": "text", "text": "FAST DONE"}] + END}})
-    px = H.Proxy(tmp, "fast", fake.url(), fake.ca, token)
+    px = Proxy(tmp, "fast", fake.url(), fake.ca, token)
     k0 = len(runs_of(fake, "h_fast"))
     msgs = [{"role": "user", "content": "fast"}]
     n = 0
@@ -868,7 +878,7 @@ def t_watchdog(tmp, fake, token, ws, secret):
     fails the turn with an error that says which (set small here: 3 s and 5 s; the idle
     timeout is far away at 120 s, so only the new bounds can end these runs in time)."""
     n0 = len(fake.state()["errors"])
-    px = H.Proxy(tmp, "watchdog", fake.url(), fake.ca, token, extra_env={
+    px = Proxy(tmp, "watchdog", fake.url(), fake.ca, token, extra_env={
         "CURSOR_OAI_IDLE_TIMEOUT": "120", "CURSOR_OAI_SILENCE_TIMEOUT": "3",
         "CURSOR_OAI_HEARTBEAT_TIMEOUT": "5", "CURSOR_OAI_HOLLOW_TIMEOUT": "30"})
     try:

@@ -155,7 +155,10 @@ def main():
     try:
         fake = H.Fake(tmp, HT.scenarios(ws), token, config={"client_version": H.CLIENT_VERSION})
         n0 = len(fake.state()["errors"])
-        env = {"CURSOR_OAI_IDLE_TIMEOUT": "30"}
+        # held_test's scenarios: Cursor's native execs (read, ...) with tools present, which
+        # is cursor mode (in client mode, the default, a run with tools gets none;
+        # tests/tools_header_test.py covers it)
+        env = {"CURSOR_OAI_IDLE_TIMEOUT": "30", "CURSOR_OAI_TOOL_MODE": "cursor"}
         a = H.Proxy(tmp, "a", fake.url(), fake.ca, token, extra_env=env)
         b = H.Proxy(tmp, "b", fake.url(), fake.ca, token, extra_env=env)
         name = {"127.0.0.1:%d" % a.port: "a", "127.0.0.1:%d" % b.port: "b"}

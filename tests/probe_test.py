@@ -20,6 +20,16 @@ sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 
 S = H.Suite("probe")
+
+
+# The suite scripts Cursor's native execs (shell, read, write, ...) with tools present: that is
+# CURSOR_OAI_TOOL_MODE=cursor, the mode that maps them; in client mode (the default) a run with
+# tools gets none (the fake refuses such a step). tests/tools_header_test.py covers client mode.
+def Proxy(*a, **kw):
+    kw["extra_env"] = dict(kw.get("extra_env") or {}, CURSOR_OAI_TOOL_MODE="cursor")
+    return H.Proxy(*a, **kw)
+
+
 check, eq = S.check, S.eq
 END, REPLAY, REPLAYED = H.END, H.REPLAY, H.REPLAYED
 HEARTBEATS = ["client_heartbeat", "exec_control/heartbeat"]
@@ -156,7 +166,7 @@ MSGS = [{"role": "user", "content": "read it"}]
 def t_hb_results(tmp, fake, token, ws, secret):
     """A stalled heartbeat does not hold up the tool results of a held run."""
     msgs = MSGS
-    px = H.Proxy(tmp, "hb", fake.url(), fake.ca, token, extra_env={
+    px = Proxy(tmp, "hb", fake.url(), fake.ca, token, extra_env={
         "CURSOR_OAI_UPSTREAM_TIMEOUT": "40", "CURSOR_OAI_HOLLOW_TIMEOUT": "60",
         "CURSOR_OAI_IDLE_TIMEOUT": "120"})
     k0 = len(runs_of(fake, "hb_stall"))
@@ -183,7 +193,7 @@ def t_hb_results(tmp, fake, token, ws, secret):
 def t_hb_backoff(tmp, fake, token, ws, secret):
     """A failed heartbeat backs off instead of retrying back to back."""
     msgs = MSGS
-    px = H.Proxy(tmp, "hb-backoff", fake.url(), fake.ca, token, extra_env={
+    px = Proxy(tmp, "hb-backoff", fake.url(), fake.ca, token, extra_env={
         "CURSOR_OAI_UPSTREAM_TIMEOUT": "4", "CURSOR_OAI_IDLE_TIMEOUT": "120"})
     k0 = len(runs_of(fake, "hb_stall"))
     r1 = chat(px, {"model": "scenario:hb_stall", "messages": msgs, "tools": TOOLS})
@@ -207,7 +217,7 @@ def t_hb_backoff(tmp, fake, token, ws, secret):
 def t_hb_keepalive(tmp, fake, token, ws, secret):
     """A committed stream keeps its keepalives while a reply to Cursor waits."""
     msgs = MSGS
-    px = H.Proxy(tmp, "hb-keepalive", fake.url(), fake.ca, token, extra_env={
+    px = Proxy(tmp, "hb-keepalive", fake.url(), fake.ca, token, extra_env={
         "CURSOR_OAI_UPSTREAM_TIMEOUT": "15", "CURSOR_OAI_KEEPALIVE": "2",
         "CURSOR_OAI_IDLE_TIMEOUT": "120"})
     raw, times, total = timed_stream(px.port, {"model": "scenario:hb_kv_stall", "stream": True,
@@ -227,7 +237,7 @@ def t_hb_keepalive(tmp, fake, token, ws, secret):
 def t_hb_hollow(tmp, fake, token, ws, secret):
     """A held run's follow-up when every append stalls: the hollow bound holds."""
     msgs = MSGS
-    px = H.Proxy(tmp, "hb-hollow", fake.url(), fake.ca, token, extra_env={
+    px = Proxy(tmp, "hb-hollow", fake.url(), fake.ca, token, extra_env={
         "CURSOR_OAI_UPSTREAM_TIMEOUT": "30", "CURSOR_OAI_HOLLOW_TIMEOUT": "8",
         "CURSOR_OAI_IDLE_TIMEOUT": "120"})
     k0 = len(runs_of(fake, "hb_stall_all"))
@@ -262,7 +272,7 @@ def t_hb_hollow(tmp, fake, token, ws, secret):
 # item 4: a held run is bound to the history that parked it
 
 def t_held_bind(tmp, fake, token, ws, secret):
-    px = H.Proxy(tmp, "bind", fake.url(), fake.ca, token, extra_env={
+    px = Proxy(tmp, "bind", fake.url(), fake.ca, token, extra_env={
         "CURSOR_OAI_IDLE_TIMEOUT": "30", "CURSOR_OAI_HOLLOW_TIMEOUT": "20"})
     for kind in ("foreign", "edited", "none"):
         k0 = len(runs_of(fake, "bind"))
@@ -311,7 +321,7 @@ def t_held_empty(tmp, fake, token, ws, secret):
         name = "%s%s" % (dialect, " stream" if stream else "")
         if px:
             px.stop()     # a fresh proxy each time: 3 in a row open the hollow breaker
-        px = H.Proxy(tmp, "empty-" + name.replace(" ", "-"), fake.url(), fake.ca, token,
+        px = Proxy(tmp, "empty-" + name.replace(" ", "-"), fake.url(), fake.ca, token,
                      extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "30",
                                 "CURSOR_OAI_HOLLOW_TIMEOUT": "20"})
         ev0 = metric_values(px, "cursor_oai_continuation_events_total")
@@ -440,7 +450,7 @@ def read_response(s):
 def t_store_race(tmp, fake, token, ws, secret):
     # A large answer (about 1.2 MB) takes a moment to store; the client chains on a connection
     # it opened beforehand, the instant the last byte of the answer is in.
-    px = H.Proxy(tmp, "store", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "store", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_MAX_PROMPT_BYTES": "8388608",
                             "CURSOR_OAI_IDLE_TIMEOUT": "60"})
     chains, pairs = 4, 8
@@ -497,7 +507,7 @@ def many_messages(n):
 
 
 def t_limits(tmp, fake, token, ws, secret):
-    px = H.Proxy(tmp, "limits", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "limits", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "60"})
     ah = {"anthropic-version": "2023-06-01"}
     n = MAX_MESSAGES + 1
@@ -575,7 +585,7 @@ def vm_hwm_kib(pid):
 def t_budget(tmp, fake, token, ws, secret):
     # Eight concurrent bodies of about 8 MB of tiny JSON values (empty messages), with a
     # 64 MiB in-flight budget: parsed, each would take many times its size.
-    px = H.Proxy(tmp, "budget", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "budget", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_MAX_INFLIGHT_MB": "64", "CURSOR_OAI_IDLE_TIMEOUT": "60"})
     base = vm_hwm_kib(px.proc.pid)
     body = json.dumps({"model": "scenario:short",
@@ -614,7 +624,7 @@ def t_budget(tmp, fake, token, ws, secret):
 # item 7: one tool_choice rule for every dialect
 
 def t_tool_choice(tmp, fake, token, ws, secret):
-    px = H.Proxy(tmp, "toolchoice", fake.url(), fake.ca, token)
+    px = Proxy(tmp, "toolchoice", fake.url(), fake.ca, token)
     ah = {"anthropic-version": "2023-06-01"}
     user = [{"role": "user", "content": "hi"}]
     for name in ("read", "nosuchtool"):
@@ -679,7 +689,7 @@ def t_small(tmp, fake, token, ws, secret):
     with open(os.path.join(cfg, "auth.json"), "w") as f:
         f.write('{"accessToken": "%s\\u0000tail"}' % token)
     os.chmod(os.path.join(cfg, "auth.json"), 0o600)
-    px = H.Proxy(tmp, "nulcred", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "nulcred", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_ACCESS_TOKEN": ""})
     st, b, _ = px.get("/health")
     check("auth.json with a \\u0000 escape in the token: not used (%s)" % b[:80],
@@ -687,14 +697,14 @@ def t_small(tmp, fake, token, ws, secret):
     check("... and the log says why",
           H.wait_for(lambda: "u0000 escape" in log_of(px), 20), H.tail(px.proc.log_path)[-400:])
     px.stop()
-    px = H.Proxy(tmp, "small", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "small", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_HELD_RUNS_MAX": "1024", "CURSOR_OAI_TOOL_WINDOW_MS": "5000",
                             "CURSOR_OAI_UPSTREAM_TIMEOUT": "2", "CURSOR_OAI_MODELS_WAIT": "10"})
     check("CURSOR_OAI_HELD_RUNS_MAX=1024 and CURSOR_OAI_TOOL_WINDOW_MS=5000 are accepted",
           px.get("/health")[0] == 200)
     # U+2028 / U+2029 from a client never reach a log line raw, in either format
     for fmt in ("text", "json"):
-        lp = H.Proxy(tmp, "ls-" + fmt, fake.url(), fake.ca, token,
+        lp = Proxy(tmp, "ls-" + fmt, fake.url(), fake.ca, token,
                      args=["--log-format", fmt])
         lp.request("POST", "/v1/chat/completions", {
             "model": "scenario:short\u2028forged line\u2029x",
@@ -722,7 +732,7 @@ def t_small(tmp, fake, token, ws, secret):
     # list does not answer)
     fake.ctl("/config", {"slow": {"models": {"mode": "silent", "max_s": 8}}})
     try:
-        px = H.Proxy(tmp, "small-timeout", fake.url(), fake.ca, token,
+        px = Proxy(tmp, "small-timeout", fake.url(), fake.ca, token,
                      extra_env={"CURSOR_OAI_UPSTREAM_TIMEOUT": "2",
                                 "CURSOR_OAI_MODELS_WAIT": "10"})
         st, b, _ = px.request("GET", "/v1/models", None, timeout=30)
@@ -810,7 +820,7 @@ def image_cases(data):
 
 
 def t_dialect_rules(tmp, fake, token, ws, secret):
-    px = H.Proxy(tmp, "dialect", fake.url(), fake.ca, token)
+    px = Proxy(tmp, "dialect", fake.url(), fake.ca, token)
     ah = {"anthropic-version": "2023-06-01"}
 
     def post(path, body):
@@ -923,7 +933,7 @@ def usage_calls(fake):
 
 def t_usage(tmp, fake, token, ws, secret):
     ttl = 5
-    px = H.Proxy(tmp, "usage", fake.url(), fake.ca, token,
+    px = Proxy(tmp, "usage", fake.url(), fake.ca, token,
                  extra_env={"CURSOR_OAI_USAGE_TTL": str(ttl)})
     n = 100
 

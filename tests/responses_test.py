@@ -689,7 +689,11 @@ def main():
         fake = H.Fake(tmp, scenarios(ws, os.path.join(tmp, "cwd-main")), token,
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False,
                               "default_scenario": "codex_task"})
-        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
+        # the scenarios send Cursor's native execs (shell, read, write, ...) with tools
+        # present and check their mapping: cursor mode's (in client mode, the default, a run
+        # with tools gets none; tests/tools_header_test.py covers it)
+        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
+                        extra_env={"CURSOR_OAI_TOOL_MODE": "cursor"})
         for name, fn in (("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
                          ("codex", lambda: t_codex(proxy, fake, tmp, False)),
                          ("codex_big", lambda: t_codex_big(proxy, fake, tmp)),

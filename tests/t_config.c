@@ -111,10 +111,60 @@ static void test_values(void)
     }
 }
 
+/* CURSOR_OAI_TOOL_MODE and the allowed-tools header of a run (issue 31 item 1). */
+static void test_tool_mode(void)
+{
+    coai_tool_mode m = (coai_tool_mode)77;
+    coai_str n = coai_str_c("x"), v = coai_str_c("y");
+    CHECK(coai_tool_mode_parse(coai_str_c(NULL), &m) == 0 && m == COAI_TOOLS_CLIENT);
+    m = (coai_tool_mode)77;
+    CHECK(coai_tool_mode_parse(coai_str_c(""), &m) == 0 && m == COAI_TOOLS_CLIENT);
+    CHECK(coai_tool_mode_parse(coai_str_c("client"), &m) == 0 && m == COAI_TOOLS_CLIENT);
+    CHECK(coai_tool_mode_parse(coai_str_c("cursor"), &m) == 0 && m == COAI_TOOLS_CURSOR);
+    m = (coai_tool_mode)77;
+    CHECK(coai_tool_mode_parse(coai_str_c("Cursor"), &m) == -1 && m == (coai_tool_mode)77);
+    CHECK(coai_tool_mode_parse(coai_str_c("clients"), &m) == -1);
+    CHECK(coai_tool_mode_parse(coai_str_c("client "), &m) == -1);
+    CHECK(coai_tool_mode_parse(coai_str_c("mcp"), &m) == -1);
+    {   /* an embedded NUL is not "client" */
+        coai_str s = { "clien\0", 6 };
+        CHECK(coai_tool_mode_parse(s, &m) == -1);
+    }
+    /* client mode with tools: the header, exactly */
+    CHECK(coai_run_tools_header(COAI_TOOLS_CLIENT, 1, &n, &v) == 1);
+    CHECK(n.len == 28 && memcmp(n.ptr, "x-cursor-agent-allowed-tools", 28) == 0);
+    CHECK(v.len == 37 && memcmp(v.ptr, "mcp_tool_call,get_mcp_tools_tool_call", 37) == 0);
+    CHECK(coai_run_tools_header(COAI_TOOLS_CLIENT, 40, NULL, NULL) == 1);
+    /* no tools (none sent, or tool_choice "none"), or cursor mode: none, empty views */
+    CHECK(coai_run_tools_header(COAI_TOOLS_CLIENT, 0, &n, &v) == 0 && n.len == 0 && v.len == 0);
+    n = coai_str_c("x");
+    CHECK(coai_run_tools_header(COAI_TOOLS_CURSOR, 3, &n, &v) == 0 && n.len == 0 && v.len == 0);
+    CHECK(coai_run_tools_header(COAI_TOOLS_CURSOR, 0, NULL, NULL) == 0);
+    /* which execs are Cursor's own tool calls (counted when they come despite the header) */
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_SHELL));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_SHELL_STREAM));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_READ));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_WRITE));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_DELETE));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_LS));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_GREP));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_FETCH));
+    CHECK(coai_exec_is_native_tool(COAI_EXEC_SUBAGENT));
+    CHECK(coai_exec_is_native_tool(45) && coai_exec_is_native_tool(52));
+    CHECK(!coai_exec_is_native_tool(COAI_EXEC_MCP));
+    CHECK(!coai_exec_is_native_tool(COAI_EXEC_REQUEST_CONTEXT));
+    CHECK(!coai_exec_is_native_tool(COAI_EXEC_MCP_STATE));
+    CHECK(!coai_exec_is_native_tool(COAI_EXEC_LIST_MCP_RESOURCES));
+    CHECK(!coai_exec_is_native_tool(42) && !coai_exec_is_native_tool(44));
+    CHECK(!coai_exec_is_native_tool(53) && !coai_exec_is_native_tool(0));
+    CHECK(!coai_exec_is_native_tool(-1) && !coai_exec_is_native_tool(60));
+}
+
 int main(void)
 {
     test_hostport();
     test_url();
     test_values();
+    test_tool_mode();
     TEST_END();
 }

@@ -41,6 +41,17 @@ a new stream after our GOAWAY: recorded) and misbehaves on command: ops "goaway"
 receive window never reopens; the connection's does), and any stall/sleep step stalls one stream
 while the others on the connection go on.
 
+Tool ownership (issue 31; late-autumn notes N1): a run whose RunSSE / HTTP/2 Run carries
+x-cursor-agent-allowed-tools without any native tool kind in it (cursor-oai's client mode sends
+"mcp_tool_call,get_mcp_tools_tool_call") has no Cursor tools, as the live model then "sees the
+caller's tools and none of Cursor's own". A scenario "exec" step of a native kind (NATIVE_EXECS:
+shell, read, write, ls, grep, delete, fetch, ...) on such a run is not sent: the fake records a
+validation error (S.error: the suite sees it in /state) and ends the run with a
+failed_precondition error that names the step, so that nothing passes silently. A step with
+"despite_header": true is sent anyway (Cursor ignoring the header). Without the header native
+execs go out as always; "mcp" execs go out either way. The header's value is in /runs
+("allowed_tools"), and every request's headers in /requests.
+
 Behaviour per run comes from a scenario (a dict of steps, see SCENARIOS and run_steps()), chosen by
 the run request's model id "scenario:<name>" (or "scenario:long:<N>"), else by a queue / default
 set through the control API.
@@ -456,6 +467,7 @@ class Run:
         self.dropped = False       # a seqno-0 append came before registration: never starts
         self.profile = None        # "grpc-web" or "connect" (RunSSE content type)
         self.transport = "http1"   # "h2": one Run stream on HTTP/2
+        self.allowed_tools = None  # x-cursor-agent-allowed-tools of the RunSSE / Run
 
     def summary(self):
         return {"request_id": self.rid, "scenario": self.scenario_name, "created": self.created,
@@ -465,6 +477,7 @@ class Run:
                 "append_error": self.append_error, "runsse_count": self.runsse_count,
                 "registered": self.registered, "dropped": self.dropped,
                 "profile": self.profile, "transport": self.transport,
+                "allowed_tools": self.allowed_tools,
                 "stream": dict(self.stream),
                 "exec_replies": {str(k): v for k, v in self.exec_replies.items()},
                 "exec_results": dict(self.exec_results),
@@ -1324,6 +1337,7 @@ def h_runsse(conn, req, rec):
             S.error("second RunSSE for request id %s" % rid)
             return connect_error(conn, 409, "already_exists", "duplicate request id")
         run.profile = prof
+        run.allowed_tools = req["headers"].get("x-cursor-agent-allowed-tools")
     if client_outdated(req, run=True):
         # decided before the run exists: a stream that ends at once with the error
         code, msg, det = outdated_body()
@@ -1842,6 +1856,8 @@ def await_results(ctx, max_s, hb_s):
                 and m.get("kind") != "heartbeat" and m.get("id") == p["id"]]
         why = check_exec_answer(p, mine)
         run.exec_results[str(p["id"])] = {"ok": not why, "why": why, "text": result_text(mine),
+                                          "mcp_is_error": any(m.get("mcp_is_error")
+                                                              for m in mine),
                                           "fields": result_fields(mine),
                                           "images": result_images(mine),
                                           "outcome": result_outcome(mine),
@@ -1932,6 +1948,21 @@ def exec_expect_result(ctx, st, eid, wait_s):
         stall(ctx, "exec %d: %s" % (eid, why))
     else:
         S.count("exec_results_ok")
+
+
+# Cursor's own tool calls (exec kinds) that an allowed-tools header without them hides
+NATIVE_EXECS = {"shell", "shell_stream", "read", "write", "delete", "ls", "grep", "diagnostics",
+                "background_shell_spawn", "fetch", "computer_use", "subagent", "pi_read",
+                "mini_swe_agent_bash"}
+
+
+def native_hidden(run):
+    """The run's allowed-tools header leaves out every native tool kind."""
+    v = run.allowed_tools
+    if v is None:
+        return False
+    kinds = {k.strip() for k in v.split(",") if k.strip()}
+    return not any(k not in ("mcp_tool_call", "get_mcp_tools_tool_call") for k in kinds)
 
 
 def run_steps(ctx, steps):
@@ -2078,8 +2109,25 @@ def run_step(ctx, st):
                 S.error("get_blob_result for kv id %d: got %r expected %r"
                         % (kv_id, got, exp_hex), request_id=run.rid)
         return
+    if op == "exec" and st["kind"] in NATIVE_EXECS and native_hidden(run) \
+            and not st.get("despite_header"):
+        # the run asked for the caller's tools only: the live model has no native tool to
+        # call. Loud, never silent: a validation error and an error end of the run.
+        why = ("scenario step %d: a native %s exec on a run whose x-cursor-agent-allowed-tools "
+               "is %r (Cursor's model has no such tool; mark the step \"despite_header\" to "
+               "send it anyway)" % (ctx.step, st["kind"], run.allowed_tools))
+        S.error(why, request_id=run.rid)
+        S.count("native_execs_refused")
+        run.stream["native_refused"] = why
+        _send(ctx, build_frame({"op": "trailer", "status": 9,
+                                "message": "fake_cursor: " + why}, run))
+        ctx.frames += 1
+        ctx.finished = True
+        return
     if op == "exec":
         eid = int(st.get("id", 1))
+        if st["kind"] in NATIVE_EXECS and native_hidden(run):
+            S.count("native_execs_despite_header")
         if "file_text_from" in st:          # a write whose text comes from an earlier result
             st = dict(st, file_text=from_result(run, st["file_text_from"]))
         fr = with_unknown(st, pb.envelope(pb.m_exec(eid, st["kind"], exec_args(st),
@@ -3175,6 +3223,7 @@ def h2_run(st, req, rec):
             return connect_error(st, 409, "already_exists", "duplicate request id")
         run.profile = prof
         run.transport = "h2"
+        run.allowed_tools = req["headers"].get("x-cursor-agent-allowed-tools")
     rec["decoded"] = {"request_id": rid}
     parse_err = []
 

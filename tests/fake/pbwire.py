@@ -712,8 +712,10 @@ def dec_client_message(msg):
                 r["variant"] = RESULT_VARIANTS.get(name, {}).get(var[-1][0], str(var[-1][0]))
                 r["strings"] = _strings(var[-1][1])
                 if name == "mcp_result" and r["variant"] == "success":
-                    # McpSuccess{1 repeated content{1 text{1 text} | 2 image{1 data, 2 mime}}}
+                    # McpSuccess{1 repeated content{1 text{1 text} | 2 image{1 data, 2 mime}},
+                    # 2 is_error}
                     r["mcp_items"] = []
+                    r["mcp_is_error"] = bool(last(parse(var[-1][1]), 2, WT_VARINT, 0))
                     for f2, w2, item in parse(var[-1][1]):
                         if f2 != 1 or w2 != WT_LEN:
                             continue
