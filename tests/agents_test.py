@@ -28,7 +28,8 @@ arguments (MCP calls naming them: OWN_TOOLS, as each client sends them)
           out.txt (the bytes on disk)
   shell   its shell tool: Cursor gets the output
   fail    its shell tool, exit 3: Cursor gets both output lines and the exit code 3
-  (usage, big and del do not depend on the mode and run in cursor mode only)
+  (usage, big and del do not depend on the mode and run in cursor mode only; the five
+  agents of issue 25 run rw and fail here, Cline and Copilot all three)
 
 Each task is one upstream run with continuation on (held runs): the answer is composed by the
 fake from the results it received, so a result sent the old way fails here.
@@ -231,10 +232,11 @@ def make_clients(proxy):
             v1, prompt, ws, model=model, timeout=t, key=KEY), "version": None},
         "cline": {"run": lambda prompt, ws, model, t: C.run_cline(
             v1, prompt, ws, model=model, timeout=t, key=KEY), "version": "@cline/cli-linux-x64",
-            "tasks": ("rw", "shell", "fail", "usage")},
+            "tasks": ("rw", "shell", "fail", "usage"), "client_tasks": ("rw", "shell", "fail")},
         "copilot": {"run": lambda prompt, ws, model, t: C.run_copilot(
             v1, prompt, ws, model=model, timeout=t, key=KEY),
-            "version": "@github/copilot-linux-x64", "tasks": ("rw", "shell", "fail", "usage")},
+            "version": "@github/copilot-linux-x64", "tasks": ("rw", "shell", "fail", "usage"),
+            "client_tasks": ("rw", "shell", "fail")},
     }
 
 
@@ -439,6 +441,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
               % (USAGE_LIMIT_S, wait, r.wall), shown and wait <= USAGE_LIMIT_S, r)
 
 
+ALLOWED_MCP = "mcp_tool_call,get_mcp_tools_tool_call"
 EXIT3 = re.compile(r"(exit|return|status)\w*\W{0,3}(code|status)?\W{0,3}3\b", re.I)
 
 
@@ -464,6 +467,9 @@ def t_client_own(name, cl, fake, tmp, secret, tasks):
         eq("rw: out.txt holds input.txt's bytes (the client's own write tool)", got, data) \
             or print(r)
         eq("rw: one upstream run", len(runs), 1)
+        # what makes Cursor's model call the client's tools: the run's allowed-tools header
+        eq("rw: the run allowed Cursor's model only MCP tools (x-cursor-agent-allowed-tools)",
+           runs[-1].get("allowed_tools") if runs else None, ALLOWED_MCP)
         r1, r2 = res_of(runs, 1), res_of(runs, 2)
         check("rw: Cursor got the read tool's result as an MCP result with both lines",
               r1.get("ok") and r1.get("fields", {}).get("result") == "mcp_result"
@@ -498,6 +504,8 @@ def t_client_own(name, cl, fake, tmp, secret, tasks):
 
 
 MODES = ("cursor", "client")
+# client mode for the five agents tested since issue 25: fail has the shell's output as well
+CLIENT_TASKS = ("rw", "fail")
 
 
 def main():
@@ -540,7 +548,8 @@ def main():
                         t_client(name, cl, proxies[mode], fake, tmp, secret, mine)
                     else:
                         # the tool mode decides nothing else: usage, big and del run once
-                        t_client_own(name, cl, fake, tmp, secret, mine & {"rw", "shell", "fail"})
+                        t_client_own(name, cl, fake, tmp, secret,
+                                     tasks & set(cl.get("client_tasks") or CLIENT_TASKS))
                 except Exception:
                     check("section ran to the end", False, traceback.format_exc())
                 errs = fake.state()["errors"][n0:]
