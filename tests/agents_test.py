@@ -318,6 +318,8 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
         eq("rw: out.txt holds input.txt's bytes (written by the client's own tool)", got, data) \
             or print(r)
         eq("rw: one upstream run", len(runs), 1)
+        eq("rw: cursor mode: the run named no allowed tools (Cursor's own tools stay)",
+           runs[-1].get("allowed_tools") if runs else "no run", None)
         res = (runs[-1]["exec_results"] if runs else {})
         f1 = (res.get("1") or {}).get("fields") or {}
         eq("rw: the read result Cursor got: the file's bytes, total_lines, file_size",
