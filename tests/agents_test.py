@@ -28,8 +28,9 @@ arguments (MCP calls naming them: OWN_TOOLS, as each client sends them)
           out.txt (the bytes on disk)
   shell   its shell tool: Cursor gets the output
   fail    its shell tool, exit 3: Cursor gets both output lines and the exit code 3
-  (usage, big and del do not depend on the mode and run in cursor mode only; the five
-  agents of issue 25 run rw and fail here, Cline and Copilot all three)
+  (usage, big and del do not depend on the mode and run in cursor mode only; Claude Code and
+  Codex run rw and fail here, Cline and Copilot all three; Qwen Code, Kilo Code and OpenCode
+  rw and fail with AGENTS_CLIENT_ALL=1, slow starters left out of the default run)
 
 Each task is one upstream run with continuation on (held runs): the answer is composed by the
 fake from the results it received, so a result sent the old way fails here.
@@ -147,6 +148,9 @@ OWN_TOOLS = {
                 "shell": lambda c: ("bash", {"command": c, "description": "Run it"})},
 }
 OWN_TOOLS["opencode"] = OWN_TOOLS["kilo"]
+# OpenCode's and Kilo Code's bash give their model the command's output only (no exit code in
+# the result text: what their model sees is what Cursor's gets in client mode)
+NO_EXIT_IN_RESULT = ("kilo", "opencode")
 
 
 def client_scenarios(ws, secret, name):
@@ -497,17 +501,23 @@ def t_client_own(name, cl, fake, tmp, secret, tasks):
         eq("fail: one upstream run", len(runs), 1)
         r1 = res_of(runs, 1)
         t1 = r1.get("text", "")
-        check("fail: Cursor got both output lines and exit code 3 in the MCP result",
+        code = name not in NO_EXIT_IN_RESULT
+        check("fail: Cursor got both output lines%s in the MCP result"
+              % (" and exit code 3" if code else " (the client's tool tells no exit code)"),
               r1.get("ok") and "out-%s" % secret in t1 and "err-%s" % secret in t1
-              and EXIT3.search(t1), r1)
+              and (EXIT3.search(t1) or not code), r1)
         a = answer(r)
-        check("fail: the answer quotes it", "FAILED " in a and EXIT3.search(a[a.find("FAILED "):]),
-              a[-800:] or r)
+        check("fail: the answer quotes it", "FAILED " in a and "out-%s" % secret in a
+              and (EXIT3.search(a[a.find("FAILED "):]) or not code), a[-800:] or r)
 
 
 MODES = ("cursor", "client")
-# client mode for the five agents tested since issue 25: fail has the shell's output as well
+# client mode for the five agents tested since issue 25: fail has the shell's output as well;
+# by default only for the two that start fast (Claude Code, Codex: 10-25 s for both tasks on a
+# loaded machine, against 100-370 s for Qwen Code, OpenCode and Kilo Code), all five with
+# AGENTS_CLIENT_ALL=1
 CLIENT_TASKS = ("rw", "fail")
+CLIENT_FAST = ("claude", "codex", "cline", "copilot")
 
 
 def main():
@@ -542,6 +552,9 @@ def main():
                 if name == "opencode" and not os.path.exists(C.OPENCODE):
                     check("OpenCode installed in build/npm (tests/e2e_run.sh installs it)", False,
                           C.OPENCODE)
+                    continue
+                if mode == "client" and name not in CLIENT_FAST \
+                        and not os.environ.get("AGENTS_CLIENT_ALL"):
                     continue
                 n0 = len(fake.state()["errors"])
                 mine = tasks & set(cl.get("tasks") or tasks)
