@@ -6,7 +6,9 @@ the one registry we can reach: `tests/e2e/clients/package.json` (+ lock, exact v
 Node 24, `@openai/codex`, `@anthropic-ai/claude-code`, `@google/gemini-cli`,
 `@qwen-code/qwen-code`, Kilo Code's CLI
 (`@kilocode/cli-linux-x64`: its `@kilocode/cli` wrapper names platform packages the registry
-does not all carry, so no complete lock can be made for it), `@anthropic-ai/sdk` and `openai`,
+does not all carry, so no complete lock can be made for it), Cline's CLI and GitHub Copilot CLI
+(`@cline/cli-linux-x64`, `@github/copilot-linux-x64`: the native binaries that the `cline` and
+`@github/copilot` wrappers run), `@anthropic-ai/sdk` and `openai`,
 and ensure() installs them from the lock (`npm install --no-save`: `npm ci` refuses a lock that
 lacks optional platform packages the registry does not have, as Qwen Code's clipboard ones)
 into build/clients (git-ignored), once per lock file (a stamp file), under a lock so that two
@@ -14,7 +16,8 @@ suites never install at the same time. Without any npm on the machine it install
 `npm` first (root only). The CLIs ship native binaries or bundles inside their npm packages;
 nothing is fetched at run time.
 
-Running a client (run_codex, run_claude, run_gemini, run_qwen, run_kilo, run_opencode, run_node):
+Running a client (run_codex, run_claude, run_gemini, run_qwen, run_kilo, run_opencode, run_cline,
+run_copilot, run_node):
 always a fresh HOME (and CODEX_HOME / CLAUDE_CONFIG_DIR / ~/.gemini / ~/.qwen inside it),
 telemetry, usage statistics, error reporting, feedback and update checks off,
 HTTP(S)_PROXY pointing at a closed loopback port with NO_PROXY for 127.0.0.1/localhost (so any
@@ -69,6 +72,10 @@ CLAUDE = os.path.join(NM, "@anthropic-ai", "claude-code", "bin", "claude.exe")
 GEMINI = os.path.join(NM, "@google", "gemini-cli", "bundle", "gemini.js")
 QWEN = os.path.join(NM, "@qwen-code", "qwen-code", "cli-entry.js")
 KILO = os.path.join(NM, "@kilocode", "cli-linux-x64", "bin", "kilo")
+# Cline's CLI and GitHub Copilot CLI: the native binaries their wrappers (`cline`,
+# `@github/copilot`) would run; the wrappers add nothing a headless run needs
+CLINE = os.path.join(NM, "@cline", "cli-linux-x64", "bin", "cline")
+COPILOT = os.path.join(NM, "@github", "copilot-linux-x64", "copilot")
 # OpenCode comes from the e2e suite's own package set (tests/e2e/package.json -> build/npm)
 NPM_DIR = os.environ.get("E2E_NPM_DIR", os.path.join(ROOT, "build", "npm"))
 OPENCODE = os.path.join(NPM_DIR, "node_modules", ".bin", "opencode")
@@ -90,7 +97,8 @@ def _stamp():
 
 
 def _ok():
-    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE, GEMINI, QWEN, KILO,
+    return all(os.path.exists(p) for p in (NODE, CODEX, CLAUDE, GEMINI, QWEN, KILO, CLINE,
+                                           COPILOT,
                                            os.path.join(NM, "openai", "package.json"),
                                            os.path.join(NM, "@anthropic-ai", "sdk",
                                                         "package.json")))
@@ -129,7 +137,8 @@ def ensure(log=None):
         for n in ("package.json", "package-lock.json"):
             shutil.copyfile(os.path.join(PKG_DIR, n), os.path.join(DIR, n))
         if log:
-            log("installing Node 24, codex, claude-code, qwen-code, kilo and SDKs into %s ..." % DIR)
+            log("installing Node 24, codex, claude-code, qwen-code, kilo, cline, copilot and SDKs "
+                "into %s ..." % DIR)
         logp = os.path.join(DIR, "npm-install.log")
         env = {k: v for k, v in os.environ.items() if not k.startswith("npm_config_")}
         env.update({"npm_config_update_notifier": "false", "npm_config_fund": "false",
@@ -456,6 +465,59 @@ def run_opencode(base_url, prompt, cwd, model="cursor-model", timeout=120, args=
                     timeout, args, key, home, env_extra)
 
 
+def run_cline(base_url, prompt, cwd, model="cursor-model", timeout=120, args=(), key="sk-test",
+              home=None, env_extra=None):
+    """`cline --json -P openai-compatible -m MODEL PROMPT` (Cline's CLI, headless, every tool
+    approved: its default for a prompt) against base_url (with /v1) as its OpenAI-compatible
+    provider, in cwd, with a fresh HOME. ~/.cline/data/settings/providers.json is what
+    `cline auth -p openai -k KEY -m MODEL -b URL` writes (written here: that command is one
+    more 20 s start-up; without "updatedAt" the entry is ignored), global-settings.json turns
+    telemetry (telemetryOptOut) and automatic updates off."""
+    home = home or fresh_home()
+    sdir = os.path.join(home, ".cline", "data", "settings")
+    os.makedirs(sdir, exist_ok=True)
+    with open(os.path.join(sdir, "global-settings.json"), "w") as f:
+        json.dump({"telemetryOptOut": True, "autoUpdateEnabled": False}, f)
+    with open(os.path.join(sdir, "providers.json"), "w") as f:
+        json.dump({"version": 1, "lastUsedProvider": "openai-compatible", "modes": {},
+                   "providers": {"openai-compatible": {
+                       "settings": {"provider": "openai-compatible", "apiKey": key,
+                                    "model": model, "baseUrl": base_url},
+                       "updatedAt": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+                       "tokenSource": "manual"}}}, f)
+    env = clean_env(home)
+    env.update(env_extra or {})
+    argv = [CLINE, "--json", "-c", cwd, "-P", "openai-compatible", "-m", model] + \
+        list(args) + [prompt]
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
+def run_copilot(base_url, prompt, cwd, model="cursor-model", timeout=120, args=(),
+                key="sk-test", home=None, env_extra=None):
+    """`copilot -p PROMPT --allow-all-tools --output-format json` (GitHub Copilot CLI,
+    headless) with its BYOK provider environment naming base_url (with /v1, Chat Completions)
+    and offline mode on (COPILOT_OFFLINE: no GitHub sign-in, telemetry, web tools, GitHub MCP
+    server or auto-update), in cwd, with a fresh HOME. Its bundled package is unpacked once
+    per process into homes()/copilot-cache (5 s and 235 MB a run otherwise)."""
+    home = home or fresh_home()
+    env = clean_env(home)
+    for k in list(env):
+        if k.startswith(("COPILOT_", "GH_", "GITHUB_")):
+            del env[k]
+    env.update({"COPILOT_OFFLINE": "true", "COPILOT_PROVIDER_TYPE": "openai",
+                "COPILOT_PROVIDER_BASE_URL": base_url, "COPILOT_PROVIDER_API_KEY": key,
+                "COPILOT_MODEL": model, "COPILOT_AUTO_UPDATE": "false",
+                "XDG_CACHE_HOME": os.path.join(homes(), "copilot-cache")})
+    env.update(env_extra or {})
+    argv = [COPILOT, "-p", prompt, "--allow-all-tools", "--output-format", "json",
+            "--disable-client-telemetry"] + list(args)
+    r = run(argv, env, cwd, timeout)
+    r.home = home
+    return r
+
+
 def run_node(script, args=(), timeout=90, env_extra=None):
     """Run a .mjs/.js script with Node 24 such that `import "openai"` / `"@anthropic-ai/sdk"`
     resolve to build/clients (ESM resolves next to the script, so a copy is run from there).
@@ -773,6 +835,8 @@ if __name__ == "__main__":
         print("gemini-cli %s: %s" % (version("@google/gemini-cli"), GEMINI))
         print("qwen-code %s: %s" % (version("@qwen-code/qwen-code"), QWEN))
         print("kilo %s: %s" % (version("@kilocode/cli-linux-x64"), KILO))
+        print("cline %s: %s" % (version("@cline/cli-linux-x64"), CLINE))
+        print("copilot %s: %s" % (version("@github/copilot-linux-x64"), COPILOT))
         print("openai %s, @anthropic-ai/sdk %s" % (version("openai"),
                                                    version("@anthropic-ai/sdk")))
     elif a[0] == "record-gemini-task":
