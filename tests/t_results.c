@@ -686,6 +686,10 @@ static void test_generic_exit(void)
         { "hello\nThe exit code is 3", 0, 1, 3, "hello" },
         { "line1\r\nline2\r\nexit code: 2\r\n", 0, 1, 2, "line1\r\nline2" },
         { "out\nexit code: -1", 0, 1, -1, "out" },
+        /* after a session's / process's number (GitHub Copilot CLI's bash trailer) */
+        { "hello\n<shellId: 0 completed with exit code 3>\n", 0, 1, 3, "hello" },
+        { "hello\n[pid 4711] exited with status 1", 0, 1, 1, "hello" },
+        { "hello\nsession 2: exit code 0", 0, 1, 0, "hello" },
         /* headers */
         { "Exit status: 4\nsome output\nmore", 0, 1, 4, "some output\nmore" },
         { "[exit code: 4]\nx\n", 1, 1, 4, "x\n" },
@@ -705,6 +709,11 @@ static void test_generic_exit(void)
         { "x\nexit code: 3 (SIGQUIT)", 0, 0, 0, "x\nexit code: 3 (SIGQUIT)" },
         { "x\nexit code: 3 and 4", 0, 0, 0, "x\nexit code: 3 and 4" },
         { "x\nexit code: 3s", 0, 0, 0, "x\nexit code: 3s" },
+        { "x\n<shellId: 0>", 0, 0, 0, "x\n<shellId: 0>" },
+        { "x\nshellId: 0 completed", 0, 0, 0, "x\nshellId: 0 completed" },
+        { "x\npid 7 pid 8 exit code 1", 0, 0, 0, "x\npid 7 pid 8 exit code 1" },
+        { "x\nexit code 1 pid 8", 0, 0, 0, "x\nexit code 1 pid 8" },
+        { "x\nid 7x exit code 1", 0, 0, 0, "x\nid 7x exit code 1" },
         { "x\nexit code: 99999999999999", 0, 0, 0, "x\nexit code: 99999999999999" },
         { "x\n<exit_code>3</return_code>", 0, 0, 0, "x\n<exit_code>3</return_code>" },
         { "x\nexit code: \xc3\xa9 3", 0, 0, 0, "x\nexit code: \xc3\xa9 3" },
