@@ -11312,9 +11312,11 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     o->shape = "raw";
     raw = *o;
 #define COAI__RS_IS(list) (coai__rs_tool_is(tool, list))
-    /* the shell layer */
+    /* the shell layer; not for an MCP exec: Cursor's model called the client's tool by its
+     * own name and gets its text as it is (an exit code line included) */
     o->err.len = 0;
-    if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
+    if (kind == COAI_EXEC_MCP) shell = 0;
+    else if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
     else if (COAI__RS_IS(n_codex_shell)) shell = coai__rs_codex_shell(o, text);
     else if (COAI__RS_IS(n_qwen)) {
         shell = coai__rs_qwen(o, text);

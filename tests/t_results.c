@@ -359,6 +359,36 @@ static void test_raw_same(void)
     coai_buf_free(&b);
 }
 
+/* An MCP exec (the caller-owned mode: Cursor's model called the client's tool by its own
+ * name) gets the client's text as it is, whatever the tool is called: a shell tool's exit
+ * code line stays in the text, is_error as the client said. */
+static void test_mcp_untranslated(void)
+{
+    static const struct { const char *tool, *text; int is_error; } v[] = {
+        { "exec_command", "Chunk ID: 1\nWall time: 0.1 seconds\nProcess exited with code 3\n"
+          "Output:\nout-x\nerr-x\n", 0 },
+        { "shell", "{\"output\":\"x\",\"metadata\":{\"exit_code\":3}}", 0 },
+        { "run_shell_command", "Command: false\nDirectory: (root)\nOutput: (empty)\n"
+          "Error: (none)\nExit Code: 3\n", 1 },
+        { "anything", "out\nexit code: 3\n", 1 },
+    };
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x = ref(COAI_EXEC_MCP, "", "");
+    size_t i;
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+        coai_str got;
+        run(&b, &o, &x, v[i].tool, v[i].text, v[i].is_error, 0);
+        got = o.is_error && o.err.len ? o.err : o.out;
+        CHECKF(o.is_error == v[i].is_error && !o.has_exit && got.len == strlen(v[i].text)
+               && !memcmp(got.ptr, v[i].text, got.len), "%zu %s: error %d text '%.*s'", i,
+               v[i].tool, o.is_error, (int)got.len, got.ptr);
+    }
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 static int send_nothing(void *u, const unsigned char *m, size_t n)
 {
     (void)u; (void)m; (void)n;
@@ -762,6 +792,7 @@ int main(void)
     test_qwen();
     test_opencode_kilo();
     test_raw_same();
+    test_mcp_untranslated();
     test_exit_trap();
     test_generic_exit();
     test_param_names();
