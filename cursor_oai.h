@@ -11332,11 +11332,21 @@ static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
  * "rc" and a bare "exit" count only in brackets or with ':' / '=' ("(exit 3)", "rc=3"; a
  * script's last line "exit 3" is content). So "Exit code: 3", "[exit code: 3]",
  * "<exit_code>3</exit_code>", "Process exited with code 3", "exited with status 3",
- * "return code: 3", "(exit 3)", "{\"exit_code\": 3}" are codes; a line in the middle, or a
+ * "return code: 3", "(exit 3)", "{\"exit_code\": 3}" are codes, also after the number of a
+ * session, process or job ("<shellId: 0 completed with exit code 3>", "[pid 7] exited with
+ * code 1": the words id, pid, session, job and their number); a line in the middle, or a
  * last line with any other word ("the tests exited with code 0 in CI"), is output. The
  * last line is tried first, then the first. A whole result that is one JSON object with an
  * integer exit_code / exitCode / exit_status / returncode / return_code member and string
  * output / stdout (and stderr) members is read the same way. Anything else: no code. */
+
+/* A word naming a session, process or job whose number may stand before the code phrase
+ * ("shellId: 0 completed with exit code 3", "[pid 4711] exited with status 1"): the word and
+ * its number are skipped. */
+static int coai__rs_id_word(const char *w)
+{
+    return !strcmp(w, "id") || !strcmp(w, "pid") || !strcmp(w, "session") || !strcmp(w, "job");
+}
 
 /* t (one line, no '\n') is a code line: *code set. */
 static int coai__rs_code_line(coai_str t, int64_t *code)
@@ -11352,7 +11362,7 @@ static int coai__rs_code_line(coai_str t, int64_t *code)
                                            { "status", NULL } };
     char w[12][16];
     size_t nw = 0, before = (size_t)-1, i = 0, k, kn = 0, j;
-    int num = 0, sep = 0, wrap = 0, ki = -1;
+    int num = 0, sep = 0, wrap = 0, ki = -1, idn = 0;
     int64_t v = 0;
     while (t.len && (t.ptr[t.len - 1] == ' ' || t.ptr[t.len - 1] == '\t'
                      || t.ptr[t.len - 1] == '\r'))
@@ -11372,6 +11382,12 @@ static int coai__rs_code_line(coai_str t, int64_t *code)
                                    || (t.ptr[i] >= 'A' && t.ptr[i] <= 'Z' && n
                                        && !(t.ptr[i - 1] >= 'a' && t.ptr[i - 1] <= 'z'))));
             w[nw++][n] = 0;
+        } else if (ch >= '0' && ch <= '9' && !num && !idn++ && nw
+                   && coai__rs_id_word(w[nw - 1])) {
+            /* the number of a session / process / job before the code: "shellId: 0" */
+            while (i < t.len && t.ptr[i] >= '0' && t.ptr[i] <= '9') i++;
+            if (i < t.len && ((t.ptr[i] | 0x20) >= 'a' && (t.ptr[i] | 0x20) <= 'z')) return 0;
+            nw--;
         } else if ((ch >= '0' && ch <= '9') || (ch == '-' && i + 1 < t.len
                                                  && t.ptr[i + 1] >= '0' && t.ptr[i + 1] <= '9')) {
             if (num++) return 0;
@@ -11705,9 +11721,11 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     o->shape = "raw";
     raw = *o;
 #define COAI__RS_IS(list) (coai__rs_tool_is(tool, list))
-    /* the shell layer */
+    /* the shell layer; not for an MCP exec: Cursor's model called the client's tool by its
+     * own name and gets its text as it is (an exit code line included) */
     o->err.len = 0;
-    if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
+    if (kind == COAI_EXEC_MCP) shell = 0;
+    else if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
     else if (COAI__RS_IS(n_codex_shell)) shell = coai__rs_codex_shell(o, text);
     else if (COAI__RS_IS(n_qwen)) {
         shell = coai__rs_qwen(o, text);

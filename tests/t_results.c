@@ -359,6 +359,36 @@ static void test_raw_same(void)
     coai_buf_free(&b);
 }
 
+/* An MCP exec (the caller-owned mode: Cursor's model called the client's tool by its own
+ * name) gets the client's text as it is, whatever the tool is called: a shell tool's exit
+ * code line stays in the text, is_error as the client said. */
+static void test_mcp_untranslated(void)
+{
+    static const struct { const char *tool, *text; int is_error; } v[] = {
+        { "exec_command", "Chunk ID: 1\nWall time: 0.1 seconds\nProcess exited with code 3\n"
+          "Output:\nout-x\nerr-x\n", 0 },
+        { "shell", "{\"output\":\"x\",\"metadata\":{\"exit_code\":3}}", 0 },
+        { "run_shell_command", "Command: false\nDirectory: (root)\nOutput: (empty)\n"
+          "Error: (none)\nExit Code: 3\n", 1 },
+        { "anything", "out\nexit code: 3\n", 1 },
+    };
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x = ref(COAI_EXEC_MCP, "", "");
+    size_t i;
+    memset(&o, 0, sizeof o);
+    for (i = 0; i < sizeof v / sizeof v[0]; i++) {
+        coai_str got;
+        run(&b, &o, &x, v[i].tool, v[i].text, v[i].is_error, 0);
+        got = o.is_error && o.err.len ? o.err : o.out;
+        CHECKF(o.is_error == v[i].is_error && !o.has_exit && got.len == strlen(v[i].text)
+               && !memcmp(got.ptr, v[i].text, got.len), "%zu %s: error %d text '%.*s'", i,
+               v[i].tool, o.is_error, (int)got.len, got.ptr);
+    }
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 static int send_nothing(void *u, const unsigned char *m, size_t n)
 {
     (void)u; (void)m; (void)n;
@@ -686,6 +716,10 @@ static void test_generic_exit(void)
         { "hello\nThe exit code is 3", 0, 1, 3, "hello" },
         { "line1\r\nline2\r\nexit code: 2\r\n", 0, 1, 2, "line1\r\nline2" },
         { "out\nexit code: -1", 0, 1, -1, "out" },
+        /* after a session's / process's number (GitHub Copilot CLI's bash trailer) */
+        { "hello\n<shellId: 0 completed with exit code 3>\n", 0, 1, 3, "hello" },
+        { "hello\n[pid 4711] exited with status 1", 0, 1, 1, "hello" },
+        { "hello\nsession 2: exit code 0", 0, 1, 0, "hello" },
         /* headers */
         { "Exit status: 4\nsome output\nmore", 0, 1, 4, "some output\nmore" },
         { "[exit code: 4]\nx\n", 1, 1, 4, "x\n" },
@@ -705,6 +739,11 @@ static void test_generic_exit(void)
         { "x\nexit code: 3 (SIGQUIT)", 0, 0, 0, "x\nexit code: 3 (SIGQUIT)" },
         { "x\nexit code: 3 and 4", 0, 0, 0, "x\nexit code: 3 and 4" },
         { "x\nexit code: 3s", 0, 0, 0, "x\nexit code: 3s" },
+        { "x\n<shellId: 0>", 0, 0, 0, "x\n<shellId: 0>" },
+        { "x\nshellId: 0 completed", 0, 0, 0, "x\nshellId: 0 completed" },
+        { "x\npid 7 pid 8 exit code 1", 0, 0, 0, "x\npid 7 pid 8 exit code 1" },
+        { "x\nexit code 1 pid 8", 0, 0, 0, "x\nexit code 1 pid 8" },
+        { "x\nid 7x exit code 1", 0, 0, 0, "x\nid 7x exit code 1" },
         { "x\nexit code: 99999999999999", 0, 0, 0, "x\nexit code: 99999999999999" },
         { "x\n<exit_code>3</return_code>", 0, 0, 0, "x\n<exit_code>3</return_code>" },
         { "x\nexit code: \xc3\xa9 3", 0, 0, 0, "x\nexit code: \xc3\xa9 3" },
@@ -753,6 +792,7 @@ int main(void)
     test_qwen();
     test_opencode_kilo();
     test_raw_same();
+    test_mcp_untranslated();
     test_exit_trap();
     test_generic_exit();
     test_param_names();
