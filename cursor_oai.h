@@ -1,4 +1,4 @@
-/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.   v0.1.0
+/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.   v0.3.0-dev
  *
  * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf:
  * RunSSE + BidiAppend, spec: cursor-protocol.md) on one side and the OpenAI

@@ -10380,10 +10380,12 @@ static const char SERVE_HELP[] =
     "error event and [DONE]; at most 10 s).\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
 
-/* SERVE_HELP, then every route of ROUTE_TABLE (so the help cannot miss one). */
+/* The version (as --version's first line), SERVE_HELP, then every route of ROUTE_TABLE (so
+ * the help cannot miss one). */
 static void serve_help(FILE *f)
 {
     size_t i, w = 0;
+    fprintf(f, "cursor-oai %s\n\n", COAI_VERSION);
     fputs(SERVE_HELP, f);
     for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
         if (strlen(ROUTE_TABLE[i].path) > w) w = strlen(ROUTE_TABLE[i].path);
