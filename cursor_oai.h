@@ -1,9 +1,34 @@
-/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.   v0.3.0-dev
+/* cursor_oai.h - OpenAI Chat + Responses, Anthropic Messages, Gemini <-> Cursor's Agent backend. v0.3.0-dev
  *
- * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf:
- * RunSSE + BidiAppend, spec: cursor-protocol.md) on one side and the OpenAI
- * /v1/chat/completions shape on the other. No sockets in here: bytes in, bytes out.
+ * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf, over
+ * HTTP/1.1 as RunSSE + BidiAppend or over HTTP/2 as one Run stream) on one side and four
+ * client APIs on the other: OpenAI Chat Completions (/v1/chat/completions), OpenAI
+ * Responses (/v1/responses), Anthropic Messages (/v1/messages) and Gemini
+ * (/v1beta/models/{model}:generateContent). No sockets in here: bytes in, bytes out.
  * server.c in the same repository is one program built on it.
+ *
+ * PARTS (in this order in the API half; search for "PART:NAME api" and "PART:NAME impl";
+ * tests/header_test.py keeps this table true)
+ *   COMMON     results, strings, coai_buf, JSON text, UUIDs, the version
+ *   AUTH       access-token claims, browser login (PKCE), the credentials file's JSON
+ *   QR         a QR code of the login URL, for logging in on a headless machine
+ *   CONFIG     checks of values from flags, env and files (addresses, header values)
+ *   FRAMING    Connect envelopes, trailers, the Connect end-stream, gRPC status text
+ *   CHECKSUM   x-cursor-checksum, base64, hex, UUID and SHA-256 helpers
+ *   ENCODE     what the client sends: the run request, BidiAppend, KV and exec replies
+ *   DECODE     AgentServerMessage -> plain C events (coai_msg)
+ *   HTTP       HTTP/1.1 request parser, chunked decoder, response parser, Host check
+ *   H2         HTTP/2 client: frames, HPACK, one connection, sans-IO
+ *   OPENAI     the dialect-neutral core (request, prompt, run, reply, errors, models)
+ *              and the OpenAI Chat Completions dialect
+ *   QUOTA      Cursor's plan and current-period usage
+ *   IMAGE      data: URLs, image type and size from the image's own header
+ *   ANTHROPIC  the Anthropic Messages dialect: parser, writer, model names
+ *   RESPONSES  the OpenAI Responses dialect: parser, exec mapping, writer
+ *   GEMINI     the Gemini API dialect: parser, exec mapping, writer
+ *   DIALECTS   the dialect table, one row per dialect (implementation only)
+ *   The implementation half has them in this order: COMMON AUTH QR CONFIG FRAMING CHECKSUM
+ *   ENCODE DECODE HTTP H2 OPENAI ANTHROPIC RESPONSES GEMINI DIALECTS QUOTA IMAGE.
  *
  * ENABLING THE IMPLEMENTATION
  *   In exactly one .c file:
@@ -100,7 +125,7 @@
  *   their schemas; model, stream flag, tool_choice, limits), a writer (the reply's event
  *   sequence - begin, text and reasoning deltas, a tool call, the end with a coai_finish
  *   and coai_usage, an error, keepalives - spelled the dialect's way), and a route in
- *   server.c. Everything in between is the core and is written once: the §11.1 prompt,
+ *   server.c. Everything in between is the core and is written once: the prompt,
  *   the run request, the KV store, exec -> tool mapping, the commit rule, the error
  *   classification and usage.
  *       coai_request_parse(&req, COAI_DIALECT_ANTHROPIC, body, n, &err);  // parser
@@ -225,8 +250,9 @@
  *   global (harmless, never read here); coai_checksum_bucket() follows TZ via
  *   localtime_r, so change TZ only before starting threads.
  *
- * LICENSE AND SOURCES: written for cursor-oai; the protocol facts come from
- * cursor-protocol.md, whose vectors the tests check byte for byte.
+ * LICENSE AND SOURCES: written for cursor-oai. The protocol facts are what Cursor's own
+ * client sends and receives; the tests check the encoders, the checksum and the prompt
+ * against vectors recorded from it, byte for byte (COAI_VECTORS; see the README).
  */
 #ifndef CURSOR_OAI_H
 #define CURSOR_OAI_H
@@ -242,7 +268,7 @@ extern "C" {
 #endif
 
 /* ======================================================================== */
-/* Common                                                                   */
+/* PART:COMMON api (results, strings, buffers, JSON text, UUIDs)            */
 /* ======================================================================== */
 
 typedef enum coai_result {
@@ -317,8 +343,10 @@ int coai_json_num_append(coai_buf *out, double v);
  * character. Used to hold back a split character until the next fragment. */
 size_t coai_utf8_valid_prefix(const char *s, size_t n);
 
+/* PART:COMMON api end */
+
 /* ======================================================================== */
-/* AUTH: token claims, browser login (PKCE), credential JSON (spec 14)     */
+/* PART:AUTH api (token claims, browser login (PKCE), credential JSON)      */
 /* ======================================================================== */
 
 /* Claims read from a JWT access token (payload segment, base64url, lenient).
@@ -381,8 +409,10 @@ void coai_creds_free(coai_creds *c);
  * be taken as a renewed login. */
 int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout);
 
+/* PART:AUTH api end */
+
 /* ======================================================================== */
-/* QR: a QR code of the login URL, for logging in from a headless server   */
+/* PART:QR api (a QR code of the login URL, for a headless login)           */
 /* ======================================================================== */
 
 #define COAI_QR_MAX_SIZE 57     /* modules per side at the largest version kept (10) */
@@ -402,8 +432,10 @@ int coai_qr_encode(coai_qr *qr, const void *text, size_t n);
  * modules drawn as ink (so it scans on dark terminals), a 2-module quiet zone. */
 int coai_qr_render_utf8(const coai_qr *qr, coai_buf *out);
 
+/* PART:QR api end */
+
 /* ======================================================================== */
-/* CONFIG: checks for values that come from flags, env and files           */
+/* PART:CONFIG api (checks of values from flags, env and files)             */
 /* ======================================================================== */
 /* Every one of these values ends up in a socket address or an HTTP header, so each is
  * checked here (tested and fuzzed) rather than trusted: a CR or LF in TZ or in
@@ -478,6 +510,8 @@ const char *coai_http2_config_name(int v);
 /* What the value asks of runs: 1 HTTP/1.1 only (1, 3), 2 HTTP/2 only (2, 4), 0 HTTP/2 with
  * the HTTP/1.1 fallback (anything else). */
 int coai_http2_config_transport(int v);
+
+/* PART:CONFIG api end */
 
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
@@ -2824,6 +2858,10 @@ int coai_models_write_gemini(coai_buf *out, const coai_models *m, const coai_mod
 #include "aiserver.pb.h"
 #include "google/rpc/status.pb.h"
 
+/* ======================================================================== */
+/* PART:COMMON impl                                                         */
+/* ======================================================================== */
+
 const char *coai_result_str(int r)
 {
     switch (r) {
@@ -3157,7 +3195,11 @@ int coai_json_num_append(coai_buf *out, double v)
     return coai_buf_append(out, res, i);
 }
 
-/* ---- AUTH --------------------------------------------------------------- */
+/* PART:COMMON impl end */
+
+/* ======================================================================== */
+/* PART:AUTH impl                                                           */
+/* ======================================================================== */
 
 static void coai__copy_cut(char *dst, size_t cap, const char *src)
 {
@@ -3313,7 +3355,11 @@ void coai_creds_free(coai_creds *c)
     memset(c, 0, sizeof *c);
 }
 
-/* ---- QR ----------------------------------------------------------------- */
+/* PART:AUTH impl end */
+
+/* ======================================================================== */
+/* PART:QR impl                                                             */
+/* ======================================================================== */
 /* Byte mode, level M only: the login URL is ~150 bytes, so versions 1-10 cover
  * it with room to spare, and one level keeps the tables short. */
 
@@ -3597,7 +3643,11 @@ int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
     return out->err ? -1 : 0;
 }
 
-/* ---- CONFIG ------------------------------------------------------------- */
+/* PART:QR impl end */
+
+/* ======================================================================== */
+/* PART:CONFIG impl                                                         */
+/* ======================================================================== */
 
 static void coai__cfg_copy(char *dst, size_t cap, const char *p, size_t n)
 {
@@ -3844,6 +3894,8 @@ int coai_server_config_http2(const char *json, size_t n)
     cJSON_Delete(root);
     return out;
 }
+
+/* PART:CONFIG impl end */
 
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
