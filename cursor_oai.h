@@ -2643,6 +2643,9 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
 /* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
  *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
 int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
+/* GET /v1/models/{model} for an Anthropic client: that model's object alone,
+ * {"type":"model","id","display_name","created_at"}, as in the list. 0 ok, -1 fail. */
+int coai_models_write_anthropic_model(coai_buf *out, const coai_model *one, int64_t created);
 /* PART:ANTHROPIC api end */
 
 /* ======================================================================== */
@@ -13466,31 +13469,50 @@ int coai_models_resolve_claude(const coai_models *m, coai_str requested, int wan
     }
 }
 
-int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created)
+/* when: RFC 3339 UTC of unix seconds `created` (clamped to years 1970-9999). */
+static void coai__an_when(char when[96], int64_t created)
 {
-    char when[96];
     int64_t t = created < 0 ? 0 : created > 253402300799LL ? 253402300799LL : created;
     int64_t days = coai__floor_div(t, 86400), sec = t - days * 86400;
     int64_t z = days + 719468, era = coai__floor_div(z, 146097), doe = z - era * 146097;
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
     int64_t d = doy - (153 * mp + 2) / 5 + 1, mo = mp < 10 ? mp + 3 : mp - 9;
-    size_t i;
     /* civil date of a day count (H. Hinnant's algorithm): no gmtime_r needed */
-    snprintf(when, sizeof when, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lldZ",
+    snprintf(when, 96, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lldZ",
              (long long)(yoe + era * 400 + (mo <= 2)), (long long)mo, (long long)d,
              (long long)(sec / 3600), (long long)(sec / 60 % 60), (long long)(sec % 60));
+}
+
+/* One model object of Anthropic's model list. */
+static void coai__an_model(coai_buf *out, const coai_model *it, const char *when)
+{
+    coai_str id = it->display_id.len ? it->display_id : it->id;
+    coai_str name = it->display_name.len ? it->display_name : id;
+    coai_buf_puts(out, "{\"type\":\"model\",\"id\":");
+    coai_json_str_append(out, id.ptr, id.len);
+    coai_buf_puts(out, ",\"display_name\":");
+    coai_json_str_append(out, name.ptr, name.len);
+    coai_buf_printf(out, ",\"created_at\":\"%s\"}", when);
+}
+
+int coai_models_write_anthropic_model(coai_buf *out, const coai_model *one, int64_t created)
+{
+    char when[96];
+    coai__an_when(when, created);
+    coai__an_model(out, one, when);
+    return out->err ? -1 : 0;
+}
+
+int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created)
+{
+    char when[96];
+    size_t i;
+    coai__an_when(when, created);
     coai_buf_puts(out, "{\"data\":[");
     for (i = 0; m && i < m->count; i++) {
-        const coai_model *it = &m->items[i];
-        coai_str id = it->display_id.len ? it->display_id : it->id;
-        coai_str name = it->display_name.len ? it->display_name : id;
         if (i) coai_buf_putc(out, ',');
-        coai_buf_puts(out, "{\"type\":\"model\",\"id\":");
-        coai_json_str_append(out, id.ptr, id.len);
-        coai_buf_puts(out, ",\"display_name\":");
-        coai_json_str_append(out, name.ptr, name.len);
-        coai_buf_printf(out, ",\"created_at\":\"%s\"}", when);
+        coai__an_model(out, &m->items[i], when);
     }
     coai_buf_puts(out, "],\"has_more\":false,\"first_id\":");
     if (m && m->count) {

@@ -5686,7 +5686,8 @@ static int handle_models(struct conn *c)
     }
     if (c->gm_model[0]) {
         /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
-         * (modelId, display id or an alias), in Gemini's shape or OpenAI's, else a 404 */
+         * (modelId, display id or an alias), in Gemini's shape, Anthropic's (an
+         * anthropic-version header, as for the list) or OpenAI's, else a 404 */
         coai_str want = coai_str_c(c->gm_model);
         const coai_model *hit = NULL;
         int gem = c->dialect == COAI_DIALECT_GEMINI;
@@ -5717,6 +5718,8 @@ static int handle_models(struct conn *c)
             goto done;
         }
         if ((gem ? coai_models_write_gemini(&out, &m, hit)
+                 : c->dialect == COAI_DIALECT_ANTHROPIC
+                 ? coai_models_write_anthropic_model(&out, hit, (int64_t)time(NULL))
                  : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
