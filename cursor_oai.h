@@ -469,7 +469,7 @@ int coai_host_name_ok(coai_str v);
 
 /* A cursor-agent build id as x-cursor-client-version carries it ("cli-" + build) and as
  * ~/.local/share/cursor-agent/versions names its directories (build alone). Forms seen
- * (cursor-upstream-extras.md 3.1): YYYY.MM.DD-<hash>, YYYY.MM.DD-HH-MM-SS-<hash> (June
+ * (in cursor-agent releases): YYYY.MM.DD-<hash>, YYYY.MM.DD-HH-MM-SS-<hash> (June
  * 2026), each optionally followed by "-lab" (non-production channel); <hash> is 4..40
  * characters of [0-9a-f]. The "cli-" prefix is optional on input. */
 typedef struct coai_cli_version {
@@ -631,7 +631,7 @@ void coai_status_describe(const coai_status *st, coai_buf *out);
 /* ======================================================================== */
 /* PART:CHECKSUM api (x-cursor-checksum, base64, hex, uuid, sha256 helpers) */
 /* ======================================================================== */
-/* x-cursor-checksum (cursor-protocol.md section 3): 25 characters + NUL,
+/* x-cursor-checksum (what the original client sends): 25 characters + NUL,
  * "<8 base64url time chars><8 hex of sha256(JWT payload segment)>/<8 hex of sha256(token)>".
  * The token is a secret: these functions neither keep nor log it. */
 #define COAI_CHECKSUM_SIZE 26
@@ -2506,7 +2506,7 @@ void coai_iso8601(char out[21], int64_t ms);
 /* ======================================================================== */
 /* Client images reach Cursor as UserMessage.selected_context.selected_images: SelectedImage
  * {2 uuid, 4 dimension{1 width, 2 height}, 7 mime_type, 8 data = the raw bytes} (what
- * cursor-agent itself sends; notes: cursor-upstream-extras.md section 1). Only data: URLs
+ * cursor-agent itself sends). Only data: URLs
  * with base64 payloads are taken: the proxy never fetches a URL (that would make it an SSRF
  * tool), so http(s) URLs get a 400 that says so. The type comes from the magic bytes (JPEG,
  * PNG, GIF, WebP, BMP; anything else is a 400), never from the URL's declared type; width
@@ -2561,7 +2561,7 @@ int coai_image_from_base64(coai_image *img, coai_str type, coai_str base64, size
 void coai_image_free(coai_image *img);
 /* SelectedContext body bytes for images[0..n) (field 1 per image), appended to out. */
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
-/* A tool result with images for an MCP exec (cursor-upstream-extras.md 1.6):
+/* A tool result with images for an MCP exec (as cursor-agent sends it):
  * AgentClientMessage{exec_client_message{1 id, 15 exec_id, 11 mcp_result{1 success{
  * 1 content = [{1 text{1 text}} when text is non-empty, then {2 image{1 data, 2 mime_type}}
  * per image], 2 is_error (only when set)}}}}. For a dialect that hands tool results back to
@@ -8808,7 +8808,7 @@ static int coai__oa_cs(const char *s, const char *needle)
     return coai__oa_ci_contains(s, strlen(s), needle);
 }
 
-/* An outdated-client answer in any of the forms seen (cursor-upstream-extras.md 2.3):
+/* An outdated-client answer in any of the forms seen live:
  * ERROR_OUTDATED_CLIENT (30); since 2026 resource_exhausted + error 28
  * (ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT) titled "Update Required"; in 2025 a
  * resource_exhausted titled "Please update to the latest version of Cursor ...". */
@@ -8824,8 +8824,8 @@ static int coai__oa_is_outdated(const coai_status *st)
 }
 
 /* resource_exhausted with no ErrorDetails and no words about usage, quota or rate: live
- * clients saw it for both an oversized conversation and a model the plan does not allow
- * (cursor-upstream-extras.md 2.3), so neither a quota nor a rate limit may be claimed. */
+ * clients saw it for both an oversized conversation and a model the plan does not allow,
+ * so neither a quota nor a rate limit may be claimed. */
 static int coai__oa_is_bare_exhausted(const coai_status *st)
 {
     static const char *const cues[] = { "usage", "quota", "limit", "billing", "rate",
@@ -9059,7 +9059,7 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
 {
     coai__oa_from_http(upstream_status, body, n, e);
     e->upstream_status = upstream_status;
-    /* a server that speaks HTTP/2 only, in its own words (cursor-2026-autumn.md 5.1) */
+    /* a server that speaks HTTP/2 only, in its own words (as seen live) */
     if (upstream_status == 505
         || (upstream_status == 400 && body
             && coai__oa_ci_contains(body, n > 512 ? 512 : n, "illegal request line")))

@@ -98,6 +98,8 @@ def main():
     # The manual cites the README or the header itself, never a file that is not there.
     cited = sorted(set(re.findall(r"[\w./-]+\.md\b", man)) - {"README.md"})
     check("the manual cites no .md file but the README", not cited, cited)
+    cited = sorted(set(re.findall(r"[\w./-]+\.md\b", src)) - {"README.md"})
+    check("nowhere does the header cite a .md file but the README", not cited, cited)
     check("the manual cites no spec or notes section (spec §, notes §)",
           not re.search(r"\b(spec|notes)\b[^\n]{0,20}§|§\s*\d", man),
           re.findall(r".{0,30}§.{0,10}", man))
