@@ -403,6 +403,8 @@ failed_digest() {
         say "-- $nm"
         if grep -q '^FAIL' "$lf" 2>/dev/null; then
             grep '^FAIL' "$lf" | cut -c1-240 | head -n 12 | sed 's/^/    /'
+        elif grep -q 'error:' "$lf" 2>/dev/null; then     # a compiler's (built)
+            grep 'error:' "$lf" | cut -c1-240 | head -n 12 | sed 's/^/    /'
         else
             tail -n 3 "$lf" 2>/dev/null | cut -c1-240 | sed 's/^/    /'
         fi
@@ -434,6 +436,76 @@ cc_test() {    # cc_test OUT SRC...: strict C99 + sanitizers, linked with the te
         "$BR_GCC/build/libbearssl.a" -lm -lpthread -o "$out"
 }
 
+# in_lanes LIST BUILD: the programs LIST prints, one "OUT LOG SRC..." a line, each built by
+# `BUILD OUT SRC...` with its diagnostics (stderr) in LOG and its exit status in LOG.rc, in
+# $JOBS background lanes: lane k builds every $JOBS-th line from the k-th, one after another.
+# The compiler is most of the unit-test steps' time, and these programs take about as long
+# each (the header is most of every one), so the lanes end together. Returns when all have.
+in_lanes() {
+    il_pids="" il_k=0
+    while [ "$il_k" -lt "$JOBS" ]; do
+        (
+            il_i=0
+            "$1" | while read -r il_out il_log il_src; do
+                if [ $((il_i % JOBS)) = "$il_k" ]; then
+                    il_rc=0
+                    # shellcheck disable=SC2086
+                    "$2" "$il_out" $il_src 2>"$il_log" || il_rc=$?
+                    echo "$il_rc" >"$il_log.rc"
+                fi
+                il_i=$((il_i + 1))
+            done
+        ) &
+        il_pids="$il_pids $!"
+        il_k=$((il_k + 1))
+    done
+    for p in $il_pids; do wait "$p" || true; done
+}
+
+# built NAME LOG: 0 when in_lanes built it (any diagnostics shown); else the compiler's
+# output is shown, and listed again above the summary (failed_digest).
+built() {
+    if [ "$(cat "$2.rc" 2>/dev/null)" = 0 ]; then
+        [ ! -s "$2" ] || { say "---- $2 (compiler output)"; sed 's/^/    /' "$2"; }
+        return 0
+    fi
+    say "---- $2 (compiler output; exit status $(cat "$2.rc" 2>/dev/null || echo none))"
+    sed 's/^/    /' "$2"
+    FAILED_LOGS="$FAILED_LOGS$2|$1 (does not compile)
+"
+    return 1
+}
+
+# The programs of test_mode's steps 3 (unit tests) and 4 (fuzz targets over their corpora),
+# for in_lanes.
+test_programs() {
+    for src in tests/t_*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        say "$T/$name $T/log/$name.cc $src"
+    done
+    for src in tests/fuzz/fz_*.c; do
+        [ -f "$src" ] || continue
+        stem=$(basename "$src" .c)
+        say "$T/$stem $T/log/$stem.cc $src tests/fuzz/replay.c"
+    done
+}
+
+# The unit tests cross-built for arm64 (plain C: no sanitizers), for in_lanes.
+arm64_programs() {
+    for src in tests/t_*.c; do
+        [ -f "$src" ] || continue
+        name=$(basename "$src" .c)
+        say "$A/$name $A/log/$name.cc $src"
+    done
+}
+cc_arm64() {   # cc_arm64 OUT SRC...: linked with the arm64 libraries
+    out=$1; shift
+    # shellcheck disable=SC2086
+    run "$A64_CC" -static -std=c99 -O1 -Wall -Wextra -Werror $DEFS $INC "$@" $ALIBS \
+        "$BR_MUSL_A64/build/libbearssl.a" -lm -lpthread -o "$out"
+}
+
 # 6c of test_mode: the linux/arm64 binary, run under qemu-aarch64-static (user-mode emulation,
 # called directly: no binfmt registration). Its static/size/--version checks, the unit tests
 # built by the cross compiler (plain C, so no sanitizers: those stay with the native pass) and
@@ -457,8 +529,8 @@ arm64_mode_tests() {
         "release binary sizes" "$s86" $(( (s86 + 1023) / 1024 )) "$sa64" \
         $(( (sa64 + 1023) / 1024 )))"
 
-    # The unit tests: the libraries once, then the programs $JOBS at a time (the compiler is
-    # most of this step's time), then each under the emulator.
+    # The unit tests: the libraries once, then the programs in $JOBS lanes (in_lanes), then
+    # each under the emulator.
     u0=$(date +%s)
     ALIBS=
     for src in $LIB_C $PB_C; do
@@ -467,26 +539,14 @@ arm64_mode_tests() {
         run "$A64_CC" -std=c99 -O1 $DEFS $INC -c "$src" -o "$o"
         ALIBS="$ALIBS $o"
     done
-    nbg=0
-    for src in tests/t_*.c; do
-        [ -f "$src" ] || continue
-        name=$(basename "$src" .c)
-        # shellcheck disable=SC2086
-        set -- "$A64_CC" -static -std=c99 -O1 -Wall -Wextra -Werror $DEFS $INC "$src" $ALIBS \
-            "$BR_MUSL_A64/build/libbearssl.a" -lm -lpthread -o "$A/$name"
-        show "$@" ">$A/log/$name.cc" "2>&1" "&"
-        "$@" >"$A/log/$name.cc" 2>&1 &
-        nbg=$((nbg + 1))
-        if [ "$nbg" -ge "$JOBS" ]; then wait; nbg=0; fi
-    done
-    wait
+    in_lanes arm64_programs cc_arm64
+    say "arm64 unit tests compiled, $JOBS at a time: $(( $(date +%s) - u0 )) s"
     up=0 uf=0 ubad=
     for src in tests/t_*.c; do
         [ -f "$src" ] || continue
         name=$(basename "$src" .c)
-        if [ ! -x "$A/$name" ]; then
+        if ! built "$name (arm64)" "$A/log/$name.cc"; then
             uf=$((uf + 1)) ubad="$ubad $name(does not compile)"
-            show_log "$A/log/$name.cc"
             continue
         fi
         run_exec "$A/log/$name" "$QEMU_A64" "$A/$name"
@@ -533,11 +593,15 @@ test_mode() {
         TLIBS="$TLIBS $o"
     done
 
-    # 3. Unit test programs.
+    # 3. Unit test programs. They and step 4's fuzz targets are compiled first, $JOBS at a
+    #    time (in_lanes), then run one after another as before.
+    c0=$(date +%s)
+    in_lanes test_programs cc_test
+    say "unit and fuzz programs compiled, $JOBS at a time: $(( $(date +%s) - c0 )) s"
     for src in tests/t_*.c; do
         [ -f "$src" ] || continue
         name=$(basename "$src" .c)
-        if cc_test "$T/$name" "$src"; then
+        if built "$name" "$T/log/$name.cc"; then
             run_prog "$name" "$T/log/$name" "$T/$name"
         else
             count "$name" 0 1 "does not compile"
@@ -550,7 +614,7 @@ test_mode() {
         stem=$(basename "$src" .c)
         name=${stem#fz_}
         corpus=tests/fuzz/corpus/$name
-        if ! cc_test "$T/$stem" "$src" tests/fuzz/replay.c; then
+        if ! built "$stem" "$T/log/$stem.cc"; then
             count "$stem (replay)" 0 1 "does not compile"; continue
         fi
         nfiles=$(find "$corpus" -type f 2>/dev/null | wc -l)

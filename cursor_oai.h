@@ -1,9 +1,34 @@
-/* cursor_oai.h - OpenAI chat API <-> Cursor Agent backend, in one header.   v0.1.0
+/* cursor_oai.h - OpenAI Chat + Responses, Anthropic Messages, Gemini <-> Cursor's Agent backend. v0.3.0-dev
  *
- * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf:
- * RunSSE + BidiAppend, spec: cursor-protocol.md) on one side and the OpenAI
- * /v1/chat/completions shape on the other. No sockets in here: bytes in, bytes out.
+ * Unofficial. Speaks Cursor's Agent protocol (Connect/gRPC-web framed protobuf, over
+ * HTTP/1.1 as RunSSE + BidiAppend or over HTTP/2 as one Run stream) on one side and four
+ * client APIs on the other: OpenAI Chat Completions (/v1/chat/completions), OpenAI
+ * Responses (/v1/responses), Anthropic Messages (/v1/messages) and Gemini
+ * (/v1beta/models/{model}:generateContent). No sockets in here: bytes in, bytes out.
  * server.c in the same repository is one program built on it.
+ *
+ * PARTS (in this order in the API half; search for "PART:NAME api" and "PART:NAME impl";
+ * tests/header_test.py keeps this table true)
+ *   COMMON     results, strings, coai_buf, JSON text, UUIDs, the version
+ *   AUTH       access-token claims, browser login (PKCE), the credentials file's JSON
+ *   QR         a QR code of the login URL, for logging in on a headless machine
+ *   CONFIG     checks of values from flags, env and files (addresses, header values)
+ *   FRAMING    Connect envelopes, trailers, the Connect end-stream, gRPC status text
+ *   CHECKSUM   x-cursor-checksum, base64, hex, UUID and SHA-256 helpers
+ *   ENCODE     what the client sends: the run request, BidiAppend, KV and exec replies
+ *   DECODE     AgentServerMessage -> plain C events (coai_msg)
+ *   HTTP       HTTP/1.1 request parser, chunked decoder, response parser, Host check
+ *   H2         HTTP/2 client: frames, HPACK, one connection, sans-IO
+ *   OPENAI     the dialect-neutral core (request, prompt, run, reply, errors, models)
+ *              and the OpenAI Chat Completions dialect
+ *   QUOTA      Cursor's plan and current-period usage
+ *   IMAGE      data: URLs, image type and size from the image's own header
+ *   ANTHROPIC  the Anthropic Messages dialect: parser, writer, model names
+ *   RESPONSES  the OpenAI Responses dialect: parser, exec mapping, writer
+ *   GEMINI     the Gemini API dialect: parser, exec mapping, writer
+ *   DIALECTS   the dialect table, one row per dialect (implementation only)
+ *   The implementation half has them in this order: COMMON AUTH QR CONFIG FRAMING CHECKSUM
+ *   ENCODE DECODE HTTP H2 OPENAI ANTHROPIC RESPONSES GEMINI DIALECTS QUOTA IMAGE.
  *
  * ENABLING THE IMPLEMENTATION
  *   In exactly one .c file:
@@ -100,7 +125,7 @@
  *   their schemas; model, stream flag, tool_choice, limits), a writer (the reply's event
  *   sequence - begin, text and reasoning deltas, a tool call, the end with a coai_finish
  *   and coai_usage, an error, keepalives - spelled the dialect's way), and a route in
- *   server.c. Everything in between is the core and is written once: the §11.1 prompt,
+ *   server.c. Everything in between is the core and is written once: the prompt,
  *   the run request, the KV store, exec -> tool mapping, the commit rule, the error
  *   classification and usage.
  *       coai_request_parse(&req, COAI_DIALECT_ANTHROPIC, body, n, &err);  // parser
@@ -574,8 +599,9 @@
  *   key exchanged and the new tokens saved to cursor-oai's own file. Renewals of several
  *   instances on one host run under a file lock.
  *
- * LICENSE AND SOURCES: written for cursor-oai; the protocol facts come from
- * cursor-protocol.md, whose vectors the tests check byte for byte.
+ * LICENSE AND SOURCES: written for cursor-oai. The protocol facts are what Cursor's own
+ * client sends and receives; the tests check the encoders, the checksum and the prompt
+ * against vectors recorded from it, byte for byte (COAI_VECTORS; see the README).
  */
 #ifndef CURSOR_OAI_H
 #define CURSOR_OAI_H
@@ -591,7 +617,7 @@ extern "C" {
 #endif
 
 /* ======================================================================== */
-/* Common                                                                   */
+/* PART:COMMON api (results, strings, buffers, JSON text, UUIDs)            */
 /* ======================================================================== */
 
 typedef enum coai_result {
@@ -666,8 +692,10 @@ int coai_json_num_append(coai_buf *out, double v);
  * character. Used to hold back a split character until the next fragment. */
 size_t coai_utf8_valid_prefix(const char *s, size_t n);
 
+/* PART:COMMON api end */
+
 /* ======================================================================== */
-/* AUTH: token claims, browser login (PKCE), credential JSON (spec 14)     */
+/* PART:AUTH api (token claims, browser login (PKCE), credential JSON)      */
 /* ======================================================================== */
 
 /* Claims read from a JWT access token (payload segment, base64url, lenient).
@@ -730,8 +758,10 @@ void coai_creds_free(coai_creds *c);
  * be taken as a renewed login. */
 int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *should_logout);
 
+/* PART:AUTH api end */
+
 /* ======================================================================== */
-/* QR: a QR code of the login URL, for logging in from a headless server   */
+/* PART:QR api (a QR code of the login URL, for a headless login)           */
 /* ======================================================================== */
 
 #define COAI_QR_MAX_SIZE 57     /* modules per side at the largest version kept (10) */
@@ -751,8 +781,10 @@ int coai_qr_encode(coai_qr *qr, const void *text, size_t n);
  * modules drawn as ink (so it scans on dark terminals), a 2-module quiet zone. */
 int coai_qr_render_utf8(const coai_qr *qr, coai_buf *out);
 
+/* PART:QR api end */
+
 /* ======================================================================== */
-/* CONFIG: checks for values that come from flags, env and files           */
+/* PART:CONFIG api (checks of values from flags, env and files)             */
 /* ======================================================================== */
 /* Every one of these values ends up in a socket address or an HTTP header, so each is
  * checked here (tested and fuzzed) rather than trusted: a CR or LF in TZ or in
@@ -786,7 +818,7 @@ int coai_host_name_ok(coai_str v);
 
 /* A cursor-agent build id as x-cursor-client-version carries it ("cli-" + build) and as
  * ~/.local/share/cursor-agent/versions names its directories (build alone). Forms seen
- * (cursor-upstream-extras.md 3.1): YYYY.MM.DD-<hash>, YYYY.MM.DD-HH-MM-SS-<hash> (June
+ * (in cursor-agent releases): YYYY.MM.DD-<hash>, YYYY.MM.DD-HH-MM-SS-<hash> (June
  * 2026), each optionally followed by "-lab" (non-production channel); <hash> is 4..40
  * characters of [0-9a-f]. The "cli-" prefix is optional on input. */
 typedef struct coai_cli_version {
@@ -827,6 +859,8 @@ const char *coai_http2_config_name(int v);
 /* What the value asks of runs: 1 HTTP/1.1 only (1, 3), 2 HTTP/2 only (2, 4), 0 HTTP/2 with
  * the HTTP/1.1 fallback (anything else). */
 int coai_http2_config_transport(int v);
+
+/* PART:CONFIG api end */
 
 /* ======================================================================== */
 /* PART:FRAMING api (envelopes, trailers, Connect end-stream)               */
@@ -946,7 +980,7 @@ void coai_status_describe(const coai_status *st, coai_buf *out);
 /* ======================================================================== */
 /* PART:CHECKSUM api (x-cursor-checksum, base64, hex, uuid, sha256 helpers) */
 /* ======================================================================== */
-/* x-cursor-checksum (cursor-protocol.md section 3): 25 characters + NUL,
+/* x-cursor-checksum (what the original client sends): 25 characters + NUL,
  * "<8 base64url time chars><8 hex of sha256(JWT payload segment)>/<8 hex of sha256(token)>".
  * The token is a secret: these functions neither keep nor log it. */
 #define COAI_CHECKSUM_SIZE 26
@@ -2849,7 +2883,7 @@ void coai_iso8601(char out[21], int64_t ms);
 /* ======================================================================== */
 /* Client images reach Cursor as UserMessage.selected_context.selected_images: SelectedImage
  * {2 uuid, 4 dimension{1 width, 2 height}, 7 mime_type, 8 data = the raw bytes} (what
- * cursor-agent itself sends; notes: cursor-upstream-extras.md section 1). Only data: URLs
+ * cursor-agent itself sends). Only data: URLs
  * with base64 payloads are taken: the proxy never fetches a URL (that would make it an SSRF
  * tool), so http(s) URLs get a 400 that says so. The type comes from the magic bytes (JPEG,
  * PNG, GIF, WebP, BMP; anything else is a 400), never from the URL's declared type; width
@@ -2904,7 +2938,7 @@ int coai_image_from_base64(coai_image *img, coai_str type, coai_str base64, size
 void coai_image_free(coai_image *img);
 /* SelectedContext body bytes for images[0..n) (field 1 per image), appended to out. */
 int coai_encode_selected_images(coai_buf *out, const coai_image *images, size_t n);
-/* A tool result with images for an MCP exec (cursor-upstream-extras.md 1.6):
+/* A tool result with images for an MCP exec (as cursor-agent sends it):
  * AgentClientMessage{exec_client_message{1 id, 15 exec_id, 11 mcp_result{1 success{
  * 1 content = [{1 text{1 text}} when text is non-empty, then {2 image{1 data, 2 mime_type}}
  * per image], 2 is_error (only when set)}}}}. For a dialect that hands tool results back to
@@ -2986,6 +3020,9 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
 /* {"data":[{"type":"model","id","display_name","created_at"}...],"has_more":false,
  *  "first_id","last_id"}. created_at: RFC 3339 of `created` (unix seconds). */
 int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created);
+/* GET /v1/models/{model} for an Anthropic client: that model's object alone,
+ * {"type":"model","id","display_name","created_at"}, as in the list. 0 ok, -1 fail. */
+int coai_models_write_anthropic_model(coai_buf *out, const coai_model *one, int64_t created);
 /* PART:ANTHROPIC api end */
 
 /* ======================================================================== */
@@ -3200,6 +3237,10 @@ int coai_models_write_gemini(coai_buf *out, const coai_models *m, const coai_mod
 #include "agent.pb.h"
 #include "aiserver.pb.h"
 #include "google/rpc/status.pb.h"
+
+/* ======================================================================== */
+/* PART:COMMON impl                                                         */
+/* ======================================================================== */
 
 const char *coai_result_str(int r)
 {
@@ -3534,7 +3575,11 @@ int coai_json_num_append(coai_buf *out, double v)
     return coai_buf_append(out, res, i);
 }
 
-/* ---- AUTH --------------------------------------------------------------- */
+/* PART:COMMON impl end */
+
+/* ======================================================================== */
+/* PART:AUTH impl                                                           */
+/* ======================================================================== */
 
 static void coai__copy_cut(char *dst, size_t cap, const char *src)
 {
@@ -3690,7 +3735,11 @@ void coai_creds_free(coai_creds *c)
     memset(c, 0, sizeof *c);
 }
 
-/* ---- QR ----------------------------------------------------------------- */
+/* PART:AUTH impl end */
+
+/* ======================================================================== */
+/* PART:QR impl                                                             */
+/* ======================================================================== */
 /* Byte mode, level M only: the login URL is ~150 bytes, so versions 1-10 cover
  * it with room to spare, and one level keeps the tables short. */
 
@@ -3974,7 +4023,11 @@ int coai_qr_render_utf8(const coai_qr *q, coai_buf *out)
     return out->err ? -1 : 0;
 }
 
-/* ---- CONFIG ------------------------------------------------------------- */
+/* PART:QR impl end */
+
+/* ======================================================================== */
+/* PART:CONFIG impl                                                         */
+/* ======================================================================== */
 
 static void coai__cfg_copy(char *dst, size_t cap, const char *p, size_t n)
 {
@@ -4221,6 +4274,8 @@ int coai_server_config_http2(const char *json, size_t n)
     cJSON_Delete(root);
     return out;
 }
+
+/* PART:CONFIG impl end */
 
 /* ======================================================================== */
 /* PART:FRAMING impl                                                        */
@@ -9162,7 +9217,7 @@ static int coai__oa_cs(const char *s, const char *needle)
     return coai__oa_ci_contains(s, strlen(s), needle);
 }
 
-/* An outdated-client answer in any of the forms seen (cursor-upstream-extras.md 2.3):
+/* An outdated-client answer in any of the forms seen live:
  * ERROR_OUTDATED_CLIENT (30); since 2026 resource_exhausted + error 28
  * (ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT) titled "Update Required"; in 2025 a
  * resource_exhausted titled "Please update to the latest version of Cursor ...". */
@@ -9178,8 +9233,8 @@ static int coai__oa_is_outdated(const coai_status *st)
 }
 
 /* resource_exhausted with no ErrorDetails and no words about usage, quota or rate: live
- * clients saw it for both an oversized conversation and a model the plan does not allow
- * (cursor-upstream-extras.md 2.3), so neither a quota nor a rate limit may be claimed. */
+ * clients saw it for both an oversized conversation and a model the plan does not allow,
+ * so neither a quota nor a rate limit may be claimed. */
 static int coai__oa_is_bare_exhausted(const coai_status *st)
 {
     static const char *const cues[] = { "usage", "quota", "limit", "billing", "rate",
@@ -9413,7 +9468,7 @@ void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_
 {
     coai__oa_from_http(upstream_status, body, n, e);
     e->upstream_status = upstream_status;
-    /* a server that speaks HTTP/2 only, in its own words (cursor-2026-autumn.md 5.1) */
+    /* a server that speaks HTTP/2 only, in its own words (as seen live) */
     if (upstream_status == 505
         || (upstream_status == 400 && body
             && coai__oa_ci_contains(body, n > 512 ? 512 : n, "illegal request line")))
@@ -13841,31 +13896,50 @@ int coai_models_resolve_claude(const coai_models *m, coai_str requested, int wan
     }
 }
 
-int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created)
+/* when: RFC 3339 UTC of unix seconds `created` (clamped to years 1970-9999). */
+static void coai__an_when(char when[96], int64_t created)
 {
-    char when[96];
     int64_t t = created < 0 ? 0 : created > 253402300799LL ? 253402300799LL : created;
     int64_t days = coai__floor_div(t, 86400), sec = t - days * 86400;
     int64_t z = days + 719468, era = coai__floor_div(z, 146097), doe = z - era * 146097;
     int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
     int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
     int64_t d = doy - (153 * mp + 2) / 5 + 1, mo = mp < 10 ? mp + 3 : mp - 9;
-    size_t i;
     /* civil date of a day count (H. Hinnant's algorithm): no gmtime_r needed */
-    snprintf(when, sizeof when, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lldZ",
+    snprintf(when, 96, "%04lld-%02lld-%02lldT%02lld:%02lld:%02lldZ",
              (long long)(yoe + era * 400 + (mo <= 2)), (long long)mo, (long long)d,
              (long long)(sec / 3600), (long long)(sec / 60 % 60), (long long)(sec % 60));
+}
+
+/* One model object of Anthropic's model list. */
+static void coai__an_model(coai_buf *out, const coai_model *it, const char *when)
+{
+    coai_str id = it->display_id.len ? it->display_id : it->id;
+    coai_str name = it->display_name.len ? it->display_name : id;
+    coai_buf_puts(out, "{\"type\":\"model\",\"id\":");
+    coai_json_str_append(out, id.ptr, id.len);
+    coai_buf_puts(out, ",\"display_name\":");
+    coai_json_str_append(out, name.ptr, name.len);
+    coai_buf_printf(out, ",\"created_at\":\"%s\"}", when);
+}
+
+int coai_models_write_anthropic_model(coai_buf *out, const coai_model *one, int64_t created)
+{
+    char when[96];
+    coai__an_when(when, created);
+    coai__an_model(out, one, when);
+    return out->err ? -1 : 0;
+}
+
+int coai_models_write_anthropic(coai_buf *out, const coai_models *m, int64_t created)
+{
+    char when[96];
+    size_t i;
+    coai__an_when(when, created);
     coai_buf_puts(out, "{\"data\":[");
     for (i = 0; m && i < m->count; i++) {
-        const coai_model *it = &m->items[i];
-        coai_str id = it->display_id.len ? it->display_id : it->id;
-        coai_str name = it->display_name.len ? it->display_name : id;
         if (i) coai_buf_putc(out, ',');
-        coai_buf_puts(out, "{\"type\":\"model\",\"id\":");
-        coai_json_str_append(out, id.ptr, id.len);
-        coai_buf_puts(out, ",\"display_name\":");
-        coai_json_str_append(out, name.ptr, name.len);
-        coai_buf_printf(out, ",\"created_at\":\"%s\"}", when);
+        coai__an_model(out, &m->items[i], when);
     }
     coai_buf_puts(out, "],\"has_more\":false,\"first_id\":");
     if (m && m->count) {

@@ -2715,6 +2715,7 @@ struct h2c {
                                      * h2_run_start) */
     int dead;                       /* failed or closed: every stream fails */
     char why[160];
+    int fault;                      /* H2C_FAULT_*: whose failure it was (set with why) */
     int refs;                       /* streams + the list */
     int64_t last_rx, last_use, ping_at;
     unsigned char ping_data[8];
@@ -2766,6 +2767,14 @@ static struct h2c_state {
     unsigned long opened, streams, goaways, pings, ping_timeouts;   /* atomics */
 } H2C = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
+/* hc->fault: why the connection failed, decided where it fails (h2c_fault_locked). */
+enum {
+    H2C_FAULT_NONE,                 /* not the server's HTTP/2: I/O, a close, TLS, a timeout */
+    H2C_FAULT_PROTOCOL,             /* the server broke HTTP/2: a connection error */
+    H2C_FAULT_FLOOD                 /* the server flooded the core past a bound: GOAWAY
+                                     * ENHANCE_YOUR_CALM (acks unread, empty DATA, HPACK) */
+};
+
 static void h2c_wake(struct h2c *hc)
 {
     if (write(hc->wake[1], "w", 1) < 0) {}
@@ -2798,18 +2807,15 @@ struct h2w {
     int64_t end;                    /* 0, or the whole write's deadline (mono ms) */
 };
 
-/* Under hc->mu: the connection is finished; every stream fails. */
-static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
+/* Under hc->mu: the connection is finished, for reason fault (H2C_FAULT_*); every stream
+ * fails. The first failure stands. */
+static void h2c_vfail_locked(struct h2c *hc, int fault, const char *fmt, va_list ap)
 {
     struct h2s *s;
-    va_list ap;
     if (hc->dead) return;
     hc->dead = 1;
-    va_start(ap, fmt);
+    hc->fault = fault;
     vsnprintf(hc->why, sizeof hc->why, fmt, ap);
-    va_end(ap);
     for (s = hc->streams; s; s = s->next) {
         if (!s->ended) {
             s->reset = 1;
@@ -2818,6 +2824,28 @@ static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
         h2s_signal(s);
     }
     pthread_cond_broadcast(&hc->cv);
+}
+
+static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    h2c_vfail_locked(hc, H2C_FAULT_NONE, fmt, ap);
+    va_end(ap);
+}
+
+/* h2c_fail_locked for a failure that is the server's HTTP/2 (fault H2C_FAULT_PROTOCOL or
+ * _FLOOD). */
+static void h2c_fault_locked(struct h2c *hc, int fault, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void h2c_fault_locked(struct h2c *hc, int fault, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    h2c_vfail_locked(hc, fault, fmt, ap);
+    va_end(ap);
 }
 
 static void h2c_unref(struct h2c *hc)
@@ -2960,11 +2988,13 @@ static void *h2c_thread(void *arg)
                     srv_log(LOG_WARN, "HTTP/2 %s: the server %s: GOAWAY %s",
                             hc->host.authority, hc->core->error_why,
                             coai_h2_error_str((uint32_t)hc->core->error));
-                    h2c_fail_locked(hc, "the server %s (GOAWAY %s)", hc->core->error_why,
-                                    coai_h2_error_str((uint32_t)hc->core->error));
+                    h2c_fault_locked(hc, H2C_FAULT_FLOOD, "the server %s (GOAWAY %s)",
+                                     hc->core->error_why,
+                                     coai_h2_error_str((uint32_t)hc->core->error));
                 } else if (r == COAI_ERR_H2)
-                    h2c_fail_locked(hc, "HTTP/2 protocol error by the server (%s)",
-                                    coai_h2_error_str((uint32_t)hc->core->error));
+                    h2c_fault_locked(hc, H2C_FAULT_PROTOCOL,
+                                     "HTTP/2 protocol error by the server (%s)",
+                                     coai_h2_error_str((uint32_t)hc->core->error));
                 else if (r < 0 && r != COAI_MORE)
                     h2c_fail_locked(hc, "%s", coai_result_str(r));
             }
@@ -3528,14 +3558,14 @@ static void h2s_failure(struct h2s *s, char *out, size_t cap)
 }
 
 /* 1 when s failed because the server broke HTTP/2: a stream error we reset it for, or a
- * connection error (h2c_fail_locked's "HTTP/2 protocol error by the server"). */
+ * connection that failed for the server's HTTP/2 (a protocol error or a flood: it answered,
+ * so it is not unreachable). */
 static int h2s_protocol_fault(struct h2s *s)
 {
-    static const char pe[] = "HTTP/2 protocol error";
     int f;
     pthread_mutex_lock(&s->hc->mu);
     f = (s->local_reset && s->rst_code != COAI_H2_INTERNAL_ERROR)
-        || (s->hc->dead && strncmp(s->hc->why, pe, sizeof pe - 1) == 0);
+        || (s->hc->dead && s->hc->fault != H2C_FAULT_NONE);
     pthread_mutex_unlock(&s->hc->mu);
     return f;
 }
@@ -5736,7 +5766,8 @@ static int handle_models(struct conn *c)
     }
     if (c->gm_model[0]) {
         /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
-         * (modelId, display id or an alias), in Gemini's shape or OpenAI's, else a 404 */
+         * (modelId, display id or an alias), in Gemini's shape, Anthropic's (an
+         * anthropic-version header, as for the list) or OpenAI's, else a 404 */
         coai_str want = coai_str_c(c->gm_model);
         const coai_model *hit = NULL;
         int gem = c->dialect == COAI_DIALECT_GEMINI;
@@ -5767,6 +5798,8 @@ static int handle_models(struct conn *c)
             goto done;
         }
         if ((gem ? coai_models_write_gemini(&out, &m, hit)
+                 : c->dialect == COAI_DIALECT_ANTHROPIC
+                 ? coai_models_write_anthropic_model(&out, hit, (int64_t)time(NULL))
                  : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
             send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
             goto done;
@@ -10474,10 +10507,12 @@ static const char SERVE_HELP[] =
     "error event and [DONE]; at most 10 s).\n"
     "Exit status: 0 ok, 1 runtime failure, 2 usage error.\n";
 
-/* SERVE_HELP, then every route of ROUTE_TABLE (so the help cannot miss one). */
+/* The version (as --version's first line), SERVE_HELP, then every route of ROUTE_TABLE (so
+ * the help cannot miss one). */
 static void serve_help(FILE *f)
 {
     size_t i, w = 0;
+    fprintf(f, "cursor-oai %s\n\n", COAI_VERSION);
     fputs(SERVE_HELP, f);
     for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
         if (strlen(ROUTE_TABLE[i].path) > w) w = strlen(ROUTE_TABLE[i].path);

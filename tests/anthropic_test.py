@@ -26,6 +26,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -384,6 +385,27 @@ def t_wire(proxy, fake, ws, secret):
           and all(m.get("type") == "model" and m.get("created_at") for m in j["data"]), b[:300])
     st, b, hd = proxy.get("/v1/models", {"Authorization": "Bearer " + KEY})
     eq("/v1/models without it stays OpenAI's", (jload(b) or {}).get("object"), "list")
+    # one model, as Anthropic's GET /v1/models/{model_id} answers: the list's object alone
+    # (asked by Cursor's modelId, named as the list names it)
+    _, lb, _ = proxy.get("/v1/models", {"anthropic-version": "2023-06-01", "x-api-key": KEY})
+    listed = {m.get("id"): m for m in (jload(lb) or {}).get("data") or []}
+    st, b, hd = proxy.get("/v1/models/claude-4.5-sonnet",
+                          {"anthropic-version": "2023-06-01", "x-api-key": KEY})
+    j = jload(b) or {}
+    check("/v1/models/{model} in Anthropic's shape with anthropic-version (the list's object)",
+          st == 200 and j.get("type") == "model" and j.get("display_name")
+          and re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", str(j.get("created_at")))
+          and "object" not in j
+          and listed.get(j.get("id"), {}).get("display_name") == j.get("display_name"),
+          (st, b[:300]))
+    st, b, hd = proxy.get("/v1/models/no-such-model",
+                          {"anthropic-version": "2023-06-01", "x-api-key": KEY})
+    j = jload(b) or {}
+    check("/v1/models/{unknown} with anthropic-version: Anthropic's 404 not_found_error",
+          st == 404 and j.get("type") == "error"
+          and (j.get("error") or {}).get("type") == "not_found_error", (st, b[:300]))
+    st, b, hd = proxy.get("/v1/models/claude-4.5-sonnet", {"Authorization": "Bearer " + KEY})
+    eq("/v1/models/{model} without it stays OpenAI's", (jload(b) or {}).get("object"), "model")
     n = fake.state()["n_requests"]
     st, b, hd = post(proxy, "/v1/messages", {"model": "m", "max_tokens": 1, "messages": [
         {"role": "user", "content": [{"type": "video", "data": "x"}]}]})

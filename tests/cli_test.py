@@ -137,6 +137,29 @@ def t_basics():
           (rc, err))
 
 
+def t_version():
+    """Every place that names the version takes it from COAI_VERSION (cursor_oai.h): the
+    header's title line, --version and serve --help."""
+    with open("cursor_oai.h") as f:
+        hdr = f.read()
+    m = re.search(r'^#define COAI_VERSION "([^"]+)"$', hdr, re.M)
+    check("cursor_oai.h defines COAI_VERSION", m, "")
+    if not m:
+        return
+    ver = m.group(1)
+    title = hdr.split("\n", 1)[0]
+    check("the header's title line ends in v<COAI_VERSION> (v%s)" % ver,
+          re.search(r"\sv" + re.escape(ver) + r"$", title), title)
+    named = sorted(set(re.findall(r"\bv(\d+\.\d+\.\d+[-a-z0-9.]*)", hdr)))
+    check("the header names no other version (v<x.y.z>)", named == [ver], named)
+    rc, out, _ = run(["--version"])
+    check("--version's first line is 'cursor-oai %s'" % ver,
+          rc == 0 and out.splitlines()[:1] == ["cursor-oai " + ver], out)
+    rc, out, _ = run(["serve", "--help"])
+    check("serve --help names the version: a line 'cursor-oai %s'" % ver,
+          rc == 0 and "cursor-oai " + ver in out.splitlines(), out[:200])
+
+
 def t_non_loopback():
     # Binding 0.0.0.0 in a test: only 127.0.0.1 is ever connected to.
     rc, out, err = run(["serve", "--listen", "0.0.0.0:0"])
@@ -207,6 +230,7 @@ def main():
         return 0
     try:
         t_basics()
+        t_version()
         t_non_loopback()
         t_allow_hosts()
         t_readme_matches_help()

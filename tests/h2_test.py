@@ -745,6 +745,13 @@ def t_flood(fake):
         check("flood %s: in the %s API's error shape, saying the host flooded control frames "
               "and that the proxy sent ENHANCE_YOUR_CALM" % (kind, api),
               shape and "flooded control frames" in msg and "ENHANCE_YOUR_CALM" in msg, body)
+        if api == "chat":
+            # the host answered and then broke HTTP/2's bounds: a protocol error, never
+            # "unreachable" (the reason is coded where the connection fails, not read back
+            # from its message)
+            eq("flood %s: coded upstream_protocol_error" % kind,
+               ((j.get("error") or {}).get("code") if isinstance(j, dict) else None),
+               "upstream_protocol_error")
         check("flood %s: the proxy's peak RSS grew by under 64 MB (%d MB)" % (kind, grew),
               grew < 64, grew)
         check("flood %s: the proxy cut the connection off before the flood's 160 MB were "

@@ -696,6 +696,21 @@ static void test_models(void)
               && strcmp(cJSON_GetObjectItem(j, "last_id")->valuestring, "gpt-5.1") == 0);
     }
     cJSON_Delete(j);
+    /* one model (GET /v1/models/{model}): the list's object for it, alone */
+    {
+        coai_buf one = { 0 }, list = { 0 };
+        cJSON *lj, *oj;
+        CHECK(coai_models_write_anthropic_model(&one, &m.items[1], 1768474032) == 0);
+        CHECK(coai_models_write_anthropic(&list, &m, 1768474032) == 0);
+        oj = cJSON_ParseWithLength((const char *)one.data, one.len);
+        lj = cJSON_ParseWithLength((const char *)list.data, list.len);
+        CHECKF(oj && lj && cJSON_Compare(oj, cJSON_GetArrayItem(cJSON_GetObjectItem(lj, "data"),
+                                                                 1), 1), "%s", one.data);
+        cJSON_Delete(oj);
+        cJSON_Delete(lj);
+        coai_buf_free(&one);
+        coai_buf_free(&list);
+    }
     coai_buf_free(&b);
     coai_models_free(&m);
     /* an empty list */
