@@ -2173,9 +2173,10 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   COAI_MAX_KV_BYTES (over the cap the run fails with a clear 502, it is never
  *   silently truncated). When the turn ends cleanly and no text was streamed, assistant
  *   text found in stored blobs is emitted as content (spec §9 fallback). Exec requests
- *   map to the client's tools (coai_exec_map(); spec §8.2 names and argument order,
- *   adapted to the client's own tool and parameter names when its schema uses others,
- *   e.g. OpenCode's read{filePath} or grep{pattern,path,include}); the first mapped
+ *   map to the client's tools by role (coai_exec_map(); spec §8.2 argument order, in
+ *   the client's own parameter names, e.g. OpenCode's read{filePath} or
+ *   grep{pattern,path,include}), else to its shell tool (cat, printf, ls, grep, find,
+ *   rm); an exec nothing serves gets coai_exec_refusal's sentence; the first mapped
  *   exec becomes the response's tool call and ends the run. An exec no client tool
  *   matches is refused upstream (exec reject, plus stream_close when the reject is a
  *   result) and nothing is ever executed locally. request_context execs get a
@@ -2570,12 +2571,27 @@ typedef struct coai_tool_call {
                                 * string), NULL when no tool matches it */
 } coai_tool_call;
 
-/* Map an exec to one of the client's tools (spec §8.2 plus schema-driven renaming).
+/* Map an exec to one of the client's tools: the tool whose role (coai_tool_role: read from
+ * its schema first, its name only breaking ties) fits the exec, with the arguments in its
+ * own parameter names (spec §8.2 shapes otherwise): read, write (or an editor's view /
+ * create), ls, grep, glob, delete, fetch, shell (a command string, argv array or list of
+ * commands), MCP by name. No shell fallback here: the dialects' maps add it (a shell-only
+ * client does every file exec through its shell: coai_anthropic_exec_map).
  * Returns 1 and fills tc (tc->args is reset first; the caller frees it) when a tool matches,
  * 0 when none does, -1 on memory failure. workspace is used as "path" for an ls
  * without path (may be empty). */
 int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t tool_count,
                   coai_str workspace, coai_tool_call *tc);
+/* The role coai_exec_map reads from a tool's schema, description and name (see "what a
+ * client tool does" in the implementation): "read", "write", "edit", "editor" (an
+ * operation enum: view / create / str_replace), "shell", "list", "grep", "glob",
+ * "delete", "fetch", or NULL for none of them. */
+const char *coai_tool_role(const coai_tool *t);
+/* The sentence Cursor gets for an exec no client tool can serve (its kind, what the
+ * client's tools can do instead, what to do): appended to out, NUL-terminated. 0 ok, -1
+ * no memory. */
+int coai_exec_refusal(coai_buf *out, const coai_exec *ex, const coai_tool *tools,
+                      size_t tool_count);
 
 /* Read a client tool's result the way that client writes it, into the fields Cursor's CLI
  * reports (coai_encode_exec_outcome sends them). tool: the client's tool the exec was
@@ -3009,11 +3025,14 @@ int64_t coai_request_input_tokens(const coai_request *req);
 int coai_models_resolve_claude(const coai_models *m, coai_str requested, int want_thinking,
                                coai_str *out);
 /* Map an exec to a Messages client's tools: coai_exec_map, and when the client has no
- * dedicated tool for an ls, grep (with or without a file glob) or delete exec (a current
- * Claude Code offers only Bash, Read, Write, Edit and its own agent tools), the same work as
- * a command for its shell tool: ls -la, grep -rnE [--include], find -name, wc -c && rm
- * (every path, pattern and glob through the one quoting layer: one literal word each, a
- * path never read as an option; a NUL in one: 0 and tc->refusal). Same contract as
+ * tool of the exec's role for a read, write, ls, grep (with or without a file glob) or
+ * delete exec (a current Claude Code offers no ls or delete; a shell-only client nothing
+ * but its shell), the same work as a command for its shell tool: cat, printf '%s' > (a
+ * write too big for one argument, or holding a NUL: the split write's parts, tc->parts),
+ * ls -la, grep -rnE [--include], find -name, wc -c && rm (every path, pattern, glob and
+ * content through the one quoting layer: one literal word each, a path never read as an
+ * option; a NUL in a path or pattern: 0 and tc->refusal). The chat, Responses (without a
+ * Codex shell) and Gemini maps fall back to the same commands. Same contract as
  * coai_exec_map. */
 int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             coai_str workspace, coai_tool_call *tc);
@@ -10860,24 +10879,6 @@ static int coai__oa_name_like(coai_str a, coai_str b)
     }
 }
 
-/* Find a client tool by any of the names (in order of preference): an exact name first,
- * then one that differs only in case and separators. */
-static int coai__oa_find_tool(const coai_tool *tools, size_t count, const char *const *names,
-                           size_t *idx)
-{
-    size_t i, k;
-    int pass;
-    for (pass = 0; pass < 2; pass++)
-        for (k = 0; names[k]; k++)
-            for (i = 0; i < count; i++)
-                if (pass == 0 ? coai_str_eq(tools[i].name, names[k])
-                              : coai__oa_name_like(tools[i].name, coai_str_c(names[k]))) {
-                    *idx = i;
-                    return 1;
-                }
-    return 0;
-}
-
 /* The schema's own spelling of a parameter named like one of cands: a candidate it declares
  * exactly (in the candidates' order), else a declared name that differs from a candidate
  * only in case and the separators '_', '-', '.', ' ' (filepath, FilePath, file-path for
@@ -10969,9 +10970,407 @@ static void coai__oa_shell_desc(coai_buf *b, coai_str cmd)
     if (i < cmd.len) coai_buf_puts(b, "...");
 }
 
+/* ---- what a client tool does: its role, read from its schema -------------------------
+ * Cursor's native execs (read, write, ls, grep, glob, delete, shell, fetch) go to the
+ * client's tool whose role fits, whatever the tool is called. A tool's role is scored
+ * from what it declares, in this order of weight:
+ *   1. its parameters (properties, their JSON types, "required", enums): a command
+ *      string (command, cmd, script, command_line) -> shell; a command array of strings
+ *      -> shell taking argv; a plural commands array -> shell taking a list of
+ *      commands; a string enum holding view / create / str_replace / insert (any
+ *      property, e.g. command or action) with a path -> an editor (view = read,
+ *      create = write); a path with old and new text -> edit; a path with content ->
+ *      write; a url -> fetch; a regex pattern (pattern, regex; query and search
+ *      count less) -> grep or glob, grep when it also takes a file filter (include,
+ *      glob, include_pattern); a path and nothing else required (line offsets and
+ *      ignore lists are fine), or an array of paths -> read, list or delete, a file
+ *      path (file_path, filename, absolute_path ...) leaning to read and delete, a
+ *      directory (dir_path, directory, folder) to list. Parameter names are matched
+ *      ignoring case and separators (filePath = file_path).
+ *      A tool that requires a parameter none of these (Cursor's exec has nothing to
+ *      give it) takes no role.
+ *   2. the first sentence of its description: words such as "reads", "lists",
+ *      "deletes", "regex", "glob", "executes", "shell", "fetches". A tool whose name
+ *      or description speaks of images, screenshots, notebooks, memory, todos,
+ *      workflows, subagents or skills takes none of these roles; one that speaks of the
+ *      web only fetch.
+ *   3. its name's words (read, list, ls, dir, grep, search, glob, find, write, create,
+ *      bash, shell, run, exec, delete, rm, fetch ...): one point, enough only to break
+ *      a tie. A tool that declares no parameters at all has nothing else to go by.
+ * Among the tools of one role the highest score wins; on a tie, the names Cursor's own
+ * tools and the common agents use (coai_exec_map's lists) rank first, then the order
+ * the client listed its tools in. No name decides on its own: a tool whose schema
+ * says something else is not taken for its name. */
+static int coai__oa_alnum(char c);
+
+enum {
+    COAI__R_NONE = 0, COAI__R_READ, COAI__R_WRITE, COAI__R_EDIT, COAI__R_EDITOR,
+    COAI__R_SHELL, COAI__R_LIST, COAI__R_GREP, COAI__R_GLOB, COAI__R_DELETE, COAI__R_FETCH,
+    COAI__R_COUNT
+};
+
+/* What a tool's schema declares (property names as the schema spells them, or NULL) */
+typedef struct coai__tfeat {
+    const char *path, *paths, *content, *oldp, *newp, *cmd, *pattern, *include, *url;
+    const char *op;                 /* the editor's enum property */
+    const char *op_view, *op_create; /* its values for reading and creating a file */
+    int cmd_kind;                   /* 1 a string, 2 argv (array), 3 a list of commands */
+    int path_kind;                  /* 1 a file, 2 a directory, 0 either */
+    int pattern_weak;               /* the pattern is a "query" or "search" */
+    int other_required;             /* a required property that is none of the above */
+    int has_props;
+} coai__tfeat;
+
+static int coai__ro_in(const char *name, const char *const *vocab)
+{
+    size_t k;
+    for (k = 0; vocab[k]; k++)
+        if (coai__oa_name_like(coai_str_c(name), coai_str_c(vocab[k]))) return 1;
+    return 0;
+}
+
+/* 1 a property that takes a string (or says no type), 2 an array (of strings when the
+ * items say), 0 anything else */
+static int coai__ro_type(const cJSON *p)
+{
+    const cJSON *ty = coai__oa_get(p, "type"), *it;
+    int s = 0, a = 0;
+    if (!ty) return 1;
+    if (cJSON_IsString(ty)) {
+        s = strcmp(ty->valuestring, "string") == 0;
+        a = strcmp(ty->valuestring, "array") == 0;
+    } else if (cJSON_IsArray(ty)) {
+        cJSON_ArrayForEach(it, ty) {
+            if (!cJSON_IsString(it)) continue;
+            s |= strcmp(it->valuestring, "string") == 0;
+            a |= strcmp(it->valuestring, "array") == 0;
+        }
+    }
+    if (a) {
+        const cJSON *items = coai__oa_get(p, "items");
+        const cJSON *ity = coai__oa_get(items, "type");
+        if (ity && !(cJSON_IsString(ity) && strcmp(ity->valuestring, "string") == 0)) return 0;
+        return 2;
+    }
+    return s ? 1 : 0;
+}
+
+static void coai__ro_feat(const coai_tool *t, coai__tfeat *f)
+{
+    static const char *const v_file[] = { "file_path", "filename", "file", "absolute_path",
+                                          "target_file", "target_path", "relative_path",
+                                          "file_name", NULL };
+    static const char *const v_dir[] = { "dir_path", "directory", "dir", "folder",
+                                         "directory_path", "target_directory", NULL };
+    static const char *const v_path[] = { "path", NULL };
+    static const char *const v_paths[] = { "paths", "file_paths", "files", "filenames",
+                                           "absolute_paths", NULL };
+    static const char *const v_content[] = { "content", "contents", "file_text", "text",
+                                             "file_content", NULL };
+    static const char *const v_old[] = { "old_string", "old_str", "old_text", NULL };
+    static const char *const v_new[] = { "new_string", "new_str", "new_text", NULL };
+    static const char *const v_cmd[] = { "command", "cmd", "script", "command_line",
+                                         "shell_command", NULL };
+    static const char *const v_cmds[] = { "commands", "cmds", "scripts", NULL };
+    static const char *const v_argv[] = { "argv", NULL };
+    static const char *const v_pat[] = { "pattern", "regex", "regexp", "search_pattern", NULL };
+    static const char *const v_query[] = { "query", "search", NULL };
+    static const char *const v_inc[] = { "include", "glob", "file_pattern", "include_pattern",
+                                         "file_glob", NULL };
+    static const char *const v_url[] = { "url", "uri", "href", NULL };
+    static const char *const e_view[] = { "view", "read", NULL };
+    static const char *const e_create[] = { "create", "write", NULL };
+    static const char *const e_edit[] = { "str_replace", "insert", "edit", "replace", NULL };
+    const cJSON *props = coai__oa_get(t->parameters, "properties"), *p, *req, *r;
+    memset(f, 0, sizeof *f);
+    if (!cJSON_IsObject(props)) return;
+    cJSON_ArrayForEach(p, props) {
+        const char *n = p->string;
+        const cJSON *en = coai__oa_get(p, "enum");
+        int ty = coai__ro_type(p);
+        if (!n) continue;
+        f->has_props = 1;
+        if (ty == 1 && cJSON_IsArray(en)) {
+            /* an operation enum: view / create / str_replace ... */
+            const cJSON *v;
+            const char *vv = NULL, *vc = NULL;
+            int edit = 0;
+            cJSON_ArrayForEach(v, en) {
+                if (!cJSON_IsString(v)) continue;
+                if (!vv && coai__ro_in(v->valuestring, e_view)) vv = v->valuestring;
+                if (!vc && coai__ro_in(v->valuestring, e_create)) vc = v->valuestring;
+                if (coai__ro_in(v->valuestring, e_edit)) edit = 1;
+            }
+            if ((vv || vc) && (edit || (vv && vc)) && !f->op) {
+                f->op = n;
+                f->op_view = vv;
+                f->op_create = vc;
+            }
+            continue;
+        }
+        if (ty == 1 && !f->path && coai__ro_in(n, v_file)) { f->path = n; f->path_kind = 1; }
+        else if (ty == 1 && !f->path && coai__ro_in(n, v_dir)) { f->path = n; f->path_kind = 2; }
+        else if (ty == 1 && coai__ro_in(n, v_path)) { f->path = n; f->path_kind = 0; }
+        else if (ty == 2 && !f->paths && coai__ro_in(n, v_paths)) f->paths = n;
+        else if (ty == 1 && !f->content && coai__ro_in(n, v_content)) f->content = n;
+        else if (ty == 1 && !f->oldp && coai__ro_in(n, v_old)) f->oldp = n;
+        else if (ty == 1 && !f->newp && coai__ro_in(n, v_new)) f->newp = n;
+        else if (ty == 1 && !f->cmd && coai__ro_in(n, v_cmd)) { f->cmd = n; f->cmd_kind = 1; }
+        else if (ty == 2 && !f->cmd && (coai__ro_in(n, v_cmd) || coai__ro_in(n, v_argv))) {
+            f->cmd = n;
+            f->cmd_kind = 2;
+        } else if (ty == 2 && !f->cmd && coai__ro_in(n, v_cmds)) { f->cmd = n; f->cmd_kind = 3; }
+        else if (ty == 1 && coai__ro_in(n, v_pat)) { f->pattern = n; f->pattern_weak = 0; }
+        else if (ty == 1 && !f->pattern && coai__ro_in(n, v_query)) {
+            f->pattern = n;
+            f->pattern_weak = 1;
+        } else if (ty == 1 && !f->include && coai__ro_in(n, v_inc)) f->include = n;
+        else if (ty == 1 && !f->url && coai__ro_in(n, v_url)) f->url = n;
+    }
+    req = coai__oa_get(t->parameters, "required");
+    if (!cJSON_IsArray(req)) req = NULL;
+    cJSON_ArrayForEach(r, req) {
+        const char *n = cJSON_IsString(r) ? r->valuestring : "";
+        const char *known[11];
+        size_t k, hit = 0;
+        known[0] = f->path; known[1] = f->paths; known[2] = f->content; known[3] = f->oldp;
+        known[4] = f->newp; known[5] = f->cmd; known[6] = f->pattern; known[7] = f->include;
+        known[8] = f->url; known[9] = f->op; known[10] = NULL;
+        for (k = 0; k < 10; k++)
+            if (known[k] && strcmp(known[k], n) == 0) hit = 1;
+        if (!hit) f->other_required = 1;
+    }
+}
+
+/* The words of s (a name split at separators and case changes, or a sentence),
+ * lower-cased, each checked against vocab: 1 when one is there. */
+static int coai__ro_words(coai_str s, const char *const *vocab)
+{
+    size_t i = 0;
+    while (i < s.len) {
+        char w[24];
+        size_t k = 0, j;
+        while (i < s.len && !coai__oa_alnum(s.ptr[i])) i++;
+        while (i < s.len && coai__oa_alnum(s.ptr[i])) {
+            char ch = s.ptr[i];
+            if (k && ch >= 'A' && ch <= 'Z' && s.ptr[i - 1] >= 'a' && s.ptr[i - 1] <= 'z')
+                break;                                      /* readFile: read, file */
+            if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
+            if (k + 1 < sizeof w) w[k++] = ch;
+            i++;
+        }
+        w[k] = 0;
+        for (j = 0; k && vocab[j]; j++)
+            if (strcmp(w, vocab[j]) == 0) return 1;
+    }
+    return 0;
+}
+
+/* The first sentence of a description (what the tool does; the rest is usage advice that
+ * names other tools), at most 200 bytes */
+static coai_str coai__ro_first(coai_str d)
+{
+    size_t i;
+    while (d.len && (d.ptr[0] == ' ' || d.ptr[0] == '-' || d.ptr[0] == '\n' || d.ptr[0] == '*'))
+        d.ptr++, d.len--;
+    for (i = 0; i < d.len && i < 200; i++)
+        if (d.ptr[i] == '\n' || (d.ptr[i] == '.' && (i + 1 == d.len || d.ptr[i + 1] == ' ')))
+            break;
+    d.len = i;
+    return d;
+}
+
+/* Score of tool t for each role (sc[COAI__R_COUNT], 0 = not that role) */
+static void coai__ro_scores(const coai_tool *t, const coai__tfeat *f, int *sc)
+{
+    static const char *const d_read[] = { "read", "reads", "view", "views", "displays",
+                                          "show", "shows", NULL };
+    static const char *const d_write[] = { "write", "writes", "create", "creates", "save",
+                                           "saves", "overwrite", "overwrites", NULL };
+    static const char *const d_list[] = { "list", "lists", "listing", "ls", NULL };
+    static const char *const d_grep[] = { "grep", "ripgrep", "regex", "regular", "search",
+                                          "searches", NULL };
+    static const char *const d_glob[] = { "glob", "globs", "find", "finds", NULL };
+    static const char *const d_shell[] = { "shell", "bash", "terminal", "execute", "executes",
+                                           "run", "runs", "command", "commands", NULL };
+    static const char *const d_delete[] = { "delete", "deletes", "remove", "removes",
+                                            "unlink", NULL };
+    static const char *const d_fetch[] = { "fetch", "fetches", "url", "http", "https",
+                                           "download", "downloads", NULL };
+    static const char *const n_read[] = { "read", "view", "cat", "open", NULL };
+    static const char *const n_write[] = { "write", "create", "save", NULL };
+    static const char *const n_list[] = { "list", "ls", "dir", "directory", NULL };
+    static const char *const n_grep[] = { "grep", "search", "rg", "ripgrep", NULL };
+    static const char *const n_glob[] = { "glob", "find", NULL };
+    static const char *const n_shell[] = { "bash", "shell", "sh", "exec", "execute", "run",
+                                           "command", "terminal", "cmd", NULL };
+    static const char *const n_delete[] = { "delete", "remove", "rm", "unlink", NULL };
+    static const char *const n_fetch[] = { "fetch", "url", "http", "curl", NULL };
+    static const char *const n_edit[] = { "edit", "replace", "patch", NULL };
+    static const char *const no_role[] = { "image", "images", "screenshot", "notebook",
+                                           "memory", "todo", "todos", "workflow",
+                                           "workflows", "subagent", "subagents", "skill",
+                                           "skills", NULL };
+    static const char *const web[] = { "web", "internet", "google", "online", NULL };
+    coai_str d = coai__ro_first(t->description);
+    int path_only, any = !f->has_props, r;
+    memset(sc, 0, sizeof(int) * COAI__R_COUNT);
+    if (coai__ro_words(t->name, no_role) || coai__ro_words(d, no_role)) return;
+    /* a required parameter Cursor's exec gives nothing for: the tool cannot be called */
+    if (f->other_required) return;
+    /* 1. the parameters */
+    if (f->cmd) sc[COAI__R_SHELL] = 10;
+    if (f->op && (f->path || f->paths)) sc[COAI__R_EDITOR] = 10;
+    if (!f->op && f->path && f->oldp && f->newp) sc[COAI__R_EDIT] = 10;
+    if (!f->op && f->path && f->content && !f->oldp && !f->newp && !f->cmd)
+        sc[COAI__R_WRITE] = 10;
+    if (f->url && !f->cmd && !f->content) sc[COAI__R_FETCH] = 8;
+    if (f->pattern && !f->cmd && !f->content && !f->url && !f->op) {
+        int base = f->pattern_weak ? 3 : 6;
+        sc[COAI__R_GREP] = base + (f->include ? 2 : 0);
+        if (!f->include) sc[COAI__R_GLOB] = base;
+    }
+    path_only = (f->path || f->paths) && !f->content && !f->oldp && !f->newp && !f->cmd
+                && !f->pattern && !f->url && !f->op;
+    if (path_only) {
+        sc[COAI__R_READ] = 4 + (f->paths ? 0 : f->path_kind == 1 ? 2 : 0);
+        sc[COAI__R_DELETE] = 4 + (f->path_kind == 1 ? 2 : 0);
+        if (!f->paths) sc[COAI__R_LIST] = 4 + (f->path_kind == 2 ? 2 : 0);
+    }
+    /* 2. the description's first sentence, 3. the name's words; both only for roles the
+     * parameters allow (any role for a tool that declares none: what its name says then
+     * counts as much as parameters would, nothing contradicting it) */
+    for (r = 1; r < COAI__R_COUNT; r++) {
+        static const int base[COAI__R_COUNT] = { 0, 4, 10, 10, 10, 10, 4, 6, 6, 4, 8 };
+        static const char *const *const dv[COAI__R_COUNT] = {
+            NULL, d_read, d_write, NULL, NULL, d_shell, d_list, d_grep, d_glob, d_delete,
+            d_fetch };
+        static const char *const *const nv[COAI__R_COUNT] = {
+            NULL, n_read, n_write, n_edit, NULL, n_shell, n_list, n_grep, n_glob, n_delete,
+            n_fetch };
+        if (!sc[r] && !any) continue;
+        if (dv[r] && coai__ro_words(d, dv[r])) sc[r] += 3;
+        if (nv[r] && coai__ro_words(t->name, nv[r])) sc[r] += 1 + (any ? base[r] : 0);
+    }
+    if (coai__ro_words(t->name, web) || coai__ro_words(d, web))
+        for (r = 1; r < COAI__R_COUNT; r++)
+            if (r != COAI__R_FETCH) sc[r] = 0;
+}
+
+/* The role a tool plays: the best-scoring one (ties: the earlier in the enum), NONE when
+ * nothing points anywhere. *score gets its score. */
+static int coai__ro_role(const coai_tool *t, coai__tfeat *f, int *score)
+{
+    int sc[COAI__R_COUNT], r, best = COAI__R_NONE, bs = 0;
+    coai__ro_feat(t, f);
+    coai__ro_scores(t, f, sc);
+    for (r = 1; r < COAI__R_COUNT; r++)
+        if (sc[r] > bs) { bs = sc[r]; best = r; }
+    if (score) *score = bs;
+    return best;
+}
+
+/* The client's best tool for a role: the highest score among tools whose role it is
+ * (want2: a second role that serves too, e.g. the editor for reads, taken only when no
+ * tool has the role itself; 0 none); a tie goes to the earliest name of names (exact,
+ * then ignoring case and separators), then to the client's order. 1 found (*idx, *f its features), 0 none. */
+static int coai__ro_find(const coai_tool *tools, size_t count, int want, int want2,
+                         const char *const *names, size_t *idx, coai__tfeat *fout)
+{
+    size_t i, k;
+    int found = 0, best = 0, best_own = 0;
+    long best_rank = -1;
+    for (i = 0; i < count; i++) {
+        coai__tfeat f;
+        int s, role = coai__ro_role(&tools[i], &f, &s), own = role == want;
+        long rank = 0;
+        if (!own && !(want2 && role == want2)) continue;
+        for (k = 0; names && names[k] && !rank; k++) {
+            if (coai_str_eq(tools[i].name, names[k])) rank = 2000 - (long)k;
+            else if (coai__oa_name_like(tools[i].name, coai_str_c(names[k])))
+                rank = 1000 - (long)k;
+        }
+        /* a tool of the role itself before one that also serves it (an editor's view) */
+        if (!found || own > best_own || (own == best_own && (s > best
+                                                             || (s == best && rank > best_rank)))) {
+            found = 1;
+            best_own = own;
+            best = s;
+            best_rank = rank;
+            *idx = i;
+            if (fout) *fout = f;
+        }
+    }
+    return found;
+}
+
+const char *coai_tool_role(const coai_tool *t)
+{
+    static const char *const names[COAI__R_COUNT] = {
+        NULL, "read", "write", "edit", "editor", "shell", "list", "grep", "glob", "delete",
+        "fetch" };
+    coai__tfeat f;
+    return t ? names[coai__ro_role(t, &f, NULL)] : NULL;
+}
+
+int coai_exec_refusal(coai_buf *out, const coai_exec *ex, const coai_tool *tools, size_t count)
+{
+    static const char *const can[COAI__R_COUNT] = {
+        NULL, "read files", "write files", "edit files (old and new text)",
+        "view, create and edit files", "run shell commands", "list directories",
+        "search file contents", "find files by name", "delete files", "fetch URLs" };
+    const char *name = coai_exec_kind_name((int)ex->kind), *need = NULL;
+    int seen[COAI__R_COUNT], r, n = 0, other = 0;
+    size_t i;
+    switch (ex->kind) {
+    case COAI_EXEC_READ: need = "read a file"; break;
+    case COAI_EXEC_WRITE: need = "write a file"; break;
+    case COAI_EXEC_DELETE: need = "delete a file"; break;
+    case COAI_EXEC_LS: need = "list a directory"; break;
+    case COAI_EXEC_GREP: need = ex->pattern.len ? "search file contents" : "find files by name";
+        break;
+    case COAI_EXEC_SHELL: case COAI_EXEC_SHELL_STREAM: need = "run a shell command"; break;
+    case COAI_EXEC_FETCH: need = "fetch a URL"; break;
+    default: break;
+    }
+    coai_buf_printf(out, "This tool%s%s%s is not available here: ", name ? " (" : "",
+                    name ? name : "", name ? ")" : "");
+    if (!need) {
+        coai_buf_puts(out, "the client has no matching tool. Use one of the provided tools "
+                      "instead.");
+        coai_buf_putc(out, 0);
+        return out->err ? -1 : 0;
+    }
+    memset(seen, 0, sizeof seen);
+    for (i = 0; tools && i < count; i++) {
+        coai__tfeat f;
+        r = coai__ro_role(&tools[i], &f, NULL);
+        if (r == COAI__R_NONE) other++;
+        else if (!seen[r]) { seen[r] = 1; n++; }
+    }
+    coai_buf_printf(out, "none of the client's tools can %s", need);
+    if (!n && !other) {
+        coai_buf_puts(out, ", and it gave none. Answer from what you already know, or tell "
+                      "the user that this client cannot do it.");
+    } else {
+        int k = 0;
+        coai_buf_puts(out, " (its tools can: ");
+        for (r = 1; r < COAI__R_COUNT; r++)
+            if (seen[r]) coai_buf_printf(out, "%s%s", k++ ? ", " : "", can[r]);
+        if (other)
+            coai_buf_printf(out, "%s%d other tool%s of its own", k ? "; and " : "", other,
+                            other == 1 ? "" : "s");
+        coai_buf_puts(out, "). Do this step with one of those tools if one can, else do "
+                      "without it or tell the user that this client cannot do it.");
+    }
+    coai_buf_putc(out, 0);
+    return out->err ? -1 : 0;
+}
+
 int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                   coai_str workspace, coai_tool_call *tc)
 {
+    /* names that only break ties between tools of one role (coai__ro_find) */
     static const char *const n_shell[] = { "bash", "shell", "run_shell_command",
                                            "execute_command", "run_terminal_cmd", "terminal",
                                            NULL };
@@ -10982,6 +11381,9 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                                           "ripgrep", NULL };
     static const char *const n_glob[] = { "glob", "find_files", "file_search", NULL };
     static const char *const n_write[] = { "write", "write_file", "create_file", NULL };
+    static const char *const n_delete[] = { "delete", "delete_file", "remove", NULL };
+    static const char *const n_fetch[] = { "fetch", "web_fetch", "webfetch", NULL };
+    static const char *const p_url[] = { "url", "uri", "href", NULL };
     static const char *const p_command[] = { "command", "cmd", NULL };
     static const char *const p_desc[] = { "description", NULL };
     static const char *const p_timeout[] = { "timeout", "timeout_ms", NULL };
@@ -10999,16 +11401,29 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     const coai_tool *t;
     size_t idx = 0;
     coai_buf d = { 0 };
+    coai__tfeat f;
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
     tc->refusal = NULL;
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
     case COAI_EXEC_SHELL_STREAM:
-        if (!coai__oa_find_tool(tools, count, n_shell, &idx)) return 0;
+        if (!coai__ro_find(tools, count, COAI__R_SHELL, 0, n_shell, &idx, &f)) return 0;
         t = &tools[idx];
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param_main(t, p_command), ex->command);
+        if (f.cmd_kind == 2) {              /* argv: ["bash", "-lc", command] */
+            coai_json_str_append(b, f.cmd, strlen(f.cmd));
+            coai_buf_puts(b, ":[\"bash\",\"-lc\",");
+            coai_json_str_append(b, ex->command.ptr, ex->command.len);
+            coai_buf_putc(b, ']');
+        } else if (f.cmd_kind == 3) {       /* a list of commands: this one */
+            coai_json_str_append(b, f.cmd, strlen(f.cmd));
+            coai_buf_puts(b, ":[");
+            coai_json_str_append(b, ex->command.ptr, ex->command.len);
+            coai_buf_putc(b, ']');
+        } else {
+            coai__oa_arg(b, f.cmd ? f.cmd : coai__oa_param_main(t, p_command), ex->command);
+        }
         /* Cursor's own description of the command (ShellArgs 15) when it sent one */
         if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);
         else coai__oa_shell_desc(&d, ex->command);
@@ -11030,12 +11445,23 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             (unsigned long long)ex->hard_timeout_ms);
         break;
     case COAI_EXEC_READ:
-        if (!coai__oa_find_tool(tools, count, n_read, &idx)) return 0;
+        if (!coai__ro_find(tools, count, COAI__R_READ, COAI__R_EDITOR, n_read, &idx, &f)
+            || (f.op && !f.op_view))
+            return 0;
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param_main(&tools[idx], p_file), ex->path);
+        if (f.op) coai__oa_arg(b, f.op, coai_str_c(f.op_view));      /* an editor's view */
+        if (f.paths && !f.path) {                                     /* several paths: one */
+            if (b->len > 1) coai_buf_putc(b, ',');
+            coai_json_str_append(b, f.paths, strlen(f.paths));
+            coai_buf_puts(b, ":[");
+            coai_json_str_append(b, ex->path.ptr, ex->path.len);
+            coai_buf_putc(b, ']');
+        } else {
+            coai__oa_arg(b, f.path ? f.path : coai__oa_param_main(&tools[idx], p_file), ex->path);
+        }
         break;
     case COAI_EXEC_LS:
-        if (!coai__oa_find_tool(tools, count, n_list, &idx)) return 0;
+        if (!coai__ro_find(tools, count, COAI__R_LIST, 0, n_list, &idx, NULL)) return 0;
         coai_buf_putc(b, '{');
         if (ex->has_path || ex->path.len)
             coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), ex->path);
@@ -11044,7 +11470,8 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     case COAI_EXEC_GREP:
         /* A regex search restricted by a file glob stays a grep when the client's grep
          * takes a file filter (OpenCode: include); a pure glob becomes the glob tool. */
-        if (ex->glob.len && ex->pattern.len && coai__oa_find_tool(tools, count, n_grep, &idx)
+        if (ex->glob.len && ex->pattern.len
+            && coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)
             && coai__oa_has_param(&tools[idx], p_include)) {
             t = &tools[idx];
             coai_buf_putc(b, '{');
@@ -11053,14 +11480,14 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                 coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
             coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
         } else if (ex->glob.len) {
-            if (!coai__oa_find_tool(tools, count, n_glob, &idx)) return 0;
+            if (!coai__ro_find(tools, count, COAI__R_GLOB, 0, n_glob, &idx, NULL)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_gpattern), ex->glob);
             if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
                 coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
         } else {
-            if (!coai__oa_find_tool(tools, count, n_grep, &idx)) return 0;
+            if (!coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
             coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
@@ -11069,11 +11496,35 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         }
         break;
     case COAI_EXEC_WRITE:
-        if (!coai__oa_find_tool(tools, count, n_write, &idx)) return 0;
+        if (!coai__ro_find(tools, count, COAI__R_WRITE, COAI__R_EDITOR, n_write, &idx, &f)
+            || (f.op && (!f.op_create || !f.path)))
+            return 0;
         t = &tools[idx];
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param(t, p_file), ex->path);
-        coai__oa_arg(b, coai__oa_param(t, p_content), ex->content);
+        if (f.op) coai__oa_arg(b, f.op, coai_str_c(f.op_create));  /* an editor's create */
+        coai__oa_arg(b, f.path ? f.path : coai__oa_param(t, p_file), ex->path);
+        coai__oa_arg(b, f.content ? f.content : f.op ? "file_text" : coai__oa_param(t, p_content),
+                     ex->content);
+        break;
+    case COAI_EXEC_DELETE:
+        if (!ex->path.len
+            || !coai__ro_find(tools, count, COAI__R_DELETE, 0, n_delete, &idx, &f))
+            return 0;
+        coai_buf_putc(b, '{');
+        if (f.paths && !f.path) {
+            coai_json_str_append(b, f.paths, strlen(f.paths));
+            coai_buf_puts(b, ":[");
+            coai_json_str_append(b, ex->path.ptr, ex->path.len);
+            coai_buf_putc(b, ']');
+        } else {
+            coai__oa_arg(b, f.path ? f.path : coai__oa_param_main(&tools[idx], p_file), ex->path);
+        }
+        break;
+    case COAI_EXEC_FETCH:
+        if (!ex->url.len || !coai__ro_find(tools, count, COAI__R_FETCH, 0, n_fetch, &idx, &f))
+            return 0;
+        coai_buf_putc(b, '{');
+        coai__oa_arg(b, f.url ? f.url : coai__oa_param_main(&tools[idx], p_url), ex->url);
         break;
     case COAI_EXEC_MCP: {
         size_t i, k;
@@ -11109,7 +11560,8 @@ static int coai__oa_traps_exit(coai_dialect d, int kind, const coai_tool *t)
 /* The OpenAI chat dialect's exec mapping: coai_exec_map, then a shell command for
  * OpenCode's `bash` tool gets COAI_EXIT_TRAP in front (a line of its own), so that the exit code, which
  * OpenCode's and Kilo Code's results leave out, comes back with the output. */
-static int coai__delete_cmd(coai_buf *cmd, coai_str path);    /* PART:ANTHROPIC */
+static int coai__sh_fallback(const coai_exec *ex, coai_buf *cmd, coai_tool_call *tc);
+                                                              /* PART:ANTHROPIC */
 /* What Cursor is told when a path or pattern cannot go into a command (the quoting layer,
  * PART:ANTHROPIC: coai__sh_arg) */
 #define COAI__SH_REFUSAL "This tool call cannot be run here: its path or pattern holds a " \
@@ -11135,16 +11587,19 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
     cJSON *a, *it;
     coai_buf cmd = { 0 };
     char *txt;
-    if (m == 0 && ex->kind == COAI_EXEC_DELETE && ex->path.len) {
-        /* no delete tool (Qwen Code, Kilo Code, OpenCode have none): the client's shell
-         * tool, as over the Messages API, the file's size printed first for the result */
+    if (m == 0 && ex->kind != COAI_EXEC_SHELL && ex->kind != COAI_EXEC_SHELL_STREAM) {
+        /* no tool of the exec's role (Qwen Code, Kilo Code, OpenCode have no delete; a
+         * shell-only client has nothing else): the client's shell tool, as over the
+         * Messages API (a delete prints the file's size first for the result) */
         coai_exec sh;
-        if (coai__delete_cmd(&cmd, ex->path) < 0) {
+        int f = coai__sh_fallback(ex, &cmd, tc);
+        if (f == 0) { coai_buf_free(&cmd); return 0; }
+        if (f == -1) {
             coai_buf_free(&cmd);
             tc->refusal = COAI__SH_REFUSAL;
             return 0;
         }
-        if (cmd.err) { coai_buf_free(&cmd); return -1; }
+        if (f < 0) { coai_buf_free(&cmd); return -1; }
         coai__exec_as_shell(&sh, ex, &cmd);
         m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
         coai_buf_free(&cmd);
@@ -12811,17 +13266,19 @@ static void coai__oa_w_tool_call(coai_reply *r)
 static int coai__oa_throw(coai_reply *r, const coai_exec *ex, const char *why)
 {
     int rc;
-    const char *name = coai_exec_kind_name((int)ex->kind);
-    char buf[200];
+    coai_buf wb = { 0 };
     r->rejected++;
     coai_buf_reset(&r->scratch_);
     if (!why) {
-        snprintf(buf, sizeof buf, "This tool%s%s%s is not available here: the client has no "
-                 "matching tool. Use one of the provided tools instead.",
-                 name ? " (" : "", name ? name : "", name ? ")" : "");
-        why = buf;
+        /* which of Cursor's tools this was, what the client's tools can do instead */
+        if (coai_exec_refusal(&wb, ex, r->o_.tools, r->o_.tools ? r->o_.tool_count : 0) < 0) {
+            coai_buf_free(&wb);
+            return coai__oa_fail_nomem(r);
+        }
+        why = (const char *)wb.data;
     }
     coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(why));
+    coai_buf_free(&wb);
     if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
     coai_buf_reset(&r->scratch_);
     coai_encode_exec_stream_close(&r->scratch_, ex->id);
@@ -13768,32 +14225,59 @@ static int coai__delete_cmd(coai_buf *cmd, coai_str path)
     return coai__sh_path(cmd, path);
 }
 
-int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
-                            coai_str workspace, coai_tool_call *tc)
+static int coai__rs_write_fits(coai_str path, coai_str content);          /* PART:RESPONSES */
+static int coai__rs_write_part(coai_buf *cmd, coai_str exec_id, coai_str path,
+                               coai_str content, unsigned k, unsigned n, uint64_t salt);
+static unsigned coai__write_parts(size_t len);
+
+/* The command that does a file exec through the client's shell tool, when it has no tool
+ * for the exec's own role: read (cat), write (printf of the exact bytes, or the split
+ * write's parts when one argument cannot carry it or it holds a NUL: tc->parts), ls,
+ * grep, glob (find on the last path segment), delete (the size, then rm). Every piece of
+ * Cursor's text goes through the quoting layer above. 1 built, 0 not an exec a command
+ * does, -1 a path or pattern no command can carry, -2 no memory. */
+static int coai__sh_fallback(const coai_exec *ex, coai_buf *cmd, coai_tool_call *tc)
 {
-    coai_exec sh;
-    coai_buf cmd = { 0 };
-    int m = coai_exec_map(ex, tools, count, workspace, tc), bad = 0;
-    if (m != 0) return m;
-    if (ex->kind != COAI_EXEC_LS && ex->kind != COAI_EXEC_GREP && ex->kind != COAI_EXEC_DELETE)
-        return 0;
-    if (ex->kind == COAI_EXEC_LS) {
-        coai_buf_puts(&cmd, "ls -la -- ");
-        /* no path: the client's own directory (the proxy's workspace is not where it runs) */
-        bad |= coai__sh_path(&cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
-    } else if (ex->kind == COAI_EXEC_DELETE) {
-        bad |= coai__delete_cmd(&cmd, ex->path);
-    } else if (ex->pattern.len) {
-        coai_buf_puts(&cmd, "grep -rnE ");
-        if (ex->glob.len) {
-            bad |= coai__sh_opt(&cmd, "--include=", ex->glob);
-            coai_buf_putc(&cmd, ' ');
+    int bad = 0;
+    if (ex->kind == COAI_EXEC_READ) {
+        if (!ex->path.len) return 0;
+        coai_buf_puts(cmd, "cat -- ");
+        bad |= coai__sh_path(cmd, ex->path);
+    } else if (ex->kind == COAI_EXEC_WRITE) {
+        int nul = ex->content.len && memchr(ex->content.ptr, 0, ex->content.len) != NULL;
+        if (!ex->path.len) return 0;
+        if (!nul && coai__rs_write_fits(ex->path, ex->content)) {
+            /* printf '%s' 'text' > 'path': exact bytes, no heredoc delimiter to collide */
+            coai_buf_puts(cmd, "mkdir -p -- \"$(dirname -- ");
+            bad |= coai__sh_path(cmd, ex->path);
+            coai_buf_puts(cmd, ")\" && printf '%s' ");
+            bad |= coai__sh_arg(cmd, ex->content);
+            coai_buf_puts(cmd, " > ");
+            bad |= coai__sh_path(cmd, ex->path);
+        } else {
+            tc->parts = coai__write_parts(ex->content.len);
+            if (tc->part >= tc->parts) return -2;
+            bad |= coai__rs_write_part(cmd, ex->exec_id, ex->path, ex->content, tc->part,
+                                       tc->parts, tc->salt);
         }
-        coai_buf_puts(&cmd, "-e ");
-        bad |= coai__sh_arg(&cmd, ex->pattern);
-        coai_buf_puts(&cmd, " -- ");
-        bad |= coai__sh_path(&cmd, ex->path.len ? ex->path : coai_str_c("."));
-    } else {
+    } else if (ex->kind == COAI_EXEC_LS) {
+        coai_buf_puts(cmd, "ls -la -- ");
+        /* no path: the client's own directory (the proxy's workspace is not where it runs) */
+        bad |= coai__sh_path(cmd, ex->has_path || ex->path.len ? ex->path : coai_str_c("."));
+    } else if (ex->kind == COAI_EXEC_DELETE) {
+        if (!ex->path.len) return 0;
+        bad |= coai__delete_cmd(cmd, ex->path);
+    } else if (ex->kind == COAI_EXEC_GREP && ex->pattern.len) {
+        coai_buf_puts(cmd, "grep -rnE ");
+        if (ex->glob.len) {
+            bad |= coai__sh_opt(cmd, "--include=", ex->glob);
+            coai_buf_putc(cmd, ' ');
+        }
+        coai_buf_puts(cmd, "-e ");
+        bad |= coai__sh_arg(cmd, ex->pattern);
+        coai_buf_puts(cmd, " -- ");
+        bad |= coai__sh_path(cmd, ex->path.len ? ex->path : coai_str_c("."));
+    } else if (ex->kind == COAI_EXEC_GREP) {
         /* a file glob: find matches its last path segment (src/x/y.ts -> y.ts) */
         coai_str g = ex->glob;
         const char *slash = NULL;
@@ -13801,13 +14285,28 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         for (i = 0; i < g.len; i++)
             if (g.ptr[i] == '/') slash = g.ptr + i;
         if (slash) { g.len -= (size_t)(slash + 1 - g.ptr); g.ptr = slash + 1; }
-        coai_buf_puts(&cmd, "find ");
-        bad |= coai__sh_path(&cmd, ex->path.len ? ex->path : coai_str_c("."));
-        coai_buf_puts(&cmd, " -type f -name ");
-        bad |= coai__sh_arg(&cmd, g);
+        coai_buf_puts(cmd, "find ");
+        bad |= coai__sh_path(cmd, ex->path.len ? ex->path : coai_str_c("."));
+        coai_buf_puts(cmd, " -type f -name ");
+        bad |= coai__sh_arg(cmd, g);
+    } else {
+        return 0;
     }
-    if (bad) { coai_buf_free(&cmd); tc->refusal = COAI__SH_REFUSAL; return 0; }
-    if (cmd.err) { coai_buf_free(&cmd); return -1; }
+    if (bad) return -1;
+    return cmd->err ? -2 : 1;
+}
+
+int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                            coai_str workspace, coai_tool_call *tc)
+{
+    coai_exec sh;
+    coai_buf cmd = { 0 };
+    int m = coai_exec_map(ex, tools, count, workspace, tc), f;
+    if (m != 0) return m;
+    f = coai__sh_fallback(ex, &cmd, tc);
+    if (f == 0) { coai_buf_free(&cmd); return 0; }
+    if (f == -1) { coai_buf_free(&cmd); tc->refusal = COAI__SH_REFUSAL; return 0; }
+    if (f < 0) { coai_buf_free(&cmd); return -1; }
     /* the command goes to the client's shell tool like a shell exec would */
     coai__exec_as_shell(&sh, ex, &cmd);
     m = coai_exec_map(&sh, tools, count, workspace, tc);
@@ -14934,6 +15433,13 @@ static int coai__rs_shell_args(coai_buf *b, int style, coai_str cmd, coai_str cw
 #define COAI_WRITE_PART_BYTES (64u * 1024u)
 #endif
 
+/* How many calls a split write of len bytes takes (one at least) */
+static unsigned coai__write_parts(size_t len)
+{
+    size_t n = (len + COAI_WRITE_PART_BYTES - 1) / COAI_WRITE_PART_BYTES;
+    return n ? (unsigned)n : 1u;
+}
+
 /* Would `printf '%s' 'content' > 'path'` pass one argument's limit? */
 static int coai__rs_write_fits(coai_str path, coai_str content)
 {
@@ -15169,6 +15675,12 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         if (ex->kind == COAI_EXEC_WRITE && (m = coai_exec_map(ex, tools, count, workspace, tc)))
             return m;
         if (!style) {
+            /* no Codex shell: a tool of the exec's role, or any other shell tool */
+            size_t sh;
+            if ((m = coai_anthropic_exec_map(ex, tools, count, workspace, tc)) != 0
+                || (tc->refusal
+                    && coai__ro_find(tools, count, COAI__R_SHELL, 0, NULL, &sh, NULL)))
+                return m;
             if (ap) tc->refusal = COAI__RS_PATCH_REFUSAL;
             return 0;
         }
@@ -15246,7 +15758,8 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     case COAI_EXEC_READ:
     case COAI_EXEC_LS:
     case COAI_EXEC_GREP:
-        if ((m = coai_exec_map(ex, tools, count, workspace, tc)) != 0 || !style) return m;
+        if ((m = coai_exec_map(ex, tools, count, workspace, tc)) != 0) return m;
+        if (!style) return coai_anthropic_exec_map(ex, tools, count, workspace, tc);
         if (ex->kind == COAI_EXEC_READ) {
             coai_buf_puts(&cmd, "cat -- ");
             bad |= coai__sh_path(&cmd, ex->path);
@@ -16425,10 +16938,11 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
     static const char *const p_desc[] = { "description", NULL };
     size_t idx = 0;
     int m;
+    coai__tfeat gf;
     if (!tools) count = 0;
     /* a regex search restricted by a file glob: Gemini CLI's grep takes include_pattern */
     if (ex->kind == COAI_EXEC_GREP && ex->glob.len && ex->pattern.len
-        && coai__oa_find_tool(tools, count, n_grep, &idx)
+        && coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)
         && coai__oa_has_param(&tools[idx], p_include)) {
         const coai_tool *t = &tools[idx];
         coai_buf *b = &tc->args;
@@ -16443,7 +16957,8 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
         return b->err ? -1 : 1;
     }
     if ((ex->kind == COAI_EXEC_SHELL || ex->kind == COAI_EXEC_SHELL_STREAM)
-        && coai__oa_find_tool(tools, count, n_shell, &idx)) {
+        && coai__ro_find(tools, count, COAI__R_SHELL, 0, n_shell, &idx, &gf)
+        && gf.cmd_kind <= 1) {
         /* run_shell_command {command, description, dir_path}: Cursor's cwd is a directory of
          * the proxy's workspace; Gemini CLI refuses a dir_path outside its own, so the
          * workspace itself is left out (Gemini CLI's root) and a directory under it goes as
@@ -16453,7 +16968,7 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
         coai_str cwd = ex->cwd, ds;
         coai_buf_reset(b);
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param(t, p_command), ex->command);
+        coai__oa_arg(b, gf.cmd ? gf.cmd : coai__oa_param(t, p_command), ex->command);
         if (coai__oa_has_param(t, p_desc)) {
             /* Cursor's own description of the command (ShellArgs 15) when it sent one */
             if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);

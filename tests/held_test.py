@@ -6,7 +6,7 @@ ids, stream_close), stalls like the live server when they are wrong, and can go 
 close a held run. Every fallback (held run -> fresh replayed run) has a check here that fails
 when the fallback is removed. Prints `RESULT <passed> <failed>` last.
   tests/held_test.py [--only a,b] [--keep]
-  sections: parity,held,ids,fallback,clients,fast,memory,watchdog"""
+  sections: parity,held,ids,fallback,clients,fast,memory,watchdog,roles"""
 
 import json
 import os
@@ -45,6 +45,10 @@ def read_exec(i, path, **kw):
           "hold": True}
     st.update(kw)
     return st
+
+
+def roles_target(ws):
+    return os.path.join(ws, "roles dir", "it's $(touch pwned).txt")
 
 
 def scenarios(ws):
@@ -127,6 +131,14 @@ def scenarios(ws):
         "m_reject": {"when": [{"resumed": True, "steps": [
             {"op": "trailer", "status": 3, "message": "Conversation state is invalid"}]}],
             "steps": [{"op": "checkpoint"}, {"op": "echo"}] + END},
+        # issue 31 item 2: a client whose one tool is run_commands {commands[]} writes, then
+        # reads, through it (the commands the proxy writes for that shell)
+        "r_shell_only": {"when": REPLAY, "steps": [
+            {"op": "exec", "kind": "write", "id": 1, "exec_id": "exec-write-1",
+             "path": roles_target(ws), "file_text": "roles-it's $(x)\nline 2\n", "hold": True},
+            {"op": "await_results", "max_s": 60},
+            read_exec(2, roles_target(ws)), {"op": "await_results", "max_s": 60},
+            {"op": "text_from_result", "id": 2, "prefix": "READ:"}] + END},
         "m_missing": {"when": [{"resumed": True, "steps": [
             {"op": "kv_get_blob", "id": 9, "blob_id_hex": "22" * 32,
              "on_missing": "Connect error internal: Blob not found"},
@@ -152,8 +164,20 @@ TOOLS = [{"type": "function", "function": {
         "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
 
 
+# a client that has nothing but a tool running a list of shell commands (issue 31 item 2)
+RC_TOOLS = [{"type": "function", "function": {
+    "name": "run_commands", "description": "Run shell commands in order",
+    "parameters": {"type": "object", "properties": {"commands": {
+        "type": "array", "items": {"type": "string"}}}, "required": ["commands"],
+        "additionalProperties": False}}}]
+
+
 def run_tool(ws, name, args):
     """What a client does with our tool calls (in the test workspace only)."""
+    if name == "run_commands":
+        return "".join(subprocess.run(["bash", "-c", c], cwd=ws, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, timeout=10).stdout.decode()
+                       for c in args["commands"])
     if name == "read":
         with open(args["path"]) as f:
             return f.read()
@@ -938,6 +962,53 @@ def t_watchdog(tmp, fake, token, ws, secret):
     upstream_clean(fake, n0)
 
 
+def t_roles(tmp, fake, token, ws, secret):
+    """issue 31 item 2: native execs mapped by role; a shell-only client writes and reads"""
+    n0 = len(fake.state()["errors"])
+    # the native execs are what this checks (caller-owned tool mode would keep them away)
+    px = H.Proxy(tmp, "roles", fake.url(), fake.ca, token,
+                 extra_env={"CURSOR_OAI_TOOL_MODE": "cursor", "CURSOR_OAI_IDLE_TIMEOUT": "20"})
+    target = roles_target(ws)
+    for stream in (False, True):
+        if os.path.isdir(os.path.dirname(target)):
+            shutil.rmtree(os.path.dirname(target))
+        k0 = len(runs_of(fake, "r_shell_only"))
+        msgs = [{"role": "user", "content": "write it, then read it"}]
+        rs = []
+        for _ in range(4):
+            r = chat(px, {"model": "scenario:r_shell_only", "messages": msgs,
+                          "tools": RC_TOOLS}, stream)
+            rs.append(r)
+            if not r["tool_calls"]:
+                break
+            msgs = follow_up(msgs, r, ws)
+        names = [[t["name"] for t in r["tool_calls"]] for r in rs]
+        eq("stream=%s: write and read became run_commands calls, then the answer" % stream,
+           names, [["run_commands"], ["run_commands"], []])
+        args = [json.loads(r["tool_calls"][0]["arguments"]) for r in rs if r["tool_calls"]]
+        check("stream=%s: each call is {commands: [one command]}" % stream,
+              all(list(a) == ["commands"] and len(a["commands"]) == 1 for a in args), args)
+        got = open(target, encoding="utf-8").read() if os.path.isfile(target) else None
+        eq("stream=%s: the file holds the written bytes at the literal path" % stream, got,
+           "roles-it's $(x)\nline 2\n")
+        check("stream=%s: nothing ran that the path spelled" % stream,
+              not os.path.exists(os.path.join(ws, "pwned")))
+        # (the fake's text of a read result: the path, then the content)
+        check("stream=%s: the read's content reached Cursor" % stream,
+              rs[-1]["content"] == "READ:%s\nroles-it's $(x)\nline 2\n" % target, rs[-1])
+        runs = runs_of(fake, "r_shell_only")[k0:]
+        eq("stream=%s: one upstream run for the loop" % stream, len(runs), 1)
+        if runs:
+            eq("stream=%s: write answered write_result success + stream_close" % stream,
+               (runs[0]["exec_results"].get("1") or {}).get("frames"),
+               [["write_result", "success"], ["stream_close", None]])
+            eq("stream=%s: read answered read_result success + stream_close" % stream,
+               (runs[0]["exec_results"].get("2") or {}).get("frames"),
+               [["read_result", "success"], ["stream_close", None]])
+    upstream_clean(fake, n0)
+    px.stop()
+
+
 def main():
     only, keep = S.options()
     if S.binary_missing():
@@ -958,7 +1029,8 @@ def main():
                     ("clients", lambda: t_clients(tmp, fake, token, ws, secret)),
                     ("fast", lambda: t_fast(tmp, fake, token, ws, secret)),
                     ("memory", lambda: t_memory(tmp, fake, token, ws)),
-                    ("watchdog", lambda: t_watchdog(tmp, fake, token, ws, secret))), only)
+                    ("watchdog", lambda: t_watchdog(tmp, fake, token, ws, secret)),
+                    ("roles", lambda: t_roles(tmp, fake, token, ws, secret))), only)
     except Exception:
         check("suite setup", False, traceback.format_exc())
     return S.finish(keep)

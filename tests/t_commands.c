@@ -206,14 +206,18 @@ static char *snapshot(const char *drop, const char *add, const char *add_text, s
 
 /* ---- the mappings ------------------------------------------------------------------- */
 
+/* The last four: shell-only clients nobody here uses (issue 31 item 2), each the only tool
+ * of its client, known by its schema alone */
 enum { M_CHAT, M_ANTHROPIC, M_GEMINI, M_EXEC_COMMAND, M_SHELL_COMMAND, M_SHELL_ARRAY,
-       M_EXEC_COMMAND_PATCH, M_PATCH_ONLY, M_COUNT };
+       M_EXEC_COMMAND_PATCH, M_PATCH_ONLY, M_RUN_CMD, M_RUN_COMMANDS, M_BASH_SCRIPT,
+       M_EXECUTE_COMMAND, M_COUNT };
 static const char *const m_name[M_COUNT] = { "chat bash", "anthropic Bash",
     "gemini run_shell_command", "responses exec_command", "responses shell_command",
     "responses shell (array)", "responses exec_command + apply_patch",
-    "responses apply_patch alone" };
+    "responses apply_patch alone", "chat run {cmd}", "anthropic run_commands {commands[]}",
+    "gemini bash {script}", "responses execute_command {command, cwd}" };
 
-static cJSON *p_cmd, *p_command, *p_array, *p_gemini;
+static cJSON *p_cmd, *p_command, *p_array, *p_gemini, *p_run, *p_cmds, *p_script, *p_exec;
 static coai_tool tools[M_COUNT][2];
 static size_t tool_n[M_COUNT];
 
@@ -228,7 +232,25 @@ static void tools_init(void)
     p_gemini = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"command\":{\"type\":"
                            "\"string\"},\"description\":{\"type\":\"string\"},\"dir_path\":"
                            "{\"type\":\"string\"}}}");
+    p_run = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"cmd\":{\"type\":\"string\"}},"
+                        "\"required\":[\"cmd\"],\"additionalProperties\":false}");
+    p_cmds = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"commands\":{\"type\":"
+                         "\"array\",\"items\":{\"type\":\"string\"}}},\"required\":[\"commands\"]}");
+    p_script = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"script\":{\"type\":"
+                           "\"string\",\"description\":\"bash script\"}}}");
+    p_exec = cJSON_Parse("{\"type\":\"object\",\"properties\":{\"command\":{\"type\":"
+                         "\"string\"},\"cwd\":{\"type\":\"string\"}},\"required\":[\"command\"]}");
     memset(tools, 0, sizeof tools);
+    tools[M_RUN_CMD][0].name = coai_str_c("run");
+    tools[M_RUN_CMD][0].parameters = p_run;
+    tools[M_RUN_COMMANDS][0].name = coai_str_c("run_commands");
+    tools[M_RUN_COMMANDS][0].parameters = p_cmds;
+    tools[M_BASH_SCRIPT][0].name = coai_str_c("bash");
+    tools[M_BASH_SCRIPT][0].parameters = p_script;
+    tools[M_EXECUTE_COMMAND][0].name = coai_str_c("execute_command");
+    tools[M_EXECUTE_COMMAND][0].parameters = p_exec;
+    tool_n[M_RUN_CMD] = tool_n[M_RUN_COMMANDS] = tool_n[M_BASH_SCRIPT] = 1;
+    tool_n[M_EXECUTE_COMMAND] = 1;
     tools[M_CHAT][0].name = coai_str_c("bash");
     tools[M_CHAT][0].parameters = p_command;
     tools[M_ANTHROPIC][0].name = coai_str_c("Bash");
@@ -253,8 +275,25 @@ static void tools_init(void)
 
 static coai_dialect m_dialect(int m)
 {
-    return m == M_CHAT ? COAI_DIALECT_OPENAI_CHAT : m == M_ANTHROPIC ? COAI_DIALECT_ANTHROPIC
-           : m == M_GEMINI ? COAI_DIALECT_GEMINI : COAI_DIALECT_RESPONSES;
+    return m == M_CHAT || m == M_RUN_CMD ? COAI_DIALECT_OPENAI_CHAT
+           : m == M_ANTHROPIC || m == M_RUN_COMMANDS ? COAI_DIALECT_ANTHROPIC
+           : m == M_GEMINI || m == M_BASH_SCRIPT ? COAI_DIALECT_GEMINI : COAI_DIALECT_RESPONSES;
+}
+
+/* The command text in a shell tool's arguments: cmd, command, script, or in an array the
+ * script of ["bash", "-lc", script] or the first of a list of commands */
+static const cJSON *cmd_of(const cJSON *j)
+{
+    const cJSON *c = cJSON_GetObjectItem(j, "cmd");
+    if (!c) c = cJSON_GetObjectItem(j, "command");
+    if (!c) c = cJSON_GetObjectItem(j, "script");
+    if (!c) c = cJSON_GetObjectItem(j, "commands");
+    if (cJSON_IsArray(c)) {
+        const cJSON *a0 = cJSON_GetArrayItem(c, 0);
+        c = cJSON_GetArraySize(c) == 3 && cJSON_IsString(a0) && !strcmp(a0->valuestring, "bash")
+            ? cJSON_GetArrayItem(c, 2) : cJSON_GetArraySize(c) == 1 ? a0 : NULL;
+    }
+    return c;
 }
 
 /* What the mapping made of ex: -1 failed, 0 not mapped (*why: tc.refusal), 1 a command
@@ -275,9 +314,7 @@ static int map(int m, const coai_exec *ex, char **cmd, const char **why)
         c = cJSON_GetObjectItem(j, "input");
         r = 2;
     } else {
-        c = cJSON_GetObjectItem(j, "cmd");
-        if (!c) c = cJSON_GetObjectItem(j, "command");
-        if (cJSON_IsArray(c)) c = cJSON_GetArrayItem(c, 2);
+        c = (cJSON *)cmd_of(j);
         r = 1;
     }
     if (cJSON_IsString(c)) *cmd = strdup(c->valuestring);
@@ -384,9 +421,8 @@ static void exec_of(coai_exec *ex, int k, coai_str path)
 /* Which (mapping, kind) pairs write a command (the others have no such mapping) */
 static int m_has(int m, int k)
 {
-    if (m == M_CHAT) return k == K_DELETE;
-    if (m == M_ANTHROPIC || m == M_GEMINI) return k == K_LS || k == K_GREP || k == K_GLOB
-                                                 || k == K_DELETE;
+    /* a shell tool does every file exec (issue 31 item 2: chat did only deletes, the
+     * Messages and Gemini APIs no reads or writes) */
     if (m == M_PATCH_ONLY) return k == K_DELETE || k == K_WRITE;
     return 1;
 }
@@ -741,6 +777,75 @@ done:
     coai_buf_free(&content);
 }
 
+/* A write too big for one argument through each shell-only client (issue 31 item 2): the
+ * split write's calls, each mapped by the client's dialect onto its one tool and run in
+ * order by real bash, leave exactly the content at the literal (hostile) target and
+ * nothing else; a NUL in the content goes as base64 the same way. */
+static void test_split_shell_only(void)
+{
+    static const int ms[] = { M_RUN_CMD, M_RUN_COMMANDS, M_BASH_SCRIPT, M_EXECUTE_COMMAND,
+                              M_CHAT, M_ANTHROPIC, M_GEMINI };
+    static const char *const paths[] = { "-big it's $(touch pwned).txt", "sub/`x`\nb.txt",
+                                         "nul.bin" };
+    coai_buf content = { 0 };
+    size_t i, mi, pi;
+    for (i = 0; content.len < 200 * 1024; i++)
+        coai_buf_printf(&content, "line %lu it's $(touch pwned) \\ %%s\r\n", (unsigned long)i);
+    for (mi = 0; mi < sizeof ms / sizeof ms[0]; mi++)
+        for (pi = 0; pi < 3; pi++) {
+            int m = ms[mi];
+            coai_exec ex;
+            coai_tool_call tc;
+            char key[300], *want, *after;
+            unsigned k, parts = 0;
+            int ok = 1;
+            memset(&ex, 0, sizeof ex);
+            ex.kind = COAI_EXEC_WRITE;
+            ex.id = 9;
+            ex.exec_id = coai_str_c("exec-9");
+            ex.path = coai_str_c(paths[pi]);
+            ex.content.ptr = (const char *)content.data;
+            ex.content.len = pi == 2 ? 1000 : content.len;
+            if (pi == 2) content.data[500] = 0;                /* a NUL in a small write */
+            snprintf(key, sizeof key, "work/%s", paths[pi]);
+            CHECK(scratch(NULL) == 0);                         /* work/sub is there */
+            want = snapshot(NULL, key, ex.content.ptr, ex.content.len);
+            for (k = 0; ok && (k == 0 || k < parts); k++) {
+                cJSON *j;
+                const cJSON *c;
+                int r, rc;
+                memset(&tc, 0, sizeof tc);
+                tc.part = k;
+                tc.salt = 0xfeedULL + mi;
+                r = coai__exec_map_of(m_dialect(m))(&ex, tools[m], tool_n[m],
+                                                   coai_str_c("/proxy/ws"), &tc);
+                if (k == 0) parts = tc.parts;
+                j = r == 1 ? cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len)
+                           : NULL;
+                c = cmd_of(j);
+                CHECKF(r == 1 && cJSON_IsString(c), "%s %s part %u: r=%d %s", m_name[m],
+                       paths[pi], k, r, tc.args.data ? (const char *)tc.args.data : "");
+                if (r == 1 && cJSON_IsString(c)) {
+                    rc = run_bash(work, c->valuestring);
+                    CHECKF(rc == 0, "%s %s part %u: exit %d", m_name[m], paths[pi], k, rc);
+                    if (rc != 0) ok = 0;
+                } else {
+                    ok = 0;
+                }
+                cJSON_Delete(j);
+                coai_buf_free(&tc.args);
+            }
+            CHECKF(pi == 2 || parts >= 3, "%s: %u parts for 200 KiB", m_name[m], parts);
+            after = snapshot(NULL, NULL, NULL, 0);
+            CHECKF(want && after && !strcmp(want, after), "%s %s:\nwanted:\n%s\ngot:\n%s",
+                   m_name[m], paths[pi], want, after);
+            if (pi == 2) content.data[500] = 'x';
+            free(want);
+            free(after);
+        }
+    coai_buf_free(&content);
+}
+
 /* ---- the refusal reaches Cursor ------------------------------------------------------- */
 
 static int sink_send(void *user, const unsigned char *msg, size_t n)
@@ -819,11 +924,16 @@ int main(void)
     test_hostile_patterns();
     test_patch_injection();
     test_split_staging();
+    test_split_shell_only();
     test_refusal_sent();
     rm_tree(base);
     cJSON_Delete(p_cmd);
     cJSON_Delete(p_command);
     cJSON_Delete(p_array);
     cJSON_Delete(p_gemini);
+    cJSON_Delete(p_run);
+    cJSON_Delete(p_cmds);
+    cJSON_Delete(p_script);
+    cJSON_Delete(p_exec);
     TEST_END();
 }
