@@ -127,7 +127,10 @@ def main():
         fake = H.Fake(tmp, {"bench_loop": scenario(ws, a.steps, a.startup_ms)}, token)
         for tr, mode in [(t, m) for t in transports for m in ("on", "off")]:
             px = H.Proxy(tmp, tr + "-" + mode, fake.url(), fake.ca, token,
-                         extra_env={"CURSOR_OAI_CONTINUATION": mode,
+                         # the loop's steps are Cursor's native reads, mapped onto the
+                         # client's read tool: the cursor tool mode
+                         extra_env={"CURSOR_OAI_TOOL_MODE": "cursor",
+                                    "CURSOR_OAI_CONTINUATION": mode,
                                     "CURSOR_OAI_TRANSPORT": tr,
                                     "CURSOR_OAI_IDLE_TIMEOUT": "120"})
             n0 = len(fake.runs())
