@@ -32,12 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { FK_LISTEN, FK_CLIENT, FK_UP };
+#include "bbuf.h"
 
-struct fbuf {
-    unsigned char *p;
-    size_t len, off, cap;
-};
+enum { FK_LISTEN, FK_CLIENT, FK_UP };
 
 static void fdie(const char *m)
 {
@@ -45,28 +42,6 @@ static void fdie(const char *m)
     exit(2);
 }
 
-static void fbuf_add(struct fbuf *b, const void *p, size_t n)
-{
-    if (b->off && b->off == b->len) b->off = b->len = 0;
-    if (b->len + n > b->cap) {
-        if (b->off) {
-            memmove(b->p, b->p + b->off, b->len - b->off);
-            b->len -= b->off;
-            b->off = 0;
-        }
-        if (b->len + n > b->cap) {
-            size_t nc = b->cap ? b->cap : 512;
-            while (nc < b->len + n) nc *= 2;
-            b->p = realloc(b->p, nc);
-            if (!b->p) fdie("out of memory");
-            b->cap = nc;
-        }
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
-
-static size_t fbuf_avail(const struct fbuf *b) { return b->len - b->off; }
 
 static struct {
     int ep, up_port;
@@ -80,7 +55,7 @@ static struct {
 struct client {
     int kind, fd, want_out, closing, busy, dirty;
     struct client *prev, *next;     /* every client */
-    struct fbuf in, out;
+    struct bbuf in, out;
     void *run;                      /* the floor's run for the request in progress */
 };
 
@@ -99,8 +74,8 @@ static void cl_ep(struct client *c)
 
 static void cl_flush(struct client *c)
 {
-    while (fbuf_avail(&c->out)) {
-        ssize_t n = send(c->fd, c->out.p + c->out.off, fbuf_avail(&c->out), MSG_NOSIGNAL);
+    while (bbuf_avail(&c->out)) {
+        ssize_t n = send(c->fd, c->out.p + c->out.off, bbuf_avail(&c->out), MSG_NOSIGNAL);
         if (n > 0) { c->out.off += (size_t)n; continue; }
         if (n < 0 && errno == EAGAIN) {
             if (!c->want_out) { c->want_out = 1; cl_ep(c); }
@@ -155,16 +130,16 @@ static void cl_delta(struct client *c, const unsigned char *t, size_t n)
     memcpy(ev + k, post, sizeof post - 1);
     k += sizeof post - 1;
     hn = snprintf(h, sizeof h, "%zx\r\n", k);
-    fbuf_add(&c->out, h, (size_t)hn);
-    fbuf_add(&c->out, ev, k);
-    fbuf_add(&c->out, "\r\n", 2);
+    bbuf_add(&c->out, h, (size_t)hn);
+    bbuf_add(&c->out, ev, k);
+    bbuf_add(&c->out, "\r\n", 2);
     cl_mark(c);
 }
 
 static void cl_done(struct client *c)
 {
     static const char d[] = "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n";
-    fbuf_add(&c->out, d, sizeof d - 1);
+    bbuf_add(&c->out, d, sizeof d - 1);
     c->busy = 0;
     c->run = NULL;
     cl_mark(c);
@@ -174,13 +149,13 @@ static void cl_head(struct client *c)
 {
     static const char h[] = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                             "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n";
-    fbuf_add(&c->out, h, sizeof h - 1);
+    bbuf_add(&c->out, h, sizeof h - 1);
 }
 
 static void cl_fail(struct client *c)
 {
     static const char r[] = "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-    fbuf_add(&c->out, r, sizeof r - 1);
+    bbuf_add(&c->out, r, sizeof r - 1);
     cl_flush(c);
     c->closing = 1;
 }
@@ -190,14 +165,14 @@ static void cl_read(struct client *c)
     char b[8192];
     for (;;) {
         ssize_t n = recv(c->fd, b, sizeof b, 0);
-        if (n > 0) { fbuf_add(&c->in, b, (size_t)n); continue; }
+        if (n > 0) { bbuf_add(&c->in, b, (size_t)n); continue; }
         if (n < 0 && errno == EAGAIN) break;
         c->closing = 1;
         return;
     }
-    while (!c->busy && fbuf_avail(&c->in)) {
+    while (!c->busy && bbuf_avail(&c->in)) {
         const char *p = (const char *)c->in.p + c->in.off, *e, *cl, *m, *me;
-        size_t avail = fbuf_avail(&c->in), hl, bl = 0;
+        size_t avail = bbuf_avail(&c->in), hl, bl = 0;
         e = memmem(p, avail, "\r\n\r\n", 4);
         if (!e) return;
         hl = (size_t)(e - p) + 4;
@@ -285,13 +260,13 @@ static int fmsg(const unsigned char *m, size_t n, const unsigned char **t, size_
 
 /* Envelopes out of b: each text to the client; returns 1 when the answer ended (turn_ended,
  * a Connect end-stream or a gRPC-web trailer). */
-static int fenvelopes(struct fbuf *b, struct client *c)
+static int fenvelopes(struct bbuf *b, struct client *c)
 {
     int end = 0;
-    while (fbuf_avail(b) >= 5) {
+    while (bbuf_avail(b) >= 5) {
         const unsigned char *p = b->p + b->off, *t;
         size_t ln = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4], tn;
-        if (fbuf_avail(b) < 5 + ln) break;
+        if (bbuf_avail(b) < 5 + ln) break;
         b->off += 5 + ln;
         if (p[0] & 0x82) { end = 1; continue; }
         switch (fmsg(p + 5, ln, &t, &tn)) {

@@ -20,7 +20,7 @@ enum { U_HEAD, U_SIZE, U_DATA, U_CRLF, U_LAST, U_IDLE };
 struct uconn {
     int kind, fd, want_out, dead;
     SSL *ssl;
-    struct fbuf in, out;
+    struct bbuf in, out;
     struct frun *run;               /* NULL when idle */
     int is_sse, st, ended;
     size_t left;                    /* bytes left of the chunk (U_DATA), or the body (append) */
@@ -30,7 +30,7 @@ struct uconn {
 struct frun {
     struct client *c;
     struct uconn *sse, *app;
-    struct fbuf env;                /* RunSSE body bytes not yet split into envelopes */
+    struct bbuf env;                /* RunSSE body bytes not yet split into envelopes */
 };
 
 static struct uconn *POOL;
@@ -55,8 +55,8 @@ static void uc_free(struct uconn *u)
 
 static void uc_flush(struct uconn *u)
 {
-    while (fbuf_avail(&u->out)) {
-        int n = SSL_write(u->ssl, u->out.p + u->out.off, (int)fbuf_avail(&u->out));
+    while (bbuf_avail(&u->out)) {
+        int n = SSL_write(u->ssl, u->out.p + u->out.off, (int)bbuf_avail(&u->out));
         if (n > 0) { u->out.off += (size_t)n; continue; }
         n = SSL_get_error(u->ssl, n);
         if (n == SSL_ERROR_WANT_WRITE || n == SSL_ERROR_WANT_READ) {
@@ -122,8 +122,8 @@ static int floor_start(struct client *c, const char *model, size_t mn)
     b[0] = 0; b[1] = b[2] = b[3] = 0; b[4] = 38; b[5] = 0x0a; b[6] = 36;
     memcpy(b + 7, rid, 36);
     hn = head(h, sizeof h, RUNSSE_PATH, "application/connect+proto", rid, 43);
-    fbuf_add(&r->sse->out, h, (size_t)hn);
-    fbuf_add(&r->sse->out, b, 43);
+    bbuf_add(&r->sse->out, h, (size_t)hn);
+    bbuf_add(&r->sse->out, b, 43);
     /* BidiAppend: BidiAppendRequest{1: hex(run request), 2: {1: rid}, 3: 0} */
     rn = frun_request(rr, model, mn);
     b[k++] = 0x0a;
@@ -135,8 +135,8 @@ static int floor_start(struct client *c, const char *model, size_t mn)
     k += 36;
     b[k++] = 0x18; b[k++] = 0;
     hn = head(h, sizeof h, APPEND_PATH, "application/proto", rid, k);
-    fbuf_add(&r->app->out, h, (size_t)hn);
-    fbuf_add(&r->app->out, b, k);
+    bbuf_add(&r->app->out, h, (size_t)hn);
+    bbuf_add(&r->app->out, b, k);
     r->sse->run = r->app->run = r;
     r->sse->is_sse = 1;
     r->app->is_sse = 0;
@@ -159,7 +159,7 @@ static void floor_abandon(struct client *c)
 static int uc_head(struct uconn *u)
 {
     const char *p = (const char *)u->in.p + u->in.off, *e, *cl;
-    size_t avail = fbuf_avail(&u->in), hl;
+    size_t avail = bbuf_avail(&u->in), hl;
     e = memmem(p, avail, "\r\n\r\n", 4);
     if (!e) return 0;
     hl = (size_t)(e - p) + 4;
@@ -183,7 +183,7 @@ static void uc_parse(struct uconn *u)
 {
     struct frun *r = u->run;
     for (;;) {
-        size_t avail = fbuf_avail(&u->in);
+        size_t avail = bbuf_avail(&u->in);
         const unsigned char *p = u->in.p + u->in.off, *e;
         if (!r) { u->in.off = u->in.len = 0; return; }
         switch (u->st) {
@@ -192,7 +192,7 @@ static void uc_parse(struct uconn *u)
             if (h == 0) return;
             if (h < 0) { u->dead = 1; if (r->c) r->c->closing = 1; return; }
             if (!u->is_sse) {       /* the append's answer: its body (none) and back to the pool */
-                if (fbuf_avail(&u->in) < u->left) return;
+                if (bbuf_avail(&u->in) < u->left) return;
                 u->in.off += u->left;
                 r->app = NULL;
                 if (!r->sse) free(r);
@@ -212,7 +212,7 @@ static void uc_parse(struct uconn *u)
         case U_DATA: {
             size_t n = avail < u->left ? avail : u->left;
             if (!n) return;
-            fbuf_add(&r->env, p, n);
+            bbuf_add(&r->env, p, n);
             u->in.off += n;
             u->left -= n;
             if (fenvelopes(&r->env, r->c)) run_end(r);
@@ -250,7 +250,7 @@ static void uc_read(struct uconn *u)
             u->dead = 1;
             break;
         }
-        fbuf_add(&u->in, b, (size_t)n);
+        bbuf_add(&u->in, b, (size_t)n);
     }
     uc_parse(u);
 }

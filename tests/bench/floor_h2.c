@@ -19,7 +19,7 @@
 struct frun {
     struct client *c;
     int32_t sid;
-    struct fbuf in;                 /* answer bytes not yet split into envelopes */
+    struct bbuf in;                 /* answer bytes not yet split into envelopes */
     unsigned char req[128];         /* the run request's envelope */
     size_t req_len;
     int req_sent, eof;
@@ -29,7 +29,7 @@ static struct {
     int kind, fd, want_out;
     SSL *ssl;
     nghttp2_session *h2;
-    struct fbuf out;
+    struct bbuf out;
     char authority[32];
 } U;
 
@@ -44,8 +44,8 @@ static void up_ep(void)
 static void up_flush(void)
 {
     if (nghttp2_session_send(U.h2) != 0) fdie("nghttp2_session_send");
-    while (fbuf_avail(&U.out)) {
-        int n = SSL_write(U.ssl, U.out.p + U.out.off, (int)fbuf_avail(&U.out));
+    while (bbuf_avail(&U.out)) {
+        int n = SSL_write(U.ssl, U.out.p + U.out.off, (int)bbuf_avail(&U.out));
         if (n > 0) { U.out.off += (size_t)n; continue; }
         n = SSL_get_error(U.ssl, n);
         if (n == SSL_ERROR_WANT_WRITE || n == SSL_ERROR_WANT_READ) {
@@ -61,7 +61,7 @@ static void up_flush(void)
 static ssize_t send_cb(nghttp2_session *s, const uint8_t *d, size_t n, int fl, void *u)
 {
     (void)s; (void)fl; (void)u;
-    fbuf_add(&U.out, d, n);
+    bbuf_add(&U.out, d, n);
     return (ssize_t)n;
 }
 
@@ -85,7 +85,7 @@ static int data_cb(nghttp2_session *s, uint8_t fl, int32_t sid, const uint8_t *d
     struct frun *r = nghttp2_session_get_stream_user_data(s, sid);
     (void)fl; (void)u;
     if (!r) return 0;
-    fbuf_add(&r->in, d, n);
+    bbuf_add(&r->in, d, n);
     if (fenvelopes(&r->in, r->c) && !r->eof) {
         if (r->c) cl_done(r->c);
         r->c = NULL;

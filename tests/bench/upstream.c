@@ -49,6 +49,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bbuf.h"
+
 #define RUN_PATH "/agent.v1.AgentService/Run"
 #define RUNSSE_PATH "/agent.v1.AgentService/RunSSE"
 #define APPEND_PATH "/aiserver.v1.BidiService/BidiAppend"
@@ -69,11 +71,6 @@ struct scen {
     int64_t interval_ns;
 };
 
-struct buf {
-    unsigned char *p;
-    size_t len, off, cap;
-};
-
 struct conn;
 
 struct run {
@@ -85,9 +82,9 @@ struct run {
     int64_t due;                    /* paced: next delta (CLOCK_MONOTONIC ns) */
     int heap_i;                     /* index in the timer heap, -1 when not in it */
     int unpaced;                    /* in the unpaced list */
-    struct buf pend;                /* HTTP/2: answer bytes nghttp2 has not taken yet */
+    struct bbuf pend;                /* HTTP/2: answer bytes nghttp2 has not taken yet */
     int eof;                        /* HTTP/2: the answer's last byte is in pend */
-    struct buf body;                /* HTTP/2: request body bytes not yet split */
+    struct bbuf body;                /* HTTP/2: request body bytes not yet split */
     struct run *prev, *next;        /* every run */
     struct run *hnext;              /* request id hash chain (HTTP/1.1) */
     struct run *unext, *uprev;      /* unpaced list */
@@ -97,7 +94,7 @@ struct conn {
     int kind, fd, state, closing, want_out, close_after;
     SSL *ssl;
     nghttp2_session *h2;
-    struct buf out, in;
+    struct bbuf out, in;
     struct run *run;                /* HTTP/1.1: the RunSSE open on this connection */
     int64_t ping_at;                /* HTTP/2: when the PING in flight was sent, 0 none */
     struct conn *prev, *next;
@@ -159,30 +156,8 @@ static void error_note(const char *fmt, ...)
 
 /* ---- buffers ---- */
 
-static void buf_add(struct buf *b, const void *p, size_t n)
-{
-    if (b->off && b->off == b->len) b->off = b->len = 0;
-    if (b->len + n > b->cap) {
-        if (b->off) {
-            memmove(b->p, b->p + b->off, b->len - b->off);
-            b->len -= b->off;
-            b->off = 0;
-        }
-        if (b->len + n > b->cap) {
-            size_t nc = b->cap ? b->cap : 256;
-            while (nc < b->len + n) nc *= 2;
-            b->p = realloc(b->p, nc);
-            if (!b->p) die("out of memory");
-            b->cap = nc;
-        }
-    }
-    memcpy(b->p + b->len, p, n);
-    b->len += n;
-}
 
-static size_t buf_avail(const struct buf *b) { return b->len - b->off; }
-
-static void buf_free(struct buf *b)
+static void buf_free(struct bbuf *b)
 {
     free(b->p);
     memset(b, 0, sizeof *b);
@@ -315,8 +290,8 @@ static void conn_close(struct conn *c);
 /* Write what is queued. 0 all written or waiting for EPOLLOUT, -1 the connection failed. */
 static int conn_flush(struct conn *c)
 {
-    while (buf_avail(&c->out)) {
-        int n = SSL_write(c->ssl, c->out.p + c->out.off, (int)buf_avail(&c->out));
+    while (bbuf_avail(&c->out)) {
+        int n = SSL_write(c->ssl, c->out.p + c->out.off, (int)bbuf_avail(&c->out));
         if (n > 0) { c->out.off += (size_t)n; continue; }
         n = SSL_get_error(c->ssl, n);
         if (n == SSL_ERROR_WANT_WRITE || n == SSL_ERROR_WANT_READ) {
@@ -468,17 +443,17 @@ static void run_emit(struct run *r, const unsigned char *p, size_t n, int last)
 {
     struct conn *c = r->c;
     if (r->sid) {
-        buf_add(&r->pend, p, n);
+        bbuf_add(&r->pend, p, n);
         if (last) r->eof = 1;
         nghttp2_session_resume_data(c->h2, r->sid);
         if (nghttp2_session_send(c->h2) != 0) { error_note("nghttp2_session_send failed"); c->closing = 1; }
     } else {
         char h[16];
         int hn = snprintf(h, sizeof h, "%zx\r\n", n);
-        buf_add(&c->out, h, (size_t)hn);
-        buf_add(&c->out, p, n);
-        buf_add(&c->out, "\r\n", 2);
-        if (last) buf_add(&c->out, "0\r\n\r\n", 5);
+        bbuf_add(&c->out, h, (size_t)hn);
+        bbuf_add(&c->out, p, n);
+        bbuf_add(&c->out, "\r\n", 2);
+        if (last) bbuf_add(&c->out, "0\r\n\r\n", 5);
     }
     conn_flush(c);
 }
@@ -552,7 +527,7 @@ static ssize_t h2_send_cb(nghttp2_session *s, const uint8_t *d, size_t n, int fl
 {
     struct conn *c = u;
     (void)s; (void)fl;
-    buf_add(&c->out, d, n);
+    bbuf_add(&c->out, d, n);
     return (ssize_t)n;
 }
 
@@ -560,7 +535,7 @@ static ssize_t h2_read_cb(nghttp2_session *s, int32_t sid, uint8_t *b, size_t le
                           uint32_t *flags, nghttp2_data_source *src, void *u)
 {
     struct run *r = src->ptr;
-    size_t n = buf_avail(&r->pend);
+    size_t n = bbuf_avail(&r->pend);
     (void)s; (void)sid; (void)u;
     if (n == 0) {
         if (r->eof) { *flags |= NGHTTP2_DATA_FLAG_EOF; return 0; }
@@ -569,7 +544,7 @@ static ssize_t h2_read_cb(nghttp2_session *s, int32_t sid, uint8_t *b, size_t le
     if (n > len) n = len;
     memcpy(b, r->pend.p + r->pend.off, n);
     r->pend.off += n;
-    if (r->eof && !buf_avail(&r->pend)) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (r->eof && !bbuf_avail(&r->pend)) *flags |= NGHTTP2_DATA_FLAG_EOF;
     return (ssize_t)n;
 }
 
@@ -642,11 +617,11 @@ static int h2_data(nghttp2_session *s, uint8_t fl, int32_t sid, const uint8_t *d
     struct run *r = nghttp2_session_get_stream_user_data(s, sid);
     (void)fl; (void)u;
     if (!r || r->has_auth != 2) return 0;
-    buf_add(&r->body, d, n);
-    while (buf_avail(&r->body) >= 5) {
+    bbuf_add(&r->body, d, n);
+    while (bbuf_avail(&r->body) >= 5) {
         const unsigned char *p = r->body.p + r->body.off;
         size_t ln = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
-        if (buf_avail(&r->body) < 5 + ln) break;
+        if (bbuf_avail(&r->body) < 5 + ln) break;
         if (p[0] & 3) error_note("a client message with flags 0x%02x on Run", p[0]);
         G.c.messages++;
         if (r->state == R_WAIT) {
@@ -727,7 +702,7 @@ static void h1_fail(struct conn *c, const char *why)
 {
     static const char r[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
     error_note("%s", why);
-    buf_add(&c->out, r, sizeof r - 1);
+    bbuf_add(&c->out, r, sizeof r - 1);
     conn_flush(c);
     c->closing = 1;
 }
@@ -783,7 +758,7 @@ static void h1_request(struct conn *c, const char *head, size_t hl, const unsign
         hn = snprintf(h, sizeof h, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: "
                       "chunked\r\n%s\r\n", prof == P_CONNECT ? CT_CONNECT : CT_GRPCWEB,
                       c->close_after ? "Connection: close\r\n" : "");
-        buf_add(&c->out, h, (size_t)hn);
+        bbuf_add(&c->out, h, (size_t)hn);
         conn_flush(c);
         if (r->sc) run_start(r, r->sc);      /* its run request came first */
         return;
@@ -811,8 +786,8 @@ static void h1_request(struct conn *c, const char *head, size_t hl, const unsign
         }
         G.c.appends++;
         G.c.messages++;
-        if (prof == P_CONNECT) buf_add(&c->out, rc, sizeof rc - 1);
-        else buf_add(&c->out, rg, sizeof rg - 1);
+        if (prof == P_CONNECT) bbuf_add(&c->out, rc, sizeof rc - 1);
+        else bbuf_add(&c->out, rg, sizeof rg - 1);
         conn_flush(c);
         if (seq == 0) {
             unsigned char *bin = malloc(dn / 2 + 1);
@@ -847,7 +822,7 @@ static void h1_read(struct conn *c)
 {
     for (;;) {
         const char *p = (const char *)c->in.p + c->in.off, *e;
-        size_t avail = buf_avail(&c->in), hl, vl, bl = 0;
+        size_t avail = bbuf_avail(&c->in), hl, vl, bl = 0;
         const char *v;
         if (!avail) { c->in.off = c->in.len = 0; return; }
         e = memmem(p, avail, "\r\n\r\n", 4);
@@ -945,7 +920,7 @@ static void conn_event(struct conn *c, uint32_t ev)
                 return;
             }
         } else {
-            buf_add(&c->in, b, (size_t)n);
+            bbuf_add(&c->in, b, (size_t)n);
         }
     }
     if (c->state == C_H2) {
@@ -962,7 +937,7 @@ static void conn_event(struct conn *c, uint32_t ev)
 
 /* ---- control (plain HTTP) ---- */
 
-struct ctl { int kind, fd; struct buf in; };
+struct ctl { int kind, fd; struct bbuf in; };
 
 static void ctl_reply(int fd, int code, const char *body)
 {
@@ -1045,7 +1020,7 @@ static void ctl_event(struct ctl *k)
     char b[4096];
     for (;;) {
         ssize_t n = read(k->fd, b, sizeof b);
-        if (n > 0) { buf_add(&k->in, b, (size_t)n); continue; }
+        if (n > 0) { bbuf_add(&k->in, b, (size_t)n); continue; }
         if (n < 0 && errno == EAGAIN) break;
         goto done;
     }
@@ -1060,7 +1035,7 @@ static void ctl_event(struct ctl *k)
         v = hdr_val(p, hl, "content-length", &vl);
         if (v) bl = (size_t)strtoul(v, NULL, 10);
         if (k->in.len < hl + bl) return;
-        buf_add(&k->in, "", 1);     /* NUL after the body */
+        bbuf_add(&k->in, "", 1);     /* NUL after the body */
         {
             int fl = fcntl(k->fd, F_GETFL);
             fcntl(k->fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -1127,8 +1102,8 @@ static int unpaced_pass(void)
         int any = 0;
         for (r = G.unpaced; r; r = nx) {
             nx = r->unext;
-            if (r->c->closing || buf_avail(&r->c->out) >= OUT_SOFT) continue;
-            if (r->sid && buf_avail(&r->pend)) continue;   /* waiting for the stream's window */
+            if (r->c->closing || bbuf_avail(&r->c->out) >= OUT_SOFT) continue;
+            if (r->sid && bbuf_avail(&r->pend)) continue;   /* waiting for the stream's window */
             unpaced_del(r);
             run_step(r);
             any = 1;
