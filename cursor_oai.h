@@ -3696,13 +3696,13 @@ static char *coai__json_strdup(const cJSON *obj, const char *key)
     return s;
 }
 
-static int coai__oa_has_nul_escape(const char *s, size_t n);
+static int coai__core_has_nul_escape(const char *s, size_t n);
 
 int coai_creds_parse(const char *json, size_t n, coai_creds *c)
 {
     cJSON *root;
     memset(c, 0, sizeof *c);
-    if (json && coai__oa_has_nul_escape(json, n)) return -2;
+    if (json && coai__core_has_nul_escape(json, n)) return -2;
     root = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
     c->access_token = coai__json_strdup(root, "accessToken");
@@ -3717,7 +3717,7 @@ int coai_oauth_token_parse(const char *json, size_t n, coai_creds *c, int *shoul
     cJSON *root;
     memset(c, 0, sizeof *c);
     *should_logout = 0;
-    if (json && coai__oa_has_nul_escape(json, n)) return -2;
+    if (json && coai__core_has_nul_escape(json, n)) return -2;
     root = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsObject(root)) { cJSON_Delete(root); return -1; }
     c->access_token = coai__json_strdup(root, "access_token");
@@ -9095,7 +9095,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id)
 
 /* Copy at most cap-1 bytes of s into dst, dropping control bytes and cutting at a
  * UTF-8 boundary; invalid sequences are dropped too (messages must stay clean). */
-static size_t coai__oa_clean_copy(char *dst, size_t pos, size_t cap, const char *s, size_t n)
+static size_t coai__core_clean_copy(char *dst, size_t pos, size_t cap, const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
@@ -9118,7 +9118,7 @@ static size_t coai__oa_clean_copy(char *dst, size_t pos, size_t cap, const char 
     return pos;
 }
 
-static void coai__oa_error_vset(coai_error *e, int status, const char *type, const char *code,
+static void coai__core_error_vset(coai_error *e, int status, const char *type, const char *code,
                              const char *param, const char *fmt, va_list ap)
 {
     char tmp[1024];
@@ -9131,11 +9131,11 @@ static void coai__oa_error_vset(coai_error *e, int status, const char *type, con
     e->upstream_status = 0;
     e->kind = COAI_ERRK_NONE;
     e->param[0] = 0;
-    if (param) coai__oa_clean_copy(e->param, 0, sizeof e->param, param, strlen(param));
+    if (param) coai__core_clean_copy(e->param, 0, sizeof e->param, param, strlen(param));
     n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     if (n < 0) n = 0;
     if ((size_t)n >= sizeof tmp) n = (int)sizeof tmp - 1;
-    coai__oa_clean_copy(e->message, 0, sizeof e->message, tmp, (size_t)n);
+    coai__core_clean_copy(e->message, 0, sizeof e->message, tmp, (size_t)n);
 }
 
 void coai_error_set(coai_error *e, int status, const char *type, const char *code,
@@ -9143,11 +9143,11 @@ void coai_error_set(coai_error *e, int status, const char *type, const char *cod
 {
     va_list ap;
     va_start(ap, fmt);
-    coai__oa_error_vset(e, status, type, code, param, fmt, ap);
+    coai__core_error_vset(e, status, type, code, param, fmt, ap);
     va_end(ap);
 }
 
-static int coai__oa_json_cstr(coai_buf *out, const char *s)
+static int coai__core_json_cstr(coai_buf *out, const char *s)
 {
     if (!s) return coai_buf_puts(out, "null");
     return coai_json_str_append(out, s, strlen(s));
@@ -9156,42 +9156,42 @@ static int coai__oa_json_cstr(coai_buf *out, const char *s)
 int coai_error_write(coai_buf *out, const coai_error *e)
 {
     coai_buf_puts(out, "{\"error\":{\"message\":");
-    coai__oa_json_cstr(out, e->message);
+    coai__core_json_cstr(out, e->message);
     coai_buf_puts(out, ",\"type\":");
-    coai__oa_json_cstr(out, e->type ? e->type : "server_error");
+    coai__core_json_cstr(out, e->type ? e->type : "server_error");
     coai_buf_puts(out, ",\"param\":");
-    coai__oa_json_cstr(out, e->param[0] ? e->param : NULL);
+    coai__core_json_cstr(out, e->param[0] ? e->param : NULL);
     coai_buf_puts(out, ",\"code\":");
-    coai__oa_json_cstr(out, e->code);
+    coai__core_json_cstr(out, e->code);
     return coai_buf_puts(out, "}}");
 }
 
 /* Append text to e->message (already clean); keeps it bounded. */
-static void coai__oa_error_append(coai_error *e, const char *s, size_t n)
+static void coai__core_error_append(coai_error *e, const char *s, size_t n)
 {
     size_t pos = strlen(e->message);
-    coai__oa_clean_copy(e->message, pos, sizeof e->message, s, n);
+    coai__core_clean_copy(e->message, pos, sizeof e->message, s, n);
 }
 
-static int coai__oa_is_usage_error(int err)
+static int coai__core_is_usage_error(int err)
 {
     return err == 9 || err == 10 || err == 41 || err == 44;
 }
 
-static int coai__oa_is_rate_error(int err)
+static int coai__core_is_rate_error(int err)
 {
     return err == 7 || err == 8 || err == 22 || err == 50;
 }
 
-static int coai__oa_is_auth_error(int err)
+static int coai__core_is_auth_error(int err)
 {
     return err == 1 || err == 2 || err == 11 || err == 12 || err == 38;
 }
 
-static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle);
+static int coai__core_ci_contains(const char *hay, size_t n, const char *needle);
 
 /* hay[0..n) contains needle[0..m), ASCII letters compared case-insensitively. */
-static int coai__oa_ci_has(const char *hay, size_t n, const char *needle, size_t m)
+static int coai__core_ci_has(const char *hay, size_t n, const char *needle, size_t m)
 {
     size_t i, j;
     for (i = 0; m <= n && i + m <= n; i++) {
@@ -9208,7 +9208,7 @@ static int coai__oa_ci_has(const char *hay, size_t n, const char *needle, size_t
 
 /* message, title and detail of a status, each kept only when no other kept part already
  * contains it (case-insensitively), joined with ": ". */
-static void coai__oa_status_once(const coai_status *st, char *out, size_t cap)
+static void coai__core_status_once(const coai_status *st, char *out, size_t cap)
 {
     const char *parts[3];
     size_t i, j, pos = 0;
@@ -9223,45 +9223,45 @@ static void coai__oa_status_once(const coai_status *st, char *out, size_t cap)
             if (j == i || !parts[j][0]) continue;
             /* contained in a longer part, or equal to an earlier one */
             if (lj > li || (lj == li && j < i))
-                skip = coai__oa_ci_has(parts[j], lj, parts[i], li);
+                skip = coai__core_ci_has(parts[j], lj, parts[i], li);
         }
         if (skip) continue;
         if (pos && pos + 2 < cap) { out[pos++] = ':'; out[pos++] = ' '; out[pos] = 0; }
-        pos = coai__oa_clean_copy(out, pos, cap, parts[i], strlen(parts[i]));
+        pos = coai__core_clean_copy(out, pos, cap, parts[i], strlen(parts[i]));
     }
 }
 
-static int coai__oa_cs(const char *s, const char *needle)
+static int coai__core_cs(const char *s, const char *needle)
 {
-    return coai__oa_ci_contains(s, strlen(s), needle);
+    return coai__core_ci_contains(s, strlen(s), needle);
 }
 
 /* An outdated-client answer in any of the forms seen live:
  * ERROR_OUTDATED_CLIENT (30); since 2026 resource_exhausted + error 28
  * (ERROR_GPT_4_VISION_PREVIEW_RATE_LIMIT) titled "Update Required"; in 2025 a
  * resource_exhausted titled "Please update to the latest version of Cursor ...". */
-static int coai__oa_is_outdated(const coai_status *st)
+static int coai__core_is_outdated(const coai_status *st)
 {
     if (st->error == 30) return 1;
-    if (coai__oa_cs(st->title, "update required")) return 1;
-    if (st->error == 28 && (coai__oa_cs(st->title, "update") || coai__oa_cs(st->detail, "update")
-                            || coai__oa_cs(st->message, "update required")))
+    if (coai__core_cs(st->title, "update required")) return 1;
+    if (st->error == 28 && (coai__core_cs(st->title, "update") || coai__core_cs(st->detail, "update")
+                            || coai__core_cs(st->message, "update required")))
         return 1;
-    return coai__oa_cs(st->title, "update to the latest version")
-           || coai__oa_cs(st->message, "update to the latest version");
+    return coai__core_cs(st->title, "update to the latest version")
+           || coai__core_cs(st->message, "update to the latest version");
 }
 
 /* resource_exhausted with no ErrorDetails and no words about usage, quota or rate: live
  * clients saw it for both an oversized conversation and a model the plan does not allow,
  * so neither a quota nor a rate limit may be claimed. */
-static int coai__oa_is_bare_exhausted(const coai_status *st)
+static int coai__core_is_bare_exhausted(const coai_status *st)
 {
     static const char *const cues[] = { "usage", "quota", "limit", "billing", "rate",
                                          "too many", "spend", "invoice", "plan" };
     size_t i;
     if (st->code != 8 || st->error || st->title[0] || st->detail[0]) return 0;
     for (i = 0; i < sizeof cues / sizeof cues[0]; i++)
-        if (coai__oa_cs(st->message, cues[i])) return 0;
+        if (coai__core_cs(st->message, cues[i])) return 0;
     return 1;
 }
 
@@ -9270,13 +9270,13 @@ static int coai__oa_is_bare_exhausted(const coai_status *st)
  * known); t[0..n): Cursor's text (message, title, detail), quoted in e's message. Returns 1
  * when it filled *e. Checked before the status-code rows: "blob missing [not_found]" is no
  * unknown model, "High Load" (ERROR_RESOURCE_EXHAUSTED) no usage limit. */
-static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *e)
+static int coai__core_autumn_error(int code, const char *t, size_t n, coai_error *e)
 {
     int q = (int)(n > 300 ? 300 : n);
     /* late-autumn notes N15 (YYE, live): a tool schema Cursor cannot take, on the first
      * turn ("Connect error 502: parse binary: invalid end group tag"); the reply names the
-     * tool where it can tell (coai__oa_tool_schema) */
-    if (coai__oa_ci_contains(t, n, "invalid end group tag")) {
+     * tool where it can tell (coai__core_tool_schema) */
+    if (coai__core_ci_contains(t, n, "invalid end group tag")) {
         coai_error_set(e, 400, "invalid_request_error", "invalid_tool_schema", "tools",
                        "Cursor could not read one of the tool schemas (Cursor said: %.*s). "
                        "Simplify the tool's parameters schema or leave that tool out.", q, t);
@@ -9285,32 +9285,32 @@ static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *
     }
     /* N7, C8: a run request without a conversation state; the caller sends it again once
      * with ConversationStateStructure.mode = AGENT */
-    if (coai__oa_ci_contains(t, n, "conversation state is required")) {
+    if (coai__core_ci_contains(t, n, "conversation state is required")) {
         coai_error_set(e, 502, "upstream_error", "conversation_state_required", NULL,
                        "Cursor wanted the conversation state (Cursor said: %.*s); cursor-oai "
                        "sent it once more with mode AGENT, and that failed too.", q, t);
         return 1;
     }
-    if (coai__oa_ci_contains(t, n, "conversation data missing")
-        || coai__oa_ci_contains(t, n, "blob missing")
-        || coai__oa_ci_contains(t, n, "blob not found")) {
+    if (coai__core_ci_contains(t, n, "conversation data missing")
+        || coai__core_ci_contains(t, n, "blob missing")
+        || coai__core_ci_contains(t, n, "blob not found")) {
         coai_error_set(e, 502, "upstream_error", "conversation_lost", NULL,
                        "Cursor lost this conversation's stored state and could not continue it "
                        "(Cursor said: %.*s); cursor-oai replays the whole conversation once as a "
                        "new one, and that failed too. Send the request again.", q, t);
         return 1;
     }
-    if (coai__oa_ci_contains(t, n, "not available in your country or region")
-        || coai__oa_ci_contains(t, n, "not available in your region")
-        || coai__oa_ci_contains(t, n, "unsupported_region")
-        || coai__oa_ci_contains(t, n, "unsupported region")) {
+    if (coai__core_ci_contains(t, n, "not available in your country or region")
+        || coai__core_ci_contains(t, n, "not available in your region")
+        || coai__core_ci_contains(t, n, "unsupported_region")
+        || coai__core_ci_contains(t, n, "unsupported region")) {
         coai_error_set(e, 403, "permission_error", "unsupported_region", NULL,
                        "Cursor does not serve this model where your request comes from "
                        "(Cursor said: %.*s). Pick another model; retrying will not help.", q, t);
         e->no_retry = 1;
         return 1;
     }
-    if (coai__oa_ci_contains(t, n, "high load") || coai__oa_ci_contains(t, n, "high demand")) {
+    if (coai__core_ci_contains(t, n, "high load") || coai__core_ci_contains(t, n, "high demand")) {
         /* capacity shed for one model: another model works now, the same request would add
          * to the flood (not a usage limit: never latched) */
         coai_error_set(e, 429, "requests", "model_overloaded", NULL,
@@ -9319,7 +9319,7 @@ static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *
         e->no_retry = 1;
         return 1;
     }
-    if (coai__oa_ci_contains(t, n, "unpaid invoice")) {
+    if (coai__core_ci_contains(t, n, "unpaid invoice")) {
         coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
                        "Cursor refuses requests until an invoice is paid (Cursor said: %.*s)",
                        q, t);
@@ -9327,14 +9327,14 @@ static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *
         e->kind = COAI_ERRK_UNPAID_INVOICE;
         return 1;
     }
-    if (coai__oa_ci_contains(t, n, "model channel not available")) {
+    if (coai__core_ci_contains(t, n, "model channel not available")) {
         coai_error_set(e, 503, "server_error", "upstream_unavailable", NULL,
                        "Cursor's provider channel for this model is down for the moment; retry "
                        "shortly or use another model (Cursor said: %.*s)", q, t);
         e->retry_after = 5;
         return 1;
     }
-    if (code == 4 && coai__oa_ci_contains(t, n, "timeout waiting for next item")) {
+    if (code == 4 && coai__core_ci_contains(t, n, "timeout waiting for next item")) {
         coai_error_set(e, 504, "server_error", "upstream_timeout", NULL,
                        "Cursor waited for this client's answer to its request_context question "
                        "and it never arrived (Cursor said: %.*s); the BidiAppend that carries it "
@@ -9347,15 +9347,15 @@ static int coai__oa_autumn_error(int code, const char *t, size_t n, coai_error *
 
 /* permission_denied for the client's identity (a desktop or stale version on Run, notes
  * 2026-autumn §5.2): the outdated-client error, not an access problem of the account. */
-static int coai__oa_identity_denied(int code, const char *t, size_t n)
+static int coai__core_identity_denied(int code, const char *t, size_t n)
 {
-    return code == 7 && (coai__oa_ci_contains(t, n, "client version")
-                         || coai__oa_ci_contains(t, n, "client-version")
-                         || coai__oa_ci_contains(t, n, "x-cursor-client")
-                         || coai__oa_ci_contains(t, n, "client type")
-                         || coai__oa_ci_contains(t, n, "unsupported client")
-                         || coai__oa_ci_contains(t, n, "update your client")
-                         || coai__oa_ci_contains(t, n, "update cursor"));
+    return code == 7 && (coai__core_ci_contains(t, n, "client version")
+                         || coai__core_ci_contains(t, n, "client-version")
+                         || coai__core_ci_contains(t, n, "x-cursor-client")
+                         || coai__core_ci_contains(t, n, "client type")
+                         || coai__core_ci_contains(t, n, "unsupported client")
+                         || coai__core_ci_contains(t, n, "update your client")
+                         || coai__core_ci_contains(t, n, "update cursor"));
 }
 
 #define COAI__OUTDATED_HINT \
@@ -9375,42 +9375,42 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
      * "(grpc-status N, ERROR_NAME)"), the same text the logs get. */
     coai_status_describe(st, &desc);
     what = desc.err || !desc.data ? "Cursor reported an error" : (const char *)desc.data;
-    if (coai__oa_autumn_error(code, what, strlen(what), e)) {
+    if (coai__core_autumn_error(code, what, strlen(what), e)) {
         /* recognised by Cursor's words (above) */
-    } else if (coai__oa_is_outdated(st) || coai__oa_identity_denied(code, what, strlen(what))) {
+    } else if (coai__core_is_outdated(st) || coai__core_identity_denied(code, what, strlen(what))) {
         /* never a rate limit or quota message, whatever the status code says */
         coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
                        COAI__OUTDATED_HINT " Cursor said: %s", what);
         e->no_retry = 1;
-    } else if (coai__oa_is_bare_exhausted(st)) {
+    } else if (coai__core_is_bare_exhausted(st)) {
         coai_error_set(e, 400, "invalid_request_error", "upstream_resource_exhausted", NULL,
                        "Cursor answered resource_exhausted without details. This is ambiguous: "
                        "either the conversation is too large for the model (shorten it), or "
                        "the model is not available on your Cursor plan (try another model). "
                        "Cursor said: %s", what);
         e->no_retry = 1;
-    } else if (coai__oa_is_usage_error(err) || (code == 8 && !coai__oa_is_rate_error(err))) {
+    } else if (coai__core_is_usage_error(err) || (code == 8 && !coai__core_is_rate_error(err))) {
         /* Cursor tends to say the same thing in grpc-message, title and detail ("You've hit
          * your usage limit" / "Usage limit" / ...): each distinct statement once, and our own
          * words only when Cursor's do not already say it is a limit. */
         char once[400];
         const char *tag = st->error_name ? st->error_name : "grpc-status 8";
-        coai__oa_status_once(st, once, sizeof once);
+        coai__core_status_once(st, once, sizeof once);
         if (!once[0])
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
                            "You've hit your Cursor usage limit (%s)", tag);
-        else if (coai__oa_ci_contains(once, strlen(once), "limit"))
+        else if (coai__core_ci_contains(once, strlen(once), "limit"))
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
                            "Cursor: %s (%s)", once, tag);
         else
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
                            "You've hit your Cursor usage limit: %s (%s)", once, tag);
         e->no_retry = 1;
-    } else if (coai__oa_is_rate_error(err)) {
+    } else if (coai__core_is_rate_error(err)) {
         coai_error_set(e, 429, "requests", "rate_limit_exceeded", NULL,
                        "Cursor rate limit: %s", what);
         e->retry_after = 10;
-    } else if (coai__oa_is_auth_error(err) || code == 16) {
+    } else if (coai__core_is_auth_error(err) || code == 16) {
         coai_error_set(e, 401, "authentication_error", "upstream_auth_failed", NULL,
                        "Cursor rejected the credentials (%s); log in again", what);
         e->no_retry = 1;
@@ -9441,7 +9441,7 @@ void coai_error_from_status(const coai_status *st, coai_error *e)
     coai_buf_free(&desc);
 }
 
-static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle)
+static int coai__core_ci_contains(const char *hay, size_t n, const char *needle)
 {
     size_t m = strlen(needle), i, j;
     for (i = 0; m <= n && i + m <= n; i++) {
@@ -9457,7 +9457,7 @@ static int coai__oa_ci_contains(const char *hay, size_t n, const char *needle)
 
 /* The text of an HTML page: tags and comments dropped, white space collapsed, at most
  * cap - 1 bytes (the caller cuts at a UTF-8 boundary). Returns the length. */
-static size_t coai__oa_strip_markup(const char *s, size_t n, char *out, size_t cap)
+static size_t coai__core_strip_markup(const char *s, size_t n, char *out, size_t cap)
 {
     size_t i, o = 0;
     int tag = 0, sp = 1;
@@ -9480,21 +9480,21 @@ static size_t coai__oa_strip_markup(const char *s, size_t n, char *out, size_t c
     return o;
 }
 
-static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
+static void coai__core_from_http(int upstream_status, const char *body, size_t n,
                                coai_error *e);
 
 void coai_error_from_http(int upstream_status, const char *body, size_t n, coai_error *e)
 {
-    coai__oa_from_http(upstream_status, body, n, e);
+    coai__core_from_http(upstream_status, body, n, e);
     e->upstream_status = upstream_status;
     /* a server that speaks HTTP/2 only, in its own words (as seen live) */
     if (upstream_status == 505
         || (upstream_status == 400 && body
-            && coai__oa_ci_contains(body, n > 512 ? 512 : n, "illegal request line")))
+            && coai__core_ci_contains(body, n > 512 ? 512 : n, "illegal request line")))
         e->kind = COAI_ERRK_HTTP1_REFUSED;
 }
 
-static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
+static void coai__core_from_http(int upstream_status, const char *body, size_t n,
                                coai_error *e)
 {
     char text[201];
@@ -9539,24 +9539,24 @@ static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
                          || body[k] == '\n'))
             k++;
         if (k < n && body[k] == '<') {
-            msg_len = coai__oa_strip_markup(body + k, n - k, text, sizeof text);
+            msg_len = coai__core_strip_markup(body + k, n - k, text, sizeof text);
             msg = text;
         } else {
             msg = body ? body : "";
             msg_len = n > 200 ? 200 : n;
         }
     }
-    quota = coai__oa_ci_contains(msg, msg_len, "usage")
-            || coai__oa_ci_contains(msg, msg_len, "quota")
-            || coai__oa_ci_contains(msg, msg_len, "billing");
+    quota = coai__core_ci_contains(msg, msg_len, "usage")
+            || coai__core_ci_contains(msg, msg_len, "quota")
+            || coai__core_ci_contains(msg, msg_len, "billing");
     {
         int gc = strcmp(ccode, "permission_denied") == 0 || upstream_status == 403 ? 7
                  : strcmp(ccode, "deadline_exceeded") == 0 ? 4 : 0;
-        if (coai__oa_autumn_error(gc, msg, msg_len, e)) {
+        if (coai__core_autumn_error(gc, msg, msg_len, e)) {
             cJSON_Delete(j);
             return;
         }
-        if (coai__oa_identity_denied(gc, msg, msg_len)) {
+        if (coai__core_identity_denied(gc, msg, msg_len)) {
             coai_error_set(e, 502, "upstream_error", "outdated_client", NULL,
                            COAI__OUTDATED_HINT " Cursor said (HTTP %d): %.*s", upstream_status,
                            (int)(msg_len > 200 ? 200 : msg_len), msg);
@@ -9579,9 +9579,9 @@ static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
                        "The model does not exist or is not available on Cursor: ");
         e->no_retry = 1;
     } else if (strcmp(ccode, "resource_exhausted") == 0 && !quota
-               && !coai__oa_ci_contains(msg, msg_len, "rate")
-               && !coai__oa_ci_contains(msg, msg_len, "too many")
-               && !coai__oa_ci_contains(msg, msg_len, "limit")) {
+               && !coai__core_ci_contains(msg, msg_len, "rate")
+               && !coai__core_ci_contains(msg, msg_len, "too many")
+               && !coai__core_ci_contains(msg, msg_len, "limit")) {
         coai_error_set(e, 400, "invalid_request_error", "upstream_resource_exhausted", NULL,
                        "Cursor answered resource_exhausted without details (HTTP %d). This is "
                        "ambiguous: either the conversation is too large for the model, or the "
@@ -9589,7 +9589,7 @@ static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
         e->no_retry = 1;
     } else if ((upstream_status == 429 || strcmp(ccode, "resource_exhausted") == 0) && quota) {
         /* Cursor's words usually say it already; ours only when they do not */
-        if (coai__oa_ci_contains(msg, msg_len, "limit"))
+        if (coai__core_ci_contains(msg, msg_len, "limit"))
             coai_error_set(e, 429, "insufficient_quota", "insufficient_quota", NULL,
                            "Cursor (HTTP %d): ", upstream_status);
         else
@@ -9608,7 +9608,7 @@ static void coai__oa_from_http(int upstream_status, const char *body, size_t n,
         coai_error_set(e, 502, "upstream_error", "upstream_error", NULL,
                        "Cursor answered HTTP %d: ", upstream_status);
     }
-    coai__oa_error_append(e, msg, msg_len);
+    coai__core_error_append(e, msg, msg_len);
     cJSON_Delete(j);
 }
 
@@ -9633,7 +9633,7 @@ void coai_error_from_http_call(int upstream_status, const char *body, size_t n,
 
 /* ---- request parsing ----------------------------------------------------- */
 
-static size_t coai__oa_utf16_len(const char *s, size_t n)
+static size_t coai__core_utf16_len(const char *s, size_t n)
 {
     const unsigned char *p = (const unsigned char *)s;
     size_t i, u = 0;
@@ -9644,35 +9644,35 @@ static size_t coai__oa_utf16_len(const char *s, size_t n)
     return u;
 }
 
-static coai_str coai__oa_jstr(const cJSON *j)
+static coai_str coai__core_jstr(const cJSON *j)
 {
     coai_str s = { "", 0 };
     if (cJSON_IsString(j) && j->valuestring) { s.ptr = j->valuestring; s.len = strlen(s.ptr); }
     return s;
 }
 
-static const cJSON *coai__oa_get(const cJSON *o, const char *k)
+static const cJSON *coai__core_get(const cJSON *o, const char *k)
 {
     return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, k) : NULL;
 }
 
-static int coai__oa_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
+static int coai__core_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
 /* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
  * An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
-static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
+static void coai__core_content_text(coai_buf *out, const cJSON *content, int old_images)
 {
     if (cJSON_IsString(content)) {
-        coai__oa_put_str(out, coai__oa_jstr(content));
+        coai__core_put_str(out, coai__core_jstr(content));
     } else if (cJSON_IsArray(content)) {
         const cJSON *part;
         int first = 1;
         cJSON_ArrayForEach(part, content) {
-            const cJSON *t = coai__oa_get(part, "type");
+            const cJSON *t = coai__core_get(part, "type");
             const char *ty = cJSON_IsString(t) ? t->valuestring : "";
             if (strcmp(ty, "text") == 0 || strcmp(ty, "refusal") == 0) {
                 if (!first) coai_buf_putc(out, '\n');
-                coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(part, ty)));
+                coai__core_put_str(out, coai__core_jstr(coai__core_get(part, ty)));
                 first = 0;
             } else if (old_images && strcmp(ty, "image_url") == 0) {
                 if (!first) coai_buf_putc(out, '\n');
@@ -9683,17 +9683,17 @@ static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_i
     }
 }
 
-static int coai__oa_role_is(const cJSON *m, const char *role)
+static int coai__core_role_is(const cJSON *m, const char *role)
 {
-    const cJSON *r = coai__oa_get(m, "role");
+    const cJSON *r = coai__core_get(m, "role");
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
 }
 
 /* The newest message with role "user", or NULL. */
-static const cJSON *coai__oa_last_user(const cJSON *messages)
+static const cJSON *coai__core_last_user(const cJSON *messages)
 {
     const cJSON *m, *last = NULL;
-    cJSON_ArrayForEach(m, messages) if (coai__oa_role_is(m, "user")) last = m;
+    cJSON_ArrayForEach(m, messages) if (coai__core_role_is(m, "user")) last = m;
     return last;
 }
 
@@ -9704,8 +9704,8 @@ static void coai__prompt_part(coai_buf *out, int *nparts, const char *label)
     coai_buf_puts(out, label);
 }
 
-static coai_str coai__oa_call_name(const cJSON *c);
-static coai_str coai__oa_call_args(const cJSON *c);
+static coai_str coai__core_call_name(const cJSON *c);
+static coai_str coai__core_call_args(const cJSON *c);
 /* The end of a prompt (coai_prompt_build, coai_conversation_prompt): the request to go on
  * after tool results, then `t` (the scratch buffer for assistant texts) is freed. */
 static int coai__prompt_end(coai_buf *out, coai_buf *t, int nparts, int any_tool)
@@ -9725,35 +9725,35 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
     int nparts = 0, any_system = 0, any_tool = 0;
     coai_buf t = { 0 };
     if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
-    last_user = coai__oa_last_user(messages);
+    last_user = coai__core_last_user(messages);
     cJSON_ArrayForEach(m, messages) {
-        if (coai__oa_role_is(m, "system") || coai__oa_role_is(m, "developer")) {
+        if (coai__core_role_is(m, "system") || coai__core_role_is(m, "developer")) {
             if (any_system) coai_buf_putc(out, '\n');
-            coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
+            coai__core_content_text(out, coai__core_get(m, "content"), 0);
             any_system = 1;
         }
     }
     if (any_system) nparts = 1;
     cJSON_ArrayForEach(m, messages) {
-        const cJSON *calls = coai__oa_get(m, "tool_calls");
+        const cJSON *calls = coai__core_get(m, "tool_calls");
         /* user and tool texts go straight into out: a temporary copy of a big message
          * would cost its size once more at the peak */
-        if (coai__oa_role_is(m, "user")) {
+        if (coai__core_role_is(m, "user")) {
             coai__prompt_part(out, &nparts, "User: ");
-            coai__oa_content_text(out, coai__oa_get(m, "content"), m != last_user);
+            coai__core_content_text(out, coai__core_get(m, "content"), m != last_user);
             continue;
         }
-        if (coai__oa_role_is(m, "tool")) {
+        if (coai__core_role_is(m, "tool")) {
             coai__prompt_part(out, &nparts, "[Tool result for ");
-            coai__oa_put_str(out, coai__oa_jstr(coai__oa_get(m, "tool_call_id")));
+            coai__core_put_str(out, coai__core_jstr(coai__core_get(m, "tool_call_id")));
             coai_buf_puts(out, "]: ");
-            coai__oa_content_text(out, coai__oa_get(m, "content"), 0);
+            coai__core_content_text(out, coai__core_get(m, "content"), 0);
             any_tool = 1;
             continue;
         }
         coai_buf_reset(&t);
-        coai__oa_content_text(&t, coai__oa_get(m, "content"), 0);
-        if (coai__oa_role_is(m, "assistant")) {
+        coai__core_content_text(&t, coai__core_get(m, "content"), 0);
+        if (coai__core_role_is(m, "assistant")) {
             if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
                 const cJSON *c;
                 int first = 1;
@@ -9762,9 +9762,9 @@ int coai_prompt_build(coai_buf *out, const cJSON *messages)
                 cJSON_ArrayForEach(c, calls) {
                     if (!first) coai_buf_putc(out, '\n');
                     coai_buf_puts(out, "[Called tool: ");
-                    coai__oa_put_str(out, coai__oa_call_name(c));
+                    coai__core_put_str(out, coai__core_call_name(c));
                     coai_buf_putc(out, '(');
-                    coai__oa_put_str(out, coai__oa_call_args(c));
+                    coai__core_put_str(out, coai__core_call_args(c));
                     coai_buf_puts(out, ")]");
                     first = 0;
                 }
@@ -9794,7 +9794,7 @@ static int coai__name_ok(const char *s, size_t max)
 /* S of "sess_<S>__call_..." (S = [A-Za-z0-9]+, at most 32) wherever it stands in the id (a
  * client may prefix, wrap or extend the ids it was given: "call_sess_S__call_B",
  * "fc-sess_S__call_B-1"), or an empty view. */
-static coai_str coai__oa_session_of(coai_str id)
+static coai_str coai__core_session_of(coai_str id)
 {
     coai_str s = { "", 0 };
     size_t at, i;
@@ -9817,11 +9817,11 @@ static coai_str coai__oa_session_of(coai_str id)
     return s;
 }
 
-static int coai__oa_bad(coai_error *err, const char *param, const char *fmt, ...)
+static int coai__core_bad(coai_error *err, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, param, fmt, ap);
+    coai__core_error_vset(err, 400, "invalid_request_error", NULL, param, fmt, ap);
     va_end(ap);
     err->no_retry = 1;
     return COAI_ERR_INVALID;
@@ -9843,23 +9843,23 @@ static void *coai__req_alloc(coai_request *req, size_t n)
 /* A Chat Completions tool call of the history: a function call ({"type":"function",
  * "function":{name, arguments}}) or a custom tool's ({"type":"custom","custom":{name,
  * input}}, its input the raw text). */
-static int coai__oa_call_custom(const cJSON *c)
+static int coai__core_call_custom(const cJSON *c)
 {
-    const cJSON *t = coai__oa_get(c, "type");
+    const cJSON *t = coai__core_get(c, "type");
     return cJSON_IsString(t) && strcmp(t->valuestring, "custom") == 0;
 }
 
-static coai_str coai__oa_call_name(const cJSON *c)
+static coai_str coai__core_call_name(const cJSON *c)
 {
-    return coai__oa_jstr(coai__oa_get(coai__oa_get(c, coai__oa_call_custom(c) ? "custom"
+    return coai__core_jstr(coai__core_get(coai__core_get(c, coai__core_call_custom(c) ? "custom"
                                                                              : "function"),
                                       "name"));
 }
 
-static coai_str coai__oa_call_args(const cJSON *c)
+static coai_str coai__core_call_args(const cJSON *c)
 {
-    int cu = coai__oa_call_custom(c);
-    return coai__oa_jstr(coai__oa_get(coai__oa_get(c, cu ? "custom" : "function"),
+    int cu = coai__core_call_custom(c);
+    return coai__core_jstr(coai__core_get(coai__core_get(c, cu ? "custom" : "function"),
                                       cu ? "input" : "arguments"));
 }
 
@@ -9918,7 +9918,7 @@ static void coai__conv_text(coai_buf *out, const coai_message *m, int old_images
         }
         if (m->parts[i].kind != COAI_PART_TEXT) continue;
         if (!first) coai_buf_putc(out, '\n');
-        coai__oa_put_str(out, m->parts[i].text);
+        coai__core_put_str(out, m->parts[i].text);
         first = 0;
     }
 }
@@ -9954,7 +9954,7 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
         }
         if (m->role == COAI_ROLE_TOOL) {
             coai__prompt_part(out, &nparts, "[Tool result for ");
-            coai__oa_put_str(out, m->tool_call_id);
+            coai__core_put_str(out, m->tool_call_id);
             /* Only dialects with an error flag set it (Anthropic is_error). */
             coai_buf_puts(out, m->is_error ? " (error)]: " : "]: ");
             coai__conv_text(out, m, i < last_user || last_user == count);
@@ -9970,9 +9970,9 @@ int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t cou
                 for (j = 0; j < m->call_count; j++) {
                     if (j) coai_buf_putc(out, '\n');
                     coai_buf_puts(out, "[Called tool: ");
-                    coai__oa_put_str(out, m->calls[j].name);
+                    coai__core_put_str(out, m->calls[j].name);
                     coai_buf_putc(out, '(');
-                    coai__oa_put_str(out, m->calls[j].args);
+                    coai__core_put_str(out, m->calls[j].args);
                     coai_buf_puts(out, ")]");
                 }
             } else if (t.len) {
@@ -10058,9 +10058,9 @@ static int coai__request_finish(coai_request *req)
     size_t i, j;
     for (i = req->message_count; i-- > 0 && !req->session_id.len;) {
         const coai_message *m = &req->messages[i];
-        if (m->role == COAI_ROLE_TOOL) req->session_id = coai__oa_session_of(m->tool_call_id);
+        if (m->role == COAI_ROLE_TOOL) req->session_id = coai__core_session_of(m->tool_call_id);
         for (j = 0; j < m->call_count && !req->session_id.len; j++)
-            req->session_id = coai__oa_session_of(m->calls[j].id);
+            req->session_id = coai__core_session_of(m->calls[j].id);
     }
     for (i = 0; i < req->message_count; i++)
         if (req->messages[i].role == COAI_ROLE_TOOL) req->has_tool_messages = 1;
@@ -10219,15 +10219,15 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
     if (!out) return -1;
     cJSON_ArrayForEach(m, messages) {
         coai_message *o = &out[i++];
-        const cJSON *content = coai__oa_get(m, "content"), *calls = coai__oa_get(m, "tool_calls");
-        if (coai__oa_role_is(m, "user")) o->role = COAI_ROLE_USER;
-        else if (coai__oa_role_is(m, "assistant")) o->role = COAI_ROLE_ASSISTANT;
-        else if (coai__oa_role_is(m, "tool")) o->role = COAI_ROLE_TOOL;
+        const cJSON *content = coai__core_get(m, "content"), *calls = coai__core_get(m, "tool_calls");
+        if (coai__core_role_is(m, "user")) o->role = COAI_ROLE_USER;
+        else if (coai__core_role_is(m, "assistant")) o->role = COAI_ROLE_ASSISTANT;
+        else if (coai__core_role_is(m, "tool")) o->role = COAI_ROLE_TOOL;
         else o->role = COAI_ROLE_SYSTEM;                     /* system, developer */
         if (cJSON_IsString(content)) {
             coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
             if (!p) return -1;
-            p->text = coai__oa_jstr(content);
+            p->text = coai__core_jstr(content);
             o->parts = p;
             o->part_count = 1;
         } else if (cJSON_IsArray(content)) {
@@ -10237,23 +10237,23 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
                 req, (size_t)cJSON_GetArraySize(content) * sizeof *p);
             if (!p) return -1;
             cJSON_ArrayForEach(part, content) {
-                const cJSON *t = coai__oa_get(part, "type");
+                const cJSON *t = coai__core_get(part, "type");
                 if (!cJSON_IsString(t)) continue;
                 if (strcmp(t->valuestring, "text") == 0
                     || strcmp(t->valuestring, "refusal") == 0) {
                     p[k].kind = COAI_PART_TEXT;
-                    p[k++].text = coai__oa_jstr(coai__oa_get(part, t->valuestring));
+                    p[k++].text = coai__core_jstr(coai__core_get(part, t->valuestring));
                 } else if (strcmp(t->valuestring, "image_url") == 0) {
-                    const cJSON *u = coai__oa_get(part, "image_url");
+                    const cJSON *u = coai__core_get(part, "image_url");
                     p[k].kind = COAI_PART_IMAGE;
-                    p[k++].url = coai__oa_jstr(cJSON_IsString(u) ? u : coai__oa_get(u, "url"));
+                    p[k++].url = coai__core_jstr(cJSON_IsString(u) ? u : coai__core_get(u, "url"));
                 }
             }
             o->parts = p;
             o->part_count = k;
         }
         if (o->role == COAI_ROLE_TOOL)
-            o->tool_call_id = coai__oa_jstr(coai__oa_get(m, "tool_call_id"));
+            o->tool_call_id = coai__core_jstr(coai__core_get(m, "tool_call_id"));
         if (o->role == COAI_ROLE_ASSISTANT && cJSON_IsArray(calls)
             && cJSON_GetArraySize(calls) > 0) {
             const cJSON *c;
@@ -10262,9 +10262,9 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
                 req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
             if (!cs) return -1;
             cJSON_ArrayForEach(c, calls) {
-                cs[k].id = coai__oa_jstr(coai__oa_get(c, "id"));
-                cs[k].name = coai__oa_call_name(c);
-                cs[k++].args = coai__oa_call_args(c);
+                cs[k].id = coai__core_jstr(coai__core_get(c, "id"));
+                cs[k].name = coai__core_call_name(c);
+                cs[k++].args = coai__core_call_args(c);
             }
             o->calls = cs;
             o->call_count = k;
@@ -10281,25 +10281,25 @@ static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
 static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, const cJSON *f,
                                 const char *path, coai_error *err)
 {
-    const cJSON *def = coai__oa_get(f, "definition"), *syn = coai__oa_get(f, "syntax");
-    const cJSON *gr = coai__oa_get(f, "grammar");
+    const cJSON *def = coai__core_get(f, "definition"), *syn = coai__core_get(f, "syntax");
+    const cJSON *gr = coai__core_get(f, "grammar");
     cJSON *keep, *schema, *props, *in, *rq;
     coai_buf db = { 0 };
     char *p;
     if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
-        return coai__oa_bad(err, path, "%s must be an object", path);
+        return coai__core_bad(err, path, "%s must be an object", path);
     if (cJSON_IsObject(gr)) {           /* Chat's {"type":"grammar","grammar":{definition, syntax}} */
-        def = coai__oa_get(gr, "definition");
-        syn = coai__oa_get(gr, "syntax");
+        def = coai__core_get(gr, "definition");
+        syn = coai__core_get(gr, "syntax");
     }
-    coai__oa_put_str(&db, o->description);
+    coai__core_put_str(&db, o->description);
     if (db.len) coai_buf_puts(&db, "\n\n");
     coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
     if (cJSON_IsString(def)) {
         coai_buf_puts(&db, " It must match this ");
-        coai__oa_put_str(&db, coai__oa_jstr(syn));
+        coai__core_put_str(&db, coai__core_jstr(syn));
         coai_buf_puts(&db, " grammar:\n");
-        coai__oa_put_str(&db, coai__oa_jstr(def));
+        coai__core_put_str(&db, coai__core_jstr(def));
     }
     p = db.err ? NULL : (char *)coai__req_alloc(req, db.len + 1);
     if (!p) { coai_buf_free(&db); return COAI_ERR_NOMEM; }
@@ -10334,47 +10334,47 @@ static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, co
 static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
 {
     char p[128];
-    const cJSON *role = coai__oa_get(m, "role"), *content, *calls;
+    const cJSON *role = coai__core_get(m, "role"), *content, *calls;
     const char *r;
     snprintf(p, sizeof p, "messages[%d]", i);
-    if (!cJSON_IsObject(m)) return coai__oa_bad(err, p, "%s must be an object", p);
+    if (!cJSON_IsObject(m)) return coai__core_bad(err, p, "%s must be an object", p);
     snprintf(p, sizeof p, "messages[%d].role", i);
-    if (!cJSON_IsString(role)) return coai__oa_bad(err, p, "%s must be a string", p);
+    if (!cJSON_IsString(role)) return coai__core_bad(err, p, "%s must be a string", p);
     r = role->valuestring;
     if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user")
         && strcmp(r, "assistant") && strcmp(r, "tool"))
-        return coai__oa_bad(err, p, "Invalid value for %s: expected one of 'system', "
+        return coai__core_bad(err, p, "Invalid value for %s: expected one of 'system', "
                          "'developer', 'user', 'assistant', 'tool'", p);
-    content = coai__oa_get(m, "content");
+    content = coai__core_get(m, "content");
     snprintf(p, sizeof p, "messages[%d].content", i);
     if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
         const cJSON *part;
         int j = 0;
         if (!cJSON_IsArray(content))
-            return coai__oa_bad(err, p, "%s must be a string, an array of parts or null", p);
+            return coai__core_bad(err, p, "%s must be a string, an array of parts or null", p);
         cJSON_ArrayForEach(part, content) {
-            const cJSON *t = coai__oa_get(part, "type");
+            const cJSON *t = coai__core_get(part, "type");
             const char *ty;
             snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
             if (!cJSON_IsObject(part) || !cJSON_IsString(t))
-                return coai__oa_bad(err, p, "%s must be an object with a string 'type'", p);
+                return coai__core_bad(err, p, "%s must be an object with a string 'type'", p);
             ty = t->valuestring;
             if (strcmp(ty, "text") == 0 || (strcmp(ty, "refusal") == 0
                                             && strcmp(r, "assistant") == 0)) {
-                if (!cJSON_IsString(coai__oa_get(part, ty))) {
+                if (!cJSON_IsString(coai__core_get(part, ty))) {
                     snprintf(p, sizeof p, "messages[%d].content[%d].%s", i, j, ty);
-                    return coai__oa_bad(err, p, "%s must be a string", p);
+                    return coai__core_bad(err, p, "%s must be a string", p);
                 }
             } else if (strcmp(ty, "image_url") == 0 && strcmp(r, "user") == 0) {
-                const cJSON *iu = coai__oa_get(part, "image_url");
-                if (!cJSON_IsString(iu) && !cJSON_IsString(coai__oa_get(iu, "url"))) {
+                const cJSON *iu = coai__core_get(part, "image_url");
+                if (!cJSON_IsString(iu) && !cJSON_IsString(coai__core_get(iu, "url"))) {
                     snprintf(p, sizeof p, "messages[%d].content[%d].image_url.url", i, j);
-                    return coai__oa_bad(err, p, "%s must be a string", p);
+                    return coai__core_bad(err, p, "%s must be a string", p);
                 }
             } else {
                 /* never drop what the client sent without saying so (audio, files, ...) */
                 snprintf(p, sizeof p, "messages[%d].content[%d].type", i, j);
-                return coai__oa_bad(err, p, "%s: content part type '%.40s' is not supported "
+                return coai__core_bad(err, p, "%s: content part type '%.40s' is not supported "
                                     "in a '%s' message (supported: 'text'%s)", p, ty, r,
                                     strcmp(r, "user") == 0 ? " and 'image_url'"
                                     : strcmp(r, "assistant") == 0 ? " and 'refusal'" : "");
@@ -10384,32 +10384,32 @@ static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
     }
     if (strcmp(r, "tool") == 0) {
         snprintf(p, sizeof p, "messages[%d].tool_call_id", i);
-        if (!cJSON_IsString(coai__oa_get(m, "tool_call_id")))
-            return coai__oa_bad(err, p, "%s must be a string", p);
+        if (!cJSON_IsString(coai__core_get(m, "tool_call_id")))
+            return coai__core_bad(err, p, "%s must be a string", p);
     }
-    calls = coai__oa_get(m, "tool_calls");
+    calls = coai__core_get(m, "tool_calls");
     if (strcmp(r, "assistant") == 0 && calls && !cJSON_IsNull(calls)) {
         const cJSON *c;
         int j = 0;
         snprintf(p, sizeof p, "messages[%d].tool_calls", i);
-        if (!cJSON_IsArray(calls)) return coai__oa_bad(err, p, "%s must be an array", p);
+        if (!cJSON_IsArray(calls)) return coai__core_bad(err, p, "%s must be an array", p);
         cJSON_ArrayForEach(c, calls) {
-            int cu = coai__oa_call_custom(c);
-            const cJSON *f = coai__oa_get(c, cu ? "custom" : "function");
-            const cJSON *a = coai__oa_get(f, cu ? "input" : "arguments");
-            const cJSON *id = coai__oa_get(c, "id");
+            int cu = coai__core_call_custom(c);
+            const cJSON *f = coai__core_get(c, cu ? "custom" : "function");
+            const cJSON *a = coai__core_get(f, cu ? "input" : "arguments");
+            const cJSON *id = coai__core_get(c, "id");
             const char *fn = cu ? "custom" : "function";
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
-            if (!cJSON_IsObject(c)) return coai__oa_bad(err, p, "%s must be an object", p);
+            if (!cJSON_IsObject(c)) return coai__core_bad(err, p, "%s must be an object", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
-            if (id && !cJSON_IsString(id)) return coai__oa_bad(err, p, "%s must be a string", p);
+            if (id && !cJSON_IsString(id)) return coai__core_bad(err, p, "%s must be a string", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.name", i, j, fn);
-            if (!cJSON_IsString(coai__oa_get(f, "name")))
-                return coai__oa_bad(err, p, "%s must be a string", p);
+            if (!cJSON_IsString(coai__core_get(f, "name")))
+                return coai__core_bad(err, p, "%s must be a string", p);
             snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.%s", i, j, fn,
                      cu ? "input" : "arguments");
             if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
-                return coai__oa_bad(err, p, "%s must be a string", p);
+                return coai__core_bad(err, p, "%s must be a string", p);
             j++;
         }
     }
@@ -10418,7 +10418,7 @@ static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
 
 /* Reject "\u0000" escapes: cJSON would cut the string there. Backslashes only occur
  * inside strings in valid JSON, so a flat scan over escape pairs is exact. */
-static int coai__oa_has_nul_escape(const char *s, size_t n)
+static int coai__core_has_nul_escape(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
@@ -10441,11 +10441,11 @@ static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error 
     memset(err, 0, sizeof *err);
     if (!body) n = 0;
     if (coai_utf8_valid_prefix(body ? body : "", n) != n || (n && memchr(body, 0, n))) {
-        coai__oa_bad(err, NULL, "The request body is not valid UTF-8 text");
+        coai__core_bad(err, NULL, "The request body is not valid UTF-8 text");
         return COAI_ERR_UTF8;
     }
-    if (coai__oa_has_nul_escape(body, n)) {
-        coai__oa_bad(err, NULL, "Strings must not contain \\u0000");
+    if (coai__core_has_nul_escape(body, n)) {
+        coai__core_bad(err, NULL, "Strings must not contain \\u0000");
         return COAI_ERR_INVALID;
     }
     j = n ? cJSON_ParseWithLengthOpts(body, n, &end, 0) : NULL;
@@ -10455,13 +10455,13 @@ static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error 
         if (end != body + n) { cJSON_Delete(j); j = NULL; }
     }
     if (!j) {
-        coai__oa_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
+        coai__core_bad(err, NULL, "We could not parse the JSON body of your request (invalid "
                   "JSON, or nested deeper than the limit)");
         return COAI_ERR_JSON;
     }
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        coai__oa_bad(err, NULL, "The request body must be a JSON object");
+        coai__core_bad(err, NULL, "The request body must be a JSON object");
         return COAI_ERR_INVALID;
     }
     *root = j;
@@ -10474,10 +10474,10 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
     return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
 }
 
-static int coai__oa_str_same(coai_str a, coai_str b);
+static int coai__core_str_same(coai_str a, coai_str b);
 
 /* A whole number >= 1 (max_tokens and friends). */
-static int coai__oa_count(const cJSON *v, int64_t *out)
+static int coai__core_count(const cJSON *v, int64_t *out)
 {
     if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e15
         || v->valuedouble != (double)(int64_t)v->valuedouble)
@@ -10496,13 +10496,13 @@ static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err
     int i;
     for (i = 0; i < 2; i++) {
         int64_t n;
-        v = coai__oa_get(root, lim[i]);
+        v = coai__core_get(root, lim[i]);
         if (!v || cJSON_IsNull(v)) continue;
-        if (coai__oa_count(v, &n) < 0)
-            return coai__oa_bad(err, lim[i], "%s must be an integer >= 1", lim[i]);
+        if (coai__core_count(v, &n) < 0)
+            return coai__core_bad(err, lim[i], "%s must be an integer >= 1", lim[i]);
         if (!req->max_tokens || n < req->max_tokens) req->max_tokens = n;
     }
-    v = coai__oa_get(root, "stop");
+    v = coai__core_get(root, "stop");
     if (cJSON_IsString(v) || cJSON_IsArray(v)) {
         int count = cJSON_IsString(v) ? 1 : cJSON_GetArraySize(v), k = 0;
         coai_str *st;
@@ -10514,55 +10514,55 @@ static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err
             char p[16];
             snprintf(p, sizeof p, cJSON_IsString(v) ? "stop" : "stop[%d]", k);
             if (!cJSON_IsString(it) || !it->valuestring[0])
-                return coai__oa_bad(err, p, "%s must be a non-empty string", p);
-            st[k++] = coai__oa_jstr(it);
+                return coai__core_bad(err, p, "%s must be a non-empty string", p);
+            st[k++] = coai__core_jstr(it);
         }
         req->stop = k ? st : NULL;
         req->stop_count = (size_t)k;
     } else if (v && !cJSON_IsNull(v)) {
-        return coai__oa_bad(err, "stop", "stop must be a string or an array of strings");
+        return coai__core_bad(err, "stop", "stop must be a string or an array of strings");
     }
-    v = coai__oa_get(root, "logprobs");
+    v = coai__core_get(root, "logprobs");
     if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-        return coai__oa_bad(err, "logprobs", "logprobs are not available: Cursor does not report "
+        return coai__core_bad(err, "logprobs", "logprobs are not available: Cursor does not report "
                             "token probabilities");
-    v = coai__oa_get(root, "top_logprobs");
+    v = coai__core_get(root, "top_logprobs");
     if (v && !cJSON_IsNull(v))
-        return coai__oa_bad(err, "top_logprobs", "top_logprobs are not available: Cursor does "
+        return coai__core_bad(err, "top_logprobs", "top_logprobs are not available: Cursor does "
                             "not report token probabilities");
-    v = coai__oa_get(root, "modalities");
+    v = coai__core_get(root, "modalities");
     if (cJSON_IsArray(v)) {
         const cJSON *it;
         cJSON_ArrayForEach(it, v) {
             if (!(cJSON_IsString(it) && strcmp(it->valuestring, "text") == 0))
-                return coai__oa_bad(err, "modalities", "Only the 'text' output modality is "
+                return coai__core_bad(err, "modalities", "Only the 'text' output modality is "
                                     "available");
         }
     }
-    v = coai__oa_get(root, "audio");
+    v = coai__core_get(root, "audio");
     if (v && !cJSON_IsNull(v))
-        return coai__oa_bad(err, "audio", "Audio output is not available");
-    v = coai__oa_get(root, "parallel_tool_calls");
+        return coai__core_bad(err, "audio", "Audio output is not available");
+    v = coai__core_get(root, "parallel_tool_calls");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
-        return coai__oa_bad(err, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
-    v = coai__oa_get(root, "response_format");
+        return coai__core_bad(err, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
+    v = coai__core_get(root, "response_format");
     if (v && !cJSON_IsNull(v)) {
-        const cJSON *t = coai__oa_get(v, "type");
+        const cJSON *t = coai__core_get(v, "type");
         const char *ty = cJSON_IsString(t) ? t->valuestring : "";
         if (strcmp(ty, "json_object") == 0) {
             req->response_json = 1;
         } else if (strcmp(ty, "json_schema") == 0) {
-            const cJSON *js = coai__oa_get(v, "json_schema"), *sch = coai__oa_get(js, "schema");
+            const cJSON *js = coai__core_get(v, "json_schema"), *sch = coai__core_get(js, "schema");
             if (!cJSON_IsObject(js))
-                return coai__oa_bad(err, "response_format.json_schema",
+                return coai__core_bad(err, "response_format.json_schema",
                                     "response_format.json_schema must be an object");
             if (sch && !cJSON_IsObject(sch))
-                return coai__oa_bad(err, "response_format.json_schema.schema",
+                return coai__core_bad(err, "response_format.json_schema.schema",
                                     "response_format.json_schema.schema must be an object");
             req->response_json = 1;
             req->response_schema = sch;
         } else if (strcmp(ty, "text") != 0) {
-            return coai__oa_bad(err, "response_format.type", "response_format.type must be "
+            return coai__core_bad(err, "response_format.type", "response_format.type must be "
                                 "'text', 'json_object' or 'json_schema'");
         }
     }
@@ -10580,59 +10580,59 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
     if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
     req->root_ = root;
     rc = COAI_ERR_INVALID;
-    v = coai__oa_get(root, "model");
+    v = coai__core_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
-        coai__oa_bad(err, "model", "model must be a string");
+        coai__core_bad(err, "model", "model must be a string");
         goto fail;
     }
-    req->model = coai__oa_jstr(v);
+    req->model = coai__core_jstr(v);
     if (req->model.len == 0) req->model = coai_str_c("auto");
-    v = coai__oa_get(root, "stream");
+    v = coai__core_get(root, "stream");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
-        coai__oa_bad(err, "stream", "stream must be a boolean");
+        coai__core_bad(err, "stream", "stream must be a boolean");
         goto fail;
     }
     req->stream = cJSON_IsTrue(v);
-    v = coai__oa_get(root, "stream_options");
+    v = coai__core_get(root, "stream_options");
     if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
-        coai__oa_bad(err, "stream_options", "stream_options must be an object");
+        coai__core_bad(err, "stream_options", "stream_options must be an object");
         goto fail;
     }
-    v = coai__oa_get(v, "include_usage");
+    v = coai__core_get(v, "include_usage");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
-        coai__oa_bad(err, "stream_options.include_usage", "include_usage must be a boolean");
+        coai__core_bad(err, "stream_options.include_usage", "include_usage must be a boolean");
         goto fail;
     }
     req->include_usage = req->stream && cJSON_IsTrue(v);
-    v = coai__oa_get(root, "n");
+    v = coai__core_get(root, "n");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) {
-        coai__oa_bad(err, "n", "Only n = 1 is supported");
+        coai__core_bad(err, "n", "Only n = 1 is supported");
         goto fail;
     }
-    messages = coai__oa_get(root, "messages");
+    messages = coai__core_get(root, "messages");
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
-        coai__oa_bad(err, "messages", "messages is required and must be a non-empty array");
+        coai__core_bad(err, "messages", "messages is required and must be a non-empty array");
         goto fail;
     }
     i = 0;
     cJSON_ArrayForEach(m, messages) {
         if ((rc = coai__oa_check_message(m, i, err)) < 0) goto fail;
-        if (coai__oa_role_is(m, "tool")) req->has_tool_messages = 1;
+        if (coai__core_role_is(m, "tool")) req->has_tool_messages = 1;
         i++;
     }
     rc = COAI_ERR_INVALID;
-    tools = coai__oa_get(root, "tools");
+    tools = coai__core_get(root, "tools");
     if (tools && !cJSON_IsNull(tools)) {
         const cJSON *t;
         int count;
         char p[64];
         if (!cJSON_IsArray(tools)) {
-            coai__oa_bad(err, "tools", "tools must be an array");
+            coai__core_bad(err, "tools", "tools must be an array");
             goto fail;
         }
         count = cJSON_GetArraySize(tools);
         if (count > COAI_MAX_TOOLS) {
-            coai__oa_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+            coai__core_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
             goto fail;
         }
         if (count > 0) {
@@ -10641,43 +10641,43 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         }
         i = 0;
         cJSON_ArrayForEach(t, tools) {
-            const cJSON *ty = coai__oa_get(t, "type");
+            const cJSON *ty = coai__core_get(t, "type");
             int cu = cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0;
             const char *fn = cu ? "custom" : "function";
-            const cJSON *f = coai__oa_get(t, fn);
-            const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
-            const cJSON *params = coai__oa_get(f, "parameters");
+            const cJSON *f = coai__core_get(t, fn);
+            const cJSON *name = coai__core_get(f, "name"), *d = coai__core_get(f, "description");
+            const cJSON *params = coai__core_get(f, "parameters");
             snprintf(p, sizeof p, "tools[%d]", i);
-            if (!cJSON_IsObject(t)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
+            if (!cJSON_IsObject(t)) { coai__core_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].type", i);
             if (ty && !cu && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
-                coai__oa_bad(err, p, "%s must be 'function' or 'custom'", p);
+                coai__core_bad(err, p, "%s must be 'function' or 'custom'", p);
                 goto fail;
             }
             snprintf(p, sizeof p, "tools[%d].%s", i, fn);
-            if (!cJSON_IsObject(f)) { coai__oa_bad(err, p, "%s must be an object", p); goto fail; }
+            if (!cJSON_IsObject(f)) { coai__core_bad(err, p, "%s must be an object", p); goto fail; }
             snprintf(p, sizeof p, "tools[%d].%s.name", i, fn);
-            if (!cJSON_IsString(name)) { coai__oa_bad(err, p, "%s is required", p); goto fail; }
+            if (!cJSON_IsString(name)) { coai__core_bad(err, p, "%s is required", p); goto fail; }
             if (!coai__name_ok(name->valuestring, 64)) {
-                coai__oa_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+                coai__core_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
                 goto fail;
             }
             snprintf(p, sizeof p, "tools[%d].%s.description", i, fn);
             if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
-                coai__oa_bad(err, p, "%s must be a string", p);
+                coai__core_bad(err, p, "%s must be a string", p);
                 goto fail;
             }
             snprintf(p, sizeof p, "tools[%d].%s.parameters", i, fn);
             if (!cu && params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
-                coai__oa_bad(err, p, "%s must be an object", p);
+                coai__core_bad(err, p, "%s must be an object", p);
                 goto fail;
             }
-            req->tools[i].name = coai__oa_jstr(name);
-            req->tools[i].description = coai__oa_jstr(d);
+            req->tools[i].name = coai__core_jstr(name);
+            req->tools[i].description = coai__core_jstr(d);
             req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
             if (cu) {
                 snprintf(p, sizeof p, "tools[%d].custom.format", i);
-                rc = coai__oa_custom_tool(req, root, &req->tools[i], coai__oa_get(f, "format"),
+                rc = coai__oa_custom_tool(req, root, &req->tools[i], coai__core_get(f, "format"),
                                           p, err);
                 if (rc == COAI_ERR_NOMEM) goto nomem;
                 if (rc) goto fail;
@@ -10687,18 +10687,18 @@ static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t 
         }
         req->tool_count = (size_t)count;
     }
-    v = coai__oa_get(root, "tool_choice");
+    v = coai__core_get(root, "tool_choice");
     if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0)
         req->tool_choice = COAI_TOOL_CHOICE_NONE;
     else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
         req->tool_choice = COAI_TOOL_CHOICE_ANY;
     else if (cJSON_IsObject(v)) {
         req->tool_choice = COAI_TOOL_CHOICE_TOOL;
-        req->tool_choice_name = coai__oa_jstr(coai__oa_get(
-            coai__oa_get(v, coai__oa_call_custom(v) ? "custom" : "function"), "name"));
+        req->tool_choice_name = coai__core_jstr(coai__core_get(
+            coai__core_get(v, coai__core_call_custom(v) ? "custom" : "function"), "name"));
     } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
                                           && strcmp(v->valuestring, "auto") == 0)) {
-        coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
+        coai__core_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
                      "{\"type\":\"function\",\"function\":{\"name\":...}}");
         goto fail;
     }
@@ -10734,7 +10734,7 @@ int coai_models_parse(coai_models *m, const char *json, size_t n)
     memset(m, 0, sizeof *m);
     if (!json || coai_utf8_valid_prefix(json, n) != n) return COAI_ERR_JSON;
     m->root_ = cJSON_ParseWithLength(json, n);
-    list = coai__oa_get(m->root_, "models");
+    list = coai__core_get(m->root_, "models");
     if (!cJSON_IsArray(list)) { coai_models_free(m); return COAI_ERR_JSON; }
     count = cJSON_GetArraySize(list);
     if (count == 0) return 0;
@@ -10742,10 +10742,10 @@ int coai_models_parse(coai_models *m, const char *json, size_t n)
     if (!m->items) { coai_models_free(m); return COAI_ERR_NOMEM; }
     cJSON_ArrayForEach(e, list) {
         coai_model *it = &m->items[m->count];
-        const cJSON *al = coai__oa_get(e, "aliases");
-        it->id = coai__oa_jstr(coai__oa_get(e, "modelId"));
-        it->display_id = coai__oa_jstr(coai__oa_get(e, "displayModelId"));
-        it->display_name = coai__oa_jstr(coai__oa_get(e, "displayName"));
+        const cJSON *al = coai__core_get(e, "aliases");
+        it->id = coai__core_jstr(coai__core_get(e, "modelId"));
+        it->display_id = coai__core_jstr(coai__core_get(e, "displayModelId"));
+        it->display_name = coai__core_jstr(coai__core_get(e, "displayName"));
         it->aliases_ = cJSON_IsArray(al) ? al : NULL;
         if (!it->id.len) it->id = it->display_id;
         if (!it->id.len) continue;
@@ -10754,7 +10754,7 @@ int coai_models_parse(coai_models *m, const char *json, size_t n)
     return 0;
 }
 
-static int coai__oa_str_same(coai_str a, coai_str b)
+static int coai__core_str_same(coai_str a, coai_str b)
 {
     return a.len == b.len && (a.len == 0 || memcmp(a.ptr, b.ptr, a.len) == 0);
 }
@@ -10767,11 +10767,11 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested)
     for (i = 0; m && i < m->count; i++) {
         const coai_model *it = &m->items[i];
         const cJSON *a;
-        int match = coai__oa_str_same(it->id, requested)
-                    || (it->display_id.len && coai__oa_str_same(it->display_id, requested));
+        int match = coai__core_str_same(it->id, requested)
+                    || (it->display_id.len && coai__core_str_same(it->display_id, requested));
         if (!match && it->aliases_) {
             cJSON_ArrayForEach(a, it->aliases_) {
-                if (cJSON_IsString(a) && coai__oa_str_same(coai__oa_jstr(a), requested)) match = 1;
+                if (cJSON_IsString(a) && coai__core_str_same(coai__core_jstr(a), requested)) match = 1;
             }
         }
         if (match) hit = it->id;            /* later entries win, as in the original */
@@ -10779,9 +10779,9 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested)
     return hit;
 }
 
-static int coai__oa_str_has(coai_str s, const char *needle)
+static int coai__core_str_has(coai_str s, const char *needle)
 {
-    return coai__oa_ci_contains(s.ptr, s.len, needle);
+    return coai__core_ci_contains(s.ptr, s.len, needle);
 }
 
 void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
@@ -10802,7 +10802,7 @@ void coai_model_limits(coai_str id, uint32_t *ctx, uint32_t *outp)
     }
     for (i = 0; gpt[i]; i++)
         if (coai_str_eq(id, gpt[i])) { *ctx = 400000; *outp = 128000; return; }
-    if (coai__oa_str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
+    if (coai__core_str_has(id, "grok")) { *ctx = 256000; *outp = 32768; }
 }
 
 int coai_model_alias(const coai_model *m, size_t i, coai_str *out)
@@ -10812,24 +10812,24 @@ int coai_model_alias(const coai_model *m, size_t i, coai_str *out)
     if (!m || !m->aliases_) return -1;
     cJSON_ArrayForEach(a, m->aliases_) {
         if (!cJSON_IsString(a)) continue;
-        if (k++ == i) { *out = coai__oa_jstr(a); return 0; }
+        if (k++ == i) { *out = coai__core_jstr(a); return 0; }
     }
     return -1;
 }
 
 /* One model in OpenAI's shape (an item of the list, GET /v1/models/{model}). */
-static void coai__oa_model_obj(coai_buf *out, const coai_model *it, int64_t created)
+static void coai__core_model_obj(coai_buf *out, const coai_model *it, int64_t created)
 {
     coai_str id = it->display_id.len ? it->display_id : it->id;
     coai_str who = it->display_name.len ? it->display_name : id;
     const char *owner = "cursor";
     uint32_t ctx, outp;
-    if (coai__oa_str_has(who, "claude") || coai__oa_str_has(who, "opus")
-        || coai__oa_str_has(who, "sonnet"))
+    if (coai__core_str_has(who, "claude") || coai__core_str_has(who, "opus")
+        || coai__core_str_has(who, "sonnet"))
         owner = "anthropic";
-    else if (coai__oa_str_has(who, "gpt")) owner = "openai";
-    else if (coai__oa_str_has(who, "gemini")) owner = "google";
-    else if (coai__oa_str_has(who, "grok")) owner = "xai";
+    else if (coai__core_str_has(who, "gpt")) owner = "openai";
+    else if (coai__core_str_has(who, "gemini")) owner = "google";
+    else if (coai__core_str_has(who, "grok")) owner = "xai";
     coai_model_limits(id, &ctx, &outp);
     coai_buf_puts(out, "{\"id\":");
     coai_json_str_append(out, id.ptr, id.len);
@@ -10844,14 +10844,14 @@ int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created)
     coai_buf_puts(out, "{\"object\":\"list\",\"data\":[");
     for (i = 0; m && i < m->count; i++) {
         if (i) coai_buf_putc(out, ',');
-        coai__oa_model_obj(out, &m->items[i], created);
+        coai__core_model_obj(out, &m->items[i], created);
     }
     return coai_buf_puts(out, "]}");
 }
 
 int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t created)
 {
-    coai__oa_model_obj(out, one, created);
+    coai__core_model_obj(out, one, created);
     return out->err ? -1 : 0;
 }
 
@@ -10859,7 +10859,7 @@ int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t create
 
 /* Tool names compare ignoring case and the separators '_', '-', '.' and ' ' (Claude
  * Code's "Bash", "run-shell-command", "Read_File" ...). */
-static int coai__oa_name_like(coai_str a, coai_str b)
+static int coai__core_name_like(coai_str a, coai_str b)
 {
     size_t i = 0, j = 0;
     for (;;) {
@@ -10883,38 +10883,38 @@ static int coai__oa_name_like(coai_str a, coai_str b)
  * exactly (in the candidates' order), else a declared name that differs from a candidate
  * only in case and the separators '_', '-', '.', ' ' (filepath, FilePath, file-path for
  * filePath), as tool names match. NULL when none. */
-static const char *coai__oa_prop(const coai_tool *t, const char *const *cands)
+static const char *coai__core_prop(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *props = coai__oa_get(t->parameters, "properties"), *p;
+    const cJSON *props = coai__core_get(t->parameters, "properties"), *p;
     size_t k;
     if (!cJSON_IsObject(props)) return NULL;
     for (k = 0; cands[k]; k++)
         if (cJSON_GetObjectItemCaseSensitive(props, cands[k])) return cands[k];
     for (k = 0; cands[k]; k++)
         cJSON_ArrayForEach(p, props)
-            if (p->string && coai__oa_name_like(coai_str_c(p->string), coai_str_c(cands[k])))
+            if (p->string && coai__core_name_like(coai_str_c(p->string), coai_str_c(cands[k])))
                 return p->string;
     return NULL;
 }
 
-/* The client's parameter name for a logical argument: coai__oa_prop, else the first
+/* The client's parameter name for a logical argument: coai__core_prop, else the first
  * candidate (the original's name). */
-static const char *coai__oa_param(const coai_tool *t, const char *const *cands)
+static const char *coai__core_param(const coai_tool *t, const char *const *cands)
 {
-    const char *p = coai__oa_prop(t, cands);
+    const char *p = coai__core_prop(t, cands);
     return p ? p : cands[0];
 }
 
 /* The same for a tool's one main argument (a read's path, a shell's command): when the
  * schema names none of the candidates but requires exactly one parameter, a string, that
  * is the one (the meaning is not in doubt: the tool takes nothing else it needs). */
-static const char *coai__oa_param_main(const coai_tool *t, const char *const *cands)
+static const char *coai__core_param_main(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *req = coai__oa_get(t->parameters, "required"), *props, *r, *pr, *ty;
-    const char *only = NULL, *p = coai__oa_prop(t, cands);
+    const cJSON *req = coai__core_get(t->parameters, "required"), *props, *r, *pr, *ty;
+    const char *only = NULL, *p = coai__core_prop(t, cands);
     int n = 0;
     if (p) return p;
-    props = coai__oa_get(t->parameters, "properties");
+    props = coai__core_get(t->parameters, "properties");
     if (!cJSON_IsArray(req) || !cJSON_IsObject(props)) return cands[0];
     cJSON_ArrayForEach(r, req) {
         if (!cJSON_IsString(r)) return cands[0];
@@ -10927,9 +10927,9 @@ static const char *coai__oa_param_main(const coai_tool *t, const char *const *ca
     return n == 1 ? only : cands[0];
 }
 
-static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
+static int coai__core_has_param(const coai_tool *t, const char *const *cands)
 {
-    return coai__oa_prop(t, cands) != NULL;
+    return coai__core_prop(t, cands) != NULL;
 }
 
 /* An optional member (description, cwd, path) the client's schema does not declare goes
@@ -10937,13 +10937,13 @@ static int coai__oa_has_param(const coai_tool *t, const char *const *cands)
  * (Claude Code's tools, OpenAI strict mode) the client would reject the whole call. The
  * spec §8.2 shapes (a bash declaring only command still gets description and cwd) stay
  * for schemas that allow them. */
-static int coai__oa_may(const coai_tool *t, const char *const *cands)
+static int coai__core_may(const coai_tool *t, const char *const *cands)
 {
-    const cJSON *ap = coai__oa_get(t->parameters, "additionalProperties");
-    return !cJSON_IsFalse(ap) || coai__oa_has_param(t, cands);
+    const cJSON *ap = coai__core_get(t->parameters, "additionalProperties");
+    return !cJSON_IsFalse(ap) || coai__core_has_param(t, cands);
 }
 
-static void coai__oa_arg(coai_buf *b, const char *key, coai_str val)
+static void coai__core_arg(coai_buf *b, const char *key, coai_str val)
 {
     if (b->len > 1) coai_buf_putc(b, ',');     /* b holds "{" before the first member */
     coai_json_str_append(b, key, strlen(key));
@@ -10953,7 +10953,7 @@ static void coai__oa_arg(coai_buf *b, const char *key, coai_str val)
 
 /* Bash description: "Execute shell command: " + the first 60 UTF-16 units of the
  * command (+ "..." when longer). A surrogate pair is never split. */
-static void coai__oa_shell_desc(coai_buf *b, coai_str cmd)
+static void coai__core_shell_desc(coai_buf *b, coai_str cmd)
 {
     const unsigned char *p = (const unsigned char *)cmd.ptr;
     size_t i = 0, units = 0;
@@ -11001,7 +11001,7 @@ static void coai__oa_shell_desc(coai_buf *b, coai_str cmd)
  * tools and the common agents use (coai_exec_map's lists) rank first, then the order
  * the client listed its tools in. No name decides on its own: a tool whose schema
  * says something else is not taken for its name. */
-static int coai__oa_alnum(char c);
+static int coai__core_alnum(char c);
 
 enum {
     COAI__R_NONE = 0, COAI__R_READ, COAI__R_WRITE, COAI__R_EDIT, COAI__R_EDITOR,
@@ -11025,7 +11025,7 @@ static int coai__ro_in(const char *name, const char *const *vocab)
 {
     size_t k;
     for (k = 0; vocab[k]; k++)
-        if (coai__oa_name_like(coai_str_c(name), coai_str_c(vocab[k]))) return 1;
+        if (coai__core_name_like(coai_str_c(name), coai_str_c(vocab[k]))) return 1;
     return 0;
 }
 
@@ -11033,7 +11033,7 @@ static int coai__ro_in(const char *name, const char *const *vocab)
  * items say), 0 anything else */
 static int coai__ro_type(const cJSON *p)
 {
-    const cJSON *ty = coai__oa_get(p, "type"), *it;
+    const cJSON *ty = coai__core_get(p, "type"), *it;
     int s = 0, a = 0;
     if (!ty) return 1;
     if (cJSON_IsString(ty)) {
@@ -11047,8 +11047,8 @@ static int coai__ro_type(const cJSON *p)
         }
     }
     if (a) {
-        const cJSON *items = coai__oa_get(p, "items");
-        const cJSON *ity = coai__oa_get(items, "type");
+        const cJSON *items = coai__core_get(p, "items");
+        const cJSON *ity = coai__core_get(items, "type");
         if (ity && !(cJSON_IsString(ity) && strcmp(ity->valuestring, "string") == 0)) return 0;
         return 2;
     }
@@ -11081,12 +11081,12 @@ static void coai__ro_feat(const coai_tool *t, coai__tfeat *f)
     static const char *const e_view[] = { "view", "read", NULL };
     static const char *const e_create[] = { "create", "write", NULL };
     static const char *const e_edit[] = { "str_replace", "insert", "edit", "replace", NULL };
-    const cJSON *props = coai__oa_get(t->parameters, "properties"), *p, *req, *r;
+    const cJSON *props = coai__core_get(t->parameters, "properties"), *p, *req, *r;
     memset(f, 0, sizeof *f);
     if (!cJSON_IsObject(props)) return;
     cJSON_ArrayForEach(p, props) {
         const char *n = p->string;
-        const cJSON *en = coai__oa_get(p, "enum");
+        const cJSON *en = coai__core_get(p, "enum");
         int ty = coai__ro_type(p);
         if (!n) continue;
         f->has_props = 1;
@@ -11127,7 +11127,7 @@ static void coai__ro_feat(const coai_tool *t, coai__tfeat *f)
         } else if (ty == 1 && !f->include && coai__ro_in(n, v_inc)) f->include = n;
         else if (ty == 1 && !f->url && coai__ro_in(n, v_url)) f->url = n;
     }
-    req = coai__oa_get(t->parameters, "required");
+    req = coai__core_get(t->parameters, "required");
     if (!cJSON_IsArray(req)) req = NULL;
     cJSON_ArrayForEach(r, req) {
         const char *n = cJSON_IsString(r) ? r->valuestring : "";
@@ -11150,8 +11150,8 @@ static int coai__ro_words(coai_str s, const char *const *vocab)
     while (i < s.len) {
         char w[24];
         size_t k = 0, j;
-        while (i < s.len && !coai__oa_alnum(s.ptr[i])) i++;
-        while (i < s.len && coai__oa_alnum(s.ptr[i])) {
+        while (i < s.len && !coai__core_alnum(s.ptr[i])) i++;
+        while (i < s.len && coai__core_alnum(s.ptr[i])) {
             char ch = s.ptr[i];
             if (k && ch >= 'A' && ch <= 'Z' && s.ptr[i - 1] >= 'a' && s.ptr[i - 1] <= 'z')
                 break;                                      /* readFile: read, file */
@@ -11287,7 +11287,7 @@ static int coai__ro_find(const coai_tool *tools, size_t count, int want, int wan
         if (!own && !(want2 && role == want2)) continue;
         for (k = 0; names && names[k] && !rank; k++) {
             if (coai_str_eq(tools[i].name, names[k])) rank = 2000 - (long)k;
-            else if (coai__oa_name_like(tools[i].name, coai_str_c(names[k])))
+            else if (coai__core_name_like(tools[i].name, coai_str_c(names[k])))
                 rank = 1000 - (long)k;
         }
         /* a tool of the role itself before one that also serves it (an editor's view) */
@@ -11422,26 +11422,26 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             coai_json_str_append(b, ex->command.ptr, ex->command.len);
             coai_buf_putc(b, ']');
         } else {
-            coai__oa_arg(b, f.cmd ? f.cmd : coai__oa_param_main(t, p_command), ex->command);
+            coai__core_arg(b, f.cmd ? f.cmd : coai__core_param_main(t, p_command), ex->command);
         }
         /* Cursor's own description of the command (ShellArgs 15) when it sent one */
         if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);
-        else coai__oa_shell_desc(&d, ex->command);
-        if (coai__oa_may(t, p_desc)) {
+        else coai__core_shell_desc(&d, ex->command);
+        if (coai__core_may(t, p_desc)) {
             coai_str ds;
             ds.ptr = d.data ? (const char *)d.data : "";
             ds.len = d.len;
-            coai__oa_arg(b, coai__oa_param(t, p_desc), ds);
+            coai__core_arg(b, coai__core_param(t, p_desc), ds);
         }
         if (d.err) b->err = 1;
         coai_buf_free(&d);
-        if (ex->cwd.len && coai__oa_may(t, p_cwd))
-            coai__oa_arg(b, coai__oa_param(t, p_cwd), ex->cwd);
+        if (ex->cwd.len && coai__core_may(t, p_cwd))
+            coai__core_arg(b, coai__core_param(t, p_cwd), ex->cwd);
         /* ShellArgs.hard_timeout (ms) to a tool that declares a timeout in ms (Claude Code's
          * Bash and OpenCode's bash: timeout; Codex: timeout_ms) */
         if (ex->hard_timeout_ms > 0 && ex->hard_timeout_ms < 100000000000ULL
-            && coai__oa_has_param(t, p_timeout))
-            coai_buf_printf(b, ",\"%s\":%llu", coai__oa_param(t, p_timeout),
+            && coai__core_has_param(t, p_timeout))
+            coai_buf_printf(b, ",\"%s\":%llu", coai__core_param(t, p_timeout),
                             (unsigned long long)ex->hard_timeout_ms);
         break;
     case COAI_EXEC_READ:
@@ -11449,7 +11449,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             || (f.op && !f.op_view))
             return 0;
         coai_buf_putc(b, '{');
-        if (f.op) coai__oa_arg(b, f.op, coai_str_c(f.op_view));      /* an editor's view */
+        if (f.op) coai__core_arg(b, f.op, coai_str_c(f.op_view));      /* an editor's view */
         if (f.paths && !f.path) {                                     /* several paths: one */
             if (b->len > 1) coai_buf_putc(b, ',');
             coai_json_str_append(b, f.paths, strlen(f.paths));
@@ -11457,42 +11457,42 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             coai_json_str_append(b, ex->path.ptr, ex->path.len);
             coai_buf_putc(b, ']');
         } else {
-            coai__oa_arg(b, f.path ? f.path : coai__oa_param_main(&tools[idx], p_file), ex->path);
+            coai__core_arg(b, f.path ? f.path : coai__core_param_main(&tools[idx], p_file), ex->path);
         }
         break;
     case COAI_EXEC_LS:
         if (!coai__ro_find(tools, count, COAI__R_LIST, 0, n_list, &idx, NULL)) return 0;
         coai_buf_putc(b, '{');
         if (ex->has_path || ex->path.len)
-            coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), ex->path);
-        else if (workspace.len) coai__oa_arg(b, coai__oa_param(&tools[idx], p_path), workspace);
+            coai__core_arg(b, coai__core_param(&tools[idx], p_path), ex->path);
+        else if (workspace.len) coai__core_arg(b, coai__core_param(&tools[idx], p_path), workspace);
         break;
     case COAI_EXEC_GREP:
         /* A regex search restricted by a file glob stays a grep when the client's grep
          * takes a file filter (OpenCode: include); a pure glob becomes the glob tool. */
         if (ex->glob.len && ex->pattern.len
             && coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)
-            && coai__oa_has_param(&tools[idx], p_include)) {
+            && coai__core_has_param(&tools[idx], p_include)) {
             t = &tools[idx];
             coai_buf_putc(b, '{');
-            coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
-                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
-            coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
+            coai__core_arg(b, coai__core_param(t, p_pattern), ex->pattern);
+            if ((ex->has_path || ex->path.len) && coai__core_may(t, p_path))
+                coai__core_arg(b, coai__core_param(t, p_path), ex->path);
+            coai__core_arg(b, coai__core_param(t, p_include), ex->glob);
         } else if (ex->glob.len) {
             if (!coai__ro_find(tools, count, COAI__R_GLOB, 0, n_glob, &idx, NULL)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
-            coai__oa_arg(b, coai__oa_param(t, p_gpattern), ex->glob);
-            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
-                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            coai__core_arg(b, coai__core_param(t, p_gpattern), ex->glob);
+            if ((ex->has_path || ex->path.len) && coai__core_may(t, p_path))
+                coai__core_arg(b, coai__core_param(t, p_path), ex->path);
         } else {
             if (!coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)) return 0;
             t = &tools[idx];
             coai_buf_putc(b, '{');
-            coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-            if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_path))
-                coai__oa_arg(b, coai__oa_param(t, p_path), ex->path);
+            coai__core_arg(b, coai__core_param(t, p_pattern), ex->pattern);
+            if ((ex->has_path || ex->path.len) && coai__core_may(t, p_path))
+                coai__core_arg(b, coai__core_param(t, p_path), ex->path);
         }
         break;
     case COAI_EXEC_WRITE:
@@ -11501,9 +11501,9 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             return 0;
         t = &tools[idx];
         coai_buf_putc(b, '{');
-        if (f.op) coai__oa_arg(b, f.op, coai_str_c(f.op_create));  /* an editor's create */
-        coai__oa_arg(b, f.path ? f.path : coai__oa_param(t, p_file), ex->path);
-        coai__oa_arg(b, f.content ? f.content : f.op ? "file_text" : coai__oa_param(t, p_content),
+        if (f.op) coai__core_arg(b, f.op, coai_str_c(f.op_create));  /* an editor's create */
+        coai__core_arg(b, f.path ? f.path : coai__core_param(t, p_file), ex->path);
+        coai__core_arg(b, f.content ? f.content : f.op ? "file_text" : coai__core_param(t, p_content),
                      ex->content);
         break;
     case COAI_EXEC_DELETE:
@@ -11517,21 +11517,21 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             coai_json_str_append(b, ex->path.ptr, ex->path.len);
             coai_buf_putc(b, ']');
         } else {
-            coai__oa_arg(b, f.path ? f.path : coai__oa_param_main(&tools[idx], p_file), ex->path);
+            coai__core_arg(b, f.path ? f.path : coai__core_param_main(&tools[idx], p_file), ex->path);
         }
         break;
     case COAI_EXEC_FETCH:
         if (!ex->url.len || !coai__ro_find(tools, count, COAI__R_FETCH, 0, n_fetch, &idx, &f))
             return 0;
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, f.url ? f.url : coai__oa_param_main(&tools[idx], p_url), ex->url);
+        coai__core_arg(b, f.url ? f.url : coai__core_param_main(&tools[idx], p_url), ex->url);
         break;
     case COAI_EXEC_MCP: {
         size_t i, k;
         for (i = 0; i < count; i++)
-            if (coai__oa_str_same(tools[i].name, ex->tool_name)) break;
+            if (coai__core_str_same(tools[i].name, ex->tool_name)) break;
         for (k = 0; i == count && k < count; k++)      /* then ignoring case/separators */
-            if (coai__oa_name_like(tools[k].name, ex->tool_name)) i = k;
+            if (coai__core_name_like(tools[k].name, ex->tool_name)) i = k;
         if (i == count || ex->tool_name.len == 0) return 0;
         idx = i;
         if (ex->args_json.len) coai_buf_append(b, ex->args_json.ptr, ex->args_json.len);
@@ -11549,12 +11549,12 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
 
 /* A shell exec that a chat client's `bash` tool runs under COAI_EXIT_TRAP: OpenCode's bash
  * (Kilo Code's is the same), known by its `workdir` parameter. */
-static int coai__oa_traps_exit(coai_dialect d, int kind, const coai_tool *t)
+static int coai__core_traps_exit(coai_dialect d, int kind, const coai_tool *t)
 {
     static const char *const p_workdir[] = { "workdir", NULL };
     return d == COAI_DIALECT_OPENAI_CHAT
         && (kind == COAI_EXEC_SHELL || kind == COAI_EXEC_SHELL_STREAM || kind == COAI_EXEC_DELETE)
-        && coai__oa_name_like(t->name, coai_str_c("bash")) && coai__oa_has_param(t, p_workdir);
+        && coai__core_name_like(t->name, coai_str_c("bash")) && coai__core_has_param(t, p_workdir);
 }
 
 /* The OpenAI chat dialect's exec mapping: coai_exec_map, then a shell command for
@@ -11605,7 +11605,7 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
         coai_buf_free(&cmd);
         return m;
     }
-    if (m != 1 || !coai__oa_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
+    if (m != 1 || !coai__core_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
                                        &tools[tc->tool]))
         return m;
     a = cJSON_ParseWithLength((const char *)tc->args.data, tc->args.len);
@@ -11634,7 +11634,7 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
 /* ---- tool results as Cursor's CLI reports them ------------------------------ */
 
 /* s[*at..] starts with lit: advance past it. */
-static int coai__rs_lit(coai_str s, size_t *at, const char *lit)
+static int coai__rl_lit(coai_str s, size_t *at, const char *lit)
 {
     size_t n = strlen(lit);
     if (s.len - *at < n || memcmp(s.ptr + *at, lit, n) != 0) return 0;
@@ -11643,7 +11643,7 @@ static int coai__rs_lit(coai_str s, size_t *at, const char *lit)
 }
 
 /* A decimal integer (with '-' when neg) at s[*at]: advance past it. */
-static int coai__rs_int(coai_str s, size_t *at, int neg, int64_t *v)
+static int coai__rl_int(coai_str s, size_t *at, int neg, int64_t *v)
 {
     size_t i = *at;
     int minus = 0, digits = 0;
@@ -11660,7 +11660,7 @@ static int coai__rs_int(coai_str s, size_t *at, int neg, int64_t *v)
 }
 
 /* One or more characters of set (a NUL-terminated list) at s[*at]: advance past them. */
-static int coai__rs_span(coai_str s, size_t *at, const char *set)
+static int coai__rl_span(coai_str s, size_t *at, const char *set)
 {
     size_t i = *at;
     while (i < s.len && s.ptr[i] && strchr(set, s.ptr[i])) i++;
@@ -11669,7 +11669,7 @@ static int coai__rs_span(coai_str s, size_t *at, const char *set)
     return 1;
 }
 
-static coai_str coai__rs_tail(coai_str s, size_t at)
+static coai_str coai__rl_tail(coai_str s, size_t at)
 {
     coai_str t;
     t.ptr = s.ptr + at;
@@ -11677,7 +11677,7 @@ static coai_str coai__rs_tail(coai_str s, size_t at)
     return t;
 }
 
-static int coai__rs_exit(coai_exec_outcome *o, int64_t code)
+static int coai__rl_exit(coai_exec_outcome *o, int64_t code)
 {
     if (code < -2147483647 || code > 2147483647) return 0;
     o->has_exit = 1;
@@ -11687,56 +11687,56 @@ static int coai__rs_exit(coai_exec_outcome *o, int64_t code)
 
 /* Codex exec_command: [Chunk ID: h\n]Wall time: s seconds\n(Process exited with code N |
  * Process running with session ID N)\n[Original token count: n\n]Output:\n */
-static int coai__rs_codex_exec(coai_exec_outcome *o, coai_str t)
+static int coai__rl_codex_exec(coai_exec_outcome *o, coai_str t)
 {
     size_t at = 0;
     int64_t v = 0, code = 0;
     int has = 0;
-    if (coai__rs_lit(t, &at, "Chunk ID: ")
-        && !(coai__rs_span(t, &at, "0123456789abcdefABCDEF-") && coai__rs_lit(t, &at, "\n")))
+    if (coai__rl_lit(t, &at, "Chunk ID: ")
+        && !(coai__rl_span(t, &at, "0123456789abcdefABCDEF-") && coai__rl_lit(t, &at, "\n")))
         return 0;
-    if (!coai__rs_lit(t, &at, "Wall time: ") || !coai__rs_span(t, &at, "0123456789.")
-        || !coai__rs_lit(t, &at, " seconds\n"))
+    if (!coai__rl_lit(t, &at, "Wall time: ") || !coai__rl_span(t, &at, "0123456789.")
+        || !coai__rl_lit(t, &at, " seconds\n"))
         return 0;
-    if (coai__rs_lit(t, &at, "Process exited with code ")) {
-        if (!coai__rs_int(t, &at, 1, &code)) return 0;
+    if (coai__rl_lit(t, &at, "Process exited with code ")) {
+        if (!coai__rl_int(t, &at, 1, &code)) return 0;
         has = 1;
-    } else if (!coai__rs_lit(t, &at, "Process running with session ID ")
-               || !coai__rs_int(t, &at, 0, &v)) {
+    } else if (!coai__rl_lit(t, &at, "Process running with session ID ")
+               || !coai__rl_int(t, &at, 0, &v)) {
         return 0;
     }
-    if (!coai__rs_lit(t, &at, "\n")) return 0;
-    if (coai__rs_lit(t, &at, "Original token count: ")
-        && !(coai__rs_int(t, &at, 0, &v) && coai__rs_lit(t, &at, "\n")))
+    if (!coai__rl_lit(t, &at, "\n")) return 0;
+    if (coai__rl_lit(t, &at, "Original token count: ")
+        && !(coai__rl_int(t, &at, 0, &v) && coai__rl_lit(t, &at, "\n")))
         return 0;
-    if (!coai__rs_lit(t, &at, "Output:\n")) return 0;
-    if (has && !coai__rs_exit(o, code)) return 0;
-    o->out = coai__rs_tail(t, at);
+    if (!coai__rl_lit(t, &at, "Output:\n")) return 0;
+    if (has && !coai__rl_exit(o, code)) return 0;
+    o->out = coai__rl_tail(t, at);
     o->shape = "codex-exec";
     return 1;
 }
 
 /* Codex shell / apply_patch: Exit code: N\nWall time: s seconds\n[Total output lines: n\n]
  * Output:\n */
-static int coai__rs_codex_shell(coai_exec_outcome *o, coai_str t)
+static int coai__rl_codex_shell(coai_exec_outcome *o, coai_str t)
 {
     size_t at = 0;
     int64_t code = 0, v = 0;
-    if (!coai__rs_lit(t, &at, "Exit code: ") || !coai__rs_int(t, &at, 1, &code)
-        || !coai__rs_lit(t, &at, "\nWall time: ") || !coai__rs_span(t, &at, "0123456789.")
-        || !coai__rs_lit(t, &at, " seconds\n"))
+    if (!coai__rl_lit(t, &at, "Exit code: ") || !coai__rl_int(t, &at, 1, &code)
+        || !coai__rl_lit(t, &at, "\nWall time: ") || !coai__rl_span(t, &at, "0123456789.")
+        || !coai__rl_lit(t, &at, " seconds\n"))
         return 0;
-    if (coai__rs_lit(t, &at, "Total output lines: ")
-        && !(coai__rs_int(t, &at, 0, &v) && coai__rs_lit(t, &at, "\n")))
+    if (coai__rl_lit(t, &at, "Total output lines: ")
+        && !(coai__rl_int(t, &at, 0, &v) && coai__rl_lit(t, &at, "\n")))
         return 0;
-    if (!coai__rs_lit(t, &at, "Output:\n") || !coai__rs_exit(o, code)) return 0;
-    o->out = coai__rs_tail(t, at);
+    if (!coai__rl_lit(t, &at, "Output:\n") || !coai__rl_exit(o, code)) return 0;
+    o->out = coai__rl_tail(t, at);
     o->shape = "codex-shell";
     return 1;
 }
 
 /* The last occurrence of "\n" lit in t[0..end) whose line is whole; (size_t)-1 if none. */
-static size_t coai__rs_rfind(coai_str t, size_t end, const char *lit)
+static size_t coai__rl_rfind(coai_str t, size_t end, const char *lit)
 {
     size_t n = strlen(lit), i;
     if (end > t.len) end = t.len;
@@ -11748,13 +11748,13 @@ static size_t coai__rs_rfind(coai_str t, size_t end, const char *lit)
 
 /* Qwen Code run_shell_command: [Command: c\n]Directory: d\nOutput: o\nError: e\n
  * Exit Code: N|(none)\nSignal: s\nProcess Group PGID: p[\n<appended notes>] */
-static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
+static int coai__rl_qwen(coai_exec_outcome *o, coai_str t)
 {
     size_t at = 0, d, ob, eb, xb, sb, pb_, i;
     int64_t code = 0;
     int has = 0;
     coai_str rest;
-    if (coai__rs_lit(t, &at, "Command: ")) {
+    if (coai__rl_lit(t, &at, "Command: ")) {
         /* the command may span lines: its end is the first "\nDirectory: " line */
         d = (size_t)-1;
         for (i = at; i < t.len; i++)
@@ -11763,25 +11763,25 @@ static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
         if (d == (size_t)-1) return 0;
         at = d;
     }
-    if (!coai__rs_lit(t, &at, "Directory: ")) return 0;
+    if (!coai__rl_lit(t, &at, "Directory: ")) return 0;
     while (at < t.len && t.ptr[at] != '\n') at++;
-    if (!coai__rs_lit(t, &at, "\nOutput: ")) return 0;
+    if (!coai__rl_lit(t, &at, "\nOutput: ")) return 0;
     ob = at;
     /* the footer, searched from the end: PGID, Signal, Exit Code, Error lines in order */
-    pb_ = coai__rs_rfind(t, t.len, "Process Group PGID: ");
+    pb_ = coai__rl_rfind(t, t.len, "Process Group PGID: ");
     if (pb_ == (size_t)-1 || pb_ < ob) return 0;
-    sb = coai__rs_rfind(t, pb_, "Signal: ");
+    sb = coai__rl_rfind(t, pb_, "Signal: ");
     if (sb == (size_t)-1 || sb < ob) return 0;
     for (i = sb + 1; i < pb_; i++) if (t.ptr[i] == '\n') return 0;
-    xb = coai__rs_rfind(t, sb, "Exit Code: ");
+    xb = coai__rl_rfind(t, sb, "Exit Code: ");
     if (xb == (size_t)-1 || xb < ob) return 0;
     at = xb + 12;
-    if (coai__rs_int(t, &at, 1, &code)) has = 1;
-    else if (!coai__rs_lit(t, &at, "(none)")) return 0;
+    if (coai__rl_int(t, &at, 1, &code)) has = 1;
+    else if (!coai__rl_lit(t, &at, "(none)")) return 0;
     if (at != sb) return 0;
-    eb = coai__rs_rfind(t, xb, "Error: ");
+    eb = coai__rl_rfind(t, xb, "Error: ");
     if (eb == (size_t)-1 || eb + 1 < ob) return 0;
-    if (has && !coai__rs_exit(o, code)) return 0;
+    if (has && !coai__rl_exit(o, code)) return 0;
     rest.ptr = t.ptr + ob;
     rest.len = eb - ob;
     if (coai_str_eq(rest, "(empty)")) rest.len = 0;
@@ -11797,14 +11797,14 @@ static int coai__rs_qwen(coai_exec_outcome *o, coai_str t)
     return 1;
 }
 
-static size_t coai__rs_reminder(coai_str t);
+static size_t coai__rl_reminder(coai_str t);
 
 /* Where t's text ends before a system reminder Claude Code appends to a tool result
  * ("\n\n<system-reminder>\n...\n</system-reminder>", trailing blanks allowed): t.len when
  * there is none. */
-static size_t coai__rs_reminder(coai_str t)
+static size_t coai__rl_reminder(coai_str t)
 {
-    size_t r = coai__rs_rfind(t, t.len, "<system-reminder>"), e = t.len;
+    size_t r = coai__rl_rfind(t, t.len, "<system-reminder>"), e = t.len;
     if (r == (size_t)-1 || r == 0 || t.ptr[r - 1] != '\n') return t.len;
     while (e > r && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == ' ')) e--;
     if (e - r < 18 || memcmp(t.ptr + e - 18, "</system-reminder>", 18) != 0) return t.len;
@@ -11812,7 +11812,7 @@ static size_t coai__rs_reminder(coai_str t)
 }
 
 /* A bash result ending with the line COAI_EXIT_TRAP prints: ...\n[exit code: N]\n */
-static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
+static int coai__rl_trap(coai_exec_outcome *o, coai_str t)
 {
     size_t i, at;
     int64_t code = 0;
@@ -11820,8 +11820,8 @@ static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
     for (i = t.len - 2; i > 0 && t.ptr[i - 1] != '\n'; i--) {}
     if (i == 0) return 0;
     at = i;
-    if (!coai__rs_lit(t, &at, "[exit code: ") || !coai__rs_int(t, &at, 1, &code)
-        || !coai__rs_lit(t, &at, "]\n") || at != t.len || !coai__rs_exit(o, code))
+    if (!coai__rl_lit(t, &at, "[exit code: ") || !coai__rl_int(t, &at, 1, &code)
+        || !coai__rl_lit(t, &at, "]\n") || at != t.len || !coai__rl_exit(o, code))
         return 0;
     o->out.ptr = t.ptr;
     o->out.len = i - 1;                         /* the "\n" the trap prints first */
@@ -11853,13 +11853,13 @@ static int coai__rs_trap(coai_exec_outcome *o, coai_str t)
 /* A word naming a session, process or job whose number may stand before the code phrase
  * ("shellId: 0 completed with exit code 3", "[pid 4711] exited with status 1"): the word and
  * its number are skipped. */
-static int coai__rs_id_word(const char *w)
+static int coai__rl_id_word(const char *w)
 {
     return !strcmp(w, "id") || !strcmp(w, "pid") || !strcmp(w, "session") || !strcmp(w, "job");
 }
 
 /* t (one line, no '\n') is a code line: *code set. */
-static int coai__rs_code_line(coai_str t, int64_t *code)
+static int coai__rl_code_line(coai_str t, int64_t *code)
 {
     static const char *const fill[] = { "process", "command", "cmd", "shell", "program",
                                         "the", "a", "an", "exited", "finished", "completed",
@@ -11893,7 +11893,7 @@ static int coai__rs_code_line(coai_str t, int64_t *code)
                                        && !(t.ptr[i - 1] >= 'a' && t.ptr[i - 1] <= 'z'))));
             w[nw++][n] = 0;
         } else if (ch >= '0' && ch <= '9' && !num && !idn++ && nw
-                   && coai__rs_id_word(w[nw - 1])) {
+                   && coai__rl_id_word(w[nw - 1])) {
             /* the number of a session / process / job before the code: "shellId: 0" */
             while (i < t.len && t.ptr[i] >= '0' && t.ptr[i] <= '9') i++;
             if (i < t.len && ((t.ptr[i] | 0x20) >= 'a' && (t.ptr[i] | 0x20) <= 'z')) return 0;
@@ -11901,7 +11901,7 @@ static int coai__rs_code_line(coai_str t, int64_t *code)
         } else if ((ch >= '0' && ch <= '9') || (ch == '-' && i + 1 < t.len
                                                  && t.ptr[i + 1] >= '0' && t.ptr[i + 1] <= '9')) {
             if (num++) return 0;
-            if (!coai__rs_int(t, &i, 1, &v)) return 0;
+            if (!coai__rl_int(t, &i, 1, &v)) return 0;
             if (i < t.len && ((t.ptr[i] | 0x20) >= 'a' && (t.ptr[i] | 0x20) <= 'z')) return 0;
             before = nw;
         } else if (ch == ' ' || ch == '\t' || ch == '_' || ch == '-' || ch == '/' || ch == '"'
@@ -11950,7 +11950,7 @@ static int coai__rs_code_line(coai_str t, int64_t *code)
 }
 
 /* A whole result that is one JSON object with an exit code and output members. */
-static int coai__rs_json_exit(coai_exec_outcome *o, coai_str t)
+static int coai__rl_json_exit(coai_exec_outcome *o, coai_str t)
 {
     static const char *const kc[] = { "exit_code", "exitCode", "exit_status", "exitStatus",
                                       "returncode", "return_code", "returnCode", NULL };
@@ -11970,7 +11970,7 @@ static int coai__rs_json_exit(coai_exec_outcome *o, coai_str t)
     err = cJSON_GetObjectItemCaseSensitive(j, "stderr");
     if (cJSON_IsNumber(c) && c->valuedouble == (double)(int64_t)c->valuedouble
         && (!out || cJSON_IsString(out)) && (!err || cJSON_IsString(err)) && (out || err)
-        && coai__rs_exit(o, (int64_t)c->valuedouble)) {
+        && coai__rl_exit(o, (int64_t)c->valuedouble)) {
         coai_buf *b = &o->own_;
         size_t no = out ? strlen(out->valuestring) : 0, ne = err ? strlen(err->valuestring) : 0;
         coai_buf_reset(b);
@@ -11990,12 +11990,12 @@ static int coai__rs_json_exit(coai_exec_outcome *o, coai_str t)
 
 /* The generic recogniser over t[0..end) (a Claude Code system reminder after end is never
  * output): 1 with o's code and output, 0 when no line names a code. */
-static int coai__rs_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
+static int coai__rl_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
 {
     size_t e = end, b, f;
     int64_t code = 0;
     coai_str line;
-    int r = coai__rs_json_exit(o, t);
+    int r = coai__rl_json_exit(o, t);
     if (r) return r;
     /* the last line: trailing blank lines skipped */
     while (e && (t.ptr[e - 1] == '\n' || t.ptr[e - 1] == '\r' || t.ptr[e - 1] == ' '))
@@ -12003,7 +12003,7 @@ static int coai__rs_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
     for (b = e; b && t.ptr[b - 1] != '\n'; b--) {}
     line.ptr = t.ptr + b;
     line.len = e - b;
-    if (coai__rs_code_line(line, &code) && coai__rs_exit(o, code)) {
+    if (coai__rl_code_line(line, &code) && coai__rl_exit(o, code)) {
         o->out.ptr = t.ptr;
         o->out.len = b ? b - 1 : 0;                 /* the newline before the line */
         if (o->out.len && t.ptr[o->out.len - 1] == '\r') o->out.len--;
@@ -12014,7 +12014,7 @@ static int coai__rs_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
     for (f = 0; f < end && t.ptr[f] != '\n'; f++) {}
     line.ptr = t.ptr;
     line.len = f;
-    if (coai__rs_code_line(line, &code) && coai__rs_exit(o, code)) {
+    if (coai__rl_code_line(line, &code) && coai__rl_exit(o, code)) {
         o->out.ptr = t.ptr + (f < end ? f + 1 : end);
         o->out.len = end - (size_t)(o->out.ptr - t.ptr);
         o->shape = "exit-line";
@@ -12026,7 +12026,7 @@ static int coai__rs_exit_line(coai_exec_outcome *o, coai_str t, size_t end)
 /* Claude Code Read: "N\t" (or "     N\t", or "N→") before every line, numbered from 1.
  * The lines are copied into own_ without the numbers; a last line that is empty is
  * where the file's final newline was. */
-static int coai__rs_claude_read(coai_exec_outcome *o, coai_str t)
+static int coai__rl_claude_read(coai_exec_outcome *o, coai_str t)
 {
     static const char empty[] = "<system-reminder>Warning: the file exists but the contents "
                                 "are empty.</system-reminder>";
@@ -12043,13 +12043,13 @@ static int coai__rs_claude_read(coai_exec_outcome *o, coai_str t)
         return 1;
     }
     /* a system reminder Claude Code may append after a blank line */
-    end = coai__rs_reminder(t);
+    end = coai__rl_reminder(t);
     if (!end) return 0;
     coai_buf_reset(b);
     while (at < end) {
         size_t s0;
         while (at < end && t.ptr[at] == ' ') at++;
-        if (!coai__rs_int(t, &at, 0, &n) || n != want) return 0;
+        if (!coai__rl_int(t, &at, 0, &n) || n != want) return 0;
         if (at == end && want > 1) break;       /* "N" alone last: an empty last line whose
                                                  * tab went with the text's trailing blanks */
         if (at < end && t.ptr[at] == '\t' && sep != 2) { sep = 1; at++; }
@@ -12074,16 +12074,16 @@ static int coai__rs_claude_read(coai_exec_outcome *o, coai_str t)
 
 /* OpenCode / Kilo Code read: <path>p</path>\n<type>file</type>\n<content>\n[1: l\n2: l\n...
  * \n]\n(footer)\n</content> */
-static int coai__rs_oc_read(coai_exec_outcome *o, coai_str t)
+static int coai__rl_oc_read(coai_exec_outcome *o, coai_str t)
 {
     size_t at = 0, fb, fe, le, hdr;
     int64_t want = 1, n = 0, total = 0, v = 0;
     coai_buf *b = &o->own_;
     coai_str foot;
-    if (!coai__rs_lit(t, &at, "<path>")) return 0;
+    if (!coai__rl_lit(t, &at, "<path>")) return 0;
     while (at < t.len && t.ptr[at] != '\n') at++;
     if (at < 13 || memcmp(t.ptr + at - 7, "</path>", 7) != 0) return 0;
-    if (!coai__rs_lit(t, &at, "\n<type>file</type>\n<content>\n")) return 0;
+    if (!coai__rl_lit(t, &at, "\n<type>file</type>\n<content>\n")) return 0;
     hdr = at;
     if (t.len - at < 11 || memcmp(t.ptr + t.len - 11, "\n</content>", 11) != 0) return 0;
     fe = t.len - 11;
@@ -12096,26 +12096,26 @@ static int coai__rs_oc_read(coai_exec_outcome *o, coai_str t)
     foot.ptr = t.ptr + fb;
     foot.len = fe - fb;
     at = 0;
-    if (coai__rs_lit(foot, &at, "(End of file - total ")) {
-        if (!coai__rs_int(foot, &at, 0, &total) || !coai__rs_lit(foot, &at, " lines)")
+    if (coai__rl_lit(foot, &at, "(End of file - total ")) {
+        if (!coai__rl_int(foot, &at, 0, &total) || !coai__rl_lit(foot, &at, " lines)")
             || at != foot.len)
             return 0;
         o->has_total = 1;
         o->total_lines = total;
-    } else if (coai__rs_lit(foot, &at, "(Showing lines ")) {
-        if (!coai__rs_int(foot, &at, 0, &v) || !coai__rs_lit(foot, &at, "-")
-            || !coai__rs_int(foot, &at, 0, &v))
+    } else if (coai__rl_lit(foot, &at, "(Showing lines ")) {
+        if (!coai__rl_int(foot, &at, 0, &v) || !coai__rl_lit(foot, &at, "-")
+            || !coai__rl_int(foot, &at, 0, &v))
             return 0;
-        if (coai__rs_lit(foot, &at, " of ")) {
-            if (!coai__rs_int(foot, &at, 0, &total)) return 0;
+        if (coai__rl_lit(foot, &at, " of ")) {
+            if (!coai__rl_int(foot, &at, 0, &total)) return 0;
             o->has_total = 1;
             o->total_lines = total;
         }
-        if (!coai__rs_lit(foot, &at, ". Use offset=") || !coai__rs_int(foot, &at, 0, &v)
-            || !coai__rs_lit(foot, &at, " to continue.)") || at != foot.len)
+        if (!coai__rl_lit(foot, &at, ". Use offset=") || !coai__rl_int(foot, &at, 0, &v)
+            || !coai__rl_lit(foot, &at, " to continue.)") || at != foot.len)
             return 0;
         o->truncated = 1;
-    } else if (coai__rs_lit(foot, &at, "(Output capped at ")) {
+    } else if (coai__rl_lit(foot, &at, "(Output capped at ")) {
         o->truncated = 1;           /* its size label and range: not needed */
     } else {
         return 0;
@@ -12126,7 +12126,7 @@ static int coai__rs_oc_read(coai_exec_outcome *o, coai_str t)
     coai_buf_reset(b);
     while (at < le) {
         size_t s0;
-        if (!coai__rs_int(t, &at, 0, &n) || n != want || !coai__rs_lit(t, &at, ": ")) return 0;
+        if (!coai__rl_int(t, &at, 0, &n) || n != want || !coai__rl_lit(t, &at, ": ")) return 0;
         s0 = at;
         while (at < le && t.ptr[at] != '\n') at++;
         coai_buf_append(b, t.ptr + s0, at - s0);
@@ -12141,16 +12141,16 @@ static int coai__rs_oc_read(coai_exec_outcome *o, coai_str t)
     return 1;
 }
 
-static int coai__rs_tool_is(coai_str tool, const char *const *names)
+static int coai__rl_tool_is(coai_str tool, const char *const *names)
 {
     size_t k;
     for (k = 0; names[k]; k++)
-        if (coai__oa_name_like(tool, coai_str_c(names[k]))) return 1;
+        if (coai__core_name_like(tool, coai_str_c(names[k]))) return 1;
     return 0;
 }
 
 /* o back to the raw result r, keeping the rebuilt-text buffer for reuse */
-static void coai__rs_back(coai_exec_outcome *o, const coai_exec_outcome *r)
+static void coai__rl_back(coai_exec_outcome *o, const coai_exec_outcome *r)
 {
     coai_buf keep = o->own_;
     *o = *r;
@@ -12176,7 +12176,7 @@ static int coai__gm_outcome(coai_exec_outcome *o, coai_str t);   /* PART:GEMINI 
 /* A delete's success: the size `wc -c < PATH` printed before the rm (blanks first on some
  * systems), a number alone on its line. Anything else (no output, text, a number past
  * 2^53) sets no size. */
-static void coai__rs_delete_size(coai_exec_outcome *o)
+static void coai__rl_delete_size(coai_exec_outcome *o)
 {
     const char *p = o->out.ptr;
     size_t i = 0, n = o->out.len, d = 0;
@@ -12196,7 +12196,7 @@ static void coai__rs_delete_size(coai_exec_outcome *o)
 
 /* o is a failure whose error is e, cut to 4 KiB on a UTF-8 boundary (a refused command's
  * text can quote the whole command, base64 and all) */
-static int coai__rs_failed(coai_exec_outcome *o, coai_str e)
+static int coai__rl_failed(coai_exec_outcome *o, coai_str e)
 {
     if (e.len > 4096) {
         e.len = 4096;
@@ -12230,49 +12230,49 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     else o->out = text;
     o->shape = "raw";
     raw = *o;
-#define COAI__RS_IS(list) (coai__rs_tool_is(tool, list))
+#define COAI__RS_IS(list) (coai__rl_tool_is(tool, list))
     /* the shell layer; not for an MCP exec: Cursor's model called the client's tool by its
      * own name and gets its text as it is (an exit code line included) */
     o->err.len = 0;
     if (kind == COAI_EXEC_MCP) shell = 0;
-    else if (COAI__RS_IS(n_codex_exec)) shell = coai__rs_codex_exec(o, text);
-    else if (COAI__RS_IS(n_codex_shell)) shell = coai__rs_codex_shell(o, text);
+    else if (COAI__RS_IS(n_codex_exec)) shell = coai__rl_codex_exec(o, text);
+    else if (COAI__RS_IS(n_codex_shell)) shell = coai__rl_codex_shell(o, text);
     else if (COAI__RS_IS(n_qwen)) {
-        shell = coai__rs_qwen(o, text);
-        if (!shell) { coai__rs_back(o, &raw); o->err.len = 0; shell = coai__gm_outcome(o, text); }
+        shell = coai__rl_qwen(o, text);
+        if (!shell) { coai__rl_back(o, &raw); o->err.len = 0; shell = coai__gm_outcome(o, text); }
     }
-    else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rs_trap(o, text);
+    else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rl_trap(o, text);
     if (!shell && kind != COAI_EXEC_READ && kind != COAI_EXEC_MCP && !(x && x->exit_trap)
         && !COAI__RS_IS(n_codex_exec) && !COAI__RS_IS(n_codex_shell)) {
         /* any other client (Codex's tools have a whole layout of their own, and a text
          * outside it is not a result of theirs): a first or last line naming the exit
          * code, in any phrasing */
-        coai__rs_back(o, &raw);
+        coai__rl_back(o, &raw);
         o->err.len = 0;
-        shell = coai__rs_exit_line(o, text, coai__rs_reminder(text));
-        if (shell < 0) { coai__rs_back(o, &raw); return -1; }
+        shell = coai__rl_exit_line(o, text, coai__rl_reminder(text));
+        if (shell < 0) { coai__rl_back(o, &raw); return -1; }
     }
-    if (!shell && !is_error && COAI__RS_IS(n_bash) && coai__rs_reminder(text) < text.len) {
+    if (!shell && !is_error && COAI__RS_IS(n_bash) && coai__rl_reminder(text) < text.len) {
         /* Claude Code's Bash success: the output, its system reminder removed; no code */
-        coai__rs_back(o, &raw);
+        coai__rl_back(o, &raw);
         o->err.len = 0;
-        o->out.len = coai__rs_reminder(text);
+        o->out.len = coai__rl_reminder(text);
         o->shape = "claude-bash";
         shell = 1;
     }
-    if (!shell) coai__rs_back(o, &raw);
+    if (!shell) coai__rl_back(o, &raw);
     if (x && x->parts > 1 && (!shell || !o->has_exit || o->exit_code != 0 || o->is_error)) {
         /* a part of a split write counts as done only with exit code 0: a refused command
          * or one still running says nothing good about the file. Its text (which can
          * quote the whole command, base64 and all) is cut to 4 KiB. */
-        return coai__rs_failed(o, shell && o->out.len ? o->out : text);
+        return coai__rl_failed(o, shell && o->out.len ? o->out : text);
     }
     if (!shell && (kind == COAI_EXEC_WRITE || kind == COAI_EXEC_DELETE)
         && (COAI__RS_IS(n_codex_exec) || (COAI__RS_IS(n_codex_shell) && !COAI__RS_IS(n_patch)))) {
         /* a write or delete Codex's shell ran comes back in its layout; any other text (Codex
          * refused the command or could not start it: "exec_command failed: ...") did
          * nothing */
-        return coai__rs_failed(o, text);
+        return coai__rl_failed(o, text);
     }
     if (shell) {
         o->is_error = o->is_error || (o->has_exit && o->exit_code != 0);
@@ -12285,10 +12285,10 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
             if (!o->err.len) o->err = text;
             o->out.len = 0;
         }
-        if (kind == COAI_EXEC_DELETE) coai__rs_delete_size(o);
+        if (kind == COAI_EXEC_DELETE) coai__rl_delete_size(o);
         return 0;
     }
-    if (kind == COAI_EXEC_DELETE) coai__rs_delete_size(o);
+    if (kind == COAI_EXEC_DELETE) coai__rl_delete_size(o);
     if (is_error || kind != COAI_EXEC_READ) return 0;
     /* read tools */
     if (text.len > 16 && memcmp(text.ptr, "File not found: ", 16) == 0 && x
@@ -12300,9 +12300,9 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         return 0;
     }
     if (COAI__RS_IS(n_read)) {
-        rc = coai__rs_oc_read(o, text);
-        if (rc == 0) { coai__rs_back(o, &raw); rc = coai__rs_claude_read(o, text); }
-        if (rc <= 0) coai__rs_back(o, &raw);
+        rc = coai__rl_oc_read(o, text);
+        if (rc == 0) { coai__rl_back(o, &raw); rc = coai__rl_claude_read(o, text); }
+        if (rc <= 0) coai__rl_back(o, &raw);
     }
 #undef COAI__RS_IS
     return rc < 0 ? -1 : 0;
@@ -12356,17 +12356,17 @@ void coai_reply_opts_from_request(coai_reply_opts *o, const coai_request *req)
     o->json_schema = req->response_schema;
 }
 
-static int coai__oa_alnum(char c)
+static int coai__core_alnum(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
 /* Append the [A-Za-z0-9] characters of s, at most max of them; returns the count. */
-static size_t coai__oa_alnum_append(coai_buf *b, coai_str s, size_t max)
+static size_t coai__core_alnum_append(coai_buf *b, coai_str s, size_t max)
 {
     size_t i, k = 0;
     for (i = 0; i < s.len && k < max; i++)
-        if (coai__oa_alnum(s.ptr[i])) { coai_buf_putc(b, s.ptr[i]); k++; }
+        if (coai__core_alnum(s.ptr[i])) { coai_buf_putc(b, s.ptr[i]); k++; }
     return k;
 }
 
@@ -12379,19 +12379,19 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
     if (!r->o_.max_kv_bytes) r->o_.max_kv_bytes = COAI_MAX_KV_BYTES;
     if (!r->o_.tools) r->o_.tool_count = 0;
     for (i = 0; i < o->session_id.len && k < 32; i++)
-        if (coai__oa_alnum(o->session_id.ptr[i])) r->session_[k++] = o->session_id.ptr[i];
+        if (coai__core_alnum(o->session_id.ptr[i])) r->session_[k++] = o->session_id.ptr[i];
     if (!k) {
         /* No session id given: the completion id's hex is unique per response too. */
         coai_str c = o->completion_id;
         if (c.len > 9 && memcmp(c.ptr, "chatcmpl-", 9) == 0) { c.ptr += 9; c.len -= 9; }
         for (i = 0; i < c.len && k < 12; i++)
-            if (coai__oa_alnum(c.ptr[i])) r->session_[k++] = c.ptr[i];
+            if (coai__core_alnum(c.ptr[i])) r->session_[k++] = c.ptr[i];
         if (!k) r->session_[k++] = '0';
     }
     r->session_[k] = 0;
     r->stop_hit_ = -1;
     if (!r->o_.stop) r->o_.stop_count = 0;
-    r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
+    r->prompt_units_ = coai__core_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
     if ((unsigned)o->dialect >= COAI_DIALECT_COUNT_) r->o_.dialect = COAI_DIALECT_OPENAI_CHAT;
     r->w_ = coai__writer_of(r->o_.dialect);
     if (r->w_->init) r->w_->init(r);
@@ -12402,7 +12402,7 @@ int coai_reply_init(coai_reply *r, const coai_reply_opts *o)
     return 0;
 }
 
-static void coai__oa_calls_clear(coai_reply *r)
+static void coai__core_calls_clear(coai_reply *r)
 {
     size_t i;
     for (i = 0; i < r->ncalls_; i++) free(r->calls_[i].mem_);
@@ -12414,7 +12414,7 @@ static void coai__oa_calls_clear(coai_reply *r)
 int coai_reply_continue(coai_reply *r, const coai_reply_opts *o)
 {
     if (!o || !o->send || !o->completion_id.len || !o->model.len) return COAI_ERR_INVALID;
-    coai__oa_calls_clear(r);
+    coai__core_calls_clear(r);
     coai_buf_free(&r->out);
     coai_buf_reset(&r->content_);
     coai_buf_reset(&r->reasoning_);
@@ -12442,7 +12442,7 @@ int coai_reply_continue(coai_reply *r, const coai_reply_opts *o)
     coai_buf_reset(&r->rs_items_);
     coai_buf_reset(&r->rs_final_);
     memset(&r->error, 0, sizeof r->error);
-    r->prompt_units_ = coai__oa_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
+    r->prompt_units_ = coai__core_utf16_len(o->prompt.ptr ? o->prompt.ptr : "", o->prompt.len);
     r->w_ = coai__writer_of(r->o_.dialect);
     if (r->w_->init) r->w_->init(r);
     return r->prefix_.err || coai_buf_reserve(&r->out, 0) ? COAI_ERR_NOMEM : 0;
@@ -12465,7 +12465,7 @@ void coai_reply_free(coai_reply *r)
     coai_buf_free(&r->fallback_);
     coai_buf_free(&r->checkpoint_);
     coai_buf_free(&r->said_);
-    coai__oa_calls_clear(r);
+    coai__core_calls_clear(r);
     coai_buf_free(&r->rs_items_);
     coai_buf_free(&r->rs_final_);
     coai_buf_free(&r->hold_);
@@ -12527,7 +12527,7 @@ int coai_reply_head(const coai_reply *r, coai_buf *out)
     return out->err ? -1 : 0;
 }
 
-static int coai__oa_out_result(coai_reply *r)
+static int coai__core_out_result(coai_reply *r)
 {
     return r->out.err ? COAI_ERR_NOMEM : (r->done_ ? COAI_DONE : COAI_OK);
 }
@@ -12561,7 +12561,7 @@ static void coai__oa_chunk_end(coai_reply *r, const char *finish)
     coai_buf_puts(&r->out, "}\n\n");
 }
 
-static int64_t coai__oa_tokn(int64_t v)
+static int64_t coai__core_tokn(int64_t v)
 {
     return v > 0 && v < 1000000000000LL ? v : 0;
 }
@@ -12570,15 +12570,15 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
 {
     int64_t c, p;
     const coai_turn_usage *t = &r->turn_;
-    if (t->present && (coai__oa_tokn(t->input) || coai__oa_tokn(t->output))) {
-        c = coai__oa_tokn(t->output);
+    if (t->present && (coai__core_tokn(t->input) || coai__core_tokn(t->output))) {
+        c = coai__core_tokn(t->output);
         if (r->limit_hit_ && c > r->o_.max_tokens) c = r->o_.max_tokens;
-        u->cache_read_tokens = coai__oa_tokn(t->cache_read);
-        u->cache_write_tokens = coai__oa_tokn(t->cache_write);
-        u->input_tokens = coai__oa_tokn(t->input);       /* the cached parts included */
+        u->cache_read_tokens = coai__core_tokn(t->cache_read);
+        u->cache_write_tokens = coai__core_tokn(t->cache_write);
+        u->input_tokens = coai__core_tokn(t->input);       /* the cached parts included */
         u->cache_over_input = u->cache_read_tokens > u->input_tokens;
         u->output_tokens = c;
-        u->reasoning_tokens = coai__oa_tokn(t->reasoning) < c ? coai__oa_tokn(t->reasoning) : c;
+        u->reasoning_tokens = coai__core_tokn(t->reasoning) < c ? coai__core_tokn(t->reasoning) : c;
         u->reported = 1;
         return;
     }
@@ -12617,7 +12617,7 @@ static void coai__oa_w_begin(coai_reply *r)
 }
 
 /* The first client byte: from here on errors are in-band. */
-static void coai__oa_commit(coai_reply *r)
+static void coai__core_commit(coai_reply *r)
 {
     if (r->committed_) return;
     r->committed_ = 1;
@@ -12636,7 +12636,7 @@ static void coai__oa_commit(coai_reply *r)
  * was small, and then a model the plan does not allow (notes 2026-autumn §4, a ~20-token
  * prompt got it live): classified by the prompt's estimated size; in between it stays the
  * ambiguous error. */
-static void coai__oa_exhausted_by_size(const coai_reply *r, coai_error *e)
+static void coai__core_exhausted_by_size(const coai_reply *r, coai_error *e)
 {
     int64_t tok = (int64_t)((r->prompt_units_ + 3) / 4);
     char said[sizeof ((coai_error *)0)->message];
@@ -12681,7 +12681,7 @@ static int coai__schema_unusual(const cJSON *s, int depth, const char **why)
 /* invalid_tool_schema: name the tool when the request tells which: its only tool, or the
  * only one whose schema is unusual (coai__schema_unusual); else "one of the N". A request
  * without tools: Cursor could not parse the request itself, a 502. */
-static void coai__oa_tool_schema(const coai_reply *r, coai_error *e)
+static void coai__core_tool_schema(const coai_reply *r, coai_error *e)
 {
     size_t i, n = r->o_.tools ? r->o_.tool_count : 0, odd = 0, which = 0;
     const char *why = NULL, *w;
@@ -12731,14 +12731,14 @@ static void coai__oa_tool_schema(const coai_reply *r, coai_error *e)
     e->no_retry = 1;
 }
 
-static int coai__oa_fail(coai_reply *r, const coai_error *e)
+static int coai__core_fail(coai_reply *r, const coai_error *e)
 {
     if (r->done_) return COAI_DONE;
     r->error = *e;
     if (r->error.code && strcmp(r->error.code, "upstream_resource_exhausted") == 0)
-        coai__oa_exhausted_by_size(r, &r->error);
+        coai__core_exhausted_by_size(r, &r->error);
     if (r->error.code && strcmp(r->error.code, "invalid_tool_schema") == 0)
-        coai__oa_tool_schema(r, &r->error);
+        coai__core_tool_schema(r, &r->error);
     if (!r->error.status) r->error.status = 502;
     if (!r->error.type) r->error.type = "upstream_error";
     if (!r->committed_) {
@@ -12750,33 +12750,33 @@ static int coai__oa_fail(coai_reply *r, const coai_error *e)
         r->w_->error(r);
     }
     r->done_ = 1;
-    return coai__oa_out_result(r);
+    return coai__core_out_result(r);
 }
 
 static void coai__oa_w_error(coai_reply *r)
 {
     coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
-    coai__oa_json_cstr(&r->out, r->error.message);
+    coai__core_json_cstr(&r->out, r->error.message);
     coai_buf_puts(&r->out, ",\"type\":");
-    coai__oa_json_cstr(&r->out, r->error.type);
+    coai__core_json_cstr(&r->out, r->error.type);
     coai_buf_puts(&r->out, ",\"code\":");
-    coai__oa_json_cstr(&r->out, r->error.code);
+    coai__core_json_cstr(&r->out, r->error.code);
     coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
 }
 
-static int coai__oa_fail_nomem(coai_reply *r)
+static int coai__core_fail_nomem(coai_reply *r)
 {
     coai_error e;
     coai_error_set(&e, 500, "server_error", NULL, NULL, "Out of memory in the proxy");
-    coai__oa_fail(r, &e);
+    coai__core_fail(r, &e);
     return COAI_ERR_NOMEM;
 }
 
 /* Emit text that is already cut at a character boundary (ch 0 content, 1 reasoning). */
-static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
+static void coai__core_emit(coai_reply *r, int ch, const char *s, size_t n)
 {
     if (!n) return;
-    r->completion_units_ += coai__oa_utf16_len(s, n);
+    r->completion_units_ += coai__core_utf16_len(s, n);
     if (ch == 0) {
         r->text_streamed_ = 1;
         if (!r->said_cut_ && r->said_.len + n <= COAI_MAX_KEEP_TEXT)
@@ -12786,7 +12786,7 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
         if (r->said_.err) r->said_cut_ = 1;
     }
     if (r->o_.stream) {
-        coai__oa_commit(r);
+        coai__core_commit(r);
         r->w_->delta(r, ch, s, n);
     } else {
         coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
@@ -12796,7 +12796,7 @@ static void coai__oa_emit(coai_reply *r, int ch, const char *s, size_t n)
 /* ---- emulated request fields: stop sequences, max_tokens, a JSON answer ---- */
 
 /* Longest prefix of s[0..n), ending at a character start, of at most `units` UTF-16 units
- * (the same count as coai__oa_utf16_len). */
+ * (the same count as coai__core_utf16_len). */
 static size_t coai__utf16_prefix(const char *s, size_t n, size_t units)
 {
     const unsigned char *p = (const unsigned char *)s;
@@ -12838,10 +12838,10 @@ static int coai__emit_filtered(coai_reply *r, int ch, const char *s, size_t n)
     if (r->o_.max_tokens > 0) {
         uint64_t budget = (uint64_t)r->o_.max_tokens * 4;
         uint64_t used = (uint64_t)r->completion_units_
-                        + coai__oa_utf16_len((const char *)r->hold_.data, r->hold_.len);
+                        + coai__core_utf16_len((const char *)r->hold_.data, r->hold_.len);
         size_t left = budget > used ? (size_t)(budget - used) : 0;
         if (r->have_token_delta_ && r->token_sum_ >= r->o_.max_tokens) left = 0;
-        if (coai__oa_utf16_len(s, n) > left) {
+        if (coai__core_utf16_len(s, n) > left) {
             n = coai__utf16_prefix(s, n, left);
             cut = 1;
         }
@@ -12850,16 +12850,16 @@ static int coai__emit_filtered(coai_reply *r, int ch, const char *s, size_t n)
         size_t i, best = (size_t)-1, maxlen = 0, keep, out;
         int which = -1;
         coai_buf_append(&r->hold_, s, n);
-        if (r->hold_.err) return coai__oa_fail_nomem(r);
+        if (r->hold_.err) return coai__core_fail_nomem(r);
         for (i = 0; i < r->o_.stop_count; i++) {
             size_t at = coai__find(r->hold_.data, r->hold_.len, r->o_.stop[i]);
             if (r->o_.stop[i].len > maxlen) maxlen = r->o_.stop[i].len;
             if (at < best) { best = at; which = (int)i; }
         }
         if (which >= 0) {
-            coai__oa_emit(r, 0, (const char *)r->hold_.data, best);
+            coai__core_emit(r, 0, (const char *)r->hold_.data, best);
             coai_buf_reset(&r->hold_);
-            if (r->out.err || r->content_.err) return coai__oa_fail_nomem(r);
+            if (r->out.err || r->content_.err) return coai__core_fail_nomem(r);
             r->stop_hit_ = which;
             return coai__reply_end(r, COAI_FINISH_STOP_SEQUENCE);
         }
@@ -12867,13 +12867,13 @@ static int coai__emit_filtered(coai_reply *r, int ch, const char *s, size_t n)
         if (keep > r->hold_.len) keep = r->hold_.len;
         out = r->hold_.len - keep;
         while (out > 0 && out < r->hold_.len && (r->hold_.data[out] & 0xc0) == 0x80) out--;
-        coai__oa_emit(r, 0, (const char *)r->hold_.data, out);
+        coai__core_emit(r, 0, (const char *)r->hold_.data, out);
         memmove(r->hold_.data, r->hold_.data + out, r->hold_.len - out);
         r->hold_.len -= out;
     } else {
-        coai__oa_emit(r, ch, s, n);
+        coai__core_emit(r, ch, s, n);
     }
-    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+    if (r->out.err || r->content_.err || r->reasoning_.err) return coai__core_fail_nomem(r);
     if (cut) {
         r->limit_hit_ = 1;
         return coai__reply_end(r, COAI_FINISH_LENGTH);
@@ -12952,7 +12952,7 @@ static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
 }
 
 /* Bytes at the end of p[0..n) that start a character the next delta completes. */
-static size_t coai__oa_utf8_tail(const unsigned char *p, size_t n)
+static size_t coai__core_utf8_tail(const unsigned char *p, size_t n)
 {
     size_t i;
     for (i = n > 3 ? n - 3 : 0; i < n; i++)
@@ -12960,16 +12960,16 @@ static size_t coai__oa_utf8_tail(const unsigned char *p, size_t n)
     return 0;
 }
 
-static int coai__oa_text(coai_reply *r, int ch, coai_str t)
+static int coai__core_text(coai_reply *r, int ch, coai_str t)
 {
     size_t hold, total;
     if (!t.len) return COAI_OK;
     coai_buf_reset(&r->tmp_);
     coai_buf_append(&r->tmp_, r->carry_[ch], r->carry_len_[ch]);
     coai_buf_append(&r->tmp_, t.ptr, t.len);
-    if (r->tmp_.err) return coai__oa_fail_nomem(r);
+    if (r->tmp_.err) return coai__core_fail_nomem(r);
     total = r->tmp_.len;
-    hold = coai__oa_utf8_tail(r->tmp_.data, total);
+    hold = coai__core_utf8_tail(r->tmp_.data, total);
     memcpy(r->carry_[ch], r->tmp_.data + total - hold, hold);
     r->carry_len_[ch] = hold;
     return coai__emit_filtered(r, ch, (const char *)r->tmp_.data, total - hold);
@@ -12978,7 +12978,7 @@ static int coai__oa_text(coai_reply *r, int ch, coai_str t)
 /* A character still cut off when the text ends is emitted as is (U+FFFD); text held for
  * a possible stop sequence goes out too (nothing can complete it any more). Returns
  * COAI_OK, or COAI_DONE when the emulated stop / max_tokens ended the reply. */
-static int coai__oa_flush_carry(coai_reply *r)
+static int coai__core_flush_carry(coai_reply *r)
 {
     int ch, rc = COAI_OK;
     for (ch = 1; ch >= 0 && rc == COAI_OK; ch--) {
@@ -12988,7 +12988,7 @@ static int coai__oa_flush_carry(coai_reply *r)
         rc = coai__emit_filtered(r, ch, (const char *)r->carry_[ch], n);
     }
     if (rc == COAI_OK && r->hold_.len) {
-        coai__oa_emit(r, 0, (const char *)r->hold_.data, r->hold_.len);
+        coai__core_emit(r, 0, (const char *)r->hold_.data, r->hold_.len);
         coai_buf_reset(&r->hold_);
     }
     return rc;
@@ -13020,7 +13020,7 @@ static void coai__oa_call_out(coai_reply *r, coai_buf *o, coai_str name, coai_st
     coai_buf_puts(o, cu ? ",\"input\":" : ",\"arguments\":");
     if (cu) {
         cJSON *j = cJSON_ParseWithLength(args.ptr, args.len);
-        const cJSON *in = coai__oa_get(j, "input");
+        const cJSON *in = coai__core_get(j, "input");
         if (cJSON_IsString(in)) coai_json_str_append(o, in->valuestring, strlen(in->valuestring));
         else coai_json_str_append(o, args.ptr, args.len);
         cJSON_Delete(j);
@@ -13074,10 +13074,10 @@ static void coai__oa_stream_tail(coai_reply *r)
 }
 
 /* Normal end of the turn. */
-static int coai__oa_finish(coai_reply *r)
+static int coai__core_finish(coai_reply *r)
 {
     if (r->done_) return COAI_DONE;
-    if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
+    if (coai__core_flush_carry(r) != COAI_OK || r->done_) return coai__core_out_result(r);
     if (!r->text_streamed_ && r->fallback_.len) {
         size_t i = 0;
         while (i + 4 <= r->fallback_.len) {
@@ -13085,10 +13085,10 @@ static int coai__oa_finish(coai_reply *r)
             size_t n = (size_t)p[0] << 24 | (size_t)p[1] << 16 | (size_t)p[2] << 8 | p[3];
             if (n > r->fallback_.len - i - 4) break;
             if (coai__emit_filtered(r, 0, (const char *)p + 4, n) != COAI_OK || r->done_)
-                return coai__oa_out_result(r);
+                return coai__core_out_result(r);
             i += 4 + n;
         }
-        if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
+        if (coai__core_flush_carry(r) != COAI_OK || r->done_) return coai__core_out_result(r);
     }
     return coai__reply_end(r, COAI_FINISH_STOP);
 }
@@ -13098,20 +13098,20 @@ static int coai__reply_end(coai_reply *r, coai_finish f)
 {
     r->finish_ = f;
     if (r->o_.stream) {
-        coai__oa_commit(r);
+        coai__core_commit(r);
         r->w_->end(r, f);
     } else {
-        if (r->content_.err || r->reasoning_.err) return coai__oa_fail_nomem(r);
+        if (r->content_.err || r->reasoning_.err) return coai__core_fail_nomem(r);
         if (r->o_.json_check && f != COAI_FINISH_TOOL_CALLS) {
             coai_error je;
-            if (coai__json_answer_check(r, &je) != 0) return coai__oa_fail(r, &je);
+            if (coai__json_answer_check(r, &je) != 0) return coai__core_fail(r, &je);
         }
         r->committed_ = 1;
         r->status_ = 200;
         r->w_->body(r, f);
     }
     r->done_ = 1;
-    return coai__oa_out_result(r);
+    return coai__core_out_result(r);
 }
 
 static void coai__oa_w_end(coai_reply *r, coai_finish f)
@@ -13138,17 +13138,17 @@ static void coai__oa_w_keepalive(coai_reply *r)
     coai_buf_puts(&r->out, ": keepalive\n\n");
 }
 
-static int coai__oa_send(coai_reply *r)
+static int coai__core_send(coai_reply *r)
 {
     coai_error e;
-    if (r->scratch_.err) return coai__oa_fail_nomem(r);
+    if (r->scratch_.err) return coai__core_fail_nomem(r);
     if (r->o_.send(r->o_.send_user, r->scratch_.data, r->scratch_.len) == 0) return COAI_OK;
     coai_error_set(&e, 502, "upstream_error", "upstream_error", NULL,
                    "Could not deliver a reply to Cursor (BidiAppend failed)");
-    return coai__oa_fail(r, &e);
+    return coai__core_fail(r, &e);
 }
 
-static coai_str coai__oa_bufstr(const coai_buf *b)
+static coai_str coai__core_bufstr(const coai_buf *b)
 {
     coai_str s;
     s.ptr = b->data ? (const char *)b->data : "";
@@ -13158,15 +13158,15 @@ static coai_str coai__oa_bufstr(const coai_buf *b)
 
 /* Remember the tool call now in tc_id_/tc_name_/tc_args_: the id, tool and arguments for
  * the writers, and what its result must be sent upstream as. */
-static int coai__oa_call_add(coai_reply *r, const coai_exec *ex)
+static int coai__core_call_add(coai_reply *r, const coai_exec *ex)
 {
     coai_reply_call *nc, *c;
     coai_str parts[7];
     coai_str *dst[7];
     size_t i, total = 0, at = 0;
     parts[0] = ex->exec_id; parts[1] = ex->command; parts[2] = ex->cwd; parts[3] = ex->path;
-    parts[4] = coai__oa_bufstr(&r->tc_id_); parts[5] = coai__oa_bufstr(&r->tc_name_);
-    parts[6] = coai__oa_bufstr(&r->tc_args_);
+    parts[4] = coai__core_bufstr(&r->tc_id_); parts[5] = coai__core_bufstr(&r->tc_name_);
+    parts[6] = coai__core_bufstr(&r->tc_args_);
     nc = (coai_reply_call *)realloc(r->calls_, (r->ncalls_ + 1) * sizeof *nc);
     if (!nc) return -1;
     r->calls_ = nc;
@@ -13194,42 +13194,42 @@ static int coai__oa_call_add(coai_reply *r, const coai_exec *ex)
     return 0;
 }
 
-static int coai__oa_tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
+static int coai__core_tool_call(coai_reply *r, const coai_exec *ex, const coai_tool_call *tc)
 {
     coai_str b;
     coai_buf *id = &r->tc_id_;
     const coai_tool *t = &r->o_.tools[tc->tool];
-    if (coai__oa_flush_carry(r) != COAI_OK || r->done_) return coai__oa_out_result(r);
+    if (coai__core_flush_carry(r) != COAI_OK || r->done_) return coai__core_out_result(r);
     coai_buf_reset(id);
     coai_buf_puts(id, "sess_");
     coai_buf_puts(id, r->session_);
     coai_buf_puts(id, "__call_");
     b = ex->kind == COAI_EXEC_MCP ? ex->tool_call_id : ex->exec_id;
-    if (!coai__oa_alnum_append(id, b, 32) && !coai__oa_alnum_append(id, ex->exec_id, 32))
+    if (!coai__core_alnum_append(id, b, 32) && !coai__core_alnum_append(id, ex->exec_id, 32))
         coai_buf_printf(id, "%lu", (unsigned long)ex->id);
     if (tc->parts > 1) coai_buf_printf(id, "_part%u", tc->part + 1);
     coai_buf_reset(&r->tc_name_);
     coai_buf_append(&r->tc_name_, t->name.ptr, t->name.len);
     coai_buf_reset(&r->tc_args_);
     coai_buf_append(&r->tc_args_, tc->args.data, tc->args.len);
-    if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__oa_fail_nomem(r);
-    if (coai__oa_call_add(r, ex) < 0) return coai__oa_fail_nomem(r);
-    r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__oa_traps_exit(r->o_.dialect, (int)ex->kind,
+    if (id->err || r->tc_name_.err || r->tc_args_.err) return coai__core_fail_nomem(r);
+    if (coai__core_call_add(r, ex) < 0) return coai__core_fail_nomem(r);
+    r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__core_traps_exit(r->o_.dialect, (int)ex->kind,
                                                                   t);
     if (tc->parts > 1) {
         r->calls_[r->ncalls_ - 1].ref.part = tc->part;
         r->calls_[r->ncalls_ - 1].ref.parts = tc->parts;
     }
     r->has_tool_call_ = 1;
-    r->completion_units_ += coai__oa_utf16_len(t->name.ptr, t->name.len)
-                            + coai__oa_utf16_len((const char *)tc->args.data, tc->args.len);
+    r->completion_units_ += coai__core_utf16_len(t->name.ptr, t->name.len)
+                            + coai__core_utf16_len((const char *)tc->args.data, tc->args.len);
     if (r->o_.stream) {
-        coai__oa_commit(r);
+        coai__core_commit(r);
         r->w_->tool_call(r);
     }
     r->tools_open_ = 1;
     /* a split exec's calls go out together, whatever batch_tools says */
-    if (r->o_.batch_tools || tc->part + 1 < tc->parts) return coai__oa_out_result(r);
+    if (r->o_.batch_tools || tc->part + 1 < tc->parts) return coai__core_out_result(r);
     return coai_reply_end_tools(r);
 }
 
@@ -13263,7 +13263,7 @@ static void coai__oa_w_tool_call(coai_reply *r)
  * CLI sends for an exec it cannot run, throw{id, error} then stream_close{id} (notes
  * §1: YYE, PIC, senpi); the model reads the error and carries on. */
 /* why: the sentence Cursor gets (NULL: no matching tool) */
-static int coai__oa_throw(coai_reply *r, const coai_exec *ex, const char *why)
+static int coai__core_throw(coai_reply *r, const coai_exec *ex, const char *why)
 {
     int rc;
     coai_buf wb = { 0 };
@@ -13273,19 +13273,19 @@ static int coai__oa_throw(coai_reply *r, const coai_exec *ex, const char *why)
         /* which of Cursor's tools this was, what the client's tools can do instead */
         if (coai_exec_refusal(&wb, ex, r->o_.tools, r->o_.tools ? r->o_.tool_count : 0) < 0) {
             coai_buf_free(&wb);
-            return coai__oa_fail_nomem(r);
+            return coai__core_fail_nomem(r);
         }
         why = (const char *)wb.data;
     }
     coai_encode_exec_throw(&r->scratch_, ex->id, coai_str_c(why));
     coai_buf_free(&wb);
-    if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+    if ((rc = coai__core_send(r)) != COAI_OK) return rc;
     coai_buf_reset(&r->scratch_);
     coai_encode_exec_stream_close(&r->scratch_, ex->id);
-    return coai__oa_send(r);
+    return coai__core_send(r);
 }
 
-static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
+static int coai__core_exec(coai_reply *r, const coai_exec *ex)
 {
     coai_tool_call tc;
     coai_str ws = r->o_.env ? r->o_.env->workspace : coai_str_c("");
@@ -13296,10 +13296,10 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         coai_buf_reset(&r->scratch_);
         coai_encode_exec_request_context(&r->scratch_, ex->id, ex->exec_id,
                                          r->o_.env ? r->o_.env : &dflt);
-        if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+        if ((rc = coai__core_send(r)) != COAI_OK) return rc;
         coai_buf_reset(&r->scratch_);
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
-        return coai__oa_send(r);
+        return coai__core_send(r);
     }
     if (ex->kind == COAI_EXEC_MCP_STATE || ex->kind == COAI_EXEC_SUBAGENT
         || (ex->kind >= COAI_EXEC_PRECHECK_FIRST && ex->kind <= COAI_EXEC_PRECHECK_LAST)) {
@@ -13322,36 +13322,36 @@ static int coai__oa_exec(coai_reply *r, const coai_exec *ex)
         } else
             rc = coai_encode_exec_precheck(&r->scratch_, ex->id, ex->exec_id, (int)ex->kind,
                                            ex->kind != 41);
-        if (rc != COAI_OK) return rc == COAI_ERR_NOMEM ? coai__oa_fail_nomem(r)
-                                                      : coai__oa_throw(r, ex, NULL);
-        if ((rc = coai__oa_send(r)) != COAI_OK) return rc;
+        if (rc != COAI_OK) return rc == COAI_ERR_NOMEM ? coai__core_fail_nomem(r)
+                                                      : coai__core_throw(r, ex, NULL);
+        if ((rc = coai__core_send(r)) != COAI_OK) return rc;
         coai_buf_reset(&r->scratch_);
         coai_encode_exec_stream_close(&r->scratch_, ex->id);
-        return coai__oa_send(r);
+        return coai__core_send(r);
     }
     memset(&tc, 0, sizeof tc);
     tc.salt = r->o_.write_salt;
     m = coai__exec_map_of(r->o_.dialect)(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
-    if (m < 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
+    if (m < 0) { coai_buf_free(&tc.args); return coai__core_fail_nomem(r); }
     if (m > 0) {
-        rc = coai__oa_tool_call(r, ex, &tc);
+        rc = coai__core_tool_call(r, ex, &tc);
         /* an exec split over several calls (a big write): the others, in order */
         while (rc == COAI_OK && tc.part + 1 < tc.parts) {
             tc.part++;
             m = coai__exec_map_of(r->o_.dialect)(ex, r->o_.tools, r->o_.tool_count, ws, &tc);
-            if (m <= 0) { coai_buf_free(&tc.args); return coai__oa_fail_nomem(r); }
-            rc = coai__oa_tool_call(r, ex, &tc);
+            if (m <= 0) { coai_buf_free(&tc.args); return coai__core_fail_nomem(r); }
+            rc = coai__core_tool_call(r, ex, &tc);
         }
         coai_buf_free(&tc.args);
         return rc;
     }
     coai_buf_free(&tc.args);
-    return coai__oa_throw(r, ex, tc.refusal);
+    return coai__core_throw(r, ex, tc.refusal);
 }
 
 /* ---- KV store and the §9 assistant-text fallback ---- */
 
-static int coai__oa_keep_text(coai_reply *r, const char *s, size_t n)
+static int coai__core_keep_text(coai_reply *r, const char *s, size_t n)
 {
     unsigned char len[4];
     if (!n || n > 0xffffffffu) return 0;
@@ -13364,7 +13364,7 @@ static int coai__oa_keep_text(coai_reply *r, const char *s, size_t n)
     return r->fallback_.err ? -1 : 0;
 }
 
-static int coai__oa_kv_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
+static int coai__core_kv_varint(const unsigned char *p, size_t n, size_t *i, uint64_t *v)
 {
     int shift = 0;
     *v = 0;
@@ -13378,23 +13378,23 @@ static int coai__oa_kv_varint(const unsigned char *p, size_t n, size_t *i, uint6
 }
 
 /* Walk top-level protobuf fields; keep=0 only validates. Returns the field count or -1. */
-static int coai__oa_kv_pbscan(coai_reply *r, const unsigned char *p, size_t n, int keep)
+static int coai__core_kv_pbscan(coai_reply *r, const unsigned char *p, size_t n, int keep)
 {
     size_t i = 0;
     int count = 0;
     while (i < n) {
         uint64_t key, v;
-        if (coai__oa_kv_varint(p, n, &i, &key) || (key >> 3) == 0 || ++count > 99) return -1;
+        if (coai__core_kv_varint(p, n, &i, &key) || (key >> 3) == 0 || ++count > 99) return -1;
         switch (key & 7) {
-        case 0: if (coai__oa_kv_varint(p, n, &i, &v)) return -1; break;
+        case 0: if (coai__core_kv_varint(p, n, &i, &v)) return -1; break;
         case 1: if (n - i < 8) return -1; i += 8; break;
         case 5: if (n - i < 4) return -1; i += 4; break;
         case 2:
-            if (coai__oa_kv_varint(p, n, &i, &v) || v > n - i) return -1;
+            if (coai__core_kv_varint(p, n, &i, &v) || v > n - i) return -1;
             if (keep && v > 0 && coai_utf8_valid_prefix((const char *)p + i, (size_t)v) == v
-                && coai__oa_utf16_len((const char *)p + i, (size_t)v) > 50
+                && coai__core_utf16_len((const char *)p + i, (size_t)v) > 50
                 && p[i] != '{' && p[i] != '[')
-                if (coai__oa_keep_text(r, (const char *)p + i, (size_t)v)) return -2;
+                if (coai__core_keep_text(r, (const char *)p + i, (size_t)v)) return -2;
             i += (size_t)v;
             break;
         default: return -1;
@@ -13403,14 +13403,14 @@ static int coai__oa_kv_pbscan(coai_reply *r, const unsigned char *p, size_t n, i
     return count;
 }
 
-static int coai__oa_keep_json(coai_reply *r, const cJSON *s)
+static int coai__core_keep_json(coai_reply *r, const cJSON *s)
 {
-    coai_str t = coai__oa_jstr(s);
-    return coai__oa_keep_text(r, t.ptr, t.len);
+    coai_str t = coai__core_jstr(s);
+    return coai__core_keep_text(r, t.ptr, t.len);
 }
 
 /* Remember assistant text a blob carries (spec §9). -1 = over the store budget. */
-static int coai__oa_kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
+static int coai__core_kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
 {
     size_t i = 0;
     int rc = 0;
@@ -13421,43 +13421,43 @@ static int coai__oa_kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
         if (i == n || p[i] != '{') return 0;
         j = cJSON_ParseWithLength((const char *)p, n);
         if (!j) return 0;
-        if (coai__oa_role_is(j, "assistant")) {
-            c = coai__oa_get(j, "content");
-            if (cJSON_IsString(c)) rc |= coai__oa_keep_json(r, c);
+        if (coai__core_role_is(j, "assistant")) {
+            c = coai__core_get(j, "content");
+            if (cJSON_IsString(c)) rc |= coai__core_keep_json(r, c);
             else if (cJSON_IsArray(c)) {
                 cJSON_ArrayForEach(e, c) {
-                    const cJSON *ty = coai__oa_get(e, "type");
-                    if (cJSON_IsString(e)) rc |= coai__oa_keep_json(r, e);
+                    const cJSON *ty = coai__core_get(e, "type");
+                    if (cJSON_IsString(e)) rc |= coai__core_keep_json(r, e);
                     else if (cJSON_IsString(ty) && strcmp(ty->valuestring, "text") == 0)
-                        rc |= coai__oa_keep_json(r, coai__oa_get(e, "text"));
+                        rc |= coai__core_keep_json(r, coai__core_get(e, "text"));
                 }
             }
         }
-        msgs = coai__oa_get(j, "messages");
+        msgs = coai__core_get(j, "messages");
         if (cJSON_IsArray(msgs)) {
             cJSON_ArrayForEach(e, msgs) {
-                if (coai__oa_role_is(e, "assistant"))
-                    rc |= coai__oa_keep_json(r, coai__oa_get(e, "content"));
+                if (coai__core_role_is(e, "assistant"))
+                    rc |= coai__core_keep_json(r, coai__core_get(e, "content"));
             }
         }
         cJSON_Delete(j);
         return rc ? -1 : 0;
     }
-    rc = coai__oa_kv_pbscan(r, p, n, 0);
+    rc = coai__core_kv_pbscan(r, p, n, 0);
     if (rc < 1) return 0;
-    return coai__oa_kv_pbscan(r, p, n, 1) == -2 ? -1 : 0;
+    return coai__core_kv_pbscan(r, p, n, 1) == -2 ? -1 : 0;
 }
 
-static int coai__oa_kv_limit(coai_reply *r)
+static int coai__core_kv_limit(coai_reply *r)
 {
     coai_error e;
     coai_error_set(&e, 502, "upstream_error", "kv_store_limit", NULL,
                    "Cursor stored more than %lu bytes of conversation state in one run "
                    "(the COAI_MAX_KV_BYTES limit)", (unsigned long)r->o_.max_kv_bytes);
-    return coai__oa_fail(r, &e);
+    return coai__core_fail(r, &e);
 }
 
-static coai_reply_kv *coai__oa_kv_find(coai_reply *r, coai_str id)
+static coai_reply_kv *coai__core_kv_find(coai_reply *r, coai_str id)
 {
     size_t i;
     for (i = 0; i < r->kv_count_; i++)
@@ -13466,7 +13466,7 @@ static coai_reply_kv *coai__oa_kv_find(coai_reply *r, coai_str id)
     return NULL;
 }
 
-static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
+static int coai__core_kv_set(coai_reply *r, const coai_msg *m)
 {
     coai_reply_kv *e;
     if (m->no_blob_data) {
@@ -13474,9 +13474,9 @@ static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
          * acked; nothing to store, and a blob already stored under that id stays. */
         coai_buf_reset(&r->scratch_);
         coai_encode_kv_set_result_meta(&r->scratch_, m->id, m->raw, m->has_raw);
-        return coai__oa_send(r);
+        return coai__core_send(r);
     }
-    e = coai__oa_kv_find(r, m->blob_id);
+    e = coai__core_kv_find(r, m->blob_id);
     size_t need = m->blob_id.len + m->blob_data.len + COAI__OA_KV_OVERHEAD;
     size_t freed = e ? e->id_len + e->n + COAI__OA_KV_OVERHEAD : 0;
     unsigned char *mem;
@@ -13484,20 +13484,20 @@ static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
     size_t base = r->kv_bytes_ - freed;
     if (need < m->blob_data.len || need > r->o_.max_kv_bytes
         || base > r->o_.max_kv_bytes - need)
-        return coai__oa_kv_limit(r);
+        return coai__core_kv_limit(r);
     if (e && e->n == m->blob_data.len
         && (e->n == 0 || memcmp(e->mem + e->id_len, m->blob_data.ptr, e->n) == 0)) {
         changed = 0;
     } else {
         mem = (unsigned char *)malloc(need - COAI__OA_KV_OVERHEAD + 1);
-        if (!mem) return coai__oa_fail_nomem(r);
+        if (!mem) return coai__core_fail_nomem(r);
         if (m->blob_id.len) memcpy(mem, m->blob_id.ptr, m->blob_id.len);
         if (m->blob_data.len) memcpy(mem + m->blob_id.len, m->blob_data.ptr, m->blob_data.len);
         if (!e) {
             if (r->kv_count_ == r->kv_cap_) {
                 size_t nc = r->kv_cap_ ? r->kv_cap_ * 2 : 8;
                 coai_reply_kv *nk = (coai_reply_kv *)realloc(r->kv_, nc * sizeof *nk);
-                if (!nk) { free(mem); return coai__oa_fail_nomem(r); }
+                if (!nk) { free(mem); return coai__core_fail_nomem(r); }
                 r->kv_ = nk;
                 r->kv_cap_ = nc;
             }
@@ -13510,10 +13510,10 @@ static int coai__oa_kv_set(coai_reply *r, const coai_msg *m)
         e->n = m->blob_data.len;
         r->kv_bytes_ = r->kv_bytes_ - freed + need;
     }
-    if (changed && coai__oa_kv_analyze(r, e->mem + e->id_len, e->n)) return coai__oa_kv_limit(r);
+    if (changed && coai__core_kv_analyze(r, e->mem + e->id_len, e->n)) return coai__core_kv_limit(r);
     coai_buf_reset(&r->scratch_);
     coai_encode_kv_set_result_meta(&r->scratch_, m->id, m->raw, m->has_raw);
-    return coai__oa_send(r);
+    return coai__core_send(r);
 }
 
 int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data)
@@ -13521,7 +13521,7 @@ int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data)
     coai_reply_kv *e;
     size_t need = id.len + data.len + COAI__OA_KV_OVERHEAD;
     unsigned char *mem;
-    if (coai__oa_kv_find(r, id)) return 0;          /* the run's own copy wins */
+    if (coai__core_kv_find(r, id)) return 0;          /* the run's own copy wins */
     if (need < data.len || need > r->o_.max_kv_bytes || r->kv_bytes_ > r->o_.max_kv_bytes - need)
         return -1;
     mem = (unsigned char *)malloc(id.len + data.len + 1);
@@ -13543,9 +13543,9 @@ int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data)
     return 0;
 }
 
-static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
+static int coai__core_kv_get(coai_reply *r, const coai_msg *m)
 {
-    const coai_reply_kv *e = coai__oa_kv_find(r, m->blob_id);
+    const coai_reply_kv *e = coai__core_kv_find(r, m->blob_id);
     if (!e && m->blob_id.len != 32) {
         /* A key that is not a 32-byte digest names no stored blob: the CLI answers with
          * the key itself as the data; an empty answer fails the run (notes 2026-autumn
@@ -13553,17 +13553,17 @@ static int coai__oa_kv_get(coai_reply *r, const coai_msg *m)
         coai_buf_reset(&r->scratch_);
         coai_encode_kv_get_result_meta(&r->scratch_, m->id, m->blob_id.ptr, m->blob_id.len, 1,
                                        m->raw, m->has_raw);
-        return coai__oa_send(r);
+        return coai__core_send(r);
     }
     if (!e) r->kv_misses_++;
     coai_buf_reset(&r->scratch_);
     coai_encode_kv_get_result_meta(&r->scratch_, m->id, e ? e->mem + e->id_len : NULL,
                                    e ? e->n : 0, e != NULL, m->raw, m->has_raw);
-    return coai__oa_send(r);
+    return coai__core_send(r);
 }
 
 /* Keep the latest checkpoint (conversation memory) and its token count (usage). */
-static int coai__oa_checkpoint(coai_reply *r, const coai_msg *m)
+static int coai__core_checkpoint(coai_reply *r, const coai_msg *m)
 {
     if (m->value > 0 && m->value < 1000000000000LL) r->used_tokens_ = m->value;
     coai_buf_reset(&r->checkpoint_);
@@ -13590,7 +13590,7 @@ int coai_reply_answer(coai_reply *r, const coai_msg *m)
             if (mapped != 0) return 0;           /* a tool call (or no memory): next response */
         }
         break;
-    case COAI_MSG_CHECKPOINT: coai__oa_checkpoint(r, m); return 1;
+    case COAI_MSG_CHECKPOINT: coai__core_checkpoint(r, m); return 1;
     case COAI_MSG_TOKENS: case COAI_MSG_KV_SET: case COAI_MSG_KV_GET: case COAI_MSG_QUERY:
         break;
     default:
@@ -13614,21 +13614,21 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
                            || m->kind == COAI_MSG_TURN_ENDED))
         return coai_reply_end_tools(r);          /* not consumed: see batch_tools */
     switch (m->kind) {
-    case COAI_MSG_TEXT: return coai__oa_text(r, 0, m->text);
-    case COAI_MSG_THINKING: return coai__oa_text(r, 1, m->text);
+    case COAI_MSG_TEXT: return coai__core_text(r, 0, m->text);
+    case COAI_MSG_THINKING: return coai__core_text(r, 1, m->text);
     case COAI_MSG_TOKENS:
         if (m->value > 0 && m->value < 1000000000) {
             r->token_sum_ += m->value;
             r->have_token_delta_ = 1;
         }
         return COAI_OK;
-    case COAI_MSG_CHECKPOINT: return coai__oa_checkpoint(r, m);
+    case COAI_MSG_CHECKPOINT: return coai__core_checkpoint(r, m);
     case COAI_MSG_TURN_ENDED:
         if (m->turn.present) r->turn_ = m->turn;
-        return coai__oa_finish(r);
-    case COAI_MSG_EXEC: return coai__oa_exec(r, &m->exec);
-    case COAI_MSG_KV_SET: return coai__oa_kv_set(r, m);
-    case COAI_MSG_KV_GET: return coai__oa_kv_get(r, m);
+        return coai__core_finish(r);
+    case COAI_MSG_EXEC: return coai__core_exec(r, &m->exec);
+    case COAI_MSG_KV_SET: return coai__core_kv_set(r, m);
+    case COAI_MSG_KV_GET: return coai__core_kv_get(r, m);
     case COAI_MSG_QUERY:
         /* Nobody on the OpenAI side can answer these: reply with an empty response of
          * the matching kind so the turn goes on (see coai_encode_interaction_response). */
@@ -13636,7 +13636,7 @@ int coai_reply_feed_msg(coai_reply *r, const coai_msg *m)
         coai_buf_reset(&r->scratch_);
         if (coai_encode_interaction_response(&r->scratch_, m->id, m->query) != COAI_OK)
             return COAI_OK;         /* a kind we do not know: nothing we could say */
-        return coai__oa_send(r);
+        return coai__core_send(r);
     default: return COAI_OK;   /* heartbeats, announcements, steps, aborts */
     }
 }
@@ -13647,17 +13647,17 @@ int coai_reply_feed_status(coai_reply *r, const coai_status *st)
     if (r->done_) return COAI_DONE;
     coai_error_from_status(st, &e);
     if (!e.status) { r->status_ok_ = 1; return COAI_OK; }
-    return coai__oa_fail(r, &e);
+    return coai__core_fail(r, &e);
 }
 
 int coai_reply_feed_eof(coai_reply *r)
 {
     coai_error e;
     if (r->done_) return COAI_DONE;
-    if (r->status_ok_) return coai__oa_finish(r);
+    if (r->status_ok_) return coai__core_finish(r);
     coai_error_set(&e, 502, "upstream_error", "upstream_truncated", NULL,
                    "The Cursor stream ended before the end of the turn");
-    return coai__oa_fail(r, &e);
+    return coai__core_fail(r, &e);
 }
 
 int coai_reply_feed_error(coai_reply *r, const coai_error *e)
@@ -13668,7 +13668,7 @@ int coai_reply_feed_error(coai_reply *r, const coai_error *e)
                        "Connection to Cursor failed");
         e = &d;
     }
-    return coai__oa_fail(r, e);
+    return coai__core_fail(r, e);
 }
 
 int coai_reply_fail_timeout(coai_reply *r)
@@ -13676,16 +13676,16 @@ int coai_reply_fail_timeout(coai_reply *r)
     coai_error e;
     coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
                    "Cursor sent nothing for too long (upstream idle timeout)");
-    return coai__oa_fail(r, &e);
+    return coai__core_fail(r, &e);
 }
 
 int coai_reply_keepalive(coai_reply *r)
 {
     if (r->done_) return COAI_DONE;
     if (!r->o_.stream) return COAI_OK;
-    coai__oa_commit(r);
+    coai__core_commit(r);
     r->w_->keepalive(r);
-    return coai__oa_out_result(r);
+    return coai__core_out_result(r);
 }
 /* PART:OPENAI impl end */
 
@@ -13710,7 +13710,7 @@ static int coai__an_bad(coai_error *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
+    coai__core_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
     va_end(ap);
     err->no_retry = 1;
     return COAI_ERR_INVALID;
@@ -13718,7 +13718,7 @@ static int coai__an_bad(coai_error *err, const char *fmt, ...)
 
 static int coai__an_type_is(const cJSON *b, const char *type)
 {
-    const cJSON *t = coai__oa_get(b, "type");
+    const cJSON *t = coai__core_get(b, "type");
     return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
 }
 
@@ -13727,13 +13727,13 @@ static int coai__an_type_is(const cJSON *b, const char *type)
  * is a 400 naming the block, in a message and in a tool_result alike. */
 static int coai__an_document(const cJSON *b, coai_part *p, const char *path, coai_error *err)
 {
-    const cJSON *src = coai__oa_get(b, "source");
-    if (!coai__an_type_is(src, "text") || !cJSON_IsString(coai__oa_get(src, "data")))
+    const cJSON *src = coai__core_get(b, "source");
+    if (!coai__an_type_is(src, "text") || !cJSON_IsString(coai__core_get(src, "data")))
         return coai__an_bad(err, "%s: only documents with a text source "
                             "({\"type\":\"text\",\"data\"}) are supported; a PDF, url or "
                             "file source cannot be sent to Cursor", path);
     p->kind = COAI_PART_TEXT;
-    p->text = coai__oa_jstr(coai__oa_get(src, "data"));
+    p->text = coai__core_jstr(coai__core_get(src, "data"));
     return 0;
 }
 
@@ -13742,8 +13742,8 @@ static int coai__an_document(const cJSON *b, coai_part *p, const char *path, coa
 static int coai__an_search_result(coai_request *req, const cJSON *b, coai_part *p,
                                   const char *path, coai_error *err)
 {
-    const cJSON *src = coai__oa_get(b, "source"), *title = coai__oa_get(b, "title");
-    const cJSON *content = coai__oa_get(b, "content"), *e;
+    const cJSON *src = coai__core_get(b, "source"), *title = coai__core_get(b, "title");
+    const cJSON *content = coai__core_get(b, "content"), *e;
     size_t n, at;
     char *t;
     if (!cJSON_IsString(src) || !cJSON_IsString(title) || !cJSON_IsArray(content))
@@ -13751,16 +13751,16 @@ static int coai__an_search_result(coai_request *req, const cJSON *b, coai_part *
                             "content list of text blocks", path);
     n = strlen(title->valuestring) + strlen(src->valuestring) + 4;
     cJSON_ArrayForEach(e, content) {
-        if (!coai__an_type_is(e, "text") || !cJSON_IsString(coai__oa_get(e, "text")))
+        if (!coai__an_type_is(e, "text") || !cJSON_IsString(coai__core_get(e, "text")))
             return coai__an_bad(err, "%s.content: only text blocks ({\"type\":\"text\","
                                 "\"text\"}) are allowed", path);
-        n += strlen(coai__oa_get(e, "text")->valuestring) + 1;
+        n += strlen(coai__core_get(e, "text")->valuestring) + 1;
     }
     t = (char *)malloc(n + 1);
     if (!t) return COAI_ERR_NOMEM;
     at = (size_t)sprintf(t, "%s (%s)", title->valuestring, src->valuestring);
     cJSON_ArrayForEach(e, content)
-        at += (size_t)sprintf(t + at, "\n%s", coai__oa_get(e, "text")->valuestring);
+        at += (size_t)sprintf(t + at, "\n%s", coai__core_get(e, "text")->valuestring);
     p->kind = COAI_PART_TEXT;
     p->text = coai__req_own(req, t);
     return req->mem_.err ? COAI_ERR_NOMEM : 0;
@@ -13770,20 +13770,20 @@ static int coai__an_search_result(coai_request *req, const cJSON *b, coai_part *
 static int coai__an_image(coai_request *req, const cJSON *b, coai_part *p, const char *path,
                           coai_error *err)
 {
-    const cJSON *src = coai__oa_get(b, "source");
+    const cJSON *src = coai__core_get(b, "source");
     p->kind = COAI_PART_IMAGE;
     p->path = coai__req_path(req, "%s.source", path);
     if (coai__an_type_is(src, "base64")) {
-        const cJSON *mt = coai__oa_get(src, "media_type"), *d = coai__oa_get(src, "data");
+        const cJSON *mt = coai__core_get(src, "media_type"), *d = coai__core_get(src, "data");
         if (!cJSON_IsString(mt) || !cJSON_IsString(d))
             return coai__an_bad(err, "%s.source: a base64 image needs string media_type and "
                                 "data", path);
-        p->media_type = coai__oa_jstr(mt);
-        p->data = coai__oa_jstr(d);
+        p->media_type = coai__core_jstr(mt);
+        p->data = coai__core_jstr(d);
         return 0;
     }
-    if (coai__an_type_is(src, "url") && cJSON_IsString(coai__oa_get(src, "url"))) {
-        p->url = coai__oa_jstr(coai__oa_get(src, "url"));
+    if (coai__an_type_is(src, "url") && cJSON_IsString(coai__core_get(src, "url"))) {
+        p->url = coai__core_jstr(coai__core_get(src, "url"));
         return 0;
     }
     return coai__an_bad(err, "%s.source: expected {\"type\":\"base64\",\"media_type\",\"data\"} "
@@ -13798,7 +13798,7 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                             size_t *k, coai_error *err)
 {
     char path[96];
-    const cJSON *role = coai__oa_get(m, "role"), *content = coai__oa_get(m, "content"), *b;
+    const cJSON *role = coai__core_get(m, "role"), *content = coai__core_get(m, "content"), *b;
     coai_role r;
     coai_message *cur = NULL;
     coai_part *parts;
@@ -13815,7 +13815,7 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
     if (cJSON_IsString(content)) {
         parts = (coai_part *)coai__req_alloc(req, sizeof *parts);
         if (!parts) return COAI_ERR_NOMEM;
-        parts->text = coai__oa_jstr(content);
+        parts->text = coai__core_jstr(content);
         cur = &out[(*k)++];
         cur->role = r;
         cur->parts = parts;
@@ -13830,15 +13830,15 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
     if (r == COAI_ROLE_ASSISTANT) calls = (coai_call *)coai__req_alloc(req, nb * sizeof *calls);
     if (!parts || (r == COAI_ROLE_ASSISTANT && !calls)) return COAI_ERR_NOMEM;
     cJSON_ArrayForEach(b, content) {
-        const cJSON *t = coai__oa_get(b, "type");
+        const cJSON *t = coai__core_get(b, "type");
         const char *ty;
         snprintf(path, sizeof path, "messages.%d.content.%d", i, (int)j++);
         if (!cJSON_IsObject(b) || !cJSON_IsString(t))
             return coai__an_bad(err, "%s: must be an object with a string 'type'", path);
         ty = t->valuestring;
         if (strcmp(ty, "tool_result") == 0) {
-            const cJSON *id = coai__oa_get(b, "tool_use_id"), *c = coai__oa_get(b, "content");
-            const cJSON *ie = coai__oa_get(b, "is_error"), *e;
+            const cJSON *id = coai__core_get(b, "tool_use_id"), *c = coai__core_get(b, "content");
+            const cJSON *ie = coai__core_get(b, "is_error"), *e;
             coai_message *tm;
             coai_part *tp;
             if (r != COAI_ROLE_USER)
@@ -13850,12 +13850,12 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
             tm = &out[(*k)++];
             cur = NULL;            /* text after a tool result starts a new user turn */
             tm->role = COAI_ROLE_TOOL;
-            tm->tool_call_id = coai__oa_jstr(id);
+            tm->tool_call_id = coai__core_jstr(id);
             tm->is_error = cJSON_IsTrue(ie);
             if (cJSON_IsString(c)) {
                 tp = (coai_part *)coai__req_alloc(req, sizeof *tp);
                 if (!tp) return COAI_ERR_NOMEM;
-                tp->text = coai__oa_jstr(c);
+                tp->text = coai__core_jstr(c);
                 tm->parts = tp;
                 tm->part_count = 1;
             } else if (cJSON_IsArray(c)) {
@@ -13866,9 +13866,9 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                 cJSON_ArrayForEach(e, c) {
                     snprintf(p2, sizeof p2, "%s.content.%d", path, (int)jj++);
                     if (coai__an_type_is(e, "text")) {
-                        if (!cJSON_IsString(coai__oa_get(e, "text")))
+                        if (!cJSON_IsString(coai__core_get(e, "text")))
                             return coai__an_bad(err, "%s.text: Field required", p2);
-                        tp[q++].text = coai__oa_jstr(coai__oa_get(e, "text"));
+                        tp[q++].text = coai__core_jstr(coai__core_get(e, "text"));
                     } else if (coai__an_type_is(e, "image")) {
                         int rc = coai__an_image(req, e, &tp[q++], p2, err);
                         if (rc) return rc;
@@ -13878,7 +13878,7 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
                     } else if (coai__an_type_is(e, "search_result")) {
                         int rc = coai__an_search_result(req, e, &tp[q++], p2, err);
                         if (rc) return rc;
-                    } else if (!cJSON_IsObject(e) || !cJSON_IsString(coai__oa_get(e, "type"))) {
+                    } else if (!cJSON_IsObject(e) || !cJSON_IsString(coai__core_get(e, "type"))) {
                         return coai__an_bad(err, "%s: must be an object with a string 'type'",
                                             p2);
                     }
@@ -13900,10 +13900,10 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
             if (r == COAI_ROLE_ASSISTANT) cur->calls = calls;
         }
         if (strcmp(ty, "text") == 0) {
-            if (!cJSON_IsString(coai__oa_get(b, "text")))
+            if (!cJSON_IsString(coai__core_get(b, "text")))
                 return coai__an_bad(err, "%s.text: Field required", path);
             cur->part_count++;
-            parts[pn++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+            parts[pn++].text = coai__core_jstr(coai__core_get(b, "text"));
         } else if (strcmp(ty, "image") == 0) {
             int rc;
             if (r == COAI_ROLE_ASSISTANT)
@@ -13912,14 +13912,14 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
             rc = coai__an_image(req, b, &parts[pn++], path, err);
             if (rc) return rc;
         } else if (strcmp(ty, "thinking") == 0) {
-            if (!cJSON_IsString(coai__oa_get(b, "thinking")))
+            if (!cJSON_IsString(coai__core_get(b, "thinking")))
                 return coai__an_bad(err, "%s.thinking: Field required", path);
             cur->part_count++;
             parts[pn].kind = COAI_PART_THINKING;
-            parts[pn++].text = coai__oa_jstr(coai__oa_get(b, "thinking"));
+            parts[pn++].text = coai__core_jstr(coai__core_get(b, "thinking"));
         } else if (strcmp(ty, "tool_use") == 0) {
-            const cJSON *id = coai__oa_get(b, "id"), *name = coai__oa_get(b, "name");
-            const cJSON *in = coai__oa_get(b, "input");
+            const cJSON *id = coai__core_get(b, "id"), *name = coai__core_get(b, "name");
+            const cJSON *in = coai__core_get(b, "input");
             coai_call *c;
             if (r != COAI_ROLE_ASSISTANT)
                 return coai__an_bad(err, "%s: tool_use blocks belong in assistant messages", path);
@@ -13928,8 +13928,8 @@ static int coai__an_message(coai_request *req, const cJSON *m, int i, coai_messa
             if (in && !cJSON_IsNull(in) && !cJSON_IsObject(in))
                 return coai__an_bad(err, "%s.input: Input should be an object", path);
             c = &calls[cur->call_count++];
-            c->id = coai__oa_jstr(id);
-            c->name = coai__oa_jstr(name);
+            c->id = coai__core_jstr(id);
+            c->name = coai__core_jstr(name);
             c->args = cJSON_IsObject(in) ? coai__req_own(req, cJSON_PrintUnformatted(in))
                                          : coai_str_c("{}");
         } else if (strcmp(ty, "redacted_thinking") == 0 || strcmp(ty, "server_tool_use") == 0
@@ -13964,13 +13964,13 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
     req->dialect = COAI_DIALECT_ANTHROPIC;
     req->thinking = -1;
     rc = COAI_ERR_INVALID;
-    v = coai__oa_get(root, "model");
+    v = coai__core_get(root, "model");
     if (!cJSON_IsString(v) || !v->valuestring[0]) {
         coai__an_bad(err, "model: Field required");
         goto fail;
     }
-    req->model = coai__oa_jstr(v);
-    v = coai__oa_get(root, "max_tokens");
+    req->model = coai__core_jstr(v);
+    v = coai__core_get(root, "max_tokens");
     if (v || !count_only) {
         if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 1e12
             || v->valuedouble != (double)(int64_t)v->valuedouble) {
@@ -13979,29 +13979,29 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
         }
         req->max_tokens = (int64_t)v->valuedouble;
     }
-    v = coai__oa_get(root, "stream");
+    v = coai__core_get(root, "stream");
     if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
         coai__an_bad(err, "stream: Input should be a valid boolean");
         goto fail;
     }
     req->stream = !count_only && cJSON_IsTrue(v);
-    msgs = coai__oa_get(root, "messages");
+    msgs = coai__core_get(root, "messages");
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0) {
         coai__an_bad(err, "messages: Field required (a non-empty list)");
         goto fail;
     }
     cJSON_ArrayForEach(m, msgs) {
-        const cJSON *c = coai__oa_get(m, "content");
+        const cJSON *c = coai__core_get(m, "content");
         cap += 1 + 2 * (size_t)(cJSON_IsArray(c) ? cJSON_GetArraySize(c) : 1);
     }
     out = (coai_message *)coai__req_alloc(req, cap * sizeof *out);
     if (!out) goto nomem;
     /* system: a string or text blocks (cache_control and citations are accepted) */
-    v = coai__oa_get(root, "system");
+    v = coai__core_get(root, "system");
     if (cJSON_IsString(v)) {
         coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
         if (!p) goto nomem;
-        p->text = coai__oa_jstr(v);
+        p->text = coai__core_jstr(v);
         out[k].role = COAI_ROLE_SYSTEM;
         out[k].parts = p;
         out[k++].part_count = 1;
@@ -14012,11 +14012,11 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
         if (!p) goto nomem;
         i = 0;
         cJSON_ArrayForEach(b, v) {
-            if (!coai__an_type_is(b, "text") || !cJSON_IsString(coai__oa_get(b, "text"))) {
+            if (!coai__an_type_is(b, "text") || !cJSON_IsString(coai__core_get(b, "text"))) {
                 coai__an_bad(err, "system.%d: system blocks must be text blocks", i);
                 goto fail;
             }
-            p[q++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+            p[q++].text = coai__core_jstr(coai__core_get(b, "text"));
             i++;
         }
         out[k].role = COAI_ROLE_SYSTEM;
@@ -14040,7 +14040,7 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
      * (a "type" other than "custom": bash_*, text_editor_*, web_search_*) run on
      * Anthropic's side or need a schema we do not have: left out. defer_loading tools
      * are loaded later by the client's tool search: left out until they are. */
-    tools = coai__oa_get(root, "tools");
+    tools = coai__core_get(root, "tools");
     if (tools && !cJSON_IsNull(tools)) {
         const cJSON *t;
         int count;
@@ -14057,8 +14057,8 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
         }
         i = 0;
         cJSON_ArrayForEach(t, tools) {
-            const cJSON *name = coai__oa_get(t, "name"), *d = coai__oa_get(t, "description");
-            const cJSON *sch = coai__oa_get(t, "input_schema"), *ty = coai__oa_get(t, "type");
+            const cJSON *name = coai__core_get(t, "name"), *d = coai__core_get(t, "description");
+            const cJSON *sch = coai__core_get(t, "input_schema"), *ty = coai__core_get(t, "type");
             if (!cJSON_IsObject(t)) { coai__an_bad(err, "tools.%d: must be an object", i); goto fail; }
             if (!cJSON_IsString(name) || !coai__name_ok(name->valuestring, 128)) {
                 coai__an_bad(err, "tools.%d.name: must match ^[a-zA-Z0-9_-]{1,128}$", i);
@@ -14076,31 +14076,31 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
                 coai__an_bad(err, "tools.%d.input_schema: Field required (an object)", i - 1);
                 goto fail;
             }
-            if (cJSON_IsTrue(coai__oa_get(t, "defer_loading"))) continue;
-            req->tools[q].name = coai__oa_jstr(name);
-            req->tools[q].description = coai__oa_jstr(d);
+            if (cJSON_IsTrue(coai__core_get(t, "defer_loading"))) continue;
+            req->tools[q].name = coai__core_jstr(name);
+            req->tools[q].description = coai__core_jstr(d);
             req->tools[q++].parameters = sch;
         }
         req->tool_count = q;
         if (!q) { free(req->tools); req->tools = NULL; }
     }
-    v = coai__oa_get(root, "tool_choice");
+    v = coai__core_get(root, "tool_choice");
     if (v && !cJSON_IsNull(v)) {
-        const cJSON *ty = coai__oa_get(v, "type");
+        const cJSON *ty = coai__core_get(v, "type");
         const char *s = cJSON_IsString(ty) ? ty->valuestring : "";
         if (strcmp(s, "auto") == 0) req->tool_choice = COAI_TOOL_CHOICE_AUTO;
         else if (strcmp(s, "any") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
         else if (strcmp(s, "none") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
-        else if (strcmp(s, "tool") == 0 && cJSON_IsString(coai__oa_get(v, "name"))) {
+        else if (strcmp(s, "tool") == 0 && cJSON_IsString(coai__core_get(v, "name"))) {
             req->tool_choice = COAI_TOOL_CHOICE_TOOL;
-            req->tool_choice_name = coai__oa_jstr(coai__oa_get(v, "name"));
+            req->tool_choice_name = coai__core_jstr(coai__core_get(v, "name"));
         } else {
             coai__an_bad(err, "tool_choice: expected {\"type\": \"auto\" | \"any\" | \"none\"} or "
                          "{\"type\": \"tool\", \"name\": ...}");
             goto fail;
         }
     }
-    v = coai__oa_get(root, "stop_sequences");
+    v = coai__core_get(root, "stop_sequences");
     if (v && !cJSON_IsNull(v)) {
         const cJSON *e;
         size_t q = 0;
@@ -14116,14 +14116,14 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
                 coai__an_bad(err, "stop_sequences.%d: Input should be a string", (int)q);
                 goto fail;
             }
-            st[q++] = coai__oa_jstr(e);
+            st[q++] = coai__core_jstr(e);
         }
         req->stop = st;
         req->stop_count = q;
     }
-    v = coai__oa_get(root, "thinking");
+    v = coai__core_get(root, "thinking");
     if (v && !cJSON_IsNull(v)) {
-        const cJSON *ty = coai__oa_get(v, "type"), *bt = coai__oa_get(v, "budget_tokens");
+        const cJSON *ty = coai__core_get(v, "type"), *bt = coai__core_get(v, "budget_tokens");
         if (coai__an_type_is(v, "enabled") || coai__an_type_is(v, "adaptive")) req->thinking = 1;
         else if (coai__an_type_is(v, "disabled")) req->thinking = 0;
         else {
@@ -14134,7 +14134,7 @@ static int coai__an_parse(coai_request *req, const char *body, size_t n, coai_er
         if (cJSON_IsNumber(bt) && bt->valuedouble > 0 && bt->valuedouble < 1e12)
             req->thinking_budget = (int64_t)bt->valuedouble;
     }
-    v = coai__oa_get(root, "metadata");
+    v = coai__core_get(root, "metadata");
     if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
         coai__an_bad(err, "metadata: Input should be an object");
         goto fail;
@@ -14318,7 +14318,7 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
 
 int64_t coai_request_input_tokens(const coai_request *req)
 {
-    size_t u = coai__oa_utf16_len(req->prompt.data ? (const char *)req->prompt.data : "",
+    size_t u = coai__core_utf16_len(req->prompt.data ? (const char *)req->prompt.data : "",
                                   req->prompt.len);
     return (int64_t)((u + 3) / 4);
 }
@@ -14340,9 +14340,9 @@ static void coai__claude_parse(coai_str s, coai__claude_name *c)
         char w[16];
         size_t k = 0, start;
         int digits = 1;
-        while (i < s.len && !coai__oa_alnum(s.ptr[i])) i++;
+        while (i < s.len && !coai__core_alnum(s.ptr[i])) i++;
         start = i;
-        while (i < s.len && coai__oa_alnum(s.ptr[i])) {
+        while (i < s.len && coai__core_alnum(s.ptr[i])) {
             char ch = s.ptr[i++];
             if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a');
             if (ch < '0' || ch > '9') digits = 0;
@@ -14664,7 +14664,7 @@ static coai_str coai__rs_view(const coai_buf *b)
 
 static int coai__rs_type_is(const cJSON *o, const char *t)
 {
-    const cJSON *v = coai__oa_get(o, "type");
+    const cJSON *v = coai__core_get(o, "type");
     return cJSON_IsString(v) && strcmp(v->valuestring, t) == 0;
 }
 
@@ -14727,45 +14727,45 @@ static int coai__rs_content(coai__rs_parse *ps, coai_message *m, const cJSON *co
     if (cJSON_IsString(content)) {
         parts = (coai_part *)coai__req_alloc(ps->req, sizeof *parts);
         if (!parts) { ps->nomem = 1; return -1; }
-        parts[0].text = coai__oa_jstr(content);
+        parts[0].text = coai__core_jstr(content);
         m->parts = parts;
         m->part_count = 1;
         return 0;
     }
     snprintf(p, sizeof p, "%s.%s", where, field);
     if (!cJSON_IsArray(content))
-        return coai__oa_bad(ps->err, p, "%s must be a string or an array of parts", p);
+        return coai__core_bad(ps->err, p, "%s must be a string or an array of parts", p);
     parts = (coai_part *)coai__req_alloc(ps->req,
                                          (size_t)cJSON_GetArraySize(content) * sizeof *parts);
     if (!parts) { ps->nomem = 1; return -1; }
     cJSON_ArrayForEach(part, content) {
-        const cJSON *t = coai__oa_get(part, "type");
+        const cJSON *t = coai__core_get(part, "type");
         snprintf(p, sizeof p, "%s.%s[%u].type", where, field, (unsigned)k);
         if (!cJSON_IsObject(part) || !cJSON_IsString(t))
-            return coai__oa_bad(ps->err, p, "%s must be a string", p);
+            return coai__core_bad(ps->err, p, "%s must be a string", p);
         if (coai__rs_in(t->valuestring, text_types) || strcmp(t->valuestring, "refusal") == 0) {
             const char *key = strcmp(t->valuestring, "refusal") == 0 ? "refusal" : "text";
-            const cJSON *x = coai__oa_get(part, key);
+            const cJSON *x = coai__core_get(part, key);
             if (!cJSON_IsString(x)) {
                 snprintf(p, sizeof p, "%s.%s[%u].%s", where, field, (unsigned)k, key);
-                return coai__oa_bad(ps->err, p, "%s must be a string", p);
+                return coai__core_bad(ps->err, p, "%s must be a string", p);
             }
             parts[k].kind = COAI_PART_TEXT;
-            parts[k].text = coai__oa_jstr(x);
+            parts[k].text = coai__core_jstr(x);
         } else if (strcmp(t->valuestring, "input_image") == 0) {
-            const cJSON *u = coai__oa_get(part, "image_url");
-            if (cJSON_IsObject(u)) u = coai__oa_get(u, "url");
+            const cJSON *u = coai__core_get(part, "image_url");
+            if (cJSON_IsObject(u)) u = coai__core_get(u, "url");
             if (!cJSON_IsString(u)) {
                 snprintf(p, sizeof p, "%s.%s[%u].image_url", where, field, (unsigned)k);
-                return coai__oa_bad(ps->err, p, "%s must be a string (file_id images are not "
+                return coai__core_bad(ps->err, p, "%s must be a string (file_id images are not "
                                     "supported: send the image as a data: URL)", p);
             }
             parts[k].kind = COAI_PART_IMAGE;
             parts[k].path = coai__req_path(ps->req, "%s.%s[%u].image_url", where, field,
                                            (unsigned)k);
-            parts[k].url = coai__oa_jstr(u);
+            parts[k].url = coai__core_jstr(u);
         } else {
-            return coai__oa_bad(ps->err, p, "Unsupported content part type '%s' in %s "
+            return coai__core_bad(ps->err, p, "Unsupported content part type '%s' in %s "
                                 "(supported: input_text, output_text, refusal, input_image)",
                                 t->valuestring, p);
         }
@@ -14780,13 +14780,13 @@ static int coai__rs_req_str(coai__rs_parse *ps, const cJSON *it, const char *key
                             const char *where, coai_str *out, int optional)
 {
     char p[160];
-    const cJSON *v = coai__oa_get(it, key);
+    const cJSON *v = coai__core_get(it, key);
     if (optional && (!v || cJSON_IsNull(v))) { *out = coai_str_c(""); return 0; }
     if (!cJSON_IsString(v)) {
         snprintf(p, sizeof p, "%s.%s", where, key);
-        return coai__oa_bad(ps->err, p, "%s must be a string", p);
+        return coai__core_bad(ps->err, p, "%s must be a string", p);
     }
-    *out = coai__oa_jstr(v);
+    *out = coai__core_jstr(v);
     return 0;
 }
 
@@ -14801,13 +14801,13 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
         "mcp_approval_request", "mcp_approval_response", "computer_call",
         "computer_call_output", NULL };
     char p[160];
-    const cJSON *ty = coai__oa_get(it, "type"), *role = coai__oa_get(it, "role");
+    const cJSON *ty = coai__core_get(it, "type"), *role = coai__core_get(it, "role");
     const char *t;
     coai_message *m;
-    if (!cJSON_IsObject(it)) return coai__oa_bad(ps->err, where, "%s must be an object", where);
+    if (!cJSON_IsObject(it)) return coai__core_bad(ps->err, where, "%s must be an object", where);
     if (ty && !cJSON_IsString(ty)) {
         snprintf(p, sizeof p, "%s.type", where);
-        return coai__oa_bad(ps->err, p, "%s must be a string", p);
+        return coai__core_bad(ps->err, p, "%s must be a string", p);
     }
     t = ty ? ty->valuestring : "message";
     if (ps->items) {
@@ -14820,13 +14820,13 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
     if (strcmp(t, "message") == 0) {
         snprintf(p, sizeof p, "%s.role", where);
         if (!cJSON_IsString(role) || !coai__rs_in(role->valuestring, roles))
-            return coai__oa_bad(ps->err, p, "%s must be one of 'user', 'system', 'developer', "
+            return coai__core_bad(ps->err, p, "%s must be one of 'user', 'system', 'developer', "
                                 "'assistant'", p);
         m = coai__rs_msg(ps, strcmp(role->valuestring, "user") == 0 ? COAI_ROLE_USER
                              : strcmp(role->valuestring, "assistant") == 0 ? COAI_ROLE_ASSISTANT
                              : COAI_ROLE_SYSTEM);
         if (!m) return -1;
-        return coai__rs_content(ps, m, coai__oa_get(it, "content"), where, "content");
+        return coai__rs_content(ps, m, coai__core_get(it, "content"), where, "content");
     }
     if (strcmp(t, "function_call") == 0 || strcmp(t, "custom_tool_call") == 0
         || strcmp(t, "local_shell_call") == 0) {
@@ -14834,7 +14834,7 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
         if (!c) { ps->nomem = 1; return -1; }
         if (coai__rs_req_str(ps, it, "call_id", where, &c->id, 0)) return COAI_ERR_INVALID;
         if (t[0] == 'l') {
-            const cJSON *a = coai__oa_get(it, "action");
+            const cJSON *a = coai__core_get(it, "action");
             char *s = cJSON_IsObject(a) ? cJSON_PrintUnformatted(a) : NULL;
             if (cJSON_IsObject(a) && coai__rs_keep(ps->req, s)) { ps->nomem = 1; return -1; }
             c->name = coai_str_c("local_shell");
@@ -14859,21 +14859,21 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
         m = coai__rs_msg(ps, COAI_ROLE_TOOL);
         if (!m) return -1;
         m->tool_call_id = id;
-        if (!coai__oa_get(it, "output") || cJSON_IsNull(coai__oa_get(it, "output"))) {
+        if (!coai__core_get(it, "output") || cJSON_IsNull(coai__core_get(it, "output"))) {
             snprintf(p, sizeof p, "%s.output", where);
-            return coai__oa_bad(ps->err, p, "%s is required", p);
+            return coai__core_bad(ps->err, p, "%s is required", p);
         }
-        return coai__rs_content(ps, m, coai__oa_get(it, "output"), where, "output");
+        return coai__rs_content(ps, m, coai__core_get(it, "output"), where, "output");
     }
     if (strcmp(t, "reasoning") == 0) {
         /* Reasoning sent back: thinking, never prompt text (the encrypted content is
          * OpenAI's own and means nothing to Cursor). */
-        const cJSON *s = coai__oa_get(it, "summary"), *x;
+        const cJSON *s = coai__core_get(it, "summary"), *x;
         size_t k = 0;
         coai_part *parts;
         if (s && !cJSON_IsNull(s) && !cJSON_IsArray(s)) {
             snprintf(p, sizeof p, "%s.summary", where);
-            return coai__oa_bad(ps->err, p, "%s must be an array", p);
+            return coai__core_bad(ps->err, p, "%s must be an array", p);
         }
         m = coai__rs_msg(ps, COAI_ROLE_ASSISTANT);
         if (!m) return -1;
@@ -14881,10 +14881,10 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
         parts = (coai_part *)coai__req_alloc(ps->req, (size_t)cJSON_GetArraySize(s) * sizeof *parts);
         if (!parts) { ps->nomem = 1; return -1; }
         cJSON_ArrayForEach(x, s) {
-            const cJSON *tx = coai__oa_get(x, "text");
+            const cJSON *tx = coai__core_get(x, "text");
             if (!cJSON_IsString(tx)) continue;
             parts[k].kind = COAI_PART_THINKING;
-            parts[k++].text = coai__oa_jstr(tx);
+            parts[k++].text = coai__core_jstr(tx);
         }
         m->parts = parts;
         m->part_count = k;
@@ -14896,13 +14896,13 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
     }
     if (strcmp(t, "compaction") == 0 || strcmp(t, "compaction_summary") == 0) {
         /* a summary this proxy wrote: a user message; anyone else's is opaque */
-        const cJSON *ec = coai__oa_get(it, "encrypted_content");
+        const cJSON *ec = coai__core_get(it, "encrypted_content");
         size_t tl = sizeof COAI_RESPONSES_COMPACT_TAG - 1, il;
         coai_part *pt;
         char *txt;
         snprintf(p, sizeof p, "%s.encrypted_content", where);
         if (!cJSON_IsString(ec) || strncmp(ec->valuestring, COAI_RESPONSES_COMPACT_TAG, tl))
-            return coai__oa_bad(ps->err, p, "%s is not a summary cursor-oai wrote (another "
+            return coai__core_bad(ps->err, p, "%s is not a summary cursor-oai wrote (another "
                                 "server's compaction is encrypted for that server only): "
                                 "start a new session, or send the conversation itself", p);
         il = sizeof COAI_RESPONSES_SUMMARY_INTRO - 1;
@@ -14921,9 +14921,9 @@ static int coai__rs_item(coai__rs_parse *ps, const cJSON *it, const char *where)
     if (coai__rs_in(t, skipped)) return 0;
     snprintf(p, sizeof p, "%s.type", where);
     if (strcmp(t, "item_reference") == 0)
-        return coai__oa_bad(ps->err, p, "item_reference is not supported: send the items "
+        return coai__core_bad(ps->err, p, "item_reference is not supported: send the items "
                             "themselves, or use previous_response_id");
-    return coai__oa_bad(ps->err, p, "Unsupported input item type '%s' in %s", t, p);
+    return coai__core_bad(ps->err, p, "Unsupported input item type '%s' in %s", t, p);
 }
 
 /* Tools: function and custom tools become coai_tools; the rest is accepted and left out. */
@@ -14940,63 +14940,63 @@ static int coai__rs_tools(coai__rs_parse *ps, cJSON *root, const cJSON *tools)
     char p[96];
     int i = 0, count;
     if (!tools || cJSON_IsNull(tools)) return 0;
-    if (!cJSON_IsArray(tools)) return coai__oa_bad(ps->err, "tools", "tools must be an array");
+    if (!cJSON_IsArray(tools)) return coai__core_bad(ps->err, "tools", "tools must be an array");
     count = cJSON_GetArraySize(tools);
     if (count > COAI_MAX_TOOLS)
-        return coai__oa_bad(ps->err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+        return coai__core_bad(ps->err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
     if (count > 0) {
         req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
         if (!req->tools) { ps->nomem = 1; return -1; }
     }
     cJSON_ArrayForEach(t, tools) {
-        const cJSON *ty = coai__oa_get(t, "type"), *name = coai__oa_get(t, "name");
-        const cJSON *d = coai__oa_get(t, "description");
+        const cJSON *ty = coai__core_get(t, "type"), *name = coai__core_get(t, "name");
+        const cJSON *d = coai__core_get(t, "description");
         coai_tool *o;
         snprintf(p, sizeof p, "tools[%d]", i);
         if (!cJSON_IsObject(t) || !cJSON_IsString(ty))
-            return coai__oa_bad(ps->err, p, "%s must be an object with a string 'type'", p);
+            return coai__core_bad(ps->err, p, "%s must be an object with a string 'type'", p);
         i++;
         if (strcmp(ty->valuestring, "function") && strcmp(ty->valuestring, "custom")) {
             if (coai__rs_in(ty->valuestring, hosted)) continue;
             snprintf(p, sizeof p, "tools[%d].type", i - 1);
-            return coai__oa_bad(ps->err, p, "Unsupported tool type '%s' in %s",
+            return coai__core_bad(ps->err, p, "Unsupported tool type '%s' in %s",
                                 ty->valuestring, p);
         }
         snprintf(p, sizeof p, "tools[%d].name", i - 1);
-        if (!cJSON_IsString(name)) return coai__oa_bad(ps->err, p, "%s is required", p);
+        if (!cJSON_IsString(name)) return coai__core_bad(ps->err, p, "%s is required", p);
         if (!coai__name_ok(name->valuestring, 64))
-            return coai__oa_bad(ps->err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+            return coai__core_bad(ps->err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
         snprintf(p, sizeof p, "tools[%d].description", i - 1);
         if (d && !cJSON_IsNull(d) && !cJSON_IsString(d))
-            return coai__oa_bad(ps->err, p, "%s must be a string", p);
+            return coai__core_bad(ps->err, p, "%s must be a string", p);
         o = &req->tools[req->tool_count++];
-        o->name = coai__oa_jstr(name);
-        o->description = coai__oa_jstr(d);
+        o->name = coai__core_jstr(name);
+        o->description = coai__core_jstr(d);
         if (ty->valuestring[0] == 'f') {
-            const cJSON *params = coai__oa_get(t, "parameters");
+            const cJSON *params = coai__core_get(t, "parameters");
             snprintf(p, sizeof p, "tools[%d].parameters", i - 1);
             if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
-                return coai__oa_bad(ps->err, p, "%s must be an object", p);
+                return coai__core_bad(ps->err, p, "%s must be an object", p);
             o->parameters = cJSON_IsObject(params) ? params : NULL;
         } else {
             /* A custom (freeform) tool: Cursor sees a function with one string "input";
              * its grammar, if any, goes into the description. */
-            const cJSON *f = coai__oa_get(t, "format");
-            const cJSON *def = coai__oa_get(f, "definition"), *syn = coai__oa_get(f, "syntax");
+            const cJSON *f = coai__core_get(t, "format");
+            const cJSON *def = coai__core_get(f, "definition"), *syn = coai__core_get(f, "syntax");
             coai_buf db = { 0 };
             cJSON *schema, *props, *in;
             coai_str ds;
             snprintf(p, sizeof p, "tools[%d].format", i - 1);
             if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
-                return coai__oa_bad(ps->err, p, "%s must be an object", p);
-            coai__oa_put_str(&db, o->description);
+                return coai__core_bad(ps->err, p, "%s must be an object", p);
+            coai__core_put_str(&db, o->description);
             if (db.len) coai_buf_puts(&db, "\n\n");
             coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
             if (cJSON_IsString(def)) {
                 coai_buf_puts(&db, " It must match this ");
-                coai__oa_put_str(&db, coai__oa_jstr(syn));
+                coai__core_put_str(&db, coai__core_jstr(syn));
                 coai_buf_puts(&db, " grammar:\n");
-                coai__oa_put_str(&db, coai__oa_jstr(def));
+                coai__core_put_str(&db, coai__core_jstr(def));
             }
             if (coai__rs_own(req, &db, &ds)) { coai_buf_free(&db); ps->nomem = 1; return -1; }
             coai_buf_free(&db);
@@ -15030,7 +15030,7 @@ static int coai__rs_tools(coai__rs_parse *ps, cJSON *root, const cJSON *tools)
 
 static int coai__rs_echo(coai_buf *echo, const cJSON *root, const char *key)
 {
-    const cJSON *v = coai__oa_get(root, key);
+    const cJSON *v = coai__core_get(root, key);
     char *s;
     if (!v) return 0;
     s = cJSON_PrintUnformatted(v);
@@ -15051,7 +15051,7 @@ int coai_responses_previous_id(const char *body, size_t n, char *out, size_t cap
     const cJSON *v;
     int seen = 0;
     coai__json_body(body, n, &root, &e);
-    v = coai__oa_get(root, "previous_response_id");
+    v = coai__core_get(root, "previous_response_id");
     if (cap) out[0] = 0;
     if (root) {
         const cJSON *m;
@@ -15117,17 +15117,17 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
     rc = COAI_ERR_INVALID;
     req->thinking = -1;
     rr->store = 1;
-    v = coai__oa_get(root, "model");
+    v = coai__core_get(root, "model");
     if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
-        coai__oa_bad(err, "model", "model must be a string");
+        coai__core_bad(err, "model", "model must be a string");
         goto fail;
     }
-    req->model = coai__oa_jstr(v);
+    req->model = coai__core_jstr(v);
     if (req->model.len == 0) req->model = coai_str_c("auto");
 #define COAI__RS_TYPED(key, test, what)                                                     \
-    v = coai__oa_get(root, key);                                                          \
+    v = coai__core_get(root, key);                                                          \
     if (v && !cJSON_IsNull(v) && !(test)) {                                               \
-        coai__oa_bad(err, key, "%s must be %s", key, what);                               \
+        coai__core_bad(err, key, "%s must be %s", key, what);                               \
         goto fail;                                                                        \
     }
     COAI__RS_TYPED("stream", cJSON_IsBool(v), "a boolean")
@@ -15139,24 +15139,24 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
     COAI__RS_TYPED("instructions", cJSON_IsString(v), "a string")
     COAI__RS_TYPED("parallel_tool_calls", cJSON_IsBool(v), "a boolean")
     COAI__RS_TYPED("prompt_cache_key", cJSON_IsString(v), "a string")
-    req->conversation_key = coai__oa_jstr(v);
+    req->conversation_key = coai__core_jstr(v);
     COAI__RS_TYPED("previous_response_id", cJSON_IsString(v), "a string")
-    rr->previous_response_id = coai__oa_jstr(v);
+    rr->previous_response_id = coai__core_jstr(v);
     COAI__RS_TYPED("temperature", cJSON_IsNumber(v), "a number")
     COAI__RS_TYPED("top_p", cJSON_IsNumber(v), "a number")
     COAI__RS_TYPED("user", cJSON_IsString(v), "a string")
     COAI__RS_TYPED("text", cJSON_IsObject(v), "an object")
     {
         /* text.format json_object / json_schema: emulated like Chat's response_format */
-        const cJSON *fm = coai__oa_get(v, "format"), *ft = coai__oa_get(fm, "type");
+        const cJSON *fm = coai__core_get(v, "format"), *ft = coai__core_get(fm, "type");
         if (fm && !cJSON_IsNull(fm) && !cJSON_IsObject(fm)) {
-            coai__oa_bad(err, "text.format", "Invalid type for 'text.format': expected an "
+            coai__core_bad(err, "text.format", "Invalid type for 'text.format': expected an "
                          "object, but got %s instead.", cJSON_IsString(fm) ? "a string"
                          : cJSON_IsArray(fm) ? "an array" : "a scalar");
             goto fail;
         }
         if (cJSON_IsObject(fm) && !cJSON_IsString(ft)) {
-            coai__oa_bad(err, "text.format.type", "Missing required parameter: "
+            coai__core_bad(err, "text.format.type", "Missing required parameter: "
                          "'text.format.type' (a string: 'text', 'json_object' or "
                          "'json_schema').");
             goto fail;
@@ -15165,21 +15165,21 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
             && strcmp(ft->valuestring, "json_object") != 0
             && strcmp(ft->valuestring, "json_schema") != 0) {
             /* OpenAI's answer to any other type (a 400 before the run, not a plain answer) */
-            coai__oa_bad(err, "text.format.type", "Invalid value: '%.64s'. Supported values "
+            coai__core_bad(err, "text.format.type", "Invalid value: '%.64s'. Supported values "
                          "are: 'text', 'json_object', and 'json_schema'.", ft->valuestring);
             err->code = "invalid_value";
             goto fail;
         }
         if (cJSON_IsString(ft) && strcmp(ft->valuestring, "json_schema") == 0
-            && !cJSON_IsObject(coai__oa_get(fm, "schema"))) {
+            && !cJSON_IsObject(coai__core_get(fm, "schema"))) {
             /* OpenAI requires the schema; without it the answer could never be checked */
-            coai__oa_bad(err, "text.format.schema", "text.format.schema must be an object "
+            coai__core_bad(err, "text.format.schema", "text.format.schema must be an object "
                          "(the JSON schema) when text.format.type is 'json_schema'");
             goto fail;
         }
         if (cJSON_IsString(ft) && (strcmp(ft->valuestring, "json_object") == 0
                                    || strcmp(ft->valuestring, "json_schema") == 0)) {
-            const cJSON *sch = coai__oa_get(fm, "schema");
+            const cJSON *sch = coai__core_get(fm, "schema");
             req->response_json = 1;
             req->response_schema = cJSON_IsObject(sch) ? sch : NULL;
         }
@@ -15196,7 +15196,7 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
         i = 0;
         cJSON_ArrayForEach(it, v) {
             snprintf(p, sizeof p, "include[%d]", i++);
-            if (!cJSON_IsString(it)) { coai__oa_bad(err, p, "%s must be a string", p); goto fail; }
+            if (!cJSON_IsString(it)) { coai__core_bad(err, p, "%s must be a string", p); goto fail; }
         }
     }
     COAI__RS_TYPED("metadata", cJSON_IsObject(v), "an object")
@@ -15205,7 +15205,7 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
         cJSON_ArrayForEach(it, v) {
             if (++i > 16 || !cJSON_IsString(it) || strlen(it->string) > 64
                 || strlen(it->valuestring) > 512) {
-                coai__oa_bad(err, "metadata", "metadata takes at most 16 string values (keys "
+                coai__core_bad(err, "metadata", "metadata takes at most 16 string values (keys "
                              "up to 64 characters, values up to 512)");
                 goto fail;
             }
@@ -15213,14 +15213,14 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
     }
     COAI__RS_TYPED("reasoning", cJSON_IsObject(v), "an object")
     if (cJSON_IsObject(v)) {
-        const cJSON *ef = coai__oa_get(v, "effort"), *su = coai__oa_get(v, "summary");
+        const cJSON *ef = coai__core_get(v, "effort"), *su = coai__core_get(v, "summary");
         if (ef && !cJSON_IsNull(ef) && !(cJSON_IsString(ef) && coai__rs_in(ef->valuestring, efforts))) {
-            coai__oa_bad(err, "reasoning.effort", "reasoning.effort must be one of 'none', "
+            coai__core_bad(err, "reasoning.effort", "reasoning.effort must be one of 'none', "
                          "'minimal', 'low', 'medium', 'high', 'xhigh'");
             goto fail;
         }
         if (su && !cJSON_IsNull(su) && !cJSON_IsString(su)) {
-            coai__oa_bad(err, "reasoning.summary", "reasoning.summary must be a string");
+            coai__core_bad(err, "reasoning.summary", "reasoning.summary must be a string");
             goto fail;
         }
         if (cJSON_IsString(ef)) req->thinking = strcmp(ef->valuestring, "none") != 0;
@@ -15229,17 +15229,17 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
     for (i = 0; echoed[i]; i++)
         if (coai__rs_echo(&rr->echo, root, echoed[i])) { ps.nomem = 1; goto nomem; }
     /* the tool fields a Response object always carries (OpenAI's defaults when not given) */
-    if (!coai__oa_get(root, "tools")) coai_buf_puts(&rr->echo, ",\"tools\":[]");
-    if (!coai__oa_get(root, "tool_choice")) coai_buf_puts(&rr->echo, ",\"tool_choice\":\"auto\"");
-    if (!coai__oa_get(root, "parallel_tool_calls"))
+    if (!coai__core_get(root, "tools")) coai_buf_puts(&rr->echo, ",\"tools\":[]");
+    if (!coai__core_get(root, "tool_choice")) coai_buf_puts(&rr->echo, ",\"tool_choice\":\"auto\"");
+    if (!coai__core_get(root, "parallel_tool_calls"))
         coai_buf_puts(&rr->echo, ",\"parallel_tool_calls\":true");
     /* instructions: the system message; not carried over by previous_response_id */
-    v = coai__oa_get(root, "instructions");
+    v = coai__core_get(root, "instructions");
     if (cJSON_IsString(v) && v->valuestring[0]) {
         coai_message *m = coai__rs_msg(&ps, COAI_ROLE_SYSTEM);
         coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
         if (!m || !pt) { ps.nomem = 1; goto nomem; }
-        pt->text = coai__oa_jstr(v);
+        pt->text = coai__core_jstr(v);
         m->parts = pt;
         m->part_count = 1;
     }
@@ -15247,7 +15247,7 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
         hist = cJSON_ParseWithLength(history.ptr, history.len);
         if (!cJSON_IsArray(hist)) {
             cJSON_Delete(hist);
-            coai__oa_bad(err, "previous_response_id", "The stored previous response could not "
+            coai__core_bad(err, "previous_response_id", "The stored previous response could not "
                          "be read");
             goto fail;
         }
@@ -15263,12 +15263,12 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
             if ((rc = coai__rs_item(&ps, it, p)) < 0) goto check;
         }
     }
-    input = coai__oa_get(root, "input");
+    input = coai__core_get(root, "input");
     if (cJSON_IsString(input)) {
         coai_message *m = coai__rs_msg(&ps, COAI_ROLE_USER);
         coai_part *pt = (coai_part *)coai__req_alloc(req, sizeof *pt);
         if (!m || !pt) { ps.nomem = 1; goto nomem; }
-        pt->text = coai__oa_jstr(input);
+        pt->text = coai__core_jstr(input);
         m->parts = pt;
         m->part_count = 1;
         if (rr->items.len) coai_buf_putc(&rr->items, ',');
@@ -15283,40 +15283,40 @@ static int coai__rs_parse_body(coai_responses_request *rr, const char *body, siz
             if ((rc = coai__rs_item(&ps, it, p)) < 0) goto check;
         }
     } else if (input && !cJSON_IsNull(input)) {
-        coai__oa_bad(err, "input", "input must be a string or an array of items");
+        coai__core_bad(err, "input", "input must be a string or an array of items");
         goto fail;
     }
     if (!ps.msgs.len || !(input && !cJSON_IsNull(input))) {
         if (!(input && !cJSON_IsNull(input)) && !history.len) {
-            coai__oa_bad(err, "input", "input is required");
+            coai__core_bad(err, "input", "input is required");
             goto fail;
         }
     }
-    if ((rc = coai__rs_tools(&ps, root, coai__oa_get(root, "tools"))) < 0) goto check;
+    if ((rc = coai__rs_tools(&ps, root, coai__core_get(root, "tools"))) < 0) goto check;
     rc = COAI_ERR_INVALID;
-    v = coai__oa_get(root, "tool_choice");
+    v = coai__core_get(root, "tool_choice");
     if (cJSON_IsString(v)) {
         if (strcmp(v->valuestring, "none") == 0) req->tool_choice = COAI_TOOL_CHOICE_NONE;
         else if (strcmp(v->valuestring, "required") == 0) req->tool_choice = COAI_TOOL_CHOICE_ANY;
         else if (strcmp(v->valuestring, "auto") != 0) {
-            coai__oa_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' "
+            coai__core_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' "
                          "or an object");
             goto fail;
         }
     } else if (cJSON_IsObject(v)) {
         if (coai__rs_type_is(v, "function") || coai__rs_type_is(v, "custom")) {
-            if (!cJSON_IsString(coai__oa_get(v, "name"))) {
-                coai__oa_bad(err, "tool_choice.name", "tool_choice.name must be a string");
+            if (!cJSON_IsString(coai__core_get(v, "name"))) {
+                coai__core_bad(err, "tool_choice.name", "tool_choice.name must be a string");
                 goto fail;
             }
             req->tool_choice = COAI_TOOL_CHOICE_TOOL;
-            req->tool_choice_name = coai__oa_jstr(coai__oa_get(v, "name"));
-        } else if (!cJSON_IsString(coai__oa_get(v, "type"))) {
-            coai__oa_bad(err, "tool_choice.type", "tool_choice.type must be a string");
+            req->tool_choice_name = coai__core_jstr(coai__core_get(v, "name"));
+        } else if (!cJSON_IsString(coai__core_get(v, "type"))) {
+            coai__core_bad(err, "tool_choice.type", "tool_choice.type must be a string");
             goto fail;
         }   /* allowed_tools and hosted tool choices: the model decides */
     } else if (v && !cJSON_IsNull(v)) {
-        coai__oa_bad(err, "tool_choice", "tool_choice must be a string or an object");
+        coai__core_bad(err, "tool_choice", "tool_choice must be a string or an object");
         goto fail;
     }
     if (compact || ps.trigger) {
@@ -15394,7 +15394,7 @@ static int coai__rs_shell(const coai_tool *tools, size_t count, size_t *idx)
     if (coai__rs_tool(tools, count, "exec_command", idx)) return 1;
     if (coai__rs_tool(tools, count, "shell_command", idx)) return 2;
     if ((t = coai__rs_tool(tools, count, "shell", idx)) != NULL) {
-        const cJSON *c = coai__oa_get(coai__oa_get(t->parameters, "properties"), "command");
+        const cJSON *c = coai__core_get(coai__core_get(t->parameters, "properties"), "command");
         if (coai__rs_type_is(c, "array")) return 3;
     }
     return 0;
@@ -15410,16 +15410,16 @@ static int coai__rs_shell_args(coai_buf *b, int style, coai_str cmd, coai_str cw
     coai_buf_reset(b);
     if (style == 1) {
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, "cmd", cmd);
+        coai__core_arg(b, "cmd", cmd);
     } else if (style == 2) {
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, "command", cmd);
+        coai__core_arg(b, "command", cmd);
     } else {
         coai_buf_puts(b, "{\"command\":[\"bash\",\"-lc\",");
         coai_json_str_append(b, cmd.ptr, cmd.len);
         coai_buf_putc(b, ']');
     }
-    if (cwd.len) coai__oa_arg(b, "workdir", cwd);
+    if (cwd.len) coai__core_arg(b, "workdir", cwd);
     coai_buf_putc(b, '}');
     return b->err ? -1 : 1;
 }
@@ -15641,7 +15641,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
         tc->tool = idx;
         m = coai__rs_shell_args(&tc->args, style, ex->command, ex->cwd, workspace);
         if (m > 0 && ex->hard_timeout_ms > 0 && ex->hard_timeout_ms < 100000000000ULL
-            && tc->args.len && coai__oa_get(coai__oa_get(tools[idx].parameters, "properties"),
+            && tc->args.len && coai__core_get(coai__core_get(tools[idx].parameters, "properties"),
                                             "timeout_ms")) {
             /* Cursor's hard timeout (ShellArgs 14, ms) where Codex's tool takes one */
             tc->args.len--;                                  /* the closing brace */
@@ -15663,7 +15663,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
                 coai_buf_puts(&cmd, "\n*** End Patch\n");
             }
             coai_buf_putc(&tc->args, '{');
-            coai__oa_arg(&tc->args, "input", coai__rs_view(&cmd));
+            coai__core_arg(&tc->args, "input", coai__rs_view(&cmd));
             coai_buf_putc(&tc->args, '}');
             tc->tool = aidx;
             m = cmd.err || tc->args.err ? -1 : 1;
@@ -15738,7 +15738,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
                 if (cwd.len == workspace.len
                     && (!cwd.len || memcmp(cwd.ptr, workspace.ptr, cwd.len) == 0))
                     cwd.len = 0;
-                if (cwd.len) coai__oa_arg(&tc->args, "workdir", cwd);
+                if (cwd.len) coai__core_arg(&tc->args, "workdir", cwd);
             }
             coai_buf_putc(&tc->args, '}');
             tc->tool = idx;
@@ -15872,9 +15872,9 @@ static void coai__rs_object(coai_reply *r, coai_buf *b, int state, coai_finish f
     coai_buf_puts(b, ",\"error\":");
     if (state == 2) {
         coai_buf_puts(b, "{\"code\":");
-        coai__oa_json_cstr(b, r->error.code ? r->error.code : r->error.type);
+        coai__core_json_cstr(b, r->error.code ? r->error.code : r->error.type);
         coai_buf_puts(b, ",\"message\":");
-        coai__oa_json_cstr(b, r->error.message);
+        coai__core_json_cstr(b, r->error.message);
         coai_buf_putc(b, '}');
     } else {
         coai_buf_puts(b, "null");
@@ -16001,7 +16001,7 @@ static void coai__rs_w_delta(coai_reply *r, int ch, const char *s, size_t n)
     int k = ch ? COAI__RS_REASONING : COAI__RS_MESSAGE;
     coai_buf empty = { 0 };
     if (r->o_.rs_compact) {         /* the summary is sent whole, as one item at the end */
-        if (ch) r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+        if (ch) r->rs_reason_units_ += coai__core_utf16_len(s, n);
         coai_buf_append(ch ? &r->reasoning_ : &r->content_, s, n);
         return;
     }
@@ -16023,7 +16023,7 @@ static void coai__rs_w_delta(coai_reply *r, int ch, const char *s, size_t n)
         }
     }
     if (ch) {
-        r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+        r->rs_reason_units_ += coai__core_utf16_len(s, n);
         coai_buf_append(&r->reasoning_, s, n);
         coai__rs_ev_item(r, "response.reasoning_summary_text.delta", "rs_");
         coai_buf_puts(&r->out, ",\"summary_index\":0,\"delta\":");
@@ -16051,7 +16051,7 @@ static const coai_tool *coai__rs_called(const coai_reply *r)
 static void coai__rs_custom_input(coai_reply *r, coai_buf *out)
 {
     cJSON *j = cJSON_ParseWithLength((const char *)r->tc_args_.data, r->tc_args_.len);
-    const cJSON *in = coai__oa_get(j, "input");
+    const cJSON *in = coai__core_get(j, "input");
     if (cJSON_IsString(in)) coai_buf_puts(out, in->valuestring);
     else coai_buf_append(out, r->tc_args_.data, r->tc_args_.len);
     cJSON_Delete(j);
@@ -16146,7 +16146,7 @@ static void coai__rs_w_end(coai_reply *r, coai_finish f)
 static void coai__rs_w_body(coai_reply *r, coai_finish f)
 {
     coai_buf item = { 0 };
-    r->rs_reason_units_ = coai__oa_utf16_len(r->reasoning_.data ? (const char *)r->reasoning_.data
+    r->rs_reason_units_ = coai__core_utf16_len(r->reasoning_.data ? (const char *)r->reasoning_.data
                                                                  : "", r->reasoning_.len);
     if (r->o_.rs_compact) {
         coai__rs_compaction_item(r, &item);
@@ -16269,7 +16269,7 @@ static int coai__gm_bad(coai_error *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    coai__oa_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
+    coai__core_error_vset(err, 400, "invalid_request_error", NULL, NULL, fmt, ap);
     va_end(ap);
     err->no_retry = 1;
     return COAI_ERR_INVALID;
@@ -16377,9 +16377,9 @@ static coai_str coai__gm_response_text(coai_request *req, const cJSON *resp, int
 {
     const cJSON *v;
     *is_error = 0;
-    if (cJSON_IsString(v = coai__oa_get(resp, "output"))) return coai__oa_jstr(v);
-    if (cJSON_IsString(v = coai__oa_get(resp, "error"))) { *is_error = 1; return coai__oa_jstr(v); }
-    if (cJSON_IsString(v = coai__oa_get(resp, "content"))) return coai__oa_jstr(v);
+    if (cJSON_IsString(v = coai__core_get(resp, "output"))) return coai__core_jstr(v);
+    if (cJSON_IsString(v = coai__core_get(resp, "error"))) { *is_error = 1; return coai__core_jstr(v); }
+    if (cJSON_IsString(v = coai__core_get(resp, "content"))) return coai__core_jstr(v);
     if (!resp || cJSON_IsNull(resp)) return coai_str_c("");
     return coai__req_own(req, cJSON_PrintUnformatted(resp));
 }
@@ -16389,7 +16389,7 @@ static coai_str coai__gm_response_text(coai_request *req, const cJSON *resp, int
 static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_message *out,
                             size_t *k, coai_error *err)
 {
-    const cJSON *role = coai__oa_get(c, "role"), *parts = coai__oa_get(c, "parts"), *p;
+    const cJSON *role = coai__core_get(c, "role"), *parts = coai__core_get(c, "parts"), *p;
     coai_role r = COAI_ROLE_USER;
     coai_message *cur = NULL;
     coai_part *ps;
@@ -16416,9 +16416,9 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
         const cJSON *v;
         if (!cJSON_IsObject(p))
             return coai__gm_bad(err, "contents[%d].parts[%d]: must be an object", i, j);
-        if ((v = coai__oa_get(p, "functionResponse")) != NULL) {
-            const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
-            const cJSON *fps = coai__oa_get(v, "parts"), *fp, *rv;
+        if ((v = coai__core_get(p, "functionResponse")) != NULL) {
+            const cJSON *id = coai__core_get(v, "id"), *name = coai__core_get(v, "name");
+            const cJSON *fps = coai__core_get(v, "parts"), *fp, *rv;
             coai_message *tm;
             coai_part *tp;
             size_t nfp = 1;
@@ -16431,7 +16431,7 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             if (fps && !cJSON_IsNull(fps) && !cJSON_IsArray(fps))
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.parts: must "
                                     "be a list", i, j);
-            rv = coai__oa_get(v, "response");
+            rv = coai__core_get(v, "response");
             if (rv && !cJSON_IsNull(rv) && !cJSON_IsObject(rv))
                 /* Google's Struct: a string, number or list is refused (INVALID_ARGUMENT) */
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse.response: "
@@ -16443,8 +16443,8 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             tm = &out[(*k)++];
             cur = NULL;
             tm->role = COAI_ROLE_TOOL;
-            tm->tool_call_id = cJSON_IsString(id) && id->valuestring[0] ? coai__oa_jstr(id)
-                                                                        : coai__oa_jstr(name);
+            tm->tool_call_id = cJSON_IsString(id) && id->valuestring[0] ? coai__core_jstr(id)
+                                                                        : coai__core_jstr(name);
             tp->text = coai__gm_response_text(req, rv, &tm->is_error);
             tm->parts = tp;
             tm->part_count = 1;
@@ -16453,8 +16453,8 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             if (cJSON_IsArray(fps)) {
                 int q = 0;
                 cJSON_ArrayForEach(fp, fps) {
-                    const cJSON *d = coai__oa_get(fp, "inlineData");
-                    const cJSON *mt = coai__oa_get(d, "mimeType"), *dd = coai__oa_get(d, "data");
+                    const cJSON *d = coai__core_get(fp, "inlineData");
+                    const cJSON *mt = coai__core_get(d, "mimeType"), *dd = coai__core_get(d, "data");
                     if (!cJSON_IsObject(d) || !cJSON_IsString(mt) || !cJSON_IsString(dd))
                         return coai__gm_bad(err, "contents[%d].parts[%d].functionResponse."
                                             "parts[%d]: expected inlineData with string "
@@ -16464,8 +16464,8 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
                     tp[tm->part_count].path = coai__req_path(req, "contents[%d].parts[%d]."
                                                              "functionResponse.parts[%d]."
                                                              "inlineData", i, j, q);
-                    tp[tm->part_count].media_type = coai__oa_jstr(mt);
-                    tp[tm->part_count++].data = coai__oa_jstr(dd);
+                    tp[tm->part_count].media_type = coai__core_jstr(mt);
+                    tp[tm->part_count++].data = coai__core_jstr(dd);
                     q++;
                 }
             }
@@ -16478,16 +16478,16 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
             cur->parts = ps + pn;
             if (r == COAI_ROLE_ASSISTANT) cur->calls = calls;
         }
-        if (cJSON_IsString(v = coai__oa_get(p, "text"))) {
-            const cJSON *th = coai__oa_get(p, "thought");
+        if (cJSON_IsString(v = coai__core_get(p, "text"))) {
+            const cJSON *th = coai__core_get(p, "thought");
             if (th && !cJSON_IsNull(th) && !cJSON_IsBool(th))
                 return coai__gm_bad(err, "contents[%d].parts[%d].thought: must be a boolean",
                                     i, j);
             ps[pn].kind = cJSON_IsTrue(th) ? COAI_PART_THINKING : COAI_PART_TEXT;
-            ps[pn++].text = coai__oa_jstr(v);
+            ps[pn++].text = coai__core_jstr(v);
             cur->part_count++;
-        } else if ((v = coai__oa_get(p, "inlineData")) != NULL) {
-            const cJSON *mt = coai__oa_get(v, "mimeType"), *d = coai__oa_get(v, "data");
+        } else if ((v = coai__core_get(p, "inlineData")) != NULL) {
+            const cJSON *mt = coai__core_get(v, "mimeType"), *d = coai__core_get(v, "data");
             if (r == COAI_ROLE_ASSISTANT)
                 return coai__gm_bad(err, "contents[%d].parts[%d].inlineData: images belong in "
                                     "a user content", i, j);
@@ -16496,12 +16496,12 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
                                     "mimeType and data", i, j);
             ps[pn].kind = COAI_PART_IMAGE;
             ps[pn].path = coai__req_path(req, "contents[%d].parts[%d].inlineData", i, j);
-            ps[pn].media_type = coai__oa_jstr(mt);
-            ps[pn++].data = coai__oa_jstr(d);
+            ps[pn].media_type = coai__core_jstr(mt);
+            ps[pn++].data = coai__core_jstr(d);
             cur->part_count++;
-        } else if ((v = coai__oa_get(p, "functionCall")) != NULL) {
-            const cJSON *id = coai__oa_get(v, "id"), *name = coai__oa_get(v, "name");
-            const cJSON *args = coai__oa_get(v, "args");
+        } else if ((v = coai__core_get(p, "functionCall")) != NULL) {
+            const cJSON *id = coai__core_get(v, "id"), *name = coai__core_get(v, "name");
+            const cJSON *args = coai__core_get(v, "args");
             coai_call *cl;
             if (r != COAI_ROLE_ASSISTANT)
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionCall: belongs in a "
@@ -16513,24 +16513,24 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
                 return coai__gm_bad(err, "contents[%d].parts[%d].functionCall.args: must be an "
                                     "object", i, j);
             cl = &calls[cur->call_count++];
-            cl->id = cJSON_IsString(id) && id->valuestring[0] ? coai__oa_jstr(id)
-                                                             : coai__oa_jstr(name);
-            cl->name = coai__oa_jstr(name);
+            cl->id = cJSON_IsString(id) && id->valuestring[0] ? coai__core_jstr(id)
+                                                             : coai__core_jstr(name);
+            cl->name = coai__core_jstr(name);
             cl->args = cJSON_IsObject(args) ? coai__req_own(req, cJSON_PrintUnformatted(args))
                                             : coai_str_c("{}");
-        } else if ((v = coai__oa_get(p, "executableCode")) != NULL
-                   || (v = coai__oa_get(p, "codeExecutionResult")) != NULL) {
-            const cJSON *t = coai__oa_get(v, "code");
-            if (!t) t = coai__oa_get(v, "output");
+        } else if ((v = coai__core_get(p, "executableCode")) != NULL
+                   || (v = coai__core_get(p, "codeExecutionResult")) != NULL) {
+            const cJSON *t = coai__core_get(v, "code");
+            if (!t) t = coai__core_get(v, "output");
             if (cJSON_IsString(t)) {
-                ps[pn++].text = coai__oa_jstr(t);
+                ps[pn++].text = coai__core_jstr(t);
                 cur->part_count++;
             }
-        } else if (coai__oa_get(p, "fileData")) {
+        } else if (coai__core_get(p, "fileData")) {
             return coai__gm_bad(err, "contents[%d].parts[%d].fileData: file URIs are not "
                                 "supported (send the bytes as inlineData)", i, j);
-        } else if (!coai__oa_get(p, "thoughtSignature") && !coai__oa_get(p, "videoMetadata")
-                   && !coai__oa_get(p, "thought")) {
+        } else if (!coai__core_get(p, "thoughtSignature") && !coai__core_get(p, "videoMetadata")
+                   && !coai__core_get(p, "thought")) {
             return coai__gm_bad(err, "contents[%d].parts[%d]: unsupported part (expected text, "
                                 "inlineData, functionCall or functionResponse)", i, j);
         }
@@ -16543,11 +16543,11 @@ static int coai__gm_content(coai_request *req, const cJSON *c, int i, coai_messa
  * content with a parts list). */
 static int coai__gm_find_part(const cJSON *c, const char *key)
 {
-    const cJSON *parts = coai__oa_get(c, "parts"), *p;
+    const cJSON *parts = coai__core_get(c, "parts"), *p;
     int j = 0;
     if (!cJSON_IsArray(parts)) return -1;
     cJSON_ArrayForEach(p, parts) {
-        if (coai__oa_get(p, key)) return j;
+        if (coai__core_get(p, key)) return j;
         j++;
     }
     return -1;
@@ -16582,7 +16582,7 @@ static int coai__gm_tools(coai_request *req, cJSON *tools, coai_error *err)
         int j = 0;
         if (!cJSON_IsArray(fd)) { i++; continue; }
         cJSON_ArrayForEach(f, fd) {
-            const cJSON *name = coai__oa_get(f, "name"), *d = coai__oa_get(f, "description");
+            const cJSON *name = coai__core_get(f, "name"), *d = coai__core_get(f, "description");
             cJSON *sch = cJSON_IsObject(f) ? cJSON_GetObjectItemCaseSensitive(f,
                                                                        "parametersJsonSchema")
                                            : NULL;
@@ -16610,8 +16610,8 @@ static int coai__gm_tools(coai_request *req, cJSON *tools, coai_error *err)
                                             "Duplicate function declaration found: %.64s", i,
                                             j, name->valuestring);
             }
-            req->tools[q].name = coai__oa_jstr(name);
-            req->tools[q].description = coai__oa_jstr(d);
+            req->tools[q].name = coai__core_jstr(name);
+            req->tools[q].description = coai__core_jstr(d);
             req->tools[q++].parameters = cJSON_IsObject(sch) ? sch : NULL;
             j++;
         }
@@ -16624,7 +16624,7 @@ static int coai__gm_tools(coai_request *req, cJSON *tools, coai_error *err)
 /* toolConfig.functionCallingConfig: mode and allowedFunctionNames. */
 static int coai__gm_tool_config(coai_request *req, const cJSON *tc, coai_error *err)
 {
-    const cJSON *fc = coai__oa_get(tc, "functionCallingConfig"), *mode, *names, *nm;
+    const cJSON *fc = coai__core_get(tc, "functionCallingConfig"), *mode, *names, *nm;
     const char *m;
     size_t i, q = 0;
     if (tc && !cJSON_IsNull(tc) && !cJSON_IsObject(tc))
@@ -16632,7 +16632,7 @@ static int coai__gm_tool_config(coai_request *req, const cJSON *tc, coai_error *
     if (!fc || cJSON_IsNull(fc)) return 0;
     if (!cJSON_IsObject(fc))
         return coai__gm_bad(err, "toolConfig.functionCallingConfig: must be an object");
-    mode = coai__oa_get(fc, "mode");
+    mode = coai__core_get(fc, "mode");
     m = cJSON_IsString(mode) ? mode->valuestring : "AUTO";
     if (mode && !cJSON_IsNull(mode) && !cJSON_IsString(mode))
         return coai__gm_bad(err, "toolConfig.functionCallingConfig.mode: must be a string");
@@ -16644,7 +16644,7 @@ static int coai__gm_tool_config(coai_request *req, const cJSON *tc, coai_error *
     else
         return coai__gm_bad(err, "toolConfig.functionCallingConfig.mode: expected AUTO, ANY, "
                             "NONE or VALIDATED");
-    names = coai__oa_get(fc, "allowedFunctionNames");
+    names = coai__core_get(fc, "allowedFunctionNames");
     if (!names || cJSON_IsNull(names)) return 0;
     if (!cJSON_IsArray(names))
         return coai__gm_bad(err, "toolConfig.functionCallingConfig.allowedFunctionNames: must "
@@ -16696,13 +16696,13 @@ static int coai__gm_gen_config(coai_request *req, cJSON *g, coai_error *err)
     const cJSON *v, *tc;
     if (!g || cJSON_IsNull(g)) return 0;
     if (!cJSON_IsObject(g)) return coai__gm_bad(err, "generationConfig: must be an object");
-    v = coai__oa_get(g, "maxOutputTokens");
-    if (v && !cJSON_IsNull(v) && coai__oa_count(v, &req->max_tokens) < 0)
+    v = coai__core_get(g, "maxOutputTokens");
+    if (v && !cJSON_IsNull(v) && coai__core_count(v, &req->max_tokens) < 0)
         return coai__gm_bad(err, "generationConfig.maxOutputTokens: must be an integer >= 1");
-    v = coai__oa_get(g, "candidateCount");
+    v = coai__core_get(g, "candidateCount");
     if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1))
         return coai__gm_bad(err, "generationConfig.candidateCount: only 1 is supported");
-    v = coai__oa_get(g, "stopSequences");
+    v = coai__core_get(g, "stopSequences");
     if (v && !cJSON_IsNull(v)) {
         const cJSON *e;
         size_t q = 0;
@@ -16718,14 +16718,14 @@ static int coai__gm_gen_config(coai_request *req, cJSON *g, coai_error *err)
             if (!cJSON_IsString(e))
                 return coai__gm_bad(err, "generationConfig.stopSequences[%d]: must be a string",
                                     (int)q);
-            if (e->valuestring[0]) st[q++] = coai__oa_jstr(e);
+            if (e->valuestring[0]) st[q++] = coai__core_jstr(e);
         }
         req->stop = q ? st : NULL;
         req->stop_count = q;
     }
-    tc = coai__oa_get(g, "thinkingConfig");
+    tc = coai__core_get(g, "thinkingConfig");
     if (tc && !cJSON_IsNull(tc)) {
-        const cJSON *b = coai__oa_get(tc, "thinkingBudget"), *lv = coai__oa_get(tc, "thinkingLevel");
+        const cJSON *b = coai__core_get(tc, "thinkingBudget"), *lv = coai__core_get(tc, "thinkingLevel");
         if (!cJSON_IsObject(tc))
             return coai__gm_bad(err, "generationConfig.thinkingConfig: must be an object");
         if (b && !cJSON_IsNull(b)) {
@@ -16742,13 +16742,13 @@ static int coai__gm_gen_config(coai_request *req, cJSON *g, coai_error *err)
         static const char *const sk[] = { "responseSchema", "responseJsonSchema" };
         size_t q;
         for (q = 0; q < 2; q++) {
-            const cJSON *s = coai__oa_get(g, sk[q]);
+            const cJSON *s = coai__core_get(g, sk[q]);
             if (s && !cJSON_IsNull(s) && !cJSON_IsObject(s))
                 return coai__gm_bad(err, "generationConfig.%s: must be an object (a schema)",
                                     sk[q]);
         }
     }
-    v = coai__oa_get(g, "responseMimeType");
+    v = coai__core_get(g, "responseMimeType");
     if (cJSON_IsString(v) && v->valuestring[0]
         && !coai__gm_mime_known(v->valuestring))
         /* Google's list; text/plain is the default, application/json a JSON answer, the
@@ -16794,32 +16794,32 @@ int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str mo
     req->model.ptr = mc;
     req->model.len = model.len;
     rc = COAI_ERR_INVALID;
-    if (coai__oa_get(root, "cachedContent")) {
+    if (coai__core_get(root, "cachedContent")) {
         coai__gm_bad(err, "cachedContent: cached contents are not supported (send the contents "
                      "themselves)");
         goto fail;
     }
-    contents = coai__oa_get(root, "contents");
+    contents = coai__core_get(root, "contents");
     if (!cJSON_IsArray(contents) || cJSON_GetArraySize(contents) == 0) {
         coai__gm_bad(err, "contents: required (a non-empty list of contents)");
         goto fail;
     }
     cJSON_ArrayForEach(c, contents) {
-        const cJSON *p = coai__oa_get(c, "parts");
+        const cJSON *p = coai__core_get(c, "parts");
         cap += 1 + (size_t)(cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 0);
     }
     out = (coai_message *)coai__req_alloc(req, cap * sizeof *out);
     if (!out) goto nomem;
-    v = coai__oa_get(root, "systemInstruction");
+    v = coai__core_get(root, "systemInstruction");
     if (cJSON_IsString(v)) {
         coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
         if (!p) goto nomem;
-        p->text = coai__oa_jstr(v);
+        p->text = coai__core_jstr(v);
         out[k].role = COAI_ROLE_SYSTEM;
         out[k].parts = p;
         out[k++].part_count = 1;
     } else if (cJSON_IsObject(v)) {
-        const cJSON *parts = coai__oa_get(v, "parts"), *b;
+        const cJSON *parts = coai__core_get(v, "parts"), *b;
         coai_part *p;
         size_t q = 0;
         if (!cJSON_IsArray(parts)) {
@@ -16829,12 +16829,12 @@ int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str mo
         p = (coai_part *)coai__req_alloc(req, (size_t)cJSON_GetArraySize(parts) * sizeof *p);
         if (!p) goto nomem;
         cJSON_ArrayForEach(b, parts) {
-            if (!cJSON_IsString(coai__oa_get(b, "text"))) {
+            if (!cJSON_IsString(coai__core_get(b, "text"))) {
                 coai__gm_bad(err, "systemInstruction.parts[%d]: only text parts are supported",
                              (int)q);
                 goto fail;
             }
-            p[q++].text = coai__oa_jstr(coai__oa_get(b, "text"));
+            p[q++].text = coai__core_jstr(coai__core_get(b, "text"));
         }
         out[k].role = COAI_ROLE_SYSTEM;
         out[k].parts = p;
@@ -16871,7 +16871,7 @@ int coai_gemini_parse(coai_request *req, const char *body, size_t n, coai_str mo
     req->messages = out;
     req->message_count = k;
     if ((rc = coai__gm_tools(req, cJSON_GetObjectItemCaseSensitive(root, "tools"), err)) != 0
-        || (rc = coai__gm_tool_config(req, coai__oa_get(root, "toolConfig"), err)) != 0
+        || (rc = coai__gm_tool_config(req, coai__core_get(root, "toolConfig"), err)) != 0
         || (rc = coai__gm_gen_config(req, cJSON_GetObjectItemCaseSensitive(root,
                                                                          "generationConfig"),
                                      err)) != 0) {
@@ -16943,15 +16943,15 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
     /* a regex search restricted by a file glob: Gemini CLI's grep takes include_pattern */
     if (ex->kind == COAI_EXEC_GREP && ex->glob.len && ex->pattern.len
         && coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)
-        && coai__oa_has_param(&tools[idx], p_include)) {
+        && coai__core_has_param(&tools[idx], p_include)) {
         const coai_tool *t = &tools[idx];
         coai_buf *b = &tc->args;
         coai_buf_reset(b);
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, coai__oa_param(t, p_pattern), ex->pattern);
-        if ((ex->has_path || ex->path.len) && coai__oa_may(t, p_dir))
-            coai__oa_arg(b, coai__oa_param(t, p_dir), ex->path);
-        coai__oa_arg(b, coai__oa_param(t, p_include), ex->glob);
+        coai__core_arg(b, coai__core_param(t, p_pattern), ex->pattern);
+        if ((ex->has_path || ex->path.len) && coai__core_may(t, p_dir))
+            coai__core_arg(b, coai__core_param(t, p_dir), ex->path);
+        coai__core_arg(b, coai__core_param(t, p_include), ex->glob);
         coai_buf_putc(b, '}');
         tc->tool = idx;
         return b->err ? -1 : 1;
@@ -16968,14 +16968,14 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
         coai_str cwd = ex->cwd, ds;
         coai_buf_reset(b);
         coai_buf_putc(b, '{');
-        coai__oa_arg(b, gf.cmd ? gf.cmd : coai__oa_param(t, p_command), ex->command);
-        if (coai__oa_has_param(t, p_desc)) {
+        coai__core_arg(b, gf.cmd ? gf.cmd : coai__core_param(t, p_command), ex->command);
+        if (coai__core_has_param(t, p_desc)) {
             /* Cursor's own description of the command (ShellArgs 15) when it sent one */
             if (ex->description.len) coai_buf_append(&d, ex->description.ptr, ex->description.len);
-            else coai__oa_shell_desc(&d, ex->command);
+            else coai__core_shell_desc(&d, ex->command);
             ds.ptr = d.data ? (const char *)d.data : "";
             ds.len = d.len;
-            coai__oa_arg(b, coai__oa_param(t, p_desc), ds);
+            coai__core_arg(b, coai__core_param(t, p_desc), ds);
             if (d.err) b->err = 1;
             coai_buf_free(&d);
         }
@@ -16988,8 +16988,8 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
             cwd.len -= workspace.len;
             while (cwd.len && cwd.ptr[0] == '/') { cwd.ptr++; cwd.len--; }
         }
-        if (cwd.len && coai__oa_has_param(t, p_dir))
-            coai__oa_arg(b, coai__oa_param(t, p_dir), cwd);
+        if (cwd.len && coai__core_has_param(t, p_dir))
+            coai__core_arg(b, coai__core_param(t, p_dir), cwd);
         coai_buf_putc(b, '}');
         tc->tool = idx;
         return b->err ? -1 : 1;
@@ -17073,7 +17073,7 @@ static int coai__gm_error_write(coai_buf *out, const coai_error *e)
         if (m.err) out->err = 1;
         coai_buf_free(&m);
     } else {
-        coai__oa_json_cstr(out, e->message);
+        coai__core_json_cstr(out, e->message);
     }
     coai_buf_printf(out, ",\"status\":\"%s\"", coai__gm_status_name(st));
     if (quota)
@@ -17186,7 +17186,7 @@ static void coai__gm_text_part(coai_buf *b, int thought, const char *s, size_t n
 
 static void coai__gm_w_delta(coai_reply *r, int ch, const char *s, size_t n)
 {
-    if (ch) r->rs_reason_units_ += coai__oa_utf16_len(s, n);
+    if (ch) r->rs_reason_units_ += coai__core_utf16_len(s, n);
     coai__gm_chunk_begin(r);
     coai__gm_text_part(&r->out, ch, s, n);
     coai__gm_chunk_end(r, NULL);
@@ -17234,7 +17234,7 @@ static void coai__gm_w_body(coai_reply *r, coai_finish f)
     int n = 0;
     coai_buf_puts(o, "{\"candidates\":[{\"content\":{\"role\":\"model\",\"parts\":[");
     if (r->reasoning_.len) {
-        r->rs_reason_units_ = coai__oa_utf16_len((const char *)r->reasoning_.data,
+        r->rs_reason_units_ = coai__core_utf16_len((const char *)r->reasoning_.data,
                                                  r->reasoning_.len);
         coai__gm_text_part(o, 1, (const char *)r->reasoning_.data, r->reasoning_.len);
         n++;
@@ -17483,7 +17483,7 @@ int coai_request_check(coai_request *req, const coai_image_limits *lim, coai_err
     dup = coai__json_dup_key(req->root_, &nomem);
     if (dup) {
         char key[64];
-        coai__oa_clean_copy(key, 0, sizeof key, dup, strlen(dup));
+        coai__core_clean_copy(key, 0, sizeof key, dup, strlen(dup));
         coai_error_set(err, 400, "invalid_request_error", "duplicate_key", NULL,
                        "The request body has the key '%s' twice in one object; duplicate "
                        "keys are refused (JSON parsers disagree about which one counts)", key);
@@ -17572,9 +17572,9 @@ int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
     if (d == COAI_DIALECT_GEMINI) return coai__gm_error_write(out, e);
     if (d != COAI_DIALECT_ANTHROPIC) return coai_error_write(out, e);
     coai_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
-    coai__oa_json_cstr(out, coai__an_error_type(e));
+    coai__core_json_cstr(out, coai__an_error_type(e));
     coai_buf_puts(out, ",\"message\":");
-    coai__oa_json_cstr(out, e->message);
+    coai__core_json_cstr(out, e->message);
     return coai_buf_puts(out, "}}");
 }
 /* PART:DIALECTS impl end */

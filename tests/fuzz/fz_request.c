@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (p.tools[i].name.len < 1 || p.tools[i].name.len > 64) abort();
         if (q.session_id.len > 32) abort();
         /* the prompt from the tree equals a rebuild */
-        coai_prompt_build(&b, coai__oa_get(q.root_, "messages"));
+        coai_prompt_build(&b, coai__core_get(q.root_, "messages"));
         if (b.len != q.prompt.len || (b.len && memcmp(b.data, q.prompt.data, b.len))) abort();
         coai_buf_reset(&b);
     } else {
