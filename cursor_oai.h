@@ -19,8 +19,9 @@
  *   DECODE     AgentServerMessage -> plain C events (coai_msg)
  *   HTTP       HTTP/1.1 request parser, chunked decoder, response parser, Host check
  *   H2         HTTP/2 client: frames, HPACK, one connection, sans-IO
- *   OPENAI     the dialect-neutral core (request, prompt, run, reply, errors, models)
- *              and the OpenAI Chat Completions dialect
+ *   CORE       the dialect-neutral core: request, prompt, errors, models, the exec
+ *              mapping every dialect shares, tool results, the reply engine (coai_reply)
+ *   OPENAI     the OpenAI Chat Completions dialect: parser, writer, exec mapping
  *   QUOTA      Cursor's plan and current-period usage
  *   IMAGE      data: URLs, image type and size from the image's own header
  *   ANTHROPIC  the Anthropic Messages dialect: parser, writer, model names
@@ -28,7 +29,7 @@
  *   GEMINI     the Gemini API dialect: parser, exec mapping, writer
  *   DIALECTS   the dialect table, one row per dialect (implementation only)
  *   The implementation half has them in this order: COMMON AUTH QR CONFIG FRAMING CHECKSUM
- *   ENCODE DECODE HTTP H2 OPENAI ANTHROPIC RESPONSES GEMINI DIALECTS QUOTA IMAGE.
+ *   ENCODE DECODE HTTP H2 CORE OPENAI ANTHROPIC RESPONSES GEMINI DIALECTS QUOTA IMAGE.
  *
  * ENABLING THE IMPLEMENTATION
  *   In exactly one .c file:
@@ -207,7 +208,7 @@
  *   decoders (coai_frame_decoder, coai_chunked_decoder, coai_hpack_decoder, coai_h2_conn)
  *   keep their first error until reset (an HTTP/2 connection: until it is freed).
  *   Upstream failures become coai_status (trailers, end-stream) and then a coai_error
- *   (see the ERROR MAPPING table in the OPENAI section), which each dialect
+ *   (see the ERROR MAPPING table in the CORE section), which each dialect
  *   writes in its own shape and status (coai_error_write_as, coai_error_status_as).
  *
  * TRUST MODEL
@@ -2097,7 +2098,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
 /* PART:H2 api end */
 
 /* ======================================================================== */
-/* PART:OPENAI api (request parse/validate, prompt, tool mapping, SSE)      */
+/* PART:CORE api (request parse/validate, prompt, tool mapping, SSE)        */
 /* ======================================================================== */
 /* The OpenAI side: everything between an HTTP request body and the bytes of the
  * HTTP response, with no sockets.
@@ -2506,15 +2507,6 @@ void coai_conversation_digest_next(const unsigned char prev[32], const coai_mess
  * images and thinking are not part of the text. 0 ok, -1 fail. */
 int coai_conversation_prompt(coai_buf *out, const coai_message *msgs, size_t count);
 
-/* OpenAI Chat Completions: coai_request_parse(req, COAI_DIALECT_OPENAI_CHAT, ...). */
-int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
-                            coai_error *err);
-void coai_chat_request_free(coai_chat_request *req);
-void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
-/* Flatten an OpenAI messages array (spec §11.1) into out without validating it (values
- * of the wrong type count as empty text). 0 ok, -1 fail. */
-int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
-
 /* The error in a dialect's shape: OpenAI {"error":{"message","type","param","code"}};
  * Anthropic {"type":"error","error":{"type","message"}} with Anthropic's type names
  * (invalid_request_error, authentication_error, permission_error, not_found_error,
@@ -2824,6 +2816,21 @@ int coai_reply_continue(coai_reply *r, const coai_reply_opts *o);
  * "Cache-Control: no-cache\r\n" for SSE, "x-should-retry: false\r\n",
  * "Retry-After: N\r\n"); the caller adds status line, framing and connection headers. */
 int coai_reply_head(const coai_reply *r, coai_buf *out);
+/* PART:CORE api end */
+
+/* ======================================================================== */
+/* PART:OPENAI api (the OpenAI Chat Completions dialect)                    */
+/* ======================================================================== */
+
+/* OpenAI Chat Completions: coai_request_parse(req, COAI_DIALECT_OPENAI_CHAT, ...). */
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err);
+void coai_chat_request_free(coai_chat_request *req);
+void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
+/* Flatten an OpenAI messages array (spec §11.1) into out without validating it (values
+ * of the wrong type count as empty text). 0 ok, -1 fail. */
+int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
+
 /* PART:OPENAI api end */
 
 /* ======================================================================== */
@@ -9088,7 +9095,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id)
 /* PART:H2 impl end */
 
 /* ======================================================================== */
-/* PART:OPENAI impl                                                         */
+/* PART:CORE impl (the dialect-neutral reply engine and exec mapping)       */
 /* ======================================================================== */
 
 /* ---- errors -------------------------------------------------------------- */
@@ -9658,43 +9665,10 @@ static const cJSON *coai__core_get(const cJSON *o, const char *k)
 
 static int coai__core_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
-/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
- * An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
-static void coai__core_content_text(coai_buf *out, const cJSON *content, int old_images)
-{
-    if (cJSON_IsString(content)) {
-        coai__core_put_str(out, coai__core_jstr(content));
-    } else if (cJSON_IsArray(content)) {
-        const cJSON *part;
-        int first = 1;
-        cJSON_ArrayForEach(part, content) {
-            const cJSON *t = coai__core_get(part, "type");
-            const char *ty = cJSON_IsString(t) ? t->valuestring : "";
-            if (strcmp(ty, "text") == 0 || strcmp(ty, "refusal") == 0) {
-                if (!first) coai_buf_putc(out, '\n');
-                coai__core_put_str(out, coai__core_jstr(coai__core_get(part, ty)));
-                first = 0;
-            } else if (old_images && strcmp(ty, "image_url") == 0) {
-                if (!first) coai_buf_putc(out, '\n');
-                coai_buf_puts(out, "[image omitted: attached to an earlier message]");
-                first = 0;
-            }
-        }
-    }
-}
-
 static int coai__core_role_is(const cJSON *m, const char *role)
 {
     const cJSON *r = coai__core_get(m, "role");
     return cJSON_IsString(r) && strcmp(r->valuestring, role) == 0;
-}
-
-/* The newest message with role "user", or NULL. */
-static const cJSON *coai__core_last_user(const cJSON *messages)
-{
-    const cJSON *m, *last = NULL;
-    cJSON_ArrayForEach(m, messages) if (coai__core_role_is(m, "user")) last = m;
-    return last;
 }
 
 /* Opens one part of a prompt: a blank line after the parts before it, then the label. */
@@ -9704,8 +9678,6 @@ static void coai__prompt_part(coai_buf *out, int *nparts, const char *label)
     coai_buf_puts(out, label);
 }
 
-static coai_str coai__core_call_name(const cJSON *c);
-static coai_str coai__core_call_args(const cJSON *c);
 /* The end of a prompt (coai_prompt_build, coai_conversation_prompt): the request to go on
  * after tool results, then `t` (the scratch buffer for assistant texts) is freed. */
 static int coai__prompt_end(coai_buf *out, coai_buf *t, int nparts, int any_tool)
@@ -9717,64 +9689,6 @@ static int coai__prompt_end(coai_buf *out, coai_buf *t, int nparts, int any_tool
     coai_buf_free(t);
     if (coai_buf_reserve(out, 0)) return -1;   /* make sure data is non-NULL */
     return out->err ? -1 : 0;
-}
-
-int coai_prompt_build(coai_buf *out, const cJSON *messages)
-{
-    const cJSON *m, *last_user;
-    int nparts = 0, any_system = 0, any_tool = 0;
-    coai_buf t = { 0 };
-    if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
-    last_user = coai__core_last_user(messages);
-    cJSON_ArrayForEach(m, messages) {
-        if (coai__core_role_is(m, "system") || coai__core_role_is(m, "developer")) {
-            if (any_system) coai_buf_putc(out, '\n');
-            coai__core_content_text(out, coai__core_get(m, "content"), 0);
-            any_system = 1;
-        }
-    }
-    if (any_system) nparts = 1;
-    cJSON_ArrayForEach(m, messages) {
-        const cJSON *calls = coai__core_get(m, "tool_calls");
-        /* user and tool texts go straight into out: a temporary copy of a big message
-         * would cost its size once more at the peak */
-        if (coai__core_role_is(m, "user")) {
-            coai__prompt_part(out, &nparts, "User: ");
-            coai__core_content_text(out, coai__core_get(m, "content"), m != last_user);
-            continue;
-        }
-        if (coai__core_role_is(m, "tool")) {
-            coai__prompt_part(out, &nparts, "[Tool result for ");
-            coai__core_put_str(out, coai__core_jstr(coai__core_get(m, "tool_call_id")));
-            coai_buf_puts(out, "]: ");
-            coai__core_content_text(out, coai__core_get(m, "content"), 0);
-            any_tool = 1;
-            continue;
-        }
-        coai_buf_reset(&t);
-        coai__core_content_text(&t, coai__core_get(m, "content"), 0);
-        if (coai__core_role_is(m, "assistant")) {
-            if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
-                const cJSON *c;
-                int first = 1;
-                coai__prompt_part(out, &nparts, "Assistant: ");
-                if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
-                cJSON_ArrayForEach(c, calls) {
-                    if (!first) coai_buf_putc(out, '\n');
-                    coai_buf_puts(out, "[Called tool: ");
-                    coai__core_put_str(out, coai__core_call_name(c));
-                    coai_buf_putc(out, '(');
-                    coai__core_put_str(out, coai__core_call_args(c));
-                    coai_buf_puts(out, ")]");
-                    first = 0;
-                }
-            } else if (t.len) {
-                coai__prompt_part(out, &nparts, "Assistant: ");
-                coai_buf_append(out, t.data, t.len);
-            }
-        }
-    }
-    return coai__prompt_end(out, &t, nparts, any_tool);
 }
 
 /* A tool name: [A-Za-z0-9_-]{1,max} (OpenAI: 64, Anthropic: 128). */
@@ -9840,29 +9754,6 @@ static void *coai__req_alloc(coai_request *req, size_t n)
     return p;
 }
 
-/* A Chat Completions tool call of the history: a function call ({"type":"function",
- * "function":{name, arguments}}) or a custom tool's ({"type":"custom","custom":{name,
- * input}}, its input the raw text). */
-static int coai__core_call_custom(const cJSON *c)
-{
-    const cJSON *t = coai__core_get(c, "type");
-    return cJSON_IsString(t) && strcmp(t->valuestring, "custom") == 0;
-}
-
-static coai_str coai__core_call_name(const cJSON *c)
-{
-    return coai__core_jstr(coai__core_get(coai__core_get(c, coai__core_call_custom(c) ? "custom"
-                                                                             : "function"),
-                                      "name"));
-}
-
-static coai_str coai__core_call_args(const cJSON *c)
-{
-    int cu = coai__core_call_custom(c);
-    return coai__core_jstr(coai__core_get(coai__core_get(c, cu ? "custom" : "function"),
-                                      cu ? "input" : "arguments"));
-}
-
 /* A part's field path for error messages (coai_part.path), printed into request memory;
  * NULL (the neutral path is used) when out of memory, which the parse then reports. */
 static const char *coai__req_path(coai_request *req, const char *fmt, ...)
@@ -9896,8 +9787,6 @@ void coai_request_free(coai_request *req)
     coai_buf_free(&req->prompt);
     memset(req, 0, sizeof *req);
 }
-
-void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
 
 #define COAI__OLD_IMAGE_MARKER "[image omitted: attached to an earlier message]"
 
@@ -10205,217 +10094,6 @@ void coai_request_params(const coai_request *req, coai_run_params *p)
     p->image_count = req->image_count;
 }
 
-void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
-{
-    coai_request_params(req, p);
-}
-
-/* OpenAI messages (already validated) -> neutral messages. 0 ok, -1 no memory. */
-static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
-{
-    const cJSON *m;
-    size_t n = (size_t)cJSON_GetArraySize(messages), i = 0;
-    coai_message *out = (coai_message *)coai__req_alloc(req, n * sizeof *out);
-    if (!out) return -1;
-    cJSON_ArrayForEach(m, messages) {
-        coai_message *o = &out[i++];
-        const cJSON *content = coai__core_get(m, "content"), *calls = coai__core_get(m, "tool_calls");
-        if (coai__core_role_is(m, "user")) o->role = COAI_ROLE_USER;
-        else if (coai__core_role_is(m, "assistant")) o->role = COAI_ROLE_ASSISTANT;
-        else if (coai__core_role_is(m, "tool")) o->role = COAI_ROLE_TOOL;
-        else o->role = COAI_ROLE_SYSTEM;                     /* system, developer */
-        if (cJSON_IsString(content)) {
-            coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
-            if (!p) return -1;
-            p->text = coai__core_jstr(content);
-            o->parts = p;
-            o->part_count = 1;
-        } else if (cJSON_IsArray(content)) {
-            const cJSON *part;
-            size_t k = 0;
-            coai_part *p = (coai_part *)coai__req_alloc(
-                req, (size_t)cJSON_GetArraySize(content) * sizeof *p);
-            if (!p) return -1;
-            cJSON_ArrayForEach(part, content) {
-                const cJSON *t = coai__core_get(part, "type");
-                if (!cJSON_IsString(t)) continue;
-                if (strcmp(t->valuestring, "text") == 0
-                    || strcmp(t->valuestring, "refusal") == 0) {
-                    p[k].kind = COAI_PART_TEXT;
-                    p[k++].text = coai__core_jstr(coai__core_get(part, t->valuestring));
-                } else if (strcmp(t->valuestring, "image_url") == 0) {
-                    const cJSON *u = coai__core_get(part, "image_url");
-                    p[k].kind = COAI_PART_IMAGE;
-                    p[k++].url = coai__core_jstr(cJSON_IsString(u) ? u : coai__core_get(u, "url"));
-                }
-            }
-            o->parts = p;
-            o->part_count = k;
-        }
-        if (o->role == COAI_ROLE_TOOL)
-            o->tool_call_id = coai__core_jstr(coai__core_get(m, "tool_call_id"));
-        if (o->role == COAI_ROLE_ASSISTANT && cJSON_IsArray(calls)
-            && cJSON_GetArraySize(calls) > 0) {
-            const cJSON *c;
-            size_t k = 0;
-            coai_call *cs = (coai_call *)coai__req_alloc(
-                req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
-            if (!cs) return -1;
-            cJSON_ArrayForEach(c, calls) {
-                cs[k].id = coai__core_jstr(coai__core_get(c, "id"));
-                cs[k].name = coai__core_call_name(c);
-                cs[k++].args = coai__core_call_args(c);
-            }
-            o->calls = cs;
-            o->call_count = k;
-        }
-    }
-    req->messages = out;
-    req->message_count = n;
-    return 0;
-}
-
-/* A custom (freeform) tool of Chat Completions, as the Responses dialect takes one: Cursor
- * sees a function with one string "input" (the schema kept in root), the grammar of its
- * format, if any, in the description. 0, COAI_ERR_INVALID (err set), COAI_ERR_NOMEM. */
-static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, const cJSON *f,
-                                const char *path, coai_error *err)
-{
-    const cJSON *def = coai__core_get(f, "definition"), *syn = coai__core_get(f, "syntax");
-    const cJSON *gr = coai__core_get(f, "grammar");
-    cJSON *keep, *schema, *props, *in, *rq;
-    coai_buf db = { 0 };
-    char *p;
-    if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
-        return coai__core_bad(err, path, "%s must be an object", path);
-    if (cJSON_IsObject(gr)) {           /* Chat's {"type":"grammar","grammar":{definition, syntax}} */
-        def = coai__core_get(gr, "definition");
-        syn = coai__core_get(gr, "syntax");
-    }
-    coai__core_put_str(&db, o->description);
-    if (db.len) coai_buf_puts(&db, "\n\n");
-    coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
-    if (cJSON_IsString(def)) {
-        coai_buf_puts(&db, " It must match this ");
-        coai__core_put_str(&db, coai__core_jstr(syn));
-        coai_buf_puts(&db, " grammar:\n");
-        coai__core_put_str(&db, coai__core_jstr(def));
-    }
-    p = db.err ? NULL : (char *)coai__req_alloc(req, db.len + 1);
-    if (!p) { coai_buf_free(&db); return COAI_ERR_NOMEM; }
-    if (db.len) memcpy(p, db.data, db.len);
-    o->description.ptr = p;
-    o->description.len = db.len;
-    coai_buf_free(&db);
-    o->freeform = 1;
-    keep = cJSON_GetObjectItemCaseSensitive(root, "\x01coai_custom_schemas");
-    if (!keep) {
-        keep = cJSON_CreateArray();
-        if (!keep || !cJSON_AddItemToObject(root, "\x01coai_custom_schemas", keep)) {
-            cJSON_Delete(keep);
-            return COAI_ERR_NOMEM;
-        }
-    }
-    schema = cJSON_CreateObject();
-    if (!schema || !cJSON_AddItemToArray(keep, schema)) { cJSON_Delete(schema); return COAI_ERR_NOMEM; }
-    rq = cJSON_CreateArray();
-    if (!rq || !cJSON_AddItemToObject(schema, "required", rq)) { cJSON_Delete(rq); return COAI_ERR_NOMEM; }
-    if (!cJSON_AddStringToObject(schema, "type", "object")
-        || !(props = cJSON_AddObjectToObject(schema, "properties"))
-        || !(in = cJSON_AddObjectToObject(props, "input"))
-        || !cJSON_AddStringToObject(in, "type", "string")
-        || !cJSON_AddItemToArray(rq, cJSON_CreateString("input")))
-        return COAI_ERR_NOMEM;
-    o->parameters = schema;
-    return 0;
-}
-
-/* Validate message i; path buffers sized for "messages[<i>].tool_calls[<j>]...". */
-static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
-{
-    char p[128];
-    const cJSON *role = coai__core_get(m, "role"), *content, *calls;
-    const char *r;
-    snprintf(p, sizeof p, "messages[%d]", i);
-    if (!cJSON_IsObject(m)) return coai__core_bad(err, p, "%s must be an object", p);
-    snprintf(p, sizeof p, "messages[%d].role", i);
-    if (!cJSON_IsString(role)) return coai__core_bad(err, p, "%s must be a string", p);
-    r = role->valuestring;
-    if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user")
-        && strcmp(r, "assistant") && strcmp(r, "tool"))
-        return coai__core_bad(err, p, "Invalid value for %s: expected one of 'system', "
-                         "'developer', 'user', 'assistant', 'tool'", p);
-    content = coai__core_get(m, "content");
-    snprintf(p, sizeof p, "messages[%d].content", i);
-    if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
-        const cJSON *part;
-        int j = 0;
-        if (!cJSON_IsArray(content))
-            return coai__core_bad(err, p, "%s must be a string, an array of parts or null", p);
-        cJSON_ArrayForEach(part, content) {
-            const cJSON *t = coai__core_get(part, "type");
-            const char *ty;
-            snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
-            if (!cJSON_IsObject(part) || !cJSON_IsString(t))
-                return coai__core_bad(err, p, "%s must be an object with a string 'type'", p);
-            ty = t->valuestring;
-            if (strcmp(ty, "text") == 0 || (strcmp(ty, "refusal") == 0
-                                            && strcmp(r, "assistant") == 0)) {
-                if (!cJSON_IsString(coai__core_get(part, ty))) {
-                    snprintf(p, sizeof p, "messages[%d].content[%d].%s", i, j, ty);
-                    return coai__core_bad(err, p, "%s must be a string", p);
-                }
-            } else if (strcmp(ty, "image_url") == 0 && strcmp(r, "user") == 0) {
-                const cJSON *iu = coai__core_get(part, "image_url");
-                if (!cJSON_IsString(iu) && !cJSON_IsString(coai__core_get(iu, "url"))) {
-                    snprintf(p, sizeof p, "messages[%d].content[%d].image_url.url", i, j);
-                    return coai__core_bad(err, p, "%s must be a string", p);
-                }
-            } else {
-                /* never drop what the client sent without saying so (audio, files, ...) */
-                snprintf(p, sizeof p, "messages[%d].content[%d].type", i, j);
-                return coai__core_bad(err, p, "%s: content part type '%.40s' is not supported "
-                                    "in a '%s' message (supported: 'text'%s)", p, ty, r,
-                                    strcmp(r, "user") == 0 ? " and 'image_url'"
-                                    : strcmp(r, "assistant") == 0 ? " and 'refusal'" : "");
-            }
-            j++;
-        }
-    }
-    if (strcmp(r, "tool") == 0) {
-        snprintf(p, sizeof p, "messages[%d].tool_call_id", i);
-        if (!cJSON_IsString(coai__core_get(m, "tool_call_id")))
-            return coai__core_bad(err, p, "%s must be a string", p);
-    }
-    calls = coai__core_get(m, "tool_calls");
-    if (strcmp(r, "assistant") == 0 && calls && !cJSON_IsNull(calls)) {
-        const cJSON *c;
-        int j = 0;
-        snprintf(p, sizeof p, "messages[%d].tool_calls", i);
-        if (!cJSON_IsArray(calls)) return coai__core_bad(err, p, "%s must be an array", p);
-        cJSON_ArrayForEach(c, calls) {
-            int cu = coai__core_call_custom(c);
-            const cJSON *f = coai__core_get(c, cu ? "custom" : "function");
-            const cJSON *a = coai__core_get(f, cu ? "input" : "arguments");
-            const cJSON *id = coai__core_get(c, "id");
-            const char *fn = cu ? "custom" : "function";
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
-            if (!cJSON_IsObject(c)) return coai__core_bad(err, p, "%s must be an object", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
-            if (id && !cJSON_IsString(id)) return coai__core_bad(err, p, "%s must be a string", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.name", i, j, fn);
-            if (!cJSON_IsString(coai__core_get(f, "name")))
-                return coai__core_bad(err, p, "%s must be a string", p);
-            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.%s", i, j, fn,
-                     cu ? "input" : "arguments");
-            if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
-                return coai__core_bad(err, p, "%s must be a string", p);
-            j++;
-        }
-    }
-    return 0;
-}
-
 /* Reject "\u0000" escapes: cJSON would cut the string there. Backslashes only occur
  * inside strings in valid JSON, so a flat scan over escape pairs is exact. */
 static int coai__core_has_nul_escape(const char *s, size_t n)
@@ -10468,12 +10146,6 @@ static int coai__json_body(const char *body, size_t n, cJSON **root, coai_error 
     return 0;
 }
 
-int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
-                            coai_error *err)
-{
-    return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
-}
-
 static int coai__core_str_same(coai_str a, coai_str b);
 
 /* A whole number >= 1 (max_tokens and friends). */
@@ -10484,238 +10156,6 @@ static int coai__core_count(const cJSON *v, int64_t *out)
         return -1;
     *out = (int64_t)v->valuedouble;
     return 0;
-}
-
-/* The Chat Completions fields Cursor has no equivalent for (README: request fields):
- * emulated (max_tokens, max_completion_tokens, stop, response_format), refused with a 400
- * naming them (logprobs, top_logprobs, audio output), or accepted and ignored (the rest). */
-static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err)
-{
-    static const char *const lim[2] = { "max_tokens", "max_completion_tokens" };
-    const cJSON *v;
-    int i;
-    for (i = 0; i < 2; i++) {
-        int64_t n;
-        v = coai__core_get(root, lim[i]);
-        if (!v || cJSON_IsNull(v)) continue;
-        if (coai__core_count(v, &n) < 0)
-            return coai__core_bad(err, lim[i], "%s must be an integer >= 1", lim[i]);
-        if (!req->max_tokens || n < req->max_tokens) req->max_tokens = n;
-    }
-    v = coai__core_get(root, "stop");
-    if (cJSON_IsString(v) || cJSON_IsArray(v)) {
-        int count = cJSON_IsString(v) ? 1 : cJSON_GetArraySize(v), k = 0;
-        coai_str *st;
-        const cJSON *it;
-        if (coai__stops_check((size_t)count, 4, "stop", err)) return COAI_ERR_INVALID;
-        st = (coai_str *)coai__req_alloc(req, (size_t)(count ? count : 1) * sizeof *st);
-        if (!st) return COAI_ERR_NOMEM;
-        for (it = cJSON_IsString(v) ? v : v->child; it; it = cJSON_IsString(v) ? NULL : it->next) {
-            char p[16];
-            snprintf(p, sizeof p, cJSON_IsString(v) ? "stop" : "stop[%d]", k);
-            if (!cJSON_IsString(it) || !it->valuestring[0])
-                return coai__core_bad(err, p, "%s must be a non-empty string", p);
-            st[k++] = coai__core_jstr(it);
-        }
-        req->stop = k ? st : NULL;
-        req->stop_count = (size_t)k;
-    } else if (v && !cJSON_IsNull(v)) {
-        return coai__core_bad(err, "stop", "stop must be a string or an array of strings");
-    }
-    v = coai__core_get(root, "logprobs");
-    if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-        return coai__core_bad(err, "logprobs", "logprobs are not available: Cursor does not report "
-                            "token probabilities");
-    v = coai__core_get(root, "top_logprobs");
-    if (v && !cJSON_IsNull(v))
-        return coai__core_bad(err, "top_logprobs", "top_logprobs are not available: Cursor does "
-                            "not report token probabilities");
-    v = coai__core_get(root, "modalities");
-    if (cJSON_IsArray(v)) {
-        const cJSON *it;
-        cJSON_ArrayForEach(it, v) {
-            if (!(cJSON_IsString(it) && strcmp(it->valuestring, "text") == 0))
-                return coai__core_bad(err, "modalities", "Only the 'text' output modality is "
-                                    "available");
-        }
-    }
-    v = coai__core_get(root, "audio");
-    if (v && !cJSON_IsNull(v))
-        return coai__core_bad(err, "audio", "Audio output is not available");
-    v = coai__core_get(root, "parallel_tool_calls");
-    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
-        return coai__core_bad(err, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
-    v = coai__core_get(root, "response_format");
-    if (v && !cJSON_IsNull(v)) {
-        const cJSON *t = coai__core_get(v, "type");
-        const char *ty = cJSON_IsString(t) ? t->valuestring : "";
-        if (strcmp(ty, "json_object") == 0) {
-            req->response_json = 1;
-        } else if (strcmp(ty, "json_schema") == 0) {
-            const cJSON *js = coai__core_get(v, "json_schema"), *sch = coai__core_get(js, "schema");
-            if (!cJSON_IsObject(js))
-                return coai__core_bad(err, "response_format.json_schema",
-                                    "response_format.json_schema must be an object");
-            if (sch && !cJSON_IsObject(sch))
-                return coai__core_bad(err, "response_format.json_schema.schema",
-                                    "response_format.json_schema.schema must be an object");
-            req->response_json = 1;
-            req->response_schema = sch;
-        } else if (strcmp(ty, "text") != 0) {
-            return coai__core_bad(err, "response_format.type", "response_format.type must be "
-                                "'text', 'json_object' or 'json_schema'");
-        }
-    }
-    return 0;
-}
-
-/* The OpenAI Chat Completions parser (coai__dialects row). */
-static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
-                               coai_error *err)
-{
-    cJSON *root;
-    const cJSON *messages, *m, *v, *tools;
-    int i, rc;
-    memset(req, 0, sizeof *req);
-    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
-    req->root_ = root;
-    rc = COAI_ERR_INVALID;
-    v = coai__core_get(root, "model");
-    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
-        coai__core_bad(err, "model", "model must be a string");
-        goto fail;
-    }
-    req->model = coai__core_jstr(v);
-    if (req->model.len == 0) req->model = coai_str_c("auto");
-    v = coai__core_get(root, "stream");
-    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
-        coai__core_bad(err, "stream", "stream must be a boolean");
-        goto fail;
-    }
-    req->stream = cJSON_IsTrue(v);
-    v = coai__core_get(root, "stream_options");
-    if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
-        coai__core_bad(err, "stream_options", "stream_options must be an object");
-        goto fail;
-    }
-    v = coai__core_get(v, "include_usage");
-    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
-        coai__core_bad(err, "stream_options.include_usage", "include_usage must be a boolean");
-        goto fail;
-    }
-    req->include_usage = req->stream && cJSON_IsTrue(v);
-    v = coai__core_get(root, "n");
-    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) {
-        coai__core_bad(err, "n", "Only n = 1 is supported");
-        goto fail;
-    }
-    messages = coai__core_get(root, "messages");
-    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
-        coai__core_bad(err, "messages", "messages is required and must be a non-empty array");
-        goto fail;
-    }
-    i = 0;
-    cJSON_ArrayForEach(m, messages) {
-        if ((rc = coai__oa_check_message(m, i, err)) < 0) goto fail;
-        if (coai__core_role_is(m, "tool")) req->has_tool_messages = 1;
-        i++;
-    }
-    rc = COAI_ERR_INVALID;
-    tools = coai__core_get(root, "tools");
-    if (tools && !cJSON_IsNull(tools)) {
-        const cJSON *t;
-        int count;
-        char p[64];
-        if (!cJSON_IsArray(tools)) {
-            coai__core_bad(err, "tools", "tools must be an array");
-            goto fail;
-        }
-        count = cJSON_GetArraySize(tools);
-        if (count > COAI_MAX_TOOLS) {
-            coai__core_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
-            goto fail;
-        }
-        if (count > 0) {
-            req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
-            if (!req->tools) { rc = COAI_ERR_NOMEM; goto nomem; }
-        }
-        i = 0;
-        cJSON_ArrayForEach(t, tools) {
-            const cJSON *ty = coai__core_get(t, "type");
-            int cu = cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0;
-            const char *fn = cu ? "custom" : "function";
-            const cJSON *f = coai__core_get(t, fn);
-            const cJSON *name = coai__core_get(f, "name"), *d = coai__core_get(f, "description");
-            const cJSON *params = coai__core_get(f, "parameters");
-            snprintf(p, sizeof p, "tools[%d]", i);
-            if (!cJSON_IsObject(t)) { coai__core_bad(err, p, "%s must be an object", p); goto fail; }
-            snprintf(p, sizeof p, "tools[%d].type", i);
-            if (ty && !cu && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
-                coai__core_bad(err, p, "%s must be 'function' or 'custom'", p);
-                goto fail;
-            }
-            snprintf(p, sizeof p, "tools[%d].%s", i, fn);
-            if (!cJSON_IsObject(f)) { coai__core_bad(err, p, "%s must be an object", p); goto fail; }
-            snprintf(p, sizeof p, "tools[%d].%s.name", i, fn);
-            if (!cJSON_IsString(name)) { coai__core_bad(err, p, "%s is required", p); goto fail; }
-            if (!coai__name_ok(name->valuestring, 64)) {
-                coai__core_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
-                goto fail;
-            }
-            snprintf(p, sizeof p, "tools[%d].%s.description", i, fn);
-            if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
-                coai__core_bad(err, p, "%s must be a string", p);
-                goto fail;
-            }
-            snprintf(p, sizeof p, "tools[%d].%s.parameters", i, fn);
-            if (!cu && params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
-                coai__core_bad(err, p, "%s must be an object", p);
-                goto fail;
-            }
-            req->tools[i].name = coai__core_jstr(name);
-            req->tools[i].description = coai__core_jstr(d);
-            req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
-            if (cu) {
-                snprintf(p, sizeof p, "tools[%d].custom.format", i);
-                rc = coai__oa_custom_tool(req, root, &req->tools[i], coai__core_get(f, "format"),
-                                          p, err);
-                if (rc == COAI_ERR_NOMEM) goto nomem;
-                if (rc) goto fail;
-                rc = COAI_ERR_INVALID;
-            }
-            i++;
-        }
-        req->tool_count = (size_t)count;
-    }
-    v = coai__core_get(root, "tool_choice");
-    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0)
-        req->tool_choice = COAI_TOOL_CHOICE_NONE;
-    else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
-        req->tool_choice = COAI_TOOL_CHOICE_ANY;
-    else if (cJSON_IsObject(v)) {
-        req->tool_choice = COAI_TOOL_CHOICE_TOOL;
-        req->tool_choice_name = coai__core_jstr(coai__core_get(
-            coai__core_get(v, coai__core_call_custom(v) ? "custom" : "function"), "name"));
-    } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
-                                          && strcmp(v->valuestring, "auto") == 0)) {
-        coai__core_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
-                     "{\"type\":\"function\",\"function\":{\"name\":...}}");
-        goto fail;
-    }
-    if ((rc = coai__oa_fields(req, root, err)) < 0) goto fail;
-    rc = COAI_ERR_INVALID;
-    req->thinking = -1;
-    if (coai__tool_choice_check(req, "tool_choice", err)) goto fail;
-    if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
-        rc = COAI_ERR_NOMEM;
-        goto nomem;
-    }
-    return 0;
-nomem:
-    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
-fail:
-    coai_chat_request_free(req);
-    return rc;
 }
 
 /* ---- models -------------------------------------------------------------- */
@@ -11578,57 +11018,6 @@ static void coai__exec_as_shell(coai_exec *sh, const coai_exec *ex, const coai_b
     sh->tool_call_id = ex->tool_call_id;
     sh->command.ptr = (const char *)cmd->data;
     sh->command.len = cmd->len;
-}
-
-static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
-                                  coai_str workspace, coai_tool_call *tc)
-{
-    int m = coai_exec_map(ex, tools, count, workspace, tc);
-    cJSON *a, *it;
-    coai_buf cmd = { 0 };
-    char *txt;
-    if (m == 0 && ex->kind != COAI_EXEC_SHELL && ex->kind != COAI_EXEC_SHELL_STREAM) {
-        /* no tool of the exec's role (Qwen Code, Kilo Code, OpenCode have no delete; a
-         * shell-only client has nothing else): the client's shell tool, as over the
-         * Messages API (a delete prints the file's size first for the result) */
-        coai_exec sh;
-        int f = coai__sh_fallback(ex, &cmd, tc);
-        if (f == 0) { coai_buf_free(&cmd); return 0; }
-        if (f == -1) {
-            coai_buf_free(&cmd);
-            tc->refusal = COAI__SH_REFUSAL;
-            return 0;
-        }
-        if (f < 0) { coai_buf_free(&cmd); return -1; }
-        coai__exec_as_shell(&sh, ex, &cmd);
-        m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
-        coai_buf_free(&cmd);
-        return m;
-    }
-    if (m != 1 || !coai__core_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
-                                       &tools[tc->tool]))
-        return m;
-    a = cJSON_ParseWithLength((const char *)tc->args.data, tc->args.len);
-    if (!a) return -1;
-    cJSON_ArrayForEach(it, a) {               /* the member holding the command */
-        if (cJSON_IsString(it) && strlen(it->valuestring) == ex->command.len
-            && memcmp(it->valuestring, ex->command.ptr, ex->command.len) == 0)
-            break;
-    }
-    if (!it) { cJSON_Delete(a); return m; }
-    coai_buf_puts(&cmd, COAI_EXIT_TRAP "\n");
-    coai_buf_append(&cmd, ex->command.ptr, ex->command.len);
-    coai_buf_putc(&cmd, 0);
-    txt = NULL;
-    if (!cmd.err && cJSON_SetValuestring(it, (const char *)cmd.data))
-        txt = cJSON_PrintUnformatted(a);
-    coai_buf_free(&cmd);
-    cJSON_Delete(a);
-    if (!txt) return -1;
-    coai_buf_reset(&tc->args);
-    coai_buf_puts(&tc->args, txt);
-    cJSON_free(txt);
-    return tc->args.err ? -1 : 1;
 }
 
 /* ---- tool results as Cursor's CLI reports them ------------------------------ */
@@ -12532,34 +11921,7 @@ static int coai__core_out_result(coai_reply *r)
     return r->out.err ? COAI_ERR_NOMEM : (r->done_ ? COAI_DONE : COAI_OK);
 }
 
-/* ---- the OpenAI Chat Completions writer ---- */
-
-static void coai__oa_w_init(coai_reply *r)
-{
-    const coai_reply_opts *o = &r->o_;
-    coai_buf_puts(&r->prefix_, "{\"id\":");
-    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
-    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
-                    o->stream ? "chat.completion.chunk" : "chat.completion",
-                    (long long)o->created);
-    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
-}
-
-static void coai__oa_chunk_begin(coai_reply *r)
-{
-    coai_buf_puts(&r->out, "data: ");
-    coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
-    coai_buf_puts(&r->out, ",\"choices\":[{\"index\":0,\"delta\":");
-}
-
-static void coai__oa_chunk_end(coai_reply *r, const char *finish)
-{
-    coai_buf_puts(&r->out, ",\"finish_reason\":");
-    coai_buf_puts(&r->out, finish ? finish : "null");
-    coai_buf_puts(&r->out, "}]");
-    if (r->o_.include_usage) coai_buf_puts(&r->out, ",\"usage\":null");
-    coai_buf_puts(&r->out, "}\n\n");
-}
+/* ---- the reply's output, shared by every writer: usage, commit, errors ---- */
 
 static int64_t coai__core_tokn(int64_t v)
 {
@@ -12593,27 +11955,6 @@ void coai_reply_usage(const coai_reply *r, coai_usage *u)
     u->cache_read_tokens = r->cache_read_ >= 0 && r->cache_read_ <= p ? r->cache_read_ : 0;
     u->cache_write_tokens = r->cache_write_ >= 0
                             && r->cache_write_ <= p - u->cache_read_tokens ? r->cache_write_ : 0;
-}
-
-static void coai__oa_usage(const coai_reply *r, coai_buf *b)
-{
-    coai_usage u;
-    coai_reply_usage(r, &u);
-    coai_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
-                    "\"total_tokens\":%lld", (long long)u.input_tokens,
-                    (long long)u.output_tokens, (long long)(u.input_tokens + u.output_tokens));
-    if (u.reported)   /* Cursor's own counts: the cached and reasoning parts too */
-        coai_buf_printf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%lld},"
-                        "\"completion_tokens_details\":{\"reasoning_tokens\":%lld}",
-                        (long long)u.cache_read_tokens, (long long)u.reasoning_tokens);
-    coai_buf_putc(b, '}');
-}
-
-static void coai__oa_w_begin(coai_reply *r)
-{
-    coai__oa_chunk_begin(r);
-    coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
-    coai__oa_chunk_end(r, NULL);
 }
 
 /* The first client byte: from here on errors are in-band. */
@@ -12751,17 +12092,6 @@ static int coai__core_fail(coai_reply *r, const coai_error *e)
     }
     r->done_ = 1;
     return coai__core_out_result(r);
-}
-
-static void coai__oa_w_error(coai_reply *r)
-{
-    coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
-    coai__core_json_cstr(&r->out, r->error.message);
-    coai_buf_puts(&r->out, ",\"type\":");
-    coai__core_json_cstr(&r->out, r->error.type);
-    coai_buf_puts(&r->out, ",\"code\":");
-    coai__core_json_cstr(&r->out, r->error.code);
-    coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
 }
 
 static int coai__core_fail_nomem(coai_reply *r)
@@ -12942,15 +12272,6 @@ static int coai__json_answer_check(coai_reply *r, coai_error *e)
     return 0;
 }
 
-static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
-{
-    coai__oa_chunk_begin(r);
-    coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
-    coai_json_str_append(&r->out, s, n);
-    coai_buf_putc(&r->out, '}');
-    coai__oa_chunk_end(r, NULL);
-}
-
 /* Bytes at the end of p[0..n) that start a character the next delta completes. */
 static size_t coai__core_utf8_tail(const unsigned char *p, size_t n)
 {
@@ -12994,85 +12315,6 @@ static int coai__core_flush_carry(coai_reply *r)
     return rc;
 }
 
-static const char *coai__oa_finish_name(coai_finish f)
-{
-    switch (f) {
-    case COAI_FINISH_TOOL_CALLS: return "tool_calls";
-    case COAI_FINISH_LENGTH: return "length";
-    default: return "stop";
-    }
-}
-
-/* A tool call's type and body in a Chat Completions message or chunk: ,"type":"function",
- * "function":{name, arguments}, or for a custom (freeform) tool of the request ,"type":
- * "custom","custom":{name, input} with the input as the raw text (the "input" string of
- * the arguments Cursor's model gave). */
-static void coai__oa_call_out(coai_reply *r, coai_buf *o, coai_str name, coai_str args)
-{
-    size_t i;
-    int cu = 0;
-    for (i = 0; r->o_.tools && i < r->o_.tool_count && !cu; i++)
-        cu = r->o_.tools[i].freeform && r->o_.tools[i].name.len == name.len
-             && memcmp(r->o_.tools[i].name.ptr, name.ptr, name.len) == 0;
-    coai_buf_puts(o, cu ? ",\"type\":\"custom\",\"custom\":{\"name\":"
-                        : ",\"type\":\"function\",\"function\":{\"name\":");
-    coai_json_str_append(o, name.ptr, name.len);
-    coai_buf_puts(o, cu ? ",\"input\":" : ",\"arguments\":");
-    if (cu) {
-        cJSON *j = cJSON_ParseWithLength(args.ptr, args.len);
-        const cJSON *in = coai__core_get(j, "input");
-        if (cJSON_IsString(in)) coai_json_str_append(o, in->valuestring, strlen(in->valuestring));
-        else coai_json_str_append(o, args.ptr, args.len);
-        cJSON_Delete(j);
-    } else {
-        coai_json_str_append(o, args.ptr, args.len);
-    }
-    coai_buf_putc(o, '}');
-}
-
-static void coai__oa_w_body(coai_reply *r, coai_finish f)
-{
-    coai_buf *o = &r->out;
-    const char *finish = coai__oa_finish_name(f);
-    coai_buf_append(o, r->prefix_.data, r->prefix_.len);
-    coai_buf_puts(o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
-    if (r->has_tool_call_ && !r->content_.len) coai_buf_puts(o, "null");
-    else coai_json_str_append(o, r->content_.data ? (const char *)r->content_.data : "",
-                              r->content_.len);
-    if (r->reasoning_.len) {
-        coai_buf_puts(o, ",\"reasoning_content\":");
-        coai_json_str_append(o, (const char *)r->reasoning_.data, r->reasoning_.len);
-    }
-    if (r->has_tool_call_) {
-        size_t i;
-        coai_buf_puts(o, ",\"tool_calls\":[");
-        for (i = 0; i < r->ncalls_; i++) {
-            const coai_reply_call *c = &r->calls_[i];
-            if (i) coai_buf_putc(o, ',');
-            coai_buf_puts(o, "{\"id\":");
-            coai_json_str_append(o, c->call_id.ptr, c->call_id.len);
-            coai__oa_call_out(r, o, c->tool, c->args);
-            coai_buf_putc(o, '}');
-        }
-        coai_buf_putc(o, ']');
-    }
-    coai_buf_printf(o, "},\"finish_reason\":\"%s\"}],\"usage\":", finish);
-    coai__oa_usage(r, o);
-    coai_buf_putc(o, '}');
-}
-
-static void coai__oa_stream_tail(coai_reply *r)
-{
-    if (r->o_.include_usage) {
-        coai_buf_puts(&r->out, "data: ");
-        coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
-        coai_buf_puts(&r->out, ",\"choices\":[],\"usage\":");
-        coai__oa_usage(r, &r->out);
-        coai_buf_puts(&r->out, "}\n\n");
-    }
-    coai_buf_puts(&r->out, "data: [DONE]\n\n");
-}
-
 /* Normal end of the turn. */
 static int coai__core_finish(coai_reply *r)
 {
@@ -13112,30 +12354,6 @@ static int coai__reply_end(coai_reply *r, coai_finish f)
     }
     r->done_ = 1;
     return coai__core_out_result(r);
-}
-
-static void coai__oa_w_end(coai_reply *r, coai_finish f)
-{
-    coai__oa_chunk_begin(r);
-    if (f == COAI_FINISH_TOOL_CALLS) {
-        coai_buf_puts(&r->out, "{}");
-        coai__oa_chunk_end(r, "\"tool_calls\"");
-    } else {
-        coai_buf_printf(&r->out, "{},\"finish_reason\":\"%s\"}]", coai__oa_finish_name(f));
-        if (r->o_.include_usage) {
-            coai_buf_puts(&r->out, ",\"usage\":null");
-        } else {
-            coai_buf_puts(&r->out, ",\"usage\":");
-            coai__oa_usage(r, &r->out);
-        }
-        coai_buf_puts(&r->out, "}\n\n");
-    }
-    coai__oa_stream_tail(r);
-}
-
-static void coai__oa_w_keepalive(coai_reply *r)
-{
-    coai_buf_puts(&r->out, ": keepalive\n\n");
 }
 
 static int coai__core_send(coai_reply *r)
@@ -13239,24 +12457,6 @@ int coai_reply_end_tools(coai_reply *r)
     if (!r->tools_open_) return COAI_OK;
     r->tools_open_ = 0;
     return coai__reply_end(r, COAI_FINISH_TOOL_CALLS);
-}
-
-static void coai__oa_w_tool_call(coai_reply *r)
-{
-    coai__oa_chunk_begin(r);
-    coai_buf_printf(&r->out, "{\"tool_calls\":[{\"index\":%lu,\"id\":",
-                    (unsigned long)(r->ncalls_ ? r->ncalls_ - 1 : 0));
-    coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
-    {
-        coai_str name, args;
-        name.ptr = (const char *)r->tc_name_.data;
-        name.len = r->tc_name_.len;
-        args.ptr = (const char *)r->tc_args_.data;
-        args.len = r->tc_args_.len;
-        coai__oa_call_out(r, &r->out, name, args);
-    }
-    coai_buf_puts(&r->out, "}]}");
-    coai__oa_chunk_end(r, NULL);
 }
 
 /* Nothing is ever run on the proxy host: an exec no client tool matches gets what the
@@ -13687,6 +12887,822 @@ int coai_reply_keepalive(coai_reply *r)
     r->w_->keepalive(r);
     return coai__core_out_result(r);
 }
+
+/* PART:CORE impl end */
+
+/* ======================================================================== */
+/* PART:OPENAI impl (OpenAI Chat Completions: parser, exec mapping, writer)  */
+/* ======================================================================== */
+
+/* ---- the Chat Completions parser ---- */
+
+/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
+ * An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
+static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
+{
+    if (cJSON_IsString(content)) {
+        coai__core_put_str(out, coai__core_jstr(content));
+    } else if (cJSON_IsArray(content)) {
+        const cJSON *part;
+        int first = 1;
+        cJSON_ArrayForEach(part, content) {
+            const cJSON *t = coai__core_get(part, "type");
+            const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+            if (strcmp(ty, "text") == 0 || strcmp(ty, "refusal") == 0) {
+                if (!first) coai_buf_putc(out, '\n');
+                coai__core_put_str(out, coai__core_jstr(coai__core_get(part, ty)));
+                first = 0;
+            } else if (old_images && strcmp(ty, "image_url") == 0) {
+                if (!first) coai_buf_putc(out, '\n');
+                coai_buf_puts(out, "[image omitted: attached to an earlier message]");
+                first = 0;
+            }
+        }
+    }
+}
+
+/* The newest message with role "user", or NULL. */
+static const cJSON *coai__oa_last_user(const cJSON *messages)
+{
+    const cJSON *m, *last = NULL;
+    cJSON_ArrayForEach(m, messages) if (coai__core_role_is(m, "user")) last = m;
+    return last;
+}
+
+/* A Chat Completions tool call of the history: a function call ({"type":"function",
+ * "function":{name, arguments}}) or a custom tool's ({"type":"custom","custom":{name,
+ * input}}, its input the raw text). */
+static int coai__oa_call_custom(const cJSON *c)
+{
+    const cJSON *t = coai__core_get(c, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, "custom") == 0;
+}
+
+static coai_str coai__oa_call_name(const cJSON *c)
+{
+    return coai__core_jstr(coai__core_get(coai__core_get(c, coai__oa_call_custom(c) ? "custom"
+                                                                             : "function"),
+                                      "name"));
+}
+
+static coai_str coai__oa_call_args(const cJSON *c)
+{
+    int cu = coai__oa_call_custom(c);
+    return coai__core_jstr(coai__core_get(coai__core_get(c, cu ? "custom" : "function"),
+                                      cu ? "input" : "arguments"));
+}
+
+/* OpenAI messages (already validated) -> neutral messages. 0 ok, -1 no memory. */
+static int coai__oa_chat_messages(coai_request *req, const cJSON *messages)
+{
+    const cJSON *m;
+    size_t n = (size_t)cJSON_GetArraySize(messages), i = 0;
+    coai_message *out = (coai_message *)coai__req_alloc(req, n * sizeof *out);
+    if (!out) return -1;
+    cJSON_ArrayForEach(m, messages) {
+        coai_message *o = &out[i++];
+        const cJSON *content = coai__core_get(m, "content"), *calls = coai__core_get(m, "tool_calls");
+        if (coai__core_role_is(m, "user")) o->role = COAI_ROLE_USER;
+        else if (coai__core_role_is(m, "assistant")) o->role = COAI_ROLE_ASSISTANT;
+        else if (coai__core_role_is(m, "tool")) o->role = COAI_ROLE_TOOL;
+        else o->role = COAI_ROLE_SYSTEM;                     /* system, developer */
+        if (cJSON_IsString(content)) {
+            coai_part *p = (coai_part *)coai__req_alloc(req, sizeof *p);
+            if (!p) return -1;
+            p->text = coai__core_jstr(content);
+            o->parts = p;
+            o->part_count = 1;
+        } else if (cJSON_IsArray(content)) {
+            const cJSON *part;
+            size_t k = 0;
+            coai_part *p = (coai_part *)coai__req_alloc(
+                req, (size_t)cJSON_GetArraySize(content) * sizeof *p);
+            if (!p) return -1;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *t = coai__core_get(part, "type");
+                if (!cJSON_IsString(t)) continue;
+                if (strcmp(t->valuestring, "text") == 0
+                    || strcmp(t->valuestring, "refusal") == 0) {
+                    p[k].kind = COAI_PART_TEXT;
+                    p[k++].text = coai__core_jstr(coai__core_get(part, t->valuestring));
+                } else if (strcmp(t->valuestring, "image_url") == 0) {
+                    const cJSON *u = coai__core_get(part, "image_url");
+                    p[k].kind = COAI_PART_IMAGE;
+                    p[k++].url = coai__core_jstr(cJSON_IsString(u) ? u : coai__core_get(u, "url"));
+                }
+            }
+            o->parts = p;
+            o->part_count = k;
+        }
+        if (o->role == COAI_ROLE_TOOL)
+            o->tool_call_id = coai__core_jstr(coai__core_get(m, "tool_call_id"));
+        if (o->role == COAI_ROLE_ASSISTANT && cJSON_IsArray(calls)
+            && cJSON_GetArraySize(calls) > 0) {
+            const cJSON *c;
+            size_t k = 0;
+            coai_call *cs = (coai_call *)coai__req_alloc(
+                req, (size_t)cJSON_GetArraySize(calls) * sizeof *cs);
+            if (!cs) return -1;
+            cJSON_ArrayForEach(c, calls) {
+                cs[k].id = coai__core_jstr(coai__core_get(c, "id"));
+                cs[k].name = coai__oa_call_name(c);
+                cs[k++].args = coai__oa_call_args(c);
+            }
+            o->calls = cs;
+            o->call_count = k;
+        }
+    }
+    req->messages = out;
+    req->message_count = n;
+    return 0;
+}
+
+/* A custom (freeform) tool of Chat Completions, as the Responses dialect takes one: Cursor
+ * sees a function with one string "input" (the schema kept in root), the grammar of its
+ * format, if any, in the description. 0, COAI_ERR_INVALID (err set), COAI_ERR_NOMEM. */
+static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, const cJSON *f,
+                                const char *path, coai_error *err)
+{
+    const cJSON *def = coai__core_get(f, "definition"), *syn = coai__core_get(f, "syntax");
+    const cJSON *gr = coai__core_get(f, "grammar");
+    cJSON *keep, *schema, *props, *in, *rq;
+    coai_buf db = { 0 };
+    char *p;
+    if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
+        return coai__core_bad(err, path, "%s must be an object", path);
+    if (cJSON_IsObject(gr)) {           /* Chat's {"type":"grammar","grammar":{definition, syntax}} */
+        def = coai__core_get(gr, "definition");
+        syn = coai__core_get(gr, "syntax");
+    }
+    coai__core_put_str(&db, o->description);
+    if (db.len) coai_buf_puts(&db, "\n\n");
+    coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
+    if (cJSON_IsString(def)) {
+        coai_buf_puts(&db, " It must match this ");
+        coai__core_put_str(&db, coai__core_jstr(syn));
+        coai_buf_puts(&db, " grammar:\n");
+        coai__core_put_str(&db, coai__core_jstr(def));
+    }
+    p = db.err ? NULL : (char *)coai__req_alloc(req, db.len + 1);
+    if (!p) { coai_buf_free(&db); return COAI_ERR_NOMEM; }
+    if (db.len) memcpy(p, db.data, db.len);
+    o->description.ptr = p;
+    o->description.len = db.len;
+    coai_buf_free(&db);
+    o->freeform = 1;
+    keep = cJSON_GetObjectItemCaseSensitive(root, "\x01coai_custom_schemas");
+    if (!keep) {
+        keep = cJSON_CreateArray();
+        if (!keep || !cJSON_AddItemToObject(root, "\x01coai_custom_schemas", keep)) {
+            cJSON_Delete(keep);
+            return COAI_ERR_NOMEM;
+        }
+    }
+    schema = cJSON_CreateObject();
+    if (!schema || !cJSON_AddItemToArray(keep, schema)) { cJSON_Delete(schema); return COAI_ERR_NOMEM; }
+    rq = cJSON_CreateArray();
+    if (!rq || !cJSON_AddItemToObject(schema, "required", rq)) { cJSON_Delete(rq); return COAI_ERR_NOMEM; }
+    if (!cJSON_AddStringToObject(schema, "type", "object")
+        || !(props = cJSON_AddObjectToObject(schema, "properties"))
+        || !(in = cJSON_AddObjectToObject(props, "input"))
+        || !cJSON_AddStringToObject(in, "type", "string")
+        || !cJSON_AddItemToArray(rq, cJSON_CreateString("input")))
+        return COAI_ERR_NOMEM;
+    o->parameters = schema;
+    return 0;
+}
+
+/* Validate message i; path buffers sized for "messages[<i>].tool_calls[<j>]...". */
+static int coai__oa_check_message(const cJSON *m, int i, coai_error *err)
+{
+    char p[128];
+    const cJSON *role = coai__core_get(m, "role"), *content, *calls;
+    const char *r;
+    snprintf(p, sizeof p, "messages[%d]", i);
+    if (!cJSON_IsObject(m)) return coai__core_bad(err, p, "%s must be an object", p);
+    snprintf(p, sizeof p, "messages[%d].role", i);
+    if (!cJSON_IsString(role)) return coai__core_bad(err, p, "%s must be a string", p);
+    r = role->valuestring;
+    if (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user")
+        && strcmp(r, "assistant") && strcmp(r, "tool"))
+        return coai__core_bad(err, p, "Invalid value for %s: expected one of 'system', "
+                         "'developer', 'user', 'assistant', 'tool'", p);
+    content = coai__core_get(m, "content");
+    snprintf(p, sizeof p, "messages[%d].content", i);
+    if (content && !cJSON_IsNull(content) && !cJSON_IsString(content)) {
+        const cJSON *part;
+        int j = 0;
+        if (!cJSON_IsArray(content))
+            return coai__core_bad(err, p, "%s must be a string, an array of parts or null", p);
+        cJSON_ArrayForEach(part, content) {
+            const cJSON *t = coai__core_get(part, "type");
+            const char *ty;
+            snprintf(p, sizeof p, "messages[%d].content[%d]", i, j);
+            if (!cJSON_IsObject(part) || !cJSON_IsString(t))
+                return coai__core_bad(err, p, "%s must be an object with a string 'type'", p);
+            ty = t->valuestring;
+            if (strcmp(ty, "text") == 0 || (strcmp(ty, "refusal") == 0
+                                            && strcmp(r, "assistant") == 0)) {
+                if (!cJSON_IsString(coai__core_get(part, ty))) {
+                    snprintf(p, sizeof p, "messages[%d].content[%d].%s", i, j, ty);
+                    return coai__core_bad(err, p, "%s must be a string", p);
+                }
+            } else if (strcmp(ty, "image_url") == 0 && strcmp(r, "user") == 0) {
+                const cJSON *iu = coai__core_get(part, "image_url");
+                if (!cJSON_IsString(iu) && !cJSON_IsString(coai__core_get(iu, "url"))) {
+                    snprintf(p, sizeof p, "messages[%d].content[%d].image_url.url", i, j);
+                    return coai__core_bad(err, p, "%s must be a string", p);
+                }
+            } else {
+                /* never drop what the client sent without saying so (audio, files, ...) */
+                snprintf(p, sizeof p, "messages[%d].content[%d].type", i, j);
+                return coai__core_bad(err, p, "%s: content part type '%.40s' is not supported "
+                                    "in a '%s' message (supported: 'text'%s)", p, ty, r,
+                                    strcmp(r, "user") == 0 ? " and 'image_url'"
+                                    : strcmp(r, "assistant") == 0 ? " and 'refusal'" : "");
+            }
+            j++;
+        }
+    }
+    if (strcmp(r, "tool") == 0) {
+        snprintf(p, sizeof p, "messages[%d].tool_call_id", i);
+        if (!cJSON_IsString(coai__core_get(m, "tool_call_id")))
+            return coai__core_bad(err, p, "%s must be a string", p);
+    }
+    calls = coai__core_get(m, "tool_calls");
+    if (strcmp(r, "assistant") == 0 && calls && !cJSON_IsNull(calls)) {
+        const cJSON *c;
+        int j = 0;
+        snprintf(p, sizeof p, "messages[%d].tool_calls", i);
+        if (!cJSON_IsArray(calls)) return coai__core_bad(err, p, "%s must be an array", p);
+        cJSON_ArrayForEach(c, calls) {
+            int cu = coai__oa_call_custom(c);
+            const cJSON *f = coai__core_get(c, cu ? "custom" : "function");
+            const cJSON *a = coai__core_get(f, cu ? "input" : "arguments");
+            const cJSON *id = coai__core_get(c, "id");
+            const char *fn = cu ? "custom" : "function";
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d]", i, j);
+            if (!cJSON_IsObject(c)) return coai__core_bad(err, p, "%s must be an object", p);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].id", i, j);
+            if (id && !cJSON_IsString(id)) return coai__core_bad(err, p, "%s must be a string", p);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.name", i, j, fn);
+            if (!cJSON_IsString(coai__core_get(f, "name")))
+                return coai__core_bad(err, p, "%s must be a string", p);
+            snprintf(p, sizeof p, "messages[%d].tool_calls[%d].%s.%s", i, j, fn,
+                     cu ? "input" : "arguments");
+            if (a && !cJSON_IsString(a) && !cJSON_IsNull(a))
+                return coai__core_bad(err, p, "%s must be a string", p);
+            j++;
+        }
+    }
+    return 0;
+}
+
+/* The Chat Completions fields Cursor has no equivalent for (README: request fields):
+ * emulated (max_tokens, max_completion_tokens, stop, response_format), refused with a 400
+ * naming them (logprobs, top_logprobs, audio output), or accepted and ignored (the rest). */
+static int coai__oa_fields(coai_request *req, const cJSON *root, coai_error *err)
+{
+    static const char *const lim[2] = { "max_tokens", "max_completion_tokens" };
+    const cJSON *v;
+    int i;
+    for (i = 0; i < 2; i++) {
+        int64_t n;
+        v = coai__core_get(root, lim[i]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (coai__core_count(v, &n) < 0)
+            return coai__core_bad(err, lim[i], "%s must be an integer >= 1", lim[i]);
+        if (!req->max_tokens || n < req->max_tokens) req->max_tokens = n;
+    }
+    v = coai__core_get(root, "stop");
+    if (cJSON_IsString(v) || cJSON_IsArray(v)) {
+        int count = cJSON_IsString(v) ? 1 : cJSON_GetArraySize(v), k = 0;
+        coai_str *st;
+        const cJSON *it;
+        if (coai__stops_check((size_t)count, 4, "stop", err)) return COAI_ERR_INVALID;
+        st = (coai_str *)coai__req_alloc(req, (size_t)(count ? count : 1) * sizeof *st);
+        if (!st) return COAI_ERR_NOMEM;
+        for (it = cJSON_IsString(v) ? v : v->child; it; it = cJSON_IsString(v) ? NULL : it->next) {
+            char p[16];
+            snprintf(p, sizeof p, cJSON_IsString(v) ? "stop" : "stop[%d]", k);
+            if (!cJSON_IsString(it) || !it->valuestring[0])
+                return coai__core_bad(err, p, "%s must be a non-empty string", p);
+            st[k++] = coai__core_jstr(it);
+        }
+        req->stop = k ? st : NULL;
+        req->stop_count = (size_t)k;
+    } else if (v && !cJSON_IsNull(v)) {
+        return coai__core_bad(err, "stop", "stop must be a string or an array of strings");
+    }
+    v = coai__core_get(root, "logprobs");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
+        return coai__core_bad(err, "logprobs", "logprobs are not available: Cursor does not report "
+                            "token probabilities");
+    v = coai__core_get(root, "top_logprobs");
+    if (v && !cJSON_IsNull(v))
+        return coai__core_bad(err, "top_logprobs", "top_logprobs are not available: Cursor does "
+                            "not report token probabilities");
+    v = coai__core_get(root, "modalities");
+    if (cJSON_IsArray(v)) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, v) {
+            if (!(cJSON_IsString(it) && strcmp(it->valuestring, "text") == 0))
+                return coai__core_bad(err, "modalities", "Only the 'text' output modality is "
+                                    "available");
+        }
+    }
+    v = coai__core_get(root, "audio");
+    if (v && !cJSON_IsNull(v))
+        return coai__core_bad(err, "audio", "Audio output is not available");
+    v = coai__core_get(root, "parallel_tool_calls");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v))
+        return coai__core_bad(err, "parallel_tool_calls", "parallel_tool_calls must be a boolean");
+    v = coai__core_get(root, "response_format");
+    if (v && !cJSON_IsNull(v)) {
+        const cJSON *t = coai__core_get(v, "type");
+        const char *ty = cJSON_IsString(t) ? t->valuestring : "";
+        if (strcmp(ty, "json_object") == 0) {
+            req->response_json = 1;
+        } else if (strcmp(ty, "json_schema") == 0) {
+            const cJSON *js = coai__core_get(v, "json_schema"), *sch = coai__core_get(js, "schema");
+            if (!cJSON_IsObject(js))
+                return coai__core_bad(err, "response_format.json_schema",
+                                    "response_format.json_schema must be an object");
+            if (sch && !cJSON_IsObject(sch))
+                return coai__core_bad(err, "response_format.json_schema.schema",
+                                    "response_format.json_schema.schema must be an object");
+            req->response_json = 1;
+            req->response_schema = sch;
+        } else if (strcmp(ty, "text") != 0) {
+            return coai__core_bad(err, "response_format.type", "response_format.type must be "
+                                "'text', 'json_object' or 'json_schema'");
+        }
+    }
+    return 0;
+}
+
+/* The OpenAI Chat Completions parser (coai__dialects row). */
+static int coai__oa_chat_parse(coai_chat_request *req, const char *body, size_t n,
+                               coai_error *err)
+{
+    cJSON *root;
+    const cJSON *messages, *m, *v, *tools;
+    int i, rc;
+    memset(req, 0, sizeof *req);
+    if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
+    req->root_ = root;
+    rc = COAI_ERR_INVALID;
+    v = coai__core_get(root, "model");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsString(v)) {
+        coai__core_bad(err, "model", "model must be a string");
+        goto fail;
+    }
+    req->model = coai__core_jstr(v);
+    if (req->model.len == 0) req->model = coai_str_c("auto");
+    v = coai__core_get(root, "stream");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
+        coai__core_bad(err, "stream", "stream must be a boolean");
+        goto fail;
+    }
+    req->stream = cJSON_IsTrue(v);
+    v = coai__core_get(root, "stream_options");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsObject(v)) {
+        coai__core_bad(err, "stream_options", "stream_options must be an object");
+        goto fail;
+    }
+    v = coai__core_get(v, "include_usage");
+    if (v && !cJSON_IsNull(v) && !cJSON_IsBool(v)) {
+        coai__core_bad(err, "stream_options.include_usage", "include_usage must be a boolean");
+        goto fail;
+    }
+    req->include_usage = req->stream && cJSON_IsTrue(v);
+    v = coai__core_get(root, "n");
+    if (v && !cJSON_IsNull(v) && !(cJSON_IsNumber(v) && v->valuedouble == 1)) {
+        coai__core_bad(err, "n", "Only n = 1 is supported");
+        goto fail;
+    }
+    messages = coai__core_get(root, "messages");
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
+        coai__core_bad(err, "messages", "messages is required and must be a non-empty array");
+        goto fail;
+    }
+    i = 0;
+    cJSON_ArrayForEach(m, messages) {
+        if ((rc = coai__oa_check_message(m, i, err)) < 0) goto fail;
+        if (coai__core_role_is(m, "tool")) req->has_tool_messages = 1;
+        i++;
+    }
+    rc = COAI_ERR_INVALID;
+    tools = coai__core_get(root, "tools");
+    if (tools && !cJSON_IsNull(tools)) {
+        const cJSON *t;
+        int count;
+        char p[64];
+        if (!cJSON_IsArray(tools)) {
+            coai__core_bad(err, "tools", "tools must be an array");
+            goto fail;
+        }
+        count = cJSON_GetArraySize(tools);
+        if (count > COAI_MAX_TOOLS) {
+            coai__core_bad(err, "tools", "At most %d tools are supported", COAI_MAX_TOOLS);
+            goto fail;
+        }
+        if (count > 0) {
+            req->tools = (coai_tool *)calloc((size_t)count, sizeof *req->tools);
+            if (!req->tools) { rc = COAI_ERR_NOMEM; goto nomem; }
+        }
+        i = 0;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *ty = coai__core_get(t, "type");
+            int cu = cJSON_IsString(ty) && strcmp(ty->valuestring, "custom") == 0;
+            const char *fn = cu ? "custom" : "function";
+            const cJSON *f = coai__core_get(t, fn);
+            const cJSON *name = coai__core_get(f, "name"), *d = coai__core_get(f, "description");
+            const cJSON *params = coai__core_get(f, "parameters");
+            snprintf(p, sizeof p, "tools[%d]", i);
+            if (!cJSON_IsObject(t)) { coai__core_bad(err, p, "%s must be an object", p); goto fail; }
+            snprintf(p, sizeof p, "tools[%d].type", i);
+            if (ty && !cu && !(cJSON_IsString(ty) && strcmp(ty->valuestring, "function") == 0)) {
+                coai__core_bad(err, p, "%s must be 'function' or 'custom'", p);
+                goto fail;
+            }
+            snprintf(p, sizeof p, "tools[%d].%s", i, fn);
+            if (!cJSON_IsObject(f)) { coai__core_bad(err, p, "%s must be an object", p); goto fail; }
+            snprintf(p, sizeof p, "tools[%d].%s.name", i, fn);
+            if (!cJSON_IsString(name)) { coai__core_bad(err, p, "%s is required", p); goto fail; }
+            if (!coai__name_ok(name->valuestring, 64)) {
+                coai__core_bad(err, p, "%s must match ^[a-zA-Z0-9_-]{1,64}$", p);
+                goto fail;
+            }
+            snprintf(p, sizeof p, "tools[%d].%s.description", i, fn);
+            if (d && !cJSON_IsNull(d) && !cJSON_IsString(d)) {
+                coai__core_bad(err, p, "%s must be a string", p);
+                goto fail;
+            }
+            snprintf(p, sizeof p, "tools[%d].%s.parameters", i, fn);
+            if (!cu && params && !cJSON_IsNull(params) && !cJSON_IsObject(params)) {
+                coai__core_bad(err, p, "%s must be an object", p);
+                goto fail;
+            }
+            req->tools[i].name = coai__core_jstr(name);
+            req->tools[i].description = coai__core_jstr(d);
+            req->tools[i].parameters = cJSON_IsObject(params) ? params : NULL;
+            if (cu) {
+                snprintf(p, sizeof p, "tools[%d].custom.format", i);
+                rc = coai__oa_custom_tool(req, root, &req->tools[i], coai__core_get(f, "format"),
+                                          p, err);
+                if (rc == COAI_ERR_NOMEM) goto nomem;
+                if (rc) goto fail;
+                rc = COAI_ERR_INVALID;
+            }
+            i++;
+        }
+        req->tool_count = (size_t)count;
+    }
+    v = coai__core_get(root, "tool_choice");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "none") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_NONE;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "required") == 0)
+        req->tool_choice = COAI_TOOL_CHOICE_ANY;
+    else if (cJSON_IsObject(v)) {
+        req->tool_choice = COAI_TOOL_CHOICE_TOOL;
+        req->tool_choice_name = coai__core_jstr(coai__core_get(
+            coai__core_get(v, coai__oa_call_custom(v) ? "custom" : "function"), "name"));
+    } else if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v)
+                                          && strcmp(v->valuestring, "auto") == 0)) {
+        coai__core_bad(err, "tool_choice", "tool_choice must be 'none', 'auto', 'required' or "
+                     "{\"type\":\"function\",\"function\":{\"name\":...}}");
+        goto fail;
+    }
+    if ((rc = coai__oa_fields(req, root, err)) < 0) goto fail;
+    rc = COAI_ERR_INVALID;
+    req->thinking = -1;
+    if (coai__tool_choice_check(req, "tool_choice", err)) goto fail;
+    if (coai__oa_chat_messages(req, messages) || coai__request_finish(req)) {
+        rc = COAI_ERR_NOMEM;
+        goto nomem;
+    }
+    return 0;
+nomem:
+    coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+fail:
+    coai_chat_request_free(req);
+    return rc;
+}
+
+static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
+                                  coai_str workspace, coai_tool_call *tc)
+{
+    int m = coai_exec_map(ex, tools, count, workspace, tc);
+    cJSON *a, *it;
+    coai_buf cmd = { 0 };
+    char *txt;
+    if (m == 0 && ex->kind != COAI_EXEC_SHELL && ex->kind != COAI_EXEC_SHELL_STREAM) {
+        /* no tool of the exec's role (Qwen Code, Kilo Code, OpenCode have no delete; a
+         * shell-only client has nothing else): the client's shell tool, as over the
+         * Messages API (a delete prints the file's size first for the result) */
+        coai_exec sh;
+        int f = coai__sh_fallback(ex, &cmd, tc);
+        if (f == 0) { coai_buf_free(&cmd); return 0; }
+        if (f == -1) {
+            coai_buf_free(&cmd);
+            tc->refusal = COAI__SH_REFUSAL;
+            return 0;
+        }
+        if (f < 0) { coai_buf_free(&cmd); return -1; }
+        coai__exec_as_shell(&sh, ex, &cmd);
+        m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
+        coai_buf_free(&cmd);
+        return m;
+    }
+    if (m != 1 || !coai__core_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
+                                       &tools[tc->tool]))
+        return m;
+    a = cJSON_ParseWithLength((const char *)tc->args.data, tc->args.len);
+    if (!a) return -1;
+    cJSON_ArrayForEach(it, a) {               /* the member holding the command */
+        if (cJSON_IsString(it) && strlen(it->valuestring) == ex->command.len
+            && memcmp(it->valuestring, ex->command.ptr, ex->command.len) == 0)
+            break;
+    }
+    if (!it) { cJSON_Delete(a); return m; }
+    coai_buf_puts(&cmd, COAI_EXIT_TRAP "\n");
+    coai_buf_append(&cmd, ex->command.ptr, ex->command.len);
+    coai_buf_putc(&cmd, 0);
+    txt = NULL;
+    if (!cmd.err && cJSON_SetValuestring(it, (const char *)cmd.data))
+        txt = cJSON_PrintUnformatted(a);
+    coai_buf_free(&cmd);
+    cJSON_Delete(a);
+    if (!txt) return -1;
+    coai_buf_reset(&tc->args);
+    coai_buf_puts(&tc->args, txt);
+    cJSON_free(txt);
+    return tc->args.err ? -1 : 1;
+}
+
+int coai_prompt_build(coai_buf *out, const cJSON *messages)
+{
+    const cJSON *m, *last_user;
+    int nparts = 0, any_system = 0, any_tool = 0;
+    coai_buf t = { 0 };
+    if (!cJSON_IsArray(messages)) return out->err ? -1 : 0;
+    last_user = coai__oa_last_user(messages);
+    cJSON_ArrayForEach(m, messages) {
+        if (coai__core_role_is(m, "system") || coai__core_role_is(m, "developer")) {
+            if (any_system) coai_buf_putc(out, '\n');
+            coai__oa_content_text(out, coai__core_get(m, "content"), 0);
+            any_system = 1;
+        }
+    }
+    if (any_system) nparts = 1;
+    cJSON_ArrayForEach(m, messages) {
+        const cJSON *calls = coai__core_get(m, "tool_calls");
+        /* user and tool texts go straight into out: a temporary copy of a big message
+         * would cost its size once more at the peak */
+        if (coai__core_role_is(m, "user")) {
+            coai__prompt_part(out, &nparts, "User: ");
+            coai__oa_content_text(out, coai__core_get(m, "content"), m != last_user);
+            continue;
+        }
+        if (coai__core_role_is(m, "tool")) {
+            coai__prompt_part(out, &nparts, "[Tool result for ");
+            coai__core_put_str(out, coai__core_jstr(coai__core_get(m, "tool_call_id")));
+            coai_buf_puts(out, "]: ");
+            coai__oa_content_text(out, coai__core_get(m, "content"), 0);
+            any_tool = 1;
+            continue;
+        }
+        coai_buf_reset(&t);
+        coai__oa_content_text(&t, coai__core_get(m, "content"), 0);
+        if (coai__core_role_is(m, "assistant")) {
+            if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+                const cJSON *c;
+                int first = 1;
+                coai__prompt_part(out, &nparts, "Assistant: ");
+                if (t.len) { coai_buf_append(out, t.data, t.len); coai_buf_putc(out, '\n'); }
+                cJSON_ArrayForEach(c, calls) {
+                    if (!first) coai_buf_putc(out, '\n');
+                    coai_buf_puts(out, "[Called tool: ");
+                    coai__core_put_str(out, coai__oa_call_name(c));
+                    coai_buf_putc(out, '(');
+                    coai__core_put_str(out, coai__oa_call_args(c));
+                    coai_buf_puts(out, ")]");
+                    first = 0;
+                }
+            } else if (t.len) {
+                coai__prompt_part(out, &nparts, "Assistant: ");
+                coai_buf_append(out, t.data, t.len);
+            }
+        }
+    }
+    return coai__prompt_end(out, &t, nparts, any_tool);
+}
+
+void coai_chat_request_free(coai_chat_request *req) { coai_request_free(req); }
+
+void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p)
+{
+    coai_request_params(req, p);
+}
+
+int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
+                            coai_error *err)
+{
+    return coai_request_parse_ex(req, COAI_DIALECT_OPENAI_CHAT, body, n, NULL, err);
+}
+
+/* ---- the Chat Completions writer ---- */
+
+static void coai__oa_w_init(coai_reply *r)
+{
+    const coai_reply_opts *o = &r->o_;
+    coai_buf_puts(&r->prefix_, "{\"id\":");
+    coai_json_str_append(&r->prefix_, o->completion_id.ptr, o->completion_id.len);
+    coai_buf_printf(&r->prefix_, ",\"object\":\"%s\",\"created\":%lld,\"model\":",
+                    o->stream ? "chat.completion.chunk" : "chat.completion",
+                    (long long)o->created);
+    coai_json_str_append(&r->prefix_, o->model.ptr, o->model.len);
+}
+
+static void coai__oa_chunk_begin(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "data: ");
+    coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(&r->out, ",\"choices\":[{\"index\":0,\"delta\":");
+}
+
+static void coai__oa_chunk_end(coai_reply *r, const char *finish)
+{
+    coai_buf_puts(&r->out, ",\"finish_reason\":");
+    coai_buf_puts(&r->out, finish ? finish : "null");
+    coai_buf_puts(&r->out, "}]");
+    if (r->o_.include_usage) coai_buf_puts(&r->out, ",\"usage\":null");
+    coai_buf_puts(&r->out, "}\n\n");
+}
+
+static void coai__oa_usage(const coai_reply *r, coai_buf *b)
+{
+    coai_usage u;
+    coai_reply_usage(r, &u);
+    coai_buf_printf(b, "{\"prompt_tokens\":%lld,\"completion_tokens\":%lld,"
+                    "\"total_tokens\":%lld", (long long)u.input_tokens,
+                    (long long)u.output_tokens, (long long)(u.input_tokens + u.output_tokens));
+    if (u.reported)   /* Cursor's own counts: the cached and reasoning parts too */
+        coai_buf_printf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%lld},"
+                        "\"completion_tokens_details\":{\"reasoning_tokens\":%lld}",
+                        (long long)u.cache_read_tokens, (long long)u.reasoning_tokens);
+    coai_buf_putc(b, '}');
+}
+
+static void coai__oa_w_begin(coai_reply *r)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, "{\"role\":\"assistant\"}");
+    coai__oa_chunk_end(r, NULL);
+}
+
+static void coai__oa_w_error(coai_reply *r)
+{
+    coai_buf_puts(&r->out, "data: {\"error\":{\"message\":");
+    coai__core_json_cstr(&r->out, r->error.message);
+    coai_buf_puts(&r->out, ",\"type\":");
+    coai__core_json_cstr(&r->out, r->error.type);
+    coai_buf_puts(&r->out, ",\"code\":");
+    coai__core_json_cstr(&r->out, r->error.code);
+    coai_buf_puts(&r->out, "}}\n\ndata: [DONE]\n\n");
+}
+
+static void coai__oa_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_puts(&r->out, ch ? "{\"reasoning_content\":" : "{\"content\":");
+    coai_json_str_append(&r->out, s, n);
+    coai_buf_putc(&r->out, '}');
+    coai__oa_chunk_end(r, NULL);
+}
+
+static const char *coai__oa_finish_name(coai_finish f)
+{
+    switch (f) {
+    case COAI_FINISH_TOOL_CALLS: return "tool_calls";
+    case COAI_FINISH_LENGTH: return "length";
+    default: return "stop";
+    }
+}
+
+/* A tool call's type and body in a Chat Completions message or chunk: ,"type":"function",
+ * "function":{name, arguments}, or for a custom (freeform) tool of the request ,"type":
+ * "custom","custom":{name, input} with the input as the raw text (the "input" string of
+ * the arguments Cursor's model gave). */
+static void coai__oa_call_out(coai_reply *r, coai_buf *o, coai_str name, coai_str args)
+{
+    size_t i;
+    int cu = 0;
+    for (i = 0; r->o_.tools && i < r->o_.tool_count && !cu; i++)
+        cu = r->o_.tools[i].freeform && r->o_.tools[i].name.len == name.len
+             && memcmp(r->o_.tools[i].name.ptr, name.ptr, name.len) == 0;
+    coai_buf_puts(o, cu ? ",\"type\":\"custom\",\"custom\":{\"name\":"
+                        : ",\"type\":\"function\",\"function\":{\"name\":");
+    coai_json_str_append(o, name.ptr, name.len);
+    coai_buf_puts(o, cu ? ",\"input\":" : ",\"arguments\":");
+    if (cu) {
+        cJSON *j = cJSON_ParseWithLength(args.ptr, args.len);
+        const cJSON *in = coai__core_get(j, "input");
+        if (cJSON_IsString(in)) coai_json_str_append(o, in->valuestring, strlen(in->valuestring));
+        else coai_json_str_append(o, args.ptr, args.len);
+        cJSON_Delete(j);
+    } else {
+        coai_json_str_append(o, args.ptr, args.len);
+    }
+    coai_buf_putc(o, '}');
+}
+
+static void coai__oa_w_body(coai_reply *r, coai_finish f)
+{
+    coai_buf *o = &r->out;
+    const char *finish = coai__oa_finish_name(f);
+    coai_buf_append(o, r->prefix_.data, r->prefix_.len);
+    coai_buf_puts(o, ",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":");
+    if (r->has_tool_call_ && !r->content_.len) coai_buf_puts(o, "null");
+    else coai_json_str_append(o, r->content_.data ? (const char *)r->content_.data : "",
+                              r->content_.len);
+    if (r->reasoning_.len) {
+        coai_buf_puts(o, ",\"reasoning_content\":");
+        coai_json_str_append(o, (const char *)r->reasoning_.data, r->reasoning_.len);
+    }
+    if (r->has_tool_call_) {
+        size_t i;
+        coai_buf_puts(o, ",\"tool_calls\":[");
+        for (i = 0; i < r->ncalls_; i++) {
+            const coai_reply_call *c = &r->calls_[i];
+            if (i) coai_buf_putc(o, ',');
+            coai_buf_puts(o, "{\"id\":");
+            coai_json_str_append(o, c->call_id.ptr, c->call_id.len);
+            coai__oa_call_out(r, o, c->tool, c->args);
+            coai_buf_putc(o, '}');
+        }
+        coai_buf_putc(o, ']');
+    }
+    coai_buf_printf(o, "},\"finish_reason\":\"%s\"}],\"usage\":", finish);
+    coai__oa_usage(r, o);
+    coai_buf_putc(o, '}');
+}
+
+static void coai__oa_stream_tail(coai_reply *r)
+{
+    if (r->o_.include_usage) {
+        coai_buf_puts(&r->out, "data: ");
+        coai_buf_append(&r->out, r->prefix_.data, r->prefix_.len);
+        coai_buf_puts(&r->out, ",\"choices\":[],\"usage\":");
+        coai__oa_usage(r, &r->out);
+        coai_buf_puts(&r->out, "}\n\n");
+    }
+    coai_buf_puts(&r->out, "data: [DONE]\n\n");
+}
+
+static void coai__oa_w_end(coai_reply *r, coai_finish f)
+{
+    coai__oa_chunk_begin(r);
+    if (f == COAI_FINISH_TOOL_CALLS) {
+        coai_buf_puts(&r->out, "{}");
+        coai__oa_chunk_end(r, "\"tool_calls\"");
+    } else {
+        coai_buf_printf(&r->out, "{},\"finish_reason\":\"%s\"}]", coai__oa_finish_name(f));
+        if (r->o_.include_usage) {
+            coai_buf_puts(&r->out, ",\"usage\":null");
+        } else {
+            coai_buf_puts(&r->out, ",\"usage\":");
+            coai__oa_usage(r, &r->out);
+        }
+        coai_buf_puts(&r->out, "}\n\n");
+    }
+    coai__oa_stream_tail(r);
+}
+
+static void coai__oa_w_keepalive(coai_reply *r)
+{
+    coai_buf_puts(&r->out, ": keepalive\n\n");
+}
+
+static void coai__oa_w_tool_call(coai_reply *r)
+{
+    coai__oa_chunk_begin(r);
+    coai_buf_printf(&r->out, "{\"tool_calls\":[{\"index\":%lu,\"id\":",
+                    (unsigned long)(r->ncalls_ ? r->ncalls_ - 1 : 0));
+    coai_json_str_append(&r->out, (const char *)r->tc_id_.data, r->tc_id_.len);
+    {
+        coai_str name, args;
+        name.ptr = (const char *)r->tc_name_.data;
+        name.len = r->tc_name_.len;
+        args.ptr = (const char *)r->tc_args_.data;
+        args.len = r->tc_args_.len;
+        coai__oa_call_out(r, &r->out, name, args);
+    }
+    coai_buf_puts(&r->out, "}]}");
+    coai__oa_chunk_end(r, NULL);
+}
+
 /* PART:OPENAI impl end */
 
 /* ======================================================================== */
