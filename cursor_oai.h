@@ -1006,7 +1006,7 @@ struct coai_image_limits;   /* IMAGE part */
 
 /* One OpenAI function tool, as it goes into a McpToolDefinition. */
 typedef struct coai_tool {
-    coai_str name;                      /* function.name (validated by the OPENAI part) */
+    coai_str name;                      /* function.name (validated by the CORE part) */
     coai_str description;               /* empty = omitted */
     const struct cJSON *parameters;     /* JSON schema; NULL = {"type":"object","properties":{}} */
     int freeform;                       /* Responses custom tool: called with one string,
@@ -1043,7 +1043,7 @@ typedef struct coai_run_params {
  * Byte layout follows the original client exactly (spec §6.1, §6.3, §8.4): strings
  * are omitted when empty, uint32/int32 omitted when 0, nested messages always
  * written, field order as in the vectors. Text is written as given: callers pass
- * valid UTF-8 (the OPENAI part validates client input). */
+ * valid UTF-8 (the CORE part validates client input). */
 
 #ifndef COAI_MAX_VALUE_DEPTH
 #define COAI_MAX_VALUE_DEPTH 64   /* deepest JSON array/object nesting coai_encode_value takes */
