@@ -5674,14 +5674,14 @@ static int fd_client_gone(int fd)
 }
 
 /* The account's model list: a reference into *list (when list is not NULL; drop it with
- * models_put) and `want` resolved into resolved. The list is cached for CURSOR_OAI_MODELS_TTL; a stale
- * list is served at once while one background thread fetches a new one
+ * models_put) and `want` resolved into resolved. The list is cached for CURSOR_OAI_MODELS_TTL;
+ * a stale list is served at once while one background thread fetches a new one
  * (stale-while-revalidate), so a slow upstream never holds a request here. Only with no good
  * list yet does a request wait for the fetch, and then at most CURSOR_OAI_MODELS_WAIT and only
  * while its client (client_fd, -1 = none) is still there. When a fetch fails, the last good
- * list is served (stale-while-error) and the upstream is asked again after
- * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err (499: the client
- * left; 504 models_wait_timeout: the first fetch is still running). */
+ * list is served (stale-while-error) and the upstream is asked again after MODELS_FAIL_TTL_MS;
+ * with no good list ever, -1 with the reason in *err (499: the client left; 504
+ * models_wait_timeout: the first fetch is still running). */
 static int models_get(struct models_list **list, coai_error *err, coai_str want,
                       char *resolved, size_t cap, int *fetched, int client_fd)
 {
