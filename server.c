@@ -6843,6 +6843,15 @@ struct run_up {
     int64_t last_progress;          /* mono ms: the last frame not a heartbeat/checkpoint */
 };
 
+/* The fallbacks a request has taken: one bit each in run_fb.tries (each at most once). */
+enum {
+    TRIED_PROFILE = 1,              /* the other client profile (RETRY_PROFILE) */
+    TRIED_HOST = 2,                 /* the base URL after an HTTP/2-only host (RETRY_HOST) */
+    TRIED_CONV_RESET = 4,           /* a new conversation, replayed whole (RETRY_CONV) */
+    TRIED_HTTP1 = 8,                /* HTTP/1.1 after HTTP/2 failed (RETRY_TRANSPORT) */
+    TRIED_STATE_AGENT = 16          /* sent again with the state's mode AGENT (RETRY_STATE) */
+};
+
 /* How attempts failed and which fallbacks were taken (handle_chat's retry loop). Owner only;
  * upstream_401 is also set by a heartbeat's append (atomic). */
 struct run_fb {
@@ -6851,10 +6860,7 @@ struct run_fb {
     char h1_refused[160];           /* the host refused HTTP/1.1: how (run_start), else "" */
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
     int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
-    int tries;                      /* 1: the other profile was tried; 2: another host was;
-                                     * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
-                                     * after HTTP/2 (RETRY_TRANSPORT); 16: sent again with
-                                     * the state's mode AGENT (RETRY_STATE) */
+    int tries;                      /* TRIED_*: the fallbacks taken so far */
 };
 
 /* The client side: what went out to the client of the current response (run_flush). The
@@ -7672,7 +7678,8 @@ done:
 /* The other profile may still be tried for this request: none forced, not tried yet. */
 static int run_may_switch(struct run *r)
 {
-    return S.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1) && r->up.tr == TR_HTTP1;
+    return S.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & TRIED_PROFILE)
+           && r->up.tr == TR_HTTP1;
 }
 
 /* ---- Transports (issue 23): how a run reaches Cursor ------------------------------------
@@ -7829,14 +7836,14 @@ static void tr_pick(struct run *r)
 static int tr_may_fall_back(const struct run *r)
 {
     return r->up.tr == TR_H2 && TR.forced < 0 && tr_h2cfg_wants() != 2
-           && !(r->fb.tries & 8);
+           && !(r->fb.tries & TRIED_HTTP1);
 }
 
 /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1, and HTTP/1.1 for
  * the next runs too (tr_h2_failed). */
 static void tr_fall_back(struct run *r)
 {
-    r->fb.tries |= 8;
+    r->fb.tries |= TRIED_HTTP1;
     tr_h2_failed(r->err.message);
     r->up.tr = TR_HTTP1;
     run_host_get(&r->up.host, NULL, 0);
@@ -8183,7 +8190,7 @@ static void run_h1_refused(struct run *r)
 {
     int base = up_same_host(&r->up.host, &S.base);
     h2only_add(&r->up.host, r->fb.h1_refused);
-    if (!base && !(r->fb.tries & 2)) {
+    if (!base && !(r->fb.tries & TRIED_HOST)) {
         r->fb.retry = RETRY_HOST;
         return;
     }
@@ -8230,12 +8237,13 @@ static int run_conv_lost(struct run *r, const coai_status *st)
     coai_error e;
     if (coai_reply_started(&r->reply)) return 0;
     coai_error_from_status(st, &e);
-    if (e.code && strcmp(e.code, "conversation_state_required") == 0 && !(r->fb.tries & 16)) {
+    if (e.code && strcmp(e.code, "conversation_state_required") == 0
+        && !(r->fb.tries & TRIED_STATE_AGENT)) {
         r->err = e;                     /* late-autumn N7/C8: once more with mode AGENT */
         r->fb.retry = RETRY_STATE;
         return 1;
     }
-    if (r->in.resumed || (r->fb.tries & 4)) return 0;
+    if (r->in.resumed || (r->fb.tries & TRIED_CONV_RESET)) return 0;
     if (!e.code || strcmp(e.code, "conversation_lost") != 0) return 0;
     r->err = e;
     r->fb.retry = RETRY_CONV;
@@ -9377,7 +9385,8 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->c = c;
     c->transport = TR_NAME[r->up.tr];
     r->out.stream = r->in.req.stream;
-    r->fb.tries |= 4;   /* a follow-up never resets the conversation: its failure falls back */
+    /* a follow-up never resets the conversation: its failure falls back */
+    r->fb.tries |= TRIED_CONV_RESET;
     r->out.answer_bytes = 0;
     r->out.sent_all = 0;
     r->out.cancelled = 0;
@@ -10162,10 +10171,10 @@ static void run_open_failed(struct run *r, int rc)
         run_h1_refused(r);
     else if (run_may_switch(r) && profile_wrong(r->fb.http_status, &r->err))
         r->fb.retry = RETRY_PROFILE;
-    else if (!r->in.resumed && !(r->fb.tries & 4) && r->err.code
+    else if (!r->in.resumed && !(r->fb.tries & TRIED_CONV_RESET) && r->err.code
              && strcmp(r->err.code, "conversation_lost") == 0)
         r->fb.retry = RETRY_CONV;
-    else if (!(r->fb.tries & 16) && r->err.code
+    else if (!(r->fb.tries & TRIED_STATE_AGENT) && r->err.code
              && strcmp(r->err.code, "conversation_state_required") == 0)
         r->fb.retry = RETRY_STATE;
     if (r->fb.tr_fail && tr_may_fall_back(r)) r->fb.retry = RETRY_TRANSPORT;
@@ -10189,7 +10198,7 @@ static int chat_fallback(struct chat *x)
         tr_fall_back(r);
         fallback_note(x->c, "http1");
     } else if (r->fb.retry == RETRY_PROFILE) {
-        r->fb.tries |= 1;
+        r->fb.tries |= TRIED_PROFILE;
         srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
                 r->up.request_id, PROFILE_NAME[r->up.profile], r->err.message,
                 PROFILE_NAME[!r->up.profile]);
@@ -10197,7 +10206,7 @@ static int chat_fallback(struct chat *x)
         fallback_note(x->c, "profile");
     } else if (r->fb.retry == RETRY_CONV) {
         char old[37];
-        r->fb.tries |= 4;
+        r->fb.tries |= TRIED_CONV_RESET;
         copy_str(old, sizeof old, r->in.conv_id, strlen(r->in.conv_id));
         if (run_new_conversation(r) < 0) {
             run_feed_error(r, &r->err);
@@ -10209,7 +10218,7 @@ static int chat_fallback(struct chat *x)
         fallback_note(x->c, "conversation_reset");
     } else if (r->fb.retry == RETRY_STATE) {
         coai_buf nb = { 0 };
-        r->fb.tries |= 16;
+        r->fb.tries |= TRIED_STATE_AGENT;
         if (coai_encode_run_request_state_mode(&nb, r->up.run_msg.data, r->up.run_msg.len,
                                                1) != COAI_OK) {
             coai_buf_free(&nb);
@@ -10222,7 +10231,7 @@ static int chat_fallback(struct chat *x)
                 "once more with its mode AGENT", r->up.request_id, r->err.message);
         fallback_note(x->c, "conversation_state");
     } else {
-        r->fb.tries |= 2;
+        r->fb.tries |= TRIED_HOST;
         run_host_get(&r->up.host, NULL, 0);
         fallback_note(x->c, "http2_only_host");
     }
