@@ -12154,23 +12154,15 @@ static int doctor_capture(const char *model, const char *path)
     return 0;
 }
 
-static int run_doctor(int argc, char **argv)
+/* doctor's options: -1 go on, else the exit code (help or a usage error printed). */
+static int doctor_args(int argc, char **argv, const char **model, const char **capture)
 {
-    char tok[SRV_TOKEN_MAX], buf[400], src[700];
-    const char *model = "auto";
-    coai_buf json = { 0 };
-    coai_models m;
-    coai_error e;
-    coai_url agent;
-    int i, srcw, ok_run = 0, ok_h2 = 0, ok_h1 = 0, order[2], norder, failed_cfg,
-        refused_said = 0;
-    char why[160];
-    const char *capture = NULL;
+    int i;
     for (i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-            model = argv[++i];
+            *model = argv[++i];
         } else if (strcmp(argv[i], "--capture") == 0 && i + 1 < argc) {
-            capture = argv[++i];
+            *capture = argv[++i];
         } else if (strcmp(argv[i], "--verbose") == 0) {
             continue;
         } else {
@@ -12179,7 +12171,16 @@ static int run_doctor(int argc, char **argv)
             return help ? 0 : 2;
         }
     }
-    if (cli_setup(1) < 0) return 1;
+    return -1;
+}
+
+/* Configuration, log level and workspace, then the settings doctor runs with. 0 ok, -1 the
+ * set-up failed (said). */
+static int doctor_setup(int argc, char **argv)
+{
+    char buf[400];
+    int i;
+    if (cli_setup(1) < 0) return -1;
     S.log_level = LOG_ERROR;
     for (i = 0; i < argc; i++)
         if (strcmp(argv[i], "--verbose") == 0) S.log_level = LOG_INFO;
@@ -12200,20 +12201,26 @@ static int run_doctor(int argc, char **argv)
            S.agent_forced.host[0] ? S.agent_forced.prefix : S.base.prefix,
            S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
     fflush(stdout);
+    return 0;
+}
 
-    /* 1. credentials */
-    srcw = cred_load();
+/* Step 1: a token, renewed if it must be. 0 ok, -1 none (said, with advice). */
+static int doctor_credentials(void)
+{
+    char tok[SRV_TOKEN_MAX], buf[400];
+    coai_error e;
+    int srcw = cred_load();
     if (srcw == CRED_NONE) {
         doctor_step("FAIL", "credentials", "not logged in (no CURSOR_ACCESS_TOKEN, %s or %s)",
                     S.ours_path, S.agent_path);
         doctor_advice("run `cursor-oai login`.");
-        return 1;
+        return -1;
     }
     memset(&e, 0, sizeof e);
     if (cred_ensure(&e) < 0) {
         doctor_step("FAIL", "credentials", "the token could not be renewed: %s", e.message);
         doctor_advise(&e, &S.base);
-        return 1;
+        return -1;
     }
     cred_token(tok, sizeof tok, NULL);
     describe_identity(buf, sizeof buf, tok);
@@ -12227,8 +12234,16 @@ static int run_doctor(int argc, char **argv)
         pthread_mutex_unlock(&S.lock);
     }
     memset(tok, 0, sizeof tok);
+    return 0;
+}
 
-    /* 2. GetServerConfig */
+/* Step 2: GetServerConfig, and where runs go for each transport. */
+static void doctor_server_config(void)
+{
+    char src[700];
+    coai_error e;
+    coai_url agent;
+    int i, failed_cfg;
     if (S.agent_forced.host[0]) {
         coai_url named;
         int h2cfg_unused;
@@ -12242,7 +12257,6 @@ static int run_doctor(int argc, char **argv)
                     i == 0 ? named.authority : i == 1 ? "" : e.message,
                     i == 0 ? named.prefix : "");
         if (i < 0) doctor_advise(&e, &S.base);
-        agent = S.agent_forced;
     } else {
         agent_h2_get(&agent, src, sizeof src);
         pthread_mutex_lock(&S.lock);
@@ -12256,15 +12270,22 @@ static int run_doctor(int argc, char **argv)
                           "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
                           S.client_version);
     }
+}
 
-    /* 2b. which transport runs take, and what decided it */
-    {
-        char dec[300];
-        tr_decision(dec, sizeof dec);
-        doctor_step("OK", "transport", "%s", dec);
-    }
+/* Step 2b: which transport runs take, and what decided it. */
+static void doctor_transport(void)
+{
+    char dec[300];
+    tr_decision(dec, sizeof dec);
+    doctor_step("OK", "transport", "%s", dec);
+}
 
-    /* 3. GetUsableModels */
+/* Step 3: GetUsableModels. */
+static void doctor_models(void)
+{
+    coai_buf json = { 0 };
+    coai_models m;
+    coai_error e;
     memset(&m, 0, sizeof m);
     if (cli_models(&json, &e) == 0) {
         coai_models_parse(&m, (const char *)json.data, json.len);
@@ -12275,48 +12296,51 @@ static int run_doctor(int argc, char **argv)
     }
     coai_models_free(&m);
     coai_buf_free(&json);
+}
 
-    /* 4a. one tiny run over HTTP/2 (exactly: no fallback inside) */
-    if (TR.forced != TR_HTTP1) {
-        coai_buf body = { 0 };
-        int st, saved = TR.forced;
-        coai_url h2host;
-        coai_error he;
-        cJSON *j;
-        TR.forced = TR_H2;
-        doctor_post(model, NULL, &st, &body, &he);
-        TR.forced = saved;
-        agent_h2_get(&h2host, NULL, 0);
-        j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
-        if (st == 200) {
-            ok_h2 = 1;
-            doctor_step("OK", "run (HTTP/2)", "model %s, one Run stream to https://%s%s",
-                        model, h2host.authority, h2host.prefix);
-        } else {
-            const cJSON *em = cJSON_GetObjectItemCaseSensitive(
-                cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
-            doctor_step(TR.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)", "HTTP %d, "
-                        "HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
-                        cJSON_IsString(em) ? em->valuestring : "no answer");
-            if (TR.forced == TR_H2)
-                doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
-                              "it, or fix what blocks HTTP/2 (a proxy or middlebox without it)");
-            else
-                doctor_advice("runs fall back to HTTP/1.1 RunSSE + BidiAppend (tried next); "
-                              "a proxy or middlebox without HTTP/2 is the usual cause");
-        }
-        cJSON_Delete(j);
-        coai_buf_free(&body);
+/* Step 4a: one tiny run over HTTP/2 (exactly: no fallback inside). 1 it worked. */
+static int doctor_run_h2(const char *model)
+{
+    coai_buf body = { 0 };
+    int st, saved = TR.forced, ok_h2 = 0;
+    coai_url h2host;
+    coai_error he;
+    cJSON *j;
+    TR.forced = TR_H2;
+    doctor_post(model, NULL, &st, &body, &he);
+    TR.forced = saved;
+    agent_h2_get(&h2host, NULL, 0);
+    j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+    if (st == 200) {
+        ok_h2 = 1;
+        doctor_step("OK", "run (HTTP/2)", "model %s, one Run stream to https://%s%s",
+                    model, h2host.authority, h2host.prefix);
+    } else {
+        const cJSON *em = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+        doctor_step(TR.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)", "HTTP %d, "
+                    "HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
+                    cJSON_IsString(em) ? em->valuestring : "no answer");
+        if (TR.forced == TR_H2)
+            doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
+                          "it, or fix what blocks HTTP/2 (a proxy or middlebox without it)");
+        else
+            doctor_advice("runs fall back to HTTP/1.1 RunSSE + BidiAppend (tried next); "
+                          "a proxy or middlebox without HTTP/2 is the usual cause");
     }
-    if (TR.forced == TR_H2) {
-        ok_run = ok_h2;
-        goto runs_done;
-    }
+    cJSON_Delete(j);
+    coai_buf_free(&body);
+    return ok_h2;
+}
 
-    /* 4b. one tiny run per profile over HTTP/1.1 until one works */
-    {
-        int saved_tr = TR.forced;
-        TR.forced = TR_HTTP1;
+/* Step 4b: one tiny run per profile over HTTP/1.1 until one works. 1 one worked. */
+static int doctor_run_h1(const char *model)
+{
+    coai_error e;
+    coai_url agent;
+    int i, ok_run = 0, order[2], norder, refused_said = 0, saved_tr = TR.forced;
+    char why[160];
+    TR.forced = TR_HTTP1;
     norder = 0;
     if (S.profile_forced >= 0) {
         order[norder++] = S.profile_forced;
@@ -12383,48 +12407,58 @@ static int run_doctor(int argc, char **argv)
         cJSON_Delete(j);
         coai_buf_free(&body);
     }
-        ok_h1 = ok_run;
-        TR.forced = saved_tr;
-        ok_run = ok_run || ok_h2;
+    TR.forced = saved_tr;
+    return ok_run;
+}
+
+/* Wire: what Cursor sent on doctor's runs that this version does not know. */
+static void doctor_wire(void)
+{
+    coai_buf w = { 0 };
+    wn_describe(&w);
+    coai_buf_putc(&w, 0);
+    if (w.len > 1 && !w.err) {
+        doctor_step("WARN", "wire", "Cursor sent things this version does not know: %s",
+                    (const char *)w.data);
+        doctor_advice("please report them: open an issue with this output and the file "
+                      "`cursor-oai doctor --capture FILE` writes (it is redacted).");
+    } else {
+        doctor_step("OK", "wire", "nothing Cursor sent was unknown to this version");
     }
-runs_done:
-    if (capture) doctor_capture(model, capture);
-    {
-        coai_buf w = { 0 };
-        wn_describe(&w);
-        coai_buf_putc(&w, 0);
-        if (w.len > 1 && !w.err) {
-            doctor_step("WARN", "wire", "Cursor sent things this version does not know: %s",
-                        (const char *)w.data);
-            doctor_advice("please report them: open an issue with this output and the file "
-                          "`cursor-oai doctor --capture FILE` writes (it is redacted).");
-        } else {
-            doctor_step("OK", "wire", "nothing Cursor sent was unknown to this version");
-        }
-        coai_buf_free(&w);
+    coai_buf_free(&w);
+}
+
+/* Tools: did Cursor keep to the client's tools on doctor's runs (caller-owned tools)? */
+static void doctor_tools(void)
+{
+    char th[300];
+    if (th_describe(th, sizeof th)) {
+        doctor_step("WARN", "tools", "%s", th);
+        doctor_advice("Cursor's own tool calls still work (mapped to the client's tools, "
+                      "as with CURSOR_OAI_TOOL_MODE=cursor); please report it with this "
+                      "output.");
+    } else {
+        doctor_step("OK", "tools", "%s", th);
     }
-    {   /* caller-owned tools: did Cursor keep to the client's tools on doctor's runs? */
-        char th[300];
-        if (th_describe(th, sizeof th)) {
-            doctor_step("WARN", "tools", "%s", th);
-            doctor_advice("Cursor's own tool calls still work (mapped to the client's tools, "
-                          "as with CURSOR_OAI_TOOL_MODE=cursor); please report it with this "
-                          "output.");
-        } else {
-            doctor_step("OK", "tools", "%s", th);
-        }
+}
+
+/* The header names each transport's run carried (values are never shown). */
+static void doctor_run_headers(void)
+{
+    int t;
+    for (t = TR_H2; t >= TR_HTTP1; t--) {
+        char names[sizeof run_head_names[0]];
+        pthread_mutex_lock(&S.lock);
+        memcpy(names, run_head_names[t], sizeof names);
+        pthread_mutex_unlock(&S.lock);
+        if (names[0])
+            doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
     }
-    {   /* the header names each transport's run carried (values are never shown) */
-        int t;
-        for (t = TR_H2; t >= TR_HTTP1; t--) {
-            char names[sizeof run_head_names[0]];
-            pthread_mutex_lock(&S.lock);
-            memcpy(names, run_head_names[t], sizeof names);
-            pthread_mutex_unlock(&S.lock);
-            if (names[0])
-                doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
-        }
-    }
+}
+
+/* The verdict line(s). The exit code: 0 a run worked, 1 none did. */
+static int doctor_verdict(int ok_run, int ok_h2, int ok_h1)
+{
     if (ok_run) {
         if (TR.forced == TR_H2)
             printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "
@@ -12443,6 +12477,32 @@ runs_done:
         printf("Verdict: FAILED, no run worked (see the advice above).\n");
     }
     return ok_run ? 0 : 1;
+}
+
+/* `cursor-oai doctor`: each step prints one OK/WARN/FAIL line, advice under a failure. */
+static int run_doctor(int argc, char **argv)
+{
+    const char *model = "auto", *capture = NULL;
+    int rc, ok_run, ok_h2 = 0, ok_h1 = 0;
+    rc = doctor_args(argc, argv, &model, &capture);
+    if (rc >= 0) return rc;
+    if (doctor_setup(argc, argv) < 0) return 1;
+    if (doctor_credentials() < 0) return 1;
+    doctor_server_config();
+    doctor_transport();
+    doctor_models();
+    if (TR.forced != TR_HTTP1) ok_h2 = doctor_run_h2(model);
+    if (TR.forced == TR_H2) {
+        ok_run = ok_h2;
+    } else {
+        ok_h1 = doctor_run_h1(model);
+        ok_run = ok_h1 || ok_h2;
+    }
+    if (capture) doctor_capture(model, capture);
+    doctor_wire();
+    doctor_tools();
+    doctor_run_headers();
+    return doctor_verdict(ok_run, ok_h2, ok_h1);
 }
 
 static int run_usage(int argc, char **argv)
