@@ -5165,14 +5165,10 @@ static int google_path(const coai_http_request *rq)
     return p.len >= 4 && memcmp(p.ptr, "/v1/", 4) == 0 && google_client(rq);
 }
 
-/* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
-static int serve_request(struct conn *c, size_t hl)
+/* serve_request's first step: the request line copied, the per-request fields reset. */
+static void serve_begin(struct conn *c)
 {
     coai_http_request *rq = &c->rq;
-    coai_str names[SRV_MAX_ALLOW + 1];
-    size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, st, is_post, is_get, key_q, gm_bad = 0;
-    size_t pfx;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
@@ -5186,6 +5182,13 @@ static int serve_request(struct conn *c, size_t hl)
     c->streaming = 0;
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !stopping();
+}
+
+/* The route, and the dialect whose shape errors take. */
+static int serve_route(struct conn *c)
+{
+    coai_http_request *rq = &c->rq;
+    int route;
     route = route_of(rq->path);
     /* /v1/models is both OpenAI's (and Anthropic's) model list and, on Google's stable path,
      * Gemini's: a request with a Google key (x-goog-api-key, ?key=, or a Google SDK's
@@ -5210,6 +5213,16 @@ static int serve_request(struct conn *c, size_t hl)
                        && google_path(rq))
                  ? COAI_DIALECT_GEMINI
                  : COAI_DIALECT_OPENAI_CHAT;
+    return route;
+}
+
+/* The model and stream mode a Gemini (or one-model) URL names. 1: the name is not
+ * acceptable (a 400 once the head checks pass), 0 ok. */
+static int serve_url_model(struct conn *c, int route)
+{
+    coai_http_request *rq = &c->rq;
+    size_t pfx;
+    int gm_bad = 0;
     c->gm_model[0] = 0;
     c->gm_stream = 0;
     if ((c->dialect == COAI_DIALECT_GEMINI || route == ROUTE_MODEL_GET)
@@ -5226,13 +5239,27 @@ static int serve_request(struct conn *c, size_t hl)
                                                                21) == 0)
             c->gm_stream = coai_str_eq(coai_http_query_param(rq->target, "alt"), "sse") ? 1 : 2;
     }
-    is_post = coai_str_eq(rq->method, "POST");
-    is_get = coai_str_eq(rq->method, "GET");
-    {   /* copied now: the head's views die when the body is read */
-        coai_str k = coai_http_header_get(rq->headers, rq->header_count,
-                                          "x-claude-code-session-id");
-        copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
-    }
+    return gm_bad;
+}
+
+/* The Claude Code session id, copied now: the head's views die when the body is read. */
+static void serve_session_key(struct conn *c)
+{
+    coai_http_request *rq = &c->rq;
+    coai_str k = coai_http_header_get(rq->headers, rq->header_count,
+                                      "x-claude-code-session-id");
+    copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
+}
+
+/* The checks on the head alone: host, origin, route and method, content type, API key,
+ * the URL's model, size; then 100 Continue if asked. 0 go on, -1 answered (or the write
+ * failed). */
+static int serve_check_head(struct conn *c, size_t hl, int route, int gm_bad)
+{
+    coai_http_request *rq = &c->rq;
+    coai_str names[SRV_MAX_ALLOW + 1];
+    size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
+    int is_post = coai_str_eq(rq->method, "POST"), is_get = coai_str_eq(rq->method, "GET");
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
     if (!coai_http_host_allowed(rq->host, names, nn, 0)) {
@@ -5240,13 +5267,13 @@ static int serve_request(struct conn *c, size_t hl)
         send_error(c, 403, "invalid_request_error", "forbidden_host", NULL,
                    "Host header not allowed (use localhost, 127.0.0.1 or [::1], or start the "
                    "server with --allow-host NAME)", NULL);
-        goto done;
+        return -1;
     }
     if (rq->origin.ptr && !origin_ok(rq, names, nn)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_origin", NULL,
                    "cross-origin requests are not allowed", NULL);
-        goto done;
+        return -1;
     }
     if (route == ROUTE_NONE || (c->dialect == COAI_DIALECT_GEMINI
                                 && ((route_is_post(route) && !is_post)
@@ -5257,7 +5284,7 @@ static int serve_request(struct conn *c, size_t hl)
         c->keep = 0;
         snprintf(msg, sizeof msg, "Unknown request URL: %s %s", c->method, c->path);
         send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
-        goto done;
+        return -1;
     }
     if ((route_is_post(route) && !is_post) || (!route_is_post(route) && !is_get)) {
         char msg[200];
@@ -5265,13 +5292,13 @@ static int serve_request(struct conn *c, size_t hl)
         snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
         send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
                    route_is_post(route) ? "Allow: POST\r\n" : "Allow: GET\r\n");
-        goto done;
+        return -1;
     }
     if (is_post && !coai_http_is_json(rq->content_type)) {
         c->keep = 0;
         send_error(c, 415, "invalid_request_error", "unsupported_media_type", NULL,
                    "Content-Type must be application/json", NULL);
-        goto done;
+        return -1;
     }
     if (S.api_key && route != ROUTE_HEALTH && !key_ok(rq, route)
         /* the status page: its cookie, or /?key= once (a browser cannot send a header) */
@@ -5285,26 +5312,31 @@ static int serve_request(struct conn *c, size_t hl)
                    : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>', "
                      "'x-api-key: <key>', 'x-goog-api-key: <key>' or '?key=<key>'.",
                    "WWW-Authenticate: Bearer\r\n");
-        goto done;
+        return -1;
     }
     if (gm_bad) {
         c->keep = 0;
         send_error(c, 400, "invalid_request_error", "invalid_model", NULL,
                    "the model name in the URL holds a control character or is longer than 255 "
                    "bytes", NULL);
-        goto done;
+        return -1;
     }
     if (rq->content_length > (int64_t)SRV_BODY_MAX) {
         c->keep = 0;
         send_error(c, 413, "invalid_request_error", "request_too_large", NULL,
                    "request body too large", NULL);
-        goto done;
+        return -1;
     }
     if (rq->expect_continue && (rq->chunked || rq->content_length > 0) && c->in_len == hl
         && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
-        goto done;
-    key_q = status_key_query(rq, route);      /* the head's views end with read_body */
-    st = read_body(c, hl);
+        return -1;
+    return 0;
+}
+
+/* The body read, and what parsing it will take reserved. 0 go on, -1 answered. */
+static int serve_read_body(struct conn *c, size_t hl)
+{
+    int st = read_body(c, hl);
     if (st) {
         c->keep = 0;
         if (st == 503 && !c->dead)
@@ -5317,7 +5349,7 @@ static int serve_request(struct conn *c, size_t hl)
                        : st == 413 ? "request body too large" : "malformed request body", NULL);
         else
             c->status = st;
-        goto done;
+        return -1;
     }
     if (c->body.len) {
         /* What parsing will take, not only the body's bytes, counts against the in-flight
@@ -5330,16 +5362,22 @@ static int serve_request(struct conn *c, size_t hl)
             c->keep = 0;
             send_error(c, 400, "invalid_request_error", "too_many_json_values", NULL, msg,
                        NULL);
-            goto done;
+            return -1;
         }
         if (parse_reserve(c, c->body.len + nv * COAI_JSON_VALUE_COST) < 0) {
             c->keep = 0;
             send_error(c, 503, "server_error", "server_is_overloaded", NULL,
                        "too many request bytes in flight, counting what parsing them takes "
                        "(CURSOR_OAI_MAX_INFLIGHT_MB); retry later", NULL);
-            goto done;
+            return -1;
         }
     }
+    return 0;
+}
+
+/* The route's handler. */
+static void serve_dispatch(struct conn *c, int route, int key_q)
+{
     switch (route) {
     case ROUTE_HEALTH: {
         char hb[160];
@@ -5381,12 +5419,31 @@ static int serve_request(struct conn *c, size_t hl)
         handle_chat(c);
         break;
     }
-done:
+}
+
+/* The request is done: its body released, logged; 0 keep the connection, -1 close. */
+static int serve_end(struct conn *c)
+{
     body_release(c);
     access_log(c);
     c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
+}
+
+/* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
+static int serve_request(struct conn *c, size_t hl)
+{
+    int route, gm_bad, key_q;
+    serve_begin(c);
+    route = serve_route(c);
+    gm_bad = serve_url_model(c, route);
+    serve_session_key(c);
+    if (serve_check_head(c, hl, route, gm_bad) < 0) return serve_end(c);
+    key_q = status_key_query(&c->rq, route);      /* the head's views end with read_body */
+    if (serve_read_body(c, hl) < 0) return serve_end(c);
+    serve_dispatch(c, route, key_q);
+    return serve_end(c);
 }
 
 /* 1 when fewer than an eighth of the --max-conns slots (at least one) are free: idle
