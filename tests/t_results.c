@@ -501,12 +501,13 @@ static void test_param_names(void)
         { "{\"properties\":{\"File_Name\":{\"type\":\"string\"}}}", "File_Name" },
         { "{\"properties\":{\"target\":{\"type\":\"string\"},\"limit\":{\"type\":"
           "\"integer\"}},\"required\":[\"target\"]}", "target" },
-        /* ambiguous: two required strings, a required number, nothing required */
+        /* ambiguous (two required strings, a required number, a string named for nothing
+         * and not required): since the roles of issue 31 no argument is guessed, the
+         * tool is not called (NULL) and Cursor gets the refusal sentence */
         { "{\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"string\"}},"
-          "\"required\":[\"a\",\"b\"]}", "filePath" },
-        { "{\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}",
-          "filePath" },
-        { "{\"properties\":{\"target\":{\"type\":\"string\"}}}", "filePath" },
+          "\"required\":[\"a\",\"b\"]}", NULL },
+        { "{\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}", NULL },
+        { "{\"properties\":{\"target\":{\"type\":\"string\"}}}", NULL },
     };
     static const struct { const char *schema, *key; } sh[] = {
         { "{\"properties\":{\"Command\":{\"type\":\"string\"}}}", "Command" },
@@ -533,6 +534,13 @@ static void test_param_names(void)
         ex.kind = is_rd ? COAI_EXEC_READ : COAI_EXEC_SHELL;
         ex.path = coai_str_c("/w/a.txt");
         ex.command = coai_str_c("ls");
+        if (!key) {
+            CHECKF(coai_exec_map(&ex, &t, 1, coai_str_c("/w"), &tc) == 0, "%s: not called",
+                   schema);
+            cJSON_Delete(sch);
+            coai_buf_free(&tc.args);
+            continue;
+        }
         CHECKF(coai_exec_map(&ex, &t, 1, coai_str_c("/w"), &tc) == 1, "%s", schema);
         args = cJSON_ParseWithLength((const char *)tc.args.data, tc.args.len);
         CHECKF(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(args, key))
