@@ -83,14 +83,6 @@ static int hex_eq(const coai_buf *b, const char *hex)
     return eq;
 }
 
-static int contains(const coai_buf *b, const char *s)
-{
-    size_t n = strlen(s), i;
-    for (i = 0; i + n <= b->len; i++)
-        if (memcmp(b->data + i, s, n) == 0) return 1;
-    return 0;
-}
-
 /* Upstream replies collected from the reply's send callback. */
 typedef struct replies {
     coai_buf msg[16];
@@ -452,6 +444,29 @@ static void replay(const char *name, const coai_models *models_all)
         cJSON_Delete(ours);
         cJSON_Delete(theirs);
         exact = 0;
+    } else if (strcmp(name, "unprovided_tool_ls") == 0) {
+        /* DIFF: the original ran `ls` on its own host. We never execute anything; since
+         * issue 31 a client whose only tool is a shell does the listing through it: one
+         * call of its bash tool with the command written by the quoting layer, and the
+         * run waits for its result (nothing is answered upstream yet). */
+        cJSON *ours = sse_events((const char *)x.body.data, x.body.len);
+        const cJSON *ev, *tc = NULL, *args = NULL;
+        const char *fin = NULL;
+        cJSON_ArrayForEach(ev, ours) {
+            const cJSON *ch = cJSON_GetArrayItem(jget(ev, "choices"), 0);
+            const cJSON *calls = jget(jget(ch, "delta"), "tool_calls");
+            if (calls) tc = cJSON_GetArrayItem(calls, 0);
+            if (cJSON_IsString(jget(ch, "finish_reason"))) fin = jstr(ch, "finish_reason");
+        }
+        CHECK(tc && strcmp(jstr(jget(tc, "function"), "name"), "bash") == 0);
+        if (tc) args = cJSON_Parse(jstr(jget(tc, "function"), "arguments"));
+        CHECKF(args && strcmp(jstr(args, "command"),
+                              "ls -la -- '/home/user/project/fixture'") == 0,
+               "ls through bash: %s", tc ? jstr(jget(tc, "function"), "arguments") : "no call");
+        CHECK(fin && strcmp(fin, "tool_calls") == 0);
+        cJSON_Delete((cJSON *)args);
+        cJSON_Delete(ours);
+        exact = 0;
     } else if (strcmp(name, "tool_call_mcp") == 0) {
         /* DIFF: tool-call ids always use the session scheme (sess_<S>__call_<B>, spec §8.3);
          * the transcript ran with CURSOR_SESSION_REUSE=0 (call_<8 hex>_<index>). Here S
@@ -492,14 +507,10 @@ static void replay(const char *name, const coai_models *models_all)
         CHECK(x.up.msg[0].len > 2 && x.up.msg[0].data[0] == 0x12);
         CHECK(hex_eq(&x.up.msg[1], "2a040a020801"));
     } else if (strcmp(name, "unprovided_tool_ls") == 0) {
-        /* DIFF: the original ran `ls` on its own host and sent the listing; we never execute
-         * anything and answer as the 2026 CLI does for an exec it cannot run:
-         * throw{3, error} + the same stream_close. */
+        /* DIFF: the original answered with its own listing; we send nothing until the
+         * client's bash result comes (see the client bytes above). */
         CHECK(their_reply(root, 0, &hex) && their_reply(root, 1, &hex));
-        CHECK(x.up.n == 2);
-        CHECK(x.up.msg[0].len > 6 && x.up.msg[0].data[0] == 0x2a && x.up.msg[0].data[2] == 0x12);
-        CHECK(contains(&x.up.msg[0], "not available"));
-        CHECK(hex_eq(&x.up.msg[1], hex));
+        CHECK(x.up.n == 0);
     } else {
         /* Same replies as the original, byte for byte (KV answers). */
         for (i = 0; their_reply(root, i, &hex); i++)
