@@ -1185,6 +1185,7 @@ typedef struct coai_exec_outcome {
     const char *shape;         /* the layout recognised ("codex-exec", "claude-read", ...) or
                                 * "raw" */
     coai_buf own_;             /* rebuilt text (line numbers removed) */
+    coai_buf unwrap_;          /* the text inside a one-element JSON array result */
 } coai_exec_outcome;
 /* coai_encode_exec_answer_images with the result's fields given apart:
  *   SHELL_STREAM  start, stdout{out} (when out is non-empty or err is empty), stderr{err}
@@ -10527,12 +10528,14 @@ static void coai__ro_feat(const coai_tool *t, coai__tfeat *f)
     const cJSON *props = coai__core_get(t->parameters, "properties"), *p, *req, *r;
     memset(f, 0, sizeof *f);
     if (!cJSON_IsObject(props)) return;
+    /* properties declared, even none: such a tool takes no argument, so it serves no exec
+     * (Copilot's list_bash {} is no shell); only a tool with no schema goes by its name */
+    f->has_props = 1;
     cJSON_ArrayForEach(p, props) {
         const char *n = p->string;
         const cJSON *en = coai__core_get(p, "enum");
         int ty = coai__ro_type(p);
         if (!n) continue;
-        f->has_props = 1;
         if (ty == 1 && cJSON_IsArray(en)) {
             /* an operation enum: view / create / str_replace ... */
             const cJSON *v;
@@ -10918,9 +10921,18 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                             (unsigned long long)ex->hard_timeout_ms);
         break;
     case COAI_EXEC_READ:
-        if (!coai__ro_find(tools, count, COAI__R_READ, COAI__R_EDITOR, n_read, &idx, &f)
-            || (f.op && !f.op_view))
-            return 0;
+        if (!coai__ro_find(tools, count, COAI__R_READ, COAI__R_EDITOR, n_read, &idx, &f)) {
+            /* no reader: a path tool scored for listings whose name says it views or
+             * reads ("view: files and directories", Copilot's) reads too */
+            static const char *const readish[] = { "read", "view", "cat", "open", NULL };
+            int sc;
+            for (idx = 0; idx < count; idx++)
+                if (coai__ro_role(&tools[idx], &f, &sc) == COAI__R_LIST
+                    && coai__ro_words(tools[idx].name, readish))
+                    break;
+            if (idx == count) return 0;
+        }
+        if (f.op && !f.op_view) return 0;
         coai_buf_putc(b, '{');
         if (f.op) coai__core_arg(b, f.op, coai_str_c(f.op_view));      /* an editor's view */
         if (f.paths && !f.path) {                                     /* several paths: one */
@@ -11581,7 +11593,40 @@ static void coai__rl_back(coai_exec_outcome *o, const coai_exec_outcome *r)
 
 void coai_exec_outcome_free(coai_exec_outcome *o)
 {
-    if (o) coai_buf_free(&o->own_);
+    if (!o) return;
+    coai_buf_free(&o->own_);
+    coai_buf_free(&o->unwrap_);
+}
+
+/* A whole result that is a JSON array of one object with a string "result" (Cline's
+ * run_commands and read_files: [{"query": ..., "result": ..., "success": true}]): its
+ * result is the text to read, a failure when "success" is false. 1 unwrapped (*text
+ * points into o->unwrap_), 0 not that layout, -1 out of memory. */
+static int coai__rl_unwrap(coai_exec_outcome *o, coai_str *text, int *is_error)
+{
+    cJSON *j, *it, *res, *ok;
+    size_t i = 0;
+    int rc = 0;
+    while (i < text->len && (text->ptr[i] == ' ' || text->ptr[i] == '\n'
+                             || text->ptr[i] == '\t' || text->ptr[i] == '\r'))
+        i++;
+    if (i == text->len || text->ptr[i] != '[') return 0;
+    j = cJSON_ParseWithLength(text->ptr, text->len);
+    it = cJSON_IsArray(j) && cJSON_GetArraySize(j) == 1 ? cJSON_GetArrayItem(j, 0) : NULL;
+    res = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "result") : NULL;
+    ok = cJSON_IsObject(it) ? cJSON_GetObjectItemCaseSensitive(it, "success") : NULL;
+    if (cJSON_IsString(res) && (!ok || cJSON_IsBool(ok))) {
+        coai_buf_reset(&o->unwrap_);
+        rc = coai_buf_append(&o->unwrap_, res->valuestring, strlen(res->valuestring)) < 0
+             ? -1 : 1;
+        if (rc == 1) {
+            text->ptr = o->unwrap_.data ? (const char *)o->unwrap_.data : "";
+            text->len = o->unwrap_.len;
+            if (cJSON_IsFalse(ok)) *is_error = 1;
+        }
+    }
+    cJSON_Delete(j);
+    return rc;
 }
 
 int coai_exec_part_answers(const coai_exec_ref *x, int is_error, int *failed)
@@ -11643,10 +11688,13 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
     coai_exec_outcome raw;
     coai_str body;
     int kind = x ? x->kind : 0, shell = 0, rc = 0;
-    coai_buf keep = o->own_;
+    coai_buf keep = o->own_, keep2 = o->unwrap_;
     memset(o, 0, sizeof *o);
     o->own_ = keep;
+    o->unwrap_ = keep2;
     coai_buf_reset(&o->own_);
+    /* a result in a one-element JSON array is read as the text inside (not an MCP one) */
+    if (kind != COAI_EXEC_MCP && coai__rl_unwrap(o, &text, &is_error) < 0) return -1;
     o->is_error = is_error != 0;
     if (is_error) o->err = text;
     else o->out = text;

@@ -448,7 +448,7 @@ def t_client(name, cl, proxy, fake, tmp, secret, tasks):
 
 
 ALLOWED_MCP = "mcp_tool_call,get_mcp_tools_tool_call"
-EXIT3 = re.compile(r"(exit|return|status)\w*\W{0,3}(code|status)?\W{0,3}3\b", re.I)
+EXIT3 = re.compile(r"(exit|return|status)\w*\W{0,3}(with\W{1,3})?(code|status)?\W{0,3}3\b", re.I)
 
 
 def t_client_own(name, cl, fake, tmp, secret, tasks):

@@ -101,7 +101,9 @@ def main():
                       config={"client_version": H.CLIENT_VERSION, "accept_any_jwt": False})
         # generous timeouts: every instruction of the proxy is emulated
         px = H.Proxy(tmp, "arm64", fake.url(), fake.ca, token,
-                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "30"})
+                     # the tool loop is a native read mapped onto the client's read tool
+                     extra_env={"CURSOR_OAI_IDLE_TIMEOUT": "30",
+                                "CURSOR_OAI_TOOL_MODE": "cursor"})
         exe = os.path.realpath("/proc/%d/exe" % px.proc.pid)
         eq("the proxy process is the emulator running the arm64 binary",
            exe, os.path.realpath(qemu))

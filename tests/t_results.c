@@ -389,6 +389,38 @@ static void test_mcp_untranslated(void)
     coai_buf_free(&b);
 }
 
+/* Cline's layout: the result a JSON array of one {"query", "result", "success"} object. */
+static void test_json_array(void)
+{
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x = ref(COAI_EXEC_SHELL, "", "echo hi");
+    memset(&o, 0, sizeof o);
+    run(&b, &o, &x, "run_commands",
+        "[{\"query\":\"echo hi\",\"result\":\"hi\\n\",\"success\":true}]", 0, 0);
+    CHECKF(!o.is_error && out_is(&o, "hi\n"), "success: '%.*s'", (int)o.out.len, o.out.ptr);
+    run(&b, &o, &x, "run_commands", "[{\"query\":\"x\",\"result\":\"[Command exited with "
+        "code 3]\\nout\\n\\n[stderr]\\nerr\\n\",\"success\":false}]", 0, 0);
+    CHECKF(o.is_error && o.has_exit && o.exit_code == 3, "fail: error %d code %d", o.is_error,
+           o.exit_code);
+    x = ref(COAI_EXEC_READ, "/w/a.txt", "");
+    run(&b, &o, &x, "read_files",
+        "[{\"query\":\"/w/a.txt\",\"result\":\"alpha\\nbeta\\n\",\"success\":true}]", 0, 0);
+    CHECKF(!o.is_error && out_is(&o, "alpha\nbeta\n"), "read: '%.*s'", (int)o.out.len,
+           o.out.ptr);
+    /* two elements, or no "result": the text as it is */
+    run(&b, &o, &x, "read_files", "[{\"result\":\"a\"},{\"result\":\"b\"}]", 0, 0);
+    CHECK(out_is(&o, "[{\"result\":\"a\"},{\"result\":\"b\"}]"));
+    run(&b, &o, &x, "read_files", "[1, 2]\n", 0, 0);
+    CHECK(out_is(&o, "[1, 2]\n"));
+    /* an MCP result stays as the client wrote it */
+    x = ref(COAI_EXEC_MCP, "", "");
+    run(&b, &o, &x, "run_commands", "[{\"result\":\"a\"}]", 0, 0);
+    CHECK(out_is(&o, "[{\"result\":\"a\"}]"));
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 static int send_nothing(void *u, const unsigned char *m, size_t n)
 {
     (void)u; (void)m; (void)n;
@@ -801,6 +833,7 @@ int main(void)
     test_opencode_kilo();
     test_raw_same();
     test_mcp_untranslated();
+    test_json_array();
     test_exit_trap();
     test_generic_exit();
     test_param_names();

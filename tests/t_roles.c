@@ -407,6 +407,29 @@ static void test_refusal(void)
     coai_buf_free(&b);
 }
 
+/* Copilot CLI's kind of tool set: a bash requiring a description, a list_bash that takes
+ * nothing (no shell: it cannot take a command), a view of "files and directories" that
+ * scores as a listing but reads when no reader is there. */
+static void test_map_copilot_like(void)
+{
+    coai_tool t[3];
+    coai_exec ex;
+    t[0] = tool("list_bash", "Lists the active shell sessions.", OBJ("") "}");
+    t[1] = tool("view", "Tool for viewing files and directories.",
+                OBJ("\"path\":" STR ",\"view_range\":{\"type\":\"array\"}") ","
+                "\"required\":[\"path\"]}");
+    t[2] = tool("bash", "Runs a command in a shell.",
+                OBJ("\"command\":" STR ",\"description\":" STR ",\"shellId\":" STR)
+                ",\"required\":[\"command\",\"description\"]}");
+    role_is(&t[0], NULL, __LINE__);
+    role_is(&t[2], "shell", __LINE__);
+    ex = exec_of(COAI_EXEC_READ, "/w/a.txt");
+    map_is(COAI_DIALECT_OPENAI_CHAT, &ex, t, 3, "view", "{\"path\":\"/w/a.txt\"}", __LINE__);
+    ex = exec_of(COAI_EXEC_SHELL, NULL);
+    ex.command = coai_str_c("ls");
+    map_is(COAI_DIALECT_OPENAI_CHAT, &ex, t, 2, NULL, NULL, __LINE__);   /* no bash: no shell */
+}
+
 int main(void)
 {
     size_t i;
@@ -416,6 +439,7 @@ int main(void)
     test_map_editor_agent();
     test_map_other_agents();
     test_refusal();
+    test_map_copilot_like();
     for (i = 0; i < nsch; i++) cJSON_Delete(sch[i]);
     TEST_END();
 }

@@ -665,7 +665,10 @@ def main():
         if a.harness_only:
             harness_only(tmp, fake, token)
             return
-        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token)
+        # its scenarios send Cursor's native execs (read, shell) for the clients' tools:
+        # the cursor tool mode (the default client mode would get MCP calls only)
+        proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
+                        extra_env={"CURSOR_OAI_TOOL_MODE": "cursor"})
         proxies.append(proxy)
         sections = [("curl", lambda: t_curl(proxy, fake)),
                     ("sdk", lambda: t_sdk(proxy, fake, ws, secret)),
