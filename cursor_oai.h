@@ -10459,8 +10459,6 @@ typedef struct coai__tfeat {
     int path_kind;                  /* 1 a file, 2 a directory, 0 either */
     int pattern_weak;               /* the pattern is a "query" or "search" */
     int other_required;             /* a required property that is none of the above */
-    const char *lone;               /* that property when it is the only required one and a
-                                     * string: the main argument of a tool naming no other */
     int has_props;
 } coai__tfeat;
 
@@ -10588,15 +10586,6 @@ static void coai__ro_feat(const coai_tool *t, coai__tfeat *f)
         if (f->cmd && coai__ro_in(n, v_desc)) hit = 1;
         if (!hit) f->other_required = 1;
     }
-    if (f->other_required && cJSON_GetArraySize(req) == 1) {
-        const cJSON *only = cJSON_GetArrayItem(req, 0);
-        const cJSON *props = coai__core_get(t->parameters, "properties");
-        const cJSON *ty = coai__core_get(coai__core_get(props, only->valuestring), "type");
-        if (cJSON_IsString(ty) && strcmp(ty->valuestring, "string") == 0) {
-            f->lone = only->valuestring;              /* coai__ro_role decides */
-            f->other_required = 0;
-        }
-    }
 }
 
 /* The words of s (a name split at separators and case changes, or a sentence),
@@ -10718,27 +10707,8 @@ static void coai__ro_scores(const coai_tool *t, const coai__tfeat *f, int *sc)
  * nothing points anywhere. *score gets its score. */
 static int coai__ro_role(const coai_tool *t, coai__tfeat *f, int *score)
 {
-    static const char *const shellish[] = { "bash", "shell", "sh", "exec", "execute", "run",
-                                            "command", "terminal", "cmd", NULL };
-    static const char *const pathish[] = { "read", "view", "cat", "open", "list", "ls", "dir",
-                                           "delete", "remove", "rm", NULL };
     int sc[COAI__R_COUNT], r, best = COAI__R_NONE, bs = 0;
     coai__ro_feat(t, f);
-    if (f->lone) {
-        /* one required string and no parameter named for anything: it takes the command
-         * of a tool whose name says shell, the path of one whose name says read, list or
-         * delete; any other tool cannot be called */
-        if (f->path || f->paths || f->cmd || f->content || f->pattern || f->url || f->op)
-            f->other_required = 1;
-        else if (coai__ro_words(t->name, shellish)) {
-            f->cmd = f->lone;
-            f->cmd_kind = 1;
-        } else if (coai__ro_words(t->name, pathish)) {
-            f->path = f->lone;
-        } else {
-            f->other_required = 1;
-        }
-    }
     coai__ro_scores(t, f, sc);
     for (r = 1; r < COAI__R_COUNT; r++)
         if (sc[r] > bs) { bs = sc[r]; best = r; }

@@ -531,11 +531,12 @@ static void test_param_names(void)
         { "{\"properties\":{\"path\":{\"type\":\"string\"}}}", "path" },
         { "{\"properties\":{\"FILE-PATH\":{\"type\":\"string\"}}}", "FILE-PATH" },
         { "{\"properties\":{\"File_Name\":{\"type\":\"string\"}}}", "File_Name" },
+        /* a required string named for nothing, two required strings, a required number, a
+         * string named for nothing and not required: since the roles of issue 31 no
+         * argument is guessed (Copilot's read_agent {agent_id} is no reader), the tool is
+         * not called (NULL) and Cursor gets the refusal sentence */
         { "{\"properties\":{\"target\":{\"type\":\"string\"},\"limit\":{\"type\":"
-          "\"integer\"}},\"required\":[\"target\"]}", "target" },
-        /* ambiguous (two required strings, a required number, a string named for nothing
-         * and not required): since the roles of issue 31 no argument is guessed, the
-         * tool is not called (NULL) and Cursor gets the refusal sentence */
+          "\"integer\"}},\"required\":[\"target\"]}", NULL },
         { "{\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"string\"}},"
           "\"required\":[\"a\",\"b\"]}", NULL },
         { "{\"properties\":{\"n\":{\"type\":\"integer\"}},\"required\":[\"n\"]}", NULL },

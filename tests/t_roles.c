@@ -414,6 +414,7 @@ static void test_map_copilot_like(void)
 {
     coai_tool t[3];
     coai_exec ex;
+    coai_tool more[2];
     t[0] = tool("list_bash", "Lists the active shell sessions.", OBJ("") "}");
     t[1] = tool("view", "Tool for viewing files and directories.",
                 OBJ("\"path\":" STR ",\"view_range\":{\"type\":\"array\"}") ","
@@ -428,6 +429,13 @@ static void test_map_copilot_like(void)
     ex = exec_of(COAI_EXEC_SHELL, NULL);
     ex.command = coai_str_c("ls");
     map_is(COAI_DIALECT_OPENAI_CHAT, &ex, t, 2, NULL, NULL, __LINE__);   /* no bash: no shell */
+    /* read_agent {agent_id} (required) is no reader: view still reads */
+    more[0] = tool("read_agent", "Reads the output of a background agent.",
+                   OBJ("\"agent_id\":" STR) ",\"required\":[\"agent_id\"]}");
+    more[1] = t[1];
+    role_is(&more[0], NULL, __LINE__);
+    ex = exec_of(COAI_EXEC_READ, "/w/a.txt");
+    map_is(COAI_DIALECT_OPENAI_CHAT, &ex, more, 2, "view", "{\"path\":\"/w/a.txt\"}", __LINE__);
 }
 
 int main(void)
