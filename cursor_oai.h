@@ -1127,6 +1127,8 @@ typedef struct coai_exec_ref {
     int64_t write_lines, write_size; /* write: lines and bytes of the file_text asked for */
     int exit_trap;              /* shell: the command carries COAI_EXIT_TRAP (its result ends
                                  * with the exit code line) */
+    int via_shell;              /* a file exec (read, ls, ...) done through the client's shell
+                                 * tool: its result may carry the shell's exit code line */
     unsigned part, parts;       /* a write split over several tool calls (parts > 1): this
                                  * call is part `part` (0-based); Cursor gets one result for
                                  * all of them (coai_exec_part_answers) */
@@ -11682,7 +11684,8 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         if (!shell) { coai__rl_back(o, &raw); o->err.len = 0; shell = coai__gm_outcome(o, text); }
     }
     else if (x && x->exit_trap && COAI__RS_IS(n_bash)) shell = coai__rl_trap(o, text);
-    if (!shell && kind != COAI_EXEC_READ && kind != COAI_EXEC_MCP && !(x && x->exit_trap)
+    if (!shell && (kind != COAI_EXEC_READ || (x && x->via_shell)) && kind != COAI_EXEC_MCP
+        && !(x && x->exit_trap)
         && !COAI__RS_IS(n_codex_exec) && !COAI__RS_IS(n_codex_shell)) {
         /* any other client (Codex's tools have a whole layout of their own, and a text
          * outside it is not a result of theirs): a first or last line naming the exit
@@ -11691,6 +11694,11 @@ int coai_exec_outcome_parse(coai_exec_outcome *o, const coai_exec_ref *x, coai_s
         o->err.len = 0;
         shell = coai__rl_exit_line(o, text, coai__rl_reminder(text));
         if (shell < 0) { coai__rl_back(o, &raw); return -1; }
+        /* a file read through a shell: the newline before a trailing code line is the
+         * file's own last byte (Copilot writes its trailer right after the output) */
+        if (shell > 0 && kind == COAI_EXEC_READ && o->out.ptr == text.ptr
+            && o->out.len < text.len && text.ptr[o->out.len] == '\n')
+            o->out.len++;
     }
     if (!shell && !is_error && COAI__RS_IS(n_bash) && coai__rl_reminder(text) < text.len) {
         /* Claude Code's Bash success: the output, its system reminder removed; no code */
@@ -12485,6 +12493,10 @@ static int coai__core_tool_call(coai_reply *r, const coai_exec *ex, const coai_t
     if (coai__core_call_add(r, ex) < 0) return coai__core_fail_nomem(r);
     r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__core_traps_exit(r->o_.dialect, (int)ex->kind,
                                                                   t);
+    if (ex->kind != COAI_EXEC_SHELL && ex->kind != COAI_EXEC_SHELL_STREAM) {
+        const char *role = coai_tool_role(t);
+        r->calls_[r->ncalls_ - 1].ref.via_shell = role && strcmp(role, "shell") == 0;
+    }
     if (tc->parts > 1) {
         r->calls_[r->ncalls_ - 1].ref.part = tc->part;
         r->calls_[r->ncalls_ - 1].ref.parts = tc->parts;

@@ -389,6 +389,27 @@ static void test_mcp_untranslated(void)
     coai_buf_free(&b);
 }
 
+/* A file read done through the client's shell tool (Copilot's view not taken): the shell's
+ * trailing code line is not file content; the file's own last newline stays. */
+static void test_read_via_shell(void)
+{
+    coai_buf b = { 0 };
+    coai_exec_outcome o;
+    coai_exec_ref x = ref(COAI_EXEC_READ, "/w/a.txt", "");
+    memset(&o, 0, sizeof o);
+    x.via_shell = 1;
+    run(&b, &o, &x, "bash", "alpha\nbeta\n<shellId: 0 completed with exit code 0>", 0, 0);
+    CHECKF(!o.is_error && out_is(&o, "alpha\nbeta\n"), "'%.*s'", (int)o.out.len, o.out.ptr);
+    run(&b, &o, &x, "bash", "cat: /w/a.txt: No such file\n<shellId: 0 completed with exit "
+        "code 1>", 0, 0);
+    CHECK(o.is_error && o.has_exit && o.exit_code == 1);
+    x.via_shell = 0;                       /* a read tool's content is never cut */
+    run(&b, &o, &x, "view", "alpha\nexit code: 0\n", 0, 0);
+    CHECK(out_is(&o, "alpha\nexit code: 0\n"));
+    coai_exec_outcome_free(&o);
+    coai_buf_free(&b);
+}
+
 /* Cline's layout: the result a JSON array of one {"query", "result", "success"} object. */
 static void test_json_array(void)
 {
@@ -835,6 +856,7 @@ int main(void)
     test_raw_same();
     test_mcp_untranslated();
     test_json_array();
+    test_read_via_shell();
     test_exit_trap();
     test_generic_exit();
     test_param_names();
