@@ -1040,7 +1040,7 @@ typedef struct coai_run_params {
  * (or one complete HTTP body, for the two *_body / bidi_append functions) to `out`
  * and returns COAI_OK, or a negative coai_result; on failure `out->len` is restored
  * to what it was (a failed allocation also leaves out->err set, see coai_buf).
- * Byte layout follows the original client exactly (spec §6.1, §6.3, §8.4): strings
+ * Byte layout follows the original client exactly (the protocol vectors): strings
  * are omitted when empty, uint32/int32 omitted when 0, nested messages always
  * written, field order as in the vectors. Text is written as given: callers pass
  * valid UTF-8 (the CORE part validates client input). */
@@ -1049,7 +1049,7 @@ typedef struct coai_run_params {
 #define COAI_MAX_VALUE_DEPTH 64   /* deepest JSON array/object nesting coai_encode_value takes */
 #endif
 
-/* AgentClientMessage{run_request} (spec §6.1). Empty os_version/shell become
+/* AgentClientMessage{run_request}, the original client's layout. Empty os_version/shell become
  * "darwin 24.0.0" and "/bin/zsh". With tools, each tool goes into both
  * RequestContext.tools and AgentRunRequest.mcp_tools, plus McpInstructions and
  * McpFileSystemOptions. p->tools may be NULL only when tool_count is 0.
@@ -1077,7 +1077,7 @@ int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t 
  * errors (COAI_ERR_INVALID for mode <= 0). */
 int coai_encode_run_request_state_mode(coai_buf *out, const void *msg, size_t n, int mode);
 
-/* google.protobuf.Value of a cJSON tree (spec §6.2), with the original's quirks:
+/* google.protobuf.Value of a cJSON tree, with the original's quirks:
  * object members in JavaScript order (canonical array-index keys "0".."4294967294"
  * ascending first, then the others in document order; a duplicated key keeps its
  * first position and its last value, as JSON.parse does); numbers as doubles; "" and
@@ -1095,7 +1095,7 @@ int coai_encode_bidi_append(coai_buf *out, const void *msg, size_t n, coai_str r
 /* Complete RunSSE HTTP body: envelope(0x00, BidiRequestId{request_id}). */
 int coai_encode_run_body(coai_buf *out, coai_str request_id);
 
-/* KV replies (spec §9): AgentClientMessage{kv_client_message{id, ...}}.
+/* KV replies (the blob store, QUICK START 2): AgentClientMessage{kv_client_message{id, ...}}.
  * get: found != 0 writes blob_data (even when n == 0); found == 0 leaves it absent. */
 int coai_encode_kv_set_result(coai_buf *out, uint32_t id);
 int coai_encode_kv_get_result(coai_buf *out, uint32_t id, const void *data, size_t n, int found);
@@ -1108,7 +1108,7 @@ int coai_encode_exec_throw(coai_buf *out, uint32_t id, coai_str reason);
 /* ConversationAction{resume_action{}} = 22 02 12 00. */
 int coai_encode_resume(coai_buf *out);
 /* AgentClientMessage.client_heartbeat{} = 3a 00: sent every 5 s while a run is open
- * (the 2026 CLI does; notes §1). */
+ * (the 2026 CLI does). */
 int coai_encode_client_heartbeat(coai_buf *out);
 /* ExecClientControlMessage.heartbeat{id}: every 3 s for each exec whose result the
  * client is still producing. */
@@ -1142,7 +1142,7 @@ typedef struct coai_exec_ref {
  * step (0, 1, 2 ...): appends step `step` and returns COAI_OK, or COAI_DONE (nothing
  * appended) after the last one. `text` is the client's tool output; is_error marks a
  * failed tool; ms goes into local_execution_time_ms (field 39 and the shell exit).
- * Sequences (each frame with id and exec_id; notes §1, "what the CLI sends"):
+ * Sequences (each frame with id and exec_id, as the 2026 CLI sends them):
  *   SHELL_STREAM  shell_stream{start{}}, shell_stream{stdout{text}} (stderr when
  *                 is_error), shell_stream{exit{code 0|1, cwd, local_execution_time_ms}},
  *                 stream_close
@@ -2123,7 +2123,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   ignored (sampling fields, user, metadata ...). A bad request fills
  *   coai_error with 400 invalid_request_error and a param naming the culprit, e.g.
  *   "messages[2].content" or "tools[0].function.name" (names: ^[a-zA-Z0-9_-]{1,64}$).
- *   The prompt is flattened per spec §11.1 (byte-exact with the original, except that
+ *   The prompt is flattened as the original client did (byte-exact with the original, except that
  *   developer messages count as system). coai_chat_request_params() copies prompt and
  *   tools into a coai_run_params; the caller fills ids, model, workspace, zone.
  *
@@ -2133,7 +2133,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   displayModelId or an alias, later entries win; unknown names pass through; empty
  *   -> "auto", itself resolved); coai_models_write_list() renders GET /v1/models
  *   (id = displayModelId || modelId, owned_by from the display name, and the
- *   context_length / max_output_tokens of the spec §13 table).
+ *   context_length / max_output_tokens of coai_model_limits()).
  *
  * RESPONSE: coai_reply
  *   One coai_reply per chat request. server.c feeds it what the upstream produced and
@@ -2162,7 +2162,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   data: {"error":{"message","type","code"}} then data: [DONE]. Non-streaming
  *   requests commit only at the end (keepalive writes nothing for them).
  *
- *   Streaming output (spec §12 shapes): a role chunk, one content chunk per text delta
+ *   Streaming output (OpenAI's chunk shapes): a role chunk, one content chunk per text delta
  *   (never merged), reasoning_content chunks for thinking deltas (never mixed into
  *   content), at most one tool call (index, id, type, name and the whole arguments in
  *   its first and only delta) followed by a finish_reason "tool_calls" chunk, or a
@@ -2176,8 +2176,8 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   Events: KV set/get are answered from a per-run blob store capped at
  *   COAI_MAX_KV_BYTES (over the cap the run fails with a clear 502, it is never
  *   silently truncated). When the turn ends cleanly and no text was streamed, assistant
- *   text found in stored blobs is emitted as content (spec §9 fallback). Exec requests
- *   map to the client's tools by role (coai_exec_map(); spec §8.2 argument order, in
+ *   text found in stored blobs is emitted as content (the blob fallback). Exec requests
+ *   map to the client's tools by role (coai_exec_map(); the original's argument order, in
  *   the client's own parameter names, e.g. OpenCode's read{filePath} or
  *   grep{pattern,path,include}), else to its shell tool (cat, printf, ls, grep, find,
  *   rm); an exec nothing serves gets coai_exec_refusal's sentence; the first mapped
@@ -2202,7 +2202,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *   A turn ends normally on turn_ended, or at end of body after an OK trailer /
  *   end-stream; end of body without either is an upstream_truncated error.
  *
- *   Tool-call ids: "sess_" + session id + "__call_" + B (spec §8.3): B = McpArgs
+ *   Tool-call ids: "sess_" + session id + "__call_" + B (the original's form): B = McpArgs
  *   tool_call_id for MCP, else exec_id, else the decimal exec id, reduced to
  *   [A-Za-z0-9], at most 32 characters. The session id is the one found in the
  *   request's history (coai_chat_request.session_id) or one the caller makes up (12 hex).
@@ -2430,7 +2430,7 @@ typedef struct coai_request {
     int tools_disabled;        /* tool_choice "none": tools parsed but not used */
     coai_tool *tools;          /* heap array, views into the tree; NULL when none used */
     size_t tool_count;         /* 0 when tools_disabled */
-    coai_buf prompt;           /* flattened conversation (spec §11.1), NUL-terminated */
+    coai_buf prompt;           /* flattened conversation (coai_conversation_prompt), NUL */
     coai_str session_id;       /* <S> of the newest "sess_<S>__call_" id in the history */
     int has_tool_messages;     /* some message has role "tool" (a tool result) */
     /* the conversation and the options, dialect-neutral */
@@ -2503,8 +2503,8 @@ int coai_conversation_digests(const coai_message *msgs, size_t n, unsigned char 
 /* One step of the chain: next = SHA-256(prev || canonical(m)). */
 void coai_conversation_digest_next(const unsigned char prev[32], const coai_message *m,
                                    unsigned char next[32]);
-/* Flatten a neutral conversation (spec §11.1) into out: system texts first (joined by
- * "\n"), then "User: ", "Assistant: " (with "[Called tool: name(args)]" lines) and
+/* Flatten a neutral conversation as the original client did into out: system texts first
+ * (joined by "\n"), then "User: ", "Assistant: " (with "[Called tool: name(args)]" lines) and
  * "[Tool result for id]: " turns separated by a blank line, and the continuation line
  * when any tool result is present. Text parts of one message are joined by "\n";
  * images and thinking are not part of the text. 0 ok, -1 fail. */
@@ -2544,7 +2544,7 @@ coai_str coai_models_resolve(const coai_models *m, coai_str requested);
 int coai_models_write_list(coai_buf *out, const coai_models *m, int64_t created);
 /* One model as GET /v1/models/{model} answers it (an item of that list). 0, -1 no memory. */
 int coai_models_write_model(coai_buf *out, const coai_model *one, int64_t created);
-/* Context window and output limit of a Cursor model id (spec §13 table). */
+/* Context window and output limit of a Cursor model id (a table kept from the original). */
 void coai_model_limits(coai_str id, uint32_t *context_tokens, uint32_t *output_tokens);
 /* The i-th string alias of a model (a view into the parsed tree). 0 ok, -1 no such alias. */
 int coai_model_alias(const coai_model *m, size_t i, coai_str *out);
@@ -2568,7 +2568,7 @@ typedef struct coai_tool_call {
 
 /* Map an exec to one of the client's tools: the tool whose role (coai_tool_role: read from
  * its schema first, its name only breaking ties) fits the exec, with the arguments in its
- * own parameter names (spec §8.2 shapes otherwise): read, write (or an editor's view /
+ * own parameter names (the original's shapes otherwise): read, write (or an editor's view /
  * create), ls, grep, glob, delete, fetch, shell (a command string, argv array or list of
  * commands), MCP by name. No shell fallback here: the dialects' maps add it (a shell-only
  * client does every file exec through its shell: coai_anthropic_exec_map).
@@ -2830,8 +2830,8 @@ int coai_chat_request_parse(coai_chat_request *req, const char *body, size_t n,
                             coai_error *err);
 void coai_chat_request_free(coai_chat_request *req);
 void coai_chat_request_params(const coai_chat_request *req, coai_run_params *p);
-/* Flatten an OpenAI messages array (spec §11.1) into out without validating it (values
- * of the wrong type count as empty text). 0 ok, -1 fail. */
+/* Flatten an OpenAI messages array as the original client did into out, without validating
+ * it (values of the wrong type count as empty text). 0 ok, -1 fail. */
 int coai_prompt_build(coai_buf *out, const struct cJSON *messages);
 
 /* PART:OPENAI api end */
@@ -9944,7 +9944,7 @@ static int coai__stops_check(size_t count, size_t max, const char *param, coai_e
 }
 
 /* What every parser does last: the session id of the newest "sess_<S>__call_" id in
- * the history (spec §8.3), tool_choice "none", the prompt. 0 ok, -1 no memory. */
+ * the history (tool-call ids as in REQUEST), tool_choice "none", the prompt. 0 ok, -1 no memory. */
 static int coai__request_finish(coai_request *req)
 {
     size_t i, j;
@@ -10378,7 +10378,7 @@ static int coai__core_has_param(const coai_tool *t, const char *const *cands)
 /* An optional member (description, cwd, path) the client's schema does not declare goes
  * in only when the schema allows undeclared members: with "additionalProperties": false
  * (Claude Code's tools, OpenAI strict mode) the client would reject the whole call. The
- * spec §8.2 shapes (a bash declaring only command still gets description and cwd) stay
+ * the original's shapes (a bash declaring only command still gets description and cwd) stay
  * for schemas that allow them. */
 static int coai__core_may(const coai_tool *t, const char *const *cands)
 {
@@ -12672,7 +12672,7 @@ static int coai__core_keep_json(coai_reply *r, const cJSON *s)
     return coai__core_keep_text(r, t.ptr, t.len);
 }
 
-/* Remember assistant text a blob carries (spec §9). -1 = over the store budget. */
+/* Remember assistant text a blob carries (the blob fallback). -1 = over the store budget. */
 static int coai__core_kv_analyze(coai_reply *r, const unsigned char *p, size_t n)
 {
     size_t i = 0;
@@ -12959,8 +12959,8 @@ int coai_reply_keepalive(coai_reply *r)
 
 /* ---- the Chat Completions parser ---- */
 
-/* text(content) of spec §11.1: string, null/missing/other -> "", parts joined by "\n".
- * An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
+/* text(content), as the original client flattened it: string, null/missing/other -> "",
+ * parts joined by "\n". An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
 static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
 {
     if (cJSON_IsString(content)) {
