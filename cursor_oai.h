@@ -12960,7 +12960,8 @@ int coai_reply_keepalive(coai_reply *r)
 /* ---- the Chat Completions parser ---- */
 
 /* text(content), as the original client flattened it: string, null/missing/other -> "",
- * parts joined by "\n". An assistant's "refusal" part counts as text; old_images: see coai__conv_text. */
+ * parts joined by "\n". An assistant's "refusal" part counts as text; old_images: see
+ * coai__conv_text. */
 static void coai__oa_content_text(coai_buf *out, const cJSON *content, int old_images)
 {
     if (cJSON_IsString(content)) {
