@@ -841,7 +841,7 @@ int coai_cli_version_cmp(const coai_cli_version *a, const coai_cli_version *b);
 int coai_server_config_agent_url(const char *json, size_t n, int ghost_mode, coai_url *out);
 
 /* GetServerConfigResponse.http2_config (field 7; Connect JSON "http2Config", the enum's name
- * or its number), notes 2026-late-autumn N2. The official SDK obeys it: FORCE_ALL_DISABLED and
+ * or its number), as seen in 2026. The official SDK obeys it: FORCE_ALL_DISABLED and
  * FORCE_BIDI_DISABLED -> HTTP/1.1 RunSSE + BidiAppend; FORCE_ALL_ENABLED and
  * FORCE_BIDI_ENABLED -> HTTP/2 Run; otherwise HTTP/2 with the HTTP/1.1 fallback. */
 enum {
@@ -1071,7 +1071,7 @@ int coai_encode_run_request_conversation(coai_buf *out, const void *msg, size_t 
                                          coai_str conversation_id);
 /* The run request msg[0..n) again with AgentRunRequest.conversation_state (field 1) carrying
  * ConversationStateStructure.mode (10) = mode (1: AGENT): what Cursor wants after "Conversation
- * state is required" (notes 2026-late-autumn N7, C8: the first turn sets mode AGENT). The
+ * state is required" (the SDK's first turn sets mode AGENT). The
  * state's other fields are kept (a checkpoint's too), an old mode goes; a missing state field
  * is added first. Walked field by field as coai_encode_run_request_conversation; the same
  * errors (COAI_ERR_INVALID for mode <= 0). */
@@ -1161,7 +1161,7 @@ typedef struct coai_exec_ref {
 int coai_encode_exec_answer(coai_buf *out, const coai_exec_ref *x, coai_str text,
                             int is_error, uint32_t ms, unsigned step);
 /* The same with the images of the tool result (IMAGE part): an MCP exec's success gets
- * one McpImageContent item per image after its text item (notes: upstream-extras 1.6);
+ * one McpImageContent item per image after its text item (as Cursor's peers send it);
  * any other kind with n > 0 -> COAI_ERR_INVALID (its result has no place for an image:
  * send the turn to a fresh run, where the images travel as selected images). n = 0 is
  * exactly coai_encode_exec_answer. */
@@ -1217,8 +1217,8 @@ int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_e
 /* Answer to an InteractionQuery: AgentClientMessage{6: InteractionResponse{1 id,
  * <query>: {...}}} with the result member matching the query's oneof field: 2 web search,
  * 3 ask-question, 4 mode switch, 5 Exa search, 6 Exa fetch, 7 create plan, 12 generate
- * image: {}; 8 setup VM environment: {success {}} (notes 2026-autumn §5.5). Where the
- * response has a typed outcome (notes 2026-late-autumn N3) it is set, since an empty one
+ * image: {}; 8 setup VM environment: {success {}} (seen live in 2026). Where the
+ * response has a typed outcome (Cursor's SDK, 2026) it is set, since an empty one
  * is neither yes nor no: 9 web_fetch_request: approved {} (Cursor fetches the page on its
  * own servers, nothing runs here; the autumn answer approved it too, untyped);
  * 10 pr_management: rejected(3){reason}; 11 mcp_auth: rejected(2){reason};
@@ -1317,11 +1317,11 @@ typedef enum coai_exec_kind {
 } coai_exec_kind;
 
 /* The ExecClientMessage field number that carries the result of an exec kind: the same
- * number for 2-44 and 53-54, 45-51 -> 46-52, 52 -> 55 (notes 2026-autumn §5.3); 0 for
+ * number for 2-44 and 53-54, 45-51 -> 46-52, 52 -> 55 (seen live in 2026); 0 for
  * kinds outside 2-54. */
 unsigned coai_exec_result_field(int kind);
 /* The ExecServerMessage args member name of an exec kind where the schema (proto/agent.proto)
- * or the late-autumn notes (N5, N13) give one, e.g. 28 "subagent_args", 45 "pi_read_args";
+ * or Cursor's 2026 clients give one, e.g. 28 "subagent_args", 45 "pi_read_args";
  * NULL otherwise. */
 const char *coai_exec_kind_name(int kind);
 /* 1 when an exec of this kind is one of Cursor's own tool calls, the model's work that a
@@ -1332,7 +1332,7 @@ const char *coai_exec_kind_name(int kind);
  * are what x-cursor-agent-allowed-tools hides (coai_run_tools_header). */
 int coai_exec_is_native_tool(int kind);
 
-/* Who owns the tools of a run (issue 31 item 1; late-autumn notes N1).
+/* Who owns the tools of a run (issue 31 item 1).
  *   COAI_TOOLS_CLIENT (default): a run whose request carries tools tells Cursor, with the
  *     request header x-cursor-agent-allowed-tools: mcp_tool_call,get_mcp_tools_tool_call on
  *     every call of the run (RunSSE, each BidiAppend, the HTTP/2 Run), that its model may
@@ -2218,7 +2218,7 @@ int coai_h2_stream_state(const coai_h2_conn *c, uint32_t id);
  *
  * ERROR MAPPING (coai_error_from_status / coai_error_from_http)
  *   ERROR_* details (aiserver ErrorDetails) take precedence over the status code, and
- *   Cursor's own words of 2026-08..10 (notes 2026-autumn §4) over both:
+ *   Cursor's own words of 2026-08..10 over both:
  *   "not available in your country or region", "... in your region", unsupported_region
  *                                                          -> 403 permission_error /
  *                                                              unsupported_region, no retry
@@ -2358,7 +2358,7 @@ void coai_error_from_http_call(int upstream_status, const char *body, size_t n,
  * Every client API ("dialect") is parsed into one coai_request: the conversation
  * (messages with roles, text / image / thinking parts, earlier tool calls, tool
  * results), the tools with their schemas, the model, the stream flag and the limits.
- * The core turns it into a Cursor run (coai_request_params: the §11.1 prompt and the
+ * The core turns it into a Cursor run (coai_request_params: the flattened prompt and the
  * tools) and a coai_reply turns Cursor's events back into the same dialect. A dialect
  * is a parser (body -> coai_request), a writer (reply events -> bytes, inside
  * coai_reply) and a route in server.c; see DIALECTS in the header comment. */
@@ -2916,7 +2916,7 @@ void coai_iso8601(char out[21], int64_t ms);
  * and height from the header when it is cheap to read (PNG IHDR, GIF screen, WebP
  * VP8/VP8L/VP8X, JPEG SOFn, BMP DIB header), else left unknown (0, and the dimension field
  * is omitted). A run request with images sets AgentRunRequest.client_supports_inline_images
- * (19): Cursor ignores inline image data without it (notes 2026-autumn §5.8). The uuid is derived
+ * (19): Cursor ignores inline image data without it (seen live). The uuid is derived
  * from SHA-256 of the bytes, so the same image gets the same id in every request. */
 
 #ifndef COAI_MAX_IMAGE_BYTES
@@ -5769,7 +5769,7 @@ int coai_encode_exec_outcome(coai_buf *out, const coai_exec_ref *x, const coai_e
         /* success{path, deleted_file, file_size}: the size the command printed before it
          * removed the file (wc -c; coai_exec_outcome_parse reads it). Cursor's turn stalls
          * on a success whose file_size is 0, which on the wire is also a success without
-         * one (notes 2026-autumn §4), so a delete the tool reports no size for, or an empty
+         * one (seen live in 2026), so a delete the tool reports no size for, or an empty
          * file's, goes as error{path, error} whose text says what happened: the model reads
          * it and the turn goes on. A failure: error{path, error}. */
         int sized = !is_error && o->has_size && o->file_size > 0;
@@ -6586,7 +6586,7 @@ const char *coai_exec_kind_name(int kind)
         "shell_stream_args", NULL, "background_shell_spawn_args",
         "list_mcp_resources_exec_args", "read_mcp_resource_exec_args", NULL, "fetch_args",
         "record_screen_args", "computer_use_args" };
-    static const char *const high[] = {  /* 36..54: notes 2026-late-autumn N5, N13 */
+    static const char *const high[] = {  /* 36..54: Cursor's 2026 clients */
         "mcp_state_exec_args", NULL, "smart_mode_classifier_args", NULL,
         "canvas_diagnostics_args", "shell_allowlist_precheck_args",
         "mcp_allowlist_precheck_args", "web_fetch_allowlist_precheck_args",
@@ -6623,7 +6623,7 @@ int coai_tool_mode_parse(coai_str s, coai_tool_mode *mode)
 int coai_run_tools_header(coai_tool_mode mode, size_t tool_count, coai_str *name,
                           coai_str *value)
 {
-    /* cursor2api's caller-owned value (notes N1): MCP calls, and the MCP tool listing the
+    /* the caller-owned value a peer sends: MCP calls, and the MCP tool listing the
      * model may use to see them */
     int on = mode == COAI_TOOLS_CLIENT && tool_count > 0;
     if (name) *name = coai_str_c(on ? "x-cursor-agent-allowed-tools" : "");
@@ -6977,8 +6977,8 @@ typedef struct coai__known {
     int (*extra)(uint32_t num);   /* undeclared numbers the product handles anyway */
 } coai__known;
 
-/* Exec kinds the decoder answers or names without a schema entry (28, 38-54: late-autumn
- * N5, N13) and the interaction queries answered by hand (10, 11, 13, 14: N3). */
+/* Exec kinds the decoder answers or names without a schema entry (28, 38-54:
+ * Cursor's 2026 clients) and the interaction queries answered by hand (10, 11, 13, 14). */
 static int coai__exec_extra(uint32_t num) { return coai_exec_kind_name((int)num) != NULL; }
 static int coai__query_extra(uint32_t num)
 {
@@ -9275,15 +9275,15 @@ static int coai__core_is_bare_exhausted(const coai_status *st)
     return 1;
 }
 
-/* The errors Cursor sends since 2026-08, recognised by their own words (notes
- * 2026-autumn §4; the strings are the ones users saw live). code: the gRPC code (0 when not
+/* The errors Cursor sends since 2026-08, recognised by their own words
+ * (the strings are the ones users saw live). code: the gRPC code (0 when not
  * known); t[0..n): Cursor's text (message, title, detail), quoted in e's message. Returns 1
  * when it filled *e. Checked before the status-code rows: "blob missing [not_found]" is no
  * unknown model, "High Load" (ERROR_RESOURCE_EXHAUSTED) no usage limit. */
 static int coai__core_autumn_error(int code, const char *t, size_t n, coai_error *e)
 {
     int q = (int)(n > 300 ? 300 : n);
-    /* late-autumn notes N15 (YYE, live): a tool schema Cursor cannot take, on the first
+    /* seen live in 2026: a tool schema Cursor cannot take, on the first
      * turn ("Connect error 502: parse binary: invalid end group tag"); the reply names the
      * tool where it can tell (coai__core_tool_schema) */
     if (coai__core_ci_contains(t, n, "invalid end group tag")) {
@@ -9355,8 +9355,8 @@ static int coai__core_autumn_error(int code, const char *t, size_t n, coai_error
     return 0;
 }
 
-/* permission_denied for the client's identity (a desktop or stale version on Run, notes
- * 2026-autumn §5.2): the outdated-client error, not an access problem of the account. */
+/* permission_denied for the client's identity (a desktop or stale version on Run,
+ * seen live in 2026): the outdated-client error, not an access problem of the account. */
 static int coai__core_identity_denied(int code, const char *t, size_t n)
 {
     return code == 7 && (coai__core_ci_contains(t, n, "client version")
@@ -12033,7 +12033,7 @@ static void coai__core_commit(coai_reply *r)
 #endif
 
 /* A bare resource_exhausted (no details, no tokens) is context overflow unless the request
- * was small, and then a model the plan does not allow (notes 2026-autumn §4, a ~20-token
+ * was small, and then a model the plan does not allow (seen live in 2026, a ~20-token
  * prompt got it live): classified by the prompt's estimated size; in between it stays the
  * ambiguous error. */
 static void coai__core_exhausted_by_size(const coai_reply *r, coai_error *e)
@@ -12523,8 +12523,8 @@ int coai_reply_end_tools(coai_reply *r)
 }
 
 /* Nothing is ever run on the proxy host: an exec no client tool matches gets what the
- * CLI sends for an exec it cannot run, throw{id, error} then stream_close{id} (notes
- * §1: YYE, PIC, senpi); the model reads the error and carries on. */
+ * CLI sends for an exec it cannot run, throw{id, error} then stream_close{id} (as the
+ * 2026 CLI and its peers do); the model reads the error and carries on. */
 /* why: the sentence Cursor gets (NULL: no matching tool) */
 static int coai__core_throw(coai_reply *r, const coai_exec *ex, const char *why)
 {
@@ -12568,7 +12568,7 @@ static int coai__core_exec(coai_reply *r, const coai_exec *ex)
         || (ex->kind >= COAI_EXEC_PRECHECK_FIRST && ex->kind <= COAI_EXEC_PRECHECK_LAST)) {
         /* Since 2026-09 Grok asks for the MCP server state before it calls a tool: a throw
          * leaves the tools "unavailable". Prechecks carry allowlisted (an empty result is
-         * "no", notes 2026-late-autumn N13): the MCP one (42) yes, the tools are the client's
+         * "no", as Cursor's SDK reads it): the MCP one (42) yes, the tools are the client's
          * own; the web fetch one (43) yes, as the SDK answers (Cursor fetches, not this
          * host); the shell one (41) no. A subagent request (28) gets a typed SubagentError,
          * not a throw (N5: the throw broke PIC's turns, its #42). */
@@ -12612,7 +12612,7 @@ static int coai__core_exec(coai_reply *r, const coai_exec *ex)
     return coai__core_throw(r, ex, tc.refusal);
 }
 
-/* ---- KV store and the §9 assistant-text fallback ---- */
+/* ---- KV store and the blob assistant-text fallback ---- */
 
 static int coai__core_keep_text(coai_reply *r, const char *s, size_t n)
 {
@@ -12733,7 +12733,7 @@ static int coai__core_kv_set(coai_reply *r, const coai_msg *m)
 {
     coai_reply_kv *e;
     if (m->no_blob_data) {
-        /* set_blob with a blob_id and no blob_data (seen live, notes 2026-autumn §5.4):
+        /* set_blob with a blob_id and no blob_data (seen live in 2026):
          * acked; nothing to store, and a blob already stored under that id stays. */
         coai_buf_reset(&r->scratch_);
         coai_encode_kv_set_result_meta(&r->scratch_, m->id, m->raw, m->has_raw);
@@ -12802,7 +12802,7 @@ int coai_reply_kv_put(coai_reply *r, coai_str id, coai_str data)
     e->mem = mem;
     e->id_len = id.len;
     e->n = data.len;
-    r->kv_bytes_ += need;       /* seeded blobs are not scanned for §9 assistant text */
+    r->kv_bytes_ += need;       /* seeded blobs are not scanned for assistant text */
     return 0;
 }
 
@@ -12811,8 +12811,8 @@ static int coai__core_kv_get(coai_reply *r, const coai_msg *m)
     const coai_reply_kv *e = coai__core_kv_find(r, m->blob_id);
     if (!e && m->blob_id.len != 32) {
         /* A key that is not a 32-byte digest names no stored blob: the CLI answers with
-         * the key itself as the data; an empty answer fails the run (notes 2026-autumn
-         * §5.4). */
+         * the key itself as the data; an empty answer fails the run (seen
+         * live in 2026). */
         coai_buf_reset(&r->scratch_);
         coai_encode_kv_get_result_meta(&r->scratch_, m->id, m->blob_id.ptr, m->blob_id.len, 1,
                                        m->raw, m->has_raw);

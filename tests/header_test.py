@@ -103,6 +103,12 @@ def main():
     check("the manual cites no spec or notes section (spec §, notes §)",
           not re.search(r"\b(spec|notes)\b[^\n]{0,20}§|§\s*\d", man),
           re.findall(r".{0,30}§.{0,10}", man))
+    check("nowhere does the header cite a spec or notes section (spec §, notes §)",
+          not re.search(r"\b(spec|notes)\b[^\n]{0,20}§|§\s*\d", src),
+          re.findall(r".{0,30}§.{0,10}", src)[:5])
+    cited = re.findall(r".{0,30}\b(?:notes [A-Z]\d|notes 20\d\d|late-autumn notes|notes:)"
+                       r".{0,10}", src)
+    check("nowhere does the header cite the notes (not in the repository)", not cited, cited[:5])
     paths = set(re.findall(r"\b((?:tests|examples|proto)/[\w./*{}-]+)", man))
     missing = sorted(p for p in paths
                      if "*" not in p and "{" not in p and "<" not in p
