@@ -2493,7 +2493,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
                         : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
                         S.client_version,
-                        /* RunSSE only, as the CLI and the SDK (late-autumn notes C5, N7) */
+                        /* RunSSE only, as the CLI and the SDK send it */
                         kind == UPH_CONNECT_STREAM ? "x-cursor-streaming: true\r\n" : "",
                         request_id, up_orig_rid ? up_orig_rid : request_id);
         if (blob_key()[0]) coai_buf_printf(h, "x-blob-encryption-key: %s\r\n", blob_key());
@@ -3829,8 +3829,8 @@ static void h2c_counts(int *conns, int *streams)
 enum { RENEW_OK = 0, RENEW_FAILED = -1, RENEW_NONE = -2 };
 
 /* A browser login is renewed the way Cursor's IDE renews it: POST /oauth/token with this
- * public client id (notes, autumn 2026, 5.7: measured live, a 60-day access token, and the
- * refresh token does not rotate). /auth/refresh is only tried when /oauth/token answers 404. */
+ * public client id (measured live in 2026: a 60-day access token, and the refresh
+ * token does not rotate). /auth/refresh is only tried when /oauth/token answers 404. */
 #define CURSOR_OAUTH_CLIENT_ID "KbZUR41cY7W6zRSdpSUJ7I7mLYBKOCmB"
 
 /* Credential file locations. Ours: $XDG_CONFIG_HOME/cursor-oai/auth.json, else
@@ -4408,7 +4408,7 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         return RENEW_NONE;
     }
     /* cursor-agent's browser login is renewed in memory only, through /oauth/token, whose
-     * refresh token does not rotate (notes, autumn 2026, 5.7): cursor-agent's own token is
+     * refresh token does not rotate (measured live in 2026): cursor-agent's own token is
      * not used up, and its file is never written (README, Credentials). */
     agent = S.cred_src == CRED_AGENT && !S.cred_key[0];
     if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
@@ -7730,7 +7730,7 @@ static int tr_h2cfg_wants(void)
 }
 
 /* The transport for a new run: CURSOR_OAI_TRANSPORT, else GetServerConfig's http2_config
- * (late-autumn notes N2, as the SDK obeys it), else HTTP/2 unless it failed lately. */
+ * (as Cursor's SDK obeys it), else HTTP/2 unless it failed lately. */
 static int tr_choose(void)
 {
     int t, cfg = tr_h2cfg_wants();
@@ -8050,7 +8050,7 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
     H2H("x-cursor-client-version", S.client_version);
     H2H("x-cursor-client-type", "cli");
     H2H("x-ghost-mode", "true");
-    /* as the CLI's Run (late-autumn notes N6, section 3): the run's first id and the blob key
+    /* as the CLI's Run: the run's first id and the blob key
      * as on HTTP/1.1; no x-cursor-streaming (RunSSE only); no connect-accept-encoding (a
      * compressed frame from Cursor is not read) */
     H2H("x-request-id", r->up.request_id);
@@ -8102,8 +8102,8 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
                    "idle timeout");
         } else {
             /* a refusal on a shared connection (GOAWAY just now): once more on a new one;
-             * not when it said HTTP_1_1_REQUIRED (late-autumn notes N15: the 464 path, so
-             * HTTP/1.1 at once) */
+             * not when it said HTTP_1_1_REQUIRED (the 464 path, so HTTP/1.1
+             * at once) */
             int h11 = r->up.h2->rst_code == COAI_H2_HTTP_1_1_REQUIRED
                       || r->up.h2->hc->goaway_code == COAI_H2_HTTP_1_1_REQUIRED;
             if (!fresh && r->up.h2->refused && !r->up.h2->hc->dead && !h11) rc = 1;
@@ -8231,7 +8231,7 @@ static int run_conv_lost(struct run *r, const coai_status *st)
     if (coai_reply_started(&r->reply)) return 0;
     coai_error_from_status(st, &e);
     if (e.code && strcmp(e.code, "conversation_state_required") == 0 && !(r->fb.tries & 16)) {
-        r->err = e;                     /* late-autumn N7/C8: once more with mode AGENT */
+        r->err = e;                     /* as the SDK: once more with mode AGENT */
         r->fb.retry = RETRY_STATE;
         return 1;
     }
