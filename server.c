@@ -150,6 +150,14 @@ enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 struct upconn;
 
+/* The account's model list as GetUsableModels last gave it, parsed once when it arrived. The
+ * cache (S.models) holds one reference and each reader one more, taken and dropped under
+ * S.lock (models_get, models_put), so a renewal never frees a list a request still reads. */
+struct models_list {
+    int refs;                       /* under S.lock */
+    coai_models m;
+};
+
 /* Identity of a file: a change means someone else wrote it (a login while serving). */
 struct file_id {
     int exists;
@@ -223,8 +231,7 @@ static struct server {
     struct file_id ours_id, agent_id; /* the credential files as last loaded or written */
     int64_t cred_checked_at;        /* mono ms of the last look at the files */
     pthread_cond_t cred_cv;         /* signalled when a renewal ends */
-    coai_buf models;                /* last good GetUsableModels JSON */
-    coai_models models_parsed;      /* the same, parsed once (read under S.lock) */
+    struct models_list *models;     /* last good GetUsableModels list, NULL = none yet */
     int64_t models_at;              /* mono ms of the last good fetch, 0 = never */
     int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
     coai_error models_err;          /* why it failed */
@@ -5566,47 +5573,73 @@ static int up_unary_json(const char *path, size_t max, const char *too_big, coai
 }
 
 /* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
- * 401. 0 with the JSON in body, -1 with *err filled. */
-static int models_fetch(coai_buf *body, coai_error *err)
+ * 401. The one place the list is parsed: 0 with it in *m (the caller frees it), -1 with *err
+ * filled (m is then empty, still freeable). */
+static int models_fetch(coai_models *m, coai_error *err)
 {
+    coai_buf body = { 0 };
+    int rc = -1;
+    memset(m, 0, sizeof *m);
     if (cred_require(err) < 0) return -1;
-    if (up_unary_json(PATH_MODELS, UP_MODELS_MAX, "upstream model list too large", body,
+    if (up_unary_json(PATH_MODELS, UP_MODELS_MAX, "upstream model list too large", &body,
                       err) < 0)
-        return -1;
-    {
-        coai_models m;
-        int pr = coai_models_parse(&m, (const char *)body->data, body->len);
-        coai_models_free(&m);
-        if (pr < 0) {
-            coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
-                           "the upstream model list is not valid JSON");
-            return -1;
-        }
+        goto out;
+    if (coai_models_parse(m, (const char *)body.data, body.len) < 0) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "the upstream model list is not valid JSON");
+        goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    coai_buf_free(&body);
+    return rc;
 }
 
 /* One fetch whose result becomes the cached list (or the remembered failure). The caller set
  * S.models_fetching; this clears it and wakes the waiters. */
+/* Drops a reference to a list; called with S.lock held. The last one frees it. */
+static void models_put_locked(struct models_list *l)
+{
+    if (l && --l->refs == 0) {
+        coai_models_free(&l->m);
+        free(l);
+    }
+}
+
+/* Drops the reference models_get handed out (NULL: none). */
+static void models_put(struct models_list *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&S.lock);
+    models_put_locked(l);
+    pthread_mutex_unlock(&S.lock);
+}
+
 static void models_refresh(void)
 {
-    coai_buf body = { 0 };
+    struct models_list *l = NULL;
+    coai_models m;
     coai_error fe;
     int rc;
     memset(&fe, 0, sizeof fe);
-    rc = models_fetch(&body, &fe);
+    rc = models_fetch(&m, &fe);
     if (rc < 0 && fe.status >= 500)
         srv_log(LOG_WARN, "GetUsableModels failed: %s", fe.message);
+    if (rc == 0) {
+        l = malloc(sizeof *l);
+        if (l) {
+            l->refs = 1;                /* the cache's */
+            l->m = m;
+        } else {
+            coai_models_free(&m);
+        }
+    }
     pthread_mutex_lock(&S.lock);
     if (rc == 0) {
-        coai_buf_reset(&S.models);
-        coai_buf_append(&S.models, body.data, body.len);
-        S.models_at = S.models.err ? 0 : mono_ms();
-        /* parsed here once, not on every chat request (models_fetch validated it) */
-        coai_models_free(&S.models_parsed);
-        if (S.models_at
-            && coai_models_parse(&S.models_parsed, (const char *)S.models.data, S.models.len) < 0)
-            S.models_at = 0;
+        /* the old list goes when its last reader lets go of it */
+        models_put_locked(S.models);
+        S.models = l;
+        S.models_at = l ? mono_ms() : 0;
         S.models_fail_at = 0;
     } else {
         S.models_fail_at = mono_ms();
@@ -5616,7 +5649,6 @@ static void models_refresh(void)
     S.models_seq++;
     pthread_cond_broadcast(&S.models_cv);
     pthread_mutex_unlock(&S.lock);
-    coai_buf_free(&body);
 }
 
 static void *models_refresh_thread(void *arg)
@@ -5641,21 +5673,23 @@ static int fd_client_gone(int fd)
     return r < 0 && !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
-/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL; a stale
- * list is served at once while one background thread fetches a new one
+/* The account's model list: a reference into *list (when list is not NULL; drop it with
+ * models_put) and `want` resolved into resolved. The list is cached for CURSOR_OAI_MODELS_TTL;
+ * a stale list is served at once while one background thread fetches a new one
  * (stale-while-revalidate), so a slow upstream never holds a request here. Only with no good
  * list yet does a request wait for the fetch, and then at most CURSOR_OAI_MODELS_WAIT and only
  * while its client (client_fd, -1 = none) is still there. When a fetch fails, the last good
- * list is served (stale-while-error) and the upstream is asked again after
- * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err (499: the client
- * left; 504 models_wait_timeout: the first fetch is still running). */
-static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
-                      size_t cap, int *fetched, int client_fd)
+ * list is served (stale-while-error) and the upstream is asked again after MODELS_FAIL_TTL_MS;
+ * with no good list ever, -1 with the reason in *err (499: the client left; 504
+ * models_wait_timeout: the first fetch is still running). */
+static int models_get(struct models_list **list, coai_error *err, coai_str want,
+                      char *resolved, size_t cap, int *fetched, int client_fd)
 {
     int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
     int64_t wait_end = mono_ms() + S.models_wait_ms;
     uint64_t seq0;                      /* a fetch that ends after this is news to this call */
     int rc;
+    if (list) *list = NULL;
     pthread_mutex_lock(&S.lock);
     seq0 = S.models_seq;
     for (;;) {
@@ -5702,14 +5736,14 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
     }
 serve:
     /* a good list, fresh or stale; else the reason of the last failure */
-    if (S.models_at && S.models.len) {
+    if (S.models_at && S.models) {
         rc = 0;
-        if (json && coai_buf_append(json, S.models.data, S.models.len) < 0) {
-            rc = -1;
-            coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (list) {
+            S.models->refs++;
+            *list = S.models;
         }
         if (resolved) {
-            coai_str m = coai_models_resolve(&S.models_parsed, want);
+            coai_str m = coai_models_resolve(&S.models->m, want);
             copy_str(resolved, cap, m.ptr, m.len);
         }
     } else {
@@ -5924,20 +5958,16 @@ static void run_host_get(coai_url *out, char *src, size_t cap)
 
 static int handle_models(struct conn *c)
 {
-    coai_buf json = { 0 }, out = { 0 };
-    coai_models m;
+    coai_buf out = { 0 };
+    struct models_list *l = NULL;
+    const coai_models *m;
     coai_error e;
-    memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
+    if (models_get(&l, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
-    if (coai_models_parse(&m, (const char *)json.data, json.len) < 0) {
-        send_error(c, 502, "upstream_error", "upstream_protocol_error", NULL,
-                   "upstream model list is not valid JSON", NULL);
-        goto done;
-    }
+    m = &l->m;
     if (c->gm_model[0]) {
         /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
          * (modelId, display id or an alias), in Gemini's shape, Anthropic's (an
@@ -5950,13 +5980,13 @@ static int handle_models(struct conn *c)
             want.ptr += 7;
             want.len -= 7;
         }
-        for (i = 0; i < m.count && !hit; i++) {
+        for (i = 0; i < m->count && !hit; i++) {
             coai_str a;
-            if (coai_str_eq(m.items[i].id, want.ptr)
-                || coai_str_eq(m.items[i].display_id, want.ptr))
-                hit = &m.items[i];
-            for (j = 0; !hit && coai_model_alias(&m.items[i], j, &a) == 0; j++)
-                if (coai_str_eq(a, want.ptr)) hit = &m.items[i];
+            if (coai_str_eq(m->items[i].id, want.ptr)
+                || coai_str_eq(m->items[i].display_id, want.ptr))
+                hit = &m->items[i];
+            for (j = 0; !hit && coai_model_alias(&m->items[i], j, &a) == 0; j++)
+                if (coai_str_eq(a, want.ptr)) hit = &m->items[i];
         }
         if (!hit) {
             char msg[360];
@@ -5971,7 +6001,7 @@ static int handle_models(struct conn *c)
             send_error(c, 404, "invalid_request_error", "model_not_found", NULL, msg, NULL);
             goto done;
         }
-        if ((gem ? coai_models_write_gemini(&out, &m, hit)
+        if ((gem ? coai_models_write_gemini(&out, m, hit)
                  : c->dialect == COAI_DIALECT_ANTHROPIC
                  ? coai_models_write_anthropic_model(&out, hit, (int64_t)time(NULL))
                  : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
@@ -5979,16 +6009,15 @@ static int handle_models(struct conn *c)
             goto done;
         }
     } else if ((c->dialect == COAI_DIALECT_ANTHROPIC
-         ? coai_models_write_anthropic(&out, &m, (int64_t)time(NULL))
-         : c->dialect == COAI_DIALECT_GEMINI ? coai_models_write_gemini(&out, &m, NULL)
-         : coai_models_write_list(&out, &m, (int64_t)time(NULL))) < 0 || out.err) {
+         ? coai_models_write_anthropic(&out, m, (int64_t)time(NULL))
+         : c->dialect == COAI_DIALECT_GEMINI ? coai_models_write_gemini(&out, m, NULL)
+         : coai_models_write_list(&out, m, (int64_t)time(NULL))) < 0 || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
     send_response(c, 200, "application/json", NULL, out.data, out.len);
 done:
-    coai_models_free(&m);
-    coai_buf_free(&json);
+    models_put(l);
     coai_buf_free(&out);
     return 0;
 }
@@ -6552,8 +6581,7 @@ static void status_json(struct conn *c, coai_buf *b)
     char tok[SRV_TOKEN_MAX], who[400], exp[200], src[PATH_MAX + 64], renewal[200];
     const char *health;
     struct upstream_view v;
-    coai_buf mj = { 0 };
-    coai_models m;
+    struct models_list *l = NULL;
     coai_error e;
     unsigned i, n, at;
     int have;
@@ -6608,19 +6636,17 @@ static void status_json(struct conn *c, coai_buf *b)
     status_usage_json(b);
     /* models: the cached list (a stale one is renewed in the background by models_get) */
     coai_buf_puts(b, ",\"models\":[");
-    memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (have && models_get(&mj, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) == 0
-        && coai_models_parse(&m, (const char *)mj.data, mj.len) == 0) {
-        for (i = 0; i < m.count; i++) {
+    if (have && models_get(&l, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) == 0) {
+        const coai_models *m = &l->m;
+        for (i = 0; i < m->count; i++) {
             char id[160];
-            copy_str(id, sizeof id, m.items[i].id.ptr, m.items[i].id.len);
+            copy_str(id, sizeof id, m->items[i].id.ptr, m->items[i].id.len);
             if (i) coai_buf_putc(b, ',');
             status_json_str(b, id);
         }
     }
-    coai_models_free(&m);
-    coai_buf_free(&mj);
+    models_put(l);
     coai_buf_puts(b, "],\"live\":");
     status_live_json(b);
     {
@@ -9497,21 +9523,18 @@ static int prompt_cap_check(size_t len, coai_error *e)
 /* After models_get resolved `want` into c->model for a Gemini API request: a Gemini model name
  * the account does not have ("gemini-2.5-flash-lite": Gemini CLI's default and its side tasks
  * ask for those) runs on Cursor's "auto"; any other name is used as resolved. */
-static void gemini_model(struct conn *c, const coai_buf *json, coai_str want)
+static void gemini_model(struct conn *c, const coai_models *m, coai_str want)
 {
-    coai_models m;
     size_t i;
     int found = 0;
     if (want.len < 7 || strncasecmp(want.ptr, "gemini-", 7) != 0) return;
-    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return;
-    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
+    for (i = 0; i < m->count && !found; i++) found = coai_str_eq(m->items[i].id, c->model);
     if (!found) {
-        coai_str a = coai_models_resolve(&m, coai_str_c("auto"));
+        coai_str a = coai_models_resolve(m, coai_str_c("auto"));
         srv_log(LOG_DEBUG, "Gemini model '%.*s' is not one of the account's: using '%.*s' (auto)",
                 (int)want.len, want.ptr, (int)a.len, a.ptr);
         copy_str(c->model, sizeof c->model, a.ptr, a.len);
     }
-    coai_models_free(&m);
 }
 
 /* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
@@ -9555,23 +9578,21 @@ static int model_map(coai_str want, char *out, size_t cap)
 /* After models_get resolved `want` into c->model: when that is not one of the account's
  * models, map a Claude name by family and version; anything else is a not_found_error
  * that lists the models there are. 0 ok, -1 the error was sent. */
-static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int thinking)
+static int claude_model(struct conn *c, const coai_models *m, coai_str want, int thinking)
 {
-    coai_models m;
     coai_str hit;
     size_t i;
     int found = 0;
-    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return 0;
-    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
-    if (!found && coai_models_resolve_claude(&m, want, thinking, &hit)) {
+    for (i = 0; i < m->count && !found; i++) found = coai_str_eq(m->items[i].id, c->model);
+    if (!found && coai_models_resolve_claude(m, want, thinking, &hit)) {
         copy_str(c->model, sizeof c->model, hit.ptr, hit.len);
         found = 1;
     }
     if (!found) {
         coai_buf b = { 0 };
         coai_error e;
-        for (i = 0; i < m.count; i++) {
-            coai_str id = m.items[i].display_id.len ? m.items[i].display_id : m.items[i].id;
+        for (i = 0; i < m->count; i++) {
+            coai_str id = m->items[i].display_id.len ? m->items[i].display_id : m->items[i].id;
             if (i) coai_buf_puts(&b, ", ");
             coai_buf_append(&b, id.ptr, id.len);
         }
@@ -9582,7 +9603,6 @@ static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int
         coai_buf_free(&b);
         send_coai_error(c, &e);
     }
-    coai_models_free(&m);
     return found ? 0 : -1;
 }
 
@@ -9819,7 +9839,7 @@ static int chat_model(struct conn *c, struct run *r)
 {
     coai_error e;
     coai_str want;
-    coai_buf mjson = { 0 };
+    struct models_list *l = NULL;
     char mapped[128];
     int rc = -1, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     int gem = c->dialect == COAI_DIALECT_GEMINI;
@@ -9836,7 +9856,7 @@ static int chat_model(struct conn *c, struct run *r)
         return -1;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth || gem ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
+    if (models_get(anth || gem ? &l : NULL, &e, want, c->model, sizeof c->model, &fetched,
                    c->fd) < 0) {
         if (e.status == 499) goto out;                  /* the client left meanwhile */
         int unreachable = e.status == 504
@@ -9853,15 +9873,15 @@ static int chat_model(struct conn *c, struct run *r)
                 (int)want.len, want.ptr);
         copy_str(c->model, sizeof c->model, want.ptr, want.len);
     } else if (gem) {
-        gemini_model(c, &mjson, want);
-    } else if (anth && claude_model(c, &mjson, want, r->in.req.thinking == 1) < 0) {
+        gemini_model(c, &l->m, want);
+    } else if (anth && claude_model(c, &l->m, want, r->in.req.thinking == 1) < 0) {
         goto out;                                       /* not_found_error sent */
     }
     copy_str(r->in.model, sizeof r->in.model, c->model, strlen(c->model));
     r->out.stream = r->in.req.stream;
     rc = 0;
 out:
-    coai_buf_free(&mjson);
+    models_put(l);
     return rc;
 }
 
@@ -11762,18 +11782,17 @@ static int run_logout(int argc, char **argv)
     return rc;
 }
 
-/* The upstream check shared by status and models: one GetUsableModels call. */
-static int cli_models(coai_buf *json, coai_error *e)
+/* The upstream check shared by status and models: one GetUsableModels call, the list parsed
+ * into *m (freeable either way). */
+static int cli_models(coai_models *m, coai_error *e)
 {
     memset(e, 0, sizeof *e);
-    json->max = UP_MODELS_MAX;
-    return models_fetch(json, e);
+    return models_fetch(m, e);
 }
 
 static int run_status(int argc, char **argv)
 {
     char tok[SRV_TOKEN_MAX], buf[400];
-    coai_buf json = { 0 };
     coai_models m;
     coai_error e;
     uint64_t gen0, gen1;
@@ -11804,14 +11823,13 @@ static int run_status(int argc, char **argv)
     pthread_mutex_unlock(&S.lock);
     fflush(stdout);
     memset(&m, 0, sizeof m);
-    if (cli_models(&json, &e) == 0) {
+    if (cli_models(&m, &e) == 0) {
         cred_token(tok, sizeof tok, &gen1);
         if (gen1 != gen0) {
             describe_expiry(buf, sizeof buf, tok);
             printf("Access token renewed: the new one %s%s\n", buf,
                    S.persist_failed ? " (NOT saved; see the error above)" : "");
         }
-        coai_models_parse(&m, (const char *)json.data, json.len);
         printf("Upstream: https://%s%s accepts the token (%zu models)\n", S.up_authority,
                S.up_prefix, m.count);
         fflush(stdout);
@@ -11836,13 +11854,12 @@ static int run_status(int argc, char **argv)
     }
     memset(tok, 0, sizeof tok);
     coai_models_free(&m);
-    coai_buf_free(&json);
     return rc;
 }
 
 static int run_models(int argc, char **argv)
 {
-    coai_buf json = { 0 }, *cells = NULL;
+    coai_buf *cells = NULL;
     coai_models m;
     coai_error e;
     size_t i, k, w[3] = { 2, 4, 7 };    /* "ID", "NAME", "ALIASES" */
@@ -11858,12 +11875,8 @@ static int run_models(int argc, char **argv)
         fprintf(stderr, "cursor-oai: not logged in; run 'cursor-oai login'\n");
         return 1;
     }
-    if (cli_models(&json, &e) < 0) {
+    if (cli_models(&m, &e) < 0) {
         fprintf(stderr, "cursor-oai: cannot list the models: %s\n", e.message);
-        goto done;
-    }
-    if (coai_models_parse(&m, (const char *)json.data, json.len) < 0) {
-        fprintf(stderr, "cursor-oai: the model list is not valid JSON\n");
         goto done;
     }
     cells = calloc(m.count * 3 + 1, sizeof *cells);
@@ -11906,7 +11919,6 @@ done:
     for (i = 0; cells && i < m.count * 3; i++) coai_buf_free(&cells[i]);
     free(cells);
     coai_models_free(&m);
-    coai_buf_free(&json);
     return rc;
 }
 
@@ -12149,7 +12161,6 @@ static int run_doctor(int argc, char **argv)
 {
     char tok[SRV_TOKEN_MAX], buf[400], src[700];
     const char *model = "auto";
-    coai_buf json = { 0 };
     coai_models m;
     coai_error e;
     coai_url agent;
@@ -12256,16 +12267,13 @@ static int run_doctor(int argc, char **argv)
     }
 
     /* 3. GetUsableModels */
-    memset(&m, 0, sizeof m);
-    if (cli_models(&json, &e) == 0) {
-        coai_models_parse(&m, (const char *)json.data, json.len);
+    if (cli_models(&m, &e) == 0) {
         doctor_step("OK", "GetUsableModels", "%zu models", m.count);
     } else {
         doctor_step("FAIL", "GetUsableModels", "%s", e.message);
         doctor_advise(&e, &S.base);
     }
     coai_models_free(&m);
-    coai_buf_free(&json);
 
     /* 4a. one tiny run over HTTP/2 (exactly: no fallback inside) */
     if (TR.forced != TR_HTTP1) {
