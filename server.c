@@ -167,8 +167,8 @@ struct file_id {
     int64_t mtime_ns;
 };
 
-static struct server {
-    /* configuration: written by main() before the first thread starts */
+/* Configuration: written by main() before the first thread starts, read-only after (no lock). */
+static struct conf {
     char listen_host[256];          /* --listen host part */
     char listen_port[8];            /* --listen port part */
     char up_host[256];              /* CURSOR_API_URL host (SNI + name check) */
@@ -202,25 +202,48 @@ static struct server {
     size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
-    /* runtime */
-    int listen_fd;
-    int listen_loopback;            /* bound to a loopback address */
+    int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
+    int cli;                        /* a one-shot command: plain messages, no timestamps */
+} conf;
+
+/* The credential files' paths: set once before any thread starts (no lock). */
+static struct file_paths {
+    char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
+    char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
+    char agent_path[PATH_MAX];      /* cursor-agent's auth.json (read-only) */
+} file_paths;
+
+/* The lock of the shared state below (each struct says which of its members it guards). */
+static pthread_mutex_t state_lock;
+
+/* The listening socket, shutdown, and the client connections being served. */
+static struct listener {
+    int fd;
+    int loopback;                   /* bound to a loopback address */
     volatile sig_atomic_t stop;     /* SIGTERM/SIGINT seen */
     int64_t stop_at;                /* mono ms when the accept loop saw stop */
-    pthread_mutex_t lock;           /* guards everything below */
     pthread_cond_t idle;            /* signalled when conns drops */
-    int conns;                      /* client connections being served */
-    int rejecting;                  /* 503 answers in flight */
+    int conns;                      /* client connections being served (under the lock) */
+    int rejecting;                  /* 503 answers in flight (under the lock) */
     size_t inflight;                /* request body bytes reserved by requests being served */
     int parse_over;                 /* requests whose parse was admitted over the budget */
-    struct upconn *pool;            /* idle TLS connections */
-    int pool_n;
+} listener;
+
+/* Idle upstream TLS connections (under the lock). */
+static struct up_pool {
+    struct upconn *idle;            /* idle TLS connections */
+    int n;
+} up_pool;
+
+/* The upstream credentials and their renewal (under the lock). */
+static struct creds {
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
     char refresh[SRV_TOKEN_MAX];    /* refresh token ("" = none) */
-    char cred_key[SRV_TOKEN_MAX];   /* stored Cursor API key: renewal by exchange ("" = none) */
-    int cred_src;                   /* CRED_* where the token came from */
-    uint64_t cred_gen;              /* bumped whenever the access token changes */
-    uint64_t cred_bad_gen;          /* generation the upstream rejected after streaming */
+    char key[SRV_TOKEN_MAX];        /* stored Cursor API key: renewal by exchange ("" = none) */
+    int src;                        /* CRED_* where the token came from */
+    uint64_t gen;                   /* bumped whenever the access token changes */
+    uint64_t bad_gen;               /* generation the upstream rejected after streaming */
     int refreshing;                 /* a renewal is in flight (single flight) */
     uint64_t refresh_seq;           /* renewals finished */
     int refresh_failed;             /* the last renewal failed: refresh_err says how */
@@ -229,30 +252,40 @@ static struct server {
     int persist_failed;             /* the newest tokens live only in memory */
     int64_t persist_retry_at;       /* mono ms: try saving them again from then on */
     struct file_id ours_id, agent_id; /* the credential files as last loaded or written */
-    int64_t cred_checked_at;        /* mono ms of the last look at the files */
-    pthread_cond_t cred_cv;         /* signalled when a renewal ends */
-    struct models_list *models;     /* last good GetUsableModels list, NULL = none yet */
-    int64_t models_at;              /* mono ms of the last good fetch, 0 = never */
-    int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
-    coai_error models_err;          /* why it failed */
-    int models_fetching;            /* a fetch is in flight (single flight) */
-    uint64_t models_seq;            /* fetches finished */
-    pthread_cond_t models_cv;       /* signalled when a fetch ends */
-    int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
-    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
-    struct quota_latch {            /* usage-limit errors Cursor gave, per model */
-        char model[128];
-        int64_t until;              /* mono ms; 0 = free slot */
-        coai_error err;
-    } quota[SRV_QUOTA_MODELS];
-    /* GetServerConfig's agentUrlConfig host: for an HTTP/2 transport only (agent_h2_get);
-     * HTTP/1.1 runs go to the base URL (run_host_get) */
+    int64_t checked_at;             /* mono ms of the last look at the files */
+    pthread_cond_t renewed;         /* signalled when a renewal ends */
+} creds;
+
+/* The account's model list, GetUsableModels (under the lock). */
+static struct models_cache {
+    struct models_list *list;       /* last good GetUsableModels list, NULL = none yet */
+    int64_t at;                     /* mono ms of the last good fetch, 0 = never */
+    int64_t fail_at;                /* mono ms of the last failed fetch, 0 = none since */
+    coai_error err;                 /* why it failed */
+    int fetching;                   /* a fetch is in flight (single flight) */
+    uint64_t seq;                   /* fetches finished */
+    pthread_cond_t fetched;         /* signalled when a fetch ends */
+} models_cache;
+
+/* Usage-limit errors Cursor gave, per model (under the lock). */
+struct quota_latch {
+    char model[128];
+    int64_t until;                  /* mono ms; 0 = free slot */
+    coai_error err;
+};
+static struct quotas {
+    struct quota_latch latch[SRV_QUOTA_MODELS];
+} quotas;
+
+/* Where runs go and how (under the lock). GetServerConfig's agentUrlConfig host is for an
+ * HTTP/2 transport only (agent_h2_get); HTTP/1.1 runs go to the base URL (run_host_get). */
+static struct hosts {
     coai_url agent_h2;              /* the host GetServerConfig names (agent_h2_get) */
     char agent_h2_src[600];         /* where it came from */
     int64_t agent_h2_at;            /* mono ms it was decided, 0 = not yet */
     int agent_h2_failed;            /* it is the base URL because GetServerConfig failed */
     int agent_h2_fetching;          /* a GetServerConfig call is in flight */
-    pthread_cond_t agent_h2_cv;     /* signalled when it ends */
+    pthread_cond_t agent_h2_done;   /* signalled when it ends */
     struct h2only {                 /* hosts that refused HTTP/1.1 at the connection level */
         coai_url host;
         char why[160];              /* how: "a 400 \"illegal request line\"", ... */
@@ -260,12 +293,7 @@ static struct server {
     } h2only[SRV_H2ONLY_MAX];
     int h2only_n;
     int profile;                    /* PROF_* that worked last (the default first) */
-    /* credential file paths, set once before any thread starts */
-    char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
-    char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
-    char agent_path[PATH_MAX];      /* cursor-agent's auth.json (read-only) */
-    int cli;                        /* a one-shot command: plain messages, no timestamps */
-} S;
+} hosts;
 
 /* S.stop is set by the signal handler and read by every thread; S.stop_at by the accept loop
  * after it and read by runs. Both through atomics (ThreadSanitizer reported the plain
