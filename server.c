@@ -5,8 +5,9 @@
  * (HTTP heads, chunked bodies, envelopes, protobuf, JSON, OpenAI logic, HTTP/2 frames and
  * HPACK) lives in the header, where it is tested and fuzzed. Threads: one detached thread per
  * client connection, one I/O thread per HTTP/2 connection to Cursor, a heartbeat thread per
- * long run, a holder thread per held run; shared state (connection count, TLS pool, model
- * cache, credentials) sits behind state_lock.
+ * long run, a holder thread per held run; shared state is grouped by concern (section
+ * "State": conf, file_paths, listener, up_pool, creds, models_cache, quotas, hosts), each
+ * concern behind a lock of its own; no two of them are ever held at once.
  *
  * MAP, in the order a request travels (each name is a section heading below: search for it)
  *
@@ -151,10 +152,11 @@ enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 struct upconn;
 
 /* The account's model list as GetUsableModels last gave it, parsed once when it arrived. The
- * cache (models_cache.list) holds one reference and each reader one more, taken and dropped under
- * state_lock (models_get, models_put), so a renewal never frees a list a request still reads. */
+ * cache (models_cache.list) holds one reference and each reader one more, taken and dropped
+ * under models_cache.lock (models_get, models_put), so a renewal never frees a list a request
+ * still reads. */
 struct models_list {
-    int refs;                       /* under state_lock */
+    int refs;                       /* under models_cache.lock */
     coai_models m;
 };
 
@@ -214,30 +216,31 @@ static struct file_paths {
     char agent_path[PATH_MAX];      /* cursor-agent's auth.json (read-only) */
 } file_paths;
 
-/* The lock of the shared state below (each struct says which of its members it guards). */
-static pthread_mutex_t state_lock;
-
 /* The listening socket, shutdown, and the client connections being served. */
 static struct listener {
+    pthread_mutex_t lock;           /* guards idle, conns, rejecting, inflight, parse_over */
     int fd;
     int loopback;                   /* bound to a loopback address */
     volatile sig_atomic_t stop;     /* SIGTERM/SIGINT seen */
     int64_t stop_at;                /* mono ms when the accept loop saw stop */
     pthread_cond_t idle;            /* signalled when conns drops */
-    int conns;                      /* client connections being served (under the lock) */
-    int rejecting;                  /* 503 answers in flight (under the lock) */
+    int conns;                      /* client connections being served */
+    int rejecting;                  /* 503 answers in flight */
     size_t inflight;                /* request body bytes reserved by requests being served */
     int parse_over;                 /* requests whose parse was admitted over the budget */
 } listener;
 
-/* Idle upstream TLS connections (under the lock). */
+/* Idle upstream TLS connections. */
 static struct up_pool {
+    pthread_mutex_t lock;
     struct upconn *idle;            /* idle TLS connections */
     int n;
 } up_pool;
 
-/* The upstream credentials and their renewal (under the lock). */
+/* The upstream credentials and their renewal. log_msg takes the lock to redact the secrets:
+ * never log while holding it. */
 static struct creds {
+    pthread_mutex_t lock;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
     char refresh[SRV_TOKEN_MAX];    /* refresh token ("" = none) */
     char key[SRV_TOKEN_MAX];        /* stored Cursor API key: renewal by exchange ("" = none) */
@@ -256,8 +259,9 @@ static struct creds {
     pthread_cond_t renewed;         /* signalled when a renewal ends */
 } creds;
 
-/* The account's model list, GetUsableModels (under the lock). */
+/* The account's model list, GetUsableModels. */
 static struct models_cache {
+    pthread_mutex_t lock;           /* also guards the lists' refs */
     struct models_list *list;       /* last good GetUsableModels list, NULL = none yet */
     int64_t at;                     /* mono ms of the last good fetch, 0 = never */
     int64_t fail_at;                /* mono ms of the last failed fetch, 0 = none since */
@@ -267,19 +271,21 @@ static struct models_cache {
     pthread_cond_t fetched;         /* signalled when a fetch ends */
 } models_cache;
 
-/* Usage-limit errors Cursor gave, per model (under the lock). */
+/* Usage-limit errors Cursor gave, per model. */
 struct quota_latch {
     char model[128];
     int64_t until;                  /* mono ms; 0 = free slot */
     coai_error err;
 };
 static struct quotas {
+    pthread_mutex_t lock;
     struct quota_latch latch[SRV_QUOTA_MODELS];
 } quotas;
 
-/* Where runs go and how (under the lock). GetServerConfig's agentUrlConfig host is for an
+/* Where runs go and how. GetServerConfig's agentUrlConfig host is for an
  * HTTP/2 transport only (agent_h2_get); HTTP/1.1 runs go to the base URL (run_host_get). */
 static struct hosts {
+    pthread_mutex_t lock;
     coai_url agent_h2;              /* the host GetServerConfig names (agent_h2_get) */
     char agent_h2_src[600];         /* where it came from */
     int64_t agent_h2_at;            /* mono ms it was decided, 0 = not yet */
@@ -768,11 +774,11 @@ static size_t log_line_format(char *out, size_t cap, int level, const char *msg,
 static void log_msg(int level, char *msg, size_t n, int obj)
 {
     char line[SRV_LOG_ROOM * 6 + 256];
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     log_redact(msg, &n, creds.token);
     log_redact(msg, &n, creds.refresh);
     log_redact(msg, &n, creds.key);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     log_redact(msg, &n, conf.api_key);
     n = log_line_format(line, sizeof line, level, msg, n, obj);
     log_emit(line, n);
@@ -799,7 +805,7 @@ static void srv_log(int level, const char *fmt, ...)
 /* ======================================================================== */
 
 /* The API, for every part of the server. All calls are thread-safe, take one short lock of
- * their own (never state_lock: they may be called with state_lock held) and never do I/O:
+ * their own (never a state lock: they may be called with one held) and never do I/O:
  *
  *   metric_add(M_X, labels, n)       counter: add n (>= 0) to the series `labels`
  *   metric_gauge_add(M_X, labels, d) gauge: add d (may be negative: +1/-1 around something)
@@ -1023,11 +1029,13 @@ static void metrics_write(coai_buf *b)
     static const char *const tn[] = { "counter", "gauge", "histogram" };
     int f, pool, conns, spares;
     size_t i;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&up_pool.lock);
     pool = up_pool.n;
-    conns = listener.conns;
     spares = pool_spares_locked();
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&up_pool.lock);
+    pthread_mutex_lock(&listener.lock);
+    conns = listener.conns;
+    pthread_mutex_unlock(&listener.lock);
     metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
     pthread_mutex_lock(&metric_store.mu);
     for (f = 0; f < M__COUNT; f++) {
@@ -1340,8 +1348,8 @@ static void cap_frame(const coai_frame *f)
 /* Credentials: in-memory state                                             */
 /* ======================================================================== */
 
-/* The token lives in S under state_lock; the files, renewal and reloading come later (they need
- * the upstream client). Callers never hold state_lock while logging: srv_log takes it. */
+/* The token lives in creds under creds.lock; the files, renewal and reloading come later (they
+ * need the upstream client). Callers never hold creds.lock while logging: srv_log takes it. */
 
 /* Copy the current token into out (cap bytes); *gen (may be NULL) gets its generation, which a
  * caller hands back to cred_refresh() when the upstream rejects it. Returns its length, 0 when
@@ -1349,11 +1357,11 @@ static void cap_frame(const coai_frame *f)
 static size_t cred_token(char *out, size_t cap, uint64_t *gen)
 {
     size_t n;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     n = strlen(creds.token);
     copy_str(out, cap, creds.token, n);
     if (gen) *gen = creds.gen;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     return n < cap ? n : 0;
 }
 
@@ -1361,35 +1369,44 @@ static size_t cred_token(char *out, size_t cap, uint64_t *gen)
 static int cred_have(void)
 {
     int r;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     r = creds.token[0] != 0;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     return r;
 }
 
-/* Install credentials (NULL members = none). Caller holds state_lock. */
-static void cred_set_locked(const coai_creds *c, int src)
+/* A model list failure may have been the old token's: forget it when the token changes.
+ * Takes models_cache.lock; called after creds.lock is let go (the two are never nested). */
+static void models_failure_forget(void)
+{
+    pthread_mutex_lock(&models_cache.lock);
+    models_cache.fail_at = 0;
+    pthread_mutex_unlock(&models_cache.lock);
+}
+
+/* Install credentials (NULL members = none). Caller holds creds.lock, and calls
+ * models_failure_forget after letting it go when this returns 1 (the token changed). */
+static int cred_set_locked(const coai_creds *c, int src)
 {
     const char *at = c && c->access_token ? c->access_token : "";
     const char *rt = c && c->refresh_token ? c->refresh_token : "";
     const char *key = c && c->api_key ? c->api_key : "";
-    if (strcmp(creds.token, at) != 0) {
-        creds.gen++;
-        models_cache.fail_at = 0;   /* a model list failure may have been the old token's */
-    }
+    int changed = strcmp(creds.token, at) != 0;
+    if (changed) creds.gen++;
     copy_str(creds.token, sizeof creds.token, at, strlen(at));
     copy_str(creds.refresh, sizeof creds.refresh, rt, strlen(rt));
     copy_str(creds.key, sizeof creds.key, key, strlen(key));
     creds.src = at[0] ? src : CRED_NONE;
+    return changed;
 }
 
 /* An upstream call rejected the token after bytes were already streamed (no retry possible
  * then): the next request renews it first. */
 static void cred_mark_rejected(uint64_t gen)
 {
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     if (gen == creds.gen) creds.bad_gen = gen;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
 }
 
 /* ======================================================================== */
@@ -2058,14 +2075,14 @@ static void pool_park(struct upconn *c)
     c->idle_since = mono_ms();
     c->client_fd = -1;
     c->tick = NULL;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&up_pool.lock);
     if (up_pool.n < UP_POOL_MAX && !stopping()) {
         c->next = up_pool.idle;
         up_pool.idle = c;
         up_pool.n++;
         c = NULL;
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&up_pool.lock);
     up_free(c);
 }
 
@@ -2074,7 +2091,7 @@ static int up_same_host(const coai_url *a, const coai_url *b)
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-/* Spare connections waiting in the pool (for /metrics). Under state_lock. */
+/* Spare connections waiting in the pool (for /metrics). Under up_pool.lock. */
 static int pool_spares_locked(void)
 {
     const struct upconn *u;
@@ -2145,10 +2162,10 @@ static void spare_kick(const coai_url *h, int replace)
     struct upconn *p;
     coai_url *arg;
     int go, n = 0;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&up_pool.lock);
     for (p = up_pool.idle; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
     go = !stopping() && tls_reuse.spares;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&up_pool.lock);
     if (!go) return;
     pthread_mutex_lock(&tls_reuse.lock);
     go = n + tls_reuse.spare_busy + tls_reuse.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
@@ -2186,11 +2203,11 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     int waited = 0;
     while (!fresh) {
         struct upconn **pp;
-        pthread_mutex_lock(&state_lock);
+        pthread_mutex_lock(&up_pool.lock);
         for (pp = &up_pool.idle; *pp && !up_same_host(&(*pp)->host, h); pp = &(*pp)->next) {}
         c = *pp;
         if (c) { *pp = c->next; up_pool.n--; }
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&up_pool.lock);
         if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
@@ -2226,7 +2243,7 @@ static void pool_prune(int everything)
 {
     struct upconn *dead = NULL, **pp, *c;
     int64_t now = mono_ms();
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&up_pool.lock);
     for (pp = &up_pool.idle; *pp;) {
         c = *pp;
         if (everything || now - c->idle_since >= UP_POOL_IDLE_MS) {
@@ -2238,7 +2255,7 @@ static void pool_prune(int everything)
             pp = &c->next;
         }
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&up_pool.lock);
     while (dead) {
         c = dead;
         dead = c->next;
@@ -4083,7 +4100,7 @@ fail_noremove:
     return -1;
 }
 
-/* Load credentials into S: CURSOR_ACCESS_TOKEN, else our file, else cursor-agent's.
+/* Load credentials into creds: CURSOR_ACCESS_TOKEN, else our file, else cursor-agent's.
  * Returns the CRED_* source. An unusable file is reported and skipped. */
 static int cred_load(void)
 {
@@ -4091,7 +4108,7 @@ static int cred_load(void)
     coai_creds c;
     struct file_id ours, agent;
     char why[PATH_MAX + 128];
-    int r, src = CRED_NONE;
+    int r, src = CRED_NONE, changed = 0;
     memset(&c, 0, sizeof c);
     memset(&agent, 0, sizeof agent);
     if (env && *env) {
@@ -4102,9 +4119,10 @@ static int cred_load(void)
                     "bytes); ignored", SRV_TOKEN_MAX);
         } else {
             c.access_token = (char *)env;
-            pthread_mutex_lock(&state_lock);
-            cred_set_locked(&c, CRED_ENV);
-            pthread_mutex_unlock(&state_lock);
+            pthread_mutex_lock(&creds.lock);
+            changed = cred_set_locked(&c, CRED_ENV);
+            pthread_mutex_unlock(&creds.lock);
+            if (changed) models_failure_forget();
             return CRED_ENV;
         }
         memset(&c, 0, sizeof c);
@@ -4118,7 +4136,7 @@ static int cred_load(void)
         r = cred_read_file(file_paths.agent_path, &c, &agent, why, sizeof why);
         if (r < 0) srv_log(LOG_WARN, "%s", why);
         if (r == 0) src = CRED_AGENT;
-        pthread_mutex_lock(&state_lock);
+        pthread_mutex_lock(&creds.lock);
         keep = keep && creds.src == CRED_OURS;
         if (keep) {
             /* our file went bad under us (hand-edited?): keep what we have in memory */
@@ -4126,21 +4144,22 @@ static int cred_load(void)
             creds.agent_id = agent;
             src = creds.src;
         }
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
         if (keep) { coai_creds_free(&c); return src; }
     }
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     creds.ours_id = ours;
     creds.agent_id = agent;
     if (src != CRED_NONE || creds.src != CRED_NONE) {
-        cred_set_locked(&c, src);
+        changed = cred_set_locked(&c, src);
         /* new credentials from a file: forget old failures */
         creds.refresh_block_until = 0;
         creds.refresh_failed = 0;
         creds.persist_failed = 0;
         creds.bad_gen = 0;
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
+    if (changed) models_failure_forget();
     coai_creds_free(&c);
     return src;
 }
@@ -4152,21 +4171,21 @@ static void cred_poll_files(void)
     struct file_id ours, agent;
     int64_t now = mono_ms();
     int changed, src;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     src = creds.src;
     if (src == CRED_ENV || now - creds.checked_at < CRED_CHECK_MS) {
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
         return;
     }
     creds.checked_at = now;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     file_id_of(file_paths.ours_path, &ours);
     memset(&agent, 0, sizeof agent);
     if (!ours.exists) file_id_of(file_paths.agent_path, &agent);
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     changed = !file_id_same(&ours, &creds.ours_id)
            || (!ours.exists && !file_id_same(&agent, &creds.agent_id));
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     if (!changed) return;
     src = cred_load();
     srv_log(LOG_INFO, "credentials changed on disk; now using %s",
@@ -4424,22 +4443,22 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     char *old = NULL, *rt = NULL, *key = NULL;
     coai_creds nc;
     struct file_id id;
-    int rc, saved = 0, agent;
-    pthread_mutex_lock(&state_lock);
-    if (creds.gen != seen_gen) { pthread_mutex_unlock(&state_lock); return RENEW_OK; }
+    int rc, saved = 0, agent, changed = 0;
+    pthread_mutex_lock(&creds.lock);
+    if (creds.gen != seen_gen) { pthread_mutex_unlock(&creds.lock); return RENEW_OK; }
     if (creds.refreshing) {
         uint64_t seq = creds.refresh_seq;
-        while (creds.refreshing && creds.refresh_seq == seq) pthread_cond_wait(&creds.renewed, &state_lock);
+        while (creds.refreshing && creds.refresh_seq == seq) pthread_cond_wait(&creds.renewed, &creds.lock);
         rc = creds.gen != seen_gen ? RENEW_OK : RENEW_FAILED;
         if (rc != RENEW_OK) {
             if (creds.refresh_failed) *e = creds.refresh_err;
             else cred_err_login(e, "the renewal did not produce a new token");
         }
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
         return rc;
     }
     if (creds.src == CRED_ENV || (!creds.refresh[0] && !creds.key[0])) {
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
         return RENEW_NONE;
     }
     /* cursor-agent's browser login is renewed in memory only, through /oauth/token, whose
@@ -4448,14 +4467,14 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     agent = creds.src == CRED_AGENT && !creds.key[0];
     if (creds.refresh_block_until && mono_ms() < creds.refresh_block_until) {
         *e = creds.refresh_err;
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
         return RENEW_FAILED;
     }
     creds.refreshing = 1;
     old = strdup(creds.token);
     rt = strdup(creds.refresh);
     key = strdup(creds.key);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
 
     memset(&nc, 0, sizeof nc);
     memset(&id, 0, sizeof id);
@@ -4469,16 +4488,16 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         rc = cred_renew(old, rt, key, agent, &nc, &saved, &id, e);
     }
 
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     if (rc == RENEW_OK && agent) {
         /* still cursor-agent's login: its file changing on disk replaces this token */
-        cred_set_locked(&nc, CRED_AGENT);
+        changed = cred_set_locked(&nc, CRED_AGENT);
         creds.persist_failed = 0;
         creds.refresh_failed = 0;
         creds.refresh_block_until = 0;
         creds.bad_gen = 0;
     } else if (rc == RENEW_OK) {
-        cred_set_locked(&nc, CRED_OURS);
+        changed = cred_set_locked(&nc, CRED_OURS);
         if (saved) creds.ours_id = id;
         creds.persist_failed = !saved;
         creds.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
@@ -4493,7 +4512,8 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     creds.refreshing = 0;
     creds.refresh_seq++;
     pthread_cond_broadcast(&creds.renewed);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
+    if (changed) models_failure_forget();
     if (rc == RENEW_OK) srv_log(LOG_INFO, "Cursor access token renewed%s",
                                 agent ? " (in memory only; cursor-agent's file left as it is)"
                                 : saved ? "" : " (in memory only)");
@@ -4516,9 +4536,9 @@ static void cred_persist_retry(void)
     uint64_t gen;
     int lk, ok = 0, stale;
     memset(&c, 0, sizeof c);
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     if (!creds.persist_failed || creds.refreshing || mono_ms() < creds.persist_retry_at) {
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
         return;
     }
     creds.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
@@ -4526,24 +4546,24 @@ static void cred_persist_retry(void)
     c.access_token = strdup(creds.token);
     c.refresh_token = creds.refresh[0] ? strdup(creds.refresh) : NULL;
     c.api_key = creds.key[0] ? strdup(creds.key) : NULL;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     if (!c.access_token) goto done;
     lk = cred_lock();
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     stale = creds.refreshing || creds.gen != gen;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     if (!stale) {
         ok = cred_write_file(&c, why, sizeof why) == 0;
         if (ok) file_id_of(file_paths.ours_path, &id);
     }
     cred_unlock(lk);
     if (stale) goto done;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     if (ok && creds.gen == gen) {
         creds.persist_failed = 0;
         creds.ours_id = id;
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     if (ok) srv_log(LOG_INFO, "renewed credentials saved to %s after all", file_paths.ours_path);
     else srv_log(LOG_WARN, "still %s", why);
 done:
@@ -4565,10 +4585,10 @@ static int cred_ensure(coai_error *e)
     int64_t now = (int64_t)time(NULL);
     cred_poll_files();
     cred_persist_retry();
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     renewable = creds.src != CRED_ENV && (creds.key[0] || creds.refresh[0]);
     bad = creds.bad_gen != 0 && creds.bad_gen == creds.gen;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
     /* Only a JWT with an exp says when it expires; anything else is renewed on a 401. */
     expiring = coai_jwt_decode(coai_str_c(tok), &j) == 0 && j.exp != 0
@@ -4599,7 +4619,7 @@ static int cred_require(coai_error *e)
 }
 
 /* How the current login is renewed, in words (status command, status page). Caller holds
- * state_lock. */
+ * creds.lock. */
 static const char *cred_renewal_locked(void)
 {
     return creds.src == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN is used as is)"
@@ -4615,13 +4635,13 @@ static const char *cred_renewal_locked(void)
 static const char *cred_health(void)
 {
     const char *s;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     s = !creds.token[0] ? "missing"
       : creds.refresh_failed && creds.refresh_err.status == 401 ? "renewal rejected: run cursor-oai login"
       : creds.persist_failed ? "not persisted"
       : creds.refresh_failed ? "renewal failed"
       : "ok";
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     return s;
 }
 
@@ -4981,13 +5001,13 @@ static int body_reserve(struct conn *c, size_t n)
 {
     int ok;
     if (n <= c->reserved) return 0;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&listener.lock);
     ok = listener.inflight == c->reserved || listener.inflight - c->reserved + n <= conf.inflight_max;
     if (ok) {
         listener.inflight += n - c->reserved;
         c->reserved = n;
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     return ok ? 0 : -1;
 }
 
@@ -4999,7 +5019,7 @@ static int parse_reserve(struct conn *c, size_t n)
 {
     int ok;
     if (n <= c->reserved) return 0;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&listener.lock);
     ok = listener.inflight == c->reserved || listener.inflight - c->reserved + n <= conf.inflight_max;
     if (!ok && !listener.parse_over) {
         ok = 1;
@@ -5009,17 +5029,17 @@ static int parse_reserve(struct conn *c, size_t n)
         listener.inflight += n - c->reserved;
         c->reserved = n;
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     return ok ? 0 : -1;
 }
 
 static void body_release(struct conn *c)
 {
     if (!c->reserved) return;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&listener.lock);
     listener.inflight -= c->reserved;
     if (c->parse_over) listener.parse_over = 0;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     c->reserved = 0;
     c->parse_over = 0;
 }
@@ -5430,10 +5450,10 @@ done:
 static int slots_short(void)
 {
     int r, spare;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&listener.lock);
     spare = conf.max_conns / 8 > 1 ? conf.max_conns / 8 : 1;
     r = conf.max_conns - listener.conns < spare;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     return r;
 }
 
@@ -5521,10 +5541,10 @@ static void *conn_thread(void *arg)
     coai_buf_free(&c->body);
     coai_buf_free(&c->wbuf);
     free(c);
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&listener.lock);
     listener.conns--;
     pthread_cond_signal(&listener.idle);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     return NULL;
 }
 
@@ -5625,7 +5645,7 @@ out:
 
 /* One fetch whose result becomes the cached list (or the remembered failure). The caller set
  * models_cache.fetching; this clears it and wakes the waiters. */
-/* Drops a reference to a list; called with state_lock held. The last one frees it. */
+/* Drops a reference to a list; called with models_cache.lock held. The last one frees it. */
 static void models_put_locked(struct models_list *l)
 {
     if (l && --l->refs == 0) {
@@ -5638,9 +5658,9 @@ static void models_put_locked(struct models_list *l)
 static void models_put(struct models_list *l)
 {
     if (!l) return;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&models_cache.lock);
     models_put_locked(l);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&models_cache.lock);
 }
 
 static void models_refresh(void)
@@ -5662,7 +5682,7 @@ static void models_refresh(void)
             coai_models_free(&m);
         }
     }
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&models_cache.lock);
     if (rc == 0) {
         /* the old list goes when its last reader lets go of it */
         models_put_locked(models_cache.list);
@@ -5676,7 +5696,7 @@ static void models_refresh(void)
     models_cache.fetching = 0;
     models_cache.seq++;
     pthread_cond_broadcast(&models_cache.fetched);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&models_cache.lock);
 }
 
 static void *models_refresh_thread(void *arg)
@@ -5718,7 +5738,7 @@ static int models_get(struct models_list **list, coai_error *err, coai_str want,
     uint64_t seq0;                      /* a fetch that ends after this is news to this call */
     int rc;
     if (list) *list = NULL;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&models_cache.lock);
     seq0 = models_cache.seq;
     for (;;) {
         int64_t now = mono_ms(), left;
@@ -5735,15 +5755,15 @@ static int models_get(struct models_list **list, coai_error *err, coai_str want,
             started = pthread_create(&t, &attr, models_refresh_thread, NULL) == 0;
             pthread_attr_destroy(&attr);
             if (!started) {             /* no thread: fetch here */
-                pthread_mutex_unlock(&state_lock);
+                pthread_mutex_unlock(&models_cache.lock);
                 models_refresh();
-                pthread_mutex_lock(&state_lock);
+                pthread_mutex_lock(&models_cache.lock);
                 continue;
             }
         }
         if (models_cache.at) goto serve;    /* stale, being revalidated */
         if (now >= wait_end) {
-            pthread_mutex_unlock(&state_lock);
+            pthread_mutex_unlock(&models_cache.lock);
             coai_error_set(err, 504, "server_error", "models_wait_timeout", NULL,
                            "the model list has not arrived within %lld s (GetUsableModels is "
                            "slow or silent); try again", (long long)(conf.models_wait_ms / 1000));
@@ -5753,9 +5773,9 @@ static int models_get(struct models_list **list, coai_error *err, coai_str want,
         }
         /* wait in slices of at most a second to notice a client that left */
         left = wait_end - now < 1000 ? wait_end - now : 1000;
-        cond_wait_ms(&models_cache.fetched, &state_lock, left);
+        cond_wait_ms(&models_cache.fetched, &models_cache.lock, left);
         if (fd_client_gone(client_fd)) {
-            pthread_mutex_unlock(&state_lock);
+            pthread_mutex_unlock(&models_cache.lock);
             coai_error_set(err, 499, "server_error", "client_closed", NULL,
                            "client went away while waiting for the model list");
             if (fetched) *fetched = 0;
@@ -5783,7 +5803,7 @@ serve:
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
                            "the model list is unavailable");
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&models_cache.lock);
     return rc;
 }
 
@@ -5860,16 +5880,16 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
         if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
         return;
     }
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     for (;;) {
         if (hosts.agent_h2_at
             && (!hosts.agent_h2_failed || mono_ms() - hosts.agent_h2_at < AGENT_FAIL_TTL_MS))
             goto have;
         if (!hosts.agent_h2_fetching) break;
-        pthread_cond_wait(&hosts.agent_h2_done, &state_lock);
+        pthread_cond_wait(&hosts.agent_h2_done, &hosts.lock);
     }
     hosts.agent_h2_fetching = 1;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
     memset(&e, 0, sizeof e);
     rc = server_config_fetch(&u, &h2cfg, &e);
     was = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
@@ -5883,7 +5903,7 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
                     ? ": runs use HTTP/2 without the HTTP/1.1 fallback, as Cursor's SDK does"
                     : ": runs use HTTP/2 with the HTTP/1.1 fallback");
     }
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     if (rc == 0) {
         hosts.agent_h2 = u;
         hosts.agent_h2_failed = 0;
@@ -5906,7 +5926,7 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
     {
         char what[sizeof hosts.agent_h2_src];
         snprintf(what, sizeof what, "%s", hosts.agent_h2_src);
-        pthread_mutex_unlock(&state_lock);      /* srv_log takes state_lock */
+        pthread_mutex_unlock(&hosts.lock);      /* not held while logging */
         srv_log(rc == 0 ? LOG_INFO : LOG_WARN, "HTTP/2 agent host https://%s%s (%s)",
                 out->authority, out->prefix, what);
     }
@@ -5914,10 +5934,10 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
 have:
     *out = hosts.agent_h2;
     if (src) snprintf(src, cap, "%s", hosts.agent_h2_src);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
 }
 
-/* The entry of host h in hosts.h2only, or -1. Under state_lock. */
+/* The entry of host h in hosts.h2only, or -1. Under hosts.lock. */
 static int h2only_find(const coai_url *h)
 {
     int i;
@@ -5931,11 +5951,11 @@ static int h2only_find(const coai_url *h)
 static int h2only_has(const coai_url *h, char *why, size_t cap)
 {
     int i, hit;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     i = h2only_find(h);
     hit = i >= 0 && mono_ms() - hosts.h2only[i].at < h2only_reprobe_ms;
     if (hit && why) snprintf(why, cap, "%s", hosts.h2only[i].why);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
     return hit;
 }
 
@@ -5945,10 +5965,10 @@ static void h2only_add(const coai_url *h, const char *why)
 {
     int i, again = 0;
     int64_t now = mono_ms();
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     i = h2only_find(h);
     if (i >= 0 && now - hosts.h2only[i].at < h2only_reprobe_ms) {
-        pthread_mutex_unlock(&state_lock);      /* a concurrent run said it already */
+        pthread_mutex_unlock(&hosts.lock);      /* a concurrent run said it already */
         return;
     }
     if (i >= 0) again = 1;
@@ -5958,7 +5978,7 @@ static void h2only_add(const coai_url *h, const char *why)
         snprintf(hosts.h2only[i].why, sizeof hosts.h2only[0].why, "%s", why);
         hosts.h2only[i].at = now;
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
     srv_log(LOG_WARN, "https://%s%s serves HTTP/2 only (it answered an HTTP/1.1 request with "
             "%s%s); HTTP/1.1 runs go to the base URL https://%s%s instead for the next %d s, "
             "then it is tried again", h->authority, h->prefix, why,
@@ -6361,10 +6381,10 @@ static void upstream_view_get(struct upstream_view *v)
 {
     coai_url run;
     memset(v, 0, sizeof *v);
-    run_host_get(&run, v->agent_src, sizeof v->agent_src);     /* takes state_lock itself */
+    run_host_get(&run, v->agent_src, sizeof v->agent_src);     /* takes hosts.lock itself */
     snprintf(v->agent_host, sizeof v->agent_host, "https://%s%s", run.authority, run.prefix);
     tr_describe(v->transport, sizeof v->transport);                 /* takes transport_state.lock */
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     snprintf(v->base, sizeof v->base, "https://%s%s", conf.up_authority, conf.up_prefix);
     snprintf(v->client_version, sizeof v->client_version, "%s", conf.client_version);
     snprintf(v->client_version_src, sizeof v->client_version_src, "%s", conf.client_version_src);
@@ -6377,7 +6397,7 @@ static void upstream_view_get(struct upstream_view *v)
                  hosts.agent_h2.prefix, hosts.agent_h2_src);
     else
         snprintf(v->agent_h2, sizeof v->agent_h2, "not asked yet");
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
 }
 
 /* The last STATUS_RING requests, written where the access log is. */
@@ -6621,14 +6641,14 @@ static void status_json(struct conn *c, coai_buf *b)
     }
     memset(tok, 0, sizeof tok);
     health = cred_health();
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     snprintf(src, sizeof src, "%s", creds.src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
              : creds.src == CRED_OURS ? file_paths.ours_path
              : creds.src == CRED_AGENT ? file_paths.agent_path : "none");
     if (creds.src == CRED_AGENT) snprintf(src + strlen(src), sizeof src - strlen(src),
                                            " (cursor-agent's, read only)");
     snprintf(renewal, sizeof renewal, "%s", cred_renewal_locked());
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     coai_buf_puts(b, "{\"version\":");
     status_json_str(b, COAI_VERSION);
     coai_buf_printf(b, ",\"now_ms\":%lld,\"login\":{\"state\":", (long long)wall_ms());
@@ -7619,8 +7639,9 @@ static int run_watch_fail(struct run *r)
  * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
  * -1 r->err filled. */
 /* The header names the last run head carried, per transport (TR_HTTP1: RunSSE, TR_H2: Run),
- * for `doctor`; never a value. Under state_lock. */
+ * for `doctor`; never a value. Under run_head_lock. */
 static char run_head_names[2][400];
+static pthread_mutex_t run_head_lock = PTHREAD_MUTEX_INITIALIZER;  /* guards run_head_names */
 
 /* Remember the names of an HTTP/1.1 head (after its request line, up to the empty line). */
 static void run_head_note_h1(const coai_buf *head)
@@ -7640,9 +7661,9 @@ static void run_head_note_h1(const coai_buf *head)
         p = nl;
     }
     out[n] = 0;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&run_head_lock);
     memcpy(run_head_names[TR_HTTP1], out, n + 1);
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&run_head_lock);
 }
 
 static int run_start(struct run *r, int fresh, const char *token, size_t tl)
@@ -7901,11 +7922,11 @@ static void tr_fall_back(struct run *r)
 static void tr_answered(struct run *r)
 {
     int changed;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     changed = hosts.profile != r->up.profile;
     if (r->up.tr == TR_HTTP1)
         hosts.profile = r->up.profile;      /* the profile that worked, for the next runs */
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
     if (r->up.tr == TR_H2) tr_h2_worked();
     if (changed)
         srv_log(LOG_INFO, "transport profile %s works; using it from now on",
@@ -8126,9 +8147,9 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
             k += hs[i].name.len;
         }
         names[k] = 0;
-        pthread_mutex_lock(&state_lock);
+        pthread_mutex_lock(&run_head_lock);
         memcpy(run_head_names[TR_H2], names, k + 1);
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&run_head_lock);
     }
     r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
     memset(auth, 0, sizeof auth);
@@ -9508,7 +9529,7 @@ static void quota_remember(const char *model, const coai_error *e)
     int i, slot = 0;
     int64_t now = mono_ms();
     if (conf.quota_latch_s <= 0 || !quota_is_limit(e)) return;
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&quotas.lock);
     for (i = 0; i < SRV_QUOTA_MODELS; i++) {
         if (strcmp(quotas.latch[i].model, model) == 0) { slot = i; break; }
         if (quotas.latch[i].until < quotas.latch[slot].until) slot = i;   /* free, expired or oldest */
@@ -9516,7 +9537,7 @@ static void quota_remember(const char *model, const coai_error *e)
     copy_str(quotas.latch[slot].model, sizeof quotas.latch[slot].model, model, strlen(model));
     quotas.latch[slot].until = now + (int64_t)conf.quota_latch_s * 1000;
     quotas.latch[slot].err = *e;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&quotas.lock);
 }
 
 /* 1 with *e filled when model's usage-limit error is still remembered. */
@@ -9524,14 +9545,14 @@ static int quota_latched(const char *model, coai_error *e)
 {
     int i, hit = 0;
     int64_t now = mono_ms();
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&quotas.lock);
     for (i = 0; i < SRV_QUOTA_MODELS && !hit; i++) {
         if (quotas.latch[i].until > now && strcmp(quotas.latch[i].model, model) == 0) {
             *e = quotas.latch[i].err;
             hit = 1;
         }
     }
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&quotas.lock);
     return hit;
 }
 
@@ -10163,9 +10184,9 @@ static int chat_reply(struct chat *x)
         conv_memory.resumed++;
         pthread_mutex_unlock(&conv_memory.lock);
     }
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&hosts.lock);
     r->up.profile = conf.profile_forced >= 0 ? conf.profile_forced : hosts.profile;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&hosts.lock);
     tr_pick(r);
     return 0;
 }
@@ -10414,9 +10435,9 @@ static void on_signal(int sig)
 static void *reject_thread_counted(void *arg)
 {
     reject_thread(arg);
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&listener.lock);
     listener.rejecting--;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     return NULL;
 }
 
@@ -10585,19 +10606,19 @@ static void serve_loop(void)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        pthread_mutex_lock(&state_lock);
+        pthread_mutex_lock(&listener.lock);
         over = listener.conns >= conf.max_conns;
         reject_ok = listener.rejecting < SRV_REJECT_THREADS;
         if (!over) listener.conns++;
         else if (reject_ok) listener.rejecting++;
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&listener.lock);
         if (over) {
             if (!reject_ok || pthread_create(&t, &rattr, reject_thread_counted,
                                              (void *)(intptr_t)fd) != 0) {
                 if (reject_ok) {
-                    pthread_mutex_lock(&state_lock);
+                    pthread_mutex_lock(&listener.lock);
                     listener.rejecting--;
-                    pthread_mutex_unlock(&state_lock);
+                    pthread_mutex_unlock(&listener.lock);
                 }
                 linger_add(&lg, fd);
             }
@@ -10608,9 +10629,9 @@ static void serve_loop(void)
         if (!c || pthread_create(&t, &attr, conn_thread, c) != 0) {
             free(c);
             close(fd);
-            pthread_mutex_lock(&state_lock);
+            pthread_mutex_lock(&listener.lock);
             listener.conns--;
-            pthread_mutex_unlock(&state_lock);
+            pthread_mutex_unlock(&listener.lock);
             srv_log(LOG_ERROR, "cannot start a connection thread");
         }
     }
@@ -10626,10 +10647,10 @@ static void serve_drain(void)
     int left;
     close(listener.fd);
     pool_prune(1);
-    pthread_mutex_lock(&state_lock);
-    while (listener.conns > 0 && cond_wait_ms(&listener.idle, &state_lock, end - mono_ms()) == 0) {}
+    pthread_mutex_lock(&listener.lock);
+    while (listener.conns > 0 && cond_wait_ms(&listener.idle, &listener.lock, end - mono_ms()) == 0) {}
     left = listener.conns;
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&listener.lock);
     if (left > 0) srv_log(LOG_WARN, "exiting with %d connection(s) still open", left);
 }
 
@@ -10944,7 +10965,7 @@ static int env_bytes(const char *name, size_t def, size_t *out)
     return 0;
 }
 
-/* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
+/* Parse `serve` options into conf. Returns -1 to continue, else an exit status. */
 /* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
  * brackets), no path, no userinfo, no blanks; compared case-insensitively. Any port is
  * accepted with it, unless it is given as NAME:PORT, which pins the name to that port
@@ -11846,9 +11867,9 @@ static int run_status(int argc, char **argv)
     printf("Client version: %s (%s)\n", conf.client_version, conf.client_version_src);
     describe_expiry(buf, sizeof buf, tok);
     printf("Access token: %s\n", buf);
-    pthread_mutex_lock(&state_lock);
+    pthread_mutex_lock(&creds.lock);
     printf("Renewal: %s\n", cred_renewal_locked());
-    pthread_mutex_unlock(&state_lock);
+    pthread_mutex_unlock(&creds.lock);
     fflush(stdout);
     memset(&m, 0, sizeof m);
     if (cli_models(&m, &e) == 0) {
@@ -12250,11 +12271,11 @@ static int run_doctor(int argc, char **argv)
     {
         char exp[200];
         describe_expiry(exp, sizeof exp, tok);
-        pthread_mutex_lock(&state_lock);
+        pthread_mutex_lock(&creds.lock);
         doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
                     srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? file_paths.ours_path
                     : file_paths.agent_path, exp, cred_renewal_locked());
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&creds.lock);
     }
     memset(tok, 0, sizeof tok);
 
@@ -12275,9 +12296,9 @@ static int run_doctor(int argc, char **argv)
         agent = conf.agent_forced;
     } else {
         agent_h2_get(&agent, src, sizeof src);
-        pthread_mutex_lock(&state_lock);
+        pthread_mutex_lock(&hosts.lock);
         failed_cfg = hosts.agent_h2_failed;
-        pthread_mutex_unlock(&state_lock);
+        pthread_mutex_unlock(&hosts.lock);
         doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "HTTP/2 agent host "
                     "https://%s%s (%s); HTTP/1.1 runs go to the base URL https://%s%s",
                     agent.authority, agent.prefix, src, conf.base.authority, conf.base.prefix);
@@ -12445,9 +12466,9 @@ runs_done:
         int t;
         for (t = TR_H2; t >= TR_HTTP1; t--) {
             char names[sizeof run_head_names[0]];
-            pthread_mutex_lock(&state_lock);
+            pthread_mutex_lock(&run_head_lock);
             memcpy(names, run_head_names[t], sizeof names);
-            pthread_mutex_unlock(&state_lock);
+            pthread_mutex_unlock(&run_head_lock);
             if (names[0])
                 doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
         }
@@ -12510,7 +12531,12 @@ static int run_usage(int argc, char **argv)
  * CLOCK_MONOTONIC (cond_init_mono). Before anything else runs: 0 or -1. */
 static int sync_init(void)
 {
-    pthread_mutex_init(&state_lock, NULL);
+    pthread_mutex_init(&listener.lock, NULL);
+    pthread_mutex_init(&up_pool.lock, NULL);
+    pthread_mutex_init(&creds.lock, NULL);
+    pthread_mutex_init(&models_cache.lock, NULL);
+    pthread_mutex_init(&quotas.lock, NULL);
+    pthread_mutex_init(&hosts.lock, NULL);
     pthread_cond_init(&creds.renewed, NULL);
     pthread_cond_init(&hosts.agent_h2_done, NULL);
     return cond_init_mono(&listener.idle) || cond_init_mono(&models_cache.fetched) || cond_init_mono(&log_queue.empty)
