@@ -301,9 +301,9 @@ static struct hosts {
     int profile;                    /* PROF_* that worked last (the default first) */
 } hosts;
 
-/* listener.stop is set by the signal handler and read by every thread; listener.stop_at by the accept loop
- * after it and read by runs. Both through atomics (ThreadSanitizer reported the plain
- * accesses). */
+/* listener.stop is set by the signal handler and read by every thread; listener.stop_at by
+ * the accept loop after it and read by runs. Both through atomics (ThreadSanitizer reported
+ * the plain accesses). */
 static int stopping(void)
 {
     return __atomic_load_n(&listener.stop, __ATOMIC_RELAXED) != 0;
@@ -592,7 +592,8 @@ static void log_flush(void)
 {
     int64_t end = mono_ms() + LOG_FLUSH_MS;
     pthread_mutex_lock(&log_queue.mu);
-    while (log_queue.started && (log_queue.len > 0 || log_queue.busy || log_queue.dropped != log_queue.reported)
+    while (log_queue.started
+           && (log_queue.len > 0 || log_queue.busy || log_queue.dropped != log_queue.reported)
            && cond_wait_ms(&log_queue.empty, &log_queue.mu, end - mono_ms()) == 0) {}
     pthread_mutex_unlock(&log_queue.mu);
 }
@@ -1116,7 +1117,8 @@ static void wn_note(const coai_unknown *u)
     if (i < wire_unknowns.n) {
         wire_unknowns.e[i].count++;
     } else if (wire_unknowns.n < WN_MAX) {
-        copy_str(wire_unknowns.e[wire_unknowns.n].what, sizeof wire_unknowns.e[0].what, what, strlen(what));
+        copy_str(wire_unknowns.e[wire_unknowns.n].what, sizeof wire_unknowns.e[0].what, what,
+                 strlen(what));
         wire_unknowns.e[wire_unknowns.n++].count = 1;
         first = 1;
     } else {
@@ -3900,16 +3902,19 @@ static void cred_paths(void)
         }
         snprintf(base, sizeof base, "%s/.config", strcmp(home, "/") == 0 ? "" : home);
     }
-    snprintf(file_paths.ours_dir, sizeof file_paths.ours_dir, "%.*s/cursor-oai", PATH_MAX - 32, base);
-    snprintf(file_paths.ours_path, sizeof file_paths.ours_path, "%.*s/auth.json", PATH_MAX - 32, file_paths.ours_dir);
+    snprintf(file_paths.ours_dir, sizeof file_paths.ours_dir, "%.*s/cursor-oai", PATH_MAX - 32,
+             base);
+    snprintf(file_paths.ours_path, sizeof file_paths.ours_path, "%.*s/auth.json", PATH_MAX - 32,
+             file_paths.ours_dir);
 #ifdef __APPLE__
     if (!(xdg && xdg[0] == '/') && home) {
-        snprintf(file_paths.agent_path, sizeof file_paths.agent_path, "%.*s/.cursor/auth.json", PATH_MAX - 32,
-                 home);
+        snprintf(file_paths.agent_path, sizeof file_paths.agent_path, "%.*s/.cursor/auth.json",
+                 PATH_MAX - 32, home);
         return;
     }
 #endif
-    snprintf(file_paths.agent_path, sizeof file_paths.agent_path, "%.*s/cursor/auth.json", PATH_MAX - 32, base);
+    snprintf(file_paths.agent_path, sizeof file_paths.agent_path, "%.*s/cursor/auth.json",
+             PATH_MAX - 32, base);
 }
 
 static void file_id_from(const struct stat *st, struct file_id *id)
@@ -4048,7 +4053,8 @@ static int cred_write_file(const coai_creds *c, char *why, size_t cap)
                      file_paths.ours_dir);
             return -1;
         }
-    } else if (stat(file_paths.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid()) {
+    } else if (stat(file_paths.ours_dir, &st) == 0 && (st.st_mode & 077)
+               && st.st_uid == geteuid()) {
         /* our own directory: keep it private even if something loosened it */
         chmod(file_paths.ours_dir, 0700);
     }
@@ -4189,7 +4195,8 @@ static void cred_poll_files(void)
     if (!changed) return;
     src = cred_load();
     srv_log(LOG_INFO, "credentials changed on disk; now using %s",
-            src == CRED_OURS ? file_paths.ours_path : src == CRED_AGENT ? file_paths.agent_path : "nothing");
+            src == CRED_OURS ? file_paths.ours_path
+            : src == CRED_AGENT ? file_paths.agent_path : "nothing");
 }
 
 /* Take the inter-process renewal lock (a lock file next to our credentials file), waiting at
@@ -4448,7 +4455,8 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     if (creds.gen != seen_gen) { pthread_mutex_unlock(&creds.lock); return RENEW_OK; }
     if (creds.refreshing) {
         uint64_t seq = creds.refresh_seq;
-        while (creds.refreshing && creds.refresh_seq == seq) pthread_cond_wait(&creds.renewed, &creds.lock);
+        while (creds.refreshing && creds.refresh_seq == seq)
+            pthread_cond_wait(&creds.renewed, &creds.lock);
         rc = creds.gen != seen_gen ? RENEW_OK : RENEW_FAILED;
         if (rc != RENEW_OK) {
             if (creds.refresh_failed) *e = creds.refresh_err;
@@ -4637,7 +4645,8 @@ static const char *cred_health(void)
     const char *s;
     pthread_mutex_lock(&creds.lock);
     s = !creds.token[0] ? "missing"
-      : creds.refresh_failed && creds.refresh_err.status == 401 ? "renewal rejected: run cursor-oai login"
+      : creds.refresh_failed && creds.refresh_err.status == 401
+        ? "renewal rejected: run cursor-oai login"
       : creds.persist_failed ? "not persisted"
       : creds.refresh_failed ? "renewal failed"
       : "ok";
@@ -4775,7 +4784,7 @@ struct conn {
                                      * JSON-array stream (streamGenerateContent without alt) */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
-    size_t reserved;                /* request bytes counted in listener.inflight for this request */
+    size_t reserved;                /* request bytes in listener.inflight for this request */
     int parse_over;                 /* this request's parse was admitted over the budget */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
@@ -5002,7 +5011,8 @@ static int body_reserve(struct conn *c, size_t n)
     int ok;
     if (n <= c->reserved) return 0;
     pthread_mutex_lock(&listener.lock);
-    ok = listener.inflight == c->reserved || listener.inflight - c->reserved + n <= conf.inflight_max;
+    ok = listener.inflight == c->reserved
+         || listener.inflight - c->reserved + n <= conf.inflight_max;
     if (ok) {
         listener.inflight += n - c->reserved;
         c->reserved = n;
@@ -5020,7 +5030,8 @@ static int parse_reserve(struct conn *c, size_t n)
     int ok;
     if (n <= c->reserved) return 0;
     pthread_mutex_lock(&listener.lock);
-    ok = listener.inflight == c->reserved || listener.inflight - c->reserved + n <= conf.inflight_max;
+    ok = listener.inflight == c->reserved
+         || listener.inflight - c->reserved + n <= conf.inflight_max;
     if (!ok && !listener.parse_over) {
         ok = 1;
         listener.parse_over = c->parse_over = 1;
@@ -5733,7 +5744,8 @@ static int fd_client_gone(int fd)
 static int models_get(struct models_list **list, coai_error *err, coai_str want,
                       char *resolved, size_t cap, int *fetched, int client_fd)
 {
-    int64_t fail_ttl = conf.models_ttl_ms < MODELS_FAIL_TTL_MS ? conf.models_ttl_ms : MODELS_FAIL_TTL_MS;
+    int64_t fail_ttl = conf.models_ttl_ms < MODELS_FAIL_TTL_MS ? conf.models_ttl_ms
+                                                               : MODELS_FAIL_TTL_MS;
     int64_t wait_end = mono_ms() + conf.models_wait_ms;
     uint64_t seq0;                      /* a fetch that ends after this is news to this call */
     int rc;
@@ -6140,8 +6152,8 @@ static struct {
     int64_t wall;                   /* wall ms of the last answer */
     coai_quota u;
     coai_error err;
-} usage_cache = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, USAGE_TTL_DEFAULT_S * 1000, 0, 0,
-         0, 0, 0, { 0 }, { 0 } };
+} usage_cache = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                  USAGE_TTL_DEFAULT_S * 1000, 0, 0, 0, 0, 0, { 0 }, { 0 } };
 
 /* The usage answer no older than max_ms (an error: err_max_ms). wait = 0: never block (the
  * status page): a missing or old answer starts a fetch when none runs, and what is kept is
@@ -6156,7 +6168,8 @@ static int usage_get(int64_t max_ms, int64_t err_max_ms, int wait, coai_quota *u
     gen = usage_cache.gen;
     for (;;) {
         int64_t age = mono_ms() - usage_cache.at;
-        if (usage_cache.state && age < (usage_cache.state == 2 ? err_max_ms : max_ms)) break;   /* young */
+        if (usage_cache.state && age < (usage_cache.state == 2 ? err_max_ms : max_ms))
+            break;                      /* young */
         if (usage_cache.gen != gen) break;          /* the fetch this caller waited for has ended */
         if (!usage_cache.fetching) {
             usage_cache.fetching = 1;
@@ -6199,8 +6212,9 @@ static int handle_usage(struct conn *c)
     coai_error e;
     coai_buf out = { 0 };
     int64_t wall;
-    if (usage_get(usage_cache.ttl_ms, usage_cache.ttl_ms < USAGE_ERR_TTL_MS ? usage_cache.ttl_ms : USAGE_ERR_TTL_MS, 1, &u,
-                  &e, &wall) != 1) {
+    if (usage_get(usage_cache.ttl_ms,
+                  usage_cache.ttl_ms < USAGE_ERR_TTL_MS ? usage_cache.ttl_ms : USAGE_ERR_TTL_MS,
+                  1, &u, &e, &wall) != 1) {
         send_coai_error(c, &e);
     } else if (coai_quota_write_json(&out, &u) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
@@ -6416,7 +6430,8 @@ static struct {
     pthread_mutex_t mu;
     struct status_req r[STATUS_RING];
     unsigned next, count;
-} recent_reqs = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } }, 0, 0 };
+} recent_reqs = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } },
+                  0, 0 };
 
 /* Called by access_log for every request but the status page's own, /health and /metrics
  * (pollers would push everything else out). */
@@ -6558,11 +6573,13 @@ static void status_live_json(coai_buf *b)
         status_label(metric_store.s[M_FALLBACKS][i].labels, "kind", v, sizeof v);
         status_kind_add(fbs, &nf, 32, v[0] ? v : "other", metric_store.s[M_FALLBACKS][i].value);
     }
-    for (i = 0; i < metric_store.n[M_OPEN_STREAMS]; i++) streams += metric_store.s[M_OPEN_STREAMS][i].value;
+    for (i = 0; i < metric_store.n[M_OPEN_STREAMS]; i++)
+        streams += metric_store.s[M_OPEN_STREAMS][i].value;
     for (i = 0; i < metric_store.n[M_HELD_RUNS]; i++) held += metric_store.s[M_HELD_RUNS][i].value;
     for (i = 0; i < metric_store.n[M_FIRST_TOKEN]; i++) {
         count += metric_store.s[M_FIRST_TOKEN][i].count;
-        for (j = 0; j < METRIC_BUCKETS; j++) buckets[j] += metric_store.s[M_FIRST_TOKEN][i].buckets[j];
+        for (j = 0; j < METRIC_BUCKETS; j++)
+            buckets[j] += metric_store.s[M_FIRST_TOKEN][i].buckets[j];
     }
     p50 = status_quantile(buckets, count, 0.5);
     p95 = status_quantile(buckets, count, 0.95);
@@ -7747,7 +7764,8 @@ done:
 /* The other profile may still be tried for this request: none forced, not tried yet. */
 static int run_may_switch(struct run *r)
 {
-    return conf.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1) && r->up.tr == TR_HTTP1;
+    return conf.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1)
+           && r->up.tr == TR_HTTP1;
 }
 
 /* ---- Transports (issue 23): how a run reaches Cursor ------------------------------------
@@ -7773,8 +7791,9 @@ static int run_may_switch(struct run *r)
  *           request body, Cursor's the response, on a shared HTTP/2 connection
  *           (h2_run_start, h2_run_send).
  * Which one a run uses: tr_choose() (CURSOR_OAI_TRANSPORT, else HTTP/2 unless it failed
- * lately: transport_state.h1_until). Nothing outside these calls asks which transport a run has, except
- * to name it (c->transport, metrics, the HTTP/1.1-only profile switch: run_may_switch). */
+ * lately: transport_state.h1_until). Nothing outside these calls asks which transport a run
+ * has, except to name it (c->transport, metrics, the HTTP/1.1-only profile switch:
+ * run_may_switch). */
 
 /* After an HTTP/2 failure, HTTP/1.1 for this long (CURSOR_OAI_H2_REPROBE seconds), then
  * HTTP/2 again. 10 minutes: what fails HTTP/2 (a proxy or middlebox without it, an
@@ -7795,7 +7814,8 @@ static struct tr_state {
                                      * runs use HTTP/1.1 (0: HTTP/2) */
     char why[200];                  /* that failure */
     unsigned long fallbacks;
-} transport_state = { .lock = PTHREAD_MUTEX_INITIALIZER, .forced = -1, .reprobe_ms = TR_REPROBE_MS };
+} transport_state = { .lock = PTHREAD_MUTEX_INITIALIZER, .forced = -1,
+                      .reprobe_ms = TR_REPROBE_MS };
 
 /* What GetServerConfig's http2_config asks of runs (coai_http2_config_transport: 1 HTTP/1.1,
  * 2 HTTP/2 only, 0 HTTP/2 with the fallback); 0 while not known. */
@@ -7873,7 +7893,8 @@ static void tr_h2_failed(const char *why)
     copy_str(transport_state.why, sizeof transport_state.why, why, strlen(why));
     pthread_mutex_unlock(&transport_state.lock);
     srv_log(LOG_WARN, "HTTP/2 to Cursor failed (%s): runs use HTTP/1.1 (RunSSE + BidiAppend) "
-            "for the next %d s, then HTTP/2 is tried again", why, transport_state.reprobe_ms / 1000);
+            "for the next %d s, then HTTP/2 is tried again", why,
+            transport_state.reprobe_ms / 1000);
 }
 
 /* An HTTP/2 run answered: HTTP/2 works (again). */
@@ -8838,7 +8859,7 @@ static int held_park(struct run *r)
         return -1;
     }
     r->held.holder_started = 1;
-    if (!r->held.counted) held_runs.held++;             /* it could not be told before (held_count) */
+    if (!r->held.counted) held_runs.held++;     /* it could not be told before (held_count) */
     r->held.counted = 0;
     pthread_cond_broadcast(&held_runs.cond);            /* a follow-up may be waiting for it */
     if (held_runs.n > held_runs.max) {
@@ -9038,8 +9059,9 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     o->send = run_send;
     o->send_user = r;
     /* parallel tool calls only when the client allows them (parallel_tool_calls: false) */
-    o->batch_tools = held_runs.on && !(r->in.req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
-                                   r->in.req.root_, "parallel_tool_calls")));
+    o->batch_tools = held_runs.on
+        && !(r->in.req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+                 r->in.req.root_, "parallel_tool_calls")));
     if (r->in.resp) {
         o->echo.ptr = r->in.rr.echo.data ? (const char *)r->in.rr.echo.data : "";
         o->echo.len = r->in.rr.echo.len;
@@ -9108,7 +9130,10 @@ static void mem_store(struct run *r)
         e->nblobs++;
     }
     e->bytes = e->state.len + e->blobs.len + sizeof *e;
-    if (e->state.err || e->blobs.err || e->bytes > conv_memory.max_bytes) { mem_entry_free(e); return; }
+    if (e->state.err || e->blobs.err || e->bytes > conv_memory.max_bytes) {
+        mem_entry_free(e);
+        return;
+    }
     e->at = mono_ms();
     pthread_mutex_lock(&conv_memory.lock);
     e->next = conv_memory.list;
@@ -9178,8 +9203,8 @@ static int mem_find(const coai_request *req, const char *model, struct mem_hit *
     /* A key names a history that ends with the answer it remembers, and only new user
      * messages may follow it: the one candidate is the history up to the last message that
      * is not a user's, which must be an answer. Found in one pass, digested outside the
-     * lock; under it only the (at most conv_memory.max) keys are compared (issue 22 item 1: this was
-     * a digest per message and a scan of every key per message, under conv_memory.lock). */
+     * lock; under it only the (at most conv_memory.max) keys are compared (issue 22 item 1: this
+     * was a digest per message and a scan of every key per message, under conv_memory.lock). */
     for (k = n; k > 0 && req->messages[k - 1].role == COAI_ROLE_USER; k--) {}
     if (k == 0 || k == n || req->messages[k - 1].role != COAI_ROLE_ASSISTANT) return 0;
     conv_digest(req->messages, k, key);
@@ -9532,7 +9557,8 @@ static void quota_remember(const char *model, const coai_error *e)
     pthread_mutex_lock(&quotas.lock);
     for (i = 0; i < SRV_QUOTA_MODELS; i++) {
         if (strcmp(quotas.latch[i].model, model) == 0) { slot = i; break; }
-        if (quotas.latch[i].until < quotas.latch[slot].until) slot = i;   /* free, expired or oldest */
+        if (quotas.latch[i].until < quotas.latch[slot].until)
+            slot = i;                   /* free, expired or oldest */
     }
     copy_str(quotas.latch[slot].model, sizeof quotas.latch[slot].model, model, strlen(model));
     quotas.latch[slot].until = now + (int64_t)conf.quota_latch_s * 1000;
@@ -10485,8 +10511,8 @@ static int listen_open(void)
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", conf.listen_host, conf.listen_port,
-                strerror(err));
+        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", conf.listen_host,
+                conf.listen_port, strerror(err));
         return -1;
     }
     /* Port 0 picks a free port: record the real one (the Host check compares it). */
@@ -10506,8 +10532,8 @@ static int listen_open(void)
     }
     /* listen() only now: a refused configuration never accepts a connection. */
     if (listen(fd, 511) != 0) {
-        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", conf.listen_host, conf.listen_port,
-                strerror(errno));
+        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", conf.listen_host,
+                conf.listen_port, strerror(errno));
         close(fd);
         return -1;
     }
@@ -10648,7 +10674,8 @@ static void serve_drain(void)
     close(listener.fd);
     pool_prune(1);
     pthread_mutex_lock(&listener.lock);
-    while (listener.conns > 0 && cond_wait_ms(&listener.idle, &listener.lock, end - mono_ms()) == 0) {}
+    while (listener.conns > 0
+           && cond_wait_ms(&listener.idle, &listener.lock, end - mono_ms()) == 0) {}
     left = listener.conns;
     pthread_mutex_unlock(&listener.lock);
     if (left > 0) srv_log(LOG_WARN, "exiting with %d connection(s) still open", left);
@@ -10995,7 +11022,8 @@ static int allow_host_add(const char *name, size_t n, const char *src)
     }
     v.ptr = name;
     v.len = nl;
-    if (conf.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v) || n >= sizeof conf.allow[0]) {
+    if (conf.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v)
+        || n >= sizeof conf.allow[0]) {
         fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
                 "bytes, without path or blanks, optionally :PORT)\n", src,
                 (int)(n > 253 ? 253 : n), name, SRV_MAX_ALLOW);
@@ -11404,12 +11432,14 @@ static int run_serve(int argc, char **argv)
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
             "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
             strchr(conf.listen_host, ':') ? "[" : "", conf.listen_host,
-            strchr(conf.listen_host, ':') ? "]" : "", conf.listen_port, conf.up_authority, conf.up_prefix,
+            strchr(conf.listen_host, ':') ? "]" : "", conf.listen_port, conf.up_authority,
+            conf.up_prefix,
             conf.tas_n, conf.ca_file, conf.timezone);
     srv_log(LOG_INFO, "client version %s (%s); transport %s; profile %s%s; HTTP/1.1 runs to %s",
             conf.client_version, conf.client_version_src,
-            transport_state.forced >= 0 ? (transport_state.forced == TR_H2 ? "HTTP/2 (CURSOR_OAI_TRANSPORT, no fallback)"
-                                                 : "HTTP/1.1 (CURSOR_OAI_TRANSPORT)")
+            transport_state.forced >= 0
+            ? (transport_state.forced == TR_H2 ? "HTTP/2 (CURSOR_OAI_TRANSPORT, no fallback)"
+                                               : "HTTP/1.1 (CURSOR_OAI_TRANSPORT)")
                            : "HTTP/2 (HTTP/1.1 as the fallback)", PROFILE_NAME[hosts.profile],
             conf.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
                                   : " (grpc-web as the fallback)",
@@ -11820,7 +11850,8 @@ static int run_logout(int argc, char **argv)
     } else if (errno == ENOENT) {
         printf("No cursor-oai login to remove (%s does not exist).\n", file_paths.ours_path);
     } else {
-        fprintf(stderr, "cursor-oai: cannot remove %s: %s\n", file_paths.ours_path, strerror(errno));
+        fprintf(stderr, "cursor-oai: cannot remove %s: %s\n", file_paths.ours_path,
+                strerror(errno));
         rc = 1;
     }
     if (stat(file_paths.agent_path, &st) == 0)
@@ -11898,8 +11929,8 @@ static int run_status(int argc, char **argv)
         printf("Upstream: https://%s%s rejected the credentials: %s\nRun 'cursor-oai login'.\n",
                conf.up_authority, conf.up_prefix, e.message);
     } else {
-        printf("Upstream: could not check with https://%s%s: %s\n", conf.up_authority, conf.up_prefix,
-               e.message);
+        printf("Upstream: could not check with https://%s%s: %s\n", conf.up_authority,
+               conf.up_prefix, e.message);
     }
     memset(tok, 0, sizeof tok);
     coai_models_free(&m);
@@ -12234,7 +12265,8 @@ static int run_doctor(int argc, char **argv)
     conf.log_level = LOG_ERROR;
     for (i = 0; i < argc; i++)
         if (strcmp(argv[i], "--verbose") == 0) conf.log_level = LOG_INFO;
-    if (!getcwd(conf.workspace, sizeof conf.workspace)) copy_str(conf.workspace, sizeof conf.workspace, "/", 1);
+    if (!getcwd(conf.workspace, sizeof conf.workspace))
+        copy_str(conf.workspace, sizeof conf.workspace, "/", 1);
     doctor_t0 = mono_ms();
     printf("cursor-oai %s doctor\n", COAI_VERSION);
     printf("Client version: %s (%s)\n", conf.client_version, conf.client_version_src);
@@ -12273,7 +12305,8 @@ static int run_doctor(int argc, char **argv)
         describe_expiry(exp, sizeof exp, tok);
         pthread_mutex_lock(&creds.lock);
         doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
-                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? file_paths.ours_path
+                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN"
+                    : srcw == CRED_OURS ? file_paths.ours_path
                     : file_paths.agent_path, exp, cred_renewal_locked());
         pthread_mutex_unlock(&creds.lock);
     }
@@ -12343,8 +12376,8 @@ static int run_doctor(int argc, char **argv)
         } else {
             const cJSON *em = cJSON_GetObjectItemCaseSensitive(
                 cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
-            doctor_step(transport_state.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)", "HTTP %d, "
-                        "HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
+            doctor_step(transport_state.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)",
+                        "HTTP %d, HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
                         cJSON_IsString(em) ? em->valuestring : "no answer");
             if (transport_state.forced == TR_H2)
                 doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
@@ -12389,7 +12422,8 @@ static int run_doctor(int argc, char **argv)
             refused_said = 1;
             doctor_step("WARN", "agent host", "https://%s%s serves HTTP/2 only: it answered "
                         "cursor-oai's HTTP/1.1 request with %s; runs went to the base URL "
-                        "https://%s%s instead", conf.agent_forced.authority, conf.agent_forced.prefix,
+                        "https://%s%s instead", conf.agent_forced.authority,
+                        conf.agent_forced.prefix,
                         why, conf.base.authority, conf.base.prefix);
             doctor_advice("unset CURSOR_OAI_AGENT_URL: cursor-oai speaks HTTP/1.1, and its runs "
                           "belong on the base URL (CURSOR_API_URL).");
@@ -12539,7 +12573,8 @@ static int sync_init(void)
     pthread_mutex_init(&hosts.lock, NULL);
     pthread_cond_init(&creds.renewed, NULL);
     pthread_cond_init(&hosts.agent_h2_done, NULL);
-    return cond_init_mono(&listener.idle) || cond_init_mono(&models_cache.fetched) || cond_init_mono(&log_queue.empty)
+    return cond_init_mono(&listener.idle) || cond_init_mono(&models_cache.fetched)
+        || cond_init_mono(&log_queue.empty)
         || cond_init_mono(&tls_reuse.spare_cond) || cond_init_mono(&held_runs.cond) ? -1 : 0;
 }
 
