@@ -5,8 +5,9 @@
  * (HTTP heads, chunked bodies, envelopes, protobuf, JSON, OpenAI logic, HTTP/2 frames and
  * HPACK) lives in the header, where it is tested and fuzzed. Threads: one detached thread per
  * client connection, one I/O thread per HTTP/2 connection to Cursor, a heartbeat thread per
- * long run, a holder thread per held run; shared state (connection count, TLS pool, model
- * cache, credentials) sits behind S.lock.
+ * long run, a holder thread per held run; shared state is grouped by concern (section
+ * "State": conf, file_paths, listener, up_pool, creds, models_cache, quotas, hosts), each
+ * concern behind a lock of its own; no two of them are ever held at once.
  *
  * MAP, in the order a request travels (each name is a section heading below: search for it)
  *
@@ -150,6 +151,15 @@ enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 struct upconn;
 
+/* The account's model list as GetUsableModels last gave it, parsed once when it arrived. The
+ * cache (models_cache.list) holds one reference and each reader one more, taken and dropped
+ * under models_cache.lock (models_get, models_put), so a renewal never frees a list a request
+ * still reads. */
+struct models_list {
+    int refs;                       /* under models_cache.lock */
+    coai_models m;
+};
+
 /* Identity of a file: a change means someone else wrote it (a login while serving). */
 struct file_id {
     int exists;
@@ -159,8 +169,8 @@ struct file_id {
     int64_t mtime_ns;
 };
 
-static struct server {
-    /* configuration: written by main() before the first thread starts */
+/* Configuration: written by main() before the first thread starts, read-only after (no lock). */
+static struct conf {
     char listen_host[256];          /* --listen host part */
     char listen_port[8];            /* --listen port part */
     char up_host[256];              /* CURSOR_API_URL host (SNI + name check) */
@@ -194,25 +204,49 @@ static struct server {
     size_t max_prompt;              /* CURSOR_OAI_MAX_PROMPT_BYTES: UserMessage text cap */
     br_x509_trust_anchor *tas;      /* trust anchors, kept for the process */
     size_t tas_n;
-    /* runtime */
-    int listen_fd;
-    int listen_loopback;            /* bound to a loopback address */
+    int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
+    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
+    int cli;                        /* a one-shot command: plain messages, no timestamps */
+} conf;
+
+/* The credential files' paths: set once before any thread starts (no lock). */
+static struct file_paths {
+    char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
+    char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
+    char agent_path[PATH_MAX];      /* cursor-agent's auth.json (read-only) */
+} file_paths;
+
+/* The listening socket, shutdown, and the client connections being served. */
+static struct listener {
+    pthread_mutex_t lock;           /* guards idle, conns, rejecting, inflight, parse_over */
+    int fd;
+    int loopback;                   /* bound to a loopback address */
     volatile sig_atomic_t stop;     /* SIGTERM/SIGINT seen */
     int64_t stop_at;                /* mono ms when the accept loop saw stop */
-    pthread_mutex_t lock;           /* guards everything below */
     pthread_cond_t idle;            /* signalled when conns drops */
     int conns;                      /* client connections being served */
     int rejecting;                  /* 503 answers in flight */
     size_t inflight;                /* request body bytes reserved by requests being served */
     int parse_over;                 /* requests whose parse was admitted over the budget */
-    struct upconn *pool;            /* idle TLS connections */
-    int pool_n;
+} listener;
+
+/* Idle upstream TLS connections. */
+static struct up_pool {
+    pthread_mutex_t lock;
+    struct upconn *idle;            /* idle TLS connections */
+    int n;
+} up_pool;
+
+/* The upstream credentials and their renewal. log_msg takes the lock to redact the secrets:
+ * never log while holding it. */
+static struct creds {
+    pthread_mutex_t lock;
     char token[SRV_TOKEN_MAX];      /* upstream access token ("" = none) */
     char refresh[SRV_TOKEN_MAX];    /* refresh token ("" = none) */
-    char cred_key[SRV_TOKEN_MAX];   /* stored Cursor API key: renewal by exchange ("" = none) */
-    int cred_src;                   /* CRED_* where the token came from */
-    uint64_t cred_gen;              /* bumped whenever the access token changes */
-    uint64_t cred_bad_gen;          /* generation the upstream rejected after streaming */
+    char key[SRV_TOKEN_MAX];        /* stored Cursor API key: renewal by exchange ("" = none) */
+    int src;                        /* CRED_* where the token came from */
+    uint64_t gen;                   /* bumped whenever the access token changes */
+    uint64_t bad_gen;               /* generation the upstream rejected after streaming */
     int refreshing;                 /* a renewal is in flight (single flight) */
     uint64_t refresh_seq;           /* renewals finished */
     int refresh_failed;             /* the last renewal failed: refresh_err says how */
@@ -221,31 +255,43 @@ static struct server {
     int persist_failed;             /* the newest tokens live only in memory */
     int64_t persist_retry_at;       /* mono ms: try saving them again from then on */
     struct file_id ours_id, agent_id; /* the credential files as last loaded or written */
-    int64_t cred_checked_at;        /* mono ms of the last look at the files */
-    pthread_cond_t cred_cv;         /* signalled when a renewal ends */
-    coai_buf models;                /* last good GetUsableModels JSON */
-    coai_models models_parsed;      /* the same, parsed once (read under S.lock) */
-    int64_t models_at;              /* mono ms of the last good fetch, 0 = never */
-    int64_t models_fail_at;         /* mono ms of the last failed fetch, 0 = none since */
-    coai_error models_err;          /* why it failed */
-    int models_fetching;            /* a fetch is in flight (single flight) */
-    uint64_t models_seq;            /* fetches finished */
-    pthread_cond_t models_cv;       /* signalled when a fetch ends */
-    int64_t models_ttl_ms;          /* CURSOR_OAI_MODELS_TTL */
-    int quota_latch_s;              /* CURSOR_OAI_QUOTA_LATCH, 0 = off */
-    struct quota_latch {            /* usage-limit errors Cursor gave, per model */
-        char model[128];
-        int64_t until;              /* mono ms; 0 = free slot */
-        coai_error err;
-    } quota[SRV_QUOTA_MODELS];
-    /* GetServerConfig's agentUrlConfig host: for an HTTP/2 transport only (agent_h2_get);
-     * HTTP/1.1 runs go to the base URL (run_host_get) */
+    int64_t checked_at;             /* mono ms of the last look at the files */
+    pthread_cond_t renewed;         /* signalled when a renewal ends */
+} creds;
+
+/* The account's model list, GetUsableModels. */
+static struct models_cache {
+    pthread_mutex_t lock;           /* also guards the lists' refs */
+    struct models_list *list;       /* last good GetUsableModels list, NULL = none yet */
+    int64_t at;                     /* mono ms of the last good fetch, 0 = never */
+    int64_t fail_at;                /* mono ms of the last failed fetch, 0 = none since */
+    coai_error err;                 /* why it failed */
+    int fetching;                   /* a fetch is in flight (single flight) */
+    uint64_t seq;                   /* fetches finished */
+    pthread_cond_t fetched;         /* signalled when a fetch ends */
+} models_cache;
+
+/* Usage-limit errors Cursor gave, per model. */
+struct quota_latch {
+    char model[128];
+    int64_t until;                  /* mono ms; 0 = free slot */
+    coai_error err;
+};
+static struct quotas {
+    pthread_mutex_t lock;
+    struct quota_latch latch[SRV_QUOTA_MODELS];
+} quotas;
+
+/* Where runs go and how. GetServerConfig's agentUrlConfig host is for an
+ * HTTP/2 transport only (agent_h2_get); HTTP/1.1 runs go to the base URL (run_host_get). */
+static struct hosts {
+    pthread_mutex_t lock;
     coai_url agent_h2;              /* the host GetServerConfig names (agent_h2_get) */
     char agent_h2_src[600];         /* where it came from */
     int64_t agent_h2_at;            /* mono ms it was decided, 0 = not yet */
     int agent_h2_failed;            /* it is the base URL because GetServerConfig failed */
     int agent_h2_fetching;          /* a GetServerConfig call is in flight */
-    pthread_cond_t agent_h2_cv;     /* signalled when it ends */
+    pthread_cond_t agent_h2_done;   /* signalled when it ends */
     struct h2only {                 /* hosts that refused HTTP/1.1 at the connection level */
         coai_url host;
         char why[160];              /* how: "a 400 \"illegal request line\"", ... */
@@ -253,19 +299,14 @@ static struct server {
     } h2only[SRV_H2ONLY_MAX];
     int h2only_n;
     int profile;                    /* PROF_* that worked last (the default first) */
-    /* credential file paths, set once before any thread starts */
-    char ours_dir[PATH_MAX];        /* $XDG_CONFIG_HOME/cursor-oai */
-    char ours_path[PATH_MAX];       /* .../cursor-oai/auth.json (ours, read-write) */
-    char agent_path[PATH_MAX];      /* cursor-agent's auth.json (read-only) */
-    int cli;                        /* a one-shot command: plain messages, no timestamps */
-} S;
+} hosts;
 
-/* S.stop is set by the signal handler and read by every thread; S.stop_at by the accept loop
- * after it and read by runs. Both through atomics (ThreadSanitizer reported the plain
- * accesses). */
+/* listener.stop is set by the signal handler and read by every thread; listener.stop_at by
+ * the accept loop after it and read by runs. Both through atomics (ThreadSanitizer reported
+ * the plain accesses). */
 static int stopping(void)
 {
-    return __atomic_load_n(&S.stop, __ATOMIC_RELAXED) != 0;
+    return __atomic_load_n(&listener.stop, __ATOMIC_RELAXED) != 0;
 }
 
 enum { CRED_NONE, CRED_ENV, CRED_OURS, CRED_AGENT };
@@ -465,7 +506,7 @@ static struct logq {
     int busy;                       /* the writer is inside write() */
     uint64_t dropped;               /* lines dropped because the queue was full */
     uint64_t reported;              /* of those, how many the log has mentioned */
-} LQ = { .mu = PTHREAD_MUTEX_INITIALIZER, .more = PTHREAD_COND_INITIALIZER };
+} log_queue = { .mu = PTHREAD_MUTEX_INITIALIZER, .more = PTHREAD_COND_INITIALIZER };
 
 static int log_json;                /* --log-format json: every line is one JSON object */
 
@@ -492,27 +533,27 @@ static void *log_writer(void *arg)
 {
     static char chunk[LOG_WRITE_CHUNK];
     (void)arg;
-    pthread_mutex_lock(&LQ.mu);
+    pthread_mutex_lock(&log_queue.mu);
     for (;;) {
         size_t n = 0, first;
         uint64_t drop;
-        while (LQ.len == 0 && LQ.dropped == LQ.reported) {
-            pthread_cond_broadcast(&LQ.empty);
-            pthread_cond_wait(&LQ.more, &LQ.mu);
+        while (log_queue.len == 0 && log_queue.dropped == log_queue.reported) {
+            pthread_cond_broadcast(&log_queue.empty);
+            pthread_cond_wait(&log_queue.more, &log_queue.mu);
         }
-        if (LQ.len > 0) {
-            n = LQ.len < LOG_WRITE_CHUNK ? LQ.len : LOG_WRITE_CHUNK;
-            first = LOG_QUEUE_BYTES - LQ.head < n ? LOG_QUEUE_BYTES - LQ.head : n;
-            memcpy(chunk, LQ.ring + LQ.head, first);
-            memcpy(chunk + first, LQ.ring, n - first);
-            LQ.head = (LQ.head + n) % LOG_QUEUE_BYTES;
-            LQ.len -= n;
+        if (log_queue.len > 0) {
+            n = log_queue.len < LOG_WRITE_CHUNK ? log_queue.len : LOG_WRITE_CHUNK;
+            first = LOG_QUEUE_BYTES - log_queue.head < n ? LOG_QUEUE_BYTES - log_queue.head : n;
+            memcpy(chunk, log_queue.ring + log_queue.head, first);
+            memcpy(chunk + first, log_queue.ring, n - first);
+            log_queue.head = (log_queue.head + n) % LOG_QUEUE_BYTES;
+            log_queue.len -= n;
         }
         /* Lines were dropped: say so once the queue has drained, in order. */
-        drop = LQ.len == 0 ? LQ.dropped - LQ.reported : 0;
-        LQ.reported += drop;
-        LQ.busy = 1;
-        pthread_mutex_unlock(&LQ.mu);
+        drop = log_queue.len == 0 ? log_queue.dropped - log_queue.reported : 0;
+        log_queue.reported += drop;
+        log_queue.busy = 1;
+        pthread_mutex_unlock(&log_queue.mu);
         log_write_fd(chunk, n);
         if (drop) {
             char m[160], line[400];
@@ -521,8 +562,8 @@ static void *log_writer(void *arg)
             size_t ln = log_line_format(line, sizeof line, LOG_WARN, m, (size_t)k, 0);
             log_write_fd(line, ln);
         }
-        pthread_mutex_lock(&LQ.mu);
-        LQ.busy = 0;
+        pthread_mutex_lock(&log_queue.mu);
+        log_queue.busy = 0;
     }
     return NULL;
 }
@@ -537,32 +578,33 @@ static void log_start(void)
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&a, 128 * 1024);
-    pthread_mutex_lock(&LQ.mu);
-    LQ.ring = ring;
-    LQ.started = pthread_create(&t, &a, log_writer, NULL) == 0;
-    if (!LQ.started) LQ.ring = NULL;
-    pthread_mutex_unlock(&LQ.mu);
+    pthread_mutex_lock(&log_queue.mu);
+    log_queue.ring = ring;
+    log_queue.started = pthread_create(&t, &a, log_writer, NULL) == 0;
+    if (!log_queue.started) log_queue.ring = NULL;
+    pthread_mutex_unlock(&log_queue.mu);
     pthread_attr_destroy(&a);
-    if (!LQ.ring) free(ring);
+    if (!log_queue.ring) free(ring);
 }
 
 /* Before exit: give the writer up to LOG_FLUSH_MS to write what is queued. */
 static void log_flush(void)
 {
     int64_t end = mono_ms() + LOG_FLUSH_MS;
-    pthread_mutex_lock(&LQ.mu);
-    while (LQ.started && (LQ.len > 0 || LQ.busy || LQ.dropped != LQ.reported)
-           && cond_wait_ms(&LQ.empty, &LQ.mu, end - mono_ms()) == 0) {}
-    pthread_mutex_unlock(&LQ.mu);
+    pthread_mutex_lock(&log_queue.mu);
+    while (log_queue.started
+           && (log_queue.len > 0 || log_queue.busy || log_queue.dropped != log_queue.reported)
+           && cond_wait_ms(&log_queue.empty, &log_queue.mu, end - mono_ms()) == 0) {}
+    pthread_mutex_unlock(&log_queue.mu);
 }
 
 /* Lines dropped so far (for /metrics). */
 static uint64_t log_dropped(void)
 {
     uint64_t d;
-    pthread_mutex_lock(&LQ.mu);
-    d = LQ.dropped;
-    pthread_mutex_unlock(&LQ.mu);
+    pthread_mutex_lock(&log_queue.mu);
+    d = log_queue.dropped;
+    pthread_mutex_unlock(&log_queue.mu);
     return d;
 }
 
@@ -570,23 +612,23 @@ static uint64_t log_dropped(void)
  * written here. */
 static void log_emit(const char *line, size_t n)
 {
-    pthread_mutex_lock(&LQ.mu);
-    if (!LQ.started) {
-        pthread_mutex_unlock(&LQ.mu);
+    pthread_mutex_lock(&log_queue.mu);
+    if (!log_queue.started) {
+        pthread_mutex_unlock(&log_queue.mu);
         log_write_fd(line, n);
         return;
     }
-    if (LOG_QUEUE_BYTES - LQ.len < n) {
-        LQ.dropped++;
+    if (LOG_QUEUE_BYTES - log_queue.len < n) {
+        log_queue.dropped++;
     } else {
-        size_t tail = (LQ.head + LQ.len) % LOG_QUEUE_BYTES;
+        size_t tail = (log_queue.head + log_queue.len) % LOG_QUEUE_BYTES;
         size_t first = LOG_QUEUE_BYTES - tail < n ? LOG_QUEUE_BYTES - tail : n;
-        memcpy(LQ.ring + tail, line, first);
-        memcpy(LQ.ring, line + first, n - first);
-        LQ.len += n;
-        pthread_cond_signal(&LQ.more);
+        memcpy(log_queue.ring + tail, line, first);
+        memcpy(log_queue.ring, line + first, n - first);
+        log_queue.len += n;
+        pthread_cond_signal(&log_queue.more);
     }
-    pthread_mutex_unlock(&LQ.mu);
+    pthread_mutex_unlock(&log_queue.mu);
 }
 
 /* Cut every occurrence of `secret` out of line[0..*n). Callers never pass secrets to the
@@ -657,7 +699,7 @@ static size_t log_line_format(char *out, size_t cap, int level, const char *msg,
     struct tm tm;
     size_t o = 0;
     int k;
-    if (S.cli) {
+    if (conf.cli) {
         k = snprintf(out, cap, "cursor-oai: %s", cli_prefix[level]);
         o = k > 0 ? (size_t)k : 0;
         log_escape_text(out, cap - 1, &o, msg, n);
@@ -733,12 +775,12 @@ static size_t log_line_format(char *out, size_t cap, int level, const char *msg,
 static void log_msg(int level, char *msg, size_t n, int obj)
 {
     char line[SRV_LOG_ROOM * 6 + 256];
-    pthread_mutex_lock(&S.lock);
-    log_redact(msg, &n, S.token);
-    log_redact(msg, &n, S.refresh);
-    log_redact(msg, &n, S.cred_key);
-    pthread_mutex_unlock(&S.lock);
-    log_redact(msg, &n, S.api_key);
+    pthread_mutex_lock(&creds.lock);
+    log_redact(msg, &n, creds.token);
+    log_redact(msg, &n, creds.refresh);
+    log_redact(msg, &n, creds.key);
+    pthread_mutex_unlock(&creds.lock);
+    log_redact(msg, &n, conf.api_key);
     n = log_line_format(line, sizeof line, level, msg, n, obj);
     log_emit(line, n);
 }
@@ -751,7 +793,7 @@ static void srv_log(int level, const char *fmt, ...)
     char msg[SRV_LOG_ROOM];
     int k;
     va_list ap;
-    if (level > S.log_level) return;
+    if (level > conf.log_level) return;
     va_start(ap, fmt);
     k = vsnprintf(msg, SRV_LOG_LINE, fmt, ap);
     va_end(ap);
@@ -764,7 +806,7 @@ static void srv_log(int level, const char *fmt, ...)
 /* ======================================================================== */
 
 /* The API, for every part of the server. All calls are thread-safe, take one short lock of
- * their own (never S.lock: they may be called with S.lock held) and never do I/O:
+ * their own (never a state lock: they may be called with one held) and never do I/O:
  *
  *   metric_add(M_X, labels, n)       counter: add n (>= 0) to the series `labels`
  *   metric_gauge_add(M_X, labels, d) gauge: add d (may be negative: +1/-1 around something)
@@ -852,10 +894,10 @@ static struct {
     pthread_mutex_t mu;
     struct metric_series *s[M__COUNT];
     size_t n[M__COUNT], cap[M__COUNT];
-} MX = { PTHREAD_MUTEX_INITIALIZER, { 0 }, { 0 }, { 0 } };
+} metric_store = { PTHREAD_MUTEX_INITIALIZER, { 0 }, { 0 }, { 0 } };
 
 /* The series `labels` of family f (created on first use), or NULL without memory. Under
- * MX.mu. */
+ * metric_store.mu. */
 static struct metric_series *metric_series(int f, const char *labels)
 {
     static const char over[] = "overflow=\"true\"";
@@ -864,19 +906,19 @@ static struct metric_series *metric_series(int f, const char *labels)
     struct metric_series *s;
     if (strlen(labels) >= METRIC_LABELS_MAX) labels = over;
     is_over = strcmp(labels, over) == 0;
-    for (i = 0; i < MX.n[f]; i++)
-        if (strcmp(MX.s[f][i].labels, labels) == 0) return &MX.s[f][i];
+    for (i = 0; i < metric_store.n[f]; i++)
+        if (strcmp(metric_store.s[f][i].labels, labels) == 0) return &metric_store.s[f][i];
     /* the overflow series may be the one past the cap */
-    if (MX.n[f] >= METRIC_SERIES_MAX + (size_t)is_over) return is_over ? NULL
+    if (metric_store.n[f] >= METRIC_SERIES_MAX + (size_t)is_over) return is_over ? NULL
                                                                        : metric_series(f, over);
-    if (MX.n[f] == MX.cap[f]) {
-        size_t nc = MX.cap[f] ? MX.cap[f] * 2 : 8;
-        struct metric_series *ns = realloc(MX.s[f], nc * sizeof *ns);
+    if (metric_store.n[f] == metric_store.cap[f]) {
+        size_t nc = metric_store.cap[f] ? metric_store.cap[f] * 2 : 8;
+        struct metric_series *ns = realloc(metric_store.s[f], nc * sizeof *ns);
         if (!ns) return NULL;
-        MX.s[f] = ns;
-        MX.cap[f] = nc;
+        metric_store.s[f] = ns;
+        metric_store.cap[f] = nc;
     }
-    s = &MX.s[f][MX.n[f]++];
+    s = &metric_store.s[f][metric_store.n[f]++];
     memset(s, 0, sizeof *s);
     memcpy(s->labels, labels, strlen(labels) + 1);
     return s;
@@ -885,10 +927,10 @@ static struct metric_series *metric_series(int f, const char *labels)
 static void metric_gauge_add(int f, const char *labels, double d)
 {
     struct metric_series *s;
-    pthread_mutex_lock(&MX.mu);
+    pthread_mutex_lock(&metric_store.mu);
     s = metric_series(f, labels ? labels : "");
     if (s) s->value += d;
-    pthread_mutex_unlock(&MX.mu);
+    pthread_mutex_unlock(&metric_store.mu);
 }
 
 static void metric_add(int f, const char *labels, double n)
@@ -899,17 +941,17 @@ static void metric_add(int f, const char *labels, double n)
 static void metric_set(int f, const char *labels, double v)
 {
     struct metric_series *s;
-    pthread_mutex_lock(&MX.mu);
+    pthread_mutex_lock(&metric_store.mu);
     s = metric_series(f, labels ? labels : "");
     if (s) s->value = v;
-    pthread_mutex_unlock(&MX.mu);
+    pthread_mutex_unlock(&metric_store.mu);
 }
 
 static void metric_observe(int f, const char *labels, double secs)
 {
     struct metric_series *s;
     int i;
-    pthread_mutex_lock(&MX.mu);
+    pthread_mutex_lock(&metric_store.mu);
     s = metric_series(f, labels ? labels : "");
     if (s) {
         s->value += secs;
@@ -917,7 +959,7 @@ static void metric_observe(int f, const char *labels, double secs)
         for (i = 0; i < METRIC_BUCKETS; i++)
             if (secs <= METRIC_BOUNDS[i]) s->buckets[i]++;
     }
-    pthread_mutex_unlock(&MX.mu);
+    pthread_mutex_unlock(&metric_store.mu);
 }
 
 /* `name="value"` into out (cap bytes), the value escaped as the text format wants (\\, \",
@@ -988,19 +1030,21 @@ static void metrics_write(coai_buf *b)
     static const char *const tn[] = { "counter", "gauge", "histogram" };
     int f, pool, conns, spares;
     size_t i;
-    pthread_mutex_lock(&S.lock);
-    pool = S.pool_n;
-    conns = S.conns;
+    pthread_mutex_lock(&up_pool.lock);
+    pool = up_pool.n;
     spares = pool_spares_locked();
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&up_pool.lock);
+    pthread_mutex_lock(&listener.lock);
+    conns = listener.conns;
+    pthread_mutex_unlock(&listener.lock);
     metric_set(M_SPARE_CONNS, "", spares);      /* the pool knows them: read now */
-    pthread_mutex_lock(&MX.mu);
+    pthread_mutex_lock(&metric_store.mu);
     for (f = 0; f < M__COUNT; f++) {
         const struct metric_family *mf = &METRIC_FAMILIES[f];
         coai_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", mf->name, mf->help, mf->name,
                         tn[mf->type]);
-        for (i = 0; i < MX.n[f]; i++) {
-            const struct metric_series *s = &MX.s[f][i];
+        for (i = 0; i < metric_store.n[f]; i++) {
+            const struct metric_series *s = &metric_store.s[f][i];
             if (mf->type == MT_HISTOGRAM) {
                 metric_write_hist(b, mf->name, s);
                 continue;
@@ -1010,12 +1054,12 @@ static void metrics_write(coai_buf *b)
             metric_number(b, s->value);
             coai_buf_putc(b, '\n');
         }
-        if (MX.n[f] == 0 && mf->type != MT_HISTOGRAM
+        if (metric_store.n[f] == 0 && mf->type != MT_HISTOGRAM
             && (f == M_OPEN_STREAMS || f == M_HELD_RUNS || f == M_SPARE_CONNS
                 || f == M_QUOTA_LATCHED || f == M_NATIVE_DESPITE))
             coai_buf_printf(b, "%s 0\n", mf->name);
     }
-    pthread_mutex_unlock(&MX.mu);
+    pthread_mutex_unlock(&metric_store.mu);
     metric_gauge_now(b, "cursor_oai_pooled_connections", "gauge",
                      "Idle upstream TLS connections kept for reuse", pool);
     metric_gauge_now(b, "cursor_oai_client_connections", "gauge",
@@ -1046,7 +1090,7 @@ static struct {
     struct wn_entry e[WN_MAX];
     size_t n;
     uint64_t others;
-} WN = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, 0 } }, 0, 0 };
+} wire_unknowns = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, 0 } }, 0, 0 };
 
 static void wn_note(const coai_unknown *u)
 {
@@ -1068,18 +1112,19 @@ static void wn_note(const coai_unknown *u)
         snprintf(fv, sizeof fv, "%s %lu", u->what, (unsigned long)u->field);
         snprintf(what, sizeof what, "%s %s %lu", u->message, u->what, (unsigned long)u->field);
     }
-    pthread_mutex_lock(&WN.mu);
-    for (i = 0; i < WN.n && strcmp(WN.e[i].what, what) != 0; i++) {}
-    if (i < WN.n) {
-        WN.e[i].count++;
-    } else if (WN.n < WN_MAX) {
-        copy_str(WN.e[WN.n].what, sizeof WN.e[0].what, what, strlen(what));
-        WN.e[WN.n++].count = 1;
+    pthread_mutex_lock(&wire_unknowns.mu);
+    for (i = 0; i < wire_unknowns.n && strcmp(wire_unknowns.e[i].what, what) != 0; i++) {}
+    if (i < wire_unknowns.n) {
+        wire_unknowns.e[i].count++;
+    } else if (wire_unknowns.n < WN_MAX) {
+        copy_str(wire_unknowns.e[wire_unknowns.n].what, sizeof wire_unknowns.e[0].what, what,
+                 strlen(what));
+        wire_unknowns.e[wire_unknowns.n++].count = 1;
         first = 1;
     } else {
-        other = WN.others++ == 0;
+        other = wire_unknowns.others++ == 0;
     }
-    pthread_mutex_unlock(&WN.mu);
+    pthread_mutex_unlock(&wire_unknowns.mu);
     if (first)
         srv_log(LOG_WARN, "cursor sent something this version does not know: %s; please "
                 "report it with 'cursor-oai doctor'", what);
@@ -1115,14 +1160,14 @@ static void wn_status(const coai_status *st)
 static void wn_describe(coai_buf *b)
 {
     size_t i;
-    pthread_mutex_lock(&WN.mu);
-    for (i = 0; i < WN.n; i++)
-        coai_buf_printf(b, "%s%s (%llu)", i ? "; " : "", WN.e[i].what,
-                        (unsigned long long)WN.e[i].count);
-    if (WN.others)
-        coai_buf_printf(b, "%sother kinds (%llu)", WN.n ? "; " : "",
-                        (unsigned long long)WN.others);
-    pthread_mutex_unlock(&WN.mu);
+    pthread_mutex_lock(&wire_unknowns.mu);
+    for (i = 0; i < wire_unknowns.n; i++)
+        coai_buf_printf(b, "%s%s (%llu)", i ? "; " : "", wire_unknowns.e[i].what,
+                        (unsigned long long)wire_unknowns.e[i].count);
+    if (wire_unknowns.others)
+        coai_buf_printf(b, "%sother kinds (%llu)", wire_unknowns.n ? "; " : "",
+                        (unsigned long long)wire_unknowns.others);
+    pthread_mutex_unlock(&wire_unknowns.mu);
 }
 
 /* ---- Caller-owned tools (issue 31 item 1): did Cursor honour the tools header? ----
@@ -1134,22 +1179,22 @@ static struct {
     pthread_mutex_t mu;
     uint64_t runs;                  /* runs whose calls carried the header */
     uint64_t native;                /* native execs on such runs */
-} TH = { PTHREAD_MUTEX_INITIALIZER, 0, 0 };
+} tools_header = { PTHREAD_MUTEX_INITIALIZER, 0, 0 };
 
 static void th_note_run(void)
 {
-    pthread_mutex_lock(&TH.mu);
-    TH.runs++;
-    pthread_mutex_unlock(&TH.mu);
+    pthread_mutex_lock(&tools_header.mu);
+    tools_header.runs++;
+    pthread_mutex_unlock(&tools_header.mu);
 }
 
 static void th_note_native(int kind, const char *request_id)
 {
     const char *name = coai_exec_kind_name(kind);
     uint64_t n;
-    pthread_mutex_lock(&TH.mu);
-    n = ++TH.native;
-    pthread_mutex_unlock(&TH.mu);
+    pthread_mutex_lock(&tools_header.mu);
+    n = ++tools_header.native;
+    pthread_mutex_unlock(&tools_header.mu);
     metric_add(M_NATIVE_DESPITE, "", 1);
     if (n == 1)
         srv_log(LOG_WARN, "run %s: Cursor sent its own tool call %s (exec %d) although the run "
@@ -1164,10 +1209,10 @@ static void th_note_native(int kind, const char *request_id)
 static int th_describe(char *out, size_t cap)
 {
     uint64_t runs, native;
-    pthread_mutex_lock(&TH.mu);
-    runs = TH.runs;
-    native = TH.native;
-    pthread_mutex_unlock(&TH.mu);
+    pthread_mutex_lock(&tools_header.mu);
+    runs = tools_header.runs;
+    native = tools_header.native;
+    pthread_mutex_unlock(&tools_header.mu);
     if (tool_mode == COAI_TOOLS_CURSOR)
         snprintf(out, cap, "Cursor honoured the tools header: not sent "
                  "(CURSOR_OAI_TOOL_MODE=cursor: Cursor's own tool calls are mapped to the "
@@ -1195,11 +1240,11 @@ static struct {
     pthread_mutex_t mu;
     FILE *f;
     int64_t t0;
-} CAP = { PTHREAD_MUTEX_INITIALIZER, NULL, 0 };
+} capture_log = { PTHREAD_MUTEX_INITIALIZER, NULL, 0 };
 
 static int cap_on(void)
 {
-    return __atomic_load_n(&CAP.f, __ATOMIC_ACQUIRE) != NULL;
+    return __atomic_load_n(&capture_log.f, __ATOMIC_ACQUIRE) != NULL;
 }
 
 static void cap_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -1207,15 +1252,15 @@ static void cap_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)))
 static void cap_line(const char *fmt, ...)
 {
     va_list ap;
-    pthread_mutex_lock(&CAP.mu);
-    if (CAP.f) {
-        fprintf(CAP.f, "%7lld ms  ", (long long)(mono_ms() - CAP.t0));
+    pthread_mutex_lock(&capture_log.mu);
+    if (capture_log.f) {
+        fprintf(capture_log.f, "%7lld ms  ", (long long)(mono_ms() - capture_log.t0));
         va_start(ap, fmt);
-        vfprintf(CAP.f, fmt, ap);
+        vfprintf(capture_log.f, fmt, ap);
         va_end(ap);
-        fputc('\n', CAP.f);
+        fputc('\n', capture_log.f);
     }
-    pthread_mutex_unlock(&CAP.mu);
+    pthread_mutex_unlock(&capture_log.mu);
 }
 
 /* A header's value is written only when its name is one of these; any other value becomes
@@ -1305,8 +1350,8 @@ static void cap_frame(const coai_frame *f)
 /* Credentials: in-memory state                                             */
 /* ======================================================================== */
 
-/* The token lives in S under S.lock; the files, renewal and reloading come later (they need
- * the upstream client). Callers never hold S.lock while logging: srv_log takes it. */
+/* The token lives in creds under creds.lock; the files, renewal and reloading come later (they
+ * need the upstream client). Callers never hold creds.lock while logging: srv_log takes it. */
 
 /* Copy the current token into out (cap bytes); *gen (may be NULL) gets its generation, which a
  * caller hands back to cred_refresh() when the upstream rejects it. Returns its length, 0 when
@@ -1314,11 +1359,11 @@ static void cap_frame(const coai_frame *f)
 static size_t cred_token(char *out, size_t cap, uint64_t *gen)
 {
     size_t n;
-    pthread_mutex_lock(&S.lock);
-    n = strlen(S.token);
-    copy_str(out, cap, S.token, n);
-    if (gen) *gen = S.cred_gen;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    n = strlen(creds.token);
+    copy_str(out, cap, creds.token, n);
+    if (gen) *gen = creds.gen;
+    pthread_mutex_unlock(&creds.lock);
     return n < cap ? n : 0;
 }
 
@@ -1326,35 +1371,44 @@ static size_t cred_token(char *out, size_t cap, uint64_t *gen)
 static int cred_have(void)
 {
     int r;
-    pthread_mutex_lock(&S.lock);
-    r = S.token[0] != 0;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    r = creds.token[0] != 0;
+    pthread_mutex_unlock(&creds.lock);
     return r;
 }
 
-/* Install credentials (NULL members = none). Caller holds S.lock. */
-static void cred_set_locked(const coai_creds *c, int src)
+/* A model list failure may have been the old token's: forget it when the token changes.
+ * Takes models_cache.lock; called after creds.lock is let go (the two are never nested). */
+static void models_failure_forget(void)
+{
+    pthread_mutex_lock(&models_cache.lock);
+    models_cache.fail_at = 0;
+    pthread_mutex_unlock(&models_cache.lock);
+}
+
+/* Install credentials (NULL members = none). Caller holds creds.lock, and calls
+ * models_failure_forget after letting it go when this returns 1 (the token changed). */
+static int cred_set_locked(const coai_creds *c, int src)
 {
     const char *at = c && c->access_token ? c->access_token : "";
     const char *rt = c && c->refresh_token ? c->refresh_token : "";
     const char *key = c && c->api_key ? c->api_key : "";
-    if (strcmp(S.token, at) != 0) {
-        S.cred_gen++;
-        S.models_fail_at = 0;   /* a model list failure may have been the old token's */
-    }
-    copy_str(S.token, sizeof S.token, at, strlen(at));
-    copy_str(S.refresh, sizeof S.refresh, rt, strlen(rt));
-    copy_str(S.cred_key, sizeof S.cred_key, key, strlen(key));
-    S.cred_src = at[0] ? src : CRED_NONE;
+    int changed = strcmp(creds.token, at) != 0;
+    if (changed) creds.gen++;
+    copy_str(creds.token, sizeof creds.token, at, strlen(at));
+    copy_str(creds.refresh, sizeof creds.refresh, rt, strlen(rt));
+    copy_str(creds.key, sizeof creds.key, key, strlen(key));
+    creds.src = at[0] ? src : CRED_NONE;
+    return changed;
 }
 
 /* An upstream call rejected the token after bytes were already streamed (no retry possible
  * then): the next request renews it first. */
 static void cred_mark_rejected(uint64_t gen)
 {
-    pthread_mutex_lock(&S.lock);
-    if (gen == S.cred_gen) S.cred_bad_gen = gen;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    if (gen == creds.gen) creds.bad_gen = gen;
+    pthread_mutex_unlock(&creds.lock);
 }
 
 /* ======================================================================== */
@@ -1864,7 +1918,7 @@ static struct {
     pthread_cond_t spare_cond;      /* signalled when one finishes (monotonic: sync_init) */
     uint64_t handshakes, resumed;   /* counters (debug log) */
     int spares;                     /* spare connections wanted (serve mode only) */
-} UPX = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} tls_reuse = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void up_sess_key(const coai_url *h, char *out, size_t cap)
 {
@@ -1877,14 +1931,14 @@ static int up_sess_get(const coai_url *h, br_ssl_session_parameters *sp)
     char key[300];
     int i, found = 0;
     up_sess_key(h, key, sizeof key);
-    pthread_mutex_lock(&UPX.lock);
+    pthread_mutex_lock(&tls_reuse.lock);
     for (i = 0; i < UP_SESS_MAX && !found; i++) {
-        if (UPX.sess[i].sp.session_id_len && !strcmp(UPX.sess[i].key, key)) {
-            *sp = UPX.sess[i].sp;
+        if (tls_reuse.sess[i].sp.session_id_len && !strcmp(tls_reuse.sess[i].key, key)) {
+            *sp = tls_reuse.sess[i].sp;
             found = 1;
         }
     }
-    pthread_mutex_unlock(&UPX.lock);
+    pthread_mutex_unlock(&tls_reuse.lock);
     return found;
 }
 
@@ -1894,19 +1948,19 @@ static void up_sess_put(const coai_url *h, const br_ssl_session_parameters *sp)
     char key[300];
     int i, slot = -1;
     up_sess_key(h, key, sizeof key);
-    pthread_mutex_lock(&UPX.lock);
+    pthread_mutex_lock(&tls_reuse.lock);
     for (i = 0; i < UP_SESS_MAX && slot < 0; i++)
-        if (!strcmp(UPX.sess[i].key, key)) slot = i;
+        if (!strcmp(tls_reuse.sess[i].key, key)) slot = i;
     if (slot < 0 && sp) {
-        slot = UPX.sess_next;
-        UPX.sess_next = (UPX.sess_next + 1) % UP_SESS_MAX;
+        slot = tls_reuse.sess_next;
+        tls_reuse.sess_next = (tls_reuse.sess_next + 1) % UP_SESS_MAX;
     }
     if (slot >= 0) {
-        copy_str(UPX.sess[slot].key, sizeof UPX.sess[slot].key, key, strlen(key));
-        if (sp) UPX.sess[slot].sp = *sp;
-        else memset(&UPX.sess[slot].sp, 0, sizeof UPX.sess[slot].sp);
+        copy_str(tls_reuse.sess[slot].key, sizeof tls_reuse.sess[slot].key, key, strlen(key));
+        if (sp) tls_reuse.sess[slot].sp = *sp;
+        else memset(&tls_reuse.sess[slot].sp, 0, sizeof tls_reuse.sess[slot].sp);
     }
-    pthread_mutex_unlock(&UPX.lock);
+    pthread_mutex_unlock(&tls_reuse.lock);
 }
 
 /* ALPN offers for an HTTP/2 connection: h2 first; http/1.1 so a server without h2 says so
@@ -1955,7 +2009,7 @@ static struct upconn *up_connect_alpn(const coai_url *h, int h2, coai_error *e)
     c->host = *h;
     c->client_fd = -1;
     c->deadline = deadline;
-    br_ssl_client_init_full(&c->sc, &c->xc, S.tas, S.tas_n);
+    br_ssl_client_init_full(&c->sc, &c->xc, conf.tas, conf.tas_n);
     br_ssl_engine_set_versions(&c->sc.eng, BR_TLS12, BR_TLS12);
     br_ssl_engine_set_buffer(&c->sc.eng, c->iobuf, sizeof c->iobuf, 1);
     if (h2) br_ssl_engine_set_protocol_names(&c->sc.eng, UP_ALPN_H2, 2);
@@ -1973,10 +2027,10 @@ static struct upconn *up_connect_alpn(const coai_url *h, int h2, coai_error *e)
         same = resume && now.session_id_len == sp.session_id_len
             && memcmp(now.session_id, sp.session_id, sp.session_id_len) == 0;
         if (!same) up_sess_put(h, now.session_id_len ? &now : NULL);
-        pthread_mutex_lock(&UPX.lock);
-        UPX.handshakes++;
-        UPX.resumed += same;
-        pthread_mutex_unlock(&UPX.lock);
+        pthread_mutex_lock(&tls_reuse.lock);
+        tls_reuse.handshakes++;
+        tls_reuse.resumed += same;
+        pthread_mutex_unlock(&tls_reuse.lock);
         memset(&now, 0, sizeof now);
         srv_log(LOG_DEBUG, "upstream TLS handshake with %s: %s", h->host,
                 same ? "session resumed" : "full");
@@ -2023,14 +2077,14 @@ static void pool_park(struct upconn *c)
     c->idle_since = mono_ms();
     c->client_fd = -1;
     c->tick = NULL;
-    pthread_mutex_lock(&S.lock);
-    if (S.pool_n < UP_POOL_MAX && !stopping()) {
-        c->next = S.pool;
-        S.pool = c;
-        S.pool_n++;
+    pthread_mutex_lock(&up_pool.lock);
+    if (up_pool.n < UP_POOL_MAX && !stopping()) {
+        c->next = up_pool.idle;
+        up_pool.idle = c;
+        up_pool.n++;
         c = NULL;
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&up_pool.lock);
     up_free(c);
 }
 
@@ -2039,12 +2093,12 @@ static int up_same_host(const coai_url *a, const coai_url *b)
     return strcmp(a->host, b->host) == 0 && strcmp(a->port, b->port) == 0;
 }
 
-/* Spare connections waiting in the pool (for /metrics). Under S.lock. */
+/* Spare connections waiting in the pool (for /metrics). Under up_pool.lock. */
 static int pool_spares_locked(void)
 {
     const struct upconn *u;
     int n = 0;
-    for (u = S.pool; u; u = u->next) n += u->spare;
+    for (u = up_pool.idle; u; u = u->next) n += u->spare;
     return n;
 }
 
@@ -2065,14 +2119,14 @@ static void *spare_thread(void *arg)
         } else {
             srv_log(LOG_DEBUG, "spare upstream connection failed: %s", e.message);
         }
-        pthread_mutex_lock(&UPX.lock);
-        UPX.spare_done++;
-        pthread_cond_broadcast(&UPX.spare_cond);
-        if (!c || stopping()) UPX.spare_want = 0;             /* a failure ends the batch */
-        more = UPX.spare_want > 0 && up_same_host(&UPX.want_host, h);
-        if (more) UPX.spare_want--;
-        else UPX.spare_busy--;
-        pthread_mutex_unlock(&UPX.lock);
+        pthread_mutex_lock(&tls_reuse.lock);
+        tls_reuse.spare_done++;
+        pthread_cond_broadcast(&tls_reuse.spare_cond);
+        if (!c || stopping()) tls_reuse.spare_want = 0;             /* a failure ends the batch */
+        more = tls_reuse.spare_want > 0 && up_same_host(&tls_reuse.want_host, h);
+        if (more) tls_reuse.spare_want--;
+        else tls_reuse.spare_busy--;
+        pthread_mutex_unlock(&tls_reuse.lock);
         if (!more) break;
     }
     free(h);
@@ -2086,12 +2140,12 @@ static int spare_wait(void)
     int64_t end = mono_ms() + UP_SPARE_WAIT_MS;
     uint64_t seen;
     int done = 0;
-    pthread_mutex_lock(&UPX.lock);
-    seen = UPX.spare_done;
-    while (UPX.spare_busy > 0 && UPX.spare_done == seen)
-        if (cond_wait_ms(&UPX.spare_cond, &UPX.lock, end - mono_ms()) != 0) break;
-    done = UPX.spare_done != seen;
-    pthread_mutex_unlock(&UPX.lock);
+    pthread_mutex_lock(&tls_reuse.lock);
+    seen = tls_reuse.spare_done;
+    while (tls_reuse.spare_busy > 0 && tls_reuse.spare_done == seen)
+        if (cond_wait_ms(&tls_reuse.spare_cond, &tls_reuse.lock, end - mono_ms()) != 0) break;
+    done = tls_reuse.spare_done != seen;
+    pthread_mutex_unlock(&tls_reuse.lock);
     return done;
 }
 
@@ -2110,23 +2164,23 @@ static void spare_kick(const coai_url *h, int replace)
     struct upconn *p;
     coai_url *arg;
     int go, n = 0;
-    pthread_mutex_lock(&S.lock);
-    for (p = S.pool; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
-    go = !stopping() && UPX.spares;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&up_pool.lock);
+    for (p = up_pool.idle; p; p = p->next) n += up_same_host(&p->host, h);   /* per host */
+    go = !stopping() && tls_reuse.spares;
+    pthread_mutex_unlock(&up_pool.lock);
     if (!go) return;
-    pthread_mutex_lock(&UPX.lock);
-    go = n + UPX.spare_busy + UPX.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
-    if (go && UPX.spare_busy >= UP_SPARE_PAR) {
-        if (!UPX.spare_want || up_same_host(&UPX.want_host, h)) {
-            UPX.want_host = *h;     /* a busy thread for this host opens it next */
-            UPX.spare_want++;
+    pthread_mutex_lock(&tls_reuse.lock);
+    go = n + tls_reuse.spare_busy + tls_reuse.spare_want < (replace ? UP_POOL_MAX : UP_SPARE_MIN);
+    if (go && tls_reuse.spare_busy >= UP_SPARE_PAR) {
+        if (!tls_reuse.spare_want || up_same_host(&tls_reuse.want_host, h)) {
+            tls_reuse.want_host = *h;     /* a busy thread for this host opens it next */
+            tls_reuse.spare_want++;
         }
         go = 0;
     } else if (go) {
-        UPX.spare_busy++;
+        tls_reuse.spare_busy++;
     }
-    pthread_mutex_unlock(&UPX.lock);
+    pthread_mutex_unlock(&tls_reuse.lock);
     if (!go) return;
     arg = malloc(sizeof *arg);
     if (arg) *arg = *h;
@@ -2135,9 +2189,9 @@ static void spare_kick(const coai_url *h, int replace)
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     if (!arg || pthread_create(&t, &a, spare_thread, arg) != 0) {
         free(arg);
-        pthread_mutex_lock(&UPX.lock);
-        UPX.spare_busy--;
-        pthread_mutex_unlock(&UPX.lock);
+        pthread_mutex_lock(&tls_reuse.lock);
+        tls_reuse.spare_busy--;
+        pthread_mutex_unlock(&tls_reuse.lock);
     }
     pthread_attr_destroy(&a);
 }
@@ -2151,11 +2205,11 @@ static struct upconn *up_get_host(const coai_url *h, int fresh, int client_fd, c
     int waited = 0;
     while (!fresh) {
         struct upconn **pp;
-        pthread_mutex_lock(&S.lock);
-        for (pp = &S.pool; *pp && !up_same_host(&(*pp)->host, h); pp = &(*pp)->next) {}
+        pthread_mutex_lock(&up_pool.lock);
+        for (pp = &up_pool.idle; *pp && !up_same_host(&(*pp)->host, h); pp = &(*pp)->next) {}
         c = *pp;
-        if (c) { *pp = c->next; S.pool_n--; }
-        pthread_mutex_unlock(&S.lock);
+        if (c) { *pp = c->next; up_pool.n--; }
+        pthread_mutex_unlock(&up_pool.lock);
         if (!c && !waited++ && spare_wait()) continue;
         if (!c) break;
         if (now - c->idle_since < UP_POOL_IDLE_MS && up_alive(c)) {
@@ -2191,19 +2245,19 @@ static void pool_prune(int everything)
 {
     struct upconn *dead = NULL, **pp, *c;
     int64_t now = mono_ms();
-    pthread_mutex_lock(&S.lock);
-    for (pp = &S.pool; *pp;) {
+    pthread_mutex_lock(&up_pool.lock);
+    for (pp = &up_pool.idle; *pp;) {
         c = *pp;
         if (everything || now - c->idle_since >= UP_POOL_IDLE_MS) {
             *pp = c->next;
-            S.pool_n--;
+            up_pool.n--;
             c->next = dead;
             dead = c;
         } else {
             pp = &c->next;
         }
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&up_pool.lock);
     while (dead) {
         c = dead;
         dead = c->next;
@@ -2475,7 +2529,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
     char cs[COAI_CHECKSUM_SIZE];
     coai_str tok;
     int json = kind == UPH_JSON;
-    if (!hp) hp = &S.base;
+    if (!hp) hp = &conf.base;
     if (kind == UPH_CONNECT_STREAM || kind == UPH_CONNECT_UNARY || kind == UPH_CONNECT_JSON) {
         coai_buf_printf(h, "POST %s%s HTTP/1.1\r\nhost: %s\r\nauthorization: Bearer ",
                         hp->prefix, path, hp->authority);
@@ -2492,7 +2546,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                         "x-original-request-id: %s\r\n",
                         kind == UPH_CONNECT_STREAM ? "application/connect+proto"
                         : kind == UPH_CONNECT_JSON ? "application/json" : "application/proto",
-                        S.client_version,
+                        conf.client_version,
                         /* RunSSE only, as the CLI and the SDK send it */
                         kind == UPH_CONNECT_STREAM ? "x-cursor-streaming: true\r\n" : "",
                         request_id, up_orig_rid ? up_orig_rid : request_id);
@@ -2518,7 +2572,7 @@ static int up_head_host(coai_buf *h, const coai_url *hp, const char *path, int k
                     "x-cursor-timezone: %s\r\n"
                     "x-ghost-mode: true\r\n",
                     json ? "application/json" : "application/grpc-web+proto", cs,
-                    S.client_version, S.timezone);
+                    conf.client_version, conf.timezone);
     if (json)
         coai_buf_printf(h, "x-request-id: %s\r\naccept: application/json\r\n"
                         "connect-protocol-version: 1\r\n", request_id);
@@ -2544,9 +2598,9 @@ static int up_exchange_host(const coai_url *hp, const coai_buf *head, const void
     int attempt, rc = -1;
     /* One overall deadline for the whole call, retry included: bytes that trickle in, interim
      * heads or a long body never postpone it. */
-    int64_t end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
+    int64_t end = mono_ms() + (conf.up_call_ms > 0 ? conf.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     for (attempt = 0; attempt < 2; attempt++) {
-        c = up_get_host(hp ? hp : &S.base, attempt > 0, client_fd, e);
+        c = up_get_host(hp ? hp : &conf.base, attempt > 0, client_fd, e);
         if (!c) goto done;
         c->tick = tick;
         c->tick_ctx = tick_ctx;
@@ -2638,8 +2692,8 @@ static int auth_call(const char *method, const char *target, const char *what,
 {
     coai_buf head = { 0 };
     int post = strcmp(method, "POST") == 0, rc = -1;
-    coai_buf_printf(&head, "%s %s%s HTTP/1.1\r\nhost: %s\r\n", method, S.up_prefix, target,
-                    S.up_authority);
+    coai_buf_printf(&head, "%s %s%s HTTP/1.1\r\nhost: %s\r\n", method, conf.up_prefix, target,
+                    conf.up_authority);
     if (bearer) {
         coai_buf_puts(&head, "authorization: Bearer ");
         coai_buf_puts(&head, bearer);
@@ -3848,16 +3902,19 @@ static void cred_paths(void)
         }
         snprintf(base, sizeof base, "%s/.config", strcmp(home, "/") == 0 ? "" : home);
     }
-    snprintf(S.ours_dir, sizeof S.ours_dir, "%.*s/cursor-oai", PATH_MAX - 32, base);
-    snprintf(S.ours_path, sizeof S.ours_path, "%.*s/auth.json", PATH_MAX - 32, S.ours_dir);
+    snprintf(file_paths.ours_dir, sizeof file_paths.ours_dir, "%.*s/cursor-oai", PATH_MAX - 32,
+             base);
+    snprintf(file_paths.ours_path, sizeof file_paths.ours_path, "%.*s/auth.json", PATH_MAX - 32,
+             file_paths.ours_dir);
 #ifdef __APPLE__
     if (!(xdg && xdg[0] == '/') && home) {
-        snprintf(S.agent_path, sizeof S.agent_path, "%.*s/.cursor/auth.json", PATH_MAX - 32,
-                 home);
+        snprintf(file_paths.agent_path, sizeof file_paths.agent_path, "%.*s/.cursor/auth.json",
+                 PATH_MAX - 32, home);
         return;
     }
 #endif
-    snprintf(S.agent_path, sizeof S.agent_path, "%.*s/cursor/auth.json", PATH_MAX - 32, base);
+    snprintf(file_paths.agent_path, sizeof file_paths.agent_path, "%.*s/cursor/auth.json",
+             PATH_MAX - 32, base);
 }
 
 static void file_id_from(const struct stat *st, struct file_id *id)
@@ -3983,29 +4040,30 @@ static int cred_write_file(const coai_creds *c, char *why, size_t cap)
     size_t off = 0;
     int fd = -1, dfd, err = 0;
     const char *step = "";
-    if (mkdir_private(S.ours_dir) < 0) {
-        snprintf(why, cap, "cannot create %s: %s", S.ours_dir, strerror(errno));
+    if (mkdir_private(file_paths.ours_dir) < 0) {
+        snprintf(why, cap, "cannot create %s: %s", file_paths.ours_dir, strerror(errno));
         return -1;
     }
     /* A symlinked config directory is the user's arrangement: followed only into a directory
      * of ours, and its target's mode is left alone (it may be shared). */
-    if (lstat(S.ours_dir, &st) == 0 && S_ISLNK(st.st_mode)) {
-        if (stat(S.ours_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    if (lstat(file_paths.ours_dir, &st) == 0 && S_ISLNK(st.st_mode)) {
+        if (stat(file_paths.ours_dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
             snprintf(why, cap, "%s is a symbolic link to a directory that is not yours "
                      "(refused); remove the link or point it at a directory of your own",
-                     S.ours_dir);
+                     file_paths.ours_dir);
             return -1;
         }
-    } else if (stat(S.ours_dir, &st) == 0 && (st.st_mode & 077) && st.st_uid == geteuid()) {
+    } else if (stat(file_paths.ours_dir, &st) == 0 && (st.st_mode & 077)
+               && st.st_uid == geteuid()) {
         /* our own directory: keep it private even if something loosened it */
-        chmod(S.ours_dir, 0700);
+        chmod(file_paths.ours_dir, 0700);
     }
     if (coai_creds_format(&b, c) < 0 || random_fill(rnd, sizeof rnd) < 0) {
         snprintf(why, cap, "out of memory");
         coai_buf_free(&b);
         return -1;
     }
-    snprintf(tmp, sizeof tmp, "%s/.auth.json.%02x%02x%02x%02x%02x%02x.tmp", S.ours_dir,
+    snprintf(tmp, sizeof tmp, "%s/.auth.json.%02x%02x%02x%02x%02x%02x.tmp", file_paths.ours_dir,
              rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
     step = "create";
     fd = open(tmp, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -4026,11 +4084,11 @@ static int cred_write_file(const coai_creds *c, char *why, size_t cap)
     fd = -1;
     if (err < 0) goto fail;
     step = "rename";
-    if (rename(tmp, S.ours_path) < 0) goto fail;
+    if (rename(tmp, file_paths.ours_path) < 0) goto fail;
     /* The rename is done; a failed directory fsync only weakens crash safety. */
-    dfd = open(S.ours_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    dfd = open(file_paths.ours_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || fsync(dfd) < 0)
-        srv_log(LOG_WARN, "fsync of %s failed: %s", S.ours_dir, strerror(errno));
+        srv_log(LOG_WARN, "fsync of %s failed: %s", file_paths.ours_dir, strerror(errno));
     if (dfd >= 0) close(dfd);
     memset(b.data, 0, b.len);
     coai_buf_free(&b);
@@ -4042,13 +4100,13 @@ fail:
     errno = err;
 fail_noremove:
     snprintf(why, cap, "cannot save credentials to %s (%s: %s); the old file was left as it "
-             "was", S.ours_path, step, strerror(errno));
+             "was", file_paths.ours_path, step, strerror(errno));
     if (b.data) memset(b.data, 0, b.len);
     coai_buf_free(&b);
     return -1;
 }
 
-/* Load credentials into S: CURSOR_ACCESS_TOKEN, else our file, else cursor-agent's.
+/* Load credentials into creds: CURSOR_ACCESS_TOKEN, else our file, else cursor-agent's.
  * Returns the CRED_* source. An unusable file is reported and skipped. */
 static int cred_load(void)
 {
@@ -4056,7 +4114,7 @@ static int cred_load(void)
     coai_creds c;
     struct file_id ours, agent;
     char why[PATH_MAX + 128];
-    int r, src = CRED_NONE;
+    int r, src = CRED_NONE, changed = 0;
     memset(&c, 0, sizeof c);
     memset(&agent, 0, sizeof agent);
     if (env && *env) {
@@ -4067,45 +4125,47 @@ static int cred_load(void)
                     "bytes); ignored", SRV_TOKEN_MAX);
         } else {
             c.access_token = (char *)env;
-            pthread_mutex_lock(&S.lock);
-            cred_set_locked(&c, CRED_ENV);
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_lock(&creds.lock);
+            changed = cred_set_locked(&c, CRED_ENV);
+            pthread_mutex_unlock(&creds.lock);
+            if (changed) models_failure_forget();
             return CRED_ENV;
         }
         memset(&c, 0, sizeof c);
     }
-    r = cred_read_file(S.ours_path, &c, &ours, why, sizeof why);
+    r = cred_read_file(file_paths.ours_path, &c, &ours, why, sizeof why);
     if (r < 0) srv_log(LOG_WARN, "%s", why);
     if (r == 0) {
         src = CRED_OURS;
     } else {
         int keep = r < 0;
-        r = cred_read_file(S.agent_path, &c, &agent, why, sizeof why);
+        r = cred_read_file(file_paths.agent_path, &c, &agent, why, sizeof why);
         if (r < 0) srv_log(LOG_WARN, "%s", why);
         if (r == 0) src = CRED_AGENT;
-        pthread_mutex_lock(&S.lock);
-        keep = keep && S.cred_src == CRED_OURS;
+        pthread_mutex_lock(&creds.lock);
+        keep = keep && creds.src == CRED_OURS;
         if (keep) {
             /* our file went bad under us (hand-edited?): keep what we have in memory */
-            S.ours_id = ours;
-            S.agent_id = agent;
-            src = S.cred_src;
+            creds.ours_id = ours;
+            creds.agent_id = agent;
+            src = creds.src;
         }
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&creds.lock);
         if (keep) { coai_creds_free(&c); return src; }
     }
-    pthread_mutex_lock(&S.lock);
-    S.ours_id = ours;
-    S.agent_id = agent;
-    if (src != CRED_NONE || S.cred_src != CRED_NONE) {
-        cred_set_locked(&c, src);
+    pthread_mutex_lock(&creds.lock);
+    creds.ours_id = ours;
+    creds.agent_id = agent;
+    if (src != CRED_NONE || creds.src != CRED_NONE) {
+        changed = cred_set_locked(&c, src);
         /* new credentials from a file: forget old failures */
-        S.refresh_block_until = 0;
-        S.refresh_failed = 0;
-        S.persist_failed = 0;
-        S.cred_bad_gen = 0;
+        creds.refresh_block_until = 0;
+        creds.refresh_failed = 0;
+        creds.persist_failed = 0;
+        creds.bad_gen = 0;
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&creds.lock);
+    if (changed) models_failure_forget();
     coai_creds_free(&c);
     return src;
 }
@@ -4117,25 +4177,26 @@ static void cred_poll_files(void)
     struct file_id ours, agent;
     int64_t now = mono_ms();
     int changed, src;
-    pthread_mutex_lock(&S.lock);
-    src = S.cred_src;
-    if (src == CRED_ENV || now - S.cred_checked_at < CRED_CHECK_MS) {
-        pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    src = creds.src;
+    if (src == CRED_ENV || now - creds.checked_at < CRED_CHECK_MS) {
+        pthread_mutex_unlock(&creds.lock);
         return;
     }
-    S.cred_checked_at = now;
-    pthread_mutex_unlock(&S.lock);
-    file_id_of(S.ours_path, &ours);
+    creds.checked_at = now;
+    pthread_mutex_unlock(&creds.lock);
+    file_id_of(file_paths.ours_path, &ours);
     memset(&agent, 0, sizeof agent);
-    if (!ours.exists) file_id_of(S.agent_path, &agent);
-    pthread_mutex_lock(&S.lock);
-    changed = !file_id_same(&ours, &S.ours_id)
-           || (!ours.exists && !file_id_same(&agent, &S.agent_id));
-    pthread_mutex_unlock(&S.lock);
+    if (!ours.exists) file_id_of(file_paths.agent_path, &agent);
+    pthread_mutex_lock(&creds.lock);
+    changed = !file_id_same(&ours, &creds.ours_id)
+           || (!ours.exists && !file_id_same(&agent, &creds.agent_id));
+    pthread_mutex_unlock(&creds.lock);
     if (!changed) return;
     src = cred_load();
     srv_log(LOG_INFO, "credentials changed on disk; now using %s",
-            src == CRED_OURS ? S.ours_path : src == CRED_AGENT ? S.agent_path : "nothing");
+            src == CRED_OURS ? file_paths.ours_path
+            : src == CRED_AGENT ? file_paths.agent_path : "nothing");
 }
 
 /* Take the inter-process renewal lock (a lock file next to our credentials file), waiting at
@@ -4145,8 +4206,8 @@ static int cred_lock(void)
     char path[PATH_MAX + 16];
     int64_t end = mono_ms() + CRED_LOCK_WAIT_MS;
     int fd;
-    if (mkdir_private(S.ours_dir) < 0) return -1;
-    snprintf(path, sizeof path, "%s/auth.json.lock", S.ours_dir);
+    if (mkdir_private(file_paths.ours_dir) < 0) return -1;
+    snprintf(path, sizeof path, "%s/auth.json.lock", file_paths.ours_dir);
     fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) return -1;
     while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
@@ -4196,7 +4257,7 @@ static int cred_renew_oauth(const char *refresh, coai_creds *out, coai_error *e)
     coai_buf_printf(&head, "POST %s/oauth/token HTTP/1.1\r\nhost: %s\r\n"
                     "content-type: application/json\r\naccept: application/json\r\n"
                     "user-agent: connect-es/1.4.0\r\ncontent-length: %zu\r\n\r\n",
-                    S.up_prefix, S.up_authority, req.len);
+                    conf.up_prefix, conf.up_authority, req.len);
     if (head.err || req.err) {
         coai_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
@@ -4281,7 +4342,7 @@ static int cred_renew_http(const char *refresh, const char *key, int agent, coai
                            "it can be renewed only through /oauth/token, which answered 404 "
                            "(the other route could use up cursor-agent's refresh token). Run "
                            "`cursor-agent login` again, or `cursor-oai login` to give "
-                           "cursor-oai its own login.", S.agent_path);
+                           "cursor-oai its own login.", file_paths.agent_path);
             e->no_retry = 1;
             return rc;
         }
@@ -4348,11 +4409,11 @@ static int cred_renew(const char *old_token, const char *refresh, const char *ke
         if (rc == RENEW_OK && strcmp(out->refresh_token, refresh) != 0)
             srv_log(LOG_WARN, "/oauth/token answered a new refresh token for cursor-agent's "
                     "login: if Cursor now rotates them, cursor-agent's own login in %s may no "
-                    "longer renew (then run `cursor-agent login`)", S.agent_path);
+                    "longer renew (then run `cursor-agent login`)", file_paths.agent_path);
         return rc;
     }
     lk = cred_lock();
-    if (cred_read_file(S.ours_path, &fc, id, why, sizeof why) == 0) {
+    if (cred_read_file(file_paths.ours_path, &fc, id, why, sizeof why) == 0) {
         if (strcmp(fc.access_token, old_token) != 0
             && !coai_token_expiring(coai_str_c(fc.access_token), (int64_t)time(NULL),
                                     CRED_MARGIN_S)) {
@@ -4369,7 +4430,7 @@ static int cred_renew(const char *old_token, const char *refresh, const char *ke
     if (rc == RENEW_OK) {
         if (cred_write_file(out, why, sizeof why) == 0) {
             *saved = 1;
-            file_id_of(S.ours_path, id);
+            file_id_of(file_paths.ours_path, id);
         } else {
             srv_log(LOG_ERROR, "%s. The renewed login is kept in memory only: it is lost when "
                     "the server stops (then run `cursor-oai login`)", why);
@@ -4389,38 +4450,39 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
     char *old = NULL, *rt = NULL, *key = NULL;
     coai_creds nc;
     struct file_id id;
-    int rc, saved = 0, agent;
-    pthread_mutex_lock(&S.lock);
-    if (S.cred_gen != seen_gen) { pthread_mutex_unlock(&S.lock); return RENEW_OK; }
-    if (S.refreshing) {
-        uint64_t seq = S.refresh_seq;
-        while (S.refreshing && S.refresh_seq == seq) pthread_cond_wait(&S.cred_cv, &S.lock);
-        rc = S.cred_gen != seen_gen ? RENEW_OK : RENEW_FAILED;
+    int rc, saved = 0, agent, changed = 0;
+    pthread_mutex_lock(&creds.lock);
+    if (creds.gen != seen_gen) { pthread_mutex_unlock(&creds.lock); return RENEW_OK; }
+    if (creds.refreshing) {
+        uint64_t seq = creds.refresh_seq;
+        while (creds.refreshing && creds.refresh_seq == seq)
+            pthread_cond_wait(&creds.renewed, &creds.lock);
+        rc = creds.gen != seen_gen ? RENEW_OK : RENEW_FAILED;
         if (rc != RENEW_OK) {
-            if (S.refresh_failed) *e = S.refresh_err;
+            if (creds.refresh_failed) *e = creds.refresh_err;
             else cred_err_login(e, "the renewal did not produce a new token");
         }
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&creds.lock);
         return rc;
     }
-    if (S.cred_src == CRED_ENV || (!S.refresh[0] && !S.cred_key[0])) {
-        pthread_mutex_unlock(&S.lock);
+    if (creds.src == CRED_ENV || (!creds.refresh[0] && !creds.key[0])) {
+        pthread_mutex_unlock(&creds.lock);
         return RENEW_NONE;
     }
     /* cursor-agent's browser login is renewed in memory only, through /oauth/token, whose
      * refresh token does not rotate (measured live in 2026): cursor-agent's own token is
      * not used up, and its file is never written (README, Credentials). */
-    agent = S.cred_src == CRED_AGENT && !S.cred_key[0];
-    if (S.refresh_block_until && mono_ms() < S.refresh_block_until) {
-        *e = S.refresh_err;
-        pthread_mutex_unlock(&S.lock);
+    agent = creds.src == CRED_AGENT && !creds.key[0];
+    if (creds.refresh_block_until && mono_ms() < creds.refresh_block_until) {
+        *e = creds.refresh_err;
+        pthread_mutex_unlock(&creds.lock);
         return RENEW_FAILED;
     }
-    S.refreshing = 1;
-    old = strdup(S.token);
-    rt = strdup(S.refresh);
-    key = strdup(S.cred_key);
-    pthread_mutex_unlock(&S.lock);
+    creds.refreshing = 1;
+    old = strdup(creds.token);
+    rt = strdup(creds.refresh);
+    key = strdup(creds.key);
+    pthread_mutex_unlock(&creds.lock);
 
     memset(&nc, 0, sizeof nc);
     memset(&id, 0, sizeof id);
@@ -4434,31 +4496,32 @@ static int cred_refresh(uint64_t seen_gen, coai_error *e)
         rc = cred_renew(old, rt, key, agent, &nc, &saved, &id, e);
     }
 
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
     if (rc == RENEW_OK && agent) {
         /* still cursor-agent's login: its file changing on disk replaces this token */
-        cred_set_locked(&nc, CRED_AGENT);
-        S.persist_failed = 0;
-        S.refresh_failed = 0;
-        S.refresh_block_until = 0;
-        S.cred_bad_gen = 0;
+        changed = cred_set_locked(&nc, CRED_AGENT);
+        creds.persist_failed = 0;
+        creds.refresh_failed = 0;
+        creds.refresh_block_until = 0;
+        creds.bad_gen = 0;
     } else if (rc == RENEW_OK) {
-        cred_set_locked(&nc, CRED_OURS);
-        if (saved) S.ours_id = id;
-        S.persist_failed = !saved;
-        S.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
-        S.refresh_failed = 0;
-        S.refresh_block_until = 0;
-        S.cred_bad_gen = 0;
+        changed = cred_set_locked(&nc, CRED_OURS);
+        if (saved) creds.ours_id = id;
+        creds.persist_failed = !saved;
+        creds.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
+        creds.refresh_failed = 0;
+        creds.refresh_block_until = 0;
+        creds.bad_gen = 0;
     } else {
-        S.refresh_failed = 1;
-        S.refresh_err = *e;
-        if (e->status == 401) S.refresh_block_until = mono_ms() + CRED_REJECT_BACKOFF_MS;
+        creds.refresh_failed = 1;
+        creds.refresh_err = *e;
+        if (e->status == 401) creds.refresh_block_until = mono_ms() + CRED_REJECT_BACKOFF_MS;
     }
-    S.refreshing = 0;
-    S.refresh_seq++;
-    pthread_cond_broadcast(&S.cred_cv);
-    pthread_mutex_unlock(&S.lock);
+    creds.refreshing = 0;
+    creds.refresh_seq++;
+    pthread_cond_broadcast(&creds.renewed);
+    pthread_mutex_unlock(&creds.lock);
+    if (changed) models_failure_forget();
     if (rc == RENEW_OK) srv_log(LOG_INFO, "Cursor access token renewed%s",
                                 agent ? " (in memory only; cursor-agent's file left as it is)"
                                 : saved ? "" : " (in memory only)");
@@ -4481,35 +4544,35 @@ static void cred_persist_retry(void)
     uint64_t gen;
     int lk, ok = 0, stale;
     memset(&c, 0, sizeof c);
-    pthread_mutex_lock(&S.lock);
-    if (!S.persist_failed || S.refreshing || mono_ms() < S.persist_retry_at) {
-        pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    if (!creds.persist_failed || creds.refreshing || mono_ms() < creds.persist_retry_at) {
+        pthread_mutex_unlock(&creds.lock);
         return;
     }
-    S.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
-    gen = S.cred_gen;
-    c.access_token = strdup(S.token);
-    c.refresh_token = S.refresh[0] ? strdup(S.refresh) : NULL;
-    c.api_key = S.cred_key[0] ? strdup(S.cred_key) : NULL;
-    pthread_mutex_unlock(&S.lock);
+    creds.persist_retry_at = mono_ms() + CRED_PERSIST_RETRY_MS;
+    gen = creds.gen;
+    c.access_token = strdup(creds.token);
+    c.refresh_token = creds.refresh[0] ? strdup(creds.refresh) : NULL;
+    c.api_key = creds.key[0] ? strdup(creds.key) : NULL;
+    pthread_mutex_unlock(&creds.lock);
     if (!c.access_token) goto done;
     lk = cred_lock();
-    pthread_mutex_lock(&S.lock);
-    stale = S.refreshing || S.cred_gen != gen;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    stale = creds.refreshing || creds.gen != gen;
+    pthread_mutex_unlock(&creds.lock);
     if (!stale) {
         ok = cred_write_file(&c, why, sizeof why) == 0;
-        if (ok) file_id_of(S.ours_path, &id);
+        if (ok) file_id_of(file_paths.ours_path, &id);
     }
     cred_unlock(lk);
     if (stale) goto done;
-    pthread_mutex_lock(&S.lock);
-    if (ok && S.cred_gen == gen) {
-        S.persist_failed = 0;
-        S.ours_id = id;
+    pthread_mutex_lock(&creds.lock);
+    if (ok && creds.gen == gen) {
+        creds.persist_failed = 0;
+        creds.ours_id = id;
     }
-    pthread_mutex_unlock(&S.lock);
-    if (ok) srv_log(LOG_INFO, "renewed credentials saved to %s after all", S.ours_path);
+    pthread_mutex_unlock(&creds.lock);
+    if (ok) srv_log(LOG_INFO, "renewed credentials saved to %s after all", file_paths.ours_path);
     else srv_log(LOG_WARN, "still %s", why);
 done:
     if (c.access_token) memset(c.access_token, 0, strlen(c.access_token));
@@ -4530,10 +4593,10 @@ static int cred_ensure(coai_error *e)
     int64_t now = (int64_t)time(NULL);
     cred_poll_files();
     cred_persist_retry();
-    pthread_mutex_lock(&S.lock);
-    renewable = S.cred_src != CRED_ENV && (S.cred_key[0] || S.refresh[0]);
-    bad = S.cred_bad_gen != 0 && S.cred_bad_gen == S.cred_gen;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
+    renewable = creds.src != CRED_ENV && (creds.key[0] || creds.refresh[0]);
+    bad = creds.bad_gen != 0 && creds.bad_gen == creds.gen;
+    pthread_mutex_unlock(&creds.lock);
     if (!renewable || !cred_token(tok, sizeof tok, &gen)) return 0;
     /* Only a JWT with an exp says when it expires; anything else is renewed on a 401. */
     expiring = coai_jwt_decode(coai_str_c(tok), &j) == 0 && j.exp != 0
@@ -4564,15 +4627,15 @@ static int cred_require(coai_error *e)
 }
 
 /* How the current login is renewed, in words (status command, status page). Caller holds
- * S.lock. */
+ * creds.lock. */
 static const char *cred_renewal_locked(void)
 {
-    return S.cred_src == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN is used as is)"
-         : S.cred_key[0] ? "by API key exchange (key stored)"
-         : S.refresh[0] && S.cred_src == CRED_AGENT
+    return creds.src == CRED_ENV ? "none (CURSOR_ACCESS_TOKEN is used as is)"
+         : creds.key[0] ? "by API key exchange (key stored)"
+         : creds.refresh[0] && creds.src == CRED_AGENT
            ? "by refresh token through /oauth/token, in memory only (cursor-agent's file is "
              "never written)"
-         : S.refresh[0] ? "by refresh token through /oauth/token"
+         : creds.refresh[0] ? "by refresh token through /oauth/token"
          : "none (log in again when it expires)";
 }
 
@@ -4580,13 +4643,14 @@ static const char *cred_renewal_locked(void)
 static const char *cred_health(void)
 {
     const char *s;
-    pthread_mutex_lock(&S.lock);
-    s = !S.token[0] ? "missing"
-      : S.refresh_failed && S.refresh_err.status == 401 ? "renewal rejected: run cursor-oai login"
-      : S.persist_failed ? "not persisted"
-      : S.refresh_failed ? "renewal failed"
+    pthread_mutex_lock(&creds.lock);
+    s = !creds.token[0] ? "missing"
+      : creds.refresh_failed && creds.refresh_err.status == 401
+        ? "renewal rejected: run cursor-oai login"
+      : creds.persist_failed ? "not persisted"
+      : creds.refresh_failed ? "renewal failed"
       : "ok";
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&creds.lock);
     return s;
 }
 
@@ -4720,7 +4784,7 @@ struct conn {
                                      * JSON-array stream (streamGenerateContent without alt) */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
-    size_t reserved;                /* request bytes counted in S.inflight for this request */
+    size_t reserved;                /* request bytes in listener.inflight for this request */
     int parse_over;                 /* this request's parse was admitted over the budget */
     size_t in_len;                  /* bytes in in[] */
     char in[SRV_HEAD_MAX];          /* request head (and pipelined bytes) */
@@ -4859,7 +4923,7 @@ static int handle_count_tokens(struct conn *c);
  * allowed name: tunnels and forwarders (ssh -L 9000:127.0.0.1:18741) bring their own. */
 static int listen_port_num(void)
 {
-    return S.listen_loopback ? atoi(S.listen_port) : 0;
+    return listener.loopback ? atoi(conf.listen_port) : 0;
 }
 
 /* The port of a Host header value ("name:port", "[v6]:port"), 0 when it has none. */
@@ -4889,10 +4953,10 @@ static int origin_ok(const coai_http_request *rq, const coai_str *names, size_t 
 static size_t allowed_names(coai_str *out, size_t cap)
 {
     size_t n = 0, i;
-    for (i = 0; i < S.allow_n && n < cap; i++) out[n++] = coai_str_c(S.allow[i]);
-    if (n < cap && S.listen_host[0] && strcmp(S.listen_host, "0.0.0.0") != 0
-        && strcmp(S.listen_host, "::") != 0)
-        out[n++] = coai_str_c(S.listen_host);
+    for (i = 0; i < conf.allow_n && n < cap; i++) out[n++] = coai_str_c(conf.allow[i]);
+    if (n < cap && conf.listen_host[0] && strcmp(conf.listen_host, "0.0.0.0") != 0
+        && strcmp(conf.listen_host, "::") != 0)
+        out[n++] = coai_str_c(conf.listen_host);
     return n;
 }
 
@@ -4946,13 +5010,14 @@ static int body_reserve(struct conn *c, size_t n)
 {
     int ok;
     if (n <= c->reserved) return 0;
-    pthread_mutex_lock(&S.lock);
-    ok = S.inflight == c->reserved || S.inflight - c->reserved + n <= S.inflight_max;
+    pthread_mutex_lock(&listener.lock);
+    ok = listener.inflight == c->reserved
+         || listener.inflight - c->reserved + n <= conf.inflight_max;
     if (ok) {
-        S.inflight += n - c->reserved;
+        listener.inflight += n - c->reserved;
         c->reserved = n;
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&listener.lock);
     return ok ? 0 : -1;
 }
 
@@ -4964,27 +5029,28 @@ static int parse_reserve(struct conn *c, size_t n)
 {
     int ok;
     if (n <= c->reserved) return 0;
-    pthread_mutex_lock(&S.lock);
-    ok = S.inflight == c->reserved || S.inflight - c->reserved + n <= S.inflight_max;
-    if (!ok && !S.parse_over) {
+    pthread_mutex_lock(&listener.lock);
+    ok = listener.inflight == c->reserved
+         || listener.inflight - c->reserved + n <= conf.inflight_max;
+    if (!ok && !listener.parse_over) {
         ok = 1;
-        S.parse_over = c->parse_over = 1;
+        listener.parse_over = c->parse_over = 1;
     }
     if (ok) {
-        S.inflight += n - c->reserved;
+        listener.inflight += n - c->reserved;
         c->reserved = n;
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&listener.lock);
     return ok ? 0 : -1;
 }
 
 static void body_release(struct conn *c)
 {
     if (!c->reserved) return;
-    pthread_mutex_lock(&S.lock);
-    S.inflight -= c->reserved;
-    if (c->parse_over) S.parse_over = 0;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&listener.lock);
+    listener.inflight -= c->reserved;
+    if (c->parse_over) listener.parse_over = 0;
+    pthread_mutex_unlock(&listener.lock);
     c->reserved = 0;
     c->parse_over = 0;
 }
@@ -4999,7 +5065,7 @@ static int read_body(struct conn *c, size_t hl)
     size_t have = c->in_len - hl;
     /* The whole body has one deadline as well as the gap between reads: a body that
      * trickles a byte at a time must not hold a slot forever. */
-    int64_t body_end = mono_ms() + S.body_timeout_ms;
+    int64_t body_end = mono_ms() + conf.body_timeout_ms;
     coai_buf_reset(&c->body);
     c->body.max = SRV_BODY_MAX;
     if (rq->chunked) {
@@ -5083,7 +5149,7 @@ static void access_log(struct conn *c)
     c->tok_in = c->tok_out = 0;
     c->errmsg[0] = 0;
     memset(&c->err, 0, sizeof c->err);
-    if (S.log_level < LOG_INFO) return;
+    if (conf.log_level < LOG_INFO) return;
     if (log_json) {
         coai_buf b = { 0 };
         char msg[SRV_LOG_ROOM];
@@ -5125,7 +5191,7 @@ static void access_log(struct conn *c)
  * parameter (the status page has its own ?key= rule: status_access). */
 static int key_ok(const coai_http_request *rq, int route)
 {
-    coai_str want = coai_str_c(S.api_key);
+    coai_str want = coai_str_c(conf.api_key);
     return coai_http_token_equal(coai_http_bearer(rq->authorization), want)
            || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
                                                          "x-api-key"), want)
@@ -5273,7 +5339,7 @@ static int serve_request(struct conn *c, size_t hl)
                    "Content-Type must be application/json", NULL);
         goto done;
     }
-    if (S.api_key && route != ROUTE_HEALTH && !key_ok(rq, route)
+    if (conf.api_key && route != ROUTE_HEALTH && !key_ok(rq, route)
         /* the status page: its cookie, or /?key= once (a browser cannot send a header) */
         && !status_access(rq, route)) {
         c->keep = 0;
@@ -5395,10 +5461,10 @@ done:
 static int slots_short(void)
 {
     int r, spare;
-    pthread_mutex_lock(&S.lock);
-    spare = S.max_conns / 8 > 1 ? S.max_conns / 8 : 1;
-    r = S.max_conns - S.conns < spare;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&listener.lock);
+    spare = conf.max_conns / 8 > 1 ? conf.max_conns / 8 : 1;
+    r = conf.max_conns - listener.conns < spare;
+    pthread_mutex_unlock(&listener.lock);
     return r;
 }
 
@@ -5486,10 +5552,10 @@ static void *conn_thread(void *arg)
     coai_buf_free(&c->body);
     coai_buf_free(&c->wbuf);
     free(c);
-    pthread_mutex_lock(&S.lock);
-    S.conns--;
-    pthread_cond_signal(&S.idle);
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&listener.lock);
+    listener.conns--;
+    pthread_cond_signal(&listener.idle);
+    pthread_mutex_unlock(&listener.lock);
     return NULL;
 }
 
@@ -5566,57 +5632,82 @@ static int up_unary_json(const char *path, size_t max, const char *too_big, coai
 }
 
 /* One GetUsableModels call (no cache): renews an expiring token first, and once more after a
- * 401. 0 with the JSON in body, -1 with *err filled. */
-static int models_fetch(coai_buf *body, coai_error *err)
+ * 401. The one place the list is parsed: 0 with it in *m (the caller frees it), -1 with *err
+ * filled (m is then empty, still freeable). */
+static int models_fetch(coai_models *m, coai_error *err)
 {
+    coai_buf body = { 0 };
+    int rc = -1;
+    memset(m, 0, sizeof *m);
     if (cred_require(err) < 0) return -1;
-    if (up_unary_json(PATH_MODELS, UP_MODELS_MAX, "upstream model list too large", body,
+    if (up_unary_json(PATH_MODELS, UP_MODELS_MAX, "upstream model list too large", &body,
                       err) < 0)
-        return -1;
-    {
-        coai_models m;
-        int pr = coai_models_parse(&m, (const char *)body->data, body->len);
-        coai_models_free(&m);
-        if (pr < 0) {
-            coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
-                           "the upstream model list is not valid JSON");
-            return -1;
-        }
+        goto out;
+    if (coai_models_parse(m, (const char *)body.data, body.len) < 0) {
+        coai_error_set(err, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "the upstream model list is not valid JSON");
+        goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    coai_buf_free(&body);
+    return rc;
 }
 
 /* One fetch whose result becomes the cached list (or the remembered failure). The caller set
- * S.models_fetching; this clears it and wakes the waiters. */
+ * models_cache.fetching; this clears it and wakes the waiters. */
+/* Drops a reference to a list; called with models_cache.lock held. The last one frees it. */
+static void models_put_locked(struct models_list *l)
+{
+    if (l && --l->refs == 0) {
+        coai_models_free(&l->m);
+        free(l);
+    }
+}
+
+/* Drops the reference models_get handed out (NULL: none). */
+static void models_put(struct models_list *l)
+{
+    if (!l) return;
+    pthread_mutex_lock(&models_cache.lock);
+    models_put_locked(l);
+    pthread_mutex_unlock(&models_cache.lock);
+}
+
 static void models_refresh(void)
 {
-    coai_buf body = { 0 };
+    struct models_list *l = NULL;
+    coai_models m;
     coai_error fe;
     int rc;
     memset(&fe, 0, sizeof fe);
-    rc = models_fetch(&body, &fe);
+    rc = models_fetch(&m, &fe);
     if (rc < 0 && fe.status >= 500)
         srv_log(LOG_WARN, "GetUsableModels failed: %s", fe.message);
-    pthread_mutex_lock(&S.lock);
     if (rc == 0) {
-        coai_buf_reset(&S.models);
-        coai_buf_append(&S.models, body.data, body.len);
-        S.models_at = S.models.err ? 0 : mono_ms();
-        /* parsed here once, not on every chat request (models_fetch validated it) */
-        coai_models_free(&S.models_parsed);
-        if (S.models_at
-            && coai_models_parse(&S.models_parsed, (const char *)S.models.data, S.models.len) < 0)
-            S.models_at = 0;
-        S.models_fail_at = 0;
-    } else {
-        S.models_fail_at = mono_ms();
-        S.models_err = fe;
+        l = malloc(sizeof *l);
+        if (l) {
+            l->refs = 1;                /* the cache's */
+            l->m = m;
+        } else {
+            coai_models_free(&m);
+        }
     }
-    S.models_fetching = 0;
-    S.models_seq++;
-    pthread_cond_broadcast(&S.models_cv);
-    pthread_mutex_unlock(&S.lock);
-    coai_buf_free(&body);
+    pthread_mutex_lock(&models_cache.lock);
+    if (rc == 0) {
+        /* the old list goes when its last reader lets go of it */
+        models_put_locked(models_cache.list);
+        models_cache.list = l;
+        models_cache.at = l ? mono_ms() : 0;
+        models_cache.fail_at = 0;
+    } else {
+        models_cache.fail_at = mono_ms();
+        models_cache.err = fe;
+    }
+    models_cache.fetching = 0;
+    models_cache.seq++;
+    pthread_cond_broadcast(&models_cache.fetched);
+    pthread_mutex_unlock(&models_cache.lock);
 }
 
 static void *models_refresh_thread(void *arg)
@@ -5641,59 +5732,62 @@ static int fd_client_gone(int fd)
     return r < 0 && !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
-/* The GetUsableModels JSON into json. The list is cached for CURSOR_OAI_MODELS_TTL; a stale
- * list is served at once while one background thread fetches a new one
+/* The account's model list: a reference into *list (when list is not NULL; drop it with
+ * models_put) and `want` resolved into resolved. The list is cached for CURSOR_OAI_MODELS_TTL;
+ * a stale list is served at once while one background thread fetches a new one
  * (stale-while-revalidate), so a slow upstream never holds a request here. Only with no good
  * list yet does a request wait for the fetch, and then at most CURSOR_OAI_MODELS_WAIT and only
  * while its client (client_fd, -1 = none) is still there. When a fetch fails, the last good
- * list is served (stale-while-error) and the upstream is asked again after
- * MODELS_FAIL_TTL_MS; with no good list ever, -1 with the reason in *err (499: the client
- * left; 504 models_wait_timeout: the first fetch is still running). */
-static int models_get(coai_buf *json, coai_error *err, coai_str want, char *resolved,
-                      size_t cap, int *fetched, int client_fd)
+ * list is served (stale-while-error) and the upstream is asked again after MODELS_FAIL_TTL_MS;
+ * with no good list ever, -1 with the reason in *err (499: the client left; 504
+ * models_wait_timeout: the first fetch is still running). */
+static int models_get(struct models_list **list, coai_error *err, coai_str want,
+                      char *resolved, size_t cap, int *fetched, int client_fd)
 {
-    int64_t fail_ttl = S.models_ttl_ms < MODELS_FAIL_TTL_MS ? S.models_ttl_ms : MODELS_FAIL_TTL_MS;
-    int64_t wait_end = mono_ms() + S.models_wait_ms;
+    int64_t fail_ttl = conf.models_ttl_ms < MODELS_FAIL_TTL_MS ? conf.models_ttl_ms
+                                                               : MODELS_FAIL_TTL_MS;
+    int64_t wait_end = mono_ms() + conf.models_wait_ms;
     uint64_t seq0;                      /* a fetch that ends after this is news to this call */
     int rc;
-    pthread_mutex_lock(&S.lock);
-    seq0 = S.models_seq;
+    if (list) *list = NULL;
+    pthread_mutex_lock(&models_cache.lock);
+    seq0 = models_cache.seq;
     for (;;) {
         int64_t now = mono_ms(), left;
-        if (S.models_at && now - S.models_at < S.models_ttl_ms) goto serve;
-        if (S.models_fail_at && now - S.models_fail_at < fail_ttl) goto serve;
-        if (!S.models_fetching) {
+        if (models_cache.at && now - models_cache.at < conf.models_ttl_ms) goto serve;
+        if (models_cache.fail_at && now - models_cache.fail_at < fail_ttl) goto serve;
+        if (!models_cache.fetching) {
             pthread_attr_t attr;
             pthread_t t;
             int started;
-            S.models_fetching = 1;
+            models_cache.fetching = 1;
             pthread_attr_init(&attr);
             pthread_attr_setstacksize(&attr, SRV_THREAD_STACK);
             pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
             started = pthread_create(&t, &attr, models_refresh_thread, NULL) == 0;
             pthread_attr_destroy(&attr);
             if (!started) {             /* no thread: fetch here */
-                pthread_mutex_unlock(&S.lock);
+                pthread_mutex_unlock(&models_cache.lock);
                 models_refresh();
-                pthread_mutex_lock(&S.lock);
+                pthread_mutex_lock(&models_cache.lock);
                 continue;
             }
         }
-        if (S.models_at) goto serve;    /* stale, being revalidated */
+        if (models_cache.at) goto serve;    /* stale, being revalidated */
         if (now >= wait_end) {
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_unlock(&models_cache.lock);
             coai_error_set(err, 504, "server_error", "models_wait_timeout", NULL,
                            "the model list has not arrived within %lld s (GetUsableModels is "
-                           "slow or silent); try again", (long long)(S.models_wait_ms / 1000));
+                           "slow or silent); try again", (long long)(conf.models_wait_ms / 1000));
             err->retry_after = 1;
             if (fetched) *fetched = 0;
             return -1;
         }
         /* wait in slices of at most a second to notice a client that left */
         left = wait_end - now < 1000 ? wait_end - now : 1000;
-        cond_wait_ms(&S.models_cv, &S.lock, left);
+        cond_wait_ms(&models_cache.fetched, &models_cache.lock, left);
         if (fd_client_gone(client_fd)) {
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_unlock(&models_cache.lock);
             coai_error_set(err, 499, "server_error", "client_closed", NULL,
                            "client went away while waiting for the model list");
             if (fetched) *fetched = 0;
@@ -5702,26 +5796,26 @@ static int models_get(coai_buf *json, coai_error *err, coai_str want, char *reso
     }
 serve:
     /* a good list, fresh or stale; else the reason of the last failure */
-    if (S.models_at && S.models.len) {
+    if (models_cache.at && models_cache.list) {
         rc = 0;
-        if (json && coai_buf_append(json, S.models.data, S.models.len) < 0) {
-            rc = -1;
-            coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (list) {
+            models_cache.list->refs++;
+            *list = models_cache.list;
         }
         if (resolved) {
-            coai_str m = coai_models_resolve(&S.models_parsed, want);
+            coai_str m = coai_models_resolve(&models_cache.list->m, want);
             copy_str(resolved, cap, m.ptr, m.len);
         }
     } else {
         rc = -1;
         /* fresh: this call's own fetch, or one it waited for, failed just now */
-        if (fetched) *fetched = S.models_seq != seq0;
-        *err = S.models_err;
+        if (fetched) *fetched = models_cache.seq != seq0;
+        *err = models_cache.err;
         if (!err->status)
             coai_error_set(err, 502, "upstream_error", "upstream_error", NULL,
                            "the model list is unavailable");
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&models_cache.lock);
     return rc;
 }
 
@@ -5793,21 +5887,21 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
     coai_url u;
     coai_error e;
     int rc, h2cfg = -1, was;
-    if (S.agent_forced.host[0]) {
-        *out = S.agent_forced;
+    if (conf.agent_forced.host[0]) {
+        *out = conf.agent_forced;
         if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
         return;
     }
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&hosts.lock);
     for (;;) {
-        if (S.agent_h2_at
-            && (!S.agent_h2_failed || mono_ms() - S.agent_h2_at < AGENT_FAIL_TTL_MS))
+        if (hosts.agent_h2_at
+            && (!hosts.agent_h2_failed || mono_ms() - hosts.agent_h2_at < AGENT_FAIL_TTL_MS))
             goto have;
-        if (!S.agent_h2_fetching) break;
-        pthread_cond_wait(&S.agent_h2_cv, &S.lock);
+        if (!hosts.agent_h2_fetching) break;
+        pthread_cond_wait(&hosts.agent_h2_done, &hosts.lock);
     }
-    S.agent_h2_fetching = 1;
-    pthread_mutex_unlock(&S.lock);
+    hosts.agent_h2_fetching = 1;
+    pthread_mutex_unlock(&hosts.lock);
     memset(&e, 0, sizeof e);
     rc = server_config_fetch(&u, &h2cfg, &e);
     was = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
@@ -5821,46 +5915,46 @@ static void agent_h2_get(coai_url *out, char *src, size_t cap)
                     ? ": runs use HTTP/2 without the HTTP/1.1 fallback, as Cursor's SDK does"
                     : ": runs use HTTP/2 with the HTTP/1.1 fallback");
     }
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&hosts.lock);
     if (rc == 0) {
-        S.agent_h2 = u;
-        S.agent_h2_failed = 0;
-        snprintf(S.agent_h2_src, sizeof S.agent_h2_src, "named by GetServerConfig");
+        hosts.agent_h2 = u;
+        hosts.agent_h2_failed = 0;
+        snprintf(hosts.agent_h2_src, sizeof hosts.agent_h2_src, "named by GetServerConfig");
     } else {
-        S.agent_h2 = S.base;
-        S.agent_h2_failed = 1;
+        hosts.agent_h2 = conf.base;
+        hosts.agent_h2_failed = 1;
         if (rc == 1)
-            snprintf(S.agent_h2_src, sizeof S.agent_h2_src,
+            snprintf(hosts.agent_h2_src, sizeof hosts.agent_h2_src,
                      "the base URL: GetServerConfig named no agent URL");
         else
-            snprintf(S.agent_h2_src, sizeof S.agent_h2_src,
+            snprintf(hosts.agent_h2_src, sizeof hosts.agent_h2_src,
                      "the base URL: GetServerConfig failed: %s", e.message);
     }
-    S.agent_h2_at = mono_ms();
-    S.agent_h2_fetching = 0;
-    pthread_cond_broadcast(&S.agent_h2_cv);
-    *out = S.agent_h2;
-    if (src) snprintf(src, cap, "%s", S.agent_h2_src);
+    hosts.agent_h2_at = mono_ms();
+    hosts.agent_h2_fetching = 0;
+    pthread_cond_broadcast(&hosts.agent_h2_done);
+    *out = hosts.agent_h2;
+    if (src) snprintf(src, cap, "%s", hosts.agent_h2_src);
     {
-        char what[sizeof S.agent_h2_src];
-        snprintf(what, sizeof what, "%s", S.agent_h2_src);
-        pthread_mutex_unlock(&S.lock);      /* srv_log takes S.lock */
+        char what[sizeof hosts.agent_h2_src];
+        snprintf(what, sizeof what, "%s", hosts.agent_h2_src);
+        pthread_mutex_unlock(&hosts.lock);      /* not held while logging */
         srv_log(rc == 0 ? LOG_INFO : LOG_WARN, "HTTP/2 agent host https://%s%s (%s)",
                 out->authority, out->prefix, what);
     }
     return;
 have:
-    *out = S.agent_h2;
-    if (src) snprintf(src, cap, "%s", S.agent_h2_src);
-    pthread_mutex_unlock(&S.lock);
+    *out = hosts.agent_h2;
+    if (src) snprintf(src, cap, "%s", hosts.agent_h2_src);
+    pthread_mutex_unlock(&hosts.lock);
 }
 
-/* The entry of host h in S.h2only, or -1. Under S.lock. */
+/* The entry of host h in hosts.h2only, or -1. Under hosts.lock. */
 static int h2only_find(const coai_url *h)
 {
     int i;
-    for (i = 0; i < S.h2only_n; i++)
-        if (up_same_host(&S.h2only[i].host, h)) return i;
+    for (i = 0; i < hosts.h2only_n; i++)
+        if (up_same_host(&hosts.h2only[i].host, h)) return i;
     return -1;
 }
 
@@ -5869,11 +5963,11 @@ static int h2only_find(const coai_url *h)
 static int h2only_has(const coai_url *h, char *why, size_t cap)
 {
     int i, hit;
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&hosts.lock);
     i = h2only_find(h);
-    hit = i >= 0 && mono_ms() - S.h2only[i].at < h2only_reprobe_ms;
-    if (hit && why) snprintf(why, cap, "%s", S.h2only[i].why);
-    pthread_mutex_unlock(&S.lock);
+    hit = i >= 0 && mono_ms() - hosts.h2only[i].at < h2only_reprobe_ms;
+    if (hit && why) snprintf(why, cap, "%s", hosts.h2only[i].why);
+    pthread_mutex_unlock(&hosts.lock);
     return hit;
 }
 
@@ -5883,24 +5977,24 @@ static void h2only_add(const coai_url *h, const char *why)
 {
     int i, again = 0;
     int64_t now = mono_ms();
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&hosts.lock);
     i = h2only_find(h);
-    if (i >= 0 && now - S.h2only[i].at < h2only_reprobe_ms) {
-        pthread_mutex_unlock(&S.lock);      /* a concurrent run said it already */
+    if (i >= 0 && now - hosts.h2only[i].at < h2only_reprobe_ms) {
+        pthread_mutex_unlock(&hosts.lock);      /* a concurrent run said it already */
         return;
     }
     if (i >= 0) again = 1;
-    else if (S.h2only_n < SRV_H2ONLY_MAX) i = S.h2only_n++;
+    else if (hosts.h2only_n < SRV_H2ONLY_MAX) i = hosts.h2only_n++;
     if (i >= 0) {
-        S.h2only[i].host = *h;
-        snprintf(S.h2only[i].why, sizeof S.h2only[0].why, "%s", why);
-        S.h2only[i].at = now;
+        hosts.h2only[i].host = *h;
+        snprintf(hosts.h2only[i].why, sizeof hosts.h2only[0].why, "%s", why);
+        hosts.h2only[i].at = now;
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&hosts.lock);
     srv_log(LOG_WARN, "https://%s%s serves HTTP/2 only (it answered an HTTP/1.1 request with "
             "%s%s); HTTP/1.1 runs go to the base URL https://%s%s instead for the next %d s, "
             "then it is tried again", h->authority, h->prefix, why,
-            again ? ", again after a re-probe" : "", S.base.authority, S.base.prefix,
+            again ? ", again after a re-probe" : "", conf.base.authority, conf.base.prefix,
             h2only_reprobe_ms / 1000);
 }
 
@@ -5908,36 +6002,32 @@ static void h2only_add(const coai_url *h, const char *why)
  * CURSOR_OAI_AGENT_URL unless that host refused HTTP/1.1, else the base URL. */
 static void run_host_get(coai_url *out, char *src, size_t cap)
 {
-    if (S.agent_forced.host[0] && !h2only_has(&S.agent_forced, NULL, 0)) {
-        *out = S.agent_forced;
+    if (conf.agent_forced.host[0] && !h2only_has(&conf.agent_forced, NULL, 0)) {
+        *out = conf.agent_forced;
         if (src) snprintf(src, cap, "CURSOR_OAI_AGENT_URL");
         return;
     }
-    *out = S.base;
+    *out = conf.base;
     if (!src) return;
-    if (S.agent_forced.host[0])
+    if (conf.agent_forced.host[0])
         snprintf(src, cap, "the base URL: CURSOR_OAI_AGENT_URL https://%s%s serves HTTP/2 only",
-                 S.agent_forced.authority, S.agent_forced.prefix);
+                 conf.agent_forced.authority, conf.agent_forced.prefix);
     else
         snprintf(src, cap, "the base URL, CURSOR_API_URL");
 }
 
 static int handle_models(struct conn *c)
 {
-    coai_buf json = { 0 }, out = { 0 };
-    coai_models m;
+    coai_buf out = { 0 };
+    struct models_list *l = NULL;
+    const coai_models *m;
     coai_error e;
-    memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (models_get(&json, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
+    if (models_get(&l, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
-    if (coai_models_parse(&m, (const char *)json.data, json.len) < 0) {
-        send_error(c, 502, "upstream_error", "upstream_protocol_error", NULL,
-                   "upstream model list is not valid JSON", NULL);
-        goto done;
-    }
+    m = &l->m;
     if (c->gm_model[0]) {
         /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
          * (modelId, display id or an alias), in Gemini's shape, Anthropic's (an
@@ -5950,13 +6040,13 @@ static int handle_models(struct conn *c)
             want.ptr += 7;
             want.len -= 7;
         }
-        for (i = 0; i < m.count && !hit; i++) {
+        for (i = 0; i < m->count && !hit; i++) {
             coai_str a;
-            if (coai_str_eq(m.items[i].id, want.ptr)
-                || coai_str_eq(m.items[i].display_id, want.ptr))
-                hit = &m.items[i];
-            for (j = 0; !hit && coai_model_alias(&m.items[i], j, &a) == 0; j++)
-                if (coai_str_eq(a, want.ptr)) hit = &m.items[i];
+            if (coai_str_eq(m->items[i].id, want.ptr)
+                || coai_str_eq(m->items[i].display_id, want.ptr))
+                hit = &m->items[i];
+            for (j = 0; !hit && coai_model_alias(&m->items[i], j, &a) == 0; j++)
+                if (coai_str_eq(a, want.ptr)) hit = &m->items[i];
         }
         if (!hit) {
             char msg[360];
@@ -5971,7 +6061,7 @@ static int handle_models(struct conn *c)
             send_error(c, 404, "invalid_request_error", "model_not_found", NULL, msg, NULL);
             goto done;
         }
-        if ((gem ? coai_models_write_gemini(&out, &m, hit)
+        if ((gem ? coai_models_write_gemini(&out, m, hit)
                  : c->dialect == COAI_DIALECT_ANTHROPIC
                  ? coai_models_write_anthropic_model(&out, hit, (int64_t)time(NULL))
                  : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
@@ -5979,16 +6069,15 @@ static int handle_models(struct conn *c)
             goto done;
         }
     } else if ((c->dialect == COAI_DIALECT_ANTHROPIC
-         ? coai_models_write_anthropic(&out, &m, (int64_t)time(NULL))
-         : c->dialect == COAI_DIALECT_GEMINI ? coai_models_write_gemini(&out, &m, NULL)
-         : coai_models_write_list(&out, &m, (int64_t)time(NULL))) < 0 || out.err) {
+         ? coai_models_write_anthropic(&out, m, (int64_t)time(NULL))
+         : c->dialect == COAI_DIALECT_GEMINI ? coai_models_write_gemini(&out, m, NULL)
+         : coai_models_write_list(&out, m, (int64_t)time(NULL))) < 0 || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
     send_response(c, 200, "application/json", NULL, out.data, out.len);
 done:
-    coai_models_free(&m);
-    coai_buf_free(&json);
+    models_put(l);
     coai_buf_free(&out);
     return 0;
 }
@@ -6063,8 +6152,8 @@ static struct {
     int64_t wall;                   /* wall ms of the last answer */
     coai_quota u;
     coai_error err;
-} UC = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, USAGE_TTL_DEFAULT_S * 1000, 0, 0,
-         0, 0, 0, { 0 }, { 0 } };
+} usage_cache = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                  USAGE_TTL_DEFAULT_S * 1000, 0, 0, 0, 0, 0, { 0 }, { 0 } };
 
 /* The usage answer no older than max_ms (an error: err_max_ms). wait = 0: never block (the
  * status page): a missing or old answer starts a fetch when none runs, and what is kept is
@@ -6075,43 +6164,44 @@ static int usage_get(int64_t max_ms, int64_t err_max_ms, int wait, coai_quota *u
 {
     int fetch = 0, state;
     uint64_t gen;
-    pthread_mutex_lock(&UC.mu);
-    gen = UC.gen;
+    pthread_mutex_lock(&usage_cache.mu);
+    gen = usage_cache.gen;
     for (;;) {
-        int64_t age = mono_ms() - UC.at;
-        if (UC.state && age < (UC.state == 2 ? err_max_ms : max_ms)) break;   /* young */
-        if (UC.gen != gen) break;          /* the fetch this caller waited for has ended */
-        if (!UC.fetching) {
-            UC.fetching = 1;
+        int64_t age = mono_ms() - usage_cache.at;
+        if (usage_cache.state && age < (usage_cache.state == 2 ? err_max_ms : max_ms))
+            break;                      /* young */
+        if (usage_cache.gen != gen) break;          /* the fetch this caller waited for has ended */
+        if (!usage_cache.fetching) {
+            usage_cache.fetching = 1;
             fetch = 1;
             break;
         }
         if (!wait) break;
-        pthread_cond_wait(&UC.done, &UC.mu);
+        pthread_cond_wait(&usage_cache.done, &usage_cache.mu);
     }
-    pthread_mutex_unlock(&UC.mu);
+    pthread_mutex_unlock(&usage_cache.mu);
     if (fetch) {
         coai_quota nu;
         coai_error ne;
         int rc;
         memset(&nu, 0, sizeof nu);
         rc = usage_fetch(&nu, &ne);
-        pthread_mutex_lock(&UC.mu);
-        UC.fetching = 0;
-        UC.gen++;
-        UC.at = mono_ms();
-        UC.wall = wall_ms();
-        if (rc == 0) { UC.u = nu; UC.state = 1; }
-        else { UC.err = ne; UC.state = 2; }
-        pthread_cond_broadcast(&UC.done);
-        pthread_mutex_unlock(&UC.mu);
+        pthread_mutex_lock(&usage_cache.mu);
+        usage_cache.fetching = 0;
+        usage_cache.gen++;
+        usage_cache.at = mono_ms();
+        usage_cache.wall = wall_ms();
+        if (rc == 0) { usage_cache.u = nu; usage_cache.state = 1; }
+        else { usage_cache.err = ne; usage_cache.state = 2; }
+        pthread_cond_broadcast(&usage_cache.done);
+        pthread_mutex_unlock(&usage_cache.mu);
     }
-    pthread_mutex_lock(&UC.mu);
-    state = UC.state;
-    if (state == 1) *u = UC.u;
-    if (state == 2) *e = UC.err;
-    *wall = UC.wall;
-    pthread_mutex_unlock(&UC.mu);
+    pthread_mutex_lock(&usage_cache.mu);
+    state = usage_cache.state;
+    if (state == 1) *u = usage_cache.u;
+    if (state == 2) *e = usage_cache.err;
+    *wall = usage_cache.wall;
+    pthread_mutex_unlock(&usage_cache.mu);
     return state;
 }
 
@@ -6122,8 +6212,9 @@ static int handle_usage(struct conn *c)
     coai_error e;
     coai_buf out = { 0 };
     int64_t wall;
-    if (usage_get(UC.ttl_ms, UC.ttl_ms < USAGE_ERR_TTL_MS ? UC.ttl_ms : USAGE_ERR_TTL_MS, 1, &u,
-                  &e, &wall) != 1) {
+    if (usage_get(usage_cache.ttl_ms,
+                  usage_cache.ttl_ms < USAGE_ERR_TTL_MS ? usage_cache.ttl_ms : USAGE_ERR_TTL_MS,
+                  1, &u, &e, &wall) != 1) {
         send_coai_error(c, &e);
     } else if (coai_quota_write_json(&out, &u) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
@@ -6304,23 +6395,23 @@ static void upstream_view_get(struct upstream_view *v)
 {
     coai_url run;
     memset(v, 0, sizeof *v);
-    run_host_get(&run, v->agent_src, sizeof v->agent_src);     /* takes S.lock itself */
+    run_host_get(&run, v->agent_src, sizeof v->agent_src);     /* takes hosts.lock itself */
     snprintf(v->agent_host, sizeof v->agent_host, "https://%s%s", run.authority, run.prefix);
-    tr_describe(v->transport, sizeof v->transport);                 /* takes TR.lock */
-    pthread_mutex_lock(&S.lock);
-    snprintf(v->base, sizeof v->base, "https://%s%s", S.up_authority, S.up_prefix);
-    snprintf(v->client_version, sizeof v->client_version, "%s", S.client_version);
-    snprintf(v->client_version_src, sizeof v->client_version_src, "%s", S.client_version_src);
-    snprintf(v->profile, sizeof v->profile, "%s", PROFILE_NAME[S.profile]);
+    tr_describe(v->transport, sizeof v->transport);                 /* takes transport_state.lock */
+    pthread_mutex_lock(&hosts.lock);
+    snprintf(v->base, sizeof v->base, "https://%s%s", conf.up_authority, conf.up_prefix);
+    snprintf(v->client_version, sizeof v->client_version, "%s", conf.client_version);
+    snprintf(v->client_version_src, sizeof v->client_version_src, "%s", conf.client_version_src);
+    snprintf(v->profile, sizeof v->profile, "%s", PROFILE_NAME[hosts.profile]);
     snprintf(v->profile_note, sizeof v->profile_note, "%s",
-             S.profile_forced >= 0 ? "CURSOR_OAI_PROFILE, no fallback"
+             conf.profile_forced >= 0 ? "CURSOR_OAI_PROFILE, no fallback"
                                    : "the one that worked last; the other is the fallback");
-    if (S.agent_h2_at)
-        snprintf(v->agent_h2, sizeof v->agent_h2, "https://%s%s (%s)", S.agent_h2.authority,
-                 S.agent_h2.prefix, S.agent_h2_src);
+    if (hosts.agent_h2_at)
+        snprintf(v->agent_h2, sizeof v->agent_h2, "https://%s%s (%s)", hosts.agent_h2.authority,
+                 hosts.agent_h2.prefix, hosts.agent_h2_src);
     else
         snprintf(v->agent_h2, sizeof v->agent_h2, "not asked yet");
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&hosts.lock);
 }
 
 /* The last STATUS_RING requests, written where the access log is. */
@@ -6339,7 +6430,8 @@ static struct {
     pthread_mutex_t mu;
     struct status_req r[STATUS_RING];
     unsigned next, count;
-} SP = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } }, 0, 0 };
+} recent_reqs = { PTHREAD_MUTEX_INITIALIZER, { { 0, 0, 0, 0, 0, NULL, NULL, { 0 }, { 0 } } },
+                  0, 0 };
 
 /* Called by access_log for every request but the status page's own, /health and /metrics
  * (pollers would push everything else out). */
@@ -6350,10 +6442,10 @@ static void status_note_request(const struct conn *c, int64_t ms)
         || c->route == ROUTE_STATUS_JSON || c->route == ROUTE_STATUS_JS
         || c->route == ROUTE_STATUS_CSS)
         return;
-    pthread_mutex_lock(&SP.mu);
-    q = &SP.r[SP.next];
-    SP.next = (SP.next + 1) % STATUS_RING;
-    if (SP.count < STATUS_RING) SP.count++;
+    pthread_mutex_lock(&recent_reqs.mu);
+    q = &recent_reqs.r[recent_reqs.next];
+    recent_reqs.next = (recent_reqs.next + 1) % STATUS_RING;
+    if (recent_reqs.count < STATUS_RING) recent_reqs.count++;
     q->time_ms = wall_ms();
     q->status = c->status;
     q->duration_ms = ms;
@@ -6364,7 +6456,7 @@ static void status_note_request(const struct conn *c, int64_t ms)
     q->fallback = c->fallback;
     copy_str(q->model, sizeof q->model, c->model, strlen(c->model));
     copy_str(q->error, sizeof q->error, c->errmsg, strlen(c->errmsg));
-    pthread_mutex_unlock(&SP.mu);
+    pthread_mutex_unlock(&recent_reqs.mu);
 }
 
 /* A JSON string for the page: JSON escaping, and <, > and & as \u00XX as well, so that the
@@ -6399,7 +6491,7 @@ static void status_label(const char *labels, const char *name, char *out, size_t
 }
 
 /* Quantile q of the merged histogram (linear inside a bucket, as Prometheus estimates it);
- * -1 without observations. Under MX.mu. */
+ * -1 without observations. Under metric_store.mu. */
 static double status_quantile(const uint64_t *buckets, uint64_t count, double q)
 {
     double rank = q * (double)count, lo = 0, prev = 0;
@@ -6455,9 +6547,9 @@ static void status_live_json(coai_buf *b)
     char v[100], d[40];
     int j;
     memset(buckets, 0, sizeof buckets);
-    pthread_mutex_lock(&MX.mu);
-    for (i = 0; i < MX.n[M_REQUESTS]; i++) {
-        const struct metric_series *s = &MX.s[M_REQUESTS][i];
+    pthread_mutex_lock(&metric_store.mu);
+    for (i = 0; i < metric_store.n[M_REQUESTS]; i++) {
+        const struct metric_series *s = &metric_store.s[M_REQUESTS][i];
         status_label(s->labels, "dialect", d, sizeof d);
         status_label(s->labels, "status", v, sizeof v);
         if (!d[0] || strcmp(d, "none") == 0) continue;      /* model APIs only */
@@ -6469,27 +6561,29 @@ static void status_live_json(coai_buf *b)
             status_kind_add(errs, &ne, 32, kind, s->value);
         }
     }
-    for (i = 0; i < MX.n[M_UPSTREAM_RUNS]; i++) {
-        const struct metric_series *s = &MX.s[M_UPSTREAM_RUNS][i];
+    for (i = 0; i < metric_store.n[M_UPSTREAM_RUNS]; i++) {
+        const struct metric_series *s = &metric_store.s[M_UPSTREAM_RUNS][i];
         char kind[120];
         status_label(s->labels, "outcome", v, sizeof v);
         if (!v[0] || strcmp(v, "ok") == 0) continue;
         snprintf(kind, sizeof kind, "run %s", v);
         status_kind_add(errs, &ne, 32, kind, s->value);
     }
-    for (i = 0; i < MX.n[M_FALLBACKS]; i++) {
-        status_label(MX.s[M_FALLBACKS][i].labels, "kind", v, sizeof v);
-        status_kind_add(fbs, &nf, 32, v[0] ? v : "other", MX.s[M_FALLBACKS][i].value);
+    for (i = 0; i < metric_store.n[M_FALLBACKS]; i++) {
+        status_label(metric_store.s[M_FALLBACKS][i].labels, "kind", v, sizeof v);
+        status_kind_add(fbs, &nf, 32, v[0] ? v : "other", metric_store.s[M_FALLBACKS][i].value);
     }
-    for (i = 0; i < MX.n[M_OPEN_STREAMS]; i++) streams += MX.s[M_OPEN_STREAMS][i].value;
-    for (i = 0; i < MX.n[M_HELD_RUNS]; i++) held += MX.s[M_HELD_RUNS][i].value;
-    for (i = 0; i < MX.n[M_FIRST_TOKEN]; i++) {
-        count += MX.s[M_FIRST_TOKEN][i].count;
-        for (j = 0; j < METRIC_BUCKETS; j++) buckets[j] += MX.s[M_FIRST_TOKEN][i].buckets[j];
+    for (i = 0; i < metric_store.n[M_OPEN_STREAMS]; i++)
+        streams += metric_store.s[M_OPEN_STREAMS][i].value;
+    for (i = 0; i < metric_store.n[M_HELD_RUNS]; i++) held += metric_store.s[M_HELD_RUNS][i].value;
+    for (i = 0; i < metric_store.n[M_FIRST_TOKEN]; i++) {
+        count += metric_store.s[M_FIRST_TOKEN][i].count;
+        for (j = 0; j < METRIC_BUCKETS; j++)
+            buckets[j] += metric_store.s[M_FIRST_TOKEN][i].buckets[j];
     }
     p50 = status_quantile(buckets, count, 0.5);
     p95 = status_quantile(buckets, count, 0.95);
-    pthread_mutex_unlock(&MX.mu);
+    pthread_mutex_unlock(&metric_store.mu);
     coai_buf_puts(b, "{\"requests\":");
     metric_number(b, requests);
     coai_buf_puts(b, ",\"errors\":");
@@ -6552,8 +6646,7 @@ static void status_json(struct conn *c, coai_buf *b)
     char tok[SRV_TOKEN_MAX], who[400], exp[200], src[PATH_MAX + 64], renewal[200];
     const char *health;
     struct upstream_view v;
-    coai_buf mj = { 0 };
-    coai_models m;
+    struct models_list *l = NULL;
     coai_error e;
     unsigned i, n, at;
     int have;
@@ -6565,14 +6658,14 @@ static void status_json(struct conn *c, coai_buf *b)
     }
     memset(tok, 0, sizeof tok);
     health = cred_health();
-    pthread_mutex_lock(&S.lock);
-    snprintf(src, sizeof src, "%s", S.cred_src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
-             : S.cred_src == CRED_OURS ? S.ours_path
-             : S.cred_src == CRED_AGENT ? S.agent_path : "none");
-    if (S.cred_src == CRED_AGENT) snprintf(src + strlen(src), sizeof src - strlen(src),
+    pthread_mutex_lock(&creds.lock);
+    snprintf(src, sizeof src, "%s", creds.src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
+             : creds.src == CRED_OURS ? file_paths.ours_path
+             : creds.src == CRED_AGENT ? file_paths.agent_path : "none");
+    if (creds.src == CRED_AGENT) snprintf(src + strlen(src), sizeof src - strlen(src),
                                            " (cursor-agent's, read only)");
     snprintf(renewal, sizeof renewal, "%s", cred_renewal_locked());
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&creds.lock);
     coai_buf_puts(b, "{\"version\":");
     status_json_str(b, COAI_VERSION);
     coai_buf_printf(b, ",\"now_ms\":%lld,\"login\":{\"state\":", (long long)wall_ms());
@@ -6608,19 +6701,17 @@ static void status_json(struct conn *c, coai_buf *b)
     status_usage_json(b);
     /* models: the cached list (a stale one is renewed in the background by models_get) */
     coai_buf_puts(b, ",\"models\":[");
-    memset(&m, 0, sizeof m);
     memset(&e, 0, sizeof e);
-    if (have && models_get(&mj, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) == 0
-        && coai_models_parse(&m, (const char *)mj.data, mj.len) == 0) {
-        for (i = 0; i < m.count; i++) {
+    if (have && models_get(&l, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) == 0) {
+        const coai_models *m = &l->m;
+        for (i = 0; i < m->count; i++) {
             char id[160];
-            copy_str(id, sizeof id, m.items[i].id.ptr, m.items[i].id.len);
+            copy_str(id, sizeof id, m->items[i].id.ptr, m->items[i].id.len);
             if (i) coai_buf_putc(b, ',');
             status_json_str(b, id);
         }
     }
-    coai_models_free(&m);
-    coai_buf_free(&mj);
+    models_put(l);
     coai_buf_puts(b, "],\"live\":");
     status_live_json(b);
     {
@@ -6635,10 +6726,10 @@ static void status_json(struct conn *c, coai_buf *b)
         char th[300];
         uint64_t native, runs;
         int no = th_describe(th, sizeof th);
-        pthread_mutex_lock(&TH.mu);
-        native = TH.native;
-        runs = TH.runs;
-        pthread_mutex_unlock(&TH.mu);
+        pthread_mutex_lock(&tools_header.mu);
+        native = tools_header.native;
+        runs = tools_header.runs;
+        pthread_mutex_unlock(&tools_header.mu);
         coai_buf_printf(b, ",\"tools\":{\"mode\":\"%s\",\"honoured\":%s,"
                         "\"native_despite_header\":%llu,\"text\":",
                         tool_mode == COAI_TOOLS_CURSOR ? "cursor" : "client",
@@ -6650,12 +6741,12 @@ static void status_json(struct conn *c, coai_buf *b)
     }
     /* the last requests, newest first */
     coai_buf_puts(b, ",\"requests\":[");
-    pthread_mutex_lock(&SP.mu);
-    n = SP.count;
+    pthread_mutex_lock(&recent_reqs.mu);
+    n = recent_reqs.count;
     for (i = 0; i < n; i++) {
         const struct status_req *q;
-        at = (SP.next + STATUS_RING - 1 - i) % STATUS_RING;
-        q = &SP.r[at];
+        at = (recent_reqs.next + STATUS_RING - 1 - i) % STATUS_RING;
+        q = &recent_reqs.r[at];
         coai_buf_printf(b, "%s{\"time_ms\":%lld,\"api\":", i ? "," : "", (long long)q->time_ms);
         status_json_str(b, q->api);
         coai_buf_puts(b, ",\"model\":");
@@ -6668,7 +6759,7 @@ static void status_json(struct conn *c, coai_buf *b)
         status_json_str(b, q->error[0] ? q->error : NULL);
         coai_buf_putc(b, '}');
     }
-    pthread_mutex_unlock(&SP.mu);
+    pthread_mutex_unlock(&recent_reqs.mu);
     coai_buf_puts(b, "]}\n");
 }
 
@@ -6681,7 +6772,7 @@ static void status_cookie_value(long long exp, char out[65])
     br_hmac_context hc;
     unsigned char mac[32];
     int i, en = snprintf(es, sizeof es, "%lld", exp);
-    br_hmac_key_init(&kc, &br_sha256_vtable, S.api_key, strlen(S.api_key));
+    br_hmac_key_init(&kc, &br_sha256_vtable, conf.api_key, strlen(conf.api_key));
     br_hmac_init(&hc, &kc, 0);
     br_hmac_update(&hc, msg, sizeof msg - 1);
     br_hmac_update(&hc, es, (size_t)en);
@@ -6705,7 +6796,7 @@ static int status_access(const coai_http_request *rq, int route)
         return 0;
     if (route == ROUTE_STATUS_PAGE
         && coai_http_token_equal(coai_http_query_param(rq->target, "key"),
-                                 coai_str_c(S.api_key)))
+                                 coai_str_c(conf.api_key)))
         return 1;
     v = coai_http_cookie(coai_http_header_get(rq->headers, rq->header_count, "cookie"),
                          STATUS_COOKIE);
@@ -6740,7 +6831,7 @@ static int status_key_query(const coai_http_request *rq, int route)
     if (route != ROUTE_STATUS_PAGE) return 0;
     k = coai_http_query_param(rq->target, "key");
     if (!k.ptr) return 0;
-    return S.api_key && coai_http_token_equal(k, coai_str_c(S.api_key)) ? 2 : 1;
+    return conf.api_key && coai_http_token_equal(k, coai_str_c(conf.api_key)) ? 2 : 1;
 }
 
 /* GET /, /status.json, /status.js, /status.css (access already checked). key_q: what
@@ -6795,7 +6886,7 @@ enum { TR_HTTP1, TR_H2 };           /* transports (see tr_open) */
  * connection's thread while it serves a request (handle_chat, held_continue), the holder thread
  * while the run is parked (held_thread), then the request that claims it (held_claim joins the
  * holder first). Besides the owner only the heartbeat thread touches it (run_hb_thread: r->hb,
- * and tr_send), and other requests look at r->held's table links under H.lock. */
+ * and tr_send), and other requests look at r->held's table links under held_runs.lock. */
 
 /* The request the run answers. The reply's views point into it, so the run owns it (a held
  * run outlives the request that started it); each follow-up replaces it. Owner only. */
@@ -6891,7 +6982,7 @@ struct run_hb {
 };
 
 /* Holding (issue 11): parked between a response with tool calls and the follow-up that
- * carries their results. in_table, release_req, next, live and live_next under H.lock; the
+ * carries their results. in_table, release_req, next, live and live_next under held_runs.lock; the
  * rest belongs to the holder thread while parked, to the owner otherwise. */
 struct run_held {
     int64_t tools_at;               /* mono ms the tool calls went to the client */
@@ -6908,8 +6999,8 @@ struct run_held {
     int wake[2];                    /* the holder polls wake[0]; a byte = stop holding */
     pthread_t holder;
     int holder_started, in_table, release_req;
-    struct run *next;               /* H.list */
-    int live;                       /* in H.live (has a handle; may park) */
+    struct run *next;               /* held_runs.list */
+    int live;                       /* in held_runs.live (has a handle; may park) */
     struct run *live_next;
     /* the follow-up */
     int64_t hollow_until;           /* no visible progress by then -> fall back */
@@ -6955,7 +7046,7 @@ static struct mem_state {
     int n, max, ttl_s;
     size_t bytes, max_bytes;
     unsigned long stored, resumed, resume_failed;  /* on /metrics: continuation_write */
-} M = { .lock = PTHREAD_MUTEX_INITIALIZER, .max = 256, .ttl_s = 1800,
+} conv_memory = { .lock = PTHREAD_MUTEX_INITIALIZER, .max = 256, .ttl_s = 1800,
         .max_bytes = (size_t)256 * 1024 * 1024 };
 
 /* Held runs (issue 11): the table of parked runs, the switches and the circuit breaker. */
@@ -6977,7 +7068,7 @@ static struct held_state {
     unsigned long held, continued, fallback_gone, fallback_hollow, fallback_mismatch,
         expired, evicted, runs_started;
     unsigned long long prompt_bytes;
-} H = { .on = 1, .ttl_s = 1800, .hollow_s = 90, .max = 64, .window_ms = 40,
+} held_runs = { .on = 1, .ttl_s = 1800, .hollow_s = 90, .max = 64, .window_ms = 40,
         .lock = PTHREAD_MUTEX_INITIALIZER };
 
 /* A client can send its tool results the moment it has read the response that asked for
@@ -6989,33 +7080,33 @@ static struct held_state {
 /* Runs with a handle (r->in.session) are "live" until freed, parked or not. */
 static void held_live_add(struct run *r)
 {
-    pthread_mutex_lock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
     if (!r->held.live) {
         r->held.live = 1;
-        r->held.live_next = H.live;
-        H.live = r;
+        r->held.live_next = held_runs.live;
+        held_runs.live = r;
     }
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_unlock(&held_runs.lock);
 }
 
 static void held_live_del(struct run *r)
 {
     struct run **pp;
     if (!r->held.live) return;
-    pthread_mutex_lock(&H.lock);
-    for (pp = &H.live; *pp; pp = &(*pp)->held.live_next)
+    pthread_mutex_lock(&held_runs.lock);
+    for (pp = &held_runs.live; *pp; pp = &(*pp)->held.live_next)
         if (*pp == r) { *pp = r->held.live_next; break; }
     r->held.live = 0;
-    pthread_cond_broadcast(&H.cond);
-    pthread_mutex_unlock(&H.lock);
+    pthread_cond_broadcast(&held_runs.cond);
+    pthread_mutex_unlock(&held_runs.lock);
 }
 
-/* Under H.lock: a live run, not parked, with this handle; with no handle (a client that
+/* Under held_runs.lock: a live run, not parked, with this handle; with no handle (a client that
  * re-numbers the ids), one asked with this history (hist: what it will park on). */
 static int held_live_unparked_locked(coai_str session, const unsigned char *hist)
 {
     const struct run *x;
-    for (x = H.live; x; x = x->held.live_next)
+    for (x = held_runs.live; x; x = x->held.live_next)
         if (!x->held.in_table
             && (session.len ? session.len == strlen(x->in.session)
                                   && memcmp(session.ptr, x->in.session, session.len) == 0
@@ -7033,17 +7124,17 @@ static void continuation_write(coai_buf *b)
                                        "held_run_evicted", "conversation_stored",
                                        "conversation_resumed", "conversation_resume_failed" };
     int i;
-    pthread_mutex_lock(&H.lock);
-    v[0] = H.held;
-    v[1] = H.continued;
-    v[2] = H.expired;
-    v[3] = H.evicted;
-    pthread_mutex_unlock(&H.lock);
-    pthread_mutex_lock(&M.lock);
-    v[4] = M.stored;
-    v[5] = M.resumed;
-    v[6] = M.resume_failed;
-    pthread_mutex_unlock(&M.lock);
+    pthread_mutex_lock(&held_runs.lock);
+    v[0] = held_runs.held;
+    v[1] = held_runs.continued;
+    v[2] = held_runs.expired;
+    v[3] = held_runs.evicted;
+    pthread_mutex_unlock(&held_runs.lock);
+    pthread_mutex_lock(&conv_memory.lock);
+    v[4] = conv_memory.stored;
+    v[5] = conv_memory.resumed;
+    v[6] = conv_memory.resume_failed;
+    pthread_mutex_unlock(&conv_memory.lock);
     coai_buf_printf(b, "# HELP %s Held runs (parked, continued, expired, evicted) and "
                     "conversation memory (checkpoints stored, resumed, resumes that fell back)"
                     "\n# TYPE %s counter\n", name, name);
@@ -7166,7 +7257,7 @@ static void run_hb_need(struct run *r, int now_too);
 static int run_tick(void *ctx)
 {
     struct run *r = ctx;
-    int64_t stop_at = __atomic_load_n(&S.stop_at, __ATOMIC_RELAXED);
+    int64_t stop_at = __atomic_load_n(&listener.stop_at, __ATOMIC_RELAXED);
     if (r->c->dead) return -1;
     if (stopping() && stop_at && mono_ms() - stop_at > SRV_SHUTDOWN_GRACE_MS - 2000
         && !r->out.in_feed && !r->out.stopping) {
@@ -7191,7 +7282,7 @@ static int run_tick(void *ctx)
         return -1;
     }
     if (r->out.in_feed || !r->c->streaming || coai_reply_done(&r->reply)) return 0;
-    if (mono_ms() - r->out.last_write < (int64_t)S.keepalive_s * 1000) return 0;
+    if (mono_ms() - r->out.last_write < (int64_t)conf.keepalive_s * 1000) return 0;
     if (coai_reply_keepalive(&r->reply) < 0) return -1;
     return run_flush(r);
 }
@@ -7256,7 +7347,7 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
         coai_error_set(err, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
-    if (connect && S.connect_json) {
+    if (connect && conf.connect_json) {
         /* Connect JSON, as one peer sends it over HTTP/1.1: proto3 JSON of the same
          * BidiAppendRequest (data is already hex text; int64 as a string) */
         coai_buf_reset(&body);
@@ -7279,7 +7370,7 @@ static int run_append(struct run *r, const unsigned char *msg, size_t n, int cli
     up_orig_rid = r->up.orig_id[0] ? r->up.orig_id : NULL;
     up_tools_hdr = r->up.tools_hdr;
     rc = up_call_host_tick(&r->up.host, PATH_APPEND, !connect ? UPH_AGENT
-                           : S.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
+                           : conf.connect_json ? UPH_CONNECT_JSON : UPH_CONNECT_UNARY, body.data,
                            body.len, r->up.request_id, client_fd, tick, tick_ctx, &gen, &status,
                            &resp, err);
     up_orig_rid = NULL;
@@ -7322,7 +7413,7 @@ static int run_send_tick(void *ctx)
         return -1;
     }
     if (!c->streaming || r->reply.out.len || coai_reply_done(&r->reply)) return 0;
-    if (mono_ms() - r->out.last_write < (int64_t)S.keepalive_s * 1000) return 0;
+    if (mono_ms() - r->out.last_write < (int64_t)conf.keepalive_s * 1000) return 0;
     if (coai_reply_keepalive(&r->reply) < 0) return -1;
     return run_flush(r);
 }
@@ -7521,9 +7612,9 @@ static void run_free(struct run *r)
  * run's follow-up starts the clock again (run_watch_start) and its hollow check comes first. */
 static void run_deadline(struct run *r)
 {
-    int64_t hb = (int64_t)S.hb_only_s * 1000, d;
+    int64_t hb = (int64_t)conf.hb_only_s * 1000, d;
     if (r->up.idle_ms < hb) hb = r->up.idle_ms;
-    d = r->up.last_frame + (int64_t)S.silence_s * 1000;
+    d = r->up.last_frame + (int64_t)conf.silence_s * 1000;
     if (r->up.last_progress + hb < d) d = r->up.last_progress + hb;
     if (r->held.hollow_until && d < r->held.hollow_until + 2000)
         d = r->held.hollow_until + 2000;                /* the hollow check comes first */
@@ -7541,18 +7632,18 @@ static int run_watch_fail(struct run *r)
 {
     coai_error e;
     int64_t now = mono_ms();
-    if (now - r->up.last_frame >= (int64_t)S.silence_s * 1000)
+    if (now - r->up.last_frame >= (int64_t)conf.silence_s * 1000)
         coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
                        "Cursor sent nothing for %lld s, not even a heartbeat "
                        "(CURSOR_OAI_SILENCE_TIMEOUT is %d s): the connection to Cursor is "
                        "stuck; try again", (long long)((now - r->up.last_frame) / 1000),
-                       S.silence_s);
-    else if ((int64_t)S.hb_only_s * 1000 <= r->up.idle_ms)
+                       conf.silence_s);
+    else if ((int64_t)conf.hb_only_s * 1000 <= r->up.idle_ms)
         coai_error_set(&e, 504, "server_error", "upstream_timeout", NULL,
                        "Cursor sent nothing but heartbeats and checkpoints for %lld s "
                        "(CURSOR_OAI_HEARTBEAT_TIMEOUT is %d s): the turn is stuck on Cursor's "
                        "side; try again", (long long)((now - r->up.last_progress) / 1000),
-                       S.hb_only_s);
+                       conf.hb_only_s);
     else
         return coai_reply_fail_timeout(&r->reply);      /* CURSOR_OAI_IDLE_TIMEOUT */
     srv_log(LOG_WARN, "run %s: %s", r->up.request_id, e.message);
@@ -7565,8 +7656,9 @@ static int run_watch_fail(struct run *r)
  * 0 ok, 1 retry on a fresh connection (a pooled one was dead before any byte came back),
  * -1 r->err filled. */
 /* The header names the last run head carried, per transport (TR_HTTP1: RunSSE, TR_H2: Run),
- * for `doctor`; never a value. Under S.lock. */
+ * for `doctor`; never a value. Under run_head_lock. */
 static char run_head_names[2][400];
+static pthread_mutex_t run_head_lock = PTHREAD_MUTEX_INITIALIZER;  /* guards run_head_names */
 
 /* Remember the names of an HTTP/1.1 head (after its request line, up to the empty line). */
 static void run_head_note_h1(const coai_buf *head)
@@ -7586,9 +7678,9 @@ static void run_head_note_h1(const coai_buf *head)
         p = nl;
     }
     out[n] = 0;
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&run_head_lock);
     memcpy(run_head_names[TR_HTTP1], out, n + 1);
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&run_head_lock);
 }
 
 static int run_start(struct run *r, int fresh, const char *token, size_t tl)
@@ -7630,7 +7722,7 @@ static int run_start(struct run *r, int fresh, const char *token, size_t tl)
         r->fb.http_status = r->up.sse->status;
         r->up.sse->io_timeout_ms = UP_IO_TIMEOUT_MS;
         r->up.sse->deadline = mono_ms() + UP_IO_TIMEOUT_MS;
-        r->up.sse->end = mono_ms() + S.up_call_ms;
+        r->up.sse->end = mono_ms() + conf.up_call_ms;
         if (r->up.sse->deadline > r->up.sse->end) r->up.sse->deadline = r->up.sse->end;
         up_body_all(r->up.sse, &eb);
         coai_error_from_http(r->up.sse->status, (const char *)eb.data, eb.len, &r->err);
@@ -7642,7 +7734,7 @@ static int run_start(struct run *r, int fresh, const char *token, size_t tl)
          * (cursor-2026-autumn.md 4): from a host other than the base URL it means that host is
          * HTTP/2-only, so the run moves to the base URL. From the base URL itself it stays the
          * wrong-profile answer of issue 24 (profile_wrong), the tested fallback. */
-        else if (r->up.sse->status == 464 && !up_same_host(&r->up.host, &S.base))
+        else if (r->up.sse->status == 464 && !up_same_host(&r->up.host, &conf.base))
             snprintf(r->fb.h1_refused, sizeof r->fb.h1_refused,
                      "a 464, the load balancer's answer to HTTP/1.1 on an HTTP/2-only route");
         coai_buf_free(&eb);
@@ -7672,7 +7764,8 @@ done:
 /* The other profile may still be tried for this request: none forced, not tried yet. */
 static int run_may_switch(struct run *r)
 {
-    return S.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1) && r->up.tr == TR_HTTP1;
+    return conf.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1)
+           && r->up.tr == TR_HTTP1;
 }
 
 /* ---- Transports (issue 23): how a run reaches Cursor ------------------------------------
@@ -7698,8 +7791,9 @@ static int run_may_switch(struct run *r)
  *           request body, Cursor's the response, on a shared HTTP/2 connection
  *           (h2_run_start, h2_run_send).
  * Which one a run uses: tr_choose() (CURSOR_OAI_TRANSPORT, else HTTP/2 unless it failed
- * lately: TR.h1_until). Nothing outside these calls asks which transport a run has, except
- * to name it (c->transport, metrics, the HTTP/1.1-only profile switch: run_may_switch). */
+ * lately: transport_state.h1_until). Nothing outside these calls asks which transport a run
+ * has, except to name it (c->transport, metrics, the HTTP/1.1-only profile switch:
+ * run_may_switch). */
 
 /* After an HTTP/2 failure, HTTP/1.1 for this long (CURSOR_OAI_H2_REPROBE seconds), then
  * HTTP/2 again. 10 minutes: what fails HTTP/2 (a proxy or middlebox without it, an
@@ -7720,7 +7814,8 @@ static struct tr_state {
                                      * runs use HTTP/1.1 (0: HTTP/2) */
     char why[200];                  /* that failure */
     unsigned long fallbacks;
-} TR = { .lock = PTHREAD_MUTEX_INITIALIZER, .forced = -1, .reprobe_ms = TR_REPROBE_MS };
+} transport_state = { .lock = PTHREAD_MUTEX_INITIALIZER, .forced = -1,
+                      .reprobe_ms = TR_REPROBE_MS };
 
 /* What GetServerConfig's http2_config asks of runs (coai_http2_config_transport: 1 HTTP/1.1,
  * 2 HTTP/2 only, 0 HTTP/2 with the fallback); 0 while not known. */
@@ -7734,11 +7829,11 @@ static int tr_h2cfg_wants(void)
 static int tr_choose(void)
 {
     int t, cfg = tr_h2cfg_wants();
-    pthread_mutex_lock(&TR.lock);
-    t = TR.forced >= 0 ? TR.forced
+    pthread_mutex_lock(&transport_state.lock);
+    t = transport_state.forced >= 0 ? transport_state.forced
       : cfg == 1 ? TR_HTTP1 : cfg == 2 ? TR_H2
-      : TR.h1_until && mono_ms() < TR.h1_until ? TR_HTTP1 : TR_H2;
-    pthread_mutex_unlock(&TR.lock);
+      : transport_state.h1_until && mono_ms() < transport_state.h1_until ? TR_HTTP1 : TR_H2;
+    pthread_mutex_unlock(&transport_state.lock);
     return t;
 }
 
@@ -7749,8 +7844,8 @@ static void tr_decision(char *out, size_t cap)
 {
     int cfg = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
     int w = coai_http2_config_transport(cfg);
-    if (TR.forced >= 0)
-        snprintf(out, cap, "%s (CURSOR_OAI_TRANSPORT)", TR.forced == TR_H2
+    if (transport_state.forced >= 0)
+        snprintf(out, cap, "%s (CURSOR_OAI_TRANSPORT)", transport_state.forced == TR_H2
                  ? "HTTP/2 Run, no fallback" : "HTTP/1.1 RunSSE + BidiAppend");
     else if (w)
         snprintf(out, cap, "%s (server config http2_config=%s)", w == 1
@@ -7759,7 +7854,7 @@ static void tr_decision(char *out, size_t cap)
     else
         snprintf(out, cap, "HTTP/2 Run with the HTTP/1.1 fallback (default%s)",
                  cfg == 0 ? ": server config http2_config=UNSPECIFIED"
-                 : S.agent_forced.host[0] ? "; GetServerConfig is not asked with "
+                 : conf.agent_forced.host[0] ? "; GetServerConfig is not asked with "
                    "CURSOR_OAI_AGENT_URL" : "");
 }
 
@@ -7769,11 +7864,11 @@ static void tr_describe(char *out, size_t cap)
 {
     int64_t left;
     int cfg = __atomic_load_n(&srv_h2cfg, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&TR.lock);
-    left = TR.h1_until ? TR.h1_until - mono_ms() : 0;
-    if (TR.forced == TR_H2)
+    pthread_mutex_lock(&transport_state.lock);
+    left = transport_state.h1_until ? transport_state.h1_until - mono_ms() : 0;
+    if (transport_state.forced == TR_H2)
         snprintf(out, cap, "HTTP/2 (CURSOR_OAI_TRANSPORT=h2, no fallback)");
-    else if (TR.forced == TR_HTTP1)
+    else if (transport_state.forced == TR_HTTP1)
         snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend (CURSOR_OAI_TRANSPORT=http1)");
     else if (coai_http2_config_transport(cfg) == 1)
         snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend (server config http2_config=%s)",
@@ -7783,32 +7878,33 @@ static void tr_describe(char *out, size_t cap)
                  coai_http2_config_name(cfg));
     else if (left > 0)
         snprintf(out, cap, "HTTP/1.1: RunSSE + BidiAppend for %lld s more, then HTTP/2 again "
-                 "(HTTP/2 failed: %s)", (long long)(left + 999) / 1000, TR.why);
+                 "(HTTP/2 failed: %s)", (long long)(left + 999) / 1000, transport_state.why);
     else
         snprintf(out, cap, "HTTP/2 (HTTP/1.1 as the fallback)");
-    pthread_mutex_unlock(&TR.lock);
+    pthread_mutex_unlock(&transport_state.lock);
 }
 
 /* HTTP/2 failed before anything reached a client: HTTP/1.1 for TR_REPROBE_MS. */
 static void tr_h2_failed(const char *why)
 {
-    pthread_mutex_lock(&TR.lock);
-    TR.h1_until = mono_ms() + TR.reprobe_ms;
-    TR.fallbacks++;
-    copy_str(TR.why, sizeof TR.why, why, strlen(why));
-    pthread_mutex_unlock(&TR.lock);
+    pthread_mutex_lock(&transport_state.lock);
+    transport_state.h1_until = mono_ms() + transport_state.reprobe_ms;
+    transport_state.fallbacks++;
+    copy_str(transport_state.why, sizeof transport_state.why, why, strlen(why));
+    pthread_mutex_unlock(&transport_state.lock);
     srv_log(LOG_WARN, "HTTP/2 to Cursor failed (%s): runs use HTTP/1.1 (RunSSE + BidiAppend) "
-            "for the next %d s, then HTTP/2 is tried again", why, TR.reprobe_ms / 1000);
+            "for the next %d s, then HTTP/2 is tried again", why,
+            transport_state.reprobe_ms / 1000);
 }
 
 /* An HTTP/2 run answered: HTTP/2 works (again). */
 static void tr_h2_worked(void)
 {
     int was;
-    pthread_mutex_lock(&TR.lock);
-    was = TR.h1_until != 0;
-    TR.h1_until = 0;
-    pthread_mutex_unlock(&TR.lock);
+    pthread_mutex_lock(&transport_state.lock);
+    was = transport_state.h1_until != 0;
+    transport_state.h1_until = 0;
+    pthread_mutex_unlock(&transport_state.lock);
     if (was) srv_log(LOG_INFO, "HTTP/2 to Cursor works again");
 }
 
@@ -7816,7 +7912,7 @@ static void tr_h2_worked(void)
  * GetServerConfig is asked first (agent_h2_get, cached): its http2_config may decide. */
 static void tr_pick(struct run *r)
 {
-    int asked = TR.forced < 0;
+    int asked = transport_state.forced < 0;
     if (asked) agent_h2_get(&r->up.host, NULL, 0);
     r->up.tr = tr_choose();
     if (r->up.tr == TR_H2) { if (!asked) agent_h2_get(&r->up.host, NULL, 0); }
@@ -7828,7 +7924,7 @@ static void tr_pick(struct run *r)
  * HTTP/1.1 yet. */
 static int tr_may_fall_back(const struct run *r)
 {
-    return r->up.tr == TR_H2 && TR.forced < 0 && tr_h2cfg_wants() != 2
+    return r->up.tr == TR_H2 && transport_state.forced < 0 && tr_h2cfg_wants() != 2
            && !(r->fb.tries & 8);
 }
 
@@ -7847,11 +7943,11 @@ static void tr_fall_back(struct run *r)
 static void tr_answered(struct run *r)
 {
     int changed;
-    pthread_mutex_lock(&S.lock);
-    changed = S.profile != r->up.profile;
+    pthread_mutex_lock(&hosts.lock);
+    changed = hosts.profile != r->up.profile;
     if (r->up.tr == TR_HTTP1)
-        S.profile = r->up.profile;      /* the profile that worked, for the next runs */
-    pthread_mutex_unlock(&S.lock);
+        hosts.profile = r->up.profile;      /* the profile that worked, for the next runs */
+    pthread_mutex_unlock(&hosts.lock);
     if (r->up.tr == TR_H2) tr_h2_worked();
     if (changed)
         srv_log(LOG_INFO, "transport profile %s works; using it from now on",
@@ -7989,7 +8085,7 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
     if (r->mu_init) pthread_mutex_lock(&r->up.send_mu);
     /* a message is HTTP/1.1's BidiAppend call: the same whole-call deadline
      * (CURSOR_OAI_UPSTREAM_TIMEOUT), however long the stream's own read deadline is */
-    w.end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
+    w.end = mono_ms() + (conf.up_call_ms > 0 ? conf.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
     if (n <= H2_ONE_FRAME - 5) {
         /* envelope and message in one DATA frame, one wake-up of the I/O thread (with the
          * run request: HEADERS and DATA in one TLS record) */
@@ -8047,7 +8143,7 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
     H2H("content-type", "application/connect+proto");
     H2H("user-agent", "connect-es/1.6.1");
     H2H("connect-protocol-version", "1");
-    H2H("x-cursor-client-version", S.client_version);
+    H2H("x-cursor-client-version", conf.client_version);
     H2H("x-cursor-client-type", "cli");
     H2H("x-ghost-mode", "true");
     /* as the CLI's Run: the run's first id and the blob key
@@ -8072,9 +8168,9 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
             k += hs[i].name.len;
         }
         names[k] = 0;
-        pthread_mutex_lock(&S.lock);
+        pthread_mutex_lock(&run_head_lock);
         memcpy(run_head_names[TR_H2], names, k + 1);
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_unlock(&run_head_lock);
     }
     r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
     memset(auth, 0, sizeof auth);
@@ -8084,8 +8180,8 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
     }
     tr_watch(r, r->c->fd, run_tick);
     run_watch_start(r);
-    r->up.h2->progress_ms = (int64_t)S.silence_s * 1000 < r->up.idle_ms
-                            ? (int64_t)S.silence_s * 1000 : r->up.idle_ms;
+    r->up.h2->progress_ms = (int64_t)conf.silence_s * 1000 < r->up.idle_ms
+                            ? (int64_t)conf.silence_s * 1000 : r->up.idle_ms;
     srv_log(LOG_DEBUG, "run %s: Run stream %u to %s", r->up.request_id, r->up.h2->id,
             r->up.host.authority);
     if (h2_run_send(r, r->up.run_msg.data, r->up.run_msg.len, r->c->fd, run_send_tick, r, &r->err,
@@ -8181,7 +8277,7 @@ done:
  * (RETRY_HOST), or, when the base URL itself refused, fail with an error that says so. */
 static void run_h1_refused(struct run *r)
 {
-    int base = up_same_host(&r->up.host, &S.base);
+    int base = up_same_host(&r->up.host, &conf.base);
     h2only_add(&r->up.host, r->fb.h1_refused);
     if (!base && !(r->fb.tries & 2)) {
         r->fb.retry = RETRY_HOST;
@@ -8332,12 +8428,12 @@ static int run_frame(struct run *r, const coai_frame *f)
      * piece on and keeps nothing). */
     if (!r->out.stream && r->up.msg.kind != COAI_MSG_HEARTBEAT) {
         r->out.answer_bytes += f->len;
-        if (r->out.answer_bytes > S.reply_max) {
+        if (r->out.answer_bytes > conf.reply_max) {
             coai_error e;
             coai_error_set(&e, 502, "upstream_error", "response_too_large", NULL,
                            "the answer is larger than %zu MiB, the limit for non-streaming "
                            "responses (CURSOR_OAI_MAX_RESPONSE_MB); send \"stream\": true to "
-                           "receive it", S.reply_max >> 20);
+                           "receive it", conf.reply_max >> 20);
             return coai_reply_feed_error(&r->reply, &e);
         }
     }
@@ -8393,7 +8489,7 @@ static int up_readable(struct upconn *c, int ms)
 }
 
 /* Read RunSSE frames until the reply is done, the upstream ends or fails, or the client
- * leaves. Tool calls (batch_tools) are collected until H.window_ms pass without another
+ * leaves. Tool calls (batch_tools) are collected until held_runs.window_ms pass without another
  * frame. Bytes read past the end of a tool-call response are kept in r->held.leftover. */
 static void run_stream(struct run *r)
 {
@@ -8420,7 +8516,7 @@ static void run_stream(struct run *r)
                 break;
             }
         }
-        if (coai_reply_tools_pending(&r->reply) && !tr_readable(r, H.window_ms)) {
+        if (coai_reply_tools_pending(&r->reply) && !tr_readable(r, held_runs.window_ms)) {
             rc = coai_reply_end_tools(&r->reply);       /* the quiet window is over */
             break;
         }
@@ -8558,10 +8654,10 @@ static int held_bytes(struct run *r, const unsigned char *p, size_t n)
 static void held_unlink_locked(struct run *r)
 {
     struct run **pp;
-    for (pp = &H.list; *pp; pp = &(*pp)->held.next)
+    for (pp = &held_runs.list; *pp; pp = &(*pp)->held.next)
         if (*pp == r) {
             *pp = r->held.next;
-            H.n--;
+            held_runs.n--;
             metric_gauge_add(M_HELD_RUNS, "", -1);
             break;
         }
@@ -8572,7 +8668,7 @@ static void held_unlink_locked(struct run *r)
 static void *held_thread(void *arg)
 {
     struct run *r = arg;
-    int64_t ttl_end = r->held.at + (int64_t)H.ttl_s * 1000;
+    int64_t ttl_end = r->held.at + (int64_t)held_runs.ttl_s * 1000;
     char why[160] = "";
     int up_fd = -1;
     if (r->held.leftover.len
@@ -8588,13 +8684,13 @@ static void *held_thread(void *arg)
             char junk[64];
             while (read(r->held.wake[0], junk, sizeof junk) > 0) {}
         }
-        pthread_mutex_lock(&H.lock);
+        pthread_mutex_lock(&held_runs.lock);
         stop = r->held.release_req;
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         if (stop) break;
         if (now >= ttl_end) {
             snprintf(why, sizeof why, "no follow-up within CURSOR_OAI_HELD_RUN_TTL (%d s)",
-                     H.ttl_s);
+                     held_runs.ttl_s);
             goto dead;
         }
         if (__atomic_load_n(&r->hb.streak, __ATOMIC_RELAXED) > 2) {
@@ -8629,27 +8725,27 @@ dead:
     if (why[0]) snprintf(r->held.why, sizeof r->held.why, "%s", why);
 out:
     if (r->up.h2) h2s_notify(r->up.h2, -1);     /* the pipe may close after the claim */
-    pthread_mutex_lock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
     if (r->held.in_table) {
         /* Nobody claimed it: it leaves the table and ends here. */
         held_unlink_locked(r);
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         if (r->held.release_req) {
             srv_log(LOG_INFO, "held run %s released (more than %d held runs)", r->up.request_id,
-                    H.max);
+                    held_runs.max);
         } else {
             srv_log(LOG_INFO, "held run %s released: %s", r->up.request_id, r->held.why);
             if (strstr(r->held.why, "HELD_RUN_TTL")) {
-                pthread_mutex_lock(&H.lock);
-                H.expired++;
-                pthread_mutex_unlock(&H.lock);
+                pthread_mutex_lock(&held_runs.lock);
+                held_runs.expired++;
+                pthread_mutex_unlock(&held_runs.lock);
             }
         }
         pthread_detach(pthread_self());
         run_free(r);
         return NULL;
     }
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_unlock(&held_runs.lock);
     return NULL;           /* claimed: the claimer joins this thread and owns the run */
 }
 
@@ -8706,9 +8802,9 @@ static int held_ready(struct run *r)
 static void held_count(struct run *r)
 {
     if (r->held.counted || held_ready(r) < 0) return;
-    pthread_mutex_lock(&H.lock);
-    H.held++;
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
+    held_runs.held++;
+    pthread_mutex_unlock(&held_runs.lock);
     r->held.counted = 1;
 }
 
@@ -8716,9 +8812,9 @@ static void held_uncount(struct run *r)
 {
     if (!r->held.counted) return;
     r->held.counted = 0;
-    pthread_mutex_lock(&H.lock);
-    H.held--;
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
+    held_runs.held--;
+    pthread_mutex_unlock(&held_runs.lock);
 }
 
 static int held_park(struct run *r)
@@ -8746,36 +8842,36 @@ static int held_park(struct run *r)
     run_hb_execs(r, calls, n);
     pthread_attr_init(&at);
     pthread_attr_setstacksize(&at, SRV_THREAD_STACK);
-    /* The holder is started under H.lock, together with the insertion: a follow-up that
-     * claims the run (under H.lock) must find r->holder set, or its join would use an
+    /* The holder is started under held_runs.lock, together with the insertion: a follow-up that
+     * claims the run (under held_runs.lock) must find r->holder set, or its join would use an
      * unset thread id (seen: a client that answers within microseconds crashed the
-     * process). The holder takes H.lock only when it ends, so it waits for this. */
-    pthread_mutex_lock(&H.lock);
+     * process). The holder takes held_runs.lock only when it ends, so it waits for this. */
+    pthread_mutex_lock(&held_runs.lock);
     r->held.in_table = 1;
-    r->held.next = H.list;
-    H.list = r;
-    H.n++;
+    r->held.next = held_runs.list;
+    held_runs.list = r;
+    held_runs.n++;
     metric_gauge_add(M_HELD_RUNS, "", 1);
     if (pthread_create(&r->held.holder, &at, held_thread, r) != 0) {
         held_unlink_locked(r);
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         pthread_attr_destroy(&at);
         return -1;
     }
     r->held.holder_started = 1;
-    if (!r->held.counted) H.held++;             /* it could not be told before (held_count) */
+    if (!r->held.counted) held_runs.held++;     /* it could not be told before (held_count) */
     r->held.counted = 0;
-    pthread_cond_broadcast(&H.cond);            /* a follow-up may be waiting for it */
-    if (H.n > H.max) {
-        for (x = H.list; x; x = x->held.next)
+    pthread_cond_broadcast(&held_runs.cond);            /* a follow-up may be waiting for it */
+    if (held_runs.n > held_runs.max) {
+        for (x = held_runs.list; x; x = x->held.next)
             if (!x->held.release_req) evict = x;     /* the oldest not yet asked */
         if (evict && evict != r) {
             evict->held.release_req = 1;
-            H.evicted++;
+            held_runs.evicted++;
             if (write(evict->held.wake[1], "x", 1) < 0) {}
         }
     }
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_unlock(&held_runs.lock);
     pthread_attr_destroy(&at);
     srv_log(LOG_INFO, "run %s held for %zu tool call%s (handle %s)", r->up.request_id, n,
             n == 1 ? "" : "s", r->in.session);
@@ -8855,11 +8951,11 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
     p = a0;
     conv_digest(req->messages, p, hist);
     end = mono_ms() + HELD_PARK_WAIT_MS;
-    pthread_mutex_lock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
     for (;;) {
         r = NULL;
         if (req->session_id.len) {
-            for (r = H.list; r; r = r->held.next)
+            for (r = held_runs.list; r; r = r->held.next)
                 if (!r->held.release_req && req->session_id.len == strlen(r->in.session)
                     && memcmp(req->session_id.ptr, r->in.session, req->session_id.len) == 0)
                     break;
@@ -8867,7 +8963,7 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
             /* ids without any run's handle (a client that re-numbers them): the one run held
              * on this very history. Not when the ids name a run: one this instance does not
              * hold is another instance's (or gone), and replaying is right there. */
-            for (q = H.list; q; q = q->held.next)
+            for (q = held_runs.list; q; q = q->held.next)
                 if (!q->held.release_req && memcmp(hist, q->held.park_hist, 32) == 0) {
                     if (r) { r = NULL; break; }      /* two: neither is surely this one */
                     r = q;
@@ -8875,40 +8971,40 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
         }
         /* the run is still finishing the response that asked for these results */
         if (r || !held_live_unparked_locked(req->session_id, hist)
-            || cond_wait_ms(&H.cond, &H.lock, end - mono_ms()) != 0)
+            || cond_wait_ms(&held_runs.cond, &held_runs.lock, end - mono_ms()) != 0)
             break;
     }
     if (!r) {
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         snprintf(why, wcap, "no held run for these tool results on this instance");
         return NULL;
     }
     if (coai_reply_calls(&r->reply, &calls) != n) {
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         snprintf(why, wcap, "the tool results do not answer every pending tool call");
         return NULL;
     }
     if (held_pair_ids(calls, n, ids, acalls, na, cid) < 0) {
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         snprintf(why, wcap, "the tool results do not answer the pending tool calls");
         return NULL;
     }
     if (strcmp(model, r->in.model) != 0) {
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         snprintf(why, wcap, "another model (%.60s, the held run has %.60s)", model, r->in.model);
         return NULL;
     }
     if (memcmp(hist, r->held.park_hist, 32) != 0) {
         /* another conversation's results, or an edited history: the run stays held for
          * the request that carries its own history */
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_unlock(&held_runs.lock);
         snprintf(why, wcap, "the history before the tool calls is not the one that asked "
                  "for them (edited, or another conversation)");
         return NULL;
     }
     held_unlink_locked(r);
     r->held.release_req = 1;                /* the holder stops; not in the table: claimed */
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_unlock(&held_runs.lock);
     if (write(r->held.wake[1], "x", 1) < 0) {}
     pthread_join(r->held.holder, NULL);
     r->held.holder_started = 0;
@@ -8925,25 +9021,25 @@ static struct run *held_claim(const coai_chat_request *req, const char *model, c
 
 static void held_breaker(int hollow)
 {
-    pthread_mutex_lock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
     if (!hollow) {
-        H.hollow_streak = 0;
-    } else if (++H.hollow_streak >= HELD_BREAKER_STREAK) {
-        H.breaker_until = mono_ms() + HELD_BREAKER_MS;
-        H.hollow_streak = 0;
+        held_runs.hollow_streak = 0;
+    } else if (++held_runs.hollow_streak >= HELD_BREAKER_STREAK) {
+        held_runs.breaker_until = mono_ms() + HELD_BREAKER_MS;
+        held_runs.hollow_streak = 0;
         srv_log(LOG_WARN, "%d hollow continuations in a row: runs are not held for the next "
                 "%d minutes (one fresh run per request, as with CURSOR_OAI_CONTINUATION=off)",
                 HELD_BREAKER_STREAK, HELD_BREAKER_MS / 60000);
     }
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_unlock(&held_runs.lock);
 }
 
 static int held_enabled(void)
 {
     int on;
-    pthread_mutex_lock(&H.lock);
-    on = H.on && mono_ms() >= H.breaker_until;
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
+    on = held_runs.on && mono_ms() >= held_runs.breaker_until;
+    pthread_mutex_unlock(&held_runs.lock);
     return on;
 }
 
@@ -8963,8 +9059,9 @@ static void run_reply_opts(struct run *r, coai_reply_opts *o, const char *comple
     o->send = run_send;
     o->send_user = r;
     /* parallel tool calls only when the client allows them (parallel_tool_calls: false) */
-    o->batch_tools = H.on && !(r->in.req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
-                                   r->in.req.root_, "parallel_tool_calls")));
+    o->batch_tools = held_runs.on
+        && !(r->in.req.root_ && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(
+                 r->in.req.root_, "parallel_tool_calls")));
     if (r->in.resp) {
         o->echo.ptr = r->in.rr.echo.data ? (const char *)r->in.rr.echo.data : "";
         o->echo.len = r->in.rr.echo.len;
@@ -9003,7 +9100,7 @@ static void mem_store(struct run *r)
     struct mem_entry *e, **pp, *old = NULL;
     size_t i, n = r->in.req.message_count;
     int cut = 0;
-    if (!H.on || !cp.len || (!n && !r->in.hist_ok) || !r->in.conv_id[0]) return;
+    if (!held_runs.on || !cp.len || (!n && !r->in.hist_ok) || !r->in.conv_id[0]) return;
     text = coai_reply_text(&r->reply, &cut);
     if (cut) return;
     e = calloc(1, sizeof *e);
@@ -9033,24 +9130,27 @@ static void mem_store(struct run *r)
         e->nblobs++;
     }
     e->bytes = e->state.len + e->blobs.len + sizeof *e;
-    if (e->state.err || e->blobs.err || e->bytes > M.max_bytes) { mem_entry_free(e); return; }
+    if (e->state.err || e->blobs.err || e->bytes > conv_memory.max_bytes) {
+        mem_entry_free(e);
+        return;
+    }
     e->at = mono_ms();
-    pthread_mutex_lock(&M.lock);
-    e->next = M.list;
-    M.list = e;
-    M.n++;
-    M.bytes += e->bytes;
-    M.stored++;
+    pthread_mutex_lock(&conv_memory.lock);
+    e->next = conv_memory.list;
+    conv_memory.list = e;
+    conv_memory.n++;
+    conv_memory.bytes += e->bytes;
+    conv_memory.stored++;
     /* bounded in count, bytes and age: drop from the oldest end */
-    while (M.n > M.max || M.bytes > M.max_bytes) {
-        for (pp = &M.list; (*pp)->next; pp = &(*pp)->next) {}
+    while (conv_memory.n > conv_memory.max || conv_memory.bytes > conv_memory.max_bytes) {
+        for (pp = &conv_memory.list; (*pp)->next; pp = &(*pp)->next) {}
         old = *pp;
         *pp = NULL;
-        M.n--;
-        M.bytes -= old->bytes;
+        conv_memory.n--;
+        conv_memory.bytes -= old->bytes;
         mem_entry_free(old);
     }
-    pthread_mutex_unlock(&M.lock);
+    pthread_mutex_unlock(&conv_memory.lock);
     srv_log(LOG_DEBUG, "conversation %s remembered (%zu checkpoint bytes, %zu blobs)",
             e->conv_id, cp.len, e->nblobs);
 }
@@ -9085,31 +9185,31 @@ static int mem_find(const coai_request *req, const char *model, struct mem_hit *
     struct mem_entry *e = NULL, **pp;
     int64_t now = mono_ms();
     memset(hit, 0, sizeof *hit);
-    if (!H.on || n < 2) return 0;
-    pthread_mutex_lock(&M.lock);
-    for (pp = &M.list; *pp;) {                     /* age limit */
-        if (now - (*pp)->at > (int64_t)M.ttl_s * 1000) {
+    if (!held_runs.on || n < 2) return 0;
+    pthread_mutex_lock(&conv_memory.lock);
+    for (pp = &conv_memory.list; *pp;) {                     /* age limit */
+        if (now - (*pp)->at > (int64_t)conv_memory.ttl_s * 1000) {
             struct mem_entry *old = *pp;
             *pp = old->next;
-            M.n--;
-            M.bytes -= old->bytes;
+            conv_memory.n--;
+            conv_memory.bytes -= old->bytes;
             mem_entry_free(old);
         } else {
             pp = &(*pp)->next;
         }
     }
-    if (!M.list) { pthread_mutex_unlock(&M.lock); return 0; }
-    pthread_mutex_unlock(&M.lock);
+    if (!conv_memory.list) { pthread_mutex_unlock(&conv_memory.lock); return 0; }
+    pthread_mutex_unlock(&conv_memory.lock);
     /* A key names a history that ends with the answer it remembers, and only new user
      * messages may follow it: the one candidate is the history up to the last message that
      * is not a user's, which must be an answer. Found in one pass, digested outside the
-     * lock; under it only the (at most M.max) keys are compared (issue 22 item 1: this was
-     * a digest per message and a scan of every key per message, under M.lock). */
+     * lock; under it only the (at most conv_memory.max) keys are compared (issue 22 item 1: this
+     * was a digest per message and a scan of every key per message, under conv_memory.lock). */
     for (k = n; k > 0 && req->messages[k - 1].role == COAI_ROLE_USER; k--) {}
     if (k == 0 || k == n || req->messages[k - 1].role != COAI_ROLE_ASSISTANT) return 0;
     conv_digest(req->messages, k, key);
-    pthread_mutex_lock(&M.lock);
-    for (e = M.list; e; e = e->next)
+    pthread_mutex_lock(&conv_memory.lock);
+    for (e = conv_memory.list; e; e = e->next)
         if (memcmp(e->key, key, 32) == 0 && strcmp(e->model, model) == 0) break;
     if (e) {
         hit->k = k;
@@ -9118,7 +9218,7 @@ static int mem_find(const coai_request *req, const char *model, struct mem_hit *
         hit->nblobs = e->nblobs;
         memcpy(hit->conv_id, e->conv_id, sizeof hit->conv_id);
     }
-    pthread_mutex_unlock(&M.lock);
+    pthread_mutex_unlock(&conv_memory.lock);
     if (!e) return 0;
     hit->ids = calloc(hit->nblobs + 1, sizeof *hit->ids);
     hit->vals = calloc(hit->nblobs + 1, sizeof *hit->vals);
@@ -9196,9 +9296,9 @@ static void run_count(struct run *r)
     metric_add(M_TOKENS, lb, (double)u.cache_read_tokens);
     quota_remember(c->model, &r->reply.error);
     if (r->held.continuing) {
-        pthread_mutex_lock(&H.lock);
-        H.continued++;
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_lock(&held_runs.lock);
+        held_runs.continued++;
+        pthread_mutex_unlock(&held_runs.lock);
     }
 }
 
@@ -9311,7 +9411,7 @@ static int held_results(struct run *r, char *why, size_t wcap)
                 /* the hollow bound cancels the send as a departed client would: say which */
                 if (r->held.hollow_hit)
                     snprintf(why, wcap, "Cursor took no tool result within "
-                             "CURSOR_OAI_HOLLOW_TIMEOUT (%d s)", H.hollow_s);
+                             "CURSOR_OAI_HOLLOW_TIMEOUT (%d s)", held_runs.hollow_s);
                 else
                     snprintf(why, wcap, "sending a tool result failed: %.120s",
                              r->err.message);
@@ -9330,9 +9430,9 @@ static int held_results(struct run *r, char *why, size_t wcap)
  * held run closed. 1 (held_continue's "fall back"). */
 static int held_fall_back(struct run *r, unsigned long *counter, const char *kind)
 {
-    pthread_mutex_lock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
     (*counter)++;
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_unlock(&held_runs.lock);
     fallback_note(r->c, kind);
     run_free(r);
     return 1;
@@ -9393,16 +9493,16 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     /* The hollow bound counts from here: sending the results is part of it (an append
      * endpoint that stalls ends in a fallback within it, not after one upstream timeout
      * per result). */
-    r->held.hollow_until = mono_ms() + (int64_t)H.hollow_s * 1000;
+    r->held.hollow_until = mono_ms() + (int64_t)held_runs.hollow_s * 1000;
     if (held_results(r, why, sizeof why) == 0 && coai_reply_continue(&r->reply, &o) < 0)
         snprintf(why, sizeof why, "out of memory");
     if (why[0]) {
         srv_log(LOG_INFO, "held run %s: %s; falling back to a fresh run", r->up.request_id, why);
         if (r->held.hollow_hit) {       /* a hollow continuation, as one that shows nothing */
             held_breaker(1);
-            return held_fall_back(r, &H.fallback_hollow, "held_run_hollow");
+            return held_fall_back(r, &held_runs.fallback_hollow, "held_run_hollow");
         }
-        return held_fall_back(r, &H.fallback_gone, "held_run_failed");
+        return held_fall_back(r, &held_runs.fallback_gone, "held_run_failed");
     }
     run_hb_execs(r, NULL, 0);
     r->out.hold_errors = 1;         /* a failure before the first byte falls back instead */
@@ -9419,15 +9519,15 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
         else
             srv_log(LOG_INFO, "held run %s showed no progress within CURSOR_OAI_HOLLOW_TIMEOUT "
                     "(%d s) after the tool results; falling back to a fresh run", r->up.request_id,
-                    H.hollow_s);
+                    held_runs.hollow_s);
         held_breaker(1);
-        return held_fall_back(r, &H.fallback_hollow,
+        return held_fall_back(r, &held_runs.fallback_hollow,
                               r->held.ended_empty ? "held_run_empty" : "held_run_hollow");
     }
     if (run_failed_unsent(r)) {
         srv_log(LOG_INFO, "held run %s failed after the tool results (%s); falling back to a "
                 "fresh run", r->up.request_id, r->reply.error.message);
-        return held_fall_back(r, &H.fallback_gone, "held_run_failed");
+        return held_fall_back(r, &held_runs.fallback_gone, "held_run_failed");
     }
     run_flush_rest(r);
     r->held.hollow_until = 0;
@@ -9453,16 +9553,17 @@ static void quota_remember(const char *model, const coai_error *e)
 {
     int i, slot = 0;
     int64_t now = mono_ms();
-    if (S.quota_latch_s <= 0 || !quota_is_limit(e)) return;
-    pthread_mutex_lock(&S.lock);
+    if (conf.quota_latch_s <= 0 || !quota_is_limit(e)) return;
+    pthread_mutex_lock(&quotas.lock);
     for (i = 0; i < SRV_QUOTA_MODELS; i++) {
-        if (strcmp(S.quota[i].model, model) == 0) { slot = i; break; }
-        if (S.quota[i].until < S.quota[slot].until) slot = i;   /* free, expired or oldest */
+        if (strcmp(quotas.latch[i].model, model) == 0) { slot = i; break; }
+        if (quotas.latch[i].until < quotas.latch[slot].until)
+            slot = i;                   /* free, expired or oldest */
     }
-    copy_str(S.quota[slot].model, sizeof S.quota[slot].model, model, strlen(model));
-    S.quota[slot].until = now + (int64_t)S.quota_latch_s * 1000;
-    S.quota[slot].err = *e;
-    pthread_mutex_unlock(&S.lock);
+    copy_str(quotas.latch[slot].model, sizeof quotas.latch[slot].model, model, strlen(model));
+    quotas.latch[slot].until = now + (int64_t)conf.quota_latch_s * 1000;
+    quotas.latch[slot].err = *e;
+    pthread_mutex_unlock(&quotas.lock);
 }
 
 /* 1 with *e filled when model's usage-limit error is still remembered. */
@@ -9470,14 +9571,14 @@ static int quota_latched(const char *model, coai_error *e)
 {
     int i, hit = 0;
     int64_t now = mono_ms();
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&quotas.lock);
     for (i = 0; i < SRV_QUOTA_MODELS && !hit; i++) {
-        if (S.quota[i].until > now && strcmp(S.quota[i].model, model) == 0) {
-            *e = S.quota[i].err;
+        if (quotas.latch[i].until > now && strcmp(quotas.latch[i].model, model) == 0) {
+            *e = quotas.latch[i].err;
             hit = 1;
         }
     }
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&quotas.lock);
     return hit;
 }
 
@@ -9485,11 +9586,11 @@ static int quota_latched(const char *model, coai_error *e)
  * 0 ok, -1 with a 400 context_length_exceeded in *e naming the size and the cap. */
 static int prompt_cap_check(size_t len, coai_error *e)
 {
-    if (!S.max_prompt || len <= S.max_prompt) return 0;
+    if (!conf.max_prompt || len <= conf.max_prompt) return 0;
     coai_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "messages",
                    "The conversation flattens to a %zu-byte prompt; Cursor accepts about %zu "
                    "bytes in one message (CURSOR_OAI_MAX_PROMPT_BYTES). Shorten or compact "
-                   "the conversation.", len, S.max_prompt);
+                   "the conversation.", len, conf.max_prompt);
     e->no_retry = 1;
     return -1;
 }
@@ -9497,21 +9598,18 @@ static int prompt_cap_check(size_t len, coai_error *e)
 /* After models_get resolved `want` into c->model for a Gemini API request: a Gemini model name
  * the account does not have ("gemini-2.5-flash-lite": Gemini CLI's default and its side tasks
  * ask for those) runs on Cursor's "auto"; any other name is used as resolved. */
-static void gemini_model(struct conn *c, const coai_buf *json, coai_str want)
+static void gemini_model(struct conn *c, const coai_models *m, coai_str want)
 {
-    coai_models m;
     size_t i;
     int found = 0;
     if (want.len < 7 || strncasecmp(want.ptr, "gemini-", 7) != 0) return;
-    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return;
-    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
+    for (i = 0; i < m->count && !found; i++) found = coai_str_eq(m->items[i].id, c->model);
     if (!found) {
-        coai_str a = coai_models_resolve(&m, coai_str_c("auto"));
+        coai_str a = coai_models_resolve(m, coai_str_c("auto"));
         srv_log(LOG_DEBUG, "Gemini model '%.*s' is not one of the account's: using '%.*s' (auto)",
                 (int)want.len, want.ptr, (int)a.len, a.ptr);
         copy_str(c->model, sizeof c->model, a.ptr, a.len);
     }
-    coai_models_free(&m);
 }
 
 /* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
@@ -9555,23 +9653,21 @@ static int model_map(coai_str want, char *out, size_t cap)
 /* After models_get resolved `want` into c->model: when that is not one of the account's
  * models, map a Claude name by family and version; anything else is a not_found_error
  * that lists the models there are. 0 ok, -1 the error was sent. */
-static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int thinking)
+static int claude_model(struct conn *c, const coai_models *m, coai_str want, int thinking)
 {
-    coai_models m;
     coai_str hit;
     size_t i;
     int found = 0;
-    if (coai_models_parse(&m, (const char *)json->data, json->len) < 0) return 0;
-    for (i = 0; i < m.count && !found; i++) found = coai_str_eq(m.items[i].id, c->model);
-    if (!found && coai_models_resolve_claude(&m, want, thinking, &hit)) {
+    for (i = 0; i < m->count && !found; i++) found = coai_str_eq(m->items[i].id, c->model);
+    if (!found && coai_models_resolve_claude(m, want, thinking, &hit)) {
         copy_str(c->model, sizeof c->model, hit.ptr, hit.len);
         found = 1;
     }
     if (!found) {
         coai_buf b = { 0 };
         coai_error e;
-        for (i = 0; i < m.count; i++) {
-            coai_str id = m.items[i].display_id.len ? m.items[i].display_id : m.items[i].id;
+        for (i = 0; i < m->count; i++) {
+            coai_str id = m->items[i].display_id.len ? m->items[i].display_id : m->items[i].id;
             if (i) coai_buf_puts(&b, ", ");
             coai_buf_append(&b, id.ptr, id.len);
         }
@@ -9582,7 +9678,6 @@ static int claude_model(struct conn *c, const coai_buf *json, coai_str want, int
         coai_buf_free(&b);
         send_coai_error(c, &e);
     }
-    coai_models_free(&m);
     return found ? 0 : -1;
 }
 
@@ -9605,11 +9700,11 @@ static struct {
     struct rentry e[RSTORE_MAX];
     size_t bytes;
     uint64_t seq;
-} RS = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, NULL, NULL, 0, 0, 0 } }, 0, 0 };
+} resp_store = { PTHREAD_MUTEX_INITIALIZER, { { { 0 }, NULL, NULL, 0, 0, 0 } }, 0, 0 };
 
 static void rstore_drop(struct rentry *e)
 {
-    RS.bytes -= e->obj_len + e->items_len;
+    resp_store.bytes -= e->obj_len + e->items_len;
     free(e->obj);
     free(e->items);
     memset(e, 0, sizeof *e);
@@ -9632,15 +9727,15 @@ static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_st
     if (in->len && out.len) it[il++] = ',';
     if (out.len) { memcpy(it + il, out.ptr, out.len); il += out.len; }
     it[il++] = ']';
-    pthread_mutex_lock(&RS.lock);
+    pthread_mutex_lock(&resp_store.lock);
     for (;;) {
         struct rentry *old = NULL;
         slot = NULL;
         for (i = 0; i < RSTORE_MAX; i++) {
-            if (!RS.e[i].seq) { if (!slot) slot = &RS.e[i]; continue; }
-            if (!old || RS.e[i].seq < old->seq) old = &RS.e[i];
+            if (!resp_store.e[i].seq) { if (!slot) slot = &resp_store.e[i]; continue; }
+            if (!old || resp_store.e[i].seq < old->seq) old = &resp_store.e[i];
         }
-        if (slot && RS.bytes + obj.len + il <= RSTORE_BYTES) break;
+        if (slot && resp_store.bytes + obj.len + il <= RSTORE_BYTES) break;
         if (!old) break;
         rstore_drop(old);
     }
@@ -9650,11 +9745,11 @@ static void rstore_put(const char *id, coai_str obj, const coai_buf *in, coai_st
         slot->obj_len = obj.len;
         slot->items = it;
         slot->items_len = il;
-        slot->seq = ++RS.seq;
-        RS.bytes += obj.len + il;
+        slot->seq = ++resp_store.seq;
+        resp_store.bytes += obj.len + il;
         o = it = NULL;
     }
-    pthread_mutex_unlock(&RS.lock);
+    pthread_mutex_unlock(&resp_store.lock);
     free(o);
     free(it);
 }
@@ -9664,16 +9759,16 @@ static int rstore_get(const char *id, int which, coai_buf *out)
 {
     size_t i;
     int found = 0;
-    pthread_mutex_lock(&RS.lock);
+    pthread_mutex_lock(&resp_store.lock);
     for (i = 0; i < RSTORE_MAX; i++) {
-        struct rentry *e = &RS.e[i];
+        struct rentry *e = &resp_store.e[i];
         if (!e->seq || strcmp(e->id, id) != 0) continue;
         if (which) coai_buf_append(out, e->items, e->items_len);
         else coai_buf_append(out, e->obj, e->obj_len);
         found = !out->err;
         break;
     }
-    pthread_mutex_unlock(&RS.lock);
+    pthread_mutex_unlock(&resp_store.lock);
     return found;
 }
 
@@ -9819,7 +9914,7 @@ static int chat_model(struct conn *c, struct run *r)
 {
     coai_error e;
     coai_str want;
-    coai_buf mjson = { 0 };
+    struct models_list *l = NULL;
     char mapped[128];
     int rc = -1, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
     int gem = c->dialect == COAI_DIALECT_GEMINI;
@@ -9836,7 +9931,7 @@ static int chat_model(struct conn *c, struct run *r)
         return -1;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth || gem ? &mjson : NULL, &e, want, c->model, sizeof c->model, &fetched,
+    if (models_get(anth || gem ? &l : NULL, &e, want, c->model, sizeof c->model, &fetched,
                    c->fd) < 0) {
         if (e.status == 499) goto out;                  /* the client left meanwhile */
         int unreachable = e.status == 504
@@ -9853,15 +9948,15 @@ static int chat_model(struct conn *c, struct run *r)
                 (int)want.len, want.ptr);
         copy_str(c->model, sizeof c->model, want.ptr, want.len);
     } else if (gem) {
-        gemini_model(c, &mjson, want);
-    } else if (anth && claude_model(c, &mjson, want, r->in.req.thinking == 1) < 0) {
+        gemini_model(c, &l->m, want);
+    } else if (anth && claude_model(c, &l->m, want, r->in.req.thinking == 1) < 0) {
         goto out;                                       /* not_found_error sent */
     }
     copy_str(r->in.model, sizeof r->in.model, c->model, strlen(c->model));
     r->out.stream = r->in.req.stream;
     rc = 0;
 out:
-    coai_buf_free(&mjson);
+    models_put(l);
     return rc;
 }
 
@@ -9912,7 +10007,7 @@ static int chat_held(struct chat *x)
     struct run *r = x->r, *h;
     char why[200];
     coai_error e;
-    if (!H.on || !r->in.req.has_tool_messages || r->in.rr.compact) return 1;
+    if (!held_runs.on || !r->in.req.has_tool_messages || r->in.rr.compact) return 1;
     h = held_claim(&r->in.req, r->in.model, why, sizeof why);
     if (h) {
         coai_chat_request_free(&h->in.req);
@@ -9932,9 +10027,9 @@ static int chat_held(struct chat *x)
             return 0;
         }
     } else if (why[0] && r->in.req.session_id.len) {
-        pthread_mutex_lock(&H.lock);
-        H.fallback_mismatch++;
-        pthread_mutex_unlock(&H.lock);
+        pthread_mutex_lock(&held_runs.lock);
+        held_runs.fallback_mismatch++;
+        pthread_mutex_unlock(&held_runs.lock);
         fallback_note(c, "no_held_run");
         srv_log(LOG_INFO, "tool results: %s; replaying the conversation in a fresh run", why);
     }
@@ -9976,9 +10071,9 @@ static int chat_replay(struct chat *x)
     srv_log(LOG_INFO, "checkpoint resume of conversation %s failed (%s); replaying "
             "the conversation in a fresh run", x->hit.conv_id,
             r->reply.error.status ? r->reply.error.message : "no answer");
-    pthread_mutex_lock(&M.lock);
-    M.resume_failed++;
-    pthread_mutex_unlock(&M.lock);
+    pthread_mutex_lock(&conv_memory.lock);
+    conv_memory.resume_failed++;
+    pthread_mutex_unlock(&conv_memory.lock);
     n2->c = x->c;
     n2->up.idle_ms = r->up.idle_ms;
     n2->out.last_write = mono_ms();
@@ -10006,13 +10101,13 @@ static int chat_request(struct chat *x)
     /* With continuation the tool-call ids carry a new handle for the run (the last 12
      * hex digits of the completion id); without it the session id of the history is
      * kept, as before. */
-    if (H.on || !r->in.req.session_id.len)
+    if (held_runs.on || !r->in.req.session_id.len)
         memcpy(r->in.session, x->completion_id + strlen(x->completion_id) - 12, 12),
             r->in.session[12] = 0;
     else
         copy_str(r->in.session, sizeof r->in.session, r->in.req.session_id.ptr,
                  r->in.req.session_id.len);
-    if (H.on) held_live_add(r);
+    if (held_runs.on) held_live_add(r);
     coai_chat_request_params(&r->in.req, p);
     p->model_id = coai_str_c(r->in.model);      /* r may be a new run (pass 1) */
     p->message_id = coai_str_c(x->msg_id);
@@ -10040,8 +10135,8 @@ static int chat_request(struct chat *x)
         return -1;
     }
     p->conversation_id = coai_str_c(r->in.conv_id);
-    p->workspace = coai_str_c(S.workspace);
-    p->time_zone = coai_str_c(S.timezone);
+    p->workspace = coai_str_c(conf.workspace);
+    p->time_zone = coai_str_c(conf.timezone);
     coai_buf_reset(&r->up.run_msg);
     /* the run's tool ownership goes with its run request: every call of the run says it */
     if (coai_run_tools_header(tool_mode, p->tool_count, &r->up.tools_hdr[0],
@@ -10061,10 +10156,10 @@ static int chat_request(struct chat *x)
     srv_log(LOG_DEBUG, "chat: model %s, %zu tools, prompt %zu bytes: %.*s", x->c->model,
             p->tool_count, p->prompt.len, (int)(p->prompt.len > 500 ? 500 : p->prompt.len),
             p->prompt.ptr);
-    pthread_mutex_lock(&H.lock);
-    H.runs_started++;
-    H.prompt_bytes += x->pass == 0 ? x->delta.len : p->prompt.len;
-    pthread_mutex_unlock(&H.lock);
+    pthread_mutex_lock(&held_runs.lock);
+    held_runs.runs_started++;
+    held_runs.prompt_bytes += x->pass == 0 ? x->delta.len : p->prompt.len;
+    pthread_mutex_unlock(&held_runs.lock);
     return 0;
 }
 
@@ -10093,12 +10188,12 @@ static int chat_reply(struct chat *x)
          * history digest conversation memory needs is taken. The tool definitions stay:
          * the reply's views point into them. */
         unsigned char (*dg)[32] = malloc(r->in.req.message_count * sizeof *dg);
-        if (dg && H.on) {
+        if (dg && held_runs.on) {
             coai_conversation_digests(r->in.req.messages, r->in.req.message_count, dg);
-            pthread_mutex_lock(&H.lock);        /* held_claim reads it for a live run */
+            pthread_mutex_lock(&held_runs.lock);        /* held_claim reads it for a live run */
             memcpy(r->in.hist, dg[r->in.req.message_count - 1], 32);
             r->in.hist_ok = 1;
-            pthread_mutex_unlock(&H.lock);
+            pthread_mutex_unlock(&held_runs.lock);
         }
         free(dg);
         r->in.prompt_units = r->reply.prompt_units_;
@@ -10111,13 +10206,13 @@ static int chat_reply(struct chat *x)
     }
     if (x->pass == 0) {
         chat_blobs(x);
-        pthread_mutex_lock(&M.lock);
-        M.resumed++;
-        pthread_mutex_unlock(&M.lock);
+        pthread_mutex_lock(&conv_memory.lock);
+        conv_memory.resumed++;
+        pthread_mutex_unlock(&conv_memory.lock);
     }
-    pthread_mutex_lock(&S.lock);
-    r->up.profile = S.profile_forced >= 0 ? S.profile_forced : S.profile;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&hosts.lock);
+    r->up.profile = conf.profile_forced >= 0 ? conf.profile_forced : hosts.profile;
+    pthread_mutex_unlock(&hosts.lock);
     tr_pick(r);
     return 0;
 }
@@ -10295,7 +10390,7 @@ static int handle_chat(struct conn *c)
     }
     x.r->c = c;
     x.r->out.stream = 0;
-    x.r->up.idle_ms = (int64_t)S.idle_timeout_s * 1000;
+    x.r->up.idle_ms = (int64_t)conf.idle_timeout_s * 1000;
     x.r->out.last_write = mono_ms();
     if (chat_model(c, x.r) == 0 && chat_quota(c) == 0 && chat_ids(&x) == 0
         && chat_held(&x) == 1) {
@@ -10360,15 +10455,15 @@ static int handle_count_tokens(struct conn *c)
 static void on_signal(int sig)
 {
     (void)sig;
-    __atomic_store_n(&S.stop, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&listener.stop, 1, __ATOMIC_RELAXED);
 }
 
 static void *reject_thread_counted(void *arg)
 {
     reject_thread(arg);
-    pthread_mutex_lock(&S.lock);
-    S.rejecting--;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&listener.lock);
+    listener.rejecting--;
+    pthread_mutex_unlock(&listener.lock);
     return NULL;
 }
 
@@ -10399,9 +10494,9 @@ static int listen_open(void)
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    r = getaddrinfo(S.listen_host[0] ? S.listen_host : NULL, S.listen_port, &hints, &res);
+    r = getaddrinfo(conf.listen_host[0] ? conf.listen_host : NULL, conf.listen_port, &hints, &res);
     if (r != 0) {
-        fprintf(stderr, "cursor-oai: cannot resolve listen address %s: %s\n", S.listen_host,
+        fprintf(stderr, "cursor-oai: cannot resolve listen address %s: %s\n", conf.listen_host,
                 gai_strerror(r));
         return -1;
     }
@@ -10416,36 +10511,36 @@ static int listen_open(void)
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", S.listen_host, S.listen_port,
-                strerror(err));
+        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", conf.listen_host,
+                conf.listen_port, strerror(err));
         return -1;
     }
     /* Port 0 picks a free port: record the real one (the Host check compares it). */
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0
         && getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
                        NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-        copy_str(S.listen_port, sizeof S.listen_port, port, strlen(port));
+        copy_str(conf.listen_port, sizeof conf.listen_port, port, strlen(port));
     /* Anyone who reaches a non-loopback socket spends the user's Cursor account: require
      * the client key there. */
-    S.listen_loopback = sockaddr_is_loopback(&ss);
-    if (!S.api_key && !S.listen_loopback && !S.allow_unauth) {
+    listener.loopback = sockaddr_is_loopback(&ss);
+    if (!conf.api_key && !listener.loopback && !conf.allow_unauth) {
         fprintf(stderr, "cursor-oai: refusing to listen on %s:%s (not a loopback address) "
                 "without CURSOR_OAI_API_KEY; set a client key, listen on 127.0.0.1, or pass "
-                "--allow-unauthenticated\n", S.listen_host, S.listen_port);
+                "--allow-unauthenticated\n", conf.listen_host, conf.listen_port);
         close(fd);
         return -2;
     }
     /* listen() only now: a refused configuration never accepts a connection. */
     if (listen(fd, 511) != 0) {
-        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", S.listen_host, S.listen_port,
-                strerror(errno));
+        fprintf(stderr, "cursor-oai: cannot listen on %s:%s: %s\n", conf.listen_host,
+                conf.listen_port, strerror(errno));
         close(fd);
         return -1;
     }
-    if (!S.api_key && !S.listen_loopback)
+    if (!conf.api_key && !listener.loopback)
         srv_log(LOG_WARN, "listening on %s:%s without a client key: anyone who can reach this "
-             "port uses your Cursor account", S.listen_host, S.listen_port);
-    S.listen_fd = fd;
+             "port uses your Cursor account", conf.listen_host, conf.listen_port);
+    listener.fd = fd;
     return 0;
 }
 
@@ -10514,7 +10609,7 @@ static void serve_loop(void)
         struct conn *c;
         pthread_t t;
         int fd, one = 1, over, reject_ok, r;
-        pf[0].fd = S.listen_fd;
+        pf[0].fd = listener.fd;
         pf[0].events = POLLIN;
         pf[0].revents = 0;
         r = poll(pf, (nfds_t)(1 + lg.n), lg.n ? 100 : 500);
@@ -10523,7 +10618,7 @@ static void serve_loop(void)
             pool_prune(0);
             continue;
         }
-        fd = accept4(S.listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        fd = accept4(listener.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 /* Out of descriptors: pause instead of spinning on a ready listen socket. */
@@ -10537,19 +10632,19 @@ static void serve_loop(void)
             continue;
         }
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        pthread_mutex_lock(&S.lock);
-        over = S.conns >= S.max_conns;
-        reject_ok = S.rejecting < SRV_REJECT_THREADS;
-        if (!over) S.conns++;
-        else if (reject_ok) S.rejecting++;
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_lock(&listener.lock);
+        over = listener.conns >= conf.max_conns;
+        reject_ok = listener.rejecting < SRV_REJECT_THREADS;
+        if (!over) listener.conns++;
+        else if (reject_ok) listener.rejecting++;
+        pthread_mutex_unlock(&listener.lock);
         if (over) {
             if (!reject_ok || pthread_create(&t, &rattr, reject_thread_counted,
                                              (void *)(intptr_t)fd) != 0) {
                 if (reject_ok) {
-                    pthread_mutex_lock(&S.lock);
-                    S.rejecting--;
-                    pthread_mutex_unlock(&S.lock);
+                    pthread_mutex_lock(&listener.lock);
+                    listener.rejecting--;
+                    pthread_mutex_unlock(&listener.lock);
                 }
                 linger_add(&lg, fd);
             }
@@ -10560,9 +10655,9 @@ static void serve_loop(void)
         if (!c || pthread_create(&t, &attr, conn_thread, c) != 0) {
             free(c);
             close(fd);
-            pthread_mutex_lock(&S.lock);
-            S.conns--;
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_lock(&listener.lock);
+            listener.conns--;
+            pthread_mutex_unlock(&listener.lock);
             srv_log(LOG_ERROR, "cannot start a connection thread");
         }
     }
@@ -10576,12 +10671,13 @@ static void serve_drain(void)
 {
     int64_t end = mono_ms() + SRV_SHUTDOWN_GRACE_MS;
     int left;
-    close(S.listen_fd);
+    close(listener.fd);
     pool_prune(1);
-    pthread_mutex_lock(&S.lock);
-    while (S.conns > 0 && cond_wait_ms(&S.idle, &S.lock, end - mono_ms()) == 0) {}
-    left = S.conns;
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_lock(&listener.lock);
+    while (listener.conns > 0
+           && cond_wait_ms(&listener.idle, &listener.lock, end - mono_ms()) == 0) {}
+    left = listener.conns;
+    pthread_mutex_unlock(&listener.lock);
     if (left > 0) srv_log(LOG_WARN, "exiting with %d connection(s) still open", left);
 }
 
@@ -10798,11 +10894,11 @@ static int parse_api_url(const char *url)
 {
     coai_url u;
     if (coai_url_parse_https(coai_str_c(url), &u) < 0) return -1;
-    copy_str(S.up_host, sizeof S.up_host, u.host, strlen(u.host));
-    copy_str(S.up_port, sizeof S.up_port, u.port, strlen(u.port));
-    copy_str(S.up_authority, sizeof S.up_authority, u.authority, strlen(u.authority));
-    copy_str(S.up_prefix, sizeof S.up_prefix, u.prefix, strlen(u.prefix));
-    S.base = u;
+    copy_str(conf.up_host, sizeof conf.up_host, u.host, strlen(u.host));
+    copy_str(conf.up_port, sizeof conf.up_port, u.port, strlen(u.port));
+    copy_str(conf.up_authority, sizeof conf.up_authority, u.authority, strlen(u.authority));
+    copy_str(conf.up_prefix, sizeof conf.up_prefix, u.prefix, strlen(u.prefix));
+    conf.base = u;
     return 0;
 }
 
@@ -10896,7 +10992,7 @@ static int env_bytes(const char *name, size_t def, size_t *out)
     return 0;
 }
 
-/* Parse `serve` options into S. Returns -1 to continue, else an exit status. */
+/* Parse `serve` options into conf. Returns -1 to continue, else an exit status. */
 /* One more accepted Host/Origin name: a bare host name or address (an IPv6 literal in
  * brackets), no path, no userinfo, no blanks; compared case-insensitively. Any port is
  * accepted with it, unless it is given as NAME:PORT, which pins the name to that port
@@ -10926,15 +11022,16 @@ static int allow_host_add(const char *name, size_t n, const char *src)
     }
     v.ptr = name;
     v.len = nl;
-    if (S.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v) || n >= sizeof S.allow[0]) {
+    if (conf.allow_n == SRV_MAX_ALLOW || !port_ok || !coai_host_name_ok(v)
+        || n >= sizeof conf.allow[0]) {
         fprintf(stderr, "cursor-oai: %s: '%.*s' is not a host name (at most %d names of <= 253 "
                 "bytes, without path or blanks, optionally :PORT)\n", src,
                 (int)(n > 253 ? 253 : n), name, SRV_MAX_ALLOW);
         return -1;
     }
-    memcpy(S.allow[S.allow_n], name, n);
-    S.allow[S.allow_n][n] = 0;
-    S.allow_n++;
+    memcpy(conf.allow[conf.allow_n], name, n);
+    conf.allow[conf.allow_n][n] = 0;
+    conf.allow_n++;
     return 0;
 }
 
@@ -10958,7 +11055,7 @@ static int parse_serve_args(int argc, char **argv)
     const char *listen = getenv("CURSOR_OAI_LISTEN");
     const char *workspace = NULL, *level = "info", *format = getenv("CURSOR_OAI_LOG_FORMAT");
     int i;
-    S.max_conns = SRV_DEFAULT_MAX_CONNS;
+    conf.max_conns = SRV_DEFAULT_MAX_CONNS;
     for (i = 0; i < argc; i++) {
         const char *a = argv[i], *v = NULL, *eq;
         char name[32];
@@ -10968,7 +11065,7 @@ static int parse_serve_args(int argc, char **argv)
         }
         if (strncmp(a, "--", 2) != 0) goto usage;
         if (strcmp(a, "--allow-unauthenticated") == 0) {   /* the one option without a value */
-            S.allow_unauth = 1;
+            conf.allow_unauth = 1;
             continue;
         }
         eq = strchr(a, '=');
@@ -11002,15 +11099,15 @@ static int parse_serve_args(int argc, char **argv)
                 fprintf(stderr, "cursor-oai: --max-conns must be 1..1000000\n");
                 return 2;
             }
-            S.max_conns = (int)n;
+            conf.max_conns = (int)n;
         } else {
             goto usage;
         }
     }
     if (allow_hosts_env(getenv("CURSOR_OAI_ALLOW_HOSTS")) != 0) return 2;
     if (!listen || !*listen) listen = SRV_DEFAULT_LISTEN;
-    if (coai_hostport_split(coai_str_c(listen), S.listen_host, sizeof S.listen_host,
-                            S.listen_port, sizeof S.listen_port, NULL) < 0) {
+    if (coai_hostport_split(coai_str_c(listen), conf.listen_host, sizeof conf.listen_host,
+                            conf.listen_port, sizeof conf.listen_port, NULL) < 0) {
         fprintf(stderr, "cursor-oai: bad listen address '%s' (want HOST:PORT)\n", listen);
         return 2;
     }
@@ -11019,7 +11116,7 @@ static int parse_serve_args(int argc, char **argv)
         fprintf(stderr, "cursor-oai: --log-level must be error, warn, info or debug\n");
         return 2;
     }
-    S.log_level = i;
+    conf.log_level = i;
     if (format && *format && strcmp(format, "json") != 0 && strcmp(format, "text") != 0) {
         fprintf(stderr, "cursor-oai: --log-format (CURSOR_OAI_LOG_FORMAT) must be text or "
                 "json\n");
@@ -11027,12 +11124,12 @@ static int parse_serve_args(int argc, char **argv)
     }
     log_json = format && strcmp(format, "json") == 0;
     if (workspace) {
-        if (!realpath(workspace, S.workspace)) {
+        if (!realpath(workspace, conf.workspace)) {
             fprintf(stderr, "cursor-oai: --workspace %s: %s\n", workspace, strerror(errno));
             return 2;
         }
-    } else if (!getcwd(S.workspace, sizeof S.workspace)) {
-        copy_str(S.workspace, sizeof S.workspace, "/", 1);
+    } else if (!getcwd(conf.workspace, sizeof conf.workspace)) {
+        copy_str(conf.workspace, sizeof conf.workspace, "/", 1);
     }
     return -1;
 usage:
@@ -11057,18 +11154,18 @@ static int client_version_resolve(const char *env)
     DIR *d;
     struct dirent *de;
     if (env && *env) {
-        if (!coai_header_value_ok(coai_str_c(env)) || strlen(env) + 4 >= sizeof S.client_version)
+        if (!coai_header_value_ok(coai_str_c(env)) || strlen(env) + 4 >= sizeof conf.client_version)
             return -1;
-        snprintf(S.client_version, sizeof S.client_version, "%s%s",
+        snprintf(conf.client_version, sizeof conf.client_version, "%s%s",
                  strncmp(env, "cli-", 4) != 0 && coai_cli_version_parse(coai_str_c(env), &v) == 0
                  ? "cli-" : "", env);
-        snprintf(S.client_version_src, sizeof S.client_version_src, "CURSOR_CLIENT_VERSION%s",
+        snprintf(conf.client_version_src, sizeof conf.client_version_src, "CURSOR_CLIENT_VERSION%s",
                  coai_cli_version_parse(coai_str_c(env), &v) == 0 ? ""
                  : " (not a known cursor-agent build id form; sent as is)");
         return 0;
     }
-    snprintf(S.client_version, sizeof S.client_version, "%s", SRV_DEFAULT_CLIENT_VERSION);
-    snprintf(S.client_version_src, sizeof S.client_version_src, "built-in default");
+    snprintf(conf.client_version, sizeof conf.client_version, "%s", SRV_DEFAULT_CLIENT_VERSION);
+    snprintf(conf.client_version_src, sizeof conf.client_version_src, "built-in default");
     coai_cli_version_parse(coai_str_c(SRV_DEFAULT_CLIENT_VERSION), &best);
     if (!home || !*home) return 0;
     snprintf(dir, sizeof dir, "%s/.local/share/cursor-agent/versions", home);
@@ -11085,12 +11182,12 @@ static int client_version_resolve(const char *env)
     }
     closedir(d);
     if (bestname[0]) {
-        snprintf(S.client_version, sizeof S.client_version, "cli-%s", bestname);
+        snprintf(conf.client_version, sizeof conf.client_version, "cli-%s", bestname);
         /* a long HOME shortens this description, never the version itself */
-        if (snprintf(S.client_version_src, sizeof S.client_version_src,
+        if (snprintf(conf.client_version_src, sizeof conf.client_version_src,
                      "installed cursor-agent (%s/%s), newer than the built-in %s", dir, bestname,
-                     SRV_DEFAULT_CLIENT_VERSION) >= (int)sizeof S.client_version_src)
-            memcpy(S.client_version_src + sizeof S.client_version_src - 4, "...", 4);
+                     SRV_DEFAULT_CLIENT_VERSION) >= (int)sizeof conf.client_version_src)
+            memcpy(conf.client_version_src + sizeof conf.client_version_src - 4, "...", 4);
     }
     return 0;
 }
@@ -11102,22 +11199,22 @@ static int held_configure(void)
     const char *v = getenv("CURSOR_OAI_CONTINUATION");
     size_t cap = 0, win = 0;
     if (v && *v) {
-        if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false")) H.on = 0;
-        else if (!strcmp(v, "on") || !strcmp(v, "1") || !strcmp(v, "true")) H.on = 1;
+        if (!strcmp(v, "off") || !strcmp(v, "0") || !strcmp(v, "false")) held_runs.on = 0;
+        else if (!strcmp(v, "on") || !strcmp(v, "1") || !strcmp(v, "true")) held_runs.on = 1;
         else {
             fprintf(stderr, "cursor-oai: CURSOR_OAI_CONTINUATION must be on or off\n");
             return -1;
         }
     }
-    if (env_seconds("CURSOR_OAI_HELD_RUN_TTL", 1800, &H.ttl_s)
-        || env_seconds("CURSOR_OAI_HOLLOW_TIMEOUT", 90, &H.hollow_s)
+    if (env_seconds("CURSOR_OAI_HELD_RUN_TTL", 1800, &held_runs.ttl_s)
+        || env_seconds("CURSOR_OAI_HOLLOW_TIMEOUT", 90, &held_runs.hollow_s)
         /* counts and milliseconds, not seconds: each held run keeps two threads and an
          * upstream connection, and a window is a pause before every tool-call answer */
         || env_count("CURSOR_OAI_HELD_RUNS_MAX", 64, HELD_RUNS_CAP, &cap)
         || env_count("CURSOR_OAI_TOOL_WINDOW_MS", 40, 5000, &win))
         return -1;
-    H.max = (int)cap;
-    H.window_ms = (int)win;
+    held_runs.max = (int)cap;
+    held_runs.window_ms = (int)win;
     return 0;
 }
 
@@ -11136,43 +11233,43 @@ static int configure(void)
     }
     {
         const char *au = getenv("CURSOR_OAI_AGENT_URL"), *pr = getenv("CURSOR_OAI_PROFILE");
-        memset(&S.agent_forced, 0, sizeof S.agent_forced);
-        if (au && *au && coai_url_parse_https(coai_str_c(au), &S.agent_forced) < 0) {
+        memset(&conf.agent_forced, 0, sizeof conf.agent_forced);
+        if (au && *au && coai_url_parse_https(coai_str_c(au), &conf.agent_forced) < 0) {
             fprintf(stderr, "cursor-oai: CURSOR_OAI_AGENT_URL must look like "
                     "https://host[:port][/path] (https only)\n");
             return -1;
         }
         const char *ca = getenv("CURSOR_OAI_CONNECT_APPEND");
-        S.connect_json = 0;
+        conf.connect_json = 0;
         if (ca && *ca) {
-            if (strcmp(ca, "json") == 0) S.connect_json = 1;
+            if (strcmp(ca, "json") == 0) conf.connect_json = 1;
             else if (strcmp(ca, "proto") != 0) {
                 fprintf(stderr, "cursor-oai: CURSOR_OAI_CONNECT_APPEND must be proto or json\n");
                 return -1;
             }
         }
-        S.profile_forced = -1;
+        conf.profile_forced = -1;
         if (pr && *pr) {
-            if (strcmp(pr, "grpc-web") == 0) S.profile_forced = PROF_GRPCWEB;
-            else if (strcmp(pr, "connect") == 0) S.profile_forced = PROF_CONNECT;
+            if (strcmp(pr, "grpc-web") == 0) conf.profile_forced = PROF_GRPCWEB;
+            else if (strcmp(pr, "connect") == 0) conf.profile_forced = PROF_CONNECT;
             else {
                 fprintf(stderr, "cursor-oai: CURSOR_OAI_PROFILE must be grpc-web or connect\n");
                 return -1;
             }
-            S.profile = S.profile_forced;
+            hosts.profile = conf.profile_forced;
         }
         {
             const char *tv = getenv("CURSOR_OAI_TRANSPORT");
             int rp;
-            TR.forced = -1;
+            transport_state.forced = -1;
             if (env_seconds("CURSOR_OAI_H2_REPROBE", TR_REPROBE_MS / 1000, &rp) < 0) return -1;
-            TR.reprobe_ms = rp * 1000;
+            transport_state.reprobe_ms = rp * 1000;
             if (env_seconds("CURSOR_OAI_H2ONLY_REPROBE", H2ONLY_REPROBE_MS / 1000, &rp) < 0)
                 return -1;
             h2only_reprobe_ms = rp * 1000;
             if (tv && *tv && strcmp(tv, "auto") != 0) {
-                if (strcmp(tv, "h2") == 0) TR.forced = TR_H2;
-                else if (strcmp(tv, "http1") == 0) TR.forced = TR_HTTP1;
+                if (strcmp(tv, "h2") == 0) transport_state.forced = TR_H2;
+                else if (strcmp(tv, "http1") == 0) transport_state.forced = TR_HTTP1;
                 else {
                     fprintf(stderr, "cursor-oai: CURSOR_OAI_TRANSPORT must be h2, http1 or "
                             "auto\n");
@@ -11194,7 +11291,7 @@ static int configure(void)
                 "%s)\n", SRV_DEFAULT_CLIENT_VERSION);
         return -1;
     }
-    if (key && !S.cli) {
+    if (key && !conf.cli) {
         /* set but blank: almost surely a mistake (an empty variable in a compose file); it
          * must not silently leave the API open */
         const char *k = key;
@@ -11205,18 +11302,18 @@ static int configure(void)
             return -1;
         }
     }
-    S.api_key = key && *key ? key : NULL;
-    if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &S.idle_timeout_s)
-        || env_seconds("CURSOR_OAI_SILENCE_TIMEOUT", SRV_DEFAULT_SILENCE_S, &S.silence_s)
-        || env_seconds("CURSOR_OAI_HEARTBEAT_TIMEOUT", SRV_DEFAULT_HB_ONLY_S, &S.hb_only_s)
-        || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &S.keepalive_s)
+    conf.api_key = key && *key ? key : NULL;
+    if (env_seconds("CURSOR_OAI_IDLE_TIMEOUT", SRV_DEFAULT_IDLE_TIMEOUT_S, &conf.idle_timeout_s)
+        || env_seconds("CURSOR_OAI_SILENCE_TIMEOUT", SRV_DEFAULT_SILENCE_S, &conf.silence_s)
+        || env_seconds("CURSOR_OAI_HEARTBEAT_TIMEOUT", SRV_DEFAULT_HB_ONLY_S, &conf.hb_only_s)
+        || env_seconds("CURSOR_OAI_KEEPALIVE", SRV_DEFAULT_KEEPALIVE_S, &conf.keepalive_s)
         || env_seconds("CURSOR_OAI_MODELS_TTL", UP_MODELS_TTL_MS / 1000, &ttl)
         || env_seconds("CURSOR_OAI_UPSTREAM_TIMEOUT", UP_CALL_TIMEOUT_S, &up_call)
         || env_seconds("CURSOR_OAI_MODELS_WAIT", SRV_MODELS_WAIT_S, &models_wait)
         || env_seconds("CURSOR_OAI_BODY_TIMEOUT", SRV_BODY_TIMEOUT_S, &body_to)
         || env_seconds("CURSOR_OAI_MAX_RESPONSE_MB", SRV_REPLY_MAX_MB, &reply_mb)
         || env_seconds("CURSOR_OAI_MAX_INFLIGHT_MB", SRV_INFLIGHT_MAX_MB, &inflight_mb)
-        || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &S.max_prompt))
+        || env_bytes("CURSOR_OAI_MAX_PROMPT_BYTES", SRV_DEFAULT_MAX_PROMPT, &conf.max_prompt))
         return -1;
     if (env_count("CURSOR_OAI_MAX_IMAGE_BYTES", COAI_MAX_IMAGE_BYTES, SRV_BODY_MAX,
                   &IMG_LIMITS.max_bytes)
@@ -11229,12 +11326,12 @@ static int configure(void)
                 "CURSOR_OAI_MAX_INFLIGHT_MB at most 1048576\n");
         return -1;
     }
-    S.up_call_ms = (int64_t)up_call * 1000;
-    S.models_wait_ms = (int64_t)models_wait * 1000;
-    S.body_timeout_ms = (int64_t)body_to * 1000;
-    S.reply_max = (size_t)reply_mb << 20;
-    S.inflight_max = (size_t)inflight_mb << 20;
-    S.models_ttl_ms = (int64_t)ttl * 1000;
+    conf.up_call_ms = (int64_t)up_call * 1000;
+    conf.models_wait_ms = (int64_t)models_wait * 1000;
+    conf.body_timeout_ms = (int64_t)body_to * 1000;
+    conf.reply_max = (size_t)reply_mb << 20;
+    conf.inflight_max = (size_t)inflight_mb << 20;
+    conf.models_ttl_ms = (int64_t)ttl * 1000;
     {
         const char *ql = getenv("CURSOR_OAI_QUOTA_LATCH");
         char *end;
@@ -11248,7 +11345,7 @@ static int configure(void)
                 return -1;
             }
         }
-        S.quota_latch_s = (int)q;
+        conf.quota_latch_s = (int)q;
         ql = getenv("CURSOR_OAI_USAGE_TTL");
         q = USAGE_TTL_DEFAULT_S;
         if (ql && *ql) {
@@ -11261,24 +11358,24 @@ static int configure(void)
                 return -1;
             }
         }
-        UC.ttl_ms = (int64_t)q * 1000;
+        usage_cache.ttl_ms = (int64_t)q * 1000;
     }
     if (held_configure() < 0) return -1;
-    S.ca_file = ca_bundle_path();
-    if (!S.ca_file) {
+    conf.ca_file = ca_bundle_path();
+    if (!conf.ca_file) {
         fprintf(stderr, "cursor-oai: no CA bundle found: set SSL_CERT_FILE to a PEM file "
                 "(looked for /etc/ssl/certs/ca-certificates.crt, "
                 "/etc/pki/tls/certs/ca-bundle.crt, /etc/ssl/cert.pem)\n");
         return -1;
     }
-    n = ta_load(S.ca_file, &S.tas);
+    n = ta_load(conf.ca_file, &conf.tas);
     if (n <= 0) {
-        fprintf(stderr, "cursor-oai: cannot load trust anchors from %s: %s\n", S.ca_file,
+        fprintf(stderr, "cursor-oai: cannot load trust anchors from %s: %s\n", conf.ca_file,
                 n == 0 ? "no certificates in the file" : strerror(errno));
         return -1;
     }
-    S.tas_n = (size_t)n;
-    detect_timezone(S.timezone, sizeof S.timezone);
+    conf.tas_n = (size_t)n;
+    detect_timezone(conf.timezone, sizeof conf.timezone);
     tzset();
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
@@ -11319,10 +11416,10 @@ static int run_serve(int argc, char **argv)
         srv_log(LOG_INFO, "credentials: CURSOR_ACCESS_TOKEN (not renewed)");
         break;
     case CRED_OURS:
-        srv_log(LOG_INFO, "credentials: %s", S.ours_path);
+        srv_log(LOG_INFO, "credentials: %s", file_paths.ours_path);
         break;
     case CRED_AGENT:
-        srv_log(LOG_INFO, "credentials: %s (cursor-agent's, read only)", S.agent_path);
+        srv_log(LOG_INFO, "credentials: %s (cursor-agent's, read only)", file_paths.agent_path);
         break;
     default:
         srv_log(LOG_WARN, "no upstream credentials: run `cursor-oai login` (or set "
@@ -11334,20 +11431,22 @@ static int run_serve(int argc, char **argv)
     log_start();        /* from here on no thread waits for stderr */
     srv_log(LOG_INFO, "cursor-oai %s listening on http://%s%s%s:%s (upstream https://%s%s, "
             "%zu trust anchors from %s, time zone %s)", COAI_VERSION,
-            strchr(S.listen_host, ':') ? "[" : "", S.listen_host,
-            strchr(S.listen_host, ':') ? "]" : "", S.listen_port, S.up_authority, S.up_prefix,
-            S.tas_n, S.ca_file, S.timezone);
+            strchr(conf.listen_host, ':') ? "[" : "", conf.listen_host,
+            strchr(conf.listen_host, ':') ? "]" : "", conf.listen_port, conf.up_authority,
+            conf.up_prefix,
+            conf.tas_n, conf.ca_file, conf.timezone);
     srv_log(LOG_INFO, "client version %s (%s); transport %s; profile %s%s; HTTP/1.1 runs to %s",
-            S.client_version, S.client_version_src,
-            TR.forced >= 0 ? (TR.forced == TR_H2 ? "HTTP/2 (CURSOR_OAI_TRANSPORT, no fallback)"
-                                                 : "HTTP/1.1 (CURSOR_OAI_TRANSPORT)")
-                           : "HTTP/2 (HTTP/1.1 as the fallback)", PROFILE_NAME[S.profile],
-            S.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
+            conf.client_version, conf.client_version_src,
+            transport_state.forced >= 0
+            ? (transport_state.forced == TR_H2 ? "HTTP/2 (CURSOR_OAI_TRANSPORT, no fallback)"
+                                               : "HTTP/1.1 (CURSOR_OAI_TRANSPORT)")
+                           : "HTTP/2 (HTTP/1.1 as the fallback)", PROFILE_NAME[hosts.profile],
+            conf.profile_forced >= 0 ? " (CURSOR_OAI_PROFILE, no fallback)"
                                   : " (grpc-web as the fallback)",
-            S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
-    UPX.spares = 1;                 /* a CLI command never wants a background connection */
+            conf.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
+    tls_reuse.spares = 1;                 /* a CLI command never wants a background connection */
     serve_loop();
-    __atomic_store_n(&S.stop_at, mono_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&listener.stop_at, mono_ms(), __ATOMIC_RELAXED);
     srv_log(LOG_INFO, "shutting down: waiting up to %d s for in-flight requests",
             SRV_SHUTDOWN_GRACE_MS / 1000);
     serve_drain();
@@ -11411,8 +11510,8 @@ static void describe_identity(char *out, size_t cap, const char *token)
 /* Common set-up of the one-shot commands. need_upstream: CURSOR_API_URL and the CA bundle. */
 static int cli_setup(int need_upstream)
 {
-    S.cli = 1;
-    S.log_level = LOG_WARN;
+    conf.cli = 1;
+    conf.log_level = LOG_WARN;
     cred_paths();
     signal(SIGPIPE, SIG_IGN);
     if (need_upstream && configure() < 0) return -1;
@@ -11441,7 +11540,7 @@ static int login_save(const coai_creds *c)
     describe_identity(who, sizeof who, c->access_token);
     describe_expiry(exp, sizeof exp, c->access_token);
     printf("Logged in as %s.\nSaved to %s (mode 0600).\nAccess token %s; it is renewed "
-           "automatically with the %s.\n", who, S.ours_path, exp,
+           "automatically with the %s.\n", who, file_paths.ours_path, exp,
            c->api_key ? "API key" : "refresh token");
     printf("A running 'cursor-oai serve' picks this login up within a second.\n");
     if (env && *env)
@@ -11746,34 +11845,34 @@ static int run_logout(int argc, char **argv)
         return help ? 0 : 2;
     }
     cli_setup(0);
-    if (unlink(S.ours_path) == 0) {
-        printf("Removed %s.\n", S.ours_path);
+    if (unlink(file_paths.ours_path) == 0) {
+        printf("Removed %s.\n", file_paths.ours_path);
     } else if (errno == ENOENT) {
-        printf("No cursor-oai login to remove (%s does not exist).\n", S.ours_path);
+        printf("No cursor-oai login to remove (%s does not exist).\n", file_paths.ours_path);
     } else {
-        fprintf(stderr, "cursor-oai: cannot remove %s: %s\n", S.ours_path, strerror(errno));
+        fprintf(stderr, "cursor-oai: cannot remove %s: %s\n", file_paths.ours_path,
+                strerror(errno));
         rc = 1;
     }
-    if (stat(S.agent_path, &st) == 0)
+    if (stat(file_paths.agent_path, &st) == 0)
         printf("cursor-agent's own login (%s) was left alone; cursor-oai uses it while it "
-               "exists (log out of cursor-agent to end that).\n", S.agent_path);
+               "exists (log out of cursor-agent to end that).\n", file_paths.agent_path);
     if (env && *env)
         printf("CURSOR_ACCESS_TOKEN is still set in this environment and is used when set.\n");
     return rc;
 }
 
-/* The upstream check shared by status and models: one GetUsableModels call. */
-static int cli_models(coai_buf *json, coai_error *e)
+/* The upstream check shared by status and models: one GetUsableModels call, the list parsed
+ * into *m (freeable either way). */
+static int cli_models(coai_models *m, coai_error *e)
 {
     memset(e, 0, sizeof *e);
-    json->max = UP_MODELS_MAX;
-    return models_fetch(json, e);
+    return models_fetch(m, e);
 }
 
 static int run_status(int argc, char **argv)
 {
     char tok[SRV_TOKEN_MAX], buf[400];
-    coai_buf json = { 0 };
     coai_models m;
     coai_error e;
     uint64_t gen0, gen1;
@@ -11787,33 +11886,32 @@ static int run_status(int argc, char **argv)
     src = cred_load();
     if (src == CRED_NONE) {
         printf("Not logged in: CURSOR_ACCESS_TOKEN is not set and neither %s nor %s holds a "
-               "login.\nRun 'cursor-oai login'.\n", S.ours_path, S.agent_path);
+               "login.\nRun 'cursor-oai login'.\n", file_paths.ours_path, file_paths.agent_path);
         return 1;
     }
     cred_token(tok, sizeof tok, &gen0);
     describe_identity(buf, sizeof buf, tok);
     printf("Logged in as %s\n", buf);
     printf("Credentials: %s\n", src == CRED_ENV ? "CURSOR_ACCESS_TOKEN (environment)"
-           : src == CRED_OURS ? S.ours_path : S.agent_path);
+           : src == CRED_OURS ? file_paths.ours_path : file_paths.agent_path);
     if (src == CRED_AGENT) printf("             (cursor-agent's file, read only)\n");
-    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
+    printf("Client version: %s (%s)\n", conf.client_version, conf.client_version_src);
     describe_expiry(buf, sizeof buf, tok);
     printf("Access token: %s\n", buf);
-    pthread_mutex_lock(&S.lock);
+    pthread_mutex_lock(&creds.lock);
     printf("Renewal: %s\n", cred_renewal_locked());
-    pthread_mutex_unlock(&S.lock);
+    pthread_mutex_unlock(&creds.lock);
     fflush(stdout);
     memset(&m, 0, sizeof m);
-    if (cli_models(&json, &e) == 0) {
+    if (cli_models(&m, &e) == 0) {
         cred_token(tok, sizeof tok, &gen1);
         if (gen1 != gen0) {
             describe_expiry(buf, sizeof buf, tok);
             printf("Access token renewed: the new one %s%s\n", buf,
-                   S.persist_failed ? " (NOT saved; see the error above)" : "");
+                   creds.persist_failed ? " (NOT saved; see the error above)" : "");
         }
-        coai_models_parse(&m, (const char *)json.data, json.len);
-        printf("Upstream: https://%s%s accepts the token (%zu models)\n", S.up_authority,
-               S.up_prefix, m.count);
+        printf("Upstream: https://%s%s accepts the token (%zu models)\n", conf.up_authority,
+               conf.up_prefix, m.count);
         fflush(stdout);
         {
             /* one line; a failure here does not change the exit status */
@@ -11829,20 +11927,19 @@ static int run_status(int argc, char **argv)
         rc = 0;
     } else if (e.status == 401 || e.status == 403) {
         printf("Upstream: https://%s%s rejected the credentials: %s\nRun 'cursor-oai login'.\n",
-               S.up_authority, S.up_prefix, e.message);
+               conf.up_authority, conf.up_prefix, e.message);
     } else {
-        printf("Upstream: could not check with https://%s%s: %s\n", S.up_authority, S.up_prefix,
-               e.message);
+        printf("Upstream: could not check with https://%s%s: %s\n", conf.up_authority,
+               conf.up_prefix, e.message);
     }
     memset(tok, 0, sizeof tok);
     coai_models_free(&m);
-    coai_buf_free(&json);
     return rc;
 }
 
 static int run_models(int argc, char **argv)
 {
-    coai_buf json = { 0 }, *cells = NULL;
+    coai_buf *cells = NULL;
     coai_models m;
     coai_error e;
     size_t i, k, w[3] = { 2, 4, 7 };    /* "ID", "NAME", "ALIASES" */
@@ -11858,12 +11955,8 @@ static int run_models(int argc, char **argv)
         fprintf(stderr, "cursor-oai: not logged in; run 'cursor-oai login'\n");
         return 1;
     }
-    if (cli_models(&json, &e) < 0) {
+    if (cli_models(&m, &e) < 0) {
         fprintf(stderr, "cursor-oai: cannot list the models: %s\n", e.message);
-        goto done;
-    }
-    if (coai_models_parse(&m, (const char *)json.data, json.len) < 0) {
-        fprintf(stderr, "cursor-oai: the model list is not valid JSON\n");
         goto done;
     }
     cells = calloc(m.count * 3 + 1, sizeof *cells);
@@ -11906,7 +11999,6 @@ done:
     for (i = 0; cells && i < m.count * 3; i++) coai_buf_free(&cells[i]);
     free(cells);
     coai_models_free(&m);
-    coai_buf_free(&json);
     return rc;
 }
 
@@ -11954,7 +12046,7 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
         doctor_advice("Cursor refuses the client version %s as outdated: set "
                       "CURSOR_CLIENT_VERSION to a current cursor-agent build (e.g. "
                       SRV_DEFAULT_CLIENT_VERSION " or newer), or update cursor-agent "
-                      "(its newest build is used automatically).", S.client_version);
+                      "(its newest build is used automatically).", conf.client_version);
     else if (strcmp(code, "unsupported_region") == 0)
         doctor_advice("Cursor does not serve this model in your country or region: try "
                       "another model (doctor --model NAME; see `cursor-oai models`).");
@@ -11978,7 +12070,7 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
                       "to CURSOR_API_URL).", agent->authority, agent->prefix);
     else if (strcmp(code, "upstream_http2_only") == 0 || e->kind == COAI_ERRK_HTTP1_REFUSED)
         doctor_advice("https://%s%s serves HTTP/2 only and cursor-oai speaks HTTP/1.1: %s",
-                      agent->authority, agent->prefix, S.agent_forced.host[0]
+                      agent->authority, agent->prefix, conf.agent_forced.host[0]
                       ? "unset CURSOR_OAI_AGENT_URL (runs then go to CURSOR_API_URL)."
                       : "set CURSOR_API_URL to a host that serves HTTP/1.1 (the default, "
                       "https://api2.cursor.sh, does).");
@@ -11986,7 +12078,7 @@ static void doctor_advise(const coai_error *e, const coai_url *agent)
              || strncmp(code, "upstream_tls", 12) == 0)
         doctor_advice("cannot reach https://%s%s: check the network, a proxy or firewall, "
                       "SSL_CERT_FILE%s.", agent->authority, agent->prefix,
-                      S.agent_forced.host[0] && up_same_host(agent, &S.agent_forced)
+                      conf.agent_forced.host[0] && up_same_host(agent, &conf.agent_forced)
                       ? ", and CURSOR_OAI_AGENT_URL (unset, runs go to CURSOR_API_URL)" : "");
     else if (e->status == 401 || e->status == 403)
         doctor_advice("run `cursor-oai login` again.");
@@ -12083,10 +12175,10 @@ static int doctor_capture(const char *model, const char *path)
         tr_describe(tb, sizeof tb);
         fprintf(f, "%s\n", tb);
     }
-    pthread_mutex_lock(&CAP.mu);
-    CAP.t0 = mono_ms();
-    __atomic_store_n(&CAP.f, f, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&CAP.mu);
+    pthread_mutex_lock(&capture_log.mu);
+    capture_log.t0 = mono_ms();
+    __atomic_store_n(&capture_log.f, f, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&capture_log.mu);
     cap_line("turn 1: the model is asked to call doctor_probe");
     coai_buf_puts(&req, "{\"model\":");
     coai_json_str_append(&req, model, strlen(model));
@@ -12122,9 +12214,9 @@ static int doctor_capture(const char *model, const char *path)
         doctor_post(model, req.err ? "" : (const char *)req.data, &st2, &body, &e);
     }
     cap_line("end");
-    pthread_mutex_lock(&CAP.mu);
-    __atomic_store_n(&CAP.f, (FILE *)NULL, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&CAP.mu);
+    pthread_mutex_lock(&capture_log.mu);
+    __atomic_store_n(&capture_log.f, (FILE *)NULL, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&capture_log.mu);
     cJSON_Delete(j);
     coai_buf_free(&req);
     coai_buf_free(&body);
@@ -12149,7 +12241,6 @@ static int run_doctor(int argc, char **argv)
 {
     char tok[SRV_TOKEN_MAX], buf[400], src[700];
     const char *model = "auto";
-    coai_buf json = { 0 };
     coai_models m;
     coai_error e;
     coai_url agent;
@@ -12171,39 +12262,40 @@ static int run_doctor(int argc, char **argv)
         }
     }
     if (cli_setup(1) < 0) return 1;
-    S.log_level = LOG_ERROR;
+    conf.log_level = LOG_ERROR;
     for (i = 0; i < argc; i++)
-        if (strcmp(argv[i], "--verbose") == 0) S.log_level = LOG_INFO;
-    if (!getcwd(S.workspace, sizeof S.workspace)) copy_str(S.workspace, sizeof S.workspace, "/", 1);
+        if (strcmp(argv[i], "--verbose") == 0) conf.log_level = LOG_INFO;
+    if (!getcwd(conf.workspace, sizeof conf.workspace))
+        copy_str(conf.workspace, sizeof conf.workspace, "/", 1);
     doctor_t0 = mono_ms();
     printf("cursor-oai %s doctor\n", COAI_VERSION);
-    printf("Client version: %s (%s)\n", S.client_version, S.client_version_src);
-    printf("Base URL:       https://%s%s (CURSOR_API_URL%s)\n", S.up_authority, S.up_prefix,
+    printf("Client version: %s (%s)\n", conf.client_version, conf.client_version_src);
+    printf("Base URL:       https://%s%s (CURSOR_API_URL%s)\n", conf.up_authority, conf.up_prefix,
            getenv("CURSOR_API_URL") && *getenv("CURSOR_API_URL") ? "" : " default");
-    printf("Profiles:       %s\n", S.profile_forced >= 0
-           ? (S.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
+    printf("Profiles:       %s\n", conf.profile_forced >= 0
+           ? (conf.profile_forced == PROF_CONNECT ? "connect only (CURSOR_OAI_PROFILE)"
                                                : "grpc-web only (CURSOR_OAI_PROFILE)")
            : "connect, then grpc-web");
     tr_describe(buf, sizeof buf);
     printf("Transport:      %s\n", buf);
     printf("HTTP/1.1 runs:  https://%s%s (%s)\n",
-           S.agent_forced.host[0] ? S.agent_forced.authority : S.base.authority,
-           S.agent_forced.host[0] ? S.agent_forced.prefix : S.base.prefix,
-           S.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
+           conf.agent_forced.host[0] ? conf.agent_forced.authority : conf.base.authority,
+           conf.agent_forced.host[0] ? conf.agent_forced.prefix : conf.base.prefix,
+           conf.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
     fflush(stdout);
 
     /* 1. credentials */
     srcw = cred_load();
     if (srcw == CRED_NONE) {
         doctor_step("FAIL", "credentials", "not logged in (no CURSOR_ACCESS_TOKEN, %s or %s)",
-                    S.ours_path, S.agent_path);
+                    file_paths.ours_path, file_paths.agent_path);
         doctor_advice("run `cursor-oai login`.");
         return 1;
     }
     memset(&e, 0, sizeof e);
     if (cred_ensure(&e) < 0) {
         doctor_step("FAIL", "credentials", "the token could not be renewed: %s", e.message);
-        doctor_advise(&e, &S.base);
+        doctor_advise(&e, &conf.base);
         return 1;
     }
     cred_token(tok, sizeof tok, NULL);
@@ -12211,16 +12303,17 @@ static int run_doctor(int argc, char **argv)
     {
         char exp[200];
         describe_expiry(exp, sizeof exp, tok);
-        pthread_mutex_lock(&S.lock);
+        pthread_mutex_lock(&creds.lock);
         doctor_step("OK", "credentials", "%s, from %s; token %s; renewal %s", buf,
-                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN" : srcw == CRED_OURS ? S.ours_path
-                    : S.agent_path, exp, cred_renewal_locked());
-        pthread_mutex_unlock(&S.lock);
+                    srcw == CRED_ENV ? "CURSOR_ACCESS_TOKEN"
+                    : srcw == CRED_OURS ? file_paths.ours_path
+                    : file_paths.agent_path, exp, cred_renewal_locked());
+        pthread_mutex_unlock(&creds.lock);
     }
     memset(tok, 0, sizeof tok);
 
     /* 2. GetServerConfig */
-    if (S.agent_forced.host[0]) {
+    if (conf.agent_forced.host[0]) {
         coai_url named;
         int h2cfg_unused;
         memset(&e, 0, sizeof e);
@@ -12228,24 +12321,24 @@ static int run_doctor(int argc, char **argv)
         doctor_step(i < 0 ? "WARN" : "OK", "GetServerConfig",
                     "runs use https://%s%s (CURSOR_OAI_AGENT_URL); GetServerConfig %s%s%s "
                     "(its host is for HTTP/2)",
-                    S.agent_forced.authority, S.agent_forced.prefix,
+                    conf.agent_forced.authority, conf.agent_forced.prefix,
                     i == 0 ? "names https://" : i == 1 ? "names no agent URL" : "failed: ",
                     i == 0 ? named.authority : i == 1 ? "" : e.message,
                     i == 0 ? named.prefix : "");
-        if (i < 0) doctor_advise(&e, &S.base);
-        agent = S.agent_forced;
+        if (i < 0) doctor_advise(&e, &conf.base);
+        agent = conf.agent_forced;
     } else {
         agent_h2_get(&agent, src, sizeof src);
-        pthread_mutex_lock(&S.lock);
-        failed_cfg = S.agent_h2_failed;
-        pthread_mutex_unlock(&S.lock);
+        pthread_mutex_lock(&hosts.lock);
+        failed_cfg = hosts.agent_h2_failed;
+        pthread_mutex_unlock(&hosts.lock);
         doctor_step(failed_cfg ? "WARN" : "OK", "GetServerConfig", "HTTP/2 agent host "
                     "https://%s%s (%s); HTTP/1.1 runs go to the base URL https://%s%s",
-                    agent.authority, agent.prefix, src, S.base.authority, S.base.prefix);
+                    agent.authority, agent.prefix, src, conf.base.authority, conf.base.prefix);
         if (failed_cfg && strstr(src, "outdated"))
             doctor_advice("Cursor refuses the client version %s as outdated: set "
                           "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
-                          S.client_version);
+                          conf.client_version);
     }
 
     /* 2b. which transport runs take, and what decided it */
@@ -12256,27 +12349,24 @@ static int run_doctor(int argc, char **argv)
     }
 
     /* 3. GetUsableModels */
-    memset(&m, 0, sizeof m);
-    if (cli_models(&json, &e) == 0) {
-        coai_models_parse(&m, (const char *)json.data, json.len);
+    if (cli_models(&m, &e) == 0) {
         doctor_step("OK", "GetUsableModels", "%zu models", m.count);
     } else {
         doctor_step("FAIL", "GetUsableModels", "%s", e.message);
-        doctor_advise(&e, &S.base);
+        doctor_advise(&e, &conf.base);
     }
     coai_models_free(&m);
-    coai_buf_free(&json);
 
     /* 4a. one tiny run over HTTP/2 (exactly: no fallback inside) */
-    if (TR.forced != TR_HTTP1) {
+    if (transport_state.forced != TR_HTTP1) {
         coai_buf body = { 0 };
-        int st, saved = TR.forced;
+        int st, saved = transport_state.forced;
         coai_url h2host;
         coai_error he;
         cJSON *j;
-        TR.forced = TR_H2;
+        transport_state.forced = TR_H2;
         doctor_post(model, NULL, &st, &body, &he);
-        TR.forced = saved;
+        transport_state.forced = saved;
         agent_h2_get(&h2host, NULL, 0);
         j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
         if (st == 200) {
@@ -12286,10 +12376,10 @@ static int run_doctor(int argc, char **argv)
         } else {
             const cJSON *em = cJSON_GetObjectItemCaseSensitive(
                 cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
-            doctor_step(TR.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)", "HTTP %d, "
-                        "HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
+            doctor_step(transport_state.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)",
+                        "HTTP %d, HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
                         cJSON_IsString(em) ? em->valuestring : "no answer");
-            if (TR.forced == TR_H2)
+            if (transport_state.forced == TR_H2)
                 doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
                               "it, or fix what blocks HTTP/2 (a proxy or middlebox without it)");
             else
@@ -12299,18 +12389,18 @@ static int run_doctor(int argc, char **argv)
         cJSON_Delete(j);
         coai_buf_free(&body);
     }
-    if (TR.forced == TR_H2) {
+    if (transport_state.forced == TR_H2) {
         ok_run = ok_h2;
         goto runs_done;
     }
 
     /* 4b. one tiny run per profile over HTTP/1.1 until one works */
     {
-        int saved_tr = TR.forced;
-        TR.forced = TR_HTTP1;
+        int saved_tr = transport_state.forced;
+        transport_state.forced = TR_HTTP1;
     norder = 0;
-    if (S.profile_forced >= 0) {
-        order[norder++] = S.profile_forced;
+    if (conf.profile_forced >= 0) {
+        order[norder++] = conf.profile_forced;
     } else {
         order[norder++] = PROF_CONNECT;
         order[norder++] = PROF_GRPCWEB;
@@ -12318,22 +12408,23 @@ static int run_doctor(int argc, char **argv)
     for (i = 0; i < norder && !ok_run; i++) {
         coai_buf body = { 0 };
         coai_error ce;
-        int st, saved = S.profile_forced;
+        int st, saved = conf.profile_forced;
         char step[32];
         cJSON *j;
         snprintf(step, sizeof step, "run (%s)", PROFILE_NAME[order[i]]);
-        S.profile_forced = order[i];    /* exactly this profile, no switching inside */
-        S.profile = order[i];
+        conf.profile_forced = order[i];    /* exactly this profile, no switching inside */
+        hosts.profile = order[i];
         doctor_post(model, NULL, &st, &body, &ce);
-        S.profile_forced = saved;
+        conf.profile_forced = saved;
         run_host_get(&agent, NULL, 0);  /* where it ended up (a refusing host is skipped) */
-        if (S.agent_forced.host[0] && !refused_said
-            && h2only_has(&S.agent_forced, why, sizeof why)) {
+        if (conf.agent_forced.host[0] && !refused_said
+            && h2only_has(&conf.agent_forced, why, sizeof why)) {
             refused_said = 1;
             doctor_step("WARN", "agent host", "https://%s%s serves HTTP/2 only: it answered "
                         "cursor-oai's HTTP/1.1 request with %s; runs went to the base URL "
-                        "https://%s%s instead", S.agent_forced.authority, S.agent_forced.prefix,
-                        why, S.base.authority, S.base.prefix);
+                        "https://%s%s instead", conf.agent_forced.authority,
+                        conf.agent_forced.prefix,
+                        why, conf.base.authority, conf.base.prefix);
             doctor_advice("unset CURSOR_OAI_AGENT_URL: cursor-oai speaks HTTP/1.1, and its runs "
                           "belong on the base URL (CURSOR_API_URL).");
         }
@@ -12367,7 +12458,7 @@ static int run_doctor(int argc, char **argv)
                 doctor_advice("Cursor refused the %s profile (%s): %s", PROFILE_NAME[order[i]],
                               order[i] == PROF_CONNECT ? "application/connect+proto"
                               : "application/grpc-web+proto",
-                              S.profile_forced >= 0 ? "unset CURSOR_OAI_PROFILE to let "
+                              conf.profile_forced >= 0 ? "unset CURSOR_OAI_PROFILE to let "
                               "cursor-oai try the other one" : "the other profile is tried "
                               "next");
         }
@@ -12375,7 +12466,7 @@ static int run_doctor(int argc, char **argv)
         coai_buf_free(&body);
     }
         ok_h1 = ok_run;
-        TR.forced = saved_tr;
+        transport_state.forced = saved_tr;
         ok_run = ok_run || ok_h2;
     }
 runs_done:
@@ -12409,25 +12500,25 @@ runs_done:
         int t;
         for (t = TR_H2; t >= TR_HTTP1; t--) {
             char names[sizeof run_head_names[0]];
-            pthread_mutex_lock(&S.lock);
+            pthread_mutex_lock(&run_head_lock);
             memcpy(names, run_head_names[t], sizeof names);
-            pthread_mutex_unlock(&S.lock);
+            pthread_mutex_unlock(&run_head_lock);
             if (names[0])
                 doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
         }
     }
     if (ok_run) {
-        if (TR.forced == TR_H2)
+        if (transport_state.forced == TR_H2)
             printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "
                    "(CURSOR_OAI_TRANSPORT=h2).\n");
         else
             printf("Verdict: OK, Cursor answers through cursor-oai: HTTP/2 %s, HTTP/1.1 %s "
                    "(transport profile %s); runs use %s.\n",
-                   TR.forced == TR_HTTP1 ? "not tried" : ok_h2 ? "works" : "FAILED",
-                   ok_h1 ? "works" : "FAILED", PROFILE_NAME[S.profile],
-                   ok_h2 && TR.forced != TR_HTTP1 && tr_h2cfg_wants() != 1
+                   transport_state.forced == TR_HTTP1 ? "not tried" : ok_h2 ? "works" : "FAILED",
+                   ok_h1 ? "works" : "FAILED", PROFILE_NAME[hosts.profile],
+                   ok_h2 && transport_state.forced != TR_HTTP1 && tr_h2cfg_wants() != 1
                    ? "HTTP/2" : "HTTP/1.1");
-        if (S.profile_forced < 0 && S.profile == PROF_GRPCWEB && ok_h1)
+        if (conf.profile_forced < 0 && hosts.profile == PROF_GRPCWEB && ok_h1)
             printf("         Only the grpc-web profile worked: CURSOR_OAI_PROFILE=grpc-web "
                    "skips the failing first try.\n");
     } else {
@@ -12474,11 +12565,17 @@ static int run_usage(int argc, char **argv)
  * CLOCK_MONOTONIC (cond_init_mono). Before anything else runs: 0 or -1. */
 static int sync_init(void)
 {
-    pthread_mutex_init(&S.lock, NULL);
-    pthread_cond_init(&S.cred_cv, NULL);
-    pthread_cond_init(&S.agent_h2_cv, NULL);
-    return cond_init_mono(&S.idle) || cond_init_mono(&S.models_cv) || cond_init_mono(&LQ.empty)
-        || cond_init_mono(&UPX.spare_cond) || cond_init_mono(&H.cond) ? -1 : 0;
+    pthread_mutex_init(&listener.lock, NULL);
+    pthread_mutex_init(&up_pool.lock, NULL);
+    pthread_mutex_init(&creds.lock, NULL);
+    pthread_mutex_init(&models_cache.lock, NULL);
+    pthread_mutex_init(&quotas.lock, NULL);
+    pthread_mutex_init(&hosts.lock, NULL);
+    pthread_cond_init(&creds.renewed, NULL);
+    pthread_cond_init(&hosts.agent_h2_done, NULL);
+    return cond_init_mono(&listener.idle) || cond_init_mono(&models_cache.fetched)
+        || cond_init_mono(&log_queue.empty)
+        || cond_init_mono(&tls_reuse.spare_cond) || cond_init_mono(&held_runs.cond) ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -12487,12 +12584,12 @@ int main(int argc, char **argv)
         fputs("cursor-oai: cannot set up a condition variable on the monotonic clock\n", stderr);
         return 1;
     }
-    S.profile_forced = -1;
-    S.profile = PROF_CONNECT;       /* Connect first; grpc-web the fallback (issue 24 item 2) */
-    S.listen_fd = -1;
-    S.log_level = LOG_INFO;
-    S.cred_gen = 1;
-    S.models_ttl_ms = UP_MODELS_TTL_MS;
+    conf.profile_forced = -1;
+    hosts.profile = PROF_CONNECT;       /* Connect first; grpc-web the fallback (issue 24 item 2) */
+    listener.fd = -1;
+    conf.log_level = LOG_INFO;
+    creds.gen = 1;
+    conf.models_ttl_ms = UP_MODELS_TTL_MS;
     if (argc >= 2 && strcmp(argv[1], "--version") == 0) { print_version(); return 0; }
     if (argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
         fputs(USAGE, stdout);

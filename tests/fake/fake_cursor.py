@@ -846,6 +846,20 @@ def first_message_problems(msg, what):
     return bad
 
 
+def start_run_head(conn, run, ctype, close=False):
+    """The run stream's 200 head (either transport). A client that resets or closes the stream
+    before the head goes out (the proxy cancelling a run whose own client left right after it
+    started) cancelled the run at its start: recorded as that, not left blank (a blank
+    run.stream reads as a run still running)."""
+    try:
+        conn.start_chunked(200, ctype, close=close)
+    except PeerClosed:
+        with run.cond:
+            appended = run.next_seqno > 0
+        run.stream["ended"] = "client_closed" if appended else "client_closed_before_append"
+        raise
+
+
 def stream_peer_closed(ctx, e):
     """A run's stream (either transport) the client closed: recorded on run.stream."""
     run = ctx.run
@@ -1390,7 +1404,7 @@ def h_runsse(conn, req, rec):
         run.registered = True
         run.cond.notify_all()
     close = bool(S.config["runsse_close"])
-    conn.start_chunked(200, ctype, close=close)
+    start_run_head(conn, run, ctype, close)
     S.count("streams_started")
     S.stream_delta(1)
     ctx = StreamCtx(conn, run)
@@ -3290,7 +3304,7 @@ def h2_run(st, req, rec):
     with run.cond:
         run.registered = True
         run.cond.notify_all()
-    st.start_chunked(200, CT_CONNECT)
+    start_run_head(st, run, CT_CONNECT)
     if sc0.get("h2_flood"):
         run.stream["ended"] = "flood"
         st.hc.flood(sc0["h2_flood"])
