@@ -5231,14 +5231,10 @@ static int google_path(const coai_http_request *rq)
     return p.len >= 4 && memcmp(p.ptr, "/v1/", 4) == 0 && google_client(rq);
 }
 
-/* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
-static int serve_request(struct conn *c, size_t hl)
+/* serve_request's first step: the request line copied, the per-request fields reset. */
+static void serve_begin(struct conn *c)
 {
     coai_http_request *rq = &c->rq;
-    coai_str names[SRV_MAX_ALLOW + 1];
-    size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
-    int route, st, is_post, is_get, key_q, gm_bad = 0;
-    size_t pfx;
     copy_str(c->method, sizeof c->method, rq->method.ptr, rq->method.len);
     copy_str(c->path, sizeof c->path, rq->path.ptr, rq->path.len);
     c->model[0] = 0;
@@ -5252,6 +5248,13 @@ static int serve_request(struct conn *c, size_t hl)
     c->streaming = 0;
     c->http10 = rq->minor_version == 0;
     c->keep = rq->keep_alive && !stopping();
+}
+
+/* The route, and the dialect whose shape errors take. */
+static int serve_route(struct conn *c)
+{
+    coai_http_request *rq = &c->rq;
+    int route;
     route = route_of(rq->path);
     /* /v1/models is both OpenAI's (and Anthropic's) model list and, on Google's stable path,
      * Gemini's: a request with a Google key (x-goog-api-key, ?key=, or a Google SDK's
@@ -5276,6 +5279,16 @@ static int serve_request(struct conn *c, size_t hl)
                        && google_path(rq))
                  ? COAI_DIALECT_GEMINI
                  : COAI_DIALECT_OPENAI_CHAT;
+    return route;
+}
+
+/* The model and stream mode a Gemini (or one-model) URL names. 1: the name is not
+ * acceptable (a 400 once the head checks pass), 0 ok. */
+static int serve_url_model(struct conn *c, int route)
+{
+    coai_http_request *rq = &c->rq;
+    size_t pfx;
+    int gm_bad = 0;
     c->gm_model[0] = 0;
     c->gm_stream = 0;
     if ((c->dialect == COAI_DIALECT_GEMINI || route == ROUTE_MODEL_GET)
@@ -5292,13 +5305,27 @@ static int serve_request(struct conn *c, size_t hl)
                                                                21) == 0)
             c->gm_stream = coai_str_eq(coai_http_query_param(rq->target, "alt"), "sse") ? 1 : 2;
     }
-    is_post = coai_str_eq(rq->method, "POST");
-    is_get = coai_str_eq(rq->method, "GET");
-    {   /* copied now: the head's views die when the body is read */
-        coai_str k = coai_http_header_get(rq->headers, rq->header_count,
-                                          "x-claude-code-session-id");
-        copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
-    }
+    return gm_bad;
+}
+
+/* The Claude Code session id, copied now: the head's views die when the body is read. */
+static void serve_session_key(struct conn *c)
+{
+    coai_http_request *rq = &c->rq;
+    coai_str k = coai_http_header_get(rq->headers, rq->header_count,
+                                      "x-claude-code-session-id");
+    copy_str(c->convkey, sizeof c->convkey, k.ptr ? k.ptr : "", k.len);
+}
+
+/* The checks on the head alone: host, origin, route and method, content type, API key,
+ * the URL's model, size; then 100 Continue if asked. 0 go on, -1 answered (or the write
+ * failed). */
+static int serve_check_head(struct conn *c, size_t hl, int route, int gm_bad)
+{
+    coai_http_request *rq = &c->rq;
+    coai_str names[SRV_MAX_ALLOW + 1];
+    size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
+    int is_post = coai_str_eq(rq->method, "POST"), is_get = coai_str_eq(rq->method, "GET");
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
     if (!coai_http_host_allowed(rq->host, names, nn, 0)) {
@@ -5306,13 +5333,13 @@ static int serve_request(struct conn *c, size_t hl)
         send_error(c, 403, "invalid_request_error", "forbidden_host", NULL,
                    "Host header not allowed (use localhost, 127.0.0.1 or [::1], or start the "
                    "server with --allow-host NAME)", NULL);
-        goto done;
+        return -1;
     }
     if (rq->origin.ptr && !origin_ok(rq, names, nn)) {
         c->keep = 0;
         send_error(c, 403, "invalid_request_error", "forbidden_origin", NULL,
                    "cross-origin requests are not allowed", NULL);
-        goto done;
+        return -1;
     }
     if (route == ROUTE_NONE || (c->dialect == COAI_DIALECT_GEMINI
                                 && ((route_is_post(route) && !is_post)
@@ -5323,7 +5350,7 @@ static int serve_request(struct conn *c, size_t hl)
         c->keep = 0;
         snprintf(msg, sizeof msg, "Unknown request URL: %s %s", c->method, c->path);
         send_error(c, 404, "invalid_request_error", "unknown_url", NULL, msg, NULL);
-        goto done;
+        return -1;
     }
     if ((route_is_post(route) && !is_post) || (!route_is_post(route) && !is_get)) {
         char msg[200];
@@ -5331,13 +5358,13 @@ static int serve_request(struct conn *c, size_t hl)
         snprintf(msg, sizeof msg, "Method %s not allowed for %s", c->method, c->path);
         send_error(c, 405, "invalid_request_error", "method_not_allowed", NULL, msg,
                    route_is_post(route) ? "Allow: POST\r\n" : "Allow: GET\r\n");
-        goto done;
+        return -1;
     }
     if (is_post && !coai_http_is_json(rq->content_type)) {
         c->keep = 0;
         send_error(c, 415, "invalid_request_error", "unsupported_media_type", NULL,
                    "Content-Type must be application/json", NULL);
-        goto done;
+        return -1;
     }
     if (conf.api_key && route != ROUTE_HEALTH && !key_ok(rq, route)
         /* the status page: its cookie, or /?key= once (a browser cannot send a header) */
@@ -5351,26 +5378,31 @@ static int serve_request(struct conn *c, size_t hl)
                    : "Incorrect API key provided. Send it as 'Authorization: Bearer <key>', "
                      "'x-api-key: <key>', 'x-goog-api-key: <key>' or '?key=<key>'.",
                    "WWW-Authenticate: Bearer\r\n");
-        goto done;
+        return -1;
     }
     if (gm_bad) {
         c->keep = 0;
         send_error(c, 400, "invalid_request_error", "invalid_model", NULL,
                    "the model name in the URL holds a control character or is longer than 255 "
                    "bytes", NULL);
-        goto done;
+        return -1;
     }
     if (rq->content_length > (int64_t)SRV_BODY_MAX) {
         c->keep = 0;
         send_error(c, 413, "invalid_request_error", "request_too_large", NULL,
                    "request body too large", NULL);
-        goto done;
+        return -1;
     }
     if (rq->expect_continue && (rq->chunked || rq->content_length > 0) && c->in_len == hl
         && conn_write(c, "HTTP/1.1 100 Continue\r\n\r\n", 25) < 0)
-        goto done;
-    key_q = status_key_query(rq, route);      /* the head's views end with read_body */
-    st = read_body(c, hl);
+        return -1;
+    return 0;
+}
+
+/* The body read, and what parsing it will take reserved. 0 go on, -1 answered. */
+static int serve_read_body(struct conn *c, size_t hl)
+{
+    int st = read_body(c, hl);
     if (st) {
         c->keep = 0;
         if (st == 503 && !c->dead)
@@ -5383,7 +5415,7 @@ static int serve_request(struct conn *c, size_t hl)
                        : st == 413 ? "request body too large" : "malformed request body", NULL);
         else
             c->status = st;
-        goto done;
+        return -1;
     }
     if (c->body.len) {
         /* What parsing will take, not only the body's bytes, counts against the in-flight
@@ -5396,16 +5428,22 @@ static int serve_request(struct conn *c, size_t hl)
             c->keep = 0;
             send_error(c, 400, "invalid_request_error", "too_many_json_values", NULL, msg,
                        NULL);
-            goto done;
+            return -1;
         }
         if (parse_reserve(c, c->body.len + nv * COAI_JSON_VALUE_COST) < 0) {
             c->keep = 0;
             send_error(c, 503, "server_error", "server_is_overloaded", NULL,
                        "too many request bytes in flight, counting what parsing them takes "
                        "(CURSOR_OAI_MAX_INFLIGHT_MB); retry later", NULL);
-            goto done;
+            return -1;
         }
     }
+    return 0;
+}
+
+/* The route's handler. */
+static void serve_dispatch(struct conn *c, int route, int key_q)
+{
     switch (route) {
     case ROUTE_HEALTH: {
         char hb[160];
@@ -5447,12 +5485,31 @@ static int serve_request(struct conn *c, size_t hl)
         handle_chat(c);
         break;
     }
-done:
+}
+
+/* The request is done: its body released, logged; 0 keep the connection, -1 close. */
+static int serve_end(struct conn *c)
+{
     body_release(c);
     access_log(c);
     c->dialect = COAI_DIALECT_OPENAI_CHAT;      /* errors before the next head is parsed */
     if (c->body.cap > 1024 * 1024) coai_buf_free(&c->body);   /* do not hoard big bodies */
     return c->keep && !c->dead ? 0 : -1;
+}
+
+/* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
+static int serve_request(struct conn *c, size_t hl)
+{
+    int route, gm_bad, key_q;
+    serve_begin(c);
+    route = serve_route(c);
+    gm_bad = serve_url_model(c, route);
+    serve_session_key(c);
+    if (serve_check_head(c, hl, route, gm_bad) < 0) return serve_end(c);
+    key_q = status_key_query(&c->rq, route);      /* the head's views end with read_body */
+    if (serve_read_body(c, hl) < 0) return serve_end(c);
+    serve_dispatch(c, route, key_q);
+    return serve_end(c);
 }
 
 /* 1 when fewer than an eighth of the --max-conns slots (at least one) are free: idle
@@ -6934,6 +6991,15 @@ struct run_up {
     int64_t last_progress;          /* mono ms: the last frame not a heartbeat/checkpoint */
 };
 
+/* The fallbacks a request has taken: one bit each in run_fb.tries (each at most once). */
+enum {
+    TRIED_PROFILE = 1,              /* the other client profile (RETRY_PROFILE) */
+    TRIED_HOST = 2,                 /* the base URL after an HTTP/2-only host (RETRY_HOST) */
+    TRIED_CONV_RESET = 4,           /* a new conversation, replayed whole (RETRY_CONV) */
+    TRIED_HTTP1 = 8,                /* HTTP/1.1 after HTTP/2 failed (RETRY_TRANSPORT) */
+    TRIED_STATE_AGENT = 16          /* sent again with the state's mode AGENT (RETRY_STATE) */
+};
+
 /* How attempts failed and which fallbacks were taken (handle_chat's retry loop). Owner only;
  * upstream_401 is also set by a heartbeat's append (atomic). */
 struct run_fb {
@@ -6942,10 +7008,7 @@ struct run_fb {
     char h1_refused[160];           /* the host refused HTTP/1.1: how (run_start), else "" */
     int http_status;                /* HTTP status of a failed RunSSE/BidiAppend, else 0 */
     int retry;                      /* RETRY_*: stop and start over, nothing reached the client */
-    int tries;                      /* 1: the other profile was tried; 2: another host was;
-                                     * 4: the conversation was reset (RETRY_CONV); 8: HTTP/1.1
-                                     * after HTTP/2 (RETRY_TRANSPORT); 16: sent again with
-                                     * the state's mode AGENT (RETRY_STATE) */
+    int tries;                      /* TRIED_*: the fallbacks taken so far */
 };
 
 /* The client side: what went out to the client of the current response (run_flush). The
@@ -7764,7 +7827,7 @@ done:
 /* The other profile may still be tried for this request: none forced, not tried yet. */
 static int run_may_switch(struct run *r)
 {
-    return conf.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & 1)
+    return conf.profile_forced < 0 && !r->out.cancelled && !(r->fb.tries & TRIED_PROFILE)
            && r->up.tr == TR_HTTP1;
 }
 
@@ -7925,14 +7988,14 @@ static void tr_pick(struct run *r)
 static int tr_may_fall_back(const struct run *r)
 {
     return r->up.tr == TR_H2 && transport_state.forced < 0 && tr_h2cfg_wants() != 2
-           && !(r->fb.tries & 8);
+           && !(r->fb.tries & TRIED_HTTP1);
 }
 
 /* HTTP/2 failed before Cursor answered: the same request over HTTP/1.1, and HTTP/1.1 for
  * the next runs too (tr_h2_failed). */
 static void tr_fall_back(struct run *r)
 {
-    r->fb.tries |= 8;
+    r->fb.tries |= TRIED_HTTP1;
     tr_h2_failed(r->err.message);
     r->up.tr = TR_HTTP1;
     run_host_get(&r->up.host, NULL, 0);
@@ -8279,7 +8342,7 @@ static void run_h1_refused(struct run *r)
 {
     int base = up_same_host(&r->up.host, &conf.base);
     h2only_add(&r->up.host, r->fb.h1_refused);
-    if (!base && !(r->fb.tries & 2)) {
+    if (!base && !(r->fb.tries & TRIED_HOST)) {
         r->fb.retry = RETRY_HOST;
         return;
     }
@@ -8326,12 +8389,13 @@ static int run_conv_lost(struct run *r, const coai_status *st)
     coai_error e;
     if (coai_reply_started(&r->reply)) return 0;
     coai_error_from_status(st, &e);
-    if (e.code && strcmp(e.code, "conversation_state_required") == 0 && !(r->fb.tries & 16)) {
+    if (e.code && strcmp(e.code, "conversation_state_required") == 0
+        && !(r->fb.tries & TRIED_STATE_AGENT)) {
         r->err = e;                     /* as the SDK: once more with mode AGENT */
         r->fb.retry = RETRY_STATE;
         return 1;
     }
-    if (r->in.resumed || (r->fb.tries & 4)) return 0;
+    if (r->in.resumed || (r->fb.tries & TRIED_CONV_RESET)) return 0;
     if (!e.code || strcmp(e.code, "conversation_lost") != 0) return 0;
     r->err = e;
     r->fb.retry = RETRY_CONV;
@@ -9477,7 +9541,8 @@ static int held_continue(struct conn *c, struct run *r, const char *completion_i
     r->c = c;
     c->transport = TR_NAME[r->up.tr];
     r->out.stream = r->in.req.stream;
-    r->fb.tries |= 4;   /* a follow-up never resets the conversation: its failure falls back */
+    /* a follow-up never resets the conversation: its failure falls back */
+    r->fb.tries |= TRIED_CONV_RESET;
     r->out.answer_bytes = 0;
     r->out.sent_all = 0;
     r->out.cancelled = 0;
@@ -10257,10 +10322,10 @@ static void run_open_failed(struct run *r, int rc)
         run_h1_refused(r);
     else if (run_may_switch(r) && profile_wrong(r->fb.http_status, &r->err))
         r->fb.retry = RETRY_PROFILE;
-    else if (!r->in.resumed && !(r->fb.tries & 4) && r->err.code
+    else if (!r->in.resumed && !(r->fb.tries & TRIED_CONV_RESET) && r->err.code
              && strcmp(r->err.code, "conversation_lost") == 0)
         r->fb.retry = RETRY_CONV;
-    else if (!(r->fb.tries & 16) && r->err.code
+    else if (!(r->fb.tries & TRIED_STATE_AGENT) && r->err.code
              && strcmp(r->err.code, "conversation_state_required") == 0)
         r->fb.retry = RETRY_STATE;
     if (r->fb.tr_fail && tr_may_fall_back(r)) r->fb.retry = RETRY_TRANSPORT;
@@ -10284,7 +10349,7 @@ static int chat_fallback(struct chat *x)
         tr_fall_back(r);
         fallback_note(x->c, "http1");
     } else if (r->fb.retry == RETRY_PROFILE) {
-        r->fb.tries |= 1;
+        r->fb.tries |= TRIED_PROFILE;
         srv_log(LOG_WARN, "run %s: the %s profile was refused (%s); retrying with %s",
                 r->up.request_id, PROFILE_NAME[r->up.profile], r->err.message,
                 PROFILE_NAME[!r->up.profile]);
@@ -10292,7 +10357,7 @@ static int chat_fallback(struct chat *x)
         fallback_note(x->c, "profile");
     } else if (r->fb.retry == RETRY_CONV) {
         char old[37];
-        r->fb.tries |= 4;
+        r->fb.tries |= TRIED_CONV_RESET;
         copy_str(old, sizeof old, r->in.conv_id, strlen(r->in.conv_id));
         if (run_new_conversation(r) < 0) {
             run_feed_error(r, &r->err);
@@ -10304,7 +10369,7 @@ static int chat_fallback(struct chat *x)
         fallback_note(x->c, "conversation_reset");
     } else if (r->fb.retry == RETRY_STATE) {
         coai_buf nb = { 0 };
-        r->fb.tries |= 16;
+        r->fb.tries |= TRIED_STATE_AGENT;
         if (coai_encode_run_request_state_mode(&nb, r->up.run_msg.data, r->up.run_msg.len,
                                                1) != COAI_OK) {
             coai_buf_free(&nb);
@@ -10317,7 +10382,7 @@ static int chat_fallback(struct chat *x)
                 "once more with its mode AGENT", r->up.request_id, r->err.message);
         fallback_note(x->c, "conversation_state");
     } else {
-        r->fb.tries |= 2;
+        r->fb.tries |= TRIED_HOST;
         run_host_get(&r->up.host, NULL, 0);
         fallback_note(x->c, "http2_only_host");
     }
@@ -12237,22 +12302,15 @@ static int doctor_capture(const char *model, const char *path)
     return 0;
 }
 
-static int run_doctor(int argc, char **argv)
+/* doctor's options: -1 go on, else the exit code (help or a usage error printed). */
+static int doctor_args(int argc, char **argv, const char **model, const char **capture)
 {
-    char tok[SRV_TOKEN_MAX], buf[400], src[700];
-    const char *model = "auto";
-    coai_models m;
-    coai_error e;
-    coai_url agent;
-    int i, srcw, ok_run = 0, ok_h2 = 0, ok_h1 = 0, order[2], norder, failed_cfg,
-        refused_said = 0;
-    char why[160];
-    const char *capture = NULL;
+    int i;
     for (i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
-            model = argv[++i];
+            *model = argv[++i];
         } else if (strcmp(argv[i], "--capture") == 0 && i + 1 < argc) {
-            capture = argv[++i];
+            *capture = argv[++i];
         } else if (strcmp(argv[i], "--verbose") == 0) {
             continue;
         } else {
@@ -12261,7 +12319,16 @@ static int run_doctor(int argc, char **argv)
             return help ? 0 : 2;
         }
     }
-    if (cli_setup(1) < 0) return 1;
+    return -1;
+}
+
+/* Configuration, log level and workspace, then the settings doctor runs with. 0 ok, -1 the
+ * set-up failed (said). */
+static int doctor_setup(int argc, char **argv)
+{
+    char buf[400];
+    int i;
+    if (cli_setup(1) < 0) return -1;
     conf.log_level = LOG_ERROR;
     for (i = 0; i < argc; i++)
         if (strcmp(argv[i], "--verbose") == 0) conf.log_level = LOG_INFO;
@@ -12283,20 +12350,26 @@ static int run_doctor(int argc, char **argv)
            conf.agent_forced.host[0] ? conf.agent_forced.prefix : conf.base.prefix,
            conf.agent_forced.host[0] ? "CURSOR_OAI_AGENT_URL" : "the base URL");
     fflush(stdout);
+    return 0;
+}
 
-    /* 1. credentials */
-    srcw = cred_load();
+/* Step 1: a token, renewed if it must be. 0 ok, -1 none (said, with advice). */
+static int doctor_credentials(void)
+{
+    char tok[SRV_TOKEN_MAX], buf[400];
+    coai_error e;
+    int srcw = cred_load();
     if (srcw == CRED_NONE) {
         doctor_step("FAIL", "credentials", "not logged in (no CURSOR_ACCESS_TOKEN, %s or %s)",
                     file_paths.ours_path, file_paths.agent_path);
         doctor_advice("run `cursor-oai login`.");
-        return 1;
+        return -1;
     }
     memset(&e, 0, sizeof e);
     if (cred_ensure(&e) < 0) {
         doctor_step("FAIL", "credentials", "the token could not be renewed: %s", e.message);
         doctor_advise(&e, &conf.base);
-        return 1;
+        return -1;
     }
     cred_token(tok, sizeof tok, NULL);
     describe_identity(buf, sizeof buf, tok);
@@ -12311,8 +12384,16 @@ static int run_doctor(int argc, char **argv)
         pthread_mutex_unlock(&creds.lock);
     }
     memset(tok, 0, sizeof tok);
+    return 0;
+}
 
-    /* 2. GetServerConfig */
+/* Step 2: GetServerConfig, and where runs go for each transport. */
+static void doctor_server_config(void)
+{
+    char src[700];
+    coai_error e;
+    coai_url agent;
+    int i, failed_cfg;
     if (conf.agent_forced.host[0]) {
         coai_url named;
         int h2cfg_unused;
@@ -12326,7 +12407,6 @@ static int run_doctor(int argc, char **argv)
                     i == 0 ? named.authority : i == 1 ? "" : e.message,
                     i == 0 ? named.prefix : "");
         if (i < 0) doctor_advise(&e, &conf.base);
-        agent = conf.agent_forced;
     } else {
         agent_h2_get(&agent, src, sizeof src);
         pthread_mutex_lock(&hosts.lock);
@@ -12340,15 +12420,22 @@ static int run_doctor(int argc, char **argv)
                           "CURSOR_CLIENT_VERSION to a current cursor-agent build.",
                           conf.client_version);
     }
+}
 
-    /* 2b. which transport runs take, and what decided it */
-    {
-        char dec[300];
-        tr_decision(dec, sizeof dec);
-        doctor_step("OK", "transport", "%s", dec);
-    }
+/* Step 2b: which transport runs take, and what decided it. */
+static void doctor_transport(void)
+{
+    char dec[300];
+    tr_decision(dec, sizeof dec);
+    doctor_step("OK", "transport", "%s", dec);
+}
 
-    /* 3. GetUsableModels */
+/* Step 3: GetUsableModels. */
+static void doctor_models(void)
+{
+    coai_models m;
+    coai_error e;
+    memset(&m, 0, sizeof m);
     if (cli_models(&m, &e) == 0) {
         doctor_step("OK", "GetUsableModels", "%zu models", m.count);
     } else {
@@ -12356,48 +12443,51 @@ static int run_doctor(int argc, char **argv)
         doctor_advise(&e, &conf.base);
     }
     coai_models_free(&m);
+}
 
-    /* 4a. one tiny run over HTTP/2 (exactly: no fallback inside) */
-    if (transport_state.forced != TR_HTTP1) {
-        coai_buf body = { 0 };
-        int st, saved = transport_state.forced;
-        coai_url h2host;
-        coai_error he;
-        cJSON *j;
-        transport_state.forced = TR_H2;
-        doctor_post(model, NULL, &st, &body, &he);
-        transport_state.forced = saved;
-        agent_h2_get(&h2host, NULL, 0);
-        j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
-        if (st == 200) {
-            ok_h2 = 1;
-            doctor_step("OK", "run (HTTP/2)", "model %s, one Run stream to https://%s%s",
-                        model, h2host.authority, h2host.prefix);
-        } else {
-            const cJSON *em = cJSON_GetObjectItemCaseSensitive(
-                cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
-            doctor_step(transport_state.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)",
-                        "HTTP %d, HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
-                        cJSON_IsString(em) ? em->valuestring : "no answer");
-            if (transport_state.forced == TR_H2)
-                doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
-                              "it, or fix what blocks HTTP/2 (a proxy or middlebox without it)");
-            else
-                doctor_advice("runs fall back to HTTP/1.1 RunSSE + BidiAppend (tried next); "
-                              "a proxy or middlebox without HTTP/2 is the usual cause");
-        }
-        cJSON_Delete(j);
-        coai_buf_free(&body);
+/* Step 4a: one tiny run over HTTP/2 (exactly: no fallback inside). 1 it worked. */
+static int doctor_run_h2(const char *model)
+{
+    coai_buf body = { 0 };
+    int st, saved = transport_state.forced, ok_h2 = 0;
+    coai_url h2host;
+    coai_error he;
+    cJSON *j;
+    transport_state.forced = TR_H2;
+    doctor_post(model, NULL, &st, &body, &he);
+    transport_state.forced = saved;
+    agent_h2_get(&h2host, NULL, 0);
+    j = body.data ? cJSON_ParseWithLength((const char *)body.data, body.len) : NULL;
+    if (st == 200) {
+        ok_h2 = 1;
+        doctor_step("OK", "run (HTTP/2)", "model %s, one Run stream to https://%s%s",
+                    model, h2host.authority, h2host.prefix);
+    } else {
+        const cJSON *em = cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(j, "error"), "message");
+        doctor_step(transport_state.forced == TR_H2 ? "FAIL" : "WARN", "run (HTTP/2)", "HTTP %d, "
+                    "HTTP/2 to https://%s%s: %s", st, h2host.authority, h2host.prefix,
+                    cJSON_IsString(em) ? em->valuestring : "no answer");
+        if (transport_state.forced == TR_H2)
+            doctor_advice("CURSOR_OAI_TRANSPORT=h2 forbids the HTTP/1.1 fallback: unset "
+                          "it, or fix what blocks HTTP/2 (a proxy or middlebox without it)");
+        else
+            doctor_advice("runs fall back to HTTP/1.1 RunSSE + BidiAppend (tried next); "
+                          "a proxy or middlebox without HTTP/2 is the usual cause");
     }
-    if (transport_state.forced == TR_H2) {
-        ok_run = ok_h2;
-        goto runs_done;
-    }
+    cJSON_Delete(j);
+    coai_buf_free(&body);
+    return ok_h2;
+}
 
-    /* 4b. one tiny run per profile over HTTP/1.1 until one works */
-    {
-        int saved_tr = transport_state.forced;
-        transport_state.forced = TR_HTTP1;
+/* Step 4b: one tiny run per profile over HTTP/1.1 until one works. 1 one worked. */
+static int doctor_run_h1(const char *model)
+{
+    coai_error e;
+    coai_url agent;
+    int i, ok_run = 0, order[2], norder, refused_said = 0, saved_tr = transport_state.forced;
+    char why[160];
+    transport_state.forced = TR_HTTP1;
     norder = 0;
     if (conf.profile_forced >= 0) {
         order[norder++] = conf.profile_forced;
@@ -12465,48 +12555,58 @@ static int run_doctor(int argc, char **argv)
         cJSON_Delete(j);
         coai_buf_free(&body);
     }
-        ok_h1 = ok_run;
-        transport_state.forced = saved_tr;
-        ok_run = ok_run || ok_h2;
+    transport_state.forced = saved_tr;
+    return ok_run;
+}
+
+/* Wire: what Cursor sent on doctor's runs that this version does not know. */
+static void doctor_wire(void)
+{
+    coai_buf w = { 0 };
+    wn_describe(&w);
+    coai_buf_putc(&w, 0);
+    if (w.len > 1 && !w.err) {
+        doctor_step("WARN", "wire", "Cursor sent things this version does not know: %s",
+                    (const char *)w.data);
+        doctor_advice("please report them: open an issue with this output and the file "
+                      "`cursor-oai doctor --capture FILE` writes (it is redacted).");
+    } else {
+        doctor_step("OK", "wire", "nothing Cursor sent was unknown to this version");
     }
-runs_done:
-    if (capture) doctor_capture(model, capture);
-    {
-        coai_buf w = { 0 };
-        wn_describe(&w);
-        coai_buf_putc(&w, 0);
-        if (w.len > 1 && !w.err) {
-            doctor_step("WARN", "wire", "Cursor sent things this version does not know: %s",
-                        (const char *)w.data);
-            doctor_advice("please report them: open an issue with this output and the file "
-                          "`cursor-oai doctor --capture FILE` writes (it is redacted).");
-        } else {
-            doctor_step("OK", "wire", "nothing Cursor sent was unknown to this version");
-        }
-        coai_buf_free(&w);
+    coai_buf_free(&w);
+}
+
+/* Tools: did Cursor keep to the client's tools on doctor's runs (caller-owned tools)? */
+static void doctor_tools(void)
+{
+    char th[300];
+    if (th_describe(th, sizeof th)) {
+        doctor_step("WARN", "tools", "%s", th);
+        doctor_advice("Cursor's own tool calls still work (mapped to the client's tools, "
+                      "as with CURSOR_OAI_TOOL_MODE=cursor); please report it with this "
+                      "output.");
+    } else {
+        doctor_step("OK", "tools", "%s", th);
     }
-    {   /* caller-owned tools: did Cursor keep to the client's tools on doctor's runs? */
-        char th[300];
-        if (th_describe(th, sizeof th)) {
-            doctor_step("WARN", "tools", "%s", th);
-            doctor_advice("Cursor's own tool calls still work (mapped to the client's tools, "
-                          "as with CURSOR_OAI_TOOL_MODE=cursor); please report it with this "
-                          "output.");
-        } else {
-            doctor_step("OK", "tools", "%s", th);
-        }
+}
+
+/* The header names each transport's run carried (values are never shown). */
+static void doctor_run_headers(void)
+{
+    int t;
+    for (t = TR_H2; t >= TR_HTTP1; t--) {
+        char names[sizeof run_head_names[0]];
+        pthread_mutex_lock(&run_head_lock);
+        memcpy(names, run_head_names[t], sizeof names);
+        pthread_mutex_unlock(&run_head_lock);
+        if (names[0])
+            doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
     }
-    {   /* the header names each transport's run carried (values are never shown) */
-        int t;
-        for (t = TR_H2; t >= TR_HTTP1; t--) {
-            char names[sizeof run_head_names[0]];
-            pthread_mutex_lock(&run_head_lock);
-            memcpy(names, run_head_names[t], sizeof names);
-            pthread_mutex_unlock(&run_head_lock);
-            if (names[0])
-                doctor_step("OK", t == TR_H2 ? "Run headers" : "RunSSE headers", "%s", names);
-        }
-    }
+}
+
+/* The verdict line(s). The exit code: 0 a run worked, 1 none did. */
+static int doctor_verdict(int ok_run, int ok_h2, int ok_h1)
+{
     if (ok_run) {
         if (transport_state.forced == TR_H2)
             printf("Verdict: OK, Cursor answers through cursor-oai over HTTP/2 "
@@ -12525,6 +12625,32 @@ runs_done:
         printf("Verdict: FAILED, no run worked (see the advice above).\n");
     }
     return ok_run ? 0 : 1;
+}
+
+/* `cursor-oai doctor`: each step prints one OK/WARN/FAIL line, advice under a failure. */
+static int run_doctor(int argc, char **argv)
+{
+    const char *model = "auto", *capture = NULL;
+    int rc, ok_run, ok_h2 = 0, ok_h1 = 0;
+    rc = doctor_args(argc, argv, &model, &capture);
+    if (rc >= 0) return rc;
+    if (doctor_setup(argc, argv) < 0) return 1;
+    if (doctor_credentials() < 0) return 1;
+    doctor_server_config();
+    doctor_transport();
+    doctor_models();
+    if (transport_state.forced != TR_HTTP1) ok_h2 = doctor_run_h2(model);
+    if (transport_state.forced == TR_H2) {
+        ok_run = ok_h2;
+    } else {
+        ok_h1 = doctor_run_h1(model);
+        ok_run = ok_h1 || ok_h2;
+    }
+    if (capture) doctor_capture(model, capture);
+    doctor_wire();
+    doctor_tools();
+    doctor_run_headers();
+    return doctor_verdict(ok_run, ok_h2, ok_h1);
 }
 
 static int run_usage(int argc, char **argv)

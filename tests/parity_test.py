@@ -116,20 +116,27 @@ class Env:
                     agent_host_only=False, runsse_scenario=None, outdated_error=28,
                     http2_config=None, agent_alpn=["h2"])
 
-    def requests_since(self, n0):
-        # the fake records a RunSSE when its handler returns, which may be just after the
-        # proxy answered the client (and after the stream left active_streams): wait until
-        # every request it has counted ("requests", at the start of its handler) is recorded
-        # (the HTTP/1.1 refusals of an HTTP/2-only host are recorded without that count)
+    def settle(self):
+        # the fake records a run when its handler returns, which may be just after the
+        # proxy answered the client (and after the stream left active_streams; over HTTP/2
+        # after the client's END_STREAM, which a doctor sends as it exits): wait until every
+        # request it has counted ("requests", at the start of its handler) is recorded (the
+        # HTTP/1.1 refusals of an HTTP/2-only host are recorded without that count)
         def settled():
             s = self.fake.ctl("/state")
             c = s["counters"]
             refused = sum(v for k, v in c.items() if k.startswith("http1_refused_"))
             return s["active_streams"] == 0 and c.get("requests", 0) + refused <= s["n_requests"]
         H.wait_for(settled, 10)
+
+    def requests_since(self, n0):
+        self.settle()
         return self.fake.ctl("/requests?since=%d" % n0)
 
     def nreq(self):
+        # settled first: a run of the previous check recorded after this count would be
+        # counted as the next check's
+        self.settle()
         return self.fake.ctl("/state")["n_requests"]
 
     def errors(self):
