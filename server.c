@@ -5265,7 +5265,8 @@ static int serve_url_model(struct conn *c, int route)
     int gm_bad = 0;
     c->gm_model[0] = 0;
     c->gm_stream = 0;
-    if (rd && (rd->flags & RT_URL_MODEL)
+    /* (a route of another dialect than the request's: anthropic-version on a Gemini path) */
+    if (rd && (rd->flags & RT_URL_MODEL) && (rd->dialect < 0 || rd->dialect == (int)c->dialect)
         && (pfx = models_prefix(rq->path)) > 0 && rq->path.len > pfx) {
         /* copied now (the head's views die when the body is read): the model of the URL
          * (percent-decoded) and the stream mode */
