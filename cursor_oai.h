@@ -27,7 +27,7 @@
  *   ANTHROPIC  the Anthropic Messages dialect: parser, writer, model names
  *   RESPONSES  the OpenAI Responses dialect: parser, exec mapping, writer
  *   GEMINI     the Gemini API dialect: parser, exec mapping, writer
- *   DIALECTS   the dialect table, one row per dialect (implementation only)
+ *   DIALECTS   the dialect table: one row per dialect holds every fact of its client API
  *   The implementation half has them in this order: COMMON AUTH QR CONFIG FRAMING CHECKSUM
  *   ENCODE DECODE HTTP H2 CORE OPENAI ANTHROPIC RESPONSES GEMINI DIALECTS QUOTA IMAGE.
  *
@@ -135,13 +135,97 @@
  *       coai_reply_init(&r, &o); ... feed it as in QUICK START 2 ...
  *       // errors before any reply: status coai_error_status_as(&err, req.dialect),
  *       // body coai_error_write_as(&b, &err, req.dialect)
- *   Adding a dialect: a COAI_DIALECT_* value, a parse function that validates the body,
- *   fills the neutral fields and ends with coai__request_finish(), a coai__writer
- *   (init, begin, delta, tool_call, end, body, error, keepalive), one row in
- *   coai__dialects (PART:DIALECTS impl: parser, writer, and the exec mapping -
- *   coai_exec_map unless its clients need more) and a route in server.c. The OpenAI Chat
- *   Completions names (coai_chat_request_*, coai_error_write, coai_prompt_build) are
- *   that dialect's parser and wrappers, kept as they were.
+ *   The dialect table (PART:DIALECTS) holds every fact of a dialect, one row each: its
+ *   name (logs, metrics), the reply id's prefix and length, the header and query parameter
+ *   its clients send the API key in, a header only its clients send (its error shape then
+ *   holds on any route), whether the model and stream mode are in the URL, whether a wrong
+ *   method is a 404, whether replies are stored, which model names its clients use; and
+ *   its functions: parser, writer, exec mapping, URL parser, count-tokens parser, models
+ *   writer and 404, error body and status. coai_dialect_get() gives the data;
+ *   coai_dialect_parse, coai_dialect_count_tokens, coai_dialect_models_write,
+ *   coai_dialect_model_find, coai_error_write_as and coai_error_status_as use the
+ *   functions (NULL: as OpenAI Chat Completions, or "none"). A server routes requests to
+ *   dialects by path (server.c: ROUTE_TABLE, one row per route: method, path, dialect,
+ *   handler, auth rule, help text) and asks the table the rest.
+ *   Adding a dialect is a COAI_DIALECT_* value, one row, and the dialect's own part (a
+ *   parser that validates the body, fills the neutral fields and ends with
+ *   coai__request_finish(), and a coai__writer: init, begin, delta, tool_call, end, body,
+ *   error, keepalive); then, in a server, one ROUTE_TABLE row per path. A complete toy
+ *   fifth dialect, as it goes at the three "ADD-DIALECT" marks of this header
+ *   (tests/header_test.py puts it there in a copy, compiles it and runs a request through
+ *   it): {"model": "...", "prompt": "..."} asks, the reply is the answer's text.
+ *   [ADD-DIALECT enum]
+ *       COAI_DIALECT_PLAIN = 4,
+ *   [ADD-DIALECT row]
+ *       { { "plain", "txt-", 24, NULL, NULL, NULL, 0, 0, 0, COAI_MODEL_NAMES_CURSOR },
+ *         coai__pl_parse, &coai__pl_writer, NULL, NULL, NULL, NULL, "prompt", NULL,
+ *         NULL, NULL, NULL, NULL },
+ *   [ADD-DIALECT part]
+ *       static int coai__pl_parse(coai_request *req, const char *body, size_t n,
+ *                                 coai_error *err)
+ *       {
+ *           cJSON *root;
+ *           const cJSON *p, *m;
+ *           coai_message *msg;
+ *           coai_part *part;
+ *           int rc;
+ *           memset(req, 0, sizeof *req);
+ *           if ((rc = coai__json_body(body, n, &root, err)) != 0) return rc;
+ *           req->root_ = root;
+ *           req->thinking = -1;                         // not given
+ *           p = coai__core_get(root, "prompt");
+ *           m = coai__core_get(root, "model");
+ *           if (!cJSON_IsString(p) || !p->valuestring[0]) {
+ *               coai_error_set(err, 400, "invalid_request_error", NULL, "prompt",
+ *                              "prompt: required (a non-empty string)");
+ *               coai_request_free(req);
+ *               return COAI_ERR_INVALID;
+ *           }
+ *           req->model = cJSON_IsString(m) && m->valuestring[0] ? coai__core_jstr(m)
+ *                                                               : coai_str_c("auto");
+ *           msg = (coai_message *)coai__req_alloc(req, sizeof *msg);
+ *           part = (coai_part *)coai__req_alloc(req, sizeof *part);
+ *           if (msg && part) {
+ *               part->kind = COAI_PART_TEXT;
+ *               part->text = coai__core_jstr(p);
+ *               msg->role = COAI_ROLE_USER;
+ *               msg->parts = part;
+ *               msg->part_count = 1;
+ *               req->messages = msg;
+ *               req->message_count = 1;
+ *               if (coai__request_finish(req) == 0) return 0;
+ *           }
+ *           coai_request_free(req);
+ *           coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
+ *           return COAI_ERR_NOMEM;
+ *       }
+ *       static void coai__pl_w_none(coai_reply *r) { (void)r; }
+ *       static void coai__pl_w_delta(coai_reply *r, int ch, const char *s, size_t n)
+ *       {
+ *           if (!ch) coai_buf_append(&r->out, s, n);    // the reasoning is not shown
+ *       }
+ *       static void coai__pl_w_end(coai_reply *r, coai_finish f)
+ *       {
+ *           (void)f;
+ *           coai_buf_putc(&r->out, '\n');
+ *       }
+ *       static void coai__pl_w_body(coai_reply *r, coai_finish f)
+ *       {
+ *           (void)f;
+ *           if (r->content_.len) coai_buf_append(&r->out, r->content_.data, r->content_.len);
+ *           coai_buf_putc(&r->out, '\n');
+ *       }
+ *       static void coai__pl_w_error(coai_reply *r)
+ *       {
+ *           coai_buf_printf(&r->out, "\nerror: %s\n", r->error.message);
+ *       }
+ *       static const coai__writer coai__pl_writer = {
+ *           coai__pl_w_none, coai__pl_w_none, coai__pl_w_delta, coai__pl_w_none,
+ *           coai__pl_w_end, coai__pl_w_body, coai__pl_w_error, coai__pl_w_none
+ *       };
+ *   [ADD-DIALECT end]
+ *   The OpenAI Chat Completions names (coai_chat_request_*, coai_error_write,
+ *   coai_prompt_build) are that dialect's parser and wrappers, kept as they were.
  *   The OpenAI Responses dialect (PART:RESPONSES) has two extras around that pattern:
  *   coai_responses_request_parse() takes the stored items of previous_response_id and
  *   returns the items and echoed fields the caller keeps for store:true, and
@@ -157,13 +241,12 @@
  *   each delta one GenerateContentResponse chunk, the function calls and finishReason in
  *   the last one, usageMetadata from coai_reply_usage(). 4. The exec mapping
  *   coai_gemini_exec_map() (run_shell_command's dir_path, grep_search's include_pattern,
- *   then coai_anthropic_exec_map's shell fallbacks). 5. The table row
- *       { coai__gm_parse_plain, &coai__gm_writer, coai_gemini_exec_map }
- *   and the routes (server.c ROUTE_TABLE: /v1beta/models/{model}:generateContent ...).
- *   What the pattern did not cover, and the core gained for it: the model and the stream
- *   flag live in the URL (coai_gemini_parse takes them; the table's parser uses "auto"), a
- *   third stream framing (coai_reply_opts.stream = 2: a JSON array; coai_reply_head),
- *   and Google's error shape in coai_error_write_as / _status_as. Gemini CLI's own result
+ *   then coai_anthropic_exec_map's shell fallbacks). 5. The table row (url_model: the
+ *   URL parser coai_gemini_parse takes the model and stream mode; key_header
+ *   x-goog-api-key and key_query "key"; the count-tokens parser; models writer and 404;
+ *   Google's error shape) and the routes (server.c ROUTE_TABLE:
+ *   /v1beta/models/{model}:generateContent ...). What the core gained for it: a third
+ *   stream framing (coai_reply_opts.stream = 2: a JSON array; coai_reply_head). Gemini CLI's own result
  *   layout (its shell result: output and exit code) is one more entry of the client
  *   layouts coai_exec_outcome_parse reads, as for every client. The commit rule, KV store,
  *   held runs, prompt and usage were reused untouched.
@@ -2368,6 +2451,7 @@ typedef enum coai_dialect {
     COAI_DIALECT_ANTHROPIC = 1,     /* POST /v1/messages */
     COAI_DIALECT_RESPONSES = 2,     /* POST /v1/responses (OpenAI Responses) */
     COAI_DIALECT_GEMINI = 3,        /* POST /v1beta/models/{model}:generateContent (Gemini) */
+    /* ADD-DIALECT: enum */
     COAI_DIALECT_COUNT_             /* private: number of dialects */
 } coai_dialect;
 
@@ -3238,6 +3322,68 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
  * "thinking"}...]}; one = non-NULL: just that model's object. 0 ok, -1 fail. */
 int coai_models_write_gemini(coai_buf *out, const coai_models *m, const coai_model *one);
 /* PART:GEMINI api end */
+
+/* ======================================================================== */
+/* PART:DIALECTS api (the dialect table: every fact of a client API, one row) */
+/* ======================================================================== */
+
+/* The names its clients send for a model, resolved against the account's list. */
+typedef enum coai_model_names {
+    COAI_MODEL_NAMES_CURSOR = 0,   /* Cursor's own ids (and aliases) */
+    COAI_MODEL_NAMES_CLAUDE,       /* Claude names too ("claude-sonnet-4-5"), model map first */
+    COAI_MODEL_NAMES_GEMINI        /* Gemini names too ("gemini-2.5-pro"), model map first */
+} coai_model_names;
+
+/* The data of one row of the dialect table (coai_dialect_get); its functions are reached
+ * through coai_dialect_parse, coai_dialect_count_tokens, coai_dialect_models_write,
+ * coai_dialect_model_find, coai_error_write_as and coai_error_status_as. */
+typedef struct coai_dialect_info {
+    const char *name;          /* its label in logs and metrics: "openai-chat", "anthropic",
+                                * "openai-responses", "gemini" */
+    const char *id_prefix;     /* a reply's id: this prefix and id_hex hex digits */
+    int id_hex;                /* ("chatcmpl-" 24, "msg_" 24, "resp_" 32, Gemini "" 24) */
+    const char *key_header;    /* a header its clients send the API key in, besides
+                                * "Authorization: Bearer" ("x-api-key"), or NULL */
+    const char *key_query;     /* a query parameter carrying the key on its routes, or NULL */
+    const char *client_header; /* a header only its clients send: any request with it gets
+                                * errors in this dialect's shape ("anthropic-version"), or NULL */
+    int url_model;             /* 1: the model and the stream mode are in the URL */
+    int method_404;            /* 1: a method its route does not have is a 404, not a 405
+                                * (Google's servers) */
+    int stored;                /* 1: replies are kept for a later request (Responses' store:
+                                * the caller parses with coai_responses_request_parse) */
+    coai_model_names model_names;
+} coai_dialect_info;
+
+/* The row of dialect d, or NULL when d is not a dialect of this build. */
+const coai_dialect_info *coai_dialect_get(coai_dialect d);
+/* A request body's JSON made parseable in place: lone UTF-16 surrogate escapes become
+ * U+FFFD (coai_json_fix_surrogates). 0 ok; -1 a \u escape without four hex digits, with
+ * err set (400). Every parse of a client body starts here (coai_request_parse_ex does it
+ * on a copy). */
+int coai_request_body_fix(char *body, size_t n, coai_error *err);
+/* Parse a body of dialect d with what its URL says (url_model, url_stream: 1 SSE, 2 a JSON
+ * array; used by dialects with url_model, ignored by the others), then the checks of
+ * coai_request_check. A url_model dialect's body is fixed in place (coai_request_body_fix);
+ * the others' as in coai_request_parse_ex. 0 ok, <0 with err. */
+int coai_dialect_parse(coai_request *req, coai_dialect d, char *body, size_t n,
+                       coai_str url_model, int url_stream, const coai_image_limits *lim,
+                       coai_error *err);
+/* The answer of d's count-tokens route for body ({"input_tokens":N}, Gemini
+ * {"totalTokens":N}) into out. 0 ok; <0 with err (404 when d has no such route). */
+int coai_dialect_count_tokens(coai_buf *out, coai_dialect d, char *body, size_t n,
+                              coai_str url_model, const coai_image_limits *lim,
+                              coai_error *err);
+/* The model list in d's shape (one = NULL) or one model (GET .../models/{model}).
+ * 0 ok, -1 no memory. */
+int coai_dialect_models_write(coai_buf *out, coai_dialect d, const coai_models *m,
+                              const coai_model *one, int64_t now);
+/* The model a GET .../models/{name} names in d's terms (modelId, display id or an alias;
+ * Gemini: "models/" may lead), or NULL with err set to d's 404 (path: the request's path,
+ * for the message). */
+const coai_model *coai_dialect_model_find(coai_dialect d, const coai_models *m,
+                                          const char *name, const char *path, coai_error *err);
+/* PART:DIALECTS api end */
 
 #ifdef __cplusplus
 }
@@ -17354,8 +17500,10 @@ static const coai__writer coai__gm_writer = {
 };
 /* PART:GEMINI impl end */
 
+/* ADD-DIALECT: part */
+
 /* ======================================================================== */
-/* PART:DIALECTS impl (parser and writer tables: adding a dialect = one row)  */
+/* PART:DIALECTS impl (the dialect table: adding a dialect = one row)         */
 /* ======================================================================== */
 
 static const coai__writer coai__oa_writer = {
@@ -17364,34 +17512,222 @@ static const coai__writer coai__oa_writer = {
 };
 
 typedef int (*coai__parse_fn)(coai_request *req, const char *body, size_t n, coai_error *err);
+/* a parser that takes what the URL says: the model, and the stream mode (1 SSE, 2 array) */
+typedef int (*coai__url_parse_fn)(coai_request *req, const char *body, size_t n,
+                                  coai_str model, int stream, coai_error *err);
+/* the model list (one = NULL) or one model in the dialect's shape */
+typedef int (*coai__models_fn)(coai_buf *out, const coai_models *m, const coai_model *one,
+                               int64_t now);
+/* the 404 of GET .../models/{name} for a name the account does not have */
+typedef void (*coai__model_missing_fn)(coai_error *err, const char *name, const char *path);
 
-/* parser, writer, and how execs map to the dialect's tools (coai_exec_map when the
- * dialect's clients need nothing special) */
-static const struct {
-    coai__parse_fn parse;
-    const coai__writer *writer;
-    coai__exec_map_fn exec_map;
+static int coai__an_error_write(coai_buf *out, const coai_error *e);
+static int coai__an_error_status(const coai_error *e);
+static int coai__oa_error_status(const coai_error *e);
+
+static int coai__oa_models(coai_buf *out, const coai_models *m, const coai_model *one,
+                           int64_t now)
+{
+    return one ? coai_models_write_model(out, one, now) : coai_models_write_list(out, m, now);
+}
+
+static int coai__an_models(coai_buf *out, const coai_models *m, const coai_model *one,
+                           int64_t now)
+{
+    return one ? coai_models_write_anthropic_model(out, one, now)
+               : coai_models_write_anthropic(out, m, now);
+}
+
+static int coai__gm_models(coai_buf *out, const coai_models *m, const coai_model *one,
+                           int64_t now)
+{
+    (void)now;
+    return coai_models_write_gemini(out, m, one);
+}
+
+static int coai__an_count_parse(coai_request *req, const char *body, size_t n, coai_str model,
+                                int stream, coai_error *err)
+{
+    (void)model;
+    (void)stream;
+    return coai_anthropic_count_parse(req, body, n, err);
+}
+
+/* Gemini's countTokens body: {"contents": ...} or {"generateContentRequest": {...}} (the
+ * model in the URL). */
+static int coai__gm_count_parse(coai_request *req, const char *body, size_t n, coai_str model,
+                                int stream, coai_error *err)
+{
+    cJSON *root = cJSON_ParseWithLength(body, n);
+    cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "generateContentRequest");
+    char *txt = cJSON_IsObject(inner) ? cJSON_PrintUnformatted(inner) : NULL;
+    int rc = txt ? coai_gemini_parse(req, txt, strlen(txt), model, 0, err)
+                 : coai_gemini_parse(req, body, n, model, 0, err);
+    (void)stream;
+    free(txt);
+    cJSON_Delete(root);
+    return rc;
+}
+
+static void coai__oa_model_missing(coai_error *err, const char *name, const char *path)
+{
+    (void)path;
+    coai_error_set(err, 404, "invalid_request_error", "model_not_found", NULL, "The model '%s' "
+                   "does not exist (not a model of this Cursor account; GET /v1/models lists "
+                   "them)", name);
+}
+
+static void coai__gm_model_missing(coai_error *err, const char *name, const char *path)
+{
+    int v1 = path[0] && path[1] && path[2] == '1' && path[3] == '/';
+    coai_error_set(err, 404, "invalid_request_error", "model_not_found", NULL, "models/%s is "
+                   "not found for API version %s (not a model of this Cursor account; GET %s "
+                   "lists them)", name, v1 ? "v1" : "v1beta", v1 ? "/v1/models" : "/v1beta/models");
+}
+
+/* One row per dialect: every fact of its client API. A dialect adds its row here (and its
+ * value before COAI_DIALECT_COUNT_); a NULL function means "as OpenAI Chat Completions"
+ * (writer, exec mapping, models, errors) or "none" (url parser, count-tokens). */
+static const struct coai__dialect_row {
+    coai_dialect_info info;     /* name, id prefix and hex digits, key header and query,
+                                 * client header, model in the URL, stored, model names */
+    coai__parse_fn parse;       /* body -> coai_request */
+    const coai__writer *writer; /* the reply's events, spelled the dialect's way */
+    coai__exec_map_fn exec_map; /* how execs map to its clients' tools */
+    coai__url_parse_fn parse_url;     /* info.url_model: the parser taking the URL's part */
+    coai__url_parse_fn count_parse;   /* its count-tokens body, or NULL: no such route */
+    const char *count_key;            /* the count's member: {"input_tokens":N} */
+    const char *messages_param;       /* the member holding the conversation, for errors */
+    coai__models_fn models;           /* GET .../models in its shape */
+    const char *model_prefix;         /* a prefix GET .../models/{name} may carry */
+    coai__model_missing_fn model_missing;
+    int (*error_write)(coai_buf *out, const coai_error *e);
+    int (*error_status)(const coai_error *e);
 } coai__dialects[COAI_DIALECT_COUNT_] = {
-    /* COAI_DIALECT_OPENAI_CHAT */ { coai__oa_chat_parse, &coai__oa_writer,
-                                     coai__oa_chat_exec_map },
-    /* COAI_DIALECT_ANTHROPIC */   { coai_anthropic_parse, &coai__an_writer,
-                                     coai_anthropic_exec_map },
-    /* COAI_DIALECT_RESPONSES */   { coai__rs_parse_plain, &coai__rs_writer,
-                                     coai_responses_exec_map },
-    /* COAI_DIALECT_GEMINI */      { coai__gm_parse_plain, &coai__gm_writer,
-                                     coai_gemini_exec_map },
+    /* COAI_DIALECT_OPENAI_CHAT */
+    { { "openai-chat", "chatcmpl-", 24, NULL, NULL, NULL, 0, 0, 0, COAI_MODEL_NAMES_CURSOR },
+      coai__oa_chat_parse, &coai__oa_writer, coai__oa_chat_exec_map, NULL, NULL, NULL,
+      "messages", coai__oa_models, NULL, coai__oa_model_missing, coai_error_write, coai__oa_error_status },
+    /* COAI_DIALECT_ANTHROPIC */
+    { { "anthropic", "msg_", 24, "x-api-key", NULL, "anthropic-version", 0, 0, 0,
+        COAI_MODEL_NAMES_CLAUDE },
+      coai_anthropic_parse, &coai__an_writer, coai_anthropic_exec_map, NULL,
+      coai__an_count_parse, "input_tokens", "messages", coai__an_models, NULL, coai__oa_model_missing,
+      coai__an_error_write, coai__an_error_status },
+    /* COAI_DIALECT_RESPONSES */
+    { { "openai-responses", "resp_", 32, NULL, NULL, NULL, 0, 0, 1, COAI_MODEL_NAMES_CURSOR },
+      coai__rs_parse_plain, &coai__rs_writer, coai_responses_exec_map, NULL, NULL, NULL,
+      "input", coai__oa_models, NULL, coai__oa_model_missing, coai_error_write, NULL },
+    /* COAI_DIALECT_GEMINI */
+    { { "gemini", "", 24, "x-goog-api-key", "key", NULL, 1, 1, 0, COAI_MODEL_NAMES_GEMINI },
+      coai__gm_parse_plain, &coai__gm_writer, coai_gemini_exec_map, coai_gemini_parse,
+      coai__gm_count_parse, "totalTokens", "contents", coai__gm_models, "models/", coai__gm_model_missing,
+      coai__gm_error_write, NULL },
+    /* ADD-DIALECT: row */
 };
+
+static const struct coai__dialect_row *coai__dialect_row(coai_dialect d)
+{
+    return (unsigned)d < COAI_DIALECT_COUNT_ ? &coai__dialects[d] : NULL;
+}
+
+const coai_dialect_info *coai_dialect_get(coai_dialect d)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    return row ? &row->info : NULL;
+}
 
 static coai__exec_map_fn coai__exec_map_of(coai_dialect d)
 {
-    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].exec_map) return coai_exec_map;
-    return coai__dialects[d].exec_map;
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    return row && row->exec_map ? row->exec_map : coai_exec_map;
 }
 
 static const coai__writer *coai__writer_of(coai_dialect d)
 {
-    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].writer) return &coai__oa_writer;
-    return coai__dialects[d].writer;
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    return row && row->writer ? row->writer : &coai__oa_writer;
+}
+
+/* The one home of the sentence for a \u escape without its four hex digits. */
+static void coai__bad_escape(coai_error *err)
+{
+    coai_error_set(err, 400, "invalid_request_error", NULL, NULL,
+                   "We could not parse the JSON body of your request: a \\u escape needs "
+                   "four hex digits");
+}
+
+int coai_request_body_fix(char *body, size_t n, coai_error *err)
+{
+    if (coai_json_fix_surrogates(body, n) >= 0) return 0;
+    coai__bad_escape(err);
+    return -1;
+}
+
+/* A dialect this build does not have: 404. */
+static int coai__no_dialect(coai_error *err)
+{
+    coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
+                   "This API is not supported by this build");
+    return COAI_ERR_INVALID;
+}
+
+int coai_dialect_parse(coai_request *req, coai_dialect d, char *body, size_t n,
+                       coai_str url_model, int url_stream, const coai_image_limits *lim,
+                       coai_error *err)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    if (!row || !row->info.url_model || !row->parse_url)
+        return coai_request_parse_ex(req, d, body, n, lim, err);
+    memset(req, 0, sizeof *req);
+    if (coai_request_body_fix(body, n, err) < 0) return COAI_ERR_JSON;
+    if (row->parse_url(req, body, n, url_model, url_stream, err) < 0) return COAI_ERR_INVALID;
+    return coai_request_check(req, lim, err);
+}
+
+int coai_dialect_count_tokens(coai_buf *out, coai_dialect d, char *body, size_t n,
+                              coai_str url_model, const coai_image_limits *lim,
+                              coai_error *err)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    coai_request req;
+    if (coai_request_body_fix(body, n, err) < 0) return COAI_ERR_JSON;
+    if (!row || !row->count_parse) return coai__no_dialect(err);
+    if (row->count_parse(&req, body, n, url_model, 0, err) < 0) return COAI_ERR_INVALID;
+    if (coai_request_check(&req, lim, err) < 0) return COAI_ERR_INVALID;
+    coai_buf_printf(out, "{\"%s\":%lld}", row->count_key,
+                    (long long)coai_request_input_tokens(&req));
+    coai_request_free(&req);
+    return out->err ? COAI_ERR_NOMEM : 0;
+}
+
+int coai_dialect_models_write(coai_buf *out, coai_dialect d, const coai_models *m,
+                              const coai_model *one, int64_t now)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    return (row && row->models ? row->models : coai__oa_models)(out, m, one, now);
+}
+
+const coai_model *coai_dialect_model_find(coai_dialect d, const coai_models *m,
+                                          const char *name, const char *path, coai_error *err)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    const char *pre = row && row->model_prefix ? row->model_prefix : "";
+    coai_str want = coai_str_c(name), a;
+    size_t i, j, pl = strlen(pre);
+    if (pl && want.len > pl && memcmp(want.ptr, pre, pl) == 0) {
+        want.ptr += pl;
+        want.len -= pl;
+    }
+    for (i = 0; m && i < m->count; i++) {
+        if (coai_str_eq(m->items[i].id, want.ptr) || coai_str_eq(m->items[i].display_id, want.ptr))
+            return &m->items[i];
+        for (j = 0; coai_model_alias(&m->items[i], j, &a) == 0; j++)
+            if (coai_str_eq(a, want.ptr)) return &m->items[i];
+    }
+    (row && row->model_missing ? row->model_missing : coai__oa_model_missing)(err, want.ptr,
+                                                                               path ? path : "");
+    return NULL;
 }
 
 int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,
@@ -17540,9 +17876,8 @@ size_t coai_json_values(const char *s, size_t n)
 /* The parameter that holds a dialect's messages, for errors. */
 static const char *coai__messages_param(coai_dialect d)
 {
-    if (d == COAI_DIALECT_RESPONSES) return "input";
-    if (d == COAI_DIALECT_GEMINI) return "contents";
-    return "messages";
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    return row && row->messages_param ? row->messages_param : "messages";
 }
 
 int coai_request_check(coai_request *req, const coai_image_limits *lim, coai_error *err)
@@ -17586,20 +17921,17 @@ int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, s
     int rc, nomem = 0, bad = 0;
     size_t fixed = 0;
     char *copy;
-    if ((unsigned)d >= COAI_DIALECT_COUNT_ || !coai__dialects[d].parse) {
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    if (!row || !row->parse) {
         memset(req, 0, sizeof *req);
-        coai_error_set(err, 404, "invalid_request_error", NULL, NULL,
-                       "This API is not supported by this build");
-        return COAI_ERR_INVALID;
+        return coai__no_dialect(err);
     }
     /* The parsers keep views into the cJSON tree only, never into the body, so the fixed
      * copy can go as soon as the parse is done. */
     copy = body ? coai__json_fix_surrogates(body, n, &fixed, &nomem, &bad) : NULL;
     if (bad) {
         memset(req, 0, sizeof *req);
-        coai_error_set(err, 400, "invalid_request_error", NULL, NULL,
-                       "We could not parse the JSON body of your request: a \\u escape needs "
-                       "four hex digits");
+        coai__bad_escape(err);
         err->no_retry = 1;
         return COAI_ERR_JSON;
     }
@@ -17608,7 +17940,7 @@ int coai_request_parse_ex(coai_request *req, coai_dialect d, const char *body, s
         coai_error_set(err, 500, "server_error", NULL, NULL, "Out of memory");
         return COAI_ERR_NOMEM;
     }
-    rc = coai__dialects[d].parse(req, copy ? copy : body, n, err);
+    rc = row->parse(req, copy ? copy : body, n, err);
     free(copy);
     if (rc == 0) req->dialect = d;
     if (rc == 0) rc = coai_request_check(req, lim, err);
@@ -17631,31 +17963,47 @@ static const char *coai__an_error_type(const coai_error *e)
     }
 }
 
-int coai_error_status_as(const coai_error *e, coai_dialect d)
+/* OpenAI Chat Completions' status for an error. */
+static int coai__oa_error_status(const coai_error *e)
 {
     int st = e->status ? e->status : 500;
     /* A usage limit to a Chat Completions client: 402. Qwen Code, Kilo Code and OpenCode
      * retry every 429 whatever x-should-retry says (measured: README "How errors look"), a
      * 402 they show at once; the OpenAI SDKs do not retry it either and keep the body's
      * type / code insufficient_quota. */
-    if (d == COAI_DIALECT_OPENAI_CHAT && st == 429 && e->code
-        && strcmp(e->code, "insufficient_quota") == 0)
-        return 402;
-    if (d != COAI_DIALECT_ANTHROPIC) return st;
+    if (st == 429 && e->code && strcmp(e->code, "insufficient_quota") == 0) return 402;
+    return st;
+}
+
+/* Anthropic's: 529 for an overloaded or unavailable upstream, 500 for other 5xx. */
+static int coai__an_error_status(const coai_error *e)
+{
+    int st = e->status ? e->status : 500;
     if (st == 503) return 529;
     if (st >= 500 && st != 529) return 500;
     return st;
 }
 
-int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
+static int coai__an_error_write(coai_buf *out, const coai_error *e)
 {
-    if (d == COAI_DIALECT_GEMINI) return coai__gm_error_write(out, e);
-    if (d != COAI_DIALECT_ANTHROPIC) return coai_error_write(out, e);
     coai_buf_puts(out, "{\"type\":\"error\",\"error\":{\"type\":");
     coai__core_json_cstr(out, coai__an_error_type(e));
     coai_buf_puts(out, ",\"message\":");
     coai__core_json_cstr(out, e->message);
     return coai_buf_puts(out, "}}");
+}
+
+int coai_error_status_as(const coai_error *e, coai_dialect d)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    if (row && row->error_status) return row->error_status(e);
+    return e->status ? e->status : 500;
+}
+
+int coai_error_write_as(coai_buf *out, const coai_error *e, coai_dialect d)
+{
+    const struct coai__dialect_row *row = coai__dialect_row(d);
+    return (row && row->error_write ? row->error_write : coai_error_write)(out, e);
 }
 /* PART:DIALECTS impl end */
 

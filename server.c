@@ -4663,93 +4663,132 @@ enum { ROUTE_NONE, ROUTE_CHAT, ROUTE_MODELS, ROUTE_HEALTH, ROUTE_MESSAGES, ROUTE
        ROUTE_STATUS_JSON, ROUTE_STATUS_JS, ROUTE_STATUS_CSS, ROUTE_GEMINI, ROUTE_GEMINI_COUNT,
        ROUTE_GEMINI_MODELS, ROUTE_RESPONSES_COMPACT, ROUTE_MODEL_GET };
 
-/* Every path the server answers: route_of() matches only these, and `serve --help` lists
- * them all (tests/status_test.py reads this table and asks the server each path). A
- * placeholder ("{id}", "{model}") matches one non-empty segment, up to the text after it
- * ("{model}:countTokens": the segment is what comes before ":countTokens", so a model name
- * may hold a ':'); the first row that matches wins. A new route is a line here. */
+struct conn;
+static int handle_chat(struct conn *c);
+static int handle_models(struct conn *c);
+static int handle_count_tokens(struct conn *c);
+static int handle_response_get(struct conn *c);
+static int handle_usage(struct conn *c);
+static int handle_health(struct conn *c);
+static int handle_metrics(struct conn *c);
+static int handle_status(struct conn *c);
+
+/* Who may call a route when CURSOR_OAI_API_KEY is set. */
+enum { AUTH_KEY,          /* the API key, in any dialect's header (key_ok) */
+       AUTH_NONE,         /* anyone (/health) */
+       AUTH_COOKIE,       /* the key, or the status page's cookie (status_access) */
+       AUTH_BROWSER };    /* the same, and a 401 that tells a browser user what to do */
+
+/* A route's flags. */
+#define RT_QUIET 1        /* not in the status page's recent requests (pollers) */
+#define RT_URL_MODEL 2    /* the path's last segment is a model: .../models/{model} */
+#define RT_URL_METHOD 4   /* ... followed by ':method' (Gemini: {model}:generateContent) */
+
+/* Every route the server answers, one row each: route_of() matches only these, serve_route
+ * takes the dialect, key_ok and serve_check_head the auth rule, serve_dispatch the handler,
+ * `serve --help` lists them all, the access log, /metrics and the status page take a route's
+ * label (the path of its first row) and dialect from here (tests/status_test.py reads this
+ * table and asks the server each path). Dialect -1: not a model API (errors then take the
+ * shape of the client's dialect, see serve_route). A placeholder ("{id}", "{model}") matches
+ * one non-empty segment, up to the text after it ("{model}:countTokens": the segment is what
+ * comes before ":countTokens", so a model name may hold a ':'); the first row that matches
+ * wins. Rows of one route share its dialect, handler, auth and flags. A new route is a line
+ * here (and its ROUTE_* name when it is new). */
 static const struct route_def {
     int route;
     const char *method;
     const char *path;
-    const char *what;
+    int dialect;                    /* COAI_DIALECT_*, or -1 */
+    int (*handler)(struct conn *c);
+    int auth;                       /* AUTH_* */
+    int flags;                      /* RT_* */
+    const char *what;               /* its line in `serve --help` */
 } ROUTE_TABLE[] = {
-    { ROUTE_CHAT, "POST", "/v1/chat/completions", "OpenAI Chat Completions" },
-    { ROUTE_CHAT, "POST", "/chat/completions", "the same, without /v1" },
-    { ROUTE_RESPONSES, "POST", "/v1/responses", "OpenAI Responses" },
-    { ROUTE_RESPONSES, "POST", "/responses", "the same, without /v1" },
-    { ROUTE_RESPONSES_COMPACT, "POST", "/v1/responses/compact",
-      "Responses compaction: the conversation summarised by one run" },
-    { ROUTE_RESPONSES_COMPACT, "POST", "/responses/compact", "the same, without /v1" },
-    { ROUTE_RESPONSE_GET, "GET", "/v1/responses/{id}", "a stored Responses answer" },
-    { ROUTE_RESPONSE_GET, "GET", "/responses/{id}", "the same, without /v1" },
-    { ROUTE_MESSAGES, "POST", "/v1/messages", "Anthropic Messages" },
-    { ROUTE_COUNT_TOKENS, "POST", "/v1/messages/count_tokens", "Anthropic token count" },
-    { ROUTE_GEMINI, "POST", "/v1beta/models/{model}:generateContent", "Gemini API" },
+    { ROUTE_CHAT, "POST", "/v1/chat/completions", COAI_DIALECT_OPENAI_CHAT, handle_chat,
+      AUTH_KEY, 0, "OpenAI Chat Completions" },
+    { ROUTE_CHAT, "POST", "/chat/completions", COAI_DIALECT_OPENAI_CHAT, handle_chat,
+      AUTH_KEY, 0, "the same, without /v1" },
+    { ROUTE_RESPONSES, "POST", "/v1/responses", COAI_DIALECT_RESPONSES, handle_chat,
+      AUTH_KEY, 0, "OpenAI Responses" },
+    { ROUTE_RESPONSES, "POST", "/responses", COAI_DIALECT_RESPONSES, handle_chat,
+      AUTH_KEY, 0, "the same, without /v1" },
+    { ROUTE_RESPONSES_COMPACT, "POST", "/v1/responses/compact", COAI_DIALECT_RESPONSES,
+      handle_chat, AUTH_KEY, 0, "Responses compaction: the conversation summarised by one run" },
+    { ROUTE_RESPONSES_COMPACT, "POST", "/responses/compact", COAI_DIALECT_RESPONSES,
+      handle_chat, AUTH_KEY, 0, "the same, without /v1" },
+    { ROUTE_RESPONSE_GET, "GET", "/v1/responses/{id}", COAI_DIALECT_RESPONSES,
+      handle_response_get, AUTH_KEY, 0, "a stored Responses answer" },
+    { ROUTE_RESPONSE_GET, "GET", "/responses/{id}", COAI_DIALECT_RESPONSES,
+      handle_response_get, AUTH_KEY, 0, "the same, without /v1" },
+    { ROUTE_MESSAGES, "POST", "/v1/messages", COAI_DIALECT_ANTHROPIC, handle_chat,
+      AUTH_KEY, 0, "Anthropic Messages" },
+    { ROUTE_COUNT_TOKENS, "POST", "/v1/messages/count_tokens", COAI_DIALECT_ANTHROPIC,
+      handle_count_tokens, AUTH_KEY, 0, "Anthropic token count" },
+    { ROUTE_GEMINI, "POST", "/v1beta/models/{model}:generateContent", COAI_DIALECT_GEMINI,
+      handle_chat, AUTH_KEY, RT_URL_MODEL | RT_URL_METHOD, "Gemini API" },
     { ROUTE_GEMINI, "POST", "/v1beta/models/{model}:streamGenerateContent",
+      COAI_DIALECT_GEMINI, handle_chat, AUTH_KEY, RT_URL_MODEL | RT_URL_METHOD,
       "Gemini API, streamed (?alt=sse: SSE, else a JSON array)" },
-    { ROUTE_GEMINI_COUNT, "POST", "/v1beta/models/{model}:countTokens", "Gemini token count" },
-    { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models", "the account's models (Gemini shape)" },
-    { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models/{model}", "one model (Gemini shape)" },
-    { ROUTE_GEMINI, "POST", "/v1/models/{model}:generateContent",
+    { ROUTE_GEMINI_COUNT, "POST", "/v1beta/models/{model}:countTokens", COAI_DIALECT_GEMINI,
+      handle_count_tokens, AUTH_KEY, RT_URL_MODEL | RT_URL_METHOD, "Gemini token count" },
+    { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models", COAI_DIALECT_GEMINI, handle_models,
+      AUTH_KEY, RT_URL_MODEL, "the account's models (Gemini shape)" },
+    { ROUTE_GEMINI_MODELS, "GET", "/v1beta/models/{model}", COAI_DIALECT_GEMINI, handle_models,
+      AUTH_KEY, RT_URL_MODEL, "one model (Gemini shape)" },
+    { ROUTE_GEMINI, "POST", "/v1/models/{model}:generateContent", COAI_DIALECT_GEMINI,
+      handle_chat, AUTH_KEY, RT_URL_MODEL | RT_URL_METHOD,
       "Gemini API on its stable path (the same as /v1beta)" },
-    { ROUTE_GEMINI, "POST", "/v1/models/{model}:streamGenerateContent",
-      "the same, streamed" },
-    { ROUTE_GEMINI_COUNT, "POST", "/v1/models/{model}:countTokens",
+    { ROUTE_GEMINI, "POST", "/v1/models/{model}:streamGenerateContent", COAI_DIALECT_GEMINI,
+      handle_chat, AUTH_KEY, RT_URL_MODEL | RT_URL_METHOD, "the same, streamed" },
+    { ROUTE_GEMINI_COUNT, "POST", "/v1/models/{model}:countTokens", COAI_DIALECT_GEMINI,
+      handle_count_tokens, AUTH_KEY, RT_URL_MODEL | RT_URL_METHOD,
       "Gemini token count, stable path" },
-    { ROUTE_MODEL_GET, "GET", "/v1/models/{model}",
+    { ROUTE_MODEL_GET, "GET", "/v1/models/{model}", -1, handle_models, AUTH_KEY, RT_URL_MODEL,
       "one model: Gemini shape with a Google key (x-goog-api-key, ?key=), else OpenAI's" },
-    { ROUTE_MODELS, "GET", "/v1/models",
+    { ROUTE_MODELS, "GET", "/v1/models", -1, handle_models, AUTH_KEY, 0,
       "the account's models (OpenAI, Anthropic or, with a Google key, Gemini shape)" },
-    { ROUTE_MODELS, "GET", "/models", "the same, without /v1" },
-    { ROUTE_USAGE, "GET", "/v1/usage", "plan and usage this billing period (JSON)" },
-    { ROUTE_HEALTH, "GET", "/health", "liveness and credential state (no API key needed)" },
-    { ROUTE_METRICS, "GET", "/metrics", "Prometheus metrics" },
-    { ROUTE_STATUS_PAGE, "GET", "/", "the status page (HTML, for a browser)" },
-    { ROUTE_STATUS_JSON, "GET", "/status.json", "the status page's figures (JSON)" },
-    { ROUTE_STATUS_JS, "GET", "/status.js", "the status page's script" },
-    { ROUTE_STATUS_CSS, "GET", "/status.css", "the status page's style sheet" },
+    { ROUTE_MODELS, "GET", "/models", -1, handle_models, AUTH_KEY, 0, "the same, without /v1" },
+    { ROUTE_USAGE, "GET", "/v1/usage", -1, handle_usage, AUTH_KEY, 0,
+      "plan and usage this billing period (JSON)" },
+    { ROUTE_HEALTH, "GET", "/health", -1, handle_health, AUTH_NONE, RT_QUIET,
+      "liveness and credential state (no API key needed)" },
+    { ROUTE_METRICS, "GET", "/metrics", -1, handle_metrics, AUTH_KEY, RT_QUIET,
+      "Prometheus metrics" },
+    { ROUTE_STATUS_PAGE, "GET", "/", -1, handle_status, AUTH_BROWSER, RT_QUIET,
+      "the status page (HTML, for a browser)" },
+    { ROUTE_STATUS_JSON, "GET", "/status.json", -1, handle_status, AUTH_BROWSER, RT_QUIET,
+      "the status page's figures (JSON)" },
+    { ROUTE_STATUS_JS, "GET", "/status.js", -1, handle_status, AUTH_COOKIE, RT_QUIET,
+      "the status page's script" },
+    { ROUTE_STATUS_CSS, "GET", "/status.css", -1, handle_status, AUTH_COOKIE, RT_QUIET,
+      "the status page's style sheet" },
 };
 
-/* The route's label in /metrics and the access log: a fixed text per route (never the
- * client's path, so that label sets stay few). A new route adds a case here. */
-static const char *route_label(int route)
+#define ROUTE_ROWS (sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0])
+
+/* The first row of a route (its facts), or NULL for ROUTE_NONE. */
+static const struct route_def *route_row(int route)
 {
-    switch (route) {
-    case ROUTE_CHAT: return "/v1/chat/completions";
-    case ROUTE_MODELS: return "/v1/models";
-    case ROUTE_MODEL_GET: return "/v1/models/{model}";
-    case ROUTE_HEALTH: return "/health";
-    case ROUTE_METRICS: return "/metrics";
-    case ROUTE_MESSAGES: return "/v1/messages";
-    case ROUTE_COUNT_TOKENS: return "/v1/messages/count_tokens";
-    case ROUTE_RESPONSES: return "/v1/responses";
-    case ROUTE_RESPONSE_GET: return "/v1/responses/{id}";
-    case ROUTE_RESPONSES_COMPACT: return "/v1/responses/compact";
-    case ROUTE_USAGE: return "/v1/usage";
-    case ROUTE_STATUS_PAGE: return "/";
-    case ROUTE_STATUS_JSON: return "/status.json";
-    case ROUTE_STATUS_JS: return "/status.js";
-    case ROUTE_STATUS_CSS: return "/status.css";
-    case ROUTE_GEMINI: return "/v1beta/models/{model}:generateContent";
-    case ROUTE_GEMINI_COUNT: return "/v1beta/models/{model}:countTokens";
-    case ROUTE_GEMINI_MODELS: return "/v1beta/models";
-    }
-    return "other";
+    size_t i;
+    for (i = 0; i < ROUTE_ROWS; i++)
+        if (ROUTE_TABLE[i].route == route) return &ROUTE_TABLE[i];
+    return NULL;
 }
 
-/* The client API dialect a route speaks ("none" for routes that are not a model API). A new
- * dialect route adds a case here. */
+/* The route's label in /metrics and the access log: the path of its first row (never the
+ * client's path, so that label sets stay few). */
+static const char *route_label(int route)
+{
+    const struct route_def *rd = route_row(route);
+    return rd ? rd->path : "other";
+}
+
+/* The client API dialect a route speaks ("none" for routes that are not a model API). */
 static const char *route_dialect(int route)
 {
-    switch (route) {
-    case ROUTE_CHAT: return "openai-chat";
-    case ROUTE_MESSAGES: case ROUTE_COUNT_TOKENS: return "anthropic";
-    case ROUTE_RESPONSES: case ROUTE_RESPONSE_GET: case ROUTE_RESPONSES_COMPACT:
-        return "openai-responses";
-    case ROUTE_GEMINI: case ROUTE_GEMINI_COUNT: case ROUTE_GEMINI_MODELS: return "gemini";
-    }
-    return "none";
+    const struct route_def *rd = route_row(route);
+    const coai_dialect_info *di = rd ? coai_dialect_get((coai_dialect)rd->dialect) : NULL;
+    return di ? di->name : "none";
 }
 
 struct conn {
@@ -4779,9 +4818,10 @@ struct conn {
     char errmsg[200];               /* the error's message sent to the client (status page) */
     coai_error err;                 /* the error sent to the client: `doctor` decides on its
                                      * code, kind and upstream_status, not on its words */
-    char gm_model[256];             /* Gemini routes: the model named in the URL, or "" */
-    int gm_stream;                  /* Gemini: 0 generateContent, 1 SSE (alt=sse), 2 the
-                                     * JSON-array stream (streamGenerateContent without alt) */
+    char gm_model[256];             /* the model named in the URL (RT_URL_MODEL), or "" */
+    int gm_stream;                  /* 0 generateContent, 1 SSE (alt=sse), 2 the JSON-array
+                                     * stream (streamGenerateContent without alt) */
+    int key_q;                      /* the status page's ?key=: status_key_query */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
     size_t reserved;                /* request bytes in listener.inflight for this request */
@@ -4904,18 +4944,12 @@ static int stream_end(struct conn *c)
 /* Client connections: requests                                             */
 /* ======================================================================== */
 
-static int handle_models(struct conn *c);
-static int handle_chat(struct conn *c);
-static int handle_response_get(struct conn *c);
-static int handle_usage(struct conn *c);
 static void status_note_request(const struct conn *c, int64_t ms);
 static int status_access(const coai_http_request *rq, int route);
 static int status_key_query(const coai_http_request *rq, int route);
-static int handle_status(struct conn *c, int route, int key_q);
 
 /* Image caps per request (README: Images); set by configure() from the environment. */
 static coai_image_limits IMG_LIMITS;
-static int handle_count_tokens(struct conn *c);
 
 /* The Origin port that is always same-origin: the listen port on loopback. Behind a
  * non-loopback bind (a container with a published port) clients may use another port
@@ -4962,10 +4996,8 @@ static size_t allowed_names(coai_str *out, size_t cap)
 
 static int route_is_post(int route)
 {
-    size_t i;
-    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
-        if (ROUTE_TABLE[i].route == route) return strcmp(ROUTE_TABLE[i].method, "POST") == 0;
-    return 0;
+    const struct route_def *rd = route_row(route);
+    return rd && strcmp(rd->method, "POST") == 0;
 }
 
 /* The last ':' of p[0..n) (a model name may hold one: "scenario:x:generateContent"). */
@@ -4979,7 +5011,7 @@ static const char *last_colon(const char *p, size_t n)
 static int route_of(coai_str path)
 {
     size_t i;
-    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++) {
+    for (i = 0; i < ROUTE_ROWS; i++) {
         const char *p = ROUTE_TABLE[i].path, *lb = strchr(p, '{');
         const char *suf = lb ? strchr(lb, '}') : NULL;
         size_t n = lb ? (size_t)(lb - p) : strlen(p), sl;
@@ -5187,19 +5219,23 @@ static void access_log(struct conn *c)
 }
 
 /* The API key of a request, as any dialect's clients send it: "Authorization: Bearer", or
- * x-api-key (Anthropic: Claude Code), x-goog-api-key or, on the Gemini routes only, the ?key=
- * parameter (the status page has its own ?key= rule: status_access). */
+ * a dialect's own header (coai_dialect_info.key_header) on any route, or the query parameter
+ * of the route's dialect (key_query) on its routes (the status page has its own ?key= rule:
+ * status_access). */
 static int key_ok(const coai_http_request *rq, int route)
 {
     coai_str want = coai_str_c(conf.api_key);
-    return coai_http_token_equal(coai_http_bearer(rq->authorization), want)
-           || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
-                                                         "x-api-key"), want)
-           || coai_http_token_equal(coai_http_header_get(rq->headers, rq->header_count,
-                                                         "x-goog-api-key"), want)
-           || ((route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
-                || route == ROUTE_GEMINI_MODELS)
-               && coai_http_token_equal(coai_http_query_param(rq->target, "key"), want));
+    const struct route_def *rd = route_row(route);
+    const coai_dialect_info *di;
+    int d;
+    if (coai_http_token_equal(coai_http_bearer(rq->authorization), want)) return 1;
+    for (d = 0; (di = coai_dialect_get((coai_dialect)d)) != NULL; d++)
+        if (di->key_header && coai_http_token_equal(coai_http_header_get(rq->headers,
+                                                    rq->header_count, di->key_header), want))
+            return 1;
+    di = rd ? coai_dialect_get((coai_dialect)rd->dialect) : NULL;
+    return di && di->key_query
+           && coai_http_token_equal(coai_http_query_param(rq->target, di->key_query), want);
 }
 
 /* A request from a Google client: its key as Google's SDKs send it (x-goog-api-key, ?key=) or
@@ -5254,7 +5290,9 @@ static void serve_begin(struct conn *c)
 static int serve_route(struct conn *c)
 {
     coai_http_request *rq = &c->rq;
-    int route;
+    const struct route_def *rd;
+    const coai_dialect_info *di;
+    int route, d;
     route = route_of(rq->path);
     /* /v1/models is both OpenAI's (and Anthropic's) model list and, on Google's stable path,
      * Gemini's: a request with a Google key (x-goog-api-key, ?key=, or a Google SDK's
@@ -5263,40 +5301,43 @@ static int serve_route(struct conn *c)
     if ((route == ROUTE_MODELS || route == ROUTE_MODEL_GET) && google_client(rq))
         route = ROUTE_GEMINI_MODELS;
     c->route = route;
-    /* Anthropic's routes, and any request of an Anthropic client (anthropic-version), get
-     * errors in Anthropic's shape. Gemini's routes, and any other path under /v1beta/, or
-     * under /v1/ from a Google client or naming a model method (/v1/models/x:embedContent),
-     * get Google's. */
-    c->dialect = route == ROUTE_MESSAGES || route == ROUTE_COUNT_TOKENS
-                 || coai_http_header_get(rq->headers, rq->header_count, "anthropic-version").ptr
-                 ? COAI_DIALECT_ANTHROPIC
-                 : route == ROUTE_RESPONSES || route == ROUTE_RESPONSES_COMPACT
-                 ? COAI_DIALECT_RESPONSES
-                 : route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
-                   || route == ROUTE_GEMINI_MODELS
-                   || ((route == ROUTE_NONE || (route == ROUTE_MODEL_GET
-                                                && !coai_str_eq(rq->method, "GET")))
-                       && google_path(rq))
+    rd = route_row(route);
+    /* Errors take the shape of the route's dialect; any request of a client that names its
+     * dialect by a header (coai_dialect_info.client_header: anthropic-version) gets that
+     * dialect's shape on any route. A path outside the table that is Google's (any other
+     * path under /v1beta/, or under /v1/ from a Google client or naming a model method:
+     * /v1/models/x:embedContent) gets Google's, like GET /v1/models/{model} with another
+     * method; the rest OpenAI's. */
+    for (d = 0; (di = coai_dialect_get((coai_dialect)d)) != NULL; d++)
+        if (di->client_header
+            && coai_http_header_get(rq->headers, rq->header_count, di->client_header).ptr)
+            break;
+    c->dialect = di ? (coai_dialect)d
+                 : rd && rd->dialect >= 0 ? (coai_dialect)rd->dialect
+                 : (!rd || ((rd->flags & RT_URL_MODEL) && !coai_str_eq(rq->method, rd->method)))
+                   && google_path(rq)
                  ? COAI_DIALECT_GEMINI
                  : COAI_DIALECT_OPENAI_CHAT;
     return route;
 }
 
-/* The model and stream mode a Gemini (or one-model) URL names. 1: the name is not
- * acceptable (a 400 once the head checks pass), 0 ok. */
+/* The model and stream mode a URL names (the route's RT_URL_MODEL, RT_URL_METHOD). 1: the
+ * name is not acceptable (a 400 once the head checks pass), 0 ok. */
 static int serve_url_model(struct conn *c, int route)
 {
     coai_http_request *rq = &c->rq;
+    const struct route_def *rd = route_row(route);
     size_t pfx;
     int gm_bad = 0;
     c->gm_model[0] = 0;
     c->gm_stream = 0;
-    if ((c->dialect == COAI_DIALECT_GEMINI || route == ROUTE_MODEL_GET)
+    /* (a route of another dialect than the request's: anthropic-version on a Gemini path) */
+    if (rd && (rd->flags & RT_URL_MODEL) && (rd->dialect < 0 || rd->dialect == (int)c->dialect)
         && (pfx = models_prefix(rq->path)) > 0 && rq->path.len > pfx) {
         /* copied now (the head's views die when the body is read): the model of the URL
          * (percent-decoded) and the stream mode */
         const char *p = rq->path.ptr + pfx, *end = rq->path.ptr + rq->path.len;
-        const char *colon = route == ROUTE_GEMINI || route == ROUTE_GEMINI_COUNT
+        const char *colon = rd->flags & RT_URL_METHOD
                             ? last_colon(p, (size_t)(end - p)) : NULL;
         coai_str mt = { p, (size_t)((colon ? colon : end) - p) };
         /* a control byte in the name, or one too long: a 400 below, never a shorter name */
@@ -5326,6 +5367,7 @@ static int serve_check_head(struct conn *c, size_t hl, int route, int gm_bad)
     coai_str names[SRV_MAX_ALLOW + 1];
     size_t nn = allowed_names(names, sizeof names / sizeof names[0]);
     int is_post = coai_str_eq(rq->method, "POST"), is_get = coai_str_eq(rq->method, "GET");
+    int auth = route_row(route) ? route_row(route)->auth : AUTH_KEY;
     /* Errors before the body is read close the connection: the unread body would otherwise
      * be taken for the next request. */
     if (!coai_http_host_allowed(rq->host, names, nn, 0)) {
@@ -5341,7 +5383,7 @@ static int serve_check_head(struct conn *c, size_t hl, int route, int gm_bad)
                    "cross-origin requests are not allowed", NULL);
         return -1;
     }
-    if (route == ROUTE_NONE || (c->dialect == COAI_DIALECT_GEMINI
+    if (route == ROUTE_NONE || (coai_dialect_get(c->dialect)->method_404
                                 && ((route_is_post(route) && !is_post)
                                     || (!route_is_post(route) && !is_get)))) {
         /* (Google answers a method its path does not have, /v1/models/x:embedContent, with
@@ -5366,12 +5408,12 @@ static int serve_check_head(struct conn *c, size_t hl, int route, int gm_bad)
                    "Content-Type must be application/json", NULL);
         return -1;
     }
-    if (conf.api_key && route != ROUTE_HEALTH && !key_ok(rq, route)
+    if (conf.api_key && auth != AUTH_NONE && !key_ok(rq, route)
         /* the status page: its cookie, or /?key= once (a browser cannot send a header) */
-        && !status_access(rq, route)) {
+        && !(auth >= AUTH_COOKIE && status_access(rq, route))) {
         c->keep = 0;
         send_error(c, 401, "invalid_request_error", "invalid_api_key", NULL,
-                   route == ROUTE_STATUS_PAGE || route == ROUTE_STATUS_JSON
+                   auth == AUTH_BROWSER
                    ? "This server needs its API key: open /?key=<CURSOR_OAI_API_KEY> once in "
                      "this browser (the key is then kept in a cookie), or send "
                      "'Authorization: Bearer <key>'."
@@ -5441,50 +5483,33 @@ static int serve_read_body(struct conn *c, size_t hl)
     return 0;
 }
 
-/* The route's handler. */
-static void serve_dispatch(struct conn *c, int route, int key_q)
+/* GET /health: liveness and the credentials' state. */
+static int handle_health(struct conn *c)
 {
-    switch (route) {
-    case ROUTE_HEALTH: {
-        char hb[160];
-        int k = snprintf(hb, sizeof hb, "{\"status\":\"ok\",\"credentials\":\"%s\"}",
-                         cred_health());
-        send_response(c, 200, "application/json", NULL, hb, (size_t)k);
-        break;
-    }
-    case ROUTE_MODELS:
-    case ROUTE_MODEL_GET:
-        handle_models(c);
-        break;
-    case ROUTE_USAGE:
-        handle_usage(c);
-        break;
-    case ROUTE_METRICS: {
-        coai_buf mb = { 0 };
-        metrics_write(&mb);
-        if (mb.err) send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-        else send_response(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, mb.data,
+    char hb[160];
+    int k = snprintf(hb, sizeof hb, "{\"status\":\"ok\",\"credentials\":\"%s\"}",
+                     cred_health());
+    return send_response(c, 200, "application/json", NULL, hb, (size_t)k);
+}
+
+/* GET /metrics. */
+static int handle_metrics(struct conn *c)
+{
+    coai_buf mb = { 0 };
+    int r;
+    metrics_write(&mb);
+    if (mb.err) r = send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
+    else r = send_response(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, mb.data,
                            mb.len);
-        coai_buf_free(&mb);
-        break;
-    }
-    case ROUTE_COUNT_TOKENS:
-    case ROUTE_GEMINI_COUNT:
-        handle_count_tokens(c);
-        break;
-    case ROUTE_GEMINI_MODELS:
-        handle_models(c);
-        break;
-    case ROUTE_RESPONSE_GET:
-        handle_response_get(c);
-        break;
-    case ROUTE_STATUS_PAGE: case ROUTE_STATUS_JSON: case ROUTE_STATUS_JS: case ROUTE_STATUS_CSS:
-        handle_status(c, route, key_q);
-        break;
-    default:
-        handle_chat(c);
-        break;
-    }
+    coai_buf_free(&mb);
+    return r;
+}
+
+/* The route's handler, from its row of ROUTE_TABLE. */
+static void serve_dispatch(struct conn *c, int route)
+{
+    const struct route_def *rd = route_row(route);
+    if (rd) rd->handler(c);
 }
 
 /* The request is done: its body released, logged; 0 keep the connection, -1 close. */
@@ -5500,15 +5525,15 @@ static int serve_end(struct conn *c)
 /* Serve one parsed request whose head is in[0..hl). 0: keep the connection, -1: close. */
 static int serve_request(struct conn *c, size_t hl)
 {
-    int route, gm_bad, key_q;
+    int route, gm_bad;
     serve_begin(c);
     route = serve_route(c);
     gm_bad = serve_url_model(c, route);
     serve_session_key(c);
     if (serve_check_head(c, hl, route, gm_bad) < 0) return serve_end(c);
-    key_q = status_key_query(&c->rq, route);      /* the head's views end with read_body */
+    c->key_q = status_key_query(&c->rq, route);   /* the head's views end with read_body */
     if (serve_read_body(c, hl) < 0) return serve_end(c);
-    serve_dispatch(c, route, key_q);
+    serve_dispatch(c, route);
     return serve_end(c);
 }
 
@@ -6077,58 +6102,26 @@ static int handle_models(struct conn *c)
 {
     coai_buf out = { 0 };
     struct models_list *l = NULL;
-    const coai_models *m;
+    const coai_model *hit = NULL;
     coai_error e;
     memset(&e, 0, sizeof e);
     if (models_get(&l, &e, coai_str_c(NULL), NULL, 0, NULL, c->fd) < 0) {
         send_coai_error(c, &e);
         goto done;
     }
-    m = &l->m;
     if (c->gm_model[0]) {
         /* GET /v1beta/models/{model}, /v1/models/{model}: one of the account's models
-         * (modelId, display id or an alias), in Gemini's shape, Anthropic's (an
-         * anthropic-version header, as for the list) or OpenAI's, else a 404 */
-        coai_str want = coai_str_c(c->gm_model);
-        const coai_model *hit = NULL;
-        int gem = c->dialect == COAI_DIALECT_GEMINI;
-        size_t i, j;
-        if (gem && want.len > 7 && memcmp(want.ptr, "models/", 7) == 0) {
-            want.ptr += 7;
-            want.len -= 7;
-        }
-        for (i = 0; i < m->count && !hit; i++) {
-            coai_str a;
-            if (coai_str_eq(m->items[i].id, want.ptr)
-                || coai_str_eq(m->items[i].display_id, want.ptr))
-                hit = &m->items[i];
-            for (j = 0; !hit && coai_model_alias(&m->items[i], j, &a) == 0; j++)
-                if (coai_str_eq(a, want.ptr)) hit = &m->items[i];
-        }
+         * (modelId, display id or an alias), in the shape of the request's dialect (Gemini's,
+         * Anthropic's with an anthropic-version header, as for the list, or OpenAI's), else
+         * that dialect's 404 */
+        hit = coai_dialect_model_find(c->dialect, &l->m, c->gm_model, c->path, &e);
         if (!hit) {
-            char msg[360];
-            if (gem)
-                snprintf(msg, sizeof msg, "models/%s is not found for API version %s (not a "
-                         "model of this Cursor account; GET %s lists them)", want.ptr,
-                         c->path[2] == '1' && c->path[3] == '/' ? "v1" : "v1beta",
-                         c->path[2] == '1' && c->path[3] == '/' ? "/v1/models" : "/v1beta/models");
-            else
-                snprintf(msg, sizeof msg, "The model '%s' does not exist (not a model of this "
-                         "Cursor account; GET /v1/models lists them)", want.ptr);
-            send_error(c, 404, "invalid_request_error", "model_not_found", NULL, msg, NULL);
+            send_error_ex(c, &e, NULL);
             goto done;
         }
-        if ((gem ? coai_models_write_gemini(&out, m, hit)
-                 : c->dialect == COAI_DIALECT_ANTHROPIC
-                 ? coai_models_write_anthropic_model(&out, hit, (int64_t)time(NULL))
-                 : coai_models_write_model(&out, hit, (int64_t)time(NULL))) < 0) {
-            send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
-            goto done;
-        }
-    } else if ((c->dialect == COAI_DIALECT_ANTHROPIC
-         ? coai_models_write_anthropic(&out, m, (int64_t)time(NULL))
-         : c->dialect == COAI_DIALECT_GEMINI ? coai_models_write_gemini(&out, m, NULL)
-         : coai_models_write_list(&out, m, (int64_t)time(NULL))) < 0 || out.err) {
+    }
+    if (coai_dialect_models_write(&out, c->dialect, &l->m, hit, (int64_t)time(NULL)) < 0
+        || out.err) {
         send_error(c, 500, "server_error", NULL, NULL, "out of memory", NULL);
         goto done;
     }
@@ -6495,10 +6488,8 @@ static struct {
 static void status_note_request(const struct conn *c, int64_t ms)
 {
     struct status_req *q;
-    if (c->route == ROUTE_HEALTH || c->route == ROUTE_METRICS || c->route == ROUTE_STATUS_PAGE
-        || c->route == ROUTE_STATUS_JSON || c->route == ROUTE_STATUS_JS
-        || c->route == ROUTE_STATUS_CSS)
-        return;
+    const struct route_def *rd = route_row(c->route);
+    if (rd && (rd->flags & RT_QUIET)) return;
     pthread_mutex_lock(&recent_reqs.mu);
     q = &recent_reqs.r[recent_reqs.next];
     recent_reqs.next = (recent_reqs.next + 1) % STATUS_RING;
@@ -6839,8 +6830,8 @@ static void status_cookie_value(long long exp, char out[65])
     memset(&hc, 0, sizeof hc);
 }
 
-/* With CURSOR_OAI_API_KEY set: 1 when a status route's request carries the page's cookie,
- * or (the page itself) a ?key= that is the key. */
+/* With CURSOR_OAI_API_KEY set: 1 when a request of a status route (auth AUTH_COOKIE or
+ * AUTH_BROWSER) carries the page's cookie, or (the page itself) a ?key= that is the key. */
 static int status_access(const coai_http_request *rq, int route)
 {
     char want[65];
@@ -6848,9 +6839,6 @@ static int status_access(const coai_http_request *rq, int route)
     long long exp = 0, now;
     size_t i;
     int ok;
-    if (route != ROUTE_STATUS_PAGE && route != ROUTE_STATUS_JSON && route != ROUTE_STATUS_JS
-        && route != ROUTE_STATUS_CSS)
-        return 0;
     if (route == ROUTE_STATUS_PAGE
         && coai_http_token_equal(coai_http_query_param(rq->target, "key"),
                                  coai_str_c(conf.api_key)))
@@ -6891,11 +6879,12 @@ static int status_key_query(const coai_http_request *rq, int route)
     return conf.api_key && coai_http_token_equal(k, coai_str_c(conf.api_key)) ? 2 : 1;
 }
 
-/* GET /, /status.json, /status.js, /status.css (access already checked). key_q: what
+/* GET /, /status.json, /status.js, /status.css (access already checked). c->key_q: what
  * status_key_query said. */
-static int handle_status(struct conn *c, int route, int key_q)
+static int handle_status(struct conn *c)
 {
     coai_buf b = { 0 };
+    int route = c->route, key_q = c->key_q;
     if (key_q) {
         /* drop the key from the address bar and the history; the cookie stands for it */
         char cookie[65], h[400];
@@ -9906,33 +9895,18 @@ static int handle_response_get(struct conn *c)
 /* Parse the request body into r->in.req (and r->in.rr for Responses). 0 ok, -1 with *e. */
 static int run_parse(struct conn *c, struct run *r, coai_error *e)
 {
-    r->in.resp = c->dialect == COAI_DIALECT_RESPONSES;
+    r->in.resp = coai_dialect_get(c->dialect)->stored;
     if (r->in.resp) {
-        /* what coai_request_parse_ex does for the other dialects: lone surrogates -> U+FFFD
-         * before the parse, duplicate keys and images after it */
-        if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
-            coai_error_set(e, 400, "invalid_request_error", NULL, NULL, "We could not parse "
-                           "the JSON body of your request: a \\u escape needs four hex digits");
-            return -1;
-        }
+        /* a dialect whose replies are stored: its parse reads what is stored for the request
+         * (previous_response_id); the same body rules as coai_dialect_parse: lone
+         * surrogates -> U+FFFD before the parse, duplicate keys and images after it */
+        if (coai_request_body_fix((char *)c->body.data, c->body.len, e) < 0) return -1;
         if (responses_parse(c, &r->in.rr, e) < 0) return -1;
         r->in.req = r->in.rr.req;                /* moved: freed as req */
         memset(&r->in.rr.req, 0, sizeof r->in.rr.req);
         if (coai_request_check(&r->in.req, &IMG_LIMITS, e) < 0) return -1;
-    } else if (c->dialect == COAI_DIALECT_GEMINI) {
-        /* the model and the stream flag are in the URL; the same body rules as
-         * coai_request_parse_ex */
-        if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
-            coai_error_set(e, 400, "invalid_request_error", NULL, NULL, "We could not parse "
-                           "the JSON body of your request: a \\u escape needs four hex digits");
-            return -1;
-        }
-        if (coai_gemini_parse(&r->in.req, (const char *)c->body.data, c->body.len,
-                              coai_str_c(c->gm_model), c->gm_stream, e) < 0
-            || coai_request_check(&r->in.req, &IMG_LIMITS, e) < 0)
-            return -1;
-    } else if (coai_request_parse_ex(&r->in.req, c->dialect, (const char *)c->body.data,
-                                     c->body.len, &IMG_LIMITS, e) < 0) {
+    } else if (coai_dialect_parse(&r->in.req, c->dialect, (char *)c->body.data, c->body.len,
+                                  coai_str_c(c->gm_model), c->gm_stream, &IMG_LIMITS, e) < 0) {
         return -1;
     }
     /* A model name is sent upstream whole or not at all: a cut one would name another model
@@ -9981,22 +9955,24 @@ static int chat_model(struct conn *c, struct run *r)
     coai_str want;
     struct models_list *l = NULL;
     char mapped[128];
-    int rc = -1, fetched = 0, anth = c->dialect == COAI_DIALECT_ANTHROPIC;
-    int gem = c->dialect == COAI_DIALECT_GEMINI;
+    int rc = -1, fetched = 0;
+    coai_model_names names = coai_dialect_get(c->dialect)->model_names;
     memset(&e, 0, sizeof e);
     if (run_parse(c, r, &e) < 0) {
         send_coai_error(c, &e);
         return -1;
     }
     want = r->in.req.model;
-    if ((anth || gem) && model_map(want, mapped, sizeof mapped)) want = coai_str_c(mapped);
+    if (names != COAI_MODEL_NAMES_CURSOR && model_map(want, mapped, sizeof mapped))
+        want = coai_str_c(mapped);
     /* Renew an expiring token first (a failure here is the answer: nothing was sent yet). */
     if (cred_ensure(&e) < 0) {
         send_coai_error(c, &e);
         return -1;
     }
     /* Resolve the model through the (cached) list; any failure passes the name through. */
-    if (models_get(anth || gem ? &l : NULL, &e, want, c->model, sizeof c->model, &fetched,
+    if (models_get(names != COAI_MODEL_NAMES_CURSOR ? &l : NULL, &e, want, c->model,
+                   sizeof c->model, &fetched,
                    c->fd) < 0) {
         if (e.status == 499) goto out;                  /* the client left meanwhile */
         int unreachable = e.status == 504
@@ -10012,9 +9988,10 @@ static int chat_model(struct conn *c, struct run *r)
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)want.len, want.ptr);
         copy_str(c->model, sizeof c->model, want.ptr, want.len);
-    } else if (gem) {
+    } else if (names == COAI_MODEL_NAMES_GEMINI) {
         gemini_model(c, &l->m, want);
-    } else if (anth && claude_model(c, &l->m, want, r->in.req.thinking == 1) < 0) {
+    } else if (names == COAI_MODEL_NAMES_CLAUDE
+               && claude_model(c, &l->m, want, r->in.req.thinking == 1) < 0) {
         goto out;                                       /* not_found_error sent */
     }
     copy_str(r->in.model, sizeof r->in.model, c->model, strlen(c->model));
@@ -10040,24 +10017,23 @@ static int chat_quota(struct conn *c)
     return -1;
 }
 
-/* The ids of the response: chatcmpl-<24 hex> (Anthropic: msg_<24 hex>, Responses:
- * resp_<32 hex>), whose last 12 hex are the session id; the message and conversation ids of
- * the run request. 0 ok, -1 answered. */
+/* The ids of the response: the dialect's id prefix and hex digits (chatcmpl-<24 hex>,
+ * Anthropic msg_<24 hex>, Responses resp_<32 hex>: coai_dialect_info), whose last 12 hex are
+ * the session id; the message and conversation ids of the run request. 0 ok, -1 answered. */
 static int chat_ids(struct chat *x)
 {
     struct conn *c = x->c;
     char u[37];
     int i, k;
-    int resp = c->dialect == COAI_DIALECT_RESPONSES;
-    const char *pre = c->dialect == COAI_DIALECT_ANTHROPIC ? "msg_" : resp ? "resp_"
-                      : c->dialect == COAI_DIALECT_GEMINI ? "" : "chatcmpl-";
+    const coai_dialect_info *di = coai_dialect_get(c->dialect);
+    const char *pre = di->id_prefix;
     size_t pl = strlen(pre);
     if (uuid_new(u) < 0 || uuid_new(x->msg_id) < 0 || uuid_new(x->conv_id) < 0) {
         send_error(c, 500, "server_error", NULL, NULL, "no randomness available", NULL);
         return -1;
     }
     memcpy(x->completion_id, pre, pl);
-    for (i = 0, k = (int)pl; u[i] && k < (int)pl + (resp ? 32 : 24); i++)
+    for (i = 0, k = (int)pl; u[i] && k < (int)pl + di->id_hex; i++)
         if (u[i] != '-') x->completion_id[k++] = u[i];
     x->completion_id[k] = 0;
     return 0;
@@ -10474,43 +10450,20 @@ static int handle_chat(struct conn *c)
     return 0;
 }
 
-/* POST /v1/messages/count_tokens: the input estimate a reply would report. */
+/* POST /v1/messages/count_tokens, .../{model}:countTokens: the input estimate a reply would
+ * report, in the shape of the route's dialect. */
 static int handle_count_tokens(struct conn *c)
 {
-    coai_request req;
+    coai_buf out = { 0 };
     coai_error e;
-    char out[64];
-    int n;
-    /* the same body rules as every dialect's parse (coai_request_parse_ex): lone surrogates
-     * become U+FFFD, duplicate keys are refused */
-    if (coai_json_fix_surrogates((char *)c->body.data, c->body.len) < 0) {
-        coai_error_set(&e, 400, "invalid_request_error", NULL, NULL, "We could not parse the "
-                       "JSON body of your request: a \\u escape needs four hex digits");
-        return send_coai_error(c, &e);
-    }
-    if (c->dialect == COAI_DIALECT_GEMINI) {
-        /* {"contents": ...} or {"generateContentRequest": {...}} (the model in the URL) */
-        cJSON *root = cJSON_ParseWithLength((const char *)c->body.data, c->body.len);
-        cJSON *inner = cJSON_GetObjectItemCaseSensitive(root, "generateContentRequest");
-        char *txt = cJSON_IsObject(inner) ? cJSON_PrintUnformatted(inner) : NULL;
-        int rc = txt ? coai_gemini_parse(&req, txt, strlen(txt), coai_str_c(c->gm_model), 0, &e)
-                     : coai_gemini_parse(&req, (const char *)c->body.data, c->body.len,
-                                         coai_str_c(c->gm_model), 0, &e);
-        free(txt);
-        cJSON_Delete(root);
-        if (rc < 0 || coai_request_check(&req, &IMG_LIMITS, &e) < 0) return send_coai_error(c, &e);
-        n = snprintf(out, sizeof out, "{\"totalTokens\":%lld}",
-                     (long long)coai_request_input_tokens(&req));
-        coai_request_free(&req);
-        return send_response(c, 200, "application/json", NULL, out, (size_t)n);
-    }
-    if (coai_anthropic_count_parse(&req, (const char *)c->body.data, c->body.len, &e) < 0
-        || coai_request_check(&req, &IMG_LIMITS, &e) < 0)
-        return send_coai_error(c, &e);
-    n = snprintf(out, sizeof out, "{\"input_tokens\":%lld}",
-                 (long long)coai_request_input_tokens(&req));
-    coai_request_free(&req);
-    return send_response(c, 200, "application/json", NULL, out, (size_t)n);
+    int r;
+    if (coai_dialect_count_tokens(&out, c->dialect, (char *)c->body.data, c->body.len,
+                                  coai_str_c(c->gm_model), &IMG_LIMITS, &e) < 0)
+        r = send_coai_error(c, &e);
+    else
+        r = send_response(c, 200, "application/json", NULL, out.data, out.len);
+    coai_buf_free(&out);
+    return r;
 }
 
 /* ======================================================================== */
@@ -10760,8 +10713,8 @@ static const char USAGE[] =
     "       cursor-oai doctor               check the whole path to Cursor, step by step\n"
     "       cursor-oai --version | --help   ('cursor-oai COMMAND --help' for each command)\n"
     "\n"
-    "An OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models, GET /health,\n"
-    "GET /metrics) served from your own Cursor subscription.\n";
+    "An API for the clients of OpenAI, Anthropic and Gemini, served from your own Cursor\n"
+    "subscription: every route is listed under 'Routes' below.\n";
 
 static const char SERVE_HELP[] =
     "Usage: cursor-oai serve [options]\n"
@@ -10859,11 +10812,11 @@ static void serve_help(FILE *f)
     size_t i, w = 0;
     fprintf(f, "cursor-oai %s\n\n", COAI_VERSION);
     fputs(SERVE_HELP, f);
-    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
+    for (i = 0; i < ROUTE_ROWS; i++)
         if (strlen(ROUTE_TABLE[i].path) > w) w = strlen(ROUTE_TABLE[i].path);
     fputs("\nRoutes (with CURSOR_OAI_API_KEY set, all but /health need the key; the status "
           "page\nat / takes it once as /?key=KEY and keeps it in a cookie):\n", f);
-    for (i = 0; i < sizeof ROUTE_TABLE / sizeof ROUTE_TABLE[0]; i++)
+    for (i = 0; i < ROUTE_ROWS; i++)
         fprintf(f, "  %-4s %-*s  %s\n", ROUTE_TABLE[i].method, (int)w, ROUTE_TABLE[i].path,
                 ROUTE_TABLE[i].what);
 }

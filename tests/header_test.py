@@ -4,10 +4,17 @@ every part tagged in it (each "PART:NAME api" / "PART:NAME impl" section, with i
 the order of the API half, and the implementation order it states is the real one; the
 manual (the header's opening comment) cites only the README or the header itself.
 
-Reads files only (no binary, no network). Run from anywhere; prints RESULT p f last."""
+The manual's toy fifth dialect ("Adding a dialect") is spliced into a copy of the header at
+its ADD-DIALECT marks, compiled (C99, -Wall -Wextra -pedantic -Werror) and run: a request
+goes through its row (parser, writer, the table's accessors).
+
+Reads files and runs gcc (no proxy binary, no network). Run from anywhere; prints RESULT p f last."""
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
 import harness as H  # noqa: E402
@@ -54,6 +61,148 @@ def sections(src, half):
             else:
                 out.append([e.group(1), None, i])
     return out
+
+
+TOY_MAIN = r"""
+#define CURSOR_OAI_IMPLEMENTATION
+#include "cursor_oai.h"
+#include <stdio.h>
+static int fails;
+static int no_send(void *user, const unsigned char *data, size_t n)
+{
+    (void)user; (void)data; (void)n;
+    return 0;
+}
+#define CHECK(what, cond) do { if (cond) printf("ok   %s\n", what); \
+                               else { printf("FAIL %s\n", what); fails++; } } while (0)
+int main(void)
+{
+    static const char body[] = "{\"model\":\"m1\",\"prompt\":\"hello\"}";
+    const coai_dialect_info *di = coai_dialect_get(COAI_DIALECT_PLAIN);
+    coai_request req;
+    coai_error err;
+    coai_reply_opts o;
+    coai_reply r;
+    coai_msg m;
+    coai_buf eb = { 0 };
+    setvbuf(stdout, NULL, _IONBF, 0);
+    CHECK("toy: the table has its row", di && strcmp(di->name, "plain") == 0
+          && strcmp(di->id_prefix, "txt-") == 0 && di->id_hex == 24);
+    CHECK("toy: the dialects after it are not", coai_dialect_get(COAI_DIALECT_COUNT_) == NULL);
+    memset(&err, 0, sizeof err);
+    CHECK("toy: its parser takes the body",
+          coai_request_parse(&req, COAI_DIALECT_PLAIN, body, sizeof body - 1, &err) == 0);
+    CHECK("toy: the neutral request", req.dialect == COAI_DIALECT_PLAIN
+          && req.message_count == 1 && req.model.len == 2 && memcmp(req.model.ptr, "m1", 2) == 0
+          && strstr((const char *)req.prompt.data, "hello") != NULL);
+    memset(&o, 0, sizeof o);
+    coai_reply_opts_from_request(&o, &req);
+    o.completion_id = coai_str_c("txt-0");
+    o.send = no_send;
+    o.model = req.model;
+    if (coai_reply_init(&r, &o) != 0) {
+        printf("FAIL toy: a reply to it starts\nRESULT 0 1\n");
+        return 1;
+    }
+    CHECK("toy: a reply to it starts", 1);
+    memset(&m, 0, sizeof m);
+    m.kind = COAI_MSG_TEXT;
+    m.text = coai_str_c("hi there");
+    coai_reply_feed_msg(&r, &m);
+    m.kind = COAI_MSG_TURN_ENDED;
+    m.text = coai_str_c("");
+    coai_reply_feed_msg(&r, &m);
+    CHECK("toy: its writer answers", r.out.len == 9 && memcmp(r.out.data, "hi there\n", 9) == 0);
+    coai_reply_free(&r);
+    coai_request_free(&req);
+    CHECK("toy: a body without a prompt is a 400 naming the parameter",
+          coai_request_parse(&req, COAI_DIALECT_PLAIN, "{}", 2, &err) == COAI_ERR_INVALID
+          && err.status == 400 && err.param && strcmp(err.param, "prompt") == 0);
+    coai_request_free(&req);
+    coai_error_write_as(&eb, &err, COAI_DIALECT_PLAIN);
+    CHECK("toy: errors in OpenAI's shape when the row names none",
+          eb.len && strstr((const char *)eb.data, "\"error\":{\"message\"") != NULL);
+    coai_buf_free(&eb);
+    printf("RESULT %d %d\n", 8 - fails, fails);
+    return fails != 0;
+}
+"""
+
+
+def toy_dialect(src):
+    """The manual's example blocks: {"enum": text, "row": text, "part": text}."""
+    man = manual(src)
+    out = {}
+    for name, nxt in (("enum", "row"), ("row", "part"), ("part", "end")):
+        m = re.search(r"\n \*   \[ADD-DIALECT %s\]\n(.*?)\n \*   \[ADD-DIALECT %s\]"
+                      % (name, nxt), man, re.S)
+        if m:
+            out[name] = "\n".join(ln[3:] if ln.startswith(" * ") else ln[2:]
+                                  for ln in m.group(1).splitlines()) + "\n"
+    return out
+
+
+def t_toy_dialect(src):
+    """Splice the toy dialect in at the marks, compile, run."""
+    blocks = toy_dialect(src)
+    check("the manual's 'Adding a dialect' has the toy dialect's enum, row and part",
+          sorted(blocks) == ["enum", "part", "row"], sorted(blocks))
+    marks = {"enum": "    /* ADD-DIALECT: enum */\n", "row": "    /* ADD-DIALECT: row */\n",
+             "part": "/* ADD-DIALECT: part */\n"}
+    for k, mark in marks.items():
+        check("the header has its ADD-DIALECT %s mark once" % k, src.count(mark) == 1,
+              src.count(mark))
+    if sorted(blocks) != ["enum", "part", "row"] or any(src.count(v) != 1 for v in marks.values()):
+        return
+    spliced = src
+    for k, mark in marks.items():
+        spliced = spliced.replace(mark, mark + blocks[k])
+    deps = os.environ.get("COAI_DEPS_DIR") or os.path.join(H.ROOT, "build", "deps")
+    np_, cj = os.path.join(deps, "nanopb-0.4.9.1"), os.path.join(deps, "cjson-1.7.19")
+    br = os.path.join(deps, "bearssl-0.6+dfsg.1")
+    cc = shutil.which("gcc") or shutil.which("cc")
+    check("gcc and the dependencies are there (COAI_DEPS_DIR)", cc and os.path.isdir(np_)
+          and os.path.isdir(cj) and os.path.isdir(br), (cc, deps))
+    if not (cc and os.path.isdir(np_) and os.path.isdir(cj) and os.path.isdir(br)):
+        return
+    defs = ["-DPB_ENABLE_MALLOC", "-DPB_FIELD_32BIT", "-DCJSON_NESTING_LIMIT=64"]
+    inc = ["-I" + os.path.join(H.ROOT, "proto"), "-I" + np_, "-I" + cj,
+           "-I" + os.path.join(br, "inc")]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "cursor_oai.h"), "w", encoding="utf-8") as f:
+            f.write(spliced)
+        with open(os.path.join(tmp, "toy.c"), "w", encoding="utf-8") as f:
+            f.write(TOY_MAIN)
+        c = subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O0"]
+                           + defs + ["-I" + tmp] + inc + ["-c", os.path.join(tmp, "toy.c"),
+                                                        "-o", os.path.join(tmp, "toy.o")],
+                           capture_output=True, text=True, timeout=300)
+        check("the header with the toy dialect compiles (C99, pedantic, -Werror)",
+              c.returncode == 0, c.stderr[-3000:])
+        if c.returncode:
+            return
+        libs = [os.path.join(np_, f) for f in ("pb_common.c", "pb_encode.c", "pb_decode.c")]
+        libs += [os.path.join(cj, "cJSON.c")]
+        libs += [os.path.join(H.ROOT, "proto", f) for f in (
+            "agent.pb.c", "aiserver.pb.c", "google/rpc/status.pb.c",
+            "google/protobuf/struct.pb.c", "google/protobuf/any.pb.c")]
+        bearssl = [a for a in (os.path.join(deps, "bearssl-0.6+dfsg.1-gcc", "build",
+                                            "libbearssl.a"),
+                               os.path.join(br, "build", "libbearssl.a")) if os.path.exists(a)]
+        l = subprocess.run([cc, "-std=c99", "-O0", "-w"] + defs + inc
+                           + [os.path.join(tmp, "toy.o")] + libs + bearssl[:1]
+                           + ["-lm", "-lpthread", "-o", os.path.join(tmp, "toy")],
+                           capture_output=True, text=True, timeout=300)
+        check("the toy dialect's program links", l.returncode == 0, l.stderr[-3000:])
+        if l.returncode:
+            return
+        r = subprocess.run([os.path.join(tmp, "toy")], capture_output=True, text=True,
+                           timeout=60)
+        for line in r.stdout.splitlines():
+            if line.startswith("ok   ") or line.startswith("FAIL "):
+                check(line[5:], line.startswith("ok"), r.stdout[-2000:])
+        check("the toy dialect's program ran to its end", r.returncode == 0
+              and "RESULT 8 0" in r.stdout, (r.returncode, r.stdout[-500:], r.stderr[-500:]))
 
 
 def main():
@@ -114,6 +263,7 @@ def main():
                      if "*" not in p and "{" not in p and "<" not in p
                      and not os.path.exists(os.path.join(H.ROOT, p.rstrip(".,;:)"))))
     check("every repository path the manual names exists", not missing, missing)
+    t_toy_dialect(src)
     return T.result()
 
 
