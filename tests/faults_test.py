@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Bounded fault and soak suite (issue 7, reliability notes section 4): build/cursor-oai between
+"""Bounded fault and soak suite (reliability notes section 4): build/cursor-oai between
 raw loopback sockets and the fake Cursor upstream (tests/fake/fake_cursor.py), covering what the
 e2e suite does not:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The HTTP/2 transport (issue 23), end to end: build/cursor-oai against the fake upstream
+"""The HTTP/2 transport, end to end: build/cursor-oai against the fake upstream
 speaking HTTP/2 (python3-h2), which checks the proxy's side of the protocol (flow control,
 HPACK, stream limits, PING) and misbehaves on command. Each check here fails when the
 behaviour it names is removed:

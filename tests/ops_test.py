@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Operations suite (issue 16, issue 17 item 2): build/cursor-oai between raw loopback clients
+"""Operations suite: build/cursor-oai between raw loopback clients
 and the fake Cursor upstream (tests/fake/fake_cursor.py), checking what a person running the
 server for real depends on:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The status page (GET /, /status.json), the version string and the route list (issue 21,
-parts 1 and 3), against the fake Cursor upstream, with the page loaded in headless Chromium.
+"""The status page (GET /, /status.json), the version string and the route list, against the fake
+Cursor upstream, with the page loaded in headless Chromium.
 
 Run from the repo root:  /usr/bin/python3 tests/status_test.py
 Env: CURSOR_OAI_BIN (default build/cursor-oai), CHROMIUM (default chromium). Prints

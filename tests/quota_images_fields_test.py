@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""surface_test.py - quota/usage (GET /v1/usage, `cursor-oai usage`, the status line), images
-(data: URLs to SelectedImage), the request-field table (stop, max_tokens, response_format, ...)
-and the strict request checks (unknown content parts, lone surrogates, duplicate keys), all
+"""quota_images_fields_test.py - quota/usage (GET /v1/usage, `cursor-oai usage`, the status line),
+images (data: URLs to SelectedImage), the request-field table (stop, max_tokens, response_format,
+...) and the strict request checks (unknown content parts, lone surrogates, duplicate keys), all
 against build/cursor-oai with the fake Cursor upstream.
 
 Run from the repo root; env CURSOR_OAI_BIN (default build/cursor-oai), E2E_NPM_DIR (the npm

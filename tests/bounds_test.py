@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""No hang and no unbounded memory (issue 17): build/cursor-oai between raw loopback sockets
+"""bounds_test.py - no hang and no unbounded memory (deadlines, caps, signals): build/cursor-oai
+between raw loopback sockets
 and the fake Cursor upstream (tests/fake/fake_cursor.py, real TLS), one check per item:
 
   models    a stale model list is served at once while GetUsableModels trickles (1); the

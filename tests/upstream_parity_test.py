@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""parity_test.py - live parity with the 2026 Cursor CLI (issue 10): build/cursor-oai against the
-fake upstream modelling what the notes describe.
+"""upstream_parity_test.py - talking to Cursor as the 2026 Cursor CLI does (order, client version,
+agent host, profile, transport, headers): build/cursor-oai against the fake upstream modelling what
+the notes describe.
 
   order     the seqno-0 BidiAppend only after the RunSSE head (the fake loses an append that
             races ahead of the run's registration)
