@@ -282,7 +282,12 @@ def proxy_cmd():
 
 
 class Proxy:
-    def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None):
+    """`cursor-oai serve` on a free port of `host` (loopback unless told: a suite that checks
+    the non-loopback guard binds 0.0.0.0 and still connects to 127.0.0.1 only), reaching
+    api_url with the CA file ca; up once /health answers 200, else RuntimeError."""
+
+    def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None,
+                 host="127.0.0.1"):
         self.port = free_port()
         self.home = os.path.join(tmp, "home-" + name)
         self.cwd = os.path.join(tmp, "cwd-" + name)
@@ -304,7 +309,7 @@ class Proxy:
         # transport's lane runs the same suite at the same time, and any outgoing connection
         # may get it as its local port): then start again on another one.
         for attempt in range(5):
-            cmd = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port] + list(
+            cmd = proxy_cmd() + ["serve", "--listen", "%s:%d" % (host, self.port)] + list(
                 args or [])
             self.proc = spawn(cmd, os.path.join(tmp, "proxy-%s.log" % name), env=env,
                               cwd=self.cwd)
