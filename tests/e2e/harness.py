@@ -76,11 +76,12 @@ signal.signal(signal.SIGTERM, _sig)
 signal.signal(signal.SIGINT, _sig)
 
 
-def spawn(args, log_path, env=None, cwd=None):
-    """Start a process in its own process group (so the whole group can be killed)."""
+def spawn(args, log_path, env=None, cwd=None, stderr=None):
+    """Start a process in its own process group (so the whole group can be killed); its
+    stdout goes to log_path, and its stderr too unless stderr (a file descriptor) is given."""
     log = open(log_path, "wb")
-    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                         start_new_session=True)
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT if stderr is None else stderr,
+                         env=env, cwd=cwd, start_new_session=True)
     p.log_path = log_path
     log.close()
     PROCS.append(p)
@@ -284,10 +285,11 @@ def proxy_cmd():
 class Proxy:
     """`cursor-oai serve` on a free port of `host` (loopback unless told: a suite that checks
     the non-loopback guard binds 0.0.0.0 and still connects to 127.0.0.1 only), reaching
-    api_url with the CA file ca; up once /health answers 200, else RuntimeError."""
+    api_url with the CA file ca; up once /health answers 200, else RuntimeError. stderr: a
+    file descriptor for the proxy's stderr (its log) instead of the log file."""
 
     def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None,
-                 host="127.0.0.1"):
+                 host="127.0.0.1", stderr=None):
         self.port = free_port()
         self.home = os.path.join(tmp, "home-" + name)
         self.cwd = os.path.join(tmp, "cwd-" + name)
@@ -312,7 +314,7 @@ class Proxy:
             cmd = proxy_cmd() + ["serve", "--listen", "%s:%d" % (host, self.port)] + list(
                 args or [])
             self.proc = spawn(cmd, os.path.join(tmp, "proxy-%s.log" % name), env=env,
-                              cwd=self.cwd)
+                              cwd=self.cwd, stderr=stderr)
             ok = wait_for(lambda: self.proc.poll() is not None
                           or self.get("/health")[0] == 200, 15)
             if (attempt == 4 or self.proc.poll() is None
