@@ -288,25 +288,31 @@ class Proxy:
     the non-loopback guard binds 0.0.0.0 and still connects to 127.0.0.1 only), reaching
     api_url with the CA file ca; up once /health answers 200, else RuntimeError. stderr: a
     file descriptor for the proxy's stderr (its log) instead of the log file; preexec_fn: see
-    spawn()."""
+    spawn(); env: the whole environment, used as it is instead of the one made here (a suite
+    that makes its own HOME and credential files; api_url, ca, token and extra_env unused);
+    wait: the seconds it has to become healthy."""
 
     def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None,
-                 host="127.0.0.1", stderr=None, preexec_fn=None):
+                 host="127.0.0.1", stderr=None, preexec_fn=None, env=None, wait=15):
         self.port = free_port()
-        self.home = os.path.join(tmp, "home-" + name)
         self.cwd = os.path.join(tmp, "cwd-" + name)
-        os.makedirs(self.home, exist_ok=True)
         os.makedirs(self.cwd, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
-        env.update({
-            "HOME": self.home, "XDG_CONFIG_HOME": os.path.join(self.home, ".config"),
-            "CURSOR_API_URL": api_url, "SSL_CERT_FILE": ca, "CURSOR_ACCESS_TOKEN": token,
-            "CURSOR_CLIENT_VERSION": CLIENT_VERSION,
-            "CURSOR_OAI_IDLE_TIMEOUT": "2", "CURSOR_OAI_KEEPALIVE": "1",
-        })
-        # the transport to Cursor for this pass of the suites (TRANSPORT)
-        env["CURSOR_OAI_TRANSPORT"] = TRANSPORT
-        env.update(extra_env or {})
+        if env is not None:
+            self.home = env.get("HOME")
+        else:
+            self.home = os.path.join(tmp, "home-" + name)
+            os.makedirs(self.home, exist_ok=True)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("CURSOR_", "OPENAI_"))}
+            env.update({
+                "HOME": self.home, "XDG_CONFIG_HOME": os.path.join(self.home, ".config"),
+                "CURSOR_API_URL": api_url, "SSL_CERT_FILE": ca, "CURSOR_ACCESS_TOKEN": token,
+                "CURSOR_CLIENT_VERSION": CLIENT_VERSION,
+                "CURSOR_OAI_IDLE_TIMEOUT": "2", "CURSOR_OAI_KEEPALIVE": "1",
+            })
+            # the transport to Cursor for this pass of the suites (TRANSPORT)
+            env["CURSOR_OAI_TRANSPORT"] = TRANSPORT
+            env.update(extra_env or {})
         self.env = env
         self.token = token
         # The port free_port() saw free can be taken before the proxy binds it (the other
@@ -318,7 +324,7 @@ class Proxy:
             self.proc = spawn(cmd, os.path.join(tmp, "proxy-%s.log" % name), env=env,
                               cwd=self.cwd, stderr=stderr, preexec_fn=preexec_fn)
             ok = wait_for(lambda: self.proc.poll() is not None
-                          or self.get("/health")[0] == 200, 15)
+                          or self.get("/health")[0] == 200, wait)
             if (attempt == 4 or self.proc.poll() is None
                     or "cannot listen on" not in tail(self.proc.log_path)):
                 break
