@@ -29,7 +29,6 @@ sys.path.insert(0, HERE)
 import harness as H  # noqa: E402
 import held_test as HT  # noqa: E402  (the held-run scenarios, tools and tool runner)
 
-BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build", "cursor-oai")))
 NGINX = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
 EXAMPLE = os.path.join(H.ROOT, "examples", "nginx-cursor-oai.conf")
 S = H.Suite("nginx_affinity", section=None, limit=1500, below=True)
@@ -137,9 +136,7 @@ def loop_two_steps(port, ws, headers, src1, src2):
 
 
 def main():
-    if not os.access(BIN, os.X_OK):
-        print("skipped: %s missing (build it first)" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
     if not os.access(NGINX, os.X_OK):
         if os.geteuid() == 0:
@@ -147,7 +144,6 @@ def main():
         else:
             print("skipped: nginx not installed")
         return S.result()
-    H.proxy_cmd = lambda: [BIN]
     tmp = S.make_tmp()
     secret = "otter-" + os.urandom(4).hex()
     ws = S.workspace(secret)
