@@ -49,7 +49,7 @@ MIB = 1024 * 1024
 T_START = time.time()
 
 # sections run in threads of their own (S.section_run): each line carries its section
-S = H.Suite("robust", limit=1200)
+S = H.Suite("bounds", limit=1200)
 check, note = S.check, S.note
 
 

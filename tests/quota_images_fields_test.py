@@ -23,7 +23,7 @@ from harness import pb  # noqa: E402
 BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build",
                                                                    "cursor-oai")))
 NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
-S = H.Suite("surface", section=None)
+S = H.Suite("quota_images_fields", section=None)
 check, eq = S.check, S.eq
 
 

@@ -42,7 +42,7 @@ from harness import pb  # noqa: E402
 BIN = H.proxy_cmd()[0]     # for the commands run here (status, doctor, --help)
 ONLY = [x for x in os.environ.get("PARITY_ONLY", "").split(",") if x]
 DEFAULT_VERSION = "cli-2026.10.01-e373342"
-S = H.Suite("parity", section=None, limit=1500)
+S = H.Suite("upstream_parity", section=None, limit=1500)
 check, eq = S.check, S.eq
 
 
