@@ -729,15 +729,15 @@ test_mode() {
     done
 
     # 8. The run engine under ASan/UBSan: server.c built with the sanitizers (glibc), then the
-    #    held-run, surface and HTTP/2 suites again against it. A report aborts the proxy, and
-    #    the suite fails with it.
+    #    held-run, quota/images/fields and HTTP/2 suites again against it. A report aborts the
+    #    proxy, and the suite fails with it.
     # shellcheck disable=SC2086
     if run gcc -std=c99 -g -O1 $SAN $DEFS -Iproto -I"$NP" -I"$CJ" -I"$BR/inc" server.c $PB_C \
         $LIB_C "$BR_GCC/build/libbearssl.a" -lpthread -lm -o "$T/cursor-oai-asan"; then
         asan_saved=$ASAN_OPTIONS
         export E2E_PROXY_CMD="[\"$T/cursor-oai-asan\"]"
         export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1
-        for s in held_test.py surface_test.py h2_test.py; do
+        for s in held_test.py quota_images_fields_test.py h2_test.py; do
             run_prog "$s (ASan/UBSan server)" "$T/log/asan_$s" "$PY" "tests/$s"
         done
         # held runs over HTTP/2: the holder, heartbeats and tool results on a Run stream

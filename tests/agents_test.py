@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Coding agents doing real work through cursor-oai (issues 25, 31), end to end: build/cursor-oai
+"""Coding agents doing real work through cursor-oai, end to end: build/cursor-oai
 between the real programs and the fake Cursor upstream, which scripts the model. For each of
 Claude Code, Codex, Qwen Code, Kilo Code, OpenCode, Cline's CLI and GitHub Copilot CLI (fresh
 HOME, telemetry and update checks off, closed proxy: tests/e2e/clients.py), in each tool mode

@@ -29,7 +29,6 @@ import os
 import re
 import socket
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -41,25 +40,12 @@ import harness as H  # noqa: E402
 import pbwire as pb  # noqa: E402
 import clients as C  # noqa: E402
 
-PASSED = FAILED = 0
-SECTION = ""
+S = H.Suite("anthropic", limit=3000)
+check = S.check
 KEY = "sk-ant-local-" + uuid.uuid4().hex[:8]
 FIX = os.path.join(HERE, "e2e", "fixtures")
 
-
-def check(name, cond, detail=""):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("ok   [%s] %s" % (SECTION, name))
-    else:
-        FAILED += 1
-        print("FAIL [%s] %s %s" % (SECTION, name, str(detail)[:3000]))
-    return cond
-
-
-def eq(name, got, want):
-    return check(name, got == want, "got %r, want %r" % (got, want))
+eq = S.eq
 
 
 def jload(b):
@@ -647,12 +633,10 @@ def t_claude(proxy, fake, ws, secret, tmp):
 # ---------------------------------------------------------------------------------------------
 
 def main():
-    global SECTION
     only = set(x for x in os.environ.get("ANTHROPIC_ONLY", "").split(",") if x)
-    if not os.path.exists(H.proxy_cmd()[0]):
-        print("skipped: no build/cursor-oai\nRESULT 0 0")
+    if S.binary_missing():
         return 0
-    tmp = tempfile.mkdtemp(prefix="coai-anthropic-")
+    tmp = S.make_tmp()
     ws = os.path.join(tmp, "workspace")
     os.makedirs(ws)
     secret = "walrus-" + uuid.uuid4().hex[:8]
@@ -677,7 +661,7 @@ def main():
         for name, fn in sections:
             if only and name not in only:
                 continue
-            SECTION = name
+            S.section = name
             if name in ("sdk", "claude"):
                 try:
                     C.ensure()
@@ -692,16 +676,15 @@ def main():
             errs = fake.state()["errors"][n0:]
             check("fake upstream saw no protocol/validation errors", not errs,
                   json.dumps(errs)[:2000])
-        SECTION = "final"
+        S.section = "final"
         log = open(proxy.proc.log_path, "rb").read()
         check("the API key never appears in the proxy log", KEY.encode() not in log, "")
         check("proxy still running", proxy.proc.poll() is None, H.tail(proxy.proc.log_path))
     finally:
-        H.cleanup()
-    if FAILED == 0:
-        C.forget_homes()
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+        if S.failed == 0:
+            C.forget_homes()
+        code = S.finish()
+    return code
 
 
 if __name__ == "__main__":

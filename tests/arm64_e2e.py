@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The linux/arm64 release binary, end to end (issue 33): build/cursor-oai-arm64 run under
+"""The linux/arm64 release binary, end to end: build/cursor-oai-arm64 run under
 Debian's qemu-user-static (qemu-aarch64-static called directly, no binfmt) against the fake
 upstream: one chat not streamed and one streamed, and one held tool loop (a read exec held
 open, its result sent on the same run) each way. The transport to the fake is the harness's

@@ -15,52 +15,34 @@ temporary file fails with ENOSPC. Without root (no mount) those checks are repor
 
 import json
 import os
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import http.client
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(ROOT, "build", "cursor-oai")))
-
-if not os.access(BIN, os.X_OK):
-    print("skipped: %s missing (build it first)" % BIN)
-    print("RESULT 0 0")
-    sys.exit(0)
-
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import harness as H  # noqa: E402  (process registry, fake wrapper, SSE parser)
 pb = H.pb
 
+S = H.Suite("auth", section=None, limit=1500, below=True)
+if S.binary_missing():
+    sys.exit(0)
+
 SUITE_TIMEOUT = int(os.environ.get("AUTH_TEST_TIMEOUT", "900"))
-PASSED = 0
-FAILED = 0
 OUTPUTS = []        # (name, text) of every stdout/stderr/log we captured
 TOKENS = set()      # every secret used or issued: none may appear in OUTPUTS
 MOUNTS = []
 
 
 def check(name, cond, detail=None):
-    global PASSED, FAILED
-    if cond:
-        PASSED += 1
-        print("ok   %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s" % name)
-        if detail is not None:
-            print("     " + str(detail)[:1500].replace("\n", "\n     "))
-    sys.stdout.flush()
-    return bool(cond)
+    """S.check, with no detail line unless one is given."""
+    return S.check(name, cond, detail)
 
 
-def eq(name, got, want):
-    return check(name, got == want, "got %r, want %r" % (got, want))
+eq = S.eq
 
 
 def skip(name, why):
@@ -68,9 +50,9 @@ def skip(name, why):
 
 
 def on_alarm(signum, frame):
-    print("FAIL suite timeout after %d s" % SUITE_TIMEOUT)
+    check("suite within %d s" % SUITE_TIMEOUT, False)
     final_cleanup()
-    print("RESULT %d %d" % (PASSED, FAILED + 1))
+    S.result()
     os._exit(1)
 
 
@@ -84,7 +66,7 @@ def final_cleanup():
 # ---------------------------------------------------------------------------------------------
 # environment, processes
 
-TMP = tempfile.mkdtemp(prefix="coai-auth-")
+TMP = S.make_tmp()
 FAKE = None
 N_ENV = [0]
 
@@ -164,7 +146,7 @@ def file_bytes(path):
 def cli(name, args, env, timeout=40, stdin=None):
     """Run one cursor-oai command; returns (rc, stdout, stderr)."""
     try:
-        r = subprocess.run([BIN] + args, env=env, cwd=TMP, input=stdin, timeout=timeout,
+        r = subprocess.run(H.proxy_cmd() + args, env=env, cwd=TMP, input=stdin, timeout=timeout,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            start_new_session=True)
         out, err, rc = r.stdout.decode("utf-8", "replace"), r.stderr.decode(
@@ -177,42 +159,19 @@ def cli(name, args, env, timeout=40, stdin=None):
     return rc, out, err
 
 
-class Srv:
-    """cursor-oai serve with the given environment."""
+class Srv(H.Proxy):
+    """cursor-oai serve (the harness's Proxy) with the given environment: its own HOME and
+    credential files, and no token unless the environment has one."""
 
     def __init__(self, name, env):
-        self.port = H.free_port()
-        self.log = os.path.join(TMP, "proxy-%s.log" % name)
-        self.env = env
         # the transport of this pass (HTTP/1.1 unless COAI_TEST_TRANSPORT says otherwise): the
         # checks below read the tokens the fake recorded on RunSSE and BidiAppend
         env.setdefault("CURSOR_OAI_TRANSPORT", H.TRANSPORT)
-        self.proc = H.spawn([BIN, "serve", "--listen", "127.0.0.1:%d" % self.port], self.log,
-                            env=env, cwd=TMP)
-        ok = H.wait_for(lambda: self.proc.poll() is not None or self.get("/health")[0] == 200,
-                        20)
-        if not ok or self.proc.poll() is not None:
-            raise RuntimeError("proxy %s did not start:\n%s" % (name, H.tail(self.log)))
+        H.Proxy.__init__(self, TMP, name, None, None, None, env=env, wait=20)
+        self.log = self.proc.log_path
 
-    def request(self, method, path, body=None, timeout=30):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            h = {"Content-Type": "application/json"} if body is not None else {}
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers=h)
-            r = c.getresponse()
-            return r.status, r.read(), dict((k.lower(), v) for k, v in r.getheaders())
-        finally:
-            c.close()
-
-    def get(self, path):
-        return self.request("GET", path, timeout=5)
-
-    def chat(self, model="auto", stream=False, content="hi", timeout=30):
-        return self.request("POST", "/v1/chat/completions",
-                            {"model": model, "stream": stream,
-                             "messages": [{"role": "user", "content": content}]},
-                            timeout=timeout)
+    def chat(self, model="auto", **kw):
+        return H.Proxy.chat(self, model, **kw)
 
     def health(self):
         st, b, _ = self.get("/health")
@@ -379,7 +338,7 @@ def t_login_ctrl_c():
     fake_reset(poll_pending=100000)
     env = new_env("ctrlc", extra={"CURSOR_OAI_LOGIN_DELAY_SCALE": "0.2"})
     log = os.path.join(TMP, "login-ctrlc.log")
-    p = H.spawn([BIN, "login", "--no-browser"], log, env=env, cwd=TMP)
+    p = H.spawn(H.proxy_cmd() + ["login", "--no-browser"], log, env=env, cwd=TMP)
     H.wait_for(lambda: count("poll_calls") >= 2, 15)
     t0 = time.time()
     os.kill(p.pid, signal.SIGINT)
@@ -1273,25 +1232,12 @@ def main():
     only = set(a for a in sys.argv[1:] if not a.startswith("-"))
     try:
         FAKE = H.Fake(TMP)
-        for t in TESTS:
-            if only and t.__name__ not in only and t is not t_no_secrets:
-                continue
-            print("--- %s" % t.__name__)
-            try:
-                t()
-            except Exception as e:  # noqa: BLE001 - a crashed test is a failure
-                import traceback
-                traceback.print_exc()
-                check("%s ran to the end" % t.__name__, False, repr(e))
+        S.sections([(t.__name__, t) for t in TESTS
+                    if not only or t.__name__ in only or t is t_no_secrets], timed=False)
     finally:
         final_cleanup()
         signal.alarm(0)
-    if FAILED == 0 and not MOUNTS:
-        shutil.rmtree(TMP, ignore_errors=True)
-    else:
-        print("logs kept in %s" % TMP)
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+    return S.finish()
 
 
 if __name__ == "__main__":

@@ -8,31 +8,22 @@ Run from the repo root; env CURSOR_OAI_BIN (default build/cursor-oai). Prints RE
 import http.client
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
 
-BIN = os.environ.get("CURSOR_OAI_BIN", "build/cursor-oai")
-PASSED = FAILED = 0
-PROCS = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
+import harness as H  # noqa: E402
 
-
-def check(name, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print("ok   " + name)
-    else:
-        FAILED += 1
-        print("FAIL %s %s" % (name, detail))
+S = H.Suite("cli", section=None)
+check = S.check
+SYSTEM_CA = "/etc/ssl/certs/ca-certificates.crt"
+TOKEN = "x.eyJleHAiOjQxMDI0NDQ4MDB9.y"
 
 
 def env(**kw):
     e = {k: v for k, v in os.environ.items()
          if not k.startswith(("CURSOR_", "OPENAI_")) and k != "SSL_CERT_FILE"}
-    e.update({"CURSOR_ACCESS_TOKEN": "x.eyJleHAiOjQxMDI0NDQ4MDB9.y",
-              "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+    e.update({"CURSOR_ACCESS_TOKEN": TOKEN, "SSL_CERT_FILE": SYSTEM_CA,
               "HOME": "/nonexistent", "XDG_CONFIG_HOME": "/nonexistent"})
     e.update(kw)
     return e
@@ -42,41 +33,22 @@ def run(args, timeout=10, **kw):
     """(exit status, stdout, stderr); a command still running after timeout seconds is
     killed and reported as status None (every caller expects it to exit by itself)."""
     try:
-        p = subprocess.run([BIN] + args, env=env(**kw), capture_output=True, text=True,
+        p = subprocess.run(H.proxy_cmd() + args, env=env(**kw), capture_output=True, text=True,
                            timeout=timeout)
     except subprocess.TimeoutExpired as e:
         return None, e.stdout or "", "still running after %d s" % timeout
     return p.returncode, p.stdout, p.stderr
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def start(args, **kw):
-    p = subprocess.Popen([BIN] + args, env=env(**kw), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    PROCS.append(p)
-    return p
-
-
-def wait_health(port, headers=None, deadline=10.0):
-    end = time.time() + deadline
-    while time.time() < end:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health", headers=headers or {})
-            r = c.getresponse()
-            r.read()
-            c.close()
-            return r.status
-        except OSError:
-            time.sleep(0.05)
-    return None
+def start(name, args=(), host="127.0.0.1", **kw):
+    """A server (the harness's Proxy) with Cursor's own address and the system CAs (it never
+    needs the upstream here), or None when it did not become healthy (the reason is printed)."""
+    try:
+        return H.Proxy(S.tmp, name, "https://api2.cursor.sh", SYSTEM_CA, TOKEN, kw, args,
+                       host=host)
+    except RuntimeError as e:
+        print(e)
+        return None
 
 
 def get_status(port, headers):
@@ -89,14 +61,11 @@ def get_status(port, headers):
 
 
 def stop(p):
-    if p.poll() is None:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    return p.stdout.read() if p.stdout else ""
+    """Stop a server start() returned; its log."""
+    if p is None:
+        return ""
+    p.stop()
+    return H.tail(p.proc.log_path, 10 ** 7)
 
 
 def t_basics():
@@ -126,9 +95,8 @@ def t_basics():
         rc, _, err = run(["serve", "--listen", "127.0.0.1:0"], CURSOR_API_URL=url)
         check("CURSOR_API_URL=%r: exit 1 naming it" % url, rc == 1 and "CURSOR_API_URL" in err,
               (rc, err))
-    port = free_port()
-    p = start(["serve", "--listen", "127.0.0.1:%d" % port], TZ="UTC\r\nX-Injected: 1")
-    check("server with a malformed TZ starts", wait_health(port) == 200)
+    p = start("tz", TZ="UTC\r\nX-Injected: 1")
+    check("server with a malformed TZ starts", p is not None)
     log = stop(p)
     check("a malformed TZ is ignored with a warning, never sent on",
           "TZ is not a time-zone name" in log and "X-Injected" not in log, log[-400:])
@@ -167,24 +135,24 @@ def t_non_loopback():
     check("the refusal names CURSOR_OAI_API_KEY and --allow-unauthenticated",
           "CURSOR_OAI_API_KEY" in err and "--allow-unauthenticated" in err, err)
     check("a refused configuration never says it is listening", "listening on" not in out + err)
-    port = free_port()
-    p = start(["serve", "--listen", "0.0.0.0:%d" % port, "--allow-unauthenticated"])
-    check("--allow-unauthenticated starts off loopback", wait_health(port) == 200)
+    p = start("unauth", ["--allow-unauthenticated"], host="0.0.0.0")
+    check("--allow-unauthenticated starts off loopback", p is not None)
     log = stop(p)
     check("... and warns that anyone reaching the port uses the account",
           "without a client key" in log, log[-300:])
-    port = free_port()
-    p = start(["serve", "--listen", "0.0.0.0:%d" % port], CURSOR_OAI_API_KEY="k-123456")
-    check("0.0.0.0 with a client key starts", wait_health(port) == 200)
+    p = start("keyed", host="0.0.0.0", CURSOR_OAI_API_KEY="k-123456")
+    check("0.0.0.0 with a client key starts", p is not None)
     log = stop(p)
     check("... without the warning", "without a client key" not in log, log[-300:])
 
 
 def t_allow_hosts():
-    port = free_port()
-    p = start(["serve", "--listen", "127.0.0.1:%d" % port, "--allow-host", "flag.example"],
+    p = start("hosts", ["--allow-host", "flag.example"],
               CURSOR_OAI_ALLOW_HOSTS=" cursor-oai.test, ,Proxy.Internal")
-    check("server with CURSOR_OAI_ALLOW_HOSTS starts", wait_health(port) == 200)
+    check("server with CURSOR_OAI_ALLOW_HOSTS starts", p is not None)
+    if p is None:
+        return
+    port = p.port
     for host, want in (("cursor-oai.test:%d" % port, 200), ("PROXY.internal:%d" % port, 200),
                        ("flag.example:%d" % port, 200), ("localhost:%d" % port, 200),
                        ("evil.example:%d" % port, 403), ("proxy.internal:1", 200),
@@ -224,10 +192,9 @@ def t_readme_matches_help():
 
 
 def main():
-    if not os.path.exists(BIN):
-        print("skipped: %s not built" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
+    S.make_tmp()
     try:
         t_basics()
         t_version()
@@ -235,11 +202,8 @@ def main():
         t_allow_hosts()
         t_readme_matches_help()
     finally:
-        for p in PROCS:
-            if p.poll() is None:
-                os.killpg(p.pid, 9)
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 1 if FAILED else 0
+        code = S.finish()
+    return code
 
 
 if __name__ == "__main__":

@@ -15,20 +15,11 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
 import clients as C  # noqa: E402
+import harness as H  # noqa: E402
 
-PASSED = FAILED = 0
+S = H.Suite("clients", section=None, limit=3000)
+check = S.check
 FIX = os.path.join(C.HERE, "fixtures")
-
-
-def check(name, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print("ok   %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s %s" % (name, str(detail)[:3000]))
-    return ok
 
 
 def workspace():
@@ -139,20 +130,11 @@ def main():
     except C.Unavailable as e:
         # CI has no other install step: a failed install is a failure, not a skip
         check("clients install from the npm registry", False, e)
-        print("RESULT %d %d" % (PASSED, FAILED))
-        return 1
-    for t in (test_codex, test_claude):
-        print("--- %s" % t.__name__)
-        try:
-            t()
-        except Exception as e:  # noqa: BLE001 - a crashed test is a failure
-            import traceback
-            traceback.print_exc()
-            check("%s ran to the end" % t.__name__, False, repr(e))
-    if FAILED == 0:
+        return S.result()
+    S.sections([(t.__name__, t) for t in (test_codex, test_claude)], timed=False)
+    if S.failed == 0:
         C.forget_homes()
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+    return S.result()
 
 
 if __name__ == "__main__":

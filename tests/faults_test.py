@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Bounded fault and soak suite (issue 7, reliability notes section 4): build/cursor-oai between
+"""Bounded fault and soak suite (reliability notes section 4): build/cursor-oai between
 raw loopback sockets and the fake Cursor upstream (tests/fake/fake_cursor.py), covering what the
 e2e suite does not:
 
@@ -25,11 +25,9 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -41,40 +39,14 @@ sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
 
-BIN = os.environ.get("CURSOR_OAI_BIN") or os.path.join(H.ROOT, "build", "cursor-oai")
 BUDGET_S = float(os.environ.get("FAULTS_BUDGET_S", "235"))
 N_DISCONNECTS = int(os.environ.get("FAULTS_DISCONNECTS", "10000"))
 MIB = 1024 * 1024
 T_START = time.time()
 
-PASS = FAIL = 0
-LOCK = threading.Lock()
-TLS = threading.local()
-
-
-def section():
-    return getattr(TLS, "section", "-")
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    with LOCK:
-        if cond:
-            PASS += 1
-            print("ok   [%s] %s" % (section(), name), flush=True)
-        else:
-            FAIL += 1
-            print("FAIL [%s] %s %s" % (section(), name, str(detail)[:1500]), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
-
-
-def note(msg):
-    with LOCK:
-        print("     [%s] %s" % (section(), msg), flush=True)
+# some sections run in threads of their own (S.section_run): each line carries its section
+S = H.Suite("faults", limit=1500)
+check, eq, note = S.check, S.eq, S.note
 
 
 def jload(b):
@@ -1021,19 +993,14 @@ def _t_soak(p, fake, deadline):
 # ---------------------------------------------------------------------------------------------
 
 def run_section(name, fn, *a):
-    TLS.section = name
-    t0 = time.time()
-    try:
-        fn(*a)
-    except Exception:
-        check("section ran to the end", False, traceback.format_exc())
-    note("section took %.1f s" % (time.time() - t0))
+    S.section_run(name, lambda: fn(*a))
 
 
 def on_alarm(signum, frame):
-    with LOCK:
-        print("FAIL [budget] the suite exceeded FAULTS_BUDGET_S=%.0f s" % BUDGET_S, flush=True)
-        print("RESULT %d %d" % (PASS, FAIL + 1), flush=True)
+    with S.lock:
+        S.section = "budget"
+        check("the suite within FAULTS_BUDGET_S=%.0f s" % BUDGET_S, False, "over it")
+        S.result()
     H.cleanup()
     os._exit(1)
 
@@ -1044,14 +1011,11 @@ def want(name):
 
 
 def main():
-    if not os.access(BIN, os.X_OK):
-        print("skipped: %s missing (build it first)" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
-    os.environ.setdefault("E2E_PROXY_CMD", json.dumps([os.path.abspath(BIN)]))
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(int(BUDGET_S))
-    tmp = tempfile.mkdtemp(prefix="coai-faults-")
+    tmp = S.make_tmp()
     token = pb.make_jwt({"sub": "auth0|faults", "exp": int(time.time()) + 7200,
                          "type": "session"})
     try:
@@ -1072,11 +1036,11 @@ def main():
         if want("cap"):
             run_section("cap", t_cap, tmp, fake, token)
         [t.join(max(1, BUDGET_S - (time.time() - T_START) - 5)) for t in bg]
-        TLS.section = "main"
+        S.section = "main"
         check("main proxy still running", proxy.proc.poll() is None, H.tail(proxy.proc.log_path))
         if want("soak"):
             run_section("soak", t_soak, tmp, fake, token, T_START + BUDGET_S - 25)
-        TLS.section = "final"
+        S.section = "final"
         errs = fake.state()["errors"]
         check("fake upstream saw no protocol/validation errors", not errs, errs[:5])
         logs = "".join(H.tail(os.path.join(tmp, f), 10 ** 8) for f in os.listdir(tmp)
@@ -1084,18 +1048,14 @@ def main():
         check("access token never appears in proxy logs", token not in logs and
               token.split(".")[1] not in logs)
     except Exception:
-        TLS.section = "setup"
+        S.section = "setup"
         check("suite ran", False, traceback.format_exc())
     finally:
         H.cleanup()
         signal.alarm(0)
         note("total %.1f s" % (time.time() - T_START))
-        if FAIL or os.environ.get("FAULTS_KEEP"):
-            print("logs kept in %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print("RESULT %d %d" % (PASS, FAIL), flush=True)
-    return 1 if FAIL else 0
+        code = S.finish(bool(os.environ.get("FAULTS_KEEP")))
+    return code
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The HTTP/2 transport (issue 23), end to end: build/cursor-oai against the fake upstream
+"""The HTTP/2 transport, end to end: build/cursor-oai against the fake upstream
 speaking HTTP/2 (python3-h2), which checks the proxy's side of the protocol (flow control,
 HPACK, stream limits, PING) and misbehaves on command. Each check here fails when the
 behaviour it names is removed:
@@ -29,15 +29,11 @@ behaviour it names is removed:
              the host flooded control frames
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
-import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-import traceback
-import shutil
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
@@ -48,22 +44,8 @@ from harness import pb  # noqa: E402
 # here, whatever pass of the suites this is
 H.TRANSPORT = "auto"
 
-PASS = FAIL = 0
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   " + name)
-    else:
-        FAIL += 1
-        print("FAIL " + name + (" " + str(detail)[:1500] if detail != "" else ""))
-    return bool(cond)
-
-
-def eq(name, got, want):
-    check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+S = H.Suite("h2", section=None, limit=1500)
+check, eq = S.check, S.eq
 
 
 SCEN = {
@@ -766,11 +748,8 @@ TOKEN = None
 
 def main():
     global TOKEN
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="")
-    a = ap.parse_args()
-    only = [x for x in a.only.split(",") if x]
-    tmp = tempfile.mkdtemp(prefix="coai-h2-")
+    only, keep = S.options()
+    tmp = S.make_tmp()
     TOKEN = pb.make_jwt({"sub": "auth0|h2", "exp": int(time.time()) + 7200, "type": "session"})
     fake = px = None
     try:
@@ -778,37 +757,23 @@ def main():
         fake.dir = tmp
         px = H.Proxy(tmp, "main", fake.url(), fake.ca, TOKEN,
                      extra_env={"CURSOR_OAI_TRANSPORT": "auto"})
-        for name, fn in [("mux", lambda: t_mux(fake, px)), ("goaway", lambda: t_goaway(fake, px)),
-                         ("rst", lambda: t_rst(fake, px)), ("stall", lambda: t_stall(fake, px)),
-                         ("bad_frames", lambda: t_bad_frames(fake, px)),
-                         ("window", lambda: t_window(fake, px)),
-                         ("held_window", lambda: t_held_window(fake)),
-                         ("header_list", lambda: t_header_list(fake)),
-                         ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
-                         ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake)),
-                         ("agent_url", lambda: t_agent_url(fake)),
-                         ("flood", lambda: t_flood(fake))]:
-            if only and name not in only:
-                continue
-            t0 = time.time()
-            try:
-                fn()
-            except Exception:
-                check("section %s ran without an exception" % name, False,
-                      traceback.format_exc())
-            print("     [%s] section took %.1f s" % (name, time.time() - t0))
+        S.sections([("mux", lambda: t_mux(fake, px)), ("goaway", lambda: t_goaway(fake, px)),
+                    ("rst", lambda: t_rst(fake, px)), ("stall", lambda: t_stall(fake, px)),
+                    ("bad_frames", lambda: t_bad_frames(fake, px)),
+                    ("window", lambda: t_window(fake, px)),
+                    ("held_window", lambda: t_held_window(fake)),
+                    ("header_list", lambda: t_header_list(fake)),
+                    ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
+                    ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake)),
+                    ("agent_url", lambda: t_agent_url(fake)),
+                    ("flood", lambda: t_flood(fake))], only)
     finally:
         if px:
             px.stop()
         if fake:
             fake.stop()
-        H.cleanup()
-        if FAIL == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("kept " + tmp)
-    print("RESULT %d %d" % (PASS, FAIL))
-    return 1 if FAIL else 0
+        code = S.finish(keep)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Held runs, heartbeats and the CLI's exec answers (issues 10 items 4-5, 11), end to end:
+"""Held runs, heartbeats and the CLI's exec answers, end to end:
 build/cursor-oai (or $CURSOR_OAI_BIN) between curl / plain HTTP / the openai SDK / OpenCode
 and the fake upstream, which holds a run open after an exec, checks the results (type, order,
 ids, stream_close), stalls like the live server when they are wrong, and can go hollow or
@@ -59,7 +59,7 @@ def scenarios(ws):
         "p_heartbeat": {"steps": [{"op": "require_heartbeat", "within_s": 8},
                                   {"op": "text", "text": "alive"}] + END},
         # issue 10 item 5: execs no tool matches -> throw + stream_close, or the turn stalls
-        # (mcp_state_exec_args wants its own result since 2026-09: issue 24, autumn_test.py)
+        # (mcp_state_exec_args wants its own result since 2026-09: upstream_messages_test.py)
         "p_unmapped": {"steps": [
             {"op": "exec", "kind": "delete", "id": 11, "exec_id": "exec-del-11",
              "args_hex": "0a022f78", "expect": "throw", "wait_reply": 3},

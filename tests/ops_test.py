@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Operations suite (issue 16, issue 17 item 2): build/cursor-oai between raw loopback clients
+"""Operations suite: build/cursor-oai between raw loopback clients
 and the fake Cursor upstream (tests/fake/fake_cursor.py), checking what a person running the
 server for real depends on:
 
@@ -24,12 +24,10 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -39,33 +37,16 @@ sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
 
-BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN")
-                      or os.path.join(H.ROOT, "build", "cursor-oai"))
 BUDGET_S = float(os.environ.get("OPS_BUDGET_S", "240"))
 ONLY = set(x for x in os.environ.get("OPS_ONLY", "").split(",") if x)
 T_START = time.time()
-PASS = FAIL = 0
-SECTION = "-"
+S = H.Suite("ops", limit=2000)
+check, eq = S.check, S.eq
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (error|warn|info|debug) ")
 
 
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   [%s] %s" % (SECTION, name), flush=True)
-    else:
-        FAIL += 1
-        print("FAIL [%s] %s %s" % (SECTION, name, str(detail)[:2000]), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
-
-
 def note(msg):
-    print("     [%s] %s" % (SECTION, msg), flush=True)
+    print("     [%s] %s" % (S.section, msg), flush=True)
 
 
 def jload(b):
@@ -211,7 +192,7 @@ def t_tunnel(tmp, fake, token):
            http(proxy.port, "GET", "/health", host="other.test:%d" % pin)[0], 403)
     finally:
         proxy.stop()
-    r = subprocess.run([BIN, "serve", "--allow-host", "box.test:99999"], stdout=subprocess.PIPE,
+    r = subprocess.run(H.proxy_cmd() + ["serve", "--allow-host", "box.test:99999"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=10)
     check("--allow-host with a bad port: exit 2 with a message",
           r.returncode == 2 and b"allow-host" in r.stderr, (r.returncode, r.stderr[-300:]))
@@ -598,7 +579,7 @@ def t_jsonlog(tmp, fake, token):
           b"\xc2\x85" not in raw and b"\xc2\x9b" not in raw and b"\xe2\x80\xa8" not in raw
           and b"\\u0085nel\\u009bcsi\\u2028ls" in raw,
           [ln for ln in raw.splitlines() if b"nel" in ln][:2])
-    r = subprocess.run([BIN, "serve", "--log-format", "xml"], stdout=subprocess.PIPE,
+    r = subprocess.run(H.proxy_cmd() + ["serve", "--log-format", "xml"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=10)
     eq("--log-format xml: exit 2", r.returncode, 2)
 
@@ -700,19 +681,16 @@ def t_forging(tmp, fake, token):
 def t_stderr(tmp, fake, token):
     """stderr is a pipe nobody reads. Before: ~1,100 lines filled it, every connection then
     blocked in write() holding its slot, and SIGTERM could not stop the process."""
-    port = H.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
-    home = os.path.join(tmp, "home-stderr")
-    os.makedirs(home, exist_ok=True)
-    env.update({"HOME": home, "XDG_CONFIG_HOME": os.path.join(home, ".config"),
-                "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca,
-                "CURSOR_ACCESS_TOKEN": token, "CURSOR_CLIENT_VERSION": H.CLIENT_VERSION})
     rfd, wfd = os.pipe()
-    out = open(os.path.join(tmp, "stderr-stdout.log"), "wb")
-    p = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:%d" % port], stdout=out,
-                         stderr=wfd, env=env, cwd=home, start_new_session=True)
-    os.close(wfd)
-    H.PROCS.append(p)
+    try:
+        proxy = H.Proxy(tmp, "stderr", fake.url(), fake.ca, token, stderr=wfd)
+    except RuntimeError as e:
+        check("server with an unread stderr started", False, e)
+        os.close(rfd)
+        return
+    finally:
+        os.close(wfd)
+    p, port = proxy.proc, proxy.port
     pipe_cap = 0
     try:
         import fcntl
@@ -720,9 +698,6 @@ def t_stderr(tmp, fake, token):
     except (OSError, ImportError):
         pass
     try:
-        if not H.wait_for(lambda: http(port, "GET", "/health", timeout=2)[0] == 200, 15):
-            check("server with an unread stderr started", False)
-            return
         # pipelined keep-alive requests: one access-log line each (~75 bytes)
         per, total, answered, stalled = 500, 30000, 0, None
         t0 = time.time()
@@ -782,11 +757,8 @@ def t_stderr(tmp, fake, token):
         check("SIGTERM ends the process with stderr full (%.1f s)" % (time.time() - t2),
               p.poll() is not None, "still running after 15 s")
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+        proxy.stop()
         os.close(rfd)
-        out.close()
 
 
 def ops_scenarios():
@@ -807,48 +779,31 @@ def on_alarm(signum, frame):
 
 
 def main():
-    global SECTION
-    if not os.access(BIN, os.X_OK):
-        print("skipped: %s missing (build it first)" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
-    os.environ["E2E_PROXY_CMD"] = json.dumps([BIN])
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(int(BUDGET_S))
-    tmp = tempfile.mkdtemp(prefix="coai-ops-")
+    tmp = S.make_tmp()
     token = pb.make_jwt({"sub": "auth0|ops", "exp": int(time.time()) + 7200, "type": "session"})
     try:
         fake = H.Fake(tmp, ops_scenarios(), token, config={"client_version": H.CLIENT_VERSION})
-        for name, fn in (("tunnel", t_tunnel), ("metrics", t_metrics), ("at_once", t_at_once),
-                         ("held_at_once", t_held_at_once),
-                         ("jsonlog", t_jsonlog),
-                         ("quota", t_quota), ("forging", t_forging), ("stderr", t_stderr)):
-            if ONLY and name not in ONLY:
-                continue
-            SECTION = name
-            t0 = time.time()
-            try:
-                fn(tmp, fake, token)
-            except Exception:
-                check("section ran to the end", False, traceback.format_exc())
-            note("%.1f s" % (time.time() - t0))
-        SECTION = "final"
+        S.sections([(name, lambda fn=fn: fn(tmp, fake, token)) for name, fn in (
+            ("tunnel", t_tunnel), ("metrics", t_metrics), ("at_once", t_at_once),
+            ("held_at_once", t_held_at_once), ("jsonlog", t_jsonlog), ("quota", t_quota),
+            ("forging", t_forging), ("stderr", t_stderr))], ONLY)
+        S.section = "final"
         errs = fake.state()["errors"]
         check("fake upstream saw no protocol/validation errors", not errs, errs[:5])
     except Exception:
-        SECTION = "setup"
+        S.section = "setup"
         check("suite ran", False, traceback.format_exc())
     finally:
         H.cleanup()
         signal.alarm(0)
-        SECTION = "final"
+        S.section = "final"
         note("total %.1f s" % (time.time() - T_START))
-        if FAIL or os.environ.get("OPS_KEEP"):
-            print("logs kept in %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print("RESULT %d %d" % (PASS, FAIL), flush=True)
-    return 1 if FAIL else 0
+        code = S.finish(bool(os.environ.get("OPS_KEEP")))
+    return code
 
 
 if __name__ == "__main__":

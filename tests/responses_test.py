@@ -13,12 +13,10 @@ Prints `RESULT <passed> <failed>` last.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
@@ -26,23 +24,13 @@ import clients as C  # noqa: E402
 import harness as H  # noqa: E402
 import pbwire as pb  # noqa: E402
 
-PASSED = FAILED = 0
+S = H.Suite("responses", section=None, limit=4000)
+check = S.check
 MARK_A, MARK_B = "CONTENT-ALPHA-5d1", "CONTENT-BETA-9e4"
 # 200 KiB of text with quotes: over the kernel's 128 KiB limit on one command-line argument
 BIG_MARK = "BIG-WRITE-7f3"
 BIG_TEXT = BIG_MARK + "\n" + "".join("line %05d: it's \"quoted\" $HOME `x` \\ %s\n" % (i, "z" * 40)
                                       for i in range(2600))
-
-
-def check(name, ok, detail=""):
-    global PASSED, FAILED
-    if ok:
-        PASSED += 1
-        print("ok   %s" % name)
-    else:
-        FAILED += 1
-        print("FAIL %s %s" % (name, str(detail)[:4000]))
-    return ok
 
 
 def fin(steps):
@@ -676,9 +664,8 @@ def main():
         C.ensure(log=print)
     except C.Unavailable as e:
         check("clients install from the npm registry", False, e)
-        print("RESULT %d %d" % (PASSED, FAILED))
-        return 1
-    tmp = tempfile.mkdtemp(prefix="coai-responses-")
+        return S.result()
+    tmp = S.make_tmp()
     ws = os.path.join(tmp, "workspace")
     os.makedirs(ws)
     with open(os.path.join(ws, "hello.txt"), "w") as f:
@@ -694,29 +681,18 @@ def main():
         # with tools gets none; tests/tools_header_test.py covers it)
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
                         extra_env={"CURSOR_OAI_TOOL_MODE": "cursor"})
-        for name, fn in (("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
-                         ("codex", lambda: t_codex(proxy, fake, tmp, False)),
-                         ("codex_big", lambda: t_codex_big(proxy, fake, tmp)),
-                         ("split", lambda: t_split(proxy, fake, tmp)),
-                         ("compact", lambda: t_compact(proxy, fake))):
-            if only and name not in only:
-                continue
-            print("--- %s" % name)
-            try:
-                fn()
-            except Exception:  # noqa: BLE001 - a crashed section is a failure
-                check("%s ran to the end" % name, False, traceback.format_exc())
+        S.sections((("raw", lambda: t_raw(proxy)), ("sdk", lambda: t_sdk(proxy, ws)),
+                    ("codex", lambda: t_codex(proxy, fake, tmp, False)),
+                    ("codex_big", lambda: t_codex_big(proxy, fake, tmp)),
+                    ("split", lambda: t_split(proxy, fake, tmp)),
+                    ("compact", lambda: t_compact(proxy, fake))), only, timed=False)
         errs = fake.state()["errors"]
         check("fake upstream saw no protocol errors", not errs, errs)
     finally:
-        H.cleanup()
-    if FAILED == 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        C.forget_homes()
-    else:
-        print("logs kept in %s" % tmp)
-    print("RESULT %d %d" % (PASSED, FAILED))
-    return 0 if FAILED == 0 else 1
+        if S.failed == 0:
+            C.forget_homes()
+        code = S.finish()
+    return code
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The status page (GET /, /status.json), the version string and the route list (issue 21,
-parts 1 and 3), against the fake Cursor upstream, with the page loaded in headless Chromium.
+"""The status page (GET /, /status.json), the version string and the route list, against the fake
+Cursor upstream, with the page loaded in headless Chromium.
 
 Run from the repo root:  /usr/bin/python3 tests/status_test.py
 Env: CURSOR_OAI_BIN (default build/cursor-oai), CHROMIUM (default chromium). Prints
@@ -24,16 +24,13 @@ import traceback
 import http.client
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(ROOT, "build", "cursor-oai")))
-if not os.access(BIN, os.X_OK):
-    print("skipped: %s missing (build it first)" % BIN)
-    print("RESULT 0 0")
-    sys.exit(0)
-
 sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 import harness as H  # noqa: E402
 
 S = H.Suite("status", section=None, limit=1500, below=True)
+if S.binary_missing():
+    sys.exit(0)
+BIN = H.proxy_cmd()[0]      # for --version and the --help texts
 check, eq = S.check, S.eq
 KEY = "sk-status-" + os.urandom(8).hex()
 HOSTILE = "<img src=x onerror=\"document.body.setAttribute('data-xss','1')\">"
@@ -311,7 +308,6 @@ def t_browser(tmp, fake, token):
 def main():
     tmp = S.make_tmp()
     token = H.session_token("auth0|status_page", email="status@example.com")
-    os.environ["E2E_PROXY_CMD"] = json.dumps([BIN])
     try:
         fake = H.Fake(tmp, None, token, config={"list_scenarios": False})
         S.sections([(t.__name__, lambda t=t: t(tmp, fake, token))

@@ -1,6 +1,5 @@
-/* t_commands.c - the commands the proxy writes for a client's shell tool (issue 29 items 1,
- * 2 and 5): every dialect's exec mapping (OpenAI chat, Anthropic, Responses with each of
- * Codex's shell styles, with and without apply_patch, Gemini) is fed hostile paths and
+/* t_commands.c - the commands the proxy writes for a client's shell tool: every dialect's exec
+ * mapping (OpenAI chat, Anthropic, Responses with each of Codex's shell styles, with and without apply_patch, Gemini) is fed hostile paths and
  * patterns, and each command it writes is run by real bash (/bin/bash) in a scratch
  * directory with canary files: nothing but the literal target may change. apply_patch
  * never gets a path or content it could read as more than it is; a split write's staging

@@ -174,7 +174,8 @@ static void test_validation(void)
         { "{\"messages\":[{\"role\":\"user\"}],\"tools\":[{\"function\":{\"name\":\"a\","
           "\"parameters\":[]}}]}", COAI_ERR_INVALID, "tools[0].function.parameters" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", COAI_ERR_INVALID, "" },
-        /* a lone surrogate escape is accepted as U+FFFD (t_surface.c); a bad escape is not */
+        /* a lone surrogate escape is accepted as U+FFFD (t_quota_images_fields.c); a bad escape
+         * is not */
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"\\uZ800\"}]}", COAI_ERR_JSON, "" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", COAI_ERR_UTF8, "" },
         { "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\"}]}", COAI_ERR_UTF8, "" },

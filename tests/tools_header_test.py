@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Caller-owned tools (issue 31 item 1), against the fake Cursor.
+"""Caller-owned tools (the allowed-tools header), against the fake Cursor.
 
 CURSOR_OAI_TOOL_MODE=client (the default): a run whose request carries tools sends
 x-cursor-agent-allowed-tools: mcp_tool_call,get_mcp_tools_tool_call on every call of the run

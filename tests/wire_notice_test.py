@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A product that notices when Cursor changes (issue 30 item 3), against the fake Cursor.
+"""A product that notices when Cursor changes (unknown wire fields), against the fake Cursor.
 
 The fake sends fields and oneof members this version's schema does not declare (at the top
 of an AgentServerMessage, inside an InteractionUpdate and a TextDeltaUpdate, a TurnEndedUpdate

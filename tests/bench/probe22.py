@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Figures for the second probe's items 1, 2 and 6 (issue 22), against the fake upstream.
-A benchmark: it prints what it measured and passes no judgement (tests/probe_test.py holds
-the bounds). Each figure comes from a proxy of its own:
+A benchmark: it prints what it measured and passes no judgement (tests/heartbeats_limits_test.py
+holds the bounds). Each figure comes from a proxy of its own:
   1. the largest bodies the caps allow: the proxy's CPU time (utime + stime from /proc) and
      wall time for one body of 32 MiB in 9,999 messages (the body and message caps: parsed,
      looked up, flattened, then refused by the 1 MiB prompt cap) and one of 500,000 JSON
@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
-import probe_test as P  # noqa: E402
+import heartbeats_limits_test as P  # noqa: E402
 
 if os.environ.get("CURSOR_OAI_BIN"):
     H.proxy_cmd = lambda: [os.path.abspath(os.environ["CURSOR_OAI_BIN"])]

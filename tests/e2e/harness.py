@@ -76,11 +76,13 @@ signal.signal(signal.SIGTERM, _sig)
 signal.signal(signal.SIGINT, _sig)
 
 
-def spawn(args, log_path, env=None, cwd=None):
-    """Start a process in its own process group (so the whole group can be killed)."""
+def spawn(args, log_path, env=None, cwd=None, stderr=None, preexec_fn=None):
+    """Start a process in its own process group (so the whole group can be killed); its
+    stdout goes to log_path, and its stderr too unless stderr (a file descriptor) is given.
+    preexec_fn: run in the child before the exec (e.g. a signal disposition it inherits)."""
     log = open(log_path, "wb")
-    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd,
-                         start_new_session=True)
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT if stderr is None else stderr,
+                         env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec_fn)
     p.log_path = log_path
     log.close()
     PROCS.append(p)
@@ -282,34 +284,47 @@ def proxy_cmd():
 
 
 class Proxy:
-    def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None):
+    """`cursor-oai serve` on a free port of `host` (loopback unless told: a suite that checks
+    the non-loopback guard binds 0.0.0.0 and still connects to 127.0.0.1 only), reaching
+    api_url with the CA file ca; up once /health answers 200, else RuntimeError. stderr: a
+    file descriptor for the proxy's stderr (its log) instead of the log file; preexec_fn: see
+    spawn(); env: the whole environment, used as it is instead of the one made here (a suite
+    that makes its own HOME and credential files; api_url, ca, token and extra_env unused);
+    wait: the seconds it has to become healthy."""
+
+    def __init__(self, tmp, name, api_url, ca, token, extra_env=None, args=None,
+                 host="127.0.0.1", stderr=None, preexec_fn=None, env=None, wait=15):
         self.port = free_port()
-        self.home = os.path.join(tmp, "home-" + name)
         self.cwd = os.path.join(tmp, "cwd-" + name)
-        os.makedirs(self.home, exist_ok=True)
         os.makedirs(self.cwd, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
-        env.update({
-            "HOME": self.home, "XDG_CONFIG_HOME": os.path.join(self.home, ".config"),
-            "CURSOR_API_URL": api_url, "SSL_CERT_FILE": ca, "CURSOR_ACCESS_TOKEN": token,
-            "CURSOR_CLIENT_VERSION": CLIENT_VERSION,
-            "CURSOR_OAI_IDLE_TIMEOUT": "2", "CURSOR_OAI_KEEPALIVE": "1",
-        })
-        # the transport to Cursor for this pass of the suites (TRANSPORT)
-        env["CURSOR_OAI_TRANSPORT"] = TRANSPORT
-        env.update(extra_env or {})
+        if env is not None:
+            self.home = env.get("HOME")
+        else:
+            self.home = os.path.join(tmp, "home-" + name)
+            os.makedirs(self.home, exist_ok=True)
+            env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("CURSOR_", "OPENAI_"))}
+            env.update({
+                "HOME": self.home, "XDG_CONFIG_HOME": os.path.join(self.home, ".config"),
+                "CURSOR_API_URL": api_url, "SSL_CERT_FILE": ca, "CURSOR_ACCESS_TOKEN": token,
+                "CURSOR_CLIENT_VERSION": CLIENT_VERSION,
+                "CURSOR_OAI_IDLE_TIMEOUT": "2", "CURSOR_OAI_KEEPALIVE": "1",
+            })
+            # the transport to Cursor for this pass of the suites (TRANSPORT)
+            env["CURSOR_OAI_TRANSPORT"] = TRANSPORT
+            env.update(extra_env or {})
         self.env = env
         self.token = token
         # The port free_port() saw free can be taken before the proxy binds it (the other
         # transport's lane runs the same suite at the same time, and any outgoing connection
         # may get it as its local port): then start again on another one.
         for attempt in range(5):
-            cmd = proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % self.port] + list(
+            cmd = proxy_cmd() + ["serve", "--listen", "%s:%d" % (host, self.port)] + list(
                 args or [])
             self.proc = spawn(cmd, os.path.join(tmp, "proxy-%s.log" % name), env=env,
-                              cwd=self.cwd)
+                              cwd=self.cwd, stderr=stderr, preexec_fn=preexec_fn)
             ok = wait_for(lambda: self.proc.poll() is not None
-                          or self.get("/health")[0] == 200, 15)
+                          or self.get("/health")[0] == 200, wait)
             if (attempt == 4 or self.proc.poll() is None
                     or "cannot listen on" not in tail(self.proc.log_path)):
                 break
@@ -545,31 +560,53 @@ class Suite:
     """One test program: check() and eq() print a line per check and count it; finish()
     stops what the harness started and prints the `RESULT <passed> <failed>` line build.sh
     reads. section: the tag each line carries ("[name] "), None for none; limit: how much of a
-    failure's detail is printed; below: the detail goes on its own indented lines."""
+    failure's detail is printed; below: the detail goes on its own indented lines.
+    Checks may come from several threads at once: each line is printed whole and counted once,
+    and a thread that runs a section of its own (section_run) tags its lines with it."""
 
     def __init__(self, name, section="-", limit=None, below=False):
         self.name = name
-        self.section = section
+        self._section = section
+        self._tls = threading.local()
+        self.lock = threading.RLock()
         self.limit = limit
         self.below = below
         self.passed = self.failed = 0
         self.tmp = None
 
+    @property
+    def section(self):
+        """This thread's section when it runs one (section_run), else the suite's."""
+        return getattr(self._tls, "section", self._section)
+
+    @section.setter
+    def section(self, name):
+        self._section = name
+        if hasattr(self._tls, "section"):
+            self._tls.section = name
+
     def check(self, name, cond, detail=""):
         tag = "" if self.section is None else "[%s] " % self.section
-        if cond:
-            self.passed += 1
-            print("ok   %s%s" % (tag, name), flush=True)
-            return bool(cond)
-        self.failed += 1
-        if self.below:
-            print("FAIL %s%s" % (tag, name))
-            if detail is not None:
-                print("     " + str(detail)[:self.limit].replace("\n", "\n     "))
-            sys.stdout.flush()
-        else:
-            print("FAIL %s%s %s" % (tag, name, str(detail)[:self.limit]), flush=True)
+        with self.lock:
+            if cond:
+                self.passed += 1
+                print("ok   %s%s" % (tag, name), flush=True)
+                return bool(cond)
+            self.failed += 1
+            if self.below:
+                print("FAIL %s%s" % (tag, name))
+                if detail is not None:
+                    print("     " + str(detail)[:self.limit].replace("\n", "\n     "))
+                sys.stdout.flush()
+            else:
+                print("FAIL %s%s %s" % (tag, name, str(detail)[:self.limit]), flush=True)
         return bool(cond)
+
+    def note(self, msg):
+        """A line that is not a check (a measured figure), with the section's tag."""
+        tag = "" if self.section is None else "[%s] " % self.section
+        with self.lock:
+            print("     %s%s" % (tag, msg), flush=True)
 
     def eq(self, name, got, want):
         if self.below:
@@ -617,13 +654,23 @@ class Suite:
                 print("--- %s" % name, flush=True)
             else:
                 self.section = name
-            t0 = time.time()
-            try:
-                fn()
-            except Exception:   # noqa: BLE001 - a crashed section is a failure
-                self.check("section ran to the end" if self.section is not None
-                           else "%s ran to the end" % name, False, traceback.format_exc())
-            if timed:
+            self._run(name, fn, timed)
+
+    def section_run(self, name, fn, timed=True):
+        """Run one section in this thread, its lines tagged with its name, for suites that
+        run sections in threads of their own: as sections() does for each of its table."""
+        self._tls.section = name
+        self._run(name, fn, timed)
+
+    def _run(self, name, fn, timed):
+        t0 = time.time()
+        try:
+            fn()
+        except Exception:   # noqa: BLE001 - a crashed section is a failure
+            self.check("section ran to the end" if self.section is not None
+                       else "%s ran to the end" % name, False, traceback.format_exc())
+        if timed:
+            with self.lock:
                 print("     [%s] section took %.1f s" % (name, time.time() - t0), flush=True)
 
     def result(self):

@@ -677,7 +677,7 @@ def server_tests(fake):
 
     # -- transport/framing fault scenarios and listeners (tests/faults_test.py uses them)
     fault_tests(fake, cl)
-    autumn_tests(fake, cl)
+    upstream_messages_tests(fake, cl)
 
     # -- GetUsableModels
     rid = str(uuid.uuid4())
@@ -1083,7 +1083,7 @@ def raw_tls_exchange(fake, port, data):
     return got
 
 
-def autumn_tests(fake, cl):
+def upstream_messages_tests(fake, cl):
     """Issue 24: the agent host serves HTTP/2 only; runs are version-gated; a deprecated model;
     compressed appends are ignored."""
     rid = str(uuid.uuid4())

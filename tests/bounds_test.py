@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""No hang and no unbounded memory (issue 17): build/cursor-oai between raw loopback sockets
+"""bounds_test.py - no hang and no unbounded memory (deadlines, caps, signals): build/cursor-oai
+between raw loopback sockets
 and the fake Cursor upstream (tests/fake/fake_cursor.py, real TLS), one check per item:
 
   models    a stale model list is served at once while GetUsableModels trickles (1); the
@@ -27,12 +28,10 @@ Prints `RESULT <passed> <failed>` last."""
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -45,35 +44,13 @@ import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
 from faults_test import Raw, req_bytes, err_of, chat_body  # noqa: E402
 
-BIN = os.environ.get("CURSOR_OAI_BIN") or os.path.join(H.ROOT, "build", "cursor-oai")
 BUDGET_S = float(os.environ.get("ROBUST_BUDGET_S", "200"))
 MIB = 1024 * 1024
 T_START = time.time()
 
-PASS = FAIL = 0
-LOCK = threading.Lock()
-TLS = threading.local()
-
-
-def section():
-    return getattr(TLS, "section", "-")
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    with LOCK:
-        if cond:
-            PASS += 1
-            print("ok   [%s] %s" % (section(), name), flush=True)
-        else:
-            FAIL += 1
-            print("FAIL [%s] %s %s" % (section(), name, str(detail)[:1200]), flush=True)
-    return bool(cond)
-
-
-def note(msg):
-    with LOCK:
-        print("     [%s] %s" % (section(), msg), flush=True)
+# sections run in threads of their own (S.section_run): each line carries its section
+S = H.Suite("bounds", limit=1200)
+check, note = S.check, S.note
 
 
 def jload(b):
@@ -508,14 +485,14 @@ def t_signals(tmp, fake, token):
 
 
     # started under nohup (SIGHUP ignored): that choice stands
-    port = H.free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("CURSOR_", "OPENAI_"))}
-    env.update({"HOME": tmp, "XDG_CONFIG_HOME": os.path.join(tmp, "cfg-nohup"),
-                "CURSOR_API_URL": fake.url(), "SSL_CERT_FILE": fake.ca,
-                "CURSOR_ACCESS_TOKEN": token})
-    proc = subprocess.Popen([BIN, "serve", "--listen", "127.0.0.1:%d" % port], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        p = H.Proxy(tmp, "nohup", fake.url(), fake.ca, token,
+                    preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    except RuntimeError as e:
+        check("under nohup (SIGHUP ignored by the parent) SIGHUP leaves the server running",
+              False, e)
+        return
+    proc, port = p.proc, p.port
     try:
         def health():
             c = socket.create_connection(("127.0.0.1", port), timeout=2)
@@ -529,8 +506,7 @@ def t_signals(tmp, fake, token):
         check("under nohup (SIGHUP ignored by the parent) SIGHUP leaves the server running",
               up and proc.poll() is None and H.wait_for(health, 10), proc.poll())
     finally:
-        proc.kill()
-        proc.wait()
+        p.stop()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -709,7 +685,7 @@ def t_auth(tmp, fake, token):
     os.chmod(shared, 0o755)
     os.makedirs(os.path.join(home, ".config"))
     os.symlink(shared, os.path.join(home, ".config", "cursor-oai"))
-    out = subprocess.run([BIN, "login", "--api-key", "key_robust"], env=cli_env(home, fake),
+    out = subprocess.run(H.proxy_cmd() + ["login", "--api-key", "key_robust"], env=cli_env(home, fake),
                          capture_output=True, text=True, timeout=30)
     mode = os.stat(shared).st_mode & 0o777
     note("login through a symlinked config dir: exit %d, target mode %o"
@@ -747,7 +723,7 @@ def t_auth(tmp, fake, token):
                                                           "CURSOR_ACCESS_TOKEN": token})
     os.makedirs(env["HOME"], exist_ok=True)
     try:
-        out = subprocess.run([BIN, "serve", "--listen", "127.0.0.1:%d" % port], env=env,
+        out = subprocess.run(H.proxy_cmd() + ["serve", "--listen", "127.0.0.1:%d" % port], env=env,
                              capture_output=True, text=True, timeout=5)
         rc, err = out.returncode, out.stderr
     except subprocess.TimeoutExpired as e:
@@ -777,36 +753,28 @@ def t_mcp(tmp, fake, token, proxy):
 # ---------------------------------------------------------------------------------------------
 
 def run_section(name, fn, *a):
-    TLS.section = name
     if ONLY and name not in ONLY:
         return
-    t0 = time.time()
-    try:
-        fn(*a)
-    except Exception:
-        check("section ran", False, traceback.format_exc())
-    note("section took %.1f s" % (time.time() - t0))
+    S.section_run(name, lambda: fn(*a))
 
 
 ONLY = [x for x in os.environ.get("ROBUST_ONLY", "").split(",") if x]
 
 
 def on_alarm(signum, frame):
-    print("FAIL [budget] suite exceeded %d s" % BUDGET_S, flush=True)
+    S.section = "budget"
+    check("suite within its %d s" % BUDGET_S, False, "over it")
     H.cleanup()
-    print("RESULT %d %d" % (PASS, FAIL + 1), flush=True)
+    S.result()
     os._exit(1)
 
 
 def main():
-    if not os.access(BIN, os.X_OK):
-        print("skipped: %s missing (build it first)" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
-    os.environ["E2E_PROXY_CMD"] = json.dumps([os.path.abspath(BIN)])
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(int(BUDGET_S))
-    tmp = tempfile.mkdtemp(prefix="coai-robust-")
+    tmp = S.make_tmp()
     token = pb.make_jwt({"sub": "auth0|robust", "exp": int(time.time()) + 7200,
                          "type": "session"})
     try:
@@ -836,22 +804,18 @@ def main():
         with ThreadPoolExecutor(3) as ex:
             list(ex.map(lambda x: run_section(*x), par))
         bg.join(max(1, BUDGET_S - (time.time() - T_START) - 5))
-        TLS.section = "final"
+        S.section = "final"
         check("main proxy still running", proxy.proc.poll() is None,
               H.tail(proxy.proc.log_path))
     except Exception:
-        TLS.section = "setup"
+        S.section = "setup"
         check("suite ran", False, traceback.format_exc())
     finally:
         H.cleanup()
         signal.alarm(0)
         note("total %.1f s" % (time.time() - T_START))
-        if FAIL or os.environ.get("ROBUST_KEEP"):
-            print("logs kept in %s" % tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-        print("RESULT %d %d" % (PASS, FAIL), flush=True)
-    return 1 if FAIL else 0
+        code = S.finish(bool(os.environ.get("ROBUST_KEEP")))
+    return code
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""autumn_test.py - what Cursor asks and says since September 2026 (issue 24 items 5, 6, 9):
+"""upstream_messages_test.py - what Cursor asks and says since September 2026 (execs, queries, kv,
+usage, error strings):
 build/cursor-oai (or $CURSOR_OAI_BIN) against the fake upstream, which stalls a turn (heartbeats
 only) when an exec 36, a precheck or an interaction query goes unanswered, sends the error
 strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
@@ -20,7 +21,7 @@ strings users saw live, and reports the turn's tokens in TurnEndedUpdate.
   replay    Conversation data missing / blob missing -> a new conversation, replayed once
 
 Env: CURSOR_OAI_BIN. Prints `RESULT <passed> <failed>` last.
-  tests/autumn_test.py [--only a,b] [--keep]"""
+  tests/upstream_messages_test.py [--only a,b] [--keep]"""
 
 import json
 import os
@@ -33,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 
-S = H.Suite("autumn", limit=1500)
+S = H.Suite("upstream_messages", limit=1500)
 check, eq = S.check, S.eq
 END = H.END
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
@@ -570,5 +571,5 @@ def main():
 
 
 if __name__ == "__main__":
-    threading.current_thread().name = "autumn_test"
+    threading.current_thread().name = "upstream_messages_test"
     sys.exit(main())

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""surface_test.py - quota/usage (GET /v1/usage, `cursor-oai usage`, the status line), images
-(data: URLs to SelectedImage), the request-field table (stop, max_tokens, response_format, ...)
-and the strict request checks (unknown content parts, lone surrogates, duplicate keys), all
+"""quota_images_fields_test.py - quota/usage (GET /v1/usage, `cursor-oai usage`, the status line),
+images (data: URLs to SelectedImage), the request-field table (stop, max_tokens, response_format,
+...) and the strict request checks (unknown content parts, lone surrogates, duplicate keys), all
 against build/cursor-oai with the fake Cursor upstream.
 
 Run from the repo root; env CURSOR_OAI_BIN (default build/cursor-oai), E2E_NPM_DIR (the npm
@@ -10,13 +10,10 @@ Prints RESULT p f last."""
 import base64
 import json
 import os
-import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 import zlib
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
@@ -26,22 +23,8 @@ from harness import pb  # noqa: E402
 BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build",
                                                                    "cursor-oai")))
 NPM = os.environ.get("E2E_NPM_DIR", os.path.join(H.ROOT, "build", "npm"))
-PASS = FAIL = 0
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   " + name, flush=True)
-    else:
-        FAIL += 1
-        print("FAIL %s %s" % (name, detail), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+S = H.Suite("quota_images_fields", section=None)
+check, eq = S.check, S.eq
 
 
 def jload(b):
@@ -706,11 +689,9 @@ def t_custom(fake, proxy):
 # ---------------------------------------------------------------------------------------------
 
 def main():
-    if not os.path.exists(BIN):
-        print("skipped: %s missing (build it first)" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
-    tmp = tempfile.mkdtemp(prefix="coai-surface-")
+    tmp = S.make_tmp()
     token = pb.make_jwt({"sub": "auth0|surface", "exp": int(time.time()) + 7200,
                          "type": "session"})
     fake = proxy = None
@@ -729,28 +710,21 @@ def main():
         proxy = H.Proxy(tmp, "main", fake.url(), fake.ca, token,
                         extra_env={"CURSOR_OAI_USAGE_TTL": "0", "CURSOR_OAI_TOOL_MODE": "cursor"})
         FAKES[proxy.port] = fake
-        for name, fn in [("usage", lambda: t_usage(fake, proxy)),
-                         ("usage-key", lambda: t_usage_key(tmp, fake, token)),
-                         ("images", lambda: t_images(tmp, fake, proxy, token)),
-                         ("tool-images", lambda: t_tool_images(fake, proxy)),
-                         ("strict", lambda: t_strict(proxy)),
-                         ("fields", lambda: t_fields(fake, proxy)),
-                         ("custom", lambda: t_custom(fake, proxy))]:
-            if os.environ.get("SURFACE_ONLY") and name not in os.environ["SURFACE_ONLY"].split(","):
-                continue
-            try:
-                fn()
-            except Exception:
-                check("section %s ran without an exception" % name, False, traceback.format_exc())
+        only = set(x for x in os.environ.get("SURFACE_ONLY", "").split(",") if x)
+        S.sections([("usage", lambda: t_usage(fake, proxy)),
+                    ("usage-key", lambda: t_usage_key(tmp, fake, token)),
+                    ("images", lambda: t_images(tmp, fake, proxy, token)),
+                    ("tool-images", lambda: t_tool_images(fake, proxy)),
+                    ("strict", lambda: t_strict(proxy)),
+                    ("fields", lambda: t_fields(fake, proxy)),
+                    ("custom", lambda: t_custom(fake, proxy))], only, timed=False)
     finally:
         if proxy:
             proxy.stop()
         if fake:
             fake.stop()
-        H.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("RESULT %d %d" % (PASS, FAIL))
-    return 1 if FAIL else 0
+        code = S.finish()
+    return code
 
 
 if __name__ == "__main__":

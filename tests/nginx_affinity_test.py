@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Two cursor-oai instances behind nginx (issue 21 part 2), with examples/nginx-cursor-oai.conf
+"""Two cursor-oai instances behind nginx (session affinity), with examples/nginx-cursor-oai.conf
 as it is (only its three addresses swapped for loopback ports), against the fake upstream.
 
 - Each session header clients send (x-claude-code-session-id, session-id, session_id,
@@ -11,7 +11,7 @@ as it is (only its three addresses swapped for loopback ports), against the fake
 
 nginx is Debian's package (build.sh installs it with the test packages), run as a plain
 process with its own prefix, pid, logs and temp directories under a temp dir, on loopback
-ports. Run from the repo root:  /usr/bin/python3 tests/multi_test.py
+ports. Run from the repo root:  /usr/bin/python3 tests/nginx_affinity_test.py
 Prints `RESULT <passed> <failed>` last.
 """
 
@@ -29,10 +29,9 @@ sys.path.insert(0, HERE)
 import harness as H  # noqa: E402
 import held_test as HT  # noqa: E402  (the held-run scenarios, tools and tool runner)
 
-BIN = os.path.abspath(os.environ.get("CURSOR_OAI_BIN", os.path.join(H.ROOT, "build", "cursor-oai")))
 NGINX = os.environ.get("NGINX", shutil.which("nginx") or "/usr/sbin/nginx")
 EXAMPLE = os.path.join(H.ROOT, "examples", "nginx-cursor-oai.conf")
-S = H.Suite("multi", section=None, limit=1500, below=True)
+S = H.Suite("nginx_affinity", section=None, limit=1500, below=True)
 check, eq = S.check, S.eq
 
 
@@ -137,9 +136,7 @@ def loop_two_steps(port, ws, headers, src1, src2):
 
 
 def main():
-    if not os.access(BIN, os.X_OK):
-        print("skipped: %s missing (build it first)" % BIN)
-        print("RESULT 0 0")
+    if S.binary_missing():
         return 0
     if not os.access(NGINX, os.X_OK):
         if os.geteuid() == 0:
@@ -147,7 +144,6 @@ def main():
         else:
             print("skipped: nginx not installed")
         return S.result()
-    H.proxy_cmd = lambda: [BIN]
     tmp = S.make_tmp()
     secret = "otter-" + os.urandom(4).hex()
     ws = S.workspace(secret)

@@ -1,5 +1,5 @@
-/* t_parity.c - live-parity pieces of the header: cursor-agent build ids (every form the 2026
- * CLIs used), the GetServerConfig agent URL, ErrorDetails with CustomErrorDetails field 10,
+/* t_versions_errors.c - live-parity pieces of the header: cursor-agent build ids (every form the
+ * 2026 CLIs used), the GetServerConfig agent URL, ErrorDetails with CustomErrorDetails field 10,
  * and the error mapping of outdated clients and of a bare resource_exhausted. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "../cursor_oai.h"

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""The second independent probe's findings (issue 22), end to end: build/cursor-oai (or
+"""heartbeats_limits_test.py - heartbeats and held-run edges, request limits and budgets, small
+answers, per-dialect request rules and the usage fetch, end to end: build/cursor-oai (or
 $CURSOR_OAI_BIN) against the fake upstream. Each check here failed on the binary before its
-fix. Prints `RESULT <passed> <failed>` last.
-  tests/probe_test.py [--only a,b] [--keep]   sections: hb_results,hb_backoff,hb_keepalive,hb_hollow,
-  held_bind,held_empty,store_race,limits,budget,
+fix (they came from the second independent probe). Prints `RESULT <passed> <failed>` last.
+  tests/heartbeats_limits_test.py [--only a,b] [--keep]   sections:
+  hb_results,hb_backoff,hb_keepalive,hb_hollow,held_bind,held_empty,store_race,limits,budget,
   tool_choice,small,dialect_rules,usage"""
 
 import json
@@ -19,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 
-S = H.Suite("probe")
+S = H.Suite("heartbeats_limits")
 
 
 # The suite scripts Cursor's native execs (shell, read, write, ...) with tools present: that is
@@ -1050,5 +1051,5 @@ def main():
 
 
 if __name__ == "__main__":
-    threading.current_thread().name = "probe_test"
+    threading.current_thread().name = "heartbeats_limits_test"
     sys.exit(main())

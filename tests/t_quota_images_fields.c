@@ -1,4 +1,4 @@
-/* t_surface.c - the QUOTA part (dashboard JSON -> /v1/usage JSON, text, summary), the
+/* t_quota_images_fields.c - the QUOTA part (dashboard JSON -> /v1/usage JSON, text, summary), the
  * usage-limit error message, and (below) images and request-field emulations. */
 #define CURSOR_OAI_IMPLEMENTATION
 #include "cursor_oai.h"
@@ -247,7 +247,7 @@ static void test_limit_message(void)
 
 /* ---- images ------------------------------------------------------------- */
 
-/* 3x2 RGB PNG made with zlib (the same bytes surface_test.py builds) */
+/* 3x2 RGB PNG made with zlib (the same bytes quota_images_fields_test.py builds) */
 static const char PNG_B64[] = "iVBORw0KGgoAAAANSUhEUgAAAAMAAAACCAIAAAASFvFNAAAAEUlEQVR4nGP4z8AAQT"
                               "D6PwMAPtUF+6guL00AAAAASUVORK5CYII=";
 

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""parity_test.py - live parity with the 2026 Cursor CLI (issue 10): build/cursor-oai against the
-fake upstream modelling what the notes describe.
+"""upstream_parity_test.py - talking to Cursor as the 2026 Cursor CLI does (order, client version,
+agent host, profile, transport, headers): build/cursor-oai against the fake upstream modelling what
+the notes describe.
 
   order     the seqno-0 BidiAppend only after the RunSSE head (the fake loses an append that
             races ahead of the run's registration)
@@ -28,10 +29,8 @@ Prints `RESULT <passed> <failed>` last."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 
@@ -40,25 +39,11 @@ sys.path.insert(0, os.path.join(HERE, "e2e"))
 import harness as H  # noqa: E402
 from harness import pb  # noqa: E402
 
-BIN = os.environ.get("CURSOR_OAI_BIN") or os.path.join(H.ROOT, "build", "cursor-oai")
+BIN = H.proxy_cmd()[0]     # for the commands run here (status, doctor, --help)
 ONLY = [x for x in os.environ.get("PARITY_ONLY", "").split(",") if x]
 DEFAULT_VERSION = "cli-2026.10.01-e373342"
-PASS = FAIL = 0
-
-
-def check(name, cond, detail=""):
-    global PASS, FAIL
-    if cond:
-        PASS += 1
-        print("ok   " + name, flush=True)
-    else:
-        FAIL += 1
-        print("FAIL %s %s" % (name, str(detail)[:1500]), flush=True)
-    return bool(cond)
-
-
-def eq(name, got, want):
-    return check(name, got == want, "\n     got: %r\n    want: %r" % (got, want))
+S = H.Suite("upstream_parity", section=None, limit=1500)
+check, eq = S.check, S.eq
 
 
 def jload(b):
@@ -88,7 +73,6 @@ class Env:
                                   "exp": int(time.time()) + 7200})
         self.fake = H.Fake(tmp, None, self.token, {"append_wait_s": 5.0})
         self.n = 0
-        os.environ["E2E_PROXY_CMD"] = json.dumps([BIN])
 
     def proxy(self, env=None, home_setup=None):
         self.n += 1
@@ -1015,7 +999,7 @@ H2_NONE = {
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="coai-parity-")
+    tmp = S.make_tmp()
     E = None
     try:
         E = Env(tmp)
@@ -1040,13 +1024,8 @@ def main():
     finally:
         if E:
             E.fake.stop()
-        H.cleanup()
-        if not os.environ.get("PARITY_KEEP"):
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print("kept " + tmp)
-    print("RESULT %d %d" % (PASS, FAIL))
-    return 0 if FAIL == 0 else 1
+        code = S.finish(keep=bool(os.environ.get("PARITY_KEEP")))
+    return code
 
 
 if __name__ == "__main__":
