@@ -7968,7 +7968,7 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
                        int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
 {
     struct h2w w;
-    unsigned char h[5];
+    unsigned char h[5], *one;
     int rc;
     if (!r->up.h2) {
         coai_error_set(err, 502, "upstream_error", "upstream_closed", NULL,
@@ -7990,14 +7990,14 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
     /* a message is HTTP/1.1's BidiAppend call: the same whole-call deadline
      * (CURSOR_OAI_UPSTREAM_TIMEOUT), however long the stream's own read deadline is */
     w.end = mono_ms() + (S.up_call_ms > 0 ? S.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
-    if (n <= H2_ONE_FRAME - 5) {
+    if (n <= H2_ONE_FRAME - 5 && (one = malloc(n + 5)) != NULL) {
         /* envelope and message in one DATA frame, one wake-up of the I/O thread (with the
-         * run request: HEADERS and DATA in one TLS record) */
-        unsigned char one[H2_ONE_FRAME];
+         * run request: HEADERS and DATA in one TLS record); on the heap: see tr_open */
         memcpy(one, h, 5);
         memcpy(one + 5, msg, n);
         rc = h2s_write(r->up.h2, &w, one, n + 5, 0);
         memset(one, 0, n + 5);
+        free(one);
     } else {
         rc = h2s_write(r->up.h2, &w, h, 5, 0);
         if (rc == 0) rc = h2s_write(r->up.h2, &w, msg, n, 0);
@@ -8032,11 +8032,15 @@ static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client
  * which HTTP/1.1 may not have). */
 static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
-    char auth[SRV_TOKEN_MAX + 8], path[320];
+    char *auth = malloc(tl + 8), path[320];     /* the heap: see tr_open */
     coai_h2_header hs[15];
     size_t nh = 0;
     int rc = -1;
-    snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
+    if (!auth) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    snprintf(auth, tl + 8, "Bearer %.*s", (int)tl, token);
     snprintf(path, sizeof path, "%.256s%s", r->up.host.prefix, PATH_RUN);
 #define H2H(n, v) (hs[nh].name = coai_str_c(n), hs[nh].value = coai_str_c(v), nh++)
     H2H(":method", "POST");
@@ -8077,7 +8081,8 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
         pthread_mutex_unlock(&S.lock);
     }
     r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
-    memset(auth, 0, sizeof auth);
+    memset(auth, 0, tl + 8);
+    free(auth);
     if (!r->up.h2) {
         r->fb.tr_fail = r->err.status != 500;
         goto done;
@@ -8142,11 +8147,17 @@ done:
  * (HTTP/2). 0 ok, 1 retry on a fresh connection, -1 r->err filled. */
 static int tr_open(struct run *r, int fresh)
 {
-    char token[SRV_TOKEN_MAX];
+    /* on the heap, as h2_run_start's header: stack pages a run's thread touches once stay
+     * resident while it streams (10,000 held streams: 10,000 stacks) */
+    char *token = malloc(SRV_TOKEN_MAX);
     size_t tl;
     int rc = -1, h2 = r->up.tr == TR_H2;
     if (h2) r->fb.tr_fail = 0;
-    tl = cred_token(token, sizeof token, &r->up.auth_gen);
+    if (!token) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    tl = cred_token(token, SRV_TOKEN_MAX, &r->up.auth_gen);
     if (tl == 0) {
         cred_missing(&r->err);
         goto done;
@@ -8172,7 +8183,8 @@ static int tr_open(struct run *r, int fresh)
     }
     rc = h2 ? h2_run_start(r, fresh, token, tl) : run_start(r, fresh, token, tl);
 done:
-    memset(token, 0, sizeof token);
+    memset(token, 0, SRV_TOKEN_MAX);
+    free(token);
     return rc;
 }
 
