@@ -3038,16 +3038,70 @@ static void h2c_recv_locked(struct h2c *hc)
     }
 }
 
-/* The I/O thread: the only writer of hc->up's socket; its reader unless a stream's thread
- * leads (hc->lead, h2s_lead). */
+/* Under hc->mu: the core's bytes -> engine -> socket, until all is out or the socket is
+ * full (the engine takes about one record at a time: loop, do not wait for a poll). The I/O
+ * thread calls it every turn; a stream's thread calls it too (h2c_push_locked), so that
+ * what it queued leaves without a wake-up of the I/O thread. 1 when the socket is full. */
+static int h2c_flush_locked(struct h2c *hc)
+{
+    br_ssl_engine_context *eng = &hc->up->sc.eng;
+    int want_out = 0;
+    for (;;) {
+        int moved = 0;
+        for (;;) {
+            const unsigned char *p;
+            size_t k = coai_h2_want_write(hc->core, &p), room;
+            unsigned char *b;
+            if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
+                if (!k) br_ssl_engine_flush(eng, 0);
+                break;
+            }
+            b = br_ssl_engine_sendapp_buf(eng, &room);
+            if (k > room) k = room;
+            memcpy(b, p, k);
+            br_ssl_engine_sendapp_ack(eng, k);
+            coai_h2_wrote(hc->core, k);
+            moved = 1;
+        }
+        while (br_ssl_engine_current_state(eng) & BR_SSL_SENDREC) {
+            size_t n;
+            unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
+            ssize_t w = send(hc->up->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); moved = 1; continue; }
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
+            hc->up->why = UPX_IO;
+            h2c_fail_locked(hc, "send failed: %s", strerror(errno));
+            break;
+        }
+        if (want_out || !moved || hc->up->why != UPX_OK
+            || br_ssl_engine_current_state(eng) == BR_SSL_CLOSED)
+            break;
+    }
+    return want_out;
+}
+
+/* Under hc->mu, on a stream's thread: write what the core queued now, on this thread. 1
+ * when the I/O thread must be woken all the same: the socket is full (it waits for
+ * POLLOUT), something is left, or the connection failed (it ends). */
+static int h2c_push_locked(struct h2c *hc)
+{
+    const unsigned char *q;
+    if (hc->dead) return 1;
+    if (h2c_flush_locked(hc) || hc->dead) return 1;
+    return coai_h2_want_write(hc->core, &q) > 0
+           || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC) != 0;
+}
+
+/* The I/O thread: the writer of hc->up's socket when a stream's thread could not write all
+ * it queued itself (h2c_push_locked); its reader unless a stream's thread leads (hc->lead,
+ * h2s_lead). */
 static void *h2c_thread(void *arg)
 {
     struct h2c *hc = arg;
-    br_ssl_engine_context *eng = &hc->up->sc.eng;
     int fd = hc->up->fd, want_out = 0, rd, more, tmo;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
-        unsigned st;
         struct pollfd pf[2];
         int64_t now = mono_ms();
         int pr;
@@ -3074,41 +3128,7 @@ static void *h2c_thread(void *arg)
          * not come back to wait (h2s_lead): ours again */
         if (hc->lead == H2_LEAD_FREE && now - hc->lead_at >= H2_LEAD_LAPSE_MS)
             hc->lead = H2_LEAD_IO;
-        /* the core's bytes -> engine -> socket, until all is out or the socket is full
-         * (the engine takes about one record at a time: loop, do not wait for a poll) */
-        want_out = 0;
-        for (;;) {
-            int moved = 0;
-            for (;;) {
-                const unsigned char *p;
-                size_t k = coai_h2_want_write(hc->core, &p), room;
-                unsigned char *b;
-                if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
-                    if (!k) br_ssl_engine_flush(eng, 0);
-                    break;
-                }
-                b = br_ssl_engine_sendapp_buf(eng, &room);
-                if (k > room) k = room;
-                memcpy(b, p, k);
-                br_ssl_engine_sendapp_ack(eng, k);
-                coai_h2_wrote(hc->core, k);
-                moved = 1;
-            }
-            while ((st = br_ssl_engine_current_state(eng)) & BR_SSL_SENDREC) {
-                size_t n;
-                unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
-                ssize_t w = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); moved = 1; continue; }
-                if (w < 0 && errno == EINTR) continue;
-                if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
-                hc->up->why = UPX_IO;
-                h2c_fail_locked(hc, "send failed: %s", strerror(errno));
-                break;
-            }
-            if (want_out || !moved || hc->up->why != UPX_OK
-                || br_ssl_engine_current_state(eng) == BR_SSL_CLOSED)
-                break;
-        }
+        want_out = h2c_flush_locked(hc);
         if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
         /* read again without a poll when the last recv() filled the buffer. Backpressure:
          * no reading while the core holds more than H2_OUT_MAX to write (acks, window
@@ -3421,10 +3441,11 @@ static int h2s_lead(struct h2s *s, int64_t ms, int client_fd, short *client_even
         }
         if (hc->up->ra_off == hc->up->ra_len) h2c_recv_locked(hc);
         h2c_feed_locked(hc, mono_ms());
-        /* what reading made the core queue (acks, window updates; rare) the I/O thread
-         * writes */
-        if (coai_h2_want_write(hc->core, &q) > 0
-            || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC))
+        /* what reading made the core queue (acks, window updates; rare) goes out now, or
+         * the I/O thread writes it */
+        if ((coai_h2_want_write(hc->core, &q) > 0
+             || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC))
+            && h2c_push_locked(hc))
             h2c_wake(hc);
     }
 }
@@ -3574,6 +3595,7 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
     struct h2c *hc = s->hc;
     const unsigned char *b = p;
     size_t off = 0;
+    int wake;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         size_t room, sent = 0;
@@ -3615,13 +3637,17 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
         }
         off += sent;
         if (off == n) break;
-        pthread_mutex_unlock(&hc->mu);
-        h2c_wake(hc);
-        pthread_mutex_lock(&hc->mu);
+        if (h2c_push_locked(hc)) {
+            pthread_mutex_unlock(&hc->mu);
+            h2c_wake(hc);
+            pthread_mutex_lock(&hc->mu);
+        }
     }
     if (end) s->local_end = 1;
+    /* out on this thread: no wake-up of the I/O thread on the way to the server */
+    wake = h2c_push_locked(hc);
     pthread_mutex_unlock(&hc->mu);
-    h2c_wake(hc);
+    if (wake) h2c_wake(hc);
     return 0;
 }
 
@@ -3658,7 +3684,8 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
             s->in = t;
             coai_buf_reset(&s->in);
             coai_h2_consumed(hc->core, s->id, s->taken.len);    /* the window goes back */
-            wake = coai_h2_want_write(hc->core, &q) > 0;        /* a WINDOW_UPDATE is due */
+            wake = coai_h2_want_write(hc->core, &q) > 0         /* a WINDOW_UPDATE is due */
+                   && h2c_push_locked(hc);
             pthread_mutex_unlock(&hc->mu);
             if (wake) h2c_wake(hc);
             *p = s->taken.data;
@@ -3750,6 +3777,7 @@ static void h2s_close(struct h2s *s)
 {
     struct h2c *hc;
     struct h2s **pp;
+    int wake;
     if (!s) return;
     hc = s->hc;
     pthread_mutex_lock(&hc->mu);
@@ -3761,8 +3789,9 @@ static void h2s_close(struct h2s *s)
     if (s->counted) { s->counted = 0; hc->open--; hc->last_use = mono_ms(); }
     for (pp = &hc->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) { *pp = s->next; break; }
+    wake = h2c_push_locked(hc);         /* RST_STREAM, END_STREAM out on this thread */
     pthread_mutex_unlock(&hc->mu);
-    h2c_wake(hc);
+    if (wake) h2c_wake(hc);
     pthread_mutex_lock(&H2C.lock);
     pthread_cond_broadcast(&H2C.cond);
     pthread_mutex_unlock(&H2C.lock);
