@@ -3092,16 +3092,70 @@ static void h2c_recv_locked(struct h2c *hc)
     }
 }
 
-/* The I/O thread: the only writer of hc->up's socket; its reader unless a stream's thread
- * leads (hc->lead, h2s_lead). */
+/* Under hc->mu: the core's bytes -> engine -> socket, until all is out or the socket is
+ * full (the engine takes about one record at a time: loop, do not wait for a poll). The I/O
+ * thread calls it every turn; a stream's thread calls it too (h2c_push_locked), so that
+ * what it queued leaves without a wake-up of the I/O thread. 1 when the socket is full. */
+static int h2c_flush_locked(struct h2c *hc)
+{
+    br_ssl_engine_context *eng = &hc->up->sc.eng;
+    int want_out = 0;
+    for (;;) {
+        int moved = 0;
+        for (;;) {
+            const unsigned char *p;
+            size_t k = coai_h2_want_write(hc->core, &p), room;
+            unsigned char *b;
+            if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
+                if (!k) br_ssl_engine_flush(eng, 0);
+                break;
+            }
+            b = br_ssl_engine_sendapp_buf(eng, &room);
+            if (k > room) k = room;
+            memcpy(b, p, k);
+            br_ssl_engine_sendapp_ack(eng, k);
+            coai_h2_wrote(hc->core, k);
+            moved = 1;
+        }
+        while (br_ssl_engine_current_state(eng) & BR_SSL_SENDREC) {
+            size_t n;
+            unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
+            ssize_t w = send(hc->up->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); moved = 1; continue; }
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
+            hc->up->why = UPX_IO;
+            h2c_fail_locked(hc, "send failed: %s", strerror(errno));
+            break;
+        }
+        if (want_out || !moved || hc->up->why != UPX_OK
+            || br_ssl_engine_current_state(eng) == BR_SSL_CLOSED)
+            break;
+    }
+    return want_out;
+}
+
+/* Under hc->mu, on a stream's thread: write what the core queued now, on this thread. 1
+ * when the I/O thread must be woken all the same: the socket is full (it waits for
+ * POLLOUT), something is left, or the connection failed (it ends). */
+static int h2c_push_locked(struct h2c *hc)
+{
+    const unsigned char *q;
+    if (hc->dead) return 1;
+    if (h2c_flush_locked(hc) || hc->dead) return 1;
+    return coai_h2_want_write(hc->core, &q) > 0
+           || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC) != 0;
+}
+
+/* The I/O thread: the writer of hc->up's socket when a stream's thread could not write all
+ * it queued itself (h2c_push_locked); its reader unless a stream's thread leads (hc->lead,
+ * h2s_lead). */
 static void *h2c_thread(void *arg)
 {
     struct h2c *hc = arg;
-    br_ssl_engine_context *eng = &hc->up->sc.eng;
     int fd = hc->up->fd, want_out = 0, rd, more, tmo;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
-        unsigned st;
         struct pollfd pf[2];
         int64_t now = mono_ms();
         int pr;
@@ -3128,41 +3182,7 @@ static void *h2c_thread(void *arg)
          * not come back to wait (h2s_lead): ours again */
         if (hc->lead == H2_LEAD_FREE && now - hc->lead_at >= H2_LEAD_LAPSE_MS)
             hc->lead = H2_LEAD_IO;
-        /* the core's bytes -> engine -> socket, until all is out or the socket is full
-         * (the engine takes about one record at a time: loop, do not wait for a poll) */
-        want_out = 0;
-        for (;;) {
-            int moved = 0;
-            for (;;) {
-                const unsigned char *p;
-                size_t k = coai_h2_want_write(hc->core, &p), room;
-                unsigned char *b;
-                if (!k || !(br_ssl_engine_current_state(eng) & BR_SSL_SENDAPP)) {
-                    if (!k) br_ssl_engine_flush(eng, 0);
-                    break;
-                }
-                b = br_ssl_engine_sendapp_buf(eng, &room);
-                if (k > room) k = room;
-                memcpy(b, p, k);
-                br_ssl_engine_sendapp_ack(eng, k);
-                coai_h2_wrote(hc->core, k);
-                moved = 1;
-            }
-            while ((st = br_ssl_engine_current_state(eng)) & BR_SSL_SENDREC) {
-                size_t n;
-                unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
-                ssize_t w = send(fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-                if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); moved = 1; continue; }
-                if (w < 0 && errno == EINTR) continue;
-                if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
-                hc->up->why = UPX_IO;
-                h2c_fail_locked(hc, "send failed: %s", strerror(errno));
-                break;
-            }
-            if (want_out || !moved || hc->up->why != UPX_OK
-                || br_ssl_engine_current_state(eng) == BR_SSL_CLOSED)
-                break;
-        }
+        want_out = h2c_flush_locked(hc);
         if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
         /* read again without a poll when the last recv() filled the buffer. Backpressure:
          * no reading while the core holds more than H2_OUT_MAX to write (acks, window
@@ -3475,10 +3495,11 @@ static int h2s_lead(struct h2s *s, int64_t ms, int client_fd, short *client_even
         }
         if (hc->up->ra_off == hc->up->ra_len) h2c_recv_locked(hc);
         h2c_feed_locked(hc, mono_ms());
-        /* what reading made the core queue (acks, window updates; rare) the I/O thread
-         * writes */
-        if (coai_h2_want_write(hc->core, &q) > 0
-            || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC))
+        /* what reading made the core queue (acks, window updates; rare) goes out now, or
+         * the I/O thread writes it */
+        if ((coai_h2_want_write(hc->core, &q) > 0
+             || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC))
+            && h2c_push_locked(hc))
             h2c_wake(hc);
     }
 }
@@ -3628,6 +3649,7 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
     struct h2c *hc = s->hc;
     const unsigned char *b = p;
     size_t off = 0;
+    int wake;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         size_t room, sent = 0;
@@ -3669,13 +3691,17 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
         }
         off += sent;
         if (off == n) break;
-        pthread_mutex_unlock(&hc->mu);
-        h2c_wake(hc);
-        pthread_mutex_lock(&hc->mu);
+        if (h2c_push_locked(hc)) {
+            pthread_mutex_unlock(&hc->mu);
+            h2c_wake(hc);
+            pthread_mutex_lock(&hc->mu);
+        }
     }
     if (end) s->local_end = 1;
+    /* out on this thread: no wake-up of the I/O thread on the way to the server */
+    wake = h2c_push_locked(hc);
     pthread_mutex_unlock(&hc->mu);
-    h2c_wake(hc);
+    if (wake) h2c_wake(hc);
     return 0;
 }
 
@@ -3712,7 +3738,8 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
             s->in = t;
             coai_buf_reset(&s->in);
             coai_h2_consumed(hc->core, s->id, s->taken.len);    /* the window goes back */
-            wake = coai_h2_want_write(hc->core, &q) > 0;        /* a WINDOW_UPDATE is due */
+            wake = coai_h2_want_write(hc->core, &q) > 0         /* a WINDOW_UPDATE is due */
+                   && h2c_push_locked(hc);
             pthread_mutex_unlock(&hc->mu);
             if (wake) h2c_wake(hc);
             *p = s->taken.data;
@@ -3804,6 +3831,7 @@ static void h2s_close(struct h2s *s)
 {
     struct h2c *hc;
     struct h2s **pp;
+    int wake;
     if (!s) return;
     hc = s->hc;
     pthread_mutex_lock(&hc->mu);
@@ -3815,8 +3843,9 @@ static void h2s_close(struct h2s *s)
     if (s->counted) { s->counted = 0; hc->open--; hc->last_use = mono_ms(); }
     for (pp = &hc->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) { *pp = s->next; break; }
+    wake = h2c_push_locked(hc);         /* RST_STREAM, END_STREAM out on this thread */
     pthread_mutex_unlock(&hc->mu);
-    h2c_wake(hc);
+    if (wake) h2c_wake(hc);
     pthread_mutex_lock(&H2C.lock);
     pthread_cond_broadcast(&H2C.cond);
     pthread_mutex_unlock(&H2C.lock);
@@ -8116,7 +8145,7 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
                        int (*tick)(void *), void *tick_ctx, coai_error *err, int *cancelled)
 {
     struct h2w w;
-    unsigned char h[5];
+    unsigned char h[5], *one;
     int rc;
     if (!r->up.h2) {
         coai_error_set(err, 502, "upstream_error", "upstream_closed", NULL,
@@ -8138,14 +8167,14 @@ static int h2_run_send(struct run *r, const unsigned char *msg, size_t n, int cl
     /* a message is HTTP/1.1's BidiAppend call: the same whole-call deadline
      * (CURSOR_OAI_UPSTREAM_TIMEOUT), however long the stream's own read deadline is */
     w.end = mono_ms() + (conf.up_call_ms > 0 ? conf.up_call_ms : UP_CALL_TIMEOUT_S * 1000);
-    if (n <= H2_ONE_FRAME - 5) {
+    if (n <= H2_ONE_FRAME - 5 && (one = malloc(n + 5)) != NULL) {
         /* envelope and message in one DATA frame, one wake-up of the I/O thread (with the
-         * run request: HEADERS and DATA in one TLS record) */
-        unsigned char one[H2_ONE_FRAME];
+         * run request: HEADERS and DATA in one TLS record); on the heap: see tr_open */
         memcpy(one, h, 5);
         memcpy(one + 5, msg, n);
         rc = h2s_write(r->up.h2, &w, one, n + 5, 0);
         memset(one, 0, n + 5);
+        free(one);
     } else {
         rc = h2s_write(r->up.h2, &w, h, 5, 0);
         if (rc == 0) rc = h2s_write(r->up.h2, &w, msg, n, 0);
@@ -8180,11 +8209,15 @@ static int tr_send(struct run *r, const unsigned char *msg, size_t n, int client
  * which HTTP/1.1 may not have). */
 static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
 {
-    char auth[SRV_TOKEN_MAX + 8], path[320];
+    char *auth = malloc(tl + 8), path[320];     /* the heap: see tr_open */
     coai_h2_header hs[15];
     size_t nh = 0;
     int rc = -1;
-    snprintf(auth, sizeof auth, "Bearer %.*s", (int)tl, token);
+    if (!auth) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    snprintf(auth, tl + 8, "Bearer %.*s", (int)tl, token);
     snprintf(path, sizeof path, "%.256s%s", r->up.host.prefix, PATH_RUN);
 #define H2H(n, v) (hs[nh].name = coai_str_c(n), hs[nh].value = coai_str_c(v), nh++)
     H2H(":method", "POST");
@@ -8225,7 +8258,8 @@ static int h2_run_start(struct run *r, int fresh, const char *token, size_t tl)
         pthread_mutex_unlock(&run_head_lock);
     }
     r->up.h2 = h2s_open(&r->up.host, hs, nh, fresh, &r->err);
-    memset(auth, 0, sizeof auth);
+    memset(auth, 0, tl + 8);
+    free(auth);
     if (!r->up.h2) {
         r->fb.tr_fail = r->err.status != 500;
         goto done;
@@ -8290,11 +8324,17 @@ done:
  * (HTTP/2). 0 ok, 1 retry on a fresh connection, -1 r->err filled. */
 static int tr_open(struct run *r, int fresh)
 {
-    char token[SRV_TOKEN_MAX];
+    /* on the heap, as h2_run_start's header: stack pages a run's thread touches once stay
+     * resident while it streams (10,000 held streams: 10,000 stacks) */
+    char *token = malloc(SRV_TOKEN_MAX);
     size_t tl;
     int rc = -1, h2 = r->up.tr == TR_H2;
     if (h2) r->fb.tr_fail = 0;
-    tl = cred_token(token, sizeof token, &r->up.auth_gen);
+    if (!token) {
+        coai_error_set(&r->err, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    tl = cred_token(token, SRV_TOKEN_MAX, &r->up.auth_gen);
     if (tl == 0) {
         cred_missing(&r->err);
         goto done;
@@ -8320,7 +8360,8 @@ static int tr_open(struct run *r, int fresh)
     }
     rc = h2 ? h2_run_start(r, fresh, token, tl) : run_start(r, fresh, token, tl);
 done:
-    memset(token, 0, sizeof token);
+    memset(token, 0, SRV_TOKEN_MAX);
+    free(token);
     return rc;
 }
 
