@@ -10815,6 +10815,23 @@ int coai_exec_refusal(coai_buf *out, const coai_exec *ex, const coai_tool *tools
     return out->err ? -1 : 0;
 }
 
+/* A read's or a delete's path argument to tool t (f: its schema's features): `[path]`
+ * when the tool takes several paths (an array) and no single one, else the path
+ * parameter (f's, or the first of p_file the tool has). */
+static void coai__core_path_arg(coai_buf *b, const coai__tfeat *f, const coai_tool *t,
+                                const char *const *p_file, coai_str path)
+{
+    if (f->paths && !f->path) {
+        if (b->len > 1) coai_buf_putc(b, ',');
+        coai_json_str_append(b, f->paths, strlen(f->paths));
+        coai_buf_puts(b, ":[");
+        coai_json_str_append(b, path.ptr, path.len);
+        coai_buf_putc(b, ']');
+    } else {
+        coai__core_arg(b, f->path ? f->path : coai__core_param_main(t, p_file), path);
+    }
+}
+
 int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                   coai_str workspace, coai_tool_call *tc)
 {
@@ -10907,15 +10924,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         if (f.op && !f.op_view) return 0;
         coai_buf_putc(b, '{');
         if (f.op) coai__core_arg(b, f.op, coai_str_c(f.op_view));      /* an editor's view */
-        if (f.paths && !f.path) {                                     /* several paths: one */
-            if (b->len > 1) coai_buf_putc(b, ',');
-            coai_json_str_append(b, f.paths, strlen(f.paths));
-            coai_buf_puts(b, ":[");
-            coai_json_str_append(b, ex->path.ptr, ex->path.len);
-            coai_buf_putc(b, ']');
-        } else {
-            coai__core_arg(b, f.path ? f.path : coai__core_param_main(&tools[idx], p_file), ex->path);
-        }
+        coai__core_path_arg(b, &f, &tools[idx], p_file, ex->path);
         break;
     case COAI_EXEC_LS:
         if (!coai__ro_find(tools, count, COAI__R_LIST, 0, n_list, &idx, NULL)) return 0;
@@ -10968,14 +10977,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             || !coai__ro_find(tools, count, COAI__R_DELETE, 0, n_delete, &idx, &f))
             return 0;
         coai_buf_putc(b, '{');
-        if (f.paths && !f.path) {
-            coai_json_str_append(b, f.paths, strlen(f.paths));
-            coai_buf_puts(b, ":[");
-            coai_json_str_append(b, ex->path.ptr, ex->path.len);
-            coai_buf_putc(b, ']');
-        } else {
-            coai__core_arg(b, f.path ? f.path : coai__core_param_main(&tools[idx], p_file), ex->path);
-        }
+        coai__core_path_arg(b, &f, &tools[idx], p_file, ex->path);
         break;
     case COAI_EXEC_FETCH:
         if (!ex->url.len || !coai__ro_find(tools, count, COAI__R_FETCH, 0, n_fetch, &idx, &f))
