@@ -2564,6 +2564,9 @@ typedef struct coai_tool_call {
     const char *refusal;       /* out, when the map returns 0: why the exec cannot go to
                                 * the client's tools (a sentence for Cursor; a static
                                 * string), NULL when no tool matches it */
+    int via_shell;             /* out, when the map returns 1: a file exec (read, ls, write
+                                * ...) went to the client's shell tool as a command
+                                * (coai_exec_ref.via_shell), 0 otherwise */
 } coai_tool_call;
 
 /* Map an exec to one of the client's tools: the tool whose role (coai_tool_role: read from
@@ -10870,6 +10873,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
     tc->refusal = NULL;
+    tc->via_shell = 0;
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
     case COAI_EXEC_SHELL_STREAM:
@@ -12495,10 +12499,7 @@ static int coai__core_tool_call(coai_reply *r, const coai_exec *ex, const coai_t
     if (coai__core_call_add(r, ex) < 0) return coai__core_fail_nomem(r);
     r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__core_traps_exit(r->o_.dialect, (int)ex->kind,
                                                                   t);
-    if (ex->kind != COAI_EXEC_SHELL && ex->kind != COAI_EXEC_SHELL_STREAM) {
-        const char *role = coai_tool_role(t);
-        r->calls_[r->ncalls_ - 1].ref.via_shell = role && strcmp(role, "shell") == 0;
-    }
+    r->calls_[r->ncalls_ - 1].ref.via_shell = tc->via_shell;
     if (tc->parts > 1) {
         r->calls_[r->ncalls_ - 1].ref.part = tc->part;
         r->calls_[r->ncalls_ - 1].ref.parts = tc->parts;
@@ -13478,6 +13479,7 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
         coai__exec_as_shell(&sh, ex, &cmd);
         m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
         coai_buf_free(&cmd);
+        tc->via_shell = m == 1;
         return m;
     }
     if (m != 1 || !coai__core_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
@@ -14392,6 +14394,7 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     coai__exec_as_shell(&sh, ex, &cmd);
     m = coai_exec_map(&sh, tools, count, workspace, tc);
     coai_buf_free(&cmd);
+    tc->via_shell = m == 1;
     return m;
 }
 
@@ -15714,6 +15717,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
     tc->refusal = NULL;
+    tc->via_shell = 0;
     style = coai__rs_shell(tools, count, &idx);
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
@@ -15823,6 +15827,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
             }
             coai_buf_putc(&tc->args, '}');
             tc->tool = idx;
+            tc->via_shell = 1;
             m = cmd.err || tc->args.err ? -1 : 1;
             coai_buf_free(&cmd);
             return m;
@@ -15873,6 +15878,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     if (bad) { coai_buf_free(&cmd); tc->refusal = COAI__SH_REFUSAL; return 0; }
     if (!cmd.len) { coai_buf_free(&cmd); return coai_exec_map(ex, tools, count, workspace, tc); }
     tc->tool = idx;
+    tc->via_shell = 1;          /* only file execs get here: a shell exec returned above */
     m = cmd.err ? -1 : coai__rs_shell_args(&tc->args, style, coai__rs_view(&cmd), ex->cwd,
                                            workspace);
     coai_buf_free(&cmd);
@@ -17021,6 +17027,7 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
     int m;
     coai__tfeat gf;
     if (!tools) count = 0;
+    tc->via_shell = 0;
     /* a regex search restricted by a file glob: Gemini CLI's grep takes include_pattern */
     if (ex->kind == COAI_EXEC_GREP && ex->glob.len && ex->pattern.len
         && coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)
