@@ -2648,6 +2648,9 @@ typedef struct coai_tool_call {
     const char *refusal;       /* out, when the map returns 0: why the exec cannot go to
                                 * the client's tools (a sentence for Cursor; a static
                                 * string), NULL when no tool matches it */
+    int via_shell;             /* out, when the map returns 1: a file exec (read, ls, write
+                                * ...) went to the client's shell tool as a command
+                                * (coai_exec_ref.via_shell), 0 otherwise */
 } coai_tool_call;
 
 /* Map an exec to one of the client's tools: the tool whose role (coai_tool_role: read from
@@ -10961,6 +10964,23 @@ int coai_exec_refusal(coai_buf *out, const coai_exec *ex, const coai_tool *tools
     return out->err ? -1 : 0;
 }
 
+/* A read's or a delete's path argument to tool t (f: its schema's features): `[path]`
+ * when the tool takes several paths (an array) and no single one, else the path
+ * parameter (f's, or the first of p_file the tool has). */
+static void coai__core_path_arg(coai_buf *b, const coai__tfeat *f, const coai_tool *t,
+                                const char *const *p_file, coai_str path)
+{
+    if (f->paths && !f->path) {
+        if (b->len > 1) coai_buf_putc(b, ',');
+        coai_json_str_append(b, f->paths, strlen(f->paths));
+        coai_buf_puts(b, ":[");
+        coai_json_str_append(b, path.ptr, path.len);
+        coai_buf_putc(b, ']');
+    } else {
+        coai__core_arg(b, f->path ? f->path : coai__core_param_main(t, p_file), path);
+    }
+}
+
 int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
                   coai_str workspace, coai_tool_call *tc)
 {
@@ -10999,6 +11019,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
     tc->refusal = NULL;
+    tc->via_shell = 0;
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
     case COAI_EXEC_SHELL_STREAM:
@@ -11053,15 +11074,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
         if (f.op && !f.op_view) return 0;
         coai_buf_putc(b, '{');
         if (f.op) coai__core_arg(b, f.op, coai_str_c(f.op_view));      /* an editor's view */
-        if (f.paths && !f.path) {                                     /* several paths: one */
-            if (b->len > 1) coai_buf_putc(b, ',');
-            coai_json_str_append(b, f.paths, strlen(f.paths));
-            coai_buf_puts(b, ":[");
-            coai_json_str_append(b, ex->path.ptr, ex->path.len);
-            coai_buf_putc(b, ']');
-        } else {
-            coai__core_arg(b, f.path ? f.path : coai__core_param_main(&tools[idx], p_file), ex->path);
-        }
+        coai__core_path_arg(b, &f, &tools[idx], p_file, ex->path);
         break;
     case COAI_EXEC_LS:
         if (!coai__ro_find(tools, count, COAI__R_LIST, 0, n_list, &idx, NULL)) return 0;
@@ -11114,14 +11127,7 @@ int coai_exec_map(const coai_exec *ex, const coai_tool *tools, size_t count,
             || !coai__ro_find(tools, count, COAI__R_DELETE, 0, n_delete, &idx, &f))
             return 0;
         coai_buf_putc(b, '{');
-        if (f.paths && !f.path) {
-            coai_json_str_append(b, f.paths, strlen(f.paths));
-            coai_buf_puts(b, ":[");
-            coai_json_str_append(b, ex->path.ptr, ex->path.len);
-            coai_buf_putc(b, ']');
-        } else {
-            coai__core_arg(b, f.path ? f.path : coai__core_param_main(&tools[idx], p_file), ex->path);
-        }
+        coai__core_path_arg(b, &f, &tools[idx], p_file, ex->path);
         break;
     case COAI_EXEC_FETCH:
         if (!ex->url.len || !coai__ro_find(tools, count, COAI__R_FETCH, 0, n_fetch, &idx, &f))
@@ -12639,10 +12645,7 @@ static int coai__core_tool_call(coai_reply *r, const coai_exec *ex, const coai_t
     if (coai__core_call_add(r, ex) < 0) return coai__core_fail_nomem(r);
     r->calls_[r->ncalls_ - 1].ref.exit_trap = coai__core_traps_exit(r->o_.dialect, (int)ex->kind,
                                                                   t);
-    if (ex->kind != COAI_EXEC_SHELL && ex->kind != COAI_EXEC_SHELL_STREAM) {
-        const char *role = coai_tool_role(t);
-        r->calls_[r->ncalls_ - 1].ref.via_shell = role && strcmp(role, "shell") == 0;
-    }
+    r->calls_[r->ncalls_ - 1].ref.via_shell = tc->via_shell;
     if (tc->parts > 1) {
         r->calls_[r->ncalls_ - 1].ref.part = tc->part;
         r->calls_[r->ncalls_ - 1].ref.parts = tc->parts;
@@ -13623,6 +13626,7 @@ static int coai__oa_chat_exec_map(const coai_exec *ex, const coai_tool *tools, s
         coai__exec_as_shell(&sh, ex, &cmd);
         m = coai__oa_chat_exec_map(&sh, tools, count, workspace, tc);
         coai_buf_free(&cmd);
+        tc->via_shell = m == 1;
         return m;
     }
     if (m != 1 || !coai__core_traps_exit(COAI_DIALECT_OPENAI_CHAT, (int)ex->kind,
@@ -14537,6 +14541,7 @@ int coai_anthropic_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     coai__exec_as_shell(&sh, ex, &cmd);
     m = coai_exec_map(&sh, tools, count, workspace, tc);
     coai_buf_free(&cmd);
+    tc->via_shell = m == 1;
     return m;
 }
 
@@ -15859,6 +15864,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     if (!tools) count = 0;
     coai_buf_reset(&tc->args);
     tc->refusal = NULL;
+    tc->via_shell = 0;
     style = coai__rs_shell(tools, count, &idx);
     switch (ex->kind) {
     case COAI_EXEC_SHELL:
@@ -15968,6 +15974,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
             }
             coai_buf_putc(&tc->args, '}');
             tc->tool = idx;
+            tc->via_shell = 1;
             m = cmd.err || tc->args.err ? -1 : 1;
             coai_buf_free(&cmd);
             return m;
@@ -16018,6 +16025,7 @@ int coai_responses_exec_map(const coai_exec *ex, const coai_tool *tools, size_t 
     if (bad) { coai_buf_free(&cmd); tc->refusal = COAI__SH_REFUSAL; return 0; }
     if (!cmd.len) { coai_buf_free(&cmd); return coai_exec_map(ex, tools, count, workspace, tc); }
     tc->tool = idx;
+    tc->via_shell = 1;          /* only file execs get here: a shell exec returned above */
     m = cmd.err ? -1 : coai__rs_shell_args(&tc->args, style, coai__rs_view(&cmd), ex->cwd,
                                            workspace);
     coai_buf_free(&cmd);
@@ -17166,6 +17174,7 @@ int coai_gemini_exec_map(const coai_exec *ex, const coai_tool *tools, size_t cou
     int m;
     coai__tfeat gf;
     if (!tools) count = 0;
+    tc->via_shell = 0;
     /* a regex search restricted by a file glob: Gemini CLI's grep takes include_pattern */
     if (ex->kind == COAI_EXEC_GREP && ex->glob.len && ex->pattern.len
         && coai__ro_find(tools, count, COAI__R_GREP, 0, n_grep, &idx, NULL)
