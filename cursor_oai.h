@@ -17578,20 +17578,24 @@ static int coai__gm_count_parse(coai_request *req, const char *body, size_t n, c
     return rc;
 }
 
+/* (the message is cut at 359 bytes, as it always was: a long name does not crowd it out) */
 static void coai__oa_model_missing(coai_error *err, const char *name, const char *path)
 {
+    char msg[360];
     (void)path;
-    coai_error_set(err, 404, "invalid_request_error", "model_not_found", NULL, "The model '%s' "
-                   "does not exist (not a model of this Cursor account; GET /v1/models lists "
-                   "them)", name);
+    snprintf(msg, sizeof msg, "The model '%s' does not exist (not a model of this Cursor "
+             "account; GET /v1/models lists them)", name);
+    coai_error_set(err, 404, "invalid_request_error", "model_not_found", NULL, "%s", msg);
 }
 
 static void coai__gm_model_missing(coai_error *err, const char *name, const char *path)
 {
+    char msg[360];
     int v1 = path[0] && path[1] && path[2] == '1' && path[3] == '/';
-    coai_error_set(err, 404, "invalid_request_error", "model_not_found", NULL, "models/%s is "
-                   "not found for API version %s (not a model of this Cursor account; GET %s "
-                   "lists them)", name, v1 ? "v1" : "v1beta", v1 ? "/v1/models" : "/v1beta/models");
+    snprintf(msg, sizeof msg, "models/%s is not found for API version %s (not a model of this "
+             "Cursor account; GET %s lists them)", name, v1 ? "v1" : "v1beta",
+             v1 ? "/v1/models" : "/v1beta/models");
+    coai_error_set(err, 404, "invalid_request_error", "model_not_found", NULL, "%s", msg);
 }
 
 /* One row per dialect: every fact of its client API. A dialect adds its row here (and its
