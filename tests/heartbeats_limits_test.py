@@ -23,12 +23,8 @@ import harness as H  # noqa: E402
 S = H.Suite("heartbeats_limits")
 
 
-# The suite scripts Cursor's native execs (shell, read, write, ...) with tools present: that is
-# CURSOR_OAI_TOOL_MODE=cursor, the mode that maps them; in client mode (the default) a run with
-# tools gets none (the fake refuses such a step). tests/tools_header_test.py covers client mode.
-def Proxy(*a, **kw):
-    kw["extra_env"] = dict(kw.get("extra_env") or {}, CURSOR_OAI_TOOL_MODE="cursor")
-    return H.Proxy(*a, **kw)
+# The suite scripts Cursor's native execs with tools present: its proxies run in cursor mode.
+Proxy = H.cursor_mode_proxy
 
 
 check, eq = S.check, S.eq

@@ -28,12 +28,8 @@ OPENCODE = os.path.join(NPM, "node_modules", ".bin", "opencode")
 S = H.Suite("held")
 
 
-# The suite scripts Cursor's native execs (shell, read, write, ...) with tools present: that is
-# CURSOR_OAI_TOOL_MODE=cursor, the mode that maps them; in client mode (the default) a run with
-# tools gets none (the fake refuses such a step). tests/tools_header_test.py covers client mode.
-def Proxy(*a, **kw):
-    kw["extra_env"] = dict(kw.get("extra_env") or {}, CURSOR_OAI_TOOL_MODE="cursor")
-    return H.Proxy(*a, **kw)
+# The suite scripts Cursor's native execs with tools present: its proxies run in cursor mode.
+Proxy = H.cursor_mode_proxy
 
 
 check, eq = S.check, S.eq

@@ -413,6 +413,14 @@ class Proxy:
         stop(self.proc)
 
 
+def cursor_mode_proxy(*a, **kw):
+    """A Proxy with CURSOR_OAI_TOOL_MODE=cursor: for a suite that scripts Cursor's native execs
+    (shell, read, write, ...) with tools present. In client mode (the default) a run with tools
+    gets none, and the fake refuses such a step; tests/tools_header_test.py covers that mode."""
+    kw["extra_env"] = dict(kw.get("extra_env") or {}, CURSOR_OAI_TOOL_MODE="cursor")
+    return Proxy(*a, **kw)
+
+
 # ---------------------------------------------------------------------------------------------
 # SSE
 
