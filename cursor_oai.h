@@ -3386,6 +3386,15 @@ int coai_dialect_models_write(coai_buf *out, coai_dialect d, const coai_models *
  * for the message). */
 const coai_model *coai_dialect_model_find(coai_dialect d, const coai_models *m,
                                           const char *name, const char *path, coai_error *err);
+/* The account's model for a chat request of dialect d that named want (after the caller's
+ * own mapping) and that coai_models_resolve turned into current: when current is not one of
+ * the account's ids, a Claude name (model_names CLAUDE) resolves by family and version
+ * (coai_models_resolve_claude) and a Gemini name ("gemini-...", GEMINI) becomes what "auto"
+ * resolves to (Gemini CLI asks for models an account lacks: "gemini-2.5-flash-lite" for its
+ * side tasks); a dialect of Cursor's names keeps current. 0 keep current; 1 *out is the
+ * model; -1 err set (a 404 naming the account's models: a Claude name nothing matches). */
+int coai_dialect_model_pick(coai_dialect d, const coai_models *m, coai_str want,
+                            const char *current, int thinking, coai_str *out, coai_error *err);
 /* PART:DIALECTS api end */
 
 #ifdef __cplusplus
@@ -17741,6 +17750,43 @@ const coai_model *coai_dialect_model_find(coai_dialect d, const coai_models *m,
     (row && row->model_missing ? row->model_missing : coai__oa_model_missing)(err, want.ptr,
                                                                                path ? path : "");
     return NULL;
+}
+
+int coai_dialect_model_pick(coai_dialect d, const coai_models *m, coai_str want,
+                            const char *current, int thinking, coai_str *out, coai_error *err)
+{
+    const coai_dialect_info *di = coai_dialect_get(d);
+    coai_model_names names = di ? di->model_names : COAI_MODEL_NAMES_CURSOR;
+    coai_buf b = { 0 };
+    size_t i;
+    if (names == COAI_MODEL_NAMES_CURSOR) return 0;
+    if (names == COAI_MODEL_NAMES_GEMINI) {
+        static const char pre[] = "gemini-";
+        if (want.len < sizeof pre - 1) return 0;
+        for (i = 0; i < sizeof pre - 1; i++) {
+            char c = want.ptr[i];
+            if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+            if (c != pre[i]) return 0;
+        }
+    }
+    for (i = 0; i < m->count; i++)
+        if (coai_str_eq(m->items[i].id, current)) return 0;
+    if (names == COAI_MODEL_NAMES_GEMINI) {
+        *out = coai_models_resolve(m, coai_str_c("auto"));
+        return 1;
+    }
+    if (coai_models_resolve_claude(m, want, thinking, out)) return 1;
+    for (i = 0; i < m->count; i++) {
+        coai_str id = m->items[i].display_id.len ? m->items[i].display_id : m->items[i].id;
+        if (i) coai_buf_puts(&b, ", ");
+        coai_buf_append(&b, id.ptr, id.len);
+    }
+    coai_error_set(err, 404, "not_found_error", "model_not_found", "model",
+                   "model: '%.*s' is not a model of this Cursor account (set "
+                   "CURSOR_OAI_MODEL_MAP to map it). Available: %s", (int)want.len, want.ptr,
+                   b.data && !b.err ? (const char *)b.data : "(none)");
+    coai_buf_free(&b);
+    return -1;
 }
 
 int coai_request_parse(coai_request *req, coai_dialect d, const char *body, size_t n,

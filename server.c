@@ -3435,23 +3435,6 @@ static int prompt_cap_check(size_t len, coai_error *e)
     return -1;
 }
 
-/* After models_get resolved `want` into c->model for a Gemini API request: a Gemini model name
- * the account does not have ("gemini-2.5-flash-lite": Gemini CLI's default and its side tasks
- * ask for those) runs on Cursor's "auto"; any other name is used as resolved. */
-static void gemini_model(struct conn *c, const coai_models *m, coai_str want)
-{
-    size_t i;
-    int found = 0;
-    if (want.len < 7 || strncasecmp(want.ptr, "gemini-", 7) != 0) return;
-    for (i = 0; i < m->count && !found; i++) found = coai_str_eq(m->items[i].id, c->model);
-    if (!found) {
-        coai_str a = coai_models_resolve(m, coai_str_c("auto"));
-        srv_log(LOG_DEBUG, "Gemini model '%.*s' is not one of the account's: using '%.*s' (auto)",
-                (int)want.len, want.ptr, (int)a.len, a.ptr);
-        copy_str(c->model, sizeof c->model, a.ptr, a.len);
-    }
-}
-
 /* CURSOR_OAI_MODEL_MAP="from=to,...": an Anthropic model name (exact, any case) or a family
  * word (opus, sonnet, haiku: every Claude name of that family) -> the model to use. Exact
  * entries win over family ones. 1 and out filled when an entry applies. */
@@ -3488,37 +3471,6 @@ static int model_map(coai_str want, char *out, size_t cap)
         }
     }
     return 0;
-}
-
-/* After models_get resolved `want` into c->model: when that is not one of the account's
- * models, map a Claude name by family and version; anything else is a not_found_error
- * that lists the models there are. 0 ok, -1 the error was sent. */
-static int claude_model(struct conn *c, const coai_models *m, coai_str want, int thinking)
-{
-    coai_str hit;
-    size_t i;
-    int found = 0;
-    for (i = 0; i < m->count && !found; i++) found = coai_str_eq(m->items[i].id, c->model);
-    if (!found && coai_models_resolve_claude(m, want, thinking, &hit)) {
-        copy_str(c->model, sizeof c->model, hit.ptr, hit.len);
-        found = 1;
-    }
-    if (!found) {
-        coai_buf b = { 0 };
-        coai_error e;
-        for (i = 0; i < m->count; i++) {
-            coai_str id = m->items[i].display_id.len ? m->items[i].display_id : m->items[i].id;
-            if (i) coai_buf_puts(&b, ", ");
-            coai_buf_append(&b, id.ptr, id.len);
-        }
-        coai_error_set(&e, 404, "not_found_error", "model_not_found", "model",
-                       "model: '%.*s' is not a model of this Cursor account (set "
-                       "CURSOR_OAI_MODEL_MAP to map it). Available: %s", (int)want.len,
-                       want.ptr, b.data ? (const char *)b.data : "(none)");
-        coai_buf_free(&b);
-        send_coai_error(c, &e);
-    }
-    return found ? 0 : -1;
 }
 
 /* ---- Responses: the bounded store behind previous_response_id and GET /v1/responses/{id}.
@@ -3774,11 +3726,20 @@ static int chat_model(struct conn *c, struct run *r)
         srv_log(LOG_DEBUG, "model list unavailable (%s); using '%.*s' as is", e.message,
                 (int)want.len, want.ptr);
         copy_str(c->model, sizeof c->model, want.ptr, want.len);
-    } else if (names == COAI_MODEL_NAMES_GEMINI) {
-        gemini_model(c, &l->m, want);
-    } else if (names == COAI_MODEL_NAMES_CLAUDE
-               && claude_model(c, &l->m, want, r->in.req.thinking == 1) < 0) {
-        goto out;                                       /* not_found_error sent */
+    } else if (names != COAI_MODEL_NAMES_CURSOR) {
+        /* a client's own model names (Claude's, Gemini's): the dialect's rule */
+        coai_str pick;
+        int k = coai_dialect_model_pick(c->dialect, &l->m, want, c->model,
+                                        r->in.req.thinking == 1, &pick, &e);
+        if (k < 0) {
+            send_coai_error(c, &e);                     /* not_found_error */
+            goto out;
+        }
+        if (k > 0) {
+            srv_log(LOG_DEBUG, "model '%.*s' is not one of the account's: using '%.*s'",
+                    (int)want.len, want.ptr, (int)pick.len, pick.ptr);
+            copy_str(c->model, sizeof c->model, pick.ptr, pick.len);
+        }
     }
     copy_str(r->in.model, sizeof r->in.model, c->model, strlen(c->model));
     r->out.stream = r->in.req.stream;

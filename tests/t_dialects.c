@@ -120,8 +120,61 @@ static void test_dialect_table(void)
 #undef STREQ_OR_NULL
 }
 
+/* A chat request's model in its client's own names (coai_dialect_model_pick): Cursor's names
+ * are kept, a Claude name resolves by family, a Gemini name the account lacks runs on "auto",
+ * a Claude name nothing matches is a 404 naming the account's models. */
+static void test_model_pick(void)
+{
+    static const char models_json[] =
+        "{\"models\":[{\"modelId\":\"gpt-5\",\"displayModelId\":\"gpt-5-disp\"},"
+        "{\"modelId\":\"claude-4.5-sonnet\"}]}";
+    coai_models m;
+    coai_str out, want, ref;
+    coai_error e;
+    memset(&e, 0, sizeof e);
+    CHECK(coai_models_parse(&m, models_json, sizeof models_json - 1) == 0);
+    /* Cursor's names: whatever the list resolved stays */
+    out = coai_str_c("untouched");
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_OPENAI_CHAT, &m, coai_str_c("claude-x"),
+                                  "claude-x", 0, &out, &e) == 0
+          && coai_str_eq(out, "untouched"));
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_RESPONSES, &m, coai_str_c("gemini-x"),
+                                  "gemini-x", 0, &out, &e) == 0);
+    /* an id of the account's is kept in every dialect */
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_ANTHROPIC, &m, coai_str_c("gpt-5"), "gpt-5", 0,
+                                  &out, &e) == 0);
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_GEMINI, &m, coai_str_c("gemini-2.5-pro"),
+                                  "claude-4.5-sonnet", 0, &out, &e) == 0);
+    /* a Claude name: the family's model, as coai_models_resolve_claude finds it */
+    want = coai_str_c("claude-sonnet-4-5");
+    CHECK(coai_models_resolve_claude(&m, want, 0, &ref) == 1);
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_ANTHROPIC, &m, want, "claude-sonnet-4-5", 0,
+                                  &out, &e) == 1
+          && out.len == ref.len && memcmp(out.ptr, ref.ptr, ref.len) == 0
+          && coai_str_eq(out, "claude-4.5-sonnet"));
+    /* a Claude name nothing matches: 404, the account's models by display id */
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_ANTHROPIC, &m, coai_str_c("claude-opus-9"),
+                                  "claude-opus-9", 0, &out, &e) == -1
+          && e.status == 404 && strcmp(e.type, "not_found_error") == 0
+          && strcmp(e.message, "model: 'claude-opus-9' is not a model of this Cursor account "
+                    "(set CURSOR_OAI_MODEL_MAP to map it). Available: gpt-5-disp, "
+                    "claude-4.5-sonnet") == 0);
+    /* a Gemini name the account lacks (any case): what "auto" resolves to */
+    ref = coai_models_resolve(&m, coai_str_c("auto"));
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_GEMINI, &m, coai_str_c("GEMINI-2.5-flash-lite"),
+                                  "GEMINI-2.5-flash-lite", 0, &out, &e) == 1
+          && out.len == ref.len && memcmp(out.ptr, ref.ptr, ref.len) == 0);
+    /* on the Gemini API, a name that is not Gemini's is used as resolved */
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_GEMINI, &m, coai_str_c("claude-opus-9"),
+                                  "claude-opus-9", 0, &out, &e) == 0);
+    CHECK(coai_dialect_model_pick(COAI_DIALECT_GEMINI, &m, coai_str_c("gemini"), "gemini", 0,
+                                  &out, &e) == 0);
+    coai_models_free(&m);
+}
+
 int main(void)
 {
     test_dialect_table();
+    test_model_pick();
     TEST_END();
 }
