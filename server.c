@@ -10895,7 +10895,7 @@ static const char SERVE_HELP[] =
     "  CURSOR_OAI_MAX_RESPONSE_MB  MiB of a non-streaming answer held in memory (32)\n"
     "  CURSOR_OAI_MAX_INFLIGHT_MB  MiB of request bodies handled at once (256)\n"
     "  CURSOR_OAI_MODEL_MAP     name=model,...: Anthropic model names (or opus, sonnet, haiku)\n"
-    "                           to models of the Cursor account\n"
+    "                           and Gemini names to models of the Cursor account\n"
     "  CURSOR_OAI_QUOTA_LATCH   seconds a usage-limit error from Cursor is answered again at\n"
     "                           once, without a new upstream run (60; 0 = off)\n"
     "  CURSOR_OAI_USAGE_TTL     seconds GET /v1/usage reuses Cursor's usage answer (10; 0 =\n"
