@@ -9826,6 +9826,22 @@ static const cJSON *coai__core_get(const cJSON *o, const char *k)
 
 static int coai__core_put_str(coai_buf *b, coai_str s) { return coai_buf_append(b, s.ptr, s.len); }
 
+/* The description Cursor sees for a custom (freeform) tool, in either OpenAI dialect: the
+ * client's own, then how to pass the text ("input"), then the grammar of its format if any. */
+static void coai__core_custom_desc(coai_buf *db, coai_str description, const cJSON *def,
+                                   const cJSON *syn)
+{
+    coai__core_put_str(db, description);
+    if (db->len) coai_buf_puts(db, "\n\n");
+    coai_buf_puts(db, "Pass the raw text as the string argument \"input\" (not JSON).");
+    if (cJSON_IsString(def)) {
+        coai_buf_puts(db, " It must match this ");
+        coai__core_put_str(db, coai__core_jstr(syn));
+        coai_buf_puts(db, " grammar:\n");
+        coai__core_put_str(db, coai__core_jstr(def));
+    }
+}
+
 static int coai__core_role_is(const cJSON *m, const char *role)
 {
     const cJSON *r = coai__core_get(m, "role");
@@ -13256,15 +13272,7 @@ static int coai__oa_custom_tool(coai_request *req, cJSON *root, coai_tool *o, co
         def = coai__core_get(gr, "definition");
         syn = coai__core_get(gr, "syntax");
     }
-    coai__core_put_str(&db, o->description);
-    if (db.len) coai_buf_puts(&db, "\n\n");
-    coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
-    if (cJSON_IsString(def)) {
-        coai_buf_puts(&db, " It must match this ");
-        coai__core_put_str(&db, coai__core_jstr(syn));
-        coai_buf_puts(&db, " grammar:\n");
-        coai__core_put_str(&db, coai__core_jstr(def));
-    }
+    coai__core_custom_desc(&db, o->description, def, syn);
     p = db.err ? NULL : (char *)coai__req_alloc(req, db.len + 1);
     if (!p) { coai_buf_free(&db); return COAI_ERR_NOMEM; }
     if (db.len) memcpy(p, db.data, db.len);
@@ -15229,15 +15237,7 @@ static int coai__rs_tools(coai__rs_parse *ps, cJSON *root, const cJSON *tools)
             snprintf(p, sizeof p, "tools[%d].format", i - 1);
             if (f && !cJSON_IsNull(f) && !cJSON_IsObject(f))
                 return coai__core_bad(ps->err, p, "%s must be an object", p);
-            coai__core_put_str(&db, o->description);
-            if (db.len) coai_buf_puts(&db, "\n\n");
-            coai_buf_puts(&db, "Pass the raw text as the string argument \"input\" (not JSON).");
-            if (cJSON_IsString(def)) {
-                coai_buf_puts(&db, " It must match this ");
-                coai__core_put_str(&db, coai__core_jstr(syn));
-                coai_buf_puts(&db, " grammar:\n");
-                coai__core_put_str(&db, coai__core_jstr(def));
-            }
+            coai__core_custom_desc(&db, o->description, def, syn);
             if (coai__rs_own(req, &db, &ds)) { coai_buf_free(&db); ps->nomem = 1; return -1; }
             coai_buf_free(&db);
             o->description = ds;
