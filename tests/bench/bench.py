@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import statistics
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -631,6 +632,9 @@ class Bench:
         R["floors"] = list(self.floors)
         R["upstream"] = "c" if self.up else "fake"
         R["strace"] = {}
+        if a.focus:
+            self.focus(labels)
+            return
         if not a.hold_only:
             self.answers(labels)
         R["hold"] = {}
@@ -758,6 +762,40 @@ class Bench:
                             k, x["per_delta"], ", ".join("%s %.2f" % kv for kv in
                                                          list(x["per_delta_by_call"].items())[:5])))
             self.set_close(0)
+
+    FOCUS = {"paced64": ("bench_paced64", 64, "n64", PACED64),
+             "paced1": ("bench_paced1", 1, "paced", DELTAS),
+             "unpaced1": ("bench_unpaced", 1, "n1", DELTAS),
+             "unpaced64": ("bench_unpaced", 64, None, DELTAS),
+             "short64": ("bench_short", 64, "short64", 20),
+             "short1": ("bench_short", 1, "short1", 20)}
+
+    def focus(self, labels):
+        """--focus ROW: that row only (kept-alive upstream), --rounds times for every label
+        and floor, the labels interleaved in each round; prints each round and the median."""
+        a, R = self.a, self.res
+        sc, conc, cnt, expect = self.FOCUS[a.focus]
+        count = getattr(a, cnt) if cnt else 64
+        self.set_close(0)
+        every = ["direct"] + [l for l, _ in labels] + list(self.floors)
+        for lb in every:
+            self.run_streams(lb, "bench_long64" if conc > 1 else sc, conc, conc,
+                             DELTAS if conc > 1 else expect)
+        got = {lb: [] for lb in every}
+        for i in range(a.rounds):
+            for lb in every:
+                r = self.go("%s_%s_r%d" % (lb, a.focus, i), lb, sc, conc, count, expect)
+                got[lb].append(r)
+        R["focus"] = {}
+        for lb in every:
+            cpu = sorted(x["cpu_us_per_delta"] for x in got[lb]
+                         if x.get("cpu_us_per_delta") is not None)
+            ttfb = sorted(x["ttfb_p50_ms"] for x in got[lb] if x.get("ttfb_p50_ms") is not None)
+            R["focus"][lb] = {"cpu_us_per_delta": cpu, "ttfb_p50_ms": ttfb}
+            say("focus %-9s %-9s CPU us/delta median %s (%s); first token p50 median %s ms"
+                % (a.focus, lb, "%.1f" % statistics.median(cpu) if cpu else "-",
+                   " ".join("%.1f" % v for v in cpu),
+                   "%.2f" % statistics.median(ttfb) if ttfb else "-"))
 
     def summarize(self, labels):
         R, runs = self.res, self.res["runs"]
@@ -1184,6 +1222,10 @@ def main():
     ap.add_argument("--hold-only", action="store_true",
                     help="only the holds (64, --hold, --hold-big streams open), over HTTP/2 and "
                     "HTTP/1.1 (connect): memory, connections and handshakes per stream")
+    ap.add_argument("--focus", choices=sorted(Bench.FOCUS),
+                    help="only this row (kept-alive upstream), --rounds times per label and "
+                    "floor, interleaved; prints every round and the median (for A/B work)")
+    ap.add_argument("--rounds", type=int, default=5, help="with --focus: rounds")
     ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
     ap.add_argument("--ttfb-fast", action="store_true",
                     help="only: first token over HTTP/2 and HTTP/1.1 with holdhost.py answering "
@@ -1231,6 +1273,8 @@ def main():
     finally:
         H.cleanup()
     b.res["bench_seconds"] = time.time() - t0
+    if a.focus:
+        return
     print()
     tab = b.table()
     print(tab)
