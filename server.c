@@ -472,7 +472,19 @@ struct h2s {
     int64_t last_tick;
     int (*tick)(void *);
     void *tick_ctx;
+    /* DATA consumed on the I/O thread while the reader sleeps (h2s_body_il, h2c_il_run) */
+    int (*il_fn)(void *, const unsigned char *, size_t);   /* 1: wake the reader after */
+    void *il_ctx;
+    int il_park;                    /* H2S_IL_*: who may consume the stream's DATA now */
+    int il_wake;                    /* the consumer left something for the reader */
+    int il_waiter;                  /* the reader waits for H2S_IL_BUSY to end */
+    struct h2s *il_next;            /* hc->il_list */
 };
+
+/* s->il_park: the reader owns the stream (OFF); it sleeps in h2s_body_il and lets the I/O
+ * thread consume what arrives (PARKED); the I/O thread's consumer runs now (BUSY: the reader
+ * waits for it before it touches its run again). */
+enum { H2S_IL_OFF, H2S_IL_PARKED, H2S_IL_BUSY };
 
 enum { RENEW_OK = 0, RENEW_FAILED = -1, RENEW_NONE = -2 };
 
@@ -527,6 +539,8 @@ struct conn {
     int key_q;                      /* the status page's ?key=: status_key_query */
     coai_buf body;                  /* request body */
     coai_buf wbuf;                  /* one response chunk (size line + data + CRLF), reused */
+    coai_buf wpend;                 /* bytes the I/O thread could not send without blocking
+                                     * (run_flush_nb): they go out first (conn_write) */
     size_t reserved;                /* request bytes in listener.inflight for this request */
     int parse_over;                 /* this request's parse was admitted over the budget */
     size_t in_len;                  /* bytes in in[] */
@@ -583,7 +597,15 @@ struct run_up {
     int64_t idle_ms;                /* CURSOR_OAI_IDLE_TIMEOUT in ms */
     int64_t last_frame;             /* mono ms: the last inbound frame */
     int64_t last_progress;          /* mono ms: the last frame not a heartbeat/checkpoint */
+    /* what the HTTP/2 I/O thread left for the run's thread (run_il_consume) */
+    int il_state;                   /* RUN_IL_*: nothing, or what run_il_resume takes */
+    int il_flags;                   /* RUN_IL_FRAME: its flags, il_frame its payload */
+    int il_rc;                      /* RUN_IL_RC: the reply's answer; RUN_IL_FRAME_ERR: the
+                                     * decoder's error */
+    coai_buf il_frame, il_rest, il_cur;     /* the frame; the bytes after it; them, taken */
 };
+
+enum { RUN_IL_NONE, RUN_IL_FRAME, RUN_IL_FRAME_ERR, RUN_IL_RC, RUN_IL_BYTES };
 
 /* The fallbacks a request has taken: one bit each in run_fb.tries (each at most once). */
 enum {
@@ -778,6 +800,8 @@ static int up_readable(struct upconn *c, int ms);
 static void h2c_fail_locked(struct h2c *hc, const char *fmt, ...);
 static void h2c_fault_locked(struct h2c *hc, int fault, const char *fmt, ...);
 static long h2s_body(struct h2s *s, const unsigned char **p);
+static long h2s_body_il(struct h2s *s, const unsigned char **p,
+                        int (*fn)(void *, const unsigned char *, size_t), void *ctx);
 static int h2s_readable(struct h2s *s, int ms);
 static void h2s_notify(struct h2s *s, int fd);
 static void h2s_failure(struct h2s *s, char *out, size_t cap);
@@ -2091,6 +2115,7 @@ static void *conn_thread(void *arg)
     close(c->fd);
     coai_buf_free(&c->body);
     coai_buf_free(&c->wbuf);
+    coai_buf_free(&c->wpend);
     free(c);
     pthread_mutex_lock(&listener.lock);
     listener.conns--;
@@ -4285,6 +4310,7 @@ static int run_flush(struct run *r)
     int st, done, rc = 0;
     if (!c) return 0;
     if (c->dead) return -1;
+    if (c->wpend.len && conn_write(c, NULL, 0) < 0) return -1;
     if (r->out.sent_all || !coai_reply_started(rp)) return 0;
     st = coai_reply_status(rp);
     done = coai_reply_done(rp);
@@ -4606,6 +4632,9 @@ static void run_free(struct run *r)
     coai_reply_free(&r->reply);
     coai_msg_free(&r->up.msg);
     coai_frame_decoder_free(&r->up.frames);
+    coai_buf_free(&r->up.il_frame);
+    coai_buf_free(&r->up.il_rest);
+    coai_buf_free(&r->up.il_cur);
     coai_buf_free(&r->up.run_msg);
     coai_buf_free(&r->held.leftover);
     coai_buf_free(&r->held.backlog);
@@ -4951,6 +4980,7 @@ static int tr_body_done(const struct run *r)
  * connection may go back to the pool). */
 static void tr_close(struct run *r, int clean)
 {
+    r->up.il_state = RUN_IL_NONE;   /* what the I/O thread left was this attempt's */
     if (r->up.h2) {
         h2s_close(r->up.h2);
         r->up.h2 = NULL;
@@ -5101,65 +5131,19 @@ static int run_new_conversation(struct run *r)
     return 0;
 }
 
-/* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
-static int run_frame(struct run *r, const coai_frame *f)
+/* A message frame arrived (counted, noted, captured), before it is decoded. */
+static void run_frame_seen(struct run *r, const coai_frame *f)
 {
-    coai_status st;
-    int rc;
-    size_t pending;
-    if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
-        if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
-        else coai_end_stream_parse(f->data, f->len, &st);
-        if (!r->held.replaying) wn_status(&st);
-        if (cap_on() && !r->held.replaying) cap_frame(f);
-        if (st.code == 16) cred_mark_rejected(r->up.auth_gen);  /* UNAUTHENTICATED */
-        srv_log(LOG_DEBUG, "run %s: %s status %d", r->up.request_id,
-                f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
-        if (coai_reply_tools_pending(&r->reply)) {
-            /* The run ended right after asking for tools: answer the client with the tool
-             * calls; the run cannot be held (run_stream sees the end). */
-            return coai_reply_end_tools(&r->reply);
-        }
-        if (st.code == 0 && st.error == 0 && r->up.data_frames == 0) {
-            /* HTTP 200, then an immediate clean end without a single message: what the
-             * wrong regional agent host answers (cursor-2026-clients.md 6). */
-            coai_error e;
-            run_region_error(r, st.message, &e);
-            if (r->fb.retry) return COAI_DONE;
-            return coai_reply_feed_error(&r->reply, &e);
-        }
-        if (st.code == 0 && r->held.hollow_until && !coai_reply_started(&r->reply)
-            && !coai_reply_tools_pending(&r->reply)) {
-            /* A continued run that Cursor ends cleanly right after the tool results, with
-             * no text, no tool call and no turn end: not an answer (an empty stop reads as
-             * "done" to an agent). Nothing has reached the client: fall back, as a hollow
-             * run does (issue 22 item 3). */
-            r->held.hollow_hit = 1;
-            r->held.ended_empty = 1;
-            return COAI_DONE;
-        }
-        if (st.code != 0 && !coai_reply_started(&r->reply) && run_may_switch(r)) {
-            coai_error e;
-            coai_error_from_status(&st, &e);
-            if (profile_wrong(0, &e)) {
-                r->err = e;
-                r->fb.retry = RETRY_PROFILE;
-                return COAI_DONE;
-            }
-        }
-        if (st.code != 0 && run_conv_lost(r, &st)) return COAI_DONE;
-        return coai_reply_feed_status(&r->reply, &st);
-    }
     if (r->up.data_frames++ == 0) tr_answered(r);
     if (!r->held.replaying) wn_msg(f->data, f->len);
     if (cap_on() && !r->held.replaying) cap_frame(f);
-    rc = coai_msg_decode(&r->up.msg, f->data, f->len);
-    if (rc < 0) {
-        coai_error e;
-        coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
-                       "undecodable upstream message (%s)", coai_result_str(rc));
-        return coai_reply_feed_error(&r->reply, &e);
-    }
+}
+
+/* The message decoded from f (r->up.msg) goes to the reply. */
+static int run_message(struct run *r, const coai_frame *f)
+{
+    int rc;
+    size_t pending;
     if (r->up.msg.kind == COAI_MSG_EXEC && r->up.tools_hdr[0].len && !r->held.replaying
         && coai_exec_is_native_tool(r->up.msg.exec.kind))
         th_note_native(r->up.msg.exec.kind, r->up.request_id);
@@ -5203,6 +5187,212 @@ static int run_frame(struct run *r, const coai_frame *f)
     return rc;
 }
 
+/* Feed one envelope to the reply. Returns the coai_reply_feed_* result. */
+static int run_frame(struct run *r, const coai_frame *f)
+{
+    coai_status st;
+    int rc;
+    if (f->flags == COAI_FRAME_TRAILER || f->flags == COAI_FRAME_END_STREAM) {
+        if (f->flags == COAI_FRAME_TRAILER) coai_trailer_parse(f->data, f->len, &st);
+        else coai_end_stream_parse(f->data, f->len, &st);
+        if (!r->held.replaying) wn_status(&st);
+        if (cap_on() && !r->held.replaying) cap_frame(f);
+        if (st.code == 16) cred_mark_rejected(r->up.auth_gen);  /* UNAUTHENTICATED */
+        srv_log(LOG_DEBUG, "run %s: %s status %d", r->up.request_id,
+                f->flags == COAI_FRAME_TRAILER ? "trailer" : "end-stream", st.code);
+        if (coai_reply_tools_pending(&r->reply)) {
+            /* The run ended right after asking for tools: answer the client with the tool
+             * calls; the run cannot be held (run_stream sees the end). */
+            return coai_reply_end_tools(&r->reply);
+        }
+        if (st.code == 0 && st.error == 0 && r->up.data_frames == 0) {
+            /* HTTP 200, then an immediate clean end without a single message: what the
+             * wrong regional agent host answers (cursor-2026-clients.md 6). */
+            coai_error e;
+            run_region_error(r, st.message, &e);
+            if (r->fb.retry) return COAI_DONE;
+            return coai_reply_feed_error(&r->reply, &e);
+        }
+        if (st.code == 0 && r->held.hollow_until && !coai_reply_started(&r->reply)
+            && !coai_reply_tools_pending(&r->reply)) {
+            /* A continued run that Cursor ends cleanly right after the tool results, with
+             * no text, no tool call and no turn end: not an answer (an empty stop reads as
+             * "done" to an agent). Nothing has reached the client: fall back, as a hollow
+             * run does (issue 22 item 3). */
+            r->held.hollow_hit = 1;
+            r->held.ended_empty = 1;
+            return COAI_DONE;
+        }
+        if (st.code != 0 && !coai_reply_started(&r->reply) && run_may_switch(r)) {
+            coai_error e;
+            coai_error_from_status(&st, &e);
+            if (profile_wrong(0, &e)) {
+                r->err = e;
+                r->fb.retry = RETRY_PROFILE;
+                return COAI_DONE;
+            }
+        }
+        if (st.code != 0 && run_conv_lost(r, &st)) return COAI_DONE;
+        return coai_reply_feed_status(&r->reply, &st);
+    }
+    run_frame_seen(r, f);
+    rc = coai_msg_decode(&r->up.msg, f->data, f->len);
+    if (rc < 0) {
+        coai_error e;
+        coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "undecodable upstream message (%s)", coai_result_str(rc));
+        return coai_reply_feed_error(&r->reply, &e);
+    }
+    return run_message(r, f);
+}
+
+/* ---- HTTP/2: deltas written to the client by the connection's I/O thread ----
+ * While a streaming answer waits for Cursor on a shared HTTP/2 connection, its thread
+ * sleeps (h2s_body_il) and the connection's I/O thread, which read the DATA, does for a
+ * text or thinking delta what the run's thread would do (run_il_consume: decode, the
+ * reply, one chunk to the client without blocking). Anything else (a tool call, a KV
+ * request, the end, a client whose socket is full) goes back to the run's thread with the
+ * frame it stopped at (r->up.il_*, run_il_resume). One thread per delta instead of two: a
+ * stream's thread is woken when there is something only it can do. */
+
+/* The answer is one whose deltas the I/O thread may write: streaming, its 200 head out,
+ * nothing held back, pending or left over. */
+static int run_il_ok(const struct run *r)
+{
+    return r->c && r->c->streaming && !r->c->dead && !r->c->wpend.len && r->out.stream
+           && !r->out.hold_errors && !r->out.cancelled && !r->out.sent_all
+           && !r->held.replaying && !r->held.hollow_until && r->up.data_frames > 0
+           && !r->up.il_state && !coai_reply_tools_pending(&r->reply)
+           && !coai_reply_done(&r->reply) && coai_reply_status(&r->reply) == 200;
+}
+
+/* run_flush on the I/O thread: the reply's new events as one chunk (stream_write's), sent
+ * without blocking; what the socket does not take waits in c->wpend for the run's thread
+ * (conn_write sends it first). 0 all out, 1 the run's thread must send the rest, -1 the
+ * client is gone. */
+static int run_flush_nb(struct run *r)
+{
+    struct conn *c = r->c;
+    coai_buf *o = &r->reply.out;
+    const unsigned char *b;
+    size_t n;
+    if (c->dead) return -1;
+    if (!o->len) return 0;
+    c->bytes += o->len;
+    coai_buf_reset(&c->wbuf);
+    if (!c->http10) coai_buf_printf(&c->wbuf, "%zx\r\n", o->len);
+    coai_buf_append(&c->wbuf, o->data, o->len);
+    if (!c->http10) coai_buf_append(&c->wbuf, "\r\n", 2);
+    coai_buf_reset(o);
+    r->out.last_write = mono_ms();
+    if (c->wbuf.err) { c->dead = 1; return -1; }
+    b = c->wbuf.data;
+    n = c->wbuf.len;
+    while (n) {
+        ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { b += w; n -= (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        c->dead = 1;
+        return -1;
+    }
+    if (!n) return 0;
+    coai_buf_append(&c->wpend, b, n);
+    if (c->wpend.err) { c->dead = 1; return -1; }
+    return 1;
+}
+
+/* Keep for the run's thread: frame f (NULL: none; state says what) and the n bytes at p
+ * after it. 1 (wake the run's thread). */
+static int run_il_leave(struct run *r, int state, const coai_frame *f, const unsigned char *p,
+                        size_t n)
+{
+    coai_buf_reset(&r->up.il_frame);
+    coai_buf_reset(&r->up.il_rest);
+    if (f) {
+        r->up.il_flags = f->flags;
+        coai_buf_append(&r->up.il_frame, f->data, f->len);
+    }
+    coai_buf_append(&r->up.il_rest, p, n);
+    if (r->up.il_frame.err || r->up.il_rest.err) {
+        r->up.il_state = RUN_IL_RC;
+        r->up.il_rc = COAI_ERR_NOMEM;
+    } else {
+        r->up.il_state = state;
+    }
+    return 1;
+}
+
+/* The I/O thread's consumer of the Run stream (h2s_body_il): n bytes at p, while the run's
+ * thread sleeps. 0: all taken and written, the run's thread sleeps on; 1: wake it. */
+static int run_il_consume(void *ctx, const unsigned char *p, size_t n)
+{
+    struct run *r = ctx;
+    int w;
+    if (!run_il_ok(r)) return run_il_leave(r, RUN_IL_BYTES, NULL, p, n);
+    while (n > 0) {
+        size_t used = 0;
+        coai_frame f;
+        int fr = coai_frame_feed(&r->up.frames, p, n, &used, &f), rc;
+        p += used;
+        n -= used;
+        if (fr == COAI_MORE) break;
+        if (fr < 0) {
+            run_il_leave(r, RUN_IL_FRAME_ERR, NULL, p, n);
+            r->up.il_rc = fr;
+            break;
+        }
+        if (f.flags != COAI_FRAME_DATA || coai_msg_decode(&r->up.msg, f.data, f.len) < 0
+            || (r->up.msg.kind != COAI_MSG_TEXT && r->up.msg.kind != COAI_MSG_THINKING)) {
+            run_il_leave(r, RUN_IL_FRAME, &f, p, n);  /* decoded again there: no matter */
+            break;
+        }
+        run_frame_seen(r, &f);
+        r->out.in_feed = 1;
+        rc = run_message(r, &f);
+        r->out.in_feed = 0;
+        if (rc != COAI_OK) {
+            run_il_leave(r, RUN_IL_RC, NULL, p, n);
+            r->up.il_rc = rc;
+            break;
+        }
+    }
+    w = run_flush_nb(r);
+    return w != 0 || r->up.il_state != RUN_IL_NONE;
+}
+
+/* The run's thread takes back what run_il_consume left: the frame it stopped at is fed as
+ * run_stream would have (or the framing error, or the reply's answer); *p, *n the bytes
+ * after it (valid until the next call). The reply's result. */
+static int run_il_resume(struct run *r, const unsigned char **p, long *n)
+{
+    coai_buf t = r->up.il_cur;
+    int rc = COAI_OK, st = r->up.il_state;
+    r->up.il_cur = r->up.il_rest;
+    r->up.il_rest = t;
+    coai_buf_reset(&r->up.il_rest);
+    r->up.il_state = RUN_IL_NONE;
+    *p = r->up.il_cur.data;
+    *n = (long)r->up.il_cur.len;
+    r->out.in_feed = 1;
+    if (st == RUN_IL_FRAME) {
+        coai_frame f;
+        f.flags = (uint8_t)r->up.il_flags;
+        f.data = r->up.il_frame.len ? r->up.il_frame.data : (const unsigned char *)"";
+        f.len = r->up.il_frame.len;
+        rc = run_frame(r, &f);
+    } else if (st == RUN_IL_FRAME_ERR) {
+        coai_error e;
+        coai_error_set(&e, 502, "upstream_error", "upstream_protocol_error", NULL,
+                       "bad upstream framing: %s", coai_result_str(r->up.il_rc));
+        rc = coai_reply_feed_error(&r->reply, &e);
+    } else if (st == RUN_IL_RC) {
+        rc = r->up.il_rc;
+    }
+    r->out.in_feed = 0;
+    return rc;
+}
+
 /* Read RunSSE frames until the reply is done, the upstream ends or fails, or the client
  * leaves. Tool calls (batch_tools) are collected until held_runs.window_ms pass without another
  * frame. Bytes read past the end of a tool-call response are kept in r->held.leftover. */
@@ -5214,6 +5404,7 @@ static void run_stream(struct run *r)
     while (rc == COAI_OK) {
         const unsigned char *p;
         long n;
+        int resumed;
         /* The idle deadline, the client and the tick are checked at least once a second even
          * while the upstream floods frames that produce no output (up_wait, which checks them
          * too, only runs when a read would block). */
@@ -5235,8 +5426,21 @@ static void run_stream(struct run *r)
             rc = coai_reply_end_tools(&r->reply);       /* the quiet window is over */
             break;
         }
-        n = tr_body(r, &p);
-        if (n <= 0) {
+        resumed = r->up.il_state != RUN_IL_NONE;
+        if (resumed) {
+            /* what the HTTP/2 I/O thread left: the frame it stopped at, then the rest */
+            rc = run_il_resume(r, &p, &n);
+            if (r->out.cancelled) return;
+        } else if (r->up.h2 && run_il_ok(r)) {
+            n = h2s_body_il(r->up.h2, &p, run_il_consume, r);
+            if (n == -2) {                          /* its client, or run_il_resume */
+                if (run_flush(r) < 0) { r->out.cancelled = 1; return; }
+                continue;
+            }
+        } else {
+            n = tr_body(r, &p);
+        }
+        if (n <= 0 && !resumed) {
             coai_error e;
             memset(&e, 0, sizeof e);
             r->out.in_feed = 1;
@@ -5280,6 +5484,7 @@ static void run_stream(struct run *r)
             size_t used = 0;
             coai_frame f;
             int fr = coai_frame_feed(&r->up.frames, p, (size_t)n, &used, &f);
+            /* (run_il_consume does what this loop does for text and thinking deltas) */
             p += used;
             n -= (long)used;
             if (fr == COAI_MORE) break;
@@ -6329,7 +6534,11 @@ static const char *route_dialect(int route)
 static int conn_write(struct conn *c, const void *p, size_t n)
 {
     if (c->dead) return -1;
-    if (fd_write_all(c->fd, p, n) < 0) { c->dead = 1; return -1; }
+    if (c->wpend.len) {             /* what the I/O thread could not send (run_flush_nb) */
+        if (fd_write_all(c->fd, c->wpend.data, c->wpend.len) < 0) { c->dead = 1; return -1; }
+        coai_buf_reset(&c->wpend);
+    }
+    if (n && fd_write_all(c->fd, p, n) < 0) { c->dead = 1; return -1; }
     return 0;
 }
 
@@ -7926,6 +8135,7 @@ struct h2c {
     struct h2s *leader;             /* H2_LEAD_STREAM: the stream whose reader does */
     int64_t lead_at;                /* H2_LEAD_FREE: since when (mono ms) */
     int sleepers;                   /* streams whose reader sleeps on its cv (s->waiting) */
+    struct h2s *il_list;            /* streams whose DATA the I/O thread consumes next */
 };
 
 static struct h2c_state {
@@ -7935,6 +8145,8 @@ static struct h2c_state {
     int connecting;                 /* connections being opened */
     int waiting;                    /* runs waiting in h2c_get for one of them */
     unsigned long opened, streams, goaways, pings, ping_timeouts;   /* atomics */
+    unsigned long il_runs, il_wakes;    /* atomics: h2c_il_run's consumers, and how many woke
+                                         * their stream's thread */
 } H2C = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 /* hc->fault: why the connection failed, decided where it fails (h2c_fault_locked). */
@@ -8103,17 +8315,57 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
     }
 }
 
-/* Under hc->mu: wake the readers of the streams that got DATA since the last call. */
+/* Under hc->mu: wake the readers of the streams that got DATA since the last call. On the
+ * I/O thread, a stream whose reader sleeps parked (h2s_body_il) is not woken: its DATA goes
+ * to its consumer (hc->il_list, h2c_il_run). */
 static void h2c_signal_pending(struct h2c *hc)
 {
     struct h2s *s;
+    int io;
     if (!hc->pend) return;
     hc->pend = 0;
+    io = pthread_equal(pthread_self(), hc->th);
     for (s = hc->streams; s; s = s->next)
         if (s->pend) {
             s->pend = 0;
-            h2s_signal(s);
+            if (io && s->il_park == H2S_IL_PARKED && s->waiting && !s->ended && !s->reset
+                && !hc->dead && s->in.len) {
+                s->il_park = H2S_IL_BUSY;
+                s->il_next = hc->il_list;
+                hc->il_list = s;
+            } else {
+                h2s_signal(s);
+            }
         }
+}
+
+/* Under hc->mu, on the I/O thread (released while a consumer runs): the DATA of each stream
+ * h2c_signal_pending claimed goes to its consumer, as h2s_body hands it to a reader (the
+ * window goes back); the reader is woken only when the consumer asks (s->il_wake), or when
+ * the stream ended, failed or got more meanwhile. No wake-up of a thread per delta. */
+static void h2c_il_run(struct h2c *hc)
+{
+    while (hc->il_list) {
+        struct h2s *s = hc->il_list;
+        coai_buf t = s->taken;
+        int wake;
+        hc->il_list = s->il_next;
+        s->il_next = NULL;
+        s->taken = s->in;
+        s->in = t;
+        coai_buf_reset(&s->in);
+        coai_h2_consumed(hc->core, s->id, s->taken.len);
+        pthread_mutex_unlock(&hc->mu);
+        wake = s->il_fn(s->il_ctx, s->taken.data, s->taken.len);
+        pthread_mutex_lock(&hc->mu);
+        __atomic_add_fetch(&H2C.il_runs, 1, __ATOMIC_RELAXED);
+        if (wake) __atomic_add_fetch(&H2C.il_wakes, 1, __ATOMIC_RELAXED);
+        s->il_park = H2S_IL_PARKED;
+        if (wake) s->il_wake = 1;
+        if (wake || s->in.len || s->ended || s->reset || hc->dead) h2s_signal(s);
+        else if (s->il_waiter) pthread_cond_signal(&s->cv);
+        s->il_waiter = 0;
+    }
 }
 
 /* Under hc->mu: TLS bytes read ahead (by the handshake, then by h2c_recv_locked: BearSSL
@@ -8266,6 +8518,7 @@ static void *h2c_thread(void *arg)
         int64_t now = mono_ms();
         int pr;
         h2c_feed_locked(hc, now);
+        h2c_il_run(hc);
         /* timers */
         if (!hc->dead) {
             if (hc->ping_out && now - hc->ping_at > H2_PING_DEAD_MS) {
@@ -8610,6 +8863,24 @@ static int h2s_lead(struct h2s *s, int64_t ms, int client_fd, short *client_even
     }
 }
 
+/* 1 when the client on fd (watched for *events) has gone: a hang-up, an error, or its end
+ * of stream; pipelined bytes clear *events (they are the next request's, not a close). */
+static int client_left(int fd, short *events)
+{
+    struct pollfd pf;
+    char b;
+    ssize_t k;
+    pf.fd = fd;
+    pf.events = *events;
+    pf.revents = 0;
+    if (poll(&pf, 1, 0) <= 0 || !pf.revents) return 0;
+    if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) return 1;
+    k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 1;
+    *events = 0;                    /* pipelined bytes: stop watching for them */
+    return 0;
+}
+
 /* Wait, under nothing, until *flag (hc->mu's, signalled on cv) is set, watching a client
  * socket (-1: none), the deadline and a tick (called about once a second; -1 cancels), as
  * up_wait does. The client socket is looked at between slices of the wait: H2_SLICE_MS
@@ -8637,26 +8908,9 @@ static int h2_wait(struct h2c *hc, pthread_cond_t *cv, int *flag, int64_t deadli
             if (tick(tick_ctx) < 0) { *why = UPX_CANCELLED; return -1; }
         }
         if (left <= 0) { *why = UPX_TIMEOUT; return -1; }
-        if (client_fd >= 0 && *client_events && !led) {
-            struct pollfd pf;
-            pf.fd = client_fd;
-            pf.events = *client_events;
-            pf.revents = 0;
-            if (poll(&pf, 1, 0) > 0 && pf.revents) {
-                char b;
-                ssize_t k;
-                if (pf.revents & (POLLERR | POLLHUP | POLLNVAL)) {
-                    *why = UPX_CANCELLED;
-                    return -1;
-                }
-                k = recv(client_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-                if (k == 0
-                    || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-                    *why = UPX_CANCELLED;
-                    return -1;
-                }
-                *client_events = 0;         /* pipelined bytes: stop watching for them */
-            }
+        if (client_fd >= 0 && *client_events && !led && client_left(client_fd, client_events)) {
+            *why = UPX_CANCELLED;
+            return -1;
         }
         led = 0;
         pthread_mutex_lock(&hc->mu);
@@ -8866,6 +9120,67 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
     }
 }
 
+/* h2s_body for a reader that lets the I/O thread consume its DATA while it sleeps: fn(ctx,
+ * bytes, n) runs on that thread, the reader's run its own meanwhile, and returns 1 when the
+ * reader must look (what fn left it, its client). A stream alone on its connection reads
+ * it itself instead (h2s_body, h2s_lead). As h2s_body, and -2: fn asked for the reader.
+ * The client, the tick and s->deadline (which fn may move) are looked at between slices,
+ * as h2_wait does. */
+static long h2s_body_il(struct h2s *s, const unsigned char **p,
+                        int (*fn)(void *, const unsigned char *, size_t), void *ctx)
+{
+    struct h2c *hc = s->hc;
+    int64_t slice = H2_SLICE_MS;
+    pthread_mutex_lock(&hc->mu);
+    for (;;) {
+        int64_t now, left;
+        s->sig = 0;
+        if (s->il_wake) {
+            s->il_wake = 0;
+            pthread_mutex_unlock(&hc->mu);
+            return -2;
+        }
+        if (s->in.len || s->ended || s->reset || hc->dead || h2s_lead_can_locked(s)) {
+            pthread_mutex_unlock(&hc->mu);
+            return h2s_body(s, p);
+        }
+        now = mono_ms();
+        left = s->deadline - now;
+        if (left <= 0) {
+            pthread_mutex_unlock(&hc->mu);
+            s->why = UPX_TIMEOUT;
+            return -1;
+        }
+        pthread_mutex_unlock(&hc->mu);
+        if (s->tick && now - s->last_tick >= 1000) {
+            s->last_tick = now;
+            if (s->tick(s->tick_ctx) < 0) { s->why = UPX_CANCELLED; return -1; }
+        }
+        if (s->client_fd >= 0 && s->client_events
+            && client_left(s->client_fd, &s->client_events)) {
+            s->why = UPX_CANCELLED;
+            return -1;
+        }
+        pthread_mutex_lock(&hc->mu);
+        if (s->sig || s->il_wake || s->in.len) continue;
+        if (h2c_read_io_locked(hc)) h2c_wake(hc);      /* someone must read for it */
+        s->il_fn = fn;
+        s->il_ctx = ctx;
+        s->il_park = H2S_IL_PARKED;
+        s->waiting = 1;
+        hc->sleepers++;
+        cond_wait_ms(&s->cv, &hc->mu, left > slice ? slice : left);
+        hc->sleepers--;
+        s->waiting = 0;
+        while (s->il_park == H2S_IL_BUSY) {     /* its consumer runs: the run is not ours */
+            s->il_waiter = 1;
+            pthread_cond_wait(&s->cv, &hc->mu);
+        }
+        s->il_park = H2S_IL_OFF;
+        if (slice < 1000) slice = slice * 2 > 1000 ? 1000 : slice * 2;
+    }
+}
+
 /* 1 when s has body bytes (or its end) without waiting, else waits up to ms for them. */
 static int h2s_readable(struct h2s *s, int ms)
 {
@@ -8986,6 +9301,14 @@ static void h2_metrics_write(coai_buf *b)
                                                                        __ATOMIC_RELAXED));
     metric_gauge_now(b, "cursor_oai_h2_pings_total", "counter", "PINGs sent on idle "
                      "connections", (double)__atomic_load_n(&H2C.pings, __ATOMIC_RELAXED));
+    metric_gauge_now(b, "cursor_oai_h2_io_thread_reads_total", "counter",
+                     "Reads of a Run stream's DATA that the connection's I/O thread handled "
+                     "itself (text and thinking deltas written to the client), its run's "
+                     "thread asleep", (double)__atomic_load_n(&H2C.il_runs, __ATOMIC_RELAXED));
+    metric_gauge_now(b, "cursor_oai_h2_io_thread_handbacks_total", "counter",
+                     "Of those, the ones that woke the run's thread (a message only it "
+                     "handles, the end, a client that reads slowly)",
+                     (double)__atomic_load_n(&H2C.il_wakes, __ATOMIC_RELAXED));
 }
 
 
@@ -12280,6 +12603,7 @@ static void doctor_post(const char *model, const char *json, int *status, coai_b
     coai_buf_free(&raw);
     coai_buf_free(&c->body);
     coai_buf_free(&c->wbuf);
+    coai_buf_free(&c->wpend);
     free(c);
 }
 
