@@ -5278,6 +5278,7 @@ static int run_flush_nb(struct run *r)
     size_t n;
     if (c->dead) return -1;
     if (!o->len) return 0;
+    if (coai_reply_done(&r->reply)) return 1;   /* run_flush's: stored, counted first */
     c->bytes += o->len;
     coai_buf_reset(&c->wbuf);
     if (!c->http10) coai_buf_printf(&c->wbuf, "%zx\r\n", o->len);
@@ -5357,8 +5358,11 @@ static int run_il_consume(void *ctx, const unsigned char *p, size_t n)
             break;
         }
     }
+    /* Handing back: the run's thread writes it all (run_flush: an answer that ended is
+     * stored and counted before its last byte goes out) */
+    if (r->up.il_state != RUN_IL_NONE) return 1;
     w = run_flush_nb(r);
-    return w != 0 || r->up.il_state != RUN_IL_NONE;
+    return w != 0;
 }
 
 /* The run's thread takes back what run_il_consume left: the frame it stopped at is fed as
