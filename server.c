@@ -8328,8 +8328,10 @@ static void h2c_signal_pending(struct h2c *hc)
     for (s = hc->streams; s; s = s->next)
         if (s->pend) {
             s->pend = 0;
-            if (io && s->il_park == H2S_IL_PARKED && s->waiting && !s->ended && !s->reset
-                && !hc->dead && s->in.len) {
+            /* not while the reader has yet to take what its consumer left (s->il_wake):
+             * that is ahead of these bytes, and the consumer would write over it */
+            if (io && s->il_park == H2S_IL_PARKED && s->waiting && !s->il_wake && !s->ended
+                && !s->reset && !hc->dead && s->in.len) {
                 s->il_park = H2S_IL_BUSY;
                 s->il_next = hc->il_list;
                 hc->il_list = s;
