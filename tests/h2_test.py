@@ -35,7 +35,8 @@ behaviour it names is removed:
              KV and request_context answered mid-answer, an error trailer, a bad frame, a
              heartbeat with more DATA right behind it) lose or reorder nothing; a client that
              does not read while 6 MB arrive gets every byte once, in order; a client that
-             closes gets its upstream stream reset within 3 s, the other run goes on
+             closes gets its upstream stream reset within 3 s, the other run goes on; a
+             held run's follow-up (tool loop) streams its deltas from the I/O thread too
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
 import json
@@ -772,6 +773,7 @@ def il_paced(kind, texts, gap=IL_GAP):
 
 IL_TEXT = ["Hello", ", w\u00f6rld", " \U0001f30d", " one", " two", " three", " four", " end."]
 IL_THINK = ["Let me", " think", " about", " it."]
+IL_FILE = "/tmp/coai-il-held.txt"
 IL_BIG = ["%04d:" % i + "z" * 1995 + "\n" for i in range(3000)]   # 6 MB of deltas: more
 # than the proxy's socket buffer (tcp_wmem at most 4 MB) and the client's take
 IL_WEATHER = [{"type": "function", "function": {
@@ -812,7 +814,14 @@ IL_SCEN = {
         {"op": "text", "text": "b%d " % i}, {"op": "text", "text": "c%d " % i},
         {"op": "text", "text": "d%d " % i})] + H.END},
     "il_long": {"steps": il_paced("text", ["d%d " % i for i in range(300)]) + H.END},
-    "il_other": {"steps": il_paced("text", ["o%d " % i for i in range(30)]) + H.END}
+    "il_other": {"steps": il_paced("text", ["o%d " % i for i in range(30)]) + H.END},
+    "il_held": {"when": H.REPLAY, "steps": [
+        {"op": "text", "text": "Reading."},
+        {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001", "path": IL_FILE,
+         "hold": True},
+        {"op": "await_results", "max_s": 30},
+        {"op": "text_from_result", "id": 1, "prefix": "GOT:"}, {"op": "sleep", "s": IL_GAP}]
+        + il_paced("text", ["f%d " % i for i in range(10)]) + H.END},
 }
 
 IL_DIALECTS = {
@@ -1175,6 +1184,47 @@ def il_close(fake, px):
        (200, "".join("o%d " % i for i in range(30)), ["stop"], []))
 
 
+def il_held(fake):
+    """5. a held run (tool loop) over HTTP/2 next to a companion: the follow-up's deltas are
+    written by the I/O thread"""
+    px = H.cursor_mode_proxy(fake.dir, "ilheld", fake.url(), fake.ca, TOKEN, extra_env={
+        "CURSOR_OAI_TRANSPORT": "h2", "CURSOR_OAI_IDLE_TIMEOUT": "120",
+        "CURSOR_OAI_SILENCE_TIMEOUT": "120", "CURSOR_OAI_HOLLOW_TIMEOUT": "60"})
+    comp = None
+    try:
+        comp = IlCompanions(px, fake)
+        check("held: the companion runs stream, the I/O thread reads their connection",
+              comp.ok)
+        msgs = [{"role": "user", "content": "read it"}]
+        st, b, _ = px.request("POST", "/v1/chat/completions", {
+            "model": "scenario:il_held", "messages": msgs, "tools": READ_TOOL}, timeout=60)
+        m = (json.loads(b).get("choices") or [{}])[0].get("message", {}) if st == 200 else {}
+        calls = m.get("tool_calls") or []
+        if not check("held: the run asked for a read", st == 200 and calls, (st, b[:300])):
+            return
+        msgs = msgs + [{"role": "assistant", "content": m.get("content"), "tool_calls": calls}]
+        msgs += [{"role": "tool", "tool_call_id": c["id"], "content": "IL-SECRET"}
+                 for c in calls]
+        r0, _ = il_counts(px)
+        st, raw = il_post(px.port, "/v1/chat/completions", {
+            "model": "scenario:il_held", "messages": msgs, "tools": READ_TOOL, "stream": True})
+        reads = il_counts(px)[0] - r0
+        ev = H.parse_sse(raw)
+        want = "".join("f%d " % i for i in range(10))
+        check("held: the follow-up streamed the result and every delta after it",
+              st == 200 and ev["content"].startswith("GOT:") and "IL-SECRET" in ev["content"]
+              and ev["content"].endswith(want) and ev["finish"] == ["stop"] and not ev["bad"],
+              (st, ev["content"], ev["finish"], ev["bad"]))
+        check("held: ... its deltas written by the I/O thread (reads +%d)" % reads, reads >= 8,
+              reads)
+        eq("held: one upstream run for the loop (held, not replayed)",
+           len(il_run_of(fake, "il_held")), 1)
+    finally:
+        if comp:
+            comp.stop()
+        px.stop()
+
+
 def t_io_thread(fake):
     for k, v in IL_SCEN.items():
         fake.ctl("/scenario", {"name": k, "scenario": v})
@@ -1185,6 +1235,8 @@ def t_io_thread(fake):
         eq("io_thread: no protocol errors", errors(fake), [])
     finally:
         px.stop()
+    il_held(fake)
+    eq("io_thread held: no protocol errors", errors(fake), [])
 
 
 TOKEN = None
