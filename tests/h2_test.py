@@ -805,7 +805,10 @@ IL_SCEN = {
     "il_badframe": {"steps": il_paced("text", IL_TEXT[:4]) + [
         {"op": "raw", "hex": "00ffffffff0a0a0a0a0a"}, {"op": "stall", "max_s": 20}]},
     # many large deltas, then quiet until /release: a client that does not read fills its socket
-    "il_big": {"steps": [{"op": "text", "text": t} for t in IL_BIG]
+    # (in batches of 20, 10 ms apart: the run's thread parks between them, also when a
+    # sanitizer slows it down, so the I/O thread is the one that finds the socket full)
+    "il_big": {"steps": [x for i, t in enumerate(IL_BIG) for x in (
+        [{"op": "text", "text": t}] + ([{"op": "sleep", "s": 0.01}] if i % 20 == 19 else []))]
                + [{"op": "hold", "max_s": 30}] + H.END},
     # a frame the I/O thread hands back (a heartbeat) with more DATA right behind it, before
     # the run's thread has woken to take it
