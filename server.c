@@ -5256,11 +5256,12 @@ static int run_frame(struct run *r, const coai_frame *f)
  * stream's thread is woken when there is something only it can do. */
 
 /* The answer is one whose deltas the I/O thread may write: streaming, its 200 head out,
- * nothing held back, pending or left over. */
+ * nothing pending or left over. (out.hold_errors, set for a held run's follow-up, holds back
+ * only an error before the first byte: with the 200 head out there is none to hold.) */
 static int run_il_ok(const struct run *r)
 {
     return r->c && r->c->streaming && !r->c->dead && !r->c->wpend.len && r->out.stream
-           && !r->out.hold_errors && !r->out.cancelled && !r->out.sent_all
+           && !r->out.cancelled && !r->out.sent_all
            && !r->held.replaying && !r->held.hollow_until && r->up.data_frames > 0
            && !r->up.il_state && !coai_reply_tools_pending(&r->reply)
            && !coai_reply_done(&r->reply) && coai_reply_status(&r->reply) == 200;
@@ -8332,8 +8333,10 @@ static void h2c_signal_pending(struct h2c *hc)
     for (s = hc->streams; s; s = s->next)
         if (s->pend) {
             s->pend = 0;
-            if (io && s->il_park == H2S_IL_PARKED && s->waiting && !s->ended && !s->reset
-                && !hc->dead && s->in.len) {
+            /* not while the reader has yet to take what its consumer left (s->il_wake):
+             * that is ahead of these bytes, and the consumer would write over it */
+            if (io && s->il_park == H2S_IL_PARKED && s->waiting && !s->il_wake && !s->ended
+                && !s->reset && !hc->dead && s->in.len) {
                 s->il_park = H2S_IL_BUSY;
                 s->il_next = hc->il_list;
                 hc->il_list = s;

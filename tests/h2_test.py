@@ -27,10 +27,21 @@ behaviour it names is removed:
              connection off (GOAWAY ENHANCE_YOUR_CALM) before the flood's 160 MB are out,
              and the run gets an error in its API's shape (502; Anthropic's api_error 500) saying
              the host flooded control frames
+  io_thread  streaming runs that share a connection (a quiet companion run keeps them from
+             being alone on it): the connection's I/O thread writes their text and thinking
+             deltas (/metrics cursor_oai_h2_io_thread_reads_total rises; alone, it does not),
+             and every dialect's streaming writer (Chat, Responses, Messages, Gemini) gives the
+             events the same run gives alone; the hand-backs to the run's thread (a tool call,
+             KV and request_context answered mid-answer, an error trailer, a bad frame, a
+             heartbeat with more DATA right behind it) lose or reorder nothing; a client that
+             does not read while 6 MB arrive gets every byte once, in order; a client that
+             closes gets its upstream stream reset within 3 s, the other run goes on; a
+             held run's follow-up (tool loop) streams its deltas from the I/O thread too
 Prints `RESULT <passed> <failed>` last.   tests/h2_test.py [--only a,b]"""
 
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -743,6 +754,494 @@ def t_flood(fake):
     reset(fake)
 
 
+# ---------------------------------------------------------------------------------------------
+# io_thread: the deltas of a streaming run that shares its connection are written to the
+# client by the connection's I/O thread (server.c h2s_body_il, run_il_consume); anything else
+# is handed back to the run's thread. Each output here is compared with the same scenario run
+# alone on its connection (the stream's own thread reads it: the path as before), and the
+# /metrics counters show the I/O thread's consumer really ran.
+
+IL_GAP = 0.05       # between deltas: the run's thread is asleep (parked) when the next arrives
+
+
+def il_paced(kind, texts, gap=IL_GAP):
+    out = []
+    for t in texts:
+        out += [{"op": kind, "text": t}, {"op": "sleep", "s": gap}]
+    return out
+
+
+IL_TEXT = ["Hello", ", w\u00f6rld", " \U0001f30d", " one", " two", " three", " four", " end."]
+IL_THINK = ["Let me", " think", " about", " it."]
+IL_FILE = "/tmp/coai-il-held.txt"
+IL_BIG = ["%04d:" % i + "z" * 1995 + "\n" for i in range(3000)]   # 6 MB of deltas: more
+# than the proxy's socket buffer (tcp_wmem at most 4 MB) and the client's take
+IL_WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+IL_SCEN = {
+    # the companion: one delta, then quiet (no frame: nothing for the I/O thread to consume)
+    "il_comp": {"steps": [{"op": "text", "text": "companion"}, {"op": "sleep", "s": 60}]
+                + H.END},
+    "il_tick": {"steps": [{"op": "text", "text": "companion"}]
+                + [x for _ in range(5) for x in ({"op": "sleep", "s": 0.2},
+                                                  {"op": "text", "text": "tick"})]
+                + [{"op": "sleep", "s": 60}] + H.END},
+    "il_text": {"steps": il_paced("text", IL_TEXT) + [{"op": "token_delta", "tokens": 7}]
+                + H.END},
+    "il_think": {"steps": il_paced("thinking", IL_THINK)
+                 + [{"op": "thinking_completed", "ms": 120}] + il_paced("text", IL_TEXT[:4])
+                 + H.END},
+    "il_tool": {"steps": il_paced("text", IL_TEXT[:5]) + [
+        {"op": "exec", "kind": "mcp", "id": 2, "exec_id": "exec-il-2", "tool_name": "get_weather",
+         "args": {"city": "Oslo"}, "tool_call_id": "call_il_1"}, {"op": "stall", "max_s": 20}]},
+    "il_kv": {"steps": il_paced("text", IL_TEXT[:4]) + [
+        {"op": "kv_set_blob", "id": 1, "data": "blob-il"},
+        {"op": "kv_get_blob", "id": 2, "data_of": "blob-il", "expect": "blob-il"},
+        {"op": "exec", "kind": "request_context", "id": 6, "exec_id": "exec-il-6",
+         "wait_reply": 2.0}] + il_paced("text", IL_TEXT[4:]) + H.END},
+    "il_trailer": {"steps": il_paced("text", IL_TEXT[:4]) + [
+        {"op": "trailer", "status": 13, "message": "il boom"}]},
+    "il_badframe": {"steps": il_paced("text", IL_TEXT[:4]) + [
+        {"op": "raw", "hex": "00ffffffff0a0a0a0a0a"}, {"op": "stall", "max_s": 20}]},
+    # many large deltas, then quiet until /release: a client that does not read fills its socket
+    # (in batches of 20, 10 ms apart: the run's thread parks between them, also when a
+    # sanitizer slows it down, so the I/O thread is the one that finds the socket full)
+    "il_big": {"steps": [x for i, t in enumerate(IL_BIG) for x in (
+        [{"op": "text", "text": t}] + ([{"op": "sleep", "s": 0.01}] if i % 20 == 19 else []))]
+               + [{"op": "hold", "max_s": 30}] + H.END},
+    # a frame the I/O thread hands back (a heartbeat) with more DATA right behind it, before
+    # the run's thread has woken to take it
+    "il_race": {"steps": [x for i in range(60) for x in (
+        {"op": "text", "text": "a%d " % i}, {"op": "sleep", "s": 0.01}, {"op": "heartbeat"},
+        {"op": "text", "text": "b%d " % i}, {"op": "text", "text": "c%d " % i},
+        {"op": "text", "text": "d%d " % i})] + H.END},
+    "il_long": {"steps": il_paced("text", ["d%d " % i for i in range(300)]) + H.END},
+    "il_other": {"steps": il_paced("text", ["o%d " % i for i in range(30)]) + H.END},
+    "il_held": {"when": H.REPLAY, "steps": [
+        {"op": "text", "text": "Reading."},
+        {"op": "exec", "kind": "read", "id": 1, "exec_id": "exec-read-0001", "path": IL_FILE,
+         "hold": True},
+        {"op": "await_results", "max_s": 30},
+        {"op": "text_from_result", "id": 1, "prefix": "GOT:"}, {"op": "sleep", "s": IL_GAP}]
+        + il_paced("text", ["f%d " % i for i in range(10)]) + H.END},
+}
+
+IL_DIALECTS = {
+    "chat": ("/v1/chat/completions", lambda m, t: {
+        "model": m, "stream": True, "stream_options": {"include_usage": True},
+        "messages": [{"role": "user", "content": t}]}, {}),
+    "responses": ("/v1/responses", lambda m, t: {"model": m, "stream": True, "input": t}, {}),
+    "messages": ("/v1/messages", lambda m, t: {
+        "model": m, "stream": True, "max_tokens": 1024,
+        "messages": [{"role": "user", "content": t}]}, {"anthropic-version": "2023-06-01"}),
+    "gemini": (None, lambda m, t: {"contents": [{"role": "user", "parts": [{"text": t}]}]}, {}),
+}
+# values that differ from one response to the next: ids, times
+IL_VOLATILE = {"id", "created", "created_at", "system_fingerprint", "responseId", "createTime",
+               "response_id", "item_id", "completed_at"}
+
+
+def il_counts(px):
+    """(reads, handbacks): cursor_oai_h2_io_thread_{reads,handbacks}_total from /metrics."""
+    st, b, _ = px.get("/metrics")
+    got = {}
+    for line in b.decode("utf-8", "replace").splitlines():
+        for k in ("reads", "handbacks"):
+            if line.startswith("cursor_oai_h2_io_thread_%s_total " % k):
+                got[k] = float(line.split()[1])
+    return got.get("reads", -1.0), got.get("handbacks", -1.0)
+
+
+def il_norm(v):
+    if isinstance(v, dict):
+        return {k: ("<v>" if k in IL_VOLATILE else il_norm(x)) for k, x in v.items()}
+    if isinstance(v, list):
+        return [il_norm(x) for x in v]
+    return v
+
+
+def il_events(raw):
+    """SSE bytes -> [(event name, data with ids and times masked)] and problems."""
+    out, bad = [], []
+    try:
+        txt = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return [], ["invalid UTF-8: %s" % e]
+    for block in txt.replace("\r\n", "\n").split("\n\n"):
+        ev, data = None, None
+        for line in block.split("\n"):
+            if line.startswith("event:"):
+                ev = line[6:].strip()
+            elif line.startswith("data:"):
+                d = line[5:].strip()
+                try:
+                    data = il_norm(json.loads(d))
+                except ValueError:
+                    data = d
+            elif line and not line.startswith(":"):
+                bad.append(line[:80])
+        if ev is not None or data is not None:
+            out.append((ev, data))
+    return out, bad
+
+
+def il_same(lab, got, want):
+    """got == want, or the first event that differs."""
+    i = next((i for i in range(max(len(got), len(want)))
+              if i >= len(got) or i >= len(want) or got[i] != want[i]), None)
+    check("%s: the events equal the run's alone (ids and times aside)" % lab, i is None,
+          None if i is None else "%d vs %d events; #%d: got %r want %r" % (
+              len(got), len(want), i, got[i] if i < len(got) else None,
+              want[i] if i < len(want) else None))
+
+
+def il_text(evs):
+    """The text and the thinking of a normalised event list, whatever the dialect."""
+    s = json.dumps([d for _, d in evs])
+    return s
+
+
+def il_post(port, path, body, headers=None, rcvbuf=None, pause=None, close_after=None,
+            timeout=40):
+    """POST on a raw socket; (status, dechunked body). pause: a function awaited (bounded)
+    once the head and some body arrived, before reading on (the socket unread meanwhile);
+    close_after: close the socket once the body holds that many content deltas."""
+    b = json.dumps(body).encode()
+    h = ["POST %s HTTP/1.1" % path, "Host: 127.0.0.1:%d" % port,
+         "Content-Type: application/json", "Content-Length: %d" % len(b), "Connection: close"]
+    h += ["%s: %s" % kv for kv in (headers or {}).items()]
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    s.settimeout(timeout)
+    s.connect(("127.0.0.1", port))
+    buf = b""
+    try:
+        s.sendall(("\r\n".join(h) + "\r\n\r\n").encode() + b)
+        end = time.time() + timeout
+        paused = pause is None
+        while time.time() < end:
+            try:
+                d = s.recv(1024 if not paused else 65536)
+            except socket.timeout:
+                break
+            if not d:
+                break
+            buf += d
+            if not paused and b"\r\n\r\n" in buf and len(buf.partition(b"\r\n\r\n")[2]) > 0:
+                paused = True
+                pause()
+            if close_after is not None and buf.count(b'"content":"') >= close_after:
+                return None, buf
+    finally:
+        s.close()
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    first = head.split(b"\r\n")[0].split()
+    status = int(first[1]) if len(first) > 1 else 0
+    if b"transfer-encoding: chunked" in head.lower():
+        rest = H.dechunk(rest)
+    return status, rest
+
+
+def il_stream(px, dialect, model, text="hi", extra=None, **kw):
+    path, mk, hd = IL_DIALECTS[dialect]
+    if path is None:
+        path = "/v1beta/models/%s:streamGenerateContent?alt=sse" % model
+    body = mk(model, text)
+    body.update(extra or {})
+    return il_post(px.port, path, body, hd, **kw)
+
+
+class IlCompanion:
+    """A streaming run kept open on the proxy's HTTP/2 connection (its scenario: il_comp,
+    quiet after one delta; il_tick, five more deltas 0.2 s apart first)."""
+
+    def __init__(self, px, fake, scen):
+        self.fake, self.scen = fake, scen
+        self.seen = threading.Event()
+        self.ticks = 0
+        self.sock = socket.create_connection(("127.0.0.1", px.port), timeout=90)
+        b = json.dumps({"model": "scenario:" + scen, "stream": True,
+                        "messages": [{"role": "user", "content": "companion"}]}).encode()
+        self.sock.sendall(("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                           "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                           % (px.port, len(b))).encode() + b)
+        self.th = threading.Thread(target=self._read)
+        self.th.start()
+        self.ok = self.seen.wait(20)
+
+    def _read(self):
+        buf = b""
+        try:
+            while True:
+                d = self.sock.recv(65536)
+                if not d:
+                    return
+                buf += d
+                self.ticks = buf.count(b"tick")
+                if b"companion" in buf:
+                    self.seen.set()
+        except OSError:
+            return
+
+    def stop(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.th.join(10)
+
+
+class IlCompanions:
+    """Two streaming runs kept open and quiet on the proxy's HTTP/2 connection, so that the
+    runs started next to them are never alone on it and the connection's I/O thread reads
+    it. The first, alone when it starts, reads the connection itself (it leads) until its
+    current wait ends (at most a second); the second's five deltas after its first show the
+    I/O thread has the read role once one of them is consumed there (reads_total rises)."""
+
+    def __init__(self, px, fake):
+        self.fake = fake
+        r0, _ = il_counts(px)
+        self.a = IlCompanion(px, fake, "il_comp")
+        self.b = IlCompanion(px, fake, "il_tick") if self.a.ok else None
+        self.ok = bool(self.b and self.b.ok and H.wait_for(
+            lambda: il_counts(px)[0] > r0 and self.b.ticks >= 5, 20))
+
+    def stop(self):
+        for c in (self.a, self.b):
+            if c:
+                c.stop()
+        # their upstream streams are gone (reset by the proxy) before the next run: that one
+        # may be alone on the connection again
+        H.wait_for(lambda: not any(r["stream"].get("ended") in (None, "running")
+                                   for r in il_run_of(self.fake, "il_comp")
+                                   + il_run_of(self.fake, "il_tick")), 10)
+
+
+def il_proxy(fake, name):
+    return H.Proxy(fake.dir, name, fake.url(), fake.ca, TOKEN, extra_env={
+        "CURSOR_OAI_TRANSPORT": "h2", "CURSOR_OAI_IDLE_TIMEOUT": "120",
+        "CURSOR_OAI_SILENCE_TIMEOUT": "120", "CURSOR_OAI_HOLLOW_TIMEOUT": "60"})
+
+
+def il_one(px, dialect, model, extra=None):
+    """One streaming run: (status, events, SSE problems, reads, handbacks)."""
+    r0, h0 = il_counts(px)
+    st, raw = il_stream(px, dialect, model, extra=extra)
+    r1, h1 = il_counts(px)
+    ev, bad = il_events(raw)
+    return st, ev, bad, r1 - r0, h1 - h0
+
+
+def il_run_of(fake, scen):
+    return [r for r in fake.runs() if r.get("scenario") == scen]
+
+
+def il_cases():
+    """(dialect, scenario, extra request fields): 1. every dialect's streaming writer with
+    text and thinking deltas; 2. what only the run's thread does, after deltas the I/O thread
+    wrote (the tool call last: its held run stays on the connection)."""
+    out = [(d, scen, None) for d in ("chat", "responses", "messages", "gemini")
+           for scen in ("il_text", "il_think")]
+    return out + [("chat", "il_race", None), ("chat", "il_kv", None),
+                  ("chat", "il_trailer", None), ("messages", "il_trailer", None),
+                  ("chat", "il_badframe", None), ("messages", "il_badframe", None),
+                  ("chat", "il_tool", {"tools": IL_WEATHER})]
+
+
+def il_outputs(fake, px):
+    """Each case alone on the connection (its own thread reads: the path as before), then
+    next to the companions (the I/O thread writes its deltas): the same events."""
+    alone = [il_one(px, d, "scenario:" + scen, extra) for d, scen, extra in il_cases()]
+    comps = IlCompanions(px, fake)
+    try:
+        check("io_thread: the companion runs stream, the I/O thread reads their connection",
+              comps.ok)
+        shared = [il_one(px, d, "scenario:" + scen, extra) for d, scen, extra in il_cases()]
+        il_slow_client(fake, px)
+        il_close(fake, px)
+    finally:
+        comps.stop()
+    for (d, scen, extra), a, b in zip(il_cases(), alone, shared):
+        lab = "io_thread %s %s" % (d, scen)
+        st0, ev0, bad0, dr0, _ = a
+        st1, ev1, bad1, dr, dh = b
+        eq("%s: 200 both times, well-formed SSE" % lab, (st0, st1, bad0, bad1),
+           (200, 200, [], []))
+        eq("%s: alone, its own thread read it (reads +%d)" % (lab, dr0), dr0, 0)
+        if scen in ("il_text", "il_think"):
+            check("%s: the I/O thread wrote the deltas (reads +%d)" % (lab, dr), dr >= 4,
+                  (dr, dh))
+        else:
+            # (an error trailer ends the HTTP/2 stream: that goes to the run's thread directly)
+            check("%s: the I/O thread wrote deltas, then woke the run's thread (reads +%d, "
+                  "handbacks +%d)" % (lab, dr, dh),
+                  dr >= 2 and (dh >= 1 or scen == "il_trailer"), (dr, dh))
+        il_same(lab, ev1, ev0)
+        if scen in ("il_text", "il_think"):
+            blob = il_text(ev0)
+            check("%s: ... which hold every delta" % lab, all(
+                json.dumps(t)[1:-1] in blob for t in
+                (IL_TEXT if scen == "il_text" else IL_THINK + IL_TEXT[:4])), blob[:600])
+            continue
+        blob = il_text(ev1)
+        if scen == "il_race":
+            got = "".join(((x or {}).get("choices") or [{}])[0].get("delta", {}).get("content")
+                          or "" for _, x in ev1 if isinstance(x, dict))
+            eq("%s: every delta, also those right behind a handed-back frame" % lab, got,
+               "".join("a%d b%d c%d d%d " % (i, i, i, i) for i in range(60)))
+        if scen == "il_kv":
+            want = "".join(IL_TEXT)
+            got = "".join(((x or {}).get("choices") or [{}])[0].get("delta", {}).get("content")
+                          or "" for _, x in ev1 if isinstance(x, dict))
+            eq("%s: every delta, before and after the KV and request_context the proxy "
+               "answered" % lab, got, want)
+            runs = il_run_of(fake, "il_kv")
+            check("%s: the fake got the KV and exec answers" % lab, len(runs) >= 2 and all(
+                r.get("kv_replies") and r.get("exec_replies") for r in runs[-2:]),
+                [(r.get("kv_replies"), r.get("exec_replies")) for r in runs])
+        elif scen == "il_trailer":
+            check("%s: the deltas, then the error in the dialect's shape" % lab,
+                  "il boom" in blob and json.dumps(IL_TEXT[3])[1:-1] in blob
+                  and (('"type": "error"' in blob) if d == "messages" else
+                       ('"error": {' in blob)), blob[-600:])
+        elif scen == "il_badframe":
+            check("%s: the deltas, then upstream_protocol_error 'bad upstream framing'" % lab,
+                  "bad upstream framing" in blob and json.dumps(IL_TEXT[3])[1:-1] in blob,
+                  blob[-600:])
+        elif scen == "il_tool":
+            calls = [c for _, x in ev1 if isinstance(x, dict)
+                     for c in ((x.get("choices") or [{}])[0].get("delta", {})
+                               .get("tool_calls") or [])]
+            fins = [((x.get("choices") or [{}])[0]).get("finish_reason") for _, x in ev1
+                    if isinstance(x, dict) and x.get("choices")]
+            check("%s: the deltas, then the tool call get_weather {city: Oslo}, finish "
+                  "tool_calls" % lab, json.dumps(IL_TEXT[4])[1:-1] in blob and calls
+                  and calls[0].get("function", {}).get("name") == "get_weather"
+                  and json.loads("".join(c.get("function", {}).get("arguments") or ""
+                                         for c in calls) or "{}") == {"city": "Oslo"}
+                  and "tool_calls" in fins, (calls, fins))
+
+
+def il_slow_client(fake, px):
+    """3. a client that does not read while 6 MB of deltas arrive: its socket fills, the
+    I/O thread leaves the rest in c->wpend and wakes the run's thread; every byte arrives,
+    in order, once"""
+    seen = {}
+    r0, h0 = il_counts(px)
+
+    def pause():
+        # the client reads nothing until the I/O thread handed the stream back (only a
+        # full socket does that while text deltas arrive), then Cursor ends the answer
+        seen["wake"] = H.wait_for(lambda: il_counts(px)[1] > h0, 20)
+        seen["reads"] = il_counts(px)[0] - r0
+        # the client reads on; the fake's hold is released once it has begun (after the
+        # last delta)
+        rel.start()
+    rel = threading.Thread(target=lambda: H.wait_for(
+        lambda: fake.ctl("/release", {}).get("h2_streams", 0) >= 1, 30, step=0.2))
+    st, raw = il_stream(px, "chat", "scenario:il_big", rcvbuf=4096, pause=pause,
+                        timeout=60)
+    if rel.is_alive():
+        rel.join(30)
+    ev = H.parse_sse(raw)
+    check("slow client: the I/O thread wrote deltas, then handed the stream back while the "
+          "client did not read (reads +%s)" % seen.get("reads"),
+          seen.get("wake") and seen.get("reads", 0) >= 1, seen)
+    eq("slow client: 200, well-formed", (st, ev["bad"], ev["done"]), (200, [], True))
+    want = "".join(IL_BIG)
+    got = ev["content"]
+    i = next((i for i in range(min(len(got), len(want))) if got[i] != want[i]), None)
+    check("slow client: every delta arrived, in order, once (%d of %d chars)"
+          % (len(got), len(want)), got == want,
+          "first difference at %s: %r" % (i, got[i - 10:i + 40] if i is not None else got[-60:]))
+
+
+def il_close(fake, px):
+    """4. a client that closes while the I/O thread writes its deltas: the stream is reset
+    at once, the other run on the connection goes on"""
+    out = {}
+    resets0 = counters(fake).get("h2_client_resets", 0)
+    th = threading.Thread(target=lambda: out.update(
+        other=il_stream(px, "chat", "scenario:il_other", timeout=40)))
+    th.start()
+    r0, _ = il_counts(px)
+    st, _ = il_stream(px, "chat", "scenario:il_long", close_after=6)
+    t0 = time.time()
+    reads = il_counts(px)[0] - r0
+    gone = H.wait_for(lambda: any(r["stream"].get("ended") == "client_closed"
+                                  for r in il_run_of(fake, "il_long")), 10)
+    dt = time.time() - t0
+    th.join(40)
+    check("close: the I/O thread was writing the deltas (reads +%d)" % reads, reads >= 3, reads)
+    check("close: the upstream stream of the closed run was cancelled within 3 s (%.2f s)" % dt,
+          gone and dt < 3, il_run_of(fake, "il_long"))
+    check("close: ... with RST_STREAM", counters(fake).get("h2_client_resets", 0) > resets0,
+          counters(fake))
+    st, raw = out.get("other") or (0, b"")
+    ev = H.parse_sse(raw)
+    eq("close: the other run on the connection answered whole",
+       (st, ev["content"], ev["finish"], ev["bad"]),
+       (200, "".join("o%d " % i for i in range(30)), ["stop"], []))
+
+
+def il_held(fake):
+    """5. a held run (tool loop) over HTTP/2 next to a companion: the follow-up's deltas are
+    written by the I/O thread"""
+    px = H.cursor_mode_proxy(fake.dir, "ilheld", fake.url(), fake.ca, TOKEN, extra_env={
+        "CURSOR_OAI_TRANSPORT": "h2", "CURSOR_OAI_IDLE_TIMEOUT": "120",
+        "CURSOR_OAI_SILENCE_TIMEOUT": "120", "CURSOR_OAI_HOLLOW_TIMEOUT": "60"})
+    comp = None
+    try:
+        comp = IlCompanions(px, fake)
+        check("held: the companion runs stream, the I/O thread reads their connection",
+              comp.ok)
+        msgs = [{"role": "user", "content": "read it"}]
+        st, b, _ = px.request("POST", "/v1/chat/completions", {
+            "model": "scenario:il_held", "messages": msgs, "tools": READ_TOOL}, timeout=60)
+        m = (json.loads(b).get("choices") or [{}])[0].get("message", {}) if st == 200 else {}
+        calls = m.get("tool_calls") or []
+        if not check("held: the run asked for a read", st == 200 and calls, (st, b[:300])):
+            return
+        msgs = msgs + [{"role": "assistant", "content": m.get("content"), "tool_calls": calls}]
+        msgs += [{"role": "tool", "tool_call_id": c["id"], "content": "IL-SECRET"}
+                 for c in calls]
+        r0, _ = il_counts(px)
+        st, raw = il_post(px.port, "/v1/chat/completions", {
+            "model": "scenario:il_held", "messages": msgs, "tools": READ_TOOL, "stream": True})
+        reads = il_counts(px)[0] - r0
+        ev = H.parse_sse(raw)
+        want = "".join("f%d " % i for i in range(10))
+        check("held: the follow-up streamed the result and every delta after it",
+              st == 200 and ev["content"].startswith("GOT:") and "IL-SECRET" in ev["content"]
+              and ev["content"].endswith(want) and ev["finish"] == ["stop"] and not ev["bad"],
+              (st, ev["content"], ev["finish"], ev["bad"]))
+        check("held: ... its deltas written by the I/O thread (reads +%d)" % reads, reads >= 8,
+              reads)
+        eq("held: one upstream run for the loop (held, not replayed)",
+           len(il_run_of(fake, "il_held")), 1)
+    finally:
+        if comp:
+            comp.stop()
+        px.stop()
+
+
+def t_io_thread(fake):
+    for k, v in IL_SCEN.items():
+        fake.ctl("/scenario", {"name": k, "scenario": v})
+    reset(fake)
+    px = il_proxy(fake, "iothread")
+    try:
+        il_outputs(fake, px)
+        eq("io_thread: no protocol errors", errors(fake), [])
+    finally:
+        px.stop()
+    il_held(fake)
+    eq("io_thread held: no protocol errors", errors(fake), [])
+
+
 TOKEN = None
 
 
@@ -766,7 +1265,8 @@ def main():
                     ("fallback", lambda: t_fallback(fake)), ("ping", lambda: t_ping(fake)),
                     ("doctor", lambda: t_doctor(fake)), ("fds", lambda: t_fds(fake)),
                     ("agent_url", lambda: t_agent_url(fake)),
-                    ("flood", lambda: t_flood(fake))], only)
+                    ("flood", lambda: t_flood(fake)),
+                    ("io_thread", lambda: t_io_thread(fake))], only)
     finally:
         if px:
             px.stop()
