@@ -5304,10 +5304,10 @@ static int run_flush_nb(struct run *r)
     return 1;
 }
 
-/* Keep for the run's thread: frame f (NULL: none; state says what) and the n bytes at p
- * after it. 1 (wake the run's thread). */
-static int run_il_leave(struct run *r, int state, const coai_frame *f, const unsigned char *p,
-                        size_t n)
+/* Keep for the run's thread: frame f (NULL: none; state says what, rc its code) and the n
+ * bytes at p after it. 1 (wake the run's thread). */
+static int run_il_leave(struct run *r, int state, int rc, const coai_frame *f,
+                        const unsigned char *p, size_t n)
 {
     coai_buf_reset(&r->up.il_frame);
     coai_buf_reset(&r->up.il_rest);
@@ -5321,6 +5321,7 @@ static int run_il_leave(struct run *r, int state, const coai_frame *f, const uns
         r->up.il_rc = COAI_ERR_NOMEM;
     } else {
         r->up.il_state = state;
+        r->up.il_rc = rc;
     }
     return 1;
 }
@@ -5331,7 +5332,7 @@ static int run_il_consume(void *ctx, const unsigned char *p, size_t n)
 {
     struct run *r = ctx;
     int w;
-    if (!run_il_ok(r)) return run_il_leave(r, RUN_IL_BYTES, NULL, p, n);
+    if (!run_il_ok(r)) return run_il_leave(r, RUN_IL_BYTES, 0, NULL, p, n);
     while (n > 0) {
         size_t used = 0;
         coai_frame f;
@@ -5340,13 +5341,12 @@ static int run_il_consume(void *ctx, const unsigned char *p, size_t n)
         n -= used;
         if (fr == COAI_MORE) break;
         if (fr < 0) {
-            run_il_leave(r, RUN_IL_FRAME_ERR, NULL, p, n);
-            r->up.il_rc = fr;
+            run_il_leave(r, RUN_IL_FRAME_ERR, fr, NULL, p, n);
             break;
         }
         if (f.flags != COAI_FRAME_DATA || coai_msg_decode(&r->up.msg, f.data, f.len) < 0
             || (r->up.msg.kind != COAI_MSG_TEXT && r->up.msg.kind != COAI_MSG_THINKING)) {
-            run_il_leave(r, RUN_IL_FRAME, &f, p, n);  /* decoded again there: no matter */
+            run_il_leave(r, RUN_IL_FRAME, 0, &f, p, n);   /* decoded again there */
             break;
         }
         run_frame_seen(r, &f);
@@ -5354,8 +5354,7 @@ static int run_il_consume(void *ctx, const unsigned char *p, size_t n)
         rc = run_message(r, &f);
         r->out.in_feed = 0;
         if (rc != COAI_OK) {
-            run_il_leave(r, RUN_IL_RC, NULL, p, n);
-            r->up.il_rc = rc;
+            run_il_leave(r, RUN_IL_RC, rc, NULL, p, n);
             break;
         }
     }
