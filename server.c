@@ -8822,7 +8822,11 @@ static int h2s_lead(struct h2s *s, int64_t ms, int client_fd, short *client_even
         const unsigned char *q;
         int pr, n = 1;
         int64_t left;
-        if (s->sig || hc->dead || coai_h2_want_write(hc->core, &q) > H2_OUT_MAX) return 0;
+        /* another stream's reader sleeps (it came after this one took the role): the I/O
+         * thread reads for both from now on, so that it writes that one's deltas itself */
+        if (s->sig || hc->dead || hc->sleepers > 0
+            || coai_h2_want_write(hc->core, &q) > H2_OUT_MAX)
+            return 0;
         if (hc->up->ra_off == hc->up->ra_len && !hc->up->ra_more) {
             left = end - mono_ms();
             if (left <= 0) return 0;
