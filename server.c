@@ -751,6 +751,7 @@ static int tr_open(struct run *r, int fresh);
 static void run_h1_refused(struct run *r);
 static int run_new_conversation(struct run *r);
 static void run_stream(struct run *r);
+static void conv_digest(const coai_message *msgs, size_t n, unsigned char out[32]);
 static void held_count(struct run *r);
 static void held_uncount(struct run *r);
 static void held_live_add(struct run *r);
@@ -3832,6 +3833,16 @@ static int chat_held(struct chat *x)
         h->in.resp = r->in.resp;
         h->in.params.tools = h->in.req.tools;     /* the client's tools as sent this time */
         h->in.params.tool_count = h->in.req.tool_count;
+        if (h->in.req.message_count) {
+            /* its history is this request's now: a next follow-up that comes before the
+             * run is parked again waits for it by this (held_live_unparked_locked) */
+            unsigned char d[32];
+            conv_digest(h->in.req.messages, h->in.req.message_count, d);
+            pthread_mutex_lock(&held_runs.lock);
+            memcpy(h->in.hist, d, 32);
+            h->in.hist_ok = 1;
+            pthread_mutex_unlock(&held_runs.lock);
+        }
         if (held_continue(c, h, x->completion_id) == 0) return 0;
         /* fallen back: held_continue freed h, and with it the request; parse again */
         memset(&e, 0, sizeof e);
