@@ -577,17 +577,18 @@ class Bench:
 
     # -- the whole bench ---------------------------------------------------------------------
 
-    def go64(self, every, name, cb, scenario, count, expect, key):
-        """A 64-stream row: --rounds64 runs per label, the labels interleaved in each round
-        (each warmed at 64 first: a pool and the upstream in steady state); the run with the
-        median `key` (first token for the direct label, which has no proxy CPU) stands for the
-        row, its rounds' figures beside it. One run of 64 streams moves up to 2x."""
+    def go_rounds(self, every, name, cb, scenario, conc, count, expect, key):
+        """A row that one run does not settle (the paced ones, every 64-stream one):
+        --row-rounds runs per label, the labels interleaved in each round (at 64 each warmed
+        at 64 first: a pool and the upstream in steady state); the run with the median `key`
+        (first token for the direct label, which has no proxy CPU) stands for the row, its
+        rounds' figures beside it. One run of 64 streams moves by up to 2x, of 1 by ~10 %."""
         got = {lb: [] for lb in every}
-        for i in range(self.a.rounds64):
+        for i in range(self.a.row_rounds):
             for lb in every:
-                if i == 0:
+                if i == 0 and conc == 64:
                     self.run_streams(lb, "bench_long64", 64, 64, DELTAS)
-                got[lb].append(self.run_streams(lb, scenario, 64, count, expect))
+                got[lb].append(self.run_streams(lb, scenario, conc, count, expect))
         for lb in every:
             k = key if got[lb][0].get(key) is not None else "ttfb_p50_ms"
             rs = sorted(got[lb], key=lambda r: r.get(k) or 0)
@@ -756,13 +757,14 @@ class Bench:
                 self.go("%s_unpaced_c1_%s" % (lb, cb), lb, "bench_unpaced", 1, a.n1, DELTAS)
             for lb in every:
                 self.go("%s_short_c1_%s" % (lb, cb), lb, "bench_short", 1, a.short1, 20)
-            self.go64(every, "short_c64", cb, "bench_short", a.short64, 20, "ttfb_p50_ms")
-            for lb in every:
-                self.go("%s_paced_c1_%s" % (lb, cb), lb, "bench_paced1", 1, a.paced, DELTAS)
-            self.go64(every, "paced_c64", cb, "bench_paced64", a.n64, PACED64,
-                      "cpu_us_per_delta")
-            self.go64(every[1:], "unpaced_c64", cb, "bench_unpaced", 64, DELTAS,
-                      "cpu_ms_per_answer")
+            self.go_rounds(every, "short_c64", cb, "bench_short", 64, a.short64, 20,
+                           "ttfb_p50_ms")
+            self.go_rounds(every, "paced_c1", cb, "bench_paced1", 1, a.paced, DELTAS,
+                           "cpu_us_per_delta")
+            self.go_rounds(every, "paced_c64", cb, "bench_paced64", 64, a.n64, PACED64,
+                           "cpu_us_per_delta")
+            self.go_rounds(every[1:], "unpaced_c64", cb, "bench_unpaced", 64, 64, DELTAS,
+                           "cpu_ms_per_answer")
         self.set_close(0)
         every = ["direct"] + [l for l, _ in labels]
         for lb in every:
@@ -1243,8 +1245,9 @@ def main():
                     help="only this row (kept-alive upstream), --rounds times per label and "
                     "floor, interleaved; prints every round and the median (for A/B work)")
     ap.add_argument("--rounds", type=int, default=5, help="with --focus: rounds")
-    ap.add_argument("--rounds64", type=int, default=3,
-                    help="runs of each 64-stream row per label; the median one is kept")
+    ap.add_argument("--row-rounds", type=int, default=3,
+                    help="runs of each paced and each 64-stream row per label, interleaved; "
+                    "the median one is kept")
     ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
     ap.add_argument("--ttfb-fast", action="store_true",
                     help="only: first token over HTTP/2 and HTTP/1.1 with holdhost.py answering "
