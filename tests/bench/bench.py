@@ -578,8 +578,8 @@ class Bench:
     # -- the whole bench ---------------------------------------------------------------------
 
     def go_rounds(self, every, name, cb, scenario, conc, count, expect, key):
-        """A row that one run does not settle (the paced ones, every 64-stream one):
-        --row-rounds runs per label, the labels interleaved in each round (at 64 each warmed
+        """An answer row (one run does not settle any of them: CPU is read in 10 ms ticks, the
+        upstream and loadgen share the 2 cores): --row-rounds runs per label, the labels interleaved in each round (at 64 each warmed
         at 64 first: a pool and the upstream in steady state); the run with the median `key`
         (first token for the direct label, which has no proxy CPU) stands for the row, its
         rounds' figures beside it. One run of 64 streams moves by up to 2x, of 1 by ~10 %."""
@@ -753,10 +753,9 @@ class Bench:
             every = ["direct"] + [l for l, _ in labels] + (self.floors if not close else [])
             for lb in every:    # warm-up: model list cached, pools filled, pages touched
                 self.run_streams(lb, "bench_unpaced", 1, 3, DELTAS)
-            for lb in every:
-                self.go("%s_unpaced_c1_%s" % (lb, cb), lb, "bench_unpaced", 1, a.n1, DELTAS)
-            for lb in every:
-                self.go("%s_short_c1_%s" % (lb, cb), lb, "bench_short", 1, a.short1, 20)
+            self.go_rounds(every, "unpaced_c1", cb, "bench_unpaced", 1, a.n1, DELTAS,
+                           "cpu_ms_per_answer")
+            self.go_rounds(every, "short_c1", cb, "bench_short", 1, a.short1, 20, "ttfb_p50_ms")
             self.go_rounds(every, "short_c64", cb, "bench_short", 64, a.short64, 20,
                            "ttfb_p50_ms")
             self.go_rounds(every, "paced_c1", cb, "bench_paced1", 1, a.paced, DELTAS,
@@ -1246,8 +1245,8 @@ def main():
                     "floor, interleaved; prints every round and the median (for A/B work)")
     ap.add_argument("--rounds", type=int, default=5, help="with --focus: rounds")
     ap.add_argument("--row-rounds", type=int, default=3,
-                    help="runs of each paced and each 64-stream row per label, interleaved; "
-                    "the median one is kept")
+                    help="runs of each answer row per label, interleaved; the median one is "
+                    "kept")
     ap.add_argument("--no-strace", action="store_true", help="skip the system call counts")
     ap.add_argument("--ttfb-fast", action="store_true",
                     help="only: first token over HTTP/2 and HTTP/1.1 with holdhost.py answering "
