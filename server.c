@@ -32,7 +32,8 @@
  *                                  reaches Cursor (tr_pick picks HTTP/2 or HTTP/1.1; a failure
  *                                  before the first byte falls back to HTTP/1.1: tr_fall_back);
  *                                  run_stream / run_frame: Cursor's messages -> coai_reply (the
- *                                  dialect's writer)
+ *                                  dialect's writer); over a shared HTTP/2 connection its I/O
+ *                                  thread writes text deltas itself (run_il_consume)
  *   Held runs                      a response with tool calls parks its run (run_finish, held_park,
  *                                  held_thread); the request with the results takes it over
  *                                  (held_claim, held_continue) or falls back
@@ -44,9 +45,10 @@
  *                                  run's HTTP/1.1 transport (run_start: RunSSE, run_append:
  *                                  BidiAppend)
  *   Trust anchors                  the CA bundle both transports verify Cursor with
- *   HTTP/2 connections             one multiplexed connection per host, its I/O thread, its
- *                                  streams; the run's HTTP/2 transport (h2_run_start, h2_run_send:
- *                                  one Run stream)
+ *   HTTP/2 connections             one multiplexed connection per host, its I/O thread, its streams
+ *                                  (a parked reader's DATA to its consumer: h2s_body_il,
+ *                                  h2c_il_run); the run's HTTP/2 transport (h2_run_start,
+ *                                  h2_run_send: one Run stream)
  *   Credentials                    the token: memory, files, renewal (every upstream call)
  *   Metrics                        GET /metrics (Prometheus text)
  *   What Cursor sent that this version does not know

@@ -73,7 +73,8 @@ NEW_ORDER = [
      "heartbeats, the watchdog; the transport seam tr_open / tr_send / tr_body / tr_close,\n"
      "the only way the engine reaches Cursor (tr_pick picks HTTP/2 or HTTP/1.1; a failure\n"
      "before the first byte falls back to HTTP/1.1: tr_fall_back); run_stream / run_frame:\n"
-     "Cursor's messages -> coai_reply (the dialect's writer)"),
+     "Cursor's messages -> coai_reply (the dialect's writer); over a shared HTTP/2\n"
+     "connection its I/O thread writes text deltas itself (run_il_consume)"),
     ("Held runs", ["Held runs (issue 11)", "Held runs: the end of a response"],
      "a response with tool calls parks its run (run_finish, held_park, held_thread); the\n"
      "request with the results takes it over (held_claim, held_continue) or falls back"),
@@ -89,8 +90,9 @@ NEW_ORDER = [
     ("Trust anchors", ["Trust anchors"],
      "the CA bundle both transports verify Cursor with"),
     ("HTTP/2 connections", ["HTTP/2 connections"],
-     "one multiplexed connection per host, its I/O thread, its streams; the run's HTTP/2\n"
-     "transport (h2_run_start, h2_run_send: one Run stream)"),
+     "one multiplexed connection per host, its I/O thread, its streams (a parked reader's\n"
+     "DATA to its consumer: h2s_body_il, h2c_il_run); the run's HTTP/2 transport\n"
+     "(h2_run_start, h2_run_send: one Run stream)"),
     ("Credentials", ["Credentials: in-memory state", "Credentials: files"],
      "the token: memory, files, renewal (every upstream call)"),
     ("Metrics", ["Metrics"],
