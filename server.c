@@ -781,6 +781,7 @@ static int send_error(struct conn *c, int status, const char *type, const char *
                       const char *param, const char *msg, const char *extra);
 static int stream_begin(struct conn *c, const char *lines);
 static int stream_write(struct conn *c, const void *p, size_t n);
+static int stream_piece(struct conn *c, const void *p, size_t n);
 static int stream_end(struct conn *c);
 static void up_err(coai_error *e, int status, const char *code, const char *fmt, ...);
 static int up_buffered(struct upconn *c);
@@ -5280,7 +5281,7 @@ static int run_il_ok(const struct run *r)
            && !coai_reply_done(&r->reply) && coai_reply_status(&r->reply) == 200;
 }
 
-/* run_flush on the I/O thread: the reply's new events as one chunk (stream_write's), sent
+/* run_flush on the I/O thread: the reply's new events as one chunk (stream_piece), sent
  * without blocking; what the socket does not take waits in c->wpend for the run's thread
  * (conn_write sends it first). 0 all out, 1 the run's thread must send the rest, -1 the
  * client is gone. */
@@ -5293,14 +5294,9 @@ static int run_flush_nb(struct run *r)
     if (c->dead) return -1;
     if (!o->len) return 0;
     if (coai_reply_done(&r->reply)) return 1;   /* run_flush's: stored, counted first */
-    c->bytes += o->len;
-    coai_buf_reset(&c->wbuf);
-    if (!c->http10) coai_buf_printf(&c->wbuf, "%zx\r\n", o->len);
-    coai_buf_append(&c->wbuf, o->data, o->len);
-    if (!c->http10) coai_buf_append(&c->wbuf, "\r\n", 2);
+    if (stream_piece(c, o->data, o->len) < 0) return -1;
     coai_buf_reset(o);
     r->out.last_write = mono_ms();
-    if (c->wbuf.err) { c->dead = 1; return -1; }
     b = c->wbuf.data;
     n = c->wbuf.len;
     while (n) {
@@ -6638,19 +6634,25 @@ static int stream_begin(struct conn *c, const char *lines)
 /* One piece of a stream body (one HTTP chunk). */
 static int stream_write(struct conn *c, const void *p, size_t n)
 {
-    char sz[24];
-    int k;
     if (n == 0) return 0;
-    c->bytes += n;
-    if (c->http10) return conn_write(c, p, n);
-    k = snprintf(sz, sizeof sz, "%zx\r\n", n);
-    /* One send() per chunk: with TCP_NODELAY, three writes would be three segments. */
-    coai_buf_reset(&c->wbuf);
-    coai_buf_append(&c->wbuf, sz, (size_t)k);
-    coai_buf_append(&c->wbuf, p, n);
-    coai_buf_append(&c->wbuf, "\r\n", 2);
-    if (c->wbuf.err) { c->dead = 1; return -1; }
+    if (stream_piece(c, p, n) < 0) return -1;
     return conn_write(c, c->wbuf.data, c->wbuf.len);
+}
+
+/* n bytes of a stream body as they go out, into c->wbuf: one HTTP chunk (size line, data,
+ * CRLF: one send() for all, as with TCP_NODELAY three writes would be three segments), or the
+ * bytes alone to an HTTP/1.0 client; counted in c->bytes. 0, -1 out of memory (c->dead). */
+static int stream_piece(struct conn *c, const void *p, size_t n)
+{
+    char sz[24];
+    c->bytes += n;
+    coai_buf_reset(&c->wbuf);
+    if (!c->http10)
+        coai_buf_append(&c->wbuf, sz, (size_t)snprintf(sz, sizeof sz, "%zx\r\n", n));
+    coai_buf_append(&c->wbuf, p, n);
+    if (!c->http10) coai_buf_append(&c->wbuf, "\r\n", 2);
+    if (c->wbuf.err) { c->dead = 1; return -1; }
+    return 0;
 }
 
 /* The end of a stream body, counted before it goes out (request_count). */
