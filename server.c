@@ -8952,6 +8952,9 @@ static int h2_wait(struct h2c *hc, pthread_cond_t *cv, int *flag, int64_t deadli
                 }
             } else {
                 if (rs) { rs->waiting = 1; hc->sleepers++; }
+                /* the role left free by a reader that stopped leading: the I/O thread may
+                 * sleep in a poll that does not read (up to a second); it reads from now */
+                if (rs && h2c_read_io_locked(hc)) h2c_wake(hc);
                 cond_wait_ms(cv, &hc->mu, ms);
                 if (rs) { rs->waiting = 0; hc->sleepers--; }
             }
