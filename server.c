@@ -8144,7 +8144,8 @@ struct h2c {
     int dead;                       /* failed or closed: every stream fails */
     char why[160];
     int fault;                      /* H2C_FAULT_*: whose failure it was (set with why) */
-    int refs;                       /* streams + the list */
+    int refs;                       /* streams + the list; atomic (no lock: closing a
+                                     * stream takes hc->mu once, not twice) */
     int64_t last_rx, last_use, ping_at;
     unsigned char ping_data[8];
     int ping_out;
@@ -8253,11 +8254,7 @@ static void h2c_fault_locked(struct h2c *hc, int fault, const char *fmt, ...)
 
 static void h2c_unref(struct h2c *hc)
 {
-    int last;
-    pthread_mutex_lock(&hc->mu);
-    last = --hc->refs == 0;
-    pthread_mutex_unlock(&hc->mu);
-    if (!last) return;
+    if (__atomic_sub_fetch(&hc->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
     /* the I/O thread may drop the last reference itself, on its way out */
     if (pthread_equal(pthread_self(), hc->th)) pthread_detach(hc->th);
     else pthread_join(hc->th, NULL);
@@ -8714,12 +8711,14 @@ static int h2c_room_locked(const struct h2c *hc)
            && hc->core->next_id < 0x7ffffff0u;
 }
 
-/* A connection to h with room for a stream: its slot taken (hc->open) and a reference
- * held. An existing one, else a new one; while one is being opened, the others wait for
- * it and share it, unless more are waiting than the connections being opened will take
- * (H2_CONNECT_SHARE each, the usual SETTINGS_MAX_CONCURRENT_STREAMS; at most
- * H2_CONNECT_PAR at once): 10,000 runs starting together do not wait for 100 handshakes
- * one after the other. fresh: a new one in any case. NULL with *e filled. */
+/* A connection to h with room for a stream, returned with hc->mu held (its first user, the
+ * new stream, needs it: no second wait for the lock that 64 starting runs contend for):
+ * its slot taken (hc->open) and a reference held. An existing one, else a new one; while
+ * one is being opened, the others wait for it and share it, unless more are waiting than
+ * the connections being opened will take (H2_CONNECT_SHARE each, the usual
+ * SETTINGS_MAX_CONCURRENT_STREAMS; at most H2_CONNECT_PAR at once): 10,000 runs starting
+ * together do not wait for 100 handshakes one after the other. fresh: a new one in any
+ * case. NULL with *e filled. */
 static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
 {
     struct h2c *hc;
@@ -8730,20 +8729,22 @@ static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
             if (!up_same_host(&hc->host, h)) continue;
             pthread_mutex_lock(&hc->mu);
             ok = h2c_room_locked(hc);
-            if (ok) { hc->open++; hc->refs++; hc->last_use = mono_ms(); }
-            pthread_mutex_unlock(&hc->mu);
             if (ok) {
+                hc->open++;
+                __atomic_add_fetch(&hc->refs, 1, __ATOMIC_RELAXED);
+                hc->last_use = mono_ms();
                 pthread_mutex_unlock(&H2C.lock);
-                return hc;
+                return hc;                  /* hc->mu held */
             }
+            pthread_mutex_unlock(&hc->mu);
         }
         if (fresh || !H2C.connecting) break;
         if (H2C.connecting < H2_CONNECT_PAR
             && H2C.waiting >= H2C.connecting * H2_CONNECT_SHARE)
             break;
-        H2C.waiting++;
+        __atomic_add_fetch(&H2C.waiting, 1, __ATOMIC_RELAXED);
         pthread_cond_wait(&H2C.cond, &H2C.lock);
-        H2C.waiting--;
+        __atomic_sub_fetch(&H2C.waiting, 1, __ATOMIC_RELAXED);
     }
     H2C.connecting++;
     pthread_mutex_unlock(&H2C.lock);
@@ -8757,7 +8758,8 @@ static struct h2c *h2c_get(const coai_url *h, int fresh, coai_error *e)
     H2C.connecting--;
     pthread_cond_broadcast(&H2C.cond);
     pthread_mutex_unlock(&H2C.lock);
-    return hc;
+    if (hc) pthread_mutex_lock(&hc->mu);    /* a new connection: rare, locked again */
+    return hc;                              /* hc->mu held */
 }
 
 /* Leader/follower reading. The I/O thread writes the connection and reads it unless a
@@ -8978,12 +8980,11 @@ static int h2s_wait(struct h2s *s)
 static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t nh, int fresh,
                             coai_error *e)
 {
-    struct h2c *hc = h2c_get(h, fresh, e);
+    struct h2c *hc;
     struct h2s *s;
     long id = -1;
     if (cap_on()) cap_head_h2(hs, nh);
-    if (!hc) return NULL;
-    s = calloc(1, sizeof *s);
+    s = calloc(1, sizeof *s);               /* before the lock h2c_get returns with */
     if (s && cond_init_mono(&s->cv) != 0) { free(s); s = NULL; }
     if (s && cond_init_mono(&s->wcv) != 0) {
         pthread_cond_destroy(&s->cv);
@@ -8991,7 +8992,15 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
         s = NULL;
     }
     if (s) s->notify = -1;
-    pthread_mutex_lock(&hc->mu);
+    hc = h2c_get(h, fresh, e);
+    if (!hc) {
+        if (s) {
+            pthread_cond_destroy(&s->cv);
+            pthread_cond_destroy(&s->wcv);
+            free(s);
+        }
+        return NULL;
+    }
     if (s && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
     if (id == COAI_ERR_INVALID
         && coai_h2_header_list_size(hs, nh) > hc->core->peer.max_header_list_size) {
@@ -9295,9 +9304,14 @@ static void h2s_close(struct h2s *s)
     wake = h2c_push_locked(hc);         /* RST_STREAM, END_STREAM out on this thread */
     pthread_mutex_unlock(&hc->mu);
     if (wake) h2c_wake(hc);
-    pthread_mutex_lock(&H2C.lock);
-    pthread_cond_broadcast(&H2C.cond);
-    pthread_mutex_unlock(&H2C.lock);
+    /* runs waiting in h2c_get (only while a connection is being opened) may use the slot;
+     * none waiting (the rule): no global lock per closed stream. One that starts waiting
+     * just now is woken when that connection is up, as it would be anyway. */
+    if (__atomic_load_n(&H2C.waiting, __ATOMIC_RELAXED)) {
+        pthread_mutex_lock(&H2C.lock);
+        pthread_cond_broadcast(&H2C.cond);
+        pthread_mutex_unlock(&H2C.lock);
+    }
     pthread_cond_destroy(&s->cv);
     pthread_cond_destroy(&s->wcv);
     coai_buf_free(&s->in);
