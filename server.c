@@ -8281,7 +8281,10 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         if (!s) break;
         if (!ev->trailers && !s->status) s->status = ev->status;
         if (ev->end_stream) s->ended = 1;
-        h2s_signal(s);
+        /* woken with the DATA that came in the same read (h2c_signal_pending): one wake-up
+         * for the head and the first bytes, not two (the second found the lock busy) */
+        s->pend = 1;
+        hc->pend = 1;
         break;
     case COAI_H2_EV_DATA:
         if (!s) { coai_h2_consumed(hc->core, ev->stream, ev->data.len); break; }
@@ -8331,7 +8334,8 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
     }
 }
 
-/* Under hc->mu: wake the readers of the streams that got DATA since the last call. On the
+/* Under hc->mu: wake the readers of the streams that got DATA or headers since the last
+ * call (one wake-up per stream for a whole read). On the
  * I/O thread, a stream whose reader sleeps parked (h2s_body_il) is not woken: its DATA goes
  * to its consumer (hc->il_list, h2c_il_run). */
 static void h2c_signal_pending(struct h2c *hc)
