@@ -8334,30 +8334,37 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
     }
 }
 
+/* Under hc->mu, on the I/O thread: of the streams that got DATA since the last call, the
+ * ones whose reader sleeps parked (h2s_body_il) go to their consumer (hc->il_list,
+ * h2c_il_run) instead of waking it. */
+static void h2c_claim_pending(struct h2c *hc)
+{
+    struct h2s *s;
+    if (!hc->pend) return;
+    for (s = hc->streams; s; s = s->next)
+        /* not while the reader has yet to take what its consumer left (s->il_wake): that
+         * is ahead of these bytes, and the consumer would write over it */
+        if (s->pend && s->il_park == H2S_IL_PARKED && s->waiting && !s->il_wake && !s->ended
+            && !s->reset && !hc->dead && s->in.len) {
+            s->pend = 0;
+            s->il_park = H2S_IL_BUSY;
+            s->il_next = hc->il_list;
+            hc->il_list = s;
+        }
+}
+
 /* Under hc->mu: wake the readers of the streams that got DATA or headers since the last
- * call (one wake-up per stream for a whole read). On the
- * I/O thread, a stream whose reader sleeps parked (h2s_body_il) is not woken: its DATA goes
- * to its consumer (hc->il_list, h2c_il_run). */
+ * call: one wake-up per stream for a whole read, done last before the lock is let go (a
+ * reader woken earlier waited for it while the reading thread dispatched and wrote). */
 static void h2c_signal_pending(struct h2c *hc)
 {
     struct h2s *s;
-    int io;
     if (!hc->pend) return;
     hc->pend = 0;
-    io = pthread_equal(pthread_self(), hc->th);
     for (s = hc->streams; s; s = s->next)
         if (s->pend) {
             s->pend = 0;
-            /* not while the reader has yet to take what its consumer left (s->il_wake):
-             * that is ahead of these bytes, and the consumer would write over it */
-            if (io && s->il_park == H2S_IL_PARKED && s->waiting && !s->il_wake && !s->ended
-                && !s->reset && !hc->dead && s->in.len) {
-                s->il_park = H2S_IL_BUSY;
-                s->il_next = hc->il_list;
-                hc->il_list = s;
-            } else {
-                h2s_signal(s);
-            }
+            h2s_signal(s);
         }
 }
 
@@ -8392,9 +8399,9 @@ static void h2c_il_run(struct h2c *hc)
 
 /* Under hc->mu: TLS bytes read ahead (by the handshake, then by h2c_recv_locked: BearSSL
  * asks for a record's 5-byte header, then its body) go into the engine record by record,
- * each record's plaintext to the core, its events to the streams; then the readers of the
- * streams that got DATA are woken. The I/O thread and a leading stream's thread (h2s_lead)
- * both call it. */
+ * each record's plaintext to the core, its events to the streams (the readers of the
+ * streams that got DATA or a head are woken by the caller: h2c_signal_pending). The I/O
+ * thread and a leading stream's thread (h2s_lead) both call it. */
 static void h2c_feed_locked(struct h2c *hc, int64_t now)
 {
     br_ssl_engine_context *eng = &hc->up->sc.eng;
@@ -8439,7 +8446,6 @@ static void h2c_feed_locked(struct h2c *hc, int64_t now)
                 h2c_fail_locked(hc, "%s", coai_result_str(r));
         }
     }
-    h2c_signal_pending(hc);
     if (br_ssl_engine_current_state(eng) == BR_SSL_CLOSED) {
         int err = br_ssl_engine_last_error(eng);
         if (err == BR_ERR_OK) {
@@ -8540,6 +8546,7 @@ static void *h2c_thread(void *arg)
         int64_t now = mono_ms();
         int pr;
         h2c_feed_locked(hc, now);
+        h2c_claim_pending(hc);
         h2c_il_run(hc);
         /* timers */
         if (!hc->dead) {
@@ -8564,6 +8571,7 @@ static void *h2c_thread(void *arg)
         if (hc->lead == H2_LEAD_FREE && now - hc->lead_at >= H2_LEAD_LAPSE_MS)
             hc->lead = H2_LEAD_IO;
         want_out = h2c_flush_locked(hc);
+        h2c_signal_pending(hc);
         if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
         /* read again without a poll when the last recv() filled the buffer. Backpressure:
          * no reading while the core holds more than H2_OUT_MAX to write (acks, window
@@ -8891,6 +8899,7 @@ static int h2s_lead(struct h2s *s, int64_t ms, int client_fd, short *client_even
              || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC))
             && h2c_push_locked(hc))
             h2c_wake(hc);
+        h2c_signal_pending(hc);
     }
 }
 
