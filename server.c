@@ -8119,6 +8119,7 @@ static const char *ca_bundle_path(void)
 #define H2_CONNECT_SHARE 100              /* ... one more per this many runs waiting for one */
 #define H2_SLICE_MS 20                    /* a stream's first wait before a look at its client */
 #define H2_OUT_MAX (64u * 1024u)          /* no reading while the core has more to write */
+#define H2_WQ_MAX (64u * 1024u)           /* TLS records waiting for the socket, at most */
 #define H2_ONE_FRAME 8192                 /* a message up to this goes in one DATA frame */
 #define H2_LEAD_LAPSE_MS 20               /* the read role free this long: the I/O thread's */
 
@@ -8156,6 +8157,15 @@ struct h2c {
     int64_t lead_at;                /* H2_LEAD_FREE: since when (mono ms) */
     int sleepers;                   /* streams whose reader sleeps on its cv (s->waiting) */
     struct h2s *il_list;            /* streams whose DATA the I/O thread consumes next */
+    /* The socket's sending side, outside hc->mu (h2c_send): TLS records leave the engine
+     * into wq under hc->mu; one thread at a time (smu) takes them and sends them. A send
+     * under hc->mu let the woken server preempt the sender while every other stream of the
+     * connection waited for the lock. */
+    coai_buf wq;                    /* under hc->mu: records to send, in order */
+    int wq_n;                       /* atomic: wq holds bytes (read without hc->mu) */
+    pthread_mutex_t smu;            /* the sender's; never waited for (trylock) */
+    coai_buf ws;                    /* under smu: the records being sent, ahead of wq */
+    size_t ws_off;                  /* under smu: how much of ws is out */
 };
 
 static struct h2c_state {
@@ -8265,6 +8275,9 @@ static void h2c_unref(struct h2c *hc)
     free(hc->core);
     pthread_cond_destroy(&hc->cv);
     pthread_mutex_destroy(&hc->mu);
+    pthread_mutex_destroy(&hc->smu);
+    coai_buf_free(&hc->wq);
+    coai_buf_free(&hc->ws);
     free(hc);
 }
 
@@ -8478,14 +8491,14 @@ static void h2c_recv_locked(struct h2c *hc)
     }
 }
 
-/* Under hc->mu: the core's bytes -> engine -> socket, until all is out or the socket is
- * full (the engine takes about one record at a time: loop, do not wait for a poll). The I/O
- * thread calls it every turn; a stream's thread calls it too (h2c_push_locked), so that
- * what it queued leaves without a wake-up of the I/O thread. 1 when the socket is full. */
+/* Under hc->mu: the core's bytes -> engine -> TLS records in hc->wq, until all are there
+ * or wq holds H2_WQ_MAX (then they wait in the engine and the core: h2c_thread stops
+ * reading when the core holds too much, the backpressure of a server that does not read).
+ * The engine takes about one record at a time: loop. The socket is written by h2c_send,
+ * without hc->mu. 1 when wq holds bytes to send. */
 static int h2c_flush_locked(struct h2c *hc)
 {
     br_ssl_engine_context *eng = &hc->up->sc.eng;
-    int want_out = 0;
     for (;;) {
         int moved = 0;
         for (;;) {
@@ -8503,34 +8516,99 @@ static int h2c_flush_locked(struct h2c *hc)
             coai_h2_wrote(hc->core, k);
             moved = 1;
         }
-        while (br_ssl_engine_current_state(eng) & BR_SSL_SENDREC) {
+        while ((br_ssl_engine_current_state(eng) & BR_SSL_SENDREC) && hc->wq.len < H2_WQ_MAX) {
             size_t n;
             unsigned char *b = br_ssl_engine_sendrec_buf(eng, &n);
-            ssize_t w = send(hc->up->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w > 0) { br_ssl_engine_sendrec_ack(eng, (size_t)w); moved = 1; continue; }
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { want_out = 1; break; }
-            hc->up->why = UPX_IO;
-            h2c_fail_locked(hc, "send failed: %s", strerror(errno));
-            break;
+            if (coai_buf_append(&hc->wq, b, n) < 0) {
+                coai_buf_reset(&hc->wq);
+                hc->up->why = UPX_IO;
+                h2c_fail_locked(hc, "out of memory");
+                break;
+            }
+            br_ssl_engine_sendrec_ack(eng, n);
+            moved = 1;
         }
-        if (want_out || !moved || hc->up->why != UPX_OK
+        if (!moved || hc->wq.len >= H2_WQ_MAX || hc->up->why != UPX_OK
             || br_ssl_engine_current_state(eng) == BR_SSL_CLOSED)
             break;
     }
-    return want_out;
+    __atomic_store_n(&hc->wq_n, hc->wq.len > 0, __ATOMIC_SEQ_CST);
+    return hc->wq.len > 0;
 }
 
-/* Under hc->mu, on a stream's thread: write what the core queued now, on this thread. 1
- * when the I/O thread must be woken all the same: the socket is full (it waits for
- * POLLOUT), something is left, or the connection failed (it ends). */
+/* Without hc->mu: send what h2c_flush_locked queued (hc->wq), on this thread, until all is
+ * out or the socket is full; 1 when it is full (the I/O thread waits for POLLOUT: a caller
+ * other than the I/O thread wakes it). One thread sends at a time: when another does, it
+ * sends ours too (it takes wq until wq is empty, and looks again once it let smu go). */
+static int h2c_send(struct h2c *hc)
+{
+    int full, err;
+again:
+    full = err = 0;
+    if (pthread_mutex_trylock(&hc->smu) != 0) return 0;
+    for (;;) {
+        ssize_t w;
+        if (hc->ws_off == hc->ws.len) {
+            coai_buf t;
+            /* nothing queued: no lock to take (the I/O thread looks on every turn) */
+            if (!__atomic_load_n(&hc->wq_n, __ATOMIC_SEQ_CST)) break;
+            pthread_mutex_lock(&hc->mu);
+            t = hc->ws;
+            hc->ws = hc->wq;
+            hc->wq = t;
+            coai_buf_reset(&hc->wq);
+            hc->ws_off = 0;
+            if (!hc->dead || hc->up->why == UPX_OK)
+                h2c_flush_locked(hc);       /* what waited in the engine for room in wq */
+            else
+                __atomic_store_n(&hc->wq_n, 0, __ATOMIC_SEQ_CST);
+            pthread_mutex_unlock(&hc->mu);
+            if (!hc->ws.len) break;
+        }
+        w = send(hc->up->fd, hc->ws.data + hc->ws_off, hc->ws.len - hc->ws_off,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { hc->ws_off += (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { full = 1; break; }
+        err = w < 0 ? errno : EPIPE;
+        hc->ws_off = hc->ws.len;            /* the connection is gone: nothing more goes */
+        break;
+    }
+    pthread_mutex_unlock(&hc->smu);
+    if (err) {
+        pthread_mutex_lock(&hc->mu);
+        hc->up->why = UPX_IO;
+        coai_buf_reset(&hc->wq);
+        __atomic_store_n(&hc->wq_n, 0, __ATOMIC_SEQ_CST);
+        h2c_fail_locked(hc, "send failed: %s", strerror(err));
+        pthread_mutex_unlock(&hc->mu);
+        return 1;
+    }
+    /* queued after this thread's last look by one whose trylock failed: ours to send */
+    if (!full && __atomic_load_n(&hc->wq_n, __ATOMIC_SEQ_CST)) goto again;
+    return full;
+}
+
+/* Under hc->mu, on a stream's thread: what the core queued, as TLS records for the socket;
+ * what h2c_pushed must do once hc->mu is let go (H2_OUT_*): send them on this thread (no
+ * wake-up of the I/O thread on the way to the server), wake the I/O thread (the
+ * connection failed: it ends). */
+enum { H2_OUT_SEND = 1, H2_OUT_WAKE = 2 };
 static int h2c_push_locked(struct h2c *hc)
 {
-    const unsigned char *q;
-    if (hc->dead) return 1;
-    if (h2c_flush_locked(hc) || hc->dead) return 1;
-    return coai_h2_want_write(hc->core, &q) > 0
-           || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC) != 0;
+    int r = 0;
+    if (hc->dead) return H2_OUT_WAKE;
+    if (h2c_flush_locked(hc)) r |= H2_OUT_SEND;
+    if (hc->dead) r |= H2_OUT_WAKE;
+    return r;
+}
+
+/* Without hc->mu: what h2c_push_locked asked for (out). A full socket wakes the I/O
+ * thread, which waits for POLLOUT and sends the rest. */
+static void h2c_pushed(struct h2c *hc, int out)
+{
+    if ((out & H2_OUT_SEND) && h2c_send(hc)) out |= H2_OUT_WAKE;
+    if (out & H2_OUT_WAKE) h2c_wake(hc);
 }
 
 /* The I/O thread: the writer of hc->up's socket when a stream's thread could not write all
@@ -8539,7 +8617,7 @@ static int h2c_push_locked(struct h2c *hc)
 static void *h2c_thread(void *arg)
 {
     struct h2c *hc = arg;
-    int fd = hc->up->fd, want_out = 0, rd, more, tmo;
+    int fd = hc->up->fd, want_out = 0, rd, more, tmo, dead, io_ok;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         struct pollfd pf[2];
@@ -8570,9 +8648,10 @@ static void *h2c_thread(void *arg)
          * not come back to wait (h2s_lead): ours again */
         if (hc->lead == H2_LEAD_FREE && now - hc->lead_at >= H2_LEAD_LAPSE_MS)
             hc->lead = H2_LEAD_IO;
-        want_out = h2c_flush_locked(hc);
+        h2c_flush_locked(hc);
         h2c_signal_pending(hc);
-        if (hc->dead && (!want_out || hc->up->why != UPX_OK)) break;
+        dead = hc->dead;
+        io_ok = hc->up->why == UPX_OK;
         /* read again without a poll when the last recv() filled the buffer. Backpressure:
          * no reading while the core holds more than H2_OUT_MAX to write (acks, window
          * updates: what reading makes it queue), so a server that does not read what we
@@ -8585,6 +8664,13 @@ static void *h2c_thread(void *arg)
         more = rd && hc->up->ra_more;
         tmo = more ? 0 : hc->dead ? 200 : hc->lead == H2_LEAD_FREE ? H2_LEAD_LAPSE_MS : 1000;
         pthread_mutex_unlock(&hc->mu);
+        /* what this turn and the streams' threads queued, sent without the lock; a socket
+         * that is full: POLLOUT (a stream's thread that finds it full wakes this one) */
+        want_out = h2c_send(hc);
+        if (dead && (!want_out || !io_ok)) {
+            pthread_mutex_lock(&hc->mu);
+            break;
+        }
         pf[0].events = (short)((rd ? POLLIN : 0) | (want_out ? POLLOUT : 0));
         pf[0].fd = pf[0].events ? fd : -1;  /* not its POLLHUP either: a leader reads */
         pf[0].revents = 0;
@@ -8657,12 +8743,14 @@ static struct h2c *h2c_open(const coai_url *h, coai_error *e)
     fcntl(hc->wake[0], F_SETFL, O_NONBLOCK);
     fcntl(hc->wake[1], F_SETFL, O_NONBLOCK);
     pthread_mutex_init(&hc->mu, NULL);
+    pthread_mutex_init(&hc->smu, NULL);
     if (cond_init_mono(&hc->cv) != 0) {
         close(hc->wake[0]);
         close(hc->wake[1]);
         free(hc->core);
         up_free(up);
         pthread_mutex_destroy(&hc->mu);
+        pthread_mutex_destroy(&hc->smu);
         free(hc);
         coai_error_set(e, 500, "server_error", NULL, NULL, "cannot start an HTTP/2 connection");
         return NULL;
@@ -8682,6 +8770,7 @@ static struct h2c *h2c_open(const coai_url *h, coai_error *e)
         up_free(up);
         pthread_cond_destroy(&hc->cv);
         pthread_mutex_destroy(&hc->mu);
+        pthread_mutex_destroy(&hc->smu);
         free(hc);
         coai_error_set(e, 500, "server_error", NULL, NULL, "cannot start an HTTP/2 connection");
         return NULL;
@@ -8895,11 +8984,14 @@ static int h2s_lead(struct h2s *s, int64_t ms, int client_fd, short *client_even
         h2c_feed_locked(hc, mono_ms());
         /* what reading made the core queue (acks, window updates; rare) goes out now, or
          * the I/O thread writes it */
-        if ((coai_h2_want_write(hc->core, &q) > 0
-             || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC))
-            && h2c_push_locked(hc))
-            h2c_wake(hc);
         h2c_signal_pending(hc);
+        if (coai_h2_want_write(hc->core, &q) > 0
+            || (br_ssl_engine_current_state(&hc->up->sc.eng) & BR_SSL_SENDREC)) {
+            int out = h2c_push_locked(hc);
+            pthread_mutex_unlock(&hc->mu);
+            h2c_pushed(hc, out);
+            pthread_mutex_lock(&hc->mu);
+        }
     }
 }
 
@@ -9059,7 +9151,7 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
     struct h2c *hc = s->hc;
     const unsigned char *b = p;
     size_t off = 0;
-    int wake;
+    int out;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         size_t room, sent = 0;
@@ -9101,17 +9193,16 @@ static int h2s_write(struct h2s *s, struct h2w *w, const void *p, size_t n, int 
         }
         off += sent;
         if (off == n) break;
-        if (h2c_push_locked(hc)) {
-            pthread_mutex_unlock(&hc->mu);
-            h2c_wake(hc);
-            pthread_mutex_lock(&hc->mu);
-        }
+        out = h2c_push_locked(hc);
+        pthread_mutex_unlock(&hc->mu);
+        h2c_pushed(hc, out);
+        pthread_mutex_lock(&hc->mu);
     }
     if (end) s->local_end = 1;
     /* out on this thread: no wake-up of the I/O thread on the way to the server */
-    wake = h2c_push_locked(hc);
+    out = h2c_push_locked(hc);
     pthread_mutex_unlock(&hc->mu);
-    if (wake) h2c_wake(hc);
+    h2c_pushed(hc, out);
     return 0;
 }
 
@@ -9143,15 +9234,15 @@ static long h2s_body(struct h2s *s, const unsigned char **p)
         if (s->in.len) {
             coai_buf t = s->taken;
             const unsigned char *q;
-            int wake;
+            int out;
             s->taken = s->in;
             s->in = t;
             coai_buf_reset(&s->in);
             coai_h2_consumed(hc->core, s->id, s->taken.len);    /* the window goes back */
-            wake = coai_h2_want_write(hc->core, &q) > 0         /* a WINDOW_UPDATE is due */
-                   && h2c_push_locked(hc);
+            out = coai_h2_want_write(hc->core, &q) > 0          /* a WINDOW_UPDATE is due */
+                  ? h2c_push_locked(hc) : 0;
             pthread_mutex_unlock(&hc->mu);
-            if (wake) h2c_wake(hc);
+            h2c_pushed(hc, out);
             *p = s->taken.data;
             return (long)s->taken.len;
         }
@@ -9302,7 +9393,7 @@ static void h2s_close(struct h2s *s)
 {
     struct h2c *hc;
     struct h2s **pp;
-    int wake;
+    int out;
     if (!s) return;
     hc = s->hc;
     pthread_mutex_lock(&hc->mu);
@@ -9314,9 +9405,9 @@ static void h2s_close(struct h2s *s)
     if (s->counted) { s->counted = 0; hc->open--; hc->last_use = mono_ms(); }
     for (pp = &hc->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) { *pp = s->next; break; }
-    wake = h2c_push_locked(hc);         /* RST_STREAM, END_STREAM out on this thread */
+    out = h2c_push_locked(hc);          /* RST_STREAM, END_STREAM out on this thread */
     pthread_mutex_unlock(&hc->mu);
-    if (wake) h2c_wake(hc);
+    h2c_pushed(hc, out);
     /* runs waiting in h2c_get (only while a connection is being opened) may use the slot;
      * none waiting (the rule): no global lock per closed stream. One that starts waiting
      * just now is woken when that connection is up, as it would be anyway. */
