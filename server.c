@@ -6645,10 +6645,13 @@ static int stream_write(struct conn *c, const void *p, size_t n)
 static int stream_piece(struct conn *c, const void *p, size_t n)
 {
     char sz[24];
+    size_t k = sizeof sz, v = n;
     c->bytes += n;
     coai_buf_reset(&c->wbuf);
-    if (!c->http10)
-        coai_buf_append(&c->wbuf, sz, (size_t)snprintf(sz, sizeof sz, "%zx\r\n", n));
+    sz[--k] = '\n';                         /* the size line, "%zx\r\n" without printf's cost */
+    sz[--k] = '\r';
+    do sz[--k] = "0123456789abcdef"[v & 15]; while ((v >>= 4) != 0);
+    if (!c->http10) coai_buf_append(&c->wbuf, sz + k, sizeof sz - k);
     coai_buf_append(&c->wbuf, p, n);
     if (!c->http10) coai_buf_append(&c->wbuf, "\r\n", 2);
     if (c->wbuf.err) { c->dead = 1; return -1; }
