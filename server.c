@@ -1387,23 +1387,38 @@ static void serve_drain(void)
 /* Client sockets                                                           */
 /* ======================================================================== */
 
+/* Send what a non-blocking socket takes now, without waiting: the bytes sent (n when all
+ * went), -1 when it failed (errno). fd_write_all, run_flush_nb and h2c_send build on it. */
+static ssize_t fd_send_some(int fd, const void *p, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, (const char *)p + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { off += (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        return -1;
+    }
+    return (ssize_t)off;
+}
+
 /* Write all of p to a client socket. Gives up after SRV_SEND_TIMEOUT_MS without progress.
  * 0 ok, -1 the client is gone or stuck. */
 static int fd_write_all(int fd, const void *p, size_t n)
 {
     const char *b = p;
     while (n > 0) {
-        ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-        if (w > 0) { b += w; n -= (size_t)w; continue; }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        ssize_t w = fd_send_some(fd, b, n);
+        if (w < 0) return -1;
+        b += w;
+        n -= (size_t)w;
+        while (n > 0) {                     /* full: wait until it takes more */
             struct pollfd pf = { fd, POLLOUT, 0 };
             int r = poll(&pf, 1, SRV_SEND_TIMEOUT_MS);
             if (r < 0 && errno == EINTR) continue;
             if (r <= 0 || (pf.revents & (POLLERR | POLLHUP | POLLNVAL))) return -1;
-            continue;
+            break;
         }
-        return -1;
     }
     return 0;
 }
@@ -5291,6 +5306,7 @@ static int run_flush_nb(struct run *r)
     coai_buf *o = &r->reply.out;
     const unsigned char *b;
     size_t n;
+    ssize_t w;
     if (c->dead) return -1;
     if (!o->len) return 0;
     if (coai_reply_done(&r->reply)) return 1;   /* run_flush's: stored, counted first */
@@ -5299,14 +5315,13 @@ static int run_flush_nb(struct run *r)
     r->out.last_write = mono_ms();
     b = c->wbuf.data;
     n = c->wbuf.len;
-    while (n) {
-        ssize_t w = send(c->fd, b, n, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) { b += w; n -= (size_t)w; continue; }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    w = fd_send_some(c->fd, b, n);
+    if (w < 0) {
         c->dead = 1;
         return -1;
     }
+    b += w;
+    n -= (size_t)w;
     if (!n) return 0;
     coai_buf_append(&c->wpend, b, n);
     if (c->wpend.err) { c->dead = 1; return -1; }
@@ -8568,14 +8583,14 @@ again:
             pthread_mutex_unlock(&hc->mu);
             if (!hc->ws.len) break;
         }
-        w = send(hc->up->fd, hc->ws.data + hc->ws_off, hc->ws.len - hc->ws_off,
-                 MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) { hc->ws_off += (size_t)w; continue; }
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) { full = 1; break; }
-        err = w < 0 ? errno : EPIPE;
-        hc->ws_off = hc->ws.len;            /* the connection is gone: nothing more goes */
-        break;
+        w = fd_send_some(hc->up->fd, hc->ws.data + hc->ws_off, hc->ws.len - hc->ws_off);
+        if (w < 0) {
+            err = errno;
+            hc->ws_off = hc->ws.len;        /* the connection is gone: nothing more goes */
+            break;
+        }
+        hc->ws_off += (size_t)w;
+        if (hc->ws_off < hc->ws.len) { full = 1; break; }
     }
     pthread_mutex_unlock(&hc->smu);
     if (err) {
