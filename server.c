@@ -8184,6 +8184,11 @@ struct h2c {
     pthread_mutex_t smu;            /* the sender's; never waited for (trylock) */
     coai_buf ws;                    /* under smu: the records being sent, ahead of wq */
     size_t ws_off;                  /* under smu: how much of ws is out */
+    /* The I/O thread wakes the readers of a turn after it let hc->mu go (h2c_signal_out): a
+     * reader woken under the lock ran at once, found it taken and slept again. A stream
+     * is freed only once the batch that may name it is done (h2s_close). */
+    unsigned long sig_gen;          /* under hc->mu: batches begun */
+    unsigned long sig_done;         /* atomic: batches done (the I/O thread's, in order) */
 };
 
 static struct h2c_state {
@@ -8397,6 +8402,37 @@ static void h2c_signal_pending(struct h2c *hc)
             s->pend = 0;
             h2s_signal(s);
         }
+}
+
+/* Under hc->mu, on the I/O thread, the lock let go next: as h2c_signal_pending, but the
+ * condition signals (what wakes a thread) are left to h2c_signal_out, after the unlock:
+ * their streams in out[] (up to cap; beyond, signalled here). The count; *gen the batch's
+ * number when there is one. */
+static int h2c_signal_batch(struct h2c *hc, struct h2s **out, int cap, unsigned long *gen)
+{
+    struct h2s *s;
+    int n = 0;
+    if (!hc->pend) return 0;
+    hc->pend = 0;
+    for (s = hc->streams; s; s = s->next)
+        if (s->pend) {
+            s->pend = 0;
+            if (n == cap) { h2s_signal(s); continue; }
+            s->sig = 1;                     /* h2s_signal's, but the cv's signal */
+            if (s->notify >= 0 && write(s->notify, "s", 1) < 0) {}
+            if (s->blocked) h2s_wsignal(s);
+            out[n++] = s;
+        }
+    if (n) *gen = ++hc->sig_gen;
+    return n;
+}
+
+/* Without hc->mu: the signals of a batch (h2c_signal_batch); then it is done. */
+static void h2c_signal_out(struct h2c *hc, struct h2s **b, int n, unsigned long gen)
+{
+    int i;
+    for (i = 0; i < n; i++) pthread_cond_signal(&b[i]->cv);
+    if (n) __atomic_store_n(&hc->sig_done, gen, __ATOMIC_RELEASE);
 }
 
 /* Under hc->mu, on the I/O thread (released while a consumer runs): the DATA of each stream
@@ -8635,7 +8671,9 @@ static void h2c_pushed(struct h2c *hc, int out)
 static void *h2c_thread(void *arg)
 {
     struct h2c *hc = arg;
-    int fd = hc->up->fd, want_out = 0, rd, more, tmo, dead, io_ok;
+    int fd = hc->up->fd, want_out = 0, rd, more, tmo, dead, io_ok, nsig;
+    struct h2s *sig[64];
+    unsigned long gen = 0;
     pthread_mutex_lock(&hc->mu);
     for (;;) {
         struct pollfd pf[2];
@@ -8667,7 +8705,7 @@ static void *h2c_thread(void *arg)
         if (hc->lead == H2_LEAD_FREE && now - hc->lead_at >= H2_LEAD_LAPSE_MS)
             hc->lead = H2_LEAD_IO;
         h2c_flush_locked(hc);
-        h2c_signal_pending(hc);
+        nsig = h2c_signal_batch(hc, sig, (int)(sizeof sig / sizeof sig[0]), &gen);
         dead = hc->dead;
         io_ok = hc->up->why == UPX_OK;
         /* read again without a poll when the last recv() filled the buffer. Backpressure:
@@ -8682,6 +8720,7 @@ static void *h2c_thread(void *arg)
         more = rd && hc->up->ra_more;
         tmo = more ? 0 : hc->dead ? 200 : hc->lead == H2_LEAD_FREE ? H2_LEAD_LAPSE_MS : 1000;
         pthread_mutex_unlock(&hc->mu);
+        h2c_signal_out(hc, sig, nsig, gen);
         /* what this turn and the streams' threads queued, sent without the lock; a socket
          * that is full: POLLOUT (a stream's thread that finds it full wakes this one) */
         want_out = h2c_send(hc);
@@ -9412,6 +9451,7 @@ static void h2s_close(struct h2s *s)
     struct h2c *hc;
     struct h2s **pp;
     int out;
+    unsigned long gen;
     if (!s) return;
     hc = s->hc;
     pthread_mutex_lock(&hc->mu);
@@ -9424,8 +9464,10 @@ static void h2s_close(struct h2s *s)
     for (pp = &hc->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) { *pp = s->next; break; }
     out = h2c_push_locked(hc);          /* RST_STREAM, END_STREAM out on this thread */
+    gen = hc->sig_gen;                  /* a batch begun so far may still name s */
     pthread_mutex_unlock(&hc->mu);
     h2c_pushed(hc, out);
+    while (__atomic_load_n(&hc->sig_done, __ATOMIC_ACQUIRE) < gen) sched_yield();
     /* runs waiting in h2c_get (only while a connection is being opened) may use the slot;
      * none waiting (the rule): no global lock per closed stream. One that starts waiting
      * just now is woken when that connection is up, as it would be anyway. */
