@@ -2159,6 +2159,11 @@ coai_result coai_h2_next(coai_h2_conn *c, coai_h2_event *ev);
  * connection for it). */
 long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_stream,
                   void *user);
+/* coai_h2_open with the headers already encoded (coai_hpack_encode needs no connection: a
+ * program with threads encodes before it takes the connection's lock); list_size is
+ * coai_h2_header_list_size of the headers. The same returns. */
+long coai_h2_open_block(coai_h2_conn *c, const unsigned char *block, size_t len,
+                        size_t list_size, int end_stream, void *user);
 /* The size of a header list as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 6.5.2:
  * each field's name and value lengths plus 32). */
 size_t coai_h2_header_list_size(const coai_h2_header *h, size_t n);
@@ -9147,22 +9152,37 @@ size_t coai_h2_header_list_size(const coai_h2_header *h, size_t n)
 long coai_h2_open(coai_h2_conn *c, const coai_h2_header *h, size_t n, int end_stream,
                   void *user)
 {
-    coai_h2_stream *s = NULL;
     coai_buf blk = {0};
-    size_t i, start = c->out.len;
-    uint32_t id;
-    int r;
+    long r;
     if (c->error >= 0 || c->goaway_in || c->goaway_out || c->next_id > 0x7fffffffu)
         return COAI_ERR_STATE;
     if (coai_h2_header_list_size(h, n) > c->peer.max_header_list_size) return COAI_ERR_INVALID;
     if (c->active >= c->opts.max_streams || c->active >= c->peer.max_concurrent_streams)
         return 0;
+    r = coai_hpack_encode(&blk, h, n);
+    if (r == 0)
+        r = coai_h2_open_block(c, blk.data, blk.len, coai_h2_header_list_size(h, n),
+                               end_stream, user);
+    coai_buf_free(&blk);
+    return r;
+}
+
+long coai_h2_open_block(coai_h2_conn *c, const unsigned char *block, size_t len,
+                        size_t list_size, int end_stream, void *user)
+{
+    coai_h2_stream *s = NULL;
+    size_t i, start = c->out.len;
+    uint32_t id;
+    int r;
+    if (c->error >= 0 || c->goaway_in || c->goaway_out || c->next_id > 0x7fffffffu)
+        return COAI_ERR_STATE;
+    if (list_size > c->peer.max_header_list_size) return COAI_ERR_INVALID;
+    if (c->active >= c->opts.max_streams || c->active >= c->peer.max_concurrent_streams)
+        return 0;
     for (i = 0; i < COAI_H2_MAX_STREAMS; i++)
         if (!c->streams[i].id) { s = &c->streams[i]; break; }
     if (!s) return 0;
-    r = coai_hpack_encode(&blk, h, n);
-    if (r == 0) r = coai__h2_send_block(c, c->next_id, blk.data, blk.len, end_stream);
-    coai_buf_free(&blk);
+    r = coai__h2_send_block(c, c->next_id, block, len, end_stream);
     if (r < 0) {
         c->out.len = start;
         c->out.err = 0;

@@ -9144,8 +9144,12 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
 {
     struct h2c *hc;
     struct h2s *s;
-    long id = -1;
+    long id = -1, enc;
+    coai_buf blk = { 0 };
+    size_t lsz = coai_h2_header_list_size(hs, nh);
     if (cap_on()) cap_head_h2(hs, nh);
+    /* the header block needs no connection (no dynamic table): encoded before the lock */
+    enc = coai_hpack_encode(&blk, hs, nh);
     s = calloc(1, sizeof *s);               /* before the lock h2c_get returns with */
     if (s && cond_init_mono(&s->cv) != 0) { free(s); s = NULL; }
     if (s && cond_init_mono(&s->wcv) != 0) {
@@ -9161,22 +9165,23 @@ static struct h2s *h2s_open(const coai_url *h, const coai_h2_header *hs, size_t 
             pthread_cond_destroy(&s->wcv);
             free(s);
         }
+        coai_buf_free(&blk);
         return NULL;
     }
-    if (s && !hc->dead) id = coai_h2_open(hc->core, hs, nh, 0, s);
-    if (id == COAI_ERR_INVALID
-        && coai_h2_header_list_size(hs, nh) > hc->core->peer.max_header_list_size) {
+    if (s && !hc->dead)
+        id = enc < 0 ? enc : coai_h2_open_block(hc->core, blk.data, blk.len, lsz, 0, s);
+    if (id == COAI_ERR_INVALID && lsz > hc->core->peer.max_header_list_size) {
         coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
                        "no HTTP/2 stream to %s: the request head (%zu bytes) is over the "
                        "server's SETTINGS_MAX_HEADER_LIST_SIZE (%u bytes); not sent",
-                       h->authority, coai_h2_header_list_size(hs, nh),
-                       (unsigned)hc->core->peer.max_header_list_size);
+                       h->authority, lsz, (unsigned)hc->core->peer.max_header_list_size);
     } else if (id <= 0) {
         coai_error_set(e, 502, "upstream_error", "upstream_h2_failed", NULL,
                        "no HTTP/2 stream to %s: %s", h->authority,
                        !s ? "out of memory" : hc->dead ? hc->why
                        : id == 0 ? "the server's stream limit" : "the connection is going away");
     }
+    coai_buf_free(&blk);
     if (id <= 0) {
         hc->open--;
         pthread_mutex_unlock(&hc->mu);

@@ -1681,6 +1681,41 @@ static void test_conn_header_list(void)
     coai_h2_free(&c);
 }
 
+/* coai_h2_open_block: the block coai_hpack_encode made, opened on the connection, gives
+ * the bytes coai_h2_open gives; the same bounds (list size, stream limit) with nothing sent */
+static void test_conn_open_block(void)
+{
+    static coai_h2_conn a, b;
+    static outlog oa, ob;
+    const uint32_t two[] = { COAI_H2_SET_MAX_CONCURRENT_STREAMS, 2 };
+    const uint32_t small[] = { COAI_H2_SET_MAX_HEADER_LIST_SIZE, 274 };
+    coai_buf blk = {0};
+    size_t lsz = coai_h2_header_list_size(req, 5);
+    CHECK(coai_hpack_encode(&blk, req, 5) == 0 && blk.len > 0);
+    conn_up(&a, NULL, two, 1);
+    conn_up(&b, NULL, two, 1);
+    CHECK(coai_h2_open(&a, req, 5, 0, NULL) == 1);
+    CHECK(coai_h2_open_block(&b, blk.data, blk.len, lsz, 0, NULL) == 1);
+    CHECK(coai_h2_open(&a, req, 5, 1, NULL) == 3);
+    CHECK(coai_h2_open_block(&b, blk.data, blk.len, lsz, 1, NULL) == 3);
+    CHECK(a.out.len == b.out.len && a.out.len > 0 && !memcmp(a.out.data, b.out.data, a.out.len));
+    CHECK(coai_h2_stream_state(&b, 3) == COAI_H2_ST_HALF_CLOSED_LOCAL);
+    take(&b, &ob);
+    CHECK(ob.n == 2 && ob.f[0].type == COAI_H2_HEADERS && ob.f[0].stream == 1
+          && ob.f[0].length == blk.len && !memcmp(ob.f[0].payload, blk.data, blk.len));
+    CHECK(coai_h2_open_block(&b, blk.data, blk.len, lsz, 0, NULL) == 0);  /* the limit, 2 */
+    take(&b, &ob);
+    CHECK(ob.n == 0 && coai_h2_active(&b) == 2);
+    coai_h2_free(&a);
+    coai_h2_free(&b);
+    conn_up(&b, NULL, small, 1);
+    CHECK(coai_h2_open_block(&b, blk.data, blk.len, lsz, 0, NULL) == COAI_ERR_INVALID);
+    take(&b, &oa);
+    CHECK(oa.n == 0 && coai_h2_active(&b) == 0);
+    coai_h2_free(&b);
+    coai_buf_free(&blk);
+}
+
 static void test_conn_split(void)
 {
     static coai_h2_conn a, b;
@@ -1736,6 +1771,7 @@ int main(void)
     test_conn_errors();
     test_conn_split();
     test_conn_header_list();
+    test_conn_open_block();
     test_hpack_flood();
     test_conn_floods();
     TEST_END();
