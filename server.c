@@ -464,6 +464,7 @@ struct h2s {
     int body_done;                  /* the reader saw the end */
     int got_bytes;
     int pend;                       /* DATA arrived in this pass of the I/O thread: signal */
+    struct h2s *pend_next;          /* pend: the next on hc->pend_list */
     int waiting;                    /* its reader sleeps on cv (h2_wait), not leading */
     /* waits, as struct upconn's (up_wait) */
     int64_t deadline;
@@ -8169,7 +8170,8 @@ struct h2c {
     unsigned char ping_data[8];
     int ping_out;
     struct h2s *streams;            /* ours, for failing them all at once */
-    int pend;                       /* some stream has s->pend set */
+    struct h2s *pend_list;          /* the streams with s->pend set (a turn looks at these
+                                     * only, not at every stream of the connection) */
     int lead;                       /* H2_LEAD_*: who reads the socket (h2s_lead) */
     struct h2s *leader;             /* H2_LEAD_STREAM: the stream whose reader does */
     int64_t lead_at;                /* H2_LEAD_FREE: since when (mono ms) */
@@ -8304,6 +8306,15 @@ static void h2c_unref(struct h2c *hc)
     free(hc);
 }
 
+/* Under hc->mu: s's reader is to be woken at the end of this read (s->pend). */
+static void h2s_pend(struct h2c *hc, struct h2s *s)
+{
+    if (s->pend) return;
+    s->pend = 1;
+    s->pend_next = hc->pend_list;
+    hc->pend_list = s;
+}
+
 /* Under hc->mu: one event of the core. */
 static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
 {
@@ -8319,8 +8330,7 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         if (ev->end_stream) s->ended = 1;
         /* woken with the DATA that came in the same read (h2c_signal_pending): one wake-up
          * for the head and the first bytes, not two (the second found the lock busy) */
-        s->pend = 1;
-        hc->pend = 1;
+        h2s_pend(hc, s);
         break;
     case COAI_H2_EV_DATA:
         if (!s) { coai_h2_consumed(hc->core, ev->stream, ev->data.len); break; }
@@ -8334,8 +8344,7 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
         }
         if (ev->end_stream) s->ended = 1;
         /* one wake-up per stream for all the DATA of one read (h2c_signal_pending) */
-        s->pend = 1;
-        hc->pend = 1;
+        h2s_pend(hc, s);
         break;
     case COAI_H2_EV_RESET:
     case COAI_H2_EV_REFUSED:
@@ -8375,17 +8384,19 @@ static void h2c_event(struct h2c *hc, const coai_h2_event *ev)
  * h2c_il_run) instead of waking it. */
 static void h2c_claim_pending(struct h2c *hc)
 {
-    struct h2s *s;
-    if (!hc->pend) return;
-    for (s = hc->streams; s; s = s->next)
+    struct h2s **pp = &hc->pend_list, *s;
+    while ((s = *pp) != NULL)
         /* not while the reader has yet to take what its consumer left (s->il_wake): that
          * is ahead of these bytes, and the consumer would write over it */
-        if (s->pend && s->il_park == H2S_IL_PARKED && s->waiting && !s->il_wake && !s->ended
+        if (s->il_park == H2S_IL_PARKED && s->waiting && !s->il_wake && !s->ended
             && !s->reset && !hc->dead && s->in.len) {
+            *pp = s->pend_next;
             s->pend = 0;
             s->il_park = H2S_IL_BUSY;
             s->il_next = hc->il_list;
             hc->il_list = s;
+        } else {
+            pp = &s->pend_next;
         }
 }
 
@@ -8395,13 +8406,11 @@ static void h2c_claim_pending(struct h2c *hc)
 static void h2c_signal_pending(struct h2c *hc)
 {
     struct h2s *s;
-    if (!hc->pend) return;
-    hc->pend = 0;
-    for (s = hc->streams; s; s = s->next)
-        if (s->pend) {
-            s->pend = 0;
-            h2s_signal(s);
-        }
+    while ((s = hc->pend_list) != NULL) {
+        hc->pend_list = s->pend_next;
+        s->pend = 0;
+        h2s_signal(s);
+    }
 }
 
 /* Under hc->mu, on the I/O thread, the lock let go next: as h2c_signal_pending, but the
@@ -8412,17 +8421,15 @@ static int h2c_signal_batch(struct h2c *hc, struct h2s **out, int cap, unsigned 
 {
     struct h2s *s;
     int n = 0;
-    if (!hc->pend) return 0;
-    hc->pend = 0;
-    for (s = hc->streams; s; s = s->next)
-        if (s->pend) {
-            s->pend = 0;
-            if (n == cap) { h2s_signal(s); continue; }
-            s->sig = 1;                     /* h2s_signal's, but the cv's signal */
-            if (s->notify >= 0 && write(s->notify, "s", 1) < 0) {}
-            if (s->blocked) h2s_wsignal(s);
-            out[n++] = s;
-        }
+    while ((s = hc->pend_list) != NULL) {
+        hc->pend_list = s->pend_next;
+        s->pend = 0;
+        if (n == cap) { h2s_signal(s); continue; }
+        s->sig = 1;                         /* h2s_signal's, but the cv's signal */
+        if (s->notify >= 0 && write(s->notify, "s", 1) < 0) {}
+        if (s->blocked) h2s_wsignal(s);
+        out[n++] = s;
+    }
     if (n) *gen = ++hc->sig_gen;
     return n;
 }
@@ -9468,6 +9475,9 @@ static void h2s_close(struct h2s *s)
     if (s->counted) { s->counted = 0; hc->open--; hc->last_use = mono_ms(); }
     for (pp = &hc->streams; *pp; pp = &(*pp)->next)
         if (*pp == s) { *pp = s->next; break; }
+    if (s->pend)
+        for (pp = &hc->pend_list; *pp; pp = &(*pp)->pend_next)
+            if (*pp == s) { *pp = s->pend_next; break; }
     out = h2c_push_locked(hc);          /* RST_STREAM, END_STREAM out on this thread */
     gen = hc->sig_gen;                  /* a batch begun so far may still name s */
     pthread_mutex_unlock(&hc->mu);
