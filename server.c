@@ -465,6 +465,7 @@ struct h2s {
     int got_bytes;
     int pend;                       /* DATA arrived in this pass of the I/O thread: signal */
     struct h2s *pend_next;          /* pend: the next on hc->pend_list */
+    unsigned long sig_gen;          /* the last signal batch that named it (h2s_close) */
     int waiting;                    /* its reader sleeps on cv (h2_wait), not leading */
     /* waits, as struct upconn's (up_wait) */
     int64_t deadline;
@@ -8428,6 +8429,7 @@ static int h2c_signal_batch(struct h2c *hc, struct h2s **out, int cap, unsigned 
         s->sig = 1;                         /* h2s_signal's, but the cv's signal */
         if (s->notify >= 0 && write(s->notify, "s", 1) < 0) {}
         if (s->blocked) h2s_wsignal(s);
+        s->sig_gen = hc->sig_gen + 1;
         out[n++] = s;
     }
     if (n) *gen = ++hc->sig_gen;
@@ -9479,7 +9481,7 @@ static void h2s_close(struct h2s *s)
         for (pp = &hc->pend_list; *pp; pp = &(*pp)->pend_next)
             if (*pp == s) { *pp = s->pend_next; break; }
     out = h2c_push_locked(hc);          /* RST_STREAM, END_STREAM out on this thread */
-    gen = hc->sig_gen;                  /* a batch begun so far may still name s */
+    gen = s->sig_gen;                   /* the batch that named s last may still run */
     pthread_mutex_unlock(&hc->mu);
     h2c_pushed(hc, out);
     while (__atomic_load_n(&hc->sig_done, __ATOMIC_ACQUIRE) < gen) sched_yield();

@@ -54,7 +54,7 @@ NEW_ORDER = [
     ("Listener", ["Listener"],
      "accept, the connection slots, 503 when full, shutdown"),
     ("Client sockets", ["Client sockets"],
-     "write all, read until: the client socket's two loops"),
+     "send what it takes (fd_send_some), write all, read until: the client socket's loops"),
     ("Client connections: requests", ["Client connections: requests"],
      "read the head and body, route (serve_request), access log"),
     ("Models", ["Models"],
@@ -91,7 +91,8 @@ NEW_ORDER = [
      "the CA bundle both transports verify Cursor with"),
     ("HTTP/2 connections", ["HTTP/2 connections"],
      "one multiplexed connection per host, its I/O thread, its streams (a parked reader's\n"
-     "DATA to its consumer: h2s_body_il, h2c_il_run); the run's HTTP/2 transport\n"
+     "DATA to its consumer: h2s_body_il, h2c_il_run); TLS records leave the lock to be\n"
+     "sent (h2c_flush_locked -> hc->wq -> h2c_send); the run's HTTP/2 transport\n"
      "(h2_run_start, h2_run_send: one Run stream)"),
     ("Credentials", ["Credentials: in-memory state", "Credentials: files"],
      "the token: memory, files, renewal (every upstream call)"),

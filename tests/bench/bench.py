@@ -303,7 +303,8 @@ class Bench:
         args = [path, "serve", "--listen", "127.0.0.1:%d" % port, "--max-conns", "30000"]
         env = self.proxy_env()
         env.update(self.label_env.get(label, {}))
-        p = H.spawn(args, os.path.join(self.tmp, "proxy-%s.log" % label), env=env, cwd=self.tmp)
+        p = H.spawn(args, os.path.join(self.a.proxy_log_dir or self.tmp, "proxy-%s.log" % label),
+                    env=env, cwd=self.tmp)
         p.port = port
         ok = H.wait_for(lambda: p.poll() is not None or self.health(port), 15)
         if not ok or p.poll() is not None:
@@ -1264,6 +1265,9 @@ def main():
                     help="do not measure the floor proxies (tests/bench/floor_h1.c, floor_h2.c)")
     ap.add_argument("--startup-runs", type=int, default=15)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results.json"))
+    ap.add_argument("--proxy-log-dir", default=None,
+                    help="keep each proxy's log here (proxy-LABEL.log; tests/bench/lockwait.py "
+                    "reads its instrumented proxy's)")
     ap.add_argument("--summary", metavar="TOOLLOOP_JSON",
                     help="measure nothing: print HTTP/2 against HTTP/1.1 from --out and "
                     "toolloop.py --json's file (tests/bench.sh does, after both)")
