@@ -15,7 +15,8 @@
  *   helpers. Then:
  *
  *   Listener                       accept, the connection slots, 503 when full, shutdown
- *   Client sockets                 write all, read until: the client socket's two loops
+ *   Client sockets                 send what it takes (fd_send_some), write all, read until: the
+ *                                  client socket's loops
  *   Client connections: requests   read the head and body, route (serve_request), access log
  *   Models                         GET /v1/models; the host and transport facts a run needs
  *                                  (GetServerConfig)
@@ -47,8 +48,9 @@
  *   Trust anchors                  the CA bundle both transports verify Cursor with
  *   HTTP/2 connections             one multiplexed connection per host, its I/O thread, its streams
  *                                  (a parked reader's DATA to its consumer: h2s_body_il,
- *                                  h2c_il_run); the run's HTTP/2 transport (h2_run_start,
- *                                  h2_run_send: one Run stream)
+ *                                  h2c_il_run); TLS records leave the lock to be sent
+ *                                  (h2c_flush_locked -> hc->wq -> h2c_send); the run's HTTP/2
+ *                                  transport (h2_run_start, h2_run_send: one Run stream)
  *   Credentials                    the token: memory, files, renewal (every upstream call)
  *   Metrics                        GET /metrics (Prometheus text)
  *   What Cursor sent that this version does not know
