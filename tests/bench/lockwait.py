@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """lockwait.py - where a request's first-token time goes inside the proxy (bench only).
 
-Usage:  python3 tests/bench/lockwait.py [--focus short64] [--rounds 8] [--keep DIR]
+Usage:  python3 tests/bench/lockwait.py [--focus short64] [--rounds 8] [--keep DIR] [--src DIR]
         (after `./build.sh bench --help` built build/bench/loadgen; COAI_DEPS_DIR names the
         dependencies, default build/deps)
 
@@ -12,8 +12,8 @@ is untouched) and runs `bench.py --focus ROW` with it over HTTP/2 and HTTP/1.1. 
     taken, head queued) -> run request sent -> response head -> first chunk written (over
     HTTP/1.1, from tr_open straight to the first chunk);
   - counts, per place in the source that takes an HTTP/2 connection's lock (hc->mu), how
-    often, how long it waited for it and how long it held it (a hold that ends in a
-    condition wait includes the wait; those places are marked).
+    often, how long it waited for it and how long it held it (a condition wait on the lock
+    ends a hold; the hold after it counts for the wait's line, its wake-up not as a wait).
 Prints a table of the phases per transport (p50, p90, mean) and the lock places by total wait.
 The patches find their places by text; when server.c moved on, the script says which one it
 could not find."""
@@ -55,6 +55,17 @@ static void lw_unlock(pthread_mutex_t *m)
     __atomic_add_fetch(&lw_hold[lw_line], lw_us() - lw_t0, __ATOMIC_RELAXED);
     __atomic_add_fetch(&lw_n[lw_line], 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(m);
+}
+/* around a condition wait on the lock: the hold ends there and starts again after it */
+static void lw_cw_before(void)
+{
+    __atomic_add_fetch(&lw_hold[lw_line], lw_us() - lw_t0, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&lw_n[lw_line], 1, __ATOMIC_RELAXED);
+}
+static void lw_cw_after(int line)
+{
+    lw_t0 = lw_us();
+    lw_line = line;
 }
 static void lw_dump(void)
 {
@@ -113,20 +124,22 @@ def patch(src):
         for m in ("hc->mu", "s->hc->mu"):
             line = line.replace("pthread_mutex_lock(&%s)" % m, "lw_lock(&%s, %d)" % (m, n + 1))
             line = line.replace("pthread_mutex_unlock(&%s)" % m, "lw_unlock(&%s)" % m)
+        line = re.sub(r"((?:cond_wait_ms|pthread_cond_wait)\([^;]*&hc->mu[^;]*\));",
+                      r"{ lw_cw_before(); \1; lw_cw_after(%d); }" % (n + 1), line)
         out.append(line)
     return "\n".join(out)
 
 
-def build(tmp):
+def build(tmp, src_dir):
     deps = os.environ.get("COAI_DEPS_DIR") or os.path.join(ROOT, "build", "deps")
     np_ = glob.glob(os.path.join(deps, "nanopb-*"))[0]
     cj = glob.glob(os.path.join(deps, "cjson-*"))[0]
     br = [d for d in glob.glob(os.path.join(deps, "bearssl-*")) if not d.endswith(("-musl", "-gcc"))][0]
     lib = glob.glob(os.path.join(deps, "bearssl-*-musl", "build", "libbearssl.a"))[0]
     for f in ("cursor_oai.h", "proto"):
-        s, d = os.path.join(ROOT, f), os.path.join(tmp, f)
+        s, d = os.path.join(src_dir, f), os.path.join(tmp, f)
         shutil.copytree(s, d) if os.path.isdir(s) else shutil.copy(s, d)
-    with open(os.path.join(ROOT, "server.c")) as f:
+    with open(os.path.join(src_dir, "server.c")) as f:
         src = patch(f.read())
     with open(os.path.join(tmp, "server.c"), "w") as f:
         f.write(src)
@@ -155,10 +168,12 @@ def main():
     ap.add_argument("--focus", default="short64")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--keep", help="keep the instrumented build and the logs here")
+    ap.add_argument("--src", default=ROOT, help="the sources to instrument (a checkout of another "
+                    "commit, for a before and after)")
     a = ap.parse_args()
     tmp = a.keep or tempfile.mkdtemp(prefix="coai-lockwait-")
     os.makedirs(tmp, exist_ok=True)
-    binary, lines = build(tmp)
+    binary, lines = build(tmp, a.src)
     cmd = [sys.executable, os.path.join(HERE, "bench.py"), "--loadgen",
            os.path.join(ROOT, "build", "bench", "loadgen"), "--proxy", binary, "--no-grpcweb",
            "--no-floors", "--no-strace", "--hold", "0", "--hold-big", "0", "--focus", a.focus,
@@ -193,8 +208,7 @@ def main():
     print("\nHTTP/2 connection lock (hc->mu) by place, until the last dump (every 2 s): "
           "acquisitions, total wait, total hold, microseconds")
     for n, (cnt, hold, wait) in sorted(last.items(), key=lambda kv: -kv[1][2])[:14]:
-        near = "\n".join(lines[n - 1:n + 40])
-        cw = " (hold includes a condition wait)" if "cond_wait" in near.split("unlock")[0] else ""
+        cw = " (after a condition wait)" if "lw_cw_after(%d)" % n in lines[n - 1] else ""
         print("  line %5d %-24s n %7d  wait %9d  hold %9d%s" % (n, func_of(lines, n), cnt, wait,
                                                               hold, cw))
     print("  total wait %d us over %d streams" % (sum(v[2] for v in last.values()), nstreams))
