@@ -8403,21 +8403,9 @@ static void h2c_claim_pending(struct h2c *hc)
         }
 }
 
-/* Under hc->mu: wake the readers of the streams that got DATA or headers since the last
- * call: one wake-up per stream for a whole read, done last before the lock is let go (a
- * reader woken earlier waited for it while the reading thread dispatched and wrote). */
-static void h2c_signal_pending(struct h2c *hc)
-{
-    struct h2s *s;
-    while ((s = hc->pend_list) != NULL) {
-        hc->pend_list = s->pend_next;
-        s->pend = 0;
-        h2s_signal(s);
-    }
-}
-
-/* Under hc->mu, on the I/O thread, the lock let go next: as h2c_signal_pending, but the
- * condition signals (what wakes a thread) are left to h2c_signal_out, after the unlock:
+/* Under hc->mu, on the I/O thread, the lock let go next: wake the readers of the streams
+ * that got DATA or headers since the last call (one wake-up per stream for a whole read),
+ * the condition signals (what wakes a thread) left to h2c_signal_out, after the unlock:
  * their streams in out[] (up to cap; beyond, signalled here). The count; *gen the batch's
  * number when there is one. */
 static int h2c_signal_batch(struct h2c *hc, struct h2s **out, int cap, unsigned long *gen)
@@ -8436,6 +8424,16 @@ static int h2c_signal_batch(struct h2c *hc, struct h2s **out, int cap, unsigned 
     }
     if (n) *gen = ++hc->sig_gen;
     return n;
+}
+
+/* Under hc->mu: wake the readers of the streams that got DATA or headers since the last
+ * call: one wake-up per stream for a whole read, done last before the lock is let go (a
+ * reader woken earlier waited for it while the reading thread dispatched and wrote). A
+ * leading stream's thread (h2s_lead) does it so; the I/O thread signals after the unlock. */
+static void h2c_signal_pending(struct h2c *hc)
+{
+    unsigned long gen;
+    (void)h2c_signal_batch(hc, NULL, 0, &gen);     /* no room: each one signalled here */
 }
 
 /* Without hc->mu: the signals of a batch (h2c_signal_batch); then it is done. */
